@@ -1,0 +1,252 @@
+/*
+ * hvd.h - the public API of libhvd, data-parallel training collectives.
+ *
+ * One process per GPU (or CPU core group), launched by mpirun or hvdrun.
+ * Call hvd_init(), then run collectives on named tensors; a background
+ * engine negotiates readiness across ranks and executes them over MPI
+ * (host memory) or NCCL (device memory).
+ *
+ * Conventions
+ *  - Every call returns hvd_result_t (HVD_SUCCESS == 0), except the
+ *    topology queries, which return -1 before hvd_init().
+ *  - hvd_strerror(rc) gives a fixed string for a result; hvd_last_error()
+ *    gives the detailed message of the calling thread's last failure.
+ *  - The caller owns every buffer it passes. An _async call borrows its
+ *    buffers (and the name) until the request completes. send == recv
+ *    (same data pointer) means in place.
+ *  - Every function here is thread-safe unless its comment says otherwise.
+ *
+ * This header compiles without MPI or CUDA installed.
+ */
+#ifndef HVD_H
+#define HVD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HVD_VERSION_MAJOR 0
+#define HVD_VERSION_MINOR 1
+#define HVD_VERSION_PATCH 0
+#define HVD_VERSION_CODE(x, y, z) ((x) * 10000 + (y) * 100 + (z))
+#define HVD_VERSION                                                            \
+  HVD_VERSION_CODE(HVD_VERSION_MAJOR, HVD_VERSION_MINOR, HVD_VERSION_PATCH)
+
+/* Results. One list generates the enum and the strings (hvd_strerror). */
+#define HVD_RESULT_LIST(X)                                                     \
+  X(HVD_SUCCESS, 0, "success")                                                 \
+  X(HVD_ERR_NOT_INITIALIZED, 1, "hvd_init() has not been called")              \
+  X(HVD_ERR_INVALID_ARG, 2, "invalid argument")                                \
+  X(HVD_ERR_MISMATCH, 3, "ranks disagree on a collective")                     \
+  X(HVD_ERR_SHUTDOWN, 4, "hvd has been shut down")                             \
+  X(HVD_ERR_MPI, 5, "MPI call failed")                                         \
+  X(HVD_ERR_NO_MEMORY, 6, "out of memory")                                     \
+  X(HVD_ERR_SYSTEM, 7, "system call failed")                                   \
+  X(HVD_ERR_UNSUPPORTED, 8, "not supported by this build or backend")          \
+  X(HVD_ERR_STALL, 9, "collective stalled: some ranks never submitted it")     \
+  X(HVD_ERR_CUDA, 10, "CUDA call failed")                                      \
+  X(HVD_ERR_NCCL, 11, "NCCL call failed")                                      \
+  X(HVD_ERR_IO, 12, "file input/output failed")                                \
+  X(HVD_ERR_CORRUPT, 13, "data is corrupt or does not match")                  \
+  X(HVD_ERR_INTERNAL, 14, "internal error in hvd")
+
+typedef enum hvd_result {
+#define HVD__RESULT_ENUM(name, code, text) name = code,
+  HVD_RESULT_LIST(HVD__RESULT_ENUM)
+#undef HVD__RESULT_ENUM
+  HVD_RESULT_COUNT
+} hvd_result_t;
+
+/* Element types. */
+typedef enum hvd_dtype {
+  HVD_UINT8 = 0,
+  HVD_INT8 = 1,
+  HVD_INT32 = 2,
+  HVD_INT64 = 3,
+  HVD_FLOAT16 = 4,  /* IEEE binary16; reduced with float accumulation */
+  HVD_BFLOAT16 = 5, /* bfloat16; reduced with float accumulation */
+  HVD_FLOAT32 = 6,
+  HVD_FLOAT64 = 7,
+  HVD_DTYPE_COUNT
+} hvd_dtype_t;
+
+/* Reduction operations. On integer dtypes HVD_AVERAGE is the sum divided
+ * by the world size in integer arithmetic (truncated toward zero), and
+ * scale factors other than 1.0 are rejected. */
+typedef enum hvd_op {
+  HVD_SUM = 0,
+  HVD_AVERAGE = 1,
+  HVD_MIN = 2,
+  HVD_MAX = 3,
+  HVD_PRODUCT = 4,
+  HVD_OP_COUNT
+} hvd_op_t;
+
+#define HVD_CPU (-1) /* tensor.device for host memory; >= 0 is a CUDA ordinal */
+#define HVD_MAX_DIMS 8
+
+/* A tensor descriptor. Row-major, contiguous. The data is the caller's,
+ * except in tensors that hvd allocated for an output (allgather,
+ * alltoall, reducescatter), which the caller frees with hvd_tensor_free. */
+typedef struct hvd_tensor {
+  void *data;
+  hvd_dtype_t dtype;
+  int ndim; /* 0 (a scalar) .. HVD_MAX_DIMS */
+  int64_t shape[HVD_MAX_DIMS];
+  int device; /* HVD_CPU or a CUDA device ordinal */
+} hvd_tensor_t;
+
+/* An in-flight collective, returned by the _async calls; freed by
+ * hvd_wait, or by hvd_test once it reports completion. */
+typedef struct hvd_request hvd_request_t;
+
+/* ---- Lifecycle -------------------------------------------------------- */
+
+/* Initialise hvd on all ranks (collective). Idempotent. Initialises MPI
+ * (asking for MPI_THREAD_MULTIPLE) only if the program has not, and then
+ * finalises it when the process exits, so hvd_shutdown() followed by
+ * hvd_init() works. hvd works on a duplicate of MPI_COMM_WORLD. */
+hvd_result_t hvd_init(void);
+
+/* Stop the engine (collective in spirit: the first rank to call it stops
+ * the engine on every rank). Requests still in flight on any rank complete
+ * with HVD_ERR_SHUTDOWN. Idempotent; returns HVD_SUCCESS if not
+ * initialised. */
+hvd_result_t hvd_shutdown(void);
+
+/* 1 between a successful hvd_init() and hvd_shutdown(), else 0. */
+int hvd_is_initialized(void);
+
+/* ---- Topology (each returns -1 before hvd_init) ------------------------ */
+int hvd_rank(void);
+int hvd_size(void);
+int hvd_local_rank(void);  /* rank among the ranks of this node */
+int hvd_local_size(void);  /* ranks on this node */
+int hvd_cross_rank(void);  /* rank among the ranks with this local rank */
+int hvd_cross_size(void);  /* ranks with this local rank (one per node) */
+int hvd_is_homogeneous(void); /* 1 if every node runs the same number of ranks */
+
+/* ---- Build facts (valid at any time) ----------------------------------- */
+int hvd_mpi_built(void);   /* 1: libhvd has the MPI executor */
+int hvd_cuda_built(void);  /* CUDA runtime version code (e.g. 13000), or 0 */
+int hvd_nccl_built(void);  /* NCCL version code (e.g. 22703), or 0 */
+const char *hvd_version(void); /* "0.1.0" */
+
+/* ---- Errors ------------------------------------------------------------ */
+
+/* A fixed string for rc; "unknown result" for a value out of range. */
+const char *hvd_strerror(hvd_result_t rc);
+
+/* The message of the calling thread's last failed hvd call, e.g.
+ * "allreduce 'w': rank 0 shape [17] vs rank 1 shape [18]". Empty string if
+ * none. Owned by hvd; valid until this thread's next hvd call. */
+const char *hvd_last_error(void);
+
+/* ---- Tensors ----------------------------------------------------------- */
+
+/* Bytes per element; 0 for an unknown dtype. */
+size_t hvd_dtype_size(hvd_dtype_t dtype);
+/* "float32" etc.; "unknown" for an unknown dtype. */
+const char *hvd_dtype_name(hvd_dtype_t dtype);
+/* "sum" etc.; "unknown" for an unknown op. */
+const char *hvd_op_name(hvd_op_t op);
+
+/* A host tensor descriptor over the caller's data (no copy). ndim is
+ * clamped to 0..HVD_MAX_DIMS; hvd validates it again when used. */
+hvd_tensor_t hvd_tensor_make(void *data, hvd_dtype_t dtype, int ndim,
+                             const int64_t *shape);
+/* Number of elements (product of the shape; 1 for a scalar). */
+int64_t hvd_tensor_numel(const hvd_tensor_t *t);
+/* Frees the data of a tensor that hvd allocated (and sets it to NULL).
+ * Accepts NULL and a tensor with NULL data. */
+void hvd_tensor_free(hvd_tensor_t *t);
+
+/* ---- Collectives ------------------------------------------------------- *
+ * Each has an _async form that returns a request, and a blocking form
+ * (the _async form followed by hvd_wait). A name identifies the tensor
+ * across ranks: every rank must submit the same name with agreeing
+ * parameters, in any order. A name already in flight on this rank is
+ * rejected with HVD_ERR_INVALID_ARG. Disagreement between ranks completes
+ * the request on every rank with HVD_ERR_MISMATCH. The name is copied. */
+
+/* recv = postscale * op_over_ranks(prescale * send). recv must have send's
+ * dtype and shape; recv->data == send->data reduces in place. */
+hvd_result_t hvd_allreduce_async(const char *name, const hvd_tensor_t *send,
+                                 hvd_tensor_t *recv, hvd_op_t op,
+                                 double prescale, double postscale,
+                                 hvd_request_t **req);
+hvd_result_t hvd_allreduce(const char *name, const hvd_tensor_t *send,
+                           hvd_tensor_t *recv, hvd_op_t op, double prescale,
+                           double postscale);
+
+/* In place: root's tensor is copied into every other rank's tensor. */
+hvd_result_t hvd_broadcast_async(const char *name, hvd_tensor_t *tensor,
+                                 int root, hvd_request_t **req);
+hvd_result_t hvd_broadcast(const char *name, hvd_tensor_t *tensor, int root);
+
+/* Concatenates every rank's send along dimension 0, in rank order. The
+ * first dimension may differ per rank; the others must agree. *recv is
+ * filled in at completion with a tensor hvd allocated (hvd_tensor_free). */
+hvd_result_t hvd_allgather_async(const char *name, const hvd_tensor_t *send,
+                                 hvd_tensor_t *recv, hvd_request_t **req);
+hvd_result_t hvd_allgather(const char *name, const hvd_tensor_t *send,
+                           hvd_tensor_t *recv);
+
+/* Rank r sends splits[j] rows (slices of dimension 0) of send to rank j,
+ * in order; splits has hvd_size() entries summing to send->shape[0], or is
+ * NULL for an even split (shape[0] must then divide by the size). At
+ * completion *recv holds the received rows in rank order (hvd allocates;
+ * hvd_tensor_free), and recv_splits (hvd_size() entries, may be NULL)
+ * says how many rows came from each rank. */
+hvd_result_t hvd_alltoall_async(const char *name, const hvd_tensor_t *send,
+                                const int64_t *splits, hvd_tensor_t *recv,
+                                int64_t *recv_splits, hvd_request_t **req);
+hvd_result_t hvd_alltoall(const char *name, const hvd_tensor_t *send,
+                          const int64_t *splits, hvd_tensor_t *recv,
+                          int64_t *recv_splits);
+
+/* Reduces send (same shape on every rank) with op, then gives rank r its
+ * block of dimension 0. With N = shape[0] and P = hvd_size(), rank r gets
+ * N / P rows, plus one more if r < N % P; blocks are in rank order. *recv
+ * is allocated by hvd (hvd_tensor_free). Scale factors as for allreduce. */
+hvd_result_t hvd_reducescatter_async(const char *name,
+                                     const hvd_tensor_t *send,
+                                     hvd_tensor_t *recv, hvd_op_t op,
+                                     double prescale, double postscale,
+                                     hvd_request_t **req);
+hvd_result_t hvd_reducescatter(const char *name, const hvd_tensor_t *send,
+                               hvd_tensor_t *recv, hvd_op_t op,
+                               double prescale, double postscale);
+
+/* Returns once every rank has entered the barrier. */
+hvd_result_t hvd_barrier_async(hvd_request_t **req);
+hvd_result_t hvd_barrier(void);
+
+/* Says this rank has run out of data. Until every rank has joined, the
+ * other ranks' allreduces go on, with a joined rank contributing the
+ * identity of the op (0 for sum and average, 1 for product, the largest
+ * or smallest value for min and max); an average still divides by the
+ * world size. Other collectives submitted while some rank has joined fail
+ * with HVD_ERR_MISMATCH. Completes when all ranks have joined; then
+ * *last_rank (may be NULL) is the rank that joined last. */
+hvd_result_t hvd_join_async(int *last_rank, hvd_request_t **req);
+hvd_result_t hvd_join(int *last_rank);
+
+/* ---- Requests ---------------------------------------------------------- */
+
+/* Blocks until req completes (without using the CPU), frees it and returns
+ * its result; on failure hvd_last_error() has the message. */
+hvd_result_t hvd_wait(hvd_request_t *req);
+
+/* Sets *done. When *done is 1 the request has been freed and the return
+ * value is its result, as from hvd_wait; when 0 it returns HVD_SUCCESS. */
+hvd_result_t hvd_test(hvd_request_t *req, int *done);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HVD_H */

@@ -1,0 +1,377 @@
+/*
+ * api.c - the collective entry points: validate on the caller's thread,
+ * build a request, hand it to the engine. Blocking forms are the async
+ * form followed by hvd_wait.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/errors.h"
+#include "core/runtime.h"
+#include "core/tensor.h"
+
+/* ---- argument checks ---------------------------------------------------- */
+
+static hvd_result_t check_name(const char *kind, const char *name) {
+  if (name == NULL || name[0] == '\0')
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: name is NULL or empty",
+                          kind);
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t check_req(const char *kind, const char *name,
+                              hvd_request_t **req) {
+  if (req != NULL)
+    return HVD_SUCCESS;
+  if (name == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: req is NULL", kind);
+  return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': req is NULL", kind,
+                        name);
+}
+
+static hvd_result_t check_op(const char *kind, const char *name, int op) {
+  if (op < 0 || op >= HVD_OP_COUNT)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': unknown op %d", kind,
+                          name, op);
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t check_scale(const char *kind, const char *name,
+                                const char *which, double f,
+                                hvd_dtype_t dtype) {
+  if (f == 1.0)
+    return HVD_SUCCESS;
+  if (!hvd__dtype_is_float(dtype))
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': %s %g needs a floating-point dtype, not %s",
+                          kind, name, which, f, hvd_dtype_name(dtype));
+  if (!isfinite(f))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': %s %g is not finite",
+                          kind, name, which, f);
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t check_rows(const char *kind, const char *name,
+                               const hvd_tensor_t *t) {
+  if (t->ndim < 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': needs at least 1 dimension", kind, name);
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t check_out(const char *kind, const char *name,
+                              const hvd_tensor_t *recv) {
+  if (recv == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': recv tensor is NULL",
+                          kind, name);
+  return HVD_SUCCESS;
+}
+
+/* ---- building and submitting -------------------------------------------- */
+
+static hvd_request_t *new_request(const char *name, int coll,
+                                  const hvd_tensor_t *t, int op, double pre,
+                                  double post, int root) {
+  hvd_request_t *r = hvd__request_new(name);
+  if (r == NULL)
+    return NULL;
+  r->desc.coll = coll;
+  r->desc.op = op;
+  r->desc.prescale = pre;
+  r->desc.postscale = post;
+  r->desc.root = root;
+  r->desc.device = HVD_CPU;
+  r->nranks = hvd_size();
+  if (t != NULL) {
+    r->send = *t;
+    r->desc.dtype = t->dtype;
+    r->desc.device = t->device;
+    r->desc.ndim = t->ndim;
+    memcpy(r->desc.shape, t->shape, sizeof t->shape);
+  }
+  return r;
+}
+
+static hvd_result_t submit(const char *fn, hvd_request_t *r,
+                           hvd_request_t **req) {
+  if (r == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: request", fn);
+  hvd_result_t rc = hvd__runtime_submit(fn, r);
+  if (rc != HVD_SUCCESS) {
+    hvd__request_free(r);
+    return rc;
+  }
+  *req = r;
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t wait_if(hvd_result_t rc, hvd_request_t *r) {
+  return rc == HVD_SUCCESS ? hvd_wait(r) : rc;
+}
+
+#define REQUIRE_INIT(fn)                                                       \
+  do {                                                                         \
+    if (!hvd_is_initialized())                                                 \
+      return hvd__not_initialized(fn);                                         \
+  } while (0)
+
+/* ---- allreduce ---------------------------------------------------------- */
+
+static hvd_result_t allreduce(const char *fn, const char *name,
+                              const hvd_tensor_t *send, hvd_tensor_t *recv,
+                              hvd_op_t op, double pre, double post,
+                              hvd_request_t **req) {
+  const char *k = "allreduce";
+  hvd_result_t rc;
+  REQUIRE_INIT(fn);
+  HVD__CHECK(check_name(k, name));
+  HVD__CHECK(check_req(k, name, req));
+  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(hvd__check_tensor(k, name, "recv", recv));
+  HVD__CHECK(check_op(k, name, (int)op));
+  if (recv->dtype != send->dtype)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': recv dtype %s differs from send dtype %s",
+                          k, name, hvd_dtype_name(recv->dtype),
+                          hvd_dtype_name(send->dtype));
+  if (recv->ndim != send->ndim ||
+      memcmp(recv->shape, send->shape,
+             (size_t)send->ndim * sizeof *send->shape) != 0) {
+    char a[HVD__SHAPE_STR_MAX], b[HVD__SHAPE_STR_MAX];
+    hvd__shape_str(recv->ndim, recv->shape, a, sizeof a);
+    hvd__shape_str(send->ndim, send->shape, b, sizeof b);
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': recv shape %s differs from send shape %s",
+                          k, name, a, b);
+  }
+  HVD__CHECK(check_scale(k, name, "prescale", pre, send->dtype));
+  HVD__CHECK(check_scale(k, name, "postscale", post, send->dtype));
+  hvd_request_t *r = new_request(name, HVD__ALLREDUCE, send, op, pre, post, 0);
+  if (r != NULL)
+    r->recv = *recv;
+  return submit(fn, r, req);
+fail:
+  return rc;
+}
+
+hvd_result_t hvd_allreduce_async(const char *name, const hvd_tensor_t *send,
+                                 hvd_tensor_t *recv, hvd_op_t op,
+                                 double prescale, double postscale,
+                                 hvd_request_t **req) {
+  return allreduce(__func__, name, send, recv, op, prescale, postscale, req);
+}
+
+hvd_result_t hvd_allreduce(const char *name, const hvd_tensor_t *send,
+                           hvd_tensor_t *recv, hvd_op_t op, double prescale,
+                           double postscale) {
+  hvd_request_t *r = NULL;
+  return wait_if(
+      allreduce(__func__, name, send, recv, op, prescale, postscale, &r), r);
+}
+
+/* ---- broadcast ---------------------------------------------------------- */
+
+static hvd_result_t broadcast(const char *fn, const char *name,
+                              hvd_tensor_t *t, int root, hvd_request_t **req) {
+  const char *k = "broadcast";
+  hvd_result_t rc;
+  REQUIRE_INIT(fn);
+  HVD__CHECK(check_name(k, name));
+  HVD__CHECK(check_req(k, name, req));
+  HVD__CHECK(hvd__check_tensor(k, name, "", t));
+  if (root < 0 || root >= hvd_size())
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': root %d is out of range for %d ranks", k,
+                          name, root, hvd_size());
+  return submit(fn, new_request(name, HVD__BROADCAST, t, 0, 1, 1, root), req);
+fail:
+  return rc;
+}
+
+hvd_result_t hvd_broadcast_async(const char *name, hvd_tensor_t *tensor,
+                                 int root, hvd_request_t **req) {
+  return broadcast(__func__, name, tensor, root, req);
+}
+
+hvd_result_t hvd_broadcast(const char *name, hvd_tensor_t *tensor, int root) {
+  hvd_request_t *r = NULL;
+  return wait_if(broadcast(__func__, name, tensor, root, &r), r);
+}
+
+/* ---- allgather ---------------------------------------------------------- */
+
+static hvd_result_t allgather(const char *fn, const char *name,
+                              const hvd_tensor_t *send, hvd_tensor_t *recv,
+                              hvd_request_t **req) {
+  const char *k = "allgather";
+  hvd_result_t rc;
+  REQUIRE_INIT(fn);
+  HVD__CHECK(check_name(k, name));
+  HVD__CHECK(check_req(k, name, req));
+  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(check_out(k, name, recv));
+  HVD__CHECK(check_rows(k, name, send));
+  hvd_request_t *r = new_request(name, HVD__ALLGATHER, send, 0, 1, 1, 0);
+  if (r != NULL)
+    r->recv_out = recv;
+  return submit(fn, r, req);
+fail:
+  return rc;
+}
+
+hvd_result_t hvd_allgather_async(const char *name, const hvd_tensor_t *send,
+                                 hvd_tensor_t *recv, hvd_request_t **req) {
+  return allgather(__func__, name, send, recv, req);
+}
+
+hvd_result_t hvd_allgather(const char *name, const hvd_tensor_t *send,
+                           hvd_tensor_t *recv) {
+  hvd_request_t *r = NULL;
+  return wait_if(allgather(__func__, name, send, recv, &r), r);
+}
+
+/* ---- alltoall ----------------------------------------------------------- */
+
+static hvd_result_t alltoall(const char *fn, const char *name,
+                             const hvd_tensor_t *send, const int64_t *splits,
+                             hvd_tensor_t *recv, int64_t *recv_splits,
+                             hvd_request_t **req) {
+  const char *k = "alltoall";
+  hvd_result_t rc;
+  REQUIRE_INIT(fn);
+  HVD__CHECK(check_name(k, name));
+  HVD__CHECK(check_req(k, name, req));
+  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(check_out(k, name, recv));
+  HVD__CHECK(check_rows(k, name, send));
+  int size = hvd_size();
+  int64_t rows = send->shape[0], sum = 0;
+  if (splits == NULL && rows % size != 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': shape[0] %lld does not divide evenly among "
+                          "%d ranks; pass splits",
+                          k, name, (long long)rows, size);
+  for (int i = 0; splits != NULL && i < size; i++) {
+    if (splits[i] < 0)
+      return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': splits[%d] is %lld",
+                            k, name, i, (long long)splits[i]);
+    sum += splits[i];
+  }
+  if (splits != NULL && sum != rows)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': splits sum to %lld but shape[0] is %lld", k,
+                          name, (long long)sum, (long long)rows);
+  hvd_request_t *r = new_request(name, HVD__ALLTOALL, send, 0, 1, 1, 0);
+  if (r != NULL) {
+    r->recv_out = recv;
+    r->recv_splits_out = recv_splits;
+    r->splits = malloc((size_t)size * sizeof *r->splits);
+    if (r->splits == NULL) {
+      hvd__request_free(r);
+      r = NULL;
+    } else {
+      for (int i = 0; i < size; i++)
+        r->splits[i] = splits ? splits[i] : rows / size;
+    }
+  }
+  return submit(fn, r, req);
+fail:
+  return rc;
+}
+
+hvd_result_t hvd_alltoall_async(const char *name, const hvd_tensor_t *send,
+                                const int64_t *splits, hvd_tensor_t *recv,
+                                int64_t *recv_splits, hvd_request_t **req) {
+  return alltoall(__func__, name, send, splits, recv, recv_splits, req);
+}
+
+hvd_result_t hvd_alltoall(const char *name, const hvd_tensor_t *send,
+                          const int64_t *splits, hvd_tensor_t *recv,
+                          int64_t *recv_splits) {
+  hvd_request_t *r = NULL;
+  return wait_if(alltoall(__func__, name, send, splits, recv, recv_splits, &r),
+                 r);
+}
+
+/* ---- reducescatter ------------------------------------------------------ */
+
+static hvd_result_t reducescatter(const char *fn, const char *name,
+                                  const hvd_tensor_t *send, hvd_tensor_t *recv,
+                                  hvd_op_t op, double pre, double post,
+                                  hvd_request_t **req) {
+  const char *k = "reducescatter";
+  hvd_result_t rc;
+  REQUIRE_INIT(fn);
+  HVD__CHECK(check_name(k, name));
+  HVD__CHECK(check_req(k, name, req));
+  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(check_out(k, name, recv));
+  HVD__CHECK(check_rows(k, name, send));
+  HVD__CHECK(check_op(k, name, (int)op));
+  HVD__CHECK(check_scale(k, name, "prescale", pre, send->dtype));
+  HVD__CHECK(check_scale(k, name, "postscale", post, send->dtype));
+  hvd_request_t *r =
+      new_request(name, HVD__REDUCESCATTER, send, op, pre, post, 0);
+  if (r != NULL)
+    r->recv_out = recv;
+  return submit(fn, r, req);
+fail:
+  return rc;
+}
+
+hvd_result_t hvd_reducescatter_async(const char *name,
+                                     const hvd_tensor_t *send,
+                                     hvd_tensor_t *recv, hvd_op_t op,
+                                     double prescale, double postscale,
+                                     hvd_request_t **req) {
+  return reducescatter(__func__, name, send, recv, op, prescale, postscale,
+                       req);
+}
+
+hvd_result_t hvd_reducescatter(const char *name, const hvd_tensor_t *send,
+                               hvd_tensor_t *recv, hvd_op_t op,
+                               double prescale, double postscale) {
+  hvd_request_t *r = NULL;
+  return wait_if(
+      reducescatter(__func__, name, send, recv, op, prescale, postscale, &r),
+      r);
+}
+
+/* ---- barrier and join --------------------------------------------------- */
+
+static hvd_result_t barrier(const char *fn, hvd_request_t **req) {
+  REQUIRE_INIT(fn);
+  if (req == NULL)
+    return check_req("barrier", NULL, req);
+  return submit(fn, new_request(HVD__BARRIER_NAME, HVD__BARRIER, NULL, 0, 1, 1, 0),
+                req);
+}
+
+hvd_result_t hvd_barrier_async(hvd_request_t **req) {
+  return barrier(__func__, req);
+}
+
+hvd_result_t hvd_barrier(void) {
+  hvd_request_t *r = NULL;
+  return wait_if(barrier(__func__, &r), r);
+}
+
+static hvd_result_t join(const char *fn, int *last_rank, hvd_request_t **req) {
+  REQUIRE_INIT(fn);
+  if (req == NULL)
+    return check_req("join", NULL, req);
+  hvd_request_t *r = new_request(HVD__JOIN_NAME, HVD__JOIN, NULL, 0, 1, 1, 0);
+  if (r != NULL)
+    r->last_rank_out = last_rank;
+  return submit(fn, r, req);
+}
+
+hvd_result_t hvd_join_async(int *last_rank, hvd_request_t **req) {
+  return join(__func__, last_rank, req);
+}
+
+hvd_result_t hvd_join(int *last_rank) {
+  hvd_request_t *r = NULL;
+  return wait_if(join(__func__, last_rank, &r), r);
+}

@@ -1,0 +1,50 @@
+/*
+ * controller.h - negotiation: each cycle, every rank sends the descriptors
+ * of its new requests to the coordinator (rank 0), which counts them per
+ * name; once every rank (or every rank that has not joined) has a name,
+ * it checks that they agree and answers with the ordered response list
+ * that all ranks then execute in the same order.
+ */
+#ifndef HVD_CORE_CONTROLLER_H
+#define HVD_CORE_CONTROLLER_H
+
+#include <mpi.h>
+
+#include "core/request.h"
+
+typedef enum hvd__response_kind {
+  HVD__RESP_RUN,       /* execute desc.coll on names */
+  HVD__RESP_ERROR,     /* complete names with err/errmsg */
+  HVD__RESP_JOIN_DONE, /* every rank joined; arg = the last to join */
+  HVD__RESP_SHUTDOWN   /* stop; arg = the rank that asked */
+} hvd__response_kind_t;
+
+typedef struct hvd__response {
+  int kind;
+  hvd__desc_t desc; /* the reference rank's descriptor */
+  int nnames;
+  char **names;
+  int64_t *dims0; /* allgather: first dimension of every rank, else NULL */
+  int njoined;    /* ranks that have joined and take part with identities */
+  hvd_result_t err;
+  char *errmsg;
+  int arg;
+} hvd__response_t;
+
+typedef struct hvd__controller hvd__controller_t;
+
+/* comm is borrowed. NULL when out of memory. */
+hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size);
+void hvd__controller_destroy(hvd__controller_t *c); /* accepts NULL */
+
+/* One negotiation round; collective over comm. fresh are this rank's
+ * requests submitted since the last round. On success *out holds *nout
+ * responses (free with hvd__responses_free). */
+hvd_result_t hvd__controller_negotiate(hvd__controller_t *c,
+                                       hvd_request_t *const *fresh,
+                                       int nfresh, int want_shutdown,
+                                       hvd__response_t **out, int *nout);
+
+void hvd__responses_free(hvd__response_t *r, int n);
+
+#endif /* HVD_CORE_CONTROLLER_H */

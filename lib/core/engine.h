@@ -1,0 +1,30 @@
+/*
+ * engine.h - the background engine: a request queue and the one thread
+ * that talks to MPI. Callers submit; the thread negotiates each cycle
+ * (controller.c) and executes the agreed responses (lib/ops).
+ */
+#ifndef HVD_CORE_ENGINE_H
+#define HVD_CORE_ENGINE_H
+
+#include <mpi.h>
+
+#include "core/request.h"
+#include "core/settings.h"
+
+typedef struct hvd__engine hvd__engine_t;
+
+/* Opens the executors and starts the thread over comm (borrowed; it
+ * must outlive the engine). Called with no other thread using comm. */
+hvd_result_t hvd__engine_start(MPI_Comm comm, const hvd__settings_t *s,
+                               hvd__engine_t **out);
+
+/* Asks every rank's engine to stop (in-flight requests complete with
+ * HVD_ERR_SHUTDOWN), joins the thread and frees the engine. */
+void hvd__engine_stop(hvd__engine_t *e);
+
+/* Queues r. On success the engine owns r until it completes it; on
+ * failure (duplicate name, engine stopped) the message is set and the
+ * caller still owns r. */
+hvd_result_t hvd__engine_submit(hvd__engine_t *e, hvd_request_t *r);
+
+#endif /* HVD_CORE_ENGINE_H */

@@ -1,0 +1,66 @@
+/* errors.c - result strings (from HVD_RESULT_LIST) and hvd_last_error(). */
+#include "core/errors.h"
+
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char last_error[HVD__ERRMSG_MAX];
+
+const char *hvd_strerror(hvd_result_t rc) {
+  switch (rc) {
+#define HVD__RESULT_CASE(name, code, text)                                     \
+  case name:                                                                   \
+    return text;
+    HVD_RESULT_LIST(HVD__RESULT_CASE)
+#undef HVD__RESULT_CASE
+  default:
+    return "unknown result";
+  }
+}
+
+const char *hvd_last_error(void) { return last_error; }
+
+hvd_result_t hvd__set_error(hvd_result_t rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+hvd_result_t hvd__set_error_msg(hvd_result_t rc, const char *msg) {
+  if (msg != last_error)
+    snprintf(last_error, sizeof last_error, "%s", msg ? msg : "");
+  return rc;
+}
+
+void hvd__clear_error(void) { last_error[0] = '\0'; }
+
+hvd_result_t hvd__mpi_error(int mpi_rc, const char *what) {
+  char text[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS)
+    snprintf(text, sizeof text, "MPI error %d", mpi_rc);
+  int fn = (int)strcspn(what, "("); /* "MPI_Allreduce(a, b)" -> the name */
+  return hvd__set_error(HVD_ERR_MPI, "%.*s: %s", fn, what, text);
+}
+
+const char *hvd__coll_name(int coll) {
+  static const char *const names[] = {
+#define HVD__COLL_WORD(id, word) word,
+      HVD__COLL_LIST(HVD__COLL_WORD)
+#undef HVD__COLL_WORD
+  };
+  if (coll < 0 || coll >= HVD__COLL_COUNT)
+    return "unknown";
+  return names[coll];
+}
+
+double hvd__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

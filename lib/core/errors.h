@@ -1,0 +1,43 @@
+/*
+ * errors.h - result codes and the per-thread detailed message behind
+ * hvd_last_error(). Every failure path sets the message with
+ * hvd__set_error() and returns its code; foreign codes (MPI, pthread,
+ * errno) are converted here so their text is kept.
+ */
+#ifndef HVD_CORE_ERRORS_H
+#define HVD_CORE_ERRORS_H
+
+#include "internal.h"
+
+#define HVD__ERRMSG_MAX 1024
+
+/* Sets this thread's message and returns rc. */
+hvd_result_t hvd__set_error(hvd_result_t rc, const char *fmt, ...)
+    HVD__PRINTF(2, 3);
+/* Copies msg verbatim as this thread's message; returns rc. */
+hvd_result_t hvd__set_error_msg(hvd_result_t rc, const char *msg);
+void hvd__clear_error(void);
+
+/* HVD_ERR_MPI with "<what>: <MPI's error string>". */
+hvd_result_t hvd__mpi_error(int mpi_rc, const char *what);
+
+/* Jump to the function's `fail:` label when an MPI call fails. Needs a
+ * local `hvd_result_t rc`. */
+#define HVD__MPI_CHECK(call)                                                   \
+  do {                                                                         \
+    int hvd__mpi_rc_ = (call);                                                 \
+    if (hvd__mpi_rc_ != 0) {                                                   \
+      rc = hvd__mpi_error(hvd__mpi_rc_, #call);                                \
+      goto fail;                                                               \
+    }                                                                          \
+  } while (0)
+
+/* Jump to `fail:` when an hvd call fails (the message is already set). */
+#define HVD__CHECK(call)                                                       \
+  do {                                                                         \
+    rc = (call);                                                               \
+    if (rc != HVD_SUCCESS)                                                     \
+      goto fail;                                                               \
+  } while (0)
+
+#endif /* HVD_CORE_ERRORS_H */

@@ -1,0 +1,109 @@
+/* request.c - request allocation, completion and hvd_wait/hvd_test. */
+#include "core/request.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/errors.h"
+#include "core/runtime.h"
+
+hvd_request_t *hvd__request_new(const char *name) {
+  hvd_request_t *r = calloc(1, sizeof *r);
+  if (r == NULL)
+    return NULL;
+  r->name = strdup(name);
+  if (r->name == NULL) {
+    free(r);
+    return NULL;
+  }
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  r->last_rank = -1;
+  return r;
+}
+
+void hvd__request_free(hvd_request_t *r) {
+  if (r == NULL)
+    return;
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
+  free(r->name);
+  free(r->splits);
+  free(r->recv_splits);
+  free(r->errmsg);
+  free(r);
+}
+
+void hvd__request_complete(hvd_request_t *r, hvd_result_t rc,
+                           const char *msg) {
+  if (rc != HVD_SUCCESS) {
+    r->errmsg = strdup(msg ? msg : hvd_strerror(rc));
+    if (r->recv_out != NULL)
+      hvd_tensor_free(&r->recv); /* an output hvd allocated */
+  }
+  pthread_mutex_lock(&r->mu);
+  r->rc = rc;
+  r->done = 1;
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* Hands the outputs to the caller, sets this thread's message, frees r. */
+static hvd_result_t finish(hvd_request_t *r) {
+  hvd_result_t rc = r->rc;
+  if (rc == HVD_SUCCESS) {
+    if (r->recv_out != NULL) {
+      *r->recv_out = r->recv;
+      r->recv.data = NULL;
+    }
+    if (r->recv_splits_out != NULL && r->recv_splits != NULL)
+      memcpy(r->recv_splits_out, r->recv_splits,
+             (size_t)r->nranks * sizeof *r->recv_splits);
+    if (r->last_rank_out != NULL)
+      *r->last_rank_out = r->last_rank;
+    hvd__clear_error();
+  } else {
+    hvd__set_error_msg(rc, r->errmsg);
+  }
+  hvd__request_free(r);
+  return rc;
+}
+
+hvd_result_t hvd_wait(hvd_request_t *req) {
+  if (req == NULL) {
+    if (!hvd_is_initialized())
+      return hvd__set_error(HVD_ERR_NOT_INITIALIZED,
+                            "hvd_wait: hvd_init() has not been called");
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "hvd_wait: req is NULL");
+  }
+  pthread_mutex_lock(&req->mu);
+  while (!req->done)
+    pthread_cond_wait(&req->cv, &req->mu);
+  pthread_mutex_unlock(&req->mu);
+  return finish(req);
+}
+
+hvd_result_t hvd_test(hvd_request_t *req, int *done) {
+  if (req == NULL || done == NULL) {
+    if (done != NULL)
+      *done = 0;
+    if (!hvd_is_initialized())
+      return hvd__set_error(HVD_ERR_NOT_INITIALIZED,
+                            "hvd_test: hvd_init() has not been called");
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "hvd_test: %s is NULL",
+                          req == NULL ? "req" : "done");
+  }
+  pthread_mutex_lock(&req->mu);
+  int d = req->done;
+  pthread_mutex_unlock(&req->mu);
+  *done = d;
+  return d ? finish(req) : HVD_SUCCESS;
+}
+
+void hvd__request_label(const hvd_request_t *r, char *buf, size_t n) {
+  if (r->desc.coll == HVD__BARRIER || r->desc.coll == HVD__JOIN)
+    snprintf(buf, n, "%s", hvd__coll_name(r->desc.coll));
+  else
+    snprintf(buf, n, "%s '%s'", hvd__coll_name(r->desc.coll), r->name);
+}

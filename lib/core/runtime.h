@@ -1,0 +1,25 @@
+/*
+ * runtime.h - process-wide state: MPI ownership, hvd's communicators,
+ * topology, settings and the engine.
+ */
+#ifndef HVD_CORE_RUNTIME_H
+#define HVD_CORE_RUNTIME_H
+
+#include "core/engine.h"
+
+/* The running engine, or NULL before hvd_init / after hvd_shutdown. */
+hvd__engine_t *hvd__runtime_engine(void);
+
+/* Hands r to the engine (see hvd__engine_submit) unless hvd is not
+ * initialised (then "<fn>: hvd_init() has not been called"). Safe against
+ * a concurrent hvd_shutdown. On failure the caller still owns r. */
+hvd_result_t hvd__runtime_submit(const char *fn, hvd_request_t *r);
+
+/* HVD_ERR_NOT_INITIALIZED with "<fn>: hvd_init() has not been called". */
+hvd_result_t hvd__not_initialized(const char *fn);
+
+/* Number of CUDA devices this process sees (0 without CUDA, a driver or a
+ * GPU). Defined in lib/ops/cuda_rt.c. */
+int hvd__cuda_device_count(void);
+
+#endif /* HVD_CORE_RUNTIME_H */

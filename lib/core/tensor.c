@@ -1,0 +1,124 @@
+/* tensor.c - dtype table, tensor helpers and argument checks. */
+#include "core/tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/errors.h"
+
+static const struct {
+  const char *name;
+  size_t size;
+  int is_float;
+} dtypes[HVD_DTYPE_COUNT] = {
+    [HVD_UINT8] = {"uint8", 1, 0},     [HVD_INT8] = {"int8", 1, 0},
+    [HVD_INT32] = {"int32", 4, 0},     [HVD_INT64] = {"int64", 8, 0},
+    [HVD_FLOAT16] = {"float16", 2, 1}, [HVD_BFLOAT16] = {"bfloat16", 2, 1},
+    [HVD_FLOAT32] = {"float32", 4, 1}, [HVD_FLOAT64] = {"float64", 8, 1},
+};
+
+static const char *const op_names[HVD_OP_COUNT] = {
+    [HVD_SUM] = "sum", [HVD_AVERAGE] = "average", [HVD_MIN] = "min",
+    [HVD_MAX] = "max", [HVD_PRODUCT] = "product"};
+
+int hvd__dtype_valid(int dtype) { return dtype >= 0 && dtype < HVD_DTYPE_COUNT; }
+
+int hvd__dtype_is_float(hvd_dtype_t dtype) {
+  return hvd__dtype_valid(dtype) && dtypes[dtype].is_float;
+}
+
+size_t hvd_dtype_size(hvd_dtype_t dtype) {
+  return hvd__dtype_valid(dtype) ? dtypes[dtype].size : 0;
+}
+
+const char *hvd_dtype_name(hvd_dtype_t dtype) {
+  return hvd__dtype_valid(dtype) ? dtypes[dtype].name : "unknown";
+}
+
+const char *hvd_op_name(hvd_op_t op) {
+  return ((int)op >= 0 && op < HVD_OP_COUNT) ? op_names[op] : "unknown";
+}
+
+hvd_tensor_t hvd_tensor_make(void *data, hvd_dtype_t dtype, int ndim,
+                             const int64_t *shape) {
+  hvd_tensor_t t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dtype;
+  t.device = HVD_CPU;
+  t.ndim = ndim < 0 ? 0 : ndim > HVD_MAX_DIMS ? HVD_MAX_DIMS : ndim;
+  for (int i = 0; i < t.ndim && shape != NULL; i++)
+    t.shape[i] = shape[i];
+  return t;
+}
+
+int64_t hvd_tensor_numel(const hvd_tensor_t *t) {
+  if (t == NULL)
+    return 0;
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim && i < HVD_MAX_DIMS; i++)
+    n *= t->shape[i];
+  return n;
+}
+
+void hvd_tensor_free(hvd_tensor_t *t) {
+  if (t == NULL)
+    return;
+  free(t->data);
+  t->data = NULL;
+}
+
+size_t hvd__tensor_bytes(const hvd_tensor_t *t) {
+  return (size_t)hvd_tensor_numel(t) * hvd_dtype_size(t->dtype);
+}
+
+void hvd__shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
+  size_t at = 0;
+  at += (size_t)snprintf(buf, n, "[");
+  for (int i = 0; i < ndim && at < n; i++)
+    at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? ", " : "",
+                           (long long)shape[i]);
+  if (at < n)
+    snprintf(buf + at, n - at, "]");
+}
+
+void hvd__device_str(int device, char *buf, size_t n) {
+  if (device == HVD_CPU)
+    snprintf(buf, n, "cpu");
+  else
+    snprintf(buf, n, "cuda:%d", device);
+}
+
+hvd_result_t hvd__check_tensor(const char *kind, const char *name,
+                               const char *which, const hvd_tensor_t *t) {
+  const char *sp = which[0] ? " " : "";
+  if (t == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': %s%stensor is NULL",
+                          kind, name, which, sp);
+  if (t->ndim < 0 || t->ndim > HVD_MAX_DIMS)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': ndim %d is out of range 0..%d", kind, name,
+                          t->ndim, HVD_MAX_DIMS);
+  for (int i = 0; i < t->ndim; i++)
+    if (t->shape[i] < 0)
+      return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': shape[%d] is %lld",
+                            kind, name, i, (long long)t->shape[i]);
+  if (!hvd__dtype_valid((int)t->dtype))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': unknown dtype %d",
+                          kind, name, (int)t->dtype);
+  if (t->device < HVD_CPU)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': device %d is neither HVD_CPU nor a CUDA "
+                          "ordinal",
+                          kind, name, t->device);
+  if (t->device != HVD_CPU)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s '%s': device %d tensors are not supported by "
+                          "this build",
+                          kind, name, t->device);
+  if (t->data == NULL && hvd_tensor_numel(t) > 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': %s%sdata is NULL",
+                          kind, name, which, sp);
+  return HVD_SUCCESS;
+}

@@ -1,0 +1,30 @@
+/*
+ * tensor.h - dtype facts, shape formatting and the argument checks shared
+ * by every collective.
+ */
+#ifndef HVD_CORE_TENSOR_H
+#define HVD_CORE_TENSOR_H
+
+#include <stddef.h>
+
+#include "internal.h"
+
+#define HVD__SHAPE_STR_MAX (HVD_MAX_DIMS * 22 + 4)
+
+int hvd__dtype_valid(int dtype);
+int hvd__dtype_is_float(hvd_dtype_t dtype);
+/* numel * element size. */
+size_t hvd__tensor_bytes(const hvd_tensor_t *t);
+/* "[2, 3]", "[]" for a scalar. */
+void hvd__shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
+/* "cpu" or "cuda:N". */
+void hvd__device_str(int device, char *buf, size_t n);
+
+/* Checks a tensor argument of collective `kind` named `name`; `which` is
+ * "send", "recv" or "" (a lone tensor, as in broadcast). Sets the message
+ * and returns HVD_ERR_INVALID_ARG (or HVD_ERR_UNSUPPORTED for a device
+ * this build cannot handle). */
+hvd_result_t hvd__check_tensor(const char *kind, const char *name,
+                               const char *which, const hvd_tensor_t *t);
+
+#endif /* HVD_CORE_TENSOR_H */

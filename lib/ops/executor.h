@@ -1,0 +1,54 @@
+/*
+ * executor.h - the interface every backend implements: how to run one
+ * agreed collective on this rank's requests. The engine decides what runs
+ * and when; an executor only knows how, on one kind of memory. Adding a
+ * backend adds a file in lib/ops/ and a row in executor.c.
+ */
+#ifndef HVD_OPS_EXECUTOR_H
+#define HVD_OPS_EXECUTOR_H
+
+#include <mpi.h>
+
+#include "core/request.h"
+
+typedef struct hvd__exec_env {
+  MPI_Comm comm; /* hvd's communicator (only the engine thread uses it) */
+  int rank, size;
+} hvd__exec_env_t;
+
+/* One agreed collective: the reference descriptor, this rank's requests
+ * for it (a rank that joined gets stub requests holding the op's identity;
+ * req->is_stub is set), and per-rank first dimensions for allgather. */
+typedef struct hvd__work {
+  const hvd__desc_t *desc;
+  hvd_request_t *const *reqs;
+  int n;
+  const int64_t *dims0;
+} hvd__work_t;
+
+typedef hvd_result_t (*hvd__exec_fn)(void *state, const hvd__exec_env_t *env,
+                                     const hvd__work_t *w);
+
+typedef struct hvd__executor {
+  const char *name;
+  /* Called on the engine thread at start and stop. */
+  hvd_result_t (*open)(const hvd__exec_env_t *env, void **state);
+  void (*close)(void *state);
+  /* One entry per hvd__coll_t (join needs none). On failure the message
+   * is set with hvd__set_error; outputs already allocated stay in the
+   * requests, which the engine completes (and frees) with the error. */
+  hvd__exec_fn run[HVD__COLL_COUNT];
+} hvd__executor_t;
+
+/* Every executor this build has, NULL-terminated. */
+extern const hvd__executor_t *const hvd__executors[];
+
+/* Index into hvd__executors of the executor for tensors on `device`
+ * (HVD_CPU or a CUDA ordinal); -1 when this build has none. */
+int hvd__executor_for(int device);
+
+/* Allocates the output tensor of a request (host memory), shape given. */
+hvd_result_t hvd__alloc_output(hvd_request_t *r, int ndim,
+                               const int64_t *shape);
+
+#endif /* HVD_OPS_EXECUTOR_H */

@@ -1,0 +1,375 @@
+/*
+ * mpi_ops.c - the MPI executor: collectives on host memory over hvd's
+ * communicator. f16 and bf16 reduce through MPI ops of our own that
+ * accumulate in float; scale factors are applied in the copies around the
+ * MPI call; counts beyond INT_MAX go in chunks.
+ */
+#include "ops/mpi_ops.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/errors.h"
+#include "core/tensor.h"
+#include "ops/reduce.h"
+
+#define CHUNK_ELEMS ((int64_t)1 << 30)
+
+typedef struct mpi_state {
+  MPI_Op half_ops[2][HVD_OP_COUNT]; /* [f16, bf16][op] */
+  int *counts, *displs, *counts2, *displs2;
+  int64_t *splits;
+} mpi_state_t;
+
+hvd_result_t hvd__mpi_wait(MPI_Request *req, const char *what) {
+  for (unsigned spin = 0;; spin++) {
+    int done = 0;
+    int mrc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (mrc != MPI_SUCCESS)
+      return hvd__mpi_error(mrc, what);
+    if (done)
+      return HVD_SUCCESS;
+    if (spin < 100)
+      continue; /* a peer is usually microseconds away */
+    if (spin < 300) {
+      sched_yield();
+      continue;
+    }
+    struct timespec ts = {0, spin < 2000 ? 20000 : 200000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* ---- f16 / bf16 reductions as MPI user ops ----------------------------- */
+
+#define HALF_OP(fn, dtype, op)                                                 \
+  static void fn(void *in, void *inout, int *len, MPI_Datatype *dt) {          \
+    (void)dt;                                                                  \
+    hvd__reduce_half(in, inout, *len, dtype, op);                              \
+  }
+HALF_OP(f16_sum, HVD_FLOAT16, HVD_SUM)
+HALF_OP(f16_min, HVD_FLOAT16, HVD_MIN)
+HALF_OP(f16_max, HVD_FLOAT16, HVD_MAX)
+HALF_OP(f16_prod, HVD_FLOAT16, HVD_PRODUCT)
+HALF_OP(bf16_sum, HVD_BFLOAT16, HVD_SUM)
+HALF_OP(bf16_min, HVD_BFLOAT16, HVD_MIN)
+HALF_OP(bf16_max, HVD_BFLOAT16, HVD_MAX)
+HALF_OP(bf16_prod, HVD_BFLOAT16, HVD_PRODUCT)
+
+static MPI_Datatype mpi_dtype(int dtype) {
+  switch (dtype) {
+  case HVD_UINT8:
+    return MPI_UINT8_T;
+  case HVD_INT8:
+    return MPI_INT8_T;
+  case HVD_INT32:
+    return MPI_INT32_T;
+  case HVD_INT64:
+    return MPI_INT64_T;
+  case HVD_FLOAT32:
+    return MPI_FLOAT;
+  case HVD_FLOAT64:
+    return MPI_DOUBLE;
+  default:
+    return MPI_UINT16_T; /* f16, bf16: bits, reduced by our ops */
+  }
+}
+
+static MPI_Op mpi_op(const mpi_state_t *s, int dtype, int op) {
+  if (dtype == HVD_FLOAT16 || dtype == HVD_BFLOAT16)
+    return s->half_ops[dtype == HVD_BFLOAT16][op];
+  switch (op) {
+  case HVD_MIN:
+    return MPI_MIN;
+  case HVD_MAX:
+    return MPI_MAX;
+  case HVD_PRODUCT:
+    return MPI_PROD;
+  default:
+    return MPI_SUM; /* sum and average */
+  }
+}
+
+static void mpi_close(void *state) {
+  mpi_state_t *s = state;
+  if (s == NULL)
+    return;
+  for (int h = 0; h < 2; h++)
+    for (int op = 0; op < HVD_OP_COUNT; op++)
+      if (s->half_ops[h][op] != MPI_OP_NULL)
+        MPI_Op_free(&s->half_ops[h][op]);
+  free(s->counts);
+  free(s->displs);
+  free(s->counts2);
+  free(s->displs2);
+  free(s->splits);
+  free(s);
+}
+
+static hvd_result_t mpi_open(const hvd__exec_env_t *env, void **state) {
+  static MPI_User_function *const fns[2][HVD_OP_COUNT] = {
+      {f16_sum, f16_sum, f16_min, f16_max, f16_prod},
+      {bf16_sum, bf16_sum, bf16_min, bf16_max, bf16_prod}};
+  hvd_result_t rc = HVD_SUCCESS;
+  size_t n = (size_t)env->size;
+  mpi_state_t *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "MPI executor state");
+  for (int h = 0; h < 2; h++)
+    for (int op = 0; op < HVD_OP_COUNT; op++)
+      s->half_ops[h][op] = MPI_OP_NULL;
+  s->counts = calloc(n, sizeof(int));
+  s->displs = calloc(n, sizeof(int));
+  s->counts2 = calloc(n, sizeof(int));
+  s->displs2 = calloc(n, sizeof(int));
+  s->splits = calloc(n, sizeof(int64_t));
+  if (!s->counts || !s->displs || !s->counts2 || !s->displs2 || !s->splits) {
+    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "MPI executor state");
+    goto fail;
+  }
+  for (int h = 0; h < 2; h++)
+    for (int op = 0; op < HVD_OP_COUNT; op++)
+      HVD__MPI_CHECK(MPI_Op_create(fns[h][op], 1, &s->half_ops[h][op]));
+  *state = s;
+  return HVD_SUCCESS;
+fail:
+  mpi_close(s);
+  return rc;
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* Elements in one row (dimensions 1..), in bytes. */
+static int64_t row_bytes(const hvd__desc_t *d) {
+  int64_t n = (int64_t)hvd_dtype_size((hvd_dtype_t)d->dtype);
+  for (int i = 1; i < d->ndim; i++)
+    n *= d->shape[i];
+  return n;
+}
+
+static int64_t desc_numel(const hvd__desc_t *d) {
+  int64_t n = 1;
+  for (int i = 0; i < d->ndim; i++)
+    n *= d->shape[i];
+  return n;
+}
+
+/* A contiguous datatype of one row; fails if a row or a count cannot be
+ * expressed in MPI's int. */
+static hvd_result_t row_type(int64_t bytes, int64_t rows, MPI_Datatype *t) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (bytes > INT_MAX || rows > INT_MAX)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "rows of %lld bytes x %lld rows exceed MPI's int "
+                          "counts",
+                          (long long)bytes, (long long)rows);
+  HVD__MPI_CHECK(MPI_Type_contiguous((int)bytes, MPI_BYTE, t));
+  HVD__MPI_CHECK(MPI_Type_commit(t));
+fail:
+  return rc;
+}
+
+static hvd_result_t allreduce_chunked(const void *src, void *dst, int64_t n,
+                                      size_t esize, MPI_Datatype dt,
+                                      MPI_Op op, MPI_Comm comm) {
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int64_t off = 0; off < n; off += CHUNK_ELEMS) {
+    int count = (int)(n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS);
+    const void *s = src == MPI_IN_PLACE ? MPI_IN_PLACE
+                                        : (const char *)src + off * esize;
+    HVD__MPI_CHECK(MPI_Allreduce(s, (char *)dst + off * esize, count, dt, op,
+                                 comm));
+  }
+fail:
+  return rc;
+}
+
+/* ---- collectives -------------------------------------------------------- */
+
+static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
+                                  const hvd__work_t *w) {
+  mpi_state_t *s = state;
+  const hvd__desc_t *d = w->desc;
+  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  size_t esize = hvd_dtype_size(dtype);
+  for (int i = 0; i < w->n; i++) {
+    hvd_request_t *r = w->reqs[i];
+    int64_t n = desc_numel(d);
+    const void *src = r->send.data;
+    void *dst = r->recv.data;
+    if (!r->is_stub && d->prescale != 1.0) {
+      hvd__scale(dst, src, n, dtype, d->prescale);
+      src = dst;
+    }
+    hvd_result_t rc = allreduce_chunked(src == dst ? MPI_IN_PLACE : src, dst,
+                                        n, esize, mpi_dtype(dtype),
+                                        mpi_op(s, dtype, d->op), env->comm);
+    if (rc != HVD_SUCCESS)
+      return rc;
+    if (!r->is_stub)
+      hvd__reduce_finish(dst, n, dtype, (hvd_op_t)d->op, d->postscale,
+                         env->size);
+  }
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t mpi_broadcast(void *state, const hvd__exec_env_t *env,
+                                  const hvd__work_t *w) {
+  (void)state;
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int i = 0; i < w->n; i++) {
+    hvd_request_t *r = w->reqs[i];
+    int64_t bytes = (int64_t)hvd__tensor_bytes(&r->send);
+    for (int64_t off = 0; off < bytes; off += CHUNK_ELEMS) {
+      int count = (int)(bytes - off < CHUNK_ELEMS ? bytes - off : CHUNK_ELEMS);
+      HVD__MPI_CHECK(MPI_Bcast((char *)r->send.data + off, count, MPI_BYTE,
+                               w->desc->root, env->comm));
+    }
+  }
+fail:
+  return rc;
+}
+
+static hvd_result_t mpi_allgather(void *state, const hvd__exec_env_t *env,
+                                  const hvd__work_t *w) {
+  mpi_state_t *s = state;
+  hvd_result_t rc = HVD_SUCCESS;
+  const hvd__desc_t *d = w->desc;
+  MPI_Datatype row = MPI_DATATYPE_NULL;
+  hvd_request_t *r = w->reqs[0];
+  int64_t total = 0;
+  for (int k = 0; k < env->size; k++)
+    total += w->dims0[k];
+  int64_t shape[HVD_MAX_DIMS];
+  memcpy(shape, d->shape, sizeof shape);
+  shape[0] = total;
+  HVD__CHECK(hvd__alloc_output(r, d->ndim, shape));
+  int64_t rb = row_bytes(d);
+  if (rb == 0 || total == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(row_type(rb, total, &row));
+  for (int k = 0, at = 0; k < env->size; k++) {
+    s->counts[k] = (int)w->dims0[k];
+    s->displs[k] = at;
+    at += s->counts[k];
+  }
+  HVD__MPI_CHECK(MPI_Allgatherv(r->send.data, s->counts[env->rank], row,
+                                r->recv.data, s->counts, s->displs, row,
+                                env->comm));
+fail:
+  if (row != MPI_DATATYPE_NULL)
+    MPI_Type_free(&row);
+  return rc;
+}
+
+static hvd_result_t mpi_alltoall(void *state, const hvd__exec_env_t *env,
+                                 const hvd__work_t *w) {
+  mpi_state_t *s = state;
+  hvd_result_t rc = HVD_SUCCESS;
+  const hvd__desc_t *d = w->desc;
+  MPI_Datatype row = MPI_DATATYPE_NULL;
+  hvd_request_t *r = w->reqs[0];
+  size_t n = (size_t)env->size;
+  r->recv_splits = calloc(n, sizeof *r->recv_splits);
+  if (r->recv_splits == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "alltoall splits");
+  HVD__MPI_CHECK(MPI_Alltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1,
+                              MPI_INT64_T, env->comm));
+  int64_t total = 0, sent = 0;
+  for (size_t k = 0; k < n; k++) {
+    total += r->recv_splits[k];
+    sent += r->splits[k];
+  }
+  int64_t shape[HVD_MAX_DIMS];
+  memcpy(shape, d->shape, sizeof shape);
+  shape[0] = total;
+  HVD__CHECK(hvd__alloc_output(r, d->ndim, shape));
+  int64_t rb = row_bytes(d);
+  if (rb == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(row_type(rb, total > sent ? total : sent, &row));
+  for (size_t k = 0, sat = 0, rat = 0; k < n; k++) {
+    s->counts[k] = (int)r->splits[k];
+    s->displs[k] = (int)sat;
+    s->counts2[k] = (int)r->recv_splits[k];
+    s->displs2[k] = (int)rat;
+    sat += (size_t)r->splits[k];
+    rat += (size_t)r->recv_splits[k];
+  }
+  HVD__MPI_CHECK(MPI_Alltoallv(r->send.data, s->counts, s->displs, row,
+                               r->recv.data, s->counts2, s->displs2, row,
+                               env->comm));
+fail:
+  if (row != MPI_DATATYPE_NULL)
+    MPI_Type_free(&row);
+  return rc;
+}
+
+static hvd_result_t mpi_reducescatter(void *state, const hvd__exec_env_t *env,
+                                      const hvd__work_t *w) {
+  mpi_state_t *s = state;
+  hvd_result_t rc = HVD_SUCCESS;
+  const hvd__desc_t *d = w->desc;
+  hvd_request_t *r = w->reqs[0];
+  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  void *scaled = NULL;
+  int64_t rows = d->shape[0], p = env->size;
+  int64_t row_elems = row_bytes(d) / (int64_t)hvd_dtype_size(dtype);
+  int64_t mine = rows / p + (env->rank < rows % p);
+  int64_t shape[HVD_MAX_DIMS];
+  memcpy(shape, d->shape, sizeof shape);
+  shape[0] = mine;
+  HVD__CHECK(hvd__alloc_output(r, d->ndim, shape));
+  if (rows / p * row_elems + row_elems > INT_MAX)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "a reducescatter block exceeds MPI's int counts");
+  for (int k = 0; k < env->size; k++)
+    s->counts[k] = (int)((rows / p + (k < rows % p)) * row_elems);
+  const void *src = r->send.data;
+  if (d->prescale != 1.0) {
+    int64_t n = desc_numel(d);
+    scaled = malloc((size_t)n * hvd_dtype_size(dtype) + 1);
+    if (scaled == NULL)
+      return hvd__set_error(HVD_ERR_NO_MEMORY, "reducescatter prescale");
+    hvd__scale(scaled, src, n, dtype, d->prescale);
+    src = scaled;
+  }
+  HVD__MPI_CHECK(MPI_Reduce_scatter(src, r->recv.data, s->counts,
+                                    mpi_dtype(dtype), mpi_op(s, dtype, d->op),
+                                    env->comm));
+  hvd__reduce_finish(r->recv.data, mine * row_elems, dtype, (hvd_op_t)d->op,
+                     d->postscale, env->size);
+fail:
+  free(scaled);
+  return rc;
+}
+
+static hvd_result_t mpi_barrier(void *state, const hvd__exec_env_t *env,
+                                const hvd__work_t *w) {
+  (void)state;
+  (void)w;
+  hvd_result_t rc = HVD_SUCCESS;
+  MPI_Request mr;
+  HVD__MPI_CHECK(MPI_Ibarrier(env->comm, &mr));
+  rc = hvd__mpi_wait(&mr, "MPI_Ibarrier");
+fail:
+  return rc;
+}
+
+const hvd__executor_t hvd__mpi_executor = {
+    .name = "mpi",
+    .open = mpi_open,
+    .close = mpi_close,
+    .run =
+        {
+            [HVD__ALLREDUCE] = mpi_allreduce,
+            [HVD__BROADCAST] = mpi_broadcast,
+            [HVD__ALLGATHER] = mpi_allgather,
+            [HVD__ALLTOALL] = mpi_alltoall,
+            [HVD__REDUCESCATTER] = mpi_reducescatter,
+            [HVD__BARRIER] = mpi_barrier,
+        },
+};

@@ -1,0 +1,221 @@
+/* reduce.c - host element kernels. */
+#include "ops/reduce.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+float hvd__f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, x;
+  if (exp == 0 && mant == 0) {
+    x = sign;
+  } else if (exp == 0) { /* subnormal: normalise */
+    int k = 0;
+    while (!(mant & 0x400)) {
+      mant <<= 1;
+      k++;
+    }
+    x = sign | ((uint32_t)(113 - k) << 23) | ((mant & 0x3ff) << 13);
+  } else if (exp == 31) {
+    x = sign | 0x7f800000u | (mant << 13);
+  } else {
+    x = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+uint16_t hvd__f32_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff;
+  uint32_t mant = x & 0x7fffff;
+  if (exp == 0xff) /* inf or nan (kept quiet) */
+    return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 | (mant >> 13) : 0));
+  int e = (int)exp - 127 + 15;
+  if (e >= 31)
+    return (uint16_t)(sign | 0x7c00);
+  if (e <= 0) { /* subnormal in f16, or zero */
+    if (e < -10)
+      return (uint16_t)sign;
+    uint32_t full = mant | 0x800000;
+    int shift = 14 - e;
+    uint32_t m = full >> shift, rem = full & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (m & 1)))
+      m++;
+    return (uint16_t)(sign | m);
+  }
+  uint32_t h = sign | ((uint32_t)e << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+    h++; /* a carry into the exponent is still right, up to inf */
+  return (uint16_t)h;
+}
+
+float hvd__bf16_to_f32(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+uint16_t hvd__f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffff) > 0x7f800000) /* nan: keep it quiet */
+    return (uint16_t)((x >> 16) | 0x40);
+  x += 0x7fff + ((x >> 16) & 1);
+  return (uint16_t)(x >> 16);
+}
+
+static float half_get(const uint16_t *p, int64_t i, hvd_dtype_t dtype) {
+  return dtype == HVD_FLOAT16 ? hvd__f16_to_f32(p[i]) : hvd__bf16_to_f32(p[i]);
+}
+
+static uint16_t half_make(float f, hvd_dtype_t dtype) {
+  return dtype == HVD_FLOAT16 ? hvd__f32_to_f16(f) : hvd__f32_to_bf16(f);
+}
+
+void hvd__scale(void *dst, const void *src, int64_t n, hvd_dtype_t dtype,
+                double factor) {
+  if (factor == 1.0) {
+    if (dst != src)
+      memmove(dst, src, (size_t)n * hvd_dtype_size(dtype));
+    return;
+  }
+  switch (dtype) {
+  case HVD_FLOAT32: {
+    const float *s = src;
+    float *d = dst;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = (float)((double)s[i] * factor);
+    break;
+  }
+  case HVD_FLOAT64: {
+    const double *s = src;
+    double *d = dst;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = s[i] * factor;
+    break;
+  }
+  case HVD_FLOAT16:
+  case HVD_BFLOAT16: {
+    const uint16_t *s = src;
+    uint16_t *d = dst;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = half_make((float)((double)half_get(s, i, dtype) * factor), dtype);
+    break;
+  }
+  default: /* integer scale factors are rejected at submission */
+    if (dst != src)
+      memmove(dst, src, (size_t)n * hvd_dtype_size(dtype));
+    break;
+  }
+}
+
+#define DIVIDE_INTS(type)                                                      \
+  do {                                                                         \
+    type *p = buf;                                                             \
+    for (int64_t i = 0; i < n; i++)                                            \
+      p[i] = (type)(p[i] / (type)size);                                        \
+  } while (0)
+
+void hvd__reduce_finish(void *buf, int64_t n, hvd_dtype_t dtype, hvd_op_t op,
+                        double postscale, int size) {
+  if (op == HVD_AVERAGE && size > 1) {
+    switch (dtype) {
+    case HVD_UINT8:
+      DIVIDE_INTS(uint8_t);
+      break;
+    case HVD_INT8:
+      DIVIDE_INTS(int8_t);
+      break;
+    case HVD_INT32:
+      DIVIDE_INTS(int32_t);
+      break;
+    case HVD_INT64:
+      DIVIDE_INTS(int64_t);
+      break;
+    case HVD_FLOAT64: {
+      double *p = buf;
+      for (int64_t i = 0; i < n; i++)
+        p[i] = p[i] / size * postscale;
+      return;
+    }
+    default: /* f32, f16, bf16: divide in double, round once */
+      hvd__scale(buf, buf, n, dtype, postscale / size);
+      return;
+    }
+  }
+  hvd__scale(buf, buf, n, dtype, postscale);
+}
+
+#define FILL(type, value)                                                      \
+  do {                                                                         \
+    type *p = buf, v = (value);                                                \
+    for (int64_t i = 0; i < n; i++)                                            \
+      p[i] = v;                                                                \
+  } while (0)
+
+void hvd__fill_identity(void *buf, int64_t n, hvd_dtype_t dtype, hvd_op_t op) {
+  int kind = op == HVD_PRODUCT ? 1 : op == HVD_MIN ? 2 : op == HVD_MAX ? 3 : 0;
+  if (kind == 0) {
+    memset(buf, 0, (size_t)n * hvd_dtype_size(dtype));
+    return;
+  }
+  switch (dtype) {
+  case HVD_UINT8:
+    FILL(uint8_t, kind == 1 ? 1 : kind == 2 ? UINT8_MAX : 0);
+    break;
+  case HVD_INT8:
+    FILL(int8_t, kind == 1 ? 1 : kind == 2 ? INT8_MAX : INT8_MIN);
+    break;
+  case HVD_INT32:
+    FILL(int32_t, kind == 1 ? 1 : kind == 2 ? INT32_MAX : INT32_MIN);
+    break;
+  case HVD_INT64:
+    FILL(int64_t, kind == 1 ? 1 : kind == 2 ? INT64_MAX : INT64_MIN);
+    break;
+  case HVD_FLOAT32:
+    FILL(float, kind == 1 ? 1.0f : kind == 2 ? INFINITY : -INFINITY);
+    break;
+  case HVD_FLOAT64:
+    FILL(double, kind == 1 ? 1.0 : kind == 2 ? INFINITY : -INFINITY);
+    break;
+  case HVD_FLOAT16:
+  case HVD_BFLOAT16:
+    FILL(uint16_t, half_make(kind == 1   ? 1.0f
+                             : kind == 2 ? INFINITY
+                                         : -INFINITY,
+                             dtype));
+    break;
+  default:
+    break;
+  }
+}
+
+void hvd__reduce_half(const uint16_t *in, uint16_t *inout, int64_t n,
+                      hvd_dtype_t dtype, hvd_op_t op) {
+  for (int64_t i = 0; i < n; i++) {
+    float a = half_get(in, i, dtype), b = half_get(inout, i, dtype), r;
+    switch (op) {
+    case HVD_MIN:
+      r = a < b ? a : b;
+      break;
+    case HVD_MAX:
+      r = a > b ? a : b;
+      break;
+    case HVD_PRODUCT:
+      r = a * b;
+      break;
+    default:
+      r = a + b;
+      break;
+    }
+    inout[i] = half_make(r, dtype);
+  }
+}

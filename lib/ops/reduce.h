@@ -1,0 +1,35 @@
+/*
+ * reduce.h - element-wise host kernels shared by the executors: f16/bf16
+ * conversion, scaling, the finishing step of a reduction (average,
+ * postscale) and the identity element of each op.
+ */
+#ifndef HVD_OPS_REDUCE_H
+#define HVD_OPS_REDUCE_H
+
+#include <stdint.h>
+
+#include "internal.h"
+
+float hvd__f16_to_f32(uint16_t h);
+uint16_t hvd__f32_to_f16(float f); /* round to nearest even */
+float hvd__bf16_to_f32(uint16_t h);
+uint16_t hvd__f32_to_bf16(float f); /* round to nearest even */
+
+/* dst[i] = src[i] * factor for a floating-point dtype (dst may be src).
+ * With factor 1 it is a copy (nothing when dst == src). */
+void hvd__scale(void *dst, const void *src, int64_t n, hvd_dtype_t dtype,
+                double factor);
+
+/* After a reduction over `size` ranks: divides by size for HVD_AVERAGE
+ * (integer division for integer dtypes), then multiplies by postscale. */
+void hvd__reduce_finish(void *buf, int64_t n, hvd_dtype_t dtype, hvd_op_t op,
+                        double postscale, int size);
+
+/* Fills buf with the identity of op: what a rank that joined contributes. */
+void hvd__fill_identity(void *buf, int64_t n, hvd_dtype_t dtype, hvd_op_t op);
+
+/* inout[i] = op(in[i], inout[i]) for f16/bf16, accumulating in float. */
+void hvd__reduce_half(const uint16_t *in, uint16_t *inout, int64_t n,
+                      hvd_dtype_t dtype, hvd_op_t op);
+
+#endif /* HVD_OPS_REDUCE_H */

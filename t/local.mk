@@ -1,0 +1,101 @@
+## t/local.mk - hvd's test suite. Included by Makefile.am, before
+## t/mpi/extra.mk; `make check` runs it all, with Automake's TAP driver.
+##
+## Scheme. Every test prints TAP and runs under a timeout.
+##  - t/unit/NAME.c: a single-process test. Program t/unit/NAME, test entry
+##    t/unit/NAME.t (UNIT_TESTS); no mpiexec.
+##  - t/mpi/NAME.c: a multi-rank test. Program t/mpi/NAME, test entries
+##    t/mpi/NAME.npN (NP_TESTS) for each rank count N = 1..4 it runs at.
+##  - t/mpi/NAME.sh: a shell test, run by $(SHELL) from the source tree,
+##    with HVD_TOP_BUILDDIR, HVD_TOP_SRCDIR and HVD_MPIRUN_TEST (the path of
+##    t/mpirun-test, which see for its --np mode) in the environment.
+##  The .t and .npN entries are one-line stub files made by the rule below
+##  (automake wants TESTS entries to be files). Their LOG_COMPILER is
+##  t/mpirun-test, which maps a stub back to its program in the build tree
+##  and runs it (on N ranks for .npN). Logs are t/unit/NAME.log and
+##  t/mpi/NAME.npN.log. .npN is deliberately NOT in TEST_EXTENSIONS:
+##  automake strips a registered extension to name the log, so NAME.np1 and
+##  NAME.np2 would both write NAME.log.
+##
+## Run one test:   make check TESTS=t/mpi/collectives.np3
+##                 t/mpirun-test t/mpi/collectives.np3   (TAP on stdout)
+## Longer timeout: make check HVD_TEST_TIMEOUT=600 (seconds, default 120)
+##
+## Adding a multi-rank test (t/mpi/extra.mk does it like this):
+##   check_PROGRAMS += t/mpi/foo
+##   t_mpi_foo_SOURCES = t/mpi/foo.c
+##   t_mpi_foo_CPPFLAGS = $(TEST_CPPFLAGS)
+##   t_mpi_foo_LDFLAGS = $(TEST_LDFLAGS)
+##   t_mpi_foo_LDADD = $(TEST_LDADD)
+##   NP_TESTS += t/mpi/foo.np2 t/mpi/foo.np4
+## and a shell test:
+##   dist_check_SCRIPTS += t/mpi/bar.sh
+##   TESTS += t/mpi/bar.sh
+## NP_TESTS and UNIT_TESTS are added to TESTS and CLEANFILES here.
+## Tests include "tap.h" (or "tap/tap.h"); see t/tap/tap.h.
+
+NP_TESTS =
+UNIT_TESTS =
+dist_check_SCRIPTS =
+TESTS += $(UNIT_TESTS) $(NP_TESTS)
+CLEANFILES += $(UNIT_TESTS) $(NP_TESTS)
+
+## Flags of every test program (TEST_LDFLAGS: -no-install links the real
+## executable, not a libtool wrapper script that several ranks would race
+## to relink).
+TEST_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS) -I$(top_srcdir)/t/tap \
+	-I$(top_srcdir)/t
+TEST_LDFLAGS = $(AM_LDFLAGS) -no-install
+TEST_LDADD = t/tap/libtap.la lib/libhvd.la $(MPI_LIBS) $(PTHREAD_LIBS) -lm
+
+## The TAP library.
+check_LTLIBRARIES = t/tap/libtap.la
+t_tap_libtap_la_SOURCES = t/tap/tap.c t/tap/tap.h
+t_tap_libtap_la_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS)
+
+## The harness.
+HVD_TAP_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) \
+	$(top_srcdir)/build-aux/tap-driver.sh
+TEST_EXTENSIONS = .t .sh
+LOG_DRIVER = $(HVD_TAP_DRIVER)
+LOG_COMPILER = $(top_builddir)/t/mpirun-test
+T_LOG_DRIVER = $(HVD_TAP_DRIVER)
+T_LOG_COMPILER = $(top_builddir)/t/mpirun-test
+SH_LOG_DRIVER = $(HVD_TAP_DRIVER)
+SH_LOG_COMPILER = $(SHELL)
+AM_TESTS_ENVIRONMENT = \
+	HVD_TOP_BUILDDIR='$(abs_top_builddir)'; \
+	HVD_TOP_SRCDIR='$(abs_top_srcdir)'; \
+	HVD_MPIRUN_TEST='$(abs_top_builddir)/t/mpirun-test'; \
+	export HVD_TOP_BUILDDIR HVD_TOP_SRCDIR HVD_MPIRUN_TEST;
+
+## The stubs that stand for test programs in TESTS.
+$(UNIT_TESTS) $(NP_TESTS):
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && echo '# run by t/mpirun-test' > $@
+
+## Unit tests (single process).
+check_PROGRAMS += t/unit/errors t/unit/taplib
+UNIT_TESTS += t/unit/errors.t t/unit/taplib.t
+t_unit_errors_SOURCES = t/unit/errors.c
+t_unit_errors_CPPFLAGS = $(TEST_CPPFLAGS)
+t_unit_errors_LDFLAGS = $(TEST_LDFLAGS)
+t_unit_errors_LDADD = $(TEST_LDADD)
+t_unit_taplib_SOURCES = t/unit/taplib.c
+t_unit_taplib_CPPFLAGS = $(TEST_CPPFLAGS)
+t_unit_taplib_LDFLAGS = $(TEST_LDFLAGS)
+t_unit_taplib_LDADD = t/tap/libtap.la $(MPI_LIBS)
+
+## Multi-rank tests of the collectives.
+check_PROGRAMS += t/mpi/collectives t/mpi/order
+NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
+	t/mpi/collectives.np3 t/mpi/collectives.np4
+NP_TESTS += t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 \
+	t/mpi/order.np4
+t_mpi_collectives_SOURCES = t/mpi/collectives.c
+t_mpi_collectives_CPPFLAGS = $(TEST_CPPFLAGS)
+t_mpi_collectives_LDFLAGS = $(TEST_LDFLAGS)
+t_mpi_collectives_LDADD = $(TEST_LDADD)
+t_mpi_order_SOURCES = t/mpi/order.c
+t_mpi_order_CPPFLAGS = $(TEST_CPPFLAGS)
+t_mpi_order_LDFLAGS = $(TEST_LDFLAGS)
+t_mpi_order_LDADD = $(TEST_LDADD)

@@ -1,0 +1,241 @@
+/*
+ * join.c - hvd_join: ranks run out of data at different steps. The others'
+ * allreduces go on, joined ranks contributing the identity of the op (an
+ * average still divides by the world size); other collectives fail while
+ * some rank has joined; join completes everywhere once all have joined,
+ * naming the last rank; afterwards everything works again.
+ *
+ * Round 1: rank r joins after r + 1 steps (rank size-1 joins last).
+ * Round 2: rank r joins after size - r steps (rank 0 joins last).
+ * A rank that has joined is blocked in hvd_join, so results are recorded
+ * during the steps and checked (collectively) after the join.
+ *
+ * Run at 2, 3 and 4 ranks.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "hvd.h"
+#include "tap/tap.h"
+
+#define MAX_RANKS 16
+#define N 6
+
+static int rank, size;
+
+static const hvd_op_t ops[5] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
+                                HVD_PRODUCT};
+static const char *op_names[5] = {"sum", "average", "min", "max", "product"};
+
+struct result {
+  int pass;
+  char why[200];
+};
+
+/* [round][step][float32, int32][op] */
+static struct result res[2][MAX_RANKS][2][5];
+static hvd_result_t bcast_rc[2];
+static char bcast_msg[2][256];
+
+/* Rank q's element i: small, of both signs, so that a wrong identity
+ * (0 for min of positives, 0 for max of negatives, 0 in a product) shows. */
+static int value(int q, int i)
+{
+  return (i % 2 ? -1 : 1) * (q + 2 + i % 3);
+}
+
+/* Steps rank q runs before joining in round rd. */
+static int steps_of(int rd, int q)
+{
+  return rd == 0 ? q + 1 : size - q;
+}
+
+/* Expected element i of op over the ranks still active at step s. */
+static double expected(int rd, int s, int op, int is_int32, int i)
+{
+  double acc = 0;
+  int first = 1;
+  long long isum = 0;
+  for (int q = 0; q < size; q++) {
+    if (steps_of(rd, q) <= s)
+      continue;
+    double v = value(q, i);
+    isum += value(q, i);
+    if (first) {
+      acc = v;
+      first = 0;
+      continue;
+    }
+    switch (ops[op]) {
+    case HVD_SUM:
+    case HVD_AVERAGE:
+      acc += v;
+      break;
+    case HVD_MIN:
+      acc = v < acc ? v : acc;
+      break;
+    case HVD_MAX:
+      acc = v > acc ? v : acc;
+      break;
+    default:
+      acc *= v;
+      break;
+    }
+  }
+  if (ops[op] == HVD_AVERAGE)
+    return is_int32 ? (double)(isum / size) : acc / size;
+  return acc;
+}
+
+/* One step of allreduces on this (active) rank; results into res. */
+static void run_step(int rd, int s)
+{
+  for (int dt = 0; dt < 2; dt++)
+    for (int op = 0; op < 5; op++) {
+      struct result *out = &res[rd][s][dt][op];
+      char name[64];
+      float fx[N], fy[N];
+      int32_t ix[N], iy[N];
+      int64_t shape[1] = {N};
+      hvd_tensor_t send, recv;
+      snprintf(name, sizeof name, "r%d.s%d.%s.%s", rd + 1, s,
+               dt ? "int32" : "float32", op_names[op]);
+      for (int i = 0; i < N; i++) {
+        fx[i] = (float)value(rank, i);
+        ix[i] = value(rank, i);
+        fy[i] = -99;
+        iy[i] = -99;
+      }
+      if (dt == 0) {
+        send = hvd_tensor_make(fx, HVD_FLOAT32, 1, shape);
+        recv = hvd_tensor_make(fy, HVD_FLOAT32, 1, shape);
+      } else {
+        send = hvd_tensor_make(ix, HVD_INT32, 1, shape);
+        recv = hvd_tensor_make(iy, HVD_INT32, 1, shape);
+      }
+      hvd_result_t rc = hvd_allreduce(name, &send, &recv, ops[op], 1.0, 1.0);
+      if (rc != HVD_SUCCESS) {
+        out->pass = 0;
+        snprintf(out->why, sizeof out->why, "%s: rc %d: %s", name, rc,
+                 hvd_last_error());
+        continue;
+      }
+      for (int i = 0; i < N; i++) {
+        double want = expected(rd, s, op, dt, i);
+        double seen = dt ? iy[i] : fy[i];
+        double tol = dt ? 0 : 1e-5 * (want < 0 ? -want : want);
+        if (seen - want > tol || want - seen > tol) {
+          out->pass = 0;
+          snprintf(out->why, sizeof out->why,
+                   "%s: element %d is %.9g, expected %.9g", name, i, seen,
+                   want);
+          break;
+        }
+      }
+    }
+}
+
+static void round_of_join(int rd)
+{
+  int mine = steps_of(rd, rank), last = -2;
+  int last_joiner = rd == 0 ? size - 1 : 0;
+  int first_joiner = rd == 0 ? 0 : size - 1;
+  char want[256];
+
+  for (int s = 0; s < MAX_RANKS; s++)
+    for (int dt = 0; dt < 2; dt++)
+      for (int op = 0; op < 5; op++)
+        res[rd][s][dt][op].pass = 1;
+  /* Ranks that never reach step 1 have nothing to record there. */
+  bcast_rc[rd] = HVD_ERR_MISMATCH;
+  snprintf(bcast_msg[rd], sizeof bcast_msg[rd],
+           "broadcast 'b%d': rank %d has joined; only allreduce can run until "
+           "every rank joins",
+           rd + 1, first_joiner);
+
+  for (int s = 0; s < mine; s++) {
+    if (s == 1) {
+      /* Only first_joiner has joined now (it alone ran 1 step); a
+       * broadcast cannot run until everyone joins. */
+      float x[3] = {1, 2, 3};
+      int64_t shape[1] = {3};
+      char name[32];
+      hvd_tensor_t t = hvd_tensor_make(x, HVD_FLOAT32, 1, shape);
+      snprintf(name, sizeof name, "b%d", rd + 1);
+      bcast_rc[rd] = hvd_broadcast(name, &t, last_joiner);
+      snprintf(bcast_msg[rd], sizeof bcast_msg[rd], "%s", hvd_last_error());
+    }
+    run_step(rd, s);
+  }
+  hvd_result_t rc = hvd_join(&last);
+  tap_note("%s", hvd_last_error());
+
+  /* Everybody is back: check what happened. */
+  is_int(HVD_SUCCESS, rc, "round %d: hvd_join", rd + 1);
+  is_int(last_joiner, last, "round %d: last rank to join", rd + 1);
+  for (int s = 0; s < size; s++)
+    for (int dt = 0; dt < 2; dt++)
+      for (int op = 0; op < 5; op++) {
+        struct result *r = &res[rd][s][dt][op];
+        if (!r->pass)
+          tap_note("%s", r->why);
+        ok(r->pass, "round %d step %d (%d ranks active): %s %s", rd + 1, s,
+           size - s, dt ? "int32" : "float32", op_names[op]);
+      }
+  snprintf(want, sizeof want,
+           "broadcast 'b%d': rank %d has joined; only allreduce can run until "
+           "every rank joins",
+           rd + 1, first_joiner);
+  is_int(HVD_ERR_MISMATCH, bcast_rc[rd],
+         "round %d: broadcast while rank %d has joined", rd + 1, first_joiner);
+  is_string(want, bcast_msg[rd], "round %d: broadcast message", rd + 1);
+
+  /* Afterwards: an allreduce and a broadcast work normally. */
+  {
+    int32_t x[2] = {rank, rank}, y[2] = {-1, -1};
+    int64_t shape[1] = {2};
+    char name[32];
+    hvd_tensor_t send = hvd_tensor_make(x, HVD_INT32, 1, shape);
+    hvd_tensor_t recv = hvd_tensor_make(y, HVD_INT32, 1, shape);
+    snprintf(name, sizeof name, "after%d", rd + 1);
+    rc = hvd_allreduce(name, &send, &recv, HVD_AVERAGE, 1.0, 1.0);
+    tap_note("rc %d: %s; y[0] = %d", rc, hvd_last_error(), (int)y[0]);
+    ok(rc == HVD_SUCCESS && y[0] == (size - 1) / 2 &&
+           y[1] == (size - 1) / 2,
+       "round %d: allreduce after everyone joined", rd + 1);
+    x[0] = x[1] = 10 * rank + 7;
+    snprintf(name, sizeof name, "afterb%d", rd + 1);
+    rc = hvd_broadcast(name, &send, size - 1);
+    tap_note("rc %d: %s; x[0] = %d", rc, hvd_last_error(), (int)x[0]);
+    ok(rc == HVD_SUCCESS && x[0] == 10 * (size - 1) + 7 &&
+           x[1] == 10 * (size - 1) + 7,
+       "round %d: broadcast after everyone joined", rd + 1);
+  }
+}
+
+int main(int argc, char **argv)
+{
+  tap_mpi_init(&argc, &argv);
+  rank = tap_rank();
+  size = tap_size();
+  if (size < 2 || size > MAX_RANKS)
+    bail("run at 2 to %d ranks", MAX_RANKS);
+  if (!is_int(HVD_SUCCESS, hvd_init(), "hvd_init"))
+    bail("hvd_init: %s", hvd_last_error());
+
+  round_of_join(0);
+  round_of_join(1);
+
+  /* Everyone joins at once: completes, naming some rank. */
+  {
+    int last = -2;
+    hvd_result_t rc = hvd_join(&last);
+    tap_note("%s", hvd_last_error());
+    is_int(HVD_SUCCESS, rc, "all join at once");
+    ok(last >= 0 && last < size, "all join at once: last rank %d is a rank",
+       last);
+  }
+
+  is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+  return tap_mpi_finish();
+}
