@@ -106,9 +106,13 @@ static hvd_result_t submit(const char *fn, hvd_request_t *r,
   return HVD_SUCCESS;
 }
 
-static hvd_result_t wait_if(hvd_result_t rc, hvd_request_t *r) {
-  return rc == HVD_SUCCESS ? hvd_wait(r) : rc;
-}
+/* The blocking forms: `rc` must be computed (and *r set) before this is
+ * called, hence a macro over two statements rather than a function. */
+#define WAIT_IF(rc_expr)                                                       \
+  do {                                                                         \
+    hvd_result_t rc_ = (rc_expr);                                              \
+    return rc_ == HVD_SUCCESS ? hvd_wait(r) : rc_;                             \
+  } while (0)
 
 #define REQUIRE_INIT(fn)                                                       \
   do {                                                                         \
@@ -166,8 +170,7 @@ hvd_result_t hvd_allreduce(const char *name, const hvd_tensor_t *send,
                            hvd_tensor_t *recv, hvd_op_t op, double prescale,
                            double postscale) {
   hvd_request_t *r = NULL;
-  return wait_if(
-      allreduce(__func__, name, send, recv, op, prescale, postscale, &r), r);
+  WAIT_IF(allreduce(__func__, name, send, recv, op, prescale, postscale, &r));
 }
 
 /* ---- broadcast ---------------------------------------------------------- */
@@ -196,7 +199,7 @@ hvd_result_t hvd_broadcast_async(const char *name, hvd_tensor_t *tensor,
 
 hvd_result_t hvd_broadcast(const char *name, hvd_tensor_t *tensor, int root) {
   hvd_request_t *r = NULL;
-  return wait_if(broadcast(__func__, name, tensor, root, &r), r);
+  WAIT_IF(broadcast(__func__, name, tensor, root, &r));
 }
 
 /* ---- allgather ---------------------------------------------------------- */
@@ -228,7 +231,7 @@ hvd_result_t hvd_allgather_async(const char *name, const hvd_tensor_t *send,
 hvd_result_t hvd_allgather(const char *name, const hvd_tensor_t *send,
                            hvd_tensor_t *recv) {
   hvd_request_t *r = NULL;
-  return wait_if(allgather(__func__, name, send, recv, &r), r);
+  WAIT_IF(allgather(__func__, name, send, recv, &r));
 }
 
 /* ---- alltoall ----------------------------------------------------------- */
@@ -290,8 +293,7 @@ hvd_result_t hvd_alltoall(const char *name, const hvd_tensor_t *send,
                           const int64_t *splits, hvd_tensor_t *recv,
                           int64_t *recv_splits) {
   hvd_request_t *r = NULL;
-  return wait_if(alltoall(__func__, name, send, splits, recv, recv_splits, &r),
-                 r);
+  WAIT_IF(alltoall(__func__, name, send, splits, recv, recv_splits, &r));
 }
 
 /* ---- reducescatter ------------------------------------------------------ */
@@ -333,9 +335,7 @@ hvd_result_t hvd_reducescatter(const char *name, const hvd_tensor_t *send,
                                hvd_tensor_t *recv, hvd_op_t op,
                                double prescale, double postscale) {
   hvd_request_t *r = NULL;
-  return wait_if(
-      reducescatter(__func__, name, send, recv, op, prescale, postscale, &r),
-      r);
+  WAIT_IF(reducescatter(__func__, name, send, recv, op, prescale, postscale, &r));
 }
 
 /* ---- barrier and join --------------------------------------------------- */
@@ -354,7 +354,7 @@ hvd_result_t hvd_barrier_async(hvd_request_t **req) {
 
 hvd_result_t hvd_barrier(void) {
   hvd_request_t *r = NULL;
-  return wait_if(barrier(__func__, &r), r);
+  WAIT_IF(barrier(__func__, &r));
 }
 
 static hvd_result_t join(const char *fn, int *last_rank, hvd_request_t **req) {
@@ -373,5 +373,5 @@ hvd_result_t hvd_join_async(int *last_rank, hvd_request_t **req) {
 
 hvd_result_t hvd_join(int *last_rank) {
   hvd_request_t *r = NULL;
-  return wait_if(join(__func__, last_rank, &r), r);
+  WAIT_IF(join(__func__, last_rank, &r));
 }
