@@ -28,6 +28,7 @@ typedef struct pending {
   unsigned char *have; /* per rank */
   int count;
   double first_seen;
+  int warned;
   struct pending *prev, *next; /* in order of first submission */
 } pending_t;
 
@@ -45,12 +46,18 @@ struct hvd__controller {
   pending_t *head, *tail;
   unsigned char *joined;
   int njoined, last_joined;
+  /* stall inspector */
+  double stall_check, stall_shutdown, next_check;
+  int npending;
 };
 
-hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size) {
+hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size,
+                                          const hvd__settings_t *s) {
   hvd__controller_t *c = calloc(1, sizeof *c);
   if (c == NULL)
     return NULL;
+  c->stall_check = s->stall_check_s;
+  c->stall_shutdown = s->stall_shutdown_s;
   c->comm = comm;
   c->rank = rank;
   c->size = size;
@@ -382,6 +389,7 @@ static pending_t *pending_get(hvd__controller_t *c, const char *name) {
     return NULL;
   }
   p->first_seen = hvd__now();
+  c->npending++;
   p->prev = c->tail;
   if (c->tail)
     c->tail->next = p;
@@ -392,6 +400,7 @@ static pending_t *pending_get(hvd__controller_t *c, const char *name) {
 }
 
 static void pending_remove(hvd__controller_t *c, pending_t *p) {
+  c->npending--;
   hvd__table_remove(c->table, p->name);
   if (p->prev)
     p->prev->next = p->next;
@@ -402,6 +411,63 @@ static void pending_remove(hvd__controller_t *c, pending_t *p) {
   else
     c->tail = p->prev;
   pending_free(p);
+}
+
+/* "1, 3" for the ranks r with want == (have[r] || joined[r]). */
+static void rank_list(const hvd__controller_t *c, const pending_t *p, int want,
+                      char *buf, size_t n) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int r = 0; r < c->size && at < n; r++)
+    if ((p->have[r] || c->joined[r]) == want)
+      at += (size_t)snprintf(buf + at, n - at, "%s%d", at ? ", " : "", r);
+}
+
+int hvd__controller_busy(hvd__controller_t *c) {
+  return c->rank == 0 && c->npending > 0 &&
+         (c->stall_check > 0 || c->stall_shutdown > 0) &&
+         hvd__now() >= c->next_check;
+}
+
+/* The stall inspector (rank 0): logs the ranks a collective has waited for
+ * longer than HVD_STALL_CHECK_TIME; past HVD_STALL_SHUTDOWN_TIME it writes
+ * one STALL response, on which every rank stops. Returns responses written. */
+static int inspect_stalls(hvd__controller_t *c) {
+  double now = hvd__now();
+  c->next_check = now + 0.1;
+  for (pending_t *p = c->head; p != NULL; p = p->next) {
+    double age = now - p->first_seen;
+    int check = c->stall_check > 0 && age >= c->stall_check && !p->warned;
+    int stop = c->stall_shutdown > 0 && age >= c->stall_shutdown;
+    if (!check && !stop)
+      continue;
+    char lab[300], missing[512], present[512], msg[HVD__ERRMSG_MAX];
+    int ref = 0;
+    while (ref < c->size && !p->have[ref])
+      ref++;
+    label(p, ref < c->size ? p->desc[ref].coll : HVD__ALLREDUCE, lab,
+          sizeof lab);
+    rank_list(c, p, 0, missing, sizeof missing);
+    rank_list(c, p, 1, present, sizeof present);
+    if (check) {
+      HVD__LOG(HVD__LOG_WARNING,
+               "stall: %s has waited %.1f s for rank(s) %s; submitted by "
+               "rank(s) %s",
+               lab, age, missing, present);
+      p->warned = 1;
+    }
+    if (stop) {
+      snprintf(msg, sizeof msg,
+               "%s stalled for %.1f s: rank(s) %s never submitted it "
+               "(HVD_STALL_SHUTDOWN_TIME=%g)",
+               lab, age, missing, c->stall_shutdown);
+      hvd__response_t x = {.kind = HVD__RESP_STALL, .errmsg = msg};
+      x.desc.coll = HVD__ALLREDUCE;
+      put_response(&c->resp, &x, c->size);
+      return 1;
+    }
+  }
+  return 0;
 }
 
 /* Reads every rank's payload, then encodes the responses into c->resp. */
@@ -464,6 +530,7 @@ static hvd_result_t coordinate(hvd__controller_t *c, const char *inbox) {
     nresp++;
     pending_remove(c, p);
   }
+  nresp += inspect_stalls(c);
   if (c->njoined == c->size) {
     hvd__response_t x = {.kind = HVD__RESP_JOIN_DONE, .arg = c->last_joined};
     x.desc.coll = HVD__JOIN;

@@ -11,12 +11,15 @@
 #include <mpi.h>
 
 #include "core/request.h"
+#include "core/settings.h"
 
 typedef enum hvd__response_kind {
   HVD__RESP_RUN,       /* execute desc.coll on names */
   HVD__RESP_ERROR,     /* complete names with err/errmsg */
   HVD__RESP_JOIN_DONE, /* every rank joined; arg = the last to join */
-  HVD__RESP_SHUTDOWN   /* stop; arg = the rank that asked */
+  HVD__RESP_SHUTDOWN,  /* stop; arg = the rank that asked */
+  HVD__RESP_STALL      /* a collective stalled past HVD_STALL_SHUTDOWN_TIME;
+                          errmsg says which and who is missing */
 } hvd__response_kind_t;
 
 typedef struct hvd__response {
@@ -33,8 +36,13 @@ typedef struct hvd__response {
 
 typedef struct hvd__controller hvd__controller_t;
 
-/* comm is borrowed. NULL when out of memory. */
-hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size);
+/* comm and s are borrowed. NULL when out of memory. */
+hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size,
+                                          const hvd__settings_t *s);
+
+/* 1 when the coordinator wants a slow-path round even if no rank has new
+ * requests: something is pending and a stall check is due (rank 0). */
+int hvd__controller_busy(hvd__controller_t *c);
 void hvd__controller_destroy(hvd__controller_t *c); /* accepts NULL */
 
 /* One negotiation round; collective over comm. fresh are this rank's

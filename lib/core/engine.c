@@ -1,8 +1,16 @@
 /*
- * engine.c - the cycle: wait for work (or the cycle deadline), negotiate
- * the new requests with every rank, execute the agreed responses in
- * order, complete the requests. Every rank runs cycles in lockstep: the
- * negotiation is a collective.
+ * engine.c - the cycle. Every rank runs cycles in lockstep, because the
+ * negotiation is collective:
+ *
+ *   1. wait for new work, a local shutdown, or the cycle deadline;
+ *   2. sort new requests: a name cached with the same parameters is a hit
+ *      (one bit); anything else goes to the coordinator (the slow path);
+ *   3. fast path: one MPI_Allreduce(BOR) of a small vector: a flags word,
+ *      a "not ready here" bit and an "invalidate" bit per cache entry. A
+ *      bit that is 0 on every rank is a collective every rank has;
+ *   4. slow path, only when some rank needs it: controller.c;
+ *   5. execute the agreed collectives in one order on every rank,
+ *      consecutive compatible allreduces fused into one group.
  */
 #include "core/engine.h"
 
@@ -13,16 +21,26 @@
 #include <time.h>
 #ifdef __linux__
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
+#include "core/cache.h"
 #include "core/controller.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/table.h"
+#include "core/tensor.h"
 #include "ops/executor.h"
+#include "ops/mpi_ops.h"
 #include "ops/reduce.h"
 
 #define MAX_EXECUTORS 8
+
+/* Flags word of the fast-path vector. */
+#define FLAG_SLOW 1u /* someone has requests for the coordinator */
+#define FLAG_STOP 2u /* someone called hvd_shutdown */
 
 struct hvd__engine {
   hvd__exec_env_t env;
@@ -36,12 +54,21 @@ struct hvd__engine {
   hvd__table_t *inflight; /* name -> request, from submit to completion */
   int stop_requested;
   int stopped;
+  hvd_result_t stop_rc;
   char stop_reason[HVD__ERRMSG_MAX];
 
   /* engine thread only */
   hvd__controller_t *ctl;
   void *exec_state[MAX_EXECUTORS];
-  int joined; /* this rank has a join in flight */
+  int joined;             /* this rank has a join in flight */
+  hvd_request_t *slow, *slow_tail; /* waiting for the coordinator, FIFO */
+  hvd_request_t **fresh;  /* array form of `slow` for the controller */
+  int fresh_cap;
+  hvd__cache_t *cache;
+  hvd_request_t **hits; /* per cache bit: this rank's request waiting on it */
+  double *hit_since;
+  uint64_t *vec; /* flags, not-ready words, invalidate words */
+  int words;     /* words per bit set */
 };
 
 /* ---- completion --------------------------------------------------------- */
@@ -70,12 +97,14 @@ static void collect(const char *key, void *value, void *arg) {
 }
 
 /* Stops the engine for good: every request still in flight completes with
- * rc, "<label>: <in_flight_msg>"; later submissions get "<label>: <reason>". */
+ * rc and "<label>: <in_flight_msg>"; later submissions get
+ * "<label>: <reason>". */
 static void stop_all(hvd__engine_t *e, hvd_result_t rc, const char *reason,
                      const char *in_flight_msg) {
   hvd_request_t *list = NULL;
   pthread_mutex_lock(&e->mu);
   e->stopped = 1;
+  e->stop_rc = rc;
   snprintf(e->stop_reason, sizeof e->stop_reason, "%s", reason);
   hvd__table_each(e->inflight, collect, &list);
   hvd__table_destroy(e->inflight);
@@ -90,6 +119,15 @@ static void stop_all(hvd__engine_t *e, hvd_result_t rc, const char *reason,
     snprintf(msg, sizeof msg, "%s: %s", lab, in_flight_msg);
     hvd__request_complete(r, rc, msg);
   }
+}
+
+static void push_slow(hvd__engine_t *e, hvd_request_t *r) {
+  r->next = NULL;
+  if (e->slow_tail)
+    e->slow_tail->next = r;
+  else
+    e->slow = r;
+  e->slow_tail = r;
 }
 
 /* ---- executing responses ------------------------------------------------ */
@@ -116,31 +154,33 @@ static hvd_request_t *make_stub(const char *name, const hvd__desc_t *d) {
   return r;
 }
 
-static void free_stub(hvd_request_t *r) {
-  free(r->send.data);
-  hvd__request_free(r);
-}
-
-static void run(hvd__engine_t *e, const hvd__response_t *x) {
-  hvd_request_t *stack[16], **reqs = stack;
-  if (x->nnames > 16 && !(reqs = calloc((size_t)x->nnames, sizeof *reqs))) {
-    HVD__LOG(HVD__LOG_ERROR, "out of memory running a response");
+/* Runs n RUN responses as one group (n > 1 only for compatible
+ * allreduces) and completes their requests. */
+static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs,
+                      int n) {
+  hvd_request_t *stack[64], **reqs = stack;
+  const hvd__response_t *x = xs[0];
+  if (n > 64 && !(reqs = calloc((size_t)n, sizeof *reqs))) {
+    reqs = stack; /* run them one by one instead */
+    for (int i = 0; i < n; i++)
+      run_group(e, &xs[i], 1);
     return;
   }
-  int n = 0;
+  int m = 0;
   hvd_result_t rc = HVD_SUCCESS;
-  for (int i = 0; i < x->nnames; i++) {
-    hvd_request_t *r = lookup(e, x->names[i]);
-    if (r == NULL && e->joined && x->njoined > 0)
-      r = make_stub(x->names[i], &x->desc);
+  for (int i = 0; i < n; i++) {
+    const char *name = xs[i]->names[0];
+    hvd_request_t *r = lookup(e, name);
+    if (r == NULL && e->joined)
+      r = make_stub(name, &xs[i]->desc);
     if (r == NULL) {
       rc = hvd__set_error(HVD_ERR_INTERNAL,
                           "%s '%s' was agreed but is not in flight here",
-                          hvd__coll_name(x->desc.coll), x->names[i]);
+                          hvd__coll_name(x->desc.coll), name);
       HVD__LOG(HVD__LOG_ERROR, "%s", hvd_last_error());
       continue;
     }
-    reqs[n++] = r;
+    reqs[m++] = r;
   }
   int which = hvd__executor_for(x->desc.device);
   const hvd__executor_t *ex = which >= 0 ? hvd__executors[which] : NULL;
@@ -149,14 +189,15 @@ static void run(hvd__engine_t *e, const hvd__response_t *x) {
       rc = hvd__set_error(HVD_ERR_UNSUPPORTED, "no executor for device %d",
                           x->desc.device);
     } else {
-      hvd__work_t w = {&x->desc, reqs, n, x->dims0};
+      hvd__work_t w = {&x->desc, reqs, m, x->dims0};
       rc = ex->run[x->desc.coll](e->exec_state[which], &e->env, &w);
     }
   }
   char msg[HVD__ERRMSG_MAX] = "";
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < m; i++) {
     if (reqs[i]->is_stub) {
-      free_stub(reqs[i]);
+      free(reqs[i]->send.data);
+      hvd__request_free(reqs[i]);
       continue;
     }
     if (rc != HVD_SUCCESS) {
@@ -170,34 +211,225 @@ static void run(hvd__engine_t *e, const hvd__response_t *x) {
     free(reqs);
 }
 
-static void execute(hvd__engine_t *e, const hvd__response_t *x) {
-  switch (x->kind) {
-  case HVD__RESP_RUN:
-    run(e, x);
-    break;
-  case HVD__RESP_ERROR:
-    HVD__LOG(HVD__LOG_DEBUG, "%s", x->errmsg);
-    for (int i = 0; i < x->nnames; i++) {
-      hvd_request_t *r = lookup(e, x->names[i]);
-      if (r != NULL)
-        complete(e, r, x->err, x->errmsg);
-    }
-    break;
-  case HVD__RESP_JOIN_DONE: {
-    hvd_request_t *r = lookup(e, HVD__JOIN_NAME);
-    e->joined = 0;
-    if (r != NULL) {
-      r->last_rank = x->arg;
-      complete(e, r, HVD_SUCCESS, NULL);
-    }
-    break;
+/* After a slow-path collective ran on every rank: remember it, so that the
+ * next time it is a one-bit hit. A request waiting on an evicted entry
+ * goes back to the slow path. */
+static void cache_agreed(hvd__engine_t *e, const hvd__response_t *x) {
+  if (e->cache == NULL || x->kind != HVD__RESP_RUN || x->njoined > 0)
+    return;
+  char *evicted = NULL;
+  int bit = hvd__cache_put(e->cache, x->names[0], &x->desc, &evicted);
+  if (bit >= 0 && evicted != NULL && e->hits[bit] != NULL) {
+    push_slow(e, e->hits[bit]);
+    e->hits[bit] = NULL;
   }
-  default:
-    break;
+  free(evicted);
+}
+
+static int fusable(const hvd__response_t *a, const hvd__response_t *b) {
+  return a->kind == HVD__RESP_RUN && b->kind == HVD__RESP_RUN &&
+         a->desc.coll == HVD__ALLREDUCE && b->desc.coll == HVD__ALLREDUCE &&
+         a->desc.dtype == b->desc.dtype && a->desc.device == b->desc.device &&
+         a->desc.op == b->desc.op && a->desc.prescale == b->desc.prescale &&
+         a->desc.postscale == b->desc.postscale;
+}
+
+static int64_t resp_bytes(const hvd__response_t *x) {
+  int64_t n = (int64_t)hvd_dtype_size((hvd_dtype_t)x->desc.dtype);
+  for (int i = 0; i < x->desc.ndim; i++)
+    n *= x->desc.shape[i];
+  return n;
+}
+
+/* Executes a list of responses in order, fusing runs of compatible
+ * allreduces up to HVD_FUSION_THRESHOLD bytes. Returns the rank that asked
+ * for a shutdown, or -1; a stall response stops the engine itself. */
+static int execute_all(hvd__engine_t *e, hvd__response_t *xs, int n,
+                       int from_slow) {
+  const hvd__response_t *group[256];
+  int stop_by = -1;
+  for (int i = 0; i < n;) {
+    hvd__response_t *x = &xs[i];
+    switch (x->kind) {
+    case HVD__RESP_RUN: {
+      int g = 1;
+      int64_t bytes = resp_bytes(x);
+      group[0] = x;
+      while (i + g < n && g < 256 && e->settings.fusion_threshold > 0 &&
+             fusable(x, &xs[i + g]) &&
+             bytes + resp_bytes(&xs[i + g]) <= e->settings.fusion_threshold) {
+        bytes += resp_bytes(&xs[i + g]);
+        group[g] = &xs[i + g];
+        g++;
+      }
+      run_group(e, group, g);
+      for (int k = 0; k < g; k++)
+        if (from_slow)
+          cache_agreed(e, &xs[i + k]);
+      i += g;
+      continue;
+    }
+    case HVD__RESP_ERROR:
+      HVD__LOG(HVD__LOG_DEBUG, "%s", x->errmsg);
+      for (int k = 0; k < x->nnames; k++) {
+        hvd_request_t *r = lookup(e, x->names[k]);
+        if (r != NULL)
+          complete(e, r, x->err, x->errmsg);
+      }
+      break;
+    case HVD__RESP_JOIN_DONE: {
+      hvd_request_t *r = lookup(e, HVD__JOIN_NAME);
+      e->joined = 0;
+      if (r != NULL) {
+        r->last_rank = x->arg;
+        complete(e, r, HVD_SUCCESS, NULL);
+      }
+      break;
+    }
+    case HVD__RESP_STALL:
+      if (stop_by < 0)
+        stop_by = -2 - i; /* remembered: stop after the list */
+      break;
+    case HVD__RESP_SHUTDOWN:
+      if (stop_by == -1)
+        stop_by = x->arg;
+      break;
+    }
+    i++;
+  }
+  if (stop_by <= -2) {
+    const hvd__response_t *x = &xs[-2 - stop_by];
+    HVD__LOG(HVD__LOG_ERROR, "%s", x->errmsg);
+    char reason[HVD__ERRMSG_MAX];
+    snprintf(reason, sizeof reason, "hvd stopped: %s", x->errmsg);
+    stop_all(e, HVD_ERR_STALL, reason, reason);
+    return -2;
+  }
+  return stop_by;
+}
+
+/* ---- one cycle ----------------------------------------------------------- */
+
+static int bit_get(const uint64_t *v, int b) { return (v[b >> 6] >> (b & 63)) & 1; }
+static void bit_set(uint64_t *v, int b) { v[b >> 6] |= 1ull << (b & 63); }
+
+/* Sorts new requests into cache hits and slow-path requests. */
+static void sort_new(hvd__engine_t *e, hvd_request_t *list, uint64_t *inval) {
+  double now = hvd__now();
+  while (list != NULL) {
+    hvd_request_t *r = list;
+    list = r->next;
+    if (r->desc.coll == HVD__JOIN)
+      e->joined = 1;
+    int bit = -1, k = HVD__CACHE_MISS;
+    if (e->cache != NULL && r->desc.coll != HVD__JOIN)
+      k = hvd__cache_lookup(e->cache, r->name, &r->desc, &bit);
+    if (k >= 0) {
+      e->hits[bit] = r;
+      e->hit_since[bit] = now;
+      continue;
+    }
+    if (k == HVD__CACHE_STALE)
+      bit_set(inval, bit); /* parameters changed: every rank drops it */
+    push_slow(e, r);
   }
 }
 
-/* ---- the thread --------------------------------------------------------- */
+/* The fast path. Returns the OR of every rank's flags, or -1 on failure;
+ * the ready cached collectives are appended to *out. */
+static int fast_path(hvd__engine_t *e, unsigned flags, hvd__response_t **out,
+                     int *nout) {
+  int w = e->words;
+  uint64_t *notready = e->vec + 1, *inval = e->vec + 1 + w;
+  e->vec[0] = flags;
+  int cap = hvd__cache_capacity(e->cache);
+  for (int i = 0; i < w; i++)
+    notready[i] = ~0ull;
+  double now = hvd__now();
+  for (int b = 0; b < cap; b++) {
+    int ready = e->hits[b] != NULL;
+    if (!ready && e->joined && hvd__cache_valid(e->cache, b))
+      ready = hvd__cache_desc(e->cache, b)->coll == HVD__ALLREDUCE;
+    if (ready)
+      notready[b >> 6] &= ~(1ull << (b & 63));
+    /* a hit waiting too long: demote it so the stall inspector sees it */
+    if (e->hits[b] != NULL && e->settings.stall_check_s > 0 &&
+        now - e->hit_since[b] > e->settings.stall_check_s)
+      bit_set(inval, b);
+  }
+  MPI_Request mr;
+  int mrc = MPI_Iallreduce(MPI_IN_PLACE, e->vec, 1 + 2 * w, MPI_UINT64_T,
+                           MPI_BOR, e->env.comm, &mr);
+  if (mrc != MPI_SUCCESS) {
+    hvd__mpi_error(mrc, "MPI_Iallreduce");
+    return -1;
+  }
+  if (hvd__mpi_wait(&mr, "negotiation") != HVD_SUCCESS)
+    return -1;
+  int nready = 0;
+  for (int b = 0; b < cap; b++) {
+    if (bit_get(inval, b)) {
+      if (e->hits[b] != NULL)
+        push_slow(e, e->hits[b]);
+      e->hits[b] = NULL;
+      hvd__cache_erase(e->cache, b);
+    } else if (!bit_get(notready, b) && hvd__cache_valid(e->cache, b)) {
+      nready++;
+    }
+  }
+  if (nready > 0) {
+    hvd__response_t *list = calloc((size_t)nready, sizeof *list);
+    if (list == NULL) {
+      hvd__set_error(HVD_ERR_NO_MEMORY, "response list");
+      return -1;
+    }
+    int k = 0;
+    for (int b = 0; b < cap && k < nready; b++) {
+      if (bit_get(inval, b) || bit_get(notready, b) ||
+          !hvd__cache_valid(e->cache, b))
+        continue;
+      hvd__response_t *x = &list[k++];
+      x->kind = HVD__RESP_RUN;
+      x->desc = *hvd__cache_desc(e->cache, b);
+      x->nnames = 1;
+      x->names = calloc(1, sizeof *x->names);
+      if (x->names == NULL ||
+          !(x->names[0] = strdup(hvd__cache_name(e->cache, b)))) {
+        hvd__responses_free(list, nready);
+        hvd__set_error(HVD_ERR_NO_MEMORY, "response list");
+        return -1;
+      }
+      e->hits[b] = NULL; /* it runs now */
+      hvd__cache_touch(e->cache, b);
+    }
+    *out = list;
+    *nout = nready;
+  }
+  return (int)e->vec[0];
+}
+
+/* The slow path: sends e->slow to the coordinator. */
+static hvd_result_t slow_path(hvd__engine_t *e, int want_stop,
+                              hvd__response_t **out, int *nout) {
+  int n = 0;
+  for (hvd_request_t *r = e->slow; r != NULL; r = r->next)
+    n++;
+  if (n > e->fresh_cap) {
+    hvd_request_t **p = realloc(e->fresh, (size_t)n * sizeof *p);
+    if (p == NULL)
+      return hvd__set_error(HVD_ERR_NO_MEMORY, "negotiation list");
+    e->fresh = p;
+    e->fresh_cap = n;
+  }
+  n = 0;
+  for (hvd_request_t *r = e->slow; r != NULL; r = r->next)
+    e->fresh[n++] = r;
+  hvd_result_t rc = hvd__controller_negotiate(e->ctl, e->fresh, n, want_stop,
+                                              out, nout);
+  if (rc == HVD_SUCCESS)
+    e->slow = e->slow_tail = NULL; /* the coordinator has them now */
+  return rc;
+}
 
 static void deadline_to_timespec(double t, struct timespec *ts) {
   ts->tv_sec = (time_t)t;
@@ -208,18 +440,29 @@ static void deadline_to_timespec(double t, struct timespec *ts) {
   }
 }
 
+static void fail_engine(hvd__engine_t *e, hvd_result_t rc) {
+  char reason[HVD__ERRMSG_MAX];
+  snprintf(reason, sizeof reason, "hvd's engine failed: %s", hvd_last_error());
+  HVD__LOG(HVD__LOG_ERROR, "%s", reason);
+  stop_all(e, rc, reason, reason);
+}
+
 static void *engine_main(void *arg) {
   hvd__engine_t *e = arg;
-  hvd_request_t **fresh = NULL;
-  int cap = 0;
 #ifdef __linux__
   prctl(PR_SET_TIMERSLACK, 1000UL); /* short sleeps stay short */
+  /* Compute sharing this core keeps priority; when the caller blocks in
+   * hvd_wait this thread is alone and runs at full speed. */
+  if (e->settings.engine_nice > 0)
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid),
+                e->settings.engine_nice);
 #endif
   double cycle = e->settings.cycle_time_ms / 1000.0;
   double next = hvd__now() + cycle;
   for (;;) {
     pthread_mutex_lock(&e->mu);
-    while (e->qhead == NULL && !e->stop_requested && hvd__now() < next) {
+    while (e->qhead == NULL && e->slow == NULL && !e->stop_requested &&
+           hvd__now() < next) {
       struct timespec ts;
       deadline_to_timespec(next, &ts);
       pthread_cond_timedwait(&e->cv, &e->mu, &ts);
@@ -230,41 +473,38 @@ static void *engine_main(void *arg) {
     pthread_mutex_unlock(&e->mu);
     next = hvd__now() + cycle;
 
-    int n = 0;
-    for (hvd_request_t *r = list; r != NULL; r = r->next) {
-      if (n == cap) {
-        int ncap = cap ? 2 * cap : 64;
-        hvd_request_t **p = realloc(fresh, (size_t)ncap * sizeof *p);
-        if (p == NULL)
-          break; /* the rest stay unsent; stop_all completes them */
-        fresh = p;
-        cap = ncap;
-      }
-      fresh[n++] = r;
-      if (r->desc.coll == HVD__JOIN)
-        e->joined = 1;
+    hvd__response_t *fast = NULL, *slow = NULL;
+    int nfast = 0, nslow = 0, stop_by = -1;
+    hvd_result_t rc = HVD_SUCCESS;
+    unsigned flags = FLAG_STOP * (unsigned)want_stop;
+    if (e->cache != NULL) {
+      memset(e->vec, 0, (size_t)(1 + 2 * e->words) * sizeof *e->vec);
+      sort_new(e, list, e->vec + 1 + e->words);
+      if (e->slow != NULL || hvd__controller_busy(e->ctl))
+        flags |= FLAG_SLOW;
+      int all = fast_path(e, flags, &fast, &nfast);
+      if (all < 0)
+        rc = HVD_ERR_MPI;
+      else
+        flags = (unsigned)all;
+    } else {
+      sort_new(e, list, NULL);
+      flags |= FLAG_SLOW; /* no cache: every cycle is a slow-path round */
     }
-
-    hvd__response_t *resp = NULL;
-    int nresp = 0;
-    hvd_result_t rc = hvd__controller_negotiate(e->ctl, fresh, n, want_stop,
-                                                &resp, &nresp);
+    if (rc == HVD_SUCCESS && (flags & (FLAG_SLOW | FLAG_STOP)))
+      rc = slow_path(e, want_stop, &slow, &nslow);
     if (rc != HVD_SUCCESS) {
-      char reason[HVD__ERRMSG_MAX];
-      snprintf(reason, sizeof reason, "hvd's engine failed: %s",
-               hvd_last_error());
-      HVD__LOG(HVD__LOG_ERROR, "%s", reason);
-      stop_all(e, rc, reason, reason);
+      hvd__responses_free(fast, nfast);
+      fail_engine(e, rc);
       break;
     }
-    int stop_by = -1;
-    for (int i = 0; i < nresp; i++) {
-      if (resp[i].kind == HVD__RESP_SHUTDOWN)
-        stop_by = resp[i].arg;
-      else
-        execute(e, &resp[i]);
-    }
-    hvd__responses_free(resp, nresp);
+    stop_by = execute_all(e, fast, nfast, 0);
+    if (stop_by == -1)
+      stop_by = execute_all(e, slow, nslow, 1);
+    hvd__responses_free(fast, nfast);
+    hvd__responses_free(slow, nslow);
+    if (stop_by == -2)
+      break; /* stalled: execute_all stopped the engine */
     if (stop_by >= 0) {
       char reason[128], in_flight[200];
       snprintf(reason, sizeof reason, "hvd was shut down by rank %d", stop_by);
@@ -275,7 +515,6 @@ static void *engine_main(void *arg) {
       break;
     }
   }
-  free(fresh);
   return NULL;
 }
 
@@ -287,13 +526,18 @@ static void engine_free(hvd__engine_t *e) {
       hvd__executors[i]->close(e->exec_state[i]);
   hvd__controller_destroy(e->ctl);
   hvd__table_destroy(e->inflight);
+  hvd__cache_destroy(e->cache);
+  free(e->hits);
+  free(e->hit_since);
+  free(e->vec);
+  free(e->fresh);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv);
   free(e);
 }
 
-hvd_result_t hvd__engine_start(MPI_Comm comm, const hvd__settings_t *s,
-                               hvd__engine_t **out) {
+hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
+                               const hvd__settings_t *s, hvd__engine_t **out) {
   hvd_result_t rc = HVD_SUCCESS;
   hvd__engine_t *e = calloc(1, sizeof *e);
   if (e == NULL)
@@ -305,14 +549,26 @@ hvd_result_t hvd__engine_start(MPI_Comm comm, const hvd__settings_t *s,
   pthread_cond_init(&e->cv, &ca);
   pthread_condattr_destroy(&ca);
   e->settings = *s;
-  e->env.comm = comm;
-  HVD__MPI_CHECK(MPI_Comm_rank(comm, &e->env.rank));
-  HVD__MPI_CHECK(MPI_Comm_size(comm, &e->env.size));
+  e->env = *env;
+  e->env.chunk_bytes = s->chunk_size;
+  e->env.hierarchical = s->hierarchical;
   e->inflight = hvd__table_create();
-  e->ctl = hvd__controller_create(comm, e->env.rank, e->env.size);
+  e->ctl = hvd__controller_create(env->comm, env->rank, env->size, s);
   if (e->inflight == NULL || e->ctl == NULL) {
     rc = hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
     goto fail;
+  }
+  if (s->cache_capacity > 0) {
+    int cap = s->cache_capacity;
+    e->cache = hvd__cache_create(cap);
+    e->words = (cap + 63) / 64;
+    e->hits = calloc((size_t)cap, sizeof *e->hits);
+    e->hit_since = calloc((size_t)cap, sizeof *e->hit_since);
+    e->vec = calloc((size_t)(1 + 2 * e->words), sizeof *e->vec);
+    if (!e->cache || !e->hits || !e->hit_since || !e->vec) {
+      rc = hvd__set_error(HVD_ERR_NO_MEMORY, "response cache");
+      goto fail;
+    }
   }
   for (int i = 0; hvd__executors[i] != NULL; i++)
     HVD__CHECK(hvd__executors[i]->open(&e->env, &e->exec_state[i]));
@@ -345,7 +601,7 @@ hvd_result_t hvd__engine_submit(hvd__engine_t *e, hvd_request_t *r) {
   hvd_result_t rc = HVD_SUCCESS;
   pthread_mutex_lock(&e->mu);
   if (e->stopped) {
-    rc = hvd__set_error(HVD_ERR_SHUTDOWN, "%s: %s", lab, e->stop_reason);
+    rc = hvd__set_error(e->stop_rc, "%s: %s", lab, e->stop_reason);
   } else if (e->stop_requested) {
     rc = hvd__set_error(HVD_ERR_SHUTDOWN, "%s: hvd is shutting down", lab);
   } else if (hvd__table_get(e->inflight, r->name) != NULL) {

@@ -10,13 +10,15 @@
 
 #include "core/request.h"
 #include "core/settings.h"
+#include "ops/executor.h"
 
 typedef struct hvd__engine hvd__engine_t;
 
-/* Opens the executors and starts the thread over comm (borrowed; it
- * must outlive the engine). Called with no other thread using comm. */
-hvd_result_t hvd__engine_start(MPI_Comm comm, const hvd__settings_t *s,
-                               hvd__engine_t **out);
+/* Opens the executors and starts the thread over env's communicators
+ * (borrowed; they must outlive the engine). Called with no other thread
+ * using them. */
+hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
+                               const hvd__settings_t *s, hvd__engine_t **out);
 
 /* Asks every rank's engine to stop (in-flight requests complete with
  * HVD_ERR_SHUTDOWN), joins the thread and frees the engine. */

@@ -130,7 +130,14 @@ static hvd_result_t init_locked(MPI_Comm comm) {
   HVD__MPI_CHECK(MPI_Comm_size(g.comm, &g.size));
   hvd__log_set_rank(g.rank);
   HVD__CHECK(topology());
-  HVD__CHECK(hvd__engine_start(g.comm, &g.settings, &g.engine));
+  hvd__exec_env_t env = {.comm = g.comm,
+                         .rank = g.rank,
+                         .size = g.size,
+                         .local_comm = g.local_comm,
+                         .cross_comm = g.cross_comm,
+                         .local_rank = g.local_rank,
+                         .local_size = g.local_size};
+  HVD__CHECK(hvd__engine_start(&env, &g.settings, &g.engine));
   if (g.rank == 0) {
     hvd__settings_log(&g.settings);
     HVD__LOG(HVD__LOG_INFO,

@@ -19,10 +19,49 @@ static const hvd__setting_info_t table[] = {
     {"HVD_HOSTNAME", "(unset)",
      "when set, ranks with equal values form one node (instead of shared "
      "memory); used to simulate several nodes on one machine"},
+    {"HVD_FUSION_THRESHOLD", "134217728",
+     "bytes of allreduce tensors executed as one fused group; 0 disables "
+     "fusion"},
+    {"HVD_CHUNK_SIZE", "0",
+     "bytes per pipelined chunk of a fused group; 0 = the backend's default "
+     "(MPI: 1048576)"},
+    {"HVD_CACHE_CAPACITY", "1024",
+     "collectives remembered by the response cache; 0 disables it"},
+    {"HVD_STALL_CHECK_TIME", "60",
+     "seconds a collective may wait for missing ranks before rank 0 names "
+     "them; 0 disables the check"},
+    {"HVD_STALL_SHUTDOWN_TIME", "300",
+     "seconds after which a stalled collective stops hvd on every rank with "
+     "HVD_ERR_STALL; 0 = never"},
+    {"HVD_HIERARCHICAL_ALLREDUCE", "0",
+     "1: allreduce within each node, across nodes among local roots, then "
+     "broadcast within the node"},
+    {"HVD_TIMELINE", "(unset)",
+     "path of a Chrome-trace/Perfetto JSON timeline written by rank 0"},
+    {"HVD_TIMELINE_ALL_RANKS", "0",
+     "1: every rank writes its own timeline (rank inserted before the "
+     "extension)"},
+    {"HVD_AUTOTUNE", "0",
+     "1: tune fusion threshold, chunk size and cycle time online"},
+    {"HVD_AUTOTUNE_LOG", "(unset)", "path of the autotuner's CSV log"},
+    {"HVD_ENGINE_NICE", "10",
+     "nice value added to hvd's thread (0..19) so that compute sharing its "
+     "core keeps priority"},
     {NULL, NULL, NULL},
 };
 
 const hvd__setting_info_t *hvd__settings_table(void) { return table; }
+
+static hvd_result_t parse_path(const char *name, char *out, size_t n) {
+  const char *v = getenv(name);
+  if (v == NULL || *v == '\0')
+    return HVD_SUCCESS;
+  if (strlen(v) >= n)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s is longer than %zu characters", name, n - 1);
+  snprintf(out, n, "%s", v);
+  return HVD_SUCCESS;
+}
 
 static hvd_result_t parse_double(const char *name, double min, double max,
                                  double *out) {
@@ -57,7 +96,40 @@ hvd_result_t hvd__settings_load(hvd__settings_t *s) {
                             "info, warning, error",
                             v);
   }
+  s->fusion_threshold = (int64_t)128 << 20;
+  s->cache_capacity = 1024;
+  s->stall_check_s = 60;
+  s->stall_shutdown_s = 300;
+  s->engine_nice = 10;
+  double d;
   HVD__CHECK(parse_double("HVD_CYCLE_TIME", 0.0, 10000.0, &s->cycle_time_ms));
+  d = (double)s->fusion_threshold;
+  HVD__CHECK(parse_double("HVD_FUSION_THRESHOLD", 0, 1e15, &d));
+  s->fusion_threshold = (int64_t)d;
+  d = 0;
+  HVD__CHECK(parse_double("HVD_CHUNK_SIZE", 0, 1e12, &d));
+  s->chunk_size = (int64_t)d;
+  d = s->cache_capacity;
+  HVD__CHECK(parse_double("HVD_CACHE_CAPACITY", 0, 1 << 20, &d));
+  s->cache_capacity = (int)d;
+  HVD__CHECK(parse_double("HVD_STALL_CHECK_TIME", 0, 1e9, &s->stall_check_s));
+  HVD__CHECK(
+      parse_double("HVD_STALL_SHUTDOWN_TIME", 0, 1e9, &s->stall_shutdown_s));
+  d = 0;
+  HVD__CHECK(parse_double("HVD_HIERARCHICAL_ALLREDUCE", 0, 1, &d));
+  s->hierarchical = d != 0;
+  HVD__CHECK(parse_path("HVD_TIMELINE", s->timeline, sizeof s->timeline));
+  d = 0;
+  HVD__CHECK(parse_double("HVD_TIMELINE_ALL_RANKS", 0, 1, &d));
+  s->timeline_all_ranks = d != 0;
+  d = 0;
+  HVD__CHECK(parse_double("HVD_AUTOTUNE", 0, 1, &d));
+  s->autotune = d != 0;
+  HVD__CHECK(
+      parse_path("HVD_AUTOTUNE_LOG", s->autotune_log, sizeof s->autotune_log));
+  d = s->engine_nice;
+  HVD__CHECK(parse_double("HVD_ENGINE_NICE", 0, 19, &d));
+  s->engine_nice = (int)d;
   v = getenv("HVD_HOSTNAME");
   if (v != NULL && *v != '\0') {
     if (strlen(v) >= sizeof s->hostname)
@@ -73,7 +145,17 @@ fail:
 
 void hvd__settings_log(const hvd__settings_t *s) {
   HVD__LOG(HVD__LOG_INFO,
-           "settings: HVD_LOG_LEVEL=%s HVD_CYCLE_TIME=%g HVD_HOSTNAME=%s",
+           "settings: HVD_LOG_LEVEL=%s HVD_CYCLE_TIME=%g HVD_HOSTNAME=%s "
+           "HVD_FUSION_THRESHOLD=%lld HVD_CHUNK_SIZE=%lld "
+           "HVD_CACHE_CAPACITY=%d HVD_STALL_CHECK_TIME=%g "
+           "HVD_STALL_SHUTDOWN_TIME=%g HVD_HIERARCHICAL_ALLREDUCE=%d "
+           "HVD_TIMELINE=%s HVD_TIMELINE_ALL_RANKS=%d HVD_AUTOTUNE=%d "
+           "HVD_AUTOTUNE_LOG=%s HVD_ENGINE_NICE=%d",
            hvd__log_level_name(s->log_level), s->cycle_time_ms,
-           s->hostname[0] ? s->hostname : "(unset)");
+           s->hostname[0] ? s->hostname : "(unset)",
+           (long long)s->fusion_threshold, (long long)s->chunk_size,
+           s->cache_capacity, s->stall_check_s, s->stall_shutdown_s,
+           s->hierarchical, s->timeline[0] ? s->timeline : "(unset)",
+           s->timeline_all_ranks, s->autotune,
+           s->autotune_log[0] ? s->autotune_log : "(unset)", s->engine_nice);
 }

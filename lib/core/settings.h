@@ -5,14 +5,29 @@
 #ifndef HVD_CORE_SETTINGS_H
 #define HVD_CORE_SETTINGS_H
 
+#include <stdint.h>
+
 #include "internal.h"
 
 #define HVD__HOSTNAME_MAX 256
+
+#define HVD__PATH_MAX 4096
 
 typedef struct hvd__settings {
   int log_level;                      /* HVD_LOG_LEVEL */
   double cycle_time_ms;               /* HVD_CYCLE_TIME */
   char hostname[HVD__HOSTNAME_MAX];   /* HVD_HOSTNAME; "" when unset */
+  int64_t fusion_threshold;           /* HVD_FUSION_THRESHOLD, bytes */
+  int64_t chunk_size;                 /* HVD_CHUNK_SIZE, bytes; 0 = backend's */
+  int cache_capacity;                 /* HVD_CACHE_CAPACITY */
+  double stall_check_s;               /* HVD_STALL_CHECK_TIME; 0 = off */
+  double stall_shutdown_s;            /* HVD_STALL_SHUTDOWN_TIME; 0 = never */
+  int hierarchical;                   /* HVD_HIERARCHICAL_ALLREDUCE */
+  char timeline[HVD__PATH_MAX];       /* HVD_TIMELINE; "" = off */
+  int timeline_all_ranks;             /* HVD_TIMELINE_ALL_RANKS */
+  int autotune;                       /* HVD_AUTOTUNE */
+  char autotune_log[HVD__PATH_MAX];   /* HVD_AUTOTUNE_LOG; "" = none */
+  int engine_nice;                    /* HVD_ENGINE_NICE */
 } hvd__settings_t;
 
 /* One row of the table, for hvd-info and the README. */

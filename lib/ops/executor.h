@@ -14,11 +14,17 @@
 typedef struct hvd__exec_env {
   MPI_Comm comm; /* hvd's communicator (only the engine thread uses it) */
   int rank, size;
+  MPI_Comm local_comm, cross_comm; /* same node; same local rank */
+  int local_rank, local_size;
+  int hierarchical;    /* HVD_HIERARCHICAL_ALLREDUCE */
+  int64_t chunk_bytes; /* HVD_CHUNK_SIZE (0: the executor's default) */
 } hvd__exec_env_t;
 
 /* One agreed collective: the reference descriptor, this rank's requests
  * for it (a rank that joined gets stub requests holding the op's identity;
- * req->is_stub is set), and per-rank first dimensions for allgather. */
+ * req->is_stub is set), and per-rank first dimensions for allgather. An
+ * allreduce may carry several requests (a fused group): same dtype, device,
+ * op and scale factors, executed as one pipelined stream. */
 typedef struct hvd__work {
   const hvd__desc_t *desc;
   hvd_request_t *const *reqs;

@@ -119,13 +119,15 @@ void hvd__scale(void *dst, const void *src, int64_t n, hvd_dtype_t dtype,
 
 #define DIVIDE_INTS(type)                                                      \
   do {                                                                         \
-    type *p = buf;                                                             \
+    const type *s = src;                                                       \
+    type *d = dst;                                                             \
     for (int64_t i = 0; i < n; i++)                                            \
-      p[i] = (type)(p[i] / (type)size);                                        \
+      d[i] = (type)(s[i] / (type)size);                                        \
   } while (0)
 
-void hvd__reduce_finish(void *buf, int64_t n, hvd_dtype_t dtype, hvd_op_t op,
-                        double postscale, int size) {
+void hvd__reduce_finish(void *dst, const void *src, int64_t n,
+                        hvd_dtype_t dtype, hvd_op_t op, double postscale,
+                        int size) {
   if (op == HVD_AVERAGE && size > 1) {
     switch (dtype) {
     case HVD_UINT8:
@@ -141,17 +143,19 @@ void hvd__reduce_finish(void *buf, int64_t n, hvd_dtype_t dtype, hvd_op_t op,
       DIVIDE_INTS(int64_t);
       break;
     case HVD_FLOAT64: {
-      double *p = buf;
+      const double *s = src;
+      double *d = dst;
       for (int64_t i = 0; i < n; i++)
-        p[i] = p[i] / size * postscale;
+        d[i] = s[i] / size * postscale;
       return;
     }
     default: /* f32, f16, bf16: divide in double, round once */
-      hvd__scale(buf, buf, n, dtype, postscale / size);
+      hvd__scale(dst, src, n, dtype, postscale / size);
       return;
     }
+    return;
   }
-  hvd__scale(buf, buf, n, dtype, postscale);
+  hvd__scale(dst, src, n, dtype, postscale);
 }
 
 #define FILL(type, value)                                                      \

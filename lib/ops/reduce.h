@@ -20,10 +20,12 @@ uint16_t hvd__f32_to_bf16(float f); /* round to nearest even */
 void hvd__scale(void *dst, const void *src, int64_t n, hvd_dtype_t dtype,
                 double factor);
 
-/* After a reduction over `size` ranks: divides by size for HVD_AVERAGE
- * (integer division for integer dtypes), then multiplies by postscale. */
-void hvd__reduce_finish(void *buf, int64_t n, hvd_dtype_t dtype, hvd_op_t op,
-                        double postscale, int size);
+/* After a reduction over `size` ranks: dst[i] = src[i] / size for
+ * HVD_AVERAGE (integer division for integer dtypes), times postscale.
+ * dst may be src. This is also the unpack of a fused chunk. */
+void hvd__reduce_finish(void *dst, const void *src, int64_t n,
+                        hvd_dtype_t dtype, hvd_op_t op, double postscale,
+                        int size);
 
 /* Fills buf with the identity of op: what a rank that joined contributes. */
 void hvd__fill_identity(void *buf, int64_t n, hvd_dtype_t dtype, hvd_op_t op);
