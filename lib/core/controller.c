@@ -25,6 +25,7 @@
 typedef struct pending {
   char *name;
   hvd__desc_t *desc;   /* per rank */
+  double *ready;       /* per rank: submission time, aligned clock */
   unsigned char *have; /* per rank */
   int count;
   double first_seen;
@@ -49,13 +50,16 @@ struct hvd__controller {
   /* stall inspector */
   double stall_check, stall_shutdown, next_check;
   int npending;
+  int timeline;
 };
 
 hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size,
-                                          const hvd__settings_t *s) {
+                                          const hvd__settings_t *s,
+                                          int timeline) {
   hvd__controller_t *c = calloc(1, sizeof *c);
   if (c == NULL)
     return NULL;
+  c->timeline = timeline;
   c->stall_check = s->stall_check_s;
   c->stall_shutdown = s->stall_shutdown_s;
   c->comm = comm;
@@ -79,6 +83,7 @@ static void pending_free(pending_t *p) {
     return;
   free(p->name);
   free(p->desc);
+  free(p->ready);
   free(p->have);
   free(p);
 }
@@ -143,6 +148,9 @@ static void put_response(hvd__wbuf_t *w, const hvd__response_t *x, int size) {
   hvd__w_i32(w, x->dims0 != NULL);
   if (x->dims0 != NULL)
     hvd__w_bytes(w, x->dims0, (size_t)size * sizeof *x->dims0);
+  hvd__w_i32(w, x->ready != NULL);
+  if (x->ready != NULL)
+    hvd__w_bytes(w, x->ready, (size_t)size * sizeof *x->ready);
   hvd__w_i32(w, x->njoined);
   hvd__w_i32(w, x->err);
   hvd__w_str(w, x->errmsg ? x->errmsg : "");
@@ -169,6 +177,13 @@ static int get_response(hvd__rbuf_t *r, hvd__response_t *x, int size) {
     for (int i = 0; i < size; i++)
       x->dims0[i] = hvd__r_i64(r);
   }
+  if (hvd__r_i32(r)) {
+    x->ready = malloc((size_t)size * sizeof *x->ready);
+    if (x->ready == NULL)
+      return -1;
+    for (int i = 0; i < size; i++)
+      x->ready[i] = hvd__r_f64(r);
+  }
   x->njoined = hvd__r_i32(r);
   x->err = hvd__r_i32(r);
   x->errmsg = hvd__r_str(r);
@@ -181,6 +196,7 @@ static void response_clear(hvd__response_t *x) {
     free(x->names[j]);
   free(x->names);
   free(x->dims0);
+  free(x->ready);
   free(x->errmsg);
 }
 
@@ -363,6 +379,12 @@ static int make_response(hvd__controller_t *c, pending_t *p,
     }
   }
   x->kind = HVD__RESP_RUN;
+  if (c->timeline) {
+    x->ready = malloc((size_t)c->size * sizeof *x->ready);
+    if (x->ready == NULL)
+      return -1;
+    memcpy(x->ready, p->ready, (size_t)c->size * sizeof *x->ready);
+  }
   if (x->desc.coll == HVD__ALLGATHER) {
     x->dims0 = calloc((size_t)c->size, sizeof *x->dims0);
     if (x->dims0 == NULL)
@@ -382,8 +404,9 @@ static pending_t *pending_get(hvd__controller_t *c, const char *name) {
     return NULL;
   p->name = strdup(name);
   p->desc = calloc((size_t)c->size, sizeof *p->desc);
+  p->ready = calloc((size_t)c->size, sizeof *p->ready);
   p->have = calloc((size_t)c->size, 1);
-  if (!p->name || !p->desc || !p->have ||
+  if (!p->name || !p->desc || !p->ready || !p->have ||
       hvd__table_put(c->table, name, p) != 0) {
     pending_free(p);
     return NULL;
@@ -487,6 +510,7 @@ static hvd_result_t coordinate(hvd__controller_t *c, const char *inbox) {
       char *name = hvd__r_str(&rb);
       hvd__desc_t d;
       get_desc(&rb, &d);
+      double ready = hvd__r_f64(&rb);
       if (name == NULL || rb.failed) {
         free(name);
         return hvd__set_error(HVD_ERR_INTERNAL,
@@ -509,6 +533,7 @@ static hvd_result_t coordinate(hvd__controller_t *c, const char *inbox) {
           p->count++;
         }
         p->desc[r] = d;
+        p->ready[r] = ready;
       }
       free(name);
     }
@@ -580,6 +605,7 @@ hvd_result_t hvd__controller_negotiate(hvd__controller_t *c,
     for (int i = 0; i < nfresh; i++) {
       hvd__w_str(&c->out, fresh[i]->name);
       put_desc(&c->out, &fresh[i]->desc);
+      hvd__w_f64(&c->out, fresh[i]->t_ready);
     }
     if (c->out.failed)
       return hvd__set_error(HVD_ERR_NO_MEMORY, "negotiation message");

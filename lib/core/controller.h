@@ -29,6 +29,7 @@ typedef struct hvd__response {
   char **names;
   int64_t *dims0; /* allgather: first dimension of every rank, else NULL */
   int njoined;    /* ranks that have joined and take part with identities */
+  double *ready;  /* timeline on: each rank's ready time (aligned clock) */
   hvd_result_t err;
   char *errmsg;
   int arg;
@@ -36,9 +37,11 @@ typedef struct hvd__response {
 
 typedef struct hvd__controller hvd__controller_t;
 
-/* comm and s are borrowed. NULL when out of memory. */
+/* comm and s are borrowed. With `timeline`, responses carry every rank's
+ * ready time. NULL when out of memory. */
 hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size,
-                                          const hvd__settings_t *s);
+                                          const hvd__settings_t *s,
+                                          int timeline);
 
 /* 1 when the coordinator wants a slow-path round even if no rank has new
  * requests: something is pending and a stall check is due (rank 0). */

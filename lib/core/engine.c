@@ -32,6 +32,7 @@
 #include "core/log.h"
 #include "core/table.h"
 #include "core/tensor.h"
+#include "core/timeline.h"
 #include "ops/executor.h"
 #include "ops/mpi_ops.h"
 #include "ops/reduce.h"
@@ -69,6 +70,11 @@ struct hvd__engine {
   double *hit_since;
   uint64_t *vec; /* flags, not-ready words, invalidate words */
   int words;     /* words per bit set */
+  /* timeline */
+  double epoch;        /* aligned clock zero: leaving a barrier at start */
+  int timeline_any;    /* some rank writes a timeline: gather ready times */
+  hvd__timeline_t *tl; /* this rank's file, or NULL */
+  long cycles;
 };
 
 /* ---- completion --------------------------------------------------------- */
@@ -154,16 +160,42 @@ static hvd_request_t *make_stub(const char *name, const hvd__desc_t *d) {
   return r;
 }
 
+static void trace_hook(void *ctx, const hvd_request_t *r, const char *phase,
+                       double t0, double t1) {
+  hvd__engine_t *e = ctx;
+  hvd__timeline_span(e->tl, r->name, phase, t0, t1, NULL);
+}
+
+/* NEGOTIATE (submission to agreement, with every rank's ready time in ms
+ * of the aligned clock) and QUEUE (agreement to execution). */
+static void trace_negotiation(hvd__engine_t *e, const hvd_request_t *r,
+                              const hvd__response_t *x, double agreed,
+                              double start) {
+  char args[4096];
+  size_t at = 0;
+  args[0] = '\0';
+  if (x->ready != NULL) {
+    at += (size_t)snprintf(args, sizeof args, "\"ready_ms\":{");
+    for (int k = 0; k < e->env.size && at < sizeof args - 32; k++)
+      at += (size_t)snprintf(args + at, sizeof args - at, "%s\"%d\":%.3f",
+                             k ? "," : "", k, x->ready[k] * 1e3);
+    snprintf(args + at, sizeof args - at, "}");
+  }
+  hvd__timeline_span(e->tl, r->name, "NEGOTIATE", r->t_submit, agreed,
+                     args[0] ? args : NULL);
+  hvd__timeline_span(e->tl, r->name, "QUEUE", agreed, start, NULL);
+}
+
 /* Runs n RUN responses as one group (n > 1 only for compatible
  * allreduces) and completes their requests. */
 static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs,
-                      int n) {
+                      int n, double agreed) {
   hvd_request_t *stack[64], **reqs = stack;
   const hvd__response_t *x = xs[0];
   if (n > 64 && !(reqs = calloc((size_t)n, sizeof *reqs))) {
     reqs = stack; /* run them one by one instead */
     for (int i = 0; i < n; i++)
-      run_group(e, &xs[i], 1);
+      run_group(e, &xs[i], 1, agreed);
     return;
   }
   int m = 0;
@@ -180,8 +212,11 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs,
       HVD__LOG(HVD__LOG_ERROR, "%s", hvd_last_error());
       continue;
     }
+    if (e->tl != NULL && !r->is_stub)
+      trace_negotiation(e, r, xs[i], agreed, hvd__now());
     reqs[m++] = r;
   }
+  double t_exec = hvd__now();
   int which = hvd__executor_for(x->desc.device);
   const hvd__executor_t *ex = which >= 0 ? hvd__executors[which] : NULL;
   if (rc == HVD_SUCCESS) {
@@ -192,6 +227,18 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs,
       hvd__work_t w = {&x->desc, reqs, m, x->dims0};
       rc = ex->run[x->desc.coll](e->exec_state[which], &e->env, &w);
     }
+  }
+  if (e->tl != NULL && x->desc.coll != HVD__ALLREDUCE) {
+    char phase[32];
+    const char *k = hvd__coll_name(x->desc.coll);
+    int i = 0;
+    for (; k[i] && i < 31; i++)
+      phase[i] = (char)(k[i] >= 'a' && k[i] <= 'z' ? k[i] - 32 : k[i]);
+    phase[i] = '\0';
+    double t_end = hvd__now();
+    for (int q = 0; q < m; q++)
+      if (!reqs[q]->is_stub)
+        hvd__timeline_span(e->tl, reqs[q]->name, phase, t_exec, t_end, NULL);
   }
   char msg[HVD__ERRMSG_MAX] = "";
   for (int i = 0; i < m; i++) {
@@ -245,7 +292,7 @@ static int64_t resp_bytes(const hvd__response_t *x) {
  * allreduces up to HVD_FUSION_THRESHOLD bytes. Returns the rank that asked
  * for a shutdown, or -1; a stall response stops the engine itself. */
 static int execute_all(hvd__engine_t *e, hvd__response_t *xs, int n,
-                       int from_slow) {
+                       int from_slow, double agreed) {
   const hvd__response_t *group[256];
   int stop_by = -1;
   for (int i = 0; i < n;) {
@@ -262,7 +309,7 @@ static int execute_all(hvd__engine_t *e, hvd__response_t *xs, int n,
         group[g] = &xs[i + g];
         g++;
       }
-      run_group(e, group, g);
+      run_group(e, group, g, agreed);
       for (int k = 0; k < g; k++)
         if (from_slow)
           cache_agreed(e, &xs[i + k]);
@@ -335,6 +382,29 @@ static void sort_new(hvd__engine_t *e, hvd_request_t *list, uint64_t *inval) {
   }
 }
 
+/* Timeline: rank 0 learns every rank's ready time (aligned clock) of the
+ * collectives agreed through the cache; mine[k] is this rank's for list[k]. */
+static hvd_result_t gather_ready(hvd__engine_t *e, hvd__response_t *list,
+                                 int n, const double *mine) {
+  hvd_result_t rc = HVD_SUCCESS;
+  double *all = NULL;
+  if (e->env.rank == 0) {
+    all = malloc((size_t)n * (size_t)e->env.size * sizeof *all);
+    if (all == NULL) /* still take part in the gather */
+      HVD__LOG(HVD__LOG_WARNING, "timeline: no memory for ready times");
+  }
+  HVD__MPI_CHECK(MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0,
+                            e->env.comm));
+  for (int k = 0; k < n && all != NULL; k++) {
+    list[k].ready = malloc((size_t)e->env.size * sizeof *list[k].ready);
+    for (int r = 0; r < e->env.size && list[k].ready; r++)
+      list[k].ready[r] = all[(size_t)r * (size_t)n + (size_t)k];
+  }
+fail:
+  free(all);
+  return rc;
+}
+
 /* The fast path. Returns the OR of every rank's flags, or -1 on failure;
  * the ready cached collectives are appended to *out. */
 static int fast_path(hvd__engine_t *e, unsigned flags, hvd__response_t **out,
@@ -379,7 +449,10 @@ static int fast_path(hvd__engine_t *e, unsigned flags, hvd__response_t **out,
   }
   if (nready > 0) {
     hvd__response_t *list = calloc((size_t)nready, sizeof *list);
-    if (list == NULL) {
+    double *mine = e->timeline_any ? calloc((size_t)nready, sizeof *mine) : NULL;
+    if (list == NULL || (e->timeline_any && mine == NULL)) {
+      free(list);
+      free(mine);
       hvd__set_error(HVD_ERR_NO_MEMORY, "response list");
       return -1;
     }
@@ -396,14 +469,22 @@ static int fast_path(hvd__engine_t *e, unsigned flags, hvd__response_t **out,
       if (x->names == NULL ||
           !(x->names[0] = strdup(hvd__cache_name(e->cache, b)))) {
         hvd__responses_free(list, nready);
+        free(mine);
         hvd__set_error(HVD_ERR_NO_MEMORY, "response list");
         return -1;
       }
+      if (mine != NULL) /* a joined rank has none: -1 */
+        mine[k - 1] = e->hits[b] != NULL ? e->hits[b]->t_ready : -1;
       e->hits[b] = NULL; /* it runs now */
       hvd__cache_touch(e->cache, b);
     }
     *out = list;
     *nout = nready;
+    hvd_result_t rc = e->timeline_any ? gather_ready(e, list, nready, mine)
+                                      : HVD_SUCCESS;
+    free(mine);
+    if (rc != HVD_SUCCESS)
+      return -1;
   }
   return (int)e->vec[0];
 }
@@ -498,9 +579,14 @@ static void *engine_main(void *arg) {
       fail_engine(e, rc);
       break;
     }
-    stop_by = execute_all(e, fast, nfast, 0);
+    double agreed = hvd__now();
+    if (e->tl != NULL && (list != NULL || nfast + nslow > 0))
+      hvd__timeline_cycle(e->tl, next - cycle, e->cycles);
+    e->cycles++;
+    stop_by = execute_all(e, fast, nfast, 0, agreed);
     if (stop_by == -1)
-      stop_by = execute_all(e, slow, nslow, 1);
+      stop_by = execute_all(e, slow, nslow, 1, agreed);
+    hvd__timeline_flush(e->tl, 1.0);
     hvd__responses_free(fast, nfast);
     hvd__responses_free(slow, nslow);
     if (stop_by == -2)
@@ -527,6 +613,7 @@ static void engine_free(hvd__engine_t *e) {
   hvd__controller_destroy(e->ctl);
   hvd__table_destroy(e->inflight);
   hvd__cache_destroy(e->cache);
+  hvd__timeline_close(e->tl);
   free(e->hits);
   free(e->hit_since);
   free(e->vec);
@@ -552,8 +639,37 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
   e->env = *env;
   e->env.chunk_bytes = s->chunk_size;
   e->env.hierarchical = s->hierarchical;
+  /* the aligned clock: every rank leaves this barrier at about the same
+   * moment and takes that as zero */
+  int tl_here = s->timeline[0] != '\0' && (env->rank == 0 || s->timeline_all_ranks);
+  HVD__MPI_CHECK(MPI_Allreduce(&tl_here, &e->timeline_any, 1, MPI_INT,
+                               MPI_MAX, env->comm));
+  HVD__MPI_CHECK(MPI_Barrier(env->comm));
+  e->epoch = hvd__now();
+  if (tl_here) {
+    char path[HVD__PATH_MAX + 16];
+    if (s->timeline_all_ranks)
+      hvd__timeline_rank_path(s->timeline, env->rank, path, sizeof path);
+    else
+      snprintf(path, sizeof path, "%s", s->timeline);
+    e->tl = hvd__timeline_open(path, env->rank, e->epoch);
+    if (e->tl != NULL) {
+      e->env.trace = trace_hook;
+      e->env.trace_ctx = e;
+    }
+  }
+  /* every rank fails init together if a timeline could not be opened */
+  int ok = !tl_here || e->tl != NULL, all_ok = 0;
+  HVD__MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, env->comm));
+  if (!all_ok) {
+    rc = ok ? hvd__set_error(HVD_ERR_IO, "HVD_TIMELINE: another rank could "
+                                         "not open its timeline file")
+            : HVD_ERR_IO;
+    goto fail;
+  }
   e->inflight = hvd__table_create();
-  e->ctl = hvd__controller_create(env->comm, env->rank, env->size, s);
+  e->ctl = hvd__controller_create(env->comm, env->rank, env->size, s,
+                                  e->timeline_any);
   if (e->inflight == NULL || e->ctl == NULL) {
     rc = hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
     goto fail;
@@ -612,6 +728,8 @@ hvd_result_t hvd__engine_submit(hvd__engine_t *e, hvd_request_t *r) {
   } else if (hvd__table_put(e->inflight, r->name, r) != 0) {
     rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: request table", lab);
   } else {
+    r->t_submit = hvd__now();
+    r->t_ready = r->t_submit - e->epoch;
     r->next = NULL;
     if (e->qtail)
       e->qtail->next = r;

@@ -39,6 +39,8 @@ struct hvd_request {
   int last_rank;
   int nranks;               /* world size when submitted */
   int is_stub;              /* made by the engine for a rank that joined */
+  double t_submit;          /* hvd__now() at submission (timeline) */
+  double t_ready;           /* t_submit on the aligned timeline clock */
 
   pthread_mutex_t mu;
   pthread_cond_t cv;

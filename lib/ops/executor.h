@@ -18,6 +18,10 @@ typedef struct hvd__exec_env {
   int local_rank, local_size;
   int hierarchical;    /* HVD_HIERARCHICAL_ALLREDUCE */
   int64_t chunk_bytes; /* HVD_CHUNK_SIZE (0: the executor's default) */
+  /* Timeline hook, NULL when off: phase of one request from t0 to t1. */
+  void (*trace)(void *ctx, const hvd_request_t *r, const char *phase,
+                double t0, double t1);
+  void *trace_ctx;
 } hvd__exec_env_t;
 
 /* One agreed collective: the reference descriptor, this rank's requests

@@ -218,6 +218,12 @@ fail:
   return rc;
 }
 
+static void trace(const hvd__exec_env_t *env, const hvd_request_t *r,
+                  const char *phase, double t0, double t1) {
+  if (env->trace != NULL && !r->is_stub)
+    env->trace(env->trace_ctx, r, phase, t0, t1);
+}
+
 /* A staging buffer of at least n bytes, kept across calls. */
 static hvd_result_t staging(mpi_state_t *s, size_t n) {
   if (n <= s->stage_cap)
@@ -239,6 +245,7 @@ static hvd_result_t reduce_direct(mpi_state_t *s, const hvd__exec_env_t *env,
   hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
   size_t esize = hvd_dtype_size(dtype);
   int64_t n = hvd_tensor_numel(&r->send);
+  double t0 = env->trace ? hvd__now() : 0;
   for (int64_t off = 0; off < n; off += chunk_elems) {
     int64_t cnt = n - off < chunk_elems ? n - off : chunk_elems;
     const char *src = (const char *)r->send.data + off * esize;
@@ -255,6 +262,8 @@ static hvd_result_t reduce_direct(mpi_state_t *s, const hvd__exec_env_t *env,
       hvd__reduce_finish(dst, dst, cnt, dtype, (hvd_op_t)d->op, d->postscale,
                          env->size);
   }
+  if (env->trace)
+    trace(env, r, "ALLREDUCE", t0, hvd__now());
   return HVD_SUCCESS;
 }
 
@@ -286,6 +295,7 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
     }
     int j = i;
     int64_t used = 0;
+    double t0 = env->trace ? hvd__now() : 0, t1;
     for (; j < w->n; j++) { /* pack */
       hvd_request_t *q = w->reqs[j];
       int64_t m = hvd_tensor_numel(&q->send);
@@ -294,8 +304,19 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
       hvd__scale(s->stage + used * esize, q->send.data, m, dtype,
                  q->is_stub ? 1.0 : d->prescale);
       used += m;
+      if (env->trace) {
+        t1 = hvd__now();
+        trace(env, q, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
+        t0 = t1;
+      }
     }
     rc = reduce_span(s, env, MPI_IN_PLACE, s->stage, used, d->dtype, d->op);
+    if (env->trace) {
+      t1 = hvd__now();
+      for (int k = i; k < j; k++)
+        trace(env, w->reqs[k], "ALLREDUCE", t0, t1);
+      t0 = t1;
+    }
     for (int64_t at = 0; i < j; i++) { /* unpack */
       hvd_request_t *q = w->reqs[i];
       int64_t m = hvd_tensor_numel(&q->send);
@@ -303,6 +324,11 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
         hvd__reduce_finish(q->recv.data, s->stage + at * esize, m, dtype,
                            (hvd_op_t)d->op, d->postscale, env->size);
       at += m;
+      if (env->trace) {
+        t1 = hvd__now();
+        trace(env, q, "MEMCPY_OUT_FUSION_BUFFER", t0, t1);
+        t0 = t1;
+      }
     }
   }
   return rc;

@@ -1,0 +1,194 @@
+/* timeline.c - buffered Chrome-trace JSON writer. */
+#include "core/timeline.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/errors.h"
+#include "core/table.h"
+
+#define BUF_MAX (1 << 20)
+
+struct hvd__timeline {
+  FILE *f;
+  int rank;
+  double epoch, last_flush;
+  char *buf;
+  size_t len;
+  int any;            /* an event has been written: next needs a comma */
+  hvd__table_t *tids; /* tensor -> track id */
+  int next_tid;
+};
+
+static void put(hvd__timeline_t *t, const char *s, size_t n) {
+  if (t->len + n > BUF_MAX)
+    hvd__timeline_flush(t, 0);
+  if (n > BUF_MAX) { /* never happens for our events; keep it safe */
+    fwrite(s, 1, n, t->f);
+    return;
+  }
+  memcpy(t->buf + t->len, s, n);
+  t->len += n;
+}
+
+static void put_str(hvd__timeline_t *t, const char *s) {
+  put(t, s, strlen(s));
+}
+
+static void putf(hvd__timeline_t *t, const char *fmt, ...) HVD__PRINTF(2, 3);
+static void putf(hvd__timeline_t *t, const char *fmt, ...) {
+  char tmp[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    put(t, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* The body of a JSON string: quotes, backslashes, controls escaped. */
+static void put_escaped(hvd__timeline_t *t, const char *s) {
+  for (; *s; s++) {
+    char c = *s;
+    if (c == '"' || c == '\\') {
+      char e[2] = {'\\', c};
+      put(t, e, 2);
+    } else if ((unsigned char)c < 0x20) {
+      putf(t, "\\u%04x", (unsigned char)c);
+    } else {
+      put(t, &c, 1);
+    }
+  }
+}
+
+static void begin_event(hvd__timeline_t *t) {
+  put_str(t, t->any ? ",\n" : "\n");
+  t->any = 1;
+}
+
+hvd__timeline_t *hvd__timeline_open(const char *path, int rank, double epoch) {
+  hvd__timeline_t *t = calloc(1, sizeof *t);
+  if (t == NULL) {
+    hvd__set_error(HVD_ERR_NO_MEMORY, "timeline");
+    return NULL;
+  }
+  t->rank = rank;
+  t->epoch = epoch;
+  t->last_flush = hvd__now();
+  t->buf = malloc(BUF_MAX);
+  t->tids = hvd__table_create();
+  t->f = fopen(path, "w");
+  if (t->f == NULL || t->buf == NULL || t->tids == NULL) {
+    if (t->f == NULL)
+      hvd__set_error(HVD_ERR_IO, "HVD_TIMELINE: cannot open '%s': %s", path,
+                     strerror(errno));
+    else
+      hvd__set_error(HVD_ERR_NO_MEMORY, "timeline");
+    if (t->f)
+      fclose(t->f);
+    free(t->buf);
+    hvd__table_destroy(t->tids);
+    free(t);
+    return NULL;
+  }
+  t->next_tid = 1; /* track 0 is CYCLE */
+  fputs("[", t->f);
+  begin_event(t);
+  putf(t,
+       "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":"
+       "\"hvd rank %d\"}}",
+       rank, rank);
+  begin_event(t);
+  putf(t,
+       "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{"
+       "\"name\":\"CYCLE\"}}",
+       rank);
+  hvd__timeline_flush(t, 0);
+  return t;
+}
+
+static int track(hvd__timeline_t *t, const char *tensor) {
+  intptr_t v = (intptr_t)hvd__table_get(t->tids, tensor);
+  if (v != 0)
+    return (int)v;
+  int tid = t->next_tid++;
+  hvd__table_put(t->tids, tensor, (void *)(intptr_t)tid);
+  begin_event(t);
+  putf(t, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,",
+       t->rank, tid);
+  put_str(t, "\"args\":{\"name\":\"");
+  put_escaped(t, tensor);
+  put_str(t, "\"}}");
+  return tid;
+}
+
+void hvd__timeline_span(hvd__timeline_t *t, const char *tensor,
+                        const char *phase, double t0, double t1,
+                        const char *args) {
+  if (t == NULL)
+    return;
+  int tid = track(t, tensor);
+  begin_event(t);
+  putf(t,
+       "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+       "\"dur\":%.3f",
+       phase, t->rank, tid, (t0 - t->epoch) * 1e6,
+       (t1 > t0 ? t1 - t0 : 0) * 1e6);
+  if (args != NULL) {
+    put_str(t, ",\"args\":{");
+    put_str(t, args);
+    put_str(t, "}");
+  }
+  put_str(t, "}");
+}
+
+void hvd__timeline_cycle(hvd__timeline_t *t, double at, long cycle) {
+  if (t == NULL)
+    return;
+  begin_event(t);
+  putf(t,
+       "{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":0,"
+       "\"ts\":%.3f,\"args\":{\"cycle\":%ld}}",
+       t->rank, (at - t->epoch) * 1e6, cycle);
+}
+
+void hvd__timeline_flush(hvd__timeline_t *t, double period) {
+  if (t == NULL)
+    return;
+  double now = hvd__now();
+  if (period > 0 && now - t->last_flush < period && t->len < BUF_MAX / 2)
+    return;
+  t->last_flush = now;
+  if (t->len > 0)
+    fwrite(t->buf, 1, t->len, t->f);
+  t->len = 0;
+  /* close the array so the file is valid JSON now; the next flush
+   * overwrites the bracket */
+  long at = ftell(t->f);
+  fputs("\n]\n", t->f);
+  fflush(t->f);
+  fseek(t->f, at, SEEK_SET);
+}
+
+void hvd__timeline_close(hvd__timeline_t *t) {
+  if (t == NULL)
+    return;
+  hvd__timeline_flush(t, 0);
+  fclose(t->f);
+  free(t->buf);
+  hvd__table_destroy(t->tids);
+  free(t);
+}
+
+void hvd__timeline_rank_path(const char *path, int rank, char *out, size_t n) {
+  const char *slash = strrchr(path, '/');
+  const char *dot = strrchr(path, '.');
+  if (dot == NULL || (slash != NULL && dot < slash) || dot == path)
+    snprintf(out, n, "%s.%d", path, rank);
+  else
+    snprintf(out, n, "%.*s.%d%s", (int)(dot - path), path, rank, dot);
+}

@@ -1,0 +1,38 @@
+/*
+ * timeline.h - a Chrome-trace / Perfetto JSON timeline (HVD_TIMELINE). One
+ * track per tensor: NEGOTIATE (submission to agreement, with each rank's
+ * ready time), QUEUE (agreement to execution), MEMCPY_IN / MEMCPY_OUT
+ * (fusion chunk copies), ALLREDUCE etc. (the collective); plus a CYCLE
+ * track marking the start of every cycle that had work. The file is a
+ * valid JSON array after every flush: the closing bracket is written and
+ * the next events overwrite it. Written by the engine thread only.
+ */
+#ifndef HVD_CORE_TIMELINE_H
+#define HVD_CORE_TIMELINE_H
+
+#include "internal.h"
+
+typedef struct hvd__timeline hvd__timeline_t;
+
+/* Opens path for writing (truncating). `epoch` is the aligned clock's zero
+ * on this rank (hvd__now() units). NULL with the message set on failure. */
+hvd__timeline_t *hvd__timeline_open(const char *path, int rank, double epoch);
+/* Flushes, closes the array, closes the file. Accepts NULL. */
+void hvd__timeline_close(hvd__timeline_t *t);
+
+/* A complete event on the track of `tensor`, from t0 to t1 (hvd__now()
+ * units). args is a JSON object body without braces, or NULL. */
+void hvd__timeline_span(hvd__timeline_t *t, const char *tensor,
+                        const char *phase, double t0, double t1,
+                        const char *args);
+/* An instant event on the CYCLE track. */
+void hvd__timeline_cycle(hvd__timeline_t *t, double at, long cycle);
+/* Writes buffered events and re-closes the array if more than `period`
+ * seconds passed since the last flush (0: always). */
+void hvd__timeline_flush(hvd__timeline_t *t, double period);
+
+/* "path" with ".<rank>" inserted before the extension ("tl.json" ->
+ * "tl.1.json"). */
+void hvd__timeline_rank_path(const char *path, int rank, char *out, size_t n);
+
+#endif /* HVD_CORE_TIMELINE_H */
