@@ -52,6 +52,9 @@ TEST_LDADD = t/tap/libtap.la lib/libhvd.la $(MPI_LIBS) $(PTHREAD_LIBS) -lm
 check_LTLIBRARIES = t/tap/libtap.la
 t_tap_libtap_la_SOURCES = t/tap/tap.c t/tap/tap.h
 t_tap_libtap_la_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS)
+## (libtool ignores -no-install for a library; using TEST_LDFLAGS here
+## only tells automake that the variable is used, not a typo.)
+t_tap_libtap_la_LDFLAGS = $(TEST_LDFLAGS)
 
 ## The harness.
 HVD_TAP_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) \

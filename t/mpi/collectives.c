@@ -4,8 +4,11 @@
  *
  * Each check is a "job": job_prepare() builds rank-dependent inputs and the
  * exact expected output, the collective runs (blocking, or async and
- * waited for or polled), and job_check() compares everything in one TAP
- * line, noting the first wrong element on failure.
+ * waited for or polled), and job_verify() compares everything: result,
+ * output dtype and shape, recv_splits, every element, and that the send
+ * buffer was left alone. Blocking jobs are reported in groups, one TAP
+ * line per collective x dtype x shape (all ops, roots and variants), async
+ * jobs one line each; a failure notes the job and its first wrong element.
  *
  * Inputs are small integers chosen so that every result is exact in every
  * dtype at up to 4 ranks: sums stay within -20..40 (int8, uint8), products
@@ -17,6 +20,7 @@
 #include "tap/tap.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,14 +30,14 @@
 static int P, R; /* world size, this rank */
 
 enum kind { ALLREDUCE, BROADCAST, ALLGATHER, ALLTOALL, REDUCESCATTER, BARRIER };
-static const char *const kind_names[] = {"allreduce", "broadcast",
-                                         "allgather", "alltoall",
+static const char *const kind_names[] = {"allreduce",     "broadcast",
+                                         "allgather",     "alltoall",
                                          "reducescatter", "barrier"};
-static const hvd_dtype_t dtypes[] = {HVD_UINT8,   HVD_INT8,     HVD_INT32,
-                                     HVD_INT64,   HVD_FLOAT16,  HVD_BFLOAT16,
+static const hvd_dtype_t dtypes[] = {HVD_UINT8,   HVD_INT8,    HVD_INT32,
+                                     HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
                                      HVD_FLOAT32, HVD_FLOAT64};
-static const char *const dtype_names[] = {"uint8",   "int8",     "int32",
-                                          "int64",   "float16",  "bfloat16",
+static const char *const dtype_names[] = {"uint8",   "int8",    "int32",
+                                          "int64",   "float16", "bfloat16",
                                           "float32", "float64"};
 static const size_t dtype_sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
 static const hvd_op_t ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
@@ -49,13 +53,17 @@ struct shape {
   int64_t dims[3];
 };
 /* Shapes of allreduce and broadcast tensors. */
-static const struct shape shapes[] = {{0, {0}}, {1, {7}}, {2, {3, 5}},
-                                      {3, {2, 3, 4}}};
+static const struct shape shapes[] = {
+    {0, {0}}, {1, {7}}, {2, {3, 5}}, {3, {2, 3, 4}}};
 /* Dimensions after the first of allgather, alltoall, reducescatter. */
 static const struct shape rests[] = {{0, {0}}, {1, {3}}, {2, {2, 3}}};
 
-static int is_float(hvd_dtype_t dt) { return dt >= HVD_FLOAT16; }
-static int is_signed(hvd_dtype_t dt) { return dt != HVD_UINT8; }
+static int is_float(hvd_dtype_t dt) {
+  return dt >= HVD_FLOAT16;
+}
+static int is_signed(hvd_dtype_t dt) {
+  return dt != HVD_UINT8;
+}
 
 /* ---- float16 and bfloat16, rounding to nearest even ---- */
 
@@ -115,27 +123,51 @@ static float bf16_to_f32(uint16_t h) {
 /* Element i of buf, of dtype dt, as a double; and the reverse. */
 static double get(hvd_dtype_t dt, const void *buf, int64_t i) {
   switch (dt) {
-  case HVD_UINT8: return ((const uint8_t *)buf)[i];
-  case HVD_INT8: return ((const int8_t *)buf)[i];
-  case HVD_INT32: return ((const int32_t *)buf)[i];
-  case HVD_INT64: return (double)((const int64_t *)buf)[i];
-  case HVD_FLOAT16: return f16_to_f32(((const uint16_t *)buf)[i]);
-  case HVD_BFLOAT16: return bf16_to_f32(((const uint16_t *)buf)[i]);
-  case HVD_FLOAT32: return ((const float *)buf)[i];
-  default: return ((const double *)buf)[i];
+  case HVD_UINT8:
+    return ((const uint8_t *)buf)[i];
+  case HVD_INT8:
+    return ((const int8_t *)buf)[i];
+  case HVD_INT32:
+    return ((const int32_t *)buf)[i];
+  case HVD_INT64:
+    return (double)((const int64_t *)buf)[i];
+  case HVD_FLOAT16:
+    return f16_to_f32(((const uint16_t *)buf)[i]);
+  case HVD_BFLOAT16:
+    return bf16_to_f32(((const uint16_t *)buf)[i]);
+  case HVD_FLOAT32:
+    return ((const float *)buf)[i];
+  default:
+    return ((const double *)buf)[i];
   }
 }
 
 static void put(hvd_dtype_t dt, void *buf, int64_t i, double v) {
   switch (dt) {
-  case HVD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-  case HVD_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-  case HVD_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case HVD_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  case HVD_FLOAT16: ((uint16_t *)buf)[i] = f32_to_f16((float)v); break;
-  case HVD_BFLOAT16: ((uint16_t *)buf)[i] = f32_to_bf16((float)v); break;
-  case HVD_FLOAT32: ((float *)buf)[i] = (float)v; break;
-  default: ((double *)buf)[i] = v; break;
+  case HVD_UINT8:
+    ((uint8_t *)buf)[i] = (uint8_t)v;
+    break;
+  case HVD_INT8:
+    ((int8_t *)buf)[i] = (int8_t)v;
+    break;
+  case HVD_INT32:
+    ((int32_t *)buf)[i] = (int32_t)v;
+    break;
+  case HVD_INT64:
+    ((int64_t *)buf)[i] = (int64_t)v;
+    break;
+  case HVD_FLOAT16:
+    ((uint16_t *)buf)[i] = f32_to_f16((float)v);
+    break;
+  case HVD_BFLOAT16:
+    ((uint16_t *)buf)[i] = f32_to_bf16((float)v);
+    break;
+  case HVD_FLOAT32:
+    ((float *)buf)[i] = (float)v;
+    break;
+  default:
+    ((double *)buf)[i] = v;
+    break;
   }
 }
 
@@ -157,9 +189,11 @@ static double input(hvd_op_t op, hvd_dtype_t dt, int r, int64_t i) {
     return (double)((i * 5) % 9 - 4 + (r < P - 1 ? r : -(P - 1) * (P - 2) / 2));
   switch (op) {
   case HVD_AVERAGE: /* integer averages truncate the sum's */
-  case HVD_SUM: return (double)((i * 7 + r * 3) % 11 - (s ? 5 : 0));
+  case HVD_SUM:
+    return (double)((i * 7 + r * 3) % 11 - (s ? 5 : 0));
   case HVD_MIN:
-  case HVD_MAX: return (double)((i * 13 + r * 5) % 17 - (s ? 8 : 0));
+  case HVD_MAX:
+    return (double)((i * 13 + r * 5) % 17 - (s ? 8 : 0));
   default:
     return s ? prod_signed[(i + 2 * r) % 8] : prod_unsigned[(i + 2 * r) % 6];
   }
@@ -196,8 +230,7 @@ static double gvalue(hvd_dtype_t dt, int r, int64_t k) {
   return (double)((r * 11 + k * 3) % 29 - (is_signed(dt) ? 14 : 0));
 }
 static double avalue(hvd_dtype_t dt, int r, int j, int64_t k, int64_t e) {
-  return (double)((r * 31 + j * 7 + k * 5 + e) % 41 -
-                  (is_signed(dt) ? 20 : 0));
+  return (double)((r * 31 + j * 7 + k * 5 + e) % 41 - (is_signed(dt) ? 20 : 0));
 }
 
 /* Rows rank r sends rank j in an alltoall: uneven (with zeros), or 2. */
@@ -402,8 +435,7 @@ static hvd_result_t job_submit(struct job *j) {
   case ALLTOALL:
     return hvd_alltoall_async(j->name, &j->send,
                               j->variant == 1 ? NULL : j->splits, &j->recv,
-                              j->variant == 2 ? NULL : j->recv_splits,
-                              &j->req);
+                              j->variant == 2 ? NULL : j->recv_splits, &j->req);
   case REDUCESCATTER:
     return hvd_reducescatter_async(j->name, &j->send, &j->recv, j->op, pre,
                                    post, &j->req);
@@ -421,23 +453,36 @@ static hvd_result_t job_run(struct job *j) {
     return hvd_allreduce(j->name, &j->send,
                          (j->variant & 1) ? &j->send : &j->recv, j->op, pre,
                          post);
-  case BROADCAST: return hvd_broadcast(j->name, &j->send, j->variant);
-  case ALLGATHER: return hvd_allgather(j->name, &j->send, &j->recv);
+  case BROADCAST:
+    return hvd_broadcast(j->name, &j->send, j->variant);
+  case ALLGATHER:
+    return hvd_allgather(j->name, &j->send, &j->recv);
   case ALLTOALL:
     return hvd_alltoall(j->name, &j->send, j->variant == 1 ? NULL : j->splits,
                         &j->recv, j->variant == 2 ? NULL : j->recv_splits);
   case REDUCESCATTER:
     return hvd_reducescatter(j->name, &j->send, &j->recv, j->op, pre, post);
-  default: return hvd_barrier();
+  default:
+    return hvd_barrier();
   }
 }
 
 /* ---- Checking ---- */
 
+static char why[400]; /* why the last job_verify failed */
+
+static void fail(const char *fmt, ...) TAP_PRINTF(1, 2);
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+}
+
 static int succeeded(hvd_result_t rc) {
   if (rc == HVD_SUCCESS)
     return 1;
-  tap_note("result %d (%s): %s", rc, hvd_strerror(rc), hvd_last_error());
+  fail("result %d (%s): %s", rc, hvd_strerror(rc), hvd_last_error());
   return 0;
 }
 
@@ -445,14 +490,14 @@ static int succeeded(hvd_result_t rc) {
 static int same(const char *what, hvd_dtype_t dt, const void *buf,
                 const double *want, int64_t n, double rel) {
   if (n > 0 && !buf) {
-    tap_note("%s data is NULL", what);
+    fail("%s data is NULL", what);
     return 0;
   }
   for (int64_t i = 0; i < n; i++) {
     double got = get(dt, buf, i);
     if (got != want[i] && !(fabs(got - want[i]) <= rel * fabs(want[i]))) {
-      tap_note("%s element %lld: expected %.17g, got %.17g", what,
-               (long long)i, want[i], got);
+      fail("%s element %lld: expected %.17g, got %.17g", what, (long long)i,
+           want[i], got);
       return 0;
     }
   }
@@ -462,21 +507,23 @@ static int same(const char *what, hvd_dtype_t dt, const void *buf,
 /* 1 if t, which hvd allocated, has j's dtype and expected shape. */
 static int has_shape(const struct job *j, const hvd_tensor_t *t) {
   char want[64], got[64];
-  int good = t->dtype == j->dt && t->device == HVD_CPU &&
-             t->ndim == j->want_ndim;
+  int good =
+      t->dtype == j->dt && t->device == HVD_CPU && t->ndim == j->want_ndim;
   for (int d = 0; good && d < t->ndim; d++)
     good = t->shape[d] == j->want_dims[d];
   if (!good) {
     shape_str(want, sizeof want, j->want_ndim, j->want_dims);
     shape_str(got, sizeof got, t->ndim >= 0 && t->ndim <= 8 ? t->ndim : 0,
               t->shape);
-    tap_note("recv: expected %s %s on cpu, got dtype %d shape %s device %d",
-             dtype_names[j->dt], want, t->dtype, got, t->device);
+    fail("recv: expected %s %s on cpu, got dtype %d shape %s device %d",
+         dtype_names[j->dt], want, t->dtype, got, t->device);
   }
   return good;
 }
 
-static int job_check(struct job *j, hvd_result_t rc) {
+/* 1 if j, whose collective returned rc, did everything right; else sets
+ * why. */
+static int job_verify(const struct job *j, hvd_result_t rc) {
   /* Averages at 3 ranks may be computed as sum * (1/3): allow 2 ulps in
    * float32 and float64. float16/bfloat16 accumulate in float and round,
    * so they are exact. */
@@ -497,9 +544,9 @@ static int job_check(struct job *j, hvd_result_t rc) {
   case ALLTOALL:
     for (int r = 0; good && j->variant != 2 && r < P; r++)
       if (j->recv_splits[r] != split(r, R, j->variant == 1)) {
-        tap_note("recv_splits[%d]: expected %lld, got %lld", r,
-                 (long long)split(r, R, j->variant == 1),
-                 (long long)j->recv_splits[r]);
+        fail("recv_splits[%d]: expected %lld, got %lld", r,
+             (long long)split(r, R, j->variant == 1),
+             (long long)j->recv_splits[r]);
         good = 0;
       }
     /* fall through */
@@ -509,26 +556,60 @@ static int job_check(struct job *j, hvd_result_t rc) {
            same("recv", j->dt, j->recv.data, j->want, j->nwant, rel) &&
            same("send", j->dt, j->in, j->sent, j->nin, 0);
     break;
-  case BARRIER: break;
+  case BARRIER:
+    break;
   }
+  return good;
+}
+
+/* One TAP line for one job. */
+static int job_check(const struct job *j, hvd_result_t rc) {
+  int good = job_verify(j, rc);
+  if (!good)
+    tap_note("%s", why);
   return ok(good, "%s", j->name);
 }
 
 static void job_free(struct job *j) {
-  hvd_tensor_free(&j->recv);
+  if (j->kind == ALLGATHER || j->kind == ALLTOALL || j->kind == REDUCESCATTER)
+    hvd_tensor_free(&j->recv); /* hvd allocated it */
   free(j->in);
   free(j->out);
   free(j->sent);
   free(j->want);
 }
 
-/* Runs one job with the blocking call and checks it. */
-static void blocking(enum kind kind, hvd_op_t op, hvd_dtype_t dt,
-                     const struct shape *shape, int variant) {
+/* One TAP line for a group of blocking jobs; the note names the first job
+ * that failed on this rank. */
+static int group_good;
+static char group_why[sizeof why + 100];
+
+static void group_begin(void) {
+  group_good = 1;
+  group_why[0] = '\0';
+}
+
+static void group_run(enum kind kind, hvd_op_t op, hvd_dtype_t dt,
+                      const struct shape *shape, int variant) {
   struct job j;
   job_prepare(&j, kind, op, dt, shape, variant);
-  job_check(&j, job_run(&j));
+  if (!job_verify(&j, job_run(&j)) && group_good) {
+    group_good = 0;
+    snprintf(group_why, sizeof group_why, "%s: %s", j.name, why);
+  }
   job_free(&j);
+}
+
+static void group_end(const char *fmt, ...) TAP_PRINTF(1, 2);
+static void group_end(const char *fmt, ...) {
+  char desc[200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(desc, sizeof desc, fmt, ap);
+  va_end(ap);
+  if (!group_good)
+    tap_note("%s", group_why);
+  ok(group_good, "%s", desc);
 }
 
 /* ---- Tests ---- */
@@ -537,17 +618,17 @@ static void test_helpers(void) {
   static const struct {
     float f;
     uint16_t h, b;
-  } t[] = {{1.0f, 0x3c00, 0x3f80},   {-2.0f, 0xc000, 0xc000},
-           {0.5f, 0x3800, 0x3f00},   {65504.0f, 0x7bff, 0x477f},
-           {3.0f, 0x4200, 0x4040},   {0x1p-24f, 0x0001, 0x3380},
+  } t[] = {{1.0f, 0x3c00, 0x3f80},          {-2.0f, 0xc000, 0xc000},
+           {0.5f, 0x3800, 0x3f00},          {65504.0f, 0x7bff, 0x4780},
+           {3.0f, 0x4200, 0x4040},          {0x1p-24f, 0x0001, 0x3380},
            {1.0009765625f, 0x3c01, 0x3f80}, {257.0f, 0x5c04, 0x4380}};
   int good = 1;
   for (int i = 0; i < COUNT(t); i++) {
     float back = f16_to_f32(t[i].h);
     if (f32_to_f16(t[i].f) != t[i].h || f32_to_bf16(t[i].f) != t[i].b ||
         back != t[i].f) {
-      tap_note("%g: f16 0x%04x bf16 0x%04x back %g", t[i].f,
-               f32_to_f16(t[i].f), f32_to_bf16(t[i].f), back);
+      tap_note("%g: f16 0x%04x bf16 0x%04x back %g", t[i].f, f32_to_f16(t[i].f),
+               f32_to_bf16(t[i].f), back);
       good = 0;
     }
   }
@@ -555,25 +636,51 @@ static void test_helpers(void) {
 }
 
 static void test_blocking(void) {
+  char sh[64];
   for (int d = 0; d < COUNT(dtypes); d++) {
     hvd_dtype_t dt = dtypes[d];
-    for (int o = 0; o < COUNT(ops); o++)
-      for (int s = 0; s < COUNT(shapes); s++)
+    const char *dn = dtype_names[dt];
+    for (int s = 0; s < COUNT(shapes); s++) {
+      shape_str(sh, sizeof sh, shapes[s].ndim, shapes[s].dims);
+      group_begin();
+      for (int o = 0; o < COUNT(ops); o++)
         for (int v = 0; v < (is_float(dt) ? 4 : 2); v++)
-          blocking(ALLREDUCE, ops[o], dt, &shapes[s], v);
-    for (int s = 0; s < COUNT(shapes); s++)
+          group_run(ALLREDUCE, ops[o], dt, &shapes[s], v);
+      group_end("allreduce %s %s: every op, in place or not%s", dn, sh,
+                is_float(dt) ? ", scaled or not" : "");
+    }
+    for (int s = 0; s < COUNT(shapes); s++) {
+      shape_str(sh, sizeof sh, shapes[s].ndim, shapes[s].dims);
+      group_begin();
       for (int root = 0; root < P; root++)
-        blocking(BROADCAST, HVD_SUM, dt, &shapes[s], root);
-    for (int s = 0; s < COUNT(rests); s++)
-      blocking(ALLGATHER, HVD_SUM, dt, &rests[s], 0);
-    blocking(ALLGATHER, HVD_SUM, dt, &rests[1], 1);
-    for (int s = 0; s < COUNT(rests); s++)
+        group_run(BROADCAST, HVD_SUM, dt, &shapes[s], root);
+      group_end("broadcast %s %s: from every root", dn, sh);
+    }
+    for (int s = 0; s < COUNT(rests); s++) {
+      shape_str(sh, sizeof sh, rests[s].ndim, rests[s].dims);
+      group_begin();
+      group_run(ALLGATHER, HVD_SUM, dt, &rests[s], 0);
+      group_run(ALLGATHER, HVD_SUM, dt, &rests[s], 1);
+      group_end("allgather %s [n]+%s: rank r sends r + 1 rows, then r", dn, sh);
+    }
+    for (int s = 0; s < COUNT(rests); s++) {
+      shape_str(sh, sizeof sh, rests[s].ndim, rests[s].dims);
+      group_begin();
       for (int v = 0; v < 3; v++)
-        blocking(ALLTOALL, HVD_SUM, dt, &rests[s], v);
-    for (int o = 0; o < COUNT(ops); o++)
-      for (int s = 0; s < COUNT(rests); s++)
+        group_run(ALLTOALL, HVD_SUM, dt, &rests[s], v);
+      group_end("alltoall %s [n]+%s: uneven splits, NULL splits, NULL "
+                "recv_splits",
+                dn, sh);
+    }
+    for (int s = 0; s < COUNT(rests); s++) {
+      shape_str(sh, sizeof sh, rests[s].ndim, rests[s].dims);
+      group_begin();
+      for (int o = 0; o < COUNT(ops); o++)
         for (int v = 0; v < (is_float(dt) ? 4 : 1); v += 2)
-          blocking(REDUCESCATTER, ops[o], dt, &rests[s], v);
+          group_run(REDUCESCATTER, ops[o], dt, &rests[s], v);
+      group_end("reducescatter %s [n]+%s, n = 2 * size + 1: every op%s", dn, sh,
+                is_float(dt) ? ", scaled or not" : "");
+    }
   }
 }
 
@@ -668,6 +775,7 @@ static void test_poll(void) {
     }
     if (now() > deadline)
       bail("hvd_test never reported %d of %d requests done", left, n);
+    nanosleep(&(struct timespec){0, 100000}, NULL); /* poll every 0.1 ms */
   }
   ok(pending_ok, "hvd_test sets done 0 and returns success while pending");
   for (int k = 0; k < n; k++) {

@@ -23,11 +23,11 @@
 
 static int P, R; /* world size, this rank */
 
-static const hvd_dtype_t dtypes[] = {HVD_UINT8,   HVD_INT8,     HVD_INT32,
-                                     HVD_INT64,   HVD_FLOAT16,  HVD_BFLOAT16,
+static const hvd_dtype_t dtypes[] = {HVD_UINT8,   HVD_INT8,    HVD_INT32,
+                                     HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
                                      HVD_FLOAT32, HVD_FLOAT64};
-static const char *const dtype_names[] = {"uint8",   "int8",     "int32",
-                                          "int64",   "float16",  "bfloat16",
+static const char *const dtype_names[] = {"uint8",   "int8",    "int32",
+                                          "int64",   "float16", "bfloat16",
                                           "float32", "float64"};
 static const size_t dtype_sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
 static const hvd_op_t ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
@@ -35,7 +35,9 @@ static const hvd_op_t ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
 static const char *const op_names[] = {"sum", "average", "min", "max",
                                        "product"};
 
-static int is_float(hvd_dtype_t dt) { return dt >= HVD_FLOAT16; }
+static int is_float(hvd_dtype_t dt) {
+  return dt >= HVD_FLOAT16;
+}
 
 /* float16/bfloat16 for the small integers used here (exact). */
 static uint16_t to_f16(float f) {
@@ -50,8 +52,8 @@ static uint16_t to_f16(float f) {
 }
 static float from_f16(uint16_t h) {
   int e = (h >> 10) & 0x1f, man = h & 0x3ff;
-  float f = e == 0 ? ldexpf((float)man, -24)
-                   : ldexpf((float)(man | 0x400), e - 25);
+  float f =
+      e == 0 ? ldexpf((float)man, -24) : ldexpf((float)(man | 0x400), e - 25);
   return (h & 0x8000) ? -f : f;
 }
 static uint16_t to_bf16(float f) {
@@ -68,27 +70,51 @@ static float from_bf16(uint16_t h) {
 
 static double get(hvd_dtype_t dt, const void *buf, int64_t i) {
   switch (dt) {
-  case HVD_UINT8: return ((const uint8_t *)buf)[i];
-  case HVD_INT8: return ((const int8_t *)buf)[i];
-  case HVD_INT32: return ((const int32_t *)buf)[i];
-  case HVD_INT64: return (double)((const int64_t *)buf)[i];
-  case HVD_FLOAT16: return from_f16(((const uint16_t *)buf)[i]);
-  case HVD_BFLOAT16: return from_bf16(((const uint16_t *)buf)[i]);
-  case HVD_FLOAT32: return ((const float *)buf)[i];
-  default: return ((const double *)buf)[i];
+  case HVD_UINT8:
+    return ((const uint8_t *)buf)[i];
+  case HVD_INT8:
+    return ((const int8_t *)buf)[i];
+  case HVD_INT32:
+    return ((const int32_t *)buf)[i];
+  case HVD_INT64:
+    return (double)((const int64_t *)buf)[i];
+  case HVD_FLOAT16:
+    return from_f16(((const uint16_t *)buf)[i]);
+  case HVD_BFLOAT16:
+    return from_bf16(((const uint16_t *)buf)[i]);
+  case HVD_FLOAT32:
+    return ((const float *)buf)[i];
+  default:
+    return ((const double *)buf)[i];
   }
 }
 
 static void put(hvd_dtype_t dt, void *buf, int64_t i, double v) {
   switch (dt) {
-  case HVD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-  case HVD_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-  case HVD_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case HVD_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  case HVD_FLOAT16: ((uint16_t *)buf)[i] = to_f16((float)v); break;
-  case HVD_BFLOAT16: ((uint16_t *)buf)[i] = to_bf16((float)v); break;
-  case HVD_FLOAT32: ((float *)buf)[i] = (float)v; break;
-  default: ((double *)buf)[i] = v; break;
+  case HVD_UINT8:
+    ((uint8_t *)buf)[i] = (uint8_t)v;
+    break;
+  case HVD_INT8:
+    ((int8_t *)buf)[i] = (int8_t)v;
+    break;
+  case HVD_INT32:
+    ((int32_t *)buf)[i] = (int32_t)v;
+    break;
+  case HVD_INT64:
+    ((int64_t *)buf)[i] = (int64_t)v;
+    break;
+  case HVD_FLOAT16:
+    ((uint16_t *)buf)[i] = to_f16((float)v);
+    break;
+  case HVD_BFLOAT16:
+    ((uint16_t *)buf)[i] = to_bf16((float)v);
+    break;
+  case HVD_FLOAT32:
+    ((float *)buf)[i] = (float)v;
+    break;
+  default:
+    ((double *)buf)[i] = v;
+    break;
   }
 }
 
@@ -107,13 +133,12 @@ static double input(hvd_op_t op, hvd_dtype_t dt, int t, int k, int r,
   return (double)((h * 7 + r * 3) % 11 - (s ? 5 : 0));
 }
 
-static double expected(hvd_op_t op, hvd_dtype_t dt, int t, int k,
-                       int64_t i) {
+static double expected(hvd_op_t op, hvd_dtype_t dt, int t, int k, int64_t i) {
   double acc = input(op, dt, t, k, 0, i);
   for (int r = 1; r < P; r++) {
     double x = input(op, dt, t, k, r, i);
-    acc = op == HVD_MIN ? fmin(acc, x)
-          : op == HVD_MAX ? fmax(acc, x)
+    acc = op == HVD_MIN       ? fmin(acc, x)
+          : op == HVD_MAX     ? fmax(acc, x)
           : op == HVD_PRODUCT ? acc * x
                               : acc + x;
   }
@@ -173,9 +198,9 @@ static void setup(struct item *it, int t, int k) {
   }
   snprintf(it->name, sizeof it->name, "order.%02d", t);
   it->send = calloc((size_t)(it->n ? it->n : 1), dtype_sizes[it->dt]);
-  it->recv = it->inplace ? it->send
-                         : calloc((size_t)(it->n ? it->n : 1),
-                                  dtype_sizes[it->dt]);
+  it->recv = it->inplace
+                 ? it->send
+                 : calloc((size_t)(it->n ? it->n : 1), dtype_sizes[it->dt]);
   if (!it->send || !it->recv)
     bail("out of memory");
   for (int64_t i = 0; i < it->n; i++) {
@@ -226,16 +251,15 @@ int main(int argc, char **argv) {
       setup(&items[t], t, k);
     for (int s = 0; s < NTENSORS; s++) {
       struct item *it = &items[submit_order[s]];
-      hvd_result_t rc = hvd_allreduce_async(
-          it->name, &it->st, it->inplace ? &it->st : &it->rt, it->op, 1.0,
-          1.0, &it->req);
+      hvd_result_t rc = hvd_allreduce_async(it->name, &it->st,
+                                            it->inplace ? &it->st : &it->rt,
+                                            it->op, 1.0, 1.0, &it->req);
       if (rc != HVD_SUCCESS || !it->req) {
         diag_all("%s: %s", it->name, hvd_last_error());
         submitted = 0;
       }
     }
-    ok(submitted, "round %d: rank order submitted %d allreduces", k,
-       NTENSORS);
+    ok(submitted, "round %d: rank order submitted %d allreduces", k, NTENSORS);
     diag("round %d: rank 0 submits order.%02d first, order.%02d last", k,
          submit_order[0], submit_order[NTENSORS - 1]);
     /* Wait in this rank's own order; check in one order on every rank,

@@ -53,8 +53,7 @@ static void vformat(char *buf, size_t n, const char *fmt, va_list ap) {
 
 /* Records one check. passed and detail (may be NULL) are this process's;
  * the description (fmt, ap) is rank 0's. Returns the agreed result. */
-static int report(int passed, const char *detail, const char *fmt,
-                  va_list ap) {
+static int report(int passed, const char *detail, const char *fmt, va_list ap) {
   char desc[TAP_LINE], mine[TAP_LINE];
   char *all = NULL;
   int agreed = passed ? 1 : 0;
@@ -63,7 +62,7 @@ static int report(int passed, const char *detail, const char *fmt,
   mine[0] = '\0';
   if (!passed) {
     const char *d = detail && *detail ? detail : note[0] ? NULL : "failed";
-    snprintf(mine, sizeof mine, "%s%s%s", d ? d : "",
+    snprintf(mine, sizeof mine, "%.300s%s%.200s", d ? d : "",
              d && note[0] ? "; " : "", note);
   }
   note[0] = '\0';
@@ -132,15 +131,13 @@ int is_int(long long expected, long long seen, const char *fmt, ...) {
   return r;
 }
 
-int is_double(double expected, double seen, double tol, const char *fmt,
-              ...) {
+int is_double(double expected, double seen, double tol, const char *fmt, ...) {
   char detail[TAP_LINE];
   va_list ap;
-  snprintf(detail, sizeof detail, "expected %.17g, got %.17g", expected,
-           seen);
+  snprintf(detail, sizeof detail, "expected %.17g, got %.17g", expected, seen);
   va_start(ap, fmt);
-  int r = report(expected == seen || fabs(expected - seen) <= tol, detail,
-                 fmt, ap);
+  int r =
+      report(expected == seen || fabs(expected - seen) <= tol, detail, fmt, ap);
   va_end(ap);
   return r;
 }
@@ -148,8 +145,8 @@ int is_double(double expected, double seen, double tol, const char *fmt,
 int is_string(const char *expected, const char *seen, const char *fmt, ...) {
   char detail[TAP_LINE];
   va_list ap;
-  int same = (expected && seen) ? strcmp(expected, seen) == 0
-                                : expected == seen;
+  int same =
+      (expected && seen) ? strcmp(expected, seen) == 0 : expected == seen;
   snprintf(detail, sizeof detail, "expected %s%s%s, got %s%s%s",
            expected ? "\"" : "", expected ? expected : "NULL",
            expected ? "\"" : "", seen ? "\"" : "", seen ? seen : "NULL",
@@ -273,8 +270,7 @@ void tap_mpi_init(int *argc, char ***argv) {
   MPI_Comm_size(comm, &world_size);
   mpi_mode = 1;
   if (provided < MPI_THREAD_MULTIPLE)
-    bail("MPI gives thread level %d, tests need MPI_THREAD_MULTIPLE",
-         provided);
+    bail("MPI gives thread level %d, tests need MPI_THREAD_MULTIPLE", provided);
 }
 
 int tap_mpi_finish(void) {
@@ -288,5 +284,9 @@ int tap_mpi_finish(void) {
   return status;
 }
 
-int tap_rank(void) { return my_rank; }
-int tap_size(void) { return world_size; }
+int tap_rank(void) {
+  return my_rank;
+}
+int tap_size(void) {
+  return world_size;
+}

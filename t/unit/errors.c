@@ -35,10 +35,10 @@ static const struct {
   size_t size;
   const char *name;
 } dtypes[] = {
-    {HVD_UINT8, 1, "uint8"},       {HVD_INT8, 1, "int8"},
-    {HVD_INT32, 4, "int32"},       {HVD_INT64, 8, "int64"},
-    {HVD_FLOAT16, 2, "float16"},   {HVD_BFLOAT16, 2, "bfloat16"},
-    {HVD_FLOAT32, 4, "float32"},   {HVD_FLOAT64, 8, "float64"},
+    {HVD_UINT8, 1, "uint8"},     {HVD_INT8, 1, "int8"},
+    {HVD_INT32, 4, "int32"},     {HVD_INT64, 8, "int64"},
+    {HVD_FLOAT16, 2, "float16"}, {HVD_BFLOAT16, 2, "bfloat16"},
+    {HVD_FLOAT32, 4, "float32"}, {HVD_FLOAT64, 8, "float64"},
 };
 
 static const struct {
@@ -55,8 +55,8 @@ static void test_strings(void) {
   is_int(15, HVD_RESULT_COUNT, "15 result codes");
   for (int i = 0; i < COUNT(results); i++) {
     is_int(i, results[i].rc, "result %d has code %d", i, i);
-    is_string(results[i].text, hvd_strerror(results[i].rc),
-              "hvd_strerror(%d)", results[i].rc);
+    is_string(results[i].text, hvd_strerror(results[i].rc), "hvd_strerror(%d)",
+              results[i].rc);
   }
   is_string("unknown result", hvd_strerror(HVD_RESULT_COUNT),
             "hvd_strerror(HVD_RESULT_COUNT)");
@@ -68,8 +68,9 @@ static void test_strings(void) {
   is_int(8, HVD_DTYPE_COUNT, "8 dtypes");
   for (int i = 0; i < COUNT(dtypes); i++) {
     is_int(i, dtypes[i].dtype, "dtype %s is %d", dtypes[i].name, i);
-    is_int((long long)dtypes[i].size, (long long)hvd_dtype_size(dtypes[i].dtype),
-           "hvd_dtype_size(%s)", dtypes[i].name);
+    is_int((long long)dtypes[i].size,
+           (long long)hvd_dtype_size(dtypes[i].dtype), "hvd_dtype_size(%s)",
+           dtypes[i].name);
     is_string(dtypes[i].name, hvd_dtype_name(dtypes[i].dtype),
               "hvd_dtype_name(%d)", i);
   }
@@ -176,16 +177,14 @@ static void test_not_initialized(void) {
   hvd_request_t *req = NULL;
   int done = -1, last = -1;
 
-  refused(hvd_allreduce("w", &send, &recv, HVD_SUM, 1.0, 1.0),
-          "hvd_allreduce");
+  refused(hvd_allreduce("w", &send, &recv, HVD_SUM, 1.0, 1.0), "hvd_allreduce");
   refused(hvd_allreduce_async("w", &send, &recv, HVD_SUM, 1.0, 1.0, &req),
           "hvd_allreduce_async");
   refused(hvd_broadcast("w", &send, 0), "hvd_broadcast");
   refused(hvd_broadcast_async("w", &send, 0, &req), "hvd_broadcast_async");
   refused(hvd_allgather("w", &send, &out), "hvd_allgather");
   refused(hvd_allgather_async("w", &send, &out, &req), "hvd_allgather_async");
-  refused(hvd_alltoall("w", &send, splits, &out, recv_splits),
-          "hvd_alltoall");
+  refused(hvd_alltoall("w", &send, splits, &out, recv_splits), "hvd_alltoall");
   refused(hvd_alltoall_async("w", &send, NULL, &out, NULL, &req),
           "hvd_alltoall_async");
   refused(hvd_reducescatter("w", &send, &out, HVD_SUM, 1.0, 1.0),

@@ -96,8 +96,7 @@ static const struct scenario scenarios[] = {
      "ok 1 - x\nok 2\nok 3 - near\nok 4 - equal\nok 5 - nulls\n"
      "ok 6 - strings\nok 7 - ints\nok 8 - rank and size\n1..8\n",
      0},
-    {"doubles", doubles, "1..1\nnot ok 1 - far\n#   expected 1, got 1.25\n",
-     1},
+    {"doubles", doubles, "1..1\nnot ok 1 - far\n#   expected 1, got 1.25\n", 1},
     {"short plan", short_plan,
      "1..2\nok 1 - only\n# planned 2 checks but ran 1\n", 1},
     {"no plan", no_plan, "ok 1 - unplanned\n", 1},
@@ -113,17 +112,19 @@ static const struct scenario scenarios[] = {
 };
 #define NSCENARIOS ((int)(sizeof scenarios / sizeof scenarios[0]))
 
+static char *outs[NSCENARIOS]; /* global: reachable in every child */
+
 /* Runs s in a child; returns its stdout (malloc'd) and sets *status. */
 static char *run_child(const struct scenario *s, int *status) {
   int fds[2];
   size_t len = 0, cap = 4096;
-  char *out = calloc(1, cap);
+  char *out;
   pid_t pid;
   ssize_t n;
 
   fflush(stdout);
-  if (!out || pipe(fds) != 0)
-    bail("pipe: out of resources");
+  if (pipe(fds) != 0)
+    bail("pipe failed");
   pid = fork();
   if (pid < 0)
     bail("fork failed");
@@ -134,6 +135,8 @@ static char *run_child(const struct scenario *s, int *status) {
     exit(s->run());
   }
   close(fds[1]);
+  if (!(out = calloc(1, cap)))
+    bail("out of memory");
   while ((n = read(fds[0], out + len, cap - len - 1)) > 0) {
     len += (size_t)n;
     if (cap - len < 2 && !(out = realloc(out, cap *= 2)))
@@ -148,7 +151,6 @@ static char *run_child(const struct scenario *s, int *status) {
 }
 
 int main(void) {
-  char *outs[NSCENARIOS];
   int status[NSCENARIOS];
 
   /* Fork every child before this process runs a check, so that each
