@@ -26,6 +26,7 @@
 #include <unistd.h>
 #endif
 
+#include "core/autotune.h"
 #include "core/cache.h"
 #include "core/controller.h"
 #include "core/errors.h"
@@ -68,8 +69,17 @@ struct hvd__engine {
   hvd__cache_t *cache;
   hvd_request_t **hits; /* per cache bit: this rank's request waiting on it */
   double *hit_since;
-  uint64_t *vec; /* flags, not-ready words, invalidate words */
-  int words;     /* words per bit set */
+  uint64_t *vec; /* flags, tuned parameters, not-ready bits, invalidate bits */
+  int words;     /* words per bit set (0 without a cache) */
+  int nparams;   /* 3 when autotuning, else 0 */
+  /* autotune (rank 0 decides; every rank applies what the vector says) */
+  hvd__autotune_t *tune;
+  hvd__tune_params_t params;
+  double cycle_s;
+  double burst_start; /* guarded by mu: first submission while idle */
+  int64_t burst_bytes; /* allreduce bytes executed in the current burst */
+  int64_t ended_bytes; /* the last finished burst, not yet scored */
+  double ended_seconds;
   /* timeline */
   double epoch;        /* aligned clock zero: leaving a barrier at start */
   int timeline_any;    /* some rank writes a timeline: gather ready times */
@@ -83,6 +93,12 @@ static void complete(hvd__engine_t *e, hvd_request_t *r, hvd_result_t rc,
                      const char *msg) {
   pthread_mutex_lock(&e->mu);
   hvd__table_remove(e->inflight, r->name);
+  if (e->tune != NULL && hvd__table_count(e->inflight) == 0 &&
+      e->burst_bytes > 0) { /* a burst ends here, before the caller wakes */
+    e->ended_bytes += e->burst_bytes;
+    e->ended_seconds += hvd__now() - e->burst_start;
+    e->burst_bytes = 0;
+  }
   pthread_mutex_unlock(&e->mu);
   hvd__request_complete(r, rc, msg);
 }
@@ -309,6 +325,8 @@ static int execute_all(hvd__engine_t *e, hvd__response_t *xs, int n,
         group[g] = &xs[i + g];
         g++;
       }
+      if (x->desc.coll == HVD__ALLREDUCE)
+        e->burst_bytes += bytes; /* before complete() can end the burst */
       run_group(e, group, g, agreed);
       for (int k = 0; k < g; k++)
         if (from_slow)
@@ -371,6 +389,10 @@ static void sort_new(hvd__engine_t *e, hvd_request_t *list, uint64_t *inval) {
     int bit = -1, k = HVD__CACHE_MISS;
     if (e->cache != NULL && r->desc.coll != HVD__JOIN)
       k = hvd__cache_lookup(e->cache, r->name, &r->desc, &bit);
+    if (k == HVD__CACHE_MISS || inval == NULL) {
+      push_slow(e, r);
+      continue;
+    }
     if (k >= 0) {
       e->hits[bit] = r;
       e->hit_since[bit] = now;
@@ -410,8 +432,14 @@ fail:
 static int fast_path(hvd__engine_t *e, unsigned flags, hvd__response_t **out,
                      int *nout) {
   int w = e->words;
-  uint64_t *notready = e->vec + 1, *inval = e->vec + 1 + w;
+  uint64_t *tuned = e->vec + 1, *notready = tuned + e->nparams,
+           *inval = notready + w;
   e->vec[0] = flags;
+  if (e->nparams > 0 && e->env.rank == 0) { /* the others add zeros */
+    tuned[0] = (uint64_t)e->params.fusion_threshold;
+    tuned[1] = (uint64_t)e->params.chunk_bytes;
+    tuned[2] = (uint64_t)e->params.cycle_us;
+  }
   int cap = hvd__cache_capacity(e->cache);
   for (int i = 0; i < w; i++)
     notready[i] = ~0ull;
@@ -428,14 +456,19 @@ static int fast_path(hvd__engine_t *e, unsigned flags, hvd__response_t **out,
       bit_set(inval, b);
   }
   MPI_Request mr;
-  int mrc = MPI_Iallreduce(MPI_IN_PLACE, e->vec, 1 + 2 * w, MPI_UINT64_T,
-                           MPI_BOR, e->env.comm, &mr);
+  int mrc = MPI_Iallreduce(MPI_IN_PLACE, e->vec, 1 + e->nparams + 2 * w,
+                           MPI_UINT64_T, MPI_BOR, e->env.comm, &mr);
   if (mrc != MPI_SUCCESS) {
     hvd__mpi_error(mrc, "MPI_Iallreduce");
     return -1;
   }
   if (hvd__mpi_wait(&mr, "negotiation") != HVD_SUCCESS)
     return -1;
+  if (e->nparams > 0) { /* rank 0's parameters, on every rank at once */
+    e->settings.fusion_threshold = (int64_t)tuned[0];
+    e->env.chunk_bytes = (int64_t)tuned[1];
+    e->cycle_s = (double)tuned[2] / 1e6;
+  }
   int nready = 0;
   for (int b = 0; b < cap; b++) {
     if (bit_get(inval, b)) {
@@ -512,6 +545,15 @@ static hvd_result_t slow_path(hvd__engine_t *e, int want_stop,
   return rc;
 }
 
+/* Rank 0, autotuning: scores the burst that complete() saw end. */
+static void tune_burst(hvd__engine_t *e) {
+  if (e->ended_bytes == 0)
+    return;
+  hvd__autotune_record(e->tune, e->ended_bytes, e->ended_seconds, &e->params);
+  e->ended_bytes = 0;
+  e->ended_seconds = 0;
+}
+
 static void deadline_to_timespec(double t, struct timespec *ts) {
   ts->tv_sec = (time_t)t;
   ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
@@ -538,8 +580,7 @@ static void *engine_main(void *arg) {
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid),
                 e->settings.engine_nice);
 #endif
-  double cycle = e->settings.cycle_time_ms / 1000.0;
-  double next = hvd__now() + cycle;
+  double next = hvd__now() + e->cycle_s;
   for (;;) {
     pthread_mutex_lock(&e->mu);
     while (e->qhead == NULL && e->slow == NULL && !e->stop_requested &&
@@ -552,26 +593,23 @@ static void *engine_main(void *arg) {
     e->qhead = e->qtail = NULL;
     int want_stop = e->stop_requested;
     pthread_mutex_unlock(&e->mu);
-    next = hvd__now() + cycle;
+    double cycle_start = hvd__now();
+    next = cycle_start + e->cycle_s;
 
     hvd__response_t *fast = NULL, *slow = NULL;
     int nfast = 0, nslow = 0, stop_by = -1;
     hvd_result_t rc = HVD_SUCCESS;
     unsigned flags = FLAG_STOP * (unsigned)want_stop;
-    if (e->cache != NULL) {
-      memset(e->vec, 0, (size_t)(1 + 2 * e->words) * sizeof *e->vec);
-      sort_new(e, list, e->vec + 1 + e->words);
-      if (e->slow != NULL || hvd__controller_busy(e->ctl))
-        flags |= FLAG_SLOW;
-      int all = fast_path(e, flags, &fast, &nfast);
-      if (all < 0)
-        rc = HVD_ERR_MPI;
-      else
-        flags = (unsigned)all;
-    } else {
-      sort_new(e, list, NULL);
-      flags |= FLAG_SLOW; /* no cache: every cycle is a slow-path round */
-    }
+    memset(e->vec, 0,
+           (size_t)(1 + e->nparams + 2 * e->words) * sizeof *e->vec);
+    sort_new(e, list, e->vec + 1 + e->nparams + e->words);
+    if (e->slow != NULL || hvd__controller_busy(e->ctl))
+      flags |= FLAG_SLOW;
+    int all = fast_path(e, flags, &fast, &nfast);
+    if (all < 0)
+      rc = HVD_ERR_MPI;
+    else
+      flags = (unsigned)all;
     if (rc == HVD_SUCCESS && (flags & (FLAG_SLOW | FLAG_STOP)))
       rc = slow_path(e, want_stop, &slow, &nslow);
     if (rc != HVD_SUCCESS) {
@@ -581,12 +619,14 @@ static void *engine_main(void *arg) {
     }
     double agreed = hvd__now();
     if (e->tl != NULL && (list != NULL || nfast + nslow > 0))
-      hvd__timeline_cycle(e->tl, next - cycle, e->cycles);
+      hvd__timeline_cycle(e->tl, cycle_start, e->cycles);
     e->cycles++;
     stop_by = execute_all(e, fast, nfast, 0, agreed);
     if (stop_by == -1)
       stop_by = execute_all(e, slow, nslow, 1, agreed);
     hvd__timeline_flush(e->tl, 1.0);
+    if (e->tune != NULL)
+      tune_burst(e);
     hvd__responses_free(fast, nfast);
     hvd__responses_free(slow, nslow);
     if (stop_by == -2)
@@ -614,6 +654,7 @@ static void engine_free(hvd__engine_t *e) {
   hvd__table_destroy(e->inflight);
   hvd__cache_destroy(e->cache);
   hvd__timeline_close(e->tl);
+  hvd__autotune_destroy(e->tune);
   free(e->hits);
   free(e->hit_since);
   free(e->vec);
@@ -674,17 +715,39 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
     rc = hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
     goto fail;
   }
+  e->cycle_s = s->cycle_time_ms / 1000.0;
+  int tune_any = 0;
+  HVD__MPI_CHECK(MPI_Allreduce(&e->settings.autotune, &tune_any, 1, MPI_INT,
+                               MPI_MAX, env->comm));
+  if (tune_any) {
+    e->nparams = 3;
+    e->params.fusion_threshold = s->fusion_threshold;
+    e->params.chunk_bytes = s->chunk_size > 0 ? s->chunk_size : HVD__MPI_CHUNK;
+    e->params.cycle_us = (int64_t)(s->cycle_time_ms * 1000);
+    if (env->rank == 0) {
+      e->tune = hvd__autotune_create(s, HVD__MPI_CHUNK);
+      if (e->tune == NULL) {
+        rc = HVD_ERR_IO;
+        goto fail;
+      }
+      hvd__autotune_record(e->tune, 0, 0, &e->params); /* first candidate */
+    }
+  }
   if (s->cache_capacity > 0) {
     int cap = s->cache_capacity;
     e->cache = hvd__cache_create(cap);
     e->words = (cap + 63) / 64;
     e->hits = calloc((size_t)cap, sizeof *e->hits);
     e->hit_since = calloc((size_t)cap, sizeof *e->hit_since);
-    e->vec = calloc((size_t)(1 + 2 * e->words), sizeof *e->vec);
-    if (!e->cache || !e->hits || !e->hit_since || !e->vec) {
+    if (!e->cache || !e->hits || !e->hit_since) {
       rc = hvd__set_error(HVD_ERR_NO_MEMORY, "response cache");
       goto fail;
     }
+  }
+  e->vec = calloc((size_t)(1 + e->nparams + 2 * e->words), sizeof *e->vec);
+  if (e->vec == NULL) {
+    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "negotiation vector");
+    goto fail;
   }
   for (int i = 0; hvd__executors[i] != NULL; i++)
     HVD__CHECK(hvd__executors[i]->open(&e->env, &e->exec_state[i]));
@@ -730,6 +793,8 @@ hvd_result_t hvd__engine_submit(hvd__engine_t *e, hvd_request_t *r) {
   } else {
     r->t_submit = hvd__now();
     r->t_ready = r->t_submit - e->epoch;
+    if (hvd__table_count(e->inflight) == 1) /* just this one: a new burst */
+      e->burst_start = r->t_submit;
     r->next = NULL;
     if (e->qtail)
       e->qtail->next = r;

@@ -18,11 +18,6 @@
 
 #define CHUNK_ELEMS ((int64_t)1 << 30)
 
-/* The MPI executor's default chunk: Open MPI over shared memory peaks at
- * 256 KiB - 4 MiB messages (measured on 2 ranks: 8-13 GB/s), and falls to
- * ~2 GB/s at 64 MiB, where it allocates a scratch buffer per call. */
-#define HVD__MPI_CHUNK ((int64_t)1 << 20)
-
 typedef struct mpi_state {
   MPI_Op half_ops[2][HVD_OP_COUNT]; /* [f16, bf16][op] */
   char *stage; /* persistent fusion chunk */

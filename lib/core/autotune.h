@@ -1,0 +1,39 @@
+/*
+ * autotune.h - online tuning of fusion threshold, chunk size and cycle
+ * time (HVD_AUTOTUNE=1). Rank 0 scores each burst of work (from the first
+ * submission while idle until nothing is in flight) as bytes reduced per
+ * second, tries the candidates of one parameter at a time, keeps the best,
+ * and finally checks the result against the defaults head to head, so it
+ * never ends worse than them. The engine sends rank 0's parameters to
+ * every rank inside the per-cycle negotiation, so all switch together.
+ */
+#ifndef HVD_CORE_AUTOTUNE_H
+#define HVD_CORE_AUTOTUNE_H
+
+#include <stdint.h>
+
+#include "core/settings.h"
+
+typedef struct hvd__tune_params {
+  int64_t fusion_threshold; /* bytes */
+  int64_t chunk_bytes;
+  int64_t cycle_us;
+} hvd__tune_params_t;
+
+typedef struct hvd__autotune hvd__autotune_t;
+
+/* Starts from the settings' values. log_path may be "" (no log). NULL
+ * with the message set on failure. */
+hvd__autotune_t *hvd__autotune_create(const hvd__settings_t *s,
+                                      int64_t default_chunk);
+void hvd__autotune_destroy(hvd__autotune_t *a); /* accepts NULL */
+
+/* Feeds one finished burst; *p gets the parameters to use from now on. */
+void hvd__autotune_record(hvd__autotune_t *a, int64_t bytes, double seconds,
+                          hvd__tune_params_t *p);
+/* 1 once tuning has finished (parameters are final). */
+int hvd__autotune_done(const hvd__autotune_t *a);
+/* Bursts scored so far. */
+int hvd__autotune_samples(const hvd__autotune_t *a);
+
+#endif /* HVD_CORE_AUTOTUNE_H */
