@@ -33,6 +33,7 @@ typedef struct hvd__response {
   hvd_result_t err;
   char *errmsg;
   int arg;
+  hvd_request_t *req; /* fast path only: this rank's request, if any */
 } hvd__response_t;
 
 typedef struct hvd__controller hvd__controller_t;

@@ -89,18 +89,35 @@ struct hvd__engine {
 
 /* ---- completion --------------------------------------------------------- */
 
-static void complete(hvd__engine_t *e, hvd_request_t *r, hvd_result_t rc,
-                     const char *msg) {
-  pthread_mutex_lock(&e->mu);
-  hvd__table_remove(e->inflight, r->name);
+/* Autotune, under mu: a burst ends when nothing is in flight, before the
+ * caller wakes and starts the next one. */
+static void burst_end_check(hvd__engine_t *e) {
   if (e->tune != NULL && hvd__table_count(e->inflight) == 0 &&
-      e->burst_bytes > 0) { /* a burst ends here, before the caller wakes */
+      e->burst_bytes > 0) {
     e->ended_bytes += e->burst_bytes;
     e->ended_seconds += hvd__now() - e->burst_start;
     e->burst_bytes = 0;
   }
+}
+
+static void complete(hvd__engine_t *e, hvd_request_t *r, hvd_result_t rc,
+                     const char *msg) {
+  pthread_mutex_lock(&e->mu);
+  hvd__table_remove(e->inflight, r->name);
+  burst_end_check(e);
   pthread_mutex_unlock(&e->mu);
   hvd__request_complete(r, rc, msg);
+}
+
+/* Completes requests whose results are set: out of the in-flight table
+ * under one lock, then all woken at once. */
+static void complete_all(hvd__engine_t *e, hvd_request_t *const *rs, int n) {
+  pthread_mutex_lock(&e->mu);
+  for (int i = 0; i < n; i++)
+    hvd__table_remove(e->inflight, rs[i]->name);
+  burst_end_check(e);
+  pthread_mutex_unlock(&e->mu);
+  hvd__requests_done(rs, n);
 }
 
 static hvd_request_t *lookup(hvd__engine_t *e, const char *name) {
@@ -216,9 +233,14 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs,
   }
   int m = 0;
   hvd_result_t rc = HVD_SUCCESS;
+  pthread_mutex_lock(&e->mu); /* one lock for the group's lookups */
+  for (int i = 0; i < n; i++)
+    reqs[i] = xs[i]->req != NULL ? xs[i]->req
+                                 : hvd__table_get(e->inflight, xs[i]->names[0]);
+  pthread_mutex_unlock(&e->mu);
   for (int i = 0; i < n; i++) {
     const char *name = xs[i]->names[0];
-    hvd_request_t *r = lookup(e, name);
+    hvd_request_t *r = reqs[i];
     if (r == NULL && e->joined)
       r = make_stub(name, &xs[i]->desc);
     if (r == NULL) {
@@ -256,7 +278,10 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs,
       if (!reqs[q]->is_stub)
         hvd__timeline_span(e->tl, reqs[q]->name, phase, t_exec, t_end, NULL);
   }
-  char msg[HVD__ERRMSG_MAX] = "";
+  char msg[HVD__ERRMSG_MAX] = "", why[HVD__ERRMSG_MAX];
+  if (rc != HVD_SUCCESS)
+    snprintf(why, sizeof why, "%s", hvd_last_error());
+  int live = 0;
   for (int i = 0; i < m; i++) {
     if (reqs[i]->is_stub) {
       free(reqs[i]->send.data);
@@ -266,10 +291,12 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs,
     if (rc != HVD_SUCCESS) {
       char lab[300];
       hvd__request_label(reqs[i], lab, sizeof lab);
-      snprintf(msg, sizeof msg, "%s: %s", lab, hvd_last_error());
+      snprintf(msg, sizeof msg, "%s: %.700s", lab, why);
     }
-    complete(e, reqs[i], rc, msg);
+    hvd__request_set_result(reqs[i], rc, msg);
+    reqs[live++] = reqs[i];
   }
+  complete_all(e, reqs, live);
   if (reqs != stack)
     free(reqs);
 }
@@ -508,6 +535,7 @@ static int fast_path(hvd__engine_t *e, unsigned flags, hvd__response_t **out,
       }
       if (mine != NULL) /* a joined rank has none: -1 */
         mine[k - 1] = e->hits[b] != NULL ? e->hits[b]->t_ready : -1;
+      x->req = e->hits[b];
       e->hits[b] = NULL; /* it runs now */
       hvd__cache_touch(e->cache, b);
     }
@@ -543,6 +571,13 @@ static hvd_result_t slow_path(hvd__engine_t *e, int want_stop,
   if (rc == HVD_SUCCESS)
     e->slow = e->slow_tail = NULL; /* the coordinator has them now */
   return rc;
+}
+
+static int list_len(const hvd_request_t *r) {
+  int n = 0;
+  for (; r != NULL; r = r->next)
+    n++;
+  return n;
 }
 
 /* Rank 0, autotuning: scores the burst that complete() saw end. */
@@ -594,6 +629,7 @@ static void *engine_main(void *arg) {
     int want_stop = e->stop_requested;
     pthread_mutex_unlock(&e->mu);
     double cycle_start = hvd__now();
+    int nnew = hvd__log_threshold <= HVD__LOG_TRACE ? list_len(list) : 0;
     next = cycle_start + e->cycle_s;
 
     hvd__response_t *fast = NULL, *slow = NULL;
@@ -618,6 +654,11 @@ static void *engine_main(void *arg) {
       break;
     }
     double agreed = hvd__now();
+    if (nnew + nfast + nslow > 0)
+      HVD__LOG(HVD__LOG_TRACE,
+               "cycle %ld: %d new, %d agreed by cache, %d by coordinator, "
+               "%.1f us negotiating",
+               e->cycles, nnew, nfast, nslow, (agreed - cycle_start) * 1e6);
     if (e->tl != NULL && (list != NULL || nfast + nslow > 0))
       hvd__timeline_cycle(e->tl, cycle_start, e->cycles);
     e->cycles++;

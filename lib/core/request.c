@@ -8,6 +8,12 @@
 #include "core/errors.h"
 #include "core/runtime.h"
 
+/* One completion lock and condition for every request: requests outlive
+ * the engine (hvd_wait after hvd_shutdown), and one broadcast can wake the
+ * waiter of a whole group. */
+static pthread_mutex_t done_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
+
 hvd_request_t *hvd__request_new(const char *name) {
   hvd_request_t *r = calloc(1, sizeof *r);
   if (r == NULL)
@@ -17,8 +23,6 @@ hvd_request_t *hvd__request_new(const char *name) {
     free(r);
     return NULL;
   }
-  pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->cv, NULL);
   r->last_rank = -1;
   return r;
 }
@@ -26,8 +30,6 @@ hvd_request_t *hvd__request_new(const char *name) {
 void hvd__request_free(hvd_request_t *r) {
   if (r == NULL)
     return;
-  pthread_mutex_destroy(&r->mu);
-  pthread_cond_destroy(&r->cv);
   free(r->name);
   free(r->splits);
   free(r->recv_splits);
@@ -35,18 +37,28 @@ void hvd__request_free(hvd_request_t *r) {
   free(r);
 }
 
-void hvd__request_complete(hvd_request_t *r, hvd_result_t rc,
-                           const char *msg) {
+void hvd__request_set_result(hvd_request_t *r, hvd_result_t rc,
+                             const char *msg) {
+  r->rc = rc;
   if (rc != HVD_SUCCESS) {
     r->errmsg = strdup(msg ? msg : hvd_strerror(rc));
     if (r->recv_out != NULL)
       hvd_tensor_free(&r->recv); /* an output hvd allocated */
   }
-  pthread_mutex_lock(&r->mu);
-  r->rc = rc;
-  r->done = 1;
-  pthread_cond_signal(&r->cv);
-  pthread_mutex_unlock(&r->mu);
+}
+
+void hvd__requests_done(hvd_request_t *const *rs, int n) {
+  pthread_mutex_lock(&done_mu);
+  for (int i = 0; i < n; i++)
+    rs[i]->done = 1;
+  pthread_mutex_unlock(&done_mu);
+  pthread_cond_broadcast(&done_cv);
+}
+
+void hvd__request_complete(hvd_request_t *r, hvd_result_t rc,
+                           const char *msg) {
+  hvd__request_set_result(r, rc, msg);
+  hvd__requests_done(&r, 1);
 }
 
 /* Hands the outputs to the caller, sets this thread's message, frees r. */
@@ -77,10 +89,10 @@ hvd_result_t hvd_wait(hvd_request_t *req) {
                             "hvd_wait: hvd_init() has not been called");
     return hvd__set_error(HVD_ERR_INVALID_ARG, "hvd_wait: req is NULL");
   }
-  pthread_mutex_lock(&req->mu);
+  pthread_mutex_lock(&done_mu);
   while (!req->done)
-    pthread_cond_wait(&req->cv, &req->mu);
-  pthread_mutex_unlock(&req->mu);
+    pthread_cond_wait(&done_cv, &done_mu);
+  pthread_mutex_unlock(&done_mu);
   return finish(req);
 }
 
@@ -94,9 +106,9 @@ hvd_result_t hvd_test(hvd_request_t *req, int *done) {
     return hvd__set_error(HVD_ERR_INVALID_ARG, "hvd_test: %s is NULL",
                           req == NULL ? "req" : "done");
   }
-  pthread_mutex_lock(&req->mu);
+  pthread_mutex_lock(&done_mu);
   int d = req->done;
-  pthread_mutex_unlock(&req->mu);
+  pthread_mutex_unlock(&done_mu);
   *done = d;
   return d ? finish(req) : HVD_SUCCESS;
 }

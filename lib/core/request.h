@@ -42,9 +42,7 @@ struct hvd_request {
   double t_submit;          /* hvd__now() at submission (timeline) */
   double t_ready;           /* t_submit on the aligned timeline clock */
 
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int done;
+  int done; /* guarded by the completion lock in request.c */
   hvd_result_t rc;
   char *errmsg;
   hvd_request_t *next; /* engine queue link */
@@ -55,8 +53,18 @@ hvd_request_t *hvd__request_new(const char *name);
 /* Frees the request and everything it owns except recv's data when the
  * caller took it. Accepts NULL. */
 void hvd__request_free(hvd_request_t *r);
-/* Marks r done with rc (and msg when rc fails) and wakes its waiter. On
- * failure, outputs hvd allocated are released. */
+/* Sets r's result (and msg when rc fails; outputs hvd allocated are then
+ * released). The request is not done yet: see hvd__requests_done. */
+void hvd__request_set_result(hvd_request_t *r, hvd_result_t rc,
+                             const char *msg);
+
+/* Marks n requests done at once and wakes their waiters. A waiter woken
+ * by the first finds the rest done too, so a burst completes without one
+ * sleep per request. After this the engine must not touch them: a waiter
+ * may free them at once. */
+void hvd__requests_done(hvd_request_t *const *rs, int n);
+
+/* hvd__request_set_result + hvd__requests_done for one request. */
 void hvd__request_complete(hvd_request_t *r, hvd_result_t rc, const char *msg);
 
 /* "allreduce 'w'", or just "barrier" / "join" for those without a name. */
