@@ -720,7 +720,14 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
   e->settings = *s;
   e->env = *env;
   e->env.chunk_bytes = s->chunk_size;
-  e->env.hierarchical = s->hierarchical;
+  /* hierarchical only where it applies, decided for all ranks together (a
+   * rank alone on its node must still take the three phases) */
+  int mine[3] = {s->hierarchical, env->local_size, env->local_rank == 0},
+      all[3];
+  HVD__MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, env->comm));
+  HVD__MPI_CHECK(
+      MPI_Allreduce(&mine[2], &all[2], 1, MPI_INT, MPI_SUM, env->comm));
+  e->env.hierarchical = all[0] && all[1] > 1 && all[2] > 1;
   /* the aligned clock: every rank leaves this barrier at about the same
    * moment and takes that as zero */
   int tl_here = s->timeline[0] != '\0' && (env->rank == 0 || s->timeline_all_ranks);
@@ -740,13 +747,22 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
       e->env.trace_ctx = e;
     }
   }
-  /* every rank fails init together if a timeline could not be opened */
-  int ok = !tl_here || e->tl != NULL, all_ok = 0;
-  HVD__MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, env->comm));
-  if (!all_ok) {
-    rc = ok ? hvd__set_error(HVD_ERR_IO, "HVD_TIMELINE: another rank could "
-                                         "not open its timeline file")
-            : HVD_ERR_IO;
+  /* every rank fails init together if a timeline could not be opened,
+   * naming the first rank that failed and its file */
+  int bad = tl_here && e->tl == NULL ? env->rank : env->size, first_bad = 0;
+  HVD__MPI_CHECK(
+      MPI_Allreduce(&bad, &first_bad, 1, MPI_INT, MPI_MIN, env->comm));
+  if (first_bad < env->size) {
+    if (bad != env->rank) {
+      char path[HVD__PATH_MAX + 16];
+      if (s->timeline_all_ranks)
+        hvd__timeline_rank_path(s->timeline, first_bad, path, sizeof path);
+      else
+        snprintf(path, sizeof path, "%s", s->timeline);
+      hvd__set_error(HVD_ERR_IO, "HVD_TIMELINE: rank %d cannot open '%s'",
+                     first_bad, path);
+    }
+    rc = HVD_ERR_IO;
     goto fail;
   }
   e->inflight = hvd__table_create();

@@ -16,7 +16,9 @@ typedef struct hvd__exec_env {
   int rank, size;
   MPI_Comm local_comm, cross_comm; /* same node; same local rank */
   int local_rank, local_size;
-  int hierarchical;    /* HVD_HIERARCHICAL_ALLREDUCE */
+  int hierarchical;    /* HVD_HIERARCHICAL_ALLREDUCE, and it applies: more
+                          than one node and some node with several ranks;
+                          the same on every rank */
   int64_t chunk_bytes; /* HVD_CHUNK_SIZE (0: the executor's default) */
   /* Timeline hook, NULL when off: phase of one request from t0 to t1. */
   void (*trace)(void *ctx, const hvd_request_t *r, const char *phase,

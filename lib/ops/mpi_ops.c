@@ -185,8 +185,7 @@ static hvd_result_t reduce_span(const mpi_state_t *s, const hvd__exec_env_t *env
   size_t esize = hvd_dtype_size((hvd_dtype_t)dtype);
   MPI_Datatype dt = mpi_dtype(dtype);
   MPI_Op mop = mpi_op(s, dtype, op);
-  int hier = env->hierarchical && env->local_size > 1 &&
-             env->local_size < env->size;
+  int hier = env->hierarchical; /* decided for every rank alike at start */
   for (int64_t off = 0; off < n; off += CHUNK_ELEMS) {
     int count = (int)(n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS);
     const void *sp = src == MPI_IN_PLACE ? MPI_IN_PLACE

@@ -1,0 +1,204 @@
+/*
+ * bench_latency.c - latency mode.
+ *
+ * One float32 (4 bytes) reduced with hvd_allreduce (blocking: submit to
+ * completion; sum, in place), --iters samples back to back after --warmup,
+ * then the same with MPI_Allreduce on MPI_COMM_WORLD. A sample's time is
+ * the slowest rank's; p50/p90/p99/min/max over the samples. Every sample's
+ * result is checked (each rank adds rank + 1).
+ *
+ * The `small` sub-report: --small-count tensors of 4 bytes with distinct
+ * names submitted with hvd_allreduce_async, then all waited for, against
+ * as many sequential MPI_Allreduce calls; median of --small-iters
+ * iterations (2 warmup), a barrier before each.
+ */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { L_HVD, L_MPI, L_COUNT };
+
+static float expected_sum(void) {
+  return (float)(bench_size * (bench_size + 1) / 2);
+}
+
+/* One sample set: warmup + iters single-float allreduces; times in us in
+ * t[0..iters). Returns 1 if every result was right on this rank. */
+static int sample(int method, int warmup, int iters, double *t) {
+  float v;
+  int64_t one = 1;
+  hvd_tensor_t x = hvd_tensor_make(&v, HVD_FLOAT32, 1, &one);
+  int ok = 1;
+
+  for (int k = -warmup; k < iters; k++) {
+    v = (float)(bench_rank + 1);
+    double t0 = bench_now();
+    if (method == L_HVD)
+      BENCH_HVD(hvd_allreduce("bench.latency", &x, &x, HVD_SUM, 1.0, 1.0));
+    else
+      BENCH_MPI(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_FLOAT, MPI_SUM,
+                              MPI_COMM_WORLD));
+    double dt = bench_now() - t0;
+    if (k >= 0)
+      t[k] = dt * 1e6;
+    if (v != expected_sum()) {
+      if (ok)
+        fprintf(stderr,
+                "[rank %d] latency %s: sample %d is %g, expected "
+                "%g\n",
+                bench_rank, method == L_HVD ? "hvd" : "MPI", k, (double)v,
+                (double)expected_sum());
+      ok = 0;
+    }
+  }
+  return ok;
+}
+
+/* The small sub-report for one method: median etc. in us. */
+static int small(int method, const bench_opts_t *o, float *vals,
+                 hvd_request_t **req, char (*names)[32], bench_stats_t *st) {
+  int n = o->small_count, iters = o->small_iters, ok = 1;
+  double *t = bench_alloc(sizeof *t * (size_t)iters);
+  int64_t one = 1;
+
+  for (int k = -2; k < iters; k++) {
+    for (int i = 0; i < n; i++)
+      vals[i] = (float)(bench_rank + 1 + i % 5);
+    BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    double t0 = bench_now();
+    if (method == L_HVD) {
+      for (int i = 0; i < n; i++) {
+        hvd_tensor_t x = hvd_tensor_make(&vals[i], HVD_FLOAT32, 1, &one);
+        BENCH_HVD(
+            hvd_allreduce_async(names[i], &x, &x, HVD_SUM, 1.0, 1.0, &req[i]));
+      }
+      for (int i = 0; i < n; i++)
+        BENCH_HVD(hvd_wait(req[i]));
+    } else {
+      for (int i = 0; i < n; i++)
+        BENCH_MPI(MPI_Allreduce(MPI_IN_PLACE, &vals[i], 1, MPI_FLOAT, MPI_SUM,
+                                MPI_COMM_WORLD));
+    }
+    double dt = bench_now() - t0;
+    if (k >= 0)
+      t[k] = dt * 1e6;
+    for (int i = 0; i < n; i++) {
+      float want = expected_sum() + (float)(bench_size * (i % 5));
+      if (vals[i] != want) {
+        if (ok)
+          fprintf(stderr,
+                  "[rank %d] small %s: tensor %d is %g, expected "
+                  "%g\n",
+                  bench_rank, method == L_HVD ? "hvd" : "MPI", i,
+                  (double)vals[i], (double)want);
+        ok = 0;
+      }
+    }
+  }
+  bench_max_over_ranks(t, iters);
+  *st = bench_stats(t, iters);
+  free(t);
+  return bench_all_ok(ok);
+}
+
+int bench_latency(const bench_opts_t *o) {
+  static const char *const labels[L_COUNT] = {"hvd_allreduce (blocking)",
+                                              "MPI_Allreduce"};
+  static const char *const keys[L_COUNT] = {"hvd", "mpi"};
+  int iters = o->iters > 0 ? o->iters : 5000;
+  int warmup = o->warmup >= 0 ? o->warmup : 100;
+  int n = o->small_count;
+  double *t = bench_alloc(sizeof *t * (size_t)iters);
+  bench_stats_t lat[L_COUNT], sm[L_COUNT];
+  int ok[L_COUNT], sok[L_COUNT];
+
+  for (int m = 0; m < L_COUNT; m++) {
+    BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    ok[m] = bench_all_ok(sample(m, warmup, iters, t));
+    bench_max_over_ranks(t, iters);
+    lat[m] = bench_stats(t, iters);
+  }
+  free(t);
+
+  float *vals = bench_alloc(sizeof *vals * (size_t)n);
+  hvd_request_t **req = bench_alloc(sizeof *req * (size_t)n);
+  char(*names)[32] = bench_alloc(sizeof *names * (size_t)n);
+  for (int i = 0; i < n; i++)
+    snprintf(names[i], sizeof names[i], "bench.small.%d", i);
+  for (int m = 0; m < L_COUNT; m++)
+    sok[m] = small(m, o, vals, req, names, &sm[m]);
+  free(vals);
+  free(req);
+  free(names);
+
+  if (bench_rank == 0 && o->json) {
+    bench_json_header("latency");
+    bench_json_int("iters", iters);
+    bench_json_int("warmup", warmup);
+    bench_json_open("latency", '[');
+    for (int m = 0; m < L_COUNT; m++) {
+      bench_json_open(NULL, '{');
+      bench_json_str("method", keys[m]);
+      bench_json_num("p50_us", lat[m].median);
+      bench_json_num("p90_us", lat[m].p90);
+      bench_json_num("p99_us", lat[m].p99);
+      bench_json_num("min_us", lat[m].min);
+      bench_json_num("max_us", lat[m].max);
+      bench_json_bool("correct", ok[m]);
+      bench_json_close('}');
+    }
+    bench_json_close(']');
+    bench_json_num("hvd_over_mpi_p50", lat[L_HVD].median / lat[L_MPI].median);
+    bench_json_open("small", '{');
+    bench_json_int("tensors", n);
+    bench_json_int("iters", o->small_iters);
+    bench_json_int("warmup", 2);
+    bench_json_open("results", '[');
+    for (int m = 0; m < L_COUNT; m++) {
+      bench_json_open(NULL, '{');
+      bench_json_str("method", keys[m]);
+      bench_json_num("median_us", sm[m].median);
+      bench_json_num("min_us", sm[m].min);
+      bench_json_num("max_us", sm[m].max);
+      bench_json_num("per_tensor_us", sm[m].median / n);
+      bench_json_bool("correct", sok[m]);
+      bench_json_close('}');
+    }
+    bench_json_close(']');
+    bench_json_num("hvd_over_mpi", sm[L_HVD].median / sm[L_MPI].median);
+    bench_json_close('}');
+    bench_json_close('}');
+  } else if (bench_rank == 0) {
+    char env[512];
+    printf("# hvd-bench latency: %d rank%s, hvd %s; env: %s\n", bench_size,
+           bench_size == 1 ? "" : "s", hvd_version(),
+           bench_env_line(env, sizeof env));
+    printf("# one float32 (4 B) allreduce, sum in place: %d samples after %d "
+           "warmup, back to back; each the slowest rank's time\n",
+           iters, warmup);
+    printf("%-26s %9s %9s %9s %9s %9s %5s\n", "method", "p50_us", "p90_us",
+           "p99_us", "min_us", "max_us", "check");
+    for (int m = 0; m < L_COUNT; m++)
+      printf("%-26s %9.2f %9.2f %9.2f %9.2f %9.2f %5s\n", labels[m],
+             lat[m].median, lat[m].p90, lat[m].p99, lat[m].min, lat[m].max,
+             ok[m] ? "ok" : "WRONG");
+    printf("hvd / MPI (p50): %.2f\n", lat[L_HVD].median / lat[L_MPI].median);
+    printf("# small: %d tensors of 4 B; median of %d iters after 2 warmup, "
+           "barrier before each\n",
+           n, o->small_iters);
+    printf("%-36s %11s %11s %11s %9s %5s\n", "method", "median_us", "min_us",
+           "max_us", "per_tensor", "check");
+    printf("%-36s %11.1f %11.1f %11.1f %9.2f %5s\n",
+           "hvd: allreduce_async each + wait all", sm[L_HVD].median,
+           sm[L_HVD].min, sm[L_HVD].max, sm[L_HVD].median / n,
+           sok[L_HVD] ? "ok" : "WRONG");
+    printf("%-36s %11.1f %11.1f %11.1f %9.2f %5s\n",
+           "MPI_Allreduce each (sequential)", sm[L_MPI].median, sm[L_MPI].min,
+           sm[L_MPI].max, sm[L_MPI].median / n, sok[L_MPI] ? "ok" : "WRONG");
+    printf("hvd / MPI (small): %.2f\n", sm[L_HVD].median / sm[L_MPI].median);
+    fflush(stdout);
+  }
+  return ok[L_HVD] && ok[L_MPI] && sok[L_HVD] && sok[L_MPI] ? 0 : 1;
+}

@@ -1,0 +1,391 @@
+/*
+ * bench_util.c - the helpers of hvd-bench: fatal errors, clock and
+ * statistics, element access for every dtype (with float16 and bfloat16
+ * conversions of our own: libhvd keeps its own internal), byte sizes, the
+ * HVD_* environment and a small streaming JSON writer.
+ */
+#include "bench.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int bench_rank = 0, bench_size = 1;
+
+/* ---- failures ----------------------------------------------------------- */
+
+static void die(void) {
+  fflush(stdout);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1); /* not reached */
+}
+
+void bench_fail_hvd(hvd_result_t rc, const char *what) {
+  fprintf(stderr, "[rank %d] %s failed: %s: %s\n", bench_rank, what,
+          hvd_strerror(rc), hvd_last_error());
+  die();
+}
+
+void bench_fail_mpi(int err, const char *what) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS)
+    snprintf(msg, sizeof msg, "MPI error %d", err);
+  fprintf(stderr, "[rank %d] %s failed: %s\n", bench_rank, what, msg);
+  die();
+}
+
+void bench_fail(const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "[rank %d] ", bench_rank);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  die();
+}
+
+void *bench_alloc(size_t bytes) {
+  void *p = malloc(bytes > 0 ? bytes : 1);
+  if (p == NULL)
+    bench_fail("out of memory allocating %zu bytes", bytes);
+  return p;
+}
+
+int bench_all_ok(int ok) {
+  int v = ok ? 1 : 0;
+  BENCH_MPI(
+      MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  return v;
+}
+
+/* ---- time and statistics ------------------------------------------------ */
+
+double bench_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void bench_max_over_ranks(double *samples, int n) {
+  BENCH_MPI(MPI_Allreduce(MPI_IN_PLACE, samples, n, MPI_DOUBLE, MPI_MAX,
+                          MPI_COMM_WORLD));
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of sorted samples. */
+static double percentile(const double *s, int n, double p) {
+  int i = (int)ceil(p * n) - 1;
+  return s[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+bench_stats_t bench_stats(double *s, int n) {
+  bench_stats_t st;
+  qsort(s, (size_t)n, sizeof *s, cmp_double);
+  st.min = s[0];
+  st.max = s[n - 1];
+  st.median = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  st.p90 = percentile(s, n, 0.90);
+  st.p99 = percentile(s, n, 0.99);
+  return st;
+}
+
+/* ---- element values ----------------------------------------------------- */
+
+static uint16_t f32_to_f16(float f) { /* round to nearest even */
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) /* inf, nan */
+    return sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u);
+  if (a >= 0x477ff000u) /* 65520 and up round to inf */
+    return sign | 0x7c00u;
+  if (a < 0x38800000u) { /* below 2^-14: a float16 subnormal */
+    float af;
+    memcpy(&af, &a, sizeof af);
+    return sign | (uint16_t)lrintf(af * 16777216.0f); /* units of 2^-24 */
+  }
+  uint32_t h = ((((a >> 23) - 127 + 15) << 10) | ((a & 0x7fffffu) >> 13));
+  uint32_t rest = a & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+    h++;
+  return sign | (uint16_t)h;
+}
+
+static float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+  if (e == 0) {
+    float v = ldexpf((float)m, -24);
+    return sign ? -v : v;
+  }
+  if (e == 31)
+    x = sign | 0x7f800000u | (m << 13);
+  else
+    x = sign | ((e + 112) << 23) | (m << 13);
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+static uint16_t f32_to_bf16(float f) { /* round to nearest even */
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t)((x >> 16) | 0x40u); /* quiet nan */
+  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+static float bf16_to_f32(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+int bench_is_float(hvd_dtype_t dt) {
+  return dt == HVD_FLOAT16 || dt == HVD_BFLOAT16 || dt == HVD_FLOAT32 ||
+         dt == HVD_FLOAT64;
+}
+
+void bench_put(void *buf, hvd_dtype_t dt, int64_t i, double v) {
+  switch (dt) {
+  case HVD_UINT8:
+    ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v;
+    break;
+  case HVD_INT8:
+    ((int8_t *)buf)[i] = (int8_t)(int64_t)v;
+    break;
+  case HVD_INT32:
+    ((int32_t *)buf)[i] = (int32_t)(int64_t)v;
+    break;
+  case HVD_INT64:
+    ((int64_t *)buf)[i] = (int64_t)v;
+    break;
+  case HVD_FLOAT16:
+    ((uint16_t *)buf)[i] = f32_to_f16((float)v);
+    break;
+  case HVD_BFLOAT16:
+    ((uint16_t *)buf)[i] = f32_to_bf16((float)v);
+    break;
+  case HVD_FLOAT32:
+    ((float *)buf)[i] = (float)v;
+    break;
+  case HVD_FLOAT64:
+  default:
+    ((double *)buf)[i] = v;
+    break;
+  }
+}
+
+double bench_get(const void *buf, hvd_dtype_t dt, int64_t i) {
+  switch (dt) {
+  case HVD_UINT8:
+    return ((const uint8_t *)buf)[i];
+  case HVD_INT8:
+    return ((const int8_t *)buf)[i];
+  case HVD_INT32:
+    return ((const int32_t *)buf)[i];
+  case HVD_INT64:
+    return (double)((const int64_t *)buf)[i];
+  case HVD_FLOAT16:
+    return f16_to_f32(((const uint16_t *)buf)[i]);
+  case HVD_BFLOAT16:
+    return bf16_to_f32(((const uint16_t *)buf)[i]);
+  case HVD_FLOAT32:
+    return ((const float *)buf)[i];
+  case HVD_FLOAT64:
+  default:
+    return ((const double *)buf)[i];
+  }
+}
+
+/* ---- names, sizes, environment ------------------------------------------ */
+
+const char *bench_coll_name(enum bench_coll c) {
+  static const char *const names[] = {"allreduce", "broadcast", "allgather",
+                                      "alltoall", "reducescatter"};
+  return (unsigned)c < BENCH_COLL_COUNT ? names[c] : "unknown";
+}
+
+int64_t bench_parse_bytes(const char *s) {
+  char *end = NULL;
+  if (s == NULL || *s < '0' || *s > '9')
+    return -1;
+  unsigned long long v = strtoull(s, &end, 10);
+  int shift = 0;
+  switch (*end) {
+  case 'k':
+  case 'K':
+    shift = 10;
+    end++;
+    break;
+  case 'm':
+  case 'M':
+    shift = 20;
+    end++;
+    break;
+  case 'g':
+  case 'G':
+    shift = 30;
+    end++;
+    break;
+  default:
+    break;
+  }
+  if (shift && *end == 'i')
+    end++;
+  if (*end == 'B' || *end == 'b')
+    end++;
+  if (*end != '\0' || v > (1ULL << 40) || (v << shift) > (1ULL << 40))
+    return -1;
+  return (int64_t)(v << shift);
+}
+
+const char *bench_bytes_str(double bytes, char *buf, size_t len) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (u < 3 && bytes >= 1024.0) {
+    bytes /= 1024.0;
+    u++;
+  }
+  if (bytes == floor(bytes))
+    snprintf(buf, len, "%.0f %s", bytes, units[u]);
+  else
+    snprintf(buf, len, "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The HVD_* entries of the environment, sorted; *n of them. Free the array
+ * (not the strings). */
+static const char **hvd_env(int *n) {
+  int count = 0, k = 0;
+  for (char **e = environ; *e != NULL; e++)
+    count += strncmp(*e, "HVD_", 4) == 0;
+  const char **v = bench_alloc(sizeof *v * (size_t)(count + 1));
+  for (char **e = environ; *e != NULL; e++)
+    if (strncmp(*e, "HVD_", 4) == 0)
+      v[k++] = *e;
+  qsort(v, (size_t)count, sizeof *v, cmp_str);
+  *n = count;
+  return v;
+}
+
+const char *bench_env_line(char *buf, size_t len) {
+  int n;
+  const char **v = hvd_env(&n);
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && used < len; i++) {
+    int w = snprintf(buf + used, len - used, "%s%s", i ? " " : "", v[i]);
+    used += w > 0 ? (size_t)w : 0;
+  }
+  if (n == 0)
+    snprintf(buf, len, "(none set)");
+  free(v);
+  return buf;
+}
+
+/* ---- JSON --------------------------------------------------------------- */
+
+#define JSON_DEPTH 16
+static int json_depth;             /* open containers */
+static int json_count[JSON_DEPTH]; /* values written in each */
+
+static void json_string(const char *s) {
+  putchar('"');
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      printf("\\%c", *p);
+    else if (*p < 0x20)
+      printf("\\u%04x", *p);
+    else
+      putchar(*p);
+  }
+  putchar('"');
+}
+
+/* The comma, newline, indentation and key in front of a value. */
+static void json_prefix(const char *key) {
+  if (json_depth > 0) {
+    if (json_count[json_depth - 1]++ > 0)
+      putchar(',');
+    printf("\n%*s", 2 * json_depth, "");
+  }
+  if (key != NULL) {
+    json_string(key);
+    printf(": ");
+  }
+}
+
+void bench_json_open(const char *key, char bracket) {
+  json_prefix(key);
+  putchar(bracket);
+  if (json_depth < JSON_DEPTH)
+    json_count[json_depth++] = 0;
+}
+
+void bench_json_close(char bracket) {
+  if (json_depth > 0 && json_count[--json_depth] > 0)
+    printf("\n%*s", 2 * json_depth, "");
+  putchar(bracket);
+  if (json_depth == 0)
+    putchar('\n');
+  fflush(stdout);
+}
+
+void bench_json_str(const char *key, const char *v) {
+  json_prefix(key);
+  json_string(v);
+}
+
+void bench_json_num(const char *key, double v) {
+  json_prefix(key);
+  if (isfinite(v))
+    printf("%.6g", v);
+  else
+    printf("null");
+}
+
+void bench_json_int(const char *key, int64_t v) {
+  json_prefix(key);
+  printf("%lld", (long long)v);
+}
+
+void bench_json_bool(const char *key, int v) {
+  json_prefix(key);
+  printf(v ? "true" : "false");
+}
+
+void bench_json_header(const char *mode) {
+  int n;
+  const char **v = hvd_env(&n);
+  bench_json_open(NULL, '{');
+  bench_json_str("mode", mode);
+  bench_json_int("world_size", bench_size);
+  bench_json_str("hvd_version", hvd_version());
+  bench_json_open("settings", '{');
+  for (int i = 0; i < n; i++) {
+    char name[256];
+    const char *eq = strchr(v[i], '=');
+    size_t nl = eq ? (size_t)(eq - v[i]) : strlen(v[i]);
+    snprintf(name, sizeof name, "%.*s", (int)nl, v[i]);
+    bench_json_str(name, eq ? eq + 1 : "");
+  }
+  bench_json_close('}');
+  free(v);
+}

@@ -1,0 +1,413 @@
+/*
+ * hvd-bench - performance and correctness of hvd's collectives, in the
+ * spirit of nccl-tests:
+ *
+ *   mpirun -np N bin/hvd-bench MODE [options]
+ *
+ *   sweep    every size from --min-bytes to --max-bytes, per collective,
+ *            dtype, op and place: time, algbw, busbw, and a checked result
+ *   list     one workload (--tensors FILE): hvd against three raw MPI
+ *            baselines, and the memory hvd costs
+ *   latency  one 4-byte allreduce, hvd against MPI_Allreduce; and many
+ *            tiny tensors at once (the `small` sub-report)
+ *   --quick  a tiny sweep of everything, for correctness only (a test)
+ *
+ * This file parses the command line (before MPI starts, so --help and
+ * option errors need no mpirun) and runs the mode; see doc/bench.md.
+ * Exit status: 0 all good, 1 some result was wrong or a call failed,
+ * 2 bad command line.
+ */
+#include "bench.h"
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_text[] =
+    "usage: mpirun -np N hvd-bench MODE [options]\n"
+    "       hvd-bench --quick | --help\n"
+    "\n"
+    "modes:\n"
+    "  sweep        time and check collectives over a range of sizes\n"
+    "  list         time one workload (--tensors) against raw MPI\n"
+    "  latency      4-byte allreduce latency, and many tiny tensors at once\n"
+    "  overlap      compute on the main thread while hvd reduces --tensors in\n"
+    "               the background: the compute speed it keeps\n"
+    "  quick        same as --quick: a fast correctness self-check of every\n"
+    "               collective, dtype and op (exit 1 if anything is wrong)\n"
+    "\n"
+    "common options:\n"
+    "  --iters N          timed iterations (default: sweep adapts to the\n"
+    "                     size, list 10, latency 5000)\n"
+    "  --warmup N         untimed iterations first (default: sweep 5 (2\n"
+    "                     above 16 MiB), list 2, latency 100)\n"
+    "  --json             print one JSON document instead of tables\n"
+    "  --quick            run the quick self-check (MODE may be omitted)\n"
+    "  --verbose          quick: print every case, not only wrong ones\n"
+    "  -h, --help         this text\n"
+    "\n"
+    "sweep options:\n"
+    "  --min-bytes SIZE   smallest message (default 4); SIZE takes K, M, G\n"
+    "  --max-bytes SIZE   largest message (default 256M)\n"
+    "  --step-factor F    multiply the size by F each step (default 2)\n"
+    "  --coll LIST        allreduce (default), broadcast, allgather,\n"
+    "                     alltoall, reducescatter, or all; comma-separated\n"
+    "  --op LIST          sum (default), average, min, max, product, or all\n"
+    "  --dtype LIST       float32 (default), uint8, int8, int32, int64,\n"
+    "                     float16, bfloat16, float64, or all\n"
+    "  --inplace 0|1|both out of place, in place, or both (default both;\n"
+    "                     broadcast is in place only, allgather, alltoall\n"
+    "                     and reducescatter out of place only)\n"
+    "  --root R           broadcast root (default 0)\n"
+    "\n"
+    "list and overlap options:\n"
+    "  --tensors FILE     workload: one tensor per line, `name dim0 [dim1]`,\n"
+    "                     float32, '#' starts a comment (required)\n"
+    "  --compute-ms MS    overlap: the compute loop's length (default 500)\n"
+    "\n"
+    "latency options:\n"
+    "  --small-count N    tensors in the small sub-report (default 1000)\n"
+    "  --small-iters N    timed iterations of it (default 20)\n"
+    "\n"
+    "Only rank 0 prints. Exit status: 0 all results right, 1 a result was\n"
+    "wrong or a call failed, 2 bad command line.\n";
+
+/* The rank mpirun gave this process, read before MPI starts (0 if none),
+ * so that only rank 0 prints usage errors. */
+static int launcher_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+                                     "PMI_RANK"};
+  for (int i = 0; i < BENCH_COUNT(vars); i++) {
+    const char *v = getenv(vars[i]);
+    if (v != NULL && *v != '\0')
+      return atoi(v);
+  }
+  return 0;
+}
+
+static void usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
+
+static void usage_error(const char *fmt, ...) {
+  if (launcher_rank() == 0) {
+    va_list ap;
+    fputs("hvd-bench: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs(" (hvd-bench --help lists the options)\n", stderr);
+  }
+  exit(2);
+}
+
+static int parse_int(const char *opt, const char *s, int min, int max) {
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end != '\0' || v < min || v > max)
+    usage_error("%s '%s': expected an integer in %d..%d", opt, s, min, max);
+  return (int)v;
+}
+
+static int64_t parse_size(const char *opt, const char *s) {
+  int64_t v = bench_parse_bytes(s);
+  if (v < 1 || v > (INT64_C(4) << 30))
+    usage_error("%s '%s': expected a size from 1 to 4G (e.g. 4, 64K, 256M)",
+                opt, s);
+  return v;
+}
+
+/* A comma-separated list of names (or "all") as a bit set over the names
+ * that name(i) gives for i < count. */
+static unsigned parse_set(const char *opt, const char *s, int count,
+                          const char *(*name)(int)) {
+  unsigned set = 0;
+  char buf[256];
+  if (strlen(s) >= sizeof buf)
+    usage_error("%s: list too long", opt);
+  snprintf(buf, sizeof buf, "%s", s);
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
+       tok = strtok_r(NULL, ",", &save)) {
+    int found = -1;
+    if (strcmp(tok, "all") == 0) {
+      set |= (1u << count) - 1;
+      continue;
+    }
+    for (int i = 0; i < count; i++)
+      if (strcmp(tok, name(i)) == 0)
+        found = i;
+    if (found < 0) {
+      char names[256] = "";
+      for (int i = 0; i < count; i++) {
+        strncat(names, name(i), sizeof names - strlen(names) - 1);
+        strncat(names, ", ", sizeof names - strlen(names) - 1);
+      }
+      usage_error("%s: unknown '%s' (one of %sall)", opt, tok, names);
+    }
+    set |= 1u << found;
+  }
+  if (set == 0)
+    usage_error("%s: empty list", opt);
+  return set;
+}
+
+static const char *op_name(int i) {
+  return hvd_op_name((hvd_op_t)i);
+}
+static const char *dtype_name(int i) {
+  return hvd_dtype_name((hvd_dtype_t)i);
+}
+static const char *coll_name(int i) {
+  return bench_coll_name((enum bench_coll)i);
+}
+
+enum {
+  OPT_ITERS = 256,
+  OPT_WARMUP,
+  OPT_JSON,
+  OPT_QUICK,
+  OPT_VERBOSE,
+  OPT_MIN_BYTES,
+  OPT_MAX_BYTES,
+  OPT_STEP,
+  OPT_COLL,
+  OPT_OP,
+  OPT_DTYPE,
+  OPT_INPLACE,
+  OPT_ROOT,
+  OPT_TENSORS,
+  OPT_SMALL_COUNT,
+  OPT_SMALL_ITERS,
+  OPT_COMPUTE_MS,
+  OPT_LAST = OPT_COMPUTE_MS
+};
+
+/* In the order of the enum above (the error messages index it). */
+static const struct option long_opts[] = {
+    {"iters", required_argument, NULL, OPT_ITERS},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"quick", no_argument, NULL, OPT_QUICK},
+    {"verbose", no_argument, NULL, OPT_VERBOSE},
+    {"min-bytes", required_argument, NULL, OPT_MIN_BYTES},
+    {"max-bytes", required_argument, NULL, OPT_MAX_BYTES},
+    {"step-factor", required_argument, NULL, OPT_STEP},
+    {"coll", required_argument, NULL, OPT_COLL},
+    {"op", required_argument, NULL, OPT_OP},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"inplace", required_argument, NULL, OPT_INPLACE},
+    {"root", required_argument, NULL, OPT_ROOT},
+    {"tensors", required_argument, NULL, OPT_TENSORS},
+    {"small-count", required_argument, NULL, OPT_SMALL_COUNT},
+    {"small-iters", required_argument, NULL, OPT_SMALL_ITERS},
+    {"compute-ms", required_argument, NULL, OPT_COMPUTE_MS},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* The mode each mode-specific option belongs to (-1: every mode). */
+static int option_mode(int opt) {
+  switch (opt) {
+  case OPT_MIN_BYTES:
+  case OPT_MAX_BYTES:
+  case OPT_STEP:
+  case OPT_COLL:
+  case OPT_OP:
+  case OPT_DTYPE:
+  case OPT_INPLACE:
+  case OPT_ROOT:
+    return BENCH_SWEEP;
+  case OPT_COMPUTE_MS:
+    return BENCH_OVERLAP;
+  case OPT_SMALL_COUNT:
+  case OPT_SMALL_ITERS:
+    return BENCH_LATENCY;
+  case OPT_VERBOSE:
+    return BENCH_QUICK;
+  default:
+    return -1;
+  }
+}
+
+static const char *const mode_names[] = {"sweep", "list", "latency", "quick",
+                                         "overlap"};
+
+static void parse_args(int argc, char **argv, bench_opts_t *o) {
+  int given[OPT_LAST + 1] = {0};
+  int quick = 0, c;
+
+  memset(o, 0, sizeof *o);
+  o->warmup = -1;
+  o->min_bytes = 4;
+  o->max_bytes = INT64_C(256) << 20;
+  o->step_factor = 2;
+  o->ops = 1u << HVD_SUM;
+  o->dtypes = 1u << HVD_FLOAT32;
+  o->colls = 1u << BENCH_ALLREDUCE;
+  o->places = BENCH_OUT_OF_PLACE | BENCH_IN_PLACE;
+  o->small_count = 1000;
+  o->small_iters = 20;
+  o->compute_ms = 500;
+
+  opterr = 0; /* we say what is wrong ourselves, on rank 0 only */
+  while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+    if (c >= OPT_ITERS && c <= OPT_LAST)
+      given[c] = 1;
+    switch (c) {
+    case 'h':
+      if (launcher_rank() == 0)
+        fputs(usage_text, stdout);
+      exit(0);
+    case OPT_ITERS:
+      o->iters = parse_int("--iters", optarg, 1, 100000000);
+      break;
+    case OPT_WARMUP:
+      o->warmup = parse_int("--warmup", optarg, 0, 1000000);
+      break;
+    case OPT_JSON:
+      o->json = 1;
+      break;
+    case OPT_QUICK:
+      quick = 1;
+      break;
+    case OPT_VERBOSE:
+      o->verbose = 1;
+      break;
+    case OPT_MIN_BYTES:
+      o->min_bytes = parse_size("--min-bytes", optarg);
+      break;
+    case OPT_MAX_BYTES:
+      o->max_bytes = parse_size("--max-bytes", optarg);
+      break;
+    case OPT_STEP:
+      o->step_factor = parse_int("--step-factor", optarg, 2, 1024);
+      break;
+    case OPT_COLL:
+      o->colls = parse_set("--coll", optarg, BENCH_COLL_COUNT, coll_name);
+      break;
+    case OPT_OP:
+      o->ops = parse_set("--op", optarg, HVD_OP_COUNT, op_name);
+      break;
+    case OPT_DTYPE:
+      o->dtypes = parse_set("--dtype", optarg, HVD_DTYPE_COUNT, dtype_name);
+      break;
+    case OPT_INPLACE:
+      if (strcmp(optarg, "0") == 0)
+        o->places = BENCH_OUT_OF_PLACE;
+      else if (strcmp(optarg, "1") == 0)
+        o->places = BENCH_IN_PLACE;
+      else if (strcmp(optarg, "both") == 0)
+        o->places = BENCH_OUT_OF_PLACE | BENCH_IN_PLACE;
+      else
+        usage_error("--inplace '%s': expected 0, 1 or both", optarg);
+      break;
+    case OPT_ROOT:
+      o->root = parse_int("--root", optarg, 0, 1 << 20);
+      break;
+    case OPT_TENSORS:
+      o->tensors = optarg;
+      break;
+    case OPT_SMALL_COUNT:
+      o->small_count = parse_int("--small-count", optarg, 1, 1000000);
+      break;
+    case OPT_SMALL_ITERS:
+      o->small_iters = parse_int("--small-iters", optarg, 1, 1000000);
+      break;
+    case OPT_COMPUTE_MS:
+      o->compute_ms = parse_int("--compute-ms", optarg, 1, 100000);
+      break;
+    case ':':
+      usage_error("option %s needs a value", argv[optind - 1]);
+    default: /* '?' */
+      if (optopt > 0 && optopt < 128 && argv[optind - 1][1] != '-')
+        usage_error("unknown option '-%c'", optopt);
+      usage_error("unknown option, or a value where none goes: '%s'",
+                  argv[optind - 1]);
+    }
+  }
+
+  if (optind < argc) {
+    const char *m = argv[optind++];
+    int found = -1;
+    for (int i = 0; i < BENCH_COUNT(mode_names); i++)
+      if (strcmp(m, mode_names[i]) == 0)
+        found = i;
+    if (found < 0)
+      usage_error("unknown mode '%s' (sweep, list, latency, overlap or quick)",
+                  m);
+    if (quick && found != BENCH_QUICK && found != BENCH_SWEEP)
+      usage_error("--quick does not go with mode '%s'", m);
+    o->mode = quick ? BENCH_QUICK : (enum bench_mode)found;
+  } else if (quick) {
+    o->mode = BENCH_QUICK;
+  } else {
+    usage_error("no mode given (sweep, list, latency, or --quick)");
+  }
+  if (optind < argc)
+    usage_error("unexpected argument '%s'", argv[optind]);
+
+  for (int opt = OPT_ITERS; opt <= OPT_LAST; opt++) {
+    int m = option_mode(opt);
+    if (given[opt] && m >= 0 && m != (int)o->mode)
+      usage_error("--%s is an option of %s mode, not %s",
+                  long_opts[opt - OPT_ITERS].name, mode_names[m],
+                  mode_names[o->mode]);
+  }
+  if (o->mode == BENCH_QUICK && (given[OPT_ITERS] || given[OPT_WARMUP]))
+    usage_error("--quick runs each case once; --iters and --warmup do not "
+                "apply");
+  if (o->min_bytes > o->max_bytes)
+    usage_error("--min-bytes (%lld) is above --max-bytes (%lld)",
+                (long long)o->min_bytes, (long long)o->max_bytes);
+  if ((o->mode == BENCH_LIST || o->mode == BENCH_OVERLAP) && o->tensors == NULL)
+    usage_error("%s mode needs --tensors FILE", mode_names[o->mode]);
+  if (given[OPT_TENSORS] && o->mode != BENCH_LIST && o->mode != BENCH_OVERLAP)
+    usage_error("--tensors is an option of list and overlap modes, not %s",
+                mode_names[o->mode]);
+}
+
+int main(int argc, char **argv) {
+  bench_opts_t o;
+  int result;
+
+  parse_args(argc, argv, &o);
+
+  hvd_result_t rc = hvd_init();
+  if (rc != HVD_SUCCESS) {
+    fprintf(stderr, "hvd-bench: hvd_init failed: %s: %s\n", hvd_strerror(rc),
+            hvd_last_error());
+    return 1;
+  }
+  bench_rank = hvd_rank();
+  bench_size = hvd_size();
+
+  if (o.mode == BENCH_SWEEP && (o.colls & (1u << BENCH_BROADCAST)) &&
+      o.root >= bench_size) {
+    if (bench_rank == 0)
+      fprintf(stderr, "hvd-bench: --root %d: the world has %d rank(s)\n",
+              o.root, bench_size);
+    hvd_shutdown();
+    return 2;
+  }
+
+  switch (o.mode) {
+  case BENCH_LIST:
+    result = bench_list(&o);
+    break;
+  case BENCH_LATENCY:
+    result = bench_latency(&o);
+    break;
+  case BENCH_OVERLAP:
+    result = bench_overlap(&o);
+    break;
+  case BENCH_SWEEP:
+  case BENCH_QUICK:
+  default:
+    result = bench_sweep(&o);
+    break;
+  }
+
+  BENCH_HVD(hvd_shutdown());
+  return result;
+}

@@ -1,0 +1,126 @@
+/*
+ * settings.c - malformed HVD_* values make hvd_init fail, on every rank,
+ * with HVD_ERR_INVALID_ARG and a message naming the variable and the
+ * value; nothing is left initialised; once the variable is fixed (unset,
+ * or set to a valid value) hvd_init works and so does an allreduce.
+ *
+ * Settings are read by hvd_init, so each case is setenv, hvd_init,
+ * unsetenv (or fix), hvd_init, allreduce, hvd_shutdown. Run at 1 and 2
+ * ranks (every rank sets the same values).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hvd.h"
+#include "tap/tap.h"
+
+static int rank, size;
+
+/* An allreduce that must give the sum over ranks of rank + 1 + i. */
+static void allreduce_works(const char *what) {
+  static int seq;
+  char name[32];
+  float x[4], y[4];
+  int64_t shape[1] = {4};
+  snprintf(name, sizeof name, "s.%d", seq++);
+  for (int i = 0; i < 4; i++) {
+    x[i] = (float)(rank + 1 + i);
+    y[i] = -1.0f;
+  }
+  hvd_tensor_t s = hvd_tensor_make(x, HVD_FLOAT32, 1, shape);
+  hvd_tensor_t r = hvd_tensor_make(y, HVD_FLOAT32, 1, shape);
+  hvd_result_t rc = hvd_allreduce(name, &s, &r, HVD_SUM, 1.0, 1.0);
+  int good = rc == HVD_SUCCESS;
+  for (int i = 0; i < 4 && good; i++)
+    good = y[i] == (float)(size * (size + 1) / 2 + size * i);
+  tap_note("rc %d (%s), y = {%g, %g, %g, %g}", rc, hvd_last_error(), y[0], y[1],
+           y[2], y[3]);
+  ok(good, "%s: allreduce works", what);
+}
+
+/* var=value makes hvd_init fail with exactly msg; then (with var set to
+ * fixed, or unset when fixed is NULL) hvd_init works. */
+static void bad_value(const char *var, const char *value, const char *msg,
+                      const char *fixed) {
+  char what[160];
+  snprintf(what, sizeof what, "%s='%s'", var, value);
+  setenv(var, value, 1);
+  hvd_result_t rc = hvd_init();
+  char seen[1024];
+  snprintf(seen, sizeof seen, "%s", hvd_last_error());
+  is_int(HVD_ERR_INVALID_ARG, rc,
+         "%s: hvd_init fails with "
+         "HVD_ERR_INVALID_ARG",
+         what);
+  is_string(msg, seen, "%s: message", what);
+  is_int(0, hvd_is_initialized(), "%s: not initialised", what);
+  is_int(-1, hvd_rank(), "%s: hvd_rank is -1", what);
+  if (rc == HVD_SUCCESS)
+    hvd_shutdown();
+  if (fixed != NULL)
+    setenv(var, fixed, 1);
+  else
+    unsetenv(var);
+  rc = hvd_init();
+  tap_note("%s", hvd_last_error());
+  snprintf(what, sizeof what, "%s then %s%s%s", var, fixed ? "'" : "unset",
+           fixed ? fixed : "", fixed ? "'" : "");
+  if (!is_int(HVD_SUCCESS, rc, "%s: hvd_init works", what))
+    bail("hvd_init: %s", hvd_last_error());
+  allreduce_works(what);
+  is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", what);
+  unsetenv(var);
+}
+
+/* var=value is accepted. */
+static void good_value(const char *var, const char *value) {
+  char what[160];
+  snprintf(what, sizeof what, "%s='%s'", var, value);
+  setenv(var, value, 1);
+  hvd_result_t rc = hvd_init();
+  tap_note("%s", hvd_last_error());
+  if (!is_int(HVD_SUCCESS, rc, "%s: hvd_init works", what))
+    bail("hvd_init: %s", hvd_last_error());
+  allreduce_works(what);
+  is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", what);
+  unsetenv(var);
+}
+
+int main(int argc, char **argv) {
+  tap_mpi_init(&argc, &argv);
+  rank = tap_rank();
+  size = tap_size();
+
+  /* The three of the specification. */
+  bad_value("HVD_FUSION_THRESHOLD", "abc",
+            "HVD_FUSION_THRESHOLD='abc' is not a number", NULL);
+  bad_value("HVD_CYCLE_TIME", "-1",
+            "HVD_CYCLE_TIME='-1' is out of range 0..10000", NULL);
+  bad_value("HVD_LOG_LEVEL", "loud",
+            "HVD_LOG_LEVEL='loud' is not one of trace, debug, info, warning, "
+            "error",
+            NULL);
+
+  /* More of the same parsers: trailing junk, not finite, above the
+   * maximum, and then valid values (fixed rather than unset). */
+  bad_value("HVD_CHUNK_SIZE", "4096x", "HVD_CHUNK_SIZE='4096x' is not a number",
+            "4096");
+  bad_value("HVD_CYCLE_TIME", "nan", "HVD_CYCLE_TIME='nan' is not a number",
+            "0.5");
+  bad_value("HVD_CYCLE_TIME", "10001",
+            "HVD_CYCLE_TIME='10001' is out of range 0..10000", "10000");
+  bad_value("HVD_ENGINE_NICE", "20",
+            "HVD_ENGINE_NICE='20' is out of range 0..19", "19");
+  bad_value("HVD_HIERARCHICAL_ALLREDUCE", "2",
+            "HVD_HIERARCHICAL_ALLREDUCE='2' is out of range 0..1", "0");
+  bad_value("HVD_STALL_CHECK_TIME", "-0.5",
+            "HVD_STALL_CHECK_TIME='-0.5' is out of range 0..1e+09", "0");
+
+  /* Valid spellings: empty means unset; levels are case-insensitive. */
+  good_value("HVD_FUSION_THRESHOLD", "");
+  good_value("HVD_LOG_LEVEL", "");
+  good_value("HVD_LOG_LEVEL", "ERROR");
+  good_value("HVD_CACHE_CAPACITY", "1e3");
+  return tap_mpi_finish();
+}

@@ -1,0 +1,150 @@
+#!/bin/sh
+# stall.sh - the stall inspector. With HVD_STALL_CHECK_TIME=2 and
+# HVD_STALL_SHUTDOWN_TIME=5, t/mpi/stall_prog (which see) runs:
+#
+#   never, np 2 and np 3: rank 1 never submits "x" (it waits on "y", which
+#     nobody else submits). Rank 0 logs, after 2 s, exactly
+#       [hvd 0] warning: stall: allreduce 'x' has waited S s for rank(s) 1;
+#       submitted by rank(s) 0[, 2]
+#     (one line); after 5 s hvd stops on every rank: every wait returns
+#     HVD_ERR_STALL (9) with a message naming 'x' and rank 1, rank 0's
+#     within 15 s of the start; every rank shuts down and the job exits 0.
+#   late, np 2: rank 1 submits "x" after 3 s: the warning comes, then "x"
+#     completes with the right sum on both ranks, and nothing stops.
+#
+# Each run is bounded by HVD_TEST_TIMEOUT=40 (the wrapper's timeout).
+
+: "${HVD_TOP_BUILDDIR:?run me from make check}"
+: "${HVD_MPIRUN_TEST:?run me from make check}"
+prog=$HVD_TOP_BUILDDIR/t/mpi/stall_prog
+HVD_TEST_TIMEOUT=40
+HVD_STALL_CHECK_TIME=2
+HVD_STALL_SHUTDOWN_TIME=5
+export HVD_TEST_TIMEOUT HVD_STALL_CHECK_TIME HVD_STALL_SHUTDOWN_TIME
+unset HVD_LOG_LEVEL HVD_CACHE_CAPACITY HVD_CYCLE_TIME
+
+if [ ! -x "$prog" ]; then
+  echo "1..0 # SKIP no $prog (run make check)"
+  exit 0
+fi
+
+tmp=`mktemp -d "${TMPDIR:-/tmp}/stall.XXXXXX"` || exit 99
+trap 'rm -rf "$tmp"' 0
+
+n=0
+failed=0
+# check STATUS DESCRIPTION: a TAP line, ok if STATUS is 0.
+check() {
+  n=$((n + 1))
+  if [ "$1" = 0 ]; then
+    echo "ok $n - $2"
+  else
+    echo "not ok $n - $2"
+    failed=1
+  fi
+}
+# between X LO HI: status 0 if LO <= X <= HI (decimals).
+between() {
+  awk -v x="$1" -v lo="$2" -v hi="$3" \
+    'BEGIN { exit !(x != "" && x + 0 >= lo + 0 && x + 0 <= hi + 0) }'
+}
+# show FILE LABEL: a file as TAP comments.
+show() {
+  echo "# $2:"
+  sed 's/^/#   /' "$1"
+}
+# ranks_but_1 NP: "0" or "0, 2", ... the ranks that submit x.
+ranks_but_1() {
+  r=0
+  list=
+  while [ $r -lt "$1" ]; do
+    [ $r != 1 ] && list="$list${list:+, }$r"
+    r=$((r + 1))
+  done
+  echo "$list"
+}
+
+for np in 2 3; do
+  out=$tmp/never$np.out
+  err=$tmp/never$np.err
+  others=`ranks_but_1 $np`
+  start=`date +%s`
+  "$HVD_MPIRUN_TEST" --np $np "$prog" never >"$out" 2>"$err"
+  rc=$?
+  elapsed=$((`date +%s` - start))
+  bad=$failed
+  what="never, np $np"
+
+  check $rc "$what: the job exits 0 (status $rc)"
+  [ $elapsed -le 25 ]
+  check $? "$what: and ends within 25 s (took ${elapsed}s)"
+
+  # the warning: exactly once, from rank 0, after 2 s and before 5 s
+  pat="^\[hvd 0\] warning: stall: allreduce 'x' has waited [0-9.]* s for rank(s) 1; submitted by rank(s) $others\$"
+  count=`grep -c "$pat" "$err"`
+  [ "$count" = 1 ]
+  check $? "$what: rank 0 warns once that 'x' waits for rank 1 ($count)"
+  waited=`grep "$pat" "$err" | sed "s/.* has waited \([0-9.]*\) s .*/\1/"`
+  between "$waited" 2.0 4.9
+  check $? "$what: ... after 2 s (after '$waited' s)"
+
+  # rank 0's wait: HVD_ERR_STALL within 15 s, naming 'x' and rank 1
+  stop="allreduce 'x' stalled for [0-9.]* s: rank(s) 1 never submitted it (HVD_STALL_SHUTDOWN_TIME=5)"
+  line=`grep "^stall_prog\[0\]: 'x' rc=" "$out"`
+  echo "$line" | grep -q "^stall_prog\[0\]: 'x' rc=9 after [0-9.]* s: allreduce 'x': hvd stopped: $stop\$"
+  check $? "$what: rank 0's 'x' fails with HVD_ERR_STALL naming 'x' and rank 1"
+  took=`echo "$line" | sed -n "s/.* after \([0-9.]*\) s: .*/\1/p"`
+  between "$took" 4.9 15
+  check $? "$what: ... after 5 s, within 15 s (after '$took' s)"
+  stalled=`echo "$line" | sed -n "s/.* stalled for \([0-9.]*\) s: .*/\1/p"`
+  between "$stalled" 5.0 9.0
+  check $? "$what: ... 'stalled for' 5 s ('$stalled')"
+
+  # everyone else: the same reason
+  grep -q "^stall_prog\[1\]: 'y' rc=9 after [0-9.]* s: allreduce 'y': hvd stopped: $stop\$" "$out"
+  check $? "$what: rank 1's 'y' fails with HVD_ERR_STALL, the same reason"
+  if [ $np = 3 ]; then
+    grep -q "^stall_prog\[2\]: 'x' rc=9 after [0-9.]* s: allreduce 'x': hvd stopped: $stop\$" "$out"
+    check $? "$what: rank 2's 'x' fails with HVD_ERR_STALL, the same reason"
+  fi
+  count=`grep -c "^\[hvd [0-9]*\] error: $stop\$" "$err"`
+  [ "$count" = $np ]
+  check $? "$what: every rank logs the stop as an error ($count of $np)"
+
+  count=`grep -c "^stall_prog\[[0-9]*\]: shutdown rc=0\$" "$out"`
+  [ "$count" = $np ]
+  check $? "$what: every rank shuts down ($count of $np)"
+
+  if [ $failed != $bad ]; then
+    show "$out" "stdout of the $what run"
+    show "$err" "stderr of the $what run"
+  fi
+done
+
+out=$tmp/late.out
+err=$tmp/late.err
+"$HVD_MPIRUN_TEST" --np 2 "$prog" late >"$out" 2>"$err"
+rc=$?
+bad=$failed
+what="late, np 2"
+check $rc "$what: the job exits 0 (status $rc)"
+grep -q "^\[hvd 0\] warning: stall: allreduce 'x' has waited [0-9.]* s for rank(s) 1; submitted by rank(s) 0\$" "$err"
+check $? "$what: rank 0 warns that 'x' waits for rank 1"
+count=`grep -c "^stall_prog\[[01]\]: 'x' rc=0 after [0-9.]* s: sum ok\$" "$out"`
+[ "$count" = 2 ]
+check $? "$what: then 'x' completes with the right sum on both ranks ($count)"
+took=`sed -n "s/^stall_prog\[0\]: 'x' rc=0 after \([0-9.]*\) s: .*/\1/p" "$out"`
+between "$took" 2.9 9.0
+check $? "$what: ... once rank 1 submits it, at 3 s (after '$took' s)"
+! grep -q "stalled\|error" "$err"
+check $? "$what: nothing stops"
+count=`grep -c "^stall_prog\[[0-9]*\]: shutdown rc=0\$" "$out"`
+[ "$count" = 2 ]
+check $? "$what: both ranks shut down ($count of 2)"
+if [ $failed != $bad ]; then
+  show "$out" "stdout of the $what run"
+  show "$err" "stderr of the $what run"
+fi
+
+echo "1..$n"
+exit $failed

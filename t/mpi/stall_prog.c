@@ -1,0 +1,103 @@
+/*
+ * stall_prog.c - the program stall.sh runs (not a test itself). Every rank
+ * but rank 1 allreduces "x"; rank 1 does something else:
+ *
+ *   stall_prog never   rank 1 never submits "x": 0.5 s after the start it
+ *                      submits "y", which nobody else does, and waits on it.
+ *                      With HVD_STALL_SHUTDOWN_TIME set, hvd stops on every
+ *                      rank and both waits return HVD_ERR_STALL.
+ *   stall_prog late    rank 1 submits "x" 3 s after the start: the stall
+ *                      warning comes (HVD_STALL_CHECK_TIME=2) but "x"
+ *                      completes, with the right sum.
+ *
+ * Every rank prints one line on stdout about its request:
+ *   stall_prog[R]: 'x' rc=RC after S.S s: MESSAGE
+ * (MESSAGE is hvd_last_error(), or "sum ok" / "sum wrong: ..." on success)
+ * then "stall_prog[R]: shutdown rc=RC" and exits 0. Waits are polled and
+ * bounded (20 s): a request that never completes prints
+ * "stall_prog[R]: 'x' still pending after 20 s", shuts hvd down and exits
+ * 1. The start is a barrier after hvd_init.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hvd.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+int main(int argc, char **argv) {
+  int late;
+  float x[8], y[8];
+  int64_t shape[1] = {8};
+
+  if (argc != 2 || (strcmp(argv[1], "never") && strcmp(argv[1], "late"))) {
+    fprintf(stderr, "usage: stall_prog never|late\n");
+    return 2;
+  }
+  late = strcmp(argv[1], "late") == 0;
+  if (hvd_init() != HVD_SUCCESS) {
+    fprintf(stderr, "stall_prog: hvd_init: %s\n", hvd_last_error());
+    return 2;
+  }
+  int me = hvd_rank(), size = hvd_size();
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = now();
+
+  const char *name = "x";
+  if (me == 1) {
+    sleep_s(late ? 3.0 : 0.5);
+    if (!late)
+      name = "y";
+  }
+  for (int i = 0; i < 8; i++) {
+    x[i] = (float)(me + i);
+    y[i] = -1.0f;
+  }
+  hvd_tensor_t s = hvd_tensor_make(x, HVD_FLOAT32, 1, shape);
+  hvd_tensor_t r = hvd_tensor_make(y, HVD_FLOAT32, 1, shape);
+  hvd_request_t *req = NULL;
+  hvd_result_t rc = hvd_allreduce_async(name, &s, &r, HVD_SUM, 1.0, 1.0, &req);
+  int done = rc != HVD_SUCCESS;
+  while (!done && now() - t0 < 20.0) {
+    rc = hvd_test(req, &done);
+    if (!done)
+      sleep_s(0.01);
+  }
+  if (!done) {
+    printf("stall_prog[%d]: '%s' still pending after 20 s\n", me, name);
+    fflush(stdout);
+    hvd_shutdown();
+    hvd_wait(req);
+    return 1;
+  }
+  double took = now() - t0;
+  char msg[1024];
+  if (rc == HVD_SUCCESS) {
+    int good = 1;
+    for (int i = 0; i < 8; i++)
+      good &= y[i] == (float)(size * (size - 1) / 2 + size * i);
+    snprintf(msg, sizeof msg, good ? "sum ok" : "sum wrong: y[0] = %g",
+             (double)y[0]);
+  } else {
+    snprintf(msg, sizeof msg, "%s", hvd_last_error());
+  }
+  printf("stall_prog[%d]: '%s' rc=%d after %.1f s: %s\n", me, name, (int)rc,
+         took, msg);
+  fflush(stdout);
+  rc = hvd_shutdown();
+  printf("stall_prog[%d]: shutdown rc=%d\n", me, (int)rc);
+  fflush(stdout);
+  return 0;
+}
