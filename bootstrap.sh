@@ -101,9 +101,15 @@ autoreconf -fi || die "autoreconf -fi failed (are autoconf, automake and libtool
 
 cargs=()
 eval "cargs=($configure_args)" || die "cannot parse --configure-args '$configure_args'"
-say "./configure ${cargs[*]}"
+say "./configure${cargs[*]:+ ${cargs[*]}}"
+old_config=$( (./config.status --config) 2>/dev/null || true)
 ./configure "${cargs[@]}" ||
   die "./configure failed; the reason is at the end of config.log"
+if [ -n "$old_config" ] && [ "$old_config" != "$(./config.status --config)" ]; then
+  # make rebuilds on changed sources, not on changed flags.
+  say "configure options changed (were: $old_config): make clean"
+  make clean >/dev/null || die "make clean failed"
+fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
 say "make -j$jobs"

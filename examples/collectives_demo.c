@@ -101,8 +101,42 @@ static int agree(const char *what, int ok) {
   return 1;
 }
 
-/* Rank 0 prints the build and every rank's place in the topology; each rank
- * checks that its own numbers are consistent. */
+/* Rank 0's report header: the build, and each rank's node, local and cross
+ * place. t holds 5 numbers per rank (see show_topology), hosts HOST_LEN
+ * bytes per rank. */
+static void print_topology(const int32_t *t, const char *hosts, int size) {
+  int cuda = hvd_cuda_built(), nccl = hvd_nccl_built(), nodes = 0;
+
+  for (int r = 0; r < size; r++)
+    if (t[5 * r] == 0) /* local rank 0 of a node: cross size = node count */
+      nodes = t[5 * r + 3];
+  printf("hvd %s collectives demo: %d rank%s on %d node%s, ", hvd_version(),
+         size, size == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s");
+  if (t[4])
+    printf("%d per node\n", t[1]);
+  else
+    printf("not the same number on each\n");
+  printf("build: MPI %s, CUDA ", hvd_mpi_built() ? "yes" : "no");
+  if (cuda)
+    printf("%d.%d", cuda / 1000, cuda % 1000 / 10);
+  else
+    printf("no");
+  if (nccl)
+    printf(", NCCL %d.%d.%d\n", nccl / 10000, nccl % 10000 / 100, nccl % 100);
+  else
+    printf(", NCCL no\n");
+  for (int r = 0; r < size && r < REPORT_RANKS; r++) {
+    const int32_t *e = t + 5 * r;
+    printf("  rank %d on %.*s: local %d of %d, cross %d of %d\n", r,
+           HOST_LEN - 1, hosts + (size_t)HOST_LEN * r, e[0], e[1], e[2], e[3]);
+  }
+  if (size > REPORT_RANKS)
+    printf("  ... and %d more\n", size - REPORT_RANKS);
+  fflush(stdout);
+}
+
+/* Every rank checks that its own place in the topology is consistent and
+ * sends it, with its node name, to everyone; rank 0 prints them. */
 static int show_topology(void) {
   const char *what = "topology";
   int rank = hvd_rank(), size = hvd_size(), ok = 1;
@@ -131,36 +165,13 @@ static int show_topology(void) {
   if (!call_ok(hvd_allgather("demo.topology", &isend, &iall),
                "hvd_allgather (topology)") ||
       !call_ok(hvd_allgather("demo.hosts", &hsend, &hall),
-               "hvd_allgather (hosts)")) {
+               "hvd_allgather (hosts)"))
     ok = 0;
-  } else if (has_shape(what, &iall, HVD_INT32, size, 5) &&
-             has_shape(what, &hall, HVD_UINT8, size, HOST_LEN) && rank == 0) {
-    const int32_t *t = iall.data;
-    const char *hosts = hall.data;
-    int cuda = hvd_cuda_built(), nccl = hvd_nccl_built();
-
-    printf("hvd %s collectives demo: %d rank%s, %d per node, %shomogeneous\n",
-           hvd_version(), size, size == 1 ? "" : "s", t[1], t[4] ? "" : "not ");
-    printf("build: MPI %s, CUDA ", hvd_mpi_built() ? "yes" : "no");
-    if (cuda)
-      printf("%d.%d", cuda / 1000, cuda % 1000 / 10);
-    else
-      printf("no");
-    printf(", NCCL ");
-    if (nccl)
-      printf("%d.%d.%d\n", nccl / 10000, nccl % 10000 / 100, nccl % 100);
-    else
-      printf("no\n");
-    for (int r = 0; r < size && r < REPORT_RANKS; r++) {
-      const int32_t *e = t + 5 * r;
-      printf("  rank %d on %.*s: local %d of %d, cross %d of %d\n", r,
-             HOST_LEN - 1, hosts + (size_t)HOST_LEN * r, e[0], e[1], e[2],
-             e[3]);
-    }
-    if (size > REPORT_RANKS)
-      printf("  ... and %d more\n", size - REPORT_RANKS);
-    fflush(stdout);
-  }
+  else if (!has_shape(what, &iall, HVD_INT32, size, 5) ||
+           !has_shape(what, &hall, HVD_UINT8, size, HOST_LEN))
+    ok = 0;
+  else if (rank == 0)
+    print_topology(iall.data, hall.data, size);
   hvd_tensor_free(&iall);
   hvd_tensor_free(&hall);
   return agree(what, ok);

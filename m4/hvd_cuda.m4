@@ -29,11 +29,13 @@ AC_DEFUN([HVD_CHECK_CUDA], [
     LDFLAGS="$LDFLAGS -L$hvd_cuda_libdir"
     LIBS="-lcublas -lcudart $LIBS"
     AC_MSG_CHECKING([for the CUDA runtime and cuBLAS in $hvd_cuda_dir])
+    dnl the headers must be in DIR itself, not found elsewhere on the path
+    AS_IF([test -f "$hvd_cuda_dir/include/cuda_runtime.h"], [
     AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <cuda_runtime.h>
 #include <cublas_v2.h>]],
         [[int n = 0; cublasHandle_t h; (void)cudaGetDeviceCount(&n);
           (void)cublasCreate(&h); return CUDART_VERSION > 0 ? 0 : 1;]])],
-      [hvd_have_cuda=yes], [hvd_have_cuda=no])
+      [hvd_have_cuda=yes], [hvd_have_cuda=no])], [hvd_have_cuda=no])
     AC_MSG_RESULT([$hvd_have_cuda])
     AS_IF([test $hvd_have_cuda = yes], [
       AC_COMPUTE_INT([hvd_cudart_version], [CUDART_VERSION], [#include <cuda_runtime.h>], [hvd_cudart_version=0])])
@@ -88,10 +90,11 @@ AC_DEFUN([HVD_CHECK_NCCL], [
     LDFLAGS="$LDFLAGS -L$hvd_nccl_libdir $CUDA_LDFLAGS"
     LIBS="-lnccl $CUDA_LIBS $LIBS"
     AC_MSG_CHECKING([for NCCL in $hvd_nccl_dir])
+    AS_IF([test -f "$hvd_nccl_dir/include/nccl.h"], [
     AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <nccl.h>]],
         [[int v = 0; ncclUniqueId id; (void)ncclGetVersion(&v);
           (void)ncclGetUniqueId(&id); return NCCL_VERSION_CODE > 0 ? 0 : 1;]])],
-      [hvd_have_nccl=yes], [hvd_have_nccl=no])
+      [hvd_have_nccl=yes], [hvd_have_nccl=no])], [hvd_have_nccl=no])
     AC_MSG_RESULT([$hvd_have_nccl])
     AS_IF([test $hvd_have_nccl = yes], [
       AC_COMPUTE_INT([hvd_nccl_version], [NCCL_VERSION_CODE], [#include <nccl.h>], [hvd_nccl_version=0])])

@@ -17,8 +17,7 @@
 
 #include "hvd.h"
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   float x[16], y[16];
   int64_t shape[1] = {16};
   int kill_it;

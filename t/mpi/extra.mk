@@ -60,3 +60,7 @@ t_mpi_die_LDFLAGS = $(TEST_LDFLAGS)
 t_mpi_die_LDADD = lib/libhvd.la $(MPI_LIBS) $(PTHREAD_LIBS) -lm
 dist_check_SCRIPTS += t/mpi/rank_death.sh
 TESTS += t/mpi/rank_death.sh
+
+## The quick start's demonstration program.
+dist_check_SCRIPTS += t/mpi/demo.sh
+TESTS += t/mpi/demo.sh

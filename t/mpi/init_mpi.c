@@ -16,8 +16,7 @@
 
 static int rank, size;
 
-static void allreduce_works(const char *name)
-{
+static void allreduce_works(const char *name) {
   float x[3], y[3] = {-1, -1, -1};
   int64_t shape[1] = {3};
   for (int i = 0; i < 3; i++)
@@ -32,8 +31,7 @@ static void allreduce_works(const char *name)
      "%s: allreduce", name);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   int before = -1, after = -1, provided = -1, finalized = -1;
   hvd_result_t rc;
 

@@ -20,8 +20,7 @@ static int rank, size;
 /* Checks the result and message of the call just made. Takes the message
  * first, before anything else can touch it. */
 static void expect(hvd_result_t rc, hvd_result_t want_rc, const char *want,
-                   const char *what)
-{
+                   const char *what) {
   char seen[MSG_LEN];
   snprintf(seen, sizeof seen, "%s", hvd_last_error());
   is_int(want_rc, rc, "%s: result", what);
@@ -29,8 +28,7 @@ static void expect(hvd_result_t rc, hvd_result_t want_rc, const char *want,
 }
 
 /* A correct allreduce: sum over ranks of rank+1+i. */
-static void allreduce_works(const char *after)
-{
+static void allreduce_works(const char *after) {
   static int seq;
   char name[32];
   int32_t x[3], y[3];
@@ -60,8 +58,7 @@ static void allreduce_works(const char *after)
     allreduce_works(what);                                                     \
   } while (0)
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   char want[MSG_LEN];
   float f[16], g[16];
   int32_t n32[16];
@@ -87,8 +84,8 @@ int main(int argc, char **argv)
          hvd_local_size() == -1 && hvd_cross_rank() == -1 &&
          hvd_cross_size() == -1 && hvd_is_homogeneous() == -1,
      "queries return -1 before hvd_init");
-  expect(hvd_allreduce("a", &t, &t, HVD_SUM, 1.0, 1.0),
-         HVD_ERR_NOT_INITIALIZED, "hvd_allreduce: hvd_init() has not been called",
+  expect(hvd_allreduce("a", &t, &t, HVD_SUM, 1.0, 1.0), HVD_ERR_NOT_INITIALIZED,
+         "hvd_allreduce: hvd_init() has not been called",
          "hvd_allreduce before init");
   expect(hvd_allreduce_async("a", &t, &t, HVD_SUM, 1.0, 1.0, &req),
          HVD_ERR_NOT_INITIALIZED,
@@ -123,8 +120,8 @@ int main(int argc, char **argv)
          "allgather empty name");
   REJECT(hvd_allreduce_async("req", &t, &t, HVD_SUM, 1.0, 1.0, NULL),
          "allreduce 'req': req is NULL", "allreduce_async NULL req");
-  REJECT(hvd_broadcast_async("req", &t, 0, NULL), "broadcast 'req': req is NULL",
-         "broadcast_async NULL req");
+  REJECT(hvd_broadcast_async("req", &t, 0, NULL),
+         "broadcast 'req': req is NULL", "broadcast_async NULL req");
   REJECT(hvd_barrier_async(NULL), "barrier: req is NULL",
          "barrier_async NULL req");
 
@@ -232,8 +229,7 @@ int main(int argc, char **argv)
     if (size > 1)
       splits[0] = 6 - (size - 2) + 1;
     snprintf(want, sizeof want, "alltoall 'sp': splits[%d] is -1", size - 1);
-    REJECT(hvd_alltoall("sp", &u, splits, &out, NULL), want,
-           "negative split");
+    REJECT(hvd_alltoall("sp", &u, splits, &out, NULL), want, "negative split");
 
     for (int j = 0; j < size; j++)
       splits[j] = 1;
@@ -263,8 +259,7 @@ int main(int argc, char **argv)
   if (!hvd_cuda_built()) {
     u = hvd_tensor_make(f, HVD_FLOAT32, 1, one);
     u.device = 0;
-    expect(hvd_allreduce("dev", &u, &u, HVD_SUM, 1.0, 1.0),
-           HVD_ERR_UNSUPPORTED,
+    expect(hvd_allreduce("dev", &u, &u, HVD_SUM, 1.0, 1.0), HVD_ERR_UNSUPPORTED,
            "allreduce 'dev': device 0 tensors are not supported by this build",
            "device tensor");
     allreduce_works("device tensor");
@@ -274,8 +269,11 @@ int main(int argc, char **argv)
 
   /* ---- A name already in flight on this rank ----
    * Each rank in turn submits 'dup' first, alone, so it cannot complete,
-   * and submits it again; only then do the others submit theirs. */
-  {
+   * and submits it again; only then do the others submit theirs. (Alone
+   * in the job, a rank's first 'dup' may complete at once.) */
+  if (size == 1) {
+    skip(5, "a request is surely in flight only with 2 ranks or more");
+  } else {
     hvd_result_t first = HVD_ERR_INTERNAL, again = HVD_ERR_INTERNAL;
     hvd_result_t waited = HVD_ERR_INTERNAL;
     char again_msg[MSG_LEN] = "";
@@ -315,8 +313,8 @@ int main(int argc, char **argv)
         again_msg, "dup: message");
     is_int(HVD_SUCCESS, waited, "dup: the first one then completes");
     ok(values_ok, "dup: every round summed correctly");
-    allreduce_works("duplicate name");
   }
+  allreduce_works("duplicate name");
 
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();

@@ -39,20 +39,17 @@ static char bcast_msg[2][256];
 
 /* Rank q's element i: small, of both signs, so that a wrong identity
  * (0 for min of positives, 0 for max of negatives, 0 in a product) shows. */
-static int value(int q, int i)
-{
+static int value(int q, int i) {
   return (i % 2 ? -1 : 1) * (q + 2 + i % 3);
 }
 
 /* Steps rank q runs before joining in round rd. */
-static int steps_of(int rd, int q)
-{
+static int steps_of(int rd, int q) {
   return rd == 0 ? q + 1 : size - q;
 }
 
 /* Expected element i of op over the ranks still active at step s. */
-static double expected(int rd, int s, int op, int is_int32, int i)
-{
+static double expected(int rd, int s, int op, int is_int32, int i) {
   double acc = 0;
   int first = 1;
   long long isum = 0;
@@ -88,8 +85,7 @@ static double expected(int rd, int s, int op, int is_int32, int i)
 }
 
 /* One step of allreduces on this (active) rank; results into res. */
-static void run_step(int rd, int s)
-{
+static void run_step(int rd, int s) {
   for (int dt = 0; dt < 2; dt++)
     for (int op = 0; op < 5; op++) {
       struct result *out = &res[rd][s][dt][op];
@@ -135,8 +131,7 @@ static void run_step(int rd, int s)
     }
 }
 
-static void round_of_join(int rd)
-{
+static void round_of_join(int rd) {
   int mine = steps_of(rd, rank), last = -2;
   int last_joiner = rd == 0 ? size - 1 : 0;
   int first_joiner = rd == 0 ? 0 : size - 1;
@@ -200,8 +195,7 @@ static void round_of_join(int rd)
     snprintf(name, sizeof name, "after%d", rd + 1);
     rc = hvd_allreduce(name, &send, &recv, HVD_AVERAGE, 1.0, 1.0);
     tap_note("rc %d: %s; y[0] = %d", rc, hvd_last_error(), (int)y[0]);
-    ok(rc == HVD_SUCCESS && y[0] == (size - 1) / 2 &&
-           y[1] == (size - 1) / 2,
+    ok(rc == HVD_SUCCESS && y[0] == (size - 1) / 2 && y[1] == (size - 1) / 2,
        "round %d: allreduce after everyone joined", rd + 1);
     x[0] = x[1] = 10 * rank + 7;
     snprintf(name, sizeof name, "afterb%d", rd + 1);
@@ -213,8 +207,7 @@ static void round_of_join(int rd)
   }
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
   size = tap_size();

@@ -19,15 +19,17 @@
 static int rank, size;
 
 /* "<head>: rank 0 <field> <v0> vs rank r1 <field> <v1>, ..." for every
- * rank r whose vals[r] differs from the reference rank 0's. */
+ * rank r whose keys[r] differs from the reference rank 0's. keys is what
+ * hvd compares (NULL: the printed vals themselves). */
 static void expect_msg(char *out, const char *head, const char *field,
-                       char vals[][64])
-{
-  size_t n = (size_t)snprintf(out, MSG_LEN, "%s: rank 0 %s %s vs", head,
-                              field, vals[0]);
+                       char vals[][64], char keys[][64]) {
+  size_t n = (size_t)snprintf(out, MSG_LEN, "%s: rank 0 %s %s vs", head, field,
+                              vals[0]);
   int first = 1;
+  if (!keys)
+    keys = vals;
   for (int r = 1; r < size; r++) {
-    if (strcmp(vals[r], vals[0]) == 0)
+    if (strcmp(keys[r], keys[0]) == 0)
       continue;
     n += (size_t)snprintf(out + n, MSG_LEN - n, "%s rank %d %s %s",
                           first ? "" : ",", r, field, vals[r]);
@@ -37,15 +39,13 @@ static void expect_msg(char *out, const char *head, const char *field,
 
 /* Checks a failed collective: HVD_ERR_MISMATCH and exactly the message. */
 static void is_mismatch(hvd_result_t rc, const char *seen, const char *want,
-                        const char *what)
-{
+                        const char *what) {
   is_int(HVD_ERR_MISMATCH, rc, "%s: HVD_ERR_MISMATCH on every rank", what);
   is_string(want, seen, "%s: message", what);
 }
 
 /* A correct allreduce after each failure: sum over ranks of rank+1+i. */
-static void allreduce_works(const char *after)
-{
+static void allreduce_works(const char *after) {
   static int seq;
   char name[32];
   float x[5], y[5];
@@ -71,12 +71,10 @@ static void allreduce_works(const char *after)
   ok(good, "allreduce after %s: values", after);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   char want[MSG_LEN], seen[MSG_LEN];
-  char vals[64][64];
-  static const char *op_names[] = {"sum", "average", "min", "max",
-                                   "product"};
+  char vals[64][64], keys[64][64];
+  static const char *op_names[] = {"sum", "average", "min", "max", "product"};
   double buf[64];
   hvd_result_t rc;
 
@@ -100,7 +98,7 @@ int main(int argc, char **argv)
     snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
       snprintf(vals[r], 64, "[%d]", 17 + r);
-    expect_msg(want, "allreduce 'w'", "shape", vals);
+    expect_msg(want, "allreduce 'w'", "shape", vals, NULL);
     is_mismatch(rc, seen, want, "shape 17+rank");
     allreduce_works("a shape mismatch");
   }
@@ -108,8 +106,8 @@ int main(int argc, char **argv)
   /* dtype: int32 on even ranks, float32 on odd ones (polled with test). */
   {
     int64_t shape[1] = {8};
-    hvd_tensor_t t = hvd_tensor_make(
-        buf, rank % 2 ? HVD_FLOAT32 : HVD_INT32, 1, shape);
+    hvd_tensor_t t =
+        hvd_tensor_make(buf, rank % 2 ? HVD_FLOAT32 : HVD_INT32, 1, shape);
     hvd_request_t *req = NULL;
     int done = 0;
     rc = hvd_allreduce_async("x", &t, &t, HVD_SUM, 1.0, 1.0, &req);
@@ -121,7 +119,7 @@ int main(int argc, char **argv)
     snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
       snprintf(vals[r], 64, "%s", r % 2 ? "float32" : "int32");
-    expect_msg(want, "allreduce 'x'", "dtype", vals);
+    expect_msg(want, "allreduce 'x'", "dtype", vals, NULL);
     is_mismatch(rc, seen, want, "dtype int32/float32");
     allreduce_works("a dtype mismatch");
   }
@@ -130,12 +128,11 @@ int main(int argc, char **argv)
   {
     int64_t shape[1] = {8};
     hvd_tensor_t t = hvd_tensor_make(buf, HVD_FLOAT32, 1, shape);
-    rc = hvd_allreduce("op", &t, &t, (hvd_op_t)(rank % HVD_OP_COUNT), 1.0,
-                       1.0);
+    rc = hvd_allreduce("op", &t, &t, (hvd_op_t)(rank % HVD_OP_COUNT), 1.0, 1.0);
     snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
       snprintf(vals[r], 64, "%s", op_names[r % HVD_OP_COUNT]);
-    expect_msg(want, "allreduce 'op'", "op", vals);
+    expect_msg(want, "allreduce 'op'", "op", vals, NULL);
     is_mismatch(rc, seen, want, "op per rank");
     allreduce_works("an op mismatch");
   }
@@ -148,7 +145,7 @@ int main(int argc, char **argv)
     snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
       snprintf(vals[r], 64, "%d", r);
-    expect_msg(want, "broadcast 'b'", "root", vals);
+    expect_msg(want, "broadcast 'b'", "root", vals, NULL);
     is_mismatch(rc, seen, want, "broadcast roots");
     allreduce_works("a root mismatch");
   }
@@ -161,7 +158,7 @@ int main(int argc, char **argv)
     snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
       snprintf(vals[r], 64, "%s", r % 2 ? "0.5" : "1");
-    expect_msg(want, "allreduce 'pre'", "prescale", vals);
+    expect_msg(want, "allreduce 'pre'", "prescale", vals, NULL);
     is_mismatch(rc, seen, want, "prescale");
     allreduce_works("a prescale mismatch");
   }
@@ -170,12 +167,12 @@ int main(int argc, char **argv)
   {
     int64_t shape[1] = {8};
     hvd_tensor_t t = hvd_tensor_make(buf, HVD_FLOAT64, 1, shape);
-    rc = hvd_allreduce("post", &t, &t, HVD_AVERAGE, 2.0,
-                       rank == 0 ? 3.0 : 0.25);
+    rc =
+        hvd_allreduce("post", &t, &t, HVD_AVERAGE, 2.0, rank == 0 ? 3.0 : 0.25);
     snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
       snprintf(vals[r], 64, "%s", r == 0 ? "3" : "0.25");
-    expect_msg(want, "allreduce 'post'", "postscale", vals);
+    expect_msg(want, "allreduce 'post'", "postscale", vals, NULL);
     is_mismatch(rc, seen, want, "postscale");
     allreduce_works("a postscale mismatch");
   }
@@ -192,7 +189,7 @@ int main(int argc, char **argv)
     snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
       snprintf(vals[r], 64, "%s", r == 0 ? "allreduce" : "broadcast");
-    expect_msg(want, "allreduce 'kind'", "collective", vals);
+    expect_msg(want, "allreduce 'kind'", "collective", vals, NULL);
     is_mismatch(rc, seen, want, "allreduce vs broadcast");
     allreduce_works("a collective mismatch");
   }
@@ -200,13 +197,13 @@ int main(int argc, char **argv)
   /* The first differing field is reported: dtype before shape. */
   {
     int64_t shape[1] = {8 + rank % 2};
-    hvd_tensor_t t = hvd_tensor_make(
-        buf, rank % 2 ? HVD_FLOAT64 : HVD_FLOAT32, 1, shape);
+    hvd_tensor_t t =
+        hvd_tensor_make(buf, rank % 2 ? HVD_FLOAT64 : HVD_FLOAT32, 1, shape);
     rc = hvd_allreduce("order", &t, &t, HVD_SUM, 1.0, 1.0);
     snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
       snprintf(vals[r], 64, "%s", r % 2 ? "float64" : "float32");
-    expect_msg(want, "allreduce 'order'", "dtype", vals);
+    expect_msg(want, "allreduce 'order'", "dtype", vals, NULL);
     is_mismatch(rc, seen, want, "dtype and shape differ: dtype reported");
     allreduce_works("a dtype and shape mismatch");
   }
@@ -215,18 +212,18 @@ int main(int argc, char **argv)
   {
     int64_t shape[1] = {3 + rank};
     hvd_tensor_t t = hvd_tensor_make(buf, HVD_FLOAT32, 1, shape);
-    rc = hvd_allreduce("order2", &t, &t, HVD_SUM, rank == size - 1 ? 4 : 1,
-                       1.0);
+    rc =
+        hvd_allreduce("order2", &t, &t, HVD_SUM, rank == size - 1 ? 4 : 1, 1.0);
     snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
       snprintf(vals[r], 64, "%s", r == size - 1 ? "4" : "1");
-    expect_msg(want, "allreduce 'order2'", "prescale", vals);
+    expect_msg(want, "allreduce 'order2'", "prescale", vals, NULL);
     is_mismatch(rc, seen, want, "prescale and shape differ: prescale");
     allreduce_works("a prescale and shape mismatch");
   }
 
   /* Allgather: dim 0 may differ, dims 1.. may not; the message prints the
-   * full shapes. */
+   * full shapes of the ranks whose dims 1.. differ (not rank 2's). */
   {
     int64_t shape[2] = {rank + 1, 3 + rank % 2};
     hvd_tensor_t t = hvd_tensor_make(buf, HVD_FLOAT32, 2, shape);
@@ -235,11 +232,31 @@ int main(int argc, char **argv)
     rc = hvd_allgather("g", &t, &out);
     snprintf(seen, sizeof seen, "%s", hvd_last_error());
     hvd_tensor_free(&out);
-    for (int r = 0; r < size; r++)
+    for (int r = 0; r < size; r++) {
       snprintf(vals[r], 64, "[%d, %d]", r + 1, 3 + r % 2);
-    expect_msg(want, "allgather 'g'", "shape", vals);
+      snprintf(keys[r], 64, "%d", 3 + r % 2);
+    }
+    expect_msg(want, "allgather 'g'", "shape", vals, keys);
     is_mismatch(rc, seen, want, "allgather dims 1..");
     allreduce_works("an allgather mismatch");
+  }
+
+  /* Allgather: a different ndim is a shape mismatch too. */
+  {
+    int64_t shape[3] = {rank + 1, 3, 1};
+    hvd_tensor_t t = hvd_tensor_make(buf, HVD_FLOAT32, 2 + rank % 2, shape);
+    hvd_tensor_t out;
+    memset(&out, 0, sizeof out);
+    rc = hvd_allgather("g3", &t, &out);
+    snprintf(seen, sizeof seen, "%s", hvd_last_error());
+    hvd_tensor_free(&out);
+    for (int r = 0; r < size; r++) {
+      snprintf(vals[r], 64, r % 2 ? "[%d, 3, 1]" : "[%d, 3]", r + 1);
+      snprintf(keys[r], 64, "%d", 2 + r % 2);
+    }
+    expect_msg(want, "allgather 'g3'", "shape", vals, keys);
+    is_mismatch(rc, seen, want, "allgather ndim");
+    allreduce_works("an allgather ndim mismatch");
   }
 
   /* ...while a differing dim 0 alone is fine. */
@@ -281,9 +298,11 @@ int main(int argc, char **argv)
     rc = hvd_alltoall("a2a", &t, NULL, &out, NULL);
     snprintf(seen, sizeof seen, "%s", hvd_last_error());
     hvd_tensor_free(&out);
-    for (int r = 0; r < size; r++)
+    for (int r = 0; r < size; r++) {
       snprintf(vals[r], 64, "[%d, %d]", size, 2 + r % 2);
-    expect_msg(want, "alltoall 'a2a'", "shape", vals);
+      snprintf(keys[r], 64, "%d", 2 + r % 2);
+    }
+    expect_msg(want, "alltoall 'a2a'", "shape", vals, keys);
     is_mismatch(rc, seen, want, "alltoall dims 1..");
     allreduce_works("an alltoall mismatch");
   }
@@ -299,7 +318,7 @@ int main(int argc, char **argv)
     hvd_tensor_free(&out);
     for (int r = 0; r < size; r++)
       snprintf(vals[r], 64, "[%d]", 4 + r);
-    expect_msg(want, "reducescatter 'rs'", "shape", vals);
+    expect_msg(want, "reducescatter 'rs'", "shape", vals, NULL);
     is_mismatch(rc, seen, want, "reducescatter dim 0");
     allreduce_works("a reducescatter mismatch");
   }

@@ -19,8 +19,7 @@
 static int rank, size;
 
 /* A correct allreduce named name: sum over ranks of rank+1+i. */
-static void allreduce_works(const char *name, const char *what)
-{
+static void allreduce_works(const char *name, const char *what) {
   double x[4], y[4];
   int64_t shape[1] = {4};
   for (int i = 0; i < 4; i++) {
@@ -45,8 +44,7 @@ static void allreduce_works(const char *name, const char *what)
  * completed" for any rank R of the job (every rank called hvd_shutdown, so
  * any of them may have been first). */
 static void is_shut_down_in_flight(hvd_result_t rc, const char *msg,
-                                   const char *head, const char *what)
-{
+                                   const char *head, const char *what) {
   char prefix[MSG_LEN];
   const char *tail = " before this collective completed";
   int by = -1, used = 0, good = 0;
@@ -60,8 +58,7 @@ static void is_shut_down_in_flight(hvd_result_t rc, const char *msg,
   ok(good, "%s: message names a rank of the job", what);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   char name[64], head[96], msg[MSG_LEN], want[MSG_LEN];
   hvd_result_t rc;
 
@@ -119,8 +116,8 @@ int main(int argc, char **argv)
     is_int(-1, hvd_local_size(), "hvd_local_size() after shutdown");
     rc = hvd_allreduce("x", &t, &t, HVD_SUM, 1.0, 1.0);
     is_int(HVD_ERR_NOT_INITIALIZED, rc, "hvd_allreduce after shutdown");
-    is_string("hvd_allreduce: hvd_init() has not been called",
-              hvd_last_error(), "hvd_allreduce after shutdown: message");
+    is_string("hvd_allreduce: hvd_init() has not been called", hvd_last_error(),
+              "hvd_allreduce after shutdown: message");
     rc = hvd_broadcast_async("x", &t, 0, &req);
     is_int(HVD_ERR_NOT_INITIALIZED, rc, "hvd_broadcast_async after shutdown");
     is_string("hvd_broadcast_async: hvd_init() has not been called",
@@ -174,8 +171,9 @@ int main(int argc, char **argv)
       stop_rc = hvd_wait(late);
       want_rc = HVD_ERR_SHUTDOWN;
       snprintf(stop_msg, sizeof stop_msg, "%s", hvd_last_error());
-      snprintf(want, sizeof want, "allreduce 'late': hvd was shut down by "
-                                  "rank 1 before this collective completed");
+      snprintf(want, sizeof want,
+               "allreduce 'late': hvd was shut down by "
+               "rank 1 before this collective completed");
     }
     is_int(want_rc, stop_rc,
            "lone shutdown: rank 1 shuts down, 'late' ends elsewhere");

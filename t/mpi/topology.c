@@ -27,8 +27,7 @@ struct topo {
 };
 
 /* What hvd should report on rank r when rank q runs on node[q]. */
-static struct topo model(char node[][32], int r)
-{
+static struct topo model(char node[][32], int r) {
   struct topo t = {r, size, 0, 0, 0, 0, 1};
   int local[MAX_RANKS] = {0}, count[MAX_RANKS] = {0};
   for (int q = 0; q < size; q++) {
@@ -52,22 +51,19 @@ static struct topo model(char node[][32], int r)
   return t;
 }
 
-static void is_topo(const struct topo *want, const char *layout)
-{
+static void is_topo(const struct topo *want, const char *layout) {
   is_int(want->rank, hvd_rank(), "%s: hvd_rank", layout);
   is_int(want->size, hvd_size(), "%s: hvd_size", layout);
   is_int(want->local_rank, hvd_local_rank(), "%s: hvd_local_rank", layout);
   is_int(want->local_size, hvd_local_size(), "%s: hvd_local_size", layout);
   is_int(want->cross_rank, hvd_cross_rank(), "%s: hvd_cross_rank", layout);
   is_int(want->cross_size, hvd_cross_size(), "%s: hvd_cross_size", layout);
-  is_int(want->homog, hvd_is_homogeneous(), "%s: hvd_is_homogeneous",
-         layout);
+  is_int(want->homog, hvd_is_homogeneous(), "%s: hvd_is_homogeneous", layout);
 }
 
 /* Sum over the ranks of the current hvd world of contrib. */
 static void allreduce_sums(const char *name, int contrib, int want,
-                           const char *what)
-{
+                           const char *what) {
   int32_t x[2] = {contrib, 2 * contrib}, y[2] = {-1, -1};
   int64_t shape[1] = {2};
   hvd_tensor_t s = hvd_tensor_make(x, HVD_INT32, 1, shape);
@@ -75,13 +71,12 @@ static void allreduce_sums(const char *name, int contrib, int want,
   hvd_result_t rc = hvd_allreduce(name, &s, &r, HVD_SUM, 1.0, 1.0);
   tap_note("rc %d: %s; y = {%d, %d}", rc, hvd_last_error(), (int)y[0],
            (int)y[1]);
-  ok(rc == HVD_SUCCESS && y[0] == want && y[1] == 2 * want,
-     "%s: allreduce", what);
+  ok(rc == HVD_SUCCESS && y[0] == want && y[1] == 2 * want, "%s: allreduce",
+     what);
 }
 
 /* Runs hvd with rank q on node[q] (HVD_HOSTNAME) and checks everything. */
-static void check_layout(char node[][32], const char *layout)
-{
+static void check_layout(char node[][32], const char *layout) {
   struct topo want = model(node, rank);
   if (setenv("HVD_HOSTNAME", node[rank], 1) != 0)
     bail("setenv failed");
@@ -94,8 +89,7 @@ static void check_layout(char node[][32], const char *layout)
   is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", layout);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
   char node[MAX_RANKS][32];
   hvd_result_t rc;
 
