@@ -63,6 +63,7 @@ struct hvd__engine {
   hvd__controller_t *ctl;
   void *exec_state[MAX_EXECUTORS];
   int joined;             /* this rank has a join in flight */
+  int failed;             /* the engine stopped on an error, not agreement */
   hvd_request_t *slow, *slow_tail; /* waiting for the coordinator, FIFO */
   hvd_request_t **fresh;  /* array form of `slow` for the controller */
   int fresh_cap;
@@ -599,10 +600,18 @@ static void deadline_to_timespec(double t, struct timespec *ts) {
 }
 
 static void fail_engine(hvd__engine_t *e, hvd_result_t rc) {
+  e->failed = 1;
   char reason[HVD__ERRMSG_MAX];
   snprintf(reason, sizeof reason, "hvd's engine failed: %s", hvd_last_error());
   HVD__LOG(HVD__LOG_ERROR, "%s", reason);
   stop_all(e, rc, reason, reason);
+}
+
+static void close_executors(hvd__engine_t *e, int collective) {
+  for (int i = 0; hvd__executors[i] != NULL; i++)
+    if (e->exec_state[i] != NULL)
+      hvd__executors[i]->close(e->exec_state[i], collective);
+  memset(e->exec_state, 0, sizeof e->exec_state);
 }
 
 static void *engine_main(void *arg) {
@@ -682,15 +691,15 @@ static void *engine_main(void *arg) {
       break;
     }
   }
+  /* every rank leaves the loop in the same cycle, except after a failure */
+  close_executors(e, !e->failed);
   return NULL;
 }
 
 /* ---- lifecycle and submission ------------------------------------------ */
 
 static void engine_free(hvd__engine_t *e) {
-  for (int i = 0; hvd__executors[i] != NULL; i++)
-    if (e->exec_state[i] != NULL)
-      hvd__executors[i]->close(e->exec_state[i]);
+  close_executors(e, 0); /* still open only after a failure */
   hvd__controller_destroy(e->ctl);
   hvd__table_destroy(e->inflight);
   hvd__cache_destroy(e->cache);
@@ -720,6 +729,7 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
   e->settings = *s;
   e->env = *env;
   e->env.chunk_bytes = s->chunk_size;
+  e->env.shm = s->shm_allreduce;
   /* hierarchical only where it applies, decided for all ranks together (a
    * rank alone on its node must still take the three phases) */
   int mine[3] = {s->hierarchical, env->local_size, env->local_rank == 0},

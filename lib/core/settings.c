@@ -47,6 +47,9 @@ static const hvd__setting_info_t table[] = {
     {"HVD_ENGINE_NICE", "10",
      "nice value added to hvd's thread (0..19) so that compute sharing its "
      "core keeps priority"},
+    {"HVD_SHM_ALLREDUCE", "1",
+     "1: host allreduce within a node through a shared segment "
+     "(MPI_Win_allocate_shared), MPI only between nodes; 0: MPI only"},
     {NULL, NULL, NULL},
 };
 
@@ -101,6 +104,7 @@ hvd_result_t hvd__settings_load(hvd__settings_t *s) {
   s->stall_check_s = 60;
   s->stall_shutdown_s = 300;
   s->engine_nice = 10;
+  s->shm_allreduce = 1;
   double d;
   HVD__CHECK(parse_double("HVD_CYCLE_TIME", 0.0, 10000.0, &s->cycle_time_ms));
   d = (double)s->fusion_threshold;
@@ -130,6 +134,9 @@ hvd_result_t hvd__settings_load(hvd__settings_t *s) {
   d = s->engine_nice;
   HVD__CHECK(parse_double("HVD_ENGINE_NICE", 0, 19, &d));
   s->engine_nice = (int)d;
+  d = s->shm_allreduce;
+  HVD__CHECK(parse_double("HVD_SHM_ALLREDUCE", 0, 1, &d));
+  s->shm_allreduce = d != 0;
   v = getenv("HVD_HOSTNAME");
   if (v != NULL && *v != '\0') {
     if (strlen(v) >= sizeof s->hostname)
@@ -150,12 +157,13 @@ void hvd__settings_log(const hvd__settings_t *s) {
            "HVD_CACHE_CAPACITY=%d HVD_STALL_CHECK_TIME=%g "
            "HVD_STALL_SHUTDOWN_TIME=%g HVD_HIERARCHICAL_ALLREDUCE=%d "
            "HVD_TIMELINE=%s HVD_TIMELINE_ALL_RANKS=%d HVD_AUTOTUNE=%d "
-           "HVD_AUTOTUNE_LOG=%s HVD_ENGINE_NICE=%d",
+           "HVD_AUTOTUNE_LOG=%s HVD_ENGINE_NICE=%d HVD_SHM_ALLREDUCE=%d",
            hvd__log_level_name(s->log_level), s->cycle_time_ms,
            s->hostname[0] ? s->hostname : "(unset)",
            (long long)s->fusion_threshold, (long long)s->chunk_size,
            s->cache_capacity, s->stall_check_s, s->stall_shutdown_s,
            s->hierarchical, s->timeline[0] ? s->timeline : "(unset)",
            s->timeline_all_ranks, s->autotune,
-           s->autotune_log[0] ? s->autotune_log : "(unset)", s->engine_nice);
+           s->autotune_log[0] ? s->autotune_log : "(unset)", s->engine_nice,
+           s->shm_allreduce);
 }

@@ -20,6 +20,7 @@ typedef struct hvd__exec_env {
                           than one node and some node with several ranks;
                           the same on every rank */
   int64_t chunk_bytes; /* HVD_CHUNK_SIZE (0: the executor's default) */
+  int shm;             /* HVD_SHM_ALLREDUCE: may reduce through shared memory */
   /* Timeline hook, NULL when off: phase of one request from t0 to t1. */
   void (*trace)(void *ctx, const hvd_request_t *r, const char *phase,
                 double t0, double t1);
@@ -43,9 +44,12 @@ typedef hvd_result_t (*hvd__exec_fn)(void *state, const hvd__exec_env_t *env,
 
 typedef struct hvd__executor {
   const char *name;
-  /* Called on the engine thread at start and stop. */
+  /* open: every rank at start (may be collective). close: with
+   * `collective`, every rank at the same point (the cycle where all agreed
+   * to stop), so collective teardown is safe; without it (a failure on
+   * some ranks), only local resources are released. */
   hvd_result_t (*open)(const hvd__exec_env_t *env, void **state);
-  void (*close)(void *state);
+  void (*close)(void *state, int collective);
   /* One entry per hvd__coll_t (join needs none). On failure the message
    * is set with hvd__set_error; outputs already allocated stay in the
    * requests, which the engine completes (and frees) with the error. */

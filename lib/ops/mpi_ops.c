@@ -13,15 +13,23 @@
 #include <time.h>
 
 #include "core/errors.h"
+#include "core/log.h"
 #include "core/tensor.h"
 #include "ops/reduce.h"
 
 #define CHUNK_ELEMS ((int64_t)1 << 30)
+#define SHM_SLOT ((int64_t)4 << 20) /* bytes per rank and phase */
 
 typedef struct mpi_state {
   MPI_Op half_ops[2][HVD_OP_COUNT]; /* [f16, bf16][op] */
   char *stage; /* persistent fusion chunk */
   size_t stage_cap;
+  /* shared-memory allreduce within the node (see shm_span) */
+  int shm;       /* use it; decided for every rank alike */
+  int shm_cross; /* several nodes: segments are allreduced over cross_comm */
+  MPI_Win win;
+  char **slot; /* per local rank: two phases of SHM_SLOT bytes */
+  int phase;
   int *counts, *displs, *counts2, *displs2;
   int64_t *splits;
 } mpi_state_t;
@@ -95,7 +103,7 @@ static MPI_Op mpi_op(const mpi_state_t *s, int dtype, int op) {
   }
 }
 
-static void mpi_close(void *state) {
+static void mpi_close(void *state, int collective) {
   mpi_state_t *s = state;
   if (s == NULL)
     return;
@@ -109,7 +117,56 @@ static void mpi_close(void *state) {
   free(s->displs2);
   free(s->splits);
   free(s->stage);
+  if (s->win != MPI_WIN_NULL && collective) { /* MPI_Win_free: the node */
+    MPI_Win_unlock_all(s->win);
+    MPI_Win_free(&s->win);
+  } /* else left to MPI_Finalize: no collective after a failure */
+  free(s->slot);
   free(s);
+}
+
+/* The node's shared segment: MPI_Win_allocate_shared over local_comm, two
+ * phases of SHM_SLOT bytes per local rank. Used only if every rank has one
+ * and the nodes are alike (segments must line up across nodes); otherwise
+ * every rank takes the MPI path. */
+static hvd_result_t shm_open(mpi_state_t *s, const hvd__exec_env_t *env) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int ok = 0;
+  if (env->shm && env->local_size > 1) {
+    char *base = NULL;
+    int err = MPI_Win_allocate_shared((MPI_Aint)(2 * SHM_SLOT), 1,
+                                      MPI_INFO_NULL, env->local_comm, &base,
+                                      &s->win);
+    s->slot = calloc((size_t)env->local_size, sizeof *s->slot);
+    ok = err == MPI_SUCCESS && s->slot != NULL;
+    if (err == MPI_SUCCESS)
+      MPI_Win_set_errhandler(s->win, MPI_ERRORS_RETURN);
+    for (int k = 0; ok && k < env->local_size; k++) {
+      MPI_Aint size = 0;
+      int unit = 0;
+      ok = MPI_Win_shared_query(s->win, k, &size, &unit, &s->slot[k]) ==
+               MPI_SUCCESS &&
+           size >= 2 * SHM_SLOT;
+    }
+    if (ok)
+      ok = MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win) == MPI_SUCCESS;
+    if (!ok)
+      HVD__LOG(HVD__LOG_INFO, "shared-memory allreduce unavailable here");
+  }
+  /* [0]: some rank could not; [1], [2]: max and -min of local_size */
+  int v[3] = {env->shm && env->local_size > 1 && !ok, env->local_size,
+              -env->local_size};
+  HVD__MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT, MPI_MAX, env->comm));
+  s->shm = env->shm && v[0] == 0 && v[1] == -v[2] && v[1] > 1;
+  s->shm_cross = s->shm && env->local_size < env->size;
+  if (!s->shm && s->win != MPI_WIN_NULL) {
+    if (ok)
+      MPI_Win_unlock_all(s->win);
+    MPI_Win_free(&s->win);
+  }
+fail:
+  return rc;
 }
 
 static hvd_result_t mpi_open(const hvd__exec_env_t *env, void **state) {
@@ -124,6 +181,7 @@ static hvd_result_t mpi_open(const hvd__exec_env_t *env, void **state) {
   for (int h = 0; h < 2; h++)
     for (int op = 0; op < HVD_OP_COUNT; op++)
       s->half_ops[h][op] = MPI_OP_NULL;
+  s->win = MPI_WIN_NULL;
   s->counts = calloc(n, sizeof(int));
   s->displs = calloc(n, sizeof(int));
   s->counts2 = calloc(n, sizeof(int));
@@ -136,10 +194,11 @@ static hvd_result_t mpi_open(const hvd__exec_env_t *env, void **state) {
   for (int h = 0; h < 2; h++)
     for (int op = 0; op < HVD_OP_COUNT; op++)
       HVD__MPI_CHECK(MPI_Op_create(fns[h][op], 1, &s->half_ops[h][op]));
+  HVD__CHECK(shm_open(s, env));
   *state = s;
   return HVD_SUCCESS;
 fail:
-  mpi_close(s);
+  mpi_close(s, 0);
   return rc;
 }
 
@@ -175,16 +234,88 @@ fail:
   return rc;
 }
 
-/* Allreduce of n elements (src may be MPI_IN_PLACE), in pieces MPI's int
- * can count. Hierarchical: reduce to the node's local root, allreduce
- * among local roots across nodes, broadcast within the node. */
-static hvd_result_t reduce_span(const mpi_state_t *s, const hvd__exec_env_t *env,
-                                const void *src, void *dst, int64_t n,
-                                int dtype, int op) {
+/* A barrier of the node's ranks that also orders their shared-memory
+ * writes and reads. */
+static hvd_result_t shm_barrier(const mpi_state_t *s,
+                                const hvd__exec_env_t *env) {
   hvd_result_t rc = HVD_SUCCESS;
+  HVD__MPI_CHECK(MPI_Win_sync(s->win));
+  HVD__MPI_CHECK(MPI_Barrier(env->local_comm));
+  HVD__MPI_CHECK(MPI_Win_sync(s->win));
+fail:
+  return rc;
+}
+
+/* Allreduce through the node's shared segment, piece by piece:
+ *   1. each rank copies its piece into its slot;
+ *   2. (barrier) rank k reduces segment k of the piece over every slot, in
+ *      place in its own slot, then allreduces it across nodes;
+ *   3. (barrier) each rank copies every segment out, average and postscale
+ *      fused into that copy when `finish`.
+ * Two phases of slots alternate: a rank writing phase p again has passed
+ * the barrier that follows everyone's copy out of phase p. */
+static hvd_result_t shm_span(mpi_state_t *s, const hvd__exec_env_t *env,
+                             const void *src, void *dst, int64_t n,
+                             const hvd__desc_t *d, int finish) {
+  hvd_result_t rc = HVD_SUCCESS;
+  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  int64_t esize = (int64_t)hvd_dtype_size(dtype), p = env->local_size;
+  int64_t cap = SHM_SLOT;
+  if (env->chunk_bytes > 0 && env->chunk_bytes < cap)
+    cap = env->chunk_bytes;
+  int64_t piece = cap / esize > 0 ? cap / esize : 1;
+  const char *in = src == MPI_IN_PLACE ? dst : src;
+  for (int64_t off = 0; off < n; off += piece) {
+    int64_t cnt = n - off < piece ? n - off : piece;
+    int64_t per = ((cnt + p - 1) / p + 15) / 16 * 16; /* cache-line multiples */
+    int64_t at = s->phase * SHM_SLOT;
+    char *mine = s->slot[env->local_rank] + at;
+    memcpy(mine, in + off * esize, (size_t)(cnt * esize));
+    HVD__CHECK(shm_barrier(s, env));
+    int64_t lo = env->local_rank * per < cnt ? env->local_rank * per : cnt;
+    int64_t hi = lo + per < cnt ? lo + per : cnt;
+    for (int k = 0; k < p && hi > lo; k++)
+      if (k != env->local_rank)
+        hvd__reduce_into(mine + lo * esize, s->slot[k] + at + lo * esize,
+                         hi - lo, dtype, (hvd_op_t)d->op);
+    if (s->shm_cross && hi > lo) /* same segments on every node */
+      HVD__MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mine + lo * esize,
+                                   (int)(hi - lo), mpi_dtype(d->dtype),
+                                   mpi_op(s, d->dtype, d->op),
+                                   env->cross_comm));
+    HVD__CHECK(shm_barrier(s, env));
+    for (int k = 0; k < p; k++) {
+      int64_t klo = k * per < cnt ? k * per : cnt;
+      int64_t khi = klo + per < cnt ? klo + per : cnt;
+      char *to = (char *)dst + (off + klo) * esize;
+      const char *from = s->slot[k] + at + klo * esize;
+      if (finish)
+        hvd__reduce_finish(to, from, khi - klo, dtype, (hvd_op_t)d->op,
+                           d->postscale, env->size);
+      else
+        memcpy(to, from, (size_t)((khi - klo) * esize));
+    }
+    s->phase ^= 1;
+  }
+fail:
+  return rc;
+}
+
+/* Allreduce of n elements (src may be MPI_IN_PLACE) with d's dtype and op;
+ * with `finish`, average and postscale are applied to dst too. Within a
+ * node through shared memory when available; else MPI in pieces its int
+ * can count, hierarchical (reduce to the node's local root, allreduce
+ * among local roots, broadcast within the node) when asked. */
+static hvd_result_t reduce_span(mpi_state_t *s, const hvd__exec_env_t *env,
+                                const void *src, void *dst, int64_t n,
+                                const hvd__desc_t *d, int finish) {
+  if (s->shm)
+    return shm_span(s, env, src, dst, n, d, finish);
+  hvd_result_t rc = HVD_SUCCESS;
+  int dtype = d->dtype;
   size_t esize = hvd_dtype_size((hvd_dtype_t)dtype);
   MPI_Datatype dt = mpi_dtype(dtype);
-  MPI_Op mop = mpi_op(s, dtype, op);
+  MPI_Op mop = mpi_op(s, dtype, d->op);
   int hier = env->hierarchical; /* decided for every rank alike at start */
   for (int64_t off = 0; off < n; off += CHUNK_ELEMS) {
     int count = (int)(n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS);
@@ -193,20 +324,23 @@ static hvd_result_t reduce_span(const mpi_state_t *s, const hvd__exec_env_t *env
     char *dp = (char *)dst + off * esize;
     if (!hier) {
       HVD__MPI_CHECK(MPI_Allreduce(sp, dp, count, dt, mop, env->comm));
-      continue;
+    } else {
+      /* 1. within the node, to local rank 0 */
+      if (env->local_rank == 0)
+        HVD__MPI_CHECK(MPI_Reduce(sp, dp, count, dt, mop, 0, env->local_comm));
+      else
+        HVD__MPI_CHECK(MPI_Reduce(sp == MPI_IN_PLACE ? dp : sp, NULL, count,
+                                  dt, mop, 0, env->local_comm));
+      /* 2. across nodes, among the local roots */
+      if (env->local_rank == 0)
+        HVD__MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, dp, count, dt, mop,
+                                     env->cross_comm));
+      /* 3. back to every rank of the node */
+      HVD__MPI_CHECK(MPI_Bcast(dp, count, dt, 0, env->local_comm));
     }
-    /* 1. within the node, to local rank 0 */
-    if (env->local_rank == 0)
-      HVD__MPI_CHECK(MPI_Reduce(sp, dp, count, dt, mop, 0, env->local_comm));
-    else
-      HVD__MPI_CHECK(MPI_Reduce(sp == MPI_IN_PLACE ? dp : sp, NULL, count, dt,
-                                mop, 0, env->local_comm));
-    /* 2. across nodes, among the local roots */
-    if (env->local_rank == 0)
-      HVD__MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, dp, count, dt, mop,
-                                   env->cross_comm));
-    /* 3. back to every rank of the node */
-    HVD__MPI_CHECK(MPI_Bcast(dp, count, dt, 0, env->local_comm));
+    if (finish)
+      hvd__reduce_finish(dp, dp, count, (hvd_dtype_t)dtype, (hvd_op_t)d->op,
+                         d->postscale, env->size);
   }
 fail:
   return rc;
@@ -249,12 +383,9 @@ static hvd_result_t reduce_direct(mpi_state_t *s, const hvd__exec_env_t *env,
       src = dst;
     }
     hvd_result_t rc = reduce_span(s, env, src == dst ? MPI_IN_PLACE : src,
-                                  dst, cnt, d->dtype, d->op);
+                                  dst, cnt, d, !r->is_stub);
     if (rc != HVD_SUCCESS)
       return rc;
-    if (!r->is_stub)
-      hvd__reduce_finish(dst, dst, cnt, dtype, (hvd_op_t)d->op, d->postscale,
-                         env->size);
   }
   if (env->trace)
     trace(env, r, "ALLREDUCE", t0, hvd__now());
@@ -304,7 +435,7 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
         t0 = t1;
       }
     }
-    rc = reduce_span(s, env, MPI_IN_PLACE, s->stage, used, d->dtype, d->op);
+    rc = reduce_span(s, env, MPI_IN_PLACE, s->stage, used, d, 0);
     if (env->trace) {
       t1 = hvd__now();
       for (int k = i; k < j; k++)

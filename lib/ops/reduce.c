@@ -245,3 +245,64 @@ void hvd__reduce_half(const uint16_t *in, uint16_t *inout, int64_t n,
     inout[i] = half_make(r, dtype);
   }
 }
+
+/* One vectorizable loop per dtype and op. */
+#define INTO_LOOP(type, expr)                                                  \
+  do {                                                                         \
+    type *restrict d = dst;                                                    \
+    const type *restrict s = src;                                              \
+    for (int64_t i = 0; i < n; i++) {                                          \
+      type a = d[i], b = s[i];                                                 \
+      d[i] = (type)(expr);                                                     \
+    }                                                                          \
+  } while (0)
+
+/* Integer sums and products wrap, as MPI's do: computed in `wide`, an
+ * unsigned type, so overflow is defined. */
+#define INTO_TYPE(type, wide)                                                  \
+  do {                                                                         \
+    switch (op) {                                                              \
+    case HVD_MIN:                                                              \
+      INTO_LOOP(type, b < a ? b : a);                                          \
+      break;                                                                   \
+    case HVD_MAX:                                                              \
+      INTO_LOOP(type, b > a ? b : a);                                          \
+      break;                                                                   \
+    case HVD_PRODUCT:                                                          \
+      INTO_LOOP(type, (wide)a * (wide)b);                                      \
+      break;                                                                   \
+    default:                                                                   \
+      INTO_LOOP(type, (wide)a + (wide)b);                                      \
+      break;                                                                   \
+    }                                                                          \
+  } while (0)
+
+void hvd__reduce_into(void *dst, const void *src, int64_t n,
+                      hvd_dtype_t dtype, hvd_op_t op) {
+  switch (dtype) {
+  case HVD_UINT8:
+    INTO_TYPE(uint8_t, unsigned);
+    break;
+  case HVD_INT8:
+    INTO_TYPE(int8_t, unsigned);
+    break;
+  case HVD_INT32:
+    INTO_TYPE(int32_t, uint32_t);
+    break;
+  case HVD_INT64:
+    INTO_TYPE(int64_t, uint64_t);
+    break;
+  case HVD_FLOAT32:
+    INTO_TYPE(float, float);
+    break;
+  case HVD_FLOAT64:
+    INTO_TYPE(double, double);
+    break;
+  case HVD_FLOAT16:
+  case HVD_BFLOAT16:
+    hvd__reduce_half(src, dst, n, dtype, op);
+    break;
+  default:
+    break;
+  }
+}
