@@ -192,9 +192,10 @@ static int get_response(hvd__rbuf_t *r, hvd__response_t *x, int size) {
 }
 
 static void response_clear(hvd__response_t *x) {
-  for (int j = 0; j < x->nnames && x->names; j++)
+  for (int j = 0; j < x->nnames && x->names && !x->borrowed; j++)
     free(x->names[j]);
-  free(x->names);
+  if (!x->borrowed)
+    free(x->names);
   free(x->dims0);
   free(x->ready);
   free(x->errmsg);

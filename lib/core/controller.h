@@ -34,6 +34,7 @@ typedef struct hvd__response {
   char *errmsg;
   int arg;
   hvd_request_t *req; /* fast path only: this rank's request, if any */
+  int borrowed;       /* fast path: names are lent, not owned */
 } hvd__response_t;
 
 typedef struct hvd__controller hvd__controller_t;

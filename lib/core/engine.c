@@ -68,6 +68,9 @@ struct hvd__engine {
   hvd_request_t **fresh;  /* array form of `slow` for the controller */
   int fresh_cap;
   hvd__cache_t *cache;
+  char **fast_names;    /* per cache bit: names lent to fast-path responses */
+  const hvd__response_t **group; /* the fused group being built */
+  int group_cap;
   hvd_request_t **hits; /* per cache bit: this rank's request waiting on it */
   double *hit_since;
   uint64_t *vec; /* flags, tuned parameters, not-ready bits, invalidate bits */
@@ -148,7 +151,7 @@ static void stop_all(hvd__engine_t *e, hvd_result_t rc, const char *reason,
   snprintf(e->stop_reason, sizeof e->stop_reason, "%s", reason);
   hvd__table_each(e->inflight, collect, &list);
   hvd__table_destroy(e->inflight);
-  e->inflight = hvd__table_create();
+  e->inflight = hvd__table_create_borrowing();
   e->qhead = e->qtail = NULL; /* queued requests are in inflight too */
   pthread_mutex_unlock(&e->mu);
   while (list != NULL) {
@@ -337,16 +340,24 @@ static int64_t resp_bytes(const hvd__response_t *x) {
  * for a shutdown, or -1; a stall response stops the engine itself. */
 static int execute_all(hvd__engine_t *e, hvd__response_t *xs, int n,
                        int from_slow, double agreed) {
-  const hvd__response_t *group[256];
   int stop_by = -1;
+  if (n > e->group_cap) { /* room for a group as long as the list */
+    const hvd__response_t **g = realloc(e->group, (size_t)n * sizeof *g);
+    if (g != NULL) {
+      e->group = g;
+      e->group_cap = n;
+    }
+  }
   for (int i = 0; i < n;) {
     hvd__response_t *x = &xs[i];
     switch (x->kind) {
     case HVD__RESP_RUN: {
       int g = 1;
       int64_t bytes = resp_bytes(x);
+      const hvd__response_t *one = x, **group = e->group ? e->group : &one;
+      int max = e->group ? e->group_cap : 1;
       group[0] = x;
-      while (i + g < n && g < 256 && e->settings.fusion_threshold > 0 &&
+      while (i + g < n && g < max && e->settings.fusion_threshold > 0 &&
              fusable(x, &xs[i + g]) &&
              bytes + resp_bytes(&xs[i + g]) <= e->settings.fusion_threshold) {
         bytes += resp_bytes(&xs[i + g]);
@@ -471,6 +482,8 @@ static int fast_path(hvd__engine_t *e, unsigned flags, hvd__response_t **out,
   int cap = hvd__cache_capacity(e->cache);
   for (int i = 0; i < w; i++)
     notready[i] = ~0ull;
+  /* a stale bit is set in inval by sort_new; what every rank sees after
+   * the OR decides */
   double now = hvd__now();
   for (int b = 0; b < cap; b++) {
     int ready = e->hits[b] != NULL;
@@ -522,18 +535,13 @@ static int fast_path(hvd__engine_t *e, unsigned flags, hvd__response_t **out,
       if (bit_get(inval, b) || bit_get(notready, b) ||
           !hvd__cache_valid(e->cache, b))
         continue;
-      hvd__response_t *x = &list[k++];
+      hvd__response_t *x = &list[k];
       x->kind = HVD__RESP_RUN;
       x->desc = *hvd__cache_desc(e->cache, b);
       x->nnames = 1;
-      x->names = calloc(1, sizeof *x->names);
-      if (x->names == NULL ||
-          !(x->names[0] = strdup(hvd__cache_name(e->cache, b)))) {
-        hvd__responses_free(list, nready);
-        free(mine);
-        hvd__set_error(HVD_ERR_NO_MEMORY, "response list");
-        return -1;
-      }
+      x->borrowed = 1; /* the cache's name, in the engine's array */
+      e->fast_names[k++] = (char *)hvd__cache_name(e->cache, b);
+      x->names = &e->fast_names[k - 1];
       if (mine != NULL) /* a joined rank has none: -1 */
         mine[k - 1] = e->hits[b] != NULL ? e->hits[b]->t_ready : -1;
       x->req = e->hits[b];
@@ -707,6 +715,8 @@ static void engine_free(hvd__engine_t *e) {
   hvd__autotune_destroy(e->tune);
   free(e->hits);
   free(e->hit_since);
+  free(e->fast_names);
+  free(e->group);
   free(e->vec);
   free(e->fresh);
   pthread_mutex_destroy(&e->mu);
@@ -775,7 +785,7 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
     rc = HVD_ERR_IO;
     goto fail;
   }
-  e->inflight = hvd__table_create();
+  e->inflight = hvd__table_create_borrowing(); /* keys: the requests' names */
   e->ctl = hvd__controller_create(env->comm, env->rank, env->size, s,
                                   e->timeline_any);
   if (e->inflight == NULL || e->ctl == NULL) {
@@ -806,7 +816,8 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
     e->words = (cap + 63) / 64;
     e->hits = calloc((size_t)cap, sizeof *e->hits);
     e->hit_since = calloc((size_t)cap, sizeof *e->hit_since);
-    if (!e->cache || !e->hits || !e->hit_since) {
+    e->fast_names = calloc((size_t)cap, sizeof *e->fast_names);
+    if (!e->cache || !e->hits || !e->hit_since || !e->fast_names) {
       rc = hvd__set_error(HVD_ERR_NO_MEMORY, "response cache");
       goto fail;
     }
@@ -841,27 +852,36 @@ void hvd__engine_stop(hvd__engine_t *e) {
   engine_free(e);
 }
 
-hvd_result_t hvd__engine_submit(hvd__engine_t *e, hvd_request_t *r) {
+/* The error paths of submission format the request's label; the common
+ * path does not. */
+static hvd_result_t submit_error(hvd_result_t rc, const hvd_request_t *r,
+                                 const char *why) {
   char lab[300];
   hvd__request_label(r, lab, sizeof lab);
+  return hvd__set_error(rc, "%s: %s", lab, why);
+}
+
+hvd_result_t hvd__engine_submit(hvd__engine_t *e, hvd_request_t *r) {
   hvd_result_t rc = HVD_SUCCESS;
+  double now = hvd__now();
   pthread_mutex_lock(&e->mu);
   if (e->stopped) {
-    rc = hvd__set_error(e->stop_rc, "%s: %s", lab, e->stop_reason);
+    rc = submit_error(e->stop_rc, r, e->stop_reason);
   } else if (e->stop_requested) {
-    rc = hvd__set_error(HVD_ERR_SHUTDOWN, "%s: hvd is shutting down", lab);
+    rc = submit_error(HVD_ERR_SHUTDOWN, r, "hvd is shutting down");
   } else if (hvd__table_get(e->inflight, r->name) != NULL) {
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
-                        "%s: a collective named '%s' is already in flight on "
-                        "this rank",
-                        lab, r->name);
+    char why[HVD__ERRMSG_MAX];
+    snprintf(why, sizeof why,
+             "a collective named '%.900s' is already in flight on this rank",
+             r->name);
+    rc = submit_error(HVD_ERR_INVALID_ARG, r, why);
   } else if (hvd__table_put(e->inflight, r->name, r) != 0) {
-    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: request table", lab);
+    rc = submit_error(HVD_ERR_NO_MEMORY, r, "request table");
   } else {
-    r->t_submit = hvd__now();
-    r->t_ready = r->t_submit - e->epoch;
+    r->t_submit = now;
+    r->t_ready = now - e->epoch;
     if (hvd__table_count(e->inflight) == 1) /* just this one: a new burst */
-      e->burst_start = r->t_submit;
+      e->burst_start = now;
     r->next = NULL;
     if (e->qtail)
       e->qtail->next = r;

@@ -18,11 +18,13 @@ hvd_request_t *hvd__request_new(const char *name) {
   hvd_request_t *r = calloc(1, sizeof *r);
   if (r == NULL)
     return NULL;
-  r->name = strdup(name);
+  size_t len = strlen(name) + 1;
+  r->name = len <= sizeof r->inline_name ? r->inline_name : malloc(len);
   if (r->name == NULL) {
     free(r);
     return NULL;
   }
+  memcpy(r->name, name, len);
   r->last_rank = -1;
   return r;
 }
@@ -30,7 +32,8 @@ hvd_request_t *hvd__request_new(const char *name) {
 void hvd__request_free(hvd_request_t *r) {
   if (r == NULL)
     return;
-  free(r->name);
+  if (r->name != r->inline_name)
+    free(r->name);
   free(r->splits);
   free(r->recv_splits);
   free(r->errmsg);

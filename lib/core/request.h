@@ -26,8 +26,11 @@ typedef struct hvd__desc {
 #define HVD__BARRIER_NAME "hvd.barrier"
 #define HVD__JOIN_NAME "hvd.join"
 
+#define HVD__INLINE_NAME 64
+
 struct hvd_request {
-  char *name;
+  char *name; /* inline_name when it fits, else malloc'd */
+  char inline_name[HVD__INLINE_NAME];
   hvd__desc_t desc;
   hvd_tensor_t send;        /* input; broadcast's in-place tensor */
   hvd_tensor_t recv;        /* allreduce: caller's output; else hvd's output */

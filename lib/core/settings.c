@@ -24,7 +24,7 @@ static const hvd__setting_info_t table[] = {
      "fusion"},
     {"HVD_CHUNK_SIZE", "0",
      "bytes per pipelined chunk of a fused group; 0 = the backend's default "
-     "(MPI: 1048576)"},
+     "(MPI: 262144)"},
     {"HVD_CACHE_CAPACITY", "1024",
      "collectives remembered by the response cache; 0 disables it"},
     {"HVD_STALL_CHECK_TIME", "60",

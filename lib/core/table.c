@@ -9,12 +9,14 @@ typedef struct node {
   struct node *next;
   uint64_t hash;
   void *value;
-  char key[];
+  const char *key; /* points at copy[] unless the table borrows keys */
+  char copy[];
 } node_t;
 
 struct hvd__table {
   node_t **slots;
   size_t nslots, count;
+  int borrow;
 };
 
 static uint64_t fnv1a(const char *s) {
@@ -34,6 +36,13 @@ hvd__table_t *hvd__table_create(void) {
     free(t);
     return NULL;
   }
+  return t;
+}
+
+hvd__table_t *hvd__table_create_borrowing(void) {
+  hvd__table_t *t = hvd__table_create();
+  if (t != NULL)
+    t->borrow = 1;
   return t;
 }
 
@@ -84,11 +93,16 @@ int hvd__table_put(hvd__table_t *t, const char *key, void *value) {
     (*p)->value = value;
     return 0;
   }
-  size_t len = strlen(key);
-  node_t *n = malloc(sizeof *n + len + 1);
+  size_t len = t->borrow ? 0 : strlen(key) + 1;
+  node_t *n = malloc(sizeof *n + len);
   if (n == NULL)
     return -1;
-  memcpy(n->key, key, len + 1);
+  if (t->borrow) {
+    n->key = key;
+  } else {
+    memcpy(n->copy, key, len);
+    n->key = n->copy;
+  }
   n->hash = h;
   n->value = value;
   n->next = NULL;

@@ -1,6 +1,7 @@
 /*
  * table.h - a string-keyed hash table of pointers (names -> requests,
- * names -> pending negotiations). Keys are copied; values are borrowed.
+ * names -> pending negotiations). Keys are copied (or borrowed, see
+ * hvd__table_create_borrowing); values are borrowed.
  * Not thread-safe: the owner locks.
  */
 #ifndef HVD_CORE_TABLE_H
@@ -11,6 +12,9 @@
 typedef struct hvd__table hvd__table_t;
 
 hvd__table_t *hvd__table_create(void); /* NULL when out of memory */
+/* A table that borrows its keys: each key must stay valid, unchanged,
+ * until its entry is removed (names of requests in flight). */
+hvd__table_t *hvd__table_create_borrowing(void);
 void hvd__table_destroy(hvd__table_t *t); /* accepts NULL; values untouched */
 void *hvd__table_get(const hvd__table_t *t, const char *key);
 /* 0 on success, -1 when out of memory. Replaces an existing value. */

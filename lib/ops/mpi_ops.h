@@ -11,11 +11,12 @@
 
 extern const hvd__executor_t hvd__mpi_executor;
 
-/* The MPI executor's default chunk (HVD_CHUNK_SIZE=0): Open MPI over shared
- * memory peaks at 256 KiB - 4 MiB messages (measured on 2 ranks: 8-13
- * GB/s) and falls to ~2 GB/s at 64 MiB, where it allocates a scratch
- * buffer per call. */
-#define HVD__MPI_CHUNK ((int64_t)1 << 20)
+/* The MPI executor's default chunk (HVD_CHUNK_SIZE=0). Open MPI over shared
+ * memory peaks at 256 KiB - 4 MiB messages (8-13 GB/s on 2 ranks) and falls
+ * to ~2 GB/s at 64 MiB, where it allocates a scratch buffer per call; the
+ * shared-memory path wants pieces that stay in L2 while copied in, reduced
+ * and copied out. On the bert lists 256 KiB did best for both. */
+#define HVD__MPI_CHUNK ((int64_t)256 << 10)
 
 /* Completes *req: polls MPI_Test briefly, then yields, then sleeps in
  * short steps, so a rank waiting for slower peers gives its core back. */
