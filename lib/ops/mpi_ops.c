@@ -235,12 +235,15 @@ fail:
 }
 
 /* A barrier of the node's ranks that also orders their shared-memory
- * writes and reads. */
+ * writes and reads. Nonblocking plus hvd__mpi_wait: a rank waiting for a
+ * peer that is descheduled yields its core instead of spinning on it. */
 static hvd_result_t shm_barrier(const mpi_state_t *s,
                                 const hvd__exec_env_t *env) {
   hvd_result_t rc = HVD_SUCCESS;
+  MPI_Request mr;
   HVD__MPI_CHECK(MPI_Win_sync(s->win));
-  HVD__MPI_CHECK(MPI_Barrier(env->local_comm));
+  HVD__MPI_CHECK(MPI_Ibarrier(env->local_comm, &mr));
+  HVD__CHECK(hvd__mpi_wait(&mr, "MPI_Ibarrier"));
   HVD__MPI_CHECK(MPI_Win_sync(s->win));
 fail:
   return rc;
