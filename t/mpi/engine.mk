@@ -58,3 +58,7 @@ t_mpi_timeline_prog_LDADD = $(HVD_PROG_LDADD)
 dist_check_SCRIPTS += t/mpi/timeline.sh
 EXTRA_DIST += t/mpi/timeline_check.py
 TESTS += t/mpi/timeline.sh
+
+## hvd-bench's correctness self-check.
+dist_check_SCRIPTS += t/mpi/bench.sh
+TESTS += t/mpi/bench.sh
