@@ -32,7 +32,10 @@
 ##   dist_check_SCRIPTS += t/mpi/bar.sh
 ##   TESTS += t/mpi/bar.sh
 ## NP_TESTS and UNIT_TESTS are added to TESTS and CLEANFILES here.
-## Tests include "tap.h" (or "tap/tap.h"); see t/tap/tap.h.
+## Tests include "tap.h" (or "tap/tap.h"); see t/tap/tap.h. Test programs
+## share helpers (dtype elements, expected values, comparisons, allreduce
+## jobs) in t/util/hvdtest.h, linked through TEST_LDADD; shell tests share
+## t/util/testlib.sh (sourced from $HVD_TOP_SRCDIR).
 
 NP_TESTS =
 UNIT_TESTS =
@@ -44,9 +47,10 @@ CLEANFILES += $(UNIT_TESTS) $(NP_TESTS)
 ## executable, not a libtool wrapper script that several ranks would race
 ## to relink).
 TEST_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS) -I$(top_srcdir)/t/tap \
-	-I$(top_srcdir)/t
+	-I$(top_srcdir)/t/util -I$(top_srcdir)/t
 TEST_LDFLAGS = $(AM_LDFLAGS) -no-install
-TEST_LDADD = t/tap/libtap.la lib/libhvd.la $(MPI_LIBS) $(PTHREAD_LIBS) -lm
+TEST_LDADD = t/util/libhvdtest.la t/tap/libtap.la lib/libhvd.la $(MPI_LIBS) \
+	$(PTHREAD_LIBS) -lm
 
 ## The TAP library.
 check_LTLIBRARIES = t/tap/libtap.la
@@ -55,6 +59,13 @@ t_tap_libtap_la_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS)
 ## (libtool ignores -no-install for a library; using TEST_LDFLAGS here
 ## only tells automake that the variable is used, not a typo.)
 t_tap_libtap_la_LDFLAGS = $(TEST_LDFLAGS)
+
+## The tests' helpers, and the shell tests' functions.
+check_LTLIBRARIES += t/util/libhvdtest.la
+t_util_libhvdtest_la_SOURCES = t/util/hvdtest.c t/util/hvdtest.h
+t_util_libhvdtest_la_CPPFLAGS = $(TEST_CPPFLAGS)
+t_util_libhvdtest_la_LDFLAGS = $(TEST_LDFLAGS)
+EXTRA_DIST += t/util/testlib.sh
 
 ## The harness.
 HVD_TAP_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) \

@@ -17,9 +17,9 @@
  * divides by the world size. Integer averages truncate toward zero.
  */
 #include "hvd.h"
+#include "hvdtest.h"
 #include "tap/tap.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,14 +36,8 @@ static const char *const kind_names[] = {"allreduce",     "broadcast",
 static const hvd_dtype_t dtypes[] = {HVD_UINT8,   HVD_INT8,    HVD_INT32,
                                      HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
                                      HVD_FLOAT32, HVD_FLOAT64};
-static const char *const dtype_names[] = {"uint8",   "int8",    "int32",
-                                          "int64",   "float16", "bfloat16",
-                                          "float32", "float64"};
-static const size_t dtype_sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
 static const hvd_op_t ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
                                HVD_PRODUCT};
-static const char *const op_names[] = {"sum", "average", "min", "max",
-                                       "product"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define PRESCALE 2.0
 #define POSTSCALE 0.25
@@ -58,134 +52,14 @@ static const struct shape shapes[] = {
 /* Dimensions after the first of allgather, alltoall, reducescatter. */
 static const struct shape rests[] = {{0, {0}}, {1, {3}}, {2, {2, 3}}};
 
-static int is_float(hvd_dtype_t dt) {
-  return dt >= HVD_FLOAT16;
-}
-static int is_signed(hvd_dtype_t dt) {
-  return dt != HVD_UINT8;
-}
-
-/* ---- float16 and bfloat16, rounding to nearest even ---- */
-
-static uint16_t f32_to_f16(float f) {
-  uint32_t x, sign, man, half, rem, mid;
-  int e;
-  memcpy(&x, &f, 4);
-  sign = (x >> 16) & 0x8000u;
-  man = x & 0x7fffffu;
-  e = (int)((x >> 23) & 0xff) - 127 + 15;
-  if (((x >> 23) & 0xff) == 0xff) /* inf, nan */
-    return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
-  if (e >= 31)
-    return (uint16_t)(sign | 0x7c00u);
-  if (e <= 0) { /* subnormal half: mantissa * 2^-24 */
-    int shift = 14 - e;
-    if (shift > 24)
-      return (uint16_t)sign;
-    man |= 0x800000u;
-    half = man >> shift;
-    rem = man & ((1u << shift) - 1);
-    mid = 1u << (shift - 1);
-  } else {
-    half = ((uint32_t)e << 10) | (man >> 13);
-    rem = man & 0x1fffu;
-    mid = 0x1000u;
-  }
-  if (rem > mid || (rem == mid && (half & 1))) /* a carry may bump e */
-    half++;
-  return (uint16_t)(sign | half);
-}
-
-static float f16_to_f32(uint16_t h) {
-  int e = (h >> 10) & 0x1f;
-  int man = h & 0x3ff;
-  float f = e == 0    ? ldexpf((float)man, -24)
-            : e == 31 ? (man ? NAN : INFINITY)
-                      : ldexpf((float)(man | 0x400), e - 25);
-  return (h & 0x8000) ? -f : f;
-}
-
-static uint16_t f32_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) /* nan stays nan */
-    return (uint16_t)((x >> 16) | 0x40);
-  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
-}
-
-static float bf16_to_f32(uint16_t h) {
-  uint32_t x = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
-}
-
-/* Element i of buf, of dtype dt, as a double; and the reverse. */
-static double get(hvd_dtype_t dt, const void *buf, int64_t i) {
-  switch (dt) {
-  case HVD_UINT8:
-    return ((const uint8_t *)buf)[i];
-  case HVD_INT8:
-    return ((const int8_t *)buf)[i];
-  case HVD_INT32:
-    return ((const int32_t *)buf)[i];
-  case HVD_INT64:
-    return (double)((const int64_t *)buf)[i];
-  case HVD_FLOAT16:
-    return f16_to_f32(((const uint16_t *)buf)[i]);
-  case HVD_BFLOAT16:
-    return bf16_to_f32(((const uint16_t *)buf)[i]);
-  case HVD_FLOAT32:
-    return ((const float *)buf)[i];
-  default:
-    return ((const double *)buf)[i];
-  }
-}
-
-static void put(hvd_dtype_t dt, void *buf, int64_t i, double v) {
-  switch (dt) {
-  case HVD_UINT8:
-    ((uint8_t *)buf)[i] = (uint8_t)v;
-    break;
-  case HVD_INT8:
-    ((int8_t *)buf)[i] = (int8_t)v;
-    break;
-  case HVD_INT32:
-    ((int32_t *)buf)[i] = (int32_t)v;
-    break;
-  case HVD_INT64:
-    ((int64_t *)buf)[i] = (int64_t)v;
-    break;
-  case HVD_FLOAT16:
-    ((uint16_t *)buf)[i] = f32_to_f16((float)v);
-    break;
-  case HVD_BFLOAT16:
-    ((uint16_t *)buf)[i] = f32_to_bf16((float)v);
-    break;
-  case HVD_FLOAT32:
-    ((float *)buf)[i] = (float)v;
-    break;
-  default:
-    ((double *)buf)[i] = v;
-    break;
-  }
-}
-
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p)
-    bail("out of memory");
-  return p;
-}
-
 /* ---- Inputs and expected values ---- */
 
 /* Rank r's element i of an allreduce or reducescatter input. */
 static double input(hvd_op_t op, hvd_dtype_t dt, int r, int64_t i) {
   static const int prod_signed[8] = {1, -1, 2, 1, -2, -1, 0, 1};
   static const int prod_unsigned[6] = {1, 2, 1, 3, 0, 1};
-  int s = is_signed(dt);
-  if (op == HVD_AVERAGE && is_float(dt)) /* offsets 0, 1, 2, -3: sum 0 */
+  int s = hvdt_is_signed(dt);
+  if (op == HVD_AVERAGE && hvdt_is_float(dt)) /* offsets 0, 1, 2, -3: sum 0 */
     return (double)((i * 5) % 9 - 4 + (r < P - 1 ? r : -(P - 1) * (P - 2) / 2));
   switch (op) {
   case HVD_AVERAGE: /* integer averages truncate the sum's */
@@ -202,35 +76,23 @@ static double input(hvd_op_t op, hvd_dtype_t dt, int r, int64_t i) {
 /* Element i of the reduction over all ranks, as the contract defines. */
 static double reduced(hvd_op_t op, hvd_dtype_t dt, int64_t i, double pre,
                       double post) {
-  double acc = 0;
-  for (int r = 0; r < P; r++) {
-    double x = pre * input(op, dt, r, i);
-    if (r == 0)
-      acc = x;
-    else if (op == HVD_SUM || op == HVD_AVERAGE)
-      acc += x;
-    else if (op == HVD_MIN)
-      acc = fmin(acc, x);
-    else if (op == HVD_MAX)
-      acc = fmax(acc, x);
-    else
-      acc *= x;
-  }
-  if (op == HVD_AVERAGE)
-    acc = is_float(dt) ? acc / P : (double)((long long)acc / P);
-  return acc * post;
+  double acc = pre * input(op, dt, 0, i);
+  for (int r = 1; r < P; r++)
+    acc = hvdt_fold(op, acc, pre * input(op, dt, r, i));
+  return hvdt_finish(op, dt, acc, P, post);
 }
 
 /* Broadcast data of root; allgather data of rank r; alltoall row k that
  * rank r sends to rank j. */
 static double bvalue(hvd_dtype_t dt, int root, int64_t i) {
-  return (double)((i * 3 + root * 7) % 23 - (is_signed(dt) ? 11 : 0));
+  return (double)((i * 3 + root * 7) % 23 - (hvdt_is_signed(dt) ? 11 : 0));
 }
 static double gvalue(hvd_dtype_t dt, int r, int64_t k) {
-  return (double)((r * 11 + k * 3) % 29 - (is_signed(dt) ? 14 : 0));
+  return (double)((r * 11 + k * 3) % 29 - (hvdt_is_signed(dt) ? 14 : 0));
 }
 static double avalue(hvd_dtype_t dt, int r, int j, int64_t k, int64_t e) {
-  return (double)((r * 31 + j * 7 + k * 5 + e) % 41 - (is_signed(dt) ? 20 : 0));
+  return (double)((r * 31 + j * 7 + k * 5 + e) % 41 -
+                  (hvdt_is_signed(dt) ? 20 : 0));
 }
 
 /* Rows rank r sends rank j in an alltoall: uneven (with zeros), or 2. */
@@ -288,13 +150,13 @@ static void make_send(struct job *j, int64_t dim0) {
   for (int d = 0; d < j->shape->ndim; d++)
     dims[ndim++] = j->shape->dims[d];
   j->nin = (dim0 >= 0 ? dim0 : 1) * rest_numel(j->shape);
-  j->in = xcalloc((size_t)j->nin, dtype_sizes[j->dt]);
-  j->sent = xcalloc((size_t)j->nin, sizeof(double));
+  j->in = hvdt_calloc((size_t)j->nin, hvdt_size(j->dt));
+  j->sent = hvdt_calloc((size_t)j->nin, sizeof(double));
   j->send = hvd_tensor_make(j->in, j->dt, ndim, dims);
 }
 
 static void set_in(struct job *j, int64_t i, double v) {
-  put(j->dt, j->in, i, v);
+  hvdt_put(j->dt, j->in, i, v);
   j->sent[i] = v;
 }
 
@@ -305,7 +167,7 @@ static void make_want(struct job *j, int64_t dim0) {
   for (int d = 0; d < j->shape->ndim; d++)
     j->want_dims[j->want_ndim++] = j->shape->dims[d];
   j->nwant = dim0 * rest_numel(j->shape);
-  j->want = xcalloc((size_t)j->nwant, sizeof(double));
+  j->want = hvdt_calloc((size_t)j->nwant, sizeof(double));
 }
 
 static void job_prepare(struct job *j, enum kind kind, hvd_op_t op,
@@ -321,7 +183,7 @@ static void job_prepare(struct job *j, enum kind kind, hvd_op_t op,
   j->recv = hvd_tensor_make(NULL, dt, 0, NULL);
   shape_str(sh, sizeof sh, shape->ndim, shape->dims);
   snprintf(j->name, sizeof j->name, "%s %s %s%s", kind_names[kind],
-           dtype_names[dt],
+           hvd_dtype_name(dt),
            kind == ALLREDUCE || kind == BROADCAST ? "" : "[n]+", sh);
   int64_t rows = rest_numel(shape);
 
@@ -331,26 +193,26 @@ static void job_prepare(struct job *j, enum kind kind, hvd_op_t op,
     double post = (variant & 2) ? POSTSCALE : 1.0;
     make_send(j, -1);
     j->nwant = j->nin;
-    j->want = xcalloc((size_t)j->nwant, sizeof(double));
+    j->want = hvdt_calloc((size_t)j->nwant, sizeof(double));
     for (int64_t i = 0; i < j->nin; i++) {
       set_in(j, i, input(op, dt, R, i));
       j->want[i] = reduced(op, dt, i, pre, post);
     }
     if (!(variant & 1)) {
-      j->out = xcalloc((size_t)j->nin, dtype_sizes[dt]);
+      j->out = hvdt_calloc((size_t)j->nin, hvdt_size(dt));
       for (int64_t i = 0; i < j->nin; i++)
-        put(dt, j->out, i, 99);
+        hvdt_put(dt, j->out, i, 99);
       j->recv = hvd_tensor_make(j->out, dt, shape->ndim, shape->dims);
     }
     snprintf(j->name + strlen(j->name), sizeof j->name - strlen(j->name),
-             " %s%s%s", op_names[op], (variant & 1) ? " in place" : "",
+             " %s%s%s", hvd_op_name(op), (variant & 1) ? " in place" : "",
              (variant & 2) ? " scaled" : "");
     break;
   }
   case BROADCAST:
     make_send(j, -1);
     j->nwant = j->nin;
-    j->want = xcalloc((size_t)j->nwant, sizeof(double));
+    j->want = hvdt_calloc((size_t)j->nwant, sizeof(double));
     for (int64_t i = 0; i < j->nin; i++) {
       set_in(j, i, R == variant ? bvalue(dt, variant, i) : 100 + i % 5);
       j->want[i] = bvalue(dt, variant, i);
@@ -411,7 +273,7 @@ static void job_prepare(struct job *j, enum kind kind, hvd_op_t op,
     for (int64_t k = 0; k < j->nwant; k++)
       j->want[k] = reduced(op, dt, first * rows + k, pre, post);
     snprintf(j->name + strlen(j->name), sizeof j->name - strlen(j->name),
-             " %s%s", op_names[op], (variant & 2) ? " scaled" : "");
+             " %s%s", hvd_op_name(op), (variant & 2) ? " scaled" : "");
     break;
   }
   case BARRIER:
@@ -489,19 +351,17 @@ static int succeeded(hvd_result_t rc) {
 /* 1 if buf's n elements are want's (floats within rel, relatively). */
 static int same(const char *what, hvd_dtype_t dt, const void *buf,
                 const double *want, int64_t n, double rel) {
+  struct hvdt_wrong w;
   if (n > 0 && !buf) {
     fail("%s data is NULL", what);
     return 0;
   }
-  for (int64_t i = 0; i < n; i++) {
-    double got = get(dt, buf, i);
-    if (got != want[i] && !(fabs(got - want[i]) <= rel * fabs(want[i]))) {
-      fail("%s element %lld: expected %.17g, got %.17g", what, (long long)i,
-           want[i], got);
-      return 0;
-    }
-  }
-  return 1;
+  if (hvdt_compare(dt, buf, n, hvdt_want_array, want, (struct hvdt_tol){rel, 0},
+                   &w))
+    return 1;
+  fail("%s element %lld: expected %.17g, got %.17g", what, (long long)w.at,
+       w.want, w.got);
+  return 0;
 }
 
 /* 1 if t, which hvd allocated, has j's dtype and expected shape. */
@@ -516,7 +376,7 @@ static int has_shape(const struct job *j, const hvd_tensor_t *t) {
     shape_str(got, sizeof got, t->ndim >= 0 && t->ndim <= 8 ? t->ndim : 0,
               t->shape);
     fail("recv: expected %s %s on cpu, got dtype %d shape %s device %d",
-         dtype_names[j->dt], want, t->dtype, got, t->device);
+         hvd_dtype_name(j->dt), want, t->dtype, got, t->device);
   }
   return good;
 }
@@ -624,11 +484,11 @@ static void test_helpers(void) {
            {1.0009765625f, 0x3c01, 0x3f80}, {257.0f, 0x5c04, 0x4380}};
   int good = 1;
   for (int i = 0; i < COUNT(t); i++) {
-    float back = f16_to_f32(t[i].h);
-    if (f32_to_f16(t[i].f) != t[i].h || f32_to_bf16(t[i].f) != t[i].b ||
-        back != t[i].f) {
-      tap_note("%g: f16 0x%04x bf16 0x%04x back %g", t[i].f, f32_to_f16(t[i].f),
-               f32_to_bf16(t[i].f), back);
+    float back = hvdt_f16_to_f32(t[i].h);
+    if (hvdt_f32_to_f16(t[i].f) != t[i].h ||
+        hvdt_f32_to_bf16(t[i].f) != t[i].b || back != t[i].f) {
+      tap_note("%g: f16 0x%04x bf16 0x%04x back %g", t[i].f,
+               hvdt_f32_to_f16(t[i].f), hvdt_f32_to_bf16(t[i].f), back);
       good = 0;
     }
   }
@@ -639,15 +499,15 @@ static void test_blocking(void) {
   char sh[64];
   for (int d = 0; d < COUNT(dtypes); d++) {
     hvd_dtype_t dt = dtypes[d];
-    const char *dn = dtype_names[dt];
+    const char *dn = hvd_dtype_name(dt);
     for (int s = 0; s < COUNT(shapes); s++) {
       shape_str(sh, sizeof sh, shapes[s].ndim, shapes[s].dims);
       group_begin();
       for (int o = 0; o < COUNT(ops); o++)
-        for (int v = 0; v < (is_float(dt) ? 4 : 2); v++)
+        for (int v = 0; v < (hvdt_is_float(dt) ? 4 : 2); v++)
           group_run(ALLREDUCE, ops[o], dt, &shapes[s], v);
       group_end("allreduce %s %s: every op, in place or not%s", dn, sh,
-                is_float(dt) ? ", scaled or not" : "");
+                hvdt_is_float(dt) ? ", scaled or not" : "");
     }
     for (int s = 0; s < COUNT(shapes); s++) {
       shape_str(sh, sizeof sh, shapes[s].ndim, shapes[s].dims);
@@ -676,10 +536,10 @@ static void test_blocking(void) {
       shape_str(sh, sizeof sh, rests[s].ndim, rests[s].dims);
       group_begin();
       for (int o = 0; o < COUNT(ops); o++)
-        for (int v = 0; v < (is_float(dt) ? 4 : 1); v += 2)
+        for (int v = 0; v < (hvdt_is_float(dt) ? 4 : 1); v += 2)
           group_run(REDUCESCATTER, ops[o], dt, &rests[s], v);
       group_end("reducescatter %s [n]+%s, n = 2 * size + 1: every op%s", dn, sh,
-                is_float(dt) ? ", scaled or not" : "");
+                hvdt_is_float(dt) ? ", scaled or not" : "");
     }
   }
 }

@@ -20,237 +20,34 @@
  * machines, so the tensors stay small). A round that does not finish
  * within 15 s bails out (a deadlock) rather than wait for the harness.
  */
-#include <float.h>
-#include <math.h>
 #include <mpi.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "hvd.h"
+#include "hvdtest.h"
 #include "tap/tap.h"
 
 static int R, P; /* this rank, world size */
 
-static const hvd_dtype_t dtypes[4] = {HVD_FLOAT32, HVD_FLOAT64, HVD_FLOAT16,
-                                      HVD_INT32};
-static const hvd_op_t ops[5] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
-                                HVD_PRODUCT};
 #define NSPECS 120
 #define WAIT_LIMIT 15 /* seconds; a round takes well under 1 s */
 
 static const char *cur_cfg = "";
 
-/* ---- float16, rounding to nearest even ---- */
-
-static uint16_t f32_to_f16(float f) {
-  uint32_t x, sign, man, half, rem, mid;
-  int e;
-  memcpy(&x, &f, 4);
-  sign = (x >> 16) & 0x8000u;
-  man = x & 0x7fffffu;
-  e = (int)((x >> 23) & 0xff) - 127 + 15;
-  if (((x >> 23) & 0xff) == 0xff) /* inf, nan */
-    return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
-  if (e >= 31)
-    return (uint16_t)(sign | 0x7c00u);
-  if (e <= 0) { /* subnormal half */
-    int shift = 14 - e;
-    if (shift > 24)
-      return (uint16_t)sign;
-    man |= 0x800000u;
-    half = man >> shift;
-    rem = man & ((1u << shift) - 1);
-    mid = 1u << (shift - 1);
-  } else {
-    half = ((uint32_t)e << 10) | (man >> 13);
-    rem = man & 0x1fffu;
-    mid = 0x1000u;
-  }
-  if (rem > mid || (rem == mid && (half & 1)))
-    half++;
-  return (uint16_t)(sign | half);
-}
-
-static float f16_to_f32(uint16_t h) {
-  int e = (h >> 10) & 0x1f, man = h & 0x3ff;
-  float f = e == 0    ? ldexpf((float)man, -24)
-            : e == 31 ? (man ? NAN : INFINITY)
-                      : ldexpf((float)(man | 0x400), e - 25);
-  return (h & 0x8000) ? -f : f;
-}
-
-static size_t esize(hvd_dtype_t dt) {
-  return dt == HVD_FLOAT64 ? 8 : dt == HVD_FLOAT16 ? 2 : 4;
-}
-
-static void put(hvd_dtype_t dt, void *buf, int64_t i, double v) {
-  switch (dt) {
-  case HVD_INT32:
-    ((int32_t *)buf)[i] = (int32_t)v;
-    break;
-  case HVD_FLOAT16:
-    ((uint16_t *)buf)[i] = f32_to_f16((float)v);
-    break;
-  case HVD_FLOAT32:
-    ((float *)buf)[i] = (float)v;
-    break;
-  default:
-    ((double *)buf)[i] = v;
-    break;
-  }
-}
-
-static double get(hvd_dtype_t dt, const void *buf, int64_t i) {
-  switch (dt) {
-  case HVD_INT32:
-    return ((const int32_t *)buf)[i];
-  case HVD_FLOAT16:
-    return f16_to_f32(((const uint16_t *)buf)[i]);
-  case HVD_FLOAT32:
-    return ((const float *)buf)[i];
-  default:
-    return ((const double *)buf)[i];
-  }
-}
-
-/* ---- tensors of a burst ---- */
-
-struct spec {
-  char name[48];
-  hvd_dtype_t dtype;
-  hvd_op_t op;
-  int ndim;
-  int64_t n; /* elements: 1 for a scalar */
-  double pre, post;
-  int in_place;
-  int salt;
-};
-
-struct job {
-  struct spec sp;
-  void *send, *recv;
-  hvd_tensor_t ts, tr;
-  hvd_request_t *req;
-  hvd_result_t rc;
-  char msg[512];
-};
-
-/* Rank q's element i of tensor salt t; small integers, {-2,-1,1,2} for a
- * product (so products of 4 ranks, even prescaled, stay exact). */
-static double value(hvd_op_t op, int q, int64_t i, int t) {
-  if (op == HVD_PRODUCT)
-    return (double)((q + i + t) % 2 + 1) *
-           ((q * 3 + i + t) % 5 == 0 ? -1.0 : 1.0);
-  return (double)((q * 5 + i * 3 + t) % 13) - 6;
-}
-
-/* Element i of the result when ranks 0..active-1 contribute (the others
- * have joined and contribute the identity). */
-static double expected(const struct spec *s, int64_t i, int active) {
-  double acc = 0;
-  for (int q = 0; q < active; q++) {
-    double v = value(s->op, q, i, s->salt) * s->pre; /* exact */
-    if (q == 0) {
-      acc = v;
-      continue;
-    }
-    switch (s->op) {
-    case HVD_SUM:
-    case HVD_AVERAGE:
-      acc += v;
-      break;
-    case HVD_MIN:
-      acc = v < acc ? v : acc;
-      break;
-    case HVD_MAX:
-      acc = v > acc ? v : acc;
-      break;
-    default:
-      acc *= v;
-      break;
-    }
-  }
-  if (s->op == HVD_AVERAGE) {
-    if (s->dtype == HVD_INT32)
-      return (double)((long long)acc / P); /* truncates toward zero */
-    return acc / P * s->post;
-  }
-  return acc * s->post;
-}
-
-/* Allowed distance between got and the exact want: 0, except 2 ulps for a
- * float32 average. */
-static int close_enough(const struct spec *s, double want, double got) {
-  if (s->dtype == HVD_FLOAT32) {
-    float w = (float)want;
-    if (s->op != HVD_AVERAGE)
-      return got == w;
-    float ulp = nextafterf(fabsf(w), INFINITY) - fabsf(w);
-    return fabs(got - w) <= 2.0 * ulp;
-  }
-  if (s->dtype == HVD_FLOAT16)
-    return got == f16_to_f32(f32_to_f16((float)want));
-  return got == want;
-}
-
 /* A spec's result buffer from the flat run, kept for comparison. */
 static void *flat[NSPECS][2]; /* [spec][round] */
 
-static struct spec specs[NSPECS];
-static struct job jobs[NSPECS];
+static struct hvdt_ar specs[NSPECS];
+static struct hvdt_ar jobs[NSPECS];
 
+/* The burst (see hvdt_burst): a scalar, [7] and [3000] for every dtype and
+ * op. Returns the number of specs. */
 static int make_specs(void) {
-  static const double scales[3][2] = {{1, 1}, {2, 0.25}, {0.5, 3}};
   static const int64_t sizes[3] = {1, 7, 3000};
-  int n = 0;
-  for (int d = 0; d < 4; d++)
-    for (int o = 0; o < 5; o++)
-      for (int z = 0; z < 3; z++)
-        for (int place = 0; place < 2; place++) {
-          hvd_dtype_t dt = dtypes[d];
-          int sc = dt == HVD_INT32 ? 0 : (d + o) % 3;
-          struct spec *s = &specs[n++];
-          snprintf(s->name, sizeof s->name, "h.%s.%s.%lld.%s",
-                   hvd_dtype_name(dt), hvd_op_name(ops[o]), (long long)sizes[z],
-                   place ? "in" : "out");
-          s->dtype = dt;
-          s->op = ops[o];
-          s->ndim = z == 0 ? 0 : 1;
-          s->n = sizes[z];
-          s->pre = scales[sc][0];
-          s->post = scales[sc][1];
-          s->in_place = place;
-          s->salt = n * 5;
-        }
-  return n;
-}
-
-static void job_submit(struct job *j) {
-  const struct spec *s = &j->sp;
-  size_t bytes = (size_t)s->n * esize(s->dtype);
-  j->send = malloc(bytes);
-  j->recv = s->in_place ? j->send : malloc(bytes);
-  if (j->send == NULL || j->recv == NULL)
-    bail("out of memory");
-  for (int64_t i = 0; i < s->n; i++) {
-    put(s->dtype, j->send, i, value(s->op, R, i, s->salt));
-    if (!s->in_place)
-      put(s->dtype, j->recv, i, -77);
-  }
-  int64_t shape[1] = {s->n};
-  j->ts = hvd_tensor_make(j->send, s->dtype, s->ndim, shape);
-  j->tr = hvd_tensor_make(j->recv, s->dtype, s->ndim, shape);
-  j->req = NULL;
-  j->msg[0] = '\0';
-  j->rc = hvd_allreduce_async(s->name, &j->ts, &j->tr, s->op, s->pre, s->post,
-                              &j->req);
-  if (j->rc != HVD_SUCCESS) {
-    snprintf(j->msg, sizeof j->msg, "%s", hvd_last_error());
-    j->req = NULL;
-  }
+  return hvdt_burst(specs, "h", sizes, 3, 5, 0, 0);
 }
 
 /* Runs every spec (in order, or shuffled per rank) and checks each against
@@ -260,27 +57,23 @@ static void job_submit(struct job *j) {
 static int run_round(int n, int round, int shuffled, int keep, char *why,
                      size_t whylen) {
   int order[NSPECS];
-  unsigned seed = 31u * (unsigned)R + (unsigned)round;
-  for (int k = 0; k < n; k++)
-    order[k] = k;
-  for (int k = n - 1; k > 0 && shuffled; k--) {
-    seed = seed * 1103515245u + 12345u;
-    int m = (int)((seed >> 16) % (unsigned)(k + 1)), t = order[k];
-    order[k] = order[m];
-    order[m] = t;
-  }
+  if (shuffled)
+    hvdt_shuffle(order, n, 31u * (unsigned)R + (unsigned)round);
+  else
+    for (int k = 0; k < n; k++)
+      order[k] = k;
   for (int k = 0; k < n; k++) {
-    struct job *j = &jobs[order[k]];
-    j->sp = specs[order[k]];
-    j->sp.salt += round * 1000;
-    job_submit(j);
+    struct hvdt_ar *j = &jobs[order[k]];
+    *j = specs[order[k]];
+    j->salt += round * 1000;
+    hvdt_ar_submit(j, hvdt_burst_value, -77);
   }
   /* Polled against a deadline: a hierarchical allreduce that deadlocks
    * (ranks taking different paths) ends the test with a clear bail-out
    * instead of the harness's timeout. */
   double deadline = MPI_Wtime() + WAIT_LIMIT;
   for (int k = 0; k < n; k++) {
-    struct job *j = &jobs[order[(k * 7) % n]];
+    struct hvdt_ar *j = &jobs[order[(k * 7) % n]];
     int done = 0;
     while (j->req != NULL && !done) {
       j->rc = hvd_test(j->req, &done);
@@ -292,54 +85,41 @@ static int run_round(int n, int round, int shuffled, int keep, char *why,
       }
       if (MPI_Wtime() > deadline)
         bail("%s: '%s' not done after %d s: the allreduce hangs", cur_cfg,
-             j->sp.name, WAIT_LIMIT);
+             j->name, WAIT_LIMIT);
       nanosleep(&(struct timespec){0, 200000}, NULL);
     }
   }
   int bad = 0;
   why[0] = '\0';
   for (int k = 0; k < n; k++) {
-    struct job *j = &jobs[k];
-    const struct spec *s = &j->sp;
+    struct hvdt_ar *j = &jobs[k];
     char w[600] = "";
-    size_t bytes = (size_t)s->n * esize(s->dtype);
-    if (j->rc != HVD_SUCCESS)
-      snprintf(w, sizeof w, "'%.47s': rc %d: %.400s", s->name, j->rc, j->msg);
-    for (int64_t i = 0; i < s->n && !w[0]; i++) {
-      double want = expected(s, i, P), got = get(s->dtype, j->recv, i);
-      if (!close_enough(s, want, got))
-        snprintf(w, sizeof w,
-                 "'%.47s' (pre %g post %g): element %lld = %.9g, expected "
-                 "%.9g",
-                 s->name, s->pre, s->post, (long long)i, got, want);
-    }
-    if (!w[0] && !keep && flat[k][round] != NULL &&
+    size_t bytes = (size_t)j->n * hvdt_size(j->dtype);
+    int good = hvdt_ar_check(j, hvdt_burst_value, P, w, sizeof w);
+    if (good && !keep && flat[k][round] != NULL &&
         memcmp(flat[k][round], j->recv, bytes) != 0) {
       int64_t i = 0;
-      while (i < s->n &&
-             get(s->dtype, flat[k][round], i) == get(s->dtype, j->recv, i))
+      while (i < j->n && hvdt_get(j->dtype, flat[k][round], i) ==
+                             hvdt_get(j->dtype, j->recv, i))
         i++;
       snprintf(w, sizeof w,
                "'%.47s': differs from the flat allreduce at element %lld: "
                "%.9g vs %.9g",
-               s->name, (long long)i, get(s->dtype, j->recv, i),
-               get(s->dtype, flat[k][round], i));
+               j->name, (long long)i, hvdt_get(j->dtype, j->recv, i),
+               hvdt_get(j->dtype, flat[k][round], i));
     }
     if (w[0]) {
       if (!bad)
         snprintf(why, whylen, "%s", w);
       bad++;
     }
-    if (keep) {
+    if (keep) { /* the flat run's result stays, in flat */
       flat[k][round] = j->recv;
-      if (!s->in_place)
-        free(j->send);
-    } else {
-      free(j->send);
-      if (!s->in_place)
-        free(j->recv);
+      if (j->in_place)
+        j->send = NULL;
+      j->recv = NULL;
     }
-    j->send = j->recv = NULL;
+    hvdt_ar_free(j);
   }
   return bad;
 }

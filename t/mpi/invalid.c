@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "hvd.h"
+#include "hvdtest.h"
 #include "tap/tap.h"
 
 #define MSG_LEN 512
@@ -29,27 +30,8 @@ static void expect(hvd_result_t rc, hvd_result_t want_rc, const char *want,
 
 /* A correct allreduce: sum over ranks of rank+1+i. */
 static void allreduce_works(const char *after) {
-  static int seq;
-  char name[32];
-  int32_t x[3], y[3];
-  int64_t shape[1] = {3};
-  snprintf(name, sizeof name, "ok.%d", seq++);
-  for (int i = 0; i < 3; i++) {
-    x[i] = rank + 1 + i;
-    y[i] = -1;
-  }
-  hvd_tensor_t s = hvd_tensor_make(x, HVD_INT32, 1, shape);
-  hvd_tensor_t r = hvd_tensor_make(y, HVD_INT32, 1, shape);
-  hvd_result_t rc = hvd_allreduce(name, &s, &r, HVD_SUM, 1.0, 1.0);
-  tap_note("%s", hvd_last_error());
-  is_int(HVD_SUCCESS, rc, "then a valid allreduce (%s)", after);
-  int good = 1;
-  for (int i = 0; i < 3; i++)
-    if (y[i] != size * (size + 1) / 2 + size * i) {
-      tap_note("y[%d] = %d", i, (int)y[i]);
-      good = 0;
-    }
-  ok(good, "then a valid allreduce (%s): values", after);
+  hvdt_allreduce_works(NULL, HVD_INT32, 3, "then a valid allreduce (%s)",
+                       after);
 }
 
 #define REJECT(call, want, what)                                               \

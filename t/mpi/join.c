@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "hvd.h"
+#include "hvdtest.h"
 #include "tap/tap.h"
 
 #define MAX_RANKS 16
@@ -25,7 +26,6 @@ static int rank, size;
 
 static const hvd_op_t ops[5] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
                                 HVD_PRODUCT};
-static const char *op_names[5] = {"sum", "average", "min", "max", "product"};
 
 struct result {
   int pass;
@@ -48,40 +48,24 @@ static int steps_of(int rd, int q) {
   return rd == 0 ? q + 1 : size - q;
 }
 
-/* Expected element i of op over the ranks still active at step s. */
-static double expected(int rd, int s, int op, int is_int32, int i) {
+/* Expected element i of op over the ranks still active at step s (an
+ * average still divides by the world size). */
+struct want {
+  int rd, s, op, is_int32;
+};
+static double expected(const void *ctx, int64_t i) {
+  const struct want *w = ctx;
   double acc = 0;
   int first = 1;
-  long long isum = 0;
   for (int q = 0; q < size; q++) {
-    if (steps_of(rd, q) <= s)
+    if (steps_of(w->rd, q) <= w->s)
       continue;
-    double v = value(q, i);
-    isum += value(q, i);
-    if (first) {
-      acc = v;
-      first = 0;
-      continue;
-    }
-    switch (ops[op]) {
-    case HVD_SUM:
-    case HVD_AVERAGE:
-      acc += v;
-      break;
-    case HVD_MIN:
-      acc = v < acc ? v : acc;
-      break;
-    case HVD_MAX:
-      acc = v > acc ? v : acc;
-      break;
-    default:
-      acc *= v;
-      break;
-    }
+    acc =
+        first ? value(q, (int)i) : hvdt_fold(ops[w->op], acc, value(q, (int)i));
+    first = 0;
   }
-  if (ops[op] == HVD_AVERAGE)
-    return is_int32 ? (double)(isum / size) : acc / size;
-  return acc;
+  return hvdt_finish(ops[w->op], w->is_int32 ? HVD_INT32 : HVD_FLOAT32, acc,
+                     size, 1.0);
 }
 
 /* One step of allreduces on this (active) rank; results into res. */
@@ -95,7 +79,7 @@ static void run_step(int rd, int s) {
       int64_t shape[1] = {N};
       hvd_tensor_t send, recv;
       snprintf(name, sizeof name, "r%d.s%d.%s.%s", rd + 1, s,
-               dt ? "int32" : "float32", op_names[op]);
+               dt ? "int32" : "float32", hvd_op_name(ops[op]));
       for (int i = 0; i < N; i++) {
         fx[i] = (float)value(rank, i);
         ix[i] = value(rank, i);
@@ -116,17 +100,14 @@ static void run_step(int rd, int s) {
                  hvd_last_error());
         continue;
       }
-      for (int i = 0; i < N; i++) {
-        double want = expected(rd, s, op, dt, i);
-        double seen = dt ? iy[i] : fy[i];
-        double tol = dt ? 0 : 1e-5 * (want < 0 ? -want : want);
-        if (seen - want > tol || want - seen > tol) {
-          out->pass = 0;
-          snprintf(out->why, sizeof out->why,
-                   "%s: element %d is %.9g, expected %.9g", name, i, seen,
-                   want);
-          break;
-        }
+      struct want ctx = {rd, s, op, dt};
+      struct hvdt_tol tol = {dt ? 0 : 1e-5, 0}; /* float32: relatively */
+      struct hvdt_wrong w;
+      if (!hvdt_compare(recv.dtype, recv.data, N, expected, &ctx, tol, &w)) {
+        out->pass = 0;
+        snprintf(out->why, sizeof out->why,
+                 "%s: element %lld is %.9g, expected %.9g", name,
+                 (long long)w.at, w.got, w.want);
       }
     }
 }
@@ -175,7 +156,7 @@ static void round_of_join(int rd) {
         if (!r->pass)
           tap_note("%s", r->why);
         ok(r->pass, "round %d step %d (%d ranks active): %s %s", rd + 1, s,
-           size - s, dt ? "int32" : "float32", op_names[op]);
+           size - s, dt ? "int32" : "float32", hvd_op_name(ops[op]));
       }
   snprintf(want, sizeof want,
            "broadcast 'b%d': rank %d has joined; only allreduce can run until "

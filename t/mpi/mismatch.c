@@ -12,68 +12,30 @@
 #include <unistd.h>
 
 #include "hvd.h"
+#include "hvdtest.h"
 #include "tap/tap.h"
 
 #define MSG_LEN 1024
 
 static int rank, size;
+/* What each rank contributed, as the message prints it and as hvd
+ * compares it (see hvdt_expect_mismatch). */
+static char vals[64][HVDT_VAL_LEN], keys[64][HVDT_VAL_LEN];
 
-/* "<head>: rank 0 <field> <v0> vs rank r1 <field> <v1>, ..." for every
- * rank r whose keys[r] differs from the reference rank 0's. keys is what
- * hvd compares (NULL: the printed vals themselves). */
-static void expect_msg(char *out, const char *head, const char *field,
-                       char vals[][64], char keys[][64]) {
-  size_t n = (size_t)snprintf(out, MSG_LEN, "%s: rank 0 %s %s vs", head, field,
-                              vals[0]);
-  int first = 1;
-  if (!keys)
-    keys = vals;
-  for (int r = 1; r < size; r++) {
-    if (strcmp(keys[r], keys[0]) == 0)
-      continue;
-    n += (size_t)snprintf(out + n, MSG_LEN - n, "%s rank %d %s %s",
-                          first ? "" : ",", r, field, vals[r]);
-    first = 0;
-  }
-}
-
-/* Checks a failed collective: HVD_ERR_MISMATCH and exactly the message. */
-static void is_mismatch(hvd_result_t rc, const char *seen, const char *want,
-                        const char *what) {
-  is_int(HVD_ERR_MISMATCH, rc, "%s: HVD_ERR_MISMATCH on every rank", what);
-  is_string(want, seen, "%s: message", what);
-}
-
-/* A correct allreduce after each failure: sum over ranks of rank+1+i. */
-static void allreduce_works(const char *after) {
-  static int seq;
-  char name[32];
-  float x[5], y[5];
-  int64_t shape[1] = {5};
-  snprintf(name, sizeof name, "ok.%d", seq++);
-  for (int i = 0; i < 5; i++) {
-    x[i] = (float)(rank + 1 + i);
-    y[i] = -1.0f;
-  }
-  hvd_tensor_t s = hvd_tensor_make(x, HVD_FLOAT32, 1, shape);
-  hvd_tensor_t r = hvd_tensor_make(y, HVD_FLOAT32, 1, shape);
-  hvd_result_t rc = hvd_allreduce(name, &s, &r, HVD_SUM, 1.0, 1.0);
-  tap_note("%s", hvd_last_error());
-  is_int(HVD_SUCCESS, rc, "allreduce after %s", after);
-  int good = 1;
-  for (int i = 0; i < 5; i++) {
-    float want = (float)(size * (size + 1) / 2 + size * i);
-    if (y[i] != want) {
-      tap_note("y[%d] = %g, expected %g", i, y[i], want);
-      good = 0;
-    }
-  }
-  ok(good, "allreduce after %s: values", after);
+/* Checks the collective just made, which had to fail with a mismatch of
+ * field (vals, and keys unless NULL, filled in), then that an allreduce
+ * works. */
+static void mismatch(hvd_result_t rc, const char *head, const char *field,
+                     char k[][HVDT_VAL_LEN], const char *what,
+                     const char *after) {
+  char seen[MSG_LEN];
+  snprintf(seen, sizeof seen, "%s", hvd_last_error());
+  hvdt_expect_mismatch(rc, seen, head, field, vals, k, what);
+  /* a correct allreduce: sum over ranks of rank+1+i */
+  hvdt_allreduce_works(NULL, HVD_FLOAT32, 5, "allreduce after %s", after);
 }
 
 int main(int argc, char **argv) {
-  char want[MSG_LEN], seen[MSG_LEN];
-  char vals[64][64], keys[64][64];
   static const char *op_names[] = {"sum", "average", "min", "max", "product"};
   double buf[64];
   hvd_result_t rc;
@@ -86,6 +48,8 @@ int main(int argc, char **argv) {
   if (!is_int(HVD_SUCCESS, hvd_init(), "hvd_init"))
     bail("hvd_init: %s", hvd_last_error());
   memset(buf, 0, sizeof buf);
+  int64_t shape8[1] = {8};
+  hvd_tensor_t t8 = hvd_tensor_make(buf, HVD_FLOAT32, 1, shape8);
 
   /* Shape 17 + rank (submitted async, then waited). */
   {
@@ -95,12 +59,10 @@ int main(int argc, char **argv) {
     rc = hvd_allreduce_async("w", &t, &t, HVD_SUM, 1.0, 1.0, &req);
     is_int(HVD_SUCCESS, rc, "shape: submission accepted");
     rc = rc == HVD_SUCCESS ? hvd_wait(req) : rc;
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
-      snprintf(vals[r], 64, "[%d]", 17 + r);
-    expect_msg(want, "allreduce 'w'", "shape", vals, NULL);
-    is_mismatch(rc, seen, want, "shape 17+rank");
-    allreduce_works("a shape mismatch");
+      snprintf(vals[r], HVDT_VAL_LEN, "[%d]", 17 + r);
+    mismatch(rc, "allreduce 'w'", "shape", NULL, "shape 17+rank",
+             "a shape mismatch");
   }
 
   /* dtype: int32 on even ranks, float32 on odd ones (polled with test). */
@@ -116,51 +78,39 @@ int main(int argc, char **argv) {
       if (!done)
         usleep(200);
     }
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
-      snprintf(vals[r], 64, "%s", r % 2 ? "float32" : "int32");
-    expect_msg(want, "allreduce 'x'", "dtype", vals, NULL);
-    is_mismatch(rc, seen, want, "dtype int32/float32");
-    allreduce_works("a dtype mismatch");
+      snprintf(vals[r], HVDT_VAL_LEN, "%s", r % 2 ? "float32" : "int32");
+    mismatch(rc, "allreduce 'x'", "dtype", NULL, "dtype int32/float32",
+             "a dtype mismatch");
   }
 
   /* A different op on every rank. */
   {
-    int64_t shape[1] = {8};
-    hvd_tensor_t t = hvd_tensor_make(buf, HVD_FLOAT32, 1, shape);
+    hvd_tensor_t t = t8;
     rc = hvd_allreduce("op", &t, &t, (hvd_op_t)(rank % HVD_OP_COUNT), 1.0, 1.0);
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
-      snprintf(vals[r], 64, "%s", op_names[r % HVD_OP_COUNT]);
-    expect_msg(want, "allreduce 'op'", "op", vals, NULL);
-    is_mismatch(rc, seen, want, "op per rank");
-    allreduce_works("an op mismatch");
+      snprintf(vals[r], HVDT_VAL_LEN, "%s", op_names[r % HVD_OP_COUNT]);
+    mismatch(rc, "allreduce 'op'", "op", NULL, "op per rank", "an op mismatch");
   }
 
   /* Broadcast, each rank naming itself the root. */
   {
-    int64_t shape[1] = {8};
-    hvd_tensor_t t = hvd_tensor_make(buf, HVD_FLOAT32, 1, shape);
+    hvd_tensor_t t = t8;
     rc = hvd_broadcast("b", &t, rank);
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
-      snprintf(vals[r], 64, "%d", r);
-    expect_msg(want, "broadcast 'b'", "root", vals, NULL);
-    is_mismatch(rc, seen, want, "broadcast roots");
-    allreduce_works("a root mismatch");
+      snprintf(vals[r], HVDT_VAL_LEN, "%d", r);
+    mismatch(rc, "broadcast 'b'", "root", NULL, "broadcast roots",
+             "a root mismatch");
   }
 
   /* prescale 0.5 on odd ranks, 1 on even ones. */
   {
-    int64_t shape[1] = {8};
-    hvd_tensor_t t = hvd_tensor_make(buf, HVD_FLOAT32, 1, shape);
+    hvd_tensor_t t = t8;
     rc = hvd_allreduce("pre", &t, &t, HVD_SUM, rank % 2 ? 0.5 : 1.0, 1.0);
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
-      snprintf(vals[r], 64, "%s", r % 2 ? "0.5" : "1");
-    expect_msg(want, "allreduce 'pre'", "prescale", vals, NULL);
-    is_mismatch(rc, seen, want, "prescale");
-    allreduce_works("a prescale mismatch");
+      snprintf(vals[r], HVDT_VAL_LEN, "%s", r % 2 ? "0.5" : "1");
+    mismatch(rc, "allreduce 'pre'", "prescale", NULL, "prescale",
+             "a prescale mismatch");
   }
 
   /* postscale 3 on rank 0, 0.25 elsewhere (prescale agrees). */
@@ -169,29 +119,24 @@ int main(int argc, char **argv) {
     hvd_tensor_t t = hvd_tensor_make(buf, HVD_FLOAT64, 1, shape);
     rc =
         hvd_allreduce("post", &t, &t, HVD_AVERAGE, 2.0, rank == 0 ? 3.0 : 0.25);
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
-      snprintf(vals[r], 64, "%s", r == 0 ? "3" : "0.25");
-    expect_msg(want, "allreduce 'post'", "postscale", vals, NULL);
-    is_mismatch(rc, seen, want, "postscale");
-    allreduce_works("a postscale mismatch");
+      snprintf(vals[r], HVDT_VAL_LEN, "%s", r == 0 ? "3" : "0.25");
+    mismatch(rc, "allreduce 'post'", "postscale", NULL, "postscale",
+             "a postscale mismatch");
   }
 
   /* One name, two collective kinds: allreduce on rank 0, broadcast
    * elsewhere. The message uses the reference rank's kind. */
   {
-    int64_t shape[1] = {8};
-    hvd_tensor_t t = hvd_tensor_make(buf, HVD_FLOAT32, 1, shape);
+    hvd_tensor_t t = t8;
     if (rank == 0)
       rc = hvd_allreduce("kind", &t, &t, HVD_SUM, 1.0, 1.0);
     else
       rc = hvd_broadcast("kind", &t, 0);
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
-      snprintf(vals[r], 64, "%s", r == 0 ? "allreduce" : "broadcast");
-    expect_msg(want, "allreduce 'kind'", "collective", vals, NULL);
-    is_mismatch(rc, seen, want, "allreduce vs broadcast");
-    allreduce_works("a collective mismatch");
+      snprintf(vals[r], HVDT_VAL_LEN, "%s", r == 0 ? "allreduce" : "broadcast");
+    mismatch(rc, "allreduce 'kind'", "collective", NULL,
+             "allreduce vs broadcast", "a collective mismatch");
   }
 
   /* The first differing field is reported: dtype before shape. */
@@ -200,12 +145,11 @@ int main(int argc, char **argv) {
     hvd_tensor_t t =
         hvd_tensor_make(buf, rank % 2 ? HVD_FLOAT64 : HVD_FLOAT32, 1, shape);
     rc = hvd_allreduce("order", &t, &t, HVD_SUM, 1.0, 1.0);
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
-      snprintf(vals[r], 64, "%s", r % 2 ? "float64" : "float32");
-    expect_msg(want, "allreduce 'order'", "dtype", vals, NULL);
-    is_mismatch(rc, seen, want, "dtype and shape differ: dtype reported");
-    allreduce_works("a dtype and shape mismatch");
+      snprintf(vals[r], HVDT_VAL_LEN, "%s", r % 2 ? "float64" : "float32");
+    mismatch(rc, "allreduce 'order'", "dtype", NULL,
+             "dtype and shape differ: dtype reported",
+             "a dtype and shape mismatch");
   }
 
   /* The first differing field is reported: prescale before shape. */
@@ -214,12 +158,11 @@ int main(int argc, char **argv) {
     hvd_tensor_t t = hvd_tensor_make(buf, HVD_FLOAT32, 1, shape);
     rc =
         hvd_allreduce("order2", &t, &t, HVD_SUM, rank == size - 1 ? 4 : 1, 1.0);
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
     for (int r = 0; r < size; r++)
-      snprintf(vals[r], 64, "%s", r == size - 1 ? "4" : "1");
-    expect_msg(want, "allreduce 'order2'", "prescale", vals, NULL);
-    is_mismatch(rc, seen, want, "prescale and shape differ: prescale");
-    allreduce_works("a prescale and shape mismatch");
+      snprintf(vals[r], HVDT_VAL_LEN, "%s", r == size - 1 ? "4" : "1");
+    mismatch(rc, "allreduce 'order2'", "prescale", NULL,
+             "prescale and shape differ: prescale",
+             "a prescale and shape mismatch");
   }
 
   /* Allgather: dim 0 may differ, dims 1.. may not; the message prints the
@@ -230,15 +173,13 @@ int main(int argc, char **argv) {
     hvd_tensor_t out;
     memset(&out, 0, sizeof out);
     rc = hvd_allgather("g", &t, &out);
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
-    hvd_tensor_free(&out);
     for (int r = 0; r < size; r++) {
-      snprintf(vals[r], 64, "[%d, %d]", r + 1, 3 + r % 2);
-      snprintf(keys[r], 64, "%d", 3 + r % 2);
+      snprintf(vals[r], HVDT_VAL_LEN, "[%d, %d]", r + 1, 3 + r % 2);
+      snprintf(keys[r], HVDT_VAL_LEN, "%d", 3 + r % 2);
     }
-    expect_msg(want, "allgather 'g'", "shape", vals, keys);
-    is_mismatch(rc, seen, want, "allgather dims 1..");
-    allreduce_works("an allgather mismatch");
+    mismatch(rc, "allgather 'g'", "shape", keys, "allgather dims 1..",
+             "an allgather mismatch");
+    hvd_tensor_free(&out);
   }
 
   /* Allgather: a different ndim is a shape mismatch too. */
@@ -248,15 +189,13 @@ int main(int argc, char **argv) {
     hvd_tensor_t out;
     memset(&out, 0, sizeof out);
     rc = hvd_allgather("g3", &t, &out);
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
-    hvd_tensor_free(&out);
     for (int r = 0; r < size; r++) {
-      snprintf(vals[r], 64, r % 2 ? "[%d, 3, 1]" : "[%d, 3]", r + 1);
-      snprintf(keys[r], 64, "%d", 2 + r % 2);
+      snprintf(vals[r], HVDT_VAL_LEN, r % 2 ? "[%d, 3, 1]" : "[%d, 3]", r + 1);
+      snprintf(keys[r], HVDT_VAL_LEN, "%d", 2 + r % 2);
     }
-    expect_msg(want, "allgather 'g3'", "shape", vals, keys);
-    is_mismatch(rc, seen, want, "allgather ndim");
-    allreduce_works("an allgather ndim mismatch");
+    mismatch(rc, "allgather 'g3'", "shape", keys, "allgather ndim",
+             "an allgather ndim mismatch");
+    hvd_tensor_free(&out);
   }
 
   /* ...while a differing dim 0 alone is fine. */
@@ -296,15 +235,13 @@ int main(int argc, char **argv) {
     hvd_tensor_t out;
     memset(&out, 0, sizeof out);
     rc = hvd_alltoall("a2a", &t, NULL, &out, NULL);
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
-    hvd_tensor_free(&out);
     for (int r = 0; r < size; r++) {
-      snprintf(vals[r], 64, "[%d, %d]", size, 2 + r % 2);
-      snprintf(keys[r], 64, "%d", 2 + r % 2);
+      snprintf(vals[r], HVDT_VAL_LEN, "[%d, %d]", size, 2 + r % 2);
+      snprintf(keys[r], HVDT_VAL_LEN, "%d", 2 + r % 2);
     }
-    expect_msg(want, "alltoall 'a2a'", "shape", vals, keys);
-    is_mismatch(rc, seen, want, "alltoall dims 1..");
-    allreduce_works("an alltoall mismatch");
+    mismatch(rc, "alltoall 'a2a'", "shape", keys, "alltoall dims 1..",
+             "an alltoall mismatch");
+    hvd_tensor_free(&out);
   }
 
   /* Reducescatter needs the same shape everywhere, dim 0 included. */
@@ -314,13 +251,11 @@ int main(int argc, char **argv) {
     hvd_tensor_t out;
     memset(&out, 0, sizeof out);
     rc = hvd_reducescatter("rs", &t, &out, HVD_SUM, 1.0, 1.0);
-    snprintf(seen, sizeof seen, "%s", hvd_last_error());
-    hvd_tensor_free(&out);
     for (int r = 0; r < size; r++)
-      snprintf(vals[r], 64, "[%d]", 4 + r);
-    expect_msg(want, "reducescatter 'rs'", "shape", vals, NULL);
-    is_mismatch(rc, seen, want, "reducescatter dim 0");
-    allreduce_works("a reducescatter mismatch");
+      snprintf(vals[r], HVDT_VAL_LEN, "[%d]", 4 + r);
+    mismatch(rc, "reducescatter 'rs'", "shape", NULL, "reducescatter dim 0",
+             "a reducescatter mismatch");
+    hvd_tensor_free(&out);
   }
 
   /* The same name may be used again after it failed. */

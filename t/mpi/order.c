@@ -10,9 +10,9 @@
  * Values are small integers, exact in every dtype (see collectives.c).
  */
 #include "hvd.h"
+#include "hvdtest.h"
 #include "tap/tap.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,97 +26,8 @@ static int P, R; /* world size, this rank */
 static const hvd_dtype_t dtypes[] = {HVD_UINT8,   HVD_INT8,    HVD_INT32,
                                      HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
                                      HVD_FLOAT32, HVD_FLOAT64};
-static const char *const dtype_names[] = {"uint8",   "int8",    "int32",
-                                          "int64",   "float16", "bfloat16",
-                                          "float32", "float64"};
-static const size_t dtype_sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
 static const hvd_op_t ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
                                HVD_PRODUCT};
-static const char *const op_names[] = {"sum", "average", "min", "max",
-                                       "product"};
-
-static int is_float(hvd_dtype_t dt) {
-  return dt >= HVD_FLOAT16;
-}
-
-/* float16/bfloat16 for the small integers used here (exact). */
-static uint16_t to_f16(float f) {
-  uint32_t x, man;
-  int e;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) == 0)
-    return (uint16_t)((x >> 16) & 0x8000u);
-  e = (int)((x >> 23) & 0xff) - 127 + 15;
-  man = (x & 0x7fffffu) >> 13;
-  return (uint16_t)(((x >> 16) & 0x8000u) | ((uint32_t)e << 10) | man);
-}
-static float from_f16(uint16_t h) {
-  int e = (h >> 10) & 0x1f, man = h & 0x3ff;
-  float f =
-      e == 0 ? ldexpf((float)man, -24) : ldexpf((float)(man | 0x400), e - 25);
-  return (h & 0x8000) ? -f : f;
-}
-static uint16_t to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  return (uint16_t)(x >> 16); /* exact for these values */
-}
-static float from_bf16(uint16_t h) {
-  uint32_t x = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
-}
-
-static double get(hvd_dtype_t dt, const void *buf, int64_t i) {
-  switch (dt) {
-  case HVD_UINT8:
-    return ((const uint8_t *)buf)[i];
-  case HVD_INT8:
-    return ((const int8_t *)buf)[i];
-  case HVD_INT32:
-    return ((const int32_t *)buf)[i];
-  case HVD_INT64:
-    return (double)((const int64_t *)buf)[i];
-  case HVD_FLOAT16:
-    return from_f16(((const uint16_t *)buf)[i]);
-  case HVD_BFLOAT16:
-    return from_bf16(((const uint16_t *)buf)[i]);
-  case HVD_FLOAT32:
-    return ((const float *)buf)[i];
-  default:
-    return ((const double *)buf)[i];
-  }
-}
-
-static void put(hvd_dtype_t dt, void *buf, int64_t i, double v) {
-  switch (dt) {
-  case HVD_UINT8:
-    ((uint8_t *)buf)[i] = (uint8_t)v;
-    break;
-  case HVD_INT8:
-    ((int8_t *)buf)[i] = (int8_t)v;
-    break;
-  case HVD_INT32:
-    ((int32_t *)buf)[i] = (int32_t)v;
-    break;
-  case HVD_INT64:
-    ((int64_t *)buf)[i] = (int64_t)v;
-    break;
-  case HVD_FLOAT16:
-    ((uint16_t *)buf)[i] = to_f16((float)v);
-    break;
-  case HVD_BFLOAT16:
-    ((uint16_t *)buf)[i] = to_bf16((float)v);
-    break;
-  case HVD_FLOAT32:
-    ((float *)buf)[i] = (float)v;
-    break;
-  default:
-    ((double *)buf)[i] = v;
-    break;
-  }
-}
 
 /* Rank r's element i of tensor t in round k: within -8..8 (0..10 for
  * uint8), products of -2..2 (1..3 for uint8), float averages summing to a
@@ -128,41 +39,16 @@ static double input(hvd_op_t op, hvd_dtype_t dt, int t, int k, int r,
   if (op == HVD_PRODUCT)
     return s ? (double)((h + r) % 5 - 2 ? (h + r) % 5 - 2 : 1)
              : (double)((h + 2 * r) % 3 + 1);
-  if (op == HVD_AVERAGE && is_float(dt)) /* offsets 0, 1, 2, -3: sum 0 */
+  if (op == HVD_AVERAGE && hvdt_is_float(dt)) /* offsets 0, 1, 2, -3: sum 0 */
     return (double)(h % 9 - 4 + (r < P - 1 ? r : -(P - 1) * (P - 2) / 2));
   return (double)((h * 7 + r * 3) % 11 - (s ? 5 : 0));
 }
 
 static double expected(hvd_op_t op, hvd_dtype_t dt, int t, int k, int64_t i) {
   double acc = input(op, dt, t, k, 0, i);
-  for (int r = 1; r < P; r++) {
-    double x = input(op, dt, t, k, r, i);
-    acc = op == HVD_MIN       ? fmin(acc, x)
-          : op == HVD_MAX     ? fmax(acc, x)
-          : op == HVD_PRODUCT ? acc * x
-                              : acc + x;
-  }
-  if (op == HVD_AVERAGE)
-    acc = is_float(dt) ? acc / P : (double)((long long)acc / P);
-  return acc;
-}
-
-/* A small PRNG (a 64-bit LCG), so that the orders depend only on seeds. */
-static uint64_t prng;
-static uint32_t next_random(void) {
-  prng = prng * 6364136223846793005ull + 1442695040888963407ull;
-  return (uint32_t)(prng >> 33);
-}
-static void shuffle(int *a, int n, uint64_t seed) {
-  prng = seed;
-  for (int i = 0; i < n; i++)
-    a[i] = i;
-  for (int i = n - 1; i > 0; i--) {
-    int j = (int)(next_random() % (uint32_t)(i + 1));
-    int tmp = a[i];
-    a[i] = a[j];
-    a[j] = tmp;
-  }
+  for (int r = 1; r < P; r++)
+    acc = hvdt_fold(op, acc, input(op, dt, t, k, r, i));
+  return hvdt_finish(op, dt, acc, P, 1.0);
 }
 
 struct item {
@@ -197,36 +83,43 @@ static void setup(struct item *it, int t, int k) {
     ndim = 2;
   }
   snprintf(it->name, sizeof it->name, "order.%02d", t);
-  it->send = calloc((size_t)(it->n ? it->n : 1), dtype_sizes[it->dt]);
-  it->recv = it->inplace
-                 ? it->send
-                 : calloc((size_t)(it->n ? it->n : 1), dtype_sizes[it->dt]);
-  if (!it->send || !it->recv)
-    bail("out of memory");
+  it->send = hvdt_calloc((size_t)it->n, hvdt_size(it->dt));
+  it->recv =
+      it->inplace ? it->send : hvdt_calloc((size_t)it->n, hvdt_size(it->dt));
   for (int64_t i = 0; i < it->n; i++) {
-    put(it->dt, it->send, i, input(it->op, it->dt, t, k, R, i));
+    hvdt_put(it->dt, it->send, i, input(it->op, it->dt, t, k, R, i));
     if (!it->inplace)
-      put(it->dt, it->recv, i, 99);
+      hvdt_put(it->dt, it->recv, i, 99);
   }
   it->st = hvd_tensor_make(it->send, it->dt, ndim, shape);
   it->rt = hvd_tensor_make(it->recv, it->dt, ndim, shape);
   it->req = NULL;
 }
 
+/* Element i of tensor t's result in round k (ctx: a struct want). */
+struct want {
+  const struct item *it;
+  int t, k;
+};
+static double want_of(const void *ctx, int64_t i) {
+  const struct want *w = ctx;
+  return expected(w->it->op, w->it->dt, w->t, w->k, i);
+}
+
 static void check(struct item *it, int t, int k, hvd_result_t rc) {
+  struct want ctx = {it, t, k};
+  struct hvdt_wrong w;
   int good = rc == HVD_SUCCESS;
   if (!good)
     tap_note("result %d: %s", rc, hvd_last_error());
-  for (int64_t i = 0; good && i < it->n; i++) {
-    double want = expected(it->op, it->dt, t, k, i);
-    double got = get(it->dt, it->recv, i);
-    if (got != want) {
-      tap_note("element %lld: expected %g, got %g", (long long)i, want, got);
-      good = 0;
-    }
+  if (good &&
+      !hvdt_compare(it->dt, it->recv, it->n, want_of, &ctx, HVDT_EXACT, &w)) {
+    tap_note("element %lld: expected %g, got %g", (long long)w.at, w.want,
+             w.got);
+    good = 0;
   }
   ok(good, "round %d: %s %s %s, %lld elements%s", k, it->name,
-     dtype_names[it->dt], op_names[it->op], (long long)it->n,
+     hvd_dtype_name(it->dt), hvd_op_name(it->op), (long long)it->n,
      it->inplace ? ", in place" : "");
   free(it->send);
   if (!it->inplace)
@@ -245,8 +138,9 @@ int main(int argc, char **argv) {
 
   for (int k = 0; k < ROUNDS; k++) {
     int submitted = 1;
-    shuffle(submit_order, NTENSORS, (uint64_t)R + 1000u * (uint64_t)k);
-    shuffle(wait_order, NTENSORS, (uint64_t)R + 1000u * (uint64_t)k + 500u);
+    hvdt_shuffle(submit_order, NTENSORS, (unsigned)R + 1000u * (unsigned)k);
+    hvdt_shuffle(wait_order, NTENSORS,
+                 (unsigned)R + 1000u * (unsigned)k + 500u);
     for (int t = 0; t < NTENSORS; t++)
       setup(&items[t], t, k);
     for (int s = 0; s < NTENSORS; s++) {

@@ -9,46 +9,19 @@
 # Each run is bounded by HVD_TEST_TIMEOUT=40 (timeout -k 5 in the wrapper)
 # and must end within 30 s.
 
-: "${HVD_TOP_BUILDDIR:?run me from make check}"
-: "${HVD_MPIRUN_TEST:?run me from make check}"
+. "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 die=$HVD_TOP_BUILDDIR/t/mpi/die
 limit=30
 HVD_TEST_TIMEOUT=40
 export HVD_TEST_TIMEOUT
 
-if [ ! -x "$die" ]; then
-  echo "1..0 # SKIP no $die (run make check)"
-  exit 0
-fi
-
-tmp=`mktemp -d "${TMPDIR:-/tmp}/rank_death.XXXXXX"` || exit 99
-trap 'rm -rf "$tmp"' 0
-
-n=0
-failed=0
-# check STATUS DESCRIPTION: a TAP line, ok if STATUS is 0.
-check() {
-  n=$((n + 1))
-  if [ "$1" = 0 ]; then
-    echo "ok $n - $2"
-  else
-    echo "not ok $n - $2"
-    failed=1
-  fi
-}
-# show FILE: the output of a failed run, as TAP comments.
-show() {
-  sed 's/^/#   /' "$1"
-}
+need_prog "$die"
+make_tmp rank_death
 
 echo "1..12"
 for mode in kill exit; do
   out=$tmp/$mode.out
-  start=`date +%s`
-  "$HVD_MPIRUN_TEST" --np 3 "$die" "$mode" >"$out" 2>&1
-  rc=$?
-  end=`date +%s`
-  elapsed=$((end - start))
+  run_np 3 "$out" "$out" "$die" "$mode"
   bad=$failed
 
   [ $rc != 0 ] && [ $rc != 124 ]
@@ -81,9 +54,6 @@ for mode in kill exit; do
     ps -o pid,ppid,etime,args -p `echo $stray | tr ' ' ','` | sed 's/^/#   /'
     kill -9 $stray 2>/dev/null
   fi
-  if [ $failed != $bad ]; then
-    echo "# output of the $mode run:"
-    show "$out"
-  fi
+  [ $failed = $bad ] || show "$out" "output of the $mode run"
 done
 exit $failed

@@ -12,33 +12,12 @@
 #include <string.h>
 
 #include "hvd.h"
+#include "hvdtest.h"
 #include "tap/tap.h"
 
 #define MSG_LEN 512
 
 static int rank, size;
-
-/* A correct allreduce named name: sum over ranks of rank+1+i. */
-static void allreduce_works(const char *name, const char *what) {
-  double x[4], y[4];
-  int64_t shape[1] = {4};
-  for (int i = 0; i < 4; i++) {
-    x[i] = rank + 1 + i;
-    y[i] = -1;
-  }
-  hvd_tensor_t s = hvd_tensor_make(x, HVD_FLOAT64, 1, shape);
-  hvd_tensor_t r = hvd_tensor_make(y, HVD_FLOAT64, 1, shape);
-  hvd_result_t rc = hvd_allreduce(name, &s, &r, HVD_SUM, 1.0, 1.0);
-  tap_note("%s", hvd_last_error());
-  is_int(HVD_SUCCESS, rc, "%s: allreduce", what);
-  int good = 1;
-  for (int i = 0; i < 4; i++)
-    if (y[i] != size * (size + 1) / 2 + size * i) {
-      tap_note("y[%d] = %g", i, y[i]);
-      good = 0;
-    }
-  ok(good, "%s: allreduce values", what);
-}
 
 /* Checks "<head>: hvd was shut down by rank R before this collective
  * completed" for any rank R of the job (every rank called hvd_shutdown, so
@@ -137,7 +116,8 @@ int main(int argc, char **argv) {
     is_int(HVD_SUCCESS, rc, "%s: hvd_init", what);
     ok(hvd_is_initialized() == 1 && hvd_rank() == rank && hvd_size() == size,
        "%s: initialised with rank and size", what);
-    allreduce_works("again", what);
+    /* a correct allreduce: sum over ranks of rank+1+i */
+    hvdt_allreduce_works("again", HVD_FLOAT64, 4, "%s: allreduce", what);
     is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", what);
   }
 
@@ -201,7 +181,8 @@ int main(int argc, char **argv) {
     rc = hvd_init();
     tap_note("%s", hvd_last_error());
     is_int(HVD_SUCCESS, rc, "lone shutdown: hvd_init again everywhere");
-    allreduce_works("after", "after a lone shutdown");
+    hvdt_allreduce_works("after", HVD_FLOAT64, 4,
+                         "after a lone shutdown: allreduce");
   }
 
   is_int(HVD_SUCCESS, hvd_shutdown(), "final hvd_shutdown");

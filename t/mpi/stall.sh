@@ -14,8 +14,7 @@
 #
 # Each run is bounded by HVD_TEST_TIMEOUT=40 (the wrapper's timeout).
 
-: "${HVD_TOP_BUILDDIR:?run me from make check}"
-: "${HVD_MPIRUN_TEST:?run me from make check}"
+. "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 prog=$HVD_TOP_BUILDDIR/t/mpi/stall_prog
 HVD_TEST_TIMEOUT=40
 HVD_STALL_CHECK_TIME=2
@@ -23,36 +22,9 @@ HVD_STALL_SHUTDOWN_TIME=5
 export HVD_TEST_TIMEOUT HVD_STALL_CHECK_TIME HVD_STALL_SHUTDOWN_TIME
 unset HVD_LOG_LEVEL HVD_CACHE_CAPACITY HVD_CYCLE_TIME
 
-if [ ! -x "$prog" ]; then
-  echo "1..0 # SKIP no $prog (run make check)"
-  exit 0
-fi
+need_prog "$prog"
+make_tmp stall
 
-tmp=`mktemp -d "${TMPDIR:-/tmp}/stall.XXXXXX"` || exit 99
-trap 'rm -rf "$tmp"' 0
-
-n=0
-failed=0
-# check STATUS DESCRIPTION: a TAP line, ok if STATUS is 0.
-check() {
-  n=$((n + 1))
-  if [ "$1" = 0 ]; then
-    echo "ok $n - $2"
-  else
-    echo "not ok $n - $2"
-    failed=1
-  fi
-}
-# between X LO HI: status 0 if LO <= X <= HI (decimals).
-between() {
-  awk -v x="$1" -v lo="$2" -v hi="$3" \
-    'BEGIN { exit !(x != "" && x + 0 >= lo + 0 && x + 0 <= hi + 0) }'
-}
-# show FILE LABEL: a file as TAP comments.
-show() {
-  echo "# $2:"
-  sed 's/^/#   /' "$1"
-}
 # ranks_but_1 NP: "0" or "0, 2", ... the ranks that submit x.
 ranks_but_1() {
   r=0
@@ -68,10 +40,7 @@ for np in 2 3; do
   out=$tmp/never$np.out
   err=$tmp/never$np.err
   others=`ranks_but_1 $np`
-  start=`date +%s`
-  "$HVD_MPIRUN_TEST" --np $np "$prog" never >"$out" 2>"$err"
-  rc=$?
-  elapsed=$((`date +%s` - start))
+  run_np $np "$out" "$err" "$prog" never
   bad=$failed
   what="never, np $np"
 
@@ -123,8 +92,7 @@ done
 
 out=$tmp/late.out
 err=$tmp/late.err
-"$HVD_MPIRUN_TEST" --np 2 "$prog" late >"$out" 2>"$err"
-rc=$?
+run_np 2 "$out" "$err" "$prog" late
 bad=$failed
 what="late, np 2"
 check $rc "$what: the job exits 0 (status $rc)"

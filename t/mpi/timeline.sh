@@ -15,9 +15,7 @@
 #     without HVD_TIMELINE then works.
 # Each run is bounded by HVD_TEST_TIMEOUT=60 (the wrapper's timeout).
 
-: "${HVD_TOP_BUILDDIR:?run me from make check}"
-: "${HVD_TOP_SRCDIR:?run me from make check}"
-: "${HVD_MPIRUN_TEST:?run me from make check}"
+. "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 prog=$HVD_TOP_BUILDDIR/t/mpi/timeline_prog
 checker=$HVD_TOP_SRCDIR/t/mpi/timeline_check.py
 HVD_TEST_TIMEOUT=60
@@ -25,35 +23,10 @@ export HVD_TEST_TIMEOUT
 unset HVD_TIMELINE HVD_TIMELINE_ALL_RANKS HVD_CACHE_CAPACITY \
   HVD_FUSION_THRESHOLD HVD_CHUNK_SIZE HVD_CYCLE_TIME
 
-if [ ! -x "$prog" ]; then
-  echo "1..0 # SKIP no $prog (run make check)"
-  exit 0
-fi
-if ! command -v python3 >/dev/null 2>&1; then
-  echo "1..0 # SKIP no python3 to read the JSON"
-  exit 0
-fi
+need_prog "$prog"
+command -v python3 >/dev/null 2>&1 || skip_all "no python3 to read the JSON"
+make_tmp timeline
 
-tmp=`mktemp -d "${TMPDIR:-/tmp}/timeline.XXXXXX"` || exit 99
-trap 'rm -rf "$tmp"' 0
-
-n=0
-failed=0
-# check STATUS DESCRIPTION: a TAP line, ok if STATUS is 0.
-check() {
-  n=$((n + 1))
-  if [ "$1" = 0 ]; then
-    echo "ok $n - $2"
-  else
-    echo "not ok $n - $2"
-    failed=1
-  fi
-}
-# show FILE LABEL: a file as TAP comments.
-show() {
-  echo "# $2:"
-  sed 's/^/#   /' "$1"
-}
 # tlcheck DESCRIPTION FILE ARGS...: one TAP line for timeline_check.py.
 tlcheck() {
   what=$1

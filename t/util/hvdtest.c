@@ -1,0 +1,460 @@
+/*
+ * hvdtest.c - helpers shared by hvd's C tests (see hvdtest.h).
+ */
+#include "hvdtest.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Elements ---- */
+
+size_t hvdt_size(hvd_dtype_t dt) {
+  static const size_t sizes[HVD_DTYPE_COUNT] = {1, 1, 4, 8, 2, 2, 4, 8};
+  if ((int)dt < 0 || dt >= HVD_DTYPE_COUNT)
+    bail("hvdt_size: no dtype %d", (int)dt);
+  return sizes[dt];
+}
+
+int hvdt_is_float(hvd_dtype_t dt) {
+  return dt >= HVD_FLOAT16;
+}
+
+int hvdt_is_signed(hvd_dtype_t dt) {
+  return dt != HVD_UINT8;
+}
+
+uint16_t hvdt_f32_to_f16(float f) {
+  uint32_t x, sign, man, half, rem, mid;
+  int e;
+  memcpy(&x, &f, 4);
+  sign = (x >> 16) & 0x8000u;
+  man = x & 0x7fffffu;
+  e = (int)((x >> 23) & 0xff) - 127 + 15;
+  if (((x >> 23) & 0xff) == 0xff) /* inf, nan */
+    return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
+  if (e >= 31)
+    return (uint16_t)(sign | 0x7c00u);
+  if (e <= 0) { /* subnormal half: mantissa * 2^-24 */
+    int shift = 14 - e;
+    if (shift > 24)
+      return (uint16_t)sign;
+    man |= 0x800000u;
+    half = man >> shift;
+    rem = man & ((1u << shift) - 1);
+    mid = 1u << (shift - 1);
+  } else {
+    half = ((uint32_t)e << 10) | (man >> 13);
+    rem = man & 0x1fffu;
+    mid = 0x1000u;
+  }
+  if (rem > mid || (rem == mid && (half & 1))) /* a carry may bump e */
+    half++;
+  return (uint16_t)(sign | half);
+}
+
+float hvdt_f16_to_f32(uint16_t h) {
+  int e = (h >> 10) & 0x1f, man = h & 0x3ff;
+  float f = e == 0    ? ldexpf((float)man, -24)
+            : e == 31 ? (man ? NAN : INFINITY)
+                      : ldexpf((float)(man | 0x400), e - 25);
+  return (h & 0x8000) ? -f : f;
+}
+
+uint16_t hvdt_f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) /* nan stays nan */
+    return (uint16_t)((x >> 16) | 0x40);
+  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+float hvdt_bf16_to_f32(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+double hvdt_get(hvd_dtype_t dt, const void *buf, int64_t i) {
+  switch (dt) {
+  case HVD_UINT8:
+    return ((const uint8_t *)buf)[i];
+  case HVD_INT8:
+    return ((const int8_t *)buf)[i];
+  case HVD_INT32:
+    return ((const int32_t *)buf)[i];
+  case HVD_INT64:
+    return (double)((const int64_t *)buf)[i];
+  case HVD_FLOAT16:
+    return hvdt_f16_to_f32(((const uint16_t *)buf)[i]);
+  case HVD_BFLOAT16:
+    return hvdt_bf16_to_f32(((const uint16_t *)buf)[i]);
+  case HVD_FLOAT32:
+    return ((const float *)buf)[i];
+  case HVD_FLOAT64:
+    return ((const double *)buf)[i];
+  default:
+    bail("hvdt_get: no dtype %d", (int)dt);
+  }
+}
+
+void hvdt_put(hvd_dtype_t dt, void *buf, int64_t i, double v) {
+  switch (dt) {
+  case HVD_UINT8:
+    ((uint8_t *)buf)[i] = (uint8_t)v;
+    break;
+  case HVD_INT8:
+    ((int8_t *)buf)[i] = (int8_t)v;
+    break;
+  case HVD_INT32:
+    ((int32_t *)buf)[i] = (int32_t)v;
+    break;
+  case HVD_INT64:
+    ((int64_t *)buf)[i] = (int64_t)v;
+    break;
+  case HVD_FLOAT16:
+    ((uint16_t *)buf)[i] = hvdt_f32_to_f16((float)v);
+    break;
+  case HVD_BFLOAT16:
+    ((uint16_t *)buf)[i] = hvdt_f32_to_bf16((float)v);
+    break;
+  case HVD_FLOAT32:
+    ((float *)buf)[i] = (float)v;
+    break;
+  case HVD_FLOAT64:
+    ((double *)buf)[i] = v;
+    break;
+  default:
+    bail("hvdt_put: no dtype %d", (int)dt);
+  }
+}
+
+double hvdt_as_dtype(hvd_dtype_t dt, double v) {
+  double cell; /* 8 bytes, aligned for every dtype */
+  hvdt_put(dt, &cell, 0, v);
+  return hvdt_get(dt, &cell, 0);
+}
+
+void *hvdt_calloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size);
+  if (p == NULL)
+    bail("out of memory");
+  return p;
+}
+
+/* ---- Expected values ---- */
+
+double hvdt_fold(hvd_op_t op, double acc, double v) {
+  switch (op) {
+  case HVD_SUM:
+  case HVD_AVERAGE:
+    return acc + v;
+  case HVD_MIN:
+    return v < acc ? v : acc;
+  case HVD_MAX:
+    return v > acc ? v : acc;
+  case HVD_PRODUCT:
+    return acc * v;
+  default:
+    bail("hvdt_fold: no op %d", (int)op);
+  }
+}
+
+double hvdt_finish(hvd_op_t op, hvd_dtype_t dt, double acc, int size,
+                   double post) {
+  if (op == HVD_AVERAGE) /* integers: truncated toward zero */
+    acc = hvdt_is_float(dt) ? acc / size : (double)((long long)acc / size);
+  return acc * post;
+}
+
+/* ---- Comparison ---- */
+
+double hvdt_want_array(const void *ctx, int64_t i) {
+  return ((const double *)ctx)[i];
+}
+
+/* The distance from |v|, as dtype dt holds it, to the next value up. */
+static double ulp(hvd_dtype_t dt, double v) {
+  switch (dt) {
+  case HVD_FLOAT16: {
+    uint16_t h = hvdt_f32_to_f16(fabsf((float)v));
+    return (double)hvdt_f16_to_f32((uint16_t)(h + 1)) - hvdt_f16_to_f32(h);
+  }
+  case HVD_BFLOAT16: {
+    uint16_t h = hvdt_f32_to_bf16(fabsf((float)v));
+    return (double)hvdt_bf16_to_f32((uint16_t)(h + 1)) - hvdt_bf16_to_f32(h);
+  }
+  case HVD_FLOAT32: {
+    float f = fabsf((float)v);
+    return nextafterf(f, INFINITY) - f;
+  }
+  case HVD_FLOAT64:
+    return nextafter(fabs(v), INFINITY) - fabs(v);
+  default:
+    return 1;
+  }
+}
+
+int hvdt_compare(hvd_dtype_t dt, const void *buf, int64_t n, hvdt_want_fn want,
+                 const void *ctx, struct hvdt_tol tol, struct hvdt_wrong *w) {
+  for (int64_t i = 0; i < n; i++) {
+    double got = hvdt_get(dt, buf, i), exp = want(ctx, i);
+    if (got == exp || (tol.rel > 0 && fabs(got - exp) <= tol.rel * fabs(exp)) ||
+        (tol.ulps > 0 && fabs(got - exp) <= tol.ulps * ulp(dt, exp)))
+      continue;
+    if (w) {
+      w->at = i;
+      w->got = got;
+      w->want = exp;
+    }
+    return 0;
+  }
+  return 1;
+}
+
+/* ---- Allreduce jobs ---- */
+
+void hvdt_ar_submit(struct hvdt_ar *a, hvdt_value_fn value, double fill) {
+  int64_t shape[1] = {a->n};
+  hvdt_ar_free(a);
+  a->send = hvdt_calloc((size_t)a->n, hvdt_size(a->dtype));
+  a->recv =
+      a->in_place ? a->send : hvdt_calloc((size_t)a->n, hvdt_size(a->dtype));
+  for (int64_t i = 0; i < a->n; i++) {
+    hvdt_put(a->dtype, a->send, i, value(a, tap_rank(), i));
+    if (!a->in_place)
+      hvdt_put(a->dtype, a->recv, i, fill);
+  }
+  a->ts = hvd_tensor_make(a->send, a->dtype, a->ndim, shape);
+  a->tr = hvd_tensor_make(a->recv, a->dtype, a->ndim, shape);
+  a->req = NULL;
+  a->msg[0] = '\0';
+  a->rc = hvd_allreduce_async(a->name, &a->ts, &a->tr, a->op, a->pre, a->post,
+                              &a->req);
+  if (a->rc != HVD_SUCCESS) {
+    snprintf(a->msg, sizeof a->msg, "%s", hvd_last_error());
+    a->req = NULL;
+  }
+}
+
+void hvdt_ar_wait(struct hvdt_ar *a) {
+  if (a->req == NULL)
+    return;
+  a->rc = hvd_wait(a->req);
+  a->req = NULL;
+  if (a->rc != HVD_SUCCESS)
+    snprintf(a->msg, sizeof a->msg, "%s", hvd_last_error());
+}
+
+double hvdt_ar_expected(const struct hvdt_ar *a, hvdt_value_fn value, int64_t i,
+                        int active) {
+  double acc = 0;
+  for (int q = 0; q < active; q++) {
+    double v = value(a, q, i) * a->pre; /* exact */
+    acc = q ? hvdt_fold(a->op, acc, v) : v;
+  }
+  return hvdt_finish(a->op, a->dtype, acc, tap_size(), a->post);
+}
+
+/* What hvdt_compare needs for an allreduce job. */
+struct ar_ctx {
+  const struct hvdt_ar *a;
+  hvdt_value_fn value;
+  int active;
+};
+
+static double ar_result(const void *ctx, int64_t i) {
+  const struct ar_ctx *c = ctx;
+  return hvdt_as_dtype(c->a->dtype,
+                       hvdt_ar_expected(c->a, c->value, i, c->active));
+}
+
+static double ar_input(const void *ctx, int64_t i) {
+  const struct ar_ctx *c = ctx;
+  return c->value(c->a, tap_rank(), i);
+}
+
+int hvdt_ar_check(const struct hvdt_ar *a, hvdt_value_fn value, int active,
+                  char *why, size_t len) {
+  struct ar_ctx c = {a, value, active};
+  /* float32 averages at 3 ranks are not exact: allow 2 ulps */
+  struct hvdt_tol tol = {
+      0, a->dtype == HVD_FLOAT32 && a->op == HVD_AVERAGE ? 2 : 0};
+  struct hvdt_wrong w;
+  if (a->rc != HVD_SUCCESS) {
+    snprintf(why, len, "'%.47s': rc %d: %.400s", a->name, a->rc, a->msg);
+    return 0;
+  }
+  if (!hvdt_compare(a->dtype, a->recv, a->n, ar_result, &c, tol, &w)) {
+    snprintf(why, len,
+             "'%.47s' (%s %s, %lld elements, pre %g post %g, %s): element "
+             "%lld = %.17g, expected %.17g",
+             a->name, hvd_dtype_name(a->dtype), hvd_op_name(a->op),
+             (long long)a->n, a->pre, a->post,
+             a->in_place ? "in place" : "out of place", (long long)w.at, w.got,
+             w.want);
+    return 0;
+  }
+  if (!a->in_place &&
+      !hvdt_compare(a->dtype, a->send, a->n, ar_input, &c, HVDT_EXACT, &w)) {
+    snprintf(why, len, "'%.47s': send element %lld changed", a->name,
+             (long long)w.at);
+    return 0;
+  }
+  return 1;
+}
+
+void hvdt_ar_free(struct hvdt_ar *a) {
+  if (a->recv != a->send)
+    free(a->recv);
+  free(a->send);
+  a->send = a->recv = NULL;
+}
+
+/* ---- Bursts of allreduces ---- */
+
+const hvd_dtype_t hvdt_burst_dtypes[HVDT_BURST_DTYPES] = {
+    HVD_FLOAT32, HVD_FLOAT64, HVD_FLOAT16, HVD_INT32};
+
+double hvdt_burst_value(const struct hvdt_ar *a, int q, int64_t i) {
+  int t = a->salt;
+  if (a->op == HVD_PRODUCT)
+    return (double)((q + i + t) % 2 + 1) *
+           ((q * 3 + i + t) % 5 == 0 ? -1.0 : 1.0);
+  return (double)((q * 5 + i * 3 + t) % 13) - 6;
+}
+
+/* Sets a burst job's parameters; its name is the caller's. */
+static void burst_job(struct hvdt_ar *a, hvd_dtype_t dt, hvd_op_t op, int ndim,
+                      int64_t n, const double scale[2], int in_place,
+                      int salt) {
+  a->dtype = dt;
+  a->op = op;
+  a->ndim = ndim;
+  a->n = n;
+  a->pre = scale[0];
+  a->post = scale[1];
+  a->in_place = in_place;
+  a->salt = salt;
+}
+
+int hvdt_burst(struct hvdt_ar *out, const char *prefix, const int64_t *sizes,
+               int nsizes, int salt_step, int big, int64_t big_n) {
+  static const double scales[3][2] = {{1, 1}, {2, 0.25}, {0.5, 3}};
+  int n = 0;
+  for (int d = 0; d < HVDT_BURST_DTYPES; d++)
+    for (int o = 0; o < HVD_OP_COUNT; o++) {
+      hvd_dtype_t dt = hvdt_burst_dtypes[d];
+      hvd_op_t op = (hvd_op_t)o;
+      const double *sc = scales[dt == HVD_INT32 ? 0 : (d + o) % 3];
+      for (int z = 0; z < nsizes; z++)
+        for (int place = 0; place < 2; place++) {
+          struct hvdt_ar *a = &out[n++];
+          snprintf(a->name, sizeof a->name, "%s.%s.%s.%lld.%s", prefix,
+                   hvd_dtype_name(dt), hvd_op_name(op), (long long)sizes[z],
+                   place ? "in" : "out");
+          burst_job(a, dt, op, z == 0 ? 0 : 1, sizes[z], sc, place,
+                    n * salt_step);
+        }
+      /* big ones: sum in place, average out of place, max in place */
+      int which = op == HVD_SUM       ? 0
+                  : op == HVD_AVERAGE ? 1
+                  : op == HVD_MAX     ? 2
+                                      : -1;
+      if (which < 0 || d * 3 + which >= big)
+        continue;
+      struct hvdt_ar *a = &out[n++];
+      snprintf(a->name, sizeof a->name, "%s.%s.%s.big", prefix,
+               hvd_dtype_name(dt), hvd_op_name(op));
+      burst_job(a, dt, op, 1, big_n, sc, which != 1, n * salt_step);
+    }
+  return n;
+}
+
+/* ---- Checks ---- */
+
+static double sum_of_ranks(const void *ctx, int64_t i) {
+  int size = *(const int *)ctx;
+  return (double)(size * (size + 1) / 2 + size * i);
+}
+
+hvd_result_t hvdt_sum_allreduce(const char *name, hvd_dtype_t dt, int n,
+                                int *right, char *why, size_t len) {
+  double x[64], y[64]; /* storage: any dtype fits */
+  int64_t shape[1] = {n};
+  int size = tap_size();
+  struct hvdt_wrong w;
+  if (n > 64)
+    bail("hvdt_sum_allreduce: %d elements, at most 64", n);
+  for (int i = 0; i < n; i++) {
+    hvdt_put(dt, x, i, tap_rank() + 1 + i);
+    hvdt_put(dt, y, i, -1);
+  }
+  hvd_tensor_t s = hvd_tensor_make(x, dt, 1, shape);
+  hvd_tensor_t r = hvd_tensor_make(y, dt, 1, shape);
+  hvd_result_t rc = hvd_allreduce(name, &s, &r, HVD_SUM, 1.0, 1.0);
+  *right = hvdt_compare(dt, y, n, sum_of_ranks, &size, HVDT_EXACT, &w);
+  if (*right)
+    why[0] = '\0';
+  else
+    snprintf(why, len, "'%s': element %lld = %g, expected %g", name,
+             (long long)w.at, w.got, w.want);
+  return rc;
+}
+
+void hvdt_allreduce_works(const char *name, hvd_dtype_t dt, int n,
+                          const char *fmt, ...) {
+  static int seq;
+  char what[256], own[32], why[200];
+  int right;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  if (name == NULL) {
+    snprintf(own, sizeof own, "ok.%d", seq++);
+    name = own;
+  }
+  hvd_result_t rc = hvdt_sum_allreduce(name, dt, n, &right, why, sizeof why);
+  tap_note("%s", hvd_last_error());
+  is_int(HVD_SUCCESS, rc, "%s", what);
+  tap_note("%s", why);
+  ok(right, "%s: values", what);
+}
+
+void hvdt_expect_mismatch(hvd_result_t rc, const char *seen, const char *head,
+                          const char *field, char vals[][HVDT_VAL_LEN],
+                          char keys[][HVDT_VAL_LEN], const char *what) {
+  char want[1024];
+  int first = 1;
+  size_t n = (size_t)snprintf(want, sizeof want, "%s: rank 0 %s %s vs", head,
+                              field, vals[0]);
+  if (!keys)
+    keys = vals;
+  for (int r = 1; r < tap_size() && n < sizeof want; r++) {
+    if (strcmp(keys[r], keys[0]) == 0)
+      continue;
+    n += (size_t)snprintf(want + n, sizeof want - n, "%s rank %d %s %s",
+                          first ? "" : ",", r, field, vals[r]);
+    first = 0;
+  }
+  is_int(HVD_ERR_MISMATCH, rc, "%s: HVD_ERR_MISMATCH on every rank", what);
+  is_string(want, seen, "%s: message", what);
+}
+
+/* ---- Orders ---- */
+
+unsigned hvdt_shuffle(int *order, int n, unsigned seed) {
+  for (int k = 0; k < n; k++)
+    order[k] = k;
+  for (int k = n - 1; k > 0; k--) {
+    seed = seed * 1103515245u + 12345u;
+    int m = (int)((seed >> 16) % (unsigned)(k + 1)), t = order[k];
+    order[k] = order[m];
+    order[m] = t;
+  }
+  return seed;
+}

@@ -1,0 +1,76 @@
+# t/util/testlib.sh - functions of hvd's shell tests (t/mpi/*.sh). Source
+# it; make check sets HVD_TOP_SRCDIR, HVD_TOP_BUILDDIR, HVD_MPIRUN_TEST:
+#
+#   . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
+#
+#   need_prog PATH         1..0 # SKIP unless PATH is executable
+#   skip_all REASON        1..0 # SKIP REASON, and exit 0
+#   make_tmp NAME          tmp: a new directory, removed at exit
+#   check STATUS DESC      a TAP line, ok if STATUS is 0; counts n and
+#                          sets failed to 1 if not; returns 0 if ok
+#   between X LO HI        status 0 if LO <= X <= HI (decimals)
+#   show FILE LABEL        "# LABEL:", then FILE as TAP comments
+#   run_np NP OUT ERR PROG [ARGS...]
+#                          PROG on NP ranks through t/mpirun-test, its
+#                          stdout into OUT and stderr into ERR (OUT again:
+#                          both into OUT); sets rc (its status) and
+#                          elapsed (whole seconds it took)
+#
+# A test ends with `echo "1..$n"` (unless it printed its plan first) and
+# `exit $failed`.
+
+: "${HVD_TOP_BUILDDIR:?run me from make check}"
+: "${HVD_MPIRUN_TEST:?run me from make check}"
+
+n=0
+failed=0
+
+skip_all() {
+  echo "1..0 # SKIP $1"
+  exit 0
+}
+
+need_prog() {
+  [ -x "$1" ] || skip_all "no $1 (run make check)"
+}
+
+make_tmp() {
+  tmp=`mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX"` || exit 99
+  trap 'rm -rf "$tmp"' 0
+}
+
+check() {
+  n=$((n + 1))
+  if [ "$1" = 0 ]; then
+    echo "ok $n - $2"
+    return 0
+  fi
+  echo "not ok $n - $2"
+  failed=1
+  return 1
+}
+
+between() {
+  awk -v x="$1" -v lo="$2" -v hi="$3" \
+    'BEGIN { exit !(x != "" && x + 0 >= lo + 0 && x + 0 <= hi + 0) }'
+}
+
+show() {
+  echo "# $2:"
+  sed 's/^/#   /' "$1"
+}
+
+run_np() {
+  run_np_np=$1
+  run_np_out=$2
+  run_np_err=$3
+  shift 3
+  run_np_start=`date +%s`
+  if [ "$run_np_err" = "$run_np_out" ]; then
+    "$HVD_MPIRUN_TEST" --np "$run_np_np" "$@" >"$run_np_out" 2>&1
+  else
+    "$HVD_MPIRUN_TEST" --np "$run_np_np" "$@" >"$run_np_out" 2>"$run_np_err"
+  fi
+  rc=$?
+  elapsed=$((`date +%s` - run_np_start))
+}
