@@ -372,6 +372,12 @@ void hvd_optimizer_destroy(hvd_optimizer_t *opt);        /* accepts NULL */
  * first parameter that differs and the ranks. */
 hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root);
 
+/* Verifies that every rank holds identical parameter values (collective):
+ * HVD_ERR_CORRUPT naming the first parameter that differs and the ranks
+ * whose bytes differ from the lowest rank's; HVD_ERR_MISMATCH when the
+ * ranks' parameter lists (count, names, shapes) differ. */
+hvd_result_t hvd_verify_parameters(const hvd_param_t *params, int n);
+
 /* Broadcasts the optimizer's step count, learning rate and state tensors
  * from root (allocating them where a rank has none yet), verified the same
  * way. */
