@@ -69,6 +69,18 @@ static hvd_result_t check_out(const char *kind, const char *name,
   return HVD_SUCCESS;
 }
 
+/* The checks every named collective starts with: name, req, send. */
+static hvd_result_t check_common(const char *k, const char *name,
+                                 hvd_request_t **req,
+                                 const hvd_tensor_t *send) {
+  hvd_result_t rc;
+  HVD__CHECK(check_name(k, name));
+  HVD__CHECK(check_req(k, name, req));
+  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+fail:
+  return rc;
+}
+
 /* ---- building and submitting -------------------------------------------- */
 
 static hvd_request_t *new_request(const char *name, int coll,
@@ -131,9 +143,7 @@ static hvd_result_t allreduce(const char *fn, const char *name,
   const char *k = "allreduce";
   hvd_result_t rc;
   REQUIRE_INIT(fn);
-  HVD__CHECK(check_name(k, name));
-  HVD__CHECK(check_req(k, name, req));
-  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(check_common(k, name, req, send));
   HVD__CHECK(hvd__check_tensor(k, name, "recv", recv));
   HVD__CHECK(check_op(k, name, (int)op));
   if (recv->dtype != send->dtype)
@@ -235,9 +245,7 @@ static hvd_result_t allgather(const char *fn, const char *name,
   const char *k = "allgather";
   hvd_result_t rc;
   REQUIRE_INIT(fn);
-  HVD__CHECK(check_name(k, name));
-  HVD__CHECK(check_req(k, name, req));
-  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(check_common(k, name, req, send));
   HVD__CHECK(check_out(k, name, recv));
   HVD__CHECK(check_rows(k, name, send));
   hvd_request_t *r = new_request(name, HVD__ALLGATHER, send, 0, 1, 1, 0);
@@ -268,9 +276,7 @@ static hvd_result_t alltoall(const char *fn, const char *name,
   const char *k = "alltoall";
   hvd_result_t rc;
   REQUIRE_INIT(fn);
-  HVD__CHECK(check_name(k, name));
-  HVD__CHECK(check_req(k, name, req));
-  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(check_common(k, name, req, send));
   HVD__CHECK(check_out(k, name, recv));
   HVD__CHECK(check_rows(k, name, send));
   int size = hvd_size();
@@ -330,9 +336,7 @@ static hvd_result_t reducescatter(const char *fn, const char *name,
   const char *k = "reducescatter";
   hvd_result_t rc;
   REQUIRE_INIT(fn);
-  HVD__CHECK(check_name(k, name));
-  HVD__CHECK(check_req(k, name, req));
-  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(check_common(k, name, req, send));
   HVD__CHECK(check_out(k, name, recv));
   HVD__CHECK(check_rows(k, name, send));
   HVD__CHECK(check_op(k, name, (int)op));

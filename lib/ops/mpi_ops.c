@@ -204,6 +204,15 @@ fail:
 
 /* ---- helpers ------------------------------------------------------------ */
 
+/* r's output: d's shape with `rows` in dimension 0. */
+static hvd_result_t alloc_rows(hvd_request_t *r, const hvd__desc_t *d,
+                               int64_t rows) {
+  int64_t shape[HVD_MAX_DIMS];
+  memcpy(shape, d->shape, sizeof shape);
+  shape[0] = rows;
+  return hvd__alloc_output(r, d->ndim, shape);
+}
+
 /* Elements in one row (dimensions 1..), in bytes. */
 static int64_t row_bytes(const hvd__desc_t *d) {
   int64_t n = (int64_t)hvd_dtype_size((hvd_dtype_t)d->dtype);
@@ -550,10 +559,7 @@ static hvd_result_t mpi_allgather(void *state, const hvd__exec_env_t *env,
   int64_t total = 0;
   for (int k = 0; k < env->size; k++)
     total += dims0[k];
-  int64_t shape[HVD_MAX_DIMS];
-  memcpy(shape, d->shape, sizeof shape);
-  shape[0] = total;
-  HVD__CHECK(hvd__alloc_output(r, d->ndim, shape));
+  HVD__CHECK(alloc_rows(r, d, total));
   int64_t rb = row_bytes(d);
   if (rb == 0 || total == 0)
     return HVD_SUCCESS;
@@ -590,10 +596,7 @@ static hvd_result_t mpi_alltoall(void *state, const hvd__exec_env_t *env,
     total += r->recv_splits[k];
     sent += r->splits[k];
   }
-  int64_t shape[HVD_MAX_DIMS];
-  memcpy(shape, d->shape, sizeof shape);
-  shape[0] = total;
-  HVD__CHECK(hvd__alloc_output(r, d->ndim, shape));
+  HVD__CHECK(alloc_rows(r, d, total));
   int64_t rb = row_bytes(d);
   if (rb == 0)
     return HVD_SUCCESS;
@@ -626,10 +629,7 @@ static hvd_result_t mpi_reducescatter(void *state, const hvd__exec_env_t *env,
   int64_t rows = d->shape[0], p = env->size;
   int64_t row_elems = row_bytes(d) / (int64_t)hvd_dtype_size(dtype);
   int64_t mine = rows / p + (env->rank < rows % p);
-  int64_t shape[HVD_MAX_DIMS];
-  memcpy(shape, d->shape, sizeof shape);
-  shape[0] = mine;
-  HVD__CHECK(hvd__alloc_output(r, d->ndim, shape));
+  HVD__CHECK(alloc_rows(r, d, mine));
   if (rows / p * row_elems + row_elems > INT_MAX)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "a reducescatter block exceeds MPI's int counts");
