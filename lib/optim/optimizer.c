@@ -324,25 +324,56 @@ void hvd_sgd_options_init(hvd_sgd_options_t *o) {
 
 /* torch.optim.SGD (foreach=False, maximize=False), per element:
  * d = g + wd * v; buf = step 1 ? d : momentum * buf + (1 - dampening) * d;
- * d = nesterov ? d + momentum * buf : buf; v -= lr * d. */
+ * d = nesterov ? d + momentum * buf : buf; v -= lr * d.
+ * sgd_loop is inlined with constant flags, so each combination is its own
+ * branch-free loop that GCC vectorizes (the per-element tests kept the
+ * loop scalar: twice as slow as a hand-written update on BERT-base). */
+static inline __attribute__((always_inline)) void
+sgd_loop(float *v, const float *g, float *buf, int64_t m, float wd, float mom,
+         float keep, float neg_lr, const int has_wd, const int has_buf,
+         const int first, const int nesterov) {
+  for (int64_t j = 0; j < m; j++) {
+    float d = has_wd ? g[j] + wd * v[j] : g[j];
+    if (has_buf) {
+      float b = first ? d : mom * buf[j] + keep * d;
+      buf[j] = b;
+      d = nesterov ? d + mom * b : b;
+    }
+    v[j] += neg_lr * d;
+  }
+}
+
 static hvd_result_t sgd_step(void *ctx, hvd_param_t *params, int n,
                              hvd_tensor_t *state, int64_t step, double lr) {
   const hvd_sgd_options_t *o = ctx;
   const float wd = (float)o->weight_decay, mom = (float)o->momentum;
   const float keep = (float)(1.0 - o->dampening), neg_lr = (float)-lr;
+  const int has_wd = o->weight_decay != 0, nest = o->nesterov != 0;
+  const int first = step == 1;
   for (int i = 0; i < n; i++) {
     float *v = params[i].value.data;
     const float *g = params[i].grad.data;
     float *buf = o->momentum != 0 ? state[i].data : NULL; /* nstate 1 */
     int64_t m = hvd_tensor_numel(&params[i].value);
-    for (int64_t j = 0; j < m; j++) {
-      float d = o->weight_decay != 0 ? g[j] + wd * v[j] : g[j];
-      if (buf != NULL) {
-        buf[j] = step == 1 ? d : mom * buf[j] + keep * d;
-        d = o->nesterov ? d + mom * buf[j] : buf[j];
-      }
-      v[j] += neg_lr * d;
+#define LOOP(w, b, f, nv)                                                      \
+  sgd_loop(v, g, buf, m, wd, mom, keep, neg_lr, w, b, f, nv)
+    if (buf == NULL) {
+      if (has_wd)
+        LOOP(1, 0, 0, 0);
+      else
+        LOOP(0, 0, 0, 0);
+    } else if (nest) {
+      if (has_wd)
+        first ? LOOP(1, 1, 1, 1) : LOOP(1, 1, 0, 1);
+      else
+        first ? LOOP(0, 1, 1, 1) : LOOP(0, 1, 0, 1);
+    } else {
+      if (has_wd)
+        first ? LOOP(1, 1, 1, 0) : LOOP(1, 1, 0, 0);
+      else
+        first ? LOOP(0, 1, 1, 0) : LOOP(0, 1, 0, 0);
     }
+#undef LOOP
   }
   return HVD_SUCCESS;
 }
@@ -399,22 +430,22 @@ void hvd_adam_options_init(hvd_adam_options_t *o) {
 static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
                               hvd_tensor_t *state, int64_t step, double lr) {
   const hvd_adam_options_t *o = ctx;
-  const int l2 = !o->decoupled && o->weight_decay != 0;
-  const float wd = (float)o->weight_decay;
-  const float decay = (float)(1.0 - lr * o->weight_decay);
+  /* branch-free so the loop vectorizes: Adam adds wd_l2 * v to the
+   * gradient (0 for AdamW), AdamW scales v by decay (1 for Adam) */
+  const float wd_l2 = o->decoupled ? 0.0f : (float)o->weight_decay;
+  const float decay = o->decoupled ? (float)(1.0 - lr * o->weight_decay) : 1.0f;
   const float b1c = (float)(1.0 - o->beta1), b2 = (float)o->beta2;
   const float b2c = (float)(1.0 - o->beta2), eps = (float)o->eps;
   const float step_size = (float)(lr / (1.0 - pow(o->beta1, (double)step)));
   const float bc2_sqrt = (float)sqrt(1.0 - pow(o->beta2, (double)step));
   for (int i = 0; i < n; i++) {
-    float *v = params[i].value.data;
-    const float *g = params[i].grad.data;
-    float *m = state[2 * i].data, *s = state[2 * i + 1].data;
+    float *restrict v = params[i].value.data;
+    const float *restrict g = params[i].grad.data;
+    float *restrict m = state[2 * i].data, *restrict s = state[2 * i + 1].data;
     int64_t len = hvd_tensor_numel(&params[i].value);
     for (int64_t j = 0; j < len; j++) {
-      float gj = l2 ? g[j] + wd * v[j] : g[j];
-      if (o->decoupled)
-        v[j] *= decay;
+      float gj = g[j] + wd_l2 * v[j];
+      v[j] *= decay;
       m[j] += b1c * (gj - m[j]); /* torch's lerp_ for weights < 0.5 */
       s[j] = b2 * s[j] + b2c * gj * gj;
       float denom = sqrtf(s[j]) / bc2_sqrt + eps;
