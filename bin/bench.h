@@ -36,7 +36,8 @@ enum bench_mode {
   BENCH_LIST,
   BENCH_LATENCY,
   BENCH_QUICK,
-  BENCH_OVERLAP
+  BENCH_OVERLAP,
+  BENCH_OPTIM
 };
 
 /* Bits of --inplace. */
@@ -173,5 +174,6 @@ int bench_sweep(const bench_opts_t *o); /* sweep and quick */
 int bench_list(const bench_opts_t *o);
 int bench_latency(const bench_opts_t *o);
 int bench_overlap(const bench_opts_t *o);
+int bench_optim(const bench_opts_t *o);
 
 #endif /* HVD_BENCH_H */

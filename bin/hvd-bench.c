@@ -35,6 +35,8 @@ static const char usage_text[] =
     "  latency      4-byte allreduce latency, and many tiny tensors at once\n"
     "  overlap      compute on the main thread while hvd reduces --tensors in\n"
     "               the background: the compute speed it keeps\n"
+    "  optim        the distributed optimizer's step on --tensors against\n"
+    "               hvd allreduce plus the same update written by hand\n"
     "  quick        same as --quick: a fast correctness self-check of every\n"
     "               collective, dtype and op (exit 1 if anything is wrong)\n"
     "\n"
@@ -62,7 +64,7 @@ static const char usage_text[] =
     "                     and reducescatter out of place only)\n"
     "  --root R           broadcast root (default 0)\n"
     "\n"
-    "list and overlap options:\n"
+    "list, overlap and optim options:\n"
     "  --tensors FILE     workload: one tensor per line, `name dim0 [dim1]`,\n"
     "                     float32, '#' starts a comment (required)\n"
     "  --compute-ms MS    overlap: the compute loop's length (default 500)\n"
@@ -230,8 +232,8 @@ static int option_mode(int opt) {
   }
 }
 
-static const char *const mode_names[] = {"sweep", "list", "latency", "quick",
-                                         "overlap"};
+static const char *const mode_names[] = {"sweep", "list",    "latency",
+                                         "quick", "overlap", "optim"};
 
 static void parse_args(int argc, char **argv, bench_opts_t *o) {
   int given[OPT_LAST + 1] = {0};
@@ -334,7 +336,8 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
       if (strcmp(m, mode_names[i]) == 0)
         found = i;
     if (found < 0)
-      usage_error("unknown mode '%s' (sweep, list, latency, overlap or quick)",
+      usage_error("unknown mode '%s' (sweep, list, latency, overlap, optim "
+                  "or quick)",
                   m);
     if (quick && found != BENCH_QUICK && found != BENCH_SWEEP)
       usage_error("--quick does not go with mode '%s'", m);
@@ -360,10 +363,13 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
   if (o->min_bytes > o->max_bytes)
     usage_error("--min-bytes (%lld) is above --max-bytes (%lld)",
                 (long long)o->min_bytes, (long long)o->max_bytes);
-  if ((o->mode == BENCH_LIST || o->mode == BENCH_OVERLAP) && o->tensors == NULL)
+  int with_tensors = o->mode == BENCH_LIST || o->mode == BENCH_OVERLAP ||
+                     o->mode == BENCH_OPTIM;
+  if (with_tensors && o->tensors == NULL)
     usage_error("%s mode needs --tensors FILE", mode_names[o->mode]);
-  if (given[OPT_TENSORS] && o->mode != BENCH_LIST && o->mode != BENCH_OVERLAP)
-    usage_error("--tensors is an option of list and overlap modes, not %s",
+  if (given[OPT_TENSORS] && !with_tensors)
+    usage_error("--tensors is an option of list, overlap and optim modes, "
+                "not %s",
                 mode_names[o->mode]);
 }
 
@@ -400,6 +406,9 @@ int main(int argc, char **argv) {
     break;
   case BENCH_OVERLAP:
     result = bench_overlap(&o);
+    break;
+  case BENCH_OPTIM:
+    result = bench_optim(&o);
     break;
   case BENCH_SWEEP:
   case BENCH_QUICK:

@@ -245,6 +245,183 @@ hvd_result_t hvd_wait(hvd_request_t *req);
  * value is its result, as from hvd_wait; when 0 it returns HVD_SUCCESS. */
 hvd_result_t hvd_test(hvd_request_t *req, int *done);
 
+
+/* ---- Optimizers (lib/optim) --------------------------------------------- *
+ * Parameters are float32 host tensors (device tensors come with the GPU
+ * path). Gradients ACCUMULATE in param.grad between
+ * hvd_optimizer_zero_grad() calls, as in PyTorch: a backward pass adds
+ * into them. The optimizer borrows the params array and its tensors: they
+ * must outlive it and keep their shapes. Optimizer calls are not
+ * thread-safe: one thread drives one optimizer. */
+
+typedef struct hvd_param {
+  const char *name;   /* identifies it across ranks and in checkpoints */
+  hvd_tensor_t value; /* float32 */
+  hvd_tensor_t grad;  /* float32, value's shape */
+} hvd_param_t;
+
+typedef struct hvd_optimizer hvd_optimizer_t;
+
+/* A user optimizer. hvd allocates, for every parameter, `nstate` state
+ * tensors of the parameter's shape, zero-filled, named by state_names
+ * (they are broadcast and checkpointed like the built-ins' state). step()
+ * applies one update to every parameter from its grad; `state` holds
+ * n * nstate tensors, parameter i's at state[i * nstate + k]; `step` is the
+ * 1-based count of updates including this one; `lr` the current learning
+ * rate. destroy(ctx), if not NULL, runs at hvd_optimizer_destroy. */
+typedef struct hvd_optimizer_ops {
+  const char *name;
+  int nstate;
+  const char *const *state_names;
+  hvd_result_t (*step)(void *ctx, hvd_param_t *params, int n,
+                       hvd_tensor_t *state, int64_t step, double lr);
+  void (*destroy)(void *ctx);
+} hvd_optimizer_ops_t;
+
+/* SGD as in torch.optim.SGD: d = grad + weight_decay * value; with
+ * momentum, buf = momentum * buf + (1 - dampening) * d (buf = d on the
+ * first step) and d = nesterov ? d + momentum * buf : buf; then
+ * value -= lr * d. State: "momentum_buffer" when momentum != 0. */
+typedef struct hvd_sgd_options {
+  double lr, momentum, dampening, weight_decay;
+  int nesterov;
+} hvd_sgd_options_t;
+
+/* Adam (decoupled = 0, weight decay added to the gradient) and AdamW
+ * (decoupled = 1: value *= 1 - lr * weight_decay first), both with bias
+ * correction, as torch.optim.Adam/AdamW. State: "exp_avg", "exp_avg_sq". */
+typedef struct hvd_adam_options {
+  double lr, beta1, beta2, eps, weight_decay;
+  int decoupled;
+} hvd_adam_options_t;
+
+/* Defaults: SGD lr 0.01, others 0; Adam lr 0.001, betas 0.9/0.999,
+ * eps 1e-8, weight decay 0 (AdamW: set decoupled and e.g. 0.01). */
+void hvd_sgd_options_init(hvd_sgd_options_t *o);
+void hvd_adam_options_init(hvd_adam_options_t *o);
+
+/* Each creates an optimizer over params[0..n) (borrowed) into *out; free
+ * it with hvd_optimizer_destroy. These need no hvd_init(). A custom
+ * optimizer starts at learning rate 0: set it with hvd_optimizer_set_lr.
+ * The first step after creation needs no hvd_optimizer_zero_grad. */
+hvd_result_t hvd_sgd_create(hvd_param_t *params, int n,
+                            const hvd_sgd_options_t *o, hvd_optimizer_t **out);
+hvd_result_t hvd_adam_create(hvd_param_t *params, int n,
+                             const hvd_adam_options_t *o,
+                             hvd_optimizer_t **out);
+hvd_result_t hvd_optimizer_custom(hvd_param_t *params, int n,
+                                  const hvd_optimizer_ops_t *ops, void *ctx,
+                                  hvd_optimizer_t **out);
+
+/* Gradient compression on the wire (the cast is fused into the copies). */
+typedef enum hvd_compression {
+  HVD_COMPRESS_NONE = 0,
+  HVD_COMPRESS_FP16 = 1,
+  HVD_COMPRESS_BF16 = 2
+} hvd_compression_t;
+
+typedef struct hvd_distributed_options {
+  hvd_op_t op;                   /* HVD_AVERAGE (default) or HVD_SUM */
+  hvd_compression_t compression; /* default HVD_COMPRESS_NONE */
+  int backward_passes_per_step;  /* k >= 1 (default 1) */
+  int average_passes;            /* 1 (default): divide the k accumulated
+                                    passes by k; 0: sum them */
+  double gradient_predivide_factor; /* f (default 1): gradients are divided
+                                       by f before the sum and by size/f
+                                       after (average) */
+} hvd_distributed_options_t;
+
+void hvd_distributed_options_init(hvd_distributed_options_t *o);
+
+/* Wraps base (taking ownership: destroying the wrapper destroys base) so
+ * that gradients are reduced across ranks through hvd's engine (fused,
+ * overlapped with backward) before each update. Needs hvd_init(). Each
+ * rank's wrapper reduces tensors named "hvd.grad.<param name>". */
+hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
+                                       const hvd_distributed_options_t *o,
+                                       hvd_optimizer_t **out);
+
+/* Distributed only: parameter i's gradient is complete for this backward
+ * pass. On the k-th pass since the last step its reduction starts at once,
+ * overlapping the rest of backward. */
+hvd_result_t hvd_optimizer_grad_ready(hvd_optimizer_t *opt, int i);
+
+/* Distributed: starts the reductions not yet started, waits for all, then
+ * applies the base update. A failed or mismatched reduction returns its
+ * error and leaves every parameter untouched. Plain: applies the update.
+ * Calling it again before new gradients (hvd_optimizer_zero_grad, then
+ * backward) is HVD_ERR_INVALID_ARG. */
+hvd_result_t hvd_optimizer_step(hvd_optimizer_t *opt);
+
+/* Zeroes every gradient. HVD_ERR_INVALID_ARG while reductions are in
+ * flight (between grad_ready and step). */
+hvd_result_t hvd_optimizer_zero_grad(hvd_optimizer_t *opt);
+
+/* sync 0: no-sync mode, steps use local gradients without any reduction
+ * (local accumulation; the compute ceiling); 1 (default): reduce. */
+hvd_result_t hvd_optimizer_set_sync(hvd_optimizer_t *opt, int sync);
+
+hvd_result_t hvd_optimizer_set_lr(hvd_optimizer_t *opt, double lr);
+double hvd_optimizer_lr(const hvd_optimizer_t *opt);  /* NAN for NULL */
+int64_t hvd_optimizer_steps(const hvd_optimizer_t *opt); /* updates done */
+void hvd_optimizer_destroy(hvd_optimizer_t *opt);        /* accepts NULL */
+
+/* ---- Initial state ------------------------------------------------------ */
+
+/* Broadcasts every parameter's value from root (collective, any root),
+ * then verifies that every rank holds identical bytes: a checksum per
+ * parameter is all-reduced, and a difference is HVD_ERR_CORRUPT naming the
+ * first parameter that differs and the ranks. */
+hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root);
+
+/* Verifies that every rank holds identical parameter values (collective):
+ * HVD_ERR_CORRUPT naming the first parameter that differs and the ranks
+ * whose bytes differ from the lowest rank's; HVD_ERR_MISMATCH when the
+ * ranks' parameter lists (count, names, shapes) differ. */
+hvd_result_t hvd_verify_parameters(const hvd_param_t *params, int n);
+
+/* Broadcasts the optimizer's step count, learning rate and state tensors
+ * from root (allocating them where a rank has none yet), verified the same
+ * way. */
+hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root);
+
+/* ---- Checkpoints -------------------------------------------------------- *
+ * Format: doc/checkpoint-format.md. Names are kept exactly as given, and a
+ * checkpoint written at one world size loads at any other. */
+
+/* Root 0 writes path atomically (temporary file, fsync, rename): a crash
+ * leaves the previous file intact. opt may be NULL. Collective. */
+hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
+                                 int n, const hvd_optimizer_t *opt,
+                                 int64_t step);
+
+/* Rank 0 reads and checks path (magic, version, checksum, names, dtypes,
+ * shapes), every rank receives it by broadcast; on any error nothing is
+ * changed and the message names what differs. opt and step may be NULL.
+ * Collective. */
+hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
+                                 hvd_optimizer_t *opt, int64_t *step);
+
+/* ---- Data sharding ------------------------------------------------------ *
+ * As torch.utils.data.DistributedSampler: with shuffle, the indices
+ * 0..size-1 are permuted from (seed, epoch); without drop_last the list is
+ * padded by repeating its start up to a multiple of the world size, with
+ * drop_last its tail is dropped to one; rank r takes every world-size-th
+ * index from r. */
+typedef struct hvd_sampler hvd_sampler_t;
+
+/* ranks/rank: the world (e.g. hvd_size(), hvd_rank()); needs no init. */
+hvd_result_t hvd_sampler_create(int64_t dataset_size, int ranks, int rank,
+                                int shuffle, uint64_t seed, int drop_last,
+                                hvd_sampler_t **out);
+/* Starts an epoch: the only way to get indices, so every epoch is
+ * reshuffled. *indices (owned by the sampler, valid until the next call
+ * or destroy) gets *count indices for this rank. */
+hvd_result_t hvd_sampler_epoch(hvd_sampler_t *s, int64_t epoch,
+                               const int64_t **indices, int64_t *count);
+int64_t hvd_sampler_num_samples(const hvd_sampler_t *s); /* per rank */
+void hvd_sampler_destroy(hvd_sampler_t *s);               /* accepts NULL */
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/api.h"
 #include "core/errors.h"
 #include "core/runtime.h"
 #include "core/tensor.h"
@@ -68,6 +69,18 @@ static hvd_result_t check_out(const char *kind, const char *name,
   return HVD_SUCCESS;
 }
 
+/* The checks every named collective starts with: name, req, send. */
+static hvd_result_t check_common(const char *k, const char *name,
+                                 hvd_request_t **req,
+                                 const hvd_tensor_t *send) {
+  hvd_result_t rc;
+  HVD__CHECK(check_name(k, name));
+  HVD__CHECK(check_req(k, name, req));
+  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+fail:
+  return rc;
+}
+
 /* ---- building and submitting -------------------------------------------- */
 
 static hvd_request_t *new_request(const char *name, int coll,
@@ -88,6 +101,7 @@ static hvd_request_t *new_request(const char *name, int coll,
     r->desc.dtype = t->dtype;
     r->desc.device = t->device;
     r->desc.ndim = t->ndim;
+    r->desc.wire = t->dtype;
     memcpy(r->desc.shape, t->shape, sizeof t->shape);
   }
   return r;
@@ -124,14 +138,12 @@ static hvd_result_t submit(const char *fn, hvd_request_t *r,
 
 static hvd_result_t allreduce(const char *fn, const char *name,
                               const hvd_tensor_t *send, hvd_tensor_t *recv,
-                              hvd_op_t op, double pre, double post,
+                              hvd_op_t op, double pre, double post, int wire,
                               hvd_request_t **req) {
   const char *k = "allreduce";
   hvd_result_t rc;
   REQUIRE_INIT(fn);
-  HVD__CHECK(check_name(k, name));
-  HVD__CHECK(check_req(k, name, req));
-  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(check_common(k, name, req, send));
   HVD__CHECK(hvd__check_tensor(k, name, "recv", recv));
   HVD__CHECK(check_op(k, name, (int)op));
   if (recv->dtype != send->dtype)
@@ -151,9 +163,21 @@ static hvd_result_t allreduce(const char *fn, const char *name,
   }
   HVD__CHECK(check_scale(k, name, "prescale", pre, send->dtype));
   HVD__CHECK(check_scale(k, name, "postscale", post, send->dtype));
+  if (wire < 0)
+    wire = send->dtype;
+  if (wire != (int)send->dtype &&
+      (send->dtype != HVD_FLOAT32 ||
+       (wire != HVD_FLOAT16 && wire != HVD_BFLOAT16)))
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': a %s wire needs a float32 tensor and "
+                          "float16 or bfloat16 on the wire, not %s",
+                          k, name, hvd_dtype_name((hvd_dtype_t)wire),
+                          hvd_dtype_name(send->dtype));
   hvd_request_t *r = new_request(name, HVD__ALLREDUCE, send, op, pre, post, 0);
-  if (r != NULL)
+  if (r != NULL) {
     r->recv = *recv;
+    r->desc.wire = wire;
+  }
   return submit(fn, r, req);
 fail:
   return rc;
@@ -163,14 +187,25 @@ hvd_result_t hvd_allreduce_async(const char *name, const hvd_tensor_t *send,
                                  hvd_tensor_t *recv, hvd_op_t op,
                                  double prescale, double postscale,
                                  hvd_request_t **req) {
-  return allreduce(__func__, name, send, recv, op, prescale, postscale, req);
+  return allreduce(__func__, name, send, recv, op, prescale, postscale, -1,
+                   req);
+}
+
+hvd_result_t hvd__allreduce_wire_async(const char *name,
+                                       const hvd_tensor_t *send,
+                                       hvd_tensor_t *recv, hvd_op_t op,
+                                       double prescale, double postscale,
+                                       hvd_dtype_t wire, hvd_request_t **req) {
+  return allreduce("hvd_allreduce_async", name, send, recv, op, prescale,
+                   postscale, (int)wire, req);
 }
 
 hvd_result_t hvd_allreduce(const char *name, const hvd_tensor_t *send,
                            hvd_tensor_t *recv, hvd_op_t op, double prescale,
                            double postscale) {
   hvd_request_t *r = NULL;
-  WAIT_IF(allreduce(__func__, name, send, recv, op, prescale, postscale, &r));
+  WAIT_IF(allreduce(__func__, name, send, recv, op, prescale, postscale, -1,
+                    &r));
 }
 
 /* ---- broadcast ---------------------------------------------------------- */
@@ -210,9 +245,7 @@ static hvd_result_t allgather(const char *fn, const char *name,
   const char *k = "allgather";
   hvd_result_t rc;
   REQUIRE_INIT(fn);
-  HVD__CHECK(check_name(k, name));
-  HVD__CHECK(check_req(k, name, req));
-  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(check_common(k, name, req, send));
   HVD__CHECK(check_out(k, name, recv));
   HVD__CHECK(check_rows(k, name, send));
   hvd_request_t *r = new_request(name, HVD__ALLGATHER, send, 0, 1, 1, 0);
@@ -243,9 +276,7 @@ static hvd_result_t alltoall(const char *fn, const char *name,
   const char *k = "alltoall";
   hvd_result_t rc;
   REQUIRE_INIT(fn);
-  HVD__CHECK(check_name(k, name));
-  HVD__CHECK(check_req(k, name, req));
-  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(check_common(k, name, req, send));
   HVD__CHECK(check_out(k, name, recv));
   HVD__CHECK(check_rows(k, name, send));
   int size = hvd_size();
@@ -305,9 +336,7 @@ static hvd_result_t reducescatter(const char *fn, const char *name,
   const char *k = "reducescatter";
   hvd_result_t rc;
   REQUIRE_INIT(fn);
-  HVD__CHECK(check_name(k, name));
-  HVD__CHECK(check_req(k, name, req));
-  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(check_common(k, name, req, send));
   HVD__CHECK(check_out(k, name, recv));
   HVD__CHECK(check_rows(k, name, send));
   HVD__CHECK(check_op(k, name, (int)op));

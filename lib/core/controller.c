@@ -119,6 +119,7 @@ static void put_desc(hvd__wbuf_t *w, const hvd__desc_t *d) {
   hvd__w_f64(w, d->prescale);
   hvd__w_f64(w, d->postscale);
   hvd__w_i32(w, d->root);
+  hvd__w_i32(w, d->wire);
 }
 
 static void get_desc(hvd__rbuf_t *r, hvd__desc_t *d) {
@@ -137,6 +138,7 @@ static void get_desc(hvd__rbuf_t *r, hvd__desc_t *d) {
   d->prescale = hvd__r_f64(r);
   d->postscale = hvd__r_f64(r);
   d->root = hvd__r_i32(r);
+  d->wire = hvd__r_i32(r);
 }
 
 static void put_response(hvd__wbuf_t *w, const hvd__response_t *x, int size) {
@@ -213,10 +215,10 @@ void hvd__responses_free(hvd__response_t *r, int n) {
 
 /* The fields ranks must agree on, in the order they are checked. */
 enum field { F_COLL, F_DTYPE, F_DEVICE, F_OP, F_PRESCALE, F_POSTSCALE,
-             F_ROOT, F_SHAPE, F_COUNT };
+             F_ROOT, F_SHAPE, F_WIRE, F_COUNT };
 static const char *const field_names[F_COUNT] = {
     "collective", "dtype", "device", "op", "prescale", "postscale", "root",
-    "shape"};
+    "shape", "wire dtype"};
 
 static int field_applies(int field, int coll) {
   int reduces = coll == HVD__ALLREDUCE || coll == HVD__REDUCESCATTER;
@@ -231,6 +233,8 @@ static int field_applies(int field, int coll) {
   case F_PRESCALE:
   case F_POSTSCALE:
     return reduces;
+  case F_WIRE:
+    return coll == HVD__ALLREDUCE;
   case F_ROOT:
     return coll == HVD__BROADCAST;
   }
@@ -253,6 +257,8 @@ static int field_equal(int field, const hvd__desc_t *a, const hvd__desc_t *b) {
     return a->postscale == b->postscale;
   case F_ROOT:
     return a->root == b->root;
+  case F_WIRE:
+    return a->wire == b->wire;
   case F_SHAPE: {
     /* allgather and alltoall may differ in the first dimension */
     int from = (a->coll == HVD__ALLGATHER || a->coll == HVD__ALLTOALL) ? 1 : 0;
@@ -289,6 +295,9 @@ static void field_str(int field, const hvd__desc_t *d, char *buf, size_t n) {
     break;
   case F_ROOT:
     snprintf(buf, n, "%d", d->root);
+    break;
+  case F_WIRE:
+    snprintf(buf, n, "%s", hvd_dtype_name((hvd_dtype_t)d->wire));
     break;
   case F_SHAPE:
     hvd__shape_str(d->ndim, d->shape, buf, n);

@@ -325,7 +325,8 @@ static int fusable(const hvd__response_t *a, const hvd__response_t *b) {
          a->desc.coll == HVD__ALLREDUCE && b->desc.coll == HVD__ALLREDUCE &&
          a->desc.dtype == b->desc.dtype && a->desc.device == b->desc.device &&
          a->desc.op == b->desc.op && a->desc.prescale == b->desc.prescale &&
-         a->desc.postscale == b->desc.postscale;
+         a->desc.postscale == b->desc.postscale &&
+         a->desc.wire == b->desc.wire;
 }
 
 static int64_t resp_bytes(const hvd__response_t *x) {

@@ -20,6 +20,7 @@ typedef struct hvd__desc {
   int op;          /* hvd_op_t */
   double prescale, postscale;
   int root;
+  int wire; /* dtype on the wire: dtype, or f16/bf16 for a compressed f32 */
 } hvd__desc_t;
 
 /* Names of the collectives that have no user name. */

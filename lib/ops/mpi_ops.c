@@ -204,6 +204,15 @@ fail:
 
 /* ---- helpers ------------------------------------------------------------ */
 
+/* r's output: d's shape with `rows` in dimension 0. */
+static hvd_result_t alloc_rows(hvd_request_t *r, const hvd__desc_t *d,
+                               int64_t rows) {
+  int64_t shape[HVD_MAX_DIMS];
+  memcpy(shape, d->shape, sizeof shape);
+  shape[0] = rows;
+  return hvd__alloc_output(r, d->ndim, shape);
+}
+
 /* Elements in one row (dimensions 1..), in bytes. */
 static int64_t row_bytes(const hvd__desc_t *d) {
   int64_t n = (int64_t)hvd_dtype_size((hvd_dtype_t)d->dtype);
@@ -395,6 +404,58 @@ static hvd_result_t reduce_direct(mpi_state_t *s, const hvd__exec_env_t *env,
   return HVD_SUCCESS;
 }
 
+/* A compressed group (float32 tensors, float16/bfloat16 on the wire):
+ * every tensor goes through the staging chunk, cast to the wire with the
+ * prescale on the way in and back with average/postscale on the way out;
+ * a tensor larger than a chunk is cut into pieces. Stubs (a joined rank)
+ * carry the identity, which the casts keep. */
+static hvd_result_t allreduce_wire(mpi_state_t *s, const hvd__exec_env_t *env,
+                                   const hvd__work_t *w, int64_t chunk_elems) {
+  typedef struct piece {
+    int req;
+    int64_t off, cnt, at;
+  } piece_t;
+  const hvd__desc_t *d = w->desc;
+  hvd_dtype_t wire = (hvd_dtype_t)d->wire;
+  hvd__desc_t dw = *d; /* what the chunk reduction sees */
+  dw.dtype = d->wire;
+  hvd_result_t rc = staging(s, (size_t)chunk_elems * sizeof(uint16_t));
+  piece_t *pieces = malloc((size_t)(w->n + 1) * sizeof *pieces);
+  if (pieces == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "compression pieces");
+  uint16_t *stage = (uint16_t *)s->stage;
+  int i = 0;
+  int64_t off = 0;
+  while (rc == HVD_SUCCESS && i < w->n) {
+    int np = 0;
+    int64_t used = 0;
+    while (i < w->n && used < chunk_elems) { /* pack */
+      hvd_request_t *r = w->reqs[i];
+      int64_t left = hvd_tensor_numel(&r->send) - off;
+      int64_t take = left < chunk_elems - used ? left : chunk_elems - used;
+      hvd__cast_to_wire(stage + used, (const float *)r->send.data + off, take,
+                        wire, r->is_stub ? 1.0 : d->prescale);
+      pieces[np++] = (piece_t){i, off, take, used};
+      used += take;
+      off += take;
+      if (off == hvd_tensor_numel(&r->send)) {
+        i++;
+        off = 0;
+      }
+    }
+    rc = reduce_span(s, env, MPI_IN_PLACE, stage, used, &dw, 0);
+    for (int k = 0; k < np && rc == HVD_SUCCESS; k++) { /* unpack */
+      hvd_request_t *r = w->reqs[pieces[k].req];
+      if (!r->is_stub)
+        hvd__cast_from_wire((float *)r->recv.data + pieces[k].off,
+                            stage + pieces[k].at, pieces[k].cnt, wire,
+                            (hvd_op_t)d->op, d->postscale, env->size);
+    }
+  }
+  free(pieces);
+  return rc;
+}
+
 /* A fused group: tensors of a chunk or more go in place (no copy); runs of
  * smaller tensors are packed into one staging chunk (prescale fused into
  * the copy), reduced, and unpacked (average and postscale fused into the
@@ -408,6 +469,8 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
   int64_t esize = (int64_t)hvd_dtype_size(dtype);
   int64_t chunk = env->chunk_bytes > 0 ? env->chunk_bytes : HVD__MPI_CHUNK;
   int64_t chunk_elems = chunk / esize > 0 ? chunk / esize : 1;
+  if (d->wire != d->dtype)
+    return allreduce_wire(s, env, w, chunk_elems);
   hvd_result_t rc = HVD_SUCCESS;
   if (w->n > 1)
     rc = staging(s, (size_t)(chunk_elems * esize));
@@ -496,10 +559,7 @@ static hvd_result_t mpi_allgather(void *state, const hvd__exec_env_t *env,
   int64_t total = 0;
   for (int k = 0; k < env->size; k++)
     total += dims0[k];
-  int64_t shape[HVD_MAX_DIMS];
-  memcpy(shape, d->shape, sizeof shape);
-  shape[0] = total;
-  HVD__CHECK(hvd__alloc_output(r, d->ndim, shape));
+  HVD__CHECK(alloc_rows(r, d, total));
   int64_t rb = row_bytes(d);
   if (rb == 0 || total == 0)
     return HVD_SUCCESS;
@@ -536,10 +596,7 @@ static hvd_result_t mpi_alltoall(void *state, const hvd__exec_env_t *env,
     total += r->recv_splits[k];
     sent += r->splits[k];
   }
-  int64_t shape[HVD_MAX_DIMS];
-  memcpy(shape, d->shape, sizeof shape);
-  shape[0] = total;
-  HVD__CHECK(hvd__alloc_output(r, d->ndim, shape));
+  HVD__CHECK(alloc_rows(r, d, total));
   int64_t rb = row_bytes(d);
   if (rb == 0)
     return HVD_SUCCESS;
@@ -572,10 +629,7 @@ static hvd_result_t mpi_reducescatter(void *state, const hvd__exec_env_t *env,
   int64_t rows = d->shape[0], p = env->size;
   int64_t row_elems = row_bytes(d) / (int64_t)hvd_dtype_size(dtype);
   int64_t mine = rows / p + (env->rank < rows % p);
-  int64_t shape[HVD_MAX_DIMS];
-  memcpy(shape, d->shape, sizeof shape);
-  shape[0] = mine;
-  HVD__CHECK(hvd__alloc_output(r, d->ndim, shape));
+  HVD__CHECK(alloc_rows(r, d, mine));
   if (rows / p * row_elems + row_elems > INT_MAX)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "a reducescatter block exceeds MPI's int counts");

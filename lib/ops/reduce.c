@@ -306,3 +306,18 @@ void hvd__reduce_into(void *dst, const void *src, int64_t n,
     break;
   }
 }
+
+void hvd__cast_to_wire(uint16_t *dst, const float *src, int64_t n,
+                       hvd_dtype_t wire, double factor) {
+  float f = (float)factor;
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = half_make(src[i] * f, wire);
+}
+
+void hvd__cast_from_wire(float *dst, const uint16_t *src, int64_t n,
+                         hvd_dtype_t wire, hvd_op_t op, double postscale,
+                         int size) {
+  float f = (float)(op == HVD_AVERAGE ? postscale / size : postscale);
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = half_get(src, i, wire) * f;
+}

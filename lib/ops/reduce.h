@@ -30,6 +30,15 @@ void hvd__reduce_finish(void *dst, const void *src, int64_t n,
 /* Fills buf with the identity of op: what a rank that joined contributes. */
 void hvd__fill_identity(void *buf, int64_t n, hvd_dtype_t dtype, hvd_op_t op);
 
+/* Compression casts (float32 <-> float16/bfloat16 `wire`): into the wire
+ * with a factor (the prescale), and back with the finish of a reduction
+ * (average, postscale). */
+void hvd__cast_to_wire(uint16_t *dst, const float *src, int64_t n,
+                       hvd_dtype_t wire, double factor);
+void hvd__cast_from_wire(float *dst, const uint16_t *src, int64_t n,
+                         hvd_dtype_t wire, hvd_op_t op, double postscale,
+                         int size);
+
 /* dst[i] = op(dst[i], src[i]) for any dtype (sum for average); dst and
  * src do not overlap. The shared-memory allreduce's inner loop. */
 void hvd__reduce_into(void *dst, const void *src, int64_t n,

@@ -1,0 +1,247 @@
+/*
+ * bench_optim.c - optim mode: what the distributed optimizer costs over
+ * doing its work by hand, for one workload (--tensors), in one run.
+ *
+ *   dist    the distributed optimizer (SGD, momentum 0.9) over the
+ *           workload's tensors as parameters: hvd_optimizer_grad_ready for
+ *           every tensor in the file's reverse order (as backward produces
+ *           them), then hvd_optimizer_step
+ *   bare    the same gradients through hvd directly: hvd_allreduce_async
+ *           (average, in place) for every tensor in reverse order, every
+ *           request waited for, then the same SGD-momentum update as a
+ *           plain loop written here
+ *
+ * Both run in every iteration, in alternating order, on the same
+ * parameters and gradients (each with its own momentum buffers). Each run
+ * follows a barrier and takes the slowest rank's time; a method reports
+ * the median (min, max) over --iters after --warmup. Reported: both, the
+ * ratio dist / bare of the medians (the wrapper's overhead; the goal is
+ * below 1.05), the median of each iteration's own ratio (steadier on a
+ * busy machine), and bare's two parts (reduction, update). The first run
+ * of each is checked: every parameter must have taken exactly the first
+ * SGD step, v - lr * g.
+ */
+#include "bench.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LR 0.01f
+#define MOMENTUM 0.9f
+#define V0 1.0f
+
+/* The gradient of element i of tensor t: identical on every rank, so the
+ * average leaves it as it is; a multiple of 1/1024 (exact). */
+static float grad_value(int t, int64_t i) {
+  return (float)((t * 7 + i) % 16) / 1024.0f;
+}
+
+static void reset(workload_t *w, float **val) {
+  for (int t = 0; t < w->count; t++)
+    for (int64_t i = 0; i < w->t[t].n; i++) {
+      val[t][i] = V0;
+      w->t[t].data[i] = grad_value(t, i);
+    }
+}
+
+/* After one step from reset(): v == V0 - LR * g everywhere? */
+static int verify(const workload_t *w, float **val, const char *method) {
+  int64_t wrong = 0;
+  for (int t = 0; t < w->count; t++)
+    for (int64_t i = 0; i < w->t[t].n; i++) {
+      float want = V0 - LR * grad_value(t, i);
+      if (fabsf(val[t][i] - want) > 1e-6f && wrong++ == 0)
+        fprintf(stderr, "[rank %d] %s: %s[%lld] is %.9g, expected %.9g\n",
+                bench_rank, method, w->t[t].name, (long long)i,
+                (double)val[t][i], (double)want);
+    }
+  if (wrong > 0)
+    fprintf(stderr, "[rank %d] %s: %lld elements wrong\n", bench_rank, method,
+            (long long)wrong);
+  return wrong == 0;
+}
+
+static void run_dist(workload_t *w, hvd_optimizer_t *opt) {
+  for (int t = w->count - 1; t >= 0; t--)
+    BENCH_HVD(hvd_optimizer_grad_ready(opt, t));
+  BENCH_HVD(hvd_optimizer_step(opt));
+}
+
+/* Reduction, then the update; *t_update: when the update began. */
+static void run_bare(workload_t *w, float **val, float **buf, char **names,
+                     hvd_request_t **req, int first, double *t_update) {
+  for (int t = w->count - 1; t >= 0; t--) {
+    hvd_tensor_t x =
+        hvd_tensor_make(w->t[t].data, HVD_FLOAT32, w->t[t].ndim, w->t[t].shape);
+    BENCH_HVD(
+        hvd_allreduce_async(names[t], &x, &x, HVD_AVERAGE, 1.0, 1.0, &req[t]));
+  }
+  for (int t = w->count - 1; t >= 0; t--)
+    BENCH_HVD(hvd_wait(req[t]));
+  *t_update = bench_now();
+  for (int t = 0; t < w->count; t++) {
+    float *v = val[t], *b = buf[t];
+    const float *g = w->t[t].data;
+    int64_t n = w->t[t].n;
+    if (first)
+      for (int64_t i = 0; i < n; i++) {
+        b[i] = g[i];
+        v[i] -= LR * b[i];
+      }
+    else
+      for (int64_t i = 0; i < n; i++) {
+        b[i] = MOMENTUM * b[i] + g[i];
+        v[i] -= LR * b[i];
+      }
+  }
+}
+
+int bench_optim(const bench_opts_t *o) {
+  workload_t w;
+  if (!bench_load_workload(o->tensors, &w))
+    return 2;
+  int iters = o->iters > 0 ? o->iters : 10;
+  int warmup = o->warmup >= 0 ? o->warmup : 2;
+  if (warmup < 1)
+    warmup = 1; /* the first run is the checked one */
+
+  float **val = bench_alloc(sizeof *val * (size_t)w.count);
+  float **buf = bench_alloc(sizeof *buf * (size_t)w.count);
+  char **names = bench_alloc(sizeof *names * (size_t)w.count);
+  hvd_param_t *params = bench_alloc(sizeof *params * (size_t)w.count);
+  hvd_request_t **req = bench_alloc(sizeof *req * (size_t)w.count);
+  for (int t = 0; t < w.count; t++) {
+    size_t len = strlen(w.t[t].name) + sizeof "bench.optim.";
+    val[t] = bench_alloc(sizeof(float) * (size_t)w.t[t].n);
+    buf[t] = bench_alloc(sizeof(float) * (size_t)w.t[t].n);
+    names[t] = bench_alloc(len);
+    snprintf(names[t], len, "bench.optim.%s", w.t[t].name);
+    params[t].name = w.t[t].name;
+    params[t].value =
+        hvd_tensor_make(val[t], HVD_FLOAT32, w.t[t].ndim, w.t[t].shape);
+    params[t].grad =
+        hvd_tensor_make(w.t[t].data, HVD_FLOAT32, w.t[t].ndim, w.t[t].shape);
+  }
+
+  hvd_sgd_options_t so;
+  hvd_optimizer_t *base = NULL, *opt = NULL;
+  hvd_sgd_options_init(&so);
+  so.lr = LR;
+  so.momentum = MOMENTUM;
+  BENCH_HVD(hvd_sgd_create(params, w.count, &so, &base));
+  BENCH_HVD(hvd_distributed_optimizer(base, NULL, &opt));
+
+  double *dist = bench_alloc(sizeof(double) * (size_t)iters);
+  double *bare = bench_alloc(sizeof(double) * (size_t)iters);
+  double *comm = bench_alloc(sizeof(double) * (size_t)iters);
+  double *upd = bench_alloc(sizeof(double) * (size_t)iters);
+  double *pair = bench_alloc(sizeof(double) * (size_t)iters);
+  int good = 1;
+  for (int it = -warmup; it < iters; it++) {
+    /* the first run of each is checked, from the same start; later the
+     * order alternates, so neither always runs after the other */
+    int first = it == -warmup;
+    for (int turn = 0; turn < 2; turn++) {
+      int is_dist = (turn == 0) == (first || (it & 1) == 0);
+      double t0, t1, tu = 0;
+      if (first)
+        reset(&w, val);
+      BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
+      t0 = bench_now();
+      if (is_dist)
+        run_dist(&w, opt);
+      else
+        run_bare(&w, val, buf, names, req, first, &tu);
+      t1 = bench_now();
+      if (first)
+        good &= verify(&w, val, is_dist ? "dist" : "bare");
+      if (it < 0)
+        continue;
+      if (is_dist) {
+        dist[it] = t1 - t0;
+      } else {
+        bare[it] = t1 - t0;
+        comm[it] = tu - t0;
+        upd[it] = t1 - tu;
+      }
+    }
+  }
+  good = bench_all_ok(good);
+
+  bench_max_over_ranks(dist, iters);
+  bench_max_over_ranks(bare, iters);
+  bench_max_over_ranks(comm, iters);
+  bench_max_over_ranks(upd, iters);
+  for (int it = 0; it < iters; it++)
+    pair[it] = dist[it] / bare[it];
+  bench_stats_t sd = bench_stats(dist, iters), sb = bench_stats(bare, iters),
+                sc = bench_stats(comm, iters), su = bench_stats(upd, iters),
+                sp = bench_stats(pair, iters);
+  double ratio = sd.median / sb.median;
+  if (bench_rank == 0) {
+    if (o->json) {
+      bench_json_header("optim");
+      bench_json_str("tensors", o->tensors);
+      bench_json_int("tensor_count", w.count);
+      bench_json_int("elements", w.elems);
+      bench_json_int("iters", iters);
+      bench_json_num("dist_step_ms", sd.median * 1e3);
+      bench_json_num("dist_step_min_ms", sd.min * 1e3);
+      bench_json_num("dist_step_max_ms", sd.max * 1e3);
+      bench_json_num("bare_step_ms", sb.median * 1e3);
+      bench_json_num("bare_step_min_ms", sb.min * 1e3);
+      bench_json_num("bare_step_max_ms", sb.max * 1e3);
+      bench_json_num("bare_allreduce_ms", sc.median * 1e3);
+      bench_json_num("bare_update_ms", su.median * 1e3);
+      bench_json_num("ratio", ratio);
+      bench_json_num("paired_ratio_median", sp.median);
+      bench_json_bool("correct", good);
+      bench_json_close('}');
+      printf("\n");
+    } else {
+      char env[512];
+      printf("# hvd-bench optim: %s: %d tensors, %.1f MiB; %d ranks; SGD "
+             "momentum %g, lr %g; median of %d (min, max); %s\n",
+             o->tensors, w.count, (double)w.elems * 4 / (1 << 20), bench_size,
+             (double)MOMENTUM, (double)LR, iters,
+             bench_env_line(env, sizeof env));
+      printf("%-52s %10.2f ms (%.2f, %.2f)\n",
+             "(a) distributed optimizer: grad_ready x n + step",
+             sd.median * 1e3, sd.min * 1e3, sd.max * 1e3);
+      printf("%-52s %10.2f ms (%.2f, %.2f)\n",
+             "(b) bare: hvd allreduce (average) + inline update",
+             sb.median * 1e3, sb.min * 1e3, sb.max * 1e3);
+      printf("%-52s %10.2f ms\n", "    of which the allreduce (submit + wait)",
+             sc.median * 1e3);
+      printf("%-52s %10.2f ms\n", "    of which the update loop",
+             su.median * 1e3);
+      printf("ratio (a) / (b): %.3f (goal: below 1.05); median of the "
+             "iterations' own ratios %.3f\n",
+             ratio, sp.median);
+      if (!good)
+        printf("WRONG RESULTS (see stderr)\n");
+    }
+    fflush(stdout);
+  }
+
+  hvd_optimizer_destroy(opt);
+  for (int t = 0; t < w.count; t++) {
+    free(val[t]);
+    free(buf[t]);
+    free(names[t]);
+  }
+  free(val);
+  free(buf);
+  free(names);
+  free(params);
+  free(req);
+  free(dist);
+  free(bare);
+  free(comm);
+  free(upd);
+  free(pair);
+  bench_free_workload(&w);
+  return good ? 0 : 1;
+}

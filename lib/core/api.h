@@ -1,0 +1,19 @@
+/*
+ * api.h - entry points of lib/core for the layers above it (lib/optim).
+ */
+#ifndef HVD_CORE_API_H
+#define HVD_CORE_API_H
+
+#include "internal.h"
+
+/* hvd_allreduce_async with a wire dtype: float32 tensors are reduced as
+ * float16 or bfloat16 (wire = HVD_FLOAT16 / HVD_BFLOAT16), cast inside
+ * the fusion copies (and back); wire == send->dtype is a plain allreduce.
+ * Ranks must agree on the wire dtype (a mismatch names it). */
+hvd_result_t hvd__allreduce_wire_async(const char *name,
+                                       const hvd_tensor_t *send,
+                                       hvd_tensor_t *recv, hvd_op_t op,
+                                       double prescale, double postscale,
+                                       hvd_dtype_t wire, hvd_request_t **req);
+
+#endif /* HVD_CORE_API_H */

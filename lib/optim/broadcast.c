@@ -1,0 +1,277 @@
+/*
+ * broadcast.c - the initial state: parameters and optimizer state from one
+ * root to every rank, then verified. Ranks first agree on what they
+ * broadcast (count and a hash of names and shapes), so that different
+ * models fail loudly instead of stalling; after the broadcasts a 64-bit
+ * checksum of every tensor is compared across ranks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/errors.h"
+#include "core/runtime.h"
+#include "core/tensor.h"
+#include "optim/optimizer.h"
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+#define FNV_BASIS 1469598103934665603ull
+
+static hvd_result_t check_params(const char *fn, const hvd_param_t *params,
+                                 int n) {
+  if (!hvd_is_initialized())
+    return hvd__not_initialized(fn);
+  if (n < 0 || (n > 0 && params == NULL))
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: params is NULL or n (%d) is negative", fn, n);
+  for (int i = 0; i < n; i++)
+    if (params[i].name == NULL || params[i].name[0] == '\0')
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: parameter %d has no name", fn, i);
+  return HVD_SUCCESS;
+}
+
+/* Every rank's (count, hash of what it holds); differences are
+ * HVD_ERR_MISMATCH naming the ranks. */
+static hvd_result_t agree(const char *fn, const char *what, int64_t count,
+                          uint64_t hash) {
+  int64_t mine[2] = {count, (int64_t)hash};
+  int64_t shape[1] = {2};
+  hvd_tensor_t t = hvd_tensor_make(mine, HVD_INT64, 1, shape), all;
+  char name[128];
+  snprintf(name, sizeof name, "hvd.agree.%s", what);
+  hvd_result_t rc = hvd_allgather(name, &t, &all);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  const int64_t *v = all.data;
+  for (int r = 1; r < hvd_size() && rc == HVD_SUCCESS; r++) {
+    if (v[2 * r] != v[0])
+      rc = hvd__set_error(HVD_ERR_MISMATCH,
+                          "%s: ranks disagree on the %s: rank 0 has %lld "
+                          "entries, rank %d has %lld",
+                          fn, what, (long long)v[0], r, (long long)v[2 * r]);
+    else if (v[2 * r + 1] != v[1])
+      rc = hvd__set_error(HVD_ERR_MISMATCH,
+                          "%s: ranks disagree on the %s: rank 0 and rank %d "
+                          "differ in names, shapes or types",
+                          fn, what, r);
+  }
+  hvd_tensor_free(&all);
+  return rc;
+}
+
+static uint64_t describe(const hvd_param_t *params, int n) {
+  uint64_t h = FNV_BASIS;
+  for (int i = 0; i < n; i++) {
+    h = fnv1a(h, params[i].name, strlen(params[i].name) + 1);
+    h = fnv1a(h, &params[i].value.dtype, sizeof params[i].value.dtype);
+    h = fnv1a(h, &params[i].value.ndim, sizeof params[i].value.ndim);
+    h = fnv1a(h, params[i].value.shape,
+              (size_t)params[i].value.ndim * sizeof(int64_t));
+  }
+  return h;
+}
+
+/* Compares a checksum of each of tensors[0..n) across ranks: one MAX
+ * allreduce of (c, ~c) gives the largest and (as ~max(~c)) the smallest;
+ * where they differ, an allgather of that checksum names the ranks. */
+static hvd_result_t compare(const char *fn, const char *what,
+                            const hvd_tensor_t *const *tensors,
+                            const char *const *labels, int n) {
+  if (n == 0)
+    return HVD_SUCCESS;
+  hvd_result_t rc = HVD_SUCCESS;
+  int64_t *sums = malloc(3 * (size_t)n * sizeof *sums), *own = sums + 2 * n;
+  if (sums == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: checksums", fn);
+  for (int i = 0; i < n; i++) {
+    own[i] = (int64_t)fnv1a(FNV_BASIS, tensors[i]->data,
+                            hvd__tensor_bytes(tensors[i]));
+    sums[i] = own[i];
+    sums[n + i] = ~own[i];
+  }
+  int64_t shape[1] = {2 * (int64_t)n};
+  hvd_tensor_t t = hvd_tensor_make(sums, HVD_INT64, 1, shape);
+  char name[128];
+  snprintf(name, sizeof name, "hvd.verify.%s", what);
+  rc = hvd_allreduce(name, &t, &t, HVD_MAX, 1.0, 1.0);
+  int first = -1;
+  for (int i = 0; i < n && rc == HVD_SUCCESS && first < 0; i++)
+    if (sums[i] != ~sums[n + i])
+      first = i;
+  if (first >= 0) {
+    int64_t one[1] = {1};
+    hvd_tensor_t c = hvd_tensor_make(&own[first], HVD_INT64, 1, one), all;
+    snprintf(name, sizeof name, "hvd.verify.%s.who", what);
+    rc = hvd_allgather(name, &c, &all);
+    if (rc == HVD_SUCCESS) {
+      const int64_t *v = all.data;
+      char ranks[512] = "";
+      size_t at = 0;
+      for (int r = 1; r < hvd_size() && at < sizeof ranks - 16; r++)
+        if (v[r] != v[0])
+          at += (size_t)snprintf(ranks + at, sizeof ranks - at, "%s%d",
+                                 at ? ", " : "", r);
+      hvd_tensor_free(&all);
+      rc = hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: %s '%s' is not identical on every rank: "
+                          "rank(s) %s differ from rank 0",
+                          fn, what, labels[first], ranks);
+    }
+  }
+  free(sums);
+  return rc;
+}
+
+static hvd_result_t verify(const char *fn, const hvd_param_t *params, int n) {
+  hvd_result_t rc = agree(fn, "parameter list", n, describe(params, n));
+  if (rc != HVD_SUCCESS)
+    return rc;
+  const hvd_tensor_t **ts = malloc((size_t)(n + 1) * sizeof *ts);
+  const char **labels = malloc((size_t)(n + 1) * sizeof *labels);
+  if (ts == NULL || labels == NULL) {
+    free(ts);
+    free(labels);
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: verification", fn);
+  }
+  for (int i = 0; i < n; i++) {
+    ts[i] = &params[i].value;
+    labels[i] = params[i].name;
+  }
+  rc = compare(fn, "parameter", ts, labels, n);
+  free(ts);
+  free(labels);
+  return rc;
+}
+
+hvd_result_t hvd_verify_parameters(const hvd_param_t *params, int n) {
+  hvd_result_t rc = check_params(__func__, params, n);
+  return rc != HVD_SUCCESS ? rc : verify(__func__, params, n);
+}
+
+/* Broadcasts tensors[0..n) named "<prefix><label>" from root, async, then
+ * waits for all of them. */
+static hvd_result_t broadcast_all(const char *prefix, hvd_tensor_t *const *ts,
+                                  const char *const *labels, int n, int root) {
+  hvd_result_t rc = HVD_SUCCESS, first = HVD_SUCCESS;
+  char firstmsg[HVD__ERRMSG_MAX] = "";
+  hvd_request_t **q = calloc((size_t)(n > 0 ? n : 1), sizeof *q);
+  if (q == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "broadcast requests");
+  for (int i = 0; i < n; i++) {
+    char name[1024];
+    snprintf(name, sizeof name, "%s%s", prefix, labels[i]);
+    rc = hvd_broadcast_async(name, ts[i], root, &q[i]);
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(firstmsg, sizeof firstmsg, "%s", hvd_last_error());
+    }
+  }
+  for (int i = 0; i < n; i++) /* wait for everything submitted */
+    if (q[i] != NULL && (rc = hvd_wait(q[i])) != HVD_SUCCESS &&
+        first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(firstmsg, sizeof firstmsg, "%s", hvd_last_error());
+    }
+  free(q);
+  return first == HVD_SUCCESS ? HVD_SUCCESS
+                              : hvd__set_error_msg(first, firstmsg);
+}
+
+hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root) {
+  const char *fn = __func__;
+  hvd_result_t rc = check_params(fn, params, n);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  if (root < 0 || root >= hvd_size())
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: root %d is out of range for %d ranks", fn, root,
+                          hvd_size());
+  rc = agree(fn, "parameter list", n, describe(params, n));
+  if (rc != HVD_SUCCESS)
+    return rc;
+  hvd_tensor_t **ts = malloc((size_t)(n + 1) * sizeof *ts);
+  const char **labels = malloc((size_t)(n + 1) * sizeof *labels);
+  if (ts == NULL || labels == NULL) {
+    free(ts);
+    free(labels);
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: broadcast", fn);
+  }
+  for (int i = 0; i < n; i++) {
+    ts[i] = &params[i].value;
+    labels[i] = params[i].name;
+  }
+  rc = broadcast_all("hvd.param.", ts, labels, n, root);
+  free(ts);
+  free(labels);
+  return rc != HVD_SUCCESS ? rc : verify(fn, params, n);
+}
+
+hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
+  const char *fn = __func__;
+  if (!hvd_is_initialized())
+    return hvd__not_initialized(fn);
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", fn);
+  if (root < 0 || root >= hvd_size())
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: root %d is out of range for %d ranks", fn, root,
+                          hvd_size());
+  hvd_optimizer_t *c = hvd__optim_core(opt);
+  int ns = c->ops.nstate, total = c->n * ns;
+  uint64_t h = describe(c->params, c->n);
+  h = fnv1a(h, c->ops.name ? c->ops.name : "", strlen(c->ops.name ? c->ops.name : "") + 1);
+  for (int k = 0; k < ns; k++)
+    h = fnv1a(h, c->ops.state_names[k], strlen(c->ops.state_names[k]) + 1);
+  hvd_result_t rc = agree(fn, "optimizer (type, parameters, state)", total, h);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  /* the scalars travel as one int64 pair: steps and lr's bits */
+  int64_t scalars[2] = {c->steps, 0};
+  memcpy(&scalars[1], &c->lr, sizeof c->lr);
+  int64_t two[1] = {2};
+  hvd_tensor_t st = hvd_tensor_make(scalars, HVD_INT64, 1, two);
+  hvd_tensor_t **ts = malloc((size_t)(total + 1) * sizeof *ts);
+  char **labels = calloc((size_t)(total + 1), sizeof *labels);
+  if (ts == NULL || labels == NULL) {
+    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: broadcast", fn);
+    goto done;
+  }
+  ts[0] = &st;
+  labels[0] = strdup("scalars");
+  for (int i = 0; i < c->n; i++)
+    for (int k = 0; k < ns; k++) {
+      int j = 1 + i * ns + k;
+      ts[j] = &c->state[i * ns + k];
+      size_t len = strlen(c->params[i].name) + strlen(c->ops.state_names[k]) + 2;
+      labels[j] = malloc(len);
+      if (labels[j] != NULL)
+        snprintf(labels[j], len, "%s.%s", c->params[i].name,
+                 c->ops.state_names[k]);
+    }
+  for (int j = 0; j <= total; j++)
+    if (labels[j] == NULL) {
+      rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: names", fn);
+      goto done;
+    }
+  rc = broadcast_all("hvd.opt.", ts, (const char *const *)labels, total + 1,
+                     root);
+  if (rc == HVD_SUCCESS) {
+    c->steps = scalars[0];
+    memcpy(&c->lr, &scalars[1], sizeof c->lr);
+    rc = compare(fn, "optimizer state", (const hvd_tensor_t *const *)ts,
+                 (const char *const *)labels, total + 1);
+  }
+done:
+  for (int j = 0; labels != NULL && j <= total; j++)
+    free(labels[j]);
+  free(labels);
+  free(ts);
+  return rc;
+}

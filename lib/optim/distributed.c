@@ -1,0 +1,352 @@
+/*
+ * distributed.c - the distributed optimizer: a wrapper around a plain
+ * optimizer that all-reduces each gradient through hvd's engine before
+ * the base update.
+ *
+ * Every gradient is reduced in place, asynchronously, under the name
+ * "hvd.grad.<param name>", as one HVD_SUM whose prescale and postscale
+ * carry every division (passes, predivide factor, world size). All
+ * parameters thus share one op and one pair of factors, so the engine
+ * fuses whatever is ready in the same cycle into one buffer:
+ *
+ *   prescale  = 1 / (k if average_passes else 1) / f
+ *   postscale = f / size (HVD_AVERAGE)  or  f (HVD_SUM)
+ *
+ * Per parameter the wrapper counts backward passes since the last step;
+ * the k-th hvd_optimizer_grad_ready() starts the reduction at once, so it
+ * overlaps the rest of backward. hvd_optimizer_step() starts the ones not
+ * started yet, waits for every one of them (even after a failure, so none
+ * is left in flight on the caller's buffers) and applies the base update
+ * only if all succeeded.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/api.h"
+#include "core/errors.h"
+#include "core/runtime.h"
+#include "optim/optimizer.h"
+
+#define GRAD_PREFIX "hvd.grad."
+
+/* The plain step's message (optimizer.c): steps need new gradients. */
+#define NO_NEW_GRADS                                                           \
+  "hvd_optimizer_step: no new gradients since the last step (call "            \
+  "hvd_optimizer_zero_grad and run backward first)"
+
+typedef struct dist_param {
+  const char *name;   /* "hvd.grad.<param name>", in dist.names */
+  int passes;         /* backward passes since the last step */
+  int started;        /* its reduction was submitted this step */
+  hvd_request_t *req; /* in flight (started and not waited), else NULL */
+} dist_param_t;
+
+struct hvd__dist {
+  hvd_distributed_options_t o;
+  hvd_dtype_t wire; /* HVD_FLOAT32, or the compressed wire dtype */
+  double prescale, postscale;
+  int sync;     /* 1: reduce (default); 0: local gradients */
+  int inflight; /* requests started and not waited */
+  int n;
+  dist_param_t *p; /* n entries */
+  char *names;     /* the reduction names, one block */
+};
+
+void hvd_distributed_options_init(hvd_distributed_options_t *o) {
+  if (o == NULL)
+    return;
+  memset(o, 0, sizeof *o);
+  o->op = HVD_AVERAGE;
+  o->compression = HVD_COMPRESS_NONE;
+  o->backward_passes_per_step = 1;
+  o->average_passes = 1;
+  o->gradient_predivide_factor = 1.0;
+}
+
+/* ---- creation ----------------------------------------------------------- */
+
+static hvd_result_t check_options(const char *fn,
+                                  const hvd_distributed_options_t *o) {
+  if (o->op != HVD_AVERAGE && o->op != HVD_SUM)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: op %s is not supported (average or sum)", fn,
+                          hvd_op_name(o->op));
+  if (o->compression != HVD_COMPRESS_NONE &&
+      o->compression != HVD_COMPRESS_FP16 &&
+      o->compression != HVD_COMPRESS_BF16)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: unknown compression %d", fn,
+                          (int)o->compression);
+  if (o->backward_passes_per_step < 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: backward_passes_per_step %d is below 1", fn,
+                          o->backward_passes_per_step);
+  if (o->average_passes != 0 && o->average_passes != 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: average_passes %d is not 0 or 1", fn,
+                          o->average_passes);
+  if (!isfinite(o->gradient_predivide_factor) ||
+      o->gradient_predivide_factor <= 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: gradient_predivide_factor %g is not a positive "
+                          "finite number",
+                          fn, o->gradient_predivide_factor);
+  return HVD_SUCCESS;
+}
+
+/* The reduction names, "hvd.grad.<name>", in one allocation. */
+static hvd_result_t make_names(const char *fn, hvd__dist_t *d,
+                               const hvd_optimizer_t *base) {
+  size_t total = 0;
+  for (int i = 0; i < base->n; i++) {
+    if (base->params[i].name == NULL || base->params[i].name[0] == '\0')
+      return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: parameter %d has no name",
+                            fn, i);
+    total += sizeof GRAD_PREFIX + strlen(base->params[i].name);
+  }
+  d->names = malloc(total > 0 ? total : 1);
+  if (d->names == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: %zu bytes of names", fn,
+                          total);
+  char *s = d->names;
+  for (int i = 0; i < base->n; i++) {
+    size_t len = strlen(base->params[i].name);
+    memcpy(s, GRAD_PREFIX, sizeof GRAD_PREFIX - 1);
+    memcpy(s + sizeof GRAD_PREFIX - 1, base->params[i].name, len + 1);
+    d->p[i].name = s;
+    s += sizeof GRAD_PREFIX + len;
+  }
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
+                                       const hvd_distributed_options_t *o,
+                                       hvd_optimizer_t **out) {
+  static const char fn[] = "hvd_distributed_optimizer";
+  hvd_distributed_options_t defaults;
+  hvd_optimizer_t *opt = NULL;
+  hvd__dist_t *d = NULL;
+  hvd_result_t rc;
+
+  if (!hvd_is_initialized())
+    return hvd__not_initialized(fn);
+  if (out == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: out is NULL", fn);
+  if (base == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: base is NULL", fn);
+  if (base->dist != NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: base is already a distributed optimizer", fn);
+  if (o == NULL) {
+    hvd_distributed_options_init(&defaults);
+    o = &defaults;
+  }
+  HVD__CHECK(check_options(fn, o));
+
+  opt = calloc(1, sizeof *opt);
+  d = calloc(1, sizeof *d);
+  if (opt == NULL || d == NULL)
+    goto oom;
+  d->p = calloc(base->n > 0 ? (size_t)base->n : 1, sizeof *d->p);
+  if (d->p == NULL)
+    goto oom;
+  d->n = base->n;
+  HVD__CHECK(make_names(fn, d, base));
+
+  d->o = *o;
+  d->sync = 1;
+  d->wire = o->compression == HVD_COMPRESS_FP16   ? HVD_FLOAT16
+            : o->compression == HVD_COMPRESS_BF16 ? HVD_BFLOAT16
+                                                  : HVD_FLOAT32;
+  double f = o->gradient_predivide_factor;
+  double k = o->average_passes ? (double)o->backward_passes_per_step : 1.0;
+  d->prescale = 1.0 / k / f;
+  d->postscale = o->op == HVD_AVERAGE ? f / hvd_size() : f;
+
+  opt->lr = NAN; /* the base holds lr, steps, params and state */
+  opt->fresh = base->fresh;
+  opt->base = base;
+  opt->dist = d;
+  *out = opt;
+  return HVD_SUCCESS;
+
+oom:
+  rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+fail:
+  hvd__dist_destroy(d);
+  free(opt);
+  return rc;
+}
+
+/* ---- reductions --------------------------------------------------------- */
+
+/* Submits parameter i's reduction (in place). */
+static hvd_result_t start(hvd_optimizer_t *opt, int i) {
+  hvd__dist_t *d = opt->dist;
+  hvd_param_t *p = &opt->base->params[i];
+  hvd_result_t rc;
+  if (d->wire == HVD_FLOAT32)
+    rc = hvd_allreduce_async(d->p[i].name, &p->grad, &p->grad, HVD_SUM,
+                             d->prescale, d->postscale, &d->p[i].req);
+  else
+    rc = hvd__allreduce_wire_async(d->p[i].name, &p->grad, &p->grad, HVD_SUM,
+                                   d->prescale, d->postscale, d->wire,
+                                   &d->p[i].req);
+  if (rc == HVD_SUCCESS) {
+    d->p[i].started = 1;
+    d->inflight++;
+  }
+  return rc;
+}
+
+static hvd_result_t not_distributed(const char *fn) {
+  return hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s: not a distributed optimizer (see "
+                        "hvd_distributed_optimizer)",
+                        fn);
+}
+
+hvd_result_t hvd_optimizer_grad_ready(hvd_optimizer_t *opt, int i) {
+  static const char fn[] = "hvd_optimizer_grad_ready";
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", fn);
+  hvd__dist_t *d = opt->dist;
+  if (d == NULL)
+    return not_distributed(fn);
+  if (i < 0 || i >= d->n)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: index %d is out of range for %d parameters", fn,
+                          i, d->n);
+  dist_param_t *p = &d->p[i];
+  if (d->sync && p->started)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: the gradient of parameter %d ('%s') is already "
+                          "being reduced (backward_passes_per_step %d; call "
+                          "hvd_optimizer_step first)",
+                          fn, i, opt->base->params[i].name,
+                          d->o.backward_passes_per_step);
+  opt->fresh = 1;
+  if (p->passes < d->o.backward_passes_per_step)
+    p->passes++;
+  if (d->sync && p->passes == d->o.backward_passes_per_step)
+    return start(opt, i);
+  return HVD_SUCCESS;
+}
+
+/* Forgets the passes of the step that ends (or is discarded). */
+static void reset_passes(hvd__dist_t *d) {
+  for (int i = 0; i < d->n; i++) {
+    d->p[i].passes = 0;
+    d->p[i].started = 0;
+  }
+}
+
+/* Sync step: start the rest, wait for all, keep the first failure. */
+static hvd_result_t reduce_all(hvd_optimizer_t *opt) {
+  hvd__dist_t *d = opt->dist;
+  hvd_result_t first = HVD_SUCCESS;
+  char msg[HVD__ERRMSG_MAX];
+
+  for (int i = d->n - 1; i >= 0; i--) {
+    if (d->p[i].started)
+      continue;
+    hvd_result_t rc = start(opt, i);
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+  }
+  for (int i = d->n - 1; i >= 0; i--) {
+    if (d->p[i].req == NULL)
+      continue;
+    hvd_result_t rc = hvd_wait(d->p[i].req);
+    d->p[i].req = NULL;
+    d->inflight--;
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+  }
+  return first == HVD_SUCCESS ? HVD_SUCCESS : hvd__set_error_msg(first, msg);
+}
+
+/* No-sync step: the local gradients, averaged over the passes. */
+static void scale_local(hvd_optimizer_t *opt) {
+  hvd__dist_t *d = opt->dist;
+  if (!d->o.average_passes || d->o.backward_passes_per_step == 1)
+    return;
+  float s = (float)(1.0 / d->o.backward_passes_per_step);
+  for (int i = 0; i < d->n; i++) {
+    hvd_tensor_t *g = &opt->base->params[i].grad;
+    float *x = g->data;
+    int64_t m = hvd_tensor_numel(g);
+    for (int64_t j = 0; j < m; j++)
+      x[j] *= s;
+  }
+}
+
+hvd_result_t hvd__dist_step(hvd_optimizer_t *opt) {
+  hvd__dist_t *d = opt->dist;
+  hvd_result_t rc;
+  if (!opt->fresh)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, NO_NEW_GRADS);
+  if (d->sync) {
+    rc = reduce_all(opt);
+  } else {
+    scale_local(opt);
+    rc = HVD_SUCCESS;
+  }
+  /* Either way these gradients are spent: reduced in place, or failed
+   * part way (a retry would reduce some twice). */
+  reset_passes(d);
+  opt->fresh = 0;
+  if (rc != HVD_SUCCESS)
+    return rc;
+  return hvd__optim_apply(opt->base);
+}
+
+hvd_result_t hvd__dist_zero_grad(hvd_optimizer_t *opt) {
+  hvd__dist_t *d = opt->dist;
+  if (d->inflight > 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_optimizer_zero_grad: gradient reductions are "
+                          "in flight (call hvd_optimizer_step first)");
+  hvd_result_t rc = hvd_optimizer_zero_grad(opt->base);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  reset_passes(d);
+  opt->fresh = 1;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd_optimizer_set_sync(hvd_optimizer_t *opt, int sync) {
+  static const char fn[] = "hvd_optimizer_set_sync";
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", fn);
+  hvd__dist_t *d = opt->dist;
+  if (d == NULL)
+    return not_distributed(fn);
+  if (sync != 0 && sync != 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: sync %d is not 0 or 1", fn,
+                          sync);
+  if (d->inflight > 0 && sync != d->sync)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: gradient reductions are in flight (call "
+                          "hvd_optimizer_step first)",
+                          fn);
+  d->sync = sync;
+  return HVD_SUCCESS;
+}
+
+void hvd__dist_destroy(hvd__dist_t *d) {
+  if (d == NULL)
+    return;
+  if (d->p != NULL)
+    for (int i = 0; i < d->n; i++)
+      if (d->p[i].req != NULL)
+        (void)hvd_wait(d->p[i].req); /* the buffers are the caller's */
+  free(d->p);
+  free(d->names);
+  free(d);
+}

@@ -1,0 +1,42 @@
+/*
+ * optimizer.h - what the files of lib/optim share. An hvd_optimizer_t is
+ * either a plain optimizer (params, ops, state) or a distributed wrapper
+ * (dist != NULL) around a plain one (base), which holds params and state.
+ */
+#ifndef HVD_OPTIM_OPTIMIZER_H
+#define HVD_OPTIM_OPTIMIZER_H
+
+#include "internal.h"
+
+typedef struct hvd__dist hvd__dist_t; /* distributed.c */
+
+struct hvd_optimizer {
+  /* plain optimizer */
+  hvd_param_t *params; /* borrowed */
+  int n;
+  hvd_optimizer_ops_t ops; /* copied; ops.state_names borrowed (static) */
+  void *ctx;               /* ops' context (built-ins: their options) */
+  hvd_tensor_t *state;     /* n * ops.nstate tensors, data owned by hvd */
+  int64_t steps;           /* updates applied */
+  double lr;
+  int fresh; /* gradients changed since the last step (zero_grad/ready) */
+  /* distributed wrapper */
+  hvd_optimizer_t *base; /* owned */
+  hvd__dist_t *dist;
+};
+
+/* The plain optimizer that holds params and state (opt itself or its
+ * base). */
+hvd_optimizer_t *hvd__optim_core(hvd_optimizer_t *opt);
+const hvd_optimizer_t *hvd__optim_core_const(const hvd_optimizer_t *opt);
+
+/* One local update of a plain optimizer from its params' grads (steps++).
+ * Used by the distributed wrapper after its reductions. */
+hvd_result_t hvd__optim_apply(hvd_optimizer_t *core);
+
+/* distributed.c: the wrapper's step, zero_grad, grad_ready, sync, destroy */
+hvd_result_t hvd__dist_step(hvd_optimizer_t *opt);
+hvd_result_t hvd__dist_zero_grad(hvd_optimizer_t *opt);
+void hvd__dist_destroy(hvd__dist_t *d);
+
+#endif /* HVD_OPTIM_OPTIMIZER_H */
