@@ -128,6 +128,13 @@ int hvd_local_size(void);  /* ranks on this node */
 int hvd_cross_rank(void);  /* rank among the ranks with this local rank */
 int hvd_cross_size(void);  /* ranks with this local rank (one per node) */
 int hvd_is_homogeneous(void); /* 1 if every node runs the same number of ranks */
+/* The CUDA device hvd_init bound this process to, or -1 (before hvd_init,
+ * in a build without CUDA, with no GPU visible, or with HVD_NO_BIND=1).
+ * hvd_init binds local rank r to device r % (visible devices), making it
+ * the current device of the thread that called hvd_init (other threads
+ * call cudaSetDevice themselves), and fails with HVD_ERR_CUDA on every
+ * rank if two ranks of one node would share a GPU. */
+int hvd_cuda_device(void);
 
 /* ---- Build facts (valid at any time) ----------------------------------- */
 int hvd_mpi_built(void);   /* 1: libhvd has the MPI executor */

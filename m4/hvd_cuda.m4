@@ -3,6 +3,7 @@ dnl --with-cuda[=DIR] (default: guess, trying /usr/local/cuda). An explicit
 dnl request that cannot be met is an error. Only the runtime (cudart) and
 dnl cuBLAS are linked, never the driver library (libcuda), so a library
 dnl built with CUDA still loads and runs its CPU paths without a GPU.
+dnl The kernels (lib/ops/*.cu) need nvcc: without it there is no CUDA.
 dnl Sets CUDA_CPPFLAGS, CUDA_LDFLAGS, CUDA_LIBS, NVCC, HAVE_CUDA.
 AC_DEFUN([HVD_CHECK_CUDA], [
   AC_ARG_WITH([cuda],
@@ -42,24 +43,34 @@ AC_DEFUN([HVD_CHECK_CUDA], [
     CPPFLAGS=$hvd_save_CPPFLAGS
     LDFLAGS=$hvd_save_LDFLAGS
     LIBS=$hvd_save_LIBS
+    dnl the kernels (lib/ops/*.cu) need nvcc, from DIR/bin first
+    hvd_cuda_missing="the CUDA runtime and cuBLAS were not found in $hvd_cuda_dir"
+    AS_IF([test $hvd_have_cuda = yes], [
+      AC_PATH_PROG([NVCC], [nvcc], [], [$hvd_cuda_dir/bin:$PATH])
+      AS_IF([test "x$NVCC" = x], [
+        hvd_have_cuda=no
+        hvd_cuda_missing="nvcc was found neither in $hvd_cuda_dir/bin nor on PATH"])])
     AS_IF([test $hvd_have_cuda = yes], [
       CUDA_CPPFLAGS="-isystem $hvd_cuda_dir/include"
       CUDA_LDFLAGS="-L$hvd_cuda_libdir -Wl,-rpath,$hvd_cuda_libdir"
-      CUDA_LIBS="-lcublas -lcudart"
-      hvd_cuda_summary="yes, CUDA runtime $hvd_cudart_version ($hvd_cuda_dir)"
+      dnl -lstdc++: the host side of nvcc's objects is C++ (kernel launch
+      dnl stubs keep thread-safe statics), and libhvd is linked by $CC
+      CUDA_LIBS="-lcublas -lcudart -lstdc++"
+      hvd_cuda_summary="yes, CUDA runtime $hvd_cudart_version ($hvd_cuda_dir), $NVCC"
       hvd_cublas_summary=yes
-      AC_PATH_PROG([NVCC], [nvcc], [], [$hvd_cuda_dir/bin:$PATH])
       AC_DEFINE([HVD_HAVE_CUDA], [1], [Define to 1 to build the CUDA paths.])
     ], [
       AS_IF([test "x$with_cuda" != xguess],
-        [AC_MSG_ERROR([--with-cuda was given, but the CUDA runtime and cuBLAS were not found in $hvd_cuda_dir])])
-      hvd_cuda_summary="no (not found in $hvd_cuda_dir)"])
+        [AC_MSG_ERROR([--with-cuda was given, but $hvd_cuda_missing])])
+      hvd_cuda_summary="no ($hvd_cuda_missing)"])
   ])
   AM_CONDITIONAL([HAVE_CUDA], [test $hvd_have_cuda = yes])
   AC_SUBST([CUDA_CPPFLAGS])
   AC_SUBST([CUDA_LDFLAGS])
   AC_SUBST([CUDA_LIBS])
   AC_SUBST([NVCC])
+  AC_ARG_VAR([NVCC], [the CUDA compiler (default: DIR/bin/nvcc of --with-cuda)])
+  AC_ARG_VAR([NVCCFLAGS], [more options for nvcc (after hvd's -gencode list)])
 ])
 
 dnl HVD_CHECK_NCCL: optional NCCL, probed only when CUDA was found.

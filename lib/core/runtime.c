@@ -130,6 +130,7 @@ static hvd_result_t init_locked(MPI_Comm comm) {
   HVD__MPI_CHECK(MPI_Comm_size(g.comm, &g.size));
   hvd__log_set_rank(g.rank);
   HVD__CHECK(topology());
+  HVD__CHECK(hvd__cuda_bind(g.comm, g.local_comm, g.settings.no_bind));
   hvd__exec_env_t env = {.comm = g.comm,
                          .rank = g.rank,
                          .size = g.size,

@@ -22,4 +22,14 @@ hvd_result_t hvd__not_initialized(const char *fn);
  * GPU). Defined in lib/ops/cuda_rt.c. */
 int hvd__cuda_device_count(void);
 
+/* hvd_init's GPU binding (collective over comm; lib/ops/cuda_rt.c). With
+ * CUDA built and a GPU visible, and unless no_bind (HVD_NO_BIND=1): makes
+ * device local_rank % count the calling thread's current device, then
+ * fails (HVD_ERR_CUDA, on every rank) when two ranks of local_comm are on
+ * the same GPU or a rank could not bind. Without CUDA or a GPU: nothing. */
+hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind);
+
+/* The device hvd__cuda_bind bound this process to, or -1. */
+int hvd__cuda_device(void);
+
 #endif /* HVD_CORE_RUNTIME_H */

@@ -50,6 +50,9 @@ static const hvd__setting_info_t table[] = {
     {"HVD_SHM_ALLREDUCE", "1",
      "1: host allreduce within a node through a shared segment "
      "(MPI_Win_allocate_shared), MPI only between nodes; 0: MPI only"},
+    {"HVD_NO_BIND", "0",
+     "1: hvd_init leaves the CUDA device alone; 0: it binds each rank to GPU "
+     "local_rank % device count and fails if two local ranks share a GPU"},
     {NULL, NULL, NULL},
 };
 
@@ -137,6 +140,9 @@ hvd_result_t hvd__settings_load(hvd__settings_t *s) {
   d = s->shm_allreduce;
   HVD__CHECK(parse_double("HVD_SHM_ALLREDUCE", 0, 1, &d));
   s->shm_allreduce = d != 0;
+  d = 0;
+  HVD__CHECK(parse_double("HVD_NO_BIND", 0, 1, &d));
+  s->no_bind = d != 0;
   v = getenv("HVD_HOSTNAME");
   if (v != NULL && *v != '\0') {
     if (strlen(v) >= sizeof s->hostname)
@@ -157,7 +163,8 @@ void hvd__settings_log(const hvd__settings_t *s) {
            "HVD_CACHE_CAPACITY=%d HVD_STALL_CHECK_TIME=%g "
            "HVD_STALL_SHUTDOWN_TIME=%g HVD_HIERARCHICAL_ALLREDUCE=%d "
            "HVD_TIMELINE=%s HVD_TIMELINE_ALL_RANKS=%d HVD_AUTOTUNE=%d "
-           "HVD_AUTOTUNE_LOG=%s HVD_ENGINE_NICE=%d HVD_SHM_ALLREDUCE=%d",
+           "HVD_AUTOTUNE_LOG=%s HVD_ENGINE_NICE=%d HVD_SHM_ALLREDUCE=%d "
+           "HVD_NO_BIND=%d",
            hvd__log_level_name(s->log_level), s->cycle_time_ms,
            s->hostname[0] ? s->hostname : "(unset)",
            (long long)s->fusion_threshold, (long long)s->chunk_size,
@@ -165,5 +172,5 @@ void hvd__settings_log(const hvd__settings_t *s) {
            s->hierarchical, s->timeline[0] ? s->timeline : "(unset)",
            s->timeline_all_ranks, s->autotune,
            s->autotune_log[0] ? s->autotune_log : "(unset)", s->engine_nice,
-           s->shm_allreduce);
+           s->shm_allreduce, s->no_bind);
 }

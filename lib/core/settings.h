@@ -29,6 +29,7 @@ typedef struct hvd__settings {
   char autotune_log[HVD__PATH_MAX];   /* HVD_AUTOTUNE_LOG; "" = none */
   int engine_nice;                    /* HVD_ENGINE_NICE */
   int shm_allreduce;                  /* HVD_SHM_ALLREDUCE */
+  int no_bind;                        /* HVD_NO_BIND */
 } hvd__settings_t;
 
 /* One row of the table, for hvd-info and the README. */

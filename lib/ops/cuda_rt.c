@@ -1,13 +1,21 @@
 /*
- * cuda_rt.c - what hvd needs from the CUDA runtime and NCCL at this stage:
- * build facts and the device count. Only the runtime (cudart) is linked,
- * never the driver library, so a CUDA build still runs its CPU paths on a
- * machine without a GPU or driver: cudaGetDeviceCount then fails and we
- * report 0 devices.
+ * cuda_rt.c - what hvd needs from the CUDA runtime and NCCL outside the
+ * kernels: build facts, the device count, CUDA errors as hvd results, and
+ * binding each rank to its GPU at hvd_init. Only the runtime (cudart) is
+ * linked, never the driver library, so a CUDA build still runs its CPU
+ * paths on a machine without a GPU or driver: cudaGetDeviceCount then
+ * fails and we report 0 devices.
  */
 #include <config.h>
 
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/errors.h"
 #include "core/runtime.h"
+#include "ops/cuda_rt.h"
 
 #ifdef HVD_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -15,6 +23,9 @@
 #ifdef HVD_HAVE_NCCL
 #include <nccl.h>
 #endif
+
+/* The device hvd_init bound this process to; -1 when it did not. */
+static atomic_int bound_device = -1;
 
 int hvd_cuda_built(void) {
 #ifdef HVD_HAVE_CUDA
@@ -47,3 +58,109 @@ int hvd__cuda_device_count(void) {
   return 0;
 #endif
 }
+
+int hvd_cuda_device(void) {
+  return hvd_is_initialized() ? atomic_load(&bound_device) : -1;
+}
+
+int hvd__cuda_device(void) { return atomic_load(&bound_device); }
+
+#ifdef HVD_HAVE_CUDA
+
+hvd_result_t hvd__cuda_error(cudaError_t err, const char *what) {
+  (void)cudaGetLastError();
+  int fn = (int)strcspn(what, "("); /* "cudaSetDevice(dev)" -> the name */
+  return hvd__set_error(HVD_ERR_CUDA, "%.*s: %s (%s)", fn, what,
+                        cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+/* What each local rank contributes: its GPU's PCI bus id ("0000:3b:00.0"),
+ * "" for no GPU (none visible, or HVD_NO_BIND=1), or "!" and the message
+ * of the CUDA call that failed. */
+#define BUSID_MAX 160
+
+/* Binds this rank to device local_rank % count unless no_bind; fills
+ * `mine` as above. */
+static hvd_result_t bind_mine(int local_rank, int no_bind, char *mine,
+                              int *dev) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int count = hvd__cuda_device_count();
+  *dev = -1;
+  mine[0] = '\0';
+  if (count == 0 || no_bind)
+    return HVD_SUCCESS;
+  *dev = local_rank % count;
+  HVD__CUDA_CHECK(cudaSetDevice(*dev));
+  HVD__CUDA_CHECK(cudaDeviceGetPCIBusId(mine, BUSID_MAX, *dev));
+  for (char *p = mine; *p; p++) /* lower case, as lspci prints it */
+    if (*p >= 'A' && *p <= 'F')
+      *p = (char)(*p - 'A' + 'a');
+  return HVD_SUCCESS;
+fail:
+  snprintf(mine, BUSID_MAX, "!%s", hvd_last_error());
+  return rc;
+}
+
+/* Every local rank's bus id is gathered, so that all local ranks see the
+ * same problem and fail with the same message; then all ranks agree on
+ * whether some node failed, so that no rank goes on alone. */
+hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind) {
+  hvd_result_t rc = HVD_SUCCESS;
+  char mine[BUSID_MAX] = "", *all = NULL;
+  int rank, local_rank, local_size, dev, failed;
+  atomic_store(&bound_device, -1);
+  HVD__MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  HVD__MPI_CHECK(MPI_Comm_rank(local_comm, &local_rank));
+  HVD__MPI_CHECK(MPI_Comm_size(local_comm, &local_size));
+  all = calloc((size_t)local_size, BUSID_MAX);
+  if (all == NULL) {
+    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "hvd_init: GPU bus ids");
+    goto fail;
+  }
+  (void)bind_mine(local_rank, no_bind, mine, &dev); /* reported below */
+  HVD__MPI_CHECK(MPI_Allgather(mine, BUSID_MAX, MPI_CHAR, all, BUSID_MAX,
+                               MPI_CHAR, local_comm));
+  for (int i = 0; rc == HVD_SUCCESS && i < local_size; i++) {
+    const char *id = all + (size_t)i * BUSID_MAX;
+    if (id[0] == '!') {
+      rc = hvd__set_error(HVD_ERR_CUDA,
+                          "hvd_init: local rank %d could not bind its GPU: %s",
+                          i, id + 1);
+      break;
+    }
+    for (int j = 0; id[0] != '\0' && j < i; j++)
+      if (strcmp(all + (size_t)j * BUSID_MAX, id) == 0) {
+        rc = hvd__set_error(HVD_ERR_CUDA,
+                            "hvd_init: local ranks %d and %d are both bound "
+                            "to GPU %s; give each rank its own GPU "
+                            "(HVD_NO_BIND=1 leaves binding to you)",
+                            j, i, id);
+        break;
+      }
+  }
+  failed = rc != HVD_SUCCESS ? rank + 1 : 0;
+  HVD__MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, comm));
+  if (failed && rc == HVD_SUCCESS)
+    rc = hvd__set_error(HVD_ERR_CUDA,
+                        "hvd_init: binding ranks to GPUs failed on rank %d "
+                        "(its hvd_last_error says why)",
+                        failed - 1);
+  if (rc == HVD_SUCCESS)
+    atomic_store(&bound_device, dev);
+fail:
+  free(all);
+  return rc;
+}
+
+#else /* !HVD_HAVE_CUDA */
+
+hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind) {
+  (void)comm;
+  (void)local_comm;
+  (void)no_bind;
+  atomic_store(&bound_device, -1);
+  return HVD_SUCCESS;
+}
+
+#endif /* HVD_HAVE_CUDA */

@@ -144,7 +144,7 @@ void hvd__scale(void *dst, const void *src, int64_t n, hvd_dtype_t dtype,
     const type *s = src;                                                       \
     type *d = dst;                                                             \
     for (int64_t i = 0; i < n; i++)                                            \
-      d[i] = (type)(s[i] / (type)size);                                        \
+      d[i] = (type)((int64_t)s[i] / (int64_t)size); /* size may exceed type */                                        \
   } while (0)
 
 void hvd__reduce_finish(void *dst, const void *src, int64_t n,

@@ -1,0 +1,142 @@
+/*
+ * binding.c - hvd_init's GPU binding, one case per run; t/gpu/binding.sh
+ * (which see) chooses the case, the rank count and the environment.
+ *
+ *   binding count    prints "N WHY": the CUDA devices this process sees,
+ *                    and why none when N is 0 (no MPI, no TAP)
+ *   binding bind     hvd_init works; every rank is on device
+ *                    local_rank % count (hvd_cuda_device and
+ *                    cudaGetDevice); -1 again after hvd_shutdown
+ *   binding shared   (2 ranks, one GPU) hvd_init fails on every rank with
+ *                    HVD_ERR_CUDA and "hvd_init: local ranks 0 and 1 are
+ *                    both bound to GPU <bus id>; give each rank its own
+ *                    GPU (HVD_NO_BIND=1 leaves binding to you)"
+ *   binding nobind   (HVD_NO_BIND=1) hvd_init works, hvd_cuda_device is
+ *                    -1, and an allreduce works
+ *
+ * In a build without CUDA, count prints 0 and the other cases skip.
+ */
+#include <config.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "hvd.h"
+#include "tap.h"
+
+#ifdef HVD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* Devices this process sees; why (n bytes) says why when none. */
+static int device_count(char *why, size_t n) {
+#ifdef HVD_HAVE_CUDA
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    snprintf(why, n, "cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e),
+             cudaGetErrorName(e));
+    return 0;
+  }
+  snprintf(why, n, "%s", count ? "" : "cudaGetDeviceCount found none");
+  return count;
+#else
+  snprintf(why, n, "this build has no CUDA");
+  return 0;
+#endif
+}
+
+#ifdef HVD_HAVE_CUDA
+
+/* Device 0's PCI bus id, in lower case as hvd prints it. */
+static void bus_id(char *buf, int n) {
+  if (cudaDeviceGetPCIBusId(buf, n, 0) != cudaSuccess)
+    snprintf(buf, (size_t)n, "(unknown)");
+  for (char *p = buf; *p; p++)
+    if (*p >= 'A' && *p <= 'F')
+      *p = (char)(*p - 'A' + 'a');
+}
+
+static void allreduce_works(void) {
+  float x[3], y[3];
+  int64_t shape[1] = {3};
+  int size = tap_size();
+  for (int i = 0; i < 3; i++)
+    x[i] = (float)(tap_rank() + i);
+  hvd_tensor_t s = hvd_tensor_make(x, HVD_FLOAT32, 1, shape);
+  hvd_tensor_t r = hvd_tensor_make(y, HVD_FLOAT32, 1, shape);
+  hvd_result_t rc = hvd_allreduce("b", &s, &r, HVD_SUM, 1.0, 1.0);
+  int good = rc == HVD_SUCCESS;
+  for (int i = 0; i < 3 && good; i++)
+    good = y[i] == (float)(size * (size - 1) / 2 + size * i);
+  tap_note("rc %d (%s), y = {%g, %g, %g}", rc, hvd_last_error(), y[0], y[1],
+           y[2]);
+  ok(good, "an allreduce works");
+}
+
+static void case_bind(int count) {
+  hvd_result_t rc = hvd_init();
+  tap_note("%s", hvd_last_error());
+  if (!is_int(HVD_SUCCESS, rc, "hvd_init works"))
+    bail("hvd_init: %s", hvd_last_error());
+  int want = hvd_local_rank() % count, current = -1;
+  is_int(want, hvd_cuda_device(), "hvd_cuda_device is local rank %% %d", count);
+  cudaGetDevice(&current);
+  is_int(want, current, "and so is the current device");
+  allreduce_works();
+  is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+  is_int(-1, hvd_cuda_device(), "hvd_cuda_device is -1 after hvd_shutdown");
+}
+
+static void case_shared(void) {
+  char id[64], want[256];
+  bus_id(id, sizeof id);
+  snprintf(want, sizeof want,
+           "hvd_init: local ranks 0 and 1 are both bound to GPU %s; give "
+           "each rank its own GPU (HVD_NO_BIND=1 leaves binding to you)",
+           id);
+  hvd_result_t rc = hvd_init();
+  is_int(HVD_ERR_CUDA, rc, "hvd_init fails with HVD_ERR_CUDA");
+  is_string(want, hvd_last_error(), "naming both ranks and the GPU");
+  is_int(0, hvd_is_initialized(), "hvd is not initialised");
+  is_int(-1, hvd_cuda_device(), "hvd_cuda_device is -1");
+}
+
+static void case_nobind(void) {
+  hvd_result_t rc = hvd_init();
+  tap_note("%s", hvd_last_error());
+  if (!is_int(HVD_SUCCESS, rc, "hvd_init works"))
+    bail("hvd_init: %s", hvd_last_error());
+  is_int(-1, hvd_cuda_device(), "hvd_cuda_device is -1: nothing bound");
+  allreduce_works();
+  is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+}
+
+#endif /* HVD_HAVE_CUDA */
+
+int main(int argc, char **argv) {
+  char why[256];
+  int count = device_count(why, sizeof why);
+  if (argc > 1 && strcmp(argv[1], "count") == 0) {
+    printf("%d %s\n", count, why);
+    return 0;
+  }
+  tap_mpi_init(&argc, &argv);
+  if (count == 0)
+    skip_all("no CUDA device: %s", why);
+#ifdef HVD_HAVE_CUDA
+  const char *mode = argc > 1 ? argv[1] : "";
+  if (strcmp(mode, "bind") == 0)
+    case_bind(count);
+  else if (strcmp(mode, "shared") == 0)
+    case_shared();
+  else if (strcmp(mode, "nobind") == 0)
+    case_nobind();
+  else
+    bail("usage: binding count|bind|shared|nobind (not '%s')", mode);
+#else
+  bail("no CUDA, yet %d devices", count);
+#endif
+  return tap_mpi_finish();
+}

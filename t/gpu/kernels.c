@@ -1,0 +1,600 @@
+/*
+ * kernels.c - every device kernel of lib/ops/cuda_kernels.cu against the
+ * host kernel it mirrors, on random data (fixed seed), one process:
+ *
+ *  - pack (hvd__cuda_pack) of a batch of odd-sized tensors, one of them
+ *    empty, into a contiguous buffer: every dtype with prescale 1 (a copy)
+ *    and every float dtype scaled, as hvd__scale; float32 cast to float16
+ *    and bfloat16, as hvd__cast_to_wire; in place; 70001 spans in one
+ *    launch (more than grid.y's 65535);
+ *  - unpack (hvd__cuda_unpack): sum and average over 3 or 4 ranks with a
+ *    postscale for every dtype, as hvd__reduce_finish (integer averages
+ *    truncate); float16/bfloat16 back to float32, as hvd__cast_from_wire;
+ *  - one tensor: hvd__cuda_scale, hvd__cuda_reduce_finish;
+ *  - SGD (plain, momentum with dampening and weight decay, nesterov) and
+ *    Adam, Adam with L2, AdamW: three steps with a changing learning rate
+ *    against hvd_sgd_create/hvd_adam_create on host copies, values and
+ *    state;
+ *  - argument errors and hvd__cuda_error's message.
+ *
+ * The data mixes ordinary values with random bit patterns (NaN, infinity,
+ * subnormals, values that round to f16 subnormals or overflow). Results
+ * must be identical bit for bit, except that any NaN equals any NaN (the
+ * GPU makes its own NaN payloads) - and, for the optimizers on a host
+ * whose compiler contracts a * b + c into fused multiply-adds
+ * (__FP_FAST_FMAF), within 1e-6 relative.
+ *
+ * Skips ("no CUDA device: ...") when the build has no CUDA or
+ * cudaGetDeviceCount finds no device or fails.
+ */
+#include <config.h>
+
+#include "tap.h"
+
+#ifndef HVD_HAVE_CUDA
+
+int main(void) {
+  skip_all("no CUDA device: this build has no CUDA (configure found no "
+           "toolkit, or --without-cuda)");
+}
+
+#else /* HVD_HAVE_CUDA */
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hvd.h"
+#include "ops/cuda_kernels.h"
+#include "ops/cuda_rt.h"
+#include "ops/reduce.h"
+#include "optim/optimizer.h"
+
+#define NT 12
+static const int64_t counts[NT] = {1,   3,    0,    17,    255, 256,
+                                   257, 1000, 4097, 65537, 33,  7};
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next_u64(void) { /* xorshift64* */
+  rng ^= rng >> 12;
+  rng ^= rng << 25;
+  rng ^= rng >> 27;
+  return rng * 0x2545f4914f6cdd1dull;
+}
+static double uniform(double lo, double hi) { /* [lo, hi) */
+  return lo + (hi - lo) * (double)(next_u64() >> 11) * 0x1p-53;
+}
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (p == NULL)
+    bail("out of memory (%zu bytes)", n);
+  return p;
+}
+
+static void *dev_alloc(size_t n) {
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, n ? n : 1);
+  if (e != cudaSuccess)
+    bail("cudaMalloc(%zu): %s", n, cudaGetErrorString(e));
+  return p;
+}
+
+static void to_dev(void *d, const void *h, size_t n) {
+  cudaError_t e = cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess)
+    bail("cudaMemcpy to device: %s", cudaGetErrorString(e));
+}
+
+static void to_host(void *h, const void *d, size_t n) {
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e == cudaSuccess)
+    e = cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess)
+    bail("kernel or cudaMemcpy to host: %s", cudaGetErrorString(e));
+}
+
+/* n random elements of dtype: ordinary values, and (one in four for the
+ * float types) arbitrary bit patterns. */
+static void fill(void *buf, int64_t n, hvd_dtype_t dtype) {
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t r = next_u64();
+    int raw = (r & 3) == 0;
+    switch (dtype) {
+    case HVD_FLOAT32: {
+      float f = raw ? 0 : (float)(uniform(-1, 1) * pow(2, uniform(-30, 20)));
+      uint32_t bits = (uint32_t)(r >> 32);
+      if (raw)
+        memcpy(&f, &bits, sizeof f);
+      ((float *)buf)[i] = f;
+      break;
+    }
+    case HVD_FLOAT64: {
+      double d = uniform(-1, 1) * pow(2, uniform(-60, 60));
+      if (raw)
+        memcpy(&d, &r, sizeof d);
+      ((double *)buf)[i] = d;
+      break;
+    }
+    case HVD_FLOAT16:
+      ((uint16_t *)buf)[i] =
+          raw ? (uint16_t)(r >> 48) : hvd__f32_to_f16((float)uniform(-8, 8));
+      break;
+    case HVD_BFLOAT16:
+      ((uint16_t *)buf)[i] =
+          raw ? (uint16_t)(r >> 48) : hvd__f32_to_bf16((float)uniform(-8, 8));
+      break;
+    default:
+      memcpy((char *)buf + (size_t)i * hvd_dtype_size(dtype), &r,
+             hvd_dtype_size(dtype));
+      break;
+    }
+  }
+}
+
+static int is_nan(const void *p, hvd_dtype_t dtype) {
+  switch (dtype) {
+  case HVD_FLOAT32:
+    return isnan(*(const float *)p);
+  case HVD_FLOAT64:
+    return isnan(*(const double *)p);
+  case HVD_FLOAT16:
+    return (*(const uint16_t *)p & 0x7fff) > 0x7c00;
+  case HVD_BFLOAT16:
+    return (*(const uint16_t *)p & 0x7fff) > 0x7f80;
+  default:
+    return 0;
+  }
+}
+
+/* Elements of want and got (n of dtype) that differ (any NaN equals any
+ * NaN); notes the first. */
+static int64_t differ(const void *want, const void *got, int64_t n,
+                      hvd_dtype_t dtype, const char *where) {
+  size_t es = hvd_dtype_size(dtype);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const char *w = (const char *)want + (size_t)i * es;
+    const char *g = (const char *)got + (size_t)i * es;
+    if (memcmp(w, g, es) == 0 || (is_nan(w, dtype) && is_nan(g, dtype)))
+      continue;
+    if (bad++ == 0) {
+      uint64_t wb = 0, gb = 0;
+      memcpy(&wb, w, es);
+      memcpy(&gb, g, es);
+      tap_note("%s: element %lld: want 0x%llx, got 0x%llx", where, (long long)i,
+               (unsigned long long)wb, (unsigned long long)gb);
+    }
+  }
+  return bad;
+}
+
+/* ---- a batch of tensors packed into one buffer ------------------------- */
+
+typedef struct batch {
+  int n;
+  const int64_t *counts;
+  int64_t total, max_count;
+  int64_t *off; /* element offset of tensor i, in src and in dst */
+  hvd__cuda_span_t *dev_spans;
+} batch_t;
+
+static batch_t batch_make(int n, const int64_t *cnt) {
+  batch_t b = {n, cnt, 0, 0, xmalloc((size_t)n * sizeof(int64_t)), NULL};
+  for (int i = 0; i < n; i++) {
+    b.off[i] = b.total;
+    b.total += cnt[i];
+    if (cnt[i] > b.max_count)
+      b.max_count = cnt[i];
+  }
+  b.dev_spans = dev_alloc((size_t)n * sizeof(hvd__cuda_span_t));
+  return b;
+}
+
+static void batch_free(batch_t *b) {
+  free(b->off);
+  cudaFree(b->dev_spans);
+}
+
+/* Points the spans at src and dst (device buffers of the two dtypes). */
+static void batch_spans(batch_t *b, const void *src, size_t src_es, void *dst,
+                        size_t dst_es) {
+  hvd__cuda_span_t *h = xmalloc((size_t)b->n * sizeof *h);
+  for (int i = 0; i < b->n; i++) {
+    h[i].src = (const char *)src + (size_t)b->off[i] * src_es;
+    h[i].dst = (char *)dst + (size_t)b->off[i] * dst_es;
+    h[i].count = b->counts[i];
+  }
+  to_dev(b->dev_spans, h, (size_t)b->n * sizeof *h);
+  free(h);
+}
+
+typedef enum { PACK, UNPACK } dir_t;
+
+typedef struct kcase {
+  dir_t dir;
+  hvd_dtype_t from, to; /* pack: dtype -> wire; unpack: wire -> dtype */
+  hvd_op_t op;          /* unpack */
+  double factor;        /* pack: prescale; unpack: postscale */
+  int size;             /* unpack: ranks */
+  int in_place;
+} kcase_t;
+
+/* The host kernel for one tensor. */
+static void host_ref(const kcase_t *c, void *dst, const void *src, int64_t n) {
+  if (c->dir == PACK) {
+    if (c->from == c->to)
+      hvd__scale(dst, src, n, c->from, c->factor);
+    else
+      hvd__cast_to_wire(dst, src, n, c->to, c->factor);
+  } else {
+    if (c->from == c->to)
+      hvd__reduce_finish(dst, src, n, c->to, c->op, c->factor, c->size);
+    else
+      hvd__cast_from_wire(dst, src, n, c->from, c->op, c->factor, c->size);
+  }
+}
+
+static void run_case(batch_t *b, const kcase_t *c) {
+  size_t fs = hvd_dtype_size(c->from), ts = hvd_dtype_size(c->to);
+  void *src = xmalloc((size_t)b->total * fs);
+  void *want = xmalloc((size_t)b->total * ts);
+  void *got = xmalloc((size_t)b->total * ts);
+  void *dsrc = dev_alloc((size_t)b->total * fs);
+  void *ddst = c->in_place ? dsrc : dev_alloc((size_t)b->total * ts);
+  fill(src, b->total, c->from);
+  to_dev(dsrc, src, (size_t)b->total * fs);
+  if (!c->in_place) { /* garbage where nothing should be written */
+    memset(got, 0xa5, (size_t)b->total * ts);
+    to_dev(ddst, got, (size_t)b->total * ts);
+  }
+  for (int i = 0; i < b->n; i++)
+    host_ref(c, (char *)want + (size_t)b->off[i] * ts,
+             (const char *)src + (size_t)b->off[i] * fs, b->counts[i]);
+  batch_spans(b, dsrc, fs, ddst, ts);
+  hvd_result_t rc =
+      c->dir == PACK
+          ? hvd__cuda_pack(b->dev_spans, b->n, b->max_count, c->from, c->to,
+                           c->factor, 0)
+          : hvd__cuda_unpack(b->dev_spans, b->n, b->max_count, c->from, c->to,
+                             c->op, c->factor, c->size, 0);
+  char what[200];
+  if (c->dir == PACK)
+    snprintf(what, sizeof what, "pack %s -> %s x %g%s, %d tensors",
+             hvd_dtype_name(c->from), hvd_dtype_name(c->to), c->factor,
+             c->in_place ? " in place" : "", b->n);
+  else
+    snprintf(what, sizeof what,
+             "unpack %s -> %s, %s over %d ranks, postscale %g%s, %d tensors",
+             hvd_dtype_name(c->from), hvd_dtype_name(c->to), hvd_op_name(c->op),
+             c->size, c->factor, c->in_place ? " in place" : "", b->n);
+  tap_note("%s", hvd_last_error());
+  if (is_int(HVD_SUCCESS, rc, "%s: launched", what)) {
+    to_host(got, ddst, (size_t)b->total * ts);
+    is_int(0, differ(want, got, b->total, c->to, what), "%s: as the host",
+           what);
+  } else {
+    skip(1, "not launched");
+  }
+  if (!c->in_place)
+    cudaFree(ddst);
+  cudaFree(dsrc);
+  free(src);
+  free(want);
+  free(got);
+}
+
+static const hvd_dtype_t all_dtypes[] = {HVD_UINT8,   HVD_INT8,    HVD_INT32,
+                                         HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
+                                         HVD_FLOAT32, HVD_FLOAT64};
+#define NDTYPES ((int)(sizeof all_dtypes / sizeof all_dtypes[0]))
+
+static int is_float(hvd_dtype_t d) {
+  return d == HVD_FLOAT16 || d == HVD_BFLOAT16 || d == HVD_FLOAT32 ||
+         d == HVD_FLOAT64;
+}
+
+static void pack_unpack(void) {
+  batch_t b = batch_make(NT, counts);
+  for (int k = 0; k < NDTYPES; k++) {
+    hvd_dtype_t d = all_dtypes[k];
+    run_case(&b, &(kcase_t){PACK, d, d, HVD_SUM, 1.0, 1, 0});
+    run_case(&b, &(kcase_t){UNPACK, d, d, HVD_SUM, 1.0, 4, 0});
+    run_case(&b, &(kcase_t){UNPACK, d, d, HVD_AVERAGE, 1.0, 3, 0});
+    if (!is_float(d))
+      continue;
+    run_case(&b, &(kcase_t){PACK, d, d, HVD_SUM, 1.0 / 3, 1, 0});
+    run_case(&b, &(kcase_t){PACK, d, d, HVD_SUM, 0.5, 1, 1});
+    run_case(&b, &(kcase_t){UNPACK, d, d, HVD_AVERAGE, 0.5, 3, 0});
+    run_case(&b, &(kcase_t){UNPACK, d, d, HVD_AVERAGE, 1.0, 4, 1});
+    run_case(&b, &(kcase_t){UNPACK, d, d, HVD_MAX, 2.5, 4, 0});
+  }
+  run_case(&b, &(kcase_t){PACK, HVD_INT32, HVD_INT32, HVD_SUM, 1.0, 1, 1});
+  run_case(&b,
+           &(kcase_t){UNPACK, HVD_INT64, HVD_INT64, HVD_AVERAGE, 1.0, 3, 1});
+  for (int w = 0; w < 2; w++) {
+    hvd_dtype_t wire = w ? HVD_BFLOAT16 : HVD_FLOAT16;
+    run_case(&b, &(kcase_t){PACK, HVD_FLOAT32, wire, HVD_SUM, 1.0, 1, 0});
+    run_case(&b, &(kcase_t){PACK, HVD_FLOAT32, wire, HVD_SUM, 1.0 / 3, 1, 0});
+    run_case(&b, &(kcase_t){UNPACK, wire, HVD_FLOAT32, HVD_SUM, 1.0, 2, 0});
+    run_case(&b, &(kcase_t){UNPACK, wire, HVD_FLOAT32, HVD_AVERAGE, 0.5, 3, 0});
+  }
+  batch_free(&b);
+
+  /* More spans than grid.y's 65535, of 0 to 2 elements. */
+  enum { MANY = 70001 };
+  int64_t *many = xmalloc(MANY * sizeof *many);
+  for (int i = 0; i < MANY; i++)
+    many[i] = i % 3;
+  b = batch_make(MANY, many);
+  run_case(&b, &(kcase_t){PACK, HVD_FLOAT32, HVD_FLOAT32, HVD_SUM, 0.25, 1, 0});
+  run_case(&b, &(kcase_t){UNPACK, HVD_BFLOAT16, HVD_FLOAT32, HVD_AVERAGE, 1.0,
+                          2, 0});
+  batch_free(&b);
+  free(many);
+}
+
+/* hvd__cuda_scale and hvd__cuda_reduce_finish on one tensor. */
+static void single(hvd_dtype_t dtype, int finish, hvd_op_t op, double factor,
+                   int size, int in_place) {
+  const int64_t n = 65537;
+  size_t es = hvd_dtype_size(dtype), bytes = (size_t)n * es;
+  void *src = xmalloc(bytes), *want = xmalloc(bytes), *got = xmalloc(bytes);
+  void *dsrc = dev_alloc(bytes), *ddst = in_place ? dsrc : dev_alloc(bytes);
+  fill(src, n, dtype);
+  to_dev(dsrc, src, bytes);
+  hvd_result_t rc;
+  char what[160];
+  if (finish) {
+    hvd__reduce_finish(want, src, n, dtype, op, factor, size);
+    rc = hvd__cuda_reduce_finish(ddst, dsrc, n, dtype, op, factor, size, 0);
+    snprintf(what, sizeof what, "reduce_finish %s %s over %d, postscale %g%s",
+             hvd_dtype_name(dtype), hvd_op_name(op), size, factor,
+             in_place ? " in place" : "");
+  } else {
+    hvd__scale(want, src, n, dtype, factor);
+    rc = hvd__cuda_scale(ddst, dsrc, n, dtype, factor, 0);
+    snprintf(what, sizeof what, "scale %s x %g%s", hvd_dtype_name(dtype),
+             factor, in_place ? " in place" : "");
+  }
+  tap_note("%s", hvd_last_error());
+  if (is_int(HVD_SUCCESS, rc, "%s: launched", what)) {
+    to_host(got, ddst, bytes);
+    is_int(0, differ(want, got, n, dtype, what), "%s: as the host", what);
+  } else {
+    skip(1, "not launched");
+  }
+  if (!in_place)
+    cudaFree(ddst);
+  cudaFree(dsrc);
+  free(src);
+  free(want);
+  free(got);
+}
+
+/* ---- optimizers -------------------------------------------------------- */
+
+#define NP 5
+static const int64_t pcounts[NP] = {1, 7, 300, 4099, 65537};
+
+/* Values of want and got (n floats) further apart than allowed. */
+static int64_t differ_f32(const float *want, const float *got, int64_t n,
+                          const char *where) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+#ifdef __FP_FAST_FMAF
+    int same = fabsf(want[i] - got[i]) <= 1e-6f * fmaxf(1.0f, fabsf(want[i]));
+#else
+    int same = memcmp(&want[i], &got[i], sizeof want[i]) == 0;
+#endif
+    if (!same && bad++ == 0)
+      tap_note("%s: element %lld: want %.9g, got %.9g", where, (long long)i,
+               want[i], got[i]);
+  }
+  return bad;
+}
+
+typedef struct optcase {
+  const char *name;
+  int adam;
+  hvd_sgd_options_t sgd;
+  hvd_adam_options_t ad;
+} optcase_t;
+
+static void run_optimizer(const optcase_t *c) {
+  hvd_param_t params[NP];
+  hvd__cuda_param_span_t spans[NP];
+  float *dev[NP][4]; /* value, grad, state 0, state 1 */
+  int64_t max_count = 0;
+  int nstate = c->adam ? 2 : c->sgd.momentum != 0 ? 1 : 0;
+  for (int i = 0; i < NP; i++) {
+    int64_t n = pcounts[i];
+    size_t bytes = (size_t)n * sizeof(float);
+    float *v = xmalloc(bytes), *g = xmalloc(bytes);
+    for (int64_t j = 0; j < n; j++)
+      v[j] = (float)uniform(-1, 1);
+    memset(g, 0, bytes);
+    char *name = xmalloc(16);
+    snprintf(name, 16, "p%d", i);
+    params[i].name = name;
+    params[i].value = hvd_tensor_make(v, HVD_FLOAT32, 1, &pcounts[i]);
+    params[i].grad = hvd_tensor_make(g, HVD_FLOAT32, 1, &pcounts[i]);
+    for (int k = 0; k < 4; k++) {
+      dev[i][k] = dev_alloc(bytes);
+      cudaMemset(dev[i][k], 0, bytes);
+    }
+    to_dev(dev[i][0], v, bytes);
+    spans[i] = (hvd__cuda_param_span_t){
+        dev[i][0], dev[i][1], {dev[i][2], dev[i][3]}, n};
+    if (n > max_count)
+      max_count = n;
+  }
+  hvd__cuda_param_span_t *dspans = dev_alloc(sizeof spans);
+  to_dev(dspans, spans, sizeof spans);
+
+  hvd_optimizer_t *opt = NULL;
+  hvd_result_t rc = c->adam ? hvd_adam_create(params, NP, &c->ad, &opt)
+                            : hvd_sgd_create(params, NP, &c->sgd, &opt);
+  if (rc != HVD_SUCCESS)
+    bail("%s: create: %s", c->name, hvd_last_error());
+  double lr0 = c->adam ? c->ad.lr : c->sgd.lr;
+  int launched = 1;
+  for (int step = 1; step <= 3; step++) {
+    double lr = lr0 / (1 << (step - 1));
+    if (step > 1)
+      hvd_optimizer_zero_grad(opt);
+    for (int i = 0; i < NP; i++) {
+      float *g = params[i].grad.data;
+      for (int64_t j = 0; j < pcounts[i]; j++)
+        g[j] = (float)uniform(-1, 1);
+      to_dev(dev[i][1], g, (size_t)pcounts[i] * sizeof(float));
+    }
+    if (hvd_optimizer_set_lr(opt, lr) != HVD_SUCCESS ||
+        hvd_optimizer_step(opt) != HVD_SUCCESS)
+      bail("%s: host step %d: %s", c->name, step, hvd_last_error());
+    rc = c->adam
+             ? hvd__cuda_adam_step(dspans, NP, max_count, &c->ad, step, lr, 0)
+             : hvd__cuda_sgd_step(dspans, NP, max_count, &c->sgd, step, lr, 0);
+    if (rc != HVD_SUCCESS) {
+      tap_note("step %d: %s", step, hvd_last_error());
+      launched = 0;
+      break;
+    }
+  }
+  if (is_int(1, launched, "%s: three steps launched", c->name)) {
+    int64_t bad = 0;
+    for (int i = 0; i < NP; i++) {
+      size_t bytes = (size_t)pcounts[i] * sizeof(float);
+      float *got = xmalloc(bytes);
+      char where[64];
+      snprintf(where, sizeof where, "%s value", params[i].name);
+      to_host(got, dev[i][0], bytes);
+      bad += differ_f32(params[i].value.data, got, pcounts[i], where);
+      for (int k = 0; k < nstate; k++) {
+        snprintf(where, sizeof where, "%s %s", params[i].name,
+                 opt->ops.state_names[k]);
+        to_host(got, dev[i][2 + k], bytes);
+        bad +=
+            differ_f32(opt->state[i * nstate + k].data, got, pcounts[i], where);
+      }
+      free(got);
+    }
+    is_int(0, bad, "%s: values and state as the host's after 3 steps", c->name);
+  } else {
+    skip(1, "not launched");
+  }
+  hvd_optimizer_destroy(opt);
+  cudaFree(dspans);
+  for (int i = 0; i < NP; i++) {
+    free(params[i].value.data);
+    free(params[i].grad.data);
+    free((char *)params[i].name);
+    for (int k = 0; k < 4; k++)
+      cudaFree(dev[i][k]);
+  }
+}
+
+static void optimizers(void) {
+  optcase_t c;
+  memset(&c, 0, sizeof c);
+  hvd_sgd_options_init(&c.sgd);
+  c.name = "SGD lr 0.1";
+  c.sgd.lr = 0.1;
+  run_optimizer(&c);
+  c.name = "SGD momentum 0.9, dampening 0.1, weight decay 1e-3";
+  c.sgd.lr = 0.05;
+  c.sgd.momentum = 0.9;
+  c.sgd.dampening = 0.1;
+  c.sgd.weight_decay = 1e-3;
+  run_optimizer(&c);
+  c.name = "SGD nesterov, momentum 0.9, weight decay 1e-2";
+  c.sgd.dampening = 0;
+  c.sgd.weight_decay = 1e-2;
+  c.sgd.nesterov = 1;
+  run_optimizer(&c);
+
+  memset(&c, 0, sizeof c);
+  c.adam = 1;
+  hvd_adam_options_init(&c.ad);
+  c.name = "Adam defaults";
+  run_optimizer(&c);
+  c.name = "Adam lr 1e-2, weight decay 1e-2 (L2)";
+  c.ad.lr = 1e-2;
+  c.ad.weight_decay = 1e-2;
+  run_optimizer(&c);
+  c.name = "AdamW lr 1e-2, weight decay 1e-2, betas 0.8/0.99, eps 1e-6";
+  c.ad.decoupled = 1;
+  c.ad.beta1 = 0.8;
+  c.ad.beta2 = 0.99;
+  c.ad.eps = 1e-6;
+  run_optimizer(&c);
+}
+
+/* ---- errors ------------------------------------------------------------ */
+
+static void errors(void) {
+  hvd__cuda_span_t *dspans = dev_alloc(sizeof(hvd__cuda_span_t));
+  hvd_result_t rc =
+      hvd__cuda_pack(dspans, 1, 1, HVD_FLOAT64, HVD_FLOAT16, 1.0, 0);
+  is_int(HVD_ERR_INVALID_ARG, rc, "pack float64 -> float16 is refused");
+  is_string("hvd__cuda_pack: no conversion from float64 to float16",
+            hvd_last_error(), "and says so");
+  rc = hvd__cuda_unpack(dspans, 1, 1, HVD_FLOAT32, HVD_FLOAT16, HVD_SUM, 1.0, 1,
+                        0);
+  is_int(HVD_ERR_INVALID_ARG, rc, "unpack float32 -> float16 is refused");
+  is_string("hvd__cuda_unpack: no conversion from float32 to float16",
+            hvd_last_error(), "and says so");
+  rc = hvd__cuda_pack(NULL, 2, 1, HVD_FLOAT32, HVD_FLOAT32, 1.0, 0);
+  is_string("hvd__cuda_pack: spans is NULL (n 2)", hvd_last_error(),
+            "NULL spans are refused");
+  rc = hvd__cuda_sgd_step(NULL, 0, 0, NULL, 1, 0.1, 0);
+  is_string("hvd__cuda_sgd_step: options are NULL", hvd_last_error(),
+            "NULL options are refused");
+  is_int(HVD_SUCCESS,
+         hvd__cuda_pack(dspans, 0, 0, HVD_FLOAT32, HVD_FLOAT32, 2.0, 0),
+         "an empty batch launches nothing");
+  rc = hvd__cuda_error(cudaErrorInvalidValue, "cudaMemcpy(a, b, n)");
+  is_int(HVD_ERR_CUDA, rc, "hvd__cuda_error gives HVD_ERR_CUDA");
+  char want[256];
+  snprintf(want, sizeof want, "cudaMemcpy: %s (cudaErrorInvalidValue)",
+           cudaGetErrorString(cudaErrorInvalidValue));
+  is_string(want, hvd_last_error(), "with the call and CUDA's words");
+  cudaFree(dspans);
+}
+
+int main(void) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess)
+    skip_all("no CUDA device: cudaGetDeviceCount: %s (%s)",
+             cudaGetErrorString(e), cudaGetErrorName(e));
+  if (count == 0)
+    skip_all("no CUDA device: cudaGetDeviceCount found none");
+  e = cudaSetDevice(0);
+  if (e != cudaSuccess)
+    bail("cudaSetDevice(0): %s", cudaGetErrorString(e));
+  struct cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+    diag("device 0: %s, compute capability %d.%d", prop.name, prop.major,
+         prop.minor);
+#ifdef __FP_FAST_FMAF
+  diag("host compiler contracts into FMAs: optimizers compared within 1e-6");
+#endif
+  pack_unpack();
+  single(HVD_FLOAT32, 0, HVD_SUM, 0.25, 1, 0);
+  single(HVD_BFLOAT16, 0, HVD_SUM, 1.0 / 3, 1, 1);
+  single(HVD_FLOAT16, 0, HVD_SUM, 1.0, 1, 0);
+  single(HVD_FLOAT64, 1, HVD_AVERAGE, 2.0, 3, 0);
+  single(HVD_FLOAT32, 1, HVD_AVERAGE, 1.0, 4, 1);
+  single(HVD_INT32, 1, HVD_AVERAGE, 1.0, 3, 0);
+  single(HVD_UINT8, 1, HVD_AVERAGE, 1.0, 3, 1);
+  optimizers();
+  errors();
+  done_testing();
+  return tap_exit_status();
+}
+
+#endif /* HVD_HAVE_CUDA */

@@ -1,0 +1,25 @@
+## t/gpu/local.mk - the GPU tests (doc/gpu-testing.md: how to run them on
+## a machine with a GPU). Conventions in t/local.mk; included by
+## Makefile.am. Each test says "1..0 # SKIP no CUDA device: WHY" when
+## cudaGetDeviceCount finds none (or fails: no driver), and in a build
+## without CUDA, where its programs are built as stubs that only skip.
+
+## Every device kernel (lib/ops/cuda_kernels.cu) against the host kernel
+## it mirrors, on random data. -static links libhvd.a, whose hvd__*
+## internals the test calls (libhvd.so exports hvd_* only).
+check_PROGRAMS += t/gpu/kernels
+UNIT_TESTS += t/gpu/kernels.t
+t_gpu_kernels_SOURCES = t/gpu/kernels.c
+t_gpu_kernels_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CPPFLAGS)
+t_gpu_kernels_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS)
+t_gpu_kernels_LDADD = $(TEST_LDADD) $(CUDA_LIBS)
+
+## hvd_init's GPU binding: binding.sh runs t/gpu/binding (not a test
+## itself) on 1 and 2 ranks, with one GPU visible and with all.
+check_PROGRAMS += t/gpu/binding
+t_gpu_binding_SOURCES = t/gpu/binding.c
+t_gpu_binding_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CPPFLAGS)
+t_gpu_binding_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS)
+t_gpu_binding_LDADD = $(TEST_LDADD) $(CUDA_LIBS)
+dist_check_SCRIPTS += t/gpu/binding.sh
+TESTS += t/gpu/binding.sh
