@@ -31,11 +31,6 @@
 
 #define GRAD_PREFIX "hvd.grad."
 
-/* The plain step's message (optimizer.c): steps need new gradients. */
-#define NO_NEW_GRADS                                                           \
-  "hvd_optimizer_step: no new gradients since the last step (call "            \
-  "hvd_optimizer_zero_grad and run backward first)"
-
 typedef struct dist_param {
   const char *name;   /* "hvd.grad.<param name>", in dist.names */
   int passes;         /* backward passes since the last step */
@@ -290,7 +285,7 @@ hvd_result_t hvd__dist_step(hvd_optimizer_t *opt) {
   hvd__dist_t *d = opt->dist;
   hvd_result_t rc;
   if (!opt->fresh)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, NO_NEW_GRADS);
+    return hvd__set_error_msg(HVD_ERR_INVALID_ARG, HVD__NO_NEW_GRADS);
   if (d->sync) {
     rc = reduce_all(opt);
   } else {

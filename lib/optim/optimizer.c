@@ -255,10 +255,7 @@ hvd_result_t hvd_optimizer_step(hvd_optimizer_t *opt) {
   if (opt->dist != NULL)
     return hvd__dist_step(opt);
   if (!opt->fresh)
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "hvd_optimizer_step: no new gradients since the "
-                          "last step (call hvd_optimizer_zero_grad and run "
-                          "backward first)");
+    return hvd__set_error_msg(HVD_ERR_INVALID_ARG, HVD__NO_NEW_GRADS);
   hvd_result_t rc = hvd__optim_apply(opt);
   if (rc == HVD_SUCCESS)
     opt->fresh = 0;

@@ -25,6 +25,12 @@ struct hvd_optimizer {
   hvd__dist_t *dist;
 };
 
+/* Steps need new gradients: the message of both the plain and the
+ * distributed step. */
+#define HVD__NO_NEW_GRADS                                                      \
+  "hvd_optimizer_step: no new gradients since the last step (call "            \
+  "hvd_optimizer_zero_grad and run backward first)"
+
 /* The plain optimizer that holds params and state (opt itself or its
  * base). */
 hvd_optimizer_t *hvd__optim_core(hvd_optimizer_t *opt);
