@@ -312,7 +312,9 @@ void hvd_sgd_options_init(hvd_sgd_options_t *o);
 void hvd_adam_options_init(hvd_adam_options_t *o);
 
 /* Each creates an optimizer over params[0..n) (borrowed) into *out; free
- * it with hvd_optimizer_destroy. These need no hvd_init(). */
+ * it with hvd_optimizer_destroy. These need no hvd_init(). A custom
+ * optimizer starts at learning rate 0: set it with hvd_optimizer_set_lr.
+ * The first step after creation needs no hvd_optimizer_zero_grad. */
 hvd_result_t hvd_sgd_create(hvd_param_t *params, int n,
                             const hvd_sgd_options_t *o, hvd_optimizer_t **out);
 hvd_result_t hvd_adam_create(hvd_param_t *params, int n,

@@ -1,1 +1,10 @@
-## placeholder: filled in by its owner
+## t/unit/optim.mk - the plain optimizers (lib/optim/optimizer.c): SGD and
+## Adam/AdamW against torch.optim's formulas, custom ops and their state,
+## the validation messages. One process, no hvd_init. Conventions in
+## t/local.mk; included by Makefile.am.
+check_PROGRAMS += t/unit/optim
+UNIT_TESTS += t/unit/optim.t
+t_unit_optim_SOURCES = t/unit/optim.c
+t_unit_optim_CPPFLAGS = $(TEST_CPPFLAGS)
+t_unit_optim_LDFLAGS = $(TEST_LDFLAGS)
+t_unit_optim_LDADD = $(TEST_LDADD)

@@ -1,0 +1,690 @@
+/*
+ * checkpoint.c - hvd_checkpoint_save / hvd_checkpoint_load. The format is
+ * doc/checkpoint-format.md: a little-endian header, the optimizer's
+ * scalars and state names, every parameter (name exactly as given, dtype,
+ * shape, data, then its state tensors' data) and an FNV-1a-64 checksum of
+ * all that precedes it.
+ *
+ * Both calls are collectives built from hvd's own collectives (names
+ * "hvd.ckpt.*"). Every step that can fail on some rank ends in agree(),
+ * which gives every rank the result and message of the lowest failing
+ * rank, so that no rank goes on to a collective that another has left.
+ *
+ *   save: check the arguments (agree); rank 0 writes "<path>.tmp.<pid>",
+ *         fflush, fsync, rename over path, fsync the directory (agree).
+ *   load: check the arguments (agree); rank 0 reads the whole file and
+ *         checks magic, version, checksum (agree); the size, then the
+ *         bytes, are broadcast (agree on the buffer in between); every
+ *         rank checks the file against its model and optimizer (agree);
+ *         only then does every rank copy.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/errors.h"
+#include "core/runtime.h"
+#include "core/tensor.h"
+#include "optim/optimizer.h"
+
+#define CKPT_MAGIC "HVDCKPT" /* 8 bytes with its NUL */
+#define CKPT_VERSION 1u
+#define CKPT_HEADER 32 /* magic, version, count, file size, step */
+#define CKPT_SUM 8     /* the trailing checksum */
+#define FNV_BASIS 0xcbf29ce484222325ull
+#define FNV_PRIME 0x00000100000001b3ull
+
+static const char save_fn[] = "hvd_checkpoint_save";
+static const char load_fn[] = "hvd_checkpoint_load";
+
+/* ---- bytes --------------------------------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * FNV_PRIME;
+  return h;
+}
+
+static int host_is_le(void) {
+  const uint16_t one = 1;
+  return *(const unsigned char *)&one == 1;
+}
+
+static void put_le(unsigned char *p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_le(const unsigned char *p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; i++)
+    v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* Copies elements of esize bytes between host order and little-endian
+ * (the same operation both ways). */
+static void copy_le(void *dst, const void *src, size_t bytes, size_t esize) {
+  if (host_is_le() || esize <= 1) {
+    memcpy(dst, src, bytes);
+    return;
+  }
+  unsigned char *d = dst;
+  const unsigned char *s = src;
+  for (size_t at = 0; at + esize <= bytes; at += esize)
+    for (size_t b = 0; b < esize; b++)
+      d[at + b] = s[at + esize - 1 - b];
+}
+
+/* numel * esize of a shape, or 0 with *ok = 0 past INT64_MAX. */
+static uint64_t shape_bytes(int ndim, const int64_t *shape, size_t esize,
+                            int *ok) {
+  uint64_t b = esize;
+  *ok = 1;
+  for (int d = 0; d < ndim; d++) {
+    uint64_t s = (uint64_t)shape[d];
+    if (s != 0 && b > (uint64_t)INT64_MAX / s) {
+      *ok = 0;
+      return 0;
+    }
+    b *= s;
+  }
+  return b;
+}
+
+/* ---- agreement ----------------------------------------------------------- */
+
+/* Collective. Every rank passes its own result (its message in
+ * hvd_last_error() when it failed); every rank returns the result and
+ * message of the lowest failing rank, with " (on rank R)" added when R is
+ * not 0. A failure of the collectives themselves is returned as is. */
+static hvd_result_t agree(const char *what, hvd_result_t local) {
+  char name[64];
+  unsigned char buf[4 + HVD__ERRMSG_MAX];
+  int32_t first = local != HVD_SUCCESS ? hvd_rank() : hvd_size();
+  int64_t one = 1, len = (int64_t)sizeof buf;
+  memset(buf, 0, sizeof buf);
+  if (local != HVD_SUCCESS) {
+    put_le(buf, (uint32_t)local, 4);
+    snprintf((char *)buf + 4, sizeof buf - 4, "%s", hvd_last_error());
+  }
+  hvd_tensor_t t = hvd_tensor_make(&first, HVD_INT32, 1, &one);
+  snprintf(name, sizeof name, "hvd.ckpt.%s", what);
+  hvd_result_t rc = hvd_allreduce(name, &t, &t, HVD_MIN, 1.0, 1.0);
+  if (rc != HVD_SUCCESS || first >= hvd_size())
+    return rc;
+  hvd_tensor_t b = hvd_tensor_make(buf, HVD_UINT8, 1, &len);
+  snprintf(name, sizeof name, "hvd.ckpt.%s.error", what);
+  if ((rc = hvd_broadcast(name, &b, first)) != HVD_SUCCESS)
+    return rc;
+  rc = (hvd_result_t)get_le(buf, 4);
+  if (rc == HVD_SUCCESS || rc >= HVD_RESULT_COUNT)
+    rc = HVD_ERR_INTERNAL;
+  buf[sizeof buf - 1] = '\0';
+  if (first == 0)
+    return hvd__set_error_msg(rc, (const char *)buf + 4);
+  return hvd__set_error(rc, "%s (on rank %d)", (const char *)buf + 4,
+                        (int)first);
+}
+
+/* ---- arguments ----------------------------------------------------------- */
+
+/* The checks of both calls, on this rank's arguments. */
+static hvd_result_t check_args(const char *fn, const char *path,
+                               const hvd_param_t *params, int n,
+                               const hvd_optimizer_t *opt) {
+  char a[HVD__SHAPE_STR_MAX], b[HVD__SHAPE_STR_MAX];
+  hvd_result_t rc;
+  if (path == NULL || path[0] == '\0')
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: path is NULL or empty", fn);
+  if (n < 0 || (n > 0 && params == NULL))
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: params is NULL or n (%d) is negative", fn, n);
+  for (int i = 0; i < n; i++) {
+    const hvd_param_t *p = &params[i];
+    if (p->name == NULL || p->name[0] == '\0')
+      return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: parameter %d has no name",
+                            fn, i);
+    if ((rc = hvd__check_tensor(fn, p->name, "value", &p->value)) != 0)
+      return rc;
+    if (p->value.device != HVD_CPU)
+      return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                            "%s '%s': value is on device %d; checkpoints "
+                            "take host tensors",
+                            fn, p->name, p->value.device);
+  }
+  if (opt == NULL)
+    return HVD_SUCCESS;
+  const hvd_optimizer_t *c = hvd__optim_core_const(opt);
+  int ns = c->ops.nstate;
+  if (c->n != n)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: the optimizer has %d parameters but n is %d", fn,
+                          c->n, n);
+  if (ns > 0 && c->state == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: the optimizer has no state tensors", fn);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < ns; k++) {
+      const hvd_tensor_t *s = &c->state[i * ns + k], *v = &params[i].value;
+      if (s->dtype == v->dtype && s->ndim == v->ndim &&
+          memcmp(s->shape, v->shape, (size_t)v->ndim * sizeof v->shape[0]) ==
+              0 &&
+          (s->data != NULL || hvd_tensor_numel(v) == 0))
+        continue;
+      hvd__shape_str(s->ndim, s->shape, a, sizeof a);
+      hvd__shape_str(v->ndim, v->shape, b, sizeof b);
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: optimizer state '%s' of '%s' is %s %s%s but "
+                            "the parameter is %s %s",
+                            fn, c->ops.state_names[k], params[i].name,
+                            hvd_dtype_name(s->dtype), a,
+                            s->data == NULL ? " without data" : "",
+                            hvd_dtype_name(v->dtype), b);
+    }
+  return HVD_SUCCESS;
+}
+
+/* ---- save ---------------------------------------------------------------- */
+
+typedef struct writer {
+  FILE *f;
+  uint64_t sum;
+  uint64_t written;
+  int err; /* errno of the first failed write */
+} writer_t;
+
+static void put(writer_t *w, const void *p, size_t n) {
+  if (w->err != 0 || n == 0)
+    return;
+  w->sum = fnv1a(w->sum, p, n);
+  errno = 0;
+  if (fwrite(p, 1, n, w->f) != n)
+    w->err = errno != 0 ? errno : EIO;
+  w->written += n;
+}
+
+static void put_int(writer_t *w, uint64_t v, int bytes) {
+  unsigned char b[8];
+  put_le(b, v, bytes);
+  put(w, b, (size_t)bytes);
+}
+
+static void put_str(writer_t *w, const char *s) {
+  size_t len = strlen(s);
+  put_int(w, (uint32_t)len, 4);
+  put(w, s, len);
+}
+
+/* Tensor data, little-endian (swapped through a bounce buffer on a
+ * big-endian host). */
+static void put_data(writer_t *w, const void *data, size_t bytes,
+                     size_t esize) {
+  if (host_is_le() || esize <= 1) {
+    put(w, data, bytes);
+    return;
+  }
+  unsigned char tmp[4096];
+  size_t step = sizeof tmp / esize * esize;
+  for (size_t at = 0; at < bytes; at += step) {
+    size_t k = bytes - at < step ? bytes - at : step;
+    copy_le(tmp, (const unsigned char *)data + at, k, esize);
+    put(w, tmp, k);
+  }
+}
+
+static uint64_t file_size(const hvd_param_t *params, int n,
+                          const hvd_optimizer_t *c) {
+  int ns = c ? c->ops.nstate : 0;
+  uint64_t size = CKPT_HEADER + 4 + CKPT_SUM;
+  if (c != NULL) {
+    size += 4 + strlen(c->ops.name ? c->ops.name : "") + 8 + 8 + 4;
+    for (int k = 0; k < ns; k++)
+      size += 4 + strlen(c->ops.state_names[k]);
+  }
+  for (int i = 0; i < n; i++)
+    size += 4 + strlen(params[i].name) + 4 + 4 +
+            8 * (uint64_t)params[i].value.ndim +
+            (uint64_t)hvd__tensor_bytes(&params[i].value) * (uint64_t)(1 + ns);
+  return size;
+}
+
+/* Everything but the checksum. */
+static void write_body(writer_t *w, const hvd_param_t *params, int n,
+                       const hvd_optimizer_t *c, int64_t step, uint64_t size) {
+  unsigned char head[CKPT_HEADER];
+  memcpy(head, CKPT_MAGIC, 8);
+  put_le(head + 8, CKPT_VERSION, 4);
+  put_le(head + 12, (uint32_t)n, 4);
+  put_le(head + 16, size, 8);
+  put_le(head + 24, (uint64_t)step, 8);
+  put(w, head, sizeof head);
+  int ns = c ? c->ops.nstate : 0;
+  put_int(w, c != NULL, 4);
+  if (c != NULL) {
+    uint64_t lr_bits;
+    memcpy(&lr_bits, &c->lr, sizeof lr_bits);
+    put_str(w, c->ops.name ? c->ops.name : "");
+    put_int(w, lr_bits, 8);
+    put_int(w, (uint64_t)c->steps, 8);
+    put_int(w, (uint32_t)ns, 4);
+    for (int k = 0; k < ns; k++)
+      put_str(w, c->ops.state_names[k]);
+  }
+  for (int i = 0; i < n && w->err == 0; i++) {
+    const hvd_tensor_t *v = &params[i].value;
+    size_t bytes = hvd__tensor_bytes(v), esize = hvd_dtype_size(v->dtype);
+    put_str(w, params[i].name);
+    put_int(w, (uint32_t)v->dtype, 4);
+    put_int(w, (uint32_t)v->ndim, 4);
+    for (int d = 0; d < v->ndim; d++)
+      put_int(w, (uint64_t)v->shape[d], 8);
+    put_data(w, v->data, bytes, esize);
+    for (int k = 0; k < ns; k++)
+      put_data(w, c->state[i * ns + k].data, bytes, esize);
+  }
+}
+
+/* fsync of the directory that holds path, so that the rename is durable.
+ * Filesystems that cannot sync a directory (EINVAL) are let be. */
+static int sync_dir(const char *path, char **dir_out) {
+  const char *slash = strrchr(path, '/');
+  size_t len = slash == NULL ? 1 : slash == path ? 1 : (size_t)(slash - path);
+  char *dir = malloc(len + 1);
+  if (dir == NULL)
+    return ENOMEM;
+  if (slash == NULL)
+    memcpy(dir, ".", 2);
+  else {
+    memcpy(dir, slash == path ? "/" : path, len);
+    dir[len] = '\0';
+  }
+  *dir_out = dir;
+  int fd = open(dir, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno;
+  int err = fsync(fd) == 0 || errno == EINVAL ? 0 : errno;
+  close(fd);
+  return err;
+}
+
+/* Rank 0's part: the file. */
+static hvd_result_t write_file(const char *path, const hvd_param_t *params,
+                               int n, const hvd_optimizer_t *c, int64_t step) {
+  hvd_result_t rc = HVD_SUCCESS;
+  size_t tlen = strlen(path) + 32;
+  char *tmp = malloc(tlen), *dir = NULL;
+  writer_t w = {NULL, FNV_BASIS, 0, 0};
+  const char *doing = "create";
+  int err = 0;
+  uint64_t size = file_size(params, n, c);
+  int fd, created = 0;
+  FILE *f;
+  if (tmp == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: '%s': out of memory", save_fn,
+                          path);
+  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+  /* A stale file of this name can only be from a crashed save by a process
+   * with our pid: replace it, and never follow a link planted there. */
+  unlink(tmp);
+  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  created = fd >= 0;
+  if (fd < 0 || (w.f = fdopen(fd, "wb")) == NULL) {
+    err = errno;
+    if (fd >= 0)
+      close(fd);
+    goto fail;
+  }
+  setvbuf(w.f, NULL, _IOFBF, 1 << 20);
+  doing = "write";
+  write_body(&w, params, n, c, step, size);
+  put_int(&w, w.sum, 8);
+  if ((err = w.err) != 0)
+    goto fail;
+  if (w.written != size) { /* a bug in file_size(), never the disk */
+    rc = hvd__set_error(
+        HVD_ERR_INTERNAL, "%s: '%s': wrote %llu bytes, expected %llu", save_fn,
+        path, (unsigned long long)w.written, (unsigned long long)size);
+    goto fail;
+  }
+  if (fflush(w.f) != 0) {
+    err = errno;
+    goto fail;
+  }
+  doing = "sync";
+  if (fsync(fileno(w.f)) != 0) {
+    err = errno;
+    goto fail;
+  }
+  doing = "close";
+  f = w.f;
+  w.f = NULL;
+  if (fclose(f) != 0) {
+    err = errno;
+    goto fail;
+  }
+  if (rename(tmp, path) != 0) {
+    err = errno;
+    rc = hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot rename '%s' over it: %s",
+                        save_fn, path, tmp, strerror(err));
+    goto fail;
+  }
+  free(tmp);
+  tmp = NULL;
+  if ((err = sync_dir(path, &dir)) != 0)
+    rc = hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot sync directory '%s': %s",
+                        save_fn, path, dir ? dir : "", strerror(err));
+  free(dir);
+  return rc;
+fail:
+  if (rc == HVD_SUCCESS)
+    rc = hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot %s '%s': %s", save_fn,
+                        path, doing, tmp, strerror(err ? err : EIO));
+  if (w.f != NULL)
+    fclose(w.f);
+  if (created)
+    unlink(tmp);
+  free(tmp);
+  return rc;
+}
+
+hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
+                                 int n, const hvd_optimizer_t *opt,
+                                 int64_t step) {
+  if (!hvd_is_initialized())
+    return hvd__not_initialized(save_fn);
+  hvd_result_t rc = check_args(save_fn, path, params, n, opt);
+  if ((rc = agree("save.args", rc)) != HVD_SUCCESS)
+    return rc;
+  if (hvd_rank() == 0)
+    rc = write_file(path, params, n, opt ? hvd__optim_core_const(opt) : NULL,
+                    step);
+  return agree("save.result", rc);
+}
+
+/* ---- load ---------------------------------------------------------------- */
+
+/* Rank 0's part: reads the whole file into *buf and checks what needs no
+ * model: magic, version, size and checksum. */
+static hvd_result_t read_file(const char *path, unsigned char **buf_out,
+                              size_t *size_out) {
+  unsigned char *buf = NULL;
+  struct stat st;
+  size_t size = 0, got = 0;
+  FILE *f = fopen(path, "rb");
+  if (f == NULL)
+    return hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot open: %s", load_fn,
+                          path, strerror(errno));
+  if (fstat(fileno(f), &st) != 0) {
+    int err = errno;
+    fclose(f);
+    return hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot stat: %s", load_fn,
+                          path, strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    fclose(f);
+    return hvd__set_error(HVD_ERR_IO, "%s: '%s': not a regular file", load_fn,
+                          path);
+  }
+  if ((uint64_t)st.st_size >= SIZE_MAX ||
+      (buf = malloc((size_t)st.st_size + 1)) == NULL) {
+    fclose(f);
+    return hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "%s: '%s': cannot allocate %lld bytes", load_fn, path,
+                          (long long)st.st_size);
+  }
+  size = (size_t)st.st_size;
+  got = fread(buf, 1, size, f);
+  if (got < size && ferror(f)) {
+    int err = errno;
+    fclose(f);
+    free(buf);
+    return hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot read: %s", load_fn,
+                          path, strerror(err ? err : EIO));
+  }
+  fclose(f);
+  *buf_out = buf;
+  *size_out = got;
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t check_file(const char *path, const unsigned char *buf,
+                               size_t size) {
+  size_t m = size < 8 ? size : 8;
+  if (memcmp(buf, CKPT_MAGIC, m) != 0)
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': not an hvd checkpoint (bad magic)",
+                          load_fn, path);
+  if (size < CKPT_HEADER + 4 + CKPT_SUM)
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': truncated (read %zu of at least %d "
+                          "bytes)",
+                          load_fn, path, size, CKPT_HEADER + 4 + CKPT_SUM);
+  uint32_t version = (uint32_t)get_le(buf + 8, 4);
+  if (version != CKPT_VERSION)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: '%s': format version %u is not supported "
+                          "(this hvd reads version %u)",
+                          load_fn, path, version, CKPT_VERSION);
+  uint64_t want = get_le(buf + 16, 8);
+  if (fnv1a(FNV_BASIS, buf, size - CKPT_SUM) !=
+      get_le(buf + size - CKPT_SUM, 8)) {
+    if (want > size)
+      return hvd__set_error(HVD_ERR_CORRUPT,
+                            "%s: '%s': truncated (read %zu of %llu bytes)",
+                            load_fn, path, size, (unsigned long long)want);
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': checksum mismatch (file corrupt)", load_fn,
+                          path);
+  }
+  if (want != size)
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': malformed: %zu bytes but the header "
+                          "says %llu",
+                          load_fn, path, size, (unsigned long long)want);
+  return HVD_SUCCESS;
+}
+
+typedef struct reader {
+  const unsigned char *p;
+  size_t size, at;
+} reader_t;
+
+/* The next k bytes, or NULL if there are fewer. */
+static const unsigned char *take(reader_t *r, uint64_t k) {
+  if (k > r->size - r->at)
+    return NULL;
+  const unsigned char *q = r->p + r->at;
+  r->at += (size_t)k;
+  return q;
+}
+
+static int take_int(reader_t *r, int bytes, uint64_t *v) {
+  const unsigned char *q = take(r, (uint64_t)bytes);
+  if (q != NULL)
+    *v = get_le(q, bytes);
+  return q != NULL;
+}
+
+static int take_str(reader_t *r, const char **s, uint32_t *len) {
+  uint64_t v;
+  if (!take_int(r, 4, &v))
+    return 0;
+  *len = (uint32_t)v;
+  *s = (const char *)take(r, v);
+  return *s != NULL;
+}
+
+/* A string of the file in a message: %.*s with at most 200 bytes. */
+#define SHOWN(len) ((int)((len) > 200 ? 200 : (len)))
+
+static int same_str(const char *s, uint32_t len, const char *z) {
+  return strlen(z) == len && memcmp(s, z, len) == 0;
+}
+
+#define MALFORMED(what)                                                        \
+  hvd__set_error(HVD_ERR_CORRUPT, "%s: '%s': malformed at byte %zu (%s)",      \
+                 load_fn, path, r.at, what)
+
+/* Goes through a whole file that check_file() accepted. apply 0: checks
+ * it against the model (params, the optimizer core c, may be NULL), with a
+ * message naming the first difference. apply 1 (only after every rank
+ * passed apply 0): copies it into the model, c and *step. */
+static hvd_result_t walk(const char *path, const unsigned char *buf,
+                         size_t size, hvd_param_t *params, int n,
+                         hvd_optimizer_t *c, int64_t *step, int apply) {
+  char a[HVD__SHAPE_STR_MAX], b[HVD__SHAPE_STR_MAX];
+  reader_t r = {buf, size - CKPT_SUM, CKPT_HEADER};
+  uint64_t count = get_le(buf + 12, 4), has_opt, v, lr_bits = 0, steps = 0;
+  uint64_t ns = 0;
+  const char *s;
+  uint32_t len;
+  if (!take_int(&r, 4, &has_opt) || has_opt > 1)
+    return MALFORMED("optimizer flag");
+  if (has_opt) {
+    const char *oname;
+    uint32_t olen;
+    if (!take_str(&r, &oname, &olen) || !take_int(&r, 8, &lr_bits) ||
+        !take_int(&r, 8, &steps) || !take_int(&r, 4, &ns))
+      return MALFORMED("optimizer");
+    const char *cname = c && c->ops.name ? c->ops.name : "";
+    if (!apply && c != NULL && !same_str(oname, olen, cname))
+      return hvd__set_error(HVD_ERR_CORRUPT,
+                            "%s: '%s': optimizer is '%.*s' in the file but "
+                            "'%s' in the program",
+                            load_fn, path, SHOWN(olen), oname, cname);
+    if (!apply && c != NULL && ns != (uint64_t)c->ops.nstate)
+      return hvd__set_error(HVD_ERR_CORRUPT,
+                            "%s: '%s': optimizer '%s' has %llu state "
+                            "tensors per parameter in the file but %d in "
+                            "the program",
+                            load_fn, path, cname, (unsigned long long)ns,
+                            c->ops.nstate);
+    for (uint64_t k = 0; k < ns; k++) {
+      if (!take_str(&r, &s, &len))
+        return MALFORMED("state names");
+      if (!apply && c != NULL && !same_str(s, len, c->ops.state_names[k]))
+        return hvd__set_error(HVD_ERR_CORRUPT,
+                              "%s: '%s': optimizer state %llu is '%.*s' in "
+                              "the file but '%s' in the program",
+                              load_fn, path, (unsigned long long)k, SHOWN(len),
+                              s, c->ops.state_names[k]);
+    }
+  } else if (!apply && c != NULL)
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': the file has no optimizer state (it "
+                          "was saved without an optimizer)",
+                          load_fn, path);
+  for (uint64_t i = 0; i < count; i++) {
+    int64_t shape[HVD_MAX_DIMS];
+    uint64_t dtype, ndim;
+    const unsigned char *data, *state;
+    int ok;
+    if (!take_str(&r, &s, &len) || !take_int(&r, 4, &dtype) ||
+        !take_int(&r, 4, &ndim))
+      return MALFORMED("parameter header");
+    if (!hvd__dtype_valid((int)dtype) || ndim > HVD_MAX_DIMS)
+      return MALFORMED("dtype or ndim");
+    for (uint64_t d = 0; d < ndim; d++)
+      if (!take_int(&r, 8, &v) || v > (uint64_t)INT64_MAX)
+        return MALFORMED("shape");
+      else
+        shape[d] = (int64_t)v;
+    size_t esize = hvd_dtype_size((hvd_dtype_t)dtype);
+    uint64_t bytes = shape_bytes((int)ndim, shape, esize, &ok);
+    if (!ok || (data = take(&r, bytes)) == NULL ||
+        (ns > 0 && bytes > (uint64_t)INT64_MAX / ns) ||
+        (state = take(&r, bytes * ns)) == NULL)
+      return MALFORMED("parameter data");
+    if (i >= (uint64_t)n)
+      continue;
+    hvd_param_t *p = &params[i];
+    if (!apply) {
+      const hvd_tensor_t *t = &p->value;
+      if (!same_str(s, len, p->name))
+        return hvd__set_error(HVD_ERR_CORRUPT,
+                              "%s: '%s': parameter %llu is '%.*s' in the "
+                              "file but '%s' in the model",
+                              load_fn, path, (unsigned long long)i, SHOWN(len),
+                              s, p->name);
+      if (dtype != (uint64_t)t->dtype)
+        return hvd__set_error(HVD_ERR_CORRUPT,
+                              "%s: '%s': '%s' has dtype %s in the file but "
+                              "%s in the model",
+                              load_fn, path, p->name,
+                              hvd_dtype_name((hvd_dtype_t)dtype),
+                              hvd_dtype_name(t->dtype));
+      if (ndim != (uint64_t)t->ndim ||
+          memcmp(shape, t->shape, (size_t)ndim * sizeof shape[0]) != 0) {
+        hvd__shape_str((int)ndim, shape, a, sizeof a);
+        hvd__shape_str(t->ndim, t->shape, b, sizeof b);
+        return hvd__set_error(HVD_ERR_CORRUPT,
+                              "%s: '%s': '%s' has shape %s in the file but "
+                              "%s in the model",
+                              load_fn, path, p->name, a, b);
+      }
+      continue;
+    }
+    copy_le(p->value.data, data, (size_t)bytes, esize);
+    for (uint64_t k = 0; c != NULL && k < ns; k++)
+      copy_le(c->state[i * ns + k].data, state + k * bytes, (size_t)bytes,
+              esize);
+  }
+  if (r.at != r.size)
+    return MALFORMED("bytes after the last parameter");
+  if (!apply && count != (uint64_t)n)
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': the file has %llu parameters but the "
+                          "model has %d",
+                          load_fn, path, (unsigned long long)count, n);
+  if (apply) {
+    if (c != NULL) {
+      memcpy(&c->lr, &lr_bits, sizeof c->lr);
+      c->steps = (int64_t)steps;
+    }
+    if (step != NULL)
+      *step = (int64_t)get_le(buf + 24, 8);
+  }
+  return HVD_SUCCESS;
+}
+#undef MALFORMED
+
+hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
+                                 hvd_optimizer_t *opt, int64_t *step) {
+  if (!hvd_is_initialized())
+    return hvd__not_initialized(load_fn);
+  hvd_optimizer_t *c = opt ? hvd__optim_core(opt) : NULL;
+  unsigned char *buf = NULL;
+  size_t size = 0;
+  int64_t one = 1, bytes = 0;
+  hvd_result_t rc = check_args(load_fn, path, params, n, opt);
+  HVD__CHECK(agree("load.args", rc));
+  if (hvd_rank() == 0) {
+    rc = read_file(path, &buf, &size);
+    if (rc == HVD_SUCCESS)
+      rc = check_file(path, buf, size);
+  }
+  HVD__CHECK(agree("load.file", rc));
+  bytes = (int64_t)size;
+  hvd_tensor_t t = hvd_tensor_make(&bytes, HVD_INT64, 1, &one);
+  HVD__CHECK(hvd_broadcast("hvd.ckpt.load.size", &t, 0));
+  size = (size_t)bytes;
+  if (hvd_rank() != 0 && (buf = malloc(size)) == NULL)
+    rc =
+        hvd__set_error(HVD_ERR_NO_MEMORY, "%s: '%s': cannot allocate %zu bytes",
+                       load_fn, path, size);
+  HVD__CHECK(agree("load.buffer", rc));
+  t = hvd_tensor_make(buf, HVD_UINT8, 1, &bytes);
+  HVD__CHECK(hvd_broadcast("hvd.ckpt.load.data", &t, 0));
+  rc = walk(path, buf, size, params, n, c, step, 0);
+  HVD__CHECK(agree("load.check", rc));
+  rc = walk(path, buf, size, params, n, c, step, 1);
+fail:
+  free(buf);
+  return rc;
+}

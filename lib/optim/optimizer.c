@@ -1,0 +1,452 @@
+/*
+ * optimizer.c - plain optimizers: an ops table over borrowed parameters
+ * plus hvd-owned state tensors (checked and allocated by create), the
+ * public calls that dispatch between a plain optimizer and a distributed
+ * wrapper, and the built-ins SGD and Adam/AdamW as ops tables with
+ * torch.optim's numerics: element math in float (the tensors are float32),
+ * scalar factors in double, rounded to float once per step.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/errors.h"
+#include "core/table.h"
+#include "core/tensor.h"
+#include "optim/optimizer.h"
+
+/* ---- checks ------------------------------------------------------------- */
+
+/* x in [lo, hi), or (lo, hi) when lo_open; NaN is never in range. */
+static hvd_result_t check_range(const char *who, const char *what, double x,
+                                double lo, int lo_open, double hi) {
+  if ((lo_open ? x > lo : x >= lo) && x < hi)
+    return HVD_SUCCESS;
+  return hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s: %s %g is out of range %c%g, %g)", who, what, x,
+                        lo_open ? '(' : '[', lo, hi);
+}
+
+/* A parameter's value or grad: a float32 host tensor with data. */
+static hvd_result_t check_tensor(const char *who, const char *pname,
+                                 const char *which, const hvd_tensor_t *t) {
+  char buf[HVD__SHAPE_STR_MAX];
+  if (t->dtype != HVD_FLOAT32)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: param '%s' %s is %s, not float32", who, pname,
+                          which, hvd_dtype_name(t->dtype));
+  if (t->device != HVD_CPU) {
+    hvd__device_str(t->device, buf, sizeof buf);
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: param '%s' %s is on %s; optimizers take host "
+                          "tensors",
+                          who, pname, which, buf);
+  }
+  if (t->ndim < 0 || t->ndim > HVD_MAX_DIMS)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: param '%s' %s ndim %d is out of range 0..%d",
+                          who, pname, which, t->ndim, HVD_MAX_DIMS);
+  for (int d = 0; d < t->ndim; d++)
+    if (t->shape[d] < 0) {
+      hvd__shape_str(t->ndim, t->shape, buf, sizeof buf);
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: param '%s' %s shape %s has a negative "
+                            "dimension",
+                            who, pname, which, buf);
+    }
+  if (t->data == NULL && hvd_tensor_numel(t) > 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: param '%s' %s data is NULL",
+                          who, pname, which);
+  return HVD_SUCCESS;
+}
+
+static int same_shape(const hvd_tensor_t *a, const hvd_tensor_t *b) {
+  return a->ndim == b->ndim &&
+         memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]) == 0;
+}
+
+static hvd_result_t check_params(const char *who, const hvd_param_t *params,
+                                 int n) {
+  if (n < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n is negative (%d)", who,
+                          n);
+  if (params == NULL && n > 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: params is NULL (n %d)", who,
+                          n);
+  hvd_result_t rc = HVD_SUCCESS;
+  hvd__table_t *seen = n > 1 ? hvd__table_create_borrowing() : NULL;
+  if (n > 1 && seen == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+  for (int i = 0; i < n; i++) {
+    const hvd_param_t *p = &params[i];
+    if (p->name == NULL || p->name[0] == '\0') {
+      rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: params[%d] name is NULL or empty", who, i);
+      goto fail;
+    }
+    void *first = seen ? hvd__table_get(seen, p->name) : NULL;
+    if (first != NULL) { /* values are index + 1 */
+      rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: params[%d] name '%s' repeats params[%d]", who, i,
+                          p->name, (int)((intptr_t)first - 1));
+      goto fail;
+    }
+    if (seen && hvd__table_put(seen, p->name, (void *)(intptr_t)(i + 1))) {
+      rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+      goto fail;
+    }
+    HVD__CHECK(check_tensor(who, p->name, "value", &p->value));
+    HVD__CHECK(check_tensor(who, p->name, "grad", &p->grad));
+    if (!same_shape(&p->value, &p->grad)) {
+      char vs[HVD__SHAPE_STR_MAX], gs[HVD__SHAPE_STR_MAX];
+      hvd__shape_str(p->value.ndim, p->value.shape, vs, sizeof vs);
+      hvd__shape_str(p->grad.ndim, p->grad.shape, gs, sizeof gs);
+      rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: param '%s' grad shape %s differs from value "
+                          "shape %s",
+                          who, p->name, gs, vs);
+      goto fail;
+    }
+  }
+fail:
+  hvd__table_destroy(seen);
+  return rc;
+}
+
+static hvd_result_t check_ops(const char *who, const hvd_optimizer_ops_t *ops) {
+  if (ops == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: ops is NULL", who);
+  if (ops->step == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: ops->step is NULL", who);
+  if (ops->nstate < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: ops->nstate is negative (%d)", who, ops->nstate);
+  if (ops->nstate > 0 && ops->state_names == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: ops->state_names is NULL (nstate %d)", who,
+                          ops->nstate);
+  for (int k = 0; k < ops->nstate; k++) {
+    const char *s = ops->state_names[k];
+    if (s == NULL || s[0] == '\0')
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: ops->state_names[%d] is NULL or empty", who,
+                            k);
+    for (int j = 0; j < k; j++)
+      if (strcmp(ops->state_names[j], s) == 0)
+        return hvd__set_error(HVD_ERR_INVALID_ARG,
+                              "%s: ops->state_names[%d] '%s' repeats "
+                              "ops->state_names[%d]",
+                              who, k, s, j);
+  }
+  return HVD_SUCCESS;
+}
+
+/* ---- the plain optimizer ------------------------------------------------ */
+
+/* Frees state and opt; ctx is the caller's (ops.destroy) business. */
+static void free_plain(hvd_optimizer_t *opt) {
+  int ns = opt->state ? opt->n * opt->ops.nstate : 0;
+  for (int s = 0; s < ns; s++)
+    free(opt->state[s].data);
+  free(opt->state);
+  free(opt);
+}
+
+/* First of every create: out must be there, and is NULL until success. */
+static hvd_result_t check_out(const char *who, hvd_optimizer_t **out) {
+  if (out == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: out is NULL", who);
+  *out = NULL;
+  return HVD_SUCCESS;
+}
+
+/* Checks ops and params, then builds the optimizer with zeroed state
+ * tensors shaped like each value. ctx stays the caller's on failure. */
+static hvd_result_t create(const char *who, hvd_param_t *params, int n,
+                           const hvd_optimizer_ops_t *ops, void *ctx, double lr,
+                           hvd_optimizer_t **out) {
+  hvd_result_t rc = check_ops(who, ops);
+  if (rc == HVD_SUCCESS)
+    rc = check_params(who, params, n);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  hvd_optimizer_t *opt = calloc(1, sizeof *opt);
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+  opt->params = params;
+  opt->n = n;
+  opt->ops = *ops;
+  opt->ctx = ctx;
+  opt->lr = lr;
+  opt->fresh = 1; /* no step yet: the caller's gradients count as new */
+  size_t ns = (size_t)n * (size_t)ops->nstate;
+  if (ns > 0 && (opt->state = calloc(ns, sizeof *opt->state)) == NULL)
+    goto oom;
+  for (size_t s = 0; s < ns; s++) {
+    const hvd_tensor_t *v = &params[s / (size_t)ops->nstate].value;
+    size_t bytes = hvd__tensor_bytes(v);
+    opt->state[s] = hvd_tensor_make(NULL, HVD_FLOAT32, v->ndim, v->shape);
+    /* never NULL, even for an empty parameter: NULL means "none" */
+    if ((opt->state[s].data = malloc(bytes ? bytes : 1)) == NULL)
+      goto oom;
+    memset(opt->state[s].data, 0, bytes);
+  }
+  *out = opt;
+  return HVD_SUCCESS;
+oom:
+  free_plain(opt);
+  return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+}
+
+hvd_result_t hvd_optimizer_custom(hvd_param_t *params, int n,
+                                  const hvd_optimizer_ops_t *ops, void *ctx,
+                                  hvd_optimizer_t **out) {
+  static const char who[] = "hvd_optimizer_custom";
+  hvd_result_t rc = check_out(who, out);
+  if (rc == HVD_SUCCESS)
+    rc = create(who, params, n, ops, ctx, 0.0, out);
+  return rc;
+}
+
+/* A built-in: ctx is a malloc'd copy of its options (size bytes), freed by
+ * ops->destroy (free), or here on failure. */
+static hvd_result_t create_builtin(const char *who, hvd_param_t *params, int n,
+                                   const void *options, size_t size,
+                                   const hvd_optimizer_ops_t *ops, double lr,
+                                   hvd_optimizer_t **out) {
+  void *ctx = malloc(size);
+  if (ctx == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+  memcpy(ctx, options, size);
+  hvd_result_t rc = create(who, params, n, ops, ctx, lr, out);
+  if (rc != HVD_SUCCESS)
+    free(ctx);
+  return rc;
+}
+
+hvd_optimizer_t *hvd__optim_core(hvd_optimizer_t *opt) {
+  return opt->base ? opt->base : opt;
+}
+
+const hvd_optimizer_t *hvd__optim_core_const(const hvd_optimizer_t *opt) {
+  return opt->base ? opt->base : opt;
+}
+
+hvd_result_t hvd__optim_apply(hvd_optimizer_t *core) {
+  hvd__clear_error(); /* so that we can tell whether step() said why */
+  hvd_result_t rc = core->ops.step(core->ctx, core->params, core->n,
+                                   core->state, core->steps + 1, core->lr);
+  if (rc != HVD_SUCCESS) {
+    if (hvd_last_error()[0] == '\0')
+      hvd__set_error(rc, "hvd_optimizer_step: optimizer '%s' step failed: %s",
+                     core->ops.name ? core->ops.name : "(unnamed)",
+                     hvd_strerror(rc));
+    return rc;
+  }
+  core->steps++;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd_optimizer_step(hvd_optimizer_t *opt) {
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_optimizer_step: opt is NULL");
+  if (opt->dist != NULL)
+    return hvd__dist_step(opt);
+  if (!opt->fresh)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_optimizer_step: no new gradients since the "
+                          "last step (call hvd_optimizer_zero_grad and run "
+                          "backward first)");
+  hvd_result_t rc = hvd__optim_apply(opt);
+  if (rc == HVD_SUCCESS)
+    opt->fresh = 0;
+  return rc;
+}
+
+hvd_result_t hvd_optimizer_zero_grad(hvd_optimizer_t *opt) {
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_optimizer_zero_grad: opt is NULL");
+  if (opt->dist != NULL)
+    return hvd__dist_zero_grad(opt);
+  for (int i = 0; i < opt->n; i++)
+    if (opt->params[i].grad.data != NULL)
+      memset(opt->params[i].grad.data, 0,
+             hvd__tensor_bytes(&opt->params[i].grad));
+  opt->fresh = 1;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd_optimizer_set_lr(hvd_optimizer_t *opt, double lr) {
+  static const char who[] = "hvd_optimizer_set_lr";
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", who);
+  hvd_result_t rc = check_range(who, "lr", lr, 0, 0, INFINITY);
+  if (rc == HVD_SUCCESS)
+    hvd__optim_core(opt)->lr = lr;
+  return rc;
+}
+
+double hvd_optimizer_lr(const hvd_optimizer_t *opt) {
+  return opt ? hvd__optim_core_const(opt)->lr : NAN;
+}
+
+int64_t hvd_optimizer_steps(const hvd_optimizer_t *opt) {
+  return opt ? hvd__optim_core_const(opt)->steps : -1;
+}
+
+void hvd_optimizer_destroy(hvd_optimizer_t *opt) {
+  if (opt == NULL)
+    return;
+  if (opt->dist != NULL) {
+    hvd__dist_destroy(opt->dist);
+    hvd_optimizer_destroy(opt->base);
+    free(opt);
+    return;
+  }
+  if (opt->ops.destroy != NULL)
+    opt->ops.destroy(opt->ctx);
+  free_plain(opt);
+}
+
+/* ---- SGD ---------------------------------------------------------------- */
+
+static const char *const sgd_state[] = {"momentum_buffer"};
+
+void hvd_sgd_options_init(hvd_sgd_options_t *o) {
+  if (o == NULL)
+    return;
+  memset(o, 0, sizeof *o);
+  o->lr = 0.01;
+}
+
+/* torch.optim.SGD (foreach=False, maximize=False), per element:
+ * d = g + wd * v; buf = step 1 ? d : momentum * buf + (1 - dampening) * d;
+ * d = nesterov ? d + momentum * buf : buf; v -= lr * d. */
+static hvd_result_t sgd_step(void *ctx, hvd_param_t *params, int n,
+                             hvd_tensor_t *state, int64_t step, double lr) {
+  const hvd_sgd_options_t *o = ctx;
+  const float wd = (float)o->weight_decay, mom = (float)o->momentum;
+  const float keep = (float)(1.0 - o->dampening), neg_lr = (float)-lr;
+  for (int i = 0; i < n; i++) {
+    float *v = params[i].value.data;
+    const float *g = params[i].grad.data;
+    float *buf = o->momentum != 0 ? state[i].data : NULL; /* nstate 1 */
+    int64_t m = hvd_tensor_numel(&params[i].value);
+    for (int64_t j = 0; j < m; j++) {
+      float d = o->weight_decay != 0 ? g[j] + wd * v[j] : g[j];
+      if (buf != NULL) {
+        buf[j] = step == 1 ? d : mom * buf[j] + keep * d;
+        d = o->nesterov ? d + mom * buf[j] : buf[j];
+      }
+      v[j] += neg_lr * d;
+    }
+  }
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t check_sgd(const char *who, const hvd_sgd_options_t *o) {
+  hvd_result_t rc;
+  if (o == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
+  HVD__CHECK(check_range(who, "lr", o->lr, 0, 0, INFINITY));
+  HVD__CHECK(check_range(who, "momentum", o->momentum, 0, 0, INFINITY));
+  HVD__CHECK(
+      check_range(who, "dampening", o->dampening, -INFINITY, 1, INFINITY));
+  HVD__CHECK(check_range(who, "weight_decay", o->weight_decay, 0, 0, INFINITY));
+  if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s: nesterov needs momentum > 0 and dampening 0 "
+                        "(momentum %g, dampening %g)",
+                        who, o->momentum, o->dampening);
+fail:
+  return rc;
+}
+
+hvd_result_t hvd_sgd_create(hvd_param_t *params, int n,
+                            const hvd_sgd_options_t *o, hvd_optimizer_t **out) {
+  static const char who[] = "hvd_sgd_create";
+  hvd_result_t rc = check_out(who, out);
+  if (rc == HVD_SUCCESS)
+    rc = check_sgd(who, o);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  const hvd_optimizer_ops_t ops = {"SGD", o->momentum != 0 ? 1 : 0, sgd_state,
+                                   sgd_step, free};
+  return create_builtin(who, params, n, o, sizeof *o, &ops, o->lr, out);
+}
+
+/* ---- Adam and AdamW ----------------------------------------------------- */
+
+static const char *const adam_state[] = {"exp_avg", "exp_avg_sq"};
+
+void hvd_adam_options_init(hvd_adam_options_t *o) {
+  if (o == NULL)
+    return;
+  memset(o, 0, sizeof *o);
+  o->lr = 0.001;
+  o->beta1 = 0.9;
+  o->beta2 = 0.999;
+  o->eps = 1e-8;
+}
+
+/* torch.optim.Adam/AdamW (foreach=False, amsgrad=False), per element:
+ * AdamW: v *= 1 - lr * wd; Adam: g += wd * v;
+ * m = lerp(m, g, 1 - beta1); s = beta2 * s + (1 - beta2) * g * g;
+ * v -= lr / (1 - beta1^t) * m / (sqrt(s) / sqrt(1 - beta2^t) + eps). */
+static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
+                              hvd_tensor_t *state, int64_t step, double lr) {
+  const hvd_adam_options_t *o = ctx;
+  const int l2 = !o->decoupled && o->weight_decay != 0;
+  const float wd = (float)o->weight_decay;
+  const float decay = (float)(1.0 - lr * o->weight_decay);
+  const float b1c = (float)(1.0 - o->beta1), b2 = (float)o->beta2;
+  const float b2c = (float)(1.0 - o->beta2), eps = (float)o->eps;
+  const float step_size = (float)(lr / (1.0 - pow(o->beta1, (double)step)));
+  const float bc2_sqrt = (float)sqrt(1.0 - pow(o->beta2, (double)step));
+  for (int i = 0; i < n; i++) {
+    float *v = params[i].value.data;
+    const float *g = params[i].grad.data;
+    float *m = state[2 * i].data, *s = state[2 * i + 1].data;
+    int64_t len = hvd_tensor_numel(&params[i].value);
+    for (int64_t j = 0; j < len; j++) {
+      float gj = l2 ? g[j] + wd * v[j] : g[j];
+      if (o->decoupled)
+        v[j] *= decay;
+      m[j] += b1c * (gj - m[j]); /* torch's lerp_ for weights < 0.5 */
+      s[j] = b2 * s[j] + b2c * gj * gj;
+      float denom = sqrtf(s[j]) / bc2_sqrt + eps;
+      v[j] -= step_size * (m[j] / denom);
+    }
+  }
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t check_adam(const char *who, const hvd_adam_options_t *o) {
+  hvd_result_t rc;
+  if (o == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
+  HVD__CHECK(check_range(who, "lr", o->lr, 0, 0, INFINITY));
+  HVD__CHECK(check_range(who, "beta1", o->beta1, 0, 0, 1));
+  HVD__CHECK(check_range(who, "beta2", o->beta2, 0, 0, 1));
+  HVD__CHECK(check_range(who, "eps", o->eps, 0, 1, INFINITY));
+  HVD__CHECK(check_range(who, "weight_decay", o->weight_decay, 0, 0, INFINITY));
+fail:
+  return rc;
+}
+
+hvd_result_t hvd_adam_create(hvd_param_t *params, int n,
+                             const hvd_adam_options_t *o,
+                             hvd_optimizer_t **out) {
+  static const char who[] = "hvd_adam_create";
+  hvd_result_t rc = check_out(who, out);
+  if (rc == HVD_SUCCESS)
+    rc = check_adam(who, o);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  const hvd_optimizer_ops_t ops = {o->decoupled ? "AdamW" : "Adam", 2,
+                                   adam_state, adam_step, free};
+  return create_builtin(who, params, n, o, sizeof *o, &ops, o->lr, out);
+}

@@ -1,0 +1,578 @@
+/*
+ * checkpoint.c - hvd_checkpoint_save / hvd_checkpoint_load.
+ *
+ * Without arguments (t/mpi/checkpoint.npN, N = 1..3):
+ *  - before hvd_init both calls fail with HVD_ERR_NOT_INITIALIZED;
+ *  - save and resume: 10 AdamW steps through a distributed optimizer,
+ *    against 5 steps, save, a new optimizer (other lr) and a scrambled
+ *    model, load, 5 more steps: the same bits (values, and the two final
+ *    checkpoints byte for byte: state, lr, step count);
+ *  - a file saved without an optimizer, loads with opt NULL and step NULL;
+ *  - every way a load can fail, each with its exact message and result on
+ *    every rank, and the model, optimizer state, lr, steps and step
+ *    untouched on every rank: truncated (inside the header, in the data),
+ *    one byte flipped, bad magic, another version, a missing file, a
+ *    directory, another parameter name / shape / dtype / count, another
+ *    optimizer (type, state count, state names), no optimizer state;
+ *  - save: an argument error on one rank fails on every rank with that
+ *    rank's message; an unwritable path and a path that is a directory
+ *    fail with HVD_ERR_IO on every rank and leave no temporary file; a
+ *    stray "<path>.tmp.<pid>" of a crashed save breaks nothing.
+ *
+ * Modes for t/mpi/checkpoint.sh and checkpoint_crash.sh (any rank count):
+ *   checkpoint save PATH K   K plain AdamW steps, then save at step K
+ *   checkpoint load PATH K   load into a scrambled model behind a
+ *                            distributed optimizer and check, on every
+ *                            rank, the bits of K local AdamW steps
+ * Only rank 0 touches files; the others get the same path.
+ */
+#include "hvd.h"
+#include "optim/optimizer.h" /* the state tensors, to compare their bytes */
+#include "tap.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- the model ----------------------------------------------------------- */
+
+#define NP 6
+
+typedef struct model {
+  hvd_param_t p[NP];
+  float *buf[2 * NP];
+} model_t;
+
+static const char *const names[NP] = {
+    "encoder.layer.0.weight", "encoder.layer.0.bias",   "head.weight", "scale",
+    "buffers.empty",          "decoder.out.proj.weight"};
+static const int ndims[NP] = {2, 1, 2, 0, 2, 3};
+static const int64_t shapes[NP][3] = {{8, 4}, {8},    {3, 8},
+                                      {0},    {0, 5}, {2, 3, 4}};
+
+/* Values that depend on `seed` only (the same on every rank). */
+static void model_fill(model_t *m, int seed) {
+  for (int i = 0; i < NP; i++) {
+    int64_t k = hvd_tensor_numel(&m->p[i].value);
+    for (int64_t j = 0; j < k; j++)
+      m->buf[2 * i][j] = (float)((i * 31 + j * 17 + seed * 7) % 23 - 11) / 8;
+  }
+}
+
+static void model_init(model_t *m, int seed) {
+  for (int i = 0; i < NP; i++) {
+    hvd_param_t *p = &m->p[i];
+    p->name = names[i];
+    p->value = hvd_tensor_make(NULL, HVD_FLOAT32, ndims[i], shapes[i]);
+    p->grad = p->value;
+    int64_t k = hvd_tensor_numel(&p->value);
+    m->buf[2 * i] = calloc((size_t)k + 1, sizeof(float));
+    m->buf[2 * i + 1] = calloc((size_t)k + 1, sizeof(float));
+    p->value.data = m->buf[2 * i];
+    p->grad.data = m->buf[2 * i + 1];
+  }
+  model_fill(m, seed);
+}
+
+static void model_free(model_t *m) {
+  for (int i = 0; i < 2 * NP; i++)
+    free(m->buf[i]);
+}
+
+/* One training step: grad = value - target (0.5 |value - target|^2). */
+static int train(model_t *m, hvd_optimizer_t *opt, int steps) {
+  for (int s = 0; s < steps; s++) {
+    if (hvd_optimizer_zero_grad(opt) != HVD_SUCCESS)
+      return 0;
+    for (int i = 0; i < NP; i++) {
+      int64_t k = hvd_tensor_numel(&m->p[i].value);
+      float *v = m->p[i].value.data, *g = m->p[i].grad.data;
+      for (int64_t j = 0; j < k; j++)
+        g[j] += v[j] - (float)((j * 5 + i) % 7) / 4;
+    }
+    if (hvd_optimizer_step(opt) != HVD_SUCCESS)
+      return 0;
+  }
+  return 1;
+}
+
+static hvd_optimizer_t *adamw(model_t *m, double lr, int distributed) {
+  hvd_adam_options_t o;
+  hvd_adam_options_init(&o);
+  o.lr = lr;
+  o.decoupled = 1;
+  o.weight_decay = 0.01;
+  hvd_optimizer_t *base = NULL, *opt = NULL;
+  if (hvd_adam_create(m->p, NP, &o, &base) != HVD_SUCCESS)
+    bail("hvd_adam_create: %s", hvd_last_error());
+  if (!distributed)
+    return base;
+  if (hvd_distributed_optimizer(base, NULL, &opt) != HVD_SUCCESS)
+    bail("hvd_distributed_optimizer: %s", hvd_last_error());
+  return opt;
+}
+
+/* Everything a load may change, as bytes: values, state, lr, steps, step. */
+typedef struct snap {
+  unsigned char *b;
+  size_t n;
+} snap_t;
+
+static void snap_add(snap_t *s, const void *p, size_t k) {
+  s->b = realloc(s->b, s->n + k + 1);
+  memcpy(s->b + s->n, p, k);
+  s->n += k;
+}
+
+static snap_t snapshot(const hvd_param_t *p, int n, hvd_optimizer_t *opt,
+                       int64_t step) {
+  snap_t s = {NULL, 0};
+  for (int i = 0; i < n; i++)
+    snap_add(&s, p[i].value.data,
+             (size_t)hvd_tensor_numel(&p[i].value) *
+                 hvd_dtype_size(p[i].value.dtype));
+  if (opt != NULL) {
+    /* hvd__optim_core(), which libhvd does not export */
+    const hvd_optimizer_t *c = opt->base ? opt->base : opt;
+    for (int i = 0; i < c->n * c->ops.nstate; i++)
+      snap_add(&s, c->state[i].data,
+               (size_t)hvd_tensor_numel(&c->state[i]) * sizeof(float));
+    snap_add(&s, &c->lr, sizeof c->lr);
+    snap_add(&s, &c->steps, sizeof c->steps);
+  }
+  snap_add(&s, &step, sizeof step);
+  return s;
+}
+
+static int snap_same(const snap_t *a, const snap_t *b) {
+  return a->n == b->n && memcmp(a->b, b->b, a->n) == 0;
+}
+
+/* ---- files (rank 0) ------------------------------------------------------ */
+
+static int rank;
+static char dir[1024];
+
+/* dir/name, in one of 4 rotating buffers (copy what must live longer). */
+static char *at(const char *name) {
+  static char path[4][1200];
+  static int next;
+  char *p = path[next++ % 4];
+  snprintf(p, sizeof path[0], "%s/%s", dir, name);
+  return p;
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *b = NULL;
+  *n = 0;
+  if (f == NULL)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  b = malloc((size_t)size + 1);
+  *n = fread(b, 1, (size_t)size, f);
+  fclose(f);
+  return b;
+}
+
+static void spew(const char *path, const void *b, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (f == NULL || fwrite(b, 1, n, f) != n || fclose(f) != 0)
+    bail("cannot write %s: %s", path, strerror(errno));
+}
+
+/* Number of entries of dir whose name contains ".tmp." (rank 0). */
+static int temp_files(void) {
+  int count = 0;
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d != NULL && (e = readdir(d)) != NULL)
+    count += strstr(e->d_name, ".tmp.") != NULL;
+  if (d != NULL)
+    closedir(d);
+  return count;
+}
+
+static long long root_ll(long long v) {
+  MPI_Bcast(&v, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  return v;
+}
+
+/* ---- loads that must fail ------------------------------------------------ */
+
+/* Loads path into (p, n, opt) and checks the result, the exact message
+ * and that nothing changed, on every rank. */
+static void load_fails(const char *what, const char *path, hvd_param_t *p,
+                       int n, hvd_optimizer_t *opt, hvd_result_t want,
+                       const char *msg) {
+  int64_t step = -77;
+  snap_t before = snapshot(p, n, opt, step);
+  hvd_result_t rc = hvd_checkpoint_load(path, p, n, opt, &step);
+  snap_t after = snapshot(p, n, opt, step);
+  is_int(want, rc, "%s: %s", what, hvd_strerror(want));
+  is_string(msg, hvd_last_error(), "%s: the message", what);
+  ok(snap_same(&before, &after),
+     "%s: model, state, lr, steps and step untouched", what);
+  free(before.b);
+  free(after.b);
+}
+
+/* "hvd_checkpoint_load: '<path>': <tail>" */
+static const char *lmsg(const char *path, const char *tail) {
+  static char buf[8192];
+  snprintf(buf, sizeof buf, "hvd_checkpoint_load: '%s': %s", path, tail);
+  return buf;
+}
+
+static hvd_result_t toy_step(void *ctx, hvd_param_t *p, int n, hvd_tensor_t *s,
+                             int64_t step, double lr) {
+  (void)ctx, (void)p, (void)n, (void)s, (void)step, (void)lr;
+  return HVD_SUCCESS;
+}
+
+static void failures(void) {
+  model_t m, x;
+  model_init(&m, 1);
+  hvd_optimizer_t *opt = adamw(&m, 0.01, 0);
+  ok(train(&m, opt, 3), "train 3 steps");
+  char good[1200];
+  snprintf(good, sizeof good, "%s", at("good.ckpt"));
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(good, m.p, NP, opt, 3), "save");
+  hvd_optimizer_destroy(opt);
+
+  /* the victim: other values, a fresh optimizer with another lr */
+  model_init(&x, 2);
+  opt = adamw(&x, 0.5, 1);
+  size_t size = 0;
+  unsigned char *img = rank == 0 ? slurp(good, &size) : NULL;
+  long long full = root_ll((long long)size);
+  char tail[4096], path[1300];
+
+  /* truncated in the data, and inside the header */
+  if (rank == 0)
+    spew(at("short.ckpt"), img, size - 100);
+  snprintf(tail, sizeof tail, "truncated (read %lld of %lld bytes)", full - 100,
+           full);
+  load_fails("truncated", at("short.ckpt"), x.p, NP, opt, HVD_ERR_CORRUPT,
+             lmsg(at("short.ckpt"), tail));
+  if (rank == 0)
+    spew(at("tiny.ckpt"), img, 20);
+  load_fails("truncated in the header", at("tiny.ckpt"), x.p, NP, opt,
+             HVD_ERR_CORRUPT,
+             lmsg(at("tiny.ckpt"), "truncated (read 20 of at least 44 bytes)"));
+  if (rank == 0)
+    spew(at("empty.ckpt"), img, 0);
+  load_fails("empty file", at("empty.ckpt"), x.p, NP, opt, HVD_ERR_CORRUPT,
+             lmsg(at("empty.ckpt"), "truncated (read 0 of at least 44 bytes)"));
+
+  /* one byte flipped in the data; bad magic; another version */
+  if (rank == 0) {
+    img[size / 2] ^= 0x10;
+    spew(at("flip.ckpt"), img, size);
+    img[size / 2] ^= 0x10;
+  }
+  load_fails("one byte flipped", at("flip.ckpt"), x.p, NP, opt, HVD_ERR_CORRUPT,
+             lmsg(at("flip.ckpt"), "checksum mismatch (file corrupt)"));
+  if (rank == 0) {
+    img[0] = 'X';
+    spew(at("magic.ckpt"), img, size);
+    img[0] = 'H';
+    spew(at("text.ckpt"), "hello, world\n", 13);
+  }
+  load_fails("bad magic", at("magic.ckpt"), x.p, NP, opt, HVD_ERR_CORRUPT,
+             lmsg(at("magic.ckpt"), "not an hvd checkpoint (bad magic)"));
+  load_fails("a text file", at("text.ckpt"), x.p, NP, opt, HVD_ERR_CORRUPT,
+             lmsg(at("text.ckpt"), "not an hvd checkpoint (bad magic)"));
+  if (rank == 0) {
+    img[8] = 2;
+    spew(at("v2.ckpt"), img, size);
+    img[8] = 1;
+  }
+  load_fails("version 2", at("v2.ckpt"), x.p, NP, opt, HVD_ERR_UNSUPPORTED,
+             lmsg(at("v2.ckpt"), "format version 2 is not supported (this "
+                                 "hvd reads version 1)"));
+
+  /* no file; a directory */
+  load_fails("missing file", at("nothing.ckpt"), x.p, NP, opt, HVD_ERR_IO,
+             lmsg(at("nothing.ckpt"), "cannot open: No such file or "
+                                      "directory"));
+  load_fails("a directory", dir, x.p, NP, opt, HVD_ERR_IO,
+             lmsg(dir, "not a regular file"));
+
+  /* the model differs: a name, a shape, a dtype, the count */
+  x.p[2].name = "head.w";
+  load_fails("another name", good, x.p, NP, opt, HVD_ERR_CORRUPT,
+             lmsg(good, "parameter 2 is 'head.weight' in the file but "
+                        "'head.w' in the model"));
+  x.p[2].name = names[2];
+  x.p[2].value.shape[0] = 8, x.p[2].value.shape[1] = 3;
+  load_fails("another shape", good, x.p, NP, NULL, HVD_ERR_CORRUPT,
+             lmsg(good, "'head.weight' has shape [3, 8] in the file but "
+                        "[8, 3] in the model"));
+  x.p[2].value.shape[0] = 3, x.p[2].value.shape[1] = 8;
+  double d[1] = {0};
+  hvd_param_t saved = x.p[3];
+  x.p[3].value = hvd_tensor_make(d, HVD_FLOAT64, 0, NULL);
+  load_fails("another dtype", good, x.p, NP, NULL, HVD_ERR_CORRUPT,
+             lmsg(good, "'scale' has dtype float32 in the file but float64 "
+                        "in the model"));
+  x.p[3] = saved;
+  load_fails("one parameter fewer", good, x.p, NP - 1, NULL, HVD_ERR_CORRUPT,
+             lmsg(good, "the file has 6 parameters but the model has 5"));
+
+  /* the optimizer differs */
+  hvd_sgd_options_t so;
+  hvd_sgd_options_init(&so);
+  so.momentum = 0.9;
+  hvd_optimizer_t *sgd = NULL;
+  hvd_sgd_create(x.p, NP, &so, &sgd);
+  load_fails("SGD instead of AdamW", good, x.p, NP, sgd, HVD_ERR_CORRUPT,
+             lmsg(good, "optimizer is 'AdamW' in the file but 'SGD' in the "
+                        "program"));
+  hvd_optimizer_destroy(sgd);
+  static const char *const one[] = {"exp_avg"};
+  static const char *const two[] = {"exp_avg", "momentum"};
+  hvd_optimizer_ops_t ops = {"AdamW", 1, one, toy_step, NULL};
+  hvd_optimizer_t *toy = NULL;
+  hvd_optimizer_custom(x.p, NP, &ops, NULL, &toy);
+  load_fails("another state count", good, x.p, NP, toy, HVD_ERR_CORRUPT,
+             lmsg(good, "optimizer 'AdamW' has 2 state tensors per parameter "
+                        "in the file but 1 in the program"));
+  hvd_optimizer_destroy(toy);
+  ops.nstate = 2, ops.state_names = two;
+  hvd_optimizer_custom(x.p, NP, &ops, NULL, &toy);
+  load_fails("another state name", good, x.p, NP, toy, HVD_ERR_CORRUPT,
+             lmsg(good, "optimizer state 1 is 'exp_avg_sq' in the file but "
+                        "'momentum' in the program"));
+  hvd_optimizer_destroy(toy);
+
+  /* no optimizer state in the file */
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(at("bare.ckpt"), m.p, NP, NULL, 9),
+         "save without an optimizer");
+  load_fails("no state in the file", at("bare.ckpt"), x.p, NP, opt,
+             HVD_ERR_CORRUPT,
+             lmsg(at("bare.ckpt"), "the file has no optimizer state (it was "
+                                   "saved without an optimizer)"));
+
+  /* bad arguments */
+  load_fails("n -1", good, x.p, -1, NULL, HVD_ERR_INVALID_ARG,
+             "hvd_checkpoint_load: params is NULL or n (-1) is negative");
+  load_fails("opt over 6 parameters, n 5", good, x.p, NP - 1, opt,
+             HVD_ERR_INVALID_ARG,
+             "hvd_checkpoint_load: the optimizer has 6 parameters but n is 5");
+
+  /* the state is ignored with opt NULL; step may be NULL */
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(good, x.p, NP, NULL, NULL),
+         "load with opt NULL and step NULL");
+  int same = 1;
+  for (int i = 0; i < NP; i++)
+    same &= memcmp(x.p[i].value.data, m.p[i].value.data,
+                   (size_t)hvd_tensor_numel(&m.p[i].value) * 4) == 0;
+  ok(same, "... the values are the saved ones");
+  ok(hvd_optimizer_steps(opt) == 0 && hvd_optimizer_lr(opt) == 0.5,
+     "... the optimizer is untouched");
+  model_fill(&x, 2);
+  int64_t step = -1;
+  is_int(HVD_SUCCESS,
+         hvd_checkpoint_load(at("bare.ckpt"), x.p, NP, NULL, &step),
+         "load a file without state, opt NULL");
+  is_int(9, step, "... step 9");
+
+  /* saves that fail */
+  pid_t pid0 = (pid_t)root_ll(getpid());
+  snprintf(path, sizeof path, "%s/no/such/dir.ckpt", dir);
+  snprintf(tail, sizeof tail,
+           "hvd_checkpoint_save: '%s': cannot create '%s.tmp.%ld': No such "
+           "file or directory",
+           path, path, (long)pid0);
+  is_int(HVD_ERR_IO, hvd_checkpoint_save(path, m.p, NP, NULL, 1),
+         "save into a missing directory");
+  is_string(tail, hvd_last_error(), "... the message");
+  if (rank == 0)
+    mkdir(at("adir"), 0755);
+  snprintf(tail, sizeof tail,
+           "hvd_checkpoint_save: '%s': cannot rename '%s.tmp.%ld' over it: "
+           "Is a directory",
+           at("adir"), at("adir"), (long)pid0);
+  is_int(HVD_ERR_IO, hvd_checkpoint_save(at("adir"), m.p, NP, opt, 1),
+         "save over a directory");
+  is_string(tail, hvd_last_error(), "... the message");
+  is_int(0, root_ll(temp_files()), "... no temporary file is left");
+  int last = tap_size() - 1;
+  hvd_param_t keep = m.p[1];
+  if (rank == last)
+    m.p[1].name = NULL;
+  char want[128] = "hvd_checkpoint_save: parameter 1 has no name";
+  if (last != 0) /* the message of a rank other than 0 says which */
+    snprintf(want, sizeof want,
+             "hvd_checkpoint_save: parameter 1 has no name (on rank %d)", last);
+  is_int(HVD_ERR_INVALID_ARG,
+         hvd_checkpoint_save(at("args.ckpt"), m.p, NP, NULL, 1),
+         "a bad argument on the last rank only");
+  is_string(want, hvd_last_error(), "... fails on every rank with its message");
+  m.p[1] = keep;
+  ok(root_ll(access(at("args.ckpt"), F_OK) == 0) == 0,
+     "... and writes nothing");
+  is_int(HVD_ERR_INVALID_ARG, hvd_checkpoint_save("", m.p, NP, NULL, 1),
+         "save to an empty path");
+  is_string("hvd_checkpoint_save: path is NULL or empty", hvd_last_error(),
+            "... the message");
+
+  /* a stray temporary file of a crashed save breaks nothing */
+  snprintf(path, sizeof path, "%s.tmp.%ld", good, (long)pid0);
+  if (rank == 0)
+    spew(path, "junk", 4);
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(good, m.p, NP, NULL, 4),
+         "save next to a stray temporary file (even our own pid's)");
+  model_fill(&x, 2);
+  step = 0;
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(good, x.p, NP, NULL, &step),
+         "... loads");
+  is_int(4, step, "... the new one");
+  is_int(0, root_ll(temp_files()), "... no temporary file is left");
+
+  if (rank == 0)
+    free(img);
+  hvd_optimizer_destroy(opt);
+  model_free(&m);
+  model_free(&x);
+}
+
+/* ---- save and resume ----------------------------------------------------- */
+
+static void resume(void) {
+  model_t a, b;
+  model_init(&a, 3);
+  model_init(&b, 3);
+  hvd_optimizer_t *oa = adamw(&a, 0.01, 1), *ob = adamw(&b, 0.01, 1);
+  ok(train(&a, oa, 10), "uninterrupted: 10 steps");
+  ok(train(&b, ob, 5), "interrupted: 5 steps");
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(at("r5.ckpt"), b.p, NP, ob, 5),
+         "save after 5");
+  hvd_optimizer_destroy(ob);
+  model_fill(&b, 8); /* other values */
+  ob = adamw(&b, 0.25, 1);
+  int64_t step = 0;
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(at("r5.ckpt"), b.p, NP, ob, &step),
+         "load into a new optimizer");
+  is_int(5, step, "... step 5");
+  is_int(5, hvd_optimizer_steps(ob), "... 5 optimizer steps");
+  ok(hvd_optimizer_lr(ob) == 0.01, "... lr 0.01 (not the new optimizer's)");
+  ok(train(&b, ob, 5), "5 more steps");
+  int same = 1;
+  for (int i = 0; i < NP; i++)
+    same &= memcmp(a.p[i].value.data, b.p[i].value.data,
+                   (size_t)hvd_tensor_numel(&a.p[i].value) * 4) == 0;
+  ok(same, "the values are bit-identical to the uninterrupted run's");
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(at("a10.ckpt"), a.p, NP, oa, 10),
+         "save both after 10");
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(at("b10.ckpt"), b.p, NP, ob, 10),
+         "...");
+  size_t na = 0, nb = 0;
+  unsigned char *fa = rank == 0 ? slurp(at("a10.ckpt"), &na) : NULL;
+  unsigned char *fb = rank == 0 ? slurp(at("b10.ckpt"), &nb) : NULL;
+  ok(root_ll(na > 0 && na == nb && memcmp(fa, fb, na) == 0),
+     "the two checkpoints are byte-identical (state, lr, steps too)");
+  free(fa);
+  free(fb);
+  hvd_optimizer_destroy(oa);
+  hvd_optimizer_destroy(ob);
+  model_free(&a);
+  model_free(&b);
+}
+
+/* ---- modes for the shell tests ------------------------------------------- */
+
+static int mode_save(const char *path, int k) {
+  model_t m;
+  model_init(&m, 5);
+  hvd_optimizer_t *opt = adamw(&m, 0.02, 0);
+  ok(train(&m, opt, k), "%d local AdamW steps", k);
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(path, m.p, NP, opt, k),
+         "save at np %d", tap_size());
+  if (hvd_last_error()[0])
+    diag("%s", hvd_last_error());
+  hvd_optimizer_destroy(opt);
+  model_free(&m);
+  return 0;
+}
+
+static int mode_load(const char *path, int k) {
+  model_t ref, m;
+  model_init(&ref, 5);
+  hvd_optimizer_t *oref = adamw(&ref, 0.02, 0);
+  ok(train(&ref, oref, k), "the reference: %d local AdamW steps", k);
+  snap_t want = snapshot(ref.p, NP, oref, k);
+  model_init(&m, 6);
+  hvd_optimizer_t *opt = adamw(&m, 0.7, 1);
+  int64_t step = -1;
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(path, m.p, NP, opt, &step),
+         "load at np %d", tap_size());
+  if (hvd_last_error()[0])
+    diag("%s", hvd_last_error());
+  snap_t got = snapshot(m.p, NP, opt, step);
+  is_int(k, step, "step %d", k);
+  ok(snap_same(&want, &got),
+     "values, state, lr, steps and step are the reference's bits");
+  free(want.b);
+  free(got.b);
+  hvd_optimizer_destroy(oref);
+  hvd_optimizer_destroy(opt);
+  model_free(&ref);
+  model_free(&m);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  tap_mpi_init(&argc, &argv);
+  rank = tap_rank();
+  if (argc == 4) {
+    is_int(HVD_SUCCESS, hvd_init(), "hvd_init");
+    if (strcmp(argv[1], "save") == 0)
+      mode_save(argv[2], atoi(argv[3]));
+    else
+      mode_load(argv[2], atoi(argv[3]));
+    hvd_shutdown();
+    return tap_mpi_finish();
+  }
+
+  model_t m;
+  model_init(&m, 0);
+  int64_t step = 0;
+  is_int(HVD_ERR_NOT_INITIALIZED,
+         hvd_checkpoint_save("x.ckpt", m.p, NP, NULL, 0), "save before init");
+  is_string("hvd_checkpoint_save: hvd_init() has not been called",
+            hvd_last_error(), "... the message");
+  is_int(HVD_ERR_NOT_INITIALIZED,
+         hvd_checkpoint_load("x.ckpt", m.p, NP, NULL, &step),
+         "load before init");
+  is_string("hvd_checkpoint_load: hvd_init() has not been called",
+            hvd_last_error(), "... the message");
+  model_free(&m);
+
+  is_int(HVD_SUCCESS, hvd_init(), "hvd_init");
+  if (rank == 0) {
+    snprintf(dir, sizeof dir, "%s/ckpt.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (mkdtemp(dir) == NULL)
+      bail("mkdtemp %s: %s", dir, strerror(errno));
+  }
+  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  resume();
+  failures();
+  if (rank == 0) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+      diag("could not remove %s", dir);
+  }
+  is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+  return tap_mpi_finish();
+}

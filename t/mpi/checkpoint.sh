@@ -1,0 +1,47 @@
+#!/bin/sh
+# checkpoint.sh - a checkpoint saved at one world size loads at any other.
+# t/mpi/checkpoint (which see) saves 3 AdamW steps at np 2, then loads the
+# file at np 1, 2 and 3 behind a distributed optimizer; every rank of each
+# load checks the bits of the values, the optimizer state, lr, the step
+# count and the step against its own 3 local steps.
+# Each run is bounded by HVD_TEST_TIMEOUT=60 (the wrapper's timeout).
+
+: "${HVD_TOP_BUILDDIR:?run me from make check}"
+: "${HVD_MPIRUN_TEST:?run me from make check}"
+prog=$HVD_TOP_BUILDDIR/t/mpi/checkpoint
+HVD_TEST_TIMEOUT=60
+export HVD_TEST_TIMEOUT
+
+if [ ! -x "$prog" ]; then
+  echo "1..0 # SKIP no $prog (run make check)"
+  exit 0
+fi
+
+tmp=`mktemp -d "${TMPDIR:-/tmp}/checkpoint.XXXXXX"` || exit 99
+trap 'rm -rf "$tmp"' 0
+
+n=0
+failed=0
+# run DESCRIPTION NP ARGS...: a TAP line, ok if the program exits 0; its
+# output as TAP comments otherwise.
+run() {
+  what=$1
+  np=$2
+  shift 2
+  n=$((n + 1))
+  if "$HVD_MPIRUN_TEST" --np "$np" "$prog" "$@" >"$tmp/out" 2>&1; then
+    echo "ok $n - $what"
+  else
+    echo "not ok $n - $what"
+    sed 's/^/#   /' "$tmp/out"
+    failed=1
+  fi
+}
+
+echo "1..4"
+run "save at np 2" 2 save "$tmp/model.ckpt" 3
+for np in 1 2 3; do
+  run "load at np $np: every rank has the saved bits" $np \
+    load "$tmp/model.ckpt" 3
+done
+exit $failed

@@ -1,0 +1,88 @@
+#!/bin/sh
+# checkpoint_crash.sh - a save that dies between writing its temporary
+# file and renaming it over the checkpoint leaves the previous checkpoint
+# intact. With t/mpi/checkpoint (which see), at np 2:
+#
+#  1. save 3 steps to model.ckpt;
+#  2. save 4 steps to it with the shim t/mpi/crash_rename.so preloaded and
+#     HVD_TEST_CRASH_RENAME=model.ckpt: rank 0 is killed (SIGKILL) at the
+#     rename, the job fails, and model.ckpt.tmp.<pid> remains;
+#  3. loading model.ckpt gives the 3-step bits (np 1 and 2);
+#  4. with that stray temporary file still there, a normal save of 4 steps
+#     works and loads back as the 4-step bits, and the stray file is left
+#     alone (hvd never removes another process's temporary files).
+# Each run is bounded by HVD_TEST_TIMEOUT=60 (the wrapper's timeout).
+
+: "${HVD_TOP_BUILDDIR:?run me from make check}"
+: "${HVD_MPIRUN_TEST:?run me from make check}"
+prog=$HVD_TOP_BUILDDIR/t/mpi/checkpoint
+shim=$HVD_TOP_BUILDDIR/t/mpi/.libs/crash_rename.so
+HVD_TEST_TIMEOUT=60
+export HVD_TEST_TIMEOUT
+unset HVD_TEST_CRASH_RENAME
+
+if [ ! -x "$prog" ]; then
+  echo "1..0 # SKIP no $prog (run make check)"
+  exit 0
+fi
+if [ ! -f "$shim" ]; then
+  echo "1..0 # SKIP no shared $shim (configured without shared libraries?)"
+  exit 0
+fi
+
+tmp=`mktemp -d "${TMPDIR:-/tmp}/checkpoint_crash.XXXXXX"` || exit 99
+trap 'rm -rf "$tmp"' 0
+ckpt=$tmp/model.ckpt
+
+n=0
+failed=0
+# check STATUS DESCRIPTION: a TAP line, ok if STATUS is 0.
+check() {
+  n=$((n + 1))
+  if [ "$1" = 0 ]; then
+    echo "ok $n - $2"
+  else
+    echo "not ok $n - $2"
+    failed=1
+  fi
+}
+# run DESCRIPTION NP ARGS...: ok if the program exits 0, else its output.
+run() {
+  what=$1
+  np=$2
+  shift 2
+  "$HVD_MPIRUN_TEST" --np "$np" "$prog" "$@" >"$tmp/out" 2>&1
+  rc=$?
+  check $rc "$what"
+  [ $rc = 0 ] || sed 's/^/#   /' "$tmp/out"
+}
+
+echo "1..10"
+run "save 3 steps" 2 save "$ckpt" 3
+before=`cksum <"$ckpt"`
+
+# The preloaded shim reaches the ranks only (-x), not mpiexec. ASan, when
+# built in, must tolerate a library preloaded ahead of it.
+ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
+export ASAN_OPTIONS
+HVD_TEST_MPIEXEC_ARGS="$HVD_TEST_MPIEXEC_ARGS -x LD_PRELOAD=$shim -x HVD_TEST_CRASH_RENAME=$ckpt" \
+  "$HVD_MPIRUN_TEST" --np 2 "$prog" save "$ckpt" 4 >"$tmp/crash" 2>&1
+rc=$?
+[ $rc != 0 ] && [ $rc != 124 ]
+check $? "save 4 steps, killed at the rename: the job fails (status $rc)"
+[ $rc != 0 ] && [ $rc != 124 ] || sed 's/^/#   /' "$tmp/crash"
+! grep -q "save at np" "$tmp/crash"
+check $? "... before the save returned"
+ls "$ckpt".tmp.* >/dev/null 2>&1
+check $? "... leaving its temporary file"
+[ "`cksum <"$ckpt"`" = "$before" ]
+check $? "... and the checkpoint untouched"
+
+run "load at np 2: the 3-step bits" 2 load "$ckpt" 3
+run "load at np 1: the 3-step bits" 1 load "$ckpt" 3
+run "a normal save of 4 steps next to the stray temporary file" 2 \
+  save "$ckpt" 4
+run "loads as the 4-step bits" 2 load "$ckpt" 4
+ls "$ckpt".tmp.* >/dev/null 2>&1
+check $? "the stray temporary file is left alone"
+exit $failed
