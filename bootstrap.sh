@@ -13,7 +13,7 @@
 # installs nothing that is present and rebuilds only what changed.
 set -euo pipefail
 
-PACKAGES="build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev"
+PACKAGES="build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev libopenblas-dev"
 NP=2
 
 usage() {

@@ -142,6 +142,17 @@ int hvd_cuda_built(void);  /* CUDA runtime version code (e.g. 13000), or 0 */
 int hvd_nccl_built(void);  /* NCCL version code (e.g. 22703), or 0 */
 const char *hvd_version(void); /* "0.1.0" */
 
+/* ---- Settings (valid at any time) -------------------------------------- *
+ * The HVD_* environment variables that hvd_init() reads, as hvd-info lists
+ * them. hvd_setting_info sets each non-NULL out-parameter to a static
+ * string owned by hvd: the variable's name, its default ("(unset)" when
+ * it has none) and a one-line meaning. i runs from 0 to
+ * hvd_setting_count() - 1; another i is HVD_ERR_INVALID_ARG. */
+int hvd_setting_count(void);
+hvd_result_t hvd_setting_info(int i, const char **name,
+                              const char **default_value,
+                              const char **meaning);
+
 /* ---- Errors ------------------------------------------------------------ */
 
 /* A fixed string for rc; "unknown result" for a value out of range. */

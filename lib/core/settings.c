@@ -58,6 +58,26 @@ static const hvd__setting_info_t table[] = {
 
 const hvd__setting_info_t *hvd__settings_table(void) { return table; }
 
+int hvd_setting_count(void) {
+  return (int)(sizeof table / sizeof table[0]) - 1; /* less the NULL row */
+}
+
+hvd_result_t hvd_setting_info(int i, const char **name,
+                              const char **default_value,
+                              const char **meaning) {
+  if (i < 0 || i >= hvd_setting_count())
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_setting_info: index %d is out of range 0..%d",
+                          i, hvd_setting_count() - 1);
+  if (name != NULL)
+    *name = table[i].name;
+  if (default_value != NULL)
+    *default_value = table[i].default_value;
+  if (meaning != NULL)
+    *meaning = table[i].meaning;
+  return HVD_SUCCESS;
+}
+
 static hvd_result_t parse_path(const char *name, char *out, size_t n) {
   const char *v = getenv(name);
   if (v == NULL || *v == '\0')

@@ -1,0 +1,25 @@
+## bin/tools.mk - the user tools: hvdrun, the launcher (a script made by
+## configure from bin/hvdrun.in), and hvd-info, which prints the build's
+## backends and the effective HVD_* settings. Included by Makefile.am.
+##
+##   hvdrun -np 4 ./train          hvdrun --dry-run -np 4 ./train
+##   hvd-info [--build] [--json]
+
+## (Makefile.am defines neither variable; the first definition is here.)
+bin_SCRIPTS = bin/hvdrun
+dist_man1_MANS = doc/hvdrun.1 doc/hvd-info.1
+
+bin_PROGRAMS += bin/hvd-info
+bin_hvd_info_SOURCES = bin/hvd-info.c
+bin_hvd_info_CPPFLAGS = $(HVD_PROG_CPPFLAGS) $(CUDA_CPPFLAGS)
+bin_hvd_info_LDFLAGS = $(AM_LDFLAGS) $(CUDA_LDFLAGS)
+bin_hvd_info_LDADD = $(HVD_PROG_LDADD)
+if HAVE_CUDA
+## cudaGetDeviceCount, for the GPUs visible.
+bin_hvd_info_LDADD += -lcudart
+endif
+
+## Tests: hvdrun's command lines, bad arguments and a real run; hvd-info's
+## text, JSON and --build output.
+dist_check_SCRIPTS += t/mpi/hvdrun.sh t/mpi/hvdinfo.sh
+TESTS += t/mpi/hvdrun.sh t/mpi/hvdinfo.sh

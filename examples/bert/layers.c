@@ -1,0 +1,291 @@
+/*
+ * layers.c - the CPU kernels of the BERT example: CBLAS sgemm for every
+ * matrix product, plain loops for the rest. See layers.h.
+ */
+#include <config.h>
+
+#include "layers.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+void openblas_set_num_threads(int num_threads);
+#endif
+
+void bert_linear_fwd(const float *x, const float *W, const float *b, float *y,
+                     int n, int in, int out) {
+  if (b != NULL)
+    for (int i = 0; i < n; i++)
+      memcpy(y + (int64_t)i * out, b, sizeof(float) * out);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in,
+              W, in, b != NULL ? 1.0f : 0.0f, y, out);
+}
+
+void bert_linear_bwd(const float *x, const float *W, const float *dy, float *dx,
+                     float dx_beta, float *dW, float *db, int n, int in,
+                     int out) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy,
+              out, x, in, 1.0f, dW, in);
+  if (db != NULL)
+    for (int i = 0; i < n; i++) {
+      const float *r = dy + (int64_t)i * out;
+      for (int j = 0; j < out; j++)
+        db[j] += r[j];
+    }
+  if (dx != NULL)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy,
+                out, W, in, dx_beta, dx, in);
+}
+
+void bert_layernorm_fwd(const float *x, const float *g, const float *b,
+                        float eps, float *y, float *mean, float *rstd, int n,
+                        int h) {
+  for (int i = 0; i < n; i++) {
+    const float *xr = x + (int64_t)i * h;
+    float *yr = y + (int64_t)i * h;
+    double s = 0, ss = 0;
+    for (int j = 0; j < h; j++)
+      s += xr[j];
+    double mu = s / h;
+    for (int j = 0; j < h; j++) {
+      double d = xr[j] - mu;
+      ss += d * d;
+    }
+    float r = (float)(1.0 / sqrt(ss / h + eps));
+    float m = (float)mu;
+    mean[i] = m;
+    rstd[i] = r;
+    for (int j = 0; j < h; j++)
+      yr[j] = (xr[j] - m) * r * g[j] + b[j];
+  }
+}
+
+void bert_layernorm_bwd(const float *x, const float *mean, const float *rstd,
+                        const float *g, const float *dy, float *dx, float *dg,
+                        float *db, int n, int h) {
+  for (int i = 0; i < n; i++) {
+    const float *xr = x + (int64_t)i * h, *dyr = dy + (int64_t)i * h;
+    float *dxr = dx + (int64_t)i * h;
+    float m = mean[i], r = rstd[i];
+    /* dxhat = dy * g; dx = r * (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) */
+    double s1 = 0, s2 = 0;
+    for (int j = 0; j < h; j++) {
+      float xhat = (xr[j] - m) * r, dxhat = dyr[j] * g[j];
+      dg[j] += dyr[j] * xhat;
+      db[j] += dyr[j];
+      s1 += dxhat;
+      s2 += (double)dxhat * xhat;
+    }
+    float a = (float)(s1 / h), c = (float)(s2 / h);
+    for (int j = 0; j < h; j++) {
+      float xhat = (xr[j] - m) * r;
+      dxr[j] = r * (dyr[j] * g[j] - a - xhat * c);
+    }
+  }
+}
+
+void bert_gelu_fwd(const float *x, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+void bert_gelu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
+  const float inv_sqrt_2pi = 0.3989422804014327f;
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+    float pdf = inv_sqrt_2pi * expf(-0.5f * v * v);
+    dx[i] = dy[i] * (cdf + v * pdf);
+  }
+}
+
+/* Row-wise softmax of p[rows, cols] in place. */
+static void softmax_rows(float *p, int rows, int cols) {
+  for (int i = 0; i < rows; i++) {
+    float *r = p + (int64_t)i * cols;
+    float mx = r[0];
+    for (int j = 1; j < cols; j++)
+      mx = r[j] > mx ? r[j] : mx;
+    float s = 0;
+    for (int j = 0; j < cols; j++) {
+      r[j] = expf(r[j] - mx);
+      s += r[j];
+    }
+    float inv = 1.0f / s;
+    for (int j = 0; j < cols; j++)
+      r[j] *= inv;
+  }
+}
+
+void bert_attention_fwd(const float *q, const float *k, const float *v,
+                        const int32_t *lengths, float *probs, float *ctx, int B,
+                        int S, int A, int dh) {
+  const int H = A * dh;
+  const float scale = 1.0f / sqrtf((float)dh);
+  for (int b = 0; b < B; b++) {
+    int len = lengths != NULL ? lengths[b] : S;
+    for (int h = 0; h < A; h++) {
+      int64_t off = (int64_t)b * S * H + (int64_t)h * dh;
+      float *p = probs + ((int64_t)b * A + h) * S * S;
+      /* scores = scale * Q K^T, padded keys masked, softmax per query */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, dh, scale,
+                  q + off, H, k + off, H, 0.0f, p, S);
+      if (len < S)
+        for (int i = 0; i < S; i++)
+          for (int j = len; j < S; j++)
+            p[(int64_t)i * S + j] = BERT_MASK_VALUE;
+      softmax_rows(p, S, S);
+      /* ctx = P V */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, dh, S, 1.0f, p,
+                  S, v + off, H, 0.0f, ctx + off, H);
+    }
+  }
+}
+
+void bert_attention_bwd(const float *q, const float *k, const float *v,
+                        const float *probs, const float *dctx, float *dq,
+                        float *dk, float *dv, float *scratch, int B, int S,
+                        int A, int dh) {
+  const int H = A * dh;
+  const float scale = 1.0f / sqrtf((float)dh);
+  float *dp = scratch;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < A; h++) {
+      int64_t off = (int64_t)b * S * H + (int64_t)h * dh;
+      const float *p = probs + ((int64_t)b * A + h) * S * S;
+      /* dP = dC V^T; dV = P^T dC */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, dh, 1.0f,
+                  dctx + off, H, v + off, H, 0.0f, dp, S);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, dh, S, 1.0f, p, S,
+                  dctx + off, H, 0.0f, dv + off, H);
+      /* softmax backward: dS = P * (dP - rowsum(P * dP)); masked keys
+       * have P = 0, so they get no gradient */
+      for (int i = 0; i < S; i++) {
+        const float *pr = p + (int64_t)i * S;
+        float *dr = dp + (int64_t)i * S;
+        float dot = 0;
+        for (int j = 0; j < S; j++)
+          dot += pr[j] * dr[j];
+        for (int j = 0; j < S; j++)
+          dr[j] = pr[j] * (dr[j] - dot);
+      }
+      /* dQ = scale dS K; dK = scale dS^T Q */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, dh, S, scale,
+                  dp, S, k + off, H, 0.0f, dq + off, H);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, dh, S, scale, dp,
+                  S, q + off, H, 0.0f, dk + off, H);
+    }
+}
+
+void bert_embedding_fwd(const int32_t *ids, const int32_t *types,
+                        const float *word, const float *pos, const float *type,
+                        float *out, int B, int S, int H) {
+  for (int b = 0; b < B; b++)
+    for (int s = 0; s < S; s++) {
+      int64_t t = (int64_t)b * S + s;
+      const float *w = word + (int64_t)ids[t] * H;
+      const float *ps = pos + (int64_t)s * H;
+      const float *ty = type + (int64_t)(types != NULL ? types[t] : 0) * H;
+      float *o = out + t * H;
+      for (int j = 0; j < H; j++)
+        o[j] = w[j] + ps[j] + ty[j];
+    }
+}
+
+void bert_embedding_bwd(const int32_t *ids, const int32_t *types,
+                        const float *dout, float *dword, float *dpos,
+                        float *dtype, int B, int S, int H) {
+  for (int b = 0; b < B; b++)
+    for (int s = 0; s < S; s++) {
+      int64_t t = (int64_t)b * S + s;
+      const float *d = dout + t * H;
+      float *w = dword != NULL ? dword + (int64_t)ids[t] * H : NULL;
+      float *ps = dpos != NULL ? dpos + (int64_t)s * H : NULL;
+      float *ty = dtype != NULL
+                      ? dtype + (int64_t)(types != NULL ? types[t] : 0) * H
+                      : NULL;
+      for (int j = 0; j < H; j++) {
+        if (w != NULL)
+          w[j] += d[j];
+        if (ps != NULL)
+          ps[j] += d[j];
+        if (ty != NULL)
+          ty[j] += d[j];
+      }
+    }
+}
+
+double bert_xent_fwd(float *logits, const int32_t *targets, int m, int V,
+                     int64_t *correct) {
+  double loss = 0;
+  int64_t right = 0;
+  for (int i = 0; i < m; i++) {
+    float *r = logits + (int64_t)i * V;
+    int arg = 0;
+    for (int j = 1; j < V; j++)
+      if (r[j] > r[arg])
+        arg = j;
+    float mx = r[arg];
+    double s = 0;
+    for (int j = 0; j < V; j++)
+      s += exp((double)r[j] - mx);
+    /* -log p(t) = log sum exp(r - mx) - (r[t] - mx) */
+    loss += log(s) - ((double)r[targets[i]] - mx);
+    right += arg == targets[i];
+    float inv = (float)(1.0 / s);
+    for (int j = 0; j < V; j++)
+      r[j] = expf(r[j] - mx) * inv;
+  }
+  if (correct != NULL)
+    *correct = right;
+  return loss;
+}
+
+void bert_xent_bwd(float *probs, const int32_t *targets, int m, int V,
+                   float scale) {
+  for (int i = 0; i < m; i++) {
+    float *r = probs + (int64_t)i * V;
+    r[targets[i]] -= 1.0f;
+    for (int j = 0; j < V; j++)
+      r[j] *= scale;
+  }
+}
+
+void bert_add(const float *a, const float *b, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    y[i] = a[i] + b[i];
+}
+
+void bert_copy(const float *src, float *dst, int64_t n) {
+  memcpy(dst, src, sizeof(float) * (size_t)n);
+}
+
+void bert_zero(float *x, int64_t n) { memset(x, 0, sizeof(float) * (size_t)n); }
+
+void bert_gather_rows(const float *src, const int32_t *rows, int m, int h,
+                      float *dst) {
+  for (int i = 0; i < m; i++)
+    memcpy(dst + (int64_t)i * h, src + (int64_t)rows[i] * h, sizeof(float) * h);
+}
+
+void bert_scatter_add_rows(const float *src, const int32_t *rows, int m, int h,
+                           float *dst) {
+  for (int i = 0; i < m; i++) {
+    float *d = dst + (int64_t)rows[i] * h;
+    const float *s = src + (int64_t)i * h;
+    for (int j = 0; j < h; j++)
+      d[j] += s[j];
+  }
+}
+
+int bert_blas_set_threads(int n) {
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+  openblas_set_num_threads(n < 1 ? 1 : n);
+  return 0;
+#else
+  (void)n;
+  return -1;
+#endif
+}

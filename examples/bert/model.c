@@ -1,0 +1,750 @@
+/*
+ * model.c - the BERT masked-language model: parameters, activations and
+ * the order of the kernels (layers.h) in the forward and backward passes.
+ *
+ * Shapes: N = B*S tokens, H hidden, F intermediate, V vocabulary, M the
+ * masked positions of the batch (the head runs on those rows only: the
+ * other rows have no loss, so their logits would be thrown away).
+ */
+#include "model.h"
+
+#include "layers.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parameter indices. */
+enum {
+  P_WORD,
+  P_POS,
+  P_TYPE,
+  P_EMB_LN_W,
+  P_EMB_LN_B,
+  P_FIRST_LAYER /* then PER_LAYER per layer, then the head */
+};
+enum {
+  L_Q_W,
+  L_Q_B,
+  L_K_W,
+  L_K_B,
+  L_V_W,
+  L_V_B,
+  L_AO_W,
+  L_AO_B,
+  L_ALN_W,
+  L_ALN_B,
+  L_I_W,
+  L_I_B,
+  L_O_W,
+  L_O_B,
+  L_OLN_W,
+  L_OLN_B,
+  PER_LAYER
+};
+enum { H_T_W, H_T_B, H_TLN_W, H_TLN_B, H_DEC_B, PER_HEAD };
+
+#define NAME_MAX_LEN 64
+#define LABEL_IGNORE (-100)
+
+/* What the forward pass keeps for the backward pass, per layer. */
+typedef struct layer_act {
+  float *q, *k, *v;           /* [N,H] */
+  float *probs;               /* [B,A,S,S] */
+  float *ctx;                 /* [N,H] attention output before its dense */
+  float *h1_pre;              /* [N,H] x + attention */
+  float *ln1_mean, *ln1_rstd; /* [N] */
+  float *h1;                  /* [N,H] */
+  float *inter_pre;           /* [N,F] */
+  float *inter;               /* [N,F] GELU */
+  float *h2_pre;              /* [N,H] h1 + FFN */
+  float *ln2_mean, *ln2_rstd;
+} layer_act_t;
+
+struct bert_model {
+  bert_config_t c;
+  int n; /* parameters */
+  hvd_param_t *params;
+  char (*names)[NAME_MAX_LEN];
+  float *values, *grads; /* all parameters, contiguous in param order */
+  int64_t nweights;
+
+  /* activations (one allocation, `arena`) */
+  float *arena;
+  float *emb_pre, *emb_mean, *emb_rstd; /* embeddings before LayerNorm */
+  float **hs; /* hs[l]: input of layer l; hs[L] output */
+  layer_act_t *acts;
+  float *hm, *t_pre, *t_act, *t_mean, *t_rstd, *t; /* head, [M,...] */
+  float *g_x, *g_tmp, *g_h1, *g_ctx, *g_q, *g_k, *g_v, *g_inter, *scratch;
+  float *logits;      /* [M,V], grown on demand */
+  int64_t logits_cap; /* rows */
+
+  /* the batch of the last forward */
+  int32_t *ids, *types, *lengths, *rows, *targets;
+  int has_types, has_lengths;
+  int B, S, M;
+  int ready_for_backward;
+};
+
+/* ---- Config ------------------------------------------------------------ */
+
+hvd_result_t bert_config_preset(bert_config_t *c, const char *name) {
+  if (c == NULL || name == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG, "bert_config_preset: NULL");
+  bert_config_t d = {.vocab_size = 512,
+                     .max_position = 512,
+                     .type_vocab_size = 2,
+                     .seq_len = 128,
+                     .batch = 8,
+                     .ln_eps = 1e-12f,
+                     .init_std = 0.02f,
+                     .seed = 42,
+                     .threads = 1};
+  if (strcmp(name, "tiny") == 0) {
+    d.layers = 2, d.hidden = 64, d.heads = 2, d.ffn = 256;
+    d.max_position = 128, d.seq_len = 32;
+  } else if (strcmp(name, "mini") == 0) {
+    d.layers = 4, d.hidden = 256, d.heads = 4, d.ffn = 1024;
+    d.vocab_size = 8192;
+  } else if (strcmp(name, "base") == 0) {
+    d.layers = 12, d.hidden = 768, d.heads = 12, d.ffn = 3072;
+    d.vocab_size = 30522;
+  } else {
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "unknown model preset '%s' (tiny, mini or base)", name);
+  }
+  *c = d;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t bert_config_set(bert_config_t *c, const char *key,
+                             const char *value) {
+  static const struct {
+    const char *key;
+    size_t off;
+    char kind; /* i int, f float, u uint64 */
+  } fields[] = {
+#define F(name, kind) {#name, offsetof(bert_config_t, name), kind}
+      F(vocab_size, 'i'), F(max_position, 'i'), F(type_vocab_size, 'i'),
+      F(layers, 'i'),     F(hidden, 'i'),       F(heads, 'i'),
+      F(ffn, 'i'),        F(seq_len, 'i'),      F(batch, 'i'),
+      F(ln_eps, 'f'),     F(init_std, 'f'),     F(seed, 'u'),
+      F(threads, 'i'),
+#undef F
+  };
+  if (c == NULL || key == NULL || value == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG, "bert_config_set: NULL");
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    if (strcmp(key, fields[i].key) != 0)
+      continue;
+    char *end;
+    errno = 0;
+    char *p = (char *)c + fields[i].off;
+    if (fields[i].kind == 'i') {
+      long v = strtol(value, &end, 10);
+      if (errno == 0 && end != value && *end == '\0' && v >= INT_MIN &&
+          v <= INT_MAX) {
+        int iv = (int)v;
+        memcpy(p, &iv, sizeof iv);
+        return HVD_SUCCESS;
+      }
+    } else if (fields[i].kind == 'f') {
+      float v = strtof(value, &end);
+      if (errno == 0 && end != value && *end == '\0') {
+        memcpy(p, &v, sizeof v);
+        return HVD_SUCCESS;
+      }
+    } else {
+      unsigned long long v = strtoull(value, &end, 0);
+      if (errno == 0 && end != value && *end == '\0' && value[0] != '-') {
+        uint64_t u = v;
+        memcpy(p, &u, sizeof u);
+        return HVD_SUCCESS;
+      }
+    }
+    return bert__error(HVD_ERR_INVALID_ARG, "model option %s: '%s' is not %s",
+                       key, value,
+                       fields[i].kind == 'f' ? "a number" : "an integer");
+  }
+  return bert__error(HVD_ERR_INVALID_ARG,
+                     "unknown model option '%s' (vocab_size, max_position, "
+                     "type_vocab_size, layers, hidden, heads, ffn, seq_len, "
+                     "batch, ln_eps, init_std, seed, threads)",
+                     key);
+}
+
+hvd_result_t bert_config_check(const bert_config_t *c) {
+  if (c == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG, "model config: NULL");
+  const struct {
+    const char *name;
+    int v;
+  } pos[] = {{"vocab_size", c->vocab_size},
+             {"max_position", c->max_position},
+             {"type_vocab_size", c->type_vocab_size},
+             {"layers", c->layers},
+             {"hidden", c->hidden},
+             {"heads", c->heads},
+             {"ffn", c->ffn},
+             {"seq_len", c->seq_len},
+             {"batch", c->batch}};
+  for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+    if (pos[i].v < 1)
+      return bert__error(HVD_ERR_INVALID_ARG,
+                         "model config: %s must be at least 1, not %d",
+                         pos[i].name, pos[i].v);
+  if (c->hidden % c->heads != 0)
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "model config: hidden (%d) must be a multiple of heads "
+                       "(%d)",
+                       c->hidden, c->heads);
+  if (c->seq_len > c->max_position)
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "model config: seq_len (%d) exceeds max_position (%d)",
+                       c->seq_len, c->max_position);
+  if (!(c->ln_eps > 0) || !(c->init_std >= 0) || c->threads < 0)
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "model config: ln_eps must be > 0, init_std >= 0, "
+                       "threads >= 0");
+  /* every buffer is indexed with int64 products, but the BLAS takes int */
+  if ((int64_t)c->batch * c->seq_len * c->ffn > INT_MAX ||
+      (int64_t)c->batch * c->seq_len * c->vocab_size > INT_MAX ||
+      (int64_t)c->vocab_size * c->hidden > INT_MAX)
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "model config: batch x seq_len x ffn (or x vocab) is "
+                       "too large");
+  return HVD_SUCCESS;
+}
+
+void bert_config_describe(const bert_config_t *c, char *buf, size_t len) {
+  if (buf == NULL || len == 0)
+    return;
+  snprintf(buf, len, "L=%d H=%d A=%d F=%d V=%d P=%d S=%d B=%d", c->layers,
+           c->hidden, c->heads, c->ffn, c->vocab_size, c->max_position,
+           c->seq_len, c->batch);
+}
+
+hvd_result_t bert_set_threads(int n) {
+  if (n < 1)
+    return bert__error(HVD_ERR_INVALID_ARG, "BLAS threads must be >= 1, not %d",
+                       n);
+  if (bert_blas_set_threads(n) != 0)
+    return bert__error(HVD_ERR_UNSUPPORTED,
+                       "this BLAS cannot set its threads at run time; set "
+                       "OPENBLAS_NUM_THREADS=%d before starting the program",
+                       n);
+  return HVD_SUCCESS;
+}
+
+/* ---- Parameters -------------------------------------------------------- */
+
+static int layer_param(int l, int k) {
+  return P_FIRST_LAYER + l * PER_LAYER + k;
+}
+static int head_param(const bert_config_t *c, int k) {
+  return P_FIRST_LAYER + c->layers * PER_LAYER + k;
+}
+
+/* Elements of a parameter (libbert needs hvd.h's types, not libhvd). */
+static int64_t numel(const hvd_tensor_t *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++)
+    n *= t->shape[d];
+  return n;
+}
+
+static float *val(bert_model_t *m, int i) { return m->params[i].value.data; }
+static float *grad(bert_model_t *m, int i) { return m->params[i].grad.data; }
+
+/* Names and shapes, in parameter order. */
+static void describe_params(bert_model_t *m) {
+  const bert_config_t *c = &m->c;
+  const int H = c->hidden, F = c->ffn;
+  int i = 0;
+#define ADD(d0, d1, ...)                                                       \
+  do {                                                                         \
+    snprintf(m->names[i], NAME_MAX_LEN, __VA_ARGS__);                          \
+    m->params[i].name = m->names[i];                                           \
+    m->params[i].value.ndim = (d1) > 0 ? 2 : 1;                                \
+    m->params[i].value.shape[0] = (d0);                                        \
+    m->params[i].value.shape[1] = (d1);                                        \
+    i++;                                                                       \
+  } while (0)
+  ADD(c->vocab_size, H, "embeddings.word_embeddings.weight");
+  ADD(c->max_position, H, "embeddings.position_embeddings.weight");
+  ADD(c->type_vocab_size, H, "embeddings.token_type_embeddings.weight");
+  ADD(H, 0, "embeddings.LayerNorm.weight");
+  ADD(H, 0, "embeddings.LayerNorm.bias");
+  for (int l = 0; l < c->layers; l++) {
+    static const char *const qkv[] = {"query", "key", "value"};
+    for (int j = 0; j < 3; j++) {
+      ADD(H, H, "encoder.layer.%d.attention.self.%s.weight", l, qkv[j]);
+      ADD(H, 0, "encoder.layer.%d.attention.self.%s.bias", l, qkv[j]);
+    }
+    ADD(H, H, "encoder.layer.%d.attention.output.dense.weight", l);
+    ADD(H, 0, "encoder.layer.%d.attention.output.dense.bias", l);
+    ADD(H, 0, "encoder.layer.%d.attention.output.LayerNorm.weight", l);
+    ADD(H, 0, "encoder.layer.%d.attention.output.LayerNorm.bias", l);
+    ADD(F, H, "encoder.layer.%d.intermediate.dense.weight", l);
+    ADD(F, 0, "encoder.layer.%d.intermediate.dense.bias", l);
+    ADD(H, F, "encoder.layer.%d.output.dense.weight", l);
+    ADD(H, 0, "encoder.layer.%d.output.dense.bias", l);
+    ADD(H, 0, "encoder.layer.%d.output.LayerNorm.weight", l);
+    ADD(H, 0, "encoder.layer.%d.output.LayerNorm.bias", l);
+  }
+  ADD(H, H, "cls.predictions.transform.dense.weight");
+  ADD(H, 0, "cls.predictions.transform.dense.bias");
+  ADD(H, 0, "cls.predictions.transform.LayerNorm.weight");
+  ADD(H, 0, "cls.predictions.transform.LayerNorm.bias");
+  ADD(c->vocab_size, 0, "cls.predictions.bias");
+#undef ADD
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+void bert_model_init(bert_model_t *m, uint64_t seed) {
+  if (m == NULL)
+    return;
+  bert_rng_t rng;
+  bert__rng_seed(&rng, &seed, 1);
+  for (int i = 0; i < m->n; i++) {
+    float *v = val(m, i);
+    int64_t k = numel(&m->params[i].value);
+    const char *name = m->params[i].name;
+    if (ends_with(name, "LayerNorm.weight")) {
+      for (int64_t j = 0; j < k; j++)
+        v[j] = 1.0f;
+    } else if (ends_with(name, "bias")) {
+      bert_zero(v, k);
+    } else {
+      for (int64_t j = 0; j < k; j++)
+        v[j] = (float)(m->c.init_std * bert__rng_normal(&rng));
+    }
+  }
+}
+
+void bert_model_zero_grad(bert_model_t *m) {
+  if (m != NULL)
+    bert_zero(m->grads, m->nweights);
+}
+
+/* ---- Create / destroy ---------------------------------------------------- */
+
+/* Carves the activation buffers out of base (NULL: only counts). Returns
+ * the number of floats. */
+static int64_t layout(bert_model_t *m, float *base) {
+  const bert_config_t *c = &m->c;
+  const int64_t N = (int64_t)c->batch * c->seq_len, H = c->hidden, F = c->ffn,
+                S = c->seq_len;
+  int64_t used = 0;
+#define TAKE(ptr, count)                                                       \
+  do {                                                                         \
+    int64_t n_ = ((int64_t)(count) + 15) & ~(int64_t)15; /* 64 bytes */        \
+    if (base != NULL)                                                          \
+      (ptr) = base + used;                                                     \
+    used += n_;                                                                \
+  } while (0)
+  TAKE(m->emb_pre, N * H);
+  TAKE(m->emb_mean, N);
+  TAKE(m->emb_rstd, N);
+  for (int l = 0; l <= c->layers; l++)
+    TAKE(m->hs[l], N * H);
+  for (int l = 0; l < c->layers; l++) {
+    layer_act_t *a = &m->acts[l];
+    TAKE(a->q, N * H);
+    TAKE(a->k, N * H);
+    TAKE(a->v, N * H);
+    TAKE(a->probs, (int64_t)c->batch * c->heads * S * S);
+    TAKE(a->ctx, N * H);
+    TAKE(a->h1_pre, N * H);
+    TAKE(a->ln1_mean, N);
+    TAKE(a->ln1_rstd, N);
+    TAKE(a->h1, N * H);
+    TAKE(a->inter_pre, N * F);
+    TAKE(a->inter, N * F);
+    TAKE(a->h2_pre, N * H);
+    TAKE(a->ln2_mean, N);
+    TAKE(a->ln2_rstd, N);
+  }
+  TAKE(m->hm, N * H);
+  TAKE(m->t_pre, N * H);
+  TAKE(m->t_act, N * H);
+  TAKE(m->t_mean, N);
+  TAKE(m->t_rstd, N);
+  TAKE(m->t, N * H);
+  TAKE(m->g_x, N * H);
+  TAKE(m->g_tmp, N * H);
+  TAKE(m->g_h1, N * H);
+  TAKE(m->g_ctx, N * H);
+  TAKE(m->g_q, N * H);
+  TAKE(m->g_k, N * H);
+  TAKE(m->g_v, N * H);
+  TAKE(m->g_inter, N * F);
+  TAKE(m->scratch, S * S);
+#undef TAKE
+  return used;
+}
+
+static void *alloc_floats(int64_t n) {
+  size_t bytes = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
+  return aligned_alloc(64, bytes > 0 ? bytes : 64);
+}
+
+hvd_result_t bert_model_create(const bert_config_t *c, bert_model_t **out) {
+  hvd_result_t rc;
+  bert_model_t *m = NULL;
+  if (out == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG, "bert_model_create: out is NULL");
+  *out = NULL;
+  if ((rc = bert_config_check(c)) != HVD_SUCCESS)
+    return rc;
+  m = calloc(1, sizeof *m);
+  if (m == NULL)
+    goto nomem;
+  m->c = *c;
+  m->n = P_FIRST_LAYER + c->layers * PER_LAYER + PER_HEAD;
+  m->params = calloc(m->n, sizeof *m->params);
+  m->names = calloc(m->n, sizeof *m->names);
+  m->hs = calloc(c->layers + 1, sizeof *m->hs);
+  m->acts = calloc(c->layers, sizeof *m->acts);
+  if (m->params == NULL || m->names == NULL || m->hs == NULL || m->acts == NULL)
+    goto nomem;
+  describe_params(m);
+  m->nweights = 0;
+  for (int i = 0; i < m->n; i++)
+    m->nweights += numel(&m->params[i].value);
+  m->values = alloc_floats(m->nweights);
+  m->grads = alloc_floats(m->nweights);
+  if (m->values == NULL || m->grads == NULL)
+    goto nomem;
+  bert_zero(m->grads, m->nweights);
+  int64_t off = 0;
+  for (int i = 0; i < m->n; i++) {
+    hvd_param_t *p = &m->params[i];
+    p->value.dtype = HVD_FLOAT32;
+    p->value.device = HVD_CPU;
+    p->value.data = m->values + off;
+    p->grad = p->value;
+    p->grad.data = m->grads + off;
+    off += numel(&p->value);
+  }
+  int64_t N = (int64_t)c->batch * c->seq_len;
+  m->arena = alloc_floats(layout(m, NULL));
+  m->ids = calloc(N, sizeof *m->ids);
+  m->types = calloc(N, sizeof *m->types);
+  m->rows = calloc(N, sizeof *m->rows);
+  m->targets = calloc(N, sizeof *m->targets);
+  m->lengths = calloc(c->batch, sizeof *m->lengths);
+  if (m->arena == NULL || m->ids == NULL || m->types == NULL ||
+      m->rows == NULL || m->targets == NULL || m->lengths == NULL)
+    goto nomem;
+  layout(m, m->arena);
+  bert_model_init(m, c->seed);
+  if (c->threads > 0)
+    (void)bert_blas_set_threads(c->threads); /* else: the environment's */
+  *out = m;
+  return HVD_SUCCESS;
+nomem:
+  bert_model_destroy(m);
+  return bert__error(HVD_ERR_NO_MEMORY,
+                     "out of memory for a BERT model (L=%d H=%d F=%d V=%d, "
+                     "B=%d S=%d)",
+                     c->layers, c->hidden, c->ffn, c->vocab_size, c->batch,
+                     c->seq_len);
+}
+
+void bert_model_destroy(bert_model_t *m) {
+  if (m == NULL)
+    return;
+  free(m->params);
+  free(m->names);
+  free(m->hs);
+  free(m->acts);
+  free(m->values);
+  free(m->grads);
+  free(m->arena);
+  free(m->logits);
+  free(m->ids);
+  free(m->types);
+  free(m->lengths);
+  free(m->rows);
+  free(m->targets);
+  free(m);
+}
+
+const bert_config_t *bert_model_config(const bert_model_t *m) {
+  return m != NULL ? &m->c : NULL;
+}
+
+hvd_param_t *bert_model_params(bert_model_t *m, int *n) {
+  if (n != NULL)
+    *n = m != NULL ? m->n : 0;
+  return m != NULL ? m->params : NULL;
+}
+
+int bert_model_param_index(const bert_model_t *m, const char *name) {
+  if (m == NULL || name == NULL)
+    return -1;
+  for (int i = 0; i < m->n; i++)
+    if (strcmp(m->params[i].name, name) == 0)
+      return i;
+  return -1;
+}
+
+int64_t bert_model_num_weights(const bert_model_t *m) {
+  return m != NULL ? m->nweights : 0;
+}
+
+/* ---- Forward ------------------------------------------------------------- */
+
+static hvd_result_t check_batch(const bert_model_t *m, const bert_batch_t *b) {
+  const bert_config_t *c = &m->c;
+  if (b == NULL || b->input_ids == NULL || b->labels == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "batch: input_ids and labels are required");
+  if (b->batch < 1 || b->batch > c->batch || b->seq_len < 1 ||
+      b->seq_len > c->seq_len)
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "batch of %d x %d tokens does not fit the model's %d x "
+                       "%d",
+                       b->batch, b->seq_len, c->batch, c->seq_len);
+  int64_t N = (int64_t)b->batch * b->seq_len;
+  for (int64_t i = 0; i < N; i++) {
+    int r = (int)(i / b->seq_len), s = (int)(i % b->seq_len);
+    if (b->input_ids[i] < 0 || b->input_ids[i] >= c->vocab_size)
+      return bert__error(HVD_ERR_INVALID_ARG,
+                         "batch row %d position %d: token id %" PRId32
+                         " is outside the vocabulary (0..%d)",
+                         r, s, b->input_ids[i], c->vocab_size - 1);
+    if (b->token_type_ids != NULL &&
+        (b->token_type_ids[i] < 0 ||
+         b->token_type_ids[i] >= c->type_vocab_size))
+      return bert__error(HVD_ERR_INVALID_ARG,
+                         "batch row %d position %d: token type %" PRId32
+                         " is outside 0..%d",
+                         r, s, b->token_type_ids[i], c->type_vocab_size - 1);
+    if (b->labels[i] != LABEL_IGNORE &&
+        (b->labels[i] < 0 || b->labels[i] >= c->vocab_size))
+      return bert__error(HVD_ERR_INVALID_ARG,
+                         "batch row %d position %d: label %" PRId32
+                         " is neither -100 nor in 0..%d",
+                         r, s, b->labels[i], c->vocab_size - 1);
+  }
+  if (b->lengths != NULL)
+    for (int r = 0; r < b->batch; r++)
+      if (b->lengths[r] < 0 || b->lengths[r] > b->seq_len)
+        return bert__error(HVD_ERR_INVALID_ARG,
+                           "batch row %d: length %" PRId32 " is outside 0..%d",
+                           r, b->lengths[r], b->seq_len);
+  return HVD_SUCCESS;
+}
+
+hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
+                                bert_output_t *out) {
+  hvd_result_t rc;
+  if (m == NULL || out == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG, "bert_model_forward: NULL");
+  m->ready_for_backward = 0;
+  if ((rc = check_batch(m, b)) != HVD_SUCCESS)
+    return rc;
+  const bert_config_t *c = &m->c;
+  const int B = b->batch, S = b->seq_len, N = B * S, H = c->hidden, F = c->ffn,
+            A = c->heads, V = c->vocab_size;
+  const float eps = c->ln_eps;
+
+  /* the batch, copied for backward */
+  m->B = B, m->S = S;
+  memcpy(m->ids, b->input_ids, sizeof(int32_t) * N);
+  m->has_types = b->token_type_ids != NULL;
+  if (m->has_types)
+    memcpy(m->types, b->token_type_ids, sizeof(int32_t) * N);
+  m->has_lengths = b->lengths != NULL;
+  if (m->has_lengths)
+    memcpy(m->lengths, b->lengths, sizeof(int32_t) * B);
+  const int32_t *types = m->has_types ? m->types : NULL;
+  const int32_t *lengths = m->has_lengths ? m->lengths : NULL;
+  m->M = 0;
+  for (int i = 0; i < N; i++)
+    if (b->labels[i] != LABEL_IGNORE) {
+      m->rows[m->M] = i;
+      m->targets[m->M++] = b->labels[i];
+    }
+  const int M = m->M;
+  if (M > m->logits_cap) {
+    float *p = alloc_floats((int64_t)M * V);
+    if (p == NULL)
+      return bert__error(HVD_ERR_NO_MEMORY,
+                         "out of memory for the logits of %d masked tokens", M);
+    free(m->logits);
+    m->logits = p;
+    m->logits_cap = M;
+  }
+
+  /* embeddings */
+  bert_embedding_fwd(m->ids, types, val(m, P_WORD), val(m, P_POS),
+                     val(m, P_TYPE), m->emb_pre, B, S, H);
+  bert_layernorm_fwd(m->emb_pre, val(m, P_EMB_LN_W), val(m, P_EMB_LN_B), eps,
+                     m->hs[0], m->emb_mean, m->emb_rstd, N, H);
+
+  /* encoder */
+  for (int l = 0; l < c->layers; l++) {
+    layer_act_t *a = &m->acts[l];
+    const float *x = m->hs[l];
+    bert_linear_fwd(x, val(m, layer_param(l, L_Q_W)),
+                    val(m, layer_param(l, L_Q_B)), a->q, N, H, H);
+    bert_linear_fwd(x, val(m, layer_param(l, L_K_W)),
+                    val(m, layer_param(l, L_K_B)), a->k, N, H, H);
+    bert_linear_fwd(x, val(m, layer_param(l, L_V_W)),
+                    val(m, layer_param(l, L_V_B)), a->v, N, H, H);
+    bert_attention_fwd(a->q, a->k, a->v, lengths, a->probs, a->ctx, B, S, A,
+                       H / A);
+    bert_linear_fwd(a->ctx, val(m, layer_param(l, L_AO_W)),
+                    val(m, layer_param(l, L_AO_B)), a->h1_pre, N, H, H);
+    bert_add(a->h1_pre, x, a->h1_pre, (int64_t)N * H);
+    bert_layernorm_fwd(a->h1_pre, val(m, layer_param(l, L_ALN_W)),
+                       val(m, layer_param(l, L_ALN_B)), eps, a->h1, a->ln1_mean,
+                       a->ln1_rstd, N, H);
+    bert_linear_fwd(a->h1, val(m, layer_param(l, L_I_W)),
+                    val(m, layer_param(l, L_I_B)), a->inter_pre, N, H, F);
+    bert_gelu_fwd(a->inter_pre, a->inter, (int64_t)N * F);
+    bert_linear_fwd(a->inter, val(m, layer_param(l, L_O_W)),
+                    val(m, layer_param(l, L_O_B)), a->h2_pre, N, F, H);
+    bert_add(a->h2_pre, a->h1, a->h2_pre, (int64_t)N * H);
+    bert_layernorm_fwd(a->h2_pre, val(m, layer_param(l, L_OLN_W)),
+                       val(m, layer_param(l, L_OLN_B)), eps, m->hs[l + 1],
+                       a->ln2_mean, a->ln2_rstd, N, H);
+  }
+
+  /* masked-LM head on the masked rows */
+  out->loss = 0;
+  out->masked = M;
+  out->correct = 0;
+  if (M > 0) {
+    bert_gather_rows(m->hs[c->layers], m->rows, M, H, m->hm);
+    bert_linear_fwd(m->hm, val(m, head_param(c, H_T_W)),
+                    val(m, head_param(c, H_T_B)), m->t_pre, M, H, H);
+    bert_gelu_fwd(m->t_pre, m->t_act, (int64_t)M * H);
+    bert_layernorm_fwd(m->t_act, val(m, head_param(c, H_TLN_W)),
+                       val(m, head_param(c, H_TLN_B)), eps, m->t, m->t_mean,
+                       m->t_rstd, M, H);
+    /* decoder: tied to the word embeddings */
+    bert_linear_fwd(m->t, val(m, P_WORD), val(m, head_param(c, H_DEC_B)),
+                    m->logits, M, H, V);
+    out->loss = bert_xent_fwd(m->logits, m->targets, M, V, &out->correct) / M;
+  }
+  m->ready_for_backward = 1;
+  return HVD_SUCCESS;
+}
+
+/* ---- Backward ------------------------------------------------------------ */
+
+static void signal2(bert_grad_ready_fn ready, void *ctx, int i) {
+  if (ready != NULL) {
+    ready(ctx, i);
+    ready(ctx, i + 1);
+  }
+}
+
+hvd_result_t bert_model_backward(bert_model_t *m, bert_grad_ready_fn ready,
+                                 void *ctx) {
+  if (m == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG, "bert_model_backward: NULL");
+  if (!m->ready_for_backward)
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "bert_model_backward: no forward pass to go back "
+                       "through (call bert_model_forward first, once per "
+                       "backward)");
+  m->ready_for_backward = 0;
+  const bert_config_t *c = &m->c;
+  const int B = m->B, S = m->S, N = B * S, H = c->hidden, F = c->ffn,
+            A = c->heads, V = c->vocab_size, M = m->M;
+  const int32_t *types = m->has_types ? m->types : NULL;
+
+  /* head: d(mean loss)/d logits, then back to the masked rows of the
+   * encoder output (g_x); the other rows get no gradient */
+  bert_zero(m->g_x, (int64_t)N * H);
+  if (M > 0) {
+    bert_xent_bwd(m->logits, m->targets, M, V, 1.0f / M);
+    bert_linear_bwd(m->t, val(m, P_WORD), m->logits, m->g_tmp, 0.0f,
+                    grad(m, P_WORD), grad(m, head_param(c, H_DEC_B)), M, H, V);
+  }
+  if (ready != NULL)
+    ready(ctx, head_param(c, H_DEC_B));
+  if (M > 0)
+    bert_layernorm_bwd(m->t_act, m->t_mean, m->t_rstd,
+                       val(m, head_param(c, H_TLN_W)), m->g_tmp, m->g_h1,
+                       grad(m, head_param(c, H_TLN_W)),
+                       grad(m, head_param(c, H_TLN_B)), M, H);
+  signal2(ready, ctx, head_param(c, H_TLN_W));
+  if (M > 0) {
+    bert_gelu_bwd(m->t_pre, m->g_h1, m->g_h1, (int64_t)M * H);
+    bert_linear_bwd(m->hm, val(m, head_param(c, H_T_W)), m->g_h1, m->g_ctx,
+                    0.0f, grad(m, head_param(c, H_T_W)),
+                    grad(m, head_param(c, H_T_B)), M, H, H);
+    bert_scatter_add_rows(m->g_ctx, m->rows, M, H, m->g_x);
+  }
+  signal2(ready, ctx, head_param(c, H_T_W));
+
+  /* encoder, last layer first; g_x: gradient of the layer's output */
+  for (int l = c->layers - 1; l >= 0; l--) {
+    layer_act_t *a = &m->acts[l];
+    const float *x = m->hs[l];
+#define W(k) val(m, layer_param(l, k))
+#define G(k) grad(m, layer_param(l, k))
+    /* output LayerNorm; the residual sends its gradient to h1 too */
+    bert_layernorm_bwd(a->h2_pre, a->ln2_mean, a->ln2_rstd, W(L_OLN_W), m->g_x,
+                       m->g_tmp, G(L_OLN_W), G(L_OLN_B), N, H);
+    signal2(ready, ctx, layer_param(l, L_OLN_W));
+    bert_copy(m->g_tmp, m->g_h1, (int64_t)N * H);
+    /* FFN: output dense, GELU, intermediate dense */
+    bert_linear_bwd(a->inter, W(L_O_W), m->g_tmp, m->g_inter, 0.0f, G(L_O_W),
+                    G(L_O_B), N, F, H);
+    signal2(ready, ctx, layer_param(l, L_O_W));
+    bert_gelu_bwd(a->inter_pre, m->g_inter, m->g_inter, (int64_t)N * F);
+    bert_linear_bwd(a->h1, W(L_I_W), m->g_inter, m->g_h1, 1.0f, G(L_I_W),
+                    G(L_I_B), N, H, F);
+    signal2(ready, ctx, layer_param(l, L_I_W));
+    /* attention LayerNorm; the residual sends its gradient to x */
+    bert_layernorm_bwd(a->h1_pre, a->ln1_mean, a->ln1_rstd, W(L_ALN_W), m->g_h1,
+                       m->g_tmp, G(L_ALN_W), G(L_ALN_B), N, H);
+    signal2(ready, ctx, layer_param(l, L_ALN_W));
+    bert_linear_bwd(a->ctx, W(L_AO_W), m->g_tmp, m->g_ctx, 0.0f, G(L_AO_W),
+                    G(L_AO_B), N, H, H);
+    signal2(ready, ctx, layer_param(l, L_AO_W));
+    bert_attention_bwd(a->q, a->k, a->v, a->probs, m->g_ctx, m->g_q, m->g_k,
+                       m->g_v, m->scratch, B, S, A, H / A);
+    bert_copy(m->g_tmp, m->g_x, (int64_t)N * H);
+    bert_linear_bwd(x, W(L_Q_W), m->g_q, m->g_x, 1.0f, G(L_Q_W), G(L_Q_B), N, H,
+                    H);
+    signal2(ready, ctx, layer_param(l, L_Q_W));
+    bert_linear_bwd(x, W(L_K_W), m->g_k, m->g_x, 1.0f, G(L_K_W), G(L_K_B), N, H,
+                    H);
+    signal2(ready, ctx, layer_param(l, L_K_W));
+    bert_linear_bwd(x, W(L_V_W), m->g_v, m->g_x, 1.0f, G(L_V_W), G(L_V_B), N, H,
+                    H);
+    signal2(ready, ctx, layer_param(l, L_V_W));
+#undef W
+#undef G
+  }
+
+  /* embeddings: LayerNorm, then the three tables */
+  bert_layernorm_bwd(m->emb_pre, m->emb_mean, m->emb_rstd, val(m, P_EMB_LN_W),
+                     m->g_x, m->g_tmp, grad(m, P_EMB_LN_W), grad(m, P_EMB_LN_B),
+                     N, H);
+  signal2(ready, ctx, P_EMB_LN_W);
+  bert_embedding_bwd(m->ids, types, m->g_tmp, grad(m, P_WORD), grad(m, P_POS),
+                     grad(m, P_TYPE), B, S, H);
+  if (ready != NULL) {
+    ready(ctx, P_POS);
+    ready(ctx, P_TYPE);
+    ready(ctx, P_WORD); /* last: the decoder's share is in it too */
+  }
+  return HVD_SUCCESS;
+}

@@ -1,0 +1,250 @@
+#!/bin/sh
+# bert_train.sh - examples/bert_train end to end (doc/bert_train.md).
+#  1. the default run (tiny preset, synthetic data) learns: the mean loss
+#     of its last 5 steps is well below that of its first 5, at np 1 and 2;
+#  2. one global batch split over 1, 2 or 4 ranks (per-rank batch 8, 4, 2,
+#     or 2 x --accumulate 2 on 2 ranks) gives the same loss at every step
+#     of 20 (1e-4 relative), and a second run repeats the first bit for bit;
+#     float16 and bfloat16 gradients on the wire stay within 1e-3 of it (and
+#     are not bit-identical: the compression took effect); --no-sync runs;
+#  3. resume: 10 steps checkpointed every 5, then 5 more from the step-5
+#     checkpoint continue the curve (1e-5 relative at the same world size,
+#     1e-4 at np 2);
+#  4. a missing, empty or too small --data file ends the job with exit 1
+#     and the reason on stderr, before any training;
+#  5. --help exits 0 with the usage; bad options exit 2.
+# Each run is bounded by the wrapper's timeout (HVD_TEST_TIMEOUT, 90 s).
+
+: "${HVD_TOP_BUILDDIR:?run me from make check}"
+: "${HVD_MPIRUN_TEST:?run me from make check}"
+prog=$HVD_TOP_BUILDDIR/examples/bert_train
+HVD_TEST_TIMEOUT=${HVD_TEST_TIMEOUT:-90}
+export HVD_TEST_TIMEOUT
+
+if [ ! -x "$prog" ]; then
+  echo "1..0 # SKIP no $prog (run make)"
+  exit 0
+fi
+
+tmp=`mktemp -d "${TMPDIR:-/tmp}/bert_train.XXXXXX"` || exit 99
+trap 'rm -rf "$tmp"' 0
+
+n=0
+failed=0
+pass() {
+  n=$((n + 1))
+  echo "ok $n - $1"
+}
+fail() {
+  n=$((n + 1))
+  echo "not ok $n - $1"
+  failed=1
+}
+# show NAME: a run's output as TAP comments.
+show() {
+  for f in "$tmp/$1.out" "$tmp/$1.err"; do
+    [ -f "$f" ] && sed 's/^/#   /' "$f"
+  done
+}
+
+# train NAME NP ARGS...: runs bert_train on NP ranks (0: no mpiexec) with
+# --log-json $tmp/NAME.json; stdout and stderr in $tmp/NAME.out/.err.
+# Returns its exit status.
+train() {
+  name=$1
+  np=$2
+  shift 2
+  "$HVD_MPIRUN_TEST" --np "$np" "$prog" --log-json "$tmp/$name.json" "$@" \
+    >"$tmp/$name.out" 2>"$tmp/$name.err"
+}
+
+# losses NAME: the loss of every step of a JSON log, one per line.
+losses() {
+  sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$tmp/$1.json"
+}
+
+# learned NAME NP: the log's last 5 steps average 20% below its first 5.
+learned() {
+  losses "$1" | awk -v np="$2" '
+    { l[NR] = $1 }
+    END {
+      if (NR < 10) { print "# only " NR " steps logged"; exit 1 }
+      for (i = 1; i <= 5; i++) { a += l[i]; b += l[NR - 5 + i] }
+      a /= 5; b /= 5
+      printf "# np=%d: %d steps, mean loss of the first 5 %.4f, last 5 %.4f\n",
+        np, NR, a, b
+      exit !(b < 0.8 * a)
+    }'
+}
+
+# agree A B TOL [FIRST]: the losses of logs A and B agree to TOL relative,
+# step for step, B's steps being A's from step FIRST on (default 1).
+agree() {
+  losses "$1" >"$tmp/a.txt"
+  losses "$2" >"$tmp/b.txt"
+  awk -v tol="$3" -v first="${4:-1}" '
+    NR == FNR { a[NR] = $1; na = NR; next }
+    {
+      nb++
+      x = a[first + nb - 1]; y = $1
+      if (x == "" || x == 0) {
+        printf "# step %d: %s vs %s\n", first + nb - 1, x, y
+        bad = 1
+        next
+      }
+      d = x - y; if (d < 0) d = -d
+      r = d / (x < 0 ? -x : x)
+      if (r > worst) worst = r
+      if (r > tol) {
+        printf "# step %d: %s vs %s (relative %.3g)\n", first + nb - 1, x, y, r
+        bad = 1
+      }
+    }
+    END {
+      if (nb == 0 || first + nb - 1 != na) {
+        printf "# %d steps vs %d from step %d\n", na, nb, first; bad = 1
+      }
+      printf "# largest relative difference %.3g over %d steps\n", worst, nb
+      exit bad
+    }' "$tmp/a.txt" "$tmp/b.txt"
+}
+
+echo "1..24"
+
+# ---- 1. the default run learns ------------------------------------------
+for np in 1 2; do
+  if train default$np $np; then
+    pass "default run at np=$np exits 0"
+  else
+    fail "default run at np=$np exits 0"
+    show default$np
+  fi
+  if learned default$np $np; then
+    pass "default run at np=$np: the loss falls"
+  else
+    fail "default run at np=$np: the loss falls"
+  fi
+  if grep -q "^done .*final loss .*tokens/s .*world size $np  *preset tiny" \
+    "$tmp/default$np.out"; then
+    pass "default run at np=$np: rank 0 prints the summary"
+  else
+    fail "default run at np=$np: rank 0 prints the summary"
+    show default$np
+  fi
+done
+
+# ---- 2. world-size equivalence --------------------------------------------
+common="--steps 20 --seed 7"
+train ws1 1 $common --batch-size 8 &&
+  train ws2 2 $common --batch-size 4 &&
+  train ws4 4 $common --batch-size 2 &&
+  train ws2k 2 $common --batch-size 2 --accumulate 2 &&
+  train ws2again 2 $common --batch-size 4
+rc=$?
+if [ $rc = 0 ]; then
+  pass "20 steps at np 1, 2, 4 and np 2 with --accumulate 2"
+else
+  fail "20 steps at np 1, 2, 4 and np 2 with --accumulate 2 (status $rc)"
+  for r in ws1 ws2 ws4 ws2k ws2again; do show $r; done
+fi
+for r in ws2 ws4 ws2k; do
+  if agree ws1 $r 1e-4; then
+    pass "one global batch of 8: $r has np 1's losses (1e-4)"
+  else
+    fail "one global batch of 8: $r has np 1's losses (1e-4)"
+  fi
+done
+if [ -n "`losses ws2`" ] && [ "`losses ws2`" = "`losses ws2again`" ]; then
+  pass "same seed and world size: the same losses bit for bit"
+else
+  fail "same seed and world size: the same losses bit for bit"
+  diff "$tmp/ws2.json" "$tmp/ws2again.json" | sed 's/^/#   /'
+fi
+
+# compression and no-sync, against ws2
+for c in fp16 bf16; do
+  if train $c 2 $common --batch-size 4 --$c-allreduce &&
+    agree ws2 $c 1e-3 && [ "`losses ws2`" != "`losses $c`" ]; then
+    pass "--$c-allreduce: within 1e-3 of float32, not identical"
+  else
+    fail "--$c-allreduce: within 1e-3 of float32, not identical"
+    show $c
+  fi
+done
+if train nosync 2 $common --batch-size 4 --no-sync &&
+  grep -q "^done .*rank 0's own loss" "$tmp/nosync.out" &&
+  [ "`losses nosync | wc -l`" -eq 20 ]; then
+  pass "--no-sync: 20 steps of rank 0's own loss"
+else
+  fail "--no-sync: 20 steps of rank 0's own loss"
+  show nosync
+fi
+
+# ---- 3. resume -----------------------------------------------------------
+ck=$tmp/ckpt
+if train full 1 --steps 10 --checkpoint-every 5 --checkpoint "$ck" &&
+  [ -f "$ck/step-000005.ckpt" ] && [ -f "$ck/step-000010.ckpt" ] &&
+  [ -f "$ck/vocab.txt" ]; then
+  pass "10 steps write step-000005.ckpt, step-000010.ckpt and vocab.txt"
+else
+  fail "10 steps write step-000005.ckpt, step-000010.ckpt and vocab.txt"
+  show full
+  ls -l "$ck" 2>&1 | sed 's/^/#   /'
+fi
+if train resume1 1 --steps 10 --resume "$ck/step-000005.ckpt" &&
+  grep -q "resumed at step 5" "$tmp/resume1.out" &&
+  agree full resume1 1e-5 6; then
+  pass "resume at np 1 from step 5: steps 6-10 as the uninterrupted run"
+else
+  fail "resume at np 1 from step 5: steps 6-10 as the uninterrupted run"
+  show resume1
+fi
+if train resume2 2 --steps 10 --batch-size 4 \
+  --resume "$ck/step-000005.ckpt" && agree full resume2 1e-4 6; then
+  pass "resume at np 2 (batch 4 per rank) from step 5: the same curve"
+else
+  fail "resume at np 2 (batch 4 per rank) from step 5: the same curve"
+  show resume2
+fi
+
+# ---- 4. bad --data -------------------------------------------------------
+: >"$tmp/empty.txt"
+printf 'the cat sat on the mat\nand the dog ran\n' >"$tmp/small.txt"
+for what in missing empty small; do
+  case $what in
+    missing) file=$tmp/missing.txt; want="cannot open corpus" ;;
+    empty) file=$tmp/empty.txt; want="is empty" ;;
+    small) file=$tmp/small.txt; want="is too small" ;;
+  esac
+  train bad$what 2 --data "$file"
+  rc=$?
+  if [ $rc = 1 ] && grep -q "^bert_train: --data: .*$want" "$tmp/bad$what.err" &&
+    ! grep -q "^step \|^done " "$tmp/bad$what.out" &&
+    [ ! -e "$tmp/bad$what.json" ]; then
+    pass "$what --data at np 2: exit 1, '$want' on stderr, no training"
+  else
+    fail "$what --data at np 2: exit 1, '$want' on stderr, no training (status $rc)"
+    show bad$what
+  fi
+done
+
+# ---- 5. command line -----------------------------------------------------
+"$HVD_MPIRUN_TEST" --np 0 "$prog" --help >"$tmp/help.out" 2>"$tmp/help.err"
+rc=$?
+if [ $rc = 0 ] && grep -q "^usage: bert_train" "$tmp/help.out"; then
+  pass "--help: usage on stdout, exit 0"
+else
+  fail "--help: usage on stdout, exit 0 (status $rc)"
+  show help
+fi
+for args in "--no-such-option" "--steps many" "--lr"; do
+  "$HVD_MPIRUN_TEST" --np 0 "$prog" $args >"$tmp/opt.out" 2>"$tmp/opt.err"
+  rc=$?
+  if [ $rc = 2 ] && grep -q "^bert_train: " "$tmp/opt.err"; then
+    pass "'$args': exit 2 with the reason on stderr"
+  else
+    fail "'$args': exit 2 with the reason on stderr (status $rc)"
+    show opt
+  fi
+done
+exit $failed

@@ -1,0 +1,137 @@
+#!/bin/sh
+# hvdrun: the mpirun command lines it makes (--dry-run), every bad command
+# line (exit 2, one "hvdrun: ..." line on stderr), --check-build, and a
+# real run of the collectives demo on 2 ranks.
+hvdrun="$HVD_TOP_BUILDDIR/bin/hvdrun"
+tmp=${TMPDIR:-/tmp}/hvdrun-test.$$
+mkdir -p "$tmp" || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+n=0
+ok() { # ok STATUS DESCRIPTION: TAP line from a command's status
+  n=$((n + 1))
+  if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi
+  return $1
+}
+has() { printf '%s\n' "$out" | grep -q -e "$1"; }     # out contains RE
+hasnt() { ! printf '%s\n' "$out" | grep -q -e "$1"; } # out lacks RE
+dry() { out=$("$hvdrun" --dry-run "$@" 2>&1); rc=$?; }
+show() { printf '%s\n' "$out" | sed 's/^/# /'; }
+
+# The variables of the caller that hvdrun forwards would show up in every
+# line; start clean (the HVD_TOP_* and HVD_MPIRUN_TEST of the harness stay).
+run_no_cma=${HVD_RUN_NO_CMA-1} # for the real run below
+unset HVD_FOO NCCL_DEBUG CUDA_VISIBLE_DEVICES HVD_RUN_NO_CMA
+cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc)
+
+# ---- command lines ----
+dry -np 2 ./prog a
+[ $rc = 0 ] && has '\(mpirun\|mpiexec\) -np 2 ' && has ' \./prog a$'
+ok $? "dry-run -np 2: mpirun -np 2 ... ./prog a" || show
+[ "$(printf '%s\n' "$out" | wc -l)" = 1 ]
+ok $? "dry-run prints one line" || show
+
+if [ "$(id -u)" = 0 ]; then
+  has '^OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 '
+  ok $? "as root: OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" || show
+else
+  hasnt 'OMPI_ALLOW_RUN_AS_ROOT'
+  ok $? "not root: no OMPI_ALLOW_RUN_AS_ROOT" || show
+fi
+
+out=$(HVD_FOO=1 NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=0 XHVD_BAR=1 \
+  "$hvdrun" --dry-run -np 2 ./prog 2>&1)
+has ' -x HVD_FOO ' && has ' -x NCCL_DEBUG ' && has ' -x CUDA_VISIBLE_DEVICES '
+ok $? "-x HVD_FOO, NCCL_DEBUG, CUDA_VISIBLE_DEVICES forwarded" || show
+hasnt 'XHVD_BAR'
+ok $? "other variables are not forwarded" || show
+
+dry -np 1 ./prog
+hasnt '--oversubscribe' && hasnt '--bind-to'
+ok $? "-np 1: no --oversubscribe" || show
+dry -np $((cores + 1)) ./prog
+has "-np $((cores + 1)) " && has ' --oversubscribe --bind-to none '
+ok $? "-np $((cores + 1)) > $cores cores: --oversubscribe --bind-to none" || show
+
+dry -np 4 -H a:2,b:2 ./prog
+[ $rc = 0 ] && has ' -H a:2,b:2 ' && hasnt '--oversubscribe'
+ok $? "-H a:2,b:2 -np 4: -H passed, no --oversubscribe" || show
+dry -np 5 -H a:2,b:2 ./prog
+has ' --oversubscribe --bind-to none '
+ok $? "-H a:2,b:2 -np 5: more ranks than slots, --oversubscribe" || show
+
+printf '# hosts\na slots=2\nb slots=2 max_slots=4\n\n' >"$tmp/hosts"
+dry -np 4 --hostfile "$tmp/hosts" ./prog
+[ $rc = 0 ] && has " --hostfile $tmp/hosts " && hasnt '--oversubscribe'
+ok $? "--hostfile: passed, 4 slots for -np 4, no --oversubscribe" || show
+dry -np 5 --hostfile "$tmp/hosts" ./prog
+has ' --oversubscribe '
+ok $? "--hostfile: -np 5 over 4 slots, --oversubscribe" || show
+
+out=$(HVD_RUN_NO_CMA=1 "$hvdrun" --dry-run -np 2 ./prog 2>&1)
+has ' --mca btl_vader_single_copy_mechanism none '
+ok $? "HVD_RUN_NO_CMA=1: --mca btl_vader_single_copy_mechanism none" || show
+dry -np 2 ./prog
+hasnt 'btl_vader'
+ok $? "without HVD_RUN_NO_CMA: no btl_vader option" || show
+
+# Shell quoting: the line, read back by the shell, gives the same words.
+dry -np 2 -- -prog "a b" "it's" '$x' ""
+eval "set -- $out"
+while [ $# -gt 5 ]; do shift; done
+[ "$1|$2|$3|$4|$5" = "-prog|a b|it's|\$x|" ]
+ok $? "arguments shell-quoted, and -- before a program named -prog" || show
+
+# ---- bad command lines: exit 2, one line "hvdrun: ..." ----
+bad() { # bad RE DESCRIPTION -- ARGS...
+  re=$1 desc=$2
+  shift 3
+  out=$("$hvdrun" "$@" 2>&1 >/dev/null)
+  rc=$?
+  [ $rc = 2 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] &&
+    has "^hvdrun: .*$re"
+  ok $? "$desc: exit 2, '$out'"
+  [ $rc = 2 ] || echo "# exit status $rc"
+}
+bad 'needs a value' "-np without a value" -- -np
+bad 'positive integer' "-np abc" -- -np abc ./prog
+bad 'positive integer' "-np 0" -- -np 0 ./prog
+bad 'positive integer' "-np -2" -- -np -2 ./prog
+bad 'required' "no -np" -- ./prog
+bad "unknown option '--bogus'" "unknown option" -- --bogus -np 2 ./prog
+bad 'no program' "no program" -- -np 2
+bad 'no program' "no program after --" -- -np 2 --
+bad 'cannot be used together' "-H and --hostfile" -- -np 2 -H a:1 \
+  --hostfile "$tmp/hosts" ./prog
+bad 'does not exist' "missing hostfile" -- -np 2 --hostfile "$tmp/none" ./prog
+bad 'slots' "-H with bad slots" -- -np 2 -H a:x ./prog
+bad 'needs a value' "-H without a value" -- -np 2 -H
+
+# ---- the other modes ----
+out=$("$hvdrun" --help 2>&1)
+[ $? = 0 ] && has '^usage: hvdrun -np N'
+ok $? "--help" || show
+out=$("$hvdrun" --version 2>&1)
+[ $? = 0 ] && has '^hvdrun (hvd) [0-9]'
+ok $? "--version: $out" || show
+out=$("$hvdrun" --check-build 2>&1)
+[ $? = 0 ] && has '^MPI: yes' && has '^CUDA: ' && has '^NCCL: ' &&
+  has '^cuBLAS: ' && hasnt 'HVD_'
+ok $? "--check-build prints the backends" || show
+
+# ---- a real run, under the suite's timeout ----
+# (HVD_RUN_NO_CMA=1 unless the caller set it: containers often forbid
+# cross-memory attach. The sourced wrapper's OMPI_ALLOW_RUN_AS_ROOT* are
+# dropped, so that hvdrun must set them itself.)
+out=$(
+  HVD_MPIRUN_TEST_LIB=1 . "$HVD_MPIRUN_TEST"
+  unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+  HVD_RUN_NO_CMA=$run_no_cma
+  export HVD_RUN_NO_CMA
+  hvd_mpirun 0 "$hvdrun" -np 2 "$HVD_TOP_BUILDDIR/examples/collectives_demo" 2>&1
+)
+rc=$?
+[ $rc = 0 ] && has 'all 9 checks passed on 2 ranks'
+ok $? "hvdrun -np 2 examples/collectives_demo (exit $rc)" || show
+
+echo "1..$n"
