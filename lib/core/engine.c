@@ -633,9 +633,20 @@ static void *engine_main(void *arg) {
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid),
                 e->settings.engine_nice);
 #endif
+  /* While this rank has requests in flight it waits for its peers, which
+   * need it in a cycle: the next cycle comes after a short back-off that
+   * doubles while cycles make no progress, up to the cycle time. With
+   * nothing in flight it sleeps the whole cycle time (or until work). */
+  const double backoff_min = 50e-6;
+  double backoff = backoff_min;
   double next = hvd__now() + e->cycle_s;
   for (;;) {
     pthread_mutex_lock(&e->mu);
+    if (hvd__table_count(e->inflight) > 0) {
+      double soon = hvd__now() + (backoff < e->cycle_s ? backoff : e->cycle_s);
+      if (soon < next)
+        next = soon;
+    }
     while (e->qhead == NULL && e->slow == NULL && !e->stop_requested &&
            hvd__now() < next) {
       struct timespec ts;
@@ -688,6 +699,8 @@ static void *engine_main(void *arg) {
       tune_burst(e);
     hvd__responses_free(fast, nfast);
     hvd__responses_free(slow, nslow);
+    /* progress (new work or something agreed) resets the back-off */
+    backoff = list != NULL || nfast + nslow > 0 ? backoff_min : 2 * backoff;
     if (stop_by == -2)
       break; /* stalled: execute_all stopped the engine */
     if (stop_by >= 0) {
