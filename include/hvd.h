@@ -90,7 +90,18 @@ typedef enum hvd_op {
 
 /* A tensor descriptor. Row-major, contiguous. The data is the caller's,
  * except in tensors that hvd allocated for an output (allgather,
- * alltoall, reducescatter), which the caller frees with hvd_tensor_free. */
+ * alltoall, reducescatter; on the input's device), which the caller frees
+ * with hvd_tensor_free.
+ *
+ * Device tensors (builds with CUDA): device must be the rank's own GPU,
+ * hvd_cuda_device() or, with HVD_NO_BIND=1, the calling thread's current
+ * device; any other is HVD_ERR_INVALID_ARG ("<kind> '<name>': tensor is
+ * on cuda:1 but this rank uses cuda:0"): hvd never copies between GPUs.
+ * The data must be complete when the collective is submitted (synchronise
+ * the stream that wrote it: hvd works on a stream of its own); when the
+ * request completes, the results are complete for every stream. Ranks
+ * agree on host versus device per name, not on the ordinal. A build
+ * without CUDA refuses device tensors with HVD_ERR_UNSUPPORTED. */
 typedef struct hvd_tensor {
   void *data;
   hvd_dtype_t dtype;
@@ -178,8 +189,9 @@ hvd_tensor_t hvd_tensor_make(void *data, hvd_dtype_t dtype, int ndim,
                              const int64_t *shape);
 /* Number of elements (product of the shape; 1 for a scalar). */
 int64_t hvd_tensor_numel(const hvd_tensor_t *t);
-/* Frees the data of a tensor that hvd allocated (and sets it to NULL).
- * Accepts NULL and a tensor with NULL data. */
+/* Frees the data of a tensor that hvd allocated (and sets it to NULL):
+ * host memory, or device memory (cudaFree) when t->device >= 0. Accepts
+ * NULL and a tensor with NULL data. */
 void hvd_tensor_free(hvd_tensor_t *t);
 
 /* ---- Collectives ------------------------------------------------------- *

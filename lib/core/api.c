@@ -151,6 +151,14 @@ static hvd_result_t allreduce(const char *fn, const char *name,
                           "%s '%s': recv dtype %s differs from send dtype %s",
                           k, name, hvd_dtype_name(recv->dtype),
                           hvd_dtype_name(send->dtype));
+  if (recv->device != send->device) {
+    char a[32], b[32];
+    hvd__device_str(recv->device, a, sizeof a);
+    hvd__device_str(send->device, b, sizeof b);
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': recv is on %s but send is on %s", k, name,
+                          a, b);
+  }
   if (recv->ndim != send->ndim ||
       memcmp(recv->shape, send->shape,
              (size_t)send->ndim * sizeof *send->shape) != 0) {

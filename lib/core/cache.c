@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/table.h"
+#include "core/tensor.h"
 
 typedef struct entry {
   char *name; /* NULL: free slot */
@@ -48,7 +49,8 @@ void hvd__cache_destroy(hvd__cache_t *c) {
 int hvd__cache_capacity(const hvd__cache_t *c) { return c ? c->capacity : 0; }
 
 static int desc_equal(const hvd__desc_t *a, const hvd__desc_t *b) {
-  if (a->coll != b->coll || a->dtype != b->dtype || a->device != b->device ||
+  if (a->coll != b->coll || a->dtype != b->dtype ||
+      !hvd__device_kind_equal(a->device, b->device) ||
       a->ndim != b->ndim || a->op != b->op || a->prescale != b->prescale ||
       a->postscale != b->postscale || a->root != b->root ||
       a->wire != b->wire)

@@ -247,8 +247,8 @@ static int field_equal(int field, const hvd__desc_t *a, const hvd__desc_t *b) {
     return a->coll == b->coll;
   case F_DTYPE:
     return a->dtype == b->dtype;
-  case F_DEVICE:
-    return a->device == b->device;
+  case F_DEVICE: /* host or device; each rank's GPU has its own ordinal */
+    return hvd__device_kind_equal(a->device, b->device);
   case F_OP:
     return a->op == b->op;
   case F_PRESCALE:

@@ -175,26 +175,57 @@ static void push_slow(hvd__engine_t *e, hvd_request_t *r) {
 
 /* ---- executing responses ------------------------------------------------ */
 
-/* What a rank that joined contributes to an allreduce: the op's identity. */
-static hvd_request_t *make_stub(const char *name, const hvd__desc_t *d) {
+/* The executor for device (hvd__executor_for), or NULL; *which its index. */
+static const hvd__executor_t *executor(const hvd__engine_t *e, int device,
+                                       int *which) {
+  *which = hvd__executor_for(&e->env, device);
+  return *which >= 0 ? hvd__executors[*which] : NULL;
+}
+
+/* What a rank that joined contributes to an allreduce: the op's identity,
+ * in the memory of the executor that runs it (host unless it says). */
+static hvd_result_t make_stub(hvd__engine_t *e, const char *name,
+                              const hvd__desc_t *d, hvd_request_t **out) {
   hvd_request_t *r = hvd__request_new(name);
   if (r == NULL)
-    return NULL;
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "stub for '%s'", name);
   r->desc = *d;
   r->is_stub = 1;
   r->send.dtype = (hvd_dtype_t)d->dtype;
   r->send.ndim = d->ndim;
   memcpy(r->send.shape, d->shape, sizeof d->shape);
   r->send.device = HVD_CPU;
+  int which;
+  const hvd__executor_t *ex = executor(e, d->device, &which);
+  if (ex != NULL && ex->stub_alloc != NULL) {
+    hvd_result_t rc = ex->stub_alloc(e->exec_state[which], &e->env, r);
+    if (rc != HVD_SUCCESS) {
+      hvd__request_free(r);
+      return rc;
+    }
+    *out = r;
+    return HVD_SUCCESS;
+  }
   int64_t n = hvd_tensor_numel(&r->send);
   r->send.data = malloc((size_t)n * hvd_dtype_size(r->send.dtype) + 1);
   if (r->send.data == NULL) {
     hvd__request_free(r);
-    return NULL;
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "stub for '%s'", name);
   }
   hvd__fill_identity(r->send.data, n, r->send.dtype, (hvd_op_t)d->op);
   r->recv = r->send;
-  return r;
+  *out = r;
+  return HVD_SUCCESS;
+}
+
+static void free_stub(hvd__engine_t *e, hvd_request_t *r) {
+  int which;
+  const hvd__executor_t *ex = executor(e, r->desc.device, &which);
+  if (ex != NULL && ex->stub_free != NULL)
+    ex->stub_free(e->exec_state[which], r);
+  else
+    free(r->send.data);
+  hvd__request_free(r);
 }
 
 static void trace_hook(void *ctx, const hvd_request_t *r, const char *phase,
@@ -245,8 +276,14 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs,
   for (int i = 0; i < n; i++) {
     const char *name = xs[i]->names[0];
     hvd_request_t *r = reqs[i];
-    if (r == NULL && e->joined)
-      r = make_stub(name, &xs[i]->desc);
+    if (r == NULL && e->joined) {
+      hvd_result_t src = make_stub(e, name, &xs[i]->desc, &r);
+      if (src != HVD_SUCCESS) {
+        rc = src;
+        HVD__LOG(HVD__LOG_ERROR, "%s", hvd_last_error());
+        continue;
+      }
+    }
     if (r == NULL) {
       rc = hvd__set_error(HVD_ERR_INTERNAL,
                           "%s '%s' was agreed but is not in flight here",
@@ -259,8 +296,8 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs,
     reqs[m++] = r;
   }
   double t_exec = hvd__now();
-  int which = hvd__executor_for(x->desc.device);
-  const hvd__executor_t *ex = which >= 0 ? hvd__executors[which] : NULL;
+  int which;
+  const hvd__executor_t *ex = executor(e, x->desc.device, &which);
   if (rc == HVD_SUCCESS) {
     if (ex == NULL || ex->run[x->desc.coll] == NULL) {
       rc = hvd__set_error(HVD_ERR_UNSUPPORTED, "no executor for device %d",
@@ -288,8 +325,7 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs,
   int live = 0;
   for (int i = 0; i < m; i++) {
     if (reqs[i]->is_stub) {
-      free(reqs[i]->send.data);
-      hvd__request_free(reqs[i]);
+      free_stub(e, reqs[i]);
       continue;
     }
     if (rc != HVD_SUCCESS) {
@@ -754,14 +790,25 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
   e->env = *env;
   e->env.chunk_bytes = s->chunk_size;
   e->env.shm = s->shm_allreduce;
+  e->env.gpu_ops = s->gpu_ops;
+  e->env.nccl_timeout_s = s->nccl_timeout_s;
   /* hierarchical only where it applies, decided for all ranks together (a
-   * rank alone on its node must still take the three phases) */
-  int mine[3] = {s->hierarchical, env->local_size, env->local_rank == 0},
-      all[3];
-  HVD__MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, env->comm));
+   * rank alone on its node must still take the three phases); [2], [3]:
+   * max and -min of HVD_GPU_OPERATIONS, which must agree (ranks on
+   * different device executors would wait for each other forever) */
+  int mine[5] = {s->hierarchical, env->local_size, s->gpu_ops, -s->gpu_ops,
+                 env->local_rank == 0},
+      all[5];
+  HVD__MPI_CHECK(MPI_Allreduce(mine, all, 4, MPI_INT, MPI_MAX, env->comm));
   HVD__MPI_CHECK(
-      MPI_Allreduce(&mine[2], &all[2], 1, MPI_INT, MPI_SUM, env->comm));
-  e->env.hierarchical = all[0] && all[1] > 1 && all[2] > 1;
+      MPI_Allreduce(&mine[4], &all[4], 1, MPI_INT, MPI_SUM, env->comm));
+  e->env.hierarchical = all[0] && all[1] > 1 && all[4] > 1;
+  if (all[2] != -all[3]) {
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "HVD_GPU_OPERATIONS differs between ranks (nccl on "
+                        "some, mpi on others)");
+    goto fail;
+  }
   /* the aligned clock: every rank leaves this barrier at about the same
    * moment and takes that as zero */
   int tl_here = s->timeline[0] != '\0' && (env->rank == 0 || s->timeline_all_ranks);

@@ -32,4 +32,13 @@ hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind);
 /* The device hvd__cuda_bind bound this process to, or -1. */
 int hvd__cuda_device(void);
 
+/* The device of this rank's device tensors: the bound one; without one
+ * (HVD_NO_BIND=1) the calling thread's current device; -1 without CUDA or
+ * a GPU. */
+int hvd__cuda_rank_device(void);
+
+/* Frees device memory hvd allocated (cudaFree; nothing for NULL). In a
+ * build without CUDA there is none: free(), as for host memory. */
+void hvd__cuda_free(void *p);
+
 #endif /* HVD_CORE_RUNTIME_H */

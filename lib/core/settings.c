@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/errors.h"
 #include "core/log.h"
@@ -53,6 +54,13 @@ static const hvd__setting_info_t table[] = {
     {"HVD_NO_BIND", "0",
      "1: hvd_init leaves the CUDA device alone; 0: it binds each rank to GPU "
      "local_rank % device count and fails if two local ranks share a GPU"},
+    {"HVD_GPU_OPERATIONS", "nccl",
+     "device tensors: nccl (NCCL on hvd's own stream) or mpi (MPI through "
+     "pinned host buffers, so several ranks may share a GPU); mpi in a CUDA "
+     "build without NCCL"},
+    {"HVD_NCCL_TIMEOUT", "300",
+     "seconds a device collective may wait for NCCL before the communicator "
+     "is aborted and the collective fails with HVD_ERR_NCCL; 0 = never"},
     {NULL, NULL, NULL},
 };
 
@@ -107,6 +115,32 @@ static hvd_result_t parse_double(const char *name, double min, double max,
   return HVD_SUCCESS;
 }
 
+/* HVD_GPU_OPERATIONS: nccl or mpi (case-insensitive); nccl by default in
+ * builds with NCCL, else mpi. nccl in a CUDA build without NCCL is an
+ * error; in a build without CUDA the value is only checked for spelling
+ * (there are no device tensors to route). */
+static hvd_result_t parse_gpu_ops(int *out) {
+  *out = hvd_nccl_built() ? HVD__GPU_OPS_NCCL : HVD__GPU_OPS_MPI;
+  const char *v = getenv("HVD_GPU_OPERATIONS");
+  if (v == NULL || *v == '\0')
+    return HVD_SUCCESS;
+  if (strcasecmp(v, "mpi") == 0) {
+    *out = HVD__GPU_OPS_MPI;
+    return HVD_SUCCESS;
+  }
+  if (strcasecmp(v, "nccl") != 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "HVD_GPU_OPERATIONS='%s' is not one of nccl, mpi", v);
+  if (hvd_cuda_built() && !hvd_nccl_built())
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "HVD_GPU_OPERATIONS='%s': this build has no NCCL "
+                          "(use mpi)",
+                          v);
+  if (hvd_nccl_built())
+    *out = HVD__GPU_OPS_NCCL;
+  return HVD_SUCCESS;
+}
+
 hvd_result_t hvd__settings_load(hvd__settings_t *s) {
   hvd_result_t rc;
   memset(s, 0, sizeof *s);
@@ -128,6 +162,7 @@ hvd_result_t hvd__settings_load(hvd__settings_t *s) {
   s->stall_shutdown_s = 300;
   s->engine_nice = 10;
   s->shm_allreduce = 1;
+  s->nccl_timeout_s = 300;
   double d;
   HVD__CHECK(parse_double("HVD_CYCLE_TIME", 0.0, 10000.0, &s->cycle_time_ms));
   d = (double)s->fusion_threshold;
@@ -163,6 +198,9 @@ hvd_result_t hvd__settings_load(hvd__settings_t *s) {
   d = 0;
   HVD__CHECK(parse_double("HVD_NO_BIND", 0, 1, &d));
   s->no_bind = d != 0;
+  HVD__CHECK(parse_gpu_ops(&s->gpu_ops));
+  HVD__CHECK(
+      parse_double("HVD_NCCL_TIMEOUT", 0, 1e9, &s->nccl_timeout_s));
   v = getenv("HVD_HOSTNAME");
   if (v != NULL && *v != '\0') {
     if (strlen(v) >= sizeof s->hostname)
@@ -184,7 +222,7 @@ void hvd__settings_log(const hvd__settings_t *s) {
            "HVD_STALL_SHUTDOWN_TIME=%g HVD_HIERARCHICAL_ALLREDUCE=%d "
            "HVD_TIMELINE=%s HVD_TIMELINE_ALL_RANKS=%d HVD_AUTOTUNE=%d "
            "HVD_AUTOTUNE_LOG=%s HVD_ENGINE_NICE=%d HVD_SHM_ALLREDUCE=%d "
-           "HVD_NO_BIND=%d",
+           "HVD_NO_BIND=%d HVD_GPU_OPERATIONS=%s HVD_NCCL_TIMEOUT=%g",
            hvd__log_level_name(s->log_level), s->cycle_time_ms,
            s->hostname[0] ? s->hostname : "(unset)",
            (long long)s->fusion_threshold, (long long)s->chunk_size,
@@ -192,5 +230,7 @@ void hvd__settings_log(const hvd__settings_t *s) {
            s->hierarchical, s->timeline[0] ? s->timeline : "(unset)",
            s->timeline_all_ranks, s->autotune,
            s->autotune_log[0] ? s->autotune_log : "(unset)", s->engine_nice,
-           s->shm_allreduce, s->no_bind);
+           s->shm_allreduce, s->no_bind,
+           s->gpu_ops == HVD__GPU_OPS_NCCL ? "nccl" : "mpi",
+           s->nccl_timeout_s);
 }

@@ -30,7 +30,13 @@ typedef struct hvd__settings {
   int engine_nice;                    /* HVD_ENGINE_NICE */
   int shm_allreduce;                  /* HVD_SHM_ALLREDUCE */
   int no_bind;                        /* HVD_NO_BIND */
+  int gpu_ops;                        /* HVD_GPU_OPERATIONS: HVD__GPU_OPS_* */
+  double nccl_timeout_s;              /* HVD_NCCL_TIMEOUT; 0 = never */
 } hvd__settings_t;
+
+/* HVD_GPU_OPERATIONS: how device tensors are reduced. */
+#define HVD__GPU_OPS_NCCL 0 /* NCCL (builds with NCCL) */
+#define HVD__GPU_OPS_MPI 1  /* MPI through pinned host buffers */
 
 /* One row of the table, for hvd-info and the README. */
 typedef struct hvd__setting_info {

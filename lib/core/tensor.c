@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/errors.h"
+#include "core/runtime.h"
 
 static const struct {
   const char *name;
@@ -65,8 +66,15 @@ int64_t hvd_tensor_numel(const hvd_tensor_t *t) {
 void hvd_tensor_free(hvd_tensor_t *t) {
   if (t == NULL)
     return;
-  free(t->data);
+  if (t->device != HVD_CPU)
+    hvd__cuda_free(t->data); /* an output a device executor allocated */
+  else
+    free(t->data);
   t->data = NULL;
+}
+
+int hvd__device_kind_equal(int a, int b) {
+  return (a == HVD_CPU) == (b == HVD_CPU);
 }
 
 size_t hvd__tensor_bytes(const hvd_tensor_t *t) {
@@ -112,11 +120,24 @@ hvd_result_t hvd__check_tensor(const char *kind, const char *name,
                           "%s '%s': device %d is neither HVD_CPU nor a CUDA "
                           "ordinal",
                           kind, name, t->device);
-  if (t->device != HVD_CPU)
+  if (t->device != HVD_CPU && !hvd_cuda_built())
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "%s '%s': device %d tensors are not supported by "
                           "this build",
                           kind, name, t->device);
+  if (t->device != HVD_CPU) { /* only ever the rank's own GPU: no copies */
+    int mine = hvd__cuda_rank_device();
+    if (mine < 0)
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s '%s': tensor is on cuda:%d but this rank has "
+                            "no CUDA device",
+                            kind, name, t->device);
+    if (t->device != mine)
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s '%s': tensor is on cuda:%d but this rank uses "
+                            "cuda:%d",
+                            kind, name, t->device, mine);
+  }
   if (t->data == NULL && hvd_tensor_numel(t) > 0)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': %s%sdata is NULL",
                           kind, name, which, sp);

@@ -20,10 +20,17 @@ void hvd__shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
 /* "cpu" or "cuda:N". */
 void hvd__device_str(int device, char *buf, size_t n);
 
+/* 1 when both are host memory or both device memory. Ranks agree on a
+ * collective's device in this sense: each rank's GPU has its own ordinal
+ * (rank 1 on cuda:1 and rank 0 on cuda:0 agree; cpu and cuda:0 do not). */
+int hvd__device_kind_equal(int a, int b);
+
 /* Checks a tensor argument of collective `kind` named `name`; `which` is
  * "send", "recv" or "" (a lone tensor, as in broadcast). Sets the message
  * and returns HVD_ERR_INVALID_ARG (or HVD_ERR_UNSUPPORTED for a device
- * this build cannot handle). */
+ * tensor in a build without CUDA). A device tensor must be on this rank's
+ * GPU (hvd__cuda_rank_device): "<kind> '<name>': tensor is on cuda:1 but
+ * this rank uses cuda:0". */
 hvd_result_t hvd__check_tensor(const char *kind, const char *name,
                                const char *which, const hvd_tensor_t *t);
 

@@ -65,6 +65,32 @@ int hvd_cuda_device(void) {
 
 int hvd__cuda_device(void) { return atomic_load(&bound_device); }
 
+int hvd__cuda_rank_device(void) {
+#ifdef HVD_HAVE_CUDA
+  int dev = atomic_load(&bound_device);
+  if (dev >= 0)
+    return dev;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError(); /* no driver or no device: not sticky */
+    return -1;
+  }
+  return dev;
+#else
+  return -1;
+#endif
+}
+
+void hvd__cuda_free(void *p) {
+  if (p == NULL)
+    return;
+#ifdef HVD_HAVE_CUDA
+  if (cudaFree(p) != cudaSuccess)
+    (void)cudaGetLastError();
+#else
+  free(p);
+#endif
+}
+
 #ifdef HVD_HAVE_CUDA
 
 hvd_result_t hvd__cuda_error(cudaError_t err, const char *what) {

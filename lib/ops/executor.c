@@ -1,4 +1,6 @@
 /* executor.c - the table of backends. */
+#include <config.h>
+
 #include "ops/executor.h"
 
 #include <stdlib.h>
@@ -7,13 +9,36 @@
 #include "core/errors.h"
 #include "core/tensor.h"
 #include "ops/mpi_ops.h"
+#ifdef HVD_HAVE_CUDA
+#include "ops/staged_ops.h"
+#endif
+#ifdef HVD_HAVE_NCCL
+#include "ops/nccl_ops.h"
+#endif
 
-const hvd__executor_t *const hvd__executors[] = {&hvd__mpi_executor, NULL};
+/* Indices below follow this order. */
+const hvd__executor_t *const hvd__executors[] = {
+    &hvd__mpi_executor,
+#ifdef HVD_HAVE_CUDA
+    &hvd__staged_executor,
+#endif
+#ifdef HVD_HAVE_NCCL
+    &hvd__nccl_executor,
+#endif
+    NULL};
 
-int hvd__executor_for(int device) {
+int hvd__executor_for(const hvd__exec_env_t *env, int device) {
   if (device == HVD_CPU)
     return 0;
-  return -1; /* device executors (NCCL, host-staged MPI) plug in here */
+#if defined(HVD_HAVE_NCCL)
+  return env->gpu_ops == HVD__GPU_OPS_NCCL ? 2 : 1;
+#elif defined(HVD_HAVE_CUDA)
+  (void)env;
+  return 1; /* host-staged MPI: the only device executor without NCCL */
+#else
+  (void)env;
+  return -1;
+#endif
 }
 
 hvd_result_t hvd__alloc_output(hvd_request_t *r, int ndim,
@@ -29,4 +54,11 @@ hvd_result_t hvd__alloc_output(hvd_request_t *r, int ndim,
   if (t->data == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "output of %zu bytes", bytes);
   return HVD_SUCCESS;
+}
+
+int64_t hvd__row_bytes(const hvd__desc_t *d) {
+  int64_t n = (int64_t)hvd_dtype_size((hvd_dtype_t)d->dtype);
+  for (int i = 1; i < d->ndim; i++)
+    n *= d->shape[i];
+  return n;
 }

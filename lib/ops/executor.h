@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include "core/request.h"
+#include "core/settings.h"
 
 typedef struct hvd__exec_env {
   MPI_Comm comm; /* hvd's communicator (only the engine thread uses it) */
@@ -21,6 +22,8 @@ typedef struct hvd__exec_env {
                           the same on every rank */
   int64_t chunk_bytes; /* HVD_CHUNK_SIZE (0: the executor's default) */
   int shm;             /* HVD_SHM_ALLREDUCE: may reduce through shared memory */
+  int gpu_ops;         /* HVD_GPU_OPERATIONS: HVD__GPU_OPS_NCCL or _MPI */
+  double nccl_timeout_s; /* HVD_NCCL_TIMEOUT; 0 = wait forever */
   /* Timeline hook, NULL when off: phase of one request from t0 to t1. */
   void (*trace)(void *ctx, const hvd_request_t *r, const char *phase,
                 double t0, double t1);
@@ -54,17 +57,29 @@ typedef struct hvd__executor {
    * is set with hvd__set_error; outputs already allocated stay in the
    * requests, which the engine completes (and frees) with the error. */
   hvd__exec_fn run[HVD__COLL_COUNT];
+  /* Optional (device executors): a joined rank's stub request for an
+   * allreduce (desc, dtype and shape set; send and recv the same tensor)
+   * gets data holding the identity of its op in this executor's memory,
+   * and stub_free releases it. Without them the engine uses host memory.
+   * The stubs of a group exist only while it runs. */
+  hvd_result_t (*stub_alloc)(void *state, const hvd__exec_env_t *env,
+                             hvd_request_t *r);
+  void (*stub_free)(void *state, hvd_request_t *r);
 } hvd__executor_t;
 
 /* Every executor this build has, NULL-terminated. */
 extern const hvd__executor_t *const hvd__executors[];
 
 /* Index into hvd__executors of the executor for tensors on `device`
- * (HVD_CPU or a CUDA ordinal); -1 when this build has none. */
-int hvd__executor_for(int device);
+ * (HVD_CPU: the MPI executor; a CUDA ordinal: NCCL or host-staged MPI as
+ * env->gpu_ops says); -1 when this build has none. */
+int hvd__executor_for(const hvd__exec_env_t *env, int device);
 
 /* Allocates the output tensor of a request (host memory), shape given. */
 hvd_result_t hvd__alloc_output(hvd_request_t *r, int ndim,
                                const int64_t *shape);
+
+/* Bytes of one row (dimensions 1..) of a tensor with d's dtype and shape. */
+int64_t hvd__row_bytes(const hvd__desc_t *d);
 
 #endif /* HVD_OPS_EXECUTOR_H */

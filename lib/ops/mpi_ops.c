@@ -34,6 +34,17 @@ typedef struct mpi_state {
   int64_t *splits;
 } mpi_state_t;
 
+void hvd__wait_backoff(unsigned spin) {
+  if (spin < 100)
+    return; /* a peer is usually microseconds away */
+  if (spin < 300) {
+    sched_yield();
+    return;
+  }
+  struct timespec ts = {0, spin < 2000 ? 20000 : 200000};
+  nanosleep(&ts, NULL);
+}
+
 hvd_result_t hvd__mpi_wait(MPI_Request *req, const char *what) {
   for (unsigned spin = 0;; spin++) {
     int done = 0;
@@ -42,14 +53,7 @@ hvd_result_t hvd__mpi_wait(MPI_Request *req, const char *what) {
       return hvd__mpi_error(mrc, what);
     if (done)
       return HVD_SUCCESS;
-    if (spin < 100)
-      continue; /* a peer is usually microseconds away */
-    if (spin < 300) {
-      sched_yield();
-      continue;
-    }
-    struct timespec ts = {0, spin < 2000 ? 20000 : 200000};
-    nanosleep(&ts, NULL);
+    hvd__wait_backoff(spin);
   }
 }
 
@@ -211,14 +215,6 @@ static hvd_result_t alloc_rows(hvd_request_t *r, const hvd__desc_t *d,
   memcpy(shape, d->shape, sizeof shape);
   shape[0] = rows;
   return hvd__alloc_output(r, d->ndim, shape);
-}
-
-/* Elements in one row (dimensions 1..), in bytes. */
-static int64_t row_bytes(const hvd__desc_t *d) {
-  int64_t n = (int64_t)hvd_dtype_size((hvd_dtype_t)d->dtype);
-  for (int i = 1; i < d->ndim; i++)
-    n *= d->shape[i];
-  return n;
 }
 
 static int64_t desc_numel(const hvd__desc_t *d) {
@@ -560,7 +556,7 @@ static hvd_result_t mpi_allgather(void *state, const hvd__exec_env_t *env,
   for (int k = 0; k < env->size; k++)
     total += dims0[k];
   HVD__CHECK(alloc_rows(r, d, total));
-  int64_t rb = row_bytes(d);
+  int64_t rb = hvd__row_bytes(d);
   if (rb == 0 || total == 0)
     return HVD_SUCCESS;
   HVD__CHECK(row_type(rb, total, &row));
@@ -597,7 +593,7 @@ static hvd_result_t mpi_alltoall(void *state, const hvd__exec_env_t *env,
     sent += r->splits[k];
   }
   HVD__CHECK(alloc_rows(r, d, total));
-  int64_t rb = row_bytes(d);
+  int64_t rb = hvd__row_bytes(d);
   if (rb == 0)
     return HVD_SUCCESS;
   HVD__CHECK(row_type(rb, total > sent ? total : sent, &row));
@@ -627,7 +623,7 @@ static hvd_result_t mpi_reducescatter(void *state, const hvd__exec_env_t *env,
   hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
   void *scaled = NULL;
   int64_t rows = d->shape[0], p = env->size;
-  int64_t row_elems = row_bytes(d) / (int64_t)hvd_dtype_size(dtype);
+  int64_t row_elems = hvd__row_bytes(d) / (int64_t)hvd_dtype_size(dtype);
   int64_t mine = rows / p + (env->rank < rows % p);
   HVD__CHECK(alloc_rows(r, d, mine));
   if (rows / p * row_elems + row_elems > INT_MAX)

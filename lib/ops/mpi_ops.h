@@ -9,6 +9,9 @@
 
 #include "ops/executor.h"
 
+/* The host executor. Its run functions also serve the host-staged device
+ * executor (staged_ops.c), on requests whose tensors it has copied into
+ * pinned host memory, with a state of its own from .open. */
 extern const hvd__executor_t hvd__mpi_executor;
 
 /* The MPI executor's default chunk (HVD_CHUNK_SIZE=0). Open MPI over shared
@@ -21,5 +24,11 @@ extern const hvd__executor_t hvd__mpi_executor;
 /* Completes *req: polls MPI_Test briefly, then yields, then sleeps in
  * short steps, so a rank waiting for slower peers gives its core back. */
 hvd_result_t hvd__mpi_wait(MPI_Request *req, const char *what);
+
+/* That policy, for any poll loop: call after the spin-th unsuccessful poll
+ * (0, 1, ...). Returns at once for the first 100, yields the core for the
+ * next 200, then sleeps 20 us, and 200 us from the 2000th on. The device
+ * executors wait on CUDA events with it. */
+void hvd__wait_backoff(unsigned spin);
 
 #endif /* HVD_OPS_MPI_OPS_H */

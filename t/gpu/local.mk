@@ -23,3 +23,16 @@ t_gpu_binding_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS)
 t_gpu_binding_LDADD = $(TEST_LDADD) $(CUDA_LIBS)
 dist_check_SCRIPTS += t/gpu/binding.sh
 TESTS += t/gpu/binding.sh
+
+## Every collective on device tensors through each device executor (NCCL
+## at np 1, and at np N with N GPUs; host-staged MPI at every np, ranks
+## sharing a GPU), against exact host expectations. -static: the test
+## calls hvd__allreduce_wire_async (compression), an internal of libhvd.a.
+check_PROGRAMS += t/gpu/collectives
+t_gpu_collectives_SOURCES = t/gpu/collectives.c
+t_gpu_collectives_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CPPFLAGS)
+t_gpu_collectives_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
+	$(NCCL_LDFLAGS)
+t_gpu_collectives_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
+NP_TESTS += t/gpu/collectives.np1 t/gpu/collectives.np2 \
+	t/gpu/collectives.np4

@@ -237,7 +237,9 @@ int main(int argc, char **argv) {
     }
   }
 
-  /* ---- Device tensors in a build without CUDA ---- */
+  /* ---- Device tensors: unsupported without CUDA; with CUDA, a tensor
+   * on another GPU than the rank's is refused (t/gpu/collectives checks
+   * the whole message on a GPU; here cuda:1000 is surely not ours) ---- */
   if (!hvd_cuda_built()) {
     u = hvd_tensor_make(f, HVD_FLOAT32, 1, one);
     u.device = 0;
@@ -246,7 +248,20 @@ int main(int argc, char **argv) {
            "device tensor");
     allreduce_works("device tensor");
   } else {
-    skip(4, "this build has CUDA");
+    static const char head[] =
+        "allreduce 'dev': tensor is on cuda:1000 but this rank ";
+    char seen[MSG_LEN];
+    u = hvd_tensor_make(f, HVD_FLOAT32, 1, one);
+    u.device = 1000;
+    hvd_result_t rc = hvd_allreduce("dev", &u, &u, HVD_SUM, 1.0, 1.0);
+    snprintf(seen, sizeof seen, "%s", hvd_last_error());
+    is_int(HVD_ERR_INVALID_ARG, rc, "device tensor on another GPU: result");
+    tap_note("message: %s", seen);
+    ok(strncmp(seen, head, sizeof head - 1) == 0 &&
+           (strstr(seen, " uses cuda:") != NULL ||
+            strstr(seen, " has no CUDA device") != NULL),
+       "device tensor on another GPU: message");
+    allreduce_works("device tensor on another GPU");
   }
 
   /* ---- A name already in flight on this rank ----

@@ -108,6 +108,37 @@ int main(int argc, char **argv) {
   bad_value("HVD_STALL_CHECK_TIME", "-0.5",
             "HVD_STALL_CHECK_TIME='-0.5' is out of range 0..1e+09", "0");
 
+  /* The device settings (accepted, and checked, in every build). */
+  bad_value("HVD_GPU_OPERATIONS", "gloo",
+            "HVD_GPU_OPERATIONS='gloo' is not one of nccl, mpi", "mpi");
+  bad_value("HVD_NCCL_TIMEOUT", "-1",
+            "HVD_NCCL_TIMEOUT='-1' is out of range 0..1e+09", "0");
+  if (hvd_cuda_built() && !hvd_nccl_built())
+    bad_value("HVD_GPU_OPERATIONS", "nccl",
+              "HVD_GPU_OPERATIONS='nccl': this build has no NCCL (use mpi)",
+              "MPI");
+  else
+    good_value("HVD_GPU_OPERATIONS", "NCCL");
+
+  /* Ranks must agree on HVD_GPU_OPERATIONS (builds with NCCL: without,
+   * every rank has mpi). */
+  if (hvd_nccl_built() && size > 1) {
+    const char *msg = "HVD_GPU_OPERATIONS differs between ranks (nccl on "
+                      "some, mpi on others)";
+    setenv("HVD_GPU_OPERATIONS", rank == 0 ? "mpi" : "nccl", 1);
+    hvd_result_t rc = hvd_init();
+    char seen[1024];
+    snprintf(seen, sizeof seen, "%s", hvd_last_error());
+    is_int(HVD_ERR_INVALID_ARG, rc,
+           "HVD_GPU_OPERATIONS mpi on rank 0 only: hvd_init fails");
+    is_string(msg, seen, "HVD_GPU_OPERATIONS mpi on rank 0 only: message");
+    is_int(0, hvd_is_initialized(), "and hvd is not initialised");
+    unsetenv("HVD_GPU_OPERATIONS");
+  } else {
+    skip(3, "ranks that differ on HVD_GPU_OPERATIONS: needs 2 ranks and "
+            "a build with NCCL");
+  }
+
   /* Valid spellings: empty means unset; levels are case-insensitive. */
   good_value("HVD_FUSION_THRESHOLD", "");
   good_value("HVD_LOG_LEVEL", "");

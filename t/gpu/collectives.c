@@ -1,0 +1,666 @@
+/*
+ * collectives.c - every collective on device tensors against exact host
+ * expectations, through each device executor this build has:
+ *
+ *   nccl  (HVD_GPU_OPERATIONS=nccl) at np 1, and at np N when N GPUs are
+ *         visible (each rank on its own); skipped in a build without NCCL;
+ *   mpi   (HVD_GPU_OPERATIONS=mpi, host-staged) at every np, every rank on
+ *         one GPU when there are fewer GPUs than ranks.
+ *
+ * Each pass: hvd_init, then
+ *  - allreduce of float32, float16, bfloat16 and int32, every op, scalar
+ *    and [17], [1000] tensors, in place and out of place, prescale and
+ *    postscale on floats, plus [100003] sum/average ones: as one burst
+ *    (fused groups through the device fusion buffer) and one by one (lone
+ *    tensors reduced in place);
+ *  - compression: float32 with float16 and bfloat16 on the wire, every op,
+ *    as a burst and one by one;
+ *  - broadcast from the first and the last rank; allgather with a first
+ *    dimension that differs per rank and one that does not, each twice
+ *    (the second time agreed through the cache); alltoall with uneven
+ *    splits (some empty); reducescatter of an uneven and an even row
+ *    count, several ops and scales: every dtype above;
+ *  - errors: a tensor on another GPU than the rank's ("tensor is on cuda:N
+ *    but this rank uses cuda:M"), send and recv on different devices, and
+ *    (np >= 2) rank 0 on the host while the others are on the GPU: the
+ *    coordinator's mismatch "device cpu vs cuda:N";
+ *  - (np >= 2) the last rank joins at once while the others reduce device
+ *    tensors: its stubs hold the identity on its GPU;
+ * then hvd_shutdown. Values are small integers (products of +-1 and +-2),
+ * so every dtype holds every result exactly (float32 averages within 2
+ * ulps, as in the host tests).
+ *
+ * The tests run with HVD_NO_BIND=1 (t/mpirun-test): each rank makes its
+ * device current before hvd_init. Skips ("no CUDA device: ...") in a build
+ * without CUDA and when cudaGetDeviceCount finds no device or fails.
+ * Registered at np 1, 2 and 4 (t/gpu/local.mk); doc/gpu-testing.md.
+ */
+#include <config.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hvd.h"
+#include "hvdtest.h"
+#include "tap/tap.h"
+
+#ifndef HVD_HAVE_CUDA
+
+int main(int argc, char **argv) {
+  tap_mpi_init(&argc, &argv);
+  skip_all("no CUDA device: this build has no CUDA (configure found no "
+           "toolkit, or --without-cuda)");
+}
+
+#else /* HVD_HAVE_CUDA */
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+
+#include "core/api.h" /* hvd__allreduce_wire_async: compression */
+
+static int rank, size, dev;
+static const char *pass_name;
+
+#define NDT 4
+static const hvd_dtype_t dts[NDT] = {HVD_FLOAT32, HVD_FLOAT16, HVD_BFLOAT16,
+                                     HVD_INT32};
+static const double scales[3][2] = {{1, 1}, {2, 0.25}, {0.5, 3}};
+
+/* ---- device memory ------------------------------------------------------ */
+
+static void cuda_ok(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    bail("%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static void *dalloc(size_t bytes) {
+  void *p = NULL;
+  cuda_ok(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+  return p;
+}
+
+static void h2d(void *d, const void *h, size_t bytes) {
+  if (bytes > 0)
+    cuda_ok(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+}
+
+static void d2h(void *h, const void *d, size_t bytes) {
+  if (bytes > 0)
+    cuda_ok(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+}
+
+static hvd_tensor_t dtensor(void *data, hvd_dtype_t dt, int ndim,
+                            const int64_t *shape) {
+  hvd_tensor_t t = hvd_tensor_make(data, dt, ndim, shape);
+  t.device = dev;
+  return t;
+}
+
+/* A device copy of n elements made by fill(i). */
+static void *dfill(hvd_dtype_t dt, int64_t n, double (*fill)(int64_t, void *),
+                   void *ctx) {
+  void *h = hvdt_calloc((size_t)n, hvdt_size(dt));
+  for (int64_t i = 0; i < n; i++)
+    hvdt_put(dt, h, i, fill(i, ctx));
+  void *d = dalloc((size_t)n * hvdt_size(dt));
+  h2d(d, h, (size_t)n * hvdt_size(dt));
+  free(h);
+  return d;
+}
+
+/* 1 if the n elements of device buffer d are want[0..n) exactly. */
+static int dsame(hvd_dtype_t dt, const void *d, const double *want, int64_t n,
+                 char *why, size_t len) {
+  void *h = hvdt_calloc((size_t)n, hvdt_size(dt));
+  struct hvdt_wrong w;
+  d2h(h, d, (size_t)n * hvdt_size(dt));
+  int good = hvdt_compare(dt, h, n, hvdt_want_array, want, HVDT_EXACT, &w);
+  if (!good)
+    snprintf(why, len, "element %lld = %.17g, expected %.17g", (long long)w.at,
+             w.got, w.want);
+  free(h);
+  return good;
+}
+
+/* ---- allreduce jobs (hvdt_ar with device buffers) ------------------------ */
+
+struct dj {
+  struct hvdt_ar a; /* parameters; host copies of send and of the result */
+  hvd_dtype_t wire; /* a.dtype, or float16/bfloat16 for compression */
+  void *ds, *dr;    /* device send and recv (dr == ds in place) */
+};
+
+static void dj_set(struct dj *j, const char *prefix, hvd_dtype_t dt,
+                   hvd_dtype_t wire, hvd_op_t op, int ndim, int64_t n,
+                   const double sc[2], int in_place, int salt) {
+  memset(j, 0, sizeof *j);
+  snprintf(j->a.name, sizeof j->a.name, "%s.%s.%s.%s.%lld.%s", prefix,
+           hvd_dtype_name(dt), hvd_dtype_name(wire), hvd_op_name(op),
+           (long long)n, in_place ? "in" : "out");
+  j->a.dtype = dt;
+  j->a.op = op;
+  j->a.ndim = ndim;
+  j->a.n = n;
+  j->a.pre = sc[0];
+  j->a.post = sc[1];
+  j->a.in_place = in_place;
+  j->a.salt = salt;
+  j->wire = wire;
+}
+
+/* As hvdt_ar_submit, on device copies; active 0: this rank only waits. */
+static void dj_submit(struct dj *j, int active) {
+  struct hvdt_ar *a = &j->a;
+  size_t es = hvdt_size(a->dtype), bytes = (size_t)a->n * es;
+  int64_t shape[1] = {a->n};
+  hvdt_ar_free(a);
+  a->send = hvdt_calloc((size_t)a->n, es);
+  a->recv = a->in_place ? a->send : hvdt_calloc((size_t)a->n, es);
+  for (int64_t i = 0; i < a->n; i++) {
+    hvdt_put(a->dtype, a->send, i, hvdt_burst_value(a, rank, i));
+    if (!a->in_place)
+      hvdt_put(a->dtype, a->recv, i, -99);
+  }
+  j->ds = dalloc(bytes);
+  j->dr = a->in_place ? j->ds : dalloc(bytes);
+  h2d(j->ds, a->send, bytes);
+  if (!a->in_place)
+    h2d(j->dr, a->recv, bytes);
+  a->ts = dtensor(j->ds, a->dtype, a->ndim, shape);
+  a->tr = dtensor(j->dr, a->dtype, a->ndim, shape);
+  a->req = NULL;
+  a->msg[0] = '\0';
+  a->rc = HVD_SUCCESS;
+  if (!active)
+    return;
+  if (j->wire == a->dtype)
+    a->rc = hvd_allreduce_async(a->name, &a->ts, &a->tr, a->op, a->pre, a->post,
+                                &a->req);
+  else
+    a->rc = hvd__allreduce_wire_async(a->name, &a->ts, &a->tr, a->op, a->pre,
+                                      a->post, j->wire, &a->req);
+  if (a->rc != HVD_SUCCESS) {
+    snprintf(a->msg, sizeof a->msg, "%s", hvd_last_error());
+    a->req = NULL;
+  }
+}
+
+/* Waits, copies the device buffers back into the host copies, checks
+ * against ranks 0..active-1 contributing (one TAP line). */
+static void dj_check(struct dj *j, int active, const char *what) {
+  struct hvdt_ar *a = &j->a;
+  size_t bytes = (size_t)a->n * hvdt_size(a->dtype);
+  char why[1200] = "";
+  hvdt_ar_wait(a);
+  d2h(a->recv, j->dr, bytes);
+  if (!a->in_place)
+    d2h(a->send, j->ds, bytes);
+  int good = hvdt_ar_check(a, hvdt_burst_value, active, why, sizeof why);
+  tap_note("%s", why);
+  ok(good, "%s %s: %s", pass_name, what, a->name);
+  if (j->dr != j->ds)
+    cudaFree(j->dr);
+  cudaFree(j->ds);
+  j->ds = j->dr = NULL;
+  hvdt_ar_free(a);
+}
+
+/* Every dtype and op at three sizes, in and out of place, and big ones
+ * (sum in place, average out of place) when big. */
+static int plain_jobs(struct dj *out, const char *prefix, int big) {
+  static const int64_t sizes[3] = {1, 17, 1000};
+  int n = 0;
+  for (int d = 0; d < NDT; d++) {
+    hvd_dtype_t dt = dts[d];
+    for (int o = 0; o < HVD_OP_COUNT; o++) {
+      const double *sc = scales[dt == HVD_INT32 ? 0 : (d + o) % 3];
+      for (int z = 0; z < 3; z++)
+        for (int place = 0; place < 2; place++) {
+          dj_set(&out[n], prefix, dt, dt, (hvd_op_t)o, z == 0 ? 0 : 1, sizes[z],
+                 sc, place, 7 * n + 1);
+          n++;
+        }
+    }
+    if (big) {
+      const double *sc = scales[dt == HVD_INT32 ? 0 : 1];
+      dj_set(&out[n], prefix, dt, dt, HVD_SUM, 1, 100003, sc, 1, 7 * n + 1);
+      n++;
+      dj_set(&out[n], prefix, dt, dt, HVD_AVERAGE, 1, 100003, sc, 0, 7 * n + 1);
+      n++;
+    }
+  }
+  return n;
+}
+
+/* float32 with float16 and bfloat16 on the wire. */
+static int wire_jobs(struct dj *out, const char *prefix) {
+  static const hvd_dtype_t wires[2] = {HVD_FLOAT16, HVD_BFLOAT16};
+  static const int64_t sizes[2] = {17, 5000};
+  int n = 0;
+  for (int wi = 0; wi < 2; wi++)
+    for (int o = 0; o < HVD_OP_COUNT; o++)
+      for (int z = 0; z < 2; z++)
+        for (int place = 0; place < 2; place++) {
+          dj_set(&out[n], prefix, HVD_FLOAT32, wires[wi], (hvd_op_t)o, 1,
+                 sizes[z], scales[(wi + o + z) % 3], place, 5 * n + 3);
+          n++;
+        }
+  return n;
+}
+
+#define MAX_JOBS 160
+
+/* All submitted, then all waited for: consecutive compatible jobs fuse. */
+static void burst(struct dj *jobs, int n, const char *what) {
+  for (int i = 0; i < n; i++)
+    dj_submit(&jobs[i], 1);
+  for (int i = 0; i < n; i++)
+    dj_check(&jobs[i], size, what);
+}
+
+/* One at a time: every job alone in its group. keep(j) chooses. */
+static void one_by_one(struct dj *jobs, int n, const char *what,
+                       int (*keep)(const struct dj *)) {
+  for (int i = 0; i < n; i++)
+    if (keep(&jobs[i])) {
+      dj_submit(&jobs[i], 1);
+      dj_check(&jobs[i], size, what);
+    }
+}
+
+static int keep_large(const struct dj *j) { return j->a.n >= 1000; }
+static int keep_all(const struct dj *j) { return j != NULL; }
+
+static void test_allreduce(void) {
+  static struct dj jobs[MAX_JOBS];
+  int n = plain_jobs(jobs, "ar", 1);
+  burst(jobs, n, "allreduce burst");
+  n = plain_jobs(jobs, "ar1", 1);
+  one_by_one(jobs, n, "allreduce alone", keep_large);
+  n = wire_jobs(jobs, "cw");
+  burst(jobs, n, "compressed burst");
+  n = wire_jobs(jobs, "cw1");
+  one_by_one(jobs, n, "compressed alone", keep_all);
+}
+
+/* ---- broadcast, allgather, alltoall, reducescatter ----------------------- */
+
+/* Small integers of every dtype, by (q, i, salt). */
+static double val(int q, int64_t i, int salt) {
+  return (double)((q * 7 + i * 3 + salt) % 23) - 11;
+}
+
+struct qs {
+  int q, salt;
+};
+
+static double fill_val(int64_t i, void *ctx) {
+  const struct qs *c = ctx;
+  return val(c->q, i, c->salt);
+}
+
+static void test_broadcast(void) {
+  int64_t shape[2] = {7, 143}, n = 7 * 143;
+  double *want = hvdt_calloc((size_t)n, sizeof *want);
+  for (int d = 0; d < NDT; d++)
+    for (int k = 0; k < 2; k++) {
+      hvd_dtype_t dt = dts[d];
+      int root = k ? size - 1 : 0, salt = 3 * d + k;
+      char name[64], why[300] = "";
+      struct qs c = {rank, salt};
+      void *buf = dfill(dt, n, fill_val, &c);
+      hvd_tensor_t t = dtensor(buf, dt, 2, shape);
+      snprintf(name, sizeof name, "bc.%s.%d", hvd_dtype_name(dt), root);
+      hvd_result_t rc = hvd_broadcast(name, &t, root);
+      for (int64_t i = 0; i < n; i++)
+        want[i] = val(root, i, salt);
+      int good = rc == HVD_SUCCESS && dsame(dt, buf, want, n, why, sizeof why);
+      tap_note("rc %d (%s) %s", rc, hvd_last_error(), why);
+      ok(good, "%s broadcast %s from rank %d", pass_name, hvd_dtype_name(dt),
+         root);
+      cudaFree(buf);
+    }
+  free(want);
+}
+
+static int64_t rows_uneven(int q) { return q + 1; }
+static int64_t rows_even(int q) { return q >= 0 ? 2 : 0; }
+
+/* This rank's rows of (rows_of(rank), cols), gathered; twice under one
+ * name: the second time through the cache. */
+static void allgather_case(hvd_dtype_t dt, const char *kind,
+                           int64_t (*rows_of)(int), int64_t cols) {
+  int64_t mine = rows_of(rank), total = 0;
+  for (int q = 0; q < size; q++)
+    total += rows_of(q);
+  double *want = hvdt_calloc((size_t)(total * cols) + 1, sizeof *want);
+  for (int q = 0, at = 0; q < size; q++)
+    for (int64_t i = 0; i < rows_of(q) * cols; i++)
+      want[at++] = val(q, i, 11);
+  char name[64];
+  snprintf(name, sizeof name, "ag.%s.%s", kind, hvd_dtype_name(dt));
+  for (int round = 0; round < 2; round++) {
+    struct qs c = {rank, 11};
+    int64_t shape[2] = {mine, cols};
+    void *buf = dfill(dt, mine * cols, fill_val, &c);
+    hvd_tensor_t t = dtensor(buf, dt, 2, shape), out;
+    memset(&out, 0, sizeof out);
+    char why[300] = "";
+    hvd_result_t rc = hvd_allgather(name, &t, &out);
+    tap_note("rc %d (%s)", rc, hvd_last_error());
+    int good = rc == HVD_SUCCESS && out.device == dev && out.ndim == 2 &&
+               out.shape[0] == total && out.shape[1] == cols && out.dtype == dt;
+    if (rc == HVD_SUCCESS && !good)
+      snprintf(why, sizeof why, "output device %d ndim %d shape [%lld, %lld]",
+               out.device, out.ndim, (long long)out.shape[0],
+               (long long)out.shape[1]);
+    if (good)
+      good = dsame(dt, out.data, want, total * cols, why, sizeof why);
+    tap_note("%s", why);
+    ok(good, "%s allgather %s %s rows%s", pass_name, hvd_dtype_name(dt), kind,
+       round ? " (cached)" : "");
+    hvd_tensor_free(&out);
+    cudaFree(buf);
+  }
+  free(want);
+}
+
+/* Rank q sends (q + k) % 3 rows of cols to rank k; element (row j, col c)
+ * of the block from q to k is this. */
+static double a2a_val(int q, int k, int64_t j, int64_t c) {
+  return (double)((q * 5 + k * 3 + j * 7 + c) % 19) - 9;
+}
+
+static void test_alltoall(void) {
+  const int64_t cols = 2;
+  int64_t *splits = hvdt_calloc((size_t)size, sizeof *splits);
+  int64_t *got = hvdt_calloc((size_t)size, sizeof *got);
+  int64_t rows = 0, total = 0;
+  for (int k = 0; k < size; k++) {
+    splits[k] = (rank + k) % 3;
+    rows += splits[k];
+    total += (k + rank) % 3;
+  }
+  double *in = hvdt_calloc((size_t)(rows * cols) + 1, sizeof *in);
+  double *want = hvdt_calloc((size_t)(total * cols) + 1, sizeof *want);
+  for (int k = 0, at = 0; k < size; k++)
+    for (int64_t j = 0; j < splits[k]; j++)
+      for (int64_t c = 0; c < cols; c++)
+        in[at++] = a2a_val(rank, k, j, c);
+  for (int q = 0, at = 0; q < size; q++)
+    for (int64_t j = 0; j < (q + rank) % 3; j++)
+      for (int64_t c = 0; c < cols; c++)
+        want[at++] = a2a_val(q, rank, j, c);
+  for (int d = 0; d < NDT; d++) {
+    hvd_dtype_t dt = dts[d];
+    size_t es = hvdt_size(dt);
+    void *h = hvdt_calloc((size_t)(rows * cols) + 1, es);
+    for (int64_t i = 0; i < rows * cols; i++)
+      hvdt_put(dt, h, i, in[i]);
+    void *buf = dalloc((size_t)(rows * cols) * es);
+    h2d(buf, h, (size_t)(rows * cols) * es);
+    int64_t shape[2] = {rows, cols};
+    hvd_tensor_t t = dtensor(buf, dt, 2, shape), out;
+    memset(&out, 0, sizeof out);
+    char name[64], why[300] = "";
+    snprintf(name, sizeof name, "a2a.%s", hvd_dtype_name(dt));
+    hvd_result_t rc = hvd_alltoall(name, &t, splits, &out, got);
+    tap_note("rc %d (%s)", rc, hvd_last_error());
+    int good = rc == HVD_SUCCESS && out.device == dev &&
+               out.shape[0] == total && out.shape[1] == cols;
+    for (int q = 0; good && q < size; q++)
+      if (got[q] != (q + rank) % 3) {
+        snprintf(why, sizeof why, "recv_splits[%d] = %lld, expected %d", q,
+                 (long long)got[q], (q + rank) % 3);
+        good = 0;
+      }
+    if (good)
+      good = dsame(dt, out.data, want, total * cols, why, sizeof why);
+    tap_note("%s", why);
+    ok(good, "%s alltoall %s, uneven splits", pass_name, hvd_dtype_name(dt));
+    hvd_tensor_free(&out);
+    cudaFree(buf);
+    free(h);
+  }
+  free(in);
+  free(want);
+  free(splits);
+  free(got);
+}
+
+/* Rank q's element (row, col) of reducescatter input; {-2,-1,1,2} for a
+ * product. */
+static double rs_val(hvd_op_t op, int q, int64_t row, int64_t c, int salt) {
+  if (op == HVD_PRODUCT)
+    return (double)((q + row + c + salt) % 2 + 1) *
+           ((q * 3 + row + c + salt) % 5 == 0 ? -1.0 : 1.0);
+  return (double)((q * 5 + row * 3 + c + salt) % 13) - 6;
+}
+
+static void reducescatter_case(hvd_dtype_t dt, hvd_op_t op, int64_t rows,
+                               const double sc[2], int salt) {
+  const int64_t cols = 3;
+  int64_t mine = rows / size + (rank < rows % size), start = 0;
+  for (int k = 0; k < rank; k++)
+    start += rows / size + (k < rows % size);
+  size_t es = hvdt_size(dt);
+  void *h = hvdt_calloc((size_t)(rows * cols) + 1, es);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++)
+      hvdt_put(dt, h, r * cols + c, rs_val(op, rank, r, c, salt));
+  double *want = hvdt_calloc((size_t)(mine * cols) + 1, sizeof *want);
+  for (int64_t r = 0; r < mine; r++)
+    for (int64_t c = 0; c < cols; c++) {
+      double acc = 0;
+      for (int q = 0; q < size; q++) {
+        double v = rs_val(op, q, start + r, c, salt) * sc[0];
+        acc = q ? hvdt_fold(op, acc, v) : v;
+      }
+      want[r * cols + c] =
+          hvdt_as_dtype(dt, hvdt_finish(op, dt, acc, size, sc[1]));
+    }
+  void *buf = dalloc((size_t)(rows * cols) * es);
+  h2d(buf, h, (size_t)(rows * cols) * es);
+  int64_t shape[2] = {rows, cols};
+  hvd_tensor_t t = dtensor(buf, dt, 2, shape), out;
+  memset(&out, 0, sizeof out);
+  char name[80], why[300] = "";
+  snprintf(name, sizeof name, "rs.%s.%s.%lld", hvd_dtype_name(dt),
+           hvd_op_name(op), (long long)rows);
+  hvd_result_t rc = hvd_reducescatter(name, &t, &out, op, sc[0], sc[1]);
+  tap_note("rc %d (%s)", rc, hvd_last_error());
+  int good = rc == HVD_SUCCESS && out.device == dev && out.ndim == 2 &&
+             out.shape[0] == mine && out.shape[1] == cols;
+  if (good) {
+    void *got = hvdt_calloc((size_t)(mine * cols) + 1, es);
+    struct hvdt_wrong w;
+    /* float32 averages: within 2 ulps, as the host tests */
+    struct hvdt_tol tol = {0, dt == HVD_FLOAT32 && op == HVD_AVERAGE ? 2 : 0};
+    d2h(got, out.data, (size_t)(mine * cols) * es);
+    good = hvdt_compare(dt, got, mine * cols, hvdt_want_array, want, tol, &w);
+    if (!good)
+      snprintf(why, sizeof why, "element %lld = %.17g, expected %.17g",
+               (long long)w.at, w.got, w.want);
+    free(got);
+  }
+  tap_note("%s", why);
+  ok(good, "%s reducescatter %s %s of %lld rows (pre %g, post %g)", pass_name,
+     hvd_dtype_name(dt), hvd_op_name(op), (long long)rows, sc[0], sc[1]);
+  hvd_tensor_free(&out);
+  cudaFree(buf);
+  free(h);
+  free(want);
+}
+
+static void test_gathers(void) {
+  test_broadcast();
+  for (int d = 0; d < NDT; d++) {
+    allgather_case(dts[d], "uneven", rows_uneven, 5);
+    allgather_case(dts[d], "even", rows_even, 3);
+  }
+  test_alltoall();
+  static const hvd_op_t ops[4] = {HVD_SUM, HVD_AVERAGE, HVD_MAX, HVD_PRODUCT};
+  for (int d = 0; d < NDT; d++)
+    for (int o = 0; o < 4; o++) {
+      const double *sc = scales[dts[d] == HVD_INT32 ? 0 : (d + o) % 3];
+      reducescatter_case(dts[d], ops[o], 2 * size + 1, sc, d + o);
+      if (o < 2)
+        reducescatter_case(dts[d], ops[o], 2 * size, sc, d + o);
+    }
+}
+
+/* ---- errors -------------------------------------------------------------- */
+
+static void expect(hvd_result_t rc, hvd_result_t want_rc, const char *want,
+                   const char *what) {
+  char seen[1024];
+  snprintf(seen, sizeof seen, "%s", hvd_last_error());
+  is_int(want_rc, rc, "%s %s: result", pass_name, what);
+  is_string(want, seen, "%s %s: message", pass_name, what);
+}
+
+static void test_errors(void) {
+  float *d = dalloc(16 * sizeof *d);
+  float h[16] = {0};
+  int64_t shape[1] = {16};
+  char want[300];
+  cuda_ok(cudaMemset(d, 0, 16 * sizeof *d), "cudaMemset");
+
+  hvd_tensor_t t = dtensor(d, HVD_FLOAT32, 1, shape);
+  t.device = dev + 1;
+  snprintf(want, sizeof want,
+           "allreduce 'wrong': tensor is on cuda:%d but this rank uses "
+           "cuda:%d",
+           dev + 1, dev);
+  expect(hvd_allreduce("wrong", &t, &t, HVD_SUM, 1, 1), HVD_ERR_INVALID_ARG,
+         want, "a tensor on another GPU");
+
+  hvd_tensor_t s = dtensor(d, HVD_FLOAT32, 1, shape);
+  hvd_tensor_t r = hvd_tensor_make(h, HVD_FLOAT32, 1, shape);
+  snprintf(want, sizeof want,
+           "allreduce 'split': recv is on cpu but send is on cuda:%d", dev);
+  expect(hvd_allreduce("split", &s, &r, HVD_SUM, 1, 1), HVD_ERR_INVALID_ARG,
+         want, "send on the GPU, recv on the host");
+
+  if (size < 2) {
+    skip(2, "host on one rank, device on another needs 2 ranks");
+  } else {
+    char vals[64][HVDT_VAL_LEN], keys[64][HVDT_VAL_LEN], seen[1024];
+    int *devs = hvdt_calloc((size_t)size, sizeof *devs);
+    MPI_Allgather(&dev, 1, MPI_INT, devs, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int q = 0; q < size && q < 64; q++) {
+      snprintf(vals[q], HVDT_VAL_LEN, q == 0 ? "cpu" : "cuda:%d", devs[q]);
+      snprintf(keys[q], HVDT_VAL_LEN, "%s", q == 0 ? "cpu" : "cuda");
+    }
+    hvd_tensor_t m = rank == 0 ? hvd_tensor_make(h, HVD_FLOAT32, 1, shape)
+                               : dtensor(d, HVD_FLOAT32, 1, shape);
+    hvd_result_t rc = hvd_allreduce("mix", &m, &m, HVD_SUM, 1, 1);
+    snprintf(seen, sizeof seen, "%s", hvd_last_error());
+    hvdt_expect_mismatch(rc, seen, "allreduce 'mix'", "device", vals, keys,
+                         "host on rank 0, device on the others");
+    free(devs);
+  }
+  cudaFree(d);
+
+  /* and a device allreduce still works */
+  struct dj j;
+  dj_set(&j, "after", HVD_FLOAT32, HVD_FLOAT32, HVD_SUM, 1, 33, scales[0], 0,
+         1);
+  dj_submit(&j, 1);
+  dj_check(&j, size, "after the errors");
+}
+
+/* The last rank joins at once; the others reduce a burst (fused, and one
+ * big tensor alone), then join. Its stubs (the identity) are on its GPU. */
+static void test_join(void) {
+  if (size < 2) {
+    skip(1, "join needs 2 ranks");
+    return;
+  }
+  static struct dj jobs[8];
+  static const hvd_op_t ops[4] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_PRODUCT};
+  int n = 0, active = rank < size - 1;
+  for (int o = 0; o < 4; o++) {
+    dj_set(&jobs[n], "join", HVD_FLOAT32, HVD_FLOAT32, ops[o], 1, 100,
+           scales[0], o % 2, 11 * n + 1);
+    n++;
+    dj_set(&jobs[n], "join", HVD_INT32, HVD_INT32, ops[o], 1, 40000, scales[0],
+           1, 11 * n + 1);
+    n++;
+  }
+  int last = -2;
+  if (!active) /* returns when the others have joined too */
+    is_int(HVD_SUCCESS, hvd_join(&last), "%s join: every rank joins",
+           pass_name);
+  for (int i = 0; i < n; i++)
+    dj_submit(&jobs[i], active);
+  if (active)
+    is_int(HVD_SUCCESS, hvd_join(&last), "%s join: every rank joins",
+           pass_name);
+  tap_note("hvd_join's last rank: %d", last);
+  ok(last >= 0 && last < size, "%s join: a rank joined last", pass_name);
+  for (int i = 0; i < n; i++) {
+    if (!active) { /* nothing was submitted: only keep the checks aligned */
+      struct hvdt_ar *a = &jobs[i].a;
+      cudaFree(jobs[i].ds);
+      if (jobs[i].dr != jobs[i].ds)
+        cudaFree(jobs[i].dr);
+      hvdt_ar_free(a);
+      ok(1, "%s join: %s", pass_name, a->name);
+      continue;
+    }
+    dj_check(&jobs[i], size - 1, "join");
+  }
+}
+
+/* ---- passes -------------------------------------------------------------- */
+
+static void run_pass(const char *ops) {
+  pass_name = ops;
+  setenv("HVD_GPU_OPERATIONS", ops, 1);
+  cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+  hvd_result_t rc = hvd_init();
+  tap_note("%s", hvd_last_error());
+  if (!is_int(HVD_SUCCESS, rc, "%s: hvd_init", ops))
+    bail("hvd_init: %s", hvd_last_error());
+  if (hvd_cuda_device() >= 0)
+    dev = hvd_cuda_device(); /* HVD_NO_BIND=0: hvd's choice */
+  diag("%s: %d ranks, rank 0 on cuda:%d", ops, size, dev);
+  test_allreduce();
+  test_gathers();
+  test_errors();
+  test_join();
+  is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", ops);
+  unsetenv("HVD_GPU_OPERATIONS");
+}
+
+int main(int argc, char **argv) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  tap_mpi_init(&argc, &argv);
+  rank = tap_rank();
+  size = tap_size();
+  if (e != cudaSuccess)
+    skip_all("no CUDA device: cudaGetDeviceCount: %s (%s)",
+             cudaGetErrorString(e), cudaGetErrorName(e));
+  if (count == 0)
+    skip_all("no CUDA device: cudaGetDeviceCount found none");
+  /* a GPU each when there are enough, else all on the first */
+  dev = count >= size ? rank % count : 0;
+  if (!hvd_nccl_built())
+    skip(1, "nccl: this build has no NCCL");
+  else if (size > 1 && count < size)
+    skip(1,
+         "nccl at np %d needs %d GPUs (NCCL refuses two ranks on one); "
+         "%d visible",
+         size, size, count);
+  else
+    run_pass("nccl");
+  run_pass("mpi");
+  return tap_mpi_finish();
+}
+
+#endif /* HVD_HAVE_CUDA */
