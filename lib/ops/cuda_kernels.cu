@@ -8,7 +8,7 @@
  * written again, operation for operation: the element math in float (or
  * double where the host uses double), the scalar factors computed on the
  * host by the same expressions, and the conversions to f16/bf16 by the
- * same bit manipulation. Built with -fmad=false (Makefile.am), so that no
+ * same functions (ops/half.h). Built with -fmad=false (Makefile.am), so that no
  * a * b + c becomes one fused multiply-add, and with IEEE division and
  * square root (nvcc's defaults), so that device and host agree bit for bit.
  *
@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "ops/cuda_kernels.h"
+#include "ops/half.h"
 #include "ops/cuda_rt.h"
 
 namespace {
@@ -32,83 +33,14 @@ namespace {
 const int kThreads = 256;           /* per block */
 const int64_t kMaxBlocks = 1 << 18; /* per launch, over all spans */
 
-/* ---- f16 and bf16, as lib/ops/reduce.c -------------------------------- */
-
-HD float from_bits(uint32_t x) {
-  float f;
-  memcpy(&f, &x, sizeof f);
-  return f;
-}
-
-HD uint32_t to_bits(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
-  return x;
-}
-
-HD float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, x;
-  if (exp == 0 && mant == 0) {
-    x = sign;
-  } else if (exp == 0) { /* subnormal: normalise */
-    int k = 0;
-    while (!(mant & 0x400)) {
-      mant <<= 1;
-      k++;
-    }
-    x = sign | ((uint32_t)(113 - k) << 23) | ((mant & 0x3ff) << 13);
-  } else if (exp == 31) {
-    x = sign | 0x7f800000u | (mant << 13);
-  } else {
-    x = sign | ((exp + 112) << 23) | (mant << 13);
-  }
-  return from_bits(x);
-}
-
-HD uint16_t f32_to_f16(float f) { /* round to nearest even */
-  uint32_t x = to_bits(f);
-  uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff;
-  uint32_t mant = x & 0x7fffff;
-  if (exp == 0xff) /* inf or nan (kept quiet) */
-    return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 | (mant >> 13) : 0));
-  int e = (int)exp - 127 + 15;
-  if (e >= 31)
-    return (uint16_t)(sign | 0x7c00);
-  if (e <= 0) { /* subnormal in f16, or zero */
-    if (e < -10)
-      return (uint16_t)sign;
-    uint32_t full = mant | 0x800000;
-    int shift = 14 - e;
-    uint32_t m = full >> shift, rem = full & ((1u << shift) - 1);
-    uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (m & 1)))
-      m++;
-    return (uint16_t)(sign | m);
-  }
-  uint32_t h = sign | ((uint32_t)e << 10) | (mant >> 13);
-  uint32_t rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
-    h++; /* a carry into the exponent is still right, up to inf */
-  return (uint16_t)h;
-}
-
-HD float bf16_to_f32(uint16_t h) { return from_bits((uint32_t)h << 16); }
-
-HD uint16_t f32_to_bf16(float f) { /* round to nearest even */
-  uint32_t x = to_bits(f);
-  if ((x & 0x7fffffff) > 0x7f800000) /* nan: keep it quiet */
-    return (uint16_t)((x >> 16) | 0x40);
-  x += 0x7fff + ((x >> 16) & 1);
-  return (uint16_t)(x >> 16);
-}
+/* ---- f16 and bf16: lib/ops/half.h, shared with the host --------------- */
 
 HD float half_get(uint16_t h, bool bf16) {
-  return bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+  return bf16 ? hvd__bf16_to_f32(h) : hvd__f16_to_f32(h);
 }
 
 HD uint16_t half_make(float f, bool bf16) {
-  return bf16 ? f32_to_bf16(f) : f32_to_f16(f);
+  return bf16 ? hvd__f32_to_bf16(f) : hvd__f32_to_f16(f);
 }
 
 /* ---- element operations: dst = op(src) --------------------------------- */

@@ -10,10 +10,8 @@
 
 #include "internal.h"
 
-float hvd__f16_to_f32(uint16_t h);
-uint16_t hvd__f32_to_f16(float f); /* round to nearest even */
-float hvd__bf16_to_f32(uint16_t h);
-uint16_t hvd__f32_to_bf16(float f); /* round to nearest even */
+/* hvd__f16_to_f32, hvd__f32_to_f16, hvd__bf16_to_f32, hvd__f32_to_bf16 */
+#include "ops/half.h"
 
 /* dst[i] = src[i] * factor for a floating-point dtype (dst may be src).
  * With factor 1 it is a copy (nothing when dst == src). */
