@@ -3,7 +3,9 @@
  * root to every rank, then verified. Ranks first agree on what they
  * broadcast (count and a hash of names and shapes), so that different
  * models fail loudly instead of stalling; after the broadcasts a 64-bit
- * checksum of every tensor is compared across ranks.
+ * checksum of every tensor is compared across ranks. Device tensors are
+ * broadcast by the engine's device executors like any other; their
+ * checksums are computed on the host, after a copy (a chunk at a time).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,32 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
 }
 
 #define FNV_BASIS 1469598103934665603ull
+#define BOUNCE ((size_t)4 << 20) /* bytes of a device tensor per copy */
+
+/* *out = FNV-1a of t's bytes; a device tensor's are copied to the host
+ * first. On a failure *out is what was hashed so far. */
+static hvd_result_t checksum(const char *fn, const hvd_tensor_t *t,
+                             uint64_t *out) {
+  size_t bytes = hvd__tensor_bytes(t);
+  hvd_result_t rc = HVD_SUCCESS;
+  *out = FNV_BASIS;
+  if (t->device == HVD_CPU) {
+    *out = fnv1a(FNV_BASIS, t->data, bytes);
+    return HVD_SUCCESS;
+  }
+  size_t cap = bytes < BOUNCE ? bytes : BOUNCE;
+  unsigned char *b = malloc(cap ? cap : 1);
+  if (b == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: checksum buffer", fn);
+  for (size_t at = 0; at < bytes && rc == HVD_SUCCESS; at += cap) {
+    size_t k = bytes - at < cap ? bytes - at : cap;
+    rc = hvd__odev_read(fn, b, t, at, k);
+    if (rc == HVD_SUCCESS)
+      *out = fnv1a(*out, b, k);
+  }
+  free(b);
+  return rc;
+}
 
 static hvd_result_t check_params(const char *fn, const hvd_param_t *params,
                                  int n) {
@@ -80,19 +108,27 @@ static uint64_t describe(const hvd_param_t *params, int n) {
 
 /* Compares a checksum of each of tensors[0..n) across ranks: one MAX
  * allreduce of (c, ~c) gives the largest and (as ~max(~c)) the smallest;
- * where they differ, an allgather of that checksum names the ranks. */
+ * where they differ, an allgather of that checksum names the ranks. A rank
+ * that cannot read a device tensor still takes part (with a wrong
+ * checksum, so that the others report it) and returns its own error. */
 static hvd_result_t compare(const char *fn, const char *what,
                             const hvd_tensor_t *const *tensors,
                             const char *const *labels, int n) {
   if (n == 0)
     return HVD_SUCCESS;
-  hvd_result_t rc = HVD_SUCCESS;
+  hvd_result_t rc = HVD_SUCCESS, local = HVD_SUCCESS;
+  char localmsg[HVD__ERRMSG_MAX] = "";
   int64_t *sums = malloc(3 * (size_t)n * sizeof *sums), *own = sums + 2 * n;
   if (sums == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: checksums", fn);
   for (int i = 0; i < n; i++) {
-    own[i] = (int64_t)fnv1a(FNV_BASIS, tensors[i]->data,
-                            hvd__tensor_bytes(tensors[i]));
+    uint64_t c;
+    hvd_result_t r = checksum(fn, tensors[i], &c);
+    if (r != HVD_SUCCESS && local == HVD_SUCCESS) {
+      local = r;
+      snprintf(localmsg, sizeof localmsg, "%s", hvd_last_error());
+    }
+    own[i] = (int64_t)c;
     sums[i] = own[i];
     sums[n + i] = ~own[i];
   }
@@ -126,7 +162,7 @@ static hvd_result_t compare(const char *fn, const char *what,
     }
   }
   free(sums);
-  return rc;
+  return local != HVD_SUCCESS ? hvd__set_error_msg(local, localmsg) : rc;
 }
 
 static hvd_result_t verify(const char *fn, const hvd_param_t *params, int n) {

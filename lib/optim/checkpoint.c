@@ -16,7 +16,13 @@
  *         checks magic, version, checksum (agree); the size, then the
  *         bytes, are broadcast (agree on the buffer in between); every
  *         rank checks the file against its model and optimizer (agree);
- *         only then does every rank copy.
+ *         only then does every rank copy (agree).
+ *
+ * Device tensors (parameters on the rank's GPU and their optimizer state)
+ * are copied to the host to be written, a chunk at a time, by rank 0, and
+ * loaded from the host buffer that every rank received, by cudaMemcpy to
+ * the rank's own GPU: the file is the same either way, so a checkpoint
+ * saved from GPU parameters loads into host ones and the reverse.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -152,11 +158,6 @@ static hvd_result_t check_args(const char *fn, const char *path,
                             fn, i);
     if ((rc = hvd__check_tensor(fn, p->name, "value", &p->value)) != 0)
       return rc;
-    if (p->value.device != HVD_CPU)
-      return hvd__set_error(HVD_ERR_UNSUPPORTED,
-                            "%s '%s': value is on device %d; checkpoints "
-                            "take host tensors",
-                            fn, p->name, p->value.device);
   }
   if (opt == NULL)
     return HVD_SUCCESS;
@@ -196,8 +197,12 @@ typedef struct writer {
   FILE *f;
   uint64_t sum;
   uint64_t written;
-  int err; /* errno of the first failed write */
+  int err;              /* errno of the first failed write */
+  hvd_result_t dev_rc;  /* a failed copy from the device (message set) */
+  unsigned char *bounce; /* BOUNCE bytes for device tensors, or NULL */
 } writer_t;
+
+#define BOUNCE ((size_t)4 << 20) /* a multiple of every element size */
 
 static void put(writer_t *w, const void *p, size_t n) {
   if (w->err != 0 || n == 0)
@@ -235,6 +240,34 @@ static void put_data(writer_t *w, const void *data, size_t bytes,
     size_t k = bytes - at < step ? bytes - at : step;
     copy_le(tmp, (const unsigned char *)data + at, k, esize);
     put(w, tmp, k);
+  }
+}
+
+/* A tensor's data: a device tensor's through w->bounce, a chunk at a
+ * time; a failed copy stops the writer (w->dev_rc). */
+static void put_tensor(writer_t *w, const hvd_tensor_t *t, size_t bytes,
+                       size_t esize) {
+  if (t->device == HVD_CPU) {
+    put_data(w, t->data, bytes, esize);
+    return;
+  }
+  if (w->bounce == NULL && bytes > 0 &&
+      (w->bounce = malloc(BOUNCE)) == NULL) {
+    w->dev_rc = hvd__set_error(HVD_ERR_NO_MEMORY,
+                               "%s: a %zu-byte buffer for device tensors",
+                               save_fn, BOUNCE);
+    w->err = ENOMEM;
+    return;
+  }
+  for (size_t at = 0; at < bytes && w->err == 0; at += BOUNCE) {
+    size_t k = bytes - at < BOUNCE ? bytes - at : BOUNCE;
+    hvd_result_t rc = hvd__odev_read(save_fn, w->bounce, t, at, k);
+    if (rc != HVD_SUCCESS) {
+      w->dev_rc = rc;
+      w->err = EIO;
+      return;
+    }
+    put_data(w, w->bounce, k, esize);
   }
 }
 
@@ -284,9 +317,9 @@ static void write_body(writer_t *w, const hvd_param_t *params, int n,
     put_int(w, (uint32_t)v->ndim, 4);
     for (int d = 0; d < v->ndim; d++)
       put_int(w, (uint64_t)v->shape[d], 8);
-    put_data(w, v->data, bytes, esize);
+    put_tensor(w, v, bytes, esize);
     for (int k = 0; k < ns; k++)
-      put_data(w, c->state[i * ns + k].data, bytes, esize);
+      put_tensor(w, &c->state[i * ns + k], bytes, esize);
   }
 }
 
@@ -319,7 +352,7 @@ static hvd_result_t write_file(const char *path, const hvd_param_t *params,
   hvd_result_t rc = HVD_SUCCESS;
   size_t tlen = strlen(path) + 32;
   char *tmp = malloc(tlen), *dir = NULL;
-  writer_t w = {NULL, FNV_BASIS, 0, 0};
+  writer_t w = {NULL, FNV_BASIS, 0, 0, HVD_SUCCESS, NULL};
   const char *doing = "create";
   int err = 0;
   uint64_t size = file_size(params, n, c);
@@ -344,6 +377,8 @@ static hvd_result_t write_file(const char *path, const hvd_param_t *params,
   doing = "write";
   write_body(&w, params, n, c, step, size);
   put_int(&w, w.sum, 8);
+  if ((rc = w.dev_rc) != HVD_SUCCESS)
+    goto fail;
   if ((err = w.err) != 0)
     goto fail;
   if (w.written != size) { /* a bug in file_size(), never the disk */
@@ -376,6 +411,7 @@ static hvd_result_t write_file(const char *path, const hvd_param_t *params,
   }
   free(tmp);
   tmp = NULL;
+  free(w.bounce);
   if ((err = sync_dir(path, &dir)) != 0)
     rc = hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot sync directory '%s': %s",
                         save_fn, path, dir ? dir : "", strerror(err));
@@ -390,6 +426,7 @@ fail:
   if (created)
     unlink(tmp);
   free(tmp);
+  free(w.bounce);
   return rc;
 }
 
@@ -527,6 +564,26 @@ static int same_str(const char *s, uint32_t len, const char *z) {
   return strlen(z) == len && memcmp(s, z, len) == 0;
 }
 
+/* Copies a tensor's bytes of the file (little-endian) into t: a device
+ * tensor from host memory by cudaMemcpy (through a swapped copy on a
+ * big-endian host). */
+static hvd_result_t load_into(hvd_tensor_t *t, const unsigned char *src,
+                              size_t bytes, size_t esize) {
+  if (t->device == HVD_CPU) {
+    copy_le(t->data, src, bytes, esize);
+    return HVD_SUCCESS;
+  }
+  if (host_is_le() || esize <= 1)
+    return hvd__odev_write(load_fn, t, 0, src, bytes);
+  unsigned char *tmp = malloc(bytes ? bytes : 1);
+  if (tmp == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: %zu bytes", load_fn, bytes);
+  copy_le(tmp, src, bytes, esize);
+  hvd_result_t rc = hvd__odev_write(load_fn, t, 0, tmp, bytes);
+  free(tmp);
+  return rc;
+}
+
 #define MALFORMED(what)                                                        \
   hvd__set_error(HVD_ERR_CORRUPT, "%s: '%s': malformed at byte %zu (%s)",      \
                  load_fn, path, r.at, what)
@@ -630,10 +687,12 @@ static hvd_result_t walk(const char *path, const unsigned char *buf,
       }
       continue;
     }
-    copy_le(p->value.data, data, (size_t)bytes, esize);
-    for (uint64_t k = 0; c != NULL && k < ns; k++)
-      copy_le(c->state[i * ns + k].data, state + k * bytes, (size_t)bytes,
-              esize);
+    hvd_result_t rc = load_into(&p->value, data, (size_t)bytes, esize);
+    for (uint64_t k = 0; c != NULL && k < ns && rc == HVD_SUCCESS; k++)
+      rc = load_into(&c->state[i * ns + k], state + k * bytes, (size_t)bytes,
+                     esize);
+    if (rc != HVD_SUCCESS)
+      return rc;
   }
   if (r.at != r.size)
     return MALFORMED("bytes after the last parameter");
@@ -683,7 +742,8 @@ hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
   HVD__CHECK(hvd_broadcast("hvd.ckpt.load.data", &t, 0));
   rc = walk(path, buf, size, params, n, c, step, 0);
   HVD__CHECK(agree("load.check", rc));
-  rc = walk(path, buf, size, params, n, c, step, 1);
+  /* a failed copy to a GPU is known to every rank */
+  rc = agree("load.apply", walk(path, buf, size, params, n, c, step, 1));
 fail:
   free(buf);
   return rc;

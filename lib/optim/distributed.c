@@ -12,6 +12,10 @@
  *   prescale  = 1 / (k if average_passes else 1) / f
  *   postscale = f / size (HVD_AVERAGE)  or  f (HVD_SUM)
  *
+ * Device gradients (parameters on the rank's GPU) go through the engine's
+ * device executors like any device tensor; the only gradient arithmetic
+ * done here, the no-sync division by the passes, runs as a kernel.
+ *
  * Per parameter the wrapper counts backward passes since the last step;
  * the k-th hvd_optimizer_grad_ready() starts the reduction at once, so it
  * overlaps the rest of backward. hvd_optimizer_step() starts the ones not
@@ -266,19 +270,35 @@ static hvd_result_t reduce_all(hvd_optimizer_t *opt) {
   return first == HVD_SUCCESS ? HVD_SUCCESS : hvd__set_error_msg(first, msg);
 }
 
-/* No-sync step: the local gradients, averaged over the passes. */
-static void scale_local(hvd_optimizer_t *opt) {
+/* No-sync step: the local gradients, averaged over the passes; device
+ * gradients by a kernel on the base's stream (the same float multiply),
+ * complete before the base update, which may be a custom one. */
+static hvd_result_t scale_local(hvd_optimizer_t *opt) {
+  static const char who[] = "hvd_optimizer_step";
   hvd__dist_t *d = opt->dist;
+  hvd__odev_t *odev = opt->base->odev;
+  hvd_result_t rc = HVD_SUCCESS;
   if (!d->o.average_passes || d->o.backward_passes_per_step == 1)
-    return;
-  float s = (float)(1.0 / d->o.backward_passes_per_step);
-  for (int i = 0; i < d->n; i++) {
+    return HVD_SUCCESS;
+  double f = 1.0 / d->o.backward_passes_per_step;
+  float s = (float)f;
+  for (int i = 0; i < d->n && rc == HVD_SUCCESS; i++) {
     hvd_tensor_t *g = &opt->base->params[i].grad;
     float *x = g->data;
     int64_t m = hvd_tensor_numel(g);
+    if (g->device != HVD_CPU) {
+      rc = hvd__odev_scale(who, odev, x, m, f);
+      continue;
+    }
     for (int64_t j = 0; j < m; j++)
       x[j] *= s;
   }
+  if (odev != NULL) {
+    hvd_result_t sync = hvd__odev_sync(who, odev);
+    if (rc == HVD_SUCCESS)
+      rc = sync;
+  }
+  return rc;
 }
 
 hvd_result_t hvd__dist_step(hvd_optimizer_t *opt) {
@@ -289,8 +309,7 @@ hvd_result_t hvd__dist_step(hvd_optimizer_t *opt) {
   if (d->sync) {
     rc = reduce_all(opt);
   } else {
-    scale_local(opt);
-    rc = HVD_SUCCESS;
+    rc = scale_local(opt);
   }
   /* Either way these gradients are spent: reduced in place, or failed
    * part way (a retry would reduce some twice). */

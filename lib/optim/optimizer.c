@@ -5,6 +5,13 @@
  * wrapper, and the built-ins SGD and Adam/AdamW as ops tables with
  * torch.optim's numerics: element math in float (the tensors are float32),
  * scalar factors in double, rounded to float once per step.
+ *
+ * Parameters may be host tensors or tensors on the rank's GPU, each on its
+ * own (a list may mix them). A device parameter's state lives on its
+ * device, and the built-ins update all device parameters with one batched
+ * kernel launch (lib/ops/cuda_kernels.cu, the same math) on the
+ * optimizer's stream, while the host loops run; every call that touches
+ * device memory waits for that stream before it returns (device.h).
  */
 #include <math.h>
 #include <stdint.h>
@@ -12,6 +19,7 @@
 #include <string.h>
 
 #include "core/errors.h"
+#include "core/runtime.h"
 #include "core/table.h"
 #include "core/tensor.h"
 #include "optim/optimizer.h"
@@ -28,21 +36,49 @@ static hvd_result_t check_range(const char *who, const char *what, double x,
                         lo_open ? '(' : '[', lo, hi);
 }
 
-/* A parameter's value or grad: a float32 host tensor with data. */
+/* A device tensor must be on the rank's GPU (hvd__cuda_rank_device: the
+ * one hvd_init bound, else the calling thread's current device), as for
+ * the collectives; a build without CUDA has none. */
+static hvd_result_t check_device(const char *who, const char *pname,
+                                 const char *which, int device) {
+  if (device == HVD_CPU)
+    return HVD_SUCCESS;
+  if (device < HVD_CPU)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: param '%s' %s device %d is neither HVD_CPU "
+                          "nor a CUDA ordinal",
+                          who, pname, which, device);
+  if (!hvd_cuda_built())
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: param '%s' %s is on cuda:%d but this build "
+                          "has no CUDA",
+                          who, pname, which, device);
+  int mine = hvd__cuda_rank_device();
+  if (mine < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: param '%s' %s is on cuda:%d but this rank has "
+                          "no CUDA device",
+                          who, pname, which, device);
+  if (device != mine)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: param '%s' %s is on cuda:%d but this rank "
+                          "uses cuda:%d",
+                          who, pname, which, device, mine);
+  return HVD_SUCCESS;
+}
+
+/* A parameter's value or grad: a float32 tensor with data, on the host or
+ * on the rank's GPU. */
 static hvd_result_t check_tensor(const char *who, const char *pname,
                                  const char *which, const hvd_tensor_t *t) {
   char buf[HVD__SHAPE_STR_MAX];
+  hvd_result_t rc;
   if (t->dtype != HVD_FLOAT32)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: param '%s' %s is %s, not float32", who, pname,
                           which, hvd_dtype_name(t->dtype));
-  if (t->device != HVD_CPU) {
-    hvd__device_str(t->device, buf, sizeof buf);
-    return hvd__set_error(HVD_ERR_UNSUPPORTED,
-                          "%s: param '%s' %s is on %s; optimizers take host "
-                          "tensors",
-                          who, pname, which, buf);
-  }
+  if ((rc = check_device(who, pname, which, t->device)) != HVD_SUCCESS)
+    return rc;
   if (t->ndim < 0 || t->ndim > HVD_MAX_DIMS)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: param '%s' %s ndim %d is out of range 0..%d",
@@ -98,6 +134,15 @@ static hvd_result_t check_params(const char *who, const hvd_param_t *params,
     }
     HVD__CHECK(check_tensor(who, p->name, "value", &p->value));
     HVD__CHECK(check_tensor(who, p->name, "grad", &p->grad));
+    if (p->grad.device != p->value.device) {
+      char vd[32], gd[32];
+      hvd__device_str(p->value.device, vd, sizeof vd);
+      hvd__device_str(p->grad.device, gd, sizeof gd);
+      rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: param '%s' grad is on %s but value is on %s",
+                          who, p->name, gd, vd);
+      goto fail;
+    }
     if (!same_shape(&p->value, &p->grad)) {
       char vs[HVD__SHAPE_STR_MAX], gs[HVD__SHAPE_STR_MAX];
       hvd__shape_str(p->value.ndim, p->value.shape, vs, sizeof vs);
@@ -144,12 +189,17 @@ static hvd_result_t check_ops(const char *who, const hvd_optimizer_ops_t *ops) {
 
 /* ---- the plain optimizer ------------------------------------------------ */
 
-/* Frees state and opt; ctx is the caller's (ops.destroy) business. */
+/* Frees state, the device context and opt; ctx is the caller's
+ * (ops.destroy) business. */
 static void free_plain(hvd_optimizer_t *opt) {
   int ns = opt->state ? opt->n * opt->ops.nstate : 0;
   for (int s = 0; s < ns; s++)
-    free(opt->state[s].data);
+    if (opt->state[s].device == HVD_CPU)
+      free(opt->state[s].data);
+    else
+      hvd__odev_free(opt->state[s].data);
   free(opt->state);
+  hvd__odev_close(opt->odev);
   free(opt);
 }
 
@@ -180,23 +230,41 @@ static hvd_result_t create(const char *who, hvd_param_t *params, int n,
   opt->ctx = ctx;
   opt->lr = lr;
   opt->fresh = 1; /* no step yet: the caller's gradients count as new */
+  /* device parameters: every one is on the rank's GPU (checked) */
+  for (int i = 0; i < n && opt->odev == NULL; i++)
+    if (params[i].value.device != HVD_CPU &&
+        (rc = hvd__odev_open(who, params[i].value.device, &opt->odev)) !=
+            HVD_SUCCESS)
+      goto fail;
   size_t ns = (size_t)n * (size_t)ops->nstate;
   if (ns > 0 && (opt->state = calloc(ns, sizeof *opt->state)) == NULL)
     goto oom;
+  for (size_t s = 0; s < ns; s++) /* all host until allocated */
+    opt->state[s].device = HVD_CPU;
   for (size_t s = 0; s < ns; s++) {
     const hvd_tensor_t *v = &params[s / (size_t)ops->nstate].value;
     size_t bytes = hvd__tensor_bytes(v);
-    opt->state[s] = hvd_tensor_make(NULL, HVD_FLOAT32, v->ndim, v->shape);
+    hvd_tensor_t *st = &opt->state[s];
+    *st = hvd_tensor_make(NULL, HVD_FLOAT32, v->ndim, v->shape);
     /* never NULL, even for an empty parameter: NULL means "none" */
-    if ((opt->state[s].data = malloc(bytes ? bytes : 1)) == NULL)
+    if (v->device != HVD_CPU) {
+      if ((rc = hvd__odev_calloc(who, opt->odev, bytes, &st->data)) !=
+          HVD_SUCCESS)
+        goto fail;
+      st->device = v->device;
+      continue;
+    }
+    if ((st->data = malloc(bytes ? bytes : 1)) == NULL)
       goto oom;
-    memset(opt->state[s].data, 0, bytes);
+    memset(st->data, 0, bytes);
   }
   *out = opt;
   return HVD_SUCCESS;
 oom:
+  rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+fail:
   free_plain(opt);
-  return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+  return rc;
 }
 
 hvd_result_t hvd_optimizer_custom(hvd_param_t *params, int n,
@@ -209,19 +277,32 @@ hvd_result_t hvd_optimizer_custom(hvd_param_t *params, int n,
   return rc;
 }
 
-/* A built-in: ctx is a malloc'd copy of its options (size bytes), freed by
- * ops->destroy (free), or here on failure. */
+/* A built-in's ctx: a copy of its options and the optimizer's device
+ * context (NULL when every parameter is on the host), which the ops'
+ * step cannot otherwise see. */
+typedef struct builtin {
+  union {
+    hvd_sgd_options_t sgd;
+    hvd_adam_options_t adam;
+  } o;
+  hvd__odev_t *odev; /* the optimizer's; not owned */
+} builtin_t;
+
+/* A built-in: ctx is a malloc'd builtin_t holding a copy of its options
+ * (size bytes), freed by ops->destroy (free), or here on failure. */
 static hvd_result_t create_builtin(const char *who, hvd_param_t *params, int n,
                                    const void *options, size_t size,
                                    const hvd_optimizer_ops_t *ops, double lr,
                                    hvd_optimizer_t **out) {
-  void *ctx = malloc(size);
+  builtin_t *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
-  memcpy(ctx, options, size);
+  memcpy(&ctx->o, options, size);
   hvd_result_t rc = create(who, params, n, ops, ctx, lr, out);
   if (rc != HVD_SUCCESS)
     free(ctx);
+  else
+    ctx->odev = (*out)->odev;
   return rc;
 }
 
@@ -268,12 +349,25 @@ hvd_result_t hvd_optimizer_zero_grad(hvd_optimizer_t *opt) {
                           "hvd_optimizer_zero_grad: opt is NULL");
   if (opt->dist != NULL)
     return hvd__dist_zero_grad(opt);
-  for (int i = 0; i < opt->n; i++)
-    if (opt->params[i].grad.data != NULL)
-      memset(opt->params[i].grad.data, 0,
-             hvd__tensor_bytes(&opt->params[i].grad));
-  opt->fresh = 1;
-  return HVD_SUCCESS;
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int i = 0; i < opt->n && rc == HVD_SUCCESS; i++) {
+    hvd_tensor_t *g = &opt->params[i].grad;
+    if (g->data == NULL)
+      continue;
+    if (g->device == HVD_CPU)
+      memset(g->data, 0, hvd__tensor_bytes(g));
+    else /* cudaMemsetAsync on the optimizer's stream */
+      rc = hvd__odev_zero("hvd_optimizer_zero_grad", opt->odev, g->data,
+                          hvd__tensor_bytes(g));
+  }
+  if (opt->odev != NULL) {
+    hvd_result_t s = hvd__odev_sync("hvd_optimizer_zero_grad", opt->odev);
+    if (rc == HVD_SUCCESS)
+      rc = s;
+  }
+  if (rc == HVD_SUCCESS)
+    opt->fresh = 1;
+  return rc;
 }
 
 hvd_result_t hvd_optimizer_set_lr(hvd_optimizer_t *opt, double lr) {
@@ -307,6 +401,9 @@ void hvd_optimizer_destroy(hvd_optimizer_t *opt) {
     opt->ops.destroy(opt->ctx);
   free_plain(opt);
 }
+
+/* The built-ins' messages from a step. */
+#define STEP_WHO "hvd_optimizer_step"
 
 /* ---- SGD ---------------------------------------------------------------- */
 
@@ -342,12 +439,22 @@ sgd_loop(float *v, const float *g, float *buf, int64_t m, float wd, float mom,
 
 static hvd_result_t sgd_step(void *ctx, hvd_param_t *params, int n,
                              hvd_tensor_t *state, int64_t step, double lr) {
-  const hvd_sgd_options_t *o = ctx;
+  const builtin_t *b = ctx;
+  const hvd_sgd_options_t *o = &b->o.sgd;
+  hvd_result_t rc;
+  /* the device parameters' batch first: it runs while the host loops do */
+  if (b->odev != NULL &&
+      (rc = hvd__odev_update(STEP_WHO, b->odev, 0, o, params, n, state,
+                             o->momentum != 0 ? 1 : 0, step, lr)) !=
+          HVD_SUCCESS)
+    return rc;
   const float wd = (float)o->weight_decay, mom = (float)o->momentum;
   const float keep = (float)(1.0 - o->dampening), neg_lr = (float)-lr;
   const int has_wd = o->weight_decay != 0, nest = o->nesterov != 0;
   const int first = step == 1;
   for (int i = 0; i < n; i++) {
+    if (params[i].value.device != HVD_CPU)
+      continue;
     float *v = params[i].value.data;
     const float *g = params[i].grad.data;
     float *buf = o->momentum != 0 ? state[i].data : NULL; /* nstate 1 */
@@ -372,7 +479,7 @@ static hvd_result_t sgd_step(void *ctx, hvd_param_t *params, int n,
     }
 #undef LOOP
   }
-  return HVD_SUCCESS;
+  return b->odev != NULL ? hvd__odev_sync(STEP_WHO, b->odev) : HVD_SUCCESS;
 }
 
 static hvd_result_t check_sgd(const char *who, const hvd_sgd_options_t *o) {
@@ -426,7 +533,13 @@ void hvd_adam_options_init(hvd_adam_options_t *o) {
  * v -= lr / (1 - beta1^t) * m / (sqrt(s) / sqrt(1 - beta2^t) + eps). */
 static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
                               hvd_tensor_t *state, int64_t step, double lr) {
-  const hvd_adam_options_t *o = ctx;
+  const builtin_t *b = ctx;
+  const hvd_adam_options_t *o = &b->o.adam;
+  hvd_result_t rc;
+  if (b->odev != NULL &&
+      (rc = hvd__odev_update(STEP_WHO, b->odev, 1, o, params, n, state, 2,
+                             step, lr)) != HVD_SUCCESS)
+    return rc;
   /* branch-free so the loop vectorizes: Adam adds wd_l2 * v to the
    * gradient (0 for AdamW), AdamW scales v by decay (1 for Adam) */
   const float wd_l2 = o->decoupled ? 0.0f : (float)o->weight_decay;
@@ -436,6 +549,8 @@ static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
   const float step_size = (float)(lr / (1.0 - pow(o->beta1, (double)step)));
   const float bc2_sqrt = (float)sqrt(1.0 - pow(o->beta2, (double)step));
   for (int i = 0; i < n; i++) {
+    if (params[i].value.device != HVD_CPU)
+      continue;
     float *restrict v = params[i].value.data;
     const float *restrict g = params[i].grad.data;
     float *restrict m = state[2 * i].data, *restrict s = state[2 * i + 1].data;
@@ -449,7 +564,7 @@ static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
       v[j] -= step_size * (m[j] / denom);
     }
   }
-  return HVD_SUCCESS;
+  return b->odev != NULL ? hvd__odev_sync(STEP_WHO, b->odev) : HVD_SUCCESS;
 }
 
 static hvd_result_t check_adam(const char *who, const hvd_adam_options_t *o) {

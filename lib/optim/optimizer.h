@@ -7,6 +7,7 @@
 #define HVD_OPTIM_OPTIMIZER_H
 
 #include "internal.h"
+#include "optim/device.h"
 
 typedef struct hvd__dist hvd__dist_t; /* distributed.c */
 
@@ -16,7 +17,10 @@ struct hvd_optimizer {
   int n;
   hvd_optimizer_ops_t ops; /* copied; ops.state_names borrowed (static) */
   void *ctx;               /* ops' context (built-ins: their options) */
-  hvd_tensor_t *state;     /* n * ops.nstate tensors, data owned by hvd */
+  hvd_tensor_t *state;     /* n * ops.nstate tensors, data owned by hvd,
+                              each on its parameter's device */
+  hvd__odev_t *odev;       /* the device context when some parameter is on
+                              the GPU (device.h), else NULL */
   int64_t steps;           /* updates applied */
   double lr;
   int fresh; /* gradients changed since the last step (zero_grad/ready) */

@@ -5,7 +5,14 @@
  * ops table and its declared state, learning-rate changes, the "no new
  * gradients" rule, and every validation message. Reads the internal
  * struct (optim/optimizer.h) to check the state tensors.
+ *
+ * A device parameter is refused here in every build, each with its own
+ * message: a build without CUDA (HVD_ERR_UNSUPPORTED), a CUDA build on a
+ * machine without a GPU, and (on a GPU machine) an ordinal that is not the
+ * current device; t/gpu/optim tests device parameters that work.
  */
+#include <config.h>
+
 #include "hvd.h"
 #include "optim/optimizer.h"
 #include "tap.h"
@@ -14,6 +21,20 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+#ifdef HVD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* GPUs this process sees (0 without CUDA, driver or device). */
+static int cuda_devices(void) {
+  int n = 0;
+#ifdef HVD_HAVE_CUDA
+  if (cudaGetDeviceCount(&n) != cudaSuccess)
+    n = 0;
+#endif
+  return n;
+}
 
 #define TOL 1e-6 /* relative */
 #define NE 9     /* elements of the model: w [2, 3] then b [3] */
@@ -580,10 +601,42 @@ static void test_validation(void) {
   refused(INVALID, CUSTOM(m.p, 2, &good), &opt,
           "hvd_optimizer_custom: param 'b' grad is float64, not float32");
   model_init(&m);
-  m.p[0].value.device = 0;
-  refused(HVD_ERR_UNSUPPORTED, SGD(m.p, 2, &so), &opt,
-          "hvd_sgd_create: param 'w' value is on cuda:0; optimizers take "
-          "host tensors");
+  m.p[0].value.device = -2;
+  refused(INVALID, SGD(m.p, 2, &so), &opt,
+          "hvd_sgd_create: param 'w' value device -2 is neither HVD_CPU nor "
+          "a CUDA ordinal");
+  model_init(&m);
+  if (!hvd_cuda_built()) {
+    m.p[0].value.device = 0;
+    refused(HVD_ERR_UNSUPPORTED, SGD(m.p, 2, &so), &opt,
+            "hvd_sgd_create: param 'w' value is on cuda:0 but this build has "
+            "no CUDA");
+    model_init(&m);
+    m.p[1].grad.device = 0;
+    refused(HVD_ERR_UNSUPPORTED, ADAM(m.p, 2, &ao), &opt,
+            "hvd_adam_create: param 'b' grad is on cuda:0 but this build has "
+            "no CUDA");
+  } else if (cuda_devices() == 0) {
+    m.p[0].value.device = 0;
+    refused(INVALID, SGD(m.p, 2, &so), &opt,
+            "hvd_sgd_create: param 'w' value is on cuda:0 but this rank has "
+            "no CUDA device");
+    model_init(&m);
+    m.p[1].grad.device = 0;
+    refused(INVALID, ADAM(m.p, 2, &ao), &opt,
+            "hvd_adam_create: param 'b' grad is on cuda:0 but this rank has "
+            "no CUDA device");
+  } else { /* no hvd_init, no cudaSetDevice: this thread is on cuda:0 */
+    m.p[0].value.device = 1000;
+    refused(INVALID, SGD(m.p, 2, &so), &opt,
+            "hvd_sgd_create: param 'w' value is on cuda:1000 but this rank "
+            "uses cuda:0");
+    model_init(&m);
+    m.p[1].grad.device = 0; /* a GPU, but the value is on the host */
+    refused(INVALID, ADAM(m.p, 2, &ao), &opt,
+            "hvd_adam_create: param 'b' grad is on cuda:0 but value is on "
+            "cpu");
+  }
   model_init(&m);
   m.p[0].value.ndim = 9;
   refused(INVALID, SGD(m.p, 2, &so), &opt,

@@ -1,0 +1,360 @@
+/*
+ * device.c - lib/optim's device side (device.h): an optimizer's stream and
+ * span arrays, its state in device memory, the batched update kernels of
+ * lib/ops/cuda_kernels.cu, and synchronous copies for checksums and
+ * checkpoints. Stubs in a build without CUDA.
+ */
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/errors.h"
+#include "core/tensor.h"
+#include "optim/device.h"
+
+#ifdef HVD_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+
+#include "ops/cuda_kernels.h"
+
+struct hvd__odev {
+  int dev;
+  cudaStream_t stream;            /* cudaStreamNonBlocking, on dev */
+  hvd__cuda_param_span_t *spans;  /* the batch, built here (host) */
+  hvd__cuda_param_span_t *dspans; /* and uploaded here (device) */
+  int cap;                        /* entries of both */
+};
+
+/* HVD_ERR_CUDA "<who>: <call up to its '('>: <string> (<name>)"; clears
+ * CUDA's last error so that the next check does not see it again. */
+static hvd_result_t cuda_fail(const char *who, cudaError_t err,
+                              const char *call) {
+  (void)cudaGetLastError();
+  int len = (int)strcspn(call, "(");
+  return hvd__set_error(HVD_ERR_CUDA, "%s: %.*s: %s (%s)", who, len, call,
+                        cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+#define ODEV_CHECK(call)                                                       \
+  do {                                                                         \
+    cudaError_t odev_rc_ = (call);                                             \
+    if (odev_rc_ != cudaSuccess) {                                             \
+      rc = cuda_fail(who, odev_rc_, #call);                                    \
+      goto fail;                                                               \
+    }                                                                          \
+  } while (0)
+
+/* A kernel wrapper's failure (its message names the wrapper): prefixed
+ * with who. */
+static hvd_result_t kernel_fail(const char *who, hvd_result_t rc) {
+  char msg[HVD__ERRMSG_MAX];
+  snprintf(msg, sizeof msg, "%s", hvd_last_error());
+  return hvd__set_error(rc, "%s: %s", who, msg);
+}
+
+/* Makes dev current; *prev is the caller's device to put back (-1: none
+ * known). */
+static hvd_result_t enter(const char *who, int dev, int *prev) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (cudaGetDevice(prev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *prev = -1;
+  }
+  if (*prev != dev)
+    ODEV_CHECK(cudaSetDevice(dev));
+fail:
+  return rc;
+}
+
+static void leave(int dev, int prev) {
+  if (prev >= 0 && prev != dev && cudaSetDevice(prev) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
+hvd_result_t hvd__odev_open(const char *who, int dev, hvd__odev_t **out) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  *out = NULL;
+  hvd__odev_t *d = calloc(1, sizeof *d);
+  if (d == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+  d->dev = dev;
+  HVD__CHECK(enter(who, dev, &prev));
+  ODEV_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+  leave(dev, prev);
+  *out = d;
+  return HVD_SUCCESS;
+fail:
+  leave(dev, prev);
+  free(d);
+  return rc;
+}
+
+void hvd__odev_close(hvd__odev_t *d) {
+  int prev = -1;
+  if (d == NULL)
+    return;
+  if (cudaGetDevice(&prev) != cudaSuccess)
+    prev = -1;
+  if (cudaSetDevice(d->dev) == cudaSuccess) {
+    if (d->stream != NULL) {
+      cudaStreamSynchronize(d->stream);
+      cudaStreamDestroy(d->stream);
+    }
+    cudaFree(d->dspans);
+  }
+  leave(d->dev, prev);
+  (void)cudaGetLastError(); /* nothing to report from a teardown */
+  free(d->spans);
+  free(d);
+}
+
+hvd_result_t hvd__odev_calloc(const char *who, hvd__odev_t *d, size_t bytes,
+                              void **out) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  void *p = NULL;
+  *out = NULL;
+  if (bytes == 0)
+    bytes = 1;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  ODEV_CHECK(cudaMalloc(&p, bytes));
+  ODEV_CHECK(cudaMemsetAsync(p, 0, bytes, d->stream));
+  ODEV_CHECK(cudaStreamSynchronize(d->stream));
+  *out = p;
+  p = NULL;
+fail:
+  if (p != NULL)
+    cudaFree(p);
+  leave(d->dev, prev);
+  return rc;
+}
+
+void hvd__odev_free(void *p) {
+  if (p != NULL && cudaFree(p) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
+hvd_result_t hvd__odev_zero(const char *who, hvd__odev_t *d, void *p,
+                            size_t bytes) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  if (bytes == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  ODEV_CHECK(cudaMemsetAsync(p, 0, bytes, d->stream));
+fail:
+  leave(d->dev, prev);
+  return rc;
+}
+
+hvd_result_t hvd__odev_scale(const char *who, hvd__odev_t *d, float *x,
+                             int64_t n, double factor) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  if (n == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  rc = hvd__cuda_scale(x, x, n, HVD_FLOAT32, factor, d->stream);
+  if (rc != HVD_SUCCESS)
+    rc = kernel_fail(who, rc);
+fail:
+  leave(d->dev, prev);
+  return rc;
+}
+
+/* d->spans and d->dspans hold at least n entries. Only between calls (the
+ * stream idle: every optimizer call waits for it). */
+static hvd_result_t grow(const char *who, hvd__odev_t *d, int n) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (n <= d->cap)
+    return HVD_SUCCESS;
+  int cap = d->cap ? d->cap : 16;
+  while (cap < n)
+    cap *= 2;
+  free(d->spans);
+  cudaFree(d->dspans);
+  d->dspans = NULL;
+  d->cap = 0;
+  d->spans = malloc((size_t)cap * sizeof *d->spans);
+  if (d->spans == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+  ODEV_CHECK(cudaMalloc((void **)&d->dspans, (size_t)cap * sizeof *d->dspans));
+  d->cap = cap;
+fail:
+  return rc;
+}
+
+hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,
+                              const void *options, const hvd_param_t *params,
+                              int n, const hvd_tensor_t *state, int nstate,
+                              int64_t step, double lr) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1, m = 0;
+  int64_t max_count = 0;
+  for (int i = 0; i < n; i++)
+    m += params[i].value.device != HVD_CPU;
+  if (m == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  HVD__CHECK(grow(who, d, m));
+  m = 0;
+  for (int i = 0; i < n; i++) {
+    const hvd_param_t *p = &params[i];
+    if (p->value.device == HVD_CPU)
+      continue;
+    hvd__cuda_param_span_t *sp = &d->spans[m++];
+    sp->value = p->value.data;
+    sp->grad = p->grad.data;
+    sp->state[0] = nstate > 0 ? state[(size_t)i * nstate].data : NULL;
+    sp->state[1] = nstate > 1 ? state[(size_t)i * nstate + 1].data : NULL;
+    sp->count = hvd_tensor_numel(&p->value);
+    if (sp->count > max_count)
+      max_count = sp->count;
+  }
+  ODEV_CHECK(cudaMemcpyAsync(d->dspans, d->spans, (size_t)m * sizeof *d->spans,
+                             cudaMemcpyHostToDevice, d->stream));
+  rc = kind == 0 ? hvd__cuda_sgd_step(d->dspans, m, max_count, options, step,
+                                      lr, d->stream)
+                 : hvd__cuda_adam_step(d->dspans, m, max_count, options, step,
+                                       lr, d->stream);
+  if (rc != HVD_SUCCESS)
+    rc = kernel_fail(who, rc);
+fail:
+  if (rc != HVD_SUCCESS && d->stream != NULL) { /* the spans' copy */
+    (void)cudaStreamSynchronize(d->stream);
+    (void)cudaGetLastError();
+  }
+  leave(d->dev, prev);
+  return rc;
+}
+
+hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  ODEV_CHECK(cudaStreamSynchronize(d->stream));
+fail:
+  leave(d->dev, prev);
+  return rc;
+}
+
+hvd_result_t hvd__odev_read(const char *who, void *dst, const hvd_tensor_t *t,
+                            size_t offset, size_t bytes) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  if (bytes == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(enter(who, t->device, &prev));
+  ODEV_CHECK(cudaMemcpy(dst, (const char *)t->data + offset, bytes,
+                        cudaMemcpyDeviceToHost));
+fail:
+  leave(t->device, prev);
+  return rc;
+}
+
+hvd_result_t hvd__odev_write(const char *who, hvd_tensor_t *t, size_t offset,
+                             const void *src, size_t bytes) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  if (bytes == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(enter(who, t->device, &prev));
+  ODEV_CHECK(cudaMemcpy((char *)t->data + offset, src, bytes,
+                        cudaMemcpyHostToDevice));
+fail:
+  leave(t->device, prev);
+  return rc;
+}
+
+#else /* !HVD_HAVE_CUDA */
+
+struct hvd__odev {
+  int dev;
+};
+
+static hvd_result_t no_cuda(const char *who) {
+  return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                        "%s: device tensors need a build with CUDA", who);
+}
+
+hvd_result_t hvd__odev_open(const char *who, int dev, hvd__odev_t **out) {
+  (void)dev;
+  *out = NULL;
+  return no_cuda(who);
+}
+
+void hvd__odev_close(hvd__odev_t *d) { free(d); }
+
+hvd_result_t hvd__odev_calloc(const char *who, hvd__odev_t *d, size_t bytes,
+                              void **out) {
+  (void)d;
+  (void)bytes;
+  *out = NULL;
+  return no_cuda(who);
+}
+
+void hvd__odev_free(void *p) { (void)p; }
+
+hvd_result_t hvd__odev_zero(const char *who, hvd__odev_t *d, void *p,
+                            size_t bytes) {
+  (void)d;
+  (void)p;
+  (void)bytes;
+  return no_cuda(who);
+}
+
+hvd_result_t hvd__odev_scale(const char *who, hvd__odev_t *d, float *x,
+                             int64_t n, double factor) {
+  (void)d;
+  (void)x;
+  (void)n;
+  (void)factor;
+  return no_cuda(who);
+}
+
+hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,
+                              const void *options, const hvd_param_t *params,
+                              int n, const hvd_tensor_t *state, int nstate,
+                              int64_t step, double lr) {
+  (void)d;
+  (void)kind;
+  (void)options;
+  (void)state;
+  (void)nstate;
+  (void)step;
+  (void)lr;
+  for (int i = 0; i < n; i++)
+    if (params[i].value.device != HVD_CPU)
+      return no_cuda(who);
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d) {
+  (void)who;
+  (void)d;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__odev_read(const char *who, void *dst, const hvd_tensor_t *t,
+                            size_t offset, size_t bytes) {
+  (void)dst;
+  (void)t;
+  (void)offset;
+  (void)bytes;
+  return no_cuda(who);
+}
+
+hvd_result_t hvd__odev_write(const char *who, hvd_tensor_t *t, size_t offset,
+                             const void *src, size_t bytes) {
+  (void)t;
+  (void)offset;
+  (void)src;
+  (void)bytes;
+  return no_cuda(who);
+}
+
+#endif /* HVD_HAVE_CUDA */

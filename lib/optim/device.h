@@ -1,0 +1,65 @@
+/*
+ * device.h - lib/optim's device side: the device context of an optimizer
+ * (the rank's GPU, a stream of the optimizer's own, the span arrays of the
+ * batched update kernels of lib/ops/cuda_kernels.cu) and synchronous
+ * copies between host memory and a device tensor, for checksums and
+ * checkpoints.
+ *
+ * Device tensors are those with device >= 0; the callers have checked that
+ * the device is the rank's GPU. Every call makes that device current on
+ * the calling thread for its duration and puts the caller's current device
+ * back. CUDA failures are HVD_ERR_CUDA "<who>: <call>: <CUDA's string>
+ * (<CUDA's error name>)".
+ *
+ * In a build without CUDA every call but hvd__odev_close/hvd__odev_free
+ * fails with HVD_ERR_UNSUPPORTED; no caller gets there, since optimizers
+ * and collectives refuse device tensors in such a build.
+ */
+#ifndef HVD_OPTIM_DEVICE_H
+#define HVD_OPTIM_DEVICE_H
+
+#include "internal.h"
+
+typedef struct hvd__odev hvd__odev_t;
+
+/* A context on device dev: a cudaStreamNonBlocking stream. Gradients must
+ * be complete when an optimizer call starts (the caller has synchronised
+ * the stream that wrote them, as for a collective); every optimizer call
+ * waits for this stream before it returns. */
+hvd_result_t hvd__odev_open(const char *who, int dev, hvd__odev_t **out);
+/* Waits for the stream, then frees everything. Accepts NULL. */
+void hvd__odev_close(hvd__odev_t *d);
+
+/* *out = `bytes` zeroed bytes of device memory on d's device (at least
+ * one byte, so never NULL), complete on return. Free with hvd__odev_free. */
+hvd_result_t hvd__odev_calloc(const char *who, hvd__odev_t *d, size_t bytes,
+                              void **out);
+void hvd__odev_free(void *p); /* cudaFree; accepts NULL */
+
+/* Enqueued on d's stream (hvd__odev_sync waits): zero `bytes` bytes at p;
+ * x[0..n) *= (float)factor, as the host's float loop. */
+hvd_result_t hvd__odev_zero(const char *who, hvd__odev_t *d, void *p,
+                            size_t bytes);
+hvd_result_t hvd__odev_scale(const char *who, hvd__odev_t *d, float *x,
+                             int64_t n, double factor);
+
+/* The built-in updates of the device parameters among params[0..n) (host
+ * ones are skipped), one batched launch on d's stream: state holds nstate
+ * tensors per parameter (parameter i's at state[i * nstate + k]). kind 0:
+ * SGD (options: hvd_sgd_options_t), 1: Adam/AdamW (hvd_adam_options_t). */
+hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,
+                              const void *options, const hvd_param_t *params,
+                              int n, const hvd_tensor_t *state, int nstate,
+                              int64_t step, double lr);
+
+/* Waits until d's stream has done everything enqueued. */
+hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d);
+
+/* Synchronous copies of `bytes` bytes at byte `offset` of device tensor
+ * t's data, to / from host memory. */
+hvd_result_t hvd__odev_read(const char *who, void *dst, const hvd_tensor_t *t,
+                            size_t offset, size_t bytes);
+hvd_result_t hvd__odev_write(const char *who, hvd_tensor_t *t, size_t offset,
+                             const void *src, size_t bytes);
+
+#endif /* HVD_OPTIM_DEVICE_H */
