@@ -36,3 +36,14 @@ t_gpu_collectives_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 t_gpu_collectives_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
 NP_TESTS += t/gpu/collectives.np1 t/gpu/collectives.np2 \
 	t/gpu/collectives.np4
+
+## The optimizer stack on device parameters (lib/optim) against the same
+## on host parameters: plain optimizers (parity, custom state, zero_grad,
+## refusals), then per device executor the distributed optimizer,
+## parameter and state broadcast, checkpoints between GPU and CPU.
+check_PROGRAMS += t/gpu/optim
+t_gpu_optim_SOURCES = t/gpu/optim.c
+t_gpu_optim_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CPPFLAGS)
+t_gpu_optim_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS)
+t_gpu_optim_LDADD = $(TEST_LDADD) $(CUDA_LIBS)
+NP_TESTS += t/gpu/optim.np1 t/gpu/optim.np2 t/gpu/optim.np4

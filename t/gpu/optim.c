@@ -1,0 +1,739 @@
+/*
+ * optim.c - the optimizer stack on device parameters (lib/optim), against
+ * the same stack on host parameters:
+ *
+ *  - parity (every rank, no collectives): SGD with every valid combination
+ *    of momentum, dampening, weight decay and nesterov, Adam, Adam with L2
+ *    weight decay and AdamW, four steps with a learning-rate change, on
+ *    all-device and on mixed host/device parameter lists: values and
+ *    state identical bit for bit to the host optimizer's (within 1e-6
+ *    relative where the host compiler contracts into fused multiply-adds,
+ *    as t/gpu/kernels); state tensors on the parameter's device;
+ *  - a custom optimizer's state tensors are zeroed device memory on the
+ *    parameter's device (host memory for host parameters);
+ *  - zero_grad on device and host gradients;
+ *  - refusals: a parameter on another GPU ("hvd_sgd_create: param 'p0'
+ *    value is on cuda:1 but this rank uses cuda:0"), a grad on the host
+ *    with its value on the GPU;
+ * then, once per device executor (HVD_GPU_OPERATIONS=nccl at np 1 and at
+ * np N with N GPUs; mpi, host-staged, at every np), after hvd_init:
+ *  - the distributed optimizer on device (and mixed) parameters against
+ *    the host distributed optimizer: average; backward_passes_per_step 2
+ *    started by grad_ready with a predivide factor; float16 compression;
+ *    sum with a no-sync step (local division by the passes). Gradients are
+ *    small dyadic numbers, so every summation order gives the same sums;
+ *  - hvd_broadcast_parameters from the last rank on device parameters,
+ *    hvd_verify_parameters finding a difference on rank 1 (np >= 2),
+ *    hvd_broadcast_optimizer_state with device state;
+ *  - checkpoints (mpi pass): a file saved from device parameters and
+ *    state is byte for byte the file saved from the same host ones; it
+ *    loads into host parameters and the host file into device ones,
+ *    identical bit for bit.
+ *
+ * Runs with HVD_NO_BIND=1 (t/mpirun-test): each rank makes its device
+ * current first. Skips ("no CUDA device: ...") in a build without CUDA
+ * and when cudaGetDeviceCount finds no device or fails. Registered at
+ * np 1, 2 and 4 (t/gpu/local.mk); doc/gpu-testing.md.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hvd.h"
+#include "tap/tap.h"
+
+#ifndef HVD_HAVE_CUDA
+
+int main(int argc, char **argv) {
+  tap_mpi_init(&argc, &argv);
+  skip_all("no CUDA device: this build has no CUDA (configure found no "
+           "toolkit, or --without-cuda)");
+}
+
+#else /* HVD_HAVE_CUDA */
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+
+#include "optim/optimizer.h" /* the state tensors */
+
+static int rank, size, dev;
+static const char *pass_name = "local";
+
+/* ---- device memory ------------------------------------------------------ */
+
+static void cuda_ok(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    bail("%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static void *xcalloc(size_t n, size_t s) {
+  void *p = calloc(n ? n : 1, s);
+  if (p == NULL)
+    bail("out of memory");
+  return p;
+}
+
+/* ---- models -------------------------------------------------------------- */
+
+#define NP 5
+static const int64_t counts[NP] = {1, 17, 0, 1000, 65537};
+#define MAXC 65537
+
+/* NP float32 parameters "<prefix>.p<i>" of shape [counts[i]], parameter i
+ * on the GPU when bit i of mask is set. */
+typedef struct model {
+  hvd_param_t p[NP];
+  char names[NP][32];
+} model_t;
+
+static void model_make(model_t *m, const char *prefix, unsigned mask) {
+  for (int i = 0; i < NP; i++) {
+    size_t bytes = (size_t)counts[i] * sizeof(float);
+    void *v, *g;
+    int d = (mask >> i) & 1 ? dev : HVD_CPU;
+    if (d == HVD_CPU) {
+      v = xcalloc(bytes, 1);
+      g = xcalloc(bytes, 1);
+    } else {
+      cuda_ok(cudaMalloc(&v, bytes ? bytes : 1), "cudaMalloc");
+      cuda_ok(cudaMalloc(&g, bytes ? bytes : 1), "cudaMalloc");
+      cuda_ok(cudaMemset(v, 0, bytes ? bytes : 1), "cudaMemset");
+      cuda_ok(cudaMemset(g, 0, bytes ? bytes : 1), "cudaMemset");
+    }
+    snprintf(m->names[i], sizeof m->names[i], "%s.p%d", prefix, i);
+    m->p[i].name = m->names[i];
+    m->p[i].value = hvd_tensor_make(v, HVD_FLOAT32, 1, &counts[i]);
+    m->p[i].grad = hvd_tensor_make(g, HVD_FLOAT32, 1, &counts[i]);
+    m->p[i].value.device = m->p[i].grad.device = d;
+  }
+}
+
+static void model_free(model_t *m) {
+  for (int i = 0; i < NP; i++) {
+    if (m->p[i].value.device == HVD_CPU) {
+      free(m->p[i].value.data);
+      free(m->p[i].grad.data);
+    } else {
+      cudaFree(m->p[i].value.data);
+      cudaFree(m->p[i].grad.data);
+    }
+  }
+}
+
+/* Copies between host memory and any tensor. */
+static void tput(hvd_tensor_t *t, const float *h) {
+  size_t bytes = (size_t)hvd_tensor_numel(t) * sizeof(float);
+  if (t->device == HVD_CPU)
+    memcpy(t->data, h, bytes);
+  else if (bytes > 0)
+    cuda_ok(cudaMemcpy(t->data, h, bytes, cudaMemcpyHostToDevice),
+            "cudaMemcpy H2D");
+}
+
+static void tget(float *h, const hvd_tensor_t *t) {
+  size_t bytes = (size_t)hvd_tensor_numel(t) * sizeof(float);
+  if (t->device == HVD_CPU)
+    memcpy(h, t->data, bytes);
+  else if (bytes > 0)
+    cuda_ok(cudaMemcpy(h, t->data, bytes, cudaMemcpyDeviceToHost),
+            "cudaMemcpy D2H");
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double uniform(void) { /* [-1, 1) */
+  rng ^= rng >> 12;
+  rng ^= rng << 25;
+  rng ^= rng >> 27;
+  return (double)((rng * 0x2545f4914f6cdd1dull) >> 11) * 0x1p-52 - 1.0;
+}
+
+/* Random values for parameter i (which 0: value, 1: grad), into h. */
+static void draw(float *h, int i, int which) {
+  for (int64_t j = 0; j < counts[i]; j++)
+    h[j] = (float)(uniform() * (which ? 0.5 : 2.0));
+}
+
+/* The same random values into parameter i of both models. */
+static void set_both(model_t *a, model_t *b, int i, int which) {
+  static float h[MAXC];
+  draw(h, i, which);
+  tput(which ? &a->p[i].grad : &a->p[i].value, h);
+  tput(which ? &b->p[i].grad : &b->p[i].value, h);
+}
+
+/* 1 if tensors x and y (host or device) hold the same floats: the same
+ * bits, or within 1e-6 relative when the host contracts into FMAs. */
+static int same_tensor(const hvd_tensor_t *x, const hvd_tensor_t *y,
+                       char *why, size_t len) {
+  static float a[MAXC], b[MAXC];
+  int64_t n = hvd_tensor_numel(x);
+  if (n != hvd_tensor_numel(y)) {
+    snprintf(why, len, "%lld vs %lld elements", (long long)n,
+             (long long)hvd_tensor_numel(y));
+    return 0;
+  }
+  tget(a, x);
+  tget(b, y);
+  for (int64_t j = 0; j < n; j++) {
+    int same = memcmp(&a[j], &b[j], sizeof a[j]) == 0;
+#ifdef __FP_FAST_FMAF
+    same = same || fabs((double)a[j] - b[j]) <= 1e-6 * fabs((double)a[j]);
+#endif
+    if (!same) {
+      snprintf(why, len, "element %lld: %.9g vs %.9g", (long long)j, a[j],
+               b[j]);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Every value (and, with both optimizers, every state tensor) of model d
+ * equals model h's; state tensors live on their parameter's device. */
+static void check_same(const char *what, model_t *h, model_t *d,
+                       hvd_optimizer_t *oh, hvd_optimizer_t *od) {
+  char why[256] = "";
+  int good = 1;
+  for (int i = 0; i < NP && good; i++)
+    if (!same_tensor(&h->p[i].value, &d->p[i].value, why, sizeof why)) {
+      good = 0;
+      tap_note("%s: '%s' value %s", what, d->p[i].name, why);
+    }
+  if (oh != NULL && od != NULL) {
+    /* the plain optimizers that hold the state */
+    const hvd_optimizer_t *ch = oh->base ? oh->base : oh;
+    const hvd_optimizer_t *cd = od->base ? od->base : od;
+    int ns = cd->ops.nstate;
+    for (int s = 0; s < NP * ns && good; s++) {
+      if (cd->state[s].device != d->p[s / ns].value.device) {
+        good = 0;
+        tap_note("%s: state %d is on device %d, its parameter on %d", what, s,
+                 cd->state[s].device, d->p[s / ns].value.device);
+      } else if (!same_tensor(&ch->state[s], &cd->state[s], why, sizeof why)) {
+        good = 0;
+        tap_note("%s: state %d (%s) %s", what, s, cd->ops.state_names[s % ns],
+                 why);
+      }
+    }
+  }
+  ok(good, "%s: %s: device equals host", pass_name, what);
+}
+
+/* ---- parity of the plain optimizers --------------------------------------- */
+
+static hvd_result_t make_opt(int adam, const void *o, hvd_param_t *p,
+                             hvd_optimizer_t **out) {
+  return adam ? hvd_adam_create(p, NP, o, out) : hvd_sgd_create(p, NP, o, out);
+}
+
+static void parity(const char *what, int adam, const void *o, unsigned mask) {
+  model_t h, d;
+  hvd_optimizer_t *oh = NULL, *od = NULL;
+  char label[160];
+  int good = 1;
+  model_make(&h, "p", 0);
+  model_make(&d, "p", mask);
+  for (int i = 0; i < NP; i++)
+    set_both(&h, &d, i, 0);
+  good &= is_int(HVD_SUCCESS, make_opt(adam, o, h.p, &oh), "%s: host create",
+                 what);
+  tap_note("%s", hvd_last_error());
+  good &= is_int(HVD_SUCCESS, make_opt(adam, o, d.p, &od),
+                 "%s: device create (mask %#x)", what, mask);
+  for (int step = 1; good && step <= 4; step++) {
+    if (step > 1) {
+      good &= hvd_optimizer_zero_grad(oh) == HVD_SUCCESS;
+      good &= hvd_optimizer_zero_grad(od) == HVD_SUCCESS;
+    }
+    if (step == 3) {
+      hvd_optimizer_set_lr(oh, hvd_optimizer_lr(oh) * 0.5);
+      hvd_optimizer_set_lr(od, hvd_optimizer_lr(od) * 0.5);
+    }
+    for (int i = 0; i < NP; i++)
+      set_both(&h, &d, i, 1);
+    good &= hvd_optimizer_step(oh) == HVD_SUCCESS;
+    tap_note("%s", hvd_last_error());
+    good &= hvd_optimizer_step(od) == HVD_SUCCESS;
+  }
+  ok(good, "%s: four steps", what);
+  snprintf(label, sizeof label, "%s (mask %#x)", what, mask);
+  check_same(label, &h, &d, oh, od);
+  hvd_optimizer_destroy(oh);
+  hvd_optimizer_destroy(od);
+  model_free(&h);
+  model_free(&d);
+}
+
+static void test_parity(void) {
+  static const double mom[] = {0, 0.9}, damp[] = {0, 0.25}, wd[] = {0, 0.01};
+  char what[160];
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 2; b++)
+      for (int c = 0; c < 2; c++)
+        for (int nest = 0; nest < 2; nest++) {
+          hvd_sgd_options_t o;
+          hvd_sgd_options_init(&o);
+          o.lr = 0.1;
+          o.momentum = mom[a];
+          o.dampening = damp[b];
+          o.weight_decay = wd[c];
+          o.nesterov = nest;
+          if (nest && (o.momentum == 0 || o.dampening != 0))
+            continue; /* refused by hvd_sgd_create */
+          snprintf(what, sizeof what,
+                   "SGD momentum %g dampening %g weight_decay %g%s",
+                   o.momentum, o.dampening, o.weight_decay,
+                   nest ? " nesterov" : "");
+          parity(what, 0, &o, 0x1f);
+          if (a == 1 && c == 1)
+            parity(what, 0, &o, 0x0a); /* mixed: p1 and p3 on the GPU */
+        }
+  for (int k = 0; k < 3; k++) {
+    hvd_adam_options_t o;
+    hvd_adam_options_init(&o);
+    o.lr = 0.01;
+    o.weight_decay = k == 0 ? 0 : 0.01;
+    o.decoupled = k == 2;
+    const char *name = k == 0 ? "Adam" : k == 1 ? "Adam+L2" : "AdamW";
+    parity(name, 1, &o, 0x1f);
+    parity(name, 1, &o, 0x15); /* mixed: p0, p2, p4 on the GPU */
+  }
+}
+
+/* ---- custom optimizers, zero_grad, refusals ------------------------------ */
+
+static const char *const cstate[] = {"a", "b"};
+
+/* value -= lr * grad; a += grad; b counts steps. Checks where its state
+ * is and that it starts zeroed. */
+static hvd_result_t custom_step(void *ctx, hvd_param_t *params, int n,
+                                hvd_tensor_t *state, int64_t step, double lr) {
+  int *bad = ctx;
+  static float v[MAXC], g[MAXC], a[MAXC], b[MAXC];
+  for (int i = 0; i < n; i++) {
+    for (int k = 0; k < 2; k++) {
+      hvd_tensor_t *s = &state[2 * i + k];
+      struct cudaPointerAttributes at;
+      int on_dev = s->device != HVD_CPU;
+      *bad |= s->device != params[i].value.device;
+      if (on_dev && (cudaPointerGetAttributes(&at, s->data) != cudaSuccess ||
+                     at.type != cudaMemoryTypeDevice || at.device != dev))
+        *bad |= 2;
+    }
+    int64_t m = hvd_tensor_numel(&params[i].value);
+    tget(v, &params[i].value);
+    tget(g, &params[i].grad);
+    tget(a, &state[2 * i]);
+    tget(b, &state[2 * i + 1]);
+    for (int64_t j = 0; j < m; j++) {
+      if (step == 1 && (a[j] != 0 || b[j] != 0))
+        *bad |= 4;
+      v[j] -= (float)lr * g[j];
+      a[j] += g[j];
+      b[j] += 1;
+    }
+    tput(&params[i].value, v);
+    tput(&state[2 * i], a);
+    tput(&state[2 * i + 1], b);
+  }
+  return HVD_SUCCESS;
+}
+
+static void test_custom(void) {
+  static const hvd_optimizer_ops_t ops = {"custom", 2, cstate, custom_step,
+                                          NULL};
+  model_t h, d;
+  hvd_optimizer_t *oh = NULL, *od = NULL;
+  int bad = 0, good = 1;
+  model_make(&h, "c", 0);
+  model_make(&d, "c", 0x1b); /* p2 on the host */
+  for (int i = 0; i < NP; i++)
+    set_both(&h, &d, i, 0);
+  good &= hvd_optimizer_custom(h.p, NP, &ops, &bad, &oh) == HVD_SUCCESS;
+  good &= hvd_optimizer_custom(d.p, NP, &ops, &bad, &od) == HVD_SUCCESS;
+  hvd_optimizer_set_lr(oh, 0.125);
+  hvd_optimizer_set_lr(od, 0.125);
+  for (int step = 1; good && step <= 2; step++) {
+    for (int i = 0; i < NP; i++)
+      set_both(&h, &d, i, 1);
+    good &= hvd_optimizer_step(oh) == HVD_SUCCESS;
+    good &= hvd_optimizer_step(od) == HVD_SUCCESS;
+    if (step == 1) {
+      good &= hvd_optimizer_zero_grad(oh) == HVD_SUCCESS;
+      good &= hvd_optimizer_zero_grad(od) == HVD_SUCCESS;
+    }
+  }
+  ok(good, "custom: two steps");
+  is_int(0, bad,
+         "custom: state on the parameter's device, device memory, zeroed "
+         "(bits 1, 2, 4)");
+  check_same("custom", &h, &d, oh, od);
+
+  /* zero_grad on a mixed list */
+  for (int i = 0; i < NP; i++)
+    set_both(&h, &d, i, 1);
+  is_int(HVD_SUCCESS, hvd_optimizer_zero_grad(od), "zero_grad: mixed list");
+  static float g[MAXC];
+  int zero = 1;
+  for (int i = 0; i < NP; i++) {
+    tget(g, &d.p[i].grad);
+    for (int64_t j = 0; j < counts[i]; j++)
+      zero &= g[j] == 0.0f && !signbit(g[j]);
+  }
+  ok(zero, "zero_grad: every gradient, host and device, is +0");
+  hvd_optimizer_destroy(oh);
+  hvd_optimizer_destroy(od);
+  model_free(&h);
+  model_free(&d);
+}
+
+/* Creation fails with rc and exactly msg, leaving *out NULL. */
+static void refused(hvd_result_t rc_want, hvd_result_t rc,
+                    hvd_optimizer_t *opt, const char *msg) {
+  is_int(rc_want, rc, "%s: refused: %s", pass_name, msg);
+  is_string(msg, hvd_last_error(), "%s: message", pass_name);
+  ok(opt == NULL, "%s: no optimizer", pass_name);
+}
+
+static void test_refusals(void) {
+  model_t d;
+  hvd_optimizer_t *opt = (hvd_optimizer_t *)&opt;
+  hvd_sgd_options_t so;
+  hvd_adam_options_t ao;
+  char msg[256];
+  hvd_sgd_options_init(&so);
+  hvd_adam_options_init(&ao);
+  model_make(&d, "r", 0x1f);
+  d.p[0].value.device = dev + 1;
+  snprintf(msg, sizeof msg,
+           "hvd_sgd_create: param 'r.p0' value is on cuda:%d but this rank "
+           "uses cuda:%d",
+           dev + 1, dev);
+  hvd_result_t rc = hvd_sgd_create(d.p, NP, &so, &opt);
+  refused(HVD_ERR_INVALID_ARG, rc, opt, msg);
+  d.p[0].value.device = dev;
+  void *g = d.p[3].grad.data;
+  d.p[3].grad.data = xcalloc((size_t)counts[3], sizeof(float));
+  d.p[3].grad.device = HVD_CPU;
+  snprintf(msg, sizeof msg,
+           "hvd_adam_create: param 'r.p3' grad is on cpu but value is on "
+           "cuda:%d",
+           dev);
+  opt = (hvd_optimizer_t *)&opt;
+  rc = hvd_adam_create(d.p, NP, &ao, &opt);
+  refused(HVD_ERR_INVALID_ARG, rc, opt, msg);
+  free(d.p[3].grad.data);
+  d.p[3].grad.data = g;
+  d.p[3].grad.device = dev;
+  model_free(&d);
+}
+
+/* ---- the distributed optimizer -------------------------------------------- */
+
+/* Rank r's contribution to element j of parameter i in pass q: a small
+ * dyadic number, exact in float16 and in every partial sum. */
+static float dyadic(int i, int64_t j, int q, int step) {
+  return (float)((int)((j * 7 + i * 3 + q * 5 + step) % 9) - 4) * 0.125f *
+         (float)(rank + 1);
+}
+
+struct dcfg {
+  const char *what;
+  int adam;
+  unsigned mask;
+  hvd_op_t op;
+  hvd_compression_t comp;
+  int k;
+  double predivide;
+  int nosync_step; /* this step runs without reduction, 0: none */
+};
+
+static void dist_run(const struct dcfg *c) {
+  static float acc[MAXC];
+  model_t h, d;
+  hvd_optimizer_t *bh = NULL, *bd = NULL, *oh = NULL, *od = NULL;
+  hvd_distributed_options_t o;
+  hvd_sgd_options_t so;
+  hvd_adam_options_t ao;
+  char hp[64], dp[64], what[160];
+  int good = 1;
+  hvd_sgd_options_init(&so);
+  so.lr = 0.25;
+  so.momentum = 0.5;
+  hvd_adam_options_init(&ao);
+  ao.lr = 0.125;
+  ao.decoupled = 1;
+  ao.weight_decay = 0.01;
+  snprintf(hp, sizeof hp, "%s.%s.h", pass_name, c->what);
+  snprintf(dp, sizeof dp, "%s.%s.d", pass_name, c->what);
+  model_make(&h, hp, 0);
+  model_make(&d, dp, c->mask);
+  rng = 12345; /* the same values on every rank */
+  for (int i = 0; i < NP; i++)
+    set_both(&h, &d, i, 0);
+  good &= make_opt(c->adam, c->adam ? (void *)&ao : (void *)&so, h.p, &bh) ==
+          HVD_SUCCESS;
+  good &= make_opt(c->adam, c->adam ? (void *)&ao : (void *)&so, d.p, &bd) ==
+          HVD_SUCCESS;
+  hvd_distributed_options_init(&o);
+  o.op = c->op;
+  o.compression = c->comp;
+  o.backward_passes_per_step = c->k;
+  o.gradient_predivide_factor = c->predivide;
+  good &= hvd_distributed_optimizer(bh, &o, &oh) == HVD_SUCCESS;
+  good &= hvd_distributed_optimizer(bd, &o, &od) == HVD_SUCCESS;
+  tap_note("%s", hvd_last_error());
+  for (int step = 1; good && step <= 3; step++) {
+    int sync = step != c->nosync_step;
+    good &= hvd_optimizer_set_sync(oh, sync) == HVD_SUCCESS;
+    good &= hvd_optimizer_set_sync(od, sync) == HVD_SUCCESS;
+    for (int q = 0; q < c->k; q++) /* backward passes accumulate */
+      for (int i = NP - 1; i >= 0; i--) {
+        tget(acc, &h.p[i].grad);
+        for (int64_t j = 0; j < counts[i]; j++)
+          acc[j] += dyadic(i, j, q, step);
+        tput(&h.p[i].grad, acc);
+        tput(&d.p[i].grad, acc);
+        good &= hvd_optimizer_grad_ready(oh, i) == HVD_SUCCESS;
+        good &= hvd_optimizer_grad_ready(od, i) == HVD_SUCCESS;
+      }
+    good &= hvd_optimizer_step(oh) == HVD_SUCCESS;
+    tap_note("host step %d: %s", step, hvd_last_error());
+    good &= hvd_optimizer_step(od) == HVD_SUCCESS;
+    tap_note("device step %d: %s", step, hvd_last_error());
+    snprintf(what, sizeof what, "distributed %s step %d", c->what, step);
+    check_same(what, &h, &d, oh, od);
+    good &= hvd_optimizer_zero_grad(oh) == HVD_SUCCESS;
+    good &= hvd_optimizer_zero_grad(od) == HVD_SUCCESS;
+  }
+  ok(good, "%s: distributed %s: every call succeeded", pass_name, c->what);
+  hvd_optimizer_destroy(oh);
+  hvd_optimizer_destroy(od);
+  model_free(&h);
+  model_free(&d);
+}
+
+static void test_distributed(void) {
+  static const struct dcfg cfgs[] = {
+      {"avg", 0, 0x1f, HVD_AVERAGE, HVD_COMPRESS_NONE, 1, 1.0, 0},
+      {"k2", 1, 0x0d, HVD_AVERAGE, HVD_COMPRESS_NONE, 2, 2.0, 0},
+      {"fp16", 1, 0x1f, HVD_AVERAGE, HVD_COMPRESS_FP16, 1, 1.0, 0},
+      {"bf16", 0, 0x1f, HVD_SUM, HVD_COMPRESS_BF16, 1, 1.0, 0},
+      {"nosync", 0, 0x16, HVD_SUM, HVD_COMPRESS_NONE, 2, 1.0, 2},
+  };
+  for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
+    dist_run(&cfgs[c]);
+}
+
+/* ---- initial state ------------------------------------------------------ */
+
+static void test_broadcast(void) {
+  model_t d, want;
+  hvd_optimizer_t *opt = NULL;
+  hvd_adam_options_t ao;
+  char name[64], msg[256];
+  int root = size - 1;
+  snprintf(name, sizeof name, "%s.b", pass_name);
+  model_make(&d, name, 0x1b); /* p2 on the host */
+  model_make(&want, "want", 0);
+  for (int i = 0; i < NP; i++) { /* mine, and the root's */
+    static float hv[MAXC];
+    rng = 777 + (uint64_t)rank * 31 + (uint64_t)i;
+    draw(hv, i, 0);
+    tput(&d.p[i].value, hv);
+    rng = 777 + (uint64_t)root * 31 + (uint64_t)i;
+    draw(hv, i, 0);
+    tput(&want.p[i].value, hv);
+  }
+  is_int(HVD_SUCCESS, hvd_broadcast_parameters(d.p, NP, root),
+         "%s: hvd_broadcast_parameters from rank %d", pass_name, root);
+  tap_note("%s", hvd_last_error());
+  check_same("broadcast_parameters", &want, &d, NULL, NULL);
+  if (size > 1) {
+    float one = 1.0f;
+    if (rank == 1 && d.p[3].value.data != NULL)
+      cuda_ok(cudaMemcpy((float *)d.p[3].value.data + 999, &one, sizeof one,
+                         cudaMemcpyHostToDevice),
+              "cudaMemcpy");
+    snprintf(msg, sizeof msg,
+             "hvd_verify_parameters: parameter '%s' is not identical on "
+             "every rank: rank(s) 1 differ from rank 0",
+             d.p[3].name);
+    is_int(HVD_ERR_CORRUPT, hvd_verify_parameters(d.p, NP),
+           "%s: verify finds rank 1's device value", pass_name);
+    is_string(msg, hvd_last_error(), "%s: verify's message", pass_name);
+  } else {
+    skip(2, "a difference between ranks needs 2 ranks");
+  }
+  /* optimizer state from rank 0, after a step on each rank's own data */
+  hvd_adam_options_init(&ao);
+  is_int(HVD_SUCCESS, hvd_adam_create(d.p, NP, &ao, &opt), "%s: adam on %s",
+         pass_name, name);
+  rng = 99 + (uint64_t)rank;
+  for (int i = 0; i < NP; i++)
+    set_both(&d, &want, i, 1);
+  is_int(HVD_SUCCESS, hvd_optimizer_step(opt), "%s: a local step", pass_name);
+  if (rank != 0)
+    hvd_optimizer_set_lr(opt, 0.5);
+  is_int(HVD_SUCCESS, hvd_broadcast_optimizer_state(opt, 0),
+         "%s: hvd_broadcast_optimizer_state with device state (verified)",
+         pass_name);
+  tap_note("%s", hvd_last_error());
+  is_double(0.001, hvd_optimizer_lr(opt), 0, "%s: rank 0's lr", pass_name);
+  hvd_optimizer_destroy(opt);
+  model_free(&d);
+  model_free(&want);
+}
+
+/* ---- checkpoints ---------------------------------------------------------- */
+
+static unsigned char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *b = NULL;
+  long len;
+  if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 ||
+      fseek(f, 0, SEEK_SET) != 0)
+    bail("cannot read %s: %s", path, strerror(errno));
+  b = xcalloc((size_t)len, 1);
+  *n = fread(b, 1, (size_t)len, f);
+  fclose(f);
+  return b;
+}
+
+static void test_checkpoint(void) {
+  char dir[1024], ph[1100], pd[1100];
+  model_t h, d, h2, d2;
+  hvd_optimizer_t *oh = NULL, *od = NULL, *oh2 = NULL, *od2 = NULL;
+  hvd_adam_options_t ao;
+  int64_t step = 0;
+  int good = 1, same = 0;
+  if (rank == 0) {
+    snprintf(dir, sizeof dir, "%s/hvd-gpu-optim-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (mkdtemp(dir) == NULL)
+      bail("mkdtemp %s: %s", dir, strerror(errno));
+  }
+  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  snprintf(ph, sizeof ph, "%s/host.ckpt", dir);
+  snprintf(pd, sizeof pd, "%s/device.ckpt", dir);
+  hvd_adam_options_init(&ao);
+  ao.decoupled = 1;
+  ao.weight_decay = 0.01;
+  model_make(&h, "k", 0);
+  model_make(&d, "k", 0x1d); /* p1 on the host */
+  model_make(&h2, "k", 0);
+  model_make(&d2, "k", 0x1f);
+  rng = 4242; /* every rank the same */
+  for (int i = 0; i < NP; i++)
+    set_both(&h, &d, i, 0);
+  good &= hvd_adam_create(h.p, NP, &ao, &oh) == HVD_SUCCESS;
+  good &= hvd_adam_create(d.p, NP, &ao, &od) == HVD_SUCCESS;
+  good &= hvd_adam_create(h2.p, NP, &ao, &oh2) == HVD_SUCCESS;
+  good &= hvd_adam_create(d2.p, NP, &ao, &od2) == HVD_SUCCESS;
+  for (int s = 0; s < 2; s++) {
+    for (int i = 0; i < NP; i++)
+      set_both(&h, &d, i, 1);
+    good &= hvd_optimizer_step(oh) == HVD_SUCCESS;
+    good &= hvd_optimizer_step(od) == HVD_SUCCESS;
+    good &= hvd_optimizer_zero_grad(oh) == HVD_SUCCESS;
+    good &= hvd_optimizer_zero_grad(od) == HVD_SUCCESS;
+  }
+  ok(good, "checkpoint: two Adam steps on host and device models");
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(ph, h.p, NP, oh, 7),
+         "checkpoint: save from host");
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(pd, d.p, NP, od, 7),
+         "checkpoint: save from device");
+  tap_note("%s", hvd_last_error());
+  if (rank == 0) {
+    size_t na, nb;
+    unsigned char *a = slurp(ph, &na), *b = slurp(pd, &nb);
+    same = na == nb && memcmp(a, b, na) == 0;
+    free(a);
+    free(b);
+  }
+  MPI_Bcast(&same, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  ok(same, "checkpoint: the device file is the host file, byte for byte");
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(pd, h2.p, NP, oh2, &step),
+         "checkpoint: device file into host parameters");
+  is_int(7, step, "checkpoint: step");
+  check_same("checkpoint device -> host", &d, &h2, od, oh2);
+  is_int(2, hvd_optimizer_steps(oh2), "checkpoint: optimizer steps");
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(ph, d2.p, NP, od2, NULL),
+         "checkpoint: host file into device parameters");
+  tap_note("%s", hvd_last_error());
+  check_same("checkpoint host -> device", &h, &d2, oh, od2);
+  hvd_optimizer_destroy(oh);
+  hvd_optimizer_destroy(od);
+  hvd_optimizer_destroy(oh2);
+  hvd_optimizer_destroy(od2);
+  model_free(&h);
+  model_free(&d);
+  model_free(&h2);
+  model_free(&d2);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    unlink(ph);
+    unlink(pd);
+    rmdir(dir);
+  }
+}
+
+/* ---- passes -------------------------------------------------------------- */
+
+static void run_pass(const char *ops, int last) {
+  pass_name = ops;
+  setenv("HVD_GPU_OPERATIONS", ops, 1);
+  cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+  hvd_result_t rc = hvd_init();
+  tap_note("%s", hvd_last_error());
+  if (!is_int(HVD_SUCCESS, rc, "%s: hvd_init", ops))
+    bail("hvd_init: %s", hvd_last_error());
+  if (hvd_cuda_device() >= 0)
+    dev = hvd_cuda_device(); /* HVD_NO_BIND=0: hvd's choice */
+  diag("%s: %d ranks, rank 0 on cuda:%d", ops, size, dev);
+  test_refusals();
+  test_distributed();
+  test_broadcast();
+  if (last)
+    test_checkpoint();
+  is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", ops);
+  unsetenv("HVD_GPU_OPERATIONS");
+}
+
+int main(int argc, char **argv) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  tap_mpi_init(&argc, &argv);
+  rank = tap_rank();
+  size = tap_size();
+  if (e != cudaSuccess)
+    skip_all("no CUDA device: cudaGetDeviceCount: %s (%s)",
+             cudaGetErrorString(e), cudaGetErrorName(e));
+  if (count == 0)
+    skip_all("no CUDA device: cudaGetDeviceCount found none");
+  dev = count >= size ? rank % count : 0;
+  cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+  test_parity();
+  test_custom();
+  test_refusals();
+  if (!hvd_nccl_built())
+    skip(1, "nccl: this build has no NCCL");
+  else if (size > 1 && count < size)
+    skip(1,
+         "nccl at np %d needs %d GPUs (NCCL refuses two ranks on one); "
+         "%d visible",
+         size, size, count);
+  else
+    run_pass("nccl", 0);
+  run_pass("mpi", 1);
+  return tap_mpi_finish();
+}
+
+#endif /* HVD_HAVE_CUDA */
