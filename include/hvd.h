@@ -277,12 +277,28 @@ hvd_result_t hvd_test(hvd_request_t *req, int *done);
 
 
 /* ---- Optimizers (lib/optim) --------------------------------------------- *
- * Parameters are float32 host tensors (device tensors come with the GPU
- * path). Gradients ACCUMULATE in param.grad between
- * hvd_optimizer_zero_grad() calls, as in PyTorch: a backward pass adds
- * into them. The optimizer borrows the params array and its tensors: they
- * must outlive it and keep their shapes. Optimizer calls are not
- * thread-safe: one thread drives one optimizer. */
+ * Parameters are float32 tensors, on the host or on the rank's GPU, each
+ * parameter on its own: one list may mix them. A parameter's value and
+ * grad are on the same device. A device parameter follows the collectives'
+ * rule: its device must be hvd_cuda_device() (before hvd_init, or with
+ * HVD_NO_BIND=1, the calling thread's current device), else the create
+ * call fails with HVD_ERR_INVALID_ARG ("hvd_sgd_create: param 'w' value is
+ * on cuda:1 but this rank uses cuda:0"); a build without CUDA refuses it
+ * with HVD_ERR_UNSUPPORTED ("... is on cuda:0 but this build has no
+ * CUDA"). A device parameter's optimizer state lives on its device; the
+ * built-ins update all device parameters with one kernel launch (the
+ * host's math, bit for bit) on a stream of the optimizer's own, while the
+ * host parameters are updated on the CPU. Device gradients must be
+ * complete when an optimizer call starts (synchronise the stream that
+ * wrote them, as for a collective); every optimizer call that touches
+ * device memory (create, step, zero_grad) has finished with it when it
+ * returns, so the caller may read values on any stream.
+ *
+ * Gradients ACCUMULATE in param.grad between hvd_optimizer_zero_grad()
+ * calls, as in PyTorch: a backward pass adds into them. The optimizer
+ * borrows the params array and its tensors: they must outlive it and keep
+ * their shapes and devices. Optimizer calls are not thread-safe: one
+ * thread drives one optimizer. */
 
 typedef struct hvd_param {
   const char *name;   /* identifies it across ranks and in checkpoints */
@@ -294,7 +310,13 @@ typedef struct hvd_optimizer hvd_optimizer_t;
 
 /* A user optimizer. hvd allocates, for every parameter, `nstate` state
  * tensors of the parameter's shape, zero-filled, named by state_names
- * (they are broadcast and checkpointed like the built-ins' state). step()
+ * (they are broadcast and checkpointed like the built-ins' state), on the
+ * parameter's device: for a device parameter they are device tensors
+ * (cudaMalloc'd, device = the parameter's), which step() updates with its
+ * own kernels or copies. Its device work must be complete when step()
+ * returns (synchronise its stream); hvd's own work on the gradients
+ * (reductions, zero_grad, no-sync scaling) is complete when step() is
+ * called. step()
  * applies one update to every parameter from its grad; `state` holds
  * n * nstate tensors, parameter i's at state[i * nstate + k]; `step` is the
  * 1-based count of updates including this one; `lr` the current learning
@@ -366,7 +388,10 @@ void hvd_distributed_options_init(hvd_distributed_options_t *o);
 /* Wraps base (taking ownership: destroying the wrapper destroys base) so
  * that gradients are reduced across ranks through hvd's engine (fused,
  * overlapped with backward) before each update. Needs hvd_init(). Each
- * rank's wrapper reduces tensors named "hvd.grad.<param name>". */
+ * rank's wrapper reduces tensors named "hvd.grad.<param name>". Device
+ * gradients go through the device executors (NCCL, or host-staged MPI
+ * with HVD_GPU_OPERATIONS=mpi), host ones through MPI; ranks must agree on
+ * host versus device per parameter. */
 hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
                                        const hvd_distributed_options_t *o,
                                        hvd_optimizer_t **out);
@@ -401,7 +426,8 @@ void hvd_optimizer_destroy(hvd_optimizer_t *opt);        /* accepts NULL */
 /* Broadcasts every parameter's value from root (collective, any root),
  * then verifies that every rank holds identical bytes: a checksum per
  * parameter is all-reduced, and a difference is HVD_ERR_CORRUPT naming the
- * first parameter that differs and the ranks. */
+ * first parameter that differs and the ranks. Device values are broadcast
+ * on the device; their checksums are computed after a copy to the host. */
 hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root);
 
 /* Verifies that every rank holds identical parameter values (collective):
@@ -417,7 +443,12 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root);
 
 /* ---- Checkpoints -------------------------------------------------------- *
  * Format: doc/checkpoint-format.md. Names are kept exactly as given, and a
- * checkpoint written at one world size loads at any other. */
+ * checkpoint written at one world size loads at any other. Parameters and
+ * optimizer state may be on the host or the rank's GPU: rank 0 copies
+ * device tensors to the host to write them; a load reads into host memory
+ * first, then copies to each rank's own GPU. The file does not depend on
+ * where the tensors were, so a checkpoint saved from GPU parameters loads
+ * into host ones and the reverse. */
 
 /* Root 0 writes path atomically (temporary file, fsync, rename): a crash
  * leaves the previous file intact. opt may be NULL. Collective. */
