@@ -197,8 +197,8 @@ typedef struct writer {
   FILE *f;
   uint64_t sum;
   uint64_t written;
-  int err;              /* errno of the first failed write */
-  hvd_result_t dev_rc;  /* a failed copy from the device (message set) */
+  int err;               /* errno of the first failed write */
+  hvd_result_t dev_rc;   /* a failed copy from the device (message set) */
   unsigned char *bounce; /* BOUNCE bytes for device tensors, or NULL */
 } writer_t;
 
@@ -251,8 +251,7 @@ static void put_tensor(writer_t *w, const hvd_tensor_t *t, size_t bytes,
     put_data(w, t->data, bytes, esize);
     return;
   }
-  if (w->bounce == NULL && bytes > 0 &&
-      (w->bounce = malloc(BOUNCE)) == NULL) {
+  if (w->bounce == NULL && bytes > 0 && (w->bounce = malloc(BOUNCE)) == NULL) {
     w->dev_rc = hvd__set_error(HVD_ERR_NO_MEMORY,
                                "%s: a %zu-byte buffer for device tensors",
                                save_fn, BOUNCE);

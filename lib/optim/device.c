@@ -263,8 +263,8 @@ hvd_result_t hvd__odev_write(const char *who, hvd_tensor_t *t, size_t offset,
   if (bytes == 0)
     return HVD_SUCCESS;
   HVD__CHECK(enter(who, t->device, &prev));
-  ODEV_CHECK(cudaMemcpy((char *)t->data + offset, src, bytes,
-                        cudaMemcpyHostToDevice));
+  ODEV_CHECK(
+      cudaMemcpy((char *)t->data + offset, src, bytes, cudaMemcpyHostToDevice));
 fail:
   leave(t->device, prev);
   return rc;

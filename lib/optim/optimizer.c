@@ -537,8 +537,8 @@ static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
   const hvd_adam_options_t *o = &b->o.adam;
   hvd_result_t rc;
   if (b->odev != NULL &&
-      (rc = hvd__odev_update(STEP_WHO, b->odev, 1, o, params, n, state, 2,
-                             step, lr)) != HVD_SUCCESS)
+      (rc = hvd__odev_update(STEP_WHO, b->odev, 1, o, params, n, state, 2, step,
+                             lr)) != HVD_SUCCESS)
     return rc;
   /* branch-free so the loop vectorizes: Adam adds wd_l2 * v to the
    * gradient (0 for AdamW), AdamW scales v by decay (1 for Adam) */

@@ -170,8 +170,8 @@ static void set_both(model_t *a, model_t *b, int i, int which) {
 
 /* 1 if tensors x and y (host or device) hold the same floats: the same
  * bits, or within 1e-6 relative when the host contracts into FMAs. */
-static int same_tensor(const hvd_tensor_t *x, const hvd_tensor_t *y,
-                       char *why, size_t len) {
+static int same_tensor(const hvd_tensor_t *x, const hvd_tensor_t *y, char *why,
+                       size_t len) {
   static float a[MAXC], b[MAXC];
   int64_t n = hvd_tensor_numel(x);
   if (n != hvd_tensor_numel(y)) {
@@ -226,7 +226,8 @@ static void check_same(const char *what, model_t *h, model_t *d,
   ok(good, "%s: %s: device equals host", pass_name, what);
 }
 
-/* ---- parity of the plain optimizers --------------------------------------- */
+/* ---- parity of the plain optimizers ---------------------------------------
+ */
 
 static hvd_result_t make_opt(int adam, const void *o, hvd_param_t *p,
                              hvd_optimizer_t **out) {
@@ -242,8 +243,8 @@ static void parity(const char *what, int adam, const void *o, unsigned mask) {
   model_make(&d, "p", mask);
   for (int i = 0; i < NP; i++)
     set_both(&h, &d, i, 0);
-  good &= is_int(HVD_SUCCESS, make_opt(adam, o, h.p, &oh), "%s: host create",
-                 what);
+  good &=
+      is_int(HVD_SUCCESS, make_opt(adam, o, h.p, &oh), "%s: host create", what);
   tap_note("%s", hvd_last_error());
   good &= is_int(HVD_SUCCESS, make_opt(adam, o, d.p, &od),
                  "%s: device create (mask %#x)", what, mask);
@@ -288,9 +289,8 @@ static void test_parity(void) {
           if (nest && (o.momentum == 0 || o.dampening != 0))
             continue; /* refused by hvd_sgd_create */
           snprintf(what, sizeof what,
-                   "SGD momentum %g dampening %g weight_decay %g%s",
-                   o.momentum, o.dampening, o.weight_decay,
-                   nest ? " nesterov" : "");
+                   "SGD momentum %g dampening %g weight_decay %g%s", o.momentum,
+                   o.dampening, o.weight_decay, nest ? " nesterov" : "");
           parity(what, 0, &o, 0x1f);
           if (a == 1 && c == 1)
             parity(what, 0, &o, 0x0a); /* mixed: p1 and p3 on the GPU */
@@ -395,8 +395,8 @@ static void test_custom(void) {
 }
 
 /* Creation fails with rc and exactly msg, leaving *out NULL. */
-static void refused(hvd_result_t rc_want, hvd_result_t rc,
-                    hvd_optimizer_t *opt, const char *msg) {
+static void refused(hvd_result_t rc_want, hvd_result_t rc, hvd_optimizer_t *opt,
+                    const char *msg) {
   is_int(rc_want, rc, "%s: refused: %s", pass_name, msg);
   is_string(msg, hvd_last_error(), "%s: message", pass_name);
   ok(opt == NULL, "%s: no optimizer", pass_name);
@@ -435,7 +435,8 @@ static void test_refusals(void) {
   model_free(&d);
 }
 
-/* ---- the distributed optimizer -------------------------------------------- */
+/* ---- the distributed optimizer --------------------------------------------
+ */
 
 /* Rank r's contribution to element j of parameter i in pass q: a small
  * dyadic number, exact in float16 and in every partial sum. */
@@ -592,7 +593,8 @@ static void test_broadcast(void) {
   model_free(&want);
 }
 
-/* ---- checkpoints ---------------------------------------------------------- */
+/* ---- checkpoints ----------------------------------------------------------
+ */
 
 static unsigned char *slurp(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
