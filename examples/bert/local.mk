@@ -31,6 +31,10 @@ endif
 	  $(CPPFLAGS) $(AM_CFLAGS) $(CFLAGS) -c -o $@ $<
 examples/bert/layers_cuda.o: examples/bert/layers.h config.h
 
+## The same model in PyTorch eager, for throughput comparisons
+## (doc/bert_train.md, "Against PyTorch eager"); not built.
+EXTRA_DIST += examples/bert/torch_bert.py
+
 BERT_CPPFLAGS = -I$(top_srcdir)/examples/bert
 ## A program using it links the CUDA runtime and cuBLAS too in a CUDA
 ## build (empty otherwise): prog_LDFLAGS = ... $(BERT_LINK_OPTS).
