@@ -86,7 +86,7 @@ class Bert(torch.nn.Module):
         super().__init__()
         self.word = torch.nn.Embedding(V, H)
         self.pos = torch.nn.Embedding(P, H)
-        self.type = torch.nn.Embedding(T, H)
+        self.token_type = torch.nn.Embedding(T, H)
         self.emb_ln = torch.nn.LayerNorm(H, eps=LN_EPS)
         self.layers = torch.nn.ModuleList(Layer(H, A, Fi) for _ in range(L))
         self.transform = torch.nn.Linear(H, H)
@@ -103,7 +103,7 @@ class Bert(torch.nn.Module):
     def forward(self, ids, types, lengths, rows, targets):
         B, S = ids.shape
         positions = torch.arange(S, device=ids.device)
-        x = self.word(ids) + self.pos(positions)[None] + self.type(types)
+        x = self.word(ids) + self.pos(positions)[None] + self.token_type(types)
         x = self.emb_ln(x)
         key_pad = (positions[None, :] >= lengths[:, None])[:, None, None, :]
         for layer in self.layers:
