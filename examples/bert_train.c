@@ -6,6 +6,7 @@
  *   bin/hvdrun -np 2 examples/bert_train            # tiny, synthetic data
  *   bin/hvdrun -np 4 examples/bert_train --preset mini --data corpus.txt \
  *       --steps 1000 --checkpoint ckpt --checkpoint-every 100
+ *   bin/hvdrun -np 8 examples/bert_train --device gpu --preset base
  *
  * One step, on every rank:
  *   1. its micro-batches: rank r takes, from hvd_sampler's shard of this
@@ -16,14 +17,16 @@
  *   2. the masked positions of the whole global batch, M, because the
  *      loss is the mean over all of them (counted locally, no collective:
  *      see count_global);
- *   3. per micro-batch: forward, backward; each gradient, once final, is
- *      reweighted (see on_grad_ready) and handed to
+ *   3. per micro-batch: forward, backward with the loss weighted (see
+ *      on_grad_ready); each gradient, once final, is handed to
  *      hvd_optimizer_grad_ready, which starts its reduction while the
  *      backward pass goes on;
  *   4. hvd_optimizer_step waits for the reductions and applies AdamW with
  *      the learning rate of the schedule.
  * Rank 0 prints progress and writes the JSON log; checkpoints are written
- * by rank 0 inside hvd_checkpoint_save.
+ * by rank 0 inside hvd_checkpoint_save. With --device gpu the model's
+ * parameters, gradients and activations live on the GPU hvd_init bound
+ * the rank to, and hvd reduces, broadcasts and saves them there.
  *
  * Exit status: 0 done; 1 a failure (data, checkpoint, hvd) on any rank,
  * reported before training when it can be; 2 a bad command line.
@@ -81,6 +84,8 @@ typedef struct options {
   const char *log_json;
   uint64_t seed;
   int threads;
+  int gpu;  /* --device gpu */
+  int tf32; /* --tf32 */
   int quiet;
 } options_t;
 
@@ -111,6 +116,10 @@ static const char usage_text[] =
     "  --bf16-allreduce       gradients travel as bfloat16\n"
     "  --seed N               weights, data, masking, order (default 42)\n"
     "  --threads N            BLAS threads per rank (default 1)\n"
+    "  --device cpu|gpu       where the model runs (default cpu); gpu: the\n"
+    "                         GPU hvd binds each rank to (cuBLAS, CUDA)\n"
+    "  --tf32                 gpu: TF32 tensor cores for the float32 matrix\n"
+    "                         products (default: plain float32)\n"
     "\n"
     "data:\n"
     "  --data FILE            UTF-8 text, one sentence or document per\n"
@@ -208,6 +217,8 @@ enum {
   O_BF16,
   O_SEED,
   O_THREADS,
+  O_DEVICE,
+  O_TF32,
   O_DATA,
   O_SENTENCES,
   O_CHECKPOINT,
@@ -241,6 +252,8 @@ static const struct option long_options[] = {
     {"bf16-allreduce", no_argument, NULL, O_BF16},
     {"seed", required_argument, NULL, O_SEED},
     {"threads", required_argument, NULL, O_THREADS},
+    {"device", required_argument, NULL, O_DEVICE},
+    {"tf32", no_argument, NULL, O_TF32},
     {"data", required_argument, NULL, O_DATA},
     {"synthetic-lines", required_argument, NULL, O_SENTENCES},
     {"checkpoint", required_argument, NULL, O_CHECKPOINT},
@@ -357,6 +370,14 @@ static void parse_options(int argc, char **argv, options_t *o,
     case O_THREADS:
       o->threads = (int)parse_int("--threads", a, 1, 1024);
       break;
+    case O_DEVICE:
+      if (strcmp(a, "cpu") != 0 && strcmp(a, "gpu") != 0)
+        usage_error("--device needs cpu or gpu, not '%s'", a);
+      o->gpu = strcmp(a, "gpu") == 0;
+      break;
+    case O_TF32:
+      o->tf32 = 1;
+      break;
     case O_DATA:
       if (*a == '\0')
         usage_error("--data needs a file name");
@@ -407,6 +428,8 @@ static void parse_options(int argc, char **argv, options_t *o,
     usage_error("--keep needs --checkpoint DIR");
   if (o->no_sync && o->compression != HVD_COMPRESS_NONE)
     usage_error("--no-sync reduces nothing, so it takes no compression");
+  if (o->tf32 && !o->gpu)
+    usage_error("--tf32 needs --device gpu");
   if (o->warmup < 0)
     o->warmup = o->steps / 10;
   if (o->warmup > o->steps)
@@ -608,27 +631,18 @@ static double lr_at(const options_t *o, int64_t s) {
  *   = average over P ranks and K passes of (P K M_j / M) g_j,
  * so pass j's gradient is weighted by w_j = P K M_j / M before the
  * distributed optimizer averages (and w_j = K M_j / M_rank with --no-sync).
- * Gradients accumulate over the K passes; to weight only pass j's share,
- * the sum so far is divided by w_j before pass j (j > 0) and the whole
- * multiplied by w_j as each parameter becomes final. */
+ * The weight multiplies pass j's loss (bert_model_backward_scaled), so
+ * the backward pass adds exactly w_j g_j to the gradients accumulated
+ * over the K passes, with no pass over the gradient buffers (which may be
+ * on a GPU). */
 typedef struct ready_ctx {
   hvd_optimizer_t *opt;
-  hvd_param_t *params;
-  float weight; /* w_j; 1: none */
   hvd_result_t rc;
   char msg[512]; /* the first failure's message */
 } ready_ctx_t;
 
-static void scale(float *x, int64_t n, float s) {
-  for (int64_t i = 0; i < n; i++)
-    x[i] *= s;
-}
-
 static void on_grad_ready(void *ctx, int i) {
   ready_ctx_t *r = ctx;
-  hvd_tensor_t *g = &r->params[i].grad;
-  if (r->weight != 1.0f)
-    scale(g->data, hvd_tensor_numel(g), r->weight);
   hvd_result_t rc = hvd_optimizer_grad_ready(r->opt, i);
   if (rc != HVD_SUCCESS && r->rc == HVD_SUCCESS) {
     r->rc = rc;
@@ -777,6 +791,18 @@ int main(int argc, char **argv) {
     return 1;
   }
   const int rank = hvd_rank(), size = hvd_size();
+
+  /* --device gpu: the GPU hvd_init bound this rank to (or, with
+   * HVD_NO_BIND=1, the current one) must be usable on every rank. */
+  int device = HVD_CPU;
+  if (o.gpu) {
+    device = hvd_cuda_device();
+    rc = bert_gpu_check(&device);
+    snprintf(msg, sizeof msg, "--device gpu: %s", bert_last_error());
+    if (!agree(rc == HVD_SUCCESS, msg))
+      die();
+    bert_set_tf32(o.tf32);
+  }
   const int B = cfg.batch, S = cfg.seq_len, K = o.accumulate;
   const int sync = !o.no_sync;
   const int64_t global_batch = (int64_t)size * K * B; /* sequences */
@@ -854,7 +880,7 @@ int main(int argc, char **argv) {
 
   /* The model and the optimizer: AdamW inside the distributed wrapper. */
   bert_model_t *model = NULL;
-  rc = bert_model_create(&cfg, &model);
+  rc = bert_model_create_on(&cfg, device, &model);
   check_local(rc, "bert_model_create", bert_last_error());
   int nparams;
   hvd_param_t *params = bert_model_params(model, &nparams);
@@ -949,10 +975,15 @@ int main(int argc, char **argv) {
   if (rank == 0) {
     char desc[256];
     bert_config_describe(&cfg, desc, sizeof desc);
-    printf(PROG ": preset %s (%s), %lld weights; %d rank%s, BLAS threads "
-                "%d\n",
-           o.preset, desc, (long long)bert_model_num_weights(model), size,
-           size == 1 ? "" : "s", o.threads);
+    char where[64];
+    if (o.gpu)
+      snprintf(where, sizeof where, "GPU cuda:%d%s", device,
+               o.tf32 ? " (TF32)" : "");
+    else
+      snprintf(where, sizeof where, "BLAS threads %d", o.threads);
+    printf(PROG ": preset %s (%s), %lld weights; %d rank%s, %s\n", o.preset,
+           desc, (long long)bert_model_num_weights(model), size,
+           size == 1 ? "" : "s", where);
     printf(PROG ": data %s: %lld sequences of %d tokens, vocabulary %d; "
                 "global batch %lld = %d per rank x %d rank%s x %d pass%s, %lld "
                 "steps per epoch\n",
@@ -996,8 +1027,6 @@ int main(int argc, char **argv) {
   if (ids == NULL || labels == NULL || lengths == NULL || masked == NULL ||
       (count_all && global_view_init(&gv, global_batch, S) != 0))
     check_local(HVD_ERR_NO_MEMORY, "buffers", "out of memory");
-  float *all_grads = params[0].grad.data; /* one contiguous buffer */
-  const int64_t nweights = bert_model_num_weights(model);
   const int64_t tokens_per_step = global_batch * S;
 
   report_t rep;
@@ -1047,7 +1076,7 @@ int main(int argc, char **argv) {
     double loss_sum = 0; /* sum of the masked positions' losses */
     hvd_request_t *loss_req = NULL;
     hvd_tensor_t loss_t = hvd_tensor_make(&loss_sum, HVD_FLOAT64, 1, &one);
-    ready_ctx_t ready = {.opt = opt, .params = params, .rc = HVD_SUCCESS};
+    ready_ctx_t ready = {.opt = opt, .rc = HVD_SUCCESS};
     for (int j = 0; j < K; j++) {
       size_t off = (size_t)j * B * S;
       bert_batch_t b = {.batch = B,
@@ -1066,10 +1095,7 @@ int main(int argc, char **argv) {
                     "summing the loss", hvd_last_error());
       double w = (double)(sync ? size : 1) * K * (double)masked[j] /
                  (double)(sync ? total_masked : local_masked);
-      ready.weight = (float)w;
-      if (j > 0 && ready.weight != 1.0f)
-        scale(all_grads, nweights, (float)(1.0 / w));
-      rc = bert_model_backward(model, on_grad_ready, &ready);
+      rc = bert_model_backward_scaled(model, (float)w, on_grad_ready, &ready);
       check_local(rc, "bert_model_backward", bert_last_error());
       check_local(ready.rc, "hvd_optimizer_grad_ready", ready.msg);
     }

@@ -7,6 +7,7 @@
 noinst_PROGRAMS += examples/bert_train
 examples_bert_train_SOURCES = examples/bert_train.c
 examples_bert_train_CPPFLAGS = $(HVD_PROG_CPPFLAGS) $(BERT_CPPFLAGS)
+examples_bert_train_LDFLAGS = $(AM_LDFLAGS) $(BERT_LINK_OPTS)
 examples_bert_train_LDADD = $(BERT_LIBS) $(HVD_PROG_LDADD)
 
 ## Loss falls at np 1 and 2; np 1/2/4 agree step by step on one global

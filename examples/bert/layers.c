@@ -1,6 +1,8 @@
 /*
  * layers.c - the CPU kernels of the BERT example: CBLAS sgemm for every
- * matrix product, plain loops for the rest. See layers.h.
+ * matrix product, plain loops for the rest; the CPU backend table; and,
+ * in a build without CUDA, the GPU backend's calls that say so. See
+ * layers.h.
  */
 #include <config.h>
 
@@ -8,6 +10,8 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
@@ -289,3 +293,70 @@ int bert_blas_set_threads(int n) {
   return -1;
 #endif
 }
+
+/* ---- the CPU backend ----------------------------------------------------- */
+
+static void *cpu_alloc(size_t bytes) {
+  size_t n = (bytes + 63) & ~(size_t)63;
+  return aligned_alloc(64, n > 0 ? n : 64);
+}
+
+static void cpu_copy_bytes(void *dst, const void *src, size_t bytes) {
+  memcpy(dst, src, bytes);
+}
+
+static void cpu_reserve(int B, int S, int A, int dh, int width, int types) {
+  (void)B, (void)S, (void)A, (void)dh, (void)width, (void)types;
+}
+
+static void cpu_nothing(void) {}
+static void cpu_fence(int slot) { (void)slot; }
+static const char *cpu_error(void) { return NULL; }
+
+const bert_backend_t bert_backend_cpu = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = free,
+    .host_alloc = cpu_alloc,
+    .host_free = free,
+    .to_device = cpu_copy_bytes,
+    .to_host = cpu_copy_bytes,
+    .reserve = cpu_reserve,
+    .sync = cpu_nothing,
+    .sync_all = cpu_nothing,
+    .fence_record = cpu_fence,
+    .fence_wait = cpu_fence,
+    .error = cpu_error,
+    .linear_fwd = bert_linear_fwd,
+    .linear_bwd = bert_linear_bwd,
+    .layernorm_fwd = bert_layernorm_fwd,
+    .layernorm_bwd = bert_layernorm_bwd,
+    .gelu_fwd = bert_gelu_fwd,
+    .gelu_bwd = bert_gelu_bwd,
+    .attention_fwd = bert_attention_fwd,
+    .attention_bwd = bert_attention_bwd,
+    .embedding_fwd = bert_embedding_fwd,
+    .embedding_bwd = bert_embedding_bwd,
+    .xent_fwd = bert_xent_fwd,
+    .xent_bwd = bert_xent_bwd,
+    .add = bert_add,
+    .copy = bert_copy,
+    .zero = bert_zero,
+    .gather_rows = bert_gather_rows,
+    .scatter_add_rows = bert_scatter_add_rows,
+};
+
+#ifndef HVD_HAVE_CUDA
+/* A build without CUDA: the GPU backend cannot be opened. */
+int bert_cuda_open(int device, char *msg, size_t len) {
+  (void)device;
+  if (msg != NULL && len > 0)
+    snprintf(msg, len,
+             "this build has no CUDA (configure found no toolkit, or "
+             "--without-cuda)");
+  return -1;
+}
+void bert_cuda_close(void) {}
+const bert_backend_t *bert_cuda_backend(void) { return NULL; }
+void bert_cuda_set_tf32(int on) { (void)on; }
+#endif

@@ -10,11 +10,21 @@
  * overwritten unless the function says otherwise. Every pointer is to the
  * same memory space (host here). The functions are thread-compatible:
  * distinct buffers may be used from distinct threads.
+ *
+ * Two implementations of this contract exist, chosen at run time through
+ * a bert_backend_t table (end of this file): the CPU one (layers.c, the
+ * bert_* functions below) and the CUDA one (layers_cuda.cu, device
+ * pointers, one stream, cuBLAS), compiled in builds with CUDA only.
  */
 #ifndef BERT_LAYERS_H
 #define BERT_LAYERS_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* The value added to the attention score of a padded key before the
  * softmax (finite, so that a row of only padding stays finite). */
@@ -97,5 +107,115 @@ void bert_scatter_add_rows(const float *src, const int32_t *rows, int m, int h,
  * no such call (then set OPENBLAS_NUM_THREADS or OMP_NUM_THREADS in the
  * environment before the program starts). */
 int bert_blas_set_threads(int n);
+
+/* ---- Backends ------------------------------------------------------------
+ *
+ * The kernels above and the memory they work on, as one table, so that
+ * model.c runs unchanged on the host or on a GPU. Every kernel entry has
+ * the contract (and the signature) of the bert_* function of the same
+ * name; its pointers are to the backend's memory. The CUDA backend
+ * queues everything on one stream that it owns and returns before the
+ * work is done, except where an entry says otherwise (xent_fwd, to_host,
+ * sync, fence_wait); it does no allocation after reserve() other than
+ * what the caller asks for with alloc. Its failures (a CUDA or cuBLAS
+ * call, a launch) are recorded, the first one naming the call, and make
+ * every later call return at once: error() says what happened. */
+typedef struct bert_backend {
+  const char *name; /* "cpu" or "gpu" */
+
+  /* Memory of the backend (64-byte aligned on the host); NULL when out
+   * of memory. free accepts NULL. */
+  void *(*alloc)(size_t bytes);
+  void (*free)(void *p);
+  /* Host memory for the copies below (page-locked on the GPU). */
+  void *(*host_alloc)(size_t bytes);
+  void (*host_free)(void *p);
+  /* Host -> backend: src may be reused when it returns. Backend -> host:
+   * returns when dst holds the data (after all work queued before it). */
+  void (*to_device)(void *dst, const void *src, size_t bytes);
+  void (*to_host)(void *dst, const void *src, size_t bytes);
+  /* Sizes the scratch memory of the kernels for batches of up to B x S
+   * tokens, A heads of dh, rows up to `width` floats wide and `types`
+   * token types, so that no later call allocates. */
+  void (*reserve)(int B, int S, int A, int dh, int width, int types);
+  /* Waits until the backend's own queued work is done. */
+  void (*sync)(void);
+  /* Waits until all work on the device is done, whoever queued it (hvd's
+   * optimizer on its own stream, say). */
+  void (*sync_all)(void);
+  /* Two fences (slot 0 and 1): record marks the work queued so far;
+   * wait returns when that work is done. */
+  void (*fence_record)(int slot);
+  void (*fence_wait)(int slot);
+  /* The first failure since the backend was opened, or NULL. */
+  const char *(*error)(void);
+
+  void (*linear_fwd)(const float *x, const float *W, const float *b, float *y,
+                     int n, int in, int out);
+  void (*linear_bwd)(const float *x, const float *W, const float *dy, float *dx,
+                     float dx_beta, float *dW, float *db, int n, int in,
+                     int out);
+  void (*layernorm_fwd)(const float *x, const float *g, const float *b,
+                        float eps, float *y, float *mean, float *rstd, int n,
+                        int h);
+  void (*layernorm_bwd)(const float *x, const float *mean, const float *rstd,
+                        const float *g, const float *dy, float *dx, float *dg,
+                        float *db, int n, int h);
+  void (*gelu_fwd)(const float *x, float *y, int64_t n);
+  void (*gelu_bwd)(const float *x, const float *dy, float *dx, int64_t n);
+  void (*attention_fwd)(const float *q, const float *k, const float *v,
+                        const int32_t *lengths, float *probs, float *ctx, int B,
+                        int S, int A, int dh);
+  /* scratch: S*S floats of the backend's memory (the CUDA backend uses
+   * its own and ignores it) */
+  void (*attention_bwd)(const float *q, const float *k, const float *v,
+                        const float *probs, const float *dctx, float *dq,
+                        float *dk, float *dv, float *scratch, int B, int S,
+                        int A, int dh);
+  void (*embedding_fwd)(const int32_t *ids, const int32_t *types,
+                        const float *word, const float *pos, const float *type,
+                        float *out, int B, int S, int H);
+  void (*embedding_bwd)(const int32_t *ids, const int32_t *types,
+                        const float *dout, float *dword, float *dpos,
+                        float *dtype, int B, int S, int H);
+  /* Waits for its result (one copy back to the host per call). */
+  double (*xent_fwd)(float *logits, const int32_t *targets, int m, int V,
+                     int64_t *correct);
+  void (*xent_bwd)(float *probs, const int32_t *targets, int m, int V,
+                   float scale);
+  void (*add)(const float *a, const float *b, float *y, int64_t n);
+  void (*copy)(const float *src, float *dst, int64_t n);
+  void (*zero)(float *x, int64_t n);
+  void (*gather_rows)(const float *src, const int32_t *rows, int m, int h,
+                      float *dst);
+  void (*scatter_add_rows)(const float *src, const int32_t *rows, int m, int h,
+                           float *dst);
+} bert_backend_t;
+
+/* The host: the bert_* functions above; never fails. */
+extern const bert_backend_t bert_backend_cpu;
+
+/* The CUDA backend (layers_cuda.cu), process-wide and reference-counted:
+ * bert_cuda_open makes `device` (a CUDA ordinal, or -1 for the calling
+ * thread's current device) current on the calling thread, creates the
+ * stream, the cuBLAS handle and the fences on the first call, and
+ * returns the device; every successful open needs one bert_cuda_close
+ * (the last destroys everything). On failure it returns -1 and writes
+ * why into msg: "this build has no CUDA (...)" in a build without CUDA,
+ * "no CUDA device: cudaGetDeviceCount: ..." without a GPU or driver.
+ * The kernels must be called from a thread whose current device is that
+ * device. Not thread-safe. */
+int bert_cuda_open(int device, char *msg, size_t len);
+void bert_cuda_close(void);
+/* The table (valid between open and the last close; NULL without CUDA). */
+const bert_backend_t *bert_cuda_backend(void);
+/* cuBLAS may use TF32 tensor cores for the float32 products (on: faster,
+ * about 1e-3 relative; off, the default: plain float32, the CPU's results
+ * to float rounding). Applies to the open handle and later opens. */
+void bert_cuda_set_tf32(int on);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* BERT_LAYERS_H */

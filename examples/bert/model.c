@@ -5,7 +5,15 @@
  * Shapes: N = B*S tokens, H hidden, F intermediate, V vocabulary, M the
  * masked positions of the batch (the head runs on those rows only: the
  * other rows have no loss, so their logits would be thrown away).
+ *
+ * Every kernel and every allocation goes through the model's backend
+ * (m->be: the CPU's or the GPU's, layers.h), so this file is the same
+ * for both; what is host memory on one is device memory on the other.
+ * Only the batch's small integer arrays are prepared on the host, in a
+ * staging block copied to the backend once per forward pass.
  */
+#include <config.h>
+
 #include "model.h"
 
 #include "layers.h"
@@ -83,7 +91,13 @@ struct bert_model {
   float *logits;      /* [M,V], grown on demand */
   int64_t logits_cap; /* rows */
 
-  /* the batch of the last forward */
+  const bert_backend_t *be; /* the kernels and the memory */
+  int device;               /* HVD_CPU or the CUDA device */
+
+  /* the batch of the last forward, in the backend's memory: one block
+   * (batch_dev) holding ids, types, rows, targets ([N] each) and lengths
+   * ([B]), filled from its host twin (batch_host) by one copy */
+  int32_t *batch_dev, *batch_host;
   int32_t *ids, *types, *lengths, *rows, *targets;
   int has_types, has_lengths;
   int B, S, M;
@@ -312,11 +326,19 @@ static int ends_with(const char *s, const char *suffix) {
 void bert_model_init(bert_model_t *m, uint64_t seed) {
   if (m == NULL)
     return;
+  /* on a GPU: drawn on the host (the same stream of numbers), then one
+   * copy; out of host memory, the values stay as they were */
+  float *host = m->values;
+  if (m->device != HVD_CPU &&
+      (host = malloc(sizeof(float) * (size_t)m->nweights)) == NULL)
+    return;
   bert_rng_t rng;
   bert__rng_seed(&rng, &seed, 1);
+  int64_t off = 0;
   for (int i = 0; i < m->n; i++) {
-    float *v = val(m, i);
+    float *v = host + off;
     int64_t k = numel(&m->params[i].value);
+    off += k;
     const char *name = m->params[i].name;
     if (ends_with(name, "LayerNorm.weight")) {
       for (int64_t j = 0; j < k; j++)
@@ -328,11 +350,15 @@ void bert_model_init(bert_model_t *m, uint64_t seed) {
         v[j] = (float)(m->c.init_std * bert__rng_normal(&rng));
     }
   }
+  if (host != m->values) {
+    m->be->to_device(m->values, host, sizeof(float) * (size_t)m->nweights);
+    free(host);
+  }
 }
 
 void bert_model_zero_grad(bert_model_t *m) {
   if (m != NULL)
-    bert_zero(m->grads, m->nweights);
+    m->be->zero(m->grads, m->nweights);
 }
 
 /* ---- Create / destroy ---------------------------------------------------- */
@@ -392,23 +418,76 @@ static int64_t layout(bert_model_t *m, float *base) {
   return used;
 }
 
-static void *alloc_floats(int64_t n) {
-  size_t bytes = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
-  return aligned_alloc(64, bytes > 0 ? bytes : 64);
+static float *alloc_floats(const bert_model_t *m, int64_t n) {
+  return m->be->alloc((size_t)n * sizeof(float));
 }
 
+/* The failure a GPU backend recorded (then HVD_ERR_CUDA), else success. */
+static hvd_result_t backend_status(const bert_model_t *m, const char *what) {
+  const char *e = m->be->error();
+  if (e == NULL)
+    return HVD_SUCCESS;
+  return bert__error(HVD_ERR_CUDA, "%s on cuda:%d: %s", what, m->device, e);
+}
+
+/* Why a GPU backend could not be opened: the build, or the machine. */
+static hvd_result_t no_cuda_result(void) {
+#ifdef HVD_HAVE_CUDA
+  return HVD_ERR_CUDA;
+#else
+  return HVD_ERR_UNSUPPORTED;
+#endif
+}
+
+hvd_result_t bert_gpu_check(int *device) {
+  char msg[512];
+  if (device == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG, "bert_gpu_check: NULL");
+  int d = bert_cuda_open(*device, msg, sizeof msg);
+  if (d < 0)
+    return bert__error(no_cuda_result(), "%s", msg);
+  bert_cuda_close();
+  *device = d;
+  return HVD_SUCCESS;
+}
+
+void bert_set_tf32(int on) { bert_cuda_set_tf32(on); }
+
 hvd_result_t bert_model_create(const bert_config_t *c, bert_model_t **out) {
+  return bert_model_create_on(c, HVD_CPU, out);
+}
+
+hvd_result_t bert_model_create_on(const bert_config_t *c, int device,
+                                  bert_model_t **out) {
   hvd_result_t rc;
   bert_model_t *m = NULL;
+  char msg[512];
   if (out == NULL)
     return bert__error(HVD_ERR_INVALID_ARG, "bert_model_create: out is NULL");
   *out = NULL;
   if ((rc = bert_config_check(c)) != HVD_SUCCESS)
     return rc;
+  if (device < HVD_CPU)
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "bert_model_create_on: device %d is neither HVD_CPU "
+                       "(-1) nor a CUDA ordinal",
+                       device);
   m = calloc(1, sizeof *m);
   if (m == NULL)
     goto nomem;
   m->c = *c;
+  m->be = &bert_backend_cpu;
+  m->device = HVD_CPU;
+  if (device != HVD_CPU) {
+    int d = bert_cuda_open(device, msg, sizeof msg);
+    if (d < 0) {
+      free(m);
+      return bert__error(no_cuda_result(), "a BERT model on cuda:%d: %s",
+                         device, msg);
+    }
+    m->be = bert_cuda_backend();
+    m->device = d;
+  }
   m->n = P_FIRST_LAYER + c->layers * PER_LAYER + PER_HEAD;
   m->params = calloc(m->n, sizeof *m->params);
   m->names = calloc(m->n, sizeof *m->names);
@@ -420,38 +499,64 @@ hvd_result_t bert_model_create(const bert_config_t *c, bert_model_t **out) {
   m->nweights = 0;
   for (int i = 0; i < m->n; i++)
     m->nweights += numel(&m->params[i].value);
-  m->values = alloc_floats(m->nweights);
-  m->grads = alloc_floats(m->nweights);
+  m->values = alloc_floats(m, m->nweights);
+  m->grads = alloc_floats(m, m->nweights);
   if (m->values == NULL || m->grads == NULL)
     goto nomem;
-  bert_zero(m->grads, m->nweights);
+  m->be->zero(m->grads, m->nweights);
   int64_t off = 0;
   for (int i = 0; i < m->n; i++) {
     hvd_param_t *p = &m->params[i];
     p->value.dtype = HVD_FLOAT32;
-    p->value.device = HVD_CPU;
+    p->value.device = m->device;
     p->value.data = m->values + off;
     p->grad = p->value;
     p->grad.data = m->grads + off;
     off += numel(&p->value);
   }
   int64_t N = (int64_t)c->batch * c->seq_len;
-  m->arena = alloc_floats(layout(m, NULL));
-  m->ids = calloc(N, sizeof *m->ids);
-  m->types = calloc(N, sizeof *m->types);
-  m->rows = calloc(N, sizeof *m->rows);
-  m->targets = calloc(N, sizeof *m->targets);
-  m->lengths = calloc(c->batch, sizeof *m->lengths);
-  if (m->arena == NULL || m->ids == NULL || m->types == NULL ||
-      m->rows == NULL || m->targets == NULL || m->lengths == NULL)
+  size_t batch_bytes = sizeof(int32_t) * (size_t)(4 * N + c->batch);
+  m->arena = alloc_floats(m, layout(m, NULL));
+  m->batch_dev = m->be->alloc(batch_bytes);
+  m->batch_host = m->be->host_alloc(batch_bytes);
+  if (m->arena == NULL || m->batch_dev == NULL || m->batch_host == NULL)
     goto nomem;
+  memset(m->batch_host, 0, batch_bytes);
+  m->ids = m->batch_dev;
+  m->types = m->batch_dev + N;
+  m->rows = m->batch_dev + 2 * N;
+  m->targets = m->batch_dev + 3 * N;
+  m->lengths = m->batch_dev + 4 * N;
   layout(m, m->arena);
+  if (m->device != HVD_CPU) {
+    /* all the logits a batch can have (every token masked), so that
+     * training never allocates device memory: V floats per token */
+    m->logits = alloc_floats(m, N * c->vocab_size);
+    if (m->logits == NULL)
+      goto nomem;
+    m->logits_cap = N;
+  }
+  {
+    int H = c->hidden, F = c->ffn, V = c->vocab_size;
+    int width = H > F ? H : F;
+    m->be->reserve(c->batch, c->seq_len, c->heads, H / c->heads,
+                   width > V ? width : V, c->type_vocab_size);
+  }
   bert_model_init(m, c->seed);
-  if (c->threads > 0)
+  if ((rc = backend_status(m, "creating a BERT model")) != HVD_SUCCESS) {
+    bert_model_destroy(m);
+    return rc;
+  }
+  if (c->threads > 0 && m->device == HVD_CPU)
     (void)bert_blas_set_threads(c->threads); /* else: the environment's */
   *out = m;
   return HVD_SUCCESS;
 nomem:
+  if (m != NULL && m->be->error() != NULL) { /* a CUDA failure, not memory */
+    rc = backend_status(m, "creating a BERT model");
+    bert_model_destroy(m);
+    return rc;
+  }
   bert_model_destroy(m);
   return bert__error(HVD_ERR_NO_MEMORY,
                      "out of memory for a BERT model (L=%d H=%d F=%d V=%d, "
@@ -467,16 +572,35 @@ void bert_model_destroy(bert_model_t *m) {
   free(m->names);
   free(m->hs);
   free(m->acts);
-  free(m->values);
-  free(m->grads);
-  free(m->arena);
-  free(m->logits);
-  free(m->ids);
-  free(m->types);
-  free(m->lengths);
-  free(m->rows);
-  free(m->targets);
+  m->be->free(m->values);
+  m->be->free(m->grads);
+  m->be->free(m->arena);
+  m->be->free(m->logits);
+  m->be->free(m->batch_dev);
+  m->be->host_free(m->batch_host);
+  if (m->device != HVD_CPU)
+    bert_cuda_close();
   free(m);
+}
+
+int bert_model_device(const bert_model_t *m) {
+  return m != NULL ? m->device : HVD_CPU;
+}
+
+hvd_result_t bert_model_get(bert_model_t *m, int grads, float *host) {
+  if (m == NULL || host == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG, "bert_model_get: NULL");
+  m->be->to_host(host, grads ? m->grads : m->values,
+                 sizeof(float) * (size_t)m->nweights);
+  return backend_status(m, "bert_model_get");
+}
+
+hvd_result_t bert_model_set(bert_model_t *m, int grads, const float *host) {
+  if (m == NULL || host == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG, "bert_model_set: NULL");
+  m->be->to_device(grads ? m->grads : m->values, host,
+                   sizeof(float) * (size_t)m->nweights);
+  return backend_status(m, "bert_model_set");
 }
 
 const bert_config_t *bert_model_config(const bert_model_t *m) {
@@ -558,68 +682,78 @@ hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
   const int B = b->batch, S = b->seq_len, N = B * S, H = c->hidden, F = c->ffn,
             A = c->heads, V = c->vocab_size;
   const float eps = c->ln_eps;
+  const bert_backend_t *k = m->be;
 
-  /* the batch, copied for backward */
+  /* Work that others queued on the device (hvd's optimizer update, zero
+   * grad, a checkpoint load: perhaps on streams of their own) must be
+   * done before this pass reads the parameters. On a GPU the device is
+   * idle here anyway (the last pass ended with a synchronisation). */
+  k->sync_all();
+
+  /* the batch, copied for backward: staged on the host, one copy */
+  const int64_t NC = (int64_t)c->batch * c->seq_len; /* the block's [N] */
+  int32_t *h = m->batch_host;
   m->B = B, m->S = S;
-  memcpy(m->ids, b->input_ids, sizeof(int32_t) * N);
+  memcpy(h, b->input_ids, sizeof(int32_t) * N);
   m->has_types = b->token_type_ids != NULL;
   if (m->has_types)
-    memcpy(m->types, b->token_type_ids, sizeof(int32_t) * N);
+    memcpy(h + NC, b->token_type_ids, sizeof(int32_t) * N);
   m->has_lengths = b->lengths != NULL;
   if (m->has_lengths)
-    memcpy(m->lengths, b->lengths, sizeof(int32_t) * B);
+    memcpy(h + 4 * NC, b->lengths, sizeof(int32_t) * B);
   const int32_t *types = m->has_types ? m->types : NULL;
   const int32_t *lengths = m->has_lengths ? m->lengths : NULL;
   m->M = 0;
   for (int i = 0; i < N; i++)
     if (b->labels[i] != LABEL_IGNORE) {
-      m->rows[m->M] = i;
-      m->targets[m->M++] = b->labels[i];
+      h[2 * NC + m->M] = i;
+      h[3 * NC + m->M++] = b->labels[i];
     }
   const int M = m->M;
-  if (M > m->logits_cap) {
-    float *p = alloc_floats((int64_t)M * V);
+  if (M > m->logits_cap) { /* the CPU's grow on demand */
+    float *p = alloc_floats(m, (int64_t)M * V);
     if (p == NULL)
       return bert__error(HVD_ERR_NO_MEMORY,
                          "out of memory for the logits of %d masked tokens", M);
-    free(m->logits);
+    k->free(m->logits);
     m->logits = p;
     m->logits_cap = M;
   }
+  k->to_device(m->batch_dev, h, sizeof(int32_t) * (size_t)(4 * NC + c->batch));
 
   /* embeddings */
-  bert_embedding_fwd(m->ids, types, val(m, P_WORD), val(m, P_POS),
-                     val(m, P_TYPE), m->emb_pre, B, S, H);
-  bert_layernorm_fwd(m->emb_pre, val(m, P_EMB_LN_W), val(m, P_EMB_LN_B), eps,
-                     m->hs[0], m->emb_mean, m->emb_rstd, N, H);
+  k->embedding_fwd(m->ids, types, val(m, P_WORD), val(m, P_POS), val(m, P_TYPE),
+                   m->emb_pre, B, S, H);
+  k->layernorm_fwd(m->emb_pre, val(m, P_EMB_LN_W), val(m, P_EMB_LN_B), eps,
+                   m->hs[0], m->emb_mean, m->emb_rstd, N, H);
 
   /* encoder */
   for (int l = 0; l < c->layers; l++) {
     layer_act_t *a = &m->acts[l];
     const float *x = m->hs[l];
-    bert_linear_fwd(x, val(m, layer_param(l, L_Q_W)),
-                    val(m, layer_param(l, L_Q_B)), a->q, N, H, H);
-    bert_linear_fwd(x, val(m, layer_param(l, L_K_W)),
-                    val(m, layer_param(l, L_K_B)), a->k, N, H, H);
-    bert_linear_fwd(x, val(m, layer_param(l, L_V_W)),
-                    val(m, layer_param(l, L_V_B)), a->v, N, H, H);
-    bert_attention_fwd(a->q, a->k, a->v, lengths, a->probs, a->ctx, B, S, A,
-                       H / A);
-    bert_linear_fwd(a->ctx, val(m, layer_param(l, L_AO_W)),
-                    val(m, layer_param(l, L_AO_B)), a->h1_pre, N, H, H);
-    bert_add(a->h1_pre, x, a->h1_pre, (int64_t)N * H);
-    bert_layernorm_fwd(a->h1_pre, val(m, layer_param(l, L_ALN_W)),
-                       val(m, layer_param(l, L_ALN_B)), eps, a->h1, a->ln1_mean,
-                       a->ln1_rstd, N, H);
-    bert_linear_fwd(a->h1, val(m, layer_param(l, L_I_W)),
-                    val(m, layer_param(l, L_I_B)), a->inter_pre, N, H, F);
-    bert_gelu_fwd(a->inter_pre, a->inter, (int64_t)N * F);
-    bert_linear_fwd(a->inter, val(m, layer_param(l, L_O_W)),
-                    val(m, layer_param(l, L_O_B)), a->h2_pre, N, F, H);
-    bert_add(a->h2_pre, a->h1, a->h2_pre, (int64_t)N * H);
-    bert_layernorm_fwd(a->h2_pre, val(m, layer_param(l, L_OLN_W)),
-                       val(m, layer_param(l, L_OLN_B)), eps, m->hs[l + 1],
-                       a->ln2_mean, a->ln2_rstd, N, H);
+    k->linear_fwd(x, val(m, layer_param(l, L_Q_W)),
+                  val(m, layer_param(l, L_Q_B)), a->q, N, H, H);
+    k->linear_fwd(x, val(m, layer_param(l, L_K_W)),
+                  val(m, layer_param(l, L_K_B)), a->k, N, H, H);
+    k->linear_fwd(x, val(m, layer_param(l, L_V_W)),
+                  val(m, layer_param(l, L_V_B)), a->v, N, H, H);
+    k->attention_fwd(a->q, a->k, a->v, lengths, a->probs, a->ctx, B, S, A,
+                     H / A);
+    k->linear_fwd(a->ctx, val(m, layer_param(l, L_AO_W)),
+                  val(m, layer_param(l, L_AO_B)), a->h1_pre, N, H, H);
+    k->add(a->h1_pre, x, a->h1_pre, (int64_t)N * H);
+    k->layernorm_fwd(a->h1_pre, val(m, layer_param(l, L_ALN_W)),
+                     val(m, layer_param(l, L_ALN_B)), eps, a->h1, a->ln1_mean,
+                     a->ln1_rstd, N, H);
+    k->linear_fwd(a->h1, val(m, layer_param(l, L_I_W)),
+                  val(m, layer_param(l, L_I_B)), a->inter_pre, N, H, F);
+    k->gelu_fwd(a->inter_pre, a->inter, (int64_t)N * F);
+    k->linear_fwd(a->inter, val(m, layer_param(l, L_O_W)),
+                  val(m, layer_param(l, L_O_B)), a->h2_pre, N, F, H);
+    k->add(a->h2_pre, a->h1, a->h2_pre, (int64_t)N * H);
+    k->layernorm_fwd(a->h2_pre, val(m, layer_param(l, L_OLN_W)),
+                     val(m, layer_param(l, L_OLN_B)), eps, m->hs[l + 1],
+                     a->ln2_mean, a->ln2_rstd, N, H);
   }
 
   /* masked-LM head on the masked rows */
@@ -627,33 +761,103 @@ hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
   out->masked = M;
   out->correct = 0;
   if (M > 0) {
-    bert_gather_rows(m->hs[c->layers], m->rows, M, H, m->hm);
-    bert_linear_fwd(m->hm, val(m, head_param(c, H_T_W)),
-                    val(m, head_param(c, H_T_B)), m->t_pre, M, H, H);
-    bert_gelu_fwd(m->t_pre, m->t_act, (int64_t)M * H);
-    bert_layernorm_fwd(m->t_act, val(m, head_param(c, H_TLN_W)),
-                       val(m, head_param(c, H_TLN_B)), eps, m->t, m->t_mean,
-                       m->t_rstd, M, H);
+    k->gather_rows(m->hs[c->layers], m->rows, M, H, m->hm);
+    k->linear_fwd(m->hm, val(m, head_param(c, H_T_W)),
+                  val(m, head_param(c, H_T_B)), m->t_pre, M, H, H);
+    k->gelu_fwd(m->t_pre, m->t_act, (int64_t)M * H);
+    k->layernorm_fwd(m->t_act, val(m, head_param(c, H_TLN_W)),
+                     val(m, head_param(c, H_TLN_B)), eps, m->t, m->t_mean,
+                     m->t_rstd, M, H);
     /* decoder: tied to the word embeddings */
-    bert_linear_fwd(m->t, val(m, P_WORD), val(m, head_param(c, H_DEC_B)),
-                    m->logits, M, H, V);
-    out->loss = bert_xent_fwd(m->logits, m->targets, M, V, &out->correct) / M;
+    k->linear_fwd(m->t, val(m, P_WORD), val(m, head_param(c, H_DEC_B)),
+                  m->logits, M, H, V);
+    out->loss = k->xent_fwd(m->logits, m->targets, M, V, &out->correct) / M;
   }
+  if ((rc = backend_status(m, "bert_model_forward")) != HVD_SUCCESS)
+    return rc;
   m->ready_for_backward = 1;
   return HVD_SUCCESS;
 }
 
 /* ---- Backward ------------------------------------------------------------ */
 
-static void signal2(bert_grad_ready_fn ready, void *ctx, int i) {
-  if (ready != NULL) {
-    ready(ctx, i);
-    ready(ctx, i + 1);
+/* The gradient-ready calls. On the host a gradient is final when its
+ * kernel returns, so each call is made at once. On a GPU the kernels only
+ * queue work, and hvd needs a gradient complete when it is handed over
+ * (hvd.h: device tensors), so the calls of a stage (the head, one encoder
+ * layer, the embeddings) are held until its fence has passed, and that
+ * is waited for one stage late: after the next stage's kernels are
+ * queued, so the GPU never waits for the host. The order of the calls is
+ * the same either way. */
+#define READY_MAX 32 /* calls per stage: 16 per encoder layer */
+typedef struct ready_queue {
+  bert_grad_ready_fn fn;
+  void *ctx;
+  const bert_backend_t *be;
+  int lazy;                     /* hold the calls (a GPU) */
+  int held[2][READY_MAX], n[2]; /* per fence slot */
+  int cur;                      /* the slot of the stage being queued */
+} ready_queue_t;
+
+static void rq_deliver(ready_queue_t *q, int slot) {
+  if (q->be->error() != NULL) /* the gradients are not what they should be:
+                                 hand none over; backward reports it */
+    q->n[slot] = 0;
+  for (int i = 0; i < q->n[slot]; i++)
+    q->fn(q->ctx, q->held[slot][i]);
+  q->n[slot] = 0;
+}
+
+static void ready1(ready_queue_t *q, int i) {
+  if (q->fn == NULL)
+    return;
+  if (!q->lazy) {
+    q->fn(q->ctx, i);
+    return;
   }
+  if (q->n[q->cur] == READY_MAX) { /* cannot happen with the stages below */
+    q->be->sync();
+    rq_deliver(q, 1 - q->cur);
+    rq_deliver(q, q->cur);
+  }
+  q->held[q->cur][q->n[q->cur]++] = i;
+}
+
+static void signal2(ready_queue_t *q, int i) {
+  ready1(q, i);
+  ready1(q, i + 1);
+}
+
+/* The end of a stage: fence it; deliver the previous stage's calls once
+ * its fence has passed. */
+static void rq_stage(ready_queue_t *q) {
+  if (q->fn == NULL || !q->lazy)
+    return;
+  q->be->fence_record(q->cur);
+  int prev = 1 - q->cur;
+  if (q->n[prev] > 0) {
+    q->be->fence_wait(prev);
+    rq_deliver(q, prev);
+  }
+  q->cur = prev;
+}
+
+/* The end of the pass: everything queued is done; the rest, in order. */
+static void rq_finish(ready_queue_t *q) {
+  q->be->sync();
+  if (q->fn == NULL || !q->lazy)
+    return;
+  rq_deliver(q, 1 - q->cur);
+  rq_deliver(q, q->cur);
 }
 
 hvd_result_t bert_model_backward(bert_model_t *m, bert_grad_ready_fn ready,
                                  void *ctx) {
+  return bert_model_backward_scaled(m, 1.0f, ready, ctx);
+}
+
+hvd_result_t bert_model_backward_scaled(bert_model_t *m, float scale,
+                                        bert_grad_ready_fn ready, void *ctx) {
   if (m == NULL)
     return bert__error(HVD_ERR_INVALID_ARG, "bert_model_backward: NULL");
   if (!m->ready_for_backward)
@@ -666,85 +870,89 @@ hvd_result_t bert_model_backward(bert_model_t *m, bert_grad_ready_fn ready,
   const int B = m->B, S = m->S, N = B * S, H = c->hidden, F = c->ffn,
             A = c->heads, V = c->vocab_size, M = m->M;
   const int32_t *types = m->has_types ? m->types : NULL;
+  const bert_backend_t *k = m->be;
+  ready_queue_t rq = {
+      .fn = ready, .ctx = ctx, .be = k, .lazy = m->device != HVD_CPU};
+  ready_queue_t *q = &rq;
 
-  /* head: d(mean loss)/d logits, then back to the masked rows of the
-   * encoder output (g_x); the other rows get no gradient */
-  bert_zero(m->g_x, (int64_t)N * H);
+  /* head: scale * d(mean loss)/d logits, then back to the masked rows of
+   * the encoder output (g_x); the other rows get no gradient */
+  k->zero(m->g_x, (int64_t)N * H);
   if (M > 0) {
-    bert_xent_bwd(m->logits, m->targets, M, V, 1.0f / M);
-    bert_linear_bwd(m->t, val(m, P_WORD), m->logits, m->g_tmp, 0.0f,
-                    grad(m, P_WORD), grad(m, head_param(c, H_DEC_B)), M, H, V);
+    k->xent_bwd(m->logits, m->targets, M, V, scale / (float)M);
+    k->linear_bwd(m->t, val(m, P_WORD), m->logits, m->g_tmp, 0.0f,
+                  grad(m, P_WORD), grad(m, head_param(c, H_DEC_B)), M, H, V);
   }
-  if (ready != NULL)
-    ready(ctx, head_param(c, H_DEC_B));
+  ready1(q, head_param(c, H_DEC_B));
   if (M > 0)
-    bert_layernorm_bwd(m->t_act, m->t_mean, m->t_rstd,
-                       val(m, head_param(c, H_TLN_W)), m->g_tmp, m->g_h1,
-                       grad(m, head_param(c, H_TLN_W)),
-                       grad(m, head_param(c, H_TLN_B)), M, H);
-  signal2(ready, ctx, head_param(c, H_TLN_W));
+    k->layernorm_bwd(m->t_act, m->t_mean, m->t_rstd,
+                     val(m, head_param(c, H_TLN_W)), m->g_tmp, m->g_h1,
+                     grad(m, head_param(c, H_TLN_W)),
+                     grad(m, head_param(c, H_TLN_B)), M, H);
+  signal2(q, head_param(c, H_TLN_W));
   if (M > 0) {
-    bert_gelu_bwd(m->t_pre, m->g_h1, m->g_h1, (int64_t)M * H);
-    bert_linear_bwd(m->hm, val(m, head_param(c, H_T_W)), m->g_h1, m->g_ctx,
-                    0.0f, grad(m, head_param(c, H_T_W)),
-                    grad(m, head_param(c, H_T_B)), M, H, H);
-    bert_scatter_add_rows(m->g_ctx, m->rows, M, H, m->g_x);
+    k->gelu_bwd(m->t_pre, m->g_h1, m->g_h1, (int64_t)M * H);
+    k->linear_bwd(m->hm, val(m, head_param(c, H_T_W)), m->g_h1, m->g_ctx, 0.0f,
+                  grad(m, head_param(c, H_T_W)), grad(m, head_param(c, H_T_B)),
+                  M, H, H);
+    k->scatter_add_rows(m->g_ctx, m->rows, M, H, m->g_x);
   }
-  signal2(ready, ctx, head_param(c, H_T_W));
+  signal2(q, head_param(c, H_T_W));
+  rq_stage(q);
 
   /* encoder, last layer first; g_x: gradient of the layer's output */
   for (int l = c->layers - 1; l >= 0; l--) {
     layer_act_t *a = &m->acts[l];
     const float *x = m->hs[l];
-#define W(k) val(m, layer_param(l, k))
-#define G(k) grad(m, layer_param(l, k))
+#define W(p) val(m, layer_param(l, p))
+#define G(p) grad(m, layer_param(l, p))
     /* output LayerNorm; the residual sends its gradient to h1 too */
-    bert_layernorm_bwd(a->h2_pre, a->ln2_mean, a->ln2_rstd, W(L_OLN_W), m->g_x,
-                       m->g_tmp, G(L_OLN_W), G(L_OLN_B), N, H);
-    signal2(ready, ctx, layer_param(l, L_OLN_W));
-    bert_copy(m->g_tmp, m->g_h1, (int64_t)N * H);
+    k->layernorm_bwd(a->h2_pre, a->ln2_mean, a->ln2_rstd, W(L_OLN_W), m->g_x,
+                     m->g_tmp, G(L_OLN_W), G(L_OLN_B), N, H);
+    signal2(q, layer_param(l, L_OLN_W));
+    k->copy(m->g_tmp, m->g_h1, (int64_t)N * H);
     /* FFN: output dense, GELU, intermediate dense */
-    bert_linear_bwd(a->inter, W(L_O_W), m->g_tmp, m->g_inter, 0.0f, G(L_O_W),
-                    G(L_O_B), N, F, H);
-    signal2(ready, ctx, layer_param(l, L_O_W));
-    bert_gelu_bwd(a->inter_pre, m->g_inter, m->g_inter, (int64_t)N * F);
-    bert_linear_bwd(a->h1, W(L_I_W), m->g_inter, m->g_h1, 1.0f, G(L_I_W),
-                    G(L_I_B), N, H, F);
-    signal2(ready, ctx, layer_param(l, L_I_W));
+    k->linear_bwd(a->inter, W(L_O_W), m->g_tmp, m->g_inter, 0.0f, G(L_O_W),
+                  G(L_O_B), N, F, H);
+    signal2(q, layer_param(l, L_O_W));
+    k->gelu_bwd(a->inter_pre, m->g_inter, m->g_inter, (int64_t)N * F);
+    k->linear_bwd(a->h1, W(L_I_W), m->g_inter, m->g_h1, 1.0f, G(L_I_W),
+                  G(L_I_B), N, H, F);
+    signal2(q, layer_param(l, L_I_W));
     /* attention LayerNorm; the residual sends its gradient to x */
-    bert_layernorm_bwd(a->h1_pre, a->ln1_mean, a->ln1_rstd, W(L_ALN_W), m->g_h1,
-                       m->g_tmp, G(L_ALN_W), G(L_ALN_B), N, H);
-    signal2(ready, ctx, layer_param(l, L_ALN_W));
-    bert_linear_bwd(a->ctx, W(L_AO_W), m->g_tmp, m->g_ctx, 0.0f, G(L_AO_W),
-                    G(L_AO_B), N, H, H);
-    signal2(ready, ctx, layer_param(l, L_AO_W));
-    bert_attention_bwd(a->q, a->k, a->v, a->probs, m->g_ctx, m->g_q, m->g_k,
-                       m->g_v, m->scratch, B, S, A, H / A);
-    bert_copy(m->g_tmp, m->g_x, (int64_t)N * H);
-    bert_linear_bwd(x, W(L_Q_W), m->g_q, m->g_x, 1.0f, G(L_Q_W), G(L_Q_B), N, H,
-                    H);
-    signal2(ready, ctx, layer_param(l, L_Q_W));
-    bert_linear_bwd(x, W(L_K_W), m->g_k, m->g_x, 1.0f, G(L_K_W), G(L_K_B), N, H,
-                    H);
-    signal2(ready, ctx, layer_param(l, L_K_W));
-    bert_linear_bwd(x, W(L_V_W), m->g_v, m->g_x, 1.0f, G(L_V_W), G(L_V_B), N, H,
-                    H);
-    signal2(ready, ctx, layer_param(l, L_V_W));
+    k->layernorm_bwd(a->h1_pre, a->ln1_mean, a->ln1_rstd, W(L_ALN_W), m->g_h1,
+                     m->g_tmp, G(L_ALN_W), G(L_ALN_B), N, H);
+    signal2(q, layer_param(l, L_ALN_W));
+    k->linear_bwd(a->ctx, W(L_AO_W), m->g_tmp, m->g_ctx, 0.0f, G(L_AO_W),
+                  G(L_AO_B), N, H, H);
+    signal2(q, layer_param(l, L_AO_W));
+    k->attention_bwd(a->q, a->k, a->v, a->probs, m->g_ctx, m->g_q, m->g_k,
+                     m->g_v, m->scratch, B, S, A, H / A);
+    k->copy(m->g_tmp, m->g_x, (int64_t)N * H);
+    k->linear_bwd(x, W(L_Q_W), m->g_q, m->g_x, 1.0f, G(L_Q_W), G(L_Q_B), N, H,
+                  H);
+    signal2(q, layer_param(l, L_Q_W));
+    k->linear_bwd(x, W(L_K_W), m->g_k, m->g_x, 1.0f, G(L_K_W), G(L_K_B), N, H,
+                  H);
+    signal2(q, layer_param(l, L_K_W));
+    k->linear_bwd(x, W(L_V_W), m->g_v, m->g_x, 1.0f, G(L_V_W), G(L_V_B), N, H,
+                  H);
+    signal2(q, layer_param(l, L_V_W));
+    rq_stage(q);
 #undef W
 #undef G
   }
 
   /* embeddings: LayerNorm, then the three tables */
-  bert_layernorm_bwd(m->emb_pre, m->emb_mean, m->emb_rstd, val(m, P_EMB_LN_W),
-                     m->g_x, m->g_tmp, grad(m, P_EMB_LN_W), grad(m, P_EMB_LN_B),
-                     N, H);
-  signal2(ready, ctx, P_EMB_LN_W);
-  bert_embedding_bwd(m->ids, types, m->g_tmp, grad(m, P_WORD), grad(m, P_POS),
-                     grad(m, P_TYPE), B, S, H);
-  if (ready != NULL) {
-    ready(ctx, P_POS);
-    ready(ctx, P_TYPE);
-    ready(ctx, P_WORD); /* last: the decoder's share is in it too */
-  }
-  return HVD_SUCCESS;
+  k->layernorm_bwd(m->emb_pre, m->emb_mean, m->emb_rstd, val(m, P_EMB_LN_W),
+                   m->g_x, m->g_tmp, grad(m, P_EMB_LN_W), grad(m, P_EMB_LN_B),
+                   N, H);
+  signal2(q, P_EMB_LN_W);
+  k->embedding_bwd(m->ids, types, m->g_tmp, grad(m, P_WORD), grad(m, P_POS),
+                   grad(m, P_TYPE), B, S, H);
+  ready1(q, P_POS);
+  ready1(q, P_TYPE);
+  ready1(q, P_WORD); /* last: the decoder's share is in it too */
+  rq_finish(q);
+  return backend_status(m, "bert_model_backward");
 }

@@ -1,6 +1,7 @@
 /*
- * model.h - a BERT masked-language model in C (float32, CPU, CBLAS), for
- * examples/bert_train and the tests.
+ * model.h - a BERT masked-language model in C (float32; CBLAS on the CPU,
+ * or cuBLAS and CUDA kernels on a GPU: layers.h), for examples/bert_train
+ * and the tests.
  *
  *   bert_config_t c;
  *   bert_config_preset(&c, "tiny");          // then override any field
@@ -25,6 +26,14 @@
  * Every call that can fail returns an hvd_result_t and leaves a sentence
  * in bert_last_error() (util.h). A model is not thread-safe: one thread
  * drives it. The BLAS thread count is process-wide.
+ *
+ * On a GPU (bert_model_create_on with a CUDA device) the parameters,
+ * gradients and activations live in device memory: the params' tensors
+ * have .device = that device, so hvd reduces, broadcasts and checkpoints
+ * them there. The batch is copied to the device once per forward pass;
+ * forward waits for its loss (one copy back); backward returns with every
+ * gradient complete. Values and gradients are read and written from the
+ * host with bert_model_get / bert_model_set.
  */
 #ifndef BERT_MODEL_H
 #define BERT_MODEL_H
@@ -79,7 +88,32 @@ typedef struct bert_model bert_model_t;
  * c->batch x c->seq_len tokens; sets the BLAS threads (c->threads). The
  * config is copied. Free with bert_model_destroy. */
 hvd_result_t bert_model_create(const bert_config_t *c, bert_model_t **out);
+/* The same on a device: HVD_CPU (bert_model_create), or a CUDA ordinal
+ * (-1 is HVD_CPU; to mean "the current GPU", pass bert_gpu_check's
+ * answer). HVD_ERR_UNSUPPORTED in a build without CUDA; HVD_ERR_CUDA when
+ * the GPU cannot be used (the message says why); HVD_ERR_NO_MEMORY. */
+hvd_result_t bert_model_create_on(const bert_config_t *c, int device,
+                                  bert_model_t **out);
 void bert_model_destroy(bert_model_t *m); /* accepts NULL */
+
+/* Which GPU a model would use: *device if >= 0, else the calling thread's
+ * current CUDA device, written back to *device. HVD_ERR_UNSUPPORTED "this
+ * build has no CUDA (configure found no toolkit, or --without-cuda)";
+ * HVD_ERR_CUDA "no CUDA device: cudaGetDeviceCount: ..." and the like. */
+hvd_result_t bert_gpu_check(int *device);
+
+/* GPU models: cuBLAS may use TF32 tensor cores for the float32 matrix
+ * products (faster; about 1e-3 relative). Off by default: plain float32,
+ * equal to the CPU model to float rounding. Process-wide. */
+void bert_set_tf32(int on);
+
+/* HVD_CPU or the CUDA device of the model's memory. */
+int bert_model_device(const bert_model_t *m);
+
+/* Copies all values (grads 0) or all gradients (grads 1), in parameter
+ * order (bert_model_num_weights floats), to or from host memory. */
+hvd_result_t bert_model_get(bert_model_t *m, int grads, float *host);
+hvd_result_t bert_model_set(bert_model_t *m, int grads, const float *host);
 
 const bert_config_t *bert_model_config(const bert_model_t *m);
 
@@ -139,9 +173,19 @@ typedef void (*bert_grad_ready_fn)(void *ctx, int param_index);
 
 /* Backward pass of the last forward: ADDS d(loss)/d(param) into every
  * param's grad, calling ready(ctx, i) (if not NULL) for each i as it
- * completes. HVD_ERR_INVALID_ARG if no forward preceded it. */
+ * completes. HVD_ERR_INVALID_ARG if no forward preceded it.
+ *
+ * On a GPU, ready(ctx, i) is called once gradient i is complete in
+ * device memory (the stream has passed it), so the callback may hand it
+ * to hvd at once; to keep the GPU busy, the calls for one encoder layer
+ * come while the next one's kernels are already queued. */
 hvd_result_t bert_model_backward(bert_model_t *m, bert_grad_ready_fn ready,
                                  void *ctx);
+/* The same with the loss multiplied by `scale`: ADDS scale *
+ * d(loss)/d(param) (the factor enters once, at the loss, so weighting a
+ * micro-batch costs no pass over the gradients). */
+hvd_result_t bert_model_backward_scaled(bert_model_t *m, float scale,
+                                        bert_grad_ready_fn ready, void *ctx);
 
 /* Process-wide BLAS threads (n >= 1). HVD_ERR_UNSUPPORTED when the BLAS
  * cannot be told at run time: then set OPENBLAS_NUM_THREADS (or

@@ -47,3 +47,18 @@ t_gpu_optim_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CPPFLAGS)
 t_gpu_optim_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS)
 t_gpu_optim_LDADD = $(TEST_LDADD) $(CUDA_LIBS)
 NP_TESTS += t/gpu/optim.np1 t/gpu/optim.np2 t/gpu/optim.np4
+
+## The BERT example's GPU backend (examples/bert/layers_cuda.cu): every
+## layer against the CPU's, and the whole model on the GPU against the
+## CPU model (loss, gradients, gradient-ready calls, SGD steps).
+check_PROGRAMS += t/gpu/bert_layers
+UNIT_TESTS += t/gpu/bert_layers.t
+t_gpu_bert_layers_SOURCES = t/gpu/bert_layers.c
+t_gpu_bert_layers_CPPFLAGS = $(TEST_CPPFLAGS) $(BERT_CPPFLAGS) $(CUDA_CPPFLAGS)
+t_gpu_bert_layers_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
+t_gpu_bert_layers_LDADD = $(BERT_LIBS) $(TEST_LDADD)
+
+## examples/bert_train --device gpu: a clean failure (exit 1, one line)
+## without CUDA in the build or without a GPU; a short run with one.
+dist_check_SCRIPTS += t/gpu/bert_device.sh
+TESTS += t/gpu/bert_device.sh

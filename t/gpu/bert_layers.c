@@ -1,0 +1,603 @@
+/*
+ * bert_layers.c - the GPU backend of the BERT example
+ * (examples/bert/layers_cuda.cu) against the CPU one (layers.c), one
+ * process, random data from a fixed seed:
+ *
+ *  - every layer of layers.h, forward and backward, on odd sizes (rows
+ *    and widths that are no multiple of a warp or a block, LayerNorm
+ *    rows wider than a block, 0 to S real tokens per sequence): linear
+ *    (with and without bias, dx overwritten and accumulated, no dx),
+ *    LayerNorm (dx aliasing dy), GELU, attention with a padding mask
+ *    (a sequence of length 0 included), embeddings (repeated ids, two
+ *    token types, no types), cross-entropy (a row whose maximum is tied:
+ *    the first index wins on both), add, copy, zero, gather and
+ *    scatter-add of rows (repeated rows); gradients of parameters must
+ *    accumulate (+=) onto what was there;
+ *  - the whole model (bert_model_create_on): the same initial weights,
+ *    the same loss and gradients as the CPU model, the gradient-ready
+ *    calls in the same order with every gradient complete when its call
+ *    comes (read on a stream that does not wait for the model's),
+ *    backward_scaled, and three SGD steps with losses that stay together.
+ *
+ * Tolerances: a result r is compared with the CPU's c as
+ * max|r - c| / max|c| over the tensor (1e-4 for a layer, 1e-3 for the
+ * model's gradients): cuBLAS and the kernels add in other orders than
+ * the CPU, which moves float32 results by a few ulps of the largest
+ * term; a wrong kernel is off by O(1).
+ *
+ * Skips ("no CUDA device: ...") in a build without CUDA and when
+ * cudaGetDeviceCount finds no device or fails.
+ */
+#include <config.h>
+
+#include "tap.h"
+
+#ifndef HVD_HAVE_CUDA
+
+int main(void) {
+  skip_all("no CUDA device: this build has no CUDA (configure found no "
+           "toolkit, or --without-cuda)");
+}
+
+#else /* HVD_HAVE_CUDA */
+
+#include "data.h"
+#include "layers.h"
+#include "model.h"
+#include "util.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL_LAYER 1e-4
+#define TOL_MODEL 1e-3
+
+static const bert_backend_t *G; /* the GPU backend */
+static bert_rng_t rng;
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (p == NULL)
+    bail("out of memory (%zu bytes)", n);
+  return p;
+}
+
+static float *randn(int64_t n, double std) {
+  float *p = xmalloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++)
+    p[i] = (float)(std * bert__rng_normal(&rng));
+  return p;
+}
+
+static int32_t *randi(int64_t n, int lo, int hi) { /* [lo, hi) */
+  int32_t *p = xmalloc(sizeof(int32_t) * (size_t)n);
+  for (int64_t i = 0; i < n; i++)
+    p[i] = lo + (int32_t)bert__rng_below(&rng, (uint64_t)(hi - lo));
+  return p;
+}
+
+/* A device copy of n bytes of host memory. */
+static void *up(const void *h, size_t n) {
+  void *d = G->alloc(n);
+  if (d == NULL)
+    bail("device allocation of %zu bytes: %s", n,
+         G->error() ? G->error() : "?");
+  G->to_device(d, h, n);
+  return d;
+}
+
+static float *upf(const float *h, int64_t n) {
+  return up(h, sizeof(float) * (size_t)n);
+}
+
+static int32_t *upi(const int32_t *h, int64_t n) {
+  return h == NULL ? NULL : up(h, sizeof(int32_t) * (size_t)n);
+}
+
+/* The device's n floats, in new host memory. */
+static float *down(const float *d, int64_t n) {
+  float *h = xmalloc(sizeof(float) * (size_t)n);
+  G->to_host(h, d, sizeof(float) * (size_t)n);
+  if (G->error() != NULL)
+    bail("%s", G->error());
+  return h;
+}
+
+static double max_abs(const float *a, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; i++)
+    m = fmax(m, fabs((double)a[i]));
+  return m;
+}
+
+/* max|gpu - cpu| / max|cpu|; a NaN anywhere counts as infinitely far. */
+static double rel_err(const float *gpu, const float *cpu, int64_t n) {
+  double e = 0, m = max_abs(cpu, n);
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)gpu[i] - (double)cpu[i]);
+    if (isnan(d))
+      return INFINITY;
+    e = fmax(e, d);
+  }
+  return m > 0 ? e / m : e;
+}
+
+/* ok() that the device tensor d equals the host tensor c; frees nothing. */
+static void same(const char *what, const float *d, const float *c, int64_t n,
+                 double tol) {
+  float *g = down(d, n);
+  double e = rel_err(g, c, n);
+  ok(e <= tol, "%s: relative error %.2e <= %.0e", what, e, tol);
+  free(g);
+}
+
+/* ---- layers ----------------------------------------------------------- */
+
+static void test_linear(int n, int in, int out, int bias, int with_dx,
+                        float dx_beta) {
+  char name[96];
+  snprintf(name, sizeof name, "linear n=%d in=%d out=%d%s%s dx_beta=%g", n,
+           in, out, bias ? "" : " (no bias)", with_dx ? "" : " (no dx)",
+           (double)dx_beta);
+  float *x = randn((int64_t)n * in, 1), *W = randn((int64_t)out * in, 0.3);
+  float *b = bias ? randn(out, 0.5) : NULL;
+  float *y = randn((int64_t)n * out, 1); /* overwritten */
+  float *dy = randn((int64_t)n * out, 1);
+  float *dx = randn((int64_t)n * in, 1), *dW = randn((int64_t)out * in, 1);
+  float *db = randn(out, 1);
+  float *gx = upf(x, (int64_t)n * in), *gW = upf(W, (int64_t)out * in);
+  float *gb = bias ? upf(b, out) : NULL, *gy = upf(y, (int64_t)n * out);
+  float *gdy = upf(dy, (int64_t)n * out), *gdx = upf(dx, (int64_t)n * in);
+  float *gdW = upf(dW, (int64_t)out * in), *gdb = upf(db, out);
+
+  bert_linear_fwd(x, W, b, y, n, in, out);
+  G->linear_fwd(gx, gW, gb, gy, n, in, out);
+  snprintf(name + strlen(name), sizeof name - strlen(name), ": y");
+  same(name, gy, y, (int64_t)n * out, TOL_LAYER);
+  bert_linear_bwd(x, W, dy, with_dx ? dx : NULL, dx_beta, dW, bias ? db : NULL,
+                  n, in, out);
+  G->linear_bwd(gx, gW, gdy, with_dx ? gdx : NULL, dx_beta, gdW,
+                bias ? gdb : NULL, n, in, out);
+  name[strlen(name) - 1] = '\0';
+  char part[128];
+  snprintf(part, sizeof part, "%sdW (+=)", name);
+  same(part, gdW, dW, (int64_t)out * in, TOL_LAYER);
+  snprintf(part, sizeof part, "%sdb (+=)", name);
+  same(part, gdb, db, out, TOL_LAYER);
+  snprintf(part, sizeof part, "%sdx", name);
+  same(part, gdx, dx, (int64_t)n * in, TOL_LAYER);
+  free(x), free(W), free(b), free(y), free(dy), free(dx), free(dW), free(db);
+  G->free(gx), G->free(gW), G->free(gb), G->free(gy), G->free(gdy);
+  G->free(gdx), G->free(gdW), G->free(gdb);
+}
+
+static void test_layernorm(int n, int h) {
+  char name[96];
+  float *x = randn((int64_t)n * h, 2), *g = randn(h, 1), *b = randn(h, 1);
+  for (int64_t i = 0; i < (int64_t)n * h; i++)
+    x[i] += 3.0f; /* a mean far from 0 */
+  float *y = xmalloc(sizeof(float) * (size_t)n * h);
+  float *mean = xmalloc(sizeof(float) * n), *rstd = xmalloc(sizeof(float) * n);
+  float *dy = randn((int64_t)n * h, 1), *dg = randn(h, 1), *db = randn(h, 1);
+  float *gx = upf(x, (int64_t)n * h), *gg = upf(g, h), *gb = upf(b, h);
+  float *gy = G->alloc(sizeof(float) * (size_t)n * h);
+  float *gmean = G->alloc(sizeof(float) * n), *grstd = G->alloc(sizeof(float) * n);
+  float *gdy = upf(dy, (int64_t)n * h), *gdg = upf(dg, h), *gdb = upf(db, h);
+
+  bert_layernorm_fwd(x, g, b, 1e-12f, y, mean, rstd, n, h);
+  G->layernorm_fwd(gx, gg, gb, 1e-12f, gy, gmean, grstd, n, h);
+  snprintf(name, sizeof name, "layernorm n=%d h=%d: y", n, h);
+  same(name, gy, y, (int64_t)n * h, TOL_LAYER);
+  snprintf(name, sizeof name, "layernorm n=%d h=%d: mean", n, h);
+  same(name, gmean, mean, n, TOL_LAYER);
+  snprintf(name, sizeof name, "layernorm n=%d h=%d: rstd", n, h);
+  same(name, grstd, rstd, n, TOL_LAYER);
+  /* backward in place (dx aliases dy), as the contract allows */
+  bert_layernorm_bwd(x, mean, rstd, g, dy, dy, dg, db, n, h);
+  G->layernorm_bwd(gx, gmean, grstd, gg, gdy, gdy, gdg, gdb, n, h);
+  snprintf(name, sizeof name, "layernorm n=%d h=%d: dx (aliasing dy)", n, h);
+  same(name, gdy, dy, (int64_t)n * h, TOL_LAYER);
+  snprintf(name, sizeof name, "layernorm n=%d h=%d: dg (+=)", n, h);
+  same(name, gdg, dg, h, TOL_LAYER);
+  snprintf(name, sizeof name, "layernorm n=%d h=%d: db (+=)", n, h);
+  same(name, gdb, db, h, TOL_LAYER);
+  free(x), free(g), free(b), free(y), free(mean), free(rstd), free(dy);
+  free(dg), free(db);
+  G->free(gx), G->free(gg), G->free(gb), G->free(gy), G->free(gmean);
+  G->free(grstd), G->free(gdy), G->free(gdg), G->free(gdb);
+}
+
+static void test_gelu(int64_t n) {
+  float *x = randn(n, 3), *dy = randn(n, 1);
+  float *y = xmalloc(sizeof(float) * (size_t)n);
+  float *gx = upf(x, n), *gy = G->alloc(sizeof(float) * (size_t)n),
+        *gdy = upf(dy, n);
+  bert_gelu_fwd(x, y, n);
+  G->gelu_fwd(gx, gy, n);
+  same("gelu forward", gy, y, n, TOL_LAYER);
+  bert_gelu_bwd(x, dy, dy, n); /* in place */
+  G->gelu_bwd(gx, gdy, gdy, n);
+  same("gelu backward (dx aliasing dy)", gdy, dy, n, TOL_LAYER);
+  free(x), free(dy), free(y);
+  G->free(gx), G->free(gy), G->free(gdy);
+}
+
+static void test_attention(int B, int S, int A, int dh,
+                           const int32_t *lengths) {
+  const int64_t nh = (int64_t)B * S * A * dh, np = (int64_t)B * A * S * S;
+  char name[128], what[160];
+  snprintf(name, sizeof name, "attention B=%d S=%d A=%d dh=%d%s", B, S, A, dh,
+           lengths ? " (padding)" : "");
+  float *q = randn(nh, 1), *k = randn(nh, 1), *v = randn(nh, 1);
+  float *probs = xmalloc(sizeof(float) * (size_t)np);
+  float *ctx = xmalloc(sizeof(float) * (size_t)nh);
+  float *dctx = randn(nh, 1), *dq = xmalloc(sizeof(float) * (size_t)nh);
+  float *dk = xmalloc(sizeof(float) * (size_t)nh);
+  float *dv = xmalloc(sizeof(float) * (size_t)nh);
+  float *scratch = xmalloc(sizeof(float) * (size_t)S * S);
+  float *gq = upf(q, nh), *gk = upf(k, nh), *gv = upf(v, nh);
+  int32_t *glen = upi(lengths, B);
+  float *gprobs = G->alloc(sizeof(float) * (size_t)np);
+  float *gctx = G->alloc(sizeof(float) * (size_t)nh), *gdctx = upf(dctx, nh);
+  float *gdq = G->alloc(sizeof(float) * (size_t)nh);
+  float *gdk = G->alloc(sizeof(float) * (size_t)nh);
+  float *gdv = G->alloc(sizeof(float) * (size_t)nh);
+
+  bert_attention_fwd(q, k, v, lengths, probs, ctx, B, S, A, dh);
+  G->attention_fwd(gq, gk, gv, glen, gprobs, gctx, B, S, A, dh);
+  snprintf(what, sizeof what, "%s: probs", name);
+  same(what, gprobs, probs, np, TOL_LAYER);
+  snprintf(what, sizeof what, "%s: ctx", name);
+  same(what, gctx, ctx, nh, TOL_LAYER);
+  bert_attention_bwd(q, k, v, probs, dctx, dq, dk, dv, scratch, B, S, A, dh);
+  G->attention_bwd(gq, gk, gv, gprobs, gdctx, gdq, gdk, gdv, NULL, B, S, A,
+                   dh);
+  snprintf(what, sizeof what, "%s: dq", name);
+  same(what, gdq, dq, nh, TOL_LAYER);
+  snprintf(what, sizeof what, "%s: dk", name);
+  same(what, gdk, dk, nh, TOL_LAYER);
+  snprintf(what, sizeof what, "%s: dv", name);
+  same(what, gdv, dv, nh, TOL_LAYER);
+  free(q), free(k), free(v), free(probs), free(ctx), free(dctx), free(dq);
+  free(dk), free(dv), free(scratch);
+  G->free(gq), G->free(gk), G->free(gv), G->free(glen), G->free(gprobs);
+  G->free(gctx), G->free(gdctx), G->free(gdq), G->free(gdk), G->free(gdv);
+}
+
+static void test_embedding(int B, int S, int H, int V, int with_types) {
+  const int64_t N = (int64_t)B * S;
+  char name[96], what[128];
+  snprintf(name, sizeof name, "embedding B=%d S=%d H=%d V=%d%s", B, S, H, V,
+           with_types ? "" : " (no types)");
+  int32_t *ids = randi(N, 0, V); /* V small: ids repeat */
+  int32_t *types = with_types ? randi(N, 0, 2) : NULL;
+  float *word = randn((int64_t)V * H, 1), *pos = randn((int64_t)S * H, 1);
+  float *type = randn(2 * (int64_t)H, 1);
+  float *out = xmalloc(sizeof(float) * (size_t)(N * H));
+  float *dout = randn(N * H, 1), *dword = randn((int64_t)V * H, 1);
+  float *dpos = randn((int64_t)S * H, 1), *dtype = randn(2 * (int64_t)H, 1);
+  int32_t *gids = upi(ids, N), *gtypes = upi(types, N);
+  float *gword = upf(word, (int64_t)V * H), *gpos = upf(pos, (int64_t)S * H);
+  float *gtype = upf(type, 2 * (int64_t)H);
+  float *gout = G->alloc(sizeof(float) * (size_t)(N * H));
+  float *gdout = upf(dout, N * H), *gdword = upf(dword, (int64_t)V * H);
+  float *gdpos = upf(dpos, (int64_t)S * H), *gdtype = upf(dtype, 2 * (int64_t)H);
+
+  bert_embedding_fwd(ids, types, word, pos, type, out, B, S, H);
+  G->embedding_fwd(gids, gtypes, gword, gpos, gtype, gout, B, S, H);
+  snprintf(what, sizeof what, "%s: forward", name);
+  same(what, gout, out, N * H, TOL_LAYER);
+  bert_embedding_bwd(ids, types, dout, dword, dpos, dtype, B, S, H);
+  G->embedding_bwd(gids, gtypes, gdout, gdword, gdpos, gdtype, B, S, H);
+  snprintf(what, sizeof what, "%s: dword (+=, repeated ids)", name);
+  same(what, gdword, dword, (int64_t)V * H, TOL_LAYER);
+  snprintf(what, sizeof what, "%s: dpos (+=)", name);
+  same(what, gdpos, dpos, (int64_t)S * H, TOL_LAYER);
+  snprintf(what, sizeof what, "%s: dtype (+=)", name);
+  same(what, gdtype, dtype, 2 * (int64_t)H, TOL_LAYER);
+  free(ids), free(types), free(word), free(pos), free(type), free(out);
+  free(dout), free(dword), free(dpos), free(dtype);
+  G->free(gids), G->free(gtypes), G->free(gword), G->free(gpos);
+  G->free(gtype), G->free(gout), G->free(gdout), G->free(gdword);
+  G->free(gdpos), G->free(gdtype);
+}
+
+static void test_xent(int m, int V) {
+  char what[96];
+  float *logits = randn((int64_t)m * V, 3);
+  int32_t *targets = randi(m, 0, V);
+  /* row 0: a tied maximum at 5 and V - 2, the target on the second (so
+   * the first-index rule decides whether it counts as correct) */
+  logits[5] = logits[V - 2] = 50.0f;
+  targets[0] = V - 2;
+  /* row 1: the target is the clear maximum */
+  logits[(int64_t)V + 7] = 60.0f;
+  targets[1] = 7;
+  float *glogits = upf(logits, (int64_t)m * V);
+  int32_t *gtargets = upi(targets, m);
+  int64_t c_cpu = -1, c_gpu = -1;
+  double l_cpu = bert_xent_fwd(logits, targets, m, V, &c_cpu);
+  double l_gpu = G->xent_fwd(glogits, gtargets, m, V, &c_gpu);
+  snprintf(what, sizeof what, "xent m=%d V=%d: loss sum", m, V);
+  is_double(l_cpu, l_gpu, 1e-6 * fabs(l_cpu), "%s (%.9g vs %.9g)", what,
+            l_gpu, l_cpu);
+  is_int(c_cpu, c_gpu, "xent m=%d V=%d: correct rows (first argmax on ties)",
+         m, V);
+  snprintf(what, sizeof what, "xent m=%d V=%d: probabilities", m, V);
+  same(what, glogits, logits, (int64_t)m * V, TOL_LAYER);
+  bert_xent_bwd(logits, targets, m, V, 0.37f);
+  G->xent_bwd(glogits, gtargets, m, V, 0.37f);
+  snprintf(what, sizeof what, "xent m=%d V=%d: backward", m, V);
+  same(what, glogits, logits, (int64_t)m * V, TOL_LAYER);
+  free(logits), free(targets);
+  G->free(glogits), G->free(gtargets);
+}
+
+static void test_elementwise(int64_t n) {
+  float *a = randn(n, 1), *b = randn(n, 1), *y = xmalloc(sizeof(float) * n);
+  float *ga = upf(a, n), *gb = upf(b, n), *gy = G->alloc(sizeof(float) * n);
+  bert_add(a, b, y, n);
+  G->add(ga, gb, gy, n);
+  same("add", gy, y, n, 0);
+  bert_add(a, b, a, n); /* y aliasing a */
+  G->add(ga, gb, ga, n);
+  same("add in place", ga, a, n, 0);
+  G->copy(gb, gy, n);
+  same("copy", gy, b, n, 0);
+  memset(y, 0, sizeof(float) * (size_t)n);
+  G->zero(gy, n);
+  same("zero", gy, y, n, 0);
+  free(a), free(b), free(y);
+  G->free(ga), G->free(gb), G->free(gy);
+}
+
+static void test_rows(int m, int h, int src_rows) {
+  float *src = randn((int64_t)src_rows * h, 1);
+  int32_t *rows = randi(m, 0, src_rows); /* repeats */
+  float *dst = xmalloc(sizeof(float) * (size_t)m * h);
+  float *acc = randn((int64_t)src_rows * h, 1);
+  float *gsrc = upf(src, (int64_t)src_rows * h), *gacc = upf(acc, (int64_t)src_rows * h);
+  int32_t *grows = upi(rows, m);
+  float *gdst = G->alloc(sizeof(float) * (size_t)m * h);
+  bert_gather_rows(src, rows, m, h, dst);
+  G->gather_rows(gsrc, grows, m, h, gdst);
+  same("gather_rows", gdst, dst, (int64_t)m * h, 0);
+  bert_scatter_add_rows(dst, rows, m, h, acc);
+  G->scatter_add_rows(gdst, grows, m, h, gacc);
+  same("scatter_add_rows (+=, repeated rows)", gacc, acc,
+       (int64_t)src_rows * h, TOL_LAYER);
+  free(src), free(rows), free(dst), free(acc);
+  G->free(gsrc), G->free(gacc), G->free(grows), G->free(gdst);
+}
+
+/* ---- the model ---------------------------------------------------------- */
+
+#define T_B 3
+#define T_S 19
+
+typedef struct ready_log {
+  bert_model_t *m;
+  cudaStream_t side; /* waits for nothing: sees what is really there */
+  int calls, order[1024];
+  float *snapshot; /* every grad as it was when declared ready */
+} ready_log_t;
+
+static void on_ready(void *ctx, int i) {
+  ready_log_t *r = ctx;
+  int n;
+  hvd_param_t *p = bert_model_params(r->m, &n);
+  if (r->calls < 1024)
+    r->order[r->calls] = i;
+  r->calls++;
+  if (r->snapshot == NULL)
+    return;
+  int64_t off = (float *)p[i].grad.data - (float *)p[0].grad.data;
+  size_t bytes = sizeof(float) * (size_t)hvd_tensor_numel(&p[i].grad);
+  if (p[i].grad.device == HVD_CPU) {
+    memcpy(r->snapshot + off, p[i].grad.data, bytes);
+    return;
+  }
+  if (cudaMemcpyAsync(r->snapshot + off, p[i].grad.data, bytes,
+                      cudaMemcpyDeviceToHost, r->side) != cudaSuccess ||
+      cudaStreamSynchronize(r->side) != cudaSuccess)
+    bail("snapshot of gradient %d failed", i);
+}
+
+static void make_batch(int V, int32_t *ids, int32_t *types, int32_t *lengths,
+                       int32_t *labels, bert_batch_t *b) {
+  static const int32_t lens[T_B] = {T_S, 7, 1};
+  for (int s = 0; s < T_B; s++) {
+    lengths[s] = lens[s];
+    for (int t = 0; t < T_S; t++) {
+      int i = s * T_S + t, real = t < lens[s];
+      ids[i] = real ? BERT_NUM_SPECIAL + (int32_t)bert__rng_below(
+                                             &rng, (uint64_t)V - BERT_NUM_SPECIAL)
+                    : BERT_PAD_ID;
+      types[i] = real && t >= lens[s] / 2;
+      labels[i] = BERT_LABEL_IGNORE;
+      if (real && bert__rng_uniform(&rng) < 0.3) {
+        labels[i] = ids[i];
+        ids[i] = BERT_MASK_ID;
+      }
+    }
+  }
+  labels[T_S + 2] = 11; /* at least one label in a padded sequence */
+  *b = (bert_batch_t){.batch = T_B,
+                      .seq_len = T_S,
+                      .input_ids = ids,
+                      .token_type_ids = types,
+                      .lengths = lengths,
+                      .labels = labels};
+}
+
+static void test_model(void) {
+  bert_config_t cfg;
+  bert_config_preset(&cfg, "tiny");
+  cfg.layers = 2, cfg.hidden = 48, cfg.heads = 3, cfg.ffn = 100;
+  cfg.vocab_size = 97, cfg.max_position = 23, cfg.seq_len = T_S;
+  cfg.batch = T_B, cfg.seed = 11, cfg.init_std = 0.2f;
+  bert_model_t *cpu = NULL, *gpu = NULL;
+  if (bert_model_create(&cfg, &cpu) != HVD_SUCCESS)
+    bail("CPU model: %s", bert_last_error());
+  hvd_result_t rc = bert_model_create_on(&cfg, 0, &gpu);
+  if (!is_int(HVD_SUCCESS, rc, "model on cuda:0: create"))
+    diag("%s", bert_last_error());
+  if (gpu == NULL)
+    bail("no GPU model");
+  int n, ng;
+  hvd_param_t *p = bert_model_params(cpu, &n), *pg = bert_model_params(gpu, &ng);
+  is_int(n, ng, "model: as many parameters on both");
+  int on_dev = 1;
+  for (int i = 0; i < ng; i++)
+    on_dev &= pg[i].value.device == 0 && pg[i].grad.device == 0 &&
+              strcmp(pg[i].name, p[i].name) == 0;
+  ok(on_dev, "model: every value and grad tensor has device 0, same names");
+  is_int(0, bert_model_device(gpu), "bert_model_device");
+  const int64_t W = bert_model_num_weights(cpu);
+  float *hv = xmalloc(sizeof(float) * (size_t)W);
+  float *hg = xmalloc(sizeof(float) * (size_t)W);
+  float *gv = xmalloc(sizeof(float) * (size_t)W);
+  float *gg = xmalloc(sizeof(float) * (size_t)W);
+  bert_model_get(cpu, 0, hv);
+  is_int(HVD_SUCCESS, bert_model_get(gpu, 0, gv), "bert_model_get values");
+  ok(memcmp(hv, gv, sizeof(float) * (size_t)W) == 0,
+     "model: the same initial weights, bit for bit");
+
+  int32_t ids[T_B * T_S], types[T_B * T_S], lengths[T_B], labels[T_B * T_S];
+  bert_batch_t batch;
+  make_batch(cfg.vocab_size, ids, types, lengths, labels, &batch);
+
+  ready_log_t rc_cpu = {.m = cpu}, rc_gpu = {.m = gpu};
+  rc_cpu.snapshot = xmalloc(sizeof(float) * (size_t)W);
+  rc_gpu.snapshot = xmalloc(sizeof(float) * (size_t)W);
+  if (cudaStreamCreateWithFlags(&rc_gpu.side, cudaStreamNonBlocking) !=
+      cudaSuccess)
+    bail("cudaStreamCreateWithFlags");
+
+  const float lr = 0.05f;
+  for (int step = 0; step < 3; step++) {
+    bert_output_t oc, og;
+    bert_model_zero_grad(cpu);
+    bert_model_zero_grad(gpu);
+    if (bert_model_forward(cpu, &batch, &oc) != HVD_SUCCESS)
+      bail("CPU forward: %s", bert_last_error());
+    rc = bert_model_forward(gpu, &batch, &og);
+    if (!is_int(HVD_SUCCESS, rc, "step %d: GPU forward", step))
+      bail("%s", bert_last_error());
+    is_double(oc.loss, og.loss, 1e-5 * fabs(oc.loss),
+              "step %d: loss %.7f on the GPU, %.7f on the CPU", step, og.loss,
+              oc.loss);
+    ok(oc.masked == og.masked && oc.correct == og.correct,
+       "step %d: masked %lld/%lld, correct %lld/%lld", step,
+       (long long)og.masked, (long long)oc.masked, (long long)og.correct,
+       (long long)oc.correct);
+    rc_cpu.calls = rc_gpu.calls = 0;
+    bert_model_backward(cpu, on_ready, &rc_cpu);
+    rc = bert_model_backward(gpu, on_ready, &rc_gpu);
+    if (!is_int(HVD_SUCCESS, rc, "step %d: GPU backward", step))
+      bail("%s", bert_last_error());
+    ok(rc_cpu.calls == n && rc_gpu.calls == n &&
+           memcmp(rc_cpu.order, rc_gpu.order, sizeof(int) * (size_t)n) == 0,
+       "step %d: %d gradient-ready calls, in the CPU's order", step,
+       rc_gpu.calls);
+    bert_model_get(cpu, 1, hg);
+    bert_model_get(gpu, 1, gg);
+    double worst = 0;
+    int worst_i = 0;
+    for (int i = 0; i < n; i++) {
+      int64_t off = (float *)p[i].grad.data - (float *)p[0].grad.data;
+      double e = rel_err(gg + off, hg + off, hvd_tensor_numel(&p[i].grad));
+      if (e > worst)
+        worst = e, worst_i = i;
+    }
+    ok(worst <= TOL_MODEL, "step %d: every gradient within %.0e (worst %.2e, %s)",
+       step, TOL_MODEL, worst, p[worst_i].name);
+    ok(memcmp(rc_gpu.snapshot, gg, sizeof(float) * (size_t)W) == 0,
+       "step %d: each gradient was complete when declared ready", step);
+    /* SGD on the host for both, so both continue from their own weights */
+    bert_model_get(gpu, 0, gv);
+    for (int64_t j = 0; j < W; j++) {
+      hv[j] -= lr * hg[j];
+      gv[j] -= lr * gg[j];
+    }
+    bert_model_set(cpu, 0, hv);
+    is_int(HVD_SUCCESS, bert_model_set(gpu, 0, gv), "step %d: bert_model_set",
+           step);
+  }
+
+  /* backward_scaled: 2.5 x the gradients */
+  bert_output_t o;
+  bert_model_zero_grad(gpu);
+  bert_model_forward(gpu, &batch, &o);
+  bert_model_backward(gpu, NULL, NULL);
+  bert_model_get(gpu, 1, hg);
+  bert_model_zero_grad(gpu);
+  bert_model_forward(gpu, &batch, &o);
+  rc = bert_model_backward_scaled(gpu, 2.5f, NULL, NULL);
+  bert_model_get(gpu, 1, gg);
+  for (int64_t j = 0; j < W; j++)
+    hg[j] *= 2.5f;
+  double e = rel_err(gg, hg, W);
+  ok(rc == HVD_SUCCESS && e <= TOL_LAYER,
+     "backward_scaled(2.5) = 2.5 x backward (relative error %.2e)", e);
+
+  cudaStreamDestroy(rc_gpu.side);
+  free(hv), free(hg), free(gv), free(gg);
+  free(rc_cpu.snapshot), free(rc_gpu.snapshot);
+  bert_model_destroy(cpu);
+  bert_model_destroy(gpu);
+}
+
+int main(void) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess)
+    skip_all("no CUDA device: cudaGetDeviceCount: %s (%s)",
+             cudaGetErrorString(e), cudaGetErrorName(e));
+  if (count == 0)
+    skip_all("no CUDA device: cudaGetDeviceCount found none");
+  char msg[512];
+  if (bert_cuda_open(0, msg, sizeof msg) != 0)
+    bail("bert_cuda_open(0): %s", msg);
+  G = bert_cuda_backend();
+  struct cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+    diag("device 0: %s, compute capability %d.%d", prop.name, prop.major,
+         prop.minor);
+  uint64_t seed = 20240611;
+  bert__rng_seed(&rng, &seed, 1);
+  /* token types: 2 (the model's); widths up to the largest V below */
+  G->reserve(7, 37, 5, 13, 1031, 2);
+
+  test_linear(37, 45, 51, 1, 1, 0.0f);
+  test_linear(37, 45, 51, 1, 1, 1.0f);
+  test_linear(1, 300, 7, 0, 1, 0.0f);
+  test_linear(129, 64, 33, 1, 0, 0.0f);
+  test_layernorm(29, 77);
+  test_layernorm(5, 300); /* wider than a block */
+  test_layernorm(1, 1);
+  test_gelu(1001);
+  static const int32_t len4[4] = {13, 5, 1, 0};
+  test_attention(4, 13, 3, 7, len4);
+  test_attention(2, 37, 5, 13, NULL);
+  static const int32_t len1[1] = {1};
+  test_attention(1, 1, 1, 1, len1);
+  test_embedding(3, 11, 19, 17, 1);
+  test_embedding(2, 5, 40, 3, 0);
+  test_xent(23, 1031);
+  test_xent(3, 9);
+  test_elementwise(777);
+  test_rows(9, 33, 4);
+  ok(G->error() == NULL, "no CUDA or cuBLAS failure recorded%s%s",
+     G->error() ? ": " : "", G->error() ? G->error() : "");
+  bert_cuda_close();
+
+  test_model();
+  done_testing();
+  return tap_exit_status();
+}
+
+#endif /* HVD_HAVE_CUDA */
