@@ -311,7 +311,7 @@ if want bert && need_build && stage_begin bert 60; then
       note "bert $p: examples/bert_train has no --device option in this build: C side skipped"
     else
       echo "\$ bert_train --device gpu --preset $p --steps $steps" >>"$OUT/bert.txt"
-      run1 "$(limit 240)" "$trainer" --device gpu --preset $p --steps "$steps" --quiet >>"$OUT/bert.txt" 2>&1
+      run1 "$(limit 150)" "$trainer" --device gpu --preset $p --steps "$steps" --quiet >>"$OUT/bert.txt" 2>&1
       s=$?
       echo "(status $s)" >>"$OUT/bert.txt"
       [ $s = 0 ] || rc=1
@@ -322,7 +322,7 @@ if want bert && need_build && stage_begin bert 60; then
     else
       echo "\$ python3 torch_bert.py --preset $p --steps $steps ${TORCH_BERT_ARGS:-}" >>"$OUT/bert.txt"
       # shellcheck disable=SC2086
-      PYTHONUNBUFFERED=1 x timeout "$(limit 240)" python3 "$torch_py" --preset $p --steps "$steps" ${TORCH_BERT_ARGS:-} >>"$OUT/bert.txt" 2>&1
+      PYTHONUNBUFFERED=1 x timeout "$(limit 150)" python3 "$torch_py" --preset $p --steps "$steps" ${TORCH_BERT_ARGS:-} >>"$OUT/bert.txt" 2>&1
       s=$?
       echo "(status $s)" >>"$OUT/bert.txt"
       [ $s = 0 ] || rc=1

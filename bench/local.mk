@@ -29,3 +29,6 @@ bin_hvd_bench_LDADD = $(HVD_PROG_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
 ## with one; bad arguments exit 2; no libcuda among the program's needs.
 dist_check_SCRIPTS += t/gpu/bench.sh
 TESTS += t/gpu/bench.sh
+
+## The GPU machine's preparation and its one command (doc/gpu-testing.md).
+EXTRA_DIST += bench/prepare-gpu-carry.sh bench/gpu-session.sh

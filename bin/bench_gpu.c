@@ -261,9 +261,11 @@ static presult_t pack_case(const pcase_t *c, gclock_t *g, int iters,
                         cudaMemcpyHostToDevice));
 
   /* the check: pack into a poisoned buffer, unpack (x 0.5, the average
-   * over 2 ranks) into a poisoned arena */
+   * over 2 ranks) into a poisoned arena. g->s does not wait for the legacy
+   * stream that cudaMemcpy and cudaMemset use: synchronise first. */
   BENCH_CUDA(cudaMemset(buf, 0xff, bytes));
   BENCH_CUDA(cudaMemset(dst, 0xff, sizeof(float) * (size_t)arena));
+  BENCH_CUDA(cudaDeviceSynchronize());
   BENCH_HVD(hvd__cuda_pack(dsp, c->n, c->maxc, HVD_FLOAT32, HVD_FLOAT32, 1.0,
                            g->s));
   BENCH_HVD(hvd__cuda_unpack(dsp + c->n, c->n, c->maxc, HVD_FLOAT32,
@@ -600,10 +602,14 @@ static void dwork_free(dwork_t *x) {
   memset(x, 0, sizeof *x);
 }
 
+/* The inputs onto the device, complete before hvd sees them (a copy from
+ * pageable memory may return before its DMA is done; hvd's stream waits
+ * for no other). */
 static void dwork_fill(dwork_t *x) {
   for (int t = 0; t < x->n; t++)
     BENCH_CUDA(cudaMemcpy(x->d[t], x->hin[t], sizeof(float) * x->count[t],
                           cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaDeviceSynchronize());
 }
 
 /* Every tensor holds its base values (the average over the ranks)? */
@@ -768,6 +774,7 @@ int bench_list_gpu(const bench_opts_t *o) {
   c.dsp = dev_alloc(2 * span_bytes);
   BENCH_CUDA(cudaMemcpy(c.dsp, sp, 2 * span_bytes, cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaMemset(c.a, 0, bytes));
+  BENCH_CUDA(cudaDeviceSynchronize()); /* before g.s, which waits for none */
   gclock_t g;
   gclock_init(&g, 0); /* the workload is far larger than the L2 */
   gtimes_t mc = time_gpu(&g, one_memcpy, &c, iters, warmup);
@@ -882,6 +889,7 @@ static sresult_t staged_case(dwork_t *x, int dev, int iters, int warmup,
   sctx_t c = {x, NULL};
   BENCH_CUDA(cudaHostAlloc((void **)&c.pin, (size_t)r.bytes,
                            cudaHostAllocDefault));
+  BENCH_CUDA(cudaDeviceSynchronize());
   r.copy = time_gpu(g, staged_copies, &c, iters, warmup);
   BENCH_CUDA(cudaFreeHost(c.pin));
   return r;

@@ -499,10 +499,11 @@ int main(int argc, char **argv) {
                                             : mode_names[o.mode];
     if (bench_gpu_unavailable(why, sizeof why)) {
       if (launcher_rank() == 0) {
-        if (o.json)
+        if (o.json) /* the mode as a run's JSON names it */
           printf("{\"mode\": \"%s\", \"skipped\": true, \"reason\": "
                  "\"%s\"}\n",
-                 name, why); /* why holds no quotes (bench_gpu.c) */
+                 o.mode == BENCH_LIST ? "list-gpu" : name,
+                 why); /* why holds no quotes (bench_gpu.c) */
         else
           printf("# SKIP hvd-bench %s: %s\n", name, why);
       }
