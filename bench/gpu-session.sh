@@ -130,10 +130,11 @@ run1() {
 
 # ---- Open MPI from .ompi (doc/gpu-testing.md, step 2) -----------------------
 O=$repo/.ompi
+sys_ld_path=${LD_LIBRARY_PATH:-} # python3 (torch) runs without .ompi's libraries
 ompi_env() {
   [ -x "$O/usr/bin/mpirun" ] || return 1
   export PATH=$O/usr/bin:$PATH
-  export LD_LIBRARY_PATH=$O/usr/lib/x86_64-linux-gnu:$O/usr/lib/x86_64-linux-gnu/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LD_LIBRARY_PATH=$O/usr/lib/x86_64-linux-gnu:$O/usr/lib/x86_64-linux-gnu/openmpi/lib:$O/usr/lib/x86_64-linux-gnu/blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export OPAL_PREFIX=$O/usr
   export OPAL_SYSCONFDIR=$O/etc/openmpi
   export PMIX_PKGLIBDIR=$O/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
@@ -189,6 +190,9 @@ if want env && stage_begin env 10; then
     echo "# uname: $(uname -a)"
     echo "# nproc: $(nproc)  memory: $(free -g 2>/dev/null | awk '/Mem/ {print $2 " GiB"}')"
     echo "# glibc: $(ldd --version 2>&1 | head -1)"
+    h=none
+    for f in /usr/include/cblas.h /usr/include/x86_64-linux-gnu/cblas.h; do [ -f "$f" ] && h=$f; done
+    echo "# cblas.h: $([ "$h" != none ] && echo "$h" || echo 'none on the system (.ompi has the reference BLAS)')"
     for t in gcc cc make nvcc python3 readelf timeout; do
       echo "# $t: $(command -v $t || echo MISSING)"
     done
@@ -201,9 +205,9 @@ if want env && stage_begin env 10; then
     echo "# mpirun: $(command -v mpirun) $(mpirun --version 2>&1 | head -1)"
     timeout 20 nvidia-smi 2>&1
     timeout 20 nvidia-smi -q -d CLOCK,POWER,PERFORMANCE 2>&1 | head -60
-    timeout 60 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0))' 2>&1
+    LD_LIBRARY_PATH=$sys_ld_path timeout 60 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0))' 2>&1
   } >"$OUT/env.txt" 2>&1
-  grep -E '^# (nvcc|make|gcc|cuda dir|nccl|tarball|mpirun):' "$OUT/env.txt" >>"$summary"
+  grep -E '^# (nvcc|make|gcc|cuda dir|nccl|cblas.h|tarball|mpirun):' "$OUT/env.txt" >>"$summary"
   grep -m1 -E 'NVIDIA H|Tesla|NVIDIA [A-Z]' "$OUT/env.txt" >>"$summary"
   stage_end env 0
 fi
@@ -217,10 +221,19 @@ do_build() {
   [ $have_ompi = 1 ] || { note "no .ompi in $repo: run bench/prepare-gpu-carry.sh and carry it"; return 1; }
   c=$(cuda_dir) || { note "no CUDA toolkit (/usr/local/cuda, CUDA_HOME or nvcc on PATH)"; return 1; }
   n=$(nccl_dir "$c") && nccl_opt=--with-nccl=$n
+  # a CBLAS for examples/bert_train: the system's, else .ompi's reference
+  # BLAS (the GPU paths use cuBLAS; the CPU ones are only the tests' here)
+  local blas=()
+  if [ ! -f /usr/include/cblas.h ] && [ ! -f /usr/include/x86_64-linux-gnu/cblas.h ] &&
+    [ -f "$O/usr/include/cblas/cblas.h" ]; then
+    blas=("CPPFLAGS=-isystem $O/usr/include/cblas"
+      "BLAS_LIBS=-L$O/usr/lib/x86_64-linux-gnu/blas -lblas")
+    note "CBLAS: none on the system: .ompi's reference BLAS"
+  fi
   note "tarball $(basename "$tarball"), CUDA $c, NCCL ${n:-none}, Open MPI $O, make -j$jobs"
   {
     x rm -rf "$src" && x tar -xzf "$tarball" -C "$work" &&
-      in_src timeout "$(limit 300)" ./configure --with-cuda="$c" "$nccl_opt" \
+      in_src timeout "$(limit 300)" ./configure --with-cuda="$c" "$nccl_opt" "${blas[@]}" \
         MPI_CFLAGS="-I$O/usr/lib/x86_64-linux-gnu/openmpi/include" \
         MPI_LIBS="-L$O/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi" &&
       in_src timeout "$(limit 400)" make -j"$jobs" &&
@@ -322,7 +335,7 @@ if want bert && need_build && stage_begin bert 60; then
     else
       echo "\$ python3 torch_bert.py --preset $p --steps $steps ${TORCH_BERT_ARGS:-}" >>"$OUT/bert.txt"
       # shellcheck disable=SC2086
-      PYTHONUNBUFFERED=1 x timeout "$(limit 150)" python3 "$torch_py" --preset $p --steps "$steps" ${TORCH_BERT_ARGS:-} >>"$OUT/bert.txt" 2>&1
+      LD_LIBRARY_PATH=$sys_ld_path PYTHONUNBUFFERED=1 x timeout "$(limit 150)" python3 "$torch_py" --preset $p --steps "$steps" ${TORCH_BERT_ARGS:-} >>"$OUT/bert.txt" 2>&1
       s=$?
       echo "(status $s)" >>"$OUT/bert.txt"
       [ $s = 0 ] || rc=1

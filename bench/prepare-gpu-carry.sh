@@ -5,8 +5,11 @@
 # package registry", step 1):
 #
 #   .ompi/              Open MPI's runtime, headers and the libraries its
-#                       core needs, unpacked from Debian's packages
-#                       (apt-get download + dpkg -x; nothing is installed)
+#                       core needs, and the reference BLAS with its CBLAS
+#                       (configure needs one for examples/bert_train; CUDA
+#                       images have none; OpenBLAS would not fit: 37 MB),
+#                       unpacked from Debian's packages (apt-get download +
+#                       dpkg -x; nothing is installed)
 #   hvd-VERSION.tar.gz  `make dist` of this checkout (needs no autotools to
 #                       build), made in a private copy under $TMPDIR: the
 #                       checkout itself is never configured or built
@@ -56,13 +59,19 @@ die() {
 # libfabric1, libibverbs1, libpsm2-2, libpsm-infinipath1, libnl-3-200,
 # libhwloc-plugins), openssh-client and what every system has (libc6,
 # libgcc-s1, libstdc++6, zlib1g, libudev1) are left out on purpose.
+# BLAS: Debian's reference BLAS (libblas.so.3 has the CBLAS functions) and
+# its headers, cblas-netlib.h copied as usr/include/cblas/cblas.h (what
+# update-alternatives would have pointed cblas.h at).
 pkgs="openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev
-  libevent-core-2.1-7 libevent-pthreads-2.1-7 libhwloc15 libpmix2 libmunge2"
+  libevent-core-2.1-7 libevent-pthreads-2.1-7 libhwloc15 libpmix2 libmunge2
+  libblas3 libblas-dev"
 libdir=usr/lib/x86_64-linux-gnu
 
 if [ $do_ompi = 1 ]; then
   if [ $force = 0 ] && [ -x .ompi/usr/bin/mpirun ] &&
-    [ -f .ompi/$libdir/openmpi/lib/libmpi.so ]; then
+    [ -f .ompi/$libdir/openmpi/lib/libmpi.so ] &&
+    [ -f .ompi/$libdir/blas/libblas.so ] &&
+    [ -f .ompi/usr/include/cblas/cblas.h ]; then
     echo "prepare-gpu-carry: .ompi is there ($(du -sh .ompi | cut -f1));" \
       "--force unpacks it again"
   else
@@ -77,13 +86,19 @@ if [ $do_ompi = 1 ]; then
       dpkg -x "$d" .ompi || die "dpkg -x $d failed"
     done
     rm -rf .ompi/debs .ompi/usr/share/doc .ompi/usr/share/man \
-      .ompi/$libdir/fortran
+      .ompi/$libdir/fortran .ompi/$libdir/pkgconfig/blas*.pc
+    find .ompi/$libdir/blas -name '*.a' -delete
+    mkdir -p .ompi/usr/include/cblas
+    cp .ompi/usr/include/x86_64-linux-gnu/cblas_*.h .ompi/usr/include/cblas/ &&
+      cp .ompi/usr/include/x86_64-linux-gnu/cblas-netlib.h \
+        .ompi/usr/include/cblas/cblas.h || die "no cblas-netlib.h in libblas-dev"
     # the names that update-alternatives would have made
     for p in mpirun mpiexec mpicc; do
       ln -sf $p.openmpi .ompi/usr/bin/$p
     done
-    [ -x .ompi/usr/bin/mpirun ] && [ -f .ompi/$libdir/openmpi/lib/libmpi.so ] ||
-      die ".ompi is incomplete: no usr/bin/mpirun or libmpi.so"
+    [ -x .ompi/usr/bin/mpirun ] && [ -f .ompi/$libdir/openmpi/lib/libmpi.so ] &&
+      [ -f .ompi/$libdir/blas/libblas.so ] ||
+      die ".ompi is incomplete: no usr/bin/mpirun, libmpi.so or libblas.so"
     echo "prepare-gpu-carry: .ompi unpacked ($(du -sh .ompi | cut -f1))"
   fi
 fi
