@@ -1,8 +1,10 @@
 /*
  * bench.h - what the parts of hvd-bench share: the options, the helpers
  * (clock, statistics, element values, output) and the entry point of each
- * mode. hvd-bench.c parses the command line; bench_sweep.c, bench_list.c
- * and bench_latency.c run the modes; bench_util.c holds the helpers.
+ * mode. hvd-bench.c parses the command line; bench_sweep.c, bench_list.c,
+ * bench_latency.c, bench_overlap.c and bench_optim.c run the host modes,
+ * bench_gpu.c the GPU ones (gpu-pack, staged, list --device gpu);
+ * bench_util.c holds the helpers.
  *
  * Conventions: every rank runs every mode function; only rank 0 prints to
  * stdout; any rank may print what went wrong on stderr, prefixed with
@@ -37,7 +39,9 @@ enum bench_mode {
   BENCH_LATENCY,
   BENCH_QUICK,
   BENCH_OVERLAP,
-  BENCH_OPTIM
+  BENCH_OPTIM,
+  BENCH_GPU_PACK,
+  BENCH_STAGED
 };
 
 /* Bits of --inplace. */
@@ -58,8 +62,12 @@ typedef struct bench_opts {
   unsigned colls;               /* --coll: bit (1 << enum bench_coll) */
   unsigned places;              /* --inplace: BENCH_*_PLACE bits */
   int root;                     /* --root (broadcast) */
-  /* list */
+  /* list, overlap, optim; gpu-pack and staged (optional there) */
   const char *tensors; /* --tensors FILE */
+  int device_gpu;      /* list --device gpu */
+  /* gpu-pack: --counts, tensors per case */
+  int counts[16];
+  int ncounts;
   /* latency */
   int small_count; /* --small-count: tensors in the `small` sub-report */
   int small_iters; /* --small-iters */
@@ -163,9 +171,10 @@ typedef struct workload {
   float *packed; /* elems floats, allocated for the pack methods */
 } workload_t;
 
-/* Reads a .tensors file and allocates its tensors; on error rank 0 says
- * why and it returns 0 (on every rank: all read the same file). */
-int bench_load_workload(const char *path, workload_t *w);
+/* Reads a .tensors file and, with host_data, allocates its tensors in
+ * host memory (else every data is NULL); on error rank 0 says why and it
+ * returns 0 (on every rank: all read the same file). */
+int bench_load_workload(const char *path, workload_t *w, int host_data);
 void bench_free_workload(workload_t *w);
 
 /* ---- modes -------------------------------------------------------------- */
@@ -175,5 +184,14 @@ int bench_list(const bench_opts_t *o);
 int bench_latency(const bench_opts_t *o);
 int bench_overlap(const bench_opts_t *o);
 int bench_optim(const bench_opts_t *o);
+
+/* ---- GPU modes (bench_gpu.c) --------------------------------------------- *
+ * Before hvd_init: 0 when a CUDA device is visible to this build, else 1
+ * with the reason in why ("this build has no CUDA", "no CUDA device:
+ * cudaGetDeviceCount: ..."). The caller prints the skip line and exits 0. */
+int bench_gpu_unavailable(char *why, size_t len);
+int bench_gpu_pack(const bench_opts_t *o); /* gpu-pack */
+int bench_staged(const bench_opts_t *o);   /* staged */
+int bench_list_gpu(const bench_opts_t *o); /* list --device gpu */
 
 #endif /* HVD_BENCH_H */

@@ -50,7 +50,7 @@ void bench_free_workload(workload_t *w) {
 
 /* Reads FILE; on error rank 0 says why and it returns 0 (on every rank:
  * every rank reads the same file). */
-int bench_load_workload(const char *path, workload_t *w) {
+int bench_load_workload(const char *path, workload_t *w, int host_data) {
   FILE *f = fopen(path, "r");
   char *line = NULL, err[512] = "";
   size_t cap = 0;
@@ -129,7 +129,7 @@ int bench_load_workload(const char *path, workload_t *w) {
   }
   fclose(f);
   free(line);
-  for (int i = 0; i < w->count; i++)
+  for (int i = 0; host_data && i < w->count; i++)
     w->t[i].data = bench_alloc(sizeof(float) * (size_t)w->t[i].n);
   return 1;
 fail:
@@ -411,7 +411,10 @@ int bench_list(const bench_opts_t *o) {
   int64_t mine[RSS_N], *rss = NULL;
   int ok = 1;
 
-  if (!bench_load_workload(o->tensors, &w))
+  if (o->device_gpu)
+    return bench_list_gpu(o);
+
+  if (!bench_load_workload(o->tensors, &w, 1))
     return 2;
   hvd_request_t **hreq = bench_alloc(sizeof *hreq * (size_t)w.count);
   MPI_Request *mreq = bench_alloc(sizeof *mreq * (size_t)w.count);

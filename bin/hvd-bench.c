@@ -10,12 +10,23 @@
  *            baselines, and the memory hvd costs
  *   latency  one 4-byte allreduce, hvd against MPI_Allreduce; and many
  *            tiny tensors at once (the `small` sub-report)
+ *   overlap  compute on the main thread while hvd reduces in the background
+ *   optim    the distributed optimizer's step against the same by hand
  *   --quick  a tiny sweep of everything, for correctness only (a test)
+ *
+ * and on a GPU (bench_gpu.c; without one, or in a build without CUDA, they
+ * print "# SKIP ..." and exit 0):
+ *
+ *   gpu-pack the fusion pack/unpack kernels against cudaMemcpyAsync
+ *   staged   the host-staged executor (HVD_GPU_OPERATIONS=mpi) against the
+ *            pinned device <-> host copies it is made of
+ *   list --device gpu   the workload on device tensors through hvd (NCCL)
+ *            against one cudaMemcpy of the same bytes
  *
  * This file parses the command line (before MPI starts, so --help and
  * option errors need no mpirun) and runs the mode; see doc/bench.md.
- * Exit status: 0 all good, 1 some result was wrong or a call failed,
- * 2 bad command line.
+ * Exit status: 0 all good (or a GPU mode skipped), 1 some result was wrong
+ * or a call failed, 2 bad command line.
  */
 #include "bench.h"
 
@@ -24,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char usage_text[] =
     "usage: mpirun -np N hvd-bench MODE [options]\n"
@@ -39,6 +51,16 @@ static const char usage_text[] =
     "               hvd allreduce plus the same update written by hand\n"
     "  quick        same as --quick: a fast correctness self-check of every\n"
     "               collective, dtype and op (exit 1 if anything is wrong)\n"
+    "\n"
+    "GPU modes (without a GPU or CUDA they print '# SKIP ...' and exit 0):\n"
+    "  gpu-pack     the fusion buffer's batched pack/unpack kernels against\n"
+    "               cudaMemcpyAsync of the same bytes, over tensor counts\n"
+    "               and sizes (and --tensors, if given)\n"
+    "  staged       device tensors through the host-staged executor\n"
+    "               (HVD_GPU_OPERATIONS=mpi, set by this mode) against\n"
+    "               cudaMemcpyAsync device -> pinned host -> device\n"
+    "  list --device gpu   the --tensors workload on device tensors through\n"
+    "               hvd against one device-to-device cudaMemcpy\n"
     "\n"
     "common options:\n"
     "  --iters N          timed iterations (default: sweep adapts to the\n"
@@ -63,18 +85,28 @@ static const char usage_text[] =
     "                     broadcast is in place only, allgather, alltoall\n"
     "                     and reducescatter out of place only)\n"
     "  --root R           broadcast root (default 0)\n"
+    "  (--min-bytes, --max-bytes and --step-factor also choose the sizes of\n"
+    "  gpu-pack (per tensor; default 4K to 64M, x4) and of staged (one\n"
+    "  tensor; default 1M to 256M, x4))\n"
     "\n"
     "list, overlap and optim options:\n"
     "  --tensors FILE     workload: one tensor per line, `name dim0 [dim1]`,\n"
     "                     float32, '#' starts a comment (required)\n"
     "  --compute-ms MS    overlap: the compute loop's length (default 500)\n"
+    "  --device cpu|gpu   list: tensors in host memory (default) or on the\n"
+    "                     rank's GPU\n"
+    "  (gpu-pack and staged take --tensors too: the workload as one more case)\n"
+    "\n"
+    "gpu-pack options:\n"
+    "  --counts LIST      tensors per case, comma-separated (default\n"
+    "                     1,16,256,4096; cases above 1 GiB in all are left out)\n"
     "\n"
     "latency options:\n"
     "  --small-count N    tensors in the small sub-report (default 1000)\n"
     "  --small-iters N    timed iterations of it (default 20)\n"
     "\n"
-    "Only rank 0 prints. Exit status: 0 all results right, 1 a result was\n"
-    "wrong or a call failed, 2 bad command line.\n";
+    "Only rank 0 prints. Exit status: 0 all results right (or a GPU mode\n"
+    "skipped), 1 a result was wrong or a call failed, 2 bad command line.\n";
 
 /* The rank mpirun gave this process, read before MPI starts (0 if none),
  * so that only rank 0 prints usage errors. */
@@ -182,7 +214,9 @@ enum {
   OPT_SMALL_COUNT,
   OPT_SMALL_ITERS,
   OPT_COMPUTE_MS,
-  OPT_LAST = OPT_COMPUTE_MS
+  OPT_DEVICE,
+  OPT_COUNTS,
+  OPT_LAST = OPT_COUNTS
 };
 
 /* In the order of the enum above (the error messages index it). */
@@ -204,36 +238,82 @@ static const struct option long_opts[] = {
     {"small-count", required_argument, NULL, OPT_SMALL_COUNT},
     {"small-iters", required_argument, NULL, OPT_SMALL_ITERS},
     {"compute-ms", required_argument, NULL, OPT_COMPUTE_MS},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"counts", required_argument, NULL, OPT_COUNTS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
 
-/* The mode each mode-specific option belongs to (-1: every mode). */
-static int option_mode(int opt) {
+#define MODE_BIT(m) (1u << (m))
+
+/* The modes a mode-specific option belongs to, as MODE_BIT bits (0: every
+ * mode). --tensors is checked apart. */
+static unsigned option_modes(int opt) {
   switch (opt) {
   case OPT_MIN_BYTES:
   case OPT_MAX_BYTES:
   case OPT_STEP:
+    return MODE_BIT(BENCH_SWEEP) | MODE_BIT(BENCH_GPU_PACK) |
+           MODE_BIT(BENCH_STAGED);
   case OPT_COLL:
   case OPT_OP:
   case OPT_DTYPE:
   case OPT_INPLACE:
   case OPT_ROOT:
-    return BENCH_SWEEP;
+    return MODE_BIT(BENCH_SWEEP);
   case OPT_COMPUTE_MS:
-    return BENCH_OVERLAP;
+    return MODE_BIT(BENCH_OVERLAP);
   case OPT_SMALL_COUNT:
   case OPT_SMALL_ITERS:
-    return BENCH_LATENCY;
+    return MODE_BIT(BENCH_LATENCY);
   case OPT_VERBOSE:
-    return BENCH_QUICK;
+    return MODE_BIT(BENCH_QUICK);
+  case OPT_DEVICE:
+    return MODE_BIT(BENCH_LIST);
+  case OPT_COUNTS:
+    return MODE_BIT(BENCH_GPU_PACK);
   default:
-    return -1;
+    return 0;
   }
 }
 
-static const char *const mode_names[] = {"sweep", "list",    "latency",
-                                         "quick", "overlap", "optim"};
+static const char *const mode_names[] = {"sweep",   "list",  "latency",
+                                         "quick",   "overlap", "optim",
+                                         "gpu-pack", "staged"};
+
+/* "sweep, gpu-pack and staged": the modes of bits. */
+static const char *modes_str(unsigned bits, char *buf, size_t len) {
+  int k = 0, total = 0;
+  for (int m = 0; m < BENCH_COUNT(mode_names); m++)
+    total += (bits >> m) & 1u;
+  buf[0] = '\0';
+  for (int m = 0; m < BENCH_COUNT(mode_names); m++) {
+    if (!((bits >> m) & 1u))
+      continue;
+    k++;
+    strncat(buf, k == 1 ? "" : k == total ? " and " : ", ",
+            len - strlen(buf) - 1);
+    strncat(buf, mode_names[m], len - strlen(buf) - 1);
+  }
+  return buf;
+}
+
+/* --counts: 1 to 16 tensor counts, each 1..65536. */
+static void parse_counts(const char *s, bench_opts_t *o) {
+  char buf[256];
+  if (strlen(s) >= sizeof buf)
+    usage_error("--counts: list too long");
+  snprintf(buf, sizeof buf, "%s", s);
+  o->ncounts = 0;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
+       tok = strtok_r(NULL, ",", &save)) {
+    if (o->ncounts == BENCH_COUNT(o->counts))
+      usage_error("--counts: at most %d counts", BENCH_COUNT(o->counts));
+    o->counts[o->ncounts++] = parse_int("--counts", tok, 1, 65536);
+  }
+  if (o->ncounts == 0)
+    usage_error("--counts: empty list");
+}
 
 static void parse_args(int argc, char **argv, bench_opts_t *o) {
   int given[OPT_LAST + 1] = {0};
@@ -251,6 +331,11 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
   o->small_count = 1000;
   o->small_iters = 20;
   o->compute_ms = 500;
+  o->counts[0] = 1;
+  o->counts[1] = 16;
+  o->counts[2] = 256;
+  o->counts[3] = 4096;
+  o->ncounts = 4;
 
   opterr = 0; /* we say what is wrong ourselves, on rank 0 only */
   while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
@@ -319,6 +404,17 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
     case OPT_COMPUTE_MS:
       o->compute_ms = parse_int("--compute-ms", optarg, 1, 100000);
       break;
+    case OPT_DEVICE:
+      if (strcmp(optarg, "cpu") == 0)
+        o->device_gpu = 0;
+      else if (strcmp(optarg, "gpu") == 0)
+        o->device_gpu = 1;
+      else
+        usage_error("--device '%s': expected cpu or gpu", optarg);
+      break;
+    case OPT_COUNTS:
+      parse_counts(optarg, o);
+      break;
     case ':':
       usage_error("option %s needs a value", argv[optind - 1]);
     default: /* '?' */
@@ -336,8 +432,8 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
       if (strcmp(m, mode_names[i]) == 0)
         found = i;
     if (found < 0)
-      usage_error("unknown mode '%s' (sweep, list, latency, overlap, optim "
-                  "or quick)",
+      usage_error("unknown mode '%s' (sweep, list, latency, overlap, optim, "
+                  "quick, gpu-pack or staged)",
                   m);
     if (quick && found != BENCH_QUICK && found != BENCH_SWEEP)
       usage_error("--quick does not go with mode '%s'", m);
@@ -345,16 +441,31 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
   } else if (quick) {
     o->mode = BENCH_QUICK;
   } else {
-    usage_error("no mode given (sweep, list, latency, or --quick)");
+    usage_error("no mode given (sweep, list, latency, overlap, optim, "
+                "gpu-pack, staged, or --quick)");
   }
   if (optind < argc)
     usage_error("unexpected argument '%s'", argv[optind]);
 
   for (int opt = OPT_ITERS; opt <= OPT_LAST; opt++) {
-    int m = option_mode(opt);
-    if (given[opt] && m >= 0 && m != (int)o->mode)
-      usage_error("--%s is an option of %s mode, not %s",
-                  long_opts[opt - OPT_ITERS].name, mode_names[m],
+    unsigned m = option_modes(opt);
+    char names[128];
+    if (given[opt] && m != 0 && !(m & MODE_BIT(o->mode)))
+      usage_error("--%s is an option of %s mode%s, not %s",
+                  long_opts[opt - OPT_ITERS].name,
+                  modes_str(m, names, sizeof names), (m & (m - 1)) ? "s" : "",
+                  mode_names[o->mode]);
+  }
+  if (o->mode == BENCH_GPU_PACK || o->mode == BENCH_STAGED) {
+    int pack = o->mode == BENCH_GPU_PACK;
+    if (!given[OPT_MIN_BYTES])
+      o->min_bytes = pack ? 4 << 10 : 1 << 20;
+    if (!given[OPT_MAX_BYTES])
+      o->max_bytes = pack ? 64 << 20 : 256 << 20;
+    if (!given[OPT_STEP])
+      o->step_factor = 4;
+    if (o->max_bytes > (INT64_C(1) << 30))
+      usage_error("--max-bytes: %s mode goes up to 1G per tensor",
                   mode_names[o->mode]);
   }
   if (o->mode == BENCH_QUICK && (given[OPT_ITERS] || given[OPT_WARMUP]))
@@ -365,11 +476,12 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
                 (long long)o->min_bytes, (long long)o->max_bytes);
   int with_tensors = o->mode == BENCH_LIST || o->mode == BENCH_OVERLAP ||
                      o->mode == BENCH_OPTIM;
+  int may_tensors = o->mode == BENCH_GPU_PACK || o->mode == BENCH_STAGED;
   if (with_tensors && o->tensors == NULL)
     usage_error("%s mode needs --tensors FILE", mode_names[o->mode]);
-  if (given[OPT_TENSORS] && !with_tensors)
-    usage_error("--tensors is an option of list, overlap and optim modes, "
-                "not %s",
+  if (given[OPT_TENSORS] && !with_tensors && !may_tensors)
+    usage_error("--tensors is an option of list, overlap, optim, gpu-pack "
+                "and staged modes, not %s",
                 mode_names[o->mode]);
 }
 
@@ -378,6 +490,36 @@ int main(int argc, char **argv) {
   int result;
 
   parse_args(argc, argv, &o);
+
+  /* The GPU modes: skipped, before MPI starts, without a device. */
+  if (o.mode == BENCH_GPU_PACK || o.mode == BENCH_STAGED ||
+      (o.mode == BENCH_LIST && o.device_gpu)) {
+    char why[512];
+    const char *name = o.mode == BENCH_LIST ? "list --device gpu"
+                                            : mode_names[o.mode];
+    if (bench_gpu_unavailable(why, sizeof why)) {
+      if (launcher_rank() == 0) {
+        if (o.json) /* the mode as a run's JSON names it */
+          printf("{\"mode\": \"%s\", \"skipped\": true, \"reason\": "
+                 "\"%s\"}\n",
+                 o.mode == BENCH_LIST ? "list-gpu" : name,
+                 why); /* why holds no quotes (bench_gpu.c) */
+        else
+          printf("# SKIP hvd-bench %s: %s\n", name, why);
+      }
+      return 0;
+    }
+    /* staged measures the host-staged executor, whatever was asked */
+    if (o.mode == BENCH_STAGED) {
+      const char *v = getenv("HVD_GPU_OPERATIONS");
+      if (v != NULL && *v != '\0' && strcasecmp(v, "mpi") != 0 &&
+          launcher_rank() == 0)
+        fprintf(stderr, "hvd-bench staged: HVD_GPU_OPERATIONS=%s replaced "
+                        "by mpi\n",
+                v);
+      setenv("HVD_GPU_OPERATIONS", "mpi", 1);
+    }
+  }
 
   hvd_result_t rc = hvd_init();
   if (rc != HVD_SUCCESS) {
@@ -409,6 +551,12 @@ int main(int argc, char **argv) {
     break;
   case BENCH_OPTIM:
     result = bench_optim(&o);
+    break;
+  case BENCH_GPU_PACK:
+    result = bench_gpu_pack(&o);
+    break;
+  case BENCH_STAGED:
+    result = bench_staged(&o);
     break;
   case BENCH_SWEEP:
   case BENCH_QUICK:

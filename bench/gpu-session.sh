@@ -1,0 +1,369 @@
+#!/usr/bin/env bash
+# bench/gpu-session.sh - everything a session on a lent GPU machine runs,
+# in one command (doc/gpu-testing.md, "One command on the GPU machine"):
+#
+#   bash bench/gpu-session.sh [options] [STAGE...]
+#
+# run from the root of a checkout that holds .ompi/ and hvd-*.tar.gz
+# (bench/prepare-gpu-carry.sh makes both; a runner carries them). The GPU
+# machine needs a C compiler, make and the CUDA toolkit; no Open MPI, no
+# autotools, no network. Stages, in this order whatever the order given:
+#
+#   env        nvidia-smi, nvcc, compilers, glibc, python3/torch, NCCL
+#   build      Open MPI from .ompi (PATH, LD_LIBRARY_PATH, OPAL_PREFIX...
+#              as doc/gpu-testing.md says), the tarball unpacked under
+#              --work, ./configure --with-cuda (and --with-nccl where NCCL
+#              is found: the toolkit, or python3's nvidia-nccl wheel),
+#              make -jN; kept for later calls while the machine is warm
+#   gpu-tests  make check of the GPU tests (t/gpu/*)
+#   bench      hvd-bench gpu-pack, list --device gpu and staged on
+#              bert-base (text and --json)
+#   bert       examples/bert_train --device gpu, presets mini and base,
+#              tokens/s, against python3 examples/bert/torch_bert.py of
+#              this checkout; each side skipped with a message when absent
+#   check      the whole make check
+#   all        every stage above (the default)
+#
+# A stage that needs the build makes it first when it is not there. Each
+# stage runs under `timeout` within --budget seconds from the start (default
+# 560: a runner's 10-minute command less the time to hand the files back);
+# one that does not fit is skipped and says so, so that a later call can
+# run it: `bash bench/gpu-session.sh check bert`.
+#
+# Output, all under $OUT (default /tmp/gpu-session-out), at most 8 files:
+#   summary.txt  one block per stage: status, seconds, the lines that matter
+#   env.txt  build.log  tests.log (the GPU tests' logs)  bench.txt
+#   bench.json  bert.txt  check.tar.gz (every log of the whole suite)
+# and summary.txt is printed last. Options:
+#   --budget S     seconds for all the stages (default 560)
+#   --work DIR     build directory (default /tmp/hvd-gpu-session)
+#   --jobs N       make -jN (default: nproc)
+#   --dry-run      print what each stage would run, run nothing
+# Environment: OUT; BERT_STEPS_MINI, BERT_STEPS_BASE (steps per bert run,
+# default 200 and 60); TORCH_BERT_ARGS (more arguments for torch_bert.py).
+# Exit status: 0 when every stage that ran passed (skips are not failures),
+# 1 otherwise, 2 for a bad command line.
+set -u
+exec </dev/null 3>&1 # fd 3: the terminal, for --dry-run's commands
+
+start=$(date +%s)
+budget=560
+work=/tmp/hvd-gpu-session
+jobs=$(nproc 2>/dev/null || echo 4)
+dry=0
+stages=""
+usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case $1 in
+  --budget) budget=${2:?--budget needs seconds}; shift ;;
+  --work) work=${2:?--work needs a directory}; shift ;;
+  --jobs) jobs=${2:?--jobs needs a number}; shift ;;
+  --dry-run) dry=1 ;;
+  -h | --help) usage; exit 0 ;;
+  env | build | gpu-tests | bench | bert | check) stages="$stages $1" ;;
+  all) stages="$stages env build gpu-tests bench bert check" ;;
+  *) echo "gpu-session: unknown argument '$1' (--help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -n "$stages" ] || stages="env build gpu-tests bench bert check"
+case $budget$jobs in *[!0-9]*) echo "gpu-session: --budget and --jobs take integers" >&2; exit 2 ;; esac
+want() { case " $stages " in *" $1 "*) return 0 ;; esac; return 1; }
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-/tmp/gpu-session-out}
+mkdir -p "$OUT" "$work" || exit 1
+summary=$OUT/summary.txt
+: >"$summary"
+failed=0
+
+left() { echo $((budget - ($(date +%s) - start))); }
+note() { echo "$*" | tee -a "$summary"; }
+# stage_begin NAME NEEDS: 1 (and a note) when fewer than NEEDS seconds are
+# left; else the stage's header.
+stage_begin() {
+  stage_t0=$(date +%s)
+  if [ "$(left)" -lt "$2" ]; then
+    note ""
+    note "== $1: SKIPPED, $(left) s left of the budget, it needs about $2 s; run it in another call: bash bench/gpu-session.sh $1"
+    return 1
+  fi
+  note ""
+  note "== $1 (at $(($(date +%s) - start)) s)"
+  return 0
+}
+stage_end() { # NAME STATUS
+  local s=PASS
+  [ "$2" = 0 ] || { s="FAIL (status $2$([ "$2" = 124 ] && echo ': timed out'))"; failed=1; }
+  note "== $1: $s in $(($(date +%s) - stage_t0)) s"
+}
+# limit SECONDS: what a stage may take: SECONDS, or what is left (less 5 s).
+limit() {
+  local l=$(($(left) - 5))
+  [ "$1" -lt "$l" ] && l=$1
+  [ "$l" -gt 1 ] || l=1
+  echo $l
+}
+# x CMD...: run (or, with --dry-run, print) a command.
+x() {
+  if [ $dry = 1 ]; then
+    echo "+ $*" >&3
+    return 0
+  fi
+  "$@"
+}
+# in_src CMD...: x in the build directory.
+in_src() {
+  if [ $dry = 1 ]; then
+    echo "+ (cd $src && $*)" >&3
+    return 0
+  fi
+  (cd "$src" && "$@")
+}
+# run1 SECONDS PROGRAM ARGS...: PROGRAM on one rank through the build's
+# hvdrun (root variables, HVD_* forwarded), under a timeout.
+run1() {
+  local t=$1
+  shift
+  x timeout "$t" "$src/bin/hvdrun" -np 1 "$@"
+}
+
+# ---- Open MPI from .ompi (doc/gpu-testing.md, step 2) -----------------------
+O=$repo/.ompi
+sys_ld_path=${LD_LIBRARY_PATH:-} # python3 (torch) runs without .ompi's libraries
+ompi_env() {
+  [ -x "$O/usr/bin/mpirun" ] || return 1
+  export PATH=$O/usr/bin:$PATH
+  export LD_LIBRARY_PATH=$O/usr/lib/x86_64-linux-gnu:$O/usr/lib/x86_64-linux-gnu/openmpi/lib:$O/usr/lib/x86_64-linux-gnu/blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export OPAL_PREFIX=$O/usr
+  export OPAL_SYSCONFDIR=$O/etc/openmpi
+  export PMIX_PKGLIBDIR=$O/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
+  export PMIX_PKGDATADIR=$O/usr/lib/x86_64-linux-gnu/pmix2/share/pmix
+  export OMPI_MCA_mca_base_component_show_load_errors=0
+  if [ "$(id -u)" = 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  fi
+}
+have_ompi=0
+ompi_env && have_ompi=1
+
+# ---- CUDA and NCCL -----------------------------------------------------------
+cuda_dir() {
+  local d
+  for d in ${CUDA_HOME:-} /usr/local/cuda; do
+    [ -n "$d" ] && [ -f "$d/include/cuda_runtime.h" ] && { echo "$d"; return 0; }
+  done
+  d=$(command -v nvcc) || return 1
+  d=$(dirname "$(dirname "$(readlink -f "$d")")")
+  [ -f "$d/include/cuda_runtime.h" ] && echo "$d"
+}
+# nccl_dir: a directory with include/nccl.h and lib/libnccl.so: the
+# toolkit's, or one made under --work from python3's nvidia-nccl wheel
+# (which has libnccl.so.2 only).
+nccl_dir() {
+  local c=$1 h l
+  if [ -f "$c/include/nccl.h" ] && ls "$c"/lib*/libnccl.so >/dev/null 2>&1; then
+    echo "$c"
+    return 0
+  fi
+  h=$(find /usr/include /usr/local /opt $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) \
+    -name nccl.h -path '*include*' 2>/dev/null | head -1)
+  [ -n "$h" ] || return 1
+  h=$(dirname "$h")
+  l=$(ls "$h"/../lib*/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so* 2>/dev/null | head -1)
+  [ -n "$l" ] || return 1
+  mkdir -p "$work/nccl/lib"
+  ln -sfn "$h" "$work/nccl/include"
+  ln -sf "$(readlink -f "$l")" "$work/nccl/lib/libnccl.so"
+  ln -sf "$(readlink -f "$l")" "$work/nccl/lib/libnccl.so.2"
+  echo "$work/nccl"
+}
+
+tarball=$(ls -t "$repo"/hvd-*.tar.gz 2>/dev/null | head -1)
+src=""
+[ -n "$tarball" ] && src=$work/$(basename "$tarball" .tar.gz)
+
+# ---- env ---------------------------------------------------------------------
+if want env && stage_begin env 10; then
+  {
+    echo "# date: $(date -u)"
+    echo "# uname: $(uname -a)"
+    echo "# nproc: $(nproc)  memory: $(free -g 2>/dev/null | awk '/Mem/ {print $2 " GiB"}')"
+    echo "# glibc: $(ldd --version 2>&1 | head -1)"
+    h=none
+    for f in /usr/include/cblas.h /usr/include/x86_64-linux-gnu/cblas.h; do [ -f "$f" ] && h=$f; done
+    echo "# cblas.h: $([ "$h" != none ] && echo "$h" || echo 'none on the system (.ompi has the reference BLAS)')"
+    for t in gcc cc make nvcc python3 readelf timeout; do
+      echo "# $t: $(command -v $t || echo MISSING)"
+    done
+    nvcc --version 2>&1 | tail -2
+    gcc --version 2>&1 | head -1
+    echo "# cuda dir: $(cuda_dir || echo none)"
+    c=$(cuda_dir) && ls "$c"/lib64/libcublas.so* "$c"/lib64/libcudart.so* 2>&1
+    echo "# nccl: $(nccl_dir "$(cuda_dir)" 2>/dev/null || echo none found)"
+    echo "# tarball: ${tarball:-NONE}  .ompi: $([ $have_ompi = 1 ] && echo yes || echo MISSING)"
+    echo "# mpirun: $(command -v mpirun) $(mpirun --version 2>&1 | head -1)"
+    timeout 20 nvidia-smi 2>&1
+    timeout 20 nvidia-smi -q -d CLOCK,POWER,PERFORMANCE 2>&1 | head -60
+    LD_LIBRARY_PATH=$sys_ld_path timeout 60 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0))' 2>&1
+  } >"$OUT/env.txt" 2>&1
+  grep -E '^# (nvcc|make|gcc|cuda dir|nccl|cblas.h|tarball|mpirun):' "$OUT/env.txt" >>"$summary"
+  grep -m1 -E 'NVIDIA H|Tesla|NVIDIA [A-Z]' "$OUT/env.txt" >>"$summary"
+  stage_end env 0
+fi
+
+# ---- build -------------------------------------------------------------------
+built() { [ -n "$src" ] && [ -f "$src/.gpu-session-built" ] &&
+  [ "$(cat "$src/.gpu-session-built")" = "$(cksum <"$tarball")" ]; }
+do_build() {
+  local c n rc nccl_opt=--without-nccl
+  [ -n "$tarball" ] || { note "no hvd-*.tar.gz in $repo: run bench/prepare-gpu-carry.sh and carry it"; return 1; }
+  [ $have_ompi = 1 ] || { note "no .ompi in $repo: run bench/prepare-gpu-carry.sh and carry it"; return 1; }
+  c=$(cuda_dir) || { note "no CUDA toolkit (/usr/local/cuda, CUDA_HOME or nvcc on PATH)"; return 1; }
+  n=$(nccl_dir "$c") && nccl_opt=--with-nccl=$n
+  # a CBLAS for examples/bert_train: the system's, else .ompi's reference
+  # BLAS (the GPU paths use cuBLAS; the CPU ones are only the tests' here)
+  local blas=()
+  if [ ! -f /usr/include/cblas.h ] && [ ! -f /usr/include/x86_64-linux-gnu/cblas.h ] &&
+    [ -f "$O/usr/include/cblas/cblas.h" ]; then
+    blas=("CPPFLAGS=-isystem $O/usr/include/cblas"
+      "BLAS_LIBS=-L$O/usr/lib/x86_64-linux-gnu/blas -lblas")
+    note "CBLAS: none on the system: .ompi's reference BLAS"
+  fi
+  note "tarball $(basename "$tarball"), CUDA $c, NCCL ${n:-none}, Open MPI $O, make -j$jobs"
+  {
+    x rm -rf "$src" && x tar -xzf "$tarball" -C "$work" &&
+      in_src timeout "$(limit 300)" ./configure --with-cuda="$c" "$nccl_opt" "${blas[@]}" \
+        MPI_CFLAGS="-I$O/usr/lib/x86_64-linux-gnu/openmpi/include" \
+        MPI_LIBS="-L$O/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi" &&
+      in_src timeout "$(limit 400)" make -j"$jobs" &&
+      in_src timeout "$(limit 300)" make -j"$jobs" check TESTS=
+  } >"$OUT/build.log" 2>&1
+  rc=$?
+  sed -n '/^configure:$/,/warnings:/p' "$OUT/build.log" >>"$summary"
+  if [ $rc = 0 ] && [ $dry = 0 ]; then
+    cksum <"$tarball" >"$src/.gpu-session-built"
+  fi
+  [ $rc = 0 ] || tail -30 "$OUT/build.log" | tee -a "$summary"
+  return $rc
+}
+build_rc=""
+need_build() {
+  [ -n "$build_rc" ] && return "$build_rc"
+  if built; then
+    note ""
+    note "== build: already there ($src, from the same tarball)"
+    build_rc=0
+    return 0
+  fi
+  if stage_begin build 120; then
+    do_build
+    build_rc=$?
+    stage_end build $build_rc
+  else
+    build_rc=1
+  fi
+  return $build_rc
+}
+want build && need_build
+
+# ---- gpu-tests -----------------------------------------------------------------
+gpu_tests="t/gpu/kernels.t t/gpu/binding.sh t/gpu/collectives.np1 t/gpu/collectives.np2 t/gpu/collectives.np4 t/gpu/bench.sh"
+# summarize LOG: the harness's counts and what did not pass
+summarize() {
+  grep -E '^# (TOTAL|PASS|SKIP|XFAIL|FAIL|XPASS|ERROR):' "$1" | tail -7 >>"$summary"
+  grep -E '^(FAIL|ERROR|XPASS):' "$1" | head -20 >>"$summary"
+  grep -E '^SKIP:' "$1" | head -10 >>"$summary"
+}
+if want gpu-tests && need_build && stage_begin gpu-tests 60; then
+  in_src timeout "$(limit 400)" make -j"$jobs" check TESTS="$gpu_tests" >"$OUT/tests.log" 2>&1
+  rc=$?
+  summarize "$OUT/tests.log"
+  for t in $gpu_tests; do
+    l=${t%.t}
+    l=${l%.sh}.log
+    { echo; echo "======== $l"; cat "$src/$l" 2>&1; } >>"$OUT/tests.log"
+  done
+  stage_end gpu-tests $rc
+fi
+
+# ---- bench -----------------------------------------------------------------------
+if want bench && need_build && stage_begin bench 60; then
+  wl=$src/bench/workloads/bert-base.tensors
+  rc=0
+  : >"$OUT/bench.txt"
+  json="{"
+  for m in "gpu-pack --tensors $wl" "list --device gpu --tensors $wl" "staged --tensors $wl"; do
+    key=${m%% *}
+    [ "$key" = list ] && key=list-gpu
+    # shellcheck disable=SC2086
+    { echo "\$ hvd-bench $m"; run1 "$(limit 200)" "$src/bin/hvd-bench" $m 2>&1; echo "(status $?)"; echo; } >>"$OUT/bench.txt"
+    # shellcheck disable=SC2086
+    run1 "$(limit 200)" "$src/bin/hvd-bench" $m --json >"$OUT/bench.one.json" 2>>"$OUT/bench.txt" || rc=1
+    [ -s "$OUT/bench.one.json" ] || echo null >"$OUT/bench.one.json"
+    json="$json$([ "$json" = "{" ] || echo ,)\"$key\": $(cat "$OUT/bench.one.json")"
+  done
+  echo "$json}" >"$OUT/bench.json"
+  rm -f "$OUT/bench.one.json"
+  grep -q '(status [1-9]' "$OUT/bench.txt" && rc=1
+  grep -E '^(gpu-pack|staged|hvd / cudaMemcpy): |^# SKIP|^# launch floor|WRONG|status [1-9]' "$OUT/bench.txt" >>"$summary"
+  stage_end bench $rc
+fi
+
+# ---- bert ------------------------------------------------------------------------
+if want bert && need_build && stage_begin bert 60; then
+  rc=0
+  : >"$OUT/bert.txt"
+  trainer=$src/examples/bert_train
+  torch_py=$repo/examples/bert/torch_bert.py
+  for p in mini base; do
+    if [ $p = mini ]; then steps=${BERT_STEPS_MINI:-200}; else steps=${BERT_STEPS_BASE:-60}; fi
+    if [ $dry = 0 ] && [ ! -x "$trainer" ]; then
+      note "bert $p: no $trainer in this build: C side skipped"
+    elif [ $dry = 0 ] && ! "$trainer" --help 2>&1 | grep -q -- '--device'; then
+      note "bert $p: examples/bert_train has no --device option in this build: C side skipped"
+    else
+      echo "\$ bert_train --device gpu --preset $p --steps $steps" >>"$OUT/bert.txt"
+      run1 "$(limit 150)" "$trainer" --device gpu --preset $p --steps "$steps" --quiet >>"$OUT/bert.txt" 2>&1
+      s=$?
+      echo "(status $s)" >>"$OUT/bert.txt"
+      [ $s = 0 ] || rc=1
+      note "bert C $p: $(grep '^done' "$OUT/bert.txt" | tail -1 | grep -o 'tokens/s [0-9.]*' || echo "no result") (status $s)"
+    fi
+    if [ ! -f "$torch_py" ]; then
+      note "bert $p: no examples/bert/torch_bert.py in this checkout: PyTorch side skipped"
+    else
+      echo "\$ python3 torch_bert.py --preset $p --steps $steps ${TORCH_BERT_ARGS:-}" >>"$OUT/bert.txt"
+      # shellcheck disable=SC2086
+      LD_LIBRARY_PATH=$sys_ld_path PYTHONUNBUFFERED=1 x timeout "$(limit 150)" python3 "$torch_py" --preset $p --steps "$steps" ${TORCH_BERT_ARGS:-} >>"$OUT/bert.txt" 2>&1
+      s=$?
+      echo "(status $s)" >>"$OUT/bert.txt"
+      [ $s = 0 ] || rc=1
+      note "bert torch $p: $(grep -o 'tokens/s[ =:]*[0-9.]*' "$OUT/bert.txt" | tail -1) (status $s)"
+    fi
+  done
+  stage_end bert $rc
+fi
+
+# ---- check -------------------------------------------------------------------------
+if want check && need_build && stage_begin check 120; then
+  in_src timeout "$(limit 500)" make -j"$jobs" check >"$OUT/check.log" 2>&1
+  rc=$?
+  summarize "$OUT/check.log"
+  [ $rc = 124 ] && note "check: stopped by the budget (timeout); the logs so far are in check.tar.gz"
+  if [ $dry = 0 ]; then
+    mv "$OUT/check.log" "$src/check.log"
+    (cd "$src" && { echo check.log; find t examples -name '*.log'; [ -f test-suite.log ] && echo test-suite.log; } |
+      tar -czf "$OUT/check.tar.gz" -T -) || note "check: packing the logs failed"
+  else
+    rm -f "$OUT/check.log"
+  fi
+  stage_end check $rc
+fi
+
+note ""
+note "== done in $(($(date +%s) - start)) s of $budget; $([ $failed = 0 ] && echo 'every stage that ran passed' || echo 'SOME STAGE FAILED'); files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+echo
+echo "================ summary ($summary)"
+cat "$summary"
+exit $failed

@@ -1,0 +1,101 @@
+#!/bin/sh
+# hvd-bench's GPU modes (doc/bench.md): without a GPU, or in a build
+# without CUDA, each prints one "# SKIP hvd-bench MODE: why" line (and a
+# {"skipped": true} document with --json) and exits 0; with one, a small
+# run of each exits 0 with every result checked. Bad arguments exit 2
+# before MPI starts. The program links the CUDA runtime, never libcuda.
+. "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
+bench="$HVD_TOP_BUILDDIR/bin/hvd-bench"
+need_prog "$bench"
+make_tmp gpubench
+mini="$HVD_TOP_SRCDIR/bench/workloads/bert-mini.tensors"
+
+# run_mode NAME SUMMARY ARGS...: one rank; exit 0 and either the skip
+# line or the mode's SUMMARY line (a grep pattern), nothing WRONG.
+run_mode() {
+  name=$1
+  summary=$2
+  shift 2
+  run_np 1 "$tmp/out" "$tmp/err" "$bench" "$@"
+  if grep -q "^# SKIP hvd-bench $name: " "$tmp/out"; then
+    # a TAP skip that says why: "ok N - ... # SKIP <reason>"
+    [ $rc = 0 ] && [ `wc -l <"$tmp/out"` = 1 ]
+    check $? "$name: one skip line, status 0 # SKIP `sed 's/^# SKIP //' \
+      "$tmp/out"`" || show "$tmp/err" stderr
+    cp "$tmp/out" "$tmp/skipped"
+  else
+    [ $rc = 0 ] && grep -q "$summary" "$tmp/out" && ! grep -q WRONG "$tmp/out"
+    check $? "$name runs on the GPU, status $rc, every result ok" || {
+      show "$tmp/out" stdout
+      show "$tmp/err" stderr
+    }
+  fi
+}
+run_mode gpu-pack '^gpu-pack: ' gpu-pack --max-bytes 64K --counts 1,7 \
+  --iters 3 --warmup 1 --tensors "$mini"
+run_mode staged '^staged: ' staged --min-bytes 64K --max-bytes 1M --iters 3 \
+  --warmup 1
+run_mode "list --device gpu" '^hvd / cudaMemcpy: ' list --device gpu \
+  --tensors "$mini" --iters 3 --warmup 1
+
+# --json: one document, skipped or not
+run_np 1 "$tmp/out" "$tmp/err" "$bench" gpu-pack --json --max-bytes 4K \
+  --counts 2 --iters 2
+[ $rc = 0 ] && grep -q '"mode": "gpu-pack"' "$tmp/out"
+check $? "gpu-pack --json, status $rc" || show "$tmp/out" stdout
+if command -v python3 >/dev/null 2>&1; then
+  python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$tmp/out"
+  check $? "gpu-pack --json is valid JSON" || show "$tmp/out" stdout
+fi
+
+# the build says why it skipped (if it did): no CUDA in it, or no device
+if [ -f "$tmp/skipped" ]; then
+  if grep -q '^#define HVD_HAVE_CUDA 1' "$HVD_TOP_BUILDDIR/config.h"; then
+    grep -q '^# SKIP hvd-bench [a-z -]*: no CUDA device: ' "$tmp/skipped"
+  else
+    grep -q '^# SKIP hvd-bench [a-z -]*: this build has no CUDA' "$tmp/skipped"
+  fi
+  check $? "the skip line gives this build's reason" || show "$tmp/skipped" line
+fi
+
+# bad arguments: status 2 and one line, no mpirun needed
+bad() {
+  "$bench" "$@" >"$tmp/out" 2>&1
+  rc=$?
+  [ $rc = 2 ] && grep -q "^hvd-bench: " "$tmp/out"
+  check $? "exit 2: hvd-bench $*" || show "$tmp/out" output
+}
+bad gpu-pack --counts 0
+bad gpu-pack --counts 4,x
+bad gpu-pack --counts ''
+bad gpu-pack --coll allreduce
+bad gpu-pack --device gpu
+bad gpu-pack --max-bytes 2G
+bad gpu-pack --min-bytes 1M --max-bytes 4K
+bad gpu-pack extra
+bad gpu-pack --tensors /nonexistent/x.tensors --iters 0
+bad staged --counts 4
+bad staged --iters -1
+bad list --device tpu --tensors "$mini"
+bad list --device gpu
+bad sweep --device gpu
+bad optim --device gpu --tensors "$mini"
+# a workload file that does not exist: status 2 from the mode itself
+run_np 1 "$tmp/out" "$tmp/out" "$bench" gpu-pack --tensors /nonexistent/x
+grep -q '^# SKIP' "$tmp/out" && [ $rc = 0 ] ||
+  { [ $rc = 2 ] && grep -q 'x: No such file' "$tmp/out"; }
+check $? "gpu-pack with a missing workload: skip or status 2 ($rc)" ||
+  show "$tmp/out" output
+
+# the CUDA runtime only, never the driver library
+if command -v readelf >/dev/null 2>&1; then
+  readelf -d "$bench" >"$tmp/dyn" 2>&1
+  ! grep -q 'NEEDED.*\[libcuda\.so' "$tmp/dyn"
+  check $? "hvd-bench does not link libcuda" || show "$tmp/dyn" readelf
+  if grep -q '^#define HVD_HAVE_CUDA 1' "$HVD_TOP_BUILDDIR/config.h"; then
+    grep -q 'NEEDED.*\[libcudart\.so' "$tmp/dyn"
+    check $? "hvd-bench links libcudart" || show "$tmp/dyn" readelf
+  fi
+fi
+echo "1..$n"
+exit $failed
