@@ -52,6 +52,7 @@ struct hvd__engine {
   /* guarded by mu */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* wakes the engine thread */
+  int poked;         /* (mu) a caller started blocking in hvd_wait */
   hvd_request_t *qhead, *qtail;
   hvd__table_t *inflight; /* name -> request, from submit to completion */
   int stop_requested;
@@ -659,6 +660,16 @@ static void close_executors(hvd__engine_t *e, int collective) {
   memset(e->exec_state, 0, sizeof e->exec_state);
 }
 
+/* hvd__set_wake's callback: a caller blocked, so cycle now rather than at
+ * the end of a back-off that assumed the core was the caller's. */
+static void engine_poke(void *arg) {
+  hvd__engine_t *e = arg;
+  pthread_mutex_lock(&e->mu);
+  e->poked = 1;
+  pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
 static void *engine_main(void *arg) {
   hvd__engine_t *e = arg;
 #ifdef __linux__
@@ -679,15 +690,23 @@ static void *engine_main(void *arg) {
   for (;;) {
     pthread_mutex_lock(&e->mu);
     if (hvd__table_count(e->inflight) > 0) {
-      double soon = hvd__now() + (backoff < e->cycle_s ? backoff : e->cycle_s);
+      /* a caller blocked in hvd_wait leaves the core to this thread: the
+       * back-off stops growing, so a late peer is met within 50 us */
+      double cap = hvd__callers_waiting() ? backoff_min : e->cycle_s;
+      double soon = hvd__now() + (backoff < cap ? backoff : cap);
       if (soon < next)
         next = soon;
     }
     while (e->qhead == NULL && e->slow == NULL && !e->stop_requested &&
+           !(e->poked && hvd__table_count(e->inflight) > 0) &&
            hvd__now() < next) {
       struct timespec ts;
       deadline_to_timespec(next, &ts);
       pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+    }
+    if (e->poked) {
+      e->poked = 0;
+      backoff = backoff_min;
     }
     hvd_request_t *list = e->qhead;
     e->qhead = e->qtail = NULL;
@@ -895,6 +914,7 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
     rc = hvd__set_error(HVD_ERR_SYSTEM, "pthread_create: %s", strerror(err));
     goto fail;
   }
+  hvd__set_wake(engine_poke, e);
   *out = e;
   return HVD_SUCCESS;
 fail:
@@ -905,6 +925,7 @@ fail:
 void hvd__engine_stop(hvd__engine_t *e) {
   if (e == NULL)
     return;
+  hvd__set_wake(NULL, NULL); /* before e->mu: engine_poke locks nap, then mu */
   pthread_mutex_lock(&e->mu);
   e->stop_requested = 1;
   pthread_cond_signal(&e->cv);

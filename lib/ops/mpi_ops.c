@@ -14,6 +14,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/request.h"
 #include "core/tensor.h"
 #include "ops/reduce.h"
 
@@ -37,12 +38,15 @@ typedef struct mpi_state {
 void hvd__wait_backoff(unsigned spin) {
   if (spin < 100)
     return; /* a peer is usually microseconds away */
-  if (spin < 300) {
+  /* While the caller computes, this thread shares its core: after a short
+   * spin, yield, then nap. While a caller is blocked in hvd_wait the core
+   * is ours and a nap only delays the result: keep yielding (others that
+   * share the core still get it) for much longer. */
+  if (spin < 300 || (spin < 20000 && hvd__callers_waiting())) {
     sched_yield();
     return;
   }
-  struct timespec ts = {0, spin < 2000 ? 20000 : 200000};
-  nanosleep(&ts, NULL);
+  hvd__nap(spin < 2000 ? 20e-6 : 200e-6); /* cut short when a caller blocks */
 }
 
 hvd_result_t hvd__mpi_wait(MPI_Request *req, const char *what) {
