@@ -690,9 +690,10 @@ static void *engine_main(void *arg) {
   for (;;) {
     pthread_mutex_lock(&e->mu);
     if (hvd__table_count(e->inflight) > 0) {
-      /* a caller blocked in hvd_wait leaves the core to this thread: the
-       * back-off stops growing, so a late peer is met within 50 us */
-      double cap = hvd__callers_waiting() ? backoff_min : e->cycle_s;
+      /* a caller blocked in hvd_wait leaves the core to this thread: no
+       * back-off, the next cycle starts at once and meets a late peer
+       * the moment it arrives (the wait inside a cycle yields the core) */
+      double cap = hvd__callers_waiting() ? 0 : e->cycle_s;
       double soon = hvd__now() + (backoff < cap ? backoff : cap);
       if (soon < next)
         next = soon;
