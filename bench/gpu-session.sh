@@ -268,12 +268,14 @@ need_build() {
 want build && need_build
 
 # ---- gpu-tests -----------------------------------------------------------------
-gpu_tests="t/gpu/kernels.t t/gpu/binding.sh t/gpu/collectives.np1 t/gpu/collectives.np2 t/gpu/collectives.np4 t/gpu/bench.sh"
+# every test of t/gpu (t/gpu/local.mk), and t/unit/optim.t, whose device
+# branch needs a GPU
+gpu_tests="t/gpu/kernels.t t/gpu/binding.sh t/gpu/collectives.np1 t/gpu/collectives.np2 t/gpu/collectives.np4 t/gpu/optim.np1 t/gpu/optim.np2 t/gpu/optim.np4 t/gpu/bert_layers.t t/gpu/bert_device.sh t/gpu/bench.sh t/unit/optim.t"
 # summarize LOG: the harness's counts and what did not pass
 summarize() {
   grep -E '^# (TOTAL|PASS|SKIP|XFAIL|FAIL|XPASS|ERROR):' "$1" | tail -7 >>"$summary"
   grep -E '^(FAIL|ERROR|XPASS):' "$1" | head -20 >>"$summary"
-  grep -E '^SKIP:' "$1" | head -10 >>"$summary"
+  grep -E '^SKIP:' "$1" | head -20 >>"$summary"
 }
 if want gpu-tests && need_build && stage_begin gpu-tests 60; then
   in_src timeout "$(limit 400)" make -j"$jobs" check TESTS="$gpu_tests" >"$OUT/tests.log" 2>&1
