@@ -160,8 +160,13 @@ def main():
     dev = torch.device(a.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         sys.exit("torch_bert.py: --device cuda, but torch sees no CUDA device")
-    torch.backends.cuda.matmul.allow_tf32 = a.tf32
-    torch.backends.cudnn.allow_tf32 = a.tf32
+    # torch >= 2.9: fp32_precision; allow_tf32 warns there, and a mix of
+    # the legacy and the new flags can raise RuntimeError when read. cuDNN
+    # is not used (no convolutions): only the matmuls are set.
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if a.tf32 else "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
     torch.manual_seed(a.seed)
 
     model = Bert(L, H, A, Fi, V, P).to(dev)
