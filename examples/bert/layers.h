@@ -130,8 +130,10 @@ typedef struct bert_backend {
   /* Host memory for the copies below (page-locked on the GPU). */
   void *(*host_alloc)(size_t bytes);
   void (*host_free)(void *p);
-  /* Host -> backend: src may be reused when it returns. Backend -> host:
-   * returns when dst holds the data (after all work queued before it). */
+  /* Host -> backend: src may be reused when it returns, except memory of
+   * host_alloc on the GPU (page-locked: the copy is queued, so src may be
+   * rewritten only after a sync or sync_all). Backend -> host: returns
+   * when dst holds the data (after all work queued before it). */
   void (*to_device)(void *dst, const void *src, size_t bytes);
   void (*to_host)(void *dst, const void *src, size_t bytes);
   /* Sizes the scratch memory of the kernels for batches of up to B x S

@@ -970,6 +970,8 @@ void pinned_free(void *p) {
     cuda_ok(cudaFreeHost(p), "cudaFreeHost");
 }
 
+/* From pageable memory the runtime stages src before it returns; from
+ * page-locked memory (pinned_alloc) the copy is only queued (layers.h). */
 void to_device(void *dst, const void *src, size_t bytes) {
   if (!usable() || bytes == 0)
     return;

@@ -690,7 +690,8 @@ hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
    * idle here anyway (the last pass ended with a synchronisation). */
   k->sync_all();
 
-  /* the batch, copied for backward: staged on the host, one copy */
+  /* the batch, copied for backward: staged on the host, one copy (the
+   * previous pass's copy from batch_host is done: sync_all above) */
   const int64_t NC = (int64_t)c->batch * c->seq_len; /* the block's [N] */
   int32_t *h = m->batch_host;
   m->B = B, m->S = S;
