@@ -197,7 +197,7 @@ static void free_plain(hvd_optimizer_t *opt) {
     if (opt->state[s].device == HVD_CPU)
       free(opt->state[s].data);
     else
-      hvd__odev_free(opt->state[s].data);
+      hvd__odev_free(opt->state[s].device, opt->state[s].data);
   free(opt->state);
   hvd__odev_close(opt->odev);
   free(opt);
