@@ -262,12 +262,14 @@ __global__ void sgd_kernel(const hvd__cuda_param_span_t *spans, int n,
 
 struct AdamArgs {
   float wd, decay, b1c, b2, b2c, eps, step_size, bc2_sqrt;
-  bool l2, decoupled;
+  bool l2;
 };
 
 /* torch.optim.Adam/AdamW: AdamW v *= 1 - lr * wd; Adam g += wd * v;
  * m = lerp(m, g, 1 - beta1); s = beta2 * s + (1 - beta2) * g * g;
- * v -= lr / (1 - beta1^t) * m / (sqrt(s) / sqrt(1 - beta2^t) + eps). */
+ * v -= lr / (1 - beta1^t) * m / (sqrt(s) / sqrt(1 - beta2^t) + eps).
+ * As the host's adam_loop: g as it is without L2 decay (never g + 0 * v,
+ * NaN for an infinite v), and v *= decay always (decay 1 for Adam). */
 __global__ void adam_kernel(const hvd__cuda_param_span_t *spans, int n,
                             AdamArgs a) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -278,8 +280,7 @@ __global__ void adam_kernel(const hvd__cuda_param_span_t *spans, int n,
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
          j < sp.count; j += stride) {
       float gj = a.l2 ? g[j] + a.wd * v[j] : g[j];
-      if (a.decoupled)
-        v[j] *= a.decay;
+      v[j] *= a.decay;
       m[j] += a.b1c * (gj - m[j]);
       s[j] = a.b2 * s[j] + a.b2c * gj * gj;
       float denom = sqrtf(s[j]) / a.bc2_sqrt + a.eps;
@@ -403,9 +404,8 @@ extern "C" hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans,
     return rc;
   AdamArgs a;
   a.l2 = !o->decoupled && o->weight_decay != 0;
-  a.decoupled = o->decoupled != 0;
   a.wd = (float)o->weight_decay;
-  a.decay = (float)(1.0 - lr * o->weight_decay);
+  a.decay = o->decoupled ? (float)(1.0 - lr * o->weight_decay) : 1.0f;
   a.b1c = (float)(1.0 - o->beta1);
   a.b2 = (float)o->beta2;
   a.b2c = (float)(1.0 - o->beta2);

@@ -100,9 +100,12 @@ hvd_result_t hvd__cuda_error(cudaError_t err, const char *what) {
                         cudaGetErrorString(err), cudaGetErrorName(err));
 }
 
-/* What each local rank contributes: its GPU's PCI bus id ("0000:3b:00.0"),
- * "" for no GPU (none visible, or HVD_NO_BIND=1), or "!" and the message
- * of the CUDA call that failed. */
+/* What each local rank contributes: its GPU's PCI bus id ("0000:3b:00.0")
+ * and, after a ' ', its UUID in hex ("" for no GPU: none visible, or
+ * HVD_NO_BIND=1), or "!" and the message of the CUDA call that failed.
+ * MIG instances of one GPU share its bus id but not its UUID, so ranks on
+ * different instances are not taken for ranks sharing a GPU; messages
+ * show the bus id. */
 #define BUSID_MAX 160
 
 /* Binds this rank to device local_rank % count unless no_bind; fills
@@ -117,10 +120,16 @@ static hvd_result_t bind_mine(int local_rank, int no_bind, char *mine,
     return HVD_SUCCESS;
   *dev = local_rank % count;
   HVD__CUDA_CHECK(cudaSetDevice(*dev));
-  HVD__CUDA_CHECK(cudaDeviceGetPCIBusId(mine, BUSID_MAX, *dev));
+  HVD__CUDA_CHECK(cudaDeviceGetPCIBusId(mine, BUSID_MAX - 40, *dev));
   for (char *p = mine; *p; p++) /* lower case, as lspci prints it */
     if (*p >= 'A' && *p <= 'F')
       *p = (char)(*p - 'A' + 'a');
+  struct cudaDeviceProp prop;
+  HVD__CUDA_CHECK(cudaGetDeviceProperties(&prop, *dev));
+  char *at = mine + strlen(mine);
+  *at++ = ' ';
+  for (int i = 0; i < 16; i++, at += 2)
+    snprintf(at, 3, "%02x", (unsigned char)prop.uuid.bytes[i]);
   return HVD_SUCCESS;
 fail:
   snprintf(mine, BUSID_MAX, "!%s", hvd_last_error());
@@ -158,9 +167,9 @@ hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind) {
       if (strcmp(all + (size_t)j * BUSID_MAX, id) == 0) {
         rc = hvd__set_error(HVD_ERR_CUDA,
                             "hvd_init: local ranks %d and %d are both bound "
-                            "to GPU %s; give each rank its own GPU "
+                            "to GPU %.*s; give each rank its own GPU "
                             "(HVD_NO_BIND=1 leaves binding to you)",
-                            j, i, id);
+                            j, i, (int)strcspn(id, " "), id);
         break;
       }
   }

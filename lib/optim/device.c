@@ -133,9 +133,18 @@ fail:
   return rc;
 }
 
-void hvd__odev_free(void *p) {
-  if (p != NULL && cudaFree(p) != cudaSuccess)
-    (void)cudaGetLastError();
+void hvd__odev_free(int dev, void *p) {
+  int prev = -1;
+  if (p == NULL)
+    return;
+  /* on dev: cudaFree on a thread whose current device has no context yet
+   * would create one (hundreds of MB) on that GPU, GPU 0 by default */
+  if (cudaGetDevice(&prev) != cudaSuccess)
+    prev = -1;
+  if (prev == dev || cudaSetDevice(dev) == cudaSuccess)
+    (void)cudaFree(p);
+  leave(dev, prev);
+  (void)cudaGetLastError(); /* nothing to report from a teardown */
 }
 
 hvd_result_t hvd__odev_zero(const char *who, hvd__odev_t *d, void *p,
@@ -265,6 +274,11 @@ hvd_result_t hvd__odev_write(const char *who, hvd_tensor_t *t, size_t offset,
   HVD__CHECK(enter(who, t->device, &prev));
   ODEV_CHECK(
       cudaMemcpy((char *)t->data + offset, src, bytes, cudaMemcpyHostToDevice));
+  /* From pageable memory cudaMemcpy returns once src is staged, possibly
+   * before the DMA lands, and the legacy stream it used orders nothing on
+   * non-blocking streams (the optimizer's, the engine's): wait for it, so
+   * that the data is there for any stream when we return. */
+  ODEV_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 fail:
   leave(t->device, prev);
   return rc;
@@ -297,7 +311,10 @@ hvd_result_t hvd__odev_calloc(const char *who, hvd__odev_t *d, size_t bytes,
   return no_cuda(who);
 }
 
-void hvd__odev_free(void *p) { (void)p; }
+void hvd__odev_free(int dev, void *p) {
+  (void)dev;
+  (void)p;
+}
 
 hvd_result_t hvd__odev_zero(const char *who, hvd__odev_t *d, void *p,
                             size_t bytes) {

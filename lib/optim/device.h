@@ -34,7 +34,7 @@ void hvd__odev_close(hvd__odev_t *d);
  * one byte, so never NULL), complete on return. Free with hvd__odev_free. */
 hvd_result_t hvd__odev_calloc(const char *who, hvd__odev_t *d, size_t bytes,
                               void **out);
-void hvd__odev_free(void *p); /* cudaFree; accepts NULL */
+void hvd__odev_free(int dev, void *p); /* cudaFree on dev; accepts NULL */
 
 /* Enqueued on d's stream (hvd__odev_sync waits): zero `bytes` bytes at p;
  * x[0..n) *= (float)factor, as the host's float loop. */

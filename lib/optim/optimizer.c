@@ -197,7 +197,7 @@ static void free_plain(hvd_optimizer_t *opt) {
     if (opt->state[s].device == HVD_CPU)
       free(opt->state[s].data);
     else
-      hvd__odev_free(opt->state[s].data);
+      hvd__odev_free(opt->state[s].device, opt->state[s].data);
   free(opt->state);
   hvd__odev_close(opt->odev);
   free(opt);
@@ -530,7 +530,28 @@ void hvd_adam_options_init(hvd_adam_options_t *o) {
 /* torch.optim.Adam/AdamW (foreach=False, amsgrad=False), per element:
  * AdamW: v *= 1 - lr * wd; Adam: g += wd * v;
  * m = lerp(m, g, 1 - beta1); s = beta2 * s + (1 - beta2) * g * g;
- * v -= lr / (1 - beta1^t) * m / (sqrt(s) / sqrt(1 - beta2^t) + eps). */
+ * v -= lr / (1 - beta1^t) * m / (sqrt(s) / sqrt(1 - beta2^t) + eps).
+ * adam_loop is inlined with a constant l2 flag, so both loops are
+ * branch-free and vectorize. Without L2 decay (AdamW, or Adam with wd 0)
+ * the gradient is used as it is, as torch does: adding 0 * v instead
+ * would turn an infinite value into NaN (0 * inf), where torch and the
+ * device kernel (adam_kernel) keep it infinite. AdamW scales v by decay,
+ * Adam by 1 (as the kernel does: same bits). */
+static inline __attribute__((always_inline)) void
+adam_loop(float *restrict v, const float *restrict g, float *restrict m,
+          float *restrict s, int64_t len, float wd, float decay, float b1c,
+          float b2, float b2c, float eps, float step_size, float bc2_sqrt,
+          const int l2) {
+  for (int64_t j = 0; j < len; j++) {
+    float gj = l2 ? g[j] + wd * v[j] : g[j];
+    v[j] *= decay;
+    m[j] += b1c * (gj - m[j]); /* torch's lerp_ for weights < 0.5 */
+    s[j] = b2 * s[j] + b2c * gj * gj;
+    float denom = sqrtf(s[j]) / bc2_sqrt + eps;
+    v[j] -= step_size * (m[j] / denom);
+  }
+}
+
 static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
                               hvd_tensor_t *state, int64_t step, double lr) {
   const builtin_t *b = ctx;
@@ -540,9 +561,8 @@ static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
       (rc = hvd__odev_update(STEP_WHO, b->odev, 1, o, params, n, state, 2, step,
                              lr)) != HVD_SUCCESS)
     return rc;
-  /* branch-free so the loop vectorizes: Adam adds wd_l2 * v to the
-   * gradient (0 for AdamW), AdamW scales v by decay (1 for Adam) */
-  const float wd_l2 = o->decoupled ? 0.0f : (float)o->weight_decay;
+  const int l2 = !o->decoupled && o->weight_decay != 0;
+  const float wd = (float)o->weight_decay;
   const float decay = o->decoupled ? (float)(1.0 - lr * o->weight_decay) : 1.0f;
   const float b1c = (float)(1.0 - o->beta1), b2 = (float)o->beta2;
   const float b2c = (float)(1.0 - o->beta2), eps = (float)o->eps;
@@ -551,18 +571,16 @@ static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
   for (int i = 0; i < n; i++) {
     if (params[i].value.device != HVD_CPU)
       continue;
-    float *restrict v = params[i].value.data;
-    const float *restrict g = params[i].grad.data;
-    float *restrict m = state[2 * i].data, *restrict s = state[2 * i + 1].data;
+    float *v = params[i].value.data;
+    const float *g = params[i].grad.data;
+    float *m = state[2 * i].data, *s = state[2 * i + 1].data;
     int64_t len = hvd_tensor_numel(&params[i].value);
-    for (int64_t j = 0; j < len; j++) {
-      float gj = g[j] + wd_l2 * v[j];
-      v[j] *= decay;
-      m[j] += b1c * (gj - m[j]); /* torch's lerp_ for weights < 0.5 */
-      s[j] = b2 * s[j] + b2c * gj * gj;
-      float denom = sqrtf(s[j]) / bc2_sqrt + eps;
-      v[j] -= step_size * (m[j] / denom);
-    }
+    if (l2)
+      adam_loop(v, g, m, s, len, wd, decay, b1c, b2, b2c, eps, step_size,
+                bc2_sqrt, 1);
+    else
+      adam_loop(v, g, m, s, len, wd, decay, b1c, b2, b2c, eps, step_size,
+                bc2_sqrt, 0);
   }
   return b->odev != NULL ? hvd__odev_sync(STEP_WHO, b->odev) : HVD_SUCCESS;
 }

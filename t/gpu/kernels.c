@@ -14,7 +14,7 @@
  *  - SGD (plain, momentum with dampening and weight decay, nesterov) and
  *    Adam, Adam with L2, AdamW: three steps with a changing learning rate
  *    against hvd_sgd_create/hvd_adam_create on host copies, values and
- *    state;
+ *    state, some values and gradients infinite, NaN, subnormal or -0;
  *  - argument errors and hvd__cuda_error's message.
  *
  * The data mixes ordinary values with random bit patterns (NaN, infinity,
@@ -380,16 +380,19 @@ static void single(hvd_dtype_t dtype, int finish, hvd_op_t op, double factor,
 #define NP 5
 static const int64_t pcounts[NP] = {1, 7, 300, 4099, 65537};
 
-/* Values of want and got (n floats) further apart than allowed. */
+/* Values of want and got (n floats) further apart than allowed; any NaN
+ * equals any NaN (the GPU makes its own payloads). */
 static int64_t differ_f32(const float *want, const float *got, int64_t n,
                           const char *where) {
   int64_t bad = 0;
   for (int64_t i = 0; i < n; i++) {
 #ifdef __FP_FAST_FMAF
     int same = fabsf(want[i] - got[i]) <= 1e-6f * fmaxf(1.0f, fabsf(want[i]));
+    same = same || (isinf(want[i]) && want[i] == got[i]);
 #else
     int same = memcmp(&want[i], &got[i], sizeof want[i]) == 0;
 #endif
+    same = same || (isnan(want[i]) && isnan(got[i]));
     if (!same && bad++ == 0)
       tap_note("%s: element %lld: want %.9g, got %.9g", where, (long long)i,
                want[i], got[i]);
@@ -416,6 +419,13 @@ static void run_optimizer(const optcase_t *c) {
     float *v = xmalloc(bytes), *g = xmalloc(bytes);
     for (int64_t j = 0; j < n; j++)
       v[j] = (float)uniform(-1, 1);
+    if (i == 2) { /* non-finite and subnormal values (AdamW keeps inf) */
+      v[0] = INFINITY;
+      v[1] = -INFINITY;
+      v[2] = NAN;
+      v[3] = 1e-40f;
+      v[4] = -0.0f;
+    }
     memset(g, 0, bytes);
     char *name = xmalloc(16);
     snprintf(name, 16, "p%d", i);
@@ -450,6 +460,12 @@ static void run_optimizer(const optcase_t *c) {
       float *g = params[i].grad.data;
       for (int64_t j = 0; j < pcounts[i]; j++)
         g[j] = (float)uniform(-1, 1);
+      if (i == 2) { /* non-finite and subnormal gradients */
+        g[5] = step == 2 ? INFINITY : g[5];
+        g[6] = step == 3 ? NAN : g[6];
+        g[7] = 1e-40f;
+        g[8] = -0.0f;
+      }
       to_dev(dev[i][1], g, (size_t)pcounts[i] * sizeof(float));
     }
     if (hvd_optimizer_set_lr(opt, lr) != HVD_SUCCESS ||

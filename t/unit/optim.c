@@ -271,6 +271,49 @@ static void test_adam(void) {
   run_adam("adamw beta1 0", &o, 3, 2, 0.01, 0);
 }
 
+/* Non-finite values as torch.optim: without L2 decay (AdamW, or Adam with
+ * weight_decay 0) the gradient is used as it is, so an infinite value
+ * stays infinite and its state finite (g + 0 * v would make them NaN);
+ * with L2 decay g + wd * v is infinite. The device kernel does the same
+ * (t/gpu/kernels compares them on such values). */
+static void test_adam_nonfinite(void) {
+  static const int64_t shape[] = {3};
+  float val[3], grad[3];
+  hvd_param_t p = {"x", hvd_tensor_make(val, HVD_FLOAT32, 1, shape),
+                   hvd_tensor_make(grad, HVD_FLOAT32, 1, shape)};
+  hvd_adam_options_t o;
+  for (int c = 0; c < 3; c++) {
+    hvd_optimizer_t *opt = NULL;
+    const char *label = c == 0 ? "adam" : c == 1 ? "adamw" : "adam l2";
+    hvd_adam_options_init(&o);
+    o.decoupled = c == 1;
+    o.weight_decay = c == 0 ? 0 : 0.01;
+    val[0] = INFINITY;
+    val[1] = -INFINITY;
+    val[2] = 1.0f;
+    grad[0] = grad[1] = 0.5f;
+    grad[2] = INFINITY;
+    if (!is_int(HVD_SUCCESS, hvd_adam_create(&p, 1, &o, &opt),
+                "%s non-finite: create", label))
+      continue;
+    is_int(HVD_SUCCESS, hvd_optimizer_step(opt), "%s non-finite: step", label);
+    const float *m = opt->state[0].data, *sq = opt->state[1].data;
+    if (c < 2)
+      ok(val[0] == INFINITY && val[1] == -INFINITY && isfinite(m[0]) &&
+             isfinite(sq[0]) && isfinite(m[1]) && isfinite(sq[1]),
+         "%s non-finite: infinite values stay infinite, state finite", label);
+    else
+      ok(isnan(val[0]) && isnan(val[1]) && m[0] == INFINITY &&
+             m[1] == -INFINITY && sq[0] == INFINITY,
+         "%s non-finite: L2 decay makes the gradient of an infinite value "
+         "infinite (value NaN)",
+         label);
+    ok(isnan(val[2]) && m[2] == INFINITY && sq[2] == INFINITY,
+       "%s non-finite: an infinite gradient: state infinite, value NaN", label);
+    hvd_optimizer_destroy(opt);
+  }
+}
+
 /* ---- learning rate, fresh gradients, NULL ------------------------------ */
 
 static void test_lr_and_fresh(void) {
@@ -673,6 +716,7 @@ static void test_validation(void) {
 int main(void) {
   test_sgd();
   test_adam();
+  test_adam_nonfinite();
   test_lr_and_fresh();
   test_custom();
   test_validation();
