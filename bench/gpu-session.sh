@@ -166,11 +166,15 @@ nccl_dir() {
     echo "$c"
     return 0
   fi
-  h=$(find /usr/include /usr/local /opt $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) \
-    -name nccl.h -path '*include*' 2>/dev/null | head -1)
-  [ -n "$h" ] || return 1
-  h=$(dirname "$h")
-  l=$(ls "$h"/../lib*/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so* 2>/dev/null | head -1)
+  # every nccl.h until one has its library beside it (a toolkit may ship
+  # the header without the library, while the wheel has both)
+  l=""
+  for h in $(timeout 60 find /usr/include /usr/local /opt $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) \
+    -name nccl.h -path '*include*' 2>/dev/null); do
+    h=$(dirname "$h")
+    l=$(ls "$h"/../lib*/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so* 2>/dev/null | head -1)
+    [ -n "$l" ] && break
+  done
   [ -n "$l" ] || return 1
   mkdir -p "$work/nccl/lib"
   ln -sfn "$h" "$work/nccl/include"

@@ -8,7 +8,10 @@
  *    MPI communicator, ncclCommInitRank, and agreement that it worked.
  *  - Allreduce: a lone tensor is reduced in the caller's memory (prescale
  *    into recv first, then in place; average and postscale by a kernel
- *    after). A fused group, or a compressed tensor (float32 as
+ *    after, when they change anything); so is every tensor of a fused
+ *    group at one rank, where the fusion buffer would only add two passes
+ *    over the bytes (and NCCL is not called: a copy when out of place,
+ *    nothing in place). A fused group, or a compressed tensor (float32 as
  *    float16/bfloat16 on the wire), goes through a persistent fusion buffer
  *    on the device: one batched pack (prescale and the cast fused), one
  *    ncclAllReduce, one batched unpack (average, postscale and the cast
@@ -229,6 +232,43 @@ static hvd_result_t nccl_enter(nccl_state_t *s, const hvd__exec_env_t *env,
 typedef hvd_result_t (*body_fn)(nccl_state_t *s, const hvd__exec_env_t *env,
                                 const hvd__work_t *w);
 
+/* One tensor reduced in the caller's memory: prescale into recv first,
+ * then in place. */
+static hvd_result_t allreduce_one(nccl_state_t *s, const hvd__exec_env_t *env,
+                                  const hvd__desc_t *d, hvd_request_t *r) {
+  hvd_result_t rc = HVD_SUCCESS;
+  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  hvd_op_t op = (hvd_op_t)d->op;
+  cudaStream_t st = s->gpu.stream;
+  int64_t n = hvd_tensor_numel(&r->send);
+  const void *src = r->send.data;
+  void *dst = r->recv.data;
+  if (n == 0)
+    return HVD_SUCCESS;
+  if (!r->is_stub && d->prescale != 1.0) {
+    HVD__CHECK(hvd__cuda_scale(dst, src, n, dtype, d->prescale, st));
+    src = dst;
+  }
+  if (env->size == 1) { /* nothing to exchange: all NCCL would do is copy */
+    if (src != dst)
+      HVD__CUDA_CHECK(cudaMemcpyAsync(dst, src,
+                                      (size_t)n * hvd_dtype_size(dtype),
+                                      cudaMemcpyDeviceToDevice, st));
+  } else {
+    NCCL_CHECK(ncclAllReduce(src, dst, (size_t)n, nccl_dtype(dtype),
+                             nccl_op(op), s->comm, st));
+  }
+  /* only when it changes something: the kernel with factor 1 is a copy, a
+   * whole pass over the bytes even in place (an average over one rank with
+   * postscale 1 is the identity, as in hvd__reduce_finish) */
+  if (!r->is_stub &&
+      ((op == HVD_AVERAGE && env->size > 1) || d->postscale != 1.0))
+    HVD__CHECK(hvd__cuda_reduce_finish(dst, dst, n, dtype, op, d->postscale,
+                                       env->size, st));
+fail:
+  return rc;
+}
+
 static hvd_result_t allreduce(nccl_state_t *s, const hvd__exec_env_t *env,
                               const hvd__work_t *w) {
   hvd_result_t rc = HVD_SUCCESS;
@@ -236,22 +276,12 @@ static hvd_result_t allreduce(nccl_state_t *s, const hvd__exec_env_t *env,
   hvd_dtype_t dtype = (hvd_dtype_t)d->dtype, wire = (hvd_dtype_t)d->wire;
   hvd_op_t op = (hvd_op_t)d->op;
   cudaStream_t st = s->gpu.stream;
-  if (w->n == 1 && wire == dtype) { /* alone: in the caller's memory */
-    hvd_request_t *r = w->reqs[0];
-    int64_t n = hvd_tensor_numel(&r->send);
-    const void *src = r->send.data;
-    void *dst = r->recv.data;
-    if (n == 0)
-      return HVD_SUCCESS;
-    if (!r->is_stub && d->prescale != 1.0) {
-      HVD__CHECK(hvd__cuda_scale(dst, src, n, dtype, d->prescale, st));
-      src = dst;
-    }
-    NCCL_CHECK(ncclAllReduce(src, dst, (size_t)n, nccl_dtype(dtype),
-                             nccl_op(op), s->comm, st));
-    if (!r->is_stub && (op == HVD_AVERAGE || d->postscale != 1.0))
-      HVD__CHECK(hvd__cuda_reduce_finish(dst, dst, n, dtype, op, d->postscale,
-                                         env->size, st));
+  /* Alone, or one rank (nothing to exchange, so no fusion buffer: its pack
+   * and unpack would be two passes over the bytes for nothing; an in-place
+   * group then costs no device pass at all): in the caller's memory. */
+  if ((w->n == 1 || env->size == 1) && wire == dtype) {
+    for (int i = 0; i < w->n; i++)
+      HVD__CHECK(allreduce_one(s, env, d, w->reqs[i]));
     return HVD_SUCCESS;
   }
   /* Through the fusion buffer. Spans: [0, real) pack the real tensors
@@ -440,7 +470,8 @@ static hvd_result_t reducescatter(nccl_state_t *s, const hvd__exec_env_t *env,
   int64_t mine = rows / p + (env->rank < rows % p);
   int64_t blk = (rows + p - 1) / p; /* rows per block, padded */
   size_t blk_elems = (size_t)(blk * row_elems);
-  int finish = op == HVD_AVERAGE || d->postscale != 1.0;
+  /* the finishing kernel changes something (with factor 1 it is a copy) */
+  int finish = (op == HVD_AVERAGE && p > 1) || d->postscale != 1.0;
   HVD__CHECK(alloc_rows(s, r, d, mine));
   if (blk_elems == 0)
     return HVD_SUCCESS;

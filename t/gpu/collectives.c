@@ -82,9 +82,14 @@ static void *dalloc(size_t bytes) {
   return p;
 }
 
+/* Complete when it returns: cudaMemcpy from pageable memory may return
+ * before its DMA has landed, and hvd's stream waits for no other (the
+ * contract: inputs complete at submission). */
 static void h2d(void *d, const void *h, size_t bytes) {
-  if (bytes > 0)
+  if (bytes > 0) {
     cuda_ok(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
 }
 
 static void d2h(void *h, const void *d, size_t bytes) {
@@ -528,6 +533,7 @@ static void test_errors(void) {
   int64_t shape[1] = {16};
   char want[300];
   cuda_ok(cudaMemset(d, 0, 16 * sizeof *d), "cudaMemset");
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); /* as h2d */
 
   hvd_tensor_t t = dtensor(d, HVD_FLOAT32, 1, shape);
   t.device = dev + 1;
