@@ -10,8 +10,7 @@
  *    into recv first, then in place; average and postscale by a kernel
  *    after, when they change anything); so is every tensor of a fused
  *    group at one rank, where the fusion buffer would only add two passes
- *    over the bytes (and NCCL is not called: a copy when out of place,
- *    nothing in place). A fused group, or a compressed tensor (float32 as
+ *    over the bytes. A fused group, or a compressed tensor (float32 as
  *    float16/bfloat16 on the wire), goes through a persistent fusion buffer
  *    on the device: one batched pack (prescale and the cast fused), one
  *    ncclAllReduce, one batched unpack (average, postscale and the cast
@@ -249,15 +248,8 @@ static hvd_result_t allreduce_one(nccl_state_t *s, const hvd__exec_env_t *env,
     HVD__CHECK(hvd__cuda_scale(dst, src, n, dtype, d->prescale, st));
     src = dst;
   }
-  if (env->size == 1) { /* nothing to exchange: all NCCL would do is copy */
-    if (src != dst)
-      HVD__CUDA_CHECK(cudaMemcpyAsync(dst, src,
-                                      (size_t)n * hvd_dtype_size(dtype),
-                                      cudaMemcpyDeviceToDevice, st));
-  } else {
-    NCCL_CHECK(ncclAllReduce(src, dst, (size_t)n, nccl_dtype(dtype),
-                             nccl_op(op), s->comm, st));
-  }
+  NCCL_CHECK(ncclAllReduce(src, dst, (size_t)n, nccl_dtype(dtype),
+                           nccl_op(op), s->comm, st));
   /* only when it changes something: the kernel with factor 1 is a copy, a
    * whole pass over the bytes even in place (an average over one rank with
    * postscale 1 is the identity, as in hvd__reduce_finish) */
