@@ -52,6 +52,8 @@ int main(void) {
 #include <stdlib.h>
 #include <string.h>
 
+#include "gputest.h"
+
 #define TOL_LAYER 1e-4
 #define TOL_MODEL 1e-3
 
@@ -554,11 +556,7 @@ static void test_model(void) {
 int main(void) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess)
-    skip_all("no CUDA device: cudaGetDeviceCount: %s (%s)",
-             cudaGetErrorString(e), cudaGetErrorName(e));
-  if (count == 0)
-    skip_all("no CUDA device: cudaGetDeviceCount found none");
+  gpu_devices_or_skip(e, count);
   char msg[512];
   if (bert_cuda_open(0, msg, sizeof msg) != 0)
     bail("bert_cuda_open(0): %s", msg);

@@ -60,6 +60,7 @@ int main(int argc, char **argv) {
 #include <mpi.h>
 
 #include "core/api.h" /* hvd__allreduce_wire_async: compression */
+#include "gputest.h"
 
 static int rank, size, dev;
 static const char *pass_name;
@@ -649,11 +650,7 @@ int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
   size = tap_size();
-  if (e != cudaSuccess)
-    skip_all("no CUDA device: cudaGetDeviceCount: %s (%s)",
-             cudaGetErrorString(e), cudaGetErrorName(e));
-  if (count == 0)
-    skip_all("no CUDA device: cudaGetDeviceCount found none");
+  gpu_devices_or_skip(e, count);
   /* a GPU each when there are enough, else all on the first */
   dev = count >= size ? rank % count : 0;
   if (!hvd_nccl_built())

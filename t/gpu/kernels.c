@@ -47,6 +47,7 @@ int main(void) {
 #include <stdlib.h>
 #include <string.h>
 
+#include "gputest.h"
 #include "hvd.h"
 #include "ops/cuda_kernels.h"
 #include "ops/cuda_rt.h"
@@ -584,11 +585,7 @@ static void errors(void) {
 int main(void) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess)
-    skip_all("no CUDA device: cudaGetDeviceCount: %s (%s)",
-             cudaGetErrorString(e), cudaGetErrorName(e));
-  if (count == 0)
-    skip_all("no CUDA device: cudaGetDeviceCount found none");
+  gpu_devices_or_skip(e, count);
   e = cudaSetDevice(0);
   if (e != cudaSuccess)
     bail("cudaSetDevice(0): %s", cudaGetErrorString(e));

@@ -61,6 +61,8 @@ int main(int argc, char **argv) {
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
+#include "gputest.h"
+
 #include "optim/optimizer.h" /* the state tensors */
 
 static int rank, size, dev;
@@ -715,11 +717,7 @@ int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
   size = tap_size();
-  if (e != cudaSuccess)
-    skip_all("no CUDA device: cudaGetDeviceCount: %s (%s)",
-             cudaGetErrorString(e), cudaGetErrorName(e));
-  if (count == 0)
-    skip_all("no CUDA device: cudaGetDeviceCount found none");
+  gpu_devices_or_skip(e, count);
   dev = count >= size ? rank % count : 0;
   cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
   test_parity();

@@ -1,0 +1,25 @@
+/*
+ * gputest.h - what every GPU test (t/gpu) does first: make sure a CUDA
+ * device is there, or skip the whole test with the reason. Header-only:
+ * it needs the CUDA headers, which only the GPU tests are compiled with.
+ */
+#ifndef HVD_T_GPUTEST_H
+#define HVD_T_GPUTEST_H
+
+#include <cuda_runtime_api.h>
+
+#include "tap.h"
+
+/* e and count are cudaGetDeviceCount's answer (asked wherever the test
+ * needs it, e.g. before MPI starts). Returns count when it is at least 1;
+ * otherwise "1..0 # SKIP no CUDA device: ..." and exit. */
+static inline int gpu_devices_or_skip(cudaError_t e, int count) {
+  if (e != cudaSuccess)
+    skip_all("no CUDA device: cudaGetDeviceCount: %s (%s)",
+             cudaGetErrorString(e), cudaGetErrorName(e));
+  if (count == 0)
+    skip_all("no CUDA device: cudaGetDeviceCount found none");
+  return count;
+}
+
+#endif /* HVD_T_GPUTEST_H */
