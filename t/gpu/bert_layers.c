@@ -30,14 +30,12 @@
  */
 #include <config.h>
 
+#include "gputest.h"
 #include "tap.h"
 
 #ifndef HVD_HAVE_CUDA
 
-int main(void) {
-  skip_all("no CUDA device: this build has no CUDA (configure found no "
-           "toolkit, or --without-cuda)");
-}
+int main(void) { skip_all("%s", GPU_TEST_NO_CUDA); }
 
 #else /* HVD_HAVE_CUDA */
 
@@ -51,8 +49,6 @@ int main(void) {
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "gputest.h"
 
 #define TOL_LAYER 1e-4
 #define TOL_MODEL 1e-3

@@ -46,12 +46,13 @@
 #include "hvdtest.h"
 #include "tap/tap.h"
 
+#include "gputest.h"
+
 #ifndef HVD_HAVE_CUDA
 
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
-  skip_all("no CUDA device: this build has no CUDA (configure found no "
-           "toolkit, or --without-cuda)");
+  skip_all("%s", GPU_TEST_NO_CUDA);
 }
 
 #else /* HVD_HAVE_CUDA */
@@ -60,7 +61,6 @@ int main(int argc, char **argv) {
 #include <mpi.h>
 
 #include "core/api.h" /* hvd__allreduce_wire_async: compression */
-#include "gputest.h"
 
 static int rank, size, dev;
 static const char *pass_name;

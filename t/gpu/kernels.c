@@ -29,14 +29,12 @@
  */
 #include <config.h>
 
+#include "gputest.h"
 #include "tap.h"
 
 #ifndef HVD_HAVE_CUDA
 
-int main(void) {
-  skip_all("no CUDA device: this build has no CUDA (configure found no "
-           "toolkit, or --without-cuda)");
-}
+int main(void) { skip_all("%s", GPU_TEST_NO_CUDA); }
 
 #else /* HVD_HAVE_CUDA */
 
@@ -47,7 +45,6 @@ int main(void) {
 #include <stdlib.h>
 #include <string.h>
 
-#include "gputest.h"
 #include "hvd.h"
 #include "ops/cuda_kernels.h"
 #include "ops/cuda_rt.h"

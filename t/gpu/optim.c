@@ -48,20 +48,19 @@
 #include "hvd.h"
 #include "tap/tap.h"
 
+#include "gputest.h"
+
 #ifndef HVD_HAVE_CUDA
 
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
-  skip_all("no CUDA device: this build has no CUDA (configure found no "
-           "toolkit, or --without-cuda)");
+  skip_all("%s", GPU_TEST_NO_CUDA);
 }
 
 #else /* HVD_HAVE_CUDA */
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
-
-#include "gputest.h"
 
 #include "optim/optimizer.h" /* the state tensors */
 

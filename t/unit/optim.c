@@ -94,6 +94,16 @@ static int close_all(const double *want, const float *got, const char *fmt,
   return ok(1, "%s", what);
 }
 
+/* With zero gradients, weight decay alone must still move every value
+ * away from val0. */
+static void all_moved(const model_t *m, const char *label) {
+  int moved = 1;
+  for (int e = 0; e < NE; e++)
+    moved &= m->val[e] != val0[e];
+  ok(moved, "%s: zero gradients with weight decay still move every value",
+     label);
+}
+
 /* ---- SGD ---------------------------------------------------------------- */
 
 /* Runs nsteps of zero_grad / backward / step (no backward when zero_grads)
@@ -149,13 +159,8 @@ static void run_sgd(const char *label, const hvd_sgd_options_t *o, int nsteps,
   }
   is_int(nsteps, hvd_optimizer_steps(opt), "%s: steps", label);
   is_double(lr, hvd_optimizer_lr(opt), 0, "%s: lr", label);
-  if (zero_grads) {
-    int moved = 1;
-    for (int e = 0; e < NE; e++)
-      moved &= m.val[e] != val0[e];
-    ok(moved, "%s: zero gradients with weight decay still move every value",
-       label);
-  }
+  if (zero_grads)
+    all_moved(&m, label);
   hvd_optimizer_destroy(opt);
 }
 
@@ -236,13 +241,8 @@ static void run_adam(const char *label, const hvd_adam_options_t *o, int nsteps,
     close_all(sa, state_flat(opt, 1), "%s: exp_avg_sq after step %d", label, t);
   }
   is_int(nsteps, hvd_optimizer_steps(opt), "%s: steps", label);
-  if (zero_grads) {
-    int moved = 1;
-    for (int e = 0; e < NE; e++)
-      moved &= m.val[e] != val0[e];
-    ok(moved, "%s: zero gradients with weight decay still move every value",
-       label);
-  }
+  if (zero_grads)
+    all_moved(&m, label);
   hvd_optimizer_destroy(opt);
 }
 

@@ -1,14 +1,21 @@
 /*
  * gputest.h - what every GPU test (t/gpu) does first: make sure a CUDA
  * device is there, or skip the whole test with the reason. Header-only:
- * it needs the CUDA headers, which only the GPU tests are compiled with.
+ * the CUDA part needs the CUDA headers, which only the GPU tests are
+ * compiled with. Include it after <config.h>.
  */
 #ifndef HVD_T_GPUTEST_H
 #define HVD_T_GPUTEST_H
 
-#include <cuda_runtime_api.h>
-
 #include "tap.h"
+
+/* The skip reason of every GPU test in a build without CUDA. */
+#define GPU_TEST_NO_CUDA                                                       \
+  "no CUDA device: this build has no CUDA (configure found no toolkit, or "    \
+  "--without-cuda)"
+
+#ifdef HVD_HAVE_CUDA
+#include <cuda_runtime_api.h>
 
 /* e and count are cudaGetDeviceCount's answer (asked wherever the test
  * needs it, e.g. before MPI starts). Returns count when it is at least 1;
@@ -21,5 +28,6 @@ static inline int gpu_devices_or_skip(cudaError_t e, int count) {
     skip_all("no CUDA device: cudaGetDeviceCount found none");
   return count;
 }
+#endif
 
 #endif /* HVD_T_GPUTEST_H */
