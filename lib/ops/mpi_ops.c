@@ -258,56 +258,97 @@ fail:
   return rc;
 }
 
-/* Allreduce through the node's shared segment, piece by piece:
- *   1. each rank copies its piece into its slot;
+/* The shared-memory allreduce works on pieces of at most SHM_SLOT bytes:
+ *   1. each rank puts its piece into its slot (shm_mine);
  *   2. (barrier) rank k reduces segment k of the piece over every slot, in
  *      place in its own slot, then allreduces it across nodes;
- *   3. (barrier) each rank copies every segment out, average and postscale
- *      fused into that copy when `finish`.
+ *   3. (barrier) each rank copies what it needs out of the slots, average
+ *      and postscale fused into that copy when `finish` (shm_copy_out);
+ *   4. the phase flips (shm_next).
  * Two phases of slots alternate: a rank writing phase p again has passed
- * the barrier that follows everyone's copy out of phase p. */
+ * the first barrier of the piece after, so every rank has copied phase p
+ * out. A fused group packs its tensors straight into shm_mine and unpacks
+ * them straight from the slots; shm_span does all four for one buffer. */
+static char *shm_mine(const mpi_state_t *s, const hvd__exec_env_t *env) {
+  return s->slot[env->local_rank] + s->phase * SHM_SLOT;
+}
+
+/* Elements per segment of a piece of cnt: cache-line multiples. */
+static int64_t shm_per(int64_t cnt, int64_t p) {
+  return ((cnt + p - 1) / p + 15) / 16 * 16;
+}
+
+/* Steps 1 (done by the caller: cnt elements in shm_mine) to 3's barrier. */
+static hvd_result_t shm_reduce_piece(mpi_state_t *s,
+                                     const hvd__exec_env_t *env, int64_t cnt,
+                                     const hvd__desc_t *d) {
+  hvd_result_t rc = HVD_SUCCESS;
+  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  int64_t esize = (int64_t)hvd_dtype_size(dtype);
+  int64_t per = shm_per(cnt, env->local_size), at = s->phase * SHM_SLOT;
+  char *mine = shm_mine(s, env);
+  HVD__CHECK(shm_barrier(s, env));
+  int64_t lo = env->local_rank * per < cnt ? env->local_rank * per : cnt;
+  int64_t hi = lo + per < cnt ? lo + per : cnt;
+  for (int k = 0; k < env->local_size && hi > lo; k++)
+    if (k != env->local_rank)
+      hvd__reduce_into(mine + lo * esize, s->slot[k] + at + lo * esize,
+                       hi - lo, dtype, (hvd_op_t)d->op);
+  if (s->shm_cross && hi > lo) /* same segments on every node */
+    HVD__MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mine + lo * esize,
+                                 (int)(hi - lo), mpi_dtype(d->dtype),
+                                 mpi_op(s, d->dtype, d->op), env->cross_comm));
+  HVD__CHECK(shm_barrier(s, env));
+fail:
+  return rc;
+}
+
+/* Step 3: elements [from, from + m) of the reduced piece of cnt to dst. */
+static void shm_copy_out(const mpi_state_t *s, const hvd__exec_env_t *env,
+                         int64_t cnt, int64_t from, int64_t m, void *dst,
+                         const hvd__desc_t *d, int finish) {
+  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  int64_t esize = (int64_t)hvd_dtype_size(dtype);
+  int64_t per = shm_per(cnt, env->local_size), at = s->phase * SHM_SLOT;
+  char *to = dst;
+  for (int64_t e = from, end = from + m; e < end;) {
+    int64_t k = e / per; /* the segment, and the rank that reduced it */
+    int64_t stop = (k + 1) * per < end ? (k + 1) * per : end;
+    const char *src = s->slot[k] + at + e * esize;
+    if (finish)
+      hvd__reduce_finish(to, src, stop - e, dtype, (hvd_op_t)d->op,
+                         d->postscale, env->size);
+    else
+      memcpy(to, src, (size_t)((stop - e) * esize));
+    to += (stop - e) * esize;
+    e = stop;
+  }
+}
+
+static void shm_next(mpi_state_t *s) { s->phase ^= 1; }
+
+/* Bytes per piece: HVD_CHUNK_SIZE, at most a slot. */
+static int64_t shm_piece_bytes(const hvd__exec_env_t *env) {
+  return env->chunk_bytes > 0 && env->chunk_bytes < SHM_SLOT ? env->chunk_bytes
+                                                             : SHM_SLOT;
+}
+
+/* Allreduce of one buffer through the node's shared segment. */
 static hvd_result_t shm_span(mpi_state_t *s, const hvd__exec_env_t *env,
                              const void *src, void *dst, int64_t n,
                              const hvd__desc_t *d, int finish) {
   hvd_result_t rc = HVD_SUCCESS;
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
-  int64_t esize = (int64_t)hvd_dtype_size(dtype), p = env->local_size;
-  int64_t cap = SHM_SLOT;
-  if (env->chunk_bytes > 0 && env->chunk_bytes < cap)
-    cap = env->chunk_bytes;
-  int64_t piece = cap / esize > 0 ? cap / esize : 1;
+  int64_t esize = (int64_t)hvd_dtype_size((hvd_dtype_t)d->dtype);
+  int64_t piece = shm_piece_bytes(env) / esize > 0
+                      ? shm_piece_bytes(env) / esize
+                      : 1;
   const char *in = src == MPI_IN_PLACE ? dst : src;
   for (int64_t off = 0; off < n; off += piece) {
     int64_t cnt = n - off < piece ? n - off : piece;
-    int64_t per = ((cnt + p - 1) / p + 15) / 16 * 16; /* cache-line multiples */
-    int64_t at = s->phase * SHM_SLOT;
-    char *mine = s->slot[env->local_rank] + at;
-    memcpy(mine, in + off * esize, (size_t)(cnt * esize));
-    HVD__CHECK(shm_barrier(s, env));
-    int64_t lo = env->local_rank * per < cnt ? env->local_rank * per : cnt;
-    int64_t hi = lo + per < cnt ? lo + per : cnt;
-    for (int k = 0; k < p && hi > lo; k++)
-      if (k != env->local_rank)
-        hvd__reduce_into(mine + lo * esize, s->slot[k] + at + lo * esize,
-                         hi - lo, dtype, (hvd_op_t)d->op);
-    if (s->shm_cross && hi > lo) /* same segments on every node */
-      HVD__MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mine + lo * esize,
-                                   (int)(hi - lo), mpi_dtype(d->dtype),
-                                   mpi_op(s, d->dtype, d->op),
-                                   env->cross_comm));
-    HVD__CHECK(shm_barrier(s, env));
-    for (int k = 0; k < p; k++) {
-      int64_t klo = k * per < cnt ? k * per : cnt;
-      int64_t khi = klo + per < cnt ? klo + per : cnt;
-      char *to = (char *)dst + (off + klo) * esize;
-      const char *from = s->slot[k] + at + klo * esize;
-      if (finish)
-        hvd__reduce_finish(to, from, khi - klo, dtype, (hvd_op_t)d->op,
-                           d->postscale, env->size);
-      else
-        memcpy(to, from, (size_t)((khi - klo) * esize));
-    }
-    s->phase ^= 1;
+    memcpy(shm_mine(s, env), in + off * esize, (size_t)(cnt * esize));
+    HVD__CHECK(shm_reduce_piece(s, env, cnt, d));
+    shm_copy_out(s, env, cnt, 0, cnt, (char *)dst + off * esize, d, finish);
+    shm_next(s);
   }
 fail:
   return rc;
@@ -457,10 +498,12 @@ static hvd_result_t allreduce_wire(mpi_state_t *s, const hvd__exec_env_t *env,
 }
 
 /* A fused group: tensors of a chunk or more go in place (no copy); runs of
- * smaller tensors are packed into one staging chunk (prescale fused into
- * the copy), reduced, and unpacked (average and postscale fused into the
- * copy back). Each chunk is packed, reduced and unpacked while it is hot in
- * cache, so the copies cost one pass over the bytes each way. */
+ * smaller tensors are packed into one chunk (prescale fused into the copy),
+ * reduced, and unpacked (average and postscale fused into the copy back).
+ * With the shared-memory allreduce the chunk is this rank's slot and the
+ * unpack reads the slots, so the copies are the only passes over the bytes;
+ * otherwise it is a staging buffer. Each chunk is packed, reduced and
+ * unpacked while it is hot in cache. */
 static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
                                   const hvd__work_t *w) {
   mpi_state_t *s = state;
@@ -472,7 +515,9 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
   if (d->wire != d->dtype)
     return allreduce_wire(s, env, w, chunk_elems);
   hvd_result_t rc = HVD_SUCCESS;
-  if (w->n > 1)
+  /* the same choice on every rank: shm is agreed, the chunk is a setting */
+  const int direct = s->shm && chunk_elems * esize <= shm_piece_bytes(env);
+  if (w->n > 1 && !direct)
     rc = staging(s, (size_t)(chunk_elems * esize));
   /* Packing decisions depend on sizes only, which every rank agrees on; a
    * joined rank's stubs take the same path with identity data. */
@@ -486,13 +531,14 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
     }
     int j = i;
     int64_t used = 0;
+    char *buf = direct ? shm_mine(s, env) : s->stage;
     double t0 = env->trace ? hvd__now() : 0, t1;
     for (; j < w->n; j++) { /* pack */
       hvd_request_t *q = w->reqs[j];
       int64_t m = hvd_tensor_numel(&q->send);
       if (m >= chunk_elems || used + m > chunk_elems)
         break;
-      hvd__scale(s->stage + used * esize, q->send.data, m, dtype,
+      hvd__scale(buf + used * esize, q->send.data, m, dtype,
                  q->is_stub ? 1.0 : d->prescale);
       used += m;
       if (env->trace) {
@@ -501,7 +547,8 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
         t0 = t1;
       }
     }
-    rc = reduce_span(s, env, MPI_IN_PLACE, s->stage, used, d, 0);
+    rc = direct ? shm_reduce_piece(s, env, used, d)
+                : reduce_span(s, env, MPI_IN_PLACE, buf, used, d, 0);
     if (env->trace) {
       t1 = hvd__now();
       for (int k = i; k < j; k++)
@@ -511,8 +558,10 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
     for (int64_t at = 0; i < j; i++) { /* unpack */
       hvd_request_t *q = w->reqs[i];
       int64_t m = hvd_tensor_numel(&q->send);
-      if (rc == HVD_SUCCESS && !q->is_stub)
-        hvd__reduce_finish(q->recv.data, s->stage + at * esize, m, dtype,
+      if (rc == HVD_SUCCESS && !q->is_stub && direct)
+        shm_copy_out(s, env, used, at, m, q->recv.data, d, 1);
+      else if (rc == HVD_SUCCESS && !q->is_stub)
+        hvd__reduce_finish(q->recv.data, buf + at * esize, m, dtype,
                            (hvd_op_t)d->op, d->postscale, env->size);
       at += m;
       if (env->trace) {
@@ -521,6 +570,8 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
         t0 = t1;
       }
     }
+    if (direct)
+      shm_next(s); /* the next piece flips, as in shm_span */
   }
   return rc;
 }
