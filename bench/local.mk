@@ -31,4 +31,4 @@ dist_check_SCRIPTS += t/gpu/bench.sh
 TESTS += t/gpu/bench.sh
 
 ## The GPU machine's preparation and its one command (doc/gpu-testing.md).
-EXTRA_DIST += bench/prepare-gpu-carry.sh bench/gpu-session.sh
+EXTRA_DIST += bench/prepare-gpu-carry.sh bench/gpu-session.sh bench/bert-sync-ratio.sh
