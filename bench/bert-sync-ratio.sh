@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/bin/sh
 # bench/bert-sync-ratio.sh - examples/bert_train's throughput with gradient
 # averaging against --no-sync (no reduction: the compute ceiling of the
 # ranks sharing this machine), in alternating runs, so that both see the
@@ -9,25 +9,35 @@
 #
 # Run it from a built tree (it uses bin/hvdrun and examples/bert_train),
 # with nothing else running. Defaults: 8 pairs, 2 ranks, 1500 steps of the
-# default preset (tiny). Exit status 0, or 1 if a run failed.
+# default preset (tiny). HVDRUN replaces bin/hvdrun (called as HVDRUN -np
+# N PROG ARGS). Exit status 0; 1 if a run failed; 2 a bad argument.
 set -u
+bad() { echo "bert-sync-ratio.sh: $*" >&2; exit 2; }
+count() { # a positive number for option $1, or exit 2
+  case $2 in '' | *[!0-9]* | 0*) bad "$1 takes a positive number, not '$2'" ;; esac
+}
 pairs=8 np=2
 while [ $# -gt 0 ]; do
   case $1 in
-  -n) pairs=$2; shift 2 ;;
-  -np) np=$2; shift 2 ;;
+  -n | -np)
+    [ $# -ge 2 ] || bad "$1 needs a value"
+    count "$1" "$2"
+    if [ "$1" = -n ]; then pairs=$2; else np=$2; fi
+    shift 2 ;;
   --) shift; break ;;
-  -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  *) echo "bert-sync-ratio.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+  -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) bad "unknown argument '$1' (try --help)" ;;
   esac
 done
 [ $# -gt 0 ] || set -- --steps 1500
-for f in bin/hvdrun examples/bert_train; do
+hvdrun=${HVDRUN:-bin/hvdrun}
+for f in examples/bert_train $hvdrun; do
+  [ "$f" != "${HVDRUN:-}" ] || continue # a command of the caller's
   [ -x "$f" ] || { echo "bert-sync-ratio.sh: no $f here: run it from a built tree" >&2; exit 1; }
 done
 # "tokens/s N (mean, first 2 steps excluded)" from the summary line
 run() {
-  bin/hvdrun -np "$np" examples/bert_train --quiet "$@" |
+  $hvdrun -np "$np" examples/bert_train --quiet "$@" |
     sed -n 's/^done .* tokens\/s \([0-9]*\) (mean.*/\1/p'
 }
 ratios=

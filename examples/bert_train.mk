@@ -15,3 +15,7 @@ examples_bert_train_LDADD = $(BERT_LIBS) $(HVD_PROG_LDADD)
 ## --data and bad command lines fail cleanly.
 EXTRA_DIST += t/mpi/bert_train.sh
 TESTS += t/mpi/bert_train.sh
+
+## bench/bert-sync-ratio.sh: its output and its errors (not the speed).
+EXTRA_DIST += t/mpi/bert_sync_ratio.sh
+TESTS += t/mpi/bert_sync_ratio.sh
