@@ -53,7 +53,8 @@ struct hvd__engine {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* wakes the engine thread */
   int poked;         /* (mu) a caller started blocking in hvd_wait */
-  int defer;         /* one rank: new work waits for a caller or the cycle */
+  int defer;         /* one rank: host work waits for a caller or the cycle */
+  int urgent;        /* (mu) the queue holds work that should start now */
   hvd_request_t *qhead, *qtail;
   hvd__table_t *inflight; /* name -> request, from submit to completion */
   int stop_requested;
@@ -155,6 +156,7 @@ static void stop_all(hvd__engine_t *e, hvd_result_t rc, const char *reason,
   hvd__table_destroy(e->inflight);
   e->inflight = hvd__table_create_borrowing();
   e->qhead = e->qtail = NULL; /* queued requests are in inflight too */
+  e->urgent = 0;
   pthread_mutex_unlock(&e->mu);
   while (list != NULL) {
     hvd_request_t *r = list;
@@ -699,8 +701,7 @@ static void *engine_main(void *arg) {
       if (soon < next)
         next = soon;
     }
-    while ((e->qhead == NULL || e->defer) && e->slow == NULL &&
-           !e->stop_requested &&
+    while (!e->urgent && e->slow == NULL && !e->stop_requested &&
            !(e->poked && hvd__table_count(e->inflight) > 0) &&
            hvd__now() < next) {
       struct timespec ts;
@@ -713,6 +714,7 @@ static void *engine_main(void *arg) {
     }
     hvd_request_t *list = e->qhead;
     e->qhead = e->qtail = NULL;
+    e->urgent = 0;
     int want_stop = e->stop_requested;
     pthread_mutex_unlock(&e->mu);
     double cycle_start = hvd__now();
@@ -810,11 +812,12 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
   pthread_condattr_destroy(&ca);
   e->settings = *s;
   e->env = *env;
-  /* With one rank a collective has no peer to meet, so starting it early
-   * gains nothing, while waking this thread for each submission costs the
-   * caller's core a switch each time (bert_train tiny at np=1: 3 to 5% of
-   * its step): new work waits for a caller to block in hvd_wait, or for
-   * the next cycle. With peers it starts at once, to meet them early. */
+  /* With one rank a host collective has no peer to meet, so starting it
+   * early gains nothing, while waking this thread for each submission costs
+   * the caller's core a switch each time (bert_train tiny at np=1: 3 to 5%
+   * of its step): host work waits for a caller to block in hvd_wait, or for
+   * the next cycle. With peers, or on a GPU (whose work runs beside the
+   * caller's), it starts at once. */
   e->defer = env->size == 1;
   e->env.chunk_bytes = s->chunk_size;
   e->env.shm = s->shm_allreduce;
@@ -979,8 +982,10 @@ hvd_result_t hvd__engine_submit(hvd__engine_t *e, hvd_request_t *r) {
     else
       e->qhead = r;
     e->qtail = r;
-    if (!e->defer)
+    if (!e->defer || r->desc.device != HVD_CPU) {
+      e->urgent = 1;
       pthread_cond_signal(&e->cv);
+    }
   }
   pthread_mutex_unlock(&e->mu);
   return rc;

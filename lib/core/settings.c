@@ -16,7 +16,7 @@ static const hvd__setting_info_t table[] = {
      "logging threshold: trace, debug, info, warning or error"},
     {"HVD_CYCLE_TIME", "1",
      "milliseconds between negotiation cycles when idle (woken early by "
-     "new work, or with one rank by a caller that waits)"},
+     "new work; with one rank, host work by a caller that waits)"},
     {"HVD_HOSTNAME", "(unset)",
      "when set, ranks with equal values form one node (instead of shared "
      "memory); used to simulate several nodes on one machine"},
