@@ -30,11 +30,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ $# -gt 0 ] || set -- --steps 1500
+need() { # exit 1 unless $1 is an executable of this tree
+  [ -x "$1" ] || { echo "bert-sync-ratio.sh: no $1 here: run it from a built tree" >&2; exit 1; }
+}
+need examples/bert_train
+[ -n "${HVDRUN:-}" ] || need bin/hvdrun
 hvdrun=${HVDRUN:-bin/hvdrun}
-for f in examples/bert_train $hvdrun; do
-  [ "$f" != "${HVDRUN:-}" ] || continue # a command of the caller's
-  [ -x "$f" ] || { echo "bert-sync-ratio.sh: no $f here: run it from a built tree" >&2; exit 1; }
-done
 # "tokens/s N (mean, first 2 steps excluded)" from the summary line
 run() {
   $hvdrun -np "$np" examples/bert_train --quiet "$@" |
@@ -43,7 +44,7 @@ run() {
 ratios=
 echo "# bert_train at np=$np, $* : averaging vs --no-sync tokens/s, alternating"
 for i in $(seq "$pairs"); do
-  s=$(run "$@") && n=$(run --no-sync "$@") && [ -n "$s" ] && [ -n "$n" ] ||
+  s=$(run "$@") && [ -n "$s" ] && n=$(run --no-sync "$@") && [ -n "$n" ] ||
     { echo "bert-sync-ratio.sh: a run failed" >&2; exit 1; }
   r=$(awk -v s="$s" -v n="$n" 'BEGIN { printf "%.3f", s / n }')
   ratios="$ratios $r"

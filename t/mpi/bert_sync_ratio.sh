@@ -3,27 +3,13 @@
 # their ratio (the averaging run's over the --no-sync run's, to 3 digits),
 # then the median and mean line; bad arguments exit 2 and outside a built
 # tree it exits 1, each with the reason. Throughput itself is not judged.
-: "${HVD_TOP_BUILDDIR:?run me from make check}"
-: "${HVD_TOP_SRCDIR:?run me from make check}"
-: "${HVD_MPIRUN_TEST:?run me from make check}"
+. "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 script=$HVD_TOP_SRCDIR/bench/bert-sync-ratio.sh
 HVD_TEST_TIMEOUT=${HVD_TEST_TIMEOUT:-90}
 export HVD_TEST_TIMEOUT
 
-n=0
-ok() {
-  n=$((n + 1))
-  if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi
-  return $1
-}
-show() { sed 's/^/# /' "$1"; }
-
-if [ ! -x "$HVD_TOP_BUILDDIR/examples/bert_train" ]; then
-  echo "1..0 # SKIP no examples/bert_train (run make)"
-  exit 0
-fi
-tmp=`mktemp -d "${TMPDIR:-/tmp}/bert_sync_ratio.XXXXXX"` || exit 99
-trap 'rm -rf "$tmp"' 0
+need_prog "$HVD_TOP_BUILDDIR/examples/bert_train"
+make_tmp bert_sync_ratio
 echo "1..6"
 
 # The test launcher in hvdrun's place: HVDRUN -np N PROG ARGS.
@@ -38,21 +24,24 @@ chmod +x "$tmp/launch"
 (cd "$HVD_TOP_BUILDDIR" &&
   HVDRUN=$tmp/launch sh "$script" -n 1 -np 2 -- --steps 12) \
   >"$tmp/out" 2>"$tmp/err"
-ok $? "one pair of 12-step runs at np=2 exits 0" || { show "$tmp/out"; show "$tmp/err"; }
+check $? "one pair of 12-step runs at np=2 exits 0" ||
+  { show "$tmp/out" stdout; show "$tmp/err" stderr; }
 pair=$(sed -n 's/^pair 1: averaging \([0-9]*\)  no-sync \([0-9]*\)  ratio \([0-9.]*\)$/\1 \2 \3/p' "$tmp/out")
 set -- $pair
 [ $# = 3 ] && [ "$1" -gt 0 ] && [ "$2" -gt 0 ] &&
   [ "$3" = "$(awk -v s="$1" -v n="$2" 'BEGIN { printf "%.3f", s / n }')" ]
-ok $? "the pair's ratio is its averaging tokens/s over its no-sync tokens/s" || show "$tmp/out"
+check $? "the pair's ratio is its averaging tokens/s over its no-sync tokens/s" ||
+  show "$tmp/out" stdout
 grep -qx "ratio: median ${3:-x}  mean ${3:-x}  (1 pairs)" "$tmp/out"
-ok $? "median and mean of one pair are its ratio" || show "$tmp/out"
+check $? "median and mean of one pair are its ratio" || show "$tmp/out" stdout
 
 sh "$script" -n 0 >"$tmp/out" 2>"$tmp/err"
 [ $? = 2 ] && grep -qx "bert-sync-ratio.sh: -n takes a positive number, not '0'" "$tmp/err"
-ok $? "-n 0: exit 2 with the reason" || show "$tmp/err"
+check $? "-n 0: exit 2 with the reason" || show "$tmp/err" stderr
 sh "$script" --pairs 3 >"$tmp/out" 2>"$tmp/err"
 [ $? = 2 ] && grep -qx "bert-sync-ratio.sh: unknown argument '--pairs' (try --help)" "$tmp/err"
-ok $? "an unknown argument: exit 2 with the reason" || show "$tmp/err"
+check $? "an unknown argument: exit 2 with the reason" || show "$tmp/err" stderr
 (cd "$tmp" && sh "$script" -n 1) >"$tmp/out" 2>"$tmp/err"
 [ $? = 1 ] && grep -qx "bert-sync-ratio.sh: no examples/bert_train here: run it from a built tree" "$tmp/err"
-ok $? "outside a built tree: exit 1 with the reason" || show "$tmp/err"
+check $? "outside a built tree: exit 1 with the reason" || show "$tmp/err" stderr
+exit $failed
