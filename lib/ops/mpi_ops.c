@@ -339,9 +339,9 @@ static hvd_result_t shm_span(mpi_state_t *s, const hvd__exec_env_t *env,
                              const hvd__desc_t *d, int finish) {
   hvd_result_t rc = HVD_SUCCESS;
   int64_t esize = (int64_t)hvd_dtype_size((hvd_dtype_t)d->dtype);
-  int64_t piece = shm_piece_bytes(env) / esize > 0
-                      ? shm_piece_bytes(env) / esize
-                      : 1;
+  int64_t piece = shm_piece_bytes(env) / esize;
+  if (piece < 1)
+    piece = 1;
   const char *in = src == MPI_IN_PLACE ? dst : src;
   for (int64_t off = 0; off < n; off += piece) {
     int64_t cnt = n - off < piece ? n - off : piece;
@@ -558,11 +558,13 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
     for (int64_t at = 0; i < j; i++) { /* unpack */
       hvd_request_t *q = w->reqs[i];
       int64_t m = hvd_tensor_numel(&q->send);
-      if (rc == HVD_SUCCESS && !q->is_stub && direct)
-        shm_copy_out(s, env, used, at, m, q->recv.data, d, 1);
-      else if (rc == HVD_SUCCESS && !q->is_stub)
-        hvd__reduce_finish(q->recv.data, buf + at * esize, m, dtype,
-                           (hvd_op_t)d->op, d->postscale, env->size);
+      if (rc == HVD_SUCCESS && !q->is_stub) {
+        if (direct)
+          shm_copy_out(s, env, used, at, m, q->recv.data, d, 1);
+        else
+          hvd__reduce_finish(q->recv.data, buf + at * esize, m, dtype,
+                             (hvd_op_t)d->op, d->postscale, env->size);
+      }
       at += m;
       if (env->trace) {
         t1 = hvd__now();
