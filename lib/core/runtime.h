@@ -37,6 +37,13 @@ int hvd__cuda_device(void);
  * a GPU. */
 int hvd__cuda_rank_device(void);
 
+/* Where hvd's own device resources go before any tensor says (a joined
+ * rank's stubs in its first device collective): the bound device; without
+ * one (HVD_NO_BIND=1) the device that was current on the thread that called
+ * hvd_init; -1 without CUDA or a GPU. The engine thread cannot ask for its
+ * own current device: it is not the caller's. */
+int hvd__cuda_home_device(void);
+
 /* Frees device memory hvd allocated (cudaFree; nothing for NULL). In a
  * build without CUDA there is none: free(), as for host memory. */
 void hvd__cuda_free(void *p);

@@ -26,6 +26,7 @@
 
 /* The device hvd_init bound this process to; -1 when it did not. */
 static atomic_int bound_device = -1;
+static atomic_int home_device = -1; /* hvd__cuda_home_device */
 
 int hvd_cuda_built(void) {
 #ifdef HVD_HAVE_CUDA
@@ -64,6 +65,8 @@ int hvd_cuda_device(void) {
 }
 
 int hvd__cuda_device(void) { return atomic_load(&bound_device); }
+
+int hvd__cuda_home_device(void) { return atomic_load(&home_device); }
 
 int hvd__cuda_rank_device(void) {
 #ifdef HVD_HAVE_CUDA
@@ -144,6 +147,7 @@ hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind) {
   char mine[BUSID_MAX] = "", *all = NULL;
   int rank, local_rank, local_size, dev, failed;
   atomic_store(&bound_device, -1);
+  atomic_store(&home_device, -1);
   HVD__MPI_CHECK(MPI_Comm_rank(comm, &rank));
   HVD__MPI_CHECK(MPI_Comm_rank(local_comm, &local_rank));
   HVD__MPI_CHECK(MPI_Comm_size(local_comm, &local_size));
@@ -181,8 +185,16 @@ hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind) {
                         "hvd_init: binding ranks to GPUs failed on rank %d "
                         "(its hvd_last_error says why)",
                         failed - 1);
-  if (rc == HVD_SUCCESS)
+  if (rc == HVD_SUCCESS) {
     atomic_store(&bound_device, dev);
+    /* HVD_NO_BIND=1: the device the caller made current before hvd_init */
+    if (dev < 0 && no_bind && hvd__cuda_device_count() > 0 &&
+        cudaGetDevice(&dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      dev = -1;
+    }
+    atomic_store(&home_device, dev);
+  }
 fail:
   free(all);
   return rc;
@@ -195,6 +207,7 @@ hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind) {
   (void)local_comm;
   (void)no_bind;
   atomic_store(&bound_device, -1);
+  atomic_store(&home_device, -1);
   return HVD_SUCCESS;
 }
 

@@ -37,7 +37,7 @@ hvd_result_t hvd__gpu_enter(hvd__gpu_t *g, const hvd__work_t *w,
   const char *name = "";
   int dev = work_device(w, &name);
   if (dev < 0)
-    dev = g->dev >= 0 ? g->dev : hvd__cuda_rank_device();
+    dev = g->dev >= 0 ? g->dev : hvd__cuda_home_device();
   if (dev < 0)
     return hvd__set_error(HVD_ERR_CUDA, "%s: this rank has no CUDA device",
                           who);

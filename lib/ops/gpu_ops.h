@@ -40,7 +40,7 @@ void hvd__gpu_init(hvd__gpu_t *g);
 
 /* Before a collective: makes the work's device current on this thread
  * (the device of its first real tensor; a stub-only group uses the device
- * already in use, else hvd__cuda_rank_device()) and creates the stream and
+ * already in use, else hvd__cuda_home_device()) and creates the stream and
  * event the first time. Every tensor of a rank must be on one device for
  * the life of hvd: another one fails with HVD_ERR_INVALID_ARG ("<who>:
  * tensor 'n' is on cuda:1 but hvd's GPU resources are on cuda:0"), which

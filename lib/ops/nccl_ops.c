@@ -5,7 +5,10 @@
  *  - The communicator is made on the first device collective, which every
  *    rank runs at the same point of the agreed order: every rank's GPU set
  *    up (agreed over MPI), rank 0's ncclGetUniqueId broadcast over hvd's
- *    MPI communicator, ncclCommInitRank, and agreement that it worked.
+ *    MPI communicator, ncclCommInitRankConfig, and agreement that it
+ *    worked. The communicator is non-blocking: whatever NCCL would block
+ *    in (its init, the connections it makes on first use, finalize) is
+ *    waited for here, within HVD_NCCL_TIMEOUT (settle()).
  *  - Allreduce: a lone tensor is reduced in the caller's memory (prescale
  *    into recv first, then in place; average and postscale by a kernel
  *    after, when they change anything); so is every tensor of a fused
@@ -30,7 +33,8 @@
  *  - Completion: an event recorded after the work and waited for before
  *    returning (hvd__gpu_wait, hvd__mpi_wait's polling policy), checking
  *    ncclCommGetAsyncError meanwhile. An asynchronous error, or no
- *    completion within HVD_NCCL_TIMEOUT seconds, or any other failure once
+ *    completion within HVD_NCCL_TIMEOUT seconds (of an enqueue that NCCL
+ *    left in progress, or of the work), or any other failure once
  *    the communicator exists, aborts it (ncclCommAbort: kernels still
  *    waiting for peers end) and fails with NCCL's message; later device
  *    collectives then fail at once with that message. Peers of a rank that
@@ -106,14 +110,60 @@ static hvd_result_t nccl_error(ncclResult_t r, const char *what) {
                         ncclGetErrorString(r));
 }
 
-/* Jump to `fail:` when an NCCL call fails. Needs `hvd_result_t rc`. */
+/* The communicator is non-blocking (ncclConfig_t.blocking = 0): a call that
+ * has to wait for peers (making the communicator, the connections NCCL
+ * makes on first use, a collective's enqueue behind them, finalize)
+ * returns ncclInProgress and goes on in NCCL's own threads. Until
+ * ncclCommGetAsyncError no longer says ncclInProgress, no other NCCL call
+ * and no kernel on hvd's stream may be issued. Waiting here (with
+ * hvd__wait_backoff) bounds that wait by HVD_NCCL_TIMEOUT: a blocking
+ * communicator would block inside NCCL, with no timeout, when a peer never
+ * comes. Returns the call's final result; *timed_out when it gave up. */
+static ncclResult_t settle(ncclComm_t comm, ncclResult_t r, double timeout_s,
+                           int *timed_out) {
+  double t0 = hvd__now();
+  *timed_out = 0;
+  for (unsigned spin = 0; r == ncclInProgress; spin++) {
+    ncclResult_t state = ncclInProgress;
+    ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess)
+      return q;
+    if (state != ncclInProgress)
+      return state;
+    if (timeout_s > 0 && hvd__now() - t0 > timeout_s) {
+      *timed_out = 1;
+      return ncclInProgress;
+    }
+    hvd__wait_backoff(spin);
+  }
+  return r;
+}
+
+/* settle() as an hvd result: NCCL's error, or HVD_ERR_NCCL "<what>: still
+ * in progress after <t> s (HVD_NCCL_TIMEOUT): ...". */
+static hvd_result_t nccl_settle(nccl_state_t *s, ncclResult_t r,
+                                const char *what) {
+  int timed_out = 0;
+  r = settle(s->comm, r, s->timeout_s, &timed_out);
+  if (timed_out)
+    return hvd__set_error(HVD_ERR_NCCL,
+                          "%.*s: still in progress after %g s "
+                          "(HVD_NCCL_TIMEOUT): a peer failed, is gone or is "
+                          "stuck",
+                          (int)strcspn(what, "("), what, s->timeout_s);
+  return r == ncclSuccess ? HVD_SUCCESS : nccl_error(r, what);
+}
+
+/* A call that returned (or will settle) without error. */
+#define NCCL_OK(r) ((r) == ncclSuccess || (r) == ncclInProgress)
+
+/* Settles an NCCL call on s->comm; jumps to `fail:` when it fails. Needs
+ * `hvd_result_t rc` and `nccl_state_t *s`. */
 #define NCCL_CHECK(call)                                                       \
   do {                                                                         \
-    ncclResult_t hvd__nccl_rc_ = (call);                                       \
-    if (hvd__nccl_rc_ != ncclSuccess) {                                        \
-      rc = nccl_error(hvd__nccl_rc_, #call);                                   \
+    rc = nccl_settle(s, (call), #call);                                        \
+    if (rc != HVD_SUCCESS)                                                     \
       goto fail;                                                               \
-    }                                                                          \
   } while (0)
 
 /* While waiting: NCCL's asynchronous error, and the timeout. */
@@ -187,19 +237,22 @@ static hvd_result_t comm_create(nccl_state_t *s, const hvd__exec_env_t *env,
   HVD__MPI_CHECK(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, env->comm));
   if (!msg.ok)
     return hvd__set_error(HVD_ERR_NCCL, "NCCL: on rank 0: %s", msg.why);
-  ncclResult_t r = ncclCommInitRank(&s->comm, env->size, msg.id, env->rank);
-  mine = HVD_SUCCESS;
-  if (r != ncclSuccess) {
-    mine = nccl_error(r, "ncclCommInitRank");
-    s->comm = NULL;
-  }
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0; /* see settle() */
+  s->comm = NULL;
+  ncclResult_t r =
+      ncclCommInitRankConfig(&s->comm, env->size, msg.id, env->rank, &cfg);
+  if (s->comm == NULL && NCCL_OK(r))
+    r = ncclInternalError; /* no communicator to wait for */
+  mine = s->comm != NULL ? nccl_settle(s, r, "ncclCommInitRankConfig")
+                         : nccl_error(r, "ncclCommInitRankConfig");
   rc = first_failed(env, mine == HVD_SUCCESS, &first);
   if (rc == HVD_SUCCESS && first < env->size) {
     rc = mine != HVD_SUCCESS
              ? mine
              : hvd__set_error(HVD_ERR_NCCL,
-                              "NCCL: ncclCommInitRank failed on rank %d (its "
-                              "hvd_last_error says why)",
+                              "NCCL: ncclCommInitRankConfig failed on rank %d "
+                              "(its hvd_last_error says why)",
                               first);
   }
   if (rc != HVD_SUCCESS) {
@@ -248,8 +301,8 @@ static hvd_result_t allreduce_one(nccl_state_t *s, const hvd__exec_env_t *env,
     HVD__CHECK(hvd__cuda_scale(dst, src, n, dtype, d->prescale, st));
     src = dst;
   }
-  NCCL_CHECK(ncclAllReduce(src, dst, (size_t)n, nccl_dtype(dtype),
-                           nccl_op(op), s->comm, st));
+  NCCL_CHECK(ncclAllReduce(src, dst, (size_t)n, nccl_dtype(dtype), nccl_op(op),
+                           s->comm, st));
   /* only when it changes something: the kernel with factor 1 is a copy, a
    * whole pass over the bytes even in place (an average over one rank with
    * postscale 1 is the identity, as in hvd__reduce_finish) */
@@ -346,12 +399,14 @@ static hvd_result_t alloc_rows(nccl_state_t *s, hvd_request_t *r,
   return hvd__gpu_alloc_output(&s->gpu, r, d->ndim, shape);
 }
 
-/* The end of a group of NCCL calls whose first failure is r. */
-static hvd_result_t group_end(ncclResult_t r, const char *what) {
+/* The end of a group of NCCL calls whose first failure is r (ncclSuccess
+ * when none failed): the group's work is enqueued (and settled) here. */
+static hvd_result_t group_end(nccl_state_t *s, ncclResult_t r,
+                              const char *what) {
   ncclResult_t e = ncclGroupEnd(); /* always: the group must be closed */
-  if (r == ncclSuccess)
-    r = e;
-  return r == ncclSuccess ? HVD_SUCCESS : nccl_error(r, what);
+  if (!NCCL_OK(r))
+    return nccl_error(r, what);
+  return nccl_settle(s, e, what);
 }
 
 static hvd_result_t allgather(nccl_state_t *s, const hvd__exec_env_t *env,
@@ -389,12 +444,12 @@ static hvd_result_t allgather(nccl_state_t *s, const hvd__exec_env_t *env,
   for (int k = 0; k < env->size; k++) {
     size_t bytes = (size_t)dims0[k] * rb;
     const void *src = k == env->rank ? r->send.data : (const void *)(out + at);
-    if (bytes > 0 && nr == ncclSuccess)
+    if (bytes > 0 && NCCL_OK(nr))
       nr = ncclBroadcast(src, out + at, bytes, ncclUint8, k, s->comm,
                          s->gpu.stream);
     at += bytes;
   }
-  rc = group_end(nr, "ncclBroadcast (allgather)");
+  rc = group_end(s, nr, "ncclBroadcast (allgather)");
 fail:
   return rc;
 }
@@ -434,16 +489,16 @@ static hvd_result_t alltoall(nccl_state_t *s, const hvd__exec_env_t *env,
     size_t sb = (size_t)r->splits[k] * rb,
            rbytes = (size_t)r->recv_splits[k] * rb;
     if (k != (size_t)env->rank) {
-      if (sb > 0 && nr == ncclSuccess)
+      if (sb > 0 && NCCL_OK(nr))
         nr = ncclSend(in + sat, sb, ncclUint8, (int)k, s->comm, s->gpu.stream);
-      if (rbytes > 0 && nr == ncclSuccess)
+      if (rbytes > 0 && NCCL_OK(nr))
         nr = ncclRecv(out + rat, rbytes, ncclUint8, (int)k, s->comm,
                       s->gpu.stream);
     }
     sat += sb;
     rat += rbytes;
   }
-  rc = group_end(nr, "ncclSend/ncclRecv (alltoall)");
+  rc = group_end(s, nr, "ncclSend/ncclRecv (alltoall)");
 fail:
   return rc;
 }
@@ -598,11 +653,24 @@ static void nccl_close(void *state, int collective) {
       caller = -1;
     if (s->gpu.dev >= 0)
       cudaSetDevice(s->gpu.dev);
-    /* together (every rank at the same point): an orderly end; alone
-     * (after a failure): nothing may wait for peers */
-    ncclResult_t r =
-        collective ? ncclCommDestroy(s->comm) : ncclCommAbort(s->comm);
-    if (r != ncclSuccess)
+    /* together (every rank at the same point): an orderly end, finalize
+     * (which waits for the peers, so within HVD_NCCL_TIMEOUT) then
+     * destroy; alone (after a failure), or when finalize failed: abort,
+     * which waits for nobody */
+    ncclResult_t r = ncclSuccess;
+    int timed_out = 0;
+    if (collective)
+      r = settle(s->comm, ncclCommFinalize(s->comm), s->timeout_s, &timed_out);
+    if (collective && r == ncclSuccess)
+      r = ncclCommDestroy(s->comm);
+    else
+      ncclCommAbort(s->comm);
+    if (timed_out)
+      HVD__LOG(HVD__LOG_WARNING,
+               "closing the NCCL communicator: ncclCommFinalize still in "
+               "progress after %g s (HVD_NCCL_TIMEOUT); aborted",
+               s->timeout_s);
+    else if (r != ncclSuccess)
       HVD__LOG(HVD__LOG_WARNING, "closing the NCCL communicator: %s",
                ncclGetErrorString(r));
     s->comm = NULL;
