@@ -150,7 +150,10 @@ hvd_result_t hvd__gpu_alloc_output(hvd__gpu_t *g, hvd_request_t *r, int ndim,
   return rc;
 }
 
-hvd_result_t hvd__gpu_stub_alloc(hvd__gpu_t *g, hvd_request_t *r) {
+hvd_result_t hvd__gpu_stub_alloc(void *state, const hvd__exec_env_t *env,
+                                 hvd_request_t *r) {
+  (void)env;
+  hvd__gpu_t *g = state; /* the executor state's first member */
   hvd_result_t rc = HVD_SUCCESS;
   void *host = NULL;
   int64_t n = hvd_tensor_numel(&r->send);
@@ -178,7 +181,8 @@ fail:
   return rc;
 }
 
-void hvd__gpu_stub_free(hvd_request_t *r) {
+void hvd__gpu_stub_free(void *state, hvd_request_t *r) {
+  (void)state;
   hvd__cuda_free(r->send.data);
   r->send.data = r->recv.data = NULL;
 }

@@ -72,10 +72,12 @@ hvd_result_t hvd__gpu_buffer(hvd__gpu_t *g, size_t n);
 hvd_result_t hvd__gpu_alloc_output(hvd__gpu_t *g, hvd_request_t *r, int ndim,
                                    const int64_t *shape);
 
-/* The executor's stub_alloc / stub_free (see executor.h): n elements of
- * the op's identity in device memory on the rank's GPU. */
-hvd_result_t hvd__gpu_stub_alloc(hvd__gpu_t *g, hvd_request_t *r);
-void hvd__gpu_stub_free(hvd_request_t *r);
+/* Both device executors' stub_alloc / stub_free (see executor.h): n
+ * elements of the op's identity in device memory on the rank's GPU. Their
+ * state must begin with its hvd__gpu_t. */
+hvd_result_t hvd__gpu_stub_alloc(void *state, const hvd__exec_env_t *env,
+                                 hvd_request_t *r);
+void hvd__gpu_stub_free(void *state, hvd_request_t *r);
 
 /* The timeline's span of one request (not for stubs). */
 void hvd__gpu_trace(const hvd__exec_env_t *env, const hvd_request_t *r,

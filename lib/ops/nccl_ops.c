@@ -57,7 +57,7 @@
 #include "ops/mpi_ops.h"
 
 typedef struct nccl_state {
-  hvd__gpu_t gpu;
+  hvd__gpu_t gpu;   /* first: hvd__gpu_stub_alloc/free take the state as one */
   ncclComm_t comm;  /* NULL before the first collective and after abort */
   double timeout_s; /* HVD_NCCL_TIMEOUT; 0: none */
   char failed[HVD__ERRMSG_MAX]; /* why comm was aborted; "" while usable */
@@ -683,18 +683,6 @@ static void nccl_close(void *state, int collective) {
   free(s);
 }
 
-static hvd_result_t nccl_stub_alloc(void *state, const hvd__exec_env_t *env,
-                                    hvd_request_t *r) {
-  (void)env;
-  nccl_state_t *s = state;
-  return hvd__gpu_stub_alloc(&s->gpu, r);
-}
-
-static void nccl_stub_free(void *state, hvd_request_t *r) {
-  (void)state;
-  hvd__gpu_stub_free(r);
-}
-
 const hvd__executor_t hvd__nccl_executor = {
     .name = "nccl",
     .open = nccl_open,
@@ -708,6 +696,6 @@ const hvd__executor_t hvd__nccl_executor = {
             [HVD__REDUCESCATTER] = nccl_reducescatter,
             [HVD__BARRIER] = nccl_barrier,
         },
-    .stub_alloc = nccl_stub_alloc,
-    .stub_free = nccl_stub_free,
+    .stub_alloc = hvd__gpu_stub_alloc,
+    .stub_free = hvd__gpu_stub_free,
 };

@@ -33,9 +33,9 @@
 #include "ops/mpi_ops.h"
 
 typedef struct staged_state {
-  hvd__gpu_t gpu;
-  void *inner; /* the MPI executor's state; NULL before first use */
-  char *pin;   /* pinned staging buffer */
+  hvd__gpu_t gpu; /* first: hvd__gpu_stub_alloc/free take the state as one */
+  void *inner;    /* the MPI executor's state; NULL before first use */
+  char *pin;      /* pinned staging buffer */
   size_t pin_cap;
   hvd_request_t *hreqs; /* host mirrors of a group's requests */
   hvd_request_t **hptrs;
@@ -278,18 +278,6 @@ static void staged_close(void *state, int collective) {
   free(s);
 }
 
-static hvd_result_t staged_stub_alloc(void *state, const hvd__exec_env_t *env,
-                                      hvd_request_t *r) {
-  (void)env;
-  staged_state_t *s = state;
-  return hvd__gpu_stub_alloc(&s->gpu, r);
-}
-
-static void staged_stub_free(void *state, hvd_request_t *r) {
-  (void)state;
-  hvd__gpu_stub_free(r);
-}
-
 const hvd__executor_t hvd__staged_executor = {
     .name = "mpi-staged",
     .open = staged_open,
@@ -303,6 +291,6 @@ const hvd__executor_t hvd__staged_executor = {
             [HVD__REDUCESCATTER] = staged_reducescatter,
             [HVD__BARRIER] = staged_barrier,
         },
-    .stub_alloc = staged_stub_alloc,
-    .stub_free = staged_stub_free,
+    .stub_alloc = hvd__gpu_stub_alloc,
+    .stub_free = hvd__gpu_stub_free,
 };
