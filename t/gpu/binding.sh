@@ -12,11 +12,12 @@
 #      devices 0 and 1.
 #
 # Skips ("no CUDA device: ...") when the build has no CUDA or
-# cudaGetDeviceCount finds no device or fails.
+# cudaGetDeviceCount finds no device or fails. HVD_BINDING_PROG names
+# another build of binding.c to run (t/standin/binding.sh: the stand-in's).
 
 : "${HVD_TOP_BUILDDIR:?run me from make check}"
 : "${HVD_MPIRUN_TEST:?run me from make check}"
-prog=$HVD_TOP_BUILDDIR/t/gpu/binding
+prog=${HVD_BINDING_PROG:-$HVD_TOP_BUILDDIR/t/gpu/binding}
 
 if [ ! -x "$prog" ]; then
   echo "1..0 # SKIP no $prog (run make check)"

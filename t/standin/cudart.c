@@ -1,0 +1,799 @@
+/*
+ * cudart.c - the host stand-in for the part of the CUDA runtime that
+ * libhvd, lib/optim/device.c and the t/gpu tests call (standin.h says what
+ * it models). Compiled against the real <cuda_runtime_api.h>, so every
+ * definition matches CUDA's declaration; libcudart is not linked.
+ *
+ *  - Devices: HVD_STANDIN_DEVICES of them (default 4), filtered by
+ *    CUDA_VISIBLE_DEVICES; each has its own PCI bus id and UUID, so
+ *    hvd_init's binding check can tell them apart. The current device is
+ *    per thread (device 0 at first), as in CUDA.
+ *  - Memory: cudaMalloc'd and cudaHostAlloc'd blocks are kept in one table.
+ *    New device memory is filled with 0xa5 (not zero, as on a GPU). A copy
+ *    whose kind disagrees with where its pointers live, a range past the
+ *    end of an allocation, a device pointer while another device is
+ *    current, cudaFree of anything but a live cudaMalloc pointer and
+ *    cudaFreeHost of anything but a live cudaHostAlloc pointer end the
+ *    process with a message. What was never freed is reported at exit.
+ *  - Streams and events: the work runs at the call. Each recorded event
+ *    answers cudaErrorNotReady HVD_STANDIN_POLLS times before
+ *    cudaSuccess, so polling loops run; an event recorded on a stream that
+ *    a hung NCCL collective holds never finishes until that communicator
+ *    is aborted (nccl.c). Synchronizing such a stream ends the process
+ *    (on a GPU it would never return).
+ */
+#include <config.h>
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "standin.h"
+
+#define MAX_DEVICES 8
+
+/* ---- messages, environment ------------------------------------------ */
+
+void standin_die(const char *fmt, ...) {
+  va_list ap;
+  char msg[1024];
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "hvd stand-in: %s\n", msg);
+  fflush(stderr);
+  abort();
+}
+
+int standin_env_int(const char *name, int def, int max) {
+  const char *v = getenv(name);
+  if (v == NULL || v[0] == '\0')
+    return def;
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > max)
+    standin_die("%s='%s' is not a whole number from 0 to %d", name, v, max);
+  return (int)x;
+}
+
+int standin_polls(void) {
+  return standin_env_int("HVD_STANDIN_POLLS", 2, 1000000);
+}
+
+/* Sleeps about us microseconds. */
+static void nap(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- devices ----------------------------------------------------------- */
+
+static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
+static int ndevices;              /* visible */
+static int physical[MAX_DEVICES]; /* ordinal -> the machine's device */
+static _Thread_local int current; /* per thread, as in CUDA */
+static _Thread_local cudaError_t last_error = cudaSuccess;
+
+static void devices_init(void) {
+  int machine = standin_env_int("HVD_STANDIN_DEVICES", 4, MAX_DEVICES);
+  const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+  if (vis == NULL) {
+    for (int i = 0; i < machine; i++)
+      physical[ndevices++] = i;
+    return;
+  }
+  /* as CUDA: the devices listed, up to the first entry that is not one */
+  const char *p = vis;
+  while (*p != '\0' && ndevices < MAX_DEVICES) {
+    char *end;
+    long x = strtol(p, &end, 10);
+    if (end == p || x < 0 || x >= machine)
+      break;
+    int dup = 0;
+    for (int i = 0; i < ndevices; i++)
+      dup |= physical[i] == (int)x;
+    if (dup)
+      break;
+    physical[ndevices++] = (int)x;
+    p = end;
+    while (*p == ' ')
+      p++;
+    if (*p != ',')
+      break;
+    p++;
+  }
+}
+
+static int device_count(void) {
+  pthread_once(&devices_once, devices_init);
+  return ndevices;
+}
+
+static cudaError_t fail(cudaError_t e) {
+  last_error = e;
+  return e;
+}
+
+int standin_current_device(void) {
+  if (device_count() == 0)
+    standin_die("CUDA was used on a machine whose stand-in has no devices");
+  return current;
+}
+
+cudaError_t cudaGetDeviceCount(int *count) {
+  *count = device_count();
+  return *count ? cudaSuccess : fail(cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device_count() == 0)
+    return fail(cudaErrorNoDevice);
+  if (device < 0 || device >= device_count())
+    return fail(cudaErrorInvalidDevice);
+  current = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *device) {
+  if (device_count() == 0)
+    return fail(cudaErrorNoDevice);
+  *device = current;
+  return cudaSuccess;
+}
+
+/* Device i's PCI bus number: distinct per device of the machine. */
+static int bus_of(int i) { return 0x1b + 0x1c * physical[i]; }
+
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
+  if (device < 0 || device >= device_count())
+    return fail(cudaErrorInvalidDevice);
+  if (pciBusId == NULL || len <= 0)
+    return fail(cudaErrorInvalidValue);
+  snprintf(pciBusId, (size_t)len, "0000:%02X:00.0", bus_of(device));
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+  if (device < 0 || device >= device_count())
+    return fail(cudaErrorInvalidDevice);
+  memset(prop, 0, sizeof *prop);
+  snprintf(prop->name, sizeof prop->name, "hvd stand-in GPU %d (host memory)",
+           physical[device]);
+  for (int i = 0; i < 16; i++) /* a UUID per device of the machine */
+    prop->uuid.bytes[i] = (char)(0x5a ^ (i * 17) ^ (physical[device] << 4));
+  prop->totalGlobalMem = (size_t)80 << 30;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 132;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->pciDomainID = 0;
+  prop->pciBusID = bus_of(device);
+  prop->pciDeviceID = 0;
+  prop->l2CacheSize = 50 << 20;
+  prop->unifiedAddressing = 1;
+  return cudaSuccess;
+}
+
+/* ---- errors ------------------------------------------------------------ */
+
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = last_error;
+  last_error = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
+/* CUDA 13's own names and words for the results the stand-in gives. */
+static const struct {
+  cudaError_t e;
+  const char *name, *text;
+} errors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice",
+     "invalid device ordinal"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice",
+     "no CUDA-capable device is detected"},
+    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle",
+     "invalid resource handle"},
+    {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer",
+     "invalid device pointer"},
+    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection",
+     "invalid copy direction for memcpy"},
+    {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
+};
+
+const char *cudaGetErrorName(cudaError_t error) {
+  for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+    if (errors[i].e == error)
+      return errors[i].name;
+  return "unrecognized error code";
+}
+
+const char *cudaGetErrorString(cudaError_t error) {
+  for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+    if (errors[i].e == error)
+      return errors[i].text;
+  return "unrecognized error code";
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+typedef struct alloc {
+  char *base;
+  size_t size; /* at least 1 */
+  int dev;     /* the device current when it was made */
+  int pinned;  /* cudaHostAlloc (host memory) rather than cudaMalloc */
+} alloc_t;
+
+static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
+static alloc_t *allocs; /* sorted by base */
+static size_t nallocs, allocs_cap;
+static long live[2]; /* device, pinned */
+static size_t live_bytes[2];
+static pthread_once_t report_once = PTHREAD_ONCE_INIT;
+
+/* Index of the last allocation with base <= p, or -1. mem_mu held. */
+static long below(const void *p) {
+  long lo = 0, hi = (long)nallocs - 1, at = -1;
+  while (lo <= hi) {
+    long mid = (lo + hi) / 2;
+    if ((uintptr_t)allocs[mid].base <= (uintptr_t)p) {
+      at = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return at;
+}
+
+/* The allocation holding p, copied into *out; 0 when none. */
+static int lookup(const void *p, alloc_t *out) {
+  int found = 0;
+  pthread_mutex_lock(&mem_mu);
+  long i = below(p);
+  if (i >= 0 && (uintptr_t)p < (uintptr_t)allocs[i].base + allocs[i].size) {
+    *out = allocs[i];
+    found = 1;
+  }
+  pthread_mutex_unlock(&mem_mu);
+  return found;
+}
+
+static void leak_report(void) {
+  pthread_mutex_lock(&mem_mu);
+  if (live[0] > 0 || live[1] > 0)
+    fprintf(stderr,
+            "hvd stand-in: at exit, %ld device allocations (%zu bytes) and "
+            "%ld pinned host allocations (%zu bytes) were never freed\n",
+            live[0], live_bytes[0], live[1], live_bytes[1]);
+  pthread_mutex_unlock(&mem_mu);
+}
+
+static void report_at_exit(void) { atexit(leak_report); }
+
+static cudaError_t track(void **out, size_t n, int pinned) {
+  pthread_once(&report_once, report_at_exit);
+  size_t size = n ? n : 1;
+  char *p = malloc(size);
+  if (p == NULL)
+    return fail(cudaErrorMemoryAllocation);
+  memset(p, 0xa5, size); /* neither memory kind starts zeroed */
+  pthread_mutex_lock(&mem_mu);
+  if (nallocs == allocs_cap) {
+    size_t cap = allocs_cap ? 2 * allocs_cap : 256;
+    alloc_t *a = realloc(allocs, cap * sizeof *a);
+    if (a == NULL)
+      standin_die("out of memory for the allocation table");
+    allocs = a;
+    allocs_cap = cap;
+  }
+  long at = below(p) + 1;
+  memmove(&allocs[at + 1], &allocs[at],
+          (nallocs - (size_t)at) * sizeof *allocs);
+  allocs[at] = (alloc_t){p, size, current, pinned};
+  nallocs++;
+  live[pinned]++;
+  live_bytes[pinned] += size;
+  pthread_mutex_unlock(&mem_mu);
+  *out = p;
+  return cudaSuccess;
+}
+
+/* Removes the allocation that starts at p, of kind pinned; dies when p is
+ * not one. */
+static void untrack(void *p, int pinned, const char *who) {
+  alloc_t a = {0};
+  pthread_mutex_lock(&mem_mu);
+  long i = below(p);
+  int found = i >= 0 && allocs[i].base == (char *)p;
+  if (found)
+    a = allocs[i];
+  if (found && a.pinned == pinned) {
+    memmove(&allocs[i], &allocs[i + 1],
+            (nallocs - (size_t)i - 1) * sizeof *allocs);
+    nallocs--;
+    live[pinned]--;
+    live_bytes[pinned] -= a.size;
+  }
+  pthread_mutex_unlock(&mem_mu);
+  if (!found) {
+    alloc_t in;
+    if (lookup(p, &in))
+      standin_die("%s(%p): not the start of an allocation (%zu bytes into "
+                  "a %zu-byte %s block)",
+                  who, p, (size_t)((char *)p - in.base), in.size,
+                  in.pinned ? "pinned host" : "device");
+    standin_die("%s(%p): not a live %s allocation (host memory, or freed "
+                "already)",
+                who, p, pinned ? "cudaHostAlloc" : "cudaMalloc");
+  }
+  if (a.pinned != pinned)
+    standin_die("%s(%p): a %s allocation (use %s)", who, p,
+                a.pinned ? "pinned host" : "device",
+                a.pinned ? "cudaFreeHost" : "cudaFree");
+  if (!pinned && a.dev != current)
+    standin_die("%s(%p): memory of cuda:%d freed while cuda:%d is current "
+                "(on a GPU this makes a context on cuda:%d)",
+                who, p, a.dev, current, current);
+  free(p);
+}
+
+long standin_device_allocations(void) {
+  pthread_mutex_lock(&mem_mu);
+  long n = live[0];
+  pthread_mutex_unlock(&mem_mu);
+  return n;
+}
+
+long standin_pinned_allocations(void) {
+  pthread_mutex_lock(&mem_mu);
+  long n = live[1];
+  pthread_mutex_unlock(&mem_mu);
+  return n;
+}
+
+int standin_device_of(const void *p) {
+  alloc_t a;
+  return lookup(p, &a) && !a.pinned ? a.dev : -1;
+}
+
+void standin_need_device_on(const void *p, size_t n, int dev, const char *who,
+                            const char *what) {
+  alloc_t a;
+  if (n == 0)
+    return;
+  if (!lookup(p, &a) || a.pinned)
+    standin_die("%s: %s %p (%zu bytes) is not device memory (%s)", who, what, p,
+                n, lookup(p, &a) ? "pinned host memory" : "host memory");
+  size_t off = (size_t)((const char *)p - a.base);
+  if (n > a.size - off)
+    standin_die("%s: %s %p (%zu bytes) runs %zu bytes past the end of its "
+                "%zu-byte device allocation",
+                who, what, p, n, n - (a.size - off), a.size);
+  if (a.dev != dev)
+    standin_die("%s: %s %p is memory of cuda:%d, not of cuda:%d", who, what, p,
+                a.dev, dev);
+}
+
+void standin_need_device(const void *p, size_t n, const char *who,
+                         const char *what) {
+  char w[160];
+  if (n == 0)
+    return;
+  snprintf(w, sizeof w, "%s (cuda:%d current)", who, standin_current_device());
+  standin_need_device_on(p, n, standin_current_device(), w, what);
+}
+
+/* Host memory: pageable or pinned, not device memory. */
+static void need_host(const void *p, size_t n, const char *who,
+                      const char *what) {
+  alloc_t a;
+  if (n > 0 && lookup(p, &a) && !a.pinned)
+    standin_die("%s: %s %p is device memory of cuda:%d, not host memory", who,
+                what, p, a.dev);
+  if (n > 0 && p == NULL)
+    standin_die("%s: %s is NULL", who, what);
+}
+
+cudaError_t cudaMalloc(void **devPtr, size_t size) {
+  if (devPtr == NULL)
+    return fail(cudaErrorInvalidValue);
+  (void)standin_current_device();
+  return track(devPtr, size, 0);
+}
+
+cudaError_t cudaFree(void *devPtr) {
+  if (devPtr != NULL)
+    untrack(devPtr, 0, "cudaFree");
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags) {
+  (void)flags;
+  if (pHost == NULL)
+    return fail(cudaErrorInvalidValue);
+  return track(pHost, size, 1);
+}
+
+cudaError_t cudaMallocHost(void **ptr, size_t size) {
+  return cudaHostAlloc(ptr, size, 0);
+}
+
+cudaError_t cudaFreeHost(void *ptr) {
+  if (ptr != NULL)
+    untrack(ptr, 1, "cudaFreeHost");
+  return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,
+                                     const void *ptr) {
+  alloc_t a;
+  if (attributes == NULL)
+    return fail(cudaErrorInvalidValue);
+  memset(attributes, 0, sizeof *attributes);
+  attributes->device = -2;
+  attributes->type = cudaMemoryTypeUnregistered;
+  if (lookup(ptr, &a)) {
+    attributes->device = a.dev;
+    attributes->type = a.pinned ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
+    attributes->devicePointer = (void *)ptr;
+    attributes->hostPointer = a.pinned ? (void *)ptr : NULL;
+  }
+  return cudaSuccess;
+}
+
+static const char *kind_name(enum cudaMemcpyKind kind) {
+  switch (kind) {
+  case cudaMemcpyHostToHost:
+    return "cudaMemcpyHostToHost";
+  case cudaMemcpyHostToDevice:
+    return "cudaMemcpyHostToDevice";
+  case cudaMemcpyDeviceToHost:
+    return "cudaMemcpyDeviceToHost";
+  case cudaMemcpyDeviceToDevice:
+    return "cudaMemcpyDeviceToDevice";
+  default:
+    return "cudaMemcpyDefault";
+  }
+}
+
+static cudaError_t copy(void *dst, const void *src, size_t count,
+                        enum cudaMemcpyKind kind, const char *who) {
+  char w[96];
+  snprintf(w, sizeof w, "%s(%s)", who, kind_name(kind));
+  if (count == 0)
+    return cudaSuccess;
+  switch (kind) {
+  case cudaMemcpyHostToHost:
+    need_host(dst, count, w, "dst");
+    need_host(src, count, w, "src");
+    break;
+  case cudaMemcpyHostToDevice:
+    standin_need_device(dst, count, w, "dst");
+    need_host(src, count, w, "src");
+    break;
+  case cudaMemcpyDeviceToHost:
+    need_host(dst, count, w, "dst");
+    standin_need_device(src, count, w, "src");
+    break;
+  case cudaMemcpyDeviceToDevice:
+    standin_need_device(dst, count, w, "dst");
+    standin_need_device(src, count, w, "src");
+    break;
+  case cudaMemcpyDefault:
+    if (standin_device_of(dst) >= 0)
+      standin_need_device(dst, count, w, "dst");
+    if (standin_device_of(src) >= 0)
+      standin_need_device(src, count, w, "src");
+    break;
+  default:
+    return fail(cudaErrorInvalidMemcpyDirection);
+  }
+  memmove(dst, src, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
+                       enum cudaMemcpyKind kind) {
+  return copy(dst, src, count, kind, "cudaMemcpy");
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
+                            enum cudaMemcpyKind kind, cudaStream_t stream) {
+  (void)standin_stream_device(stream, "cudaMemcpyAsync");
+  return copy(dst, src, count, kind, "cudaMemcpyAsync");
+}
+
+cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
+  standin_need_device(devPtr, count, "cudaMemset", "devPtr");
+  if (count > 0)
+    memset(devPtr, value, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
+                            cudaStream_t stream) {
+  (void)standin_stream_device(stream, "cudaMemsetAsync");
+  standin_need_device(devPtr, count, "cudaMemsetAsync", "devPtr");
+  if (count > 0)
+    memset(devPtr, value, count);
+  return cudaSuccess;
+}
+
+/* ---- streams and events ---------------------------------------------- */
+
+#define STREAM_MAGIC 0x53545245414d5f31ull /* "STREAM_1" */
+#define EVENT_MAGIC 0x4556454e545f5f31ull  /* "EVENT__1" */
+
+typedef struct stream {
+  uint64_t magic;
+  int dev;
+  unsigned long hung; /* the NCCL communicator it waits for; 0: none */
+  struct stream *next;
+} stream_t;
+
+typedef struct event {
+  uint64_t magic;
+  int dev;
+  int polls_left;     /* cudaErrorNotReady answers still to give */
+  unsigned long hung; /* recorded behind a hung collective of this comm */
+  struct event *next;
+} event_t;
+
+static pthread_mutex_t sync_mu = PTHREAD_MUTEX_INITIALIZER;
+static stream_t *streams;              /* live, created here */
+static stream_t defaults[MAX_DEVICES]; /* each device's default stream */
+static event_t *events;
+static long nstreams, nevents, not_ready;
+
+/* The stream behind handle s (sync_mu held); dies when s is not one. */
+static stream_t *stream_locked(cudaStream_t s, const char *who) {
+  if (s == NULL || s == cudaStreamLegacy || s == cudaStreamPerThread) {
+    int dev = standin_current_device();
+    defaults[dev].dev = dev;
+    return &defaults[dev];
+  }
+  for (stream_t *p = streams; p != NULL; p = p->next)
+    if ((cudaStream_t)p == s)
+      return p;
+  pthread_mutex_unlock(&sync_mu);
+  standin_die("%s: stream %p is not a live stream (destroyed already?)", who,
+              (void *)s);
+}
+
+static event_t *event_locked(cudaEvent_t e, const char *who) {
+  for (event_t *p = events; p != NULL; p = p->next)
+    if ((cudaEvent_t)p == e)
+      return p;
+  pthread_mutex_unlock(&sync_mu);
+  standin_die("%s: event %p is not a live event (destroyed already?)", who,
+              (void *)e);
+}
+
+int standin_stream_device(cudaStream_t s, const char *who) {
+  pthread_mutex_lock(&sync_mu);
+  int dev = stream_locked(s, who)->dev;
+  pthread_mutex_unlock(&sync_mu);
+  int cur = standin_current_device();
+  if (dev != cur)
+    standin_die("%s: stream %p belongs to cuda:%d but cuda:%d is current", who,
+                (void *)s, dev, cur);
+  return dev;
+}
+
+void standin_stream_hang(cudaStream_t s, unsigned long serial) {
+  pthread_mutex_lock(&sync_mu);
+  stream_locked(s, "standin_stream_hang")->hung = serial;
+  pthread_mutex_unlock(&sync_mu);
+}
+
+long standin_streams(void) {
+  pthread_mutex_lock(&sync_mu);
+  long n = nstreams;
+  pthread_mutex_unlock(&sync_mu);
+  return n;
+}
+
+long standin_events(void) {
+  pthread_mutex_lock(&sync_mu);
+  long n = nevents;
+  pthread_mutex_unlock(&sync_mu);
+  return n;
+}
+
+long standin_not_ready_answers(void) {
+  pthread_mutex_lock(&sync_mu);
+  long n = not_ready;
+  pthread_mutex_unlock(&sync_mu);
+  return n;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream,
+                                      unsigned int flags) {
+  (void)flags;
+  if (pStream == NULL)
+    return fail(cudaErrorInvalidValue);
+  stream_t *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return fail(cudaErrorMemoryAllocation);
+  s->magic = STREAM_MAGIC;
+  s->dev = standin_current_device();
+  pthread_mutex_lock(&sync_mu);
+  s->next = streams;
+  streams = s;
+  nstreams++;
+  pthread_mutex_unlock(&sync_mu);
+  *pStream = (cudaStream_t)s;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *pStream) {
+  return cudaStreamCreateWithFlags(pStream, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  pthread_mutex_lock(&sync_mu);
+  stream_t *s = stream_locked(stream, "cudaStreamDestroy");
+  if (s >= defaults && s < defaults + MAX_DEVICES) {
+    pthread_mutex_unlock(&sync_mu);
+    standin_die("cudaStreamDestroy: of a default stream");
+  }
+  for (stream_t **p = &streams; *p != NULL; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  nstreams--;
+  pthread_mutex_unlock(&sync_mu);
+  s->magic = 0;
+  free(s);
+  return cudaSuccess;
+}
+
+/* Waits while `serial` hangs: another thread may abort the communicator
+ * meanwhile; after 10 s the process ends (a GPU would wait forever). */
+static void wait_unhung(unsigned long serial, const char *who) {
+  double t0 = now_s();
+  while (serial != 0 && standin_nccl_hanging(serial)) {
+    if (now_s() - t0 > 10)
+      standin_die("%s: waits for an NCCL collective that never completes "
+                  "(communicator not aborted): on a GPU this never returns",
+                  who);
+    nap(1000);
+  }
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  pthread_mutex_lock(&sync_mu);
+  unsigned long hung = stream_locked(stream, "cudaStreamSynchronize")->hung;
+  pthread_mutex_unlock(&sync_mu);
+  wait_unhung(hung, "cudaStreamSynchronize");
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  pthread_mutex_lock(&sync_mu);
+  unsigned long hung = stream_locked(stream, "cudaStreamQuery")->hung;
+  pthread_mutex_unlock(&sync_mu);
+  return hung != 0 && standin_nccl_hanging(hung) ? cudaErrorNotReady
+                                                 : cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  int dev = standin_current_device();
+  for (;;) {
+    unsigned long hung = 0;
+    pthread_mutex_lock(&sync_mu);
+    for (stream_t *p = streams; p != NULL && hung == 0; p = p->next)
+      if (p->dev == dev && p->hung != 0 && standin_nccl_hanging(p->hung))
+        hung = p->hung;
+    if (hung == 0 && defaults[dev].hung != 0 &&
+        standin_nccl_hanging(defaults[dev].hung))
+      hung = defaults[dev].hung;
+    pthread_mutex_unlock(&sync_mu);
+    if (hung == 0)
+      return cudaSuccess;
+    wait_unhung(hung, "cudaDeviceSynchronize");
+  }
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
+  (void)flags;
+  if (event == NULL)
+    return fail(cudaErrorInvalidValue);
+  event_t *e = calloc(1, sizeof *e);
+  if (e == NULL)
+    return fail(cudaErrorMemoryAllocation);
+  e->magic = EVENT_MAGIC;
+  e->dev = standin_current_device();
+  pthread_mutex_lock(&sync_mu);
+  e->next = events;
+  events = e;
+  nevents++;
+  pthread_mutex_unlock(&sync_mu);
+  *event = (cudaEvent_t)e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *event) {
+  return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  pthread_mutex_lock(&sync_mu);
+  event_t *e = event_locked(event, "cudaEventDestroy");
+  for (event_t **p = &events; *p != NULL; p = &(*p)->next)
+    if (*p == e) {
+      *p = e->next;
+      break;
+    }
+  nevents--;
+  pthread_mutex_unlock(&sync_mu);
+  e->magic = 0;
+  free(e);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  int polls = standin_polls();
+  int dev = standin_stream_device(stream, "cudaEventRecord");
+  pthread_mutex_lock(&sync_mu);
+  event_t *e = event_locked(event, "cudaEventRecord");
+  stream_t *s = stream_locked(stream, "cudaEventRecord");
+  if (e->dev != dev) {
+    pthread_mutex_unlock(&sync_mu);
+    standin_die("cudaEventRecord: event of cuda:%d on a stream of cuda:%d",
+                e->dev, dev);
+  }
+  e->polls_left = polls;
+  e->hung = s->hung;
+  pthread_mutex_unlock(&sync_mu);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  cudaError_t r = cudaSuccess;
+  pthread_mutex_lock(&sync_mu);
+  event_t *e = event_locked(event, "cudaEventQuery");
+  unsigned long hung = e->hung;
+  if (e->polls_left > 0) {
+    e->polls_left--;
+    r = cudaErrorNotReady;
+  }
+  pthread_mutex_unlock(&sync_mu);
+  if (r == cudaSuccess && hung != 0 && standin_nccl_hanging(hung))
+    r = cudaErrorNotReady;
+  if (r == cudaErrorNotReady) {
+    pthread_mutex_lock(&sync_mu);
+    not_ready++;
+    pthread_mutex_unlock(&sync_mu);
+  }
+  return r; /* NotReady is not an error: the last error stays */
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  pthread_mutex_lock(&sync_mu);
+  event_t *e = event_locked(event, "cudaEventSynchronize");
+  unsigned long hung = e->hung;
+  e->polls_left = 0;
+  pthread_mutex_unlock(&sync_mu);
+  wait_unhung(hung, "cudaEventSynchronize");
+  return cudaSuccess;
+}

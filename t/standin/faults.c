@@ -1,0 +1,304 @@
+/*
+ * faults.c - the NCCL executor's failures (lib/ops/nccl_ops.c), with faults
+ * that the host stand-in injects (t/standin/standin.h), HVD_NCCL_TIMEOUT=1.
+ * Every case is one hvd_init ... hvd_shutdown of its own, with device
+ * allreduces of 4 float32 (rank + i on each rank, summed in place); R is
+ * the last rank:
+ *
+ *  0. no fault: the allreduces work, hvd polled (cudaEventQuery said
+ *     cudaErrorNotReady), and the communicator is non-blocking
+ *     (ncclCommInitRankConfig with config.blocking = 0) on every rank;
+ *  A. R's init never finishes: R's first device allreduce fails with
+ *     "ncclCommInitRankConfig: still in progress after 1 s
+ *     (HVD_NCCL_TIMEOUT) ...", the others' name rank R, none hangs; the
+ *     next one fails at once everywhere ("NCCL is unusable after an
+ *     earlier failure: <the first message>");
+ *  B. R's init fails (ncclSystemError): R says NCCL's words and the
+ *     stand-in's message, the others name rank R; the next device
+ *     allreduce fails at once as in A (nothing is retried);
+ *  C. R's third collective gets an asynchronous ncclRemoteError: R fails
+ *     with NCCL's words and aborts the communicator, the others' third
+ *     allreduce works (R did its part); in the fourth R fails at once
+ *     ("NCCL is unusable after an earlier failure"), the others time out
+ *     (no completion after 1 s: their peer is gone) and abort; in the
+ *     fifth everyone fails at once; a host allreduce still works;
+ *  D. R's second collective hangs: R times out ("no completion after 1 s
+ *     (HVD_NCCL_TIMEOUT)") and aborts, the others' second allreduce works;
+ *     in the third R fails at once and the others time out;
+ * and after each case hvd_shutdown returns HVD_SUCCESS and hvd has freed
+ * every device and pinned allocation, stream and event it made. Each case
+ * ends within 10 s.
+ *
+ * Registered at np 1, 2 and 3 (t/standin/local.mk).
+ */
+#include <config.h>
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hvd.h"
+#include "standin.h"
+#include "tap/tap.h"
+
+static int rank, size, dev, last;
+static float *dbuf; /* the allreduces' tensor, on this rank's GPU */
+static long allocs0;
+
+static const char timeout_msg[] =
+    "no completion after 1 s (HVD_NCCL_TIMEOUT): a peer failed, is gone or "
+    "is stuck";
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void cuda_ok(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    bail("%s: %s", what, cudaGetErrorString(e));
+}
+
+/* One device allreduce: its result, its message ("" when it worked), and
+ * whether the sums are exact when it worked. */
+static hvd_result_t dev_allreduce(const char *name, char *msg, size_t len,
+                                  int *good) {
+  float h[4];
+  int64_t shape[1] = {4};
+  for (int i = 0; i < 4; i++)
+    h[i] = (float)(rank + i);
+  cuda_ok(cudaMemcpy(dbuf, h, sizeof h, cudaMemcpyHostToDevice), "H2D");
+  hvd_tensor_t t = hvd_tensor_make(dbuf, HVD_FLOAT32, 1, shape);
+  t.device = dev;
+  hvd_result_t rc = hvd_allreduce(name, &t, &t, HVD_SUM, 1.0, 1.0);
+  snprintf(msg, len, "%s", rc == HVD_SUCCESS ? "" : hvd_last_error());
+  *good = 0;
+  if (rc == HVD_SUCCESS) {
+    cuda_ok(cudaMemcpy(h, dbuf, sizeof h, cudaMemcpyDeviceToHost), "D2H");
+    *good = 1;
+    for (int i = 0; i < 4; i++)
+      *good &= h[i] == (float)(size * (size - 1) / 2 + size * i);
+    if (!*good)
+      snprintf(msg, len, "got {%g, %g, %g, %g}", h[0], h[1], h[2], h[3]);
+  }
+  return rc;
+}
+
+/* A device allreduce that must work everywhere. */
+static void works(const char *name, const char *what) {
+  char msg[1024];
+  int good;
+  hvd_result_t rc = dev_allreduce(name, msg, sizeof msg, &good);
+  tap_note("rc %d: %s", rc, msg);
+  ok(rc == HVD_SUCCESS && good, "%s: allreduce '%s' works, sums exact", what,
+     name);
+}
+
+/* A device allreduce whose result and message on this rank are want_rc and
+ * "allreduce 'name': want" (want_rc HVD_SUCCESS: it works, sums exact). */
+static void expect(const char *name, hvd_result_t want_rc, const char *want,
+                   const char *what) {
+  char msg[1024], full[1024];
+  int good;
+  hvd_result_t rc = dev_allreduce(name, msg, sizeof msg, &good);
+  is_int(want_rc, rc, "%s: allreduce '%s': result", what, name);
+  if (want_rc == HVD_SUCCESS) {
+    tap_note("%s", msg);
+    ok(rc == HVD_SUCCESS && good, "%s: allreduce '%s': sums exact", what, name);
+    return;
+  }
+  snprintf(full, sizeof full, "allreduce '%s': %s", name, want);
+  is_string(full, msg, "%s: allreduce '%s': message", what, name);
+}
+
+/* "NCCL is unusable after an earlier failure: <why>" */
+static const char *unusable(char *buf, size_t len, const char *why) {
+  snprintf(buf, len, "NCCL is unusable after an earlier failure: %s", why);
+  return buf;
+}
+
+static double t_start;
+
+static void start(const char *what) {
+  cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+  setenv("HVD_GPU_OPERATIONS", "nccl", 1);
+  setenv("HVD_NCCL_TIMEOUT", "1", 1);
+  allocs0 = standin_device_allocations();
+  hvd_result_t rc = hvd_init();
+  tap_note("%s", hvd_last_error());
+  if (!is_int(HVD_SUCCESS, rc, "%s: hvd_init", what))
+    bail("hvd_init: %s", hvd_last_error());
+  t_start = now_s();
+}
+
+/* hvd_shutdown, then nothing of hvd's left on the device. */
+static void stop(const char *what) {
+  double took = now_s() - t_start;
+  is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown returns", what);
+  tap_note("case took %.2f s", took);
+  ok(took < 10, "%s: ends within 10 s", what);
+  is_int(allocs0, standin_device_allocations(),
+         "%s: hvd freed its device memory", what);
+  is_int(0, standin_pinned_allocations(), "%s: and its pinned memory", what);
+  is_int(0, standin_streams() + standin_events(),
+         "%s: and its streams and events", what);
+  unsetenv("HVD_STANDIN_NCCL_INIT_HANG");
+  unsetenv("HVD_STANDIN_NCCL_INIT_FAIL");
+  unsetenv("HVD_STANDIN_NCCL_ASYNC_ERROR");
+  unsetenv("HVD_STANDIN_NCCL_HANG");
+}
+
+static void setenv_rank(const char *name, const char *fmt, int n) {
+  char v[64];
+  snprintf(v, sizeof v, fmt, last, n);
+  setenv(name, v, 1);
+}
+
+static void case_none(void) {
+  const char *what = "no fault";
+  start(what);
+  long polls0 = standin_not_ready_answers();
+  works("n.1", what);
+  works("n.2", what);
+  ok(standin_not_ready_answers() > polls0,
+     "%s: hvd polled cudaEventQuery while it said cudaErrorNotReady", what);
+  int blocking = standin_nccl_last_blocking();
+  MPI_Allreduce(MPI_IN_PLACE, &blocking, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  is_int(0, blocking,
+         "%s: every rank's communicator is non-blocking "
+         "(ncclCommInitRankConfig, config.blocking = 0)",
+         what);
+  stop(what);
+}
+
+/* A and B: R's init did not work (on R: mine); the first device
+ * allreduce fails with that on R and names R on the others, the second
+ * fails at once with the first's message. */
+static void init_failed(const char *what, const char *n1, const char *n2,
+                        const char *mine) {
+  char want[512], again[1024];
+  if (rank == last)
+    snprintf(want, sizeof want, "%s", mine);
+  else
+    snprintf(want, sizeof want,
+             "NCCL: ncclCommInitRankConfig failed on rank %d (its "
+             "hvd_last_error says why)",
+             last);
+  expect(n1, HVD_ERR_NCCL, want, what);
+  expect(n2, HVD_ERR_NCCL, unusable(again, sizeof again, want), what);
+}
+
+static void case_init_hang(void) {
+  const char *what = "init never finishes";
+  setenv_rank("HVD_STANDIN_NCCL_INIT_HANG", "%d", 0);
+  start(what);
+  init_failed(what, "a.1", "a.2",
+              "ncclCommInitRankConfig: still in progress after 1 s "
+              "(HVD_NCCL_TIMEOUT): a peer failed, is gone or is stuck");
+  stop(what);
+}
+
+static void case_init_fail(void) {
+  const char *what = "init fails";
+  char mine[512];
+  setenv_rank("HVD_STANDIN_NCCL_INIT_FAIL", "%d", 0);
+  start(what);
+  snprintf(mine, sizeof mine,
+           "ncclCommInitRankConfig: %s (stand-in: ncclCommInitRankConfig "
+           "failed on rank %d as asked (HVD_STANDIN_NCCL_INIT_FAIL=%d))",
+           ncclGetErrorString(ncclSystemError), last, last);
+  init_failed(what, "b.1", "b.2", mine);
+  stop(what);
+}
+
+static void case_async_error(void) {
+  const char *what = "asynchronous error";
+  char async[512], want[1024];
+  setenv_rank("HVD_STANDIN_NCCL_ASYNC_ERROR", "%d:%d", 2);
+  start(what);
+  works("c.1", what);
+  works("c.2", what);
+  snprintf(async, sizeof async,
+           "ncclAllReduce: %s (stand-in: asynchronous ncclRemoteError on "
+           "rank %d after 2 calls as asked (HVD_STANDIN_NCCL_ASYNC_ERROR))",
+           ncclGetErrorString(ncclRemoteError), last);
+  /* 3: R fails; the others' collective had R's part, so it works */
+  if (rank == last) {
+    snprintf(want, sizeof want, "NCCL: %s; the communicator was aborted",
+             async);
+    expect("c.3", HVD_ERR_NCCL, want, what);
+  } else {
+    expect("c.3", HVD_SUCCESS, "", what);
+  }
+  /* 4: R at once; the others wait for R in vain */
+  if (rank == last)
+    unusable(want, sizeof want, async);
+  else
+    snprintf(want, sizeof want, "NCCL: %s; the communicator was aborted",
+             timeout_msg);
+  expect("c.4", HVD_ERR_NCCL, want, what);
+  /* 5: everyone at once, each with its own reason */
+  unusable(want, sizeof want, rank == last ? async : timeout_msg);
+  expect("c.5", HVD_ERR_NCCL, want, what);
+  /* host tensors do not need NCCL */
+  float x = (float)rank, y = -1;
+  int64_t shape[1] = {1};
+  hvd_tensor_t s = hvd_tensor_make(&x, HVD_FLOAT32, 1, shape);
+  hvd_tensor_t r = hvd_tensor_make(&y, HVD_FLOAT32, 1, shape);
+  hvd_result_t rc = hvd_allreduce("c.host", &s, &r, HVD_SUM, 1.0, 1.0);
+  tap_note("rc %d (%s), y = %g", rc, hvd_last_error(), y);
+  ok(rc == HVD_SUCCESS && y == (float)(size * (size - 1) / 2),
+     "%s: a host allreduce still works", what);
+  stop(what);
+}
+
+static void case_hang(void) {
+  const char *what = "hung collective";
+  char want[1024];
+  setenv_rank("HVD_STANDIN_NCCL_HANG", "%d:%d", 1);
+  start(what);
+  works("d.1", what);
+  /* 2: R times out; the others had R's part */
+  if (rank == last) {
+    snprintf(want, sizeof want, "NCCL: %s; the communicator was aborted",
+             timeout_msg);
+    expect("d.2", HVD_ERR_NCCL, want, what);
+  } else {
+    expect("d.2", HVD_SUCCESS, "", what);
+  }
+  /* 3: R at once; the others time out in turn */
+  if (rank == last)
+    unusable(want, sizeof want, timeout_msg);
+  else
+    snprintf(want, sizeof want, "NCCL: %s; the communicator was aborted",
+             timeout_msg);
+  expect("d.3", HVD_ERR_NCCL, want, what);
+  stop(what);
+}
+
+int main(int argc, char **argv) {
+  tap_mpi_init(&argc, &argv);
+  rank = tap_rank();
+  size = tap_size();
+  last = size - 1;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < size)
+    bail("the stand-in has %d GPUs for %d ranks (HVD_STANDIN_DEVICES)", count,
+         size);
+  dev = rank; /* a GPU each: NCCL refuses two ranks on one */
+  cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+  cuda_ok(cudaMalloc((void **)&dbuf, 4 * sizeof *dbuf), "cudaMalloc");
+  case_none();
+  case_init_hang();
+  case_init_fail();
+  case_async_error();
+  case_hang();
+  cuda_ok(cudaFree(dbuf), "cudaFree");
+  return tap_mpi_finish();
+}

@@ -1,0 +1,495 @@
+/*
+ * kernels.c - host versions of every function of lib/ops/cuda_kernels.h,
+ * for the stand-in (standin.h). Each one is lib/ops/cuda_kernels.cu's
+ * element operation written again in C, operation for operation (the
+ * factors computed by the same expressions, f16/bf16 through ops/half.h,
+ * no contraction into fused multiply-adds, as nvcc's -fmad=false), and
+ * runs at the call instead of on the stream; so t/gpu's parity checks
+ * compare the kernels' formulas with the host's (lib/ops/reduce.c,
+ * lib/optim) rather than with themselves.
+ *
+ * Arguments are checked as the .cu checks them (the same results and
+ * messages), and then, where a GPU would fault or silently read the wrong
+ * bytes, loudly: the span array must be device memory on the current
+ * device, every span's count at most max_count, its source and
+ * destination device memory on the current device holding count elements,
+ * and not overlapping unless they are the same; the stream must be on the
+ * current device.
+ */
+#include <config.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/errors.h"
+#include "ops/cuda_kernels.h"
+#include "ops/half.h"
+#include "standin.h"
+
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+/* ---- checks -------------------------------------------------------- */
+
+static int is_dtype(hvd_dtype_t d) {
+  return (int)d >= 0 && d < HVD_DTYPE_COUNT;
+}
+static int is_half(hvd_dtype_t d) {
+  return d == HVD_FLOAT16 || d == HVD_BFLOAT16;
+}
+
+/* As the .cu: *go is 0 when there is nothing to launch. */
+static hvd_result_t check_batch(const char *who, const void *spans, int n,
+                                int64_t max_count, int *go) {
+  *go = 0;
+  if (n < 0 || max_count < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: n %d or max_count %lld is negative", who, n,
+                          (long long)max_count);
+  if (spans == NULL && n > 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: spans is NULL (n %d)", who,
+                          n);
+  *go = n > 0 && max_count > 0;
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t bad_pair(const char *who, hvd_dtype_t from,
+                             hvd_dtype_t to) {
+  return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: no conversion from %s to %s",
+                        who, hvd_dtype_name(from), hvd_dtype_name(to));
+}
+
+/* What a GPU would need of one span: count elements of src_size bytes at
+ * src and of dst_size at dst, on the current device, at most max_count,
+ * no partial overlap. */
+static void check_span(const char *who, int t, const void *src, void *dst,
+                       int64_t count, int64_t max_count, size_t src_size,
+                       size_t dst_size) {
+  char what[64];
+  if (count < 0 || count > max_count)
+    standin_die("%s: span %d has %lld elements, outside [0, max_count %lld]",
+                who, t, (long long)count, (long long)max_count);
+  snprintf(what, sizeof what, "span %d's src", t);
+  standin_need_device(src, (size_t)count * src_size, who, what);
+  snprintf(what, sizeof what, "span %d's dst", t);
+  standin_need_device(dst, (size_t)count * dst_size, who, what);
+  uintptr_t s = (uintptr_t)src, d = (uintptr_t)dst;
+  size_t sb = (size_t)count * src_size, db = (size_t)count * dst_size;
+  if (count > 0 && s != d && s < d + db && d < s + sb)
+    standin_die("%s: span %d's src and dst overlap without being the same", who,
+                t);
+}
+
+/* One span's memory for check_disjoint: [lo, hi), written or only read. */
+typedef struct iv {
+  uintptr_t lo, hi;
+  int span, written;
+} iv_t;
+
+static int iv_cmp(const void *a, const void *b) {
+  const iv_t *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The spans of one launch run in parallel on a GPU: memory that one span
+ * writes must not be touched by another (sorts iv). */
+static void check_disjoint(const char *who, iv_t *iv, size_t n) {
+  uintptr_t hi_all = 0, hi_w = 0;
+  int by_all = -1, by_w = -1;
+  qsort(iv, n, sizeof *iv, iv_cmp);
+  for (size_t i = 0; i < n; i++) {
+    if (iv[i].lo == iv[i].hi)
+      continue;
+    int other = iv[i].written && iv[i].lo < hi_all ? by_all
+                : iv[i].lo < hi_w                  ? by_w
+                                                   : -1;
+    if (other >= 0)
+      standin_die("%s: span %d and span %d touch the same memory, and one "
+                  "of them writes it",
+                  who, other, iv[i].span);
+    if (iv[i].hi > hi_all) {
+      hi_all = iv[i].hi;
+      by_all = iv[i].span;
+    }
+    if (iv[i].written && iv[i].hi > hi_w) {
+      hi_w = iv[i].hi;
+      by_w = iv[i].span;
+    }
+  }
+}
+
+static iv_t *iv_alloc(size_t n) {
+  iv_t *iv = malloc((n ? n : 1) * sizeof *iv);
+  if (iv == NULL)
+    standin_die("out of memory");
+  return iv;
+}
+
+/* The launch itself: the stream, and the span array in device memory. */
+static void check_launch(const char *who, const void *spans, size_t bytes,
+                         cudaStream_t stream) {
+  (void)standin_stream_device(stream, who);
+  standin_need_device(spans, bytes, who, "the span array");
+}
+
+/* ---- element operations, as the .cu's functors ---------------------- */
+
+typedef enum {
+  K_COPY,
+  K_SCALE_F32,
+  K_SCALE_F64,
+  K_SCALE_HALF,
+  K_TO_WIRE,
+  K_FROM_WIRE,
+  K_DIVIDE_INT,
+  K_AVERAGE_F64
+} kind_t;
+
+typedef struct op {
+  kind_t kind;
+  hvd_dtype_t dtype; /* of the elements (K_COPY: its size; halves: which) */
+  double f;          /* the factor (K_AVERAGE_F64: the postscale) */
+  int size;          /* K_DIVIDE_INT, K_AVERAGE_F64 */
+} op_t;
+
+static float half_get(uint16_t h, int bf16) {
+  return bf16 ? hvd__bf16_to_f32(h) : hvd__f16_to_f32(h);
+}
+
+static uint16_t half_make(float f, int bf16) {
+  return bf16 ? hvd__f32_to_bf16(f) : hvd__f32_to_f16(f);
+}
+
+#define DIVIDE(type)                                                           \
+  do {                                                                         \
+    const type *s = src;                                                       \
+    type *d = dst;                                                             \
+    for (int64_t i = 0; i < n; i++)                                            \
+      d[i] = (type)((long long)s[i] / (long long)o->size);                     \
+  } while (0)
+
+/* dst[i] = op(src[i]) for i < n; src == dst in place. */
+static void apply(const op_t *o, const void *src, void *dst, int64_t n) {
+  int bf16 = o->dtype == HVD_BFLOAT16;
+  switch (o->kind) {
+  case K_COPY: /* skip_in_place */
+    if (src != dst)
+      memmove(dst, src, (size_t)n * hvd_dtype_size(o->dtype));
+    break;
+  case K_SCALE_F32: {
+    const float *s = src;
+    float *d = dst, f = (float)o->f;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = s[i] * f;
+    break;
+  }
+  case K_SCALE_F64: {
+    const double *s = src;
+    double *d = dst;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = s[i] * o->f;
+    break;
+  }
+  case K_SCALE_HALF: {
+    const uint16_t *s = src;
+    uint16_t *d = dst;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = half_make((float)((double)half_get(s[i], bf16) * o->f), bf16);
+    break;
+  }
+  case K_TO_WIRE: {
+    const float *s = src;
+    uint16_t *d = dst;
+    float f = (float)o->f;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = half_make(s[i] * f, bf16);
+    break;
+  }
+  case K_FROM_WIRE: {
+    const uint16_t *s = src;
+    float *d = dst, f = (float)o->f;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = half_get(s[i], bf16) * f;
+    break;
+  }
+  case K_DIVIDE_INT:
+    switch (o->dtype) {
+    case HVD_UINT8:
+      DIVIDE(uint8_t);
+      break;
+    case HVD_INT8:
+      DIVIDE(int8_t);
+      break;
+    case HVD_INT32:
+      DIVIDE(int32_t);
+      break;
+    default:
+      DIVIDE(int64_t);
+      break;
+    }
+    break;
+  case K_AVERAGE_F64: {
+    const double *s = src;
+    double *d = dst;
+    for (int64_t i = 0; i < n; i++)
+      d[i] = s[i] / o->size * o->f;
+    break;
+  }
+  }
+}
+
+/* The .cu's scale(): the functor for dtype and factor. */
+static op_t scale_op(hvd_dtype_t dtype, double factor) {
+  if (factor == 1.0)
+    return (op_t){K_COPY, dtype, 1.0, 0};
+  switch (dtype) {
+  case HVD_FLOAT32:
+    return (op_t){K_SCALE_F32, dtype, factor, 0};
+  case HVD_FLOAT64:
+    return (op_t){K_SCALE_F64, dtype, factor, 0};
+  case HVD_FLOAT16:
+  case HVD_BFLOAT16:
+    return (op_t){K_SCALE_HALF, dtype, factor, 0};
+  default: /* integer scale factors are rejected at submission */
+    return (op_t){K_COPY, dtype, 1.0, 0};
+  }
+}
+
+/* The .cu's finish(). */
+static op_t finish_op(hvd_dtype_t dtype, hvd_op_t op, double postscale,
+                      int size) {
+  if (op == HVD_AVERAGE && size > 1) {
+    switch (dtype) {
+    case HVD_UINT8:
+    case HVD_INT8:
+    case HVD_INT32:
+    case HVD_INT64:
+      return (op_t){K_DIVIDE_INT, dtype, 1.0, size};
+    case HVD_FLOAT64:
+      return (op_t){K_AVERAGE_F64, dtype, postscale, size};
+    default: /* f32, f16, bf16: divide in double, round once */
+      return scale_op(dtype, postscale / size);
+    }
+  }
+  return scale_op(dtype, postscale);
+}
+
+/* One batched launch: every span checked, then applied in order. */
+static hvd_result_t run_spans(const char *who, const hvd__cuda_span_t *spans,
+                              int n, int64_t max_count, const op_t *o,
+                              size_t src_size, size_t dst_size,
+                              cudaStream_t stream) {
+  check_launch(who, spans, (size_t)n * sizeof *spans, stream);
+  iv_t *iv = iv_alloc(2 * (size_t)n);
+  size_t m = 0;
+  for (int t = 0; t < n; t++) {
+    const hvd__cuda_span_t *sp = &spans[t];
+    check_span(who, t, sp->src, sp->dst, sp->count, max_count, src_size,
+               dst_size);
+    uintptr_t s = (uintptr_t)sp->src, d = (uintptr_t)sp->dst;
+    iv[m++] = (iv_t){d, d + (size_t)sp->count * dst_size, t, 1};
+    if (s != d) /* in place: one span's own read of what it writes */
+      iv[m++] = (iv_t){s, s + (size_t)sp->count * src_size, t, 0};
+  }
+  check_disjoint(who, iv, m);
+  free(iv);
+  for (int t = 0; t < n; t++)
+    apply(o, spans[t].src, spans[t].dst, spans[t].count);
+  return HVD_SUCCESS;
+}
+
+/* ---- the interface ----------------------------------------------------- */
+
+hvd_result_t hvd__cuda_pack(const hvd__cuda_span_t *spans, int n,
+                            int64_t max_count, hvd_dtype_t dtype,
+                            hvd_dtype_t wire, double prescale,
+                            cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_pack";
+  int go;
+  hvd_result_t rc = check_batch(who, spans, n, max_count, &go);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  if (is_dtype(dtype) && wire == dtype) {
+    op_t o = scale_op(dtype, prescale);
+    size_t es = hvd_dtype_size(dtype);
+    return go ? run_spans(who, spans, n, max_count, &o, es, es, stream)
+              : HVD_SUCCESS;
+  }
+  if (dtype == HVD_FLOAT32 && is_half(wire)) {
+    op_t o = {K_TO_WIRE, wire, (float)prescale, 0};
+    return go ? run_spans(who, spans, n, max_count, &o, 4, 2, stream)
+              : HVD_SUCCESS;
+  }
+  return bad_pair(who, dtype, wire);
+}
+
+hvd_result_t hvd__cuda_unpack(const hvd__cuda_span_t *spans, int n,
+                              int64_t max_count, hvd_dtype_t wire,
+                              hvd_dtype_t dtype, hvd_op_t op, double postscale,
+                              int size, cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_unpack";
+  int go;
+  hvd_result_t rc = check_batch(who, spans, n, max_count, &go);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  if (is_dtype(dtype) && wire == dtype) {
+    op_t o = finish_op(dtype, op, postscale, size);
+    size_t es = hvd_dtype_size(dtype);
+    return go ? run_spans(who, spans, n, max_count, &o, es, es, stream)
+              : HVD_SUCCESS;
+  }
+  if (dtype == HVD_FLOAT32 && is_half(wire)) {
+    float f = (float)(op == HVD_AVERAGE ? postscale / size : postscale);
+    op_t o = {K_FROM_WIRE, wire, f, 0};
+    return go ? run_spans(who, spans, n, max_count, &o, 2, 4, stream)
+              : HVD_SUCCESS;
+  }
+  return bad_pair(who, wire, dtype);
+}
+
+/* One tensor: the .cu's Batch with the span `one`. */
+static hvd_result_t run_one(const char *who, void *dst, const void *src,
+                            int64_t n, hvd_dtype_t dtype, const op_t *o,
+                            cudaStream_t stream) {
+  size_t es = hvd_dtype_size(dtype);
+  (void)standin_stream_device(stream, who);
+  check_span(who, 0, src, dst, n, n, es, es);
+  apply(o, src, dst, n);
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__cuda_scale(void *dst, const void *src, int64_t n,
+                             hvd_dtype_t dtype, double factor,
+                             cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_scale";
+  if (n < 0 || !is_dtype(dtype))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
+                          (long long)n, (int)dtype);
+  if (n == 0)
+    return HVD_SUCCESS;
+  op_t o = scale_op(dtype, factor);
+  return run_one(who, dst, src, n, dtype, &o, stream);
+}
+
+hvd_result_t hvd__cuda_reduce_finish(void *dst, const void *src, int64_t n,
+                                     hvd_dtype_t dtype, hvd_op_t op,
+                                     double postscale, int size,
+                                     cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_reduce_finish";
+  if (n < 0 || !is_dtype(dtype))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
+                          (long long)n, (int)dtype);
+  if (n == 0)
+    return HVD_SUCCESS;
+  op_t o = finish_op(dtype, op, postscale, size);
+  return run_one(who, dst, src, n, dtype, &o, stream);
+}
+
+/* ---- optimizers, as the .cu's sgd_kernel and adam_kernel ------------- */
+
+/* The span array and each parameter's value, grad and the states used. */
+static void check_params(const char *who, const hvd__cuda_param_span_t *spans,
+                         int n, int64_t max_count, int nstate,
+                         cudaStream_t stream) {
+  check_launch(who, spans, (size_t)n * sizeof *spans, stream);
+  iv_t *iv = iv_alloc(4 * (size_t)n);
+  size_t m = 0;
+  for (int t = 0; t < n; t++) {
+    const hvd__cuda_param_span_t *sp = &spans[t];
+    char what[64];
+    if (sp->count < 0 || sp->count > max_count)
+      standin_die("%s: span %d has %lld elements, outside [0, max_count "
+                  "%lld]",
+                  who, t, (long long)sp->count, (long long)max_count);
+    size_t bytes = (size_t)sp->count * sizeof(float);
+    snprintf(what, sizeof what, "span %d's value", t);
+    standin_need_device(sp->value, bytes, who, what);
+    snprintf(what, sizeof what, "span %d's grad", t);
+    standin_need_device(sp->grad, bytes, who, what);
+    uintptr_t v = (uintptr_t)sp->value, g = (uintptr_t)sp->grad;
+    iv[m++] = (iv_t){v, v + bytes, t, 1};
+    iv[m++] = (iv_t){g, g + bytes, t, 0};
+    for (int k = 0; k < nstate; k++) {
+      snprintf(what, sizeof what, "span %d's state[%d]", t, k);
+      standin_need_device(sp->state[k], bytes, who, what);
+      uintptr_t st = (uintptr_t)sp->state[k];
+      iv[m++] = (iv_t){st, st + bytes, t, 1};
+    }
+  }
+  check_disjoint(who, iv, m); /* value, grad and states of one span too */
+  free(iv);
+}
+
+hvd_result_t hvd__cuda_sgd_step(const hvd__cuda_param_span_t *spans, int n,
+                                int64_t max_count, const hvd_sgd_options_t *o,
+                                int64_t step, double lr, cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_sgd_step";
+  int go;
+  hvd_result_t rc = check_batch(who, spans, n, max_count, &go);
+  if (rc == HVD_SUCCESS && o == NULL)
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
+  if (rc != HVD_SUCCESS || !go)
+    return rc;
+  float wd = (float)o->weight_decay, mom = (float)o->momentum;
+  float keep = (float)(1.0 - o->dampening), neg_lr = (float)-lr;
+  int decay = o->weight_decay != 0, momentum = o->momentum != 0;
+  int nesterov = o->nesterov != 0, first = step == 1;
+  check_params(who, spans, n, max_count, momentum, stream);
+  for (int t = 0; t < n; t++) {
+    hvd__cuda_param_span_t sp = spans[t];
+    float *v = sp.value, *buf = momentum ? sp.state[0] : NULL;
+    const float *g = sp.grad;
+    for (int64_t j = 0; j < sp.count; j++) {
+      float d = decay ? g[j] + wd * v[j] : g[j];
+      if (buf != NULL) {
+        buf[j] = first ? d : mom * buf[j] + keep * d;
+        d = nesterov ? d + mom * buf[j] : buf[j];
+      }
+      v[j] += neg_lr * d;
+    }
+  }
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
+                                 int64_t max_count, const hvd_adam_options_t *o,
+                                 int64_t step, double lr, cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_adam_step";
+  int go;
+  hvd_result_t rc = check_batch(who, spans, n, max_count, &go);
+  if (rc == HVD_SUCCESS && o == NULL)
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
+  if (rc == HVD_SUCCESS && step < 1)
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: step %lld is not >= 1", who,
+                        (long long)step);
+  if (rc != HVD_SUCCESS || !go)
+    return rc;
+  int l2 = !o->decoupled && o->weight_decay != 0;
+  float wd = (float)o->weight_decay;
+  float decay = o->decoupled ? (float)(1.0 - lr * o->weight_decay) : 1.0f;
+  float b1c = (float)(1.0 - o->beta1), b2 = (float)o->beta2;
+  float b2c = (float)(1.0 - o->beta2), eps = (float)o->eps;
+  float step_size = (float)(lr / (1.0 - pow(o->beta1, (double)step)));
+  float bc2_sqrt = (float)sqrt(1.0 - pow(o->beta2, (double)step));
+  check_params(who, spans, n, max_count, 2, stream);
+  for (int t = 0; t < n; t++) {
+    hvd__cuda_param_span_t sp = spans[t];
+    float *v = sp.value, *m = sp.state[0], *s = sp.state[1];
+    const float *g = sp.grad;
+    for (int64_t j = 0; j < sp.count; j++) {
+      float gj = l2 ? g[j] + wd * v[j] : g[j];
+      v[j] *= decay;
+      m[j] += b1c * (gj - m[j]);
+      s[j] = b2 * s[j] + b2c * gj * gj;
+      float denom = sqrtf(s[j]) / bc2_sqrt + eps;
+      v[j] -= step_size * (m[j] / denom);
+    }
+  }
+  return HVD_SUCCESS;
+}

@@ -1,0 +1,374 @@
+/*
+ * selftest.c - the host stand-in itself (standin.h), called directly as a
+ * program would call CUDA and NCCL, for what libhvd's code may not reach:
+ *
+ *  - CUDA: devices with distinct bus ids; cudaErrorInvalidDevice and the
+ *    per-thread last error; new device memory is 0xa5, not zero; pointer
+ *    attributes; an event says cudaErrorNotReady HVD_STANDIN_POLLS times
+ *    (2) and then cudaSuccess; the allocation counts;
+ *  - NCCL, blocking and non-blocking communicators: init (ncclInProgress,
+ *    then HVD_STANDIN_POLLS answers of ncclInProgress before ncclSuccess
+ *    for a non-blocking one), allreduce of float32, float16, bfloat16 and
+ *    int32 with sum, max, min and product, reducescatter, allgather, a
+ *    group of broadcasts and one of send/recv around the ring
+ *    (ncclGroupEnd says ncclInProgress for a non-blocking one), finalize
+ *    (polled) and destroy;
+ *  - faults, non-blocking: the last rank's init never finishes (still
+ *    ncclInProgress after 50 polls) while the others' does, and
+ *    ncclCommAbort ends it; the last rank's second allreduce gets
+ *    ncclRemoteError with the stand-in's ncclGetLastError, its stream
+ *    never finishes, the others' works; after the last rank aborts, the
+ *    others' next allreduce never finishes until they abort too.
+ *
+ * Registered at np 1, 2 and 3 (t/standin/local.mk).
+ */
+#include <config.h>
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/half.h"
+#include "standin.h"
+#include "tap/tap.h"
+
+static int rank, size, last;
+
+static void cuda_ok(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    bail("%s: %s", what, cudaGetErrorString(e));
+}
+
+static void *dalloc(size_t n) {
+  void *p = NULL;
+  cuda_ok(cudaMalloc(&p, n), "cudaMalloc");
+  return p;
+}
+
+/* Polls until the state is not ncclInProgress (at most 1000 polls);
+ * *polls: the ncclInProgress answers. */
+static ncclResult_t settle(ncclComm_t c, int *polls) {
+  ncclResult_t st = ncclInProgress;
+  *polls = 0;
+  for (int i = 0; i < 1000; i++) {
+    if (ncclCommGetAsyncError(c, &st) != ncclSuccess)
+      bail("ncclCommGetAsyncError failed");
+    if (st != ncclInProgress)
+      break;
+    (*polls)++;
+  }
+  return st;
+}
+
+/* What a call returns: ncclSuccess on a blocking communicator,
+ * ncclInProgress on a non-blocking one, then ncclSuccess after 2 polls. */
+static void returned(ncclComm_t c, int blocking, ncclResult_t r,
+                     const char *what) {
+  int polls;
+  is_int(blocking ? ncclSuccess : ncclInProgress, r, "%s returns %s", what,
+         blocking ? "ncclSuccess" : "ncclInProgress");
+  ncclResult_t st = settle(c, &polls);
+  is_int(ncclSuccess, st, "%s: then the state is ncclSuccess", what);
+  is_int(blocking ? 0 : 2, polls, "%s: after %d polls", what, blocking ? 0 : 2);
+}
+
+static ncclComm_t make_comm(int blocking, const char *what, ncclResult_t *r) {
+  ncclUniqueId id;
+  ncclComm_t c = NULL;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = blocking;
+  if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess)
+    bail("ncclGetUniqueId");
+  MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  *r = ncclCommInitRankConfig(&c, size, id, rank, &config);
+  (void)what;
+  return c;
+}
+
+static void test_cuda(void) {
+  int count = 0, dev = -1;
+  char a[32], b[32];
+  is_int(cudaSuccess, cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  is_int(4, count, "4 devices (HVD_STANDIN_DEVICES's default)");
+  cudaDeviceGetPCIBusId(a, sizeof a, 0);
+  cudaDeviceGetPCIBusId(b, sizeof b, 1);
+  ok(strcmp(a, b) != 0, "devices 0 and 1 have their own bus ids (%s, %s)", a,
+     b);
+  is_int(cudaErrorInvalidDevice, cudaSetDevice(count), "cudaSetDevice(%d)",
+         count);
+  is_int(cudaErrorInvalidDevice, cudaGetLastError(), "is the last error");
+  is_int(cudaSuccess, cudaGetLastError(), "which cudaGetLastError clears");
+  cuda_ok(cudaSetDevice(rank), "cudaSetDevice");
+  cudaGetDevice(&dev);
+  is_int(rank, dev, "cudaGetDevice");
+
+  long d0 = standin_device_allocations(), p0 = standin_pinned_allocations();
+  unsigned char *d = dalloc(16), h[16], *pin = NULL;
+  cuda_ok(cudaHostAlloc((void **)&pin, 16, cudaHostAllocDefault), "pinned");
+  cuda_ok(cudaMemcpy(h, d, 16, cudaMemcpyDeviceToHost), "D2H");
+  int junk = 1;
+  for (int i = 0; i < 16; i++)
+    junk &= h[i] == 0xa5;
+  ok(junk, "new device memory is 0xa5, not zero");
+  struct cudaPointerAttributes at;
+  cudaPointerGetAttributes(&at, d + 3);
+  ok(at.type == cudaMemoryTypeDevice && at.device == rank,
+     "a device pointer's attributes: device memory of cuda:%d", rank);
+  cudaPointerGetAttributes(&at, pin);
+  is_int(cudaMemoryTypeHost, at.type, "a pinned pointer's: host memory");
+  cudaPointerGetAttributes(&at, h);
+  is_int(cudaMemoryTypeUnregistered, at.type, "a stack pointer's: none");
+  is_int(d0 + 1, standin_device_allocations(), "one more device allocation");
+  is_int(p0 + 1, standin_pinned_allocations(), "one more pinned");
+
+  cudaStream_t s;
+  cudaEvent_t e;
+  cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+  cuda_ok(cudaMemcpyAsync(d, pin, 16, cudaMemcpyHostToDevice, s), "H2D");
+  cuda_ok(cudaEventRecord(e, s), "record");
+  is_int(cudaErrorNotReady, cudaEventQuery(e), "an event: not ready");
+  is_int(cudaErrorNotReady, cudaEventQuery(e), "not ready again");
+  is_int(cudaSuccess, cudaEventQuery(e), "then done");
+  is_int(cudaSuccess, cudaEventQuery(e), "and done it stays");
+  cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+  cudaFreeHost(pin);
+  is_int(d0, standin_device_allocations(), "freed");
+  is_int(0, standin_streams() + standin_events(), "no stream or event left");
+}
+
+/* x's element i on rank q (small integers, exact in every type). */
+static float xval(int q, int i) { return (float)((q * 3 + i) % 5 - 2); }
+
+static void test_nccl(int blocking) {
+  const char *kind = blocking ? "blocking" : "non-blocking";
+  char what[128];
+  ncclResult_t r;
+  cudaStream_t s;
+  cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  ncclComm_t c = make_comm(blocking, kind, &r);
+  snprintf(what, sizeof what, "%s: init", kind);
+  returned(c, blocking, r, what);
+  is_int(blocking, standin_nccl_last_blocking(), "%s: the stand-in knows",
+         kind);
+
+  /* allreduce: every type with one op each */
+  static const struct {
+    ncclDataType_t t;
+    ncclRedOp_t op;
+    const char *name;
+  } cases[] = {{ncclFloat32, ncclSum, "float32 sum"},
+               {ncclFloat16, ncclMax, "float16 max"},
+               {ncclBfloat16, ncclMin, "bfloat16 min"},
+               {ncclInt32, ncclProd, "int32 product"}};
+  enum { N = 7 };
+  for (int k = 0; k < 4; k++) {
+    size_t es = cases[k].t == ncclFloat32 || cases[k].t == ncclInt32 ? 4 : 2;
+    unsigned char h[N * 4];
+    double want[N];
+    for (int i = 0; i < N; i++) {
+      double acc = 0;
+      for (int q = 0; q < size; q++) {
+        double v = xval(q, i);
+        if (cases[k].op == ncclProd)
+          v = v == 0 ? 1 : v;
+        acc = q == 0                   ? v
+              : cases[k].op == ncclSum ? acc + v
+              : cases[k].op == ncclMax ? (v > acc ? v : acc)
+              : cases[k].op == ncclMin ? (v < acc ? v : acc)
+                                       : acc * v;
+      }
+      want[i] = acc;
+      float mine = xval(rank, i);
+      if (cases[k].op == ncclProd)
+        mine = mine == 0 ? 1 : mine;
+      if (cases[k].t == ncclFloat32)
+        ((float *)h)[i] = mine;
+      else if (cases[k].t == ncclInt32)
+        ((int32_t *)h)[i] = (int32_t)mine;
+      else if (cases[k].t == ncclFloat16)
+        ((uint16_t *)h)[i] = hvd__f32_to_f16(mine);
+      else
+        ((uint16_t *)h)[i] = hvd__f32_to_bf16(mine);
+    }
+    void *d = dalloc(N * es);
+    cuda_ok(cudaMemcpy(d, h, N * es, cudaMemcpyHostToDevice), "H2D");
+    snprintf(what, sizeof what, "%s: allreduce %s", kind, cases[k].name);
+    returned(c, blocking, ncclAllReduce(d, d, N, cases[k].t, cases[k].op, c, s),
+             what);
+    cuda_ok(cudaMemcpy(h, d, N * es, cudaMemcpyDeviceToHost), "D2H");
+    int good = 1;
+    for (int i = 0; i < N; i++) {
+      double got = cases[k].t == ncclFloat32 ? ((float *)h)[i]
+                   : cases[k].t == ncclInt32 ? ((int32_t *)h)[i]
+                   : cases[k].t == ncclFloat16
+                       ? hvd__f16_to_f32(((uint16_t *)h)[i])
+                       : hvd__bf16_to_f32(((uint16_t *)h)[i]);
+      if (got != want[i]) {
+        tap_note("element %d: %g, expected %g", i, got, want[i]);
+        good = 0;
+        break;
+      }
+    }
+    ok(good, "%s: values", what);
+    cudaFree(d);
+  }
+
+  /* reducescatter (2 per rank) and allgather (3 per rank) of float32 */
+  float *in = dalloc((size_t)size * 3 * sizeof *in), hin[64], hout[64];
+  float *out = dalloc((size_t)size * 3 * sizeof *out);
+  for (int i = 0; i < size * 3; i++)
+    hin[i] = xval(rank, i);
+  cuda_ok(cudaMemcpy(in, hin, (size_t)size * 3 * sizeof *in,
+                     cudaMemcpyHostToDevice),
+          "H2D");
+  snprintf(what, sizeof what, "%s: reducescatter", kind);
+  returned(c, blocking,
+           ncclReduceScatter(in, out, 2, ncclFloat32, ncclSum, c, s), what);
+  cuda_ok(cudaMemcpy(hout, out, 2 * sizeof *out, cudaMemcpyDeviceToHost),
+          "D2H");
+  int good = 1;
+  for (int i = 0; i < 2; i++) {
+    float want = 0;
+    for (int q = 0; q < size; q++)
+      want += xval(q, rank * 2 + i);
+    good &= hout[i] == want;
+  }
+  ok(good, "%s: values", what);
+  snprintf(what, sizeof what, "%s: allgather", kind);
+  returned(c, blocking, ncclAllGather(in, out, 3, ncclFloat32, c, s), what);
+  cuda_ok(cudaMemcpy(hout, out, (size_t)size * 3 * sizeof *out,
+                     cudaMemcpyDeviceToHost),
+          "D2H");
+  good = 1;
+  for (int q = 0; q < size; q++)
+    for (int i = 0; i < 3; i++)
+      good &= hout[q * 3 + i] == xval(q, i);
+  ok(good, "%s: values", what);
+
+  /* a group: each rank broadcasts one float32, then a ring of send/recv */
+  float mine = (float)(10 + rank);
+  cuda_ok(cudaMemcpy(out + rank, &mine, sizeof mine, cudaMemcpyHostToDevice),
+          "H2D");
+  ncclGroupStart();
+  for (int q = 0; q < size; q++)
+    ncclBroadcast(out + q, out + q, 1, ncclFloat32, q, c, s);
+  snprintf(what, sizeof what, "%s: a group of broadcasts", kind);
+  returned(c, blocking, ncclGroupEnd(), what);
+  cuda_ok(
+      cudaMemcpy(hout, out, (size_t)size * sizeof *out, cudaMemcpyDeviceToHost),
+      "D2H");
+  good = 1;
+  for (int q = 0; q < size; q++)
+    good &= hout[q] == (float)(10 + q);
+  ok(good, "%s: values", what);
+  ncclGroupStart();
+  ncclSend(out + rank, 1, ncclFloat32, (rank + 1) % size, c, s);
+  ncclRecv(in, 1, ncclFloat32, (rank + size - 1) % size, c, s);
+  snprintf(what, sizeof what, "%s: a ring of send/recv", kind);
+  returned(c, blocking, ncclGroupEnd(), what);
+  cuda_ok(cudaMemcpy(hout, in, sizeof *in, cudaMemcpyDeviceToHost), "D2H");
+  is_int(10 + (rank + size - 1) % size, (long long)hout[0], "%s: values", what);
+
+  snprintf(what, sizeof what, "%s: ncclCommFinalize", kind);
+  returned(c, blocking, ncclCommFinalize(c), what);
+  is_int(ncclSuccess, ncclCommDestroy(c), "%s: ncclCommDestroy", kind);
+  cudaFree(in);
+  cudaFree(out);
+  cudaStreamDestroy(s);
+}
+
+static void test_faults(void) {
+  char v[32];
+  int polls;
+  ncclResult_t r;
+  /* the last rank's init never finishes */
+  snprintf(v, sizeof v, "%d", last);
+  setenv("HVD_STANDIN_NCCL_INIT_HANG", v, 1);
+  ncclComm_t c = make_comm(0, "hang", &r);
+  unsetenv("HVD_STANDIN_NCCL_INIT_HANG");
+  is_int(ncclInProgress, r, "init hang: init returns ncclInProgress");
+  ncclResult_t st = ncclSuccess;
+  for (int i = 0; i < 50; i++)
+    ncclCommGetAsyncError(c, &st);
+  is_int(rank == last ? ncclInProgress : ncclSuccess, st,
+         "init hang: after 50 polls, %s on the last rank only",
+         ncclGetErrorString(ncclInProgress));
+  is_int(ncclSuccess, ncclCommAbort(c), "init hang: ncclCommAbort ends it");
+
+  /* the last rank's second call gets an asynchronous error */
+  snprintf(v, sizeof v, "%d:1", last);
+  setenv("HVD_STANDIN_NCCL_ASYNC_ERROR", v, 1);
+  c = make_comm(0, "async", &r);
+  unsetenv("HVD_STANDIN_NCCL_ASYNC_ERROR");
+  settle(c, &polls);
+  cudaStream_t s;
+  cudaEvent_t e;
+  cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+  float *d = dalloc(sizeof *d);
+  for (int k = 1; k <= 2; k++) {
+    r = ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, c, s);
+    st = settle(c, &polls);
+    is_int(k == 2 && rank == last ? ncclRemoteError : ncclSuccess, st,
+           "async error: call %d: the state on rank %d", k, rank);
+  }
+  char want[256];
+  snprintf(want, sizeof want,
+           "stand-in: asynchronous ncclRemoteError on rank %d after 1 calls "
+           "as asked (HVD_STANDIN_NCCL_ASYNC_ERROR)",
+           last);
+  if (rank == last)
+    is_string(want, ncclGetLastError(c), "async error: ncclGetLastError");
+  else
+    is_string("", "", "async error: ncclGetLastError (the last rank's)");
+  cuda_ok(cudaEventRecord(e, s), "record");
+  int ready = 0;
+  for (int i = 0; i < 20; i++)
+    ready |= cudaEventQuery(e) == cudaSuccess;
+  is_int(rank != last, ready,
+         "async error: the stream finishes on the healthy ranks only");
+  if (rank == last)
+    ncclCommAbort(c);
+  MPI_Barrier(MPI_COMM_WORLD); /* the abort notice is out */
+  if (rank != last) {
+    ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, c, s);
+    settle(c, &polls);
+    cuda_ok(cudaEventRecord(e, s), "record");
+    ready = 0;
+    for (int i = 0; i < 20; i++)
+      ready |= cudaEventQuery(e) == cudaSuccess;
+  }
+  is_int(0, rank != last ? ready : 0,
+         "peer gone: the others' next allreduce never finishes");
+  if (rank != last) {
+    ncclCommAbort(c);
+    ready = 0;
+    for (int i = 0; i < 20; i++)
+      ready |= cudaEventQuery(e) == cudaSuccess;
+  }
+  is_int(1, rank != last ? ready : 1, "peer gone: until they abort too");
+  cudaFree(d);
+  cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+}
+
+int main(int argc, char **argv) {
+  tap_mpi_init(&argc, &argv);
+  rank = tap_rank();
+  size = tap_size();
+  last = size - 1;
+  setenv("HVD_STANDIN_POLLS", "2", 1);
+  test_cuda();
+  test_nccl(1);
+  test_nccl(0);
+  test_faults();
+  is_int(0, standin_device_allocations(), "every device allocation freed");
+  return tap_mpi_finish();
+}
