@@ -8,7 +8,9 @@
  *    MPI communicator, ncclCommInitRankConfig, and agreement that it
  *    worked. The communicator is non-blocking: whatever NCCL would block
  *    in (its init, the connections it makes on first use, finalize) is
- *    waited for here, within HVD_NCCL_TIMEOUT (settle()).
+ *    waited for here, within HVD_NCCL_TIMEOUT (settle()). When NCCL's init
+ *    fails on any rank, every rank fails, and NCCL stays unusable (as
+ *    after an abort, below).
  *  - Allreduce: a lone tensor is reduced in the caller's memory (prescale
  *    into recv first, then in place; average and postscale by a kernel
  *    after, when they change anything); so is every tensor of a fused
@@ -255,10 +257,11 @@ static hvd_result_t comm_create(nccl_state_t *s, const hvd__exec_env_t *env,
                               "(its hvd_last_error says why)",
                               first);
   }
-  if (rc != HVD_SUCCESS) {
+  if (rc != HVD_SUCCESS) { /* on every rank: NCCL stays unusable */
     if (s->comm != NULL)
       ncclCommAbort(s->comm);
     s->comm = NULL;
+    snprintf(s->failed, sizeof s->failed, "%s", hvd_last_error());
     return rc;
   }
   HVD__LOG(HVD__LOG_INFO, "NCCL communicator of %d ranks: rank %d on cuda:%d",
