@@ -25,7 +25,9 @@
  *    (np >= 2) rank 0 on the host while the others are on the GPU: the
  *    coordinator's mismatch "device cpu vs cuda:N";
  *  - (np >= 2) the last rank joins at once while the others reduce device
- *    tensors: its stubs hold the identity on its GPU;
+ *    tensors: its stubs hold the identity on its GPU; first thing after
+ *    hvd_init (its first device collective holds only stubs, which must be
+ *    on the device current at hvd_init) and again after the rest;
  * then hvd_shutdown. Values are small integers (products of +-1 and +-2),
  * so every dtype holds every result exactly (float32 averages within 2
  * ulps, as in the host tests).
@@ -636,6 +638,9 @@ static void run_pass(const char *ops) {
   if (hvd_cuda_device() >= 0)
     dev = hvd_cuda_device(); /* HVD_NO_BIND=0: hvd's choice */
   diag("%s: %d ranks, rank 0 on cuda:%d", ops, size, dev);
+  /* first: the joined rank's first device collective holds only stubs
+   * (its GPU resources are made for them, on its own device) */
+  test_join();
   test_allreduce();
   test_gathers();
   test_errors();
