@@ -1,12 +1,14 @@
 /*
  * kernels.c - host versions of every function of lib/ops/cuda_kernels.h,
- * for the stand-in (standin.h). Each one is lib/ops/cuda_kernels.cu's
- * element operation written again in C, operation for operation (the
- * factors computed by the same expressions, f16/bf16 through ops/half.h,
- * no contraction into fused multiply-adds, as nvcc's -fmad=false), and
- * runs at the call instead of on the stream; so t/gpu's parity checks
- * compare the kernels' formulas with the host's (lib/ops/reduce.c,
- * lib/optim) rather than with themselves.
+ * for the stand-in (standin.h), run at the call instead of on the stream.
+ * The optimizers' updates and factors, the f16/bf16 element conversions
+ * and the launch checks are the .cu's own (lib/ops/kernel_math.h); the
+ * pack/unpack/scale element operations, one-liners in the .cu's functors,
+ * are written again here, operation for operation (the factors computed
+ * by the same expressions, no contraction into fused multiply-adds, as
+ * nvcc's -fmad=false). So t/gpu's parity checks compare the kernels'
+ * formulas with the host's (lib/ops/reduce.c, lib/optim) rather than with
+ * themselves.
  *
  * Arguments are checked as the .cu checks them (the same results and
  * messages), and then, where a GPU would fault or silently read the wrong
@@ -18,6 +20,13 @@
  */
 #include <config.h>
 
+/* before the includes: kernel_math.h's functions are compiled here too */
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,43 +36,10 @@
 #include "core/errors.h"
 #include "ops/cuda_kernels.h"
 #include "ops/half.h"
+#include "ops/kernel_math.h"
 #include "standin.h"
 
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
-
 /* ---- checks -------------------------------------------------------- */
-
-static int is_dtype(hvd_dtype_t d) {
-  return (int)d >= 0 && d < HVD_DTYPE_COUNT;
-}
-static int is_half(hvd_dtype_t d) {
-  return d == HVD_FLOAT16 || d == HVD_BFLOAT16;
-}
-
-/* As the .cu: *go is 0 when there is nothing to launch. */
-static hvd_result_t check_batch(const char *who, const void *spans, int n,
-                                int64_t max_count, int *go) {
-  *go = 0;
-  if (n < 0 || max_count < 0)
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: n %d or max_count %lld is negative", who, n,
-                          (long long)max_count);
-  if (spans == NULL && n > 0)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: spans is NULL (n %d)", who,
-                          n);
-  *go = n > 0 && max_count > 0;
-  return HVD_SUCCESS;
-}
-
-static hvd_result_t bad_pair(const char *who, hvd_dtype_t from,
-                             hvd_dtype_t to) {
-  return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: no conversion from %s to %s",
-                        who, hvd_dtype_name(from), hvd_dtype_name(to));
-}
 
 /* What a GPU would need of one span: count elements of src_size bytes at
  * src and of dst_size at dst, on the current device, at most max_count,
@@ -158,14 +134,6 @@ typedef struct op {
   int size;          /* K_DIVIDE_INT, K_AVERAGE_F64 */
 } op_t;
 
-static float half_get(uint16_t h, int bf16) {
-  return bf16 ? hvd__bf16_to_f32(h) : hvd__f16_to_f32(h);
-}
-
-static uint16_t half_make(float f, int bf16) {
-  return bf16 ? hvd__f32_to_bf16(f) : hvd__f32_to_f16(f);
-}
-
 #define DIVIDE(type)                                                           \
   do {                                                                         \
     const type *s = src;                                                       \
@@ -200,7 +168,8 @@ static void apply(const op_t *o, const void *src, void *dst, int64_t n) {
     const uint16_t *s = src;
     uint16_t *d = dst;
     for (int64_t i = 0; i < n; i++)
-      d[i] = half_make((float)((double)half_get(s[i], bf16) * o->f), bf16);
+      d[i] = hvd__km_half_make(
+          (float)((double)hvd__km_half_get(s[i], bf16) * o->f), bf16);
     break;
   }
   case K_TO_WIRE: {
@@ -208,14 +177,14 @@ static void apply(const op_t *o, const void *src, void *dst, int64_t n) {
     uint16_t *d = dst;
     float f = (float)o->f;
     for (int64_t i = 0; i < n; i++)
-      d[i] = half_make(s[i] * f, bf16);
+      d[i] = hvd__km_half_make(s[i] * f, bf16);
     break;
   }
   case K_FROM_WIRE: {
     const uint16_t *s = src;
     float *d = dst, f = (float)o->f;
     for (int64_t i = 0; i < n; i++)
-      d[i] = half_get(s[i], bf16) * f;
+      d[i] = hvd__km_half_get(s[i], bf16) * f;
     break;
   }
   case K_DIVIDE_INT:
@@ -312,21 +281,21 @@ hvd_result_t hvd__cuda_pack(const hvd__cuda_span_t *spans, int n,
                             cudaStream_t stream) {
   static const char who[] = "hvd__cuda_pack";
   int go;
-  hvd_result_t rc = check_batch(who, spans, n, max_count, &go);
+  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, &go);
   if (rc != HVD_SUCCESS)
     return rc;
-  if (is_dtype(dtype) && wire == dtype) {
+  if (hvd__km_is_dtype(dtype) && wire == dtype) {
     op_t o = scale_op(dtype, prescale);
     size_t es = hvd_dtype_size(dtype);
     return go ? run_spans(who, spans, n, max_count, &o, es, es, stream)
               : HVD_SUCCESS;
   }
-  if (dtype == HVD_FLOAT32 && is_half(wire)) {
+  if (dtype == HVD_FLOAT32 && hvd__km_is_half(wire)) {
     op_t o = {K_TO_WIRE, wire, (float)prescale, 0};
     return go ? run_spans(who, spans, n, max_count, &o, 4, 2, stream)
               : HVD_SUCCESS;
   }
-  return bad_pair(who, dtype, wire);
+  return hvd__km_bad_pair(who, dtype, wire);
 }
 
 hvd_result_t hvd__cuda_unpack(const hvd__cuda_span_t *spans, int n,
@@ -335,22 +304,22 @@ hvd_result_t hvd__cuda_unpack(const hvd__cuda_span_t *spans, int n,
                               int size, cudaStream_t stream) {
   static const char who[] = "hvd__cuda_unpack";
   int go;
-  hvd_result_t rc = check_batch(who, spans, n, max_count, &go);
+  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, &go);
   if (rc != HVD_SUCCESS)
     return rc;
-  if (is_dtype(dtype) && wire == dtype) {
+  if (hvd__km_is_dtype(dtype) && wire == dtype) {
     op_t o = finish_op(dtype, op, postscale, size);
     size_t es = hvd_dtype_size(dtype);
     return go ? run_spans(who, spans, n, max_count, &o, es, es, stream)
               : HVD_SUCCESS;
   }
-  if (dtype == HVD_FLOAT32 && is_half(wire)) {
+  if (dtype == HVD_FLOAT32 && hvd__km_is_half(wire)) {
     float f = (float)(op == HVD_AVERAGE ? postscale / size : postscale);
     op_t o = {K_FROM_WIRE, wire, f, 0};
     return go ? run_spans(who, spans, n, max_count, &o, 2, 4, stream)
               : HVD_SUCCESS;
   }
-  return bad_pair(who, wire, dtype);
+  return hvd__km_bad_pair(who, wire, dtype);
 }
 
 /* One tensor: the .cu's Batch with the span `one`. */
@@ -368,7 +337,7 @@ hvd_result_t hvd__cuda_scale(void *dst, const void *src, int64_t n,
                              hvd_dtype_t dtype, double factor,
                              cudaStream_t stream) {
   static const char who[] = "hvd__cuda_scale";
-  if (n < 0 || !is_dtype(dtype))
+  if (n < 0 || !hvd__km_is_dtype(dtype))
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
                           (long long)n, (int)dtype);
   if (n == 0)
@@ -382,7 +351,7 @@ hvd_result_t hvd__cuda_reduce_finish(void *dst, const void *src, int64_t n,
                                      double postscale, int size,
                                      cudaStream_t stream) {
   static const char who[] = "hvd__cuda_reduce_finish";
-  if (n < 0 || !is_dtype(dtype))
+  if (n < 0 || !hvd__km_is_dtype(dtype))
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
                           (long long)n, (int)dtype);
   if (n == 0)
@@ -431,28 +400,18 @@ hvd_result_t hvd__cuda_sgd_step(const hvd__cuda_param_span_t *spans, int n,
                                 int64_t step, double lr, cudaStream_t stream) {
   static const char who[] = "hvd__cuda_sgd_step";
   int go;
-  hvd_result_t rc = check_batch(who, spans, n, max_count, &go);
+  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, &go);
   if (rc == HVD_SUCCESS && o == NULL)
     rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
   if (rc != HVD_SUCCESS || !go)
     return rc;
-  float wd = (float)o->weight_decay, mom = (float)o->momentum;
-  float keep = (float)(1.0 - o->dampening), neg_lr = (float)-lr;
-  int decay = o->weight_decay != 0, momentum = o->momentum != 0;
-  int nesterov = o->nesterov != 0, first = step == 1;
-  check_params(who, spans, n, max_count, momentum, stream);
+  hvd__km_sgd_t a = hvd__km_sgd_args(o, step, lr);
+  check_params(who, spans, n, max_count, a.momentum, stream);
   for (int t = 0; t < n; t++) {
     hvd__cuda_param_span_t sp = spans[t];
-    float *v = sp.value, *buf = momentum ? sp.state[0] : NULL;
-    const float *g = sp.grad;
-    for (int64_t j = 0; j < sp.count; j++) {
-      float d = decay ? g[j] + wd * v[j] : g[j];
-      if (buf != NULL) {
-        buf[j] = first ? d : mom * buf[j] + keep * d;
-        d = nesterov ? d + mom * buf[j] : buf[j];
-      }
-      v[j] += neg_lr * d;
-    }
+    float *buf = a.momentum ? sp.state[0] : NULL;
+    for (int64_t j = 0; j < sp.count; j++)
+      hvd__km_sgd_elem(a, sp.value, sp.grad, buf, j);
   }
   return HVD_SUCCESS;
 }
@@ -462,7 +421,7 @@ hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
                                  int64_t step, double lr, cudaStream_t stream) {
   static const char who[] = "hvd__cuda_adam_step";
   int go;
-  hvd_result_t rc = check_batch(who, spans, n, max_count, &go);
+  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, &go);
   if (rc == HVD_SUCCESS && o == NULL)
     rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
   if (rc == HVD_SUCCESS && step < 1)
@@ -470,26 +429,12 @@ hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
                         (long long)step);
   if (rc != HVD_SUCCESS || !go)
     return rc;
-  int l2 = !o->decoupled && o->weight_decay != 0;
-  float wd = (float)o->weight_decay;
-  float decay = o->decoupled ? (float)(1.0 - lr * o->weight_decay) : 1.0f;
-  float b1c = (float)(1.0 - o->beta1), b2 = (float)o->beta2;
-  float b2c = (float)(1.0 - o->beta2), eps = (float)o->eps;
-  float step_size = (float)(lr / (1.0 - pow(o->beta1, (double)step)));
-  float bc2_sqrt = (float)sqrt(1.0 - pow(o->beta2, (double)step));
+  hvd__km_adam_t a = hvd__km_adam_args(o, step, lr);
   check_params(who, spans, n, max_count, 2, stream);
   for (int t = 0; t < n; t++) {
     hvd__cuda_param_span_t sp = spans[t];
-    float *v = sp.value, *m = sp.state[0], *s = sp.state[1];
-    const float *g = sp.grad;
-    for (int64_t j = 0; j < sp.count; j++) {
-      float gj = l2 ? g[j] + wd * v[j] : g[j];
-      v[j] *= decay;
-      m[j] += b1c * (gj - m[j]);
-      s[j] = b2 * s[j] + b2c * gj * gj;
-      float denom = sqrtf(s[j]) / bc2_sqrt + eps;
-      v[j] -= step_size * (m[j] / denom);
-    }
+    for (int64_t j = 0; j < sp.count; j++)
+      hvd__km_adam_elem(a, sp.value, sp.grad, sp.state[0], sp.state[1], j);
   }
   return HVD_SUCCESS;
 }
