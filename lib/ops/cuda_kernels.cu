@@ -279,11 +279,9 @@ extern "C" hvd_result_t hvd__cuda_scale(void *dst, const void *src, int64_t n,
                                         hvd_dtype_t dtype, double factor,
                                         cudaStream_t stream) {
   static const char who[] = "hvd__cuda_scale";
-  if (n < 0 || !hvd__km_is_dtype(dtype))
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
-                          (long long)n, (int)dtype);
-  if (n == 0)
-    return HVD_SUCCESS;
+  hvd_result_t rc = hvd__km_check_one(who, n, dtype);
+  if (rc != HVD_SUCCESS || n == 0)
+    return rc;
   Batch b = {who, NULL, {src, dst, n}, 1, n, stream};
   return scale(b, dtype, factor);
 }
@@ -293,11 +291,9 @@ extern "C" hvd_result_t hvd__cuda_reduce_finish(void *dst, const void *src,
                                                 hvd_op_t op, double postscale,
                                                 int size, cudaStream_t stream) {
   static const char who[] = "hvd__cuda_reduce_finish";
-  if (n < 0 || !hvd__km_is_dtype(dtype))
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
-                          (long long)n, (int)dtype);
-  if (n == 0)
-    return HVD_SUCCESS;
+  hvd_result_t rc = hvd__km_check_one(who, n, dtype);
+  if (rc != HVD_SUCCESS || n == 0)
+    return rc;
   Batch b = {who, NULL, {src, dst, n}, 1, n, stream};
   return finish(b, dtype, op, postscale, size);
 }
@@ -309,9 +305,8 @@ extern "C" hvd_result_t hvd__cuda_sgd_step(const hvd__cuda_param_span_t *spans,
                                            cudaStream_t stream) {
   static const char who[] = "hvd__cuda_sgd_step";
   int go;
-  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, &go);
-  if (rc == HVD_SUCCESS && o == NULL)
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
+  hvd_result_t rc =
+      hvd__km_check_step(who, spans, n, max_count, o, step, INT64_MIN, &go);
   if (rc != HVD_SUCCESS || !go)
     return rc;
   hvd__km_sgd_t a = hvd__km_sgd_args(o, step, lr);
@@ -328,12 +323,8 @@ extern "C" hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans,
                                             cudaStream_t stream) {
   static const char who[] = "hvd__cuda_adam_step";
   int go;
-  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, &go);
-  if (rc == HVD_SUCCESS && o == NULL)
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
-  if (rc == HVD_SUCCESS && step < 1)
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: step %lld is not >= 1", who,
-                        (long long)step);
+  hvd_result_t rc =
+      hvd__km_check_step(who, spans, n, max_count, o, step, 1, &go);
   if (rc != HVD_SUCCESS || !go)
     return rc;
   hvd__km_adam_t a = hvd__km_adam_args(o, step, lr);

@@ -62,6 +62,33 @@ static inline hvd_result_t hvd__km_check_batch(const char *who,
   return HVD_SUCCESS;
 }
 
+/* An optimizer step's arguments: the batch, options, and step >= min_step
+ * (INT64_MIN: any); *go as for hvd__km_check_batch. */
+static inline hvd_result_t hvd__km_check_step(const char *who,
+                                              const void *spans, int n,
+                                              int64_t max_count,
+                                              const void *options, int64_t step,
+                                              int64_t min_step, int *go) {
+  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, go);
+  if (rc == HVD_SUCCESS && options == NULL)
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
+  if (rc == HVD_SUCCESS && step < min_step)
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: step %lld is not >= %lld",
+                        who, (long long)step, (long long)min_step);
+  if (rc != HVD_SUCCESS)
+    *go = 0;
+  return rc;
+}
+
+/* One tensor's arguments (scale, reduce_finish). */
+static inline hvd_result_t hvd__km_check_one(const char *who, int64_t n,
+                                             hvd_dtype_t dtype) {
+  if (n < 0 || !hvd__km_is_dtype(dtype))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
+                          (long long)n, (int)dtype);
+  return HVD_SUCCESS;
+}
+
 static inline hvd_result_t hvd__km_bad_pair(const char *who, hvd_dtype_t from,
                                             hvd_dtype_t to) {
   return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: no conversion from %s to %s",

@@ -337,11 +337,9 @@ hvd_result_t hvd__cuda_scale(void *dst, const void *src, int64_t n,
                              hvd_dtype_t dtype, double factor,
                              cudaStream_t stream) {
   static const char who[] = "hvd__cuda_scale";
-  if (n < 0 || !hvd__km_is_dtype(dtype))
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
-                          (long long)n, (int)dtype);
-  if (n == 0)
-    return HVD_SUCCESS;
+  hvd_result_t rc = hvd__km_check_one(who, n, dtype);
+  if (rc != HVD_SUCCESS || n == 0)
+    return rc;
   op_t o = scale_op(dtype, factor);
   return run_one(who, dst, src, n, dtype, &o, stream);
 }
@@ -351,11 +349,9 @@ hvd_result_t hvd__cuda_reduce_finish(void *dst, const void *src, int64_t n,
                                      double postscale, int size,
                                      cudaStream_t stream) {
   static const char who[] = "hvd__cuda_reduce_finish";
-  if (n < 0 || !hvd__km_is_dtype(dtype))
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
-                          (long long)n, (int)dtype);
-  if (n == 0)
-    return HVD_SUCCESS;
+  hvd_result_t rc = hvd__km_check_one(who, n, dtype);
+  if (rc != HVD_SUCCESS || n == 0)
+    return rc;
   op_t o = finish_op(dtype, op, postscale, size);
   return run_one(who, dst, src, n, dtype, &o, stream);
 }
@@ -400,9 +396,8 @@ hvd_result_t hvd__cuda_sgd_step(const hvd__cuda_param_span_t *spans, int n,
                                 int64_t step, double lr, cudaStream_t stream) {
   static const char who[] = "hvd__cuda_sgd_step";
   int go;
-  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, &go);
-  if (rc == HVD_SUCCESS && o == NULL)
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
+  hvd_result_t rc =
+      hvd__km_check_step(who, spans, n, max_count, o, step, INT64_MIN, &go);
   if (rc != HVD_SUCCESS || !go)
     return rc;
   hvd__km_sgd_t a = hvd__km_sgd_args(o, step, lr);
@@ -421,12 +416,8 @@ hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
                                  int64_t step, double lr, cudaStream_t stream) {
   static const char who[] = "hvd__cuda_adam_step";
   int go;
-  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, &go);
-  if (rc == HVD_SUCCESS && o == NULL)
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
-  if (rc == HVD_SUCCESS && step < 1)
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: step %lld is not >= 1", who,
-                        (long long)step);
+  hvd_result_t rc =
+      hvd__km_check_step(who, spans, n, max_count, o, step, 1, &go);
   if (rc != HVD_SUCCESS || !go)
     return rc;
   hvd__km_adam_t a = hvd__km_adam_args(o, step, lr);
