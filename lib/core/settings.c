@@ -59,8 +59,9 @@ static const hvd__setting_info_t table[] = {
      "pinned host buffers, so several ranks may share a GPU); mpi in a CUDA "
      "build without NCCL"},
     {"HVD_NCCL_TIMEOUT", "300",
-     "seconds a device collective may wait for NCCL before the communicator "
-     "is aborted and the collective fails with HVD_ERR_NCCL; 0 = never"},
+     "seconds a device collective (and NCCL's init, first-use connections "
+     "and finalize) may wait for NCCL before the communicator is aborted "
+     "and the collective fails with HVD_ERR_NCCL; 0 = never"},
     {NULL, NULL, NULL},
 };
 
@@ -75,8 +76,8 @@ hvd_result_t hvd_setting_info(int i, const char **name,
                               const char **meaning) {
   if (i < 0 || i >= hvd_setting_count())
     return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "hvd_setting_info: index %d is out of range 0..%d",
-                          i, hvd_setting_count() - 1);
+                          "hvd_setting_info: index %d is out of range 0..%d", i,
+                          hvd_setting_count() - 1);
   if (name != NULL)
     *name = table[i].name;
   if (default_value != NULL)
@@ -109,8 +110,8 @@ static hvd_result_t parse_double(const char *name, double min, double max,
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s='%s' is not a number", name,
                           v);
   if (d < min || d > max)
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s='%s' is out of range %g..%g", name, v, min, max);
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s='%s' is out of range %g..%g",
+                          name, v, min, max);
   *out = d;
   return HVD_SUCCESS;
 }
@@ -199,8 +200,7 @@ hvd_result_t hvd__settings_load(hvd__settings_t *s) {
   HVD__CHECK(parse_double("HVD_NO_BIND", 0, 1, &d));
   s->no_bind = d != 0;
   HVD__CHECK(parse_gpu_ops(&s->gpu_ops));
-  HVD__CHECK(
-      parse_double("HVD_NCCL_TIMEOUT", 0, 1e9, &s->nccl_timeout_s));
+  HVD__CHECK(parse_double("HVD_NCCL_TIMEOUT", 0, 1e9, &s->nccl_timeout_s));
   v = getenv("HVD_HOSTNAME");
   if (v != NULL && *v != '\0') {
     if (strlen(v) >= sizeof s->hostname)
@@ -231,6 +231,5 @@ void hvd__settings_log(const hvd__settings_t *s) {
            s->timeline_all_ranks, s->autotune,
            s->autotune_log[0] ? s->autotune_log : "(unset)", s->engine_nice,
            s->shm_allreduce, s->no_bind,
-           s->gpu_ops == HVD__GPU_OPS_NCCL ? "nccl" : "mpi",
-           s->nccl_timeout_s);
+           s->gpu_ops == HVD__GPU_OPS_NCCL ? "nccl" : "mpi", s->nccl_timeout_s);
 }
