@@ -707,8 +707,8 @@ fail:
   return rc;
 }
 
-static hvd_result_t mpi_barrier(void *state, const hvd__exec_env_t *env,
-                                const hvd__work_t *w) {
+hvd_result_t hvd__mpi_barrier(void *state, const hvd__exec_env_t *env,
+                             const hvd__work_t *w) {
   (void)state;
   (void)w;
   hvd_result_t rc = HVD_SUCCESS;
@@ -730,6 +730,6 @@ const hvd__executor_t hvd__mpi_executor = {
             [HVD__ALLGATHER] = mpi_allgather,
             [HVD__ALLTOALL] = mpi_alltoall,
             [HVD__REDUCESCATTER] = mpi_reducescatter,
-            [HVD__BARRIER] = mpi_barrier,
+            [HVD__BARRIER] = hvd__mpi_barrier,
         },
 };

@@ -615,19 +615,6 @@ static hvd_result_t nccl_reducescatter(void *state, const hvd__exec_env_t *env,
   return nccl_run(state, env, w, reducescatter, "NCCL reducescatter");
 }
 
-/* A barrier has no tensor: MPI, as on the host. */
-static hvd_result_t nccl_barrier(void *state, const hvd__exec_env_t *env,
-                                 const hvd__work_t *w) {
-  (void)state;
-  (void)w;
-  hvd_result_t rc = HVD_SUCCESS;
-  MPI_Request mr;
-  HVD__MPI_CHECK(MPI_Ibarrier(env->comm, &mr));
-  rc = hvd__mpi_wait(&mr, "MPI_Ibarrier");
-fail:
-  return rc;
-}
-
 /* ---- lifecycle ---------------------------------------------------------- */
 
 /* Nothing collective and nothing CUDA here: a CUDA build on a machine
@@ -697,7 +684,8 @@ const hvd__executor_t hvd__nccl_executor = {
             [HVD__ALLGATHER] = nccl_allgather,
             [HVD__ALLTOALL] = nccl_alltoall,
             [HVD__REDUCESCATTER] = nccl_reducescatter,
-            [HVD__BARRIER] = nccl_barrier,
+            /* no tensor: MPI, as on the host */
+            [HVD__BARRIER] = hvd__mpi_barrier,
         },
     .stub_alloc = hvd__gpu_stub_alloc,
     .stub_free = hvd__gpu_stub_free,

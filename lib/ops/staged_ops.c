@@ -237,19 +237,6 @@ static hvd_result_t staged_reducescatter(void *state,
   return staged_with_output(state, env, w, HVD__REDUCESCATTER);
 }
 
-/* A barrier has no tensor: MPI, as on the host. */
-static hvd_result_t staged_barrier(void *state, const hvd__exec_env_t *env,
-                                   const hvd__work_t *w) {
-  (void)state;
-  (void)w;
-  hvd_result_t rc = HVD_SUCCESS;
-  MPI_Request mr;
-  HVD__MPI_CHECK(MPI_Ibarrier(env->comm, &mr));
-  rc = hvd__mpi_wait(&mr, "MPI_Ibarrier");
-fail:
-  return rc;
-}
-
 /* Nothing collective and nothing CUDA here: a CUDA build on a machine
  * without a GPU opens it too. */
 static hvd_result_t staged_open(const hvd__exec_env_t *env, void **state) {
@@ -289,7 +276,8 @@ const hvd__executor_t hvd__staged_executor = {
             [HVD__ALLGATHER] = staged_allgather,
             [HVD__ALLTOALL] = staged_alltoall,
             [HVD__REDUCESCATTER] = staged_reducescatter,
-            [HVD__BARRIER] = staged_barrier,
+            /* no tensor: MPI, as on the host */
+            [HVD__BARRIER] = hvd__mpi_barrier,
         },
     .stub_alloc = hvd__gpu_stub_alloc,
     .stub_free = hvd__gpu_stub_free,
