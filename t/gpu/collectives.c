@@ -74,17 +74,6 @@ static const double scales[3][2] = {{1, 1}, {2, 0.25}, {0.5, 3}};
 
 /* ---- device memory ------------------------------------------------------ */
 
-static void cuda_ok(cudaError_t e, const char *what) {
-  if (e != cudaSuccess)
-    bail("%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
-static void *dalloc(size_t bytes) {
-  void *p = NULL;
-  cuda_ok(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
-  return p;
-}
-
 /* Complete when it returns: cudaMemcpy from pageable memory may return
  * before its DMA has landed, and hvd's stream waits for no other (the
  * contract: inputs complete at submission). */

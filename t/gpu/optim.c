@@ -69,11 +69,6 @@ static const char *pass_name = "local";
 
 /* ---- device memory ------------------------------------------------------ */
 
-static void cuda_ok(cudaError_t e, const char *what) {
-  if (e != cudaSuccess)
-    bail("%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
 static void *xcalloc(size_t n, size_t s) {
   void *p = calloc(n ? n : 1, s);
   if (p == NULL)

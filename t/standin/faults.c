@@ -42,6 +42,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gputest.h"
 #include "hvd.h"
 #include "standin.h"
 #include "tap/tap.h"
@@ -58,11 +59,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void cuda_ok(cudaError_t e, const char *what) {
-  if (e != cudaSuccess)
-    bail("%s: %s", what, cudaGetErrorString(e));
 }
 
 /* One device allreduce: its result, its message ("" when it worked), and

@@ -32,22 +32,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gputest.h"
 #include "ops/half.h"
 #include "standin.h"
 #include "tap/tap.h"
 
 static int rank, size, last;
-
-static void cuda_ok(cudaError_t e, const char *what) {
-  if (e != cudaSuccess)
-    bail("%s: %s", what, cudaGetErrorString(e));
-}
-
-static void *dalloc(size_t n) {
-  void *p = NULL;
-  cuda_ok(cudaMalloc(&p, n), "cudaMalloc");
-  return p;
-}
 
 /* Polls until the state is not ncclInProgress (at most 1000 polls);
  * *polls: the ncclInProgress answers. */

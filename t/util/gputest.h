@@ -1,6 +1,7 @@
 /*
  * gputest.h - what every GPU test (t/gpu) does first: make sure a CUDA
- * device is there, or skip the whole test with the reason. Header-only:
+ * device is there, or skip the whole test with the reason; and the CUDA
+ * calls the GPU tests (and t/standin's) make themselves, checked. Header-only:
  * the CUDA part needs the CUDA headers, which only the GPU tests are
  * compiled with. Include it after <config.h>.
  */
@@ -27,6 +28,19 @@ static inline int gpu_devices_or_skip(cudaError_t e, int count) {
   if (count == 0)
     skip_all("no CUDA device: cudaGetDeviceCount found none");
   return count;
+}
+
+/* A CUDA call the test itself makes: bail out (naming it) when it fails. */
+static inline void cuda_ok(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    bail("%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* bytes of device memory (at least one) on the current device, or bail. */
+static inline void *dalloc(size_t bytes) {
+  void *p = NULL;
+  cuda_ok(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+  return p;
 }
 #endif
 
