@@ -213,6 +213,31 @@ static void case_init_fail(void) {
   stop(what);
 }
 
+/* C and D: R's collective `name` fails with why and R aborts; the
+ * others' works (R did its part). */
+static void last_aborts(const char *name, const char *why, const char *what) {
+  char want[1024];
+  if (rank != last) {
+    expect(name, HVD_SUCCESS, "", what);
+    return;
+  }
+  snprintf(want, sizeof want, "NCCL: %s; the communicator was aborted", why);
+  expect(name, HVD_ERR_NCCL, want, what);
+}
+
+/* Then: R fails at once (its abort's why), the others wait for R in vain,
+ * time out and abort. */
+static void peers_time_out(const char *name, const char *why,
+                           const char *what) {
+  char want[1024];
+  if (rank == last)
+    unusable(want, sizeof want, why);
+  else
+    snprintf(want, sizeof want, "NCCL: %s; the communicator was aborted",
+             timeout_msg);
+  expect(name, HVD_ERR_NCCL, want, what);
+}
+
 static void case_async_error(void) {
   const char *what = "asynchronous error";
   char async[512], want[1024];
@@ -224,21 +249,8 @@ static void case_async_error(void) {
            "ncclAllReduce: %s (stand-in: asynchronous ncclRemoteError on "
            "rank %d after 2 calls as asked (HVD_STANDIN_NCCL_ASYNC_ERROR))",
            ncclGetErrorString(ncclRemoteError), last);
-  /* 3: R fails; the others' collective had R's part, so it works */
-  if (rank == last) {
-    snprintf(want, sizeof want, "NCCL: %s; the communicator was aborted",
-             async);
-    expect("c.3", HVD_ERR_NCCL, want, what);
-  } else {
-    expect("c.3", HVD_SUCCESS, "", what);
-  }
-  /* 4: R at once; the others wait for R in vain */
-  if (rank == last)
-    unusable(want, sizeof want, async);
-  else
-    snprintf(want, sizeof want, "NCCL: %s; the communicator was aborted",
-             timeout_msg);
-  expect("c.4", HVD_ERR_NCCL, want, what);
+  last_aborts("c.3", async, what);
+  peers_time_out("c.4", async, what);
   /* 5: everyone at once, each with its own reason */
   unusable(want, sizeof want, rank == last ? async : timeout_msg);
   expect("c.5", HVD_ERR_NCCL, want, what);
@@ -256,25 +268,11 @@ static void case_async_error(void) {
 
 static void case_hang(void) {
   const char *what = "hung collective";
-  char want[1024];
   setenv_rank("HVD_STANDIN_NCCL_HANG", "%d:%d", 1);
   start(what);
   works("d.1", what);
-  /* 2: R times out; the others had R's part */
-  if (rank == last) {
-    snprintf(want, sizeof want, "NCCL: %s; the communicator was aborted",
-             timeout_msg);
-    expect("d.2", HVD_ERR_NCCL, want, what);
-  } else {
-    expect("d.2", HVD_SUCCESS, "", what);
-  }
-  /* 3: R at once; the others time out in turn */
-  if (rank == last)
-    unusable(want, sizeof want, timeout_msg);
-  else
-    snprintf(want, sizeof want, "NCCL: %s; the communicator was aborted",
-             timeout_msg);
-  expect("d.3", HVD_ERR_NCCL, want, what);
+  last_aborts("d.2", timeout_msg, what); /* R times out */
+  peers_time_out("d.3", timeout_msg, what);
   stop(what);
 }
 
