@@ -30,7 +30,7 @@ typedef enum hvd__coll {
 /* "allreduce" etc.; "unknown" out of range. */
 const char *hvd__coll_name(int coll);
 
-/* Monotonic clock in seconds. */
+/* Monotonic clock in seconds (lib/base/clock.c). */
 double hvd__now(void);
 
 #endif /* HVD_INTERNAL_H */

@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "core/api.h"
-#include "core/errors.h"
+#include "base/errors.h"
 #include "core/runtime.h"
-#include "core/tensor.h"
+#include "base/tensor.h"
 
 /* ---- argument checks ---------------------------------------------------- */
 

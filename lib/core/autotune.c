@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
-#include "core/log.h"
+#include "base/errors.h"
+#include "base/log.h"
 
 #define WARMUP 1
 #define SAMPLES 3

@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "core/settings.h"
+#include "base/settings.h"
 
 typedef struct hvd__tune_params {
   int64_t fusion_threshold; /* bytes */

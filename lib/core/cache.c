@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/table.h"
-#include "core/tensor.h"
+#include "base/table.h"
+#include "base/tensor.h"
 
 typedef struct entry {
   char *name; /* NULL: free slot */

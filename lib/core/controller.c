@@ -14,12 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
-#include "core/log.h"
-#include "core/table.h"
-#include "core/tensor.h"
-#include "core/wire.h"
-#include "ops/mpi_ops.h"
+#include "base/errors.h"
+#include "base/log.h"
+#include "base/table.h"
+#include "base/tensor.h"
+#include "base/wire.h"
+#include "base/wait.h"
 
 /* The coordinator's record of one name some ranks have submitted. */
 typedef struct pending {

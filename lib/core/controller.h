@@ -11,7 +11,7 @@
 #include <mpi.h>
 
 #include "core/request.h"
-#include "core/settings.h"
+#include "base/settings.h"
 
 typedef enum hvd__response_kind {
   HVD__RESP_RUN,       /* execute desc.coll on names */

@@ -9,7 +9,7 @@
 #include <mpi.h>
 
 #include "core/request.h"
-#include "core/settings.h"
+#include "base/settings.h"
 #include "ops/executor.h"
 
 typedef struct hvd__engine hvd__engine_t;

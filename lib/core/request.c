@@ -1,5 +1,6 @@
 /* request.c - request allocation, completion and hvd_wait/hvd_test. */
 #include "core/request.h"
+#include "base/wait.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -7,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/errors.h"
+#include "base/errors.h"
 #include "core/runtime.h"
 
 /* One completion lock and condition for every request: requests outlive
@@ -87,62 +88,6 @@ static hvd_result_t finish(hvd_request_t *r) {
   return rc;
 }
 
-/* ---- callers blocked in hvd_wait --------------------------------------- */
-
-static atomic_int callers_waiting;
-static pthread_mutex_t nap_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t nap_cv; /* CLOCK_MONOTONIC, made once */
-static pthread_once_t nap_once = PTHREAD_ONCE_INIT;
-static unsigned long nap_gen; /* bumped each time a caller starts waiting */
-static void (*wake_fn)(void *);
-static void *wake_arg;
-
-static void nap_init(void) {
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&nap_cv, &ca);
-  pthread_condattr_destroy(&ca);
-}
-
-int hvd__callers_waiting(void) {
-  return atomic_load_explicit(&callers_waiting, memory_order_relaxed) > 0;
-}
-
-void hvd__nap(double seconds) {
-  pthread_once(&nap_once, nap_init);
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  long ns = ts.tv_nsec + (long)(seconds * 1e9);
-  ts.tv_sec += ns / 1000000000L;
-  ts.tv_nsec = ns % 1000000000L;
-  pthread_mutex_lock(&nap_mu);
-  unsigned long gen = nap_gen;
-  while (gen == nap_gen)
-    if (pthread_cond_timedwait(&nap_cv, &nap_mu, &ts) != 0)
-      break; /* timed out */
-  pthread_mutex_unlock(&nap_mu);
-}
-
-void hvd__set_wake(void (*fn)(void *), void *arg) {
-  pthread_mutex_lock(&nap_mu);
-  wake_fn = fn;
-  wake_arg = arg;
-  pthread_mutex_unlock(&nap_mu);
-}
-
-/* The calling thread is about to block: wake whoever naps. */
-static void caller_blocks(void) {
-  pthread_once(&nap_once, nap_init);
-  atomic_fetch_add_explicit(&callers_waiting, 1, memory_order_relaxed);
-  pthread_mutex_lock(&nap_mu);
-  nap_gen++;
-  pthread_cond_broadcast(&nap_cv);
-  if (wake_fn != NULL)
-    wake_fn(wake_arg);
-  pthread_mutex_unlock(&nap_mu);
-}
-
 hvd_result_t hvd_wait(hvd_request_t *req) {
   if (req == NULL) {
     if (!hvd_is_initialized())
@@ -153,11 +98,11 @@ hvd_result_t hvd_wait(hvd_request_t *req) {
   pthread_mutex_lock(&done_mu);
   if (!req->done) {
     pthread_mutex_unlock(&done_mu);
-    caller_blocks();
+    hvd__caller_blocks();
     pthread_mutex_lock(&done_mu);
     while (!req->done)
       pthread_cond_wait(&done_cv, &done_mu);
-    atomic_fetch_sub_explicit(&callers_waiting, 1, memory_order_relaxed);
+    hvd__caller_unblocks();
   }
   pthread_mutex_unlock(&done_mu);
   return finish(req);

@@ -74,25 +74,4 @@ void hvd__request_complete(hvd_request_t *r, hvd_result_t rc, const char *msg);
 /* "allreduce 'w'", or just "barrier" / "join" for those without a name. */
 void hvd__request_label(const hvd_request_t *r, char *buf, size_t n);
 
-/* ---- callers blocked in hvd_wait --------------------------------------- *
- * With one core per rank, the engine shares its core with the caller's
- * compute: while the caller computes, the engine's waits sleep so as not
- * to steal the core; once the caller blocks in hvd_wait the core is the
- * engine's, and every microsecond it sleeps is exposed. These let the
- * engine tell the two apart and react at once when a caller starts
- * waiting. */
-
-/* Non-zero while some application thread is blocked in hvd_wait. */
-int hvd__callers_waiting(void);
-
-/* Sleeps up to `seconds`, returning early when an application thread
- * starts waiting (so a back-off never delays the moment it matters). */
-void hvd__nap(double seconds);
-
-/* fn(arg) runs (under an internal lock: it must only signal) each time an
- * application thread starts blocking in hvd_wait; NULL removes it. Once
- * hvd__set_wake(NULL, NULL) returns, the previous fn is not running and
- * will not run again. */
-void hvd__set_wake(void (*fn)(void *), void *arg);
-
 #endif /* HVD_CORE_REQUEST_H */

@@ -14,9 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
-#include "core/log.h"
-#include "core/settings.h"
+#include "base/errors.h"
+#include "base/log.h"
+#include "base/device.h"
+#include "base/settings.h"
 #include "hvd_mpi.h"
 
 static struct {
@@ -51,6 +52,10 @@ hvd_result_t hvd__not_initialized(const char *fn) {
 }
 
 int hvd_is_initialized(void) { return atomic_load(&g.initialized); }
+
+int hvd_cuda_device(void) {
+  return hvd_is_initialized() ? hvd__cuda_device() : -1;
+}
 
 #define QUERY(fn, field)                                                       \
   int fn(void) { return atomic_load(&g.initialized) ? g.field : -1; }

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
-#include "core/table.h"
+#include "base/errors.h"
+#include "base/table.h"
 
 #define BUF_MAX (1 << 20)
 

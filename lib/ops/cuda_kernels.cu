@@ -25,8 +25,8 @@
 #include <string.h>
 
 #include "ops/cuda_kernels.h"
-#include "ops/cuda_rt.h"
-#include "ops/half.h"
+#include "base/device.h"
+#include "base/half.h"
 #include "ops/kernel_math.h"
 
 namespace {

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
-#include "core/tensor.h"
+#include "base/errors.h"
+#include "base/tensor.h"
 #include "ops/mpi_ops.h"
 #ifdef HVD_HAVE_CUDA
 #include "ops/staged_ops.h"

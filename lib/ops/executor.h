@@ -10,7 +10,7 @@
 #include <mpi.h>
 
 #include "core/request.h"
-#include "core/settings.h"
+#include "base/settings.h"
 
 typedef struct hvd__exec_env {
   MPI_Comm comm; /* hvd's communicator (only the engine thread uses it) */

@@ -10,9 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
-#include "core/runtime.h"
-#include "core/tensor.h"
+#include "base/errors.h"
+#include "base/device.h"
+#include "base/tensor.h"
+#include "base/wait.h"
 #include "ops/mpi_ops.h"
 #include "ops/reduce.h"
 

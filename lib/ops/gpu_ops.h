@@ -21,7 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ops/cuda_kernels.h"
-#include "ops/cuda_rt.h"
+#include "base/device.h"
 #include "ops/executor.h"
 
 typedef struct hvd__gpu {

@@ -19,12 +19,12 @@
 #include <stdint.h>
 
 #include "hvd.h"
-#include "ops/half.h"
+#include "base/half.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "core/errors.h"
+#include "base/errors.h"
 #ifdef __cplusplus
 }
 #endif

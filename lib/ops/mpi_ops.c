@@ -12,10 +12,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/errors.h"
-#include "core/log.h"
+#include "base/errors.h"
+#include "base/log.h"
 #include "core/request.h"
-#include "core/tensor.h"
+#include "base/tensor.h"
+#include "base/wait.h"
 #include "ops/reduce.h"
 
 #define CHUNK_ELEMS ((int64_t)1 << 30)
@@ -34,32 +35,6 @@ typedef struct mpi_state {
   int *counts, *displs, *counts2, *displs2;
   int64_t *splits;
 } mpi_state_t;
-
-void hvd__wait_backoff(unsigned spin) {
-  if (spin < 100)
-    return; /* a peer is usually microseconds away */
-  /* While the caller computes, this thread shares its core: after a short
-   * spin, yield, then nap. While a caller is blocked in hvd_wait the core
-   * is ours and a nap only delays the result: keep yielding (others that
-   * share the core still get it) for much longer. */
-  if (spin < 300 || (spin < 20000 && hvd__callers_waiting())) {
-    sched_yield();
-    return;
-  }
-  hvd__nap(spin < 2000 ? 20e-6 : 200e-6); /* cut short when a caller blocks */
-}
-
-hvd_result_t hvd__mpi_wait(MPI_Request *req, const char *what) {
-  for (unsigned spin = 0;; spin++) {
-    int done = 0;
-    int mrc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (mrc != MPI_SUCCESS)
-      return hvd__mpi_error(mrc, what);
-    if (done)
-      return HVD_SUCCESS;
-    hvd__wait_backoff(spin);
-  }
-}
 
 /* ---- f16 / bf16 reductions as MPI user ops ----------------------------- */
 

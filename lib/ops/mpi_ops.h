@@ -26,14 +26,4 @@ hvd_result_t hvd__mpi_barrier(void *state, const hvd__exec_env_t *env,
  * and copied out. On the bert lists 256 KiB did best for both. */
 #define HVD__MPI_CHUNK ((int64_t)256 << 10)
 
-/* Completes *req: polls MPI_Test briefly, then yields, then sleeps in
- * short steps, so a rank waiting for slower peers gives its core back. */
-hvd_result_t hvd__mpi_wait(MPI_Request *req, const char *what);
-
-/* That policy, for any poll loop: call after the spin-th unsuccessful poll
- * (0, 1, ...). Returns at once for the first 100, yields the core for the
- * next 200, then sleeps 20 us, and 200 us from the 2000th on. The device
- * executors wait on CUDA events with it. */
-void hvd__wait_backoff(unsigned spin);
-
 #endif /* HVD_OPS_MPI_OPS_H */

@@ -52,9 +52,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
-#include "core/log.h"
-#include "core/tensor.h"
+#include "base/errors.h"
+#include "base/log.h"
+#include "base/tensor.h"
+#include "base/wait.h"
 #include "ops/gpu_ops.h"
 #include "ops/mpi_ops.h"
 

@@ -11,7 +11,7 @@
 #include "internal.h"
 
 /* hvd__f16_to_f32, hvd__f32_to_f16, hvd__bf16_to_f32, hvd__f32_to_bf16 */
-#include "ops/half.h"
+#include "base/half.h"
 
 /* dst[i] = src[i] * factor for a floating-point dtype (dst may be src).
  * With factor 1 it is a copy (nothing when dst == src). */

@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
-#include "core/tensor.h"
+#include "base/errors.h"
+#include "base/tensor.h"
 #include "ops/gpu_ops.h"
 #include "ops/mpi_ops.h"
 

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
+#include "base/errors.h"
 #include "core/runtime.h"
-#include "core/tensor.h"
+#include "base/tensor.h"
 #include "optim/optimizer.h"
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {

@@ -32,9 +32,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/errors.h"
+#include "base/errors.h"
 #include "core/runtime.h"
-#include "core/tensor.h"
+#include "base/tensor.h"
 #include "optim/optimizer.h"
 
 #define CKPT_MAGIC "HVDCKPT" /* 8 bytes with its NUL */

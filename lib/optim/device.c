@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
-#include "core/tensor.h"
+#include "base/errors.h"
+#include "base/tensor.h"
 #include "optim/device.h"
 
 #ifdef HVD_HAVE_CUDA

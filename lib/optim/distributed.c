@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "core/api.h"
-#include "core/errors.h"
+#include "base/errors.h"
 #include "core/runtime.h"
 #include "optim/optimizer.h"
 

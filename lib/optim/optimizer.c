@@ -18,10 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
+#include "base/errors.h"
+#include "base/device.h"
 #include "core/runtime.h"
-#include "core/table.h"
-#include "core/tensor.h"
+#include "base/table.h"
+#include "base/tensor.h"
 #include "optim/optimizer.h"
 
 /* ---- checks ------------------------------------------------------------- */

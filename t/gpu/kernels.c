@@ -47,7 +47,7 @@ int main(void) { skip_all("%s", GPU_TEST_NO_CUDA); }
 
 #include "hvd.h"
 #include "ops/cuda_kernels.h"
-#include "ops/cuda_rt.h"
+#include "base/device.h"
 #include "ops/reduce.h"
 #include "optim/optimizer.h"
 

@@ -1,10 +1,10 @@
 #!/bin/sh
 # hvd-info: the version, the backends, and every HVD_* variable of the
-# table in lib/core/settings.c with the environment's value when set and
+# table in lib/base/settings.c with the environment's value when set and
 # its default otherwise; --json is valid JSON; --build prints the backends
 # only. No mpirun needed.
 info="$HVD_TOP_BUILDDIR/bin/hvd-info"
-settings_c="$HVD_TOP_SRCDIR/lib/core/settings.c"
+settings_c="$HVD_TOP_SRCDIR/lib/base/settings.c"
 
 n=0
 ok() {

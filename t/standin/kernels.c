@@ -33,9 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
+#include "base/errors.h"
 #include "ops/cuda_kernels.h"
-#include "ops/half.h"
+#include "base/half.h"
 #include "ops/kernel_math.h"
 #include "standin.h"
 

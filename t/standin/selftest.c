@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "gputest.h"
-#include "ops/half.h"
+#include "base/half.h"
 #include "standin.h"
 #include "tap/tap.h"
 

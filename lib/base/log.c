@@ -1,6 +1,6 @@
 /* log.c - one line per call, written with one write(2) so ranks and
  * threads do not interleave within a line. */
-#include "core/log.h"
+#include "base/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* settings.c - the table of HVD_* variables and their parsers. */
-#include "core/settings.h"
+#include "base/settings.h"
 
 #include <errno.h>
 #include <math.h>
@@ -8,8 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/errors.h"
-#include "core/log.h"
+#include "base/errors.h"
+#include "base/log.h"
 
 static const hvd__setting_info_t table[] = {
     {"HVD_LOG_LEVEL", "warning",

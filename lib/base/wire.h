@@ -4,8 +4,8 @@
  * them back with bounds checks. Both ends are the same build, so values
  * travel in host byte order.
  */
-#ifndef HVD_CORE_WIRE_H
-#define HVD_CORE_WIRE_H
+#ifndef HVD_BASE_WIRE_H
+#define HVD_BASE_WIRE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,4 +38,4 @@ double hvd__r_f64(hvd__rbuf_t *r);
  * out of memory). */
 char *hvd__r_str(hvd__rbuf_t *r);
 
-#endif /* HVD_CORE_WIRE_H */
+#endif /* HVD_BASE_WIRE_H */

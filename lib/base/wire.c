@@ -1,5 +1,5 @@
 /* wire.c - append/read helpers for negotiation messages. */
-#include "core/wire.h"
+#include "base/wire.h"
 
 #include <stdlib.h>
 #include <string.h>

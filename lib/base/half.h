@@ -4,8 +4,8 @@
  * (lib/ops/cuda_kernels.cu, where nvcc compiles them __host__ __device__),
  * so that both convert the same way by construction.
  */
-#ifndef HVD_OPS_HALF_H
-#define HVD_OPS_HALF_H
+#ifndef HVD_BASE_HALF_H
+#define HVD_BASE_HALF_H
 
 #include <stdint.h>
 #include <string.h>
@@ -82,4 +82,4 @@ HVD__HALF_FN uint16_t hvd__f32_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
-#endif /* HVD_OPS_HALF_H */
+#endif /* HVD_BASE_HALF_H */

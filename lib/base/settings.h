@@ -2,8 +2,8 @@
  * settings.h - every HVD_* environment variable, read in one place
  * (settings.c holds the table: name, default, meaning).
  */
-#ifndef HVD_CORE_SETTINGS_H
-#define HVD_CORE_SETTINGS_H
+#ifndef HVD_BASE_SETTINGS_H
+#define HVD_BASE_SETTINGS_H
 
 #include <stdint.h>
 
@@ -55,4 +55,4 @@ void hvd__settings_log(const hvd__settings_t *s);
 /* The table, terminated by a row with a NULL name. */
 const hvd__setting_info_t *hvd__settings_table(void);
 
-#endif /* HVD_CORE_SETTINGS_H */
+#endif /* HVD_BASE_SETTINGS_H */

@@ -1,5 +1,5 @@
 /* table.c - chained hash table with FNV-1a, doubling at load 1. */
-#include "core/table.h"
+#include "base/table.h"
 
 #include <stdint.h>
 #include <stdlib.h>

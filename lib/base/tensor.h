@@ -2,8 +2,8 @@
  * tensor.h - dtype facts, shape formatting and the argument checks shared
  * by every collective.
  */
-#ifndef HVD_CORE_TENSOR_H
-#define HVD_CORE_TENSOR_H
+#ifndef HVD_BASE_TENSOR_H
+#define HVD_BASE_TENSOR_H
 
 #include <stddef.h>
 
@@ -34,4 +34,4 @@ int hvd__device_kind_equal(int a, int b);
 hvd_result_t hvd__check_tensor(const char *kind, const char *name,
                                const char *which, const hvd_tensor_t *t);
 
-#endif /* HVD_CORE_TENSOR_H */
+#endif /* HVD_BASE_TENSOR_H */

@@ -1,5 +1,5 @@
 /*
- * cuda_rt.c - what hvd needs from the CUDA runtime and NCCL outside the
+ * device.c - what hvd needs from the CUDA runtime and NCCL outside the
  * kernels: build facts, the device count, CUDA errors as hvd results, and
  * binding each rank to its GPU at hvd_init. Only the runtime (cudart) is
  * linked, never the driver library, so a CUDA build still runs its CPU
@@ -13,9 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
-#include "core/runtime.h"
-#include "ops/cuda_rt.h"
+#include "base/errors.h"
+#include "base/device.h"
 
 #ifdef HVD_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -58,10 +57,6 @@ int hvd__cuda_device_count(void) {
 #else
   return 0;
 #endif
-}
-
-int hvd_cuda_device(void) {
-  return hvd_is_initialized() ? atomic_load(&bound_device) : -1;
 }
 
 int hvd__cuda_device(void) { return atomic_load(&bound_device); }

@@ -4,8 +4,8 @@
  * hvd__set_error() and returns its code; foreign codes (MPI, pthread,
  * errno) are converted here so their text is kept.
  */
-#ifndef HVD_CORE_ERRORS_H
-#define HVD_CORE_ERRORS_H
+#ifndef HVD_BASE_ERRORS_H
+#define HVD_BASE_ERRORS_H
 
 #include "internal.h"
 
@@ -40,4 +40,4 @@ hvd_result_t hvd__mpi_error(int mpi_rc, const char *what);
       goto fail;                                                               \
   } while (0)
 
-#endif /* HVD_CORE_ERRORS_H */
+#endif /* HVD_BASE_ERRORS_H */

@@ -2,8 +2,8 @@
  * log.h - the one logger. Lines go to stderr as "[hvd <rank>] LEVEL: ...";
  * HVD_LOG_LEVEL picks the threshold. The library prints nothing else.
  */
-#ifndef HVD_CORE_LOG_H
-#define HVD_CORE_LOG_H
+#ifndef HVD_BASE_LOG_H
+#define HVD_BASE_LOG_H
 
 #include "internal.h"
 
@@ -29,4 +29,4 @@ void hvd__log_write(int level, const char *fmt, ...) HVD__PRINTF(2, 3);
       hvd__log_write((level), __VA_ARGS__);                                    \
   } while (0)
 
-#endif /* HVD_CORE_LOG_H */
+#endif /* HVD_BASE_LOG_H */

@@ -1,12 +1,12 @@
 /* tensor.c - dtype table, tensor helpers and argument checks. */
-#include "core/tensor.h"
+#include "base/tensor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/errors.h"
-#include "core/runtime.h"
+#include "base/errors.h"
+#include "base/device.h"
 
 static const struct {
   const char *name;

@@ -4,8 +4,8 @@
  * hvd__table_create_borrowing); values are borrowed.
  * Not thread-safe: the owner locks.
  */
-#ifndef HVD_CORE_TABLE_H
-#define HVD_CORE_TABLE_H
+#ifndef HVD_BASE_TABLE_H
+#define HVD_BASE_TABLE_H
 
 #include <stddef.h>
 
@@ -27,4 +27,4 @@ void hvd__table_each(const hvd__table_t *t,
                      void (*fn)(const char *key, void *value, void *arg),
                      void *arg);
 
-#endif /* HVD_CORE_TABLE_H */
+#endif /* HVD_BASE_TABLE_H */

@@ -1,5 +1,5 @@
 /* errors.c - result strings (from HVD_RESULT_LIST) and hvd_last_error(). */
-#include "core/errors.h"
+#include "base/errors.h"
 
 #include <mpi.h>
 #include <stdarg.h>
@@ -57,10 +57,4 @@ const char *hvd__coll_name(int coll) {
   if (coll < 0 || coll >= HVD__COLL_COUNT)
     return "unknown";
   return names[coll];
-}
-
-double hvd__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

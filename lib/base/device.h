@@ -1,0 +1,83 @@
+/*
+ * device.h - what hvd needs to know about CUDA outside the kernels: the
+ * build facts (hvd_cuda_built, hvd_nccl_built in hvd.h), the device count,
+ * which device this rank is bound to, the binding itself at hvd_init, and
+ * CUDA runtime errors as hvd results. Included from C and from the CUDA
+ * sources (nvcc, C++); needs config.h first. The CUDA error part exists
+ * only in a build with CUDA.
+ */
+#ifndef HVD_BASE_DEVICE_H
+#define HVD_BASE_DEVICE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "base/errors.h"
+
+/* Number of CUDA devices this process sees (0 without CUDA, a driver or a
+ * GPU). */
+int hvd__cuda_device_count(void);
+
+/* hvd_init's GPU binding (collective over comm). With CUDA built and a GPU visible, and unless no_bind (HVD_NO_BIND=1): makes
+ * device local_rank % count the calling thread's current device, then
+ * fails (HVD_ERR_CUDA, on every rank) when two ranks of local_comm are on
+ * the same GPU or a rank could not bind. Without CUDA or a GPU: nothing. */
+#ifndef __CUDACC__ /* nvcc's include path has no mpi.h */
+#include <mpi.h>
+hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind);
+#endif
+
+/* The device hvd__cuda_bind bound this process to, or -1. */
+int hvd__cuda_device(void);
+
+/* The device of this rank's device tensors: the bound one; without one
+ * (HVD_NO_BIND=1) the calling thread's current device; -1 without CUDA or
+ * a GPU. */
+int hvd__cuda_rank_device(void);
+
+/* Where hvd's own device resources go before any tensor says (a joined
+ * rank's stubs in its first device collective): the bound device; without
+ * one (HVD_NO_BIND=1) the device that was current on the thread that called
+ * hvd_init; -1 without CUDA or a GPU. The engine thread cannot ask for its
+ * own current device: it is not the caller's. */
+int hvd__cuda_home_device(void);
+
+/* Frees device memory hvd allocated (cudaFree; nothing for NULL). In a
+ * build without CUDA there is none: free(), as for host memory. */
+void hvd__cuda_free(void *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef HVD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* HVD_ERR_CUDA with "<what>: <cudaGetErrorString> (<cudaGetErrorName>)",
+ * what cut at its first '(' as for hvd__mpi_error; also clears CUDA's
+ * last error, so that the next check does not see it again. */
+hvd_result_t hvd__cuda_error(cudaError_t err, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* Jump to the function's `fail:` label when a CUDA runtime call fails.
+ * Needs a local `hvd_result_t rc`. */
+#define HVD__CUDA_CHECK(call)                                                  \
+  do {                                                                         \
+    cudaError_t hvd__cuda_rc_ = (call);                                        \
+    if (hvd__cuda_rc_ != cudaSuccess) {                                        \
+      rc = hvd__cuda_error(hvd__cuda_rc_, #call);                              \
+      goto fail;                                                               \
+    }                                                                          \
+  } while (0)
+
+#endif /* HVD_HAVE_CUDA */
+
+#endif /* HVD_BASE_DEVICE_H */
