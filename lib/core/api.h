@@ -1,5 +1,7 @@
 /*
- * api.h - entry points of lib/core for the layers above it (lib/optim).
+ * api.h - what lib/core exports to the layer above it (lib/optim) besides
+ * the public API of hvd.h. lib/optim includes no other header of core; the
+ * layering check (t/layers.sh) allows it only the hvd__ names declared here.
  */
 #ifndef HVD_CORE_API_H
 #define HVD_CORE_API_H
@@ -15,5 +17,8 @@ hvd_result_t hvd__allreduce_wire_async(const char *name,
                                        hvd_tensor_t *recv, hvd_op_t op,
                                        double prescale, double postscale,
                                        hvd_dtype_t wire, hvd_request_t **req);
+
+/* HVD_ERR_NOT_INITIALIZED with "<fn>: hvd_init() has not been called". */
+hvd_result_t hvd__not_initialized(const char *fn);
 
 #endif /* HVD_CORE_API_H */

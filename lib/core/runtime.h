@@ -5,6 +5,7 @@
 #ifndef HVD_CORE_RUNTIME_H
 #define HVD_CORE_RUNTIME_H
 
+#include "core/api.h"
 #include "core/engine.h"
 
 /* The running engine, or NULL before hvd_init / after hvd_shutdown. */
@@ -14,8 +15,5 @@ hvd__engine_t *hvd__runtime_engine(void);
  * initialised (then "<fn>: hvd_init() has not been called"). Safe against
  * a concurrent hvd_shutdown. On failure the caller still owns r. */
 hvd_result_t hvd__runtime_submit(const char *fn, hvd_request_t *r);
-
-/* HVD_ERR_NOT_INITIALIZED with "<fn>: hvd_init() has not been called". */
-hvd_result_t hvd__not_initialized(const char *fn);
 
 #endif /* HVD_CORE_RUNTIME_H */

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "base/errors.h"
-#include "core/runtime.h"
+#include "core/api.h"
 #include "base/tensor.h"
 #include "optim/optimizer.h"
 

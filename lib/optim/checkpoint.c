@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "base/errors.h"
-#include "core/runtime.h"
+#include "core/api.h"
 #include "base/tensor.h"
 #include "optim/optimizer.h"
 

@@ -30,7 +30,6 @@
 
 #include "core/api.h"
 #include "base/errors.h"
-#include "core/runtime.h"
 #include "optim/optimizer.h"
 
 #define GRAD_PREFIX "hvd.grad."

@@ -20,7 +20,7 @@
 
 #include "base/errors.h"
 #include "base/device.h"
-#include "core/runtime.h"
+#include "core/api.h"
 #include "base/table.h"
 #include "base/tensor.h"
 #include "optim/optimizer.h"
