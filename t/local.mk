@@ -83,6 +83,12 @@ AM_TESTS_ENVIRONMENT = \
 	HVD_MPIRUN_TEST='$(abs_top_builddir)/t/mpirun-test'; \
 	export HVD_TOP_BUILDDIR HVD_TOP_SRCDIR HVD_MPIRUN_TEST;
 
+## The layers of lib/ hold (build-aux/check-layers over the objects'
+## symbol tables and the #include lines), and the check catches offences.
+dist_check_SCRIPTS += t/layers.sh
+TESTS += t/layers.sh
+EXTRA_DIST += build-aux/check-layers
+
 ## The stubs that stand for test programs in TESTS.
 $(UNIT_TESTS) $(NP_TESTS):
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && echo '# run by t/mpirun-test' > $@

@@ -9,8 +9,54 @@
 
 #include <mpi.h>
 
-#include "core/request.h"
 #include "base/settings.h"
+#include "internal.h"
+
+/* ---- what an executor sees of a request ---------------------------------- */
+
+/* What a rank says about one collective. Negotiation compares these. */
+typedef struct hvd__desc {
+  int coll;        /* hvd__coll_t */
+  int dtype;       /* hvd_dtype_t */
+  int device;      /* HVD_CPU or CUDA ordinal */
+  int ndim;
+  int64_t shape[HVD_MAX_DIMS];
+  int op;          /* hvd_op_t */
+  double prescale, postscale;
+  int root;
+  int wire; /* dtype on the wire: dtype, or f16/bf16 for a compressed f32 */
+} hvd__desc_t;
+
+/* Names of the collectives that have no user name. */
+#define HVD__BARRIER_NAME "hvd.barrier"
+#define HVD__JOIN_NAME "hvd.join"
+
+#define HVD__INLINE_NAME 64
+
+struct hvd_request {
+  char *name; /* inline_name when it fits, else malloc'd */
+  char inline_name[HVD__INLINE_NAME];
+  hvd__desc_t desc;
+  hvd_tensor_t send;        /* input; broadcast's in-place tensor */
+  hvd_tensor_t recv;        /* allreduce: caller's output; else hvd's output */
+  hvd_tensor_t *recv_out;   /* caller's slot for an output hvd allocates */
+  int64_t *splits;          /* alltoall: copy of the caller's splits */
+  int64_t *recv_splits;     /* alltoall: rows received per rank (hvd's) */
+  int64_t *recv_splits_out; /* caller's array, may be NULL */
+  int *last_rank_out;       /* join: caller's slot, may be NULL */
+  int last_rank;
+  int nranks;               /* world size when submitted */
+  int is_stub;              /* made by the engine for a rank that joined */
+  double t_submit;          /* hvd__now() at submission (timeline) */
+  double t_ready;           /* t_submit on the aligned timeline clock */
+
+  int done; /* guarded by the completion lock in request.c */
+  hvd_result_t rc;
+  char *errmsg;
+  hvd_request_t *next; /* engine queue link */
+};
+
+/* ---- the interface --------------------------------------------------------- */
 
 typedef struct hvd__exec_env {
   MPI_Comm comm; /* hvd's communicator (only the engine thread uses it) */

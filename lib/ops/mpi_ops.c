@@ -14,7 +14,6 @@
 
 #include "base/errors.h"
 #include "base/log.h"
-#include "core/request.h"
 #include "base/tensor.h"
 #include "base/wait.h"
 #include "ops/reduce.h"
