@@ -62,3 +62,19 @@ int64_t hvd__row_bytes(const hvd__desc_t *d) {
     n *= d->shape[i];
   return n;
 }
+
+hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
+                                  int64_t *total) {
+  hvd_result_t rc = HVD_SUCCESS;
+  size_t n = (size_t)env->size;
+  r->recv_splits = calloc(n, sizeof *r->recv_splits);
+  if (r->recv_splits == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "alltoall splits");
+  HVD__MPI_CHECK(MPI_Alltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1,
+                              MPI_INT64_T, env->comm));
+  *total = 0;
+  for (size_t k = 0; k < n; k++)
+    *total += r->recv_splits[k];
+fail:
+  return rc;
+}

@@ -128,4 +128,17 @@ hvd_result_t hvd__alloc_output(hvd_request_t *r, int ndim,
 /* Bytes of one row (dimensions 1..) of a tensor with d's dtype and shape. */
 int64_t hvd__row_bytes(const hvd__desc_t *d);
 
+/* Rows of block k when `rows` rows are split over p ranks for a
+ * reducescatter: the first rows % p blocks hold one row more. */
+static inline int64_t hvd__block_rows(int64_t rows, int64_t p, int64_t k) {
+  return rows / p + (k < rows % p);
+}
+
+/* The first step of every alltoall: each rank tells each other how many
+ * rows it sends (r->splits), the answers land in r->recv_splits
+ * (allocated here, freed with the request) and *total is their sum, the
+ * rows this rank receives. Collective over env->comm. */
+hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
+                                  int64_t *total);
+
 #endif /* HVD_OPS_EXECUTOR_H */

@@ -613,16 +613,10 @@ static hvd_result_t mpi_alltoall(void *state, const hvd__exec_env_t *env,
   MPI_Datatype row = MPI_DATATYPE_NULL;
   hvd_request_t *r = w->reqs[0];
   size_t n = (size_t)env->size;
-  r->recv_splits = calloc(n, sizeof *r->recv_splits);
-  if (r->recv_splits == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "alltoall splits");
-  HVD__MPI_CHECK(MPI_Alltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1,
-                              MPI_INT64_T, env->comm));
-  int64_t total = 0, sent = 0;
-  for (size_t k = 0; k < n; k++) {
-    total += r->recv_splits[k];
+  int64_t total, sent = 0;
+  HVD__CHECK(hvd__exchange_splits(r, env, &total));
+  for (size_t k = 0; k < n; k++)
     sent += r->splits[k];
-  }
   HVD__CHECK(alloc_rows(r, d, total));
   int64_t rb = hvd__row_bytes(d);
   if (rb == 0)
@@ -655,13 +649,13 @@ static hvd_result_t mpi_reducescatter(void *state, const hvd__exec_env_t *env,
   void *scaled = NULL;
   int64_t rows = d->shape[0], p = env->size;
   int64_t row_elems = hvd__row_bytes(d) / (int64_t)hvd_dtype_size(dtype);
-  int64_t mine = rows / p + (env->rank < rows % p);
+  int64_t mine = hvd__block_rows(rows, p, env->rank);
   HVD__CHECK(alloc_rows(r, d, mine));
   if (rows / p * row_elems + row_elems > INT_MAX)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "a reducescatter block exceeds MPI's int counts");
   for (int k = 0; k < env->size; k++)
-    s->counts[k] = (int)((rows / p + (k < rows % p)) * row_elems);
+    s->counts[k] = (int)(hvd__block_rows(rows, p, k) * row_elems);
   const void *src = r->send.data;
   if (d->prescale != 1.0) {
     int64_t n = desc_numel(d);

@@ -464,14 +464,8 @@ static hvd_result_t alltoall(nccl_state_t *s, const hvd__exec_env_t *env,
   const hvd__desc_t *d = w->desc;
   hvd_request_t *r = w->reqs[0];
   size_t n = (size_t)env->size;
-  r->recv_splits = calloc(n, sizeof *r->recv_splits);
-  if (r->recv_splits == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "alltoall splits");
-  HVD__MPI_CHECK(MPI_Alltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1,
-                              MPI_INT64_T, env->comm));
-  int64_t total = 0;
-  for (size_t k = 0; k < n; k++)
-    total += r->recv_splits[k];
+  int64_t total;
+  HVD__CHECK(hvd__exchange_splits(r, env, &total));
   HVD__CHECK(alloc_rows(s, r, d, total));
   size_t rb = (size_t)hvd__row_bytes(d);
   if (rb == 0)
@@ -518,7 +512,7 @@ static hvd_result_t reducescatter(nccl_state_t *s, const hvd__exec_env_t *env,
   size_t esize = hvd_dtype_size(dtype);
   int64_t p = env->size, rows = d->shape[0];
   int64_t row_elems = hvd__row_bytes(d) / (int64_t)esize;
-  int64_t mine = rows / p + (env->rank < rows % p);
+  int64_t mine = hvd__block_rows(rows, p, env->rank);
   int64_t blk = (rows + p - 1) / p; /* rows per block, padded */
   size_t blk_elems = (size_t)(blk * row_elems);
   /* the finishing kernel changes something (with factor 1 it is a copy) */
@@ -551,7 +545,7 @@ static hvd_result_t reducescatter(nccl_state_t *s, const hvd__exec_env_t *env,
   const char *in = r->send.data;
   int64_t start = 0;
   for (int64_t k = 0; k < p; k++) {
-    int64_t rk = rows / p + (k < rows % p);
+    int64_t rk = hvd__block_rows(rows, p, k);
     s->gpu.spans[k] =
         (hvd__cuda_span_t){in + (size_t)(start * row_elems) * esize,
                            pad + (size_t)k * blk_elems * esize, rk * row_elems};

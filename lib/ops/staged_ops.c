@@ -120,9 +120,11 @@ static hvd_result_t wait_copies(staged_state_t *s) {
   return hvd__gpu_wait(&s->gpu, "host-staged MPI: cudaMemcpyAsync", NULL, NULL);
 }
 
-static hvd_result_t staged_allreduce(void *state, const hvd__exec_env_t *env,
-                                     const hvd__work_t *w) {
-  staged_state_t *s = state;
+/* Enters the executor and mirrors every request of w into one pinned
+ * host buffer, packed in order; with copy_in the device data is copied
+ * there too (asynchronously: wait_copies before the host reads it). */
+static hvd_result_t stage_in(staged_state_t *s, const hvd__exec_env_t *env,
+                             const hvd__work_t *w, int copy_in) {
   hvd_result_t rc;
   size_t total = 0, at = 0;
   HVD__CHECK(staged_enter(s, env, w));
@@ -131,9 +133,18 @@ static hvd_result_t staged_allreduce(void *state, const hvd__exec_env_t *env,
   HVD__CHECK(pinned(s, total));
   HVD__CHECK(mirrors(s, w->n));
   for (int i = 0; i < w->n; i++) {
-    HVD__CHECK(mirror(s, i, w->reqs[i], at, 1));
+    HVD__CHECK(mirror(s, i, w->reqs[i], at, copy_in));
     at += hvd__tensor_bytes(&w->reqs[i]->send);
   }
+fail:
+  return rc;
+}
+
+static hvd_result_t staged_allreduce(void *state, const hvd__exec_env_t *env,
+                                     const hvd__work_t *w) {
+  staged_state_t *s = state;
+  hvd_result_t rc;
+  HVD__CHECK(stage_in(s, env, w, 1));
   HVD__CHECK(wait_copies(s));
   hvd__work_t hw = {w->desc, s->hptrs, w->n, w->dims0};
   HVD__CHECK(hvd__mpi_executor.run[HVD__ALLREDUCE](s->inner, env, &hw));
@@ -158,16 +169,7 @@ static hvd_result_t staged_broadcast(void *state, const hvd__exec_env_t *env,
   staged_state_t *s = state;
   hvd_result_t rc;
   int is_root = env->rank == w->desc->root;
-  size_t total = 0, at = 0;
-  HVD__CHECK(staged_enter(s, env, w));
-  for (int i = 0; i < w->n; i++)
-    total += hvd__tensor_bytes(&w->reqs[i]->send);
-  HVD__CHECK(pinned(s, total));
-  HVD__CHECK(mirrors(s, w->n));
-  for (int i = 0; i < w->n; i++) { /* only the root's data matters */
-    HVD__CHECK(mirror(s, i, w->reqs[i], at, is_root));
-    at += hvd__tensor_bytes(&w->reqs[i]->send);
-  }
+  HVD__CHECK(stage_in(s, env, w, is_root)); /* only the root's data matters */
   if (is_root)
     HVD__CHECK(wait_copies(s));
   hvd__work_t hw = {w->desc, s->hptrs, w->n, w->dims0};
@@ -193,10 +195,7 @@ static hvd_result_t staged_with_output(staged_state_t *s,
                                        const hvd__work_t *w, int coll) {
   hvd_result_t rc;
   hvd_request_t *r = w->reqs[0], *h = NULL;
-  HVD__CHECK(staged_enter(s, env, w));
-  HVD__CHECK(pinned(s, hvd__tensor_bytes(&r->send)));
-  HVD__CHECK(mirrors(s, 1));
-  HVD__CHECK(mirror(s, 0, r, 0, 1));
+  HVD__CHECK(stage_in(s, env, w, 1)); /* w->n is 1 */
   h = &s->hreqs[0];
   memset(&h->recv, 0, sizeof h->recv);
   HVD__CHECK(wait_copies(s));
