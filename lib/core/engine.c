@@ -36,8 +36,6 @@
 #include "core/timeline.h"
 #include "ops/executor.h"
 #include "base/wait.h"
-#include "ops/mpi_ops.h"
-#include "ops/reduce.h"
 
 #define MAX_EXECUTORS 8
 
@@ -188,9 +186,11 @@ static const hvd__executor_t *executor(const hvd__engine_t *e, int device,
 }
 
 /* What a rank that joined contributes to an allreduce: the op's identity,
- * in the memory of the executor that runs it (host unless it says). */
+ * in the memory of the executor that runs it. */
 static hvd_result_t make_stub(hvd__engine_t *e, const char *name,
                               const hvd__desc_t *d, hvd_request_t **out) {
+  int which;
+  const hvd__executor_t *ex = executor(e, d->device, &which);
   hvd_request_t *r = hvd__request_new(name);
   if (r == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "stub for '%s'", name);
@@ -200,25 +200,11 @@ static hvd_result_t make_stub(hvd__engine_t *e, const char *name,
   r->send.ndim = d->ndim;
   memcpy(r->send.shape, d->shape, sizeof d->shape);
   r->send.device = HVD_CPU;
-  int which;
-  const hvd__executor_t *ex = executor(e, d->device, &which);
-  if (ex != NULL && ex->stub_alloc != NULL) {
-    hvd_result_t rc = ex->stub_alloc(e->exec_state[which], &e->env, r);
-    if (rc != HVD_SUCCESS) {
-      hvd__request_free(r);
-      return rc;
-    }
-    *out = r;
-    return HVD_SUCCESS;
-  }
-  int64_t n = hvd_tensor_numel(&r->send);
-  r->send.data = malloc((size_t)n * hvd_dtype_size(r->send.dtype) + 1);
-  if (r->send.data == NULL) {
+  hvd_result_t rc = ex->stub_alloc(e->exec_state[which], &e->env, r);
+  if (rc != HVD_SUCCESS) {
     hvd__request_free(r);
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "stub for '%s'", name);
+    return rc;
   }
-  hvd__fill_identity(r->send.data, n, r->send.dtype, (hvd_op_t)d->op);
-  r->recv = r->send;
   *out = r;
   return HVD_SUCCESS;
 }
@@ -226,10 +212,7 @@ static hvd_result_t make_stub(hvd__engine_t *e, const char *name,
 static void free_stub(hvd__engine_t *e, hvd_request_t *r) {
   int which;
   const hvd__executor_t *ex = executor(e, r->desc.device, &which);
-  if (ex != NULL && ex->stub_free != NULL)
-    ex->stub_free(e->exec_state[which], r);
-  else
-    free(r->send.data);
+  ex->stub_free(e->exec_state[which], r);
   hvd__request_free(r);
 }
 
@@ -892,10 +875,11 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
   if (tune_any) {
     e->nparams = 3;
     e->params.fusion_threshold = s->fusion_threshold;
-    e->params.chunk_bytes = s->chunk_size > 0 ? s->chunk_size : HVD__MPI_CHUNK;
+    int64_t chunk0 = hvd__executors[0]->default_chunk; /* the host's */
+    e->params.chunk_bytes = s->chunk_size > 0 ? s->chunk_size : chunk0;
     e->params.cycle_us = (int64_t)(s->cycle_time_ms * 1000);
     if (env->rank == 0) {
-      e->tune = hvd__autotune_create(s, HVD__MPI_CHUNK);
+      e->tune = hvd__autotune_create(s, chunk0);
       if (e->tune == NULL) {
         rc = HVD_ERR_IO;
         goto fail;

@@ -103,14 +103,16 @@ typedef struct hvd__executor {
    * is set with hvd__set_error; outputs already allocated stay in the
    * requests, which the engine completes (and frees) with the error. */
   hvd__exec_fn run[HVD__COLL_COUNT];
-  /* Optional (device executors): a joined rank's stub request for an
-   * allreduce (desc, dtype and shape set; send and recv the same tensor)
-   * gets data holding the identity of its op in this executor's memory,
-   * and stub_free releases it. Without them the engine uses host memory.
-   * The stubs of a group exist only while it runs. */
+  /* A joined rank's stub request for an allreduce (desc, dtype and shape
+   * set) gets data holding the identity of its op in this executor's
+   * memory, send and recv the same tensor; stub_free releases it. The
+   * stubs of a group exist only while it runs. */
   hvd_result_t (*stub_alloc)(void *state, const hvd__exec_env_t *env,
                              hvd_request_t *r);
   void (*stub_free)(void *state, hvd_request_t *r);
+  /* The pipeline chunk in bytes when HVD_CHUNK_SIZE is unset (0: the
+   * executor does not chunk); the autotuner starts from it. */
+  int64_t default_chunk;
 } hvd__executor_t;
 
 /* Every executor this build has, NULL-terminated. */

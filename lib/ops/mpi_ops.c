@@ -687,6 +687,27 @@ fail:
   return rc;
 }
 
+/* A joined rank's contribution on the host: the identity of the op. */
+static hvd_result_t mpi_stub_alloc(void *state, const hvd__exec_env_t *env,
+                                   hvd_request_t *r) {
+  (void)state;
+  (void)env;
+  int64_t n = hvd_tensor_numel(&r->send);
+  r->send.device = HVD_CPU;
+  r->send.data = malloc((size_t)n * hvd_dtype_size(r->send.dtype) + 1);
+  if (r->send.data == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "stub for '%s'", r->name);
+  hvd__fill_identity(r->send.data, n, r->send.dtype, (hvd_op_t)r->desc.op);
+  r->recv = r->send;
+  return HVD_SUCCESS;
+}
+
+static void mpi_stub_free(void *state, hvd_request_t *r) {
+  (void)state;
+  free(r->send.data);
+  r->send.data = r->recv.data = NULL;
+}
+
 const hvd__executor_t hvd__mpi_executor = {
     .name = "mpi",
     .open = mpi_open,
@@ -700,4 +721,7 @@ const hvd__executor_t hvd__mpi_executor = {
             [HVD__REDUCESCATTER] = mpi_reducescatter,
             [HVD__BARRIER] = hvd__mpi_barrier,
         },
+    .stub_alloc = mpi_stub_alloc,
+    .stub_free = mpi_stub_free,
+    .default_chunk = HVD__MPI_CHUNK,
 };
