@@ -98,6 +98,38 @@ hvd_result_t hvd__cuda_error(cudaError_t err, const char *what) {
                         cudaGetErrorString(err), cudaGetErrorName(err));
 }
 
+void hvd__cuda_twin_free(void **host, void **dev, int *cap, int pinned) {
+  if (pinned)
+    cudaFreeHost(*host);
+  else
+    free(*host);
+  cudaFree(*dev);
+  *host = *dev = NULL;
+  *cap = 0;
+}
+
+hvd_result_t hvd__cuda_twin_grow(void **host, void **dev, int *cap, int n,
+                                 size_t size, int first, int pinned) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (n <= *cap)
+    return HVD_SUCCESS;
+  int want = *cap ? *cap : first;
+  while (want < n)
+    want *= 2;
+  hvd__cuda_twin_free(host, dev, cap, pinned);
+  if (pinned)
+    HVD__CUDA_CHECK(cudaHostAlloc(host, (size_t)want * size,
+                                  cudaHostAllocDefault));
+  else if ((*host = malloc((size_t)want * size)) == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "out of memory");
+  HVD__CUDA_CHECK(cudaMalloc(dev, (size_t)want * size));
+  *cap = want;
+  return HVD_SUCCESS;
+fail:
+  hvd__cuda_twin_free(host, dev, cap, pinned);
+  return rc;
+}
+
 /* What each local rank contributes: its GPU's PCI bus id ("0000:3b:00.0")
  * and, after a ' ', its UUID in hex ("" for no GPU: none visible, or
  * HVD_NO_BIND=1), or "!" and the message of the CUDA call that failed.

@@ -63,6 +63,15 @@ extern "C" {
  * last error, so that the next check does not see it again. */
 hvd_result_t hvd__cuda_error(cudaError_t err, const char *what);
 
+/* Grows a pair of arrays of `size`-byte entries, *host (pinned when
+ * `pinned`, else malloc'd) and its device twin *dev, to hold at least n
+ * entries (*cap from `first`, doubling); the old contents are dropped.
+ * Only while no stream reads the arrays. On failure both are NULL and
+ * *cap 0; release them with hvd__cuda_twin_free. */
+hvd_result_t hvd__cuda_twin_grow(void **host, void **dev, int *cap, int n,
+                                 size_t size, int first, int pinned);
+void hvd__cuda_twin_free(void **host, void **dev, int *cap, int pinned);
+
 #ifdef __cplusplus
 }
 #endif

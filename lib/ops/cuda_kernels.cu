@@ -1,18 +1,18 @@
 /*
  * cuda_kernels.cu - device element kernels: batched pack/unpack of fusion
- * buffers with scaling and f16/bf16 casts fused, scale/average of one
- * tensor, and the SGD and Adam/AdamW updates. Interface and contract in
- * cuda_kernels.h.
+ * buffers with scaling and f16/bf16 casts fused, and scale/average of one
+ * tensor. Interface and contract in cuda_kernels.h. (The optimizers'
+ * updates are lib/optim/optim_kernels.cu.)
  *
- * Every formula is the host one (lib/ops/reduce.c, lib/optim/optimizer.c)
- * written again, operation for operation: the element math in float (or
- * double where the host uses double), the scalar factors computed on the
- * host by the same expressions, and the conversions to f16/bf16 by the
- * same functions (ops/half.h). The optimizers' updates, their factors and
- * the launch checks are in ops/kernel_math.h, which the host stand-in
- * (t/standin/kernels.c) runs too. Built with -fmad=false (Makefile.am), so that
- * no a * b + c becomes one fused multiply-add, and with IEEE division and
- * square root (nvcc's defaults), so that device and host agree bit for bit.
+ * Every formula is the host one (lib/ops/reduce.c) written again,
+ * operation for operation: the element math in float (or double where the
+ * host uses double), the scalar factors computed on the host by the same
+ * expressions, and the conversions to f16/bf16 by the same functions
+ * (base/half.h). The launch checks are in base/kernel_math.h, which the
+ * host stand-in (t/standin/kernels.c) runs too. Built with -fmad=false
+ * (Makefile.am), so that no a * b + c becomes one fused multiply-add, and
+ * with IEEE division and square root (nvcc's defaults), so that device and
+ * host agree bit for bit.
  *
  * One launch covers many tensors: grid.y walks the spans, grid.x the
  * elements of a span (both with a stride, so any grid covers any batch).
@@ -25,16 +25,15 @@
 #include <string.h>
 
 #include "ops/cuda_kernels.h"
+#include "base/cuda_launch.h"
 #include "base/device.h"
 #include "base/half.h"
-#include "ops/kernel_math.h"
+#include "base/kernel_math.h"
 
 namespace {
 
 #define HD __host__ __device__ __forceinline__
 
-const int kThreads = 256;           /* per block */
-const int64_t kMaxBlocks = 1 << 18; /* per launch, over all spans */
 
 /* ---- element operations: dst = op(src) --------------------------------- */
 
@@ -116,24 +115,6 @@ __global__ void span_kernel(const hvd__cuda_span_t *spans, hvd__cuda_span_t one,
   }
 }
 
-/* Enough blocks along x for the longest span, but at most kMaxBlocks in
- * all; grid.y at most CUDA's 65535. */
-dim3 grid_for(int64_t max_count, int n) {
-  int64_t y = n < 65535 ? n : 65535;
-  int64_t x = (max_count + kThreads - 1) / kThreads;
-  if (x > kMaxBlocks / y)
-    x = kMaxBlocks / y;
-  if (x < 1)
-    x = 1;
-  return dim3((unsigned)x, (unsigned)y);
-}
-
-hvd_result_t launch_error(const char *who) {
-  char what[128];
-  snprintf(what, sizeof what, "%s: kernel launch", who);
-  return hvd__cuda_error(cudaGetLastError(), what);
-}
-
 /* Where a batched or single-tensor call comes in. */
 struct Batch {
   const char *who;
@@ -146,10 +127,11 @@ struct Batch {
 
 template <typename S, typename D, typename Op>
 hvd_result_t launch(const Batch &b, Op op) {
-  span_kernel<S, D, Op><<<grid_for(b.max_count, b.n), kThreads, 0, b.stream>>>(
+  span_kernel<S, D, Op><<<hvd__grid_for(b.max_count, b.n), hvd__kernel_threads,
+                         0, b.stream>>>(
       b.spans, b.one, b.n, op);
   if (cudaPeekAtLastError() != cudaSuccess)
-    return launch_error(b.who);
+    return hvd__launch_error(b.who);
   return HVD_SUCCESS;
 }
 
@@ -204,31 +186,6 @@ hvd_result_t finish(const Batch &b, hvd_dtype_t dtype, hvd_op_t op,
     }
   }
   return scale(b, dtype, postscale);
-}
-
-/* ---- optimizers, as lib/optim/optimizer.c (ops/kernel_math.h) --------- */
-
-__global__ void sgd_kernel(const hvd__cuda_param_span_t *spans, int n,
-                           hvd__km_sgd_t a) {
-  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  for (int t = blockIdx.y; t < n; t += gridDim.y) {
-    hvd__cuda_param_span_t sp = spans[t];
-    float *buf = a.momentum ? sp.state[0] : NULL;
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-         j < sp.count; j += stride)
-      hvd__km_sgd_elem(a, sp.value, sp.grad, buf, j);
-  }
-}
-
-__global__ void adam_kernel(const hvd__cuda_param_span_t *spans, int n,
-                            hvd__km_adam_t a) {
-  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  for (int t = blockIdx.y; t < n; t += gridDim.y) {
-    hvd__cuda_param_span_t sp = spans[t];
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-         j < sp.count; j += stride)
-      hvd__km_adam_elem(a, sp.value, sp.grad, sp.state[0], sp.state[1], j);
-  }
 }
 
 } // namespace
@@ -296,40 +253,4 @@ extern "C" hvd_result_t hvd__cuda_reduce_finish(void *dst, const void *src,
     return rc;
   Batch b = {who, NULL, {src, dst, n}, 1, n, stream};
   return finish(b, dtype, op, postscale, size);
-}
-
-extern "C" hvd_result_t hvd__cuda_sgd_step(const hvd__cuda_param_span_t *spans,
-                                           int n, int64_t max_count,
-                                           const hvd_sgd_options_t *o,
-                                           int64_t step, double lr,
-                                           cudaStream_t stream) {
-  static const char who[] = "hvd__cuda_sgd_step";
-  int go;
-  hvd_result_t rc =
-      hvd__km_check_step(who, spans, n, max_count, o, step, INT64_MIN, &go);
-  if (rc != HVD_SUCCESS || !go)
-    return rc;
-  hvd__km_sgd_t a = hvd__km_sgd_args(o, step, lr);
-  sgd_kernel<<<grid_for(max_count, n), kThreads, 0, stream>>>(spans, n, a);
-  if (cudaPeekAtLastError() != cudaSuccess)
-    return launch_error(who);
-  return HVD_SUCCESS;
-}
-
-extern "C" hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans,
-                                            int n, int64_t max_count,
-                                            const hvd_adam_options_t *o,
-                                            int64_t step, double lr,
-                                            cudaStream_t stream) {
-  static const char who[] = "hvd__cuda_adam_step";
-  int go;
-  hvd_result_t rc =
-      hvd__km_check_step(who, spans, n, max_count, o, step, 1, &go);
-  if (rc != HVD_SUCCESS || !go)
-    return rc;
-  hvd__km_adam_t a = hvd__km_adam_args(o, step, lr);
-  adam_kernel<<<grid_for(max_count, n), kThreads, 0, stream>>>(spans, n, a);
-  if (cudaPeekAtLastError() != cudaSuccess)
-    return launch_error(who);
-  return HVD_SUCCESS;
 }

@@ -1,7 +1,6 @@
 /*
  * cuda_kernels.h - device element kernels (lib/ops/cuda_kernels.cu), the
- * device twins of lib/ops/reduce.c and of the built-in optimizers of
- * lib/optim/optimizer.c, with the same results bit for bit: same operation
+ * device twins of lib/ops/reduce.c, with the same results bit for bit: same operation
  * order, no contraction into fused multiply-adds, the same f16/bf16
  * rounding (to nearest even).
  *
@@ -67,30 +66,6 @@ hvd_result_t hvd__cuda_reduce_finish(void *dst, const void *src, int64_t n,
                                      hvd_dtype_t dtype, hvd_op_t op,
                                      double postscale, int size,
                                      cudaStream_t stream);
-
-/* One float32 parameter of a batched optimizer update. state: SGD's
- * momentum buffer in state[0] (unused without momentum); Adam's exp_avg
- * and exp_avg_sq in state[0] and state[1]. value, grad and states do not
- * overlap. */
-typedef struct hvd__cuda_param_span {
-  float *value;
-  const float *grad;
-  float *state[2];
-  int64_t count;
-} hvd__cuda_param_span_t;
-
-/* One SGD update of every span, as the built-in SGD (hvd_sgd_options_t in
- * hvd.h); step is 1-based (step 1 initialises the momentum buffer). o is
- * host memory, read before returning. */
-hvd_result_t hvd__cuda_sgd_step(const hvd__cuda_param_span_t *spans, int n,
-                                int64_t max_count, const hvd_sgd_options_t *o,
-                                int64_t step, double lr, cudaStream_t stream);
-
-/* One Adam/AdamW update (o->decoupled) with bias correction, as the
- * built-in Adam. */
-hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
-                                 int64_t max_count, const hvd_adam_options_t *o,
-                                 int64_t step, double lr, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -87,26 +87,9 @@ hvd_result_t hvd__gpu_wait(hvd__gpu_t *g, const char *what,
 }
 
 hvd_result_t hvd__gpu_spans(hvd__gpu_t *g, int n) {
-  hvd_result_t rc = HVD_SUCCESS;
-  if (n <= g->span_cap)
-    return HVD_SUCCESS;
-  int cap = g->span_cap ? g->span_cap : 64;
-  while (cap < n)
-    cap *= 2;
   /* between collectives: the stream no longer reads the old arrays */
-  cudaFreeHost(g->spans);
-  cudaFree(g->dspans);
-  g->spans = NULL;
-  g->dspans = NULL;
-  g->span_cap = 0;
-  HVD__CUDA_CHECK(cudaHostAlloc((void **)&g->spans,
-                                (size_t)cap * sizeof *g->spans,
-                                cudaHostAllocDefault));
-  HVD__CUDA_CHECK(
-      cudaMalloc((void **)&g->dspans, (size_t)cap * sizeof *g->dspans));
-  g->span_cap = cap;
-fail:
-  return rc;
+  return hvd__cuda_twin_grow((void **)&g->spans, (void **)&g->dspans,
+                             &g->span_cap, n, sizeof *g->spans, 64, 1);
 }
 
 hvd_result_t hvd__gpu_upload_spans(hvd__gpu_t *g, int n) {

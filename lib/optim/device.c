@@ -1,7 +1,7 @@
 /*
  * device.c - lib/optim's device side (device.h): an optimizer's stream and
  * span arrays, its state in device memory, the batched update kernels of
- * lib/ops/cuda_kernels.cu, and synchronous copies for checksums and
+ * optim_kernels.cu, and synchronous copies for checksums and
  * checkpoints. Stubs in a build without CUDA.
  */
 #include <config.h>
@@ -18,7 +18,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "ops/cuda_kernels.h"
+#include "base/device.h"
+#include "optim/optim_kernels.h"
 
 struct hvd__odev {
   int dev;
@@ -28,14 +29,13 @@ struct hvd__odev {
   int cap;                        /* entries of both */
 };
 
-/* HVD_ERR_CUDA "<who>: <call up to its '('>: <string> (<name>)"; clears
- * CUDA's last error so that the next check does not see it again. */
+/* HVD_ERR_CUDA "<who>: <call up to its '('>: <string> (<name>)", as
+ * hvd__cuda_error (which clears CUDA's last error). */
 static hvd_result_t cuda_fail(const char *who, cudaError_t err,
                               const char *call) {
-  (void)cudaGetLastError();
-  int len = (int)strcspn(call, "(");
-  return hvd__set_error(HVD_ERR_CUDA, "%s: %.*s: %s (%s)", who, len, call,
-                        cudaGetErrorString(err), cudaGetErrorName(err));
+  char what[HVD__ERRMSG_MAX];
+  snprintf(what, sizeof what, "%s: %s", who, call);
+  return hvd__cuda_error(err, what);
 }
 
 #define ODEV_CHECK(call)                                                       \
@@ -167,7 +167,7 @@ hvd_result_t hvd__odev_scale(const char *who, hvd__odev_t *d, float *x,
   if (n == 0)
     return HVD_SUCCESS;
   HVD__CHECK(enter(who, d->dev, &prev));
-  rc = hvd__cuda_scale(x, x, n, HVD_FLOAT32, factor, d->stream);
+  rc = hvd__cuda_grad_scale(x, n, factor, d->stream);
   if (rc != HVD_SUCCESS)
     rc = kernel_fail(who, rc);
 fail:
@@ -178,23 +178,10 @@ fail:
 /* d->spans and d->dspans hold at least n entries. Only between calls (the
  * stream idle: every optimizer call waits for it). */
 static hvd_result_t grow(const char *who, hvd__odev_t *d, int n) {
-  hvd_result_t rc = HVD_SUCCESS;
-  if (n <= d->cap)
-    return HVD_SUCCESS;
-  int cap = d->cap ? d->cap : 16;
-  while (cap < n)
-    cap *= 2;
-  free(d->spans);
-  cudaFree(d->dspans);
-  d->dspans = NULL;
-  d->cap = 0;
-  d->spans = malloc((size_t)cap * sizeof *d->spans);
-  if (d->spans == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
-  ODEV_CHECK(cudaMalloc((void **)&d->dspans, (size_t)cap * sizeof *d->dspans));
-  d->cap = cap;
-fail:
-  return rc;
+  hvd_result_t rc = hvd__cuda_twin_grow((void **)&d->spans,
+                                        (void **)&d->dspans, &d->cap, n,
+                                        sizeof *d->spans, 16, 0);
+  return rc == HVD_SUCCESS ? rc : kernel_fail(who, rc);
 }
 
 hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,

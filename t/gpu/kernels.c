@@ -47,6 +47,7 @@ int main(void) { skip_all("%s", GPU_TEST_NO_CUDA); }
 
 #include "hvd.h"
 #include "ops/cuda_kernels.h"
+#include "optim/optim_kernels.h"
 #include "base/device.h"
 #include "ops/reduce.h"
 #include "optim/optimizer.h"
@@ -373,6 +374,30 @@ static void single(hvd_dtype_t dtype, int finish, hvd_op_t op, double factor,
   free(got);
 }
 
+/* hvd__cuda_grad_scale (lib/optim's in-place float32 scale) against the
+ * host's hvd__scale, and its argument check. */
+static void grad_scale(double factor) {
+  const int64_t n = 65537;
+  size_t bytes = (size_t)n * sizeof(float);
+  float *src = xmalloc(bytes), *want = xmalloc(bytes), *got = xmalloc(bytes);
+  float *dx = dev_alloc(bytes);
+  fill(src, n, HVD_FLOAT32);
+  to_dev(dx, src, bytes);
+  hvd__scale(want, src, n, HVD_FLOAT32, factor);
+  hvd_result_t rc = hvd__cuda_grad_scale(dx, n, factor, 0);
+  if (is_int(HVD_SUCCESS, rc, "grad_scale x %g: launched", factor)) {
+    to_host(got, dx, bytes);
+    is_int(0, differ(want, got, n, HVD_FLOAT32, "grad_scale"),
+           "grad_scale x %g: as the host's hvd__scale", factor);
+  } else {
+    skip(1, "not launched");
+  }
+  cudaFree(dx);
+  free(src);
+  free(want);
+  free(got);
+}
+
 /* ---- optimizers -------------------------------------------------------- */
 
 #define NP 5
@@ -601,6 +626,13 @@ int main(void) {
   single(HVD_FLOAT32, 1, HVD_AVERAGE, 1.0, 4, 1);
   single(HVD_INT32, 1, HVD_AVERAGE, 1.0, 3, 0);
   single(HVD_UINT8, 1, HVD_AVERAGE, 1.0, 3, 1);
+  grad_scale(0.125);
+  grad_scale(1.0 / 3);
+  grad_scale(1.0);
+  is_int(HVD_ERR_INVALID_ARG, hvd__cuda_grad_scale(NULL, -1, 2.0, 0),
+         "grad_scale: a negative count is rejected");
+  is_string("hvd__cuda_grad_scale: n -1 or dtype 6", hvd_last_error(),
+            "grad_scale: the message names the call and the count");
   optimizers();
   errors();
   done_testing();

@@ -1,8 +1,10 @@
 /*
- * kernels.c - host versions of every function of lib/ops/cuda_kernels.h,
+ * kernels.c - host versions of every function of lib/ops/cuda_kernels.h
+ * and lib/optim/optim_kernels.h,
  * for the stand-in (standin.h), run at the call instead of on the stream.
  * The optimizers' updates and factors, the f16/bf16 element conversions
- * and the launch checks are the .cu's own (lib/ops/kernel_math.h); the
+ * and the launch checks are the .cu's own (lib/base/kernel_math.h,
+ * lib/optim/optim_math.h); the
  * pack/unpack/scale element operations, one-liners in the .cu's functors,
  * are written again here, operation for operation (the factors computed
  * by the same expressions, no contraction into fused multiply-adds, as
@@ -36,7 +38,9 @@
 #include "base/errors.h"
 #include "ops/cuda_kernels.h"
 #include "base/half.h"
-#include "ops/kernel_math.h"
+#include "base/kernel_math.h"
+#include "optim/optim_kernels.h"
+#include "optim/optim_math.h"
 #include "standin.h"
 
 /* ---- checks -------------------------------------------------------- */
@@ -342,6 +346,16 @@ hvd_result_t hvd__cuda_scale(void *dst, const void *src, int64_t n,
     return rc;
   op_t o = scale_op(dtype, factor);
   return run_one(who, dst, src, n, dtype, &o, stream);
+}
+
+hvd_result_t hvd__cuda_grad_scale(float *x, int64_t n, double factor,
+                                  cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_grad_scale";
+  hvd_result_t rc = hvd__km_check_one(who, n, HVD_FLOAT32);
+  if (rc != HVD_SUCCESS || n == 0 || factor == 1.0)
+    return rc;
+  op_t o = scale_op(HVD_FLOAT32, factor);
+  return run_one(who, x, x, n, HVD_FLOAT32, &o, stream);
 }
 
 hvd_result_t hvd__cuda_reduce_finish(void *dst, const void *src, int64_t n,

@@ -18,7 +18,7 @@ if HAVE_NCCL
 
 check_LTLIBRARIES += t/standin/libhvd-standin.la
 t_standin_libhvd_standin_la_SOURCES = $(HVD_C_SOURCES) \
-	$(HVD_CUDA_C_SOURCES) $(HVD_NCCL_C_SOURCES) lib/ops/cuda_kernels.h \
+	$(HVD_CUDA_C_SOURCES) $(HVD_NCCL_C_SOURCES) lib/ops/cuda_kernels.h lib/optim/optim_kernels.h \
 	t/standin/standin.h t/standin/cudart.c t/standin/nccl.c \
 	t/standin/kernels.c
 t_standin_libhvd_standin_la_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS) \

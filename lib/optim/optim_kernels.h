@@ -1,0 +1,60 @@
+/*
+ * optim_kernels.h - the built-in optimizers' device updates
+ * (lib/optim/optim_kernels.cu): SGD and Adam/AdamW over a batch of float32
+ * parameters in one launch, and the in-place scale of a gradient, with the
+ * host's results bit for bit (the formulas are optim_math.h's).
+ *
+ * Only in builds with CUDA (HVD_HAVE_CUDA). Every function launches on
+ * `stream` and returns without waiting; the result says whether the launch
+ * succeeded (HVD_ERR_CUDA with the runtime's message otherwise; a bad
+ * argument is HVD_ERR_INVALID_ARG). Pointers are device memory unless said
+ * otherwise; a span array and the memory it points to must stay valid
+ * until the stream reaches the kernel. max_count is the largest span's
+ * count. Thread-safe.
+ */
+#ifndef HVD_OPTIM_OPTIM_KERNELS_H
+#define HVD_OPTIM_OPTIM_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "hvd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One float32 parameter of a batched optimizer update. state: SGD's
+ * momentum buffer in state[0] (unused without momentum); Adam's exp_avg
+ * and exp_avg_sq in state[0] and state[1]. value, grad and states do not
+ * overlap. */
+typedef struct hvd__cuda_param_span {
+  float *value;
+  const float *grad;
+  float *state[2];
+  int64_t count;
+} hvd__cuda_param_span_t;
+
+/* One SGD update of every span, as the built-in SGD (hvd_sgd_options_t in
+ * hvd.h); step is 1-based (step 1 initialises the momentum buffer). o is
+ * host memory, read before returning. */
+hvd_result_t hvd__cuda_sgd_step(const hvd__cuda_param_span_t *spans, int n,
+                                int64_t max_count, const hvd_sgd_options_t *o,
+                                int64_t step, double lr, cudaStream_t stream);
+
+/* One Adam/AdamW update (o->decoupled) with bias correction, as the
+ * built-in Adam. */
+hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
+                                 int64_t max_count, const hvd_adam_options_t *o,
+                                 int64_t step, double lr, cudaStream_t stream);
+
+/* x[i] *= (float)factor for n float32 elements, in place: what the host's
+ * hvd__scale does to a float32 gradient. */
+hvd_result_t hvd__cuda_grad_scale(float *x, int64_t n, double factor,
+                                  cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HVD_OPTIM_OPTIM_KERNELS_H */
