@@ -33,4 +33,9 @@ const char *hvd__coll_name(int coll);
 /* Monotonic clock in seconds (lib/base/clock.c). */
 double hvd__now(void);
 
+struct timespec;
+/* hvd__now() time t as a timespec of CLOCK_MONOTONIC, for a condition
+ * variable whose clock that is (pthread_condattr_setclock). */
+void hvd__timespec_at(double t, struct timespec *ts);
+
 #endif /* HVD_INTERNAL_H */

@@ -11,3 +11,12 @@ double hvd__now(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+void hvd__timespec_at(double t, struct timespec *ts) {
+  ts->tv_sec = (time_t)t;
+  ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}

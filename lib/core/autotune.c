@@ -188,3 +188,20 @@ void hvd__autotune_record(hvd__autotune_t *a, int64_t bytes, double seconds,
   }
   *p = a->cur;
 }
+
+void hvd__burst_end(hvd__burst_t *b, double now) {
+  if (b->bytes == 0)
+    return;
+  b->ended_bytes += b->bytes;
+  b->ended_seconds += now - b->start;
+  b->bytes = 0;
+}
+
+void hvd__autotune_score(hvd__autotune_t *a, hvd__burst_t *b,
+                         hvd__tune_params_t *p) {
+  if (b->ended_bytes == 0)
+    return;
+  hvd__autotune_record(a, b->ended_bytes, b->ended_seconds, p);
+  b->ended_bytes = 0;
+  b->ended_seconds = 0;
+}

@@ -36,4 +36,33 @@ int hvd__autotune_done(const hvd__autotune_t *a);
 /* Bursts scored so far. */
 int hvd__autotune_samples(const hvd__autotune_t *a);
 
+/* The burst accounting the engine feeds: a burst runs from the first
+ * submission while nothing is in flight (begin, under the engine's lock)
+ * until nothing is in flight again (end, under the lock too); add counts
+ * the allreduce bytes executed meanwhile. Finished bursts wait in ended_*
+ * until hvd__autotune_score hands them to the tuner. */
+typedef struct hvd__burst {
+  double start;          /* first submission while idle */
+  int64_t bytes;         /* allreduce bytes executed in the current burst */
+  int64_t ended_bytes;   /* finished bursts, not yet scored */
+  double ended_seconds;
+} hvd__burst_t;
+
+static inline void hvd__burst_begin(hvd__burst_t *b, double now) {
+  b->start = now;
+}
+
+static inline void hvd__burst_add(hvd__burst_t *b, int64_t bytes) {
+  b->bytes += bytes;
+}
+
+/* The current burst ended at `now` (nothing in flight); nothing when it
+ * executed no allreduce. */
+void hvd__burst_end(hvd__burst_t *b, double now);
+
+/* Rank 0: scores the bursts that ended since the last call (none: nothing
+ * changes); *p gets the parameters to use from now on. */
+void hvd__autotune_score(hvd__autotune_t *a, hvd__burst_t *b,
+                         hvd__tune_params_t *p);
+
 #endif /* HVD_CORE_AUTOTUNE_H */

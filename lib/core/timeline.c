@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/errors.h"
+#include "base/settings.h"
 #include "base/table.h"
 
 #define BUF_MAX (1 << 20)
@@ -191,4 +192,44 @@ void hvd__timeline_rank_path(const char *path, int rank, char *out, size_t n) {
     snprintf(out, n, "%s.%d", path, rank);
   else
     snprintf(out, n, "%.*s.%d%s", (int)(dot - path), path, rank, dot);
+}
+
+/* HVD_TIMELINE's file of `rank`. */
+static void file_of(const char *path, int all_ranks, int rank, char *out,
+                    size_t n) {
+  if (all_ranks)
+    hvd__timeline_rank_path(path, rank, out, n);
+  else
+    snprintf(out, n, "%s", path);
+}
+
+hvd_result_t hvd__timeline_start(MPI_Comm comm, int rank, int size,
+                                 const char *path, int all_ranks,
+                                 hvd__timeline_start_t *out) {
+  hvd_result_t rc = HVD_SUCCESS;
+  char file[HVD__PATH_MAX + 16];
+  int here = path[0] != '\0' && (rank == 0 || all_ranks);
+  memset(out, 0, sizeof *out);
+  HVD__MPI_CHECK(MPI_Allreduce(&here, &out->any, 1, MPI_INT, MPI_MAX, comm));
+  HVD__MPI_CHECK(MPI_Barrier(comm));
+  out->epoch = hvd__now();
+  if (here) {
+    file_of(path, all_ranks, rank, file, sizeof file);
+    out->t = hvd__timeline_open(file, rank, out->epoch);
+  }
+  int bad = here && out->t == NULL ? rank : size, first_bad = 0;
+  HVD__MPI_CHECK(MPI_Allreduce(&bad, &first_bad, 1, MPI_INT, MPI_MIN, comm));
+  if (first_bad < size) {
+    file_of(path, all_ranks, first_bad, file, sizeof file);
+    if (bad != rank) /* the failing rank's own message stands */
+      hvd__set_error(HVD_ERR_IO, "HVD_TIMELINE: rank %d cannot open '%s'",
+                     first_bad, file);
+    rc = HVD_ERR_IO;
+  }
+fail:
+  if (rc != HVD_SUCCESS) {
+    hvd__timeline_close(out->t);
+    out->t = NULL;
+  }
+  return rc;
 }

@@ -10,6 +10,8 @@
 #ifndef HVD_CORE_TIMELINE_H
 #define HVD_CORE_TIMELINE_H
 
+#include <mpi.h>
+
 #include "internal.h"
 
 typedef struct hvd__timeline hvd__timeline_t;
@@ -34,5 +36,22 @@ void hvd__timeline_flush(hvd__timeline_t *t, double period);
 /* "path" with ".<rank>" inserted before the extension ("tl.json" ->
  * "tl.1.json"). */
 void hvd__timeline_rank_path(const char *path, int rank, char *out, size_t n);
+
+/* What hvd__timeline_start sets up on every rank. */
+typedef struct hvd__timeline_start {
+  double epoch;       /* the aligned clock's zero (hvd__now() units) */
+  int any;            /* some rank writes a timeline */
+  hvd__timeline_t *t; /* this rank's file, or NULL */
+} hvd__timeline_start_t;
+
+/* Collective over comm: the aligned clock (every rank leaves a barrier at
+ * about the same moment and takes that as zero) and the timeline files of
+ * HVD_TIMELINE `path` (rank 0's, or with all_ranks every rank's
+ * hvd__timeline_rank_path). Every rank fails together (HVD_ERR_IO) when
+ * one could not open its file, naming the first that failed and the file;
+ * then out->t is NULL. */
+hvd_result_t hvd__timeline_start(MPI_Comm comm, int rank, int size,
+                                 const char *path, int all_ranks,
+                                 hvd__timeline_start_t *out);
 
 #endif /* HVD_CORE_TIMELINE_H */

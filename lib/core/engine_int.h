@@ -1,0 +1,98 @@
+/*
+ * engine_int.h - the engine's state, shared by its two files: engine.c
+ * (lifecycle, submission, the cycle loop) and execute.c (running agreed
+ * collectives: fusion groups, joined ranks' stubs, completion). Nothing
+ * outside lib/core/engine*.c and execute.c includes it.
+ */
+#ifndef HVD_CORE_ENGINE_INT_H
+#define HVD_CORE_ENGINE_INT_H
+
+#include <pthread.h>
+
+#include "base/errors.h"
+#include "base/table.h"
+#include "core/autotune.h"
+#include "core/controller.h"
+#include "core/engine.h"
+#include "core/fastpath.h"
+#include "core/queue.h"
+#include "core/timeline.h"
+
+#define HVD__MAX_EXECUTORS 8
+
+struct hvd__engine {
+  hvd__exec_env_t env;
+  hvd__settings_t settings;
+  pthread_t thread;
+
+  /* guarded by mu */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;  /* wakes the engine thread */
+  int poked;          /* a caller started blocking in hvd_wait */
+  int defer;          /* one rank: host work waits for a caller or the cycle */
+  int urgent;         /* the queue holds work that should start now */
+  hvd__queue_t queue; /* submitted, not yet taken by a cycle */
+  hvd__table_t *inflight; /* name -> request, from submit to completion */
+  int stop_requested;
+  int stopped;
+  hvd_result_t stop_rc;
+  char stop_reason[HVD__ERRMSG_MAX];
+  hvd__burst_t burst; /* autotune's accounting (start under mu) */
+
+  /* engine thread only */
+  hvd__controller_t *ctl;
+  void *exec_state[HVD__MAX_EXECUTORS];
+  int joined;          /* this rank has a join in flight */
+  int failed;          /* the engine stopped on an error, not agreement */
+  hvd__queue_t slow;   /* waiting for the coordinator */
+  hvd_request_t **fresh; /* array form of `slow` for the controller */
+  int fresh_cap;
+  hvd__fastpath_t *fast;         /* the response cache and its vector */
+  const hvd__response_t **group; /* the fused group being built */
+  int group_cap;
+  /* autotune: rank 0 decides; every rank applies what the vector says */
+  hvd__autotune_t *tune; /* rank 0 only */
+  int tuning;            /* some rank autotunes: the vector carries params */
+  hvd__tune_params_t params;
+  double cycle_s;
+  /* timeline */
+  double epoch;        /* aligned clock zero: leaving a barrier at start */
+  int timeline_any;    /* some rank writes a timeline: gather ready times */
+  hvd__timeline_t *tl; /* this rank's file, or NULL */
+  long cycles;
+};
+
+/* How a list of responses ends the loop, if it does: the first shutdown
+ * or stall response in the list decides. */
+typedef enum hvd__stop_kind {
+  HVD__RUN_ON,        /* no stop */
+  HVD__STOP_SHUTDOWN, /* every rank agreed to stop: rank asked first */
+  HVD__STOP_STALL     /* the stall inspector stopped hvd (done already) */
+} hvd__stop_kind_t;
+
+typedef struct hvd__stop {
+  hvd__stop_kind_t kind;
+  int rank; /* HVD__STOP_SHUTDOWN: the rank that called hvd_shutdown */
+} hvd__stop_t;
+
+/* execute.c: runs the agreed responses in order, fusing runs of
+ * compatible allreduces up to HVD_FUSION_THRESHOLD bytes, and completes
+ * their requests; `learn`: cache what ran (coordinator-agreed lists). */
+hvd__stop_t hvd__engine_execute(hvd__engine_t *e, hvd__response_t *xs, int n,
+                                int learn, double agreed);
+
+/* execute.c: stops the engine for good: every request still in flight
+ * completes with rc and "<label>: <in_flight_msg>"; later submissions get
+ * "<label>: <reason>". */
+void hvd__engine_stop_all(hvd__engine_t *e, hvd_result_t rc,
+                          const char *reason, const char *in_flight_msg);
+
+/* execute.c: the engine failed (rc, message set): stops it as above with
+ * "hvd's engine failed: <message>". */
+void hvd__engine_fail(hvd__engine_t *e, hvd_result_t rc);
+
+/* execute.c: closes every executor; `collective` as hvd__executor_t's
+ * close says. */
+void hvd__engine_close_executors(hvd__engine_t *e, int collective);
+
+#endif /* HVD_CORE_ENGINE_INT_H */

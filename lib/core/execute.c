@@ -1,0 +1,372 @@
+/*
+ * execute.c - the engine's execution phase: the responses a cycle agreed
+ * run in one order on every rank, consecutive compatible allreduces fused
+ * into one group of at most HVD_FUSION_THRESHOLD bytes, each group through
+ * the executor of its device (ops/executor.h). A rank that joined takes
+ * part in allreduces with a stub holding the op's identity. Requests
+ * complete here, and here the engine stops for good (stop_all).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/tensor.h"
+#include "core/engine_int.h"
+
+/* ---- completion --------------------------------------------------------- */
+
+/* Under mu: a burst ends when nothing is in flight, before the caller
+ * wakes and starts the next one. */
+static void burst_end_check(hvd__engine_t *e) {
+  if (e->tune != NULL && hvd__table_count(e->inflight) == 0)
+    hvd__burst_end(&e->burst, hvd__now());
+}
+
+static void complete(hvd__engine_t *e, hvd_request_t *r, hvd_result_t rc,
+                     const char *msg) {
+  pthread_mutex_lock(&e->mu);
+  hvd__table_remove(e->inflight, r->name);
+  burst_end_check(e);
+  pthread_mutex_unlock(&e->mu);
+  hvd__request_complete(r, rc, msg);
+}
+
+/* Completes requests whose results are set: out of the in-flight table
+ * under one lock, then all woken at once. */
+static void complete_all(hvd__engine_t *e, hvd_request_t *const *rs, int n) {
+  pthread_mutex_lock(&e->mu);
+  for (int i = 0; i < n; i++)
+    hvd__table_remove(e->inflight, rs[i]->name);
+  burst_end_check(e);
+  pthread_mutex_unlock(&e->mu);
+  hvd__requests_done(rs, n);
+}
+
+static hvd_request_t *lookup(hvd__engine_t *e, const char *name) {
+  pthread_mutex_lock(&e->mu);
+  hvd_request_t *r = hvd__table_get(e->inflight, name);
+  pthread_mutex_unlock(&e->mu);
+  return r;
+}
+
+static void collect(const char *key, void *value, void *arg) {
+  (void)key;
+  hvd_request_t **list = arg;
+  hvd_request_t *r = value;
+  r->next = *list;
+  *list = r;
+}
+
+void hvd__engine_stop_all(hvd__engine_t *e, hvd_result_t rc,
+                          const char *reason, const char *in_flight_msg) {
+  hvd_request_t *list = NULL;
+  pthread_mutex_lock(&e->mu);
+  e->stopped = 1;
+  e->stop_rc = rc;
+  snprintf(e->stop_reason, sizeof e->stop_reason, "%s", reason);
+  hvd__table_each(e->inflight, collect, &list);
+  hvd__table_destroy(e->inflight);
+  e->inflight = hvd__table_create_borrowing();
+  (void)hvd__queue_take(&e->queue); /* queued requests are in inflight too */
+  e->urgent = 0;
+  pthread_mutex_unlock(&e->mu);
+  while (list != NULL) {
+    hvd_request_t *r = list;
+    list = r->next;
+    char lab[300], msg[HVD__ERRMSG_MAX];
+    hvd__request_label(r, lab, sizeof lab);
+    snprintf(msg, sizeof msg, "%s: %s", lab, in_flight_msg);
+    hvd__request_complete(r, rc, msg);
+  }
+}
+
+void hvd__engine_fail(hvd__engine_t *e, hvd_result_t rc) {
+  e->failed = 1;
+  char reason[HVD__ERRMSG_MAX];
+  snprintf(reason, sizeof reason, "hvd's engine failed: %s", hvd_last_error());
+  HVD__LOG(HVD__LOG_ERROR, "%s", reason);
+  hvd__engine_stop_all(e, rc, reason, reason);
+}
+
+void hvd__engine_close_executors(hvd__engine_t *e, int collective) {
+  for (int i = 0; hvd__executors[i] != NULL; i++)
+    if (e->exec_state[i] != NULL)
+      hvd__executors[i]->close(e->exec_state[i], collective);
+  memset(e->exec_state, 0, sizeof e->exec_state);
+}
+
+/* ---- one group ---------------------------------------------------------- */
+
+/* The executor for device (hvd__executor_for), or NULL; *which its index. */
+static const hvd__executor_t *executor(const hvd__engine_t *e, int device,
+                                       int *which) {
+  *which = hvd__executor_for(&e->env, device);
+  return *which >= 0 ? hvd__executors[*which] : NULL;
+}
+
+/* What a rank that joined contributes to an allreduce: the op's identity,
+ * in the memory of the executor that runs it. */
+static hvd_result_t make_stub(hvd__engine_t *e, const char *name,
+                              const hvd__desc_t *d, hvd_request_t **out) {
+  int which;
+  const hvd__executor_t *ex = executor(e, d->device, &which);
+  hvd_request_t *r = hvd__request_new(name);
+  if (r == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "stub for '%s'", name);
+  r->desc = *d;
+  r->is_stub = 1;
+  r->send.dtype = (hvd_dtype_t)d->dtype;
+  r->send.ndim = d->ndim;
+  memcpy(r->send.shape, d->shape, sizeof d->shape);
+  r->send.device = HVD_CPU;
+  hvd_result_t rc = ex->stub_alloc(e->exec_state[which], &e->env, r);
+  if (rc != HVD_SUCCESS) {
+    hvd__request_free(r);
+    return rc;
+  }
+  *out = r;
+  return HVD_SUCCESS;
+}
+
+static void free_stub(hvd__engine_t *e, hvd_request_t *r) {
+  int which;
+  const hvd__executor_t *ex = executor(e, r->desc.device, &which);
+  ex->stub_free(e->exec_state[which], r);
+  hvd__request_free(r);
+}
+
+/* NEGOTIATE (submission to agreement, with every rank's ready time in ms
+ * of the aligned clock) and QUEUE (agreement to execution). */
+static void trace_negotiation(hvd__engine_t *e, const hvd_request_t *r,
+                              const hvd__response_t *x, double agreed,
+                              double start) {
+  char args[4096];
+  size_t at = 0;
+  args[0] = '\0';
+  if (x->ready != NULL) {
+    at += (size_t)snprintf(args, sizeof args, "\"ready_ms\":{");
+    for (int k = 0; k < e->env.size && at < sizeof args - 32; k++)
+      at += (size_t)snprintf(args + at, sizeof args - at, "%s\"%d\":%.3f",
+                             k ? "," : "", k, x->ready[k] * 1e3);
+    snprintf(args + at, sizeof args - at, "}");
+  }
+  hvd__timeline_span(e->tl, r->name, "NEGOTIATE", r->t_submit, agreed,
+                     args[0] ? args : NULL);
+  hvd__timeline_span(e->tl, r->name, "QUEUE", agreed, start, NULL);
+}
+
+/* The execution span of every request but allreduces (whose executors
+ * trace their own phases), named after the collective in capitals. */
+static void trace_run(hvd__engine_t *e, hvd_request_t *const *reqs, int m,
+                      int coll, double t0) {
+  char phase[32];
+  const char *k = hvd__coll_name(coll);
+  int i = 0;
+  for (; k[i] && i < 31; i++)
+    phase[i] = (char)(k[i] >= 'a' && k[i] <= 'z' ? k[i] - 32 : k[i]);
+  phase[i] = '\0';
+  double t1 = hvd__now();
+  for (int q = 0; q < m; q++)
+    if (!reqs[q]->is_stub)
+      hvd__timeline_span(e->tl, reqs[q]->name, phase, t0, t1, NULL);
+}
+
+/* This rank's requests of the group's n responses into reqs (a stub
+ * where it joined); *m of them. A response with no request here fails
+ * the group. */
+static hvd_result_t take_requests(hvd__engine_t *e,
+                                  const hvd__response_t *const *xs, int n,
+                                  double agreed, hvd_request_t **reqs, int *m) {
+  hvd_result_t rc = HVD_SUCCESS;
+  pthread_mutex_lock(&e->mu); /* one lock for the group's lookups */
+  for (int i = 0; i < n; i++)
+    reqs[i] = xs[i]->req != NULL ? xs[i]->req
+                                 : hvd__table_get(e->inflight, xs[i]->names[0]);
+  pthread_mutex_unlock(&e->mu);
+  *m = 0;
+  for (int i = 0; i < n; i++) {
+    const char *name = xs[i]->names[0];
+    hvd_request_t *r = reqs[i];
+    hvd_result_t src = HVD_SUCCESS;
+    if (r == NULL && e->joined)
+      src = make_stub(e, name, &xs[i]->desc, &r);
+    else if (r == NULL)
+      src = hvd__set_error(HVD_ERR_INTERNAL,
+                           "%s '%s' was agreed but is not in flight here",
+                           hvd__coll_name(xs[0]->desc.coll), name);
+    if (src != HVD_SUCCESS) {
+      rc = src;
+      HVD__LOG(HVD__LOG_ERROR, "%s", hvd_last_error());
+      continue;
+    }
+    if (e->tl != NULL && !r->is_stub)
+      trace_negotiation(e, r, xs[i], agreed, hvd__now());
+    reqs[(*m)++] = r;
+  }
+  return rc;
+}
+
+static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *x,
+                        hvd_request_t *const *reqs, int m) {
+  int which;
+  const hvd__executor_t *ex = executor(e, x->desc.device, &which);
+  if (ex == NULL || ex->run[x->desc.coll] == NULL)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED, "no executor for device %d",
+                          x->desc.device);
+  hvd__work_t w = {&x->desc, reqs, m, x->dims0};
+  return ex->run[x->desc.coll](e->exec_state[which], &e->env, &w);
+}
+
+/* Frees the stubs and completes the group's requests with rc (the
+ * message labelled with each request). */
+static void finish(hvd__engine_t *e, hvd_request_t **reqs, int m,
+                   hvd_result_t rc) {
+  char msg[HVD__ERRMSG_MAX] = "", why[HVD__ERRMSG_MAX];
+  if (rc != HVD_SUCCESS)
+    snprintf(why, sizeof why, "%s", hvd_last_error());
+  int live = 0;
+  for (int i = 0; i < m; i++) {
+    if (reqs[i]->is_stub) {
+      free_stub(e, reqs[i]);
+      continue;
+    }
+    if (rc != HVD_SUCCESS) {
+      char lab[300];
+      hvd__request_label(reqs[i], lab, sizeof lab);
+      snprintf(msg, sizeof msg, "%s: %.700s", lab, why);
+    }
+    hvd__request_set_result(reqs[i], rc, msg);
+    reqs[live++] = reqs[i];
+  }
+  complete_all(e, reqs, live);
+}
+
+/* Runs n RUN responses as one group (n > 1 only for compatible
+ * allreduces) and completes their requests. */
+static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs,
+                      int n, double agreed) {
+  hvd_request_t *stack[64], **reqs = stack;
+  if (n > 64 && !(reqs = calloc((size_t)n, sizeof *reqs))) {
+    for (int i = 0; i < n; i++) /* run them one by one instead */
+      run_group(e, &xs[i], 1, agreed);
+    return;
+  }
+  int m;
+  const hvd__response_t *x = xs[0];
+  hvd_result_t rc = take_requests(e, xs, n, agreed, reqs, &m);
+  double t_exec = hvd__now();
+  if (rc == HVD_SUCCESS)
+    rc = run(e, x, reqs, m);
+  if (e->tl != NULL && x->desc.coll != HVD__ALLREDUCE)
+    trace_run(e, reqs, m, x->desc.coll, t_exec);
+  finish(e, reqs, m, rc);
+  if (reqs != stack)
+    free(reqs);
+}
+
+/* ---- grouping ----------------------------------------------------------- */
+
+static int fusable(const hvd__response_t *a, const hvd__response_t *b) {
+  return a->kind == HVD__RESP_RUN && b->kind == HVD__RESP_RUN &&
+         a->desc.coll == HVD__ALLREDUCE && b->desc.coll == HVD__ALLREDUCE &&
+         a->desc.dtype == b->desc.dtype && a->desc.device == b->desc.device &&
+         a->desc.op == b->desc.op && a->desc.prescale == b->desc.prescale &&
+         a->desc.postscale == b->desc.postscale &&
+         a->desc.wire == b->desc.wire;
+}
+
+static int64_t resp_bytes(const hvd__response_t *x) {
+  int64_t n = (int64_t)hvd_dtype_size((hvd_dtype_t)x->desc.dtype);
+  for (int i = 0; i < x->desc.ndim; i++)
+    n *= x->desc.shape[i];
+  return n;
+}
+
+/* Runs the group that starts at xs[0]: it and the compatible allreduces
+ * after it, up to the fusion threshold. Returns how many it took. */
+static int run_fused(hvd__engine_t *e, hvd__response_t *xs, int n,
+                     double agreed) {
+  int g = 1;
+  int64_t bytes = resp_bytes(&xs[0]), limit = e->settings.fusion_threshold;
+  const hvd__response_t *one = &xs[0], **group = e->group ? e->group : &one;
+  int max = e->group ? e->group_cap : 1;
+  group[0] = &xs[0];
+  while (g < n && g < max && limit > 0 && fusable(&xs[0], &xs[g]) &&
+         bytes + resp_bytes(&xs[g]) <= limit) {
+    bytes += resp_bytes(&xs[g]);
+    group[g] = &xs[g];
+    g++;
+  }
+  if (xs[0].desc.coll == HVD__ALLREDUCE)
+    hvd__burst_add(&e->burst, bytes); /* before complete() ends the burst */
+  run_group(e, group, g, agreed);
+  return g;
+}
+
+/* Every request named by an error response fails with its message. */
+static void fail_named(hvd__engine_t *e, const hvd__response_t *x) {
+  HVD__LOG(HVD__LOG_DEBUG, "%s", x->errmsg);
+  for (int k = 0; k < x->nnames; k++) {
+    hvd_request_t *r = lookup(e, x->names[k]);
+    if (r != NULL)
+      complete(e, r, x->err, x->errmsg);
+  }
+}
+
+static void join_done(hvd__engine_t *e, const hvd__response_t *x) {
+  hvd_request_t *r = lookup(e, HVD__JOIN_NAME);
+  e->joined = 0;
+  if (r != NULL) {
+    r->last_rank = x->arg;
+    complete(e, r, HVD_SUCCESS, NULL);
+  }
+}
+
+/* The stall inspector's verdict: hvd stops, naming what stalled. */
+static void stall_stop(hvd__engine_t *e, const hvd__response_t *x) {
+  HVD__LOG(HVD__LOG_ERROR, "%s", x->errmsg);
+  char reason[HVD__ERRMSG_MAX];
+  snprintf(reason, sizeof reason, "hvd stopped: %s", x->errmsg);
+  hvd__engine_stop_all(e, HVD_ERR_STALL, reason, reason);
+}
+
+/* Room for a group as long as the list (else groups of one). */
+static void group_room(hvd__engine_t *e, int n) {
+  if (n <= e->group_cap)
+    return;
+  const hvd__response_t **g = realloc(e->group, (size_t)n * sizeof *g);
+  if (g != NULL) {
+    e->group = g;
+    e->group_cap = n;
+  }
+}
+
+hvd__stop_t hvd__engine_execute(hvd__engine_t *e, hvd__response_t *xs, int n,
+                                int learn, double agreed) {
+  hvd__stop_t stop = {HVD__RUN_ON, -1};
+  const hvd__response_t *stalled = NULL;
+  group_room(e, n);
+  for (int i = 0; i < n;) {
+    hvd__response_t *x = &xs[i];
+    if (x->kind == HVD__RESP_RUN) {
+      int g = run_fused(e, x, n - i, agreed);
+      for (int k = 0; learn && k < g; k++)
+        hvd__fastpath_learn(e->fast, &xs[i + k], &e->slow);
+      i += g;
+      continue;
+    }
+    if (x->kind == HVD__RESP_ERROR)
+      fail_named(e, x);
+    else if (x->kind == HVD__RESP_JOIN_DONE)
+      join_done(e, x);
+    else if (stop.kind == HVD__RUN_ON && x->kind == HVD__RESP_STALL)
+      stop = (hvd__stop_t){HVD__STOP_STALL, -1}, stalled = x;
+    else if (stop.kind == HVD__RUN_ON && x->kind == HVD__RESP_SHUTDOWN)
+      stop = (hvd__stop_t){HVD__STOP_SHUTDOWN, x->arg};
+    i++;
+  }
+  if (stalled != NULL) /* remembered: stop after the list */
+    stall_stop(e, stalled);
+  return stop;
+}

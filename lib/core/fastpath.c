@@ -1,0 +1,266 @@
+/*
+ * fastpath.c - the response cache's per-cycle round (fastpath.h): which
+ * cached collectives are ready on every rank, which entries every rank
+ * drops, and rank 0's tuned parameters, in one MPI_Allreduce(BOR).
+ */
+#include "core/fastpath.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/errors.h"
+#include "base/log.h"
+#include "base/wait.h"
+#include "core/cache.h"
+
+/* Where each part of the vector lies; computed once. */
+typedef struct layout {
+  int len;           /* words in all */
+  int words;         /* words per bit set (0 without a cache) */
+  int nparams;       /* tuned parameters (3 when tuning, else 0) */
+  uint64_t *flags;   /* [0] */
+  uint64_t *tuned;   /* [1, 1 + nparams) */
+  uint64_t *notready;
+  uint64_t *inval;
+} layout_t;
+
+struct hvd__fastpath {
+  hvd__fastpath_config_t cfg;
+  hvd__cache_t *cache;
+  uint64_t *vec;
+  layout_t at;
+  hvd_request_t **hits; /* per bit: this rank's request waiting on it */
+  double *hit_since;
+  char **names; /* per ready response: the cache's name, lent */
+};
+
+static int bit_get(const uint64_t *v, int b) {
+  return (int)((v[b >> 6] >> (b & 63)) & 1);
+}
+
+static void bit_set(uint64_t *v, int b) { v[b >> 6] |= 1ull << (b & 63); }
+
+static layout_t layout(uint64_t *vec, int capacity, int tuning) {
+  layout_t at;
+  at.words = (capacity + 63) / 64;
+  at.nparams = tuning ? 3 : 0;
+  at.len = 1 + at.nparams + 2 * at.words;
+  at.flags = vec;
+  at.tuned = vec + 1;
+  at.notready = at.tuned + at.nparams;
+  at.inval = at.notready + at.words;
+  return at;
+}
+
+hvd__fastpath_t *hvd__fastpath_create(const hvd__fastpath_config_t *cfg) {
+  hvd__fastpath_t *f = calloc(1, sizeof *f);
+  if (f == NULL)
+    goto fail;
+  f->cfg = *cfg;
+  int cap = cfg->capacity;
+  f->at = layout(NULL, cap, cfg->tuning);
+  f->vec = calloc((size_t)f->at.len, sizeof *f->vec);
+  if (f->vec == NULL)
+    goto fail;
+  f->at = layout(f->vec, cap, cfg->tuning);
+  if (cap > 0) {
+    f->cache = hvd__cache_create(cap);
+    f->hits = calloc((size_t)cap, sizeof *f->hits);
+    f->hit_since = calloc((size_t)cap, sizeof *f->hit_since);
+    f->names = calloc((size_t)cap, sizeof *f->names);
+    if (!f->cache || !f->hits || !f->hit_since || !f->names) {
+      hvd__fastpath_destroy(f);
+      hvd__set_error(HVD_ERR_NO_MEMORY, "response cache");
+      return NULL;
+    }
+  }
+  return f;
+fail:
+  hvd__fastpath_destroy(f);
+  hvd__set_error(HVD_ERR_NO_MEMORY, "negotiation vector");
+  return NULL;
+}
+
+void hvd__fastpath_destroy(hvd__fastpath_t *f) {
+  if (f == NULL)
+    return;
+  hvd__cache_destroy(f->cache);
+  free(f->hits);
+  free(f->hit_since);
+  free(f->names);
+  free(f->vec);
+  free(f);
+}
+
+void hvd__fastpath_sort(hvd__fastpath_t *f, hvd_request_t *list, int *joined,
+                        hvd__queue_t *slow) {
+  double now = hvd__now();
+  memset(f->vec, 0, (size_t)f->at.len * sizeof *f->vec);
+  while (list != NULL) {
+    hvd_request_t *r = list;
+    list = r->next;
+    if (r->desc.coll == HVD__JOIN)
+      *joined = 1;
+    int bit = -1, k = HVD__CACHE_MISS;
+    if (f->cache != NULL && r->desc.coll != HVD__JOIN)
+      k = hvd__cache_lookup(f->cache, r->name, &r->desc, &bit);
+    if (k >= 0) {
+      f->hits[bit] = r;
+      f->hit_since[bit] = now;
+      continue;
+    }
+    if (k == HVD__CACHE_STALE)
+      bit_set(f->at.inval, bit); /* parameters changed: every rank drops it */
+    hvd__queue_push(slow, r);
+  }
+}
+
+/* This rank's not-ready bits; a hit waiting too long is dropped, so that
+ * the coordinator's stall inspector sees it. (A stale bit is already in
+ * inval: what every rank sees after the OR decides.) */
+static void mark(hvd__fastpath_t *f, int joined) {
+  int cap = hvd__cache_capacity(f->cache);
+  double now = hvd__now(), stall = f->cfg.stall_check_s;
+  for (int i = 0; i < f->at.words; i++)
+    f->at.notready[i] = ~0ull;
+  for (int b = 0; b < cap; b++) {
+    int ready = f->hits[b] != NULL;
+    if (!ready && joined && hvd__cache_valid(f->cache, b))
+      ready = hvd__cache_desc(f->cache, b)->coll == HVD__ALLREDUCE;
+    if (ready)
+      f->at.notready[b >> 6] &= ~(1ull << (b & 63));
+    if (f->hits[b] != NULL && stall > 0 && now - f->hit_since[b] > stall)
+      bit_set(f->at.inval, b);
+  }
+}
+
+static hvd_result_t exchange(hvd__fastpath_t *f) {
+  MPI_Request mr;
+  int mrc = MPI_Iallreduce(MPI_IN_PLACE, f->vec, f->at.len, MPI_UINT64_T,
+                           MPI_BOR, f->cfg.comm, &mr);
+  if (mrc != MPI_SUCCESS)
+    return hvd__mpi_error(mrc, "MPI_Iallreduce");
+  return hvd__mpi_wait(&mr, "negotiation");
+}
+
+/* Drops what some rank invalidated; counts what every rank has. */
+static int settle(hvd__fastpath_t *f, hvd__queue_t *slow) {
+  int cap = hvd__cache_capacity(f->cache), nready = 0;
+  for (int b = 0; b < cap; b++) {
+    if (bit_get(f->at.inval, b)) {
+      if (f->hits[b] != NULL)
+        hvd__queue_push(slow, f->hits[b]);
+      f->hits[b] = NULL;
+      hvd__cache_erase(f->cache, b);
+    } else if (!bit_get(f->at.notready, b) && hvd__cache_valid(f->cache, b)) {
+      nready++;
+    }
+  }
+  return nready;
+}
+
+/* Timeline: rank 0 learns every rank's ready time (aligned clock) of the
+ * collectives agreed through the cache; mine[k] is this rank's for list[k]. */
+static hvd_result_t gather_ready(hvd__fastpath_t *f, hvd__response_t *list,
+                                 int n, const double *mine) {
+  hvd_result_t rc = HVD_SUCCESS;
+  double *all = NULL;
+  int size = f->cfg.size;
+  if (f->cfg.rank == 0) {
+    all = malloc((size_t)n * (size_t)size * sizeof *all);
+    if (all == NULL) /* still take part in the gather */
+      HVD__LOG(HVD__LOG_WARNING, "timeline: no memory for ready times");
+  }
+  HVD__MPI_CHECK(MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0,
+                            f->cfg.comm));
+  for (int k = 0; k < n && all != NULL; k++) {
+    list[k].ready = malloc((size_t)size * sizeof *list[k].ready);
+    for (int r = 0; r < size && list[k].ready; r++)
+      list[k].ready[r] = all[(size_t)r * (size_t)n + (size_t)k];
+  }
+fail:
+  free(all);
+  return rc;
+}
+
+/* The nready responses every rank has, in bit order; their requests (if
+ * this rank has them) leave the hits. */
+static hvd_result_t respond(hvd__fastpath_t *f, int nready,
+                            hvd__fast_outcome_t *out) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int cap = hvd__cache_capacity(f->cache), any = f->cfg.timeline_any;
+  hvd__response_t *list = calloc((size_t)nready, sizeof *list);
+  double *mine = any ? calloc((size_t)nready, sizeof *mine) : NULL;
+  if (list == NULL || (any && mine == NULL)) {
+    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "response list");
+    goto fail;
+  }
+  int k = 0;
+  for (int b = 0; b < cap && k < nready; b++) {
+    if (bit_get(f->at.inval, b) || bit_get(f->at.notready, b) ||
+        !hvd__cache_valid(f->cache, b))
+      continue;
+    hvd__response_t *x = &list[k];
+    x->kind = HVD__RESP_RUN;
+    x->desc = *hvd__cache_desc(f->cache, b);
+    x->nnames = 1;
+    x->borrowed = 1; /* the cache's name, in f->names */
+    f->names[k] = (char *)hvd__cache_name(f->cache, b);
+    x->names = &f->names[k];
+    if (mine != NULL) /* a joined rank has none: -1 */
+      mine[k] = f->hits[b] != NULL ? f->hits[b]->t_ready : -1;
+    x->req = f->hits[b];
+    f->hits[b] = NULL; /* it runs now */
+    hvd__cache_touch(f->cache, b);
+    k++;
+  }
+  out->ready = list;
+  out->nready = nready;
+  list = NULL;
+  if (any)
+    rc = gather_ready(f, out->ready, nready, mine);
+fail:
+  free(list);
+  free(mine);
+  return rc;
+}
+
+hvd_result_t hvd__fastpath_run(hvd__fastpath_t *f, unsigned flags,
+                               const hvd__tune_params_t *params, int joined,
+                               hvd__queue_t *slow, hvd__fast_outcome_t *out) {
+  hvd_result_t rc;
+  memset(out, 0, sizeof *out);
+  f->at.flags[0] = flags;
+  if (f->at.nparams > 0 && params != NULL) { /* the others add zeros */
+    f->at.tuned[0] = (uint64_t)params->fusion_threshold;
+    f->at.tuned[1] = (uint64_t)params->chunk_bytes;
+    f->at.tuned[2] = (uint64_t)params->cycle_us;
+  }
+  mark(f, joined);
+  HVD__CHECK(exchange(f));
+  out->flags = (unsigned)f->at.flags[0];
+  if (f->at.nparams > 0) { /* rank 0's parameters, on every rank at once */
+    out->params.fusion_threshold = (int64_t)f->at.tuned[0];
+    out->params.chunk_bytes = (int64_t)f->at.tuned[1];
+    out->params.cycle_us = (int64_t)f->at.tuned[2];
+  }
+  int nready = settle(f, slow);
+  if (nready > 0)
+    HVD__CHECK(respond(f, nready, out));
+  return HVD_SUCCESS;
+fail:
+  return rc;
+}
+
+void hvd__fastpath_learn(hvd__fastpath_t *f, const hvd__response_t *x,
+                         hvd__queue_t *slow) {
+  if (f->cache == NULL || x->kind != HVD__RESP_RUN || x->njoined > 0)
+    return;
+  char *evicted = NULL;
+  int bit = hvd__cache_put(f->cache, x->names[0], &x->desc, &evicted);
+  if (bit >= 0 && evicted != NULL && f->hits[bit] != NULL) {
+    hvd__queue_push(slow, f->hits[bit]);
+    f->hits[bit] = NULL;
+  }
+  free(evicted);
+}
