@@ -20,18 +20,8 @@
 #include "base/tensor.h"
 #include "base/wire.h"
 #include "base/wait.h"
-
-/* The coordinator's record of one name some ranks have submitted. */
-typedef struct pending {
-  char *name;
-  hvd__desc_t *desc;   /* per rank */
-  double *ready;       /* per rank: submission time, aligned clock */
-  unsigned char *have; /* per rank */
-  int count;
-  double first_seen;
-  int warned;
-  struct pending *prev, *next; /* in order of first submission */
-} pending_t;
+#include "core/pending.h"
+#include "core/stall.h"
 
 struct hvd__controller {
   MPI_Comm comm;
@@ -44,11 +34,10 @@ struct hvd__controller {
   size_t inbox_cap;
   /* coordinator state */
   hvd__table_t *table;
-  pending_t *head, *tail;
+  hvd__pending_t *head, *tail;
   unsigned char *joined;
   int njoined, last_joined;
-  /* stall inspector */
-  double stall_check, stall_shutdown, next_check;
+  hvd__stall_t stall; /* the stall inspector's settings and clock */
   int npending;
   int timeline;
 };
@@ -60,8 +49,8 @@ hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size,
   if (c == NULL)
     return NULL;
   c->timeline = timeline;
-  c->stall_check = s->stall_check_s;
-  c->stall_shutdown = s->stall_shutdown_s;
+  c->stall.check_s = s->stall_check_s;
+  c->stall.shutdown_s = s->stall_shutdown_s;
   c->comm = comm;
   c->rank = rank;
   c->size = size;
@@ -78,7 +67,7 @@ hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size,
   return c;
 }
 
-static void pending_free(pending_t *p) {
+static void pending_free(hvd__pending_t *p) {
   if (p == NULL)
     return;
   free(p->name);
@@ -91,7 +80,7 @@ static void pending_free(pending_t *p) {
 void hvd__controller_destroy(hvd__controller_t *c) {
   if (c == NULL)
     return;
-  for (pending_t *p = c->head, *next; p != NULL; p = next) {
+  for (hvd__pending_t *p = c->head, *next; p != NULL; p = next) {
     next = p->next;
     pending_free(p);
   }
@@ -104,111 +93,6 @@ void hvd__controller_destroy(hvd__controller_t *c) {
   free(c->joined);
   free(c->inbox);
   free(c);
-}
-
-/* ---- encoding ----------------------------------------------------------- */
-
-static void put_desc(hvd__wbuf_t *w, const hvd__desc_t *d) {
-  hvd__w_i32(w, d->coll);
-  hvd__w_i32(w, d->dtype);
-  hvd__w_i32(w, d->device);
-  hvd__w_i32(w, d->ndim);
-  for (int i = 0; i < d->ndim; i++)
-    hvd__w_i64(w, d->shape[i]);
-  hvd__w_i32(w, d->op);
-  hvd__w_f64(w, d->prescale);
-  hvd__w_f64(w, d->postscale);
-  hvd__w_i32(w, d->root);
-  hvd__w_i32(w, d->wire);
-}
-
-static void get_desc(hvd__rbuf_t *r, hvd__desc_t *d) {
-  memset(d, 0, sizeof *d);
-  d->coll = hvd__r_i32(r);
-  d->dtype = hvd__r_i32(r);
-  d->device = hvd__r_i32(r);
-  d->ndim = hvd__r_i32(r);
-  if (d->ndim < 0 || d->ndim > HVD_MAX_DIMS) {
-    r->failed = 1;
-    return;
-  }
-  for (int i = 0; i < d->ndim; i++)
-    d->shape[i] = hvd__r_i64(r);
-  d->op = hvd__r_i32(r);
-  d->prescale = hvd__r_f64(r);
-  d->postscale = hvd__r_f64(r);
-  d->root = hvd__r_i32(r);
-  d->wire = hvd__r_i32(r);
-}
-
-static void put_response(hvd__wbuf_t *w, const hvd__response_t *x, int size) {
-  hvd__w_i32(w, x->kind);
-  put_desc(w, &x->desc);
-  hvd__w_i32(w, x->nnames);
-  for (int i = 0; i < x->nnames; i++)
-    hvd__w_str(w, x->names[i]);
-  hvd__w_i32(w, x->dims0 != NULL);
-  if (x->dims0 != NULL)
-    hvd__w_bytes(w, x->dims0, (size_t)size * sizeof *x->dims0);
-  hvd__w_i32(w, x->ready != NULL);
-  if (x->ready != NULL)
-    hvd__w_bytes(w, x->ready, (size_t)size * sizeof *x->ready);
-  hvd__w_i32(w, x->njoined);
-  hvd__w_i32(w, x->err);
-  hvd__w_str(w, x->errmsg ? x->errmsg : "");
-  hvd__w_i32(w, x->arg);
-}
-
-static int get_response(hvd__rbuf_t *r, hvd__response_t *x, int size) {
-  memset(x, 0, sizeof *x);
-  x->kind = hvd__r_i32(r);
-  get_desc(r, &x->desc);
-  x->nnames = hvd__r_i32(r);
-  if (r->failed || x->nnames < 0 || (size_t)x->nnames > r->len)
-    return -1;
-  x->names = calloc((size_t)x->nnames + 1, sizeof *x->names);
-  if (x->names == NULL)
-    return -1;
-  for (int i = 0; i < x->nnames; i++)
-    if ((x->names[i] = hvd__r_str(r)) == NULL)
-      return -1;
-  if (hvd__r_i32(r)) {
-    x->dims0 = malloc((size_t)size * sizeof *x->dims0);
-    if (x->dims0 == NULL)
-      return -1;
-    for (int i = 0; i < size; i++)
-      x->dims0[i] = hvd__r_i64(r);
-  }
-  if (hvd__r_i32(r)) {
-    x->ready = malloc((size_t)size * sizeof *x->ready);
-    if (x->ready == NULL)
-      return -1;
-    for (int i = 0; i < size; i++)
-      x->ready[i] = hvd__r_f64(r);
-  }
-  x->njoined = hvd__r_i32(r);
-  x->err = hvd__r_i32(r);
-  x->errmsg = hvd__r_str(r);
-  x->arg = hvd__r_i32(r);
-  return r->failed || x->errmsg == NULL ? -1 : 0;
-}
-
-static void response_clear(hvd__response_t *x) {
-  for (int j = 0; j < x->nnames && x->names && !x->borrowed; j++)
-    free(x->names[j]);
-  if (!x->borrowed)
-    free(x->names);
-  free(x->dims0);
-  free(x->ready);
-  free(x->errmsg);
-}
-
-void hvd__responses_free(hvd__response_t *r, int n) {
-  if (r == NULL)
-    return;
-  for (int i = 0; i < n; i++)
-    response_clear(&r[i]);
-  free(r);
 }
 
 /* ---- the coordinator ---------------------------------------------------- */
@@ -305,23 +189,15 @@ static void field_str(int field, const hvd__desc_t *d, char *buf, size_t n) {
   }
 }
 
-/* "<kind> '<name>'" or just "<kind>" for barrier and join. */
-static void label(const pending_t *p, int coll, char *buf, size_t n) {
-  if (coll == HVD__BARRIER || coll == HVD__JOIN)
-    snprintf(buf, n, "%s", hvd__coll_name(coll));
-  else
-    snprintf(buf, n, "%s '%s'", hvd__coll_name(coll), p->name);
-}
-
 #define MAX_LISTED 8
 
 /* Fills x with an error response if the ranks disagree; returns 1 then. */
-static int check_agreement(const hvd__controller_t *c, const pending_t *p,
+static int check_agreement(const hvd__controller_t *c, const hvd__pending_t *p,
                            int ref, hvd__response_t *x) {
   const hvd__desc_t *d0 = &p->desc[ref];
   char lab[300], v0[HVD__SHAPE_STR_MAX], v[HVD__SHAPE_STR_MAX];
   char msg[HVD__ERRMSG_MAX];
-  label(p, d0->coll, lab, sizeof lab);
+  hvd__pending_label(p, d0->coll, lab, sizeof lab);
   for (int f = 0; f < F_COUNT; f++) {
     if (!field_applies(f, d0->coll))
       continue;
@@ -358,7 +234,7 @@ static int check_agreement(const hvd__controller_t *c, const pending_t *p,
 }
 
 /* Builds the response for a name every rank has (or has joined past). */
-static int make_response(hvd__controller_t *c, pending_t *p,
+static int make_response(hvd__controller_t *c, hvd__pending_t *p,
                          hvd__response_t *x) {
   int ref = 0;
   while (!p->have[ref])
@@ -377,7 +253,7 @@ static int make_response(hvd__controller_t *c, pending_t *p,
     x->njoined++;
     if (x->desc.coll != HVD__ALLREDUCE && x->kind != HVD__RESP_ERROR) {
       char lab[300], msg[HVD__ERRMSG_MAX];
-      label(p, x->desc.coll, lab, sizeof lab);
+      hvd__pending_label(p, x->desc.coll, lab, sizeof lab);
       snprintf(msg, sizeof msg,
                "%s: rank %d has joined; only allreduce can run until every "
                "rank joins",
@@ -405,8 +281,8 @@ static int make_response(hvd__controller_t *c, pending_t *p,
   return 0;
 }
 
-static pending_t *pending_get(hvd__controller_t *c, const char *name) {
-  pending_t *p = hvd__table_get(c->table, name);
+static hvd__pending_t *pending_get(hvd__controller_t *c, const char *name) {
+  hvd__pending_t *p = hvd__table_get(c->table, name);
   if (p != NULL)
     return p;
   p = calloc(1, sizeof *p);
@@ -432,7 +308,7 @@ static pending_t *pending_get(hvd__controller_t *c, const char *name) {
   return p;
 }
 
-static void pending_remove(hvd__controller_t *c, pending_t *p) {
+static void pending_remove(hvd__controller_t *c, hvd__pending_t *p) {
   c->npending--;
   hvd__table_remove(c->table, p->name);
   if (p->prev)
@@ -446,109 +322,57 @@ static void pending_remove(hvd__controller_t *c, pending_t *p) {
   pending_free(p);
 }
 
-/* "1, 3" for the ranks r with want == (have[r] || joined[r]). */
-static void rank_list(const hvd__controller_t *c, const pending_t *p, int want,
-                      char *buf, size_t n) {
-  size_t at = 0;
-  buf[0] = '\0';
-  for (int r = 0; r < c->size && at < n; r++)
-    if ((p->have[r] || c->joined[r]) == want)
-      at += (size_t)snprintf(buf + at, n - at, "%s%d", at ? ", " : "", r);
-}
-
 int hvd__controller_busy(hvd__controller_t *c) {
-  return c->rank == 0 && c->npending > 0 &&
-         (c->stall_check > 0 || c->stall_shutdown > 0) &&
-         hvd__now() >= c->next_check;
+  return c->rank == 0 && hvd__stall_due(&c->stall, c->npending);
 }
 
-/* The stall inspector (rank 0): logs the ranks a collective has waited for
- * longer than HVD_STALL_CHECK_TIME; past HVD_STALL_SHUTDOWN_TIME it writes
- * one STALL response, on which every rank stops. Returns responses written. */
-static int inspect_stalls(hvd__controller_t *c) {
-  double now = hvd__now();
-  c->next_check = now + 0.1;
-  for (pending_t *p = c->head; p != NULL; p = p->next) {
-    double age = now - p->first_seen;
-    int check = c->stall_check > 0 && age >= c->stall_check && !p->warned;
-    int stop = c->stall_shutdown > 0 && age >= c->stall_shutdown;
-    if (!check && !stop)
-      continue;
-    char lab[300], missing[512], present[512], msg[HVD__ERRMSG_MAX];
-    int ref = 0;
-    while (ref < c->size && !p->have[ref])
-      ref++;
-    label(p, ref < c->size ? p->desc[ref].coll : HVD__ALLREDUCE, lab,
-          sizeof lab);
-    rank_list(c, p, 0, missing, sizeof missing);
-    rank_list(c, p, 1, present, sizeof present);
-    if (check) {
-      HVD__LOG(HVD__LOG_WARNING,
-               "stall: %s has waited %.1f s for rank(s) %s; submitted by "
-               "rank(s) %s",
-               lab, age, missing, present);
-      p->warned = 1;
+/* One entry of rank r's message: a join, or a name it now has. */
+static hvd_result_t record(hvd__controller_t *c, int r, const char *name,
+                           const hvd__desc_t *d, double ready) {
+  if (d->coll == HVD__JOIN) {
+    if (!c->joined[r]) {
+      c->joined[r] = 1;
+      c->njoined++;
     }
-    if (stop) {
-      snprintf(msg, sizeof msg,
-               "%s stalled for %.1f s: rank(s) %s never submitted it "
-               "(HVD_STALL_SHUTDOWN_TIME=%g)",
-               lab, age, missing, c->stall_shutdown);
-      hvd__response_t x = {.kind = HVD__RESP_STALL, .errmsg = msg};
-      x.desc.coll = HVD__ALLREDUCE;
-      put_response(&c->resp, &x, c->size);
-      return 1;
-    }
+    c->last_joined = r;
+    return HVD_SUCCESS;
   }
-  return 0;
+  hvd__pending_t *p = pending_get(c, name);
+  if (p == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator table");
+  if (!p->have[r]) {
+    p->have[r] = 1;
+    p->count++;
+  }
+  p->desc[r] = *d;
+  p->ready[r] = ready;
+  return HVD_SUCCESS;
 }
 
-/* Reads every rank's payload, then encodes the responses into c->resp. */
-static hvd_result_t coordinate(hvd__controller_t *c, const char *inbox) {
-  hvd__w_reset(&c->resp);
-  int nresp = 0, shutdown_by = -1;
-  hvd__w_i32(&c->resp, 0); /* count, patched below */
-  for (int r = 0; r < c->size; r++) {
-    if (c->headers[2 * r + 1] && shutdown_by < 0)
-      shutdown_by = r;
-    if (c->headers[2 * r] == 0)
-      continue;
-    hvd__rbuf_t rb;
-    hvd__r_init(&rb, inbox + c->displs[r], (size_t)c->headers[2 * r]);
-    int n = hvd__r_i32(&rb);
-    for (int i = 0; i < n && !rb.failed; i++) {
-      char *name = hvd__r_str(&rb);
-      hvd__desc_t d;
-      get_desc(&rb, &d);
-      double ready = hvd__r_f64(&rb);
-      if (name == NULL || rb.failed) {
-        free(name);
-        return hvd__set_error(HVD_ERR_INTERNAL,
-                              "malformed negotiation message from rank %d", r);
-      }
-      if (d.coll == HVD__JOIN) {
-        if (!c->joined[r]) {
-          c->joined[r] = 1;
-          c->njoined++;
-        }
-        c->last_joined = r;
-      } else {
-        pending_t *p = pending_get(c, name);
-        if (p == NULL) {
-          free(name);
-          return hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator table");
-        }
-        if (!p->have[r]) {
-          p->have[r] = 1;
-          p->count++;
-        }
-        p->desc[r] = d;
-        p->ready[r] = ready;
-      }
-      free(name);
-    }
+/* Rank r's message (len bytes at msg) into the pending table. */
+static hvd_result_t read_message(hvd__controller_t *c, int r, const char *msg,
+                                 size_t len) {
+  hvd_result_t rc = HVD_SUCCESS;
+  hvd__rbuf_t rb;
+  hvd__r_init(&rb, msg, len);
+  int n = hvd__r_i32(&rb);
+  for (int i = 0; i < n && !rb.failed && rc == HVD_SUCCESS; i++) {
+    char *name;
+    hvd__desc_t d;
+    double ready;
+    if (hvd__msg_get_request(&rb, &name, &d, &ready) != 0)
+      return hvd__set_error(HVD_ERR_INTERNAL,
+                            "malformed negotiation message from rank %d", r);
+    rc = record(c, r, name, &d, ready);
+    free(name);
   }
-  for (pending_t *p = c->head, *next; p != NULL; p = next) {
+  return rc;
+}
+
+/* A response for every name that every rank has (or has joined past), in
+ * order of first submission; *nresp counts them. */
+static hvd_result_t respond_ready(hvd__controller_t *c, int *nresp) {
+  for (hvd__pending_t *p = c->head, *next; p != NULL; p = next) {
     next = p->next;
     int ready = p->count > 0;
     for (int r = 0; r < c->size && ready; r++)
@@ -558,34 +382,63 @@ static hvd_result_t coordinate(hvd__controller_t *c, const char *inbox) {
     hvd__response_t x;
     int bad = make_response(c, p, &x);
     if (!bad)
-      put_response(&c->resp, &x, c->size);
-    response_clear(&x);
+      hvd__msg_put_response(&c->resp, &x, c->size);
+    hvd__response_clear(&x);
     if (bad)
       return hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator response");
-    nresp++;
+    (*nresp)++;
     pending_remove(c, p);
   }
-  nresp += inspect_stalls(c);
+  return HVD_SUCCESS;
+}
+
+/* After the names: JOIN_DONE once every rank has joined, and SHUTDOWN
+ * when a rank asked (the first in rank order). */
+static int respond_join_shutdown(hvd__controller_t *c, int shutdown_by) {
+  int n = 0;
   if (c->njoined == c->size) {
     hvd__response_t x = {.kind = HVD__RESP_JOIN_DONE, .arg = c->last_joined};
     x.desc.coll = HVD__JOIN;
-    put_response(&c->resp, &x, c->size);
-    nresp++;
+    hvd__msg_put_response(&c->resp, &x, c->size);
+    n++;
     memset(c->joined, 0, (size_t)c->size);
     c->njoined = 0;
   }
   if (shutdown_by >= 0) {
     hvd__response_t x = {.kind = HVD__RESP_SHUTDOWN, .arg = shutdown_by};
-    put_response(&c->resp, &x, c->size);
-    nresp++;
+    hvd__msg_put_response(&c->resp, &x, c->size);
+    n++;
   }
+  return n;
+}
+
+/* Reads every rank's message, then encodes the responses into c->resp
+ * (empty when there is nothing to say: an idle round). */
+static hvd_result_t coordinate(hvd__controller_t *c, const char *inbox) {
+  hvd_result_t rc;
+  int nresp = 0, shutdown_by = -1;
+  hvd__w_reset(&c->resp);
+  hvd__w_i32(&c->resp, 0); /* count, patched below */
+  for (int r = 0; r < c->size; r++) {
+    if (c->headers[2 * r + 1] && shutdown_by < 0)
+      shutdown_by = r;
+    if (c->headers[2 * r] > 0)
+      HVD__CHECK(read_message(c, r, inbox + c->displs[r],
+                              (size_t)c->headers[2 * r]));
+  }
+  HVD__CHECK(respond_ready(c, &nresp));
+  nresp += hvd__stall_inspect(&c->stall, c->head, c->joined, c->size,
+                              &c->resp);
+  nresp += respond_join_shutdown(c, shutdown_by);
   if (c->resp.failed)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator response");
   if (nresp == 0)
-    c->resp.len = 0; /* nothing to say: idle round */
+    c->resp.len = 0;
   else
     memcpy(c->resp.data, &nresp, sizeof nresp);
   return HVD_SUCCESS;
+fail:
+  return rc;
 }
 
 static hvd_result_t reserve_inbox(hvd__controller_t *c, size_t n) {
@@ -612,11 +465,8 @@ hvd_result_t hvd__controller_negotiate(hvd__controller_t *c,
   hvd__w_reset(&c->out);
   if (nfresh > 0) {
     hvd__w_i32(&c->out, nfresh);
-    for (int i = 0; i < nfresh; i++) {
-      hvd__w_str(&c->out, fresh[i]->name);
-      put_desc(&c->out, &fresh[i]->desc);
-      hvd__w_f64(&c->out, fresh[i]->t_ready);
-    }
+    for (int i = 0; i < nfresh; i++)
+      hvd__msg_put_request(&c->out, fresh[i]);
     if (c->out.failed)
       return hvd__set_error(HVD_ERR_NO_MEMORY, "negotiation message");
   }
@@ -661,21 +511,7 @@ hvd_result_t hvd__controller_negotiate(hvd__controller_t *c,
   HVD__MPI_CHECK(MPI_Ibcast(buf, (int)len, MPI_BYTE, 0, c->comm, &mr));
   HVD__CHECK(hvd__mpi_wait(&mr, "negotiation"));
 
-  hvd__rbuf_t rb;
-  hvd__r_init(&rb, buf, (size_t)len);
-  int n = hvd__r_i32(&rb);
-  hvd__response_t *list = calloc((size_t)(n > 0 ? n : 1), sizeof *list);
-  if (list == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "response list");
-  for (int i = 0; i < n; i++) {
-    if (get_response(&rb, &list[i], c->size) != 0) {
-      hvd__responses_free(list, i + 1);
-      return hvd__set_error(HVD_ERR_INTERNAL, "malformed response list");
-    }
-  }
-  *out = list;
-  *nout = n;
-  return HVD_SUCCESS;
+  return hvd__msg_get_responses(buf, (size_t)len, c->size, out, nout);
 fail:
   return rc;
 }

@@ -10,32 +10,9 @@
 
 #include <mpi.h>
 
-#include "core/request.h"
 #include "base/settings.h"
-
-typedef enum hvd__response_kind {
-  HVD__RESP_RUN,       /* execute desc.coll on names */
-  HVD__RESP_ERROR,     /* complete names with err/errmsg */
-  HVD__RESP_JOIN_DONE, /* every rank joined; arg = the last to join */
-  HVD__RESP_SHUTDOWN,  /* stop; arg = the rank that asked */
-  HVD__RESP_STALL      /* a collective stalled past HVD_STALL_SHUTDOWN_TIME;
-                          errmsg says which and who is missing */
-} hvd__response_kind_t;
-
-typedef struct hvd__response {
-  int kind;
-  hvd__desc_t desc; /* the reference rank's descriptor */
-  int nnames;
-  char **names;
-  int64_t *dims0; /* allgather: first dimension of every rank, else NULL */
-  int njoined;    /* ranks that have joined and take part with identities */
-  double *ready;  /* timeline on: each rank's ready time (aligned clock) */
-  hvd_result_t err;
-  char *errmsg;
-  int arg;
-  hvd_request_t *req; /* fast path only: this rank's request, if any */
-  int borrowed;       /* fast path: names are lent, not owned */
-} hvd__response_t;
+#include "core/message.h"
+#include "core/request.h"
 
 typedef struct hvd__controller hvd__controller_t;
 
@@ -57,7 +34,5 @@ hvd_result_t hvd__controller_negotiate(hvd__controller_t *c,
                                        hvd_request_t *const *fresh,
                                        int nfresh, int want_shutdown,
                                        hvd__response_t **out, int *nout);
-
-void hvd__responses_free(hvd__response_t *r, int n);
 
 #endif /* HVD_CORE_CONTROLLER_H */
