@@ -1,7 +1,7 @@
 /*
  * device.h - lib/optim's device side: the device context of an optimizer
  * (the rank's GPU, a stream of the optimizer's own, the span arrays of the
- * batched update kernels of lib/ops/cuda_kernels.cu) and synchronous
+ * batched update kernels of optim_kernels.cu) and synchronous
  * copies between host memory and a device tensor, for checksums and
  * checkpoints.
  *

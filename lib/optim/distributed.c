@@ -118,6 +118,20 @@ static hvd_result_t make_names(const char *fn, hvd__dist_t *d,
   return HVD_SUCCESS;
 }
 
+/* Waits for reductions still in flight (the buffers are the caller's),
+ * then frees d. */
+static void dist_free(hvd__dist_t *d) {
+  if (d == NULL)
+    return;
+  if (d->p != NULL)
+    for (int i = 0; i < d->n; i++)
+      if (d->p[i].req != NULL)
+        (void)hvd_wait(d->p[i].req); /* the buffers are the caller's */
+  free(d->p);
+  free(d->names);
+  free(d);
+}
+
 hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
                                        const hvd_distributed_options_t *o,
                                        hvd_optimizer_t **out) {
@@ -133,7 +147,7 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: out is NULL", fn);
   if (base == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: base is NULL", fn);
-  if (base->dist != NULL)
+  if (base->cls == &hvd__dist_class)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: base is already a distributed optimizer", fn);
   if (o == NULL) {
@@ -162,6 +176,7 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
   d->prescale = 1.0 / k / f;
   d->postscale = o->op == HVD_AVERAGE ? f / hvd_size() : f;
 
+  opt->cls = &hvd__dist_class;
   opt->lr = NAN; /* the base holds lr, steps, params and state */
   opt->fresh = base->fresh;
   opt->base = base;
@@ -172,7 +187,7 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
 oom:
   rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
 fail:
-  hvd__dist_destroy(d);
+  dist_free(d);
   free(opt);
   return rc;
 }
@@ -198,20 +213,9 @@ static hvd_result_t start(hvd_optimizer_t *opt, int i) {
   return rc;
 }
 
-static hvd_result_t not_distributed(const char *fn) {
-  return hvd__set_error(HVD_ERR_INVALID_ARG,
-                        "%s: not a distributed optimizer (see "
-                        "hvd_distributed_optimizer)",
-                        fn);
-}
-
-hvd_result_t hvd_optimizer_grad_ready(hvd_optimizer_t *opt, int i) {
+static hvd_result_t dist_grad_ready(hvd_optimizer_t *opt, int i) {
   static const char fn[] = "hvd_optimizer_grad_ready";
-  if (opt == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", fn);
   hvd__dist_t *d = opt->dist;
-  if (d == NULL)
-    return not_distributed(fn);
   if (i < 0 || i >= d->n)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: index %d is out of range for %d parameters", fn,
@@ -300,7 +304,7 @@ static hvd_result_t scale_local(hvd_optimizer_t *opt) {
   return rc;
 }
 
-hvd_result_t hvd__dist_step(hvd_optimizer_t *opt) {
+static hvd_result_t dist_step(hvd_optimizer_t *opt) {
   hvd__dist_t *d = opt->dist;
   hvd_result_t rc;
   if (!opt->fresh)
@@ -319,7 +323,7 @@ hvd_result_t hvd__dist_step(hvd_optimizer_t *opt) {
   return hvd__optim_apply(opt->base);
 }
 
-hvd_result_t hvd__dist_zero_grad(hvd_optimizer_t *opt) {
+static hvd_result_t dist_zero_grad(hvd_optimizer_t *opt) {
   hvd__dist_t *d = opt->dist;
   if (d->inflight > 0)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
@@ -333,13 +337,9 @@ hvd_result_t hvd__dist_zero_grad(hvd_optimizer_t *opt) {
   return HVD_SUCCESS;
 }
 
-hvd_result_t hvd_optimizer_set_sync(hvd_optimizer_t *opt, int sync) {
+static hvd_result_t dist_set_sync(hvd_optimizer_t *opt, int sync) {
   static const char fn[] = "hvd_optimizer_set_sync";
-  if (opt == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", fn);
   hvd__dist_t *d = opt->dist;
-  if (d == NULL)
-    return not_distributed(fn);
   if (sync != 0 && sync != 1)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: sync %d is not 0 or 1", fn,
                           sync);
@@ -352,14 +352,12 @@ hvd_result_t hvd_optimizer_set_sync(hvd_optimizer_t *opt, int sync) {
   return HVD_SUCCESS;
 }
 
-void hvd__dist_destroy(hvd__dist_t *d) {
-  if (d == NULL)
-    return;
-  if (d->p != NULL)
-    for (int i = 0; i < d->n; i++)
-      if (d->p[i].req != NULL)
-        (void)hvd_wait(d->p[i].req); /* the buffers are the caller's */
-  free(d->p);
-  free(d->names);
-  free(d);
+static void dist_destroy(hvd_optimizer_t *opt) {
+  dist_free(opt->dist);
+  hvd_optimizer_destroy(opt->base);
+  free(opt);
 }
+
+const hvd__optim_class_t hvd__dist_class = {
+    dist_step, dist_zero_grad, dist_grad_ready, dist_set_sync, dist_destroy,
+};

@@ -1,15 +1,16 @@
 /*
  * optimizer.c - plain optimizers: an ops table over borrowed parameters
  * plus hvd-owned state tensors (checked and allocated by create), the
- * public calls that dispatch between a plain optimizer and a distributed
- * wrapper, and the built-ins SGD and Adam/AdamW as ops tables with
+ * plain class, and the public calls, which dispatch through the class
+ * table (optimizer.h) to the plain optimizer or the distributed wrapper.
+ * The built-ins SGD (sgd.c) and Adam/AdamW (adam.c) are ops tables with
  * torch.optim's numerics: element math in float (the tensors are float32),
  * scalar factors in double, rounded to float once per step.
  *
  * Parameters may be host tensors or tensors on the rank's GPU, each on its
  * own (a list may mix them). A device parameter's state lives on its
  * device, and the built-ins update all device parameters with one batched
- * kernel launch (lib/ops/cuda_kernels.cu, the same math) on the
+ * kernel launch (optim_kernels.cu, the same math) on the
  * optimizer's stream, while the host loops run; every call that touches
  * device memory waits for that stream before it returns (device.h).
  */
@@ -28,8 +29,9 @@
 /* ---- checks ------------------------------------------------------------- */
 
 /* x in [lo, hi), or (lo, hi) when lo_open; NaN is never in range. */
-static hvd_result_t check_range(const char *who, const char *what, double x,
-                                double lo, int lo_open, double hi) {
+hvd_result_t hvd__optim_check_range(const char *who, const char *what,
+                                    double x, double lo, int lo_open,
+                                    double hi) {
   if ((lo_open ? x > lo : x >= lo) && x < hi)
     return HVD_SUCCESS;
   return hvd__set_error(HVD_ERR_INVALID_ARG,
@@ -205,7 +207,7 @@ static void free_plain(hvd_optimizer_t *opt) {
 }
 
 /* First of every create: out must be there, and is NULL until success. */
-static hvd_result_t check_out(const char *who, hvd_optimizer_t **out) {
+hvd_result_t hvd__optim_check_out(const char *who, hvd_optimizer_t **out) {
   if (out == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: out is NULL", who);
   *out = NULL;
@@ -225,6 +227,7 @@ static hvd_result_t create(const char *who, hvd_param_t *params, int n,
   hvd_optimizer_t *opt = calloc(1, sizeof *opt);
   if (opt == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+  opt->cls = &hvd__plain_class;
   opt->params = params;
   opt->n = n;
   opt->ops = *ops;
@@ -272,30 +275,17 @@ hvd_result_t hvd_optimizer_custom(hvd_param_t *params, int n,
                                   const hvd_optimizer_ops_t *ops, void *ctx,
                                   hvd_optimizer_t **out) {
   static const char who[] = "hvd_optimizer_custom";
-  hvd_result_t rc = check_out(who, out);
+  hvd_result_t rc = hvd__optim_check_out(who, out);
   if (rc == HVD_SUCCESS)
     rc = create(who, params, n, ops, ctx, 0.0, out);
   return rc;
 }
 
-/* A built-in's ctx: a copy of its options and the optimizer's device
- * context (NULL when every parameter is on the host), which the ops'
- * step cannot otherwise see. */
-typedef struct builtin {
-  union {
-    hvd_sgd_options_t sgd;
-    hvd_adam_options_t adam;
-  } o;
-  hvd__odev_t *odev; /* the optimizer's; not owned */
-} builtin_t;
-
-/* A built-in: ctx is a malloc'd builtin_t holding a copy of its options
- * (size bytes), freed by ops->destroy (free), or here on failure. */
-static hvd_result_t create_builtin(const char *who, hvd_param_t *params, int n,
-                                   const void *options, size_t size,
-                                   const hvd_optimizer_ops_t *ops, double lr,
-                                   hvd_optimizer_t **out) {
-  builtin_t *ctx = calloc(1, sizeof *ctx);
+hvd_result_t hvd__optim_create_builtin(const char *who, hvd_param_t *params,
+                                       int n, const void *options, size_t size,
+                                       const hvd_optimizer_ops_t *ops,
+                                       double lr, hvd_optimizer_t **out) {
+  hvd__optim_builtin_t *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
   memcpy(&ctx->o, options, size);
@@ -330,12 +320,9 @@ hvd_result_t hvd__optim_apply(hvd_optimizer_t *core) {
   return HVD_SUCCESS;
 }
 
-hvd_result_t hvd_optimizer_step(hvd_optimizer_t *opt) {
-  if (opt == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "hvd_optimizer_step: opt is NULL");
-  if (opt->dist != NULL)
-    return hvd__dist_step(opt);
+/* ---- the plain class ---------------------------------------------------- */
+
+static hvd_result_t plain_step(hvd_optimizer_t *opt) {
   if (!opt->fresh)
     return hvd__set_error_msg(HVD_ERR_INVALID_ARG, HVD__NO_NEW_GRADS);
   hvd_result_t rc = hvd__optim_apply(opt);
@@ -344,12 +331,7 @@ hvd_result_t hvd_optimizer_step(hvd_optimizer_t *opt) {
   return rc;
 }
 
-hvd_result_t hvd_optimizer_zero_grad(hvd_optimizer_t *opt) {
-  if (opt == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "hvd_optimizer_zero_grad: opt is NULL");
-  if (opt->dist != NULL)
-    return hvd__dist_zero_grad(opt);
+static hvd_result_t plain_zero_grad(hvd_optimizer_t *opt) {
   hvd_result_t rc = HVD_SUCCESS;
   for (int i = 0; i < opt->n && rc == HVD_SUCCESS; i++) {
     hvd_tensor_t *g = &opt->params[i].grad;
@@ -371,11 +353,73 @@ hvd_result_t hvd_optimizer_zero_grad(hvd_optimizer_t *opt) {
   return rc;
 }
 
+/* The plain class's answer to the calls only a distributed optimizer
+ * takes. */
+static hvd_result_t not_distributed(const char *fn) {
+  return hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s: not a distributed optimizer (see "
+                        "hvd_distributed_optimizer)",
+                        fn);
+}
+
+static hvd_result_t plain_grad_ready(hvd_optimizer_t *opt, int i) {
+  (void)opt;
+  (void)i;
+  return not_distributed("hvd_optimizer_grad_ready");
+}
+
+static hvd_result_t plain_set_sync(hvd_optimizer_t *opt, int sync) {
+  (void)opt;
+  (void)sync;
+  return not_distributed("hvd_optimizer_set_sync");
+}
+
+static void plain_destroy(hvd_optimizer_t *opt) {
+  if (opt->ops.destroy != NULL)
+    opt->ops.destroy(opt->ctx);
+  free_plain(opt);
+}
+
+const hvd__optim_class_t hvd__plain_class = {
+    plain_step, plain_zero_grad, plain_grad_ready, plain_set_sync,
+    plain_destroy,
+};
+
+/* ---- the public calls --------------------------------------------------- */
+
+hvd_result_t hvd_optimizer_step(hvd_optimizer_t *opt) {
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_optimizer_step: opt is NULL");
+  return opt->cls->step(opt);
+}
+
+hvd_result_t hvd_optimizer_zero_grad(hvd_optimizer_t *opt) {
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_optimizer_zero_grad: opt is NULL");
+  return opt->cls->zero_grad(opt);
+}
+
+hvd_result_t hvd_optimizer_grad_ready(hvd_optimizer_t *opt, int i) {
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_optimizer_grad_ready: opt is NULL");
+  return opt->cls->grad_ready(opt, i);
+}
+
+hvd_result_t hvd_optimizer_set_sync(hvd_optimizer_t *opt, int sync) {
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_optimizer_set_sync: opt is NULL");
+  return opt->cls->set_sync(opt, sync);
+}
+
 hvd_result_t hvd_optimizer_set_lr(hvd_optimizer_t *opt, double lr) {
   static const char who[] = "hvd_optimizer_set_lr";
   if (opt == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", who);
-  hvd_result_t rc = check_range(who, "lr", lr, 0, 0, INFINITY);
+  hvd_result_t rc = hvd__optim_check_range(who, "lr", lr, 0, 0, INFINITY);
   if (rc == HVD_SUCCESS)
     hvd__optim_core(opt)->lr = lr;
   return rc;
@@ -390,225 +434,6 @@ int64_t hvd_optimizer_steps(const hvd_optimizer_t *opt) {
 }
 
 void hvd_optimizer_destroy(hvd_optimizer_t *opt) {
-  if (opt == NULL)
-    return;
-  if (opt->dist != NULL) {
-    hvd__dist_destroy(opt->dist);
-    hvd_optimizer_destroy(opt->base);
-    free(opt);
-    return;
-  }
-  if (opt->ops.destroy != NULL)
-    opt->ops.destroy(opt->ctx);
-  free_plain(opt);
-}
-
-/* The built-ins' messages from a step. */
-#define STEP_WHO "hvd_optimizer_step"
-
-/* ---- SGD ---------------------------------------------------------------- */
-
-static const char *const sgd_state[] = {"momentum_buffer"};
-
-void hvd_sgd_options_init(hvd_sgd_options_t *o) {
-  if (o == NULL)
-    return;
-  memset(o, 0, sizeof *o);
-  o->lr = 0.01;
-}
-
-/* torch.optim.SGD (foreach=False, maximize=False), per element:
- * d = g + wd * v; buf = step 1 ? d : momentum * buf + (1 - dampening) * d;
- * d = nesterov ? d + momentum * buf : buf; v -= lr * d.
- * sgd_loop is inlined with constant flags, so each combination is its own
- * branch-free loop that GCC vectorizes (the per-element tests kept the
- * loop scalar: twice as slow as a hand-written update on BERT-base). */
-static inline __attribute__((always_inline)) void
-sgd_loop(float *v, const float *g, float *buf, int64_t m, float wd, float mom,
-         float keep, float neg_lr, const int has_wd, const int has_buf,
-         const int first, const int nesterov) {
-  for (int64_t j = 0; j < m; j++) {
-    float d = has_wd ? g[j] + wd * v[j] : g[j];
-    if (has_buf) {
-      float b = first ? d : mom * buf[j] + keep * d;
-      buf[j] = b;
-      d = nesterov ? d + mom * b : b;
-    }
-    v[j] += neg_lr * d;
-  }
-}
-
-static hvd_result_t sgd_step(void *ctx, hvd_param_t *params, int n,
-                             hvd_tensor_t *state, int64_t step, double lr) {
-  const builtin_t *b = ctx;
-  const hvd_sgd_options_t *o = &b->o.sgd;
-  hvd_result_t rc;
-  /* the device parameters' batch first: it runs while the host loops do */
-  if (b->odev != NULL &&
-      (rc = hvd__odev_update(STEP_WHO, b->odev, 0, o, params, n, state,
-                             o->momentum != 0 ? 1 : 0, step, lr)) !=
-          HVD_SUCCESS)
-    return rc;
-  const float wd = (float)o->weight_decay, mom = (float)o->momentum;
-  const float keep = (float)(1.0 - o->dampening), neg_lr = (float)-lr;
-  const int has_wd = o->weight_decay != 0, nest = o->nesterov != 0;
-  const int first = step == 1;
-  for (int i = 0; i < n; i++) {
-    if (params[i].value.device != HVD_CPU)
-      continue;
-    float *v = params[i].value.data;
-    const float *g = params[i].grad.data;
-    float *buf = o->momentum != 0 ? state[i].data : NULL; /* nstate 1 */
-    int64_t m = hvd_tensor_numel(&params[i].value);
-#define LOOP(w, b, f, nv)                                                      \
-  sgd_loop(v, g, buf, m, wd, mom, keep, neg_lr, w, b, f, nv)
-    if (buf == NULL) {
-      if (has_wd)
-        LOOP(1, 0, 0, 0);
-      else
-        LOOP(0, 0, 0, 0);
-    } else if (nest) {
-      if (has_wd)
-        first ? LOOP(1, 1, 1, 1) : LOOP(1, 1, 0, 1);
-      else
-        first ? LOOP(0, 1, 1, 1) : LOOP(0, 1, 0, 1);
-    } else {
-      if (has_wd)
-        first ? LOOP(1, 1, 1, 0) : LOOP(1, 1, 0, 0);
-      else
-        first ? LOOP(0, 1, 1, 0) : LOOP(0, 1, 0, 0);
-    }
-#undef LOOP
-  }
-  return b->odev != NULL ? hvd__odev_sync(STEP_WHO, b->odev) : HVD_SUCCESS;
-}
-
-static hvd_result_t check_sgd(const char *who, const hvd_sgd_options_t *o) {
-  hvd_result_t rc;
-  if (o == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
-  HVD__CHECK(check_range(who, "lr", o->lr, 0, 0, INFINITY));
-  HVD__CHECK(check_range(who, "momentum", o->momentum, 0, 0, INFINITY));
-  HVD__CHECK(
-      check_range(who, "dampening", o->dampening, -INFINITY, 1, INFINITY));
-  HVD__CHECK(check_range(who, "weight_decay", o->weight_decay, 0, 0, INFINITY));
-  if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
-                        "%s: nesterov needs momentum > 0 and dampening 0 "
-                        "(momentum %g, dampening %g)",
-                        who, o->momentum, o->dampening);
-fail:
-  return rc;
-}
-
-hvd_result_t hvd_sgd_create(hvd_param_t *params, int n,
-                            const hvd_sgd_options_t *o, hvd_optimizer_t **out) {
-  static const char who[] = "hvd_sgd_create";
-  hvd_result_t rc = check_out(who, out);
-  if (rc == HVD_SUCCESS)
-    rc = check_sgd(who, o);
-  if (rc != HVD_SUCCESS)
-    return rc;
-  const hvd_optimizer_ops_t ops = {"SGD", o->momentum != 0 ? 1 : 0, sgd_state,
-                                   sgd_step, free};
-  return create_builtin(who, params, n, o, sizeof *o, &ops, o->lr, out);
-}
-
-/* ---- Adam and AdamW ----------------------------------------------------- */
-
-static const char *const adam_state[] = {"exp_avg", "exp_avg_sq"};
-
-void hvd_adam_options_init(hvd_adam_options_t *o) {
-  if (o == NULL)
-    return;
-  memset(o, 0, sizeof *o);
-  o->lr = 0.001;
-  o->beta1 = 0.9;
-  o->beta2 = 0.999;
-  o->eps = 1e-8;
-}
-
-/* torch.optim.Adam/AdamW (foreach=False, amsgrad=False), per element:
- * AdamW: v *= 1 - lr * wd; Adam: g += wd * v;
- * m = lerp(m, g, 1 - beta1); s = beta2 * s + (1 - beta2) * g * g;
- * v -= lr / (1 - beta1^t) * m / (sqrt(s) / sqrt(1 - beta2^t) + eps).
- * adam_loop is inlined with a constant l2 flag, so both loops are
- * branch-free and vectorize. Without L2 decay (AdamW, or Adam with wd 0)
- * the gradient is used as it is, as torch does: adding 0 * v instead
- * would turn an infinite value into NaN (0 * inf), where torch and the
- * device kernel (adam_kernel) keep it infinite. AdamW scales v by decay,
- * Adam by 1 (as the kernel does: same bits). */
-static inline __attribute__((always_inline)) void
-adam_loop(float *restrict v, const float *restrict g, float *restrict m,
-          float *restrict s, int64_t len, float wd, float decay, float b1c,
-          float b2, float b2c, float eps, float step_size, float bc2_sqrt,
-          const int l2) {
-  for (int64_t j = 0; j < len; j++) {
-    float gj = l2 ? g[j] + wd * v[j] : g[j];
-    v[j] *= decay;
-    m[j] += b1c * (gj - m[j]); /* torch's lerp_ for weights < 0.5 */
-    s[j] = b2 * s[j] + b2c * gj * gj;
-    float denom = sqrtf(s[j]) / bc2_sqrt + eps;
-    v[j] -= step_size * (m[j] / denom);
-  }
-}
-
-static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
-                              hvd_tensor_t *state, int64_t step, double lr) {
-  const builtin_t *b = ctx;
-  const hvd_adam_options_t *o = &b->o.adam;
-  hvd_result_t rc;
-  if (b->odev != NULL &&
-      (rc = hvd__odev_update(STEP_WHO, b->odev, 1, o, params, n, state, 2, step,
-                             lr)) != HVD_SUCCESS)
-    return rc;
-  const int l2 = !o->decoupled && o->weight_decay != 0;
-  const float wd = (float)o->weight_decay;
-  const float decay = o->decoupled ? (float)(1.0 - lr * o->weight_decay) : 1.0f;
-  const float b1c = (float)(1.0 - o->beta1), b2 = (float)o->beta2;
-  const float b2c = (float)(1.0 - o->beta2), eps = (float)o->eps;
-  const float step_size = (float)(lr / (1.0 - pow(o->beta1, (double)step)));
-  const float bc2_sqrt = (float)sqrt(1.0 - pow(o->beta2, (double)step));
-  for (int i = 0; i < n; i++) {
-    if (params[i].value.device != HVD_CPU)
-      continue;
-    float *v = params[i].value.data;
-    const float *g = params[i].grad.data;
-    float *m = state[2 * i].data, *s = state[2 * i + 1].data;
-    int64_t len = hvd_tensor_numel(&params[i].value);
-    if (l2)
-      adam_loop(v, g, m, s, len, wd, decay, b1c, b2, b2c, eps, step_size,
-                bc2_sqrt, 1);
-    else
-      adam_loop(v, g, m, s, len, wd, decay, b1c, b2, b2c, eps, step_size,
-                bc2_sqrt, 0);
-  }
-  return b->odev != NULL ? hvd__odev_sync(STEP_WHO, b->odev) : HVD_SUCCESS;
-}
-
-static hvd_result_t check_adam(const char *who, const hvd_adam_options_t *o) {
-  hvd_result_t rc;
-  if (o == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
-  HVD__CHECK(check_range(who, "lr", o->lr, 0, 0, INFINITY));
-  HVD__CHECK(check_range(who, "beta1", o->beta1, 0, 0, 1));
-  HVD__CHECK(check_range(who, "beta2", o->beta2, 0, 0, 1));
-  HVD__CHECK(check_range(who, "eps", o->eps, 0, 1, INFINITY));
-  HVD__CHECK(check_range(who, "weight_decay", o->weight_decay, 0, 0, INFINITY));
-fail:
-  return rc;
-}
-
-hvd_result_t hvd_adam_create(hvd_param_t *params, int n,
-                             const hvd_adam_options_t *o,
-                             hvd_optimizer_t **out) {
-  static const char who[] = "hvd_adam_create";
-  hvd_result_t rc = check_out(who, out);
-  if (rc == HVD_SUCCESS)
-    rc = check_adam(who, o);
-  if (rc != HVD_SUCCESS)
-    return rc;
-  const hvd_optimizer_ops_t ops = {o->decoupled ? "AdamW" : "Adam", 2,
-                                   adam_state, adam_step, free};
-  return create_builtin(who, params, n, o, sizeof *o, &ops, o->lr, out);
+  if (opt != NULL)
+    opt->cls->destroy(opt);
 }

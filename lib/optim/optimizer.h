@@ -11,7 +11,24 @@
 
 typedef struct hvd__dist hvd__dist_t; /* distributed.c */
 
+/* What an optimizer does, by kind: the plain one (optimizer.c) updates
+ * its parameters; the distributed wrapper (distributed.c) reduces the
+ * gradients first and steps its base. The public calls check their
+ * arguments' presence and dispatch here; no other code asks which kind
+ * an optimizer is. */
+typedef struct hvd__optim_class {
+  hvd_result_t (*step)(hvd_optimizer_t *opt);
+  hvd_result_t (*zero_grad)(hvd_optimizer_t *opt);
+  hvd_result_t (*grad_ready)(hvd_optimizer_t *opt, int i);
+  hvd_result_t (*set_sync)(hvd_optimizer_t *opt, int sync);
+  void (*destroy)(hvd_optimizer_t *opt);
+} hvd__optim_class_t;
+
+extern const hvd__optim_class_t hvd__plain_class; /* optimizer.c */
+extern const hvd__optim_class_t hvd__dist_class;  /* distributed.c */
+
 struct hvd_optimizer {
+  const hvd__optim_class_t *cls;
   /* plain optimizer */
   hvd_param_t *params; /* borrowed */
   int n;
@@ -44,9 +61,37 @@ const hvd_optimizer_t *hvd__optim_core_const(const hvd_optimizer_t *opt);
  * Used by the distributed wrapper after its reductions. */
 hvd_result_t hvd__optim_apply(hvd_optimizer_t *core);
 
-/* distributed.c: the wrapper's step, zero_grad, grad_ready, sync, destroy */
-hvd_result_t hvd__dist_step(hvd_optimizer_t *opt);
-hvd_result_t hvd__dist_zero_grad(hvd_optimizer_t *opt);
-void hvd__dist_destroy(hvd__dist_t *d);
+/* ---- for the built-ins (sgd.c, adam.c) ---------------------------------- */
+
+/* Who a built-in's step failures name. */
+#define HVD__STEP_WHO "hvd_optimizer_step"
+
+/* x in [lo, hi), or (lo, hi) when lo_open; NaN is never in range.
+ * HVD_ERR_INVALID_ARG "<who>: <what> <x> is out of range [lo, hi)". */
+hvd_result_t hvd__optim_check_range(const char *who, const char *what,
+                                    double x, double lo, int lo_open,
+                                    double hi);
+
+/* First of every create: out must be there, and is NULL until success. */
+hvd_result_t hvd__optim_check_out(const char *who, hvd_optimizer_t **out);
+
+/* A built-in's ctx: a copy of its options and the optimizer's device
+ * context (NULL when every parameter is on the host), which the ops'
+ * step cannot otherwise see. */
+typedef struct hvd__optim_builtin {
+  union {
+    hvd_sgd_options_t sgd;
+    hvd_adam_options_t adam;
+  } o;
+  hvd__odev_t *odev; /* the optimizer's; not owned */
+} hvd__optim_builtin_t;
+
+/* A built-in: ctx is a malloc'd hvd__optim_builtin_t holding a copy of
+ * its options (size bytes), freed by ops->destroy (free), or here on
+ * failure. */
+hvd_result_t hvd__optim_create_builtin(const char *who, hvd_param_t *params,
+                                       int n, const void *options, size_t size,
+                                       const hvd_optimizer_ops_t *ops,
+                                       double lr, hvd_optimizer_t **out);
 
 #endif /* HVD_OPTIM_OPTIMIZER_H */
