@@ -345,7 +345,54 @@ static int sync_dir(const char *path, char **dir_out) {
   return err;
 }
 
-/* Rank 0's part: the file. */
+/* Creates tmp for writing. A stale file of this name can only be from a
+ * crashed save by a process with our pid: replace it, and never follow a
+ * link planted there. 0 or an errno; *created says whether tmp exists. */
+static int create_tmp(const char *tmp, FILE **f, int *created) {
+  unlink(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  *created = fd >= 0;
+  if (fd < 0 || (*f = fdopen(fd, "wb")) == NULL) {
+    int err = errno;
+    if (fd >= 0)
+      close(fd);
+    return err;
+  }
+  setvbuf(*f, NULL, _IOFBF, 1 << 20);
+  return 0;
+}
+
+/* Writes the body and checksum, then flushes, syncs and closes w->f.
+ * Failures of the file: *err (an errno) with *doing what failed; others
+ * (a device copy, a wrong size) are the result, message set. */
+static hvd_result_t write_synced(writer_t *w, const char *path,
+                                 const hvd_param_t *params, int n,
+                                 const hvd_optimizer_t *c, int64_t step,
+                                 const char **doing, int *err) {
+  uint64_t size = file_size(params, n, c);
+  *doing = "write";
+  write_body(w, params, n, c, step, size);
+  put_int(w, w->sum, 8);
+  if (w->dev_rc != HVD_SUCCESS || (*err = w->err) != 0)
+    return w->dev_rc;
+  if (w->written != size) /* a bug in file_size(), never the disk */
+    return hvd__set_error(
+        HVD_ERR_INTERNAL, "%s: '%s': wrote %llu bytes, expected %llu", save_fn,
+        path, (unsigned long long)w->written, (unsigned long long)size);
+  if (fflush(w->f) != 0 || ((*doing = "sync"), fsync(fileno(w->f)) != 0)) {
+    *err = errno;
+    return HVD_SUCCESS;
+  }
+  *doing = "close";
+  FILE *f = w->f;
+  w->f = NULL;
+  if (fclose(f) != 0)
+    *err = errno;
+  return HVD_SUCCESS;
+}
+
+/* Rank 0's part: the file, written to "<path>.tmp.<pid>" and renamed over
+ * path, then the directory synced. */
 static hvd_result_t write_file(const char *path, const hvd_param_t *params,
                                int n, const hvd_optimizer_t *c, int64_t step) {
   hvd_result_t rc = HVD_SUCCESS;
@@ -353,68 +400,29 @@ static hvd_result_t write_file(const char *path, const hvd_param_t *params,
   char *tmp = malloc(tlen), *dir = NULL;
   writer_t w = {NULL, FNV_BASIS, 0, 0, HVD_SUCCESS, NULL};
   const char *doing = "create";
-  int err = 0;
-  uint64_t size = file_size(params, n, c);
-  int fd, created = 0;
-  FILE *f;
+  int err = 0, created = 0;
   if (tmp == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: '%s': out of memory", save_fn,
                           path);
   snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-  /* A stale file of this name can only be from a crashed save by a process
-   * with our pid: replace it, and never follow a link planted there. */
-  unlink(tmp);
-  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  created = fd >= 0;
-  if (fd < 0 || (w.f = fdopen(fd, "wb")) == NULL) {
-    err = errno;
-    if (fd >= 0)
-      close(fd);
+  if ((err = create_tmp(tmp, &w.f, &created)) != 0)
     goto fail;
-  }
-  setvbuf(w.f, NULL, _IOFBF, 1 << 20);
-  doing = "write";
-  write_body(&w, params, n, c, step, size);
-  put_int(&w, w.sum, 8);
-  if ((rc = w.dev_rc) != HVD_SUCCESS)
+  rc = write_synced(&w, path, params, n, c, step, &doing, &err);
+  if (rc != HVD_SUCCESS || err != 0)
     goto fail;
-  if ((err = w.err) != 0)
-    goto fail;
-  if (w.written != size) { /* a bug in file_size(), never the disk */
-    rc = hvd__set_error(
-        HVD_ERR_INTERNAL, "%s: '%s': wrote %llu bytes, expected %llu", save_fn,
-        path, (unsigned long long)w.written, (unsigned long long)size);
-    goto fail;
-  }
-  if (fflush(w.f) != 0) {
-    err = errno;
-    goto fail;
-  }
-  doing = "sync";
-  if (fsync(fileno(w.f)) != 0) {
-    err = errno;
-    goto fail;
-  }
-  doing = "close";
-  f = w.f;
-  w.f = NULL;
-  if (fclose(f) != 0) {
-    err = errno;
-    goto fail;
-  }
   if (rename(tmp, path) != 0) {
     err = errno;
     rc = hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot rename '%s' over it: %s",
                         save_fn, path, tmp, strerror(err));
     goto fail;
   }
-  free(tmp);
-  tmp = NULL;
-  free(w.bounce);
+  created = 0; /* it is path now */
   if ((err = sync_dir(path, &dir)) != 0)
     rc = hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot sync directory '%s': %s",
                         save_fn, path, dir ? dir : "", strerror(err));
   free(dir);
+  free(tmp);
+  free(w.bounce);
   return rc;
 fail:
   if (rc == HVD_SUCCESS)
@@ -583,132 +591,200 @@ static hvd_result_t load_into(hvd_tensor_t *t, const unsigned char *src,
   return rc;
 }
 
-#define MALFORMED(what)                                                        \
+#define MALFORMED(r, what)                                                     \
   hvd__set_error(HVD_ERR_CORRUPT, "%s: '%s': malformed at byte %zu (%s)",      \
-                 load_fn, path, r.at, what)
+                 load_fn, path, (r)->at, what)
 
-/* Goes through a whole file that check_file() accepted. apply 0: checks
- * it against the model (params, the optimizer core c, may be NULL), with a
- * message naming the first difference. apply 1 (only after every rank
- * passed apply 0): copies it into the model, c and *step. */
-static hvd_result_t walk(const char *path, const unsigned char *buf,
-                         size_t size, hvd_param_t *params, int n,
-                         hvd_optimizer_t *c, int64_t *step, int apply) {
-  char a[HVD__SHAPE_STR_MAX], b[HVD__SHAPE_STR_MAX];
-  reader_t r = {buf, size - CKPT_SUM, CKPT_HEADER};
-  uint64_t count = get_le(buf + 12, 4), has_opt, v, lr_bits = 0, steps = 0;
-  uint64_t ns = 0;
+/* The optimizer part of a file: its name, scalars and state count; names
+ * reads the state names again. present 0: saved without. */
+typedef struct file_opt {
+  int present;
+  const char *name;
+  uint32_t len;
+  uint64_t lr_bits, steps, ns;
+  reader_t names;
+} file_opt_t;
+
+/* One parameter of a file: where its name and bytes are. */
+typedef struct file_param {
+  const char *name;
+  uint32_t len;
+  uint64_t dtype, ndim, bytes;
+  int64_t shape[HVD_MAX_DIMS];
+  size_t esize;
+  const unsigned char *data, *state; /* value; then ns state tensors */
+} file_param_t;
+
+/* A reader past the header of a file that check_file() accepted. */
+static reader_t file_reader(const unsigned char *buf, size_t size) {
+  return (reader_t){buf, size - CKPT_SUM, CKPT_HEADER};
+}
+
+static hvd_result_t next_opt(const char *path, reader_t *r, file_opt_t *o) {
+  uint64_t flag;
   const char *s;
   uint32_t len;
-  if (!take_int(&r, 4, &has_opt) || has_opt > 1)
-    return MALFORMED("optimizer flag");
-  if (has_opt) {
-    const char *oname;
-    uint32_t olen;
-    if (!take_str(&r, &oname, &olen) || !take_int(&r, 8, &lr_bits) ||
-        !take_int(&r, 8, &steps) || !take_int(&r, 4, &ns))
-      return MALFORMED("optimizer");
-    const char *cname = c && c->ops.name ? c->ops.name : "";
-    if (!apply && c != NULL && !same_str(oname, olen, cname))
-      return hvd__set_error(HVD_ERR_CORRUPT,
-                            "%s: '%s': optimizer is '%.*s' in the file but "
-                            "'%s' in the program",
-                            load_fn, path, SHOWN(olen), oname, cname);
-    if (!apply && c != NULL && ns != (uint64_t)c->ops.nstate)
-      return hvd__set_error(HVD_ERR_CORRUPT,
-                            "%s: '%s': optimizer '%s' has %llu state "
-                            "tensors per parameter in the file but %d in "
-                            "the program",
-                            load_fn, path, cname, (unsigned long long)ns,
-                            c->ops.nstate);
-    for (uint64_t k = 0; k < ns; k++) {
-      if (!take_str(&r, &s, &len))
-        return MALFORMED("state names");
-      if (!apply && c != NULL && !same_str(s, len, c->ops.state_names[k]))
-        return hvd__set_error(HVD_ERR_CORRUPT,
-                              "%s: '%s': optimizer state %llu is '%.*s' in "
-                              "the file but '%s' in the program",
-                              load_fn, path, (unsigned long long)k, SHOWN(len),
-                              s, c->ops.state_names[k]);
-    }
-  } else if (!apply && c != NULL)
+  memset(o, 0, sizeof *o);
+  if (!take_int(r, 4, &flag) || flag > 1)
+    return MALFORMED(r, "optimizer flag");
+  if ((o->present = (int)flag) == 0)
+    return HVD_SUCCESS;
+  if (!take_str(r, &o->name, &o->len) || !take_int(r, 8, &o->lr_bits) ||
+      !take_int(r, 8, &o->steps) || !take_int(r, 4, &o->ns))
+    return MALFORMED(r, "optimizer");
+  o->names = *r;
+  for (uint64_t k = 0; k < o->ns; k++)
+    if (!take_str(r, &s, &len))
+      return MALFORMED(r, "state names");
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t next_param(const char *path, reader_t *r, uint64_t ns,
+                               file_param_t *p) {
+  uint64_t v;
+  int ok;
+  if (!take_str(r, &p->name, &p->len) || !take_int(r, 4, &p->dtype) ||
+      !take_int(r, 4, &p->ndim))
+    return MALFORMED(r, "parameter header");
+  if (!hvd__dtype_valid((int)p->dtype) || p->ndim > HVD_MAX_DIMS)
+    return MALFORMED(r, "dtype or ndim");
+  for (uint64_t d = 0; d < p->ndim; d++) {
+    if (!take_int(r, 8, &v) || v > (uint64_t)INT64_MAX)
+      return MALFORMED(r, "shape");
+    p->shape[d] = (int64_t)v;
+  }
+  p->esize = hvd_dtype_size((hvd_dtype_t)p->dtype);
+  p->bytes = shape_bytes((int)p->ndim, p->shape, p->esize, &ok);
+  if (!ok || (p->data = take(r, p->bytes)) == NULL ||
+      (ns > 0 && p->bytes > (uint64_t)INT64_MAX / ns) ||
+      (p->state = take(r, p->bytes * ns)) == NULL)
+    return MALFORMED(r, "parameter data");
+  return HVD_SUCCESS;
+}
+
+/* The file's optimizer against the program's (c, may be NULL). */
+static hvd_result_t check_opt(const char *path, const file_opt_t *o,
+                              const hvd_optimizer_t *c) {
+  if (c == NULL)
+    return HVD_SUCCESS;
+  if (!o->present)
     return hvd__set_error(HVD_ERR_CORRUPT,
                           "%s: '%s': the file has no optimizer state (it "
                           "was saved without an optimizer)",
                           load_fn, path);
+  const char *cname = c->ops.name ? c->ops.name : "", *s = "";
+  uint32_t len = 0;
+  if (!same_str(o->name, o->len, cname))
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': optimizer is '%.*s' in the file but "
+                          "'%s' in the program",
+                          load_fn, path, SHOWN(o->len), o->name, cname);
+  if (o->ns != (uint64_t)c->ops.nstate)
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': optimizer '%s' has %llu state "
+                          "tensors per parameter in the file but %d in "
+                          "the program",
+                          load_fn, path, cname, (unsigned long long)o->ns,
+                          c->ops.nstate);
+  reader_t r = o->names; /* next_opt read them already: they are there */
+  for (uint64_t k = 0; k < o->ns; k++) {
+    take_str(&r, &s, &len);
+    if (!same_str(s, len, c->ops.state_names[k]))
+      return hvd__set_error(HVD_ERR_CORRUPT,
+                            "%s: '%s': optimizer state %llu is '%.*s' in "
+                            "the file but '%s' in the program",
+                            load_fn, path, (unsigned long long)k, SHOWN(len),
+                            s, c->ops.state_names[k]);
+  }
+  return HVD_SUCCESS;
+}
+
+/* Parameter i of the file against the model's p. */
+static hvd_result_t check_param(const char *path, uint64_t i,
+                                const file_param_t *f, const hvd_param_t *p) {
+  char a[HVD__SHAPE_STR_MAX], b[HVD__SHAPE_STR_MAX];
+  const hvd_tensor_t *t = &p->value;
+  if (!same_str(f->name, f->len, p->name))
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': parameter %llu is '%.*s' in the "
+                          "file but '%s' in the model",
+                          load_fn, path, (unsigned long long)i,
+                          SHOWN(f->len), f->name, p->name);
+  if (f->dtype != (uint64_t)t->dtype)
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': '%s' has dtype %s in the file but "
+                          "%s in the model",
+                          load_fn, path, p->name,
+                          hvd_dtype_name((hvd_dtype_t)f->dtype),
+                          hvd_dtype_name(t->dtype));
+  if (f->ndim != (uint64_t)t->ndim ||
+      memcmp(f->shape, t->shape, (size_t)f->ndim * sizeof f->shape[0]) != 0) {
+    hvd__shape_str((int)f->ndim, f->shape, a, sizeof a);
+    hvd__shape_str(t->ndim, t->shape, b, sizeof b);
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': '%s' has shape %s in the file but "
+                          "%s in the model",
+                          load_fn, path, p->name, a, b);
+  }
+  return HVD_SUCCESS;
+}
+
+/* Goes through a whole file that check_file() accepted and checks it
+ * against the model (params, the optimizer core c, may be NULL): the
+ * message names the first difference. Changes nothing. */
+static hvd_result_t validate(const char *path, const unsigned char *buf,
+                             size_t size, const hvd_param_t *params, int n,
+                             const hvd_optimizer_t *c) {
+  hvd_result_t rc;
+  reader_t r = file_reader(buf, size);
+  uint64_t count = get_le(buf + 12, 4);
+  file_opt_t o;
+  file_param_t f;
+  HVD__CHECK(next_opt(path, &r, &o));
+  HVD__CHECK(check_opt(path, &o, c));
   for (uint64_t i = 0; i < count; i++) {
-    int64_t shape[HVD_MAX_DIMS];
-    uint64_t dtype, ndim;
-    const unsigned char *data, *state;
-    int ok;
-    if (!take_str(&r, &s, &len) || !take_int(&r, 4, &dtype) ||
-        !take_int(&r, 4, &ndim))
-      return MALFORMED("parameter header");
-    if (!hvd__dtype_valid((int)dtype) || ndim > HVD_MAX_DIMS)
-      return MALFORMED("dtype or ndim");
-    for (uint64_t d = 0; d < ndim; d++)
-      if (!take_int(&r, 8, &v) || v > (uint64_t)INT64_MAX)
-        return MALFORMED("shape");
-      else
-        shape[d] = (int64_t)v;
-    size_t esize = hvd_dtype_size((hvd_dtype_t)dtype);
-    uint64_t bytes = shape_bytes((int)ndim, shape, esize, &ok);
-    if (!ok || (data = take(&r, bytes)) == NULL ||
-        (ns > 0 && bytes > (uint64_t)INT64_MAX / ns) ||
-        (state = take(&r, bytes * ns)) == NULL)
-      return MALFORMED("parameter data");
-    if (i >= (uint64_t)n)
-      continue;
-    hvd_param_t *p = &params[i];
-    if (!apply) {
-      const hvd_tensor_t *t = &p->value;
-      if (!same_str(s, len, p->name))
-        return hvd__set_error(HVD_ERR_CORRUPT,
-                              "%s: '%s': parameter %llu is '%.*s' in the "
-                              "file but '%s' in the model",
-                              load_fn, path, (unsigned long long)i, SHOWN(len),
-                              s, p->name);
-      if (dtype != (uint64_t)t->dtype)
-        return hvd__set_error(HVD_ERR_CORRUPT,
-                              "%s: '%s': '%s' has dtype %s in the file but "
-                              "%s in the model",
-                              load_fn, path, p->name,
-                              hvd_dtype_name((hvd_dtype_t)dtype),
-                              hvd_dtype_name(t->dtype));
-      if (ndim != (uint64_t)t->ndim ||
-          memcmp(shape, t->shape, (size_t)ndim * sizeof shape[0]) != 0) {
-        hvd__shape_str((int)ndim, shape, a, sizeof a);
-        hvd__shape_str(t->ndim, t->shape, b, sizeof b);
-        return hvd__set_error(HVD_ERR_CORRUPT,
-                              "%s: '%s': '%s' has shape %s in the file but "
-                              "%s in the model",
-                              load_fn, path, p->name, a, b);
-      }
-      continue;
-    }
-    hvd_result_t rc = load_into(&p->value, data, (size_t)bytes, esize);
-    for (uint64_t k = 0; c != NULL && k < ns && rc == HVD_SUCCESS; k++)
-      rc = load_into(&c->state[i * ns + k], state + k * bytes, (size_t)bytes,
-                     esize);
-    if (rc != HVD_SUCCESS)
-      return rc;
+    HVD__CHECK(next_param(path, &r, o.ns, &f));
+    if (i < (uint64_t)n)
+      HVD__CHECK(check_param(path, i, &f, &params[i]));
   }
   if (r.at != r.size)
-    return MALFORMED("bytes after the last parameter");
-  if (!apply && count != (uint64_t)n)
+    return MALFORMED(&r, "bytes after the last parameter");
+  if (count != (uint64_t)n)
     return hvd__set_error(HVD_ERR_CORRUPT,
                           "%s: '%s': the file has %llu parameters but the "
                           "model has %d",
                           load_fn, path, (unsigned long long)count, n);
-  if (apply) {
-    if (c != NULL) {
-      memcpy(&c->lr, &lr_bits, sizeof c->lr);
-      c->steps = (int64_t)steps;
-    }
-    if (step != NULL)
-      *step = (int64_t)get_le(buf + 24, 8);
-  }
   return HVD_SUCCESS;
+fail:
+  return rc;
+}
+
+/* Copies a file that every rank validated into the model, c and *step. */
+static hvd_result_t apply(const char *path, const unsigned char *buf,
+                          size_t size, hvd_param_t *params, int n,
+                          hvd_optimizer_t *c, int64_t *step) {
+  hvd_result_t rc;
+  reader_t r = file_reader(buf, size);
+  uint64_t count = get_le(buf + 12, 4);
+  file_opt_t o;
+  file_param_t f;
+  HVD__CHECK(next_opt(path, &r, &o));
+  for (uint64_t i = 0; i < count && i < (uint64_t)n; i++) {
+    HVD__CHECK(next_param(path, &r, o.ns, &f));
+    HVD__CHECK(load_into(&params[i].value, f.data, (size_t)f.bytes, f.esize));
+    for (uint64_t k = 0; c != NULL && k < o.ns; k++)
+      HVD__CHECK(load_into(&c->state[i * o.ns + k], f.state + k * f.bytes,
+                           (size_t)f.bytes, f.esize));
+  }
+  if (c != NULL) {
+    memcpy(&c->lr, &o.lr_bits, sizeof c->lr);
+    c->steps = (int64_t)o.steps;
+  }
+  if (step != NULL)
+    *step = (int64_t)get_le(buf + 24, 8);
+  return HVD_SUCCESS;
+fail:
+  return rc;
 }
 #undef MALFORMED
 
@@ -739,10 +815,10 @@ hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
   HVD__CHECK(agree("load.buffer", rc));
   t = hvd_tensor_make(buf, HVD_UINT8, 1, &bytes);
   HVD__CHECK(hvd_broadcast("hvd.ckpt.load.data", &t, 0));
-  rc = walk(path, buf, size, params, n, c, step, 0);
+  rc = validate(path, buf, size, params, n, c);
   HVD__CHECK(agree("load.check", rc));
   /* a failed copy to a GPU is known to every rank */
-  rc = agree("load.apply", walk(path, buf, size, params, n, c, step, 1));
+  rc = agree("load.apply", apply(path, buf, size, params, n, c, step));
 fail:
   free(buf);
   return rc;
