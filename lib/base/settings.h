@@ -1,49 +1,108 @@
 /*
- * settings.h - every HVD_* environment variable, read in one place
- * (settings.c holds the table: name, default, meaning).
+ * settings.h - every HVD_* environment variable, declared once in the
+ * HVD__SETTINGS list below and read in one place (settings.c).
  */
 #ifndef HVD_BASE_SETTINGS_H
 #define HVD_BASE_SETTINGS_H
 
 #include <stdint.h>
 
+#include "base/log.h"
 #include "internal.h"
 
 #define HVD__HOSTNAME_MAX 256
 
 #define HVD__PATH_MAX 4096
 
+/* Every HVD_* variable, declared once: X(NAME, shown default, field, kind,
+ * default, min, max, meaning). The settings struct, the defaults, the
+ * parsing (in this order), the info log line and hvd_setting_info are
+ * generated from it (settings.c): adding a variable is one line here (and
+ * the use of its field). Kinds:
+ *   DOUBLE  a number in [min, max] ("%s='%s' is not a number" / "is out
+ *           of range")
+ *   INT64, INT  the same, truncated to the field's type
+ *   BOOL    0 or 1
+ *   PATH, HOST  a string ("" when unset) of at most HVD__PATH_MAX-1 or
+ *           HVD__HOSTNAME_MAX-1 bytes
+ *   LEVEL   HVD_LOG_LEVEL's names (log.h); GPUOPS HVD_GPU_OPERATIONS's */
+#define HVD__SETTINGS(X)                                                       \
+  X(HVD_LOG_LEVEL, "warning", log_level, LEVEL, HVD__LOG_WARNING, 0, 0,        \
+    "logging threshold: trace, debug, info, warning or error")                 \
+  X(HVD_CYCLE_TIME, "1", cycle_time_ms, DOUBLE, 1.0, 0.0, 10000.0,             \
+    "milliseconds between negotiation cycles when idle (woken early by "       \
+    "new work; with one rank, host work by a caller that waits)")              \
+  X(HVD_HOSTNAME, "(unset)", hostname, HOST, 0, 0, 0,                          \
+    "when set, ranks with equal values form one node (instead of shared "      \
+    "memory); used to simulate several nodes on one machine")                  \
+  X(HVD_FUSION_THRESHOLD, "134217728", fusion_threshold, INT64, 128 << 20, 0,  \
+    1e15,                                                                      \
+    "bytes of allreduce tensors executed as one fused group; 0 disables "      \
+    "fusion")                                                                  \
+  X(HVD_CHUNK_SIZE, "0", chunk_size, INT64, 0, 0, 1e12,                        \
+    "bytes per pipelined chunk of a fused group; 0 = the backend's "           \
+    "default (MPI: 262144)")                                                   \
+  X(HVD_CACHE_CAPACITY, "1024", cache_capacity, INT, 1024, 0, 1 << 20,         \
+    "collectives remembered by the response cache; 0 disables it")             \
+  X(HVD_STALL_CHECK_TIME, "60", stall_check_s, DOUBLE, 60, 0, 1e9,             \
+    "seconds a collective may wait for missing ranks before rank 0 "           \
+    "names them; 0 disables the check")                                        \
+  X(HVD_STALL_SHUTDOWN_TIME, "300", stall_shutdown_s, DOUBLE, 300, 0, 1e9,     \
+    "seconds after which a stalled collective stops hvd on every rank "        \
+    "with HVD_ERR_STALL; 0 = never")                                           \
+  X(HVD_HIERARCHICAL_ALLREDUCE, "0", hierarchical, BOOL, 0, 0, 1,              \
+    "1: allreduce within each node, across nodes among local roots, "          \
+    "then broadcast within the node")                                          \
+  X(HVD_TIMELINE, "(unset)", timeline, PATH, 0, 0, 0,                          \
+    "path of a Chrome-trace/Perfetto JSON timeline written by rank 0")         \
+  X(HVD_TIMELINE_ALL_RANKS, "0", timeline_all_ranks, BOOL, 0, 0, 1,            \
+    "1: every rank writes its own timeline (rank inserted before the "         \
+    "extension)")                                                              \
+  X(HVD_AUTOTUNE, "0", autotune, BOOL, 0, 0, 1,                                \
+    "1: tune fusion threshold, chunk size and cycle time online")              \
+  X(HVD_AUTOTUNE_LOG, "(unset)", autotune_log, PATH, 0, 0, 0,                  \
+    "path of the autotuner's CSV log")                                         \
+  X(HVD_ENGINE_NICE, "10", engine_nice, INT, 10, 0, 19,                        \
+    "nice value added to hvd's thread (0..19) so that compute sharing "        \
+    "its core keeps priority")                                                 \
+  X(HVD_SHM_ALLREDUCE, "1", shm_allreduce, BOOL, 1, 0, 1,                      \
+    "1: host allreduce within a node through a shared segment "                \
+    "(MPI_Win_allocate_shared), MPI only between nodes; 0: MPI only")          \
+  X(HVD_NO_BIND, "0", no_bind, BOOL, 0, 0, 1,                                  \
+    "1: hvd_init leaves the CUDA device alone; 0: it binds each rank to "      \
+    "GPU local_rank % device count and fails if two local ranks share a "      \
+    "GPU")                                                                     \
+  X(HVD_GPU_OPERATIONS, "nccl", gpu_ops, GPUOPS, 0, 0, 0,                      \
+    "device tensors: nccl (NCCL on hvd's own stream) or mpi (MPI "             \
+    "through pinned host buffers, so several ranks may share a GPU); "         \
+    "mpi in a CUDA build without NCCL")                                        \
+  X(HVD_NCCL_TIMEOUT, "300", nccl_timeout_s, DOUBLE, 300, 0, 1e9,              \
+    "seconds a device collective (and NCCL's init, first-use "                 \
+    "connections and finalize) may wait for NCCL before the "                  \
+    "communicator is aborted and the collective fails with "                   \
+    "HVD_ERR_NCCL; 0 = never")
+
+/* The C type of each kind's field. */
+#define HVD__SETTING_FIELD_LEVEL(f) int f
+#define HVD__SETTING_FIELD_DOUBLE(f) double f
+#define HVD__SETTING_FIELD_INT64(f) int64_t f
+#define HVD__SETTING_FIELD_INT(f) int f
+#define HVD__SETTING_FIELD_BOOL(f) int f
+#define HVD__SETTING_FIELD_PATH(f) char f[HVD__PATH_MAX]
+#define HVD__SETTING_FIELD_HOST(f) char f[HVD__HOSTNAME_MAX]
+#define HVD__SETTING_FIELD_GPUOPS(f) int f /* HVD__GPU_OPS_* */
+
+/* Every variable's value, a field per row of HVD__SETTINGS. */
 typedef struct hvd__settings {
-  int log_level;                      /* HVD_LOG_LEVEL */
-  double cycle_time_ms;               /* HVD_CYCLE_TIME */
-  char hostname[HVD__HOSTNAME_MAX];   /* HVD_HOSTNAME; "" when unset */
-  int64_t fusion_threshold;           /* HVD_FUSION_THRESHOLD, bytes */
-  int64_t chunk_size;                 /* HVD_CHUNK_SIZE, bytes; 0 = backend's */
-  int cache_capacity;                 /* HVD_CACHE_CAPACITY */
-  double stall_check_s;               /* HVD_STALL_CHECK_TIME; 0 = off */
-  double stall_shutdown_s;            /* HVD_STALL_SHUTDOWN_TIME; 0 = never */
-  int hierarchical;                   /* HVD_HIERARCHICAL_ALLREDUCE */
-  char timeline[HVD__PATH_MAX];       /* HVD_TIMELINE; "" = off */
-  int timeline_all_ranks;             /* HVD_TIMELINE_ALL_RANKS */
-  int autotune;                       /* HVD_AUTOTUNE */
-  char autotune_log[HVD__PATH_MAX];   /* HVD_AUTOTUNE_LOG; "" = none */
-  int engine_nice;                    /* HVD_ENGINE_NICE */
-  int shm_allreduce;                  /* HVD_SHM_ALLREDUCE */
-  int no_bind;                        /* HVD_NO_BIND */
-  int gpu_ops;                        /* HVD_GPU_OPERATIONS: HVD__GPU_OPS_* */
-  double nccl_timeout_s;              /* HVD_NCCL_TIMEOUT; 0 = never */
+#define HVD__SETTING_DECLARE(name, shown, field, kind, def, lo, hi, meaning)   \
+  HVD__SETTING_FIELD_##kind(field);
+  HVD__SETTINGS(HVD__SETTING_DECLARE)
+#undef HVD__SETTING_DECLARE
 } hvd__settings_t;
 
 /* HVD_GPU_OPERATIONS: how device tensors are reduced. */
 #define HVD__GPU_OPS_NCCL 0 /* NCCL (builds with NCCL) */
 #define HVD__GPU_OPS_MPI 1  /* MPI through pinned host buffers */
-
-/* One row of the table, for hvd-info and the README. */
-typedef struct hvd__setting_info {
-  const char *name;
-  const char *default_value;
-  const char *meaning;
-} hvd__setting_info_t;
 
 /* Reads every variable; a malformed value is HVD_ERR_INVALID_ARG with a
  * message naming the variable and the value. */
@@ -51,8 +110,5 @@ hvd_result_t hvd__settings_load(hvd__settings_t *s);
 
 /* Logs the effective settings at info level. */
 void hvd__settings_log(const hvd__settings_t *s);
-
-/* The table, terminated by a row with a NULL name. */
-const hvd__setting_info_t *hvd__settings_table(void);
 
 #endif /* HVD_BASE_SETTINGS_H */

@@ -1,10 +1,10 @@
 #!/bin/sh
 # hvd-info: the version, the backends, and every HVD_* variable of the
-# table in lib/base/settings.c with the environment's value when set and
-# its default otherwise; --json is valid JSON; --build prints the backends
-# only. No mpirun needed.
+# HVD__SETTINGS list in lib/base/settings.h with the environment's value
+# when set and its default otherwise; --json is valid JSON; --build prints
+# the backends only. No mpirun needed.
 info="$HVD_TOP_BUILDDIR/bin/hvd-info"
-settings_c="$HVD_TOP_SRCDIR/lib/base/settings.c"
+settings_h="$HVD_TOP_SRCDIR/lib/base/settings.h"
 
 n=0
 ok() {
@@ -15,11 +15,11 @@ ok() {
 has() { printf '%s\n' "$out" | grep -q -e "$1"; }
 show() { printf '%s\n' "$out" | sed 's/^/# /'; }
 
-# The table's rows, "NAME DEFAULT", read from the source.
-rows=$(sed -n 's/^ *{"\(HVD_[A-Z0-9_]*\)", "\([^"]*\)",.*/\1 \2/p' "$settings_c")
+# The list's rows, "NAME DEFAULT", read from the source.
+rows=$(sed -n 's/^ *X(\(HVD_[A-Z0-9_]*\), "\([^"]*\)",.*/\1 \2/p' "$settings_h")
 names=$(printf '%s\n' "$rows" | cut -d' ' -f1)
 [ -n "$names" ]
-ok $? "the table in settings.c has $(printf '%s\n' "$names" | wc -l) rows"
+ok $? "the list in settings.h has $(printf '%s\n' "$names" | wc -l) rows"
 
 # Clear every variable of the table, then set two of them.
 for v in $names; do unset "$v"; done
