@@ -24,16 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hvd_version.h" /* HVD_VERSION_MAJOR ... HVD_VERSION, from configure */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define HVD_VERSION_MAJOR 0
-#define HVD_VERSION_MINOR 1
-#define HVD_VERSION_PATCH 0
-#define HVD_VERSION_CODE(x, y, z) ((x) * 10000 + (y) * 100 + (z))
-#define HVD_VERSION                                                            \
-  HVD_VERSION_CODE(HVD_VERSION_MAJOR, HVD_VERSION_MINOR, HVD_VERSION_PATCH)
 
 /* Results. One list generates the enum and the strings (hvd_strerror). */
 #define HVD_RESULT_LIST(X)                                                     \

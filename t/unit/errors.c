@@ -140,6 +140,12 @@ static void test_build(void) {
   is_string("0.1.0", hvd_version(), "hvd_version()");
   is_int(100, HVD_VERSION, "HVD_VERSION");
   is_int(10203, HVD_VERSION_CODE(1, 2, 3), "HVD_VERSION_CODE(1, 2, 3)");
+  is_string(hvd_version(), HVD_VERSION_STRING,
+            "HVD_VERSION_STRING (hvd_version.h) is the library's version");
+  char parts[32];
+  snprintf(parts, sizeof parts, "%d.%d.%d", HVD_VERSION_MAJOR,
+           HVD_VERSION_MINOR, HVD_VERSION_PATCH);
+  is_string(hvd_version(), parts, "HVD_VERSION_MAJOR.MINOR.PATCH agree");
   is_int(1, hvd_mpi_built(), "hvd_mpi_built()");
   ok(hvd_cuda_built() >= 0, "hvd_cuda_built() >= 0");
   ok(hvd_nccl_built() >= 0, "hvd_nccl_built() >= 0");
