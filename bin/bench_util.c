@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/json.h"
+
 int bench_rank = 0, bench_size = 1;
 
 /* ---- failures ----------------------------------------------------------- */
@@ -308,14 +310,7 @@ static int json_count[JSON_DEPTH]; /* values written in each */
 
 static void json_string(const char *s) {
   putchar('"');
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      printf("\\%c", *p);
-    else if (*p < 0x20)
-      printf("\\u%04x", *p);
-    else
-      putchar(*p);
-  }
+  hvd__json_escape(s, hvd__json_put_file, stdout);
   putchar('"');
 }
 

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
+
 #ifdef HVD_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -158,20 +160,7 @@ static void json_string(const char *s) {
     return;
   }
   putchar('"');
-  for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
-    switch (*p) {
-    case '"': fputs("\\\"", stdout); break;
-    case '\\': fputs("\\\\", stdout); break;
-    case '\n': fputs("\\n", stdout); break;
-    case '\r': fputs("\\r", stdout); break;
-    case '\t': fputs("\\t", stdout); break;
-    default:
-      if (*p < 0x20)
-        printf("\\u%04x", *p);
-      else
-        putchar(*p);
-    }
-  }
+  hvd__json_escape(s, hvd__json_put_file, stdout);
   putchar('"');
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/errors.h"
+#include "base/json.h"
 #include "base/settings.h"
 #include "base/table.h"
 
@@ -51,19 +52,11 @@ static void putf(hvd__timeline_t *t, const char *fmt, ...) {
     put(t, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-/* The body of a JSON string: quotes, backslashes, controls escaped. */
+static void put_fn(void *t, const char *p, size_t n) { put(t, p, n); }
+
+/* The body of a JSON string (base/json.h). */
 static void put_escaped(hvd__timeline_t *t, const char *s) {
-  for (; *s; s++) {
-    char c = *s;
-    if (c == '"' || c == '\\') {
-      char e[2] = {'\\', c};
-      put(t, e, 2);
-    } else if ((unsigned char)c < 0x20) {
-      putf(t, "\\u%04x", (unsigned char)c);
-    } else {
-      put(t, &c, 1);
-    }
-  }
+  hvd__json_escape(s, put_fn, t);
 }
 
 static void begin_event(hvd__timeline_t *t) {

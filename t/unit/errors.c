@@ -8,6 +8,9 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+
+#include "base/json.h"
 
 static const struct {
   hvd_result_t rc;
@@ -153,6 +156,35 @@ static void test_build(void) {
        hvd_nccl_built());
 }
 
+/* base/json.h, the escaper of the timeline and the tools' --json. */
+typedef struct sink {
+  char buf[128];
+  size_t len;
+  int calls;
+} sink_t;
+
+static void sink_put(void *ctx, const char *p, size_t n) {
+  sink_t *k = ctx;
+  memcpy(k->buf + k->len, p, n);
+  k->len += n;
+  k->buf[k->len] = '\0';
+  k->calls++;
+}
+
+static void test_json(void) {
+  sink_t k = {{0}, 0, 0};
+  hvd__json_escape("plain name/0", sink_put, &k);
+  is_string("plain name/0", k.buf, "json: plain text passes as it is");
+  is_int(1, k.calls, "json: in one piece");
+  k = (sink_t){{0}, 0, 0};
+  hvd__json_escape("a\"b\\c\n\x01\xc3\xa9", sink_put, &k);
+  is_string("a\\\"b\\\\c\\u000a\\u0001\xc3\xa9", k.buf,
+            "json: quote, backslash, controls escaped; UTF-8 kept");
+  k = (sink_t){{0}, 0, 0};
+  hvd__json_escape("", sink_put, &k);
+  is_int(0, k.calls, "json: an empty string puts nothing");
+}
+
 static void test_queries(void) {
   is_int(0, hvd_is_initialized(), "hvd_is_initialized() is 0");
   is_int(-1, hvd_rank(), "hvd_rank() before init");
@@ -216,6 +248,7 @@ int main(void) {
   test_strings();
   test_tensors();
   test_build();
+  test_json();
   test_queries();
   test_not_initialized();
   done_testing();
