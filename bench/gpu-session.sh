@@ -16,7 +16,7 @@
 #              is found: the toolkit, or python3's nvidia-nccl wheel),
 #              make -jN; kept for later calls while the machine is warm
 #   gpu-tests  make check of the GPU tests (t/gpu/*)
-#   bench      hvd-bench gpu-pack, list --device gpu and staged on
+#   bench      hvd-bench-kernels gpu-pack, list --device gpu and staged on
 #              bert-base (text and --json)
 #   bert       examples/bert_train --device gpu, presets mini and base,
 #              tokens/s, against python3 examples/bert/torch_bert.py of
@@ -303,9 +303,9 @@ if want bench && need_build && stage_begin bench 60; then
     key=${m%% *}
     [ "$key" = list ] && key=list-gpu
     # shellcheck disable=SC2086
-    { echo "\$ hvd-bench $m"; run1 "$(limit 200)" "$src/bin/hvd-bench" $m 2>&1; echo "(status $?)"; echo; } >>"$OUT/bench.txt"
+    { echo "\$ hvd-bench-kernels $m"; run1 "$(limit 200)" "$src/bin/hvd-bench-kernels" $m 2>&1; echo "(status $?)"; echo; } >>"$OUT/bench.txt"
     # shellcheck disable=SC2086
-    run1 "$(limit 200)" "$src/bin/hvd-bench" $m --json >"$OUT/bench.one.json" 2>>"$OUT/bench.txt" || rc=1
+    run1 "$(limit 200)" "$src/bin/hvd-bench-kernels" $m --json >"$OUT/bench.one.json" 2>>"$OUT/bench.txt" || rc=1
     [ -s "$OUT/bench.one.json" ] || echo null >"$OUT/bench.one.json"
     json="$json$([ "$json" = "{" ] || echo ,)\"$key\": $(cat "$OUT/bench.one.json")"
   done

@@ -4,16 +4,19 @@
 ##   mpirun -np 2 bin/hvd-bench sweep | list --tensors FILE | latency
 ##   mpirun -np 2 bin/hvd-bench overlap | optim --tensors FILE
 ##   bin/hvd-bench --quick     (exit status 0: every result was right)
-##   bin/hvd-bench gpu-pack | staged | list --device gpu --tensors FILE
+##   bin/hvd-bench staged | list --device gpu --tensors FILE
+##   bin/hvd-bench-kernels gpu-pack
 ##                             (on a GPU; without one: "# SKIP ...", exit 0)
 ##
-## -static links libhvd.a: the GPU modes call the fusion buffer's pack
-## kernels (hvd__cuda_pack/unpack), internals that libhvd.so does not
-## export (it exports hvd_* only). Only the CUDA runtime is linked, never
-## the driver library (libcuda).
+## The installed hvd-bench links libhvd.so like any user program. The
+## modes that time libhvd's internal kernels (gpu-pack, and the "kernels
+## alone" row of list --device gpu: hvd__cuda_pack/unpack, which libhvd.so
+## does not export) are in bin/hvd-bench-kernels alone: the same sources
+## built with HVD_BENCH_KERNELS and linked with libhvd.a (-static), not
+## installed. Only the CUDA runtime is linked, never the driver library
+## (libcuda).
 
-bin_PROGRAMS += bin/hvd-bench
-bin_hvd_bench_SOURCES = \
+HVD_BENCH_SOURCES = \
 	bin/hvd-bench.c \
 	bin/bench.h \
 	bin/bench_util.c \
@@ -21,14 +24,18 @@ bin_hvd_bench_SOURCES = \
 	bin/bench_list.c \
 	bin/bench_latency.c bin/bench_overlap.c bin/bench_optim.c \
 	bin/bench_gpu.c
+bin_PROGRAMS += bin/hvd-bench
+bin_hvd_bench_SOURCES = $(HVD_BENCH_SOURCES)
 bin_hvd_bench_CPPFLAGS = $(HVD_PROG_CPPFLAGS) $(CUDA_CPPFLAGS)
-bin_hvd_bench_LDFLAGS = $(AM_LDFLAGS) -static $(CUDA_LDFLAGS) $(NCCL_LDFLAGS)
-bin_hvd_bench_LDADD = $(HVD_PROG_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
+bin_hvd_bench_LDFLAGS = $(HVD_LDFLAGS) $(CUDA_LDFLAGS)
+bin_hvd_bench_LDADD = $(HVD_PROG_LDADD) $(CUDA_LIBS)
 
-## The GPU modes: the skip line without a GPU (or CUDA), a small real run
-## with one; bad arguments exit 2; no libcuda among the program's needs.
-dist_check_SCRIPTS += t/gpu/bench.sh
-TESTS += t/gpu/bench.sh
+noinst_PROGRAMS += bin/hvd-bench-kernels
+bin_hvd_bench_kernels_SOURCES = $(HVD_BENCH_SOURCES)
+bin_hvd_bench_kernels_CPPFLAGS = $(bin_hvd_bench_CPPFLAGS) -DHVD_BENCH_KERNELS
+bin_hvd_bench_kernels_LDFLAGS = $(HVD_LDFLAGS) -static $(CUDA_LDFLAGS) \
+	$(NCCL_LDFLAGS)
+bin_hvd_bench_kernels_LDADD = $(HVD_PROG_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
 
 ## The GPU machine's preparation and its one command (doc/gpu-testing.md).
 EXTRA_DIST += bench/prepare-gpu-carry.sh bench/gpu-session.sh bench/bert-sync-ratio.sh

@@ -177,6 +177,13 @@ typedef struct workload {
 int bench_load_workload(const char *path, workload_t *w, int host_data);
 void bench_free_workload(workload_t *w);
 
+/* The inputs of list, overlap, optim and the GPU modes: element i of
+ * tensor t on rank r, small integers whose average over the ranks is
+ * bench_base_value(t, i) (offsets cancel in pairs of ranks), exact in
+ * every dtype and summation order. */
+float bench_base_value(int t, int64_t i);
+float bench_input_value(int t, int64_t i, int r);
+
 /* ---- modes -------------------------------------------------------------- */
 
 int bench_sweep(const bench_opts_t *o); /* sweep and quick */

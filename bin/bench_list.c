@@ -38,130 +38,12 @@ static const char *const method_keys[M_COUNT] = {
 
 /* ---- the workload file --------------------------------------------------- */
 
-void bench_free_workload(workload_t *w) {
-  for (int i = 0; i < w->count; i++) {
-    free(w->t[i].name);
-    free(w->t[i].data);
-  }
-  free(w->t);
-  free(w->packed);
-  memset(w, 0, sizeof *w);
-}
-
-/* Reads FILE; on error rank 0 says why and it returns 0 (on every rank:
- * every rank reads the same file). */
-int bench_load_workload(const char *path, workload_t *w, int host_data) {
-  FILE *f = fopen(path, "r");
-  char *line = NULL, err[512] = "";
-  size_t cap = 0;
-  int lineno = 0, alloc = 0;
-
-  memset(w, 0, sizeof *w);
-  if (f == NULL) {
-    snprintf(err, sizeof err, "%s: %s", path, strerror(errno));
-    goto fail;
-  }
-  while (getline(&line, &cap, f) != -1) {
-    char *save = NULL, *tok[4];
-    int ntok = 0;
-    lineno++;
-    char *hash = strchr(line, '#');
-    if (hash != NULL)
-      *hash = '\0';
-    for (char *s = strtok_r(line, " \t\r\n", &save); s != NULL && ntok < 4;
-         s = strtok_r(NULL, " \t\r\n", &save))
-      tok[ntok++] = s;
-    if (ntok == 0)
-      continue;
-    if (ntok < 2 || ntok > 3) {
-      snprintf(err, sizeof err, "%s:%d: expected `name dim0 [dim1]`", path,
-               lineno);
-      goto fail;
-    }
-    if (w->count == alloc) {
-      alloc = alloc ? 2 * alloc : 256;
-      ltensor_t *nt = realloc(w->t, sizeof *nt * (size_t)alloc);
-      if (nt == NULL)
-        bench_fail("out of memory reading %s", path);
-      w->t = nt;
-    }
-    ltensor_t *t = &w->t[w->count];
-    memset(t, 0, sizeof *t);
-    t->ndim = ntok - 1;
-    t->n = 1;
-    for (int d = 0; d < t->ndim; d++) {
-      char *end = NULL;
-      long long v = strtoll(tok[d + 1], &end, 10);
-      if (end == tok[d + 1] || *end != '\0' || v < 1 || v > INT_MAX) {
-        snprintf(err, sizeof err,
-                 "%s:%d: dimension '%s' is not a positive "
-                 "integer",
-                 path, lineno, tok[d + 1]);
-        goto fail;
-      }
-      t->shape[d] = v;
-      t->n *= v;
-    }
-    if (t->n > INT_MAX) {
-      snprintf(err, sizeof err, "%s:%d: tensor has more than %d elements", path,
-               lineno, INT_MAX);
-      goto fail;
-    }
-    for (int i = 0; i < w->count; i++)
-      if (strcmp(w->t[i].name, tok[0]) == 0) {
-        snprintf(err, sizeof err, "%s:%d: tensor '%s' appears twice", path,
-                 lineno, tok[0]);
-        goto fail;
-      }
-    t->name = strdup(tok[0]);
-    if (t->name == NULL)
-      bench_fail("out of memory reading %s", path);
-    w->elems += t->n;
-    w->count++;
-  }
-  if (ferror(f)) {
-    snprintf(err, sizeof err, "%s: %s", path, strerror(errno));
-    goto fail;
-  }
-  if (w->count == 0) {
-    snprintf(err, sizeof err, "%s: no tensors", path);
-    goto fail;
-  }
-  fclose(f);
-  free(line);
-  for (int i = 0; host_data && i < w->count; i++)
-    w->t[i].data = bench_alloc(sizeof(float) * (size_t)w->t[i].n);
-  return 1;
-fail:
-  if (bench_rank == 0)
-    fprintf(stderr, "hvd-bench: %s\n", err);
-  if (f != NULL)
-    fclose(f);
-  free(line);
-  bench_free_workload(w);
-  return 0;
-}
-
 /* ---- values -------------------------------------------------------------- */
-
-/* Element i of tensor t: the same base on every rank plus offsets that
- * cancel in pairs of ranks, so the sum is P * base and the average base. */
-static float base_value(int t, int64_t i) {
-  return (float)((t * 31 + i) % 7 - 3);
-}
-static float input_value(int t, int64_t i, int r) {
-  float base = base_value(t, i);
-  if (r % 2 == 0 && r + 1 < bench_size)
-    return base + (float)((i + r) % 3);
-  if (r % 2 == 1)
-    return base - (float)((i + r - 1) % 3);
-  return base;
-}
 
 static void fill(workload_t *w) {
   for (int t = 0; t < w->count; t++)
     for (int64_t i = 0; i < w->t[t].n; i++)
-      w->t[t].data[i] = input_value(t, i, bench_rank);
+      w->t[t].data[i] = bench_input_value(t, i, bench_rank);
 }
 
 /* Tensor t (or, with packed, the packed buffer: tensors in reverse order)
@@ -173,7 +55,7 @@ static int verify(const workload_t *w, const char *method, float factor,
   for (int t = w->count - 1; t >= 0; t--) {
     const float *d = packed ? p : w->t[t].data;
     for (int64_t i = 0; i < w->t[t].n; i++) {
-      float want = factor * base_value(t, i);
+      float want = factor * bench_base_value(t, i);
       if (d[i] != want && wrong++ == 0)
         fprintf(stderr, "[rank %d] %s: %s[%lld] is %g, expected %g\n",
                 bench_rank, method, w->t[t].name, (long long)i, (double)d[i],
