@@ -4,7 +4,8 @@ dnl request that cannot be met is an error. Only the runtime (cudart) and
 dnl cuBLAS are linked, never the driver library (libcuda), so a library
 dnl built with CUDA still loads and runs its CPU paths without a GPU.
 dnl The kernels (lib/ops/*.cu) need nvcc: without it there is no CUDA.
-dnl Sets CUDA_CPPFLAGS, CUDA_LDFLAGS, CUDA_LIBS, NVCC, HAVE_CUDA.
+dnl Sets CUDA_CPPFLAGS, CUDA_LDFLAGS, CUDA_LIBS (the runtime: what libhvd
+dnl links), CUBLAS_LIBS (for examples/bert alone), NVCC, HAVE_CUDA.
 AC_DEFUN([HVD_CHECK_CUDA], [
   AC_ARG_WITH([cuda],
     [AS_HELP_STRING([--with-cuda@<:@=DIR@:>@],
@@ -16,6 +17,7 @@ AC_DEFUN([HVD_CHECK_CUDA], [
   CUDA_CPPFLAGS=
   CUDA_LDFLAGS=
   CUDA_LIBS=
+  CUBLAS_LIBS=
   AS_CASE([$with_cuda],
     [no], [hvd_cuda_summary="no (--without-cuda)"],
     [yes|guess], [hvd_cuda_dir=/usr/local/cuda],
@@ -55,7 +57,9 @@ AC_DEFUN([HVD_CHECK_CUDA], [
       CUDA_LDFLAGS="-L$hvd_cuda_libdir -Wl,-rpath,$hvd_cuda_libdir"
       dnl -lstdc++: the host side of nvcc's objects is C++ (kernel launch
       dnl stubs keep thread-safe statics), and libhvd is linked by $CC
-      CUDA_LIBS="-lcublas -lcudart -lstdc++"
+      CUDA_LIBS="-lcudart -lstdc++"
+      dnl cuBLAS: only examples/bert links it (libhvd calls none of it)
+      CUBLAS_LIBS="-lcublas"
       hvd_cuda_summary="yes, CUDA runtime $hvd_cudart_version ($hvd_cuda_dir), $NVCC"
       hvd_cublas_summary=yes
       AC_DEFINE([HVD_HAVE_CUDA], [1], [Define to 1 to build the CUDA paths.])
@@ -68,6 +72,7 @@ AC_DEFUN([HVD_CHECK_CUDA], [
   AC_SUBST([CUDA_CPPFLAGS])
   AC_SUBST([CUDA_LDFLAGS])
   AC_SUBST([CUDA_LIBS])
+  AC_SUBST([CUBLAS_LIBS])
   AC_SUBST([NVCC])
   AC_ARG_VAR([NVCC], [the CUDA compiler (default: DIR/bin/nvcc of --with-cuda)])
   AC_ARG_VAR([NVCCFLAGS], [more options for nvcc (after hvd's -gencode list)])

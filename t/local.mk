@@ -1,12 +1,14 @@
-## t/local.mk - hvd's test suite. Included by Makefile.am, before
-## t/mpi/extra.mk; `make check` runs it all, with Automake's TAP driver.
+## t/local.mk - hvd's test suite: the harness, and one fragment per test
+## directory, included at the end (t/unit, t/mpi, t/gpu, t/standin), each
+## the one place where its directory's tests are registered. `make check`
+## runs it all, with Automake's TAP driver.
 ##
 ## Scheme. Every test prints TAP and runs under a timeout.
 ##  - t/unit/NAME.c: a single-process test. Program t/unit/NAME, test entry
 ##    t/unit/NAME.t (UNIT_TESTS); no mpiexec.
 ##  - t/mpi/NAME.c: a multi-rank test. Program t/mpi/NAME, test entries
 ##    t/mpi/NAME.npN (NP_TESTS) for each rank count N = 1..4 it runs at.
-##  - t/mpi/NAME.sh: a shell test, run by $(SHELL) from the source tree,
+##  - t/DIR/NAME.sh: a shell test, run by $(SHELL) from the source tree,
 ##    with HVD_TOP_BUILDDIR, HVD_TOP_SRCDIR and HVD_MPIRUN_TEST (the path of
 ##    t/mpirun-test, which see for its --np mode) in the environment.
 ##  The .t and .npN entries are one-line stub files made by the rule below
@@ -21,17 +23,13 @@
 ##                 t/mpirun-test t/mpi/collectives.np3   (TAP on stdout)
 ## Longer timeout: make check HVD_TEST_TIMEOUT=600 (seconds, default 120)
 ##
-## Adding a multi-rank test (t/mpi/extra.mk does it like this):
-##   check_PROGRAMS += t/mpi/foo
-##   t_mpi_foo_SOURCES = t/mpi/foo.c
-##   t_mpi_foo_CPPFLAGS = $(TEST_CPPFLAGS)
-##   t_mpi_foo_LDFLAGS = $(TEST_LDFLAGS)
-##   t_mpi_foo_LDADD = $(TEST_LDADD)
-##   NP_TESTS += t/mpi/foo.np2 t/mpi/foo.np4
-## and a shell test:
-##   dist_check_SCRIPTS += t/mpi/bar.sh
-##   TESTS += t/mpi/bar.sh
-## NP_TESTS and UNIT_TESTS are added to TESTS and CLEANFILES here.
+## Adding a test is one line in its directory's fragment: a program's
+## flags are the defaults (AM_CPPFLAGS, AM_LDFLAGS and LDADD are
+## TEST_CPPFLAGS, TEST_LDFLAGS and TEST_LDADD; its source is NAME.c), so
+##   check_PROGRAMS += t/mpi/foo        NP_TESTS += t/mpi/foo.np2 t/mpi/foo.np4
+## and a shell test
+##   TESTS_SH += t/mpi/bar.sh
+## Only a test that links something else names its variables.
 ## Tests include "tap.h" (or "tap/tap.h"); see t/tap/tap.h. Test programs
 ## share helpers (dtype elements, expected values, comparisons, allreduce
 ## jobs) in t/util/hvdtest.h, linked through TEST_LDADD; shell tests share
@@ -39,23 +37,24 @@
 
 NP_TESTS =
 UNIT_TESTS =
-dist_check_SCRIPTS =
-TESTS += $(UNIT_TESTS) $(NP_TESTS)
+TESTS_SH =
+dist_check_SCRIPTS = $(TESTS_SH)
+TESTS += $(UNIT_TESTS) $(NP_TESTS) $(TESTS_SH)
 CLEANFILES += $(UNIT_TESTS) $(NP_TESTS)
 
 ## Flags of every test program (TEST_LDFLAGS: -no-install links the real
 ## executable, not a libtool wrapper script that several ranks would race
 ## to relink).
-TEST_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS) -I$(top_srcdir)/t/tap \
+TEST_CPPFLAGS = $(HVD_CPPFLAGS) $(MPI_CFLAGS) -I$(top_srcdir)/t/tap \
 	-I$(top_srcdir)/t/util -I$(top_srcdir)/t
-TEST_LDFLAGS = $(AM_LDFLAGS) -no-install
+TEST_LDFLAGS = $(HVD_LDFLAGS) -no-install
 TEST_LDADD = t/util/libhvdtest.la t/tap/libtap.la lib/libhvd.la $(MPI_LIBS) \
 	$(PTHREAD_LIBS) -lm
 
 ## The TAP library.
 check_LTLIBRARIES = t/tap/libtap.la
 t_tap_libtap_la_SOURCES = t/tap/tap.c t/tap/tap.h
-t_tap_libtap_la_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS)
+t_tap_libtap_la_CPPFLAGS = $(HVD_CPPFLAGS) $(MPI_CFLAGS)
 ## (libtool ignores -no-install for a library; using TEST_LDFLAGS here
 ## only tells automake that the variable is used, not a typo.)
 t_tap_libtap_la_LDFLAGS = $(TEST_LDFLAGS)
@@ -85,37 +84,14 @@ AM_TESTS_ENVIRONMENT = \
 
 ## The layers of lib/ hold (build-aux/check-layers over the objects'
 ## symbol tables and the #include lines), and the check catches offences.
-dist_check_SCRIPTS += t/layers.sh
-TESTS += t/layers.sh
+TESTS_SH += t/layers.sh
 EXTRA_DIST += build-aux/check-layers
 
 ## The stubs that stand for test programs in TESTS.
 $(UNIT_TESTS) $(NP_TESTS):
 	$(AM_V_GEN)$(MKDIR_P) $(@D) && echo '# run by t/mpirun-test' > $@
 
-## Unit tests (single process).
-check_PROGRAMS += t/unit/errors t/unit/taplib
-UNIT_TESTS += t/unit/errors.t t/unit/taplib.t
-t_unit_errors_SOURCES = t/unit/errors.c
-t_unit_errors_CPPFLAGS = $(TEST_CPPFLAGS)
-t_unit_errors_LDFLAGS = $(TEST_LDFLAGS)
-t_unit_errors_LDADD = $(TEST_LDADD)
-t_unit_taplib_SOURCES = t/unit/taplib.c
-t_unit_taplib_CPPFLAGS = $(TEST_CPPFLAGS)
-t_unit_taplib_LDFLAGS = $(TEST_LDFLAGS)
-t_unit_taplib_LDADD = t/tap/libtap.la $(MPI_LIBS)
-
-## Multi-rank tests of the collectives.
-check_PROGRAMS += t/mpi/collectives t/mpi/order
-NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
-	t/mpi/collectives.np3 t/mpi/collectives.np4
-NP_TESTS += t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 \
-	t/mpi/order.np4
-t_mpi_collectives_SOURCES = t/mpi/collectives.c
-t_mpi_collectives_CPPFLAGS = $(TEST_CPPFLAGS)
-t_mpi_collectives_LDFLAGS = $(TEST_LDFLAGS)
-t_mpi_collectives_LDADD = $(TEST_LDADD)
-t_mpi_order_SOURCES = t/mpi/order.c
-t_mpi_order_CPPFLAGS = $(TEST_CPPFLAGS)
-t_mpi_order_LDFLAGS = $(TEST_LDFLAGS)
-t_mpi_order_LDADD = $(TEST_LDADD)
+include t/unit/local.mk
+include t/mpi/local.mk
+include t/gpu/local.mk
+include t/standin/local.mk

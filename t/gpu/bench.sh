@@ -2,21 +2,27 @@
 # hvd-bench's GPU modes (doc/bench.md): without a GPU, or in a build
 # without CUDA, each prints one "# SKIP hvd-bench MODE: why" line (and a
 # {"skipped": true} document with --json) and exits 0; with one, a small
-# run of each exits 0 with every result checked. Bad arguments exit 2
-# before MPI starts. The program links the CUDA runtime, never libcuda.
+# run of each exits 0 with every result checked. gpu-pack, which times
+# libhvd's internal kernels, is bin/hvd-bench-kernels' (not installed);
+# the installed hvd-bench says so. Bad arguments exit 2 before MPI
+# starts. The programs link the CUDA runtime, never libcuda; the installed
+# one links libhvd.so.
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 bench="$HVD_TOP_BUILDDIR/bin/hvd-bench"
+kernels="$HVD_TOP_BUILDDIR/bin/hvd-bench-kernels"
 need_prog "$bench"
+need_prog "$kernels"
 make_tmp gpubench
 mini="$HVD_TOP_SRCDIR/bench/workloads/bert-mini.tensors"
 
-# run_mode NAME SUMMARY ARGS...: one rank; exit 0 and either the skip
+# run_mode NAME SUMMARY PROG ARGS...: one rank; exit 0 and either the skip
 # line or the mode's SUMMARY line (a grep pattern), nothing WRONG.
 run_mode() {
   name=$1
   summary=$2
-  shift 2
-  run_np 1 "$tmp/out" "$tmp/err" "$bench" "$@"
+  prog=$3
+  shift 3
+  run_np 1 "$tmp/out" "$tmp/err" "$prog" "$@"
   if grep -q "^# SKIP hvd-bench $name: " "$tmp/out"; then
     # a TAP skip that says why: "ok N - ... # SKIP <reason>"
     [ $rc = 0 ] && [ `wc -l <"$tmp/out"` = 1 ]
@@ -31,15 +37,26 @@ run_mode() {
     }
   fi
 }
-run_mode gpu-pack '^gpu-pack: ' gpu-pack --max-bytes 64K --counts 1,7 \
-  --iters 3 --warmup 1 --tensors "$mini"
-run_mode staged '^staged: ' staged --min-bytes 64K --max-bytes 1M --iters 3 \
-  --warmup 1
-run_mode "list --device gpu" '^hvd / cudaMemcpy: ' list --device gpu \
+run_mode gpu-pack '^gpu-pack: ' "$kernels" gpu-pack --max-bytes 64K \
+  --counts 1,7 --iters 3 --warmup 1 --tensors "$mini"
+run_mode staged '^staged: ' "$bench" staged --min-bytes 64K --max-bytes 1M \
+  --iters 3 --warmup 1
+run_mode "list --device gpu" '^hvd / cudaMemcpy: ' "$bench" list --device gpu \
   --tensors "$mini" --iters 3 --warmup 1
 
+# the installed hvd-bench has no gpu-pack: the skip line (no GPU here) or
+# status 2 and the program that has it
+run_np 1 "$tmp/out" "$tmp/err" "$bench" gpu-pack --max-bytes 4K --counts 2
+if grep -q '^# SKIP hvd-bench gpu-pack: ' "$tmp/out"; then
+  [ $rc = 0 ]
+else
+  [ $rc = 2 ] && grep -qx "hvd-bench: gpu-pack times libhvd's internal kernels: run bin/hvd-bench-kernels of the build tree" "$tmp/err"
+fi
+check $? "installed hvd-bench: gpu-pack skips or names hvd-bench-kernels ($rc)" ||
+  show "$tmp/err" stderr
+
 # --json: one document, skipped or not
-run_np 1 "$tmp/out" "$tmp/err" "$bench" gpu-pack --json --max-bytes 4K \
+run_np 1 "$tmp/out" "$tmp/err" "$kernels" gpu-pack --json --max-bytes 4K \
   --counts 2 --iters 2
 [ $rc = 0 ] && grep -q '"mode": "gpu-pack"' "$tmp/out"
 check $? "gpu-pack --json, status $rc" || show "$tmp/out" stdout
@@ -81,21 +98,29 @@ bad list --device gpu
 bad sweep --device gpu
 bad optim --device gpu --tensors "$mini"
 # a workload file that does not exist: status 2 from the mode itself
-run_np 1 "$tmp/out" "$tmp/out" "$bench" gpu-pack --tensors /nonexistent/x
+run_np 1 "$tmp/out" "$tmp/out" "$kernels" gpu-pack --tensors /nonexistent/x
 grep -q '^# SKIP' "$tmp/out" && [ $rc = 0 ] ||
   { [ $rc = 2 ] && grep -q 'x: No such file' "$tmp/out"; }
 check $? "gpu-pack with a missing workload: skip or status 2 ($rc)" ||
   show "$tmp/out" output
 
-# the CUDA runtime only, never the driver library
+# the CUDA runtime only, never the driver library; the installed program
+# links libhvd.so (the kernels one is static: it calls internals)
 if command -v readelf >/dev/null 2>&1; then
-  readelf -d "$bench" >"$tmp/dyn" 2>&1
-  ! grep -q 'NEEDED.*\[libcuda\.so' "$tmp/dyn"
-  check $? "hvd-bench does not link libcuda" || show "$tmp/dyn" readelf
-  if grep -q '^#define HVD_HAVE_CUDA 1' "$HVD_TOP_BUILDDIR/config.h"; then
-    grep -q 'NEEDED.*\[libcudart\.so' "$tmp/dyn"
-    check $? "hvd-bench links libcudart" || show "$tmp/dyn" readelf
-  fi
+  # the ELF file behind libtool's wrapper script, where there is one
+  elf() { if [ -f "${1%/*}/.libs/${1##*/}" ]; then echo "${1%/*}/.libs/${1##*/}"; else echo "$1"; fi; }
+  for p in "$bench" "$kernels"; do
+    readelf -d "`elf "$p"`" >"$tmp/dyn" 2>&1
+    ! grep -q 'NEEDED.*\[libcuda\.so' "$tmp/dyn"
+    check $? "${p##*/} does not link libcuda" || show "$tmp/dyn" readelf
+    if grep -q '^#define HVD_HAVE_CUDA 1' "$HVD_TOP_BUILDDIR/config.h"; then
+      grep -q 'NEEDED.*\[libcudart\.so' "$tmp/dyn"
+      check $? "${p##*/} links libcudart" || show "$tmp/dyn" readelf
+    fi
+  done
+  readelf -d "`elf "$bench"`" >"$tmp/dyn" 2>&1
+  grep -q 'NEEDED.*\[libhvd\.so\.0\]' "$tmp/dyn"
+  check $? "hvd-bench links libhvd.so.0" || show "$tmp/dyn" readelf
 fi
 echo "1..$n"
 exit $failed

@@ -4,7 +4,7 @@
 ## kernels (kernels.c) instead of libcudart, libnccl and
 ## lib/ops/cuda_kernels.cu; then the GPU tests' own sources (t/gpu/*.c)
 ## linked against it, and tests of the stand-in's faults. Conventions in
-## t/local.mk; included by Makefile.am after it. Only in builds with CUDA
+## t/local.mk, which includes it. Only in builds with CUDA
 ## and NCCL (the code it runs is not built otherwise); without them
 ## nothing here is built or registered. What it proves and what it cannot:
 ## doc/gpu-testing.md, "Host stand-in".
@@ -12,7 +12,6 @@
 ## The programs run with HVD_NO_BIND=1 (t/mpirun-test) on the stand-in's
 ## 4 pretend GPUs (HVD_STANDIN_DEVICES), each rank on its own.
 
-EXTRA_DIST += t/standin/binding.sh
 
 if HAVE_NCCL
 
@@ -21,9 +20,8 @@ t_standin_libhvd_standin_la_SOURCES = $(HVD_C_SOURCES) \
 	$(HVD_CUDA_C_SOURCES) $(HVD_NCCL_C_SOURCES) lib/ops/cuda_kernels.h lib/optim/optim_kernels.h \
 	t/standin/standin.h t/standin/cudart.c t/standin/nccl.c \
 	t/standin/kernels.c
-t_standin_libhvd_standin_la_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS) \
+t_standin_libhvd_standin_la_CPPFLAGS = $(HVD_CPPFLAGS) $(MPI_CFLAGS) \
 	$(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS)
-t_standin_libhvd_standin_la_LDFLAGS = $(TEST_LDFLAGS)
 
 ## Flags of the programs linked against the stand-in (no libhvd, no
 ## libcudart, no libnccl).
@@ -44,22 +42,18 @@ NP_TESTS += t/standin/collectives.np1 t/standin/collectives.np2 \
 	t/standin/collectives.np3 t/standin/collectives.np4
 NP_TESTS += t/standin/optim.np1 t/standin/optim.np2 t/standin/optim.np3 \
 	t/standin/optim.np4
-TESTS += t/standin/binding.sh
+TESTS_SH += t/standin/binding.sh
 t_standin_kernels_SOURCES = t/gpu/kernels.c
 t_standin_kernels_CPPFLAGS = $(STANDIN_CPPFLAGS)
-t_standin_kernels_LDFLAGS = $(TEST_LDFLAGS)
 t_standin_kernels_LDADD = $(STANDIN_LDADD)
 t_standin_collectives_SOURCES = t/gpu/collectives.c
 t_standin_collectives_CPPFLAGS = $(STANDIN_CPPFLAGS)
-t_standin_collectives_LDFLAGS = $(TEST_LDFLAGS)
 t_standin_collectives_LDADD = $(STANDIN_LDADD)
 t_standin_optim_SOURCES = t/gpu/optim.c
 t_standin_optim_CPPFLAGS = $(STANDIN_CPPFLAGS)
-t_standin_optim_LDFLAGS = $(TEST_LDFLAGS)
 t_standin_optim_LDADD = $(STANDIN_LDADD)
 t_standin_binding_SOURCES = t/gpu/binding.c
 t_standin_binding_CPPFLAGS = $(STANDIN_CPPFLAGS)
-t_standin_binding_LDFLAGS = $(TEST_LDFLAGS)
 t_standin_binding_LDADD = $(STANDIN_LDADD)
 
 ## NCCL's failures (faults injected by the stand-in): an init that never
@@ -71,13 +65,9 @@ check_PROGRAMS += t/standin/faults t/standin/selftest
 NP_TESTS += t/standin/faults.np1 t/standin/faults.np2 t/standin/faults.np3
 NP_TESTS += t/standin/selftest.np1 t/standin/selftest.np2 \
 	t/standin/selftest.np3
-t_standin_faults_SOURCES = t/standin/faults.c
 t_standin_faults_CPPFLAGS = $(STANDIN_CPPFLAGS)
-t_standin_faults_LDFLAGS = $(TEST_LDFLAGS)
 t_standin_faults_LDADD = $(STANDIN_LDADD)
-t_standin_selftest_SOURCES = t/standin/selftest.c
 t_standin_selftest_CPPFLAGS = $(STANDIN_CPPFLAGS)
-t_standin_selftest_LDFLAGS = $(TEST_LDFLAGS)
 t_standin_selftest_LDADD = $(STANDIN_LDADD)
 
 endif

@@ -1,0 +1,97 @@
+## t/mpi/local.mk - multi-rank tests (conventions in t/local.mk), the one
+## place they are registered. Every program below builds from
+## t/mpi/NAME.c with the default flags unless its variables say otherwise.
+
+## The collectives and the engine:
+##  collectives  every collective, dtype and op against exact values
+##  order        per-rank random submission orders
+##  cache        the response cache: shapes and dtypes changing under one
+##               name, eviction (HVD_CACHE_CAPACITY=4), no cache, a
+##               mismatch on a cached name
+##  fusion       mixed bursts under HVD_CHUNK_SIZE x HVD_FUSION_THRESHOLD,
+##               every op, scaling, in and out of place; join
+##  hierarchical HVD_HIERARCHICAL_ALLREDUCE=1 on nodes simulated by
+##               HVD_HOSTNAME
+##  settings     malformed HVD_* values: hvd_init fails with the message
+check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
+	t/mpi/hierarchical t/mpi/settings
+NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
+	t/mpi/collectives.np3 t/mpi/collectives.np4 \
+	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
+	t/mpi/cache.np1 t/mpi/cache.np2 t/mpi/cache.np3 t/mpi/cache.np4 \
+	t/mpi/fusion.np1 t/mpi/fusion.np2 t/mpi/fusion.np3 t/mpi/fusion.np4 \
+	t/mpi/hierarchical.np4 t/mpi/hierarchical.np6 \
+	t/mpi/settings.np1 t/mpi/settings.np2
+
+## Errors and the lifecycle:
+##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks
+##  invalid   every invalid argument: rc and message; then a valid one
+##  shutdown  hvd_shutdown with requests in flight, twice, init again,
+##            by one rank
+##  topology  local/cross ranks on one node, on nodes simulated by
+##            HVD_HOSTNAME, and over a sub-communicator (hvd_init_comm)
+##  join      hvd_join with ranks running out of data at different steps
+##  init_mpi  hvd_init initialising (and at exit finalising) MPI itself
+check_PROGRAMS += t/mpi/mismatch t/mpi/invalid t/mpi/shutdown \
+	t/mpi/topology t/mpi/join t/mpi/init_mpi
+NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
+	t/mpi/invalid.np1 t/mpi/invalid.np2 \
+	t/mpi/shutdown.np2 t/mpi/shutdown.np3 \
+	t/mpi/topology.np1 t/mpi/topology.np2 t/mpi/topology.np3 \
+	t/mpi/topology.np4 \
+	t/mpi/join.np2 t/mpi/join.np3 t/mpi/join.np4 \
+	t/mpi/init_mpi.np2
+
+## Training on top: the distributed optimizer against a single-process
+## reference (SGD momentum, AdamW; accumulation over passes, predivide,
+## op sum, no-sync, fp16/bf16 compression, every error path); the
+## broadcast and verification of parameters and optimizer state;
+## checkpoints (save and resume bit for bit, every failure with its message
+## and nothing changed; also the program of checkpoint.sh and
+## checkpoint_crash.sh).
+check_PROGRAMS += t/mpi/optim t/mpi/bcast_params t/mpi/checkpoint
+NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
+	t/mpi/optim.np4 \
+	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
+	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
+	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3
+
+## Programs that shell tests run (not tests themselves): a rank dying
+## mid-job (rank_death.sh; libhvd alone), the stall inspector (stall.sh)
+## and the timeline (timeline.sh), the last two as users' programs.
+check_PROGRAMS += t/mpi/die t/mpi/stall_prog t/mpi/timeline_prog
+t_mpi_die_LDADD = $(HVD_PROG_LDADD)
+t_mpi_stall_prog_CPPFLAGS = $(HVD_PROG_CPPFLAGS)
+t_mpi_stall_prog_LDADD = $(HVD_PROG_LDADD)
+t_mpi_timeline_prog_CPPFLAGS = $(HVD_PROG_CPPFLAGS)
+t_mpi_timeline_prog_LDADD = $(HVD_PROG_LDADD)
+
+## A crash between the temporary file and the rename leaves the previous
+## checkpoint loadable (checkpoint_crash.sh): the LD_PRELOAD shim
+## t/mpi/crash_rename.la (a shared module; built without sanitizers, as it
+## is preloaded) kills the process at that rename.
+check_LTLIBRARIES += t/mpi/crash_rename.la
+t_mpi_crash_rename_la_SOURCES = t/mpi/crash_rename.c
+t_mpi_crash_rename_la_CPPFLAGS = -D_GNU_SOURCE
+t_mpi_crash_rename_la_CFLAGS = $(HVD_WARN_CFLAGS)
+t_mpi_crash_rename_la_LDFLAGS = -module -avoid-version -shared \
+	-rpath $(abs_builddir)/t/mpi
+
+## Shell tests:
+##  rank_death        a rank dying mid-job
+##  stall             the stall inspector's warning and shutdown
+##  timeline          the timeline's JSON (timeline_check.py; python3)
+##  checkpoint        saved at np 2, loaded at np 1, 2 and 3
+##  checkpoint_crash  see crash_rename above
+##  demo              the quick start's demonstration program
+##  bench             hvd-bench's correctness self-check
+##  hvdrun, hvdinfo   hvdrun's command lines, bad arguments and a real run;
+##                    hvd-info's text, JSON and --build output
+##  bert_train        examples/bert_train end to end (skips without it:
+##                    a build without a CBLAS)
+##  bert_sync_ratio   bench/bert-sync-ratio.sh's output and errors
+TESTS_SH += t/mpi/rank_death.sh t/mpi/stall.sh t/mpi/timeline.sh \
+	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/demo.sh \
+	t/mpi/bench.sh t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/bert_train.sh \
+	t/mpi/bert_sync_ratio.sh
+EXTRA_DIST += t/mpi/timeline_check.py

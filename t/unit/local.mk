@@ -1,0 +1,30 @@
+## t/unit/local.mk - single-process tests (conventions in t/local.mk).
+##  errors   results, strings, tensors, the build, the version, the JSON
+##           escaper, every call before hvd_init
+##  taplib   the TAP library itself (links only it)
+##  sampler  the distributed sampler
+##  optim    the plain optimizers (lib/optim): SGD and Adam/AdamW against
+##           torch.optim's formulas, custom ops and their state, the
+##           validation messages; CUDA flags only to count the GPUs (the
+##           messages refusing a device parameter depend on it)
+##  bert_grad, bert_data  examples/bert's model gradients and data (with
+##           a CBLAS only, as examples/bert is)
+
+check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim
+UNIT_TESTS += t/unit/errors.t t/unit/taplib.t t/unit/sampler.t \
+	t/unit/optim.t
+t_unit_taplib_LDADD = t/tap/libtap.la $(MPI_LIBS)
+t_unit_optim_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CPPFLAGS)
+t_unit_optim_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS)
+t_unit_optim_LDADD = $(TEST_LDADD) $(CUDA_LIBS)
+
+if HAVE_BLAS
+check_PROGRAMS += t/unit/bert_grad t/unit/bert_data
+UNIT_TESTS += t/unit/bert_grad.t t/unit/bert_data.t
+t_unit_bert_grad_CPPFLAGS = $(TEST_CPPFLAGS) $(BERT_CPPFLAGS)
+t_unit_bert_grad_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
+t_unit_bert_grad_LDADD = $(BERT_LIBS) $(TEST_LDADD)
+t_unit_bert_data_CPPFLAGS = $(TEST_CPPFLAGS) $(BERT_CPPFLAGS)
+t_unit_bert_data_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
+t_unit_bert_data_LDADD = $(BERT_LIBS) $(TEST_LDADD)
+endif
