@@ -82,11 +82,11 @@ int bench_list_gpu(const bench_opts_t *o) {
                  cudaGetErrorName(bench__e));                                  \
   } while (0)
 
-#define PACK_TARGET 0.80   /* pack/memcpy bandwidth, at least */
-#define LIST_TARGET 1.20   /* hvd / cudaMemcpy time, at most */
-#define STAGED_TARGET 0.70 /* staged / copies bandwidth, at least */
+#define PACK_TARGET 0.80             /* pack/memcpy bandwidth, at least */
+#define LIST_TARGET 1.20             /* hvd / cudaMemcpy time, at most */
+#define STAGED_TARGET 0.70           /* staged / copies bandwidth, at least */
 #define MAX_TOTAL (INT64_C(1) << 30) /* gpu-pack: bytes per case */
-#define ALIGN_ELEMS 64               /* tensors 256-byte aligned, as cudaMalloc */
+#define ALIGN_ELEMS 64 /* tensors 256-byte aligned, as cudaMalloc */
 
 int bench_gpu_unavailable(char *why, size_t len) {
   int n = 0;
@@ -187,9 +187,7 @@ static void random_floats(float *v, int64_t n) {
   }
 }
 
-static double median_of(double *v, int n) {
-  return bench_stats(v, n).median;
-}
+static double median_of(double *v, int n) { return bench_stats(v, n).median; }
 #endif
 
 static int iters_or(const bench_opts_t *o, int dflt) {
@@ -270,8 +268,8 @@ static presult_t pack_case(const pcase_t *c, gclock_t *g, int iters,
   BENCH_CUDA(cudaMemset(buf, 0xff, bytes));
   BENCH_CUDA(cudaMemset(dst, 0xff, sizeof(float) * (size_t)arena));
   BENCH_CUDA(cudaDeviceSynchronize());
-  BENCH_HVD(hvd__cuda_pack(dsp, c->n, c->maxc, HVD_FLOAT32, HVD_FLOAT32, 1.0,
-                           g->s));
+  BENCH_HVD(
+      hvd__cuda_pack(dsp, c->n, c->maxc, HVD_FLOAT32, HVD_FLOAT32, 1.0, g->s));
   BENCH_HVD(hvd__cuda_unpack(dsp + c->n, c->n, c->maxc, HVD_FLOAT32,
                              HVD_FLOAT32, HVD_AVERAGE, 1.0, 2, g->s));
   BENCH_CUDA(cudaStreamSynchronize(g->s));
@@ -290,8 +288,8 @@ static presult_t pack_case(const pcase_t *c, gclock_t *g, int iters,
         fprintf(stderr,
                 "[rank %d] gpu-pack %s: unpack of tensor %d [%lld] is %g, "
                 "expected %g\n",
-                bench_rank, c->label, i, (long long)k,
-                (double)hout[off[i] + k], (double)want);
+                bench_rank, c->label, i, (long long)k, (double)hout[off[i] + k],
+                (double)want);
     }
   r.ok = wrong == 0;
 
@@ -310,8 +308,8 @@ static presult_t pack_case(const pcase_t *c, gclock_t *g, int iters,
                                    HVD_FLOAT32, HVD_AVERAGE, 1.0, 2, g->s));
         break;
       case P_COPY:
-        BENCH_CUDA(cudaMemcpyAsync(buf, src, bytes, cudaMemcpyDeviceToDevice,
-                                   g->s));
+        BENCH_CUDA(
+            cudaMemcpyAsync(buf, src, bytes, cudaMemcpyDeviceToDevice, g->s));
         break;
       default:
         for (int i = 0; i < c->n; i++)
@@ -385,8 +383,7 @@ int bench_gpu_pack(const bench_opts_t *o) {
   int64_t one = 1;
   cs[ncase++] = (pcase_t){"launch floor: 1 tensor of 1 element", 1, &one, 1, 1};
   for (int ci = 0; ci < o->ncounts; ci++)
-    for (int64_t b = o->min_bytes; b <= o->max_bytes;
-         b *= o->step_factor) {
+    for (int64_t b = o->min_bytes; b <= o->max_bytes; b *= o->step_factor) {
       int n = o->counts[ci];
       int64_t e = b / 4 > 0 ? b / 4 : 1;
       if (e * 4 * n > MAX_TOTAL || ncase == cap - 1)
@@ -497,26 +494,26 @@ int bench_gpu_pack(const bench_opts_t *o) {
       double bytes = 4.0 * (double)c->total;
       printf("%-26s %12s %9.2f %9.2f %9.2f %10.2f %9.1f %9.1f %8.3f %8.3f %5s "
              "%s\n",
-             c->label, bench_bytes_str(bytes, sz, sizeof sz),
-             res[i].us[P_PACK], res[i].us[P_UNPACK], res[i].us[P_COPY],
-             res[i].us[P_EACH], 2 * bytes / (res[i].us[P_PACK] * 1e-6) / 1e9,
+             c->label, bench_bytes_str(bytes, sz, sizeof sz), res[i].us[P_PACK],
+             res[i].us[P_UNPACK], res[i].us[P_COPY], res[i].us[P_EACH],
+             2 * bytes / (res[i].us[P_PACK] * 1e-6) / 1e9,
              2 * bytes / (res[i].us[P_COPY] * 1e-6) / 1e9,
              res[i].us[P_COPY] / res[i].us[P_PACK],
-             res[i].us[P_COPY] / res[i].us[P_UNPACK], res[i].ok ? "ok" : "WRONG",
-             pack_note(c, &res[i], floor_pack));
+             res[i].us[P_COPY] / res[i].us[P_UNPACK],
+             res[i].ok ? "ok" : "WRONG", pack_note(c, &res[i], floor_pack));
     }
     printf("gpu-pack: %d of %d cases at pack/memcpy and unpack/memcpy >= "
            "%.2f",
            met, rows, PACK_TARGET);
     if (have_w)
-      printf("; workload %s (%s): pack/memcpy %.3f, unpack/memcpy %.3f: "
-             "target %s",
-             cs[ncase - 1].label,
-             bench_bytes_str(4.0 * (double)cs[ncase - 1].total, sz2,
-                             sizeof sz2),
-             w_ratio, w_uratio,
-             w_ratio >= PACK_TARGET && w_uratio >= PACK_TARGET ? "met"
-                                                               : "NOT met");
+      printf(
+          "; workload %s (%s): pack/memcpy %.3f, unpack/memcpy %.3f: "
+          "target %s",
+          cs[ncase - 1].label,
+          bench_bytes_str(4.0 * (double)cs[ncase - 1].total, sz2, sizeof sz2),
+          w_ratio, w_uratio,
+          w_ratio >= PACK_TARGET && w_uratio >= PACK_TARGET ? "met"
+                                                            : "NOT met");
     printf("\n");
     fflush(stdout);
   }
@@ -544,8 +541,8 @@ typedef struct dwork {
   int *nd;
   int64_t *count;
   int64_t total;
-  float **d;     /* device tensors */
-  float **hin;   /* this rank's inputs */
+  float **d;   /* device tensors */
+  float **hin; /* this rank's inputs */
   hvd_request_t **req;
 } dwork_t;
 
@@ -739,8 +736,8 @@ static int64_t max_count(const dwork_t *x) {
 static void pack_unpack(void *p, cudaStream_t s) {
   lctx_t *c = p;
   int64_t m = max_count(c->x);
-  BENCH_HVD(hvd__cuda_pack(c->dsp, c->x->n, m, HVD_FLOAT32, HVD_FLOAT32, 1.0,
-                           s));
+  BENCH_HVD(
+      hvd__cuda_pack(c->dsp, c->x->n, m, HVD_FLOAT32, HVD_FLOAT32, 1.0, s));
   BENCH_HVD(hvd__cuda_unpack(c->dsp + c->x->n, c->x->n, m, HVD_FLOAT32,
                              HVD_FLOAT32, HVD_AVERAGE, 1.0, bench_size, s));
 }
@@ -765,8 +762,8 @@ int bench_list_gpu(const bench_opts_t *o) {
 
   BENCH_CUDA(cudaDeviceSynchronize());
   int64_t free0 = dev_free_bytes();
-  bench_stats_t h = time_hvd(&x, dev_id, iters, warmup, "list --device gpu",
-                             &ok_hvd);
+  bench_stats_t h =
+      time_hvd(&x, dev_id, iters, warmup, "list --device gpu", &ok_hvd);
   int64_t hvd_added = free0 - dev_free_bytes();
 
   /* the baselines, after hvd: one packed copy, and the kernels alone */
@@ -901,8 +898,8 @@ static sresult_t staged_case(dwork_t *x, int dev, int iters, int warmup,
   r.tensors = x->n;
   r.hvd = time_hvd(x, dev, iters, warmup, "staged", &r.ok);
   sctx_t c = {x, NULL};
-  BENCH_CUDA(cudaHostAlloc((void **)&c.pin, (size_t)r.bytes,
-                           cudaHostAllocDefault));
+  BENCH_CUDA(
+      cudaHostAlloc((void **)&c.pin, (size_t)r.bytes, cudaHostAllocDefault));
   BENCH_CUDA(cudaDeviceSynchronize());
   r.copy = time_gpu(g, staged_copies, &c, iters, warmup);
   BENCH_CUDA(cudaFreeHost(c.pin));
@@ -995,9 +992,8 @@ int bench_staged(const bench_opts_t *o) {
     for (int i = 0; i < n; i++) {
       double b = (double)res[i].bytes;
       printf("%-26s %8d %12s %10.3f %10.3f %10.3f %10.2f %10.2f %8.3f %5s\n",
-             res[i].label, res[i].tensors,
-             bench_bytes_str(b, sz, sizeof sz), res[i].hvd.median,
-             res[i].copy.ev.median, res[i].copy.host.median,
+             res[i].label, res[i].tensors, bench_bytes_str(b, sz, sizeof sz),
+             res[i].hvd.median, res[i].copy.ev.median, res[i].copy.host.median,
              b / (res[i].hvd.median * 1e-3) / 1e9,
              b / (res[i].copy.ev.median * 1e-3) / 1e9,
              res[i].copy.ev.median / res[i].hvd.median,

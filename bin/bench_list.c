@@ -31,7 +31,6 @@
 #include <string.h>
 #include <sys/resource.h>
 
-
 enum { M_HVD, M_MPI, M_IMPI, M_PACK, M_PACKED, M_COUNT };
 static const char *const method_keys[M_COUNT] = {
     "hvd", "mpi_allreduce", "mpi_iallreduce", "pack", "packed_allreduce_only"};

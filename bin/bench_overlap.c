@@ -37,8 +37,8 @@ static float compute(float *a, long reps) {
 
 static void submit_all(workload_t *w, hvd_request_t **req) {
   for (int t = w->count - 1; t >= 0; t--) {
-    hvd_tensor_t x = hvd_tensor_make(w->t[t].data, HVD_FLOAT32, w->t[t].ndim,
-                                     w->t[t].shape);
+    hvd_tensor_t x =
+        hvd_tensor_make(w->t[t].data, HVD_FLOAT32, w->t[t].ndim, w->t[t].shape);
     BENCH_HVD(hvd_allreduce_async(w->t[t].name, &x, &x, HVD_AVERAGE, 1.0, 1.0,
                                   &req[t]));
   }
@@ -119,16 +119,15 @@ int bench_overlap(const bench_opts_t *o) {
       bench_json_num("compute_under_comm_ms", su.median * 1e3);
       bench_json_num("step_ms", ss.median * 1e3);
       bench_json_num("compute_speed_kept", kept);
-      bench_json_num("step_vs_sequential",
-                     ss.median / (sa.median + sc.median));
+      bench_json_num("step_vs_sequential", ss.median / (sa.median + sc.median));
       bench_json_close('}');
       printf("\n");
     } else {
       char env[512];
       printf("# hvd-bench overlap: %s: %d tensors, %.1f MiB; %d ranks; "
              "median of %d; %s\n",
-             o->tensors, w.count, (double)w.elems * 4 / (1 << 20),
-             bench_size, iters, bench_env_line(env, sizeof env));
+             o->tensors, w.count, (double)w.elems * 4 / (1 << 20), bench_size,
+             iters, bench_env_line(env, sizeof env));
       printf("%-44s %10.2f ms\n", "compute alone", sa.median * 1e3);
       printf("%-44s %10.2f ms\n", "hvd reduction alone (submit + wait)",
              sc.median * 1e3);

@@ -130,12 +130,8 @@ static int64_t reduce_expect(hvd_op_t op, hvd_dtype_t dt, int64_t i) {
   return op == HVD_AVERAGE ? acc / bench_size : acc; /* C truncates */
 }
 
-static int64_t bcast_value(int r, int64_t i) {
-  return (i * 5 + r * 3) % 11;
-}
-static int64_t gather_value(int r, int64_t j) {
-  return (r * 7 + j * 3) % 17;
-}
+static int64_t bcast_value(int r, int64_t i) { return (i * 5 + r * 3) % 11; }
+static int64_t gather_value(int r, int64_t j) { return (r * 7 + j * 3) % 17; }
 static int64_t a2a_value(int src, int dst, int64_t j) {
   return (src * 5 + dst * 3 + j) % 19;
 }

@@ -95,11 +95,13 @@ static const char usage_text[] =
     "  --compute-ms MS    overlap: the compute loop's length (default 500)\n"
     "  --device cpu|gpu   list: tensors in host memory (default) or on the\n"
     "                     rank's GPU\n"
-    "  (gpu-pack and staged take --tensors too: the workload as one more case)\n"
+    "  (gpu-pack and staged take --tensors too: the workload as one more "
+    "case)\n"
     "\n"
     "gpu-pack options:\n"
     "  --counts LIST      tensors per case, comma-separated (default\n"
-    "                     1,16,256,4096; cases above 1 GiB in all are left out)\n"
+    "                     1,16,256,4096; cases above 1 GiB in all are left "
+    "out)\n"
     "\n"
     "latency options:\n"
     "  --small-count N    tensors in the small sub-report (default 1000)\n"
@@ -186,12 +188,8 @@ static unsigned parse_set(const char *opt, const char *s, int count,
   return set;
 }
 
-static const char *op_name(int i) {
-  return hvd_op_name((hvd_op_t)i);
-}
-static const char *dtype_name(int i) {
-  return hvd_dtype_name((hvd_dtype_t)i);
-}
+static const char *op_name(int i) { return hvd_op_name((hvd_op_t)i); }
+static const char *dtype_name(int i) { return hvd_dtype_name((hvd_dtype_t)i); }
 static const char *coll_name(int i) {
   return bench_coll_name((enum bench_coll)i);
 }
@@ -277,8 +275,8 @@ static unsigned option_modes(int opt) {
   }
 }
 
-static const char *const mode_names[] = {"sweep",   "list",  "latency",
-                                         "quick",   "overlap", "optim",
+static const char *const mode_names[] = {"sweep",    "list",    "latency",
+                                         "quick",    "overlap", "optim",
                                          "gpu-pack", "staged"};
 
 /* "sweep, gpu-pack and staged": the modes of bits. */
@@ -291,7 +289,10 @@ static const char *modes_str(unsigned bits, char *buf, size_t len) {
     if (!((bits >> m) & 1u))
       continue;
     k++;
-    strncat(buf, k == 1 ? "" : k == total ? " and " : ", ",
+    strncat(buf,
+            k == 1       ? ""
+            : k == total ? " and "
+                         : ", ",
             len - strlen(buf) - 1);
     strncat(buf, mode_names[m], len - strlen(buf) - 1);
   }
@@ -495,8 +496,8 @@ int main(int argc, char **argv) {
   if (o.mode == BENCH_GPU_PACK || o.mode == BENCH_STAGED ||
       (o.mode == BENCH_LIST && o.device_gpu)) {
     char why[512];
-    const char *name = o.mode == BENCH_LIST ? "list --device gpu"
-                                            : mode_names[o.mode];
+    const char *name =
+        o.mode == BENCH_LIST ? "list --device gpu" : mode_names[o.mode];
     if (bench_gpu_unavailable(why, sizeof why)) {
       if (launcher_rank() == 0) {
         if (o.json) /* the mode as a run's JSON names it */
@@ -514,8 +515,9 @@ int main(int argc, char **argv) {
       const char *v = getenv("HVD_GPU_OPERATIONS");
       if (v != NULL && *v != '\0' && strcasecmp(v, "mpi") != 0 &&
           launcher_rank() == 0)
-        fprintf(stderr, "hvd-bench staged: HVD_GPU_OPERATIONS=%s replaced "
-                        "by mpi\n",
+        fprintf(stderr,
+                "hvd-bench staged: HVD_GPU_OPERATIONS=%s replaced "
+                "by mpi\n",
                 v);
       setenv("HVD_GPU_OPERATIONS", "mpi", 1);
     }

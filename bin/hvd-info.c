@@ -63,8 +63,8 @@ static void gather(info_t *in) {
     in->mpi_library[0] = '\0';
   in->mpi_library[strcspn(in->mpi_library, "\r\n")] = '\0';
   len = (int)strlen(in->mpi_library);
-  while (len > 0 && (in->mpi_library[len - 1] == ' ' ||
-                     in->mpi_library[len - 1] == ','))
+  while (len > 0 &&
+         (in->mpi_library[len - 1] == ' ' || in->mpi_library[len - 1] == ','))
     in->mpi_library[--len] = '\0';
 
 #ifdef HVD_HAVE_CUDA
@@ -109,8 +109,8 @@ static void print_backends(const info_t *in, const char *indent) {
   char ver[32];
   /* "Open MPI v4.1.4, package: ..., ident: ...": up to the first comma. */
   if (in->mpi_library[0] != '\0')
-    printf("%sMPI: yes (%.*s)\n", indent,
-           (int)strcspn(in->mpi_library, ","), in->mpi_library);
+    printf("%sMPI: yes (%.*s)\n", indent, (int)strcspn(in->mpi_library, ","),
+           in->mpi_library);
   else
     printf("%sMPI: yes\n", indent);
   if (in->cuda != 0) {

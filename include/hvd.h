@@ -50,9 +50,11 @@ extern "C" {
 
 typedef enum hvd_result {
 #define HVD__RESULT_ENUM(name, code, text) name = code,
+  /* clang-format off */ /* (the list's expansion ends with a comma) */
   HVD_RESULT_LIST(HVD__RESULT_ENUM)
 #undef HVD__RESULT_ENUM
   HVD_RESULT_COUNT
+  /* clang-format on */
 } hvd_result_t;
 
 /* Element types. */
@@ -80,7 +82,8 @@ typedef enum hvd_op {
   HVD_OP_COUNT
 } hvd_op_t;
 
-#define HVD_CPU (-1) /* tensor.device for host memory; >= 0 is a CUDA ordinal */
+/* tensor.device for host memory; >= 0 is a CUDA ordinal */
+#define HVD_CPU (-1)
 #define HVD_MAX_DIMS 8
 
 /* A tensor descriptor. Row-major, contiguous. The data is the caller's,
@@ -129,11 +132,12 @@ int hvd_is_initialized(void);
 /* ---- Topology (each returns -1 before hvd_init) ------------------------ */
 int hvd_rank(void);
 int hvd_size(void);
-int hvd_local_rank(void);  /* rank among the ranks of this node */
-int hvd_local_size(void);  /* ranks on this node */
-int hvd_cross_rank(void);  /* rank among the ranks with this local rank */
-int hvd_cross_size(void);  /* ranks with this local rank (one per node) */
-int hvd_is_homogeneous(void); /* 1 if every node runs the same number of ranks */
+int hvd_local_rank(void); /* rank among the ranks of this node */
+int hvd_local_size(void); /* ranks on this node */
+int hvd_cross_rank(void); /* rank among the ranks with this local rank */
+int hvd_cross_size(void); /* ranks with this local rank (one per node) */
+/* 1 if every node runs the same number of ranks */
+int hvd_is_homogeneous(void);
 /* The CUDA device hvd_init bound this process to, or -1 (before hvd_init,
  * in a build without CUDA, with no GPU visible, or with HVD_NO_BIND=1).
  * hvd_init binds local rank r to device r % (visible devices), making it
@@ -143,9 +147,9 @@ int hvd_is_homogeneous(void); /* 1 if every node runs the same number of ranks *
 int hvd_cuda_device(void);
 
 /* ---- Build facts (valid at any time) ----------------------------------- */
-int hvd_mpi_built(void);   /* 1: libhvd has the MPI executor */
-int hvd_cuda_built(void);  /* CUDA runtime version code (e.g. 13000), or 0 */
-int hvd_nccl_built(void);  /* NCCL version code (e.g. 22703), or 0 */
+int hvd_mpi_built(void);  /* 1: libhvd has the MPI executor */
+int hvd_cuda_built(void); /* CUDA runtime version code (e.g. 13000), or 0 */
+int hvd_nccl_built(void); /* NCCL version code (e.g. 22703), or 0 */
 const char *hvd_version(void); /* "0.1.0" */
 
 /* ---- Settings (valid at any time) -------------------------------------- *
@@ -156,8 +160,7 @@ const char *hvd_version(void); /* "0.1.0" */
  * hvd_setting_count() - 1; another i is HVD_ERR_INVALID_ARG. */
 int hvd_setting_count(void);
 hvd_result_t hvd_setting_info(int i, const char **name,
-                              const char **default_value,
-                              const char **meaning);
+                              const char **default_value, const char **meaning);
 
 /* ---- Errors ------------------------------------------------------------ */
 
@@ -237,14 +240,13 @@ hvd_result_t hvd_alltoall(const char *name, const hvd_tensor_t *send,
  * block of dimension 0. With N = shape[0] and P = hvd_size(), rank r gets
  * N / P rows, plus one more if r < N % P; blocks are in rank order. *recv
  * is allocated by hvd (hvd_tensor_free). Scale factors as for allreduce. */
-hvd_result_t hvd_reducescatter_async(const char *name,
-                                     const hvd_tensor_t *send,
+hvd_result_t hvd_reducescatter_async(const char *name, const hvd_tensor_t *send,
                                      hvd_tensor_t *recv, hvd_op_t op,
                                      double prescale, double postscale,
                                      hvd_request_t **req);
 hvd_result_t hvd_reducescatter(const char *name, const hvd_tensor_t *send,
-                               hvd_tensor_t *recv, hvd_op_t op,
-                               double prescale, double postscale);
+                               hvd_tensor_t *recv, hvd_op_t op, double prescale,
+                               double postscale);
 
 /* Returns once every rank has entered the barrier. */
 hvd_result_t hvd_barrier_async(hvd_request_t **req);
@@ -269,7 +271,6 @@ hvd_result_t hvd_wait(hvd_request_t *req);
 /* Sets *done. When *done is 1 the request has been freed and the return
  * value is its result, as from hvd_wait; when 0 it returns HVD_SUCCESS. */
 hvd_result_t hvd_test(hvd_request_t *req, int *done);
-
 
 /* ---- Optimizers (lib/optim) --------------------------------------------- *
  * Parameters are float32 tensors, on the host or on the rank's GPU, each
@@ -368,11 +369,11 @@ typedef enum hvd_compression {
 } hvd_compression_t;
 
 typedef struct hvd_distributed_options {
-  hvd_op_t op;                   /* HVD_AVERAGE (default) or HVD_SUM */
-  hvd_compression_t compression; /* default HVD_COMPRESS_NONE */
-  int backward_passes_per_step;  /* k >= 1 (default 1) */
-  int average_passes;            /* 1 (default): divide the k accumulated
-                                    passes by k; 0: sum them */
+  hvd_op_t op;                      /* HVD_AVERAGE (default) or HVD_SUM */
+  hvd_compression_t compression;    /* default HVD_COMPRESS_NONE */
+  int backward_passes_per_step;     /* k >= 1 (default 1) */
+  int average_passes;               /* 1 (default): divide the k accumulated
+                                       passes by k; 0: sum them */
   double gradient_predivide_factor; /* f (default 1): gradients are divided
                                        by f before the sum and by size/f
                                        after (average) */
@@ -412,7 +413,7 @@ hvd_result_t hvd_optimizer_zero_grad(hvd_optimizer_t *opt);
 hvd_result_t hvd_optimizer_set_sync(hvd_optimizer_t *opt, int sync);
 
 hvd_result_t hvd_optimizer_set_lr(hvd_optimizer_t *opt, double lr);
-double hvd_optimizer_lr(const hvd_optimizer_t *opt);  /* NAN for NULL */
+double hvd_optimizer_lr(const hvd_optimizer_t *opt);     /* NAN for NULL */
 int64_t hvd_optimizer_steps(const hvd_optimizer_t *opt); /* updates done */
 void hvd_optimizer_destroy(hvd_optimizer_t *opt);        /* accepts NULL */
 
@@ -476,7 +477,7 @@ hvd_result_t hvd_sampler_create(int64_t dataset_size, int ranks, int rank,
 hvd_result_t hvd_sampler_epoch(hvd_sampler_t *s, int64_t epoch,
                                const int64_t **indices, int64_t *count);
 int64_t hvd_sampler_num_samples(const hvd_sampler_t *s); /* per rank */
-void hvd_sampler_destroy(hvd_sampler_t *s);               /* accepts NULL */
+void hvd_sampler_destroy(hvd_sampler_t *s);              /* accepts NULL */
 
 #ifdef __cplusplus
 }

@@ -22,9 +22,11 @@
 
 typedef enum hvd__coll {
 #define HVD__COLL_ENUM(id, word) id,
+  /* clang-format off */ /* (the list's expansion ends with a comma) */
   HVD__COLL_LIST(HVD__COLL_ENUM)
 #undef HVD__COLL_ENUM
   HVD__COLL_COUNT
+  /* clang-format on */
 } hvd__coll_t;
 
 /* "allreduce" etc.; "unknown" out of range. */

@@ -15,7 +15,7 @@
 
 #include "base/device.h"
 
-static const int hvd__kernel_threads = 256;           /* per block */
+static const int hvd__kernel_threads = 256;            /* per block */
 static const int64_t hvd__kernel_max_blocks = 1 << 18; /* per launch */
 
 /* Enough blocks along x for the longest span (max_count elements), but at

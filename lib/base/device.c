@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/errors.h"
 #include "base/device.h"
+#include "base/errors.h"
 
 #ifdef HVD_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -118,8 +118,8 @@ hvd_result_t hvd__cuda_twin_grow(void **host, void **dev, int *cap, int n,
     want *= 2;
   hvd__cuda_twin_free(host, dev, cap, pinned);
   if (pinned)
-    HVD__CUDA_CHECK(cudaHostAlloc(host, (size_t)want * size,
-                                  cudaHostAllocDefault));
+    HVD__CUDA_CHECK(
+        cudaHostAlloc(host, (size_t)want * size, cudaHostAllocDefault));
   else if ((*host = malloc((size_t)want * size)) == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "out of memory");
   HVD__CUDA_CHECK(cudaMalloc(dev, (size_t)want * size));

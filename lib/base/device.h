@@ -19,10 +19,11 @@ extern "C" {
  * GPU). */
 int hvd__cuda_device_count(void);
 
-/* hvd_init's GPU binding (collective over comm). With CUDA built and a GPU visible, and unless no_bind (HVD_NO_BIND=1): makes
- * device local_rank % count the calling thread's current device, then
- * fails (HVD_ERR_CUDA, on every rank) when two ranks of local_comm are on
- * the same GPU or a rank could not bind. Without CUDA or a GPU: nothing. */
+/* hvd_init's GPU binding (collective over comm). With CUDA built and a GPU
+ * visible, and unless no_bind (HVD_NO_BIND=1): makes device local_rank % count
+ * the calling thread's current device, then fails (HVD_ERR_CUDA, on every rank)
+ * when two ranks of local_comm are on the same GPU or a rank could not bind.
+ * Without CUDA or a GPU: nothing. */
 #ifndef __CUDACC__ /* nvcc's include path has no mpi.h */
 #include <mpi.h>
 hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind);

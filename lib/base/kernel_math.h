@@ -17,8 +17,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "hvd.h"
 #include "base/half.h"
+#include "hvd.h"
 
 #ifdef __cplusplus
 extern "C" {

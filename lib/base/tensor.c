@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/errors.h"
 #include "base/device.h"
+#include "base/errors.h"
 
 static const struct {
   const char *name;
@@ -19,11 +19,15 @@ static const struct {
     [HVD_FLOAT32] = {"float32", 4, 1}, [HVD_FLOAT64] = {"float64", 8, 1},
 };
 
-static const char *const op_names[HVD_OP_COUNT] = {
-    [HVD_SUM] = "sum", [HVD_AVERAGE] = "average", [HVD_MIN] = "min",
-    [HVD_MAX] = "max", [HVD_PRODUCT] = "product"};
+static const char *const op_names[HVD_OP_COUNT] = {[HVD_SUM] = "sum",
+                                                   [HVD_AVERAGE] = "average",
+                                                   [HVD_MIN] = "min",
+                                                   [HVD_MAX] = "max",
+                                                   [HVD_PRODUCT] = "product"};
 
-int hvd__dtype_valid(int dtype) { return dtype >= 0 && dtype < HVD_DTYPE_COUNT; }
+int hvd__dtype_valid(int dtype) {
+  return dtype >= 0 && dtype < HVD_DTYPE_COUNT;
+}
 
 int hvd__dtype_is_float(hvd_dtype_t dtype) {
   return hvd__dtype_valid(dtype) && dtypes[dtype].is_float;

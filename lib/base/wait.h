@@ -30,7 +30,8 @@ void hvd__set_wake(void (*fn)(void *), void *arg);
 void hvd__caller_blocks(void);
 void hvd__caller_unblocks(void);
 
-/* ---- poll loops ----------------------------------------------------------- */
+/* ---- poll loops -----------------------------------------------------------
+ */
 
 /* Completes *req: polls MPI_Test briefly, then yields, then sleeps in
  * short steps, so a rank waiting for slower peers gives its core back. */

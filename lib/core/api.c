@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/api.h"
 #include "base/errors.h"
-#include "core/runtime.h"
 #include "base/tensor.h"
+#include "core/api.h"
+#include "core/runtime.h"
 
 /* ---- argument checks ---------------------------------------------------- */
 
@@ -212,14 +212,14 @@ hvd_result_t hvd_allreduce(const char *name, const hvd_tensor_t *send,
                            hvd_tensor_t *recv, hvd_op_t op, double prescale,
                            double postscale) {
   hvd_request_t *r = NULL;
-  WAIT_IF(allreduce(__func__, name, send, recv, op, prescale, postscale, -1,
-                    &r));
+  WAIT_IF(
+      allreduce(__func__, name, send, recv, op, prescale, postscale, -1, &r));
 }
 
 /* ---- broadcast ---------------------------------------------------------- */
 
-static hvd_result_t broadcast(const char *fn, const char *name,
-                              hvd_tensor_t *t, int root, hvd_request_t **req) {
+static hvd_result_t broadcast(const char *fn, const char *name, hvd_tensor_t *t,
+                              int root, hvd_request_t **req) {
   const char *k = "broadcast";
   hvd_result_t rc;
   REQUIRE_INIT(fn);
@@ -359,8 +359,7 @@ fail:
   return rc;
 }
 
-hvd_result_t hvd_reducescatter_async(const char *name,
-                                     const hvd_tensor_t *send,
+hvd_result_t hvd_reducescatter_async(const char *name, const hvd_tensor_t *send,
                                      hvd_tensor_t *recv, hvd_op_t op,
                                      double prescale, double postscale,
                                      hvd_request_t **req) {
@@ -369,10 +368,11 @@ hvd_result_t hvd_reducescatter_async(const char *name,
 }
 
 hvd_result_t hvd_reducescatter(const char *name, const hvd_tensor_t *send,
-                               hvd_tensor_t *recv, hvd_op_t op,
-                               double prescale, double postscale) {
+                               hvd_tensor_t *recv, hvd_op_t op, double prescale,
+                               double postscale) {
   hvd_request_t *r = NULL;
-  WAIT_IF(reducescatter(__func__, name, send, recv, op, prescale, postscale, &r));
+  WAIT_IF(
+      reducescatter(__func__, name, send, recv, op, prescale, postscale, &r));
 }
 
 /* ---- barrier and join --------------------------------------------------- */
@@ -381,8 +381,8 @@ static hvd_result_t barrier(const char *fn, hvd_request_t **req) {
   REQUIRE_INIT(fn);
   if (req == NULL)
     return check_req("barrier", NULL, req);
-  return submit(fn, new_request(HVD__BARRIER_NAME, HVD__BARRIER, NULL, 0, 1, 1, 0),
-                req);
+  return submit(
+      fn, new_request(HVD__BARRIER_NAME, HVD__BARRIER, NULL, 0, 1, 1, 0), req);
 }
 
 hvd_result_t hvd_barrier_async(hvd_request_t **req) {

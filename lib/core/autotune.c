@@ -41,9 +41,9 @@ static const struct {
 struct hvd__autotune {
   hvd__tune_params_t defaults, best, cur;
   double best_score;
-  int param, cand;     /* what is being measured */
-  int verify;          /* final comparison round, 0 before */
-  int bursts;          /* bursts of the current configuration */
+  int param, cand; /* what is being measured */
+  int verify;      /* final comparison round, 0 before */
+  int bursts;      /* bursts of the current configuration */
   double scores[SAMPLES];
   double verify_best[VERIFY], verify_default[VERIFY];
   int samples, done;
@@ -51,7 +51,9 @@ struct hvd__autotune {
 };
 
 static int64_t *field(hvd__tune_params_t *p, int i) {
-  return i == 0 ? &p->chunk_bytes : i == 1 ? &p->fusion_threshold : &p->cycle_us;
+  return i == 0   ? &p->chunk_bytes
+         : i == 1 ? &p->fusion_threshold
+                  : &p->cycle_us;
 }
 
 hvd__autotune_t *hvd__autotune_create(const hvd__settings_t *s,
@@ -181,9 +183,8 @@ void hvd__autotune_record(hvd__autotune_t *a, int64_t bytes, double seconds,
                "autotune done after %d bursts: chunk %lld, fusion %lld, "
                "cycle %lld us (%.2f vs %.2f GB/s for the defaults)",
                a->samples, (long long)a->best.chunk_bytes,
-               (long long)a->best.fusion_threshold,
-               (long long)a->best.cycle_us, sb / VERIFY / 1e9,
-               sd / VERIFY / 1e9);
+               (long long)a->best.fusion_threshold, (long long)a->best.cycle_us,
+               sb / VERIFY / 1e9, sd / VERIFY / 1e9);
     }
   }
   *p = a->cur;

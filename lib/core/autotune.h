@@ -42,9 +42,9 @@ int hvd__autotune_samples(const hvd__autotune_t *a);
  * the allreduce bytes executed meanwhile. Finished bursts wait in ended_*
  * until hvd__autotune_score hands them to the tuner. */
 typedef struct hvd__burst {
-  double start;          /* first submission while idle */
-  int64_t bytes;         /* allreduce bytes executed in the current burst */
-  int64_t ended_bytes;   /* finished bursts, not yet scored */
+  double start;        /* first submission while idle */
+  int64_t bytes;       /* allreduce bytes executed in the current burst */
+  int64_t ended_bytes; /* finished bursts, not yet scored */
   double ended_seconds;
 } hvd__burst_t;
 

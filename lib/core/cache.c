@@ -50,10 +50,9 @@ int hvd__cache_capacity(const hvd__cache_t *c) { return c ? c->capacity : 0; }
 
 static int desc_equal(const hvd__desc_t *a, const hvd__desc_t *b) {
   if (a->coll != b->coll || a->dtype != b->dtype ||
-      !hvd__device_kind_equal(a->device, b->device) ||
-      a->ndim != b->ndim || a->op != b->op || a->prescale != b->prescale ||
-      a->postscale != b->postscale || a->root != b->root ||
-      a->wire != b->wire)
+      !hvd__device_kind_equal(a->device, b->device) || a->ndim != b->ndim ||
+      a->op != b->op || a->prescale != b->prescale ||
+      a->postscale != b->postscale || a->root != b->root || a->wire != b->wire)
     return 0;
   /* allgather and alltoall may change their first dimension freely */
   int from = (a->coll == HVD__ALLGATHER || a->coll == HVD__ALLTOALL) ? 1 : 0;

@@ -18,8 +18,8 @@
 #include "base/log.h"
 #include "base/table.h"
 #include "base/tensor.h"
-#include "base/wire.h"
 #include "base/wait.h"
+#include "base/wire.h"
 #include "core/pending.h"
 #include "core/stall.h"
 
@@ -98,11 +98,21 @@ void hvd__controller_destroy(hvd__controller_t *c) {
 /* ---- the coordinator ---------------------------------------------------- */
 
 /* The fields ranks must agree on, in the order they are checked. */
-enum field { F_COLL, F_DTYPE, F_DEVICE, F_OP, F_PRESCALE, F_POSTSCALE,
-             F_ROOT, F_SHAPE, F_WIRE, F_COUNT };
+enum field {
+  F_COLL,
+  F_DTYPE,
+  F_DEVICE,
+  F_OP,
+  F_PRESCALE,
+  F_POSTSCALE,
+  F_ROOT,
+  F_SHAPE,
+  F_WIRE,
+  F_COUNT
+};
 static const char *const field_names[F_COUNT] = {
-    "collective", "dtype", "device", "op", "prescale", "postscale", "root",
-    "shape", "wire dtype"};
+    "collective", "dtype", "device", "op",        "prescale",
+    "postscale",  "root",  "shape",  "wire dtype"};
 
 static int field_applies(int field, int coll) {
   int reduces = coll == HVD__ALLREDUCE || coll == HVD__REDUCESCATTER;
@@ -212,8 +222,8 @@ static int check_agreement(const hvd__controller_t *c, const hvd__pending_t *p,
       }
       if (listed == 0) {
         field_str(f, d0, v0, sizeof v0);
-        at = (size_t)snprintf(msg, sizeof msg, "%s: rank %d %s %s vs", lab,
-                              ref, field_names[f], v0);
+        at = (size_t)snprintf(msg, sizeof msg, "%s: rank %d %s %s vs", lab, ref,
+                              field_names[f], v0);
       }
       field_str(f, &p->desc[r], v, sizeof v);
       if (at < sizeof msg)
@@ -423,12 +433,11 @@ static hvd_result_t coordinate(hvd__controller_t *c, const char *inbox) {
     if (c->headers[2 * r + 1] && shutdown_by < 0)
       shutdown_by = r;
     if (c->headers[2 * r] > 0)
-      HVD__CHECK(read_message(c, r, inbox + c->displs[r],
-                              (size_t)c->headers[2 * r]));
+      HVD__CHECK(
+          read_message(c, r, inbox + c->displs[r], (size_t)c->headers[2 * r]));
   }
   HVD__CHECK(respond_ready(c, &nresp));
-  nresp += hvd__stall_inspect(&c->stall, c->head, c->joined, c->size,
-                              &c->resp);
+  nresp += hvd__stall_inspect(&c->stall, c->head, c->joined, c->size, &c->resp);
   nresp += respond_join_shutdown(c, shutdown_by);
   if (c->resp.failed)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator response");
@@ -446,17 +455,17 @@ static hvd_result_t reserve_inbox(hvd__controller_t *c, size_t n) {
     return HVD_SUCCESS;
   char *p = realloc(c->inbox, n);
   if (p == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY,
-                          "negotiation buffer of %zu bytes", n);
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "negotiation buffer of %zu bytes",
+                          n);
   c->inbox = p;
   c->inbox_cap = n;
   return HVD_SUCCESS;
 }
 
 hvd_result_t hvd__controller_negotiate(hvd__controller_t *c,
-                                       hvd_request_t *const *fresh,
-                                       int nfresh, int want_shutdown,
-                                       hvd__response_t **out, int *nout) {
+                                       hvd_request_t *const *fresh, int nfresh,
+                                       int want_shutdown, hvd__response_t **out,
+                                       int *nout) {
   hvd_result_t rc = HVD_SUCCESS;
   MPI_Request mr;
   *out = NULL;
@@ -473,8 +482,8 @@ hvd_result_t hvd__controller_negotiate(hvd__controller_t *c,
 
   /* 1. everyone learns everyone's payload length and shutdown flag */
   int64_t hdr[2] = {(int64_t)c->out.len, want_shutdown};
-  HVD__MPI_CHECK(MPI_Iallgather(hdr, 2, MPI_INT64_T, c->headers, 2,
-                                MPI_INT64_T, c->comm, &mr));
+  HVD__MPI_CHECK(MPI_Iallgather(hdr, 2, MPI_INT64_T, c->headers, 2, MPI_INT64_T,
+                                c->comm, &mr));
   HVD__CHECK(hvd__mpi_wait(&mr, "negotiation"));
 
   /* 2. payloads to the coordinator, if anyone has one */

@@ -31,8 +31,8 @@ void hvd__controller_destroy(hvd__controller_t *c); /* accepts NULL */
  * requests submitted since the last round. On success *out holds *nout
  * responses (free with hvd__responses_free). */
 hvd_result_t hvd__controller_negotiate(hvd__controller_t *c,
-                                       hvd_request_t *const *fresh,
-                                       int nfresh, int want_shutdown,
-                                       hvd__response_t **out, int *nout);
+                                       hvd_request_t *const *fresh, int nfresh,
+                                       int want_shutdown, hvd__response_t **out,
+                                       int *nout);
 
 #endif /* HVD_CORE_CONTROLLER_H */

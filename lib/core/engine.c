@@ -117,13 +117,13 @@ static hvd_result_t negotiate(hvd__engine_t *e, hvd_request_t *list,
   hvd__fastpath_sort(e->fast, list, &e->joined, &e->slow);
   if (!hvd__queue_empty(&e->slow) || hvd__controller_busy(e->ctl))
     flags |= HVD__FAST_SLOW;
-  rc = hvd__fastpath_run(e->fast, flags, e->tune ? &e->params : NULL,
-                         e->joined, &e->slow, &out);
+  rc = hvd__fastpath_run(e->fast, flags, e->tune ? &e->params : NULL, e->joined,
+                         &e->slow, &out);
   a->fast = out.ready;
   a->nfast = out.nready;
   if (rc != HVD_SUCCESS)
     return HVD_ERR_MPI; /* as every failure of the round has been */
-  if (e->tuning) { /* rank 0's parameters, on every rank at once */
+  if (e->tuning) {      /* rank 0's parameters, on every rank at once */
     e->settings.fusion_threshold = out.params.fusion_threshold;
     e->env.chunk_bytes = out.params.chunk_bytes;
     e->cycle_s = (double)out.params.cycle_us / 1e6;
@@ -135,8 +135,8 @@ static hvd_result_t negotiate(hvd__engine_t *e, hvd_request_t *list,
 }
 
 /* nnew: the new requests, counted only when tracing; any: there were. */
-static void trace_cycle(hvd__engine_t *e, int any, int nnew,
-                        const agreed_t *a, double start) {
+static void trace_cycle(hvd__engine_t *e, int any, int nnew, const agreed_t *a,
+                        double start) {
   if (nnew + a->nfast + a->nslow > 0)
     HVD__LOG(HVD__LOG_TRACE,
              "cycle %ld: %d new, %d agreed by cache, %d by coordinator, "
@@ -232,7 +232,6 @@ static void engine_poke(void *arg) {
   pthread_mutex_unlock(&e->mu);
 }
 
-
 static void engine_free(hvd__engine_t *e) {
   hvd__engine_close_executors(e, 0); /* open only after a failure */
   hvd__controller_destroy(e->ctl);
@@ -309,9 +308,8 @@ static void trace_hook(void *ctx, const hvd_request_t *r, const char *phase,
 static hvd_result_t start_timeline(hvd__engine_t *e) {
   const hvd__settings_t *s = &e->settings;
   hvd__timeline_start_t t;
-  hvd_result_t rc =
-      hvd__timeline_start(e->env.comm, e->env.rank, e->env.size, s->timeline,
-                          s->timeline_all_ranks, &t);
+  hvd_result_t rc = hvd__timeline_start(e->env.comm, e->env.rank, e->env.size,
+                                        s->timeline, s->timeline_all_ranks, &t);
   e->epoch = t.epoch;
   e->timeline_any = t.any;
   e->tl = t.t;
@@ -355,9 +353,8 @@ static hvd_result_t start_negotiation(hvd__engine_t *e) {
                                   e->timeline_any);
   if (e->inflight == NULL || e->ctl == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
-  hvd__fastpath_config_t fc = {e->env.comm,     e->env.rank,
-                               s->cache_capacity, e->tuning,
-                               s->stall_check_s, e->timeline_any,
+  hvd__fastpath_config_t fc = {e->env.comm, e->env.rank,      s->cache_capacity,
+                               e->tuning,   s->stall_check_s, e->timeline_any,
                                e->env.size};
   e->fast = hvd__fastpath_create(&fc);
   return e->fast != NULL ? HVD_SUCCESS : HVD_ERR_NO_MEMORY;

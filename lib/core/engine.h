@@ -8,8 +8,8 @@
 
 #include <mpi.h>
 
-#include "core/request.h"
 #include "base/settings.h"
+#include "core/request.h"
 #include "ops/executor.h"
 
 typedef struct hvd__engine hvd__engine_t;

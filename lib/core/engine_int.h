@@ -42,9 +42,9 @@ struct hvd__engine {
   /* engine thread only */
   hvd__controller_t *ctl;
   void *exec_state[HVD__MAX_EXECUTORS];
-  int joined;          /* this rank has a join in flight */
-  int failed;          /* the engine stopped on an error, not agreement */
-  hvd__queue_t slow;   /* waiting for the coordinator */
+  int joined;            /* this rank has a join in flight */
+  int failed;            /* the engine stopped on an error, not agreement */
+  hvd__queue_t slow;     /* waiting for the coordinator */
   hvd_request_t **fresh; /* array form of `slow` for the controller */
   int fresh_cap;
   hvd__fastpath_t *fast;         /* the response cache and its vector */
@@ -84,8 +84,8 @@ hvd__stop_t hvd__engine_execute(hvd__engine_t *e, hvd__response_t *xs, int n,
 /* execute.c: stops the engine for good: every request still in flight
  * completes with rc and "<label>: <in_flight_msg>"; later submissions get
  * "<label>: <reason>". */
-void hvd__engine_stop_all(hvd__engine_t *e, hvd_result_t rc,
-                          const char *reason, const char *in_flight_msg);
+void hvd__engine_stop_all(hvd__engine_t *e, hvd_result_t rc, const char *reason,
+                          const char *in_flight_msg);
 
 /* execute.c: the engine failed (rc, message set): stops it as above with
  * "hvd's engine failed: <message>". */

@@ -58,8 +58,8 @@ static void collect(const char *key, void *value, void *arg) {
   *list = r;
 }
 
-void hvd__engine_stop_all(hvd__engine_t *e, hvd_result_t rc,
-                          const char *reason, const char *in_flight_msg) {
+void hvd__engine_stop_all(hvd__engine_t *e, hvd_result_t rc, const char *reason,
+                          const char *in_flight_msg) {
   hvd_request_t *list = NULL;
   pthread_mutex_lock(&e->mu);
   e->stopped = 1;
@@ -244,8 +244,8 @@ static void finish(hvd__engine_t *e, hvd_request_t **reqs, int m,
 
 /* Runs n RUN responses as one group (n > 1 only for compatible
  * allreduces) and completes their requests. */
-static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs,
-                      int n, double agreed) {
+static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
+                      double agreed) {
   hvd_request_t *stack[64], **reqs = stack;
   if (n > 64 && !(reqs = calloc((size_t)n, sizeof *reqs))) {
     for (int i = 0; i < n; i++) /* run them one by one instead */
@@ -272,8 +272,7 @@ static int fusable(const hvd__response_t *a, const hvd__response_t *b) {
          a->desc.coll == HVD__ALLREDUCE && b->desc.coll == HVD__ALLREDUCE &&
          a->desc.dtype == b->desc.dtype && a->desc.device == b->desc.device &&
          a->desc.op == b->desc.op && a->desc.prescale == b->desc.prescale &&
-         a->desc.postscale == b->desc.postscale &&
-         a->desc.wire == b->desc.wire;
+         a->desc.postscale == b->desc.postscale && a->desc.wire == b->desc.wire;
 }
 
 static int64_t resp_bytes(const hvd__response_t *x) {

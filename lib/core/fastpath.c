@@ -15,11 +15,11 @@
 
 /* Where each part of the vector lies; computed once. */
 typedef struct layout {
-  int len;           /* words in all */
-  int words;         /* words per bit set (0 without a cache) */
-  int nparams;       /* tuned parameters (3 when tuning, else 0) */
-  uint64_t *flags;   /* [0] */
-  uint64_t *tuned;   /* [1, 1 + nparams) */
+  int len;         /* words in all */
+  int words;       /* words per bit set (0 without a cache) */
+  int nparams;     /* tuned parameters (3 when tuning, else 0) */
+  uint64_t *flags; /* [0] */
+  uint64_t *tuned; /* [1, 1 + nparams) */
   uint64_t *notready;
   uint64_t *inval;
 } layout_t;
@@ -171,8 +171,8 @@ static hvd_result_t gather_ready(hvd__fastpath_t *f, hvd__response_t *list,
     if (all == NULL) /* still take part in the gather */
       HVD__LOG(HVD__LOG_WARNING, "timeline: no memory for ready times");
   }
-  HVD__MPI_CHECK(MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0,
-                            f->cfg.comm));
+  HVD__MPI_CHECK(
+      MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, f->cfg.comm));
   for (int k = 0; k < n && all != NULL; k++) {
     list[k].ready = malloc((size_t)size * sizeof *list[k].ready);
     for (int r = 0; r < size && list[k].ready; r++)

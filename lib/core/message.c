@@ -41,8 +41,7 @@ static void get_desc(hvd__rbuf_t *r, hvd__desc_t *d) {
   d->wire = hvd__r_i32(r);
 }
 
-void hvd__msg_put_response(hvd__wbuf_t *w, const hvd__response_t *x,
-                           int size) {
+void hvd__msg_put_response(hvd__wbuf_t *w, const hvd__response_t *x, int size) {
   hvd__w_i32(w, x->kind);
   put_desc(w, &x->desc);
   hvd__w_i32(w, x->nnames);

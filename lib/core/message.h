@@ -48,8 +48,7 @@ int hvd__msg_get_request(hvd__rbuf_t *rb, char **name, hvd__desc_t *d,
                          double *ready);
 
 /* One response of the coordinator's list (size: the world size). */
-void hvd__msg_put_response(hvd__wbuf_t *w, const hvd__response_t *x,
-                           int size);
+void hvd__msg_put_response(hvd__wbuf_t *w, const hvd__response_t *x, int size);
 /* The coordinator's list: a count, then the responses. On success *out
  * holds *n responses (free with hvd__responses_free); else the message is
  * set (HVD_ERR_INTERNAL "malformed response list", HVD_ERR_NO_MEMORY). */

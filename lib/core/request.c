@@ -61,8 +61,7 @@ void hvd__requests_done(hvd_request_t *const *rs, int n) {
   pthread_cond_broadcast(&done_cv);
 }
 
-void hvd__request_complete(hvd_request_t *r, hvd_result_t rc,
-                           const char *msg) {
+void hvd__request_complete(hvd_request_t *r, hvd_result_t rc, const char *msg) {
   hvd__request_set_result(r, rc, msg);
   hvd__requests_done(&r, 1);
 }

@@ -14,14 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/device.h"
 #include "base/errors.h"
 #include "base/log.h"
-#include "base/device.h"
 #include "base/settings.h"
 #include "hvd_mpi.h"
 
 static struct {
-  pthread_mutex_t mu; /* serialises init and shutdown */
+  pthread_mutex_t mu;  /* serialises init and shutdown */
   pthread_rwlock_t rw; /* submissions (read) vs. shutdown (write) */
   atomic_int initialized;
   int owns_mpi;

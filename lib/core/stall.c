@@ -25,8 +25,7 @@ static void rank_list(const hvd__pending_t *p, const unsigned char *joined,
 }
 
 int hvd__stall_inspect(hvd__stall_t *s, hvd__pending_t *head,
-                       const unsigned char *joined, int size,
-                       hvd__wbuf_t *w) {
+                       const unsigned char *joined, int size, hvd__wbuf_t *w) {
   double now = hvd__now();
   s->next_check = now + 0.1;
   for (hvd__pending_t *p = head; p != NULL; p = p->next) {
@@ -39,8 +38,8 @@ int hvd__stall_inspect(hvd__stall_t *s, hvd__pending_t *head,
     int ref = 0;
     while (ref < size && !p->have[ref])
       ref++;
-    hvd__pending_label(p, ref < size ? p->desc[ref].coll : HVD__ALLREDUCE,
-                       lab, sizeof lab);
+    hvd__pending_label(p, ref < size ? p->desc[ref].coll : HVD__ALLREDUCE, lab,
+                       sizeof lab);
     rank_list(p, joined, size, 0, missing, sizeof missing);
     rank_list(p, joined, size, 1, present, sizeof present);
     if (check) {

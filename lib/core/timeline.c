@@ -37,9 +37,7 @@ static void put(hvd__timeline_t *t, const char *s, size_t n) {
   t->len += n;
 }
 
-static void put_str(hvd__timeline_t *t, const char *s) {
-  put(t, s, strlen(s));
-}
+static void put_str(hvd__timeline_t *t, const char *s) { put(t, s, strlen(s)); }
 
 static void putf(hvd__timeline_t *t, const char *fmt, ...) HVD__PRINTF(2, 3);
 static void putf(hvd__timeline_t *t, const char *fmt, ...) {
@@ -144,10 +142,11 @@ void hvd__timeline_cycle(hvd__timeline_t *t, double at, long cycle) {
   if (t == NULL)
     return;
   begin_event(t);
-  putf(t,
-       "{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":0,"
-       "\"ts\":%.3f,\"args\":{\"cycle\":%ld}}",
-       t->rank, (at - t->epoch) * 1e6, cycle);
+  putf(
+      t,
+      "{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":0,"
+      "\"ts\":%.3f,\"args\":{\"cycle\":%ld}}",
+      t->rank, (at - t->epoch) * 1e6, cycle);
 }
 
 void hvd__timeline_flush(hvd__timeline_t *t, double period) {

@@ -24,16 +24,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ops/cuda_kernels.h"
 #include "base/cuda_launch.h"
 #include "base/device.h"
 #include "base/half.h"
 #include "base/kernel_math.h"
+#include "ops/cuda_kernels.h"
 
 namespace {
 
 #define HD __host__ __device__ __forceinline__
-
 
 /* ---- element operations: dst = op(src) --------------------------------- */
 
@@ -127,9 +126,9 @@ struct Batch {
 
 template <typename S, typename D, typename Op>
 hvd_result_t launch(const Batch &b, Op op) {
-  span_kernel<S, D, Op><<<hvd__grid_for(b.max_count, b.n), hvd__kernel_threads,
-                         0, b.stream>>>(
-      b.spans, b.one, b.n, op);
+  span_kernel<S, D, Op>
+      <<<hvd__grid_for(b.max_count, b.n), hvd__kernel_threads, 0, b.stream>>>(
+          b.spans, b.one, b.n, op);
   if (cudaPeekAtLastError() != cudaSuccess)
     return hvd__launch_error(b.who);
   return HVD_SUCCESS;

@@ -1,7 +1,7 @@
 /*
  * cuda_kernels.h - device element kernels (lib/ops/cuda_kernels.cu), the
- * device twins of lib/ops/reduce.c, with the same results bit for bit: same operation
- * order, no contraction into fused multiply-adds, the same f16/bf16
+ * device twins of lib/ops/reduce.c, with the same results bit for bit: same
+ * operation order, no contraction into fused multiply-adds, the same f16/bf16
  * rounding (to nearest even).
  *
  * Only in builds with CUDA (HVD_HAVE_CUDA). Every function launches on

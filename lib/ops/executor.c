@@ -17,15 +17,14 @@
 #endif
 
 /* Indices below follow this order. */
-const hvd__executor_t *const hvd__executors[] = {
-    &hvd__mpi_executor,
+const hvd__executor_t *const hvd__executors[] = {&hvd__mpi_executor,
 #ifdef HVD_HAVE_CUDA
-    &hvd__staged_executor,
+                                                 &hvd__staged_executor,
 #endif
 #ifdef HVD_HAVE_NCCL
-    &hvd__nccl_executor,
+                                                 &hvd__nccl_executor,
 #endif
-    NULL};
+                                                 NULL};
 
 int hvd__executor_for(const hvd__exec_env_t *env, int device) {
   if (device == HVD_CPU)

@@ -16,12 +16,12 @@
 
 /* What a rank says about one collective. Negotiation compares these. */
 typedef struct hvd__desc {
-  int coll;        /* hvd__coll_t */
-  int dtype;       /* hvd_dtype_t */
-  int device;      /* HVD_CPU or CUDA ordinal */
+  int coll;   /* hvd__coll_t */
+  int dtype;  /* hvd_dtype_t */
+  int device; /* HVD_CPU or CUDA ordinal */
   int ndim;
   int64_t shape[HVD_MAX_DIMS];
-  int op;          /* hvd_op_t */
+  int op; /* hvd_op_t */
   double prescale, postscale;
   int root;
   int wire; /* dtype on the wire: dtype, or f16/bf16 for a compressed f32 */
@@ -45,10 +45,10 @@ struct hvd_request {
   int64_t *recv_splits_out; /* caller's array, may be NULL */
   int *last_rank_out;       /* join: caller's slot, may be NULL */
   int last_rank;
-  int nranks;               /* world size when submitted */
-  int is_stub;              /* made by the engine for a rank that joined */
-  double t_submit;          /* hvd__now() at submission (timeline) */
-  double t_ready;           /* t_submit on the aligned timeline clock */
+  int nranks;      /* world size when submitted */
+  int is_stub;     /* made by the engine for a rank that joined */
+  double t_submit; /* hvd__now() at submission (timeline) */
+  double t_ready;  /* t_submit on the aligned timeline clock */
 
   int done; /* guarded by the completion lock in request.c */
   hvd_result_t rc;
@@ -56,7 +56,8 @@ struct hvd_request {
   hvd_request_t *next; /* engine queue link */
 };
 
-/* ---- the interface --------------------------------------------------------- */
+/* ---- the interface ---------------------------------------------------------
+ */
 
 typedef struct hvd__exec_env {
   MPI_Comm comm; /* hvd's communicator (only the engine thread uses it) */
@@ -71,8 +72,8 @@ typedef struct hvd__exec_env {
   int gpu_ops;         /* HVD_GPU_OPERATIONS: HVD__GPU_OPS_NCCL or _MPI */
   double nccl_timeout_s; /* HVD_NCCL_TIMEOUT; 0 = wait forever */
   /* Timeline hook, NULL when off: phase of one request from t0 to t1. */
-  void (*trace)(void *ctx, const hvd_request_t *r, const char *phase,
-                double t0, double t1);
+  void (*trace)(void *ctx, const hvd_request_t *r, const char *phase, double t0,
+                double t1);
   void *trace_ctx;
 } hvd__exec_env_t;
 

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/errors.h"
 #include "base/device.h"
+#include "base/errors.h"
 #include "base/tensor.h"
 #include "base/wait.h"
 #include "ops/mpi_ops.h"

@@ -20,8 +20,8 @@
 #ifdef HVD_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "ops/cuda_kernels.h"
 #include "base/device.h"
+#include "ops/cuda_kernels.h"
 #include "ops/executor.h"
 
 typedef struct hvd__gpu {

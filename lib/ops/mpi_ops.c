@@ -23,7 +23,7 @@
 
 typedef struct mpi_state {
   MPI_Op half_ops[2][HVD_OP_COUNT]; /* [f16, bf16][op] */
-  char *stage; /* persistent fusion chunk */
+  char *stage;                      /* persistent fusion chunk */
   size_t stage_cap;
   /* shared-memory allreduce within the node (see shm_span) */
   int shm;       /* use it; decided for every rank alike */
@@ -116,9 +116,9 @@ static hvd_result_t shm_open(mpi_state_t *s, const hvd__exec_env_t *env) {
   int ok = 0;
   if (env->shm && env->local_size > 1) {
     char *base = NULL;
-    int err = MPI_Win_allocate_shared((MPI_Aint)(2 * SHM_SLOT), 1,
-                                      MPI_INFO_NULL, env->local_comm, &base,
-                                      &s->win);
+    int err =
+        MPI_Win_allocate_shared((MPI_Aint)(2 * SHM_SLOT), 1, MPI_INFO_NULL,
+                                env->local_comm, &base, &s->win);
     s->slot = calloc((size_t)env->local_size, sizeof *s->slot);
     ok = err == MPI_SUCCESS && s->slot != NULL;
     if (err == MPI_SUCCESS)
@@ -253,9 +253,8 @@ static int64_t shm_per(int64_t cnt, int64_t p) {
 }
 
 /* Steps 1 (done by the caller: cnt elements in shm_mine) to 3's barrier. */
-static hvd_result_t shm_reduce_piece(mpi_state_t *s,
-                                     const hvd__exec_env_t *env, int64_t cnt,
-                                     const hvd__desc_t *d) {
+static hvd_result_t shm_reduce_piece(mpi_state_t *s, const hvd__exec_env_t *env,
+                                     int64_t cnt, const hvd__desc_t *d) {
   hvd_result_t rc = HVD_SUCCESS;
   hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
   int64_t esize = (int64_t)hvd_dtype_size(dtype);
@@ -266,8 +265,8 @@ static hvd_result_t shm_reduce_piece(mpi_state_t *s,
   int64_t hi = lo + per < cnt ? lo + per : cnt;
   for (int k = 0; k < env->local_size && hi > lo; k++)
     if (k != env->local_rank)
-      hvd__reduce_into(mine + lo * esize, s->slot[k] + at + lo * esize,
-                       hi - lo, dtype, (hvd_op_t)d->op);
+      hvd__reduce_into(mine + lo * esize, s->slot[k] + at + lo * esize, hi - lo,
+                       dtype, (hvd_op_t)d->op);
   if (s->shm_cross && hi > lo) /* same segments on every node */
     HVD__MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mine + lo * esize,
                                  (int)(hi - lo), mpi_dtype(d->dtype),
@@ -346,8 +345,8 @@ static hvd_result_t reduce_span(mpi_state_t *s, const hvd__exec_env_t *env,
   int hier = env->hierarchical; /* decided for every rank alike at start */
   for (int64_t off = 0; off < n; off += CHUNK_ELEMS) {
     int count = (int)(n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS);
-    const void *sp = src == MPI_IN_PLACE ? MPI_IN_PLACE
-                                         : (const char *)src + off * esize;
+    const void *sp =
+        src == MPI_IN_PLACE ? MPI_IN_PLACE : (const char *)src + off * esize;
     char *dp = (char *)dst + off * esize;
     if (!hier) {
       HVD__MPI_CHECK(MPI_Allreduce(sp, dp, count, dt, mop, env->comm));
@@ -356,12 +355,12 @@ static hvd_result_t reduce_span(mpi_state_t *s, const hvd__exec_env_t *env,
       if (env->local_rank == 0)
         HVD__MPI_CHECK(MPI_Reduce(sp, dp, count, dt, mop, 0, env->local_comm));
       else
-        HVD__MPI_CHECK(MPI_Reduce(sp == MPI_IN_PLACE ? dp : sp, NULL, count,
-                                  dt, mop, 0, env->local_comm));
+        HVD__MPI_CHECK(MPI_Reduce(sp == MPI_IN_PLACE ? dp : sp, NULL, count, dt,
+                                  mop, 0, env->local_comm));
       /* 2. across nodes, among the local roots */
       if (env->local_rank == 0)
-        HVD__MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, dp, count, dt, mop,
-                                     env->cross_comm));
+        HVD__MPI_CHECK(
+            MPI_Allreduce(MPI_IN_PLACE, dp, count, dt, mop, env->cross_comm));
       /* 3. back to every rank of the node */
       HVD__MPI_CHECK(MPI_Bcast(dp, count, dt, 0, env->local_comm));
     }
@@ -409,8 +408,8 @@ static hvd_result_t reduce_direct(mpi_state_t *s, const hvd__exec_env_t *env,
       hvd__scale(dst, src, cnt, dtype, d->prescale);
       src = dst;
     }
-    hvd_result_t rc = reduce_span(s, env, src == dst ? MPI_IN_PLACE : src,
-                                  dst, cnt, d, !r->is_stub);
+    hvd_result_t rc = reduce_span(s, env, src == dst ? MPI_IN_PLACE : src, dst,
+                                  cnt, d, !r->is_stub);
     if (rc != HVD_SUCCESS)
       return rc;
   }
@@ -676,7 +675,7 @@ fail:
 }
 
 hvd_result_t hvd__mpi_barrier(void *state, const hvd__exec_env_t *env,
-                             const hvd__work_t *w) {
+                              const hvd__work_t *w) {
   (void)state;
   (void)w;
   hvd_result_t rc = HVD_SUCCESS;

@@ -78,7 +78,7 @@ void hvd__scale(void *dst, const void *src, int64_t n, hvd_dtype_t dtype,
     const type *s = src;                                                       \
     type *d = dst;                                                             \
     for (int64_t i = 0; i < n; i++)                                            \
-      d[i] = (type)((int64_t)s[i] / (int64_t)size); /* size may exceed type */                                        \
+      d[i] = (type)((int64_t)s[i] / (int64_t)size); /* size may exceed type */ \
   } while (0)
 
 void hvd__reduce_finish(void *dst, const void *src, int64_t n,
@@ -203,7 +203,7 @@ void hvd__reduce_half(const uint16_t *in, uint16_t *inout, int64_t n,
       INTO_LOOP(type, b > a ? b : a);                                          \
       break;                                                                   \
     case HVD_PRODUCT:                                                          \
-      INTO_LOOP(type, (wide)a * (wide)b);                                      \
+      INTO_LOOP(type, (wide)a *(wide)b);                                       \
       break;                                                                   \
     default:                                                                   \
       INTO_LOOP(type, (wide)a + (wide)b);                                      \
@@ -211,8 +211,8 @@ void hvd__reduce_half(const uint16_t *in, uint16_t *inout, int64_t n,
     }                                                                          \
   } while (0)
 
-void hvd__reduce_into(void *dst, const void *src, int64_t n,
-                      hvd_dtype_t dtype, hvd_op_t op) {
+void hvd__reduce_into(void *dst, const void *src, int64_t n, hvd_dtype_t dtype,
+                      hvd_op_t op) {
   switch (dtype) {
   case HVD_UINT8:
     INTO_TYPE(uint8_t, unsigned);

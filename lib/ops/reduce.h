@@ -39,8 +39,8 @@ void hvd__cast_from_wire(float *dst, const uint16_t *src, int64_t n,
 
 /* dst[i] = op(dst[i], src[i]) for any dtype (sum for average); dst and
  * src do not overlap. The shared-memory allreduce's inner loop. */
-void hvd__reduce_into(void *dst, const void *src, int64_t n,
-                      hvd_dtype_t dtype, hvd_op_t op);
+void hvd__reduce_into(void *dst, const void *src, int64_t n, hvd_dtype_t dtype,
+                      hvd_op_t op);
 
 /* inout[i] = op(in[i], inout[i]) for f16/bf16, accumulating in float. */
 void hvd__reduce_half(const uint16_t *in, uint16_t *inout, int64_t n,

@@ -56,8 +56,8 @@ static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
   const hvd_adam_options_t *o = &b->o.adam;
   hvd_result_t rc;
   if (b->odev != NULL &&
-      (rc = hvd__odev_update(HVD__STEP_WHO, b->odev, 1, o, params, n, state, 2, step,
-                             lr)) != HVD_SUCCESS)
+      (rc = hvd__odev_update(HVD__STEP_WHO, b->odev, 1, o, params, n, state, 2,
+                             step, lr)) != HVD_SUCCESS)
     return rc;
   const int l2 = !o->decoupled && o->weight_decay != 0;
   const float wd = (float)o->weight_decay;
@@ -91,7 +91,8 @@ static hvd_result_t check_adam(const char *who, const hvd_adam_options_t *o) {
   HVD__CHECK(hvd__optim_check_range(who, "beta1", o->beta1, 0, 0, 1));
   HVD__CHECK(hvd__optim_check_range(who, "beta2", o->beta2, 0, 0, 1));
   HVD__CHECK(hvd__optim_check_range(who, "eps", o->eps, 0, 1, INFINITY));
-  HVD__CHECK(hvd__optim_check_range(who, "weight_decay", o->weight_decay, 0, 0, INFINITY));
+  HVD__CHECK(hvd__optim_check_range(who, "weight_decay", o->weight_decay, 0, 0,
+                                    INFINITY));
 fail:
   return rc;
 }
@@ -107,5 +108,6 @@ hvd_result_t hvd_adam_create(hvd_param_t *params, int n,
     return rc;
   const hvd_optimizer_ops_t ops = {o->decoupled ? "AdamW" : "Adam", 2,
                                    adam_state, adam_step, free};
-  return hvd__optim_create_builtin(who, params, n, o, sizeof *o, &ops, o->lr, out);
+  return hvd__optim_create_builtin(who, params, n, o, sizeof *o, &ops, o->lr,
+                                   out);
 }

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "base/errors.h"
-#include "core/api.h"
 #include "base/tensor.h"
+#include "core/api.h"
 #include "optim/optimizer.h"
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
@@ -60,8 +60,8 @@ static hvd_result_t check_params(const char *fn, const hvd_param_t *params,
                           "%s: params is NULL or n (%d) is negative", fn, n);
   for (int i = 0; i < n; i++)
     if (params[i].name == NULL || params[i].name[0] == '\0')
-      return hvd__set_error(HVD_ERR_INVALID_ARG,
-                            "%s: parameter %d has no name", fn, i);
+      return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: parameter %d has no name",
+                            fn, i);
   return HVD_SUCCESS;
 }
 
@@ -262,7 +262,8 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
   hvd_optimizer_t *c = hvd__optim_core(opt);
   int ns = c->ops.nstate, total = c->n * ns;
   uint64_t h = describe(c->params, c->n);
-  h = fnv1a(h, c->ops.name ? c->ops.name : "", strlen(c->ops.name ? c->ops.name : "") + 1);
+  h = fnv1a(h, c->ops.name ? c->ops.name : "",
+            strlen(c->ops.name ? c->ops.name : "") + 1);
   for (int k = 0; k < ns; k++)
     h = fnv1a(h, c->ops.state_names[k], strlen(c->ops.state_names[k]) + 1);
   hvd_result_t rc = agree(fn, "optimizer (type, parameters, state)", total, h);
@@ -285,7 +286,8 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
     for (int k = 0; k < ns; k++) {
       int j = 1 + i * ns + k;
       ts[j] = &c->state[i * ns + k];
-      size_t len = strlen(c->params[i].name) + strlen(c->ops.state_names[k]) + 2;
+      size_t len =
+          strlen(c->params[i].name) + strlen(c->ops.state_names[k]) + 2;
       labels[j] = malloc(len);
       if (labels[j] != NULL)
         snprintf(labels[j], len, "%s.%s", c->params[i].name,

@@ -33,8 +33,8 @@
 #include <unistd.h>
 
 #include "base/errors.h"
-#include "core/api.h"
 #include "base/tensor.h"
+#include "core/api.h"
 #include "optim/optimizer.h"
 
 #define CKPT_MAGIC "HVDCKPT" /* 8 bytes with its NUL */
@@ -693,8 +693,8 @@ static hvd_result_t check_opt(const char *path, const file_opt_t *o,
       return hvd__set_error(HVD_ERR_CORRUPT,
                             "%s: '%s': optimizer state %llu is '%.*s' in "
                             "the file but '%s' in the program",
-                            load_fn, path, (unsigned long long)k, SHOWN(len),
-                            s, c->ops.state_names[k]);
+                            load_fn, path, (unsigned long long)k, SHOWN(len), s,
+                            c->ops.state_names[k]);
   }
   return HVD_SUCCESS;
 }
@@ -708,8 +708,8 @@ static hvd_result_t check_param(const char *path, uint64_t i,
     return hvd__set_error(HVD_ERR_CORRUPT,
                           "%s: '%s': parameter %llu is '%.*s' in the "
                           "file but '%s' in the model",
-                          load_fn, path, (unsigned long long)i,
-                          SHOWN(f->len), f->name, p->name);
+                          load_fn, path, (unsigned long long)i, SHOWN(f->len),
+                          f->name, p->name);
   if (f->dtype != (uint64_t)t->dtype)
     return hvd__set_error(HVD_ERR_CORRUPT,
                           "%s: '%s': '%s' has dtype %s in the file but "

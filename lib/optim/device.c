@@ -178,9 +178,8 @@ fail:
 /* d->spans and d->dspans hold at least n entries. Only between calls (the
  * stream idle: every optimizer call waits for it). */
 static hvd_result_t grow(const char *who, hvd__odev_t *d, int n) {
-  hvd_result_t rc = hvd__cuda_twin_grow((void **)&d->spans,
-                                        (void **)&d->dspans, &d->cap, n,
-                                        sizeof *d->spans, 16, 0);
+  hvd_result_t rc = hvd__cuda_twin_grow((void **)&d->spans, (void **)&d->dspans,
+                                        &d->cap, n, sizeof *d->spans, 16, 0);
   return rc == HVD_SUCCESS ? rc : kernel_fail(who, rc);
 }
 

@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/api.h"
 #include "base/errors.h"
+#include "core/api.h"
 #include "optim/optimizer.h"
 
 #define GRAD_PREFIX "hvd.grad."

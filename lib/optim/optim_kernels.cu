@@ -13,9 +13,9 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "optim/optim_kernels.h"
 #include "base/cuda_launch.h"
 #include "base/device.h"
+#include "optim/optim_kernels.h"
 #include "optim/optim_math.h"
 
 namespace {
@@ -65,8 +65,8 @@ extern "C" hvd_result_t hvd__cuda_sgd_step(const hvd__cuda_param_span_t *spans,
   if (rc != HVD_SUCCESS || !go)
     return rc;
   hvd__km_sgd_t a = hvd__km_sgd_args(o, step, lr);
-  sgd_kernel<<<hvd__grid_for(max_count, n), hvd__kernel_threads, 0,
-               stream>>>(spans, n, a);
+  sgd_kernel<<<hvd__grid_for(max_count, n), hvd__kernel_threads, 0, stream>>>(
+      spans, n, a);
   if (cudaPeekAtLastError() != cudaSuccess)
     return hvd__launch_error(who);
   return HVD_SUCCESS;
@@ -84,15 +84,14 @@ extern "C" hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans,
   if (rc != HVD_SUCCESS || !go)
     return rc;
   hvd__km_adam_t a = hvd__km_adam_args(o, step, lr);
-  adam_kernel<<<hvd__grid_for(max_count, n), hvd__kernel_threads, 0,
-                stream>>>(spans, n, a);
+  adam_kernel<<<hvd__grid_for(max_count, n), hvd__kernel_threads, 0, stream>>>(
+      spans, n, a);
   if (cudaPeekAtLastError() != cudaSuccess)
     return hvd__launch_error(who);
   return HVD_SUCCESS;
 }
 
-extern "C" hvd_result_t hvd__cuda_grad_scale(float *x, int64_t n,
-                                             double factor,
+extern "C" hvd_result_t hvd__cuda_grad_scale(float *x, int64_t n, double factor,
                                              cudaStream_t stream) {
   static const char who[] = "hvd__cuda_grad_scale";
   hvd_result_t rc = hvd__km_check_one(who, n, HVD_FLOAT32);

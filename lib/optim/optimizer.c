@@ -19,19 +19,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/errors.h"
 #include "base/device.h"
-#include "core/api.h"
+#include "base/errors.h"
 #include "base/table.h"
 #include "base/tensor.h"
+#include "core/api.h"
 #include "optim/optimizer.h"
 
 /* ---- checks ------------------------------------------------------------- */
 
 /* x in [lo, hi), or (lo, hi) when lo_open; NaN is never in range. */
-hvd_result_t hvd__optim_check_range(const char *who, const char *what,
-                                    double x, double lo, int lo_open,
-                                    double hi) {
+hvd_result_t hvd__optim_check_range(const char *who, const char *what, double x,
+                                    double lo, int lo_open, double hi) {
   if ((lo_open ? x > lo : x >= lo) && x < hi)
     return HVD_SUCCESS;
   return hvd__set_error(HVD_ERR_INVALID_ARG,
@@ -381,8 +380,8 @@ static void plain_destroy(hvd_optimizer_t *opt) {
 }
 
 const hvd__optim_class_t hvd__plain_class = {
-    plain_step, plain_zero_grad, plain_grad_ready, plain_set_sync,
-    plain_destroy,
+    plain_step,     plain_zero_grad, plain_grad_ready,
+    plain_set_sync, plain_destroy,
 };
 
 /* ---- the public calls --------------------------------------------------- */

@@ -68,9 +68,8 @@ hvd_result_t hvd__optim_apply(hvd_optimizer_t *core);
 
 /* x in [lo, hi), or (lo, hi) when lo_open; NaN is never in range.
  * HVD_ERR_INVALID_ARG "<who>: <what> <x> is out of range [lo, hi)". */
-hvd_result_t hvd__optim_check_range(const char *who, const char *what,
-                                    double x, double lo, int lo_open,
-                                    double hi);
+hvd_result_t hvd__optim_check_range(const char *who, const char *what, double x,
+                                    double lo, int lo_open, double hi);
 
 /* First of every create: out must be there, and is NULL until success. */
 hvd_result_t hvd__optim_check_out(const char *who, hvd_optimizer_t **out);

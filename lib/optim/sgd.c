@@ -93,10 +93,12 @@ static hvd_result_t check_sgd(const char *who, const hvd_sgd_options_t *o) {
   if (o == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
   HVD__CHECK(hvd__optim_check_range(who, "lr", o->lr, 0, 0, INFINITY));
-  HVD__CHECK(hvd__optim_check_range(who, "momentum", o->momentum, 0, 0, INFINITY));
   HVD__CHECK(
-      hvd__optim_check_range(who, "dampening", o->dampening, -INFINITY, 1, INFINITY));
-  HVD__CHECK(hvd__optim_check_range(who, "weight_decay", o->weight_decay, 0, 0, INFINITY));
+      hvd__optim_check_range(who, "momentum", o->momentum, 0, 0, INFINITY));
+  HVD__CHECK(hvd__optim_check_range(who, "dampening", o->dampening, -INFINITY,
+                                    1, INFINITY));
+  HVD__CHECK(hvd__optim_check_range(who, "weight_decay", o->weight_decay, 0, 0,
+                                    INFINITY));
   if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
     rc = hvd__set_error(HVD_ERR_INVALID_ARG,
                         "%s: nesterov needs momentum > 0 and dampening 0 "
@@ -116,6 +118,6 @@ hvd_result_t hvd_sgd_create(hvd_param_t *params, int n,
     return rc;
   const hvd_optimizer_ops_t ops = {"SGD", o->momentum != 0 ? 1 : 0, sgd_state,
                                    sgd_step, free};
-  return hvd__optim_create_builtin(who, params, n, o, sizeof *o, &ops, o->lr, out);
+  return hvd__optim_create_builtin(who, params, n, o, sizeof *o, &ops, o->lr,
+                                   out);
 }
-
