@@ -16,7 +16,7 @@
 
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 prog=$HVD_TOP_BUILDDIR/examples/bert_train
-need_prog "$prog"
+need_bert_train
 make_tmp bert_device
 
 if grep -q '^#define HVD_HAVE_CUDA 1' "$HVD_TOP_BUILDDIR/config.h"; then

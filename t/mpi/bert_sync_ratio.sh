@@ -8,7 +8,7 @@ script=$HVD_TOP_SRCDIR/bench/bert-sync-ratio.sh
 HVD_TEST_TIMEOUT=${HVD_TEST_TIMEOUT:-90}
 export HVD_TEST_TIMEOUT
 
-need_prog "$HVD_TOP_BUILDDIR/examples/bert_train"
+need_bert_train
 make_tmp bert_sync_ratio
 echo "1..6"
 

@@ -34,6 +34,13 @@ need_prog() {
   [ -x "$1" ] || skip_all "no $1 (run make check)"
 }
 
+# examples/bert_train, which a build without a CBLAS leaves out.
+need_bert_train() {
+  grep -q '^#define HVD_HAVE_BLAS 1' "$HVD_TOP_BUILDDIR/config.h" ||
+    skip_all "examples/bert_train is not built: configure found no CBLAS (or --without-blas)"
+  need_prog "$HVD_TOP_BUILDDIR/examples/bert_train"
+}
+
 make_tmp() {
   tmp=`mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX"` || exit 99
   trap 'rm -rf "$tmp"' 0
