@@ -192,6 +192,20 @@ int64_t hvd_tensor_numel(const hvd_tensor_t *t);
  * NULL and a tensor with NULL data. */
 void hvd_tensor_free(hvd_tensor_t *t);
 
+/* Host memory for tensors that every step reads and writes in full
+ * (gradients, parameters, optimizer state), zero-filled. Blocks of 2 MiB
+ * or more are 2 MiB-aligned and asked to be backed by transparent huge
+ * pages (madvise): on a virtual machine, page walks over 4 KiB pages can
+ * make a large allreduce twice as slow in some runs as in others
+ * (doc/bench.md, "Huge pages"). Smaller blocks are 64-byte aligned.
+ * Needs no hvd_init and no MPI; thread-safe. Returns NULL when the memory
+ * cannot be had (hvd_last_error says why); 0 bytes gives a valid block.
+ * The memory is the process's own: hvd reads it like any other tensor. */
+void *hvd_alloc_host(size_t bytes);
+/* Frees a block of hvd_alloc_host; NULL is accepted. Any other pointer
+ * (or one freed already) is HVD_ERR_INVALID_ARG, naming it. */
+hvd_result_t hvd_free_host(void *p);
+
 /* ---- Collectives ------------------------------------------------------- *
  * Each has an _async form that returns a request, and a blocking form
  * (the _async form followed by hvd_wait). A name identifies the tensor

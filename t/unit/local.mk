@@ -2,6 +2,7 @@
 ##  errors   results, strings, tensors, the build, the version, the JSON
 ##           escaper, every call before hvd_init
 ##  taplib   the TAP library itself (links only it)
+##  host_mem hvd_alloc_host / hvd_free_host
 ##  sampler  the distributed sampler
 ##  optim    the plain optimizers (lib/optim): SGD and Adam/AdamW against
 ##           torch.optim's formulas, custom ops and their state, the
@@ -10,9 +11,10 @@
 ##  bert_grad, bert_data  examples/bert's model gradients and data (with
 ##           a CBLAS only, as examples/bert is)
 
-check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim
+check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim \
+	t/unit/host_mem
 UNIT_TESTS += t/unit/errors.t t/unit/taplib.t t/unit/sampler.t \
-	t/unit/optim.t
+	t/unit/optim.t t/unit/host_mem.t
 t_unit_taplib_LDADD = t/tap/libtap.la $(MPI_LIBS)
 t_unit_optim_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CPPFLAGS)
 t_unit_optim_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS)
