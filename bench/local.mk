@@ -2,6 +2,8 @@
 ## collectives (doc/bench.md). Included by Makefile.am.
 ##
 ##   mpirun -np 2 bin/hvd-bench sweep | list --tensors FILE | latency
+##   mpirun -np 2 bin/hvd-bench mpi-list --tensors FILE  (raw MPI, no hvd)
+##   bench/allreduce-ratio.sh  (list and mpi-list alternating: the ratios)
 ##   mpirun -np 2 bin/hvd-bench overlap | optim --tensors FILE
 ##   bin/hvd-bench --quick     (exit status 0: every result was right)
 ##   bin/hvd-bench staged | list --device gpu --tensors FILE
@@ -38,4 +40,5 @@ bin_hvd_bench_kernels_LDFLAGS = $(HVD_LDFLAGS) -static $(CUDA_LDFLAGS) \
 bin_hvd_bench_kernels_LDADD = $(HVD_PROG_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
 
 ## The GPU machine's preparation and its one command (doc/gpu-testing.md).
-EXTRA_DIST += bench/prepare-gpu-carry.sh bench/gpu-session.sh bench/bert-sync-ratio.sh
+EXTRA_DIST += bench/prepare-gpu-carry.sh bench/gpu-session.sh bench/bert-sync-ratio.sh \
+	bench/allreduce-ratio.sh

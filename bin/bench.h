@@ -41,7 +41,8 @@ enum bench_mode {
   BENCH_OVERLAP,
   BENCH_OPTIM,
   BENCH_GPU_PACK,
-  BENCH_STAGED
+  BENCH_STAGED,
+  BENCH_MPI_LIST
 };
 
 /* Bits of --inplace. */
@@ -65,6 +66,8 @@ typedef struct bench_opts {
   /* list, overlap, optim; gpu-pack and staged (optional there) */
   const char *tensors; /* --tensors FILE */
   int device_gpu;      /* list --device gpu */
+  int alloc;           /* --alloc: enum bench_data (list, mpi-list, optim) */
+  int64_t bucket_bytes; /* mpi-list --bucket-bytes (DDP's 25 MiB) */
   /* gpu-pack: --counts, tensors per case */
   int counts[16];
   int ncounts;
@@ -164,16 +167,25 @@ typedef struct ltensor {
   float *data;
 } ltensor_t;
 
+/* Where a workload's tensors live (--alloc). */
+enum bench_data {
+  BENCH_DATA_NONE,   /* not allocated (the GPU modes allocate their own) */
+  BENCH_DATA_MALLOC, /* one malloc each: what a program usually has */
+  BENCH_DATA_HVD     /* one hvd_alloc_host each (huge pages from 2 MiB) */
+};
+
 typedef struct workload {
   ltensor_t *t;
   int count;
   int64_t elems;
   float *packed; /* elems floats, allocated for the pack methods */
+  int host_data; /* enum bench_data */
 } workload_t;
 
-/* Reads a .tensors file and, with host_data, allocates its tensors in
- * host memory (else every data is NULL); on error rank 0 says why and it
- * returns 0 (on every rank: all read the same file). */
+/* Reads a .tensors file and allocates its tensors as host_data says
+ * (enum bench_data; with BENCH_DATA_NONE every data is NULL); on error
+ * rank 0 says why and it returns 0 (on every rank: all read the same
+ * file). */
 int bench_load_workload(const char *path, workload_t *w, int host_data);
 void bench_free_workload(workload_t *w);
 
@@ -188,6 +200,9 @@ float bench_input_value(int t, int64_t i, int r);
 
 int bench_sweep(const bench_opts_t *o); /* sweep and quick */
 int bench_list(const bench_opts_t *o);
+/* mpi-list: the raw MPI baselines of list, in a process that never calls
+ * hvd_init (main initialises MPI itself, at the default thread level). */
+int bench_mpi_list(const bench_opts_t *o);
 int bench_latency(const bench_opts_t *o);
 int bench_overlap(const bench_opts_t *o);
 int bench_optim(const bench_opts_t *o);

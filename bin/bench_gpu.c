@@ -360,7 +360,7 @@ int bench_gpu_pack(const bench_opts_t *o) {
   int have_w = 0;
 
   if (o->tensors != NULL) {
-    if (!bench_load_workload(o->tensors, &w, 0))
+    if (!bench_load_workload(o->tensors, &w, BENCH_DATA_NONE))
       return 2;
     have_w = 1;
   }
@@ -750,7 +750,7 @@ int bench_list_gpu(const bench_opts_t *o) {
   char dev[256], sz[32], env[512];
   int ok_hvd, dev_id;
 
-  if (!bench_load_workload(o->tensors, &w, 0))
+  if (!bench_load_workload(o->tensors, &w, BENCH_DATA_NONE))
     return 2;
   use_device(dev, sizeof dev);
   BENCH_CUDA(cudaGetDevice(&dev_id));
@@ -915,7 +915,7 @@ int bench_staged(const bench_opts_t *o) {
   dwork_t x;
   gclock_t g;
 
-  if (o->tensors != NULL && !bench_load_workload(o->tensors, &w, 0))
+  if (o->tensors != NULL && !bench_load_workload(o->tensors, &w, BENCH_DATA_NONE))
     return 2;
   use_device(dev, sizeof dev);
   BENCH_CUDA(cudaGetDevice(&dev_id));

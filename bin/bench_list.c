@@ -1,26 +1,44 @@
 /*
- * bench_list.c - list mode: one training step's gradients (a .tensors
- * workload) reduced by hvd and by three raw MPI baselines, in one run.
+ * bench_list.c - list and mpi-list modes: one training step's gradients (a
+ * .tensors workload) reduced by hvd, and by the raw MPI ways a user would
+ * pick instead, each in a process of its own.
  *
+ * list (hvd_init'ed; hvd's engine thread alive):
  *   hvd     every tensor submitted with hvd_allreduce_async (average, in
  *           place) in the file's reverse order, as a backward pass
  *           produces them, then every request waited for
+ *   copy    every rank at once copies every tensor into one buffer: the
+ *           memory system's speed in this run, from which the floor of
+ *           an allreduce's memory traffic is worked out (report_floor)
+ *
+ * mpi-list (a plain MPI program: MPI_Init at the default thread level, no
+ * hvd_init, no engine thread), the baselines, on MPI_COMM_WORLD:
+ *   copy    as above
  *   mpi     per tensor, blocking MPI_Allreduce (sum, in place)
  *   imp     per tensor, MPI_Iallreduce; one MPI_Waitall
  *   pack    every tensor copied into one buffer, one MPI_Allreduce, copied
- *           back (all three timed); and `packed` the MPI_Allreduce of that
- *           buffer alone, the floor of what fusion can reach
+ *           back (all three timed)
+ *   bucket  DDP's way: tensors in reverse order packed into buckets of at
+ *           most --bucket-bytes (25 MiB), each MPI_Iallreduce'd as soon as
+ *           it is full, then all waited for and unpacked
+ *   packed  the MPI_Allreduce of the packed buffer alone: the floor of
+ *           what fusion can reach, not a method
  *
- * Every method reduces the same tensors (one malloc each, re-filled before
- * each method) in the same order, on MPI_COMM_WORLD for the baselines and
- * on hvd's own communicator for hvd. Each iteration follows a barrier and
- * takes the slowest rank's time; a method reports the median (and min,
- * max) over --iters after --warmup, whose first run is checked: every
- * element must be the exact average (hvd) or sum (MPI). Inputs are small
- * integers whose sum over the ranks is P times a base value.
+ * Baselines measured inside hvd's process run at MPI_THREAD_MULTIPLE next
+ * to the engine thread and were up to 7x slower than the same calls in a
+ * plain program; hence two processes. bench/allreduce-ratio.sh runs them
+ * alternately and prints the ratios (doc/bench.md, "list").
  *
- * Memory: peak RSS (getrusage) minus the tensors' bytes, before hvd runs,
- * after it, and at the end (also minus the packed buffer), per rank.
+ * Every method reduces the same tensors (one malloc or hvd_alloc_host
+ * each, --alloc, re-filled before each method) in the same order. Each
+ * iteration follows a barrier and takes the slowest rank's time; a method
+ * reports the median (and min, max) over --iters after --warmup, whose
+ * first run is checked: every element must be the exact average (hvd) or
+ * sum (MPI). Inputs are small integers whose sum over the ranks is P times
+ * a base value.
+ *
+ * Memory (list): peak RSS (getrusage) minus the tensors' bytes, before hvd
+ * runs, after it, and at the end (also minus the packed buffer), per rank.
  */
 #include "bench.h"
 
@@ -31,9 +49,19 @@
 #include <string.h>
 #include <sys/resource.h>
 
-enum { M_HVD, M_MPI, M_IMPI, M_PACK, M_PACKED, M_COUNT };
+enum {
+  M_HVD,
+  M_COPY,
+  M_MPI,
+  M_IMPI,
+  M_PACK,
+  M_BUCKET,
+  M_PACKED,
+  M_COUNT
+};
 static const char *const method_keys[M_COUNT] = {
-    "hvd", "mpi_allreduce", "mpi_iallreduce", "pack", "packed_allreduce_only"};
+    "hvd",  "copy",   "mpi_allreduce",        "mpi_iallreduce",
+    "pack", "bucket", "packed_allreduce_only"};
 
 /* ---- the workload file --------------------------------------------------- */
 
@@ -109,11 +137,40 @@ static void unpack(workload_t *w) {
   }
 }
 
-static void run_method(int m, workload_t *w, hvd_request_t **hreq,
-                       MPI_Request *mreq) {
+/* DDP's buckets: tensors in reverse order, each bucket at most
+ * bucket_bytes (a larger tensor alone), reduced with MPI_Iallreduce as soon
+ * as it is packed; then all waited for and unpacked. */
+static void run_buckets(workload_t *w, int64_t bucket_bytes,
+                        MPI_Request *mreq) {
+  int64_t cap = bucket_bytes / (int64_t)sizeof(float), start = 0, used = 0;
+  int k = 0;
+  float *p = w->packed;
+  for (int t = w->count - 1; t >= 0; t--) {
+    if (used > 0 && used + w->t[t].n > cap) { /* close the bucket */
+      BENCH_MPI(MPI_Iallreduce(MPI_IN_PLACE, w->packed + start, (int)used,
+                               MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &mreq[k++]));
+      start += used;
+      used = 0;
+    }
+    memcpy(p, w->t[t].data, sizeof(float) * (size_t)w->t[t].n);
+    p += w->t[t].n;
+    used += w->t[t].n;
+  }
+  if (used > 0)
+    BENCH_MPI(MPI_Iallreduce(MPI_IN_PLACE, w->packed + start, (int)used,
+                             MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &mreq[k++]));
+  BENCH_MPI(MPI_Waitall(k, mreq, MPI_STATUSES_IGNORE));
+  unpack(w);
+}
+
+static void run_method(int m, workload_t *w, const bench_opts_t *o,
+                       hvd_request_t **hreq, MPI_Request *mreq) {
   switch (m) {
   case M_HVD:
     run_hvd(w, hreq);
+    break;
+  case M_COPY:
+    pack(w);
     break;
   case M_MPI:
     for (int t = w->count - 1; t >= 0; t--)
@@ -132,11 +189,30 @@ static void run_method(int m, workload_t *w, hvd_request_t **hreq,
     allreduce_floats(w->packed, w->elems);
     unpack(w);
     break;
+  case M_BUCKET:
+    run_buckets(w, o->bucket_bytes, mreq);
+    break;
   case M_PACKED:
   default:
     allreduce_floats(w->packed, w->elems);
     break;
   }
+}
+
+/* The copy left every rank's own inputs in the packed buffer? */
+static int verify_copy(const workload_t *w) {
+  const float *p = w->packed;
+  for (int t = w->count - 1; t >= 0; t--) {
+    for (int64_t i = 0; i < w->t[t].n; i++)
+      if (p[i] != bench_input_value(t, i, bench_rank)) {
+        fprintf(stderr, "[rank %d] copy: %s[%lld] is %g, expected %g\n",
+                bench_rank, w->t[t].name, (long long)i, (double)p[i],
+                (double)bench_input_value(t, i, bench_rank));
+        return 0;
+      }
+    p += w->t[t].n;
+  }
+  return 1;
 }
 
 typedef struct lresult {
@@ -155,16 +231,18 @@ static lresult_t time_method(int m, workload_t *w, const bench_opts_t *o,
   if (m == M_PACKED)
     pack(w);
   BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
-  run_method(m, w, hreq, mreq); /* checked, and the first warmup */
-  r.ok = verify(w, method_keys[m], m == M_HVD ? 1.0f : (float)bench_size,
-                m == M_PACKED);
+  run_method(m, w, o, hreq, mreq); /* checked, and the first warmup */
+  r.ok = m == M_COPY ? verify_copy(w)
+                     : verify(w, method_keys[m],
+                              m == M_HVD ? 1.0f : (float)bench_size,
+                              m == M_PACKED);
   r.ok = bench_all_ok(r.ok);
   for (int k = 1; k < warmup; k++)
-    run_method(m, w, hreq, mreq);
+    run_method(m, w, o, hreq, mreq);
   for (int k = 0; k < iters; k++) {
     BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
     double t0 = bench_now();
-    run_method(m, w, hreq, mreq);
+    run_method(m, w, o, hreq, mreq);
     t[k] = (bench_now() - t0) * 1e3;
   }
   bench_max_over_ranks(t, iters);
@@ -183,55 +261,99 @@ static int64_t peak_rss_bytes(void) {
 /* ---- output -------------------------------------------------------------- */
 
 static const char *const method_labels[M_COUNT] = {
-    "hvd: allreduce_async each + wait all", "MPI_Allreduce each (blocking)",
-    "MPI_Iallreduce each + MPI_Waitall",    "pack + MPI_Allreduce + unpack",
+    "hvd: allreduce_async each + wait all",
+    "memcpy of all tensors (all ranks)",
+    "MPI_Allreduce each (blocking)",
+    "MPI_Iallreduce each + MPI_Waitall",
+    "pack + MPI_Allreduce + unpack",
+    "buckets: pack + MPI_Iallreduce each",
     "MPI_Allreduce of packed buffer only",
 };
 
 enum { RSS_TENSORS, RSS_BEFORE, RSS_HVD, RSS_END, RSS_N };
 
-static void report(const bench_opts_t *o, const workload_t *w,
-                   const lresult_t *res, const int64_t *rss) {
+/* The floor of an allreduce's memory traffic on this machine, in this
+ * run: each rank reads its own tensors (N bytes), reads the peers' share
+ * of the reduction ((P-1)/P N) and writes its result (N); the copy moved
+ * 2N bytes (read and written) in copy_ms. */
+static double floor_ms(double copy_ms) {
+  return copy_ms * (2.0 + (double)(bench_size - 1) / bench_size) / 2.0;
+}
+
+static const char *alloc_name(int alloc) {
+  return alloc == BENCH_DATA_HVD ? "hvd_alloc_host" : "malloc";
+}
+
+/* The methods ms[0..n) as rows (text or JSON); ref >= 0 adds a column of
+ * res[ref]'s median over each row's. */
+static void rows(const bench_opts_t *o, const workload_t *w,
+                 const lresult_t *res, const int *ms, int n, int ref) {
+  double bytes = (double)w->elems * sizeof(float);
+  if (!o->json) {
+    printf("%-38s %10s %10s %10s %8s %8s %8s %5s\n", "method", "median_ms",
+           "min_ms", "max_ms", "algbw", "busbw",
+           ref == M_HVD ? "hvd/this" : "", "check");
+  }
+  for (int k = 0; k < n; k++) {
+    const lresult_t *r = &res[ms[k]];
+    double alg = bytes / (r->ms.median * 1e-3) / 1e9;
+    double bus = alg * 2.0 * (bench_size - 1) / bench_size;
+    if (o->json) {
+      bench_json_open(NULL, '{');
+      bench_json_str("method", method_keys[ms[k]]);
+      bench_json_str("description", method_labels[ms[k]]);
+      bench_json_num("median_ms", r->ms.median);
+      bench_json_num("min_ms", r->ms.min);
+      bench_json_num("max_ms", r->ms.max);
+      bench_json_num("algbw_gbps", alg);
+      bench_json_num("busbw_gbps", bus);
+      bench_json_bool("correct", r->ok);
+      bench_json_close('}');
+    } else {
+      char ratio[16] = "";
+      if (ref >= 0)
+        snprintf(ratio, sizeof ratio, "%8.3f",
+                 res[ref].ms.median / r->ms.median);
+      printf("%-38s %10.3f %10.3f %10.3f %8.3f %8.3f %8s %5s\n",
+             method_labels[ms[k]], r->ms.median, r->ms.min, r->ms.max, alg,
+             bus, ratio, r->ok ? "ok" : "WRONG");
+    }
+  }
+}
+
+static void header(const bench_opts_t *o, const workload_t *w,
+                   const char *mode, const char *what) {
   int iters = o->iters > 0 ? o->iters : 10;
   int warmup = o->warmup >= 0 ? o->warmup : 2;
-  double bytes = (double)w->elems * sizeof(float);
-  double hvd = res[M_HVD].ms.median;
-  int best = M_MPI;
   char sz[32], env[512];
-  const double mib = 1024.0 * 1024.0;
-
-  for (int m = M_MPI; m <= M_PACK; m++)
-    if (res[m].ms.median < res[best].ms.median)
-      best = m;
   if (o->json) {
-    bench_json_header("list");
+    bench_json_header(mode);
     bench_json_open("workload", '{');
     bench_json_str("file", o->tensors);
     bench_json_int("tensors", w->count);
     bench_json_int("elements", w->elems);
-    bench_json_int("bytes", (int64_t)bytes);
+    bench_json_int("bytes", w->elems * (int64_t)sizeof(float));
     bench_json_str("dtype", "float32");
+    bench_json_str("alloc", alloc_name(o->alloc));
     bench_json_close('}');
     bench_json_int("iters", iters);
     bench_json_int("warmup", warmup);
-    bench_json_open("results", '[');
-    for (int m = 0; m < M_COUNT; m++) {
-      double alg = bytes / (res[m].ms.median * 1e-3) / 1e9;
-      bench_json_open(NULL, '{');
-      bench_json_str("method", method_keys[m]);
-      bench_json_str("description", method_labels[m]);
-      bench_json_num("median_ms", res[m].ms.median);
-      bench_json_num("min_ms", res[m].ms.min);
-      bench_json_num("max_ms", res[m].ms.max);
-      bench_json_num("algbw_gbps", alg);
-      bench_json_num("busbw_gbps", alg * 2.0 * (bench_size - 1) / bench_size);
-      bench_json_num("hvd_over_this", hvd / res[m].ms.median);
-      bench_json_bool("correct", res[m].ok);
-      bench_json_close('}');
-    }
-    bench_json_close(']');
-    bench_json_str("best_baseline", method_keys[best]);
-    bench_json_num("hvd_over_best_baseline", hvd / res[best].ms.median);
+    return;
+  }
+  printf("# hvd-bench %s: %s: %d tensors, %s float32 (%lld elements, %s); "
+         "%d rank%s; %s\n",
+         mode, o->tensors, w->count,
+         bench_bytes_str((double)w->elems * sizeof(float), sz, sizeof sz),
+         (long long)w->elems, alloc_name(o->alloc), bench_size,
+         bench_size == 1 ? "" : "s", what);
+  printf("# median of %d iters after %d warmup, barrier before each, "
+         "slowest rank's time; env: %s\n",
+         iters, warmup, bench_env_line(env, sizeof env));
+}
+
+static void report_memory(const bench_opts_t *o, const int64_t *rss) {
+  const double mib = 1024.0 * 1024.0;
+  if (o->json) {
     bench_json_open("memory", '[');
     for (int r = 0; r < bench_size; r++) {
       const int64_t *x = rss + RSS_N * r;
@@ -247,31 +369,10 @@ static void report(const bench_opts_t *o, const workload_t *w,
       bench_json_close('}');
     }
     bench_json_close(']');
-    bench_json_close('}');
     return;
   }
-
-  printf("# hvd-bench list: %s: %d tensors, %s float32 (%lld elements); "
-         "%d rank%s; hvd %s\n",
-         o->tensors, w->count, bench_bytes_str(bytes, sz, sizeof sz),
-         (long long)w->elems, bench_size, bench_size == 1 ? "" : "s",
-         hvd_version());
-  printf("# median of %d iters after %d warmup, barrier before each, "
-         "slowest rank's time; env: %s\n",
-         iters, warmup, bench_env_line(env, sizeof env));
-  printf("%-38s %10s %10s %10s %8s %8s %8s %5s\n", "method", "median_ms",
-         "min_ms", "max_ms", "algbw", "busbw", "hvd/this", "check");
-  for (int m = 0; m < M_COUNT; m++) {
-    double alg = bytes / (res[m].ms.median * 1e-3) / 1e9;
-    printf("%-38s %10.3f %10.3f %10.3f %8.3f %8.3f %8.3f %5s\n",
-           method_labels[m], res[m].ms.median, res[m].ms.min, res[m].ms.max,
-           alg, alg * 2.0 * (bench_size - 1) / bench_size,
-           hvd / res[m].ms.median, res[m].ok ? "ok" : "WRONG");
-  }
-  printf("hvd / best baseline (%s): %.3f\n", method_labels[best],
-         hvd / res[best].ms.median);
   printf("# memory per rank, MiB: peak RSS minus the tensors' %.1f MiB "
-         "(end: minus the packed buffer too)\n",
+         "(end: minus the copy's buffer too)\n",
          (double)rss[RSS_TENSORS] / mib);
   printf("%4s %12s %12s %12s %12s\n", "rank", "before_hvd", "after_hvd",
          "hvd_added", "end");
@@ -283,32 +384,101 @@ static void report(const bench_opts_t *o, const workload_t *w,
            (double)(x[RSS_HVD] - x[RSS_BEFORE]) / mib,
            (double)(x[RSS_END] - 2 * x[RSS_TENSORS]) / mib);
   }
+}
+
+static void report_list(const bench_opts_t *o, const workload_t *w,
+                        const lresult_t *res, const int64_t *rss) {
+  static const int ms[] = {M_HVD, M_COPY};
+  double hvd = res[M_HVD].ms.median, copy = res[M_COPY].ms.median;
+  char what[64];
+  snprintf(what, sizeof what, "hvd %s", hvd_version());
+  header(o, w, "list", what);
+  if (o->json)
+    bench_json_open("results", '[');
+  rows(o, w, res, ms, BENCH_COUNT(ms), M_HVD);
+  if (o->json) {
+    bench_json_close(']');
+    bench_json_num("copy_ms", copy);
+    bench_json_num("floor_ms", floor_ms(copy));
+    bench_json_num("hvd_over_copy", hvd / copy);
+    bench_json_num("hvd_over_floor", hvd / floor_ms(copy));
+    report_memory(o, rss);
+    bench_json_close('}');
+    return;
+  }
+  printf("memory-traffic floor: %.3f ms (the copy's bandwidth; each rank "
+         "reads its N bytes and the peers' (P-1)/P N, writes N)\n",
+         floor_ms(copy));
+  printf("summary: hvd_ms=%.3f copy_ms=%.3f floor_ms=%.3f "
+         "hvd/floor=%.3f\n",
+         hvd, copy, floor_ms(copy), hvd / floor_ms(copy));
+  printf("# raw MPI baselines: hvd-bench mpi-list in a process of its own "
+         "(bench/allreduce-ratio.sh alternates the two)\n");
+  report_memory(o, rss);
   fflush(stdout);
+}
+
+static void report_mpi(const bench_opts_t *o, const workload_t *w,
+                       const lresult_t *res) {
+  static const int ms[] = {M_COPY, M_MPI, M_IMPI, M_PACK, M_BUCKET, M_PACKED};
+  double copy = res[M_COPY].ms.median;
+  char what[128], sz[32];
+  int best = M_MPI;
+  for (int m = M_MPI; m <= M_BUCKET; m++)
+    if (res[m].ms.median < res[best].ms.median)
+      best = m;
+  snprintf(what, sizeof what,
+           "plain MPI process (no hvd_init); buckets of %s",
+           bench_bytes_str((double)o->bucket_bytes, sz, sizeof sz));
+  header(o, w, "mpi-list", what);
+  if (o->json) {
+    bench_json_int("bucket_bytes", o->bucket_bytes);
+    bench_json_open("results", '[');
+  }
+  rows(o, w, res, ms, BENCH_COUNT(ms), -1);
+  if (o->json) {
+    bench_json_close(']');
+    bench_json_str("best", method_keys[best]);
+    bench_json_num("best_ms", res[best].ms.median);
+    bench_json_num("copy_ms", copy);
+    bench_json_num("floor_ms", floor_ms(copy));
+    bench_json_close('}');
+    return;
+  }
+  printf("best raw MPI way: %s, %.3f ms\n", method_labels[best],
+         res[best].ms.median);
+  printf("summary: best=%s best_ms=%.3f copy_ms=%.3f floor_ms=%.3f\n",
+         method_keys[best], res[best].ms.median, copy, floor_ms(copy));
+  fflush(stdout);
+}
+
+static int all_ok(const lresult_t *res, const int *ms, int n) {
+  int ok = 1;
+  for (int k = 0; k < n; k++)
+    ok &= res[ms[k]].ok;
+  return ok;
 }
 
 int bench_list(const bench_opts_t *o) {
   workload_t w;
   lresult_t res[M_COUNT];
   int64_t mine[RSS_N], *rss = NULL;
-  int ok = 1;
+  static const int ms[] = {M_HVD, M_COPY};
 
   if (o->device_gpu)
     return bench_list_gpu(o);
 
-  if (!bench_load_workload(o->tensors, &w, 1))
+  if (!bench_load_workload(o->tensors, &w, o->alloc))
     return 2;
   hvd_request_t **hreq = bench_alloc(sizeof *hreq * (size_t)w.count);
-  MPI_Request *mreq = bench_alloc(sizeof *mreq * (size_t)w.count);
 
   fill(&w); /* touches every tensor page before measuring */
   mine[RSS_TENSORS] = w.elems * (int64_t)sizeof(float);
   mine[RSS_BEFORE] = peak_rss_bytes();
-  res[M_HVD] = time_method(M_HVD, &w, o, hreq, mreq);
+  res[M_HVD] = time_method(M_HVD, &w, o, hreq, NULL);
   mine[RSS_HVD] = peak_rss_bytes();
-
   w.packed = bench_alloc(sizeof(float) * (size_t)w.elems);
-  for (int m = M_MPI; m < M_COUNT; m++)
-    res[m] = time_method(m, &w, o, hreq, mreq);
+  res[M_COPY] = time_method(M_COPY, &w, o, hreq, NULL);
   mine[RSS_END] = peak_rss_bytes();
 
   if (bench_rank == 0)
@@ -316,12 +486,28 @@ int bench_list(const bench_opts_t *o) {
   BENCH_MPI(MPI_Gather(mine, RSS_N, MPI_INT64_T, rss, RSS_N, MPI_INT64_T, 0,
                        MPI_COMM_WORLD));
   if (bench_rank == 0)
-    report(o, &w, res, rss);
-  for (int m = 0; m < M_COUNT; m++)
-    ok &= res[m].ok;
+    report_list(o, &w, res, rss);
   free(rss);
   free(hreq);
+  bench_free_workload(&w);
+  return all_ok(res, ms, BENCH_COUNT(ms)) ? 0 : 1;
+}
+
+int bench_mpi_list(const bench_opts_t *o) {
+  workload_t w;
+  lresult_t res[M_COUNT];
+  static const int ms[] = {M_COPY, M_MPI, M_IMPI, M_PACK, M_BUCKET, M_PACKED};
+
+  if (!bench_load_workload(o->tensors, &w, o->alloc))
+    return 2;
+  MPI_Request *mreq = bench_alloc(sizeof *mreq * (size_t)w.count);
+  w.packed = bench_alloc(sizeof(float) * (size_t)w.elems);
+  fill(&w);
+  for (int k = 0; k < BENCH_COUNT(ms); k++)
+    res[ms[k]] = time_method(ms[k], &w, o, NULL, mreq);
+  if (bench_rank == 0)
+    report_mpi(o, &w, res);
   free(mreq);
   bench_free_workload(&w);
-  return ok ? 0 : 1;
+  return all_ok(res, ms, BENCH_COUNT(ms)) ? 0 : 1;
 }

@@ -100,7 +100,7 @@ static void run_bare(workload_t *w, float **val, float **buf, char **names,
 
 int bench_optim(const bench_opts_t *o) {
   workload_t w;
-  if (!bench_load_workload(o->tensors, &w, 1))
+  if (!bench_load_workload(o->tensors, &w, o->alloc))
     return 2;
   int iters = o->iters > 0 ? o->iters : 10;
   int warmup = o->warmup >= 0 ? o->warmup : 2;

@@ -51,7 +51,7 @@ static void wait_all(workload_t *w, hvd_request_t **req) {
 
 int bench_overlap(const bench_opts_t *o) {
   workload_t w;
-  if (!bench_load_workload(o->tensors, &w, 1))
+  if (!bench_load_workload(o->tensors, &w, o->alloc))
     return 2;
   int iters = o->iters > 0 ? o->iters : 5;
   hvd_request_t **req = bench_alloc(sizeof *req * (size_t)w.count);

@@ -392,7 +392,10 @@ void bench_json_header(const char *mode) {
 void bench_free_workload(workload_t *w) {
   for (int i = 0; i < w->count; i++) {
     free(w->t[i].name);
-    free(w->t[i].data);
+    if (w->host_data == BENCH_DATA_HVD)
+      BENCH_HVD(hvd_free_host(w->t[i].data));
+    else
+      free(w->t[i].data);
   }
   free(w->t);
   free(w->packed);
@@ -480,8 +483,15 @@ int bench_load_workload(const char *path, workload_t *w, int host_data) {
   }
   fclose(f);
   free(line);
-  for (int i = 0; host_data && i < w->count; i++)
-    w->t[i].data = bench_alloc(sizeof(float) * (size_t)w->t[i].n);
+  w->host_data = host_data;
+  for (int i = 0; host_data != BENCH_DATA_NONE && i < w->count; i++) {
+    size_t bytes = sizeof(float) * (size_t)w->t[i].n;
+    if (host_data == BENCH_DATA_MALLOC) {
+      w->t[i].data = bench_alloc(bytes);
+    } else if ((w->t[i].data = hvd_alloc_host(bytes)) == NULL) {
+      bench_fail("hvd_alloc_host(%zu): %s", bytes, hvd_last_error());
+    }
+  }
   return 1;
 fail:
   if (bench_rank == 0)

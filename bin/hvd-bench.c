@@ -6,8 +6,10 @@
  *
  *   sweep    every size from --min-bytes to --max-bytes, per collective,
  *            dtype, op and place: time, algbw, busbw, and a checked result
- *   list     one workload (--tensors FILE): hvd against three raw MPI
- *            baselines, and the memory hvd costs
+ *   list     one workload (--tensors FILE) through hvd, a memcpy of it
+ *            (the memory-traffic floor), and the memory hvd costs
+ *   mpi-list the same workload through raw MPI in a plain MPI process
+ *            (no hvd_init): the baselines list is compared with
  *   latency  one 4-byte allreduce, hvd against MPI_Allreduce; and many
  *            tiny tensors at once (the `small` sub-report)
  *   overlap  compute on the main thread while hvd reduces in the background
@@ -43,7 +45,10 @@ static const char usage_text[] =
     "\n"
     "modes:\n"
     "  sweep        time and check collectives over a range of sizes\n"
-    "  list         time one workload (--tensors) against raw MPI\n"
+    "  list         time hvd's allreduce of one workload (--tensors) and a\n"
+    "               memcpy of it (the memory-traffic floor)\n"
+    "  mpi-list     the same workload through raw MPI (blocking, nonblocking,\n"
+    "               packed, DDP buckets) in a plain MPI process: no hvd_init\n"
     "  latency      4-byte allreduce latency, and many tiny tensors at once\n"
     "  overlap      compute on the main thread while hvd reduces --tensors in\n"
     "               the background: the compute speed it keeps\n"
@@ -89,12 +94,15 @@ static const char usage_text[] =
     "  gpu-pack (per tensor; default 4K to 64M, x4) and of staged (one\n"
     "  tensor; default 1M to 256M, x4))\n"
     "\n"
-    "list, overlap and optim options:\n"
+    "list, mpi-list, overlap and optim options:\n"
     "  --tensors FILE     workload: one tensor per line, `name dim0 [dim1]`,\n"
     "                     float32, '#' starts a comment (required)\n"
     "  --compute-ms MS    overlap: the compute loop's length (default 500)\n"
     "  --device cpu|gpu   list: tensors in host memory (default) or on the\n"
     "                     rank's GPU\n"
+    "  --alloc malloc|hvd host tensors from malloc (default) or hvd_alloc_host\n"
+    "                     (2 MiB-aligned, transparent huge pages)\n"
+    "  --bucket-bytes SIZE  mpi-list: DDP-style bucket size (default 25M)\n"
     "  (gpu-pack and staged take --tensors too: the workload as one more "
     "case)\n"
     "\n"
@@ -214,7 +222,9 @@ enum {
   OPT_COMPUTE_MS,
   OPT_DEVICE,
   OPT_COUNTS,
-  OPT_LAST = OPT_COUNTS
+  OPT_ALLOC,
+  OPT_BUCKET,
+  OPT_LAST = OPT_BUCKET
 };
 
 /* In the order of the enum above (the error messages index it). */
@@ -238,6 +248,8 @@ static const struct option long_opts[] = {
     {"compute-ms", required_argument, NULL, OPT_COMPUTE_MS},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"counts", required_argument, NULL, OPT_COUNTS},
+    {"alloc", required_argument, NULL, OPT_ALLOC},
+    {"bucket-bytes", required_argument, NULL, OPT_BUCKET},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -270,14 +282,19 @@ static unsigned option_modes(int opt) {
     return MODE_BIT(BENCH_LIST);
   case OPT_COUNTS:
     return MODE_BIT(BENCH_GPU_PACK);
+  case OPT_ALLOC:
+    return MODE_BIT(BENCH_LIST) | MODE_BIT(BENCH_MPI_LIST) |
+           MODE_BIT(BENCH_OPTIM) | MODE_BIT(BENCH_OVERLAP);
+  case OPT_BUCKET:
+    return MODE_BIT(BENCH_MPI_LIST);
   default:
     return 0;
   }
 }
 
-static const char *const mode_names[] = {"sweep",    "list",    "latency",
-                                         "quick",    "overlap", "optim",
-                                         "gpu-pack", "staged"};
+static const char *const mode_names[] = {
+    "sweep", "list",     "latency", "quick",   "overlap",
+    "optim", "gpu-pack", "staged",  "mpi-list"};
 
 /* "sweep, gpu-pack and staged": the modes of bits. */
 static const char *modes_str(unsigned bits, char *buf, size_t len) {
@@ -337,6 +354,8 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
   o->counts[2] = 256;
   o->counts[3] = 4096;
   o->ncounts = 4;
+  o->alloc = BENCH_DATA_MALLOC;
+  o->bucket_bytes = INT64_C(25) << 20;
 
   opterr = 0; /* we say what is wrong ourselves, on rank 0 only */
   while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
@@ -416,6 +435,17 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
     case OPT_COUNTS:
       parse_counts(optarg, o);
       break;
+    case OPT_ALLOC:
+      if (strcmp(optarg, "malloc") == 0)
+        o->alloc = BENCH_DATA_MALLOC;
+      else if (strcmp(optarg, "hvd") == 0)
+        o->alloc = BENCH_DATA_HVD;
+      else
+        usage_error("--alloc '%s': expected malloc or hvd", optarg);
+      break;
+    case OPT_BUCKET:
+      o->bucket_bytes = parse_size("--bucket-bytes", optarg);
+      break;
     case ':':
       usage_error("option %s needs a value", argv[optind - 1]);
     default: /* '?' */
@@ -433,8 +463,8 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
       if (strcmp(m, mode_names[i]) == 0)
         found = i;
     if (found < 0)
-      usage_error("unknown mode '%s' (sweep, list, latency, overlap, optim, "
-                  "quick, gpu-pack or staged)",
+      usage_error("unknown mode '%s' (sweep, list, mpi-list, latency, "
+                  "overlap, optim, quick, gpu-pack or staged)",
                   m);
     if (quick && found != BENCH_QUICK && found != BENCH_SWEEP)
       usage_error("--quick does not go with mode '%s'", m);
@@ -442,8 +472,8 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
   } else if (quick) {
     o->mode = BENCH_QUICK;
   } else {
-    usage_error("no mode given (sweep, list, latency, overlap, optim, "
-                "gpu-pack, staged, or --quick)");
+    usage_error("no mode given (sweep, list, mpi-list, latency, overlap, "
+                "optim, gpu-pack, staged, or --quick)");
   }
   if (optind < argc)
     usage_error("unexpected argument '%s'", argv[optind]);
@@ -476,13 +506,13 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
     usage_error("--min-bytes (%lld) is above --max-bytes (%lld)",
                 (long long)o->min_bytes, (long long)o->max_bytes);
   int with_tensors = o->mode == BENCH_LIST || o->mode == BENCH_OVERLAP ||
-                     o->mode == BENCH_OPTIM;
+                     o->mode == BENCH_OPTIM || o->mode == BENCH_MPI_LIST;
   int may_tensors = o->mode == BENCH_GPU_PACK || o->mode == BENCH_STAGED;
   if (with_tensors && o->tensors == NULL)
     usage_error("%s mode needs --tensors FILE", mode_names[o->mode]);
   if (given[OPT_TENSORS] && !with_tensors && !may_tensors)
-    usage_error("--tensors is an option of list, overlap, optim, gpu-pack "
-                "and staged modes, not %s",
+    usage_error("--tensors is an option of list, mpi-list, overlap, optim, "
+                "gpu-pack and staged modes, not %s",
                 mode_names[o->mode]);
 }
 
@@ -521,6 +551,15 @@ int main(int argc, char **argv) {
                 v);
       setenv("HVD_GPU_OPERATIONS", "mpi", 1);
     }
+  }
+
+  if (o.mode == BENCH_MPI_LIST) { /* a plain MPI program: never hvd_init */
+    BENCH_MPI(MPI_Init(&argc, &argv));
+    MPI_Comm_rank(MPI_COMM_WORLD, &bench_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &bench_size);
+    result = bench_mpi_list(&o);
+    MPI_Finalize();
+    return result;
   }
 
   hvd_result_t rc = hvd_init();
