@@ -7,9 +7,11 @@
  *   hvd     every tensor submitted with hvd_allreduce_async (average, in
  *           place) in the file's reverse order, as a backward pass
  *           produces them, then every request waited for
- *   copy    every rank at once copies every tensor into one buffer: the
- *           memory system's speed in this run, from which the floor of
- *           an allreduce's memory traffic is worked out (report_floor)
+ *   copy    every rank at once copies the workload's N bytes, packed in
+ *           one buffer, into another with one memcpy (glibc streams a
+ *           copy that large with non-temporal stores: N read, N written):
+ *           the memory system's speed in this run, from which the floor
+ *           of an allreduce's memory traffic is worked out (floor_ms)
  *
  * mpi-list (a plain MPI program: MPI_Init at the default thread level, no
  * hvd_init, no engine thread), the baselines, on MPI_COMM_WORLD:
@@ -137,6 +139,26 @@ static void unpack(workload_t *w) {
   }
 }
 
+/* The copy's destination: N bytes, allocated as the tensors are. */
+static float *copy_dst;
+
+static float *alloc_floats(const bench_opts_t *o, int64_t n) {
+  size_t bytes = sizeof(float) * (size_t)n;
+  if (o->alloc == BENCH_DATA_MALLOC)
+    return bench_alloc(bytes);
+  float *p = hvd_alloc_host(bytes);
+  if (p == NULL)
+    bench_fail("hvd_alloc_host(%zu): %s", bytes, hvd_last_error());
+  return p;
+}
+
+static void free_floats(const bench_opts_t *o, float *p) {
+  if (o->alloc == BENCH_DATA_MALLOC)
+    free(p);
+  else
+    BENCH_HVD(hvd_free_host(p));
+}
+
 /* DDP's buckets: tensors in reverse order, each bucket at most
  * bucket_bytes (a larger tensor alone), reduced with MPI_Iallreduce as soon
  * as it is packed; then all waited for and unpacked. */
@@ -170,7 +192,7 @@ static void run_method(int m, workload_t *w, const bench_opts_t *o,
     run_hvd(w, hreq);
     break;
   case M_COPY:
-    pack(w);
+    memcpy(copy_dst, w->packed, sizeof(float) * (size_t)w->elems);
     break;
   case M_MPI:
     for (int t = w->count - 1; t >= 0; t--)
@@ -199,9 +221,9 @@ static void run_method(int m, workload_t *w, const bench_opts_t *o,
   }
 }
 
-/* The copy left every rank's own inputs in the packed buffer? */
+/* The copy left every rank's own inputs in its destination? */
 static int verify_copy(const workload_t *w) {
-  const float *p = w->packed;
+  const float *p = copy_dst;
   for (int t = w->count - 1; t >= 0; t--) {
     for (int64_t i = 0; i < w->t[t].n; i++)
       if (p[i] != bench_input_value(t, i, bench_rank)) {
@@ -228,7 +250,7 @@ static lresult_t time_method(int m, workload_t *w, const bench_opts_t *o,
   lresult_t r;
 
   fill(w);
-  if (m == M_PACKED)
+  if (m == M_PACKED || m == M_COPY)
     pack(w);
   BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
   run_method(m, w, o, hreq, mreq); /* checked, and the first warmup */
@@ -262,7 +284,7 @@ static int64_t peak_rss_bytes(void) {
 
 static const char *const method_labels[M_COUNT] = {
     "hvd: allreduce_async each + wait all",
-    "memcpy of all tensors (all ranks)",
+    "memcpy of all the bytes (all ranks)",
     "MPI_Allreduce each (blocking)",
     "MPI_Iallreduce each + MPI_Waitall",
     "pack + MPI_Allreduce + unpack",
@@ -372,7 +394,7 @@ static void report_memory(const bench_opts_t *o, const int64_t *rss) {
     return;
   }
   printf("# memory per rank, MiB: peak RSS minus the tensors' %.1f MiB "
-         "(end: minus the copy's buffer too)\n",
+         "(end: minus the two copy buffers too)\n",
          (double)rss[RSS_TENSORS] / mib);
   printf("%4s %12s %12s %12s %12s\n", "rank", "before_hvd", "after_hvd",
          "hvd_added", "end");
@@ -477,9 +499,10 @@ int bench_list(const bench_opts_t *o) {
   mine[RSS_BEFORE] = peak_rss_bytes();
   res[M_HVD] = time_method(M_HVD, &w, o, hreq, NULL);
   mine[RSS_HVD] = peak_rss_bytes();
-  w.packed = bench_alloc(sizeof(float) * (size_t)w.elems);
+  w.packed = alloc_floats(o, w.elems);
+  copy_dst = alloc_floats(o, w.elems);
   res[M_COPY] = time_method(M_COPY, &w, o, hreq, NULL);
-  mine[RSS_END] = peak_rss_bytes();
+  mine[RSS_END] = peak_rss_bytes() - mine[RSS_TENSORS]; /* copy_dst */
 
   if (bench_rank == 0)
     rss = bench_alloc(sizeof *rss * RSS_N * (size_t)bench_size);
@@ -489,6 +512,9 @@ int bench_list(const bench_opts_t *o) {
     report_list(o, &w, res, rss);
   free(rss);
   free(hreq);
+  free_floats(o, copy_dst);
+  free_floats(o, w.packed);
+  w.packed = NULL;
   bench_free_workload(&w);
   return all_ok(res, ms, BENCH_COUNT(ms)) ? 0 : 1;
 }
@@ -501,13 +527,17 @@ int bench_mpi_list(const bench_opts_t *o) {
   if (!bench_load_workload(o->tensors, &w, o->alloc))
     return 2;
   MPI_Request *mreq = bench_alloc(sizeof *mreq * (size_t)w.count);
-  w.packed = bench_alloc(sizeof(float) * (size_t)w.elems);
+  w.packed = alloc_floats(o, w.elems);
+  copy_dst = alloc_floats(o, w.elems);
   fill(&w);
   for (int k = 0; k < BENCH_COUNT(ms); k++)
     res[ms[k]] = time_method(ms[k], &w, o, NULL, mreq);
   if (bench_rank == 0)
     report_mpi(o, &w, res);
   free(mreq);
+  free_floats(o, copy_dst);
+  free_floats(o, w.packed);
+  w.packed = NULL;
   bench_free_workload(&w);
   return all_ok(res, ms, BENCH_COUNT(ms)) ? 0 : 1;
 }
