@@ -8,6 +8,8 @@
 
 #include "layers.h"
 
+#include <hvd.h>
+
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -296,7 +298,14 @@ int bert_blas_set_threads(int n) {
 
 /* ---- the CPU backend ----------------------------------------------------- */
 
-static void *cpu_alloc(size_t bytes) {
+/* Weights, gradients and activations: hvd_alloc_host, so that the large
+ * ones sit on huge pages (a run's allreduce speed does not then depend on
+ * where its 4 KiB pages land; doc/bench.md, "Huge pages"). */
+static void *cpu_alloc(size_t bytes) { return hvd_alloc_host(bytes); }
+
+static void cpu_free(void *p) { (void)hvd_free_host(p); }
+
+static void *cpu_host_alloc(size_t bytes) {
   size_t n = (bytes + 63) & ~(size_t)63;
   return aligned_alloc(64, n > 0 ? n : 64);
 }
@@ -316,8 +325,8 @@ static const char *cpu_error(void) { return NULL; }
 const bert_backend_t bert_backend_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
-    .free = free,
-    .host_alloc = cpu_alloc,
+    .free = cpu_free,
+    .host_alloc = cpu_host_alloc,
     .host_free = free,
     .to_device = cpu_copy_bytes,
     .to_host = cpu_copy_bytes,

@@ -197,7 +197,7 @@ static void free_plain(hvd_optimizer_t *opt) {
   int ns = opt->state ? opt->n * opt->ops.nstate : 0;
   for (int s = 0; s < ns; s++)
     if (opt->state[s].device == HVD_CPU)
-      free(opt->state[s].data);
+      (void)hvd_free_host(opt->state[s].data);
     else
       hvd__odev_free(opt->state[s].device, opt->state[s].data);
   free(opt->state);
@@ -257,9 +257,9 @@ static hvd_result_t create(const char *who, hvd_param_t *params, int n,
       st->device = v->device;
       continue;
     }
-    if ((st->data = malloc(bytes ? bytes : 1)) == NULL)
+    /* zero-filled; huge pages for the large ones (include/hvd.h) */
+    if ((st->data = hvd_alloc_host(bytes)) == NULL)
       goto oom;
-    memset(st->data, 0, bytes);
   }
   *out = opt;
   return HVD_SUCCESS;

@@ -13,15 +13,19 @@
 ##  hierarchical HVD_HIERARCHICAL_ALLREDUCE=1 on nodes simulated by
 ##               HVD_HOSTNAME
 ##  settings     malformed HVD_* values: hvd_init fails with the message
+##  host_mem     collectives on hvd_alloc_host memory mixed with malloc'd
+##               tensors; freed and allocated again; shutdown in flight
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
-	t/mpi/hierarchical t/mpi/settings
+	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
 	t/mpi/cache.np1 t/mpi/cache.np2 t/mpi/cache.np3 t/mpi/cache.np4 \
 	t/mpi/fusion.np1 t/mpi/fusion.np2 t/mpi/fusion.np3 t/mpi/fusion.np4 \
 	t/mpi/hierarchical.np4 t/mpi/hierarchical.np6 \
-	t/mpi/settings.np1 t/mpi/settings.np2
+	t/mpi/settings.np1 t/mpi/settings.np2 \
+	t/mpi/host_mem.np1 t/mpi/host_mem.np2 t/mpi/host_mem.np3 \
+	t/mpi/host_mem.np4
 
 ## Errors and the lifecycle:
 ##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks
