@@ -252,21 +252,41 @@ static int64_t shm_per(int64_t cnt, int64_t p) {
   return ((cnt + p - 1) / p + 15) / 16 * 16;
 }
 
-/* Steps 1 (done by the caller: cnt elements in shm_mine) to 3's barrier. */
+/* This rank's segment [*lo, *hi) of a piece of cnt elements. */
+static void shm_segment(const hvd__exec_env_t *env, int64_t cnt, int64_t *lo,
+                        int64_t *hi) {
+  int64_t per = shm_per(cnt, env->local_size);
+  *lo = env->local_rank * per < cnt ? env->local_rank * per : cnt;
+  *hi = *lo + per < cnt ? *lo + per : cnt;
+}
+
+/* Steps 1 (done by the caller: cnt elements in shm_mine) to 3's barrier.
+ * With `own`, the caller left this rank's segment out of shm_mine: its
+ * values are at own (the piece's start), read in the pass that adds the
+ * first peer's, so that they are not copied first (hvd__reduce_pair). */
 static hvd_result_t shm_reduce_piece(mpi_state_t *s, const hvd__exec_env_t *env,
-                                     int64_t cnt, const hvd__desc_t *d) {
+                                     int64_t cnt, const hvd__desc_t *d,
+                                     const char *own) {
   hvd_result_t rc = HVD_SUCCESS;
   hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
   int64_t esize = (int64_t)hvd_dtype_size(dtype);
-  int64_t per = shm_per(cnt, env->local_size), at = s->phase * SHM_SLOT;
+  int64_t at = s->phase * SHM_SLOT, lo, hi;
   char *mine = shm_mine(s, env);
+  shm_segment(env, cnt, &lo, &hi);
   HVD__CHECK(shm_barrier(s, env));
-  int64_t lo = env->local_rank * per < cnt ? env->local_rank * per : cnt;
-  int64_t hi = lo + per < cnt ? lo + per : cnt;
-  for (int k = 0; k < env->local_size && hi > lo; k++)
-    if (k != env->local_rank)
-      hvd__reduce_into(mine + lo * esize, s->slot[k] + at + lo * esize, hi - lo,
-                       dtype, (hvd_op_t)d->op);
+  for (int k = 0; k < env->local_size && hi > lo; k++) {
+    if (k == env->local_rank)
+      continue;
+    char *to = mine + lo * esize;
+    const char *peer = s->slot[k] + at + lo * esize;
+    if (own != NULL) {
+      hvd__reduce_pair(to, own + lo * esize, peer, hi - lo, dtype,
+                       (hvd_op_t)d->op);
+      own = NULL;
+    } else {
+      hvd__reduce_into(to, peer, hi - lo, dtype, (hvd_op_t)d->op);
+    }
+  }
   if (s->shm_cross && hi > lo) /* same segments on every node */
     HVD__MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mine + lo * esize,
                                  (int)(hi - lo), mpi_dtype(d->dtype),
@@ -317,9 +337,13 @@ static hvd_result_t shm_span(mpi_state_t *s, const hvd__exec_env_t *env,
     piece = 1;
   const char *in = src == MPI_IN_PLACE ? dst : src;
   for (int64_t off = 0; off < n; off += piece) {
-    int64_t cnt = n - off < piece ? n - off : piece;
-    memcpy(shm_mine(s, env), in + off * esize, (size_t)(cnt * esize));
-    HVD__CHECK(shm_reduce_piece(s, env, cnt, d));
+    int64_t cnt = n - off < piece ? n - off : piece, lo, hi;
+    const char *from = in + off * esize;
+    char *mine = shm_mine(s, env);
+    shm_segment(env, cnt, &lo, &hi); /* the peers' parts only */
+    memcpy(mine, from, (size_t)(lo * esize));
+    memcpy(mine + hi * esize, from + hi * esize, (size_t)((cnt - hi) * esize));
+    HVD__CHECK(shm_reduce_piece(s, env, cnt, d, from));
     shm_copy_out(s, env, cnt, 0, cnt, (char *)dst + off * esize, d, finish);
     shm_next(s);
   }
@@ -520,7 +544,7 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
         t0 = t1;
       }
     }
-    rc = direct ? shm_reduce_piece(s, env, used, d)
+    rc = direct ? shm_reduce_piece(s, env, used, d, NULL)
                 : reduce_span(s, env, MPI_IN_PLACE, buf, used, d, 0);
     if (env->trace) {
       t1 = hvd__now();
