@@ -1,9 +1,13 @@
 #!/bin/sh
 # hvd-bench's --quick self-check (every collective x dtype x op, checked)
-# passes at 1-3 ranks, and its bad-option handling exits 2.
+# passes at 1-3 ranks, and its bad-option handling exits 2. list and
+# mpi-list on bert-tiny's tensors (--alloc hvd and malloc): every row
+# checked ok and the summary line; mpi-list at 1-4 ranks, and with a
+# malformed HVD_* setting that hvd_init would refuse (it never calls it).
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 make_tmp bench
-echo "1..4"
+tiny="$HVD_TOP_SRCDIR/bench/workloads/bert-tiny.tensors"
+echo "1..13"
 for np in 1 2 3; do
   run_np $np "$tmp/out" "$tmp/out" "$HVD_TOP_BUILDDIR/bin/hvd-bench" --quick
   [ $rc = 0 ] && grep -q "all results ok" "$tmp/out"
@@ -12,4 +16,30 @@ done
 run_np 0 /dev/null /dev/null "$HVD_TOP_BUILDDIR/bin/hvd-bench" --no-such-option
 [ $rc = 2 ]
 check $? "a bad option exits 2 (status $rc)"
+# rows ending in " ok", lines WRONG, and the summary's keys
+rows_ok() { grep -c ' ok$' "$1"; }
+for np in 1 2 3 4; do
+  run_np $np "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" mpi-list \
+    --tensors "$tiny" --alloc hvd --iters 2 --warmup 1
+  [ $rc = 0 ] && [ "`rows_ok "$tmp/out"`" = 6 ] && ! grep -q WRONG "$tmp/out" &&
+    grep -Eq '^summary: best=(mpi_allreduce|mpi_iallreduce|pack|bucket) best_ms=[0-9.]+ copy_ms=[0-9.]+ floor_ms=[0-9.]+$' "$tmp/out"
+  check $? "mpi-list --alloc hvd at np=$np: 6 rows ok, summary" ||
+    { show "$tmp/out" output; show "$tmp/err" stderr; }
+done
+for alloc in hvd malloc; do
+  for np in 2 3; do
+    run_np $np "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" list \
+      --tensors "$tiny" --alloc $alloc --iters 2 --warmup 1
+    [ $rc = 0 ] && [ "`rows_ok "$tmp/out"`" = 2 ] &&
+      grep -q "elements, `[ $alloc = hvd ] && echo hvd_alloc_host || echo malloc`); $np ranks" "$tmp/out" &&
+      grep -Eq '^summary: hvd_ms=[0-9.]+ copy_ms=[0-9.]+ floor_ms=[0-9.]+ hvd/floor=[0-9.]+$' "$tmp/out"
+    check $? "list --alloc $alloc at np=$np: 2 rows ok, summary" ||
+      { show "$tmp/out" output; show "$tmp/err" stderr; }
+  done
+done
+HVD_CYCLE_TIME=banana run_np 2 "$tmp/out" "$tmp/err" \
+  "$HVD_TOP_BUILDDIR/bin/hvd-bench" mpi-list --tensors "$tiny" --iters 1
+[ $rc = 0 ] && [ "`rows_ok "$tmp/out"`" = 6 ]
+check $? "mpi-list never calls hvd_init: HVD_CYCLE_TIME=banana is no matter" ||
+  { show "$tmp/out" output; show "$tmp/err" stderr; }
 exit $failed
