@@ -64,9 +64,9 @@ typedef struct bench_opts {
   unsigned places;              /* --inplace: BENCH_*_PLACE bits */
   int root;                     /* --root (broadcast) */
   /* list, overlap, optim; gpu-pack and staged (optional there) */
-  const char *tensors; /* --tensors FILE */
-  int device_gpu;      /* list --device gpu */
-  int alloc;           /* --alloc: enum bench_data (list, mpi-list, optim) */
+  const char *tensors;  /* --tensors FILE */
+  int device_gpu;       /* list --device gpu */
+  int alloc;            /* --alloc: enum bench_data (list, mpi-list, optim) */
   int64_t bucket_bytes; /* mpi-list --bucket-bytes (DDP's 25 MiB) */
   /* gpu-pack: --counts, tensors per case */
   int counts[16];

@@ -915,7 +915,8 @@ int bench_staged(const bench_opts_t *o) {
   dwork_t x;
   gclock_t g;
 
-  if (o->tensors != NULL && !bench_load_workload(o->tensors, &w, BENCH_DATA_NONE))
+  if (o->tensors != NULL &&
+      !bench_load_workload(o->tensors, &w, BENCH_DATA_NONE))
     return 2;
   use_device(dev, sizeof dev);
   BENCH_CUDA(cudaGetDevice(&dev_id));

@@ -51,16 +51,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-enum {
-  M_HVD,
-  M_COPY,
-  M_MPI,
-  M_IMPI,
-  M_PACK,
-  M_BUCKET,
-  M_PACKED,
-  M_COUNT
-};
+enum { M_HVD, M_COPY, M_MPI, M_IMPI, M_PACK, M_BUCKET, M_PACKED, M_COUNT };
 static const char *const method_keys[M_COUNT] = {
     "hvd",  "copy",   "mpi_allreduce",        "mpi_iallreduce",
     "pack", "bucket", "packed_allreduce_only"};
@@ -254,10 +245,10 @@ static lresult_t time_method(int m, workload_t *w, const bench_opts_t *o,
     pack(w);
   BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
   run_method(m, w, o, hreq, mreq); /* checked, and the first warmup */
-  r.ok = m == M_COPY ? verify_copy(w)
-                     : verify(w, method_keys[m],
-                              m == M_HVD ? 1.0f : (float)bench_size,
-                              m == M_PACKED);
+  r.ok = m == M_COPY
+             ? verify_copy(w)
+             : verify(w, method_keys[m], m == M_HVD ? 1.0f : (float)bench_size,
+                      m == M_PACKED);
   r.ok = bench_all_ok(r.ok);
   for (int k = 1; k < warmup; k++)
     run_method(m, w, o, hreq, mreq);
@@ -313,8 +304,8 @@ static void rows(const bench_opts_t *o, const workload_t *w,
   double bytes = (double)w->elems * sizeof(float);
   if (!o->json) {
     printf("%-38s %10s %10s %10s %8s %8s %8s %5s\n", "method", "median_ms",
-           "min_ms", "max_ms", "algbw", "busbw",
-           ref == M_HVD ? "hvd/this" : "", "check");
+           "min_ms", "max_ms", "algbw", "busbw", ref == M_HVD ? "hvd/this" : "",
+           "check");
   }
   for (int k = 0; k < n; k++) {
     const lresult_t *r = &res[ms[k]];
@@ -337,14 +328,14 @@ static void rows(const bench_opts_t *o, const workload_t *w,
         snprintf(ratio, sizeof ratio, "%8.3f",
                  res[ref].ms.median / r->ms.median);
       printf("%-38s %10.3f %10.3f %10.3f %8.3f %8.3f %8s %5s\n",
-             method_labels[ms[k]], r->ms.median, r->ms.min, r->ms.max, alg,
-             bus, ratio, r->ok ? "ok" : "WRONG");
+             method_labels[ms[k]], r->ms.median, r->ms.min, r->ms.max, alg, bus,
+             ratio, r->ok ? "ok" : "WRONG");
     }
   }
 }
 
-static void header(const bench_opts_t *o, const workload_t *w,
-                   const char *mode, const char *what) {
+static void header(const bench_opts_t *o, const workload_t *w, const char *mode,
+                   const char *what) {
   int iters = o->iters > 0 ? o->iters : 10;
   int warmup = o->warmup >= 0 ? o->warmup : 2;
   char sz[32], env[512];
@@ -449,8 +440,7 @@ static void report_mpi(const bench_opts_t *o, const workload_t *w,
   for (int m = M_MPI; m <= M_BUCKET; m++)
     if (res[m].ms.median < res[best].ms.median)
       best = m;
-  snprintf(what, sizeof what,
-           "plain MPI process (no hvd_init); buckets of %s",
+  snprintf(what, sizeof what, "plain MPI process (no hvd_init); buckets of %s",
            bench_bytes_str((double)o->bucket_bytes, sz, sizeof sz));
   header(o, w, "mpi-list", what);
   if (o->json) {

@@ -100,7 +100,8 @@ static const char usage_text[] =
     "  --compute-ms MS    overlap: the compute loop's length (default 500)\n"
     "  --device cpu|gpu   list: tensors in host memory (default) or on the\n"
     "                     rank's GPU\n"
-    "  --alloc malloc|hvd host tensors from malloc (default) or hvd_alloc_host\n"
+    "  --alloc malloc|hvd host tensors from malloc (default) or "
+    "hvd_alloc_host\n"
     "                     (2 MiB-aligned, transparent huge pages)\n"
     "  --bucket-bytes SIZE  mpi-list: DDP-style bucket size (default 25M)\n"
     "  (gpu-pack and staged take --tensors too: the workload as one more "
@@ -292,9 +293,9 @@ static unsigned option_modes(int opt) {
   }
 }
 
-static const char *const mode_names[] = {
-    "sweep", "list",     "latency", "quick",   "overlap",
-    "optim", "gpu-pack", "staged",  "mpi-list"};
+static const char *const mode_names[] = {"sweep",    "list",    "latency",
+                                         "quick",    "overlap", "optim",
+                                         "gpu-pack", "staged",  "mpi-list"};
 
 /* "sweep, gpu-pack and staged": the modes of bits. */
 static const char *modes_str(unsigned bits, char *buf, size_t len) {

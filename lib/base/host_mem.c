@@ -17,10 +17,10 @@
  * 4 KiB pages: THP "never", or no free huge page at fault time). Its
  * length is rounded up to 4 KiB only: the last, partial 2 MiB of a block
  * takes 4 KiB pages. Rounding up to 2 MiB instead cost bert-base's
- * gradients 122 MiB per rank (72 tensors of 2.25 MiB each taking 4 MiB). Smaller blocks are not worth a huge
- * page each: they come from posix_memalign, 64-byte aligned. Both are
- * zero-filled. A list of live blocks tells hvd_free_host which is which
- * and refuses pointers it did not hand out.
+ * gradients 122 MiB per rank (72 tensors of 2.25 MiB each taking 4 MiB).
+ * Smaller blocks are not worth a huge page each: they come from posix_memalign,
+ * 64-byte aligned. Both are zero-filled. A list of live blocks tells
+ * hvd_free_host which is which and refuses pointers it did not hand out.
  */
 #include <errno.h>
 #include <pthread.h>

@@ -224,8 +224,8 @@ void hvd__reduce_half(const uint16_t *in, uint16_t *inout, int64_t n,
     }                                                                          \
   } while (0)
 
-void hvd__reduce_pair(void *dst, const void *first, const void *src,
-                      int64_t n, hvd_dtype_t dtype, hvd_op_t op) {
+void hvd__reduce_pair(void *dst, const void *first, const void *src, int64_t n,
+                      hvd_dtype_t dtype, hvd_op_t op) {
   if (dtype == HVD_FLOAT32 && (op == HVD_SUM || op == HVD_AVERAGE)) {
     PAIR_LOOP(float, a + b); /* gradients: the case that matters */
     return;

@@ -45,8 +45,8 @@ void hvd__reduce_into(void *dst, const void *src, int64_t n, hvd_dtype_t dtype,
 /* dst[i] = op(first[i], src[i]), the same values as copying first to dst
  * and then hvd__reduce_into(dst, src); one pass for float32 and float64
  * sums. No two of the buffers overlap. */
-void hvd__reduce_pair(void *dst, const void *first, const void *src,
-                      int64_t n, hvd_dtype_t dtype, hvd_op_t op);
+void hvd__reduce_pair(void *dst, const void *first, const void *src, int64_t n,
+                      hvd_dtype_t dtype, hvd_op_t op);
 
 /* inout[i] = op(in[i], inout[i]) for f16/bf16, accumulating in float. */
 void hvd__reduce_half(const uint16_t *in, uint16_t *inout, int64_t n,
