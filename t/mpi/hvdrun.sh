@@ -1,7 +1,9 @@
 #!/bin/sh
 # hvdrun: the mpirun command lines it makes (--dry-run), every bad command
-# line (exit 2, one "hvdrun: ..." line on stderr), --check-build, and a
-# real run of the collectives demo on 2 ranks.
+# line (exit 2, one "hvdrun: ..." line on stderr), --check-build, and real
+# runs on 2 ranks: the collectives demo (also with --tag-output,
+# --output-dir, -H without -np), Horovod's flags reaching the ranks
+# (hvd-info), --verbose, and a program that is not there (exit 127).
 hvdrun="$HVD_TOP_BUILDDIR/bin/hvdrun"
 tmp=${TMPDIR:-/tmp}/hvdrun-test.$$
 mkdir -p "$tmp" || exit 1
@@ -21,7 +23,8 @@ show() { printf '%s\n' "$out" | sed 's/^/# /'; }
 # The variables of the caller that hvdrun forwards would show up in every
 # line; start clean (the HVD_TOP_* and HVD_MPIRUN_TEST of the harness stay).
 run_no_cma=${HVD_RUN_NO_CMA-1} # for the real run below
-unset HVD_FOO NCCL_DEBUG CUDA_VISIBLE_DEVICES HVD_RUN_NO_CMA
+unset HVD_FOO NCCL_DEBUG CUDA_VISIBLE_DEVICES HVD_RUN_NO_CMA LD_LIBRARY_PATH \
+  OMP_NUM_THREADS
 cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc)
 
 # ---- command lines ----
@@ -75,6 +78,37 @@ dry -np 2 ./prog
 hasnt 'btl_vader'
 ok $? "without HVD_RUN_NO_CMA: no btl_vader option" || show
 
+out=$(OMP_NUM_THREADS=1 LD_LIBRARY_PATH=/opt/x "$hvdrun" --dry-run -np 2 ./prog 2>&1)
+has ' -x LD_LIBRARY_PATH ' && has ' -x OMP_NUM_THREADS ' && has ' -x PATH '
+ok $? "-x PATH, LD_LIBRARY_PATH, OMP_NUM_THREADS forwarded" || show
+
+# mpirun's own options, passed through in order, before the program
+dry -np 2 --mca btl_tcp_if_include lo -x FOO=1 -x BAR \
+  --mpi-args "--report-bindings  --map-by core" --tag-output \
+  --output-dir "$tmp/logs" ./prog a
+[ $rc = 0 ] && has " --mca btl_tcp_if_include lo -x FOO=1 -x BAR --report-bindings --map-by core --tag-output --output-filename $tmp/logs ./prog a\$"
+ok $? "--mca, -x, --mpi-args, --tag-output, --output-dir passed to mpirun" || show
+
+# Horovod's flags: the HVD_* variables, forwarded
+dry -np 2 --fusion-threshold-mb 32 --cycle-time-ms 2.5 --cache-capacity 7 \
+  --hierarchical-allreduce --timeline-filename t.json --autotune \
+  --autotune-log-file a.csv --log-level debug ./prog
+r=0
+for v in HVD_AUTOTUNE HVD_AUTOTUNE_LOG HVD_CACHE_CAPACITY HVD_CYCLE_TIME \
+  HVD_FUSION_THRESHOLD HVD_HIERARCHICAL_ALLREDUCE HVD_LOG_LEVEL HVD_TIMELINE; do
+  has " -x $v " || r=1
+done
+[ $rc = 0 ] && [ $r = 0 ]
+ok $? "Horovod's flags become forwarded HVD_* variables" || show
+
+# -np left out: every slot of -H or --hostfile
+dry -H a:2,b:3 ./prog
+[ $rc = 0 ] && has ' -np 5 -H a:2,b:3 ' && hasnt 'oversubscribe'
+ok $? "-H a:2,b:3 without -np: -np 5" || show
+dry --hostfile "$tmp/hosts" ./prog
+[ $rc = 0 ] && has " -np 4 --hostfile $tmp/hosts "
+ok $? "--hostfile (2 + 2 slots) without -np: -np 4" || show
+
 # Shell quoting: the line, read back by the shell, gives the same words.
 dry -np 2 -- -prog "a b" "it's" '$x' ""
 eval "set -- $out"
@@ -106,6 +140,18 @@ bad 'cannot be used together' "-H and --hostfile" -- -np 2 -H a:1 \
 bad 'does not exist' "missing hostfile" -- -np 2 --hostfile "$tmp/none" ./prog
 bad 'slots' "-H with bad slots" -- -np 2 -H a:x ./prog
 bad 'needs a value' "-H without a value" -- -np 2 -H
+printf 'a\nb slots=2\n' >"$tmp/noslots"
+bad "does not give every host's slots" "--hostfile without slots= and no -np" \
+  -- --hostfile "$tmp/noslots" ./prog
+bad "whole number of MiB, not 'abc'" "--fusion-threshold-mb abc" \
+  -- -np 2 --fusion-threshold-mb abc ./prog
+bad "number of milliseconds, not '-1'" "--cycle-time-ms -1" \
+  -- -np 2 --cycle-time-ms -1 ./prog
+bad "whole number, not 'x'" "--cache-capacity x" -- -np 2 --cache-capacity x ./prog
+bad 'needs a key and a value' "--mca with one word" -- -np 2 --mca btl
+bad 'needs a value' "-x without a value" -- -np 2 -x
+bad 'needs a value' "--output-dir without a value" -- -np 2 --output-dir
+bad 'needs a value' "--log-level without a value" -- -np 2 --log-level
 
 # ---- the other modes ----
 out=$("$hvdrun" --help 2>&1)
@@ -133,5 +179,37 @@ out=$(
 rc=$?
 [ $rc = 0 ] && has 'all 9 checks passed on 2 ranks'
 ok $? "hvdrun -np 2 examples/collectives_demo (exit $rc)" || show
+
+# real runs through the same wrapper: real() ARGS... sets out and rc
+real() {
+  out=$(
+    HVD_MPIRUN_TEST_LIB=1 . "$HVD_MPIRUN_TEST"
+    unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+    HVD_RUN_NO_CMA=$run_no_cma
+    export HVD_RUN_NO_CMA
+    hvd_mpirun 0 "$hvdrun" "$@" 2>&1
+  )
+  rc=$?
+}
+real -H localhost:2 --tag-output "$HVD_TOP_BUILDDIR/examples/collectives_demo"
+[ $rc = 0 ] && has '^\[1,0\]<stdout>:all 9 checks passed on 2 ranks$'
+ok $? "-H localhost:2 without -np, --tag-output: rank-prefixed lines (exit $rc)" || show
+real -np 2 --output-dir "$tmp/logs" "$HVD_TOP_BUILDDIR/examples/collectives_demo"
+[ $rc = 0 ] && grep -q 'all 9 checks passed on 2 ranks' "$tmp/logs/1/rank.0/stdout" &&
+  [ -f "$tmp/logs/1/rank.1/stdout" ]
+ok $? "--output-dir: one stdout file per rank (exit $rc)" || show
+real -np 2 --verbose --fusion-threshold-mb 32 --cycle-time-ms 2.5 \
+  "$HVD_TOP_BUILDDIR/bin/hvd-info"
+[ $rc = 0 ] &&
+  [ "$(printf '%s\n' "$out" | grep -c '^  HVD_FUSION_THRESHOLD=33554432 (from the environment')" = 2 ] &&
+  [ "$(printf '%s\n' "$out" | grep -c '^  HVD_CYCLE_TIME=2.5 (from the environment')" = 2 ] &&
+  has '^hvdrun: .*mpiexec -np 2 .*-x HVD_CYCLE_TIME -x HVD_FUSION_THRESHOLD .*hvd-info$'
+ok $? "--fusion-threshold-mb 32 --cycle-time-ms 2.5 reach both ranks; --verbose prints the line (exit $rc)" || show
+real -np 2 ./no-such-program-here
+[ $rc = 127 ] && [ "$out" = "hvdrun: './no-such-program-here': not found" ]
+ok $? "a program that is not there: one line, exit 127 ($rc)" || show
+real -np 2 no-such-command-zz
+[ $rc = 127 ] && [ "$out" = "hvdrun: 'no-such-command-zz': not found" ]
+ok $? "a name not on PATH: one line, exit 127 ($rc)" || show
 
 echo "1..$n"
