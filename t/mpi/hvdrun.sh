@@ -205,6 +205,40 @@ real -np 2 --verbose --fusion-threshold-mb 32 --cycle-time-ms 2.5 \
   [ "$(printf '%s\n' "$out" | grep -c '^  HVD_CYCLE_TIME=2.5 (from the environment')" = 2 ] &&
   has '^hvdrun: .*mpiexec -np 2 .*-x HVD_CYCLE_TIME -x HVD_FUSION_THRESHOLD .*hvd-info$'
 ok $? "--fusion-threshold-mb 32 --cycle-time-ms 2.5 reach both ranks; --verbose prints the line (exit $rc)" || show
+# a rank that fails: Open MPI's boxes give way to one line, mpirun's status
+real -np 3 "$HVD_TOP_BUILDDIR/t/mpi/exit_code"
+[ $rc = 3 ] && [ "$(printf '%s\n' "$out" | tail -n 1)" = "hvdrun: rank 1 exited with status 3; ranks 0, 2 were stopped" ] &&
+  hasnt '^-----' && hasnt 'Primary job' && hasnt 'detected that one or more'
+ok $? "rank 1 exits 3: one summary line, exit 3 ($rc)" || show
+real -np 3 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 3; fi; sleep 5'
+[ $rc = 3 ] && [ "$out" = "hvdrun: a rank exited with status 3; the job was stopped (Open MPI does not say which rank for a program that is not an MPI program)" ]
+ok $? "a non-MPI rank exits 3: one summary line, exit 3 ($rc)" || show
+real -np 3 "$HVD_TOP_BUILDDIR/t/mpi/die" kill
+[ $rc = 137 ] &&
+  printf '%s\n' "$out" | tail -n 1 | grep -qx "hvdrun: rank 1 ([^ ]*) was killed by signal 9 (Killed); ranks 0, 2 were stopped" &&
+  hasnt '^-----' && hasnt 'noticed that process rank'
+ok $? "rank 1 killed: one summary line naming its host, exit 137 ($rc)" || show
+
+# SIGTERM to hvdrun reaches mpirun: the job ends at once, no rank left
+(
+  HVD_MPIRUN_TEST_LIB=1 . "$HVD_MPIRUN_TEST"
+  HVD_RUN_NO_CMA=$run_no_cma
+  export HVD_RUN_NO_CMA
+  "$hvdrun" -np 2 sleep 37.25 >/dev/null 2>&1 &
+  hp=$!
+  sleep 2
+  t0=$(date +%s)
+  kill -TERM $hp
+  wait $hp
+  rc=$?
+  t1=$(date +%s)
+  sleep 3
+  left=$(pgrep -f 'sleep 37.25' | wc -l)
+  [ $rc != 0 ] && [ $((t1 - t0)) -le 10 ] && [ "$left" = 0 ] ||
+    { echo "# status $rc after $((t1 - t0)) s, $left ranks left"; exit 1; }
+)
+ok $? "SIGTERM to hvdrun stops the job within 10 s, non-zero, no rank left"
+
 real -np 2 ./no-such-program-here
 [ $rc = 127 ] && [ "$out" = "hvdrun: './no-such-program-here': not found" ]
 ok $? "a program that is not there: one line, exit 127 ($rc)" || show

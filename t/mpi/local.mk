@@ -63,7 +63,8 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 ## Programs that shell tests run (not tests themselves): a rank dying
 ## mid-job (rank_death.sh; libhvd alone), the stall inspector (stall.sh)
 ## and the timeline (timeline.sh), the last two as users' programs.
-check_PROGRAMS += t/mpi/die t/mpi/stall_prog t/mpi/timeline_prog
+check_PROGRAMS += t/mpi/die t/mpi/stall_prog t/mpi/timeline_prog \
+	t/mpi/exit_code
 t_mpi_die_LDADD = $(HVD_PROG_LDADD)
 t_mpi_stall_prog_CPPFLAGS = $(HVD_PROG_CPPFLAGS)
 t_mpi_stall_prog_LDADD = $(HVD_PROG_LDADD)
