@@ -62,7 +62,8 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 
 ## Programs that shell tests run (not tests themselves): a rank dying
 ## mid-job (rank_death.sh; libhvd alone), the stall inspector (stall.sh)
-## and the timeline (timeline.sh), the last two as users' programs.
+## and the timeline (timeline.sh), the last two as users' programs; a plain
+## MPI program whose rank 1 exits 3 (hvdrun.sh's failure summary).
 check_PROGRAMS += t/mpi/die t/mpi/stall_prog t/mpi/timeline_prog \
 	t/mpi/exit_code
 t_mpi_die_LDADD = $(HVD_PROG_LDADD)
