@@ -17,8 +17,9 @@
 # leave the first 2 steps out in both. --no-sync: both without gradient
 # reduction (the compute ceilings). PYTHON: the python with torch
 # (default: the first of python3, /usr/bin/python3 that imports it);
-# HVDRUN replaces bin/hvdrun. Exit status 0; 1 if a run failed or the two
-# models differ; 2 a bad argument.
+# HVDRUN replaces bin/hvdrun; DDP_OPTS adds options to ddp_bert.py (e.g.
+# "--bucket-cap-mb 50 --gradient-as-bucket-view"). Exit status 0; 1 if a
+# run failed or the two models differ; 2 a bad argument.
 set -u
 bad() { echo "ddp-vs-hvd.sh: $*" >&2; exit 2; }
 fail() { echo "ddp-vs-hvd.sh: $*" >&2; exit 1; }
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || bad "$1 needs a value"
     data=$2; shift 2 ;;
   --no-sync) nosync=--no-sync; shift ;;
-  -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) bad "unknown argument '$1' (try --help)" ;;
   esac
 done
@@ -78,7 +79,7 @@ hvd() {
 ddp() {
   "$PYTHON" "$here/ddp_bert.py" --nproc "$np" --preset mini \
     --data "$data" --vocab-size 30522 --seq 128 --batch 8 \
-    --threads 1 --steps "$steps" $nosync >"$tmp/ddp.out" 2>&1 &&
+    --threads 1 --steps "$steps" $nosync ${DDP_OPTS:-} >"$tmp/ddp.out" 2>&1 &&
     tps ddp
 }
 # the model's dimensions from each banner: "(L=4 ... B=8), 11201594 weights"
@@ -88,7 +89,7 @@ show() { echo "--- $1 output:" >&2; tail -5 "$tmp/$1.out" >&2; }
 ratios=
 echo "# np=$np, preset mini, V 30522, S 128, B 8 per rank, $steps steps," \
   "1 thread per rank${nosync:+, --no-sync}; hvd bert_train vs $PYTHON" \
-  "bench/ddp_bert.py (torch $("$PYTHON" -c 'import torch; print(torch.__version__)'))"
+  "bench/ddp_bert.py${DDP_OPTS:+ $DDP_OPTS} (torch $("$PYTHON" -c 'import torch; print(torch.__version__)'))"
 for i in $(seq "$pairs"); do
   if [ $((i % 2)) -eq 1 ]; then
     h=$(hvd) && [ -n "$h" ] || { show hvd; fail "the hvd run failed"; }

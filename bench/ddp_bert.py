@@ -11,7 +11,8 @@ The model is examples/bert/torch_bert.py's Bert (imported from there, not
 copied: the model of examples/bert operation for operation, no dropout),
 float32 on the CPU, wrapped in DistributedDataParallel with its defaults
 (25 MB buckets, gradients averaged over the ranks by gloo allreduces that
-overlap the backward pass). The rest follows bert_train:
+overlap the backward pass; --bucket-cap-mb and --gradient-as-bucket-view
+change them). The rest follows bert_train:
 
   - data: --data FILE is read and tokenized as bert_train does
     (examples/bert/tokenizer.c, data.c): lowercased runs of ASCII letters
@@ -101,6 +102,10 @@ def parse_args(argv=None):
     ap.add_argument("--bind", dest="bind", action="store_true", default=True,
                     help="bind rank r to the r-th allowed CPU (default)")
     ap.add_argument("--no-bind", dest="bind", action="store_false")
+    ap.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                    help="DDP's bucket size (default 25, DDP's default)")
+    ap.add_argument("--gradient-as-bucket-view", action="store_true",
+                    help="DDP's gradient_as_bucket_view (default off, as DDP)")
     ap.add_argument("--no-sync", action="store_true",
                     help="no gradient reduction (DDP no_sync on every step)")
     ap.add_argument("--model-dir", default=os.path.join(HERE, "..", "examples",
@@ -261,7 +266,8 @@ def worker(rank, world, a, port):
 
     torch.manual_seed(a.seed)  # the same initial weights on every rank
     model = tb.Bert(L, H, A, Fi, V, P)
-    ddp = DDP(model)  # broadcasts rank 0's parameters
+    ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb,  # broadcasts rank 0's
+              gradient_as_bucket_view=a.gradient_as_bucket_view)  # params
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr,
                             betas=(a.beta1, a.beta2), eps=a.eps,
                             weight_decay=a.weight_decay)
@@ -275,7 +281,9 @@ def worker(rank, world, a, port):
         print(f"ddp_bert: preset {a.preset} (L={L} H={H} A={A} F={Fi} V={V} "
               f"P={P} S={a.seq} B={a.batch}), {nw} weights; {world} ranks, "
               f"torch {torch.__version__} threads {torch.get_num_threads()}, "
-              f"gloo, DDP {'no_sync' if a.no_sync else 'averaging'}",
+              f"gloo, DDP {'no_sync' if a.no_sync else 'averaging'} "
+              f"(buckets {a.bucket_cap_mb:g} MB"
+              f"{', gradient_as_bucket_view' if a.gradient_as_bucket_view else ''})",
               flush=True)
         print(f"ddp_bert: {what}; global batch {world * a.batch}; AdamW lr "
               f"{a.lr} warmup {W} then linear decay to 0 at step {T}, weight "
