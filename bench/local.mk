@@ -42,3 +42,8 @@ bin_hvd_bench_kernels_LDADD = $(HVD_PROG_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
 ## The GPU machine's preparation and its one command (doc/gpu-testing.md).
 EXTRA_DIST += bench/prepare-gpu-carry.sh bench/gpu-session.sh bench/bert-sync-ratio.sh \
 	bench/allreduce-ratio.sh bench/zero-copy-probe.c
+
+## bert_train against PyTorch DDP on the CPU (doc/bench.md, "hvd vs PyTorch
+## DDP on CPU"): the corpus generator, the DDP trainer, the alternating
+## runner. Not built; the trainer needs python3 with torch.
+EXTRA_DIST += bench/make-corpus.py bench/ddp_bert.py bench/ddp-vs-hvd.sh
