@@ -12,6 +12,7 @@
 # default preset (tiny). HVDRUN replaces bin/hvdrun (called as HVDRUN -np
 # N PROG ARGS). Exit status 0; 1 if a run failed; 2 a bad argument.
 set -u
+. "$(dirname "$0")/ratio-summary.sh"
 bad() { echo "bert-sync-ratio.sh: $*" >&2; exit 2; }
 count() { # a positive number for option $1, or exit 2
   case $2 in '' | *[!0-9]* | 0*) bad "$1 takes a positive number, not '$2'" ;; esac
@@ -50,7 +51,4 @@ for i in $(seq "$pairs"); do
   ratios="$ratios $r"
   echo "pair $i: averaging $s  no-sync $n  ratio $r"
 done
-echo "$ratios" | tr ' ' '\n' | sed '/^$/d' | sort -n |
-  awk '{ v[NR] = $1; t += $1 }
-       END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2;
-             printf "ratio: median %.3f  mean %.3f  (%d pairs)\n", m, t / NR, NR }'
+ratio_summary "ratio" "$ratios"

@@ -21,6 +21,7 @@
 # "--bucket-cap-mb 50 --gradient-as-bucket-view"). Exit status 0; 1 if a
 # run failed or the two models differ; 2 a bad argument.
 set -u
+. "$(dirname "$0")/ratio-summary.sh"
 bad() { echo "ddp-vs-hvd.sh: $*" >&2; exit 2; }
 fail() { echo "ddp-vs-hvd.sh: $*" >&2; exit 1; }
 count() { # a positive number for option $1, or exit 2
@@ -109,7 +110,4 @@ for i in $(seq "$pairs"); do
   ratios="$ratios $r"
   echo "pair $i ($order): hvd $h  DDP $d  tokens/s  ratio hvd/DDP $r"
 done
-echo "$ratios" | tr ' ' '\n' | sed '/^$/d' | sort -n |
-  awk '{ v[NR] = $1; t += $1 }
-       END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2;
-             printf "ratio hvd/DDP: median %.3f  mean %.3f  (%d pairs)\n", m, t / NR, NR }'
+ratio_summary "ratio hvd/DDP" "$ratios"

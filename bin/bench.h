@@ -178,9 +178,14 @@ typedef struct workload {
   ltensor_t *t;
   int count;
   int64_t elems;
-  float *packed; /* elems floats, allocated for the pack methods */
+  float *packed; /* elems floats for the pack methods, of host_data's kind */
   int host_data; /* enum bench_data */
 } workload_t;
+
+/* bytes of host memory of that kind (BENCH_DATA_MALLOC or _HVD; aborts
+ * the job when there is none), and its release (NULL is accepted). */
+void *bench_alloc_as(int kind, size_t bytes);
+void bench_free_as(int kind, void *p);
 
 /* Reads a .tensors file and allocates its tensors as host_data says
  * (enum bench_data; with BENCH_DATA_NONE every data is NULL); on error

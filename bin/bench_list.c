@@ -133,23 +133,6 @@ static void unpack(workload_t *w) {
 /* The copy's destination: N bytes, allocated as the tensors are. */
 static float *copy_dst;
 
-static float *alloc_floats(const bench_opts_t *o, int64_t n) {
-  size_t bytes = sizeof(float) * (size_t)n;
-  if (o->alloc == BENCH_DATA_MALLOC)
-    return bench_alloc(bytes);
-  float *p = hvd_alloc_host(bytes);
-  if (p == NULL)
-    bench_fail("hvd_alloc_host(%zu): %s", bytes, hvd_last_error());
-  return p;
-}
-
-static void free_floats(const bench_opts_t *o, float *p) {
-  if (o->alloc == BENCH_DATA_MALLOC)
-    free(p);
-  else
-    BENCH_HVD(hvd_free_host(p));
-}
-
 /* DDP's buckets: tensors in reverse order, each bucket at most
  * bucket_bytes (a larger tensor alone), reduced with MPI_Iallreduce as soon
  * as it is packed; then all waited for and unpacked. */
@@ -395,7 +378,7 @@ static void report_memory(const bench_opts_t *o, const int64_t *rss) {
            (double)(x[RSS_BEFORE] - x[RSS_TENSORS]) / mib,
            (double)(x[RSS_HVD] - x[RSS_TENSORS]) / mib,
            (double)(x[RSS_HVD] - x[RSS_BEFORE]) / mib,
-           (double)(x[RSS_END] - 2 * x[RSS_TENSORS]) / mib);
+           (double)(x[RSS_END] - 3 * x[RSS_TENSORS]) / mib);
   }
 }
 
@@ -489,10 +472,10 @@ int bench_list(const bench_opts_t *o) {
   mine[RSS_BEFORE] = peak_rss_bytes();
   res[M_HVD] = time_method(M_HVD, &w, o, hreq, NULL);
   mine[RSS_HVD] = peak_rss_bytes();
-  w.packed = alloc_floats(o, w.elems);
-  copy_dst = alloc_floats(o, w.elems);
+  w.packed = bench_alloc_as(o->alloc, sizeof(float) * (size_t)w.elems);
+  copy_dst = bench_alloc_as(o->alloc, sizeof(float) * (size_t)w.elems);
   res[M_COPY] = time_method(M_COPY, &w, o, hreq, NULL);
-  mine[RSS_END] = peak_rss_bytes() - mine[RSS_TENSORS]; /* copy_dst */
+  mine[RSS_END] = peak_rss_bytes();
 
   if (bench_rank == 0)
     rss = bench_alloc(sizeof *rss * RSS_N * (size_t)bench_size);
@@ -502,9 +485,7 @@ int bench_list(const bench_opts_t *o) {
     report_list(o, &w, res, rss);
   free(rss);
   free(hreq);
-  free_floats(o, copy_dst);
-  free_floats(o, w.packed);
-  w.packed = NULL;
+  bench_free_as(o->alloc, copy_dst);
   bench_free_workload(&w);
   return all_ok(res, ms, BENCH_COUNT(ms)) ? 0 : 1;
 }
@@ -517,17 +498,15 @@ int bench_mpi_list(const bench_opts_t *o) {
   if (!bench_load_workload(o->tensors, &w, o->alloc))
     return 2;
   MPI_Request *mreq = bench_alloc(sizeof *mreq * (size_t)w.count);
-  w.packed = alloc_floats(o, w.elems);
-  copy_dst = alloc_floats(o, w.elems);
+  w.packed = bench_alloc_as(o->alloc, sizeof(float) * (size_t)w.elems);
+  copy_dst = bench_alloc_as(o->alloc, sizeof(float) * (size_t)w.elems);
   fill(&w);
   for (int k = 0; k < BENCH_COUNT(ms); k++)
     res[ms[k]] = time_method(ms[k], &w, o, NULL, mreq);
   if (bench_rank == 0)
     report_mpi(o, &w, res);
   free(mreq);
-  free_floats(o, copy_dst);
-  free_floats(o, w.packed);
-  w.packed = NULL;
+  bench_free_as(o->alloc, copy_dst);
   bench_free_workload(&w);
   return all_ok(res, ms, BENCH_COUNT(ms)) ? 0 : 1;
 }

@@ -389,16 +389,29 @@ void bench_json_header(const char *mode) {
 
 /* ---- workloads (.tensors files) and their inputs ------------------------- */
 
+void *bench_alloc_as(int kind, size_t bytes) {
+  if (kind != BENCH_DATA_HVD)
+    return bench_alloc(bytes);
+  void *p = hvd_alloc_host(bytes);
+  if (p == NULL)
+    bench_fail("hvd_alloc_host(%zu): %s", bytes, hvd_last_error());
+  return p;
+}
+
+void bench_free_as(int kind, void *p) {
+  if (kind == BENCH_DATA_HVD)
+    BENCH_HVD(hvd_free_host(p));
+  else
+    free(p);
+}
+
 void bench_free_workload(workload_t *w) {
   for (int i = 0; i < w->count; i++) {
     free(w->t[i].name);
-    if (w->host_data == BENCH_DATA_HVD)
-      BENCH_HVD(hvd_free_host(w->t[i].data));
-    else
-      free(w->t[i].data);
+    bench_free_as(w->host_data, w->t[i].data);
   }
   free(w->t);
-  free(w->packed);
+  bench_free_as(w->host_data, w->packed);
   memset(w, 0, sizeof *w);
 }
 
@@ -484,14 +497,8 @@ int bench_load_workload(const char *path, workload_t *w, int host_data) {
   fclose(f);
   free(line);
   w->host_data = host_data;
-  for (int i = 0; host_data != BENCH_DATA_NONE && i < w->count; i++) {
-    size_t bytes = sizeof(float) * (size_t)w->t[i].n;
-    if (host_data == BENCH_DATA_MALLOC) {
-      w->t[i].data = bench_alloc(bytes);
-    } else if ((w->t[i].data = hvd_alloc_host(bytes)) == NULL) {
-      bench_fail("hvd_alloc_host(%zu): %s", bytes, hvd_last_error());
-    }
-  }
+  for (int i = 0; host_data != BENCH_DATA_NONE && i < w->count; i++)
+    w->t[i].data = bench_alloc_as(host_data, sizeof(float) * (size_t)w->t[i].n);
   return 1;
 fail:
   if (bench_rank == 0)
