@@ -193,14 +193,22 @@ int64_t hvd_tensor_numel(const hvd_tensor_t *t);
 void hvd_tensor_free(hvd_tensor_t *t);
 
 /* Host memory for tensors that every step reads and writes in full
- * (gradients, parameters, optimizer state), zero-filled. Blocks of 2 MiB
- * or more are 2 MiB-aligned and asked to be backed by transparent huge
- * pages (madvise): on a virtual machine, page walks over 4 KiB pages can
- * make a large allreduce twice as slow in some runs as in others
- * (doc/bench.md, "Huge pages"). Smaller blocks are 64-byte aligned.
- * Needs no hvd_init and no MPI; thread-safe. Returns NULL when the memory
- * cannot be had (hvd_last_error says why); 0 bytes gives a valid block.
- * The memory is the process's own: hvd reads it like any other tensor. */
+ * (gradients, parameters, optimizer state), zero-filled. It lives in this
+ * process's shared arena (an anonymous memfd mapping, gone with the
+ * process), which the other ranks of the node map read-only: an allreduce
+ * whose tensors (send and recv) are all hvd_alloc_host memory on every
+ * rank of the node is reduced in place, each rank summing its share
+ * straight from the peers' tensors, with no copy through a staging buffer
+ * (HVD_ZERO_COPY; doc/bench.md, "Zero-copy allreduce"). Other tensors are
+ * reduced as before, and may be mixed freely with these. Blocks are
+ * page-aligned (2 MiB-aligned from 2 MiB up) and take whole 4 KiB pages;
+ * freed pages go back to the system. Because the arena is MAP_SHARED, a
+ * child made by fork() shares these blocks with its parent instead of
+ * getting a copy. HVD_HOST_ARENA=0 (read at the first call) makes
+ * blocks private instead: from 2 MiB up on transparent huge pages
+ * (madvise), smaller ones 64-byte aligned. Needs no hvd_init and no MPI;
+ * thread-safe. Returns NULL when the memory cannot be had (hvd_last_error
+ * says why); 0 bytes gives a valid block. */
 void *hvd_alloc_host(size_t bytes);
 /* Frees a block of hvd_alloc_host; NULL is accepted. Any other pointer
  * (or one freed already) is HVD_ERR_INVALID_ARG, naming it. */

@@ -1,74 +1,102 @@
 /*
  * host_mem.c - hvd_alloc_host / hvd_free_host: host memory for tensors
  * that are read and written in full every step (gradients, parameters,
- * optimizer state).
+ * optimizer state), kept where the other ranks of the node can read it.
  *
- * Why: on a virtual machine every TLB miss walks two page tables (the
- * guest's and the host's). Streaming 400 MB of gradients through 4 KiB
- * pages costs a walk every 4 KiB, and how much each walk costs depends on
- * where the run's pages happen to land: measured on the 2-core KVM VM
- * (doc/bench.md, "Huge pages"), the same allreduce of bert-base's
- * gradients took 63-70 ms in some runs and 140-155 ms in others, the
- * whole run one way or the other. On 2 MiB pages (transparent huge pages,
- * asked for with madvise) ten runs in a row stayed within 7 %.
+ * Where: the process's arena, one memfd (shared memory with no name, gone
+ * with the process) of HVD__ARENA_SIZE bytes, sparse, mapped once
+ * MAP_SHARED at a 2 MiB-aligned address. A block is a range of it: 2 MiB-
+ * aligned from 2 MiB up, page-aligned below (a block takes whole pages).
+ * The MPI executor maps each peer's arena read-only (through
+ * /proc/<pid>/fd/<fd>) when it opens, so an allreduce whose tensors are
+ * all in arenas on every rank of the node reads the peers' tensors where
+ * they are instead of copying them through a shared segment
+ * (ops/mpi_ops.c, "zero-copy"). Freeing punches the range out of the file
+ * (the pages go back to the system and read as zero next time) and
+ * returns it to a free list (first fit, merged with its neighbours).
  *
- * How: a block of HVD__HOST_HUGE bytes or more is its own anonymous
- * mapping, 2 MiB-aligned, marked MADV_HUGEPAGE (the kernel may still give
- * 4 KiB pages: THP "never", or no free huge page at fault time). Its
- * length is rounded up to 4 KiB only: the last, partial 2 MiB of a block
- * takes 4 KiB pages. Rounding up to 2 MiB instead cost bert-base's
- * gradients 122 MiB per rank (72 tensors of 2.25 MiB each taking 4 MiB).
- * Smaller blocks are not worth a huge page each: they come from posix_memalign,
- * 64-byte aligned. Both are zero-filled. A list of live blocks tells
- * hvd_free_host which is which and refuses pointers it did not hand out.
+ * Without an arena (HVD_HOST_ARENA=0, memfd_create or the mapping refused,
+ * or the arena full) a block of HVD__HOST_HUGE bytes or more is its own
+ * private anonymous mapping, 2 MiB-aligned, marked MADV_HUGEPAGE, its
+ * length rounded up to 4 KiB (rounding to 2 MiB cost bert-base's gradients
+ * 122 MiB per rank); smaller blocks come from posix_memalign, 64-byte
+ * aligned. The trade: shared memory gets huge pages only where the kernel
+ * allows them for shmem (THP shmem_enabled "advise" or more); measured in
+ * doc/bench.md ("Zero-copy allreduce"). Both kinds are zero-filled. A list
+ * of live blocks tells hvd_free_host which is which and refuses pointers it
+ * did not hand out.
  */
+#include "base/host_mem.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/errors.h"
-#include "internal.h"
+#include "base/log.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
 #define HVD__HOST_HUGE HUGE_PAGE /* blocks from here on get huge pages */
 #define SMALL_PAGE ((size_t)4096)
 #define SMALL_ALIGN 64
 
+enum { IN_ARENA, MAPPED, MEMALIGNED };
+
 typedef struct block {
   void *p;
-  size_t map_len; /* 0: posix_memalign'd */
+  size_t len; /* arena: the range's length; MAPPED: the mapping's */
+  int kind;
 } block_t;
+
+typedef struct range {
+  uint64_t off, len;
+} range_t;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static block_t *blocks;
 static size_t nblocks, cap;
 
-static int remember(void *p, size_t map_len) {
-  pthread_mutex_lock(&mu);
-  if (nblocks == cap) {
-    size_t ncap = cap ? 2 * cap : 64;
-    block_t *nb = realloc(blocks, ncap * sizeof *nb);
-    if (nb == NULL) {
-      pthread_mutex_unlock(&mu);
-      return 0;
-    }
-    blocks = nb;
-    cap = ncap;
-  }
-  blocks[nblocks++] = (block_t){p, map_len};
-  pthread_mutex_unlock(&mu);
+/* The arena: made on first use; state 1 ready, -1 none (for good). */
+static struct {
+  int state;
+  int fd;
+  char *base;
+  range_t *free; /* sorted by offset, never adjacent */
+  size_t nfree, capfree;
+} arena;
+
+static int grow(void **a, size_t *capp, size_t n, size_t each) {
+  if (n < *capp)
+    return 1;
+  size_t ncap = *capp ? 2 * *capp : 64;
+  void *na = realloc(*a, ncap * each);
+  if (na == NULL)
+    return 0;
+  *a = na;
+  *capp = ncap;
   return 1;
 }
 
-/* Removes p from the list; *map_len says how it was made. 0: not ours. */
-static int forget(void *p, size_t *map_len) {
+static int remember(void *p, size_t len, int kind) {
+  pthread_mutex_lock(&mu);
+  int ok = grow((void **)&blocks, &cap, nblocks, sizeof *blocks);
+  if (ok)
+    blocks[nblocks++] = (block_t){p, len, kind};
+  pthread_mutex_unlock(&mu);
+  return ok;
+}
+
+/* Removes p from the list into *b. 0: not ours. */
+static int forget(void *p, block_t *b) {
   pthread_mutex_lock(&mu);
   for (size_t i = nblocks; i-- > 0;) /* the newest first */
     if (blocks[i].p == p) {
-      *map_len = blocks[i].map_len;
+      *b = blocks[i];
       blocks[i] = blocks[--nblocks];
       pthread_mutex_unlock(&mu);
       return 1;
@@ -76,6 +104,182 @@ static int forget(void *p, size_t *map_len) {
   pthread_mutex_unlock(&mu);
   return 0;
 }
+
+/* ---- the arena ----------------------------------------------------------- */
+
+/* HVD_HOST_ARENA: read here, since hvd_alloc_host needs no hvd_init;
+ * hvd_init validates it with the other settings. Only "0" turns it off. */
+static int arena_wanted(void) {
+  const char *v = getenv("HVD_HOST_ARENA");
+  return v == NULL || strcmp(v, "0") != 0;
+}
+
+/* With mu held. */
+static int arena_ready(void) {
+  if (arena.state != 0)
+    return arena.state > 0;
+  arena.state = -1;
+  if (!arena_wanted())
+    return 0;
+  int fd = memfd_create("hvd-host-arena", MFD_CLOEXEC);
+  if (fd < 0) {
+    HVD__LOG(HVD__LOG_INFO,
+             "hvd_alloc_host: no shared arena (memfd_create: %s)",
+             strerror(errno));
+    return 0;
+  }
+  /* reserve size + 2 MiB, then put the file at the aligned address */
+  size_t size = (size_t)HVD__ARENA_SIZE;
+  char *raw = mmap(NULL, size + HUGE_PAGE, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  char *at = MAP_FAILED;
+  if (ftruncate(fd, (off_t)size) == 0 && raw != MAP_FAILED) {
+    char *want = (char *)(((uintptr_t)raw + HUGE_PAGE - 1) &
+                          ~(uintptr_t)(HUGE_PAGE - 1));
+    at = mmap(want, size, PROT_READ | PROT_WRITE,
+              MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, 0);
+  }
+  if (at == MAP_FAILED) {
+    HVD__LOG(HVD__LOG_INFO, "hvd_alloc_host: no shared arena (%s)",
+             strerror(errno));
+    if (raw != MAP_FAILED)
+      munmap(raw, size + HUGE_PAGE);
+    close(fd);
+    return 0;
+  }
+  size_t head = (size_t)(at - raw);
+  if (head > 0)
+    munmap(raw, head);
+  munmap(at + size, HUGE_PAGE - head);
+#ifdef MADV_HUGEPAGE
+  (void)madvise(at, size, MADV_HUGEPAGE); /* shmem THP "advise" honours it */
+#endif
+#ifdef MADV_DONTDUMP
+  (void)madvise(at, size, MADV_DONTDUMP); /* a core holds the blocks only */
+#endif
+  arena.free = malloc(64 * sizeof *arena.free);
+  if (arena.free == NULL) {
+    munmap(at, size);
+    close(fd);
+    return 0;
+  }
+  arena.capfree = 64;
+  arena.free[0] = (range_t){0, size};
+  arena.nfree = 1;
+  arena.fd = fd;
+  arena.base = at;
+  arena.state = 1;
+  return 1;
+}
+
+/* First fit of len bytes aligned to align; UINT64_MAX when full. */
+static uint64_t arena_take(uint64_t len, uint64_t align) {
+  for (size_t i = 0; i < arena.nfree; i++) {
+    range_t *r = &arena.free[i];
+    uint64_t at = (r->off + align - 1) / align * align, end = r->off + r->len;
+    if (at > end || end - at < len)
+      continue;
+    uint64_t head = at - r->off, tail = end - at - len;
+    if (head > 0 && tail > 0) { /* split in two */
+      if (!grow((void **)&arena.free, &arena.capfree, arena.nfree,
+                sizeof *arena.free))
+        return UINT64_MAX;
+      r = &arena.free[i];
+      memmove(r + 2, r + 1, (arena.nfree - i - 1) * sizeof *r);
+      arena.nfree++;
+      r[0].len = head;
+      r[1] = (range_t){at + len, tail};
+    } else if (head > 0) {
+      r->len = head;
+    } else if (tail > 0) {
+      *r = (range_t){at + len, tail};
+    } else {
+      memmove(r, r + 1, (arena.nfree - i - 1) * sizeof *r);
+      arena.nfree--;
+    }
+    return at;
+  }
+  return UINT64_MAX;
+}
+
+/* Gives [off, off + len) back, merged with its neighbours. 0: no memory
+ * for the list (the range is then lost to the arena, not to the system). */
+static int arena_give(uint64_t off, uint64_t len) {
+  size_t i = 0;
+  while (i < arena.nfree && arena.free[i].off < off)
+    i++;
+  int before = i > 0 && arena.free[i - 1].off + arena.free[i - 1].len == off;
+  int after = i < arena.nfree && off + len == arena.free[i].off;
+  if (before && after) {
+    arena.free[i - 1].len += len + arena.free[i].len;
+    memmove(&arena.free[i], &arena.free[i + 1],
+            (arena.nfree - i - 1) * sizeof *arena.free);
+    arena.nfree--;
+  } else if (before) {
+    arena.free[i - 1].len += len;
+  } else if (after) {
+    arena.free[i].off = off;
+    arena.free[i].len += len;
+  } else {
+    if (!grow((void **)&arena.free, &arena.capfree, arena.nfree,
+              sizeof *arena.free))
+      return 0;
+    memmove(&arena.free[i + 1], &arena.free[i],
+            (arena.nfree - i) * sizeof *arena.free);
+    arena.free[i] = (range_t){off, len};
+    arena.nfree++;
+  }
+  return 1;
+}
+
+/* A block of the arena, or NULL (no arena, or full). */
+static void *arena_alloc(size_t bytes, size_t *len) {
+  void *p = NULL;
+  *len = (bytes + SMALL_PAGE - 1) / SMALL_PAGE * SMALL_PAGE;
+  if (*len == 0)
+    *len = SMALL_PAGE;
+  pthread_mutex_lock(&mu);
+  if (arena_ready()) {
+    uint64_t off = arena_take(*len, *len >= HUGE_PAGE ? HUGE_PAGE : SMALL_PAGE);
+    if (off != UINT64_MAX)
+      p = arena.base + off;
+  }
+  pthread_mutex_unlock(&mu);
+#ifdef MADV_DODUMP
+  if (p != NULL)
+    (void)madvise(p, *len, MADV_DODUMP);
+#endif
+  return p;
+}
+
+static void arena_free(void *p, size_t len) {
+  uint64_t off = (uint64_t)((char *)p - arena.base);
+#ifdef MADV_DONTDUMP
+  (void)madvise(p, len, MADV_DONTDUMP);
+#endif
+  /* the pages go back to the system; the range reads as zero again */
+  if (fallocate(arena.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                (off_t)off, (off_t)len) != 0)
+    memset(p, 0, len); /* zero-filled all the same */
+  pthread_mutex_lock(&mu);
+  (void)arena_give(off, len);
+  pthread_mutex_unlock(&mu);
+}
+
+int hvd__host_arena(int *fd, char **base, uint64_t *size) {
+  pthread_mutex_lock(&mu);
+  int ok = arena_ready();
+  if (ok) {
+    *fd = arena.fd;
+    *base = arena.base;
+    *size = HVD__ARENA_SIZE;
+  }
+  pthread_mutex_unlock(&mu);
+  return ok;
+}
+
+/* ---- without an arena -----------------------------------------------------
+ */
 
 /* A 2 MiB-aligned anonymous mapping of len bytes (a multiple of 4 KiB):
  * map len + 2 MiB, then unmap what lies outside the aligned part. */
@@ -95,53 +299,64 @@ static void *map_aligned(size_t len) {
   return (void *)at;
 }
 
-void *hvd_alloc_host(size_t bytes) {
+static void *private_alloc(size_t bytes, size_t *len, int *kind) {
   void *p = NULL;
-  size_t map_len = 0;
   if (bytes >= HVD__HOST_HUGE) {
-    if (bytes > SIZE_MAX - 2 * HUGE_PAGE) {
-      hvd__set_error(HVD_ERR_NO_MEMORY, "hvd_alloc_host: %zu bytes", bytes);
-      return NULL;
-    }
-    map_len = (bytes + SMALL_PAGE - 1) / SMALL_PAGE * SMALL_PAGE;
-    p = map_aligned(map_len);
-  } else {
-    int err = posix_memalign(&p, SMALL_ALIGN, bytes > 0 ? bytes : 1);
-    if (err != 0)
-      p = NULL;
-    else
-      memset(p, 0, bytes);
+    *kind = MAPPED;
+    *len = (bytes + SMALL_PAGE - 1) / SMALL_PAGE * SMALL_PAGE;
+    return map_aligned(*len);
   }
-  if (p == NULL) {
+  *kind = MEMALIGNED;
+  *len = bytes;
+  if (posix_memalign(&p, SMALL_ALIGN, bytes > 0 ? bytes : 1) != 0)
+    return NULL;
+  memset(p, 0, bytes);
+  return p;
+}
+
+static void release(const block_t *b) {
+  if (b->kind == IN_ARENA)
+    arena_free(b->p, b->len);
+  else if (b->kind == MAPPED)
+    munmap(b->p, b->len);
+  else
+    free(b->p);
+}
+
+void *hvd_alloc_host(size_t bytes) {
+  block_t b = {NULL, 0, IN_ARENA};
+  if (bytes > SIZE_MAX - 2 * HUGE_PAGE) {
+    hvd__set_error(HVD_ERR_NO_MEMORY, "hvd_alloc_host: %zu bytes", bytes);
+    return NULL;
+  }
+  if (bytes <= HVD__ARENA_SIZE)
+    b.p = arena_alloc(bytes, &b.len);
+  if (b.p == NULL)
+    b.p = private_alloc(bytes, &b.len, &b.kind);
+  if (b.p == NULL) {
     hvd__set_error(HVD_ERR_NO_MEMORY, "hvd_alloc_host: %zu bytes: %s", bytes,
                    strerror(errno ? errno : ENOMEM));
     return NULL;
   }
-  if (!remember(p, map_len)) {
-    if (map_len > 0)
-      munmap(p, map_len);
-    else
-      free(p);
+  if (!remember(b.p, b.len, b.kind)) {
+    release(&b);
     hvd__set_error(HVD_ERR_NO_MEMORY,
                    "hvd_alloc_host: %zu bytes: no memory to record the block",
                    bytes);
     return NULL;
   }
-  return p;
+  return b.p;
 }
 
 hvd_result_t hvd_free_host(void *p) {
-  size_t map_len = 0;
+  block_t b;
   if (p == NULL)
     return HVD_SUCCESS;
-  if (!forget(p, &map_len))
+  if (!forget(p, &b))
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "hvd_free_host: %p was not allocated by "
                           "hvd_alloc_host (or was freed already)",
                           p);
-  if (map_len > 0)
-    munmap(p, map_len);
-  else
-    free(p);
+  release(&b);
   return HVD_SUCCESS;
 }

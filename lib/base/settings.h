@@ -68,6 +68,14 @@
   X(HVD_SHM_ALLREDUCE, "1", shm_allreduce, BOOL, 1, 0, 1,                      \
     "1: host allreduce within a node through a shared segment "                \
     "(MPI_Win_allocate_shared), MPI only between nodes; 0: MPI only")          \
+  X(HVD_ZERO_COPY, "1", zero_copy, BOOL, 1, 0, 1,                              \
+    "1: an allreduce whose tensors are hvd_alloc_host memory on every "        \
+    "rank of the node reads the peers' tensors in place (no copy through "     \
+    "the shared segment); 0: always through the segment")                      \
+  X(HVD_HOST_ARENA, "1", host_arena, BOOL, 1, 0, 1,                            \
+    "1: hvd_alloc_host memory lives in a shared arena the node's ranks "       \
+    "can read (4 KiB pages unless THP shmem is enabled); 0: private "          \
+    "memory on transparent huge pages (read when first allocating)")           \
   X(HVD_NO_BIND, "0", no_bind, BOOL, 0, 0, 1,                                  \
     "1: hvd_init leaves the CUDA device alone; 0: it binds each rank to "      \
     "GPU local_rank % device count and fails if two local ranks share a "      \

@@ -268,6 +268,7 @@ static hvd__engine_t *engine_alloc(const hvd__exec_env_t *env,
   e->defer = env->size == 1;
   e->env.chunk_bytes = s->chunk_size;
   e->env.shm = s->shm_allreduce;
+  e->env.zero_copy = s->zero_copy;
   e->env.gpu_ops = s->gpu_ops;
   e->env.nccl_timeout_s = s->nccl_timeout_s;
   e->cycle_s = s->cycle_time_ms / 1000.0;

@@ -69,6 +69,7 @@ typedef struct hvd__exec_env {
                           the same on every rank */
   int64_t chunk_bytes; /* HVD_CHUNK_SIZE (0: the executor's default) */
   int shm;             /* HVD_SHM_ALLREDUCE: may reduce through shared memory */
+  int zero_copy;       /* HVD_ZERO_COPY: may read peers' arenas in place */
   int gpu_ops;         /* HVD_GPU_OPERATIONS: HVD__GPU_OPS_NCCL or _MPI */
   double nccl_timeout_s; /* HVD_NCCL_TIMEOUT; 0 = wait forever */
   /* Timeline hook, NULL when off: phase of one request from t0 to t1. */

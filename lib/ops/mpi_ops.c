@@ -6,13 +6,19 @@
  */
 #include "ops/mpi_ops.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/errors.h"
+#include "base/host_mem.h"
 #include "base/log.h"
 #include "base/tensor.h"
 #include "base/wait.h"
@@ -31,6 +37,11 @@ typedef struct mpi_state {
   MPI_Win win;
   char **slot; /* per local rank: two phases of SHM_SLOT bytes */
   int phase;
+  /* zero-copy allreduce (see zc_allreduce): every local rank's arena */
+  int zc;         /* use it when the tensors allow; decided alike */
+  int nlocal, me; /* local size and rank */
+  char **arena;   /* per local rank: its arena here (ours, or read-only) */
+  uint64_t *arena_size;
   int *counts, *displs, *counts2, *displs2;
   int64_t *splits;
 } mpi_state_t;
@@ -85,6 +96,94 @@ static MPI_Op mpi_op(const mpi_state_t *s, int dtype, int op) {
   }
 }
 
+/* ---- the peers' arenas ------------------------------------------------- */
+
+static void zc_close(mpi_state_t *s) {
+  for (int k = 0; s->arena != NULL && k < s->nlocal; k++)
+    if (k != s->me && s->arena[k] != NULL)
+      munmap(s->arena[k], s->arena_size[k]);
+  free(s->arena);
+  free(s->arena_size);
+  s->arena = NULL;
+  s->arena_size = NULL;
+  s->zc = 0;
+}
+
+/* Peer k's arena mapped read-only here: its memfd opened through
+ * /proc/<pid>/fd/<fd> (the same user: the kernel's ptrace read check
+ * passes). NULL, logged, when it cannot be. */
+static char *zc_map_peer(const int64_t who[3]) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)who[0],
+           (long long)who[1]);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  void *v = fd < 0 ? MAP_FAILED
+                   : mmap(NULL, (size_t)who[2], PROT_READ,
+                          MAP_SHARED | MAP_NORESERVE, fd, 0);
+  int err = errno;
+  if (fd >= 0)
+    close(fd);
+  if (v == MAP_FAILED) {
+    HVD__LOG(HVD__LOG_INFO, "zero-copy allreduce: %s: %s", path, strerror(err));
+    return NULL;
+  }
+#ifdef MADV_DONTDUMP
+  (void)madvise(v, (size_t)who[2], MADV_DONTDUMP);
+#endif
+  return v;
+}
+
+/* Maps every peer's arena and agrees with every rank that all could: zero
+ * copy is used by all the node's ranks or none, and with several nodes by
+ * all nodes or none (their segments must line up across nodes). Runs
+ * after shm_setup, on every rank alike. */
+static hvd_result_t zc_open(mpi_state_t *s, const hvd__exec_env_t *env) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int n = env->local_size, fd = -1, ok = 0;
+  char *base = NULL;
+  uint64_t size = 0;
+  int64_t me[3], *all = NULL;
+  if (!s->shm)
+    return HVD_SUCCESS;
+  s->nlocal = n;
+  s->me = env->local_rank;
+  all = calloc((size_t)n * 3, sizeof *all);
+  s->arena = calloc((size_t)n, sizeof *s->arena);
+  s->arena_size = calloc((size_t)n, sizeof *s->arena_size);
+  if (all == NULL || s->arena == NULL || s->arena_size == NULL) {
+    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "MPI executor state");
+    goto fail;
+  }
+  if (env->zero_copy)
+    ok = hvd__host_arena(&fd, &base, &size);
+  me[0] = ok ? (int64_t)getpid() : -1;
+  me[1] = fd;
+  me[2] = (int64_t)size;
+  HVD__MPI_CHECK(
+      MPI_Allgather(me, 3, MPI_INT64_T, all, 3, MPI_INT64_T, env->local_comm));
+  for (int k = 0; ok && k < n; k++) {
+    s->arena_size[k] = (uint64_t)all[3 * k + 2];
+    if (k == s->me)
+      s->arena[k] = base;
+    else if (all[3 * k] > 0)
+      s->arena[k] = zc_map_peer(&all[3 * k]);
+    ok = s->arena[k] != NULL;
+  }
+  int v = ok;
+  HVD__MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, env->comm));
+  s->zc = v;
+  HVD__LOG(HVD__LOG_INFO, "zero-copy allreduce %s",
+           v ? "on"
+             : "off (HVD_ZERO_COPY=0, or some rank has no arena its "
+               "peers can map)");
+fail:
+  free(all);
+  if (!s->zc)
+    zc_close(s);
+  return rc;
+}
+
 static void mpi_close(void *state, int collective) {
   mpi_state_t *s = state;
   if (s == NULL)
@@ -104,6 +203,7 @@ static void mpi_close(void *state, int collective) {
     MPI_Win_free(&s->win);
   } /* else left to MPI_Finalize: no collective after a failure */
   free(s->slot);
+  zc_close(s);
   free(s);
 }
 
@@ -111,7 +211,7 @@ static void mpi_close(void *state, int collective) {
  * phases of SHM_SLOT bytes per local rank. Used only if every rank has one
  * and the nodes are alike (segments must line up across nodes); otherwise
  * every rank takes the MPI path. */
-static hvd_result_t shm_open(mpi_state_t *s, const hvd__exec_env_t *env) {
+static hvd_result_t shm_setup(mpi_state_t *s, const hvd__exec_env_t *env) {
   hvd_result_t rc = HVD_SUCCESS;
   int ok = 0;
   if (env->shm && env->local_size > 1) {
@@ -176,7 +276,8 @@ static hvd_result_t mpi_open(const hvd__exec_env_t *env, void **state) {
   for (int h = 0; h < 2; h++)
     for (int op = 0; op < HVD_OP_COUNT; op++)
       HVD__MPI_CHECK(MPI_Op_create(fns[h][op], 1, &s->half_ops[h][op]));
-  HVD__CHECK(shm_open(s, env));
+  HVD__CHECK(shm_setup(s, env));
+  HVD__CHECK(zc_open(s, env));
   *state = s;
   return HVD_SUCCESS;
 fail:
@@ -494,6 +595,169 @@ static hvd_result_t allreduce_wire(mpi_state_t *s, const hvd__exec_env_t *env,
   return rc;
 }
 
+/* ---- zero-copy allreduce ------------------------------------------------
+ *
+ * When every tensor of a group, send and recv, is hvd_alloc_host memory on
+ * every rank of the node, no byte goes through the segment's slots. The
+ * group is one virtual buffer (its tensors end to end, the same sizes
+ * everywhere), cut into pieces of shm_piece_bytes as shm_span's are:
+ *   0. each rank writes where its tensors are (offsets in its arena) into
+ *      its slot, and every rank agrees (one MPI_Iallreduce over comm, MIN)
+ *      that all found their tensors in arenas;
+ *   then for each piece, in lockstep:
+ *   1. rank k sums segment k of the piece straight from the peers' send
+ *      tensors into its own recv tensors (its own send read in the pass
+ *      that adds the first peer's, hvd__reduce_pair) and finishes it
+ *      (average, postscale); with several nodes the segment is
+ *      allreduced over cross_comm first;
+ *   2. (barrier) each rank copies the piece's other segments from the recv
+ *      tensors of the ranks that summed them, while those bytes are still
+ *      in a cache;
+ *   and a last barrier: nobody reads this rank's tensors any more, they
+ *   are the caller's again.
+ * One barrier per piece suffices: after barrier p a rank writes only
+ * segments of piece p that no peer reads after it, and piece p + 1's sums
+ * write only the summing rank's own segment. Each rank reads its data and
+ * the peers' once and writes its result once, with no copy in or out. The
+ * sums are made in shm_reduce_piece's order: bit-identical results.
+ * Groups below one piece, prescaled, compressed, or with a joined rank's
+ * stub take the slots, as do all groups when zc is off. */
+
+/* Rank k's table: per tensor of the group, its send and recv offsets. */
+static const int64_t *zc_table(const mpi_state_t *s, int k) {
+  return (const int64_t *)(s->slot[k] + s->phase * SHM_SLOT);
+}
+
+/* The offset in this rank's arena of t's bytes, or -1. */
+static int64_t zc_offset(const mpi_state_t *s, const hvd_tensor_t *t) {
+  const char *p = t->data, *base = s->arena[s->me];
+  uint64_t bytes = hvd__tensor_bytes(t), size = s->arena_size[s->me];
+  if (p < base || bytes > size || (uint64_t)(p - base) > size - bytes)
+    return -1;
+  return p - base;
+}
+
+/* Where a group's tensors start in its virtual buffer; a cursor that moves
+ * forward only, as the pieces do. */
+typedef struct zc_cursor {
+  const hvd__work_t *w;
+  int i;         /* the tensor holding `start` */
+  int64_t start; /* its first element in the virtual buffer */
+} zc_cursor_t;
+
+/* Elements [a, b) of the virtual buffer, tensor by tensor: step 1 (`sum`:
+ * this rank's segment) or step 2 (rank k's segment, copied). */
+static hvd_result_t zc_range(mpi_state_t *s, const hvd__exec_env_t *env,
+                             zc_cursor_t *c, int64_t a, int64_t b, int k,
+                             int sum) {
+  hvd_result_t rc = HVD_SUCCESS;
+  const hvd__desc_t *d = c->w->desc;
+  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  hvd_op_t op = (hvd_op_t)d->op;
+  int64_t esize = (int64_t)hvd_dtype_size(dtype);
+  while (hvd_tensor_numel(&c->w->reqs[c->i]->send) <= a - c->start) {
+    c->start += hvd_tensor_numel(&c->w->reqs[c->i]->send);
+    c->i++;
+  }
+  int i = c->i;
+  int64_t start = c->start;
+  while (a < b) {
+    hvd_request_t *r = c->w->reqs[i];
+    int64_t m = hvd_tensor_numel(&r->send);
+    int64_t lo = a - start, hi = (b < start + m ? b : start + m) - start;
+    int64_t n = hi - lo, at = lo * esize;
+    char *to = (char *)r->recv.data + at;
+    if (!sum) {
+      memcpy(to, s->arena[k] + zc_table(s, k)[2 * i + 1] + at,
+             (size_t)(n * esize));
+    } else {
+      const char *own = (const char *)r->send.data + at;
+      int first = 1;
+      for (int q = 0; q < s->nlocal; q++) {
+        if (q == s->me)
+          continue;
+        const char *peer = s->arena[q] + zc_table(s, q)[2 * i] + at;
+        if (first && to != own)
+          hvd__reduce_pair(to, own, peer, n, dtype, op);
+        else
+          hvd__reduce_into(to, peer, n, dtype, op);
+        first = 0;
+      }
+      if (s->shm_cross) /* n < a piece: an int */
+        HVD__MPI_CHECK(
+            MPI_Allreduce(MPI_IN_PLACE, to, (int)n, mpi_dtype(d->dtype),
+                          mpi_op(s, d->dtype, d->op), env->cross_comm));
+      hvd__reduce_finish(to, to, n, dtype, op, d->postscale, env->size);
+    }
+    a += n;
+    if (a == start + m) {
+      start += m;
+      i++;
+    }
+  }
+fail:
+  return rc;
+}
+
+/* The group zero-copy if every rank can (*done set), else nothing. */
+static hvd_result_t zc_allreduce(mpi_state_t *s, const hvd__exec_env_t *env,
+                                 const hvd__work_t *w, int *done) {
+  hvd_result_t rc = HVD_SUCCESS;
+  const hvd__desc_t *d = w->desc;
+  int64_t esize = (int64_t)hvd_dtype_size((hvd_dtype_t)d->dtype), total = 0;
+  int64_t piece = shm_piece_bytes(env) / esize;
+  *done = 0;
+  for (int i = 0; i < w->n; i++)
+    total += hvd_tensor_numel(&w->reqs[i]->send);
+  /* the same on every rank: sizes, factors and settings are agreed */
+  if (!s->zc || d->prescale != 1.0 || piece < 1 || total < piece ||
+      (int64_t)(2 * (size_t)w->n * sizeof(int64_t)) > SHM_SLOT)
+    return HVD_SUCCESS;
+  int64_t *tab = (int64_t *)shm_mine(s, env);
+  int ok = 1;
+  for (int i = 0; i < w->n; i++) { /* step 0 */
+    hvd_request_t *r = w->reqs[i];
+    tab[2 * i] = r->is_stub ? -1 : zc_offset(s, &r->send);
+    tab[2 * i + 1] = r->is_stub ? -1 : zc_offset(s, &r->recv);
+    ok = ok && tab[2 * i] >= 0 && tab[2 * i + 1] >= 0;
+  }
+  MPI_Request mr;
+  HVD__MPI_CHECK(MPI_Win_sync(s->win));
+  HVD__MPI_CHECK(
+      MPI_Iallreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, env->comm, &mr));
+  HVD__CHECK(hvd__mpi_wait(&mr, "MPI_Iallreduce"));
+  HVD__MPI_CHECK(MPI_Win_sync(s->win));
+  if (!ok)
+    return HVD_SUCCESS; /* every rank takes the slots */
+  double t0 = env->trace ? hvd__now() : 0;
+  zc_cursor_t sum = {w, 0, 0}, copy = {w, 0, 0};
+  for (int64_t off = 0; off < total; off += piece) {
+    int64_t cnt = total - off < piece ? total - off : piece;
+    int64_t per = shm_per(cnt, env->local_size);
+    for (int pass = 1; pass >= 0; pass--) { /* step 1, then 2 */
+      for (int k = 0; k < s->nlocal; k++) {
+        int64_t lo = k * per < cnt ? k * per : cnt;
+        int64_t hi = lo + per < cnt ? lo + per : cnt;
+        if (hi > lo && (k == s->me) == pass)
+          HVD__CHECK(zc_range(s, env, pass ? &sum : &copy, off + lo, off + hi,
+                              k, pass));
+      }
+      if (pass)
+        HVD__CHECK(shm_barrier(s, env));
+    }
+  }
+  HVD__CHECK(shm_barrier(s, env));
+  shm_next(s);
+  *done = 1;
+  if (env->trace) {
+    double t1 = hvd__now();
+    for (int i = 0; i < w->n; i++)
+      trace(env, w->reqs[i], "SHM_ZERO_COPY_ALLREDUCE", t0, t1);
+  }
+fail:
+  return rc;
+}
+
 /* A fused group: tensors of a chunk or more go in place (no copy); runs of
  * smaller tensors are packed into one chunk (prescale fused into the copy),
  * reduced, and unpacked (average and postscale fused into the copy back).
@@ -511,7 +775,10 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
   int64_t chunk_elems = chunk / esize > 0 ? chunk / esize : 1;
   if (d->wire != d->dtype)
     return allreduce_wire(s, env, w, chunk_elems);
-  hvd_result_t rc = HVD_SUCCESS;
+  int zc_done = 0;
+  hvd_result_t rc = zc_allreduce(s, env, w, &zc_done);
+  if (rc != HVD_SUCCESS || zc_done)
+    return rc;
   /* the same choice on every rank: shm is agreed, the chunk is a setting */
   const int direct = s->shm && chunk_elems * esize <= shm_piece_bytes(env);
   if (w->n > 1 && !direct)

@@ -15,8 +15,10 @@
 ##  settings     malformed HVD_* values: hvd_init fails with the message
 ##  host_mem     collectives on hvd_alloc_host memory mixed with malloc'd
 ##               tensors; freed and allocated again; shutdown in flight
+##  zero_copy    the zero-copy allreduce: which groups take it (rank 0's
+##               timeline) and exact results, on one node and two
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
-	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem
+	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -25,7 +27,9 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/hierarchical.np4 t/mpi/hierarchical.np6 \
 	t/mpi/settings.np1 t/mpi/settings.np2 \
 	t/mpi/host_mem.np1 t/mpi/host_mem.np2 t/mpi/host_mem.np3 \
-	t/mpi/host_mem.np4
+	t/mpi/host_mem.np4 \
+	t/mpi/zero_copy.np1 t/mpi/zero_copy.np2 t/mpi/zero_copy.np3 \
+	t/mpi/zero_copy.np4
 
 ## Errors and the lifecycle:
 ##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks

@@ -1,8 +1,11 @@
 /*
  * host_mem.c - hvd_alloc_host / hvd_free_host (lib/base/host_mem.c):
- * alignment, zero fill, the huge-page advice as the kernel records it
- * (/proc/self/smaps), the exact mapping, refusals with their messages,
- * many blocks, two threads at once. One process, never calls hvd_init.
+ * alignment, zero fill, refusals with their messages, many blocks, two
+ * threads at once; in the shared arena (the default) the memfd mapping,
+ * pages given back on free, free ranges merged; built again with
+ * HOST_MEM_PRIVATE (t/unit/host_mem_private, HVD_HOST_ARENA=0): the
+ * huge-page advice as the kernel records it (/proc/self/smaps) and the
+ * exact private mapping. One process, never calls hvd_init.
  */
 #include "hvd.h"
 #include "tap.h"
@@ -14,6 +17,12 @@
 #include <string.h>
 
 #define MIB ((size_t)1 << 20)
+
+#ifdef HOST_MEM_PRIVATE
+static const int arena = 0;
+#else
+static const int arena = 1;
+#endif
 
 static int all_zero(const unsigned char *p, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -45,6 +54,85 @@ static int smaps_of(const void *p, long *kib, int *hg) {
   }
   fclose(f);
   return found;
+}
+
+/* The /proc/self/maps line of the mapping holding p, into line. */
+static int maps_line(const void *p, char *line, size_t cap) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  int found = 0;
+  if (f == NULL)
+    return 0;
+  while (!found && fgets(line, (int)cap, f) != NULL) {
+    unsigned long lo, hi;
+    found = sscanf(line, "%lx-%lx ", &lo, &hi) == 2 &&
+            lo <= (unsigned long)(uintptr_t)p &&
+            (unsigned long)(uintptr_t)p < hi;
+  }
+  fclose(f);
+  return found;
+}
+
+/* kB of RssShmem in /proc/self/status; -1 if absent. */
+static long rss_shmem_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = -1;
+  if (f == NULL)
+    return -1;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "RssShmem: %ld kB", &kib) == 1)
+      break;
+  fclose(f);
+  return kib;
+}
+
+/* The arena: one shared memfd mapping; freed pages go back; free ranges
+ * merge, so three freed neighbours hold a block of their joint size. */
+static void arena_blocks(void) {
+  char line[512] = "";
+  unsigned char *p = hvd_alloc_host(100);
+  is_int(0, (long long)((uintptr_t)p % 4096), "arena: 100 bytes take a page");
+  ok(maps_line(p, line, sizeof line) &&
+         strstr(line, "/memfd:hvd-host-arena") != NULL,
+     "arena: the block is in the memfd hvd-host-arena");
+  ok(strstr(line, " rw-s ") != NULL, "arena: mapped shared, read-write");
+  hvd_free_host(p);
+
+  long before = rss_shmem_kib();
+  unsigned char *big = hvd_alloc_host(8 * MIB);
+  memset(big, 0x77, 8 * MIB);
+  long touched = rss_shmem_kib();
+  ok(touched - before >= 8 * 1024,
+     "arena: 8 MiB written are 8 MiB of shared memory");
+  hvd_free_host(big);
+  ok(touched - rss_shmem_kib() >= 8 * 1024,
+     "arena: freed, the 8 MiB go back to the system");
+  unsigned char *again = hvd_alloc_host(8 * MIB);
+  ok(again == big, "arena: the same range is handed out again");
+  ok(all_zero(again, 8 * MIB), "arena: and reads as zero");
+  hvd_free_host(again);
+
+  unsigned char *a = hvd_alloc_host(2 * MIB), *b = hvd_alloc_host(2 * MIB),
+                *c = hvd_alloc_host(2 * MIB);
+  ok(b == a + 2 * MIB && c == b + 2 * MIB,
+     "arena: 3 x 2 MiB lie side by side");
+  hvd_free_host(b);
+  hvd_free_host(a);
+  hvd_free_host(c);
+  unsigned char *abc = hvd_alloc_host(6 * MIB);
+  ok(abc == a, "arena: freed b, a, c merge into one range of 6 MiB");
+  hvd_free_host(abc);
+
+  char want[160];
+  unsigned char *q = hvd_alloc_host(3 * MIB);
+  snprintf(want, sizeof want,
+           "hvd_free_host: %p was not allocated by hvd_alloc_host (or was "
+           "freed already)",
+           (void *)(q + 4096));
+  is_int(HVD_ERR_INVALID_ARG, hvd_free_host(q + 4096),
+         "arena: a pointer inside a block: refused");
+  is_string(want, hvd_last_error(), "arena: ... the message names it");
+  is_int(HVD_SUCCESS, hvd_free_host(q), "arena: the block itself: freed");
 }
 
 static int thp_available(void) {
@@ -89,6 +177,11 @@ static void huge_blocks(void) {
   memset(p, 0x5a, n);
   ok(p[0] == 0x5a && p[n - 1] == 0x5a, "5 MiB + 3: every byte writable");
   /* without the advice, the kernel may merge the mapping with a neighbour */
+  if (arena) {
+    is_int(HVD_SUCCESS, hvd_free_host(p), "5 MiB + 3: freed");
+    skip(6, "the arena is one mapping (checked in arena_blocks)");
+    return;
+  }
   if (thp_available()) {
     ok(smaps_of(p, &kib, &hg), "5 MiB + 3: a mapping of its own starts there");
     is_int(5 * 1024 + 4, kib, "5 MiB + 3: rounded up to 4 KiB, no more");
@@ -197,7 +290,15 @@ static void threads(void) {
 }
 
 int main(void) {
+  if (!arena)
+    setenv("HVD_HOST_ARENA", "0", 1); /* before the first allocation */
+  else
+    unsetenv("HVD_HOST_ARENA");
   small_blocks();
+  if (arena)
+    arena_blocks();
+  else
+    skip(12, "HVD_HOST_ARENA=0: no arena");
   huge_blocks();
   refusals();
   many();

@@ -2,7 +2,8 @@
 ##  errors   results, strings, tensors, the build, the version, the JSON
 ##           escaper, every call before hvd_init
 ##  taplib   the TAP library itself (links only it)
-##  host_mem hvd_alloc_host / hvd_free_host
+##  host_mem hvd_alloc_host / hvd_free_host: the shared arena; built again
+##           as host_mem_private (HVD_HOST_ARENA=0: private huge pages)
 ##  sampler  the distributed sampler
 ##  optim    the plain optimizers (lib/optim): SGD and Adam/AdamW against
 ##           torch.optim's formulas, custom ops and their state, the
@@ -12,9 +13,11 @@
 ##           a CBLAS only, as examples/bert is)
 
 check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim \
-	t/unit/host_mem
+	t/unit/host_mem t/unit/host_mem_private
 UNIT_TESTS += t/unit/errors.t t/unit/taplib.t t/unit/sampler.t \
-	t/unit/optim.t t/unit/host_mem.t
+	t/unit/optim.t t/unit/host_mem.t t/unit/host_mem_private.t
+t_unit_host_mem_private_SOURCES = t/unit/host_mem.c
+t_unit_host_mem_private_CPPFLAGS = $(TEST_CPPFLAGS) -DHOST_MEM_PRIVATE
 t_unit_taplib_LDADD = t/tap/libtap.la $(MPI_LIBS)
 t_unit_optim_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CPPFLAGS)
 t_unit_optim_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS)
