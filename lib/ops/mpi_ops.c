@@ -618,8 +618,11 @@ static hvd_result_t allreduce_wire(mpi_state_t *s, const hvd__exec_env_t *env,
  * One barrier per piece suffices: after barrier p a rank writes only
  * segments of piece p that no peer reads after it, and piece p + 1's sums
  * write only the summing rank's own segment. Each rank reads its data and
- * the peers' once and writes its result once, with no copy in or out. The
- * sums are made in shm_reduce_piece's order: bit-identical results.
+ * the peers' once and writes its result once, with no copy in or out. An
+ * element is summed in shm_reduce_piece's order (the summing rank's value,
+ * then the peers' by rank), but the summing rank follows the group's
+ * pieces, not each tensor's: bit-identical at 2 ranks, floating-point
+ * sums may differ in the last bit at 3 or more.
  * Groups below one piece, prescaled, compressed, or with a joined rank's
  * stub take the slots, as do all groups when zc is off. */
 
