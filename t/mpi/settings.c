@@ -144,6 +144,10 @@ int main(int argc, char **argv) {
   good_value("HVD_LOG_LEVEL", "");
   good_value("HVD_LOG_LEVEL", "ERROR");
   good_value("HVD_CACHE_CAPACITY", "1e3");
+  bad_value("HVD_ZERO_COPY", "yes", "HVD_ZERO_COPY='yes' is not a number",
+            "0");
+  bad_value("HVD_HOST_ARENA", "2", "HVD_HOST_ARENA='2' is out of range 0..1",
+            "1");
   /* Last: it ends with HVD_NO_BIND unset, which binds ranks to GPUs. */
   bad_value("HVD_NO_BIND", "2", "HVD_NO_BIND='2' is out of range 0..1", "1");
   return tap_mpi_finish();
