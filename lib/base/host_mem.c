@@ -70,6 +70,15 @@ static struct {
   size_t nfree, capfree;
 } arena;
 
+/* bytes rounded up to whole 4 KiB pages; p rounded up to 2 MiB. */
+static size_t page_round(size_t bytes) {
+  return (bytes + SMALL_PAGE - 1) / SMALL_PAGE * SMALL_PAGE;
+}
+
+static char *huge_align(char *p) {
+  return (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+}
+
 static int grow(void **a, size_t *capp, size_t n, size_t each) {
   if (n < *capp)
     return 1;
@@ -134,9 +143,7 @@ static int arena_ready(void) {
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   char *at = MAP_FAILED;
   if (ftruncate(fd, (off_t)size) == 0 && raw != MAP_FAILED) {
-    char *want = (char *)(((uintptr_t)raw + HUGE_PAGE - 1) &
-                          ~(uintptr_t)(HUGE_PAGE - 1));
-    at = mmap(want, size, PROT_READ | PROT_WRITE,
+    at = mmap(huge_align(raw), size, PROT_READ | PROT_WRITE,
               MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, 0);
   }
   if (at == MAP_FAILED) {
@@ -235,9 +242,7 @@ static int arena_give(uint64_t off, uint64_t len) {
 /* A block of the arena, or NULL (no arena, or full). */
 static void *arena_alloc(size_t bytes, size_t *len) {
   void *p = NULL;
-  *len = (bytes + SMALL_PAGE - 1) / SMALL_PAGE * SMALL_PAGE;
-  if (*len == 0)
-    *len = SMALL_PAGE;
+  *len = page_round(bytes > 0 ? bytes : 1);
   pthread_mutex_lock(&mu);
   if (arena_ready()) {
     uint64_t off = arena_take(*len, *len >= HUGE_PAGE ? HUGE_PAGE : SMALL_PAGE);
@@ -288,22 +293,22 @@ static void *map_aligned(size_t len) {
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED)
     return NULL;
-  uintptr_t at = ((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-  size_t head = at - (uintptr_t)raw;
+  char *at = huge_align(raw);
+  size_t head = (size_t)(at - raw);
   if (head > 0)
     munmap(raw, head);
-  munmap((char *)at + len, HUGE_PAGE - head); /* head < 2 MiB */
+  munmap(at + len, HUGE_PAGE - head); /* head < 2 MiB */
 #ifdef MADV_HUGEPAGE
-  (void)madvise((void *)at, len, MADV_HUGEPAGE); /* advice; may be refused */
+  (void)madvise(at, len, MADV_HUGEPAGE); /* advice; may be refused */
 #endif
-  return (void *)at;
+  return at;
 }
 
 static void *private_alloc(size_t bytes, size_t *len, int *kind) {
   void *p = NULL;
   if (bytes >= HVD__HOST_HUGE) {
     *kind = MAPPED;
-    *len = (bytes + SMALL_PAGE - 1) / SMALL_PAGE * SMALL_PAGE;
+    *len = page_round(bytes);
     return map_aligned(*len);
   }
   *kind = MEMALIGNED;

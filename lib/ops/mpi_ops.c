@@ -318,19 +318,29 @@ fail:
   return rc;
 }
 
-/* A barrier of the node's ranks that also orders their shared-memory
- * writes and reads. Nonblocking plus hvd__mpi_wait: a rank waiting for a
+/* A barrier of comm's ranks that also orders their shared-memory writes
+ * and reads; with `all`, an agreement instead: *all becomes the minimum
+ * of every rank's. Nonblocking plus hvd__mpi_wait: a rank waiting for a
  * peer that is descheduled yields its core instead of spinning on it. */
-static hvd_result_t shm_barrier(const mpi_state_t *s,
-                                const hvd__exec_env_t *env) {
+static hvd_result_t shm_sync(const mpi_state_t *s, MPI_Comm comm, int *all) {
   hvd_result_t rc = HVD_SUCCESS;
   MPI_Request mr;
   HVD__MPI_CHECK(MPI_Win_sync(s->win));
-  HVD__MPI_CHECK(MPI_Ibarrier(env->local_comm, &mr));
-  HVD__CHECK(hvd__mpi_wait(&mr, "MPI_Ibarrier"));
+  if (all != NULL)
+    HVD__MPI_CHECK(
+        MPI_Iallreduce(MPI_IN_PLACE, all, 1, MPI_INT, MPI_MIN, comm, &mr));
+  else
+    HVD__MPI_CHECK(MPI_Ibarrier(comm, &mr));
+  HVD__CHECK(hvd__mpi_wait(&mr, all ? "MPI_Iallreduce" : "MPI_Ibarrier"));
   HVD__MPI_CHECK(MPI_Win_sync(s->win));
 fail:
   return rc;
+}
+
+/* A barrier of the node's ranks (shm_sync). */
+static hvd_result_t shm_barrier(const mpi_state_t *s,
+                                const hvd__exec_env_t *env) {
+  return shm_sync(s, env->local_comm, NULL);
 }
 
 /* The shared-memory allreduce works on pieces of at most SHM_SLOT bytes:
@@ -353,12 +363,24 @@ static int64_t shm_per(int64_t cnt, int64_t p) {
   return ((cnt + p - 1) / p + 15) / 16 * 16;
 }
 
-/* This rank's segment [*lo, *hi) of a piece of cnt elements. */
-static void shm_segment(const hvd__exec_env_t *env, int64_t cnt, int64_t *lo,
-                        int64_t *hi) {
+/* Local rank k's segment [*lo, *hi) of a piece of cnt elements. */
+static void shm_segment(const hvd__exec_env_t *env, int k, int64_t cnt,
+                        int64_t *lo, int64_t *hi) {
   int64_t per = shm_per(cnt, env->local_size);
-  *lo = env->local_rank * per < cnt ? env->local_rank * per : cnt;
+  *lo = k * per < cnt ? k * per : cnt;
   *hi = *lo + per < cnt ? *lo + per : cnt;
+}
+
+/* One peer's values into `to`; the first call of a pass also reads the
+ * rank's own values from *own (one pass, hvd__reduce_pair) unless they are
+ * at `to` already (*own NULL or to), and clears *own. */
+static void shm_add_peer(char *to, const char **own, const char *peer,
+                         int64_t n, hvd_dtype_t dtype, hvd_op_t op) {
+  if (*own != NULL && *own != to)
+    hvd__reduce_pair(to, *own, peer, n, dtype, op);
+  else
+    hvd__reduce_into(to, peer, n, dtype, op);
+  *own = NULL;
 }
 
 /* Steps 1 (done by the caller: cnt elements in shm_mine) to 3's barrier.
@@ -373,20 +395,15 @@ static hvd_result_t shm_reduce_piece(mpi_state_t *s, const hvd__exec_env_t *env,
   int64_t esize = (int64_t)hvd_dtype_size(dtype);
   int64_t at = s->phase * SHM_SLOT, lo, hi;
   char *mine = shm_mine(s, env);
-  shm_segment(env, cnt, &lo, &hi);
+  shm_segment(env, env->local_rank, cnt, &lo, &hi);
+  if (own != NULL)
+    own += lo * esize; /* this rank's segment of the caller's piece */
   HVD__CHECK(shm_barrier(s, env));
   for (int k = 0; k < env->local_size && hi > lo; k++) {
     if (k == env->local_rank)
       continue;
-    char *to = mine + lo * esize;
-    const char *peer = s->slot[k] + at + lo * esize;
-    if (own != NULL) {
-      hvd__reduce_pair(to, own + lo * esize, peer, hi - lo, dtype,
-                       (hvd_op_t)d->op);
-      own = NULL;
-    } else {
-      hvd__reduce_into(to, peer, hi - lo, dtype, (hvd_op_t)d->op);
-    }
+    shm_add_peer(mine + lo * esize, &own, s->slot[k] + at + lo * esize, hi - lo,
+                 dtype, (hvd_op_t)d->op);
   }
   if (s->shm_cross && hi > lo) /* same segments on every node */
     HVD__MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mine + lo * esize,
@@ -441,7 +458,7 @@ static hvd_result_t shm_span(mpi_state_t *s, const hvd__exec_env_t *env,
     int64_t cnt = n - off < piece ? n - off : piece, lo, hi;
     const char *from = in + off * esize;
     char *mine = shm_mine(s, env);
-    shm_segment(env, cnt, &lo, &hi); /* the peers' parts only */
+    shm_segment(env, env->local_rank, cnt, &lo, &hi); /* the peers' only */
     memcpy(mine, from, (size_t)(lo * esize));
     memcpy(mine + hi * esize, from + hi * esize, (size_t)((cnt - hi) * esize));
     HVD__CHECK(shm_reduce_piece(s, env, cnt, d, from));
@@ -675,17 +692,10 @@ static hvd_result_t zc_range(mpi_state_t *s, const hvd__exec_env_t *env,
              (size_t)(n * esize));
     } else {
       const char *own = (const char *)r->send.data + at;
-      int first = 1;
-      for (int q = 0; q < s->nlocal; q++) {
-        if (q == s->me)
-          continue;
-        const char *peer = s->arena[q] + zc_table(s, q)[2 * i] + at;
-        if (first && to != own)
-          hvd__reduce_pair(to, own, peer, n, dtype, op);
-        else
-          hvd__reduce_into(to, peer, n, dtype, op);
-        first = 0;
-      }
+      for (int q = 0; q < s->nlocal; q++)
+        if (q != s->me)
+          shm_add_peer(to, &own, s->arena[q] + zc_table(s, q)[2 * i] + at, n,
+                       dtype, op);
       if (s->shm_cross) /* n < a piece: an int */
         HVD__MPI_CHECK(
             MPI_Allreduce(MPI_IN_PLACE, to, (int)n, mpi_dtype(d->dtype),
@@ -724,23 +734,17 @@ static hvd_result_t zc_allreduce(mpi_state_t *s, const hvd__exec_env_t *env,
     tab[2 * i + 1] = r->is_stub ? -1 : zc_offset(s, &r->recv);
     ok = ok && tab[2 * i] >= 0 && tab[2 * i + 1] >= 0;
   }
-  MPI_Request mr;
-  HVD__MPI_CHECK(MPI_Win_sync(s->win));
-  HVD__MPI_CHECK(
-      MPI_Iallreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, env->comm, &mr));
-  HVD__CHECK(hvd__mpi_wait(&mr, "MPI_Iallreduce"));
-  HVD__MPI_CHECK(MPI_Win_sync(s->win));
+  HVD__CHECK(shm_sync(s, env->comm, &ok));
   if (!ok)
     return HVD_SUCCESS; /* every rank takes the slots */
   double t0 = env->trace ? hvd__now() : 0;
   zc_cursor_t sum = {w, 0, 0}, copy = {w, 0, 0};
   for (int64_t off = 0; off < total; off += piece) {
     int64_t cnt = total - off < piece ? total - off : piece;
-    int64_t per = shm_per(cnt, env->local_size);
     for (int pass = 1; pass >= 0; pass--) { /* step 1, then 2 */
       for (int k = 0; k < s->nlocal; k++) {
-        int64_t lo = k * per < cnt ? k * per : cnt;
-        int64_t hi = lo + per < cnt ? lo + per : cnt;
+        int64_t lo, hi;
+        shm_segment(env, k, cnt, &lo, &hi);
         if (hi > lo && (k == s->me) == pass)
           HVD__CHECK(zc_range(s, env, pass ? &sum : &copy, off + lo, off + hi,
                               k, pass));
