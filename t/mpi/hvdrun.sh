@@ -71,6 +71,32 @@ dry -np 5 --hostfile "$tmp/hosts" ./prog
 has ' --oversubscribe '
 ok $? "--hostfile: -np 5 over 4 slots, --oversubscribe" || show
 
+# Horovod's host file form, host:N per line: given to mpirun as -H
+printf 'a:2  # first\n\nb:3\n' >"$tmp/hvdhosts"
+dry --hostfile "$tmp/hvdhosts" ./prog
+[ $rc = 0 ] && has " -np 5 -H a:2,b:3 " && hasnt ' --hostfile '
+ok $? "--hostfile with host:N lines: -np 5 -H a:2,b:3" || show
+printf 'a:2\nb\n' >"$tmp/hvdhalf"
+
+# Several hosts: TCP keepalive on Open MPI's daemon connections, so that a
+# host that stops answering ends the job (--host-timeout, default 20 s)
+ka='--mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 10'
+dry -H a:2,b:2 ./prog
+[ $rc = 0 ] && has " $ka "
+ok $? "-H a:2,b:2: keepalive after 10 s idle, 10 probes 1 s apart" || show
+dry --host-timeout 7 -H a,b ./prog
+[ $rc = 0 ] && has ' --mca oob_tcp_keepalive_time 3 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 4 '
+ok $? "--host-timeout 7: keepalive after 3 s, 4 probes" || show
+dry -H a:2 ./prog
+[ $rc = 0 ] && hasnt 'keepalive'
+ok $? "one host: no keepalive options" || show
+dry -H a:1,b:1 --mca oob_tcp_keepalive_time 60 ./prog
+[ $rc = 0 ] && [ "$(printf '%s\n' "$out" | grep -o oob_tcp_keepalive | wc -l)" = 1 ]
+ok $? "the user's own --mca oob_tcp_keepalive_time: only it" || show
+out=$(OMPI_MCA_oob_tcp_keepalive_time=60 "$hvdrun" --dry-run -H a,b ./prog 2>&1)
+hasnt 'keepalive'
+ok $? "OMPI_MCA_oob_tcp_keepalive_time set: no keepalive options" || show
+
 out=$(HVD_RUN_NO_CMA=1 "$hvdrun" --dry-run -np 2 ./prog 2>&1)
 has ' --mca btl_vader_single_copy_mechanism none '
 ok $? "HVD_RUN_NO_CMA=1: --mca btl_vader_single_copy_mechanism none" || show
@@ -132,6 +158,10 @@ bad 'positive integer' "-np abc" -- -np abc ./prog
 bad 'positive integer' "-np 0" -- -np 0 ./prog
 bad 'positive integer' "-np -2" -- -np -2 ./prog
 bad 'required' "no -np" -- ./prog
+bad "a host:N line needs every line to give its slots" \
+  "--hostfile mixing host:N and a bare host" -- --hostfile "$tmp/hvdhalf" ./prog
+bad "--host-timeout needs a whole number of seconds, at least 2, not '1'" \
+  "--host-timeout 1" -- --host-timeout 1 -np 2 ./prog
 bad "unknown option '--bogus'" "unknown option" -- --bogus -np 2 ./prog
 bad 'no program' "no program" -- -np 2
 bad 'no program' "no program after --" -- -np 2 --
@@ -207,15 +237,16 @@ real -np 2 --verbose --fusion-threshold-mb 32 --cycle-time-ms 2.5 \
 ok $? "--fusion-threshold-mb 32 --cycle-time-ms 2.5 reach both ranks; --verbose prints the line (exit $rc)" || show
 # a rank that fails: Open MPI's boxes give way to one line, mpirun's status
 real -np 3 "$HVD_TOP_BUILDDIR/t/mpi/exit_code"
-[ $rc = 3 ] && [ "$(printf '%s\n' "$out" | tail -n 1)" = "hvdrun: rank 1 exited with status 3; ranks 0, 2 were stopped" ] &&
+me_host=$(hostname)
+[ $rc = 3 ] && [ "$(printf '%s\n' "$out" | tail -n 1)" = "hvdrun: rank 1 ($me_host) exited with status 3; ranks 0, 2 were stopped" ] &&
   hasnt '^-----' && hasnt 'Primary job' && hasnt 'detected that one or more'
-ok $? "rank 1 exits 3: one summary line, exit 3 ($rc)" || show
+ok $? "rank 1 exits 3: one summary line naming its host, exit 3 ($rc)" || show
 real -np 3 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 3; fi; sleep 5'
 # Open MPI names the rank of a program that is not an MPI program only
 # sometimes (when its second box comes before the job ends); either way,
 # one exact line
 [ $rc = 3 ] && { [ "$out" = "hvdrun: a rank exited with status 3; the job was stopped (Open MPI does not say which rank for a program that is not an MPI program)" ] ||
-  [ "$out" = "hvdrun: rank 1 exited with status 3; ranks 0, 2 were stopped" ]; }
+  [ "$out" = "hvdrun: rank 1 ($me_host) exited with status 3; ranks 0, 2 were stopped" ]; }
 ok $? "a non-MPI rank exits 3: one summary line, exit 3 ($rc)" || show
 real -np 3 "$HVD_TOP_BUILDDIR/t/mpi/die" kill
 [ $rc = 137 ] &&
