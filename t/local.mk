@@ -64,7 +64,7 @@ check_LTLIBRARIES += t/util/libhvdtest.la
 t_util_libhvdtest_la_SOURCES = t/util/hvdtest.c t/util/hvdtest.h
 t_util_libhvdtest_la_CPPFLAGS = $(TEST_CPPFLAGS)
 t_util_libhvdtest_la_LDFLAGS = $(TEST_LDFLAGS)
-EXTRA_DIST += t/util/testlib.sh t/util/gputest.h
+EXTRA_DIST += t/util/testlib.sh t/util/cluster.sh t/util/gputest.h
 
 ## The harness.
 HVD_TAP_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) \

@@ -242,6 +242,16 @@ static hvd_result_t shm_setup(mpi_state_t *s, const hvd__exec_env_t *env) {
       MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT, MPI_MAX, env->comm));
   s->shm = env->shm && v[0] == 0 && v[1] == -v[2] && v[1] > 1;
   s->shm_cross = s->shm && env->local_size < env->size;
+  if (s->shm)
+    HVD__LOG(HVD__LOG_INFO,
+             "allreduce path: shared memory within the node (%d ranks)%s",
+             env->local_size,
+             s->shm_cross ? ", then MPI across the nodes" : "");
+  else if (env->hierarchical)
+    HVD__LOG(HVD__LOG_INFO, "allreduce path: MPI, hierarchical (reduce within "
+                            "the node, allreduce across, broadcast within)");
+  else
+    HVD__LOG(HVD__LOG_INFO, "allreduce path: MPI over all %d ranks", env->size);
   if (!s->shm && s->win != MPI_WIN_NULL) {
     if (ok)
       MPI_Win_unlock_all(s->win);

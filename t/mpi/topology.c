@@ -16,50 +16,12 @@
 
 #include "hvd.h"
 #include "hvd_mpi.h"
+#include "hvdtest.h"
 #include "tap/tap.h"
 
 #define MAX_RANKS 64
 
 static int rank, size;
-
-struct topo {
-  int rank, size, local_rank, local_size, cross_rank, cross_size, homog;
-};
-
-/* What hvd should report on rank r when rank q runs on node[q]. */
-static struct topo model(char node[][32], int r) {
-  struct topo t = {r, size, 0, 0, 0, 0, 1};
-  int local[MAX_RANKS] = {0}, count[MAX_RANKS] = {0};
-  for (int q = 0; q < size; q++) {
-    local[q] = count[q] = 0;
-    for (int p = 0; p < size; p++)
-      if (strcmp(node[p], node[q]) == 0) {
-        count[q]++;
-        local[q] += p < q;
-      }
-  }
-  for (int q = 0; q < size; q++) {
-    if (count[q] != count[r])
-      t.homog = 0;
-    if (local[q] == local[r]) {
-      t.cross_size++;
-      t.cross_rank += q < r;
-    }
-  }
-  t.local_rank = local[r];
-  t.local_size = count[r];
-  return t;
-}
-
-static void is_topo(const struct topo *want, const char *layout) {
-  is_int(want->rank, hvd_rank(), "%s: hvd_rank", layout);
-  is_int(want->size, hvd_size(), "%s: hvd_size", layout);
-  is_int(want->local_rank, hvd_local_rank(), "%s: hvd_local_rank", layout);
-  is_int(want->local_size, hvd_local_size(), "%s: hvd_local_size", layout);
-  is_int(want->cross_rank, hvd_cross_rank(), "%s: hvd_cross_rank", layout);
-  is_int(want->cross_size, hvd_cross_size(), "%s: hvd_cross_size", layout);
-  is_int(want->homog, hvd_is_homogeneous(), "%s: hvd_is_homogeneous", layout);
-}
 
 /* Sum over the ranks of the current hvd world of contrib. */
 static void allreduce_sums(const char *name, int contrib, int want,
@@ -77,14 +39,14 @@ static void allreduce_sums(const char *name, int contrib, int want,
 
 /* Runs hvd with rank q on node[q] (HVD_HOSTNAME) and checks everything. */
 static void check_layout(char node[][32], const char *layout) {
-  struct topo want = model(node, rank);
+  struct hvdt_topo want = hvdt_topo_model(node, size, rank);
   if (setenv("HVD_HOSTNAME", node[rank], 1) != 0)
     bail("setenv failed");
   hvd_result_t rc = hvd_init();
   tap_note("%s", hvd_last_error());
   if (!is_int(HVD_SUCCESS, rc, "%s: hvd_init", layout))
     bail("hvd_init failed");
-  is_topo(&want, layout);
+  hvdt_is_topo(&want, layout);
   allreduce_sums(layout, rank + 1, size * (size + 1) / 2, layout);
   is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", layout);
 }
@@ -106,8 +68,8 @@ int main(int argc, char **argv) {
   if (!is_int(HVD_SUCCESS, rc, "hvd_init"))
     bail("hvd_init: %s", hvd_last_error());
   {
-    struct topo one = {rank, size, rank, size, 0, 1, 1};
-    is_topo(&one, "one node");
+    struct hvdt_topo one = {rank, size, rank, size, 0, 1, 1};
+    hvdt_is_topo(&one, "one node");
   }
   is_int(HVD_SUCCESS, hvd_shutdown(), "one node: hvd_shutdown");
   is_int(-1, hvd_local_rank(), "hvd_local_rank is -1 after shutdown");
@@ -119,12 +81,12 @@ int main(int argc, char **argv) {
   check_layout(node, "blocks");
   if (size == 4) {
     /* The layouts of the brief, spelled out, in case the model is wrong. */
-    struct topo m = model(node, rank);
+    struct hvdt_topo m = hvdt_topo_model(node, size, rank);
     ok(m.local_rank == rank % 2 && m.local_size == 2 &&
            m.cross_rank == rank / 2 && m.cross_size == 2 && m.homog == 1,
        "model: 4 ranks as 2 + 2");
   } else if (size == 3) {
-    struct topo m = model(node, rank);
+    struct hvdt_topo m = hvdt_topo_model(node, size, rank);
     ok(m.homog == 0 && m.cross_size == (m.local_rank == 0 ? 2 : 1) &&
            m.local_size == (rank < 2 ? 2 : 1),
        "model: 3 ranks as 2 + 1");
@@ -160,8 +122,8 @@ int main(int argc, char **argv) {
     rc = hvd_init_comm(half);
     tap_note("%s", hvd_last_error());
     is_int(HVD_SUCCESS, rc, "halves: hvd_init_comm");
-    struct topo want = {rank - first, n, rank - first, n, 0, 1, 1};
-    is_topo(&want, "halves");
+    struct hvdt_topo want = {rank - first, n, rank - first, n, 0, 1, 1};
+    hvdt_is_topo(&want, "halves");
     for (int q = first; q < first + n; q++)
       want_sum += q + 1;
     /* The same name in both halves: each sums only its own. */

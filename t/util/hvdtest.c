@@ -458,3 +458,37 @@ unsigned hvdt_shuffle(int *order, int n, unsigned seed) {
   }
   return seed;
 }
+
+/* ---- Topology ---- */
+
+struct hvdt_topo hvdt_topo_model(char node[][32], int size, int r) {
+  struct hvdt_topo t = {r, size, 0, 0, 0, 0, 1};
+  int local[64] = {0}, count[64] = {0};
+  for (int q = 0; q < size && q < 64; q++)
+    for (int p = 0; p < size; p++)
+      if (strcmp(node[p], node[q]) == 0) {
+        count[q]++;
+        local[q] += p < q;
+      }
+  for (int q = 0; q < size && q < 64; q++) {
+    if (count[q] != count[r])
+      t.homog = 0;
+    if (local[q] == local[r]) {
+      t.cross_size++;
+      t.cross_rank += q < r;
+    }
+  }
+  t.local_rank = local[r];
+  t.local_size = count[r];
+  return t;
+}
+
+void hvdt_is_topo(const struct hvdt_topo *want, const char *layout) {
+  is_int(want->rank, hvd_rank(), "%s: hvd_rank", layout);
+  is_int(want->size, hvd_size(), "%s: hvd_size", layout);
+  is_int(want->local_rank, hvd_local_rank(), "%s: hvd_local_rank", layout);
+  is_int(want->local_size, hvd_local_size(), "%s: hvd_local_size", layout);
+  is_int(want->cross_rank, hvd_cross_rank(), "%s: hvd_cross_rank", layout);
+  is_int(want->cross_size, hvd_cross_size(), "%s: hvd_cross_size", layout);
+  is_int(want->homog, hvd_is_homogeneous(), "%s: hvd_is_homogeneous", layout);
+}

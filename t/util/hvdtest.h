@@ -174,6 +174,23 @@ void hvdt_expect_mismatch(hvd_result_t rc, const char *seen, const char *head,
                           const char *field, char vals[][HVDT_VAL_LEN],
                           char keys[][HVDT_VAL_LEN], const char *what);
 
+/* ---- Topology ---- */
+
+/* What hvd's topology queries return on one rank. */
+struct hvdt_topo {
+  int rank, size, local_rank, local_size, cross_rank, cross_size, homog;
+};
+
+/* What hvd should report on rank r of size ranks when rank q runs on the
+ * node named node[q]: local = ranks with the same node name, numbered in
+ * rank order; cross = ranks with the same local rank, numbered in rank
+ * order; homogeneous = every node has as many ranks. At most 64 ranks. */
+struct hvdt_topo hvdt_topo_model(char node[][32], int size, int r);
+
+/* Seven checks: hvd_rank ... hvd_is_homogeneous equal want's, each named
+ * "<layout>: hvd_<query>". */
+void hvdt_is_topo(const struct hvdt_topo *want, const char *layout);
+
 /* ---- Orders ---- */
 
 /* A permutation of 0..n-1 in order (Fisher-Yates driven by a 32-bit LCG

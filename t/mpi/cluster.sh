@@ -1,0 +1,203 @@
+#!/bin/sh
+# cluster.sh - hvd across hosts, on a cluster of network namespaces made
+# by t/util/cluster.sh: node1..node3, each with its own host name and
+# address, Open MPI starting remote ranks through a launch agent (as it
+# would through ssh) and reaching other hosts only over TCP. Every job is
+# launched from node1 with bin/hvdrun -H, as a user would. Needs root
+# (network namespaces); skipped with the reason otherwise.
+#
+#  1. The hosts are apart: Open MPI without its TCP transport cannot reach
+#     node2 from node1 ("unreachable").
+#  2. At 2 hosts x 1 rank, 2 x 2, 3 x 1 and 2 + 1 (uneven):
+#     t/mpi/cluster_check (topology from the real host names; allreduce
+#     bursts exact under the shared-memory + cross-node path, the
+#     hierarchical MPI path and the flat one) and t/mpi/collectives (every
+#     collective exact); rank 0's "allreduce path:" info lines say which
+#     path each mode took, exactly.
+#  3. bert_train (tiny, 20 steps) on 2 x 2: its losses equal those of the
+#     same run on one host at 4 ranks to 1e-6 (relative); its checkpoint,
+#     written on the cluster, resumes on one host at 2 ranks.
+#  4. Faults on 2 x 2 (HVD_STALL_CHECK_TIME=2 HVD_STALL_SHUTDOWN_TIME=5):
+#     a rank on node2 killed with SIGKILL, and node2's link taken down,
+#     mid-run: the job ends within HVD_STALL_SHUTDOWN_TIME + 30 s,
+#     non-zero, naming the rank(s) lost, and no process is left on any
+#     host.
+# Every job runs under a timeout of its own (HVD_TEST_TIMEOUT, default
+# 120 s); the cluster is removed at exit, also after a failure.
+
+. "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
+. "$HVD_TOP_SRCDIR/t/util/cluster.sh"
+
+need_prog "$HVD_TOP_BUILDDIR/t/mpi/cluster_check"
+need_prog "$HVD_TOP_BUILDDIR/t/mpi/collectives"
+why=$(cluster_why_not) || skip_all "no test cluster here: $why"
+
+make_tmp hvd-cluster
+trap 'cluster_down; rm -rf "$tmp"' 0
+trap 'exit 1' INT TERM
+cluster_up 3 || {
+  echo "Bail out! cannot make the test cluster (see stderr)"
+  exit 1
+}
+unset HVD_HOSTNAME
+limit=${HVD_TEST_TIMEOUT:-120}
+hvdrun="$HVD_TOP_BUILDDIR/bin/hvdrun"
+
+# on_cluster HOSTS OUT ERR PROG [ARGS...]: PROG on the hosts (-H HOSTS)
+# from node1 through hvdrun, stdout into OUT, stderr into ERR; sets rc
+# and elapsed (seconds).
+on_cluster() {
+  hosts=$1
+  out=$2
+  err=$3
+  shift 3
+  start=$(date +%s)
+  cluster_on node1 timeout -k 5 "$limit" "$hvdrun" -H "$hosts" \
+    --mca plm_rsh_agent "$cluster_agent" --mpi-args "--bind-to none" \
+    "$@" >"$out" 2>"$err" </dev/null
+  rc=$?
+  elapsed=$(($(date +%s) - start))
+}
+
+# strays LABEL: a check that no process is left on any host.
+strays() {
+  left=$(cluster_pids | tr '\n' ' ')
+  [ -z "$left" ] || ps -o pid,args -p $(cluster_pids) | sed 's/^/# /'
+  check $([ -z "$left" ]; echo $?) "$1: no process left on any host"
+}
+
+# tap_through LABEL FILE: FILE's TAP lines as checks of ours, described
+# "LABEL: ...", its comments passed on; then that its plan was met.
+tap_through() {
+  plan=$(sed -n 's/^1\.\.\([0-9][0-9]*\).*/\1/p' "$2")
+  seen=0
+  while IFS= read -r line; do
+    case $line in
+      "ok "*) seen=$((seen + 1)); check 0 "$1: ${line#ok * - }" ;;
+      "not ok "*) seen=$((seen + 1)); check 1 "$1: ${line#not ok * - }" ;;
+      "#"*) echo "$line" ;;
+    esac
+  done <"$2"
+  check $([ -n "$plan" ] && [ "$seen" = "$plan" ]; echo $?) \
+    "$1: all ${plan:-?} of its checks ran (saw $seen)"
+}
+
+# ---- 1. the hosts are apart -----------------------------------------------
+on_cluster node1:1,node2:1 "$tmp/apart.out" "$tmp/apart.err" \
+  --mca btl self,vader "$HVD_TOP_BUILDDIR/t/mpi/collectives"
+check $([ $rc != 0 ] && grep -q "unable to reach each other" "$tmp/apart.err"; echo $?) \
+  "without TCP, node1 cannot reach node2 (status $rc, 'unable to reach each other')" ||
+  show "$tmp/apart.err" stderr
+strays "without TCP"
+
+# ---- 2. every layout --------------------------------------------------------
+# layout LABEL HOSTS NP PATH_DEFAULT PATH_HIERARCHICAL: the checks above;
+# the paths are rank 0's "allreduce path:" lines of the default and the
+# hierarchical mode (the flat one is always "MPI over all NP ranks").
+layout() {
+  label=$1
+  HVD_LOG_LEVEL=info on_cluster "$2" "$tmp/check.out" "$tmp/check.err" \
+    "$HVD_TOP_BUILDDIR/t/mpi/cluster_check"
+  check $([ $rc = 0 ]; echo $?) "$label: cluster_check exits 0 (status $rc)" ||
+    show "$tmp/check.err" stderr
+  tap_through "$label" "$tmp/check.out"
+  sed -n 's/^\[hvd 0\] info: allreduce path: //p' "$tmp/check.err" \
+    >"$tmp/paths"
+  printf '%s\n%s\nMPI over all %d ranks\n' "$4" "$5" "$3" >"$tmp/want"
+  check $(cmp -s "$tmp/want" "$tmp/paths"; echo $?) \
+    "$label: allreduce paths: $4 / $5 / flat" || {
+    show "$tmp/paths" "rank 0's allreduce paths"
+    show "$tmp/want" "expected"
+  }
+  on_cluster "$2" "$tmp/coll.out" "$tmp/coll.err" \
+    "$HVD_TOP_BUILDDIR/t/mpi/collectives"
+  check $([ $rc = 0 ]; echo $?) "$label: collectives exits 0 (status $rc)" ||
+    show "$tmp/coll.err" stderr
+  tap_through "$label: collectives" "$tmp/coll.out"
+  strays "$label"
+}
+
+shm2="shared memory within the node (2 ranks), then MPI across the nodes"
+hier="MPI, hierarchical (reduce within the node, allreduce across, broadcast within)"
+layout "2 hosts x 1" node1:1,node2:1 2 "MPI over all 2 ranks" \
+  "MPI over all 2 ranks"
+layout "2 hosts x 2" node1:2,node2:2 4 "$shm2" "$hier"
+layout "3 hosts x 1" node1:1,node2:1,node3:1 3 "MPI over all 3 ranks" \
+  "MPI over all 3 ranks"
+layout "2 + 1" node1:2,node2:1 3 "MPI over all 3 ranks" "$hier"
+
+# ---- 3. bert_train ------------------------------------------------------------
+if grep -q '^#define HVD_HAVE_BLAS 1' "$HVD_TOP_BUILDDIR/config.h"; then
+  bert="$HVD_TOP_BUILDDIR/examples/bert_train"
+  train="--steps 20 --synthetic-lines 2000 --quiet"
+  on_cluster node1:2,node2:2 "$tmp/bc.out" "$tmp/bc.err" "$bert" $train \
+    --log-json "$tmp/cluster.json" --checkpoint "$tmp/ckpt" \
+    --checkpoint-every 10
+  check $([ $rc = 0 ]; echo $?) "bert_train on 2 x 2: exit 0 (status $rc)" ||
+    show "$tmp/bc.err" stderr
+  run_np 4 "$tmp/b1.out" "$tmp/b1.err" "$bert" $train \
+    --log-json "$tmp/one.json"
+  check $([ $rc = 0 ]; echo $?) "bert_train on one host at 4 ranks: exit 0"
+  sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$tmp/cluster.json" >"$tmp/l1"
+  sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$tmp/one.json" >"$tmp/l2"
+  paste "$tmp/l1" "$tmp/l2" >"$tmp/both"
+  worst=$(awk '{ d = $1 - $2; if (d < 0) d = -d; d /= ($2 < 0 ? -$2 : $2)
+                 if (d > w) w = d; n++ }
+               END { printf "%d %.3g\n", n, w }' "$tmp/both")
+  check $(echo "$worst" | awk '{ exit !($1 == 20 && $2 <= 1e-6) }'; echo $?) \
+    "bert_train: the cluster's 20 losses equal one host's to 1e-6 (steps, worst: $worst)" ||
+    show "$tmp/both" "losses (cluster, one host)"
+  run_np 2 "$tmp/br.out" "$tmp/br.err" "$bert" $train --steps 30 \
+    --resume "$tmp/ckpt"
+  check $([ $rc = 0 ] && grep -q "resumed at step 20" "$tmp/br.out"; echo $?) \
+    "bert_train: the cluster's checkpoint resumes on one host at 2 ranks (step 20)" ||
+    show "$tmp/br.out" stdout
+  strays "bert_train"
+
+  # ---- 4. faults -------------------------------------------------------------
+  # fault LABEL HOW WANT: bert_train on 2 x 2 from node1 in the background;
+  # once it has logged 3 steps, HOW (a shell command) strikes node2; the
+  # job must end within HVD_STALL_SHUTDOWN_TIME + 30 s, non-zero, its last
+  # line of stderr matching WANT (a grep -E pattern), no process left.
+  fault() {
+    rm -f "$tmp/f.json"
+    (HVD_STALL_CHECK_TIME=2 HVD_STALL_SHUTDOWN_TIME=5 \
+      on_cluster node1:2,node2:2 "$tmp/f.out" "$tmp/f.err" "$bert" \
+      --steps 1000000 --synthetic-lines 2000 --quiet --log-json "$tmp/f.json"
+    echo "$rc" >"$tmp/f.rc") &
+    job=$!
+    i=0
+    while [ "$(cat "$tmp/f.json" 2>/dev/null | wc -l)" -lt 3 ] && [ $i -lt 600 ]; do
+      sleep 0.1
+      i=$((i + 1))
+    done
+    struck=$(date +%s)
+    eval "$2"
+    wait $job
+    took=$(($(date +%s) - struck))
+    frc=$(cat "$tmp/f.rc")
+    last=$(tail -n 1 "$tmp/f.err")
+    check $([ "$frc" != 0 ] && [ $took -le 35 ]; echo $?) \
+      "$1: the job ends, non-zero, within 5 + 30 s (status $frc after $took s)"
+    check $(printf '%s\n' "$last" | grep -Eqx "$3"; echo $?) \
+      "$1: its last line names what was lost" || show "$tmp/f.err" stderr
+    strays "$1"
+  }
+  victim='for p in $(ip netns pids "$cluster_prefix-2"); do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = bert_train ] && echo $p; done | head -n 1'
+  fault "SIGKILL of rank 2 on node2" 'kill -9 $(eval "$victim")' \
+    'hvdrun: rank 2 \(node2\) was killed by signal 9 \(Killed\); ranks 0, 1, 3 were stopped'
+  fault "node2's link down" 'cluster_link node2 down' \
+    "hvdrun: lost contact with host node2 \\(ranks 2, 3\\), which stopped answering \\(--host-timeout 20 s: its link or the host is down\\); the job was stopped on every host"
+  cluster_link node2 up
+else
+  for what in "on 2 x 2" "on one host" "losses" "checkpoint" "strays" \
+    "SIGKILL: ends" "SIGKILL: names" "SIGKILL: strays" "link: ends" \
+    "link: names" "link: strays"; do
+    n=$((n + 1))
+    echo "ok $n # SKIP bert_train $what: no bert_train (no CBLAS)"
+  done
+fi
+
+echo "1..$n"
+exit $failed
