@@ -16,7 +16,9 @@
 # --alloc hvd (both sides use the same memory), Open MPI's defaults.
 # Options after -- go to mpirun, e.g.
 #   -- --mca btl_vader_single_copy_mechanism none
-# ITERS (default 10) is hvd-bench's --iters. Run it from a built tree with
+# ITERS (default 10) is hvd-bench's --iters; HVD_BENCH_MPIRUN (default
+# mpirun) the launcher command (bench/cluster-ratio.sh points it at the
+# test cluster's hosts). Run it from a built tree with
 # nothing else running. Exit status 0; 1 if a run failed or a result was
 # wrong; 2 a bad argument.
 set -u
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
     esac
     shift 2 ;;
   --) shift; break ;;
-  -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) bad "unknown argument '$1' (try --help)" ;;
   esac
 done
@@ -51,14 +53,14 @@ trap 'rm -f "$out"' EXIT
 # runs hvd-bench MODE; prints its summary line's key=value pairs
 bench() {
   mode=$1; shift
-  mpirun -np "$np" $over "$@" bin/hvd-bench "$mode" --alloc "$alloc" \
+  ${HVD_BENCH_MPIRUN:-mpirun} -np "$np" $over "$@" bin/hvd-bench "$mode" --alloc "$alloc" \
     --iters "${ITERS:-10}" --tensors "$tensors" >"$out" 2>&1 &&
     grep -q '^summary: ' "$out" ||
     { echo "allreduce-ratio.sh: hvd-bench $mode failed:" >&2; cat "$out" >&2; exit 1; }
   sed -n 's/^summary: //p' "$out"
 }
 val() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
-echo "# $tensors at np=$np, --alloc $alloc, mpirun $over $*; hvd-bench list and mpi-list alternating, ${ITERS:-10} iters each"
+echo "# $tensors at np=$np, --alloc $alloc, ${HVD_BENCH_MPIRUN:-mpirun} $over $*; hvd-bench list and mpi-list alternating, ${ITERS:-10} iters each"
 printf '%5s %9s %9s %-15s %9s %9s %9s %9s\n' round hvd_ms best_ms best copy_ms floor_ms hvd/best hvd/floor
 all=
 for i in $(seq "$rounds"); do

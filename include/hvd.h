@@ -117,7 +117,10 @@ typedef struct hvd_request hvd_request_t;
 /* Initialise hvd on all ranks (collective). Idempotent. Initialises MPI
  * (asking for MPI_THREAD_MULTIPLE) only if the program has not, and then
  * finalises it when the process exits, so hvd_shutdown() followed by
- * hvd_init() works. hvd works on a duplicate of MPI_COMM_WORLD. */
+ * hvd_init() works; but if hvd stopped on a failure (a stall: some rank
+ * may never come), the process ends the job with MPI_Abort(MPI_COMM_WORLD,
+ * the failure's code) instead of waiting in MPI_Finalize (doc/errors.md).
+ * hvd works on a duplicate of MPI_COMM_WORLD. */
 hvd_result_t hvd_init(void);
 
 /* Stop the engine (collective in spirit: the first rank to call it stops

@@ -2,6 +2,7 @@
 #include "base/errors.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -57,4 +58,26 @@ const char *hvd__coll_name(int coll) {
   if (coll < 0 || coll >= HVD__COLL_COUNT)
     return "unknown";
   return names[coll];
+}
+
+static pthread_mutex_t fatal_mu = PTHREAD_MUTEX_INITIALIZER;
+static hvd_result_t fatal_rc = HVD_SUCCESS;
+static char fatal_reason[HVD__ERRMSG_MAX];
+
+void hvd__fatal_set(hvd_result_t rc, const char *reason) {
+  pthread_mutex_lock(&fatal_mu);
+  if (fatal_rc == HVD_SUCCESS && rc != HVD_SUCCESS) {
+    fatal_rc = rc;
+    snprintf(fatal_reason, sizeof fatal_reason, "%s", reason);
+  }
+  pthread_mutex_unlock(&fatal_mu);
+}
+
+hvd_result_t hvd__fatal(char *reason, size_t len) {
+  pthread_mutex_lock(&fatal_mu);
+  hvd_result_t rc = fatal_rc;
+  if (len > 0)
+    snprintf(reason, len, "%s", fatal_reason);
+  pthread_mutex_unlock(&fatal_mu);
+  return rc;
 }

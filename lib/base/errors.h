@@ -18,6 +18,14 @@ hvd_result_t hvd__set_error(hvd_result_t rc, const char *fmt, ...)
 hvd_result_t hvd__set_error_msg(hvd_result_t rc, const char *msg);
 void hvd__clear_error(void);
 
+/* The failure that stopped hvd in this process (a stall, the engine's
+ * MPI or NCCL failing), kept past hvd_shutdown: at exit the process must
+ * not wait for peers that hvd gave up on (runtime.c's exit handler). The
+ * first one set is kept; hvd__fatal returns HVD_SUCCESS when none, else
+ * its code with its reason copied into reason[len]. */
+void hvd__fatal_set(hvd_result_t rc, const char *reason);
+hvd_result_t hvd__fatal(char *reason, size_t len);
+
 /* HVD_ERR_MPI with "<what>: <MPI's error string>". */
 hvd_result_t hvd__mpi_error(int mpi_rc, const char *what);
 

@@ -84,6 +84,13 @@
     "device tensors: nccl (NCCL on hvd's own stream) or mpi (MPI "             \
     "through pinned host buffers, so several ranks may share a GPU); "         \
     "mpi in a CUDA build without NCCL")                                        \
+  X(HVD_EXIT_GRACE_TIME, "10", exit_grace_s, DOUBLE, 10, 0, 3600,              \
+    "after hvd stopped on a failure: seconds the exiting ranks wait for "      \
+    "each other (to finish what they save) before MPI_Abort ends the job"      \
+    " without the ranks that never came")                                      \
+  X(HVD_START_FILE, "(unset)", start_file, PATH, 0, 0, 0,                      \
+    "a file rank 0 creates once every rank has passed hvd_init (set by "       \
+    "hvdrun --start-timeout, which waits for it)")                             \
   X(HVD_NCCL_TIMEOUT, "300", nccl_timeout_s, DOUBLE, 300, 0, 1e9,              \
     "seconds a device collective (and NCCL's init, first-use "                 \
     "connections and finalize) may wait for NCCL before the "                  \

@@ -61,6 +61,8 @@ static void collect(const char *key, void *value, void *arg) {
 void hvd__engine_stop_all(hvd__engine_t *e, hvd_result_t rc, const char *reason,
                           const char *in_flight_msg) {
   hvd_request_t *list = NULL;
+  if (rc != HVD_ERR_SHUTDOWN) /* a failure, not a peer's hvd_shutdown */
+    hvd__fatal_set(rc, reason);
   pthread_mutex_lock(&e->mu);
   e->stopped = 1;
   e->stop_rc = rc;

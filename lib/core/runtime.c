@@ -9,10 +9,13 @@
 #include "core/runtime.h"
 
 #include <config.h>
+#include <errno.h>
 #include <mpi.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/device.h"
 #include "base/errors.h"
@@ -124,6 +127,21 @@ fail:
   return rc;
 }
 
+/* hvdrun --start-timeout waits for this file: every rank has reached
+ * hvd_init (the engine's start is collective), so the job has started. A
+ * failure to write it only costs the launcher's patience: logged. */
+static void started(const char *path) {
+  FILE *f = fopen(path, "w");
+  int bad = f == NULL;
+  if (f != NULL) {
+    bad = fprintf(f, "%d ranks started\n", g.size) < 0;
+    bad = fclose(f) != 0 || bad;
+  }
+  if (bad)
+    HVD__LOG(HVD__LOG_WARNING, "HVD_START_FILE '%s' could not be written: %s",
+             path, strerror(errno));
+}
+
 static hvd_result_t init_locked(MPI_Comm comm) {
   hvd_result_t rc = HVD_SUCCESS;
   g.comm = g.local_comm = g.cross_comm = MPI_COMM_NULL;
@@ -152,6 +170,8 @@ static hvd_result_t init_locked(MPI_Comm comm) {
              PACKAGE_VERSION, g.size, g.local_size, g.homogeneous,
              hvd__cuda_device_count(), hvd_cuda_built(), hvd_nccl_built());
   }
+  if (g.rank == 0 && g.settings.start_file[0])
+    started(g.settings.start_file);
   atomic_store(&g.initialized, 1);
   return HVD_SUCCESS;
 fail:
@@ -177,12 +197,67 @@ hvd_result_t hvd_init_comm(MPI_Comm comm) {
   return rc;
 }
 
+/* 1 when every rank of MPI_COMM_WORLD reaches this call within `grace`
+ * seconds (a nonblocking barrier, polled); 0 if some rank does not. */
+static int all_arrive(double grace) {
+  MPI_Request req;
+  if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS)
+    return 0;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return 0;
+    if (done)
+      return 1;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if ((double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9 >
+        grace)
+      return 0;
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+}
+
+/* At process exit, for the MPI that hvd_init started. MPI_Finalize waits
+ * for every rank; after hvd stopped on a failure (a stall, the engine's
+ * MPI failing) some rank may never come (stuck in its own code, or gone),
+ * so the job is ended instead with MPI_Abort and the failure's code, which
+ * mpirun makes the job's exit status after stopping every rank. First
+ * the exiting ranks wait up to HVD_EXIT_GRACE_TIME for each other, so
+ * that none is killed while it still saves its work: if all come, rank 0
+ * says why the job ends and aborts (the others only after 5 s, should it
+ * not); if not, the waiting ranks abort in rank order, 0.2 s apart up to
+ * rank 4 (so that usually one says it, the lowest). A normal run,
+ * or one where a rank called hvd_shutdown early, finalizes as usual. */
 static void at_exit(void) {
+  int rank = g.rank;
+  double grace = g.settings.exit_grace_s;
   hvd_shutdown();
   int down = 0;
   MPI_Finalized(&down);
-  if (g.owns_mpi && !down)
-    MPI_Finalize();
+  if (!g.owns_mpi || down)
+    return;
+  char reason[HVD__ERRMSG_MAX];
+  hvd_result_t why = hvd__fatal(reason, sizeof reason);
+  if (why != HVD_SUCCESS) {
+    int all = all_arrive(grace);
+    if (!all) /* the lowest waiting rank first */
+      nanosleep(&(struct timespec){0, 200000000L * (rank < 4 ? rank : 4)},
+                NULL);
+    else if (rank != 0) /* rank 0 says it and aborts; this is a fallback */
+      nanosleep(&(struct timespec){5, 0}, NULL);
+    if (!all || rank == 0)
+      HVD__LOG(HVD__LOG_ERROR,
+               "ending the job with MPI_Abort(%d) at exit, not "
+               "MPI_Finalize, %s: %s",
+               (int)why,
+               all ? "after every rank came to its end"
+                   : "as some rank did not come within HVD_EXIT_GRACE_TIME",
+               reason);
+    MPI_Abort(MPI_COMM_WORLD, (int)why);
+  }
+  MPI_Finalize();
 }
 
 hvd_result_t hvd_init(void) {

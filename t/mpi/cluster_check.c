@@ -39,18 +39,8 @@ static struct hvdt_ar specs[NJOBS], jobs[NJOBS];
 /* One burst in order (round 0) or shuffled per rank (round 1); the
  * number of wrong results, the first described in why. */
 static int run_round(int n, int round, char *why, size_t len) {
-  int order[NJOBS];
-  if (round)
-    hvdt_shuffle(order, n, 977u * (unsigned)R + 1u);
-  else
-    for (int k = 0; k < n; k++)
-      order[k] = k;
-  for (int k = 0; k < n; k++) {
-    struct hvdt_ar *j = &jobs[order[k]];
-    *j = specs[order[k]];
-    j->salt += round * 1000;
-    hvdt_ar_submit(j, hvdt_burst_value, -77);
-  }
+  hvdt_burst_submit(jobs, specs, n, round, 977u * (unsigned)R + 1u,
+                    round * 1000);
   int bad = 0;
   why[0] = '\0';
   for (int k = 0; k < n; k++)

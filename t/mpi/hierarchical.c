@@ -62,12 +62,8 @@ static int run_round(int n, int round, int shuffled, int keep, char *why,
   else
     for (int k = 0; k < n; k++)
       order[k] = k;
-  for (int k = 0; k < n; k++) {
-    struct hvdt_ar *j = &jobs[order[k]];
-    *j = specs[order[k]];
-    j->salt += round * 1000;
-    hvdt_ar_submit(j, hvdt_burst_value, -77);
-  }
+  hvdt_burst_submit(jobs, specs, n, shuffled,
+                    31u * (unsigned)R + (unsigned)round, round * 1000);
   /* Polled against a deadline: a hierarchical allreduce that deadlocks
    * (ranks taking different paths) ends the test with a clear bail-out
    * instead of the harness's timeout. */

@@ -158,6 +158,8 @@ bad 'positive integer' "-np abc" -- -np abc ./prog
 bad 'positive integer' "-np 0" -- -np 0 ./prog
 bad 'positive integer' "-np -2" -- -np -2 ./prog
 bad 'required' "no -np" -- ./prog
+bad "--start-timeout needs a whole number of seconds, at least 1, not 'x'" \
+  "--start-timeout x" -- --start-timeout x -np 2 ./prog
 bad "a host:N line needs every line to give its slots" \
   "--hostfile mixing host:N and a bare host" -- --hostfile "$tmp/hvdhalf" ./prog
 bad "--host-timeout needs a whole number of seconds, at least 2, not '1'" \
@@ -253,6 +255,19 @@ real -np 3 "$HVD_TOP_BUILDDIR/t/mpi/die" kill
   printf '%s\n' "$out" | tail -n 1 | grep -qx "hvdrun: rank 1 ([^ ]*) was killed by signal 9 (Killed); ranks 0, 2 were stopped" &&
   hasnt '^-----' && hasnt 'noticed that process rank'
 ok $? "rank 1 killed: one summary line naming its host, exit 137 ($rc)" || show
+
+# --start-timeout: ranks that never reach hvd_init are stopped, exit 124
+t0=$(date +%s)
+real --start-timeout 2 -np 2 sleep 60
+took=$(($(date +%s) - t0))
+[ $rc = 124 ] && [ $took -lt 20 ] &&
+  [ "$(printf '%s\n' "$out" | tail -n 1)" = "hvdrun: the ranks did not all reach hvd_init within 2 s (--start-timeout); the job was stopped" ] &&
+  ! pgrep -f '^sleep 60$' >/dev/null
+ok $? "--start-timeout 2 on ranks that never start hvd: stopped after $took s, one line, exit 124 ($rc)" || show
+real --start-timeout 60 -np 2 "$HVD_TOP_BUILDDIR/examples/collectives_demo"
+[ $rc = 0 ] && has '^all 9 checks passed on 2 ranks$' && hasnt 'start-timeout' &&
+  ! ls "${TMPDIR:-/tmp}"/hvdrun-started.* >/dev/null 2>&1
+ok $? "--start-timeout 60 on an hvd program: runs to the end, exit 0, no file left ($rc)" || show
 
 # SIGTERM to hvdrun reaches mpirun: the job ends at once, no rank left
 (

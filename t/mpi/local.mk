@@ -68,9 +68,10 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 ## mid-job (rank_death.sh; libhvd alone), the stall inspector (stall.sh)
 ## and the timeline (timeline.sh), the last two as users' programs; a plain
 ## MPI program whose rank 1 exits 3 (hvdrun.sh's failure summary); the
-## checks of hvd across hosts that cluster.sh runs on its test cluster.
+## checks of hvd across hosts that cluster.sh runs on its test cluster; a
+## job whose last rank is stuck (straggler.sh).
 check_PROGRAMS += t/mpi/die t/mpi/stall_prog t/mpi/timeline_prog \
-	t/mpi/exit_code t/mpi/cluster_check
+	t/mpi/exit_code t/mpi/cluster_check t/mpi/straggler
 t_mpi_die_LDADD = $(HVD_PROG_LDADD)
 t_mpi_stall_prog_CPPFLAGS = $(HVD_PROG_CPPFLAGS)
 t_mpi_stall_prog_LDADD = $(HVD_PROG_LDADD)
@@ -101,10 +102,11 @@ t_mpi_crash_rename_la_LDFLAGS = -module -avoid-version -shared \
 ##  bert_train        examples/bert_train end to end (skips without it:
 ##                    a build without a CBLAS)
 ##  bert_sync_ratio   bench/bert-sync-ratio.sh's output and errors
+##  straggler         a stuck rank: the job still ends (MPI_Abort at exit)
 ##  cluster           hvd on 2-3 hosts made of network namespaces
 ##                    (t/util/cluster.sh; root only, else skipped)
 TESTS_SH += t/mpi/rank_death.sh t/mpi/stall.sh t/mpi/timeline.sh \
 	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/demo.sh \
 	t/mpi/bench.sh t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/bert_train.sh \
-	t/mpi/bert_sync_ratio.sh t/mpi/cluster.sh
+	t/mpi/bert_sync_ratio.sh t/mpi/straggler.sh t/mpi/cluster.sh
 EXTRA_DIST += t/mpi/timeline_check.py

@@ -113,6 +113,8 @@ int main(int argc, char **argv) {
             "HVD_GPU_OPERATIONS='gloo' is not one of nccl, mpi", "mpi");
   bad_value("HVD_NCCL_TIMEOUT", "-1",
             "HVD_NCCL_TIMEOUT='-1' is out of range 0..1e+09", "0");
+  bad_value("HVD_EXIT_GRACE_TIME", "4000",
+            "HVD_EXIT_GRACE_TIME='4000' is out of range 0..3600", "10");
   if (hvd_cuda_built() && !hvd_nccl_built())
     bad_value("HVD_GPU_OPERATIONS", "nccl",
               "HVD_GPU_OPERATIONS='nccl': this build has no NCCL (use mpi)",

@@ -29,7 +29,9 @@
 # transport is between processes of one host).
 #
 # Names carry the shell's PID (hvdc<PID>-sw, hvdc<PID>-1, ...), so that
-# two test runs do not meet. Call cluster_down from an EXIT trap.
+# two test runs do not meet. Call cluster_down from an EXIT trap. The
+# functions keep their variables `local` (dash, bash and busybox sh have
+# it), so that they do not overwrite the caller's.
 
 cluster_prefix="hvdc$$"
 cluster_n=0
@@ -37,6 +39,7 @@ cluster_agent=
 cluster_dir=
 
 cluster_why_not() {
+  local p probe
   if [ "$(id -u 2>/dev/null)" != 0 ]; then
     echo "not root (network namespaces need root)"
     return 1
@@ -74,6 +77,7 @@ cluster_ns() {
 }
 
 cluster_up() {
+  local sw hosts k ns
   cluster_n=$1
   sw="${cluster_prefix}-sw"
   cluster_dir=$(mktemp -d "${TMPDIR:-/tmp}/${cluster_prefix}.XXXXXX") ||
@@ -140,6 +144,7 @@ cluster_up() {
 
 # cluster_wait_link HOST: until HOST's eth0 reports LOWER_UP (5 s at most).
 cluster_wait_link() {
+  local ns i
   ns=$(cluster_ns "$1")
   i=0
   while [ $i -lt 50 ]; do
@@ -151,6 +156,7 @@ cluster_wait_link() {
 }
 
 cluster_on() {
+  local ns host
   ns=$(cluster_ns "$1")
   [ -n "$ns" ] || {
     echo "cluster_on: no host $1" >&2
@@ -163,11 +169,13 @@ cluster_on() {
 }
 
 cluster_link() {
+  local ns
   ns=$(cluster_ns "$1")
   [ -n "$ns" ] && ip -n "$ns" link set eth0 "$2"
 }
 
 cluster_pids() {
+  local k
   k=1
   while [ $k -le "$cluster_n" ]; do
     ip netns pids "${cluster_prefix}-$k" 2>/dev/null
@@ -176,6 +184,7 @@ cluster_pids() {
 }
 
 cluster_down() {
+  local k ns p
   k=1
   while [ $k -le "$cluster_n" ]; do
     ns="${cluster_prefix}-$k"

@@ -492,3 +492,20 @@ void hvdt_is_topo(const struct hvdt_topo *want, const char *layout) {
   is_int(want->cross_size, hvd_cross_size(), "%s: hvd_cross_size", layout);
   is_int(want->homog, hvd_is_homogeneous(), "%s: hvd_is_homogeneous", layout);
 }
+
+void hvdt_burst_submit(struct hvdt_ar *jobs, const struct hvdt_ar *specs,
+                       int n, int shuffled, unsigned seed, int salt_add) {
+  int *order = hvdt_calloc((size_t)(n > 0 ? n : 1), sizeof *order);
+  if (shuffled)
+    hvdt_shuffle(order, n, seed);
+  else
+    for (int k = 0; k < n; k++)
+      order[k] = k;
+  for (int k = 0; k < n; k++) {
+    struct hvdt_ar *j = &jobs[order[k]];
+    *j = specs[order[k]];
+    j->salt += salt_add;
+    hvdt_ar_submit(j, hvdt_burst_value, -77);
+  }
+  free(order);
+}

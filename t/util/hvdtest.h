@@ -149,6 +149,12 @@ double hvdt_burst_value(const struct hvdt_ar *a, int q, int64_t i);
 int hvdt_burst(struct hvdt_ar *out, const char *prefix, const int64_t *sizes,
                int nsizes, int salt_step, int big, int64_t big_n);
 
+/* Submits a copy of each of specs[0..n) as jobs[k] (its salt raised by
+ * salt_add), with hvdt_burst_value and fill -77: in order, or with
+ * `shuffled` in the order hvdt_shuffle(seed) gives. */
+void hvdt_burst_submit(struct hvdt_ar *jobs, const struct hvdt_ar *specs,
+                       int n, int shuffled, unsigned seed, int salt_add);
+
 /* ---- Checks ---- */
 
 /* A blocking sum allreduce named name of n (at most 64) elements of dtype
