@@ -60,6 +60,12 @@ cluster_why_not() {
     echo "unshare --uts is refused inside a network namespace"
     return 1
   fi
+  if ! ip -n "$probe" link add b0 type bridge 2>/dev/null ||
+    ! ip -n "$probe" link add v0 type veth peer name v1 2>/dev/null; then
+    ip netns del "$probe" 2>/dev/null
+    echo "bridge or veth devices are refused (no kernel support?)"
+    return 1
+  fi
   ip netns del "$probe"
   if ! mkdir -p "/etc/netns/$probe" 2>/dev/null; then
     echo "cannot write /etc/netns (the hosts' /etc/hosts go there)"
