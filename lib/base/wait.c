@@ -10,10 +10,16 @@
  */
 #include "base/wait.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "base/errors.h"
 
@@ -98,4 +104,58 @@ hvd_result_t hvd__mpi_wait(MPI_Request *req, const char *what) {
       return HVD_SUCCESS;
     hvd__wait_backoff(spin);
   }
+}
+
+/* ---- a barrier of processes in shared memory ---------------------------- */
+
+/* Sleeps while *word == seen (at most 100 ms: a wake cannot be lost, the
+ * kernel compares the word first, but a bound costs nothing). */
+static void word_sleep(_Atomic uint32_t *word, uint32_t seen) {
+#ifdef __linux__
+  struct timespec limit = {0, 100000000L};
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, seen, &limit, NULL, 0);
+#else
+  (void)word;
+  (void)seen;
+  nanosleep(&(struct timespec){0, 20000}, NULL);
+#endif
+}
+
+static void word_wake(_Atomic uint32_t *word) {
+#ifdef __linux__
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+#else
+  (void)word;
+#endif
+}
+
+void hvd__shm_barrier(hvd__shm_barrier_t *b, int n) {
+  uint32_t round = atomic_load(&b->round);
+  if (atomic_fetch_add(&b->arrived, 1) + 1 == (uint32_t)n) {
+    atomic_store(&b->arrived, 0); /* before the round moves on */
+    atomic_fetch_add(&b->round, 1);
+    if (atomic_load(&b->sleepers) > 0)
+      word_wake(&b->round);
+    return;
+  }
+  /* A peer is usually microseconds away: spin for 2 us first, no more.
+   * Spinning longer (50 us, tried) lets a waiter burn the slice that a
+   * descheduled peer needs when the cores are busy: 50 times slower. */
+  const long limit_us = 2;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (unsigned spin = 1;; spin++) {
+    if (atomic_load(&b->round) != round)
+      return;
+    if (spin % 64 == 0) {
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      if ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 >=
+          limit_us)
+        break;
+    }
+  }
+  atomic_fetch_add(&b->sleepers, 1);
+  while (atomic_load(&b->round) == round)
+    word_sleep(&b->round, round);
+  atomic_fetch_sub(&b->sleepers, 1);
 }

@@ -7,6 +7,8 @@
 #define HVD_BASE_WAIT_H
 
 #include <mpi.h>
+#include <stdatomic.h>
+#include <stdint.h>
 
 #include "internal.h"
 
@@ -42,5 +44,25 @@ hvd_result_t hvd__mpi_wait(MPI_Request *req, const char *what);
  * next 200, then sleeps 20 us, and 200 us from the 2000th on. The device
  * executors wait on CUDA events with it. */
 void hvd__wait_backoff(unsigned spin);
+
+/* ---- a barrier of processes in shared memory ---------------------------- */
+
+/* Lives in memory that the n processes share, zeroed before its first
+ * use, and is reused: every process calls hvd__shm_barrier(b, n) in
+ * turn. */
+typedef struct hvd__shm_barrier {
+  _Atomic uint32_t arrived;  /* of this round */
+  _Atomic uint32_t round;    /* the futex word: bumped by the last arriver */
+  _Atomic uint32_t sleepers; /* processes in futex_wait, to skip the wake */
+} hvd__shm_barrier_t;
+
+/* Returns once all n processes have called it for this round; orders
+ * memory like a full fence (writes before it are seen by every process
+ * after it). A waiter spins briefly, then sleeps on a futex (Linux; a
+ * short nap elsewhere) which the last arriver wakes: a waiter that is
+ * asleep costs no CPU, and the kernel runs it as soon as it is woken,
+ * even with other work on its core, which a polled MPI barrier cannot
+ * get (it must be scheduled to notice). */
+void hvd__shm_barrier(hvd__shm_barrier_t *b, int n);
 
 #endif /* HVD_BASE_WAIT_H */

@@ -26,6 +26,7 @@
 
 #define CHUNK_ELEMS ((int64_t)1 << 30)
 #define SHM_SLOT ((int64_t)4 << 20) /* bytes per rank and phase */
+#define SHM_CTL ((int64_t)4096)     /* after the slots: the barrier */
 
 typedef struct mpi_state {
   MPI_Op half_ops[2][HVD_OP_COUNT]; /* [f16, bf16][op] */
@@ -35,7 +36,8 @@ typedef struct mpi_state {
   int shm;       /* use it; decided for every rank alike */
   int shm_cross; /* several nodes: segments are allreduced over cross_comm */
   MPI_Win win;
-  char **slot; /* per local rank: two phases of SHM_SLOT bytes */
+  char **slot;             /* per local rank: two phases of SHM_SLOT bytes */
+  hvd__shm_barrier_t *bar; /* after local rank 0's slots: shm_barrier */
   int phase;
   /* zero-copy allreduce (see zc_allreduce): every local rank's arena */
   int zc;         /* use it when the tensors allow; decided alike */
@@ -217,8 +219,8 @@ static hvd_result_t shm_setup(mpi_state_t *s, const hvd__exec_env_t *env) {
   if (env->shm && env->local_size > 1) {
     char *base = NULL;
     int err =
-        MPI_Win_allocate_shared((MPI_Aint)(2 * SHM_SLOT), 1, MPI_INFO_NULL,
-                                env->local_comm, &base, &s->win);
+        MPI_Win_allocate_shared((MPI_Aint)(2 * SHM_SLOT + SHM_CTL), 1,
+                                MPI_INFO_NULL, env->local_comm, &base, &s->win);
     s->slot = calloc((size_t)env->local_size, sizeof *s->slot);
     ok = err == MPI_SUCCESS && s->slot != NULL;
     if (err == MPI_SUCCESS)
@@ -232,6 +234,11 @@ static hvd_result_t shm_setup(mpi_state_t *s, const hvd__exec_env_t *env) {
     }
     if (ok)
       ok = MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win) == MPI_SUCCESS;
+    if (ok) { /* zeroed before the agreement below, which all pass */
+      s->bar = (hvd__shm_barrier_t *)(s->slot[0] + 2 * SHM_SLOT);
+      if (env->local_rank == 0)
+        memset(s->bar, 0, sizeof *s->bar);
+    }
     if (!ok)
       HVD__LOG(HVD__LOG_INFO, "shared-memory allreduce unavailable here");
   }
@@ -347,10 +354,13 @@ fail:
   return rc;
 }
 
-/* A barrier of the node's ranks (shm_sync). */
+/* A barrier of the node's ranks, in the segment itself (a futex: a rank
+ * that waits sleeps, and runs the moment the last one arrives, even with
+ * other work on its core); it orders the segment's writes and reads. */
 static hvd_result_t shm_barrier(const mpi_state_t *s,
                                 const hvd__exec_env_t *env) {
-  return shm_sync(s, env->local_comm, NULL);
+  hvd__shm_barrier(s->bar, env->local_size);
+  return HVD_SUCCESS;
 }
 
 /* The shared-memory allreduce works on pieces of at most SHM_SLOT bytes:
