@@ -73,6 +73,7 @@ typedef struct options {
   double lr, weight_decay, beta1, beta2, eps;
   int64_t warmup; /* -1: steps / 10 */
   int no_sync;
+  int dense_embeddings; /* --dense-embeddings */
   hvd_compression_t compression;
   int accumulate;
   const char *data;
@@ -112,6 +113,10 @@ static const char usage_text[] =
     "  --accumulate K         backward passes per step (default 1)\n"
     "  --no-sync              no gradient reduction: each rank trains on\n"
     "                         its own (the compute ceiling)\n"
+    "  --dense-embeddings     cpu: reduce the word embeddings' gradient\n"
+    "                         whole at the end of backward, as other\n"
+    "                         parameters (default: the decoder's share\n"
+    "                         early, the input lookup's rows allgathered)\n"
     "  --fp16-allreduce       gradients travel as float16\n"
     "  --bf16-allreduce       gradients travel as bfloat16\n"
     "  --seed N               weights, data, masking, order (default 42)\n"
@@ -213,6 +218,7 @@ enum {
   O_EPS,
   O_ACCUMULATE,
   O_NO_SYNC,
+  O_DENSE_EMB,
   O_FP16,
   O_BF16,
   O_SEED,
@@ -248,6 +254,7 @@ static const struct option long_options[] = {
     {"eps", required_argument, NULL, O_EPS},
     {"accumulate", required_argument, NULL, O_ACCUMULATE},
     {"no-sync", no_argument, NULL, O_NO_SYNC},
+    {"dense-embeddings", no_argument, NULL, O_DENSE_EMB},
     {"fp16-allreduce", no_argument, NULL, O_FP16},
     {"bf16-allreduce", no_argument, NULL, O_BF16},
     {"seed", required_argument, NULL, O_SEED},
@@ -356,6 +363,9 @@ static void parse_options(int argc, char **argv, options_t *o,
       break;
     case O_NO_SYNC:
       o->no_sync = 1;
+      break;
+    case O_DENSE_EMB:
+      o->dense_embeddings = 1;
       break;
     case O_FP16:
     case O_BF16:
@@ -639,15 +649,42 @@ typedef struct ready_ctx {
   hvd_optimizer_t *opt;
   hvd_result_t rc;
   char msg[512]; /* the first failure's message */
+  int64_t *rows; /* on_sparse_grad's token ids as int64 */
+  int64_t cap;
 } ready_ctx_t;
 
-static void on_grad_ready(void *ctx, int i) {
-  ready_ctx_t *r = ctx;
-  hvd_result_t rc = hvd_optimizer_grad_ready(r->opt, i);
+static void ready_failed(ready_ctx_t *r, hvd_result_t rc) {
   if (rc != HVD_SUCCESS && r->rc == HVD_SUCCESS) {
     r->rc = rc;
     snprintf(r->msg, sizeof r->msg, "%s", hvd_last_error());
   }
+}
+
+static void on_grad_ready(void *ctx, int i) {
+  ready_ctx_t *r = ctx;
+  ready_failed(r, hvd_optimizer_grad_ready(r->opt, i));
+}
+
+/* The word embeddings' lookup rows (bert_model_set_sparse_embeddings):
+ * the decoder's share of their gradient was handed over first, so only
+ * the batch's rows travel at the end of backward (an allgather). */
+static void on_sparse_grad(void *ctx, int i, const int32_t *rows, int64_t n,
+                           const float *values) {
+  ready_ctx_t *r = ctx;
+  if (n > r->cap) {
+    int64_t *p = realloc(r->rows, (size_t)n * sizeof *p);
+    if (p == NULL) {
+      r->rc = HVD_ERR_NO_MEMORY;
+      snprintf(r->msg, sizeof r->msg, "out of memory for %lld rows",
+               (long long)n);
+      return;
+    }
+    r->rows = p;
+    r->cap = n;
+  }
+  for (int64_t k = 0; k < n; k++)
+    r->rows[k] = rows[k];
+  ready_failed(r, hvd_optimizer_sparse_grad(r->opt, i, r->rows, n, values));
 }
 
 /* ---- the global batch's masked positions ------------------------------- */
@@ -1039,6 +1076,10 @@ int main(int argc, char **argv) {
   int64_t epoch = -1;
   const int64_t *idx = NULL;
   int64_t count;
+  ready_ctx_t ready = {.opt = opt, .rc = HVD_SUCCESS};
+  if (!o.gpu && !o.dense_embeddings)
+    check_local(bert_model_set_sparse_embeddings(model, on_sparse_grad, &ready),
+                "bert_model_set_sparse_embeddings", bert_last_error());
   for (int64_t s = start; s < o.steps; s++) {
     double t0 = now();
     if (s / per_epoch != epoch) {
@@ -1076,7 +1117,7 @@ int main(int argc, char **argv) {
     double loss_sum = 0; /* sum of the masked positions' losses */
     hvd_request_t *loss_req = NULL;
     hvd_tensor_t loss_t = hvd_tensor_make(&loss_sum, HVD_FLOAT64, 1, &one);
-    ready_ctx_t ready = {.opt = opt, .rc = HVD_SUCCESS};
+    ready.rc = HVD_SUCCESS;
     for (int j = 0; j < K; j++) {
       size_t off = (size_t)j * B * S;
       bert_batch_t b = {.batch = B,
@@ -1136,6 +1177,7 @@ int main(int argc, char **argv) {
   hvd_sampler_destroy(sampler);
   hvd_sampler_destroy(whole);
   hvd_optimizer_destroy(opt);
+  free(ready.rows);
   bert_model_destroy(model);
   bert_dataset_destroy(ds);
   hvd_shutdown();

@@ -422,6 +422,30 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
  * overlapping the rest of backward. */
 hvd_result_t hvd_optimizer_grad_ready(hvd_optimizer_t *opt, int i);
 
+/* Sparse rows of parameter i's gradient, such as an embedding lookup's
+ * (TensorFlow's IndexedSlices, torch's sparse embedding grads): the
+ * gradient viewed as shape[0] rows of numel/shape[0] elements gets
+ * values[k * row_len ...] added to row rows[k], for k < nrows, in order
+ * (a row may repeat). Host parameters only (HVD_ERR_UNSUPPORTED for a
+ * device one); rows outside 0..shape[0]-1 are HVD_ERR_INVALID_ARG naming
+ * the entry, and nothing is added. Both arrays are read before it returns.
+ *
+ * Plain optimizer: added at once. Distributed: if the parameter's
+ * reduction has not started, added at once and reduced with the rest;
+ * if it has (grad_ready was called on this pass's dense share), kept and
+ * allgathered at hvd_optimizer_step, every rank's rows added to the
+ * reduced gradient with the same scaling (1/size for the average). So a
+ * model whose tied embedding has a dense share ready early in backward
+ * (a decoder) hands that over at once and sends only the lookup's rows
+ * at the end: an allgather of the batch's rows instead of an allreduce of
+ * the whole table after backward. Every rank must make the same calls per
+ * parameter and step (collectives "hvd.sparse.<name>.rows"/".values");
+ * the sums equal the dense path's up to float rounding order (exactly at
+ * one rank). */
+hvd_result_t hvd_optimizer_sparse_grad(hvd_optimizer_t *opt, int i,
+                                       const int64_t *rows, int64_t nrows,
+                                       const float *values);
+
 /* Distributed: starts the reductions not yet started, waits for all, then
  * applies the base update. A failed or mismatched reduction returns its
  * error and leaves every parameter untouched. Plain: applies the update.

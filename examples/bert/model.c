@@ -102,6 +102,8 @@ struct bert_model {
   int has_types, has_lengths;
   int B, S, M;
   int ready_for_backward;
+  bert_sparse_grad_fn sparse_fn; /* bert_model_set_sparse_embeddings */
+  void *sparse_ctx;
 };
 
 /* ---- Config ------------------------------------------------------------ */
@@ -780,6 +782,22 @@ hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
   return HVD_SUCCESS;
 }
 
+hvd_result_t bert_model_set_sparse_embeddings(bert_model_t *m,
+                                              bert_sparse_grad_fn fn,
+                                              void *ctx) {
+  if (m == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "bert_model_set_sparse_embeddings: NULL");
+  if (fn != NULL && m->device != HVD_CPU)
+    return bert__error(HVD_ERR_UNSUPPORTED,
+                       "bert_model_set_sparse_embeddings: the model is on "
+                       "cuda:%d; sparse embedding gradients are CPU-only",
+                       m->device);
+  m->sparse_fn = fn;
+  m->sparse_ctx = ctx;
+  return HVD_SUCCESS;
+}
+
 /* ---- Backward ------------------------------------------------------------ */
 
 /* The gradient-ready calls. On the host a gradient is final when its
@@ -885,6 +903,8 @@ hvd_result_t bert_model_backward_scaled(bert_model_t *m, float scale,
                   grad(m, P_WORD), grad(m, head_param(c, H_DEC_B)), M, H, V);
   }
   ready1(q, head_param(c, H_DEC_B));
+  if (m->sparse_fn != NULL) /* the lookup's share comes apart */
+    ready1(q, P_WORD);
   if (M > 0)
     k->layernorm_bwd(m->t_act, m->t_mean, m->t_rstd,
                      val(m, head_param(c, H_TLN_W)), m->g_tmp, m->g_h1,
@@ -949,11 +969,15 @@ hvd_result_t bert_model_backward_scaled(bert_model_t *m, float scale,
                    m->g_x, m->g_tmp, grad(m, P_EMB_LN_W), grad(m, P_EMB_LN_B),
                    N, H);
   signal2(q, P_EMB_LN_W);
-  k->embedding_bwd(m->ids, types, m->g_tmp, grad(m, P_WORD), grad(m, P_POS),
-                   grad(m, P_TYPE), B, S, H);
+  k->embedding_bwd(m->ids, types, m->g_tmp,
+                   m->sparse_fn != NULL ? NULL : grad(m, P_WORD),
+                   grad(m, P_POS), grad(m, P_TYPE), B, S, H);
   ready1(q, P_POS);
   ready1(q, P_TYPE);
-  ready1(q, P_WORD); /* last: the decoder's share is in it too */
+  if (m->sparse_fn == NULL)
+    ready1(q, P_WORD); /* last: the decoder's share is in it too */
   rq_finish(q);
+  if (m->sparse_fn != NULL) /* token t's row of g_tmp is its id's gradient */
+    m->sparse_fn(m->sparse_ctx, P_WORD, m->ids, (int64_t)N, m->g_tmp);
   return backend_status(m, "bert_model_backward");
 }

@@ -168,7 +168,8 @@ hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
 /* Called once per parameter and backward pass, as soon as that
  * parameter's gradient is final: the head first, then layers L-1 .. 0,
  * then the embeddings, the word embeddings last (their gradient has both
- * the decoder's and the input's share). E.g. hvd_optimizer_grad_ready. */
+ * the decoder's and the input's share; first with
+ * bert_model_set_sparse_embeddings). E.g. hvd_optimizer_grad_ready. */
 typedef void (*bert_grad_ready_fn)(void *ctx, int param_index);
 
 /* Backward pass of the last forward: ADDS d(loss)/d(param) into every
@@ -186,6 +187,21 @@ hvd_result_t bert_model_backward(bert_model_t *m, bert_grad_ready_fn ready,
  * micro-batch costs no pass over the gradients). */
 hvd_result_t bert_model_backward_scaled(bert_model_t *m, float scale,
                                         bert_grad_ready_fn ready, void *ctx);
+
+/* The word embeddings' sparse share: instead of adding the lookup's
+ * gradient rows into the word embeddings' gradient at the end of
+ * backward, the model hands them to fn(ctx, P, rows, N, values): row
+ * rows[t] (token t's id) gets values[t * H ...], for the N = batch x
+ * seq_len tokens in order (e.g. hvd_optimizer_sparse_grad). The word
+ * embeddings' ready call then comes right after the decoder's share is
+ * in, first of all, not last. fn NULL turns it off (the default). CPU
+ * models only: HVD_ERR_UNSUPPORTED on a GPU. */
+typedef void (*bert_sparse_grad_fn)(void *ctx, int param_index,
+                                    const int32_t *rows, int64_t n,
+                                    const float *values);
+hvd_result_t bert_model_set_sparse_embeddings(bert_model_t *m,
+                                              bert_sparse_grad_fn fn,
+                                              void *ctx);
 
 /* Process-wide BLAS threads (n >= 1). HVD_ERR_UNSUPPORTED when the BLAS
  * cannot be told at run time: then set OPENBLAS_NUM_THREADS (or

@@ -22,6 +22,17 @@
  * started yet, waits for every one of them (even after a failure, so none
  * is left in flight on the caller's buffers) and applies the base update
  * only if all succeeded.
+ *
+ * Sparse rows (hvd_optimizer_sparse_grad: an embedding lookup's share of
+ * a gradient) that arrive before their parameter's reduction starts are
+ * added into the gradient and reduced with it. Those that arrive after,
+ * while the dense share is in flight, are kept here and allgathered at
+ * the step ("hvd.sparse.<name>.rows" and ".values", every rank's rows in
+ * rank order, as Horovod gathers IndexedSlices); once the dense sum is
+ * back, each gathered row is added to it times prescale * postscale. A
+ * parameter with sparse calls this step takes both allgathers on every
+ * rank, with zero rows where they all went into the dense share, so that
+ * ranks agree whatever the order of their calls.
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,12 +44,25 @@
 #include "optim/optimizer.h"
 
 #define GRAD_PREFIX "hvd.grad."
+#define SPARSE_PREFIX "hvd.sparse."
+
+/* The rows that wait for the step's allgather, and its two requests
+ * (rows as int64 [nrows], values as float32 [nrows, row_len]). */
+typedef struct sparse_rows {
+  int calls;      /* hvd_optimizer_sparse_grad calls this step */
+  int64_t n, cap; /* rows kept, rows allocated */
+  int64_t *rows;  /* n */
+  float *values;  /* n * row_len */
+  hvd_request_t *req[2];
+  hvd_tensor_t got[2]; /* the gathered rows and values */
+} sparse_rows_t;
 
 typedef struct dist_param {
   const char *name;   /* "hvd.grad.<param name>", in dist.names */
   int passes;         /* backward passes since the last step */
   int started;        /* its reduction was submitted this step */
   hvd_request_t *req; /* in flight (started and not waited), else NULL */
+  sparse_rows_t sp;
 } dist_param_t;
 
 struct hvd__dist {
@@ -124,9 +148,16 @@ static void dist_free(hvd__dist_t *d) {
   if (d == NULL)
     return;
   if (d->p != NULL)
-    for (int i = 0; i < d->n; i++)
+    for (int i = 0; i < d->n; i++) {
+      sparse_rows_t *sp = &d->p[i].sp;
       if (d->p[i].req != NULL)
         (void)hvd_wait(d->p[i].req); /* the buffers are the caller's */
+      for (int j = 0; j < 2; j++)
+        if (sp->req[j] != NULL && hvd_wait(sp->req[j]) == HVD_SUCCESS)
+          hvd_tensor_free(&sp->got[j]);
+      free(sp->rows);
+      free(sp->values);
+    }
   free(d->p);
   free(d->names);
   free(d);
@@ -236,11 +267,121 @@ static hvd_result_t dist_grad_ready(hvd_optimizer_t *opt, int i) {
   return HVD_SUCCESS;
 }
 
+/* Elements per row of parameter i's gradient. */
+static int64_t row_len(const hvd_optimizer_t *opt, int i) {
+  const hvd_tensor_t *g = &opt->base->params[i].grad;
+  return hvd_tensor_numel(g) / g->shape[0];
+}
+
+static hvd_result_t dist_sparse_grad(hvd_optimizer_t *opt, int i,
+                                     const int64_t *rows, int64_t nrows,
+                                     const float *values) {
+  hvd__dist_t *d = opt->dist;
+  dist_param_t *p = &d->p[i];
+  sparse_rows_t *sp = &p->sp;
+  opt->fresh = 1;
+  if (d->sync)
+    sp->calls++;
+  if (!d->sync || !p->started) { /* not in flight: into the dense share */
+    hvd__optim_sparse_add(&opt->base->params[i].grad, rows, nrows, values,
+                          1.0f);
+    return HVD_SUCCESS;
+  }
+  int64_t len = row_len(opt, i);
+  if (sp->n + nrows > sp->cap) {
+    int64_t cap = sp->cap > 0 ? sp->cap : 256;
+    while (cap < sp->n + nrows)
+      cap *= 2;
+    int64_t *r = realloc(sp->rows, (size_t)cap * sizeof *r);
+    if (r != NULL)
+      sp->rows = r;
+    float *v = realloc(sp->values, (size_t)(cap * len) * sizeof *v);
+    if (v != NULL)
+      sp->values = v;
+    if (r == NULL || v == NULL)
+      return hvd__set_error(HVD_ERR_NO_MEMORY,
+                            "hvd_optimizer_sparse_grad: parameter '%s': out "
+                            "of memory for %lld rows of %lld",
+                            opt->base->params[i].name, (long long)cap,
+                            (long long)len);
+    sp->cap = cap;
+  }
+  memcpy(sp->rows + sp->n, rows, (size_t)nrows * sizeof *rows);
+  memcpy(sp->values + sp->n * len, values,
+         (size_t)(nrows * len) * sizeof *values);
+  sp->n += nrows;
+  return HVD_SUCCESS;
+}
+
+/* Submits parameter i's two allgathers of its kept rows. */
+static hvd_result_t sparse_start(hvd_optimizer_t *opt, int i) {
+  static const char *const part[2] = {".rows", ".values"};
+  static const int64_t none = 0; /* the data of zero rows */
+  static const float nothing = 0;
+  sparse_rows_t *sp = &opt->dist->p[i].sp;
+  const char *pname = opt->base->params[i].name;
+  size_t len = sizeof SPARSE_PREFIX + strlen(pname) + sizeof ".values";
+  char *name = malloc(len);
+  if (name == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "hvd_optimizer_step: out of memory");
+  hvd_tensor_t t[2] = {
+      {.data = sp->n > 0 ? (void *)sp->rows : (void *)&none,
+       .dtype = HVD_INT64,
+       .ndim = 1,
+       .shape = {sp->n},
+       .device = HVD_CPU},
+      {.data = sp->n > 0 ? (void *)sp->values : (void *)&nothing,
+       .dtype = HVD_FLOAT32,
+       .ndim = 2,
+       .shape = {sp->n, row_len(opt, i)},
+       .device = HVD_CPU},
+  };
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int j = 0; j < 2 && rc == HVD_SUCCESS; j++) {
+    snprintf(name, len, "%s%s%s", SPARSE_PREFIX, pname, part[j]);
+    rc = hvd_allgather_async(name, &t[j], &sp->got[j], &sp->req[j]);
+    if (rc == HVD_SUCCESS)
+      opt->dist->inflight++;
+  }
+  free(name);
+  return rc;
+}
+
+/* Waits for parameter i's allgathers; if they and everything before
+ * succeeded (keep), adds the gathered rows to the reduced gradient. */
+static hvd_result_t sparse_finish(hvd_optimizer_t *opt, int i, int keep) {
+  hvd__dist_t *d = opt->dist;
+  sparse_rows_t *sp = &d->p[i].sp;
+  hvd_result_t first = HVD_SUCCESS;
+  int ok[2] = {0, 0};
+  for (int j = 0; j < 2; j++) {
+    if (sp->req[j] == NULL)
+      continue;
+    hvd_result_t rc = hvd_wait(sp->req[j]);
+    sp->req[j] = NULL;
+    d->inflight--;
+    ok[j] = rc == HVD_SUCCESS;
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS)
+      first = rc;
+  }
+  if (ok[0] && ok[1] && keep)
+    hvd__optim_sparse_add(&opt->base->params[i].grad, sp->got[0].data,
+                          sp->got[0].shape[0], sp->got[1].data,
+                          (float)(d->prescale * d->postscale));
+  for (int j = 0; j < 2; j++)
+    if (ok[j])
+      hvd_tensor_free(&sp->got[j]);
+  return first;
+}
+
 /* Forgets the passes of the step that ends (or is discarded). */
 static void reset_passes(hvd__dist_t *d) {
   for (int i = 0; i < d->n; i++) {
     d->p[i].passes = 0;
     d->p[i].started = 0;
+    d->p[i].sp.calls = 0;
+    d->p[i].sp.n = 0;
   }
 }
 
@@ -259,12 +400,28 @@ static hvd_result_t reduce_all(hvd_optimizer_t *opt) {
       snprintf(msg, sizeof msg, "%s", hvd_last_error());
     }
   }
+  for (int i = 0; i < d->n; i++) {
+    if (d->p[i].sp.calls == 0)
+      continue;
+    hvd_result_t rc = sparse_start(opt, i);
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+  }
   for (int i = d->n - 1; i >= 0; i--) {
     if (d->p[i].req == NULL)
       continue;
     hvd_result_t rc = hvd_wait(d->p[i].req);
     d->p[i].req = NULL;
     d->inflight--;
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+  }
+  for (int i = 0; i < d->n; i++) { /* the dense sums are back */
+    hvd_result_t rc = sparse_finish(opt, i, first == HVD_SUCCESS);
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
       first = rc;
       snprintf(msg, sizeof msg, "%s", hvd_last_error());
@@ -359,5 +516,6 @@ static void dist_destroy(hvd_optimizer_t *opt) {
 }
 
 const hvd__optim_class_t hvd__dist_class = {
-    dist_step, dist_zero_grad, dist_grad_ready, dist_set_sync, dist_destroy,
+    dist_step,        dist_zero_grad, dist_grad_ready,
+    dist_sparse_grad, dist_set_sync,  dist_destroy,
 };

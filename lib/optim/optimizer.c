@@ -367,6 +367,14 @@ static hvd_result_t plain_grad_ready(hvd_optimizer_t *opt, int i) {
   return not_distributed("hvd_optimizer_grad_ready");
 }
 
+static hvd_result_t plain_sparse_grad(hvd_optimizer_t *opt, int i,
+                                      const int64_t *rows, int64_t nrows,
+                                      const float *values) {
+  hvd__optim_sparse_add(&opt->params[i].grad, rows, nrows, values, 1.0f);
+  opt->fresh = 1;
+  return HVD_SUCCESS;
+}
+
 static hvd_result_t plain_set_sync(hvd_optimizer_t *opt, int sync) {
   (void)opt;
   (void)sync;
@@ -380,9 +388,25 @@ static void plain_destroy(hvd_optimizer_t *opt) {
 }
 
 const hvd__optim_class_t hvd__plain_class = {
-    plain_step,     plain_zero_grad, plain_grad_ready,
-    plain_set_sync, plain_destroy,
+    plain_step,        plain_zero_grad, plain_grad_ready,
+    plain_sparse_grad, plain_set_sync,  plain_destroy,
 };
+
+void hvd__optim_sparse_add(hvd_tensor_t *grad, const int64_t *rows,
+                           int64_t nrows, const float *values, float scale) {
+  float *g = grad->data;
+  int64_t len = hvd_tensor_numel(grad) / grad->shape[0];
+  for (int64_t k = 0; k < nrows; k++) {
+    float *dst = g + rows[k] * len;
+    const float *v = values + k * len;
+    if (scale == 1.0f)
+      for (int64_t j = 0; j < len; j++)
+        dst[j] += v[j];
+    else
+      for (int64_t j = 0; j < len; j++)
+        dst[j] += scale * v[j];
+  }
+}
 
 /* ---- the public calls --------------------------------------------------- */
 
@@ -405,6 +429,46 @@ hvd_result_t hvd_optimizer_grad_ready(hvd_optimizer_t *opt, int i) {
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "hvd_optimizer_grad_ready: opt is NULL");
   return opt->cls->grad_ready(opt, i);
+}
+
+hvd_result_t hvd_optimizer_sparse_grad(hvd_optimizer_t *opt, int i,
+                                       const int64_t *rows, int64_t nrows,
+                                       const float *values) {
+  static const char fn[] = "hvd_optimizer_sparse_grad";
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", fn);
+  const hvd_optimizer_t *core = hvd__optim_core_const(opt);
+  if (i < 0 || i >= core->n)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: index %d is out of range for %d parameters", fn,
+                          i, core->n);
+  const hvd_param_t *p = &core->params[i];
+  const hvd_tensor_t *g = &p->grad;
+  if (g->device != HVD_CPU)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: parameter '%s' is on cuda:%d; sparse gradients "
+                          "are for host parameters",
+                          fn, p->name, g->device);
+  if (g->ndim < 1 || g->shape[0] < 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: parameter '%s' has no rows (ndim %d)", fn,
+                          p->name, g->ndim);
+  if (nrows < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: parameter '%s': nrows %lld is negative", fn,
+                          p->name, (long long)nrows);
+  if (nrows > 0 && (rows == NULL || values == NULL))
+    return hvd__set_error(
+        HVD_ERR_INVALID_ARG, "%s: parameter '%s': %s is NULL with %lld rows",
+        fn, p->name, rows == NULL ? "rows" : "values", (long long)nrows);
+  for (int64_t k = 0; k < nrows; k++)
+    if (rows[k] < 0 || rows[k] >= g->shape[0])
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: parameter '%s': rows[%lld] is %lld, outside "
+                            "0..%lld",
+                            fn, p->name, (long long)k, (long long)rows[k],
+                            (long long)g->shape[0] - 1);
+  return opt->cls->sparse_grad(opt, i, rows, nrows, values);
 }
 
 hvd_result_t hvd_optimizer_set_sync(hvd_optimizer_t *opt, int sync) {

@@ -20,6 +20,9 @@ typedef struct hvd__optim_class {
   hvd_result_t (*step)(hvd_optimizer_t *opt);
   hvd_result_t (*zero_grad)(hvd_optimizer_t *opt);
   hvd_result_t (*grad_ready)(hvd_optimizer_t *opt, int i);
+  /* rows checked by the public call (hvd__optim_sparse_check) */
+  hvd_result_t (*sparse_grad)(hvd_optimizer_t *opt, int i, const int64_t *rows,
+                              int64_t nrows, const float *values);
   hvd_result_t (*set_sync)(hvd_optimizer_t *opt, int sync);
   void (*destroy)(hvd_optimizer_t *opt);
 } hvd__optim_class_t;
@@ -60,6 +63,12 @@ const hvd_optimizer_t *hvd__optim_core_const(const hvd_optimizer_t *opt);
 /* One local update of a plain optimizer from its params' grads (steps++).
  * Used by the distributed wrapper after its reductions. */
 hvd_result_t hvd__optim_apply(hvd_optimizer_t *core);
+
+/* Adds sparse rows into parameter i's host gradient, each value times
+ * scale: grad[rows[k]] += scale * values[k] (rows of row_len elements),
+ * in order k = 0, 1, ...; the rows were checked. */
+void hvd__optim_sparse_add(hvd_tensor_t *grad, const int64_t *rows,
+                           int64_t nrows, const float *values, float scale);
 
 /* ---- for the built-ins (sgd.c, adam.c) ---------------------------------- */
 
