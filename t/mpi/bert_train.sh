@@ -7,6 +7,9 @@
 #     of 20 (1e-4 relative), and a second run repeats the first bit for bit;
 #     float16 and bfloat16 gradients on the wire stay within 1e-3 of it (and
 #     are not bit-identical: the compression took effect); --no-sync runs;
+#     --dense-embeddings (the word embeddings reduced whole) matches the
+#     default (decoder share early, lookup rows allgathered) to 1e-6 at
+#     np 2 and bit for bit at np 1;
 #  3. resume: 10 steps checkpointed every 5, then 5 more from the step-5
 #     checkpoint continue the curve (1e-5 relative at the same world size,
 #     1e-4 at np 2);
@@ -113,7 +116,7 @@ agree() {
     }' "$tmp/a.txt" "$tmp/b.txt"
 }
 
-echo "1..24"
+echo "1..26"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 1 2; do
@@ -163,6 +166,24 @@ if [ -n "`losses ws2`" ] && [ "`losses ws2`" = "`losses ws2again`" ]; then
 else
   fail "same seed and world size: the same losses bit for bit"
   diff "$tmp/ws2.json" "$tmp/ws2again.json" | sed 's/^/#   /'
+fi
+
+# the word embeddings' gradient whole (--dense-embeddings) against the
+# default (decoder share early, lookup rows allgathered): the same sums in
+# another order, so equal to float rounding; bit for bit at np 1
+if train dense2 2 $common --batch-size 4 --dense-embeddings &&
+  agree ws2 dense2 1e-6; then
+  pass "--dense-embeddings at np 2: ws2's losses (1e-6)"
+else
+  fail "--dense-embeddings at np 2: ws2's losses (1e-6)"
+  show dense2
+fi
+if train dense1 1 $common --batch-size 8 --dense-embeddings &&
+  [ -n "`losses ws1`" ] && [ "`losses ws1`" = "`losses dense1`" ]; then
+  pass "--dense-embeddings at np 1: ws1's losses bit for bit"
+else
+  fail "--dense-embeddings at np 1: ws1's losses bit for bit"
+  show dense1
 fi
 
 # compression and no-sync, against ws2

@@ -640,6 +640,93 @@ static void test_model_gradients(void) {
   bert_model_destroy(c.m);
 }
 
+/* The sparse mode of the word embeddings: the decoder's share is handed
+ * over first; the lookup's rows come to the sparse callback, one per
+ * token in order; added back they give the dense mode's gradient bit for
+ * bit. */
+typedef struct sparse_log {
+  ready_log_t r;
+  int calls, param, H;
+  int64_t n;
+  int32_t rows[T_B * T_S];
+  float *values;
+  int ready_before; /* the ready calls made before the sparse one */
+} sparse_log_t;
+
+static void on_sparse(void *ctx, int i, const int32_t *rows, int64_t n,
+                      const float *values) {
+  sparse_log_t *s = ctx;
+  s->calls++, s->param = i, s->n = n;
+  s->ready_before = s->r.calls;
+  if (n > T_B * T_S)
+    return;
+  memcpy(s->rows, rows, sizeof(int32_t) * (size_t)n);
+  s->values = malloc(sizeof(float) * (size_t)(n * s->H));
+  if (s->values != NULL)
+    memcpy(s->values, values, sizeof(float) * (size_t)(n * s->H));
+}
+
+static void test_sparse_embeddings(void) {
+  bert_config_t cfg;
+  small_config(&cfg);
+  model_case_t c;
+  if (bert_model_create(&cfg, &c.m) != HVD_SUCCESS)
+    bail("model: %s", bert_last_error());
+  make_batch(&c, cfg.vocab_size);
+  int n;
+  hvd_param_t *p = bert_model_params(c.m, &n);
+  int64_t total = bert_model_num_weights(c.m);
+  const int H = cfg.hidden, N = T_B * T_S;
+  int word = bert_model_param_index(c.m, "embeddings.word_embeddings.weight");
+  bert_output_t o;
+
+  /* the dense mode's gradients */
+  bert_model_forward(c.m, &c.batch, &o);
+  bert_model_backward(c.m, NULL, NULL);
+  float *dense = zeros(total);
+  memcpy(dense, p[0].grad.data, sizeof(float) * (size_t)total);
+
+  sparse_log_t s = {.r = {.m = c.m}, .H = H};
+  s.r.count = calloc(n, sizeof(int));
+  s.r.order = calloc(n, sizeof(int));
+  s.r.snapshot = zeros(total);
+  is_int(HVD_SUCCESS, bert_model_set_sparse_embeddings(c.m, on_sparse, &s),
+         "sparse embeddings: set");
+  memset(p[0].grad.data, 0, sizeof(float) * (size_t)total);
+  bert_model_forward(c.m, &c.batch, &o);
+  is_int(HVD_SUCCESS, bert_model_backward(c.m, on_ready, &s.r),
+         "sparse embeddings: backward");
+  ok(s.calls == 1 && s.param == word && s.n == N,
+     "sparse embeddings: one call for the word embeddings with %d rows "
+     "(%d calls, param %d, %lld rows)",
+     N, s.calls, s.param, (long long)s.n);
+  ok(memcmp(s.rows, c.ids, sizeof(int32_t) * (size_t)N) == 0,
+     "sparse embeddings: the rows are the tokens' ids, in order");
+  ok(s.ready_before == n, "sparse embeddings: after every ready call");
+  int head = bert_model_param_index(c.m, "cls.predictions.bias");
+  ok(s.r.order[0] == head && s.r.order[1] == word,
+     "sparse embeddings: the word embeddings are ready second, after the "
+     "decoder bias");
+  ok(memcmp(s.r.snapshot, p[0].grad.data, sizeof(float) * (size_t)total) ==
+         0,
+     "sparse embeddings: no gradient changed after it was declared ready");
+  float *g = p[word].grad.data;
+  for (int t = 0; t < N && s.values != NULL; t++)
+    for (int j = 0; j < H; j++)
+      g[(int64_t)s.rows[t] * H + j] += s.values[(int64_t)t * H + j];
+  ok(memcmp(dense, p[0].grad.data, sizeof(float) * (size_t)total) == 0,
+     "sparse embeddings: decoder share + rows = the dense gradients, bit for "
+     "bit");
+
+  is_int(HVD_SUCCESS, bert_model_set_sparse_embeddings(c.m, NULL, NULL),
+         "sparse embeddings: off again");
+  is_int(HVD_ERR_INVALID_ARG, bert_model_set_sparse_embeddings(NULL, NULL, NULL),
+         "sparse embeddings: NULL model");
+  free(s.values), free(s.r.count), free(s.r.order), free(s.r.snapshot);
+  free(dense);
+  bert_model_destroy(c.m);
+}
+
 /* ---- Parameters, initialisation, errors
  * ---------------------------------------- */
 
@@ -820,6 +907,7 @@ int main(void) {
   test_ffn();
   test_head();
   test_model_gradients();
+  test_sparse_embeddings();
   test_params();
   test_learns();
   done_testing();
