@@ -287,6 +287,28 @@ hvd_result_t hvd_barrier(void);
 hvd_result_t hvd_join_async(int *last_rank, hvd_request_t **req);
 hvd_result_t hvd_join(int *last_rank);
 
+/* ---- Byte objects -------------------------------------------------------
+ * Horovod's broadcast_object and allgather_object for C: opaque bytes
+ * (a config struct, a vocabulary, file names) whose sizes the receivers
+ * do not know. The lengths travel first, then the bytes, as collectives
+ * named "hvd.object.<name>.size" and "hvd.object.<name>". Host memory
+ * only; the results are malloc'd copies, on every rank alike, which the
+ * caller frees with free(). Blocking. */
+
+/* Root's len bytes at data (ignored on the other ranks, may be NULL
+ * there) reach every rank: *out gets a copy, *out_len its length. A root
+ * outside 0..size-1 is HVD_ERR_INVALID_ARG; ranks that name different
+ * roots get HVD_ERR_MISMATCH naming them. */
+hvd_result_t hvd_broadcast_object(const char *name, const void *data,
+                                  size_t len, int root, void **out,
+                                  size_t *out_len);
+
+/* Every rank's len bytes at data, concatenated in rank order into *out;
+ * lens (hvd_size() entries, may be NULL) gets each rank's length. Ranks
+ * may send different lengths, 0 included. */
+hvd_result_t hvd_allgather_object(const char *name, const void *data,
+                                  size_t len, void **out, size_t *lens);
+
 /* ---- Requests ---------------------------------------------------------- */
 
 /* Blocks until req completes (without using the CPU), frees it and returns

@@ -17,8 +17,11 @@
 ##               tensors; freed and allocated again; shutdown in flight
 ##  zero_copy    the zero-copy allreduce: which groups take it (rank 0's
 ##               timeline) and exact results, on one node and two
+##  objects      hvd_broadcast_object / hvd_allgather_object: sizes unknown
+##               to the receivers, every root, empty, errors
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
-	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy
+	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy \
+	t/mpi/objects
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -29,7 +32,9 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/host_mem.np1 t/mpi/host_mem.np2 t/mpi/host_mem.np3 \
 	t/mpi/host_mem.np4 \
 	t/mpi/zero_copy.np1 t/mpi/zero_copy.np2 t/mpi/zero_copy.np3 \
-	t/mpi/zero_copy.np4
+	t/mpi/zero_copy.np4 \
+	t/mpi/objects.np1 t/mpi/objects.np2 t/mpi/objects.np3 \
+	t/mpi/objects.np4
 
 ## Errors and the lifecycle:
 ##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks
