@@ -319,6 +319,41 @@ hvd_result_t hvd_wait(hvd_request_t *req);
  * value is its result, as from hvd_wait; when 0 it returns HVD_SUCCESS. */
 hvd_result_t hvd_test(hvd_request_t *req, int *done);
 
+/* ---- Synchronized batch normalization (lib/optim) -----------------------
+ * torch.nn.SyncBatchNorm and Horovod's SyncBatchNorm in training mode:
+ * batch statistics over the batches of all ranks together, so that small
+ * per-rank batches normalize as one big one. x is a host tensor [N, C] or
+ * [N, C, ...] (NCHW: each channel's values are its N x H x W entries),
+ * float32, float16 or bfloat16; the statistics, weight, bias and running
+ * buffers are float32 [C] (accumulated in double). Ranks may hold
+ * different N, 0 included, and must all call (collectives named
+ * "hvd.sync_bn.<name>.stats" and ".grad"); ranks with different C get
+ * HVD_ERR_MISMATCH naming them. Device tensors: HVD_ERR_UNSUPPORTED. */
+
+/* y = (x - mean) / sqrt(var + eps) * weight + bias per channel, with mean
+ * and (biased) var over every rank's batch; weight and bias NULL mean 1
+ * and 0. running_mean/running_var (both or neither) become
+ * (1 - momentum) * old + momentum * batch value, the variance unbiased
+ * (n / (n - 1)), as torch. save_mean and save_invstd (may be NULL) get
+ * the batch mean and 1 / sqrt(var + eps) for the backward. Fewer than 2
+ * values per channel over all ranks is HVD_ERR_INVALID_ARG on every rank.
+ * y may be x (in place). */
+hvd_result_t hvd_sync_batch_norm_forward(
+    const char *name, const hvd_tensor_t *x, const float *weight,
+    const float *bias, float *running_mean, float *running_var, double momentum,
+    double eps, hvd_tensor_t *y, float *save_mean, float *save_invstd);
+
+/* From dy (x's shape and dtype): dx (may be NULL; may be dy) over the
+ * global batch, and this rank's share of the parameter gradients ADDED
+ * into dweight and dbias (may be NULL): sum(dy * xhat) and sum(dy) over
+ * its own samples, which the distributed optimizer then reduces like any
+ * gradient. weight as in the forward; save_mean/save_invstd from it. */
+hvd_result_t
+hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
+                             const hvd_tensor_t *dy, const float *weight,
+                             const float *save_mean, const float *save_invstd,
+                             hvd_tensor_t *dx, float *dweight, float *dbias);
+
 /* ---- Optimizers (lib/optim) --------------------------------------------- *
  * Parameters are float32 tensors, on the host or on the rank's GPU, each
  * parameter on its own: one list may mix them. A parameter's value and
