@@ -287,6 +287,45 @@ hvd_result_t hvd_barrier(void);
 hvd_result_t hvd_join_async(int *last_rank, hvd_request_t **req);
 hvd_result_t hvd_join(int *last_rank);
 
+/* ---- Grouped collectives ----------------------------------------------
+ * Horovod's grouped_allreduce (and allgather, reducescatter): n tensors
+ * negotiated as one unit and run together. The members are submitted in
+ * one step; the coordinator answers for none of them until every rank has
+ * submitted every member, then runs them back to back in one cycle, the
+ * allreduces fused together (up to HVD_FUSION_THRESHOLD, in chunks as
+ * any fused group). Each member is the collective of its name, with its
+ * own request in reqs[i] (hvd_wait each); the blocking forms wait for all
+ * and return the first failure. Ranks must form the same group (the same
+ * names in the same order), else every member fails with HVD_ERR_MISMATCH
+ * naming the ranks ("group 1 of 2 (#1a2b) vs ... group none"). An invalid
+ * member (its message prefixed "<call>: tensor i: ") or two members with
+ * one name submit nothing. Groups are never in the response cache. */
+hvd_result_t hvd_grouped_allreduce_async(int n, const char *const *names,
+                                         const hvd_tensor_t *sends,
+                                         hvd_tensor_t *recvs, hvd_op_t op,
+                                         double prescale, double postscale,
+                                         hvd_request_t **reqs);
+hvd_result_t hvd_grouped_allreduce(int n, const char *const *names,
+                                   const hvd_tensor_t *sends,
+                                   hvd_tensor_t *recvs, hvd_op_t op,
+                                   double prescale, double postscale);
+hvd_result_t hvd_grouped_allgather_async(int n, const char *const *names,
+                                         const hvd_tensor_t *sends,
+                                         hvd_tensor_t *recvs,
+                                         hvd_request_t **reqs);
+hvd_result_t hvd_grouped_allgather(int n, const char *const *names,
+                                   const hvd_tensor_t *sends,
+                                   hvd_tensor_t *recvs);
+hvd_result_t hvd_grouped_reducescatter_async(int n, const char *const *names,
+                                             const hvd_tensor_t *sends,
+                                             hvd_tensor_t *recvs, hvd_op_t op,
+                                             double prescale, double postscale,
+                                             hvd_request_t **reqs);
+hvd_result_t hvd_grouped_reducescatter(int n, const char *const *names,
+                                       const hvd_tensor_t *sends,
+                                       hvd_tensor_t *recvs, hvd_op_t op,
+                                       double prescale, double postscale);
+
 /* ---- Byte objects -------------------------------------------------------
  * Horovod's broadcast_object and allgather_object for C: opaque bytes
  * (a config struct, a vocabulary, file names) whose sizes the receivers

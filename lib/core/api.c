@@ -4,6 +4,7 @@
  * form followed by hvd_wait.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,8 +108,16 @@ static hvd_request_t *new_request(const char *name, int coll,
   return r;
 }
 
+/* The end of every builder: submits r (now) or hands it to the grouped
+ * calls (!now), which submit their members together. */
 static hvd_result_t submit(const char *fn, hvd_request_t *r,
-                           hvd_request_t **req) {
+                           hvd_request_t **req, int now) {
+  if (!now) {
+    if (r == NULL)
+      return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: request", fn);
+    *req = r;
+    return HVD_SUCCESS;
+  }
   if (r == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: request", fn);
   hvd_result_t rc = hvd__runtime_submit(fn, r);
@@ -136,10 +145,10 @@ static hvd_result_t submit(const char *fn, hvd_request_t *r,
 
 /* ---- allreduce ---------------------------------------------------------- */
 
-static hvd_result_t allreduce(const char *fn, const char *name,
-                              const hvd_tensor_t *send, hvd_tensor_t *recv,
-                              hvd_op_t op, double pre, double post, int wire,
-                              hvd_request_t **req) {
+static hvd_result_t make_allreduce(const char *fn, const char *name,
+                                   const hvd_tensor_t *send, hvd_tensor_t *recv,
+                                   hvd_op_t op, double pre, double post,
+                                   int wire, hvd_request_t **req, int now) {
   const char *k = "allreduce";
   hvd_result_t rc;
   REQUIRE_INIT(fn);
@@ -186,9 +195,16 @@ static hvd_result_t allreduce(const char *fn, const char *name,
     r->recv = *recv;
     r->desc.wire = wire;
   }
-  return submit(fn, r, req);
+  return submit(fn, r, req, now);
 fail:
   return rc;
+}
+
+static hvd_result_t allreduce(const char *fn, const char *name,
+                              const hvd_tensor_t *send, hvd_tensor_t *recv,
+                              hvd_op_t op, double pre, double post, int wire,
+                              hvd_request_t **req) {
+  return make_allreduce(fn, name, send, recv, op, pre, post, wire, req, 1);
 }
 
 hvd_result_t hvd_allreduce_async(const char *name, const hvd_tensor_t *send,
@@ -230,7 +246,8 @@ static hvd_result_t broadcast(const char *fn, const char *name, hvd_tensor_t *t,
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s '%s': root %d is out of range for %d ranks", k,
                           name, root, hvd_size());
-  return submit(fn, new_request(name, HVD__BROADCAST, t, 0, 1, 1, root), req);
+  return submit(fn, new_request(name, HVD__BROADCAST, t, 0, 1, 1, root), req,
+                1);
 fail:
   return rc;
 }
@@ -247,9 +264,9 @@ hvd_result_t hvd_broadcast(const char *name, hvd_tensor_t *tensor, int root) {
 
 /* ---- allgather ---------------------------------------------------------- */
 
-static hvd_result_t allgather(const char *fn, const char *name,
-                              const hvd_tensor_t *send, hvd_tensor_t *recv,
-                              hvd_request_t **req) {
+static hvd_result_t make_allgather(const char *fn, const char *name,
+                                   const hvd_tensor_t *send, hvd_tensor_t *recv,
+                                   hvd_request_t **req, int now) {
   const char *k = "allgather";
   hvd_result_t rc;
   REQUIRE_INIT(fn);
@@ -259,9 +276,15 @@ static hvd_result_t allgather(const char *fn, const char *name,
   hvd_request_t *r = new_request(name, HVD__ALLGATHER, send, 0, 1, 1, 0);
   if (r != NULL)
     r->recv_out = recv;
-  return submit(fn, r, req);
+  return submit(fn, r, req, now);
 fail:
   return rc;
+}
+
+static hvd_result_t allgather(const char *fn, const char *name,
+                              const hvd_tensor_t *send, hvd_tensor_t *recv,
+                              hvd_request_t **req) {
+  return make_allgather(fn, name, send, recv, req, 1);
 }
 
 hvd_result_t hvd_allgather_async(const char *name, const hvd_tensor_t *send,
@@ -317,7 +340,7 @@ static hvd_result_t alltoall(const char *fn, const char *name,
         r->splits[i] = splits ? splits[i] : rows / size;
     }
   }
-  return submit(fn, r, req);
+  return submit(fn, r, req, 1);
 fail:
   return rc;
 }
@@ -337,10 +360,11 @@ hvd_result_t hvd_alltoall(const char *name, const hvd_tensor_t *send,
 
 /* ---- reducescatter ------------------------------------------------------ */
 
-static hvd_result_t reducescatter(const char *fn, const char *name,
-                                  const hvd_tensor_t *send, hvd_tensor_t *recv,
-                                  hvd_op_t op, double pre, double post,
-                                  hvd_request_t **req) {
+static hvd_result_t make_reducescatter(const char *fn, const char *name,
+                                       const hvd_tensor_t *send,
+                                       hvd_tensor_t *recv, hvd_op_t op,
+                                       double pre, double post,
+                                       hvd_request_t **req, int now) {
   const char *k = "reducescatter";
   hvd_result_t rc;
   REQUIRE_INIT(fn);
@@ -354,9 +378,16 @@ static hvd_result_t reducescatter(const char *fn, const char *name,
       new_request(name, HVD__REDUCESCATTER, send, op, pre, post, 0);
   if (r != NULL)
     r->recv_out = recv;
-  return submit(fn, r, req);
+  return submit(fn, r, req, now);
 fail:
   return rc;
+}
+
+static hvd_result_t reducescatter(const char *fn, const char *name,
+                                  const hvd_tensor_t *send, hvd_tensor_t *recv,
+                                  hvd_op_t op, double pre, double post,
+                                  hvd_request_t **req) {
+  return make_reducescatter(fn, name, send, recv, op, pre, post, req, 1);
 }
 
 hvd_result_t hvd_reducescatter_async(const char *name, const hvd_tensor_t *send,
@@ -381,8 +412,9 @@ static hvd_result_t barrier(const char *fn, hvd_request_t **req) {
   REQUIRE_INIT(fn);
   if (req == NULL)
     return check_req("barrier", NULL, req);
-  return submit(
-      fn, new_request(HVD__BARRIER_NAME, HVD__BARRIER, NULL, 0, 1, 1, 0), req);
+  return submit(fn,
+                new_request(HVD__BARRIER_NAME, HVD__BARRIER, NULL, 0, 1, 1, 0),
+                req, 1);
 }
 
 hvd_result_t hvd_barrier_async(hvd_request_t **req) {
@@ -401,7 +433,7 @@ static hvd_result_t join(const char *fn, int *last_rank, hvd_request_t **req) {
   hvd_request_t *r = new_request(HVD__JOIN_NAME, HVD__JOIN, NULL, 0, 1, 1, 0);
   if (r != NULL)
     r->last_rank_out = last_rank;
-  return submit(fn, r, req);
+  return submit(fn, r, req, 1);
 }
 
 hvd_result_t hvd_join_async(int *last_rank, hvd_request_t **req) {
@@ -411,4 +443,166 @@ hvd_result_t hvd_join_async(int *last_rank, hvd_request_t **req) {
 hvd_result_t hvd_join(int *last_rank) {
   hvd_request_t *r = NULL;
   WAIT_IF(join(__func__, last_rank, &r));
+}
+
+/* ---- grouped collectives ------------------------------------------------ */
+
+/* FNV-1a over the members' names in order, each with its terminator: the
+ * group's identity, which every rank computes alike. */
+static uint64_t group_hash(int n, const char *const *names) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < n; i++)
+    for (const unsigned char *p = (const unsigned char *)names[i];; p++) {
+      h = (h ^ *p) * 1099511628211ull;
+      if (*p == '\0')
+        break;
+    }
+  return h;
+}
+
+enum { G_ALLREDUCE, G_ALLGATHER, G_REDUCESCATTER };
+
+/* Builds every member (nothing submitted if one is invalid), marks them
+ * as one group, and submits them together. */
+static hvd_result_t grouped(const char *fn, int kind, int n,
+                            const char *const *names, const hvd_tensor_t *sends,
+                            hvd_tensor_t *recvs, hvd_op_t op, double pre,
+                            double post, hvd_request_t **reqs) {
+  hvd_result_t rc = HVD_SUCCESS;
+  REQUIRE_INIT(fn);
+  if (n < 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: %d tensors; a group has at least 1", fn, n);
+  const char *null = names == NULL   ? "names"
+                     : sends == NULL ? "sends"
+                     : recvs == NULL ? "recvs"
+                     : reqs == NULL  ? "reqs"
+                                     : NULL;
+  if (null != NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: %s is NULL", fn, null);
+  hvd_request_t **rs = calloc((size_t)n, sizeof *rs);
+  if (rs == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: %d requests", fn, n);
+  int built = 0;
+  for (; built < n && rc == HVD_SUCCESS; built++) {
+    const hvd_tensor_t *s = &sends[built];
+    hvd_tensor_t *r = &recvs[built];
+    const char *name = names[built];
+    if (kind == G_ALLREDUCE)
+      rc = make_allreduce(fn, name, s, r, op, pre, post, -1, &rs[built], 0);
+    else if (kind == G_ALLGATHER)
+      rc = make_allgather(fn, name, s, r, &rs[built], 0);
+    else
+      rc = make_reducescatter(fn, name, s, r, op, pre, post, &rs[built], 0);
+    if (rc != HVD_SUCCESS) {
+      char msg[HVD__ERRMSG_MAX];
+      snprintf(msg, sizeof msg, "%s: tensor %d: %s", fn, built,
+               hvd_last_error());
+      hvd__set_error_msg(rc, msg);
+      break;
+    }
+  }
+  for (int i = 0; i < n && rc == HVD_SUCCESS; i++)
+    for (int j = i + 1; j < n && rc == HVD_SUCCESS; j++)
+      if (strcmp(names[i], names[j]) == 0)
+        rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: tensors %d and %d are both named '%s'", fn, i,
+                            j, names[i]);
+  if (rc == HVD_SUCCESS) {
+    uint64_t id = group_hash(n, names);
+    for (int i = 0; i < n; i++) {
+      rs[i]->desc.group_n = n;
+      rs[i]->desc.group_i = i;
+      rs[i]->desc.group_id = id;
+    }
+    rc = hvd__runtime_submit_many(fn, rs, n);
+  }
+  if (rc == HVD_SUCCESS)
+    memcpy(reqs, rs, (size_t)n * sizeof *rs);
+  else
+    for (int i = 0; i < n; i++)
+      hvd__request_free(rs[i]);
+  free(rs);
+  return rc;
+}
+
+/* Waits for all n (every one, even after a failure); the first failure's
+ * code and message. */
+static hvd_result_t wait_all(int n, hvd_request_t **rs) {
+  hvd_result_t first = HVD_SUCCESS;
+  char msg[HVD__ERRMSG_MAX];
+  for (int i = 0; i < n; i++) {
+    hvd_result_t rc = hvd_wait(rs[i]);
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+  }
+  return first == HVD_SUCCESS ? first : hvd__set_error_msg(first, msg);
+}
+
+/* The blocking forms: submit into a request array of their own, then
+ * wait for all. */
+static hvd_result_t grouped_wait(const char *fn, int kind, int n,
+                                 const char *const *names,
+                                 const hvd_tensor_t *sends, hvd_tensor_t *recvs,
+                                 hvd_op_t op, double pre, double post) {
+  hvd_request_t **rs = calloc(n > 0 ? (size_t)n : 1, sizeof *rs);
+  if (rs == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: %d requests", fn, n);
+  hvd_result_t rc =
+      grouped(fn, kind, n, names, sends, recvs, op, pre, post, rs);
+  if (rc == HVD_SUCCESS)
+    rc = wait_all(n, rs);
+  free(rs);
+  return rc;
+}
+
+hvd_result_t hvd_grouped_allreduce_async(int n, const char *const *names,
+                                         const hvd_tensor_t *sends,
+                                         hvd_tensor_t *recvs, hvd_op_t op,
+                                         double prescale, double postscale,
+                                         hvd_request_t **reqs) {
+  return grouped(__func__, G_ALLREDUCE, n, names, sends, recvs, op, prescale,
+                 postscale, reqs);
+}
+
+hvd_result_t hvd_grouped_allreduce(int n, const char *const *names,
+                                   const hvd_tensor_t *sends,
+                                   hvd_tensor_t *recvs, hvd_op_t op,
+                                   double prescale, double postscale) {
+  return grouped_wait(__func__, G_ALLREDUCE, n, names, sends, recvs, op,
+                      prescale, postscale);
+}
+
+hvd_result_t hvd_grouped_allgather_async(int n, const char *const *names,
+                                         const hvd_tensor_t *sends,
+                                         hvd_tensor_t *recvs,
+                                         hvd_request_t **reqs) {
+  return grouped(__func__, G_ALLGATHER, n, names, sends, recvs, HVD_SUM, 1, 1,
+                 reqs);
+}
+
+hvd_result_t hvd_grouped_allgather(int n, const char *const *names,
+                                   const hvd_tensor_t *sends,
+                                   hvd_tensor_t *recvs) {
+  return grouped_wait(__func__, G_ALLGATHER, n, names, sends, recvs, HVD_SUM, 1,
+                      1);
+}
+
+hvd_result_t hvd_grouped_reducescatter_async(int n, const char *const *names,
+                                             const hvd_tensor_t *sends,
+                                             hvd_tensor_t *recvs, hvd_op_t op,
+                                             double prescale, double postscale,
+                                             hvd_request_t **reqs) {
+  return grouped(__func__, G_REDUCESCATTER, n, names, sends, recvs, op,
+                 prescale, postscale, reqs);
+}
+
+hvd_result_t hvd_grouped_reducescatter(int n, const char *const *names,
+                                       const hvd_tensor_t *sends,
+                                       hvd_tensor_t *recvs, hvd_op_t op,
+                                       double prescale, double postscale) {
+  return grouped_wait(__func__, G_REDUCESCATTER, n, names, sends, recvs, op,
+                      prescale, postscale);
 }

@@ -108,11 +108,12 @@ enum field {
   F_ROOT,
   F_SHAPE,
   F_WIRE,
+  F_GROUP,
   F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
-    "collective", "dtype", "device", "op",        "prescale",
-    "postscale",  "root",  "shape",  "wire dtype"};
+    "collective", "dtype", "device", "op",         "prescale",
+    "postscale",  "root",  "shape",  "wire dtype", "group"};
 
 static int field_applies(int field, int coll) {
   int reduces = coll == HVD__ALLREDUCE || coll == HVD__REDUCESCATTER;
@@ -122,6 +123,7 @@ static int field_applies(int field, int coll) {
   case F_DTYPE:
   case F_DEVICE:
   case F_SHAPE:
+  case F_GROUP:
     return coll != HVD__BARRIER && coll != HVD__JOIN;
   case F_OP:
   case F_PRESCALE:
@@ -153,6 +155,9 @@ static int field_equal(int field, const hvd__desc_t *a, const hvd__desc_t *b) {
     return a->root == b->root;
   case F_WIRE:
     return a->wire == b->wire;
+  case F_GROUP:
+    return a->group_n == b->group_n && a->group_i == b->group_i &&
+           a->group_id == b->group_id;
   case F_SHAPE: {
     /* allgather and alltoall may differ in the first dimension */
     int from = (a->coll == HVD__ALLGATHER || a->coll == HVD__ALLTOALL) ? 1 : 0;
@@ -195,6 +200,13 @@ static void field_str(int field, const hvd__desc_t *d, char *buf, size_t n) {
     break;
   case F_SHAPE:
     hvd__shape_str(d->ndim, d->shape, buf, n);
+    break;
+  case F_GROUP:
+    if (d->group_n == 0)
+      snprintf(buf, n, "none");
+    else /* the id's last hex digits tell two groups of one size apart */
+      snprintf(buf, n, "%d of %d (#%04x)", d->group_i + 1, d->group_n,
+               (unsigned)(d->group_id & 0xffff));
     break;
   }
 }
@@ -379,27 +391,101 @@ static hvd_result_t read_message(hvd__controller_t *c, int r, const char *msg,
   return rc;
 }
 
+/* Every rank has p, or has joined past it. */
+static int ready_all(const hvd__controller_t *c, const hvd__pending_t *p) {
+  int ready = p->count > 0;
+  for (int r = 0; r < c->size && ready; r++)
+    ready = p->have[r] || c->joined[r];
+  return ready;
+}
+
+/* The descriptor of the first rank that has p. */
+static const hvd__desc_t *ref_desc(const hvd__controller_t *c,
+                                   const hvd__pending_t *p) {
+  int ref = 0;
+  while (ref < c->size - 1 && !p->have[ref])
+    ref++;
+  return &p->desc[ref];
+}
+
+/* 1 if the ranks that have p agree on it (no error to respond with). */
+static int agrees(const hvd__controller_t *c, const hvd__pending_t *p) {
+  hvd__response_t x;
+  memset(&x, 0, sizeof x);
+  int ref = (int)(ref_desc(c, p) - p->desc);
+  int bad = check_agreement(c, p, ref, &x);
+  free(x.errmsg);
+  return !bad;
+}
+
+/* p's response into the list; p leaves the table. */
+static hvd_result_t respond(hvd__controller_t *c, hvd__pending_t *p,
+                            int *nresp) {
+  hvd__response_t x;
+  int bad = make_response(c, p, &x);
+  if (!bad)
+    hvd__msg_put_response(&c->resp, &x, c->size);
+  hvd__response_clear(&x);
+  if (bad)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator response");
+  (*nresp)++;
+  pending_remove(c, p);
+  return HVD_SUCCESS;
+}
+
+/* The members of p's group (by index) that every rank has and agrees on;
+ * returns how many of its group_n were found. */
+static int group_members(const hvd__controller_t *c, const hvd__desc_t *d,
+                         hvd__pending_t **m) {
+  int found = 0;
+  memset(m, 0, (size_t)d->group_n * sizeof *m);
+  for (hvd__pending_t *q = c->head; q != NULL; q = q->next) {
+    const hvd__desc_t *e = ref_desc(c, q);
+    if (e->group_n != d->group_n || e->group_id != d->group_id ||
+        e->group_i < 0 || e->group_i >= d->group_n || m[e->group_i] != NULL ||
+        !ready_all(c, q) || !agrees(c, q))
+      continue;
+    m[e->group_i] = q;
+    found++;
+  }
+  return found;
+}
+
 /* A response for every name that every rank has (or has joined past), in
- * order of first submission; *nresp counts them. */
+ * order of first submission; a grouped collective's members all together,
+ * in group order, once every rank has every one of them (an error at
+ * once). *nresp counts them. */
 static hvd_result_t respond_ready(hvd__controller_t *c, int *nresp) {
+  hvd_result_t rc = HVD_SUCCESS;
+  hvd__pending_t **m = NULL;
+  int mcap = 0;
   for (hvd__pending_t *p = c->head, *next; p != NULL; p = next) {
     next = p->next;
-    int ready = p->count > 0;
-    for (int r = 0; r < c->size && ready; r++)
-      ready = p->have[r] || c->joined[r];
-    if (!ready)
+    if (!ready_all(c, p))
       continue;
-    hvd__response_t x;
-    int bad = make_response(c, p, &x);
-    if (!bad)
-      hvd__msg_put_response(&c->resp, &x, c->size);
-    hvd__response_clear(&x);
-    if (bad)
-      return hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator response");
-    (*nresp)++;
-    pending_remove(c, p);
+    const hvd__desc_t *d = ref_desc(c, p);
+    int n = d->group_n;
+    if (n == 0 || !agrees(c, p)) {
+      HVD__CHECK(respond(c, p, nresp));
+      continue;
+    }
+    if (n > mcap) {
+      hvd__pending_t **grown = realloc(m, (size_t)n * sizeof *m);
+      if (grown == NULL) {
+        rc = hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator groups");
+        goto fail;
+      }
+      m = grown, mcap = n;
+    }
+    if (group_members(c, d, m) < n)
+      continue; /* not every member everywhere yet */
+    for (int i = 0; i < n; i++)
+      HVD__CHECK(respond(c, m[i], nresp));
+    next = c->head; /* members left from anywhere in the list */
   }
-  return HVD_SUCCESS;
+fail:
+  free(m);
+  return rc;
 }
 
 /* After the names: JOIN_DONE once every rank has joined, and SHUTDOWN

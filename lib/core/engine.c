@@ -410,31 +410,55 @@ static hvd_result_t submit_error(hvd_result_t rc, const hvd_request_t *r,
 }
 
 hvd_result_t hvd__engine_submit(hvd__engine_t *e, hvd_request_t *r) {
+  return hvd__engine_submit_many(e, &r, 1);
+}
+
+hvd_result_t hvd__engine_submit_many(hvd__engine_t *e, hvd_request_t *const *rs,
+                                     int n) {
   hvd_result_t rc = HVD_SUCCESS;
   double now = hvd__now();
+  int put = 0;
   pthread_mutex_lock(&e->mu);
   if (e->stopped) {
-    rc = submit_error(e->stop_rc, r, e->stop_reason);
+    rc = submit_error(e->stop_rc, rs[0], e->stop_reason);
   } else if (e->stop_requested) {
-    rc = submit_error(HVD_ERR_SHUTDOWN, r, "hvd is shutting down");
-  } else if (hvd__table_get(e->inflight, r->name) != NULL) {
-    char why[HVD__ERRMSG_MAX];
-    snprintf(why, sizeof why,
-             "a collective named '%.900s' is already in flight on this rank",
-             r->name);
-    rc = submit_error(HVD_ERR_INVALID_ARG, r, why);
-  } else if (hvd__table_put(e->inflight, r->name, r) != 0) {
-    rc = submit_error(HVD_ERR_NO_MEMORY, r, "request table");
+    rc = submit_error(HVD_ERR_SHUTDOWN, rs[0], "hvd is shutting down");
   } else {
-    r->t_submit = now;
-    r->t_ready = now - e->epoch;
-    if (hvd__table_count(e->inflight) == 1) /* just this one: a new burst */
-      hvd__burst_begin(&e->burst, now);
-    hvd__queue_push(&e->queue, r);
-    if (!e->defer || r->desc.device != HVD_CPU) {
-      e->urgent = 1;
-      pthread_cond_signal(&e->cv);
+    for (; put < n && rc == HVD_SUCCESS; put++) {
+      hvd_request_t *r = rs[put];
+      if (hvd__table_get(e->inflight, r->name) != NULL) {
+        char why[HVD__ERRMSG_MAX];
+        snprintf(why, sizeof why,
+                 "a collective named '%.900s' is already in flight on this "
+                 "rank",
+                 r->name);
+        rc = submit_error(HVD_ERR_INVALID_ARG, r, why);
+        break;
+      }
+      if (hvd__table_put(e->inflight, r->name, r) != 0) {
+        rc = submit_error(HVD_ERR_NO_MEMORY, r, "request table");
+        break;
+      }
     }
+  }
+  if (rc != HVD_SUCCESS) { /* all or nothing */
+    for (int i = 0; i < put; i++)
+      hvd__table_remove(e->inflight, rs[i]->name);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+  }
+  int wake = 0;
+  if (hvd__table_count(e->inflight) == (size_t)n) /* just these: a burst */
+    hvd__burst_begin(&e->burst, now);
+  for (int i = 0; i < n; i++) {
+    rs[i]->t_submit = now;
+    rs[i]->t_ready = now - e->epoch;
+    hvd__queue_push(&e->queue, rs[i]);
+    wake |= !e->defer || rs[i]->desc.device != HVD_CPU;
+  }
+  if (wake) {
+    e->urgent = 1;
+    pthread_cond_signal(&e->cv);
   }
   pthread_mutex_unlock(&e->mu);
   return rc;

@@ -28,5 +28,9 @@ void hvd__engine_stop(hvd__engine_t *e);
  * failure (duplicate name, engine stopped) the message is set and the
  * caller still owns r. */
 hvd_result_t hvd__engine_submit(hvd__engine_t *e, hvd_request_t *r);
+/* n requests at once (a grouped collective): all queued in one critical
+ * section, so one cycle takes them all, or none (the first error). */
+hvd_result_t hvd__engine_submit_many(hvd__engine_t *e, hvd_request_t *const *rs,
+                                     int n);
 
 #endif /* HVD_CORE_ENGINE_H */

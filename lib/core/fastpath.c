@@ -104,6 +104,11 @@ void hvd__fastpath_sort(hvd__fastpath_t *f, hvd_request_t *list, int *joined,
     int bit = -1, k = HVD__CACHE_MISS;
     if (f->cache != NULL && r->desc.coll != HVD__JOIN)
       k = hvd__cache_lookup(f->cache, r->name, &r->desc, &bit);
+    if (k >= 0 && r->desc.group_n > 0) { /* a group's members are never
+                                            cached: every rank drops it */
+      bit_set(f->at.inval, bit);
+      k = HVD__CACHE_MISS;
+    }
     if (k >= 0) {
       f->hits[bit] = r;
       f->hit_since[bit] = now;
@@ -254,7 +259,8 @@ fail:
 
 void hvd__fastpath_learn(hvd__fastpath_t *f, const hvd__response_t *x,
                          hvd__queue_t *slow) {
-  if (f->cache == NULL || x->kind != HVD__RESP_RUN || x->njoined > 0)
+  if (f->cache == NULL || x->kind != HVD__RESP_RUN || x->njoined > 0 ||
+      x->desc.group_n > 0) /* groups run together: the coordinator's */
     return;
   char *evicted = NULL;
   int bit = hvd__cache_put(f->cache, x->names[0], &x->desc, &evicted);

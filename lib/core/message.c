@@ -20,6 +20,9 @@ static void put_desc(hvd__wbuf_t *w, const hvd__desc_t *d) {
   hvd__w_f64(w, d->postscale);
   hvd__w_i32(w, d->root);
   hvd__w_i32(w, d->wire);
+  hvd__w_i32(w, d->group_n);
+  hvd__w_i32(w, d->group_i);
+  hvd__w_i64(w, (int64_t)d->group_id);
 }
 
 static void get_desc(hvd__rbuf_t *r, hvd__desc_t *d) {
@@ -39,6 +42,9 @@ static void get_desc(hvd__rbuf_t *r, hvd__desc_t *d) {
   d->postscale = hvd__r_f64(r);
   d->root = hvd__r_i32(r);
   d->wire = hvd__r_i32(r);
+  d->group_n = hvd__r_i32(r);
+  d->group_i = hvd__r_i32(r);
+  d->group_id = (uint64_t)hvd__r_i64(r);
 }
 
 void hvd__msg_put_response(hvd__wbuf_t *w, const hvd__response_t *x, int size) {

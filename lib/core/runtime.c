@@ -49,6 +49,16 @@ hvd_result_t hvd__runtime_submit(const char *fn, hvd_request_t *r) {
   return rc;
 }
 
+hvd_result_t hvd__runtime_submit_many(const char *fn, hvd_request_t *const *rs,
+                                      int n) {
+  pthread_rwlock_rdlock(&g.rw);
+  hvd_result_t rc = atomic_load(&g.initialized)
+                        ? hvd__engine_submit_many(g.engine, rs, n)
+                        : hvd__not_initialized(fn);
+  pthread_rwlock_unlock(&g.rw);
+  return rc;
+}
+
 hvd_result_t hvd__not_initialized(const char *fn) {
   return hvd__set_error(HVD_ERR_NOT_INITIALIZED,
                         "%s: hvd_init() has not been called", fn);

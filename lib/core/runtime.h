@@ -15,5 +15,8 @@ hvd__engine_t *hvd__runtime_engine(void);
  * initialised (then "<fn>: hvd_init() has not been called"). Safe against
  * a concurrent hvd_shutdown. On failure the caller still owns r. */
 hvd_result_t hvd__runtime_submit(const char *fn, hvd_request_t *r);
+/* The same for n requests, all or none (hvd__engine_submit_many). */
+hvd_result_t hvd__runtime_submit_many(const char *fn, hvd_request_t *const *rs,
+                                      int n);
 
 #endif /* HVD_CORE_RUNTIME_H */

@@ -41,6 +41,8 @@ int hvd__stall_inspect(hvd__stall_t *s, hvd__pending_t *head,
     hvd__pending_label(p, ref < size ? p->desc[ref].coll : HVD__ALLREDUCE, lab,
                        sizeof lab);
     rank_list(p, joined, size, 0, missing, sizeof missing);
+    if (missing[0] == '\0') /* a group's member, waiting for another */
+      continue;
     rank_list(p, joined, size, 1, present, sizeof present);
     if (check) {
       HVD__LOG(HVD__LOG_WARNING,

@@ -25,6 +25,12 @@ typedef struct hvd__desc {
   double prescale, postscale;
   int root;
   int wire; /* dtype on the wire: dtype, or f16/bf16 for a compressed f32 */
+  /* A grouped collective's member (hvd_grouped_*): index group_i of
+   * group_n (0 and 0 when not grouped), group_id a hash of the members'
+   * names in order. The coordinator runs a group's members together, once
+   * every rank has all of them. */
+  int group_n, group_i;
+  uint64_t group_id;
 } hvd__desc_t;
 
 /* Names of the collectives that have no user name. */

@@ -86,8 +86,8 @@ static hvd_result_t check_x(const char *fn, const char *name,
                           "...] (NCHW)",
                           fn, name, x->ndim);
   if (x->shape[1] < 1)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': x has no channels",
-                          fn, name);
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': x has no channels", fn,
+                          name);
   if (other != NULL) {
     HVD__CHECK(hvd__check_tensor(fn, name, oname, other));
     int same = other->dtype == x->dtype && other->ndim == x->ndim &&
@@ -98,10 +98,9 @@ static hvd_result_t check_x(const char *fn, const char *name,
       char a[HVD__SHAPE_STR_MAX], b[HVD__SHAPE_STR_MAX];
       hvd__shape_str(x->ndim, x->shape, a, sizeof a);
       hvd__shape_str(other->ndim, other->shape, b, sizeof b);
-      return hvd__set_error(HVD_ERR_INVALID_ARG,
-                            "%s '%s': %s is %s %s but x is %s %s", fn, name,
-                            oname, hvd_dtype_name(other->dtype), b,
-                            hvd_dtype_name(x->dtype), a);
+      return hvd__set_error(
+          HVD_ERR_INVALID_ARG, "%s '%s': %s is %s %s but x is %s %s", fn, name,
+          oname, hvd_dtype_name(other->dtype), b, hvd_dtype_name(x->dtype), a);
     }
   }
   sh->n = x->shape[0];
@@ -149,9 +148,8 @@ static hvd_result_t sum_stats(const char *fn, const char *name,
 
 hvd_result_t hvd_sync_batch_norm_forward(
     const char *name, const hvd_tensor_t *x, const float *weight,
-    const float *bias, float *running_mean, float *running_var,
-    double momentum, double eps, hvd_tensor_t *y, float *save_mean,
-    float *save_invstd) {
+    const float *bias, float *running_mean, float *running_var, double momentum,
+    double eps, hvd_tensor_t *y, float *save_mean, float *save_invstd) {
   static const char fn[] = "hvd_sync_batch_norm_forward";
   hvd_result_t rc;
   bn_shape_t sh;
@@ -231,17 +229,17 @@ fail:
   return rc;
 }
 
-hvd_result_t hvd_sync_batch_norm_backward(
-    const char *name, const hvd_tensor_t *x, const hvd_tensor_t *dy,
-    const float *weight, const float *save_mean, const float *save_invstd,
-    hvd_tensor_t *dx, float *dweight, float *dbias) {
+hvd_result_t
+hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
+                             const hvd_tensor_t *dy, const float *weight,
+                             const float *save_mean, const float *save_invstd,
+                             hvd_tensor_t *dx, float *dweight, float *dbias) {
   static const char fn[] = "hvd_sync_batch_norm_backward";
   hvd_result_t rc;
   bn_shape_t sh;
   HVD__CHECK(check_name(fn, name));
   if (dy == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': dy is NULL", fn,
-                          name);
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': dy is NULL", fn, name);
   HVD__CHECK(check_x(fn, name, x, "dy", dy, &sh));
   if (dx != NULL)
     HVD__CHECK(check_x(fn, name, x, "dx", dx, &sh));

@@ -19,9 +19,12 @@
 ##               timeline) and exact results, on one node and two
 ##  objects      hvd_broadcast_object / hvd_allgather_object: sizes unknown
 ##               to the receivers, every root, empty, errors
+##  grouped      grouped allreduce/allgather/reducescatter: exact, fused
+##               (timeline), a cached name in a group, a group on one rank
+##               only, errors
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
 	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy \
-	t/mpi/objects
+	t/mpi/objects t/mpi/grouped
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -34,7 +37,9 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/zero_copy.np1 t/mpi/zero_copy.np2 t/mpi/zero_copy.np3 \
 	t/mpi/zero_copy.np4 \
 	t/mpi/objects.np1 t/mpi/objects.np2 t/mpi/objects.np3 \
-	t/mpi/objects.np4
+	t/mpi/objects.np4 \
+	t/mpi/grouped.np1 t/mpi/grouped.np2 t/mpi/grouped.np3 \
+	t/mpi/grouped.np4
 
 ## Errors and the lifecycle:
 ##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks
