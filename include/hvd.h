@@ -498,6 +498,10 @@ typedef struct hvd_distributed_options {
   double gradient_predivide_factor; /* f (default 1): gradients are divided
                                        by f before the sum and by size/f
                                        after (average) */
+  int shard_optimizer_state;        /* 1: ZeRO stage 1 (default 0): each
+                                       rank keeps the optimizer state of
+                                       its 1/size block of every parameter;
+                                       see below */
 } hvd_distributed_options_t;
 
 void hvd_distributed_options_init(hvd_distributed_options_t *o);
@@ -512,6 +516,25 @@ void hvd_distributed_options_init(hvd_distributed_options_t *o);
 hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
                                        const hvd_distributed_options_t *o,
                                        hvd_optimizer_t **out);
+
+/* shard_optimizer_state = 1 (DeepSpeed's ZeRO stage 1, torch's
+ * ZeroRedundancyOptimizer): every parameter, flattened, is split in
+ * blocks as hvd_reducescatter splits rows (rank r: n/size elements, one
+ * more if r < n % size); the base's state is kept for this rank's blocks
+ * only (hvd_optimizer_state_bytes: about 1/size). Each gradient is
+ * reduce-scattered (named hvd.grad.<name>, started by grad_ready as the
+ * allreduce would be), the base's update runs on the blocks (its step()
+ * must be elementwise, as SGD and Adam are), and every parameter is then
+ * allgathered (hvd.zero.<name>). Results equal the unsharded optimizer's
+ * up to float rounding. Checkpoints and hvd_broadcast_optimizer_state
+ * gather the full state for the time of the call (collective), so files
+ * are the same as unsharded ones and load at any world size, sharded or
+ * not. Host parameters only (HVD_ERR_UNSUPPORTED for a device one); no
+ * compression; no no-sync mode; sparse rows only before grad_ready. */
+
+/* Bytes of optimizer state this rank holds (a sharded optimizer: its
+ * blocks'); -1 for NULL. */
+int64_t hvd_optimizer_state_bytes(const hvd_optimizer_t *opt);
 
 /* Distributed only: parameter i's gradient is complete for this backward
  * pass. On the k-th pass since the last step its reduction starts at once,

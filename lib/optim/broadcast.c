@@ -269,6 +269,9 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
   hvd_result_t rc = agree(fn, "optimizer (type, parameters, state)", total, h);
   if (rc != HVD_SUCCESS)
     return rc;
+  /* a sharded optimizer: root's full state reaches every rank's blocks */
+  if ((rc = hvd__optim_state_gather(opt)) != HVD_SUCCESS)
+    return rc;
   /* the scalars travel as one int64 pair: steps and lr's bits */
   int64_t scalars[2] = {c->steps, 0};
   memcpy(&scalars[1], &c->lr, sizeof c->lr);
@@ -307,6 +310,7 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
                  (const char *const *)labels, total + 1);
   }
 done:
+  hvd__optim_state_release(opt, rc == HVD_SUCCESS);
   for (int j = 0; labels != NULL && j <= total; j++)
     free(labels[j]);
   free(labels);

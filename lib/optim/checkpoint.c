@@ -176,7 +176,8 @@ static hvd_result_t check_args(const char *fn, const char *path,
       if (s->dtype == v->dtype && s->ndim == v->ndim &&
           memcmp(s->shape, v->shape, (size_t)v->ndim * sizeof v->shape[0]) ==
               0 &&
-          (s->data != NULL || hvd_tensor_numel(v) == 0))
+          (s->data != NULL || hvd_tensor_numel(v) == 0 ||
+           hvd__optim_sharded(opt))) /* gathered after the checks */
         continue;
       hvd__shape_str(s->ndim, s->shape, a, sizeof a);
       hvd__shape_str(v->ndim, v->shape, b, sizeof b);
@@ -445,9 +446,16 @@ hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
   hvd_result_t rc = check_args(save_fn, path, params, n, opt);
   if ((rc = agree("save.args", rc)) != HVD_SUCCESS)
     return rc;
+  /* a sharded optimizer's full state, for the time of the write */
+  hvd_optimizer_t *o = (hvd_optimizer_t *)opt;
+  if (o != NULL &&
+      (rc = agree("save.state", hvd__optim_state_gather(o))) != HVD_SUCCESS)
+    return rc;
   if (hvd_rank() == 0)
     rc = write_file(path, params, n, opt ? hvd__optim_core_const(opt) : NULL,
                     step);
+  if (o != NULL)
+    hvd__optim_state_release(o, 0);
   return agree("save.result", rc);
 }
 
@@ -817,8 +825,13 @@ hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
   HVD__CHECK(hvd_broadcast("hvd.ckpt.load.data", &t, 0));
   rc = validate(path, buf, size, params, n, c);
   HVD__CHECK(agree("load.check", rc));
+  /* a sharded optimizer: the full state to load into, then its blocks */
+  if (opt != NULL)
+    HVD__CHECK(agree("load.state", hvd__optim_state_gather(opt)));
   /* a failed copy to a GPU is known to every rank */
   rc = agree("load.apply", apply(path, buf, size, params, n, c, step));
+  if (opt != NULL)
+    hvd__optim_state_release(opt, rc == HVD_SUCCESS);
 fail:
   free(buf);
   return rc;

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "base/errors.h"
+#include "base/tensor.h"
 #include "core/api.h"
 #include "optim/optimizer.h"
 
@@ -72,8 +73,9 @@ struct hvd__dist {
   int sync;     /* 1: reduce (default); 0: local gradients */
   int inflight; /* requests started and not waited */
   int n;
-  dist_param_t *p; /* n entries */
-  char *names;     /* the reduction names, one block */
+  dist_param_t *p;   /* n entries */
+  char *names;       /* the reduction names, one block */
+  hvd__zero_t *zero; /* shard_optimizer_state: ZeRO-1 (zero.c), else NULL */
 };
 
 void hvd_distributed_options_init(hvd_distributed_options_t *o) {
@@ -108,6 +110,15 @@ static hvd_result_t check_options(const char *fn,
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: average_passes %d is not 0 or 1", fn,
                           o->average_passes);
+  if (o->shard_optimizer_state != 0 && o->shard_optimizer_state != 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: shard_optimizer_state %d is not 0 or 1", fn,
+                          o->shard_optimizer_state);
+  if (o->shard_optimizer_state && o->compression != HVD_COMPRESS_NONE)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: shard_optimizer_state reduce-scatters float32 "
+                          "gradients: no compression",
+                          fn);
   if (!isfinite(o->gradient_predivide_factor) ||
       o->gradient_predivide_factor <= 0)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
@@ -158,6 +169,7 @@ static void dist_free(hvd__dist_t *d) {
       free(sp->rows);
       free(sp->values);
     }
+  hvd__zero_free(d->zero);
   free(d->p);
   free(d->names);
   free(d);
@@ -206,6 +218,8 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
   double k = o->average_passes ? (double)o->backward_passes_per_step : 1.0;
   d->prescale = 1.0 / k / f;
   d->postscale = o->op == HVD_AVERAGE ? f / hvd_size() : f;
+  if (o->shard_optimizer_state) /* last: it drops the base's full state */
+    HVD__CHECK(hvd__zero_create(fn, base, &d->zero));
 
   opt->cls = &hvd__dist_class;
   opt->lr = NAN; /* the base holds lr, steps, params and state */
@@ -230,7 +244,10 @@ static hvd_result_t start(hvd_optimizer_t *opt, int i) {
   hvd__dist_t *d = opt->dist;
   hvd_param_t *p = &opt->base->params[i];
   hvd_result_t rc;
-  if (d->wire == HVD_FLOAT32)
+  if (d->zero != NULL)
+    rc = hvd__zero_reduce_async(d->zero, opt->base, i, d->p[i].name,
+                                d->prescale, d->postscale, &d->p[i].req);
+  else if (d->wire == HVD_FLOAT32)
     rc = hvd_allreduce_async(d->p[i].name, &p->grad, &p->grad, HVD_SUM,
                              d->prescale, d->postscale, &d->p[i].req);
   else
@@ -279,6 +296,13 @@ static hvd_result_t dist_sparse_grad(hvd_optimizer_t *opt, int i,
   hvd__dist_t *d = opt->dist;
   dist_param_t *p = &d->p[i];
   sparse_rows_t *sp = &p->sp;
+  if (d->zero != NULL && d->sync && p->started)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "hvd_optimizer_sparse_grad: parameter '%s': its "
+                          "reduction started, and a sharded optimizer takes "
+                          "no rows after that (hand them over before "
+                          "hvd_optimizer_grad_ready)",
+                          opt->base->params[i].name);
   opt->fresh = 1;
   if (d->sync)
     sp->calls++;
@@ -477,6 +501,8 @@ static hvd_result_t dist_step(hvd_optimizer_t *opt) {
   opt->fresh = 0;
   if (rc != HVD_SUCCESS)
     return rc;
+  if (d->zero != NULL)
+    return hvd__zero_apply(d->zero, opt->base);
   return hvd__optim_apply(opt->base);
 }
 
@@ -500,6 +526,11 @@ static hvd_result_t dist_set_sync(hvd_optimizer_t *opt, int sync) {
   if (sync != 0 && sync != 1)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: sync %d is not 0 or 1", fn,
                           sync);
+  if (d->zero != NULL && sync == 0)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: a sharded optimizer has no no-sync mode (each "
+                          "rank updates only its shard)",
+                          fn);
   if (d->inflight > 0 && sync != d->sync)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: gradient reductions are in flight (call "
@@ -507,6 +538,33 @@ static hvd_result_t dist_set_sync(hvd_optimizer_t *opt, int sync) {
                           fn);
   d->sync = sync;
   return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__optim_state_gather(hvd_optimizer_t *opt) {
+  if (opt->dist == NULL || opt->dist->zero == NULL)
+    return HVD_SUCCESS;
+  return hvd__zero_gather_state(opt->dist->zero, opt->base);
+}
+
+int hvd__optim_sharded(const hvd_optimizer_t *opt) {
+  return opt->dist != NULL && opt->dist->zero != NULL;
+}
+
+void hvd__optim_state_release(hvd_optimizer_t *opt, int take) {
+  if (opt->dist != NULL && opt->dist->zero != NULL)
+    hvd__zero_release_state(opt->dist->zero, opt->base, take);
+}
+
+int64_t hvd_optimizer_state_bytes(const hvd_optimizer_t *opt) {
+  if (opt == NULL)
+    return -1;
+  if (opt->dist != NULL && opt->dist->zero != NULL)
+    return hvd__zero_state_bytes(opt->dist->zero);
+  const hvd_optimizer_t *c = hvd__optim_core_const(opt);
+  int64_t b = 0;
+  for (int s = 0; c->state != NULL && s < c->n * c->ops.nstate; s++)
+    b += (int64_t)hvd__tensor_bytes(&c->state[s]);
+  return b;
 }
 
 static void dist_destroy(hvd_optimizer_t *opt) {

@@ -70,6 +70,38 @@ hvd_result_t hvd__optim_apply(hvd_optimizer_t *core);
 void hvd__optim_sparse_add(hvd_tensor_t *grad, const int64_t *rows,
                            int64_t nrows, const float *values, float scale);
 
+/* ---- sharded state (zero.c): a distributed optimizer's ZeRO-1 part ---- */
+
+typedef struct hvd__zero hvd__zero_t;
+
+/* Splits every parameter of core (host only) into this rank's block and
+ * makes block-sized state; on success the core's full state tensors keep
+ * their shapes but lose their data (NULL). */
+hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
+                              hvd__zero_t **out);
+void hvd__zero_free(hvd__zero_t *z); /* accepts NULL */
+/* Parameter i's gradient reduce-scattered into this rank's block. */
+hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, hvd_optimizer_t *core,
+                                    int i, const char *name, double pre,
+                                    double post, hvd_request_t **req);
+/* After the reductions: the base update on the blocks (steps++), then
+ * every parameter allgathered. */
+hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core);
+/* The core's full state filled from every rank's blocks (collective),
+ * and handed back: each rank keeps its block of it when take. */
+hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core);
+void hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core, int take);
+int64_t hvd__zero_state_bytes(const hvd__zero_t *z);
+
+/* For checkpoints and the state broadcast, on any optimizer: the core's
+ * full state present (a sharded one gathers it: collective), then back
+ * (take: keep what it now holds). No-ops unless sharded. */
+hvd_result_t hvd__optim_state_gather(hvd_optimizer_t *opt);
+/* 1 for a sharded optimizer, whose full state has no data between those
+ * calls. */
+int hvd__optim_sharded(const hvd_optimizer_t *opt);
+void hvd__optim_state_release(hvd_optimizer_t *opt, int take);
+
 /* ---- for the built-ins (sgd.c, adam.c) ---------------------------------- */
 
 /* Who a built-in's step failures name. */

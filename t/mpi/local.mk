@@ -68,15 +68,18 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 ## and nothing changed; also the program of checkpoint.sh and
 ## checkpoint_crash.sh); sparse gradient rows (hvd_optimizer_sparse_grad)
 ## before and after their parameter's reduction started, exact sums;
-## synchronized batch norm against one process's over the whole batch.
+## synchronized batch norm against one process's over the whole batch;
+## the sharded optimizer (ZeRO-1) against the unsharded one, its state
+## bytes and crossed checkpoints.
 check_PROGRAMS += t/mpi/optim t/mpi/bcast_params t/mpi/checkpoint \
-	t/mpi/sparse_grad t/mpi/sync_bn
+	t/mpi/sparse_grad t/mpi/sync_bn t/mpi/zero
 NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/optim.np4 \
 	t/mpi/sparse_grad.np1 t/mpi/sparse_grad.np2 t/mpi/sparse_grad.np3 \
 	t/mpi/sparse_grad.np4 \
 	t/mpi/sync_bn.np1 t/mpi/sync_bn.np2 t/mpi/sync_bn.np3 \
 	t/mpi/sync_bn.np4 \
+	t/mpi/zero.np1 t/mpi/zero.np2 t/mpi/zero.np3 t/mpi/zero.np4 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
 	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3

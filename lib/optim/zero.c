@@ -1,0 +1,267 @@
+/*
+ * zero.c - a distributed optimizer's state in shards (ZeRO stage 1, as
+ * DeepSpeed's and torch's ZeroRedundancyOptimizer): each rank keeps the
+ * optimizer state of only its block of every parameter.
+ *
+ * Parameter i, flattened to n elements, is split as hvd_reducescatter
+ * splits rows: rank r owns n / P elements, one more if r < n % P, in rank
+ * order. A step is then
+ *   1. each gradient reduce-scattered (with the wrapper's scaling), so
+ *      that rank r receives the reduced gradient of its block only;
+ *   2. the base optimizer's own update on the blocks: its ops->step over
+ *      "parameters" that are views of each value's block, the reduced
+ *      block as their gradient, and block-sized state (an elementwise
+ *      update gives what the whole would);
+ *   3. every parameter allgathered from its blocks (collectives named
+ *      "hvd.zero.<name>").
+ * The core optimizer keeps its full-shaped state tensors with no data;
+ * checkpoints and the state broadcast fill them from every rank's blocks
+ * (hvd__zero_gather_state) and hand them back, so files are the same as
+ * an unsharded optimizer's and load at any world size, sharded or not.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/errors.h"
+#include "base/tensor.h"
+#include "core/api.h"
+#include "optim/optimizer.h"
+
+#define ZERO_PREFIX "hvd.zero."
+
+struct hvd__zero {
+  int n, ns;
+  int64_t *off, *len; /* this rank's block of each parameter */
+  hvd_tensor_t *recv; /* the reduced gradient blocks (hvd's outputs) */
+  hvd_param_t *block; /* views: value block, recv as grad */
+  hvd_tensor_t *state; /* n * ns block-sized state tensors */
+  char **names;        /* "hvd.zero.<name>" */
+};
+
+void hvd__zero_free(hvd__zero_t *z) {
+  if (z == NULL)
+    return;
+  for (int i = 0; i < z->n; i++) {
+    if (z->recv != NULL)
+      hvd_tensor_free(&z->recv[i]);
+    if (z->names != NULL)
+      free(z->names[i]);
+  }
+  for (int s = 0; z->state != NULL && s < z->n * z->ns; s++)
+    (void)hvd_free_host(z->state[s].data);
+  free(z->off);
+  free(z->len);
+  free(z->recv);
+  free(z->block);
+  free(z->state);
+  free(z->names);
+  free(z);
+}
+
+hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
+                              hvd__zero_t **out) {
+  *out = NULL;
+  for (int i = 0; i < core->n; i++)
+    if (core->params[i].value.device != HVD_CPU)
+      return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                            "%s: parameter '%s' is on cuda:%d; sharded "
+                            "optimizer state takes host parameters",
+                            fn, core->params[i].name,
+                            core->params[i].value.device);
+  hvd__zero_t *z = calloc(1, sizeof *z);
+  if (z == NULL)
+    goto oom;
+  int n = z->n = core->n, ns = z->ns = core->ops.nstate;
+  size_t cnt = n > 0 ? (size_t)n : 1;
+  z->off = calloc(cnt, sizeof *z->off);
+  z->len = calloc(cnt, sizeof *z->len);
+  z->recv = calloc(cnt, sizeof *z->recv);
+  z->block = calloc(cnt, sizeof *z->block);
+  z->names = calloc(cnt, sizeof *z->names);
+  z->state = calloc(cnt * (ns > 0 ? (size_t)ns : 1), sizeof *z->state);
+  if (!z->off || !z->len || !z->recv || !z->block || !z->names || !z->state)
+    goto oom;
+  int64_t P = hvd_size(), r = hvd_rank();
+  for (int i = 0; i < n; i++) {
+    hvd_param_t *p = &core->params[i];
+    int64_t numel = hvd_tensor_numel(&p->value), q = numel / P, m = numel % P;
+    z->len[i] = q + (r < m);
+    z->off[i] = r * q + (r < m ? r : m);
+    z->recv[i].device = HVD_CPU;
+    z->block[i].name = p->name;
+    z->block[i].value = hvd_tensor_make((float *)p->value.data + z->off[i],
+                                        HVD_FLOAT32, 1, &z->len[i]);
+    z->block[i].grad = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
+    size_t len = sizeof ZERO_PREFIX + strlen(p->name);
+    if ((z->names[i] = malloc(len)) == NULL)
+      goto oom;
+    snprintf(z->names[i], len, "%s%s", ZERO_PREFIX, p->name);
+    for (int k = 0; k < ns; k++) {
+      hvd_tensor_t *st = &z->state[i * ns + k];
+      *st = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
+      /* zero-filled, never NULL (NULL means none) */
+      size_t bytes = (size_t)z->len[i] * sizeof(float);
+      if ((st->data = hvd_alloc_host(bytes > 0 ? bytes : 1)) == NULL)
+        goto oom;
+    }
+  }
+  /* the core's full state: shapes only from now on */
+  for (int s = 0; s < n * ns; s++) {
+    (void)hvd_free_host(core->state[s].data);
+    core->state[s].data = NULL;
+  }
+  *out = z;
+  return HVD_SUCCESS;
+oom:
+  hvd__zero_free(z);
+  return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+}
+
+hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, hvd_optimizer_t *core,
+                                    int i, const char *name, double pre,
+                                    double post, hvd_request_t **req) {
+  hvd_tensor_t *g = &core->params[i].grad;
+  int64_t numel = hvd_tensor_numel(g);
+  hvd_tensor_t flat = hvd_tensor_make(g->data, HVD_FLOAT32, 1, &numel);
+  hvd_tensor_free(&z->recv[i]); /* a block a failed step left */
+  return hvd_reducescatter_async(name, &flat, &z->recv[i], HVD_SUM, pre, post,
+                                 req);
+}
+
+/* Submits every parameter's allgather of its block; waits for all (even
+ * after a failure) and copies each whole parameter back. */
+static hvd_result_t gather_params(hvd__zero_t *z, hvd_optimizer_t *core) {
+  hvd_result_t first = HVD_SUCCESS;
+  char msg[HVD__ERRMSG_MAX];
+  hvd_request_t **req = calloc(z->n > 0 ? (size_t)z->n : 1, sizeof *req);
+  hvd_tensor_t *got = calloc(z->n > 0 ? (size_t)z->n : 1, sizeof *got);
+  if (req == NULL || got == NULL) {
+    free(req);
+    free(got);
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "hvd_optimizer_step: out of "
+                                             "memory");
+  }
+  for (int i = 0; i < z->n; i++) {
+    got[i].device = HVD_CPU;
+    hvd_result_t rc =
+        hvd_allgather_async(z->names[i], &z->block[i].value, &got[i], &req[i]);
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+  }
+  for (int i = 0; i < z->n; i++) {
+    if (req[i] == NULL)
+      continue;
+    hvd_result_t rc = hvd_wait(req[i]);
+    if (rc == HVD_SUCCESS)
+      memcpy(core->params[i].value.data, got[i].data,
+             hvd__tensor_bytes(&core->params[i].value));
+    else if (first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+    hvd_tensor_free(&got[i]);
+  }
+  free(req);
+  free(got);
+  return first == HVD_SUCCESS ? first : hvd__set_error_msg(first, msg);
+}
+
+hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core) {
+  for (int i = 0; i < z->n; i++)
+    z->block[i].grad.data = z->recv[i].data;
+  hvd__clear_error();
+  hvd_result_t rc = core->ops.step(core->ctx, z->block, z->n, z->state,
+                                   core->steps + 1, core->lr);
+  for (int i = 0; i < z->n; i++) {
+    hvd_tensor_free(&z->recv[i]);
+    z->block[i].grad.data = NULL;
+  }
+  if (rc != HVD_SUCCESS) {
+    if (hvd_last_error()[0] == '\0')
+      hvd__set_error(rc, "hvd_optimizer_step: optimizer '%s' step failed: %s",
+                     core->ops.name ? core->ops.name : "(unnamed)",
+                     hvd_strerror(rc));
+    return rc;
+  }
+  core->steps++;
+  return gather_params(z, core);
+}
+
+/* Frees the core's full state data (shapes stay). */
+static void drop_full(hvd__zero_t *z, hvd_optimizer_t *core) {
+  for (int s = 0; s < z->n * z->ns; s++) {
+    (void)hvd_free_host(core->state[s].data);
+    core->state[s].data = NULL;
+  }
+}
+
+hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core) {
+  int total = z->n * z->ns;
+  hvd_result_t first = HVD_SUCCESS;
+  char msg[HVD__ERRMSG_MAX];
+  hvd_request_t **req = calloc(total > 0 ? (size_t)total : 1, sizeof *req);
+  hvd_tensor_t *got = calloc(total > 0 ? (size_t)total : 1, sizeof *got);
+  if (req == NULL || got == NULL)
+    goto oom;
+  for (int s = 0; s < total; s++) {
+    size_t bytes = hvd__tensor_bytes(&core->state[s]);
+    if ((core->state[s].data = hvd_alloc_host(bytes > 0 ? bytes : 1)) == NULL)
+      goto oom;
+  }
+  for (int s = 0; s < total; s++) {
+    char name[HVD__ERRMSG_MAX];
+    snprintf(name, sizeof name, "%s.state%d", z->names[s / z->ns],
+             s % z->ns);
+    got[s].device = HVD_CPU;
+    hvd_result_t rc = hvd_allgather_async(name, &z->state[s], &got[s], &req[s]);
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+  }
+  for (int s = 0; s < total; s++) {
+    if (req[s] == NULL)
+      continue;
+    hvd_result_t rc = hvd_wait(req[s]);
+    if (rc == HVD_SUCCESS)
+      memcpy(core->state[s].data, got[s].data,
+             hvd__tensor_bytes(&core->state[s]));
+    else if (first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+    hvd_tensor_free(&got[s]);
+  }
+  free(req);
+  free(got);
+  if (first != HVD_SUCCESS) {
+    drop_full(z, core);
+    return hvd__set_error_msg(first, msg);
+  }
+  return HVD_SUCCESS;
+oom:
+  free(req);
+  free(got);
+  drop_full(z, core);
+  return hvd__set_error(HVD_ERR_NO_MEMORY,
+                        "the full optimizer state: out of memory");
+}
+
+void hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core,
+                             int take) {
+  for (int s = 0; take && s < z->n * z->ns; s++)
+    if (core->state[s].data != NULL)
+      memcpy(z->state[s].data, (float *)core->state[s].data + z->off[s / z->ns],
+             (size_t)z->len[s / z->ns] * sizeof(float));
+  drop_full(z, core);
+}
+
+int64_t hvd__zero_state_bytes(const hvd__zero_t *z) {
+  int64_t b = 0;
+  for (int s = 0; s < z->n * z->ns; s++)
+    b += z->len[s / z->ns] * (int64_t)sizeof(float);
+  return b;
+}
