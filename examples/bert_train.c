@@ -74,6 +74,7 @@ typedef struct options {
   int64_t warmup; /* -1: steps / 10 */
   int no_sync;
   int dense_embeddings; /* --dense-embeddings */
+  int zero;             /* --zero 1: sharded AdamW state */
   hvd_compression_t compression;
   int accumulate;
   const char *data;
@@ -111,6 +112,8 @@ static const char usage_text[] =
     "  --weight-decay X       AdamW decoupled weight decay (default 0.01)\n"
     "  --beta1 X --beta2 X --eps X   AdamW (default 0.9, 0.999, 1e-8)\n"
     "  --accumulate K         backward passes per step (default 1)\n"
+    "  --zero 1               ZeRO stage 1: each rank keeps the AdamW state\n"
+    "                         of its 1/N block of every parameter (cpu)\n"
     "  --no-sync              no gradient reduction: each rank trains on\n"
     "                         its own (the compute ceiling)\n"
     "  --dense-embeddings     cpu: reduce the word embeddings' gradient\n"
@@ -217,6 +220,7 @@ enum {
   O_BETA2,
   O_EPS,
   O_ACCUMULATE,
+  O_ZERO,
   O_NO_SYNC,
   O_DENSE_EMB,
   O_FP16,
@@ -253,6 +257,7 @@ static const struct option long_options[] = {
     {"beta2", required_argument, NULL, O_BETA2},
     {"eps", required_argument, NULL, O_EPS},
     {"accumulate", required_argument, NULL, O_ACCUMULATE},
+    {"zero", required_argument, NULL, O_ZERO},
     {"no-sync", no_argument, NULL, O_NO_SYNC},
     {"dense-embeddings", no_argument, NULL, O_DENSE_EMB},
     {"fp16-allreduce", no_argument, NULL, O_FP16},
@@ -361,6 +366,9 @@ static void parse_options(int argc, char **argv, options_t *o,
     case O_ACCUMULATE:
       o->accumulate = (int)parse_int("--accumulate", a, 1, 1024);
       break;
+    case O_ZERO:
+      o->zero = (int)parse_int("--zero", a, 0, 1);
+      break;
     case O_NO_SYNC:
       o->no_sync = 1;
       break;
@@ -440,6 +448,13 @@ static void parse_options(int argc, char **argv, options_t *o,
     usage_error("--no-sync reduces nothing, so it takes no compression");
   if (o->tf32 && !o->gpu)
     usage_error("--tf32 needs --device gpu");
+  if (o->zero && o->no_sync)
+    usage_error("--zero 1 shards what the reduction updates, so it takes no "
+                "--no-sync");
+  if (o->zero && o->compression != HVD_COMPRESS_NONE)
+    usage_error("--zero 1 reduce-scatters float32 gradients: no compression");
+  if (o->zero && o->gpu)
+    usage_error("--zero 1 takes host parameters: not with --device gpu");
   if (o->warmup < 0)
     o->warmup = o->steps / 10;
   if (o->warmup > o->steps)
@@ -936,6 +951,7 @@ int main(int argc, char **argv) {
   hvd_distributed_options_init(&dist);
   dist.compression = o.compression;
   dist.backward_passes_per_step = K;
+  dist.shard_optimizer_state = o.zero;
   rc = hvd_distributed_optimizer(adam, &dist, &opt);
   check_local(rc, "hvd_distributed_optimizer", hvd_last_error());
   if (!sync)
@@ -1034,6 +1050,9 @@ int main(int argc, char **argv) {
            : o.compression == HVD_COMPRESS_FP16 ? "averaged as float16"
            : o.compression == HVD_COMPRESS_BF16 ? "averaged as bfloat16"
                                                 : "averaged as float32");
+    printf(PROG ": optimizer state %.1f MiB on this rank%s\n",
+           (double)hvd_optimizer_state_bytes(opt) / (1 << 20),
+           o.zero ? " (sharded, --zero 1)" : "");
     if (o.resume != NULL)
       printf(PROG ": resumed at step %lld\n", (long long)start);
     fflush(stdout);
@@ -1077,7 +1096,7 @@ int main(int argc, char **argv) {
   const int64_t *idx = NULL;
   int64_t count;
   ready_ctx_t ready = {.opt = opt, .rc = HVD_SUCCESS};
-  if (!o.gpu && !o.dense_embeddings)
+  if (!o.gpu && !o.dense_embeddings && !o.zero) /* rows after grad_ready */
     check_local(bert_model_set_sparse_embeddings(model, on_sparse_grad, &ready),
                 "bert_model_set_sparse_embeddings", bert_last_error());
   for (int64_t s = start; s < o.steps; s++) {

@@ -32,9 +32,9 @@
 
 struct hvd__zero {
   int n, ns;
-  int64_t *off, *len; /* this rank's block of each parameter */
-  hvd_tensor_t *recv; /* the reduced gradient blocks (hvd's outputs) */
-  hvd_param_t *block; /* views: value block, recv as grad */
+  int64_t *off, *len;  /* this rank's block of each parameter */
+  hvd_tensor_t *recv;  /* the reduced gradient blocks (hvd's outputs) */
+  hvd_param_t *block;  /* views: value block, recv as grad */
   hvd_tensor_t *state; /* n * ns block-sized state tensors */
   char **names;        /* "hvd.zero.<name>" */
 };
@@ -213,8 +213,7 @@ hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core) {
   }
   for (int s = 0; s < total; s++) {
     char name[HVD__ERRMSG_MAX];
-    snprintf(name, sizeof name, "%s.state%d", z->names[s / z->ns],
-             s % z->ns);
+    snprintf(name, sizeof name, "%s.state%d", z->names[s / z->ns], s % z->ns);
     got[s].device = HVD_CPU;
     hvd_result_t rc = hvd_allgather_async(name, &z->state[s], &got[s], &req[s]);
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
@@ -250,8 +249,7 @@ oom:
                         "the full optimizer state: out of memory");
 }
 
-void hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core,
-                             int take) {
+void hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core, int take) {
   for (int s = 0; take && s < z->n * z->ns; s++)
     if (core->state[s].data != NULL)
       memcpy(z->state[s].data, (float *)core->state[s].data + z->off[s / z->ns],

@@ -9,7 +9,8 @@
 #     are not bit-identical: the compression took effect); --no-sync runs;
 #     --dense-embeddings (the word embeddings reduced whole) matches the
 #     default (decoder share early, lookup rows allgathered) to 1e-6 at
-#     np 2 and bit for bit at np 1;
+#     np 2 and bit for bit at np 1; --zero 1 (sharded AdamW state) matches
+#     too (1e-6), and its checkpoint resumes at np 1 unsharded;
 #  3. resume: 10 steps checkpointed every 5, then 5 more from the step-5
 #     checkpoint continue the curve (1e-5 relative at the same world size,
 #     1e-4 at np 2);
@@ -116,7 +117,7 @@ agree() {
     }' "$tmp/a.txt" "$tmp/b.txt"
 }
 
-echo "1..26"
+echo "1..29"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 1 2; do
@@ -230,6 +231,32 @@ if train resume2 2 --steps 10 --batch-size 4 \
 else
   fail "resume at np 2 (batch 4 per rank) from step 5: the same curve"
   show resume2
+fi
+
+# the sharded optimizer: the curve of the unsharded one, and its
+# checkpoint resumed at np 1 without sharding
+zk=$tmp/zckpt
+if train zero2 2 $common --batch-size 4 --zero 1 &&
+  grep -q "optimizer state .* (sharded, --zero 1)" "$tmp/zero2.out" &&
+  agree ws2 zero2 1e-6; then
+  pass "--zero 1 at np 2: ws2's losses (1e-6)"
+else
+  fail "--zero 1 at np 2: ws2's losses (1e-6)"
+  show zero2
+fi
+if train zfull 2 --steps 10 --batch-size 4 --zero 1 --checkpoint-every 5 \
+  --checkpoint "$zk" && [ -f "$zk/step-000005.ckpt" ]; then
+  pass "--zero 1 at np 2 writes its checkpoints"
+else
+  fail "--zero 1 at np 2 writes its checkpoints"
+  show zfull
+fi
+if train zresume 1 --steps 10 --batch-size 8 \
+  --resume "$zk/step-000005.ckpt" && agree zfull zresume 1e-4 6; then
+  pass "a --zero 1 checkpoint resumed at np 1, unsharded: the same curve"
+else
+  fail "a --zero 1 checkpoint resumed at np 1, unsharded: the same curve"
+  show zresume
 fi
 
 # ---- 4. bad --data -------------------------------------------------------
