@@ -287,6 +287,71 @@ hvd_result_t hvd_barrier(void);
 hvd_result_t hvd_join_async(int *last_rank, hvd_request_t **req);
 hvd_result_t hvd_join(int *last_rank);
 
+/* ---- Process sets ------------------------------------------------------
+ * Horovod's ProcessSet: collectives among a subset of the ranks (e.g. the
+ * data-parallel groups inside model parallelism). A set's members get a
+ * communicator and an engine of their own, so its names are its own (the
+ * same name may be in flight in two sets), and its response cache,
+ * fusion and stall inspector work on its collectives alone, independently
+ * of the world's and of other sets'; error messages name world ranks.
+ * Sets may overlap. Host and device tensors as in the world. */
+typedef struct hvd_process_set hvd_process_set_t;
+
+/* Collective over every rank, which must all pass the same ranks (world
+ * ranks, distinct, ascending; HVD_ERR_MISMATCH naming the first rank that
+ * differs from rank 0). Every rank gets a handle, members and others. */
+hvd_result_t hvd_process_set_create(const int *ranks, int n,
+                                    hvd_process_set_t **out);
+/* Collective over every rank: stops the set (its members' requests still
+ * in flight complete with HVD_ERR_SHUTDOWN) and frees the handle. NULL is
+ * a no-op. hvd_shutdown stops every set; their handles are then only good
+ * for destroy. */
+hvd_result_t hvd_process_set_destroy(hvd_process_set_t *ps);
+int hvd_process_set_rank(const hvd_process_set_t *ps); /* -1: not a member */
+int hvd_process_set_size(const hvd_process_set_t *ps);
+int hvd_process_set_id(const hvd_process_set_t *ps); /* 1, 2, ... */
+
+/* The collectives on a set: as the world's, among its members, with ranks
+ * (broadcast's root, alltoall's splits, reducescatter's blocks) counted
+ * within the set. A rank outside it gets HVD_ERR_INVALID_ARG ("allreduce
+ * 'x': rank 3 is not in process set 1 (ranks 0, 1)"). */
+hvd_result_t hvd_ps_allreduce_async(const hvd_process_set_t *ps,
+                                    const char *name, const hvd_tensor_t *send,
+                                    hvd_tensor_t *recv, hvd_op_t op,
+                                    double prescale, double postscale,
+                                    hvd_request_t **req);
+hvd_result_t hvd_ps_allreduce(const hvd_process_set_t *ps, const char *name,
+                              const hvd_tensor_t *send, hvd_tensor_t *recv,
+                              hvd_op_t op, double prescale, double postscale);
+hvd_result_t hvd_ps_broadcast_async(const hvd_process_set_t *ps,
+                                    const char *name, hvd_tensor_t *tensor,
+                                    int root, hvd_request_t **req);
+hvd_result_t hvd_ps_broadcast(const hvd_process_set_t *ps, const char *name,
+                              hvd_tensor_t *tensor, int root);
+hvd_result_t hvd_ps_allgather_async(const hvd_process_set_t *ps,
+                                    const char *name, const hvd_tensor_t *send,
+                                    hvd_tensor_t *recv, hvd_request_t **req);
+hvd_result_t hvd_ps_allgather(const hvd_process_set_t *ps, const char *name,
+                              const hvd_tensor_t *send, hvd_tensor_t *recv);
+hvd_result_t hvd_ps_alltoall_async(const hvd_process_set_t *ps,
+                                   const char *name, const hvd_tensor_t *send,
+                                   const int64_t *splits, hvd_tensor_t *recv,
+                                   int64_t *recv_splits, hvd_request_t **req);
+hvd_result_t hvd_ps_alltoall(const hvd_process_set_t *ps, const char *name,
+                             const hvd_tensor_t *send, const int64_t *splits,
+                             hvd_tensor_t *recv, int64_t *recv_splits);
+hvd_result_t hvd_ps_reducescatter_async(const hvd_process_set_t *ps,
+                                        const char *name,
+                                        const hvd_tensor_t *send,
+                                        hvd_tensor_t *recv, hvd_op_t op,
+                                        double prescale, double postscale,
+                                        hvd_request_t **req);
+hvd_result_t hvd_ps_reducescatter(const hvd_process_set_t *ps, const char *name,
+                                  const hvd_tensor_t *send, hvd_tensor_t *recv,
+                                  hvd_op_t op, double prescale,
+                                  double postscale);
+hvd_result_t hvd_ps_barrier(const hvd_process_set_t *ps);
+
 /* ---- Grouped collectives ----------------------------------------------
  * Horovod's grouped_allreduce (and allgather, reducescatter): n tensors
  * negotiated as one unit and run together. The members are submitted in

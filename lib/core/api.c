@@ -84,6 +84,23 @@ fail:
 
 /* ---- building and submitting -------------------------------------------- */
 
+/* The process set of the hvd_ps_* call running on this thread (NULL: the
+ * world): the builders below count ranks in it and submit to its engine. */
+static _Thread_local const hvd_process_set_t *cur_ps;
+
+static int coll_size(void) {
+  return cur_ps != NULL ? hvd_process_set_size(cur_ps) : hvd_size();
+}
+
+/* Hands n built requests to the world's engine or cur_ps's. */
+static hvd_result_t submit_to(const char *fn, hvd_request_t *const *rs, int n) {
+  if (cur_ps == NULL)
+    return n == 1 ? hvd__runtime_submit(fn, rs[0])
+                  : hvd__runtime_submit_many(fn, rs, n);
+  return hvd__runtime_submit_set(fn, hvd__coll_name(rs[0]->desc.coll),
+                                 rs[0]->name, cur_ps, rs, n);
+}
+
 static hvd_request_t *new_request(const char *name, int coll,
                                   const hvd_tensor_t *t, int op, double pre,
                                   double post, int root) {
@@ -96,7 +113,7 @@ static hvd_request_t *new_request(const char *name, int coll,
   r->desc.postscale = post;
   r->desc.root = root;
   r->desc.device = HVD_CPU;
-  r->nranks = hvd_size();
+  r->nranks = coll_size();
   if (t != NULL) {
     r->send = *t;
     r->desc.dtype = t->dtype;
@@ -120,7 +137,7 @@ static hvd_result_t submit(const char *fn, hvd_request_t *r,
   }
   if (r == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: request", fn);
-  hvd_result_t rc = hvd__runtime_submit(fn, r);
+  hvd_result_t rc = submit_to(fn, &r, 1);
   if (rc != HVD_SUCCESS) {
     hvd__request_free(r);
     return rc;
@@ -242,10 +259,10 @@ static hvd_result_t broadcast(const char *fn, const char *name, hvd_tensor_t *t,
   HVD__CHECK(check_name(k, name));
   HVD__CHECK(check_req(k, name, req));
   HVD__CHECK(hvd__check_tensor(k, name, "", t));
-  if (root < 0 || root >= hvd_size())
+  if (root < 0 || root >= coll_size())
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s '%s': root %d is out of range for %d ranks", k,
-                          name, root, hvd_size());
+                          name, root, coll_size());
   return submit(fn, new_request(name, HVD__BROADCAST, t, 0, 1, 1, root), req,
                 1);
 fail:
@@ -310,7 +327,7 @@ static hvd_result_t alltoall(const char *fn, const char *name,
   HVD__CHECK(check_common(k, name, req, send));
   HVD__CHECK(check_out(k, name, recv));
   HVD__CHECK(check_rows(k, name, send));
-  int size = hvd_size();
+  int size = coll_size();
   int64_t rows = send->shape[0], sum = 0;
   if (splits == NULL && rows % size != 0)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
@@ -515,7 +532,7 @@ static hvd_result_t grouped(const char *fn, int kind, int n,
       rs[i]->desc.group_i = i;
       rs[i]->desc.group_id = id;
     }
-    rc = hvd__runtime_submit_many(fn, rs, n);
+    rc = submit_to(fn, rs, n);
   }
   if (rc == HVD_SUCCESS)
     memcpy(reqs, rs, (size_t)n * sizeof *rs);
@@ -605,4 +622,90 @@ hvd_result_t hvd_grouped_reducescatter(int n, const char *const *names,
                                        double prescale, double postscale) {
   return grouped_wait(__func__, G_REDUCESCATTER, n, names, sends, recvs, op,
                       prescale, postscale);
+}
+
+/* ---- on a process set ---------------------------------------------------- */
+
+/* Runs `call` (a world entry point) with cur_ps = ps on this thread. */
+#define ON_SET(ps, call)                                                       \
+  do {                                                                         \
+    if ((ps) == NULL)                                                          \
+      return hvd_is_initialized() ? hvd__set_error(HVD_ERR_INVALID_ARG,        \
+                                                   "%s: ps is NULL", __func__) \
+                                  : hvd__not_initialized(__func__);            \
+    cur_ps = (ps);                                                             \
+    hvd_result_t rc_ = (call);                                                 \
+    cur_ps = NULL;                                                             \
+    return rc_;                                                                \
+  } while (0)
+
+hvd_result_t hvd_ps_allreduce_async(const hvd_process_set_t *ps,
+                                    const char *name, const hvd_tensor_t *send,
+                                    hvd_tensor_t *recv, hvd_op_t op,
+                                    double prescale, double postscale,
+                                    hvd_request_t **req) {
+  ON_SET(ps, allreduce(__func__, name, send, recv, op, prescale, postscale, -1,
+                       req));
+}
+
+hvd_result_t hvd_ps_allreduce(const hvd_process_set_t *ps, const char *name,
+                              const hvd_tensor_t *send, hvd_tensor_t *recv,
+                              hvd_op_t op, double prescale, double postscale) {
+  ON_SET(ps, hvd_allreduce(name, send, recv, op, prescale, postscale));
+}
+
+hvd_result_t hvd_ps_broadcast_async(const hvd_process_set_t *ps,
+                                    const char *name, hvd_tensor_t *tensor,
+                                    int root, hvd_request_t **req) {
+  ON_SET(ps, broadcast(__func__, name, tensor, root, req));
+}
+
+hvd_result_t hvd_ps_broadcast(const hvd_process_set_t *ps, const char *name,
+                              hvd_tensor_t *tensor, int root) {
+  ON_SET(ps, hvd_broadcast(name, tensor, root));
+}
+
+hvd_result_t hvd_ps_allgather_async(const hvd_process_set_t *ps,
+                                    const char *name, const hvd_tensor_t *send,
+                                    hvd_tensor_t *recv, hvd_request_t **req) {
+  ON_SET(ps, allgather(__func__, name, send, recv, req));
+}
+
+hvd_result_t hvd_ps_allgather(const hvd_process_set_t *ps, const char *name,
+                              const hvd_tensor_t *send, hvd_tensor_t *recv) {
+  ON_SET(ps, hvd_allgather(name, send, recv));
+}
+
+hvd_result_t hvd_ps_alltoall_async(const hvd_process_set_t *ps,
+                                   const char *name, const hvd_tensor_t *send,
+                                   const int64_t *splits, hvd_tensor_t *recv,
+                                   int64_t *recv_splits, hvd_request_t **req) {
+  ON_SET(ps, alltoall(__func__, name, send, splits, recv, recv_splits, req));
+}
+
+hvd_result_t hvd_ps_alltoall(const hvd_process_set_t *ps, const char *name,
+                             const hvd_tensor_t *send, const int64_t *splits,
+                             hvd_tensor_t *recv, int64_t *recv_splits) {
+  ON_SET(ps, hvd_alltoall(name, send, splits, recv, recv_splits));
+}
+
+hvd_result_t hvd_ps_reducescatter_async(const hvd_process_set_t *ps,
+                                        const char *name,
+                                        const hvd_tensor_t *send,
+                                        hvd_tensor_t *recv, hvd_op_t op,
+                                        double prescale, double postscale,
+                                        hvd_request_t **req) {
+  ON_SET(ps, reducescatter(__func__, name, send, recv, op, prescale, postscale,
+                           req));
+}
+
+hvd_result_t hvd_ps_reducescatter(const hvd_process_set_t *ps, const char *name,
+                                  const hvd_tensor_t *send, hvd_tensor_t *recv,
+                                  hvd_op_t op, double prescale,
+                                  double postscale) {
+  ON_SET(ps, hvd_reducescatter(name, send, recv, op, prescale, postscale));
+}
+
+hvd_result_t hvd_ps_barrier(const hvd_process_set_t *ps) {
+  ON_SET(ps, hvd_barrier());
 }

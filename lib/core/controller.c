@@ -38,16 +38,20 @@ struct hvd__controller {
   unsigned char *joined;
   int njoined, last_joined;
   hvd__stall_t stall; /* the stall inspector's settings and clock */
+  const int *world;   /* world rank of each comm rank, or NULL */
   int npending;
   int timeline;
 };
 
 hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size,
                                           const hvd__settings_t *s,
-                                          int timeline) {
+                                          int timeline,
+                                          const int *world_ranks) {
   hvd__controller_t *c = calloc(1, sizeof *c);
   if (c == NULL)
     return NULL;
+  c->world = world_ranks;
+  c->stall.world = world_ranks;
   c->timeline = timeline;
   c->stall.check_s = s->stall_check_s;
   c->stall.shutdown_s = s->stall_shutdown_s;
@@ -96,6 +100,9 @@ void hvd__controller_destroy(hvd__controller_t *c) {
 }
 
 /* ---- the coordinator ---------------------------------------------------- */
+
+/* How messages name comm rank r: its world rank in a process set. */
+#define WORLD(c, r) ((c)->world != NULL ? (c)->world[r] : (r))
 
 /* The fields ranks must agree on, in the order they are checked. */
 enum field {
@@ -234,13 +241,14 @@ static int check_agreement(const hvd__controller_t *c, const hvd__pending_t *p,
       }
       if (listed == 0) {
         field_str(f, d0, v0, sizeof v0);
-        at = (size_t)snprintf(msg, sizeof msg, "%s: rank %d %s %s vs", lab, ref,
-                              field_names[f], v0);
+        at = (size_t)snprintf(msg, sizeof msg, "%s: rank %d %s %s vs", lab,
+                              WORLD(c, ref), field_names[f], v0);
       }
       field_str(f, &p->desc[r], v, sizeof v);
       if (at < sizeof msg)
-        at += (size_t)snprintf(msg + at, sizeof msg - at, "%s rank %d %s %s",
-                               listed ? "," : "", r, field_names[f], v);
+        at +=
+            (size_t)snprintf(msg + at, sizeof msg - at, "%s rank %d %s %s",
+                             listed ? "," : "", WORLD(c, r), field_names[f], v);
       listed++;
     }
     if (listed == 0)
@@ -279,7 +287,7 @@ static int make_response(hvd__controller_t *c, hvd__pending_t *p,
       snprintf(msg, sizeof msg,
                "%s: rank %d has joined; only allreduce can run until every "
                "rank joins",
-               lab, r);
+               lab, WORLD(c, r));
       x->kind = HVD__RESP_ERROR;
       x->err = HVD_ERR_MISMATCH;
       x->errmsg = strdup(msg);

@@ -265,7 +265,7 @@ static hvd__engine_t *engine_alloc(const hvd__exec_env_t *env,
    * of its step): host work waits for a caller to block in hvd_wait, or for
    * the next cycle. With peers, or on a GPU (whose work runs beside the
    * caller's), it starts at once. */
-  e->defer = env->size == 1;
+  e->defer = env->size == 1 && env->world_ranks == NULL; /* a set: no pokes */
   e->env.chunk_bytes = s->chunk_size;
   e->env.shm = s->shm_allreduce;
   e->env.zero_copy = s->zero_copy;
@@ -351,7 +351,7 @@ static hvd_result_t start_negotiation(hvd__engine_t *e) {
   const hvd__settings_t *s = &e->settings;
   e->inflight = hvd__table_create_borrowing(); /* keys: the requests' names */
   e->ctl = hvd__controller_create(e->env.comm, e->env.rank, e->env.size, s,
-                                  e->timeline_any);
+                                  e->timeline_any, e->env.world_ranks);
   if (e->inflight == NULL || e->ctl == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
   hvd__fastpath_config_t fc = {e->env.comm, e->env.rank,      s->cache_capacity,
@@ -378,7 +378,8 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
     rc = hvd__set_error(HVD_ERR_SYSTEM, "pthread_create: %s", strerror(err));
     goto fail;
   }
-  hvd__set_wake(engine_poke, e);
+  if (env->world_ranks == NULL) /* the world's engine: callers poke it */
+    hvd__set_wake(engine_poke, e);
   *out = e;
   return HVD_SUCCESS;
 fail:
@@ -389,7 +390,9 @@ fail:
 void hvd__engine_stop(hvd__engine_t *e) {
   if (e == NULL)
     return;
-  hvd__set_wake(NULL, NULL); /* before e->mu: engine_poke locks nap, then mu */
+  if (e->env.world_ranks == NULL) /* before e->mu: engine_poke locks nap,
+                                     then mu */
+    hvd__set_wake(NULL, NULL);
   pthread_mutex_lock(&e->mu);
   e->stop_requested = 1;
   pthread_cond_signal(&e->cv);

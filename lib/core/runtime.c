@@ -34,7 +34,26 @@ static struct {
   int homogeneous;
   hvd__settings_t settings;
   hvd__engine_t *engine;
+  MPI_Comm ctl; /* process sets are split from it (the app's thread) */
+  int node;     /* the lowest world rank on this rank's node */
+  int next_set; /* the last process set's id */
+  hvd_process_set_t *sets;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .rw = PTHREAD_RWLOCK_INITIALIZER};
+
+/* A process set: its ranks (world ranks, ascending), and on its members
+ * a communicator of their own with an engine of its own, so that its
+ * names, cache, fusion and stall inspector are its own and its work goes
+ * on independently of the world's and other sets'. */
+struct hvd_process_set {
+  int id, size, rank; /* rank: this rank's in the set, -1 outside it */
+  int *ranks;
+  int stopped; /* hvd_shutdown stopped it; destroy only frees it */
+  MPI_Comm comm, local_comm, cross_comm;
+  hvd__engine_t *engine; /* members only */
+  hvd_process_set_t *next;
+};
+
+static void free_comm(MPI_Comm *c);
 
 hvd__engine_t *hvd__runtime_engine(void) {
   return atomic_load(&g.initialized) ? g.engine : NULL;
@@ -57,6 +76,185 @@ hvd_result_t hvd__runtime_submit_many(const char *fn, hvd_request_t *const *rs,
                         : hvd__not_initialized(fn);
   pthread_rwlock_unlock(&g.rw);
   return rc;
+}
+
+hvd_result_t hvd__runtime_submit_set(const char *fn, const char *kind,
+                                     const char *name,
+                                     const hvd_process_set_t *ps,
+                                     hvd_request_t *const *rs, int n) {
+  hvd_result_t rc;
+  pthread_rwlock_rdlock(&g.rw);
+  if (!atomic_load(&g.initialized))
+    rc = hvd__not_initialized(fn);
+  else if (ps->stopped || (ps->rank >= 0 && ps->engine == NULL))
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s '%s': process set %d was stopped (hvd_shutdown)",
+                        kind, name, ps->id);
+  else if (ps->rank < 0) {
+    char list[256];
+    size_t at = 0;
+    list[0] = '\0';
+    for (int i = 0; i < ps->size && at < sizeof list; i++)
+      at += (size_t)snprintf(list + at, sizeof list - at, "%s%d", i ? ", " : "",
+                             ps->ranks[i]);
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s '%s': rank %d is not in process set %d (ranks "
+                        "%s)",
+                        kind, name, g.rank, ps->id, list);
+  } else
+    rc = hvd__engine_submit_many(ps->engine, rs, n);
+  pthread_rwlock_unlock(&g.rw);
+  return rc;
+}
+
+int hvd_process_set_rank(const hvd_process_set_t *ps) {
+  return ps != NULL ? ps->rank : -1;
+}
+
+int hvd_process_set_size(const hvd_process_set_t *ps) {
+  return ps != NULL ? ps->size : -1;
+}
+
+int hvd_process_set_id(const hvd_process_set_t *ps) {
+  return ps != NULL ? ps->id : -1;
+}
+
+/* Stops a member's engine and frees its communicators (ps stays). */
+static void set_stop(hvd_process_set_t *ps) {
+  hvd__engine_stop(ps->engine);
+  ps->engine = NULL;
+  free_comm(&ps->cross_comm);
+  free_comm(&ps->local_comm);
+  free_comm(&ps->comm);
+}
+
+static void set_free(hvd_process_set_t *ps) {
+  if (ps == NULL)
+    return;
+  set_stop(ps);
+  free(ps->ranks);
+  free(ps);
+}
+
+/* Every rank must pass the same list: the lists' lengths and hashes,
+ * compared over all ranks; the first rank that differs from rank 0 is
+ * named. */
+static hvd_result_t set_agree(const char *fn, const int *ranks, int n) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < n; i++)
+    h = (h ^ (uint64_t)(unsigned)ranks[i]) * 1099511628211ull;
+  int64_t mine[2] = {n, (int64_t)h},
+          *all = malloc(2 * sizeof *all * (size_t)g.size);
+  if (all == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+  hvd_result_t rc = HVD_SUCCESS;
+  int mrc = MPI_Allgather(mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, g.ctl);
+  if (mrc != MPI_SUCCESS)
+    rc = hvd__mpi_error(mrc, "MPI_Allgather");
+  for (int r = 1; r < g.size && rc == HVD_SUCCESS; r++) {
+    if (all[2 * r] != all[0])
+      rc = hvd__set_error(HVD_ERR_MISMATCH,
+                          "%s: rank 0 lists %lld ranks but rank %d lists %lld",
+                          fn, (long long)all[0], r, (long long)all[2 * r]);
+    else if (all[2 * r + 1] != all[1])
+      rc = hvd__set_error(HVD_ERR_MISMATCH,
+                          "%s: rank 0 and rank %d list different ranks", fn, r);
+  }
+  free(all);
+  return rc;
+}
+
+static hvd_result_t set_create_locked(const char *fn, const int *ranks, int n,
+                                      hvd_process_set_t **out) {
+  hvd_result_t rc = HVD_SUCCESS;
+  hvd_process_set_t *ps = NULL;
+  if (out == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: out is NULL", fn);
+  *out = NULL;
+  if (ranks == NULL || n < 1 || n > g.size)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: %d ranks%s; a set has 1 to %d", fn, n,
+                          ranks == NULL ? " (ranks NULL)" : "", g.size);
+  for (int i = 0; i < n; i++)
+    if (ranks[i] < 0 || ranks[i] >= g.size ||
+        (i > 0 && ranks[i] <= ranks[i - 1]))
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: ranks[%d] is %d; the ranks are distinct, "
+                            "ascending, in 0..%d",
+                            fn, i, ranks[i], g.size - 1);
+  HVD__CHECK(set_agree(fn, ranks, n));
+  ps = calloc(1, sizeof *ps);
+  if (ps == NULL ||
+      (ps->ranks = malloc((size_t)n * sizeof *ps->ranks)) == NULL) {
+    free(ps);
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+  }
+  memcpy(ps->ranks, ranks, (size_t)n * sizeof *ranks);
+  ps->size = n;
+  ps->rank = -1;
+  ps->comm = ps->local_comm = ps->cross_comm = MPI_COMM_NULL;
+  for (int i = 0; i < n; i++)
+    if (ranks[i] == g.rank)
+      ps->rank = i;
+  ps->id = ++g.next_set;
+  HVD__MPI_CHECK(MPI_Comm_split(g.ctl, ps->rank >= 0 ? 0 : MPI_UNDEFINED,
+                                g.rank, &ps->comm));
+  if (ps->rank >= 0) {
+    int local_rank, local_size;
+    HVD__MPI_CHECK(MPI_Comm_set_errhandler(ps->comm, MPI_ERRORS_RETURN));
+    HVD__MPI_CHECK(MPI_Comm_split(ps->comm, g.node, ps->rank, &ps->local_comm));
+    HVD__MPI_CHECK(MPI_Comm_rank(ps->local_comm, &local_rank));
+    HVD__MPI_CHECK(MPI_Comm_size(ps->local_comm, &local_size));
+    HVD__MPI_CHECK(
+        MPI_Comm_split(ps->comm, local_rank, ps->rank, &ps->cross_comm));
+    hvd__exec_env_t env = {.comm = ps->comm,
+                           .rank = ps->rank,
+                           .size = ps->size,
+                           .local_comm = ps->local_comm,
+                           .cross_comm = ps->cross_comm,
+                           .local_rank = local_rank,
+                           .local_size = local_size,
+                           .world_ranks = ps->ranks};
+    hvd__settings_t s = g.settings; /* the world's timeline and tuning only */
+    s.timeline[0] = '\0';
+    s.autotune = 0;
+    HVD__CHECK(hvd__engine_start(&env, &s, &ps->engine));
+  }
+  ps->next = g.sets;
+  g.sets = ps;
+  *out = ps;
+  return HVD_SUCCESS;
+fail:
+  set_free(ps);
+  return rc;
+}
+
+hvd_result_t hvd_process_set_create(const int *ranks, int n,
+                                    hvd_process_set_t **out) {
+  static const char fn[] = "hvd_process_set_create";
+  pthread_mutex_lock(&g.mu);
+  hvd_result_t rc = atomic_load(&g.initialized)
+                        ? set_create_locked(fn, ranks, n, out)
+                        : hvd__not_initialized(fn);
+  pthread_mutex_unlock(&g.mu);
+  return rc;
+}
+
+hvd_result_t hvd_process_set_destroy(hvd_process_set_t *ps) {
+  if (ps == NULL)
+    return HVD_SUCCESS;
+  pthread_mutex_lock(&g.mu);
+  for (hvd_process_set_t **p = &g.sets; *p != NULL; p = &(*p)->next)
+    if (*p == ps) {
+      *p = ps->next;
+      break;
+    }
+  pthread_rwlock_wrlock(&g.rw); /* no submission to it is half done */
+  ps->stopped = 1;
+  pthread_rwlock_unlock(&g.rw);
+  set_free(ps);
+  pthread_mutex_unlock(&g.mu);
+  return HVD_SUCCESS;
 }
 
 hvd_result_t hvd__not_initialized(const char *fn) {
@@ -154,7 +352,7 @@ static void started(const char *path) {
 
 static hvd_result_t init_locked(MPI_Comm comm) {
   hvd_result_t rc = HVD_SUCCESS;
-  g.comm = g.local_comm = g.cross_comm = MPI_COMM_NULL;
+  g.comm = g.local_comm = g.cross_comm = g.ctl = MPI_COMM_NULL;
   HVD__CHECK(hvd__settings_load(&g.settings));
   hvd__log_threshold = g.settings.log_level;
   HVD__MPI_CHECK(MPI_Comm_dup(comm, &g.comm));
@@ -163,6 +361,9 @@ static hvd_result_t init_locked(MPI_Comm comm) {
   HVD__MPI_CHECK(MPI_Comm_size(g.comm, &g.size));
   hvd__log_set_rank(g.rank);
   HVD__CHECK(topology());
+  HVD__MPI_CHECK(MPI_Comm_dup(g.comm, &g.ctl));
+  HVD__MPI_CHECK(
+      MPI_Allreduce(&g.rank, &g.node, 1, MPI_INT, MPI_MIN, g.local_comm));
   HVD__CHECK(hvd__cuda_bind(g.comm, g.local_comm, g.settings.no_bind));
   hvd__exec_env_t env = {.comm = g.comm,
                          .rank = g.rank,
@@ -185,6 +386,7 @@ static hvd_result_t init_locked(MPI_Comm comm) {
   atomic_store(&g.initialized, 1);
   return HVD_SUCCESS;
 fail:
+  free_comm(&g.ctl);
   free_comm(&g.cross_comm);
   free_comm(&g.local_comm);
   free_comm(&g.comm);
@@ -306,9 +508,19 @@ hvd_result_t hvd_shutdown(void) {
   if (atomic_load(&g.initialized)) {
     pthread_rwlock_wrlock(&g.rw); /* no submission is half done */
     atomic_store(&g.initialized, 0);
+    for (hvd_process_set_t *ps = g.sets; ps != NULL; ps = ps->next)
+      ps->stopped = 1;
     pthread_rwlock_unlock(&g.rw);
+    /* the sets' engines first; the handles stay for destroy to free */
+    for (hvd_process_set_t *ps = g.sets, *next; ps != NULL; ps = next) {
+      next = ps->next;
+      set_stop(ps);
+      ps->next = NULL;
+    }
+    g.sets = NULL;
     hvd__engine_stop(g.engine);
     g.engine = NULL;
+    free_comm(&g.ctl);
     free_comm(&g.cross_comm);
     free_comm(&g.local_comm);
     free_comm(&g.comm);

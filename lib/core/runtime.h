@@ -18,5 +18,12 @@ hvd_result_t hvd__runtime_submit(const char *fn, hvd_request_t *r);
 /* The same for n requests, all or none (hvd__engine_submit_many). */
 hvd_result_t hvd__runtime_submit_many(const char *fn, hvd_request_t *const *rs,
                                       int n);
+/* The same into process set ps's engine; HVD_ERR_INVALID_ARG "<kind>
+ * '<name>': rank 3 is not in process set 1 (ranks 0, 1)" on a rank
+ * outside it, or after hvd_shutdown stopped it. */
+hvd_result_t hvd__runtime_submit_set(const char *fn, const char *kind,
+                                     const char *name,
+                                     const hvd_process_set_t *ps,
+                                     hvd_request_t *const *rs, int n);
 
 #endif /* HVD_CORE_RUNTIME_H */

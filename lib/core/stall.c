@@ -14,14 +14,17 @@ int hvd__stall_due(const hvd__stall_t *s, int npending) {
          hvd__now() >= s->next_check;
 }
 
-/* "1, 3" for the ranks r with want == (have[r] || joined[r]). */
+/* "1, 3" for the ranks r with want == (have[r] || joined[r]), named by
+ * their world ranks. */
 static void rank_list(const hvd__pending_t *p, const unsigned char *joined,
-                      int size, int want, char *buf, size_t n) {
+                      int size, int want, const int *world, char *buf,
+                      size_t n) {
   size_t at = 0;
   buf[0] = '\0';
   for (int r = 0; r < size && at < n; r++)
     if ((p->have[r] || joined[r]) == want)
-      at += (size_t)snprintf(buf + at, n - at, "%s%d", at ? ", " : "", r);
+      at += (size_t)snprintf(buf + at, n - at, "%s%d", at ? ", " : "",
+                             world != NULL ? world[r] : r);
 }
 
 int hvd__stall_inspect(hvd__stall_t *s, hvd__pending_t *head,
@@ -40,10 +43,10 @@ int hvd__stall_inspect(hvd__stall_t *s, hvd__pending_t *head,
       ref++;
     hvd__pending_label(p, ref < size ? p->desc[ref].coll : HVD__ALLREDUCE, lab,
                        sizeof lab);
-    rank_list(p, joined, size, 0, missing, sizeof missing);
+    rank_list(p, joined, size, 0, s->world, missing, sizeof missing);
     if (missing[0] == '\0') /* a group's member, waiting for another */
       continue;
-    rank_list(p, joined, size, 1, present, sizeof present);
+    rank_list(p, joined, size, 1, s->world, present, sizeof present);
     if (check) {
       HVD__LOG(HVD__LOG_WARNING,
                "stall: %s has waited %.1f s for rank(s) %s; submitted by "

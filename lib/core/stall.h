@@ -16,6 +16,7 @@ typedef struct hvd__stall {
   double check_s;    /* HVD_STALL_CHECK_TIME (0: off) */
   double shutdown_s; /* HVD_STALL_SHUTDOWN_TIME (0: off) */
   double next_check; /* hvd__now() of the next inspection */
+  const int *world;  /* world rank of each rank named, or NULL (itself) */
 } hvd__stall_t;
 
 /* 1 when an inspection is due and there is something to inspect. */

@@ -78,6 +78,9 @@ typedef struct hvd__exec_env {
   int zero_copy;       /* HVD_ZERO_COPY: may read peers' arenas in place */
   int gpu_ops;         /* HVD_GPU_OPERATIONS: HVD__GPU_OPS_NCCL or _MPI */
   double nccl_timeout_s; /* HVD_NCCL_TIMEOUT; 0 = wait forever */
+  /* A process set's engine: world_ranks[r] is comm rank r's rank in hvd's
+   * world (messages name those); NULL for the world's own engine. */
+  const int *world_ranks;
   /* Timeline hook, NULL when off: phase of one request from t0 to t1. */
   void (*trace)(void *ctx, const hvd_request_t *r, const char *phase, double t0,
                 double t1);

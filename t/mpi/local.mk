@@ -22,9 +22,12 @@
 ##  grouped      grouped allreduce/allgather/reducescatter: exact, fused
 ##               (timeline), a cached name in a group, a group on one rank
 ##               only, errors
+##  process_sets collectives on disjoint and overlapping subsets beside the
+##               world's, outsiders, mismatches named by world ranks,
+##               destroy in flight, shutdown with sets
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
 	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy \
-	t/mpi/objects t/mpi/grouped
+	t/mpi/objects t/mpi/grouped t/mpi/process_sets
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -39,7 +42,9 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/objects.np1 t/mpi/objects.np2 t/mpi/objects.np3 \
 	t/mpi/objects.np4 \
 	t/mpi/grouped.np1 t/mpi/grouped.np2 t/mpi/grouped.np3 \
-	t/mpi/grouped.np4
+	t/mpi/grouped.np4 \
+	t/mpi/process_sets.np1 t/mpi/process_sets.np2 \
+	t/mpi/process_sets.np3 t/mpi/process_sets.np4
 
 ## Errors and the lifecycle:
 ##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks

@@ -1,0 +1,310 @@
+/*
+ * process_sets.c - collectives on subsets of the ranks: two disjoint sets
+ * (even and odd ranks) reducing under the same name as each other and as
+ * the world, concurrently; overlapping sets (the first size-1 ranks and
+ * the last size-1) with every collective, roots counted in the set; a
+ * rank outside a set; a mismatch inside a set named by world ranks; ranks
+ * that disagree on a set; destroy with work in flight; hvd_shutdown with
+ * sets alive. Exact values throughout.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hvd.h"
+#include "tap/tap.h"
+
+static int rank, size;
+
+/* The ranks r with r % 2 == parity. */
+static int parity_set(int parity, int *out) {
+  int n = 0;
+  for (int r = parity; r < size; r += 2)
+    out[n++] = r;
+  return n;
+}
+
+static hvd_process_set_t *make(const int *ranks, int n, const char *what) {
+  hvd_process_set_t *ps = NULL;
+  hvd_result_t rc = hvd_process_set_create(ranks, n, &ps);
+  if (rc != HVD_SUCCESS)
+    bail("%s: %s", what, hvd_last_error());
+  return ps;
+}
+
+static void test_disjoint(void) {
+  int ev[8] = {0}, od[8] = {0};
+  int ne = parity_set(0, ev), no = parity_set(1, od);
+  hvd_process_set_t *even = make(ev, ne, "evens");
+  hvd_process_set_t *odd = no > 0 ? make(od, no, "odds") : NULL;
+  hvd_process_set_t *mine = rank % 2 == 0 ? even : odd;
+  is_int(rank / 2, hvd_process_set_rank(mine), "my rank in my parity set");
+  is_int(rank % 2 == 0 ? ne : no, hvd_process_set_size(mine),
+         "my parity set's size");
+  is_int(-1, hvd_process_set_rank(rank % 2 == 0 ? odd : even),
+         "not a member of the other");
+
+  /* the same name in my set and in the world, at the same time */
+  double x[3], y[3], w[3], wy[3];
+  for (int i = 0; i < 3; i++)
+    x[i] = w[i] = 100 * rank + i;
+  int64_t three = 3;
+  hvd_tensor_t tx = hvd_tensor_make(x, HVD_FLOAT64, 1, &three);
+  hvd_tensor_t ty = hvd_tensor_make(y, HVD_FLOAT64, 1, &three);
+  hvd_tensor_t tw = hvd_tensor_make(w, HVD_FLOAT64, 1, &three);
+  hvd_tensor_t twy = hvd_tensor_make(wy, HVD_FLOAT64, 1, &three);
+  hvd_request_t *rs = NULL, *rw = NULL;
+  hvd_result_t a = hvd_ps_allreduce_async(mine, "x", &tx, &ty, HVD_SUM, 1, 1,
+                                          &rs);
+  hvd_result_t b = hvd_allreduce_async("x", &tw, &twy, HVD_SUM, 1, 1, &rw);
+  is_int(HVD_SUCCESS, a, "allreduce 'x' in my set submitted");
+  is_int(HVD_SUCCESS, b, "allreduce 'x' in the world submitted beside it");
+  is_int(HVD_SUCCESS, hvd_wait(rs), "  the set's completes");
+  is_int(HVD_SUCCESS, hvd_wait(rw), "  the world's completes");
+  int good = 1;
+  for (int i = 0; i < 3; i++) {
+    double set_sum = 0, world_sum = 0;
+    for (int r = 0; r < size; r++) {
+      world_sum += 100 * r + i;
+      if (r % 2 == rank % 2)
+        set_sum += 100 * r + i;
+    }
+    good &= y[i] == set_sum && wy[i] == world_sum;
+  }
+  ok(good, "each set summed its own ranks, the world all of them");
+
+  /* many rounds, the two sets at their own pace */
+  good = 1;
+  for (int k = 0; k < 50; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "round.%d", k % 7);
+    x[0] = rank + k;
+    if (hvd_ps_allreduce(mine, name, &tx, &ty, HVD_SUM, 1, 1) != HVD_SUCCESS)
+      good = 0;
+    double want = 0;
+    for (int r = rank % 2; r < size; r += 2)
+      want += r + k;
+    good &= y[0] == want;
+  }
+  ok(good, "50 rounds in each set, cached names, exact");
+  is_int(HVD_SUCCESS, hvd_process_set_destroy(even), "destroy evens");
+  is_int(HVD_SUCCESS, hvd_process_set_destroy(odd), "destroy odds");
+}
+
+static void test_overlapping(void) {
+  if (size < 2)
+    return;
+  int lo[8] = {0}, hi[8] = {0}, n = size - 1;
+  for (int i = 0; i < n; i++)
+    lo[i] = i, hi[i] = i + 1;
+  hvd_process_set_t *A = make(lo, n, "low"), *B = make(hi, n, "high");
+  int inA = rank < n, inB = rank > 0;
+  float v = (float)(rank + 1), ra = 0, rb = 0;
+  int64_t one = 1;
+  hvd_tensor_t tv = hvd_tensor_make(&v, HVD_FLOAT32, 1, &one);
+  hvd_tensor_t ta = hvd_tensor_make(&ra, HVD_FLOAT32, 1, &one);
+  hvd_tensor_t tb = hvd_tensor_make(&rb, HVD_FLOAT32, 1, &one);
+  hvd_request_t *qa = NULL, *qb = NULL;
+  if (inA)
+    hvd_ps_allreduce_async(A, "ov", &tv, &ta, HVD_SUM, 1, 1, &qa);
+  if (inB)
+    hvd_ps_allreduce_async(B, "ov", &tv, &tb, HVD_SUM, 1, 1, &qb);
+  int good = (!inA || hvd_wait(qa) == HVD_SUCCESS) &&
+             (!inB || hvd_wait(qb) == HVD_SUCCESS);
+  float sa = (float)(n * (n + 1) / 2), sb = sa + n; /* 1..n and 2..n+1 */
+  good &= (!inA || ra == sa) && (!inB || rb == sb);
+  ok(good, "overlapping sets, both in flight on the ranks in both: exact");
+
+  /* Each check below is made by the high set's members; rank 0, outside
+   * it, holds them vacuously (the checks are collective in the TAP
+   * harness) and makes the outsider's check, which the members hold
+   * vacuously in turn. */
+  int bc = 1, ag = 1, rs = 1, a2a = 1, bar = 1, outsider = 1, mm = 1;
+  char got[512] = "", want[512] = "";
+  if (inB) {
+    int me = hvd_process_set_rank(B);
+    int64_t nn = n, two = 2;
+    /* broadcast from the set's rank 1: world rank 2 */
+    int32_t b[2] = {rank, -rank};
+    hvd_tensor_t tb2 = hvd_tensor_make(b, HVD_INT32, 1, &two);
+    if (n > 1)
+      bc = hvd_ps_broadcast(B, "bc", &tb2, 1) == HVD_SUCCESS && b[0] == 2 &&
+           b[1] == -2;
+    /* allgather in the set's rank order */
+    int32_t g = rank * 3;
+    hvd_tensor_t tg = hvd_tensor_make(&g, HVD_INT32, 1, &one), out;
+    hvd_result_t rc = hvd_ps_allgather(B, "ag", &tg, &out);
+    ag = rc == HVD_SUCCESS && out.shape[0] == n;
+    for (int i = 0; ag && i < n; i++)
+      ag = ((int32_t *)out.data)[i] == (i + 1) * 3;
+    if (rc == HVD_SUCCESS)
+      hvd_tensor_free(&out);
+    /* reducescatter: block i of the set's sum to the set's rank i */
+    float rsv[8];
+    for (int i = 0; i < n; i++)
+      rsv[i] = (float)(rank * 10 + i);
+    hvd_tensor_t trs = hvd_tensor_make(rsv, HVD_FLOAT32, 1, &nn), rso;
+    rc = hvd_ps_reducescatter(B, "rs", &trs, &rso, HVD_SUM, 1, 1);
+    float sum = 0;
+    for (int r = 1; r <= n; r++)
+      sum += (float)(r * 10 + me);
+    rs = rc == HVD_SUCCESS && rso.shape[0] == 1 &&
+         ((float *)rso.data)[0] == sum;
+    if (rc == HVD_SUCCESS)
+      hvd_tensor_free(&rso);
+    /* alltoall: member i sends 100 * world rank + j to member j */
+    int32_t sa2[8];
+    for (int j = 0; j < n; j++)
+      sa2[j] = 100 * rank + j;
+    hvd_tensor_t tsa = hvd_tensor_make(sa2, HVD_INT32, 1, &nn), tao;
+    rc = hvd_ps_alltoall(B, "a2a", &tsa, NULL, &tao, NULL);
+    a2a = rc == HVD_SUCCESS && tao.shape[0] == n;
+    for (int i = 0; a2a && i < n; i++)
+      a2a = ((int32_t *)tao.data)[i] == 100 * (i + 1) + me;
+    if (rc == HVD_SUCCESS)
+      hvd_tensor_free(&tao);
+    bar = hvd_ps_barrier(B) == HVD_SUCCESS;
+    /* a mismatch inside the set, named by world ranks */
+    if (n > 1) {
+      float m[3] = {0};
+      int64_t len = rank == 1 ? 2 : 3;
+      hvd_tensor_t tm = hvd_tensor_make(m, HVD_FLOAT32, 1, &len);
+      rc = hvd_ps_allreduce(B, "mm", &tm, &tm, HVD_SUM, 1, 1);
+      snprintf(got, sizeof got, "%s", hvd_last_error());
+      size_t at = (size_t)snprintf(want, sizeof want,
+                                   "allreduce 'mm': rank 1 shape [2] vs");
+      for (int r = 2; r <= n; r++)
+        at += (size_t)snprintf(want + at, sizeof want - at,
+                               "%s rank %d shape [3]", r > 2 ? "," : "", r);
+      mm = rc == HVD_ERR_MISMATCH && strcmp(got, want) == 0;
+      if (!mm)
+        diag("got '%s', wanted '%s'", got, want);
+    }
+  } else { /* rank 0, outside the high set */
+    hvd_request_t *q = NULL;
+    hvd_result_t rc =
+        hvd_ps_allreduce_async(B, "nm", &tv, &tb, HVD_SUM, 1, 1, &q);
+    snprintf(got, sizeof got, "%s", hvd_last_error());
+    size_t at = (size_t)snprintf(
+        want, sizeof want,
+        "allreduce 'nm': rank 0 is not in process set %d (ranks ",
+        hvd_process_set_id(B));
+    for (int i = 0; i < n; i++)
+      at += (size_t)snprintf(want + at, sizeof want - at, "%s%d",
+                             i ? ", " : "", hi[i]);
+    snprintf(want + at, sizeof want - at, ")");
+    outsider = rc == HVD_ERR_INVALID_ARG && strcmp(got, want) == 0;
+    if (!outsider)
+      diag("got '%s', wanted '%s'", got, want);
+  }
+  ok(bc, "broadcast from the set's rank 1 (world rank 2) to its members");
+  ok(ag, "allgather in the set: its members' rows in set order");
+  ok(rs, "reducescatter in the set: each member's block");
+  ok(a2a, "alltoall in the set, split by the set's size");
+  ok(bar, "barrier in the set");
+  ok(mm, "a mismatch in the set names world ranks");
+  ok(outsider, "a rank outside the set is refused, the set's ranks named");
+  hvd_process_set_destroy(A);
+  hvd_process_set_destroy(B);
+}
+
+static void test_create_errors(void) {
+  hvd_process_set_t *ps = (hvd_process_set_t *)&rank;
+  int bad[2] = {1, 0}, out_of[1] = {size};
+  is_int(HVD_ERR_INVALID_ARG, hvd_process_set_create(bad, 2, &ps),
+         "unsorted ranks: code");
+  char want[160];
+  if (size >= 2)
+    snprintf(want, sizeof want,
+             "hvd_process_set_create: ranks[1] is 0; the ranks are distinct, "
+             "ascending, in 0..%d",
+             size - 1);
+  else
+    snprintf(want, sizeof want,
+             "hvd_process_set_create: 2 ranks; a set has 1 to 1");
+  is_string(want, hvd_last_error(), "unsorted ranks: message");
+  ok(ps == NULL, "  *out is NULL");
+  is_int(HVD_ERR_INVALID_ARG, hvd_process_set_create(out_of, 1, &ps),
+         "a rank out of range: code");
+  snprintf(want, sizeof want,
+           "hvd_process_set_create: ranks[0] is %d; the ranks are distinct, "
+           "ascending, in 0..%d",
+           size, size - 1);
+  is_string(want, hvd_last_error(), "a rank out of range: message");
+  is_int(HVD_ERR_INVALID_ARG, hvd_process_set_create(out_of, 0, &ps),
+         "no ranks: code");
+  snprintf(want, sizeof want,
+           "hvd_process_set_create: 0 ranks; a set has 1 to %d", size);
+  is_string(want, hvd_last_error(), "no ranks: message");
+
+  /* rank 0 lists fewer ranks than the others */
+  if (size > 2) {
+    int list[3] = {0, 1, 2};
+    hvd_result_t rc = hvd_process_set_create(list, rank == 0 ? 2 : 3, &ps);
+    is_int(HVD_ERR_MISMATCH, rc, "ranks disagree on the set: code");
+    is_string("hvd_process_set_create: rank 0 lists 2 ranks but rank 1 lists 3",
+              hvd_last_error(), "ranks disagree on the set: message");
+  }
+}
+
+static void test_destroy_in_flight(void) {
+  if (size < 2)
+    return;
+  int pair[2] = {0, 1};
+  hvd_process_set_t *ps = make(pair, 2, "pair");
+  float v = 1, r = 0;
+  int64_t one = 1;
+  hvd_tensor_t tv = hvd_tensor_make(&v, HVD_FLOAT32, 1, &one);
+  hvd_tensor_t tr = hvd_tensor_make(&r, HVD_FLOAT32, 1, &one);
+  hvd_request_t *q = NULL;
+  if (rank == 0) /* rank 1 never submits it */
+    hvd_ps_allreduce_async(ps, "pending", &tv, &tr, HVD_SUM, 1, 1, &q);
+  is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "destroy with work in flight");
+  /* rank 0 holds the request; rank 1 none (vacuous there) */
+  hvd_result_t waited = rank == 0 ? hvd_wait(q) : HVD_ERR_SHUTDOWN;
+  is_int(HVD_ERR_SHUTDOWN, waited,
+         "  the request in flight ends with HVD_ERR_SHUTDOWN");
+  /* the world goes on */
+  float s = 1, t = 0;
+  hvd_tensor_t ts = hvd_tensor_make(&s, HVD_FLOAT32, 1, &one);
+  hvd_tensor_t tt = hvd_tensor_make(&t, HVD_FLOAT32, 1, &one);
+  ok(hvd_allreduce("after", &ts, &tt, HVD_SUM, 1, 1) == HVD_SUCCESS &&
+         t == (float)size,
+     "the world's collectives go on");
+}
+
+static void test_shutdown_with_sets(void) {
+  int all[8];
+  for (int i = 0; i < size; i++)
+    all[i] = i;
+  hvd_process_set_t *ps = make(all, size, "everyone");
+  is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown with a set alive");
+  float v = 1;
+  int64_t one = 1;
+  hvd_tensor_t tv = hvd_tensor_make(&v, HVD_FLOAT32, 1, &one);
+  is_int(HVD_ERR_NOT_INITIALIZED, hvd_ps_allreduce(ps, "z", &tv, &tv, HVD_SUM,
+                                                   1, 1),
+         "after hvd_shutdown the set takes nothing");
+  is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "and destroy frees it");
+  is_int(HVD_SUCCESS, hvd_init(), "hvd_init again");
+}
+
+int main(int argc, char **argv) {
+  tap_mpi_init(&argc, &argv);
+  rank = tap_rank();
+  size = tap_size();
+  if (size > 8)
+    bail("at most 8 ranks, not %d", size);
+  hvd_process_set_t *ps = NULL;
+  int zero = 0;
+  is_int(HVD_ERR_NOT_INITIALIZED, hvd_process_set_create(&zero, 1, &ps),
+         "before hvd_init: not initialized");
+  is_int(HVD_SUCCESS, hvd_init(), "hvd_init");
+  test_disjoint();
+  test_overlapping();
+  test_create_errors();
+  test_destroy_in_flight();
+  test_shutdown_with_sets();
+  is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+  return tap_mpi_finish();
+}
