@@ -89,6 +89,16 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
 	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3
 
+## examples/cifar_train's CNN: every parameter's gradient against central
+## differences of the ranks' summed loss, sync and per-rank batch norm
+## (CNN_LIBS: only with a CBLAS).
+if HAVE_BLAS
+check_PROGRAMS += t/mpi/cnn_grad
+NP_TESTS += t/mpi/cnn_grad.np1 t/mpi/cnn_grad.np2 t/mpi/cnn_grad.np3
+t_mpi_cnn_grad_CPPFLAGS = $(TEST_CPPFLAGS) $(CNN_CPPFLAGS)
+t_mpi_cnn_grad_LDADD = $(CNN_LIBS) $(TEST_LDADD)
+endif
+
 ## Programs that shell tests run (not tests themselves): a rank dying
 ## mid-job (rank_death.sh; libhvd alone), the stall inspector (stall.sh)
 ## and the timeline (timeline.sh), the last two as users' programs; a plain

@@ -1,0 +1,562 @@
+/*
+ * cifar_train.c - trains the small residual CNN of examples/cnn on
+ * CIFAR-10 with hvd, the way a DDP or Horovod user trains a ResNet:
+ *
+ *   1. hvd_init; rank 0's initial weights broadcast (or a checkpoint);
+ *   2. each epoch hvd_sampler reshuffles the training set and gives every
+ *      rank its shard; a step takes B images per rank;
+ *   3. forward with synchronized batch norm (--sync-bn, the default; or
+ *      per-rank statistics with --local-bn), backward handing each
+ *      gradient to the distributed optimizer as it is final, SGD with
+ *      momentum and weight decay, a multi-step learning-rate schedule;
+ *   4. per epoch the training loss and accuracy and the test accuracy,
+ *      summed over all ranks; checkpoints (parameters, SGD state, batch
+ *      norm buffers) that resume at any world size.
+ *
+ * Data: --data DIR with CIFAR-10's binary files (data_batch_1.bin ...
+ * data_batch_5.bin, test_batch.bin: records of a label byte and 3072
+ * pixel bytes, red, green, blue planes of 32x32), or without it a
+ * synthetic set of the same shape, made from --seed (nothing can be
+ * downloaded here): each class a pattern of stripes and colours, plus
+ * noise. Manual: doc/cifar_train.md.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cnn.h"
+#include "hvd.h"
+#include "model.h" /* bert_set_threads: the BLAS's threads */
+
+#define PROG "cifar_train"
+#define RECORD (1 + CNN_PIXELS)
+
+typedef struct options {
+  const char *data, *checkpoint, *resume, *log_json;
+  int64_t synthetic, synthetic_test, epochs, steps, checkpoint_every;
+  int batch, width, threads, quiet, local_bn;
+  double lr, momentum, weight_decay, gamma;
+  double milestones[2]; /* fractions of the steps */
+  uint64_t seed;
+} options_t;
+
+static int rank, size;
+
+static void say(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, PROG ": ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+}
+
+static void usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, PROG ": ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, " (try --help)\n");
+  va_end(ap);
+  exit(2);
+}
+
+/* Every rank learns whether all are ok; if not, each prints its own
+ * reason (rank 0 for the shared ones) and the job ends with status 1. */
+static void check(hvd_result_t rc, const char *what, const char *msg) {
+  int bad = rc != HVD_SUCCESS, any = bad;
+  int64_t one = 1, v = bad;
+  hvd_tensor_t t = hvd_tensor_make(&v, HVD_INT64, 1, &one);
+  if (hvd_allreduce("cifar_train.check", &t, &t, HVD_MAX, 1, 1) ==
+      HVD_SUCCESS)
+    any = v != 0;
+  if (bad)
+    say("%s: %s", what, msg != NULL && msg[0] ? msg : hvd_strerror(rc));
+  if (any) {
+    hvd_shutdown();
+    exit(1);
+  }
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- data ---------------------------------------------------------------- */
+
+typedef struct dataset {
+  unsigned char *rec; /* n records of RECORD bytes */
+  int64_t n;
+} dataset_t;
+
+static uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* n synthetic images: class k has stripes of its own frequency and
+ * direction and a colour of its own; every pixel gets noise. */
+static int synthetic(dataset_t *d, int64_t n, uint64_t seed) {
+  d->n = n;
+  d->rec = malloc((size_t)n * RECORD);
+  if (d->rec == NULL)
+    return -1;
+  for (int64_t i = 0; i < n; i++) {
+    unsigned char *r = d->rec + (size_t)i * RECORD;
+    uint64_t h = mix(seed * 1000003u + (uint64_t)i);
+    int k = (int)(h % CNN_CLASSES);
+    r[0] = (unsigned char)k;
+    double fx = 0.2 + 0.15 * (k % 5), fy = 0.1 * (k / 5), ph = 0.7 * k;
+    for (int c = 0; c < 3; c++)
+      for (int y = 0; y < CNN_SIDE; y++)
+        for (int x = 0; x < CNN_SIDE; x++) {
+          uint64_t z = mix(h + (uint64_t)((c * CNN_SIDE + y) * CNN_SIDE + x));
+          double noise = ((double)(z % 1000) / 1000.0 - 0.5) * 220;
+          double v = 128 + 14 * sin(fx * x + fy * y + ph + c) +
+                     6 * cos(0.9 * k + 2.1 * c) + noise;
+          r[1 + (c * CNN_SIDE + y) * CNN_SIDE + x] =
+              (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+  }
+  return 0;
+}
+
+/* Appends the records of a CIFAR-10 binary file; a message in msg on
+ * failure. A missing file is 1 (not an error here), 0 read, -1 bad. */
+static int read_cifar(dataset_t *d, const char *path, char *msg, size_t len) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    if (errno == ENOENT)
+      return 1;
+    snprintf(msg, len, "cannot open '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || st.st_size == 0 ||
+      st.st_size % RECORD != 0) {
+    snprintf(msg, len,
+             "'%s' is not CIFAR-10 binary: its %lld bytes are not a "
+             "multiple of %d (a label byte and 3072 pixels per image)",
+             path, (long long)st.st_size, RECORD);
+    fclose(f);
+    return -1;
+  }
+  int64_t n = st.st_size / RECORD;
+  unsigned char *p = realloc(d->rec, (size_t)(d->n + n) * RECORD);
+  if (p == NULL) {
+    snprintf(msg, len, "out of memory for '%s'", path);
+    fclose(f);
+    return -1;
+  }
+  d->rec = p;
+  size_t got = fread(p + (size_t)d->n * RECORD, RECORD, (size_t)n, f);
+  fclose(f);
+  if (got != (size_t)n) {
+    snprintf(msg, len, "'%s': read %zu of %lld images", path, got,
+             (long long)n);
+    return -1;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (p[(size_t)(d->n + i) * RECORD] >= CNN_CLASSES) {
+      snprintf(msg, len,
+               "'%s' is not CIFAR-10 binary: image %lld has label %d (0..9)",
+               path, (long long)i, p[(size_t)(d->n + i) * RECORD]);
+      return -1;
+    }
+  d->n += n;
+  return 0;
+}
+
+/* The training set (data_batch_1..5.bin: at least the first) and the
+ * test set (test_batch.bin, else none) of dir. */
+static int load_dir(const char *dir, dataset_t *train, dataset_t *test,
+                    char *msg, size_t len) {
+  char path[4096];
+  for (int b = 1; b <= 5; b++) {
+    snprintf(path, sizeof path, "%s/data_batch_%d.bin", dir, b);
+    int rc = read_cifar(train, path, msg, len);
+    if (rc < 0)
+      return -1;
+    if (rc == 1 && b == 1) {
+      snprintf(msg, len, "no '%.3000s' (CIFAR-10's binary version: --data "
+                         "DIR holds data_batch_1.bin ... test_batch.bin)",
+               path);
+      return -1;
+    }
+  }
+  snprintf(path, sizeof path, "%s/test_batch.bin", dir);
+  return read_cifar(test, path, msg, len) < 0 ? -1 : 0;
+}
+
+/* Images idx[0..n) of d as normalized floats and labels. */
+static void batch(const dataset_t *d, const int64_t *idx, int n, float *x,
+                  int32_t *y) {
+  for (int i = 0; i < n; i++) {
+    const unsigned char *r = d->rec + (size_t)idx[i] * RECORD;
+    y[i] = r[0];
+    for (int j = 0; j < CNN_PIXELS; j++)
+      x[(size_t)i * CNN_PIXELS + j] = ((float)r[1 + j] / 255.0f - 0.5f) / 0.25f;
+  }
+}
+
+/* ---- options ------------------------------------------------------------- */
+
+static const char usage_text[] =
+    "usage: " PROG " [options]\n"
+    "  Trains a small residual CNN on CIFAR-10 with hvd; run it on N ranks\n"
+    "  with bin/hvdrun -np N " PROG ". Every option is optional.\n"
+    "\n"
+    "  --data DIR             CIFAR-10 binary files (data_batch_1.bin ...,\n"
+    "                         test_batch.bin); default: a synthetic set\n"
+    "  --synthetic N          synthetic training images (default 2560)\n"
+    "  --synthetic-test N     synthetic test images (default 512)\n"
+    "  --epochs N             epochs (default 3)\n"
+    "  --steps N              optimizer steps instead of --epochs\n"
+    "  --batch-size N         images per rank and step (default 32)\n"
+    "  --width N              channels of every convolution (default 16)\n"
+    "  --lr X                 learning rate (default 0.1), times --gamma\n"
+    "                         (0.1) at 50% and 75% of the steps\n"
+    "  --momentum X           SGD momentum (default 0.9)\n"
+    "  --weight-decay X       SGD weight decay (default 5e-4)\n"
+    "  --sync-bn              batch norm over every rank's batch (default)\n"
+    "  --local-bn             batch norm over this rank's batch only\n"
+    "  --seed N               weights, synthetic data, order (default 42)\n"
+    "  --threads N            BLAS threads per rank (default 1)\n"
+    "  --checkpoint DIR       write DIR/step-NNNNNN.ckpt (+ .bn.ckpt)\n"
+    "  --checkpoint-every N   every N steps (and after the last)\n"
+    "  --resume FILE          continue from a step-NNNNNN.ckpt\n"
+    "  --log-json FILE        one JSON line per step (rank 0)\n"
+    "  --quiet                only the summary line\n"
+    "  --help\n";
+
+static int64_t parse_int(const char *flag, const char *s, int64_t lo,
+                         int64_t hi) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi)
+    usage_error("%s takes an integer in %lld..%lld, not '%s'", flag,
+                (long long)lo, (long long)hi, s);
+  return v;
+}
+
+static double parse_real(const char *flag, const char *s, double lo,
+                         double hi) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || *s == '\0' || *end != '\0' || !(v >= lo && v <= hi))
+    usage_error("%s takes a number in [%g, %g], not '%s'", flag, lo, hi, s);
+  return v;
+}
+
+static void parse(int argc, char **argv, options_t *o) {
+  enum {
+    O_DATA = 256, O_SYN, O_SYN_TEST, O_EPOCHS, O_STEPS, O_BATCH, O_WIDTH,
+    O_LR, O_MOMENTUM, O_WD, O_SYNC, O_LOCAL, O_SEED, O_THREADS, O_CKPT,
+    O_CKPT_EVERY, O_RESUME, O_LOG, O_QUIET, O_HELP
+  };
+  static const struct option opts[] = {
+      {"data", required_argument, NULL, O_DATA},
+      {"synthetic", required_argument, NULL, O_SYN},
+      {"synthetic-test", required_argument, NULL, O_SYN_TEST},
+      {"epochs", required_argument, NULL, O_EPOCHS},
+      {"steps", required_argument, NULL, O_STEPS},
+      {"batch-size", required_argument, NULL, O_BATCH},
+      {"width", required_argument, NULL, O_WIDTH},
+      {"lr", required_argument, NULL, O_LR},
+      {"momentum", required_argument, NULL, O_MOMENTUM},
+      {"weight-decay", required_argument, NULL, O_WD},
+      {"sync-bn", no_argument, NULL, O_SYNC},
+      {"local-bn", no_argument, NULL, O_LOCAL},
+      {"seed", required_argument, NULL, O_SEED},
+      {"threads", required_argument, NULL, O_THREADS},
+      {"checkpoint", required_argument, NULL, O_CKPT},
+      {"checkpoint-every", required_argument, NULL, O_CKPT_EVERY},
+      {"resume", required_argument, NULL, O_RESUME},
+      {"log-json", required_argument, NULL, O_LOG},
+      {"quiet", no_argument, NULL, O_QUIET},
+      {"help", no_argument, NULL, O_HELP},
+      {NULL, 0, NULL, 0}};
+  *o = (options_t){.synthetic = 2560, .synthetic_test = 512, .epochs = 3,
+                   .steps = -1, .batch = 32, .width = 16, .threads = 1,
+                   .lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4,
+                   .gamma = 0.1, .milestones = {0.5, 0.75}, .seed = 42};
+  int c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    const char *a = optarg;
+    switch (c) {
+    case O_DATA: o->data = a; break;
+    case O_SYN: o->synthetic = parse_int("--synthetic", a, 10, 1 << 22); break;
+    case O_SYN_TEST:
+      o->synthetic_test = parse_int("--synthetic-test", a, 0, 1 << 22);
+      break;
+    case O_EPOCHS: o->epochs = parse_int("--epochs", a, 1, 100000); break;
+    case O_STEPS: o->steps = parse_int("--steps", a, 1, INT64_MAX / 2); break;
+    case O_BATCH: o->batch = (int)parse_int("--batch-size", a, 1, 4096); break;
+    case O_WIDTH: o->width = (int)parse_int("--width", a, 1, 64); break;
+    case O_LR: o->lr = parse_real("--lr", a, 0, 100); break;
+    case O_MOMENTUM: o->momentum = parse_real("--momentum", a, 0, 0.9999); break;
+    case O_WD: o->weight_decay = parse_real("--weight-decay", a, 0, 1); break;
+    case O_SYNC: o->local_bn = 0; break;
+    case O_LOCAL: o->local_bn = 1; break;
+    case O_SEED: o->seed = (uint64_t)parse_int("--seed", a, 0, INT64_MAX); break;
+    case O_THREADS: o->threads = (int)parse_int("--threads", a, 1, 256); break;
+    case O_CKPT: o->checkpoint = a; break;
+    case O_CKPT_EVERY:
+      o->checkpoint_every = parse_int("--checkpoint-every", a, 1, INT64_MAX);
+      break;
+    case O_RESUME: o->resume = a; break;
+    case O_LOG: o->log_json = a; break;
+    case O_QUIET: o->quiet = 1; break;
+    case O_HELP: fputs(usage_text, stdout); exit(0);
+    default:
+      usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc)
+    usage_error("unexpected argument '%s'", argv[optind]);
+  if (o->checkpoint_every > 0 && o->checkpoint == NULL)
+    usage_error("--checkpoint-every needs --checkpoint DIR");
+}
+
+/* ---- training ------------------------------------------------------------ */
+
+typedef struct ready_ctx {
+  hvd_optimizer_t *opt;
+  hvd_result_t rc;
+  char msg[512];
+} ready_ctx_t;
+
+static void on_ready(void *ctx, int i) {
+  ready_ctx_t *r = ctx;
+  hvd_result_t rc = hvd_optimizer_grad_ready(r->opt, i);
+  if (rc != HVD_SUCCESS && r->rc == HVD_SUCCESS) {
+    r->rc = rc;
+    snprintf(r->msg, sizeof r->msg, "%s", hvd_last_error());
+  }
+}
+
+static double lr_at(const options_t *o, int64_t s, int64_t steps) {
+  double lr = o->lr;
+  for (int k = 0; k < 2; k++)
+    if (s >= (int64_t)(o->milestones[k] * (double)steps))
+      lr *= o->gamma;
+  return lr;
+}
+
+/* Sums n doubles over the ranks (in place). */
+static void sum_all(const char *name, double *v, int n) {
+  int64_t len = n;
+  hvd_tensor_t t = hvd_tensor_make(v, HVD_FLOAT64, 1, &len);
+  check(hvd_allreduce(name, &t, &t, HVD_SUM, 1, 1), "summing", hvd_last_error());
+}
+
+static void bn_path(char *out, size_t len, const char *ckpt) {
+  size_t n = strlen(ckpt);
+  if (n > 5 && strcmp(ckpt + n - 5, ".ckpt") == 0)
+    snprintf(out, len, "%.*s.bn.ckpt", (int)(n - 5), ckpt);
+  else
+    snprintf(out, len, "%s.bn", ckpt);
+}
+
+static void save(const options_t *o, hvd_param_t *p, int np, hvd_param_t *b,
+                 int nb, hvd_optimizer_t *opt, int64_t step) {
+  char path[4096], bpath[4200];
+  if (rank == 0)
+    mkdir(o->checkpoint, 0777);
+  snprintf(path, sizeof path, "%s/step-%06" PRId64 ".ckpt", o->checkpoint,
+           step);
+  bn_path(bpath, sizeof bpath, path);
+  /* the buffers first: a step's .ckpt exists only with its .bn.ckpt */
+  check(hvd_checkpoint_save(bpath, b, nb, NULL, step), "saving",
+        hvd_last_error());
+  check(hvd_checkpoint_save(path, p, np, opt, step), "saving",
+        hvd_last_error());
+  if (rank == 0 && !o->quiet)
+    printf(PROG ": saved %s\n", path);
+}
+
+int main(int argc, char **argv) {
+  options_t o;
+  parse(argc, argv, &o);
+  if (hvd_init() != HVD_SUCCESS) {
+    say("hvd_init: %s", hvd_last_error());
+    return 1;
+  }
+  rank = hvd_rank();
+  size = hvd_size();
+  if (bert_set_threads(o.threads) != HVD_SUCCESS && rank == 0 && !o.quiet)
+    say("--threads: this BLAS cannot be told; set OPENBLAS_NUM_THREADS");
+
+  /* data: every rank reads or makes the whole set (it is small) */
+  dataset_t train = {0}, test = {0};
+  char msg[4096] = "";
+  int bad = o.data != NULL ? load_dir(o.data, &train, &test, msg, sizeof msg)
+                           : (synthetic(&train, o.synthetic, o.seed) ||
+                              synthetic(&test, o.synthetic_test, ~o.seed));
+  if (bad && msg[0] == '\0')
+    snprintf(msg, sizeof msg, "out of memory for the synthetic set");
+  check(bad ? HVD_ERR_INVALID_ARG : HVD_SUCCESS, "--data", msg);
+
+  const int B = o.batch;
+  hvd_sampler_t *sampler = NULL;
+  check(hvd_sampler_create(train.n, size, rank, 1, o.seed, 1, &sampler),
+        "hvd_sampler_create", hvd_last_error());
+  int64_t per_epoch = hvd_sampler_num_samples(sampler) / B;
+  if (per_epoch < 1) {
+    if (rank == 0)
+      say("%lld training images make no step of %d images on %d ranks",
+          (long long)train.n, B, size);
+    hvd_shutdown();
+    return 1;
+  }
+  int64_t steps = o.steps > 0 ? o.steps : o.epochs * per_epoch;
+
+  cnn_t *m = cnn_create(o.width, B, o.seed);
+  if (m == NULL) {
+    say("out of memory for the model");
+    return 1;
+  }
+  cnn_set_sync_bn(m, !o.local_bn);
+  int np, nb;
+  hvd_param_t *p = cnn_params(m, &np), *bufs = cnn_buffers(m, &nb);
+  hvd_sgd_options_t so;
+  hvd_sgd_options_init(&so);
+  so.lr = lr_at(&o, 0, steps);
+  so.momentum = o.momentum;
+  so.weight_decay = o.weight_decay;
+  hvd_optimizer_t *sgd = NULL, *opt = NULL;
+  check(hvd_sgd_create(p, np, &so, &sgd), "hvd_sgd_create", hvd_last_error());
+  check(hvd_distributed_optimizer(sgd, NULL, &opt),
+        "hvd_distributed_optimizer", hvd_last_error());
+
+  int64_t start = 0;
+  if (o.resume != NULL) {
+    char bpath[4200];
+    bn_path(bpath, sizeof bpath, o.resume);
+    int64_t s2 = -1;
+    check(hvd_checkpoint_load(o.resume, p, np, opt, &start), "--resume",
+          hvd_last_error());
+    check(hvd_checkpoint_load(bpath, bufs, nb, NULL, &s2), "--resume",
+          hvd_last_error());
+    if (s2 != start)
+      check(HVD_ERR_CORRUPT, "--resume",
+            "the batch norm buffers are of another step");
+  } else {
+    check(hvd_broadcast_parameters(p, np, 0), "hvd_broadcast_parameters",
+          hvd_last_error());
+  }
+  if (rank == 0 && !o.quiet) {
+    printf(PROG ": %s: %lld training images, %lld test; %d rank%s x %d "
+                "images = global batch %d, %lld steps per epoch\n",
+           o.data ? o.data : "synthetic", (long long)train.n,
+           (long long)test.n, size, size == 1 ? "" : "s", B, size * B,
+           (long long)per_epoch);
+    printf(PROG ": width %d, batch norm %s; SGD lr %g (x%g at 50%% and 75%% "
+                "of %lld steps), momentum %g, weight decay %g\n",
+           o.width, o.local_bn ? "per rank (--local-bn)" : "synchronized",
+           o.lr, o.gamma, (long long)steps, o.momentum, o.weight_decay);
+    if (o.resume != NULL)
+      printf(PROG ": resumed from %s at step %lld\n", o.resume,
+             (long long)start);
+    fflush(stdout);
+  }
+  FILE *log = NULL;
+  if (rank == 0 && o.log_json != NULL &&
+      (log = fopen(o.log_json, start > 0 ? "a" : "w")) == NULL)
+    say("--log-json: cannot open '%s': %s", o.log_json, strerror(errno));
+
+  float *x = malloc(sizeof(float) * (size_t)B * CNN_PIXELS);
+  int32_t *y = malloc(sizeof(int32_t) * (size_t)B);
+  const int64_t *idx = NULL;
+  int64_t count = 0, epoch = -1;
+  double ep[3] = {0, 0, 0}; /* loss sum, correct, images */
+  double t0 = now(), images = 0;
+  ready_ctx_t ready = {.opt = opt};
+  for (int64_t s = start; s < steps; s++) {
+    if (s / per_epoch != epoch) {
+      epoch = s / per_epoch;
+      check(hvd_sampler_epoch(sampler, epoch, &idx, &count),
+            "hvd_sampler_epoch", hvd_last_error());
+    }
+    batch(&train, idx + (s % per_epoch) * B, B, x, y);
+    check(hvd_optimizer_set_lr(opt, lr_at(&o, s, steps)), "lr",
+          hvd_last_error());
+    check(hvd_optimizer_zero_grad(opt), "zero_grad", hvd_last_error());
+    double loss;
+    int correct;
+    check(cnn_forward(m, x, B, y, &loss, &correct), "forward",
+          hvd_last_error());
+    check(cnn_backward(m, on_ready, &ready), "backward", hvd_last_error());
+    check(ready.rc, "hvd_optimizer_grad_ready", ready.msg);
+    check(hvd_optimizer_step(opt), "hvd_optimizer_step", hvd_last_error());
+    double st[2] = {loss * B, correct};
+    sum_all("cifar_train.step", st, 2);
+    ep[0] += st[0], ep[1] += st[1], ep[2] += (double)B * size;
+    images += (double)B * size;
+    if (log != NULL) {
+      fprintf(log, "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g}\n",
+              (long long)(s + 1), st[0] / ((double)B * size),
+              lr_at(&o, s, steps));
+      fflush(log);
+    }
+    int end_of_epoch = (s + 1) % per_epoch == 0 || s + 1 == steps;
+    if (end_of_epoch) {
+      /* the test set, in shards of B images per rank: running stats */
+      double te[2] = {0, 0};
+      for (int64_t i = (int64_t)rank * B; i < test.n; i += (int64_t)size * B) {
+        int n = (int)(test.n - i < B ? test.n - i : B);
+        int64_t ids[4096];
+        for (int k = 0; k < n; k++)
+          ids[k] = i + k;
+        batch(&test, ids, n, x, y);
+        int c2;
+        check(cnn_eval(m, x, n, y, &c2), "eval", "");
+        te[0] += c2, te[1] += n;
+      }
+      sum_all("cifar_train.test", te, 2);
+      if (rank == 0 && !o.quiet) {
+        printf("epoch %lld  loss %.4f  train accuracy %.3f  test accuracy "
+               "%.3f  lr %g\n",
+               (long long)epoch + 1, ep[0] / ep[2], ep[1] / ep[2],
+               te[1] > 0 ? te[0] / te[1] : 0.0, lr_at(&o, s, steps));
+        fflush(stdout);
+      }
+      if (s + 1 == steps && rank == 0) {
+        double dt = now() - t0;
+        printf("done  steps %lld  final loss %.4f  train accuracy %.3f  test "
+               "accuracy %.3f  images/s %.0f  world size %d\n",
+               (long long)steps, ep[0] / ep[2], ep[1] / ep[2],
+               te[1] > 0 ? te[0] / te[1] : 0.0, images / dt, size);
+      }
+      ep[0] = ep[1] = ep[2] = 0;
+    }
+    if (o.checkpoint != NULL &&
+        ((o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) ||
+         s + 1 == steps))
+      save(&o, p, np, bufs, nb, opt, s + 1);
+  }
+  if (log != NULL)
+    fclose(log);
+  free(x);
+  free(y);
+  hvd_optimizer_destroy(opt);
+  hvd_sampler_destroy(sampler);
+  cnn_destroy(m);
+  free(train.rec);
+  free(test.rec);
+  hvd_shutdown();
+  return 0;
+}
