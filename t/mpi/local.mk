@@ -138,10 +138,13 @@ t_mpi_crash_rename_la_LDFLAGS = -module -avoid-version -shared \
 ##                    a build without a CBLAS)
 ##  bert_sync_ratio   bench/bert-sync-ratio.sh's output and errors
 ##  straggler         a stuck rank: the job still ends (MPI_Abort at exit)
+##  cifar_train       examples/cifar_train: sync BN's world-size
+##                    equivalence, learning, resume at np 1, CIFAR files
 ##  cluster           hvd on 2-3 hosts made of network namespaces
 ##                    (t/util/cluster.sh; root only, else skipped)
 TESTS_SH += t/mpi/rank_death.sh t/mpi/stall.sh t/mpi/timeline.sh \
 	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/demo.sh \
 	t/mpi/bench.sh t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/bert_train.sh \
+	t/mpi/cifar_train.sh \
 	t/mpi/bert_sync_ratio.sh t/mpi/straggler.sh t/mpi/cluster.sh
 EXTRA_DIST += t/mpi/timeline_check.py
