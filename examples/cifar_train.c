@@ -74,8 +74,7 @@ static void check(hvd_result_t rc, const char *what, const char *msg) {
   int bad = rc != HVD_SUCCESS, any = bad;
   int64_t one = 1, v = bad;
   hvd_tensor_t t = hvd_tensor_make(&v, HVD_INT64, 1, &one);
-  if (hvd_allreduce("cifar_train.check", &t, &t, HVD_MAX, 1, 1) ==
-      HVD_SUCCESS)
+  if (hvd_allreduce("cifar_train.check", &t, &t, HVD_MAX, 1, 1) == HVD_SUCCESS)
     any = v != 0;
   if (bad)
     say("%s: %s", what, msg != NULL && msg[0] ? msg : hvd_strerror(rc));
@@ -125,7 +124,9 @@ static int synthetic(dataset_t *d, int64_t n, uint64_t seed) {
           double v = 128 + 14 * sin(fx * x + fy * y + ph + c) +
                      6 * cos(0.9 * k + 2.1 * c) + noise;
           r[1 + (c * CNN_SIDE + y) * CNN_SIDE + x] =
-              (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
+              (unsigned char)(v < 0     ? 0
+                              : v > 255 ? 255
+                                        : v);
         }
   }
   return 0;
@@ -188,8 +189,9 @@ static int load_dir(const char *dir, dataset_t *train, dataset_t *test,
     if (rc < 0)
       return -1;
     if (rc == 1 && b == 1) {
-      snprintf(msg, len, "no '%.3000s' (CIFAR-10's binary version: --data "
-                         "DIR holds data_batch_1.bin ... test_batch.bin)",
+      snprintf(msg, len,
+               "no '%.3000s' (CIFAR-10's binary version: --data "
+               "DIR holds data_batch_1.bin ... test_batch.bin)",
                path);
       return -1;
     }
@@ -262,9 +264,26 @@ static double parse_real(const char *flag, const char *s, double lo,
 
 static void parse(int argc, char **argv, options_t *o) {
   enum {
-    O_DATA = 256, O_SYN, O_SYN_TEST, O_EPOCHS, O_STEPS, O_BATCH, O_WIDTH,
-    O_LR, O_MOMENTUM, O_WD, O_SYNC, O_LOCAL, O_SEED, O_THREADS, O_CKPT,
-    O_CKPT_EVERY, O_RESUME, O_LOG, O_QUIET, O_HELP
+    O_DATA = 256,
+    O_SYN,
+    O_SYN_TEST,
+    O_EPOCHS,
+    O_STEPS,
+    O_BATCH,
+    O_WIDTH,
+    O_LR,
+    O_MOMENTUM,
+    O_WD,
+    O_SYNC,
+    O_LOCAL,
+    O_SEED,
+    O_THREADS,
+    O_CKPT,
+    O_CKPT_EVERY,
+    O_RESUME,
+    O_LOG,
+    O_QUIET,
+    O_HELP
   };
   static const struct option opts[] = {
       {"data", required_argument, NULL, O_DATA},
@@ -288,39 +307,84 @@ static void parse(int argc, char **argv, options_t *o) {
       {"quiet", no_argument, NULL, O_QUIET},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
-  *o = (options_t){.synthetic = 2560, .synthetic_test = 512, .epochs = 3,
-                   .steps = -1, .batch = 32, .width = 16, .threads = 1,
-                   .lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4,
-                   .gamma = 0.1, .milestones = {0.5, 0.75}, .seed = 42};
+  *o = (options_t){.synthetic = 2560,
+                   .synthetic_test = 512,
+                   .epochs = 3,
+                   .steps = -1,
+                   .batch = 32,
+                   .width = 16,
+                   .threads = 1,
+                   .lr = 0.1,
+                   .momentum = 0.9,
+                   .weight_decay = 5e-4,
+                   .gamma = 0.1,
+                   .milestones = {0.5, 0.75},
+                   .seed = 42};
   int c;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     const char *a = optarg;
     switch (c) {
-    case O_DATA: o->data = a; break;
-    case O_SYN: o->synthetic = parse_int("--synthetic", a, 10, 1 << 22); break;
+    case O_DATA:
+      o->data = a;
+      break;
+    case O_SYN:
+      o->synthetic = parse_int("--synthetic", a, 10, 1 << 22);
+      break;
     case O_SYN_TEST:
       o->synthetic_test = parse_int("--synthetic-test", a, 0, 1 << 22);
       break;
-    case O_EPOCHS: o->epochs = parse_int("--epochs", a, 1, 100000); break;
-    case O_STEPS: o->steps = parse_int("--steps", a, 1, INT64_MAX / 2); break;
-    case O_BATCH: o->batch = (int)parse_int("--batch-size", a, 1, 4096); break;
-    case O_WIDTH: o->width = (int)parse_int("--width", a, 1, 64); break;
-    case O_LR: o->lr = parse_real("--lr", a, 0, 100); break;
-    case O_MOMENTUM: o->momentum = parse_real("--momentum", a, 0, 0.9999); break;
-    case O_WD: o->weight_decay = parse_real("--weight-decay", a, 0, 1); break;
-    case O_SYNC: o->local_bn = 0; break;
-    case O_LOCAL: o->local_bn = 1; break;
-    case O_SEED: o->seed = (uint64_t)parse_int("--seed", a, 0, INT64_MAX); break;
-    case O_THREADS: o->threads = (int)parse_int("--threads", a, 1, 256); break;
-    case O_CKPT: o->checkpoint = a; break;
+    case O_EPOCHS:
+      o->epochs = parse_int("--epochs", a, 1, 100000);
+      break;
+    case O_STEPS:
+      o->steps = parse_int("--steps", a, 1, INT64_MAX / 2);
+      break;
+    case O_BATCH:
+      o->batch = (int)parse_int("--batch-size", a, 1, 4096);
+      break;
+    case O_WIDTH:
+      o->width = (int)parse_int("--width", a, 1, 64);
+      break;
+    case O_LR:
+      o->lr = parse_real("--lr", a, 0, 100);
+      break;
+    case O_MOMENTUM:
+      o->momentum = parse_real("--momentum", a, 0, 0.9999);
+      break;
+    case O_WD:
+      o->weight_decay = parse_real("--weight-decay", a, 0, 1);
+      break;
+    case O_SYNC:
+      o->local_bn = 0;
+      break;
+    case O_LOCAL:
+      o->local_bn = 1;
+      break;
+    case O_SEED:
+      o->seed = (uint64_t)parse_int("--seed", a, 0, INT64_MAX);
+      break;
+    case O_THREADS:
+      o->threads = (int)parse_int("--threads", a, 1, 256);
+      break;
+    case O_CKPT:
+      o->checkpoint = a;
+      break;
     case O_CKPT_EVERY:
       o->checkpoint_every = parse_int("--checkpoint-every", a, 1, INT64_MAX);
       break;
-    case O_RESUME: o->resume = a; break;
-    case O_LOG: o->log_json = a; break;
-    case O_QUIET: o->quiet = 1; break;
-    case O_HELP: fputs(usage_text, stdout); exit(0);
+    case O_RESUME:
+      o->resume = a;
+      break;
+    case O_LOG:
+      o->log_json = a;
+      break;
+    case O_QUIET:
+      o->quiet = 1;
+      break;
+    case O_HELP:
+      fputs(usage_text, stdout);
+      exit(0);
     default:
       usage_error("unknown option '%s'", argv[optind - 1]);
     }
@@ -360,7 +424,8 @@ static double lr_at(const options_t *o, int64_t s, int64_t steps) {
 static void sum_all(const char *name, double *v, int n) {
   int64_t len = n;
   hvd_tensor_t t = hvd_tensor_make(v, HVD_FLOAT64, 1, &len);
-  check(hvd_allreduce(name, &t, &t, HVD_SUM, 1, 1), "summing", hvd_last_error());
+  check(hvd_allreduce(name, &t, &t, HVD_SUM, 1, 1), "summing",
+        hvd_last_error());
 }
 
 static void bn_path(char *out, size_t len, const char *ckpt) {
@@ -439,8 +504,8 @@ int main(int argc, char **argv) {
   so.weight_decay = o.weight_decay;
   hvd_optimizer_t *sgd = NULL, *opt = NULL;
   check(hvd_sgd_create(p, np, &so, &sgd), "hvd_sgd_create", hvd_last_error());
-  check(hvd_distributed_optimizer(sgd, NULL, &opt),
-        "hvd_distributed_optimizer", hvd_last_error());
+  check(hvd_distributed_optimizer(sgd, NULL, &opt), "hvd_distributed_optimizer",
+        hvd_last_error());
 
   int64_t start = 0;
   if (o.resume != NULL) {
@@ -461,13 +526,12 @@ int main(int argc, char **argv) {
   if (rank == 0 && !o.quiet) {
     printf(PROG ": %s: %lld training images, %lld test; %d rank%s x %d "
                 "images = global batch %d, %lld steps per epoch\n",
-           o.data ? o.data : "synthetic", (long long)train.n,
-           (long long)test.n, size, size == 1 ? "" : "s", B, size * B,
-           (long long)per_epoch);
+           o.data ? o.data : "synthetic", (long long)train.n, (long long)test.n,
+           size, size == 1 ? "" : "s", B, size * B, (long long)per_epoch);
     printf(PROG ": width %d, batch norm %s; SGD lr %g (x%g at 50%% and 75%% "
                 "of %lld steps), momentum %g, weight decay %g\n",
-           o.width, o.local_bn ? "per rank (--local-bn)" : "synchronized",
-           o.lr, o.gamma, (long long)steps, o.momentum, o.weight_decay);
+           o.width, o.local_bn ? "per rank (--local-bn)" : "synchronized", o.lr,
+           o.gamma, (long long)steps, o.momentum, o.weight_decay);
     if (o.resume != NULL)
       printf(PROG ": resumed from %s at step %lld\n", o.resume,
              (long long)start);

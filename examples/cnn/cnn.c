@@ -30,12 +30,12 @@ enum {
   NPARAMS
 };
 static const char *const pnames[NPARAMS] = {
-    "conv1.weight", "bn1.weight", "bn1.bias",  "conv2.weight",
+    "conv1.weight", "bn1.weight", "bn1.bias",     "conv2.weight",
     "bn2.weight",   "bn2.bias",   "conv3.weight", "bn3.weight",
     "bn3.bias",     "fc.weight",  "fc.bias"};
-static const char *const bnames[6] = {
-    "bn1.running_mean", "bn1.running_var", "bn2.running_mean",
-    "bn2.running_var",  "bn3.running_mean", "bn3.running_var"};
+static const char *const bnames[6] = {"bn1.running_mean", "bn1.running_var",
+                                      "bn2.running_mean", "bn2.running_var",
+                                      "bn3.running_mean", "bn3.running_var"};
 
 #define S1 CNN_SIDE       /* 32: conv1 */
 #define S2 (CNN_SIDE / 2) /* 16: after the pool */
@@ -104,15 +104,14 @@ static void conv_fwd(const float *x, const float *w, float *y, int n, int Ci,
   for (int i = 0; i < n; i++) {
     im2col(x + (size_t)i * Ci * S * S, Ci, S, cols);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Co, S * S, Ci * 9,
-                1.0f, w, Ci * 9, cols, S * S, 0.0f,
-                y + (size_t)i * Co * S * S, S * S);
+                1.0f, w, Ci * 9, cols, S * S, 0.0f, y + (size_t)i * Co * S * S,
+                S * S);
   }
 }
 
 /* dw += dY x cols^T; dx = col2im(W^T x dY) (dx may be NULL: none). */
-static void conv_bwd(const float *x, const float *w, const float *dy,
-                     float *dw, float *dx, int n, int Ci, int Co, int S,
-                     float *cols) {
+static void conv_bwd(const float *x, const float *w, const float *dy, float *dw,
+                     float *dx, int n, int Ci, int Co, int S, float *cols) {
   size_t in = (size_t)Ci * S * S, out = (size_t)Co * S * S;
   if (dx != NULL)
     memset(dx, 0, sizeof(float) * in * (size_t)n);
@@ -242,10 +241,10 @@ static hvd_result_t bn_fwd(cnn_t *m, int k, float *x, float *y, int s) {
     return local_bn_fwd(m, k, x, y, s);
   hvd_tensor_t tx = t4(x, m->n, m->w, s), ty = t4(y, m->n, m->w, s);
   int wi = P_BN1_W + 3 * k;
-  return hvd_sync_batch_norm_forward(
-      names[k], &tx, val(m, wi), val(m, wi + 1), m->b[2 * k].value.data,
-      m->b[2 * k + 1].value.data, BN_MOMENTUM, BN_EPS, &ty, m->mean[k],
-      m->invstd[k]);
+  return hvd_sync_batch_norm_forward(names[k], &tx, val(m, wi), val(m, wi + 1),
+                                     m->b[2 * k].value.data,
+                                     m->b[2 * k + 1].value.data, BN_MOMENTUM,
+                                     BN_EPS, &ty, m->mean[k], m->invstd[k]);
 }
 
 static hvd_result_t bn_bwd(cnn_t *m, int k, float *x, float *dy, float *dx,
@@ -301,8 +300,8 @@ cnn_t *cnn_create(int width, int max_batch, uint64_t seed) {
   m->maxb = max_batch;
   m->sync_bn = 1;
   int64_t shapes[NPARAMS][4] = {
-      {W, 3, 3, 3}, {W}, {W}, {W, W, 3, 3}, {W}, {W}, {W, W, 3, 3},
-      {W},          {W}, {CNN_CLASSES, W}, {CNN_CLASSES}};
+      {W, 3, 3, 3}, {W}, {W}, {W, W, 3, 3},     {W},          {W},
+      {W, W, 3, 3}, {W}, {W}, {CNN_CLASSES, W}, {CNN_CLASSES}};
   int ndims[NPARAMS] = {4, 1, 1, 4, 1, 1, 4, 1, 1, 2, 1};
   size_t total = 0, off[NPARAMS];
   for (int i = 0; i < NPARAMS; i++) {
@@ -336,9 +335,9 @@ cnn_t *cnn_create(int width, int max_batch, uint64_t seed) {
   m->db = malloc(sizeof(float) * big);
   m->dc = malloc(sizeof(float) * big);
   if (!m->vals || !m->grads || !m->bufs || !m->x || !m->c1 || !m->n1 ||
-      !m->r1 || !m->argmax || !m->p1 || !m->c2 || !m->n2 || !m->r2 ||
-      !m->c3 || !m->n3 || !m->s3 || !m->gap || !m->prob || !m->labels ||
-      !m->cols || !m->da || !m->db || !m->dc) {
+      !m->r1 || !m->argmax || !m->p1 || !m->c2 || !m->n2 || !m->r2 || !m->c3 ||
+      !m->n3 || !m->s3 || !m->gap || !m->prob || !m->labels || !m->cols ||
+      !m->da || !m->db || !m->dc) {
     cnn_destroy(m);
     return NULL;
   }
@@ -363,8 +362,8 @@ cnn_t *cnn_create(int width, int max_batch, uint64_t seed) {
   for (int i = 0; i < 6; i++) {
     int64_t w1 = W;
     m->b[i].name = bnames[i];
-    m->b[i].value = hvd_tensor_make(m->bufs + (size_t)i * W, HVD_FLOAT32, 1,
-                                    &w1);
+    m->b[i].value =
+        hvd_tensor_make(m->bufs + (size_t)i * W, HVD_FLOAT32, 1, &w1);
     m->b[i].grad = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &w1);
     if (i % 2 == 1) /* running variances start at 1 */
       for (int c = 0; c < W; c++)
@@ -376,10 +375,9 @@ cnn_t *cnn_create(int width, int max_batch, uint64_t seed) {
 void cnn_destroy(cnn_t *m) {
   if (m == NULL)
     return;
-  float *f[] = {m->vals, m->grads, m->bufs, m->x,  m->c1,  m->n1,
-                m->r1,   m->p1,    m->c2,   m->n2, m->r2,  m->c3,
-                m->n3,   m->s3,    m->gap,  m->prob, m->cols, m->da,
-                m->db,   m->dc};
+  float *f[] = {m->vals, m->grads, m->bufs, m->x,  m->c1, m->n1, m->r1,
+                m->p1,   m->c2,    m->n2,   m->r2, m->c3, m->n3, m->s3,
+                m->gap,  m->prob,  m->cols, m->da, m->db, m->dc};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     free(f[i]);
   free(m->argmax);
@@ -474,8 +472,8 @@ static void head(cnn_t *m, int n, const int32_t *labels, double *loss,
   *correct = right;
 }
 
-hvd_result_t cnn_forward(cnn_t *m, const float *x, int n,
-                         const int32_t *labels, double *loss, int *correct) {
+hvd_result_t cnn_forward(cnn_t *m, const float *x, int n, const int32_t *labels,
+                         double *loss, int *correct) {
   m->ready_for_backward = 0;
   if (n < 0 || n > m->maxb)
     return HVD_ERR_INVALID_ARG;
@@ -544,8 +542,8 @@ hvd_result_t cnn_backward(cnn_t *m, cnn_ready_fn ready, void *ctx) {
     return rc;
   READY(P_BN3_W);
   READY(P_BN3_B);
-  conv_bwd(m->r2, val(m, P_CONV3), m->db, grad(m, P_CONV3), m->dc, n, W, W,
-           S2, m->cols);
+  conv_bwd(m->r2, val(m, P_CONV3), m->db, grad(m, P_CONV3), m->dc, n, W, W, S2,
+           m->cols);
   READY(P_CONV3);
   relu_bwd(m->n2, m->dc, small);
   if ((rc = bn_bwd(m, 1, m->c2, m->dc, m->db, S2)) != HVD_SUCCESS)
@@ -553,8 +551,8 @@ hvd_result_t cnn_backward(cnn_t *m, cnn_ready_fn ready, void *ctx) {
   READY(P_BN2_W);
   READY(P_BN2_B);
   /* conv2 into dc, plus the skip's ds3: dp1 */
-  conv_bwd(m->p1, val(m, P_CONV2), m->db, grad(m, P_CONV2), m->dc, n, W, W,
-           S2, m->cols);
+  conv_bwd(m->p1, val(m, P_CONV2), m->db, grad(m, P_CONV2), m->dc, n, W, W, S2,
+           m->cols);
   READY(P_CONV2);
   for (size_t i = 0; i < small; i++)
     m->dc[i] += ds3[i];

@@ -50,8 +50,8 @@ void cnn_set_sync_bn(cnn_t *m, int sync);
  * (collective), running statistics updated. *loss: the mean cross-entropy
  * over the n images (0 when n is 0), *correct: how many were classified
  * right. */
-hvd_result_t cnn_forward(cnn_t *m, const float *x, int n,
-                         const int32_t *labels, double *loss, int *correct);
+hvd_result_t cnn_forward(cnn_t *m, const float *x, int n, const int32_t *labels,
+                         double *loss, int *correct);
 
 /* Evaluation: running statistics, no collectives; *correct right of n. */
 hvd_result_t cnn_eval(cnn_t *m, const float *x, int n, const int32_t *labels,

@@ -305,9 +305,14 @@ const hvd_optimizer_t *hvd__optim_core_const(const hvd_optimizer_t *opt) {
 }
 
 hvd_result_t hvd__optim_apply(hvd_optimizer_t *core) {
+  return hvd__optim_apply_on(core, core->params, core->state);
+}
+
+hvd_result_t hvd__optim_apply_on(hvd_optimizer_t *core, hvd_param_t *params,
+                                 hvd_tensor_t *state) {
   hvd__clear_error(); /* so that we can tell whether step() said why */
-  hvd_result_t rc = core->ops.step(core->ctx, core->params, core->n,
-                                   core->state, core->steps + 1, core->lr);
+  hvd_result_t rc = core->ops.step(core->ctx, params, core->n, state,
+                                   core->steps + 1, core->lr);
   if (rc != HVD_SUCCESS) {
     if (hvd_last_error()[0] == '\0')
       hvd__set_error(rc, "hvd_optimizer_step: optimizer '%s' step failed: %s",

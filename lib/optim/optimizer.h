@@ -63,6 +63,10 @@ const hvd_optimizer_t *hvd__optim_core_const(const hvd_optimizer_t *opt);
 /* One local update of a plain optimizer from its params' grads (steps++).
  * Used by the distributed wrapper after its reductions. */
 hvd_result_t hvd__optim_apply(hvd_optimizer_t *core);
+/* The same update over other parameter views and state of core's count
+ * (the sharded optimizer's blocks). */
+hvd_result_t hvd__optim_apply_on(hvd_optimizer_t *core, hvd_param_t *params,
+                                 hvd_tensor_t *state);
 
 /* Adds sparse rows into parameter i's host gradient, each value times
  * scale: grad[rows[k]] += scale * values[k] (rows of row_len elements),

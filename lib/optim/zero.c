@@ -172,22 +172,12 @@ static hvd_result_t gather_params(hvd__zero_t *z, hvd_optimizer_t *core) {
 hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core) {
   for (int i = 0; i < z->n; i++)
     z->block[i].grad.data = z->recv[i].data;
-  hvd__clear_error();
-  hvd_result_t rc = core->ops.step(core->ctx, z->block, z->n, z->state,
-                                   core->steps + 1, core->lr);
+  hvd_result_t rc = hvd__optim_apply_on(core, z->block, z->state);
   for (int i = 0; i < z->n; i++) {
     hvd_tensor_free(&z->recv[i]);
     z->block[i].grad.data = NULL;
   }
-  if (rc != HVD_SUCCESS) {
-    if (hvd_last_error()[0] == '\0')
-      hvd__set_error(rc, "hvd_optimizer_step: optimizer '%s' step failed: %s",
-                     core->ops.name ? core->ops.name : "(unnamed)",
-                     hvd_strerror(rc));
-    return rc;
-  }
-  core->steps++;
-  return gather_params(z, core);
+  return rc == HVD_SUCCESS ? gather_params(z, core) : rc;
 }
 
 /* Frees the core's full state data (shapes stay). */

@@ -19,8 +19,7 @@
 #  5. --help exits 0 with the usage; bad options exit 2.
 # Each run is bounded by the wrapper's timeout (HVD_TEST_TIMEOUT, 90 s).
 
-: "${HVD_TOP_BUILDDIR:?run me from make check}"
-: "${HVD_MPIRUN_TEST:?run me from make check}"
+. "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 prog=$HVD_TOP_BUILDDIR/examples/bert_train
 HVD_TEST_TIMEOUT=${HVD_TEST_TIMEOUT:-90}
 export HVD_TEST_TIMEOUT
@@ -66,14 +65,14 @@ train() {
     >"$tmp/$name.out" 2>"$tmp/$name.err"
 }
 
-# losses NAME: the loss of every step of a JSON log, one per line.
-losses() {
-  sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$tmp/$1.json"
+# losses_of NAME: the loss of every step of run NAME's JSON log.
+losses_of() {
+  losses "$tmp/$1.json"
 }
 
 # learned NAME NP: the log's last 5 steps average 20% below its first 5.
 learned() {
-  losses "$1" | awk -v np="$2" '
+  losses_of "$1" | awk -v np="$2" '
     { l[NR] = $1 }
     END {
       if (NR < 10) { print "# only " NR " steps logged"; exit 1 }
@@ -86,35 +85,10 @@ learned() {
 }
 
 # agree A B TOL [FIRST]: the losses of logs A and B agree to TOL relative,
-# step for step, B's steps being A's from step FIRST on (default 1).
+# step for step, B's steps being A's from step FIRST on (default 1)
+# (testlib.sh's losses_agree).
 agree() {
-  losses "$1" >"$tmp/a.txt"
-  losses "$2" >"$tmp/b.txt"
-  awk -v tol="$3" -v first="${4:-1}" '
-    NR == FNR { a[NR] = $1; na = NR; next }
-    {
-      nb++
-      x = a[first + nb - 1]; y = $1
-      if (x == "" || x == 0) {
-        printf "# step %d: %s vs %s\n", first + nb - 1, x, y
-        bad = 1
-        next
-      }
-      d = x - y; if (d < 0) d = -d
-      r = d / (x < 0 ? -x : x)
-      if (r > worst) worst = r
-      if (r > tol) {
-        printf "# step %d: %s vs %s (relative %.3g)\n", first + nb - 1, x, y, r
-        bad = 1
-      }
-    }
-    END {
-      if (nb == 0 || first + nb - 1 != na) {
-        printf "# %d steps vs %d from step %d\n", na, nb, first; bad = 1
-      }
-      printf "# largest relative difference %.3g over %d steps\n", worst, nb
-      exit bad
-    }' "$tmp/a.txt" "$tmp/b.txt"
+  losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
 echo "1..29"
@@ -162,7 +136,7 @@ for r in ws2 ws4 ws2k; do
     fail "one global batch of 8: $r has np 1's losses (1e-4)"
   fi
 done
-if [ -n "`losses ws2`" ] && [ "`losses ws2`" = "`losses ws2again`" ]; then
+if [ -n "`losses_of ws2`" ] && [ "`losses_of ws2`" = "`losses_of ws2again`" ]; then
   pass "same seed and world size: the same losses bit for bit"
 else
   fail "same seed and world size: the same losses bit for bit"
@@ -180,7 +154,7 @@ else
   show dense2
 fi
 if train dense1 1 $common --batch-size 8 --dense-embeddings &&
-  [ -n "`losses ws1`" ] && [ "`losses ws1`" = "`losses dense1`" ]; then
+  [ -n "`losses_of ws1`" ] && [ "`losses_of ws1`" = "`losses_of dense1`" ]; then
   pass "--dense-embeddings at np 1: ws1's losses bit for bit"
 else
   fail "--dense-embeddings at np 1: ws1's losses bit for bit"
@@ -190,7 +164,7 @@ fi
 # compression and no-sync, against ws2
 for c in fp16 bf16; do
   if train $c 2 $common --batch-size 4 --$c-allreduce &&
-    agree ws2 $c 1e-3 && [ "`losses ws2`" != "`losses $c`" ]; then
+    agree ws2 $c 1e-3 && [ "`losses_of ws2`" != "`losses_of $c`" ]; then
     pass "--$c-allreduce: within 1e-3 of float32, not identical"
   else
     fail "--$c-allreduce: within 1e-3 of float32, not identical"
@@ -199,7 +173,7 @@ for c in fp16 bf16; do
 done
 if train nosync 2 $common --batch-size 4 --no-sync &&
   grep -q "^done .*rank 0's own loss" "$tmp/nosync.out" &&
-  [ "`losses nosync | wc -l`" -eq 20 ]; then
+  [ "`losses_of nosync | wc -l`" -eq 20 ]; then
   pass "--no-sync: 20 steps of rank 0's own loss"
 else
   fail "--no-sync: 20 steps of rank 0's own loss"

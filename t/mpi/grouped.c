@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "hvd.h"
+#include "hvdtest.h"
 #include "tap/tap.h"
 
 static int rank, size;
@@ -142,36 +143,19 @@ static void test_allgather_reducescatter(void) {
 
 /* The group's allreduces share one execution: in rank 0's timeline every
  * member's ALLREDUCE span starts at the same time. */
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (s != NULL) {
-    s[fread(s, 1, (size_t)n, f)] = '\0';
-  }
-  fclose(f);
-  return s;
-}
 
 /* The "ts" of the last span named `span` on tensor `name`'s track. */
 static double span_ts(const char *text, const char *name, const char *span) {
   char want[160];
-  snprintf(want, sizeof want, "\"args\":{\"name\":\"%s\"}", name);
-  const char *at = strstr(text, want);
-  if (at == NULL)
+  int tid = hvdt_timeline_track(text, name);
+  if (tid < 0)
     return -1;
-  while (at > text && strncmp(at, "\"tid\":", 6) != 0)
-    at--;
-  int tid = atoi(at + 6);
   snprintf(want, sizeof want,
            "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":", span,
            tid);
   const char *last = NULL;
-  for (at = strstr(text, want); at != NULL; at = strstr(at + 1, want))
+  for (const char *at = strstr(text, want); at != NULL;
+       at = strstr(at + 1, want))
     last = at;
   return last == NULL ? -1 : atof(last + strlen(want));
 }
@@ -201,7 +185,7 @@ static void test_fused(void) {
   hvd_shutdown(); /* flushes the timeline */
   int same = 1; /* rank 0 reads its timeline; the others hold it vacuously */
   if (rank == 0) {
-    char *text = slurp(tl_path);
+    char *text = hvdt_slurp(tl_path);
     double t0 = text ? span_ts(text, "fused.0", "ALLREDUCE") : -1;
     same = t0 > 0;
     for (int t = 1; t < 8 && same; t++) {

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "hvd.h"
+#include "hvdtest.h"
 #include "tap/tap.h"
 
 static int R, P;
@@ -220,17 +221,6 @@ static int run_case(const tcase_t *c, const char *tag, int realloc_between,
   return !bad;
 }
 
-/* Track id of tensor `name` in the timeline text, or -1. */
-static int track_of(const char *text, const char *name) {
-  char want[128];
-  snprintf(want, sizeof want, "\"args\":{\"name\":\"%s\"}", name);
-  const char *at = strstr(text, want);
-  if (at == NULL)
-    return -1;
-  while (at > text && strncmp(at, "\"tid\":", 6) != 0)
-    at--;
-  return atoi(at + 6);
-}
 
 /* How many of the tag's tensors in `mask` have a zero-copy span. */
 static int zero_copied(const char *text, const char *tag, unsigned mask) {
@@ -240,7 +230,7 @@ static int zero_copied(const char *text, const char *tag, unsigned mask) {
       continue;
     char name[64], span[160];
     snprintf(name, sizeof name, "%s.%d", tag, t);
-    int tid = track_of(text, name);
+    int tid = hvdt_timeline_track(text, name);
     snprintf(span, sizeof span,
              "{\"name\":\"SHM_ZERO_COPY_ALLREDUCE\",\"ph\":\"X\",\"pid\":0,"
              "\"tid\":%d,",
@@ -250,20 +240,6 @@ static int zero_copied(const char *text, const char *tag, unsigned mask) {
   return n;
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  size_t got = s ? fread(s, 1, (size_t)n, f) : 0;
-  fclose(f);
-  if (s)
-    s[got] = '\0';
-  return s;
-}
 
 typedef struct planned {
   tcase_t c;
@@ -346,7 +322,7 @@ static void run_plan(const char *setting, int zc_on) {
   hvd_shutdown();
   char *text = NULL;
   if (R == 0)
-    text = slurp(tl_path);
+    text = hvdt_slurp(tl_path);
   for (int k = 0; k < NPLAN; k++) {
     unsigned mask = cases[k].mask ? cases[k].mask : (1u << NT) - 1;
     int asserted = __builtin_popcount(mask);

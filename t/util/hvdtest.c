@@ -509,3 +509,29 @@ void hvdt_burst_submit(struct hvdt_ar *jobs, const struct hvdt_ar *specs,
   }
   free(order);
 }
+
+char *hvdt_slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  size_t got = s ? fread(s, 1, (size_t)n, f) : 0;
+  fclose(f);
+  if (s)
+    s[got] = '\0';
+  return s;
+}
+
+int hvdt_timeline_track(const char *text, const char *name) {
+  char want[512];
+  snprintf(want, sizeof want, "\"args\":{\"name\":\"%s\"}", name);
+  const char *at = strstr(text, want);
+  if (at == NULL)
+    return -1;
+  while (at > text && strncmp(at, "\"tid\":", 6) != 0)
+    at--;
+  return atoi(at + 6);
+}

@@ -49,6 +49,13 @@ double hvdt_as_dtype(hvd_dtype_t dt, double v);
 /* calloc that bails out of the test when it fails; n may be 0. */
 void *hvdt_calloc(size_t n, size_t size);
 
+/* A whole file as a NUL-terminated string (malloc'd); NULL if it cannot
+ * be read. */
+char *hvdt_slurp(const char *path);
+
+/* The track ("tid") of tensor `name` in a timeline's text, or -1. */
+int hvdt_timeline_track(const char *text, const char *name);
+
 /* ---- Expected values ---- */
 
 /* acc combined with v by op: sum and average add; min, max, product. */

@@ -10,6 +10,12 @@
 #                          sets failed to 1 if not; returns 0 if ok
 #   between X LO HI        status 0 if LO <= X <= HI (decimals)
 #   show FILE LABEL        "# LABEL:", then FILE as TAP comments
+#   losses FILE            the "loss" of every line of a JSON-lines log
+#   losses_agree A B TOL [FIRST]
+#                          status 0 if log B's losses are log A's from step
+#                          FIRST (default 1) on, each to TOL relative, and
+#                          B ends where A does; "# " lines say the largest
+#                          difference and any step beyond TOL
 #   run_np NP OUT ERR PROG [ARGS...]
 #                          PROG on NP ranks through t/mpirun-test, its
 #                          stdout into OUT and stderr into ERR (OUT again:
@@ -65,6 +71,30 @@ between() {
 show() {
   echo "# $2:"
   sed 's/^/#   /' "$1"
+}
+
+losses() {
+  sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$1"
+}
+
+losses_agree() {
+  losses "$1" >"$1.losses"
+  losses "$2" >"$2.losses"
+  awk -v tol="$3" -v first="${4:-1}" '
+    NR == FNR { a[NR] = $1; na = NR; next }
+    {
+      nb++
+      x = a[first + nb - 1]
+      if (x == "" || x == 0) { printf "# step %d: %s vs %s\n", first + nb - 1, x, $1; bad = 1; next }
+      d = x - $1; if (d < 0) d = -d
+      r = d / (x < 0 ? -x : x); if (r > worst) worst = r
+      if (r > tol) { printf "# step %d: %s vs %s (relative %.3g)\n", first + nb - 1, x, $1, r; bad = 1 }
+    }
+    END {
+      if (nb == 0 || first + nb - 1 != na) { printf "# %d steps vs %d from step %d\n", na, nb, first; bad = 1 }
+      printf "# largest relative difference %.3g over %d steps\n", worst, nb
+      exit bad
+    }' "$1.losses" "$2.losses"
 }
 
 run_np() {
