@@ -432,7 +432,11 @@ hvd_result_t hvd_test(hvd_request_t *req, int *done);
  * buffers are float32 [C] (accumulated in double). Ranks may hold
  * different N, 0 included, and must all call (collectives named
  * "hvd.sync_bn.<name>.stats" and ".grad"); ranks with different C get
- * HVD_ERR_MISMATCH naming them. Device tensors: HVD_ERR_UNSUPPORTED. */
+ * HVD_ERR_MISMATCH naming them. Device tensors (the rank's GPU): x and
+ * y, dy, dx on it, and weight, bias, the running buffers, save_mean,
+ * save_invstd, dweight and dbias device memory [C] on it too; the sums are
+ * kernels, the per-channel [C] arithmetic runs on the host, and the call
+ * has finished with the device when it returns. */
 
 /* y = (x - mean) / sqrt(var + eps) * weight + bias per channel, with mean
  * and (biased) var over every rank's batch; weight and bias NULL mean 1

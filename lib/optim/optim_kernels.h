@@ -53,6 +53,33 @@ hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
 hvd_result_t hvd__cuda_grad_scale(float *x, int64_t n, double factor,
                                   cudaStream_t stream);
 
+/* ---- synchronized batch norm (lib/optim/sync_bn.c) --------------------
+ * x, dy, y, dx: [n, c, s] (s positions per channel) of dtype float32,
+ * float16 or bfloat16; per-channel sums in double, element math in float.
+ * coef is device memory [k][c] float (k as said). */
+
+/* out [2][c] (double): per channel the sum of x and of x^2. */
+hvd_result_t hvd__cuda_bn_stats(const void *x, hvd_dtype_t dtype, int64_t n,
+                                int64_t c, int64_t s, double *out,
+                                cudaStream_t stream);
+/* y = (x - coef[0][ch]) * coef[1][ch] + coef[2][ch] (mean, w * invstd,
+ * bias); y may be x. */
+hvd_result_t hvd__cuda_bn_apply(const void *x, void *y, hvd_dtype_t dtype,
+                                int64_t n, int64_t c, int64_t s,
+                                const float *coef, cudaStream_t stream);
+/* out [2][c] (double): per channel the sum of dy and of dy * (x - mean),
+ * mean = coef[0][ch]. */
+hvd_result_t hvd__cuda_bn_grad_stats(const void *x, const void *dy,
+                                     hvd_dtype_t dtype, int64_t n, int64_t c,
+                                     int64_t s, const float *coef, double *out,
+                                     cudaStream_t stream);
+/* dx = coef[1][ch] * (dy - coef[2][ch] - (x - coef[0][ch]) * coef[3][ch])
+ * (mean, w * invstd, mean of dy, invstd^2 * mean of dy (x - mean)); dx
+ * may be dy. */
+hvd_result_t hvd__cuda_bn_dx(const void *x, const void *dy, void *dx,
+                             hvd_dtype_t dtype, int64_t n, int64_t c, int64_t s,
+                             const float *coef, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,6 +21,8 @@
  * optimizer reduces them). Ranks may hold different batch sizes, zero
  * included: they still take part in both allreduces.
  */
+#include <config.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,13 @@
 #include "core/api.h"
 
 #define BN_PREFIX "hvd.sync_bn."
+
+#ifdef HVD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "base/device.h"
+#include "optim/optim_kernels.h"
+#endif
 
 /* Element i of a float32/float16/bfloat16 tensor's data. */
 static double get(const void *p, hvd_dtype_t t, int64_t i) {
@@ -70,11 +79,6 @@ static hvd_result_t check_x(const char *fn, const char *name,
                             const hvd_tensor_t *other, bn_shape_t *sh) {
   hvd_result_t rc;
   HVD__CHECK(hvd__check_tensor(fn, name, "x", x));
-  if (x->device != HVD_CPU)
-    return hvd__set_error(HVD_ERR_UNSUPPORTED,
-                          "%s '%s': x is on cuda:%d; sync batch norm takes "
-                          "host tensors",
-                          fn, name, x->device);
   if (x->dtype != HVD_FLOAT32 && x->dtype != HVD_FLOAT16 &&
       x->dtype != HVD_BFLOAT16)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
@@ -146,6 +150,205 @@ static hvd_result_t sum_stats(const char *fn, const char *name,
   return rc;
 }
 
+/* ---- device tensors: the sums by kernels, the rest on the host --------- */
+
+#ifdef HVD_HAVE_CUDA
+/* One call's device scratch: per-channel sums (double [2][C]) and
+ * coefficients (float [4][C]); the caller's [C] arrays (weight, running
+ * statistics, ...) are device memory, read and written through host
+ * copies. Kernels run on the legacy default stream; the call synchronizes
+ * it before returning, so the results are complete for every stream. */
+typedef struct dev {
+  int prev; /* the caller's current device, put back at the end */
+  double *sums;
+  float *coef;
+} bn_dev_t;
+
+static hvd_result_t dev_cuda(const char *fn, const char *name, cudaError_t e,
+                             const char *what) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s '%s': %s", fn, name, what);
+  return hvd__cuda_error(e, msg);
+}
+
+static hvd_result_t dev_open(const char *fn, const char *name, int device,
+                             int64_t c, bn_dev_t *d) {
+  d->sums = NULL, d->coef = NULL, d->prev = -1;
+  cudaError_t e = cudaGetDevice(&d->prev);
+  if (e == cudaSuccess && d->prev != device)
+    e = cudaSetDevice(device);
+  if (e == cudaSuccess)
+    e = cudaMalloc((void **)&d->sums, 2 * (size_t)c * sizeof(double));
+  if (e == cudaSuccess)
+    e = cudaMalloc((void **)&d->coef, 4 * (size_t)c * sizeof(float));
+  return e == cudaSuccess ? HVD_SUCCESS
+                          : dev_cuda(fn, name, e, "device scratch");
+}
+
+static void dev_close(bn_dev_t *d, int device) {
+  (void)cudaFree(d->sums);
+  (void)cudaFree(d->coef);
+  if (d->prev >= 0 && d->prev != device)
+    (void)cudaSetDevice(d->prev);
+}
+
+/* n floats from or to the device; NULL device pointers are skipped. */
+static cudaError_t dev_get(float *h, const float *p, int64_t n) {
+  return p == NULL ? cudaSuccess
+                   : cudaMemcpy(h, p, (size_t)n * sizeof(float),
+                                cudaMemcpyDeviceToHost);
+}
+
+static cudaError_t dev_put(float *p, const float *h, int64_t n) {
+  return p == NULL ? cudaSuccess
+                   : cudaMemcpy(p, h, (size_t)n * sizeof(float),
+                                cudaMemcpyHostToDevice);
+}
+
+#define DEV_CUDA(call, what)                                                   \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      rc = dev_cuda(fn, name, e_, what);                                       \
+      goto done;                                                               \
+    }                                                                          \
+  } while (0)
+
+static hvd_result_t dev_forward(const char *fn, const char *name,
+                                const hvd_tensor_t *x, const float *weight,
+                                const float *bias, float *rm, float *rv,
+                                double momentum, double eps, hvd_tensor_t *y,
+                                float *save_mean, float *save_invstd,
+                                bn_shape_t sh) {
+  const int64_t N = sh.n, C = sh.c, S = sh.s;
+  bn_dev_t d;
+  hvd_result_t rc = dev_open(fn, name, x->device, C, &d);
+  double *st = calloc(3 * (size_t)C, sizeof *st);
+  float *h = calloc(10 * (size_t)C, sizeof *h); /* w b rm rv sm si coef[4] */
+  float *hw = h, *hb = h + C, *hrm = h + 2 * C, *hrv = h + 3 * C,
+        *sm = h + 4 * C, *si = h + 5 * C, *coef = h + 6 * C;
+  if (rc != HVD_SUCCESS)
+    goto done;
+  if (st == NULL || h == NULL) {
+    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s '%s': out of memory", fn, name);
+    goto done;
+  }
+  if ((rc = hvd__cuda_bn_stats(x->data, x->dtype, N, C, S, d.sums, 0)) !=
+      HVD_SUCCESS)
+    goto done;
+  DEV_CUDA(cudaMemcpy(st + C, d.sums, 2 * (size_t)C * sizeof(double),
+                      cudaMemcpyDeviceToHost),
+           "the sums");
+  for (int64_t c = 0; c < C; c++)
+    st[c] = (double)(N * S);
+  if ((rc = sum_stats(fn, name, ".stats", st, C)) != HVD_SUCCESS)
+    goto done;
+  if (st[0] <= 1) {
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s '%s': %.0f value%s per channel over all ranks; "
+                        "batch norm needs more than 1",
+                        fn, name, st[0], st[0] == 1 ? "" : "s");
+    goto done;
+  }
+  DEV_CUDA(dev_get(hw, weight, C), "weight");
+  DEV_CUDA(dev_get(hb, bias, C), "bias");
+  DEV_CUDA(dev_get(hrm, rm, C), "running_mean");
+  DEV_CUDA(dev_get(hrv, rv, C), "running_var");
+  const double cnt = st[0];
+  for (int64_t c = 0; c < C; c++) {
+    double mean = st[C + c] / cnt;
+    double var = fmax(st[2 * C + c] / cnt - mean * mean, 0.0);
+    double invstd = 1.0 / sqrt(var + eps);
+    coef[c] = (float)mean;
+    coef[C + c] = (float)(invstd * (weight != NULL ? hw[c] : 1.0));
+    coef[2 * C + c] = bias != NULL ? hb[c] : 0.0f;
+    hrm[c] = (float)((1 - momentum) * hrm[c] + momentum * mean);
+    hrv[c] =
+        (float)((1 - momentum) * hrv[c] + momentum * var * cnt / (cnt - 1));
+    sm[c] = (float)mean;
+    si[c] = (float)invstd;
+  }
+  DEV_CUDA(dev_put(d.coef, coef, 3 * C), "coefficients");
+  if ((rc = hvd__cuda_bn_apply(x->data, y->data, x->dtype, N, C, S, d.coef,
+                               0)) != HVD_SUCCESS)
+    goto done;
+  DEV_CUDA(dev_put(rm, hrm, C), "running_mean");
+  DEV_CUDA(dev_put(rv, hrv, C), "running_var");
+  DEV_CUDA(dev_put(save_mean, sm, C), "save_mean");
+  DEV_CUDA(dev_put(save_invstd, si, C), "save_invstd");
+  DEV_CUDA(cudaStreamSynchronize(0), "synchronize");
+done:
+  free(st);
+  free(h);
+  dev_close(&d, x->device);
+  return rc;
+}
+
+static hvd_result_t dev_backward(const char *fn, const char *name,
+                                 const hvd_tensor_t *x, const hvd_tensor_t *dy,
+                                 const float *weight, const float *save_mean,
+                                 const float *save_invstd, hvd_tensor_t *dx,
+                                 float *dweight, float *dbias, bn_shape_t sh) {
+  const int64_t N = sh.n, C = sh.c, S = sh.s;
+  bn_dev_t d;
+  hvd_result_t rc = dev_open(fn, name, x->device, C, &d);
+  double *st = calloc(5 * (size_t)C, sizeof *st); /* [3][C] + own [2][C] */
+  float *h = calloc(9 * (size_t)C, sizeof *h);    /* sm si w dw db coef[4] */
+  float *sm = h, *si = h + C, *hw = h + 2 * C, *hdw = h + 3 * C,
+        *hdb = h + 4 * C, *coef = h + 5 * C;
+  if (rc != HVD_SUCCESS)
+    goto done;
+  if (st == NULL || h == NULL) {
+    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s '%s': out of memory", fn, name);
+    goto done;
+  }
+  double *own = st + 3 * C;
+  DEV_CUDA(dev_get(sm, save_mean, C), "save_mean");
+  DEV_CUDA(dev_get(si, save_invstd, C), "save_invstd");
+  DEV_CUDA(dev_get(hw, weight, C), "weight");
+  DEV_CUDA(dev_put(d.coef, sm, C), "coefficients");
+  if ((rc = hvd__cuda_bn_grad_stats(x->data, dy->data, x->dtype, N, C, S,
+                                    d.coef, d.sums, 0)) != HVD_SUCCESS)
+    goto done;
+  DEV_CUDA(cudaMemcpy(st + C, d.sums, 2 * (size_t)C * sizeof(double),
+                      cudaMemcpyDeviceToHost),
+           "the sums");
+  for (int64_t c = 0; c < C; c++) {
+    st[c] = (double)(N * S);
+    own[c] = st[C + c];
+    own[C + c] = st[2 * C + c];
+  }
+  if ((rc = sum_stats(fn, name, ".grad", st, C)) != HVD_SUCCESS)
+    goto done;
+  DEV_CUDA(dev_get(hdw, dweight, C), "dweight");
+  DEV_CUDA(dev_get(hdb, dbias, C), "dbias");
+  const double cnt = st[0];
+  for (int64_t c = 0; c < C; c++) {
+    hdw[c] += (float)(own[C + c] * si[c]);
+    hdb[c] += (float)own[c];
+    double w = weight != NULL ? hw[c] : 1.0;
+    coef[c] = sm[c];
+    coef[C + c] = (float)(w * si[c]);
+    coef[2 * C + c] = (float)(st[C + c] / cnt);
+    coef[3 * C + c] = (float)((double)si[c] * si[c] * st[2 * C + c] / cnt);
+  }
+  DEV_CUDA(dev_put(dweight, hdw, C), "dweight");
+  DEV_CUDA(dev_put(dbias, hdb, C), "dbias");
+  if (dx != NULL) {
+    DEV_CUDA(dev_put(d.coef, coef, 4 * C), "coefficients");
+    if ((rc = hvd__cuda_bn_dx(x->data, dy->data, dx->data, x->dtype, N, C, S,
+                              d.coef, 0)) != HVD_SUCCESS)
+      goto done;
+  }
+  DEV_CUDA(cudaStreamSynchronize(0), "synchronize");
+done:
+  free(st);
+  free(h);
+  dev_close(&d, x->device);
+  return rc;
+}
+#endif
+
 hvd_result_t hvd_sync_batch_norm_forward(
     const char *name, const hvd_tensor_t *x, const float *weight,
     const float *bias, float *running_mean, float *running_var, double momentum,
@@ -170,6 +373,11 @@ hvd_result_t hvd_sync_batch_norm_forward(
                           "%s '%s': running_mean and running_var go together "
                           "(one is NULL)",
                           fn, name);
+#ifdef HVD_HAVE_CUDA
+  if (x->device != HVD_CPU)
+    return dev_forward(fn, name, x, weight, bias, running_mean, running_var,
+                       momentum, eps, y, save_mean, save_invstd, sh);
+#endif
 
   const int64_t N = sh.n, C = sh.c, S = sh.s;
   double *st = calloc(3 * (size_t)C, sizeof *st);
@@ -248,6 +456,11 @@ hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
                           "%s '%s': save_mean and save_invstd (from the "
                           "forward) are needed",
                           fn, name);
+#ifdef HVD_HAVE_CUDA
+  if (x->device != HVD_CPU)
+    return dev_backward(fn, name, x, dy, weight, save_mean, save_invstd, dx,
+                        dweight, dbias, sh);
+#endif
 
   const int64_t N = sh.n, C = sh.c, S = sh.s;
   double *st = calloc(5 * (size_t)C, sizeof *st); /* [3][C] + own [2][C] */

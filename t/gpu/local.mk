@@ -20,7 +20,8 @@
 ##               against the same on host parameters: plain optimizers,
 ##               then per device executor the distributed optimizer,
 ##               parameter and state broadcast, checkpoints between GPU
-##               and CPU
+##               and CPU; synchronized batch norm on device tensors against
+##               the same on host tensors
 ##  bert_layers  examples/bert's GPU backend (layers_cuda.cu): every layer
 ##               against the CPU's, and the whole model (with a CBLAS only)
 ##  bench.sh     hvd-bench's GPU modes: the skip line without a GPU, a

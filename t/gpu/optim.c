@@ -49,6 +49,7 @@
 #include "tap/tap.h"
 
 #include "gputest.h"
+#include "hvdtest.h"
 
 #ifndef HVD_HAVE_CUDA
 
@@ -683,6 +684,103 @@ static void test_checkpoint(void) {
   }
 }
 
+/* ---- synchronized batch norm on device tensors ------------------------- */
+
+/* A device copy of n bytes at h (n may be 0). */
+static void *dup_dev(const void *h, size_t n) {
+  void *d = NULL;
+  cuda_ok(cudaMalloc(&d, n ? n : 1), "cudaMalloc");
+  if (n)
+    cuda_ok(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  return d;
+}
+
+static void get_dev(void *h, const void *d, size_t n) {
+  if (n)
+    cuda_ok(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+}
+
+/* n elements of dtype t at a and b agree to tol (relative above 1). */
+static int bn_close(hvd_dtype_t t, const void *a, const void *b, int64_t n,
+                    double tol, const char *what) {
+  for (int64_t i = 0; i < n; i++) {
+    double u = hvdt_get(t, a, i), v = hvdt_get(t, b, i);
+    if (fabs(u - v) > tol * fmax(1.0, fabs(u))) {
+      diag("%s[%lld]: host %.8g, device %.8g", what, (long long)i, u, v);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* The same forward and backward on host and on device tensors (rank r:
+ * 2 + r images, none on the last of 3 or more), compared: the host's
+ * against one process's batch norm is t/mpi/sync_bn's. */
+static void test_sync_bn(void) {
+  static const hvd_dtype_t types[2] = {HVD_FLOAT32, HVD_FLOAT16};
+  for (int k = 0; k < 2; k++) {
+    hvd_dtype_t t = types[k];
+    const int C = 3, S = 4;
+    int N = size > 2 && rank == size - 1 ? 0 : 2 + rank;
+    int64_t shape[4] = {N, C, 2, 2}, cnt = (int64_t)N * C * S;
+    size_t es = hvdt_size(t), bytes = (size_t)cnt * es, cb = sizeof(float) * 3;
+    unsigned char *x = xcalloc((size_t)cnt + 1, es), *dy = xcalloc((size_t)cnt + 1, es);
+    unsigned char *y = xcalloc((size_t)cnt + 1, es), *dx = xcalloc((size_t)cnt + 1, es);
+    unsigned char *y2 = xcalloc((size_t)cnt + 1, es), *dx2 = xcalloc((size_t)cnt + 1, es);
+    for (int64_t i = 0; i < cnt; i++) {
+      hvdt_put(t, x, i, 2 * sin(0.3 * i + rank) + (double)(i / S % C));
+      hvdt_put(t, dy, i, cos(0.7 * i - rank));
+    }
+    float w[3] = {1.0f, 1.5f, 0.5f}, b[3] = {0.1f, -0.2f, 0.3f};
+    float rm[3] = {0}, rv[3] = {1, 1, 1}, sm[3], si[3], dw[3] = {0}, db[3] = {0};
+    float rm2[3], rv2[3], sm2[3], si2[3], dw2[3], db2[3];
+    hvd_tensor_t tx = hvd_tensor_make(x, t, 4, shape), ty = hvd_tensor_make(y, t, 4, shape);
+    hvd_tensor_t tdy = hvd_tensor_make(dy, t, 4, shape), tdx = hvd_tensor_make(dx, t, 4, shape);
+    int ok_host =
+        hvd_sync_batch_norm_forward("bn.host", &tx, w, b, rm, rv, 0.1, 1e-5,
+                                    &ty, sm, si) == HVD_SUCCESS &&
+        hvd_sync_batch_norm_backward("bn.host", &tx, &tdy, w, sm, si, &tdx, dw,
+                                     db) == HVD_SUCCESS;
+    /* the device's, from the same inputs */
+    float zero3[3] = {0}, one3[3] = {1, 1, 1};
+    void *Dx = dup_dev(x, bytes), *Dy = dup_dev(y, bytes), *Ddy = dup_dev(dy, bytes);
+    void *Ddx = dup_dev(dx, bytes), *Dw = dup_dev(w, cb), *Db = dup_dev(b, cb);
+    void *Drm = dup_dev(zero3, cb), *Drv = dup_dev(one3, cb), *Dsm = dup_dev(zero3, cb);
+    void *Dsi = dup_dev(zero3, cb), *Ddw = dup_dev(zero3, cb), *Ddb = dup_dev(zero3, cb);
+    hvd_tensor_t ux = hvd_tensor_make(Dx, t, 4, shape), uy = hvd_tensor_make(Dy, t, 4, shape);
+    hvd_tensor_t udy = hvd_tensor_make(Ddy, t, 4, shape), udx = hvd_tensor_make(Ddx, t, 4, shape);
+    ux.device = uy.device = udy.device = udx.device = dev;
+    hvd_result_t rf = hvd_sync_batch_norm_forward("bn.dev", &ux, Dw, Db, Drm, Drv,
+                                                  0.1, 1e-5, &uy, Dsm, Dsi);
+    if (rf != HVD_SUCCESS)
+      diag("device forward: %s", hvd_last_error());
+    hvd_result_t rb = hvd_sync_batch_norm_backward("bn.dev", &ux, &udy, Dw, Dsm,
+                                                   Dsi, &udx, Ddw, Ddb);
+    if (rb != HVD_SUCCESS)
+      diag("device backward: %s", hvd_last_error());
+    get_dev(y2, Dy, bytes);
+    get_dev(dx2, Ddx, bytes);
+    get_dev(rm2, Drm, cb), get_dev(rv2, Drv, cb), get_dev(sm2, Dsm, cb);
+    get_dev(si2, Dsi, cb), get_dev(dw2, Ddw, cb), get_dev(db2, Ddb, cb);
+    double tol = t == HVD_FLOAT32 ? 1e-5 : 4e-3;
+    int same = ok_host && rf == HVD_SUCCESS && rb == HVD_SUCCESS &&
+               bn_close(t, y, y2, cnt, tol, "y") &&
+               bn_close(t, dx, dx2, cnt, tol, "dx") &&
+               bn_close(HVD_FLOAT32, rm, rm2, 3, 1e-6, "running_mean") &&
+               bn_close(HVD_FLOAT32, rv, rv2, 3, 1e-6, "running_var") &&
+               bn_close(HVD_FLOAT32, sm, sm2, 3, 1e-6, "save_mean") &&
+               bn_close(HVD_FLOAT32, si, si2, 3, 1e-6, "save_invstd") &&
+               bn_close(HVD_FLOAT32, dw, dw2, 3, 1e-4, "dweight") &&
+               bn_close(HVD_FLOAT32, db, db2, 3, 1e-4, "dbias");
+    ok(same, "%s: sync batch norm on %s device tensors = on host tensors "
+             "(%d images here)", pass_name, hvd_dtype_name(t), N);
+    void *all[] = {Dx, Dy, Ddy, Ddx, Dw, Db, Drm, Drv, Dsm, Dsi, Ddw, Ddb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+      cudaFree(all[i]);
+    free(x), free(dy), free(y), free(dx), free(y2), free(dx2);
+  }
+}
+
 /* ---- passes -------------------------------------------------------------- */
 
 static void run_pass(const char *ops, int last) {
@@ -699,6 +797,7 @@ static void run_pass(const char *ops, int last) {
   test_refusals();
   test_distributed();
   test_broadcast();
+  test_sync_bn();
   if (last)
     test_checkpoint();
   is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", ops);

@@ -443,3 +443,130 @@ hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
   }
   return HVD_SUCCESS;
 }
+
+/* ---- synchronized batch norm, as the .cu's bn_*_kernel ----------------- */
+
+static float bn_load(const void *p, hvd_dtype_t t, int64_t i) {
+  if (t == HVD_FLOAT16)
+    return hvd__f16_to_f32(((const uint16_t *)p)[i]);
+  if (t == HVD_BFLOAT16)
+    return hvd__bf16_to_f32(((const uint16_t *)p)[i]);
+  return ((const float *)p)[i];
+}
+
+static void bn_store(void *p, hvd_dtype_t t, int64_t i, float v) {
+  if (t == HVD_FLOAT16)
+    ((uint16_t *)p)[i] = hvd__f32_to_f16(v);
+  else if (t == HVD_BFLOAT16)
+    ((uint16_t *)p)[i] = hvd__f32_to_bf16(v);
+  else
+    ((float *)p)[i] = v;
+}
+
+static hvd_result_t bn_check(const char *who, hvd_dtype_t dtype, int64_t n,
+                             int64_t c, int64_t s, cudaStream_t stream) {
+  if (dtype != HVD_FLOAT32 && dtype != HVD_FLOAT16 && dtype != HVD_BFLOAT16)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: dtype %s", who,
+                          hvd_dtype_name(dtype));
+  if (n < 0 || c < 1 || s < 1 || c > INT32_MAX)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: shape [%lld, %lld, %lld]", who, (long long)n,
+                          (long long)c, (long long)s);
+  (void)standin_stream_device(stream, who);
+  return HVD_SUCCESS;
+}
+
+/* The two per-channel sums (dy NULL: of x and x^2; else of dy and
+ * dy (x - mean)), in element order per channel. */
+static void bn_sums(const char *who, const void *x, const void *dy,
+                    hvd_dtype_t t, int64_t n, int64_t c, int64_t s,
+                    const float *coef, double *out) {
+  size_t es = hvd_dtype_size(t), all = (size_t)(n * c * s) * es;
+  standin_need_device(x, all, who, "x");
+  if (dy != NULL) {
+    standin_need_device(dy, all, who, "dy");
+    standin_need_device(coef, (size_t)c * sizeof(float), who, "coef");
+  }
+  standin_need_device(out, 2 * (size_t)c * sizeof(double), who, "out");
+  for (int64_t ch = 0; ch < c; ch++) {
+    double a = 0, b = 0;
+    float mean = dy != NULL ? coef[ch] : 0.0f;
+    for (int64_t j = 0; j < n * s; j++) {
+      int64_t i = ((j / s) * c + ch) * s + j % s;
+      float v = bn_load(x, t, i);
+      if (dy == NULL) {
+        a += v;
+        b += (double)v * v;
+      } else {
+        float g = bn_load(dy, t, i);
+        a += g;
+        b += (double)g * (v - mean);
+      }
+    }
+    out[ch] = a;
+    out[c + ch] = b;
+  }
+}
+
+hvd_result_t hvd__cuda_bn_stats(const void *x, hvd_dtype_t dtype, int64_t n,
+                                int64_t c, int64_t s, double *out,
+                                cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_bn_stats";
+  hvd_result_t rc = bn_check(who, dtype, n, c, s, stream);
+  if (rc == HVD_SUCCESS)
+    bn_sums(who, x, NULL, dtype, n, c, s, NULL, out);
+  return rc;
+}
+
+hvd_result_t hvd__cuda_bn_grad_stats(const void *x, const void *dy,
+                                     hvd_dtype_t dtype, int64_t n, int64_t c,
+                                     int64_t s, const float *coef, double *out,
+                                     cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_bn_grad_stats";
+  hvd_result_t rc = bn_check(who, dtype, n, c, s, stream);
+  if (rc == HVD_SUCCESS)
+    bn_sums(who, x, dy, dtype, n, c, s, coef, out);
+  return rc;
+}
+
+hvd_result_t hvd__cuda_bn_apply(const void *x, void *y, hvd_dtype_t dtype,
+                                int64_t n, int64_t c, int64_t s,
+                                const float *coef, cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_bn_apply";
+  hvd_result_t rc = bn_check(who, dtype, n, c, s, stream);
+  if (rc != HVD_SUCCESS || n == 0)
+    return rc;
+  size_t all = (size_t)(n * c * s) * hvd_dtype_size(dtype);
+  standin_need_device(x, all, who, "x");
+  standin_need_device(y, all, who, "y");
+  standin_need_device(coef, 3 * (size_t)c * sizeof(float), who, "coef");
+  for (int64_t i = 0; i < n * c * s; i++) {
+    int64_t ch = (i / s) % c;
+    float v = bn_load(x, dtype, i);
+    bn_store(y, dtype, i, (v - coef[ch]) * coef[c + ch] + coef[2 * c + ch]);
+  }
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__cuda_bn_dx(const void *x, const void *dy, void *dx,
+                             hvd_dtype_t dtype, int64_t n, int64_t c,
+                             int64_t s, const float *coef,
+                             cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_bn_dx";
+  hvd_result_t rc = bn_check(who, dtype, n, c, s, stream);
+  if (rc != HVD_SUCCESS || n == 0)
+    return rc;
+  size_t all = (size_t)(n * c * s) * hvd_dtype_size(dtype);
+  standin_need_device(x, all, who, "x");
+  standin_need_device(dy, all, who, "dy");
+  standin_need_device(dx, all, who, "dx");
+  standin_need_device(coef, 4 * (size_t)c * sizeof(float), who, "coef");
+  for (int64_t i = 0; i < n * c * s; i++) {
+    int64_t ch = (i / s) % c;
+    float v = bn_load(x, dtype, i), g = bn_load(dy, dtype, i);
+    bn_store(dx, dtype, i,
+             coef[c + ch] *
+                 (g - coef[2 * c + ch] - (v - coef[ch]) * coef[3 * c + ch]));
+  }
+  return HVD_SUCCESS;
+}
