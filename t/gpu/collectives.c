@@ -616,6 +616,71 @@ static void test_join(void) {
 
 /* ---- passes -------------------------------------------------------------- */
 
+/* A process set of the even ranks: an allreduce of a device tensor in it
+ * (its own engine and device executors) beside the same name in the
+ * world. Exact sums; the odd ranks hold the set's check vacuously. */
+/* The host stand-in's NCCL makes communicators of the whole world only:
+ * its own symbols are there only in its programs. */
+extern int standin_stream_device(cudaStream_t s, const char *who)
+    __attribute__((weak));
+
+static void test_process_set(void) {
+  int evens[8] = {0}, n = 0;
+  for (int r = 0; r < size && n < 8; r += 2)
+    evens[n++] = r;
+  if (n < size && standin_stream_device != NULL &&
+      strcmp(pass_name, "nccl") == 0) {
+    skip(3, "nccl: the stand-in's NCCL has no communicators of a subset");
+    return;
+  }
+  hvd_process_set_t *ps = NULL;
+  hvd_result_t rc = hvd_process_set_create(evens, n, &ps);
+  is_int(HVD_SUCCESS, rc, "%s: process set of the even ranks", pass_name);
+  if (rc != HVD_SUCCESS)
+    return;
+  float h[5], got[5], w[5];
+  int64_t five = 5;
+  for (int i = 0; i < 5; i++)
+    h[i] = (float)(rank * 10 + i);
+  float *d = NULL, *dw = NULL;
+  cuda_ok(cudaMalloc((void **)&d, sizeof h), "cudaMalloc");
+  cuda_ok(cudaMalloc((void **)&dw, sizeof h), "cudaMalloc");
+  cuda_ok(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice), "H2D");
+  cuda_ok(cudaMemcpy(dw, h, sizeof h, cudaMemcpyHostToDevice), "H2D");
+  hvd_tensor_t t = hvd_tensor_make(d, HVD_FLOAT32, 1, &five);
+  hvd_tensor_t tw = hvd_tensor_make(dw, HVD_FLOAT32, 1, &five);
+  t.device = tw.device = dev;
+  int good = 1;
+  hvd_request_t *rs = NULL, *rw = NULL;
+  if (rank % 2 == 0)
+    good = hvd_ps_allreduce_async(ps, "ps.x", &t, &t, HVD_SUM, 1, 1, &rs) ==
+           HVD_SUCCESS;
+  good &= hvd_allreduce_async("ps.x", &tw, &tw, HVD_SUM, 1, 1, &rw) ==
+          HVD_SUCCESS;
+  if (rs != NULL)
+    good &= hvd_wait(rs) == HVD_SUCCESS;
+  good &= rw != NULL && hvd_wait(rw) == HVD_SUCCESS;
+  cuda_ok(cudaMemcpy(got, d, sizeof got, cudaMemcpyDeviceToHost), "D2H");
+  cuda_ok(cudaMemcpy(w, dw, sizeof w, cudaMemcpyDeviceToHost), "D2H");
+  for (int i = 0; i < 5; i++) {
+    float set = 0, world = 0;
+    for (int r = 0; r < size; r++) {
+      world += (float)(r * 10 + i);
+      if (r % 2 == 0)
+        set += (float)(r * 10 + i);
+    }
+    good &= (rank % 2 != 0 || got[i] == set) && w[i] == world;
+  }
+  if (!good)
+    diag("%s", hvd_last_error());
+  ok(good, "%s: a device allreduce in the set beside the world's, exact",
+     pass_name);
+  cudaFree(d);
+  cudaFree(dw);
+  is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "%s: destroy the set",
+         pass_name);
+}
+
 static void run_pass(const char *ops) {
   pass_name = ops;
   setenv("HVD_GPU_OPERATIONS", ops, 1);
@@ -634,6 +699,7 @@ static void run_pass(const char *ops) {
   test_gathers();
   test_errors();
   test_join();
+  test_process_set();
   is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", ops);
   unsetenv("HVD_GPU_OPERATIONS");
 }

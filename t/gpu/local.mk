@@ -14,8 +14,10 @@
 ##  collectives  every collective on device tensors through each device
 ##               executor (NCCL at np 1, and at np N with N GPUs;
 ##               host-staged MPI at every np, ranks sharing a GPU) against
-##               exact host expectations; -static: it calls
-##               hvd__allreduce_wire_async (compression)
+##               exact host expectations, and a process set's device
+##               allreduce beside the world's (NCCL subsets only on a GPU:
+##               the stand-in's NCCL knows the whole world only); -static:
+##               it calls hvd__allreduce_wire_async (compression)
 ##  optim        the optimizer stack on device parameters (lib/optim)
 ##               against the same on host parameters: plain optimizers,
 ##               then per device executor the distributed optimizer,
