@@ -13,6 +13,13 @@
 #     (straggler.sh has the cases where a rank never comes): status 9.
 #   late, np 2: rank 1 submits "x" after 3 s: the warning comes, then "x"
 #     completes with the right sum on both ranks, and nothing stops.
+#   set, np 3: "x" in a process set of ranks 1 and 2, rank 2 three
+#     seconds late: the set's own inspector warns on rank 1 (the set's
+#     coordinator), naming world ranks, exactly
+#       [hvd 1] warning: stall: allreduce 'x' has waited S s for rank(s) 2;
+#       submitted by rank(s) 1
+#     then "x" completes with the set's sum on both; rank 0 has nothing
+#     in the set and nothing stalls there.
 #
 # Each run is bounded by HVD_TEST_TIMEOUT=40 (the wrapper's timeout).
 
@@ -112,6 +119,27 @@ check $? "$what: nothing stops"
 count=`grep -c "^stall_prog\[[0-9]*\]: shutdown rc=0\$" "$out"`
 [ "$count" = 2 ]
 check $? "$what: both ranks shut down ($count of 2)"
+if [ $failed != $bad ]; then
+  show "$out" "stdout of the $what run"
+  show "$err" "stderr of the $what run"
+fi
+
+out=$tmp/set.out
+err=$tmp/set.err
+run_np 3 "$out" "$err" "$prog" set
+bad=$failed
+what="set, np 3"
+check $rc "$what: the job exits 0 (status $rc)"
+grep -q "^\[hvd 1\] warning: stall: allreduce 'x' has waited [0-9.]* s for rank(s) 2; submitted by rank(s) 1\$" "$err"
+check $? "$what: the set's inspector (rank 1) warns that 'x' waits for world rank 2"
+count=`grep -c "^stall_prog\[[12]\]: 'x' rc=0 after [0-9.]* s: sum ok\$" "$out"`
+[ "$count" = 2 ]
+check $? "$what: then 'x' completes with the set's sum on ranks 1 and 2 ($count)"
+grep -q "^stall_prog\[0\]: not in the set\$" "$out" && ! grep -q "hvd 0\].*stall" "$err"
+check $? "$what: rank 0, outside the set, sees no stall"
+count=`grep -c "^stall_prog\[[0-9]*\]: shutdown rc=0\$" "$out"`
+[ "$count" = 3 ]
+check $? "$what: every rank shuts down ($count of 3)"
 if [ $failed != $bad ]; then
   show "$out" "stdout of the $what run"
   show "$err" "stderr of the $what run"

@@ -9,6 +9,12 @@
  *   stall_prog late    rank 1 submits "x" 3 s after the start: the stall
  *                      warning comes (HVD_STALL_CHECK_TIME=2) but "x"
  *                      completes, with the right sum.
+ *   stall_prog set     (3 ranks or more) "x" in a process set of ranks 1
+ *                      and 2 only, rank 2 submitting it 3 s late: the set's
+ *                      own stall inspector (on rank 1, the set's first)
+ *                      warns naming world ranks; "x" completes with the
+ *                      set's sum; the other ranks print that they are not
+ *                      in the set.
  *
  * Every rank prints one line on stdout about its request:
  *   stall_prog[R]: 'x' rc=RC after S.S s: MESSAGE
@@ -42,21 +48,36 @@ int main(int argc, char **argv) {
   float x[8], y[8];
   int64_t shape[1] = {8};
 
-  if (argc != 2 || (strcmp(argv[1], "never") && strcmp(argv[1], "late"))) {
-    fprintf(stderr, "usage: stall_prog never|late\n");
+  if (argc != 2 || (strcmp(argv[1], "never") && strcmp(argv[1], "late") &&
+                    strcmp(argv[1], "set"))) {
+    fprintf(stderr, "usage: stall_prog never|late|set\n");
     return 2;
   }
   late = strcmp(argv[1], "late") == 0;
+  int in_set = strcmp(argv[1], "set") == 0;
   if (hvd_init() != HVD_SUCCESS) {
     fprintf(stderr, "stall_prog: hvd_init: %s\n", hvd_last_error());
     return 2;
   }
   int me = hvd_rank(), size = hvd_size();
+  hvd_process_set_t *ps = NULL;
+  const int pair[2] = {1, 2};
+  if (in_set && hvd_process_set_create(pair, 2, &ps) != HVD_SUCCESS) {
+    fprintf(stderr, "stall_prog: hvd_process_set_create: %s\n",
+            hvd_last_error());
+    return 2;
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = now();
 
   const char *name = "x";
-  if (me == 1) {
+  if (in_set && hvd_process_set_rank(ps) < 0) {
+    printf("stall_prog[%d]: not in the set\n", me);
+    fflush(stdout);
+  } else if (in_set) {
+    if (me == 2)
+      sleep_s(3.0);
+  } else if (me == 1) {
     sleep_s(late ? 3.0 : 0.5);
     if (!late)
       name = "y";
@@ -68,8 +89,16 @@ int main(int argc, char **argv) {
   hvd_tensor_t s = hvd_tensor_make(x, HVD_FLOAT32, 1, shape);
   hvd_tensor_t r = hvd_tensor_make(y, HVD_FLOAT32, 1, shape);
   hvd_request_t *req = NULL;
-  hvd_result_t rc = hvd_allreduce_async(name, &s, &r, HVD_SUM, 1.0, 1.0, &req);
-  int done = rc != HVD_SUCCESS;
+  hvd_result_t rc = HVD_SUCCESS;
+  int done;
+  if (in_set && hvd_process_set_rank(ps) < 0) {
+    done = 1, rc = HVD_ERR_INVALID_ARG; /* nothing to submit here */
+    goto finish;
+  }
+  rc = in_set ? hvd_ps_allreduce_async(ps, name, &s, &r, HVD_SUM, 1.0, 1.0,
+                                       &req)
+              : hvd_allreduce_async(name, &s, &r, HVD_SUM, 1.0, 1.0, &req);
+  done = rc != HVD_SUCCESS;
   while (!done && now() - t0 < 20.0) {
     rc = hvd_test(req, &done);
     if (!done)
@@ -86,8 +115,9 @@ int main(int argc, char **argv) {
   char msg[1024];
   if (rc == HVD_SUCCESS) {
     int good = 1;
-    for (int i = 0; i < 8; i++)
-      good &= y[i] == (float)(size * (size - 1) / 2 + size * i);
+    for (int i = 0; i < 8; i++) /* the set: ranks 1 and 2 */
+      good &= y[i] == (in_set ? (float)(3 + 2 * i)
+                              : (float)(size * (size - 1) / 2 + size * i));
     snprintf(msg, sizeof msg, good ? "sum ok" : "sum wrong: y[0] = %g",
              (double)y[0]);
   } else {
@@ -96,6 +126,8 @@ int main(int argc, char **argv) {
   printf("stall_prog[%d]: '%s' rc=%d after %.1f s: %s\n", me, name, (int)rc,
          took, msg);
   fflush(stdout);
+finish:
+  hvd_process_set_destroy(ps);
   rc = hvd_shutdown();
   printf("stall_prog[%d]: shutdown rc=%d\n", me, (int)rc);
   fflush(stdout);
