@@ -90,7 +90,8 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
     z->off[i] = r * q + (r < m ? r : m);
     z->recv[i].device = HVD_CPU;
     z->block[i].name = p->name;
-    z->block[i].value = hvd_tensor_make((float *)p->value.data + z->off[i],
+    float *v = p->value.data; /* NULL for an empty parameter */
+    z->block[i].value = hvd_tensor_make(v != NULL ? v + z->off[i] : NULL,
                                         HVD_FLOAT32, 1, &z->len[i]);
     z->block[i].grad = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
     size_t len = sizeof ZERO_PREFIX + strlen(p->name);
@@ -155,9 +156,9 @@ static hvd_result_t gather_params(hvd__zero_t *z, hvd_optimizer_t *core) {
     if (req[i] == NULL)
       continue;
     hvd_result_t rc = hvd_wait(req[i]);
-    if (rc == HVD_SUCCESS)
-      memcpy(core->params[i].value.data, got[i].data,
-             hvd__tensor_bytes(&core->params[i].value));
+    size_t bytes = hvd__tensor_bytes(&core->params[i].value);
+    if (rc == HVD_SUCCESS && bytes > 0)
+      memcpy(core->params[i].value.data, got[i].data, bytes);
     else if (first == HVD_SUCCESS) {
       first = rc;
       snprintf(msg, sizeof msg, "%s", hvd_last_error());
