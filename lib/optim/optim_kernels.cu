@@ -108,24 +108,6 @@ extern "C" hvd_result_t hvd__cuda_grad_scale(float *x, int64_t n, double factor,
 
 namespace {
 
-__device__ __forceinline__ float bn_load(const void *p, int dtype, int64_t i) {
-  if (dtype == HVD_FLOAT16)
-    return hvd__f16_to_f32(((const uint16_t *)p)[i]);
-  if (dtype == HVD_BFLOAT16)
-    return hvd__bf16_to_f32(((const uint16_t *)p)[i]);
-  return ((const float *)p)[i];
-}
-
-__device__ __forceinline__ void bn_store(void *p, int dtype, int64_t i,
-                                         float v) {
-  if (dtype == HVD_FLOAT16)
-    ((uint16_t *)p)[i] = hvd__f32_to_f16(v);
-  else if (dtype == HVD_BFLOAT16)
-    ((uint16_t *)p)[i] = hvd__f32_to_bf16(v);
-  else
-    ((float *)p)[i] = v;
-}
-
 /* One block per channel: the two sums over its n * s values, in double,
  * reduced in shared memory. dy NULL: x and x^2; else dy and
  * dy * (x - mean). */
@@ -138,12 +120,12 @@ __global__ void bn_sums_kernel(const void *x, const void *dy, int dtype,
   double sa = 0, sb = 0;
   for (int64_t j = threadIdx.x; j < per; j += blockDim.x) {
     int64_t i = ((j / s) * c + ch) * s + j % s;
-    float v = bn_load(x, dtype, i);
+    float v = hvd__km_bn_load(x, dtype, i);
     if (dy == NULL) {
       sa += v;
       sb += (double)v * v;
     } else {
-      float g = bn_load(dy, dtype, i);
+      float g = hvd__km_bn_load(dy, dtype, i);
       sa += g;
       sb += (double)g * (v - mean);
     }
@@ -170,8 +152,9 @@ __global__ void bn_apply_kernel(const void *x, void *y, int dtype, int64_t n,
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += stride) {
     int64_t ch = (i / s) % c;
-    float v = bn_load(x, dtype, i);
-    bn_store(y, dtype, i, (v - coef[ch]) * coef[c + ch] + coef[2 * c + ch]);
+    hvd__km_bn_store(
+        y, dtype, i,
+        hvd__km_bn_apply_elem(hvd__km_bn_load(x, dtype, i), coef, c, ch));
   }
 }
 
@@ -182,22 +165,9 @@ __global__ void bn_dx_kernel(const void *x, const void *dy, void *dx, int dtype,
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += stride) {
     int64_t ch = (i / s) % c;
-    float v = bn_load(x, dtype, i), g = bn_load(dy, dtype, i);
-    bn_store(dx, dtype, i,
-             coef[c + ch] *
-                 (g - coef[2 * c + ch] - (v - coef[ch]) * coef[3 * c + ch]));
+    float v = hvd__km_bn_load(x, dtype, i), g = hvd__km_bn_load(dy, dtype, i);
+    hvd__km_bn_store(dx, dtype, i, hvd__km_bn_dx_elem(v, g, coef, c, ch));
   }
-}
-
-hvd_result_t bn_check(const char *who, hvd_dtype_t dtype, int64_t n, int64_t c,
-                      int64_t s) {
-  if (dtype != HVD_FLOAT32 && dtype != HVD_FLOAT16 && dtype != HVD_BFLOAT16)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: dtype %s", who,
-                          hvd_dtype_name(dtype));
-  if (n < 0 || c < 1 || s < 1 || c > INT32_MAX)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: shape [%lld, %lld, %lld]",
-                          who, (long long)n, (long long)c, (long long)s);
-  return HVD_SUCCESS;
 }
 
 } // namespace
@@ -206,7 +176,7 @@ extern "C" hvd_result_t hvd__cuda_bn_stats(const void *x, hvd_dtype_t dtype,
                                            int64_t n, int64_t c, int64_t s,
                                            double *out, cudaStream_t stream) {
   static const char who[] = "hvd__cuda_bn_stats";
-  hvd_result_t rc = bn_check(who, dtype, n, c, s);
+  hvd_result_t rc = hvd__km_bn_check(who, dtype, n, c, s);
   if (rc != HVD_SUCCESS)
     return rc;
   bn_sums_kernel<<<(unsigned)c, 256, 0, stream>>>(x, NULL, dtype, n, c, s, NULL,
@@ -221,7 +191,7 @@ extern "C" hvd_result_t hvd__cuda_bn_apply(const void *x, void *y,
                                            const float *coef,
                                            cudaStream_t stream) {
   static const char who[] = "hvd__cuda_bn_apply";
-  hvd_result_t rc = bn_check(who, dtype, n, c, s);
+  hvd_result_t rc = hvd__km_bn_check(who, dtype, n, c, s);
   if (rc != HVD_SUCCESS || n == 0)
     return rc;
   bn_apply_kernel<<<hvd__grid_for(n * c * s, 1), hvd__kernel_threads, 0,
@@ -236,7 +206,7 @@ extern "C" hvd_result_t hvd__cuda_bn_grad_stats(const void *x, const void *dy,
                                                 const float *coef, double *out,
                                                 cudaStream_t stream) {
   static const char who[] = "hvd__cuda_bn_grad_stats";
-  hvd_result_t rc = bn_check(who, dtype, n, c, s);
+  hvd_result_t rc = hvd__km_bn_check(who, dtype, n, c, s);
   if (rc != HVD_SUCCESS)
     return rc;
   bn_sums_kernel<<<(unsigned)c, 256, 0, stream>>>(x, dy, dtype, n, c, s, coef,
@@ -250,7 +220,7 @@ extern "C" hvd_result_t hvd__cuda_bn_dx(const void *x, const void *dy, void *dx,
                                         int64_t s, const float *coef,
                                         cudaStream_t stream) {
   static const char who[] = "hvd__cuda_bn_dx";
-  hvd_result_t rc = bn_check(who, dtype, n, c, s);
+  hvd_result_t rc = hvd__km_bn_check(who, dtype, n, c, s);
   if (rc != HVD_SUCCESS || n == 0)
     return rc;
   bn_dx_kernel<<<hvd__grid_for(n * c * s, 1), hvd__kernel_threads, 0, stream>>>(

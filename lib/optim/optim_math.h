@@ -103,4 +103,48 @@ HVD__KM_FN void hvd__km_adam_elem(hvd__km_adam_t a, float *v, const float *g,
   v[j] -= a.step_size * (m[j] / denom);
 }
 
+/* ---- synchronized batch norm ------------------------------------------ */
+
+/* The arguments of every bn kernel: a float dtype, x as [n, c, s]. */
+static inline hvd_result_t hvd__km_bn_check(const char *who, hvd_dtype_t dtype,
+                                            int64_t n, int64_t c, int64_t s) {
+  if (dtype != HVD_FLOAT32 && !hvd__km_is_half(dtype))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: dtype %s", who,
+                          hvd_dtype_name(dtype));
+  if (n < 0 || c < 1 || s < 1 || c > INT32_MAX)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: shape [%lld, %lld, %lld]",
+                          who, (long long)n, (long long)c, (long long)s);
+  return HVD_SUCCESS;
+}
+
+/* Element i of a float32, float16 or bfloat16 array, as float. */
+HVD__KM_FN float hvd__km_bn_load(const void *p, int dtype, int64_t i) {
+  if (dtype == HVD_FLOAT32)
+    return ((const float *)p)[i];
+  return hvd__km_half_get(((const uint16_t *)p)[i], dtype == HVD_BFLOAT16);
+}
+
+HVD__KM_FN void hvd__km_bn_store(void *p, int dtype, int64_t i, float v) {
+  if (dtype == HVD_FLOAT32)
+    ((float *)p)[i] = v;
+  else
+    ((uint16_t *)p)[i] = hvd__km_half_make(v, dtype == HVD_BFLOAT16);
+}
+
+/* The normalization of element i of channel ch: (x - mean) * k + b with
+ * coef [3][c] = mean, weight * invstd, bias. */
+HVD__KM_FN float hvd__km_bn_apply_elem(float x, const float *coef, int64_t c,
+                                       int64_t ch) {
+  return (x - coef[ch]) * coef[c + ch] + coef[2 * c + ch];
+}
+
+/* dx of element i of channel ch: k (dy - mean_dy - (x - mean) q) with
+ * coef [4][c] = mean, weight * invstd, mean of dy, invstd^2 * mean of
+ * dy (x - mean). */
+HVD__KM_FN float hvd__km_bn_dx_elem(float x, float dy, const float *coef,
+                                    int64_t c, int64_t ch) {
+  return coef[c + ch] *
+         (dy - coef[2 * c + ch] - (x - coef[ch]) * coef[3 * c + ch]);
+}
+
 #endif /* HVD_OPTIM_OPTIM_MATH_H */

@@ -126,10 +126,14 @@ static hvd_result_t check_name(const char *fn, const char *name) {
   return HVD_SUCCESS;
 }
 
-/* Sums stats [3][C] over the ranks as "hvd.sync_bn.<name><suffix>"; a
- * mismatch (ranks with different channel counts) says so first. */
+/* Sums stats [3][C] over the ranks as "hvd.sync_bn.<name><suffix>", its
+ * first row set to this rank's count of values per channel; a mismatch
+ * (ranks with different channel counts) says so first. */
 static hvd_result_t sum_stats(const char *fn, const char *name,
-                              const char *suffix, double *stats, int64_t c) {
+                              const char *suffix, double *stats, int64_t c,
+                              int64_t count) {
+  for (int64_t k = 0; k < c; k++) /* the first row: this rank's count */
+    stats[k] = (double)count;
   size_t len = sizeof BN_PREFIX + strlen(name) + strlen(suffix);
   char *full = malloc(len);
   if (full == NULL)
@@ -148,6 +152,43 @@ static hvd_result_t sum_stats(const char *fn, const char *name,
     return hvd__set_error_msg(rc, msg);
   }
   return rc;
+}
+
+/* The forward's sums over the ranks, and batch norm's need of more than
+ * one value per channel in all. */
+static hvd_result_t sum_batch(const char *fn, const char *name, double *st,
+                              int64_t c, int64_t count) {
+  hvd_result_t rc = sum_stats(fn, name, ".stats", st, c, count);
+  if (rc == HVD_SUCCESS && st[0] <= 1)
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s '%s': %.0f value%s per channel over all ranks; "
+                        "batch norm needs more than 1",
+                        fn, name, st[0], st[0] == 1 ? "" : "s");
+  return rc;
+}
+
+/* Channel c of the summed statistics: the batch mean, the biased variance
+ * (it normalizes) and 1 / sqrt(var + eps). */
+typedef struct bn_chan {
+  double mean, var, invstd;
+} bn_chan_t;
+
+static bn_chan_t channel(const double *st, int64_t C, int64_t c, double eps) {
+  bn_chan_t k;
+  k.mean = st[C + c] / st[0];
+  k.var = fmax(st[2 * C + c] / st[0] - k.mean * k.mean, 0.0);
+  k.invstd = 1.0 / sqrt(k.var + eps);
+  return k;
+}
+
+/* The running statistics of channel c (rm, rv may be NULL: none), as
+ * torch: the variance unbiased over the cnt values. */
+static void update_running(float *rm, float *rv, int64_t c, double momentum,
+                           bn_chan_t k, double cnt) {
+  if (rm == NULL)
+    return;
+  rm[c] = (float)((1 - momentum) * rm[c] + momentum * k.mean);
+  rv[c] = (float)((1 - momentum) * rv[c] + momentum * k.var * cnt / (cnt - 1));
 }
 
 /* ---- device tensors: the sums by kernels, the rest on the host --------- */
@@ -239,34 +280,20 @@ static hvd_result_t dev_forward(const char *fn, const char *name,
   DEV_CUDA(cudaMemcpy(st + C, d.sums, 2 * (size_t)C * sizeof(double),
                       cudaMemcpyDeviceToHost),
            "the sums");
-  for (int64_t c = 0; c < C; c++)
-    st[c] = (double)(N * S);
-  if ((rc = sum_stats(fn, name, ".stats", st, C)) != HVD_SUCCESS)
+  if ((rc = sum_batch(fn, name, st, C, N * S)) != HVD_SUCCESS)
     goto done;
-  if (st[0] <= 1) {
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
-                        "%s '%s': %.0f value%s per channel over all ranks; "
-                        "batch norm needs more than 1",
-                        fn, name, st[0], st[0] == 1 ? "" : "s");
-    goto done;
-  }
   DEV_CUDA(dev_get(hw, weight, C), "weight");
   DEV_CUDA(dev_get(hb, bias, C), "bias");
   DEV_CUDA(dev_get(hrm, rm, C), "running_mean");
   DEV_CUDA(dev_get(hrv, rv, C), "running_var");
-  const double cnt = st[0];
   for (int64_t c = 0; c < C; c++) {
-    double mean = st[C + c] / cnt;
-    double var = fmax(st[2 * C + c] / cnt - mean * mean, 0.0);
-    double invstd = 1.0 / sqrt(var + eps);
-    coef[c] = (float)mean;
-    coef[C + c] = (float)(invstd * (weight != NULL ? hw[c] : 1.0));
+    bn_chan_t k = channel(st, C, c, eps);
+    coef[c] = (float)k.mean;
+    coef[C + c] = (float)(k.invstd * (weight != NULL ? hw[c] : 1.0));
     coef[2 * C + c] = bias != NULL ? hb[c] : 0.0f;
-    hrm[c] = (float)((1 - momentum) * hrm[c] + momentum * mean);
-    hrv[c] =
-        (float)((1 - momentum) * hrv[c] + momentum * var * cnt / (cnt - 1));
-    sm[c] = (float)mean;
-    si[c] = (float)invstd;
+    update_running(rm != NULL ? hrm : NULL, hrv, c, momentum, k, st[0]);
+    sm[c] = (float)k.mean;
+    si[c] = (float)k.invstd;
   }
   DEV_CUDA(dev_put(d.coef, coef, 3 * C), "coefficients");
   if ((rc = hvd__cuda_bn_apply(x->data, y->data, x->dtype, N, C, S, d.coef,
@@ -313,12 +340,8 @@ static hvd_result_t dev_backward(const char *fn, const char *name,
   DEV_CUDA(cudaMemcpy(st + C, d.sums, 2 * (size_t)C * sizeof(double),
                       cudaMemcpyDeviceToHost),
            "the sums");
-  for (int64_t c = 0; c < C; c++) {
-    st[c] = (double)(N * S);
-    own[c] = st[C + c];
-    own[C + c] = st[2 * C + c];
-  }
-  if ((rc = sum_stats(fn, name, ".grad", st, C)) != HVD_SUCCESS)
+  memcpy(own, st + C, 2 * (size_t)C * sizeof *own);
+  if ((rc = sum_stats(fn, name, ".grad", st, C, N * S)) != HVD_SUCCESS)
     goto done;
   DEV_CUDA(dev_get(hdw, dweight, C), "dweight");
   DEV_CUDA(dev_get(hdb, dbias, C), "dbias");
@@ -392,26 +415,17 @@ hvd_result_t hvd_sync_batch_norm_forward(
         sum += v;
         sq += v * v;
       }
-    st[c] = (double)(N * S);
     st[C + c] = sum;
     st[2 * C + c] = sq;
   }
-  rc = sum_stats(fn, name, ".stats", st, C);
-  if (rc == HVD_SUCCESS && st[0] <= 1) {
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
-                        "%s '%s': %.0f value%s per channel over all ranks; "
-                        "batch norm needs more than 1",
-                        fn, name, st[0], st[0] == 1 ? "" : "s");
-  }
+  rc = sum_batch(fn, name, st, C, N * S);
   if (rc != HVD_SUCCESS) {
     free(st);
     return rc;
   }
-  const double cnt = st[0];
   for (int64_t c = 0; c < C; c++) {
-    double mean = st[C + c] / cnt;
-    double var = fmax(st[2 * C + c] / cnt - mean * mean, 0.0);
-    double invstd = 1.0 / sqrt(var + eps);
+    bn_chan_t k = channel(st, C, c, eps);
+    double mean = k.mean, invstd = k.invstd;
     double w = weight != NULL ? weight[c] : 1.0;
     double b = bias != NULL ? bias[c] : 0.0;
     for (int64_t n = 0; n < N; n++)
@@ -420,12 +434,7 @@ hvd_result_t hvd_sync_batch_norm_forward(
         put(y->data, y->dtype, i,
             (get(x->data, x->dtype, i) - mean) * invstd * w + b);
       }
-    if (running_mean != NULL) {
-      running_mean[c] =
-          (float)((1 - momentum) * running_mean[c] + momentum * mean);
-      running_var[c] = (float)((1 - momentum) * running_var[c] +
-                               momentum * var * cnt / (cnt - 1));
-    }
+    update_running(running_mean, running_var, c, momentum, k, st[0]);
     if (save_mean != NULL)
       save_mean[c] = (float)mean;
     if (save_invstd != NULL)
@@ -477,11 +486,10 @@ hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
         sdy += g;
         sdyx += g * (get(x->data, x->dtype, i) - mean);
       }
-    st[c] = (double)(N * S);
     st[C + c] = own[c] = sdy;
     st[2 * C + c] = own[C + c] = sdyx;
   }
-  rc = sum_stats(fn, name, ".grad", st, C);
+  rc = sum_stats(fn, name, ".grad", st, C, N * S);
   if (rc != HVD_SUCCESS) {
     free(st);
     return rc;

@@ -446,34 +446,13 @@ hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
 
 /* ---- synchronized batch norm, as the .cu's bn_*_kernel ----------------- */
 
-static float bn_load(const void *p, hvd_dtype_t t, int64_t i) {
-  if (t == HVD_FLOAT16)
-    return hvd__f16_to_f32(((const uint16_t *)p)[i]);
-  if (t == HVD_BFLOAT16)
-    return hvd__bf16_to_f32(((const uint16_t *)p)[i]);
-  return ((const float *)p)[i];
-}
-
-static void bn_store(void *p, hvd_dtype_t t, int64_t i, float v) {
-  if (t == HVD_FLOAT16)
-    ((uint16_t *)p)[i] = hvd__f32_to_f16(v);
-  else if (t == HVD_BFLOAT16)
-    ((uint16_t *)p)[i] = hvd__f32_to_bf16(v);
-  else
-    ((float *)p)[i] = v;
-}
-
+/* The .cu's checks, then the stream's device, loudly. */
 static hvd_result_t bn_check(const char *who, hvd_dtype_t dtype, int64_t n,
                              int64_t c, int64_t s, cudaStream_t stream) {
-  if (dtype != HVD_FLOAT32 && dtype != HVD_FLOAT16 && dtype != HVD_BFLOAT16)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: dtype %s", who,
-                          hvd_dtype_name(dtype));
-  if (n < 0 || c < 1 || s < 1 || c > INT32_MAX)
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: shape [%lld, %lld, %lld]", who, (long long)n,
-                          (long long)c, (long long)s);
-  (void)standin_stream_device(stream, who);
-  return HVD_SUCCESS;
+  hvd_result_t rc = hvd__km_bn_check(who, dtype, n, c, s);
+  if (rc == HVD_SUCCESS)
+    (void)standin_stream_device(stream, who);
+  return rc;
 }
 
 /* The two per-channel sums (dy NULL: of x and x^2; else of dy and
@@ -493,12 +472,12 @@ static void bn_sums(const char *who, const void *x, const void *dy,
     float mean = dy != NULL ? coef[ch] : 0.0f;
     for (int64_t j = 0; j < n * s; j++) {
       int64_t i = ((j / s) * c + ch) * s + j % s;
-      float v = bn_load(x, t, i);
+      float v = hvd__km_bn_load(x, t, i);
       if (dy == NULL) {
         a += v;
         b += (double)v * v;
       } else {
-        float g = bn_load(dy, t, i);
+        float g = hvd__km_bn_load(dy, t, i);
         a += g;
         b += (double)g * (v - mean);
       }
@@ -542,8 +521,9 @@ hvd_result_t hvd__cuda_bn_apply(const void *x, void *y, hvd_dtype_t dtype,
   standin_need_device(coef, 3 * (size_t)c * sizeof(float), who, "coef");
   for (int64_t i = 0; i < n * c * s; i++) {
     int64_t ch = (i / s) % c;
-    float v = bn_load(x, dtype, i);
-    bn_store(y, dtype, i, (v - coef[ch]) * coef[c + ch] + coef[2 * c + ch]);
+    hvd__km_bn_store(y, dtype, i,
+                     hvd__km_bn_apply_elem(hvd__km_bn_load(x, dtype, i), coef,
+                                           c, ch));
   }
   return HVD_SUCCESS;
 }
@@ -563,10 +543,8 @@ hvd_result_t hvd__cuda_bn_dx(const void *x, const void *dy, void *dx,
   standin_need_device(coef, 4 * (size_t)c * sizeof(float), who, "coef");
   for (int64_t i = 0; i < n * c * s; i++) {
     int64_t ch = (i / s) % c;
-    float v = bn_load(x, dtype, i), g = bn_load(dy, dtype, i);
-    bn_store(dx, dtype, i,
-             coef[c + ch] *
-                 (g - coef[2 * c + ch] - (v - coef[ch]) * coef[3 * c + ch]));
+    float v = hvd__km_bn_load(x, dtype, i), g = hvd__km_bn_load(dy, dtype, i);
+    hvd__km_bn_store(dx, dtype, i, hvd__km_bn_dx_elem(v, g, coef, c, ch));
   }
   return HVD_SUCCESS;
 }
