@@ -37,6 +37,7 @@ struct hvd__zero {
   hvd_param_t *block;  /* views: value block, recv as grad */
   hvd_tensor_t *state; /* n * ns block-sized state tensors */
   char **names;        /* "hvd.zero.<name>" */
+  char **snames;       /* n * ns: "hvd.zero.<name>.state<k>" */
 };
 
 void hvd__zero_free(hvd__zero_t *z) {
@@ -48,6 +49,9 @@ void hvd__zero_free(hvd__zero_t *z) {
     if (z->names != NULL)
       free(z->names[i]);
   }
+  for (int s = 0; z->snames != NULL && s < z->n * z->ns; s++)
+    free(z->snames[s]);
+  free(z->snames);
   for (int s = 0; z->state != NULL && s < z->n * z->ns; s++)
     (void)hvd_free_host(z->state[s].data);
   free(z->off);
@@ -80,7 +84,9 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
   z->block = calloc(cnt, sizeof *z->block);
   z->names = calloc(cnt, sizeof *z->names);
   z->state = calloc(cnt * (ns > 0 ? (size_t)ns : 1), sizeof *z->state);
-  if (!z->off || !z->len || !z->recv || !z->block || !z->names || !z->state)
+  z->snames = calloc(cnt * (ns > 0 ? (size_t)ns : 1), sizeof *z->snames);
+  if (!z->off || !z->len || !z->recv || !z->block || !z->names || !z->state ||
+      !z->snames)
     goto oom;
   int64_t P = hvd_size(), r = hvd_rank();
   for (int i = 0; i < n; i++) {
@@ -99,6 +105,10 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
       goto oom;
     snprintf(z->names[i], len, "%s%s", ZERO_PREFIX, p->name);
     for (int k = 0; k < ns; k++) {
+      size_t slen = len + sizeof ".state" + 11;
+      if ((z->snames[i * ns + k] = malloc(slen)) == NULL)
+        goto oom;
+      snprintf(z->snames[i * ns + k], slen, "%s.state%d", z->names[i], k);
       hvd_tensor_t *st = &z->state[i * ns + k];
       *st = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
       /* zero-filled, never NULL (NULL means none) */
@@ -130,40 +140,46 @@ hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, hvd_optimizer_t *core,
                                  req);
 }
 
-/* Submits every parameter's allgather of its block; waits for all (even
- * after a failure) and copies each whole parameter back. */
-static hvd_result_t gather_params(hvd__zero_t *z, hvd_optimizer_t *core) {
+/* Allgathers block k of every rank into the whole tensor it belongs to:
+ * the parameters' values (state 0: k < n) or the core's state tensors
+ * (state 1: k < n * ns). Waits for every one, even after a failure, and
+ * returns the first failure's code and message. */
+static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
+                                  int state) {
+  int count = state ? z->n * z->ns : z->n;
   hvd_result_t first = HVD_SUCCESS;
   char msg[HVD__ERRMSG_MAX];
-  hvd_request_t **req = calloc(z->n > 0 ? (size_t)z->n : 1, sizeof *req);
-  hvd_tensor_t *got = calloc(z->n > 0 ? (size_t)z->n : 1, sizeof *got);
+  hvd_request_t **req = calloc(count > 0 ? (size_t)count : 1, sizeof *req);
+  hvd_tensor_t *got = calloc(count > 0 ? (size_t)count : 1, sizeof *got);
   if (req == NULL || got == NULL) {
     free(req);
     free(got);
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "hvd_optimizer_step: out of "
-                                             "memory");
+    return hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "gathering the optimizer's blocks: out of memory");
   }
-  for (int i = 0; i < z->n; i++) {
-    got[i].device = HVD_CPU;
-    hvd_result_t rc =
-        hvd_allgather_async(z->names[i], &z->block[i].value, &got[i], &req[i]);
+  for (int k = 0; k < count; k++) {
+    got[k].device = HVD_CPU;
+    hvd_result_t rc = hvd_allgather_async(
+        state ? z->snames[k] : z->names[k],
+        state ? &z->state[k] : &z->block[k].value, &got[k], &req[k]);
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
       first = rc;
       snprintf(msg, sizeof msg, "%s", hvd_last_error());
     }
   }
-  for (int i = 0; i < z->n; i++) {
-    if (req[i] == NULL)
+  for (int k = 0; k < count; k++) {
+    if (req[k] == NULL)
       continue;
-    hvd_result_t rc = hvd_wait(req[i]);
-    size_t bytes = hvd__tensor_bytes(&core->params[i].value);
-    if (rc == HVD_SUCCESS && bytes > 0)
-      memcpy(core->params[i].value.data, got[i].data, bytes);
-    else if (first == HVD_SUCCESS) {
+    hvd_result_t rc = hvd_wait(req[k]);
+    hvd_tensor_t *whole = state ? &core->state[k] : &core->params[k].value;
+    size_t bytes = hvd__tensor_bytes(whole);
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
       first = rc;
       snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    } else if (rc == HVD_SUCCESS && bytes > 0) {
+      memcpy(whole->data, got[k].data, bytes);
     }
-    hvd_tensor_free(&got[i]);
+    hvd_tensor_free(&got[k]);
   }
   free(req);
   free(got);
@@ -178,7 +194,7 @@ hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core) {
     hvd_tensor_free(&z->recv[i]);
     z->block[i].grad.data = NULL;
   }
-  return rc == HVD_SUCCESS ? gather_params(z, core) : rc;
+  return rc == HVD_SUCCESS ? gather_blocks(z, core, 0) : rc;
 }
 
 /* Frees the core's full state data (shapes stay). */
@@ -190,54 +206,18 @@ static void drop_full(hvd__zero_t *z, hvd_optimizer_t *core) {
 }
 
 hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core) {
-  int total = z->n * z->ns;
-  hvd_result_t first = HVD_SUCCESS;
-  char msg[HVD__ERRMSG_MAX];
-  hvd_request_t **req = calloc(total > 0 ? (size_t)total : 1, sizeof *req);
-  hvd_tensor_t *got = calloc(total > 0 ? (size_t)total : 1, sizeof *got);
-  if (req == NULL || got == NULL)
-    goto oom;
-  for (int s = 0; s < total; s++) {
+  for (int s = 0; s < z->n * z->ns; s++) {
     size_t bytes = hvd__tensor_bytes(&core->state[s]);
-    if ((core->state[s].data = hvd_alloc_host(bytes > 0 ? bytes : 1)) == NULL)
-      goto oom;
-  }
-  for (int s = 0; s < total; s++) {
-    char name[HVD__ERRMSG_MAX];
-    snprintf(name, sizeof name, "%s.state%d", z->names[s / z->ns], s % z->ns);
-    got[s].device = HVD_CPU;
-    hvd_result_t rc = hvd_allgather_async(name, &z->state[s], &got[s], &req[s]);
-    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
-      first = rc;
-      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    if ((core->state[s].data = hvd_alloc_host(bytes > 0 ? bytes : 1)) == NULL) {
+      drop_full(z, core);
+      return hvd__set_error(HVD_ERR_NO_MEMORY,
+                            "the full optimizer state: out of memory");
     }
   }
-  for (int s = 0; s < total; s++) {
-    if (req[s] == NULL)
-      continue;
-    hvd_result_t rc = hvd_wait(req[s]);
-    if (rc == HVD_SUCCESS)
-      memcpy(core->state[s].data, got[s].data,
-             hvd__tensor_bytes(&core->state[s]));
-    else if (first == HVD_SUCCESS) {
-      first = rc;
-      snprintf(msg, sizeof msg, "%s", hvd_last_error());
-    }
-    hvd_tensor_free(&got[s]);
-  }
-  free(req);
-  free(got);
-  if (first != HVD_SUCCESS) {
+  hvd_result_t rc = gather_blocks(z, core, 1);
+  if (rc != HVD_SUCCESS)
     drop_full(z, core);
-    return hvd__set_error_msg(first, msg);
-  }
-  return HVD_SUCCESS;
-oom:
-  free(req);
-  free(got);
-  drop_full(z, core);
-  return hvd__set_error(HVD_ERR_NO_MEMORY,
-                        "the full optimizer state: out of memory");
+  return rc;
 }
 
 void hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core, int take) {
