@@ -235,11 +235,12 @@ static void local_bn_bwd(cnn_t *m, int k, const float *x, const float *dy,
 void cnn_set_sync_bn(cnn_t *m, int sync) { m->sync_bn = sync != 0; }
 
 /* Batch norm k (0..2) over [n, W, s, s]: synchronized or local. */
-static hvd_result_t bn_fwd(cnn_t *m, int k, float *x, float *y, int s) {
+static hvd_result_t bn_fwd(cnn_t *m, int k, const float *x, float *y, int s) {
   static const char *const names[3] = {"bn1", "bn2", "bn3"};
   if (!m->sync_bn)
     return local_bn_fwd(m, k, x, y, s);
-  hvd_tensor_t tx = t4(x, m->n, m->w, s), ty = t4(y, m->n, m->w, s);
+  /* the tensor's data is not const; hvd only reads x */
+  hvd_tensor_t tx = t4((float *)x, m->n, m->w, s), ty = t4(y, m->n, m->w, s);
   int wi = P_BN1_W + 3 * k;
   return hvd_sync_batch_norm_forward(names[k], &tx, val(m, wi), val(m, wi + 1),
                                      m->b[2 * k].value.data,
@@ -263,16 +264,26 @@ static hvd_result_t bn_bwd(cnn_t *m, int k, float *x, float *dy, float *dx,
 }
 
 /* Inference batch norm k with the running statistics, in place. */
-static void bn_eval(cnn_t *m, int k, float *x, int n, int s) {
+static void bn_eval(cnn_t *m, int k, const float *x, float *y, int n, int s) {
   const float *rm = m->b[2 * k].value.data, *rv = m->b[2 * k + 1].value.data;
   const float *w = val(m, P_BN1_W + 3 * k), *b = val(m, P_BN1_B + 3 * k);
   for (int i = 0; i < n; i++)
     for (int c = 0; c < m->w; c++) {
       float sc = w[c] / sqrtf(rv[c] + (float)BN_EPS);
-      float *p = x + ((size_t)i * m->w + c) * s * s;
+      size_t at = ((size_t)i * m->w + c) * s * s;
       for (int j = 0; j < s * s; j++)
-        p[j] = (p[j] - rm[c]) * sc + b[c];
+        y[at + j] = (x[at + j] - rm[c]) * sc + b[c];
     }
+}
+
+/* Batch norm k of x into y: the batch's statistics when training, the
+ * running ones for evaluation. */
+static hvd_result_t norm(cnn_t *m, int k, const float *x, float *y, int n,
+                         int s, int train) {
+  if (train)
+    return bn_fwd(m, k, x, y, s);
+  bn_eval(m, k, x, y, n, s);
+  return HVD_SUCCESS;
 }
 
 /* ---- the model ----------------------------------------------------------- */
@@ -402,32 +413,17 @@ static hvd_result_t trunk(cnn_t *m, const float *x, int n, int train) {
   size_t big = (size_t)n * W * S1 * S1, small = (size_t)n * W * S2 * S2;
   hvd_result_t rc;
   conv_fwd(x, val(m, P_CONV1), m->c1, n, 3, W, S1, m->cols);
-  if (train) {
-    if ((rc = bn_fwd(m, 0, m->c1, m->n1, S1)) != HVD_SUCCESS)
-      return rc;
-  } else {
-    memcpy(m->n1, m->c1, sizeof(float) * big);
-    bn_eval(m, 0, m->n1, n, S1);
-  }
+  if ((rc = norm(m, 0, m->c1, m->n1, n, S1, train)) != HVD_SUCCESS)
+    return rc;
   relu(m->n1, m->r1, big);
   pool_fwd(m->r1, m->p1, m->argmax, n * W, S1);
   conv_fwd(m->p1, val(m, P_CONV2), m->c2, n, W, W, S2, m->cols);
-  if (train) {
-    if ((rc = bn_fwd(m, 1, m->c2, m->n2, S2)) != HVD_SUCCESS)
-      return rc;
-  } else {
-    memcpy(m->n2, m->c2, sizeof(float) * small);
-    bn_eval(m, 1, m->n2, n, S2);
-  }
+  if ((rc = norm(m, 1, m->c2, m->n2, n, S2, train)) != HVD_SUCCESS)
+    return rc;
   relu(m->n2, m->r2, small);
   conv_fwd(m->r2, val(m, P_CONV3), m->c3, n, W, W, S2, m->cols);
-  if (train) {
-    if ((rc = bn_fwd(m, 2, m->c3, m->n3, S2)) != HVD_SUCCESS)
-      return rc;
-  } else {
-    memcpy(m->n3, m->c3, sizeof(float) * small);
-    bn_eval(m, 2, m->n3, n, S2);
-  }
+  if ((rc = norm(m, 2, m->c3, m->n3, n, S2, train)) != HVD_SUCCESS)
+    return rc;
   for (size_t i = 0; i < small; i++)
     m->s3[i] = m->n3[i] + m->p1[i];
   return HVD_SUCCESS;
