@@ -96,6 +96,7 @@ if HAVE_BLAS
 check_PROGRAMS += t/mpi/cnn_grad
 NP_TESTS += t/mpi/cnn_grad.np1 t/mpi/cnn_grad.np2 t/mpi/cnn_grad.np3
 t_mpi_cnn_grad_CPPFLAGS = $(TEST_CPPFLAGS) $(CNN_CPPFLAGS)
+t_mpi_cnn_grad_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
 t_mpi_cnn_grad_LDADD = $(CNN_LIBS) $(TEST_LDADD)
 endif
 
