@@ -111,15 +111,21 @@ static double max_abs(const float *a, int64_t n) {
   return m;
 }
 
-/* max|gpu - cpu| / max|cpu|; a NaN anywhere counts as infinitely far. */
-static double rel_err(const float *gpu, const float *cpu, int64_t n) {
-  double e = 0, m = max_abs(cpu, n);
+/* max|gpu - cpu|; a NaN anywhere counts as infinitely far. */
+static double max_err(const float *gpu, const float *cpu, int64_t n) {
+  double e = 0;
   for (int64_t i = 0; i < n; i++) {
     double d = fabs((double)gpu[i] - (double)cpu[i]);
     if (isnan(d))
       return INFINITY;
     e = fmax(e, d);
   }
+  return e;
+}
+
+/* max|gpu - cpu| / max|cpu| (or the plain error when cpu is all zero). */
+static double rel_err(const float *gpu, const float *cpu, int64_t n) {
+  double e = max_err(gpu, cpu, n), m = max_abs(cpu, n);
   return m > 0 ? e / m : e;
 }
 
@@ -503,16 +509,31 @@ static void test_model(void) {
        rc_gpu.calls);
     bert_model_get(cpu, 1, hg);
     bert_model_get(gpu, 1, gg);
-    double worst = 0;
+    /* The key bias's gradient is zero in exact arithmetic (softmax does
+     * not change when a row of scores shifts by q.b), so both sides hold
+     * rounding noise there, which differs by 100% (seen on an H100).
+     * Each tensor's error is measured against its own largest value, but
+     * never against less than 1% of the model's largest gradient; and
+     * the key biases' gradients must be that noise on both sides. */
+    double gmax = max_abs(hg, W), worst = 0, kb = 0;
     int worst_i = 0;
     for (int i = 0; i < n; i++) {
       int64_t off = (float *)p[i].grad.data - (float *)p[0].grad.data;
-      double e = rel_err(gg + off, hg + off, hvd_tensor_numel(&p[i].grad));
+      int64_t m = hvd_tensor_numel(&p[i].grad);
+      double e = max_err(gg + off, hg + off, m) /
+                 fmax(max_abs(hg + off, m), 1e-2 * gmax);
       if (e > worst)
         worst = e, worst_i = i;
+      const char *k = strstr(p[i].name, "attention.self.key.bias");
+      if (k != NULL && k[strlen("attention.self.key.bias")] == '\0')
+        kb = fmax(kb, fmax(max_abs(hg + off, m), max_abs(gg + off, m)));
     }
     ok(worst <= TOL_MODEL, "step %d: every gradient within %.0e (worst %.2e, %s)",
        step, TOL_MODEL, worst, p[worst_i].name);
+    ok(gmax > 0 && kb <= 1e-4 * gmax,
+       "step %d: the key biases' gradients are rounding noise on both sides "
+       "(%.2e of the largest gradient %.2e)",
+       step, gmax > 0 ? kb / gmax : 0.0, gmax);
     ok(memcmp(rc_gpu.snapshot, gg, sizeof(float) * (size_t)W) == 0,
        "step %d: each gradient was complete when declared ready", step);
     /* SGD on the host for both, so both continue from their own weights */

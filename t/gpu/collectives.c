@@ -645,8 +645,8 @@ static void test_process_set(void) {
   float *d = NULL, *dw = NULL;
   cuda_ok(cudaMalloc((void **)&d, sizeof h), "cudaMalloc");
   cuda_ok(cudaMalloc((void **)&dw, sizeof h), "cudaMalloc");
-  cuda_ok(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice), "H2D");
-  cuda_ok(cudaMemcpy(dw, h, sizeof h, cudaMemcpyHostToDevice), "H2D");
+  h2d(d, h, sizeof h);
+  h2d(dw, h, sizeof h);
   hvd_tensor_t t = hvd_tensor_make(d, HVD_FLOAT32, 1, &five);
   hvd_tensor_t tw = hvd_tensor_make(dw, HVD_FLOAT32, 1, &five);
   t.device = tw.device = dev;

@@ -125,13 +125,24 @@ static void model_free(model_t *m) {
 }
 
 /* Copies between host memory and any tensor. */
+/* Complete when it returns: cudaMemcpy from pageable memory may return
+ * before its DMA has landed, and hvd's streams wait for no other (the
+ * contract: values and gradients complete when an optimizer or collective
+ * call starts). Without the synchronisation the distributed no-sync case
+ * read half-written gradients on an H100. */
+static void h2d(void *d, const void *h, size_t bytes) {
+  if (bytes > 0) {
+    cuda_ok(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+}
+
 static void tput(hvd_tensor_t *t, const float *h) {
   size_t bytes = (size_t)hvd_tensor_numel(t) * sizeof(float);
   if (t->device == HVD_CPU)
     memcpy(t->data, h, bytes);
-  else if (bytes > 0)
-    cuda_ok(cudaMemcpy(t->data, h, bytes, cudaMemcpyHostToDevice),
-            "cudaMemcpy H2D");
+  else
+    h2d(t->data, h, bytes);
 }
 
 static void tget(float *h, const hvd_tensor_t *t) {
@@ -557,9 +568,7 @@ static void test_broadcast(void) {
   if (size > 1) {
     float one = 1.0f;
     if (rank == 1 && d.p[3].value.data != NULL)
-      cuda_ok(cudaMemcpy((float *)d.p[3].value.data + 999, &one, sizeof one,
-                         cudaMemcpyHostToDevice),
-              "cudaMemcpy");
+      h2d((float *)d.p[3].value.data + 999, &one, sizeof one);
     snprintf(msg, sizeof msg,
              "hvd_verify_parameters: parameter '%s' is not identical on "
              "every rank: rank(s) 1 differ from rank 0",
@@ -690,8 +699,7 @@ static void test_checkpoint(void) {
 static void *dup_dev(const void *h, size_t n) {
   void *d = NULL;
   cuda_ok(cudaMalloc(&d, n ? n : 1), "cudaMalloc");
-  if (n)
-    cuda_ok(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  h2d(d, h, n);
   return d;
 }
 
