@@ -17,14 +17,15 @@ ok() { # ok STATUS DESCRIPTION: TAP line from a command's status
 }
 has() { printf '%s\n' "$out" | grep -q -e "$1"; }     # out contains RE
 hasnt() { ! printf '%s\n' "$out" | grep -q -e "$1"; } # out lacks RE
-dry() { out=$("$hvdrun" --dry-run "$@" 2>&1); rc=$?; }
+dry() { out=$(env -u LD_LIBRARY_PATH "$hvdrun" --dry-run "$@" 2>&1); rc=$?; }
 show() { printf '%s\n' "$out" | sed 's/^/# /'; }
 
 # The variables of the caller that hvdrun forwards would show up in every
 # line; start clean (the HVD_TOP_* and HVD_MPIRUN_TEST of the harness stay).
+# LD_LIBRARY_PATH stays for the real runs (an Open MPI outside the system's
+# paths needs it: the GPU machine's .ompi); dry() leaves it out.
 run_no_cma=${HVD_RUN_NO_CMA-1} # for the real run below
-unset HVD_FOO NCCL_DEBUG CUDA_VISIBLE_DEVICES HVD_RUN_NO_CMA LD_LIBRARY_PATH \
-  OMP_NUM_THREADS
+unset HVD_FOO NCCL_DEBUG CUDA_VISIBLE_DEVICES HVD_RUN_NO_CMA OMP_NUM_THREADS
 cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc)
 
 # ---- command lines ----
