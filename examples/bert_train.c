@@ -148,13 +148,18 @@ static const char usage_text[] =
     "Exit status: 0 done, 1 failure, 2 bad command line.\n";
 
 /* Prints a line on stderr, prefixed with the program's name. */
+/* One line on stderr, in one write: the ranks' lines do not interleave
+ * (stderr is unbuffered; three calls came out as "PROG: PROG: ..."). */
 static void say(const char *fmt, ...) {
+  char line[4096];
   va_list ap;
-  fprintf(stderr, PROG ": ");
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  int k = snprintf(line, sizeof line, PROG ": ");
+  vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
   va_end(ap);
-  fputc('\n', stderr);
+  size_t len = strlen(line);
+  line[len] = '\n';
+  fwrite(line, 1, len + 1, stderr);
 }
 
 /* This process's rank as the launcher says it (before hvd_init), else 0. */

@@ -41,7 +41,7 @@
 typedef struct options {
   const char *data, *checkpoint, *resume, *log_json;
   int64_t synthetic, synthetic_test, epochs, steps, checkpoint_every;
-  int batch, width, threads, quiet, local_bn;
+  int batch, width, threads, quiet, local_bn, gpu;
   double lr, momentum, weight_decay, gamma;
   double milestones[2]; /* fractions of the steps */
   uint64_t seed;
@@ -49,13 +49,18 @@ typedef struct options {
 
 static int rank, size;
 
+/* One line on stderr, in one write: the ranks' lines do not interleave
+ * (stderr is unbuffered; three calls came out as "PROG: PROG: ..."). */
 static void say(const char *fmt, ...) {
+  char line[4096];
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, PROG ": ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
+  int k = snprintf(line, sizeof line, PROG ": ");
+  vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
   va_end(ap);
+  size_t len = strlen(line);
+  line[len] = '\n';
+  fwrite(line, 1, len + 1, stderr);
 }
 
 static void usage_error(const char *fmt, ...) {
@@ -232,6 +237,8 @@ static const char usage_text[] =
     "  --weight-decay X       SGD weight decay (default 5e-4)\n"
     "  --sync-bn              batch norm over every rank's batch (default)\n"
     "  --local-bn             batch norm over this rank's batch only\n"
+    "  --device cpu|gpu       where the model runs (default cpu); gpu: the\n"
+    "                         rank's GPU (cuBLAS convolutions; a CUDA build)\n"
     "  --seed N               weights, synthetic data, order (default 42)\n"
     "  --threads N            BLAS threads per rank (default 1)\n"
     "  --checkpoint DIR       write DIR/step-NNNNNN.ckpt (+ .bn.ckpt)\n"
@@ -276,6 +283,7 @@ static void parse(int argc, char **argv, options_t *o) {
     O_WD,
     O_SYNC,
     O_LOCAL,
+    O_DEVICE,
     O_SEED,
     O_THREADS,
     O_CKPT,
@@ -298,6 +306,7 @@ static void parse(int argc, char **argv, options_t *o) {
       {"weight-decay", required_argument, NULL, O_WD},
       {"sync-bn", no_argument, NULL, O_SYNC},
       {"local-bn", no_argument, NULL, O_LOCAL},
+      {"device", required_argument, NULL, O_DEVICE},
       {"seed", required_argument, NULL, O_SEED},
       {"threads", required_argument, NULL, O_THREADS},
       {"checkpoint", required_argument, NULL, O_CKPT},
@@ -360,6 +369,11 @@ static void parse(int argc, char **argv, options_t *o) {
       break;
     case O_LOCAL:
       o->local_bn = 1;
+      break;
+    case O_DEVICE:
+      if (strcmp(a, "cpu") != 0 && strcmp(a, "gpu") != 0)
+        usage_error("--device needs cpu or gpu, not '%s'", a);
+      o->gpu = strcmp(a, "gpu") == 0;
       break;
     case O_SEED:
       o->seed = (uint64_t)parse_int("--seed", a, 0, INT64_MAX);
@@ -489,11 +503,19 @@ int main(int argc, char **argv) {
   }
   int64_t steps = o.steps > 0 ? o.steps : o.epochs * per_epoch;
 
-  cnn_t *m = cnn_create(o.width, B, o.seed);
-  if (m == NULL) {
-    say("out of memory for the model");
-    return 1;
+  /* --device gpu: the GPU hvd_init bound this rank to (with HVD_NO_BIND=1,
+   * the current one); every rank must have it */
+  int device = HVD_CPU;
+  if (o.gpu) {
+    device = hvd_cuda_device();
+    if (device < 0)
+      device = CNN_CURRENT_GPU;
   }
+  char why[300];
+  cnn_t *m = cnn_create_on(o.width, B, o.seed, device, why, sizeof why);
+  snprintf(msg, sizeof msg, "%s", why);
+  check(m == NULL ? HVD_ERR_UNSUPPORTED : HVD_SUCCESS,
+        o.gpu ? "--device gpu" : "the model", msg);
   cnn_set_sync_bn(m, !o.local_bn);
   int np, nb;
   hvd_param_t *p = cnn_params(m, &np), *bufs = cnn_buffers(m, &nb);
@@ -528,10 +550,11 @@ int main(int argc, char **argv) {
                 "images = global batch %d, %lld steps per epoch\n",
            o.data ? o.data : "synthetic", (long long)train.n, (long long)test.n,
            size, size == 1 ? "" : "s", B, size * B, (long long)per_epoch);
-    printf(PROG ": width %d, batch norm %s; SGD lr %g (x%g at 50%% and 75%% "
-                "of %lld steps), momentum %g, weight decay %g\n",
-           o.width, o.local_bn ? "per rank (--local-bn)" : "synchronized", o.lr,
-           o.gamma, (long long)steps, o.momentum, o.weight_decay);
+    printf(PROG ": width %d, batch norm %s, on %s; SGD lr %g (x%g at 50%% "
+                "and 75%% of %lld steps), momentum %g, weight decay %g\n",
+           o.width, o.local_bn ? "per rank (--local-bn)" : "synchronized",
+           o.gpu ? "the GPU" : "the CPU", o.lr, o.gamma, (long long)steps,
+           o.momentum, o.weight_decay);
     if (o.resume != NULL)
       printf(PROG ": resumed from %s at step %lld\n", o.resume,
              (long long)start);

@@ -20,7 +20,8 @@ examples_bert_libbert_a_SOURCES = \
 examples_bert_libbert_a_CPPFLAGS = $(HVD_CPPFLAGS)
 endif
 
-## The GPU backend (layers_cuda.cu; layers.c says "no CUDA" without it),
+## The GPU backend (layers_cuda.cu; layers.c says "no CUDA" without it;
+## the rule serves examples/cnn/cnn_cuda.cu too),
 ## compiled by nvcc like lib/ops/*.cu (Makefile.am: NVCC_GENCODE,
 ## -fmad=false, build-aux/nvcc-wrapper), into a plain object: libbert.a is
 ## not a libtool library.
@@ -32,7 +33,8 @@ endif
 .cu.o:
 	$(AM_V_NVCC)$(NVCC_WRAPPER) $(NVCC) $(NVCC_GENCODE) $(AM_NVCCFLAGS) \
 	  $(NVCCFLAGS) -- $(DEFS) $(DEFAULT_INCLUDES) $(INCLUDES) \
-	  $(HVD_CPPFLAGS) -I$(top_srcdir)/examples/bert $(CUDA_CPPFLAGS) \
+	  $(HVD_CPPFLAGS) -I$(top_srcdir)/examples/bert \
+	  -I$(top_srcdir)/examples/cnn $(CUDA_CPPFLAGS) \
 	  $(CPPFLAGS) $(AM_CFLAGS) $(CFLAGS) -c -o $@ $<
 examples/bert/layers_cuda.o: examples/bert/layers.h config.h
 

@@ -7,28 +7,19 @@
  * dY x cols^T into the weight gradient and scatters W^T x dY back through
  * col2im. Batch norm is hvd's synchronized one (names "bn1".."bn3").
  */
+#include <config.h>
+
 #include "cnn.h"
+#include "cnn_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+
 #include <cblas.h>
 
-enum {
-  P_CONV1,
-  P_BN1_W,
-  P_BN1_B,
-  P_CONV2,
-  P_BN2_W,
-  P_BN2_B,
-  P_CONV3,
-  P_BN3_W,
-  P_BN3_B,
-  P_FC_W,
-  P_FC_B,
-  NPARAMS
-};
 static const char *const pnames[NPARAMS] = {
     "conv1.weight", "bn1.weight", "bn1.bias",     "conv2.weight",
     "bn2.weight",   "bn2.bias",   "conv3.weight", "bn3.weight",
@@ -36,25 +27,6 @@ static const char *const pnames[NPARAMS] = {
 static const char *const bnames[6] = {"bn1.running_mean", "bn1.running_var",
                                       "bn2.running_mean", "bn2.running_var",
                                       "bn3.running_mean", "bn3.running_var"};
-
-#define S1 CNN_SIDE       /* 32: conv1 */
-#define S2 (CNN_SIDE / 2) /* 16: after the pool */
-#define BN_MOMENTUM 0.1
-#define BN_EPS 1e-5
-
-struct cnn {
-  int w, maxb, n;
-  hvd_param_t p[NPARAMS], b[6];
-  float *vals, *grads, *bufs; /* one block each */
-  /* the last training forward, for backward */
-  float *x, *c1, *n1, *r1, *p1, *c2, *n2, *r2, *c3, *n3, *s3, *gap, *prob;
-  int32_t *argmax, *labels;
-  float mean[3][64], invstd[3][64];
-  int ready_for_backward;
-  int sync_bn;
-  /* scratch */
-  float *cols, *da, *db, *dc;
-};
 
 static float *val(cnn_t *m, int i) { return m->p[i].value.data; }
 static float *grad(cnn_t *m, int i) { return m->p[i].grad.data; }
@@ -301,7 +273,10 @@ static double rng_normal(uint64_t *s) { /* Box-Muller */
   return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
 }
 
-cnn_t *cnn_create(int width, int max_batch, uint64_t seed) {
+/* The model with its host values; the activations and scratch of the
+ * CPU path only when host_scratch. */
+static cnn_t *create(int width, int max_batch, uint64_t seed,
+                     int host_scratch) {
   if (width < 1 || width > 64 || max_batch < 1)
     return NULL;
   cnn_t *m = calloc(1, sizeof *m);
@@ -326,29 +301,32 @@ cnn_t *cnn_create(int width, int max_batch, uint64_t seed) {
   m->vals = calloc(total, sizeof(float));
   m->grads = calloc(total, sizeof(float));
   m->bufs = calloc(6 * (size_t)W, sizeof(float));
-  m->x = malloc(sizeof(float) * B * CNN_PIXELS);
-  m->c1 = malloc(sizeof(float) * big);
-  m->n1 = malloc(sizeof(float) * big);
-  m->r1 = malloc(sizeof(float) * big);
-  m->argmax = malloc(sizeof(int32_t) * small);
-  m->p1 = malloc(sizeof(float) * small);
-  m->c2 = malloc(sizeof(float) * small);
-  m->n2 = malloc(sizeof(float) * small);
-  m->r2 = malloc(sizeof(float) * small);
-  m->c3 = malloc(sizeof(float) * small);
-  m->n3 = malloc(sizeof(float) * small);
-  m->s3 = malloc(sizeof(float) * small);
   m->gap = malloc(sizeof(float) * B * W);
   m->prob = malloc(sizeof(float) * B * CNN_CLASSES);
   m->labels = malloc(sizeof(int32_t) * B);
-  m->cols = malloc(sizeof(float) * 9 * (size_t)(W > 3 ? W : 3) * S1 * S1);
-  m->da = malloc(sizeof(float) * big);
-  m->db = malloc(sizeof(float) * big);
-  m->dc = malloc(sizeof(float) * big);
-  if (!m->vals || !m->grads || !m->bufs || !m->x || !m->c1 || !m->n1 ||
-      !m->r1 || !m->argmax || !m->p1 || !m->c2 || !m->n2 || !m->r2 || !m->c3 ||
-      !m->n3 || !m->s3 || !m->gap || !m->prob || !m->labels || !m->cols ||
-      !m->da || !m->db || !m->dc) {
+  if (host_scratch) {
+    m->x = malloc(sizeof(float) * B * CNN_PIXELS);
+    m->c1 = malloc(sizeof(float) * big);
+    m->n1 = malloc(sizeof(float) * big);
+    m->r1 = malloc(sizeof(float) * big);
+    m->argmax = malloc(sizeof(int32_t) * small);
+    m->p1 = malloc(sizeof(float) * small);
+    m->c2 = malloc(sizeof(float) * small);
+    m->n2 = malloc(sizeof(float) * small);
+    m->r2 = malloc(sizeof(float) * small);
+    m->c3 = malloc(sizeof(float) * small);
+    m->n3 = malloc(sizeof(float) * small);
+    m->s3 = malloc(sizeof(float) * small);
+    m->cols = malloc(sizeof(float) * 9 * (size_t)(W > 3 ? W : 3) * S1 * S1);
+    m->da = malloc(sizeof(float) * big);
+    m->db = malloc(sizeof(float) * big);
+    m->dc = malloc(sizeof(float) * big);
+  }
+  if (!m->vals || !m->grads || !m->bufs || !m->gap || !m->prob || !m->labels ||
+      (host_scratch &&
+       (!m->x || !m->c1 || !m->n1 || !m->r1 || !m->argmax || !m->p1 || !m->c2 ||
+        !m->n2 || !m->r2 || !m->c3 || !m->n3 || !m->s3 || !m->cols || !m->da ||
+        !m->db || !m->dc))) {
     cnn_destroy(m);
     return NULL;
   }
@@ -383,9 +361,45 @@ cnn_t *cnn_create(int width, int max_batch, uint64_t seed) {
   return m;
 }
 
+cnn_t *cnn_create(int width, int max_batch, uint64_t seed) {
+  return create(width, max_batch, seed, 1);
+}
+
+cnn_t *cnn_create_on(int width, int max_batch, uint64_t seed, int device,
+                     char *msg, size_t len) {
+  char dummy[8];
+  if (msg == NULL || len == 0)
+    msg = dummy, len = sizeof dummy;
+  msg[0] = '\0';
+  if (device == HVD_CPU) {
+    cnn_t *m = cnn_create(width, max_batch, seed);
+    if (m == NULL)
+      snprintf(msg, len, "out of memory or bad sizes (width %d, batch %d)",
+               width, max_batch);
+    return m;
+  }
+  cnn_t *m = create(width, max_batch, seed, 0);
+  if (m == NULL) {
+    snprintf(msg, len, "out of memory or bad sizes (width %d, batch %d)", width,
+             max_batch);
+    return NULL;
+  }
+  if (cnn_gpu_open(m, device) != 0) {
+    snprintf(msg, len, "%s", m->err);
+    cnn_destroy(m);
+    return NULL;
+  }
+  return m;
+}
+
+const char *cnn_last_error(const cnn_t *m) { return m->err; }
+
+int cnn_device(const cnn_t *m) { return m->p[0].value.device; }
+
 void cnn_destroy(cnn_t *m) {
   if (m == NULL)
     return;
+  cnn_gpu_close(m);
   float *f[] = {m->vals, m->grads, m->bufs, m->x,  m->c1, m->n1, m->r1,
                 m->p1,   m->c2,    m->n2,   m->r2, m->c3, m->n3, m->s3,
                 m->gap,  m->prob,  m->cols, m->da, m->db, m->dc};
@@ -429,15 +443,10 @@ static hvd_result_t trunk(cnn_t *m, const float *x, int n, int train) {
   return HVD_SUCCESS;
 }
 
-/* ReLU, global average pool, classifier, softmax: m->prob; loss and
- * correct from labels. */
-static void head(cnn_t *m, int n, const int32_t *labels, double *loss,
-                 int *correct) {
+/* The block's ReLU and the global average pool of m->s3: m->gap. */
+static void pool_gap(cnn_t *m, int n) {
   const int W = m->w, HW = S2 * S2;
-  const float *fw = val(m, P_FC_W), *fb = val(m, P_FC_B);
-  double sum = 0;
-  int right = 0;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n; i++)
     for (int c = 0; c < W; c++) {
       const float *s = m->s3 + ((size_t)i * W + c) * HW;
       double acc = 0;
@@ -445,6 +454,16 @@ static void head(cnn_t *m, int n, const int32_t *labels, double *loss,
         acc += s[j] > 0 ? s[j] : 0;
       m->gap[i * W + c] = (float)(acc / HW);
     }
+}
+
+/* Classifier and softmax of m->gap (host, on every backend): m->prob;
+ * loss and correct from labels. The fc weights are read from fw, fb. */
+static void classify(cnn_t *m, const float *fw, const float *fb, int n,
+                     const int32_t *labels, double *loss, int *correct) {
+  const int W = m->w;
+  double sum = 0;
+  int right = 0;
+  for (int i = 0; i < n; i++) {
     float *p = m->prob + i * CNN_CLASSES;
     float mx = -INFINITY;
     int arg = 0;
@@ -468,51 +487,11 @@ static void head(cnn_t *m, int n, const int32_t *labels, double *loss,
   *correct = right;
 }
 
-hvd_result_t cnn_forward(cnn_t *m, const float *x, int n, const int32_t *labels,
-                         double *loss, int *correct) {
-  m->ready_for_backward = 0;
-  if (n < 0 || n > m->maxb)
-    return HVD_ERR_INVALID_ARG;
-  m->n = n;
-  if (n > 0) {
-    memcpy(m->x, x, sizeof(float) * (size_t)n * CNN_PIXELS);
-    memcpy(m->labels, labels, sizeof(int32_t) * (size_t)n);
-  }
-  hvd_result_t rc = trunk(m, m->x, n, 1);
-  if (rc != HVD_SUCCESS)
-    return rc;
-  head(m, n, m->labels, loss, correct);
-  m->ready_for_backward = 1;
-  return HVD_SUCCESS;
-}
-
-hvd_result_t cnn_eval(cnn_t *m, const float *x, int n, const int32_t *labels,
-                      int *correct) {
-  m->ready_for_backward = 0;
-  if (n < 0 || n > m->maxb)
-    return HVD_ERR_INVALID_ARG;
-  double loss;
-  hvd_result_t rc = trunk(m, x, n, 0);
-  if (rc == HVD_SUCCESS)
-    head(m, n, labels, &loss, correct);
-  return rc;
-}
-
-hvd_result_t cnn_backward(cnn_t *m, cnn_ready_fn ready, void *ctx) {
-  if (!m->ready_for_backward)
-    return HVD_ERR_INVALID_ARG;
-  m->ready_for_backward = 0;
-  const int W = m->w, n = m->n, HW = S2 * S2;
-  size_t big = (size_t)n * W * S1 * S1, small = (size_t)n * W * S2 * S2;
-  hvd_result_t rc;
-#define READY(i)                                                               \
-  do {                                                                         \
-    if (ready != NULL)                                                         \
-      ready(ctx, (i));                                                         \
-  } while (0)
-  /* softmax cross-entropy and the classifier: dlogits = (p - y) / n */
-  float *fw = val(m, P_FC_W), *gfw = grad(m, P_FC_W), *gfb = grad(m, P_FC_B);
-  float *dgap = m->dc; /* [n, W] */
+/* Softmax cross-entropy and the classifier backward: dlogits = (p - y) / n;
+ * gfw, gfb += the classifier's gradients; dgap [n, W] = dlogits x fw. */
+static void classify_bwd(cnn_t *m, const float *fw, float *gfw, float *gfb,
+                         float *dgap) {
+  const int W = m->w, n = m->n;
   memset(dgap, 0, sizeof(float) * (size_t)n * W);
   for (int i = 0; i < n; i++)
     for (int k = 0; k < CNN_CLASSES; k++) {
@@ -523,6 +502,111 @@ hvd_result_t cnn_backward(cnn_t *m, cnn_ready_fn ready, void *ctx) {
         dgap[i * W + c] += d * fw[k * W + c];
       }
     }
+}
+
+/* The fc weights on the host: the model's own, or (GPU) a copy. */
+static hvd_result_t fc_host(cnn_t *m, float *fw, float *fb) {
+  size_t nw = (size_t)CNN_CLASSES * m->w;
+  if (m->gpu == NULL) {
+    memcpy(fw, val(m, P_FC_W), sizeof(float) * nw);
+    memcpy(fb, val(m, P_FC_B), sizeof(float) * CNN_CLASSES);
+    return HVD_SUCCESS;
+  }
+  return cnn_gpu_fc_weights(m, fw, fb);
+}
+
+/* The head of forward and eval: gap (already in m->gap), classifier. */
+static hvd_result_t head(cnn_t *m, int n, const int32_t *labels, double *loss,
+                         int *correct) {
+  float fw[CNN_CLASSES * 64], fb[CNN_CLASSES];
+  hvd_result_t rc = fc_host(m, fw, fb);
+  if (rc == HVD_SUCCESS)
+    classify(m, fw, fb, n, labels, loss, correct);
+  return rc;
+}
+
+hvd_result_t cnn_forward(cnn_t *m, const float *x, int n, const int32_t *labels,
+                         double *loss, int *correct) {
+  m->ready_for_backward = 0;
+  m->err[0] = '\0';
+  if (n < 0 || n > m->maxb)
+    return HVD_ERR_INVALID_ARG;
+  m->n = n;
+  if (n > 0)
+    memcpy(m->labels, labels, sizeof(int32_t) * (size_t)n);
+  hvd_result_t rc;
+  if (m->gpu != NULL) {
+    rc = cnn_gpu_features(m, x, n, 1);
+  } else {
+    if (n > 0)
+      memcpy(m->x, x, sizeof(float) * (size_t)n * CNN_PIXELS);
+    rc = trunk(m, m->x, n, 1);
+    if (rc == HVD_SUCCESS)
+      pool_gap(m, n);
+  }
+  if (rc == HVD_SUCCESS)
+    rc = head(m, n, m->labels, loss, correct);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  m->ready_for_backward = 1;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t cnn_eval(cnn_t *m, const float *x, int n, const int32_t *labels,
+                      int *correct) {
+  m->ready_for_backward = 0;
+  m->err[0] = '\0';
+  if (n < 0 || n > m->maxb)
+    return HVD_ERR_INVALID_ARG;
+  double loss;
+  hvd_result_t rc;
+  if (m->gpu != NULL) {
+    rc = cnn_gpu_features(m, x, n, 0);
+  } else {
+    rc = trunk(m, x, n, 0);
+    if (rc == HVD_SUCCESS)
+      pool_gap(m, n);
+  }
+  if (rc == HVD_SUCCESS)
+    rc = head(m, n, labels, &loss, correct);
+  return rc;
+}
+
+/* The GPU's backward: the classifier's part on the host, into zeroed
+ * host arrays that the backend adds into its gradients. */
+static hvd_result_t gpu_backward(cnn_t *m, cnn_ready_fn ready, void *ctx) {
+  const int W = m->w;
+  float fw[CNN_CLASSES * 64], fb[CNN_CLASSES];
+  float dfw[CNN_CLASSES * 64] = {0}, dfb[CNN_CLASSES] = {0};
+  float *dgap = malloc(sizeof(float) * ((size_t)m->n * W + 1));
+  if (dgap == NULL)
+    return HVD_ERR_NO_MEMORY;
+  hvd_result_t rc = fc_host(m, fw, fb);
+  if (rc == HVD_SUCCESS) {
+    classify_bwd(m, fw, dfw, dfb, dgap);
+    rc = cnn_gpu_backward(m, dgap, dfw, dfb, ready, ctx);
+  }
+  free(dgap);
+  return rc;
+}
+
+hvd_result_t cnn_backward(cnn_t *m, cnn_ready_fn ready, void *ctx) {
+  if (!m->ready_for_backward)
+    return HVD_ERR_INVALID_ARG;
+  m->ready_for_backward = 0;
+  m->err[0] = '\0';
+  if (m->gpu != NULL)
+    return gpu_backward(m, ready, ctx);
+  const int W = m->w, n = m->n, HW = S2 * S2;
+  size_t big = (size_t)n * W * S1 * S1, small = (size_t)n * W * S2 * S2;
+  hvd_result_t rc;
+#define READY(i)                                                               \
+  do {                                                                         \
+    if (ready != NULL)                                                         \
+      ready(ctx, (i));                                                         \
+  } while (0)
+  float *dgap = m->dc; /* [n, W] */
+  classify_bwd(m, val(m, P_FC_W), grad(m, P_FC_W), grad(m, P_FC_B), dgap);
   READY(P_FC_B);
   READY(P_FC_W);
   /* average pool and the block's ReLU: ds3 into da */
@@ -565,3 +649,28 @@ hvd_result_t cnn_backward(cnn_t *m, cnn_ready_fn ready, void *ctx) {
 #undef READY
   return HVD_SUCCESS;
 }
+
+#ifndef HVD_HAVE_CUDA
+/* A build without CUDA: no GPU backend. */
+int cnn_gpu_open(cnn_t *m, int device) {
+  (void)device;
+  snprintf(m->err, sizeof m->err,
+           "this build has no CUDA (configure found no toolkit, or "
+           "--without-cuda)");
+  return -1;
+}
+void cnn_gpu_close(cnn_t *m) { (void)m; }
+hvd_result_t cnn_gpu_features(cnn_t *m, const float *x, int n, int train) {
+  (void)m, (void)x, (void)n, (void)train;
+  return HVD_ERR_UNSUPPORTED;
+}
+hvd_result_t cnn_gpu_backward(cnn_t *m, const float *dgap, const float *dfw,
+                              const float *dfb, cnn_ready_fn ready, void *ctx) {
+  (void)m, (void)dgap, (void)dfw, (void)dfb, (void)ready, (void)ctx;
+  return HVD_ERR_UNSUPPORTED;
+}
+hvd_result_t cnn_gpu_fc_weights(cnn_t *m, float *fw, float *fb) {
+  (void)m, (void)fw, (void)fb;
+  return HVD_ERR_UNSUPPORTED;
+}
+#endif

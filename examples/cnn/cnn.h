@@ -19,6 +19,7 @@
 #ifndef CNN_H
 #define CNN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "hvd.h"
@@ -34,6 +35,27 @@ typedef struct cnn cnn_t;
  * of up to max_batch images. NULL when out of memory. */
 cnn_t *cnn_create(int width, int max_batch, uint64_t seed);
 void cnn_destroy(cnn_t *m);
+
+/* The same model (the same weights for the same seed) on `device`:
+ * HVD_CPU as cnn_create, a CUDA ordinal, or CNN_CURRENT_GPU (the calling
+ * thread's current device): parameters, gradients and
+ * buffers are device tensors there, the convolutions cuBLAS GEMMs over
+ * im2col columns, batch norm hvd's synchronized one on device tensors (or
+ * kernels of its own for per-rank statistics), the classifier (10 x W) on
+ * the host. Inputs and labels stay host arrays. NULL with the reason in
+ * msg: "this build has no CUDA (...)", "no CUDA device: ...", out of
+ * memory. Each gradient is complete on the device when ready() is called,
+ * as hvd's optimizers require. */
+#define CNN_CURRENT_GPU (-2) /* cnn_create_on: the current CUDA device */
+cnn_t *cnn_create_on(int width, int max_batch, uint64_t seed, int device,
+                     char *msg, size_t len);
+
+/* HVD_CPU or the model's CUDA device. */
+int cnn_device(const cnn_t *m);
+
+/* The reason of the model's last failure ("" if none or an hvd one:
+ * then hvd_last_error()). */
+const char *cnn_last_error(const cnn_t *m);
 
 /* The trainable parameters (conv1.weight, bn1.weight, ...: 11 of them) and
  * the batch norm buffers (bn1.running_mean, ...: 6). Owned by the model. */

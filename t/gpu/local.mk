@@ -26,12 +26,17 @@
 ##               the same on host tensors
 ##  bert_layers  examples/bert's GPU backend (layers_cuda.cu): every layer
 ##               against the CPU's, and the whole model (with a CBLAS only)
+##  cnn          examples/cnn's GPU backend (cnn_cuda.cu) against its CPU
+##               model (with a CBLAS only), sync and per-rank batch norm:
+##               forward, backward, eval, three distributed SGD steps
 ##  bench.sh     hvd-bench's GPU modes: the skip line without a GPU, a
 ##               small real run with one; bad arguments exit 2; no libcuda
 ##               among the program's needs
 ##  bert_device.sh  examples/bert_train --device gpu: a clean failure
 ##               (exit 1, one line) without CUDA or a GPU; a short run with
 ##               one
+##  cifar_device.sh  examples/cifar_train --device gpu: the same, and on a
+##               GPU 5 steps whose losses follow the CPU's
 
 check_PROGRAMS += t/gpu/kernels t/gpu/binding t/gpu/collectives t/gpu/optim
 UNIT_TESTS += t/gpu/kernels.t
@@ -60,4 +65,10 @@ UNIT_TESTS += t/gpu/bert_layers.t
 t_gpu_bert_layers_CPPFLAGS = $(GPU_TEST_CPPFLAGS) $(BERT_CPPFLAGS)
 t_gpu_bert_layers_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
 t_gpu_bert_layers_LDADD = $(BERT_LIBS) $(TEST_LDADD)
+check_PROGRAMS += t/gpu/cnn
+NP_TESTS += t/gpu/cnn.np1 t/gpu/cnn.np2
+TESTS_SH += t/gpu/cifar_device.sh
+t_gpu_cnn_CPPFLAGS = $(GPU_TEST_CPPFLAGS) $(CNN_CPPFLAGS)
+t_gpu_cnn_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
+t_gpu_cnn_LDADD = $(CNN_LIBS) $(TEST_LDADD)
 endif
