@@ -458,8 +458,6 @@ static void parse_options(int argc, char **argv, options_t *o,
                 "--no-sync");
   if (o->zero && o->compression != HVD_COMPRESS_NONE)
     usage_error("--zero 1 reduce-scatters float32 gradients: no compression");
-  if (o->zero && o->gpu)
-    usage_error("--zero 1 takes host parameters: not with --device gpu");
   if (o->warmup < 0)
     o->warmup = o->steps / 10;
   if (o->warmup > o->steps)

@@ -413,6 +413,52 @@ hvd_result_t hvd_broadcast_object(const char *name, const void *data,
 hvd_result_t hvd_allgather_object(const char *name, const void *data,
                                   size_t len, void **out, size_t *lens);
 
+/* ---- Grouped and object collectives on a process set ------------------
+ * As hvd_grouped_* and hvd_*_object, among the set's members (roots and
+ * lengths counted within the set: lens gets hvd_process_set_size
+ * entries). The set's engine negotiates and fuses a group as the world's
+ * does. A rank outside the set gets HVD_ERR_INVALID_ARG: for a group its
+ * first member's error ("allreduce 'g.a': rank 3 is not in process set
+ * 1 (ranks 0, 1)"), for an object "hvd_ps_broadcast_object 'cfg': rank 3
+ * is not in process set 1 (ranks 0, 1)". Declared after the world's
+ * forms, which they follow. */
+hvd_result_t hvd_ps_grouped_allreduce_async(const hvd_process_set_t *ps, int n,
+                                            const char *const *names,
+                                            const hvd_tensor_t *sends,
+                                            hvd_tensor_t *recvs, hvd_op_t op,
+                                            double prescale, double postscale,
+                                            hvd_request_t **reqs);
+hvd_result_t hvd_ps_grouped_allreduce(const hvd_process_set_t *ps, int n,
+                                      const char *const *names,
+                                      const hvd_tensor_t *sends,
+                                      hvd_tensor_t *recvs, hvd_op_t op,
+                                      double prescale, double postscale);
+hvd_result_t hvd_ps_grouped_allgather_async(const hvd_process_set_t *ps, int n,
+                                            const char *const *names,
+                                            const hvd_tensor_t *sends,
+                                            hvd_tensor_t *recvs,
+                                            hvd_request_t **reqs);
+hvd_result_t hvd_ps_grouped_allgather(const hvd_process_set_t *ps, int n,
+                                      const char *const *names,
+                                      const hvd_tensor_t *sends,
+                                      hvd_tensor_t *recvs);
+hvd_result_t hvd_ps_grouped_reducescatter_async(
+    const hvd_process_set_t *ps, int n, const char *const *names,
+    const hvd_tensor_t *sends, hvd_tensor_t *recvs, hvd_op_t op,
+    double prescale, double postscale, hvd_request_t **reqs);
+hvd_result_t hvd_ps_grouped_reducescatter(const hvd_process_set_t *ps, int n,
+                                          const char *const *names,
+                                          const hvd_tensor_t *sends,
+                                          hvd_tensor_t *recvs, hvd_op_t op,
+                                          double prescale, double postscale);
+hvd_result_t hvd_ps_broadcast_object(const hvd_process_set_t *ps,
+                                     const char *name, const void *data,
+                                     size_t len, int root, void **out,
+                                     size_t *out_len);
+hvd_result_t hvd_ps_allgather_object(const hvd_process_set_t *ps,
+                                     const char *name, const void *data,
+                                     size_t len, void **out, size_t *lens);
+
 /* ---- Requests ---------------------------------------------------------- */
 
 /* Blocks until req completes (without using the CPU), frees it and returns
@@ -598,8 +644,9 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
  * up to float rounding. Checkpoints and hvd_broadcast_optimizer_state
  * gather the full state for the time of the call (collective), so files
  * are the same as unsharded ones and load at any world size, sharded or
- * not. Host parameters only (HVD_ERR_UNSUPPORTED for a device one); no
- * compression; no no-sync mode; sparse rows only before grad_ready. */
+ * not. Host and device parameters alike (a device parameter's blocks,
+ * state and reduced gradient stay on its GPU); no compression; no no-sync
+ * mode; sparse rows only before grad_ready. */
 
 /* Bytes of optimizer state this rank holds (a sharded optimizer: its
  * blocks'); -1 for NULL. */

@@ -58,7 +58,7 @@ struct Gpu {
   float *gap, *dgap, *dfc; /* dfc: [10 * W + 10] */
   float *da, *db, *dc;
   float *cols;
-  int chunk; /* images per im2col chunk */
+  int chunk;            /* images per im2col chunk */
   float *mean, *invstd; /* [3][W]: each batch norm's saved statistics */
 };
 
@@ -95,7 +95,8 @@ unsigned blocks(size_t n) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);      \
        i += (size_t)gridDim.x * blockDim.x)
 
-/* ---- element kernels ------------------------------------------------------- */
+/* ---- element kernels -------------------------------------------------------
+ */
 
 /* cols [g][C*9][S*S] of g images x [g][C][S][S], zero padding (cnn.c's
  * im2col). */
@@ -149,8 +150,7 @@ __global__ void relu_bwd_kernel(const float *y, float *d, size_t n) {
   }
 }
 
-__global__ void add_kernel(const float *a, const float *b, float *y,
-                           size_t n) {
+__global__ void add_kernel(const float *a, const float *b, float *y, size_t n) {
   GRID_LOOP(i, n) { y[i] = a[i] + b[i]; }
 }
 
@@ -269,9 +269,9 @@ __global__ void bn_bwd_kernel(const float *x, const float *dy, float *dx,
   block_sum2(sdy, sdyx);
   for (int q = threadIdx.x; q < n * HW; q += kThreads) {
     size_t at = ((size_t)(q / HW) * W + c) * HW + q % HW;
-    dx[at] = (float)(w[c] * inv *
-                     (dy[at] - sdy / cnt - (x[at] - mean) * inv * inv * sdyx /
-                                               cnt));
+    dx[at] =
+        (float)(w[c] * inv *
+                (dy[at] - sdy / cnt - (x[at] - mean) * inv * inv * sdyx / cnt));
   }
   if (threadIdx.x == 0) {
     dw[c] += (float)(sdyx * inv);
@@ -281,8 +281,8 @@ __global__ void bn_bwd_kernel(const float *x, const float *dy, float *dx,
 
 /* Inference: the running statistics (cnn.c's bn_eval). */
 __global__ void bn_eval_kernel(const float *x, float *y, const float *w,
-                               const float *b, const float *rm,
-                               const float *rv, int W, int HW, size_t total) {
+                               const float *b, const float *rm, const float *rv,
+                               int W, int HW, size_t total) {
   GRID_LOOP(q, total) {
     int c = (int)(q / HW % W);
     float sc = w[c] / sqrtf(rv[c] + (float)BN_EPS);
@@ -290,7 +290,8 @@ __global__ void bn_eval_kernel(const float *x, float *y, const float *w,
   }
 }
 
-/* ---- layers ----------------------------------------------------------------- */
+/* ---- layers -----------------------------------------------------------------
+ */
 
 float *val(cnn_t *m, int i) { return static_cast<float *>(m->p[i].value.data); }
 float *grad(cnn_t *m, int i) { return static_cast<float *>(m->p[i].grad.data); }
@@ -348,10 +349,10 @@ bool conv_bwd(cnn_t *m, const float *x, const float *w, const float *dy,
     /* row-major dcols [K, SS] = W^T [K, Co] x dY [Co, SS]:
      * cuBLAS dcols^T [SS, K] = dY^T [SS, Co] x W [Co, K] */
     if (!blas_ok(m,
-                 cublasSgemmStridedBatched(
-                     g->blas, CUBLAS_OP_N, CUBLAS_OP_T, SS, K, Co, &one, dyc,
-                     SS, (long long)Co * SS, w, K, 0, &zero, g->cols, SS,
-                     (long long)K * SS, c),
+                 cublasSgemmStridedBatched(g->blas, CUBLAS_OP_N, CUBLAS_OP_T,
+                                           SS, K, Co, &one, dyc, SS,
+                                           (long long)Co * SS, w, K, 0, &zero,
+                                           g->cols, SS, (long long)K * SS, c),
                  "cublasSgemmStridedBatched (conv input gradient)"))
       return false;
     col2im_kernel<<<blocks((size_t)c * Ci * SS), kThreads, 0, g->stream>>>(
@@ -399,10 +400,9 @@ hvd_result_t norm(cnn_t *m, int k, float *x, float *y, int n, int s,
   if (!sync(m, "cudaStreamSynchronize (before sync batch norm)"))
     return HVD_ERR_CUDA;
   hvd_tensor_t tx = t4(m, x, n, W, s), ty = t4(m, y, n, W, s);
-  return hvd_sync_batch_norm_forward(bn_names[k], &tx, val(m, wi),
-                                     val(m, wi + 1), rm, rv, BN_MOMENTUM,
-                                     BN_EPS, &ty, g->mean + k * W,
-                                     g->invstd + k * W);
+  return hvd_sync_batch_norm_forward(
+      bn_names[k], &tx, val(m, wi), val(m, wi + 1), rm, rv, BN_MOMENTUM, BN_EPS,
+      &ty, g->mean + k * W, g->invstd + k * W);
 }
 
 hvd_result_t norm_bwd(cnn_t *m, int k, float *x, float *dy, float *dx, int s) {
@@ -410,8 +410,8 @@ hvd_result_t norm_bwd(cnn_t *m, int k, float *x, float *dy, float *dx, int s) {
   const int W = m->w, n = m->n, HW = s * s, wi = P_BN1_W + 3 * k;
   if (!m->sync_bn) {
     bn_bwd_kernel<<<W, kThreads, 0, g->stream>>>(
-        x, dy, dx, val(m, wi), g->mean + k * W, g->invstd + k * W,
-        grad(m, wi), grad(m, wi + 1), n, W, HW);
+        x, dy, dx, val(m, wi), g->mean + k * W, g->invstd + k * W, grad(m, wi),
+        grad(m, wi + 1), n, W, HW);
     return launched(m, "bn_bwd") ? HVD_SUCCESS : HVD_ERR_CUDA;
   }
   if (!sync(m, "cudaStreamSynchronize (before sync batch norm)"))
@@ -446,10 +446,10 @@ hvd_result_t norm_bwd(cnn_t *m, int k, float *x, float *dy, float *dx, int s) {
   } while (0)
 
 void release(Gpu *g) {
-  void *bufs[] = {g->vals, g->grads, g->bufs, g->x,   g->c1,   g->n1,
-                  g->r1,   g->p1,    g->c2,   g->n2,  g->r2,   g->c3,
-                  g->n3,   g->s3,    g->argmax, g->gap, g->dgap, g->dfc,
-                  g->da,   g->db,    g->dc,   g->cols, g->mean, g->invstd};
+  void *bufs[] = {g->vals, g->grads, g->bufs,   g->x,    g->c1,   g->n1,
+                  g->r1,   g->p1,    g->c2,     g->n2,   g->r2,   g->c3,
+                  g->n3,   g->s3,    g->argmax, g->gap,  g->dgap, g->dfc,
+                  g->da,   g->db,    g->dc,     g->cols, g->mean, g->invstd};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i] != NULL)
       cudaFree(bufs[i]);
@@ -462,7 +462,8 @@ void release(Gpu *g) {
 
 } // namespace
 
-/* ---- the backend's entry points (cnn_impl.h) ------------------------------ */
+/* ---- the backend's entry points (cnn_impl.h) ------------------------------
+ */
 
 extern "C" int cnn_gpu_open(cnn_t *m, int device) {
   int count = 0;
@@ -473,7 +474,8 @@ extern "C" int cnn_gpu_open(cnn_t *m, int device) {
              cudaGetErrorString(e), cudaGetErrorName(e));
     return -1;
   }
-  if (device == CNN_CURRENT_GPU && (e = cudaGetDevice(&device)) != cudaSuccess) {
+  if (device == CNN_CURRENT_GPU &&
+      (e = cudaGetDevice(&device)) != cudaSuccess) {
     snprintf(m->err, sizeof m->err, "cudaGetDevice: %s", cudaGetErrorString(e));
     return -1;
   }
@@ -510,18 +512,30 @@ extern "C" int cnn_gpu_open(cnn_t *m, int device) {
     void **p;
     size_t bytes;
   } want[] = {
-      {(void **)&g->vals, nvals * 4},        {(void **)&g->grads, nvals * 4},
-      {(void **)&g->bufs, 6 * (size_t)W * 4}, {(void **)&g->x, B * CNN_PIXELS * 4},
-      {(void **)&g->c1, big * 4},            {(void **)&g->n1, big * 4},
-      {(void **)&g->r1, big * 4},            {(void **)&g->p1, small * 4},
-      {(void **)&g->c2, small * 4},          {(void **)&g->n2, small * 4},
-      {(void **)&g->r2, small * 4},          {(void **)&g->c3, small * 4},
-      {(void **)&g->n3, small * 4},          {(void **)&g->s3, small * 4},
-      {(void **)&g->argmax, small * 4},      {(void **)&g->gap, B * W * 4},
-      {(void **)&g->dgap, B * W * 4},        {(void **)&g->dfc, (size_t)11 * W * 4 + 40},
-      {(void **)&g->da, big * 4},            {(void **)&g->db, big * 4},
-      {(void **)&g->dc, big * 4},            {(void **)&g->cols, (size_t)g->chunk * per * 4},
-      {(void **)&g->mean, 3 * (size_t)W * 4}, {(void **)&g->invstd, 3 * (size_t)W * 4},
+      {(void **)&g->vals, nvals * 4},
+      {(void **)&g->grads, nvals * 4},
+      {(void **)&g->bufs, 6 * (size_t)W * 4},
+      {(void **)&g->x, B * CNN_PIXELS * 4},
+      {(void **)&g->c1, big * 4},
+      {(void **)&g->n1, big * 4},
+      {(void **)&g->r1, big * 4},
+      {(void **)&g->p1, small * 4},
+      {(void **)&g->c2, small * 4},
+      {(void **)&g->n2, small * 4},
+      {(void **)&g->r2, small * 4},
+      {(void **)&g->c3, small * 4},
+      {(void **)&g->n3, small * 4},
+      {(void **)&g->s3, small * 4},
+      {(void **)&g->argmax, small * 4},
+      {(void **)&g->gap, B * W * 4},
+      {(void **)&g->dgap, B * W * 4},
+      {(void **)&g->dfc, (size_t)11 * W * 4 + 40},
+      {(void **)&g->da, big * 4},
+      {(void **)&g->db, big * 4},
+      {(void **)&g->dc, big * 4},
+      {(void **)&g->cols, (size_t)g->chunk * per * 4},
+      {(void **)&g->mean, 3 * (size_t)W * 4},
+      {(void **)&g->invstd, 3 * (size_t)W * 4},
   };
   bool ok = cuda_ok(m, cudaSetDevice(device), "cudaSetDevice") &&
             cuda_ok(m, cudaStreamCreate(&g->stream), "cudaStreamCreate") &&
@@ -604,8 +618,8 @@ extern "C" hvd_result_t cnn_gpu_features(cnn_t *m, const float *x, int n,
   add_kernel<<<blocks(small), kThreads, 0, g->stream>>>(g->n3, g->p1, g->s3,
                                                         small);
   LAUNCHED("add");
-  gap_kernel<<<blocks((size_t)n * W), kThreads, 0, g->stream>>>(
-      g->s3, g->gap, n * W, S2 * S2);
+  gap_kernel<<<blocks((size_t)n * W), kThreads, 0, g->stream>>>(g->s3, g->gap,
+                                                                n * W, S2 * S2);
   LAUNCHED("gap");
   if (n > 0)
     CU(cudaMemcpyAsync(m->gap, g->gap, sizeof(float) * (size_t)n * W,
@@ -652,8 +666,8 @@ extern "C" hvd_result_t cnn_gpu_backward(cnn_t *m, const float *dgap,
   READY(P_FC_W);
   /* average pool and the block's ReLU: ds3 into da */
   float *ds3 = g->da;
-  gap_bwd_kernel<<<blocks(small), kThreads, 0, g->stream>>>(g->s3, g->dgap,
-                                                            ds3, small, HW);
+  gap_bwd_kernel<<<blocks(small), kThreads, 0, g->stream>>>(g->s3, g->dgap, ds3,
+                                                            small, HW);
   LAUNCHED("gap_bwd");
   /* bn3 then conv3: dr2 into dc */
   HVD(norm_bwd(m, 2, g->c3, ds3, g->db, S2));

@@ -92,6 +92,12 @@ static int coll_size(void) {
   return cur_ps != NULL ? hvd_process_set_size(cur_ps) : hvd_size();
 }
 
+int hvd__coll_size(void) { return coll_size(); }
+
+int hvd__coll_rank(void) {
+  return cur_ps != NULL ? hvd_process_set_rank(cur_ps) : hvd_rank();
+}
+
 /* Hands n built requests to the world's engine or cur_ps's. */
 static hvd_result_t submit_to(const char *fn, hvd_request_t *const *rs, int n) {
   if (cur_ps == NULL)
@@ -708,4 +714,84 @@ hvd_result_t hvd_ps_reducescatter(const hvd_process_set_t *ps, const char *name,
 
 hvd_result_t hvd_ps_barrier(const hvd_process_set_t *ps) {
   ON_SET(ps, hvd_barrier());
+}
+
+/* Grouped collectives on a set: the members go to the set's engine
+ * together (submit_to), so they fuse and complete as in the world. */
+hvd_result_t hvd_ps_grouped_allreduce_async(const hvd_process_set_t *ps, int n,
+                                            const char *const *names,
+                                            const hvd_tensor_t *sends,
+                                            hvd_tensor_t *recvs, hvd_op_t op,
+                                            double prescale, double postscale,
+                                            hvd_request_t **reqs) {
+  ON_SET(ps, hvd_grouped_allreduce_async(n, names, sends, recvs, op, prescale,
+                                         postscale, reqs));
+}
+
+hvd_result_t hvd_ps_grouped_allreduce(const hvd_process_set_t *ps, int n,
+                                      const char *const *names,
+                                      const hvd_tensor_t *sends,
+                                      hvd_tensor_t *recvs, hvd_op_t op,
+                                      double prescale, double postscale) {
+  ON_SET(ps, hvd_grouped_allreduce(n, names, sends, recvs, op, prescale,
+                                   postscale));
+}
+
+hvd_result_t hvd_ps_grouped_allgather_async(const hvd_process_set_t *ps, int n,
+                                            const char *const *names,
+                                            const hvd_tensor_t *sends,
+                                            hvd_tensor_t *recvs,
+                                            hvd_request_t **reqs) {
+  ON_SET(ps, hvd_grouped_allgather_async(n, names, sends, recvs, reqs));
+}
+
+hvd_result_t hvd_ps_grouped_allgather(const hvd_process_set_t *ps, int n,
+                                      const char *const *names,
+                                      const hvd_tensor_t *sends,
+                                      hvd_tensor_t *recvs) {
+  ON_SET(ps, hvd_grouped_allgather(n, names, sends, recvs));
+}
+
+hvd_result_t hvd_ps_grouped_reducescatter_async(
+    const hvd_process_set_t *ps, int n, const char *const *names,
+    const hvd_tensor_t *sends, hvd_tensor_t *recvs, hvd_op_t op,
+    double prescale, double postscale, hvd_request_t **reqs) {
+  ON_SET(ps, hvd_grouped_reducescatter_async(n, names, sends, recvs, op,
+                                             prescale, postscale, reqs));
+}
+
+hvd_result_t hvd_ps_grouped_reducescatter(const hvd_process_set_t *ps, int n,
+                                          const char *const *names,
+                                          const hvd_tensor_t *sends,
+                                          hvd_tensor_t *recvs, hvd_op_t op,
+                                          double prescale, double postscale) {
+  ON_SET(ps, hvd_grouped_reducescatter(n, names, sends, recvs, op, prescale,
+                                       postscale));
+}
+
+/* Byte objects on a set: membership checked first, so that an outsider's
+ * error names the call and the object, not the inner collectives. */
+hvd_result_t hvd_ps_broadcast_object(const hvd_process_set_t *ps,
+                                     const char *name, const void *data,
+                                     size_t len, int root, void **out,
+                                     size_t *out_len) {
+  if (ps != NULL && name != NULL) {
+    hvd_result_t rc =
+        hvd__runtime_set_check(__func__, "hvd_ps_broadcast_object", name, ps);
+    if (rc != HVD_SUCCESS)
+      return rc;
+  }
+  ON_SET(ps, hvd_broadcast_object(name, data, len, root, out, out_len));
+}
+
+hvd_result_t hvd_ps_allgather_object(const hvd_process_set_t *ps,
+                                     const char *name, const void *data,
+                                     size_t len, void **out, size_t *lens) {
+  if (ps != NULL && name != NULL) {
+    hvd_result_t rc =
+        hvd__runtime_set_check(__func__, "hvd_ps_allgather_object", name, ps);
+    if (rc != HVD_SUCCESS)
+      return rc;
+  }
+  ON_SET(ps, hvd_allgather_object(name, data, len, out, lens));
 }

@@ -21,4 +21,10 @@ hvd_result_t hvd__allreduce_wire_async(const char *name,
 /* HVD_ERR_NOT_INITIALIZED with "<fn>: hvd_init() has not been called". */
 hvd_result_t hvd__not_initialized(const char *fn);
 
+/* This rank and the number of ranks of the collective being built on this
+ * thread: the world's, or (inside an hvd_ps_* call) the set's; the rank
+ * is -1 outside the set. */
+int hvd__coll_rank(void);
+int hvd__coll_size(void);
+
 #endif /* HVD_CORE_API_H */

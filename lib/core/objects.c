@@ -66,16 +66,16 @@ hvd_result_t hvd_broadcast_object(const char *name, const void *data,
   char *size_name = NULL, *data_name = NULL;
   unsigned char *buf = NULL;
   hvd_result_t rc;
-  int me = hvd_rank();
+  int me = hvd__coll_rank(), size = hvd__coll_size();
   HVD__CHECK(check_args(fn, name, data, len, me == root, out));
   *out = NULL;
   if (out_len == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': out_len is NULL", fn,
                           name);
-  if (root < 0 || root >= hvd_size())
+  if (root < 0 || root >= size)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s '%s': root %d is out of range 0..%d", fn, name,
-                          root, hvd_size() - 1);
+                          root, size - 1);
   size_name = object_name(name, ".size");
   data_name = object_name(name, "");
   if (size_name == NULL || data_name == NULL) {
@@ -140,7 +140,7 @@ hvd_result_t hvd_allgather_object(const char *name, const void *data,
     goto fail;
   }
   const int64_t *got = sizes.data;
-  for (int r = 0; lens != NULL && r < hvd_size(); r++)
+  for (int r = 0; lens != NULL && r < hvd__coll_size(); r++)
     lens[r] = (size_t)got[r];
   *out = bytes.data; /* a host output: malloc'd */
   bytes.data = NULL;

@@ -78,30 +78,47 @@ hvd_result_t hvd__runtime_submit_many(const char *fn, hvd_request_t *const *rs,
   return rc;
 }
 
-hvd_result_t hvd__runtime_submit_set(const char *fn, const char *kind,
-                                     const char *name,
-                                     const hvd_process_set_t *ps,
-                                     hvd_request_t *const *rs, int n) {
-  hvd_result_t rc;
-  pthread_rwlock_rdlock(&g.rw);
+/* Whether this rank may use ps (g.rw held): HVD_SUCCESS, or the error
+ * "<kind> '<name>': ..." set. */
+static hvd_result_t set_usable(const char *fn, const char *kind,
+                               const char *name, const hvd_process_set_t *ps) {
   if (!atomic_load(&g.initialized))
-    rc = hvd__not_initialized(fn);
-  else if (ps->stopped || (ps->rank >= 0 && ps->engine == NULL))
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
-                        "%s '%s': process set %d was stopped (hvd_shutdown)",
-                        kind, name, ps->id);
-  else if (ps->rank < 0) {
+    return hvd__not_initialized(fn);
+  if (ps->stopped || (ps->rank >= 0 && ps->engine == NULL))
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': process set %d was stopped (hvd_shutdown)",
+                          kind, name, ps->id);
+  if (ps->rank < 0) {
     char list[256];
     size_t at = 0;
     list[0] = '\0';
     for (int i = 0; i < ps->size && at < sizeof list; i++)
       at += (size_t)snprintf(list + at, sizeof list - at, "%s%d", i ? ", " : "",
                              ps->ranks[i]);
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
-                        "%s '%s': rank %d is not in process set %d (ranks "
-                        "%s)",
-                        kind, name, g.rank, ps->id, list);
-  } else
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': rank %d is not in process set %d (ranks "
+                          "%s)",
+                          kind, name, g.rank, ps->id, list);
+  }
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__runtime_set_check(const char *fn, const char *kind,
+                                    const char *name,
+                                    const hvd_process_set_t *ps) {
+  pthread_rwlock_rdlock(&g.rw);
+  hvd_result_t rc = set_usable(fn, kind, name, ps);
+  pthread_rwlock_unlock(&g.rw);
+  return rc;
+}
+
+hvd_result_t hvd__runtime_submit_set(const char *fn, const char *kind,
+                                     const char *name,
+                                     const hvd_process_set_t *ps,
+                                     hvd_request_t *const *rs, int n) {
+  pthread_rwlock_rdlock(&g.rw);
+  hvd_result_t rc = set_usable(fn, kind, name, ps);
+  if (rc == HVD_SUCCESS)
     rc = hvd__engine_submit_many(ps->engine, rs, n);
   pthread_rwlock_unlock(&g.rw);
   return rc;

@@ -25,5 +25,10 @@ hvd_result_t hvd__runtime_submit_set(const char *fn, const char *kind,
                                      const char *name,
                                      const hvd_process_set_t *ps,
                                      hvd_request_t *const *rs, int n);
+/* The same checks alone (calls made of several collectives check first,
+ * so that the error names the call, not an inner collective). */
+hvd_result_t hvd__runtime_set_check(const char *fn, const char *kind,
+                                    const char *name,
+                                    const hvd_process_set_t *ps);
 
 #endif /* HVD_CORE_RUNTIME_H */

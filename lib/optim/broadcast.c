@@ -309,8 +309,10 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
     rc = compare(fn, "optimizer state", (const hvd_tensor_t *const *)ts,
                  (const char *const *)labels, total + 1);
   }
-done:
-  hvd__optim_state_release(opt, rc == HVD_SUCCESS);
+done:;
+  hvd_result_t back = hvd__optim_state_release(opt, rc == HVD_SUCCESS);
+  if (rc == HVD_SUCCESS)
+    rc = back;
   for (int j = 0; labels != NULL && j <= total; j++)
     free(labels[j]);
   free(labels);

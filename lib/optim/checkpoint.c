@@ -455,7 +455,7 @@ hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
     rc = write_file(path, params, n, opt ? hvd__optim_core_const(opt) : NULL,
                     step);
   if (o != NULL)
-    hvd__optim_state_release(o, 0);
+    (void)hvd__optim_state_release(o, 0); /* take 0: nothing to fail */
   return agree("save.result", rc);
 }
 
@@ -830,8 +830,11 @@ hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
     HVD__CHECK(agree("load.state", hvd__optim_state_gather(opt)));
   /* a failed copy to a GPU is known to every rank */
   rc = agree("load.apply", apply(path, buf, size, params, n, c, step));
-  if (opt != NULL)
-    hvd__optim_state_release(opt, rc == HVD_SUCCESS);
+  if (opt != NULL) {
+    hvd_result_t back = hvd__optim_state_release(opt, rc == HVD_SUCCESS);
+    if (rc == HVD_SUCCESS)
+      rc = agree("load.blocks", back);
+  }
 fail:
   free(buf);
   return rc;

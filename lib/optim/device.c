@@ -270,6 +270,22 @@ fail:
   return rc;
 }
 
+hvd_result_t hvd__odev_copy(const char *who, hvd_tensor_t *t, size_t offset,
+                            const void *src, size_t bytes) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  if (bytes == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(enter(who, t->device, &prev));
+  ODEV_CHECK(cudaMemcpy((char *)t->data + offset, src, bytes,
+                        cudaMemcpyDeviceToDevice));
+  /* device to device, cudaMemcpy does not wait for the copy */
+  ODEV_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+fail:
+  leave(t->device, prev);
+  return rc;
+}
+
 #else /* !HVD_HAVE_CUDA */
 
 struct hvd__odev {
@@ -353,6 +369,15 @@ hvd_result_t hvd__odev_read(const char *who, void *dst, const hvd_tensor_t *t,
 
 hvd_result_t hvd__odev_write(const char *who, hvd_tensor_t *t, size_t offset,
                              const void *src, size_t bytes) {
+  (void)t;
+  (void)offset;
+  (void)src;
+  (void)bytes;
+  return no_cuda(who);
+}
+
+hvd_result_t hvd__odev_copy(const char *who, hvd_tensor_t *t, size_t offset,
+                            const void *src, size_t bytes) {
   (void)t;
   (void)offset;
   (void)src;

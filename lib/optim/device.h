@@ -61,5 +61,8 @@ hvd_result_t hvd__odev_read(const char *who, void *dst, const hvd_tensor_t *t,
                             size_t offset, size_t bytes);
 hvd_result_t hvd__odev_write(const char *who, hvd_tensor_t *t, size_t offset,
                              const void *src, size_t bytes);
+/* The same from device memory src on t's device (complete on return). */
+hvd_result_t hvd__odev_copy(const char *who, hvd_tensor_t *t, size_t offset,
+                            const void *src, size_t bytes);
 
 #endif /* HVD_OPTIM_DEVICE_H */

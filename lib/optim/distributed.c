@@ -552,9 +552,10 @@ int hvd__optim_sharded(const hvd_optimizer_t *opt) {
   return opt->dist != NULL && opt->dist->zero != NULL;
 }
 
-void hvd__optim_state_release(hvd_optimizer_t *opt, int take) {
+hvd_result_t hvd__optim_state_release(hvd_optimizer_t *opt, int take) {
   if (opt->dist != NULL && opt->dist->zero != NULL)
-    hvd__zero_release_state(opt->dist->zero, opt->base, take);
+    return hvd__zero_release_state(opt->dist->zero, opt->base, take);
+  return HVD_SUCCESS;
 }
 
 int64_t hvd_optimizer_state_bytes(const hvd_optimizer_t *opt) {

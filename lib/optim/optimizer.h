@@ -94,7 +94,8 @@ hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core);
 /* The core's full state filled from every rank's blocks (collective),
  * and handed back: each rank keeps its block of it when take. */
 hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core);
-void hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core, int take);
+hvd_result_t hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core,
+                                     int take);
 int64_t hvd__zero_state_bytes(const hvd__zero_t *z);
 
 /* For checkpoints and the state broadcast, on any optimizer: the core's
@@ -104,7 +105,8 @@ hvd_result_t hvd__optim_state_gather(hvd_optimizer_t *opt);
 /* 1 for a sharded optimizer, whose full state has no data between those
  * calls. */
 int hvd__optim_sharded(const hvd_optimizer_t *opt);
-void hvd__optim_state_release(hvd_optimizer_t *opt, int take);
+/* The first failure of taking the blocks back (a device copy). */
+hvd_result_t hvd__optim_state_release(hvd_optimizer_t *opt, int take);
 
 /* ---- for the built-ins (sgd.c, adam.c) ---------------------------------- */
 

@@ -18,6 +18,11 @@
  * checkpoints and the state broadcast fill them from every rank's blocks
  * (hvd__zero_gather_state) and hand them back, so files are the same as
  * an unsharded optimizer's and load at any world size, sharded or not.
+ *
+ * A device parameter's blocks, state and reduced gradient live on its GPU
+ * (the base's update runs its device kernels on the block views; copies
+ * between whole tensors and blocks are device to device): the same
+ * collectives through the device executors.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +31,7 @@
 #include "base/errors.h"
 #include "base/tensor.h"
 #include "core/api.h"
+#include "optim/device.h"
 #include "optim/optimizer.h"
 
 #define ZERO_PREFIX "hvd.zero."
@@ -40,6 +46,38 @@ struct hvd__zero {
   char **snames;       /* n * ns: "hvd.zero.<name>.state<k>" */
 };
 
+/* Zeroed memory for state tensor st (shape set) on dev: host or device. */
+static hvd_result_t alloc_state(const char *who, hvd_optimizer_t *core,
+                                hvd_tensor_t *st, int dev) {
+  size_t bytes = hvd__tensor_bytes(st);
+  st->device = dev;
+  if (dev != HVD_CPU)
+    return hvd__odev_calloc(who, core->odev, bytes, &st->data);
+  /* zero-filled, never NULL (NULL means none) */
+  if ((st->data = hvd_alloc_host(bytes > 0 ? bytes : 1)) == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+  return HVD_SUCCESS;
+}
+
+static void free_state(hvd_tensor_t *st) {
+  if (st->device == HVD_CPU)
+    (void)hvd_free_host(st->data);
+  else
+    hvd__odev_free(st->device, st->data);
+  st->data = NULL;
+}
+
+/* Copies bytes from src (memory on dst's device, or the host) into
+ * tensor dst at byte offset. */
+static hvd_result_t copy_into(const char *who, hvd_tensor_t *dst, size_t offset,
+                              const void *src, size_t bytes) {
+  if (dst->device != HVD_CPU)
+    return hvd__odev_copy(who, dst, offset, src, bytes);
+  if (bytes > 0)
+    memcpy((char *)dst->data + offset, src, bytes);
+  return HVD_SUCCESS;
+}
+
 void hvd__zero_free(hvd__zero_t *z) {
   if (z == NULL)
     return;
@@ -53,7 +91,7 @@ void hvd__zero_free(hvd__zero_t *z) {
     free(z->snames[s]);
   free(z->snames);
   for (int s = 0; z->state != NULL && s < z->n * z->ns; s++)
-    (void)hvd_free_host(z->state[s].data);
+    free_state(&z->state[s]);
   free(z->off);
   free(z->len);
   free(z->recv);
@@ -65,14 +103,8 @@ void hvd__zero_free(hvd__zero_t *z) {
 
 hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
                               hvd__zero_t **out) {
+  hvd_result_t rc;
   *out = NULL;
-  for (int i = 0; i < core->n; i++)
-    if (core->params[i].value.device != HVD_CPU)
-      return hvd__set_error(HVD_ERR_UNSUPPORTED,
-                            "%s: parameter '%s' is on cuda:%d; sharded "
-                            "optimizer state takes host parameters",
-                            fn, core->params[i].name,
-                            core->params[i].value.device);
   hvd__zero_t *z = calloc(1, sizeof *z);
   if (z == NULL)
     goto oom;
@@ -94,12 +126,14 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
     int64_t numel = hvd_tensor_numel(&p->value), q = numel / P, m = numel % P;
     z->len[i] = q + (r < m);
     z->off[i] = r * q + (r < m ? r : m);
-    z->recv[i].device = HVD_CPU;
+    int dev = p->value.device;
+    z->recv[i].device = dev;
     z->block[i].name = p->name;
     float *v = p->value.data; /* NULL for an empty parameter */
     z->block[i].value = hvd_tensor_make(v != NULL ? v + z->off[i] : NULL,
                                         HVD_FLOAT32, 1, &z->len[i]);
     z->block[i].grad = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
+    z->block[i].value.device = z->block[i].grad.device = dev;
     size_t len = sizeof ZERO_PREFIX + strlen(p->name);
     if ((z->names[i] = malloc(len)) == NULL)
       goto oom;
@@ -111,22 +145,20 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
       snprintf(z->snames[i * ns + k], slen, "%s.state%d", z->names[i], k);
       hvd_tensor_t *st = &z->state[i * ns + k];
       *st = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
-      /* zero-filled, never NULL (NULL means none) */
-      size_t bytes = (size_t)z->len[i] * sizeof(float);
-      if ((st->data = hvd_alloc_host(bytes > 0 ? bytes : 1)) == NULL)
-        goto oom;
+      if ((rc = alloc_state(fn, core, st, dev)) != HVD_SUCCESS)
+        goto fail;
     }
   }
   /* the core's full state: shapes only from now on */
-  for (int s = 0; s < n * ns; s++) {
-    (void)hvd_free_host(core->state[s].data);
-    core->state[s].data = NULL;
-  }
+  for (int s = 0; s < n * ns; s++)
+    free_state(&core->state[s]);
   *out = z;
   return HVD_SUCCESS;
 oom:
+  rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+fail:
   hvd__zero_free(z);
-  return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+  return rc;
 }
 
 hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, hvd_optimizer_t *core,
@@ -135,6 +167,7 @@ hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, hvd_optimizer_t *core,
   hvd_tensor_t *g = &core->params[i].grad;
   int64_t numel = hvd_tensor_numel(g);
   hvd_tensor_t flat = hvd_tensor_make(g->data, HVD_FLOAT32, 1, &numel);
+  flat.device = g->device;
   hvd_tensor_free(&z->recv[i]); /* a block a failed step left */
   return hvd_reducescatter_async(name, &flat, &z->recv[i], HVD_SUM, pre, post,
                                  req);
@@ -158,7 +191,7 @@ static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
                           "gathering the optimizer's blocks: out of memory");
   }
   for (int k = 0; k < count; k++) {
-    got[k].device = HVD_CPU;
+    got[k].device = state ? z->state[k].device : z->block[k].value.device;
     hvd_result_t rc = hvd_allgather_async(
         state ? z->snames[k] : z->names[k],
         state ? &z->state[k] : &z->block[k].value, &got[k], &req[k]);
@@ -176,8 +209,12 @@ static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
       first = rc;
       snprintf(msg, sizeof msg, "%s", hvd_last_error());
-    } else if (rc == HVD_SUCCESS && bytes > 0) {
-      memcpy(whole->data, got[k].data, bytes);
+    } else if (rc == HVD_SUCCESS &&
+               (rc = copy_into("gathering the optimizer's blocks", whole, 0,
+                               got[k].data, bytes)) != HVD_SUCCESS &&
+               first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
     }
     hvd_tensor_free(&got[k]);
   }
@@ -199,19 +236,18 @@ hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core) {
 
 /* Frees the core's full state data (shapes stay). */
 static void drop_full(hvd__zero_t *z, hvd_optimizer_t *core) {
-  for (int s = 0; s < z->n * z->ns; s++) {
-    (void)hvd_free_host(core->state[s].data);
-    core->state[s].data = NULL;
-  }
+  for (int s = 0; s < z->n * z->ns; s++)
+    free_state(&core->state[s]);
 }
 
 hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core) {
+  static const char who[] = "the full optimizer state";
   for (int s = 0; s < z->n * z->ns; s++) {
-    size_t bytes = hvd__tensor_bytes(&core->state[s]);
-    if ((core->state[s].data = hvd_alloc_host(bytes > 0 ? bytes : 1)) == NULL) {
+    hvd_result_t rc =
+        alloc_state(who, core, &core->state[s], z->state[s].device);
+    if (rc != HVD_SUCCESS) {
       drop_full(z, core);
-      return hvd__set_error(HVD_ERR_NO_MEMORY,
-                            "the full optimizer state: out of memory");
+      return rc;
     }
   }
   hvd_result_t rc = gather_blocks(z, core, 1);
@@ -220,12 +256,16 @@ hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core) {
   return rc;
 }
 
-void hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core, int take) {
-  for (int s = 0; take && s < z->n * z->ns; s++)
+hvd_result_t hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core,
+                                     int take) {
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int s = 0; take && rc == HVD_SUCCESS && s < z->n * z->ns; s++)
     if (core->state[s].data != NULL)
-      memcpy(z->state[s].data, (float *)core->state[s].data + z->off[s / z->ns],
-             (size_t)z->len[s / z->ns] * sizeof(float));
+      rc = copy_into("the optimizer state's blocks", &z->state[s], 0,
+                     (float *)core->state[s].data + z->off[s / z->ns],
+                     (size_t)z->len[s / z->ns] * sizeof(float));
   drop_full(z, core);
+  return rc;
 }
 
 int64_t hvd__zero_state_bytes(const hvd__zero_t *z) {

@@ -464,6 +464,19 @@ struct dcfg {
   int nosync_step; /* this step runs without reduction, 0: none */
 };
 
+static unsigned char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *b = NULL;
+  long len;
+  if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 ||
+      fseek(f, 0, SEEK_SET) != 0)
+    bail("cannot read %s: %s", path, strerror(errno));
+  b = xcalloc((size_t)len, 1);
+  *n = fread(b, 1, (size_t)len, f);
+  fclose(f);
+  return b;
+}
+
 static void dist_run(const struct dcfg *c) {
   static float acc[MAXC];
   model_t h, d;
@@ -541,6 +554,119 @@ static void test_distributed(void) {
     dist_run(&cfgs[c]);
 }
 
+/* ---- the sharded optimizer (ZeRO stage 1) ------------------------------- */
+
+/* kind 0: Adam on every device parameter; 1: SGD, p1 and p3 on the GPU.
+ * A host model and a device one of the same names, one after the other
+ * (the same collective names), each sharded: three steps of dyadic
+ * gradients, then a checkpoint each. The device model's values equal the
+ * host's, its state bytes too, its file is the host's byte for byte; the
+ * host file loaded into the device optimizer (the blocks taken back on the
+ * GPU) and one more step on both: equal again. */
+static void zero_train(model_t *m, hvd_optimizer_t *o, int first, int last) {
+  static float acc[MAXC];
+  int good = 1;
+  for (int step = first; step <= last; step++) {
+    good &= hvd_optimizer_zero_grad(o) == HVD_SUCCESS;
+    for (int i = NP - 1; i >= 0; i--) {
+      for (int64_t j = 0; j < counts[i]; j++)
+        acc[j] = dyadic(i, j, 0, step);
+      tput(&m->p[i].grad, acc);
+      good &= hvd_optimizer_grad_ready(o, i) == HVD_SUCCESS;
+    }
+    good &= hvd_optimizer_step(o) == HVD_SUCCESS;
+  }
+  if (!good)
+    diag("%s", hvd_last_error());
+  ok(good, "%s: sharded, steps %d to %d", pass_name, first, last);
+}
+
+static void zero_run(int kind) {
+  const char *what = kind == 0 ? "zero Adam" : "zero SGD, mixed";
+  unsigned mask = kind == 0 ? 0x1f : 0x0a;
+  char dir[1024], ph[1100], pd[1100], prefix[64];
+  model_t h, d;
+  hvd_optimizer_t *oh = NULL, *od = NULL;
+  hvd_distributed_options_t o;
+  int same = 0;
+  if (rank == 0) {
+    snprintf(dir, sizeof dir, "%s/hvd-gpu-zero-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (mkdtemp(dir) == NULL)
+      bail("mkdtemp %s: %s", dir, strerror(errno));
+  }
+  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  snprintf(ph, sizeof ph, "%s/host.ckpt", dir);
+  snprintf(pd, sizeof pd, "%s/device.ckpt", dir);
+  snprintf(prefix, sizeof prefix, "%s.z%d", pass_name, kind);
+  model_make(&h, prefix, 0);
+  model_make(&d, prefix, mask);
+  rng = 31337; /* the same values on every rank */
+  for (int i = 0; i < NP; i++)
+    set_both(&h, &d, i, 0);
+  hvd_distributed_options_init(&o);
+  o.op = kind == 0 ? HVD_AVERAGE : HVD_SUM;
+  o.shard_optimizer_state = 1;
+  model_t *ms[2] = {&h, &d};
+  hvd_optimizer_t **os[2] = {&oh, &od};
+  for (int k = 0; k < 2; k++) {
+    hvd_optimizer_t *base = NULL;
+    hvd_adam_options_t ao;
+    hvd_sgd_options_t so;
+    hvd_adam_options_init(&ao);
+    ao.lr = 0.125;
+    ao.decoupled = 1;
+    ao.weight_decay = 0.01;
+    hvd_sgd_options_init(&so);
+    so.lr = 0.25;
+    so.momentum = 0.5;
+    int good = make_opt(kind == 0, kind == 0 ? (void *)&ao : (void *)&so,
+                        ms[k]->p, &base) == HVD_SUCCESS &&
+               hvd_distributed_optimizer(base, &o, os[k]) == HVD_SUCCESS;
+    if (!ok(good, "%s: %s: a sharded optimizer on %s parameters", pass_name,
+            what, k ? "device" : "host"))
+      bail("%s", hvd_last_error());
+    zero_train(ms[k], *os[k], 1, 3);
+  }
+  check_same(what, &h, &d, NULL, NULL);
+  ok(hvd_optimizer_state_bytes(od) == hvd_optimizer_state_bytes(oh) &&
+         hvd_optimizer_state_bytes(od) > 0,
+     "%s: %s: %lld bytes of state on this rank, as on the host", pass_name,
+     what, (long long)hvd_optimizer_state_bytes(od));
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(ph, h.p, NP, oh, 3),
+         "%s: %s: save from host", pass_name, what);
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(pd, d.p, NP, od, 3),
+         "%s: %s: save from the device", pass_name, what);
+  tap_note("%s", hvd_last_error());
+  if (rank == 0) {
+    size_t na, nb;
+    unsigned char *a = slurp(ph, &na), *b = slurp(pd, &nb);
+    same = na == nb && memcmp(a, b, na) == 0;
+    free(a);
+    free(b);
+  }
+  MPI_Bcast(&same, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  ok(same, "%s: %s: the device file is the host file, byte for byte",
+     pass_name, what);
+  /* the host's file into the device optimizer; the host goes on too */
+  zero_train(&h, oh, 4, 4);
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(ph, d.p, NP, od, NULL),
+         "%s: %s: the host file into the device optimizer", pass_name, what);
+  tap_note("%s", hvd_last_error());
+  zero_train(&d, od, 4, 4);
+  check_same("zero, after the reload and a step", &h, &d, NULL, NULL);
+  hvd_optimizer_destroy(oh);
+  hvd_optimizer_destroy(od);
+  model_free(&h);
+  model_free(&d);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    unlink(ph);
+    unlink(pd);
+    rmdir(dir);
+  }
+}
+
 /* ---- initial state ------------------------------------------------------ */
 
 static void test_broadcast(void) {
@@ -602,18 +728,6 @@ static void test_broadcast(void) {
 /* ---- checkpoints ----------------------------------------------------------
  */
 
-static unsigned char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  unsigned char *b = NULL;
-  long len;
-  if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 ||
-      fseek(f, 0, SEEK_SET) != 0)
-    bail("cannot read %s: %s", path, strerror(errno));
-  b = xcalloc((size_t)len, 1);
-  *n = fread(b, 1, (size_t)len, f);
-  fclose(f);
-  return b;
-}
 
 static void test_checkpoint(void) {
   char dir[1024], ph[1100], pd[1100];
@@ -804,6 +918,8 @@ static void run_pass(const char *ops, int last) {
   diag("%s: %d ranks, rank 0 on cuda:%d", ops, size, dev);
   test_refusals();
   test_distributed();
+  zero_run(0);
+  zero_run(1);
   test_broadcast();
   test_sync_bn();
   if (last)

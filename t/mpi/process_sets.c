@@ -4,8 +4,9 @@
  * the world, concurrently; overlapping sets (the first size-1 ranks and
  * the last size-1) with every collective, roots counted in the set; a
  * rank outside a set; a mismatch inside a set named by world ranks; ranks
- * that disagree on a set; destroy with work in flight; hvd_shutdown with
- * sets alive. Exact values throughout.
+ * that disagree on a set; grouped and object collectives on a set (and an
+ * outsider's errors for both); destroy with work in flight; hvd_shutdown
+ * with sets alive. Exact values throughout.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,6 +209,156 @@ static void test_overlapping(void) {
   hvd_process_set_destroy(B);
 }
 
+/* The even ranks' set: a group of three allreduces, a group of two
+ * allgathers, a grouped reducescatter, an object broadcast from the set's
+ * last member and an object allgather of different lengths. The odd
+ * ranks, outside it, get the errors (each check holds on every rank:
+ * exact results on the members, exact errors on the others). */
+static void test_grouped_objects(void) {
+  int ev[8] = {0};
+  int n = parity_set(0, ev);
+  hvd_process_set_t *ps = make(ev, n, "evens");
+  int me = hvd_process_set_rank(ps), in = me >= 0, id = hvd_process_set_id(ps);
+  char list[64] = "", want[256];
+  for (int i = 0, at = 0; i < n; i++)
+    at += snprintf(list + at, sizeof list - (size_t)at, "%s%d", i ? ", " : "",
+                   ev[i]);
+
+  /* three allreduces as one group */
+  static const char *const names[3] = {"g.a", "g.b", "g.c"};
+  float a[2], b[5], c[1];
+  int64_t la = 2, lb = 5, lc = 1;
+  for (int i = 0; i < 5; i++) {
+    if (i < 2)
+      a[i] = (float)(rank + i);
+    b[i] = (float)(10 * rank + i);
+  }
+  c[0] = 1.0f;
+  hvd_tensor_t t[3] = {hvd_tensor_make(a, HVD_FLOAT32, 1, &la),
+                       hvd_tensor_make(b, HVD_FLOAT32, 1, &lb),
+                       hvd_tensor_make(c, HVD_FLOAT32, 1, &lc)};
+  hvd_result_t rc = hvd_ps_grouped_allreduce(ps, 3, names, t, t, HVD_SUM, 1, 1);
+  int good;
+  if (in) {
+    good = rc == HVD_SUCCESS && c[0] == (float)n;
+    for (int i = 0; i < 5; i++) {
+      float sa = 0, sb = 0;
+      for (int k = 0; k < n; k++)
+        sa += (float)(ev[k] + i), sb += (float)(10 * ev[k] + i);
+      good &= (i >= 2 || a[i] == sa) && b[i] == sb;
+    }
+  } else {
+    snprintf(want, sizeof want,
+             "allreduce 'g.a': rank %d is not in process set %d (ranks %s)",
+             rank, id, list);
+    good = rc == HVD_ERR_INVALID_ARG && strcmp(hvd_last_error(), want) == 0;
+    if (!good)
+      diag("got %d '%s'", rc, hvd_last_error());
+  }
+  ok(good, "grouped allreduce of 3 in the evens' set: exact sums (outsiders: "
+           "the error names the first member)");
+
+  /* two allgathers as one group: member m sends m + 1 rows of each */
+  static const char *const gn[2] = {"gg.x", "gg.y"};
+  int32_t gx[8], gy[16];
+  int64_t rx = me + 1, ry[2] = {me + 1, 2};
+  for (int i = 0; i < 8; i++)
+    gx[i] = 100 * me + i;
+  for (int i = 0; i < 16; i++)
+    gy[i] = -(100 * me + i);
+  hvd_tensor_t gs[2] = {hvd_tensor_make(gx, HVD_INT32, 1, &rx),
+                        hvd_tensor_make(gy, HVD_INT32, 2, ry)};
+  hvd_tensor_t gr[2] = {{.data = NULL}, {.data = NULL}};
+  good = 1;
+  if (in) {
+    good = hvd_ps_grouped_allgather(ps, 2, gn, gs, gr) == HVD_SUCCESS &&
+           gr[0].shape[0] == (int64_t)n * (n + 1) / 2 &&
+           gr[1].shape[0] == gr[0].shape[0] && gr[1].shape[1] == 2;
+    const int32_t *ox = gr[0].data, *oy = gr[1].data;
+    for (int m = 0, at = 0; good && m < n; m++)
+      for (int j = 0; j <= m; j++, at++)
+        good &= ox[at] == 100 * m + j && oy[2 * at] == -(100 * m + 2 * j) &&
+                oy[2 * at + 1] == -(100 * m + 2 * j + 1);
+    hvd_tensor_free(&gr[0]);
+    hvd_tensor_free(&gr[1]);
+  }
+  ok(good, "grouped allgather of 2 in the set: each member's rows, in set "
+           "rank order");
+
+  /* a grouped reducescatter of 2n + 1 rows */
+  static const char *const rn[1] = {"gr.z"};
+  double z[17], zo[17];
+  int64_t rows = 2 * n + 1;
+  for (int i = 0; i < rows; i++)
+    z[i] = 1000.0 * me + i;
+  hvd_tensor_t zs = hvd_tensor_make(z, HVD_FLOAT64, 1, &rows);
+  hvd_tensor_t zr = {.data = NULL};
+  good = 1;
+  if (in) {
+    (void)zo;
+    good = hvd_ps_grouped_reducescatter(ps, 1, rn, &zs, &zr, HVD_SUM, 1, 1) ==
+           HVD_SUCCESS;
+    int64_t mine = 2 + (me < 1), first = 2 * me + (me < 1 ? me : 1);
+    good &= good && zr.shape[0] == mine;
+    const double *o = zr.data;
+    for (int64_t i = 0; good && i < mine; i++)
+      good &= o[i] == 1000.0 * n * (n - 1) / 2 + (double)n * (first + i);
+    hvd_tensor_free(&zr);
+  }
+  ok(good, "grouped reducescatter of %d rows in the set: this member's block",
+     2 * n + 1);
+
+  /* objects: from the set's last member; then one of each length */
+  char cfg[32];
+  snprintf(cfg, sizeof cfg, "config of set rank %d", me);
+  void *out = NULL;
+  size_t len = 0;
+  rc = hvd_ps_broadcast_object(ps, "cfg", cfg, strlen(cfg) + 1, n - 1, &out,
+                               &len);
+  if (in) {
+    snprintf(want, sizeof want, "config of set rank %d", n - 1);
+    good = rc == HVD_SUCCESS && len == strlen(want) + 1 &&
+           strcmp(out, want) == 0;
+  } else {
+    snprintf(want, sizeof want,
+             "hvd_ps_broadcast_object 'cfg': rank %d is not in process set "
+             "%d (ranks %s)",
+             rank, id, list);
+    good = rc == HVD_ERR_INVALID_ARG && strcmp(hvd_last_error(), want) == 0 &&
+           out == NULL;
+    if (!good)
+      diag("got %d '%s'", rc, hvd_last_error());
+  }
+  free(out);
+  ok(good, "broadcast_object in the set from its last member (outsiders: "
+           "the error names the call)");
+  size_t lens[8] = {0};
+  char mine[8];
+  memset(mine, 'a' + (me < 0 ? 0 : me), sizeof mine);
+  out = NULL;
+  rc = hvd_ps_allgather_object(ps, "lens", mine, (size_t)(me + 1), &out, lens);
+  good = 1;
+  if (in) {
+    good = rc == HVD_SUCCESS;
+    const char *o = out;
+    for (int m = 0, at = 0; good && m < n; m++) {
+      good &= lens[m] == (size_t)(m + 1);
+      for (int j = 0; j <= m; j++)
+        good &= o[at++] == 'a' + m;
+    }
+    good &= lens[n] == 0; /* n entries only */
+  } else {
+    snprintf(want, sizeof want,
+             "hvd_ps_allgather_object 'lens': rank %d is not in process set "
+             "%d (ranks %s)",
+             rank, id, list);
+    good = rc == HVD_ERR_INVALID_ARG && strcmp(hvd_last_error(), want) == 0;
+  }
+  free(out);
+  ok(good, "allgather_object in the set: %d lengths, in set rank order", n);
+  is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "destroy the evens' set");
+}
+
 static void test_create_errors(void) {
   hvd_process_set_t *ps = (hvd_process_set_t *)&rank;
   int bad[2] = {1, 0}, out_of[1] = {size};
@@ -302,6 +453,7 @@ int main(int argc, char **argv) {
   is_int(HVD_SUCCESS, hvd_init(), "hvd_init");
   test_disjoint();
   test_overlapping();
+  test_grouped_objects();
   test_create_errors();
   test_destroy_in_flight();
   test_shutdown_with_sets();
