@@ -96,7 +96,9 @@ typedef enum hvd_op {
  * device; any other is HVD_ERR_INVALID_ARG ("<kind> '<name>': tensor is
  * on cuda:1 but this rank uses cuda:0"): hvd never copies between GPUs.
  * The data must be complete when the collective is submitted (synchronise
- * the stream that wrote it: hvd works on a stream of its own); when the
+ * the stream that wrote it: hvd works on a stream of its own; note that
+ * cudaMemcpy from pageable host memory may return before its DMA lands);
+ * when the
  * request completes, the results are complete for every stream. Ranks
  * agree on host versus device per name, not on the ordinal. A build
  * without CUDA refuses device tensors with HVD_ERR_UNSUPPORTED. */
