@@ -43,6 +43,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,11 @@ typedef struct options {
   int keep;
   const char *resume;
   const char *log_json;
+  const char *elastic;  /* --elastic FILE: the committed state */
+  int64_t commit_every; /* --commit-every N (steps) */
+  int save_every;       /* --save-every K (commits) */
+  int64_t kill_step;    /* --kill-at STEP:RANK (a test's fault), -1 none */
+  int kill_rank, kill_launches;
   uint64_t seed;
   int threads;
   int gpu;  /* --device gpu */
@@ -142,6 +148,15 @@ static const char usage_text[] =
     "  --resume PATH          continue from a checkpoint file, or from the\n"
     "                         newest one in directory PATH\n"
     "  --log-json FILE        one JSON record per step (rank 0)\n"
+    "elastic training (with hvdrun --max-restarts, doc/elastic.md):\n"
+    "  --elastic FILE         commit the model, AdamW and the position in\n"
+    "                         the data to FILE; a relaunched job resumes\n"
+    "                         from its newest commit, at any world size\n"
+    "  --commit-every N       commit every N steps (default 1)\n"
+    "  --save-every K         write every K-th commit to FILE (default 1)\n"
+    "  --kill-at STEP:RANK    a test's fault: rank RANK kills itself with\n"
+    "                         SIGKILL before step STEP, in the first\n"
+    "                         --kill-launches launches (default 1)\n"
     "  --quiet                no progress lines, only the summary\n"
     "  -h, --help             this text\n"
     "\n"
@@ -241,6 +256,11 @@ enum {
   O_KEEP,
   O_RESUME,
   O_LOG_JSON,
+  O_ELASTIC,
+  O_COMMIT_EVERY,
+  O_SAVE_EVERY,
+  O_KILL_AT,
+  O_KILL_LAUNCHES,
   O_QUIET
 };
 
@@ -278,6 +298,11 @@ static const struct option long_options[] = {
     {"keep", required_argument, NULL, O_KEEP},
     {"resume", required_argument, NULL, O_RESUME},
     {"log-json", required_argument, NULL, O_LOG_JSON},
+    {"elastic", required_argument, NULL, O_ELASTIC},
+    {"commit-every", required_argument, NULL, O_COMMIT_EVERY},
+    {"save-every", required_argument, NULL, O_SAVE_EVERY},
+    {"kill-at", required_argument, NULL, O_KILL_AT},
+    {"kill-launches", required_argument, NULL, O_KILL_LAUNCHES},
     {"quiet", no_argument, NULL, O_QUIET},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}};
@@ -298,6 +323,7 @@ static void parse_options(int argc, char **argv, options_t *o,
                           bert_config_t *c) {
   memset(o, 0, sizeof *o);
   o->preset = "tiny";
+  o->kill_step = -1;
   o->steps = 1000;
   o->lr = 2e-3;
   o->warmup = -1;
@@ -430,6 +456,30 @@ static void parse_options(int argc, char **argv, options_t *o,
         usage_error("--log-json needs a file name");
       o->log_json = a;
       break;
+    case O_ELASTIC:
+      if (*a == '\0')
+        usage_error("--elastic needs a state file name");
+      o->elastic = a;
+      break;
+    case O_COMMIT_EVERY:
+      o->commit_every = parse_int("--commit-every", a, 1, INT32_MAX);
+      break;
+    case O_SAVE_EVERY:
+      o->save_every = (int)parse_int("--save-every", a, 1, INT32_MAX);
+      break;
+    case O_KILL_AT: {
+      char step[32];
+      const char *colon = strchr(a, ':');
+      if (colon == NULL || colon == a || (size_t)(colon - a) >= sizeof step)
+        usage_error("--kill-at needs STEP:RANK, not '%s'", a);
+      snprintf(step, sizeof step, "%.*s", (int)(colon - a), a);
+      o->kill_step = parse_int("--kill-at (step)", step, 0, INT64_MAX / 2);
+      o->kill_rank = (int)parse_int("--kill-at (rank)", colon + 1, 0, 1 << 20);
+      break;
+    }
+    case O_KILL_LAUNCHES:
+      o->kill_launches = (int)parse_int("--kill-launches", a, 1, 1 << 20);
+      break;
     case O_QUIET:
       o->quiet = 1;
       break;
@@ -447,6 +497,16 @@ static void parse_options(int argc, char **argv, options_t *o,
                 argv[optind]);
   if (o->checkpoint_every > 0 && o->checkpoint == NULL)
     usage_error("--checkpoint-every needs --checkpoint DIR");
+  if ((o->commit_every > 0 || o->save_every > 0) && o->elastic == NULL)
+    usage_error("--commit-every and --save-every need --elastic FILE");
+  if (o->elastic != NULL && o->resume != NULL)
+    usage_error("--elastic resumes from its own state: not with --resume");
+  if (o->commit_every == 0)
+    o->commit_every = 1;
+  if (o->save_every == 0)
+    o->save_every = 1;
+  if (o->kill_launches == 0)
+    o->kill_launches = 1;
   if (o->keep > 0 && o->checkpoint == NULL)
     usage_error("--keep needs --checkpoint DIR");
   if (o->no_sync && o->compression != HVD_COMPRESS_NONE)
@@ -735,15 +795,16 @@ static int global_view_init(global_view_t *g, int64_t global_batch, int S) {
 /* Starts an epoch, checking that this rank's shard (mine, count) is what
  * the relation above says. */
 static hvd_result_t global_view_epoch(global_view_t *g, int64_t epoch,
-                                      const int64_t *mine, int64_t count) {
+                                      int64_t from, const int64_t *mine,
+                                      int64_t count) {
   int64_t n;
   hvd_result_t rc = hvd_sampler_epoch(g->whole, epoch, &g->order, &n);
   if (rc != HVD_SUCCESS)
     return rc;
   g->epoch = epoch;
   for (int64_t i = 0; i < count; i++)
-    if (g->rank + i * g->size >= n ||
-        mine[i] != g->order[g->rank + i * g->size])
+    if (from + g->rank + i * g->size >= n ||
+        mine[i] != g->order[from + g->rank + i * g->size])
       check_local(HVD_ERR_INTERNAL, "the global batch",
                   "this rank's shard is not every world-size-th index of the "
                   "epoch's permutation");
@@ -792,12 +853,16 @@ static void report_step(report_t *r, const options_t *o, int64_t s, double loss,
     r->timed_tokens += (double)tokens;
     r->timed_seconds += step_time;
   }
-  if (r->json != NULL)
+  if (r->json != NULL) { /* flushed: a job killed later keeps its curve */
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
     fprintf(r->json,
             "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"tokens\":%lld,"
-            "\"step_time\":%.6f,\"comm_wait_time\":%.6f}\n",
+            "\"step_time\":%.6f,\"comm_wait_time\":%.6f,\"wall\":%.3f}\n",
             (long long)(s + 1), loss, lr, (long long)tokens, step_time,
-            comm_wait);
+            comm_wait, (double)wall.tv_sec + wall.tv_nsec * 1e-9);
+    fflush(r->json);
+  }
   r->tokens_since_print += tokens;
   if (!o->quiet && t - r->last_print >= 1.0) {
     double elapsed = t - r->start;
@@ -908,7 +973,9 @@ int main(int argc, char **argv) {
   FILE *json = NULL;
   int ok = 1;
   if (rank == 0 && o.log_json != NULL &&
-      (json = fopen(o.log_json, "w")) == NULL) {
+      (json = fopen(o.log_json, o.elastic != NULL && hvd_elastic_restarts() > 0
+                                    ? "a" /* the curve goes on */
+                                    : "w")) == NULL) {
     snprintf(msg, sizeof msg, "--log-json: cannot open '%s': %s", o.log_json,
              strerror(errno));
     ok = 0;
@@ -1007,7 +1074,27 @@ int main(int argc, char **argv) {
         say("--resume: %s", hvd_last_error());
       die();
     }
-  } else {
+  }
+  /* --elastic: the newest committed state (a relaunched job), if any */
+  hvd_state_t *state = NULL;
+  int64_t c_step = 0, c_epoch = 0, c_consumed = 0;
+  int restored = 0;
+  if (o.elastic != NULL) {
+    check_local(hvd_state_create(o.elastic, o.save_every, &state),
+                "hvd_state_create", hvd_last_error());
+    check_local(hvd_state_add_params(state, params, nparams, opt),
+                "hvd_state_add_params", hvd_last_error());
+    check_local(hvd_state_add_counter(state, "step", &c_step),
+                "hvd_state_add_counter", hvd_last_error());
+    check_local(hvd_state_add_counter(state, "epoch", &c_epoch),
+                "hvd_state_add_counter", hvd_last_error());
+    check_local(hvd_state_add_counter(state, "consumed", &c_consumed),
+                "hvd_state_add_counter", hvd_last_error());
+    check_agreed(hvd_state_restore(state, &restored), "--elastic");
+    if (restored)
+      start = c_step;
+  }
+  if (o.resume == NULL && !restored) {
     check_agreed(hvd_broadcast_parameters(params, nparams, 0),
                  "hvd_broadcast_parameters");
     check_agreed(hvd_broadcast_optimizer_state(opt, 0),
@@ -1058,6 +1145,16 @@ int main(int argc, char **argv) {
            o.zero ? " (sharded, --zero 1)" : "");
     if (o.resume != NULL)
       printf(PROG ": resumed at step %lld\n", (long long)start);
+    if (o.elastic != NULL && restored)
+      printf(PROG ": restored the state committed after step %lld (epoch "
+                  "%lld, sample %lld of its order) from %s; launch %d, the "
+                  "last one had %d ranks\n",
+             (long long)c_step, (long long)c_epoch, (long long)c_consumed,
+             o.elastic, hvd_elastic_restarts() + 1,
+             hvd_elastic_previous_size());
+    else if (o.elastic != NULL)
+      printf(PROG ": elastic: no committed state in %s: a fresh start\n",
+             o.elastic);
     fflush(stdout);
   }
   if (start >= o.steps) {
@@ -1065,6 +1162,7 @@ int main(int argc, char **argv) {
       printf(PROG ": the checkpoint is at step %lld and --steps is %lld: "
                   "nothing to do\n",
              (long long)start, (long long)o.steps);
+    hvd_state_destroy(state);
     hvd_sampler_destroy(sampler);
     hvd_sampler_destroy(whole);
     hvd_optimizer_destroy(opt);
@@ -1095,27 +1193,51 @@ int main(int argc, char **argv) {
   rep.json = json;
   rep.start = rep.last_print = now();
 
-  int64_t epoch = -1;
+  /* Where the data stands: the epoch, and how many samples of its order
+   * the steps so far took (global batches of whatever world size ran
+   * them); hvd_sampler_epoch_from deals out the rest. From a checkpoint's
+   * step, at one world size, that is step / per_epoch and the steps into
+   * the epoch times the global batch. */
+  int64_t epoch = start / per_epoch,
+          consumed = (start % per_epoch) * global_batch;
+  if (restored)
+    epoch = c_epoch, consumed = c_consumed;
   const int64_t *idx = NULL;
-  int64_t count;
+  int64_t count = 0, in_epoch = 0, left = 0; /* steps: done, left */
+  int fetch = 1;
   ready_ctx_t ready = {.opt = opt, .rc = HVD_SUCCESS};
   if (!o.gpu && !o.dense_embeddings && !o.zero) /* rows after grad_ready */
     check_local(bert_model_set_sparse_embeddings(model, on_sparse_grad, &ready),
                 "bert_model_set_sparse_embeddings", bert_last_error());
   for (int64_t s = start; s < o.steps; s++) {
     double t0 = now();
-    if (s / per_epoch != epoch) {
-      epoch = s / per_epoch;
-      check_local(hvd_sampler_epoch(sampler, epoch, &idx, &count),
-                  "hvd_sampler_epoch", hvd_last_error());
+    if (o.kill_step == s && rank == o.kill_rank &&
+        hvd_elastic_restarts() < o.kill_launches) {
+      say("--kill-at %lld:%d: killing this rank (SIGKILL) before step %lld",
+          (long long)s, rank, (long long)s);
+      fflush(stdout);
+      raise(SIGKILL);
+    }
+    if (fetch || in_epoch == left) {
+      if (!fetch)
+        epoch++, consumed = 0;
+      fetch = 0;
+      check_local(
+          hvd_sampler_epoch_from(sampler, epoch, consumed, &idx, &count),
+          "hvd_sampler_epoch", hvd_last_error());
+      in_epoch = 0;
+      left = count / ((int64_t)K * B);
       if (count_all)
-        check_local(global_view_epoch(&gv, epoch, idx, count),
+        check_local(global_view_epoch(&gv, epoch, consumed, idx, count),
                     "hvd_sampler_epoch", hvd_last_error());
+      if (left == 0) /* fewer samples left than a global batch */
+        check_local(HVD_ERR_INVALID_ARG, "the data",
+                    "an epoch holds no step of this global batch");
     }
     /* This rank's K micro-batches and their masked positions. */
     int64_t local_masked = 0;
     for (int j = 0; j < K; j++) {
-      const int64_t *first = idx + ((s % per_epoch) * K + j) * B;
+      const int64_t *first = idx + (in_epoch * K + j) * B;
       size_t off = (size_t)j * B * S;
       rc = bert_dataset_batch(ds, first, B, epoch, ids + off, NULL,
                               labels + off, lengths + (size_t)j * B);
@@ -1127,8 +1249,7 @@ int main(int argc, char **argv) {
     }
     int64_t total_masked = local_masked, one = 1;
     if (count_all)
-      check_local(count_global(&gv, (s % per_epoch) * global_batch,
-                               global_batch, &total_masked),
+      check_local(count_global(&gv, consumed, global_batch, &total_masked),
                   "bert_dataset_batch", bert_last_error());
     const double lr = lr_at(&o, s);
     check_local(hvd_optimizer_set_lr(opt, lr), "hvd_optimizer_set_lr",
@@ -1180,6 +1301,14 @@ int main(int argc, char **argv) {
       if (rank == 0 && o.keep > 0)
         prune_checkpoints(o.checkpoint, s + 1, o.keep);
     }
+    in_epoch++;
+    consumed += global_batch;
+    if (state != NULL && ((s + 1) % o.commit_every == 0 || s + 1 == o.steps)) {
+      c_step = s + 1;
+      c_epoch = in_epoch == left ? epoch + 1 : epoch;
+      c_consumed = in_epoch == left ? 0 : consumed;
+      check_agreed(hvd_state_commit(state), "--elastic: hvd_state_commit");
+    }
     if (rank == 0)
       report_step(&rep, &o, s, loss, lr, tokens_per_step, step_time, comm_wait);
   }
@@ -1196,6 +1325,7 @@ int main(int argc, char **argv) {
   free(gv.ids);
   free(gv.labels);
   free(gv.lengths);
+  hvd_state_destroy(state);
   hvd_sampler_destroy(sampler);
   hvd_sampler_destroy(whole);
   hvd_optimizer_destroy(opt);

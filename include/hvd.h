@@ -745,6 +745,43 @@ hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
 hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
                                  hvd_optimizer_t *opt, int64_t *step);
 
+/* ---- Elastic training: committed state (lib/optim/state.c) -------------
+ * Horovod Elastic's state.commit()/restore() and torchrun's restarts, on
+ * top of whole-job relaunches by hvdrun (--max-restarts, doc/elastic.md):
+ * a state is one model's parameters, their optimizer (may be NULL) and
+ * named int64 progress counters (epoch, step, position in the epoch).
+ * hvd_state_commit copies them in memory (every rank) and, every
+ * save_every-th commit, writes them to path as a checkpoint (version 2
+ * with the counters; rank 0 writes a temporary file, fsyncs and renames
+ * it, so a failure during the save leaves the previous file whole).
+ * hvd_state_restore puts back this process's newest commit, or else (a
+ * relaunched job) the file's, or else nothing (*restored 0). Both are
+ * collective; a file loads at any world size, and hvd_checkpoint_load
+ * reads it too (ignoring the counters). */
+typedef struct hvd_state hvd_state_t;
+
+/* path NULL: in memory only; save_every >= 1. */
+hvd_result_t hvd_state_create(const char *path, int save_every,
+                              hvd_state_t **out);
+/* The model (once per state): params[0..n), opt over the same params or
+ * NULL. The arrays must outlive the state. */
+hvd_result_t hvd_state_add_params(hvd_state_t *st, hvd_param_t *params, int n,
+                                  hvd_optimizer_t *opt);
+/* A counter (at most 16, distinct names) read at commit and written at
+ * restore through value. */
+hvd_result_t hvd_state_add_counter(hvd_state_t *st, const char *name,
+                                   int64_t *value);
+hvd_result_t hvd_state_commit(hvd_state_t *st);
+hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored);
+int64_t hvd_state_commits(const hvd_state_t *st); /* so far, file's included */
+void hvd_state_destroy(hvd_state_t *st);          /* accepts NULL */
+
+/* The launch a job is in: 0 on the first, k after hvdrun's k-th relaunch
+ * (HVD_ELASTIC_RESTARTS), and the world size of the launch before (0 on
+ * the first; HVD_ELASTIC_PREVIOUS_SIZE). Valid at any time. */
+int hvd_elastic_restarts(void);
+int hvd_elastic_previous_size(void);
+
 /* ---- Data sharding ------------------------------------------------------ *
  * As torch.utils.data.DistributedSampler: with shuffle, the indices
  * 0..size-1 are permuted from (seed, epoch); without drop_last the list is
@@ -762,6 +799,19 @@ hvd_result_t hvd_sampler_create(int64_t dataset_size, int ranks, int rank,
  * or destroy) gets *count indices for this rank. */
 hvd_result_t hvd_sampler_epoch(hvd_sampler_t *s, int64_t epoch,
                                const int64_t **indices, int64_t *count);
+/* The rest of an epoch after its first `from` samples (0..dataset size)
+ * of the epoch's order were trained on, at this or another world size:
+ * the remaining ones are dealt out as at the start of an epoch (padded or
+ * dropped to a multiple of the world size, rank r every world-size-th from
+ * r), so a job resumed mid-epoch at another world size neither repeats nor
+ * skips samples (but the padding, which repeats the rest's start). With
+ * drop_last, the world size unchanged and from a multiple of it, this
+ * rank's list is the tail of its whole-epoch list.
+ * *count is at most hvd_sampler_num_samples(s); from 0 is
+ * hvd_sampler_epoch. */
+hvd_result_t hvd_sampler_epoch_from(hvd_sampler_t *s, int64_t epoch,
+                                    int64_t from, const int64_t **indices,
+                                    int64_t *count);
 int64_t hvd_sampler_num_samples(const hvd_sampler_t *s); /* per rank */
 void hvd_sampler_destroy(hvd_sampler_t *s);              /* accepts NULL */
 

@@ -38,9 +38,10 @@
 #include "optim/optimizer.h"
 
 #define CKPT_MAGIC "HVDCKPT" /* 8 bytes with its NUL */
-#define CKPT_VERSION 1u
-#define CKPT_HEADER 32 /* magic, version, count, file size, step */
-#define CKPT_SUM 8     /* the trailing checksum */
+#define CKPT_VERSION 1u      /* without counters */
+#define CKPT_VERSION2 2u     /* with a counters section (hvd_state) */
+#define CKPT_HEADER 32       /* magic, version, count, file size, step */
+#define CKPT_SUM 8           /* the trailing checksum */
 #define FNV_BASIS 0xcbf29ce484222325ull
 #define FNV_PRIME 0x00000100000001b3ull
 
@@ -271,10 +272,20 @@ static void put_tensor(writer_t *w, const hvd_tensor_t *t, size_t bytes,
   }
 }
 
+static int has_counters(const hvd__counters_t *ctr) {
+  return ctr != NULL && ctr->n > 0;
+}
+
 static uint64_t file_size(const hvd_param_t *params, int n,
-                          const hvd_optimizer_t *c) {
+                          const hvd_optimizer_t *c,
+                          const hvd__counters_t *ctr) {
   int ns = c ? c->ops.nstate : 0;
   uint64_t size = CKPT_HEADER + 4 + CKPT_SUM;
+  if (has_counters(ctr)) {
+    size += 4;
+    for (int k = 0; k < ctr->n; k++)
+      size += 4 + strlen(ctr->names[k]) + 8;
+  }
   if (c != NULL) {
     size += 4 + strlen(c->ops.name ? c->ops.name : "") + 8 + 8 + 4;
     for (int k = 0; k < ns; k++)
@@ -289,10 +300,11 @@ static uint64_t file_size(const hvd_param_t *params, int n,
 
 /* Everything but the checksum. */
 static void write_body(writer_t *w, const hvd_param_t *params, int n,
-                       const hvd_optimizer_t *c, int64_t step, uint64_t size) {
+                       const hvd_optimizer_t *c, int64_t step, uint64_t size,
+                       const hvd__counters_t *ctr) {
   unsigned char head[CKPT_HEADER];
   memcpy(head, CKPT_MAGIC, 8);
-  put_le(head + 8, CKPT_VERSION, 4);
+  put_le(head + 8, has_counters(ctr) ? CKPT_VERSION2 : CKPT_VERSION, 4);
   put_le(head + 12, (uint32_t)n, 4);
   put_le(head + 16, size, 8);
   put_le(head + 24, (uint64_t)step, 8);
@@ -308,6 +320,13 @@ static void write_body(writer_t *w, const hvd_param_t *params, int n,
     put_int(w, (uint32_t)ns, 4);
     for (int k = 0; k < ns; k++)
       put_str(w, c->ops.state_names[k]);
+  }
+  if (has_counters(ctr)) {
+    put_int(w, (uint32_t)ctr->n, 4);
+    for (int k = 0; k < ctr->n; k++) {
+      put_str(w, ctr->names[k]);
+      put_int(w, (uint64_t)ctr->values[k], 8);
+    }
   }
   for (int i = 0; i < n && w->err == 0; i++) {
     const hvd_tensor_t *v = &params[i].value;
@@ -369,10 +388,11 @@ static int create_tmp(const char *tmp, FILE **f, int *created) {
 static hvd_result_t write_synced(writer_t *w, const char *path,
                                  const hvd_param_t *params, int n,
                                  const hvd_optimizer_t *c, int64_t step,
-                                 const char **doing, int *err) {
-  uint64_t size = file_size(params, n, c);
+                                 const hvd__counters_t *ctr, const char **doing,
+                                 int *err) {
+  uint64_t size = file_size(params, n, c, ctr);
   *doing = "write";
-  write_body(w, params, n, c, step, size);
+  write_body(w, params, n, c, step, size, ctr);
   put_int(w, w->sum, 8);
   if (w->dev_rc != HVD_SUCCESS || (*err = w->err) != 0)
     return w->dev_rc;
@@ -395,7 +415,8 @@ static hvd_result_t write_synced(writer_t *w, const char *path,
 /* Rank 0's part: the file, written to "<path>.tmp.<pid>" and renamed over
  * path, then the directory synced. */
 static hvd_result_t write_file(const char *path, const hvd_param_t *params,
-                               int n, const hvd_optimizer_t *c, int64_t step) {
+                               int n, const hvd_optimizer_t *c, int64_t step,
+                               const hvd__counters_t *ctr) {
   hvd_result_t rc = HVD_SUCCESS;
   size_t tlen = strlen(path) + 32;
   char *tmp = malloc(tlen), *dir = NULL;
@@ -408,7 +429,7 @@ static hvd_result_t write_file(const char *path, const hvd_param_t *params,
   snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
   if ((err = create_tmp(tmp, &w.f, &created)) != 0)
     goto fail;
-  rc = write_synced(&w, path, params, n, c, step, &doing, &err);
+  rc = write_synced(&w, path, params, n, c, step, ctr, &doing, &err);
   if (rc != HVD_SUCCESS || err != 0)
     goto fail;
   if (rename(tmp, path) != 0) {
@@ -441,6 +462,13 @@ fail:
 hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
                                  int n, const hvd_optimizer_t *opt,
                                  int64_t step) {
+  return hvd__checkpoint_save_ex(path, params, n, opt, step, NULL);
+}
+
+hvd_result_t hvd__checkpoint_save_ex(const char *path,
+                                     const hvd_param_t *params, int n,
+                                     const hvd_optimizer_t *opt, int64_t step,
+                                     const hvd__counters_t *ctr) {
   if (!hvd_is_initialized())
     return hvd__not_initialized(save_fn);
   hvd_result_t rc = check_args(save_fn, path, params, n, opt);
@@ -453,7 +481,7 @@ hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
     return rc;
   if (hvd_rank() == 0)
     rc = write_file(path, params, n, opt ? hvd__optim_core_const(opt) : NULL,
-                    step);
+                    step, ctr);
   if (o != NULL)
     (void)hvd__optim_state_release(o, 0); /* take 0: nothing to fail */
   return agree("save.result", rc);
@@ -518,11 +546,11 @@ static hvd_result_t check_file(const char *path, const unsigned char *buf,
                           "bytes)",
                           load_fn, path, size, CKPT_HEADER + 4 + CKPT_SUM);
   uint32_t version = (uint32_t)get_le(buf + 8, 4);
-  if (version != CKPT_VERSION)
+  if (version != CKPT_VERSION && version != CKPT_VERSION2)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "%s: '%s': format version %u is not supported "
-                          "(this hvd reads version %u)",
-                          load_fn, path, version, CKPT_VERSION);
+                          "(this hvd reads versions %u and %u)",
+                          load_fn, path, version, CKPT_VERSION, CKPT_VERSION2);
   uint64_t want = get_le(buf + 16, 8);
   if (fnv1a(FNV_BASIS, buf, size - CKPT_SUM) !=
       get_le(buf + size - CKPT_SUM, 8)) {
@@ -670,6 +698,43 @@ static hvd_result_t next_param(const char *path, reader_t *r, uint64_t ns,
   return HVD_SUCCESS;
 }
 
+/* A version 2 file's counters section (after the optimizer's): checked
+ * against the program's ctr (every counter it asks for must be there,
+ * by name), and with set, copied into ctr->values. Version 1: none. */
+static hvd_result_t next_counters(const char *path, reader_t *r,
+                                  const unsigned char *buf,
+                                  hvd__counters_t *ctr, int set) {
+  uint64_t nc = 0, v = 0;
+  const char *s = "";
+  uint32_t len = 0;
+  reader_t start;
+  if (get_le(buf + 8, 4) == CKPT_VERSION2 && !take_int(r, 4, &nc))
+    return MALFORMED(r, "counters");
+  start = *r;
+  for (uint64_t k = 0; k < nc; k++)
+    if (!take_str(r, &s, &len) || !take_int(r, 8, &v))
+      return MALFORMED(r, "counters");
+  for (int i = 0; ctr != NULL && i < ctr->n; i++) {
+    reader_t q = start;
+    int found = 0;
+    for (uint64_t k = 0; k < nc && !found; k++) {
+      take_str(&q, &s, &len);
+      take_int(&q, 8, &v);
+      if (same_str(s, len, ctr->names[i])) {
+        found = 1;
+        if (set)
+          ctr->values[i] = (int64_t)v;
+      }
+    }
+    if (!found)
+      return hvd__set_error(HVD_ERR_CORRUPT,
+                            "%s: '%s': the file has no counter '%s' (it was "
+                            "not saved by hvd_state_commit)",
+                            load_fn, path, ctr->names[i]);
+  }
+  return HVD_SUCCESS;
+}
+
 /* The file's optimizer against the program's (c, may be NULL). */
 static hvd_result_t check_opt(const char *path, const file_opt_t *o,
                               const hvd_optimizer_t *c) {
@@ -742,7 +807,7 @@ static hvd_result_t check_param(const char *path, uint64_t i,
  * message names the first difference. Changes nothing. */
 static hvd_result_t validate(const char *path, const unsigned char *buf,
                              size_t size, const hvd_param_t *params, int n,
-                             const hvd_optimizer_t *c) {
+                             const hvd_optimizer_t *c, hvd__counters_t *ctr) {
   hvd_result_t rc;
   reader_t r = file_reader(buf, size);
   uint64_t count = get_le(buf + 12, 4);
@@ -750,6 +815,7 @@ static hvd_result_t validate(const char *path, const unsigned char *buf,
   file_param_t f;
   HVD__CHECK(next_opt(path, &r, &o));
   HVD__CHECK(check_opt(path, &o, c));
+  HVD__CHECK(next_counters(path, &r, buf, ctr, 0));
   for (uint64_t i = 0; i < count; i++) {
     HVD__CHECK(next_param(path, &r, o.ns, &f));
     if (i < (uint64_t)n)
@@ -770,13 +836,15 @@ fail:
 /* Copies a file that every rank validated into the model, c and *step. */
 static hvd_result_t apply(const char *path, const unsigned char *buf,
                           size_t size, hvd_param_t *params, int n,
-                          hvd_optimizer_t *c, int64_t *step) {
+                          hvd_optimizer_t *c, int64_t *step,
+                          hvd__counters_t *ctr) {
   hvd_result_t rc;
   reader_t r = file_reader(buf, size);
   uint64_t count = get_le(buf + 12, 4);
   file_opt_t o;
   file_param_t f;
   HVD__CHECK(next_opt(path, &r, &o));
+  HVD__CHECK(next_counters(path, &r, buf, ctr, 1));
   for (uint64_t i = 0; i < count && i < (uint64_t)n; i++) {
     HVD__CHECK(next_param(path, &r, o.ns, &f));
     HVD__CHECK(load_into(&params[i].value, f.data, (size_t)f.bytes, f.esize));
@@ -798,6 +866,12 @@ fail:
 
 hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
                                  hvd_optimizer_t *opt, int64_t *step) {
+  return hvd__checkpoint_load_ex(path, params, n, opt, step, NULL);
+}
+
+hvd_result_t hvd__checkpoint_load_ex(const char *path, hvd_param_t *params,
+                                     int n, hvd_optimizer_t *opt, int64_t *step,
+                                     hvd__counters_t *ctr) {
   if (!hvd_is_initialized())
     return hvd__not_initialized(load_fn);
   hvd_optimizer_t *c = opt ? hvd__optim_core(opt) : NULL;
@@ -823,13 +897,13 @@ hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
   HVD__CHECK(agree("load.buffer", rc));
   t = hvd_tensor_make(buf, HVD_UINT8, 1, &bytes);
   HVD__CHECK(hvd_broadcast("hvd.ckpt.load.data", &t, 0));
-  rc = validate(path, buf, size, params, n, c);
+  rc = validate(path, buf, size, params, n, c, ctr);
   HVD__CHECK(agree("load.check", rc));
   /* a sharded optimizer: the full state to load into, then its blocks */
   if (opt != NULL)
     HVD__CHECK(agree("load.state", hvd__optim_state_gather(opt)));
   /* a failed copy to a GPU is known to every rank */
-  rc = agree("load.apply", apply(path, buf, size, params, n, c, step));
+  rc = agree("load.apply", apply(path, buf, size, params, n, c, step, ctr));
   if (opt != NULL) {
     hvd_result_t back = hvd__optim_state_release(opt, rc == HVD_SUCCESS);
     if (rc == HVD_SUCCESS)

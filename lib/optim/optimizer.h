@@ -108,6 +108,26 @@ int hvd__optim_sharded(const hvd_optimizer_t *opt);
 /* The first failure of taking the blocks back (a device copy). */
 hvd_result_t hvd__optim_state_release(hvd_optimizer_t *opt, int take);
 
+/* ---- checkpoints with counters (hvd_state, state.c) -------------------- */
+
+/* Named int64 progress counters: a version 2 checkpoint file holds them
+ * after the optimizer section (doc/checkpoint-format.md). */
+typedef struct hvd__counters {
+  int n;
+  const char *const *names;
+  int64_t *values;
+} hvd__counters_t;
+
+/* hvd_checkpoint_save / _load with counters (NULL or n 0: as those, a
+ * version 1 file). Loading needs every counter of ctr in the file. */
+hvd_result_t hvd__checkpoint_save_ex(const char *path,
+                                     const hvd_param_t *params, int n,
+                                     const hvd_optimizer_t *opt, int64_t step,
+                                     const hvd__counters_t *ctr);
+hvd_result_t hvd__checkpoint_load_ex(const char *path, hvd_param_t *params,
+                                     int n, hvd_optimizer_t *opt, int64_t *step,
+                                     hvd__counters_t *ctr);
+
 /* ---- for the built-ins (sgd.c, adam.c) ---------------------------------- */
 
 /* Who a built-in's step failures name. */

@@ -9,6 +9,12 @@
  *                 start, as often as needed; drop_last truncates)
  *   rank r      = list[r], list[r + P], list[r + 2P], ...
  *
+ * From a position f of the epoch (hvd_sampler_epoch_from: f samples of
+ * the order already trained on, at whatever world size), the same rule
+ * applies to order[f..N-1] (padding repeats its start): with drop_last,
+ * the world size unchanged and f a multiple of it, rank r's list is the
+ * tail of its whole-epoch list.
+ *
  * The permutation: splitmix64 seeded with seed + epoch (mod 2^64), then a
  * Fisher-Yates shuffle of 0..N-1 from the top: for i = N-1 down to 1, swap
  * i with j drawn uniformly from 0..i by rejection (draw x; reject while
@@ -87,6 +93,16 @@ hvd_result_t hvd_sampler_create(int64_t dataset_size, int ranks, int rank,
 
 hvd_result_t hvd_sampler_epoch(hvd_sampler_t *s, int64_t epoch,
                                const int64_t **indices, int64_t *count) {
+  return hvd_sampler_epoch_from(s, epoch, 0, indices, count);
+}
+
+/* The epoch's order (a permutation, or 0..n-1) from position `from` on:
+ * the remaining m = n - from entries are padded (repeating their start)
+ * or truncated to a multiple of P as at the start of an epoch, and rank r
+ * takes every P-th from r. from 0 is hvd_sampler_epoch. */
+hvd_result_t hvd_sampler_epoch_from(hvd_sampler_t *s, int64_t epoch,
+                                    int64_t from, const int64_t **indices,
+                                    int64_t *count) {
   static const char fn[] = "hvd_sampler_epoch";
   if (s == NULL || indices == NULL || count == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: %s is NULL", fn,
@@ -96,7 +112,14 @@ hvd_result_t hvd_sampler_epoch(hvd_sampler_t *s, int64_t epoch,
   if (epoch < 0)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: epoch %lld is negative", fn,
                           (long long)epoch);
-  int64_t n = s->size, p = s->ranks, num = s->num_samples;
+  if (from < 0 || from > s->size)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_sampler_epoch_from: position %lld is outside "
+                          "the epoch's %lld samples",
+                          (long long)from, (long long)s->size);
+  int64_t n = s->size, p = s->ranks, num = s->num_samples, m = n - from;
+  if (from > 0) /* the shard of what is left */
+    num = (s->drop_last || m % p == 0) ? m / p : m / p + 1;
   int64_t *order = NULL;
   if (s->shuffle && num > 0) {
     if ((uint64_t)n >= SIZE_MAX / sizeof(int64_t) ||
@@ -115,9 +138,9 @@ hvd_result_t hvd_sampler_epoch(hvd_sampler_t *s, int64_t epoch,
       order[j] = t;
     }
   }
-  /* position r + k * P of the padded/truncated list; < total <= 2N */
+  /* position r + k * P of the padded/truncated rest; < total <= 2m */
   for (int64_t k = 0, pos = s->rank; k < num; k++, pos += p) {
-    int64_t at = pos % n;
+    int64_t at = from + pos % m;
     s->indices[k] = order != NULL ? order[at] : at;
   }
   free(order);

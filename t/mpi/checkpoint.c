@@ -291,13 +291,13 @@ static void failures(void) {
   load_fails("a text file", at("text.ckpt"), x.p, NP, opt, HVD_ERR_CORRUPT,
              lmsg(at("text.ckpt"), "not an hvd checkpoint (bad magic)"));
   if (rank == 0) {
-    img[8] = 2;
-    spew(at("v2.ckpt"), img, size);
+    img[8] = 3;
+    spew(at("v3.ckpt"), img, size);
     img[8] = 1;
   }
-  load_fails("version 2", at("v2.ckpt"), x.p, NP, opt, HVD_ERR_UNSUPPORTED,
-             lmsg(at("v2.ckpt"), "format version 2 is not supported (this "
-                                 "hvd reads version 1)"));
+  load_fails("version 3", at("v3.ckpt"), x.p, NP, opt, HVD_ERR_UNSUPPORTED,
+             lmsg(at("v3.ckpt"), "format version 3 is not supported (this "
+                                 "hvd reads versions 1 and 2)"));
 
   /* no file; a directory */
   load_fails("missing file", at("nothing.ckpt"), x.p, NP, opt, HVD_ERR_IO,

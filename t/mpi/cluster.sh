@@ -22,6 +22,10 @@
 #     mid-run: the job ends within HVD_STALL_SHUTDOWN_TIME + 30 s,
 #     non-zero, naming the rank(s) lost, and no process is left on any
 #     host.
+#  5. Elastic, 3 x 1 with hvdrun --max-restarts 1 --min-np 2 and
+#     bert_train --elastic: node3's link taken down mid-run; hvdrun
+#     relaunches on node1 and node2, the job restores its newest commit
+#     and completes (exit 0), no process left.
 # Every job runs under a timeout of its own (HVD_TEST_TIMEOUT, default
 # 120 s); the cluster is removed at exit, also after a failure.
 
@@ -190,10 +194,49 @@ if grep -q '^#define HVD_HAVE_BLAS 1' "$HVD_TOP_BUILDDIR/config.h"; then
   fault "node2's link down" 'cluster_link node2 down' \
     "hvdrun: lost contact with host node2 \\(ranks 2, 3\\), which stopped answering \\(--host-timeout 20 s: its link or the host is down\\); the job was stopped on every host"
   cluster_link node2 up
+
+  # ---- 5. elastic: a host lost, the job goes on without it ----------------------
+  # 3 hosts x 1 with --max-restarts 1 --min-np 2 (doc/elastic.md): once 3
+  # steps are logged node3's link goes down; hvdrun notices (keepalive,
+  # --host-timeout 4), relaunches on node1 and node2, and bert_train goes
+  # on from its newest commit to the last step.
+  rm -f "$tmp/e.json" "$tmp/e.state"
+  (HVD_STALL_CHECK_TIME=2 HVD_STALL_SHUTDOWN_TIME=5 \
+    on_cluster node1:1,node2:1,node3:1 "$tmp/e.out" "$tmp/e.err" \
+    --host-timeout 4 --max-restarts 1 --min-np 2 "$bert" --steps 300 \
+    --quiet --elastic "$tmp/e.state" --log-json "$tmp/e.json"
+  echo "$rc" >"$tmp/e.rc") &
+  job=$!
+  i=0
+  while [ "$(cat "$tmp/e.json" 2>/dev/null | wc -l)" -lt 3 ] && [ $i -lt 600 ]; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  struck=$(date +%s)
+  cluster_link node3 down
+  wait $job
+  took=$(($(date +%s) - struck))
+  cluster_link node3 up
+  erc=$(cat "$tmp/e.rc")
+  check $([ "$erc" = 0 ] &&
+    grep -q "^hvdrun: lost contact with host node3 (rank 2)" "$tmp/e.err" &&
+    grep -q "^hvdrun: restart 1 of 1 after host node3 was lost: relaunching on 2 ranks (node1:1,node2:1) at " "$tmp/e.err"; echo $?) \
+    "elastic: node3's link down: relaunched on node1 and node2, exit 0 (status $erc, $took s after the link went down)" ||
+    { show "$tmp/e.out" stdout; show "$tmp/e.err" stderr; }
+  check $(grep -q "^bert_train: restored the state committed after step [0-9]* .*launch 2, the last one had 3 ranks$" "$tmp/e.out" &&
+    grep -q '"step":300,' "$tmp/e.json"; echo $?) \
+    "elastic: the relaunch restored its newest commit and trained to step 300" ||
+    show "$tmp/e.out" stdout
+  gap=$(sed -n 's/.*"wall":\([0-9.]*\).*/\1/p' "$tmp/e.json" |
+    awk 'NR > 1 && $1 - p > g { g = $1 - p } { p = $1 } END { printf "%.1f", g }')
+  echo "# elastic: the longest pause between two logged steps (the failure to training again): $gap s"
+  sleep 6 # node3's rank, cut off, ends itself (the stall shutdown)
+  strays "elastic"
 else
   for what in "on 2 x 2" "on one host" "losses" "checkpoint" "strays" \
     "SIGKILL: ends" "SIGKILL: names" "SIGKILL: strays" "link: ends" \
-    "link: names" "link: strays"; do
+    "link: names" "link: strays" "elastic: relaunch" "elastic: restored" \
+    "elastic: strays"; do
     n=$((n + 1))
     echo "ok $n # SKIP bert_train $what: no bert_train (no CBLAS)"
   done

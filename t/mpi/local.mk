@@ -75,9 +75,10 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 ## before and after their parameter's reduction started, exact sums;
 ## synchronized batch norm against one process's over the whole batch;
 ## the sharded optimizer (ZeRO-1) against the unsharded one, its state
-## bytes and crossed checkpoints.
+## bytes and crossed checkpoints; hvd_state_* (elastic training's
+## commits: memory, file, restore, counters).
 check_PROGRAMS += t/mpi/optim t/mpi/bcast_params t/mpi/checkpoint \
-	t/mpi/sparse_grad t/mpi/sync_bn t/mpi/zero
+	t/mpi/sparse_grad t/mpi/sync_bn t/mpi/zero t/mpi/state
 NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/optim.np4 \
 	t/mpi/sparse_grad.np1 t/mpi/sparse_grad.np2 t/mpi/sparse_grad.np3 \
@@ -85,6 +86,7 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/sync_bn.np1 t/mpi/sync_bn.np2 t/mpi/sync_bn.np3 \
 	t/mpi/sync_bn.np4 \
 	t/mpi/zero.np1 t/mpi/zero.np2 t/mpi/zero.np3 t/mpi/zero.np4 \
+	t/mpi/state.np1 t/mpi/state.np2 t/mpi/state.np3 t/mpi/state.np4 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
 	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3
@@ -141,11 +143,14 @@ t_mpi_crash_rename_la_LDFLAGS = -module -avoid-version -shared \
 ##  straggler         a stuck rank: the job still ends (MPI_Abort at exit)
 ##  cifar_train       examples/cifar_train: sync BN's world-size
 ##                    equivalence, learning, resume at np 1, CIFAR files
+##  elastic           hvdrun --max-restarts with bert_train --elastic: a
+##                    rank killed mid-run, too many failures, --min-np,
+##                    a program's own failure, a crash during a save
 ##  cluster           hvd on 2-3 hosts made of network namespaces
 ##                    (t/util/cluster.sh; root only, else skipped)
 TESTS_SH += t/mpi/rank_death.sh t/mpi/stall.sh t/mpi/timeline.sh \
 	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/demo.sh \
 	t/mpi/bench.sh t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/bert_train.sh \
-	t/mpi/cifar_train.sh \
+	t/mpi/cifar_train.sh t/mpi/elastic.sh \
 	t/mpi/bert_sync_ratio.sh t/mpi/straggler.sh t/mpi/cluster.sh
 EXTRA_DIST += t/mpi/timeline_check.py

@@ -121,6 +121,77 @@ static int64_t num_samples(int64_t size, int ranks, int drop_last) {
   return n;
 }
 
+/* hvd_sampler_epoch_from: for every world size, drop_last and position,
+ * the ranks' lists together are the rest of the epoch's order, each entry
+ * once (plus the padding, which repeats the rest's start); position 0 is
+ * hvd_sampler_epoch; with drop_last, at an unchanged world size, a
+ * position that is a multiple of it gives the tail of each rank's whole
+ * list (padding, without drop_last, repeats the rest's start instead). */
+static void test_from(void) {
+  enum { N = 103 };
+  static const int64_t froms[] = {0, 7, 8, 50, 101, 102, 103};
+  int bad = 0, cases = 0;
+  for (int P = 1; P <= 4; P++)
+    for (int drop = 0; drop <= 1; drop++)
+      for (size_t f = 0; f < sizeof froms / sizeof froms[0]; f++) {
+        int64_t from = froms[f], rest = N - from;
+        int64_t order[N], seen[N] = {0}, total = 0, whole_n = 0;
+        hvd_sampler_t *one = NULL;
+        const int64_t *o;
+        if (hvd_sampler_create(N, 1, 0, 1, 77, 0, &one) != HVD_SUCCESS ||
+            hvd_sampler_epoch(one, 2, &o, &whole_n) != HVD_SUCCESS)
+          bail("whole order: %s", hvd_last_error());
+        memcpy(order, o, sizeof order);
+        hvd_sampler_destroy(one);
+        int64_t want = drop ? rest / P : (rest + P - 1) / P;
+        for (int r = 0; r < P; r++) {
+          hvd_sampler_t *s = NULL;
+          const int64_t *idx, *all;
+          int64_t count = -1, n_all = 0;
+          cases++;
+          if (hvd_sampler_create(N, P, r, 1, 77, drop, &s) != HVD_SUCCESS ||
+              hvd_sampler_epoch_from(s, 2, from, &idx, &count) !=
+                  HVD_SUCCESS) {
+            bad++;
+            continue;
+          }
+          if (count != want)
+            bad++, diag("P %d drop %d from %lld rank %d: %lld indices, not "
+                        "%lld", P, drop, (long long)from, r, (long long)count,
+                        (long long)want);
+          for (int64_t k = 0; k < count; k++) {
+            int64_t pos = r + k * P; /* of the rest */
+            if (idx[k] != order[from + pos % (rest > 0 ? rest : 1)])
+              bad++;
+            if (pos < rest)
+              seen[from + pos]++, total++;
+          }
+          int64_t copy[N];
+          memcpy(copy, idx, (size_t)count * sizeof *idx);
+          if (hvd_sampler_epoch(s, 2, &all, &n_all) != HVD_SUCCESS)
+            bad++;
+          if (from == 0 && (n_all != count || !same(copy, all, count)))
+            bad++, diag("from 0 is not hvd_sampler_epoch (P %d)", P);
+          if (from % P == 0 && drop && from / P <= n_all &&
+              (count != n_all - from / P ||
+               !same(copy, all + from / P, count)))
+            bad++, diag("P %d from %lld: not the tail of rank %d's list", P,
+                        (long long)from, r);
+          hvd_sampler_destroy(s);
+        }
+        for (int64_t i = from; i < N; i++)
+          if (seen[i] != (drop && i >= from + (rest / P) * P ? 0 : 1))
+            bad++, diag("P %d drop %d from %lld: position %lld taken %lld "
+                        "times", P, drop, (long long)from, (long long)i,
+                        (long long)seen[i]);
+        (void)total;
+      }
+  is_int(0, bad, "epoch_from: %d cases (world sizes 1-4, drop_last or not, 7 "
+                 "positions): the rest of the order once, position 0 as "
+                 "hvd_sampler_epoch, the tail at an unchanged world size (drop_last)",
+         cases);
+}
+
 int main(void) {
   /* sizes: torch's num_samples */
   is_int(4, num_samples(10, 3, 0), "N=10 P=3: 4 per rank (2 padded)");
@@ -264,9 +335,21 @@ int main(void) {
          "count NULL");
   is_string("hvd_sampler_epoch: count is NULL", hvd_last_error(),
             "... message");
+  hvd_sampler_t *s25 = NULL;
+  hvd_sampler_create(25, 2, 1, 1, 5, 0, &s25);
+  is_int(HVD_ERR_INVALID_ARG,
+         hvd_sampler_epoch_from(s25, 0, 26, &idx, &count),
+         "from past the end");
+  is_string("hvd_sampler_epoch_from: position 26 is outside the epoch's 25 "
+            "samples",
+            hvd_last_error(), "... message");
+  is_int(HVD_ERR_INVALID_ARG,
+         hvd_sampler_epoch_from(s25, 0, -1, &idx, &count), "from negative");
+  hvd_sampler_destroy(s25);
   hvd_sampler_destroy(s);
   hvd_sampler_destroy(NULL);
   ok(1, "destroy accepts NULL");
+  test_from();
   done_testing();
   return tap_exit_status();
 }

@@ -1,0 +1,301 @@
+/*
+ * state.c - committed training state for elastic jobs (Horovod Elastic's
+ * state.commit() / restore()), include/hvd.h "Elastic training".
+ *
+ * A state is one model's parameters, their optimizer (may be NULL) and
+ * named int64 progress counters (epoch, step, samples of the epoch...).
+ *
+ *   commit:  a copy of all of it in this process's memory (every rank: the
+ *            parameters and the optimizer's full state are the same on
+ *            every rank, a sharded optimizer's gathered for the copy), and
+ *            every save_every-th commit the same as a checkpoint file
+ *            (hvd__checkpoint_save_ex: rank 0 writes a temporary file,
+ *            fsyncs and renames it over path, so a failure during the save
+ *            leaves the previous file whole), version 2 with the counters.
+ *   restore: the newest commit of this process if it made one, else the
+ *            file (every rank learns from rank 0 whether it is there),
+ *            else nothing (*restored 0: a fresh start).
+ *
+ * A job that hvdrun relaunched after a failure (--max-restarts) starts in
+ * new processes: only the file survives. HVD_ELASTIC_RESTARTS and
+ * HVD_ELASTIC_PREVIOUS_SIZE, set by hvdrun, tell the program which launch
+ * it is.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/errors.h"
+#include "base/tensor.h"
+#include "core/api.h"
+#include "optim/device.h"
+#include "optim/optimizer.h"
+
+#define MAX_COUNTERS 16
+
+struct hvd_state {
+  char *path; /* NULL: memory only */
+  int every;
+  hvd_param_t *params;
+  int n;
+  hvd_optimizer_t *opt;
+  const char *names[MAX_COUNTERS];
+  char *owned[MAX_COUNTERS];
+  int64_t *live[MAX_COUNTERS];
+  int nc;
+  int64_t commits;
+  /* the last commit (have: one was made in this process) */
+  int have;
+  void **values; /* n host copies */
+  void **states; /* n * nstate host copies */
+  double lr;
+  int64_t steps;
+  int64_t saved[MAX_COUNTERS];
+};
+
+static const char create_fn[] = "hvd_state_create";
+static const char commit_fn[] = "hvd_state_commit";
+static const char restore_fn[] = "hvd_state_restore";
+
+static int env_int(const char *name) {
+  const char *v = getenv(name);
+  char *end;
+  if (v == NULL || *v == '\0')
+    return 0;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  return errno == 0 && *end == '\0' && x >= 0 && x < 1 << 30 ? (int)x : 0;
+}
+
+int hvd_elastic_restarts(void) { return env_int("HVD_ELASTIC_RESTARTS"); }
+
+int hvd_elastic_previous_size(void) {
+  return env_int("HVD_ELASTIC_PREVIOUS_SIZE");
+}
+
+hvd_result_t hvd_state_create(const char *path, int save_every,
+                              hvd_state_t **out) {
+  if (out == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: out is NULL", create_fn);
+  *out = NULL;
+  if (save_every < 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: save_every %d is below 1",
+                          create_fn, save_every);
+  if (path != NULL && path[0] == '\0')
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: path is empty", create_fn);
+  hvd_state_t *st = calloc(1, sizeof *st);
+  if (st == NULL || (path != NULL && (st->path = strdup(path)) == NULL)) {
+    free(st);
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", create_fn);
+  }
+  st->every = save_every;
+  *out = st;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd_state_add_params(hvd_state_t *st, hvd_param_t *params, int n,
+                                  hvd_optimizer_t *opt) {
+  static const char fn[] = "hvd_state_add_params";
+  if (st == NULL || (params == NULL && n > 0) || n < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: %s", fn,
+                          st == NULL ? "state is NULL"
+                          : n < 0    ? "n is negative"
+                                     : "params is NULL");
+  if (st->params != NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: the state has its parameters already (one "
+                          "model per state)",
+                          fn);
+  if (opt != NULL && hvd__optim_core_const(opt)->n != n)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: the optimizer has %d parameters but n is %d", fn,
+                          hvd__optim_core_const(opt)->n, n);
+  st->params = params;
+  st->n = n;
+  st->opt = opt;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd_state_add_counter(hvd_state_t *st, const char *name,
+                                   int64_t *value) {
+  static const char fn[] = "hvd_state_add_counter";
+  if (st == NULL || name == NULL || name[0] == '\0' || value == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: %s", fn,
+                          st == NULL      ? "state is NULL"
+                          : value == NULL ? "value is NULL"
+                                          : "the name is empty or NULL");
+  for (int k = 0; k < st->nc; k++)
+    if (strcmp(st->names[k], name) == 0)
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: counter '%s' is there already", fn, name);
+  if (st->nc == MAX_COUNTERS)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: '%s': at most %d counters",
+                          fn, name, MAX_COUNTERS);
+  if ((st->owned[st->nc] = strdup(name)) == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+  st->names[st->nc] = st->owned[st->nc];
+  st->live[st->nc++] = value;
+  return HVD_SUCCESS;
+}
+
+int64_t hvd_state_commits(const hvd_state_t *st) {
+  return st != NULL ? st->commits : -1;
+}
+
+/* ---- the in-memory copy ------------------------------------------------- */
+
+/* bytes of tensor t into (to 0) or out of (to 1) host buffer h. */
+static hvd_result_t copy_tensor(const char *who, hvd_tensor_t *t, void *h,
+                                int to_tensor) {
+  size_t bytes = hvd__tensor_bytes(t);
+  if (bytes == 0)
+    return HVD_SUCCESS;
+  if (t->device != HVD_CPU)
+    return to_tensor ? hvd__odev_write(who, t, 0, h, bytes)
+                     : hvd__odev_read(who, h, t, 0, bytes);
+  if (to_tensor)
+    memcpy(t->data, h, bytes);
+  else
+    memcpy(h, t->data, bytes);
+  return HVD_SUCCESS;
+}
+
+/* Buffers for the copy, made at the first commit. */
+static hvd_result_t alloc_copy(hvd_state_t *st) {
+  const hvd_optimizer_t *c = st->opt ? hvd__optim_core_const(st->opt) : NULL;
+  int ns = c != NULL ? c->ops.nstate : 0;
+  if (st->values != NULL)
+    return HVD_SUCCESS;
+  st->values = calloc((size_t)st->n + 1, sizeof *st->values);
+  st->states = calloc((size_t)st->n * (size_t)ns + 1, sizeof *st->states);
+  if (st->values == NULL || st->states == NULL)
+    goto oom;
+  for (int i = 0; i < st->n; i++) {
+    size_t bytes = hvd__tensor_bytes(&st->params[i].value);
+    if ((st->values[i] = malloc(bytes ? bytes : 1)) == NULL)
+      goto oom;
+    for (int k = 0; k < ns; k++)
+      if ((st->states[i * ns + k] = malloc(bytes ? bytes : 1)) == NULL)
+        goto oom;
+  }
+  return HVD_SUCCESS;
+oom:
+  return hvd__set_error(HVD_ERR_NO_MEMORY,
+                        "%s: out of memory for the committed copy", commit_fn);
+}
+
+/* The model, optimizer and counters into the copy (to_live 0), or the
+ * copy back into them (1). The optimizer's full state is present for the
+ * time of the call (a sharded optimizer gathers it: collective). */
+static hvd_result_t transfer(hvd_state_t *st, int to_live, const char *who) {
+  hvd_result_t rc = HVD_SUCCESS, back;
+  hvd_optimizer_t *c = st->opt ? hvd__optim_core(st->opt) : NULL;
+  int ns = c != NULL ? c->ops.nstate : 0;
+  if (st->opt != NULL && (rc = hvd__optim_state_gather(st->opt)) != HVD_SUCCESS)
+    return rc;
+  for (int i = 0; i < st->n && rc == HVD_SUCCESS; i++) {
+    rc = copy_tensor(who, &st->params[i].value, st->values[i], to_live);
+    for (int k = 0; k < ns && rc == HVD_SUCCESS; k++)
+      rc = copy_tensor(who, &c->state[i * ns + k], st->states[i * ns + k],
+                       to_live);
+  }
+  if (c != NULL && rc == HVD_SUCCESS) {
+    if (to_live)
+      c->lr = st->lr, c->steps = st->steps;
+    else
+      st->lr = c->lr, st->steps = c->steps;
+  }
+  for (int k = 0; k < st->nc && rc == HVD_SUCCESS; k++)
+    if (to_live)
+      *st->live[k] = st->saved[k];
+    else
+      st->saved[k] = *st->live[k];
+  if (st->opt != NULL) {
+    back = hvd__optim_state_release(st->opt, to_live && rc == HVD_SUCCESS);
+    if (rc == HVD_SUCCESS)
+      rc = back;
+  }
+  return rc;
+}
+
+/* ---- commit and restore ---------------------------------------------------
+ */
+
+static hvd__counters_t counters(hvd_state_t *st) {
+  return (hvd__counters_t){st->nc, st->names, NULL};
+}
+
+hvd_result_t hvd_state_commit(hvd_state_t *st) {
+  if (st == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: state is NULL", commit_fn);
+  if (!hvd_is_initialized())
+    return hvd__not_initialized(commit_fn);
+  hvd_result_t rc = alloc_copy(st);
+  if (rc == HVD_SUCCESS)
+    rc = transfer(st, 0, commit_fn);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  st->have = 1;
+  st->commits++;
+  if (st->path == NULL || st->commits % st->every != 0)
+    return HVD_SUCCESS;
+  hvd__counters_t ctr = counters(st);
+  ctr.values = st->saved;
+  return hvd__checkpoint_save_ex(st->path, st->params, st->n, st->opt,
+                                 st->commits, &ctr);
+}
+
+hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored) {
+  if (st == NULL || restored == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: %s is NULL", restore_fn,
+                          st == NULL ? "state" : "restored");
+  *restored = 0;
+  if (!hvd_is_initialized())
+    return hvd__not_initialized(restore_fn);
+  if (st->have) {
+    hvd_result_t rc = transfer(st, 1, restore_fn);
+    if (rc == HVD_SUCCESS)
+      *restored = 1;
+    return rc;
+  }
+  if (st->path == NULL)
+    return HVD_SUCCESS;
+  /* whether rank 0 sees the file, for every rank */
+  struct stat sb;
+  int64_t there = hvd_rank() == 0 ? stat(st->path, &sb) == 0 : 0, one = 1;
+  hvd_tensor_t t = hvd_tensor_make(&there, HVD_INT64, 1, &one);
+  hvd_result_t rc = hvd_broadcast("hvd.state.exists", &t, 0);
+  if (rc != HVD_SUCCESS || !there)
+    return rc;
+  int64_t values[MAX_COUNTERS], commits = 0;
+  hvd__counters_t ctr = counters(st);
+  ctr.values = values;
+  rc = hvd__checkpoint_load_ex(st->path, st->params, st->n, st->opt, &commits,
+                               &ctr);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  for (int k = 0; k < st->nc; k++)
+    *st->live[k] = values[k];
+  st->commits = commits;
+  *restored = 1;
+  return HVD_SUCCESS;
+}
+
+void hvd_state_destroy(hvd_state_t *st) {
+  if (st == NULL)
+    return;
+  const hvd_optimizer_t *c = st->opt ? hvd__optim_core_const(st->opt) : NULL;
+  int ns = c != NULL ? c->ops.nstate : 0;
+  for (int i = 0; st->values != NULL && i < st->n; i++)
+    free(st->values[i]);
+  for (int s = 0; st->states != NULL && s < st->n * ns; s++)
+    free(st->states[s]);
+  free(st->values);
+  free(st->states);
+  for (int k = 0; k < st->nc; k++)
+    free(st->owned[k]);
+  free(st->path);
+  free(st);
+}

@@ -1,0 +1,288 @@
+/*
+ * state.c - hvd_state_* (committed training state for elastic jobs) at
+ * any world size, exact values throughout:
+ *   - argument errors with their messages;
+ *   - in memory: a commit, then the model, the optimizer (its state, lr
+ *     and steps) and the counters changed by training on; restore puts
+ *     the commit back bit for bit; also with a sharded (ZeRO-1) optimizer;
+ *   - a file every 2nd commit: none after the 1st, there after the 2nd; a
+ *     new state over a fresh model and optimizer (as a relaunched job)
+ *     restores the 2nd commit from the file, counters and commit count
+ *     included; the file is a version 2 checkpoint that
+ *     hvd_checkpoint_load reads (ignoring the counters);
+ *   - no file: a fresh start (restored 0, nothing changed);
+ *   - a version 1 checkpoint in its place: HVD_ERR_CORRUPT "... the file
+ *     has no counter 'epoch' ...";
+ *   - hvd_elastic_restarts/previous_size from HVD_ELASTIC_*.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "hvd.h"
+#include "tap/tap.h"
+
+static int rank, size;
+
+#define NP 3
+static const int64_t counts[NP] = {5, 1, 1000};
+
+typedef struct model {
+  hvd_param_t p[NP];
+  float v[NP][1000], g[NP][1000];
+} model_t;
+
+static void model_init(model_t *m, float base) {
+  static const char *const names[NP] = {"w", "b", "big"};
+  for (int i = 0; i < NP; i++) {
+    for (int64_t j = 0; j < counts[i]; j++)
+      m->v[i][j] = base + (float)(i * 1000 + j) * 0.25f;
+    memset(m->g[i], 0, sizeof m->g[i]);
+    m->p[i].name = names[i];
+    m->p[i].value = hvd_tensor_make(m->v[i], HVD_FLOAT32, 1, &counts[i]);
+    m->p[i].grad = hvd_tensor_make(m->g[i], HVD_FLOAT32, 1, &counts[i]);
+  }
+}
+
+/* One distributed step with gradients from (k, rank). */
+static int train(model_t *m, hvd_optimizer_t *o, int k) {
+  int good = hvd_optimizer_zero_grad(o) == HVD_SUCCESS;
+  for (int i = NP - 1; i >= 0; i--) {
+    for (int64_t j = 0; j < counts[i]; j++)
+      m->g[i][j] = (float)((j + k + rank) % 7) * 0.125f;
+    good &= hvd_optimizer_grad_ready(o, i) == HVD_SUCCESS;
+  }
+  return good && hvd_optimizer_step(o) == HVD_SUCCESS;
+}
+
+static hvd_optimizer_t *adam(model_t *m, int shard) {
+  hvd_adam_options_t ao;
+  hvd_distributed_options_t d;
+  hvd_optimizer_t *base = NULL, *o = NULL;
+  hvd_adam_options_init(&ao);
+  ao.lr = 0.01;
+  hvd_distributed_options_init(&d);
+  d.shard_optimizer_state = shard;
+  if (hvd_adam_create(m->p, NP, &ao, &base) != HVD_SUCCESS ||
+      hvd_distributed_optimizer(base, &d, &o) != HVD_SUCCESS)
+    bail("optimizer: %s", hvd_last_error());
+  return o;
+}
+
+static int same_model(const model_t *a, const model_t *b) {
+  for (int i = 0; i < NP; i++)
+    if (memcmp(a->v[i], b->v[i], sizeof(float) * (size_t)counts[i]) != 0)
+      return 0;
+  return 1;
+}
+
+static void test_errors(void) {
+  hvd_state_t *st = NULL;
+  is_int(HVD_ERR_INVALID_ARG, hvd_state_create(NULL, 0, &st), "save_every 0");
+  is_string("hvd_state_create: save_every 0 is below 1", hvd_last_error(),
+            "... message");
+  is_int(HVD_ERR_INVALID_ARG, hvd_state_create("", 1, &st), "empty path");
+  is_int(HVD_SUCCESS, hvd_state_create(NULL, 1, &st), "memory only");
+  int64_t a = 0;
+  is_int(HVD_SUCCESS, hvd_state_add_counter(st, "a", &a), "counter a");
+  is_int(HVD_ERR_INVALID_ARG, hvd_state_add_counter(st, "a", &a),
+         "counter a again");
+  is_string("hvd_state_add_counter: counter 'a' is there already",
+            hvd_last_error(), "... message");
+  model_t m;
+  model_init(&m, 0);
+  hvd_optimizer_t *o = adam(&m, 0);
+  is_int(HVD_ERR_INVALID_ARG, hvd_state_add_params(st, m.p, 2, o),
+         "params and optimizer of different counts");
+  is_string("hvd_state_add_params: the optimizer has 3 parameters but n is 2",
+            hvd_last_error(), "... message");
+  is_int(HVD_SUCCESS, hvd_state_add_params(st, m.p, NP, o), "the model");
+  is_int(HVD_ERR_INVALID_ARG, hvd_state_add_params(st, m.p, NP, o),
+         "a second model");
+  int restored = -1;
+  is_int(HVD_SUCCESS, hvd_state_restore(st, &restored),
+         "restore before any commit, no file");
+  is_int(0, restored, "... nothing restored");
+  hvd_state_destroy(st);
+  hvd_state_destroy(NULL);
+  hvd_optimizer_destroy(o);
+}
+
+/* commit, train on, restore: bit for bit */
+static void test_memory(int shard) {
+  const char *what = shard ? "sharded" : "unsharded";
+  model_t m, saved;
+  model_init(&m, 1);
+  hvd_optimizer_t *o = adam(&m, shard);
+  hvd_state_t *st = NULL;
+  int64_t step = 0, epoch = 0;
+  int good = hvd_state_create(NULL, 1, &st) == HVD_SUCCESS &&
+             hvd_state_add_params(st, m.p, NP, o) == HVD_SUCCESS &&
+             hvd_state_add_counter(st, "step", &step) == HVD_SUCCESS &&
+             hvd_state_add_counter(st, "epoch", &epoch) == HVD_SUCCESS;
+  for (int k = 0; k < 3; k++)
+    good &= train(&m, o, k);
+  step = 3, epoch = 1;
+  good &= hvd_state_commit(st) == HVD_SUCCESS;
+  saved = m;
+  for (int k = 3; k < 6; k++)
+    good &= train(&m, o, k);
+  step = 6, epoch = 2;
+  hvd_optimizer_set_lr(o, 0.5);
+  int restored = 0;
+  good &= hvd_state_restore(st, &restored) == HVD_SUCCESS && restored == 1;
+  ok(good && same_model(&m, &saved) && step == 3 && epoch == 1 &&
+         hvd_optimizer_lr(o) == 0.01 && hvd_optimizer_steps(o) == 3,
+     "%s: restore puts back the commit: values, counters, lr, steps", what);
+  /* the optimizer state too: two steps from the restored commit, twice,
+   * give the same bits (without its state the second would go on from
+   * the first's) */
+  for (int k = 3; k < 5; k++)
+    good &= train(&m, o, k);
+  model_t first = m;
+  good &= hvd_state_restore(st, &restored) == HVD_SUCCESS;
+  for (int k = 3; k < 5; k++)
+    good &= train(&m, o, k);
+  ok(good && same_model(&m, &first),
+     "%s: the optimizer state too: two steps from the restored commit, "
+     "twice, give the same bits",
+     what);
+  is_int(1, (int)hvd_state_commits(st), "%s: one commit", what);
+  hvd_state_destroy(st);
+  hvd_optimizer_destroy(o);
+}
+
+static void test_file(const char *dir) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/model.state", dir);
+  model_t m, at2;
+  model_init(&m, 2);
+  hvd_optimizer_t *o = adam(&m, 0);
+  hvd_state_t *st = NULL;
+  int64_t step = 0, epoch = 0;
+  int good = hvd_state_create(path, 2, &st) == HVD_SUCCESS &&
+             hvd_state_add_params(st, m.p, NP, o) == HVD_SUCCESS &&
+             hvd_state_add_counter(st, "step", &step) == HVD_SUCCESS &&
+             hvd_state_add_counter(st, "epoch", &epoch) == HVD_SUCCESS;
+  struct stat sb;
+  good &= train(&m, o, 0);
+  step = 1;
+  good &= hvd_state_commit(st) == HVD_SUCCESS;
+  int none = stat(path, &sb) != 0;
+  good &= train(&m, o, 1);
+  step = 2, epoch = 7;
+  good &= hvd_state_commit(st) == HVD_SUCCESS;
+  at2 = m;
+  int there = rank != 0 || stat(path, &sb) == 0;
+  good &= train(&m, o, 2);
+  step = 3;
+  good &= hvd_state_commit(st) == HVD_SUCCESS; /* 3rd: memory only */
+  ok(good && none && there,
+     "save_every 2: no file after the 1st commit, one after the 2nd");
+
+  /* a relaunched job: a fresh model and optimizer, a new state */
+  model_t f;
+  model_init(&f, -5);
+  hvd_optimizer_t *fo = adam(&f, 0);
+  hvd_state_t *fs = NULL;
+  int64_t fstep = -1, fepoch = -1;
+  int restored = 0;
+  good = hvd_state_create(path, 2, &fs) == HVD_SUCCESS &&
+         hvd_state_add_params(fs, f.p, NP, fo) == HVD_SUCCESS &&
+         hvd_state_add_counter(fs, "epoch", &fepoch) == HVD_SUCCESS &&
+         hvd_state_add_counter(fs, "step", &fstep) == HVD_SUCCESS;
+  is_int(HVD_SUCCESS, hvd_state_restore(fs, &restored), "restore from the file");
+  ok(good && restored == 1 && same_model(&f, &at2) && fstep == 2 &&
+         fepoch == 7 && hvd_state_commits(fs) == 2 &&
+         hvd_optimizer_steps(fo) == 2,
+     "a new state restores the 2nd commit from the file: values, counters "
+     "(by name), 2 commits, 2 optimizer steps");
+  /* both go on equally: the optimizer state came back too */
+  m = at2;
+  hvd_state_restore(st, &restored); /* st's newest is the 3rd: back to it */
+  good = train(&f, fo, 2) && same_model(&f, &m);
+  ok(good, "the restored optimizer's next step equals the original's");
+
+  /* the file is a checkpoint */
+  model_t c;
+  model_init(&c, 9);
+  int64_t cstep = 0;
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(path, c.p, NP, NULL, &cstep),
+         "hvd_checkpoint_load reads the state file");
+  ok(same_model(&c, &at2) && cstep == 2,
+     "... the 2nd commit's values, its commit number as the step");
+
+  /* a version 1 checkpoint where the state file should be */
+  char v1[1100];
+  snprintf(v1, sizeof v1, "%s/plain.ckpt", dir);
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(v1, c.p, NP, NULL, 4), "a plain checkpoint");
+  hvd_state_t *ps = NULL;
+  int64_t e = 0;
+  hvd_state_create(v1, 1, &ps);
+  hvd_state_add_params(ps, c.p, NP, NULL);
+  hvd_state_add_counter(ps, "epoch", &e);
+  char want[1400];
+  snprintf(want, sizeof want,
+           "hvd_checkpoint_load: '%s': the file has no counter 'epoch' (it "
+           "was not saved by hvd_state_commit)",
+           v1);
+  is_int(HVD_ERR_CORRUPT, hvd_state_restore(ps, &restored),
+         "restore from a version 1 checkpoint");
+  is_string(want, hvd_last_error(), "... message");
+  is_int(0, restored, "... nothing restored");
+  hvd_state_destroy(ps);
+  hvd_state_destroy(fs);
+  hvd_state_destroy(st);
+  hvd_optimizer_destroy(o);
+  hvd_optimizer_destroy(fo);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    unlink(path);
+    unlink(v1);
+  }
+}
+
+int main(int argc, char **argv) {
+  tap_mpi_init(&argc, &argv);
+  rank = tap_rank();
+  size = tap_size();
+  unsetenv("HVD_ELASTIC_RESTARTS");
+  is_int(0, hvd_elastic_restarts(), "no HVD_ELASTIC_RESTARTS: launch 0");
+  setenv("HVD_ELASTIC_RESTARTS", "2", 1);
+  setenv("HVD_ELASTIC_PREVIOUS_SIZE", "5", 1);
+  ok(hvd_elastic_restarts() == 2 && hvd_elastic_previous_size() == 5,
+     "HVD_ELASTIC_RESTARTS=2, HVD_ELASTIC_PREVIOUS_SIZE=5");
+  setenv("HVD_ELASTIC_RESTARTS", "x", 1);
+  is_int(0, hvd_elastic_restarts(), "HVD_ELASTIC_RESTARTS=x: 0");
+  unsetenv("HVD_ELASTIC_RESTARTS");
+  unsetenv("HVD_ELASTIC_PREVIOUS_SIZE");
+  hvd_state_t *st = NULL;
+  hvd_state_create(NULL, 1, &st);
+  is_int(HVD_ERR_NOT_INITIALIZED, hvd_state_commit(st),
+         "commit before hvd_init");
+  hvd_state_destroy(st);
+  if (hvd_init() != HVD_SUCCESS)
+    bail("hvd_init: %s", hvd_last_error());
+  char dir[1024];
+  if (rank == 0) {
+    snprintf(dir, sizeof dir, "%s/hvd-state-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (mkdtemp(dir) == NULL)
+      bail("mkdtemp: %s", strerror(errno));
+  }
+  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  test_errors();
+  test_memory(0);
+  test_memory(1);
+  test_file(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0)
+    rmdir(dir);
+  is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+  return tap_mpi_finish();
+}
