@@ -20,7 +20,10 @@
 #  4. a program's own failure (exit status 1) is not relaunched;
 #  5. rank 0 killed during a save (t/mpi/crash_rename.so at the state
 #     file's rename, in the 4th save): the relaunched job restores the
-#     previous commit (step 3) and completes.
+#     previous commit (step 3) and completes;
+#  6. --host-discovery-script: the relaunch takes the hosts the script
+#     prints; a script that prints none ends the job;
+#  7. bad arguments: exit 2 with the reason.
 
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 prog=$HVD_TOP_BUILDDIR/examples/bert_train
@@ -97,7 +100,7 @@ print('%.3g' % max(abs(x - y) / top for k in a for x, y in zip(a[k], b[k])))
 PY
 }
 
-echo "1..12"
+echo "1..14"
 
 # ---- 1. a rank killed at step 30 of 60 --------------------------------------
 # Unfused reductions: which gradients fuse depends on timing, and with them
@@ -192,6 +195,24 @@ else
   n=$((n + 1)); echo "ok $n # SKIP no shared $shim"
   n=$((n + 1)); echo "ok $n # SKIP no shared $shim"
 fi
+
+# ---- 6. a host discovery script --------------------------------------------------
+printf '#!/bin/sh\necho localhost:2\n' >"$tmp/disc.sh"
+printf '#!/bin/sh\nexit 0\n' >"$tmp/none.sh"
+chmod +x "$tmp/disc.sh" "$tmp/none.sh"
+job disc -H localhost:3 --max-restarts 1 --host-discovery-script "$tmp/disc.sh" \
+  "$prog" $tiny --steps 12 --elastic "$tmp/disc.state" --kill-at 4:2
+[ $rc = 0 ] &&
+  grep -q "^hvdrun: restart 1 of 1 after rank 2 ($host) was killed by signal 9 (Killed): relaunching on 2 ranks (localhost:2) at " "$tmp/disc.err" &&
+  grep -q "^bert_train: restored the state committed after step 4 .*launch 2, the last one had 3 ranks$" "$tmp/disc.out"
+check $? "--host-discovery-script: the relaunch takes the hosts it prints (localhost:2), exit $rc" ||
+  explain disc
+job nohost -H localhost:2 --max-restarts 1 --host-discovery-script "$tmp/none.sh" \
+  "$prog" $tiny --steps 12 --elastic "$tmp/nohost.state" --kill-at 4:1
+[ $rc = 137 ] &&
+  grep -q "^hvdrun: giving up: the host discovery script '$tmp/none.sh' found no host (failures: 1) rank 1 ($host) was killed by signal 9 (Killed))$" "$tmp/nohost.err"
+check $? "a discovery script that finds no host: the job ends (exit $rc)" ||
+  explain nohost
 
 # ---- bad arguments ----------------------------------------------------------------
 job bad -np 2 --max-restarts x "$prog"
