@@ -251,39 +251,37 @@ fail:
   return rc;
 }
 
-hvd_result_t hvd__odev_write(const char *who, hvd_tensor_t *t, size_t offset,
-                             const void *src, size_t bytes) {
+/* bytes from src (host memory, or device memory on t's device: kind)
+ * into device tensor t at byte offset, complete for every stream on
+ * return. */
+static hvd_result_t write_into(const char *who, hvd_tensor_t *t, size_t offset,
+                               const void *src, size_t bytes,
+                               enum cudaMemcpyKind kind) {
   hvd_result_t rc = HVD_SUCCESS;
   int prev = -1;
   if (bytes == 0)
     return HVD_SUCCESS;
   HVD__CHECK(enter(who, t->device, &prev));
-  ODEV_CHECK(
-      cudaMemcpy((char *)t->data + offset, src, bytes, cudaMemcpyHostToDevice));
+  ODEV_CHECK(cudaMemcpy((char *)t->data + offset, src, bytes, kind));
   /* From pageable memory cudaMemcpy returns once src is staged, possibly
-   * before the DMA lands, and the legacy stream it used orders nothing on
-   * non-blocking streams (the optimizer's, the engine's): wait for it, so
-   * that the data is there for any stream when we return. */
+   * before the DMA lands, and device to device it does not wait at all;
+   * the legacy stream it used orders nothing on non-blocking streams (the
+   * optimizer's, the engine's): wait for it, so that the data is there
+   * for any stream when we return. */
   ODEV_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 fail:
   leave(t->device, prev);
   return rc;
 }
 
+hvd_result_t hvd__odev_write(const char *who, hvd_tensor_t *t, size_t offset,
+                             const void *src, size_t bytes) {
+  return write_into(who, t, offset, src, bytes, cudaMemcpyHostToDevice);
+}
+
 hvd_result_t hvd__odev_copy(const char *who, hvd_tensor_t *t, size_t offset,
                             const void *src, size_t bytes) {
-  hvd_result_t rc = HVD_SUCCESS;
-  int prev = -1;
-  if (bytes == 0)
-    return HVD_SUCCESS;
-  HVD__CHECK(enter(who, t->device, &prev));
-  ODEV_CHECK(cudaMemcpy((char *)t->data + offset, src, bytes,
-                        cudaMemcpyDeviceToDevice));
-  /* device to device, cudaMemcpy does not wait for the copy */
-  ODEV_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
-fail:
-  leave(t->device, prev);
-  return rc;
+  return write_into(who, t, offset, src, bytes, cudaMemcpyDeviceToDevice);
 }
 
 #else /* !HVD_HAVE_CUDA */

@@ -290,13 +290,8 @@ static void compare(int sync) {
 
 int main(int argc, char **argv) {
   int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  tap_mpi_init(&argc, &argv);
-  rank = tap_rank();
-  size = tap_size();
-  gpu_devices_or_skip(e, count);
-  dev = count >= size ? rank % count : 0;
-  cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+  /* a GPU each when there are enough, else all on the first */
+  dev = gpu_mpi_begin(&argc, &argv, &rank, &size, &count);
   if (size > 1 && count < size) /* NCCL refuses two ranks on one GPU */
     setenv("HVD_GPU_OPERATIONS", "mpi", 1);
   hvd_result_t rc = hvd_init();

@@ -706,13 +706,8 @@ static void run_pass(const char *ops) {
 
 int main(int argc, char **argv) {
   int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  tap_mpi_init(&argc, &argv);
-  rank = tap_rank();
-  size = tap_size();
-  gpu_devices_or_skip(e, count);
   /* a GPU each when there are enough, else all on the first */
-  dev = count >= size ? rank % count : 0;
+  dev = gpu_mpi_begin(&argc, &argv, &rank, &size, &count);
   if (!hvd_nccl_built())
     skip(1, "nccl: this build has no NCCL");
   else if (size > 1 && count < size)

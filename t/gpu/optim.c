@@ -589,13 +589,7 @@ static void zero_run(int kind) {
   hvd_optimizer_t *oh = NULL, *od = NULL;
   hvd_distributed_options_t o;
   int same = 0;
-  if (rank == 0) {
-    snprintf(dir, sizeof dir, "%s/hvd-gpu-zero-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (mkdtemp(dir) == NULL)
-      bail("mkdtemp %s: %s", dir, strerror(errno));
-  }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  hvdt_shared_tmpdir(dir, sizeof dir, "hvd-gpu-zero");
   snprintf(ph, sizeof ph, "%s/host.ckpt", dir);
   snprintf(pd, sizeof pd, "%s/device.ckpt", dir);
   snprintf(prefix, sizeof prefix, "%s.z%d", pass_name, kind);
@@ -659,12 +653,7 @@ static void zero_run(int kind) {
   hvd_optimizer_destroy(od);
   model_free(&h);
   model_free(&d);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) {
-    unlink(ph);
-    unlink(pd);
-    rmdir(dir);
-  }
+  hvdt_remove_tmpdir(dir);
 }
 
 /* ---- initial state ------------------------------------------------------ */
@@ -736,13 +725,7 @@ static void test_checkpoint(void) {
   hvd_adam_options_t ao;
   int64_t step = 0;
   int good = 1, same = 0;
-  if (rank == 0) {
-    snprintf(dir, sizeof dir, "%s/hvd-gpu-optim-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (mkdtemp(dir) == NULL)
-      bail("mkdtemp %s: %s", dir, strerror(errno));
-  }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  hvdt_shared_tmpdir(dir, sizeof dir, "hvd-gpu-optim");
   snprintf(ph, sizeof ph, "%s/host.ckpt", dir);
   snprintf(pd, sizeof pd, "%s/device.ckpt", dir);
   hvd_adam_options_init(&ao);
@@ -799,12 +782,7 @@ static void test_checkpoint(void) {
   model_free(&d);
   model_free(&h2);
   model_free(&d2);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) {
-    unlink(ph);
-    unlink(pd);
-    rmdir(dir);
-  }
+  hvdt_remove_tmpdir(dir);
 }
 
 /* ---- synchronized batch norm on device tensors ------------------------- */
@@ -930,13 +908,8 @@ static void run_pass(const char *ops, int last) {
 
 int main(int argc, char **argv) {
   int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  tap_mpi_init(&argc, &argv);
-  rank = tap_rank();
-  size = tap_size();
-  gpu_devices_or_skip(e, count);
-  dev = count >= size ? rank % count : 0;
-  cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+  /* a GPU each when there are enough, else all on the first */
+  dev = gpu_mpi_begin(&argc, &argv, &rank, &size, &count);
   test_parity();
   test_custom();
   test_refusals();

@@ -27,6 +27,7 @@
  * Only rank 0 touches files; the others get the same path.
  */
 #include "hvd.h"
+#include "hvdtest.h"
 #include "optim/optimizer.h" /* the state tensors, to compare their bytes */
 #include "tap.h"
 
@@ -558,21 +559,10 @@ int main(int argc, char **argv) {
   model_free(&m);
 
   is_int(HVD_SUCCESS, hvd_init(), "hvd_init");
-  if (rank == 0) {
-    snprintf(dir, sizeof dir, "%s/ckpt.XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (mkdtemp(dir) == NULL)
-      bail("mkdtemp %s: %s", dir, strerror(errno));
-  }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  hvdt_shared_tmpdir(dir, sizeof dir, "ckpt");
   resume();
   failures();
-  if (rank == 0) {
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-      diag("could not remove %s", dir);
-  }
+  hvdt_remove_tmpdir(dir);
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
 }

@@ -25,6 +25,7 @@
 #include <mpi.h>
 
 #include "hvd.h"
+#include "hvdtest.h"
 #include "tap/tap.h"
 
 static int rank, size;
@@ -240,11 +241,6 @@ static void test_file(const char *dir) {
   hvd_state_destroy(st);
   hvd_optimizer_destroy(o);
   hvd_optimizer_destroy(fo);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) {
-    unlink(path);
-    unlink(v1);
-  }
 }
 
 int main(int argc, char **argv) {
@@ -269,20 +265,12 @@ int main(int argc, char **argv) {
   if (hvd_init() != HVD_SUCCESS)
     bail("hvd_init: %s", hvd_last_error());
   char dir[1024];
-  if (rank == 0) {
-    snprintf(dir, sizeof dir, "%s/hvd-state-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (mkdtemp(dir) == NULL)
-      bail("mkdtemp: %s", strerror(errno));
-  }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  hvdt_shared_tmpdir(dir, sizeof dir, "hvd-state");
   test_errors();
   test_memory(0);
   test_memory(1);
   test_file(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0)
-    rmdir(dir);
+  hvdt_remove_tmpdir(dir);
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
 }

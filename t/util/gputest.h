@@ -36,6 +36,22 @@ static inline void cuda_ok(cudaError_t e, const char *what) {
     bail("%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+/* The start of a GPU test on MPI ranks: asks CUDA for its devices before
+ * MPI starts, then the TAP harness; skips the whole test without a device
+ * (as gpu_devices_or_skip); *rank, *size, *count set; the rank's device
+ * (its own when there are enough, else the first), made current. */
+static inline int gpu_mpi_begin(int *argc, char ***argv, int *rank, int *size,
+                                int *count) {
+  cudaError_t e = cudaGetDeviceCount(count);
+  tap_mpi_init(argc, argv);
+  *rank = tap_rank();
+  *size = tap_size();
+  gpu_devices_or_skip(e, *count);
+  int dev = *count >= *size ? *rank % *count : 0;
+  cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+  return dev;
+}
+
 /* bytes of device memory (at least one) on the current device, or bail. */
 static inline void *dalloc(size_t bytes) {
   void *p = NULL;

@@ -3,11 +3,14 @@
  */
 #include "hvdtest.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <mpi.h>
 
 /* ---- Elements ---- */
 
@@ -534,4 +537,28 @@ int hvdt_timeline_track(const char *text, const char *name) {
   while (at > text && strncmp(at, "\"tid\":", 6) != 0)
     at--;
   return atoi(at + 6);
+}
+
+void hvdt_shared_tmpdir(char *dir, size_t len, const char *tag) {
+  int rank = 0, n = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {
+    const char *t = getenv("TMPDIR");
+    n = snprintf(dir, len, "%s/%s.XXXXXX", t != NULL && *t ? t : "/tmp", tag);
+    if (n < 0 || (size_t)n >= len || mkdtemp(dir) == NULL)
+      bail("hvdt_shared_tmpdir: cannot make %s: %s", dir, strerror(errno));
+  }
+  MPI_Bcast(dir, (int)len, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+void hvdt_remove_tmpdir(const char *dir) {
+  int rank = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+      diag("could not remove %s", dir);
+  }
 }

@@ -53,6 +53,13 @@ void *hvdt_calloc(size_t n, size_t size);
  * be read. */
 char *hvdt_slurp(const char *path);
 
+/* A fresh directory $TMPDIR/<tag>.XXXXXX (TMPDIR unset: /tmp), made by
+ * rank 0 of MPI_COMM_WORLD, its path into dir on every rank: collective;
+ * bails on failure. hvdt_remove_tmpdir (collective too): rank 0 removes it
+ * and everything in it once every rank is done with it. */
+void hvdt_shared_tmpdir(char *dir, size_t len, const char *tag);
+void hvdt_remove_tmpdir(const char *dir);
+
 /* The track ("tid") of tensor `name` in a timeline's text, or -1. */
 int hvdt_timeline_track(const char *text, const char *name);
 
