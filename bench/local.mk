@@ -27,9 +27,17 @@ HVD_BENCH_SOURCES = \
 	bin/bench_list.c \
 	bin/bench_latency.c bin/bench_overlap.c bin/bench_optim.c \
 	bin/bench_gpu.c
+## The workloads, installed for --tensors NAME (bench/workloads in a build
+## that is not installed).
+workloadsdir = $(pkgdatadir)/workloads
+workloads_DATA = bench/workloads/bert-tiny.tensors \
+	bench/workloads/bert-mini.tensors bench/workloads/bert-base.tensors \
+	bench/workloads/bert-large.tensors
+HVD_BENCH_DIRS = -DHVD_WORKLOADS_DIR='"$(workloadsdir)"' \
+	-DHVD_SRC_WORKLOADS_DIR='"$(abs_top_srcdir)/bench/workloads"'
 bin_PROGRAMS += bin/hvd-bench
 bin_hvd_bench_SOURCES = $(HVD_BENCH_SOURCES)
-bin_hvd_bench_CPPFLAGS = $(HVD_PROG_CPPFLAGS) $(CUDA_CPPFLAGS)
+bin_hvd_bench_CPPFLAGS = $(HVD_PROG_CPPFLAGS) $(CUDA_CPPFLAGS) $(HVD_BENCH_DIRS)
 bin_hvd_bench_LDFLAGS = $(HVD_LDFLAGS) $(CUDA_LDFLAGS)
 bin_hvd_bench_LDADD = $(HVD_PROG_LDADD) $(CUDA_LIBS)
 

@@ -89,15 +89,10 @@ int bench_list_gpu(const bench_opts_t *o) {
 #define ALIGN_ELEMS 64 /* tensors 256-byte aligned, as cudaMalloc */
 
 int bench_gpu_unavailable(char *why, size_t len) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess)
-    snprintf(why, len, "no CUDA device: cudaGetDeviceCount: %s (%s)",
-             cudaGetErrorString(e), cudaGetErrorName(e));
-  else if (n == 0)
-    snprintf(why, len, "no CUDA device: none visible");
-  else
+  const char *reason = hvd_cuda_unavailable();
+  if (reason == NULL)
     return 0;
+  snprintf(why, len, "no CUDA device: %s", reason);
   for (char *p = why; *p; p++) /* it goes into JSON unescaped */
     if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
       *p = '\'';

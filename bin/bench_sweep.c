@@ -26,6 +26,7 @@
  */
 #include "bench.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -577,8 +578,8 @@ int bench_sweep(const bench_opts_t *o) {
   unsigned dtypes = quick ? (1u << HVD_DTYPE_COUNT) - 1 : o->dtypes;
   unsigned ops = quick ? (1u << HVD_OP_COUNT) - 1 : o->ops;
   unsigned places = quick ? BENCH_IN_PLACE | BENCH_OUT_OF_PLACE : o->places;
-  int total = 0, wrong = 0;
-  double t_start = bench_now();
+  int total = 0, wrong = 0, timed = 0;
+  double t_start = bench_now(), busbw_sum = 0;
 
   print_header(o);
   for (int cl = 0; cl < BENCH_COLL_COUNT; cl++) {
@@ -631,6 +632,8 @@ int bench_sweep(const bench_opts_t *o) {
             c.inplace = place;
             sresult_t r = run_case(&c, o);
             total++;
+            if (c.iters > 0 && isfinite(r.busbw))
+              busbw_sum += r.busbw, timed++;
             coll_cases++;
             wrong += !r.ok;
             coll_wrong += !r.ok;
@@ -653,6 +656,8 @@ int bench_sweep(const bench_opts_t *o) {
       bench_json_close(']');
       bench_json_int("cases", total);
       bench_json_int("wrong", wrong);
+      if (timed > 0)
+        bench_json_num("avg_busbw_gbps", busbw_sum / timed);
       bench_json_num("seconds", secs);
       bench_json_close('}');
     } else {
@@ -663,6 +668,10 @@ int bench_sweep(const bench_opts_t *o) {
     }
     if (wrong && !o->json)
       printf("# %d wrong; each wrong rank says what on stderr\n", wrong);
+    if (timed > 0 && !o->json) /* as nccl-tests close */
+      printf("# Avg bus bandwidth    : %g GB/s (mean of the %d cases' "
+             "busbw)\n",
+             busbw_sum / timed, timed);
     fflush(stdout);
   }
   return wrong ? 1 : 0;

@@ -417,17 +417,43 @@ void bench_free_workload(workload_t *w) {
 
 /* Reads FILE; on error rank 0 says why and it returns 0 (on every rank:
  * every rank reads the same file). */
-int bench_load_workload(const char *path, workload_t *w, int host_data) {
+/* A workload given by name (no '/'): NAME or NAME.tensors among the
+ * installed workloads, else the source tree's (a build not installed). */
+static FILE *open_workload(const char *path, char *found, size_t len) {
   FILE *f = fopen(path, "r");
-  char *line = NULL, err[512] = "";
+  snprintf(found, len, "%s", path);
+  if (f != NULL || errno != ENOENT || strchr(path, '/') != NULL)
+    return f;
+  static const char *const dirs[] = {HVD_WORKLOADS_DIR, HVD_SRC_WORKLOADS_DIR};
+  for (size_t d = 0; d < sizeof dirs / sizeof *dirs; d++)
+    for (int ext = 0; ext < 2; ext++) {
+      snprintf(found, len, "%s/%s%s", dirs[d], path, ext ? ".tensors" : "");
+      if ((f = fopen(found, "r")) != NULL)
+        return f;
+    }
+  snprintf(found, len, "%s", path);
+  errno = ENOENT;
+  return NULL;
+}
+
+int bench_load_workload(const char *path, workload_t *w, int host_data) {
+  char found[4096];
+  FILE *f = open_workload(path, found, sizeof found);
+  char *line = NULL, err[4600] = "";
   size_t cap = 0;
   int lineno = 0, alloc = 0;
 
   memset(w, 0, sizeof *w);
   if (f == NULL) {
-    snprintf(err, sizeof err, "%s: %s", path, strerror(errno));
+    if (strchr(path, '/') == NULL)
+      snprintf(err, sizeof err,
+               "%s: %s (nor is %s.tensors among the workloads in %s)", path,
+               strerror(errno), path, HVD_WORKLOADS_DIR);
+    else
+      snprintf(err, sizeof err, "%s: %s", path, strerror(errno));
     goto fail;
   }
+  path = found;
   while (getline(&line, &cap, f) != -1) {
     char *save = NULL, *tok[4];
     int ntok = 0;

@@ -2,7 +2,7 @@
  * hvd-bench - performance and correctness of hvd's collectives, in the
  * spirit of nccl-tests:
  *
- *   mpirun -np N bin/hvd-bench MODE [options]
+ *   hvdrun -np N bin/hvd-bench MODE [options]   (or mpirun -np N ...)
  *
  *   sweep    every size from --min-bytes to --max-bytes, per collective,
  *            dtype, op and place: time, algbw, busbw, and a checked result
@@ -40,7 +40,7 @@
 #include <strings.h>
 
 static const char usage_text[] =
-    "usage: mpirun -np N hvd-bench MODE [options]\n"
+    "usage: hvdrun -np N hvd-bench MODE [options]   (or mpirun -np N ...)\n"
     "       hvd-bench --quick | --help\n"
     "\n"
     "modes:\n"

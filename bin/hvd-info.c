@@ -10,9 +10,16 @@
  * set, else the default, with its meaning. --build prints the backends
  * only; --json prints the same as one JSON document.
  *
+ * Each variable set in the environment is parsed as hvd_init() would
+ * (hvd_setting_check): a value hvd_init() would refuse is shown with the
+ * reason and makes the exit status 1 (the reason on stderr too). HVD_*
+ * names hvd does not read and HOROVOD_* ones are listed with the nearest
+ * hvd variable (hvd_setting_unknown), as hvd_init() warns.
+ *
  * Needs no mpirun: hvd_init() is never called (the build facts and the
- * settings table are valid at any time). Exit status: 0; 1 when the
- * output could not be written; 2 for a bad command line.
+ * settings table are valid at any time). Exit status: 0; 1 when a setting
+ * is invalid or the output could not be written; 2 for a bad command
+ * line.
  */
 #include <config.h>
 
@@ -71,8 +78,8 @@ static void gather(info_t *in) {
   cudaError_t e = cudaGetDeviceCount(&in->gpus);
   if (e != cudaSuccess) {
     in->gpus = 0;
-    in->gpus_note = cudaGetErrorString(e);
     (void)cudaGetLastError(); /* clear the sticky error */
+    in->gpus_note = hvd_cuda_unavailable();
   }
 #else
   in->gpus_note = "built without CUDA";
@@ -128,6 +135,11 @@ static void print_backends(const info_t *in, const char *indent) {
   printf("%scuBLAS: %s\n", indent, in->cublas ? "yes" : "no");
 }
 
+/* The reason setting i would fail hvd_init(), or NULL. */
+static const char *invalid(int i) {
+  return hvd_setting_check(i) != HVD_SUCCESS ? hvd_last_error() : NULL;
+}
+
 static void print_text(const info_t *in) {
   printf("hvd %s\n", hvd_version());
   printf("backends:\n");
@@ -142,7 +154,12 @@ static void print_text(const info_t *in) {
     if (hvd_setting_info(i, &name, &def, &meaning) != HVD_SUCCESS)
       continue;
     const char *v = env_value(name);
-    if (v != NULL)
+    const char *bad = invalid(i);
+    if (bad != NULL)
+      printf("  %s=%s (from the environment) INVALID: %s; hvd_init() would "
+             "fail\n",
+             name, v, bad);
+    else if (v != NULL)
       printf("  %s=%s (from the environment; default %s)\n", name, v, def);
     else if (is_unset(def))
       printf("  %s unset (default)\n", name);
@@ -150,6 +167,9 @@ static void print_text(const info_t *in) {
       printf("  %s=%s (default)\n", name, def);
     printf("      %s\n", meaning);
   }
+  char msg[512];
+  for (int k = 0; hvd_setting_unknown(k, msg, sizeof msg); k++)
+    printf("%s  %s\n", k == 0 ? "not read by hvd:\n" : "", msg);
 }
 
 /* ---- JSON ---- */
@@ -211,9 +231,17 @@ static void print_json(const info_t *in, int build_only) {
     printf(", \"source\": \"%s\", \"meaning\": ",
            v != NULL ? "environment" : "default");
     json_string(meaning);
+    printf(", \"error\": ");
+    json_string(invalid(i));
     putchar('}');
   }
-  printf("\n  ]\n}\n");
+  printf("\n  ],\n  \"unknown\": [");
+  char msg[512];
+  for (int k = 0; hvd_setting_unknown(k, msg, sizeof msg); k++) {
+    printf("%s", k ? ", " : "");
+    json_string(msg);
+  }
+  printf("]\n}\n");
 }
 
 int main(int argc, char **argv) {
@@ -243,5 +271,11 @@ int main(int argc, char **argv) {
     print_backends(&in, "");
   else
     print_text(&in);
-  return fflush(stdout) == 0 ? 0 : 1;
+  int bad = 0;
+  for (int i = 0; !build_only && i < hvd_setting_count(); i++)
+    if (invalid(i) != NULL) {
+      fprintf(stderr, "hvd-info: %s (hvd_init would fail)\n", hvd_last_error());
+      bad = 1;
+    }
+  return fflush(stdout) == 0 && !bad ? 0 : 1;
 }

@@ -4,10 +4,11 @@
 ##
 ##   hvdrun -np 4 ./train          hvdrun --dry-run -np 4 ./train
 ##   hvd-info [--build] [--json]
+##   hvd-plot [-o loss.svg] train.jsonl   (a loss curve as an SVG chart)
 
 ## (Makefile.am defines neither variable; the first definition is here.)
 bin_SCRIPTS = bin/hvdrun
-dist_man1_MANS = doc/hvdrun.1 doc/hvd-info.1
+dist_man1_MANS = doc/hvdrun.1 doc/hvd-info.1 doc/hvd-bench.1 doc/hvd-plot.1
 
 bin_PROGRAMS += bin/hvd-info
 bin_hvd_info_SOURCES = bin/hvd-info.c
@@ -18,3 +19,7 @@ if HAVE_CUDA
 ## cudaGetDeviceCount, for the GPUs visible.
 bin_hvd_info_LDADD += -lcudart
 endif
+
+bin_PROGRAMS += bin/hvd-plot
+bin_hvd_plot_SOURCES = bin/hvd-plot.c
+bin_hvd_plot_LDADD = -lm

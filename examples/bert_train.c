@@ -53,6 +53,7 @@
 
 #define PROG "bert_train"
 #define LAST_N 10    /* the final loss is the mean of this many steps */
+#define SPARK_W 40   /* columns of the summary's loss sparkline */
 #define SKIP_STEPS 2 /* steps left out of the mean throughput */
 #define VOCAB_FILE "vocab.txt"
 
@@ -837,6 +838,10 @@ typedef struct report {
   int64_t tokens_since_print;
   double losses[LAST_N]; /* ring of the last losses */
   int64_t nlosses;
+  double first_loss;
+  int printed;               /* progress lines so far */
+  double spark_sum[SPARK_W]; /* the run's losses, bucketed */
+  int64_t spark_n[SPARK_W];
   int64_t timed_steps; /* after the first SKIP_STEPS */
   double timed_tokens, timed_seconds;
   FILE *json;
@@ -847,7 +852,15 @@ static void report_step(report_t *r, const options_t *o, int64_t s, double loss,
                         double comm_wait) {
   double t = now();
   int64_t done = s + 1 - r->first_step;
+  if (r->nlosses == 0)
+    r->first_loss = loss;
   r->losses[r->nlosses++ % LAST_N] = loss;
+  int64_t span = r->total_steps - r->first_step;
+  if (span > 0 && isfinite(loss)) {
+    int64_t b = (done - 1) * SPARK_W / span;
+    r->spark_sum[b < SPARK_W ? b : SPARK_W - 1] += loss;
+    r->spark_n[b < SPARK_W ? b : SPARK_W - 1]++;
+  }
   if (done > SKIP_STEPS) {
     r->timed_steps++;
     r->timed_tokens += (double)tokens;
@@ -864,7 +877,9 @@ static void report_step(report_t *r, const options_t *o, int64_t s, double loss,
     fflush(r->json);
   }
   r->tokens_since_print += tokens;
-  if (!o->quiet && t - r->last_print >= 1.0) {
+  /* every second, and the last step of a run that printed none yet */
+  if (!o->quiet && (t - r->last_print >= 1.0 ||
+                    (s + 1 == r->total_steps && r->printed == 0))) {
     double elapsed = t - r->start;
     double eta = elapsed / (double)done * (double)(r->total_steps - s - 1);
     printf("step %lld/%lld  loss %.4f  tokens/s %.0f  elapsed %.1fs  eta "
@@ -874,6 +889,31 @@ static void report_step(report_t *r, const options_t *o, int64_t s, double loss,
     fflush(stdout);
     r->last_print = t;
     r->tokens_since_print = 0;
+    r->printed++;
+  }
+}
+
+/* The run's loss as one line of block characters, a column per bucket of
+ * steps, low to high between the run's smallest and largest bucket means
+ * ("" when there were fewer than 2 steps). */
+static void sparkline(const report_t *r, char *out, size_t n) {
+  static const char *const bars[8] = {"\u2581", "\u2582", "\u2583", "\u2584",
+                                      "\u2585", "\u2586", "\u2587", "\u2588"};
+  double lo = INFINITY, hi = -INFINITY, m[SPARK_W];
+  int cols = 0;
+  out[0] = '\0';
+  for (int b = 0; b < SPARK_W; b++)
+    if (r->spark_n[b] > 0) {
+      m[cols] = r->spark_sum[b] / (double)r->spark_n[b];
+      lo = fmin(lo, m[cols]), hi = fmax(hi, m[cols]);
+      cols++;
+    }
+  if (cols < 2)
+    return;
+  size_t at = 0;
+  for (int c = 0; c < cols && at + 4 < n; c++) {
+    int k = hi > lo ? (int)((m[c] - lo) / (hi - lo) * 7.999) : 0;
+    at += (size_t)snprintf(out + at, n - at, "%s", bars[k]);
   }
 }
 
@@ -887,12 +927,22 @@ static void report_done(const report_t *r, const options_t *o, int size,
   double tps = r->timed_seconds > 0
                    ? r->timed_tokens / r->timed_seconds
                    : tokens_per_step * (double)done / total_time;
-  printf("done  steps %lld  final loss %.4f (mean of last %lld)  tokens/s "
+  char run[96] = "";
+  if (r->first_step > 0) /* resumed: the steps are the job's */
+    snprintf(run, sizeof run, " (%lld in this run, from step %lld)",
+             (long long)done, (long long)r->first_step);
+  char spark[4 * SPARK_W + 1];
+  sparkline(r, spark, sizeof spark);
+  printf("done  steps %lld%s  final loss %.4f (mean of last %lld)  tokens/s "
          "%.0f (mean, first %d steps excluded)  world size %d  preset %s  "
          "time %.1fs%s\n",
-         (long long)done, k > 0 ? sum / (double)k : NAN, (long long)k, tps,
-         SKIP_STEPS, size, o->preset, total_time,
+         (long long)r->total_steps, run, k > 0 ? sum / (double)k : NAN,
+         (long long)k, tps, SKIP_STEPS, size, o->preset, total_time,
          o->no_sync ? "  (--no-sync: rank 0's own loss)" : "");
+  if (spark[0] != '\0')
+    printf("loss  %s  (%.4f to %.4f over this run's %lld steps)\n", spark,
+           r->first_loss, r->losses[(r->nlosses - 1) % LAST_N],
+           (long long)done);
   fflush(stdout);
 }
 
@@ -973,8 +1023,9 @@ int main(int argc, char **argv) {
   FILE *json = NULL;
   int ok = 1;
   if (rank == 0 && o.log_json != NULL &&
-      (json = fopen(o.log_json, o.elastic != NULL && hvd_elastic_restarts() > 0
-                                    ? "a" /* the curve goes on */
+      (json = fopen(o.log_json, o.resume != NULL || (o.elastic != NULL &&
+                                                     hvd_elastic_restarts() > 0)
+                                    ? "a" /* a resumed run: the curve goes on */
                                     : "w")) == NULL) {
     snprintf(msg, sizeof msg, "--log-json: cannot open '%s': %s", o.log_json,
              strerror(errno));
@@ -1030,6 +1081,7 @@ int main(int argc, char **argv) {
 
   /* The starting state: a checkpoint, or rank 0's initial weights. */
   int64_t start = 0;
+  char resumed_from[4096] = "";
   if (o.resume != NULL) {
     const char *file = o.resume;
     ok = 1;
@@ -1068,6 +1120,7 @@ int main(int argc, char **argv) {
     }
     if (!agree(ok, msg))
       die();
+    snprintf(resumed_from, sizeof resumed_from, "%s", file);
     if ((rc = hvd_checkpoint_load(file, params, nparams, opt, &start)) !=
         HVD_SUCCESS) {
       if (rank == 0)
@@ -1144,7 +1197,8 @@ int main(int argc, char **argv) {
            (double)hvd_optimizer_state_bytes(opt) / (1 << 20),
            o.zero ? " (sharded, --zero 1)" : "");
     if (o.resume != NULL)
-      printf(PROG ": resumed at step %lld\n", (long long)start);
+      printf(PROG ": resumed at step %lld from %s\n", (long long)start,
+             resumed_from);
     if (o.elastic != NULL && restored)
       printf(PROG ": restored the state committed after step %lld (epoch "
                   "%lld, sample %lld of its order) from %s; launch %d, the "
@@ -1298,6 +1352,10 @@ int main(int argc, char **argv) {
       checkpoint_name(path, sizeof path, o.checkpoint, s + 1);
       check_agreed(hvd_checkpoint_save(path, params, nparams, opt, s + 1),
                    "hvd_checkpoint_save");
+      if (rank == 0 && !o.quiet) {
+        printf(PROG ": saved %s\n", path);
+        fflush(stdout);
+      }
       if (rank == 0 && o.keep > 0)
         prune_checkpoints(o.checkpoint, s + 1, o.keep);
     }

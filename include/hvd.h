@@ -151,6 +151,14 @@ int hvd_is_homogeneous(void);
  * rank if two ranks of one node would share a GPU. */
 int hvd_cuda_device(void);
 
+/* Why this process has no CUDA device to use, in words, or NULL when the
+ * CUDA runtime sees one: "no NVIDIA driver or GPU found
+ * (cudaGetDeviceCount: CUDA driver version is insufficient for CUDA
+ * runtime version)", another CUDA error with its name, or "this build has
+ * no CUDA (...)". A thread-local string, valid until the next call;
+ * needs no hvd_init. */
+const char *hvd_cuda_unavailable(void);
+
 /* ---- Build facts (valid at any time) ----------------------------------- */
 int hvd_mpi_built(void);  /* 1: libhvd has the MPI executor */
 int hvd_cuda_built(void); /* CUDA runtime version code (e.g. 13000), or 0 */
@@ -166,6 +174,18 @@ const char *hvd_version(void); /* "0.1.0" */
 int hvd_setting_count(void);
 hvd_result_t hvd_setting_info(int i, const char **name,
                               const char **default_value, const char **meaning);
+/* Setting i's value in the environment, parsed as hvd_init() parses it:
+ * HVD_SUCCESS (unset counts as good), or what hvd_init() would fail with
+ * (HVD_ERR_INVALID_ARG, e.g. "HVD_CYCLE_TIME='-5' is out of range
+ * 0..10000"). Sizes in bytes take K, M, G or T (x 1024): "64M". */
+hvd_result_t hvd_setting_check(int i);
+/* The k-th (0, 1, ...) variable of the environment that looks like a
+ * setting but is not read: an HVD_* name that is no hvd variable ("HVD_X
+ * is not an hvd variable: did you mean HVD_Y?") or a HOROVOD_* one ("... is
+ * Horovod's and hvd does not read it: hvd's is HVD_Y"): 1 with the
+ * message in message[0..len), 0 when there is no k-th. hvd_init() logs
+ * each as a warning on rank 0. */
+int hvd_setting_unknown(int k, char *message, size_t len);
 
 /* ---- Errors ------------------------------------------------------------ */
 

@@ -190,6 +190,16 @@ static hvd_result_t read_file(const char *path, char **text, size_t *len) {
                        strerror(err));
   }
   buf[n] = '\0';
+  /* a text corpus has no NUL byte; a program, an archive, a checkpoint do */
+  const char *nul = memchr(buf, '\0', n);
+  if (nul != NULL) {
+    size_t at = (size_t)(nul - buf);
+    free(buf);
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "corpus '%s' is not a text file (a NUL byte at offset "
+                       "%zu)",
+                       path, at);
+  }
   *text = buf;
   *len = n;
   return HVD_SUCCESS;

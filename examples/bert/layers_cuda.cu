@@ -30,6 +30,8 @@
 
 #include "layers.h"
 
+#include "hvd.h"
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -1108,8 +1110,7 @@ extern "C" int bert_cuda_open(int device, char *msg, size_t len) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    snprintf(msg, len, "no CUDA device: cudaGetDeviceCount: %s (%s)",
-             cudaGetErrorString(e), cudaGetErrorName(e));
+    snprintf(msg, len, "no CUDA device: %s", hvd_cuda_unavailable());
     return -1;
   }
   if (count == 0) {

@@ -34,6 +34,8 @@
 
 #include "cnn_impl.h"
 
+#include "hvd.h"
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -469,9 +471,8 @@ extern "C" int cnn_gpu_open(cnn_t *m, int device) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    snprintf(m->err, sizeof m->err,
-             "no CUDA device: cudaGetDeviceCount: %s (%s)",
-             cudaGetErrorString(e), cudaGetErrorName(e));
+    snprintf(m->err, sizeof m->err, "no CUDA device: %s",
+             hvd_cuda_unavailable());
     return -1;
   }
   if (device == CNN_CURRENT_GPU &&

@@ -59,6 +59,31 @@ int hvd__cuda_device_count(void) {
 #endif
 }
 
+const char *hvd_cuda_unavailable(void) {
+#ifdef HVD_HAVE_CUDA
+  static _Thread_local char why[256];
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess && n > 0)
+    return NULL;
+  (void)cudaGetLastError(); /* clear the sticky "no driver" error */
+  if (e == cudaSuccess)
+    snprintf(why, sizeof why,
+             "no NVIDIA GPU found (cudaGetDeviceCount found none)");
+  else if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
+    snprintf(why, sizeof why,
+             "no NVIDIA driver or GPU found (cudaGetDeviceCount: %s)",
+             cudaGetErrorString(e));
+  else
+    snprintf(why, sizeof why, "cudaGetDeviceCount: %s (%s)",
+             cudaGetErrorString(e), cudaGetErrorName(e));
+  return why;
+#else
+  return "this build has no CUDA (configure found no toolkit, or "
+         "--without-cuda)";
+#endif
+}
+
 int hvd__cuda_device(void) { return atomic_load(&bound_device); }
 
 int hvd__cuda_home_device(void) { return atomic_load(&home_device); }

@@ -20,6 +20,7 @@ typedef enum kind {
   K_LEVEL,
   K_DOUBLE,
   K_INT64,
+  K_BYTES, /* an int64 of bytes, with an optional K, M, G or T (x 1024) */
   K_INT,
   K_BOOL,
   K_PATH,
@@ -98,6 +99,38 @@ static hvd_result_t parse_double(const char *name, const char *v, double min,
   return HVD_SUCCESS;
 }
 
+/* A size in bytes: a number, optionally followed by K, M, G or T (powers
+ * of 1024; KiB, MB... and lower case too), as hvd-bench reads sizes. */
+static hvd_result_t parse_bytes(const char *name, const char *v, double min,
+                                double max, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double d = strtod(v, &end);
+  if (errno != 0 || end == v || !isfinite(d) || d < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s='%s' is not a size (bytes, or with K, M, G, T)",
+                          name, v);
+  static const char units[] = "KMGT";
+  const char *u = *end != '\0' ? strchr(units, end[0] & ~0x20) : NULL;
+  if (*end != '\0') {
+    const char *rest = end + 1;
+    if (u == NULL || (*rest != '\0' && strcasecmp(rest, "B") != 0 &&
+                      strcasecmp(rest, "iB") != 0))
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s='%s' is not a size (bytes, or with K, M, G, "
+                            "T)",
+                            name, v);
+    for (const char *k = units; k <= u; k++)
+      d *= 1024;
+  }
+  if (d < min || d > max || d != floor(d))
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s='%s' is out of range %g..%g bytes (whole)", name,
+                          v, min, max);
+  *out = d;
+  return HVD_SUCCESS;
+}
+
 static hvd_result_t parse_level(const char *v, int *out) {
   int level = hvd__log_parse_level(v);
   if (level < 0)
@@ -143,6 +176,7 @@ static void set_default(const setting_t *t, char *field) {
     *(double *)(void *)field = t->def;
     break;
   case K_INT64:
+  case K_BYTES:
     *(int64_t *)(void *)field = (int64_t)t->def;
     break;
   case K_GPUOPS:
@@ -171,10 +205,13 @@ static hvd_result_t parse(const setting_t *t, const char *v, char *field) {
     return parse_text(t->name, v, field, t->size);
   case K_DOUBLE:
     return parse_double(t->name, v, t->lo, t->hi, (double *)(void *)field);
+  case K_BYTES:
+    HVD__CHECK(parse_bytes(t->name, v, t->lo, t->hi, &d));
+    break;
   default:
     HVD__CHECK(parse_double(t->name, v, t->lo, t->hi, &d));
   }
-  if (t->kind == K_INT64)
+  if (t->kind == K_INT64 || t->kind == K_BYTES)
     *(int64_t *)(void *)field = (int64_t)d;
   else if (t->kind == K_INT)
     *(int *)(void *)field = (int)d;
@@ -209,6 +246,7 @@ static int show(const setting_t *t, const char *field, char *out, size_t n) {
     return snprintf(out, n, "%s=%g", t->name,
                     *(const double *)(const void *)field);
   case K_INT64:
+  case K_BYTES:
     return snprintf(out, n, "%s=%lld", t->name,
                     (long long)*(const int64_t *)(const void *)field);
   case K_PATH:
@@ -239,4 +277,150 @@ void hvd__settings_log(const hvd__settings_t *s) {
   }
   line[at < sizeof line ? at : sizeof line - 1] = '\0';
   HVD__LOG(HVD__LOG_INFO, "settings: %s", line);
+}
+
+hvd_result_t hvd_setting_check(int i) {
+  if (i < 0 || i >= COUNT)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_setting_check: index %d is out of range 0..%d",
+                          i, COUNT - 1);
+  hvd__settings_t scratch;
+  const char *v = getenv(table[i].name);
+  if (v == NULL || *v == '\0')
+    return HVD_SUCCESS;
+  return parse(&table[i], v, (char *)&scratch + table[i].offset);
+}
+
+/* ---- names that look like settings but are not ----------------------------
+ */
+
+/* HVD_* variables that are not settings but are read by hvd's tools, its
+ * launcher or its tests (prefixes end in '_'). */
+static const char *const not_settings[] = {"HVD_ELASTIC_RESTARTS",
+                                           "HVD_ELASTIC_PREVIOUS_SIZE",
+                                           "HVD_RUN_NO_CMA",
+                                           "HVD_BINDING_PROG",
+                                           "HVD_TEST_",
+                                           "HVD_STANDIN_",
+                                           "HVD_TOP_",
+                                           "HVD_MPIRUN_TEST",
+                                           "HVD_CI_",
+                                           "HVD_BENCH_"};
+
+/* Horovod's variables whose hvd name is not HVD_ + the same rest. */
+static const char *const horovod_renamed[][2] = {
+    {"HOROVOD_STALL_CHECK_TIME_SECONDS", "HVD_STALL_CHECK_TIME"},
+    {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "HVD_STALL_SHUTDOWN_TIME"},
+    {"HOROVOD_GPU_ALLREDUCE", "HVD_GPU_OPERATIONS"},
+    {"HOROVOD_GPU_BROADCAST", "HVD_GPU_OPERATIONS"},
+    {"HOROVOD_GPU_ALLGATHER", "HVD_GPU_OPERATIONS"},
+    {"HOROVOD_HIERARCHICAL_ALLGATHER", "HVD_HIERARCHICAL_ALLREDUCE"}};
+
+/* Edit distance of a and b (each at most 63 characters compared). */
+static int distance(const char *a, const char *b) {
+  int la = (int)strlen(a), lb = (int)strlen(b), row[64];
+  la = la > 63 ? 63 : la;
+  lb = lb > 63 ? 63 : lb;
+  for (int j = 0; j <= lb; j++)
+    row[j] = j;
+  for (int i = 1; i <= la; i++) {
+    int diag = row[0];
+    row[0] = i;
+    for (int j = 1; j <= lb; j++) {
+      int up = row[j];
+      int best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best)
+        best = up + 1;
+      if (row[j - 1] + 1 < best)
+        best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+/* The setting nearest to rest (a name without its HVD_/HOROVOD_ prefix),
+ * or NULL when none is close (at most a third of its length apart). */
+static const char *nearest(const char *rest) {
+  const char *best = NULL;
+  int bd = 1 << 30, len = (int)strlen(rest);
+  for (int i = 0; i < COUNT; i++) {
+    int d = distance(rest, table[i].name + 4);
+    if (d < bd)
+      bd = d, best = table[i].name;
+  }
+  return bd <= (len < 6 ? 1 : len / 3) ? best : NULL;
+}
+
+/* The message for environment entry e ("NAME=value") if NAME is an HVD_
+ * name hvd does not read or a HOROVOD_ one; 0 otherwise. */
+static int unknown_message(const char *e, char *out, size_t n) {
+  char name[128];
+  size_t k = strcspn(e, "=");
+  if (k >= sizeof name)
+    return 0;
+  memcpy(name, e, k);
+  name[k] = '\0';
+  int hvd = strncmp(name, "HVD_", 4) == 0;
+  if (!hvd && strncmp(name, "HOROVOD_", 8) != 0)
+    return 0;
+  for (int i = 0; hvd && i < COUNT; i++)
+    if (strcmp(name, table[i].name) == 0)
+      return 0;
+  for (size_t j = 0; hvd && j < sizeof not_settings / sizeof *not_settings;
+       j++) {
+    size_t l = strlen(not_settings[j]);
+    if (not_settings[j][l - 1] == '_' ? strncmp(name, not_settings[j], l) == 0
+                                      : strcmp(name, not_settings[j]) == 0)
+      return 0;
+  }
+  if (!hvd) {
+    for (size_t j = 0; j < sizeof horovod_renamed / sizeof *horovod_renamed;
+         j++)
+      if (strcmp(name, horovod_renamed[j][0]) == 0) {
+        snprintf(out, n,
+                 "%s is Horovod's and hvd does not read it: hvd's "
+                 "is %s",
+                 name, horovod_renamed[j][1]);
+        return 1;
+      }
+    const char *near = nearest(name + 8);
+    if (near != NULL)
+      snprintf(out, n, "%s is Horovod's and hvd does not read it: hvd's is %s",
+               name, near);
+    else
+      snprintf(out, n,
+               "%s is Horovod's and hvd does not read it (hvd-info lists "
+               "hvd's variables)",
+               name);
+    return 1;
+  }
+  const char *near = nearest(name + 4);
+  if (near != NULL)
+    snprintf(out, n, "%s is not an hvd variable: did you mean %s?", name, near);
+  else
+    snprintf(out, n,
+             "%s is not an hvd variable and is ignored (hvd-info lists them)",
+             name);
+  return 1;
+}
+
+extern char **environ;
+
+int hvd_setting_unknown(int k, char *message, size_t len) {
+  char line[512];
+  for (int i = 0, seen = 0; environ != NULL && environ[i] != NULL; i++)
+    if (unknown_message(environ[i], line, sizeof line) && seen++ == k) {
+      if (message != NULL && len > 0)
+        snprintf(message, len, "%s", line);
+      return 1;
+    }
+  return 0;
+}
+
+void hvd__settings_warn_unknown(void) {
+  char line[512];
+  for (int k = 0; hvd_setting_unknown(k, line, sizeof line); k++)
+    HVD__LOG(HVD__LOG_WARNING, "%s", line);
 }

@@ -35,13 +35,13 @@
   X(HVD_HOSTNAME, "(unset)", hostname, HOST, 0, 0, 0,                          \
     "when set, ranks with equal values form one node (instead of shared "      \
     "memory); used to simulate several nodes on one machine")                  \
-  X(HVD_FUSION_THRESHOLD, "134217728", fusion_threshold, INT64, 128 << 20, 0,  \
+  X(HVD_FUSION_THRESHOLD, "134217728", fusion_threshold, BYTES, 128 << 20, 0,  \
     1e15,                                                                      \
-    "bytes of allreduce tensors executed as one fused group; 0 disables "      \
-    "fusion")                                                                  \
-  X(HVD_CHUNK_SIZE, "0", chunk_size, INT64, 0, 0, 1e12,                        \
-    "bytes per pipelined chunk of a fused group; 0 = the backend's "           \
-    "default (MPI: 262144)")                                                   \
+    "bytes of allreduce tensors executed as one fused group (64M, 1G...); "    \
+    "0 disables fusion")                                                       \
+  X(HVD_CHUNK_SIZE, "0", chunk_size, BYTES, 0, 0, 1e12,                        \
+    "bytes per pipelined chunk of a fused group (256K...); 0 = the "           \
+    "backend's default (MPI: 262144)")                                         \
   X(HVD_CACHE_CAPACITY, "1024", cache_capacity, INT, 1024, 0, 1 << 20,         \
     "collectives remembered by the response cache; 0 disables it")             \
   X(HVD_STALL_CHECK_TIME, "60", stall_check_s, DOUBLE, 60, 0, 1e9,             \
@@ -101,6 +101,7 @@
 #define HVD__SETTING_FIELD_LEVEL(f) int f
 #define HVD__SETTING_FIELD_DOUBLE(f) double f
 #define HVD__SETTING_FIELD_INT64(f) int64_t f
+#define HVD__SETTING_FIELD_BYTES(f) int64_t f /* K, M, G, T suffixes */
 #define HVD__SETTING_FIELD_INT(f) int f
 #define HVD__SETTING_FIELD_BOOL(f) int f
 #define HVD__SETTING_FIELD_PATH(f) char f[HVD__PATH_MAX]
@@ -125,5 +126,10 @@ hvd_result_t hvd__settings_load(hvd__settings_t *s);
 
 /* Logs the effective settings at info level. */
 void hvd__settings_log(const hvd__settings_t *s);
+
+/* Logs a warning for every HVD_* name in the environment that is not an
+ * hvd variable (the nearest one named) and every HOROVOD_* one (hvd's
+ * equivalent named): hvd_setting_unknown's messages. */
+void hvd__settings_warn_unknown(void);
 
 #endif /* HVD_BASE_SETTINGS_H */

@@ -391,6 +391,7 @@ static hvd_result_t init_locked(MPI_Comm comm) {
                          .local_size = g.local_size};
   HVD__CHECK(hvd__engine_start(&env, &g.settings, &g.engine));
   if (g.rank == 0) {
+    hvd__settings_warn_unknown();
     hvd__settings_log(&g.settings);
     HVD__LOG(HVD__LOG_INFO,
              "hvd %s: %d ranks, %d per node (homogeneous %d), %d GPUs "

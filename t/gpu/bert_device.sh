@@ -7,8 +7,9 @@
 #      CUDA (configure found no toolkit, or --without-cuda)", before any
 #      training (no summary on stdout);
 #   2. the same in a build with CUDA on a machine without a usable GPU:
-#      exit 1 and one line "bert_train: --device gpu: no CUDA device:
-#      cudaGetDeviceCount: <the CUDA runtime's reason>";
+#      exit 1 and one line "bert_train: --device gpu: no CUDA device: no
+#      NVIDIA driver or GPU found (cudaGetDeviceCount: <the CUDA runtime's
+#      reason>)" (hvd_cuda_unavailable);
 #      with a GPU instead: 5 steps of the tiny model train (exit 0, the
 #      summary line), at np 1;
 #   3. --device with another value, and --tf32 without --device gpu:

@@ -91,7 +91,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..29"
+echo "1..32"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 1 2; do
@@ -205,6 +205,41 @@ if train resume2 2 --steps 10 --batch-size 4 \
 else
   fail "resume at np 2 (batch 4 per rank) from step 5: the same curve"
   show resume2
+fi
+
+# what a run says: each save; the progress line even under 1 s; the
+# summary's steps and its loss sparkline; a resume names its file and
+# counts the job's steps
+if grep -qx "bert_train: saved $ck/step-000005.ckpt" "$tmp/full.out" &&
+  grep -qx "bert_train: saved $ck/step-000010.ckpt" "$tmp/full.out" &&
+  grep -q "^step 10/10  loss " "$tmp/full.out" &&
+  grep -q "^done  steps 10  final loss " "$tmp/full.out" &&
+  grep -q "^loss  [^ ]\{2,\}  ([0-9.]* to [0-9.]* over this run's 10 steps)$" "$tmp/full.out" &&
+  grep -qx "bert_train: resumed at step 5 from $ck/step-000005.ckpt" "$tmp/resume1.out" &&
+  grep -q "^done  steps 10 (5 in this run, from step 5)  final loss " "$tmp/resume1.out"; then
+  pass "saves, a short run's progress line, the summary and its sparkline, a resume's file and steps"
+else
+  fail "saves, a short run's progress line, the summary and its sparkline, a resume's file and steps"
+  show full
+  show resume1
+fi
+# --log-json on a resume appends: one file holds the whole curve
+head -n 5 "$tmp/full.json" >"$tmp/whole.json"
+if train whole 1 --steps 10 --resume "$ck/step-000005.ckpt" &&
+  [ "`wc -l <"$tmp/whole.json"`" -eq 10 ] && agree full whole 1e-5; then
+  pass "--log-json on a resume appends to the file: steps 1-10 in one log"
+else
+  fail "--log-json on a resume appends to the file: steps 1-10 in one log"
+  show whole
+fi
+# a binary file is no corpus
+printf 'some words\000 and a NUL\n' >"$tmp/binary.dat"
+if ! train binary 1 --steps 2 --data "$tmp/binary.dat" &&
+  grep -q "corpus '$tmp/binary.dat' is not a text file (a NUL byte at offset 10)" "$tmp/binary.err"; then
+  pass "--data with a binary file: refused, naming the file"
+else
+  fail "--data with a binary file: refused, naming the file"
+  show binary
 fi
 
 # the sharded optimizer: the curve of the unsharded one, and its

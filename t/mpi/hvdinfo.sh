@@ -99,6 +99,32 @@ out=$("$info" --build 2>&1)
 [ $? = 0 ] && [ "$(printf '%s\n' "$out" | cut -d: -f1 | tr '\n' ' ')" = "MPI CUDA NCCL cuBLAS " ]
 ok $? "--build: MPI, CUDA, NCCL, cuBLAS lines only" || show
 
+# values hvd_init would refuse: shown with the reason, exit 1; sizes with
+# a suffix are good
+out=$(HVD_FUSION_THRESHOLD=banana HVD_CYCLE_TIME=-5 "$info" 2>/dev/null)
+rc=$?
+err=$(HVD_FUSION_THRESHOLD=banana HVD_CYCLE_TIME=-5 "$info" 2>&1 >/dev/null)
+[ $rc = 1 ] &&
+  has "^  HVD_FUSION_THRESHOLD=banana (from the environment) INVALID: HVD_FUSION_THRESHOLD='banana' is not a size (bytes, or with K, M, G, T); hvd_init() would fail\$" &&
+  has "^  HVD_CYCLE_TIME=-5 (from the environment) INVALID: HVD_CYCLE_TIME='-5' is out of range 0..10000; hvd_init() would fail\$" &&
+  [ "$err" = "hvd-info: HVD_CYCLE_TIME='-5' is out of range 0..10000 (hvd_init would fail)
+hvd-info: HVD_FUSION_THRESHOLD='banana' is not a size (bytes, or with K, M, G, T) (hvd_init would fail)" ]
+ok $? "invalid values: each shown with hvd_init's reason, on stderr too, exit 1 (got $rc)" ||
+  { show; printf '%s\n' "$err" | sed 's/^/# /'; }
+out=$(HVD_FUSION_THRESHOLD=64M HVD_CHUNK_SIZE=256KiB "$info" 2>&1)
+rc=$?
+[ $rc = 0 ] && has "^  HVD_FUSION_THRESHOLD=64M (from the environment; default 134217728)\$" &&
+  ! has INVALID
+ok $? "sizes with K, M suffixes are good (exit $rc)" || show
+out=$(HVD_FUSION_THRESHHOLD=1 HOROVOD_CYCLE_TIME=2 HOROVOD_STALL_CHECK_TIME_SECONDS=5 HVD_QQQQQQQQQQ=1 "$info" 2>&1)
+rc=$?
+[ $rc = 0 ] && has "^not read by hvd:\$" &&
+  has "^  HVD_FUSION_THRESHHOLD is not an hvd variable: did you mean HVD_FUSION_THRESHOLD?\$" &&
+  has "^  HOROVOD_CYCLE_TIME is Horovod's and hvd does not read it: hvd's is HVD_CYCLE_TIME\$" &&
+  has "^  HOROVOD_STALL_CHECK_TIME_SECONDS is Horovod's and hvd does not read it: hvd's is HVD_STALL_CHECK_TIME\$" &&
+  has "^  HVD_QQQQQQQQQQ is not an hvd variable and is ignored (hvd-info lists them)\$"
+ok $? "names hvd does not read: listed with the nearest hvd variable (exit $rc)" || show
+
 out=$("$info" --bogus 2>&1)
 rc=$?
 [ $rc = 2 ] && has "^hvd-info: unknown option '--bogus'"

@@ -143,6 +143,8 @@ t_mpi_crash_rename_la_LDFLAGS = -module -avoid-version -shared \
 ##  straggler         a stuck rank: the job still ends (MPI_Abort at exit)
 ##  cifar_train       examples/cifar_train: sync BN's world-size
 ##                    equivalence, learning, resume at np 1, CIFAR files
+##  first             README's first program: the same as examples/first.c,
+##                    and its output at np 1-3
 ##  elastic           hvdrun --max-restarts with bert_train --elastic: a
 ##                    rank killed mid-run, too many failures, --min-np,
 ##                    a program's own failure, a crash during a save
@@ -150,7 +152,8 @@ t_mpi_crash_rename_la_LDFLAGS = -module -avoid-version -shared \
 ##                    (t/util/cluster.sh; root only, else skipped)
 TESTS_SH += t/mpi/rank_death.sh t/mpi/stall.sh t/mpi/timeline.sh \
 	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/demo.sh \
-	t/mpi/bench.sh t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/bert_train.sh \
-	t/mpi/cifar_train.sh t/mpi/elastic.sh \
+	t/mpi/bench.sh t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/hvdplot.sh \
+	t/mpi/bert_train.sh \
+	t/mpi/cifar_train.sh t/mpi/elastic.sh t/mpi/first.sh \
 	t/mpi/bert_sync_ratio.sh t/mpi/straggler.sh t/mpi/cluster.sh
 EXTRA_DIST += t/mpi/timeline_check.py

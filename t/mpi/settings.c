@@ -85,7 +85,9 @@ int main(int argc, char **argv) {
 
   /* The three of the specification. */
   bad_value("HVD_FUSION_THRESHOLD", "abc",
-            "HVD_FUSION_THRESHOLD='abc' is not a number", NULL);
+            "HVD_FUSION_THRESHOLD='abc' is not a size (bytes, or with K, M, "
+            "G, T)",
+            NULL);
   bad_value("HVD_CYCLE_TIME", "-1",
             "HVD_CYCLE_TIME='-1' is out of range 0..10000", NULL);
   bad_value("HVD_LOG_LEVEL", "loud",
@@ -95,8 +97,16 @@ int main(int argc, char **argv) {
 
   /* More of the same parsers: trailing junk, not finite, above the
    * maximum, and then valid values (fixed rather than unset). */
-  bad_value("HVD_CHUNK_SIZE", "4096x", "HVD_CHUNK_SIZE='4096x' is not a number",
+  bad_value("HVD_CHUNK_SIZE", "4096x",
+            "HVD_CHUNK_SIZE='4096x' is not a size (bytes, or with K, M, G, T)",
             "4096");
+  bad_value("HVD_CHUNK_SIZE", "1.3K",
+            "HVD_CHUNK_SIZE='1.3K' is out of range 0..1e+12 bytes (whole)",
+            "4096");
+  bad_value("HVD_FUSION_THRESHOLD", "2P",
+            "HVD_FUSION_THRESHOLD='2P' is not a size (bytes, or with K, M, G, "
+            "T)",
+            NULL);
   bad_value("HVD_CYCLE_TIME", "nan", "HVD_CYCLE_TIME='nan' is not a number",
             "0.5");
   bad_value("HVD_CYCLE_TIME", "10001",
@@ -143,6 +153,9 @@ int main(int argc, char **argv) {
 
   /* Valid spellings: empty means unset; levels are case-insensitive. */
   good_value("HVD_FUSION_THRESHOLD", "");
+  good_value("HVD_FUSION_THRESHOLD", "64M");
+  good_value("HVD_FUSION_THRESHOLD", "1GiB");
+  good_value("HVD_CHUNK_SIZE", "256k");
   good_value("HVD_LOG_LEVEL", "");
   good_value("HVD_LOG_LEVEL", "ERROR");
   good_value("HVD_CACHE_CAPACITY", "1e3");

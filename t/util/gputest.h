@@ -18,13 +18,14 @@
 #ifdef HVD_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "hvd.h" /* hvd_cuda_unavailable */
+
 /* e and count are cudaGetDeviceCount's answer (asked wherever the test
  * needs it, e.g. before MPI starts). Returns count when it is at least 1;
  * otherwise "1..0 # SKIP no CUDA device: ..." and exit. */
 static inline int gpu_devices_or_skip(cudaError_t e, int count) {
   if (e != cudaSuccess)
-    skip_all("no CUDA device: cudaGetDeviceCount: %s (%s)",
-             cudaGetErrorString(e), cudaGetErrorName(e));
+    skip_all("no CUDA device: %s", hvd_cuda_unavailable());
   if (count == 0)
     skip_all("no CUDA device: cudaGetDeviceCount found none");
   return count;
