@@ -7,7 +7,7 @@
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 make_tmp bench
 tiny="$HVD_TOP_SRCDIR/bench/workloads/bert-tiny.tensors"
-echo "1..13"
+echo "1..16"
 for np in 1 2 3; do
   run_np $np "$tmp/out" "$tmp/out" "$HVD_TOP_BUILDDIR/bin/hvd-bench" --quick
   [ $rc = 0 ] && grep -q "all results ok" "$tmp/out"
@@ -41,5 +41,22 @@ HVD_CYCLE_TIME=banana run_np 2 "$tmp/out" "$tmp/err" \
   "$HVD_TOP_BUILDDIR/bin/hvd-bench" mpi-list --tensors "$tiny" --iters 1
 [ $rc = 0 ] && [ "`rows_ok "$tmp/out"`" = 6 ]
 check $? "mpi-list never calls hvd_init: HVD_CYCLE_TIME=banana is no matter" ||
+  { show "$tmp/out" output; show "$tmp/err" stderr; }
+# a workload by name: the installed ones, or here the source tree's
+run_np 1 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" list \
+  --tensors bert-tiny --iters 1 --warmup 0
+[ $rc = 0 ] && grep -q "^# hvd-bench list: bert-tiny: 42 tensors" "$tmp/out"
+check $? "--tensors bert-tiny: the workload found by name" ||
+  { show "$tmp/out" output; show "$tmp/err" stderr; }
+run_np 1 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" list \
+  --tensors no-such-workload --iters 1
+[ $rc != 0 ] && grep -q "^hvd-bench: no-such-workload: No such file or directory (nor is no-such-workload.tensors among the workloads in .*/workloads)$" "$tmp/out" "$tmp/err"
+check $? "--tensors with an unknown name: the places looked at (status $rc)" ||
+  { show "$tmp/out" output; show "$tmp/err" stderr; }
+# a sweep ends with nccl-tests' average bus bandwidth
+run_np 2 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" sweep \
+  --coll allreduce --dtype float32 --op sum --min-bytes 4K --max-bytes 16K --iters 2
+[ $rc = 0 ] && grep -Eq "^# Avg bus bandwidth    : [0-9.e+-]+ GB/s \(mean of the [0-9]+ cases' busbw\)$" "$tmp/out"
+check $? "sweep: the closing Avg bus bandwidth line" ||
   { show "$tmp/out" output; show "$tmp/err" stderr; }
 exit $failed
