@@ -109,9 +109,8 @@ static double tick_step(double lo, double hi, int want) {
 
 /* The curve as a line of block characters (40 columns). */
 static void sparkline(const curve_t *c, char *out, size_t len) {
-  static const char *const bars[8] = {"\u2581", "\u2582", "\u2583",
-                                      "\u2584", "\u2585", "\u2586",
-                                      "\u2587", "\u2588"};
+  static const char *const bars[8] = {"\u2581", "\u2582", "\u2583", "\u2584",
+                                      "\u2585", "\u2586", "\u2587", "\u2588"};
   enum { COLS = 40 };
   double sum[COLS] = {0}, lo = INFINITY, hi = -INFINITY;
   int cnt[COLS] = {0};
@@ -167,8 +166,8 @@ static void svg(FILE *f, const curve_t *cs, int nc, const char *title) {
   double pad = (y1 - y0) * 0.05;
   y0 -= pad, y1 += pad;
   const double pw = W - LEFT - RIGHT, ph = H - TOP - BOTTOM;
-#define PX(x) (LEFT + ((x) - x0) / (x1 - x0) * pw)
-#define PY(y) (TOP + (1 - ((y) - y0) / (y1 - y0)) * ph)
+#define PX(x) (LEFT + ((x)-x0) / (x1 - x0) * pw)
+#define PY(y) (TOP + (1 - ((y)-y0) / (y1 - y0)) * ph)
   fprintf(f,
           "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
@@ -176,8 +175,7 @@ static void svg(FILE *f, const curve_t *cs, int nc, const char *title) {
           "font-size=\"12\">\n"
           "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
           W, H, W, H, W, H);
-  fputs("<text x=\"400\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">",
-        f);
+  fputs("<text x=\"400\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">", f);
   xml_text(f, title);
   fputs("</text>\n", f);
   double xs = tick_step(x0, x1, 8), ys = tick_step(y0, y1, 6);
@@ -199,12 +197,12 @@ static void svg(FILE *f, const curve_t *cs, int nc, const char *title) {
           "<text x=\"%.0f\" y=\"%d\" text-anchor=\"middle\">step</text>\n"
           "<text x=\"16\" y=\"%.0f\" text-anchor=\"middle\" "
           "transform=\"rotate(-90 16 %.0f)\">loss</text>\n",
-          LEFT, TOP, pw, ph, LEFT + pw / 2, H - 16, TOP + ph / 2,
-          TOP + ph / 2);
+          LEFT, TOP, pw, ph, LEFT + pw / 2, H - 16, TOP + ph / 2, TOP + ph / 2);
   for (int k = 0; k < nc; k++) {
     const char *color = colors[k % (int)(sizeof colors / sizeof *colors)];
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
-               "points=\"",
+    fprintf(f,
+            "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
+            "points=\"",
             color);
     for (size_t i = 0; i < cs[k].n; i++)
       fprintf(f, "%s%.1f,%.1f", i ? " " : "", PX(cs[k].step[i]),
@@ -243,8 +241,7 @@ int main(int argc, char **argv) {
       else
         title = argv[++i];
     } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-      fprintf(stderr, "hvd-plot: unknown option '%s' (try --help)\n",
-              argv[i]);
+      fprintf(stderr, "hvd-plot: unknown option '%s' (try --help)\n", argv[i]);
       return 2;
     } else if (nc == (int)(sizeof cs / sizeof *cs)) {
       fprintf(stderr, "hvd-plot: at most %d logs\n", nc);
@@ -272,15 +269,13 @@ int main(int argc, char **argv) {
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
   FILE *f = fopen(tmp, "w");
   if (f == NULL) {
-    fprintf(stderr, "hvd-plot: cannot create '%s': %s\n", tmp,
-            strerror(errno));
+    fprintf(stderr, "hvd-plot: cannot create '%s': %s\n", tmp, strerror(errno));
     return 1;
   }
   svg(f, cs, nc, title);
   if (fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0 ||
       rename(tmp, out) != 0) {
-    fprintf(stderr, "hvd-plot: cannot write '%s': %s\n", out,
-            strerror(errno));
+    fprintf(stderr, "hvd-plot: cannot write '%s': %s\n", out, strerror(errno));
     unlink(tmp);
     return 1;
   }

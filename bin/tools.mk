@@ -5,6 +5,7 @@
 ##   hvdrun -np 4 ./train          hvdrun --dry-run -np 4 ./train
 ##   hvd-info [--build] [--json]
 ##   hvd-plot [-o loss.svg] train.jsonl   (a loss curve as an SVG chart)
+##   hvd-timeline-merge -o all.json tl.0.json tl.1.json   (one trace)
 
 ## (Makefile.am defines neither variable; the first definition is here.)
 bin_SCRIPTS = bin/hvdrun
@@ -23,3 +24,6 @@ endif
 bin_PROGRAMS += bin/hvd-plot
 bin_hvd_plot_SOURCES = bin/hvd-plot.c
 bin_hvd_plot_LDADD = -lm
+
+bin_PROGRAMS += bin/hvd-timeline-merge
+bin_hvd_timeline_merge_SOURCES = bin/hvd-timeline-merge.c

@@ -481,6 +481,24 @@ hvd_result_t hvd_ps_allgather_object(const hvd_process_set_t *ps,
                                      const char *name, const void *data,
                                      size_t len, void **out, size_t *lens);
 
+/* ---- The timeline, from the program -------------------------------------
+ * Horovod's start_timeline/stop_timeline, and marks of the program's own.
+ * HVD_TIMELINE starts one at hvd_init; these start one later (closing any
+ * open one), or stop it: rank 0 writes PATH (with HVD_TIMELINE_ALL_RANKS
+ * every rank its own, the rank before the extension); they return when
+ * the file is open or closed (a valid JSON array). Each rank's readiness
+ * ticks (READY) are gathered only when HVD_TIMELINE was set at hvd_init.
+ * A file stops at HVD_TIMELINE_MAX_BYTES (default 1G) with a TIMELINE_CAP
+ * event. HVD_ERR_IO "hvd_timeline_start: ..." when PATH cannot be
+ * created; HVD_ERR_NOT_INITIALIZED before hvd_init. */
+hvd_result_t hvd_timeline_start(const char *path);
+hvd_result_t hvd_timeline_stop(void);
+/* An instant event `name` on the timeline's USER track (a phase of the
+ * program: "forward", "step 12"), and a counter (Chrome's counter track:
+ * loss, lr...). No-ops when this rank writes no timeline; any thread. */
+void hvd_timeline_mark(const char *name);
+void hvd_timeline_counter(const char *name, double value);
+
 /* ---- Requests ---------------------------------------------------------- */
 
 /* Blocks until req completes (without using the CPU), frees it and returns

@@ -58,6 +58,10 @@
   X(HVD_TIMELINE_ALL_RANKS, "0", timeline_all_ranks, BOOL, 0, 0, 1,            \
     "1: every rank writes its own timeline (rank inserted before the "         \
     "extension)")                                                              \
+  X(HVD_TIMELINE_MAX_BYTES, "1073741824", timeline_max_bytes, BYTES,           \
+    (double)(1 << 30), 0, 1e15,                                                \
+    "a timeline file stops at this size with a TIMELINE_CAP event "            \
+    "(64M, 1G...); 0 = no limit")                                              \
   X(HVD_AUTOTUNE, "0", autotune, BOOL, 0, 0, 1,                                \
     "1: tune fusion threshold, chunk size and cycle time online")              \
   X(HVD_AUTOTUNE_LOG, "(unset)", autotune_log, PATH, 0, 0, 0,                  \

@@ -32,6 +32,7 @@
 #endif
 
 #include "base/log.h"
+#include "base/tensor.h"
 #include "base/wait.h"
 #include "core/engine_int.h"
 
@@ -68,7 +69,7 @@ static void wait_for_work(hvd__engine_t *e, pace_t *p) {
       p->next = soon;
   }
   while (!e->urgent && hvd__queue_empty(&e->slow) && !e->stop_requested &&
-         !(e->poked && hvd__table_count(e->inflight) > 0) &&
+         !e->tl_cmd && !(e->poked && hvd__table_count(e->inflight) > 0) &&
          hvd__now() < p->next) {
     struct timespec ts;
     hvd__timespec_at(p->next, &ts);
@@ -187,6 +188,79 @@ static void engine_thread_setup(hvd__engine_t *e) {
 #endif
 }
 
+/* A timeline command of hvd_timeline_start/stop (taken under mu), done on
+ * this thread: the old file closed, the new one (rank 0's, or every rank's
+ * with HVD_TIMELINE_ALL_RANKS) opened; the caller told. */
+static void timeline_command(hvd__engine_t *e, int cmd, const char *path) {
+  hvd_result_t rc = HVD_SUCCESS;
+  char msg[HVD__ERRMSG_MAX] = "";
+  pthread_mutex_lock(&e->tl_mu);
+  hvd__timeline_close(e->tl);
+  e->tl = NULL;
+  if (cmd == 1 && (e->env.rank == 0 || e->settings.timeline_all_ranks)) {
+    char file[HVD__PATH_MAX + 16];
+    hvd__timeline_file_of(path, e->settings.timeline_all_ranks, e->env.rank,
+                          file, sizeof file);
+    e->tl = hvd__timeline_open(file, e->env.rank, e->epoch,
+                               (uint64_t)e->settings.timeline_max_bytes);
+    if (e->tl == NULL) {
+      const char *why = hvd_last_error();
+      if (strncmp(why, "HVD_TIMELINE: ", 14) == 0) /* the open's words */
+        why += 14;
+      rc = HVD_ERR_IO;
+      snprintf(msg, sizeof msg, "hvd_timeline_start: %s", why);
+    }
+  }
+  e->env.trace = e->tl != NULL ? hvd__engine_trace_hook : NULL;
+  e->env.trace_ctx = e;
+  pthread_mutex_unlock(&e->tl_mu);
+  pthread_mutex_lock(&e->mu);
+  e->tl_rc = rc;
+  snprintf(e->tl_msg, sizeof e->tl_msg, "%s", msg);
+  e->tl_gen++;
+  pthread_cond_broadcast(&e->tl_cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+hvd_result_t hvd__engine_timeline(hvd__engine_t *e, int cmd, const char *path) {
+  hvd_result_t rc;
+  pthread_mutex_lock(&e->mu);
+  if (e->stopped) {
+    pthread_mutex_unlock(&e->mu);
+    return hvd__set_error(HVD_ERR_SHUTDOWN, "hvd_timeline_%s: hvd has stopped",
+                          cmd == 1 ? "start" : "stop");
+  }
+  while (e->tl_cmd != 0) /* another caller's first */
+    pthread_cond_wait(&e->tl_cv, &e->mu);
+  unsigned gen = e->tl_gen;
+  e->tl_cmd = cmd;
+  snprintf(e->tl_path, sizeof e->tl_path, "%s", path ? path : "");
+  pthread_cond_signal(&e->cv);
+  while (e->tl_gen == gen && !e->stopped)
+    pthread_cond_wait(&e->tl_cv, &e->mu);
+  if (e->tl_gen == gen) {
+    e->tl_cmd = 0;
+    rc = hvd__set_error(HVD_ERR_SHUTDOWN, "hvd_timeline_%s: hvd has stopped",
+                        cmd == 1 ? "start" : "stop");
+  } else {
+    rc = e->tl_rc;
+    if (rc != HVD_SUCCESS)
+      hvd__set_error_msg(rc, e->tl_msg);
+  }
+  pthread_mutex_unlock(&e->mu);
+  return rc;
+}
+
+void hvd__engine_timeline_mark(hvd__engine_t *e, const char *name, int counter,
+                               double value) {
+  pthread_mutex_lock(&e->tl_mu);
+  if (counter)
+    hvd__timeline_counter(e->tl, name, hvd__now(), value);
+  else
+    hvd__timeline_instant(e->tl, "USER", name, hvd__now(), NULL);
+  pthread_mutex_unlock(&e->tl_mu);
+}
+
 static void *engine_main(void *arg) {
   hvd__engine_t *e = arg;
   pace_t pace = {backoff_min, hvd__now() + e->cycle_s};
@@ -196,7 +270,14 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&e->mu);
     wait_for_work(e, &pace);
     hvd_request_t *list = take_queue(e, &want_stop);
+    int tl_cmd = e->tl_cmd;
+    char tl_path[HVD__PATH_MAX];
+    if (tl_cmd != 0)
+      snprintf(tl_path, sizeof tl_path, "%s", e->tl_path);
+    e->tl_cmd = 0;
     pthread_mutex_unlock(&e->mu);
+    if (tl_cmd != 0)
+      timeline_command(e, tl_cmd, tl_path);
     double start = hvd__now();
     int nnew = hvd__log_threshold <= HVD__LOG_TRACE ? hvd__list_len(list) : 0;
     pace.next = start + e->cycle_s;
@@ -243,6 +324,8 @@ static void engine_free(hvd__engine_t *e) {
   free(e->fresh);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv);
+  pthread_mutex_destroy(&e->tl_mu);
+  pthread_cond_destroy(&e->tl_cv);
   free(e);
 }
 
@@ -257,6 +340,8 @@ static hvd__engine_t *engine_alloc(const hvd__exec_env_t *env,
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&e->cv, &ca);
   pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&e->tl_mu, NULL);
+  pthread_cond_init(&e->tl_cv, NULL);
   e->settings = *s;
   e->env = *env;
   /* With one rank a host collective has no peer to meet, so starting it
@@ -299,10 +384,19 @@ fail:
   return rc;
 }
 
-static void trace_hook(void *ctx, const hvd_request_t *r, const char *phase,
-                       double t0, double t1) {
-  hvd__engine_t *e = ctx;
-  hvd__timeline_span(e->tl, r->name, phase, t0, t1, NULL);
+void hvd__engine_trace_span(hvd__engine_t *e, const hvd_request_t *r,
+                            const char *phase, double t0, double t1) {
+  char args[160];
+  snprintf(args, sizeof args, "\"bytes\":%llu,\"dtype\":\"%s\",\"tensors\":%d",
+           (unsigned long long)hvd__tensor_bytes(&r->send),
+           hvd_dtype_name((hvd_dtype_t)r->desc.dtype),
+           r->batch_n > 0 ? r->batch_n : 1);
+  hvd__timeline_span(e->tl, r->name, phase, t0, t1, args);
+}
+
+void hvd__engine_trace_hook(void *ctx, const hvd_request_t *r,
+                            const char *phase, double t0, double t1) {
+  hvd__engine_trace_span(ctx, r, phase, t0, t1);
 }
 
 /* The aligned clock and the timeline files (timeline.c). */
@@ -310,12 +404,13 @@ static hvd_result_t start_timeline(hvd__engine_t *e) {
   const hvd__settings_t *s = &e->settings;
   hvd__timeline_start_t t;
   hvd_result_t rc = hvd__timeline_start(e->env.comm, e->env.rank, e->env.size,
-                                        s->timeline, s->timeline_all_ranks, &t);
+                                        s->timeline, s->timeline_all_ranks,
+                                        (uint64_t)s->timeline_max_bytes, &t);
   e->epoch = t.epoch;
   e->timeline_any = t.any;
   e->tl = t.t;
   if (e->tl != NULL) {
-    e->env.trace = trace_hook;
+    e->env.trace = hvd__engine_trace_hook;
     e->env.trace_ctx = e;
   }
   return rc;

@@ -28,6 +28,14 @@ void hvd__engine_stop(hvd__engine_t *e);
  * failure (duplicate name, engine stopped) the message is set and the
  * caller still owns r. */
 hvd_result_t hvd__engine_submit(hvd__engine_t *e, hvd_request_t *r);
+
+/* hvd_timeline_start (cmd 1, path) and hvd_timeline_stop (2): done by the
+ * engine thread at its next cycle; returns when done, with its result. */
+hvd_result_t hvd__engine_timeline(hvd__engine_t *e, int cmd, const char *path);
+/* The program's mark (an instant on the USER track) or counter in this
+ * rank's timeline, if it writes one. Any thread. */
+void hvd__engine_timeline_mark(hvd__engine_t *e, const char *name, int counter,
+                               double value);
 /* n requests at once (a grouped collective): all queued in one critical
  * section, so one cycle takes them all, or none (the first error). */
 hvd_result_t hvd__engine_submit_many(hvd__engine_t *e, hvd_request_t *const *rs,

@@ -38,6 +38,16 @@ struct hvd__engine {
   hvd_result_t stop_rc;
   char stop_reason[HVD__ERRMSG_MAX];
   hvd__burst_t burst; /* autotune's accounting (start under mu) */
+  /* hvd_timeline_start/stop: a command for the engine thread, its result */
+  int tl_cmd; /* 0 none, 1 start tl_path, 2 stop */
+  char tl_path[HVD__PATH_MAX];
+  unsigned tl_gen; /* commands done */
+  hvd_result_t tl_rc;
+  char tl_msg[HVD__ERRMSG_MAX];
+  pthread_cond_t tl_cv;
+  /* e->tl changes on the engine thread only, under tl_mu, which the
+   * program's marks take to write into it */
+  pthread_mutex_t tl_mu;
 
   /* engine thread only */
   hvd__controller_t *ctl;
@@ -58,9 +68,17 @@ struct hvd__engine {
   /* timeline */
   double epoch;        /* aligned clock zero: leaving a barrier at start */
   int timeline_any;    /* some rank writes a timeline: gather ready times */
-  hvd__timeline_t *tl; /* this rank's file, or NULL */
+  hvd__timeline_t *tl; /* this rank's file, or NULL (see tl_mu) */
   long cycles;
 };
+
+/* The execution span of r on its tensor's track, with its bytes, dtype
+ * and the number of tensors run with it (the fused group); the executors'
+ * trace hook (env.trace) is the same. Engine thread. */
+void hvd__engine_trace_span(hvd__engine_t *e, const hvd_request_t *r,
+                            const char *phase, double t0, double t1);
+void hvd__engine_trace_hook(void *ctx, const hvd_request_t *r,
+                            const char *phase, double t0, double t1);
 
 /* How a list of responses ends the loop, if it does: the first shutdown
  * or stall response in the list decides. */

@@ -72,6 +72,7 @@ void hvd__engine_stop_all(hvd__engine_t *e, hvd_result_t rc, const char *reason,
   e->inflight = hvd__table_create_borrowing();
   (void)hvd__queue_take(&e->queue); /* queued requests are in inflight too */
   e->urgent = 0;
+  pthread_cond_broadcast(&e->tl_cv); /* a timeline command waits no more */
   pthread_mutex_unlock(&e->mu);
   while (list != NULL) {
     hvd_request_t *r = list;
@@ -155,6 +156,15 @@ static void trace_negotiation(hvd__engine_t *e, const hvd_request_t *r,
   }
   hvd__timeline_span(e->tl, r->name, "NEGOTIATE", r->t_submit, agreed,
                      args[0] ? args : NULL);
+  /* each rank's readiness, as an instant on the tensor's track (as
+   * Horovod's NEGOTIATE ticks) */
+  for (int k = 0; x->ready != NULL && k < e->env.size; k++) {
+    char who[32];
+    if (x->ready[k] < 0) /* a joined rank */
+      continue;
+    snprintf(who, sizeof who, "\"rank\":%d", k);
+    hvd__timeline_instant(e->tl, r->name, "READY", e->epoch + x->ready[k], who);
+  }
   hvd__timeline_span(e->tl, r->name, "QUEUE", agreed, start, NULL);
 }
 
@@ -171,7 +181,7 @@ static void trace_run(hvd__engine_t *e, hvd_request_t *const *reqs, int m,
   double t1 = hvd__now();
   for (int q = 0; q < m; q++)
     if (!reqs[q]->is_stub)
-      hvd__timeline_span(e->tl, reqs[q]->name, phase, t0, t1, NULL);
+      hvd__engine_trace_span(e, reqs[q], phase, t0, t1);
 }
 
 /* This rank's requests of the group's n responses into reqs (a stub
@@ -217,6 +227,8 @@ static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *x,
     return hvd__set_error(HVD_ERR_UNSUPPORTED, "no executor for device %d",
                           x->desc.device);
   hvd__work_t w = {&x->desc, reqs, m, x->dims0};
+  for (int q = 0; q < m; q++)
+    reqs[q]->batch_n = m;
   return ex->run[x->desc.coll](e->exec_state[which], &e->env, &w);
 }
 

@@ -124,6 +124,45 @@ hvd_result_t hvd__runtime_submit_set(const char *fn, const char *kind,
   return rc;
 }
 
+/* ---- the timeline, from the program ----------------------------------------
+ */
+
+static hvd_result_t timeline_cmd(const char *fn, int cmd, const char *path) {
+  if (cmd == 1 && (path == NULL || path[0] == '\0'))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: path is empty or NULL", fn);
+  if (cmd == 1 && strlen(path) >= HVD__PATH_MAX)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: path is longer than %d characters", fn,
+                          HVD__PATH_MAX - 1);
+  pthread_rwlock_rdlock(&g.rw);
+  hvd_result_t rc = atomic_load(&g.initialized)
+                        ? hvd__engine_timeline(g.engine, cmd, path)
+                        : hvd__not_initialized(fn);
+  pthread_rwlock_unlock(&g.rw);
+  return rc;
+}
+
+hvd_result_t hvd_timeline_start(const char *path) {
+  return timeline_cmd(__func__, 1, path);
+}
+
+hvd_result_t hvd_timeline_stop(void) { return timeline_cmd(__func__, 2, NULL); }
+
+static void timeline_mark(const char *name, int counter, double value) {
+  if (name == NULL || name[0] == '\0')
+    return;
+  pthread_rwlock_rdlock(&g.rw);
+  if (atomic_load(&g.initialized))
+    hvd__engine_timeline_mark(g.engine, name, counter, value);
+  pthread_rwlock_unlock(&g.rw);
+}
+
+void hvd_timeline_mark(const char *name) { timeline_mark(name, 0, 0); }
+
+void hvd_timeline_counter(const char *name, double value) {
+  timeline_mark(name, 1, value);
+}
+
 int hvd_process_set_rank(const hvd_process_set_t *ps) {
   return ps != NULL ? ps->rank : -1;
 }

@@ -2,6 +2,8 @@
 #include "core/timeline.h"
 
 #include <errno.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,14 +12,19 @@
 
 #include "base/errors.h"
 #include "base/json.h"
+#include "base/log.h"
 #include "base/settings.h"
 #include "base/table.h"
 
 #define BUF_MAX (1 << 20)
 
 struct hvd__timeline {
+  pthread_mutex_t mu; /* the engine thread and the callers' marks */
   FILE *f;
   int rank;
+  uint64_t written, cap; /* bytes so far; the cap (0: none) */
+  int capped;            /* the cap was reached: nothing more is written */
+  const char *path;
   double epoch, last_flush;
   char *buf;
   size_t len;
@@ -26,9 +33,11 @@ struct hvd__timeline {
   int next_tid;
 };
 
+static void flush_locked(hvd__timeline_t *t, double period);
+
 static void put(hvd__timeline_t *t, const char *s, size_t n) {
   if (t->len + n > BUF_MAX)
-    hvd__timeline_flush(t, 0);
+    flush_locked(t, 0);
   if (n > BUF_MAX) { /* never happens for our events; keep it safe */
     fwrite(s, 1, n, t->f);
     return;
@@ -62,17 +71,43 @@ static void begin_event(hvd__timeline_t *t) {
   t->any = 1;
 }
 
-hvd__timeline_t *hvd__timeline_open(const char *path, int rank, double epoch) {
+/* 1 when an event may be written (lock held): the file is under its cap.
+ * The event that reaches the cap is the last: a TIMELINE_CAP instant
+ * saying so, then the array closed for good. */
+static int room(hvd__timeline_t *t) {
+  if (t->capped)
+    return 0;
+  if (t->cap == 0 || t->written + t->len < t->cap)
+    return 1;
+  t->capped = 1;
+  begin_event(t);
+  putf(t,
+       "{\"name\":\"TIMELINE_CAP\",\"ph\":\"i\",\"s\":\"g\",\"pid\":%d,"
+       "\"ts\":%.3f,\"args\":{\"max_bytes\":%llu}}",
+       t->rank, (hvd__now() - t->epoch) * 1e6, (unsigned long long)t->cap);
+  flush_locked(t, 0);
+  HVD__LOG(HVD__LOG_WARNING,
+           "timeline: %s reached HVD_TIMELINE_MAX_BYTES (%llu bytes); "
+           "nothing more is written to it",
+           t->path, (unsigned long long)t->cap);
+  return 0;
+}
+
+hvd__timeline_t *hvd__timeline_open(const char *path, int rank, double epoch,
+                                    uint64_t cap) {
   hvd__timeline_t *t = calloc(1, sizeof *t);
   if (t == NULL) {
     hvd__set_error(HVD_ERR_NO_MEMORY, "timeline");
     return NULL;
   }
+  pthread_mutex_init(&t->mu, NULL);
+  t->cap = cap;
   t->rank = rank;
   t->epoch = epoch;
   t->last_flush = hvd__now();
   t->buf = malloc(BUF_MAX);
   t->tids = hvd__table_create();
+  t->path = strdup(path);
   t->f = fopen(path, "w");
   if (t->f == NULL || t->buf == NULL || t->tids == NULL) {
     if (t->f == NULL)
@@ -83,7 +118,9 @@ hvd__timeline_t *hvd__timeline_open(const char *path, int rank, double epoch) {
     if (t->f)
       fclose(t->f);
     free(t->buf);
+    free((char *)t->path);
     hvd__table_destroy(t->tids);
+    pthread_mutex_destroy(&t->mu);
     free(t);
     return NULL;
   }
@@ -123,6 +160,11 @@ void hvd__timeline_span(hvd__timeline_t *t, const char *tensor,
                         const char *args) {
   if (t == NULL)
     return;
+  pthread_mutex_lock(&t->mu);
+  if (!room(t)) {
+    pthread_mutex_unlock(&t->mu);
+    return;
+  }
   int tid = track(t, tensor);
   begin_event(t);
   putf(t,
@@ -136,28 +178,69 @@ void hvd__timeline_span(hvd__timeline_t *t, const char *tensor,
     put_str(t, "}");
   }
   put_str(t, "}");
+  pthread_mutex_unlock(&t->mu);
+}
+
+void hvd__timeline_instant(hvd__timeline_t *t, const char *track_name,
+                           const char *name, double at, const char *args) {
+  if (t == NULL)
+    return;
+  pthread_mutex_lock(&t->mu);
+  if (room(t)) {
+    int tid = track(t, track_name);
+    begin_event(t);
+    put_str(t, "{\"name\":\"");
+    put_escaped(t, name);
+    putf(t, "\",\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f",
+         t->rank, tid, (at - t->epoch) * 1e6);
+    if (args != NULL) {
+      put_str(t, ",\"args\":{");
+      put_str(t, args);
+      put_str(t, "}");
+    }
+    put_str(t, "}");
+  }
+  pthread_mutex_unlock(&t->mu);
+}
+
+void hvd__timeline_counter(hvd__timeline_t *t, const char *name, double at,
+                           double value) {
+  if (t == NULL)
+    return;
+  pthread_mutex_lock(&t->mu);
+  if (room(t)) {
+    begin_event(t);
+    put_str(t, "{\"name\":\"");
+    put_escaped(t, name);
+    putf(t,
+         "\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,\"args\":{\"value\":%.17g}}",
+         t->rank, (at - t->epoch) * 1e6, isfinite(value) ? value : 0.0);
+  }
+  pthread_mutex_unlock(&t->mu);
 }
 
 void hvd__timeline_cycle(hvd__timeline_t *t, double at, long cycle) {
   if (t == NULL)
     return;
-  begin_event(t);
-  putf(
-      t,
-      "{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":0,"
-      "\"ts\":%.3f,\"args\":{\"cycle\":%ld}}",
-      t->rank, (at - t->epoch) * 1e6, cycle);
+  pthread_mutex_lock(&t->mu);
+  if (room(t)) {
+    begin_event(t);
+    putf(t,
+         "{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,"
+         "\"tid\":0,\"ts\":%.3f,\"args\":{\"cycle\":%ld}}",
+         t->rank, (at - t->epoch) * 1e6, cycle);
+  }
+  pthread_mutex_unlock(&t->mu);
 }
 
-void hvd__timeline_flush(hvd__timeline_t *t, double period) {
-  if (t == NULL)
-    return;
+static void flush_locked(hvd__timeline_t *t, double period) {
   double now = hvd__now();
   if (period > 0 && now - t->last_flush < period && t->len < BUF_MAX / 2)
     return;
   t->last_flush = now;
   if (t->len > 0)
     fwrite(t->buf, 1, t->len, t->f);
+  t->written += t->len;
   t->len = 0;
   /* close the array so the file is valid JSON now; the next flush
    * overwrites the bracket */
@@ -167,6 +250,14 @@ void hvd__timeline_flush(hvd__timeline_t *t, double period) {
   fseek(t->f, at, SEEK_SET);
 }
 
+void hvd__timeline_flush(hvd__timeline_t *t, double period) {
+  if (t == NULL)
+    return;
+  pthread_mutex_lock(&t->mu);
+  flush_locked(t, period);
+  pthread_mutex_unlock(&t->mu);
+}
+
 void hvd__timeline_close(hvd__timeline_t *t) {
   if (t == NULL)
     return;
@@ -174,6 +265,8 @@ void hvd__timeline_close(hvd__timeline_t *t) {
   fclose(t->f);
   free(t->buf);
   hvd__table_destroy(t->tids);
+  free((char *)t->path);
+  pthread_mutex_destroy(&t->mu);
   free(t);
 }
 
@@ -186,9 +279,8 @@ void hvd__timeline_rank_path(const char *path, int rank, char *out, size_t n) {
     snprintf(out, n, "%.*s.%d%s", (int)(dot - path), path, rank, dot);
 }
 
-/* HVD_TIMELINE's file of `rank`. */
-static void file_of(const char *path, int all_ranks, int rank, char *out,
-                    size_t n) {
+void hvd__timeline_file_of(const char *path, int all_ranks, int rank, char *out,
+                           size_t n) {
   if (all_ranks)
     hvd__timeline_rank_path(path, rank, out, n);
   else
@@ -196,7 +288,7 @@ static void file_of(const char *path, int all_ranks, int rank, char *out,
 }
 
 hvd_result_t hvd__timeline_start(MPI_Comm comm, int rank, int size,
-                                 const char *path, int all_ranks,
+                                 const char *path, int all_ranks, uint64_t cap,
                                  hvd__timeline_start_t *out) {
   hvd_result_t rc = HVD_SUCCESS;
   char file[HVD__PATH_MAX + 16];
@@ -206,13 +298,13 @@ hvd_result_t hvd__timeline_start(MPI_Comm comm, int rank, int size,
   HVD__MPI_CHECK(MPI_Barrier(comm));
   out->epoch = hvd__now();
   if (here) {
-    file_of(path, all_ranks, rank, file, sizeof file);
-    out->t = hvd__timeline_open(file, rank, out->epoch);
+    hvd__timeline_file_of(path, all_ranks, rank, file, sizeof file);
+    out->t = hvd__timeline_open(file, rank, out->epoch, cap);
   }
   int bad = here && out->t == NULL ? rank : size, first_bad = 0;
   HVD__MPI_CHECK(MPI_Allreduce(&bad, &first_bad, 1, MPI_INT, MPI_MIN, comm));
   if (first_bad < size) {
-    file_of(path, all_ranks, first_bad, file, sizeof file);
+    hvd__timeline_file_of(path, all_ranks, first_bad, file, sizeof file);
     if (bad != rank) /* the failing rank's own message stands */
       hvd__set_error(HVD_ERR_IO, "HVD_TIMELINE: rank %d cannot open '%s'",
                      first_bad, file);

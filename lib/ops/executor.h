@@ -55,6 +55,7 @@ struct hvd_request {
   int is_stub;     /* made by the engine for a rank that joined */
   double t_submit; /* hvd__now() at submission (timeline) */
   double t_ready;  /* t_submit on the aligned timeline clock */
+  int batch_n;     /* requests executed with it (its fused group): timeline */
 
   int done; /* guarded by the completion lock in request.c */
   hvd_result_t rc;

@@ -12,6 +12,8 @@
  *       flushed at least once a second), then rank 0 creates MARKER and
  *       every rank waits (at most 30 s) for GO to exist; then one more
  *       allreduce "after" and hvd_shutdown.
+ *   timeline_prog api PATH BADPATH
+ *       hvd_timeline_start/stop/mark/counter (see api() below).
  *   timeline_prog initfail PATH
  *       Expects hvd_init to fail on every rank with HVD_ERR_IO and a
  *       message containing PATH; then unsets HVD_TIMELINE and expects
@@ -126,6 +128,70 @@ static void collectives(void) {
   }
 }
 
+/* api: hvd_timeline_start before hvd_init (not initialised), on BADPATH
+ * (HVD_ERR_IO naming it where this rank writes, else nothing), then on
+ * PATH: "api.x" (float32 [1000]) alone, then "api.s0".."api.s3" (float32
+ * [16]) at once, fused; a mark "phase.a", a counter "loss" = 1.5; stop;
+ * then "api.after", which must not be in the file. */
+static int api(const char *path, const char *bad) {
+  hvd_result_t rc = hvd_timeline_start(path);
+  const char *r = getenv("OMPI_COMM_WORLD_RANK");
+  me = r ? atoi(r) : 0;
+  if (rc != HVD_ERR_NOT_INITIALIZED ||
+      strcmp(hvd_last_error(),
+             "hvd_timeline_start: hvd_init() has not been called") != 0)
+    say("FAIL: hvd_timeline_start before hvd_init: %d '%s'", (int)rc,
+        hvd_last_error());
+  if (hvd_init() != HVD_SUCCESS) {
+    say("FAIL: hvd_init: %s", hvd_last_error());
+    return 1;
+  }
+  me = hvd_rank();
+  size = hvd_size();
+  int writes = me == 0 || getenv("HVD_TIMELINE_ALL_RANKS") != NULL;
+  rc = hvd_timeline_start(bad);
+  /* "hvd_timeline_start: cannot open 'BAD' (or BAD with the rank before
+   * its extension): ..." */
+  char want[1200];
+  const char *dot = strrchr(bad, '.');
+  snprintf(want, sizeof want, "hvd_timeline_start: cannot open '%.*s",
+           dot ? (int)(dot - bad) : (int)strlen(bad), bad);
+  if (writes ? rc != HVD_ERR_IO || strncmp(hvd_last_error(), want,
+                                           strlen(want)) != 0
+             : rc != HVD_SUCCESS)
+    say("FAIL: hvd_timeline_start(%s): %d '%s'", bad, (int)rc,
+        hvd_last_error());
+  rc = hvd_timeline_start(path);
+  if (rc != HVD_SUCCESS)
+    say("FAIL: hvd_timeline_start(%s): %s", path, hvd_last_error());
+  static float x[1000], y[1000], sx[4][16], sy[4][16];
+  hvd_request_t *req = NULL, *reqs[4];
+  rc = submit_sum("api.x", x, y, 1000, &req);
+  rc = rc == HVD_SUCCESS ? hvd_wait(req) : rc;
+  check_sum("api.x", rc, y, 1000);
+  hvd_timeline_mark("phase.a");
+  hvd_timeline_counter("loss", 1.5);
+  char name[4][16];
+  for (int k = 0; k < 4; k++) {
+    snprintf(name[k], sizeof name[k], "api.s%d", k);
+    if (submit_sum(name[k], sx[k], sy[k], 16, &reqs[k]) != HVD_SUCCESS)
+      say("FAIL: submit %s: %s", name[k], hvd_last_error());
+  }
+  for (int k = 0; k < 4; k++)
+    check_sum(name[k], hvd_wait(reqs[k]), sy[k], 16);
+  rc = hvd_timeline_stop();
+  if (rc != HVD_SUCCESS)
+    say("FAIL: hvd_timeline_stop: %s", hvd_last_error());
+  hvd_timeline_mark("after.stop"); /* no file: nothing */
+  rc = submit_sum("api.after", x, y, 16, &req);
+  rc = rc == HVD_SUCCESS ? hvd_wait(req) : rc;
+  check_sum("api.after", rc, y, 16);
+  hvd_shutdown();
+  if (failures == 0)
+    say("done");
+  return failures != 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "initfail") == 0) {
     const char *path = argv[2];
@@ -162,8 +228,11 @@ int main(int argc, char **argv) {
       say("init works without HVD_TIMELINE");
     return failures != 0;
   }
+  if (argc == 4 && strcmp(argv[1], "api") == 0)
+    return api(argv[2], argv[3]);
   if (argc != 2 && !(argc == 4 && strcmp(argv[1], "run") == 0)) {
-    fprintf(stderr, "usage: timeline_prog run [MARKER GO] | initfail PATH\n");
+    fprintf(stderr, "usage: timeline_prog run [MARKER GO] | initfail PATH | "
+                    "api PATH BADPATH\n");
     return 2;
   }
   if (hvd_init() != HVD_SUCCESS) {
