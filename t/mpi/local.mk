@@ -151,7 +151,7 @@ t_mpi_crash_rename_la_LDFLAGS = -module -avoid-version -shared \
 ##  cluster           hvd on 2-3 hosts made of network namespaces
 ##                    (t/util/cluster.sh; root only, else skipped)
 TESTS_SH += t/mpi/rank_death.sh t/mpi/stall.sh t/mpi/timeline.sh \
-	t/mpi/timeline_api.sh \
+	t/mpi/timeline_api.sh t/mpi/autotune.sh \
 	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/demo.sh \
 	t/mpi/bench.sh t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/hvdplot.sh \
 	t/mpi/bert_train.sh \
