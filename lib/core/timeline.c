@@ -71,6 +71,16 @@ static void begin_event(hvd__timeline_t *t) {
   t->any = 1;
 }
 
+/* The event's args (a JSON object body, or NULL) and its closing brace. */
+static void end_event(hvd__timeline_t *t, const char *args) {
+  if (args != NULL) {
+    put_str(t, ",\"args\":{");
+    put_str(t, args);
+    put_str(t, "}");
+  }
+  put_str(t, "}");
+}
+
 /* 1 when an event may be written (lock held): the file is under its cap.
  * The event that reaches the cap is the last: a TIMELINE_CAP instant
  * saying so, then the array closed for good. */
@@ -172,12 +182,7 @@ void hvd__timeline_span(hvd__timeline_t *t, const char *tensor,
        "\"dur\":%.3f",
        phase, t->rank, tid, (t0 - t->epoch) * 1e6,
        (t1 > t0 ? t1 - t0 : 0) * 1e6);
-  if (args != NULL) {
-    put_str(t, ",\"args\":{");
-    put_str(t, args);
-    put_str(t, "}");
-  }
-  put_str(t, "}");
+  end_event(t, args);
   pthread_mutex_unlock(&t->mu);
 }
 
@@ -193,12 +198,7 @@ void hvd__timeline_instant(hvd__timeline_t *t, const char *track_name,
     put_escaped(t, name);
     putf(t, "\",\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f",
          t->rank, tid, (at - t->epoch) * 1e6);
-    if (args != NULL) {
-      put_str(t, ",\"args\":{");
-      put_str(t, args);
-      put_str(t, "}");
-    }
-    put_str(t, "}");
+    end_event(t, args);
   }
   pthread_mutex_unlock(&t->mu);
 }
