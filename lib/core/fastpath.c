@@ -45,6 +45,10 @@ static layout_t layout(uint64_t *vec, int capacity, int tuning) {
   at.words = (capacity + 63) / 64;
   at.nparams = tuning ? 3 : 0;
   at.len = 1 + at.nparams + 2 * at.words;
+  if (vec == NULL) { /* the length alone (no arithmetic on NULL) */
+    at.flags = at.tuned = at.notready = at.inval = NULL;
+    return at;
+  }
   at.flags = vec;
   at.tuned = vec + 1;
   at.notready = at.tuned + at.nparams;
