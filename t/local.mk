@@ -95,3 +95,5 @@ include t/unit/local.mk
 include t/mpi/local.mk
 include t/gpu/local.mk
 include t/standin/local.mk
+include t/fuzz/local.mk
+include t/soak/local.mk

@@ -1,0 +1,15 @@
+## t/soak/local.mk - the soak (t/soak/soak.c): `make check-soak`, not part
+## of make check; CI runs it after the suite (.ci/run), and its LeakSanitizer
+## run (t/soak/leaks.sh) in build-asan/.
+##   make check-soak                         the two tests below
+##   make check-soak HVD_SOAK_OPS=5000       a shorter soak
+##   make check-soak SOAK_TESTS=t/soak/leaks.sh
+##  soak.sh   100000 collectives at np 4 (t/soak/soak.c says what)
+##  leaks.sh  2000 of them under LeakSanitizer (sanitizer builds only)
+
+check_PROGRAMS += t/soak/soak
+EXTRA_DIST += t/soak/soak.sh t/soak/leaks.sh t/soak/lsan.supp
+SOAK_TESTS = t/soak/soak.sh t/soak/leaks.sh
+check-soak:
+	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(SOAK_TESTS)'
+.PHONY: check-soak
