@@ -83,3 +83,8 @@ fuzz-run:
 	@echo "fuzz-run: this build has no fuzz targets: configure with CC=clang --enable-fuzz (doc/fuzzing.md)"; exit 1
 endif
 .PHONY: fuzz-run
+## fuzz-run's scratch corpus and findings
+clean-local: clean-fuzz-run
+clean-fuzz-run:
+	-rm -rf t/fuzz/run t/fuzz/crashes
+.PHONY: clean-fuzz-run

@@ -13,3 +13,8 @@ SOAK_TESTS = t/soak/soak.sh t/soak/leaks.sh
 check-soak:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(SOAK_TESTS)'
 .PHONY: check-soak
+## Their logs are not in TESTS, so automake's cleaning does not know them;
+## left in the source tree, a VPATH build's make would take them for its
+## own (up to date) and never run the tests.
+CLEANFILES += t/soak/soak.log t/soak/soak.trs t/soak/leaks.log \
+	t/soak/leaks.trs
