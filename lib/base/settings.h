@@ -30,8 +30,9 @@
   X(HVD_LOG_LEVEL, "warning", log_level, LEVEL, HVD__LOG_WARNING, 0, 0,        \
     "logging threshold: trace, debug, info, warning or error")                 \
   X(HVD_CYCLE_TIME, "1", cycle_time_ms, DOUBLE, 1.0, 0.0, 10000.0,             \
-    "milliseconds between negotiation cycles when idle (woken early by "       \
-    "new work; with one rank, host work by a caller that waits)")              \
+    "milliseconds between negotiation cycles when idle, doubling up to 16 "    \
+    "times that while cycles stay idle (woken early by new work; with one "    \
+    "rank, host work by a caller that waits)")                                 \
   X(HVD_HOSTNAME, "(unset)", hostname, HOST, 0, 0, 0,                          \
     "when set, ranks with equal values form one node (instead of shared "      \
     "memory); used to simulate several nodes on one machine")                  \

@@ -41,14 +41,26 @@
 /* The pace of the loop: while this rank has requests in flight it waits
  * for its peers, which need it in a cycle, so the next cycle comes after
  * a short back-off that doubles while cycles make no progress, up to the
- * cycle time. With nothing in flight it sleeps the whole cycle time (or
- * until work). */
+ * cycle time. With nothing in flight it sleeps the cycle time, then
+ * twice, four times ... up to idle_max times that while cycles stay idle:
+ * an idle round costs every rank a collective, 1000 a second at the
+ * default 1 ms, which is CPU taken from forward passes and data loading.
+ * Sleeping longer delays nothing: a submission wakes the thread at once
+ * (engine_submit), and a peer's new work waits for this rank's own
+ * submission of the same collective anyway. */
 typedef struct pace {
   double backoff;
-  double next; /* deadline of the next cycle */
+  int idle;       /* the idle sleep, in cycle times: 1, 2, 4 ... idle_max */
+  double settled; /* when the last negotiation ended: about the same
+                     moment on every rank, so idle sleeps counted from it
+                     keep the ranks' rounds aligned (counted from each
+                     rank's own start, an early rank would wait for a late
+                     one in every round) */
+  double next;    /* deadline of the next cycle */
 } pace_t;
 
 static const double backoff_min = 50e-6;
+static const int idle_max = 16;
 
 /* What one cycle agreed. */
 typedef struct agreed {
@@ -59,7 +71,10 @@ typedef struct agreed {
 
 /* Phase 1, under mu: until work, a poke, a stop or the deadline. */
 static void wait_for_work(hvd__engine_t *e, pace_t *p) {
-  if (hvd__table_count(e->inflight) > 0 && !e->defer) {
+  size_t inflight = hvd__table_count(e->inflight);
+  if (inflight == 0 && !e->defer) { /* idle: p->idle cycle times */
+    p->next = p->settled + p->idle * e->cycle_s;
+  } else if (inflight > 0 && !e->defer) {
     /* a caller blocked in hvd_wait leaves the core to this thread: no
      * back-off, the next cycle starts at once and meets a late peer the
      * moment it arrives (the wait inside a cycle yields the core) */
@@ -263,7 +278,7 @@ void hvd__engine_timeline_mark(hvd__engine_t *e, const char *name, int counter,
 
 static void *engine_main(void *arg) {
   hvd__engine_t *e = arg;
-  pace_t pace = {backoff_min, hvd__now() + e->cycle_s};
+  pace_t pace = {backoff_min, 1, hvd__now(), hvd__now() + e->cycle_s};
   engine_thread_setup(e);
   for (;;) {
     int want_stop;
@@ -293,6 +308,8 @@ static void *engine_main(void *arg) {
     /* progress (new work or something agreed) resets the back-off */
     int progress = list != NULL || a.nfast + a.nslow > 0;
     pace.backoff = progress ? backoff_min : 2 * pace.backoff;
+    pace.idle = progress ? 1 : pace.idle < idle_max ? 2 * pace.idle : idle_max;
+    pace.settled = a.at;
     if (handle_stop(e, stop))
       break;
   }
