@@ -11,14 +11,26 @@
  * names submitted with hvd_allreduce_async, then all waited for, against
  * as many sequential MPI_Allreduce calls; median of --small-iters
  * iterations (2 warmup), a barrier before each.
+ *
+ * The `idle` sub-report: every rank sleeps IDLE_S on its main thread,
+ * IDLE_REPEATS times; the CPU the process spent meanwhile (hvd's engine
+ * thread, mostly), per second of sleep and the most of any rank, and the
+ * first 4-byte hvd_allreduce after each sleep (the slowest rank's, median
+ * over the repeats), then the same sleeps followed by MPI_Allreduce for
+ * the latency alone (the engine runs during those too): what a job that
+ * pauses (data loading, evaluation, a checkpoint on rank 0) pays.
  */
 #include "bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { L_HVD, L_MPI, L_COUNT };
+
+#define IDLE_S 1.0
+#define IDLE_REPEATS 3
 
 static float expected_sum(void) {
   return (float)(bench_size * (bench_size + 1) / 2);
@@ -103,6 +115,46 @@ static int small(int method, const bench_opts_t *o, float *vals,
   return bench_all_ok(ok);
 }
 
+static double process_cpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The idle sub-report for one method: CPU ms per second asleep (the most
+ * of any rank) into *cpu, the first allreduce after (us, median of the
+ * slowest rank's) into *first. Returns 1 if every result was right. */
+static int idle(int method, double *cpu, double *first) {
+  double t[IDLE_REPEATS], c = 0;
+  int64_t one = 1;
+  float v;
+  hvd_tensor_t x = hvd_tensor_make(&v, HVD_FLOAT32, 1, &one);
+  int ok = 1;
+  for (int k = 0; k < IDLE_REPEATS; k++) {
+    BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    double c0 = process_cpu();
+    struct timespec nap = {(time_t)IDLE_S,
+                           (long)((IDLE_S - (double)(time_t)IDLE_S) * 1e9)};
+    while (nanosleep(&nap, &nap) != 0)
+      ;
+    c += process_cpu() - c0;
+    v = (float)(bench_rank + 1);
+    double t0 = bench_now();
+    if (method == L_HVD)
+      BENCH_HVD(hvd_allreduce("bench.idle", &x, &x, HVD_SUM, 1.0, 1.0));
+    else
+      BENCH_MPI(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_FLOAT, MPI_SUM,
+                              MPI_COMM_WORLD));
+    t[k] = (bench_now() - t0) * 1e6;
+    ok &= v == expected_sum();
+  }
+  bench_max_over_ranks(t, IDLE_REPEATS);
+  *first = bench_stats(t, IDLE_REPEATS).median;
+  c = c / (IDLE_S * IDLE_REPEATS) * 1e3;
+  BENCH_MPI(MPI_Allreduce(&c, cpu, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return bench_all_ok(ok);
+}
+
 int bench_latency(const bench_opts_t *o) {
   static const char *const labels[L_COUNT] = {"hvd_allreduce (blocking)",
                                               "MPI_Allreduce"};
@@ -132,6 +184,10 @@ int bench_latency(const bench_opts_t *o) {
   free(vals);
   free(req);
   free(names);
+  double icpu[L_COUNT], ifirst[L_COUNT];
+  int iok[L_COUNT];
+  for (int m = 0; m < L_COUNT; m++)
+    iok[m] = idle(m, &icpu[m], &ifirst[m]);
 
   if (bench_rank == 0 && o->json) {
     bench_json_header("latency");
@@ -169,6 +225,14 @@ int bench_latency(const bench_opts_t *o) {
     bench_json_close(']');
     bench_json_num("hvd_over_mpi", sm[L_HVD].median / sm[L_MPI].median);
     bench_json_close('}');
+    bench_json_open("idle", '{');
+    bench_json_num("seconds", IDLE_S);
+    bench_json_int("repeats", IDLE_REPEATS);
+    bench_json_num("cpu_ms_per_s", icpu[L_HVD]);
+    bench_json_num("first_us", ifirst[L_HVD]);
+    bench_json_num("mpi_first_us", ifirst[L_MPI]);
+    bench_json_bool("correct", iok[L_HVD] && iok[L_MPI]);
+    bench_json_close('}');
     bench_json_close('}');
   } else if (bench_rank == 0) {
     char env[512];
@@ -198,7 +262,19 @@ int bench_latency(const bench_opts_t *o) {
            "MPI_Allreduce each (sequential)", sm[L_MPI].median, sm[L_MPI].min,
            sm[L_MPI].max, sm[L_MPI].median / n, sok[L_MPI] ? "ok" : "WRONG");
     printf("hvd / MPI (small): %.2f\n", sm[L_HVD].median / sm[L_MPI].median);
+    printf("# idle: every rank sleeps %.0f s, %d times; the CPU its process "
+           "spent asleep (the most of any rank), and the first 4-byte "
+           "allreduce after (median; MPI's after the same sleeps)\n",
+           IDLE_S, IDLE_REPEATS);
+    printf("%-12s %13s %11s %15s %5s\n", "idle", "cpu_ms_per_s", "first_us",
+           "mpi_first_us", "check");
+    printf("%-12s %13.2f %11.1f %15.1f %5s\n", "hvd", icpu[L_HVD],
+           ifirst[L_HVD], ifirst[L_MPI],
+           iok[L_HVD] && iok[L_MPI] ? "ok" : "WRONG");
     fflush(stdout);
   }
-  return ok[L_HVD] && ok[L_MPI] && sok[L_HVD] && sok[L_MPI] ? 0 : 1;
+  return ok[L_HVD] && ok[L_MPI] && sok[L_HVD] && sok[L_MPI] && iok[L_HVD] &&
+                 iok[L_MPI]
+             ? 0
+             : 1;
 }

@@ -10,8 +10,9 @@
  *            (the memory-traffic floor), and the memory hvd costs
  *   mpi-list the same workload through raw MPI in a plain MPI process
  *            (no hvd_init): the baselines list is compared with
- *   latency  one 4-byte allreduce, hvd against MPI_Allreduce; and many
- *            tiny tensors at once (the `small` sub-report)
+ *   latency  one 4-byte allreduce, hvd against MPI_Allreduce; many
+ *            tiny tensors at once (the `small` sub-report); the CPU an
+ *            idle engine takes while the ranks sleep (`idle`)
  *   overlap  compute on the main thread while hvd reduces in the background
  *   optim    the distributed optimizer's step against the same by hand
  *   --quick  a tiny sweep of everything, for correctness only (a test)
@@ -49,7 +50,8 @@ static const char usage_text[] =
     "               memcpy of it (the memory-traffic floor)\n"
     "  mpi-list     the same workload through raw MPI (blocking, nonblocking,\n"
     "               packed, DDP buckets) in a plain MPI process: no hvd_init\n"
-    "  latency      4-byte allreduce latency, and many tiny tensors at once\n"
+    "  latency      4-byte allreduce latency, many tiny tensors at once, and\n"
+    "               the CPU an idle engine takes while the ranks sleep\n"
     "  overlap      compute on the main thread while hvd reduces --tensors in\n"
     "               the background: the compute speed it keeps\n"
     "  optim        the distributed optimizer's step on --tensors against\n"

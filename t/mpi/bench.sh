@@ -4,10 +4,11 @@
 # mpi-list on bert-tiny's tensors (--alloc hvd and malloc): every row
 # checked ok and the summary line; mpi-list at 1-4 ranks, and with a
 # malformed HVD_* setting that hvd_init would refuse (it never calls it).
+# A sweep's closing line; latency's rows, the idle sub-report's too.
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 make_tmp bench
 tiny="$HVD_TOP_SRCDIR/bench/workloads/bert-tiny.tensors"
-echo "1..16"
+echo "1..17"
 for np in 1 2 3; do
   run_np $np "$tmp/out" "$tmp/out" "$HVD_TOP_BUILDDIR/bin/hvd-bench" --quick
   [ $rc = 0 ] && grep -q "all results ok" "$tmp/out"
@@ -58,5 +59,12 @@ run_np 2 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" sweep \
   --coll allreduce --dtype float32 --op sum --min-bytes 4K --max-bytes 16K --iters 2
 [ $rc = 0 ] && grep -Eq "^# Avg bus bandwidth    : [0-9.e+-]+ GB/s \(mean of the [0-9]+ cases' busbw\)$" "$tmp/out"
 check $? "sweep: the closing Avg bus bandwidth line" ||
+  { show "$tmp/out" output; show "$tmp/err" stderr; }
+# latency's rows all checked, the idle sub-report's row among them
+run_np 2 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" latency \
+  --iters 20 --warmup 2 --small-count 10 --small-iters 2
+[ $rc = 0 ] && [ "$(rows_ok "$tmp/out")" = 5 ] &&
+  grep -Eq '^hvd +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9] +[0-9]+\.[0-9] +ok$' "$tmp/out"
+check $? "latency: 5 rows checked ok, the idle row (cpu_ms_per_s, first_us, mpi_first_us)" ||
   { show "$tmp/out" output; show "$tmp/err" stderr; }
 exit $failed
