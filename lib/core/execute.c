@@ -219,17 +219,29 @@ static hvd_result_t take_requests(hvd__engine_t *e,
   return rc;
 }
 
-static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *x,
+static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *const *xs,
                         hvd_request_t *const *reqs, int m) {
   int which;
+  const hvd__response_t *x = xs[0];
   const hvd__executor_t *ex = executor(e, x->desc.device, &which);
   if (ex == NULL || ex->run[x->desc.coll] == NULL)
     return hvd__set_error(HVD_ERR_UNSUPPORTED, "no executor for device %d",
                           x->desc.device);
-  hvd__work_t w = {&x->desc, reqs, m, x->dims0};
+  const int64_t *stack[64], **dims0s = NULL;
+  if (m > 1 && x->desc.coll == HVD__ALLGATHER) { /* m == n: no stubs */
+    dims0s = m <= 64 ? stack : calloc((size_t)m, sizeof *dims0s);
+    if (dims0s == NULL)
+      return hvd__set_error(HVD_ERR_NO_MEMORY, "fused allgather");
+    for (int i = 0; i < m; i++)
+      dims0s[i] = xs[i]->dims0;
+  }
+  hvd__work_t w = {&x->desc, reqs, m, x->dims0, dims0s};
   for (int q = 0; q < m; q++)
     reqs[q]->batch_n = m;
-  return ex->run[x->desc.coll](e->exec_state[which], &e->env, &w);
+  hvd_result_t rc = ex->run[x->desc.coll](e->exec_state[which], &e->env, &w);
+  if (dims0s != stack)
+    free(dims0s);
+  return rc;
 }
 
 /* Frees the stubs and completes the group's requests with rc (the
@@ -257,7 +269,7 @@ static void finish(hvd__engine_t *e, hvd_request_t **reqs, int m,
 }
 
 /* Runs n RUN responses as one group (n > 1 only for compatible
- * allreduces) and completes their requests. */
+ * allreduces or allgathers) and completes their requests. */
 static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
                       double agreed) {
   hvd_request_t *stack[64], **reqs = stack;
@@ -271,7 +283,7 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
   hvd_result_t rc = take_requests(e, xs, n, agreed, reqs, &m);
   double t_exec = hvd__now();
   if (rc == HVD_SUCCESS)
-    rc = run(e, x, reqs, m);
+    rc = run(e, xs, reqs, m);
   if (e->tl != NULL && x->desc.coll != HVD__ALLREDUCE)
     trace_run(e, reqs, m, x->desc.coll, t_exec);
   finish(e, reqs, m, rc);
@@ -281,33 +293,46 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
 
 /* ---- grouping ----------------------------------------------------------- */
 
-static int fusable(const hvd__response_t *a, const hvd__response_t *b) {
-  return a->kind == HVD__RESP_RUN && b->kind == HVD__RESP_RUN &&
-         a->desc.coll == HVD__ALLREDUCE && b->desc.coll == HVD__ALLREDUCE &&
-         a->desc.dtype == b->desc.dtype && a->desc.device == b->desc.device &&
+/* b may join a's group: allreduces of one dtype, device, op, scaling and
+ * wire format; allgathers of one device whose executor fuses them (any
+ * dtypes and rows). */
+static int fusable(const hvd__engine_t *e, const hvd__response_t *a,
+                   const hvd__response_t *b) {
+  if (a->kind != HVD__RESP_RUN || b->kind != HVD__RESP_RUN ||
+      a->desc.coll != b->desc.coll || a->desc.device != b->desc.device)
+    return 0;
+  if (a->desc.coll == HVD__ALLGATHER) {
+    int which;
+    const hvd__executor_t *ex = executor(e, a->desc.device, &which);
+    return ex != NULL && (ex->fuses & (1u << HVD__ALLGATHER));
+  }
+  return a->desc.coll == HVD__ALLREDUCE && a->desc.dtype == b->desc.dtype &&
          a->desc.op == b->desc.op && a->desc.prescale == b->desc.prescale &&
          a->desc.postscale == b->desc.postscale && a->desc.wire == b->desc.wire;
 }
 
-static int64_t resp_bytes(const hvd__response_t *x) {
+/* What a member adds to its group: an allreduce's bytes; an allgather's
+ * result, estimated from the reference shape (the size times the rows of
+ * the rank whose descriptor it is). */
+static int64_t resp_bytes(const hvd__engine_t *e, const hvd__response_t *x) {
   int64_t n = (int64_t)hvd_dtype_size((hvd_dtype_t)x->desc.dtype);
   for (int i = 0; i < x->desc.ndim; i++)
     n *= x->desc.shape[i];
-  return n;
+  return x->desc.coll == HVD__ALLGATHER ? n * e->env.size : n;
 }
 
-/* Runs the group that starts at xs[0]: it and the compatible allreduces
+/* Runs the group that starts at xs[0]: it and the compatible collectives
  * after it, up to the fusion threshold. Returns how many it took. */
 static int run_fused(hvd__engine_t *e, hvd__response_t *xs, int n,
                      double agreed) {
   int g = 1;
-  int64_t bytes = resp_bytes(&xs[0]), limit = e->settings.fusion_threshold;
+  int64_t bytes = resp_bytes(e, &xs[0]), limit = e->settings.fusion_threshold;
   const hvd__response_t *one = &xs[0], **group = e->group ? e->group : &one;
   int max = e->group ? e->group_cap : 1;
   group[0] = &xs[0];
-  while (g < n && g < max && limit > 0 && fusable(&xs[0], &xs[g]) &&
-         bytes + resp_bytes(&xs[g]) <= limit) {
-    bytes += resp_bytes(&xs[g]);
+  while (g < n && g < max && limit > 0 && fusable(e, &xs[0], &xs[g]) &&
+         bytes + resp_bytes(e, &xs[g]) <= limit) {
+    bytes += resp_bytes(e, &xs[g]);
     group[g] = &xs[g];
     g++;
   }

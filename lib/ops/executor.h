@@ -92,12 +92,16 @@ typedef struct hvd__exec_env {
  * for it (a rank that joined gets stub requests holding the op's identity;
  * req->is_stub is set), and per-rank first dimensions for allgather. An
  * allreduce may carry several requests (a fused group): same dtype, device,
- * op and scale factors, executed as one pipelined stream. */
+ * op and scale factors, executed as one pipelined stream. So may an
+ * allgather, in an executor whose `fuses` says so: any dtypes and row
+ * sizes, each request's per-rank first dimensions in dims0s[i] (NULL when
+ * agreed through the cache: the executor learns them). */
 typedef struct hvd__work {
   const hvd__desc_t *desc;
   hvd_request_t *const *reqs;
   int n;
-  const int64_t *dims0;
+  const int64_t *dims0;         /* dims0s[0] */
+  const int64_t *const *dims0s; /* per request; NULL with n == 1 */
 } hvd__work_t;
 
 typedef hvd_result_t (*hvd__exec_fn)(void *state, const hvd__exec_env_t *env,
@@ -125,6 +129,9 @@ typedef struct hvd__executor {
   /* The pipeline chunk in bytes when HVD_CHUNK_SIZE is unset (0: the
    * executor does not chunk); the autotuner starts from it. */
   int64_t default_chunk;
+  /* Bits (1 << hvd__coll_t) of the collectives besides allreduce whose
+   * run takes a fused group (hvd__work_t). */
+  unsigned fuses;
 } hvd__executor_t;
 
 /* Every executor this build has, NULL-terminated. */

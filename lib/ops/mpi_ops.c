@@ -46,6 +46,11 @@ typedef struct mpi_state {
   uint64_t *arena_size;
   int *counts, *displs, *counts2, *displs2;
   int64_t *splits;
+  /* a fused allgather: the packed rows, and its tensors' first dimensions */
+  char *gather;
+  size_t gather_cap;
+  int64_t *gdims;
+  size_t gdims_cap;
 } mpi_state_t;
 
 /* ---- f16 / bf16 reductions as MPI user ops ----------------------------- */
@@ -200,6 +205,8 @@ static void mpi_close(void *state, int collective) {
   free(s->displs2);
   free(s->splits);
   free(s->stage);
+  free(s->gather);
+  free(s->gdims);
   if (s->win != MPI_WIN_NULL && collective) { /* MPI_Win_free: the node */
     MPI_Win_unlock_all(s->win);
     MPI_Win_free(&s->win);
@@ -886,11 +893,106 @@ fail:
   return rc;
 }
 
+/* Grows *buf to at least n bytes (kept for the next time). */
+static hvd_result_t grow(void **buf, size_t *cap, size_t n, const char *what) {
+  if (n <= *cap)
+    return HVD_SUCCESS;
+  void *p = realloc(*buf, n);
+  if (p == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s (%zu bytes)", what, n);
+  *buf = p;
+  *cap = n;
+  return HVD_SUCCESS;
+}
+
+/* A fused group of allgathers (w->n > 1, host tensors, any dtypes and
+ * rows) in one MPI_Allgatherv of bytes. Rank q's segment holds q's rows of
+ * each tensor in the group's order; each result is then copied out of the
+ * segments. The first dimensions of members agreed through the cache
+ * (dims0s[i] NULL) are learnt in one MPI_Allgather for all of them. */
+static hvd_result_t allgather_fused(mpi_state_t *s, const hvd__exec_env_t *env,
+                                    const hvd__work_t *w) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int m = w->n, P = env->size, nc = 0;
+  HVD__CHECK(grow((void **)&s->gdims, &s->gdims_cap,
+                  (size_t)(2 * m + 1) * (size_t)P * sizeof *s->gdims,
+                  "fused allgather"));
+  int64_t *dims = s->gdims;               /* [i * P + q]: rows */
+  int64_t *learnt = dims + (size_t)m * P; /* [q * m + j] */
+  memset(learnt + (size_t)env->rank * (size_t)m, 0, (size_t)m * sizeof *learnt);
+  for (int i = 0; i < m; i++)
+    if (w->dims0s[i] == NULL)
+      learnt[(size_t)env->rank * (size_t)m + (size_t)nc++] =
+          w->reqs[i]->send.shape[0];
+  if (nc > 0) { /* rank q's entries at q * m (stride m >= nc) */
+    HVD__MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, m, MPI_INT64_T, learnt, m,
+                                 MPI_INT64_T, env->comm));
+  }
+  for (int i = 0, j = 0; i < m; i++) {
+    for (int q = 0; q < P; q++)
+      dims[(size_t)i * P + (size_t)q] =
+          w->dims0s[i] != NULL ? w->dims0s[i][q]
+                               : learnt[(size_t)q * (size_t)m + (size_t)j];
+    j += w->dims0s[i] == NULL;
+  }
+  int64_t total = 0;
+  for (int q = 0; q < P; q++) {
+    int64_t seg = 0;
+    for (int i = 0; i < m; i++)
+      seg +=
+          dims[(size_t)i * P + (size_t)q] * hvd__row_bytes(&w->reqs[i]->desc);
+    if (seg > INT_MAX || total + seg > INT_MAX)
+      return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                            "a fused allgather of %lld bytes exceeds MPI's "
+                            "int counts (lower HVD_FUSION_THRESHOLD)",
+                            (long long)(total + seg));
+    s->counts[q] = (int)seg;
+    s->displs[q] = (int)total;
+    total += seg;
+  }
+  for (int i = 0; i < m; i++) { /* the results */
+    int64_t rows = 0;
+    for (int q = 0; q < P; q++)
+      rows += dims[(size_t)i * P + (size_t)q];
+    HVD__CHECK(alloc_rows(w->reqs[i], &w->reqs[i]->desc, rows));
+  }
+  if (total == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(grow((void **)&s->gather, &s->gather_cap, (size_t)total,
+                  "fused allgather buffer"));
+  char *mine = s->gather + s->displs[env->rank];
+  for (int i = 0; i < m; i++) {
+    size_t b =
+        (size_t)(w->reqs[i]->send.shape[0] * hvd__row_bytes(&w->reqs[i]->desc));
+    if (b > 0)
+      memcpy(mine, w->reqs[i]->send.data, b);
+    mine += b;
+  }
+  HVD__MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, s->gather, s->counts,
+                                s->displs, MPI_BYTE, env->comm));
+  for (int q = 0; q < P; q++) {
+    const char *from = s->gather + s->displs[q];
+    for (int i = 0; i < m; i++) {
+      int64_t rb = hvd__row_bytes(&w->reqs[i]->desc), before = 0;
+      for (int k = 0; k < q; k++)
+        before += dims[(size_t)i * P + (size_t)k];
+      size_t b = (size_t)(dims[(size_t)i * P + (size_t)q] * rb);
+      if (b > 0)
+        memcpy((char *)w->reqs[i]->recv.data + before * rb, from, b);
+      from += b;
+    }
+  }
+fail:
+  return rc;
+}
+
 static hvd_result_t mpi_allgather(void *state, const hvd__exec_env_t *env,
                                   const hvd__work_t *w) {
   mpi_state_t *s = state;
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__desc_t *d = w->desc;
+  if (w->n > 1)
+    return allgather_fused(s, env, w);
   MPI_Datatype row = MPI_DATATYPE_NULL;
   hvd_request_t *r = w->reqs[0];
   const int64_t *dims0 = w->dims0;
@@ -1041,4 +1143,5 @@ const hvd__executor_t hvd__mpi_executor = {
     .stub_alloc = mpi_stub_alloc,
     .stub_free = mpi_stub_free,
     .default_chunk = HVD__MPI_CHUNK,
+    .fuses = 1u << HVD__ALLGATHER,
 };

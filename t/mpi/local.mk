@@ -25,9 +25,12 @@
 ##  process_sets collectives on disjoint and overlapping subsets beside the
 ##               world's, outsiders, mismatches named by world ranks,
 ##               destroy in flight, shutdown with sets
+##  fused_allgather host allgathers fused into one MPI_Allgatherv: every
+##               dtype, 0-3 rows a rank, new, cached and mixed; a grouped
+##               allgather runs as one (timeline)
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
 	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy \
-	t/mpi/objects t/mpi/grouped t/mpi/process_sets
+	t/mpi/objects t/mpi/grouped t/mpi/process_sets t/mpi/fused_allgather
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -44,7 +47,9 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/grouped.np1 t/mpi/grouped.np2 t/mpi/grouped.np3 \
 	t/mpi/grouped.np4 \
 	t/mpi/process_sets.np1 t/mpi/process_sets.np2 \
-	t/mpi/process_sets.np3 t/mpi/process_sets.np4
+	t/mpi/process_sets.np3 t/mpi/process_sets.np4 \
+	t/mpi/fused_allgather.np1 t/mpi/fused_allgather.np2 \
+	t/mpi/fused_allgather.np3 t/mpi/fused_allgather.np4
 
 ## Errors and the lifecycle:
 ##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks
