@@ -126,34 +126,24 @@ static void burst(int k, const char *what) {
   for (int t = 0; t < NT; t++)
     if (!check_item(&items[t], t, k, why, sizeof why) && bad++ == 0)
       diag_all("%s", why);
-  ok(bad == 0, "%s: %d allgathers of every dtype, 0-3 rows a rank, exact",
-     what, NT);
+  ok(bad == 0, "%s: %d allgathers of every dtype, 0-3 rows a rank, exact", what,
+     NT);
 }
 
-/* The "ts" of the last span named `span` on tensor `name`'s track, and
- * whether its args say "tensors":n. */
+/* The "ts" of the last span named `span` on tensor `name`'s track (-1:
+ * none), and whether its args say "tensors":n. */
 static double span_ts(const char *text, const char *name, const char *span,
                       int n, int *group_ok) {
-  char want[160], tensors[32];
-  int tid = hvdt_timeline_track(text, name);
-  if (tid < 0)
-    return -1;
-  snprintf(want, sizeof want,
-           "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":", span,
-           tid);
+  char tensors[32];
+  double ts = -1;
+  const char *last = hvdt_timeline_span(text, name, span, &ts);
   snprintf(tensors, sizeof tensors, "\"tensors\":%d", n);
-  const char *last = NULL;
-  for (const char *at = strstr(text, want); at != NULL;
-       at = strstr(at + 1, want))
-    last = at;
-  if (last == NULL)
-    return -1;
-  const char *end = strchr(last, '}');
-  const char *args = strstr(last, "\"tensors\":");
+  const char *end = last ? strchr(last, '}') : NULL;
+  const char *args = last ? strstr(last, "\"tensors\":") : NULL;
   *group_ok = args != NULL && end != NULL && args < end &&
               strncmp(args, tensors, strlen(tensors)) == 0 &&
               (args[strlen(tensors)] == '}' || args[strlen(tensors)] == ',');
-  return atof(last + strlen(want));
+  return ts;
 }
 
 static void grouped(void) {
@@ -192,8 +182,9 @@ static void grouped(void) {
     }
     free(text);
   }
-  ok(fused, "its members ran as one fused allgather (rank 0's timeline: one "
-            "start, \"tensors\":%d)",
+  ok(fused,
+     "its members ran as one fused allgather (rank 0's timeline: one "
+     "start, \"tensors\":%d)",
      NG);
 }
 

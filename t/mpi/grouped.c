@@ -144,20 +144,11 @@ static void test_allgather_reducescatter(void) {
 /* The group's allreduces share one execution: in rank 0's timeline every
  * member's ALLREDUCE span starts at the same time. */
 
-/* The "ts" of the last span named `span` on tensor `name`'s track. */
+/* The "ts" of the last span named `span` on tensor `name`'s track, or -1. */
 static double span_ts(const char *text, const char *name, const char *span) {
-  char want[160];
-  int tid = hvdt_timeline_track(text, name);
-  if (tid < 0)
-    return -1;
-  snprintf(want, sizeof want,
-           "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":", span,
-           tid);
-  const char *last = NULL;
-  for (const char *at = strstr(text, want); at != NULL;
-       at = strstr(at + 1, want))
-    last = at;
-  return last == NULL ? -1 : atof(last + strlen(want));
+  double ts = -1;
+  (void)hvdt_timeline_span(text, name, span, &ts);
+  return ts;
 }
 
 static void test_fused(void) {
@@ -183,7 +174,7 @@ static void test_fused(void) {
   is_int(HVD_SUCCESS, hvd_grouped_allreduce(8, names, s, r, HVD_SUM, 1, 1),
          "a group of 8 small allreduces");
   hvd_shutdown(); /* flushes the timeline */
-  int same = 1; /* rank 0 reads its timeline; the others hold it vacuously */
+  int same = 1;   /* rank 0 reads its timeline; the others hold it vacuously */
   if (rank == 0) {
     char *text = hvdt_slurp(tl_path);
     double t0 = text ? span_ts(text, "fused.0", "ALLREDUCE") : -1;

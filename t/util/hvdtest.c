@@ -21,13 +21,9 @@ size_t hvdt_size(hvd_dtype_t dt) {
   return sizes[dt];
 }
 
-int hvdt_is_float(hvd_dtype_t dt) {
-  return dt >= HVD_FLOAT16;
-}
+int hvdt_is_float(hvd_dtype_t dt) { return dt >= HVD_FLOAT16; }
 
-int hvdt_is_signed(hvd_dtype_t dt) {
-  return dt != HVD_UINT8;
-}
+int hvdt_is_signed(hvd_dtype_t dt) { return dt != HVD_UINT8; }
 
 uint16_t hvdt_f32_to_f16(float f) {
   uint32_t x, sign, man, half, rem, mid;
@@ -496,8 +492,8 @@ void hvdt_is_topo(const struct hvdt_topo *want, const char *layout) {
   is_int(want->homog, hvd_is_homogeneous(), "%s: hvd_is_homogeneous", layout);
 }
 
-void hvdt_burst_submit(struct hvdt_ar *jobs, const struct hvdt_ar *specs,
-                       int n, int shuffled, unsigned seed, int salt_add) {
+void hvdt_burst_submit(struct hvdt_ar *jobs, const struct hvdt_ar *specs, int n,
+                       int shuffled, unsigned seed, int salt_add) {
   int *order = hvdt_calloc((size_t)(n > 0 ? n : 1), sizeof *order);
   if (shuffled)
     hvdt_shuffle(order, n, seed);
@@ -537,6 +533,24 @@ int hvdt_timeline_track(const char *text, const char *name) {
   while (at > text && strncmp(at, "\"tid\":", 6) != 0)
     at--;
   return atoi(at + 6);
+}
+
+const char *hvdt_timeline_span(const char *text, const char *name,
+                               const char *span, double *ts) {
+  char want[160];
+  int tid = hvdt_timeline_track(text, name);
+  if (tid < 0)
+    return NULL;
+  snprintf(want, sizeof want,
+           "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":", span,
+           tid);
+  const char *last = NULL;
+  for (const char *at = strstr(text, want); at != NULL;
+       at = strstr(at + 1, want))
+    last = at;
+  if (last != NULL && ts != NULL)
+    *ts = atof(last + strlen(want));
+  return last;
 }
 
 void hvdt_shared_tmpdir(char *dir, size_t len, const char *tag) {

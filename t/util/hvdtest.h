@@ -62,6 +62,11 @@ void hvdt_remove_tmpdir(const char *dir);
 
 /* The track ("tid") of tensor `name` in a timeline's text, or -1. */
 int hvdt_timeline_track(const char *text, const char *name);
+/* The last complete span (ph "X") named `span` on tensor `name`'s track:
+ * where its event starts in text (NULL if there is none), its "ts" in
+ * *ts (may be NULL). */
+const char *hvdt_timeline_span(const char *text, const char *name,
+                               const char *span, double *ts);
 
 /* ---- Expected values ---- */
 
