@@ -269,7 +269,8 @@ static void finish(hvd__engine_t *e, hvd_request_t **reqs, int m,
 }
 
 /* Runs n RUN responses as one group (n > 1 only for compatible
- * allreduces or allgathers) and completes their requests. */
+ * allreduces, allgathers or reducescatters) and completes their
+ * requests. */
 static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
                       double agreed) {
   hvd_request_t *stack[64], **reqs = stack;
@@ -295,25 +296,32 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
 
 /* b may join a's group: allreduces of one dtype, device, op, scaling and
  * wire format; allgathers of one device whose executor fuses them (any
- * dtypes and rows). */
+ * dtypes and rows); reducescatters of one device, dtype, op and scaling
+ * whose executor fuses them (any shapes). */
 static int fusable(const hvd__engine_t *e, const hvd__response_t *a,
                    const hvd__response_t *b) {
   if (a->kind != HVD__RESP_RUN || b->kind != HVD__RESP_RUN ||
       a->desc.coll != b->desc.coll || a->desc.device != b->desc.device)
     return 0;
-  if (a->desc.coll == HVD__ALLGATHER) {
-    int which;
+  int c = a->desc.coll, which;
+  if (c != HVD__ALLREDUCE && c != HVD__ALLGATHER && c != HVD__REDUCESCATTER)
+    return 0;
+  if (c != HVD__ALLREDUCE) {
     const hvd__executor_t *ex = executor(e, a->desc.device, &which);
-    return ex != NULL && (ex->fuses & (1u << HVD__ALLGATHER));
+    if (ex == NULL || !(ex->fuses & (1u << c)))
+      return 0;
+    if (c == HVD__ALLGATHER)
+      return 1;
   }
-  return a->desc.coll == HVD__ALLREDUCE && a->desc.dtype == b->desc.dtype &&
-         a->desc.op == b->desc.op && a->desc.prescale == b->desc.prescale &&
-         a->desc.postscale == b->desc.postscale && a->desc.wire == b->desc.wire;
+  return a->desc.dtype == b->desc.dtype && a->desc.op == b->desc.op &&
+         a->desc.prescale == b->desc.prescale &&
+         a->desc.postscale == b->desc.postscale &&
+         (c != HVD__ALLREDUCE || a->desc.wire == b->desc.wire);
 }
 
-/* What a member adds to its group: an allreduce's bytes; an allgather's
- * result, estimated from the reference shape (the size times the rows of
- * the rank whose descriptor it is). */
+/* What a member adds to its group: an allreduce's or reducescatter's
+ * input bytes; an allgather's result, estimated from the reference shape
+ * (the size times the rows of the rank whose descriptor it is). */
 static int64_t resp_bytes(const hvd__engine_t *e, const hvd__response_t *x) {
   int64_t n = (int64_t)hvd_dtype_size((hvd_dtype_t)x->desc.dtype);
   for (int i = 0; i < x->desc.ndim; i++)

@@ -95,7 +95,9 @@ typedef struct hvd__exec_env {
  * op and scale factors, executed as one pipelined stream. So may an
  * allgather, in an executor whose `fuses` says so: any dtypes and row
  * sizes, each request's per-rank first dimensions in dims0s[i] (NULL when
- * agreed through the cache: the executor learns them). */
+ * agreed through the cache: the executor learns them). So may a
+ * reducescatter, in an executor whose `fuses` says so: one dtype, op and
+ * scaling, any shapes. */
 typedef struct hvd__work {
   const hvd__desc_t *desc;
   hvd_request_t *const *reqs;

@@ -46,7 +46,8 @@ typedef struct mpi_state {
   uint64_t *arena_size;
   int *counts, *displs, *counts2, *displs2;
   int64_t *splits;
-  /* a fused allgather: the packed rows, and its tensors' first dimensions */
+  /* a fused allgather or reducescatter: the packed rows; an allgather's
+   * tensors' first dimensions */
   char *gather;
   size_t gather_cap;
   int64_t *gdims;
@@ -1058,11 +1059,85 @@ fail:
   return rc;
 }
 
+/* A fused group of reducescatters (w->n > 1, host tensors of one dtype,
+ * op and scaling; any shapes) in one MPI_Reduce_scatter. The send buffer
+ * holds block k of every member, in the group's order, for k = 0..P-1
+ * (prescaled as they are packed); this rank's reduced blocks come back
+ * after them, are finished (average, postscale) at once and copied out
+ * to each member's result. */
+static hvd_result_t reducescatter_fused(mpi_state_t *s,
+                                        const hvd__exec_env_t *env,
+                                        const hvd__work_t *w) {
+  hvd_result_t rc = HVD_SUCCESS;
+  const hvd__desc_t *d = w->desc;
+  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  size_t es = hvd_dtype_size(dtype);
+  int64_t P = env->size, total = 0;
+  for (int64_t k = 0; k < P; k++) {
+    int64_t cnt = 0; /* elements of block k over the group */
+    for (int i = 0; i < w->n; i++) {
+      const hvd__desc_t *di = &w->reqs[i]->desc;
+      cnt += hvd__block_rows(di->shape[0], P, k) *
+             (hvd__row_bytes(di) / (int64_t)es);
+    }
+    if (cnt > INT_MAX)
+      return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                            "a fused reducescatter block of %lld elements "
+                            "exceeds MPI's int counts (lower "
+                            "HVD_FUSION_THRESHOLD)",
+                            (long long)cnt);
+    s->counts[k] = (int)cnt;
+    total += cnt;
+  }
+  int64_t mine = s->counts[env->rank];
+  for (int i = 0; i < w->n; i++) { /* the results */
+    const hvd__desc_t *di = &w->reqs[i]->desc;
+    HVD__CHECK(alloc_rows(w->reqs[i], di,
+                          hvd__block_rows(di->shape[0], P, env->rank)));
+  }
+  if (total == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(grow((void **)&s->gather, &s->gather_cap,
+                  (size_t)(total + mine) * es, "fused reducescatter buffer"));
+  char *at = s->gather, *got = s->gather + (size_t)total * es;
+  for (int64_t k = 0; k < P; k++)
+    for (int i = 0; i < w->n; i++) {
+      const hvd_request_t *r = w->reqs[i];
+      int64_t rows = r->desc.shape[0], rb = hvd__row_bytes(&r->desc);
+      int64_t first = k * (rows / P) + (k < rows % P ? k : rows % P);
+      int64_t n = hvd__block_rows(rows, P, k) * rb / (int64_t)es;
+      const char *from = (const char *)r->send.data + first * rb;
+      if (n == 0)
+        continue;
+      if (d->prescale != 1.0)
+        hvd__scale(at, from, n, dtype, d->prescale);
+      else
+        memcpy(at, from, (size_t)n * es);
+      at += (size_t)n * es;
+    }
+  HVD__MPI_CHECK(MPI_Reduce_scatter(s->gather, got, s->counts, mpi_dtype(dtype),
+                                    mpi_op(s, dtype, d->op), env->comm));
+  hvd__reduce_finish(got, got, mine, dtype, (hvd_op_t)d->op, d->postscale,
+                     env->size);
+  for (int i = 0; i < w->n; i++) {
+    hvd_request_t *r = w->reqs[i];
+    size_t b = (size_t)(hvd__block_rows(r->desc.shape[0], P, env->rank) *
+                        hvd__row_bytes(&r->desc));
+    if (b > 0)
+      memcpy(r->recv.data, got, b);
+    got += b;
+  }
+fail:
+  return rc;
+}
+
 static hvd_result_t mpi_reducescatter(void *state, const hvd__exec_env_t *env,
                                       const hvd__work_t *w) {
   mpi_state_t *s = state;
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__desc_t *d = w->desc;
+  if (w->n > 1)
+    return reducescatter_fused(s, env, w);
   hvd_request_t *r = w->reqs[0];
   hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
   void *scaled = NULL;
@@ -1143,5 +1218,5 @@ const hvd__executor_t hvd__mpi_executor = {
     .stub_alloc = mpi_stub_alloc,
     .stub_free = mpi_stub_free,
     .default_chunk = HVD__MPI_CHUNK,
-    .fuses = 1u << HVD__ALLGATHER,
+    .fuses = 1u << HVD__ALLGATHER | 1u << HVD__REDUCESCATTER,
 };

@@ -25,12 +25,14 @@
 ##  process_sets collectives on disjoint and overlapping subsets beside the
 ##               world's, outsiders, mismatches named by world ranks,
 ##               destroy in flight, shutdown with sets
-##  fused_allgather host allgathers fused into one MPI_Allgatherv: every
-##               dtype, 0-3 rows a rank, new, cached and mixed; a grouped
-##               allgather runs as one (timeline)
+##  fused_gather_scatter host allgathers fused into one MPI_Allgatherv,
+##               reducescatters into one MPI_Reduce_scatter: dtypes, shapes,
+##               rows, ops and scaling mixed; new, cached and mixed; grouped
+##               ones run as one (timeline)
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
 	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy \
-	t/mpi/objects t/mpi/grouped t/mpi/process_sets t/mpi/fused_allgather
+	t/mpi/objects t/mpi/grouped t/mpi/process_sets \
+	t/mpi/fused_gather_scatter
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -48,8 +50,8 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/grouped.np4 \
 	t/mpi/process_sets.np1 t/mpi/process_sets.np2 \
 	t/mpi/process_sets.np3 t/mpi/process_sets.np4 \
-	t/mpi/fused_allgather.np1 t/mpi/fused_allgather.np2 \
-	t/mpi/fused_allgather.np3 t/mpi/fused_allgather.np4
+	t/mpi/fused_gather_scatter.np1 t/mpi/fused_gather_scatter.np2 \
+	t/mpi/fused_gather_scatter.np3 t/mpi/fused_gather_scatter.np4
 
 ## Errors and the lifecycle:
 ##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks

@@ -553,6 +553,42 @@ const char *hvdt_timeline_span(const char *text, const char *name,
   return last;
 }
 
+/* The "ts" of the last `span` on tensor `name`'s track (-1: none), and
+ * in *n_ok whether its args say "tensors":n. */
+static double group_span(const char *text, const char *name, const char *span,
+                         int n, int *n_ok) {
+  char tensors[32];
+  double ts = -1;
+  const char *last = hvdt_timeline_span(text, name, span, &ts);
+  size_t len = (size_t)snprintf(tensors, sizeof tensors, "\"tensors\":%d", n);
+  const char *end = last ? strchr(last, '}') : NULL;
+  const char *args = last ? strstr(last, "\"tensors\":") : NULL;
+  *n_ok = args != NULL && end != NULL && args < end &&
+          strncmp(args, tensors, len) == 0 &&
+          (args[len] == '}' || args[len] == ',');
+  return last != NULL ? ts : -1;
+}
+
+int hvdt_timeline_fused(const char *text, const char *const *names, int n,
+                        const char *span) {
+  int g0 = 0, g = 0;
+  double t0 = text != NULL ? group_span(text, names[0], span, n, &g0) : -1;
+  if (t0 < 0 || !g0) {
+    diag("%s: %s", names[0],
+         t0 < 0 ? "no span in the timeline" : "its span is not of the group");
+    return 0;
+  }
+  for (int i = 1; i < n; i++) {
+    double t = group_span(text, names[i], span, n, &g);
+    if (t != t0 || !g) {
+      diag("%s starts at %.3f (%s %d tensors), %s at %.3f", names[i], t,
+           g ? "with" : "not with", n, names[0], t0);
+      return 0;
+    }
+  }
+  return 1;
+}
+
 void hvdt_shared_tmpdir(char *dir, size_t len, const char *tag) {
   int rank = 0, n = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

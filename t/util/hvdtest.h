@@ -67,6 +67,11 @@ int hvdt_timeline_track(const char *text, const char *name);
  * *ts (may be NULL). */
 const char *hvdt_timeline_span(const char *text, const char *name,
                                const char *span, double *ts);
+/* 1 if the last `span` of each of the n tensors starts at one time and
+ * says "tensors":n (they ran as one fused group); else 0, with a diag
+ * naming the first that does not. */
+int hvdt_timeline_fused(const char *text, const char *const *names, int n,
+                        const char *span);
 
 /* ---- Expected values ---- */
 
