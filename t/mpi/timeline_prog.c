@@ -131,8 +131,8 @@ static void collectives(void) {
 /* api: hvd_timeline_start before hvd_init (not initialised), on BADPATH
  * (HVD_ERR_IO naming it where this rank writes, else nothing), then on
  * PATH: "api.x" (float32 [1000]) alone, then "api.s0".."api.s3" (float32
- * [16]) at once, fused; a mark "phase.a", a counter "loss" = 1.5; stop;
- * then "api.after", which must not be in the file. */
+ * [16]) as one grouped allreduce, fused; a mark "phase.a", a counter "loss"
+ * = 1.5; stop; then "api.after", which must not be in the file. */
 static int api(const char *path, const char *bad) {
   hvd_result_t rc = hvd_timeline_start(path);
   const char *r = getenv("OMPI_COMM_WORLD_RANK");
@@ -156,8 +156,8 @@ static int api(const char *path, const char *bad) {
   const char *dot = strrchr(bad, '.');
   snprintf(want, sizeof want, "hvd_timeline_start: cannot open '%.*s",
            dot ? (int)(dot - bad) : (int)strlen(bad), bad);
-  if (writes ? rc != HVD_ERR_IO || strncmp(hvd_last_error(), want,
-                                           strlen(want)) != 0
+  if (writes ? rc != HVD_ERR_IO ||
+                   strncmp(hvd_last_error(), want, strlen(want)) != 0
              : rc != HVD_SUCCESS)
     say("FAIL: hvd_timeline_start(%s): %d '%s'", bad, (int)rc,
         hvd_last_error());
@@ -171,12 +171,23 @@ static int api(const char *path, const char *bad) {
   check_sum("api.x", rc, y, 1000);
   hvd_timeline_mark("phase.a");
   hvd_timeline_counter("loss", 1.5);
+  /* one group: submitted one by one, the first could be agreed before
+   * the others are submitted (a submission wakes the engine) */
   char name[4][16];
+  const char *names[4];
+  hvd_tensor_t sends[4], recvs[4];
+  int64_t shape[1] = {16};
   for (int k = 0; k < 4; k++) {
     snprintf(name[k], sizeof name[k], "api.s%d", k);
-    if (submit_sum(name[k], sx[k], sy[k], 16, &reqs[k]) != HVD_SUCCESS)
-      say("FAIL: submit %s: %s", name[k], hvd_last_error());
+    names[k] = name[k];
+    for (int i = 0; i < 16; i++)
+      sx[k][i] = (float)(me + i % 64), sy[k][i] = -1.0f;
+    sends[k] = hvd_tensor_make(sx[k], HVD_FLOAT32, 1, shape);
+    recvs[k] = hvd_tensor_make(sy[k], HVD_FLOAT32, 1, shape);
   }
+  if (hvd_grouped_allreduce_async(4, names, sends, recvs, HVD_SUM, 1.0, 1.0,
+                                  reqs) != HVD_SUCCESS)
+    say("FAIL: submit the group api.s0..3: %s", hvd_last_error());
   for (int k = 0; k < 4; k++)
     check_sum(name[k], hvd_wait(reqs[k]), sy[k], 16);
   rc = hvd_timeline_stop();
