@@ -148,7 +148,8 @@ static const char usage_text[] =
     "  --keep N               keep only the newest N checkpoints (0: all)\n"
     "  --resume PATH          continue from a checkpoint file, or from the\n"
     "                         newest one in directory PATH\n"
-    "  --log-json FILE        one JSON record per step (rank 0)\n"
+    "  --log-json FILE        one JSON record per step (rank 0; with %r in\n"
+    "                         FILE, every rank to its own, %r its rank)\n"
     "elastic training (with hvdrun --max-restarts, doc/elastic.md):\n"
     "  --elastic FILE         commit the model, AdamW and the position in\n"
     "                         the data to FILE; a relaunched job resumes\n"
@@ -847,6 +848,40 @@ typedef struct report {
   FILE *json;
 } report_t;
 
+/* One --log-json record (nothing without a file); flushed, so that a job
+ * killed later keeps its curve. */
+static void json_step(FILE *json, int64_t s, double loss, double lr,
+                      int64_t tokens, double step_time, double comm_wait) {
+  if (json == NULL)
+    return;
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  fprintf(json,
+          "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"tokens\":%lld,"
+          "\"step_time\":%.6f,\"comm_wait_time\":%.6f,\"wall\":%.3f}\n",
+          (long long)(s + 1), loss, lr, (long long)tokens, step_time, comm_wait,
+          (double)wall.tv_sec + wall.tv_nsec * 1e-9);
+  fflush(json);
+}
+
+/* --log-json's file on this rank: the name itself on rank 0, or on every
+ * rank the name with each "%r" replaced by the rank; 0: none here. */
+static int json_path(char *out, size_t len, const char *name, int rank) {
+  if (name == NULL || (rank != 0 && strstr(name, "%r") == NULL))
+    return 0;
+  size_t at = 0;
+  for (const char *c = name; *c != '\0' && at + 12 < len; c++) {
+    if (c[0] == '%' && c[1] == 'r') {
+      at += (size_t)snprintf(out + at, len - at, "%d", rank);
+      c++;
+    } else {
+      out[at++] = *c;
+    }
+  }
+  out[at] = '\0';
+  return 1;
+}
+
 static void report_step(report_t *r, const options_t *o, int64_t s, double loss,
                         double lr, int64_t tokens, double step_time,
                         double comm_wait) {
@@ -866,16 +901,7 @@ static void report_step(report_t *r, const options_t *o, int64_t s, double loss,
     r->timed_tokens += (double)tokens;
     r->timed_seconds += step_time;
   }
-  if (r->json != NULL) { /* flushed: a job killed later keeps its curve */
-    struct timespec wall;
-    clock_gettime(CLOCK_REALTIME, &wall);
-    fprintf(r->json,
-            "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"tokens\":%lld,"
-            "\"step_time\":%.6f,\"comm_wait_time\":%.6f,\"wall\":%.3f}\n",
-            (long long)(s + 1), loss, lr, (long long)tokens, step_time,
-            comm_wait, (double)wall.tv_sec + wall.tv_nsec * 1e-9);
-    fflush(r->json);
-  }
+  json_step(r->json, s, loss, lr, tokens, step_time, comm_wait);
   r->tokens_since_print += tokens;
   /* every second, and the last step of a run that printed none yet */
   if (!o->quiet && (t - r->last_print >= 1.0 ||
@@ -1019,15 +1045,17 @@ int main(int argc, char **argv) {
   }
   cfg.vocab_size = bert_vocab_size(vocab);
 
-  /* Files rank 0 writes: check them before training. */
+  /* Files rank 0 writes (and --log-json's on every rank with "%r"):
+   * check them before training. */
   FILE *json = NULL;
   int ok = 1;
-  if (rank == 0 && o.log_json != NULL &&
-      (json = fopen(o.log_json, o.resume != NULL || (o.elastic != NULL &&
-                                                     hvd_elastic_restarts() > 0)
-                                    ? "a" /* a resumed run: the curve goes on */
-                                    : "w")) == NULL) {
-    snprintf(msg, sizeof msg, "--log-json: cannot open '%s': %s", o.log_json,
+  char json_name[PATH_MAX];
+  if (json_path(json_name, sizeof json_name, o.log_json, rank) &&
+      (json = fopen(json_name, o.resume != NULL || (o.elastic != NULL &&
+                                                    hvd_elastic_restarts() > 0)
+                                   ? "a" /* a resumed run: the curve goes on */
+                                   : "w")) == NULL) {
+    snprintf(msg, sizeof msg, "--log-json: cannot open '%s': %s", json_name,
              strerror(errno));
     ok = 0;
   }
@@ -1369,13 +1397,16 @@ int main(int argc, char **argv) {
     }
     if (rank == 0)
       report_step(&rep, &o, s, loss, lr, tokens_per_step, step_time, comm_wait);
+    else
+      json_step(json, s, loss, lr, tokens_per_step, step_time, comm_wait);
   }
   double total_time = now() - rep.start;
   if (rank == 0)
     report_done(&rep, &o, size, (double)tokens_per_step, total_time);
 
-  if (json != NULL && fclose(json) != 0 && rank == 0)
-    say("--log-json: writing '%s': %s", o.log_json, strerror(errno));
+  if (json != NULL && fclose(json) != 0)
+    fprintf(stderr, PROG "[%d]: --log-json: writing '%s': %s\n", rank,
+            json_name, strerror(errno));
   free(ids);
   free(labels);
   free(lengths);

@@ -25,8 +25,9 @@
 #include "ops/reduce.h"
 
 #define CHUNK_ELEMS ((int64_t)1 << 30)
-#define SHM_SLOT ((int64_t)4 << 20) /* bytes per rank and phase */
-#define SHM_CTL ((int64_t)4096)     /* after the slots: the barrier */
+#define SHM_SLOT ((int64_t)4 << 20)  /* bytes per rank and phase */
+#define ZC_BLOCK ((int64_t)64 << 10) /* zc_range's cache block, bytes */
+#define SHM_CTL ((int64_t)4096)      /* after the slots: the barrier */
 
 typedef struct mpi_state {
   MPI_Op half_ops[2][HVD_OP_COUNT]; /* [f16, bf16][op] */
@@ -42,7 +43,7 @@ typedef struct mpi_state {
   /* zero-copy allreduce (see zc_allreduce): every local rank's arena */
   int zc;         /* use it when the tensors allow; decided alike */
   int nlocal, me; /* local size and rank */
-  char **arena;   /* per local rank: its arena here (ours, or read-only) */
+  char **arena;   /* per local rank: its arena here (ours, or the peer's) */
   uint64_t *arena_size;
   int *counts, *displs, *counts2, *displs2;
   int64_t *splits;
@@ -117,16 +118,17 @@ static void zc_close(mpi_state_t *s) {
   s->zc = 0;
 }
 
-/* Peer k's arena mapped read-only here: its memfd opened through
- * /proc/<pid>/fd/<fd> (the same user: the kernel's ptrace read check
+/* Peer k's arena mapped here, readable and writable (zc_allreduce writes
+ * each segment's result into every peer's tensor): its memfd opened
+ * through /proc/<pid>/fd/<fd> (the same user: the kernel's ptrace check
  * passes). NULL, logged, when it cannot be. */
 static char *zc_map_peer(const int64_t who[3]) {
   char path[64];
   snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)who[0],
            (long long)who[1]);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
   void *v = fd < 0 ? MAP_FAILED
-                   : mmap(NULL, (size_t)who[2], PROT_READ,
+                   : mmap(NULL, (size_t)who[2], PROT_READ | PROT_WRITE,
                           MAP_SHARED | MAP_NORESERVE, fd, 0);
   int err = errno;
   if (fd >= 0)
@@ -693,11 +695,37 @@ typedef struct zc_cursor {
   int64_t start; /* its first element in the virtual buffer */
 } zc_cursor_t;
 
-/* Elements [a, b) of the virtual buffer, tensor by tensor: step 1 (`sum`:
- * this rank's segment) or step 2 (rank k's segment, copied). */
+/* n elements of tensor i from byte `at`: this rank's send plus every
+ * peer's, into this rank's recv. */
+static void zc_sum(const mpi_state_t *s, hvd_request_t *r, int i, int64_t at,
+                   int64_t n, hvd_dtype_t dtype, hvd_op_t op) {
+  const char *own = (const char *)r->send.data + at;
+  for (int q = 0; q < s->nlocal; q++)
+    if (q != s->me)
+      shm_add_peer((char *)r->recv.data + at, &own,
+                   s->arena[q] + zc_table(s, q)[2 * i] + at, n, dtype, op);
+}
+
+/* Those n elements finished (average, postscale) and written into every
+ * peer's recv. */
+static void zc_out(const mpi_state_t *s, const hvd__exec_env_t *env,
+                   hvd_request_t *r, int i, int64_t at, int64_t n,
+                   const hvd__desc_t *d) {
+  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  char *to = (char *)r->recv.data + at;
+  hvd__reduce_finish(to, to, n, dtype, (hvd_op_t)d->op, d->postscale,
+                     env->size);
+  for (int q = 0; q < s->nlocal; q++)
+    if (q != s->me)
+      memcpy(s->arena[q] + zc_table(s, q)[2 * i + 1] + at, to,
+             (size_t)n * hvd_dtype_size(dtype));
+}
+
+/* Elements [a, b) of the virtual buffer (this rank's segment of a piece),
+ * tensor by tensor: summed from every rank's send into this rank's recv,
+ * finished, and written into every peer's recv. */
 static hvd_result_t zc_range(mpi_state_t *s, const hvd__exec_env_t *env,
-                             zc_cursor_t *c, int64_t a, int64_t b, int k,
-                             int sum) {
+                             zc_cursor_t *c, int64_t a, int64_t b) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__desc_t *d = c->w->desc;
   hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
@@ -714,21 +742,18 @@ static hvd_result_t zc_range(mpi_state_t *s, const hvd__exec_env_t *env,
     int64_t m = hvd_tensor_numel(&r->send);
     int64_t lo = a - start, hi = (b < start + m ? b : start + m) - start;
     int64_t n = hi - lo, at = lo * esize;
-    char *to = (char *)r->recv.data + at;
-    if (!sum) {
-      memcpy(to, s->arena[k] + zc_table(s, k)[2 * i + 1] + at,
-             (size_t)(n * esize));
-    } else {
-      const char *own = (const char *)r->send.data + at;
-      for (int q = 0; q < s->nlocal; q++)
-        if (q != s->me)
-          shm_add_peer(to, &own, s->arena[q] + zc_table(s, q)[2 * i] + at, n,
-                       dtype, op);
-      if (s->shm_cross) /* n < a piece: an int */
-        HVD__MPI_CHECK(
-            MPI_Allreduce(MPI_IN_PLACE, to, (int)n, mpi_dtype(d->dtype),
-                          mpi_op(s, d->dtype, d->op), env->cross_comm));
-      hvd__reduce_finish(to, to, n, dtype, op, d->postscale, env->size);
+    if (!s->shm_cross) { /* block by block, while each is in cache */
+      for (int64_t x = 0; x < n; x += ZC_BLOCK / esize) {
+        int64_t k = n - x < ZC_BLOCK / esize ? n - x : ZC_BLOCK / esize;
+        zc_sum(s, r, i, at + x * esize, k, dtype, op);
+        zc_out(s, env, r, i, at + x * esize, k, d);
+      }
+    } else { /* the range's sums, allreduced across the nodes, then out */
+      zc_sum(s, r, i, at, n, dtype, op);
+      HVD__MPI_CHECK(MPI_Allreduce(
+          MPI_IN_PLACE, (char *)r->recv.data + at, (int)n, /* < a piece */
+          mpi_dtype(d->dtype), mpi_op(s, d->dtype, d->op), env->cross_comm));
+      zc_out(s, env, r, i, at, n, d);
     }
     a += n;
     if (a == start + m) {
@@ -766,20 +791,16 @@ static hvd_result_t zc_allreduce(mpi_state_t *s, const hvd__exec_env_t *env,
   if (!ok)
     return HVD_SUCCESS; /* every rank takes the slots */
   double t0 = env->trace ? hvd__now() : 0;
-  zc_cursor_t sum = {w, 0, 0}, copy = {w, 0, 0};
+  /* Rank k owns segment k of each piece: it reads that segment of every
+   * rank's send (no rank writes there: an in-place peer's recv segment k
+   * is written by k alone, after k has read it) and writes the result
+   * into every rank's recv. No barrier until every piece is done. */
+  zc_cursor_t cur = {w, 0, 0};
   for (int64_t off = 0; off < total; off += piece) {
-    int64_t cnt = total - off < piece ? total - off : piece;
-    for (int pass = 1; pass >= 0; pass--) { /* step 1, then 2 */
-      for (int k = 0; k < s->nlocal; k++) {
-        int64_t lo, hi;
-        shm_segment(env, k, cnt, &lo, &hi);
-        if (hi > lo && (k == s->me) == pass)
-          HVD__CHECK(zc_range(s, env, pass ? &sum : &copy, off + lo, off + hi,
-                              k, pass));
-      }
-      if (pass)
-        HVD__CHECK(shm_barrier(s, env));
-    }
+    int64_t cnt = total - off < piece ? total - off : piece, lo, hi;
+    shm_segment(env, s->me, cnt, &lo, &hi);
+    if (hi > lo)
+      HVD__CHECK(zc_range(s, env, &cur, off + lo, off + hi));
   }
   HVD__CHECK(shm_barrier(s, env));
   shm_next(s);

@@ -16,7 +16,8 @@
 #     1e-4 at np 2);
 #  4. a missing, empty or too small --data file ends the job with exit 1
 #     and the reason on stderr, before any training;
-#  5. --help exits 0 with the usage; bad options exit 2.
+#  5. --help exits 0 with the usage; bad options exit 2; --log-json with
+#     %r writes one log per rank.
 # Each run is bounded by the wrapper's timeout (HVD_TEST_TIMEOUT, 90 s).
 
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
@@ -91,7 +92,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..32"
+echo "1..33"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 1 2; do
@@ -231,6 +232,18 @@ if train whole 1 --steps 10 --resume "$ck/step-000005.ckpt" &&
 else
   fail "--log-json on a resume appends to the file: steps 1-10 in one log"
   show whole
+fi
+# --log-json with %r: every rank writes its own log, the same losses
+if "$HVD_MPIRUN_TEST" --np 2 "$prog" --steps 4 --log-json "$tmp/pr.%r.json" \
+  >"$tmp/pr.out" 2>"$tmp/pr.err" &&
+  [ "`wc -l <"$tmp/pr.0.json"`" -eq 4 ] && [ "`wc -l <"$tmp/pr.1.json"`" -eq 4 ] &&
+  [ ! -e "$tmp/pr.%r.json" ] &&
+  [ "`losses "$tmp/pr.0.json"`" = "`losses "$tmp/pr.1.json"`" ] &&
+  [ "`grep -c '"step_time":[0-9.]*,"comm_wait_time"' "$tmp/pr.1.json"`" -eq 4 ]; then
+  pass "--log-json FILE with %r at np 2: pr.0.json and pr.1.json, 4 steps each, the same losses"
+else
+  fail "--log-json FILE with %r at np 2: pr.0.json and pr.1.json, 4 steps each, the same losses"
+  show pr
 fi
 # a binary file is no corpus
 printf 'some words\000 and a NUL\n' >"$tmp/binary.dat"
