@@ -223,8 +223,10 @@ void hvd_tensor_free(hvd_tensor_t *t);
  * process), which the other ranks of the node map read-only: an allreduce
  * whose tensors (send and recv) are all hvd_alloc_host memory on every
  * rank of the node is reduced in place, each rank summing its share
- * straight from the peers' tensors, with no copy through a staging buffer
- * (HVD_ZERO_COPY; doc/bench.md, "Zero-copy allreduce"). Other tensors are
+ * straight from the peers' tensors and writing the result into every
+ * peer's recv, with no copy through a staging buffer (HVD_ZERO_COPY;
+ * doc/bench.md, "Zero-copy allreduce"): the ranks of a node can write
+ * each other's arenas, as threads of one program can. Other tensors are
  * reduced as before, and may be mixed freely with these. Blocks are
  * page-aligned (2 MiB-aligned from 2 MiB up) and take whole 4 KiB pages;
  * freed pages go back to the system. Because the arena is MAP_SHARED, a

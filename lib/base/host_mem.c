@@ -7,10 +7,10 @@
  * with the process) of HVD__ARENA_SIZE bytes, sparse, mapped once
  * MAP_SHARED at a 2 MiB-aligned address. A block is a range of it: 2 MiB-
  * aligned from 2 MiB up, page-aligned below (a block takes whole pages).
- * The MPI executor maps each peer's arena read-only (through
- * /proc/<pid>/fd/<fd>) when it opens, so an allreduce whose tensors are
- * all in arenas on every rank of the node reads the peers' tensors where
- * they are instead of copying them through a shared segment
+ * The MPI executor maps each peer's arena (through /proc/<pid>/fd/<fd>)
+ * when it opens, so an allreduce whose tensors are all in arenas on every
+ * rank of the node reads the peers' tensors and writes their results
+ * where they are instead of copying them through a shared segment
  * (ops/mpi_ops.c, "zero-copy"). Freeing punches the range out of the file
  * (the pages go back to the system and read as zero next time) and
  * returns it to a free list (first fit, merged with its neighbours).
