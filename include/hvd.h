@@ -220,13 +220,13 @@ void hvd_tensor_free(hvd_tensor_t *t);
 /* Host memory for tensors that every step reads and writes in full
  * (gradients, parameters, optimizer state), zero-filled. It lives in this
  * process's shared arena (an anonymous memfd mapping, gone with the
- * process), which the other ranks of the node map read-only: an allreduce
- * whose tensors (send and recv) are all hvd_alloc_host memory on every
- * rank of the node is reduced in place, each rank summing its share
- * straight from the peers' tensors and writing the result into every
- * peer's recv, with no copy through a staging buffer (HVD_ZERO_COPY;
- * doc/bench.md, "Zero-copy allreduce"): the ranks of a node can write
- * each other's arenas, as threads of one program can. Other tensors are
+ * process), which the other ranks of the node map too, readable and
+ * writable, as threads of one program would share it: an allreduce whose
+ * tensors (send and recv) are all hvd_alloc_host memory on every rank of
+ * the node is reduced in place, each rank summing its share straight from
+ * the peers' tensors and writing the result into every peer's recv, with
+ * no copy through a staging buffer (HVD_ZERO_COPY; doc/bench.md,
+ * "Zero-copy allreduce"). Other tensors are
  * reduced as before, and may be mixed freely with these. Blocks are
  * page-aligned (2 MiB-aligned from 2 MiB up) and take whole 4 KiB pages;
  * freed pages go back to the system. Because the arena is MAP_SHARED, a
