@@ -157,6 +157,11 @@ static inline int64_t hvd__block_rows(int64_t rows, int64_t p, int64_t k) {
   return rows / p + (k < rows % p);
 }
 
+/* The first row of that block k: the rows of blocks 0..k-1. */
+static inline int64_t hvd__block_first(int64_t rows, int64_t p, int64_t k) {
+  return k * (rows / p) + (k < rows % p ? k : rows % p);
+}
+
 /* The first step of every alltoall: each rank tells each other how many
  * rows it sends (r->splits), the answers land in r->recv_splits
  * (allocated here, freed with the request) and *total is their sum, the

@@ -1125,15 +1125,12 @@ static hvd_result_t reducescatter_fused(mpi_state_t *s,
     for (int i = 0; i < w->n; i++) {
       const hvd_request_t *r = w->reqs[i];
       int64_t rows = r->desc.shape[0], rb = hvd__row_bytes(&r->desc);
-      int64_t first = k * (rows / P) + (k < rows % P ? k : rows % P);
       int64_t n = hvd__block_rows(rows, P, k) * rb / (int64_t)es;
-      const char *from = (const char *)r->send.data + first * rb;
-      if (n == 0)
+      if (n == 0) /* (an empty tensor's data may be NULL) */
         continue;
-      if (d->prescale != 1.0)
-        hvd__scale(at, from, n, dtype, d->prescale);
-      else
-        memcpy(at, from, (size_t)n * es);
+      const char *from =
+          (const char *)r->send.data + hvd__block_first(rows, P, k) * rb;
+      hvd__scale(at, from, n, dtype, d->prescale); /* a copy at 1.0 */
       at += (size_t)n * es;
     }
   HVD__MPI_CHECK(MPI_Reduce_scatter(s->gather, got, s->counts, mpi_dtype(dtype),
