@@ -865,12 +865,18 @@ static void json_step(FILE *json, int64_t s, double loss, double lr,
 }
 
 /* --log-json's file on this rank: the name itself on rank 0, or on every
- * rank the name with each "%r" replaced by the rank; 0: none here. */
+ * rank the name with each "%r" replaced by the rank; 0: none here; -1
+ * (errno ENAMETOOLONG, out holding the name as given): it does not fit. */
 static int json_path(char *out, size_t len, const char *name, int rank) {
   if (name == NULL || (rank != 0 && strstr(name, "%r") == NULL))
     return 0;
   size_t at = 0;
-  for (const char *c = name; *c != '\0' && at + 12 < len; c++) {
+  for (const char *c = name; *c != '\0'; c++) {
+    if (at + 12 >= len) { /* room for a rank and the end */
+      snprintf(out, len, "%s", name);
+      errno = ENAMETOOLONG;
+      return -1;
+    }
     if (c[0] == '%' && c[1] == 'r') {
       at += (size_t)snprintf(out + at, len - at, "%d", rank);
       c++;
@@ -1050,11 +1056,13 @@ int main(int argc, char **argv) {
   FILE *json = NULL;
   int ok = 1;
   char json_name[PATH_MAX];
-  if (json_path(json_name, sizeof json_name, o.log_json, rank) &&
-      (json = fopen(json_name, o.resume != NULL || (o.elastic != NULL &&
-                                                    hvd_elastic_restarts() > 0)
-                                   ? "a" /* a resumed run: the curve goes on */
-                                   : "w")) == NULL) {
+  int jp = json_path(json_name, sizeof json_name, o.log_json, rank);
+  if (jp != 0 &&
+      (jp < 0 ||
+       (json = fopen(json_name, o.resume != NULL || (o.elastic != NULL &&
+                                                     hvd_elastic_restarts() > 0)
+                                    ? "a" /* a resumed run: the curve goes on */
+                                    : "w")) == NULL)) {
     snprintf(msg, sizeof msg, "--log-json: cannot open '%s': %s", json_name,
              strerror(errno));
     ok = 0;
