@@ -250,7 +250,22 @@ hvd_result_t hvd_free_host(void *p);
  * the request on every rank with HVD_ERR_MISMATCH. The name is copied. */
 
 /* recv = postscale * op_over_ranks(prescale * send). recv must have send's
- * dtype and shape; recv->data == send->data reduces in place. */
+ * dtype and shape; recv->data == send->data reduces in place.
+ *
+ * Reproducibility. On the host, and for device tensors staged through it
+ * (HVD_GPU_OPERATIONS=mpi), every reduction (allreduce, reducescatter,
+ * their grouped and process-set forms, compressed ones in the wire dtype)
+ * folds each element over the ranks in one fixed order, one rounding per
+ * step in the dtype (float16 and bfloat16 are rounded after each
+ * addition): on one node in rank order 0..P-1, the bits of a loop over
+ * the ranks' values in one process; on several nodes each node's ranks in
+ * local-rank order, then the nodes' results in node order (a
+ * reducescatter: rank order always). So an element's result does not
+ * depend on fusion, pieces, cycle timing, the response cache, autotune or
+ * in-place use: the same inputs on the same ranks and nodes give the same
+ * bits, run after run. Over NCCL (device tensors, the default on a GPU)
+ * the order follows NCCL's algorithm and the fused buffer's layout, and
+ * results may differ in the last bits from run to run. */
 hvd_result_t hvd_allreduce_async(const char *name, const hvd_tensor_t *send,
                                  hvd_tensor_t *recv, hvd_op_t op,
                                  double prescale, double postscale,

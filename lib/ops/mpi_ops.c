@@ -1,8 +1,11 @@
 /*
  * mpi_ops.c - the MPI executor: collectives on host memory over hvd's
- * communicator. f16 and bf16 reduce through MPI ops of our own that
- * accumulate in float; scale factors are applied in the copies around the
- * MPI call; counts beyond INT_MAX go in chunks.
+ * communicator. Every reduction folds each element over the ranks in rank
+ * order (within a node, then across nodes), whatever the fusion: through
+ * the node's shared memory, or ordered.c's reductions over MPI, never
+ * MPI_Allreduce, whose order changes with the count. Scale factors are
+ * applied in the copies around the reduction; counts beyond INT_MAX go in
+ * chunks.
  */
 #include "ops/mpi_ops.h"
 
@@ -22,6 +25,7 @@
 #include "base/log.h"
 #include "base/tensor.h"
 #include "base/wait.h"
+#include "ops/ordered.h"
 #include "ops/reduce.h"
 
 #define CHUNK_ELEMS ((int64_t)1 << 30)
@@ -30,8 +34,9 @@
 #define SHM_CTL ((int64_t)4096)      /* after the slots: the barrier */
 
 typedef struct mpi_state {
-  MPI_Op half_ops[2][HVD_OP_COUNT]; /* [f16, bf16][op] */
-  char *stage;                      /* persistent fusion chunk */
+  hvd__ordered_t ord; /* scratch of the reductions over MPI */
+  const void **srcs;  /* per local rank: its values, for a fold */
+  char *stage;        /* persistent fusion chunk */
   size_t stage_cap;
   /* shared-memory allreduce within the node (see shm_span) */
   int shm;       /* use it; decided for every rank alike */
@@ -54,56 +59,6 @@ typedef struct mpi_state {
   int64_t *gdims;
   size_t gdims_cap;
 } mpi_state_t;
-
-/* ---- f16 / bf16 reductions as MPI user ops ----------------------------- */
-
-#define HALF_OP(fn, dtype, op)                                                 \
-  static void fn(void *in, void *inout, int *len, MPI_Datatype *dt) {          \
-    (void)dt;                                                                  \
-    hvd__reduce_half(in, inout, *len, dtype, op);                              \
-  }
-HALF_OP(f16_sum, HVD_FLOAT16, HVD_SUM)
-HALF_OP(f16_min, HVD_FLOAT16, HVD_MIN)
-HALF_OP(f16_max, HVD_FLOAT16, HVD_MAX)
-HALF_OP(f16_prod, HVD_FLOAT16, HVD_PRODUCT)
-HALF_OP(bf16_sum, HVD_BFLOAT16, HVD_SUM)
-HALF_OP(bf16_min, HVD_BFLOAT16, HVD_MIN)
-HALF_OP(bf16_max, HVD_BFLOAT16, HVD_MAX)
-HALF_OP(bf16_prod, HVD_BFLOAT16, HVD_PRODUCT)
-
-static MPI_Datatype mpi_dtype(int dtype) {
-  switch (dtype) {
-  case HVD_UINT8:
-    return MPI_UINT8_T;
-  case HVD_INT8:
-    return MPI_INT8_T;
-  case HVD_INT32:
-    return MPI_INT32_T;
-  case HVD_INT64:
-    return MPI_INT64_T;
-  case HVD_FLOAT32:
-    return MPI_FLOAT;
-  case HVD_FLOAT64:
-    return MPI_DOUBLE;
-  default:
-    return MPI_UINT16_T; /* f16, bf16: bits, reduced by our ops */
-  }
-}
-
-static MPI_Op mpi_op(const mpi_state_t *s, int dtype, int op) {
-  if (dtype == HVD_FLOAT16 || dtype == HVD_BFLOAT16)
-    return s->half_ops[dtype == HVD_BFLOAT16][op];
-  switch (op) {
-  case HVD_MIN:
-    return MPI_MIN;
-  case HVD_MAX:
-    return MPI_MAX;
-  case HVD_PRODUCT:
-    return MPI_PROD;
-  default:
-    return MPI_SUM; /* sum and average */
-  }
-}
 
 /* ---- the peers' arenas ------------------------------------------------- */
 
@@ -198,10 +153,8 @@ static void mpi_close(void *state, int collective) {
   mpi_state_t *s = state;
   if (s == NULL)
     return;
-  for (int h = 0; h < 2; h++)
-    for (int op = 0; op < HVD_OP_COUNT; op++)
-      if (s->half_ops[h][op] != MPI_OP_NULL)
-        MPI_Op_free(&s->half_ops[h][op]);
+  hvd__ordered_free(&s->ord);
+  free(s->srcs);
   free(s->counts);
   free(s->displs);
   free(s->counts2);
@@ -279,30 +232,23 @@ fail:
 }
 
 static hvd_result_t mpi_open(const hvd__exec_env_t *env, void **state) {
-  static MPI_User_function *const fns[2][HVD_OP_COUNT] = {
-      {f16_sum, f16_sum, f16_min, f16_max, f16_prod},
-      {bf16_sum, bf16_sum, bf16_min, bf16_max, bf16_prod}};
   hvd_result_t rc = HVD_SUCCESS;
   size_t n = (size_t)env->size;
   mpi_state_t *s = calloc(1, sizeof *s);
   if (s == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "MPI executor state");
-  for (int h = 0; h < 2; h++)
-    for (int op = 0; op < HVD_OP_COUNT; op++)
-      s->half_ops[h][op] = MPI_OP_NULL;
   s->win = MPI_WIN_NULL;
   s->counts = calloc(n, sizeof(int));
   s->displs = calloc(n, sizeof(int));
   s->counts2 = calloc(n, sizeof(int));
   s->displs2 = calloc(n, sizeof(int));
   s->splits = calloc(n, sizeof(int64_t));
-  if (!s->counts || !s->displs || !s->counts2 || !s->displs2 || !s->splits) {
+  s->srcs = calloc((size_t)env->local_size, sizeof *s->srcs);
+  if (!s->counts || !s->displs || !s->counts2 || !s->displs2 || !s->splits ||
+      !s->srcs) {
     rc = hvd__set_error(HVD_ERR_NO_MEMORY, "MPI executor state");
     goto fail;
   }
-  for (int h = 0; h < 2; h++)
-    for (int op = 0; op < HVD_OP_COUNT; op++)
-      HVD__MPI_CHECK(MPI_Op_create(fns[h][op], 1, &s->half_ops[h][op]));
   HVD__CHECK(shm_setup(s, env));
   HVD__CHECK(zc_open(s, env));
   *state = s;
@@ -401,22 +347,11 @@ static void shm_segment(const hvd__exec_env_t *env, int k, int64_t cnt,
   *hi = *lo + per < cnt ? *lo + per : cnt;
 }
 
-/* One peer's values into `to`; the first call of a pass also reads the
- * rank's own values from *own (one pass, hvd__reduce_pair) unless they are
- * at `to` already (*own NULL or to), and clears *own. */
-static void shm_add_peer(char *to, const char **own, const char *peer,
-                         int64_t n, hvd_dtype_t dtype, hvd_op_t op) {
-  if (*own != NULL && *own != to)
-    hvd__reduce_pair(to, *own, peer, n, dtype, op);
-  else
-    hvd__reduce_into(to, peer, n, dtype, op);
-  *own = NULL;
-}
-
-/* Steps 1 (done by the caller: cnt elements in shm_mine) to 3's barrier.
+/* Steps 1 (done by the caller: cnt elements in shm_mine) to 3's barrier:
+ * this rank's segment folded over the node's ranks in rank order (its
+ * own values read where they are), then across nodes in node order.
  * With `own`, the caller left this rank's segment out of shm_mine: its
- * values are at own (the piece's start), read in the pass that adds the
- * first peer's, so that they are not copied first (hvd__reduce_pair). */
+ * values are at own (the piece's start), read by the fold in place. */
 static hvd_result_t shm_reduce_piece(mpi_state_t *s, const hvd__exec_env_t *env,
                                      int64_t cnt, const hvd__desc_t *d,
                                      const char *own) {
@@ -426,19 +361,19 @@ static hvd_result_t shm_reduce_piece(mpi_state_t *s, const hvd__exec_env_t *env,
   int64_t at = s->phase * SHM_SLOT, lo, hi;
   char *mine = shm_mine(s, env);
   shm_segment(env, env->local_rank, cnt, &lo, &hi);
-  if (own != NULL)
-    own += lo * esize; /* this rank's segment of the caller's piece */
   HVD__CHECK(shm_barrier(s, env));
-  for (int k = 0; k < env->local_size && hi > lo; k++) {
-    if (k == env->local_rank)
-      continue;
-    shm_add_peer(mine + lo * esize, &own, s->slot[k] + at + lo * esize, hi - lo,
-                 dtype, (hvd_op_t)d->op);
+  if (hi > lo) {
+    for (int k = 0; k < env->local_size; k++)
+      s->srcs[k] = s->slot[k] + at + lo * esize;
+    if (own != NULL)
+      s->srcs[env->local_rank] = own + lo * esize;
+    hvd__reduce_ordered(mine + lo * esize, s->srcs, env->local_size, hi - lo,
+                        dtype, (hvd_op_t)d->op);
   }
   if (s->shm_cross && hi > lo) /* same segments on every node */
-    HVD__MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mine + lo * esize,
-                                 (int)(hi - lo), mpi_dtype(d->dtype),
-                                 mpi_op(s, d->dtype, d->op), env->cross_comm));
+    HVD__CHECK(hvd__ordered_allreduce(&s->ord, env->cross_comm, MPI_IN_PLACE,
+                                      mine + lo * esize, hi - lo, dtype,
+                                      (hvd_op_t)d->op));
   HVD__CHECK(shm_barrier(s, env));
 fail:
   return rc;
@@ -501,44 +436,41 @@ fail:
 
 /* Allreduce of n elements (src may be MPI_IN_PLACE) with d's dtype and op;
  * with `finish`, average and postscale are applied to dst too. Within a
- * node through shared memory when available; else MPI in pieces its int
- * can count, hierarchical (reduce to the node's local root, allreduce
- * among local roots, broadcast within the node) when asked. */
+ * node through shared memory when available; else ordered reductions over
+ * MPI in pieces its int can count: over all ranks, or hierarchical (within
+ * the node, then among the nodes' local roots, then a broadcast within the
+ * node) when asked. Either way each element is folded in one fixed order:
+ * rank order, or with hierarchical each node's in local-rank order and
+ * then the nodes' in node order. */
 static hvd_result_t reduce_span(mpi_state_t *s, const hvd__exec_env_t *env,
                                 const void *src, void *dst, int64_t n,
                                 const hvd__desc_t *d, int finish) {
   if (s->shm)
     return shm_span(s, env, src, dst, n, d, finish);
   hvd_result_t rc = HVD_SUCCESS;
-  int dtype = d->dtype;
-  size_t esize = hvd_dtype_size((hvd_dtype_t)dtype);
-  MPI_Datatype dt = mpi_dtype(dtype);
-  MPI_Op mop = mpi_op(s, dtype, d->op);
+  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  hvd_op_t op = (hvd_op_t)d->op;
+  size_t esize = hvd_dtype_size(dtype);
   int hier = env->hierarchical; /* decided for every rank alike at start */
   for (int64_t off = 0; off < n; off += CHUNK_ELEMS) {
-    int count = (int)(n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS);
+    int64_t count = n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS;
     const void *sp =
         src == MPI_IN_PLACE ? MPI_IN_PLACE : (const char *)src + off * esize;
     char *dp = (char *)dst + off * esize;
     if (!hier) {
-      HVD__MPI_CHECK(MPI_Allreduce(sp, dp, count, dt, mop, env->comm));
+      HVD__CHECK(
+          hvd__ordered_allreduce(&s->ord, env->comm, sp, dp, count, dtype, op));
     } else {
-      /* 1. within the node, to local rank 0 */
+      HVD__CHECK(hvd__ordered_allreduce(&s->ord, env->local_comm, sp, dp, count,
+                                        dtype, op));
       if (env->local_rank == 0)
-        HVD__MPI_CHECK(MPI_Reduce(sp, dp, count, dt, mop, 0, env->local_comm));
-      else
-        HVD__MPI_CHECK(MPI_Reduce(sp == MPI_IN_PLACE ? dp : sp, NULL, count, dt,
-                                  mop, 0, env->local_comm));
-      /* 2. across nodes, among the local roots */
-      if (env->local_rank == 0)
-        HVD__MPI_CHECK(
-            MPI_Allreduce(MPI_IN_PLACE, dp, count, dt, mop, env->cross_comm));
-      /* 3. back to every rank of the node */
-      HVD__MPI_CHECK(MPI_Bcast(dp, count, dt, 0, env->local_comm));
+        HVD__CHECK(hvd__ordered_allreduce(&s->ord, env->cross_comm,
+                                          MPI_IN_PLACE, dp, count, dtype, op));
+      HVD__MPI_CHECK(
+          MPI_Bcast(dp, (int)count, hvd__mpi_dtype(dtype), 0, env->local_comm));
     }
     if (finish)
-      hvd__reduce_finish(dp, dp, count, (hvd_dtype_t)dtype, (hvd_op_t)d->op,
-                         d->postscale, env->size);
+      hvd__reduce_finish(dp, dp, count, dtype, op, d->postscale, env->size);
   }
 fail:
   return rc;
@@ -651,25 +583,19 @@ static hvd_result_t allreduce_wire(mpi_state_t *s, const hvd__exec_env_t *env,
  *   0. each rank writes where its tensors are (offsets in its arena) into
  *      its slot, and every rank agrees (one MPI_Iallreduce over comm, MIN)
  *      that all found their tensors in arenas;
- *   then for each piece, in lockstep:
- *   1. rank k sums segment k of the piece straight from the peers' send
- *      tensors into its own recv tensors (its own send read in the pass
- *      that adds the first peer's, hvd__reduce_pair) and finishes it
- *      (average, postscale); with several nodes the segment is
- *      allreduced over cross_comm first;
- *   2. (barrier) each rank copies the piece's other segments from the recv
- *      tensors of the ranks that summed them, while those bytes are still
- *      in a cache;
- *   and a last barrier: nobody reads this rank's tensors any more, they
- *   are the caller's again.
- * One barrier per piece suffices: after barrier p a rank writes only
- * segments of piece p that no peer reads after it, and piece p + 1's sums
- * write only the summing rank's own segment. Each rank reads its data and
- * the peers' once and writes its result once, with no copy in or out. An
- * element is summed in shm_reduce_piece's order (the summing rank's value,
- * then the peers' by rank), but the summing rank follows the group's
- * pieces, not each tensor's: bit-identical at 2 ranks, floating-point
- * sums may differ in the last bit at 3 or more.
+ *   then for each piece, with no barrier between pieces:
+ *   1. rank k folds segment k of the piece straight from every local
+ *      rank's send tensor, in rank order, into its own recv tensor (64 KiB
+ *      at a time, while in cache); with several nodes the segment is
+ *      then allreduced over cross_comm, in node order;
+ *   2. rank k finishes it (average, postscale) and writes it into every
+ *      peer's recv tensor (the peers' arenas are mapped read-write);
+ *   and a last barrier: every result is written, nobody reads this rank's
+ *   tensors any more, they are the caller's again.
+ * Each rank reads its segment of every send once and writes each result
+ * byte once, with no copy in or out. Which rank folds an element follows
+ * the group's pieces, but the fold's order does not: the bits are the
+ * same whatever the fusion.
  * Groups below one piece, prescaled, compressed, or with a joined rank's
  * stub take the slots, as do all groups when zc is off. */
 
@@ -695,15 +621,15 @@ typedef struct zc_cursor {
   int64_t start; /* its first element in the virtual buffer */
 } zc_cursor_t;
 
-/* n elements of tensor i from byte `at`: this rank's send plus every
- * peer's, into this rank's recv. */
+/* n elements of tensor i from byte `at`: every local rank's send folded
+ * in rank order (this rank's read where it is) into this rank's recv. */
 static void zc_sum(const mpi_state_t *s, hvd_request_t *r, int i, int64_t at,
                    int64_t n, hvd_dtype_t dtype, hvd_op_t op) {
-  const char *own = (const char *)r->send.data + at;
   for (int q = 0; q < s->nlocal; q++)
-    if (q != s->me)
-      shm_add_peer((char *)r->recv.data + at, &own,
-                   s->arena[q] + zc_table(s, q)[2 * i] + at, n, dtype, op);
+    s->srcs[q] = q == s->me ? (const char *)r->send.data + at
+                            : s->arena[q] + zc_table(s, q)[2 * i] + at;
+  hvd__reduce_ordered((char *)r->recv.data + at, s->srcs, s->nlocal, n, dtype,
+                      op);
 }
 
 /* Those n elements finished (average, postscale) and written into every
@@ -750,9 +676,9 @@ static hvd_result_t zc_range(mpi_state_t *s, const hvd__exec_env_t *env,
       }
     } else { /* the range's sums, allreduced across the nodes, then out */
       zc_sum(s, r, i, at, n, dtype, op);
-      HVD__MPI_CHECK(MPI_Allreduce(
-          MPI_IN_PLACE, (char *)r->recv.data + at, (int)n, /* < a piece */
-          mpi_dtype(d->dtype), mpi_op(s, d->dtype, d->op), env->cross_comm));
+      HVD__CHECK(hvd__ordered_allreduce(&s->ord, env->cross_comm, MPI_IN_PLACE,
+                                        (char *)r->recv.data + at, n, dtype,
+                                        op));
       zc_out(s, env, r, i, at, n, d);
     }
     a += n;
@@ -1081,7 +1007,8 @@ fail:
 }
 
 /* A fused group of reducescatters (w->n > 1, host tensors of one dtype,
- * op and scaling; any shapes) in one MPI_Reduce_scatter. The send buffer
+ * op and scaling; any shapes) in one ordered reduce-scatter (rank order,
+ * as one tensor's alone). The send buffer
  * holds block k of every member, in the group's order, for k = 0..P-1
  * (prescaled as they are packed); this rank's reduced blocks come back
  * after them, are finished (average, postscale) at once and copied out
@@ -1133,8 +1060,8 @@ static hvd_result_t reducescatter_fused(mpi_state_t *s,
       hvd__scale(at, from, n, dtype, d->prescale); /* a copy at 1.0 */
       at += (size_t)n * es;
     }
-  HVD__MPI_CHECK(MPI_Reduce_scatter(s->gather, got, s->counts, mpi_dtype(dtype),
-                                    mpi_op(s, dtype, d->op), env->comm));
+  HVD__CHECK(hvd__ordered_reduce_scatter(
+      &s->ord, env->comm, s->gather, s->counts, got, dtype, (hvd_op_t)d->op));
   hvd__reduce_finish(got, got, mine, dtype, (hvd_op_t)d->op, d->postscale,
                      env->size);
   for (int i = 0; i < w->n; i++) {
@@ -1177,9 +1104,8 @@ static hvd_result_t mpi_reducescatter(void *state, const hvd__exec_env_t *env,
     hvd__scale(scaled, src, n, dtype, d->prescale);
     src = scaled;
   }
-  HVD__MPI_CHECK(MPI_Reduce_scatter(src, r->recv.data, s->counts,
-                                    mpi_dtype(dtype), mpi_op(s, dtype, d->op),
-                                    env->comm));
+  HVD__CHECK(hvd__ordered_reduce_scatter(&s->ord, env->comm, src, s->counts,
+                                         r->recv.data, dtype, (hvd_op_t)d->op));
   hvd__reduce_finish(r->recv.data, r->recv.data, mine * row_elems, dtype,
                      (hvd_op_t)d->op, d->postscale, env->size);
 fail:

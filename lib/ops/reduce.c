@@ -268,6 +268,42 @@ void hvd__reduce_into(void *dst, const void *src, int64_t n, hvd_dtype_t dtype,
   }
 }
 
+/* Bytes per block of hvd__reduce_ordered: 16 KiB, in L1 beside a block of
+ * each source while the sources are folded into it. */
+#define ORDERED_BLOCK_BYTES 16384
+
+void hvd__reduce_ordered(void *dst, const void *const *src, int nsrc, int64_t n,
+                         hvd_dtype_t dtype, hvd_op_t op) {
+  size_t esize = hvd_dtype_size(dtype);
+  int alias = -1; /* the source that is dst */
+  for (int q = 0; q < nsrc; q++)
+    if (src[q] == dst)
+      alias = q;
+  if (nsrc == 1) {
+    if (alias < 0)
+      memmove(dst, src[0], (size_t)n * esize);
+    return;
+  }
+  _Alignas(64) char tmp[ORDERED_BLOCK_BYTES];
+  int64_t block = (int64_t)(sizeof tmp / esize);
+  for (int64_t at = 0; at < n; at += block) {
+    int64_t k = n - at < block ? n - at : block;
+    size_t off = (size_t)at * esize;
+    /* the fold goes into dst's block, or into tmp when dst is a source
+     * still to be read (not the first) */
+    char *acc = alias > 0 ? tmp : (char *)dst + off;
+    if (alias == 0)
+      hvd__reduce_into(acc, (const char *)src[1] + off, k, dtype, op);
+    else
+      hvd__reduce_pair(acc, (const char *)src[0] + off,
+                       (const char *)src[1] + off, k, dtype, op);
+    for (int q = 2; q < nsrc; q++)
+      hvd__reduce_into(acc, (const char *)src[q] + off, k, dtype, op);
+    if (acc == tmp)
+      memcpy((char *)dst + off, tmp, (size_t)k * esize);
+  }
+}
+
 void hvd__cast_to_wire(uint16_t *dst, const float *src, int64_t n,
                        hvd_dtype_t wire, double factor) {
   float f = (float)factor;

@@ -48,6 +48,15 @@ void hvd__reduce_into(void *dst, const void *src, int64_t n, hvd_dtype_t dtype,
 void hvd__reduce_pair(void *dst, const void *first, const void *src, int64_t n,
                       hvd_dtype_t dtype, hvd_op_t op);
 
+/* dst[i] = op(...op(op(src[0][i], src[1][i]), src[2][i])..., src[n-1][i]):
+ * the sources folded in their order, one rounding per step, the same bits
+ * as a loop over them on one process whatever n or the block a caller
+ * cuts. dst may be one of the sources (the same pointer, not a partial
+ * overlap): each block is read before it is written. nsrc >= 1. The
+ * deterministic reductions' kernel (ordered.c, mpi_ops.c). */
+void hvd__reduce_ordered(void *dst, const void *const *src, int nsrc, int64_t n,
+                         hvd_dtype_t dtype, hvd_op_t op);
+
 /* inout[i] = op(in[i], inout[i]) for f16/bf16, accumulating in float. */
 void hvd__reduce_half(const uint16_t *in, uint16_t *inout, int64_t n,
                       hvd_dtype_t dtype, hvd_op_t op);

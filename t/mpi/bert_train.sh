@@ -4,7 +4,10 @@
 #     of its last 5 steps is well below that of its first 5, at np 1 and 2;
 #  2. one global batch split over 1, 2 or 4 ranks (per-rank batch 8, 4, 2,
 #     or 2 x --accumulate 2 on 2 ranks) gives the same loss at every step
-#     of 20 (1e-4 relative), and a second run repeats the first bit for bit;
+#     of 20 (1e-4 relative), and a second run repeats the first bit for bit,
+#     at np 2, 3 and 4, the second np 3 and np 4 runs fused differently
+#     (4 KiB pieces and a 5 ms cycle; no fusion): the reductions fold in
+#     rank order, whatever the fusion;
 #     float16 and bfloat16 gradients on the wire stay within 1e-3 of it (and
 #     are not bit-identical: the compression took effect); --no-sync runs;
 #     --dense-embeddings (the word embeddings reduced whole) matches the
@@ -92,7 +95,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..33"
+echo "1..35"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 1 2; do
@@ -142,6 +145,31 @@ if [ -n "`losses_of ws2`" ] && [ "`losses_of ws2`" = "`losses_of ws2again`" ]; t
 else
   fail "same seed and world size: the same losses bit for bit"
   diff "$tmp/ws2.json" "$tmp/ws2again.json" | sed 's/^/#   /'
+fi
+# np 3 and 4: a sum of 3 or more floats depends on its order, and the
+# fusion (timing, pieces) changes which rank sums which element
+train ws3 3 $common --batch-size 3 &&
+  (HVD_CHUNK_SIZE=4096 HVD_CYCLE_TIME=5 &&
+    export HVD_CHUNK_SIZE HVD_CYCLE_TIME &&
+    train ws3again 3 $common --batch-size 3) &&
+  (HVD_FUSION_THRESHOLD=0 && export HVD_FUSION_THRESHOLD &&
+    train ws4again 4 $common --batch-size 2)
+rc=$?
+if [ $rc = 0 ] && [ -n "`losses_of ws3`" ] &&
+  [ "`losses_of ws3`" = "`losses_of ws3again`" ] &&
+  [ "`losses_of ws4`" = "`losses_of ws4again`" ]; then
+  pass "np 3 and 4, fused differently: the same losses bit for bit"
+else
+  fail "np 3 and 4, fused differently: the same losses bit for bit (status $rc)"
+  diff "$tmp/ws3.json" "$tmp/ws3again.json" | sed 's/^/#   /'
+  diff "$tmp/ws4.json" "$tmp/ws4again.json" | sed 's/^/#   /'
+fi
+steps=`for r in ws3 ws3again ws4 ws4again; do losses_of $r | wc -l; done |
+  tr -d ' ' | tr '\n' ' '`
+if [ "$steps" = "20 20 20 20 " ]; then
+  pass "np 3 and 4: each run logged its 20 losses"
+else
+  fail "np 3 and 4: each run logged its 20 losses (got $steps)"
 fi
 
 # the word embeddings' gradient whole (--dense-embeddings) against the

@@ -25,6 +25,10 @@
 ##  process_sets collectives on disjoint and overlapping subsets beside the
 ##               world's, outsiders, mismatches named by world ranks,
 ##               destroy in flight, shutdown with sets
+##  reproducible every host allreduce and reducescatter folds each element
+##               in rank order (per node, then node order, for 2 nodes),
+##               bit for bit, however the bursts are fused: slots, zero
+##               copy, no fusion, MPI, hierarchical, autotune
 ##  fused_gather_scatter host allgathers fused into one MPI_Allgatherv,
 ##               reducescatters into one MPI_Reduce_scatter: dtypes, shapes,
 ##               rows, ops and scaling mixed; new, cached and mixed; grouped
@@ -32,7 +36,7 @@
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
 	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy \
 	t/mpi/objects t/mpi/grouped t/mpi/process_sets \
-	t/mpi/fused_gather_scatter
+	t/mpi/fused_gather_scatter t/mpi/reproducible
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -51,7 +55,9 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/process_sets.np1 t/mpi/process_sets.np2 \
 	t/mpi/process_sets.np3 t/mpi/process_sets.np4 \
 	t/mpi/fused_gather_scatter.np1 t/mpi/fused_gather_scatter.np2 \
-	t/mpi/fused_gather_scatter.np3 t/mpi/fused_gather_scatter.np4
+	t/mpi/fused_gather_scatter.np3 t/mpi/fused_gather_scatter.np4 \
+	t/mpi/reproducible.np1 t/mpi/reproducible.np2 \
+	t/mpi/reproducible.np3 t/mpi/reproducible.np4
 
 ## Errors and the lifecycle:
 ##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks

@@ -1,0 +1,55 @@
+/*
+ * ordered.h - reductions over MPI in which every element is folded over
+ * the ranks in rank order, 0 to P-1, one rounding per step: the bits a
+ * loop over the ranks' values gives on one process, whatever the count,
+ * the fusion around it or MPI's choice of algorithm. MPI_Allreduce and
+ * MPI_Reduce_scatter promise no order (Open MPI's change with the count),
+ * so the host executor reduces only through these.
+ *
+ * A reduce-scatter is one exchange (MPI_Ialltoallv: block k of every rank
+ * to rank k, the bytes a ring moves) and a fold of the P blocks received,
+ * in rank order, by their owner; an allreduce adds an allgather of the
+ * owners' blocks, or is one allgather and a fold everywhere when the data
+ * is small. Each MPI call is nonblocking and waited for by hvd__mpi_wait,
+ * so a rank waiting for its peers gives its core back.
+ */
+#ifndef HVD_OPS_ORDERED_H
+#define HVD_OPS_ORDERED_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* Scratch kept across calls: the received blocks and the count vectors.
+ * Starts zeroed; hvd__ordered_free releases it. */
+typedef struct hvd__ordered {
+  char *buf;
+  size_t cap;
+  int *ints; /* four vectors of `nints` */
+  int nints;
+  const void **srcs;
+} hvd__ordered_t;
+
+void hvd__ordered_free(hvd__ordered_t *o);
+
+/* The MPI datatype that moves one element of dtype (float16 and bfloat16
+ * as 16-bit words: nothing reduces them inside MPI). */
+MPI_Datatype hvd__mpi_dtype(hvd_dtype_t dtype);
+
+/* recv = op over comm's ranks, in rank order, of each rank's n elements
+ * at send (MPI_IN_PLACE: at recv). No scaling: the caller's. */
+hvd_result_t hvd__ordered_allreduce(hvd__ordered_t *o, MPI_Comm comm,
+                                    const void *send, void *recv, int64_t n,
+                                    hvd_dtype_t dtype, hvd_op_t op);
+
+/* send holds P blocks end to end, counts[k] elements for rank k (the same
+ * counts on every rank); recv (counts[rank] elements, not overlapping
+ * send) = op over the ranks, in rank order, of their block `rank`. */
+hvd_result_t hvd__ordered_reduce_scatter(hvd__ordered_t *o, MPI_Comm comm,
+                                         const void *send, const int *counts,
+                                         void *recv, hvd_dtype_t dtype,
+                                         hvd_op_t op);
+
+#endif /* HVD_OPS_ORDERED_H */
