@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/end_record.h"
+
 static _Thread_local char last_error[HVD__ERRMSG_MAX];
 
 const char *hvd_strerror(hvd_result_t rc) {
@@ -69,6 +71,7 @@ void hvd__fatal_set(hvd_result_t rc, const char *reason) {
   if (fatal_rc == HVD_SUCCESS && rc != HVD_SUCCESS) {
     fatal_rc = rc;
     snprintf(fatal_reason, sizeof fatal_reason, "%s", reason);
+    hvd__end_record_error(fatal_reason); /* for hvdrun, should it die */
   }
   pthread_mutex_unlock(&fatal_mu);
 }

@@ -96,6 +96,10 @@
   X(HVD_START_FILE, "(unset)", start_file, PATH, 0, 0, 0,                      \
     "a file rank 0 creates once every rank has passed hvd_init (set by "       \
     "hvdrun --start-timeout, which waits for it)")                             \
+  X(HVD_END_DIR, "(unset)", end_dir, PATH, 0, 0, 0,                            \
+    "a directory where each rank keeps rank.R, its own account of how it "     \
+    "ended (exit status, signal, hvd's fatal error); set by hvdrun, which "    \
+    "reads them to say which rank failed (lib/base/end_record.h)")             \
   X(HVD_NCCL_TIMEOUT, "300", nccl_timeout_s, DOUBLE, 300, 0, 1e9,              \
     "seconds a device collective (and NCCL's init, first-use "                 \
     "connections and finalize) may wait for NCCL before the "                  \

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "base/device.h"
+#include "base/end_record.h"
 #include "base/errors.h"
 #include "base/log.h"
 #include "base/settings.h"
@@ -516,6 +517,7 @@ static void at_exit(void) {
                 NULL);
     else if (rank != 0) /* rank 0 says it and aborts; this is a fallback */
       nanosleep(&(struct timespec){5, 0}, NULL);
+    hvd__end_record_abort((int)why);
     if (!all || rank == 0)
       HVD__LOG(HVD__LOG_ERROR,
                "ending the job with MPI_Abort(%d) at exit, not "
@@ -554,6 +556,7 @@ hvd_result_t hvd_init(void) {
     if (!g.atexit_registered && atexit(at_exit) == 0)
       g.atexit_registered = 1;
   }
+  hvd__end_record_init(); /* after at_exit: its record comes first */
   rc = init_locked(MPI_COMM_WORLD);
 done:
   pthread_mutex_unlock(&g.mu);
