@@ -1,16 +1,20 @@
 /*
- * die.c - the program rank_death.sh runs on 3 ranks: every rank loops on
- * allreduces; after 5 of them rank 1 dies, by SIGKILL ("kill") or by
- * exit(3) ("exit", which runs hvd's exit handler, so hvd shuts down and the
- * other ranks' allreduce fails with HVD_ERR_SHUTDOWN). A rank whose
- * allreduce fails prints hvd_last_error() on stderr and exits 1.
+ * die.c - the program of rank_death.sh (3 ranks) and hvdrun_blame.sh (4):
+ * every rank loops on allreduces; after 5 of them rank VICTIM (default 1)
+ * dies, by SIGKILL ("kill"), by a segmentation fault ("segv": a store
+ * through a null pointer) or by exit(3) ("exit", which runs hvd's exit
+ * handler, so hvd shuts down and the other ranks' allreduce fails with
+ * HVD_ERR_SHUTDOWN). A rank whose allreduce fails prints hvd_last_error()
+ * on stderr and exits 1 at once: it races the victim's own end, which is
+ * what hvdrun must see through.
  *
- * It never prints "rank N" itself: the test looks for hvd's and mpirun's
- * words naming rank 1.
+ * It never prints "rank N" itself: the tests look for hvd's, mpirun's and
+ * hvdrun's words naming the victim.
  *
- *   die kill|exit
+ *   die kill|segv|exit [VICTIM]
  */
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,13 +24,14 @@
 int main(int argc, char **argv) {
   float x[16], y[16];
   int64_t shape[1] = {16};
-  int kill_it;
+  const char *how = argc >= 2 ? argv[1] : "";
+  int victim = argc == 3 ? atoi(argv[2]) : 1;
 
-  if (argc != 2 || (strcmp(argv[1], "kill") && strcmp(argv[1], "exit"))) {
-    fprintf(stderr, "usage: die kill|exit\n");
+  if (argc < 2 || argc > 3 ||
+      (strcmp(how, "kill") && strcmp(how, "exit") && strcmp(how, "segv"))) {
+    fprintf(stderr, "usage: die kill|segv|exit [VICTIM]\n");
     return 2;
   }
-  kill_it = strcmp(argv[1], "kill") == 0;
   if (hvd_init() != HVD_SUCCESS) {
     fprintf(stderr, "die: hvd_init: %s\n", hvd_last_error());
     return 2;
@@ -38,11 +43,15 @@ int main(int argc, char **argv) {
   /* Bounded, so that a library that never notices ends by itself (the
    * test's timeout ends it sooner). */
   for (int step = 0; step < 1000000; step++) {
-    if (me == 1 && step == 5) {
+    if (me == victim && step == 5) {
       fprintf(stderr, "die[%d]: 5 allreduces done, now %s\n", me,
-              kill_it ? "SIGKILL" : "exit(3)");
-      if (kill_it)
+              how[0] == 'k'   ? "SIGKILL"
+              : how[0] == 's' ? "a segmentation fault"
+                              : "exit(3)");
+      if (how[0] == 'k')
         raise(SIGKILL);
+      if (how[0] == 's')
+        *(volatile int *)(uintptr_t)argc = 0; /* not mapped */
       exit(3);
     }
     for (int i = 0; i < 16; i++)

@@ -1,22 +1,28 @@
 /*
- * exit_code.c - the program of hvdrun.sh's failure summary: a plain MPI
- * program (no hvd) whose rank 1 exits with status 3 right after MPI_Init
- * while the others wait in a barrier that never completes, so that rank 1
- * is always the first to fail and mpirun stops the others.
+ * exit_code.c - the program of hvdrun.sh's failure summary: an hvd
+ * program whose rank 1 exits with status 3 right after hvd_init, while the
+ * others wait in hvd_barrier. Rank 1's exit shuts hvd down, so the others'
+ * barrier fails at once and they exit 1: two exits racing, of which hvdrun
+ * must name rank 1's (it was first), with its status.
  */
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-int main(int argc, char **argv) {
-  int rank;
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 1) {
+#include "hvd.h"
+
+int main(void) {
+  if (hvd_init() != HVD_SUCCESS) {
+    fprintf(stderr, "exit_code: hvd_init: %s\n", hvd_last_error());
+    return 2;
+  }
+  if (hvd_rank() == 1) {
     fprintf(stderr, "exit_code: rank 1 exits with status 3\n");
     exit(3);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  MPI_Finalize();
+  if (hvd_barrier() != HVD_SUCCESS) {
+    fprintf(stderr, "exit_code: rank %d: %s\n", hvd_rank(), hvd_last_error());
+    return 1;
+  }
+  hvd_shutdown();
   return 0;
 }

@@ -117,13 +117,15 @@ endif
 
 ## Programs that shell tests run (not tests themselves): a rank dying
 ## mid-job (rank_death.sh; libhvd alone), the stall inspector (stall.sh)
-## and the timeline (timeline.sh), the last two as users' programs; a plain
-## MPI program whose rank 1 exits 3 (hvdrun.sh's failure summary); the
+## and the timeline (timeline.sh), the last two as users' programs; an hvd
+## program whose rank 1 exits 3 (hvdrun.sh's failure summary); the
 ## checks of hvd across hosts that cluster.sh runs on its test cluster; a
 ## job whose last rank is stuck (straggler.sh).
 check_PROGRAMS += t/mpi/die t/mpi/stall_prog t/mpi/timeline_prog \
 	t/mpi/exit_code t/mpi/cluster_check t/mpi/straggler
 t_mpi_die_LDADD = $(HVD_PROG_LDADD)
+t_mpi_exit_code_CPPFLAGS = $(HVD_PROG_CPPFLAGS)
+t_mpi_exit_code_LDADD = $(HVD_PROG_LDADD)
 t_mpi_stall_prog_CPPFLAGS = $(HVD_PROG_CPPFLAGS)
 t_mpi_stall_prog_LDADD = $(HVD_PROG_LDADD)
 t_mpi_timeline_prog_CPPFLAGS = $(HVD_PROG_CPPFLAGS)
@@ -161,6 +163,8 @@ t_mpi_crash_rename_la_LDFLAGS = -module -avoid-version -shared \
 ##  elastic           hvdrun --max-restarts with bert_train --elastic: a
 ##                    rank killed mid-run, too many failures, --min-np,
 ##                    a program's own failure, a crash during a save
+##  hvdrun_blame      hvdrun names the failed rank of 4 from the ranks'
+##                    records: each rank by exit, SIGKILL and SIGSEGV
 ##  cluster           hvd on 2-3 hosts made of network namespaces
 ##                    (t/util/cluster.sh; root only, else skipped)
 TESTS_SH += t/mpi/rank_death.sh t/mpi/stall.sh t/mpi/timeline.sh \
@@ -169,5 +173,6 @@ TESTS_SH += t/mpi/rank_death.sh t/mpi/stall.sh t/mpi/timeline.sh \
 	t/mpi/bench.sh t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/hvdplot.sh \
 	t/mpi/bert_train.sh \
 	t/mpi/cifar_train.sh t/mpi/elastic.sh t/mpi/first.sh \
-	t/mpi/bert_sync_ratio.sh t/mpi/straggler.sh t/mpi/cluster.sh
+	t/mpi/bert_sync_ratio.sh t/mpi/straggler.sh t/mpi/hvdrun_blame.sh \
+	t/mpi/cluster.sh
 EXTRA_DIST += t/mpi/timeline_check.py

@@ -1,0 +1,85 @@
+#!/bin/sh
+# hvdrun_blame.sh - hvdrun names the rank that failed, from the ranks' own
+# records of their end (HVD_END_DIR, lib/base/end_record.h), not from
+# Open MPI's words. t/mpi/die on 4 ranks: each rank in turn is the victim,
+# HVD_BLAME_ROUNDS times (default 5) by exit(3) and by SIGKILL, once by a
+# segmentation fault. After an exit the other ranks' allreduces fail at
+# once and they exit 1 too: the race in which mpirun names whichever exit
+# it noticed first (the old awk parser of its messages named the wrong
+# rank 15 times in 20). Every run must end with exactly
+#   hvdrun: rank V (HOST) exited with status 3; ranks ... were stopped
+#   hvdrun: rank V (HOST) was killed by signal 9 (Killed); ...
+#   hvdrun: rank V (HOST) was killed by signal 11 (Segmentation fault); ...
+# and hvdrun's status must be the victim's (3, 137, 139). One check per
+# mode and victim; a failure shows the runs that went wrong. Then the
+# records' own lines.
+. "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
+die=$HVD_TOP_BUILDDIR/t/mpi/die
+hvdrun=$HVD_TOP_BUILDDIR/bin/hvdrun
+need_prog "$die"
+make_tmp hvdrun_blame
+rounds=${HVD_BLAME_ROUNDS:-5}
+host=$(hostname)
+HVD_RUN_NO_CMA=${HVD_RUN_NO_CMA-1}
+export HVD_RUN_NO_CMA
+HVD_MPIRUN_TEST_LIB=1 . "$HVD_MPIRUN_TEST"
+
+# others V: "ranks A, B, C were stopped" (every rank of 4 but V)
+others() {
+  echo "ranks $(for r in 0 1 2 3; do [ $r = $1 ] || printf '%s, ' $r; done |
+    sed 's/, $//') were stopped"
+}
+
+for mode in exit kill segv; do
+  case $mode in
+    exit) how="exited with status 3" want_rc=3 times=$rounds ;;
+    kill) how="was killed by signal 9 (Killed)" want_rc=137 times=$rounds ;;
+    segv) how="was killed by signal 11 (Segmentation fault)" want_rc=139 times=1 ;;
+  esac
+  for v in 0 1 2 3; do
+    want="hvdrun: rank $v ($host) $how; $(others $v)"
+    bad=0
+    : >"$tmp/bad"
+    i=0
+    while [ $i -lt $times ]; do
+      i=$((i + 1))
+      hvd_mpirun 0 "$hvdrun" -np 4 "$die" $mode $v >"$tmp/out" 2>&1
+      rc=$?
+      last=$(grep '^hvdrun:' "$tmp/out" | tail -n 1)
+      if [ $rc != $want_rc ] || [ "$last" != "$want" ]; then
+        bad=$((bad + 1))
+        echo "run $i: status $rc, '$last'" >>"$tmp/bad"
+      fi
+    done
+    check $bad "rank $v by $mode, $times runs: hvdrun names it, exit $want_rc ($bad wrong)" ||
+      { echo "#   wanted: '$want'"; show "$tmp/bad" "the wrong runs"; }
+  done
+done
+# The records themselves (lib/base/end_record.h), written by t/mpi/die on 3
+# ranks under mpirun with HVD_END_DIR: the victim's says it exited 3, with
+# its rank, host, pid and time; each other rank's says it ended by itself
+# (exit 1 after the shutdown error) or was being stopped by the launcher.
+mkdir "$tmp/ends"
+HVD_END_DIR=$tmp/ends
+export HVD_END_DIR
+hvd_mpirun 3 "$die" exit 1 >"$tmp/out" 2>&1
+unset HVD_END_DIR
+rec1=$(tr '\n' ' ' <"$tmp/ends/rank.1" 2>/dev/null)
+printf '%s\n' "$rec1" |
+  grep -Eqx "rank 1 host $host pid [0-9]+ state exited status 3 time [0-9]+\.[0-9]{6} "
+check $? "rank 1's record: rank, host, pid, exited, status 3, time" ||
+  echo "#   got: '$rec1'"
+good=0
+for r in 0 2; do
+  rec=$(tr '\n' ' ' <"$tmp/ends/rank.$r" 2>/dev/null)
+  case $rec in
+    "rank $r host $host pid "*" state exited status 1 time "* | \
+      "rank $r host $host pid "*" state signal signal 15 by launcher time "* | \
+      "rank $r host $host pid "*" state stopping signal 18 by launcher ") ;;
+    *) good=1; echo "#   rank $r: '$rec'" ;;
+  esac
+done
+check $good "ranks 0 and 2's records: exited 1, or stopped by the launcher"
+
+echo "1..$n"
+exit $failed
