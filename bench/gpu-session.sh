@@ -15,7 +15,8 @@
 #              --work, ./configure --with-cuda (and --with-nccl where NCCL
 #              is found: the toolkit, or python3's nvidia-nccl wheel),
 #              make -jN; kept for later calls while the machine is warm
-#   gpu-tests  make check of the GPU tests (t/gpu/*)
+#   gpu-tests  make check of the GPU tests (t/gpu/*), share.sh among them:
+#              NCCL between 2-4 ranks on the one GPU (HVD_GPU_SHARE=1)
 #   bench      hvd-bench-kernels gpu-pack, list --device gpu and staged on
 #              bert-base (text and --json)
 #   bert       examples/bert_train --device gpu, presets mini and base,
@@ -274,7 +275,7 @@ want build && need_build
 # ---- gpu-tests -----------------------------------------------------------------
 # every test of t/gpu (t/gpu/local.mk), and t/unit/optim.t, whose device
 # branch needs a GPU
-gpu_tests="t/gpu/kernels.t t/gpu/binding.sh t/gpu/collectives.np1 t/gpu/collectives.np2 t/gpu/collectives.np4 t/gpu/optim.np1 t/gpu/optim.np2 t/gpu/optim.np4 t/gpu/bert_layers.t t/gpu/bert_device.sh t/gpu/cnn.np1 t/gpu/cnn.np2 t/gpu/cifar_device.sh t/gpu/bench.sh t/unit/optim.t"
+gpu_tests="t/gpu/kernels.t t/gpu/binding.sh t/gpu/share.sh t/gpu/collectives.np1 t/gpu/collectives.np2 t/gpu/collectives.np4 t/gpu/optim.np1 t/gpu/optim.np2 t/gpu/optim.np4 t/gpu/bert_layers.t t/gpu/bert_device.sh t/gpu/cnn.np1 t/gpu/cnn.np2 t/gpu/cifar_device.sh t/gpu/bench.sh t/unit/optim.t"
 # summarize LOG: the harness's counts and what did not pass
 summarize() {
   grep -E '^# (TOTAL|PASS|SKIP|XFAIL|FAIL|XPASS|ERROR):' "$1" | tail -7 >>"$summary"

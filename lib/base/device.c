@@ -12,9 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/device.h"
 #include "base/errors.h"
+#include "base/settings.h"
 
 #ifdef HVD_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -194,7 +196,22 @@ fail:
 /* Every local rank's bus id is gathered, so that all local ranks see the
  * same problem and fail with the same message; then all ranks agree on
  * whether some node failed, so that no rank goes on alone. */
-hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind) {
+/* HVD_GPU_SHARE: each rank a host of its own in NCCL's eyes (its host hash
+ * comes from NCCL_HOSTID), so that NCCL does not refuse two ranks on one
+ * GPU ("Duplicate GPU detected") and connects them over its network
+ * transport; InfiniBand off, as a loopback through one HCA to one GPU is
+ * not what this mode tests. Set before any NCCL call (hvd_init binds
+ * before the executors open), and only what the user left unset. */
+static void share_gpu(int rank) {
+  char host[HVD__HOSTNAME_MAX] = "localhost", id[HVD__HOSTNAME_MAX + 32];
+  gethostname(host, sizeof host - 1);
+  snprintf(id, sizeof id, "%s-hvd-rank%d", host, rank);
+  setenv("NCCL_HOSTID", id, 0);
+  setenv("NCCL_IB_DISABLE", "1", 0);
+}
+
+hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind,
+                            int share) {
   hvd_result_t rc = HVD_SUCCESS;
   char mine[BUSID_MAX] = "", *all = NULL;
   int rank, local_rank, local_size, dev, failed;
@@ -219,12 +236,13 @@ hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind) {
                           i, id + 1);
       break;
     }
-    for (int j = 0; id[0] != '\0' && j < i; j++)
+    for (int j = 0; id[0] != '\0' && !share && j < i; j++)
       if (strcmp(all + (size_t)j * BUSID_MAX, id) == 0) {
         rc = hvd__set_error(HVD_ERR_CUDA,
                             "hvd_init: local ranks %d and %d are both bound "
                             "to GPU %.*s; give each rank its own GPU "
-                            "(HVD_NO_BIND=1 leaves binding to you)",
+                            "(HVD_NO_BIND=1 leaves binding to you; "
+                            "HVD_GPU_SHARE=1 allows it, for tests)",
                             j, i, (int)strcspn(id, " "), id);
         break;
       }
@@ -237,6 +255,8 @@ hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind) {
                         "hvd_init: binding ranks to GPUs failed on rank %d "
                         "(its hvd_last_error says why)",
                         failed - 1);
+  if (rc == HVD_SUCCESS && share)
+    share_gpu(rank);
   if (rc == HVD_SUCCESS) {
     atomic_store(&bound_device, dev);
     /* HVD_NO_BIND=1: the device the caller made current before hvd_init */
@@ -254,10 +274,12 @@ fail:
 
 #else /* !HVD_HAVE_CUDA */
 
-hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind) {
+hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind,
+                            int share) {
   (void)comm;
   (void)local_comm;
   (void)no_bind;
+  (void)share;
   atomic_store(&bound_device, -1);
   atomic_store(&home_device, -1);
   return HVD_SUCCESS;

@@ -23,10 +23,14 @@ int hvd__cuda_device_count(void);
  * visible, and unless no_bind (HVD_NO_BIND=1): makes device local_rank % count
  * the calling thread's current device, then fails (HVD_ERR_CUDA, on every rank)
  * when two ranks of local_comm are on the same GPU or a rank could not bind.
- * Without CUDA or a GPU: nothing. */
+ * With share (HVD_GPU_SHARE=1) ranks may share a GPU, and NCCL is told they
+ * are on separate hosts (NCCL_HOSTID per rank, NCCL_IB_DISABLE=1, each only
+ * when unset), which makes it connect them over sockets: slow, but real
+ * NCCL between ranks on one GPU. Without CUDA or a GPU: nothing. */
 #ifndef __CUDACC__ /* nvcc's include path has no mpi.h */
 #include <mpi.h>
-hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind);
+hvd_result_t hvd__cuda_bind(MPI_Comm comm, MPI_Comm local_comm, int no_bind,
+                            int share);
 #endif
 
 /* The device hvd__cuda_bind bound this process to, or -1. */

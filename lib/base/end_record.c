@@ -20,10 +20,10 @@
 #define PATH_CAP 1024
 
 static struct {
-  int on;              /* HVD_END_DIR set and a rank known */
-  char path[PATH_CAP]; /* DIR/rank.R */
-  char head[512];      /* "rank R\nhost H\npid P\n" */
-  char error[1024];         /* "error ...\n" or "" */
+  int on;                      /* HVD_END_DIR set and a rank known */
+  char path[PATH_CAP];         /* DIR/rank.R */
+  char head[512];              /* "rank R\nhost H\npid P\n" */
+  char error[1024];            /* "error ...\n" or "" */
   volatile sig_atomic_t ended; /* the state has left running */
   char when[32];               /* "time S.U\n" of that moment */
   int hooked;                  /* hvd__end_record_init's on_exit */
@@ -50,7 +50,8 @@ static void put(text_t *t, const char *s) {
 static void put_num(text_t *t, long long v) {
   char d[24];
   int k = 0;
-  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  unsigned long long u =
+      v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
   do {
     d[k++] = (char)('0' + u % 10);
     u /= 10;

@@ -25,11 +25,11 @@
  * handler before MPI_Abort. "stopping" is the launcher's SIGCONT, which
  * Open MPI sends a second before its SIGTERM: the SIGKILL that follows
  * as soon as any rank has died of the SIGTERM may cut the others short,
- * and the SIGCONT record says they were being stopped. A SIGKILL leaves "running": that absence of
- * an end is what the launcher reads as a kill (or a lost host). The
- * writes are async-signal-safe: no stdio, no allocation. A process whose
- * rank.R belongs to another live process (a child a rank started, which
- * inherits the rank and HVD_END_DIR) keeps no record.
+ * and the SIGCONT record says they were being stopped. A SIGKILL leaves
+ * "running": that absence of an end is what the launcher reads as a kill (or a
+ * lost host). The writes are async-signal-safe: no stdio, no allocation. A
+ * process whose rank.R belongs to another live process (a child a rank started,
+ * which inherits the rank and HVD_END_DIR) keeps no record.
  */
 #ifndef HVD_BASE_END_RECORD_H
 #define HVD_BASE_END_RECORD_H

@@ -85,6 +85,12 @@
     "1: hvd_init leaves the CUDA device alone; 0: it binds each rank to "      \
     "GPU local_rank % device count and fails if two local ranks share a "      \
     "GPU")                                                                     \
+  X(HVD_GPU_SHARE, "0", gpu_share, BOOL, 0, 0, 1,                              \
+    "1: local ranks may share a GPU (for tests and one-GPU development: "      \
+    "correctness, not speed): binding does not refuse it, and each rank "      \
+    "gets NCCL_HOSTID=<host>-hvd-rank<R> (unless NCCL_HOSTID is set) and "     \
+    "NCCL_IB_DISABLE=1 (unless set), so that NCCL takes the ranks for "        \
+    "separate hosts and talks over its socket transport")                      \
   X(HVD_GPU_OPERATIONS, "nccl", gpu_ops, GPUOPS, 0, 0, 0,                      \
     "device tensors: nccl (NCCL on hvd's own stream) or mpi (MPI "             \
     "through pinned host buffers, so several ranks may share a GPU); "         \

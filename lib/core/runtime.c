@@ -421,7 +421,8 @@ static hvd_result_t init_locked(MPI_Comm comm) {
   HVD__MPI_CHECK(MPI_Comm_dup(g.comm, &g.ctl));
   HVD__MPI_CHECK(
       MPI_Allreduce(&g.rank, &g.node, 1, MPI_INT, MPI_MIN, g.local_comm));
-  HVD__CHECK(hvd__cuda_bind(g.comm, g.local_comm, g.settings.no_bind));
+  HVD__CHECK(hvd__cuda_bind(g.comm, g.local_comm, g.settings.no_bind,
+                            g.settings.gpu_share));
   hvd__exec_env_t env = {.comm = g.comm,
                          .rank = g.rank,
                          .size = g.size,

@@ -13,6 +13,12 @@
  *                    GPU (HVD_NO_BIND=1 leaves binding to you)"
  *   binding nobind   (HVD_NO_BIND=1) hvd_init works, hvd_cuda_device is
  *                    -1, and an allreduce works
+ *   binding share    (HVD_GPU_SHARE=1, one GPU) hvd_init works, every
+ *                    rank on device 0, NCCL_HOSTID is "<host>-hvd-rank<R>"
+ *                    (or the user's, kept) and NCCL_IB_DISABLE 1; a device
+ *                    allreduce over NCCL is exact, or, when every rank was
+ *                    given the same NCCL_HOSTID, fails with HVD_ERR_NCCL
+ *                    and NCCL's "Duplicate GPU detected"
  *
  * In a build without CUDA, count prints 0 and the other cases skip.
  */
@@ -20,7 +26,9 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hvd.h"
 #include "tap.h"
@@ -94,7 +102,8 @@ static void case_shared(void) {
   bus_id(id, sizeof id);
   snprintf(want, sizeof want,
            "hvd_init: local ranks 0 and 1 are both bound to GPU %s; give "
-           "each rank its own GPU (HVD_NO_BIND=1 leaves binding to you)",
+           "each rank its own GPU (HVD_NO_BIND=1 leaves binding to you; "
+           "HVD_GPU_SHARE=1 allows it, for tests)",
            id);
   hvd_result_t rc = hvd_init();
   is_int(HVD_ERR_CUDA, rc, "hvd_init fails with HVD_ERR_CUDA");
@@ -110,6 +119,69 @@ static void case_nobind(void) {
     bail("hvd_init: %s", hvd_last_error());
   is_int(-1, hvd_cuda_device(), "hvd_cuda_device is -1: nothing bound");
   allreduce_works();
+  is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+}
+
+/* A device allreduce of 4 floats, rank r giving r + i: its result, with
+ * its values checked when it succeeds. */
+static hvd_result_t device_allreduce(int *right) {
+  float h[4], got[4] = {0};
+  int64_t four = 4;
+  float *d = NULL;
+  int size = tap_size();
+  for (int i = 0; i < 4; i++)
+    h[i] = (float)(tap_rank() + i);
+  *right = 0;
+  if (cudaMalloc((void **)&d, sizeof h) != cudaSuccess ||
+      cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice) != cudaSuccess)
+    bail("cudaMalloc/cudaMemcpy of the device tensor failed");
+  hvd_tensor_t t = hvd_tensor_make(d, HVD_FLOAT32, 1, &four);
+  t.device = hvd_cuda_device();
+  hvd_result_t rc = hvd_allreduce("dev", &t, &t, HVD_SUM, 1.0, 1.0);
+  if (rc == HVD_SUCCESS &&
+      cudaMemcpy(got, d, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess) {
+    *right = 1;
+    for (int i = 0; i < 4; i++)
+      *right &= got[i] == (float)(size * (size - 1) / 2 + size * i);
+  }
+  cudaFree(d);
+  return rc;
+}
+
+static void case_share(void) {
+  const char *user = getenv("NCCL_HOSTID");
+  char host[256] = "localhost", want[320];
+  gethostname(host, sizeof host - 1);
+  if (user != NULL)
+    snprintf(want, sizeof want, "%s", user);
+  else
+    snprintf(want, sizeof want, "%s-hvd-rank%d", host, tap_rank());
+  hvd_result_t rc = hvd_init();
+  tap_note("%s", hvd_last_error());
+  if (!is_int(HVD_SUCCESS, rc, "hvd_init works with HVD_GPU_SHARE=1"))
+    bail("hvd_init: %s", hvd_last_error());
+  is_int(0, hvd_cuda_device(), "every rank is on device 0");
+  const char *id = getenv("NCCL_HOSTID"), *ib = getenv("NCCL_IB_DISABLE");
+  is_string(want, id ? id : "(unset)",
+            user ? "the user's NCCL_HOSTID is kept"
+                 : "NCCL_HOSTID is <host>-hvd-rank<rank>");
+  is_string("1", ib ? ib : "(unset)", "NCCL_IB_DISABLE is 1");
+  if (!hvd_nccl_built()) {
+    skip(2, "this build has no NCCL");
+  } else if (user == NULL) {
+    int right = 0;
+    rc = device_allreduce(&right);
+    tap_note("%s", hvd_last_error());
+    is_int(HVD_SUCCESS, rc, "a device allreduce over NCCL between the ranks");
+    ok(right, "and its sums are exact");
+  } else {
+    int right = 0;
+    rc = device_allreduce(&right);
+    is_int(HVD_ERR_NCCL, rc,
+           "one NCCL_HOSTID for all: the device allreduce fails");
+    ok(strstr(hvd_last_error(), "Duplicate GPU detected") != NULL,
+       "with NCCL's 'Duplicate GPU detected' (%s)", hvd_last_error());
+  }
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
 }
 
@@ -133,8 +205,10 @@ int main(int argc, char **argv) {
     case_shared();
   else if (strcmp(mode, "nobind") == 0)
     case_nobind();
+  else if (strcmp(mode, "share") == 0)
+    case_share();
   else
-    bail("usage: binding count|bind|shared|nobind (not '%s')", mode);
+    bail("usage: binding count|bind|shared|nobind|share (not '%s')", mode);
 #else
   bail("no CUDA, yet %d devices", count);
 #endif

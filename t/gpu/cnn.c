@@ -292,7 +292,7 @@ int main(int argc, char **argv) {
   int count = 0;
   /* a GPU each when there are enough, else all on the first */
   dev = gpu_mpi_begin(&argc, &argv, &rank, &size, &count);
-  if (size > 1 && count < size) /* NCCL refuses two ranks on one GPU */
+  if (!gpu_nccl_fits(size, count)) /* NCCL refuses two ranks on one GPU */
     setenv("HVD_GPU_OPERATIONS", "mpi", 1);
   hvd_result_t rc = hvd_init();
   if (!is_int(HVD_SUCCESS, rc, "hvd_init"))

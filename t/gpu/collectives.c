@@ -619,20 +619,10 @@ static void test_join(void) {
 /* A process set of the even ranks: an allreduce of a device tensor in it
  * (its own engine and device executors) beside the same name in the
  * world. Exact sums; the odd ranks hold the set's check vacuously. */
-/* The host stand-in's NCCL makes communicators of the whole world only:
- * its own symbols are there only in its programs. */
-extern int standin_stream_device(cudaStream_t s, const char *who)
-    __attribute__((weak));
-
 static void test_process_set(void) {
   int evens[8] = {0}, n = 0;
   for (int r = 0; r < size && n < 8; r += 2)
     evens[n++] = r;
-  if (n < size && standin_stream_device != NULL &&
-      strcmp(pass_name, "nccl") == 0) {
-    skip(3, "nccl: the stand-in's NCCL has no communicators of a subset");
-    return;
-  }
   hvd_process_set_t *ps = NULL;
   hvd_result_t rc = hvd_process_set_create(evens, n, &ps);
   is_int(HVD_SUCCESS, rc, "%s: process set of the even ranks", pass_name);
@@ -710,10 +700,10 @@ int main(int argc, char **argv) {
   dev = gpu_mpi_begin(&argc, &argv, &rank, &size, &count);
   if (!hvd_nccl_built())
     skip(1, "nccl: this build has no NCCL");
-  else if (size > 1 && count < size)
+  else if (!gpu_nccl_fits(size, count))
     skip(1,
-         "nccl at np %d needs %d GPUs (NCCL refuses two ranks on one); "
-         "%d visible",
+         "nccl at np %d needs %d GPUs (NCCL refuses two ranks on one "
+         "without HVD_GPU_SHARE=1); %d visible",
          size, size, count);
   else
     run_pass("nccl");

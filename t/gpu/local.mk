@@ -15,9 +15,8 @@
 ##               executor (NCCL at np 1, and at np N with N GPUs;
 ##               host-staged MPI at every np, ranks sharing a GPU) against
 ##               exact host expectations, and a process set's device
-##               allreduce beside the world's (NCCL subsets only on a GPU:
-##               the stand-in's NCCL knows the whole world only); -static:
-##               it calls hvd__allreduce_wire_async (compression)
+##               allreduce beside the world's (a subset communicator);
+##               -static: it calls hvd__allreduce_wire_async (compression)
 ##  optim        the optimizer stack on device parameters (lib/optim)
 ##               against the same on host parameters: plain optimizers,
 ##               then per device executor the distributed optimizer,
@@ -42,7 +41,10 @@ check_PROGRAMS += t/gpu/kernels t/gpu/binding t/gpu/collectives t/gpu/optim
 UNIT_TESTS += t/gpu/kernels.t
 NP_TESTS += t/gpu/collectives.np1 t/gpu/collectives.np2 \
 	t/gpu/collectives.np4 t/gpu/optim.np1 t/gpu/optim.np2 t/gpu/optim.np4
-TESTS_SH += t/gpu/binding.sh t/gpu/bench.sh t/gpu/bert_device.sh
+## share.sh: the multi-rank programs with every rank on one GPU and
+## HVD_GPU_SHARE=1, their NCCL pass included (NCCL over sockets).
+TESTS_SH += t/gpu/binding.sh t/gpu/bench.sh t/gpu/bert_device.sh \
+	t/gpu/share.sh
 
 GPU_TEST_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CPPFLAGS)
 t_gpu_kernels_CPPFLAGS = $(GPU_TEST_CPPFLAGS)

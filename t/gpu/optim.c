@@ -915,7 +915,7 @@ int main(int argc, char **argv) {
   test_refusals();
   if (!hvd_nccl_built())
     skip(1, "nccl: this build has no NCCL");
-  else if (size > 1 && count < size)
+  else if (!gpu_nccl_fits(size, count))
     skip(1,
          "nccl at np %d needs %d GPUs (NCCL refuses two ranks on one); "
          "%d visible",

@@ -42,7 +42,8 @@ NP_TESTS += t/standin/collectives.np1 t/standin/collectives.np2 \
 	t/standin/collectives.np3 t/standin/collectives.np4
 NP_TESTS += t/standin/optim.np1 t/standin/optim.np2 t/standin/optim.np3 \
 	t/standin/optim.np4
-TESTS_SH += t/standin/binding.sh
+## share.sh: t/gpu/share.sh on the stand-in's one GPU.
+TESTS_SH += t/standin/binding.sh t/standin/share.sh
 t_standin_kernels_SOURCES = t/gpu/kernels.c
 t_standin_kernels_CPPFLAGS = $(STANDIN_CPPFLAGS)
 t_standin_kernels_LDADD = $(STANDIN_LDADD)

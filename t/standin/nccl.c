@@ -1,11 +1,15 @@
 /*
- * nccl.c - the host stand-in for NCCL (standin.h): communicators of all of
- * MPI_COMM_WORLD in rank order, blocking or non-blocking, whose
+ * nccl.c - the host stand-in for NCCL (standin.h): communicators of any
+ * ranks of MPI_COMM_WORLD in any order, blocking or non-blocking, whose
  * collectives move host bytes ("device memory" of the stand-in's cudart.c)
  * with MPI point-to-point messages on MPI_COMM_WORLD, under tags of their
- * own (two per communicator, from its ncclUniqueId), so they never meet
+ * own (three per communicator, from its ncclUniqueId), so they never meet
  * the program's own MPI traffic (hvd's communicators are duplicates;
  * collective traffic never matches point-to-point).
+ *  - As NCCL's bootstrap: the unique id holds the world rank of the
+ *    process that made it (the root); at init every member sends the root
+ *    its communicator rank and world rank, and the root sends every member
+ *    the table, which maps communicator ranks to world ranks from then on.
  *
  *  - Every call checks what NCCL needs: a live communicator, buffers of
  *    device memory on the communicator's device holding count elements, a
@@ -116,7 +120,8 @@ struct ncclComm {
   struct ncclComm *next; /* the registry of live communicators */
   unsigned long serial;  /* never reused; streams wait on it */
   int rank, size, dev, blocking;
-  int tag;                 /* data; tag + 1: abort notices */
+  int *world;              /* communicator rank -> MPI_COMM_WORLD rank */
+  int tag;                 /* data; tag + 1: abort notices; tag + 2: boot */
   ncclResult_t state;      /* what ncclCommGetAsyncError says */
   ncclResult_t next_state; /* after polls_left more polls (InProgress: never) */
   int polls_left;
@@ -180,9 +185,59 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
   pthread_mutex_lock(&mu);
   unsigned long k = ++made;
   pthread_mutex_unlock(&mu);
-  snprintf(uniqueId->internal, sizeof uniqueId->internal, "%s %ld %lu",
-           ID_MAGIC, (long)getpid(), k);
+  int initialized = 0, wrank = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized)
+    standin_die("ncclGetUniqueId: MPI is not initialised (the stand-in runs "
+                "NCCL over MPI)");
+  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+  snprintf(uniqueId->internal, sizeof uniqueId->internal, "%s %ld %lu root %d",
+           ID_MAGIC, (long)getpid(), k, wrank);
   return ncclSuccess;
+}
+
+/* The world rank of the process that made the id. */
+static int id_root(const ncclUniqueId *id) {
+  const char *p = strstr(id->internal, " root ");
+  if (p == NULL)
+    standin_die("ncclCommInitRank: a unique id without its root");
+  return atoi(p + 6);
+}
+
+/* The bootstrap (see the top): fills comm->world. */
+static void bootstrap(ncclComm_t comm, uint64_t id, int root) {
+  int wrank = 0, n = comm->size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+  int mine[3] = {(int)(id & 0x7fffffff), comm->rank, wrank};
+  if (wrank != root) {
+    MPI_Send(mine, 3, MPI_INT, root, comm->tag + 2, MPI_COMM_WORLD);
+    MPI_Recv(comm->world, n, MPI_INT, root, comm->tag + 2, MPI_COMM_WORLD,
+             MPI_STATUS_IGNORE);
+    if (comm->world[comm->rank] != wrank)
+      standin_die("ncclCommInitRank: the root's table puts rank %d at world "
+                  "rank %d, not %d",
+                  comm->rank, comm->world[comm->rank], wrank);
+    return;
+  }
+  for (int q = 0; q < n; q++)
+    comm->world[q] = -1;
+  comm->world[comm->rank] = wrank;
+  for (int k = 1; k < n; k++) {
+    int got[3];
+    MPI_Recv(got, 3, MPI_INT, MPI_ANY_SOURCE, comm->tag + 2, MPI_COMM_WORLD,
+             MPI_STATUS_IGNORE);
+    if (got[0] != mine[0] || got[1] < 0 || got[1] >= n ||
+        comm->world[got[1]] != -1)
+      standin_die("ncclCommInitRank on world rank %d (the root): world rank "
+                  "%d says it is rank %d of another or the same place (ids "
+                  "%d, %d)",
+                  wrank, got[2], got[1], got[0], mine[0]);
+    comm->world[got[1]] = got[2];
+  }
+  for (int q = 0; q < n; q++)
+    if (q != comm->rank)
+      MPI_Send(comm->world, n, MPI_INT, comm->world[q], comm->tag + 2,
+               MPI_COMM_WORLD);
 }
 
 /* FNV-1a of the id. */
@@ -288,7 +343,12 @@ static ncclResult_t hello(ncclComm_t comm, uint64_t id) {
   mine.rank = comm->rank;
   mine.size = n;
   mine.id = id;
-  MPI_Get_processor_name(mine.host, &len);
+  /* NCCL's host hash: from NCCL_HOSTID when set, else the host name */
+  const char *hostid = getenv("NCCL_HOSTID");
+  if (hostid != NULL && hostid[0] != '\0')
+    snprintf(mine.host, sizeof mine.host, "%s", hostid);
+  else
+    MPI_Get_processor_name(mine.host, &len);
   if (cudaDeviceGetPCIBusId(mine.bus, sizeof mine.bus, comm->dev) !=
       cudaSuccess)
     standin_die("ncclCommInitRank: no bus id for cuda:%d", comm->dev);
@@ -296,10 +356,10 @@ static ncclResult_t hello(ncclComm_t comm, uint64_t id) {
   int m = 0;
   for (int q = 0; q < n; q++)
     if (q != comm->rank) {
-      MPI_Isend(&mine, (int)sizeof mine, MPI_BYTE, q, comm->tag, MPI_COMM_WORLD,
-                &reqs[m++]);
-      MPI_Irecv(&all[q], (int)sizeof mine, MPI_BYTE, q, comm->tag,
+      MPI_Isend(&mine, (int)sizeof mine, MPI_BYTE, comm->world[q], comm->tag,
                 MPI_COMM_WORLD, &reqs[m++]);
+      MPI_Irecv(&all[q], (int)sizeof mine, MPI_BYTE, comm->world[q],
+                comm->tag, MPI_COMM_WORLD, &reqs[m++]);
     }
   (void)wait_all(comm, reqs, m, st, "ncclCommInitRank");
   ncclResult_t r = ncclSuccess;
@@ -365,18 +425,19 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
                 who);
   MPI_Comm_size(MPI_COMM_WORLD, &wsize);
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
-  if (nranks != wsize || rank != wrank)
-    standin_die("%s: rank %d of %d, but the stand-in only makes communicators "
-                "of all of MPI_COMM_WORLD in its order (rank %d of %d)",
-                who, rank, nranks, wrank, wsize);
+  if (nranks < 1 || nranks > wsize || rank < 0 || rank >= nranks)
+    standin_die("%s: rank %d of %d, in a world of %d", who, rank, nranks,
+                wsize);
   struct ncclComm *c = calloc(1, sizeof *c);
   if (c != NULL) {
     c->sent = calloc((size_t)nranks, sizeof *c->sent);
     c->received = calloc((size_t)nranks, sizeof *c->received);
     c->notes = calloc((size_t)nranks, sizeof *c->notes);
     c->note_in = calloc((size_t)nranks, sizeof *c->note_in);
+    c->world = calloc((size_t)nranks, sizeof *c->world);
   }
-  if (c == NULL || !c->sent || !c->received || !c->notes || !c->note_in)
+  if (c == NULL || !c->sent || !c->received || !c->notes || !c->note_in ||
+      !c->world)
     standin_die("out of memory");
   uint64_t id = id_hash(&commId);
   int *ub = NULL;
@@ -387,7 +448,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
   c->size = nranks;
   c->dev = standin_current_device(); /* as NCCL: the current device */
   c->blocking = blocking;
-  c->tag = 0x3e00 + 2 * (int)(id % (uint64_t)(span / 2 - 1));
+  c->tag = 0x3e00 + 3 * (int)(id % (uint64_t)(span / 3 - 1));
   c->async_at =
       fault_at("HVD_STANDIN_NCCL_ASYNC_ERROR", rank, &c->async_result);
   c->hang_at = fault_at("HVD_STANDIN_NCCL_HANG", rank, NULL);
@@ -399,13 +460,14 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
   pthread_mutex_unlock(&mu);
 
   /* every rank does its part of the exchange, the faulty one too */
+  bootstrap(c, id, id_root(&commId));
   ncclResult_t r = hello(c, id);
   for (int q = 0; q < nranks; q++)
     if (q == rank)
       c->notes[q] = MPI_REQUEST_NULL;
     else
-      MPI_Irecv(&c->note_in[q], 1, MPI_INT, q, c->tag + 1, MPI_COMM_WORLD,
-                &c->notes[q]);
+      MPI_Irecv(&c->note_in[q], 1, MPI_INT, c->world[q], c->tag + 1,
+                MPI_COMM_WORLD, &c->notes[q]);
   c->watch = 1;
   /* the ranks these faults are for; -1 when unset */
   int hang = standin_env_int("HVD_STANDIN_NCCL_INIT_HANG", -1, 1 << 20);
@@ -490,6 +552,7 @@ static void comm_free(ncclComm_t comm) {
   free(comm->received);
   free(comm->notes);
   free(comm->note_in);
+  free(comm->world);
   comm->magic = 0;
   free(comm);
 }
@@ -502,8 +565,8 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   for (int q = 0; q < comm->size; q++)
     if (q != comm->rank) {
       MPI_Request req;
-      MPI_Isend(&comm->rank, 1, MPI_INT, q, comm->tag + 1, MPI_COMM_WORLD,
-                &req);
+      MPI_Isend(&comm->rank, 1, MPI_INT, comm->world[q], comm->tag + 1,
+                MPI_COMM_WORLD, &req);
       MPI_Wait(&req, MPI_STATUS_IGNORE);
     }
   comm_free(comm);
@@ -865,11 +928,11 @@ static ncclResult_t exchange(ncclComm_t c, op_t *ops, int n) {
           if (is_send) {
             memcpy(x->buf, &x->h, sizeof x->h);
             memcpy(x->buf + sizeof(hdr_t), data, x->bytes);
-            MPI_Isend(x->buf, len, MPI_BYTE, q, c->tag, MPI_COMM_WORLD,
-                      &reqs[nm]);
+            MPI_Isend(x->buf, len, MPI_BYTE, c->world[q], c->tag,
+                      MPI_COMM_WORLD, &reqs[nm]);
           } else {
-            MPI_Irecv(x->buf, len, MPI_BYTE, q, c->tag, MPI_COMM_WORLD,
-                      &reqs[nm]);
+            MPI_Irecv(x->buf, len, MPI_BYTE, c->world[q], c->tag,
+                      MPI_COMM_WORLD, &reqs[nm]);
           }
           nm++;
         }

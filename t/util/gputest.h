@@ -8,6 +8,9 @@
 #ifndef HVD_T_GPUTEST_H
 #define HVD_T_GPUTEST_H
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "tap.h"
 
 /* The skip reason of every GPU test in a build without CUDA. */
@@ -51,6 +54,13 @@ static inline int gpu_mpi_begin(int *argc, char ***argv, int *rank, int *size,
   int dev = *count >= *size ? *rank % *count : 0;
   cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
   return dev;
+}
+
+/* Whether NCCL can join size ranks over count GPUs: a GPU each, or all
+ * sharing with HVD_GPU_SHARE=1 (each rank a host of its own to NCCL). */
+static inline int gpu_nccl_fits(int size, int count) {
+  const char *share = getenv("HVD_GPU_SHARE");
+  return size <= 1 || count >= size || (share != NULL && strcmp(share, "1") == 0);
 }
 
 /* bytes of device memory (at least one) on the current device, or bail. */
