@@ -642,6 +642,26 @@ static void test_process_set(void) {
   t.device = tw.device = dev;
   int good = 1;
   hvd_request_t *rs = NULL, *rw = NULL;
+  /* HVD_TEST_PS_ROUNDS=N: first N rounds of a set's and the world's
+   * allreduce in flight together (doc/gpu-testing.md: with the stand-in's
+   * HVD_STANDIN_NCCL_ORDER=1 this shows issue 27's launch order) */
+  const char *rounds = getenv("HVD_TEST_PS_ROUNDS");
+  for (int it = 0; rounds != NULL && it < atoi(rounds); it++) {
+    char nm[32];
+    hvd_request_t *a = NULL, *b = NULL;
+    snprintf(nm, sizeof nm, "ps.round.%d", it % 7);
+    if (rank % 2 == 0)
+      good &= hvd_ps_allreduce_async(ps, nm, &t, &t, HVD_SUM, 1, 1, &a) ==
+              HVD_SUCCESS;
+    good &= hvd_allreduce_async(nm, &tw, &tw, HVD_SUM, 1, 1, &b) ==
+            HVD_SUCCESS;
+    good &= (a == NULL || hvd_wait(a) == HVD_SUCCESS) &&
+            (b == NULL || hvd_wait(b) == HVD_SUCCESS);
+  }
+  if (rounds != NULL) { /* the inputs again */
+    h2d(d, h, sizeof h);
+    h2d(dw, h, sizeof h);
+  }
   if (rank % 2 == 0)
     good = hvd_ps_allreduce_async(ps, "ps.x", &t, &t, HVD_SUM, 1, 1, &rs) ==
            HVD_SUCCESS;

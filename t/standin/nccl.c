@@ -41,6 +41,7 @@
 #include <nccl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,8 @@ struct ncclComm {
   unsigned long serial;  /* never reused; streams wait on it */
   int rank, size, dev, blocking;
   int *world;              /* communicator rank -> MPI_COMM_WORLD rank */
+  uint64_t id;             /* the unique id's hash: alike on every rank */
+  long exchanges;          /* begun so far (the order check) */
   int tag;                 /* data; tag + 1: abort notices; tag + 2: boot */
   ncclResult_t state;      /* what ncclCommGetAsyncError says */
   ncclResult_t next_state; /* after polls_left more polls (InProgress: never) */
@@ -444,6 +447,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
   long span = (flag && *ub > 0x4000 ? *ub : 32767) - 0x3e00;
   c->magic = COMM_MAGIC;
+  c->id = id;
   c->rank = rank;
   c->size = nranks;
   c->dev = standin_current_device(); /* as NCCL: the current device */
@@ -652,10 +656,21 @@ typedef struct op {
 } op_t;
 
 /* What travels before each message's bytes. */
+/* At most this many other communicators of a process in an order check. */
+#define ORDER_MAX 8
+
 typedef struct hdr {
   int32_t kind, type, redop, root;
   int64_t count, seq;
+  /* HVD_STANDIN_NCCL_ORDER=1 (order_take): the sender's exchanges so far
+   * on its other communicators when it started this one; the ranks must
+   * agree on every communicator they share (order_check). Not part of
+   * what the ranks must say alike (HDR_SAME). */
+  int32_t norder;
+  uint64_t oid[ORDER_MAX];
+  int64_t ocount[ORDER_MAX];
 } hdr_t;
+#define HDR_SAME offsetof(hdr_t, norder)
 
 static size_t type_size(ncclDataType_t t) {
   switch (t) {
@@ -788,6 +803,55 @@ static ncclResult_t check_op(op_t *o) {
   return ncclSuccess;
 }
 
+/* ---- NCCL's order rule ---------------------------------------------------
+ * Calls on different communicators must be issued in the same order on
+ * every rank that shares them, or NCCL may deadlock (kernels of one wait
+ * for peers stuck in the other's). With HVD_STANDIN_NCCL_ORDER=1 every
+ * exchange counts as one issue on its communicator, and its messages
+ * carry how many exchanges the sender had begun on each of its other
+ * communicators at that moment: a receiver that shares one of them and
+ * had begun another number there ends the process naming both. (Ranks
+ * that issue in opposite orders from one thread deadlock here as with
+ * NCCL, until HVD_STANDIN_NCCL_PATIENCE; the check catches the orders
+ * that do not deadlock every time, as from several threads.) */
+static int order_on = -1;
+
+/* Counts this exchange on c and snapshots the others into h. */
+static void order_take(ncclComm_t c, hdr_t *h) {
+  h->norder = 0;
+  pthread_mutex_lock(&mu);
+  if (order_on < 0)
+    order_on = standin_env_int("HVD_STANDIN_NCCL_ORDER", 0, 1);
+  c->exchanges++;
+  for (struct ncclComm *x = registry; order_on && x != NULL; x = x->next)
+    if (x != c && h->norder < ORDER_MAX) {
+      h->oid[h->norder] = x->id;
+      h->ocount[h->norder++] = x->exchanges;
+    }
+  pthread_mutex_unlock(&mu);
+}
+
+/* Dies when got (from world rank `from`) and mine disagree on the order
+ * of a communicator both hold. */
+static void order_check(ncclComm_t c, const hdr_t *mine, const hdr_t *got,
+                        int from) {
+  int wrank = 0;
+  for (int i = 0; i < got->norder; i++)
+    for (int j = 0; j < mine->norder; j++)
+      if (got->oid[i] == mine->oid[j] && got->ocount[i] != mine->ocount[j]) {
+        MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+        standin_die("NCCL's order rule broken: world rank %d began its "
+                    "exchange %ld on communicator %016llx (%d ranks) after "
+                    "%lld on communicator %016llx, world rank %d after %lld: "
+                    "ranks must issue calls on the communicators they share "
+                    "in one order",
+                    wrank, c->exchanges, (unsigned long long)c->id, c->size,
+                    (long long)mine->ocount[j],
+                    (unsigned long long)got->oid[i], from,
+                    (long long)got->ocount[i]);
+      }
+}
+
 /* One message of an exchange. */
 typedef struct msg {
   int op, peer, is_send;
@@ -893,6 +957,8 @@ static ncclResult_t exchange(ncclComm_t c, op_t *ops, int n) {
     if (m == NULL || reqs == NULL || st == NULL || mine == NULL || in == NULL)
       standin_die("out of memory");
     int nm = 0;
+    hdr_t order;
+    order_take(c, &order);
     for (int i = 0; i < n; i++) {
       const op_t *o = &ops[i];
       size_t es = type_size(o->type), own = o->count * es;
@@ -921,6 +987,9 @@ static ncclResult_t exchange(ncclComm_t c, op_t *ops, int n) {
           x->peer = q;
           x->is_send = is_send;
           x->h.seq = is_send ? c->sent[q]++ : c->received[q]++;
+          x->h.norder = order.norder;
+          memcpy(x->h.oid, order.oid, sizeof order.oid);
+          memcpy(x->h.ocount, order.ocount, sizeof order.ocount);
           x->buf = malloc(sizeof(hdr_t) + x->bytes);
           if (x->buf == NULL)
             standin_die("out of memory");
@@ -946,7 +1015,7 @@ static ncclResult_t exchange(ncclComm_t c, op_t *ops, int n) {
         MPI_Get_count(&st[k], MPI_BYTE, &len);
         memcpy(&got, m[k].buf, sizeof got);
         if ((size_t)len != sizeof(hdr_t) + m[k].bytes ||
-            memcmp(&got, &m[k].h, sizeof got) != 0) {
+            memcmp(&got, &m[k].h, HDR_SAME) != 0) {
           char a[160], b[160];
           describe(&m[k].h, a, sizeof a);
           describe(&got, b, sizeof b);
@@ -954,6 +1023,7 @@ static ncclResult_t exchange(ncclComm_t c, op_t *ops, int n) {
                       "bytes): the ranks disagree on the NCCL calls",
                       c->rank, a, m[k].peer, b, len);
         }
+        order_check(c, &m[k].h, &got, c->world[m[k].peer]);
       }
       for (int i = 0; i < n; i++) { /* the results */
         const op_t *o = &ops[i];

@@ -21,16 +21,25 @@
  *    others' next allreduce never finishes until they abort too.
  *
  * Registered at np 1, 2 and 3 (t/standin/local.mk).
+ *
+ * `selftest order` (2 ranks; t/standin/order.sh) breaks NCCL's order rule
+ * from two threads per rank: rank 0 issues an allreduce on communicator A
+ * at once and one on B 0.2 s later, rank 1 the same the other way round.
+ * Neither deadlocks, but the ranks disagree on the order; with
+ * HVD_STANDIN_NCCL_ORDER=1 the stand-in ends the process naming both
+ * communicators, without it the program prints "order: done" and exits 0.
  */
 #include <config.h>
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gputest.h"
 #include "base/half.h"
@@ -349,7 +358,56 @@ static void test_faults(void) {
   cudaStreamDestroy(s);
 }
 
+/* One allreduce of 4 floats on c, after `delay` seconds, on a thread's
+ * own stream. */
+typedef struct order_job {
+  ncclComm_t c;
+  double delay;
+} order_job_t;
+
+static void *order_run(void *arg) {
+  const order_job_t *j = arg;
+  float *d = NULL;
+  cudaStream_t s;
+  cuda_ok(cudaSetDevice(rank), "cudaSetDevice");
+  cuda_ok(cudaMalloc((void **)&d, 4 * sizeof *d), "cudaMalloc");
+  cuda_ok(cudaMemset(d, 0, 4 * sizeof *d), "cudaMemset");
+  cuda_ok(cudaStreamCreate(&s), "cudaStreamCreate");
+  struct timespec ts = {0, (long)(j->delay * 1e9)};
+  nanosleep(&ts, NULL);
+  if (ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, j->c, s) != ncclSuccess)
+    bail("ncclAllReduce: %s", ncclGetLastError(j->c));
+  cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  cudaStreamDestroy(s);
+  cudaFree(d);
+  return NULL;
+}
+
+static int order_main(void) {
+  ncclResult_t r;
+  cuda_ok(cudaSetDevice(rank), "cudaSetDevice");
+  ncclComm_t a = make_comm(1, "A", &r), b = make_comm(1, "B", &r);
+  order_job_t ja = {a, rank == 0 ? 0.0 : 0.2}, jb = {b, rank == 0 ? 0.2 : 0.0};
+  pthread_t t;
+  if (pthread_create(&t, NULL, order_run, &jb) != 0)
+    bail("pthread_create");
+  order_run(&ja);
+  pthread_join(t, NULL);
+  ncclCommDestroy(a);
+  ncclCommDestroy(b);
+  printf("order: done\n");
+  MPI_Finalize();
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "order") == 0) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return order_main();
+  }
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
   size = tap_size();
