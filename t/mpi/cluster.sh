@@ -122,7 +122,7 @@ layout() {
 }
 
 shm2="shared memory within the node (2 ranks), then MPI across the nodes"
-hier="MPI, hierarchical (reduce within the node, allreduce across, broadcast within)"
+hier="MPI, hierarchical (fold within the node, then across the nodes' local roots, broadcast within)"
 layout "2 hosts x 1" node1:1,node2:1 2 "MPI over all 2 ranks" \
   "MPI over all 2 ranks"
 layout "2 hosts x 2" node1:2,node2:2 4 "$shm2" "$hier"
