@@ -338,7 +338,10 @@ typedef struct hvd_process_set hvd_process_set_t;
 
 /* Collective over every rank, which must all pass the same ranks (world
  * ranks, distinct, ascending; HVD_ERR_MISMATCH naming the first rank that
- * differs from rank 0). Every rank gets a handle, members and others. */
+ * differs from rank 0). Every rank gets a handle, members and others.
+ * Each call makes a new set with a new id (1, 2, ...), even for ranks
+ * that an existing set already has: its own communicator, engine and
+ * names; destroy the sets you no longer use. */
 hvd_result_t hvd_process_set_create(const int *ranks, int n,
                                     hvd_process_set_t **out);
 /* Collective over every rank: stops the set (its members' requests still
@@ -548,7 +551,9 @@ hvd_result_t hvd_test(hvd_request_t *req, int *done);
  * (n / (n - 1)), as torch. save_mean and save_invstd (may be NULL) get
  * the batch mean and 1 / sqrt(var + eps) for the backward. Fewer than 2
  * values per channel over all ranks is HVD_ERR_INVALID_ARG on every rank.
- * y may be x (in place). */
+ * y may be x (in place), but the backward needs the forward's input: run
+ * in place only when there will be no backward (evaluation), or keep a
+ * copy of x for it. */
 hvd_result_t hvd_sync_batch_norm_forward(
     const char *name, const hvd_tensor_t *x, const float *weight,
     const float *bias, float *running_mean, float *running_var, double momentum,
@@ -558,7 +563,10 @@ hvd_result_t hvd_sync_batch_norm_forward(
  * global batch, and this rank's share of the parameter gradients ADDED
  * into dweight and dbias (may be NULL): sum(dy * xhat) and sum(dy) over
  * its own samples, which the distributed optimizer then reduces like any
- * gradient. weight as in the forward; save_mean/save_invstd from it. */
+ * gradient. weight as in the forward; save_mean/save_invstd from it. x is
+ * the forward's input as it was (xhat = (x - save_mean) * save_invstd):
+ * after an in-place forward x holds y, and the gradients would be wrong
+ * without an error; pass the copy kept before the forward. */
 hvd_result_t
 hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
                              const hvd_tensor_t *dy, const float *weight,

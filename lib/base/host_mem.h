@@ -1,7 +1,8 @@
 /*
  * host_mem.h - what the executors need of hvd_alloc_host's arena
  * (host_mem.c): the memfd its blocks live in, so that the ranks of a node
- * can map each other's and read tensors in place.
+ * can map each other's read-write, and read tensors and write results in
+ * place.
  */
 #ifndef HVD_BASE_HOST_MEM_H
 #define HVD_BASE_HOST_MEM_H
@@ -9,7 +10,7 @@
 #include <stdint.h>
 
 /* Bytes of address space (and of the sparse file) per process: the most
- * hvd_alloc_host memory that peers can read in place; blocks beyond it
+ * hvd_alloc_host memory that peers can reach in place; blocks beyond it
  * are private memory, reduced through the shared segment's slots. */
 #define HVD__ARENA_SIZE ((uint64_t)256 << 30)
 

@@ -22,6 +22,7 @@
  *   DOUBLE  a number in [min, max] ("%s='%s' is not a number" / "is out
  *           of range")
  *   INT64, INT  the same, truncated to the field's type
+ *   BYTES   an INT64 that may end in K, M, G or T (powers of 1024)
  *   BOOL    0 or 1
  *   PATH, HOST  a string ("" when unset) of at most HVD__PATH_MAX-1 or
  *           HVD__HOSTNAME_MAX-1 bytes
@@ -75,8 +76,9 @@
     "(MPI_Win_allocate_shared), MPI only between nodes; 0: MPI only")          \
   X(HVD_ZERO_COPY, "1", zero_copy, BOOL, 1, 0, 1,                              \
     "1: an allreduce whose tensors are hvd_alloc_host memory on every "        \
-    "rank of the node reads the peers' tensors in place (no copy through "     \
-    "the shared segment); 0: always through the segment")                      \
+    "rank of the node reads the peers' tensors and writes their results in "   \
+    "place (no copy through the shared segment); 0: always through the "       \
+    "segment")                                                                 \
   X(HVD_HOST_ARENA, "1", host_arena, BOOL, 1, 0, 1,                            \
     "1: hvd_alloc_host memory lives in a shared arena the node's ranks "       \
     "can read (4 KiB pages unless THP shmem is enabled); 0: private "          \

@@ -11,6 +11,7 @@
 #include "base/errors.h"
 #include "base/tensor.h"
 #include "core/api.h"
+#include "core/engine.h"
 #include "core/runtime.h"
 
 /* ---- argument checks ---------------------------------------------------- */
@@ -539,6 +540,12 @@ static hvd_result_t grouped(const char *fn, int kind, int n,
       rs[i]->desc.group_id = id;
     }
     rc = submit_to(fn, rs, n);
+    int bad = rc != HVD_SUCCESS ? hvd__engine_refused() : -1;
+    if (bad >= 0) { /* a member's own refusal: "<call>: tensor i: ..." */
+      char msg[HVD__ERRMSG_MAX];
+      snprintf(msg, sizeof msg, "%s: tensor %d: %s", fn, bad, hvd_last_error());
+      hvd__set_error_msg(rc, msg);
+    }
   }
   if (rc == HVD_SUCCESS)
     memcpy(reqs, rs, (size_t)n * sizeof *rs);

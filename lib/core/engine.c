@@ -182,7 +182,12 @@ static int handle_stop(hvd__engine_t *e, hvd__stop_t stop) {
   if (stop.kind != HVD__STOP_SHUTDOWN)
     return stop.kind == HVD__STOP_STALL;
   char reason[128], in_flight[200];
-  snprintf(reason, sizeof reason, "hvd was shut down by rank %d", stop.rank);
+  if (e->env.world_ranks == NULL)
+    snprintf(reason, sizeof reason, "hvd was shut down by rank %d", stop.rank);
+  else /* only this set ends (hvd_process_set_destroy, or hvd_shutdown's) */
+    snprintf(reason, sizeof reason,
+             "process set %d was destroyed (rank %d destroyed it first)",
+             e->env.set_id, e->env.world_ranks[stop.rank]);
   snprintf(in_flight, sizeof in_flight, "%s before this collective completed",
            reason);
   HVD__LOG(HVD__LOG_DEBUG, "%s", reason);
@@ -524,6 +529,11 @@ static hvd_result_t submit_error(hvd_result_t rc, const hvd_request_t *r,
   return hvd__set_error(rc, "%s: %s", lab, why);
 }
 
+/* The member that hvd__engine_submit_many refused, per thread. */
+static _Thread_local int refused = -1;
+
+int hvd__engine_refused(void) { return refused; }
+
 hvd_result_t hvd__engine_submit(hvd__engine_t *e, hvd_request_t *r) {
   return hvd__engine_submit_many(e, &r, 1);
 }
@@ -533,6 +543,7 @@ hvd_result_t hvd__engine_submit_many(hvd__engine_t *e, hvd_request_t *const *rs,
   hvd_result_t rc = HVD_SUCCESS;
   double now = hvd__now();
   int put = 0;
+  refused = -1;
   pthread_mutex_lock(&e->mu);
   if (e->stopped) {
     rc = submit_error(e->stop_rc, rs[0], e->stop_reason);
@@ -548,6 +559,7 @@ hvd_result_t hvd__engine_submit_many(hvd__engine_t *e, hvd_request_t *const *rs,
                  "rank",
                  r->name);
         rc = submit_error(HVD_ERR_INVALID_ARG, r, why);
+        refused = put;
         break;
       }
       if (hvd__table_put(e->inflight, r->name, r) != 0) {

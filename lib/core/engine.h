@@ -38,6 +38,10 @@ void hvd__engine_timeline_mark(hvd__engine_t *e, const char *name, int counter,
                                double value);
 /* n requests at once (a grouped collective): all queued in one critical
  * section, so one cycle takes them all, or none (the first error). */
+/* After hvd__engine_submit_many failed on this thread: the index of the
+ * member it refused (a name already in flight), or -1 when it refused them
+ * all for a reason of the whole (shutting down, stopped). */
+int hvd__engine_refused(void);
 hvd_result_t hvd__engine_submit_many(hvd__engine_t *e, hvd_request_t *const *rs,
                                      int n);
 

@@ -271,7 +271,8 @@ static hvd_result_t set_create_locked(const char *fn, const int *ranks, int n,
                            .cross_comm = ps->cross_comm,
                            .local_rank = local_rank,
                            .local_size = local_size,
-                           .world_ranks = ps->ranks};
+                           .world_ranks = ps->ranks,
+                           .set_id = ps->id};
     hvd__settings_t s = g.settings; /* the world's timeline and tuning only */
     s.timeline[0] = '\0';
     s.autotune = 0;

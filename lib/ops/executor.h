@@ -76,12 +76,13 @@ typedef struct hvd__exec_env {
                           the same on every rank */
   int64_t chunk_bytes; /* HVD_CHUNK_SIZE (0: the executor's default) */
   int shm;             /* HVD_SHM_ALLREDUCE: may reduce through shared memory */
-  int zero_copy;       /* HVD_ZERO_COPY: may read peers' arenas in place */
+  int zero_copy;       /* HVD_ZERO_COPY: may read and write peers' arenas */
   int gpu_ops;         /* HVD_GPU_OPERATIONS: HVD__GPU_OPS_NCCL or _MPI */
   double nccl_timeout_s; /* HVD_NCCL_TIMEOUT; 0 = wait forever */
   /* A process set's engine: world_ranks[r] is comm rank r's rank in hvd's
    * world (messages name those); NULL for the world's own engine. */
   const int *world_ranks;
+  int set_id; /* the process set's id (hvd_process_set_id); 0: the world */
   /* Timeline hook, NULL when off: phase of one request from t0 to t1. */
   void (*trace)(void *ctx, const hvd_request_t *r, const char *phase, double t0,
                 double t1);

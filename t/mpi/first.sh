@@ -2,15 +2,17 @@
 # first.sh - README's first program (TAP): the code block under "A first
 # program" is examples/first.c, line for line; the program at np 1, 2 and
 # 3 prints, on each rank, "rank R of P: average A (expected A)" with A the
-# mean of 0..P-1, and exits 0. (make installcheck builds the same file
-# against an installed hvd and runs it with the installed hvdrun.)
+# mean of 0..P-1, and exits 0; the same file built against this build tree
+# with pkg-config and hvd-uninstalled.pc alone runs the same at np 2. (make
+# installcheck builds it against an installed hvd and runs it with the
+# installed hvdrun.)
 
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 prog=$HVD_TOP_BUILDDIR/examples/first
 need_prog "$prog"
 make_tmp first
 
-echo "1..6"
+echo "1..7"
 awk '/^## A first program/ { inside = 1 } inside && /^```c$/ { code = 1; next }
      code && /^```$/ { exit } code { print }' "$HVD_TOP_SRCDIR/README.md" >"$tmp/readme.c"
 cmp -s "$tmp/readme.c" "$HVD_TOP_SRCDIR/examples/first.c"
@@ -47,4 +49,17 @@ unset HVD_LOG_LEVEL HVD_FUSION_THRESHOLD HVD_CHUNK_SIZE
 [ $rc = 0 ] && grep -q "settings: .* HVD_FUSION_THRESHOLD=67108864 HVD_CHUNK_SIZE=1536 " "$tmp/err"
 check $? "HVD_FUSION_THRESHOLD=64M, HVD_CHUNK_SIZE=1.5KiB: read as 67108864 and 1536 (exit $rc)" ||
   show "$tmp/err" stderr
+# pkg-config against the build tree: hvd-uninstalled.pc (no install)
+if command -v pkg-config >/dev/null 2>&1; then
+  flags=`PKG_CONFIG_PATH=$HVD_TOP_BUILDDIR pkg-config --cflags --libs hvd`
+  ${CC:-cc} -o "$tmp/first" "$HVD_TOP_SRCDIR/examples/first.c" $flags \
+    2>"$tmp/err" && run_np 2 "$tmp/out" "$tmp/err" "$tmp/first"
+  [ $? = 0 ] && case " $flags " in *" -I$HVD_TOP_SRCDIR/include "*) true ;; *) false ;; esac &&
+    grep -qx "rank 1 of 2: average 0.50 (expected 0.50)" "$tmp/out"
+  check $? "built with PKG_CONFIG_PATH=<build> pkg-config hvd (hvd-uninstalled.pc: $flags), it runs at np 2" ||
+    { show "$tmp/out" stdout; show "$tmp/err" stderr; }
+else
+  n=$((n + 1))
+  echo "ok $n # SKIP hvd-uninstalled.pc: no pkg-config"
+fi
 exit $failed

@@ -319,6 +319,21 @@ static void test_errors(void) {
   /* nothing was submitted: the same names work at once */
   is_int(HVD_SUCCESS, hvd_grouped_allreduce(2, names, s, r, HVD_SUM, 1, 1),
          "after the refusals the names are free");
+  /* a member whose name is in flight: refused with the member's prefix,
+   * the others not submitted either */
+  hvd_request_t *held = NULL, *g[2];
+  is_int(HVD_SUCCESS,
+         hvd_allreduce_async("e.b", &s[0], &r[0], HVD_SUM, 1, 1, &held),
+         "'e.b' alone in flight");
+  is_int(HVD_ERR_INVALID_ARG,
+         hvd_grouped_allreduce_async(2, names, s, r, HVD_SUM, 1, 1, g),
+         "a group with 'e.b' in it: code");
+  is_string("hvd_grouped_allreduce_async: tensor 1: allreduce 'e.b': a "
+            "collective named 'e.b' is already in flight on this rank",
+            hvd_last_error(), "a group with 'e.b' in it: message");
+  is_int(HVD_SUCCESS, hvd_wait(held), "'e.b' alone completes");
+  is_int(HVD_SUCCESS, hvd_grouped_allreduce(2, names, s, r, HVD_SUM, 1, 1),
+         "then the group goes through");
 }
 
 int main(int argc, char **argv) {

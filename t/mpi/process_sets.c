@@ -408,6 +408,7 @@ static void test_destroy_in_flight(void) {
   hvd_tensor_t tv = hvd_tensor_make(&v, HVD_FLOAT32, 1, &one);
   hvd_tensor_t tr = hvd_tensor_make(&r, HVD_FLOAT32, 1, &one);
   hvd_request_t *q = NULL;
+  int id = hvd_process_set_id(ps);
   if (rank == 0) /* rank 1 never submits it */
     hvd_ps_allreduce_async(ps, "pending", &tv, &tr, HVD_SUM, 1, 1, &q);
   is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "destroy with work in flight");
@@ -415,6 +416,15 @@ static void test_destroy_in_flight(void) {
   hvd_result_t waited = rank == 0 ? hvd_wait(q) : HVD_ERR_SHUTDOWN;
   is_int(HVD_ERR_SHUTDOWN, waited,
          "  the request in flight ends with HVD_ERR_SHUTDOWN");
+  char want0[256], want1[256], got[512] = "";
+  for (int first = 0; first < 2; first++)
+    snprintf(first ? want1 : want0, sizeof want0,
+             "allreduce 'pending': process set %d was destroyed (rank %d "
+             "destroyed it first) before this collective completed",
+             id, first);
+  snprintf(got, sizeof got, "%s", rank == 0 ? hvd_last_error() : want0);
+  ok(strcmp(got, want0) == 0 || strcmp(got, want1) == 0,
+     "  saying that the set was destroyed, not hvd shut down ('%s')", got);
   /* the world goes on */
   float s = 1, t = 0;
   hvd_tensor_t ts = hvd_tensor_make(&s, HVD_FLOAT32, 1, &one);
