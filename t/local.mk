@@ -64,18 +64,20 @@ check_LTLIBRARIES += t/util/libhvdtest.la
 t_util_libhvdtest_la_SOURCES = t/util/hvdtest.c t/util/hvdtest.h
 t_util_libhvdtest_la_CPPFLAGS = $(TEST_CPPFLAGS)
 t_util_libhvdtest_la_LDFLAGS = $(TEST_LDFLAGS)
-EXTRA_DIST += t/util/testlib.sh t/util/cluster.sh t/util/gputest.h
+EXTRA_DIST += t/util/testlib.sh t/util/cluster.sh t/util/gputest.h t/timed \
+	build-aux/test-times
 
 ## The harness.
 HVD_TAP_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) \
 	$(top_srcdir)/build-aux/tap-driver.sh
 TEST_EXTENSIONS = .t .sh
+## t/timed adds "# wall: S s" to every test's log (build-aux/test-times).
 LOG_DRIVER = $(HVD_TAP_DRIVER)
-LOG_COMPILER = $(top_builddir)/t/mpirun-test
+LOG_COMPILER = $(SHELL) $(top_srcdir)/t/timed $(top_builddir)/t/mpirun-test
 T_LOG_DRIVER = $(HVD_TAP_DRIVER)
-T_LOG_COMPILER = $(top_builddir)/t/mpirun-test
+T_LOG_COMPILER = $(SHELL) $(top_srcdir)/t/timed $(top_builddir)/t/mpirun-test
 SH_LOG_DRIVER = $(HVD_TAP_DRIVER)
-SH_LOG_COMPILER = $(SHELL)
+SH_LOG_COMPILER = $(SHELL) $(top_srcdir)/t/timed $(SHELL)
 AM_TESTS_ENVIRONMENT = \
 	HVD_TOP_BUILDDIR='$(abs_top_builddir)'; \
 	HVD_TOP_SRCDIR='$(abs_top_srcdir)'; \
@@ -85,6 +87,9 @@ AM_TESTS_ENVIRONMENT = \
 ## The layers of lib/ hold (build-aux/check-layers over the objects'
 ## symbol tables and the #include lines), and the check catches offences.
 TESTS_SH += t/layers.sh
+## tracked.sh: no file git tracks is a build output (a libtool wrapper, an
+## object, a log)
+TESTS_SH += t/tracked.sh
 EXTRA_DIST += build-aux/check-layers
 
 ## The stubs that stand for test programs in TESTS.
