@@ -258,6 +258,13 @@ ok $? "rank 1 killed: one summary line naming its host, exit 137 ($rc)" || show
 t0=$(date +%s)
 real --start-timeout 2 -np 2 sleep 60
 took=$(($(date +%s) - t0))
+# mpirun may exit as soon as it has sent its SIGKILLs, a moment before the
+# kernel has ended the ranks: give them 2 s
+i=0
+while pgrep -f '^sleep 60$' >/dev/null && [ $i -lt 20 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
 [ $rc = 124 ] && [ $took -lt 20 ] &&
   [ "$(printf '%s\n' "$out" | tail -n 1)" = "hvdrun: the ranks did not all reach hvd_init within 2 s (--start-timeout); the job was stopped" ] &&
   ! pgrep -f '^sleep 60$' >/dev/null
