@@ -4,7 +4,8 @@
  * named phases (engine_main), as libuv's uv_run is:
  *
  *   1. wait_for_work: new work, a caller blocking, a local shutdown, or
- *      the cycle deadline (a back-off while peers are awaited);
+ *      the cycle deadline (pace.c: a back-off while peers are awaited, a
+ *      longer sleep while idle);
  *   2. take_queue: the submissions since the last cycle;
  *   3. negotiate: the fast path (fastpath.c: one MPI_Allreduce(BOR) of a
  *      small bit vector for cached collectives, flags and tuned
@@ -14,8 +15,9 @@
  *      into groups (execute.c);
  *   5. handle_stop: an agreed shutdown or a stall ends the loop.
  *
- * Also here: starting and stopping the engine, and submission (the only
- * entry from callers' threads).
+ * Also here: starting and stopping the engine. Submission (the only entry
+ * from callers' threads) is engine_submit.c; the timeline's side
+ * engine_timeline.c.
  */
 #include "core/engine.h"
 
@@ -35,32 +37,9 @@
 #include "base/tensor.h"
 #include "base/wait.h"
 #include "core/engine_int.h"
+#include "core/pace.h"
 
 /* ---- the cycle ---------------------------------------------------------- */
-
-/* The pace of the loop: while this rank has requests in flight it waits
- * for its peers, which need it in a cycle, so the next cycle comes after
- * a short back-off that doubles while cycles make no progress, up to the
- * cycle time. With nothing in flight it sleeps the cycle time, then
- * twice, four times ... up to idle_max times that while cycles stay idle:
- * an idle round costs every rank a collective, 1000 a second at the
- * default 1 ms, which is CPU taken from forward passes and data loading.
- * Sleeping longer delays nothing: a submission wakes the thread at once
- * (engine_submit), and a peer's new work waits for this rank's own
- * submission of the same collective anyway. */
-typedef struct pace {
-  double backoff;
-  int idle;       /* the idle sleep, in cycle times: 1, 2, 4 ... idle_max */
-  double settled; /* when the last negotiation ended: about the same
-                     moment on every rank, so idle sleeps counted from it
-                     keep the ranks' rounds aligned (counted from each
-                     rank's own start, an early rank would wait for a late
-                     one in every round) */
-  double next;    /* deadline of the next cycle */
-} pace_t;
-
-static const double backoff_min = 50e-6;
-static const int idle_max = 16;
 
 /* What one cycle agreed. */
 typedef struct agreed {
@@ -69,20 +48,12 @@ typedef struct agreed {
   double at; /* when the negotiation ended */
 } agreed_t;
 
-/* Phase 1, under mu: until work, a poke, a stop or the deadline. */
-static void wait_for_work(hvd__engine_t *e, pace_t *p) {
-  size_t inflight = hvd__table_count(e->inflight);
-  if (inflight == 0 && !e->defer) { /* idle: p->idle cycle times */
-    p->next = p->settled + p->idle * e->cycle_s;
-  } else if (inflight > 0 && !e->defer) {
-    /* a caller blocked in hvd_wait leaves the core to this thread: no
-     * back-off, the next cycle starts at once and meets a late peer the
-     * moment it arrives (the wait inside a cycle yields the core) */
-    double cap = hvd__callers_waiting() ? 0 : e->cycle_s;
-    double soon = hvd__now() + (p->backoff < cap ? p->backoff : cap);
-    if (soon < p->next)
-      p->next = soon;
-  }
+/* Phase 1, under mu: until work, a poke, a stop or the deadline (the
+ * pace's: pace.c). */
+static void wait_for_work(hvd__engine_t *e, hvd__pace_t *p) {
+  if (!e->defer)
+    hvd__pace_deadline(p, e->cycle_s, hvd__table_count(e->inflight),
+                       hvd__callers_waiting());
   while (!e->urgent && hvd__queue_empty(&e->slow) && !e->stop_requested &&
          !e->tl_cmd && !(e->poked && hvd__table_count(e->inflight) > 0) &&
          hvd__now() < p->next) {
@@ -92,7 +63,7 @@ static void wait_for_work(hvd__engine_t *e, pace_t *p) {
   }
   if (e->poked) {
     e->poked = 0;
-    p->backoff = backoff_min;
+    hvd__pace_poked(p);
   }
 }
 
@@ -208,82 +179,10 @@ static void engine_thread_setup(hvd__engine_t *e) {
 #endif
 }
 
-/* A timeline command of hvd_timeline_start/stop (taken under mu), done on
- * this thread: the old file closed, the new one (rank 0's, or every rank's
- * with HVD_TIMELINE_ALL_RANKS) opened; the caller told. */
-static void timeline_command(hvd__engine_t *e, int cmd, const char *path) {
-  hvd_result_t rc = HVD_SUCCESS;
-  char msg[HVD__ERRMSG_MAX] = "";
-  pthread_mutex_lock(&e->tl_mu);
-  hvd__timeline_close(e->tl);
-  e->tl = NULL;
-  if (cmd == 1 && (e->env.rank == 0 || e->settings.timeline_all_ranks)) {
-    char file[HVD__PATH_MAX + 16];
-    hvd__timeline_file_of(path, e->settings.timeline_all_ranks, e->env.rank,
-                          file, sizeof file);
-    e->tl = hvd__timeline_open(file, e->env.rank, e->epoch,
-                               (uint64_t)e->settings.timeline_max_bytes);
-    if (e->tl == NULL) {
-      const char *why = hvd_last_error();
-      if (strncmp(why, "HVD_TIMELINE: ", 14) == 0) /* the open's words */
-        why += 14;
-      rc = HVD_ERR_IO;
-      snprintf(msg, sizeof msg, "hvd_timeline_start: %s", why);
-    }
-  }
-  e->env.trace = e->tl != NULL ? hvd__engine_trace_hook : NULL;
-  e->env.trace_ctx = e;
-  pthread_mutex_unlock(&e->tl_mu);
-  pthread_mutex_lock(&e->mu);
-  e->tl_rc = rc;
-  snprintf(e->tl_msg, sizeof e->tl_msg, "%s", msg);
-  e->tl_gen++;
-  pthread_cond_broadcast(&e->tl_cv);
-  pthread_mutex_unlock(&e->mu);
-}
-
-hvd_result_t hvd__engine_timeline(hvd__engine_t *e, int cmd, const char *path) {
-  hvd_result_t rc;
-  pthread_mutex_lock(&e->mu);
-  if (e->stopped) {
-    pthread_mutex_unlock(&e->mu);
-    return hvd__set_error(HVD_ERR_SHUTDOWN, "hvd_timeline_%s: hvd has stopped",
-                          cmd == 1 ? "start" : "stop");
-  }
-  while (e->tl_cmd != 0) /* another caller's first */
-    pthread_cond_wait(&e->tl_cv, &e->mu);
-  unsigned gen = e->tl_gen;
-  e->tl_cmd = cmd;
-  snprintf(e->tl_path, sizeof e->tl_path, "%s", path ? path : "");
-  pthread_cond_signal(&e->cv);
-  while (e->tl_gen == gen && !e->stopped)
-    pthread_cond_wait(&e->tl_cv, &e->mu);
-  if (e->tl_gen == gen) {
-    e->tl_cmd = 0;
-    rc = hvd__set_error(HVD_ERR_SHUTDOWN, "hvd_timeline_%s: hvd has stopped",
-                        cmd == 1 ? "start" : "stop");
-  } else {
-    rc = e->tl_rc;
-    if (rc != HVD_SUCCESS)
-      hvd__set_error_msg(rc, e->tl_msg);
-  }
-  pthread_mutex_unlock(&e->mu);
-  return rc;
-}
-
-void hvd__engine_timeline_mark(hvd__engine_t *e, const char *name, int counter,
-                               double value) {
-  pthread_mutex_lock(&e->tl_mu);
-  if (counter)
-    hvd__timeline_counter(e->tl, name, hvd__now(), value);
-  else
-    hvd__timeline_instant(e->tl, "USER", name, hvd__now(), NULL);
-  pthread_mutex_unlock(&e->tl_mu);
-}
-
 static void *engine_main(void *arg) {
   hvd__engine_t *e = arg;
-  pace_t pace = {backoff_min, 1, hvd__now(), hvd__now() + e->cycle_s};
+  hvd__pace_t pace;
+  hvd__pace_init(&pace, e->cycle_s, hvd__now());
   engine_thread_setup(e);
   for (;;) {
     int want_stop;
@@ -297,10 +196,10 @@ static void *engine_main(void *arg) {
     e->tl_cmd = 0;
     pthread_mutex_unlock(&e->mu);
     if (tl_cmd != 0)
-      timeline_command(e, tl_cmd, tl_path);
+      hvd__engine_timeline_command(e, tl_cmd, tl_path);
     double start = hvd__now();
     int nnew = hvd__log_threshold <= HVD__LOG_TRACE ? hvd__list_len(list) : 0;
-    pace.next = start + e->cycle_s;
+    hvd__pace_start(&pace, e->cycle_s, start);
     agreed_t a = {NULL, NULL, 0, 0, 0};
     hvd_result_t rc = negotiate(e, list, want_stop, &a);
     if (rc != HVD_SUCCESS) {
@@ -310,11 +209,8 @@ static void *engine_main(void *arg) {
     }
     trace_cycle(e, list != NULL, nnew, &a, start);
     hvd__stop_t stop = execute(e, &a);
-    /* progress (new work or something agreed) resets the back-off */
-    int progress = list != NULL || a.nfast + a.nslow > 0;
-    pace.backoff = progress ? backoff_min : 2 * pace.backoff;
-    pace.idle = progress ? 1 : pace.idle < idle_max ? 2 * pace.idle : idle_max;
-    pace.settled = a.at;
+    /* progress: new work or something agreed */
+    hvd__pace_end(&pace, list != NULL || a.nfast + a.nslow > 0, a.at);
     if (handle_stop(e, stop))
       break;
   }
@@ -406,38 +302,6 @@ fail:
   return rc;
 }
 
-void hvd__engine_trace_span(hvd__engine_t *e, const hvd_request_t *r,
-                            const char *phase, double t0, double t1) {
-  char args[160];
-  snprintf(args, sizeof args, "\"bytes\":%llu,\"dtype\":\"%s\",\"tensors\":%d",
-           (unsigned long long)hvd__tensor_bytes(&r->send),
-           hvd_dtype_name((hvd_dtype_t)r->desc.dtype),
-           r->batch_n > 0 ? r->batch_n : 1);
-  hvd__timeline_span(e->tl, r->name, phase, t0, t1, args);
-}
-
-void hvd__engine_trace_hook(void *ctx, const hvd_request_t *r,
-                            const char *phase, double t0, double t1) {
-  hvd__engine_trace_span(ctx, r, phase, t0, t1);
-}
-
-/* The aligned clock and the timeline files (timeline.c). */
-static hvd_result_t start_timeline(hvd__engine_t *e) {
-  const hvd__settings_t *s = &e->settings;
-  hvd__timeline_start_t t;
-  hvd_result_t rc = hvd__timeline_start(e->env.comm, e->env.rank, e->env.size,
-                                        s->timeline, s->timeline_all_ranks,
-                                        (uint64_t)s->timeline_max_bytes, &t);
-  e->epoch = t.epoch;
-  e->timeline_any = t.any;
-  e->tl = t.t;
-  if (e->tl != NULL) {
-    e->env.trace = hvd__engine_trace_hook;
-    e->env.trace_ctx = e;
-  }
-  return rc;
-}
-
 /* Autotune when any rank asks (the vector then carries rank 0's
  * parameters to all); rank 0 keeps the tuner, starting from the host
  * executor's default chunk. */
@@ -485,7 +349,7 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
   if (e == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
   HVD__CHECK(agree_env(e));
-  HVD__CHECK(start_timeline(e));
+  HVD__CHECK(hvd__engine_start_timeline(e));
   HVD__CHECK(start_autotune(e));
   HVD__CHECK(start_negotiation(e));
   for (int i = 0; hvd__executors[i] != NULL; i++)
@@ -516,77 +380,4 @@ void hvd__engine_stop(hvd__engine_t *e) {
   pthread_mutex_unlock(&e->mu);
   pthread_join(e->thread, NULL);
   engine_free(e);
-}
-
-/* ---- submission (callers' threads) -------------------------------------- */
-
-/* The error paths of submission format the request's label; the common
- * path does not. */
-static hvd_result_t submit_error(hvd_result_t rc, const hvd_request_t *r,
-                                 const char *why) {
-  char lab[300];
-  hvd__request_label(r, lab, sizeof lab);
-  return hvd__set_error(rc, "%s: %s", lab, why);
-}
-
-/* The member that hvd__engine_submit_many refused, per thread. */
-static _Thread_local int refused = -1;
-
-int hvd__engine_refused(void) { return refused; }
-
-hvd_result_t hvd__engine_submit(hvd__engine_t *e, hvd_request_t *r) {
-  return hvd__engine_submit_many(e, &r, 1);
-}
-
-hvd_result_t hvd__engine_submit_many(hvd__engine_t *e, hvd_request_t *const *rs,
-                                     int n) {
-  hvd_result_t rc = HVD_SUCCESS;
-  double now = hvd__now();
-  int put = 0;
-  refused = -1;
-  pthread_mutex_lock(&e->mu);
-  if (e->stopped) {
-    rc = submit_error(e->stop_rc, rs[0], e->stop_reason);
-  } else if (e->stop_requested) {
-    rc = submit_error(HVD_ERR_SHUTDOWN, rs[0], "hvd is shutting down");
-  } else {
-    for (; put < n && rc == HVD_SUCCESS; put++) {
-      hvd_request_t *r = rs[put];
-      if (hvd__table_get(e->inflight, r->name) != NULL) {
-        char why[HVD__ERRMSG_MAX];
-        snprintf(why, sizeof why,
-                 "a collective named '%.900s' is already in flight on this "
-                 "rank",
-                 r->name);
-        rc = submit_error(HVD_ERR_INVALID_ARG, r, why);
-        refused = put;
-        break;
-      }
-      if (hvd__table_put(e->inflight, r->name, r) != 0) {
-        rc = submit_error(HVD_ERR_NO_MEMORY, r, "request table");
-        break;
-      }
-    }
-  }
-  if (rc != HVD_SUCCESS) { /* all or nothing */
-    for (int i = 0; i < put; i++)
-      hvd__table_remove(e->inflight, rs[i]->name);
-    pthread_mutex_unlock(&e->mu);
-    return rc;
-  }
-  int wake = 0;
-  if (hvd__table_count(e->inflight) == (size_t)n) /* just these: a burst */
-    hvd__burst_begin(&e->burst, now);
-  for (int i = 0; i < n; i++) {
-    rs[i]->t_submit = now;
-    rs[i]->t_ready = now - e->epoch;
-    hvd__queue_push(&e->queue, rs[i]);
-    wake |= !e->defer || rs[i]->desc.device != HVD_CPU;
-  }
-  if (wake) {
-    e->urgent = 1;
-    pthread_cond_signal(&e->cv);
-  }
-  pthread_mutex_unlock(&e->mu);
-  return rc;
 }

@@ -75,6 +75,11 @@ struct hvd__engine {
 /* The execution span of r on its tensor's track, with its bytes, dtype
  * and the number of tensors run with it (the fused group); the executors'
  * trace hook (env.trace) is the same. Engine thread. */
+/* engine_timeline.c: the timeline opened at the engine's start, a
+ * hvd_timeline_start (cmd 1, path) or stop (2) done on the engine thread
+ * between cycles, and the spans the executors report. */
+hvd_result_t hvd__engine_start_timeline(hvd__engine_t *e);
+void hvd__engine_timeline_command(hvd__engine_t *e, int cmd, const char *path);
 void hvd__engine_trace_span(hvd__engine_t *e, const hvd_request_t *r,
                             const char *phase, double t0, double t1);
 void hvd__engine_trace_hook(void *ctx, const hvd_request_t *r,
