@@ -78,11 +78,17 @@ T_LOG_DRIVER = $(HVD_TAP_DRIVER)
 T_LOG_COMPILER = $(SHELL) $(top_srcdir)/t/timed $(top_builddir)/t/mpirun-test
 SH_LOG_DRIVER = $(HVD_TAP_DRIVER)
 SH_LOG_COMPILER = $(SHELL) $(top_srcdir)/t/timed $(SHELL)
+## HVD_TEST_CC: the compiler and sanitizer flags of this build, for tests
+## that compile a program against it (first.sh); HVD_TEST_SANITIZER: the
+## sanitizer flags alone (empty without one).
 AM_TESTS_ENVIRONMENT = \
 	HVD_TOP_BUILDDIR='$(abs_top_builddir)'; \
 	HVD_TOP_SRCDIR='$(abs_top_srcdir)'; \
 	HVD_MPIRUN_TEST='$(abs_top_builddir)/t/mpirun-test'; \
-	export HVD_TOP_BUILDDIR HVD_TOP_SRCDIR HVD_MPIRUN_TEST;
+	HVD_TEST_CC='$(CC) $(HVD_SANITIZER_CFLAGS)'; \
+	HVD_TEST_SANITIZER='$(HVD_SANITIZER_CFLAGS)'; \
+	export HVD_TOP_BUILDDIR HVD_TOP_SRCDIR HVD_MPIRUN_TEST HVD_TEST_CC \
+	  HVD_TEST_SANITIZER;
 
 ## The layers of lib/ hold (build-aux/check-layers over the objects'
 ## symbol tables and the #include lines), and the check catches offences.

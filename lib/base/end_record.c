@@ -1,6 +1,7 @@
 /* end_record.c - the rank's own account of its end (see end_record.h). */
 #include "base/end_record.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h> /* rename */
@@ -12,13 +13,13 @@
 
 #include "base/settings.h"
 
-/* What the record says; written by whichever thread or handler ends the
- * process, so plain fields read whole (no lock: a handler cannot take
- * one). */
 /* Small buffers: a handler runs on whatever stack the signalled thread
  * has. A longer HVD_END_DIR gets no record. */
 #define PATH_CAP 1024
 
+/* What the record says; written by whichever thread or handler ends the
+ * process, so plain fields read whole (no lock: a handler cannot take
+ * one). */
 static struct {
   int on;                      /* HVD_END_DIR set and a rank known */
   char path[PATH_CAP];         /* DIR/rank.R */
@@ -150,6 +151,7 @@ static void on_cont(const siginfo_t *si) {
 }
 
 static void on_signal(int sig, siginfo_t *si, void *ctx) {
+  int saved = errno; /* the interrupted code's, when this returns */
   int k = 0;
   while (k < NSIGNALS && signals[k] != sig)
     k++;
@@ -183,6 +185,7 @@ static void on_signal(int sig, siginfo_t *si, void *ctx) {
     signal(sig, SIG_DFL);
     raise(sig);
   }
+  errno = saved;
 }
 
 /* The launcher's rank of this process, or -1. */

@@ -52,7 +52,7 @@ check $? "HVD_FUSION_THRESHOLD=64M, HVD_CHUNK_SIZE=1.5KiB: read as 67108864 and 
 # pkg-config against the build tree: hvd-uninstalled.pc (no install)
 if command -v pkg-config >/dev/null 2>&1; then
   flags=`PKG_CONFIG_PATH=$HVD_TOP_BUILDDIR pkg-config --cflags --libs hvd`
-  ${CC:-cc} -o "$tmp/first" "$HVD_TOP_SRCDIR/examples/first.c" $flags \
+  ${HVD_TEST_CC:-cc} -o "$tmp/first" "$HVD_TOP_SRCDIR/examples/first.c" $flags \
     2>"$tmp/err" && run_np 2 "$tmp/out" "$tmp/err" "$tmp/first"
   [ $? = 0 ] && case " $flags " in *" -I$HVD_TOP_SRCDIR/include "*) true ;; *) false ;; esac &&
     grep -qx "rank 1 of 2: average 0.50 (expected 0.50)" "$tmp/out"

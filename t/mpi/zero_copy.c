@@ -228,14 +228,9 @@ static int zero_copied(const char *text, const char *tag, unsigned mask) {
   for (int t = 0; t < NT; t++) {
     if (!(mask >> t & 1))
       continue;
-    char name[64], span[160];
+    char name[64];
     snprintf(name, sizeof name, "%s.%d", tag, t);
-    int tid = hvdt_timeline_track(text, name);
-    snprintf(span, sizeof span,
-             "{\"name\":\"SHM_ZERO_COPY_ALLREDUCE\",\"ph\":\"X\",\"pid\":0,"
-             "\"tid\":%d,",
-             tid);
-    n += tid > 0 && strstr(text, span) != NULL;
+    n += hvdt_timeline_span(text, name, "SHM_ZERO_COPY_ALLREDUCE", NULL);
   }
   return n;
 }

@@ -5,6 +5,8 @@
 ##  host_mem hvd_alloc_host / hvd_free_host: the shared arena; built again
 ##           as host_mem_private (HVD_HOST_ARENA=0: private huge pages)
 ##  sampler  the distributed sampler
+##  timeline_json  the tests' timeline reader (t/util/hvdtest.c): JSON
+##           with its keys in any order, unknown keys, escapes, no "]"
 ##  optim    the plain optimizers (lib/optim): SGD and Adam/AdamW against
 ##           torch.optim's formulas, custom ops and their state, the
 ##           validation messages; CUDA flags only to count the GPUs (the
@@ -13,9 +15,10 @@
 ##           a CBLAS only, as examples/bert is)
 
 check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim \
-	t/unit/host_mem t/unit/host_mem_private
+	t/unit/host_mem t/unit/host_mem_private t/unit/timeline_json
 UNIT_TESTS += t/unit/errors.t t/unit/taplib.t t/unit/sampler.t \
-	t/unit/optim.t t/unit/host_mem.t t/unit/host_mem_private.t
+	t/unit/optim.t t/unit/host_mem.t t/unit/host_mem_private.t \
+	t/unit/timeline_json.t
 t_unit_host_mem_private_SOURCES = t/unit/host_mem.c
 t_unit_host_mem_private_CPPFLAGS = $(TEST_CPPFLAGS) -DHOST_MEM_PRIVATE
 t_unit_taplib_LDADD = t/tap/libtap.la $(MPI_LIBS)

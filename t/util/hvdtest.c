@@ -524,49 +524,236 @@ char *hvdt_slurp(const char *path) {
   return s;
 }
 
-int hvdt_timeline_track(const char *text, const char *name) {
-  char want[512];
-  snprintf(want, sizeof want, "\"args\":{\"name\":\"%s\"}", name);
-  const char *at = strstr(text, want);
-  if (at == NULL)
-    return -1;
-  while (at > text && strncmp(at, "\"tid\":", 6) != 0)
-    at--;
-  return atoi(at + 6);
+/* ---- the timeline's JSON -------------------------------------------------- */
+
+typedef struct jp {
+  const char *at, *text;
+  int bad;
+} jp_t;
+
+static void jp_ws(jp_t *j) {
+  while (*j->at == ' ' || *j->at == '\n' || *j->at == '\t' || *j->at == '\r')
+    j->at++;
 }
 
-const char *hvdt_timeline_span(const char *text, const char *name,
-                               const char *span, double *ts) {
-  char want[160];
-  int tid = hvdt_timeline_track(text, name);
-  if (tid < 0)
+/* A string into out (cut to cap); escapes decoded, \uXXXX as '?'. */
+static void jp_string(jp_t *j, char *out, size_t cap) {
+  size_t k = 0;
+  if (*j->at != '"') {
+    j->bad = 1;
+    return;
+  }
+  j->at++;
+  while (*j->at != '\0' && *j->at != '"') {
+    char c = *j->at++;
+    if (c == '\\') {
+      c = *j->at++;
+      if (c == 'n')
+        c = '\n';
+      else if (c == 't')
+        c = '\t';
+      else if (c == 'u') {
+        for (int i = 0; i < 4 && *j->at != '\0'; i++)
+          j->at++;
+        c = '?';
+      } else if (c == '\0') {
+        j->bad = 1;
+        return;
+      }
+    }
+    if (k + 1 < cap)
+      out[k++] = c;
+  }
+  if (cap > 0)
+    out[k] = '\0';
+  if (*j->at != '"')
+    j->bad = 1;
+  else
+    j->at++;
+}
+
+static double jp_number(jp_t *j) {
+  char *end;
+  double v = strtod(j->at, &end);
+  if (end == j->at)
+    j->bad = 1;
+  j->at = end;
+  return v;
+}
+
+/* Any value, skipped. */
+static void jp_skip(jp_t *j, int depth) {
+  char dummy[8];
+  jp_ws(j);
+  if (depth > 16) {
+    j->bad = 1;
+  } else if (*j->at == '"') {
+    jp_string(j, dummy, sizeof dummy);
+  } else if (*j->at == '{' || *j->at == '[') {
+    char close = *j->at == '{' ? '}' : ']';
+    j->at++;
+    for (jp_ws(j); !j->bad && *j->at != close; jp_ws(j)) {
+      if (close == '}') {
+        jp_string(j, dummy, sizeof dummy);
+        jp_ws(j);
+        if (*j->at++ != ':')
+          j->bad = 1;
+      }
+      jp_skip(j, depth + 1);
+      jp_ws(j);
+      if (*j->at == ',')
+        j->at++;
+      else if (*j->at != close)
+        j->bad = 1;
+    }
+    if (*j->at == close)
+      j->at++;
+  } else if (*j->at == '-' || (*j->at >= '0' && *j->at <= '9')) {
+    (void)jp_number(j);
+  } else if (strncmp(j->at, "true", 4) == 0 || strncmp(j->at, "null", 4) == 0) {
+    j->at += 4;
+  } else if (strncmp(j->at, "false", 5) == 0) {
+    j->at += 5;
+  } else {
+    j->bad = 1;
+  }
+}
+
+/* An object's members, each handed to fn with its key (the value next). */
+static void jp_object(jp_t *j, void (*fn)(jp_t *, const char *, void *),
+                      void *ctx) {
+  char key[64];
+  jp_ws(j);
+  if (*j->at != '{') {
+    j->bad = 1;
+    return;
+  }
+  j->at++;
+  for (jp_ws(j); !j->bad && *j->at != '}'; jp_ws(j)) {
+    jp_string(j, key, sizeof key);
+    jp_ws(j);
+    if (j->bad || *j->at++ != ':') {
+      j->bad = 1;
+      return;
+    }
+    jp_ws(j);
+    fn(j, key, ctx);
+    jp_ws(j);
+    if (*j->at == ',')
+      j->at++;
+    else if (*j->at != '}')
+      j->bad = 1;
+  }
+  if (*j->at == '}')
+    j->at++;
+}
+
+static void args_member(jp_t *j, const char *key, void *ctx) {
+  struct hvdt_event *e = ctx;
+  if (strcmp(key, "name") == 0 && *j->at == '"')
+    jp_string(j, e->track, sizeof e->track);
+  else if (strcmp(key, "tensors") == 0)
+    e->tensors = (int)jp_number(j);
+  else
+    jp_skip(j, 1);
+}
+
+static void event_member(jp_t *j, const char *key, void *ctx) {
+  struct hvdt_event *e = ctx;
+  if (strcmp(key, "name") == 0)
+    jp_string(j, e->name, sizeof e->name);
+  else if (strcmp(key, "ph") == 0)
+    jp_string(j, e->ph, sizeof e->ph);
+  else if (strcmp(key, "tid") == 0)
+    e->tid = (int)jp_number(j);
+  else if (strcmp(key, "ts") == 0)
+    e->ts = jp_number(j);
+  else if (strcmp(key, "args") == 0 && *j->at == '{')
+    jp_object(j, args_member, e);
+  else
+    jp_skip(j, 1);
+}
+
+struct hvdt_event *hvdt_timeline_parse(const char *text, int *n) {
+  jp_t j = {text, text, 0};
+  struct hvdt_event *ev = NULL;
+  int cap = 0;
+  *n = 0;
+  jp_ws(&j);
+  if (*j.at++ != '[')
+    j.bad = 1;
+  for (jp_ws(&j); !j.bad && *j.at != '\0' && *j.at != ']'; jp_ws(&j)) {
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 256;
+      struct hvdt_event *g = realloc(ev, (size_t)cap * sizeof *g);
+      if (g == NULL)
+        bail("hvdt_timeline_parse: out of memory");
+      ev = g;
+    }
+    struct hvdt_event *e = &ev[*n];
+    memset(e, 0, sizeof *e);
+    e->tid = e->tensors = -1;
+    e->ts = -1;
+    jp_object(&j, event_member, e);
+    (*n)++;
+    jp_ws(&j);
+    if (*j.at == ',')
+      j.at++;
+  }
+  if (j.bad) {
+    diag("hvdt_timeline_parse: not a timeline's JSON at offset %ld",
+         (long)(j.at - j.text));
+    free(ev);
+    *n = 0;
     return NULL;
-  snprintf(want, sizeof want,
-           "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":", span,
-           tid);
-  const char *last = NULL;
-  for (const char *at = strstr(text, want); at != NULL;
-       at = strstr(at + 1, want))
-    last = at;
-  if (last != NULL && ts != NULL)
-    *ts = atof(last + strlen(want));
+  }
+  return ev;
+}
+
+int hvdt_timeline_track(const char *text, const char *name) {
+  int n, tid = -1;
+  struct hvdt_event *ev = hvdt_timeline_parse(text, &n);
+  for (int i = 0; i < n && tid < 0; i++)
+    if (strcmp(ev[i].ph, "M") == 0 && strcmp(ev[i].name, "thread_name") == 0 &&
+        strcmp(ev[i].track, name) == 0)
+      tid = ev[i].tid;
+  free(ev);
+  return tid;
+}
+
+/* The last complete `span` on tensor `name`'s track: its index, or -1. */
+static int last_span(const struct hvdt_event *ev, int n, int tid,
+                     const char *span) {
+  int last = -1;
+  for (int i = 0; tid >= 0 && i < n; i++)
+    if (ev[i].tid == tid && strcmp(ev[i].ph, "X") == 0 &&
+        strcmp(ev[i].name, span) == 0)
+      last = i;
   return last;
+}
+
+int hvdt_timeline_span(const char *text, const char *name, const char *span,
+                       double *ts) {
+  int n, tid = hvdt_timeline_track(text, name);
+  struct hvdt_event *ev = hvdt_timeline_parse(text, &n);
+  int last = last_span(ev, n, tid, span);
+  if (last >= 0 && ts != NULL)
+    *ts = ev[last].ts;
+  free(ev);
+  return last >= 0;
 }
 
 /* The "ts" of the last `span` on tensor `name`'s track (-1: none), and
  * in *n_ok whether its args say "tensors":n. */
 static double group_span(const char *text, const char *name, const char *span,
                          int n, int *n_ok) {
-  char tensors[32];
-  double ts = -1;
-  const char *last = hvdt_timeline_span(text, name, span, &ts);
-  size_t len = (size_t)snprintf(tensors, sizeof tensors, "\"tensors\":%d", n);
-  const char *end = last ? strchr(last, '}') : NULL;
-  const char *args = last ? strstr(last, "\"tensors\":") : NULL;
-  *n_ok = args != NULL && end != NULL && args < end &&
-          strncmp(args, tensors, len) == 0 &&
-          (args[len] == '}' || args[len] == ',');
-  return last != NULL ? ts : -1;
+  int count, tid = hvdt_timeline_track(text, name);
+  struct hvdt_event *ev = hvdt_timeline_parse(text, &count);
+  int last = last_span(ev, count, tid, span);
+  double ts = last >= 0 ? ev[last].ts : -1;
+  *n_ok = last >= 0 && ev[last].tensors == n;
+  free(ev);
+  return ts;
 }
 
 int hvdt_timeline_fused(const char *text, const char *const *names, int n,

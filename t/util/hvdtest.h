@@ -60,13 +60,30 @@ char *hvdt_slurp(const char *path);
 void hvdt_shared_tmpdir(char *dir, size_t len, const char *tag);
 void hvdt_remove_tmpdir(const char *dir);
 
-/* The track ("tid") of tensor `name` in a timeline's text, or -1. */
+/* ---- Timelines: their JSON parsed (lib/core/timeline.c writes it) ---- */
+
+/* One event of a timeline, the fields the tests read. */
+struct hvdt_event {
+  char name[128];  /* "name" */
+  char ph[4];      /* "ph" */
+  int tid;         /* "tid"; -1 when absent */
+  double ts;       /* "ts"; -1 when absent */
+  char track[256]; /* "args":{"name":...} (a thread_name event's track) */
+  int tensors;     /* "args":{"tensors":N}; -1 when absent */
+};
+/* The events of a timeline's text in file order: a JSON array of objects
+ * (its "]" may be missing while the file is open), keys in any order, any
+ * other keys and values skipped. A malloc'd array of *n; NULL, with a diag
+ * naming the offset, when the text is not such JSON. */
+struct hvdt_event *hvdt_timeline_parse(const char *text, int *n);
+
+/* The track ("tid") of tensor `name` in a timeline's text (its
+ * thread_name event), or -1. */
 int hvdt_timeline_track(const char *text, const char *name);
-/* The last complete span (ph "X") named `span` on tensor `name`'s track:
- * where its event starts in text (NULL if there is none), its "ts" in
- * *ts (may be NULL). */
-const char *hvdt_timeline_span(const char *text, const char *name,
-                               const char *span, double *ts);
+/* 1 if tensor `name`'s track has a complete span (ph "X") named `span`,
+ * with the last one's "ts" in *ts (may be NULL); else 0. */
+int hvdt_timeline_span(const char *text, const char *name, const char *span,
+                       double *ts);
 /* 1 if the last `span` of each of the n tensors starts at one time and
  * says "tensors":n (they ran as one fused group); else 0, with a diag
  * naming the first that does not. */
