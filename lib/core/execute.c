@@ -228,14 +228,14 @@ static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *const *xs,
     return hvd__set_error(HVD_ERR_UNSUPPORTED, "no executor for device %d",
                           x->desc.device);
   const int64_t *stack[64], **dims0s = NULL;
-  if (m > 1 && x->desc.coll == HVD__ALLGATHER) { /* m == n: no stubs */
+  if (x->desc.coll == HVD__ALLGATHER) { /* m == n: no stubs */
     dims0s = m <= 64 ? stack : calloc((size_t)m, sizeof *dims0s);
     if (dims0s == NULL)
       return hvd__set_error(HVD_ERR_NO_MEMORY, "fused allgather");
     for (int i = 0; i < m; i++)
       dims0s[i] = xs[i]->dims0;
   }
-  hvd__work_t w = {&x->desc, reqs, m, x->dims0, dims0s};
+  hvd__work_t w = {&x->desc, reqs, m, dims0s};
   for (int q = 0; q < m; q++)
     reqs[q]->batch_n = m;
   hvd_result_t rc = ex->run[x->desc.coll](e->exec_state[which], &e->env, &w);

@@ -95,16 +95,16 @@ typedef struct hvd__exec_env {
  * allreduce may carry several requests (a fused group): same dtype, device,
  * op and scale factors, executed as one pipelined stream. So may an
  * allgather, in an executor whose `fuses` says so: any dtypes and row
- * sizes, each request's per-rank first dimensions in dims0s[i] (NULL when
- * agreed through the cache: the executor learns them). So may a
+ * sizes. Every allgather's work carries each request's per-rank first
+ * dimensions in dims0s[i] (NULL when agreed through the cache: the
+ * executor learns them). So may a
  * reducescatter, in an executor whose `fuses` says so: one dtype, op and
  * scaling, any shapes. */
 typedef struct hvd__work {
   const hvd__desc_t *desc;
   hvd_request_t *const *reqs;
   int n;
-  const int64_t *dims0;         /* dims0s[0] */
-  const int64_t *const *dims0s; /* per request; NULL with n == 1 */
+  const int64_t *const *dims0s; /* allgather: per request; else NULL */
 } hvd__work_t;
 
 typedef hvd_result_t (*hvd__exec_fn)(void *state, const hvd__exec_env_t *env,

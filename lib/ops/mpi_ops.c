@@ -363,7 +363,7 @@ static hvd_result_t mpi_allgather(void *state, const hvd__exec_env_t *env,
     return hvd__mpi_allgather_fused(s, env, w);
   MPI_Datatype row = MPI_DATATYPE_NULL;
   hvd_request_t *r = w->reqs[0];
-  const int64_t *dims0 = w->dims0;
+  const int64_t *dims0 = w->dims0s[0];
   if (dims0 == NULL) { /* agreed through the cache: learn them now */
     s->splits[env->rank] = r->send.shape[0];
     HVD__MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 1, MPI_INT64_T, s->splits, 1,

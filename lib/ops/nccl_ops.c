@@ -418,7 +418,7 @@ static hvd_result_t allgather(nccl_state_t *s, const hvd__exec_env_t *env,
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__desc_t *d = w->desc;
   hvd_request_t *r = w->reqs[0];
-  const int64_t *dims0 = w->dims0;
+  const int64_t *dims0 = w->dims0s[0];
   if (dims0 == NULL) { /* agreed through the cache: learn them now */
     s->dims0[env->rank] = r->send.shape[0];
     HVD__MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 1, MPI_INT64_T, s->dims0, 1,
