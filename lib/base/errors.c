@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -74,6 +75,17 @@ void hvd__fatal_set(hvd_result_t rc, const char *reason) {
     hvd__end_record_error(fatal_reason); /* for hvdrun, should it die */
   }
   pthread_mutex_unlock(&fatal_mu);
+}
+
+hvd_result_t hvd__grow(void **buf, size_t *cap, size_t n, const char *what) {
+  if (n <= *cap)
+    return HVD_SUCCESS;
+  void *p = realloc(*buf, n);
+  if (p == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s of %zu bytes", what, n);
+  *buf = p;
+  *cap = n;
+  return HVD_SUCCESS;
 }
 
 hvd_result_t hvd__fatal(char *reason, size_t len) {

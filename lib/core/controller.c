@@ -545,15 +545,7 @@ fail:
 }
 
 static hvd_result_t reserve_inbox(hvd__controller_t *c, size_t n) {
-  if (n <= c->inbox_cap)
-    return HVD_SUCCESS;
-  char *p = realloc(c->inbox, n);
-  if (p == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "negotiation buffer of %zu bytes",
-                          n);
-  c->inbox = p;
-  c->inbox_cap = n;
-  return HVD_SUCCESS;
+  return hvd__grow((void **)&c->inbox, &c->inbox_cap, n, "negotiation buffer");
 }
 
 hvd_result_t hvd__controller_negotiate(hvd__controller_t *c,

@@ -25,9 +25,9 @@ hvd_result_t hvd__mpi_allgather_fused(hvd__mpi_state_t *s,
                                       const hvd__work_t *w) {
   hvd_result_t rc = HVD_SUCCESS;
   int m = w->n, P = env->size, nc = 0;
-  HVD__CHECK(hvd__mpi_grow((void **)&s->gdims, &s->gdims_cap,
-                           (size_t)(2 * m + 1) * (size_t)P * sizeof *s->gdims,
-                           "fused allgather"));
+  HVD__CHECK(hvd__grow((void **)&s->gdims, &s->gdims_cap,
+                       (size_t)(2 * m + 1) * (size_t)P * sizeof *s->gdims,
+                       "fused allgather"));
   int64_t *dims = s->gdims;               /* [i * P + q]: rows */
   int64_t *learnt = dims + (size_t)m * P; /* [q * m + j] */
   memset(learnt + (size_t)env->rank * (size_t)m, 0, (size_t)m * sizeof *learnt);
@@ -69,8 +69,8 @@ hvd_result_t hvd__mpi_allgather_fused(hvd__mpi_state_t *s,
   }
   if (total == 0)
     return HVD_SUCCESS;
-  HVD__CHECK(hvd__mpi_grow((void **)&s->gather, &s->gather_cap, (size_t)total,
-                           "fused allgather buffer"));
+  HVD__CHECK(hvd__grow((void **)&s->gather, &s->gather_cap, (size_t)total,
+                       "fused allgather buffer"));
   char *mine = s->gather + s->displs[env->rank];
   for (int i = 0; i < m; i++) {
     size_t b =
@@ -136,9 +136,9 @@ hvd_result_t hvd__mpi_reducescatter_fused(hvd__mpi_state_t *s,
   }
   if (total == 0)
     return HVD_SUCCESS;
-  HVD__CHECK(hvd__mpi_grow((void **)&s->gather, &s->gather_cap,
-                           (size_t)(total + mine) * es,
-                           "fused reducescatter buffer"));
+  HVD__CHECK(hvd__grow((void **)&s->gather, &s->gather_cap,
+                       (size_t)(total + mine) * es,
+                       "fused reducescatter buffer"));
   char *at = s->gather, *got = s->gather + (size_t)total * es;
   for (int64_t k = 0; k < P; k++)
     for (int i = 0; i < w->n; i++) {

@@ -84,9 +84,6 @@ typedef struct hvd__mpi_state {
   size_t gdims_cap;
 } hvd__mpi_state_t;
 
-/* Grows *buf to at least n bytes, kept for the next time; what names it
- * in the error. */
-hvd_result_t hvd__mpi_grow(void **buf, size_t *cap, size_t n, const char *what);
 /* r's output: d's shape with `rows` in dimension 0. */
 hvd_result_t hvd__mpi_alloc_rows(hvd_request_t *r, const hvd__desc_t *d,
                                  int64_t rows);

@@ -22,8 +22,6 @@
 #include "ops/ordered.h"
 #include "ops/reduce.h"
 
-#define CHUNK_ELEMS HVD__MPI_MAX_ELEMS
-
 static void mpi_close(void *state, int collective) {
   hvd__mpi_state_t *s = state;
   if (s == NULL)
@@ -115,8 +113,8 @@ static hvd_result_t reduce_span(hvd__mpi_state_t *s, const hvd__exec_env_t *env,
   hvd_op_t op = (hvd_op_t)d->op;
   size_t esize = hvd_dtype_size(dtype);
   int hier = env->hierarchical; /* decided for every rank alike at start */
-  for (int64_t off = 0; off < n; off += CHUNK_ELEMS) {
-    int64_t count = n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS;
+  for (int64_t off = 0; off < n; off += HVD__MPI_MAX_ELEMS) {
+    int64_t count = n - off < HVD__MPI_MAX_ELEMS ? n - off : HVD__MPI_MAX_ELEMS;
     const void *sp =
         src == MPI_IN_PLACE ? MPI_IN_PLACE : (const char *)src + off * esize;
     char *dp = (char *)dst + off * esize;
@@ -167,11 +165,6 @@ static void span_mark(span_t *sp, hvd_request_t *const *rs, int a, int b,
   sp->t = t;
 }
 
-/* A staging buffer of at least n bytes, kept across calls. */
-static hvd_result_t staging(hvd__mpi_state_t *s, size_t n) {
-  return hvd__mpi_grow((void **)&s->stage, &s->stage_cap, n, "fusion chunk");
-}
-
 /* A tensor of at least one chunk (or alone): reduced in the caller's
  * memory, chunk by chunk, each chunk scaled before and finished after
  * while it is in cache. Out of place without prescale, MPI reads send. */
@@ -216,7 +209,9 @@ static hvd_result_t allreduce_wire(hvd__mpi_state_t *s,
   hvd_dtype_t wire = (hvd_dtype_t)d->wire;
   hvd__desc_t dw = *d; /* what the chunk reduction sees */
   dw.dtype = d->wire;
-  hvd_result_t rc = staging(s, (size_t)chunk_elems * sizeof(uint16_t));
+  hvd_result_t rc =
+      hvd__grow((void **)&s->stage, &s->stage_cap,
+                (size_t)chunk_elems * sizeof(uint16_t), "fusion chunk");
   piece_t *pieces = malloc((size_t)(w->n + 1) * sizeof *pieces);
   if (pieces == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "compression pieces");
@@ -278,7 +273,8 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
   const int direct =
       s->shm.on && chunk_elems * esize <= hvd__shm_piece_bytes(env);
   if (w->n > 1 && !direct)
-    rc = staging(s, (size_t)(chunk_elems * esize));
+    rc = hvd__grow((void **)&s->stage, &s->stage_cap,
+                   (size_t)(chunk_elems * esize), "fusion chunk");
   /* Packing decisions depend on sizes only, which every rank agrees on; a
    * joined rank's stubs take the same path with identity data. */
   for (int i = 0; i < w->n && rc == HVD_SUCCESS;) {
@@ -332,26 +328,15 @@ static hvd_result_t mpi_broadcast(void *state, const hvd__exec_env_t *env,
   for (int i = 0; i < w->n; i++) {
     hvd_request_t *r = w->reqs[i];
     int64_t bytes = (int64_t)hvd__tensor_bytes(&r->send);
-    for (int64_t off = 0; off < bytes; off += CHUNK_ELEMS) {
-      int count = (int)(bytes - off < CHUNK_ELEMS ? bytes - off : CHUNK_ELEMS);
+    for (int64_t off = 0; off < bytes; off += HVD__MPI_MAX_ELEMS) {
+      int count = (int)(bytes - off < HVD__MPI_MAX_ELEMS ? bytes - off
+                                                         : HVD__MPI_MAX_ELEMS);
       HVD__MPI_CHECK(MPI_Bcast((char *)r->send.data + off, count, MPI_BYTE,
                                w->desc->root, env->comm));
     }
   }
 fail:
   return rc;
-}
-
-hvd_result_t hvd__mpi_grow(void **buf, size_t *cap, size_t n,
-                           const char *what) {
-  if (n <= *cap)
-    return HVD_SUCCESS;
-  void *p = realloc(*buf, n);
-  if (p == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s (%zu bytes)", what, n);
-  *buf = p;
-  *cap = n;
-  return HVD_SUCCESS;
 }
 
 static hvd_result_t mpi_allgather(void *state, const hvd__exec_env_t *env,

@@ -41,14 +41,10 @@ MPI_Datatype hvd__mpi_dtype(hvd_dtype_t dtype) {
 
 /* Room for `bytes` received and four count vectors of p. */
 static hvd_result_t room(hvd__ordered_t *o, size_t bytes, int p) {
-  if (bytes > o->cap) {
-    void *b = realloc(o->buf, bytes);
-    if (b == NULL)
-      return hvd__set_error(HVD_ERR_NO_MEMORY, "reduction buffer of %zu bytes",
-                            bytes);
-    o->buf = b;
-    o->cap = bytes;
-  }
+  hvd_result_t rc =
+      hvd__grow((void **)&o->buf, &o->cap, bytes, "reduction buffer");
+  if (rc != HVD_SUCCESS)
+    return rc;
   if (p > o->nints) {
     int *v = realloc(o->ints, 4 * (size_t)p * sizeof *v);
     const void **s = realloc(o->srcs, (size_t)p * sizeof *s);
