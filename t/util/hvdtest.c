@@ -710,21 +710,19 @@ struct hvdt_event *hvdt_timeline_parse(const char *text, int *n) {
   return ev;
 }
 
-int hvdt_timeline_track(const char *text, const char *name) {
-  int n, tid = -1;
-  struct hvdt_event *ev = hvdt_timeline_parse(text, &n);
-  for (int i = 0; i < n && tid < 0; i++)
+/* Tensor `name`'s track in parsed events, or -1. */
+static int find_track(const struct hvdt_event *ev, int n, const char *name) {
+  for (int i = 0; i < n; i++)
     if (strcmp(ev[i].ph, "M") == 0 && strcmp(ev[i].name, "thread_name") == 0 &&
         strcmp(ev[i].track, name) == 0)
-      tid = ev[i].tid;
-  free(ev);
-  return tid;
+      return ev[i].tid;
+  return -1;
 }
 
 /* The last complete `span` on tensor `name`'s track: its index, or -1. */
-static int last_span(const struct hvdt_event *ev, int n, int tid,
+static int last_span(const struct hvdt_event *ev, int n, const char *name,
                      const char *span) {
-  int last = -1;
+  int last = -1, tid = find_track(ev, n, name);
   for (int i = 0; tid >= 0 && i < n; i++)
     if (ev[i].tid == tid && strcmp(ev[i].ph, "X") == 0 &&
         strcmp(ev[i].name, span) == 0)
@@ -732,48 +730,49 @@ static int last_span(const struct hvdt_event *ev, int n, int tid,
   return last;
 }
 
+int hvdt_timeline_track(const char *text, const char *name) {
+  int n;
+  struct hvdt_event *ev = hvdt_timeline_parse(text, &n);
+  int tid = find_track(ev, n, name);
+  free(ev);
+  return tid;
+}
+
 int hvdt_timeline_span(const char *text, const char *name, const char *span,
                        double *ts) {
-  int n, tid = hvdt_timeline_track(text, name);
+  int n;
   struct hvdt_event *ev = hvdt_timeline_parse(text, &n);
-  int last = last_span(ev, n, tid, span);
+  int last = last_span(ev, n, name, span);
   if (last >= 0 && ts != NULL)
     *ts = ev[last].ts;
   free(ev);
   return last >= 0;
 }
 
-/* The "ts" of the last `span` on tensor `name`'s track (-1: none), and
- * in *n_ok whether its args say "tensors":n. */
-static double group_span(const char *text, const char *name, const char *span,
-                         int n, int *n_ok) {
-  int count, tid = hvdt_timeline_track(text, name);
-  struct hvdt_event *ev = hvdt_timeline_parse(text, &count);
-  int last = last_span(ev, count, tid, span);
-  double ts = last >= 0 ? ev[last].ts : -1;
-  *n_ok = last >= 0 && ev[last].tensors == n;
-  free(ev);
-  return ts;
-}
-
 int hvdt_timeline_fused(const char *text, const char *const *names, int n,
                         const char *span) {
-  int g0 = 0, g = 0;
-  double t0 = text != NULL ? group_span(text, names[0], span, n, &g0) : -1;
-  if (t0 < 0 || !g0) {
+  int count = 0;
+  struct hvdt_event *ev = text != NULL ? hvdt_timeline_parse(text, &count)
+                                       : NULL;
+  int good = 1;
+  int l0 = last_span(ev, count, names[0], span);
+  if (l0 < 0 || ev[l0].tensors != n) {
     diag("%s: %s", names[0],
-         t0 < 0 ? "no span in the timeline" : "its span is not of the group");
-    return 0;
+         l0 < 0 ? "no span in the timeline" : "its span is not of the group");
+    good = 0;
   }
-  for (int i = 1; i < n; i++) {
-    double t = group_span(text, names[i], span, n, &g);
-    if (t != t0 || !g) {
+  for (int i = 1; good && i < n; i++) {
+    int l = last_span(ev, count, names[i], span);
+    double t = l >= 0 ? ev[l].ts : -1;
+    int g = l >= 0 && ev[l].tensors == n;
+    if (t != ev[l0].ts || !g) {
       diag("%s starts at %.3f (%s %d tensors), %s at %.3f", names[i], t,
-           g ? "with" : "not with", n, names[0], t0);
-      return 0;
+           g ? "with" : "not with", n, names[0], ev[l0].ts);
+      good = 0;
     }
   }
-  return 1;
+  free(ev);
+  return good;
 }
 
 void hvdt_shared_tmpdir(char *dir, size_t len, const char *tag) {
