@@ -80,15 +80,18 @@ SH_LOG_DRIVER = $(HVD_TAP_DRIVER)
 SH_LOG_COMPILER = $(SHELL) $(top_srcdir)/t/timed $(SHELL)
 ## HVD_TEST_CC: the compiler and sanitizer flags of this build, for tests
 ## that compile a program against it (first.sh); HVD_TEST_SANITIZER: the
-## sanitizer flags alone (empty without one).
+## sanitizer flags alone (empty without one). HVD_STANDIN_NCCL_ORDER=1:
+## the stand-in checks NCCL's order rule in every test that runs on it
+## (t/standin/order.sh turns it off once, to show what it catches).
 AM_TESTS_ENVIRONMENT = \
 	HVD_TOP_BUILDDIR='$(abs_top_builddir)'; \
 	HVD_TOP_SRCDIR='$(abs_top_srcdir)'; \
 	HVD_MPIRUN_TEST='$(abs_top_builddir)/t/mpirun-test'; \
 	HVD_TEST_CC='$(CC) $(HVD_SANITIZER_CFLAGS)'; \
 	HVD_TEST_SANITIZER='$(HVD_SANITIZER_CFLAGS)'; \
+	HVD_STANDIN_NCCL_ORDER=1; \
 	export HVD_TOP_BUILDDIR HVD_TOP_SRCDIR HVD_MPIRUN_TEST HVD_TEST_CC \
-	  HVD_TEST_SANITIZER;
+	  HVD_TEST_SANITIZER HVD_STANDIN_NCCL_ORDER;
 
 ## The layers of lib/ hold (build-aux/check-layers over the objects'
 ## symbol tables and the #include lines), and the check catches offences.

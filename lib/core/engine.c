@@ -45,18 +45,40 @@
 typedef struct agreed {
   hvd__response_t *fast, *slow;
   int nfast, nslow;
-  double at; /* when the negotiation ended */
+  unsigned flags; /* every rank's flags, OR'ed */
+  double at;      /* when the negotiation ended */
 } agreed_t;
 
-/* Phase 1, under mu: until work, a poke, a stop or the deadline (the
- * pace's: pace.c). */
+/* Requests in flight in e and the sets it drives (an engine command
+ * waiting counts as one: peers need this rank's cycles to meet it). Under
+ * e->mu; takes each set's mu (the order is always world, then set). */
+static size_t inflight_total(hvd__engine_t *e) {
+  size_t n = hvd__table_count(e->inflight) + (size_t)e->cmd_pending;
+  for (int i = 0; i < e->nsets; i++) {
+    pthread_mutex_lock(&e->sets[i]->mu);
+    n += hvd__table_count(e->sets[i]->inflight);
+    pthread_mutex_unlock(&e->sets[i]->mu);
+  }
+  return n;
+}
+
+/* A set waits for its coordinator's answer (engine thread only). */
+static int sets_slow(const hvd__engine_t *e) {
+  for (int i = 0; i < e->nsets; i++)
+    if (!hvd__queue_empty(&e->sets[i]->slow))
+      return 1;
+  return 0;
+}
+
+/* Phase 1, under mu: until work (here or in a set), a poke, a stop or the
+ * deadline (the pace's: pace.c). */
 static void wait_for_work(hvd__engine_t *e, hvd__pace_t *p) {
   if (!e->defer)
-    hvd__pace_deadline(p, e->cycle_s, hvd__table_count(e->inflight),
+    hvd__pace_deadline(p, e->cycle_s, inflight_total(e),
                        hvd__callers_waiting());
-  while (!e->urgent && hvd__queue_empty(&e->slow) && !e->stop_requested &&
-         !e->tl_cmd && !(e->poked && hvd__table_count(e->inflight) > 0) &&
-         hvd__now() < p->next) {
+  while (!e->urgent && !e->set_work && hvd__queue_empty(&e->slow) &&
+         !sets_slow(e) && !e->stop_requested && !e->tl_cmd &&
+         !(e->poked && inflight_total(e) > 0) && hvd__now() < p->next) {
     struct timespec ts;
     hvd__timespec_at(p->next, &ts);
     pthread_cond_timedwait(&e->cv, &e->mu, &ts);
@@ -67,10 +89,14 @@ static void wait_for_work(hvd__engine_t *e, hvd__pace_t *p) {
   }
 }
 
-/* Phase 2, under mu: the submissions since the last cycle. */
-static hvd_request_t *take_queue(hvd__engine_t *e, int *want_stop) {
+/* Phase 2, under mu: the submissions since the last cycle; whether a stop
+ * or a command waits. */
+static hvd_request_t *take_queue(hvd__engine_t *e, int *want_stop,
+                                 int *want_cmd) {
   e->urgent = 0;
+  e->set_work = 0; /* the sets' queues are taken after this */
   *want_stop = e->stop_requested;
+  *want_cmd = e->cmd_pending;
   return hvd__queue_take(&e->queue);
 }
 
@@ -95,12 +121,13 @@ static hvd_result_t slow_path(hvd__engine_t *e, int want_stop, agreed_t *a) {
 }
 
 /* Phase 3: sorts the new requests and agrees, with every rank, on what
- * runs now (and on rank 0's tuned parameters). */
+ * runs now (and on rank 0's tuned parameters, and on a command). */
 static hvd_result_t negotiate(hvd__engine_t *e, hvd_request_t *list,
-                              int want_stop, agreed_t *a) {
+                              int want_stop, int want_cmd, agreed_t *a) {
   hvd_result_t rc;
   hvd__fast_outcome_t out;
-  unsigned flags = want_stop ? HVD__FAST_STOP : 0;
+  unsigned flags = (want_stop ? HVD__FAST_STOP : 0) |
+                   (want_cmd ? HVD__FAST_CMD : HVD__FAST_NOCMD);
   hvd__fastpath_sort(e->fast, list, &e->joined, &e->slow);
   if (!hvd__queue_empty(&e->slow) || hvd__controller_busy(e->ctl))
     flags |= HVD__FAST_SLOW;
@@ -108,6 +135,7 @@ static hvd_result_t negotiate(hvd__engine_t *e, hvd_request_t *list,
                          &e->slow, &out);
   a->fast = out.ready;
   a->nfast = out.nready;
+  a->flags = out.flags;
   if (rc != HVD_SUCCESS)
     return HVD_ERR_MPI; /* as every failure of the round has been */
   if (e->tuning) {      /* rank 0's parameters, on every rank at once */
@@ -166,6 +194,93 @@ static int handle_stop(hvd__engine_t *e, hvd__stop_t stop) {
   return 1;
 }
 
+/* The command every rank has (the flags said so), on this thread. */
+static void run_command(hvd__engine_t *e) {
+  pthread_mutex_lock(&e->mu);
+  hvd__engine_cmd_fn fn = e->cmd_fn;
+  void *arg = e->cmd_arg;
+  pthread_mutex_unlock(&e->mu);
+  hvd_result_t rc = fn(arg);
+  pthread_mutex_lock(&e->mu);
+  e->cmd_rc = rc;
+  snprintf(e->cmd_msg, sizeof e->cmd_msg, "%s",
+           rc != HVD_SUCCESS ? hvd_last_error() : "");
+  e->cmd_pending = 0;
+  e->cmd_gen++;
+  pthread_cond_broadcast(&e->tl_cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* A set's loop ended (agreed, or failed) or the world's did: the set
+ * leaves the driver, its executors close (collectively when its members
+ * all stopped in this cycle), and hvd__engine_stop may free it. */
+static void set_end(hvd__engine_t *w, int i, int collective) {
+  hvd__engine_t *s = w->sets[i];
+  hvd__engine_close_executors(s, collective && !s->failed);
+  memmove(&w->sets[i], &w->sets[i + 1],
+          (size_t)(w->nsets - i - 1) * sizeof *w->sets);
+  w->nsets--;
+  pthread_mutex_lock(&s->mu);
+  s->ended = 1;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static int cycle(hvd__engine_t *e, hvd_request_t *list, int want_stop,
+                 int want_cmd, int *progress, double *settled);
+
+/* The sets' cycles, after the world's and in the sets' creation order:
+ * every rank meets its sets' collectives (and launches their device
+ * work) in this one order. Returns 1 when some set made progress. */
+static int drive_sets(hvd__engine_t *w) {
+  int any = 0;
+  for (int i = 0; i < w->nsets;) {
+    hvd__engine_t *s = w->sets[i];
+    int want_stop, want_cmd, progress = 0;
+    double settled;
+    pthread_mutex_lock(&s->mu);
+    hvd_request_t *list = take_queue(s, &want_stop, &want_cmd);
+    pthread_mutex_unlock(&s->mu);
+    int ended = cycle(s, list, want_stop, 0, &progress, &settled);
+    any |= progress;
+    if (ended)
+      set_end(w, i, 1);
+    else
+      i++;
+  }
+  return any;
+}
+
+/* Phases 3 to 5 of one cycle of e, whose queue (`list`) is taken; the
+ * world's engine also runs an agreed command, then its sets' cycles.
+ * Returns 1 when e's loop ends; *progress: new work or something agreed;
+ * *settled: when the negotiation ended. */
+static int cycle(hvd__engine_t *e, hvd_request_t *list, int want_stop,
+                 int want_cmd, int *progress, double *settled) {
+  double start = hvd__now();
+  int nnew = hvd__log_threshold <= HVD__LOG_TRACE ? hvd__list_len(list) : 0;
+  agreed_t a = {NULL, NULL, 0, 0, 0, 0};
+  hvd_result_t rc = negotiate(e, list, want_stop, want_cmd, &a);
+  *settled = hvd__now();
+  if (rc != HVD_SUCCESS) {
+    hvd__responses_free(a.fast, a.nfast);
+    hvd__engine_fail(e, rc);
+    return 1;
+  }
+  *settled = a.at;
+  trace_cycle(e, list != NULL, nnew, &a, start);
+  hvd__stop_t stop = execute(e, &a);
+  *progress = list != NULL || a.nfast + a.nslow > 0;
+  if (e->driver == NULL) {
+    if ((a.flags & HVD__FAST_CMD) && !(a.flags & HVD__FAST_NOCMD)) {
+      run_command(e);
+      *progress = 1;
+    }
+    *progress |= drive_sets(e);
+  }
+  return handle_stop(e, stop);
+}
+
 /* Compute sharing this core keeps priority; when the caller blocks in
  * hvd_wait this thread is alone and runs at full speed. */
 static void engine_thread_setup(hvd__engine_t *e) {
@@ -179,16 +294,33 @@ static void engine_thread_setup(hvd__engine_t *e) {
 #endif
 }
 
+/* The world's loop has ended: the sets it drove end with it, each
+ * request in flight with the world's error. */
+static void end_sets(hvd__engine_t *e) {
+  char reason[HVD__ERRMSG_MAX];
+  pthread_mutex_lock(&e->mu);
+  hvd_result_t rc = e->stopped ? e->stop_rc : HVD_ERR_SHUTDOWN;
+  snprintf(reason, sizeof reason, "%s",
+           e->stopped ? e->stop_reason : "hvd is shutting down");
+  pthread_mutex_unlock(&e->mu);
+  while (e->nsets > 0) {
+    e->sets[0]->failed = 1; /* its peers may be anywhere */
+    hvd__engine_stop_all(e->sets[0], rc, reason, reason);
+    set_end(e, 0, 0);
+  }
+}
+
 static void *engine_main(void *arg) {
   hvd__engine_t *e = arg;
   hvd__pace_t pace;
   hvd__pace_init(&pace, e->cycle_s, hvd__now());
   engine_thread_setup(e);
   for (;;) {
-    int want_stop;
+    int want_stop, want_cmd, progress = 0;
+    double settled;
     pthread_mutex_lock(&e->mu);
     wait_for_work(e, &pace);
-    hvd_request_t *list = take_queue(e, &want_stop);
+    hvd_request_t *list = take_queue(e, &want_stop, &want_cmd);
     int tl_cmd = e->tl_cmd;
     char tl_path[HVD__PATH_MAX];
     if (tl_cmd != 0)
@@ -197,23 +329,13 @@ static void *engine_main(void *arg) {
     pthread_mutex_unlock(&e->mu);
     if (tl_cmd != 0)
       hvd__engine_timeline_command(e, tl_cmd, tl_path);
-    double start = hvd__now();
-    int nnew = hvd__log_threshold <= HVD__LOG_TRACE ? hvd__list_len(list) : 0;
-    hvd__pace_start(&pace, e->cycle_s, start);
-    agreed_t a = {NULL, NULL, 0, 0, 0};
-    hvd_result_t rc = negotiate(e, list, want_stop, &a);
-    if (rc != HVD_SUCCESS) {
-      hvd__responses_free(a.fast, a.nfast);
-      hvd__engine_fail(e, rc);
-      break;
-    }
-    trace_cycle(e, list != NULL, nnew, &a, start);
-    hvd__stop_t stop = execute(e, &a);
-    /* progress: new work or something agreed */
-    hvd__pace_end(&pace, list != NULL || a.nfast + a.nslow > 0, a.at);
-    if (handle_stop(e, stop))
+    hvd__pace_start(&pace, e->cycle_s, hvd__now());
+    int ended = cycle(e, list, want_stop, want_cmd, &progress, &settled);
+    hvd__pace_end(&pace, progress, settled);
+    if (ended)
       break;
   }
+  end_sets(e);
   /* every rank leaves the loop in the same cycle, except after a failure */
   hvd__engine_close_executors(e, !e->failed);
   return NULL;
@@ -240,6 +362,7 @@ static void engine_free(hvd__engine_t *e) {
   hvd__autotune_destroy(e->tune);
   free(e->group);
   free(e->fresh);
+  free(e->sets);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv);
   pthread_mutex_destroy(&e->tl_mu);
@@ -342,8 +465,9 @@ static hvd_result_t start_negotiation(hvd__engine_t *e) {
   return e->fast != NULL ? HVD_SUCCESS : HVD_ERR_NO_MEMORY;
 }
 
-hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
-                               const hvd__settings_t *s, hvd__engine_t **out) {
+/* The engine's parts, collectively over env's communicators. */
+static hvd_result_t engine_open(const hvd__exec_env_t *env,
+                                const hvd__settings_t *s, hvd__engine_t **out) {
   hvd_result_t rc;
   hvd__engine_t *e = engine_alloc(env, s);
   if (e == NULL)
@@ -354,6 +478,18 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
   HVD__CHECK(start_negotiation(e));
   for (int i = 0; hvd__executors[i] != NULL; i++)
     HVD__CHECK(hvd__executors[i]->open(&e->env, &e->exec_state[i]));
+  *out = e;
+  return HVD_SUCCESS;
+fail:
+  engine_free(e);
+  return rc;
+}
+
+hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
+                               const hvd__settings_t *s, hvd__engine_t **out) {
+  hvd_result_t rc;
+  hvd__engine_t *e = NULL;
+  HVD__CHECK(engine_open(env, s, &e));
   int err = pthread_create(&e->thread, NULL, engine_main, e);
   if (err != 0) {
     rc = hvd__set_error(HVD_ERR_SYSTEM, "pthread_create: %s", strerror(err));
@@ -364,8 +500,62 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
   *out = e;
   return HVD_SUCCESS;
 fail:
-  engine_free(e);
+  if (e != NULL)
+    engine_free(e);
   return rc;
+}
+
+hvd_result_t hvd__engine_start_set(hvd__engine_t *world,
+                                   const hvd__exec_env_t *env,
+                                   const hvd__settings_t *s,
+                                   hvd__engine_t **out) {
+  hvd_result_t rc;
+  hvd__engine_t *e = NULL;
+  HVD__CHECK(hvd__grow((void **)&world->sets, &world->sets_bytes,
+                       (size_t)(world->nsets + 1) * sizeof *world->sets,
+                       "process set engines"));
+  HVD__CHECK(engine_open(env, s, &e));
+  e->driver = world;
+  world->sets[world->nsets++] = e; /* this is world's thread */
+  *out = e;
+fail:
+  return rc;
+}
+
+hvd_result_t hvd__engine_command(hvd__engine_t *e, hvd__engine_cmd_fn fn,
+                                 void *arg) {
+  hvd_result_t rc;
+  pthread_mutex_lock(&e->mu);
+  while (e->cmd_pending && !e->stopped) /* another thread's, first */
+    pthread_cond_wait(&e->tl_cv, &e->mu);
+  unsigned gen = e->cmd_gen;
+  if (!e->stopped) {
+    e->cmd_fn = fn;
+    e->cmd_arg = arg;
+    e->cmd_pending = 1;
+    e->urgent = 1;
+    pthread_cond_signal(&e->cv);
+  }
+  while (e->cmd_gen == gen && !e->stopped)
+    pthread_cond_wait(&e->tl_cv, &e->mu);
+  if (e->cmd_gen != gen) {
+    rc = e->cmd_rc;
+    if (rc != HVD_SUCCESS)
+      hvd__set_error(rc, "%s", e->cmd_msg);
+  } else {
+    e->cmd_pending = 0;
+    rc = hvd__set_error(e->stop_rc, "%s", e->stop_reason);
+  }
+  pthread_mutex_unlock(&e->mu);
+  return rc;
+}
+
+void hvd__engine_wake_driver(hvd__engine_t *e) {
+  hvd__engine_t *w = e->driver;
+  pthread_mutex_lock(&w->mu);
+  w->set_work = 1;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
 }
 
 void hvd__engine_stop(hvd__engine_t *e) {
@@ -378,6 +568,14 @@ void hvd__engine_stop(hvd__engine_t *e) {
   e->stop_requested = 1;
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
-  pthread_join(e->thread, NULL);
+  if (e->driver == NULL) {
+    pthread_join(e->thread, NULL);
+  } else { /* the world's thread ends it, or has ended it already */
+    hvd__engine_wake_driver(e);
+    pthread_mutex_lock(&e->mu);
+    while (!e->ended)
+      pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+  }
   engine_free(e);
 }

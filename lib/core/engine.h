@@ -20,8 +20,28 @@ typedef struct hvd__engine hvd__engine_t;
 hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
                                const hvd__settings_t *s, hvd__engine_t **out);
 
+/* A process set's engine, driven by `world`'s thread (no thread of its
+ * own): called on world's engine thread only, inside a command
+ * (hvd__engine_command), so that every member opens its communicators at
+ * the same point of the world's order. */
+hvd_result_t hvd__engine_start_set(hvd__engine_t *world,
+                                   const hvd__exec_env_t *env,
+                                   const hvd__settings_t *s,
+                                   hvd__engine_t **out);
+
+/* A collective step for the engine thread: fn(arg) runs there, between
+ * collectives, in the first cycle in which every rank of e has a command
+ * waiting (the fast path's CMD/NOCMD flags), so that the MPI and NCCL
+ * calls it makes meet at the same point of every rank's order. Blocks
+ * until it ran; returns its result (and message), or the engine's stop
+ * error. One at a time per engine. */
+typedef hvd_result_t (*hvd__engine_cmd_fn)(void *arg);
+hvd_result_t hvd__engine_command(hvd__engine_t *e, hvd__engine_cmd_fn fn,
+                                 void *arg);
+
 /* Asks every rank's engine to stop (in-flight requests complete with
- * HVD_ERR_SHUTDOWN), joins the thread and frees the engine. */
+ * HVD_ERR_SHUTDOWN), joins the thread (a set's: waits until the world's
+ * thread has let it go) and frees the engine. Not on the engine thread. */
 void hvd__engine_stop(hvd__engine_t *e);
 
 /* Queues r. On success the engine owns r until it completes it; on

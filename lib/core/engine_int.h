@@ -48,8 +48,25 @@ struct hvd__engine {
   /* e->tl changes on the engine thread only, under tl_mu, which the
    * program's marks take to write into it */
   pthread_mutex_t tl_mu;
+  /* process sets: the world's engine thread drives every set's engine
+   * (they have no thread), so that every communicator's collectives and
+   * device launches are issued in one order on every rank */
+  hvd__engine_t *driver; /* a set's engine: the world's; the world's: NULL */
+  int set_work;          /* the world's: a set's engine has something new */
+  int ended;             /* a set's: its loop ended, it left the driver (cv) */
+  /* hvd__engine_command: run on the engine thread in the cycle in which
+   * every rank has one; waiters sleep on tl_cv */
+  hvd__engine_cmd_fn cmd_fn;
+  void *cmd_arg;
+  int cmd_pending;
+  unsigned cmd_gen; /* commands done */
+  hvd_result_t cmd_rc;
+  char cmd_msg[HVD__ERRMSG_MAX];
 
   /* engine thread only */
+  hvd__engine_t **sets; /* the world's: the sets' engines, by creation */
+  int nsets;
+  size_t sets_bytes;
   hvd__controller_t *ctl;
   void *exec_state[HVD__MAX_EXECUTORS];
   int joined;            /* this rank has a join in flight */
@@ -113,6 +130,10 @@ void hvd__engine_stop_all(hvd__engine_t *e, hvd_result_t rc, const char *reason,
 /* execute.c: the engine failed (rc, message set): stops it as above with
  * "hvd's engine failed: <message>". */
 void hvd__engine_fail(hvd__engine_t *e, hvd_result_t rc);
+
+/* A set's engine (e->driver set) has new work or a stop request: wakes
+ * the world's engine thread, which drives it. Called without e->mu. */
+void hvd__engine_wake_driver(hvd__engine_t *e);
 
 /* execute.c: closes every executor; `collective` as hvd__executor_t's
  * close says. */

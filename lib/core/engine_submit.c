@@ -78,5 +78,7 @@ hvd_result_t hvd__engine_submit_many(hvd__engine_t *e, hvd_request_t *const *rs,
     pthread_cond_signal(&e->cv);
   }
   pthread_mutex_unlock(&e->mu);
+  if (wake && e->driver != NULL) /* a set's: the world's thread runs it */
+    hvd__engine_wake_driver(e);
   return rc;
 }

@@ -24,9 +24,13 @@
 #include "core/request.h"
 
 /* The flags word: someone has requests for the coordinator; someone
- * called hvd_shutdown. */
+ * called hvd_shutdown; someone has an engine command waiting
+ * (hvd__engine_command); someone has none (a command runs when CMD is
+ * set and NOCMD is not: every rank has one). */
 #define HVD__FAST_SLOW 1u
 #define HVD__FAST_STOP 2u
+#define HVD__FAST_CMD 4u
+#define HVD__FAST_NOCMD 8u
 
 typedef struct hvd__fastpath hvd__fastpath_t;
 

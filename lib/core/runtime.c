@@ -221,30 +221,31 @@ static hvd_result_t set_agree(const char *fn, const int *ranks, int n) {
   return rc;
 }
 
-static hvd_result_t set_create_locked(const char *fn, const int *ranks, int n,
-                                      hvd_process_set_t **out) {
+/* What a set's creation needs on the engine thread. */
+typedef struct set_build {
+  const char *fn;
+  const int *ranks;
+  int n;
+  hvd_process_set_t *ps; /* out */
+} set_build_t;
+
+/* The world's engine command (hvd__engine_command) that makes a set: on
+ * the engine thread, in the same cycle on every rank, so the set's
+ * communicators (MPI's splits, NCCL's inits in the executors' open) are
+ * made at one point of the order in which that thread issues every
+ * communicator's work. */
+static hvd_result_t set_build(void *arg) {
+  set_build_t *b = arg;
+  const int *ranks = b->ranks;
+  int n = b->n;
   hvd_result_t rc = HVD_SUCCESS;
   hvd_process_set_t *ps = NULL;
-  if (out == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: out is NULL", fn);
-  *out = NULL;
-  if (ranks == NULL || n < 1 || n > g.size)
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: %d ranks%s; a set has 1 to %d", fn, n,
-                          ranks == NULL ? " (ranks NULL)" : "", g.size);
-  for (int i = 0; i < n; i++)
-    if (ranks[i] < 0 || ranks[i] >= g.size ||
-        (i > 0 && ranks[i] <= ranks[i - 1]))
-      return hvd__set_error(HVD_ERR_INVALID_ARG,
-                            "%s: ranks[%d] is %d; the ranks are distinct, "
-                            "ascending, in 0..%d",
-                            fn, i, ranks[i], g.size - 1);
-  HVD__CHECK(set_agree(fn, ranks, n));
+  HVD__CHECK(set_agree(b->fn, ranks, n));
   ps = calloc(1, sizeof *ps);
   if (ps == NULL ||
       (ps->ranks = malloc((size_t)n * sizeof *ps->ranks)) == NULL) {
     free(ps);
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", b->fn);
   }
   memcpy(ps->ranks, ranks, (size_t)n * sizeof *ranks);
   ps->size = n;
@@ -276,15 +277,39 @@ static hvd_result_t set_create_locked(const char *fn, const int *ranks, int n,
     hvd__settings_t s = g.settings; /* the world's timeline and tuning only */
     s.timeline[0] = '\0';
     s.autotune = 0;
-    HVD__CHECK(hvd__engine_start(&env, &s, &ps->engine));
+    HVD__CHECK(hvd__engine_start_set(g.engine, &env, &s, &ps->engine));
   }
-  ps->next = g.sets;
-  g.sets = ps;
-  *out = ps;
+  b->ps = ps;
   return HVD_SUCCESS;
 fail:
-  set_free(ps);
+  set_free(ps); /* no engine yet: nothing to wait for */
   return rc;
+}
+
+static hvd_result_t set_create_locked(const char *fn, const int *ranks, int n,
+                                      hvd_process_set_t **out) {
+  if (out == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: out is NULL", fn);
+  *out = NULL;
+  if (ranks == NULL || n < 1 || n > g.size)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: %d ranks%s; a set has 1 to %d", fn, n,
+                          ranks == NULL ? " (ranks NULL)" : "", g.size);
+  for (int i = 0; i < n; i++)
+    if (ranks[i] < 0 || ranks[i] >= g.size ||
+        (i > 0 && ranks[i] <= ranks[i - 1]))
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: ranks[%d] is %d; the ranks are distinct, "
+                            "ascending, in 0..%d",
+                            fn, i, ranks[i], g.size - 1);
+  set_build_t b = {fn, ranks, n, NULL};
+  hvd_result_t rc = hvd__engine_command(g.engine, set_build, &b);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  b.ps->next = g.sets;
+  g.sets = b.ps;
+  *out = b.ps;
+  return HVD_SUCCESS;
 }
 
 hvd_result_t hvd_process_set_create(const int *ranks, int n,

@@ -39,6 +39,7 @@
  */
 #include <config.h>
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -616,9 +617,43 @@ static void test_join(void) {
 
 /* ---- passes -------------------------------------------------------------- */
 
+/* One thread's side of the interleaved rounds: `n` allreduces of t named
+ * "<prefix>.<i % 7>" in ps (NULL: the world), each waited for. */
+struct ps_rounds {
+  hvd_process_set_t *ps;
+  hvd_tensor_t *t;
+  const char *prefix;
+  int n, good;
+};
+
+static void *ps_rounds_run(void *arg) {
+  struct ps_rounds *p = arg;
+  cuda_ok(cudaSetDevice(dev), "cudaSetDevice"); /* per thread */
+  for (int it = 0; it < p->n; it++) {
+    char nm[32];
+    hvd_request_t *r = NULL;
+    snprintf(nm, sizeof nm, "%s.%d", p->prefix, it % 7);
+    hvd_result_t rc =
+        p->ps != NULL
+            ? hvd_ps_allreduce_async(p->ps, nm, p->t, p->t, HVD_SUM, 1, 1, &r)
+            : hvd_allreduce_async(nm, p->t, p->t, HVD_SUM, 1, 1, &r);
+    if (rc == HVD_SUCCESS)
+      rc = hvd_wait(r);
+    if (rc != HVD_SUCCESS && p->good)
+      fprintf(stderr, "# rank %d: %s: %s\n", rank, nm, hvd_last_error());
+    p->good &= rc == HVD_SUCCESS;
+  }
+  return NULL;
+}
+
 /* A process set of the even ranks: an allreduce of a device tensor in it
  * (its own engine and device executors) beside the same name in the
- * world. Exact sums; the odd ranks hold the set's check vacuously. */
+ * world. Exact sums; the odd ranks hold the set's check vacuously. First
+ * rounds of the set's and the world's allreduces in flight together,
+ * submitted from two threads (HVD_TEST_PS_ROUNDS, default 40): the
+ * stand-in's HVD_STANDIN_NCCL_ORDER=1 (on in make check) ends the job
+ * when ranks launch the two communicators' work in different orders, as
+ * one engine thread per set did (issue 27). */
 static void test_process_set(void) {
   int evens[8] = {0}, n = 0;
   for (int r = 0; r < size && n < 8; r += 2)
@@ -642,28 +677,20 @@ static void test_process_set(void) {
   t.device = tw.device = dev;
   int good = 1;
   hvd_request_t *rs = NULL, *rw = NULL;
-  /* HVD_TEST_PS_ROUNDS=N: first N rounds of a set's and the world's
-   * allreduce in flight together (doc/gpu-testing.md: with the stand-in's
-   * HVD_STANDIN_NCCL_ORDER=1 this shows issue 27's launch order) */
   const char *rounds = getenv("HVD_TEST_PS_ROUNDS");
-  for (int it = 0; rounds != NULL && it < atoi(rounds); it++) {
-    char nm[32];
-    hvd_request_t *a = NULL, *b = NULL;
-    snprintf(nm, sizeof nm, "ps.round.%d", it % 7);
-    if (rank % 2 == 0)
-      good &= hvd_ps_allreduce_async(ps, nm, &t, &t, HVD_SUM, 1, 1, &a) ==
-              HVD_SUCCESS;
-    good &= hvd_allreduce_async(nm, &tw, &tw, HVD_SUM, 1, 1, &b) ==
-            HVD_SUCCESS;
-    good &= (a == NULL || hvd_wait(a) == HVD_SUCCESS) &&
-            (b == NULL || hvd_wait(b) == HVD_SUCCESS);
-  }
-  if (rounds != NULL) { /* the inputs again */
-    h2d(d, h, sizeof h);
-    h2d(dw, h, sizeof h);
-  }
+  int nrounds = rounds != NULL ? atoi(rounds) : 40;
+  struct ps_rounds side = {ps, &t, "ps.set", rank % 2 == 0 ? nrounds : 0, 1};
+  struct ps_rounds main_side = {NULL, &tw, "ps.world", nrounds, 1};
+  pthread_t th;
+  int started = pthread_create(&th, NULL, ps_rounds_run, &side) == 0;
+  ps_rounds_run(&main_side);
+  if (started)
+    pthread_join(th, NULL);
+  good &= started && side.good && main_side.good;
+  h2d(d, h, sizeof h); /* the inputs again */
+  h2d(dw, h, sizeof h);
   if (rank % 2 == 0)
-    good = hvd_ps_allreduce_async(ps, "ps.x", &t, &t, HVD_SUM, 1, 1, &rs) ==
+    good &= hvd_ps_allreduce_async(ps, "ps.x", &t, &t, HVD_SUM, 1, 1, &rs) ==
            HVD_SUCCESS;
   good &= hvd_allreduce_async("ps.x", &tw, &tw, HVD_SUM, 1, 1, &rw) ==
           HVD_SUCCESS;
