@@ -419,9 +419,12 @@ cudaError_t cudaMalloc(void **devPtr, size_t size) {
   return track(devPtr, size, 0);
 }
 
+
+
 cudaError_t cudaFree(void *devPtr) {
   if (devPtr != NULL)
     untrack(devPtr, 0, "cudaFree");
+  standin_order_device_idle(); /* cudaFree waits for the device, as CUDA */
   return cudaSuccess;
 }
 
@@ -510,19 +513,34 @@ static cudaError_t copy(void *dst, const void *src, size_t count,
   return cudaSuccess;
 }
 
+static void order_sync_access(const void *p, size_t n, int write,
+                              const char *who, const char *what);
+
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
                        enum cudaMemcpyKind kind) {
-  return copy(dst, src, count, kind, "cudaMemcpy");
+  cudaError_t r = copy(dst, src, count, kind, "cudaMemcpy");
+  if (r == cudaSuccess) {
+    order_sync_access(src, count, 0, "cudaMemcpy", "src");
+    order_sync_access(dst, count, 1, "cudaMemcpy", "dst");
+  }
+  return r;
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
                             enum cudaMemcpyKind kind, cudaStream_t stream) {
   (void)standin_stream_device(stream, "cudaMemcpyAsync");
-  return copy(dst, src, count, kind, "cudaMemcpyAsync");
+  cudaError_t r = copy(dst, src, count, kind, "cudaMemcpyAsync");
+  if (r == cudaSuccess) {
+    standin_access(stream, src, count, 0, "cudaMemcpyAsync", "src");
+    standin_access(stream, dst, count, 1, "cudaMemcpyAsync", "dst");
+  }
+  return r;
 }
 
 cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
   standin_need_device(devPtr, count, "cudaMemset", "devPtr");
+  /* on the legacy stream, and not synchronous for device memory */
+  standin_access(NULL, devPtr, count, 1, "cudaMemset", "devPtr");
   if (count > 0)
     memset(devPtr, value, count);
   return cudaSuccess;
@@ -532,6 +550,7 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
                             cudaStream_t stream) {
   (void)standin_stream_device(stream, "cudaMemsetAsync");
   standin_need_device(devPtr, count, "cudaMemsetAsync", "devPtr");
+  standin_access(stream, devPtr, count, 1, "cudaMemsetAsync", "devPtr");
   if (count > 0)
     memset(devPtr, value, count);
   return cudaSuccess;
@@ -542,10 +561,28 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
 #define STREAM_MAGIC 0x53545245414d5f31ull /* "STREAM_1" */
 #define EVENT_MAGIC 0x4556454e545f5f31ull  /* "EVENT__1" */
 
+/* Stream order (HVD_STANDIN_STREAM_ORDER, on by default): work runs at
+ * the call, but the stand-in keeps the order a GPU would guarantee, as
+ * vector clocks: each stream counts its operations (vc[its id]) and knows
+ * how far it is ordered after every other stream; an event carries its
+ * stream's clock when recorded; cudaStreamWaitEvent merges an event's
+ * clock into a stream's; what the host has seen finish (a stream or event
+ * synchronised, an event queried done, a synchronous copy) merges into
+ * the host's clock, which every later operation inherits. The default
+ * stream is the legacy one: it and the blocking streams of its device
+ * order each other. Device memory written by an operation is recorded
+ * (range, stream, count); work of another stream that reads or writes it
+ * before it is ordered after that write ends the process, naming both:
+ * on a GPU it would read stale data some of the time. */
+#define ORDER_STREAMS 64
+
 typedef struct stream {
   uint64_t magic;
   int dev;
   unsigned long hung; /* the NCCL communicator it waits for; 0: none */
+  int id;             /* in the clocks, 1..ORDER_STREAMS-1; 0: not yet */
+  int blocking;       /* made without cudaStreamNonBlocking */
+  uint64_t vc[ORDER_STREAMS];
   struct stream *next;
 } stream_t;
 
@@ -554,6 +591,7 @@ typedef struct event {
   int dev;
   int polls_left;     /* cudaErrorNotReady answers still to give */
   unsigned long hung; /* recorded behind a hung collective of this comm */
+  uint64_t vc[ORDER_STREAMS]; /* its stream's clock when recorded */
   struct event *next;
 } event_t;
 
@@ -585,6 +623,163 @@ static event_t *event_locked(cudaEvent_t e, const char *who) {
   pthread_mutex_unlock(&sync_mu);
   standin_die("%s: event %p is not a live event (destroyed already?)", who,
               (void *)e);
+}
+
+
+/* ---- stream order ------------------------------------------------------ */
+
+typedef struct wrec {
+  uintptr_t lo, hi; /* device memory written */
+  int id;           /* by this stream */
+  uint64_t seq;     /* as its operation number seq */
+  char who[64];
+} wrec_t;
+
+static int order_on = -1;
+static uint64_t host_vc[ORDER_STREAMS];
+static uint64_t id_seq[ORDER_STREAMS]; /* the last count of each id */
+static int id_used[ORDER_STREAMS];
+static wrec_t *wrecs; /* the writes not yet ordered before the host */
+static size_t nwrecs, wrecs_cap;
+
+static void vc_merge(uint64_t *dst, const uint64_t *src) {
+  for (int i = 0; i < ORDER_STREAMS; i++)
+    if (src[i] > dst[i])
+      dst[i] = src[i];
+}
+
+/* s's id, given at its first operation (sync_mu held). */
+static int stream_id(stream_t *s) {
+  if (s->id == 0) {
+    for (int i = 1; i < ORDER_STREAMS && s->id == 0; i++)
+      if (!id_used[i]) {
+        id_used[i] = 1;
+        s->id = i;
+        s->vc[i] = id_seq[i]; /* counts go on from the id's last stream */
+      }
+    if (s->id == 0) {
+      pthread_mutex_unlock(&sync_mu);
+      standin_die("more than %d live streams", ORDER_STREAMS - 1);
+    }
+  }
+  return s->id;
+}
+
+static int is_default(const stream_t *s) {
+  return s >= defaults && s < defaults + MAX_DEVICES;
+}
+
+/* One operation on s begins: after what the host has seen, after the
+ * legacy stream's peers; returns its number (sync_mu held). */
+static uint64_t order_op(stream_t *s) {
+  int id = stream_id(s);
+  vc_merge(s->vc, host_vc);
+  if (is_default(s)) { /* the legacy stream waits for the blocking ones */
+    for (stream_t *p = streams; p != NULL; p = p->next)
+      if (p->dev == s->dev && p->blocking && p->id != 0)
+        vc_merge(s->vc, p->vc);
+  } else if (s->blocking && defaults[s->dev].id != 0) {
+    vc_merge(s->vc, defaults[s->dev].vc);
+  }
+  id_seq[id] = ++s->vc[id];
+  return s->vc[id];
+}
+
+/* The host saw everything in vc finish: writes ordered before it need no
+ * record any more (sync_mu held). */
+static void order_host_saw(const uint64_t *vc) {
+  vc_merge(host_vc, vc);
+  size_t k = 0;
+  for (size_t i = 0; i < nwrecs; i++)
+    if (wrecs[i].seq > host_vc[wrecs[i].id])
+      wrecs[k++] = wrecs[i];
+  nwrecs = k;
+}
+
+static int order_enabled(void) {
+  if (order_on < 0)
+    order_on = standin_env_int("HVD_STANDIN_STREAM_ORDER", 1, 1);
+  return order_on;
+}
+
+static void order_record(uintptr_t lo, uintptr_t hi, int id, uint64_t seq,
+                         const char *who) {
+  size_t k = 0; /* a write covering an older one replaces it */
+  for (size_t i = 0; i < nwrecs; i++)
+    if (!(wrecs[i].lo >= lo && wrecs[i].hi <= hi))
+      wrecs[k++] = wrecs[i];
+  nwrecs = k;
+  if (nwrecs == wrecs_cap) {
+    size_t cap = wrecs_cap ? 2 * wrecs_cap : 256;
+    wrec_t *w = realloc(wrecs, cap * sizeof *w);
+    if (w == NULL) {
+      pthread_mutex_unlock(&sync_mu);
+      standin_die("out of memory for the stream order's records");
+    }
+    wrecs = w;
+    wrecs_cap = cap;
+  }
+  wrec_t *w = &wrecs[nwrecs++];
+  *w = (wrec_t){lo, hi, id, seq, ""};
+  snprintf(w->who, sizeof w->who, "%s", who);
+}
+
+/* Work of stream s (NULL: the legacy stream) reads or writes [p, p + n)
+ * of device memory: it must be ordered after every other stream's write
+ * of those bytes; a write is recorded. */
+static void order_access_locked(stream_t *s, const void *p, size_t n,
+                                int write, const char *who,
+                                const char *what) {
+  uintptr_t lo = (uintptr_t)p, hi = lo + n;
+  uint64_t seq = order_op(s);
+  for (size_t i = 0; i < nwrecs; i++) {
+    const wrec_t *r = &wrecs[i];
+    if (r->id == s->id || r->hi <= lo || hi <= r->lo || s->vc[r->id] >= r->seq)
+      continue;
+    pthread_mutex_unlock(&sync_mu);
+    standin_die("%s %s %s (%zu bytes at %p) on stream %d, which stream %d "
+                "wrote (%s, its operation %llu) with nothing ordering the "
+                "two: record an event after the write and cudaStreamWaitEvent "
+                "on it, or synchronise (on a GPU this reads or overwrites "
+                "the data at an unknown moment)",
+                who, write ? "writes" : "reads", what, n, p, s->id, r->id,
+                r->who, (unsigned long long)r->seq);
+  }
+  if (write)
+    order_record(lo, hi, s->id, seq, who);
+}
+
+/* Every stream's work so far has finished (cudaFree's implicit
+ * synchronisation). */
+void standin_order_device_idle(void) {
+  pthread_mutex_lock(&sync_mu);
+  for (stream_t *p = streams; p != NULL; p = p->next)
+    order_host_saw(p->vc);
+  for (int d = 0; d < MAX_DEVICES; d++)
+    order_host_saw(defaults[d].vc);
+  pthread_mutex_unlock(&sync_mu);
+}
+
+void standin_access(cudaStream_t stream, const void *p, size_t n, int write,
+                    const char *who, const char *what) {
+  if (n == 0 || !order_enabled() || standin_device_of(p) < 0)
+    return;
+  pthread_mutex_lock(&sync_mu);
+  order_access_locked(stream_locked(stream, who), p, n, write, who, what);
+  pthread_mutex_unlock(&sync_mu);
+}
+
+/* A synchronous call on the legacy stream: it runs, then the host has
+ * seen it finish. */
+static void order_sync_access(const void *p, size_t n, int write,
+                              const char *who, const char *what) {
+  if (n == 0 || !order_enabled() || standin_device_of(p) < 0)
+    return;
+  pthread_mutex_lock(&sync_mu);
+  stream_t *s = stream_locked(NULL, who);
+  order_access_locked(s, p, n, write, who, what);
+  order_host_saw(s->vc);
+  pthread_mutex_unlock(&sync_mu);
 }
 
 int standin_stream_device(cudaStream_t s, const char *who) {
@@ -627,7 +822,6 @@ long standin_not_ready_answers(void) {
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream,
                                       unsigned int flags) {
-  (void)flags;
   if (pStream == NULL)
     return fail(cudaErrorInvalidValue);
   stream_t *s = calloc(1, sizeof *s);
@@ -635,6 +829,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream,
     return fail(cudaErrorMemoryAllocation);
   s->magic = STREAM_MAGIC;
   s->dev = standin_current_device();
+  s->blocking = !(flags & cudaStreamNonBlocking);
   pthread_mutex_lock(&sync_mu);
   s->next = streams;
   streams = s;
@@ -661,6 +856,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
       break;
     }
   nstreams--;
+  if (s->id != 0)
+    id_used[s->id] = 0;
   pthread_mutex_unlock(&sync_mu);
   s->magic = 0;
   free(s);
@@ -682,9 +879,13 @@ static void wait_unhung(unsigned long serial, const char *who) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   pthread_mutex_lock(&sync_mu);
-  unsigned long hung = stream_locked(stream, "cudaStreamSynchronize")->hung;
+  stream_t *s = stream_locked(stream, "cudaStreamSynchronize");
+  unsigned long hung = s->hung;
   pthread_mutex_unlock(&sync_mu);
   wait_unhung(hung, "cudaStreamSynchronize");
+  pthread_mutex_lock(&sync_mu);
+  order_host_saw(stream_locked(stream, "cudaStreamSynchronize")->vc);
+  pthread_mutex_unlock(&sync_mu);
   return cudaSuccess;
 }
 
@@ -707,6 +908,12 @@ cudaError_t cudaDeviceSynchronize(void) {
     if (hung == 0 && defaults[dev].hung != 0 &&
         standin_nccl_hanging(defaults[dev].hung))
       hung = defaults[dev].hung;
+    if (hung == 0) {
+      for (stream_t *p = streams; p != NULL; p = p->next)
+        if (p->dev == dev)
+          order_host_saw(p->vc);
+      order_host_saw(defaults[dev].vc);
+    }
     pthread_mutex_unlock(&sync_mu);
     if (hung == 0)
       return cudaSuccess;
@@ -764,6 +971,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   }
   e->polls_left = polls;
   e->hung = s->hung;
+  if (order_enabled()) {
+    (void)order_op(s);
+    memcpy(e->vc, s->vc, sizeof e->vc);
+  }
   pthread_mutex_unlock(&sync_mu);
   return cudaSuccess;
 }
@@ -780,11 +991,12 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   pthread_mutex_unlock(&sync_mu);
   if (r == cudaSuccess && hung != 0 && standin_nccl_hanging(hung))
     r = cudaErrorNotReady;
-  if (r == cudaErrorNotReady) {
-    pthread_mutex_lock(&sync_mu);
+  pthread_mutex_lock(&sync_mu);
+  if (r == cudaErrorNotReady)
     not_ready++;
-    pthread_mutex_unlock(&sync_mu);
-  }
+  else
+    order_host_saw(event_locked(event, "cudaEventQuery")->vc);
+  pthread_mutex_unlock(&sync_mu);
   return r; /* NotReady is not an error: the last error stays */
 }
 
@@ -795,5 +1007,23 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   e->polls_left = 0;
   pthread_mutex_unlock(&sync_mu);
   wait_unhung(hung, "cudaEventSynchronize");
+  pthread_mutex_lock(&sync_mu);
+  order_host_saw(event_locked(event, "cudaEventSynchronize")->vc);
+  pthread_mutex_unlock(&sync_mu);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
+                                unsigned int flags) {
+  if (flags != 0)
+    return fail(cudaErrorInvalidValue);
+  int dev = standin_stream_device(stream, "cudaStreamWaitEvent");
+  pthread_mutex_lock(&sync_mu);
+  stream_t *s = stream_locked(stream, "cudaStreamWaitEvent");
+  event_t *e = event_locked(event, "cudaStreamWaitEvent");
+  (void)dev; /* an event of another device may be waited for */
+  (void)stream_id(s);
+  vc_merge(s->vc, e->vc);
+  pthread_mutex_unlock(&sync_mu);
   return cudaSuccess;
 }

@@ -272,6 +272,14 @@ static hvd_result_t run_spans(const char *who, const hvd__cuda_span_t *spans,
   }
   check_disjoint(who, iv, m);
   free(iv);
+  standin_access(stream, spans, (size_t)n * sizeof *spans, 0, who,
+                 "the span array");
+  for (int t = 0; t < n; t++) {
+    standin_access(stream, spans[t].src, (size_t)spans[t].count * src_size, 0,
+                   who, "a span's src");
+    standin_access(stream, spans[t].dst, (size_t)spans[t].count * dst_size, 1,
+                   who, "a span's dst");
+  }
   for (int t = 0; t < n; t++)
     apply(o, spans[t].src, spans[t].dst, spans[t].count);
   return HVD_SUCCESS;
@@ -333,6 +341,8 @@ static hvd_result_t run_one(const char *who, void *dst, const void *src,
   size_t es = hvd_dtype_size(dtype);
   (void)standin_stream_device(stream, who);
   check_span(who, 0, src, dst, n, n, es, es);
+  standin_access(stream, src, (size_t)n * es, 0, who, "src");
+  standin_access(stream, dst, (size_t)n * es, 1, who, "dst");
   apply(o, src, dst, n);
   return HVD_SUCCESS;
 }

@@ -574,6 +574,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
       MPI_Wait(&req, MPI_STATUS_IGNORE);
     }
   comm_free(comm);
+  standin_order_device_idle(); /* its kernels end */
   return ncclSuccess;
 }
 
@@ -796,6 +797,12 @@ static ncclResult_t check_op(op_t *o) {
     standin_need_device_on(o->recv, n, c->dev, w, "recvbuff");
     break;
   }
+  if (o->send != NULL && (o->kind != OP_BROADCAST || c->rank == o->root))
+    standin_access(o->stream, o->send,
+                   o->kind == OP_REDUCESCATTER ? n * p : n, 0, w, "sendbuff");
+  if (o->recv != NULL)
+    standin_access(o->stream, o->recv, o->kind == OP_ALLGATHER ? n * p : n, 1,
+                   w, "recvbuff");
   c->calls++;
   o->fault = c->calls == c->async_at + 1  ? FAULT_ASYNC
              : c->calls == c->hang_at + 1 ? FAULT_HANG

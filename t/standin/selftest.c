@@ -201,6 +201,7 @@ static void test_nccl(int blocking) {
     snprintf(what, sizeof what, "%s: allreduce %s", kind, cases[k].name);
     returned(c, blocking, ncclAllReduce(d, d, N, cases[k].t, cases[k].op, c, s),
              what);
+    cuda_ok(cudaStreamSynchronize(s), "the stream (a GPU's order)");
     cuda_ok(cudaMemcpy(h, d, N * es, cudaMemcpyDeviceToHost), "D2H");
     int good = 1;
     for (int i = 0; i < N; i++) {
@@ -230,6 +231,7 @@ static void test_nccl(int blocking) {
   snprintf(what, sizeof what, "%s: reducescatter", kind);
   returned(c, blocking,
            ncclReduceScatter(in, out, 2, ncclFloat32, ncclSum, c, s), what);
+  cuda_ok(cudaStreamSynchronize(s), "the stream (a GPU's order)");
   cuda_ok(cudaMemcpy(hout, out, 2 * sizeof *out, cudaMemcpyDeviceToHost),
           "D2H");
   int good = 1;
@@ -242,6 +244,7 @@ static void test_nccl(int blocking) {
   ok(good, "%s: values", what);
   snprintf(what, sizeof what, "%s: allgather", kind);
   returned(c, blocking, ncclAllGather(in, out, 3, ncclFloat32, c, s), what);
+  cuda_ok(cudaStreamSynchronize(s), "the stream (a GPU's order)");
   cuda_ok(cudaMemcpy(hout, out, (size_t)size * 3 * sizeof *out,
                      cudaMemcpyDeviceToHost),
           "D2H");
@@ -260,6 +263,7 @@ static void test_nccl(int blocking) {
     ncclBroadcast(out + q, out + q, 1, ncclFloat32, q, c, s);
   snprintf(what, sizeof what, "%s: a group of broadcasts", kind);
   returned(c, blocking, ncclGroupEnd(), what);
+  cuda_ok(cudaStreamSynchronize(s), "the stream (a GPU's order)");
   cuda_ok(
       cudaMemcpy(hout, out, (size_t)size * sizeof *out, cudaMemcpyDeviceToHost),
       "D2H");
@@ -272,6 +276,7 @@ static void test_nccl(int blocking) {
   ncclRecv(in, 1, ncclFloat32, (rank + size - 1) % size, c, s);
   snprintf(what, sizeof what, "%s: a ring of send/recv", kind);
   returned(c, blocking, ncclGroupEnd(), what);
+  cuda_ok(cudaStreamSynchronize(s), "the stream (a GPU's order)");
   cuda_ok(cudaMemcpy(hout, in, sizeof *in, cudaMemcpyDeviceToHost), "D2H");
   is_int(10 + (rank + size - 1) % size, (long long)hout[0], "%s: values", what);
 
@@ -400,7 +405,51 @@ static int order_main(void) {
   return 0;
 }
 
+/* `selftest race MODE` (one process; t/standin/stream_order.sh): stream
+ * A writes 64 bytes, then other work reads them. unordered: stream B,
+ * nothing between (the stand-in ends the process naming both streams);
+ * event: B waits for an event recorded after the write; legacy: a
+ * synchronous cudaMemcpy (the legacy stream, which does not wait for a
+ * non-blocking stream); blocking: the same after a write on a blocking
+ * stream, which the legacy stream waits for; synced: B after
+ * cudaStreamSynchronize(A). Prints "race: done" when the read passes. */
+static int race_main(const char *mode) {
+  int blocking = strcmp(mode, "blocking") == 0;
+  cudaStream_t a, b;
+  cudaEvent_t e;
+  char *d = NULL, h[64];
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  cuda_ok(cudaStreamCreateWithFlags(
+              &a, blocking ? cudaStreamDefault : cudaStreamNonBlocking),
+          "stream a");
+  cuda_ok(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), "stream b");
+  cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+  cuda_ok(cudaMalloc((void **)&d, sizeof h), "cudaMalloc");
+  cuda_ok(cudaMemsetAsync(d, 7, sizeof h, a), "write on a");
+  if (strcmp(mode, "event") == 0) {
+    cuda_ok(cudaEventRecord(e, a), "record on a");
+    cuda_ok(cudaStreamWaitEvent(b, e, 0), "b waits");
+  }
+  if (strcmp(mode, "synced") == 0)
+    cuda_ok(cudaStreamSynchronize(a), "sync a");
+  if (strcmp(mode, "legacy") == 0 || blocking) {
+    cuda_ok(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost), "read");
+  } else {
+    cuda_ok(cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, b),
+            "read on b");
+    cuda_ok(cudaStreamSynchronize(b), "sync b");
+  }
+  printf("race: done (%d)\n", h[63]);
+  cudaFree(d);
+  cudaEventDestroy(e);
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[1], "race") == 0)
+    return race_main(argv[2]);
   if (argc > 1 && strcmp(argv[1], "order") == 0) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);

@@ -11,7 +11,9 @@
  * free of the wrong kind, or a device pointer used while another device is
  * current ends the process with a message ("hvd stand-in: ...") instead of
  * silently working. Work on streams runs at the call; only events (and
- * NCCL's asynchronous state) pretend to take time.
+ * NCCL's asynchronous state) pretend to take time; but the order a GPU
+ * would keep between streams is tracked, and work that a GPU could run
+ * before the write it reads ends the process (standin_access).
  *
  * Environment (read when first needed; the NCCL faults at every
  * ncclCommInitRank*, so a test may change them between hvd_init calls):
@@ -23,6 +25,7 @@
  *                         ncclCommGetAsyncError ncclInProgress for each
  *                         non-blocking operation, before they finish
  *                         (default 2)
+ *   HVD_STANDIN_STREAM_ORDER=0   no stream-order checks (default 1)
  *   HVD_STANDIN_NCCL_INIT_HANG=R    rank R's ncclCommInitRank* never
  *                         finishes (non-blocking communicators only: its
  *                         state stays ncclInProgress until ncclCommAbort)
@@ -85,6 +88,19 @@ int standin_device_of(const void *p);
 /* Checks the stream (NULL, cudaStreamLegacy and cudaStreamPerThread are
  * the current device's default stream); returns its device. */
 int standin_stream_device(cudaStream_t s, const char *who);
+/* Stream order (cudart.c): work on `stream` (NULL: the legacy default
+ * stream) reads (write 0) or writes [p, p + n); dies when another
+ * stream's write of those bytes is not ordered before it (no event waited
+ * for, no synchronisation between). Host memory is not tracked. Off with
+ * HVD_STANDIN_STREAM_ORDER=0. */
+void standin_access(cudaStream_t stream, const void *p, size_t n, int write,
+                    const char *who, const char *what);
+
+/* Every stream's work so far has finished, for the stream order: what
+ * cudaFree's implicit synchronisation and ncclCommAbort (whose kernels
+ * end) give the host. */
+void standin_order_device_idle(void);
+
 /* Marks the stream as stuck behind NCCL communicator `serial` (0: not
  * stuck). Events recorded on it meanwhile never finish while
  * standin_nccl_hanging(serial). */
