@@ -331,9 +331,15 @@ if want bert && need_build && stage_begin bert 60; then
     elif [ $dry = 0 ] && ! "$trainer" --help 2>&1 | grep -q -- '--device'; then
       note "bert $p: examples/bert_train has no --device option in this build: C side skipped"
     else
-      # default (gradients through the engine, as a user runs it), then
-      # --no-sync (no reduction at all): at one rank both should match
-      for mode in "" --no-sync; do
+      # default (gradients through the engine, as a user runs it, hvd
+      # ordering each collective on the device), --host-fences (the host
+      # waits per stage before handing gradients over, the pre-0.1 way),
+      # then --no-sync (no reduction at all): at one rank all should match
+      for mode in default --host-fences --no-sync; do
+        if [ $mode = --host-fences ] && ! "$trainer" --help 2>&1 | grep -q -- --host-fences; then
+          continue # an older build
+        fi
+        [ $mode = default ] && mode=
         echo "\$ bert_train --device gpu --preset $p --steps $steps $mode" >>"$OUT/bert.txt"
         run1 "$(limit 150)" "$trainer" --device gpu --preset $p --steps "$steps" $mode >"$OUT/bert.one.txt" 2>&1
         s=$?

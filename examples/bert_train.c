@@ -76,6 +76,7 @@ typedef struct options {
   int64_t warmup; /* -1: steps / 10 */
   int no_sync;
   int dense_embeddings; /* --dense-embeddings */
+  int host_fences;      /* --host-fences */
   int zero;             /* --zero 1: sharded AdamW state */
   hvd_compression_t compression;
   int accumulate;
@@ -127,6 +128,10 @@ static const char usage_text[] =
     "                         whole at the end of backward, as other\n"
     "                         parameters (default: the decoder's share\n"
     "                         early, the input lookup's rows allgathered)\n"
+    "  --host-fences          gpu: hand each gradient to hvd only after the\n"
+    "                         host saw its stage finish (an event per\n"
+    "                         stage), not at once with hvd ordering the\n"
+    "                         collective on the device (for comparison)\n"
     "  --fp16-allreduce       gradients travel as float16\n"
     "  --bf16-allreduce       gradients travel as bfloat16\n"
     "  --seed N               weights, data, masking, order (default 42)\n"
@@ -245,6 +250,7 @@ enum {
   O_ZERO,
   O_NO_SYNC,
   O_DENSE_EMB,
+  O_HOST_FENCES,
   O_FP16,
   O_BF16,
   O_SEED,
@@ -287,6 +293,7 @@ static const struct option long_options[] = {
     {"zero", required_argument, NULL, O_ZERO},
     {"no-sync", no_argument, NULL, O_NO_SYNC},
     {"dense-embeddings", no_argument, NULL, O_DENSE_EMB},
+    {"host-fences", no_argument, NULL, O_HOST_FENCES},
     {"fp16-allreduce", no_argument, NULL, O_FP16},
     {"bf16-allreduce", no_argument, NULL, O_BF16},
     {"seed", required_argument, NULL, O_SEED},
@@ -407,6 +414,9 @@ static void parse_options(int argc, char **argv, options_t *o,
       break;
     case O_DENSE_EMB:
       o->dense_embeddings = 1;
+      break;
+    case O_HOST_FENCES:
+      o->host_fences = 1;
       break;
     case O_FP16:
     case O_BF16:
@@ -1296,6 +1306,7 @@ int main(int argc, char **argv) {
   int64_t count = 0, in_epoch = 0, left = 0; /* steps: done, left */
   int fetch = 1;
   ready_ctx_t ready = {.opt = opt, .rc = HVD_SUCCESS};
+  bert_model_set_host_fences(model, o.host_fences);
   if (!o.gpu && !o.dense_embeddings && !o.zero) /* rows after grad_ready */
     check_local(bert_model_set_sparse_embeddings(model, on_sparse_grad, &ready),
                 "bert_model_set_sparse_embeddings", bert_last_error());

@@ -95,13 +95,20 @@ typedef enum hvd_op {
  * hvd_cuda_device() or, with HVD_NO_BIND=1, the calling thread's current
  * device; any other is HVD_ERR_INVALID_ARG ("<kind> '<name>': tensor is
  * on cuda:1 but this rank uses cuda:0"): hvd never copies between GPUs.
- * The data must be complete when the collective is submitted (synchronise
- * the stream that wrote it: hvd works on a stream of its own; note that
- * cudaMemcpy from pageable host memory may return before its DMA lands);
- * when the
- * request completes, the results are complete for every stream. Ranks
- * agree on host versus device per name, not on the ordinal. A build
- * without CUDA refuses device tensors with HVD_ERR_UNSUPPORTED. */
+ * Device ordering: a device collective reads its tensors only after the
+ * work that the submitting thread's stream (hvd_cuda_set_stream) had
+ * enqueued when it was submitted, ordered on the device (hvd records an
+ * event there and makes its own stream wait for it; the host waits for
+ * nothing), as Horovod's ready events and DDP's current-stream event do.
+ * By default that stream is the legacy default stream (stream 0), which
+ * also covers the blocking streams made by cudaStreamCreate and, in
+ * programs built with --default-stream per-thread, the per-thread
+ * streams; work on a cudaStreamNonBlocking stream is covered only when
+ * that stream is set. Synchronising the writer before submitting, the
+ * rule before 0.1, still works. When the request completes, the results
+ * are complete for every stream. Ranks agree on host versus device per
+ * name, not on the ordinal. A build without CUDA refuses device tensors
+ * with HVD_ERR_UNSUPPORTED. */
 typedef struct hvd_tensor {
   void *data;
   hvd_dtype_t dtype;
@@ -150,6 +157,17 @@ int hvd_is_homogeneous(void);
  * call cudaSetDevice themselves), and fails with HVD_ERR_CUDA on every
  * rank if two ranks of one node would share a GPU. */
 int hvd_cuda_device(void);
+
+/* The stream that this thread's device collectives are ordered after
+ * (see hvd_tensor_t, "Device ordering"): a cudaStream_t of the tensors'
+ * device, or NULL for the legacy default stream (the default). Set it to
+ * the stream a framework computes on (PyTorch's current stream) so that a
+ * gradient can be submitted right after the kernel that writes it is
+ * enqueued. Thread-local; needs no hvd_init. HVD_ERR_UNSUPPORTED in a
+ * build without CUDA. */
+hvd_result_t hvd_cuda_set_stream(void *stream);
+/* This thread's stream as set, NULL for the legacy default stream. */
+void *hvd_cuda_stream(void);
 
 /* Why this process has no CUDA device to use, in words, or NULL when the
  * CUDA runtime sees one: "no NVIDIA driver or GPU found

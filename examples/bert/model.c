@@ -103,6 +103,7 @@ struct bert_model {
   int B, S, M;
   int ready_for_backward;
   bert_sparse_grad_fn sparse_fn; /* bert_model_set_sparse_embeddings */
+  int host_fences;               /* bert_model_set_host_fences */
   void *sparse_ctx;
 };
 
@@ -782,6 +783,11 @@ hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
   return HVD_SUCCESS;
 }
 
+void bert_model_set_host_fences(bert_model_t *m, int on) {
+  if (m != NULL)
+    m->host_fences = on != 0;
+}
+
 hvd_result_t bert_model_set_sparse_embeddings(bert_model_t *m,
                                               bert_sparse_grad_fn fn,
                                               void *ctx) {
@@ -802,12 +808,14 @@ hvd_result_t bert_model_set_sparse_embeddings(bert_model_t *m,
 
 /* The gradient-ready calls. On the host a gradient is final when its
  * kernel returns, so each call is made at once. On a GPU the kernels only
- * queue work, and hvd needs a gradient complete when it is handed over
- * (hvd.h: device tensors), so the calls of a stage (the head, one encoder
- * layer, the embeddings) are held until its fence has passed, and that
- * is waited for one stage late: after the next stage's kernels are
- * queued, so the GPU never waits for the host. The order of the calls is
- * the same either way. */
+ * queue work; hvd orders its collectives after it on the device (hvd.h,
+ * "Device ordering"), so by default each call is made at once too. With
+ * host fences (bert_model_set_host_fences: a library that needs a
+ * gradient complete when it is handed over) the calls of a stage (the
+ * head, one encoder layer, the embeddings) are held until its fence has
+ * passed, and that is waited for one stage late: after the next stage's
+ * kernels are queued, so the GPU never waits for the host. The order of
+ * the calls is the same either way. */
 #define READY_MAX 32 /* calls per stage: 16 per encoder layer */
 typedef struct ready_queue {
   bert_grad_ready_fn fn;
@@ -890,8 +898,10 @@ hvd_result_t bert_model_backward_scaled(bert_model_t *m, float scale,
             A = c->heads, V = c->vocab_size, M = m->M;
   const int32_t *types = m->has_types ? m->types : NULL;
   const bert_backend_t *k = m->be;
-  ready_queue_t rq = {
-      .fn = ready, .ctx = ctx, .be = k, .lazy = m->device != HVD_CPU};
+  ready_queue_t rq = {.fn = ready,
+                      .ctx = ctx,
+                      .be = k,
+                      .lazy = m->device != HVD_CPU && m->host_fences};
   ready_queue_t *q = &rq;
 
   /* head: scale * d(mean loss)/d logits, then back to the masked rows of

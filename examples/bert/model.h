@@ -176,10 +176,14 @@ typedef void (*bert_grad_ready_fn)(void *ctx, int param_index);
  * param's grad, calling ready(ctx, i) (if not NULL) for each i as it
  * completes. HVD_ERR_INVALID_ARG if no forward preceded it.
  *
- * On a GPU, ready(ctx, i) is called once gradient i is complete in
- * device memory (the stream has passed it), so the callback may hand it
- * to hvd at once; to keep the GPU busy, the calls for one encoder layer
- * come while the next one's kernels are already queued. */
+ * On a GPU, ready(ctx, i) is called as soon as the kernels that write
+ * gradient i are queued: hvd orders a device collective after the work
+ * queued on the legacy default stream, which the model's (blocking)
+ * stream is ordered with (hvd.h, "Device ordering"), so the host never
+ * waits. With bert_model_set_host_fences(m, 1) the calls wait instead
+ * until the stream has passed the gradient (the calls for one encoder
+ * layer come while the next one's kernels are queued): what a library
+ * without device ordering needs, kept for comparison. */
 hvd_result_t bert_model_backward(bert_model_t *m, bert_grad_ready_fn ready,
                                  void *ctx);
 /* The same with the loss multiplied by `scale`: ADDS scale *
@@ -187,6 +191,10 @@ hvd_result_t bert_model_backward(bert_model_t *m, bert_grad_ready_fn ready,
  * micro-batch costs no pass over the gradients). */
 hvd_result_t bert_model_backward_scaled(bert_model_t *m, float scale,
                                         bert_grad_ready_fn ready, void *ctx);
+
+/* 1: backward's ready calls on a GPU wait for the stream to pass each
+ * stage (an event synchronised per stage); 0 (the default): at once. */
+void bert_model_set_host_fences(bert_model_t *m, int on);
 
 /* The word embeddings' sparse share: instead of adding the lookup's
  * gradient rows into the word embeddings' gradient at the end of

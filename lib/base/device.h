@@ -48,6 +48,17 @@ int hvd__cuda_rank_device(void);
  * own current device: it is not the caller's. */
 int hvd__cuda_home_device(void);
 
+/* Device ordering (device_order.c): an event recorded now on the calling
+ * thread's stream (hvd_cuda_set_stream; the legacy default stream of
+ * device dev unless set), taken from a pool; NULL without CUDA. The
+ * executor's stream waits for it before reading the tensor. _put gives it
+ * back (NULL: nothing). */
+hvd_result_t hvd__cuda_ready_event(int dev, void **out);
+void hvd__cuda_ready_put(int dev, void *event);
+/* hvd_shutdown: the pooled events are destroyed, and those of requests
+ * freed later too (until the next ready event). */
+void hvd__cuda_ready_drain(void);
+
 /* Frees device memory hvd allocated (cudaFree; nothing for NULL). In a
  * build without CUDA there is none: free(), as for host memory. */
 void hvd__cuda_free(void *p);

@@ -3,11 +3,14 @@
  * build a request, hand it to the engine. Blocking forms are the async
  * form followed by hvd_wait.
  */
+#include <config.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/device.h"
 #include "base/errors.h"
 #include "base/tensor.h"
 #include "core/api.h"
@@ -101,6 +104,17 @@ int hvd__coll_rank(void) {
 
 /* Hands n built requests to the world's engine or cur_ps's. */
 static hvd_result_t submit_to(const char *fn, hvd_request_t *const *rs, int n) {
+  for (int i = 0; i < n; i++) /* ordered after the caller's device work */
+    if (rs[i]->desc.device >= 0 && rs[i]->ready == NULL &&
+        hvd__cuda_ready_event(rs[i]->desc.device, &rs[i]->ready) !=
+            HVD_SUCCESS) {
+      char why[HVD__ERRMSG_MAX];
+      snprintf(why, sizeof why, "%s", hvd_last_error());
+      return hvd__set_error(HVD_ERR_CUDA,
+                            "%s '%s': the ready event on the submitting "
+                            "thread's stream (hvd_cuda_set_stream): %s",
+                            fn, rs[i]->name, why);
+    }
   if (cur_ps == NULL)
     return n == 1 ? hvd__runtime_submit(fn, rs[0])
                   : hvd__runtime_submit_many(fn, rs, n);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/device.h"
 #include "base/errors.h"
 #include "core/runtime.h"
 
@@ -40,6 +41,7 @@ void hvd__request_free(hvd_request_t *r) {
   free(r->splits);
   free(r->recv_splits);
   free(r->errmsg);
+  hvd__cuda_ready_put(r->desc.device, r->ready);
   free(r);
 }
 

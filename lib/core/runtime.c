@@ -607,6 +607,7 @@ hvd_result_t hvd_shutdown(void) {
     g.sets = NULL;
     hvd__engine_stop(g.engine);
     g.engine = NULL;
+    hvd__cuda_ready_drain();
     free_comm(&g.ctl);
     free_comm(&g.cross_comm);
     free_comm(&g.local_comm);

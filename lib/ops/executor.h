@@ -56,6 +56,9 @@ struct hvd_request {
   double t_submit; /* hvd__now() at submission (timeline) */
   double t_ready;  /* t_submit on the aligned timeline clock */
   int batch_n;     /* requests executed with it (its fused group): timeline */
+  void *ready;     /* device tensors: a cudaEvent_t recorded at submission on
+                      the submitting thread's stream; the executor's stream
+                      waits for it (base/device_order.c) */
 
   int done; /* guarded by the completion lock in request.c */
   hvd_result_t rc;

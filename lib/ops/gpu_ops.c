@@ -61,6 +61,12 @@ hvd_result_t hvd__gpu_enter(hvd__gpu_t *g, const hvd__work_t *w,
     }
     g->dev = dev;
   }
+  /* after the work the callers enqueued before submitting (hvd.h, "Device
+   * ordering"), on the device: the host does not wait */
+  for (int i = 0; w != NULL && i < w->n; i++)
+    if (!w->reqs[i]->is_stub && w->reqs[i]->ready != NULL)
+      HVD__CUDA_CHECK(
+          cudaStreamWaitEvent(g->stream, (cudaEvent_t)w->reqs[i]->ready, 0));
 fail:
   return rc;
 }

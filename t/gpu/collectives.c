@@ -718,6 +718,59 @@ static void test_process_set(void) {
          pass_name);
 }
 
+/* Device ordering (hvd.h): the input is written by an asynchronous copy
+ * that the host never waits for, on a non-blocking stream named with
+ * hvd_cuda_set_stream, then on the legacy default stream (the default);
+ * the sums must be exact. The stand-in ends the job when hvd's stream
+ * reads the tensor before the copy is ordered before it. */
+static void test_device_order(void) {
+  enum { N = 4099 };
+  float *pin = NULL, *d = NULL, want[N], *got = malloc(N * sizeof *got);
+  int64_t n = N;
+  cudaStream_t us;
+  cuda_ok(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking), "stream");
+  cuda_ok(cudaMallocHost((void **)&pin, N * sizeof *pin), "cudaMallocHost");
+  cuda_ok(cudaMalloc((void **)&d, N * sizeof *d), "cudaMalloc");
+  for (int i = 0; i < N; i++) {
+    pin[i] = (float)((rank + 1) * (i % 97));
+    want[i] = (float)(size * (size + 1) / 2 * (i % 97));
+  }
+  hvd_tensor_t t = hvd_tensor_make(d, HVD_FLOAT32, 1, &n);
+  t.device = dev;
+  for (int k = 0; k < 2; k++) {
+    const char *how = k == 0 ? "a non-blocking stream set with "
+                               "hvd_cuda_set_stream"
+                             : "the legacy default stream";
+    cudaStream_t s = k == 0 ? us : NULL;
+    is_int(HVD_SUCCESS, hvd_cuda_set_stream(s), "%s: hvd_cuda_set_stream",
+           pass_name);
+    ok(hvd_cuda_stream() == (void *)s, "%s: hvd_cuda_stream gives it back",
+       pass_name);
+    cuda_ok(cudaMemcpyAsync(d, pin, N * sizeof *pin, cudaMemcpyHostToDevice,
+                            s),
+            "the input, asynchronously");
+    hvd_request_t *r = NULL;
+    hvd_result_t rc = hvd_allreduce_async(k == 0 ? "order.set" : "order.legacy",
+                                          &t, &t, HVD_SUM, 1, 1, &r);
+    if (rc == HVD_SUCCESS)
+      rc = hvd_wait(r);
+    is_int(HVD_SUCCESS, rc, "%s: allreduce after a copy on %s", pass_name,
+           how);
+    cuda_ok(cudaMemcpyAsync(got, d, N * sizeof *got, cudaMemcpyDeviceToHost,
+                            us),
+            "the result");
+    cuda_ok(cudaStreamSynchronize(us), "cudaStreamSynchronize");
+    ok(memcmp(got, want, sizeof want) == 0,
+       "%s: exact sums after a copy on %s, the host never waiting for it",
+       pass_name, how);
+  }
+  hvd_cuda_set_stream(NULL);
+  cudaFree(d);
+  cudaFreeHost(pin);
+  cudaStreamDestroy(us);
+  free(got);
+}
+
 static void run_pass(const char *ops) {
   pass_name = ops;
   setenv("HVD_GPU_OPERATIONS", ops, 1);
@@ -736,6 +789,7 @@ static void run_pass(const char *ops) {
   test_gathers();
   test_errors();
   test_join();
+  test_device_order();
   test_process_set();
   is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", ops);
   unsetenv("HVD_GPU_OPERATIONS");
