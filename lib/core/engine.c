@@ -77,8 +77,9 @@ static void wait_for_work(hvd__engine_t *e, hvd__pace_t *p) {
     hvd__pace_deadline(p, e->cycle_s, inflight_total(e),
                        hvd__callers_waiting());
   while (!e->urgent && !e->set_work && hvd__queue_empty(&e->slow) &&
-         !sets_slow(e) && !e->stop_requested && !e->tl_cmd &&
-         !(e->poked && inflight_total(e) > 0) && hvd__now() < p->next) {
+         !sets_slow(e) && !(e->stop_requested && !e->world_done) &&
+         !e->tl_cmd && !(e->poked && inflight_total(e) > 0) &&
+         hvd__now() < p->next) {
     struct timespec ts;
     hvd__timespec_at(p->next, &ts);
     pthread_cond_timedwait(&e->cv, &e->mu, &ts);
@@ -227,7 +228,8 @@ static void set_end(hvd__engine_t *w, int i, int collective) {
 }
 
 static int cycle(hvd__engine_t *e, hvd_request_t *list, int want_stop,
-                 int want_cmd, int *progress, double *settled);
+                 int want_cmd, int *progress, double *settled,
+                 hvd__stop_kind_t *kind);
 
 /* The sets' cycles, after the world's and in the sets' creation order:
  * every rank meets its sets' collectives (and launches their device
@@ -241,7 +243,8 @@ static int drive_sets(hvd__engine_t *w) {
     pthread_mutex_lock(&s->mu);
     hvd_request_t *list = take_queue(s, &want_stop, &want_cmd);
     pthread_mutex_unlock(&s->mu);
-    int ended = cycle(s, list, want_stop, 0, &progress, &settled);
+    hvd__stop_kind_t kind;
+    int ended = cycle(s, list, want_stop, 0, &progress, &settled, &kind);
     any |= progress;
     if (ended)
       set_end(w, i, 1);
@@ -253,15 +256,18 @@ static int drive_sets(hvd__engine_t *w) {
 
 /* Phases 3 to 5 of one cycle of e, whose queue (`list`) is taken; the
  * world's engine also runs an agreed command, then its sets' cycles.
- * Returns 1 when e's loop ends; *progress: new work or something agreed;
+ * Returns 1 when e's loop ends (*kind: an agreed shutdown, a stall, or
+ * HVD__RUN_ON for a failure); *progress: new work or something agreed;
  * *settled: when the negotiation ended. */
 static int cycle(hvd__engine_t *e, hvd_request_t *list, int want_stop,
-                 int want_cmd, int *progress, double *settled) {
+                 int want_cmd, int *progress, double *settled,
+                 hvd__stop_kind_t *kind) {
   double start = hvd__now();
   int nnew = hvd__log_threshold <= HVD__LOG_TRACE ? hvd__list_len(list) : 0;
   agreed_t a = {NULL, NULL, 0, 0, 0, 0};
   hvd_result_t rc = negotiate(e, list, want_stop, want_cmd, &a);
   *settled = hvd__now();
+  *kind = HVD__RUN_ON;
   if (rc != HVD_SUCCESS) {
     hvd__responses_free(a.fast, a.nfast);
     hvd__engine_fail(e, rc);
@@ -278,6 +284,7 @@ static int cycle(hvd__engine_t *e, hvd_request_t *list, int want_stop,
     }
     *progress |= drive_sets(e);
   }
+  *kind = stop.kind;
   return handle_stop(e, stop);
 }
 
@@ -330,7 +337,21 @@ static void *engine_main(void *arg) {
     if (tl_cmd != 0)
       hvd__engine_timeline_command(e, tl_cmd, tl_path);
     hvd__pace_start(&pace, e->cycle_s, hvd__now());
-    int ended = cycle(e, list, want_stop, want_cmd, &progress, &settled);
+    int ended = 0;
+    if (!e->world_done) {
+      hvd__stop_kind_t kind;
+      ended = cycle(e, list, want_stop, want_cmd, &progress, &settled, &kind);
+      /* an agreed shutdown ends the world's collectives on every rank in
+       * this cycle; its sets go on until their members stop them, as
+       * when they had threads of their own */
+      if (ended && kind == HVD__STOP_SHUTDOWN && e->nsets > 0)
+        e->world_done = 1;
+    } else {
+      progress = drive_sets(e);
+      settled = hvd__now();
+    }
+    if (e->world_done)
+      ended = e->nsets == 0;
     hvd__pace_end(&pace, progress, settled);
     if (ended)
       break;

@@ -67,6 +67,7 @@ struct hvd__engine {
   hvd__engine_t **sets; /* the world's: the sets' engines, by creation */
   int nsets;
   size_t sets_bytes;
+  int world_done; /* the world agreed to shut down; its sets still run */
   hvd__controller_t *ctl;
   void *exec_state[HVD__MAX_EXECUTORS];
   int joined;            /* this rank has a join in flight */
