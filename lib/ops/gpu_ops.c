@@ -122,6 +122,17 @@ fail:
   return rc;
 }
 
+int hvd__gpu_grows(const hvd__gpu_t *g, size_t buf_bytes, int spans) {
+  return buf_bytes > g->buf_cap || spans > g->span_cap;
+}
+
+void hvd__gpu_release(hvd__gpu_t *g) {
+  cudaFree(g->buf);
+  g->buf = NULL;
+  g->buf_cap = 0;
+  hvd__cuda_twin_free((void **)&g->spans, (void **)&g->dspans, &g->span_cap, 1);
+}
+
 hvd_result_t hvd__gpu_alloc_output(hvd__gpu_t *g, hvd_request_t *r, int ndim,
                                    const int64_t *shape) {
   hvd_result_t rc = HVD_SUCCESS;

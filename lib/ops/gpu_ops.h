@@ -7,12 +7,12 @@
  * Only in builds with CUDA (HVD_HAVE_CUDA); needs config.h first. Engine
  * thread only (an executor's state belongs to it), except hvd__gpu_close.
  *
- * Ordering with the caller's work: a device tensor's data must be complete
- * when the collective is submitted (the caller has synchronised the stream
- * that wrote it); hvd's stream is cudaStreamNonBlocking and waits for
- * nothing else. Every collective ends by recording an event on hvd's stream
- * and waiting for it, so when hvd_wait returns the results are complete and
- * visible to every stream of the device.
+ * Ordering with the caller's work: hvd's stream is cudaStreamNonBlocking
+ * and, in hvd__gpu_enter, waits (cudaStreamWaitEvent) for each request's
+ * ready event, recorded at submission on the submitting thread's stream
+ * (base/device_order.c). Every collective ends by recording an event on
+ * hvd's stream and waiting for it, so when hvd_wait returns the results
+ * are complete and visible to every stream of the device.
  */
 #ifndef HVD_OPS_GPU_OPS_H
 #define HVD_OPS_GPU_OPS_H
@@ -66,6 +66,14 @@ hvd_result_t hvd__gpu_upload_spans(hvd__gpu_t *g, int n);
 /* g->buf holds at least n bytes. Only between collectives (hvd's stream
  * idle): the old buffer is freed. */
 hvd_result_t hvd__gpu_buffer(hvd__gpu_t *g, size_t n);
+
+/* 1 when hvd__gpu_buffer(buf_bytes) or hvd__gpu_spans(spans) would
+ * allocate: the same answer on every rank that ran the same collectives
+ * (both grow only, from the same sizes). */
+int hvd__gpu_grows(const hvd__gpu_t *g, size_t buf_bytes, int spans);
+/* Drops the buffer and the span arrays (hvd's stream idle), so that after
+ * a failed allocation every rank's grow the same way again. */
+void hvd__gpu_release(hvd__gpu_t *g);
 
 /* r's output (as hvd__alloc_output): dtype from r->desc, this shape, in
  * device memory on g->dev; hvd_tensor_free releases it. */

@@ -8,8 +8,8 @@
  *    MPI communicator, ncclCommInitRankConfig, and agreement that it
  *    worked. The communicator is non-blocking: whatever NCCL would block
  *    in (its init, the connections it makes on first use, finalize) is
- *    waited for here, within HVD_NCCL_TIMEOUT (settle()). When NCCL's init
- *    fails on any rank, every rank fails, and NCCL stays unusable (as
+ *    waited for here, within HVD_NCCL_TIMEOUT (hvd__nccl_settle_wait()). When
+ * NCCL's init fails on any rank, every rank fails, and NCCL stays unusable (as
  *    after an abort, below).
  *  - Allreduce: a lone tensor is reduced in the caller's memory (prescale
  *    into recv first, then in place; average and postscale by a kernel
@@ -39,9 +39,18 @@
  *    left in progress, or of the work), or any other failure once
  *    the communicator exists, aborts it (ncclCommAbort: kernels still
  *    waiting for peers end) and fails with NCCL's message; later device
- *    collectives then fail at once with that message. Peers of a rank that
- *    failed alone see their collective time out and abort in turn, so no
- *    rank waits forever.
+ *    collectives then fail at once with that message. A rank that aborts
+ *    on a failure of its own sends every peer its reason over MPI (an
+ *    abort notice, NOTICE_TAG on the executor's communicator); a peer
+ *    learns it before its next launch or while it waits (a collective in
+ *    flight gets NOTICE_GRACE_S to finish: the failed rank may have done
+ *    its part) and aborts in turn, without waiting for HVD_NCCL_TIMEOUT,
+ *    which is left for a peer that hangs or dies without a word.
+ *  - Before launching, a group's allocations (outputs, the fusion buffer,
+ *    span arrays) are agreed over MPI whenever any may have been made
+ *    (agree_prepared): a rank that could not allocate fails the group on
+ *    every rank with its own error, nothing is launched, and the
+ *    communicator stays usable.
  */
 #include <config.h>
 
@@ -58,14 +67,7 @@
 #include "base/wait.h"
 #include "ops/gpu_ops.h"
 #include "ops/mpi_ops.h"
-
-typedef struct nccl_state {
-  hvd__gpu_t gpu;   /* first: hvd__gpu_stub_alloc/free take the state as one */
-  ncclComm_t comm;  /* NULL before the first collective and after abort */
-  double timeout_s; /* HVD_NCCL_TIMEOUT; 0: none */
-  char failed[HVD__ERRMSG_MAX]; /* why comm was aborted; "" while usable */
-  int64_t *dims0;               /* per rank: allgather's first dimensions */
-} nccl_state_t;
+#include "ops/nccl_int.h"
 
 static ncclDataType_t nccl_dtype(int dtype) {
   switch (dtype) {
@@ -101,115 +103,6 @@ static ncclRedOp_t nccl_op(int op) {
   }
 }
 
-/* HVD_ERR_NCCL "<what>: <ncclGetErrorString> (<ncclGetLastError>)", what
- * cut at its first '(' as for hvd__mpi_error. */
-static hvd_result_t nccl_error(ncclResult_t r, const char *what) {
-  const char *last = ncclGetLastError(NULL);
-  int fn = (int)strcspn(what, "(");
-  if (last != NULL && last[0] != '\0')
-    return hvd__set_error(HVD_ERR_NCCL, "%.*s: %s (%s)", fn, what,
-                          ncclGetErrorString(r), last);
-  return hvd__set_error(HVD_ERR_NCCL, "%.*s: %s", fn, what,
-                        ncclGetErrorString(r));
-}
-
-/* The communicator is non-blocking (ncclConfig_t.blocking = 0): a call that
- * has to wait for peers (making the communicator, the connections NCCL
- * makes on first use, a collective's enqueue behind them, finalize)
- * returns ncclInProgress and goes on in NCCL's own threads. Until
- * ncclCommGetAsyncError no longer says ncclInProgress, no other NCCL call
- * and no kernel on hvd's stream may be issued. Waiting here (with
- * hvd__wait_backoff) bounds that wait by HVD_NCCL_TIMEOUT: a blocking
- * communicator would block inside NCCL, with no timeout, when a peer never
- * comes. Returns the call's final result; *timed_out when it gave up. */
-static ncclResult_t settle(ncclComm_t comm, ncclResult_t r, double timeout_s,
-                           int *timed_out) {
-  double t0 = hvd__now();
-  *timed_out = 0;
-  for (unsigned spin = 0; r == ncclInProgress; spin++) {
-    ncclResult_t state = ncclInProgress;
-    ncclResult_t q = ncclCommGetAsyncError(comm, &state);
-    if (q != ncclSuccess)
-      return q;
-    if (state != ncclInProgress)
-      return state;
-    if (timeout_s > 0 && hvd__now() - t0 > timeout_s) {
-      *timed_out = 1;
-      return ncclInProgress;
-    }
-    hvd__wait_backoff(spin);
-  }
-  return r;
-}
-
-/* settle() as an hvd result: NCCL's error, or HVD_ERR_NCCL "<what>: still
- * in progress after <t> s (HVD_NCCL_TIMEOUT): ...". */
-static hvd_result_t nccl_settle(nccl_state_t *s, ncclResult_t r,
-                                const char *what) {
-  int timed_out = 0;
-  r = settle(s->comm, r, s->timeout_s, &timed_out);
-  if (timed_out)
-    return hvd__set_error(HVD_ERR_NCCL,
-                          "%.*s: still in progress after %g s "
-                          "(HVD_NCCL_TIMEOUT): a peer failed, is gone or is "
-                          "stuck",
-                          (int)strcspn(what, "("), what, s->timeout_s);
-  return r == ncclSuccess ? HVD_SUCCESS : nccl_error(r, what);
-}
-
-/* A call that returned (or will settle) without error. */
-#define NCCL_OK(r) ((r) == ncclSuccess || (r) == ncclInProgress)
-
-/* Settles an NCCL call on s->comm; jumps to `fail:` when it fails. Needs
- * `hvd_result_t rc` and `nccl_state_t *s`. */
-#define NCCL_CHECK(call)                                                       \
-  do {                                                                         \
-    rc = nccl_settle(s, (call), #call);                                        \
-    if (rc != HVD_SUCCESS)                                                     \
-      goto fail;                                                               \
-  } while (0)
-
-/* While waiting: NCCL's asynchronous error, and the timeout. */
-static hvd_result_t nccl_poll(void *ctx, double waited_s) {
-  nccl_state_t *s = ctx;
-  ncclResult_t st = ncclSuccess;
-  ncclResult_t r = ncclCommGetAsyncError(s->comm, &st);
-  if (r != ncclSuccess)
-    return nccl_error(r, "ncclCommGetAsyncError");
-  if (st != ncclSuccess && st != ncclInProgress)
-    return nccl_error(st, "asynchronous error");
-  if (s->timeout_s > 0 && waited_s > s->timeout_s)
-    return hvd__set_error(HVD_ERR_NCCL,
-                          "no completion after %g s (HVD_NCCL_TIMEOUT): a "
-                          "peer failed, is gone or is stuck",
-                          s->timeout_s);
-  return HVD_SUCCESS;
-}
-
-/* After a failure once the communicator exists: aborts it and remembers
- * why. Returns rc with "NCCL: <why>; the communicator was aborted". */
-static hvd_result_t nccl_abandon(nccl_state_t *s, hvd_result_t rc) {
-  char why[HVD__ERRMSG_MAX];
-  snprintf(why, sizeof why, "%s", hvd_last_error());
-  ncclCommAbort(s->comm);
-  s->comm = NULL;
-  (void)cudaGetLastError();
-  snprintf(s->failed, sizeof s->failed, "%s", why);
-  HVD__LOG(HVD__LOG_ERROR, "NCCL: %s; the communicator was aborted", why);
-  return hvd__set_error(rc, "NCCL: %.900s; the communicator was aborted", why);
-}
-
-/* MPI_MIN over the ranks of (ok ? size : rank): the first rank that
- * failed, or size. */
-static hvd_result_t first_failed(const hvd__exec_env_t *env, int ok,
-                                 int *first) {
-  hvd_result_t rc = HVD_SUCCESS;
-  int mine = ok ? env->size : env->rank;
-  HVD__MPI_CHECK(MPI_Allreduce(&mine, first, 1, MPI_INT, MPI_MIN, env->comm));
-fail:
-  return rc;
-}
-
 /* The first collective: the communicator, made by every rank together. */
 static hvd_result_t comm_create(nccl_state_t *s, const hvd__exec_env_t *env,
                                 const hvd__work_t *w) {
@@ -220,7 +113,7 @@ static hvd_result_t comm_create(nccl_state_t *s, const hvd__exec_env_t *env,
   } msg;
   int first = 0;
   hvd_result_t mine = hvd__gpu_enter(&s->gpu, w, "NCCL"), rc;
-  HVD__CHECK(first_failed(env, mine == HVD_SUCCESS, &first));
+  HVD__CHECK(hvd__nccl_first_failed(env, mine == HVD_SUCCESS, &first));
   if (mine != HVD_SUCCESS)
     return mine;
   if (first < env->size)
@@ -233,7 +126,7 @@ static hvd_result_t comm_create(nccl_state_t *s, const hvd__exec_env_t *env,
     ncclResult_t r = ncclGetUniqueId(&msg.id);
     msg.ok = r == ncclSuccess;
     if (!msg.ok) {
-      nccl_error(r, "ncclGetUniqueId");
+      hvd__nccl_error(r, "ncclGetUniqueId");
       snprintf(msg.why, sizeof msg.why, "%s", hvd_last_error());
     }
   }
@@ -241,15 +134,15 @@ static hvd_result_t comm_create(nccl_state_t *s, const hvd__exec_env_t *env,
   if (!msg.ok)
     return hvd__set_error(HVD_ERR_NCCL, "NCCL: on rank 0: %s", msg.why);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = 0; /* see settle() */
+  cfg.blocking = 0; /* see hvd__nccl_settle_wait() */
   s->comm = NULL;
   ncclResult_t r =
       ncclCommInitRankConfig(&s->comm, env->size, msg.id, env->rank, &cfg);
   if (s->comm == NULL && NCCL_OK(r))
     r = ncclInternalError; /* no communicator to wait for */
-  mine = s->comm != NULL ? nccl_settle(s, r, "ncclCommInitRankConfig")
-                         : nccl_error(r, "ncclCommInitRankConfig");
-  rc = first_failed(env, mine == HVD_SUCCESS, &first);
+  mine = s->comm != NULL ? hvd__nccl_settle(s, r, "ncclCommInitRankConfig")
+                         : hvd__nccl_error(r, "ncclCommInitRankConfig");
+  rc = hvd__nccl_first_failed(env, mine == HVD_SUCCESS, &first);
   if (rc == HVD_SUCCESS && first < env->size) {
     rc = mine != HVD_SUCCESS
              ? mine
@@ -280,6 +173,10 @@ static hvd_result_t nccl_enter(nccl_state_t *s, const hvd__exec_env_t *env,
                           s->failed);
   if (s->comm == NULL)
     return comm_create(s, env, w);
+  hvd_result_t peer =
+      hvd__nccl_peer_notice(s); /* nothing launched for a peer gone */
+  if (peer != HVD_SUCCESS)
+    return peer;
   return hvd__gpu_enter(&s->gpu, w, "NCCL");
 }
 
@@ -343,8 +240,12 @@ static hvd_result_t allreduce(nccl_state_t *s, const hvd__exec_env_t *env,
     total += hvd_tensor_numel(&w->reqs[i]->send);
     real += !w->reqs[i]->is_stub;
   }
-  HVD__CHECK(hvd__gpu_buffer(&s->gpu, (size_t)total * wsize));
-  HVD__CHECK(hvd__gpu_spans(&s->gpu, w->n + real));
+  /* 2n spans, not n + real: a joined rank (stubs only) must grow alike */
+  int grows = hvd__gpu_grows(&s->gpu, (size_t)total * wsize, 2 * w->n);
+  hvd_result_t mine = hvd__gpu_buffer(&s->gpu, (size_t)total * wsize);
+  if (mine == HVD_SUCCESS)
+    mine = hvd__gpu_spans(&s->gpu, 2 * w->n);
+  HVD__CHECK(hvd__nccl_agree_prepared(s, env, grows, mine));
   hvd__cuda_span_t *sp = s->gpu.spans, *dsp = s->gpu.dspans;
   char *buf = s->gpu.buf;
   int a = 0, b = real, u = w->n;
@@ -409,8 +310,8 @@ static hvd_result_t group_end(nccl_state_t *s, ncclResult_t r,
                               const char *what) {
   ncclResult_t e = ncclGroupEnd(); /* always: the group must be closed */
   if (!NCCL_OK(r))
-    return nccl_error(r, what);
-  return nccl_settle(s, e, what);
+    return hvd__nccl_error(r, what);
+  return hvd__nccl_settle(s, e, what);
 }
 
 static hvd_result_t allgather(nccl_state_t *s, const hvd__exec_env_t *env,
@@ -431,7 +332,7 @@ static hvd_result_t allgather(nccl_state_t *s, const hvd__exec_env_t *env,
     total += dims0[k];
     equal = equal && dims0[k] == dims0[0];
   }
-  HVD__CHECK(alloc_rows(s, r, d, total));
+  HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1, alloc_rows(s, r, d, total)));
   size_t rb = (size_t)hvd__row_bytes(d);
   char *out = r->recv.data;
   if (rb == 0 || total == 0)
@@ -466,7 +367,7 @@ static hvd_result_t alltoall(nccl_state_t *s, const hvd__exec_env_t *env,
   size_t n = (size_t)env->size;
   int64_t total;
   HVD__CHECK(hvd__exchange_splits(r, env, &total));
-  HVD__CHECK(alloc_rows(s, r, d, total));
+  HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1, alloc_rows(s, r, d, total)));
   size_t rb = (size_t)hvd__row_bytes(d);
   if (rb == 0)
     return HVD_SUCCESS;
@@ -517,7 +418,18 @@ static hvd_result_t reducescatter(nccl_state_t *s, const hvd__exec_env_t *env,
   size_t blk_elems = (size_t)(blk * row_elems);
   /* the finishing kernel changes something (with factor 1 it is a copy) */
   int finish = (op == HVD_AVERAGE && p > 1) || d->postscale != 1.0;
-  HVD__CHECK(alloc_rows(s, r, d, mine));
+  /* everything allocated first, agreed, then launched */
+  size_t in_bytes = (size_t)p * blk_elems * esize, scratch = 0;
+  if (blk_elems > 0)
+    scratch = rows % p != 0        ? in_bytes + blk_elems * esize
+              : d->prescale != 1.0 ? (size_t)(rows * row_elems) * esize
+                                   : 0;
+  hvd_result_t prep = alloc_rows(s, r, d, mine);
+  if (prep == HVD_SUCCESS && scratch > 0)
+    prep = hvd__gpu_buffer(&s->gpu, scratch);
+  if (prep == HVD_SUCCESS && rows % p != 0 && blk_elems > 0)
+    prep = hvd__gpu_spans(&s->gpu, (int)p);
+  HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1, prep));
   if (blk_elems == 0)
     return HVD_SUCCESS;
   char *out = r->recv.data;
@@ -525,7 +437,6 @@ static hvd_result_t reducescatter(nccl_state_t *s, const hvd__exec_env_t *env,
     const void *src = r->send.data;
     if (d->prescale != 1.0) {
       size_t n = (size_t)(rows * row_elems);
-      HVD__CHECK(hvd__gpu_buffer(&s->gpu, n * esize));
       HVD__CHECK(
           hvd__cuda_scale(s->gpu.buf, src, (int64_t)n, dtype, d->prescale, st));
       src = s->gpu.buf;
@@ -538,9 +449,6 @@ static hvd_result_t reducescatter(nccl_state_t *s, const hvd__exec_env_t *env,
     return HVD_SUCCESS;
   }
   /* uneven: block k (blk rows) of the padded input holds rank k's rows */
-  size_t in_bytes = (size_t)p * blk_elems * esize;
-  HVD__CHECK(hvd__gpu_buffer(&s->gpu, in_bytes + blk_elems * esize));
-  HVD__CHECK(hvd__gpu_spans(&s->gpu, (int)p));
   char *pad = s->gpu.buf, *pout = pad + in_bytes;
   const char *in = r->send.data;
   int64_t start = 0;
@@ -574,9 +482,13 @@ static hvd_result_t nccl_run(void *state, const hvd__exec_env_t *env,
   if (rc == HVD_SUCCESS)
     rc = body(s, env, w);
   if (rc == HVD_SUCCESS)
-    rc = hvd__gpu_wait(&s->gpu, what, nccl_poll, s);
+    rc = hvd__gpu_wait(&s->gpu, what, hvd__nccl_poll, s);
+  if (rc != HVD_SUCCESS && s->unlaunched) { /* agreed: nothing in flight */
+    s->unlaunched = 0;
+    return rc;
+  }
   if (rc != HVD_SUCCESS)
-    return s->comm != NULL ? nccl_abandon(s, rc) : rc;
+    return s->comm != NULL ? hvd__nccl_abandon(s, rc) : rc;
   if (env->trace && w->desc->coll == HVD__ALLREDUCE) {
     double t1 = hvd__now();
     for (int i = 0; i < w->n; i++)
@@ -624,6 +536,10 @@ static hvd_result_t nccl_open(const hvd__exec_env_t *env, void **state) {
   }
   hvd__gpu_init(&s->gpu);
   s->timeout_s = env->nccl_timeout_s;
+  s->mpi = env->comm;
+  s->rank = env->rank;
+  s->size = env->size;
+  s->world_ranks = env->world_ranks;
   *state = s;
   return HVD_SUCCESS;
 }
@@ -645,7 +561,8 @@ static void nccl_close(void *state, int collective) {
     ncclResult_t r = ncclSuccess;
     int timed_out = 0;
     if (collective)
-      r = settle(s->comm, ncclCommFinalize(s->comm), s->timeout_s, &timed_out);
+      r = hvd__nccl_settle_wait(s->comm, ncclCommFinalize(s->comm),
+                                s->timeout_s, &timed_out);
     if (collective && r == ncclSuccess)
       r = ncclCommDestroy(s->comm);
     else
@@ -665,6 +582,9 @@ static void nccl_close(void *state, int collective) {
   }
   hvd__gpu_close(&s->gpu);
   free(s->dims0);
+  if (!hvd__nccl_end_notices(s))
+    return; /* MPI may still read s->notice: kept (after a failure only) */
+  free(s->sent);
   free(s);
 }
 

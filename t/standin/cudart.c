@@ -412,10 +412,30 @@ static void need_host(const void *p, size_t n, const char *who,
     standin_die("%s: %s is NULL", who, what);
 }
 
+/* HVD_STANDIN_CUDA_MALLOC_LIMIT=R:BYTES: on world rank R (Open MPI's
+ * OMPI_COMM_WORLD_RANK), a cudaMalloc of more than BYTES fails with
+ * cudaErrorMemoryAllocation, as on a GPU whose memory is used up. Read at
+ * every call, so a test may change it. */
+static int malloc_refused(size_t size) {
+  const char *v = getenv("HVD_STANDIN_CUDA_MALLOC_LIMIT"),
+             *me = getenv("OMPI_COMM_WORLD_RANK");
+  int r = -1;
+  unsigned long long limit = 0;
+  if (v == NULL || *v == '\0')
+    return 0;
+  if (sscanf(v, "%d:%llu", &r, &limit) != 2)
+    standin_die("HVD_STANDIN_CUDA_MALLOC_LIMIT='%s': R:BYTES", v);
+  return r == (me != NULL ? atoi(me) : 0) && size > limit;
+}
+
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
   if (devPtr == NULL)
     return fail(cudaErrorInvalidValue);
   (void)standin_current_device();
+  if (malloc_refused(size)) {
+    *devPtr = NULL;
+    return fail(cudaErrorMemoryAllocation);
+  }
   return track(devPtr, size, 0);
 }
 

@@ -16,15 +16,20 @@
  *  B. R's init fails (ncclSystemError): R says NCCL's words and the
  *     stand-in's message, the others name rank R; the next device
  *     allreduce fails at once as in A (nothing is retried);
- *  C. R's third collective gets an asynchronous ncclRemoteError: R fails
- *     with NCCL's words and aborts the communicator, the others' third
- *     allreduce works (R did its part); in the fourth R fails at once
- *     ("NCCL is unusable after an earlier failure"), the others time out
- *     (no completion after 1 s: their peer is gone) and abort; in the
- *     fifth everyone fails at once; a host allreduce still works;
+ *  C. (HVD_NCCL_TIMEOUT=30) R's third collective gets an asynchronous
+ *     ncclRemoteError: R fails with NCCL's words, aborts the communicator
+ *     and sends every peer its reason (an abort notice over MPI); the
+ *     others' third allreduce works (R did its part); in the fourth R
+ *     fails at once ("NCCL is unusable after an earlier failure"), the
+ *     others fail within 2 s with "NCCL: rank R aborted its NCCL
+ *     communicator: <R's reason>; the communicator was aborted", not
+ *     after the timeout; in the fifth everyone fails at once; a host
+ *     allreduce still works;
  *  D. R's second collective hangs: R times out ("no completion after 1 s
- *     (HVD_NCCL_TIMEOUT)") and aborts, the others' second allreduce works;
- *     in the third R fails at once and the others time out;
+ *     (HVD_NCCL_TIMEOUT)"), aborts and tells the peers, whose second
+ *     allreduce works; in the third R fails at once and the others with
+ *     R's notice;
+ *  E. R cannot allocate more than 64 KiB (case_alloc_fail says what then);
  * and after each case hvd_shutdown returns HVD_SUCCESS and hvd has freed
  * every device and pinned allocation, stream and event it made. Each case
  * ends within 10 s.
@@ -121,10 +126,14 @@ static const char *unusable(char *buf, size_t len, const char *why) {
 
 static double t_start;
 
+/* HVD_NCCL_TIMEOUT for the next case (start sets it, then back to 1). */
+static const char *nccl_timeout = "1";
+
 static void start(const char *what) {
   cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
   setenv("HVD_GPU_OPERATIONS", "nccl", 1);
-  setenv("HVD_NCCL_TIMEOUT", "1", 1);
+  setenv("HVD_NCCL_TIMEOUT", nccl_timeout, 1);
+  nccl_timeout = "1";
   allocs0 = standin_device_allocations();
   hvd_result_t rc = hvd_init();
   tap_note("%s", hvd_last_error());
@@ -225,23 +234,30 @@ static void last_aborts(const char *name, const char *why, const char *what) {
   expect(name, HVD_ERR_NCCL, want, what);
 }
 
-/* Then: R fails at once (its abort's why), the others wait for R in vain,
- * time out and abort. */
-static void peers_time_out(const char *name, const char *why,
-                           const char *what) {
+/* Then: R fails at once (its abort's why); the others have R's abort
+ * notice (its why), at once or while they wait for R in vain, and abort
+ * in turn: within 2 s, whatever HVD_NCCL_TIMEOUT. */
+static void peers_learn(const char *name, const char *why, const char *what) {
   char want[1024];
   if (rank == last)
     unusable(want, sizeof want, why);
   else
-    snprintf(want, sizeof want, "NCCL: %s; the communicator was aborted",
-             timeout_msg);
+    snprintf(want, sizeof want,
+             "NCCL: rank %d aborted its NCCL communicator: %s; the "
+             "communicator was aborted",
+             last, why);
+  double t0 = now_s();
   expect(name, HVD_ERR_NCCL, want, what);
+  double took = now_s() - t0;
+  ok(took < 2, "%s: allreduce '%s' ends within 2 s (%.2f s)", what, name,
+     took);
 }
 
 static void case_async_error(void) {
   const char *what = "asynchronous error";
-  char async[512], want[1024];
+  char async[512], want[2048];
   setenv_rank("HVD_STANDIN_NCCL_ASYNC_ERROR", "%d:%d", 2);
+  nccl_timeout = "30"; /* the peers must not need it */
   start(what);
   works("c.1", what);
   works("c.2", what);
@@ -250,9 +266,12 @@ static void case_async_error(void) {
            "rank %d after 2 calls as asked (HVD_STANDIN_NCCL_ASYNC_ERROR))",
            ncclGetErrorString(ncclRemoteError), last);
   last_aborts("c.3", async, what);
-  peers_time_out("c.4", async, what);
+  peers_learn("c.4", async, what);
   /* 5: everyone at once, each with its own reason */
-  unusable(want, sizeof want, rank == last ? async : timeout_msg);
+  char peer[1024];
+  snprintf(peer, sizeof peer, "rank %d aborted its NCCL communicator: %s",
+           last, async);
+  unusable(want, sizeof want, rank == last ? async : peer);
   expect("c.5", HVD_ERR_NCCL, want, what);
   /* host tensors do not need NCCL */
   float x = (float)rank, y = -1;
@@ -272,8 +291,78 @@ static void case_hang(void) {
   start(what);
   works("d.1", what);
   last_aborts("d.2", timeout_msg, what); /* R times out */
-  peers_time_out("d.3", timeout_msg, what);
+  peers_learn("d.3", timeout_msg, what);
   stop(what);
+}
+
+/* E: R's cudaMalloc of more than 64 KiB fails
+ * (HVD_STANDIN_CUDA_MALLOC_LIMIT). At np >= 2 an allgather whose output
+ * (P x 64 KiB) R cannot allocate, and a grouped allreduce whose fusion
+ * buffer (1 MiB at least) R cannot allocate, fail on every rank with the
+ * same words naming R, at once (nothing launched, no timeout); a lone
+ * allreduce works after each: the communicator was kept. At np 1 both
+ * work (the output fits, one rank needs no fusion buffer). */
+static void case_alloc_fail(void) {
+  const char *what = "device allocation fails";
+  char v[64], want[1024], got[1024];
+  enum { N = 16384 }; /* 64 KiB of float32: R may still allocate that */
+  snprintf(v, sizeof v, "%d:%d", last, N * 4);
+  setenv("HVD_STANDIN_CUDA_MALLOC_LIMIT", v, 1);
+  start(what);
+  works("e.1", what);
+  snprintf(want, sizeof want,
+           "rank %d could not prepare the collective on its GPU: cudaMalloc: "
+           "out of memory (cudaErrorMemoryAllocation); nothing was launched, "
+           "NCCL is still usable",
+           last);
+  float *d = NULL, *d2 = NULL;
+  cuda_ok(cudaMalloc((void **)&d, N * sizeof *d), "cudaMalloc");
+  cuda_ok(cudaMalloc((void **)&d2, N * sizeof *d2), "cudaMalloc");
+  cuda_ok(cudaMemset(d, 0, N * sizeof *d), "cudaMemset");
+  cuda_ok(cudaMemset(d2, 0, N * sizeof *d2), "cudaMemset");
+  int64_t shape[1] = {N};
+  hvd_tensor_t t = hvd_tensor_make(d, HVD_FLOAT32, 1, shape), out;
+  hvd_tensor_t t2 = hvd_tensor_make(d2, HVD_FLOAT32, 1, shape);
+  t.device = t2.device = dev;
+  double t0 = now_s();
+  hvd_result_t rc = hvd_allgather("e.2", &t, &out);
+  double took = now_s() - t0;
+  snprintf(got, sizeof got, "%s", rc == HVD_SUCCESS ? "" : hvd_last_error());
+  if (rc == HVD_SUCCESS)
+    hvd_tensor_free(&out);
+  if (size == 1) {
+    is_int(HVD_SUCCESS, rc, "%s: np 1: the allgather's output fits", what);
+  } else {
+    char full[1100];
+    snprintf(full, sizeof full, "allgather 'e.2': %s", want);
+    is_int(HVD_ERR_CUDA, rc, "%s: allgather: HVD_ERR_CUDA on every rank", what);
+    is_string(full, got, "%s: allgather: the same words on every rank", what);
+  }
+  ok(took < 2, "%s: allgather: ends within 2 s (%.2f s)", what, took);
+  works("e.3", what);
+  const char *names[2] = {"e.4a", "e.4b"};
+  hvd_tensor_t ins[2] = {t, t2};
+  t0 = now_s();
+  rc = hvd_grouped_allreduce(2, names, ins, ins, HVD_SUM, 1.0, 1.0);
+  took = now_s() - t0;
+  snprintf(got, sizeof got, "%s", rc == HVD_SUCCESS ? "" : hvd_last_error());
+  if (size == 1) {
+    is_int(HVD_SUCCESS, rc, "%s: np 1: the grouped allreduce (no buffer)",
+           what);
+  } else {
+    is_int(HVD_ERR_CUDA, rc, "%s: grouped allreduce: HVD_ERR_CUDA everywhere",
+           what);
+    char full[1100];
+    snprintf(full, sizeof full, "allreduce 'e.4a': %s", want);
+    is_string(full, got, "%s: grouped allreduce: the same words on every rank",
+              what);
+  }
+  ok(took < 2, "%s: grouped allreduce: ends within 2 s (%.2f s)", what, took);
+  works("e.5", what);
+  cuda_ok(cudaFree(d), "cudaFree");
+  cuda_ok(cudaFree(d2), "cudaFree");
+  stop(what);
+  unsetenv("HVD_STANDIN_CUDA_MALLOC_LIMIT");
 }
 
 int main(int argc, char **argv) {
@@ -293,6 +382,7 @@ int main(int argc, char **argv) {
   case_init_fail();
   case_async_error();
   case_hang();
+  case_alloc_fail();
   cuda_ok(cudaFree(dbuf), "cudaFree");
   return tap_mpi_finish();
 }

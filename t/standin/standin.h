@@ -26,6 +26,8 @@
  *                         non-blocking operation, before they finish
  *                         (default 2)
  *   HVD_STANDIN_STREAM_ORDER=0   no stream-order checks (default 1)
+ *   HVD_STANDIN_CUDA_MALLOC_LIMIT=R:BYTES   world rank R's cudaMalloc of
+ *                         more than BYTES fails (cudaErrorMemoryAllocation)
  *   HVD_STANDIN_NCCL_INIT_HANG=R    rank R's ncclCommInitRank* never
  *                         finishes (non-blocking communicators only: its
  *                         state stays ncclInProgress until ncclCommAbort)

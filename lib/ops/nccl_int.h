@@ -1,0 +1,85 @@
+/*
+ * nccl_int.h - the NCCL executor's private header: its state, shared by
+ * nccl_ops.c (the communicator, the collectives, the executor table) and
+ * nccl_fail.c (waiting for NCCL within HVD_NCCL_TIMEOUT, aborting, the
+ * abort notices peers send each other, the agreement on a group's
+ * allocations before launch). Nothing else includes it. Engine thread
+ * only, as the executor's state.
+ */
+#ifndef HVD_OPS_NCCL_INT_H
+#define HVD_OPS_NCCL_INT_H
+
+#include <mpi.h>
+#include <nccl.h>
+
+#include "base/errors.h"
+#include "ops/executor.h"
+#include "ops/gpu_ops.h"
+
+typedef struct nccl_state {
+  hvd__gpu_t gpu;   /* first: hvd__gpu_stub_alloc/free take the state as one */
+  ncclComm_t comm;  /* NULL before the first collective and after abort */
+  double timeout_s; /* HVD_NCCL_TIMEOUT; 0: none */
+  char failed[HVD__ERRMSG_MAX]; /* why comm was aborted; "" while usable */
+  int unlaunched; /* the failing group launched nothing: keep comm */
+  /* abort notices (peer_notice, send_notices) on the executor's MPI
+   * communicator: a rank that aborts tells every peer why */
+  MPI_Comm mpi;
+  int rank, size;
+  const int *world_ranks; /* a set's: its ranks' world ranks */
+  int from_peer;          /* this failure is a peer's notice */
+  int heard;              /* a peer's notice came (not yet acted on) */
+  int heard_from;         /* its world rank */
+  double heard_at;        /* seconds into the wait when it came */
+  char heard_why[HVD__ERRMSG_MAX - 128];
+  char notice[HVD__ERRMSG_MAX];
+  MPI_Request *sent; /* one per peer once sent */
+  int64_t *dims0;    /* per rank: allgather's first dimensions */
+} nccl_state_t;
+/* A call that returned (or will settle) without error. */
+#define NCCL_OK(r) ((r) == ncclSuccess || (r) == ncclInProgress)
+
+/* Settles an NCCL call on s->comm; jumps to `fail:` when it fails. Needs
+ * `hvd_result_t rc` and `nccl_state_t *s`. */
+#define NCCL_CHECK(call)                                                       \
+  do {                                                                         \
+    rc = hvd__nccl_settle(s, (call), #call);                                   \
+    if (rc != HVD_SUCCESS)                                                     \
+      goto fail;                                                               \
+  } while (0)
+
+/* HVD_ERR_NCCL "<what>: <ncclGetErrorString> (<ncclGetLastError>)", what
+ * cut at its first '(' as for hvd__mpi_error. */
+hvd_result_t hvd__nccl_error(ncclResult_t r, const char *what);
+
+/* Waits for a call on the non-blocking communicator to settle, within
+ * timeout_s (0: forever); its final result, *timed_out when it gave up. */
+ncclResult_t hvd__nccl_settle_wait(ncclComm_t comm, ncclResult_t r,
+                                   double timeout_s, int *timed_out);
+/* The same on s->comm within HVD_NCCL_TIMEOUT, as an hvd result. */
+hvd_result_t hvd__nccl_settle(nccl_state_t *s, ncclResult_t r,
+                              const char *what);
+
+/* hvd__gpu_wait's poll: NCCL's asynchronous error, a peer's abort notice
+ * (after a grace for the collective in flight), HVD_NCCL_TIMEOUT. */
+hvd_result_t hvd__nccl_poll(void *ctx, double waited_s);
+/* A peer's abort notice, if one came: HVD_ERR_NCCL "rank R aborted its
+ * NCCL communicator: <its reason>". */
+hvd_result_t hvd__nccl_peer_notice(nccl_state_t *s);
+/* After a failure once the communicator exists: aborts it, remembers why,
+ * tells the peers (unless a peer's notice was the failure). */
+hvd_result_t hvd__nccl_abandon(nccl_state_t *s, hvd_result_t rc);
+/* At close: the notices sent finished, those received read; 0 when the
+ * state must be kept (MPI may still read its notice). */
+int hvd__nccl_end_notices(nccl_state_t *s);
+
+/* MPI_MIN over the ranks of (ok ? size : rank): the first rank that
+ * failed, or size. */
+hvd_result_t hvd__nccl_first_failed(const hvd__exec_env_t *env, int ok,
+                                    int *first);
+/* Before launching a group: its allocations agreed (see nccl_fail.c). */
+hvd_result_t hvd__nccl_agree_prepared(nccl_state_t *s,
+                                      const hvd__exec_env_t *env, int allocated,
+                                      hvd_result_t mine);
+
+#endif /* HVD_OPS_NCCL_INT_H */
