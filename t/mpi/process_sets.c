@@ -411,6 +411,10 @@ static void test_destroy_in_flight(void) {
   int id = hvd_process_set_id(ps);
   if (rank == 0) /* rank 1 never submits it */
     hvd_ps_allreduce_async(ps, "pending", &tv, &tr, HVD_SUM, 1, 1, &q);
+  /* nobody destroys it before rank 0 has submitted: a destroy that the
+   * set's engine agrees on first stops the set, and the submission would
+   * be refused instead (seen in CI under load) */
+  is_int(HVD_SUCCESS, hvd_barrier(), "  a world barrier once it is in flight");
   is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "destroy with work in flight");
   /* rank 0 holds the request; rank 1 none (vacuous there) */
   hvd_result_t waited = rank == 0 ? hvd_wait(q) : HVD_ERR_SHUTDOWN;
