@@ -185,13 +185,13 @@ static void field_str(int field, const hvd__desc_t *d, char *buf, size_t n) {
     snprintf(buf, n, "%s", hvd__coll_name(d->coll));
     break;
   case F_DTYPE:
-    snprintf(buf, n, "%s", hvd_dtype_name((hvd_dtype_t)d->dtype));
+    snprintf(buf, n, "%s", hvd_dtype_name(d->dtype));
     break;
   case F_DEVICE:
     hvd__device_str(d->device, buf, n);
     break;
   case F_OP:
-    snprintf(buf, n, "%s", hvd_op_name((hvd_op_t)d->op));
+    snprintf(buf, n, "%s", hvd_op_name(d->op));
     break;
   case F_PRESCALE:
     snprintf(buf, n, "%g", d->prescale);
@@ -203,7 +203,7 @@ static void field_str(int field, const hvd__desc_t *d, char *buf, size_t n) {
     snprintf(buf, n, "%d", d->root);
     break;
   case F_WIRE:
-    snprintf(buf, n, "%s", hvd_dtype_name((hvd_dtype_t)d->wire));
+    snprintf(buf, n, "%s", hvd_dtype_name(d->wire));
     break;
   case F_SHAPE:
     hvd__shape_str(d->ndim, d->shape, buf, n);

@@ -106,8 +106,7 @@ void hvd__engine_trace_span(hvd__engine_t *e, const hvd_request_t *r,
   char args[160];
   snprintf(args, sizeof args, "\"bytes\":%llu,\"dtype\":\"%s\",\"tensors\":%d",
            (unsigned long long)hvd__tensor_bytes(&r->send),
-           hvd_dtype_name((hvd_dtype_t)r->desc.dtype),
-           r->batch_n > 0 ? r->batch_n : 1);
+           hvd_dtype_name(r->desc.dtype), r->batch_n > 0 ? r->batch_n : 1);
   hvd__timeline_span(e->tl, r->name, phase, t0, t1, args);
 }
 

@@ -119,7 +119,7 @@ static hvd_result_t make_stub(hvd__engine_t *e, const char *name,
     return hvd__set_error(HVD_ERR_NO_MEMORY, "stub for '%s'", name);
   r->desc = *d;
   r->is_stub = 1;
-  r->send.dtype = (hvd_dtype_t)d->dtype;
+  r->send.dtype = d->dtype;
   r->send.ndim = d->ndim;
   memcpy(r->send.shape, d->shape, sizeof d->shape);
   r->send.device = HVD_CPU;
@@ -323,7 +323,7 @@ static int fusable(const hvd__engine_t *e, const hvd__response_t *a,
  * input bytes; an allgather's result, estimated from the reference shape
  * (the size times the rows of the rank whose descriptor it is). */
 static int64_t resp_bytes(const hvd__engine_t *e, const hvd__response_t *x) {
-  int64_t n = (int64_t)hvd_dtype_size((hvd_dtype_t)x->desc.dtype);
+  int64_t n = (int64_t)hvd_dtype_size(x->desc.dtype);
   for (int i = 0; i < x->desc.ndim; i++)
     n *= x->desc.shape[i];
   return x->desc.coll == HVD__ALLGATHER ? n * e->env.size : n;

@@ -25,10 +25,19 @@ static void put_desc(hvd__wbuf_t *w, const hvd__desc_t *d) {
   hvd__w_i64(w, (int64_t)d->group_id);
 }
 
+/* v if 0 <= v < count, else 0 with the read failed: an enum from a peer
+ * is checked once, here. */
+static int in_range(hvd__rbuf_t *r, int32_t v, int count) {
+  if (v >= 0 && v < count)
+    return v;
+  r->failed = 1;
+  return 0;
+}
+
 static void get_desc(hvd__rbuf_t *r, hvd__desc_t *d) {
   memset(d, 0, sizeof *d);
-  d->coll = hvd__r_i32(r);
-  d->dtype = hvd__r_i32(r);
+  d->coll = (hvd__coll_t)in_range(r, hvd__r_i32(r), HVD__COLL_COUNT);
+  d->dtype = (hvd_dtype_t)in_range(r, hvd__r_i32(r), HVD_DTYPE_COUNT);
   d->device = hvd__r_i32(r);
   d->ndim = hvd__r_i32(r);
   if (d->ndim < 0 || d->ndim > HVD_MAX_DIMS) {
@@ -37,11 +46,11 @@ static void get_desc(hvd__rbuf_t *r, hvd__desc_t *d) {
   }
   for (int i = 0; i < d->ndim; i++)
     d->shape[i] = hvd__r_i64(r);
-  d->op = hvd__r_i32(r);
+  d->op = (hvd_op_t)in_range(r, hvd__r_i32(r), HVD_OP_COUNT);
   d->prescale = hvd__r_f64(r);
   d->postscale = hvd__r_f64(r);
   d->root = hvd__r_i32(r);
-  d->wire = hvd__r_i32(r);
+  d->wire = (hvd_dtype_t)in_range(r, hvd__r_i32(r), HVD_DTYPE_COUNT);
   d->group_n = hvd__r_i32(r);
   d->group_i = hvd__r_i32(r);
   d->group_id = (uint64_t)hvd__r_i64(r);

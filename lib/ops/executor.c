@@ -44,7 +44,7 @@ hvd_result_t hvd__alloc_output(hvd_request_t *r, int ndim,
                                const int64_t *shape) {
   hvd_tensor_t *t = &r->recv;
   memset(t, 0, sizeof *t);
-  t->dtype = (hvd_dtype_t)r->desc.dtype;
+  t->dtype = r->desc.dtype;
   t->device = HVD_CPU;
   t->ndim = ndim;
   memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
@@ -56,7 +56,7 @@ hvd_result_t hvd__alloc_output(hvd_request_t *r, int ndim,
 }
 
 int64_t hvd__row_bytes(const hvd__desc_t *d) {
-  int64_t n = (int64_t)hvd_dtype_size((hvd_dtype_t)d->dtype);
+  int64_t n = (int64_t)hvd_dtype_size(d->dtype);
   for (int i = 1; i < d->ndim; i++)
     n *= d->shape[i];
   return n;

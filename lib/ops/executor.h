@@ -15,16 +15,19 @@
 /* ---- what an executor sees of a request ---------------------------------- */
 
 /* What a rank says about one collective. Negotiation compares these. */
+/* What ranks compare. The enums hold values in range: the wire codec
+ * (core/message.c) refuses a message with one out of range, so that no
+ * table is indexed with a peer's bad byte. */
 typedef struct hvd__desc {
-  int coll;   /* hvd__coll_t */
-  int dtype;  /* hvd_dtype_t */
+  hvd__coll_t coll;
+  hvd_dtype_t dtype;
   int device; /* HVD_CPU or CUDA ordinal */
   int ndim;
   int64_t shape[HVD_MAX_DIMS];
-  int op; /* hvd_op_t */
+  hvd_op_t op;
   double prescale, postscale;
   int root;
-  int wire; /* dtype on the wire: dtype, or f16/bf16 for a compressed f32 */
+  hvd_dtype_t wire; /* on the wire: dtype, or f16/bf16 for a compressed f32 */
   /* A grouped collective's member (hvd_grouped_*): index group_i of
    * group_n (0 and 0 when not grouped), group_id a hash of the members'
    * names in order. The coordinator runs a group's members together, once

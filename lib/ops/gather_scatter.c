@@ -109,7 +109,7 @@ hvd_result_t hvd__mpi_reducescatter_fused(hvd__mpi_state_t *s,
                                           const hvd__work_t *w) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__desc_t *d = w->desc;
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  hvd_dtype_t dtype = d->dtype;
   size_t es = hvd_dtype_size(dtype);
   int64_t P = env->size, total = 0;
   for (int64_t k = 0; k < P; k++) {
@@ -152,10 +152,9 @@ hvd_result_t hvd__mpi_reducescatter_fused(hvd__mpi_state_t *s,
       hvd__scale(at, from, n, dtype, d->prescale); /* a copy at 1.0 */
       at += (size_t)n * es;
     }
-  HVD__CHECK(hvd__ordered_reduce_scatter(
-      &s->ord, env->comm, s->gather, s->counts, got, dtype, (hvd_op_t)d->op));
-  hvd__reduce_finish(got, got, mine, dtype, (hvd_op_t)d->op, d->postscale,
-                     env->size);
+  HVD__CHECK(hvd__ordered_reduce_scatter(&s->ord, env->comm, s->gather,
+                                         s->counts, got, dtype, d->op));
+  hvd__reduce_finish(got, got, mine, dtype, d->op, d->postscale, env->size);
   for (int i = 0; i < w->n; i++) {
     hvd_request_t *r = w->reqs[i];
     size_t b = (size_t)(hvd__block_rows(r->desc.shape[0], P, env->rank) *

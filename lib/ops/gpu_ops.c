@@ -138,7 +138,7 @@ hvd_result_t hvd__gpu_alloc_output(hvd__gpu_t *g, hvd_request_t *r, int ndim,
   hvd_result_t rc = HVD_SUCCESS;
   hvd_tensor_t *t = &r->recv;
   memset(t, 0, sizeof *t);
-  t->dtype = (hvd_dtype_t)r->desc.dtype;
+  t->dtype = r->desc.dtype;
   t->device = g->dev;
   t->ndim = ndim;
   memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
@@ -166,7 +166,7 @@ hvd_result_t hvd__gpu_stub_alloc(void *state, const hvd__exec_env_t *env,
     rc = hvd__set_error(HVD_ERR_NO_MEMORY, "stub of %zu bytes", bytes);
     goto fail;
   }
-  hvd__fill_identity(host, n, r->send.dtype, (hvd_op_t)r->desc.op);
+  hvd__fill_identity(host, n, r->send.dtype, r->desc.op);
   HVD__CUDA_CHECK(cudaMalloc(&r->send.data, bytes + 1));
   HVD__CUDA_CHECK(cudaMemcpyAsync(r->send.data, host, bytes,
                                   cudaMemcpyHostToDevice, g->stream));

@@ -109,8 +109,8 @@ static hvd_result_t reduce_span(hvd__mpi_state_t *s, const hvd__exec_env_t *env,
   if (s->shm.on)
     return hvd__shm_span(&s->shm, env, src, dst, n, d, finish);
   hvd_result_t rc = HVD_SUCCESS;
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
-  hvd_op_t op = (hvd_op_t)d->op;
+  hvd_dtype_t dtype = d->dtype;
+  hvd_op_t op = d->op;
   size_t esize = hvd_dtype_size(dtype);
   int hier = env->hierarchical; /* decided for every rank alike at start */
   for (int64_t off = 0; off < n; off += HVD__MPI_MAX_ELEMS) {
@@ -172,7 +172,7 @@ static hvd_result_t reduce_direct(hvd__mpi_state_t *s,
                                   const hvd__exec_env_t *env,
                                   const hvd__desc_t *d, hvd_request_t *r,
                                   int64_t chunk_elems) {
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  hvd_dtype_t dtype = d->dtype;
   size_t esize = hvd_dtype_size(dtype);
   int64_t n = hvd_tensor_numel(&r->send);
   span_t sp = span_begin(env);
@@ -206,7 +206,7 @@ static hvd_result_t allreduce_wire(hvd__mpi_state_t *s,
     int64_t off, cnt, at;
   } piece_t;
   const hvd__desc_t *d = w->desc;
-  hvd_dtype_t wire = (hvd_dtype_t)d->wire;
+  hvd_dtype_t wire = d->wire;
   hvd__desc_t dw = *d; /* what the chunk reduction sees */
   dw.dtype = d->wire;
   hvd_result_t rc =
@@ -240,8 +240,8 @@ static hvd_result_t allreduce_wire(hvd__mpi_state_t *s,
       hvd_request_t *r = w->reqs[pieces[k].req];
       if (!r->is_stub)
         hvd__cast_from_wire((float *)r->recv.data + pieces[k].off,
-                            stage + pieces[k].at, pieces[k].cnt, wire,
-                            (hvd_op_t)d->op, d->postscale, env->size);
+                            stage + pieces[k].at, pieces[k].cnt, wire, d->op,
+                            d->postscale, env->size);
     }
   }
   free(pieces);
@@ -259,7 +259,7 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
                                   const hvd__work_t *w) {
   hvd__mpi_state_t *s = state;
   const hvd__desc_t *d = w->desc;
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  hvd_dtype_t dtype = d->dtype;
   int64_t esize = (int64_t)hvd_dtype_size(dtype);
   int64_t chunk = env->chunk_bytes > 0 ? env->chunk_bytes : HVD__MPI_CHUNK;
   int64_t chunk_elems = chunk / esize > 0 ? chunk / esize : 1;
@@ -309,8 +309,8 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
         if (direct)
           hvd__shm_unpack(&s->shm, env, used, at, m, q->recv.data, d);
         else
-          hvd__reduce_finish(q->recv.data, buf + at * esize, m, dtype,
-                             (hvd_op_t)d->op, d->postscale, env->size);
+          hvd__reduce_finish(q->recv.data, buf + at * esize, m, dtype, d->op,
+                             d->postscale, env->size);
       }
       at += m;
       span_mark(&sp, w->reqs, i, i + 1, "MEMCPY_OUT_FUSION_BUFFER");
@@ -419,7 +419,7 @@ static hvd_result_t mpi_reducescatter(void *state, const hvd__exec_env_t *env,
   if (w->n > 1)
     return hvd__mpi_reducescatter_fused(s, env, w);
   hvd_request_t *r = w->reqs[0];
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  hvd_dtype_t dtype = d->dtype;
   void *scaled = NULL;
   int64_t rows = d->shape[0], p = env->size;
   int64_t row_elems = hvd__row_bytes(d) / (int64_t)hvd_dtype_size(dtype);
@@ -440,9 +440,9 @@ static hvd_result_t mpi_reducescatter(void *state, const hvd__exec_env_t *env,
     src = scaled;
   }
   HVD__CHECK(hvd__ordered_reduce_scatter(&s->ord, env->comm, src, s->counts,
-                                         r->recv.data, dtype, (hvd_op_t)d->op));
-  hvd__reduce_finish(r->recv.data, r->recv.data, mine * row_elems, dtype,
-                     (hvd_op_t)d->op, d->postscale, env->size);
+                                         r->recv.data, dtype, d->op));
+  hvd__reduce_finish(r->recv.data, r->recv.data, mine * row_elems, dtype, d->op,
+                     d->postscale, env->size);
 fail:
   free(scaled);
   return rc;
@@ -470,7 +470,7 @@ static hvd_result_t mpi_stub_alloc(void *state, const hvd__exec_env_t *env,
   r->send.data = malloc((size_t)n * hvd_dtype_size(r->send.dtype) + 1);
   if (r->send.data == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "stub for '%s'", r->name);
-  hvd__fill_identity(r->send.data, n, r->send.dtype, (hvd_op_t)r->desc.op);
+  hvd__fill_identity(r->send.data, n, r->send.dtype, r->desc.op);
   r->recv = r->send;
   return HVD_SUCCESS;
 }

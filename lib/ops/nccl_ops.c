@@ -190,8 +190,8 @@ typedef hvd_result_t (*body_fn)(nccl_state_t *s, const hvd__exec_env_t *env,
 static hvd_result_t allreduce_one(nccl_state_t *s, const hvd__exec_env_t *env,
                                   const hvd__desc_t *d, hvd_request_t *r) {
   hvd_result_t rc = HVD_SUCCESS;
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
-  hvd_op_t op = (hvd_op_t)d->op;
+  hvd_dtype_t dtype = d->dtype;
+  hvd_op_t op = d->op;
   cudaStream_t st = s->gpu.stream;
   int64_t n = hvd_tensor_numel(&r->send);
   const void *src = r->send.data;
@@ -219,8 +219,8 @@ static hvd_result_t allreduce(nccl_state_t *s, const hvd__exec_env_t *env,
                               const hvd__work_t *w) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__desc_t *d = w->desc;
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype, wire = (hvd_dtype_t)d->wire;
-  hvd_op_t op = (hvd_op_t)d->op;
+  hvd_dtype_t dtype = d->dtype, wire = d->wire;
+  hvd_op_t op = d->op;
   cudaStream_t st = s->gpu.stream;
   /* Alone, or one rank (nothing to exchange, so no fusion buffer: its pack
    * and unpack would be two passes over the bytes for nothing; an in-place
@@ -407,8 +407,8 @@ static hvd_result_t reducescatter(nccl_state_t *s, const hvd__exec_env_t *env,
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__desc_t *d = w->desc;
   hvd_request_t *r = w->reqs[0];
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
-  hvd_op_t op = (hvd_op_t)d->op;
+  hvd_dtype_t dtype = d->dtype;
+  hvd_op_t op = d->op;
   cudaStream_t st = s->gpu.stream;
   size_t esize = hvd_dtype_size(dtype);
   int64_t p = env->size, rows = d->shape[0];

@@ -240,7 +240,7 @@ static hvd_result_t shm_reduce_piece(hvd__shm_t *s, const hvd__exec_env_t *env,
                                      int64_t cnt, const hvd__desc_t *d,
                                      const char *own) {
   hvd_result_t rc = HVD_SUCCESS;
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  hvd_dtype_t dtype = d->dtype;
   int64_t esize = (int64_t)hvd_dtype_size(dtype);
   int64_t at = s->phase * SHM_SLOT, lo, hi;
   char *mine = shm_mine(s, env);
@@ -252,12 +252,12 @@ static hvd_result_t shm_reduce_piece(hvd__shm_t *s, const hvd__exec_env_t *env,
     if (own != NULL)
       s->srcs[env->local_rank] = own + lo * esize;
     hvd__reduce_ordered(mine + lo * esize, s->srcs, env->local_size, hi - lo,
-                        dtype, (hvd_op_t)d->op);
+                        dtype, d->op);
   }
   if (s->cross && hi > lo) /* same segments on every node */
     HVD__CHECK(hvd__ordered_allreduce(&s->ord, env->cross_comm, MPI_IN_PLACE,
                                       mine + lo * esize, hi - lo, dtype,
-                                      (hvd_op_t)d->op));
+                                      d->op));
   HVD__CHECK(shm_barrier(s, env));
 fail:
   return rc;
@@ -267,7 +267,7 @@ fail:
 static void shm_copy_out(const hvd__shm_t *s, const hvd__exec_env_t *env,
                          int64_t cnt, int64_t from, int64_t m, void *dst,
                          const hvd__desc_t *d, int finish) {
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  hvd_dtype_t dtype = d->dtype;
   int64_t esize = (int64_t)hvd_dtype_size(dtype);
   int64_t per = shm_per(cnt, env->local_size), at = s->phase * SHM_SLOT;
   char *to = dst;
@@ -276,8 +276,8 @@ static void shm_copy_out(const hvd__shm_t *s, const hvd__exec_env_t *env,
     int64_t stop = (k + 1) * per < end ? (k + 1) * per : end;
     const char *src = s->slot[k] + at + e * esize;
     if (finish)
-      hvd__reduce_finish(to, src, stop - e, dtype, (hvd_op_t)d->op,
-                         d->postscale, env->size);
+      hvd__reduce_finish(to, src, stop - e, dtype, d->op, d->postscale,
+                         env->size);
     else
       memcpy(to, src, (size_t)((stop - e) * esize));
     to += (stop - e) * esize;
@@ -298,7 +298,7 @@ hvd_result_t hvd__shm_span(hvd__shm_t *s, const hvd__exec_env_t *env,
                            const void *src, void *dst, int64_t n,
                            const hvd__desc_t *d, int finish) {
   hvd_result_t rc = HVD_SUCCESS;
-  int64_t esize = (int64_t)hvd_dtype_size((hvd_dtype_t)d->dtype);
+  int64_t esize = (int64_t)hvd_dtype_size(d->dtype);
   int64_t piece = hvd__shm_piece_bytes(env) / esize;
   if (piece < 1)
     piece = 1;
@@ -381,10 +381,9 @@ static void zc_sum(const hvd__shm_t *s, hvd_request_t *r, int i, int64_t at,
 static void zc_out(const hvd__shm_t *s, const hvd__exec_env_t *env,
                    hvd_request_t *r, int i, int64_t at, int64_t n,
                    const hvd__desc_t *d) {
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
+  hvd_dtype_t dtype = d->dtype;
   char *to = (char *)r->recv.data + at;
-  hvd__reduce_finish(to, to, n, dtype, (hvd_op_t)d->op, d->postscale,
-                     env->size);
+  hvd__reduce_finish(to, to, n, dtype, d->op, d->postscale, env->size);
   for (int q = 0; q < s->nlocal; q++)
     if (q != s->me)
       memcpy(s->arena[q] + zc_table(s, q)[2 * i + 1] + at, to,
@@ -398,8 +397,8 @@ static hvd_result_t zc_range(hvd__shm_t *s, const hvd__exec_env_t *env,
                              zc_cursor_t *c, int64_t a, int64_t b) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__desc_t *d = c->w->desc;
-  hvd_dtype_t dtype = (hvd_dtype_t)d->dtype;
-  hvd_op_t op = (hvd_op_t)d->op;
+  hvd_dtype_t dtype = d->dtype;
+  hvd_op_t op = d->op;
   int64_t esize = (int64_t)hvd_dtype_size(dtype);
   while (hvd_tensor_numel(&c->w->reqs[c->i]->send) <= a - c->start) {
     c->start += hvd_tensor_numel(&c->w->reqs[c->i]->send);
@@ -440,7 +439,7 @@ hvd_result_t hvd__zc_allreduce(hvd__shm_t *s, const hvd__exec_env_t *env,
                                const hvd__work_t *w, int *done) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__desc_t *d = w->desc;
-  int64_t esize = (int64_t)hvd_dtype_size((hvd_dtype_t)d->dtype), total = 0;
+  int64_t esize = (int64_t)hvd_dtype_size(d->dtype), total = 0;
   int64_t piece = hvd__shm_piece_bytes(env) / esize;
   *done = 0;
   for (int i = 0; i < w->n; i++)

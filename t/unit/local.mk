@@ -11,14 +11,22 @@
 ##           torch.optim's formulas, custom ops and their state, the
 ##           validation messages; CUDA flags only to count the GPUs (the
 ##           messages refusing a device parameter depend on it)
+##  message  the negotiation's wire codec: a descriptor goes through
+##           whole, one with an enum out of range is refused (linked
+##           statically: the codec is not exported)
 ##  bert_grad, bert_data  examples/bert's model gradients and data (with
 ##           a CBLAS only, as examples/bert is)
 
 check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim \
-	t/unit/host_mem t/unit/host_mem_private t/unit/timeline_json
+	t/unit/host_mem t/unit/host_mem_private t/unit/timeline_json \
+	t/unit/message
 UNIT_TESTS += t/unit/errors.t t/unit/taplib.t t/unit/sampler.t \
 	t/unit/optim.t t/unit/host_mem.t t/unit/host_mem_private.t \
-	t/unit/timeline_json.t
+	t/unit/timeline_json.t t/unit/message.t
+t_unit_message_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
+t_unit_message_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
+	$(NCCL_LDFLAGS)
+t_unit_message_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
 t_unit_host_mem_private_SOURCES = t/unit/host_mem.c
 t_unit_host_mem_private_CPPFLAGS = $(TEST_CPPFLAGS) -DHOST_MEM_PRIVATE
 t_unit_taplib_LDADD = t/tap/libtap.la $(MPI_LIBS)
