@@ -266,9 +266,9 @@ static int cycle(hvd__engine_t *e, hvd_request_t *list, int want_stop,
   int nnew = hvd__log_threshold <= HVD__LOG_TRACE ? hvd__list_len(list) : 0;
   agreed_t a = {NULL, NULL, 0, 0, 0, 0};
   hvd_result_t rc = negotiate(e, list, want_stop, want_cmd, &a);
-  *settled = hvd__now();
   *kind = HVD__RUN_ON;
   if (rc != HVD_SUCCESS) {
+    *settled = hvd__now();
     hvd__responses_free(a.fast, a.nfast);
     hvd__engine_fail(e, rc);
     return 1;

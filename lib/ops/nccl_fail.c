@@ -76,11 +76,10 @@ hvd_result_t hvd__nccl_settle(nccl_state_t *s, ncclResult_t r,
  * else there uses point-to-point messages). */
 #define NOTICE_TAG 0x4e43
 
-/* A peer's abort notice, if one came: HVD_ERR_NCCL "rank R aborted its
- * NCCL communicator: <its reason>" (R a world rank). A peer whose
- * communicator is gone never comes to the collectives this rank waits
- * in; without the notice this rank would learn it only from
- * HVD_NCCL_TIMEOUT. */
+/* Reads a peer's abort notice, if one came: its reason into why[len], its
+ * world rank into *from; 1 when there was one. A peer whose communicator
+ * is gone never comes to the collectives this rank waits in; without the
+ * notice this rank would learn it only from HVD_NCCL_TIMEOUT. */
 static int recv_notice(nccl_state_t *s, char *why, size_t len, int *from) {
   int flag = 0;
   MPI_Status st;
@@ -108,7 +107,8 @@ static int heard(nccl_state_t *s, double waited_s) {
   return s->heard;
 }
 
-/* A peer's notice, acted on: HVD_ERR_NCCL "rank R aborted ...". */
+/* A peer's notice, acted on: HVD_ERR_NCCL "rank R aborted its NCCL
+ * communicator: <its reason>" (R a world rank). */
 hvd_result_t hvd__nccl_peer_notice(nccl_state_t *s) {
   if (!heard(s, 0))
     return HVD_SUCCESS;
@@ -127,7 +127,7 @@ static void send_notices(nccl_state_t *s, const char *why) {
   if (s->size < 2 || s->sent != NULL ||
       (s->sent = malloc((size_t)s->size * sizeof *s->sent)) == NULL)
     return;
-  snprintf(s->notice, sizeof s->notice, "%.800s", why);
+  snprintf(s->notice, sizeof s->notice, "%.*s", (int)sizeof s->notice - 1, why);
   for (int q = 0; q < s->size; q++) {
     s->sent[q] = MPI_REQUEST_NULL;
     if (q != s->rank)
@@ -155,7 +155,7 @@ int hvd__nccl_end_notices(nccl_state_t *s) {
       if (s->sent[q] != MPI_REQUEST_NULL)
         MPI_Request_free(&s->sent[q]);
   }
-  char why[HVD__ERRMSG_MAX - 128];
+  char why[HVD__NCCL_WHY_MAX];
   int from;
   while (recv_notice(s, why, sizeof why, &from))
     ; /* notices that came and were not read */
@@ -221,7 +221,7 @@ hvd_result_t hvd__nccl_agree_prepared(nccl_state_t *s,
                                       hvd_result_t mine) {
   struct {
     int rc;
-    char why[HVD__ERRMSG_MAX - 128];
+    char why[HVD__NCCL_WHY_MAX];
   } msg;
   int first = env->size;
   hvd_result_t rc = HVD_SUCCESS;

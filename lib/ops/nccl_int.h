@@ -16,6 +16,10 @@
 #include "ops/executor.h"
 #include "ops/gpu_ops.h"
 
+/* A failed rank's reason as it travels to its peers (an abort notice, a
+ * failed allocation), with room left for the words around it. */
+#define HVD__NCCL_WHY_MAX (HVD__ERRMSG_MAX - 128)
+
 typedef struct nccl_state {
   hvd__gpu_t gpu;   /* first: hvd__gpu_stub_alloc/free take the state as one */
   ncclComm_t comm;  /* NULL before the first collective and after abort */
@@ -31,8 +35,8 @@ typedef struct nccl_state {
   int heard;              /* a peer's notice came (not yet acted on) */
   int heard_from;         /* its world rank */
   double heard_at;        /* seconds into the wait when it came */
-  char heard_why[HVD__ERRMSG_MAX - 128];
-  char notice[HVD__ERRMSG_MAX];
+  char heard_why[HVD__NCCL_WHY_MAX];
+  char notice[HVD__NCCL_WHY_MAX];
   MPI_Request *sent; /* one per peer once sent */
   int64_t *dims0;    /* per rank: allgather's first dimensions */
 } nccl_state_t;

@@ -8,8 +8,8 @@
  *    MPI communicator, ncclCommInitRankConfig, and agreement that it
  *    worked. The communicator is non-blocking: whatever NCCL would block
  *    in (its init, the connections it makes on first use, finalize) is
- *    waited for here, within HVD_NCCL_TIMEOUT (hvd__nccl_settle_wait()). When
- * NCCL's init fails on any rank, every rank fails, and NCCL stays unusable (as
+ *    waited for here, within HVD_NCCL_TIMEOUT (nccl_fail.c). When NCCL's
+ *    init fails on any rank, every rank fails, and NCCL stays unusable (as
  *    after an abort, below).
  *  - Allreduce: a lone tensor is reduced in the caller's memory (prescale
  *    into recv first, then in place; average and postscale by a kernel
@@ -48,9 +48,9 @@
  *    which is left for a peer that hangs or dies without a word.
  *  - Before launching, a group's allocations (outputs, the fusion buffer,
  *    span arrays) are agreed over MPI whenever any may have been made
- *    (agree_prepared): a rank that could not allocate fails the group on
- *    every rank with its own error, nothing is launched, and the
- *    communicator stays usable.
+ *    (hvd__nccl_agree_prepared): a rank that could not allocate fails the group
+ * on every rank with its own error, nothing is launched, and the communicator
+ * stays usable.
  */
 #include <config.h>
 

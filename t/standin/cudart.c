@@ -769,37 +769,48 @@ static void order_access_locked(stream_t *s, const void *p, size_t n,
     order_record(lo, hi, s->id, seq, who);
 }
 
-/* Every stream's work so far has finished (cudaFree's implicit
- * synchronisation). */
+/* The work of every stream of device dev (-1: of every device) so far
+ * has finished (sync_mu held). */
+static void order_device_saw(int dev) {
+  for (stream_t *p = streams; p != NULL; p = p->next)
+    if (dev < 0 || p->dev == dev)
+      order_host_saw(p->vc);
+  for (int d = 0; d < MAX_DEVICES; d++)
+    if (dev < 0 || d == dev)
+      order_host_saw(defaults[d].vc);
+}
+
+/* cudaFree's implicit synchronisation, and ncclCommAbort's. */
 void standin_order_device_idle(void) {
   pthread_mutex_lock(&sync_mu);
-  for (stream_t *p = streams; p != NULL; p = p->next)
-    order_host_saw(p->vc);
-  for (int d = 0; d < MAX_DEVICES; d++)
-    order_host_saw(defaults[d].vc);
+  order_device_saw(-1);
+  pthread_mutex_unlock(&sync_mu);
+}
+
+/* standin_access; `sync`: a synchronous call (then the host has seen it
+ * finish). */
+static void order_access(cudaStream_t stream, const void *p, size_t n,
+                         int write, int sync, const char *who,
+                         const char *what) {
+  if (n == 0 || !order_enabled() || standin_device_of(p) < 0)
+    return;
+  pthread_mutex_lock(&sync_mu);
+  stream_t *s = stream_locked(stream, who);
+  order_access_locked(s, p, n, write, who, what);
+  if (sync)
+    order_host_saw(s->vc);
   pthread_mutex_unlock(&sync_mu);
 }
 
 void standin_access(cudaStream_t stream, const void *p, size_t n, int write,
                     const char *who, const char *what) {
-  if (n == 0 || !order_enabled() || standin_device_of(p) < 0)
-    return;
-  pthread_mutex_lock(&sync_mu);
-  order_access_locked(stream_locked(stream, who), p, n, write, who, what);
-  pthread_mutex_unlock(&sync_mu);
+  order_access(stream, p, n, write, 0, who, what);
 }
 
-/* A synchronous call on the legacy stream: it runs, then the host has
- * seen it finish. */
+/* A synchronous call on the legacy stream. */
 static void order_sync_access(const void *p, size_t n, int write,
                               const char *who, const char *what) {
-  if (n == 0 || !order_enabled() || standin_device_of(p) < 0)
-    return;
-  pthread_mutex_lock(&sync_mu);
-  stream_t *s = stream_locked(NULL, who);
-  order_access_locked(s, p, n, write, who, what);
-  order_host_saw(s->vc);
-  pthread_mutex_unlock(&sync_mu);
+  order_access(NULL, p, n, write, 1, who, what);
 }
 
 int standin_stream_device(cudaStream_t s, const char *who) {
@@ -928,12 +939,8 @@ cudaError_t cudaDeviceSynchronize(void) {
     if (hung == 0 && defaults[dev].hung != 0 &&
         standin_nccl_hanging(defaults[dev].hung))
       hung = defaults[dev].hung;
-    if (hung == 0) {
-      for (stream_t *p = streams; p != NULL; p = p->next)
-        if (p->dev == dev)
-          order_host_saw(p->vc);
-      order_host_saw(defaults[dev].vc);
-    }
+    if (hung == 0)
+      order_device_saw(dev);
     pthread_mutex_unlock(&sync_mu);
     if (hung == 0)
       return cudaSuccess;
@@ -1037,11 +1044,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
                                 unsigned int flags) {
   if (flags != 0)
     return fail(cudaErrorInvalidValue);
-  int dev = standin_stream_device(stream, "cudaStreamWaitEvent");
+  /* the stream must be the current device's; the event may be another's */
+  (void)standin_stream_device(stream, "cudaStreamWaitEvent");
   pthread_mutex_lock(&sync_mu);
   stream_t *s = stream_locked(stream, "cudaStreamWaitEvent");
   event_t *e = event_locked(event, "cudaStreamWaitEvent");
-  (void)dev; /* an event of another device may be waited for */
   (void)stream_id(s);
   vc_merge(s->vc, e->vc);
   pthread_mutex_unlock(&sync_mu);
