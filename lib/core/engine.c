@@ -12,7 +12,9 @@
  *      parameters) and, only when some rank needs it, the slow path
  *      (controller.c: the coordinator);
  *   4. execute: the agreed collectives, in one order on every rank, fused
- *      into groups (execute.c);
+ *      into groups (execute.c); a device group may be left in flight,
+ *      and completes in a later cycle (hvd__engine_reap, at each cycle's
+ *      start) once its event has fired;
  *   5. handle_stop: an agreed shutdown or a stall ends the loop.
  *
  * Also here: starting and stopping the engine. Submission (the only entry
@@ -181,6 +183,7 @@ static hvd__stop_t execute(hvd__engine_t *e, agreed_t *a) {
 static int handle_stop(hvd__engine_t *e, hvd__stop_t stop) {
   if (stop.kind != HVD__STOP_SHUTDOWN)
     return stop.kind == HVD__STOP_STALL;
+  hvd__engine_reap(e, 1); /* what every rank launched completes */
   char reason[128], in_flight[200];
   if (e->env.world_ranks == NULL)
     snprintf(reason, sizeof reason, "hvd was shut down by rank %d", stop.rank);
@@ -217,6 +220,7 @@ static void run_command(hvd__engine_t *e) {
  * all stopped in this cycle), and hvd__engine_stop may free it. */
 static void set_end(hvd__engine_t *w, int i, int collective) {
   hvd__engine_t *s = w->sets[i];
+  hvd__engine_quiesce(w); /* closing frees device memory */
   hvd__engine_close_executors(s, collective && !s->failed);
   memmove(&w->sets[i], &w->sets[i + 1],
           (size_t)(w->nsets - i - 1) * sizeof *w->sets);
@@ -265,6 +269,7 @@ static int cycle(hvd__engine_t *e, hvd_request_t *list, int want_stop,
   double start = hvd__now();
   int nnew = hvd__log_threshold <= HVD__LOG_TRACE ? hvd__list_len(list) : 0;
   agreed_t a = {NULL, NULL, 0, 0, 0, 0};
+  int reaped = hvd__engine_reap(e, 0); /* device groups that have ended */
   hvd_result_t rc = negotiate(e, list, want_stop, want_cmd, &a);
   *kind = HVD__RUN_ON;
   if (rc != HVD_SUCCESS) {
@@ -276,7 +281,7 @@ static int cycle(hvd__engine_t *e, hvd_request_t *list, int want_stop,
   *settled = a.at;
   trace_cycle(e, list != NULL, nnew, &a, start);
   hvd__stop_t stop = execute(e, &a);
-  *progress = list != NULL || a.nfast + a.nslow > 0;
+  *progress = reaped || list != NULL || a.nfast + a.nslow > 0;
   if (e->driver == NULL) {
     if ((a.flags & HVD__FAST_CMD) && !(a.flags & HVD__FAST_NOCMD)) {
       run_command(e);
@@ -418,6 +423,8 @@ static hvd__engine_t *engine_alloc(const hvd__exec_env_t *env,
   e->env.zero_copy = s->zero_copy;
   e->env.gpu_ops = s->gpu_ops;
   e->env.nccl_timeout_s = s->nccl_timeout_s;
+  e->env.quiesce = hvd__engine_quiesce;
+  e->env.quiesce_ctx = e;
   e->cycle_s = s->cycle_time_ms / 1000.0;
   return e;
 }

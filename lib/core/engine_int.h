@@ -20,6 +20,17 @@
 
 #define HVD__MAX_EXECUTORS 8
 
+/* A device group left in flight (asynchronous completion): its requests,
+ * completed when its executor's reap says it has ended. */
+#define HVD__MAX_FLIGHTS 16
+typedef struct hvd__flight {
+  hvd_request_t **reqs;
+  int m;
+  int which; /* its executor */
+  int coll;
+  double t0; /* when it started (timeline) */
+} hvd__flight_t;
+
 struct hvd__engine {
   hvd__exec_env_t env;
   hvd__settings_t settings;
@@ -88,6 +99,10 @@ struct hvd__engine {
   int timeline_any;    /* some rank writes a timeline: gather ready times */
   hvd__timeline_t *tl; /* this rank's file, or NULL (see tl_mu) */
   long cycles;
+  /* device groups in flight, oldest first: flights[(fl_head + k) %
+   * HVD__MAX_FLIGHTS] for k < fl_n */
+  hvd__flight_t flights[HVD__MAX_FLIGHTS];
+  int fl_head, fl_n;
 };
 
 /* The execution span of r on its tensor's track, with its bytes, dtype
@@ -135,6 +150,14 @@ void hvd__engine_fail(hvd__engine_t *e, hvd_result_t rc);
 /* A set's engine (e->driver set) has new work or a stop request: wakes
  * the world's engine thread, which drives it. Called without e->mu. */
 void hvd__engine_wake_driver(hvd__engine_t *e);
+
+/* execute.c: completes the device groups in flight in e that have ended
+ * (all of them, waiting, with `wait`); 1 when one completed. */
+int hvd__engine_reap(hvd__engine_t *e, int wait);
+
+/* execute.c: hvd__exec_env_t's quiesce: every group in flight, in the
+ * world's engine and in every set it drives, completes (ctx: an engine). */
+void hvd__engine_quiesce(void *ctx);
 
 /* execute.c: closes every executor; `collective` as hvd__executor_t's
  * close says. */

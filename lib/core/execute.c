@@ -58,11 +58,21 @@ static void collect(const char *key, void *value, void *arg) {
   *list = r;
 }
 
+/* The groups in flight are forgotten: their requests are in e->inflight,
+ * and complete with the engine's error (engine thread). */
+static void drop_flights(hvd__engine_t *e) {
+  for (; e->fl_n > 0; e->fl_n--) {
+    free(e->flights[e->fl_head].reqs);
+    e->fl_head = (e->fl_head + 1) % HVD__MAX_FLIGHTS;
+  }
+}
+
 void hvd__engine_stop_all(hvd__engine_t *e, hvd_result_t rc, const char *reason,
                           const char *in_flight_msg) {
   hvd_request_t *list = NULL;
   if (rc != HVD_ERR_SHUTDOWN) /* a failure, not a peer's hvd_shutdown */
     hvd__fatal_set(rc, reason);
+  drop_flights(e);
   pthread_mutex_lock(&e->mu);
   e->stopped = 1;
   e->stop_rc = rc;
@@ -219,11 +229,21 @@ static hvd_result_t take_requests(hvd__engine_t *e,
   return rc;
 }
 
+/* Room for one more group in flight on executor `which`: the oldest
+ * completes first while its executor has as many as it allows. */
+static void flight_room(hvd__engine_t *e, const hvd__executor_t *ex) {
+  while (e->fl_n > 0 &&
+         (e->fl_n >= HVD__MAX_FLIGHTS || e->fl_n >= ex->max_in_flight))
+    hvd__engine_reap(e, 1);
+}
+
+/* Runs the group; *deferred when its executor left it in flight (only
+ * without stubs, whose memory is freed when the group ends here). */
 static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *const *xs,
-                        hvd_request_t *const *reqs, int m) {
-  int which;
+                        hvd_request_t *const *reqs, int m, int *which,
+                        int *deferred) {
   const hvd__response_t *x = xs[0];
-  const hvd__executor_t *ex = executor(e, x->desc.device, &which);
+  const hvd__executor_t *ex = executor(e, x->desc.device, which);
   if (ex == NULL || ex->run[x->desc.coll] == NULL)
     return hvd__set_error(HVD_ERR_UNSUPPORTED, "no executor for device %d",
                           x->desc.device);
@@ -235,10 +255,17 @@ static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *const *xs,
     for (int i = 0; i < m; i++)
       dims0s[i] = xs[i]->dims0;
   }
-  hvd__work_t w = {&x->desc, reqs, m, dims0s};
-  for (int q = 0; q < m; q++)
+  int stubs = 0;
+  for (int q = 0; q < m; q++) {
     reqs[q]->batch_n = m;
-  hvd_result_t rc = ex->run[x->desc.coll](e->exec_state[which], &e->env, &w);
+    stubs += reqs[q]->is_stub;
+  }
+  hvd__work_t w = {&x->desc, reqs, m, dims0s, NULL};
+  if (ex->reap != NULL && stubs == 0) {
+    flight_room(e, ex);
+    w.deferred = deferred;
+  }
+  hvd_result_t rc = ex->run[x->desc.coll](e->exec_state[*which], &e->env, &w);
   if (dims0s != stack)
     free(dims0s);
   return rc;
@@ -268,9 +295,56 @@ static void finish(hvd__engine_t *e, hvd_request_t **reqs, int m,
   complete_all(e, reqs, live);
 }
 
+/* A group its executor left in flight: kept, oldest first, until
+ * hvd__engine_reap completes it. Without memory for the record it is
+ * waited for now. */
+static void keep_flight(hvd__engine_t *e, hvd_request_t *const *reqs, int m,
+                        int which, int coll, double t0) {
+  hvd_request_t **copy = malloc((size_t)m * sizeof *copy);
+  hvd__flight_t *f = &e->flights[(e->fl_head + e->fl_n) % HVD__MAX_FLIGHTS];
+  *f = (hvd__flight_t){copy, m, which, coll, t0};
+  if (copy != NULL)
+    memcpy(copy, reqs, (size_t)m * sizeof *copy);
+  e->fl_n++;
+  if (copy == NULL) { /* the executor's order must still be kept */
+    hvd_result_t rc;
+    (void)hvd__executors[which]->reap(e->exec_state[which], &e->env, 1, &rc);
+    free(f->reqs);
+    e->fl_head = (e->fl_head + 1) % HVD__MAX_FLIGHTS;
+    e->fl_n--;
+    finish(e, (hvd_request_t **)reqs, m, rc);
+  }
+}
+
+int hvd__engine_reap(hvd__engine_t *e, int wait) {
+  int any = 0;
+  while (e->fl_n > 0) {
+    hvd__flight_t f = e->flights[e->fl_head];
+    hvd_result_t rc;
+    if (!hvd__executors[f.which]->reap(e->exec_state[f.which], &e->env, wait,
+                                       &rc))
+      break;
+    e->fl_head = (e->fl_head + 1) % HVD__MAX_FLIGHTS;
+    e->fl_n--;
+    if (e->tl != NULL)
+      trace_run(e, f.reqs, f.m, f.coll, f.t0);
+    finish(e, f.reqs, f.m, rc);
+    free(f.reqs);
+    any = 1;
+  }
+  return any;
+}
+
+void hvd__engine_quiesce(void *ctx) {
+  hvd__engine_t *e = ctx, *w = e->driver != NULL ? e->driver : e;
+  hvd__engine_reap(w, 1);
+  for (int i = 0; i < w->nsets; i++)
+    hvd__engine_reap(w->sets[i], 1);
+}
+
 /* Runs n RUN responses as one group (n > 1 only for compatible
  * allreduces, allgathers or reducescatters) and completes their
- * requests. */
+ * requests, now or, for a group left in flight, when it ends. */
 static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
                       double agreed) {
   hvd_request_t *stack[64], **reqs = stack;
@@ -279,15 +353,19 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
       run_group(e, &xs[i], 1, agreed);
     return;
   }
-  int m;
+  int m, which = -1, deferred = 0;
   const hvd__response_t *x = xs[0];
   hvd_result_t rc = take_requests(e, xs, n, agreed, reqs, &m);
   double t_exec = hvd__now();
   if (rc == HVD_SUCCESS)
-    rc = run(e, xs, reqs, m);
-  if (e->tl != NULL && x->desc.coll != HVD__ALLREDUCE)
-    trace_run(e, reqs, m, x->desc.coll, t_exec);
-  finish(e, reqs, m, rc);
+    rc = run(e, xs, reqs, m, &which, &deferred);
+  if (deferred) {
+    keep_flight(e, reqs, m, which, x->desc.coll, t_exec);
+  } else {
+    if (e->tl != NULL && x->desc.coll != HVD__ALLREDUCE)
+      trace_run(e, reqs, m, x->desc.coll, t_exec);
+    finish(e, reqs, m, rc);
+  }
   if (reqs != stack)
     free(reqs);
 }

@@ -93,6 +93,12 @@ typedef struct hvd__exec_env {
   void (*trace)(void *ctx, const hvd_request_t *r, const char *phase, double t0,
                 double t1);
   void *trace_ctx;
+  /* Completes every group left in flight, in every engine the thread
+   * drives (each with its own result), before an executor allocates or
+   * frees device memory: no cudaMalloc or cudaFree while a communicator
+   * may be mid-collective. Engine thread. */
+  void (*quiesce)(void *ctx);
+  void *quiesce_ctx;
 } hvd__exec_env_t;
 
 /* One agreed collective: the reference descriptor, this rank's requests
@@ -111,6 +117,10 @@ typedef struct hvd__work {
   hvd_request_t *const *reqs;
   int n;
   const int64_t *const *dims0s; /* allgather: per request; else NULL */
+  /* Non-NULL when the engine lets this group complete later (the
+   * executor has `reap`): run may enqueue the work, set *deferred to 1
+   * and return without waiting for it. */
+  int *deferred;
 } hvd__work_t;
 
 typedef hvd_result_t (*hvd__exec_fn)(void *state, const hvd__exec_env_t *env,
@@ -141,6 +151,16 @@ typedef struct hvd__executor {
   /* Bits (1 << hvd__coll_t) of the collectives besides allreduce whose
    * run takes a fused group (hvd__work_t). */
   unsigned fuses;
+  /* Asynchronous completion (NULL: every run completes its group before
+   * it returns). A run that deferred its group (hvd__work_t's deferred)
+   * left it in flight; the engine calls reap for the executor's oldest
+   * group in flight, in launch order: 1 when it has ended, its result in
+   * *rc (message set on failure), 0 while it still runs (never with
+   * `wait`). At most max_in_flight groups are in flight: the engine reaps
+   * one (waiting) before running another. */
+  int (*reap)(void *state, const hvd__exec_env_t *env, int wait,
+              hvd_result_t *rc);
+  int max_in_flight;
 } hvd__executor_t;
 
 /* Every executor this build has, NULL-terminated. */

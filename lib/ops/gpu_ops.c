@@ -17,9 +17,41 @@
 #include "ops/mpi_ops.h"
 #include "ops/reduce.h"
 
-void hvd__gpu_init(hvd__gpu_t *g) {
+void hvd__gpu_init(hvd__gpu_t *g, const hvd__exec_env_t *env) {
   memset(g, 0, sizeof *g);
   g->dev = -1;
+  g->cur = &g->slot[0];
+  if (env != NULL) {
+    g->quiesce = env->quiesce;
+    g->quiesce_ctx = env->quiesce_ctx;
+  }
+}
+
+void hvd__gpu_quiesce(hvd__gpu_t *g) {
+  if (g->quiesce != NULL)
+    g->quiesce(g->quiesce_ctx);
+}
+
+/* hvd's stream, at the device's greatest priority: the collectives that
+ * the backward pass waits for go before the compute queued beside them. */
+static hvd_result_t create_stream(hvd__gpu_t *g) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int least = 0, greatest = 0;
+  HVD__CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  HVD__CUDA_CHECK(cudaStreamCreateWithPriority(
+      &g->stream, cudaStreamNonBlocking, greatest));
+  for (int i = 0; i < HVD__GPU_SLOTS; i++) {
+    cudaError_t err =
+        cudaEventCreateWithFlags(&g->slot[i].done, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      while (i-- > 0)
+        cudaEventDestroy(g->slot[i].done);
+      cudaStreamDestroy(g->stream);
+      return hvd__cuda_error(err, "cudaEventCreateWithFlags");
+    }
+  }
+fail:
+  return rc;
 }
 
 /* The device of w's first real tensor, or -1 (stubs only, or no work). */
@@ -50,15 +82,7 @@ hvd_result_t hvd__gpu_enter(hvd__gpu_t *g, const hvd__work_t *w,
                           who, name, dev, g->dev);
   HVD__CUDA_CHECK(cudaSetDevice(dev));
   if (g->dev < 0) {
-    HVD__CUDA_CHECK(
-        cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
-    cudaError_t err =
-        cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming);
-    if (err != cudaSuccess) {
-      cudaStreamDestroy(g->stream);
-      rc = hvd__cuda_error(err, "cudaEventCreateWithFlags");
-      goto fail;
-    }
+    HVD__CHECK(create_stream(g));
     g->dev = dev;
   }
   /* after the work the callers enqueued before submitting (hvd.h, "Device
@@ -71,38 +95,85 @@ fail:
   return rc;
 }
 
-hvd_result_t hvd__gpu_wait(hvd__gpu_t *g, const char *what,
-                           hvd__gpu_poll_fn poll, void *ctx) {
-  cudaError_t err = cudaEventRecord(g->done, g->stream);
-  if (err != cudaSuccess)
-    return hvd__cuda_error(err, "cudaEventRecord");
-  double t0 = hvd__now();
+/* Polls slot's event until it has fired (or, without wait, once). */
+static hvd_result_t query(hvd__gpu_slot_t *slot, int wait, const char *what,
+                          hvd__gpu_poll_fn poll, void *ctx, int *ran) {
   for (unsigned spin = 0;; spin++) {
-    err = cudaEventQuery(g->done);
-    if (err == cudaSuccess)
+    cudaError_t err = cudaEventQuery(slot->done);
+    *ran = err == cudaSuccess;
+    if (*ran)
       return HVD_SUCCESS;
     if (err != cudaErrorNotReady)
       return hvd__cuda_error(err, what);
     if (poll != NULL) {
-      hvd_result_t rc = poll(ctx, hvd__now() - t0);
+      hvd_result_t rc = poll(ctx, hvd__now() - slot->launched);
       if (rc != HVD_SUCCESS)
         return rc;
     }
+    if (!wait)
+      return HVD_SUCCESS;
     hvd__wait_backoff(spin);
   }
 }
 
+hvd_result_t hvd__gpu_wait(hvd__gpu_t *g, const char *what,
+                           hvd__gpu_poll_fn poll, void *ctx) {
+  int ran;
+  cudaError_t err = cudaEventRecord(g->cur->done, g->stream);
+  if (err != cudaSuccess)
+    return hvd__cuda_error(err, "cudaEventRecord");
+  g->cur->launched = hvd__now();
+  return query(g->cur, 1, what, poll, ctx, &ran);
+}
+
+hvd_result_t hvd__gpu_launch(hvd__gpu_t *g) {
+  cudaError_t err = cudaEventRecord(g->cur->done, g->stream);
+  if (err != cudaSuccess)
+    return hvd__cuda_error(err, "cudaEventRecord");
+  g->cur->launched = hvd__now();
+  g->cur->failed = 0;
+  g->flying++;
+  g->cur = &g->slot[(g->head + g->flying) % HVD__GPU_SLOTS];
+  return HVD_SUCCESS;
+}
+
+hvd__gpu_slot_t *hvd__gpu_oldest(hvd__gpu_t *g) {
+  return g->flying > 0 ? &g->slot[g->head] : NULL;
+}
+
+hvd_result_t hvd__gpu_query(hvd__gpu_t *g, int wait, const char *what,
+                            hvd__gpu_poll_fn poll, void *ctx, int *ran) {
+  return query(&g->slot[g->head], wait, what, poll, ctx, ran);
+}
+
+void hvd__gpu_retire(hvd__gpu_t *g) {
+  g->head = (g->head + 1) % HVD__GPU_SLOTS;
+  g->flying--; /* cur stays: (head + flying) is unchanged */
+}
+
+void hvd__gpu_mark_failed(hvd__gpu_t *g) {
+  for (int k = 0; k < g->flying; k++) {
+    hvd__gpu_slot_t *slot = &g->slot[(g->head + k) % HVD__GPU_SLOTS];
+    if (cudaEventQuery(slot->done) != cudaSuccess)
+      slot->failed = 1;
+  }
+  (void)cudaGetLastError();
+}
+
 hvd_result_t hvd__gpu_spans(hvd__gpu_t *g, int n) {
-  /* between collectives: the stream no longer reads the old arrays */
-  return hvd__cuda_twin_grow((void **)&g->spans, (void **)&g->dspans,
-                             &g->span_cap, n, sizeof *g->spans, 64, 1);
+  hvd__gpu_slot_t *c = g->cur;
+  if (n <= c->span_cap)
+    return HVD_SUCCESS;
+  hvd__gpu_quiesce(g); /* frees pinned and device memory */
+  return hvd__cuda_twin_grow((void **)&c->spans, (void **)&c->dspans,
+                             &c->span_cap, n, sizeof *c->spans, 64, 1);
 }
 
 hvd_result_t hvd__gpu_upload_spans(hvd__gpu_t *g, int n) {
   hvd_result_t rc = HVD_SUCCESS;
   if (n > 0)
-    HVD__CUDA_CHECK(cudaMemcpyAsync(g->dspans, g->spans,
-                                    (size_t)n * sizeof *g->spans,
+    HVD__CUDA_CHECK(cudaMemcpyAsync(g->cur->dspans, g->cur->spans,
+                                    (size_t)n * sizeof *g->cur->spans,
                                     cudaMemcpyHostToDevice, g->stream));
 fail:
   return rc;
@@ -113,6 +184,7 @@ hvd_result_t hvd__gpu_buffer(hvd__gpu_t *g, size_t n) {
   if (n <= g->buf_cap)
     return HVD_SUCCESS;
   size_t cap = n < ((size_t)1 << 20) ? (size_t)1 << 20 : n;
+  hvd__gpu_quiesce(g);
   cudaFree(g->buf);
   g->buf = NULL;
   g->buf_cap = 0;
@@ -123,14 +195,23 @@ fail:
 }
 
 int hvd__gpu_grows(const hvd__gpu_t *g, size_t buf_bytes, int spans) {
-  return buf_bytes > g->buf_cap || spans > g->span_cap;
+  return buf_bytes > g->buf_cap || spans > g->cur->span_cap;
+}
+
+static void free_spans(hvd__gpu_t *g) {
+  for (int i = 0; i < HVD__GPU_SLOTS; i++) {
+    hvd__gpu_slot_t *c = &g->slot[i];
+    hvd__cuda_twin_free((void **)&c->spans, (void **)&c->dspans, &c->span_cap,
+                        1);
+  }
 }
 
 void hvd__gpu_release(hvd__gpu_t *g) {
+  hvd__gpu_quiesce(g);
   cudaFree(g->buf);
   g->buf = NULL;
   g->buf_cap = 0;
-  hvd__cuda_twin_free((void **)&g->spans, (void **)&g->dspans, &g->span_cap, 1);
+  free_spans(g);
 }
 
 hvd_result_t hvd__gpu_alloc_output(hvd__gpu_t *g, hvd_request_t *r, int ndim,
@@ -143,6 +224,7 @@ hvd_result_t hvd__gpu_alloc_output(hvd__gpu_t *g, hvd_request_t *r, int ndim,
   t->ndim = ndim;
   memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
   size_t bytes = hvd__tensor_bytes(t);
+  hvd__gpu_quiesce(g);
   cudaError_t err = cudaMalloc(&t->data, bytes ? bytes : 1);
   if (err != cudaSuccess) {
     t->data = NULL;
@@ -167,6 +249,7 @@ hvd_result_t hvd__gpu_stub_alloc(void *state, const hvd__exec_env_t *env,
     goto fail;
   }
   hvd__fill_identity(host, n, r->send.dtype, r->desc.op);
+  hvd__gpu_quiesce(g);
   HVD__CUDA_CHECK(cudaMalloc(&r->send.data, bytes + 1));
   HVD__CUDA_CHECK(cudaMemcpyAsync(r->send.data, host, bytes,
                                   cudaMemcpyHostToDevice, g->stream));
@@ -183,7 +266,7 @@ fail:
 }
 
 void hvd__gpu_stub_free(void *state, hvd_request_t *r) {
-  (void)state;
+  hvd__gpu_quiesce(state);
   hvd__cuda_free(r->send.data);
   r->send.data = r->recv.data = NULL;
 }
@@ -196,7 +279,7 @@ void hvd__gpu_trace(const hvd__exec_env_t *env, const hvd_request_t *r,
 
 void hvd__gpu_close(hvd__gpu_t *g) {
   int caller = -1;
-  if (g->dev < 0 && g->spans == NULL)
+  if (g->dev < 0 && g->buf == NULL && g->slot[0].spans == NULL)
     return;
   /* maybe the caller's thread (hvd_shutdown after a failure): its current
    * device is put back */
@@ -204,14 +287,18 @@ void hvd__gpu_close(hvd__gpu_t *g) {
     caller = -1;
   if (g->dev >= 0 && cudaSetDevice(g->dev) == cudaSuccess) {
     cudaStreamSynchronize(g->stream);
-    cudaEventDestroy(g->done);
+    for (int i = 0; i < HVD__GPU_SLOTS; i++)
+      cudaEventDestroy(g->slot[i].done);
     cudaStreamDestroy(g->stream);
   }
-  cudaFreeHost(g->spans);
-  cudaFree(g->dspans);
+  free_spans(g);
   cudaFree(g->buf);
   if (caller >= 0)
     cudaSetDevice(caller);
   (void)cudaGetLastError(); /* nothing to report from a teardown */
-  hvd__gpu_init(g);
+  void (*q)(void *) = g->quiesce;
+  void *qctx = g->quiesce_ctx;
+  hvd__gpu_init(g, NULL);
+  g->quiesce = q;
+  g->quiesce_ctx = qctx;
 }

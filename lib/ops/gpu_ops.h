@@ -11,8 +11,10 @@
  * and, in hvd__gpu_enter, waits (cudaStreamWaitEvent) for each request's
  * ready event, recorded at submission on the submitting thread's stream
  * (base/device_order.c). Every collective ends by recording an event on
- * hvd's stream and waiting for it, so when hvd_wait returns the results
- * are complete and visible to every stream of the device.
+ * hvd's stream; the engine completes its requests once the host has seen
+ * that event (waiting for it at once, or later: asynchronous completion,
+ * up to HVD__GPU_SLOTS groups in flight), so when hvd_wait returns the
+ * results are complete and visible to every stream of the device.
  */
 #ifndef HVD_OPS_GPU_OPS_H
 #define HVD_OPS_GPU_OPS_H
@@ -24,19 +26,41 @@
 #include "ops/cuda_kernels.h"
 #include "ops/executor.h"
 
+/* Groups one device executor keeps in flight (HVD__GPU_SLOTS at most). */
+#define HVD__GPU_SLOTS 4
+
+/* One group's own: what must not change until the device has run it. */
+typedef struct hvd__gpu_slot {
+  cudaEvent_t done;         /* recorded after the group's work */
+  hvd__cuda_span_t *spans;  /* its span arrays, built here (pinned host: */
+  hvd__cuda_span_t *dspans; /* the upload reads them when the stream gets */
+  int span_cap;             /* there) and uploaded here (device) */
+  double launched;          /* hvd__now() when the group was enqueued */
+  int failed;               /* in flight when its communicator was aborted */
+} hvd__gpu_slot_t;
+
 typedef struct hvd__gpu {
-  int dev;                  /* where everything below lives; -1: not yet */
-  cudaStream_t stream;      /* hvd's stream (cudaStreamNonBlocking) */
-  cudaEvent_t done;         /* recorded after each collective's work */
-  hvd__cuda_span_t *spans;  /* span arrays, built here (pinned host) */
-  hvd__cuda_span_t *dspans; /* and uploaded here (device) */
-  int span_cap;
-  void *buf; /* device scratch: the fusion buffer, padded blocks */
+  int dev;             /* where everything below lives; -1: not yet */
+  cudaStream_t stream; /* hvd's stream (non-blocking, greatest priority) */
+  /* Groups in flight, in launch order: slot[head], slot[head + 1] ...
+   * (`flying` of them, modulo HVD__GPU_SLOTS). cur is the next group's,
+   * slot[(head + flying) % HVD__GPU_SLOTS]: the same slot on every rank
+   * that ran the same groups, whatever has completed. */
+  hvd__gpu_slot_t slot[HVD__GPU_SLOTS];
+  int head, flying;
+  hvd__gpu_slot_t *cur;
+  /* device scratch (the fusion buffer, padded blocks), shared by the
+   * groups: they run in order on the one stream */
+  void *buf;
   size_t buf_cap;
+  /* before any allocation or free: every group in flight completes (the
+   * engine's hvd__exec_env_t quiesce); NULL: nothing to wait for */
+  void (*quiesce)(void *ctx);
+  void *quiesce_ctx;
 } hvd__gpu_t;
 
-/* A zeroed hvd__gpu_t with dev -1. */
-void hvd__gpu_init(hvd__gpu_t *g);
+/* A zeroed hvd__gpu_t with dev -1, quiescing through env's hook. */
+void hvd__gpu_init(hvd__gpu_t *g, const hvd__exec_env_t *env);
 
 /* Before a collective: makes the work's device current on this thread
  * (the device of its first real tensor; a stub-only group uses the device
@@ -52,31 +76,55 @@ hvd_result_t hvd__gpu_enter(hvd__gpu_t *g, const hvd__work_t *w,
  * a failure ends the wait with it. */
 typedef hvd_result_t (*hvd__gpu_poll_fn)(void *ctx, double waited_s);
 
-/* Records g->done on hvd's stream and waits for it: cudaEventQuery polled
- * with hvd__mpi_wait's policy (hvd__wait_backoff), poll (may be NULL)
- * called after each unsuccessful query. A CUDA error is HVD_ERR_CUDA
- * "<what>: ...". */
+/* Records g->cur's event on hvd's stream and waits for it: cudaEventQuery
+ * polled with hvd__mpi_wait's policy (hvd__wait_backoff), poll (may be
+ * NULL) called after each unsuccessful query. A CUDA error is
+ * HVD_ERR_CUDA "<what>: ...". */
 hvd_result_t hvd__gpu_wait(hvd__gpu_t *g, const char *what,
                            hvd__gpu_poll_fn poll, void *ctx);
 
-/* g->spans and g->dspans hold at least n spans. */
+/* Asynchronous completion: the group just enqueued stays in flight in
+ * g->cur (its event recorded), and cur moves on. The caller (the engine)
+ * keeps fewer than HVD__GPU_SLOTS in flight before enqueueing. */
+hvd_result_t hvd__gpu_launch(hvd__gpu_t *g);
+/* The oldest group in flight (NULL: none). */
+hvd__gpu_slot_t *hvd__gpu_oldest(hvd__gpu_t *g);
+/* Whether the oldest group's work has run (*ran; with `wait`, until it
+ * has): the failure of a CUDA query ("<what>: ...") or of poll, called
+ * with the seconds since its launch. */
+hvd_result_t hvd__gpu_query(hvd__gpu_t *g, int wait, const char *what,
+                            hvd__gpu_poll_fn poll, void *ctx, int *ran);
+/* The oldest group is over: its slot is free. */
+void hvd__gpu_retire(hvd__gpu_t *g);
+/* Every group in flight that has not run yet is marked failed (before
+ * its communicator is aborted: the abort ends its kernels early). */
+void hvd__gpu_mark_failed(hvd__gpu_t *g);
+
+/* Every group in flight, of every communicator, completes (g->quiesce):
+ * until then the device may be mid-collective, and cudaMalloc, cudaFree
+ * or a new communicator's setup would wait for it, or deadlock. */
+void hvd__gpu_quiesce(hvd__gpu_t *g);
+
+/* g->cur's span arrays hold at least n spans (quiesced first when they
+ * grow). */
 hvd_result_t hvd__gpu_spans(hvd__gpu_t *g, int n);
-/* Copies g->spans[0..n) to g->dspans on hvd's stream. */
+/* Copies g->cur's spans[0..n) to its dspans on hvd's stream. */
 hvd_result_t hvd__gpu_upload_spans(hvd__gpu_t *g, int n);
-/* g->buf holds at least n bytes. Only between collectives (hvd's stream
- * idle): the old buffer is freed. */
+/* g->buf holds at least n bytes; when it grows, every group in flight
+ * completes first, then the old buffer is freed. */
 hvd_result_t hvd__gpu_buffer(hvd__gpu_t *g, size_t n);
 
 /* 1 when hvd__gpu_buffer(buf_bytes) or hvd__gpu_spans(spans) would
  * allocate: the same answer on every rank that ran the same collectives
- * (both grow only, from the same sizes). */
+ * (both grow only, from the same sizes, in the same slots). */
 int hvd__gpu_grows(const hvd__gpu_t *g, size_t buf_bytes, int spans);
-/* Drops the buffer and the span arrays (hvd's stream idle), so that after
- * a failed allocation every rank's grow the same way again. */
+/* Drops the buffer and every slot's span arrays (quiesced first), so that
+ * after a failed allocation every rank grows the same way again. */
 void hvd__gpu_release(hvd__gpu_t *g);
 
 /* r's output (as hvd__alloc_output): dtype from r->desc, this shape, in
- * device memory on g->dev; hvd_tensor_free releases it. */
+ * device memory on g->dev (quiesced first); hvd_tensor_free releases
+ * it. */
 hvd_result_t hvd__gpu_alloc_output(hvd__gpu_t *g, hvd_request_t *r, int ndim,
                                    const int64_t *shape);
 

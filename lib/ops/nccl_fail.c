@@ -187,6 +187,7 @@ hvd_result_t hvd__nccl_poll(void *ctx, double waited_s) {
 hvd_result_t hvd__nccl_abandon(nccl_state_t *s, hvd_result_t rc) {
   char why[HVD__ERRMSG_MAX];
   snprintf(why, sizeof why, "%s", hvd_last_error());
+  hvd__gpu_mark_failed(&s->gpu); /* before the abort ends their kernels */
   ncclCommAbort(s->comm);
   s->comm = NULL;
   if (!s->from_peer)
@@ -225,6 +226,10 @@ hvd_result_t hvd__nccl_agree_prepared(nccl_state_t *s,
   } msg;
   int first = env->size;
   hvd_result_t rc = HVD_SUCCESS;
+  if (mine == HVD_SUCCESS && s->failed[0] != '\0') /* while quiescing */
+    mine = hvd__set_error(HVD_ERR_NCCL,
+                          "NCCL is unusable after an earlier failure: %.900s",
+                          s->failed);
   if (!allocated)
     return mine;
   HVD__CHECK(hvd__nccl_first_failed(env, mine == HVD_SUCCESS, &first));

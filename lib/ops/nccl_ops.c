@@ -134,7 +134,8 @@ static hvd_result_t comm_create(nccl_state_t *s, const hvd__exec_env_t *env,
   if (!msg.ok)
     return hvd__set_error(HVD_ERR_NCCL, "NCCL: on rank 0: %s", msg.why);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = 0; /* see hvd__nccl_settle_wait() */
+  cfg.blocking = 0;          /* see hvd__nccl_settle_wait() */
+  hvd__gpu_quiesce(&s->gpu); /* NCCL's setup allocates device memory */
   s->comm = NULL;
   ncclResult_t r =
       ncclCommInitRankConfig(&s->comm, env->size, msg.id, env->rank, &cfg);
@@ -246,7 +247,7 @@ static hvd_result_t allreduce(nccl_state_t *s, const hvd__exec_env_t *env,
   if (mine == HVD_SUCCESS)
     mine = hvd__gpu_spans(&s->gpu, 2 * w->n);
   HVD__CHECK(hvd__nccl_agree_prepared(s, env, grows, mine));
-  hvd__cuda_span_t *sp = s->gpu.spans, *dsp = s->gpu.dspans;
+  hvd__cuda_span_t *sp = s->gpu.cur->spans, *dsp = s->gpu.cur->dspans;
   char *buf = s->gpu.buf;
   int a = 0, b = real, u = w->n;
   for (int i = 0; i < w->n; i++) {
@@ -454,14 +455,14 @@ static hvd_result_t reducescatter(nccl_state_t *s, const hvd__exec_env_t *env,
   int64_t start = 0;
   for (int64_t k = 0; k < p; k++) {
     int64_t rk = hvd__block_rows(rows, p, k);
-    s->gpu.spans[k] =
+    s->gpu.cur->spans[k] =
         (hvd__cuda_span_t){in + (size_t)(start * row_elems) * esize,
                            pad + (size_t)k * blk_elems * esize, rk * row_elems};
     start += rk;
   }
   HVD__CHECK(hvd__gpu_upload_spans(&s->gpu, (int)p));
-  HVD__CHECK(hvd__cuda_pack(s->gpu.dspans, (int)p, (int64_t)blk_elems, dtype,
-                            dtype, d->prescale, st));
+  HVD__CHECK(hvd__cuda_pack(s->gpu.cur->dspans, (int)p, (int64_t)blk_elems,
+                            dtype, dtype, d->prescale, st));
   NCCL_CHECK(ncclReduceScatter(pad, pout, blk_elems, nccl_dtype(dtype),
                                nccl_op(op), s->comm, st));
   if (mine > 0) /* our rows out of the padded block, finished */
@@ -472,7 +473,9 @@ fail:
   return rc;
 }
 
-/* Enters, enqueues, waits; abandons the communicator on any failure. */
+/* Enters and enqueues; then leaves the group in flight (the engine allows
+ * it: nccl_reap completes it) or waits for it. Abandons the communicator
+ * on any failure once something may have been launched. */
 static hvd_result_t nccl_run(void *state, const hvd__exec_env_t *env,
                              const hvd__work_t *w, body_fn body,
                              const char *what) {
@@ -481,8 +484,15 @@ static hvd_result_t nccl_run(void *state, const hvd__exec_env_t *env,
   hvd_result_t rc = nccl_enter(s, env, w);
   if (rc == HVD_SUCCESS)
     rc = body(s, env, w);
-  if (rc == HVD_SUCCESS)
+  if (rc == HVD_SUCCESS && w->deferred != NULL) {
+    rc = hvd__gpu_launch(&s->gpu);
+    if (rc == HVD_SUCCESS) {
+      *w->deferred = 1;
+      return HVD_SUCCESS; /* the engine traces it when it completes */
+    }
+  } else if (rc == HVD_SUCCESS) {
     rc = hvd__gpu_wait(&s->gpu, what, hvd__nccl_poll, s);
+  }
   if (rc != HVD_SUCCESS && s->unlaunched) { /* agreed: nothing in flight */
     s->unlaunched = 0;
     return rc;
@@ -495,6 +505,41 @@ static hvd_result_t nccl_run(void *state, const hvd__exec_env_t *env,
       hvd__gpu_trace(env, w->reqs[i], "ALLREDUCE", t0, t1);
   }
   return HVD_SUCCESS;
+}
+
+/* The oldest group in flight: done when its event has fired; failed
+ * when the communicator was aborted before that (the abort ends kernels
+ * early, which fires the event too). While it runs, NCCL's asynchronous
+ * error, a peer's abort notice and HVD_NCCL_TIMEOUT (counted from its
+ * launch) are checked, as hvd__gpu_wait does; one of them aborts. */
+static int nccl_reap(void *state, const hvd__exec_env_t *env, int wait,
+                     hvd_result_t *rc) {
+  (void)env;
+  nccl_state_t *s = state;
+  hvd__gpu_slot_t *slot = hvd__gpu_oldest(&s->gpu);
+  int ran = 0;
+  *rc = HVD_SUCCESS;
+  if (slot == NULL) { /* the engine's count and ours disagree */
+    *rc = hvd__set_error(HVD_ERR_INTERNAL, "NCCL: no group in flight");
+    return 1;
+  }
+  if (!slot->failed) {
+    hvd_result_t q =
+        hvd__gpu_query(&s->gpu, wait, "NCCL collective",
+                       s->comm != NULL ? hvd__nccl_poll : NULL, s, &ran);
+    if (q != HVD_SUCCESS && s->comm != NULL)
+      (void)hvd__nccl_abandon(s, q); /* marks this group failed */
+    else if (q != HVD_SUCCESS)
+      slot->failed = 1;
+    else if (!ran)
+      return 0;
+  }
+  if (slot->failed)
+    *rc = hvd__set_error(HVD_ERR_NCCL,
+                         "NCCL: %.900s; the communicator was aborted",
+                         s->failed[0] ? s->failed : hvd_last_error());
+  hvd__gpu_retire(&s->gpu);
+  return 1;
 }
 
 static hvd_result_t nccl_allreduce(void *state, const hvd__exec_env_t *env,
@@ -534,7 +579,7 @@ static hvd_result_t nccl_open(const hvd__exec_env_t *env, void **state) {
     free(s);
     return hvd__set_error(HVD_ERR_NO_MEMORY, "NCCL executor state");
   }
-  hvd__gpu_init(&s->gpu);
+  hvd__gpu_init(&s->gpu, env);
   s->timeout_s = env->nccl_timeout_s;
   s->mpi = env->comm;
   s->rank = env->rank;
@@ -604,4 +649,6 @@ const hvd__executor_t hvd__nccl_executor = {
         },
     .stub_alloc = hvd__gpu_stub_alloc,
     .stub_free = hvd__gpu_stub_free,
+    .reap = nccl_reap,
+    .max_in_flight = HVD__GPU_SLOTS,
 };

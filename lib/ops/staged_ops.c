@@ -146,7 +146,7 @@ static hvd_result_t staged_allreduce(void *state, const hvd__exec_env_t *env,
   hvd_result_t rc;
   HVD__CHECK(stage_in(s, env, w, 1));
   HVD__CHECK(wait_copies(s));
-  hvd__work_t hw = {w->desc, s->hptrs, w->n, w->dims0s};
+  hvd__work_t hw = {w->desc, s->hptrs, w->n, w->dims0s, NULL};
   HVD__CHECK(hvd__mpi_executor.run[HVD__ALLREDUCE](s->inner, env, &hw));
   int copies = 0;
   for (int i = 0; i < w->n; i++) {
@@ -172,7 +172,7 @@ static hvd_result_t staged_broadcast(void *state, const hvd__exec_env_t *env,
   HVD__CHECK(stage_in(s, env, w, is_root)); /* only the root's data matters */
   if (is_root)
     HVD__CHECK(wait_copies(s));
-  hvd__work_t hw = {w->desc, s->hptrs, w->n, w->dims0s};
+  hvd__work_t hw = {w->desc, s->hptrs, w->n, w->dims0s, NULL};
   HVD__CHECK(hvd__mpi_executor.run[HVD__BROADCAST](s->inner, env, &hw));
   if (is_root)
     return HVD_SUCCESS;
@@ -199,7 +199,7 @@ static hvd_result_t staged_with_output(staged_state_t *s,
   h = &s->hreqs[0];
   memset(&h->recv, 0, sizeof h->recv);
   HVD__CHECK(wait_copies(s));
-  hvd__work_t hw = {w->desc, s->hptrs, 1, w->dims0s};
+  hvd__work_t hw = {w->desc, s->hptrs, 1, w->dims0s, NULL};
   rc = hvd__mpi_executor.run[coll](s->inner, env, &hw);
   r->recv_splits = h->recv_splits; /* alltoall: the request's now */
   h->recv_splits = NULL;
@@ -239,11 +239,10 @@ static hvd_result_t staged_reducescatter(void *state,
 /* Nothing collective and nothing CUDA here: a CUDA build on a machine
  * without a GPU opens it too. */
 static hvd_result_t staged_open(const hvd__exec_env_t *env, void **state) {
-  (void)env;
   staged_state_t *s = calloc(1, sizeof *s);
   if (s == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "host-staged executor state");
-  hvd__gpu_init(&s->gpu);
+  hvd__gpu_init(&s->gpu, env);
   *state = s;
   return HVD_SUCCESS;
 }

@@ -20,7 +20,9 @@
  *    cudaSuccess, so polling loops run; an event recorded on a stream that
  *    a hung NCCL collective holds never finishes until that communicator
  *    is aborted (nccl.c). Synchronizing such a stream ends the process
- *    (on a GPU it would never return).
+ *    (on a GPU it would never return). Streams made with a priority are
+ *    hvd's: the events pending on them are counted (standin_peak_in_flight),
+ *    and their thread may not allocate or free while any is pending.
  */
 #include <config.h>
 
@@ -416,6 +418,23 @@ static void need_host(const void *p, size_t n, const char *who,
  * OMPI_COMM_WORLD_RANK), a cudaMalloc of more than BYTES fails with
  * cudaErrorMemoryAllocation, as on a GPU whose memory is used up. Read at
  * every call, so a test may change it. */
+/* hvd's engine thread (the one that made a stream with a priority) never
+ * allocates or frees while its groups are in flight: on a GPU cudaFree
+ * and cudaFreeHost wait for the whole device, and cudaMalloc may, which
+ * stalls the engine behind its own collectives, or deadlocks when one
+ * waits for a peer that waits for this rank. Ends the process. */
+static __thread int engine_thread;
+static int priority_pending(void);
+
+static void no_alloc_in_flight(const char *who) {
+  int n = engine_thread ? priority_pending() : 0;
+  if (n > 0)
+    standin_die("%s on hvd's engine thread while %d device group(s) of its "
+                "are in flight: on a GPU it waits for the device, "
+                "mid-collective (complete them first)",
+                who, n);
+}
+
 static int malloc_refused(size_t size) {
   const char *v = getenv("HVD_STANDIN_CUDA_MALLOC_LIMIT"),
              *me = getenv("OMPI_COMM_WORLD_RANK");
@@ -432,6 +451,7 @@ cudaError_t cudaMalloc(void **devPtr, size_t size) {
   if (devPtr == NULL)
     return fail(cudaErrorInvalidValue);
   (void)standin_current_device();
+  no_alloc_in_flight("cudaMalloc");
   if (malloc_refused(size)) {
     *devPtr = NULL;
     return fail(cudaErrorMemoryAllocation);
@@ -442,6 +462,7 @@ cudaError_t cudaMalloc(void **devPtr, size_t size) {
 
 
 cudaError_t cudaFree(void *devPtr) {
+  no_alloc_in_flight("cudaFree");
   if (devPtr != NULL)
     untrack(devPtr, 0, "cudaFree");
   standin_order_device_idle(); /* cudaFree waits for the device, as CUDA */
@@ -452,6 +473,7 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags) {
   (void)flags;
   if (pHost == NULL)
     return fail(cudaErrorInvalidValue);
+  no_alloc_in_flight("cudaHostAlloc");
   return track(pHost, size, 1);
 }
 
@@ -460,6 +482,7 @@ cudaError_t cudaMallocHost(void **ptr, size_t size) {
 }
 
 cudaError_t cudaFreeHost(void *ptr) {
+  no_alloc_in_flight("cudaFreeHost");
   if (ptr != NULL)
     untrack(ptr, 1, "cudaFreeHost");
   return cudaSuccess;
@@ -602,6 +625,8 @@ typedef struct stream {
   unsigned long hung; /* the NCCL communicator it waits for; 0: none */
   int id;             /* in the clocks, 1..ORDER_STREAMS-1; 0: not yet */
   int blocking;       /* made without cudaStreamNonBlocking */
+  int priority;       /* made by cudaStreamCreateWithPriority */
+  int pending;        /* events recorded here the host has not seen fire */
   uint64_t vc[ORDER_STREAMS];
   struct stream *next;
 } stream_t;
@@ -610,6 +635,7 @@ typedef struct event {
   uint64_t magic;
   int dev;
   int polls_left;     /* cudaErrorNotReady answers still to give */
+  stream_t *pending;  /* recorded there, not yet seen to fire by the host */
   unsigned long hung; /* recorded behind a hung collective of this comm */
   uint64_t vc[ORDER_STREAMS]; /* its stream's clock when recorded */
   struct event *next;
@@ -620,6 +646,7 @@ static stream_t *streams;              /* live, created here */
 static stream_t defaults[MAX_DEVICES]; /* each device's default stream */
 static event_t *events;
 static long nstreams, nevents, not_ready;
+static int peak_pending; /* most events pending at once on one priority stream */
 
 /* The stream behind handle s (sync_mu held); dies when s is not one. */
 static stream_t *stream_locked(cudaStream_t s, const char *who) {
@@ -645,6 +672,14 @@ static event_t *event_locked(cudaEvent_t e, const char *who) {
               (void *)e);
 }
 
+
+/* The host has seen e fire, or e is recorded again or destroyed
+ * (sync_mu held): it is no longer pending on its stream. */
+static void event_seen(event_t *e) {
+  if (e->pending != NULL)
+    e->pending->pending--;
+  e->pending = NULL;
+}
 
 /* ---- stream order ------------------------------------------------------ */
 
@@ -844,6 +879,24 @@ long standin_events(void) {
   return n;
 }
 
+/* Events pending on streams made with a priority (hvd's). */
+static int priority_pending(void) {
+  int n = 0;
+  pthread_mutex_lock(&sync_mu);
+  for (stream_t *p = streams; p != NULL; p = p->next)
+    if (p->priority)
+      n += p->pending;
+  pthread_mutex_unlock(&sync_mu);
+  return n;
+}
+
+int standin_peak_in_flight(void) {
+  pthread_mutex_lock(&sync_mu);
+  int n = peak_pending;
+  pthread_mutex_unlock(&sync_mu);
+  return n;
+}
+
 long standin_not_ready_answers(void) {
   pthread_mutex_lock(&sync_mu);
   long n = not_ready;
@@ -870,6 +923,30 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream,
   return cudaSuccess;
 }
 
+/* Priorities as on an H100: 0 (least) to -5 (greatest). */
+cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority,
+                                             int *greatestPriority) {
+  if (leastPriority != NULL)
+    *leastPriority = 0;
+  if (greatestPriority != NULL)
+    *greatestPriority = -5;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream,
+                                         unsigned int flags, int priority) {
+  if (priority < -5 || priority > 0)
+    return fail(cudaErrorInvalidValue);
+  cudaError_t r = cudaStreamCreateWithFlags(pStream, flags);
+  if (r == cudaSuccess) {
+    pthread_mutex_lock(&sync_mu);
+    ((stream_t *)*pStream)->priority = 1;
+    pthread_mutex_unlock(&sync_mu);
+    engine_thread = 1;
+  }
+  return r;
+}
+
 cudaError_t cudaStreamCreate(cudaStream_t *pStream) {
   return cudaStreamCreateWithFlags(pStream, cudaStreamDefault);
 }
@@ -887,6 +964,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
       break;
     }
   nstreams--;
+  for (event_t *e = events; e != NULL; e = e->next)
+    if (e->pending == s)
+      e->pending = NULL;
   if (s->id != 0)
     id_used[s->id] = 0;
   pthread_mutex_unlock(&sync_mu);
@@ -915,7 +995,11 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   pthread_mutex_unlock(&sync_mu);
   wait_unhung(hung, "cudaStreamSynchronize");
   pthread_mutex_lock(&sync_mu);
-  order_host_saw(stream_locked(stream, "cudaStreamSynchronize")->vc);
+  s = stream_locked(stream, "cudaStreamSynchronize");
+  for (event_t *e = events; e != NULL; e = e->next)
+    if (e->pending == s)
+      event_seen(e);
+  order_host_saw(s->vc);
   pthread_mutex_unlock(&sync_mu);
   return cudaSuccess;
 }
@@ -939,8 +1023,12 @@ cudaError_t cudaDeviceSynchronize(void) {
     if (hung == 0 && defaults[dev].hung != 0 &&
         standin_nccl_hanging(defaults[dev].hung))
       hung = defaults[dev].hung;
-    if (hung == 0)
+    if (hung == 0) {
       order_device_saw(dev);
+      for (event_t *e = events; e != NULL; e = e->next)
+        if (e->pending != NULL && e->pending->dev == dev)
+          event_seen(e);
+    }
     pthread_mutex_unlock(&sync_mu);
     if (hung == 0)
       return cudaSuccess;
@@ -973,6 +1061,7 @@ cudaError_t cudaEventCreate(cudaEvent_t *event) {
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   pthread_mutex_lock(&sync_mu);
   event_t *e = event_locked(event, "cudaEventDestroy");
+  event_seen(e);
   for (event_t **p = &events; *p != NULL; p = &(*p)->next)
     if (*p == e) {
       *p = e->next;
@@ -998,6 +1087,11 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   }
   e->polls_left = polls;
   e->hung = s->hung;
+  event_seen(e);
+  e->pending = s;
+  s->pending++;
+  if (s->priority && s->pending > peak_pending)
+    peak_pending = s->pending;
   if (order_enabled()) {
     (void)order_op(s);
     memcpy(e->vc, s->vc, sizeof e->vc);
@@ -1019,10 +1113,13 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (r == cudaSuccess && hung != 0 && standin_nccl_hanging(hung))
     r = cudaErrorNotReady;
   pthread_mutex_lock(&sync_mu);
-  if (r == cudaErrorNotReady)
+  if (r == cudaErrorNotReady) {
     not_ready++;
-  else
-    order_host_saw(event_locked(event, "cudaEventQuery")->vc);
+  } else {
+    e = event_locked(event, "cudaEventQuery");
+    event_seen(e);
+    order_host_saw(e->vc);
+  }
   pthread_mutex_unlock(&sync_mu);
   return r; /* NotReady is not an error: the last error stays */
 }
@@ -1035,7 +1132,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   pthread_mutex_unlock(&sync_mu);
   wait_unhung(hung, "cudaEventSynchronize");
   pthread_mutex_lock(&sync_mu);
-  order_host_saw(event_locked(event, "cudaEventSynchronize")->vc);
+  e = event_locked(event, "cudaEventSynchronize");
+  event_seen(e);
+  order_host_saw(e->vc);
   pthread_mutex_unlock(&sync_mu);
   return cudaSuccess;
 }

@@ -74,4 +74,13 @@ t_standin_faults_LDADD = $(STANDIN_LDADD)
 t_standin_selftest_CPPFLAGS = $(STANDIN_CPPFLAGS)
 t_standin_selftest_LDADD = $(STANDIN_LDADD)
 
+## Asynchronous completion: device groups in flight together (exactly
+## HVD__GPU_SLOTS), the fusion buffer grown only once they completed, a
+## process set's groups beside the world's.
+check_PROGRAMS += t/standin/flight
+NP_TESTS += t/standin/flight.np1 t/standin/flight.np2 t/standin/flight.np3 \
+	t/standin/flight.np4
+t_standin_flight_CPPFLAGS = $(STANDIN_CPPFLAGS)
+t_standin_flight_LDADD = $(STANDIN_LDADD)
+
 endif

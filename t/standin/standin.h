@@ -13,7 +13,11 @@
  * silently working. Work on streams runs at the call; only events (and
  * NCCL's asynchronous state) pretend to take time; but the order a GPU
  * would keep between streams is tracked, and work that a GPU could run
- * before the write it reads ends the process (standin_access).
+ * before the write it reads ends the process (standin_access). The
+ * thread that made a stream with a priority (hvd's engine thread) must not
+ * cudaMalloc, cudaFree, cudaHostAlloc or cudaFreeHost while an event it
+ * recorded on such a stream is pending (the host has not seen it fire):
+ * on a GPU those wait for the device, mid-collective; the process ends.
  *
  * Environment (read when first needed; the NCCL faults at every
  * ncclCommInitRank*, so a test may change them between hvd_init calls):
@@ -63,6 +67,10 @@ long standin_streams(void);
 long standin_events(void);
 /* How many times cudaEventQuery said cudaErrorNotReady, in all. */
 long standin_not_ready_answers(void);
+/* The most events recorded at once on one stream made with
+ * cudaStreamCreateWithPriority (hvd's) that the host had not yet seen
+ * fire: the device groups hvd had in flight together. */
+int standin_peak_in_flight(void);
 
 /* ---- between the stand-in's parts ---------------------------------------
  */

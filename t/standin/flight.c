@@ -1,0 +1,248 @@
+/*
+ * flight.c - asynchronous completion of device groups (lib/core/execute.c
+ * keeps them, lib/ops/nccl_ops.c's nccl_reap completes them) on the host
+ * stand-in, with HVD_STANDIN_POLLS=40: each event answers
+ * cudaErrorNotReady 40 times, so a group stays in flight for many engine
+ * cycles. HVD_GPU_OPERATIONS=nccl, a GPU per rank.
+ *
+ *  1. eight device allreduces that cannot fuse (float32 and int32, sum,
+ *     min, max and product: eight groups), submitted together: each exact,
+ *     read back on the host through cudaMemcpy (the stand-in's stream
+ *     order ends the process if hvd completed one before the host saw its
+ *     event); the stand-in saw exactly HVD__GPU_SLOTS = 4 groups in flight
+ *     at once on hvd's stream (an engine that waits for each group before
+ *     the next, as hvd's did, keeps 1);
+ *  2. while three such groups are in flight, a burst that fuses into one
+ *     group of 8 MB, larger than the fusion buffer: the buffer grows after
+ *     the three complete (the stand-in ends the process on a cudaMalloc or
+ *     cudaFree on hvd's thread while its groups are in flight), every
+ *     result exact;
+ *  3. (np >= 2) a process set of ranks {0, 1} whose device allreduces are
+ *     submitted with the world's, from a second thread: both exact; the
+ *     set's first collective creates its NCCL communicator while the
+ *     world's groups are in flight (after they complete: NCCL's setup
+ *     allocates device memory); then the set is destroyed;
+ * then hvd_shutdown, and hvd has freed every device and pinned allocation,
+ * stream and event it made.
+ *
+ * Registered at np 1, 2, 3 and 4 (t/standin/local.mk).
+ */
+#include <config.h>
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gputest.h"
+#include "hvd.h"
+#include "standin.h"
+#include "tap/tap.h"
+
+static int rank, size, dev;
+
+/* A device tensor of n elements of dt holding value(i) + rank's salt. */
+typedef struct job {
+  char name[64];
+  hvd_dtype_t dt;
+  hvd_op_t op;
+  int64_t n;
+  void *d;
+  hvd_request_t *req;
+} job_t;
+
+/* Rank k's element i: small integers whose sums, minima, maxima and
+ * products every dtype here holds exactly. */
+static double val(int k, int64_t i) {
+  double v = (double)((i + k) % 3) - 1.0; /* -1, 0, 1 */
+  return v == 0 ? 2.0 : v;
+}
+
+static double want(hvd_op_t op, int64_t i, int np) {
+  double r = val(0, i);
+  for (int k = 1; k < np; k++) {
+    double v = val(k, i);
+    r = op == HVD_SUM       ? r + v
+        : op == HVD_MIN     ? (v < r ? v : r)
+        : op == HVD_MAX     ? (v > r ? v : r)
+        : op == HVD_PRODUCT ? r * v
+                            : r;
+  }
+  return r;
+}
+
+static void job_make(job_t *j, const char *prefix, int q, hvd_dtype_t dt,
+                     hvd_op_t op, int64_t n) {
+  snprintf(j->name, sizeof j->name, "%s.%d", prefix, q);
+  j->dt = dt;
+  j->op = op;
+  j->n = n;
+  size_t es = hvd_dtype_size(dt), bytes = (size_t)n * es;
+  void *h = malloc(bytes);
+  if (h == NULL)
+    bail("malloc");
+  for (int64_t i = 0; i < n; i++) {
+    double v = val(rank, i);
+    if (dt == HVD_FLOAT32)
+      ((float *)h)[i] = (float)v;
+    else
+      ((int32_t *)h)[i] = (int32_t)v;
+  }
+  cuda_ok(cudaMalloc(&j->d, bytes), "cudaMalloc");
+  cuda_ok(cudaMemcpy(j->d, h, bytes, cudaMemcpyHostToDevice), "H2D");
+  free(h);
+}
+
+static hvd_tensor_t job_tensor(const job_t *j) {
+  int64_t shape[1] = {j->n};
+  hvd_tensor_t t = hvd_tensor_make(j->d, j->dt, 1, shape);
+  t.device = dev;
+  return t;
+}
+
+static void job_submit(job_t *j, const hvd_process_set_t *ps) {
+  hvd_tensor_t t = job_tensor(j);
+  hvd_result_t rc =
+      ps != NULL
+          ? hvd_ps_allreduce_async(ps, j->name, &t, &t, j->op, 1, 1, &j->req)
+          : hvd_allreduce_async(j->name, &t, &t, j->op, 1, 1, &j->req);
+  if (rc != HVD_SUCCESS)
+    bail("submit %s: %s", j->name, hvd_last_error());
+}
+
+/* Waits for j and checks every element on the host; frees it. */
+static int job_check(job_t *j, int np) {
+  hvd_result_t rc = hvd_wait(j->req);
+  size_t es = hvd_dtype_size(j->dt), bytes = (size_t)j->n * es;
+  void *h = malloc(bytes);
+  int good = rc == HVD_SUCCESS && h != NULL;
+  if (rc != HVD_SUCCESS)
+    tap_note("%s: %s", j->name, hvd_last_error());
+  if (good)
+    cuda_ok(cudaMemcpy(h, j->d, bytes, cudaMemcpyDeviceToHost), "D2H");
+  for (int64_t i = 0; good && i < j->n; i++) {
+    double got = j->dt == HVD_FLOAT32 ? ((float *)h)[i] : ((int32_t *)h)[i];
+    if (got != want(j->op, i, np)) {
+      tap_note("%s[%lld] = %g, want %g", j->name, (long long)i, got,
+               want(j->op, i, np));
+      good = 0;
+    }
+  }
+  free(h);
+  cuda_ok(cudaFree(j->d), "cudaFree");
+  return good;
+}
+
+static const hvd_op_t ops[4] = {HVD_SUM, HVD_MIN, HVD_MAX, HVD_PRODUCT};
+
+static void test_eight_groups(void) {
+  job_t jobs[8];
+  for (int q = 0; q < 8; q++)
+    job_make(&jobs[q], "eight", q, q < 4 ? HVD_FLOAT32 : HVD_INT32, ops[q % 4],
+             1000 + q);
+  for (int q = 0; q < 8; q++)
+    job_submit(&jobs[q], NULL);
+  int good = 1;
+  for (int q = 0; q < 8; q++)
+    good &= job_check(&jobs[q], size);
+  ok(good, "eight unfusable device allreduces: every element exact");
+  is_int(4, standin_peak_in_flight(),
+         "4 groups (HVD__GPU_SLOTS) were in flight at once on hvd's stream");
+}
+
+static void test_growth(void) {
+  job_t small[3], big[16];
+  for (int q = 0; q < 3; q++)
+    job_make(&small[q], "small", q, HVD_FLOAT32, ops[q + 1], 100);
+  for (int q = 0; q < 16; q++) /* 16 x 128 Ki float32: one group of 8 MB */
+    job_make(&big[q], "big", q, HVD_FLOAT32, HVD_SUM, 128 * 1024);
+  for (int q = 0; q < 3; q++)
+    job_submit(&small[q], NULL);
+  for (int q = 0; q < 16; q++)
+    job_submit(&big[q], NULL);
+  int good = 1;
+  for (int q = 0; q < 3; q++)
+    good &= job_check(&small[q], size);
+  for (int q = 0; q < 16; q++)
+    good &= job_check(&big[q], size);
+  ok(good, "a fused group that grows the fusion buffer while three groups "
+           "are in flight: every element exact");
+}
+
+typedef struct side {
+  const hvd_process_set_t *ps;
+  job_t jobs[4];
+  int good;
+} side_t;
+
+static void *side_run(void *arg) {
+  side_t *s = arg;
+  cuda_ok(cudaSetDevice(dev), "cudaSetDevice (second thread)");
+  for (int q = 0; q < 4; q++)
+    job_submit(&s->jobs[q], s->ps);
+  s->good = 1;
+  for (int q = 0; q < 4; q++)
+    s->good &= job_check(&s->jobs[q], 2);
+  return NULL;
+}
+
+static void test_process_set(void) {
+  if (size < 2) {
+    skip(2, "a process set of two needs 2 ranks");
+    return;
+  }
+  int members[2] = {0, 1};
+  hvd_process_set_t *ps = NULL;
+  if (hvd_process_set_create(members, 2, &ps) != HVD_SUCCESS)
+    bail("hvd_process_set_create: %s", hvd_last_error());
+  job_t world[4];
+  side_t side = {ps, {{{0}}}, 0};
+  for (int q = 0; q < 4; q++) {
+    job_make(&world[q], "world", q, HVD_FLOAT32, ops[q], 500);
+    if (rank < 2)
+      job_make(&side.jobs[q], "set", q, HVD_INT32, ops[q], 300);
+  }
+  pthread_t th;
+  for (int q = 0; q < 4; q++)
+    job_submit(&world[q], NULL);
+  if (rank < 2 && pthread_create(&th, NULL, side_run, &side) != 0)
+    bail("pthread_create");
+  int good = 1;
+  for (int q = 0; q < 4; q++)
+    good &= job_check(&world[q], size);
+  if (rank < 2)
+    pthread_join(th, NULL);
+  ok(good, "world allreduces beside a set's: every element exact");
+  ok(rank >= 2 || side.good,
+     "the set's allreduces (from a second thread): every element exact");
+  if (hvd_process_set_destroy(ps) != HVD_SUCCESS)
+    bail("hvd_process_set_destroy: %s", hvd_last_error());
+}
+
+int main(int argc, char **argv) {
+  tap_mpi_init(&argc, &argv);
+  rank = tap_rank();
+  size = tap_size();
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < size)
+    bail("the stand-in has %d GPUs for %d ranks (HVD_STANDIN_DEVICES)", count,
+         size);
+  dev = rank; /* a GPU each: NCCL refuses two ranks on one */
+  cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+  setenv("HVD_GPU_OPERATIONS", "nccl", 1);
+  setenv("HVD_STANDIN_POLLS", "40", 1);
+  long allocs0 = standin_device_allocations();
+  if (hvd_init() != HVD_SUCCESS)
+    bail("hvd_init: %s", hvd_last_error());
+  test_eight_groups();
+  test_growth();
+  test_process_set();
+  is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+  is_int(allocs0, standin_device_allocations(), "hvd freed its device memory");
+  is_int(0, standin_pinned_allocations(), "and its pinned memory");
+  is_int(0, standin_streams() + standin_events(), "and its streams and events");
+  return tap_mpi_finish();
+}
