@@ -547,6 +547,20 @@ hvd_result_t hvd_wait(hvd_request_t *req);
  * value is its result, as from hvd_wait; when 0 it returns HVD_SUCCESS. */
 hvd_result_t hvd_test(hvd_request_t *req, int *done);
 
+/* Orders the work enqueued next on `stream` (a cudaStream_t of the
+ * result's device; NULL: this thread's hvd_cuda_stream()) after req's
+ * device result, without waiting for the device: as DDP's work.wait() and
+ * llm.c's event between its NCCL and compute streams. Returns once req's
+ * collective is enqueued on hvd's stream (the host waits for the ranks to
+ * agree on it, not for the GPU), or at once when it has completed; with
+ * the host-staged executor (HVD_GPU_OPERATIONS=mpi), which completes its
+ * collectives on the host, that is when it has completed. req stays the
+ * caller's, to hvd_wait or hvd_test as usual (which then frees it; until
+ * then its result may not be complete on the host). A request that
+ * failed returns its error here too (req not freed); a host tensor's is
+ * HVD_ERR_INVALID_ARG; a build without CUDA HVD_ERR_UNSUPPORTED. */
+hvd_result_t hvd_cuda_stream_wait(hvd_request_t *req, void *stream);
+
 /* ---- Synchronized batch normalization (lib/optim) -----------------------
  * torch.nn.SyncBatchNorm and Horovod's SyncBatchNorm in training mode:
  * batch statistics over the batches of all ranks together, so that small

@@ -55,6 +55,9 @@ int hvd__cuda_home_device(void);
  * back (NULL: nothing). */
 hvd_result_t hvd__cuda_ready_event(int dev, void **out);
 void hvd__cuda_ready_put(int dev, void *event);
+/* cudaStreamWaitEvent(stream, event) with device dev current (stream NULL:
+ * dev's legacy default stream). */
+hvd_result_t hvd__cuda_stream_wait_event(int dev, void *stream, void *event);
 /* hvd_shutdown: the pooled events are destroyed, and those of requests
  * freed later too (until the next ready event). */
 void hvd__cuda_ready_drain(void);

@@ -98,6 +98,20 @@ fail:
   return rc;
 }
 
+hvd_result_t hvd__cuda_stream_wait_event(int dev, void *stream, void *event) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int cur = -1;
+  HVD__CUDA_CHECK(cudaGetDevice(&cur));
+  if (cur != dev) /* the legacy stream is the current device's */
+    HVD__CUDA_CHECK(cudaSetDevice(dev));
+  HVD__CUDA_CHECK(
+      cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+fail:
+  if (cur >= 0 && cur != dev)
+    cudaSetDevice(cur);
+  return rc;
+}
+
 void hvd__cuda_ready_put(int dev, void *event) {
   if (event != NULL && dev >= 0 && dev < POOL_DEVICES)
     pool_put(dev, (cudaEvent_t)event);
@@ -127,6 +141,13 @@ hvd_result_t hvd__cuda_ready_event(int dev, void **out) {
 void hvd__cuda_ready_put(int dev, void *event) {
   (void)dev;
   (void)event;
+}
+
+hvd_result_t hvd__cuda_stream_wait_event(int dev, void *stream, void *event) {
+  (void)dev;
+  (void)stream;
+  (void)event;
+  return hvd__set_error(HVD_ERR_UNSUPPORTED, "this build has no CUDA");
 }
 
 void hvd__cuda_ready_drain(void) {}

@@ -237,11 +237,11 @@ static void flight_room(hvd__engine_t *e, const hvd__executor_t *ex) {
     hvd__engine_reap(e, 1);
 }
 
-/* Runs the group; *deferred when its executor left it in flight (only
- * without stubs, whose memory is freed when the group ends here). */
+/* Runs the group; defer->deferred when its executor left it in flight
+ * (only without stubs, whose memory is freed when the group ends here). */
 static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *const *xs,
                         hvd_request_t *const *reqs, int m, int *which,
-                        int *deferred) {
+                        struct hvd__defer *defer) {
   const hvd__response_t *x = xs[0];
   const hvd__executor_t *ex = executor(e, x->desc.device, which);
   if (ex == NULL || ex->run[x->desc.coll] == NULL)
@@ -263,7 +263,7 @@ static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *const *xs,
   hvd__work_t w = {&x->desc, reqs, m, dims0s, NULL};
   if (ex->reap != NULL && stubs == 0) {
     flight_room(e, ex);
-    w.deferred = deferred;
+    w.defer = defer;
   }
   hvd_result_t rc = ex->run[x->desc.coll](e->exec_state[*which], &e->env, &w);
   if (dims0s != stack)
@@ -353,13 +353,15 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
       run_group(e, &xs[i], 1, agreed);
     return;
   }
-  int m, which = -1, deferred = 0;
+  int m, which = -1;
+  struct hvd__defer defer = {0, NULL};
   const hvd__response_t *x = xs[0];
   hvd_result_t rc = take_requests(e, xs, n, agreed, reqs, &m);
   double t_exec = hvd__now();
   if (rc == HVD_SUCCESS)
-    rc = run(e, xs, reqs, m, &which, &deferred);
-  if (deferred) {
+    rc = run(e, xs, reqs, m, &which, &defer);
+  if (defer.deferred) {
+    hvd__requests_launched(reqs, m, defer.event);
     keep_flight(e, reqs, m, which, x->desc.coll, t_exec);
   } else {
     if (e->tl != NULL && x->desc.coll != HVD__ALLREDUCE)

@@ -63,6 +63,14 @@ void hvd__requests_done(hvd_request_t *const *rs, int n) {
   pthread_cond_broadcast(&done_cv);
 }
 
+void hvd__requests_launched(hvd_request_t *const *rs, int n, void *event) {
+  pthread_mutex_lock(&done_mu);
+  for (int i = 0; i < n; i++)
+    rs[i]->launched = event;
+  pthread_mutex_unlock(&done_mu);
+  pthread_cond_broadcast(&done_cv);
+}
+
 void hvd__request_complete(hvd_request_t *r, hvd_result_t rc, const char *msg) {
   hvd__request_set_result(r, rc, msg);
   hvd__requests_done(&r, 1);
@@ -107,6 +115,52 @@ hvd_result_t hvd_wait(hvd_request_t *req) {
   }
   pthread_mutex_unlock(&done_mu);
   return finish(req);
+}
+
+/* Under done_mu, with req neither done nor launched: until one of them. */
+static void wait_launched(hvd_request_t *req) {
+  pthread_mutex_unlock(&done_mu);
+  hvd__caller_blocks(); /* the engine cycles at once: no back-off */
+  pthread_mutex_lock(&done_mu);
+  while (!req->done && req->launched == NULL)
+    pthread_cond_wait(&done_cv, &done_mu);
+  hvd__caller_unblocks();
+}
+
+hvd_result_t hvd_cuda_stream_wait(hvd_request_t *req, void *stream) {
+  if (req == NULL) {
+    if (!hvd_is_initialized())
+      return hvd__set_error(HVD_ERR_NOT_INITIALIZED,
+                            "hvd_cuda_stream_wait: hvd_init() has not been "
+                            "called");
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_cuda_stream_wait: req is NULL");
+  }
+  if (!hvd_cuda_built())
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "hvd_cuda_stream_wait: this build has no CUDA");
+  char lab[300];
+  hvd__request_label(req, lab, sizeof lab);
+  if (req->desc.device < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_cuda_stream_wait: %s is on the host: it has no "
+                          "device result to wait for (hvd_wait it)",
+                          lab);
+  hvd_result_t rc = HVD_SUCCESS;
+  pthread_mutex_lock(&done_mu);
+  if (!req->done && req->launched == NULL)
+    wait_launched(req);
+  if (!req->done) /* in flight: the group's event cannot be reused until
+                     it completes, which needs done_mu */
+    rc = hvd__cuda_stream_wait_event(
+        req->desc.device, stream != NULL ? stream : hvd_cuda_stream(),
+        req->launched);
+  else if (req->rc != HVD_SUCCESS)
+    rc = hvd__set_error_msg(req->rc, req->errmsg);
+  pthread_mutex_unlock(&done_mu);
+  if (rc == HVD_SUCCESS)
+    hvd__clear_error();
+  return rc;
 }
 
 hvd_result_t hvd_test(hvd_request_t *req, int *done) {

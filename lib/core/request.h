@@ -29,6 +29,10 @@ void hvd__request_set_result(hvd_request_t *r, hvd_result_t rc,
  * may free them at once. */
 void hvd__requests_done(hvd_request_t *const *rs, int n);
 
+/* The requests' device group is in flight: `event` fires when their
+ * results are complete (waiters in hvd_cuda_stream_wait wake). */
+void hvd__requests_launched(hvd_request_t *const *rs, int n, void *event);
+
 /* hvd__request_set_result + hvd__requests_done for one request. */
 void hvd__request_complete(hvd_request_t *r, hvd_result_t rc, const char *msg);
 

@@ -62,6 +62,9 @@ struct hvd_request {
   void *ready;     /* device tensors: a cudaEvent_t recorded at submission on
                       the submitting thread's stream; the executor's stream
                       waits for it (base/device_order.c) */
+  void *launched;  /* a device group in flight: the cudaEvent_t that fires
+                      when its results are complete (hvd_cuda_stream_wait);
+                      guarded by the completion lock, meaningless once done */
 
   int done; /* guarded by the completion lock in request.c */
   hvd_result_t rc;
@@ -118,9 +121,14 @@ typedef struct hvd__work {
   int n;
   const int64_t *const *dims0s; /* allgather: per request; else NULL */
   /* Non-NULL when the engine lets this group complete later (the
-   * executor has `reap`): run may enqueue the work, set *deferred to 1
-   * and return without waiting for it. */
-  int *deferred;
+   * executor has `reap`): run may enqueue the work, set defer->deferred
+   * and return without waiting for it; defer->event is then a cudaEvent_t
+   * that fires when the group's results are complete, valid until the
+   * group is reaped (hvd_cuda_stream_wait). */
+  struct hvd__defer {
+    int deferred;
+    void *event;
+  } *defer;
 } hvd__work_t;
 
 typedef hvd_result_t (*hvd__exec_fn)(void *state, const hvd__exec_env_t *env,

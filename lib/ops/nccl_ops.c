@@ -484,10 +484,12 @@ static hvd_result_t nccl_run(void *state, const hvd__exec_env_t *env,
   hvd_result_t rc = nccl_enter(s, env, w);
   if (rc == HVD_SUCCESS)
     rc = body(s, env, w);
-  if (rc == HVD_SUCCESS && w->deferred != NULL) {
+  if (rc == HVD_SUCCESS && w->defer != NULL) {
+    cudaEvent_t done = s->gpu.cur->done;
     rc = hvd__gpu_launch(&s->gpu);
     if (rc == HVD_SUCCESS) {
-      *w->deferred = 1;
+      w->defer->deferred = 1;
+      w->defer->event = (void *)done;
       return HVD_SUCCESS; /* the engine traces it when it completes */
     }
   } else if (rc == HVD_SUCCESS) {

@@ -28,6 +28,10 @@
  *    tensors: its stubs hold the identity on its GPU; first thing after
  *    hvd_init (its first device collective holds only stubs, which must be
  *    on the device current at hvd_init) and again after the rest;
+ *  - device ordering: inputs written on the submitting thread's stream
+ *    (test_device_order); hvd_cuda_stream_wait ordering a stream after a
+ *    result without the host waiting for it, and refusing a host request
+ *    (test_stream_wait);
  * then hvd_shutdown. Values are small integers (products of +-1 and +-2),
  * so every dtype holds every result exactly (float32 averages within 2
  * ulps, as in the host tests).
@@ -691,9 +695,9 @@ static void test_process_set(void) {
   h2d(dw, h, sizeof h);
   if (rank % 2 == 0)
     good &= hvd_ps_allreduce_async(ps, "ps.x", &t, &t, HVD_SUM, 1, 1, &rs) ==
-           HVD_SUCCESS;
-  good &= hvd_allreduce_async("ps.x", &tw, &tw, HVD_SUM, 1, 1, &rw) ==
-          HVD_SUCCESS;
+            HVD_SUCCESS;
+  good &=
+      hvd_allreduce_async("ps.x", &tw, &tw, HVD_SUM, 1, 1, &rw) == HVD_SUCCESS;
   if (rs != NULL)
     good &= hvd_wait(rs) == HVD_SUCCESS;
   good &= rw != NULL && hvd_wait(rw) == HVD_SUCCESS;
@@ -746,19 +750,17 @@ static void test_device_order(void) {
            pass_name);
     ok(hvd_cuda_stream() == (void *)s, "%s: hvd_cuda_stream gives it back",
        pass_name);
-    cuda_ok(cudaMemcpyAsync(d, pin, N * sizeof *pin, cudaMemcpyHostToDevice,
-                            s),
+    cuda_ok(cudaMemcpyAsync(d, pin, N * sizeof *pin, cudaMemcpyHostToDevice, s),
             "the input, asynchronously");
     hvd_request_t *r = NULL;
     hvd_result_t rc = hvd_allreduce_async(k == 0 ? "order.set" : "order.legacy",
                                           &t, &t, HVD_SUM, 1, 1, &r);
     if (rc == HVD_SUCCESS)
       rc = hvd_wait(r);
-    is_int(HVD_SUCCESS, rc, "%s: allreduce after a copy on %s", pass_name,
-           how);
-    cuda_ok(cudaMemcpyAsync(got, d, N * sizeof *got, cudaMemcpyDeviceToHost,
-                            us),
-            "the result");
+    is_int(HVD_SUCCESS, rc, "%s: allreduce after a copy on %s", pass_name, how);
+    cuda_ok(
+        cudaMemcpyAsync(got, d, N * sizeof *got, cudaMemcpyDeviceToHost, us),
+        "the result");
     cuda_ok(cudaStreamSynchronize(us), "cudaStreamSynchronize");
     ok(memcmp(got, want, sizeof want) == 0,
        "%s: exact sums after a copy on %s, the host never waiting for it",
@@ -769,6 +771,65 @@ static void test_device_order(void) {
   cudaFreeHost(pin);
   cudaStreamDestroy(us);
   free(got);
+}
+
+/* hvd_cuda_stream_wait: a stream ordered after a result on the device,
+ * the host waiting only for the launch (the stand-in ends the process if
+ * the copy on `us` could read the sum before hvd's stream wrote it). A
+ * host request has no device result. */
+static void test_stream_wait(void) {
+  enum { N = 2053 };
+  float *pin = NULL, *d = NULL, *d2 = NULL, want[N], got[N];
+  int64_t n = N;
+  cudaStream_t us;
+  cuda_ok(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking), "stream");
+  cuda_ok(cudaMallocHost((void **)&pin, N * sizeof *pin), "cudaMallocHost");
+  cuda_ok(cudaMalloc((void **)&d, N * sizeof *d), "cudaMalloc");
+  cuda_ok(cudaMalloc((void **)&d2, N * sizeof *d2), "cudaMalloc");
+  for (int i = 0; i < N; i++) {
+    pin[i] = (float)((rank + 2) * (i % 89));
+    want[i] = (float)((size * (size + 3) / 2) * (i % 89));
+  }
+  hvd_tensor_t t = hvd_tensor_make(d, HVD_FLOAT32, 1, &n);
+  t.device = dev;
+  hvd_cuda_set_stream(us);
+  cuda_ok(cudaMemcpyAsync(d, pin, N * sizeof *pin, cudaMemcpyHostToDevice, us),
+          "the input");
+  hvd_request_t *r = NULL;
+  hvd_result_t rc =
+      hvd_allreduce_async("stream_wait", &t, &t, HVD_SUM, 1, 1, &r);
+  is_int(HVD_SUCCESS, rc, "%s: stream_wait: submitted", pass_name);
+  is_int(HVD_SUCCESS, hvd_cuda_stream_wait(r, NULL),
+         "%s: hvd_cuda_stream_wait on this thread's stream", pass_name);
+  cuda_ok(cudaMemcpyAsync(d2, d, N * sizeof *d, cudaMemcpyDeviceToDevice, us),
+          "the sum, copied on the waiting stream");
+  cuda_ok(cudaMemcpyAsync(got, d2, N * sizeof *got, cudaMemcpyDeviceToHost, us),
+          "the copy, to the host");
+  cuda_ok(cudaStreamSynchronize(us), "cudaStreamSynchronize");
+  ok(memcmp(got, want, sizeof want) == 0,
+     "%s: stream_wait: the waiting stream read the exact sums", pass_name);
+  is_int(HVD_SUCCESS, hvd_wait(r), "%s: stream_wait: hvd_wait after it",
+         pass_name);
+  hvd_cuda_set_stream(NULL);
+  float h = 1;
+  int64_t one = 1;
+  hvd_tensor_t ht = hvd_tensor_make(&h, HVD_FLOAT32, 1, &one);
+  r = NULL;
+  if (hvd_allreduce_async("stream_wait.host", &ht, &ht, HVD_SUM, 1, 1, &r) !=
+      HVD_SUCCESS)
+    bail("host allreduce: %s", hvd_last_error());
+  is_int(HVD_ERR_INVALID_ARG, hvd_cuda_stream_wait(r, NULL),
+         "%s: stream_wait on a host request: refused", pass_name);
+  is_string("hvd_cuda_stream_wait: allreduce 'stream_wait.host' is on the "
+            "host: it has no device result to wait for (hvd_wait it)",
+            hvd_last_error(), "%s: stream_wait on a host request: message",
+            pass_name);
+  is_int(HVD_SUCCESS, hvd_wait(r), "%s: the host request still completes",
+         pass_name);
+  cudaFree(d2);
+  cudaFree(d);
+  cudaFreeHost(pin);
+  cudaStreamDestroy(us);
 }
 
 static void run_pass(const char *ops) {
@@ -790,6 +851,7 @@ static void run_pass(const char *ops) {
   test_errors();
   test_join();
   test_device_order();
+  test_stream_wait();
   test_process_set();
   is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", ops);
   unsetenv("HVD_GPU_OPERATIONS");

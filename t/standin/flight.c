@@ -22,6 +22,9 @@
  *     set's first collective creates its NCCL communicator while the
  *     world's groups are in flight (after they complete: NCCL's setup
  *     allocates device memory); then the set is destroyed;
+ *  4. hvd_cuda_stream_wait returns while the group is still in flight
+ *     (hvd_test says not done): the host did not wait for the device; a
+ *     copy on the waiting stream reads the exact sums;
  * then hvd_shutdown, and hvd has freed every device and pinned allocation,
  * stream and event it made.
  *
@@ -222,6 +225,38 @@ static void test_process_set(void) {
     bail("hvd_process_set_destroy: %s", hvd_last_error());
 }
 
+static void test_stream_wait(void) {
+  job_t j;
+  cudaStream_t us;
+  cuda_ok(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking), "stream");
+  job_make(&j, "wait", 0, HVD_FLOAT32, HVD_SUM, 777);
+  float *copy = NULL, h[777];
+  cuda_ok(cudaMalloc((void **)&copy, sizeof h), "cudaMalloc");
+  job_submit(&j, NULL);
+  is_int(HVD_SUCCESS, hvd_cuda_stream_wait(j.req, us),
+         "hvd_cuda_stream_wait on a group in flight");
+  int done = 1;
+  is_int(HVD_SUCCESS, hvd_test(j.req, &done), "hvd_test after it");
+  is_int(0, done,
+         "the group was still in flight: the host did not wait for "
+         "the device");
+  cuda_ok(cudaMemcpyAsync(copy, j.d, sizeof h, cudaMemcpyDeviceToDevice, us),
+          "D2D on the waiting stream");
+  cuda_ok(cudaMemcpyAsync(h, copy, sizeof h, cudaMemcpyDeviceToHost, us),
+          "D2H");
+  cuda_ok(cudaStreamSynchronize(us), "cudaStreamSynchronize");
+  int good = 1;
+  for (int i = 0; i < 777; i++)
+    good &= h[i] == want(HVD_SUM, i, size);
+  ok(good, "the waiting stream read the exact sums");
+  if (!done)
+    ok(job_check(&j, size), "hvd_wait then: exact");
+  else
+    skip(1, "the request completed already");
+  cudaFree(copy);
+  cudaStreamDestroy(us);
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
@@ -240,6 +275,7 @@ int main(int argc, char **argv) {
   test_eight_groups();
   test_growth();
   test_process_set();
+  test_stream_wait();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   is_int(allocs0, standin_device_allocations(), "hvd freed its device memory");
   is_int(0, standin_pinned_allocations(), "and its pinned memory");
