@@ -92,6 +92,22 @@ fail:
  * world): the builders below count ranks in it and submit to its engine. */
 static _Thread_local const hvd_process_set_t *cur_ps;
 
+/* The output of the hvd__*_into_async call running on this thread (NULL:
+ * hvd allocates the output): the builders hand it to the request. */
+static _Thread_local const hvd_tensor_t *given_out;
+
+/* r's output: the caller's slot for one hvd allocates, or given_out. */
+static void set_output(hvd_request_t *r, hvd_tensor_t *recv) {
+  if (r == NULL)
+    return;
+  if (given_out != NULL) {
+    r->recv = *given_out;
+    r->recv_given = 1;
+  } else {
+    r->recv_out = recv;
+  }
+}
+
 static int coll_size(void) {
   return cur_ps != NULL ? hvd_process_set_size(cur_ps) : hvd_size();
 }
@@ -312,8 +328,7 @@ static hvd_result_t make_allgather(const char *fn, const char *name,
   HVD__CHECK(check_out(k, name, recv));
   HVD__CHECK(check_rows(k, name, send));
   hvd_request_t *r = new_request(name, HVD__ALLGATHER, send, 0, 1, 1, 0);
-  if (r != NULL)
-    r->recv_out = recv;
+  set_output(r, recv);
   return submit(fn, r, req, now);
 fail:
   return rc;
@@ -334,6 +349,39 @@ hvd_result_t hvd_allgather(const char *name, const hvd_tensor_t *send,
                            hvd_tensor_t *recv) {
   hvd_request_t *r = NULL;
   WAIT_IF(allgather(__func__, name, send, recv, &r));
+}
+
+/* An output the caller gives: a tensor of send's dtype on send's device
+ * (its shape is checked against the result's by the executor). */
+static hvd_result_t check_given(const char *k, const char *name,
+                                const hvd_tensor_t *send,
+                                const hvd_tensor_t *out) {
+  hvd_result_t rc;
+  HVD__CHECK(hvd__check_tensor(k, name, "out", out));
+  if (send != NULL &&
+      (out->dtype != send->dtype || out->device != send->device))
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': out is %s on device %d but send is %s on "
+                          "device %d",
+                          k, name, hvd_dtype_name(out->dtype), out->device,
+                          hvd_dtype_name(send->dtype), send->device);
+fail:
+  return rc;
+}
+
+hvd_result_t hvd__allgather_into_async(const char *name,
+                                       const hvd_tensor_t *send,
+                                       const hvd_tensor_t *out,
+                                       hvd_request_t **req) {
+  REQUIRE_INIT(__func__);
+  hvd_result_t rc = check_given("allgather", name, send, out);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  hvd_tensor_t unused;
+  given_out = out;
+  rc = make_allgather(__func__, name, send, &unused, req, 1);
+  given_out = NULL;
+  return rc;
 }
 
 /* ---- alltoall ----------------------------------------------------------- */
@@ -414,10 +462,25 @@ static hvd_result_t make_reducescatter(const char *fn, const char *name,
   HVD__CHECK(check_scale(k, name, "postscale", post, send->dtype));
   hvd_request_t *r =
       new_request(name, HVD__REDUCESCATTER, send, op, pre, post, 0);
-  if (r != NULL)
-    r->recv_out = recv;
+  set_output(r, recv);
   return submit(fn, r, req, now);
 fail:
+  return rc;
+}
+
+hvd_result_t hvd__reducescatter_into_async(const char *name,
+                                           const hvd_tensor_t *send,
+                                           const hvd_tensor_t *out, hvd_op_t op,
+                                           double pre, double post,
+                                           hvd_request_t **req) {
+  REQUIRE_INIT(__func__);
+  hvd_result_t rc = check_given("reducescatter", name, send, out);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  hvd_tensor_t unused;
+  given_out = out;
+  rc = make_reducescatter(__func__, name, send, &unused, op, pre, post, req, 1);
+  given_out = NULL;
   return rc;
 }
 

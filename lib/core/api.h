@@ -18,6 +18,24 @@ hvd_result_t hvd__allreduce_wire_async(const char *name,
                                        double prescale, double postscale,
                                        hvd_dtype_t wire, hvd_request_t **req);
 
+/* hvd_allgather_async and hvd_reducescatter_async writing the result into
+ * memory the caller gives: *out (send's dtype and device; its shape must
+ * be the result's, else the request fails with "<coll> '<name>': the
+ * output given has shape ... but the result has ..."). Nothing is
+ * allocated, and out stays the caller's, also on failure. An allgather
+ * whose send is this rank's rows inside out (where they belong) runs in
+ * place. ZeRO-1 (optim/zero.c) gathers parameters and scatters gradients
+ * this way, without an allocation per parameter. */
+hvd_result_t hvd__allgather_into_async(const char *name,
+                                       const hvd_tensor_t *send,
+                                       const hvd_tensor_t *out,
+                                       hvd_request_t **req);
+hvd_result_t hvd__reducescatter_into_async(const char *name,
+                                           const hvd_tensor_t *send,
+                                           const hvd_tensor_t *out, hvd_op_t op,
+                                           double pre, double post,
+                                           hvd_request_t **req);
+
 /* HVD_ERR_NOT_INITIALIZED with "<fn>: hvd_init() has not been called". */
 hvd_result_t hvd__not_initialized(const char *fn);
 

@@ -3,6 +3,7 @@
 
 #include "ops/executor.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,8 +41,36 @@ int hvd__executor_for(const hvd__exec_env_t *env, int device) {
 #endif
 }
 
+static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
+  size_t at = (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < ndim && at < len; i++)
+    at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? ", " : "",
+                           (long long)shape[i]);
+  if (at < len)
+    snprintf(buf + at, len - at, "]");
+}
+
+hvd_result_t hvd__given_output(const hvd_request_t *r, int ndim,
+                               const int64_t *shape) {
+  const hvd_tensor_t *t = &r->recv;
+  int same = t->ndim == ndim;
+  for (int i = 0; same && i < ndim; i++)
+    same = t->shape[i] == shape[i];
+  if (same)
+    return HVD_SUCCESS;
+  char got[200], want[200];
+  shape_str(got, sizeof got, t->ndim, t->shape);
+  shape_str(want, sizeof want, ndim, shape);
+  return hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s '%s': the output given has shape %s but the "
+                        "result has %s",
+                        hvd__coll_name(r->desc.coll), r->name, got, want);
+}
+
 hvd_result_t hvd__alloc_output(hvd_request_t *r, int ndim,
                                const int64_t *shape) {
+  if (r->recv_given)
+    return hvd__given_output(r, ndim, shape);
   hvd_tensor_t *t = &r->recv;
   memset(t, 0, sizeof *t);
   t->dtype = r->desc.dtype;

@@ -49,6 +49,9 @@ struct hvd_request {
   hvd_tensor_t send;        /* input; broadcast's in-place tensor */
   hvd_tensor_t recv;        /* allreduce: caller's output; else hvd's output */
   hvd_tensor_t *recv_out;   /* caller's slot for an output hvd allocates */
+  int recv_given;           /* allgather, reducescatter: recv is memory the
+                               caller gave (lib/optim's _into calls), its
+                               shape the result's: nothing is allocated */
   int64_t *splits;          /* alltoall: copy of the caller's splits */
   int64_t *recv_splits;     /* alltoall: rows received per rank (hvd's) */
   int64_t *recv_splits_out; /* caller's array, may be NULL */
@@ -128,7 +131,7 @@ typedef struct hvd__work {
   struct hvd__defer {
     int deferred;
     void *event;
-  } *defer;
+  } * defer;
 } hvd__work_t;
 
 typedef hvd_result_t (*hvd__exec_fn)(void *state, const hvd__exec_env_t *env,
@@ -179,8 +182,15 @@ extern const hvd__executor_t *const hvd__executors[];
  * env->gpu_ops says); -1 when this build has none. */
 int hvd__executor_for(const hvd__exec_env_t *env, int device);
 
-/* Allocates the output tensor of a request (host memory), shape given. */
+/* Allocates the output tensor of a request (host memory), shape given;
+ * a given output (r->recv_given) is checked instead (hvd__given_output). */
 hvd_result_t hvd__alloc_output(hvd_request_t *r, int ndim,
+                               const int64_t *shape);
+
+/* A given output must have the result's shape: else HVD_ERR_INVALID_ARG
+ * "<coll> '<name>': the output given has shape [a, b] but the result has
+ * [c, b]". */
+hvd_result_t hvd__given_output(const hvd_request_t *r, int ndim,
                                const int64_t *shape);
 
 /* Bytes of one row (dimensions 1..) of a tensor with d's dtype and shape. */

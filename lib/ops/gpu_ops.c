@@ -217,6 +217,8 @@ void hvd__gpu_release(hvd__gpu_t *g) {
 hvd_result_t hvd__gpu_alloc_output(hvd__gpu_t *g, hvd_request_t *r, int ndim,
                                    const int64_t *shape) {
   hvd_result_t rc = HVD_SUCCESS;
+  if (r->recv_given) /* the caller's memory: nothing to allocate */
+    return hvd__given_output(r, ndim, shape);
   hvd_tensor_t *t = &r->recv;
   memset(t, 0, sizeof *t);
   t->dtype = r->desc.dtype;

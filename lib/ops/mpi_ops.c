@@ -368,9 +368,13 @@ static hvd_result_t mpi_allgather(void *state, const hvd__exec_env_t *env,
     s->displs[k] = at;
     at += s->counts[k];
   }
-  HVD__MPI_CHECK(MPI_Allgatherv(r->send.data, s->counts[env->rank], row,
-                                r->recv.data, s->counts, s->displs, row,
-                                env->comm));
+  /* in place when the caller's rows are already where they go (a given
+   * output: ZeRO's blocks inside their parameter) */
+  const void *in =
+      (const char *)r->recv.data + (size_t)s->displs[env->rank] * (size_t)rb;
+  HVD__MPI_CHECK(MPI_Allgatherv(
+      r->send.data == in ? MPI_IN_PLACE : r->send.data, s->counts[env->rank],
+      row, r->recv.data, s->counts, s->displs, row, env->comm));
 fail:
   if (row != MPI_DATATYPE_NULL)
     MPI_Type_free(&row);

@@ -39,6 +39,8 @@ typedef struct nccl_state {
   char notice[HVD__NCCL_WHY_MAX];
   MPI_Request *sent; /* one per peer once sent */
   int64_t *dims0;    /* per rank: allgather's first dimensions */
+  int64_t *fdims;    /* a fused allgather's: [member * size + rank] */
+  size_t fdims_bytes;
 } nccl_state_t;
 /* A call that returned (or will settle) without error. */
 #define NCCL_OK(r) ((r) == ncclSuccess || (r) == ncclInProgress)

@@ -315,9 +315,17 @@ static hvd_result_t group_end(nccl_state_t *s, ncclResult_t r,
   return hvd__nccl_settle(s, e, what);
 }
 
+static hvd_result_t allgather_fused(nccl_state_t *s, const hvd__exec_env_t *env,
+                                    const hvd__work_t *w);
+static hvd_result_t reducescatter_fused(nccl_state_t *s,
+                                        const hvd__exec_env_t *env,
+                                        const hvd__work_t *w);
+
 static hvd_result_t allgather(nccl_state_t *s, const hvd__exec_env_t *env,
                               const hvd__work_t *w) {
   hvd_result_t rc = HVD_SUCCESS;
+  if (w->n > 1)
+    return allgather_fused(s, env, w);
   const hvd__desc_t *d = w->desc;
   hvd_request_t *r = w->reqs[0];
   const int64_t *dims0 = w->dims0s[0];
@@ -406,6 +414,8 @@ fail:
 static hvd_result_t reducescatter(nccl_state_t *s, const hvd__exec_env_t *env,
                                   const hvd__work_t *w) {
   hvd_result_t rc = HVD_SUCCESS;
+  if (w->n > 1)
+    return reducescatter_fused(s, env, w);
   const hvd__desc_t *d = w->desc;
   hvd_request_t *r = w->reqs[0];
   hvd_dtype_t dtype = d->dtype;
@@ -469,6 +479,182 @@ static hvd_result_t reducescatter(nccl_state_t *s, const hvd__exec_env_t *env,
     HVD__CHECK(hvd__cuda_reduce_finish(out, pout, mine * row_elems, dtype, op,
                                        finish ? d->postscale : 1.0,
                                        finish ? env->size : 1, st));
+fail:
+  return rc;
+}
+
+/* ---- fused allgathers and reducescatters: one NCCL group each ----------- */
+
+/* Rows of member i on rank q for a fused allgather: [i * P + q]. The
+ * members agreed through the cache (dims0s[i] NULL) are learnt in one
+ * MPI_Allgather for all of them. */
+static hvd_result_t fused_dims(nccl_state_t *s, const hvd__exec_env_t *env,
+                               const hvd__work_t *w, int64_t **out) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int m = w->n, P = env->size, nc = 0;
+  size_t need = (size_t)(2 * m) * (size_t)P * sizeof(int64_t);
+  if (need > s->fdims_bytes) {
+    int64_t *p = realloc(s->fdims, need);
+    if (p == NULL)
+      return hvd__set_error(HVD_ERR_NO_MEMORY, "fused allgather");
+    s->fdims = p;
+    s->fdims_bytes = need;
+  }
+  int64_t *dims = s->fdims, *learnt = dims + (size_t)m * P;
+  memset(learnt + (size_t)env->rank * m, 0, (size_t)m * sizeof *learnt);
+  for (int i = 0; i < m; i++)
+    if (w->dims0s[i] == NULL)
+      learnt[(size_t)env->rank * m + nc++] = w->reqs[i]->send.shape[0];
+  if (nc > 0)
+    HVD__MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, m, MPI_INT64_T, learnt, m,
+                                 MPI_INT64_T, env->comm));
+  for (int i = 0, j = 0; i < m; i++) {
+    for (int q = 0; q < P; q++)
+      dims[(size_t)i * P + q] =
+          w->dims0s[i] != NULL ? w->dims0s[i][q] : learnt[(size_t)q * m + j];
+    j += w->dims0s[i] == NULL;
+  }
+  *out = dims;
+fail:
+  return rc;
+}
+
+/* Member r's gather, inside the open NCCL group: one ncclAllGather when
+ * every rank has as many rows, else one ncclBroadcast per rank into
+ * place (in place when r's rows already are where they belong). */
+static ncclResult_t gather_one(nccl_state_t *s, const hvd__exec_env_t *env,
+                               hvd_request_t *r, const int64_t *dims0) {
+  size_t rb = (size_t)hvd__row_bytes(&r->desc), at = 0;
+  char *out = r->recv.data;
+  int equal = 1;
+  for (int k = 0; k < env->size; k++)
+    equal = equal && dims0[k] == dims0[0];
+  if (rb == 0)
+    return ncclSuccess;
+  if (equal)
+    return dims0[0] == 0
+               ? ncclSuccess
+               : ncclAllGather(r->send.data, out, (size_t)dims0[0] * rb,
+                               ncclUint8, s->comm, s->gpu.stream);
+  ncclResult_t nr = ncclSuccess;
+  for (int k = 0; k < env->size && NCCL_OK(nr); k++) {
+    size_t bytes = (size_t)dims0[k] * rb;
+    const void *src = k == env->rank ? r->send.data : (const void *)(out + at);
+    if (bytes > 0)
+      nr = ncclBroadcast(src, out + at, bytes, ncclUint8, k, s->comm,
+                         s->gpu.stream);
+    at += bytes;
+  }
+  return nr;
+}
+
+/* A fused group of device allgathers (any dtypes and rows): every output
+ * allocated (or given) and agreed first, then one NCCL group. */
+static hvd_result_t allgather_fused(nccl_state_t *s, const hvd__exec_env_t *env,
+                                    const hvd__work_t *w) {
+  hvd_result_t rc = HVD_SUCCESS, prep = HVD_SUCCESS;
+  int64_t *dims = NULL;
+  int P = env->size;
+  HVD__CHECK(fused_dims(s, env, w, &dims));
+  for (int i = 0; i < w->n && prep == HVD_SUCCESS; i++) {
+    int64_t rows = 0;
+    for (int q = 0; q < P; q++)
+      rows += dims[(size_t)i * P + q];
+    prep = alloc_rows(s, w->reqs[i], &w->reqs[i]->desc, rows);
+  }
+  HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1, prep));
+  NCCL_CHECK(ncclGroupStart());
+  ncclResult_t nr = ncclSuccess;
+  for (int i = 0; i < w->n && NCCL_OK(nr); i++)
+    nr = gather_one(s, env, w->reqs[i], dims + (size_t)i * P);
+  rc = group_end(s, nr, "ncclAllGather/ncclBroadcast (fused allgather)");
+fail:
+  return rc;
+}
+
+/* Elements of member r's padded block: ceil(rows / P) rows. */
+static int64_t padded_block(const hvd_request_t *r, int64_t P) {
+  const hvd__desc_t *d = &r->desc;
+  int64_t re = hvd__row_bytes(d) / (int64_t)hvd_dtype_size(d->dtype);
+  return (d->shape[0] + P - 1) / P * re;
+}
+
+/* The spans of a fused reducescatter in the fusion buffer, member by
+ * member: P pack spans (rank k's rows into padded block k), then, after
+ * every member's, one unpack span per member (its reduced block, after
+ * its P input blocks, into its output). *max_pack, *max_unpack: the
+ * longest of each kind. */
+static void rs_spans(nccl_state_t *s, const hvd__exec_env_t *env,
+                     const hvd__work_t *w, int64_t *max_pack,
+                     int64_t *max_unpack) {
+  size_t es = hvd_dtype_size(w->desc->dtype);
+  int64_t P = env->size;
+  int n = w->n;
+  hvd__cuda_span_t *sp = s->gpu.cur->spans;
+  char *at = s->gpu.buf;
+  *max_pack = *max_unpack = 0;
+  for (int i = 0; i < n; i++) {
+    const hvd_request_t *r = w->reqs[i];
+    int64_t rows = r->desc.shape[0], blk = padded_block(r, P);
+    int64_t re = hvd__row_bytes(&r->desc) / (int64_t)es;
+    int64_t mine = hvd__block_rows(rows, P, env->rank) * re;
+    const char *in = r->send.data;
+    for (int64_t k = 0; k < P; k++)
+      sp[i * P + k] = (hvd__cuda_span_t){
+          in + (size_t)(hvd__block_first(rows, P, k) * re) * es,
+          at + (size_t)(k * blk) * es, hvd__block_rows(rows, P, k) * re};
+    sp[P * n + i] =
+        (hvd__cuda_span_t){at + (size_t)(P * blk) * es, r->recv.data, mine};
+    *max_pack = blk > *max_pack ? blk : *max_pack;
+    *max_unpack = mine > *max_unpack ? mine : *max_unpack;
+    at += (size_t)((P + 1) * blk) * es;
+  }
+}
+
+/* A fused group of device reducescatters (one dtype, op and scaling; any
+ * shapes), each through the padded layout of an uneven one alone: one
+ * pack kernel for every member (prescale fused), one NCCL group of
+ * ncclReduceScatter, one unpack kernel (average, postscale) into the
+ * outputs. Outputs, buffer and spans are agreed before anything runs. */
+static hvd_result_t reducescatter_fused(nccl_state_t *s,
+                                        const hvd__exec_env_t *env,
+                                        const hvd__work_t *w) {
+  hvd_result_t rc = HVD_SUCCESS, prep = HVD_SUCCESS;
+  const hvd__desc_t *d = w->desc;
+  size_t es = hvd_dtype_size(d->dtype), bytes = 0;
+  int64_t P = env->size, max_pack, max_unpack;
+  int n = w->n, npack = (int)P * n;
+  cudaStream_t st = s->gpu.stream;
+  for (int i = 0; i < n; i++) {
+    const hvd__desc_t *di = &w->reqs[i]->desc;
+    bytes += (size_t)((P + 1) * padded_block(w->reqs[i], P)) * es;
+    if (prep == HVD_SUCCESS)
+      prep = alloc_rows(s, w->reqs[i], di,
+                        hvd__block_rows(di->shape[0], P, env->rank));
+  }
+  if (prep == HVD_SUCCESS)
+    prep = hvd__gpu_buffer(&s->gpu, bytes);
+  if (prep == HVD_SUCCESS)
+    prep = hvd__gpu_spans(&s->gpu, npack + n);
+  HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1, prep));
+  rs_spans(s, env, w, &max_pack, &max_unpack);
+  const hvd__cuda_span_t *sp = s->gpu.cur->spans, *dsp = s->gpu.cur->dspans;
+  HVD__CHECK(hvd__gpu_upload_spans(&s->gpu, npack + n));
+  HVD__CHECK(hvd__cuda_pack(dsp, npack, max_pack, d->dtype, d->dtype,
+                            d->prescale, st));
+  NCCL_CHECK(ncclGroupStart());
+  ncclResult_t nr = ncclSuccess;
+  for (int i = 0; i < n && NCCL_OK(nr); i++) {
+    int64_t blk = padded_block(w->reqs[i], P);
+    if (blk > 0)
+      nr = ncclReduceScatter(sp[i * P].dst, (void *)sp[npack + i].src,
+                             (size_t)blk, nccl_dtype(d->dtype), nccl_op(d->op),
+                             s->comm, st);
+  }
+  HVD__CHECK(group_end(s, nr, "ncclReduceScatter (fused reducescatter)"));
+  if (max_unpack > 0)
+    HVD__CHECK(hvd__cuda_unpack(dsp + npack, n, max_unpack, d->dtype, d->dtype,
+                                d->op, d->postscale, env->size, st));
 fail:
   return rc;
 }
@@ -629,6 +815,8 @@ static void nccl_close(void *state, int collective) {
   }
   hvd__gpu_close(&s->gpu);
   free(s->dims0);
+  free(s->fdims);
+  s->fdims = NULL;
   if (!hvd__nccl_end_notices(s))
     return; /* MPI may still read s->notice: kept (after a failure only) */
   free(s->sent);
@@ -651,6 +839,7 @@ const hvd__executor_t hvd__nccl_executor = {
         },
     .stub_alloc = hvd__gpu_stub_alloc,
     .stub_free = hvd__gpu_stub_free,
+    .fuses = 1u << HVD__ALLGATHER | 1u << HVD__REDUCESCATTER,
     .reap = nccl_reap,
     .max_in_flight = HVD__GPU_SLOTS,
 };

@@ -105,6 +105,7 @@ static hvd_result_t mirror(staged_state_t *s, int i, hvd_request_t *r,
   h->next = NULL;
   h->errmsg = NULL;
   h->recv_splits = NULL;
+  h->recv_given = 0; /* the host output is the inner executor's */
   h->send.data = s->pin + at;
   h->send.device = HVD_CPU;
   h->recv = h->send;

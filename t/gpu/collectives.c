@@ -28,6 +28,10 @@
  *    tensors: its stubs hold the identity on its GPU; first thing after
  *    hvd_init (its first device collective holds only stubs, which must be
  *    on the device current at hvd_init) and again after the rest;
+ *  - fused gathers and scatters: grouped allgathers and reducescatters
+ *    of mixed shapes (empty ones too) run as one group each; ZeRO's
+ *    allgather in place into a given tensor and reducescatter into a given
+ *    block, and a given output of the wrong shape refused;
  *  - device ordering: inputs written on the submitting thread's stream
  *    (test_device_order); hvd_cuda_stream_wait ordering a stream after a
  *    result without the host waiting for it, and refusing a host request
@@ -497,6 +501,201 @@ static void reducescatter_case(hvd_dtype_t dt, hvd_op_t op, int64_t rows,
   free(want);
 }
 
+/* Fused device gathers and scatters: a grouped allgather of NG members
+ * (float32 and int32, 0 to 2 rows per rank, 1 or 2 columns, one with no
+ * rows anywhere) and a grouped reducescatter of NG float32 members (0 to
+ * 2P+2 rows, prescale 0.5, postscale 3, average), each run as one group
+ * (the executor's `fuses`); then ZeRO's way: an allgather into a given
+ * tensor in place (each rank's rows already where they belong) and a
+ * reducescatter into a given block, neither allocating. Exact values. */
+#define NG 6
+static int64_t fg_rows(int j, int q) { return j == 3 ? 0 : (q + j) % 3; }
+
+static void fused_allgather(void) {
+  const char *names[NG];
+  char nb[NG][32];
+  hvd_tensor_t sends[NG], outs[NG];
+  void *bufs[NG];
+  for (int j = 0; j < NG; j++) {
+    hvd_dtype_t dt = j % 2 ? HVD_INT32 : HVD_FLOAT32;
+    int64_t shape[2] = {fg_rows(j, rank), 1 + j % 2};
+    struct qs c = {rank, 30 + j};
+    snprintf(nb[j], sizeof nb[j], "fag.%d", j);
+    names[j] = nb[j];
+    bufs[j] = dfill(dt, shape[0] * shape[1], fill_val, &c);
+    sends[j] = dtensor(bufs[j], dt, 2, shape);
+    memset(&outs[j], 0, sizeof outs[j]);
+  }
+  hvd_result_t rc = hvd_grouped_allgather(NG, names, sends, outs);
+  is_int(HVD_SUCCESS, rc, "%s: grouped device allgather of %d", pass_name, NG);
+  int good = rc == HVD_SUCCESS;
+  char why[300] = "";
+  for (int j = 0; good && j < NG; j++) {
+    int64_t cols = 1 + j % 2, total = 0, at = 0;
+    for (int q = 0; q < size; q++)
+      total += fg_rows(j, q);
+    double *want = hvdt_calloc((size_t)(total * cols) + 1, sizeof *want);
+    for (int q = 0; q < size; q++)
+      for (int64_t i = 0; i < fg_rows(j, q) * cols; i++)
+        want[at++] = val(q, i, 30 + j);
+    good = outs[j].shape[0] == total && outs[j].device == dev &&
+           dsame(sends[j].dtype, outs[j].data, want, total * cols, why,
+                 sizeof why);
+    free(want);
+  }
+  tap_note("%s", why);
+  ok(good, "%s: every member's rows, in rank order", pass_name);
+  for (int j = 0; j < NG; j++) {
+    if (rc == HVD_SUCCESS)
+      hvd_tensor_free(&outs[j]);
+    cudaFree(bufs[j]);
+  }
+}
+
+/* Rank q's row r, column c of reducescatter member j. */
+static double frs_val(int j, int q, int64_t r, int64_t c) {
+  return rs_val(HVD_SUM, q, r, c, 40 + j);
+}
+
+static void fused_reducescatter(void) {
+  const char *names[NG];
+  char nb[NG][32];
+  hvd_tensor_t sends[NG], outs[NG];
+  void *bufs[NG];
+  const double sc[2] = {0.5, 3};
+  for (int j = 0; j < NG; j++) {
+    int64_t rows = j == 2 ? 0 : size * (j % 3) + j, cols = 1 + j % 2;
+    float *h = hvdt_calloc((size_t)(rows * cols) + 1, sizeof *h);
+    for (int64_t i = 0; i < rows * cols; i++)
+      h[i] = (float)frs_val(j, rank, i / cols, i % cols);
+    bufs[j] = dalloc((size_t)(rows * cols) * sizeof *h + 1);
+    h2d(bufs[j], h, (size_t)(rows * cols) * sizeof *h);
+    free(h);
+    int64_t shape[2] = {rows, cols};
+    snprintf(nb[j], sizeof nb[j], "frs.%d", j);
+    names[j] = nb[j];
+    sends[j] = dtensor(bufs[j], HVD_FLOAT32, 2, shape);
+    memset(&outs[j], 0, sizeof outs[j]);
+  }
+  hvd_result_t rc = hvd_grouped_reducescatter(NG, names, sends, outs,
+                                              HVD_AVERAGE, sc[0], sc[1]);
+  is_int(HVD_SUCCESS, rc, "%s: grouped device reducescatter of %d", pass_name,
+         NG);
+  int good = rc == HVD_SUCCESS;
+  char why[300] = "";
+  for (int j = 0; good && j < NG; j++) {
+    int64_t rows = sends[j].shape[0], cols = sends[j].shape[1];
+    int64_t mine = rows / size + (rank < rows % size), start = 0;
+    for (int k = 0; k < rank; k++)
+      start += rows / size + (k < rows % size);
+    double *want = hvdt_calloc((size_t)(mine * cols) + 1, sizeof *want);
+    for (int64_t i = 0; i < mine * cols; i++) {
+      double acc = 0;
+      for (int q = 0; q < size; q++)
+        acc +=
+            (double)(float)(frs_val(j, q, start + i / cols, i % cols) * sc[0]);
+      want[i] = (double)(float)(acc / size * sc[1]);
+    }
+    void *got = hvdt_calloc((size_t)(mine * cols) + 1, sizeof(float));
+    struct hvdt_wrong w;
+    struct hvdt_tol tol = {0, 2}; /* float32 averages: within 2 ulps */
+    good = outs[j].shape[0] == mine;
+    if (good && mine > 0) {
+      d2h(got, outs[j].data, (size_t)(mine * cols) * sizeof(float));
+      good = hvdt_compare(HVD_FLOAT32, got, mine * cols, hvdt_want_array, want,
+                          tol, &w);
+      if (!good)
+        snprintf(why, sizeof why, "member %d element %lld = %.17g, want %.17g",
+                 j, (long long)w.at, w.got, w.want);
+    }
+    free(got);
+    free(want);
+  }
+  tap_note("%s", why);
+  ok(good, "%s: every member's block, averaged and scaled", pass_name);
+  for (int j = 0; j < NG; j++) {
+    if (rc == HVD_SUCCESS)
+      hvd_tensor_free(&outs[j]);
+    cudaFree(bufs[j]);
+  }
+}
+
+/* ZeRO's calls: allgather in place into a given tensor, reducescatter
+ * into a given block; a given output of the wrong shape fails, naming
+ * both shapes, and is left alone. */
+static void into_calls(void) {
+  enum { N = 23 };
+  int64_t q = N / size, m = N % size, len = q + (rank < m),
+          off = rank * q + (rank < m ? rank : m), n = N;
+  float h[N], want[N];
+  for (int i = 0; i < N; i++) {
+    int owner = 0;
+    while (owner + 1 < size &&
+           (owner + 1) * q + (owner + 1 < m ? owner + 1 : m) <= i)
+      owner++;
+    want[i] = (float)(100 * owner + i);
+    h[i] = i >= off && i < off + len ? want[i] : -1.0f;
+  }
+  float *d = dalloc(sizeof h);
+  h2d(d, h, sizeof h);
+  hvd_tensor_t whole = dtensor(d, HVD_FLOAT32, 1, &n);
+  hvd_tensor_t mine = dtensor(d + off, HVD_FLOAT32, 1, &len);
+  hvd_request_t *r = NULL;
+  hvd_result_t rc = hvd__allgather_into_async("into.ag", &mine, &whole, &r);
+  if (rc == HVD_SUCCESS)
+    rc = hvd_wait(r);
+  is_int(HVD_SUCCESS, rc, "%s: allgather into a given tensor, in place",
+         pass_name);
+  char why[300] = "";
+  double wd[N];
+  for (int i = 0; i < N; i++)
+    wd[i] = want[i];
+  ok(dsame(HVD_FLOAT32, d, wd, N, why, sizeof why),
+     "%s: every rank's block in place %s", pass_name, why);
+  float *blk = dalloc((size_t)len * sizeof(float) + 1);
+  hvd_tensor_t out = dtensor(blk, HVD_FLOAT32, 1, &len);
+  rc =
+      hvd__reducescatter_into_async("into.rs", &whole, &out, HVD_SUM, 1, 1, &r);
+  if (rc == HVD_SUCCESS)
+    rc = hvd_wait(r);
+  is_int(HVD_SUCCESS, rc, "%s: reducescatter into a given block", pass_name);
+  for (int i = 0; i < len; i++)
+    wd[i] = (double)size * want[off + i];
+  ok(dsame(HVD_FLOAT32, blk, wd, len, why, sizeof why),
+     "%s: the summed block %s", pass_name, why);
+  int64_t wrong = len + 1;
+  hvd_tensor_t bad = dtensor(blk, HVD_FLOAT32, 1, &wrong);
+  rc = hvd__reducescatter_into_async("into.bad", &whole, &bad, HVD_SUM, 1, 1,
+                                     &r);
+  if (rc == HVD_SUCCESS)
+    rc = hvd_wait(r);
+  is_int(HVD_ERR_INVALID_ARG, rc, "%s: a given output of the wrong shape",
+         pass_name);
+  /* NCCL agrees on a group's preparation: every rank reports rank 0's
+   * words (the first that failed); the host-staged pass its own */
+  int nccl = strcmp(pass_name, "nccl") == 0;
+  int64_t l0 = nccl ? q + (0 < m) : len;
+  char msg[300];
+  snprintf(msg, sizeof msg,
+           "%sreducescatter 'into.bad': the output given has shape [%lld] but "
+           "the result has [%lld]",
+           nccl && rank != 0 ? "rank 0 could not prepare the collective on "
+                               "its GPU: "
+                             : "",
+           (long long)l0 + 1, (long long)l0);
+  ok(strstr(hvd_last_error(), msg) != NULL, "%s: its message names both shapes",
+     pass_name);
+  tap_note("%s", hvd_last_error());
+  cudaFree(blk);
+  cudaFree(d);
+}
+
+static void test_fused_gathers(void) {
+  fused_allgather();
+  fused_reducescatter();
+  into_calls();
+}
+
 static void test_gathers(void) {
   test_broadcast();
   for (int d = 0; d < NDT; d++) {
@@ -848,6 +1047,7 @@ static void run_pass(const char *ops) {
   test_join();
   test_allreduce();
   test_gathers();
+  test_fused_gathers();
   test_errors();
   test_join();
   test_device_order();

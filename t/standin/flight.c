@@ -25,6 +25,10 @@
  *  4. hvd_cuda_stream_wait returns while the group is still in flight
  *     (hvd_test says not done): the host did not wait for the device; a
  *     copy on the waiting stream reads the exact sums;
+ *  5. a grouped device allgather and a grouped device reducescatter of 4
+ *     each ran as one group (the NCCL executor fuses them: in rank 0's
+ *     timeline each member's span starts at one time and says
+ *     "tensors":4), with exact results;
  * then hvd_shutdown, and hvd has freed every device and pinned allocation,
  * stream and event it made.
  *
@@ -42,6 +46,7 @@
 
 #include "gputest.h"
 #include "hvd.h"
+#include "hvdtest.h"
 #include "standin.h"
 #include "tap/tap.h"
 
@@ -257,6 +262,73 @@ static void test_stream_wait(void) {
   cudaStreamDestroy(us);
 }
 
+#define NF 4
+static const char *ag_names[NF] = {"fused.ag.0", "fused.ag.1", "fused.ag.2",
+                                   "fused.ag.3"};
+static const char *rs_names[NF] = {"fused.rs.0", "fused.rs.1", "fused.rs.2",
+                                   "fused.rs.3"};
+
+/* Grouped allgather (member j: j + 1 rows of 2 per rank) and reducescatter
+ * (member j: 3P + j rows of 1, summed) of float32, checked exactly. */
+static void test_fused(void) {
+  hvd_tensor_t sends[NF], outs[NF];
+  float *bufs[NF];
+  int good = 1;
+  for (int j = 0; j < NF; j++) {
+    int64_t shape[2] = {j + 1, 2};
+    float h[8];
+    for (int i = 0; i < (j + 1) * 2; i++)
+      h[i] = (float)(10 * rank + i + j);
+    cuda_ok(cudaMalloc((void **)&bufs[j], sizeof h), "cudaMalloc");
+    cuda_ok(cudaMemcpy(bufs[j], h, sizeof h, cudaMemcpyHostToDevice), "H2D");
+    sends[j] = hvd_tensor_make(bufs[j], HVD_FLOAT32, 2, shape);
+    sends[j].device = dev;
+    memset(&outs[j], 0, sizeof outs[j]);
+  }
+  is_int(HVD_SUCCESS, hvd_grouped_allgather(NF, ag_names, sends, outs),
+         "grouped device allgather of %d", NF);
+  for (int j = 0; j < NF; j++) {
+    int64_t n = (int64_t)size * (j + 1) * 2;
+    float h[64];
+    cuda_ok(cudaMemcpy(h, outs[j].data, (size_t)n * sizeof *h,
+                       cudaMemcpyDeviceToHost),
+            "D2H");
+    for (int64_t i = 0; i < n; i++)
+      good &= h[i] == (float)(10 * (i / ((j + 1) * 2)) + i % ((j + 1) * 2) + j);
+    hvd_tensor_free(&outs[j]);
+    cudaFree(bufs[j]);
+  }
+  ok(good, "its results exact");
+  good = 1;
+  for (int j = 0; j < NF; j++) {
+    int64_t shape[1] = {3 * size + j};
+    float h[32];
+    for (int i = 0; i < shape[0]; i++)
+      h[i] = (float)(rank + i);
+    cuda_ok(cudaMalloc((void **)&bufs[j], sizeof h), "cudaMalloc");
+    cuda_ok(cudaMemcpy(bufs[j], h, sizeof h, cudaMemcpyHostToDevice), "H2D");
+    sends[j] = hvd_tensor_make(bufs[j], HVD_FLOAT32, 1, shape);
+    sends[j].device = dev;
+    memset(&outs[j], 0, sizeof outs[j]);
+  }
+  is_int(HVD_SUCCESS,
+         hvd_grouped_reducescatter(NF, rs_names, sends, outs, HVD_SUM, 1, 1),
+         "grouped device reducescatter of %d", NF);
+  for (int j = 0; j < NF; j++) {
+    int64_t rows = 3 * size + j, q = rows / size, m = rows % size;
+    int64_t mine = q + (rank < m), first = rank * q + (rank < m ? rank : m);
+    float h[32];
+    cuda_ok(cudaMemcpy(h, outs[j].data, (size_t)mine * sizeof *h,
+                       cudaMemcpyDeviceToHost),
+            "D2H");
+    for (int64_t i = 0; i < mine; i++)
+      good &= h[i] == (float)(size * (size - 1) / 2 + size * (first + i));
+    hvd_tensor_free(&outs[j]);
+    cudaFree(bufs[j]);
+  }
+  ok(good, "its blocks exact");
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
@@ -269,6 +341,10 @@ int main(int argc, char **argv) {
   cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
   setenv("HVD_GPU_OPERATIONS", "nccl", 1);
   setenv("HVD_STANDIN_POLLS", "40", 1);
+  char dir[512], tl[600];
+  hvdt_shared_tmpdir(dir, sizeof dir, "hvd-flight");
+  snprintf(tl, sizeof tl, "%s/timeline.json", dir);
+  setenv("HVD_TIMELINE", tl, 1);
   long allocs0 = standin_device_allocations();
   if (hvd_init() != HVD_SUCCESS)
     bail("hvd_init: %s", hvd_last_error());
@@ -276,7 +352,15 @@ int main(int argc, char **argv) {
   test_growth();
   test_process_set();
   test_stream_wait();
+  test_fused();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+  char *text = rank == 0 ? hvdt_slurp(tl) : NULL;
+  ok(rank != 0 || hvdt_timeline_fused(text, ag_names, NF, "ALLGATHER"),
+     "the allgathers ran as one group (rank 0's timeline)");
+  ok(rank != 0 || hvdt_timeline_fused(text, rs_names, NF, "REDUCESCATTER"),
+     "the reducescatters ran as one group (rank 0's timeline)");
+  free(text);
+  hvdt_remove_tmpdir(dir);
   is_int(allocs0, standin_device_allocations(), "hvd freed its device memory");
   is_int(0, standin_pinned_allocations(), "and its pinned memory");
   is_int(0, standin_streams() + standin_events(), "and its streams and events");
