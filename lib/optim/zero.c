@@ -20,9 +20,13 @@
  * an unsharded optimizer's and load at any world size, sharded or not.
  *
  * A device parameter's blocks, state and reduced gradient live on its GPU
- * (the base's update runs its device kernels on the block views; copies
- * between whole tensors and blocks are device to device): the same
- * collectives through the device executors.
+ * (the base's update runs its device kernels on the block views): the
+ * same collectives through the device executors. Nothing is allocated or
+ * copied per step: each gradient is reduce-scattered into its block made
+ * at creation, each parameter allgathered in place from its block (a view
+ * of it), all through hvd's _into calls, so that the executors fuse a
+ * step's reduce-scatters into one group and its allgathers into another
+ * (one NCCL group each on a GPU, as llm.c's ZeRO).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +43,8 @@
 struct hvd__zero {
   int n, ns;
   int64_t *off, *len;  /* this rank's block of each parameter */
-  hvd_tensor_t *recv;  /* the reduced gradient blocks (hvd's outputs) */
+  hvd_tensor_t *recv;  /* the reduced gradient blocks: made once, written
+                          by every step's reduce-scatter */
   hvd_param_t *block;  /* views: value block, recv as grad */
   hvd_tensor_t *state; /* n * ns block-sized state tensors */
   char **names;        /* "hvd.zero.<name>" */
@@ -82,8 +87,8 @@ void hvd__zero_free(hvd__zero_t *z) {
   if (z == NULL)
     return;
   for (int i = 0; i < z->n; i++) {
-    if (z->recv != NULL)
-      hvd_tensor_free(&z->recv[i]);
+    if (z->recv != NULL && z->recv[i].data != NULL)
+      free_state(&z->recv[i]);
     if (z->names != NULL)
       free(z->names[i]);
   }
@@ -127,7 +132,9 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
     z->len[i] = q + (r < m);
     z->off[i] = r * q + (r < m ? r : m);
     int dev = p->value.device;
-    z->recv[i].device = dev;
+    z->recv[i] = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
+    if ((rc = alloc_state(fn, core, &z->recv[i], dev)) != HVD_SUCCESS)
+      goto fail;
     z->block[i].name = p->name;
     float *v = p->value.data; /* NULL for an empty parameter */
     z->block[i].value = hvd_tensor_make(v != NULL ? v + z->off[i] : NULL,
@@ -168,58 +175,47 @@ hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, hvd_optimizer_t *core,
   int64_t numel = hvd_tensor_numel(g);
   hvd_tensor_t flat = hvd_tensor_make(g->data, HVD_FLOAT32, 1, &numel);
   flat.device = g->device;
-  hvd_tensor_free(&z->recv[i]); /* a block a failed step left */
-  return hvd_reducescatter_async(name, &flat, &z->recv[i], HVD_SUM, pre, post,
-                                 req);
+  return hvd__reducescatter_into_async(name, &flat, &z->recv[i], HVD_SUM, pre,
+                                       post, req);
 }
 
-/* Allgathers block k of every rank into the whole tensor it belongs to:
- * the parameters' values (state 0: k < n) or the core's state tensors
- * (state 1: k < n * ns). Waits for every one, even after a failure, and
- * returns the first failure's code and message. */
+/* Allgathers block k of every rank into the whole tensor it belongs to,
+ * written there directly (hvd__allgather_into_async: nothing allocated,
+ * nothing copied): the parameters' values (state 0: k < n; in place, the
+ * block being a view of its value) or the core's state tensors (state 1:
+ * k < n * ns). Submits them all, so that they fuse, then waits for every
+ * one, even after a failure, and returns the first failure's code and
+ * message. */
 static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
                                   int state) {
   int count = state ? z->n * z->ns : z->n;
   hvd_result_t first = HVD_SUCCESS;
   char msg[HVD__ERRMSG_MAX];
   hvd_request_t **req = calloc(count > 0 ? (size_t)count : 1, sizeof *req);
-  hvd_tensor_t *got = calloc(count > 0 ? (size_t)count : 1, sizeof *got);
-  if (req == NULL || got == NULL) {
-    free(req);
-    free(got);
+  if (req == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY,
                           "gathering the optimizer's blocks: out of memory");
-  }
   for (int k = 0; k < count; k++) {
-    got[k].device = state ? z->state[k].device : z->block[k].value.device;
-    hvd_result_t rc = hvd_allgather_async(
-        state ? z->snames[k] : z->names[k],
-        state ? &z->state[k] : &z->block[k].value, &got[k], &req[k]);
-    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
-      first = rc;
-      snprintf(msg, sizeof msg, "%s", hvd_last_error());
-    }
-  }
-  for (int k = 0; k < count; k++) {
-    if (req[k] == NULL)
-      continue;
-    hvd_result_t rc = hvd_wait(req[k]);
     hvd_tensor_t *whole = state ? &core->state[k] : &core->params[k].value;
-    size_t bytes = hvd__tensor_bytes(whole);
+    int64_t numel = hvd_tensor_numel(whole);
+    hvd_tensor_t flat = hvd_tensor_make(whole->data, HVD_FLOAT32, 1, &numel);
+    flat.device = whole->device;
+    hvd_result_t rc = hvd__allgather_into_async(
+        state ? z->snames[k] : z->names[k],
+        state ? &z->state[k] : &z->block[k].value, &flat, &req[k]);
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
       first = rc;
       snprintf(msg, sizeof msg, "%s", hvd_last_error());
-    } else if (rc == HVD_SUCCESS &&
-               (rc = copy_into("gathering the optimizer's blocks", whole, 0,
-                               got[k].data, bytes)) != HVD_SUCCESS &&
-               first == HVD_SUCCESS) {
+    }
+  }
+  for (int k = 0; k < count; k++) {
+    hvd_result_t rc = req[k] != NULL ? hvd_wait(req[k]) : HVD_SUCCESS;
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
       first = rc;
       snprintf(msg, sizeof msg, "%s", hvd_last_error());
     }
-    hvd_tensor_free(&got[k]);
   }
   free(req);
-  free(got);
   return first == HVD_SUCCESS ? first : hvd__set_error_msg(first, msg);
 }
 
@@ -227,10 +223,8 @@ hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core) {
   for (int i = 0; i < z->n; i++)
     z->block[i].grad.data = z->recv[i].data;
   hvd_result_t rc = hvd__optim_apply_on(core, z->block, z->state);
-  for (int i = 0; i < z->n; i++) {
-    hvd_tensor_free(&z->recv[i]);
+  for (int i = 0; i < z->n; i++)
     z->block[i].grad.data = NULL;
-  }
   return rc == HVD_SUCCESS ? gather_blocks(z, core, 0) : rc;
 }
 
