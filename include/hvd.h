@@ -606,7 +606,8 @@ hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
                              hvd_tensor_t *dx, float *dweight, float *dbias);
 
 /* ---- Optimizers (lib/optim) --------------------------------------------- *
- * Parameters are float32 tensors, on the host or on the rank's GPU, each
+ * Parameters are float32 tensors (or float16/bfloat16: mixed precision,
+ * below), on the host or on the rank's GPU, each
  * parameter on its own: one list may mix them. A parameter's value and
  * grad are on the same device. A device parameter follows the collectives'
  * rule: its device must be hvd_cuda_device() (before hvd_init, or with
@@ -631,11 +632,58 @@ hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
 
 typedef struct hvd_param {
   const char *name;   /* identifies it across ranks and in checkpoints */
-  hvd_tensor_t value; /* float32 */
-  hvd_tensor_t grad;  /* float32, value's shape */
+  hvd_tensor_t value; /* float32, or float16/bfloat16 (mixed precision) */
+  hvd_tensor_t grad;  /* value's dtype and shape */
 } hvd_param_t;
 
 typedef struct hvd_optimizer hvd_optimizer_t;
+
+/* Mixed precision (lib/optim/mixed.c), as apex's and DeepSpeed's: a
+ * parameter's value and grad may be float16 or bfloat16 (one dtype for
+ * both), on the host or the GPU. The optimizer then keeps a float32
+ * master copy of that value (made from it at create) and float32 state;
+ * each step converts the gradient to float32 (unscaled, below), updates
+ * the master with the same math as a float32 parameter's, and writes the
+ * master back into the value rounded to nearest even. float32 parameters
+ * behave exactly as before, bit for bit; a list may mix dtypes.
+ * A distributed optimizer reduces such gradients in their own dtype, or
+ * with reduce_fp32 = 1 converted to float32 first (compression then
+ * applies to them); checkpoints hold the master weights, so a file saved
+ * from a bfloat16 model is a float32 model's file (it loads into either,
+ * at any world size), and a float32 file loads into a bfloat16 model's
+ * masters (the values are the masters rounded). Not yet with
+ * shard_optimizer_state (refused, naming the parameter).
+ *
+ * Loss scaling (torch.cuda.amp.GradScaler's rules), needed for float16
+ * (bfloat16 has float32's exponent range and needs none): the caller
+ * multiplies its loss by hvd_optimizer_loss_scale() before backward; the
+ * step multiplies every gradient by 1 / scale as it converts it (float32
+ * ones in place), before the update and before anything else looks at
+ * it. A step whose gradients hold an inf or a NaN on any rank is skipped
+ * on every rank (the ranks agree in one tiny MAX allreduce, named
+ * "hvd.loss_scale.found_inf", in the step of a distributed optimizer): no
+ * update, no state change, hvd_optimizer_steps unchanged,
+ * hvd_optimizer_step_skipped 1, and the scale times backoff_factor. After
+ * growth_interval steps in a row without one, the scale grows by
+ * growth_factor. The scale and the count of clean steps are checkpointed
+ * (the counters "hvd.loss_scale" and "hvd.loss_scale.clean"). */
+typedef struct hvd_loss_scale_options {
+  double init_scale;       /* 65536 (2^16) */
+  double growth_factor;    /* 2 (> 1; 1 with backoff 1: a fixed scale) */
+  double backoff_factor;   /* 0.5 (in (0, 1]) */
+  int64_t growth_interval; /* 2000 (>= 1) */
+} hvd_loss_scale_options_t;
+
+void hvd_loss_scale_options_init(hvd_loss_scale_options_t *o);
+/* Turns loss scaling on (o NULL: the defaults) on any optimizer, plain or
+ * distributed; HVD_ERR_INVALID_ARG naming an option out of range. */
+hvd_result_t hvd_optimizer_set_loss_scaling(hvd_optimizer_t *opt,
+                                            const hvd_loss_scale_options_t *o);
+/* The scale to multiply the loss by: 1 without loss scaling, NAN for
+ * NULL. */
+double hvd_optimizer_loss_scale(const hvd_optimizer_t *opt);
+/* 1 when the last step found an inf or NaN and skipped its update. */
+int hvd_optimizer_step_skipped(const hvd_optimizer_t *opt);
 
 /* A user optimizer. hvd allocates, for every parameter, `nstate` state
  * tensors of the parameter's shape, zero-filled, named by state_names
@@ -714,6 +762,9 @@ typedef struct hvd_distributed_options {
                                        rank keeps the optimizer state of
                                        its 1/size block of every parameter;
                                        see below */
+  int reduce_fp32;                  /* 1: float16/bfloat16 gradients are
+                                       converted to float32 and reduced so
+                                       (default 0: in their own dtype) */
 } hvd_distributed_options_t;
 
 void hvd_distributed_options_init(hvd_distributed_options_t *o);

@@ -48,6 +48,24 @@
 static const char save_fn[] = "hvd_checkpoint_save";
 static const char load_fn[] = "hvd_checkpoint_load";
 
+/* Counters a file may hold: hvd_state's and the loss scaler's. */
+#define HVD__CKPT_MAX_COUNTERS 64
+static const char *const scaler_names[2] = {"hvd.loss_scale",
+                                            "hvd.loss_scale.clean"};
+
+static hvd_result_t with_scaler(const hvd_optimizer_t *core,
+                                const hvd__counters_t *ctr,
+                                hvd__counters_t *all, const char **names,
+                                int64_t *values);
+static hvd_result_t save_checked(const char *path, const hvd_param_t *params,
+                                 int n, const hvd_optimizer_t *opt,
+                                 int64_t step, const hvd__counters_t *ctr);
+static hvd_result_t load_checked(const char *path, hvd_param_t *params, int n,
+                                 hvd_optimizer_t *opt, int64_t *step,
+                                 hvd__counters_t *ctr);
+static int find_counter(const unsigned char *buf, size_t size, const char *name,
+                        int64_t *v);
+
 /* ---- bytes --------------------------------------------------------------- */
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
@@ -471,6 +489,52 @@ hvd_result_t hvd__checkpoint_save_ex(const char *path,
                                      const hvd__counters_t *ctr) {
   if (!hvd_is_initialized())
     return hvd__not_initialized(save_fn);
+  /* mixed precision: the masters are saved in place of the values */
+  hvd_param_t *views = NULL;
+  const hvd_optimizer_t *core = opt ? hvd__optim_core_const(opt) : NULL;
+  hvd_result_t rc = hvd__mixed_ckpt_params(core, params, n, &views);
+  if (rc == HVD_SUCCESS) {
+    hvd__counters_t all;
+    const char *names[HVD__CKPT_MAX_COUNTERS];
+    int64_t values[HVD__CKPT_MAX_COUNTERS];
+    rc = agree("save.prep", with_scaler(core, ctr, &all, names, values));
+    if (rc == HVD_SUCCESS)
+      rc = save_checked(path, views ? views : params, n, opt, step,
+                        all.n > 0 ? &all : NULL);
+    free(views);
+    return rc;
+  }
+  return agree("save.prep", rc);
+}
+
+/* The loss scaler's counters after ctr's (all's arrays: the callers'). */
+static hvd_result_t with_scaler(const hvd_optimizer_t *core,
+                                const hvd__counters_t *ctr,
+                                hvd__counters_t *all, const char **names,
+                                int64_t *values) {
+  int n = ctr != NULL ? ctr->n : 0, ns = 0;
+  int64_t sv[2];
+  hvd__mixed_counters(core, sv, &ns);
+  if (n + ns > HVD__CKPT_MAX_COUNTERS)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: %d counters (at most %d)",
+                          save_fn, n + ns, HVD__CKPT_MAX_COUNTERS);
+  for (int k = 0; k < n; k++) {
+    names[k] = ctr->names[k];
+    values[k] = ctr->values[k];
+  }
+  for (int k = 0; k < ns; k++) {
+    names[n + k] = scaler_names[k];
+    values[n + k] = sv[k];
+  }
+  all->n = n + ns;
+  all->names = names;
+  all->values = values;
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t save_checked(const char *path, const hvd_param_t *params,
+                                 int n, const hvd_optimizer_t *opt,
+                                 int64_t step, const hvd__counters_t *ctr) {
   hvd_result_t rc = check_args(save_fn, path, params, n, opt);
   if ((rc = agree("save.args", rc)) != HVD_SUCCESS)
     return rc;
@@ -735,6 +799,28 @@ static hvd_result_t next_counters(const char *path, reader_t *r,
   return HVD_SUCCESS;
 }
 
+/* 1 when the file (checked already) has counter `name`, its value in *v. */
+static int find_counter(const unsigned char *buf, size_t size, const char *name,
+                        int64_t *v) {
+  reader_t r = file_reader(buf, size);
+  file_opt_t o;
+  uint64_t nc = 0, x = 0;
+  const char *s = "";
+  uint32_t len = 0;
+  if (get_le(buf + 8, 4) != CKPT_VERSION2 || next_opt("", &r, &o) != 0 ||
+      !take_int(&r, 4, &nc))
+    return 0;
+  for (uint64_t k = 0; k < nc; k++) {
+    if (!take_str(&r, &s, &len) || !take_int(&r, 8, &x))
+      return 0;
+    if (same_str(s, len, name)) {
+      *v = (int64_t)x;
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* The file's optimizer against the program's (c, may be NULL). */
 static hvd_result_t check_opt(const char *path, const file_opt_t *o,
                               const hvd_optimizer_t *c) {
@@ -875,6 +961,31 @@ hvd_result_t hvd__checkpoint_load_ex(const char *path, hvd_param_t *params,
   if (!hvd_is_initialized())
     return hvd__not_initialized(load_fn);
   hvd_optimizer_t *c = opt ? hvd__optim_core(opt) : NULL;
+  hvd_param_t *views = NULL; /* mixed precision: load into the masters */
+  hvd_result_t rc =
+      agree("load.prep", hvd__mixed_ckpt_params(c, params, n, &views));
+  if (rc == HVD_SUCCESS)
+    rc = load_checked(path, views ? views : params, n, opt, step, ctr);
+  if (rc == HVD_SUCCESS && views != NULL)
+    rc = agree("load.values", hvd__mixed_values_from_masters(c));
+  free(views);
+  return rc;
+}
+
+/* The loss scaler's counters, when the file has them (a file without:
+ * the scaler is left as it is). */
+static void load_scaler(const unsigned char *buf, size_t size,
+                        hvd_optimizer_t *c) {
+  int64_t v[2];
+  if (c != NULL && find_counter(buf, size, scaler_names[0], &v[0]) &&
+      find_counter(buf, size, scaler_names[1], &v[1]))
+    hvd__mixed_set_counters(c, v);
+}
+
+static hvd_result_t load_checked(const char *path, hvd_param_t *params, int n,
+                                 hvd_optimizer_t *opt, int64_t *step,
+                                 hvd__counters_t *ctr) {
+  hvd_optimizer_t *c = opt ? hvd__optim_core(opt) : NULL;
   unsigned char *buf = NULL;
   size_t size = 0;
   int64_t one = 1, bytes = 0;
@@ -909,6 +1020,8 @@ hvd_result_t hvd__checkpoint_load_ex(const char *path, hvd_param_t *params,
     if (rc == HVD_SUCCESS)
       rc = agree("load.blocks", back);
   }
+  if (rc == HVD_SUCCESS)
+    load_scaler(buf, size, c);
 fail:
   free(buf);
   return rc;

@@ -27,6 +27,7 @@ struct hvd__odev {
   hvd__cuda_param_span_t *spans;  /* the batch, built here (host) */
   hvd__cuda_param_span_t *dspans; /* and uploaded here (device) */
   int cap;                        /* entries of both */
+  int *flag;                      /* mixed precision's found-inf (device) */
 };
 
 /* HVD_ERR_CUDA "<who>: <call up to its '('>: <string> (<name>)", as
@@ -105,6 +106,7 @@ void hvd__odev_close(hvd__odev_t *d) {
       cudaStreamDestroy(d->stream);
     }
     cudaFree(d->dspans);
+    cudaFree(d->flag);
   }
   leave(d->dev, prev);
   (void)cudaGetLastError(); /* nothing to report from a teardown */
@@ -168,6 +170,59 @@ hvd_result_t hvd__odev_scale(const char *who, hvd__odev_t *d, float *x,
     return HVD_SUCCESS;
   HVD__CHECK(enter(who, d->dev, &prev));
   rc = hvd__cuda_grad_scale(x, n, factor, d->stream);
+  if (rc != HVD_SUCCESS)
+    rc = kernel_fail(who, rc);
+fail:
+  leave(d->dev, prev);
+  return rc;
+}
+
+hvd_result_t hvd__odev_flag_reset(const char *who, hvd__odev_t *d) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  if (d->flag == NULL)
+    ODEV_CHECK(cudaMalloc((void **)&d->flag, sizeof *d->flag));
+  ODEV_CHECK(cudaMemsetAsync(d->flag, 0, sizeof *d->flag, d->stream));
+fail:
+  leave(d->dev, prev);
+  return rc;
+}
+
+hvd_result_t hvd__odev_flag_read(const char *who, hvd__odev_t *d, int *out) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  *out = 0;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  ODEV_CHECK(cudaMemcpyAsync(out, d->flag, sizeof *out, cudaMemcpyDeviceToHost,
+                             d->stream));
+  ODEV_CHECK(cudaStreamSynchronize(d->stream));
+fail:
+  leave(d->dev, prev);
+  return rc;
+}
+
+hvd_result_t hvd__odev_to_master(const char *who, hvd__odev_t *d,
+                                 const void *src, hvd_dtype_t dtype, float *dst,
+                                 int64_t n, double factor) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  rc = hvd__cuda_to_master(src, dtype, dst, n, factor, d->flag, d->stream);
+  if (rc != HVD_SUCCESS)
+    rc = kernel_fail(who, rc);
+fail:
+  leave(d->dev, prev);
+  return rc;
+}
+
+hvd_result_t hvd__odev_from_master(const char *who, hvd__odev_t *d,
+                                   const float *src, void *dst,
+                                   hvd_dtype_t dtype, int64_t n) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  rc = hvd__cuda_from_master(src, dst, dtype, n, d->stream);
   if (rc != HVD_SUCCESS)
     rc = kernel_fail(who, rc);
 fail:
@@ -298,6 +353,40 @@ static hvd_result_t no_cuda(const char *who) {
 hvd_result_t hvd__odev_open(const char *who, int dev, hvd__odev_t **out) {
   (void)dev;
   *out = NULL;
+  return no_cuda(who);
+}
+
+hvd_result_t hvd__odev_flag_reset(const char *who, hvd__odev_t *d) {
+  (void)d;
+  return no_cuda(who);
+}
+
+hvd_result_t hvd__odev_flag_read(const char *who, hvd__odev_t *d, int *out) {
+  (void)d;
+  *out = 0;
+  return no_cuda(who);
+}
+
+hvd_result_t hvd__odev_to_master(const char *who, hvd__odev_t *d,
+                                 const void *src, hvd_dtype_t dtype, float *dst,
+                                 int64_t n, double factor) {
+  (void)d;
+  (void)src;
+  (void)dtype;
+  (void)dst;
+  (void)n;
+  (void)factor;
+  return no_cuda(who);
+}
+
+hvd_result_t hvd__odev_from_master(const char *who, hvd__odev_t *d,
+                                   const float *src, void *dst,
+                                   hvd_dtype_t dtype, int64_t n) {
+  (void)d;
+  (void)src;
+  (void)dst;
+  (void)dtype;
+  (void)n;
   return no_cuda(who);
 }
 

@@ -52,6 +52,20 @@ hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,
                               int n, const hvd_tensor_t *state, int nstate,
                               int64_t step, double lr);
 
+/* Mixed precision (mixed.c), on d's stream: a found-inf flag in device
+ * memory, cleared (made the first time) and read (waits for the stream);
+ * float32 masters from values or gradients of dtype (float32, float16,
+ * bfloat16) times factor, setting the flag on an inf or NaN; values
+ * (float16 or bfloat16) from masters, rounded to nearest even. */
+hvd_result_t hvd__odev_flag_reset(const char *who, hvd__odev_t *d);
+hvd_result_t hvd__odev_flag_read(const char *who, hvd__odev_t *d, int *out);
+hvd_result_t hvd__odev_to_master(const char *who, hvd__odev_t *d,
+                                 const void *src, hvd_dtype_t dtype, float *dst,
+                                 int64_t n, double factor);
+hvd_result_t hvd__odev_from_master(const char *who, hvd__odev_t *d,
+                                   const float *src, void *dst,
+                                   hvd_dtype_t dtype, int64_t n);
+
 /* Waits until d's stream has done everything enqueued. */
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d);
 

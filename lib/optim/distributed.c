@@ -114,6 +114,10 @@ static hvd_result_t check_options(const char *fn,
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: shard_optimizer_state %d is not 0 or 1", fn,
                           o->shard_optimizer_state);
+  if (o->reduce_fp32 != 0 && o->reduce_fp32 != 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: reduce_fp32 %d is not 0 or 1", fn,
+                          o->reduce_fp32);
   if (o->shard_optimizer_state && o->compression != HVD_COMPRESS_NONE)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "%s: shard_optimizer_state reduce-scatters float32 "
@@ -218,8 +222,20 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
   double k = o->average_passes ? (double)o->backward_passes_per_step : 1.0;
   d->prescale = 1.0 / k / f;
   d->postscale = o->op == HVD_AVERAGE ? f / hvd_size() : f;
+  for (int i = 0;
+       o->shard_optimizer_state && base->mixed != NULL && i < base->n; i++)
+    if (hvd__mixed_low(base->params[i].value.dtype) ||
+        hvd_optimizer_loss_scale(base) != 1.0) {
+      rc = hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: shard_optimizer_state with %s parameters or "
+                          "loss scaling is not supported yet (param '%s')",
+                          fn, hvd_dtype_name(base->params[i].value.dtype),
+                          base->params[i].name);
+      goto fail;
+    }
   if (o->shard_optimizer_state) /* last: it drops the base's full state */
     HVD__CHECK(hvd__zero_create(fn, base, &d->zero));
+  base->agree_inf = 1;
 
   opt->cls = &hvd__dist_class;
   opt->lr = NAN; /* the base holds lr, steps, params and state */
@@ -243,17 +259,21 @@ fail:
 static hvd_result_t start(hvd_optimizer_t *opt, int i) {
   hvd__dist_t *d = opt->dist;
   hvd_param_t *p = &opt->base->params[i];
-  hvd_result_t rc;
+  hvd_tensor_t *g = &p->grad; /* float16/bfloat16: reduced so, unless */
+  hvd_result_t rc = HVD_SUCCESS;
+  if (d->o.reduce_fp32) /* its float32 copy, made now */
+    rc = hvd__mixed_grad32(opt->base, i, &g);
+  if (rc != HVD_SUCCESS)
+    return rc;
   if (d->zero != NULL)
     rc = hvd__zero_reduce_async(d->zero, opt->base, i, d->p[i].name,
                                 d->prescale, d->postscale, &d->p[i].req);
-  else if (d->wire == HVD_FLOAT32)
-    rc = hvd_allreduce_async(d->p[i].name, &p->grad, &p->grad, HVD_SUM,
-                             d->prescale, d->postscale, &d->p[i].req);
+  else if (d->wire == HVD_FLOAT32 || g->dtype != HVD_FLOAT32)
+    rc = hvd_allreduce_async(d->p[i].name, g, g, HVD_SUM, d->prescale,
+                             d->postscale, &d->p[i].req);
   else
-    rc = hvd__allreduce_wire_async(d->p[i].name, &p->grad, &p->grad, HVD_SUM,
-                                   d->prescale, d->postscale, d->wire,
-                                   &d->p[i].req);
+    rc = hvd__allreduce_wire_async(d->p[i].name, g, g, HVD_SUM, d->prescale,
+                                   d->postscale, d->wire, &d->p[i].req);
   if (rc == HVD_SUCCESS) {
     d->p[i].started = 1;
     d->inflight++;
@@ -464,7 +484,8 @@ static hvd_result_t scale_local(hvd_optimizer_t *opt) {
   hvd__dist_t *d = opt->dist;
   hvd__odev_t *odev = opt->base->odev;
   hvd_result_t rc = HVD_SUCCESS;
-  if (!d->o.average_passes || d->o.backward_passes_per_step == 1)
+  if (!d->o.average_passes || d->o.backward_passes_per_step == 1 ||
+      opt->base->mixed != NULL) /* mixed: divided as they become float32 */
     return HVD_SUCCESS;
   double f = 1.0 / d->o.backward_passes_per_step;
   float s = (float)f;
@@ -505,6 +526,8 @@ static hvd_result_t dist_step(hvd_optimizer_t *opt) {
     return rc;
   if (d->zero != NULL)
     return hvd__zero_apply(d->zero, opt->base);
+  if (opt->base->mixed != NULL && !d->sync && d->o.average_passes)
+    return hvd__mixed_apply(opt->base, 1.0 / d->o.backward_passes_per_step);
   return hvd__optim_apply(opt->base);
 }
 

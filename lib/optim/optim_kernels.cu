@@ -15,6 +15,7 @@
 
 #include "base/cuda_launch.h"
 #include "base/device.h"
+#include "base/half.h"
 #include "optim/optim_kernels.h"
 #include "optim/optim_math.h"
 
@@ -41,6 +42,34 @@ __global__ void adam_kernel(const hvd__cuda_param_span_t *spans, int n,
          j < sp.count; j += stride)
       hvd__km_adam_elem(a, sp.value, sp.grad, sp.state[0], sp.state[1], j);
   }
+}
+
+/* float32 master values from float32/float16/bfloat16 ones, scaled */
+__global__ void to_master_kernel(const void *src, int dtype, float *dst,
+                                 int64_t n, float f, int *nonfinite) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  int bad = 0;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    float v = dtype == HVD_FLOAT16 ? hvd__f16_to_f32(((const uint16_t *)src)[i])
+              : dtype == HVD_BFLOAT16
+                  ? hvd__bf16_to_f32(((const uint16_t *)src)[i])
+                  : ((const float *)src)[i];
+    v = v * f;
+    dst[i] = v;
+    bad |= !isfinite(v);
+  }
+  if (bad)
+    *nonfinite = 1;
+}
+
+__global__ void from_master_kernel(const float *src, uint16_t *dst, int dtype,
+                                   int64_t n) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    dst[i] = dtype == HVD_FLOAT16 ? hvd__f32_to_f16(src[i])
+                                  : hvd__f32_to_bf16(src[i]);
 }
 
 /* hvd__scale of float32: multiplied in float */
@@ -99,6 +128,45 @@ extern "C" hvd_result_t hvd__cuda_grad_scale(float *x, int64_t n, double factor,
     return rc;
   scale_kernel<<<hvd__grid_for(n, 1), hvd__kernel_threads, 0, stream>>>(
       x, n, (float)factor);
+  if (cudaPeekAtLastError() != cudaSuccess)
+    return hvd__launch_error(who);
+  return HVD_SUCCESS;
+}
+
+/* ---- mixed precision ---------------------------------------------------- */
+
+static int master_dtype(hvd_dtype_t t) {
+  return t == HVD_FLOAT32 || t == HVD_FLOAT16 || t == HVD_BFLOAT16;
+}
+
+extern "C" hvd_result_t hvd__cuda_to_master(const void *src, hvd_dtype_t dtype,
+                                            float *dst, int64_t n,
+                                            double factor, int *nonfinite,
+                                            cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_to_master";
+  if (n < 0 || !master_dtype(dtype))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
+                          (long long)n, (int)dtype);
+  if (n == 0)
+    return HVD_SUCCESS;
+  to_master_kernel<<<hvd__grid_for(n, 1), hvd__kernel_threads, 0, stream>>>(
+      src, (int)dtype, dst, n, (float)factor, nonfinite);
+  if (cudaPeekAtLastError() != cudaSuccess)
+    return hvd__launch_error(who);
+  return HVD_SUCCESS;
+}
+
+extern "C" hvd_result_t hvd__cuda_from_master(const float *src, void *dst,
+                                              hvd_dtype_t dtype, int64_t n,
+                                              cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_from_master";
+  if (n < 0 || (dtype != HVD_FLOAT16 && dtype != HVD_BFLOAT16))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
+                          (long long)n, (int)dtype);
+  if (n == 0)
+    return HVD_SUCCESS;
+  from_master_kernel<<<hvd__grid_for(n, 1), hvd__kernel_threads, 0, stream>>>(
+      src, (uint16_t *)dst, (int)dtype, n);
   if (cudaPeekAtLastError() != cudaSuccess)
     return hvd__launch_error(who);
   return HVD_SUCCESS;

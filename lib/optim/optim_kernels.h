@@ -53,6 +53,22 @@ hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
 hvd_result_t hvd__cuda_grad_scale(float *x, int64_t n, double factor,
                                   cudaStream_t stream);
 
+/* ---- mixed precision (lib/optim/mixed.c) --------------------------------
+ * Checked like the others: HVD_ERR_INVALID_ARG "<who>: n N or dtype D"
+ * for a negative n or a dtype other than float32, float16, bfloat16. */
+
+/* dst[i] = (float)src[i] * (float)factor for n elements of src's dtype
+ * (src may be dst when it is float32); *nonfinite (device int) becomes 1
+ * when some result is an inf or a NaN, and is never cleared here. */
+hvd_result_t hvd__cuda_to_master(const void *src, hvd_dtype_t dtype, float *dst,
+                                 int64_t n, double factor, int *nonfinite,
+                                 cudaStream_t stream);
+/* dst[i] = src[i] rounded to dtype (float16 or bfloat16, to nearest even,
+ * as lib/base/half.h). */
+hvd_result_t hvd__cuda_from_master(const float *src, void *dst,
+                                   hvd_dtype_t dtype, int64_t n,
+                                   cudaStream_t stream);
+
 /* ---- synchronized batch norm (lib/optim/sync_bn.c) --------------------
  * x, dy, y, dx: [n, c, s] (s positions per channel) of dtype float32,
  * float16 or bfloat16; per-channel sums in double, element math in float.

@@ -69,16 +69,17 @@ static hvd_result_t check_device(const char *who, const char *pname,
   return HVD_SUCCESS;
 }
 
-/* A parameter's value or grad: a float32 tensor with data, on the host or
- * on the rank's GPU. */
+/* A parameter's value or grad: a float32 (or float16/bfloat16: mixed
+ * precision) tensor with data, on the host or on the rank's GPU. */
 static hvd_result_t check_tensor(const char *who, const char *pname,
                                  const char *which, const hvd_tensor_t *t) {
   char buf[HVD__SHAPE_STR_MAX];
   hvd_result_t rc;
-  if (t->dtype != HVD_FLOAT32)
+  if (t->dtype != HVD_FLOAT32 && !hvd__mixed_low(t->dtype))
     return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: param '%s' %s is %s, not float32", who, pname,
-                          which, hvd_dtype_name(t->dtype));
+                          "%s: param '%s' %s is %s, not float32, float16 or "
+                          "bfloat16",
+                          who, pname, which, hvd_dtype_name(t->dtype));
   if ((rc = check_device(who, pname, which, t->device)) != HVD_SUCCESS)
     return rc;
   if (t->ndim < 0 || t->ndim > HVD_MAX_DIMS)
@@ -145,6 +146,13 @@ static hvd_result_t check_params(const char *who, const hvd_param_t *params,
                           who, p->name, gd, vd);
       goto fail;
     }
+    if (p->grad.dtype != p->value.dtype) {
+      rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: param '%s' grad is %s but value is %s", who,
+                          p->name, hvd_dtype_name(p->grad.dtype),
+                          hvd_dtype_name(p->value.dtype));
+      goto fail;
+    }
     if (!same_shape(&p->value, &p->grad)) {
       char vs[HVD__SHAPE_STR_MAX], gs[HVD__SHAPE_STR_MAX];
       hvd__shape_str(p->value.ndim, p->value.shape, vs, sizeof vs);
@@ -201,6 +209,7 @@ static void free_plain(hvd_optimizer_t *opt) {
     else
       hvd__odev_free(opt->state[s].device, opt->state[s].data);
   free(opt->state);
+  hvd__mixed_free(opt->mixed);
   hvd__odev_close(opt->odev);
   free(opt);
 }
@@ -246,9 +255,9 @@ static hvd_result_t create(const char *who, hvd_param_t *params, int n,
     opt->state[s].device = HVD_CPU;
   for (size_t s = 0; s < ns; s++) {
     const hvd_tensor_t *v = &params[s / (size_t)ops->nstate].value;
-    size_t bytes = hvd__tensor_bytes(v);
     hvd_tensor_t *st = &opt->state[s];
     *st = hvd_tensor_make(NULL, HVD_FLOAT32, v->ndim, v->shape);
+    size_t bytes = hvd__tensor_bytes(st); /* float32 state, whatever v is */
     /* never NULL, even for an empty parameter: NULL means "none" */
     if (v->device != HVD_CPU) {
       if ((rc = hvd__odev_calloc(who, opt->odev, bytes, &st->data)) !=
@@ -261,6 +270,8 @@ static hvd_result_t create(const char *who, hvd_param_t *params, int n,
     if ((st->data = hvd_alloc_host(bytes)) == NULL)
       goto oom;
   }
+  if ((rc = hvd__mixed_create(who, opt, 0)) != HVD_SUCCESS)
+    goto fail;
   *out = opt;
   return HVD_SUCCESS;
 oom:
@@ -305,6 +316,8 @@ const hvd_optimizer_t *hvd__optim_core_const(const hvd_optimizer_t *opt) {
 }
 
 hvd_result_t hvd__optim_apply(hvd_optimizer_t *core) {
+  if (core->mixed != NULL)
+    return hvd__mixed_apply(core, 1.0);
   return hvd__optim_apply_on(core, core->params, core->state);
 }
 
@@ -454,6 +467,11 @@ hvd_result_t hvd_optimizer_sparse_grad(hvd_optimizer_t *opt, int i,
                           "%s: parameter '%s' is on cuda:%d; sparse gradients "
                           "are for host parameters",
                           fn, p->name, g->device);
+  if (g->dtype != HVD_FLOAT32)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: parameter '%s' is %s; sparse gradients are for "
+                          "float32 parameters",
+                          fn, p->name, hvd_dtype_name(g->dtype));
   if (g->ndim < 1 || g->shape[0] < 1)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: parameter '%s' has no rows (ndim %d)", fn,

@@ -9,7 +9,8 @@
 #include "internal.h"
 #include "optim/device.h"
 
-typedef struct hvd__dist hvd__dist_t; /* distributed.c */
+typedef struct hvd__dist hvd__dist_t;   /* distributed.c */
+typedef struct hvd__mixed hvd__mixed_t; /* mixed.c */
 
 /* What an optimizer does, by kind: the plain one (optimizer.c) updates
  * its parameters; the distributed wrapper (distributed.c) reduces the
@@ -44,6 +45,10 @@ struct hvd_optimizer {
   int64_t steps;           /* updates applied */
   double lr;
   int fresh; /* gradients changed since the last step (zero_grad/ready) */
+  hvd__mixed_t *mixed; /* float16/bfloat16 parameters' masters, loss
+                          scaling (mixed.c); NULL: neither */
+  int agree_inf;       /* a distributed optimizer's core: the ranks agree
+                          on a step's inf/NaN (loss scaling) */
   /* distributed wrapper */
   hvd_optimizer_t *base; /* owned */
   hvd__dist_t *dist;
@@ -73,6 +78,39 @@ hvd_result_t hvd__optim_apply_on(hvd_optimizer_t *core, hvd_param_t *params,
  * in order k = 0, 1, ...; the rows were checked. */
 void hvd__optim_sparse_add(hvd_tensor_t *grad, const int64_t *rows,
                            int64_t nrows, const float *values, float scale);
+
+/* ---- mixed precision (mixed.c) ------------------------------------------ */
+
+/* 1 for float16 and bfloat16. */
+int hvd__mixed_low(hvd_dtype_t t);
+/* core->mixed for core's low-precision parameters (masters made from
+ * their values), or with force (loss scaling) even without any. */
+hvd_result_t hvd__mixed_create(const char *who, hvd_optimizer_t *core,
+                               int force);
+void hvd__mixed_free(hvd__mixed_t *m); /* accepts NULL */
+/* A step of a core with mixed: gradients to float32 times factor / scale,
+ * the inf/NaN check (agreed with agree_inf), the update on float32 views,
+ * the values from the masters, the scale's update. */
+hvd_result_t hvd__mixed_apply(hvd_optimizer_t *core, double factor);
+/* reduce_fp32: parameter i's float32 gradient to reduce (*out: its master
+ * gradient, filled from the low-precision one now; the grad itself for a
+ * float32 parameter). */
+hvd_result_t hvd__mixed_grad32(hvd_optimizer_t *core, int i,
+                               hvd_tensor_t **out);
+/* Checkpoints: a copy of params (free it) whose low-precision values of
+ * core's own parameters are their masters (*views NULL without mixed);
+ * after a load, every value from its master; masters from values. */
+hvd_result_t hvd__mixed_ckpt_params(const hvd_optimizer_t *core,
+                                    const hvd_param_t *params, int n,
+                                    hvd_param_t **views);
+hvd_result_t hvd__mixed_values_from_masters(hvd_optimizer_t *core);
+hvd_result_t hvd__mixed_masters_from_values(hvd_optimizer_t *core,
+                                            const char *who);
+/* The loss scaler's counters ("hvd.loss_scale": the scale's bits,
+ * "hvd.loss_scale.clean"): *n 2, or 0 without loss scaling. */
+void hvd__mixed_counters(const hvd_optimizer_t *core, int64_t values[2],
+                         int *n);
+void hvd__mixed_set_counters(hvd_optimizer_t *core, const int64_t values[2]);
 
 /* ---- sharded state (zero.c): a distributed optimizer's ZeRO-1 part ---- */
 

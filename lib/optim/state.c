@@ -173,11 +173,16 @@ static hvd_result_t alloc_copy(hvd_state_t *st) {
   if (st->values == NULL || st->states == NULL)
     goto oom;
   for (int i = 0; i < st->n; i++) {
-    size_t bytes = hvd__tensor_bytes(&st->params[i].value);
+    /* mixed precision: the float32 master, and float32 state */
+    int64_t numel = hvd_tensor_numel(&st->params[i].value);
+    size_t bytes = hvd__tensor_bytes(&st->params[i].value),
+           sbytes = (size_t)numel * sizeof(float);
+    if (c != NULL && c->mixed != NULL)
+      bytes = sbytes;
     if ((st->values[i] = malloc(bytes ? bytes : 1)) == NULL)
       goto oom;
     for (int k = 0; k < ns; k++)
-      if ((st->states[i * ns + k] = malloc(bytes ? bytes : 1)) == NULL)
+      if ((st->states[i * ns + k] = malloc(sbytes ? sbytes : 1)) == NULL)
         goto oom;
   }
   return HVD_SUCCESS;
@@ -193,14 +198,25 @@ static hvd_result_t transfer(hvd_state_t *st, int to_live, const char *who) {
   hvd_result_t rc = HVD_SUCCESS, back;
   hvd_optimizer_t *c = st->opt ? hvd__optim_core(st->opt) : NULL;
   int ns = c != NULL ? c->ops.nstate : 0;
-  if (st->opt != NULL && (rc = hvd__optim_state_gather(st->opt)) != HVD_SUCCESS)
+  hvd_param_t *views = NULL; /* mixed precision: the masters */
+  if ((rc = hvd__mixed_ckpt_params(c, st->params, st->n, &views)) !=
+      HVD_SUCCESS)
     return rc;
+  const hvd_param_t *ps = views != NULL ? views : st->params;
+  if (st->opt != NULL &&
+      (rc = hvd__optim_state_gather(st->opt)) != HVD_SUCCESS) {
+    free(views);
+    return rc;
+  }
   for (int i = 0; i < st->n && rc == HVD_SUCCESS; i++) {
-    rc = copy_tensor(who, &st->params[i].value, st->values[i], to_live);
+    rc = copy_tensor(who, (hvd_tensor_t *)&ps[i].value, st->values[i], to_live);
     for (int k = 0; k < ns && rc == HVD_SUCCESS; k++)
       rc = copy_tensor(who, &c->state[i * ns + k], st->states[i * ns + k],
                        to_live);
   }
+  free(views);
+  if (c != NULL && rc == HVD_SUCCESS && to_live && c->mixed != NULL)
+    rc = hvd__mixed_values_from_masters(c);
   if (c != NULL && rc == HVD_SUCCESS) {
     if (to_live)
       c->lr = st->lr, c->steps = st->steps;

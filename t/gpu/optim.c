@@ -12,6 +12,8 @@
  *  - a custom optimizer's state tensors are zeroed device memory on the
  *    parameter's device (host memory for host parameters);
  *  - zero_grad on device and host gradients;
+ *  - mixed precision: float16 and bfloat16 parameters with loss scaling,
+ *    device against host bit for bit, a step with an inf skipped on both;
  *  - refusals: a parameter on another GPU ("hvd_sgd_create: param 'p0'
  *    value is on cuda:1 but this rank uses cuda:0"), a grad on the host
  *    with its value on the GPU;
@@ -63,6 +65,7 @@ int main(int argc, char **argv) {
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
+#include "base/half.h"
 #include "optim/optimizer.h" /* the state tensors */
 
 static int rank, size, dev;
@@ -640,8 +643,8 @@ static void zero_run(int kind) {
     free(b);
   }
   MPI_Bcast(&same, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  ok(same, "%s: %s: the device file is the host file, byte for byte",
-     pass_name, what);
+  ok(same, "%s: %s: the device file is the host file, byte for byte", pass_name,
+     what);
   /* the host's file into the device optimizer; the host goes on too */
   zero_train(&h, oh, 4, 4);
   is_int(HVD_SUCCESS, hvd_checkpoint_load(ph, d.p, NP, od, NULL),
@@ -716,7 +719,6 @@ static void test_broadcast(void) {
 
 /* ---- checkpoints ----------------------------------------------------------
  */
-
 
 static void test_checkpoint(void) {
   char dir[1024], ph[1100], pd[1100];
@@ -824,18 +826,24 @@ static void test_sync_bn(void) {
     int N = size > 2 && rank == size - 1 ? 0 : 2 + rank;
     int64_t shape[4] = {N, C, 2, 2}, cnt = (int64_t)N * C * S;
     size_t es = hvdt_size(t), bytes = (size_t)cnt * es, cb = sizeof(float) * 3;
-    unsigned char *x = xcalloc((size_t)cnt + 1, es), *dy = xcalloc((size_t)cnt + 1, es);
-    unsigned char *y = xcalloc((size_t)cnt + 1, es), *dx = xcalloc((size_t)cnt + 1, es);
-    unsigned char *y2 = xcalloc((size_t)cnt + 1, es), *dx2 = xcalloc((size_t)cnt + 1, es);
+    unsigned char *x = xcalloc((size_t)cnt + 1, es),
+                  *dy = xcalloc((size_t)cnt + 1, es);
+    unsigned char *y = xcalloc((size_t)cnt + 1, es),
+                  *dx = xcalloc((size_t)cnt + 1, es);
+    unsigned char *y2 = xcalloc((size_t)cnt + 1, es),
+                  *dx2 = xcalloc((size_t)cnt + 1, es);
     for (int64_t i = 0; i < cnt; i++) {
       hvdt_put(t, x, i, 2 * sin(0.3 * i + rank) + (double)(i / S % C));
       hvdt_put(t, dy, i, cos(0.7 * i - rank));
     }
     float w[3] = {1.0f, 1.5f, 0.5f}, b[3] = {0.1f, -0.2f, 0.3f};
-    float rm[3] = {0}, rv[3] = {1, 1, 1}, sm[3], si[3], dw[3] = {0}, db[3] = {0};
+    float rm[3] = {0}, rv[3] = {1, 1, 1}, sm[3], si[3], dw[3] = {0},
+          db[3] = {0};
     float rm2[3], rv2[3], sm2[3], si2[3], dw2[3], db2[3];
-    hvd_tensor_t tx = hvd_tensor_make(x, t, 4, shape), ty = hvd_tensor_make(y, t, 4, shape);
-    hvd_tensor_t tdy = hvd_tensor_make(dy, t, 4, shape), tdx = hvd_tensor_make(dx, t, 4, shape);
+    hvd_tensor_t tx = hvd_tensor_make(x, t, 4, shape),
+                 ty = hvd_tensor_make(y, t, 4, shape);
+    hvd_tensor_t tdy = hvd_tensor_make(dy, t, 4, shape),
+                 tdx = hvd_tensor_make(dx, t, 4, shape);
     int ok_host =
         hvd_sync_batch_norm_forward("bn.host", &tx, w, b, rm, rv, 0.1, 1e-5,
                                     &ty, sm, si) == HVD_SUCCESS &&
@@ -843,15 +851,20 @@ static void test_sync_bn(void) {
                                      db) == HVD_SUCCESS;
     /* the device's, from the same inputs */
     float zero3[3] = {0}, one3[3] = {1, 1, 1};
-    void *Dx = dup_dev(x, bytes), *Dy = dup_dev(y, bytes), *Ddy = dup_dev(dy, bytes);
+    void *Dx = dup_dev(x, bytes), *Dy = dup_dev(y, bytes),
+         *Ddy = dup_dev(dy, bytes);
     void *Ddx = dup_dev(dx, bytes), *Dw = dup_dev(w, cb), *Db = dup_dev(b, cb);
-    void *Drm = dup_dev(zero3, cb), *Drv = dup_dev(one3, cb), *Dsm = dup_dev(zero3, cb);
-    void *Dsi = dup_dev(zero3, cb), *Ddw = dup_dev(zero3, cb), *Ddb = dup_dev(zero3, cb);
-    hvd_tensor_t ux = hvd_tensor_make(Dx, t, 4, shape), uy = hvd_tensor_make(Dy, t, 4, shape);
-    hvd_tensor_t udy = hvd_tensor_make(Ddy, t, 4, shape), udx = hvd_tensor_make(Ddx, t, 4, shape);
+    void *Drm = dup_dev(zero3, cb), *Drv = dup_dev(one3, cb),
+         *Dsm = dup_dev(zero3, cb);
+    void *Dsi = dup_dev(zero3, cb), *Ddw = dup_dev(zero3, cb),
+         *Ddb = dup_dev(zero3, cb);
+    hvd_tensor_t ux = hvd_tensor_make(Dx, t, 4, shape),
+                 uy = hvd_tensor_make(Dy, t, 4, shape);
+    hvd_tensor_t udy = hvd_tensor_make(Ddy, t, 4, shape),
+                 udx = hvd_tensor_make(Ddx, t, 4, shape);
     ux.device = uy.device = udy.device = udx.device = dev;
-    hvd_result_t rf = hvd_sync_batch_norm_forward("bn.dev", &ux, Dw, Db, Drm, Drv,
-                                                  0.1, 1e-5, &uy, Dsm, Dsi);
+    hvd_result_t rf = hvd_sync_batch_norm_forward(
+        "bn.dev", &ux, Dw, Db, Drm, Drv, 0.1, 1e-5, &uy, Dsm, Dsi);
     if (rf != HVD_SUCCESS)
       diag("device forward: %s", hvd_last_error());
     hvd_result_t rb = hvd_sync_batch_norm_backward("bn.dev", &ux, &udy, Dw, Dsm,
@@ -872,8 +885,10 @@ static void test_sync_bn(void) {
                bn_close(HVD_FLOAT32, si, si2, 3, 1e-6, "save_invstd") &&
                bn_close(HVD_FLOAT32, dw, dw2, 3, 1e-4, "dweight") &&
                bn_close(HVD_FLOAT32, db, db2, 3, 1e-4, "dbias");
-    ok(same, "%s: sync batch norm on %s device tensors = on host tensors "
-             "(%d images here)", pass_name, hvd_dtype_name(t), N);
+    ok(same,
+       "%s: sync batch norm on %s device tensors = on host tensors "
+       "(%d images here)",
+       pass_name, hvd_dtype_name(t), N);
     void *all[] = {Dx, Dy, Ddy, Ddx, Dw, Db, Drm, Drv, Dsm, Dsi, Ddw, Ddb};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
       cudaFree(all[i]);
@@ -906,11 +921,109 @@ static void run_pass(const char *ops, int last) {
   unsetenv("HVD_GPU_OPERATIONS");
 }
 
+/* ---- mixed precision --------------------------------------------------- */
+
+#define MN 1031
+
+/* Mixed precision on the device against the host (lib/optim/mixed.c): a
+ * float16 and a bfloat16 parameter per side, AdamW, float16 loss scaling
+ * from 2^10 with growth every 2 steps; 5 steps of the same gradients on
+ * both sides, the third with an inf in element 7 (skipped on both). Values
+ * identical bit for bit after every step, and the scale and step counts
+ * equal. */
+static void test_mixed(void) {
+  static const hvd_dtype_t dts[2] = {HVD_FLOAT16, HVD_BFLOAT16};
+  uint16_t *hv[2][2], *hg[2][2]; /* [side][param]; side 1: host mirrors */
+  void *dv[2], *dg[2];
+  hvd_param_t ps[2][2];
+  hvd_optimizer_t *opt[2];
+  hvd_adam_options_t ao;
+  hvd_loss_scale_options_t lo;
+  int64_t n = MN;
+  int good = 1, skipped_ok = 1;
+  hvd_adam_options_init(&ao);
+  ao.lr = 0.01;
+  ao.decoupled = 1;
+  hvd_loss_scale_options_init(&lo);
+  lo.init_scale = 1024;
+  lo.growth_interval = 2;
+  for (int j = 0; j < 2; j++) {
+    for (int side = 0; side < 2; side++) {
+      hv[side][j] = xcalloc(MN, 2);
+      hg[side][j] = xcalloc(MN, 2);
+    }
+    for (int i = 0; i < MN; i++)
+      hv[0][j][i] = dts[j] == HVD_FLOAT16 ? hvd__f32_to_f16((float)uniform())
+                                          : hvd__f32_to_bf16((float)uniform());
+    memcpy(hv[1][j], hv[0][j], 2 * MN);
+    cuda_ok(cudaMalloc(&dv[j], 2 * MN), "cudaMalloc");
+    cuda_ok(cudaMalloc(&dg[j], 2 * MN), "cudaMalloc");
+    h2d(dv[j], hv[0][j], 2 * MN);
+    for (int side = 0; side < 2; side++) {
+      ps[side][j].name = j ? "m.bf16" : "m.f16";
+      ps[side][j].value =
+          hvd_tensor_make(side ? dv[j] : hv[1][j], dts[j], 1, &n);
+      ps[side][j].grad =
+          hvd_tensor_make(side ? dg[j] : hg[1][j], dts[j], 1, &n);
+      ps[side][j].value.device = ps[side][j].grad.device = side ? dev : HVD_CPU;
+    }
+  }
+  for (int side = 0; side < 2; side++) {
+    good &= hvd_adam_create(ps[side], 2, &ao, &opt[side]) == HVD_SUCCESS;
+    good &= hvd_optimizer_set_loss_scaling(opt[side], &lo) == HVD_SUCCESS;
+  }
+  if (!ok(good, "mixed: host and device optimizers over float16 and bfloat16"))
+    return;
+  for (int step = 0; step < 5; step++) {
+    double scale = hvd_optimizer_loss_scale(opt[0]);
+    for (int side = 0; side < 2; side++)
+      good &= hvd_optimizer_zero_grad(opt[side]) == HVD_SUCCESS;
+    for (int j = 0; j < 2; j++) {
+      for (int i = 0; i < MN; i++) {
+        float g = (float)(uniform() * scale * 0.01);
+        if (step == 2 && i == 7)
+          g = INFINITY;
+        hg[1][j][i] =
+            dts[j] == HVD_FLOAT16 ? hvd__f32_to_f16(g) : hvd__f32_to_bf16(g);
+      }
+      h2d(dg[j], hg[1][j], 2 * MN);
+    }
+    for (int side = 0; side < 2; side++)
+      if (hvd_optimizer_step(opt[side]) != HVD_SUCCESS) {
+        tap_note("step %d, side %d: %s", step, side, hvd_last_error());
+        good = 0;
+      }
+    skipped_ok &= hvd_optimizer_step_skipped(opt[0]) == (step == 2) &&
+                  hvd_optimizer_step_skipped(opt[1]) == (step == 2);
+    for (int j = 0; j < 2; j++) {
+      cuda_ok(cudaMemcpy(hv[0][j], dv[j], 2 * MN, cudaMemcpyDeviceToHost),
+              "D2H");
+      good &= memcmp(hv[0][j], hv[1][j], 2 * MN) == 0;
+    }
+  }
+  ok(good, "mixed: device values equal the host's bit for bit, every step");
+  ok(skipped_ok, "mixed: the step with an inf skipped on both");
+  ok(hvd_optimizer_loss_scale(opt[0]) == hvd_optimizer_loss_scale(opt[1]) &&
+         hvd_optimizer_steps(opt[0]) == 4 && hvd_optimizer_steps(opt[1]) == 4,
+     "mixed: scale %g and 4 updates on both", hvd_optimizer_loss_scale(opt[1]));
+  for (int side = 0; side < 2; side++)
+    hvd_optimizer_destroy(opt[side]);
+  for (int j = 0; j < 2; j++) {
+    cudaFree(dv[j]);
+    cudaFree(dg[j]);
+    for (int side = 0; side < 2; side++) {
+      free(hv[side][j]);
+      free(hg[side][j]);
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   int count = 0;
   /* a GPU each when there are enough, else all on the first */
   dev = gpu_mpi_begin(&argc, &argv, &rank, &size, &count);
   test_parity();
+  test_mixed();
   test_custom();
   test_refusals();
   if (!hvd_nccl_built())

@@ -207,7 +207,9 @@ static void test_process_set(void) {
   if (hvd_process_set_create(members, 2, &ps) != HVD_SUCCESS)
     bail("hvd_process_set_create: %s", hvd_last_error());
   job_t world[4];
-  side_t side = {ps, {{{0}}}, 0};
+  side_t side;
+  memset(&side, 0, sizeof side);
+  side.ps = ps;
   for (int q = 0; q < 4; q++) {
     job_make(&world[q], "world", q, HVD_FLOAT32, ops[q], 500);
     if (rank < 2)

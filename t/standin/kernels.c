@@ -454,6 +454,64 @@ hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
   return HVD_SUCCESS;
 }
 
+/* ---- mixed precision, as the .cu's to/from_master_kernel -------------- */
+
+hvd_result_t hvd__cuda_to_master(const void *src, hvd_dtype_t dtype,
+                                 float *dst, int64_t n, double factor,
+                                 int *nonfinite, cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_to_master";
+  if (n < 0 || (dtype != HVD_FLOAT32 && dtype != HVD_FLOAT16 &&
+                dtype != HVD_BFLOAT16))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
+                          (long long)n, (int)dtype);
+  if (n == 0)
+    return HVD_SUCCESS;
+  size_t es = hvd_dtype_size(dtype);
+  (void)standin_stream_device(stream, who);
+  standin_need_device(src, (size_t)n * es, who, "src");
+  standin_need_device(dst, (size_t)n * sizeof *dst, who, "dst");
+  standin_need_device(nonfinite, sizeof *nonfinite, who, "nonfinite");
+  standin_access(stream, src, (size_t)n * es, 0, who, "src");
+  standin_access(stream, dst, (size_t)n * sizeof *dst, 1, who, "dst");
+  standin_access(stream, nonfinite, sizeof *nonfinite, 1, who, "nonfinite");
+  float f = (float)factor;
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    float v = dtype == HVD_FLOAT16
+                  ? hvd__f16_to_f32(((const uint16_t *)src)[i])
+              : dtype == HVD_BFLOAT16
+                  ? hvd__bf16_to_f32(((const uint16_t *)src)[i])
+                  : ((const float *)src)[i];
+    v = v * f;
+    dst[i] = v;
+    bad |= !isfinite(v);
+  }
+  if (bad)
+    *nonfinite = 1;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__cuda_from_master(const float *src, void *dst,
+                                   hvd_dtype_t dtype, int64_t n,
+                                   cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_from_master";
+  if (n < 0 || (dtype != HVD_FLOAT16 && dtype != HVD_BFLOAT16))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
+                          (long long)n, (int)dtype);
+  if (n == 0)
+    return HVD_SUCCESS;
+  (void)standin_stream_device(stream, who);
+  standin_need_device(src, (size_t)n * sizeof *src, who, "src");
+  standin_need_device(dst, (size_t)n * 2, who, "dst");
+  standin_access(stream, src, (size_t)n * sizeof *src, 0, who, "src");
+  standin_access(stream, dst, (size_t)n * 2, 1, who, "dst");
+  uint16_t *d = dst;
+  for (int64_t i = 0; i < n; i++)
+    d[i] = dtype == HVD_FLOAT16 ? hvd__f32_to_f16(src[i])
+                                : hvd__f32_to_bf16(src[i]);
+  return HVD_SUCCESS;
+}
+
 /* ---- synchronized batch norm, as the .cu's bn_*_kernel ----------------- */
 
 /* The .cu's checks, then the stream's device, loudly. */

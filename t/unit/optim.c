@@ -638,11 +638,13 @@ static void test_validation(void) {
   model_init(&m);
   m.p[0].value.dtype = HVD_INT32;
   refused(INVALID, SGD(m.p, 2, &so), &opt,
-          "hvd_sgd_create: param 'w' value is int32, not float32");
+          "hvd_sgd_create: param 'w' value is int32, not float32, float16 or "
+          "bfloat16");
   model_init(&m);
   m.p[1].grad.dtype = HVD_FLOAT64;
   refused(INVALID, CUSTOM(m.p, 2, &good), &opt,
-          "hvd_optimizer_custom: param 'b' grad is float64, not float32");
+          "hvd_optimizer_custom: param 'b' grad is float64, not float32, "
+          "float16 or bfloat16");
   model_init(&m);
   m.p[0].value.device = -2;
   refused(INVALID, SGD(m.p, 2, &so), &opt,

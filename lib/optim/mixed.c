@@ -1,0 +1,441 @@
+/*
+ * mixed.c - mixed precision in the plain optimizer (hvd.h, "Mixed
+ * precision"): float32 master weights for float16/bfloat16 parameters,
+ * and dynamic loss scaling with torch.cuda.amp.GradScaler's rules.
+ *
+ * A plain optimizer has a hvd__mixed_t when some parameter is float16 or
+ * bfloat16, or loss scaling is on. It then steps through `views`: per
+ * parameter a float32 value and grad that ops->step sees (the master and
+ * its float32 gradient for a low-precision parameter, the parameter
+ * itself for a float32 one), so every optimizer, built-in or custom, runs
+ * its float32 math unchanged. A step:
+ *   1. every gradient to float32 times 1/scale (and the no-sync pass
+ *      factor): a low-precision one into its master gradient, a float32
+ *      one in place when the factor is not 1, noting any inf or NaN (host
+ *      loops; one kernel per device parameter, a device flag);
+ *   2. with agree (a distributed optimizer's core), one MAX allreduce of
+ *      that finding, so that every rank skips or steps alike;
+ *   3. skipped: the scale backs off, nothing else changes; else ops->step
+ *      on the views, then every master rounded back into its value, and
+ *      the scale grows after growth_interval clean steps.
+ * Host loops and device kernels do the same float math (lib/base/half.h
+ * conversions, one float multiply), so host and device agree bit for bit.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/errors.h"
+#include "base/half.h"
+#include "base/tensor.h"
+#include "core/api.h"
+#include "optim/optimizer.h"
+
+#define FOUND_INF_NAME "hvd.loss_scale.found_inf"
+
+struct hvd__mixed {
+  int n;
+  hvd_param_t *views;   /* what ops->step sees */
+  hvd_tensor_t *master; /* low-precision parameters' float32 values */
+  hvd_tensor_t *mgrad;  /* and gradients (data NULL for float32 ones) */
+  int *in_master;       /* gradient already in mgrad (reduce_fp32) */
+  /* loss scaling */
+  int scaling;
+  hvd_loss_scale_options_t o;
+  double scale;
+  int64_t clean; /* steps in a row without an inf or NaN */
+  int skipped;   /* the last step was skipped */
+};
+
+static int is_low(hvd_dtype_t t) {
+  return t == HVD_FLOAT16 || t == HVD_BFLOAT16;
+}
+
+int hvd__mixed_low(hvd_dtype_t t) { return is_low(t); }
+
+/* ---- host element loops (the kernels' twins) ---------------------------- */
+
+static float load(const void *src, hvd_dtype_t t, int64_t i) {
+  return t == HVD_FLOAT16    ? hvd__f16_to_f32(((const uint16_t *)src)[i])
+         : t == HVD_BFLOAT16 ? hvd__bf16_to_f32(((const uint16_t *)src)[i])
+                             : ((const float *)src)[i];
+}
+
+/* dst = src * f; 1 when some result is not finite. */
+static int host_to_master(const void *src, hvd_dtype_t t, float *dst, int64_t n,
+                          float f) {
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    float v = load(src, t, i) * f;
+    dst[i] = v;
+    bad |= !isfinite(v);
+  }
+  return bad;
+}
+
+static void host_from_master(const float *src, void *dst, hvd_dtype_t t,
+                             int64_t n) {
+  uint16_t *d = dst;
+  for (int64_t i = 0; i < n; i++)
+    d[i] =
+        t == HVD_FLOAT16 ? hvd__f32_to_f16(src[i]) : hvd__f32_to_bf16(src[i]);
+}
+
+/* ---- life -----------------------------------------------------------------
+ */
+
+static void free_tensor(hvd_tensor_t *t) {
+  if (t->data == NULL)
+    return;
+  if (t->device == HVD_CPU)
+    (void)hvd_free_host(t->data);
+  else
+    hvd__odev_free(t->device, t->data);
+  t->data = NULL;
+}
+
+void hvd__mixed_free(hvd__mixed_t *m) {
+  if (m == NULL)
+    return;
+  for (int i = 0; i < m->n; i++) {
+    if (m->master != NULL)
+      free_tensor(&m->master[i]);
+    if (m->mgrad != NULL)
+      free_tensor(&m->mgrad[i]);
+  }
+  free(m->views);
+  free(m->master);
+  free(m->mgrad);
+  free(m->in_master);
+  free(m);
+}
+
+/* A float32 tensor shaped like v, zeroed, on v's device. */
+static hvd_result_t make_f32(const char *who, hvd_optimizer_t *core,
+                             const hvd_tensor_t *v, hvd_tensor_t *out) {
+  *out = hvd_tensor_make(NULL, HVD_FLOAT32, v->ndim, v->shape);
+  out->device = v->device;
+  size_t bytes = hvd__tensor_bytes(out);
+  if (v->device != HVD_CPU)
+    return hvd__odev_calloc(who, core->odev, bytes, &out->data);
+  if ((out->data = hvd_alloc_host(bytes > 0 ? bytes : 1)) == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+  return HVD_SUCCESS;
+}
+
+/* Parameter i's master from its value (on its device; complete when the
+ * optimizer's stream is synchronised). */
+static hvd_result_t master_from_value(const char *who, hvd_optimizer_t *core,
+                                      int i) {
+  hvd__mixed_t *m = core->mixed;
+  const hvd_tensor_t *v = &core->params[i].value;
+  int64_t n = hvd_tensor_numel(v);
+  if (v->device != HVD_CPU)
+    return hvd__odev_to_master(who, core->odev, v->data, v->dtype,
+                               m->master[i].data, n, 1.0);
+  (void)host_to_master(v->data, v->dtype, m->master[i].data, n, 1.0f);
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t sync_odev(const char *who, hvd_optimizer_t *core,
+                              hvd_result_t rc) {
+  if (core->odev == NULL)
+    return rc;
+  hvd_result_t s = hvd__odev_sync(who, core->odev);
+  return rc != HVD_SUCCESS ? rc : s;
+}
+
+hvd_result_t hvd__mixed_create(const char *who, hvd_optimizer_t *core,
+                               int force) {
+  int n = core->n, low = 0;
+  for (int i = 0; i < n; i++)
+    low += is_low(core->params[i].value.dtype);
+  if (low == 0 && !force)
+    return HVD_SUCCESS;
+  hvd_result_t rc = HVD_SUCCESS;
+  size_t cnt = n > 0 ? (size_t)n : 1;
+  hvd__mixed_t *m = calloc(1, sizeof *m);
+  if (m == NULL || !(m->views = calloc(cnt, sizeof *m->views)) ||
+      !(m->master = calloc(cnt, sizeof *m->master)) ||
+      !(m->mgrad = calloc(cnt, sizeof *m->mgrad)) ||
+      !(m->in_master = calloc(cnt, sizeof *m->in_master))) {
+    hvd__mixed_free(m);
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+  }
+  m->n = n;
+  m->scale = 1.0;
+  core->mixed = m;
+  if (core->odev != NULL && low > 0)
+    HVD__CHECK(hvd__odev_flag_reset(who, core->odev));
+  for (int i = 0; i < n; i++) {
+    hvd_param_t *p = &core->params[i];
+    m->views[i] = *p;
+    if (!is_low(p->value.dtype))
+      continue;
+    HVD__CHECK(make_f32(who, core, &p->value, &m->master[i]));
+    HVD__CHECK(make_f32(who, core, &p->grad, &m->mgrad[i]));
+    HVD__CHECK(master_from_value(who, core, i));
+    m->views[i].value = m->master[i];
+    m->views[i].grad = m->mgrad[i];
+  }
+  rc = sync_odev(who, core, rc);
+fail:
+  if (rc != HVD_SUCCESS) {
+    hvd__mixed_free(m);
+    core->mixed = NULL;
+  }
+  return rc;
+}
+
+/* ---- a step -----------------------------------------------------------------
+ */
+
+/* Step 1: every gradient to float32 times f; *found: an inf or NaN. */
+static hvd_result_t unscale(hvd_optimizer_t *core, double f, int *found) {
+  static const char who[] = HVD__STEP_WHO;
+  hvd__mixed_t *m = core->mixed;
+  hvd_result_t rc = HVD_SUCCESS;
+  int bad = 0, dev = 0;
+  if (core->odev != NULL)
+    HVD__CHECK(hvd__odev_flag_reset(who, core->odev));
+  for (int i = 0; i < m->n; i++) {
+    hvd_param_t *p = &core->params[i];
+    int low = is_low(p->value.dtype);
+    const void *src = low && !m->in_master[i] ? p->grad.data
+                      : low                   ? m->mgrad[i].data
+                                              : p->grad.data;
+    hvd_dtype_t t = low && !m->in_master[i] ? p->grad.dtype : HVD_FLOAT32;
+    float *dst = low ? m->mgrad[i].data : p->grad.data;
+    int64_t n = hvd_tensor_numel(&p->grad);
+    if (!low && f == 1.0 && !m->scaling)
+      continue; /* float32, nothing to do or check */
+    if (p->grad.device == HVD_CPU) {
+      bad |= host_to_master(src, t, dst, n, (float)f);
+      continue;
+    }
+    dev = 1;
+    HVD__CHECK(hvd__odev_to_master(who, core->odev, src, t, dst, n, f));
+  }
+  if (dev) {
+    int flag = 0;
+    HVD__CHECK(hvd__odev_flag_read(who, core->odev, &flag));
+    bad |= flag;
+  }
+  *found = bad;
+fail:
+  memset(m->in_master, 0, (size_t)m->n * sizeof *m->in_master);
+  return rc;
+}
+
+/* Step 2: the ranks' findings, MAX. */
+static hvd_result_t agree_found(int *found) {
+  int32_t v = *found;
+  int64_t one = 1;
+  hvd_tensor_t t = hvd_tensor_make(&v, HVD_INT32, 1, &one);
+  hvd_result_t rc = hvd_allreduce(FOUND_INF_NAME, &t, &t, HVD_MAX, 1, 1);
+  *found = v != 0;
+  return rc;
+}
+
+/* Every master rounded back into its low-precision value. */
+static hvd_result_t write_back(hvd_optimizer_t *core, const char *who) {
+  hvd__mixed_t *m = core->mixed;
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int i = 0; i < m->n && rc == HVD_SUCCESS; i++) {
+    hvd_param_t *p = &core->params[i];
+    if (!is_low(p->value.dtype))
+      continue;
+    int64_t n = hvd_tensor_numel(&p->value);
+    if (p->value.device == HVD_CPU)
+      host_from_master(m->master[i].data, p->value.data, p->value.dtype, n);
+    else
+      rc = hvd__odev_from_master(who, core->odev, m->master[i].data,
+                                 p->value.data, p->value.dtype, n);
+  }
+  return sync_odev(who, core, rc);
+}
+
+static void scaler_update(hvd__mixed_t *m, int found) {
+  m->skipped = found;
+  if (!m->scaling)
+    return;
+  if (found) {
+    m->scale *= m->o.backoff_factor;
+    m->clean = 0;
+  } else if (++m->clean >= m->o.growth_interval) {
+    m->scale *= m->o.growth_factor;
+    m->clean = 0;
+  }
+}
+
+hvd_result_t hvd__mixed_apply(hvd_optimizer_t *core, double factor) {
+  static const char who[] = HVD__STEP_WHO;
+  hvd__mixed_t *m = core->mixed;
+  int found = 0;
+  double f = factor / (m->scaling ? m->scale : 1.0);
+  hvd_result_t rc = unscale(core, f, &found);
+  if (rc == HVD_SUCCESS && core->agree_inf && m->scaling)
+    rc = agree_found(&found);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  if (found && m->scaling) { /* without scaling, an inf is the user's */
+    scaler_update(m, 1);
+    return HVD_SUCCESS;
+  }
+  rc = hvd__optim_apply_on(core, m->views, core->state);
+  if (rc == HVD_SUCCESS)
+    rc = write_back(core, who);
+  if (rc == HVD_SUCCESS)
+    scaler_update(m, 0);
+  return rc;
+}
+
+/* ---- reduce_fp32: the distributed wrapper reduces float32 copies -------- */
+
+hvd_result_t hvd__mixed_grad32(hvd_optimizer_t *core, int i,
+                               hvd_tensor_t **out) {
+  static const char who[] = "hvd_optimizer_grad_ready";
+  hvd__mixed_t *m = core->mixed;
+  hvd_param_t *p = &core->params[i];
+  hvd_result_t rc = HVD_SUCCESS;
+  int64_t n = hvd_tensor_numel(&p->grad);
+  *out = &p->grad;
+  if (m == NULL || !is_low(p->grad.dtype))
+    return HVD_SUCCESS;
+  if (p->grad.device == HVD_CPU)
+    (void)host_to_master(p->grad.data, p->grad.dtype, m->mgrad[i].data, n,
+                         1.0f);
+  else
+    rc =
+        sync_odev(who, core,
+                  hvd__odev_to_master(who, core->odev, p->grad.data,
+                                      p->grad.dtype, m->mgrad[i].data, n, 1.0));
+  if (rc == HVD_SUCCESS) {
+    m->in_master[i] = 1;
+    *out = &m->mgrad[i];
+  }
+  return rc;
+}
+
+/* ---- checkpoints ----------------------------------------------------------
+ */
+
+hvd_result_t hvd__mixed_ckpt_params(const hvd_optimizer_t *core,
+                                    const hvd_param_t *params, int n,
+                                    hvd_param_t **views) {
+  const hvd__mixed_t *m = core != NULL ? core->mixed : NULL;
+  *views = NULL;
+  if (m == NULL)
+    return HVD_SUCCESS;
+  hvd_param_t *v = malloc((n > 0 ? (size_t)n : 1) * sizeof *v);
+  if (v == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "checkpoint: out of memory");
+  for (int i = 0; i < n; i++) {
+    v[i] = params[i];
+    for (int j = 0; j < m->n; j++) /* the optimizer's own parameter */
+      if (core->params[j].value.data == params[i].value.data &&
+          m->master[j].data != NULL) {
+        v[i].value = m->master[j];
+        break;
+      }
+  }
+  *views = v;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__mixed_values_from_masters(hvd_optimizer_t *core) {
+  return core->mixed != NULL ? write_back(core, "hvd_checkpoint_load")
+                             : HVD_SUCCESS;
+}
+
+hvd_result_t hvd__mixed_masters_from_values(hvd_optimizer_t *core,
+                                            const char *who) {
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int i = 0; core->mixed != NULL && i < core->n && rc == HVD_SUCCESS; i++)
+    if (is_low(core->params[i].value.dtype))
+      rc = master_from_value(who, core, i);
+  return core->mixed != NULL ? sync_odev(who, core, rc) : rc;
+}
+
+/* The scaler's checkpoint counters: the scale's bits and the clean steps
+ * (0 and 0 in *n without loss scaling). */
+void hvd__mixed_counters(const hvd_optimizer_t *core, int64_t values[2],
+                         int *n) {
+  const hvd__mixed_t *m = core != NULL ? core->mixed : NULL;
+  *n = 0;
+  if (m == NULL || !m->scaling)
+    return;
+  memcpy(&values[0], &m->scale, sizeof m->scale);
+  values[1] = m->clean;
+  *n = 2;
+}
+
+void hvd__mixed_set_counters(hvd_optimizer_t *core, const int64_t values[2]) {
+  hvd__mixed_t *m = core->mixed;
+  if (m == NULL || !m->scaling)
+    return;
+  memcpy(&m->scale, &values[0], sizeof m->scale);
+  m->clean = values[1];
+}
+
+/* ---- the public calls
+ * -------------------------------------------------------- */
+
+void hvd_loss_scale_options_init(hvd_loss_scale_options_t *o) {
+  if (o == NULL)
+    return;
+  o->init_scale = 65536.0;
+  o->growth_factor = 2.0;
+  o->backoff_factor = 0.5;
+  o->growth_interval = 2000;
+}
+
+hvd_result_t hvd_optimizer_set_loss_scaling(hvd_optimizer_t *opt,
+                                            const hvd_loss_scale_options_t *o) {
+  static const char who[] = "hvd_optimizer_set_loss_scaling";
+  hvd_loss_scale_options_t d;
+  hvd_result_t rc;
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", who);
+  if (o == NULL) {
+    hvd_loss_scale_options_init(&d);
+    o = &d;
+  }
+  HVD__CHECK(
+      hvd__optim_check_range(who, "init_scale", o->init_scale, 0, 1, INFINITY));
+  HVD__CHECK(hvd__optim_check_range(who, "growth_factor", o->growth_factor, 1,
+                                    0, INFINITY));
+  if (!(o->backoff_factor > 0 && o->backoff_factor <= 1))
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: backoff_factor %g is out of range (0, 1]", who,
+                          o->backoff_factor);
+  if (o->growth_interval < 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: growth_interval %lld is below 1", who,
+                          (long long)o->growth_interval);
+  if (hvd__optim_sharded(opt))
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: not with shard_optimizer_state (yet)", who);
+  hvd_optimizer_t *core = hvd__optim_core(opt);
+  if (core->mixed == NULL)
+    HVD__CHECK(hvd__mixed_create(who, core, 1));
+  core->mixed->scaling = 1;
+  core->mixed->o = *o;
+  core->mixed->scale = o->init_scale;
+  core->mixed->clean = 0;
+fail:
+  return rc;
+}
+
+double hvd_optimizer_loss_scale(const hvd_optimizer_t *opt) {
+  if (opt == NULL)
+    return NAN;
+  const hvd__mixed_t *m = hvd__optim_core_const(opt)->mixed;
+  return m != NULL && m->scaling ? m->scale : 1.0;
+}
+
+int hvd_optimizer_step_skipped(const hvd_optimizer_t *opt) {
+  const hvd__mixed_t *m = opt ? hvd__optim_core_const(opt)->mixed : NULL;
+  return m != NULL && m->skipped;
+}

@@ -1,0 +1,390 @@
+/*
+ * mixed.c - mixed precision in the optimizers (lib/optim/mixed.c) on host
+ * parameters, through the distributed optimizer, at np 1..4.
+ *
+ * The model: one parameter w of N elements, rank r's loss
+ * 0.5 * sum_i (w_i - t_r,i)^2, so its gradient is w - t_r (computed in
+ * float from the parameter's value as stored) and the average over ranks
+ * pulls w towards the mean target. AdamW, lr 0.02, S steps. Runs:
+ *  - float32: the reference, w recorded after every step;
+ *  - bfloat16 values and gradients (reduced in bfloat16): the master
+ *    weights within BF16_TOL of the float32 run's after S steps, the value
+ *    the master rounded to bfloat16, the optimizer's state float32;
+ *  - bfloat16 with reduce_fp32: within BF16_FP32_TOL (closer);
+ *  - float16 with dynamic loss scaling (default: 2^16): the scaled
+ *    gradients overflow float16 at first, so the first steps are skipped
+ *    (on every rank alike) and the scale halves each time, until it fits;
+ *    after S steps, with k skipped, the masters are within FP16_TOL of the
+ *    float32 run after S - k steps, and the scale is 2^16 / 2^k;
+ *  - an injected overflow: at step 5 the last rank's gradient has an inf;
+ *    every rank skips that step (hvd_optimizer_step_skipped 1, steps and
+ *    masters unchanged, bit for bit) and halves its scale;
+ *  - growth: growth_interval 3, so the scale doubles after every 3 clean
+ *    steps;
+ *  - a checkpoint of the float16 run after 6 steps, then 4 more steps;
+ *    loaded into a fresh float16 optimizer, 4 steps give the same masters,
+ *    values, scale and step count bit for bit; the same file loads into a
+ *    float32 model as its masters, exactly;
+ *  - hvd_state with a bfloat16 model: commit, steps, restore, the same
+ *    steps again give the same values bit for bit (masters committed);
+ *  - refusals: a grad of another dtype than its value, sparse rows into a
+ *    bfloat16 parameter, shard_optimizer_state with bfloat16 parameters,
+ *    loss-scale options out of range; each with its exact message.
+ */
+#include "hvd.h"
+#include "hvdtest.h"
+#include "tap/tap.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N 257
+#define S 24
+#define BF16_TOL 0.05      /* absolute, values of order 1 */
+#define BF16_FP32_TOL 0.02 /* reduced in float32 */
+#define FP16_TOL 0.01
+
+static int rank, size;
+static char dir[512];
+
+static float target(int r, int i) {
+  return (float)(((i * 7 + r * 13) % 17) - 8) / 4.0f;
+}
+
+/* A parameter of dtype dt, value 0.5 everywhere, with its grad. */
+typedef struct model {
+  hvd_dtype_t dt;
+  void *w, *g;
+  hvd_param_t p;
+} model_t;
+
+static void model_make(model_t *m, hvd_dtype_t dt) {
+  int64_t n = N;
+  size_t es = hvdt_size(dt);
+  m->dt = dt;
+  m->w = hvdt_calloc(N, es);
+  m->g = hvdt_calloc(N, es);
+  for (int i = 0; i < N; i++)
+    hvdt_put(dt, m->w, i, 0.5);
+  m->p.name = "w";
+  m->p.value = hvd_tensor_make(m->w, dt, 1, &n);
+  m->p.grad = hvd_tensor_make(m->g, dt, 1, &n);
+}
+
+static void model_free(model_t *m) {
+  free(m->w);
+  free(m->g);
+}
+
+/* This rank's gradient times scale, stored in the model's dtype; inf at
+ * element 0 when poison. */
+static void backward(model_t *m, double scale, int poison) {
+  for (int i = 0; i < N; i++) {
+    float w = (float)hvdt_get(m->dt, m->w, i);
+    hvdt_put(m->dt, m->g, i, (double)((w - target(rank, i)) * (float)scale));
+  }
+  if (poison)
+    hvdt_put(m->dt, m->g, 0, INFINITY);
+}
+
+static hvd_optimizer_t *make_opt(model_t *m, int reduce_fp32, int scaling) {
+  hvd_adam_options_t ao;
+  hvd_distributed_options_t dopt;
+  hvd_optimizer_t *base = NULL, *opt = NULL;
+  hvd_adam_options_init(&ao);
+  ao.lr = 0.02;
+  ao.decoupled = 1;
+  ao.weight_decay = 0.01;
+  if (hvd_adam_create(&m->p, 1, &ao, &base) != HVD_SUCCESS)
+    bail("hvd_adam_create: %s", hvd_last_error());
+  hvd_distributed_options_init(&dopt);
+  dopt.reduce_fp32 = reduce_fp32;
+  if (hvd_distributed_optimizer(base, &dopt, &opt) != HVD_SUCCESS)
+    bail("hvd_distributed_optimizer: %s", hvd_last_error());
+  if (scaling && hvd_optimizer_set_loss_scaling(opt, NULL) != HVD_SUCCESS)
+    bail("hvd_optimizer_set_loss_scaling: %s", hvd_last_error());
+  return opt;
+}
+
+/* One step: zero, backward (scaled by the optimizer's scale), step. */
+static int step(model_t *m, hvd_optimizer_t *opt, int poison) {
+  if (hvd_optimizer_zero_grad(opt) != HVD_SUCCESS)
+    return 0;
+  backward(m, hvd_optimizer_loss_scale(opt), poison);
+  hvd_result_t rc = hvd_optimizer_step(opt);
+  if (rc != HVD_SUCCESS)
+    tap_note("step: %s", hvd_last_error());
+  return rc == HVD_SUCCESS;
+}
+
+static float ref[S + 1][N]; /* the float32 run's w after each step */
+
+static void test_reference(void) {
+  model_t m;
+  model_make(&m, HVD_FLOAT32);
+  hvd_optimizer_t *opt = make_opt(&m, 0, 0);
+  int good = 1;
+  memcpy(ref[0], m.w, sizeof ref[0]);
+  for (int s = 1; s <= S; s++) {
+    good &= step(&m, opt, 0);
+    memcpy(ref[s], m.w, sizeof ref[s]);
+  }
+  ok(good, "float32: %d steps", S);
+  ok(fabsf(ref[S][0] - 0.5f) > 0.1f, "float32: w moved (w[0] %g)",
+     (double)ref[S][0]);
+  hvd_optimizer_destroy(opt);
+  model_free(&m);
+}
+
+/* The masters, read through a checkpoint (which holds them) loaded into a
+ * float32 parameter; the largest |master - ref[s]|, and whether every
+ * value is its master rounded. */
+static double master_diff(const hvd_optimizer_t *opt, const model_t *m, int s,
+                          float *master, int *rounded) {
+  /* the masters, through a checkpoint-free route: save and read back */
+  char path[600];
+  snprintf(path, sizeof path, "%s/m.ckpt", dir);
+  int64_t n = N;
+  if (hvd_checkpoint_save(path, &m->p, 1, opt, 0) != HVD_SUCCESS)
+    bail("save: %s", hvd_last_error());
+  float g32[N];
+  hvd_param_t q = {"w", hvd_tensor_make(master, HVD_FLOAT32, 1, &n),
+                   hvd_tensor_make(g32, HVD_FLOAT32, 1, &n)};
+  if (hvd_checkpoint_load(path, &q, 1, NULL, NULL) != HVD_SUCCESS)
+    bail("load into float32: %s", hvd_last_error());
+  double worst = 0;
+  *rounded = 1;
+  for (int i = 0; i < N; i++) {
+    double d = fabs((double)master[i] - (double)ref[s][i]);
+    worst = d > worst ? d : worst;
+    *rounded &= hvdt_get(m->dt, m->w, i) == hvdt_as_dtype(m->dt, master[i]);
+  }
+  return worst;
+}
+
+static void test_low(hvd_dtype_t dt, int reduce_fp32, double tol) {
+  const char *what = dt == HVD_BFLOAT16 && reduce_fp32 ? "bfloat16, reduce_fp32"
+                     : dt == HVD_BFLOAT16              ? "bfloat16"
+                                                       : "float16, scaled";
+  int scaling = dt == HVD_FLOAT16;
+  model_t m;
+  model_make(&m, dt);
+  hvd_optimizer_t *opt = make_opt(&m, reduce_fp32, scaling);
+  int good = 1, skipped = 0;
+  for (int s = 1; s <= S; s++) {
+    good &= step(&m, opt, 0);
+    skipped += hvd_optimizer_step_skipped(opt);
+  }
+  ok(good, "%s: %d steps", what, S);
+  is_int(S - skipped, (int)hvd_optimizer_steps(opt),
+         "%s: steps counts the updates (%d skipped)", what, skipped);
+  if (scaling) {
+    ok(skipped >= 1 && skipped <= 6,
+       "%s: the first steps overflowed and were skipped (%d)", what, skipped);
+    ok(hvd_optimizer_loss_scale(opt) == ldexp(65536.0, -skipped),
+       "%s: the scale halved each time: %g", what,
+       hvd_optimizer_loss_scale(opt));
+  }
+  float master[N];
+  int rounded;
+  double d = master_diff(opt, &m, S - skipped, master, &rounded);
+  ok(d <= tol, "%s: masters within %g of float32's after %d steps (%g)", what,
+     tol, S - skipped, d);
+  ok(rounded, "%s: every value is its master rounded to %s", what,
+     hvd_dtype_name(dt));
+  hvd_optimizer_destroy(opt);
+  model_free(&m);
+}
+
+static void test_injected(void) {
+  model_t m;
+  model_make(&m, HVD_FLOAT16);
+  hvd_optimizer_t *opt = make_opt(&m, 0, 1);
+  hvd_loss_scale_options_t lo;
+  hvd_loss_scale_options_init(&lo);
+  lo.init_scale = 256; /* no overflow of its own */
+  lo.growth_interval = 3;
+  if (hvd_optimizer_set_loss_scaling(opt, &lo) != HVD_SUCCESS)
+    bail("set_loss_scaling: %s", hvd_last_error());
+  int good = 1;
+  for (int s = 1; s <= 4; s++)
+    good &= step(&m, opt, 0) && !hvd_optimizer_step_skipped(opt);
+  ok(good, "injected: 4 clean steps");
+  ok(hvd_optimizer_loss_scale(opt) == 512,
+     "growth: the scale doubled after 3 clean steps (%g)",
+     hvd_optimizer_loss_scale(opt));
+  char before[2 * N];
+  memcpy(before, m.w, sizeof before);
+  int64_t steps = hvd_optimizer_steps(opt);
+  good = step(&m, opt, rank == size - 1);
+  ok(good, "injected: the step with an inf on rank %d returns", size - 1);
+  is_int(1, hvd_optimizer_step_skipped(opt), "injected: skipped on rank %d",
+         rank);
+  ok(hvd_optimizer_steps(opt) == steps &&
+         memcmp(before, m.w, sizeof before) == 0,
+     "injected: no update, values unchanged bit for bit");
+  ok(hvd_optimizer_loss_scale(opt) == 256, "injected: the scale halved (%g)",
+     hvd_optimizer_loss_scale(opt));
+  good = step(&m, opt, 0) && !hvd_optimizer_step_skipped(opt);
+  ok(good && hvd_optimizer_steps(opt) == steps + 1,
+     "injected: the next step updates again");
+  hvd_optimizer_destroy(opt);
+  model_free(&m);
+}
+
+/* 1 when the two files hold the same bytes. */
+static int same_file(const char *a, const char *b) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  int same = fa != NULL && fb != NULL, ca = 0, cb = 0;
+  while (same && ca != EOF) {
+    ca = getc(fa);
+    cb = getc(fb);
+    same = ca == cb;
+  }
+  if (fa)
+    fclose(fa);
+  if (fb)
+    fclose(fb);
+  return same;
+}
+
+static void test_checkpoint(void) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/fp16.ckpt", dir);
+  model_t a, b;
+  model_make(&a, HVD_FLOAT16);
+  model_make(&b, HVD_FLOAT16);
+  hvd_optimizer_t *oa = make_opt(&a, 0, 1), *ob = NULL;
+  int good = 1;
+  for (int s = 1; s <= 6; s++)
+    good &= step(&a, oa, 0);
+  good &= hvd_checkpoint_save(path, &a.p, 1, oa, 6) == HVD_SUCCESS;
+  for (int s = 1; s <= 4; s++)
+    good &= step(&a, oa, 0);
+  ok(good, "checkpoint: 6 steps, saved, 4 more");
+  ob = make_opt(&b, 0, 1);
+  int64_t at = -1;
+  hvd_result_t rc = hvd_checkpoint_load(path, &b.p, 1, ob, &at);
+  is_int(HVD_SUCCESS, rc, "checkpoint: loads into a fresh float16 optimizer");
+  tap_note("%s", hvd_last_error());
+  good = at == 6;
+  for (int s = 1; s <= 4; s++)
+    good &= step(&b, ob, 0);
+  ok(good, "checkpoint: 4 steps after it");
+  ok(memcmp(a.w, b.w, 2 * N) == 0, "checkpoint: values equal bit for bit");
+  ok(hvd_optimizer_loss_scale(oa) == hvd_optimizer_loss_scale(ob) &&
+         hvd_optimizer_steps(oa) == hvd_optimizer_steps(ob),
+     "checkpoint: scale %g and steps %lld equal", hvd_optimizer_loss_scale(ob),
+     (long long)hvd_optimizer_steps(ob));
+  char pa[600], pb[600];
+  snprintf(pa, sizeof pa, "%s/a.ckpt", dir);
+  snprintf(pb, sizeof pb, "%s/b.ckpt", dir);
+  good = hvd_checkpoint_save(pa, &a.p, 1, oa, 10) == HVD_SUCCESS &&
+         hvd_checkpoint_save(pb, &b.p, 1, ob, 10) == HVD_SUCCESS;
+  ok(good && (rank != 0 || same_file(pa, pb)),
+     "checkpoint: the two optimizers save the same file (masters, state, "
+     "scale)");
+  hvd_optimizer_destroy(oa);
+  hvd_optimizer_destroy(ob);
+  model_free(&a);
+  model_free(&b);
+}
+
+/* hvd_state with a bfloat16 model: commit after 3 steps, 2 more, restore
+ * from memory; 2 steps again give the same values as the first time, bit
+ * for bit (the masters were committed, not the rounded values). */
+static void test_state(void) {
+  model_t m;
+  model_make(&m, HVD_BFLOAT16);
+  hvd_optimizer_t *opt = make_opt(&m, 0, 0);
+  hvd_state_t *st = NULL;
+  int good = hvd_state_create(NULL, 1, &st) == HVD_SUCCESS &&
+             hvd_state_add_params(st, &m.p, 1, opt) == HVD_SUCCESS;
+  for (int s = 1; s <= 3; s++)
+    good &= step(&m, opt, 0);
+  good &= hvd_state_commit(st) == HVD_SUCCESS;
+  char first[2 * N];
+  for (int s = 1; s <= 2; s++)
+    good &= step(&m, opt, 0);
+  memcpy(first, m.w, sizeof first);
+  int restored = 0;
+  good &= hvd_state_restore(st, &restored) == HVD_SUCCESS && restored == 1;
+  for (int s = 1; s <= 2; s++)
+    good &= step(&m, opt, 0);
+  ok(good, "state: commit, 2 steps, restore, 2 steps");
+  ok(memcmp(first, m.w, sizeof first) == 0,
+     "state: the same values after the restore, bit for bit");
+  hvd_state_destroy(st);
+  hvd_optimizer_destroy(opt);
+  model_free(&m);
+}
+
+static void refused(hvd_result_t want, hvd_result_t rc, const char *msg,
+                    const char *what) {
+  is_int(want, rc, "%s: result", what);
+  is_string(msg, hvd_last_error(), "%s: message", what);
+}
+
+static void test_refusals(void) {
+  model_t m;
+  hvd_optimizer_t *o = NULL, *d = NULL;
+  hvd_adam_options_t ao;
+  hvd_adam_options_init(&ao);
+  model_make(&m, HVD_BFLOAT16);
+  m.p.grad.dtype = HVD_FLOAT32;
+  refused(HVD_ERR_INVALID_ARG, hvd_adam_create(&m.p, 1, &ao, &o),
+          "hvd_adam_create: param 'w' grad is float32 but value is bfloat16",
+          "a grad of another dtype");
+  m.p.grad.dtype = HVD_BFLOAT16;
+  if (hvd_adam_create(&m.p, 1, &ao, &o) != HVD_SUCCESS)
+    bail("adam: %s", hvd_last_error());
+  int64_t row = 0;
+  float v[1] = {1};
+  refused(HVD_ERR_UNSUPPORTED, hvd_optimizer_sparse_grad(o, 0, &row, 1, v),
+          "hvd_optimizer_sparse_grad: parameter 'w' is bfloat16; sparse "
+          "gradients are for float32 parameters",
+          "sparse rows into bfloat16");
+  hvd_distributed_options_t dopt;
+  hvd_distributed_options_init(&dopt);
+  dopt.shard_optimizer_state = 1;
+  refused(HVD_ERR_UNSUPPORTED, hvd_distributed_optimizer(o, &dopt, &d),
+          "hvd_distributed_optimizer: shard_optimizer_state with bfloat16 "
+          "parameters or loss scaling is not supported yet (param 'w')",
+          "ZeRO-1 with bfloat16");
+  hvd_loss_scale_options_t lo;
+  hvd_loss_scale_options_init(&lo);
+  lo.backoff_factor = 1.5;
+  refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_loss_scaling(o, &lo),
+          "hvd_optimizer_set_loss_scaling: backoff_factor 1.5 is out of range "
+          "(0, 1]",
+          "backoff_factor 1.5");
+  hvd_loss_scale_options_init(&lo);
+  lo.growth_interval = 0;
+  refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_loss_scaling(o, &lo),
+          "hvd_optimizer_set_loss_scaling: growth_interval 0 is below 1",
+          "growth_interval 0");
+  ok(hvd_optimizer_loss_scale(o) == 1.0, "no loss scaling: the scale is 1");
+  hvd_optimizer_destroy(o);
+  model_free(&m);
+}
+
+int main(int argc, char **argv) {
+  tap_mpi_init(&argc, &argv);
+  rank = tap_rank();
+  size = tap_size();
+  hvdt_shared_tmpdir(dir, sizeof dir, "hvd-mixed");
+  is_int(HVD_SUCCESS, hvd_init(), "hvd_init");
+  test_reference();
+  test_low(HVD_BFLOAT16, 0, BF16_TOL);
+  test_low(HVD_BFLOAT16, 1, BF16_FP32_TOL);
+  test_low(HVD_FLOAT16, 0, FP16_TOL);
+  test_injected();
+  test_checkpoint();
+  test_state();
+  test_refusals();
+  is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+  hvdt_remove_tmpdir(dir);
+  return tap_mpi_finish();
+}
