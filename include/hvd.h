@@ -651,8 +651,13 @@ typedef struct hvd_optimizer hvd_optimizer_t;
  * applies to them); checkpoints hold the master weights, so a file saved
  * from a bfloat16 model is a float32 model's file (it loads into either,
  * at any world size), and a float32 file loads into a bfloat16 model's
- * masters (the values are the masters rounded). Not yet with
- * shard_optimizer_state (refused, naming the parameter).
+ * masters (the values are the masters rounded). With
+ * shard_optimizer_state the optimizer state and the gradients are
+ * sharded as for float32 parameters (a block's gradient scattered in its
+ * dtype, or float32 with reduce_fp32), each rank updates its block of
+ * the masters, and the masters are allgathered whole in float32 after the
+ * update: the results equal the unsharded optimizer's bit for bit, and
+ * every rank keeps whole masters (sharding them is not done yet).
  *
  * Loss scaling (torch.cuda.amp.GradScaler's rules), needed for float16
  * (bfloat16 has float32's exponent range and needs none): the caller

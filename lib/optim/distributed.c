@@ -222,19 +222,8 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
   double k = o->average_passes ? (double)o->backward_passes_per_step : 1.0;
   d->prescale = 1.0 / k / f;
   d->postscale = o->op == HVD_AVERAGE ? f / hvd_size() : f;
-  for (int i = 0;
-       o->shard_optimizer_state && base->mixed != NULL && i < base->n; i++)
-    if (hvd__mixed_low(base->params[i].value.dtype) ||
-        hvd_optimizer_loss_scale(base) != 1.0) {
-      rc = hvd__set_error(HVD_ERR_UNSUPPORTED,
-                          "%s: shard_optimizer_state with %s parameters or "
-                          "loss scaling is not supported yet (param '%s')",
-                          fn, hvd_dtype_name(base->params[i].value.dtype),
-                          base->params[i].name);
-      goto fail;
-    }
   if (o->shard_optimizer_state) /* last: it drops the base's full state */
-    HVD__CHECK(hvd__zero_create(fn, base, &d->zero));
+    HVD__CHECK(hvd__zero_create(fn, base, o->reduce_fp32, &d->zero));
   base->agree_inf = 1;
 
   opt->cls = &hvd__dist_class;
@@ -266,8 +255,8 @@ static hvd_result_t start(hvd_optimizer_t *opt, int i) {
   if (rc != HVD_SUCCESS)
     return rc;
   if (d->zero != NULL)
-    rc = hvd__zero_reduce_async(d->zero, opt->base, i, d->p[i].name,
-                                d->prescale, d->postscale, &d->p[i].req);
+    rc = hvd__zero_reduce_async(d->zero, g, i, d->p[i].name, d->prescale,
+                                d->postscale, &d->p[i].req);
   else if (d->wire == HVD_FLOAT32 || g->dtype != HVD_FLOAT32)
     rc = hvd_allreduce_async(d->p[i].name, g, g, HVD_SUM, d->prescale,
                              d->postscale, &d->p[i].req);

@@ -191,31 +191,32 @@ fail:
 /* ---- a step -----------------------------------------------------------------
  */
 
-/* Step 1: every gradient to float32 times f; *found: an inf or NaN. */
-static hvd_result_t unscale(hvd_optimizer_t *core, double f, int *found) {
+/* Step 1 over n gradients: srcs[i] (data, dtype, device and numel as its
+ * tensor's) into float32 dsts[i] times f (may be srcs[i]'s own data when
+ * float32); a float32 one in place with f 1 and no scaling is left alone.
+ * *found: an inf or NaN in any. */
+static hvd_result_t convert_all(hvd_optimizer_t *core, const hvd_tensor_t *srcs,
+                                float *const *dsts, int n, double f,
+                                int *found) {
   static const char who[] = HVD__STEP_WHO;
   hvd__mixed_t *m = core->mixed;
   hvd_result_t rc = HVD_SUCCESS;
   int bad = 0, dev = 0;
   if (core->odev != NULL)
     HVD__CHECK(hvd__odev_flag_reset(who, core->odev));
-  for (int i = 0; i < m->n; i++) {
-    hvd_param_t *p = &core->params[i];
-    int low = is_low(p->value.dtype);
-    const void *src = low && !m->in_master[i] ? p->grad.data
-                      : low                   ? m->mgrad[i].data
-                                              : p->grad.data;
-    hvd_dtype_t t = low && !m->in_master[i] ? p->grad.dtype : HVD_FLOAT32;
-    float *dst = low ? m->mgrad[i].data : p->grad.data;
-    int64_t n = hvd_tensor_numel(&p->grad);
-    if (!low && f == 1.0 && !m->scaling)
-      continue; /* float32, nothing to do or check */
-    if (p->grad.device == HVD_CPU) {
-      bad |= host_to_master(src, t, dst, n, (float)f);
+  for (int i = 0; i < n; i++) {
+    const hvd_tensor_t *t = &srcs[i];
+    int64_t cnt = hvd_tensor_numel(t);
+    if (t->dtype == HVD_FLOAT32 && t->data == dsts[i] && f == 1.0 &&
+        !m->scaling)
+      continue; /* in place by 1: nothing to do or check */
+    if (t->device == HVD_CPU) {
+      bad |= host_to_master(t->data, t->dtype, dsts[i], cnt, (float)f);
       continue;
     }
     dev = 1;
-    HVD__CHECK(hvd__odev_to_master(who, core->odev, src, t, dst, n, f));
+    HVD__CHECK(hvd__odev_to_master(who, core->odev, t->data, t->dtype, dsts[i],
+                                   cnt, f));
   }
   if (dev) {
     int flag = 0;
@@ -224,7 +225,29 @@ static hvd_result_t unscale(hvd_optimizer_t *core, double f, int *found) {
   }
   *found = bad;
 fail:
+  return rc;
+}
+
+/* Step 1 for the parameters: each gradient (or its float32 copy already
+ * reduced, reduce_fp32) into its master gradient, or in place. */
+static hvd_result_t unscale(hvd_optimizer_t *core, double f, int *found) {
+  hvd__mixed_t *m = core->mixed;
+  hvd_tensor_t *srcs = malloc((m->n > 0 ? (size_t)m->n : 1) * sizeof *srcs);
+  float **dsts = malloc((m->n > 0 ? (size_t)m->n : 1) * sizeof *dsts);
+  hvd_result_t rc = HVD_SUCCESS;
+  if (srcs == NULL || dsts == NULL)
+    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", HVD__STEP_WHO);
+  for (int i = 0; rc == HVD_SUCCESS && i < m->n; i++) {
+    hvd_param_t *p = &core->params[i];
+    int low = is_low(p->value.dtype);
+    srcs[i] = low && m->in_master[i] ? m->mgrad[i] : p->grad;
+    dsts[i] = low ? m->mgrad[i].data : p->grad.data;
+  }
+  if (rc == HVD_SUCCESS)
+    rc = convert_all(core, srcs, dsts, m->n, f, found);
   memset(m->in_master, 0, (size_t)m->n * sizeof *m->in_master);
+  free(srcs);
+  free(dsts);
   return rc;
 }
 
@@ -269,13 +292,15 @@ static void scaler_update(hvd__mixed_t *m, int found) {
   }
 }
 
-hvd_result_t hvd__mixed_apply(hvd_optimizer_t *core, double factor) {
-  static const char who[] = HVD__STEP_WHO;
+/* Steps 2-3 after a conversion that found `found`: agreement, then skip
+ * (*updated 0) or ops->step on views and state (*updated 1). */
+static hvd_result_t decide_and_step(hvd_optimizer_t *core, hvd_param_t *views,
+                                    hvd_tensor_t *state, int found,
+                                    int *updated) {
   hvd__mixed_t *m = core->mixed;
-  int found = 0;
-  double f = factor / (m->scaling ? m->scale : 1.0);
-  hvd_result_t rc = unscale(core, f, &found);
-  if (rc == HVD_SUCCESS && core->agree_inf && m->scaling)
+  hvd_result_t rc = HVD_SUCCESS;
+  *updated = 0;
+  if (core->agree_inf && m->scaling)
     rc = agree_found(&found);
   if (rc != HVD_SUCCESS)
     return rc;
@@ -283,12 +308,50 @@ hvd_result_t hvd__mixed_apply(hvd_optimizer_t *core, double factor) {
     scaler_update(m, 1);
     return HVD_SUCCESS;
   }
-  rc = hvd__optim_apply_on(core, m->views, core->state);
+  rc = hvd__optim_apply_on(core, views, state);
+  *updated = rc == HVD_SUCCESS;
+  return rc;
+}
+
+hvd_result_t hvd__mixed_apply(hvd_optimizer_t *core, double factor) {
+  static const char who[] = HVD__STEP_WHO;
+  hvd__mixed_t *m = core->mixed;
+  int found = 0, updated = 0;
+  double f = factor / (m->scaling ? m->scale : 1.0);
+  hvd_result_t rc = unscale(core, f, &found);
   if (rc == HVD_SUCCESS)
+    rc = decide_and_step(core, m->views, core->state, found, &updated);
+  if (rc == HVD_SUCCESS && updated)
     rc = write_back(core, who);
-  if (rc == HVD_SUCCESS)
+  if (rc == HVD_SUCCESS && updated)
     scaler_update(m, 0);
   return rc;
+}
+
+hvd_result_t hvd__mixed_step_blocks(hvd_optimizer_t *core,
+                                    const hvd_tensor_t *grads,
+                                    float *const *dsts, hvd_param_t *views,
+                                    hvd_tensor_t *state, int *updated) {
+  hvd__mixed_t *m = core->mixed;
+  int found = 0;
+  double f = 1.0 / (m->scaling ? m->scale : 1.0);
+  hvd_result_t rc = convert_all(core, grads, dsts, m->n, f, &found);
+  memset(m->in_master, 0, (size_t)m->n * sizeof *m->in_master);
+  if (rc == HVD_SUCCESS)
+    rc = decide_and_step(core, views, state, found, updated);
+  return rc;
+}
+
+hvd_result_t hvd__mixed_finish_blocks(hvd_optimizer_t *core) {
+  hvd_result_t rc = write_back(core, HVD__STEP_WHO);
+  if (rc == HVD_SUCCESS)
+    scaler_update(core->mixed, 0);
+  return rc;
+}
+
+hvd_tensor_t *hvd__mixed_master(hvd_optimizer_t *core, int i) {
+  hvd__mixed_t *m = core->mixed;
+  return m != NULL && m->master[i].data != NULL ? &m->master[i] : NULL;
 }
 
 /* ---- reduce_fp32: the distributed wrapper reduces float32 copies -------- */
@@ -414,9 +477,6 @@ hvd_result_t hvd_optimizer_set_loss_scaling(hvd_optimizer_t *opt,
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: growth_interval %lld is below 1", who,
                           (long long)o->growth_interval);
-  if (hvd__optim_sharded(opt))
-    return hvd__set_error(HVD_ERR_UNSUPPORTED,
-                          "%s: not with shard_optimizer_state (yet)", who);
   hvd_optimizer_t *core = hvd__optim_core(opt);
   if (core->mixed == NULL)
     HVD__CHECK(hvd__mixed_create(who, core, 1));

@@ -92,6 +92,18 @@ void hvd__mixed_free(hvd__mixed_t *m); /* accepts NULL */
  * the inf/NaN check (agreed with agree_inf), the update on float32 views,
  * the values from the masters, the scale's update. */
 hvd_result_t hvd__mixed_apply(hvd_optimizer_t *core, double factor);
+/* The sharded optimizer's step (zero.c): gradients grads[i] (this rank's
+ * reduced blocks) to float32 dsts[i] unscaled, the agreed inf/NaN check,
+ * then ops->step on the block views (*updated 1) or the skip; after the
+ * masters are whole again (allgathered), finish_blocks rounds them into
+ * the values and updates the scale. */
+hvd_result_t hvd__mixed_step_blocks(hvd_optimizer_t *core,
+                                    const hvd_tensor_t *grads,
+                                    float *const *dsts, hvd_param_t *views,
+                                    hvd_tensor_t *state, int *updated);
+hvd_result_t hvd__mixed_finish_blocks(hvd_optimizer_t *core);
+/* Parameter i's float32 master, or NULL (float32 parameter, no mixed). */
+hvd_tensor_t *hvd__mixed_master(hvd_optimizer_t *core, int i);
 /* reduce_fp32: parameter i's float32 gradient to reduce (*out: its master
  * gradient, filled from the low-precision one now; the grad itself for a
  * float32 parameter). */
@@ -120,10 +132,12 @@ typedef struct hvd__zero hvd__zero_t;
  * makes block-sized state; on success the core's full state tensors keep
  * their shapes but lose their data (NULL). */
 hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
-                              hvd__zero_t **out);
+                              int reduce_fp32, hvd__zero_t **out);
 void hvd__zero_free(hvd__zero_t *z); /* accepts NULL */
-/* Parameter i's gradient reduce-scattered into this rank's block. */
-hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, hvd_optimizer_t *core,
+/* Parameter i's gradient g (its grad, or the float32 copy of a
+ * low-precision one with reduce_fp32) reduce-scattered into this rank's
+ * block. */
+hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, const hvd_tensor_t *g,
                                     int i, const char *name, double pre,
                                     double post, hvd_request_t **req);
 /* After the reductions: the base update on the blocks (steps++), then

@@ -44,7 +44,10 @@ struct hvd__zero {
   int n, ns;
   int64_t *off, *len;  /* this rank's block of each parameter */
   hvd_tensor_t *recv;  /* the reduced gradient blocks: made once, written
-                          by every step's reduce-scatter */
+                          by every step's reduce-scatter (in the gradient's
+                          dtype, or float32 with reduce_fp32) */
+  hvd_tensor_t *gblk;  /* mixed precision: a low-precision parameter's
+                          block gradient in float32 (else data NULL) */
   hvd_param_t *block;  /* views: value block, recv as grad */
   hvd_tensor_t *state; /* n * ns block-sized state tensors */
   char **names;        /* "hvd.zero.<name>" */
@@ -89,6 +92,8 @@ void hvd__zero_free(hvd__zero_t *z) {
   for (int i = 0; i < z->n; i++) {
     if (z->recv != NULL && z->recv[i].data != NULL)
       free_state(&z->recv[i]);
+    if (z->gblk != NULL && z->gblk[i].data != NULL)
+      free_state(&z->gblk[i]);
     if (z->names != NULL)
       free(z->names[i]);
   }
@@ -100,6 +105,7 @@ void hvd__zero_free(hvd__zero_t *z) {
   free(z->off);
   free(z->len);
   free(z->recv);
+  free(z->gblk);
   free(z->block);
   free(z->state);
   free(z->names);
@@ -107,7 +113,7 @@ void hvd__zero_free(hvd__zero_t *z) {
 }
 
 hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
-                              hvd__zero_t **out) {
+                              int reduce_fp32, hvd__zero_t **out) {
   hvd_result_t rc;
   *out = NULL;
   hvd__zero_t *z = calloc(1, sizeof *z);
@@ -118,12 +124,13 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
   z->off = calloc(cnt, sizeof *z->off);
   z->len = calloc(cnt, sizeof *z->len);
   z->recv = calloc(cnt, sizeof *z->recv);
+  z->gblk = calloc(cnt, sizeof *z->gblk);
   z->block = calloc(cnt, sizeof *z->block);
   z->names = calloc(cnt, sizeof *z->names);
   z->state = calloc(cnt * (ns > 0 ? (size_t)ns : 1), sizeof *z->state);
   z->snames = calloc(cnt * (ns > 0 ? (size_t)ns : 1), sizeof *z->snames);
-  if (!z->off || !z->len || !z->recv || !z->block || !z->names || !z->state ||
-      !z->snames)
+  if (!z->off || !z->len || !z->recv || !z->gblk || !z->block || !z->names ||
+      !z->state || !z->snames)
     goto oom;
   int64_t P = hvd_size(), r = hvd_rank();
   for (int i = 0; i < n; i++) {
@@ -132,11 +139,22 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
     z->len[i] = q + (r < m);
     z->off[i] = r * q + (r < m ? r : m);
     int dev = p->value.device;
-    z->recv[i] = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
+    /* mixed precision: the block of the float32 master, the gradient
+     * scattered in its own dtype (or float32) and converted into gblk */
+    hvd_tensor_t *master = hvd__mixed_master(core, i);
+    hvd_dtype_t rdt =
+        master != NULL && !reduce_fp32 ? p->grad.dtype : HVD_FLOAT32;
+    z->recv[i] = hvd_tensor_make(NULL, rdt, 1, &z->len[i]);
     if ((rc = alloc_state(fn, core, &z->recv[i], dev)) != HVD_SUCCESS)
       goto fail;
+    if (master != NULL) {
+      z->gblk[i] = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
+      if ((rc = alloc_state(fn, core, &z->gblk[i], dev)) != HVD_SUCCESS)
+        goto fail;
+    }
     z->block[i].name = p->name;
-    float *v = p->value.data; /* NULL for an empty parameter */
+    float *v = master != NULL ? master->data : p->value.data; /* NULL for
+                                                                 an empty one */
     z->block[i].value = hvd_tensor_make(v != NULL ? v + z->off[i] : NULL,
                                         HVD_FLOAT32, 1, &z->len[i]);
     z->block[i].grad = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
@@ -168,12 +186,11 @@ fail:
   return rc;
 }
 
-hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, hvd_optimizer_t *core,
+hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, const hvd_tensor_t *g,
                                     int i, const char *name, double pre,
                                     double post, hvd_request_t **req) {
-  hvd_tensor_t *g = &core->params[i].grad;
   int64_t numel = hvd_tensor_numel(g);
-  hvd_tensor_t flat = hvd_tensor_make(g->data, HVD_FLOAT32, 1, &numel);
+  hvd_tensor_t flat = hvd_tensor_make(g->data, g->dtype, 1, &numel);
   flat.device = g->device;
   return hvd__reducescatter_into_async(name, &flat, &z->recv[i], HVD_SUM, pre,
                                        post, req);
@@ -196,7 +213,10 @@ static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
     return hvd__set_error(HVD_ERR_NO_MEMORY,
                           "gathering the optimizer's blocks: out of memory");
   for (int k = 0; k < count; k++) {
-    hvd_tensor_t *whole = state ? &core->state[k] : &core->params[k].value;
+    hvd_tensor_t *master = state ? NULL : hvd__mixed_master(core, k);
+    hvd_tensor_t *whole = state    ? &core->state[k]
+                          : master ? master
+                                   : &core->params[k].value;
     int64_t numel = hvd_tensor_numel(whole);
     hvd_tensor_t flat = hvd_tensor_make(whole->data, HVD_FLOAT32, 1, &numel);
     flat.device = whole->device;
@@ -219,7 +239,38 @@ static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
   return first == HVD_SUCCESS ? first : hvd__set_error_msg(first, msg);
 }
 
+/* Mixed precision (core->mixed): the blocks' gradients to float32,
+ * unscaled, the ranks' agreed inf/NaN check, the update on the blocks
+ * (or the skip: nothing gathered), the masters allgathered whole, the
+ * values rounded from them. */
+static hvd_result_t apply_mixed(hvd__zero_t *z, hvd_optimizer_t *core) {
+  size_t cnt = z->n > 0 ? (size_t)z->n : 1;
+  float **dsts = malloc(cnt * sizeof *dsts);
+  hvd_result_t rc = HVD_SUCCESS;
+  int updated = 0;
+  if (dsts == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory",
+                          "hvd_optimizer_step");
+  for (int i = 0; i < z->n; i++) {
+    int low = z->gblk[i].data != NULL;
+    dsts[i] = low ? z->gblk[i].data : z->recv[i].data;
+    z->block[i].grad.data = dsts[i];
+  }
+  rc =
+      hvd__mixed_step_blocks(core, z->recv, dsts, z->block, z->state, &updated);
+  for (int i = 0; i < z->n; i++)
+    z->block[i].grad.data = NULL;
+  free(dsts);
+  if (rc == HVD_SUCCESS && updated)
+    rc = gather_blocks(z, core, 0);
+  if (rc == HVD_SUCCESS && updated)
+    rc = hvd__mixed_finish_blocks(core);
+  return rc;
+}
+
 hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core) {
+  if (core->mixed != NULL)
+    return apply_mixed(z, core);
   for (int i = 0; i < z->n; i++)
     z->block[i].grad.data = z->recv[i].data;
   hvd_result_t rc = hvd__optim_apply_on(core, z->block, z->state);
