@@ -1,8 +1,9 @@
 /*
- * engine_int.h - the engine's state, shared by its two files: engine.c
- * (lifecycle, submission, the cycle loop) and execute.c (running agreed
- * collectives: fusion groups, joined ranks' stubs, completion). Nothing
- * outside lib/core/engine*.c and execute.c includes it.
+ * engine_int.h - the engine's state, shared by its files: engine.c (the
+ * cycle loop), engine_life.c (start, commands, stop), engine_submit.c,
+ * engine_timeline.c and execute.c (running agreed collectives: fusion
+ * groups, joined ranks' stubs, completion). Nothing outside
+ * lib/core/engine*.c and execute.c includes it.
  */
 #ifndef HVD_CORE_ENGINE_INT_H
 #define HVD_CORE_ENGINE_INT_H
@@ -150,6 +151,9 @@ void hvd__engine_fail(hvd__engine_t *e, hvd_result_t rc);
 /* A set's engine (e->driver set) has new work or a stop request: wakes
  * the world's engine thread, which drives it. Called without e->mu. */
 void hvd__engine_wake_driver(hvd__engine_t *e);
+
+/* engine.c: the engine thread's loop (arg: the world's engine). */
+void *hvd__engine_main(void *arg);
 
 /* execute.c: completes the device groups in flight in e that have ended
  * (all of them, waiting, with `wait`); 1 when one completed. */

@@ -1,0 +1,260 @@
+/*
+ * engine_life.c - the engine's life: allocation, the collective setup of
+ * its parts (agreed settings, timeline, autotune, negotiation,
+ * executors), starting its thread (the world's) or joining the world's
+ * driver (a process set's), engine commands, the driver's wake-up, and
+ * stopping. The loop the thread runs is engine.c's hvd__engine_main.
+ */
+#include "core/engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/tensor.h"
+#include "base/wait.h"
+#include "core/engine_int.h"
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+/* hvd__set_wake's callback: a caller blocked, so cycle now rather than at
+ * the end of a back-off that assumed the core was the caller's. */
+static void engine_poke(void *arg) {
+  hvd__engine_t *e = arg;
+  pthread_mutex_lock(&e->mu);
+  e->poked = 1;
+  pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+static void engine_free(hvd__engine_t *e) {
+  hvd__engine_close_executors(e, 0); /* open only after a failure */
+  hvd__controller_destroy(e->ctl);
+  hvd__table_destroy(e->inflight);
+  hvd__fastpath_destroy(e->fast);
+  hvd__timeline_close(e->tl);
+  hvd__autotune_destroy(e->tune);
+  free(e->group);
+  free(e->fresh);
+  free(e->sets);
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+  pthread_mutex_destroy(&e->tl_mu);
+  pthread_cond_destroy(&e->tl_cv);
+  free(e);
+}
+
+static hvd__engine_t *engine_alloc(const hvd__exec_env_t *env,
+                                   const hvd__settings_t *s) {
+  hvd__engine_t *e = calloc(1, sizeof *e);
+  if (e == NULL)
+    return NULL;
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&e->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&e->tl_mu, NULL);
+  pthread_cond_init(&e->tl_cv, NULL);
+  e->settings = *s;
+  e->env = *env;
+  /* With one rank a host collective has no peer to meet, so starting it
+   * early gains nothing, while waking this thread for each submission costs
+   * the caller's core a switch each time (bert_train tiny at np=1: 3 to 5%
+   * of its step): host work waits for a caller to block in hvd_wait, or for
+   * the next cycle. With peers, or on a GPU (whose work runs beside the
+   * caller's), it starts at once. */
+  e->defer = env->size == 1 && env->world_ranks == NULL; /* a set: no pokes */
+  e->env.chunk_bytes = s->chunk_size;
+  e->env.shm = s->shm_allreduce;
+  e->env.zero_copy = s->zero_copy;
+  e->env.gpu_ops = s->gpu_ops;
+  e->env.nccl_timeout_s = s->nccl_timeout_s;
+  e->env.quiesce = hvd__engine_quiesce;
+  e->env.quiesce_ctx = e;
+  e->cycle_s = s->cycle_time_ms / 1000.0;
+  return e;
+}
+
+/* What every rank must agree on: hierarchical only where it applies,
+ * decided for all ranks together (a rank alone on its node must still
+ * take the three phases); [2], [3]: max and -min of HVD_GPU_OPERATIONS,
+ * which must agree (ranks on different device executors would wait for
+ * each other forever). */
+static hvd_result_t agree_env(hvd__engine_t *e) {
+  hvd_result_t rc = HVD_SUCCESS;
+  const hvd__settings_t *s = &e->settings;
+  const hvd__exec_env_t *env = &e->env;
+  int mine[5] = {s->hierarchical, env->local_size, s->gpu_ops, -s->gpu_ops,
+                 env->local_rank == 0},
+      all[5];
+  HVD__MPI_CHECK(MPI_Allreduce(mine, all, 4, MPI_INT, MPI_MAX, env->comm));
+  HVD__MPI_CHECK(
+      MPI_Allreduce(&mine[4], &all[4], 1, MPI_INT, MPI_SUM, env->comm));
+  e->env.hierarchical = all[0] && all[1] > 1 && all[4] > 1;
+  if (all[2] != -all[3])
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "HVD_GPU_OPERATIONS differs between ranks (nccl on "
+                        "some, mpi on others)");
+fail:
+  return rc;
+}
+
+/* Autotune when any rank asks (the vector then carries rank 0's
+ * parameters to all); rank 0 keeps the tuner, starting from the host
+ * executor's default chunk. */
+static hvd_result_t start_autotune(hvd__engine_t *e) {
+  hvd_result_t rc = HVD_SUCCESS;
+  const hvd__settings_t *s = &e->settings;
+  HVD__MPI_CHECK(MPI_Allreduce(&s->autotune, &e->tuning, 1, MPI_INT, MPI_MAX,
+                               e->env.comm));
+  if (!e->tuning)
+    return HVD_SUCCESS;
+  int64_t chunk0 = hvd__executors[0]->default_chunk;
+  e->params.fusion_threshold = s->fusion_threshold;
+  e->params.chunk_bytes = s->chunk_size > 0 ? s->chunk_size : chunk0;
+  e->params.cycle_us = (int64_t)(s->cycle_time_ms * 1000);
+  if (e->env.rank != 0)
+    return HVD_SUCCESS;
+  e->tune = hvd__autotune_create(s, chunk0);
+  if (e->tune == NULL)
+    return HVD_ERR_IO;
+  hvd__autotune_record(e->tune, 0, 0, &e->params); /* first candidate */
+fail:
+  return rc;
+}
+
+/* The negotiation's parts: the in-flight table, the coordinator, the
+ * response cache and its vector. */
+static hvd_result_t start_negotiation(hvd__engine_t *e) {
+  const hvd__settings_t *s = &e->settings;
+  e->inflight = hvd__table_create_borrowing(); /* keys: the requests' names */
+  e->ctl = hvd__controller_create(e->env.comm, e->env.rank, e->env.size, s,
+                                  e->timeline_any, e->env.world_ranks);
+  if (e->inflight == NULL || e->ctl == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
+  hvd__fastpath_config_t fc = {e->env.comm, e->env.rank,      s->cache_capacity,
+                               e->tuning,   s->stall_check_s, e->timeline_any,
+                               e->env.size};
+  e->fast = hvd__fastpath_create(&fc);
+  return e->fast != NULL ? HVD_SUCCESS : HVD_ERR_NO_MEMORY;
+}
+
+/* The engine's parts, collectively over env's communicators. */
+static hvd_result_t engine_open(const hvd__exec_env_t *env,
+                                const hvd__settings_t *s, hvd__engine_t **out) {
+  hvd_result_t rc;
+  hvd__engine_t *e = engine_alloc(env, s);
+  if (e == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
+  HVD__CHECK(agree_env(e));
+  HVD__CHECK(hvd__engine_start_timeline(e));
+  HVD__CHECK(start_autotune(e));
+  HVD__CHECK(start_negotiation(e));
+  for (int i = 0; hvd__executors[i] != NULL; i++)
+    HVD__CHECK(hvd__executors[i]->open(&e->env, &e->exec_state[i]));
+  *out = e;
+  return HVD_SUCCESS;
+fail:
+  engine_free(e);
+  return rc;
+}
+
+hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
+                               const hvd__settings_t *s, hvd__engine_t **out) {
+  hvd_result_t rc;
+  hvd__engine_t *e = NULL;
+  HVD__CHECK(engine_open(env, s, &e));
+  int err = pthread_create(&e->thread, NULL, hvd__engine_main, e);
+  if (err != 0) {
+    rc = hvd__set_error(HVD_ERR_SYSTEM, "pthread_create: %s", strerror(err));
+    goto fail;
+  }
+  if (env->world_ranks == NULL) /* the world's engine: callers poke it */
+    hvd__set_wake(engine_poke, e);
+  *out = e;
+  return HVD_SUCCESS;
+fail:
+  if (e != NULL)
+    engine_free(e);
+  return rc;
+}
+
+hvd_result_t hvd__engine_start_set(hvd__engine_t *world,
+                                   const hvd__exec_env_t *env,
+                                   const hvd__settings_t *s,
+                                   hvd__engine_t **out) {
+  hvd_result_t rc;
+  hvd__engine_t *e = NULL;
+  HVD__CHECK(hvd__grow((void **)&world->sets, &world->sets_bytes,
+                       (size_t)(world->nsets + 1) * sizeof *world->sets,
+                       "process set engines"));
+  HVD__CHECK(engine_open(env, s, &e));
+  e->driver = world;
+  world->sets[world->nsets++] = e; /* this is world's thread */
+  *out = e;
+fail:
+  return rc;
+}
+
+hvd_result_t hvd__engine_command(hvd__engine_t *e, hvd__engine_cmd_fn fn,
+                                 void *arg) {
+  hvd_result_t rc;
+  pthread_mutex_lock(&e->mu);
+  while (e->cmd_pending && !e->stopped) /* another thread's, first */
+    pthread_cond_wait(&e->tl_cv, &e->mu);
+  unsigned gen = e->cmd_gen;
+  if (!e->stopped) {
+    e->cmd_fn = fn;
+    e->cmd_arg = arg;
+    e->cmd_pending = 1;
+    e->urgent = 1;
+    pthread_cond_signal(&e->cv);
+  }
+  while (e->cmd_gen == gen && !e->stopped)
+    pthread_cond_wait(&e->tl_cv, &e->mu);
+  if (e->cmd_gen != gen) {
+    rc = e->cmd_rc;
+    if (rc != HVD_SUCCESS)
+      hvd__set_error(rc, "%s", e->cmd_msg);
+  } else {
+    e->cmd_pending = 0;
+    rc = hvd__set_error(e->stop_rc, "%s", e->stop_reason);
+  }
+  pthread_mutex_unlock(&e->mu);
+  return rc;
+}
+
+void hvd__engine_wake_driver(hvd__engine_t *e) {
+  hvd__engine_t *w = e->driver;
+  pthread_mutex_lock(&w->mu);
+  w->set_work = 1;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+void hvd__engine_stop(hvd__engine_t *e) {
+  if (e == NULL)
+    return;
+  if (e->env.world_ranks == NULL) /* before e->mu: engine_poke locks nap,
+                                     then mu */
+    hvd__set_wake(NULL, NULL);
+  pthread_mutex_lock(&e->mu);
+  e->stop_requested = 1;
+  pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  if (e->driver == NULL) {
+    pthread_join(e->thread, NULL);
+  } else { /* the world's thread ends it, or has ended it already */
+    hvd__engine_wake_driver(e);
+    pthread_mutex_lock(&e->mu);
+    while (!e->ended)
+      pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+  }
+  engine_free(e);
+}
