@@ -77,8 +77,10 @@
   X(HVD_ZERO_COPY, "1", zero_copy, BOOL, 1, 0, 1,                              \
     "1: an allreduce whose tensors are hvd_alloc_host memory on every "        \
     "rank of the node reads the peers' tensors and writes their results in "   \
-    "place (no copy through the shared segment); 0: always through the "       \
-    "segment")                                                                 \
+    "place (no copy through the shared segment); other tensors (malloc) "      \
+    "the same way through cross-memory attach (process_vm_readv/writev) "      \
+    "on one node where the kernel allows it (the log says which); 0: "         \
+    "always through the segment")                                              \
   X(HVD_HOST_ARENA, "1", host_arena, BOOL, 1, 0, 1,                            \
     "1: hvd_alloc_host memory lives in a shared arena the node's ranks "       \
     "can read (4 KiB pages unless THP shmem is enabled); 0: private "          \

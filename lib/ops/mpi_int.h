@@ -34,7 +34,14 @@ typedef struct hvd__shm {
   int nlocal, me; /* local size and rank */
   char **arena;   /* per local rank: its arena here (ours, or the peer's) */
   uint64_t *arena_size;
-  const void **srcs;  /* per local rank: its values, for a fold */
+  const void **srcs; /* per local rank: its values, for a fold */
+  /* cross-memory attach (process_vm_readv/writev) for tensors outside the
+   * arenas, one node only: every local rank's pid, a scratch block per
+   * peer; decided alike */
+  int cma;
+  int mode;  /* this group's: 2 zero copy, 1 cross-memory attach */
+  int *pids; /* per local rank */
+  char *scratch;
   hvd__ordered_t ord; /* across nodes */
 } hvd__shm_t;
 

@@ -15,7 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "base/errors.h"
 #include "base/host_mem.h"
@@ -113,6 +117,81 @@ fail:
   free(all);
   if (!s->zc)
     zc_close(s);
+  return rc;
+}
+
+/* ---- cross-memory attach: tensors outside the arenas --------------------- */
+
+/* What a peer reads at open to show that it may (the value: its rank). */
+static volatile int64_t cma_probe;
+
+static void cma_close(hvd__shm_t *s) {
+  free(s->pids);
+  free(s->scratch);
+  s->pids = NULL;
+  s->scratch = NULL;
+  s->cma = 0;
+}
+
+/* n bytes at `remote` in process pid into local, or the reverse (write):
+ * all of them, or -1 with errno. */
+static int cma_move(int pid, void *local, const void *remote, size_t n,
+                    int write) {
+  while (n > 0) {
+    struct iovec l = {local, n}, r = {(void *)remote, n};
+    ssize_t got = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                        : process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (got <= 0)
+      return -1;
+    local = (char *)local + got;
+    remote = (const char *)remote + got;
+    n -= (size_t)got;
+  }
+  return 0;
+}
+
+/* Cross-memory attach on when every rank of every node may read and write
+ * its local peers' memory (the same user; Yama's ptrace_scope 1 lets a
+ * process allow it, PR_SET_PTRACER_ANY; containers without ptrace rights
+ * refuse it): each rank reads every local peer's probe. One node only. */
+static hvd_result_t cma_open(hvd__shm_t *s, const hvd__exec_env_t *env) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int n = env->local_size, ok = s->on && !s->cross && env->zero_copy;
+  int64_t me[2], *all = NULL;
+#ifdef PR_SET_PTRACER
+  if (ok)
+    (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+#endif
+  cma_probe = env->local_rank;
+  me[0] = (int64_t)getpid();
+  me[1] = (int64_t)(intptr_t)&cma_probe;
+  all = calloc((size_t)n * 2, sizeof *all);
+  s->pids = calloc((size_t)n, sizeof *s->pids);
+  s->scratch = malloc((size_t)n * (size_t)ZC_BLOCK);
+  ok = ok && all != NULL && s->pids != NULL && s->scratch != NULL;
+  if (s->on)
+    HVD__MPI_CHECK(MPI_Allgather(me, 2, MPI_INT64_T, all, 2, MPI_INT64_T,
+                                 env->local_comm));
+  for (int k = 0; ok && k < n; k++) {
+    int64_t v = -1;
+    s->pids[k] = (int)all[2 * k];
+    ok = k == env->local_rank ||
+         (cma_move(s->pids[k], &v, (const void *)(intptr_t)all[2 * k + 1],
+                   sizeof v, 0) == 0 &&
+          v == k);
+  }
+  int v = ok;
+  HVD__MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, env->comm));
+  s->cma = v;
+  if (s->on)
+    HVD__LOG(HVD__LOG_INFO, "allreduce of tensors outside the arenas: %s",
+             v ? "cross-memory attach (process_vm_readv/writev)"
+               : "the shared slots (no cross-memory attach here)");
+fail:
+  free(all);
+  if (!s->cma)
+    cma_close(s);
   return rc;
 }
 
@@ -343,7 +422,8 @@ fail:
  * Groups below one piece, prescaled, compressed, or with a joined rank's
  * stub take the slots, as do all groups when zc is off. */
 
-/* Rank k's table: per tensor of the group, its send and recv offsets. */
+/* Rank k's table: per tensor of the group, its send and recv offsets in
+ * its arena (-1: outside), then their addresses. */
 static const int64_t *zc_table(const hvd__shm_t *s, int k) {
   return (const int64_t *)(s->slot[k] + s->phase * SHM_SLOT);
 }
@@ -367,27 +447,55 @@ typedef struct zc_cursor {
 
 /* n elements of tensor i from byte `at`: every local rank's send folded
  * in rank order (this rank's read where it is) into this rank's recv. */
-static void zc_sum(const hvd__shm_t *s, hvd_request_t *r, int i, int64_t at,
-                   int64_t n, hvd_dtype_t dtype, hvd_op_t op) {
-  for (int q = 0; q < s->nlocal; q++)
-    s->srcs[q] = q == s->me ? (const char *)r->send.data + at
-                            : s->arena[q] + zc_table(s, q)[2 * i] + at;
+static hvd_result_t zc_sum(const hvd__shm_t *s, hvd_request_t *r, int i,
+                           int64_t at, int64_t n, hvd_dtype_t dtype,
+                           hvd_op_t op) {
+  size_t bytes = (size_t)n * hvd_dtype_size(dtype);
+  for (int q = 0; q < s->nlocal; q++) {
+    const int64_t *t = zc_table(s, q) + 4 * i;
+    if (q == s->me) {
+      s->srcs[q] = (const char *)r->send.data + at;
+    } else if (s->mode == 2) {
+      s->srcs[q] = s->arena[q] + t[0] + at;
+    } else { /* a block (bytes <= ZC_BLOCK) of the peer's send, copied */
+      char *buf = s->scratch + (size_t)q * (size_t)ZC_BLOCK;
+      if (cma_move(s->pids[q], buf, (const char *)(intptr_t)t[2] + at, bytes,
+                   0) != 0)
+        return hvd__set_error(HVD_ERR_SYSTEM,
+                              "allreduce: process_vm_readv from local rank "
+                              "%d: %s",
+                              q, strerror(errno));
+      s->srcs[q] = buf;
+    }
+  }
   hvd__reduce_ordered((char *)r->recv.data + at, s->srcs, s->nlocal, n, dtype,
                       op);
+  return HVD_SUCCESS;
 }
 
 /* Those n elements finished (average, postscale) and written into every
  * peer's recv. */
-static void zc_out(const hvd__shm_t *s, const hvd__exec_env_t *env,
-                   hvd_request_t *r, int i, int64_t at, int64_t n,
-                   const hvd__desc_t *d) {
+static hvd_result_t zc_out(const hvd__shm_t *s, const hvd__exec_env_t *env,
+                           hvd_request_t *r, int i, int64_t at, int64_t n,
+                           const hvd__desc_t *d) {
   hvd_dtype_t dtype = d->dtype;
   char *to = (char *)r->recv.data + at;
+  size_t bytes = (size_t)n * hvd_dtype_size(dtype);
   hvd__reduce_finish(to, to, n, dtype, d->op, d->postscale, env->size);
-  for (int q = 0; q < s->nlocal; q++)
-    if (q != s->me)
-      memcpy(s->arena[q] + zc_table(s, q)[2 * i + 1] + at, to,
-             (size_t)n * hvd_dtype_size(dtype));
+  for (int q = 0; q < s->nlocal; q++) {
+    const int64_t *t = zc_table(s, q) + 4 * i;
+    if (q == s->me)
+      continue;
+    if (s->mode == 2)
+      memcpy(s->arena[q] + t[1] + at, to, bytes);
+    else if (cma_move(s->pids[q], to, (const char *)(intptr_t)t[3] + at, bytes,
+                      1) != 0)
+      return hvd__set_error(HVD_ERR_SYSTEM,
+                            "allreduce: process_vm_writev to local rank %d: "
+                            "%s",
+                            q, strerror(errno));
+  }
+  return HVD_SUCCESS;
 }
 
 /* Elements [a, b) of the virtual buffer (this rank's segment of a piece),
@@ -414,15 +522,15 @@ static hvd_result_t zc_range(hvd__shm_t *s, const hvd__exec_env_t *env,
     if (!s->cross) { /* block by block, while each is in cache */
       for (int64_t x = 0; x < n; x += ZC_BLOCK / esize) {
         int64_t k = n - x < ZC_BLOCK / esize ? n - x : ZC_BLOCK / esize;
-        zc_sum(s, r, i, at + x * esize, k, dtype, op);
-        zc_out(s, env, r, i, at + x * esize, k, d);
+        HVD__CHECK(zc_sum(s, r, i, at + x * esize, k, dtype, op));
+        HVD__CHECK(zc_out(s, env, r, i, at + x * esize, k, d));
       }
     } else { /* the range's sums, allreduced across the nodes, then out */
-      zc_sum(s, r, i, at, n, dtype, op);
+      HVD__CHECK(zc_sum(s, r, i, at, n, dtype, op));
       HVD__CHECK(hvd__ordered_allreduce(&s->ord, env->cross_comm, MPI_IN_PLACE,
                                         (char *)r->recv.data + at, n, dtype,
                                         op));
-      zc_out(s, env, r, i, at, n, d);
+      HVD__CHECK(zc_out(s, env, r, i, at, n, d));
     }
     a += n;
     if (a == start + m) {
@@ -445,20 +553,26 @@ hvd_result_t hvd__zc_allreduce(hvd__shm_t *s, const hvd__exec_env_t *env,
   for (int i = 0; i < w->n; i++)
     total += hvd_tensor_numel(&w->reqs[i]->send);
   /* the same on every rank: sizes, factors and settings are agreed */
-  if (!s->zc || d->prescale != 1.0 || piece < 1 || total < piece ||
-      (int64_t)(2 * (size_t)w->n * sizeof(int64_t)) > SHM_SLOT)
+  if ((!s->zc && !s->cma) || d->prescale != 1.0 || piece < 1 || total < piece ||
+      (int64_t)(4 * (size_t)w->n * sizeof(int64_t)) > SHM_SLOT)
     return HVD_SUCCESS;
   int64_t *tab = (int64_t *)shm_mine(s, env);
-  int ok = 1;
+  int in_arena = s->zc, stubs = 0;
   for (int i = 0; i < w->n; i++) { /* step 0 */
     hvd_request_t *r = w->reqs[i];
-    tab[2 * i] = r->is_stub ? -1 : zc_offset(s, &r->send);
-    tab[2 * i + 1] = r->is_stub ? -1 : zc_offset(s, &r->recv);
-    ok = ok && tab[2 * i] >= 0 && tab[2 * i + 1] >= 0;
+    stubs += r->is_stub;
+    tab[4 * i] = r->is_stub || !s->zc ? -1 : zc_offset(s, &r->send);
+    tab[4 * i + 1] = r->is_stub || !s->zc ? -1 : zc_offset(s, &r->recv);
+    tab[4 * i + 2] = (int64_t)(intptr_t)r->send.data;
+    tab[4 * i + 3] = (int64_t)(intptr_t)r->recv.data;
+    in_arena = in_arena && tab[4 * i] >= 0 && tab[4 * i + 1] >= 0;
   }
-  HVD__CHECK(shm_sync(s, env->comm, &ok));
-  if (!ok)
+  /* 2: every tensor in the arenas; 1: cross-memory attach; 0: slots */
+  int mode = in_arena ? 2 : s->cma && stubs == 0 ? 1 : 0;
+  HVD__CHECK(shm_sync(s, env->comm, &mode));
+  if (mode == 0)
     return HVD_SUCCESS; /* every rank takes the slots */
+  s->mode = mode;
   double t0 = env->trace ? hvd__now() : 0;
   /* Rank k owns segment k of each piece: it reads that segment of every
    * rank's send (no rank writes there: an in-place peer's recv segment k
@@ -477,7 +591,9 @@ hvd_result_t hvd__zc_allreduce(hvd__shm_t *s, const hvd__exec_env_t *env,
   if (env->trace) {
     double t1 = hvd__now();
     for (int i = 0; i < w->n; i++)
-      hvd__mpi_trace(env, w->reqs[i], "SHM_ZERO_COPY_ALLREDUCE", t0, t1);
+      hvd__mpi_trace(
+          env, w->reqs[i],
+          mode == 2 ? "SHM_ZERO_COPY_ALLREDUCE" : "SHM_CMA_ALLREDUCE", t0, t1);
   }
 fail:
   return rc;
@@ -493,6 +609,7 @@ hvd_result_t hvd__shm_open(hvd__shm_t *s, const hvd__exec_env_t *env) {
     return hvd__set_error(HVD_ERR_NO_MEMORY, "MPI executor state");
   HVD__CHECK(shm_setup(s, env));
   HVD__CHECK(zc_open(s, env));
+  HVD__CHECK(cma_open(s, env));
 fail:
   return rc;
 }
@@ -505,6 +622,7 @@ void hvd__shm_close(hvd__shm_t *s, int collective) {
   free(s->slot);
   s->slot = NULL;
   zc_close(s);
+  cma_close(s);
   free(s->srcs);
   s->srcs = NULL;
   hvd__ordered_free(&s->ord);

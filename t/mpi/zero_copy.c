@@ -24,6 +24,12 @@
  *   2 nodes    at np 4, HVD_HOSTNAME makes 2 nodes of 2: the segments are
  *              allreduced across nodes                       -> zero copy
  *   off        HVD_ZERO_COPY=0                               -> slots
+ * Groups with a tensor outside the arenas (mixed, one rank, recv) take
+ * cross-memory attach instead of the slots (their SHM_CMA_ALLREDUCE
+ * spans) on one node where the kernel lets a process read its peers'
+ * memory (this test checks that as hvd does, with a child reading its
+ * parent: else those cases expect the slots); never across 2 nodes, nor
+ * with prescale or HVD_ZERO_COPY=0.
  * At np 1 there is no peer: nothing is zero-copy and every sum is exact.
  *
  * Inputs: element i of tensor t on rank r is (t + i) % 5 + r + 1: sums,
@@ -33,7 +39,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "hvd.h"
 #include "hvdtest.h"
@@ -221,20 +232,47 @@ static int run_case(const tcase_t *c, const char *tag, int realloc_between,
   return !bad;
 }
 
-
-/* How many of the tag's tensors in `mask` have a zero-copy span. */
-static int zero_copied(const char *text, const char *tag, unsigned mask) {
+/* How many of the tag's tensors in `mask` have a `span` span. */
+static int spans_of(const char *text, const char *tag, unsigned mask,
+                    const char *span) {
   int n = 0;
   for (int t = 0; t < NT; t++) {
     if (!(mask >> t & 1))
       continue;
     char name[64];
     snprintf(name, sizeof name, "%s.%d", tag, t);
-    n += hvdt_timeline_span(text, name, "SHM_ZERO_COPY_ALLREDUCE", NULL);
+    n += hvdt_timeline_span(text, name, span, NULL);
   }
   return n;
 }
 
+/* Whether this kernel lets a process read another's memory as hvd's
+ * cross-memory attach does (PR_SET_PTRACER_ANY, then process_vm_readv). */
+static int cma_here(void) {
+  static volatile int probe = 42;
+  int fds[2], ok = 0;
+  char r = 0;
+  if (pipe(fds) != 0)
+    return 0;
+#ifdef PR_SET_PTRACER
+  (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+#endif
+  pid_t parent = getpid(), child = fork();
+  if (child == 0) {
+    int v = 0;
+    struct iovec l = {&v, sizeof v}, rm = {(void *)&probe, sizeof v};
+    char c = process_vm_readv(parent, &l, 1, &rm, 1, 0) == sizeof v && v == 42;
+    (void)!write(fds[1], &c, 1);
+    _exit(0);
+  }
+  if (child > 0 && read(fds[0], &r, 1) == 1)
+    ok = r;
+  if (child > 0)
+    waitpid(child, NULL, 0);
+  close(fds[0]);
+  close(fds[1]);
+  return ok;
+}
 
 typedef struct planned {
   tcase_t c;
@@ -242,70 +280,87 @@ typedef struct planned {
   int realloc_between;
   int zc;        /* expected with peers and HVD_ZERO_COPY=1 */
   unsigned mask; /* the tensors whose path is asserted (0: all NT) */
+  int cma;       /* cross-memory attach expected (one node, cma_here) */
 } planned_t;
 
 static const planned_t cases[] = {
     {{"arena: float32 sum in place", HVD_FLOAT32, HVD_SUM, 1, 1, 0, ARENA},
      "zs",
      0,
-     1, 0},
+     1,
+     0},
     {{"arena: float32 average in place", HVD_FLOAT32, HVD_AVERAGE, 1, 1, 0,
       ARENA},
      "za",
      0,
-     1, 0},
+     1,
+     0},
     {{"arena: float32 sum, postscale 0.5, out of place", HVD_FLOAT32, HVD_SUM,
       1, 0.5, 1, ARENA},
      "zo",
      0,
-     1, 0},
+     1,
+     0},
     {{"arena: float64 average out of place", HVD_FLOAT64, HVD_AVERAGE, 1, 1, 1,
       ARENA},
      "zd",
      0,
-     1, 0},
+     1,
+     0},
     {{"arena: int32 min in place", HVD_INT32, HVD_MIN, 1, 1, 0, ARENA},
      "zmin",
      0,
-     1, 0},
+     1,
+     0},
     {{"arena: int32 max out of place", HVD_INT32, HVD_MAX, 1, 1, 1, ARENA},
      "zmax",
      0,
-     1, 0},
+     1,
+     0},
     {{"arena: float16 sum in place", HVD_FLOAT16, HVD_SUM, 1, 1, 0, ARENA},
      "zh",
      0,
-     1, 0},
+     1,
+     0},
     {{"mixed: one tensor malloc'd", HVD_FLOAT32, HVD_SUM, 1, 1, 0, MIXED},
      "mx",
      0,
      0,
-     1u << 3},
+     1u << 3,
+     1},
     {{"one rank: every tensor malloc'd on the last rank", HVD_FLOAT32,
       HVD_AVERAGE, 1, 1, 0, ONE_RANK},
      "or",
      0,
-     0, 0},
+     0,
+     0,
+     1},
     {{"recv: out of place into malloc'd buffers on rank 0", HVD_FLOAT32,
       HVD_SUM, 1, 1, 1, RECV_PLAIN},
      "rp",
      0,
-     0, 0},
+     0,
+     0,
+     1},
     {{"prescale 2", HVD_FLOAT32, HVD_SUM, 2, 1, 0, ARENA}, "pre", 0, 0, 0},
     {{"realloc: new blocks, same names", HVD_FLOAT32, HVD_SUM, 1, 1, 0, ARENA},
      "re",
      1,
-     1, 0},
+     1,
+     0},
 };
 enum { NPLAN = sizeof cases / sizeof cases[0] };
 
 /* Every planned case under hvd_init with the environment as set; then the
  * timeline says which went zero-copy. */
+static int cma; /* cma_here(), asked once */
+
 static void run_plan(const char *setting, int zc_on) {
   char why[256];
   if (hvd_init() != HVD_SUCCESS)
     bail("hvd_init (%s): %s", setting, hvd_last_error());
   int peers = hvd_local_size() > 1;
+  int one_node = hvd_local_size() == hvd_size();
   for (int k = 0; k < NPLAN; k++) {
     why[0] = '\0';
     ok(run_case(&cases[k].c, cases[k].tag, cases[k].realloc_between, why,
@@ -322,12 +377,22 @@ static void run_plan(const char *setting, int zc_on) {
     unsigned mask = cases[k].mask ? cases[k].mask : (1u << NT) - 1;
     int asserted = __builtin_popcount(mask);
     int want = peers && zc_on && cases[k].zc ? asserted : 0;
-    int got = R == 0 && text ? zero_copied(text, cases[k].tag, mask) : -1;
+    int got = R == 0 && text ? spans_of(text, cases[k].tag, mask,
+                                        "SHM_ZERO_COPY_ALLREDUCE")
+                             : -1;
     /* collective: rank 0 judges, the others agree */
-    ok(R != 0 || got == want,
-       "%s, np=%d: %s: %d of %d %s zero-copy (got %d)", setting, P,
-       cases[k].c.label, want, asserted,
+    ok(R != 0 || got == want, "%s, np=%d: %s: %d of %d %s zero-copy (got %d)",
+       setting, P, cases[k].c.label, want, asserted,
        asserted == 1 ? "asserted tensor" : "tensors", got);
+    int cwant =
+        peers && zc_on && one_node && cma && cases[k].cma ? asserted : 0;
+    int cgot = R == 0 && text
+                   ? spans_of(text, cases[k].tag, mask, "SHM_CMA_ALLREDUCE")
+                   : -1;
+    ok(R != 0 || cgot == cwant,
+       "%s, np=%d: %s: %d of %d %s by cross-memory attach (got %d)", setting, P,
+       cases[k].c.label, cwant, asserted,
+       asserted == 1 ? "asserted tensor" : "tensors", cgot);
   }
   free(text);
   if (R == 0)
@@ -342,6 +407,8 @@ int main(int argc, char **argv) {
            (int)getppid());
   setenv("HVD_TIMELINE", tl_path, 1);
   setenv("HVD_CHUNK_SIZE", "4096", 1);
+  cma = cma_here();
+  tap_note("cross-memory attach %s here", cma ? "works" : "is refused");
 
   run_plan("one node", 1);
 
