@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/half.h"
 #include "base/json.h"
 
 int bench_rank = 0, bench_size = 1;
@@ -105,58 +106,6 @@ bench_stats_t bench_stats(double *s, int n) {
 
 /* ---- element values ----------------------------------------------------- */
 
-static uint16_t f32_to_f16(float f) { /* round to nearest even */
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-  uint32_t a = x & 0x7fffffffu;
-  if (a >= 0x7f800000u) /* inf, nan */
-    return sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u);
-  if (a >= 0x477ff000u) /* 65520 and up round to inf */
-    return sign | 0x7c00u;
-  if (a < 0x38800000u) { /* below 2^-14: a float16 subnormal */
-    float af;
-    memcpy(&af, &a, sizeof af);
-    return sign | (uint16_t)lrintf(af * 16777216.0f); /* units of 2^-24 */
-  }
-  uint32_t h = ((((a >> 23) - 127 + 15) << 10) | ((a & 0x7fffffu) >> 13));
-  uint32_t rest = a & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
-    h++;
-  return sign | (uint16_t)h;
-}
-
-static float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-  if (e == 0) {
-    float v = ldexpf((float)m, -24);
-    return sign ? -v : v;
-  }
-  if (e == 31)
-    x = sign | 0x7f800000u | (m << 13);
-  else
-    x = sign | ((e + 112) << 23) | (m << 13);
-  float f;
-  memcpy(&f, &x, sizeof f);
-  return f;
-}
-
-static uint16_t f32_to_bf16(float f) { /* round to nearest even */
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
-  if ((x & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t)((x >> 16) | 0x40u); /* quiet nan */
-  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-static float bf16_to_f32(uint16_t h) {
-  uint32_t x = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &x, sizeof f);
-  return f;
-}
-
 int bench_is_float(hvd_dtype_t dt) {
   return dt == HVD_FLOAT16 || dt == HVD_BFLOAT16 || dt == HVD_FLOAT32 ||
          dt == HVD_FLOAT64;
@@ -177,10 +126,10 @@ void bench_put(void *buf, hvd_dtype_t dt, int64_t i, double v) {
     ((int64_t *)buf)[i] = (int64_t)v;
     break;
   case HVD_FLOAT16:
-    ((uint16_t *)buf)[i] = f32_to_f16((float)v);
+    ((uint16_t *)buf)[i] = hvd__f32_to_f16((float)v);
     break;
   case HVD_BFLOAT16:
-    ((uint16_t *)buf)[i] = f32_to_bf16((float)v);
+    ((uint16_t *)buf)[i] = hvd__f32_to_bf16((float)v);
     break;
   case HVD_FLOAT32:
     ((float *)buf)[i] = (float)v;
@@ -203,9 +152,9 @@ double bench_get(const void *buf, hvd_dtype_t dt, int64_t i) {
   case HVD_INT64:
     return (double)((const int64_t *)buf)[i];
   case HVD_FLOAT16:
-    return f16_to_f32(((const uint16_t *)buf)[i]);
+    return hvd__f16_to_f32(((const uint16_t *)buf)[i]);
   case HVD_BFLOAT16:
-    return bf16_to_f32(((const uint16_t *)buf)[i]);
+    return hvd__bf16_to_f32(((const uint16_t *)buf)[i]);
   case HVD_FLOAT32:
     return ((const float *)buf)[i];
   case HVD_FLOAT64:
