@@ -30,6 +30,11 @@
  *
  * Exit status: 0 done; 1 a failure (data, checkpoint, hvd) on any rank,
  * reported before training when it can be; 2 a bad command line.
+ *
+ * A test hook, not an option (t/mpi/elastic.sh; hvdrun forwards HVD_*
+ * variables to the ranks): HVD_TEST_KILL_AT=STEP:RANK makes rank RANK kill
+ * itself with SIGKILL before step STEP, in the first HVD_TEST_KILL_LAUNCHES
+ * launches of an elastic job (default 1).
  */
 #include "data.h"
 #include "model.h"
@@ -90,8 +95,6 @@ typedef struct options {
   const char *elastic;  /* --elastic FILE: the committed state */
   int64_t commit_every; /* --commit-every N (steps) */
   int save_every;       /* --save-every K (commits) */
-  int64_t kill_step;    /* --kill-at STEP:RANK (a test's fault), -1 none */
-  int kill_rank, kill_launches;
   uint64_t seed;
   int threads;
   int gpu;  /* --device gpu */
@@ -161,9 +164,6 @@ static const char usage_text[] =
     "                         from its newest commit, at any world size\n"
     "  --commit-every N       commit every N steps (default 1)\n"
     "  --save-every K         write every K-th commit to FILE (default 1)\n"
-    "  --kill-at STEP:RANK    a test's fault: rank RANK kills itself with\n"
-    "                         SIGKILL before step STEP, in the first\n"
-    "                         --kill-launches launches (default 1)\n"
     "  --quiet                no progress lines, only the summary\n"
     "  -h, --help             this text\n"
     "\n"
@@ -267,8 +267,6 @@ enum {
   O_ELASTIC,
   O_COMMIT_EVERY,
   O_SAVE_EVERY,
-  O_KILL_AT,
-  O_KILL_LAUNCHES,
   O_QUIET
 };
 
@@ -310,8 +308,6 @@ static const struct option long_options[] = {
     {"elastic", required_argument, NULL, O_ELASTIC},
     {"commit-every", required_argument, NULL, O_COMMIT_EVERY},
     {"save-every", required_argument, NULL, O_SAVE_EVERY},
-    {"kill-at", required_argument, NULL, O_KILL_AT},
-    {"kill-launches", required_argument, NULL, O_KILL_LAUNCHES},
     {"quiet", no_argument, NULL, O_QUIET},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}};
@@ -332,7 +328,6 @@ static void parse_options(int argc, char **argv, options_t *o,
                           bert_config_t *c) {
   memset(o, 0, sizeof *o);
   o->preset = "tiny";
-  o->kill_step = -1;
   o->steps = 1000;
   o->lr = 2e-3;
   o->warmup = -1;
@@ -479,19 +474,6 @@ static void parse_options(int argc, char **argv, options_t *o,
     case O_SAVE_EVERY:
       o->save_every = (int)parse_int("--save-every", a, 1, INT32_MAX);
       break;
-    case O_KILL_AT: {
-      char step[32];
-      const char *colon = strchr(a, ':');
-      if (colon == NULL || colon == a || (size_t)(colon - a) >= sizeof step)
-        usage_error("--kill-at needs STEP:RANK, not '%s'", a);
-      snprintf(step, sizeof step, "%.*s", (int)(colon - a), a);
-      o->kill_step = parse_int("--kill-at (step)", step, 0, INT64_MAX / 2);
-      o->kill_rank = (int)parse_int("--kill-at (rank)", colon + 1, 0, 1 << 20);
-      break;
-    }
-    case O_KILL_LAUNCHES:
-      o->kill_launches = (int)parse_int("--kill-launches", a, 1, 1 << 20);
-      break;
     case O_QUIET:
       o->quiet = 1;
       break;
@@ -517,8 +499,6 @@ static void parse_options(int argc, char **argv, options_t *o,
     o->commit_every = 1;
   if (o->save_every == 0)
     o->save_every = 1;
-  if (o->kill_launches == 0)
-    o->kill_launches = 1;
   if (o->keep > 0 && o->checkpoint == NULL)
     usage_error("--keep needs --checkpoint DIR");
   if (o->no_sync && o->compression != HVD_COMPRESS_NONE)
@@ -547,6 +527,45 @@ static void parse_options(int argc, char **argv, options_t *o,
   c->threads = o->threads;
   if (bert_config_check(c) != HVD_SUCCESS)
     usage_error("%s", bert_last_error());
+}
+
+/* ---- the test hook ---------------------------------------------------- */
+
+/* HVD_TEST_KILL_AT=STEP:RANK, HVD_TEST_KILL_LAUNCHES=L: a test's fault
+ * (see the top of the file), read from the environment so that it stays
+ * out of the options a user reads and copies. */
+typedef struct kill_at {
+  int64_t step; /* -1: none */
+  int rank, launches;
+} kill_at_t;
+
+/* Reads the hook's variables into k; a malformed value is a usage error
+ * (exit 2), as a bad option is. */
+static void kill_at_read(kill_at_t *k) {
+  const char *a = getenv("HVD_TEST_KILL_AT");
+  const char *l = getenv("HVD_TEST_KILL_LAUNCHES");
+  *k = (kill_at_t){.step = -1, .rank = 0, .launches = 1};
+  if (l != NULL && *l != '\0')
+    k->launches = (int)parse_int("HVD_TEST_KILL_LAUNCHES", l, 1, 1 << 20);
+  if (a == NULL || *a == '\0')
+    return;
+  char step[32];
+  const char *colon = strchr(a, ':');
+  if (colon == NULL || colon == a || (size_t)(colon - a) >= sizeof step)
+    usage_error("HVD_TEST_KILL_AT needs STEP:RANK, not '%s'", a);
+  snprintf(step, sizeof step, "%.*s", (int)(colon - a), a);
+  k->step = parse_int("HVD_TEST_KILL_AT (step)", step, 0, INT64_MAX / 2);
+  k->rank = (int)parse_int("HVD_TEST_KILL_AT (rank)", colon + 1, 0, 1 << 20);
+}
+
+/* Before step s: SIGKILL this rank if the hook says so. */
+static void kill_at_step(const kill_at_t *k, int64_t s, int rank) {
+  if (k->step != s || rank != k->rank || hvd_elastic_restarts() >= k->launches)
+    return;
+  say("HVD_TEST_KILL_AT %lld:%d: killing this rank (SIGKILL) before step %lld",
+      (long long)s, rank, (long long)s);
+  fflush(stdout);
+  raise(SIGKILL);
 }
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -998,6 +1017,8 @@ int main(int argc, char **argv) {
   hvd_result_t rc;
 
   parse_options(argc, argv, &o, &cfg);
+  kill_at_t kill;
+  kill_at_read(&kill);
   if ((rc = hvd_init()) != HVD_SUCCESS) {
     say("hvd_init: %s", hvd_last_error());
     return 1;
@@ -1312,13 +1333,7 @@ int main(int argc, char **argv) {
                 "bert_model_set_sparse_embeddings", bert_last_error());
   for (int64_t s = start; s < o.steps; s++) {
     double t0 = now();
-    if (o.kill_step == s && rank == o.kill_rank &&
-        hvd_elastic_restarts() < o.kill_launches) {
-      say("--kill-at %lld:%d: killing this rank (SIGKILL) before step %lld",
-          (long long)s, rank, (long long)s);
-      fflush(stdout);
-      raise(SIGKILL);
-    }
+    kill_at_step(&kill, s, rank);
     if (fetch || in_epoch == left) {
       if (!fetch)
         epoch++, consumed = 0;

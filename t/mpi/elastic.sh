@@ -3,7 +3,8 @@
 # --max-restarts relaunching examples/bert_train --elastic after a rank
 # dies, on one machine (TAP):
 #
-#  1. 4 ranks, rank 2 SIGKILLs itself before step 30 of 60 (--kill-at):
+#  1. 4 ranks, rank 2 SIGKILLs itself before step 30 of 60 (bert_train's
+#     test hook HVD_TEST_KILL_AT):
 #     hvdrun names the failure, relaunches on 3 ranks and the job ends with
 #     status 0; the program restored the state committed after step 30
 #     ("launch 2, the last one had 4 ranks"); the loss log holds steps 1
@@ -23,7 +24,8 @@
 #     previous commit (step 3) and completes;
 #  6. --host-discovery-script: the relaunch takes the hosts the script
 #     prints; a script that prints none ends the job;
-#  7. bad arguments: exit 2 with the reason.
+#  7. bad arguments: exit 2 with the reason; a malformed HVD_TEST_KILL_AT
+#     too, and --kill-at is no option of bert_train.
 
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 prog=$HVD_TOP_BUILDDIR/examples/bert_train
@@ -36,7 +38,8 @@ make_tmp elastic
 HVD_TEST_TIMEOUT=${HVD_TEST_TIMEOUT:-120}
 export HVD_TEST_TIMEOUT
 run_no_cma=${HVD_RUN_NO_CMA-1}
-unset HVD_TEST_CRASH_RENAME HVD_ELASTIC_RESTARTS HVD_ELASTIC_PREVIOUS_SIZE
+unset HVD_TEST_CRASH_RENAME HVD_ELASTIC_RESTARTS HVD_ELASTIC_PREVIOUS_SIZE \
+  HVD_TEST_KILL_AT HVD_TEST_KILL_LAUNCHES
 
 # job NAME ARGS...: hvdrun ARGS under the suite's timeout; stdout in
 # $tmp/NAME.out, stderr in $tmp/NAME.err, the status in rc.
@@ -50,6 +53,16 @@ job() {
     hvd_mpirun 0 "$hvdrun" "$@"
   ) >"$tmp/$job_name.out" 2>"$tmp/$job_name.err"
   rc=$?
+}
+# killed_job STEP:RANK LAUNCHES NAME ARGS...: job NAME ARGS with
+# bert_train's test hook set: rank RANK SIGKILLs itself before step STEP in
+# the first LAUNCHES launches (hvdrun forwards HVD_* to every rank).
+killed_job() {
+  HVD_TEST_KILL_AT=$1 HVD_TEST_KILL_LAUNCHES=$2
+  export HVD_TEST_KILL_AT HVD_TEST_KILL_LAUNCHES
+  shift 2
+  job "$@"
+  unset HVD_TEST_KILL_AT HVD_TEST_KILL_LAUNCHES
 }
 explain() {
   show "$tmp/$1.out" "$1: stdout"
@@ -100,15 +113,15 @@ print('%.3g' % max(abs(x - y) / top for k in a for x, y in zip(a[k], b[k])))
 PY
 }
 
-echo "1..14"
+echo "1..18"
 
 # ---- 1. a rank killed at step 30 of 60 --------------------------------------
 # Fused as by default: which gradients fuse depends on timing, but every
 # element is folded in rank order whatever the fusion, so the runs agree
 # bit for bit (before the reductions were ordered this needed
 # HVD_FUSION_THRESHOLD=0).
-job a -np 4 --max-restarts 2 --min-np 2 "$prog" $tiny --steps 60 \
-  --elastic "$tmp/a.state" --kill-at 30:2 --log-json "$tmp/a.json" \
+killed_job 30:2 1 a -np 4 --max-restarts 2 --min-np 2 "$prog" $tiny \
+  --steps 60 --elastic "$tmp/a.state" --log-json "$tmp/a.json" \
   --checkpoint "$tmp/a"
 [ $rc = 0 ] &&
   grep -q "^hvdrun: rank 2 ($host) was killed by signal 9 (Killed); ranks 0, 1, 3 were stopped$" "$tmp/a.err" &&
@@ -132,7 +145,7 @@ print("%.2f s (a step before it: %.3f s)" % (w[31] - w[30], w[30] - w[29]))' "$t
 echo "# from the last step before the failure to the first after it: $gap"
 
 # the same by hand: killed without a relaunch, started again at 3 ranks
-job b1 -np 4 "$prog" $tiny --steps 60 --elastic "$tmp/b.state" --kill-at 30:2
+killed_job 30:2 1 b1 -np 4 "$prog" $tiny --steps 60 --elastic "$tmp/b.state"
 b1=$rc
 job b2 -np 3 "$prog" $tiny --steps 60 --elastic "$tmp/b.state" \
   --log-json "$tmp/b.json" --checkpoint "$tmp/b"
@@ -144,8 +157,8 @@ between "$d" 0 1e-6 && cmp -s "$tmp/a/step-000060.ckpt" "$tmp/b/step-000060.ckpt
 check $? "... and the same final parameters (largest difference $d of the largest value; the files bit for bit)"
 
 # ---- 2. more failures than --max-restarts -----------------------------------------
-job more -np 3 --max-restarts 1 "$prog" $tiny --steps 20 \
-  --elastic "$tmp/more.state" --kill-at 5:1 --kill-launches 2
+killed_job 5:1 2 more -np 3 --max-restarts 1 "$prog" $tiny --steps 20 \
+  --elastic "$tmp/more.state"
 killed="rank 1 ($host) was killed by signal 9 (Killed)"
 [ $rc = 137 ] &&
   grep -q "^hvdrun: restart 1 of 1 after $killed: relaunching on 2 ranks at " "$tmp/more.err" &&
@@ -154,8 +167,8 @@ check $? "a second failure with --max-restarts 1: exit 137 (got $rc), every fail
   explain more
 
 # ---- 3. fewer ranks than --min-np ---------------------------------------------------
-job few -np 2 --max-restarts 3 --min-np 2 "$prog" $tiny --steps 20 \
-  --elastic "$tmp/few.state" --kill-at 3:1
+killed_job 3:1 1 few -np 2 --max-restarts 3 --min-np 2 "$prog" $tiny \
+  --steps 20 --elastic "$tmp/few.state"
 [ $rc = 137 ] &&
   grep -q "^hvdrun: giving up: 1 ranks remain, fewer than --min-np 2 (failures: 1) $killed)$" "$tmp/few.err" &&
   ! grep -q "restart 1" "$tmp/few.err"
@@ -197,15 +210,17 @@ fi
 printf '#!/bin/sh\necho localhost:2\n' >"$tmp/disc.sh"
 printf '#!/bin/sh\nexit 0\n' >"$tmp/none.sh"
 chmod +x "$tmp/disc.sh" "$tmp/none.sh"
-job disc -H localhost:3 --max-restarts 1 --host-discovery-script "$tmp/disc.sh" \
-  "$prog" $tiny --steps 12 --elastic "$tmp/disc.state" --kill-at 4:2
+killed_job 4:2 1 disc -H localhost:3 --max-restarts 1 \
+  --host-discovery-script "$tmp/disc.sh" \
+  "$prog" $tiny --steps 12 --elastic "$tmp/disc.state"
 [ $rc = 0 ] &&
   grep -q "^hvdrun: restart 1 of 1 after rank 2 ($host) was killed by signal 9 (Killed): relaunching on 2 ranks (localhost:2) at " "$tmp/disc.err" &&
   grep -q "^bert_train: restored the state committed after step 4 .*launch 2, the last one had 3 ranks$" "$tmp/disc.out"
 check $? "--host-discovery-script: the relaunch takes the hosts it prints (localhost:2), exit $rc" ||
   explain disc
-job nohost -H localhost:2 --max-restarts 1 --host-discovery-script "$tmp/none.sh" \
-  "$prog" $tiny --steps 12 --elastic "$tmp/nohost.state" --kill-at 4:1
+killed_job 4:1 1 nohost -H localhost:2 --max-restarts 1 \
+  --host-discovery-script "$tmp/none.sh" \
+  "$prog" $tiny --steps 12 --elastic "$tmp/nohost.state"
 [ $rc = 137 ] &&
   grep -q "^hvdrun: giving up: the host discovery script '$tmp/none.sh' found no host (failures: 1) rank 1 ($host) was killed by signal 9 (Killed))$" "$tmp/nohost.err"
 check $? "a discovery script that finds no host: the job ends (exit $rc)" ||
@@ -218,5 +233,21 @@ check $? "--max-restarts x: exit 2 (got $rc) and the reason" || explain bad
 job bad2 -np 2 --min-np 0 "$prog"
 [ $rc = 2 ] && grep -q "^hvdrun: --min-np needs at least 1, not '0'$" "$tmp/bad2.err"
 check $? "--min-np 0: exit 2 (got $rc) and the reason" || explain bad2
+
+# bert_train's test hook: a malformed value is a usage error, said once
+killed_job 30 1 hook -np 2 "$prog" $tiny --steps 5
+[ $rc = 2 ] &&
+  [ "`grep -c "^bert_train: HVD_TEST_KILL_AT needs STEP:RANK, not '30'$" "$tmp/hook.err"`" = 1 ]
+check $? "HVD_TEST_KILL_AT=30: exit 2 (got $rc), the reason once for the job" ||
+  explain hook
+killed_job x:1 1 hook2 -np 1 "$prog" $tiny --steps 5
+[ $rc = 2 ] && grep -q "^bert_train: HVD_TEST_KILL_AT (step) needs an integer from 0 to [0-9]*, not 'x'$" "$tmp/hook2.err"
+check $? "HVD_TEST_KILL_AT=x:1: exit 2 (got $rc) and the reason" || explain hook2
+killed_job 3:1 0 hook3 -np 1 "$prog" $tiny --steps 5
+[ $rc = 2 ] && grep -q "^bert_train: HVD_TEST_KILL_LAUNCHES needs an integer from 1 to 1048576, not '0'$" "$tmp/hook3.err"
+check $? "HVD_TEST_KILL_LAUNCHES=0: exit 2 (got $rc) and the reason" || explain hook3
+job opt -np 1 "$prog" $tiny --steps 5 --kill-at 3:0
+[ $rc = 2 ] && grep -q "^bert_train: unknown option '--kill-at'$" "$tmp/opt.err"
+check $? "--kill-at is no option of bert_train: exit 2 (got $rc)" || explain opt
 
 exit $failed
