@@ -37,16 +37,18 @@ HVD_BENCH_DIRS = -DHVD_WORKLOADS_DIR='"$(workloadsdir)"' \
 	-DHVD_SRC_WORKLOADS_DIR='"$(abs_top_srcdir)/bench/workloads"'
 bin_PROGRAMS += bin/hvd-bench
 bin_hvd_bench_SOURCES = $(HVD_BENCH_SOURCES)
-bin_hvd_bench_CPPFLAGS = $(HVD_PROG_CPPFLAGS) $(CUDA_CPPFLAGS) $(HVD_BENCH_DIRS)
+bin_hvd_bench_CPPFLAGS = $(HVD_PROG_CPPFLAGS) $(CUDA_CPPFLAGS) $(HVD_BENCH_DIRS) \
+	$(CLI_CPPFLAGS)
 bin_hvd_bench_LDFLAGS = $(HVD_LDFLAGS) $(CUDA_LDFLAGS)
-bin_hvd_bench_LDADD = $(HVD_PROG_LDADD) $(CUDA_LIBS)
+bin_hvd_bench_LDADD = $(CLI_LIBS) $(HVD_PROG_LDADD) $(CUDA_LIBS)
 
 noinst_PROGRAMS += bin/hvd-bench-kernels
 bin_hvd_bench_kernels_SOURCES = $(HVD_BENCH_SOURCES)
 bin_hvd_bench_kernels_CPPFLAGS = $(bin_hvd_bench_CPPFLAGS) -DHVD_BENCH_KERNELS
 bin_hvd_bench_kernels_LDFLAGS = $(HVD_LDFLAGS) -static $(CUDA_LDFLAGS) \
 	$(NCCL_LDFLAGS)
-bin_hvd_bench_kernels_LDADD = $(HVD_PROG_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
+bin_hvd_bench_kernels_LDADD = $(CLI_LIBS) $(HVD_PROG_LDADD) $(NCCL_LIBS) \
+	$(CUDA_LIBS)
 
 ## The GPU machine's preparation and its one command (doc/gpu-testing.md).
 EXTRA_DIST += bench/prepare-gpu-carry.sh bench/gpu-session.sh bench/bert-sync-ratio.sh \

@@ -32,9 +32,9 @@
  * or a call failed, 2 bad command line.
  */
 #include "bench.h"
+#include "cli.h"
 
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,47 +121,19 @@ static const char usage_text[] =
     "Only rank 0 prints. Exit status: 0 all results right (or a GPU mode\n"
     "skipped), 1 a result was wrong or a call failed, 2 bad command line.\n";
 
-/* The rank mpirun gave this process, read before MPI starts (0 if none),
- * so that only rank 0 prints usage errors. */
-static int launcher_rank(void) {
-  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK",
-                                     "PMI_RANK"};
-  for (int i = 0; i < BENCH_COUNT(vars); i++) {
-    const char *v = getenv(vars[i]);
-    if (v != NULL && *v != '\0')
-      return atoi(v);
-  }
-  return 0;
-}
-
-static void usage_error(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2), noreturn));
-
-static void usage_error(const char *fmt, ...) {
-  if (launcher_rank() == 0) {
-    va_list ap;
-    fputs("hvd-bench: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs(" (hvd-bench --help lists the options)\n", stderr);
-  }
-  exit(2);
-}
-
-static int parse_int(const char *opt, const char *s, int min, int max) {
-  char *end = NULL;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end != '\0' || v < min || v > max)
-    usage_error("%s '%s': expected an integer in %d..%d", opt, s, min, max);
-  return (int)v;
-}
+/* The wording of this program's messages (examples/util/cli.h); a usage
+ * error is said on rank 0 only (the launcher's rank: MPI has not started). */
+static const cli_t cli = {
+    .prog = "hvd-bench",
+    .hint = " (hvd-bench --help lists the options)",
+    /* (option, lo, hi, value) in this program's order */
+    .int_fmt = "%1$s '%4$s': expected an integer in %2$lld..%3$lld"};
 
 static int64_t parse_size(const char *opt, const char *s) {
   int64_t v = bench_parse_bytes(s);
   if (v < 1 || v > (INT64_C(4) << 30))
-    usage_error("%s '%s': expected a size from 1 to 4G (e.g. 4, 64K, 256M)",
-                opt, s);
+    cli_usage_error("%s '%s': expected a size from 1 to 4G (e.g. 4, 64K, 256M)",
+                    opt, s);
   return v;
 }
 
@@ -172,7 +144,7 @@ static unsigned parse_set(const char *opt, const char *s, int count,
   unsigned set = 0;
   char buf[256];
   if (strlen(s) >= sizeof buf)
-    usage_error("%s: list too long", opt);
+    cli_usage_error("%s: list too long", opt);
   snprintf(buf, sizeof buf, "%s", s);
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
        tok = strtok_r(NULL, ",", &save)) {
@@ -190,12 +162,12 @@ static unsigned parse_set(const char *opt, const char *s, int count,
         strncat(names, name(i), sizeof names - strlen(names) - 1);
         strncat(names, ", ", sizeof names - strlen(names) - 1);
       }
-      usage_error("%s: unknown '%s' (one of %sall)", opt, tok, names);
+      cli_usage_error("%s: unknown '%s' (one of %sall)", opt, tok, names);
     }
     set |= 1u << found;
   }
   if (set == 0)
-    usage_error("%s: empty list", opt);
+    cli_usage_error("%s: empty list", opt);
   return set;
 }
 
@@ -323,23 +295,24 @@ static const char *modes_str(unsigned bits, char *buf, size_t len) {
 static void parse_counts(const char *s, bench_opts_t *o) {
   char buf[256];
   if (strlen(s) >= sizeof buf)
-    usage_error("--counts: list too long");
+    cli_usage_error("--counts: list too long");
   snprintf(buf, sizeof buf, "%s", s);
   o->ncounts = 0;
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
        tok = strtok_r(NULL, ",", &save)) {
     if (o->ncounts == BENCH_COUNT(o->counts))
-      usage_error("--counts: at most %d counts", BENCH_COUNT(o->counts));
-    o->counts[o->ncounts++] = parse_int("--counts", tok, 1, 65536);
+      cli_usage_error("--counts: at most %d counts", BENCH_COUNT(o->counts));
+    o->counts[o->ncounts++] = (int)cli_int("--counts", tok, 1, 65536);
   }
   if (o->ncounts == 0)
-    usage_error("--counts: empty list");
+    cli_usage_error("--counts: empty list");
 }
 
 static void parse_args(int argc, char **argv, bench_opts_t *o) {
   int given[OPT_LAST + 1] = {0};
   int quick = 0, c;
 
+  cli_init(&cli);
   memset(o, 0, sizeof *o);
   o->warmup = -1;
   o->min_bytes = 4;
@@ -366,14 +339,14 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
       given[c] = 1;
     switch (c) {
     case 'h':
-      if (launcher_rank() == 0)
+      if (cli_launcher_rank() == 0)
         fputs(usage_text, stdout);
       exit(0);
     case OPT_ITERS:
-      o->iters = parse_int("--iters", optarg, 1, 100000000);
+      o->iters = (int)cli_int("--iters", optarg, 1, 100000000);
       break;
     case OPT_WARMUP:
-      o->warmup = parse_int("--warmup", optarg, 0, 1000000);
+      o->warmup = (int)cli_int("--warmup", optarg, 0, 1000000);
       break;
     case OPT_JSON:
       o->json = 1;
@@ -391,7 +364,7 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
       o->max_bytes = parse_size("--max-bytes", optarg);
       break;
     case OPT_STEP:
-      o->step_factor = parse_int("--step-factor", optarg, 2, 1024);
+      o->step_factor = (int)cli_int("--step-factor", optarg, 2, 1024);
       break;
     case OPT_COLL:
       o->colls = parse_set("--coll", optarg, BENCH_COLL_COUNT, coll_name);
@@ -410,22 +383,22 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
       else if (strcmp(optarg, "both") == 0)
         o->places = BENCH_OUT_OF_PLACE | BENCH_IN_PLACE;
       else
-        usage_error("--inplace '%s': expected 0, 1 or both", optarg);
+        cli_usage_error("--inplace '%s': expected 0, 1 or both", optarg);
       break;
     case OPT_ROOT:
-      o->root = parse_int("--root", optarg, 0, 1 << 20);
+      o->root = (int)cli_int("--root", optarg, 0, 1 << 20);
       break;
     case OPT_TENSORS:
       o->tensors = optarg;
       break;
     case OPT_SMALL_COUNT:
-      o->small_count = parse_int("--small-count", optarg, 1, 1000000);
+      o->small_count = (int)cli_int("--small-count", optarg, 1, 1000000);
       break;
     case OPT_SMALL_ITERS:
-      o->small_iters = parse_int("--small-iters", optarg, 1, 1000000);
+      o->small_iters = (int)cli_int("--small-iters", optarg, 1, 1000000);
       break;
     case OPT_COMPUTE_MS:
-      o->compute_ms = parse_int("--compute-ms", optarg, 1, 100000);
+      o->compute_ms = (int)cli_int("--compute-ms", optarg, 1, 100000);
       break;
     case OPT_DEVICE:
       if (strcmp(optarg, "cpu") == 0)
@@ -433,7 +406,7 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
       else if (strcmp(optarg, "gpu") == 0)
         o->device_gpu = 1;
       else
-        usage_error("--device '%s': expected cpu or gpu", optarg);
+        cli_usage_error("--device '%s': expected cpu or gpu", optarg);
       break;
     case OPT_COUNTS:
       parse_counts(optarg, o);
@@ -444,18 +417,18 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
       else if (strcmp(optarg, "hvd") == 0)
         o->alloc = BENCH_DATA_HVD;
       else
-        usage_error("--alloc '%s': expected malloc or hvd", optarg);
+        cli_usage_error("--alloc '%s': expected malloc or hvd", optarg);
       break;
     case OPT_BUCKET:
       o->bucket_bytes = parse_size("--bucket-bytes", optarg);
       break;
     case ':':
-      usage_error("option %s needs a value", argv[optind - 1]);
+      cli_usage_error("option %s needs a value", argv[optind - 1]);
     default: /* '?' */
       if (optopt > 0 && optopt < 128 && argv[optind - 1][1] != '-')
-        usage_error("unknown option '-%c'", optopt);
-      usage_error("unknown option, or a value where none goes: '%s'",
-                  argv[optind - 1]);
+        cli_usage_error("unknown option '-%c'", optopt);
+      cli_usage_error("unknown option, or a value where none goes: '%s'",
+                      argv[optind - 1]);
     }
   }
 
@@ -466,29 +439,29 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
       if (strcmp(m, mode_names[i]) == 0)
         found = i;
     if (found < 0)
-      usage_error("unknown mode '%s' (sweep, list, mpi-list, latency, "
-                  "overlap, optim, quick, gpu-pack or staged)",
-                  m);
+      cli_usage_error("unknown mode '%s' (sweep, list, mpi-list, latency, "
+                      "overlap, optim, quick, gpu-pack or staged)",
+                      m);
     if (quick && found != BENCH_QUICK && found != BENCH_SWEEP)
-      usage_error("--quick does not go with mode '%s'", m);
+      cli_usage_error("--quick does not go with mode '%s'", m);
     o->mode = quick ? BENCH_QUICK : (enum bench_mode)found;
   } else if (quick) {
     o->mode = BENCH_QUICK;
   } else {
-    usage_error("no mode given (sweep, list, mpi-list, latency, overlap, "
-                "optim, gpu-pack, staged, or --quick)");
+    cli_usage_error("no mode given (sweep, list, mpi-list, latency, overlap, "
+                    "optim, gpu-pack, staged, or --quick)");
   }
   if (optind < argc)
-    usage_error("unexpected argument '%s'", argv[optind]);
+    cli_usage_error("unexpected argument '%s'", argv[optind]);
 
   for (int opt = OPT_ITERS; opt <= OPT_LAST; opt++) {
     unsigned m = option_modes(opt);
     char names[128];
     if (given[opt] && m != 0 && !(m & MODE_BIT(o->mode)))
-      usage_error("--%s is an option of %s mode%s, not %s",
-                  long_opts[opt - OPT_ITERS].name,
-                  modes_str(m, names, sizeof names), (m & (m - 1)) ? "s" : "",
-                  mode_names[o->mode]);
+      cli_usage_error("--%s is an option of %s mode%s, not %s",
+                      long_opts[opt - OPT_ITERS].name,
+                      modes_str(m, names, sizeof names),
+                      (m & (m - 1)) ? "s" : "", mode_names[o->mode]);
   }
   if (o->mode == BENCH_GPU_PACK || o->mode == BENCH_STAGED) {
     int pack = o->mode == BENCH_GPU_PACK;
@@ -499,24 +472,24 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
     if (!given[OPT_STEP])
       o->step_factor = 4;
     if (o->max_bytes > (INT64_C(1) << 30))
-      usage_error("--max-bytes: %s mode goes up to 1G per tensor",
-                  mode_names[o->mode]);
+      cli_usage_error("--max-bytes: %s mode goes up to 1G per tensor",
+                      mode_names[o->mode]);
   }
   if (o->mode == BENCH_QUICK && (given[OPT_ITERS] || given[OPT_WARMUP]))
-    usage_error("--quick runs each case once; --iters and --warmup do not "
-                "apply");
+    cli_usage_error("--quick runs each case once; --iters and --warmup do not "
+                    "apply");
   if (o->min_bytes > o->max_bytes)
-    usage_error("--min-bytes (%lld) is above --max-bytes (%lld)",
-                (long long)o->min_bytes, (long long)o->max_bytes);
+    cli_usage_error("--min-bytes (%lld) is above --max-bytes (%lld)",
+                    (long long)o->min_bytes, (long long)o->max_bytes);
   int with_tensors = o->mode == BENCH_LIST || o->mode == BENCH_OVERLAP ||
                      o->mode == BENCH_OPTIM || o->mode == BENCH_MPI_LIST;
   int may_tensors = o->mode == BENCH_GPU_PACK || o->mode == BENCH_STAGED;
   if (with_tensors && o->tensors == NULL)
-    usage_error("%s mode needs --tensors FILE", mode_names[o->mode]);
+    cli_usage_error("%s mode needs --tensors FILE", mode_names[o->mode]);
   if (given[OPT_TENSORS] && !with_tensors && !may_tensors)
-    usage_error("--tensors is an option of list, mpi-list, overlap, optim, "
-                "gpu-pack and staged modes, not %s",
-                mode_names[o->mode]);
+    cli_usage_error("--tensors is an option of list, mpi-list, overlap, optim, "
+                    "gpu-pack and staged modes, not %s",
+                    mode_names[o->mode]);
 }
 
 int main(int argc, char **argv) {
@@ -532,7 +505,7 @@ int main(int argc, char **argv) {
     const char *name =
         o.mode == BENCH_LIST ? "list --device gpu" : mode_names[o.mode];
     if (bench_gpu_unavailable(why, sizeof why)) {
-      if (launcher_rank() == 0) {
+      if (cli_launcher_rank() == 0) {
         if (o.json) /* the mode as a run's JSON names it */
           printf("{\"mode\": \"%s\", \"skipped\": true, \"reason\": "
                  "\"%s\"}\n",
@@ -547,7 +520,7 @@ int main(int argc, char **argv) {
     if (o.mode == BENCH_STAGED) {
       const char *v = getenv("HVD_GPU_OPERATIONS");
       if (v != NULL && *v != '\0' && strcasecmp(v, "mpi") != 0 &&
-          launcher_rank() == 0)
+          cli_launcher_rank() == 0)
         fprintf(stderr,
                 "hvd-bench staged: HVD_GPU_OPERATIONS=%s replaced "
                 "by mpi\n",

@@ -36,6 +36,7 @@
  * itself with SIGKILL before step STEP, in the first HVD_TEST_KILL_LAUNCHES
  * launches of an elastic job (default 1).
  */
+#include "cli.h"
 #include "data.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -49,7 +50,6 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,65 +169,8 @@ static const char usage_text[] =
     "\n"
     "Exit status: 0 done, 1 failure, 2 bad command line.\n";
 
-/* Prints a line on stderr, prefixed with the program's name. */
-/* One line on stderr, in one write: the ranks' lines do not interleave
- * (stderr is unbuffered; three calls came out as "PROG: PROG: ..."). */
-static void say(const char *fmt, ...) {
-  char line[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  int k = snprintf(line, sizeof line, PROG ": ");
-  vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
-  va_end(ap);
-  size_t len = strlen(line);
-  line[len] = '\n';
-  fwrite(line, 1, len + 1, stderr);
-}
-
-/* This process's rank as the launcher says it (before hvd_init), else 0. */
-static int launcher_rank(void) {
-  const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    const char *v = getenv(names[i]);
-    if (v != NULL && *v != '\0')
-      return atoi(v);
-  }
-  return 0;
-}
-
-/* A bad command line: the message once per job, then exit 2. */
-static void usage_error(const char *fmt, ...) {
-  if (launcher_rank() == 0) {
-    va_list ap;
-    fprintf(stderr, PROG ": ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\nTry '" PROG " --help'.\n");
-  }
-  exit(2);
-}
-
-static int64_t parse_int(const char *opt, const char *s, int64_t lo,
-                         int64_t hi) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
-    usage_error("%s needs an integer from %lld to %lld, not '%s'", opt,
-                (long long)lo, (long long)hi, s);
-  return v;
-}
-
-static double parse_real(const char *opt, const char *s, double lo, double hi) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < lo ||
-      v > hi)
-    usage_error("%s needs a number from %g to %g, not '%s'", opt, lo, hi, s);
-  return v;
-}
+/* The wording of this program's messages (examples/util/cli.h). */
+static const cli_t cli = {.prog = PROG, .hint = "\nTry '" PROG " --help'."};
 
 enum {
   O_PRESET = 256,
@@ -315,7 +258,7 @@ static const struct option long_options[] = {
 static void add_dim(options_t *o, const char *flag, const char *key,
                     const char *value) {
   if (o->ndims == (int)(sizeof o->dims / sizeof o->dims[0]))
-    usage_error("too many model dimension options");
+    cli_usage_error("too many model dimension options");
   o->dims[o->ndims].flag = flag;
   o->dims[o->ndims].key = key;
   o->dims[o->ndims].value = value;
@@ -326,6 +269,7 @@ static void add_dim(options_t *o, const char *flag, const char *key,
  * for --help and 2 for anything wrong (before hvd_init: no MPI needed). */
 static void parse_options(int argc, char **argv, options_t *o,
                           bert_config_t *c) {
+  cli_init(&cli);
   memset(o, 0, sizeof *o);
   o->preset = "tiny";
   o->steps = 1000;
@@ -378,31 +322,31 @@ static void parse_options(int argc, char **argv, options_t *o,
       add_dim(o, "--batch-size", "batch", a);
       break;
     case O_STEPS:
-      o->steps = parse_int("--steps", a, 1, INT32_MAX);
+      o->steps = cli_int("--steps", a, 1, INT32_MAX);
       break;
     case O_LR:
-      o->lr = parse_real("--lr", a, 0, 1e3);
+      o->lr = cli_real("--lr", a, 0, 1e3);
       break;
     case O_WARMUP:
-      o->warmup = parse_int("--warmup-steps", a, 0, INT32_MAX);
+      o->warmup = cli_int("--warmup-steps", a, 0, INT32_MAX);
       break;
     case O_WEIGHT_DECAY:
-      o->weight_decay = parse_real("--weight-decay", a, 0, 1e3);
+      o->weight_decay = cli_real("--weight-decay", a, 0, 1e3);
       break;
     case O_BETA1:
-      o->beta1 = parse_real("--beta1", a, 0, 0.999999);
+      o->beta1 = cli_real("--beta1", a, 0, 0.999999);
       break;
     case O_BETA2:
-      o->beta2 = parse_real("--beta2", a, 0, 0.999999999);
+      o->beta2 = cli_real("--beta2", a, 0, 0.999999999);
       break;
     case O_EPS:
-      o->eps = parse_real("--eps", a, 0, 1);
+      o->eps = cli_real("--eps", a, 0, 1);
       break;
     case O_ACCUMULATE:
-      o->accumulate = (int)parse_int("--accumulate", a, 1, 1024);
+      o->accumulate = (int)cli_int("--accumulate", a, 1, 1024);
       break;
     case O_ZERO:
-      o->zero = (int)parse_int("--zero", a, 0, 1);
+      o->zero = (int)cli_int("--zero", a, 0, 1);
       break;
     case O_NO_SYNC:
       o->no_sync = 1;
@@ -416,19 +360,19 @@ static void parse_options(int argc, char **argv, options_t *o,
     case O_FP16:
     case O_BF16:
       if (o->compression != HVD_COMPRESS_NONE)
-        usage_error("--fp16-allreduce and --bf16-allreduce exclude each "
-                    "other");
+        cli_usage_error("--fp16-allreduce and --bf16-allreduce exclude each "
+                        "other");
       o->compression = ch == O_FP16 ? HVD_COMPRESS_FP16 : HVD_COMPRESS_BF16;
       break;
     case O_SEED:
-      o->seed = (uint64_t)parse_int("--seed", a, 0, INT64_MAX);
+      o->seed = (uint64_t)cli_int("--seed", a, 0, INT64_MAX);
       break;
     case O_THREADS:
-      o->threads = (int)parse_int("--threads", a, 1, 1024);
+      o->threads = (int)cli_int("--threads", a, 1, 1024);
       break;
     case O_DEVICE:
       if (strcmp(a, "cpu") != 0 && strcmp(a, "gpu") != 0)
-        usage_error("--device needs cpu or gpu, not '%s'", a);
+        cli_usage_error("--device needs cpu or gpu, not '%s'", a);
       o->gpu = strcmp(a, "gpu") == 0;
       break;
     case O_TF32:
@@ -436,97 +380,99 @@ static void parse_options(int argc, char **argv, options_t *o,
       break;
     case O_DATA:
       if (*a == '\0')
-        usage_error("--data needs a file name");
+        cli_usage_error("--data needs a file name");
       o->data = a;
       break;
     case O_SENTENCES:
-      o->sentences = parse_int("--synthetic-lines", a, 1, INT32_MAX);
+      o->sentences = cli_int("--synthetic-lines", a, 1, INT32_MAX);
       break;
     case O_CHECKPOINT:
       if (*a == '\0')
-        usage_error("--checkpoint needs a directory");
+        cli_usage_error("--checkpoint needs a directory");
       o->checkpoint = a;
       break;
     case O_CHECKPOINT_EVERY:
-      o->checkpoint_every = parse_int("--checkpoint-every", a, 1, INT32_MAX);
+      o->checkpoint_every = cli_int("--checkpoint-every", a, 1, INT32_MAX);
       break;
     case O_KEEP:
-      o->keep = (int)parse_int("--keep", a, 0, INT32_MAX);
+      o->keep = (int)cli_int("--keep", a, 0, INT32_MAX);
       break;
     case O_RESUME:
       if (*a == '\0')
-        usage_error("--resume needs a checkpoint file or directory");
+        cli_usage_error("--resume needs a checkpoint file or directory");
       o->resume = a;
       break;
     case O_LOG_JSON:
       if (*a == '\0')
-        usage_error("--log-json needs a file name");
+        cli_usage_error("--log-json needs a file name");
       o->log_json = a;
       break;
     case O_ELASTIC:
       if (*a == '\0')
-        usage_error("--elastic needs a state file name");
+        cli_usage_error("--elastic needs a state file name");
       o->elastic = a;
       break;
     case O_COMMIT_EVERY:
-      o->commit_every = parse_int("--commit-every", a, 1, INT32_MAX);
+      o->commit_every = cli_int("--commit-every", a, 1, INT32_MAX);
       break;
     case O_SAVE_EVERY:
-      o->save_every = (int)parse_int("--save-every", a, 1, INT32_MAX);
+      o->save_every = (int)cli_int("--save-every", a, 1, INT32_MAX);
       break;
     case O_QUIET:
       o->quiet = 1;
       break;
     case ':':
-      usage_error("option '%s' needs a value", argv[optind - 1]);
+      cli_usage_error("option '%s' needs a value", argv[optind - 1]);
       break;
     default:
       if (optopt != 0)
-        usage_error("unknown option '-%c'", optopt);
-      usage_error("unknown option '%s'", argv[optind - 1]);
+        cli_usage_error("unknown option '-%c'", optopt);
+      cli_usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind < argc)
-    usage_error("unexpected argument '%s' (every setting is an option)",
-                argv[optind]);
+    cli_usage_error("unexpected argument '%s' (every setting is an option)",
+                    argv[optind]);
   if (o->checkpoint_every > 0 && o->checkpoint == NULL)
-    usage_error("--checkpoint-every needs --checkpoint DIR");
+    cli_usage_error("--checkpoint-every needs --checkpoint DIR");
   if ((o->commit_every > 0 || o->save_every > 0) && o->elastic == NULL)
-    usage_error("--commit-every and --save-every need --elastic FILE");
+    cli_usage_error("--commit-every and --save-every need --elastic FILE");
   if (o->elastic != NULL && o->resume != NULL)
-    usage_error("--elastic resumes from its own state: not with --resume");
+    cli_usage_error("--elastic resumes from its own state: not with --resume");
   if (o->commit_every == 0)
     o->commit_every = 1;
   if (o->save_every == 0)
     o->save_every = 1;
   if (o->keep > 0 && o->checkpoint == NULL)
-    usage_error("--keep needs --checkpoint DIR");
+    cli_usage_error("--keep needs --checkpoint DIR");
   if (o->no_sync && o->compression != HVD_COMPRESS_NONE)
-    usage_error("--no-sync reduces nothing, so it takes no compression");
+    cli_usage_error("--no-sync reduces nothing, so it takes no compression");
   if (o->tf32 && !o->gpu)
-    usage_error("--tf32 needs --device gpu");
+    cli_usage_error("--tf32 needs --device gpu");
   if (o->zero && o->no_sync)
-    usage_error("--zero 1 shards what the reduction updates, so it takes no "
-                "--no-sync");
+    cli_usage_error(
+        "--zero 1 shards what the reduction updates, so it takes no "
+        "--no-sync");
   if (o->zero && o->compression != HVD_COMPRESS_NONE)
-    usage_error("--zero 1 reduce-scatters float32 gradients: no compression");
+    cli_usage_error(
+        "--zero 1 reduce-scatters float32 gradients: no compression");
   if (o->warmup < 0)
     o->warmup = o->steps / 10;
   if (o->warmup > o->steps)
-    usage_error("--warmup-steps %lld is more than --steps %lld",
-                (long long)o->warmup, (long long)o->steps);
+    cli_usage_error("--warmup-steps %lld is more than --steps %lld",
+                    (long long)o->warmup, (long long)o->steps);
 
   if (bert_config_preset(c, o->preset) != HVD_SUCCESS)
-    usage_error("unknown preset '%s' (tiny, mini or base)", o->preset);
+    cli_usage_error("unknown preset '%s' (tiny, mini or base)", o->preset);
   for (int i = 0; i < o->ndims; i++)
     if (bert_config_set(c, o->dims[i].key, o->dims[i].value) != HVD_SUCCESS)
-      usage_error("%s: %s", o->dims[i].flag, bert_last_error());
+      cli_usage_error("%s: %s", o->dims[i].flag, bert_last_error());
   if (!o->max_position_set && c->max_position < c->seq_len)
     c->max_position = c->seq_len;
   c->seed = o->seed;
   c->threads = o->threads;
   if (bert_config_check(c) != HVD_SUCCESS)
-    usage_error("%s", bert_last_error());
+    cli_usage_error("%s", bert_last_error());
 }
 
 /* ---- the test hook ---------------------------------------------------- */
@@ -546,23 +492,24 @@ static void kill_at_read(kill_at_t *k) {
   const char *l = getenv("HVD_TEST_KILL_LAUNCHES");
   *k = (kill_at_t){.step = -1, .rank = 0, .launches = 1};
   if (l != NULL && *l != '\0')
-    k->launches = (int)parse_int("HVD_TEST_KILL_LAUNCHES", l, 1, 1 << 20);
+    k->launches = (int)cli_int("HVD_TEST_KILL_LAUNCHES", l, 1, 1 << 20);
   if (a == NULL || *a == '\0')
     return;
   char step[32];
   const char *colon = strchr(a, ':');
   if (colon == NULL || colon == a || (size_t)(colon - a) >= sizeof step)
-    usage_error("HVD_TEST_KILL_AT needs STEP:RANK, not '%s'", a);
+    cli_usage_error("HVD_TEST_KILL_AT needs STEP:RANK, not '%s'", a);
   snprintf(step, sizeof step, "%.*s", (int)(colon - a), a);
-  k->step = parse_int("HVD_TEST_KILL_AT (step)", step, 0, INT64_MAX / 2);
-  k->rank = (int)parse_int("HVD_TEST_KILL_AT (rank)", colon + 1, 0, 1 << 20);
+  k->step = cli_int("HVD_TEST_KILL_AT (step)", step, 0, INT64_MAX / 2);
+  k->rank = (int)cli_int("HVD_TEST_KILL_AT (rank)", colon + 1, 0, 1 << 20);
 }
 
 /* Before step s: SIGKILL this rank if the hook says so. */
 static void kill_at_step(const kill_at_t *k, int64_t s, int rank) {
   if (k->step != s || rank != k->rank || hvd_elastic_restarts() >= k->launches)
     return;
-  say("HVD_TEST_KILL_AT %lld:%d: killing this rank (SIGKILL) before step %lld",
+  cli_say(
+      "HVD_TEST_KILL_AT %lld:%d: killing this rank (SIGKILL) before step %lld",
       (long long)s, rank, (long long)s);
   fflush(stdout);
   raise(SIGKILL);
@@ -589,7 +536,7 @@ static void check_agreed(hvd_result_t rc, const char *what) {
   if (rc == HVD_SUCCESS)
     return;
   if (hvd_rank() == 0)
-    say("%s: %s", what, hvd_last_error());
+    cli_say("%s: %s", what, hvd_last_error());
   die();
 }
 
@@ -598,9 +545,9 @@ static void check_local(hvd_result_t rc, const char *what, const char *msg) {
   if (rc == HVD_SUCCESS)
     return;
   if (hvd_size() > 1)
-    say("rank %d: %s: %s", hvd_rank(), what, msg);
+    cli_say("rank %d: %s: %s", hvd_rank(), what, msg);
   else
-    say("%s: %s", what, msg);
+    cli_say("%s: %s", what, msg);
   die();
 }
 
@@ -619,9 +566,9 @@ static int agree(int ok, const char *msg) {
     return 1;
   if (v == hvd_rank()) {
     if (v == 0)
-      say("%s", msg);
+      cli_say("%s", msg);
     else
-      say("rank %d: %s", (int)v, msg);
+      cli_say("rank %d: %s", (int)v, msg);
   }
   return 0;
 }
@@ -724,7 +671,8 @@ static void prune_checkpoints(const char *dir, int64_t upto, int keep) {
     char old[4096];
     checkpoint_name(old, sizeof old, dir, steps[i]);
     if (remove(old) != 0)
-      say("cannot remove the old checkpoint '%s': %s", old, strerror(errno));
+      cli_say("cannot remove the old checkpoint '%s': %s", old,
+              strerror(errno));
   }
   free(steps);
 }
@@ -1020,7 +968,7 @@ int main(int argc, char **argv) {
   kill_at_t kill;
   kill_at_read(&kill);
   if ((rc = hvd_init()) != HVD_SUCCESS) {
-    say("hvd_init: %s", hvd_last_error());
+    cli_say("hvd_init: %s", hvd_last_error());
     return 1;
   }
   const int rank = hvd_rank(), size = hvd_size();
@@ -1074,9 +1022,9 @@ int main(int argc, char **argv) {
                  "comparing the data of the ranks");
     if (lo[0] != hi[0] || lo[1] != hi[1]) {
       if (rank == 0)
-        say("the ranks read different data (%lld to %lld samples, or other "
-            "words): every rank needs the same --data file",
-            (long long)lo[1], (long long)hi[1]);
+        cli_say("the ranks read different data (%lld to %lld samples, or other "
+                "words): every rank needs the same --data file",
+                (long long)lo[1], (long long)hi[1]);
       die();
     }
   }
@@ -1191,7 +1139,7 @@ int main(int argc, char **argv) {
     if ((rc = hvd_checkpoint_load(file, params, nparams, opt, &start)) !=
         HVD_SUCCESS) {
       if (rank == 0)
-        say("--resume: %s", hvd_last_error());
+        cli_say("--resume: %s", hvd_last_error());
       die();
     }
   }

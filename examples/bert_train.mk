@@ -7,7 +7,8 @@
 if HAVE_BLAS
 noinst_PROGRAMS += examples/bert_train
 examples_bert_train_SOURCES = examples/bert_train.c
-examples_bert_train_CPPFLAGS = $(HVD_PROG_CPPFLAGS) $(BERT_CPPFLAGS)
+examples_bert_train_CPPFLAGS = $(HVD_PROG_CPPFLAGS) $(BERT_CPPFLAGS) \
+	$(CLI_CPPFLAGS)
 examples_bert_train_LDFLAGS = $(HVD_LDFLAGS) $(BERT_LINK_OPTS)
-examples_bert_train_LDADD = $(BERT_LIBS) $(HVD_PROG_LDADD)
+examples_bert_train_LDADD = $(BERT_LIBS) $(CLI_LIBS) $(HVD_PROG_LDADD)
 endif

@@ -24,13 +24,13 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cli.h"
 #include "cnn.h"
 #include "hvd.h"
 #include "model.h" /* bert_set_threads: the BLAS's threads */
@@ -49,29 +49,12 @@ typedef struct options {
 
 static int rank, size;
 
-/* One line on stderr, in one write: the ranks' lines do not interleave
- * (stderr is unbuffered; three calls came out as "PROG: PROG: ..."). */
-static void say(const char *fmt, ...) {
-  char line[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  int k = snprintf(line, sizeof line, PROG ": ");
-  vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
-  va_end(ap);
-  size_t len = strlen(line);
-  line[len] = '\n';
-  fwrite(line, 1, len + 1, stderr);
-}
-
-static void usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, PROG ": ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, " (try --help)\n");
-  va_end(ap);
-  exit(2);
-}
+/* The wording of this program's messages (examples/util/cli.h). */
+static const cli_t cli = {
+    .prog = PROG,
+    .hint = " (try --help)",
+    .int_fmt = "%s takes an integer in %lld..%lld, not '%s'",
+    .real_fmt = "%s takes a number in [%g, %g], not '%s'"};
 
 /* Every rank learns whether all are ok; if not, each prints its own
  * reason (rank 0 for the shared ones) and the job ends with status 1. */
@@ -82,7 +65,7 @@ static void check(hvd_result_t rc, const char *what, const char *msg) {
   if (hvd_allreduce("cifar_train.check", &t, &t, HVD_MAX, 1, 1) == HVD_SUCCESS)
     any = v != 0;
   if (bad)
-    say("%s: %s", what, msg != NULL && msg[0] ? msg : hvd_strerror(rc));
+    cli_say("%s: %s", what, msg != NULL && msg[0] ? msg : hvd_strerror(rc));
   if (any) {
     hvd_shutdown();
     exit(1);
@@ -248,27 +231,6 @@ static const char usage_text[] =
     "  --quiet                only the summary line\n"
     "  --help\n";
 
-static int64_t parse_int(const char *flag, const char *s, int64_t lo,
-                         int64_t hi) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi)
-    usage_error("%s takes an integer in %lld..%lld, not '%s'", flag,
-                (long long)lo, (long long)hi, s);
-  return v;
-}
-
-static double parse_real(const char *flag, const char *s, double lo,
-                         double hi) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || *s == '\0' || *end != '\0' || !(v >= lo && v <= hi))
-    usage_error("%s takes a number in [%g, %g], not '%s'", flag, lo, hi, s);
-  return v;
-}
-
 static void parse(int argc, char **argv, options_t *o) {
   enum {
     O_DATA = 256,
@@ -316,6 +278,7 @@ static void parse(int argc, char **argv, options_t *o) {
       {"quiet", no_argument, NULL, O_QUIET},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
+  cli_init(&cli);
   *o = (options_t){.synthetic = 2560,
                    .synthetic_test = 512,
                    .epochs = 3,
@@ -338,31 +301,31 @@ static void parse(int argc, char **argv, options_t *o) {
       o->data = a;
       break;
     case O_SYN:
-      o->synthetic = parse_int("--synthetic", a, 10, 1 << 22);
+      o->synthetic = cli_int("--synthetic", a, 10, 1 << 22);
       break;
     case O_SYN_TEST:
-      o->synthetic_test = parse_int("--synthetic-test", a, 0, 1 << 22);
+      o->synthetic_test = cli_int("--synthetic-test", a, 0, 1 << 22);
       break;
     case O_EPOCHS:
-      o->epochs = parse_int("--epochs", a, 1, 100000);
+      o->epochs = cli_int("--epochs", a, 1, 100000);
       break;
     case O_STEPS:
-      o->steps = parse_int("--steps", a, 1, INT64_MAX / 2);
+      o->steps = cli_int("--steps", a, 1, INT64_MAX / 2);
       break;
     case O_BATCH:
-      o->batch = (int)parse_int("--batch-size", a, 1, 4096);
+      o->batch = (int)cli_int("--batch-size", a, 1, 4096);
       break;
     case O_WIDTH:
-      o->width = (int)parse_int("--width", a, 1, 64);
+      o->width = (int)cli_int("--width", a, 1, 64);
       break;
     case O_LR:
-      o->lr = parse_real("--lr", a, 0, 100);
+      o->lr = cli_real("--lr", a, 0, 100);
       break;
     case O_MOMENTUM:
-      o->momentum = parse_real("--momentum", a, 0, 0.9999);
+      o->momentum = cli_real("--momentum", a, 0, 0.9999);
       break;
     case O_WD:
-      o->weight_decay = parse_real("--weight-decay", a, 0, 1);
+      o->weight_decay = cli_real("--weight-decay", a, 0, 1);
       break;
     case O_SYNC:
       o->local_bn = 0;
@@ -372,20 +335,20 @@ static void parse(int argc, char **argv, options_t *o) {
       break;
     case O_DEVICE:
       if (strcmp(a, "cpu") != 0 && strcmp(a, "gpu") != 0)
-        usage_error("--device needs cpu or gpu, not '%s'", a);
+        cli_usage_error("--device needs cpu or gpu, not '%s'", a);
       o->gpu = strcmp(a, "gpu") == 0;
       break;
     case O_SEED:
-      o->seed = (uint64_t)parse_int("--seed", a, 0, INT64_MAX);
+      o->seed = (uint64_t)cli_int("--seed", a, 0, INT64_MAX);
       break;
     case O_THREADS:
-      o->threads = (int)parse_int("--threads", a, 1, 256);
+      o->threads = (int)cli_int("--threads", a, 1, 256);
       break;
     case O_CKPT:
       o->checkpoint = a;
       break;
     case O_CKPT_EVERY:
-      o->checkpoint_every = parse_int("--checkpoint-every", a, 1, INT64_MAX);
+      o->checkpoint_every = cli_int("--checkpoint-every", a, 1, INT64_MAX);
       break;
     case O_RESUME:
       o->resume = a;
@@ -400,13 +363,13 @@ static void parse(int argc, char **argv, options_t *o) {
       fputs(usage_text, stdout);
       exit(0);
     default:
-      usage_error("unknown option '%s'", argv[optind - 1]);
+      cli_usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind < argc)
-    usage_error("unexpected argument '%s'", argv[optind]);
+    cli_usage_error("unexpected argument '%s'", argv[optind]);
   if (o->checkpoint_every > 0 && o->checkpoint == NULL)
-    usage_error("--checkpoint-every needs --checkpoint DIR");
+    cli_usage_error("--checkpoint-every needs --checkpoint DIR");
 }
 
 /* ---- training ------------------------------------------------------------ */
@@ -471,13 +434,13 @@ int main(int argc, char **argv) {
   options_t o;
   parse(argc, argv, &o);
   if (hvd_init() != HVD_SUCCESS) {
-    say("hvd_init: %s", hvd_last_error());
+    cli_say("hvd_init: %s", hvd_last_error());
     return 1;
   }
   rank = hvd_rank();
   size = hvd_size();
   if (bert_set_threads(o.threads) != HVD_SUCCESS && rank == 0 && !o.quiet)
-    say("--threads: this BLAS cannot be told; set OPENBLAS_NUM_THREADS");
+    cli_say("--threads: this BLAS cannot be told; set OPENBLAS_NUM_THREADS");
 
   /* data: every rank reads or makes the whole set (it is small) */
   dataset_t train = {0}, test = {0};
@@ -496,8 +459,8 @@ int main(int argc, char **argv) {
   int64_t per_epoch = hvd_sampler_num_samples(sampler) / B;
   if (per_epoch < 1) {
     if (rank == 0)
-      say("%lld training images make no step of %d images on %d ranks",
-          (long long)train.n, B, size);
+      cli_say("%lld training images make no step of %d images on %d ranks",
+              (long long)train.n, B, size);
     hvd_shutdown();
     return 1;
   }
@@ -563,7 +526,7 @@ int main(int argc, char **argv) {
   FILE *log = NULL;
   if (rank == 0 && o.log_json != NULL &&
       (log = fopen(o.log_json, start > 0 ? "a" : "w")) == NULL)
-    say("--log-json: cannot open '%s': %s", o.log_json, strerror(errno));
+    cli_say("--log-json: cannot open '%s': %s", o.log_json, strerror(errno));
 
   float *x = malloc(sizeof(float) * (size_t)B * CNN_PIXELS);
   int32_t *y = malloc(sizeof(int32_t) * (size_t)B);

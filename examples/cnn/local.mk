@@ -14,9 +14,10 @@ examples_cnn_libcnn_a_SOURCES = examples/cnn/cnn.c examples/cnn/cnn.h \
 examples_cnn_libcnn_a_CPPFLAGS = $(HVD_CPPFLAGS)
 noinst_PROGRAMS += examples/cifar_train
 examples_cifar_train_SOURCES = examples/cifar_train.c
-examples_cifar_train_CPPFLAGS = $(HVD_PROG_CPPFLAGS) $(CNN_CPPFLAGS)
+examples_cifar_train_CPPFLAGS = $(HVD_PROG_CPPFLAGS) $(CNN_CPPFLAGS) \
+	$(CLI_CPPFLAGS)
 examples_cifar_train_LDFLAGS = $(HVD_LDFLAGS) $(BERT_LINK_OPTS)
-examples_cifar_train_LDADD = $(CNN_LIBS) $(HVD_PROG_LDADD)
+examples_cifar_train_LDADD = $(CNN_LIBS) $(CLI_LIBS) $(HVD_PROG_LDADD)
 endif
 
 ## The GPU backend (cnn_cuda.cu; cnn.c says "no CUDA" without it), built
