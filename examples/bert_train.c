@@ -265,174 +265,154 @@ static void add_dim(options_t *o, const char *flag, const char *key,
   o->ndims++;
 }
 
-/* Reads the command line into o and the model config into c; exits 0
- * for --help and 2 for anything wrong (before hvd_init: no MPI needed). */
-static void parse_options(int argc, char **argv, options_t *o,
-                          bert_config_t *c) {
-  cli_init(&cli);
-  memset(o, 0, sizeof *o);
-  o->preset = "tiny";
-  o->steps = 1000;
-  o->lr = 2e-3;
-  o->warmup = -1;
-  o->weight_decay = 0.01;
-  o->beta1 = 0.9;
-  o->beta2 = 0.999;
-  o->eps = 1e-8;
-  o->accumulate = 1;
-  o->compression = HVD_COMPRESS_NONE;
-  o->sentences = 20000;
-  o->seed = 42;
-  o->threads = 1;
+/* A value that names a file or a directory: not empty. */
+static const char *name_arg(const char *flag, const char *a, const char *what) {
+  if (*a == '\0')
+    cli_usage_error("%s needs %s", flag, what);
+  return a;
+}
 
-  opterr = 0;
-  int ch;
-  while ((ch = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
-    const char *a = optarg;
-    switch (ch) {
-    case 'h':
-      fputs(usage_text, stdout);
-      exit(0);
-    case O_PRESET:
-      o->preset = a;
-      break;
-    case O_LAYERS:
-      add_dim(o, "--layers", "layers", a);
-      break;
-    case O_HIDDEN:
-      add_dim(o, "--hidden", "hidden", a);
-      break;
-    case O_HEADS:
-      add_dim(o, "--heads", "heads", a);
-      break;
-    case O_FFN:
-      add_dim(o, "--ffn", "ffn", a);
-      break;
-    case O_SEQ_LEN:
-      add_dim(o, "--seq-len", "seq_len", a);
-      break;
-    case O_MAX_POSITION:
-      add_dim(o, "--max-position", "max_position", a);
-      o->max_position_set = 1;
-      break;
-    case O_VOCAB_SIZE:
-      add_dim(o, "--vocab-size", "vocab_size", a);
-      break;
-    case O_BATCH_SIZE:
-      add_dim(o, "--batch-size", "batch", a);
-      break;
-    case O_STEPS:
-      o->steps = cli_int("--steps", a, 1, INT32_MAX);
-      break;
-    case O_LR:
-      o->lr = cli_real("--lr", a, 0, 1e3);
-      break;
-    case O_WARMUP:
-      o->warmup = cli_int("--warmup-steps", a, 0, INT32_MAX);
-      break;
-    case O_WEIGHT_DECAY:
-      o->weight_decay = cli_real("--weight-decay", a, 0, 1e3);
-      break;
-    case O_BETA1:
-      o->beta1 = cli_real("--beta1", a, 0, 0.999999);
-      break;
-    case O_BETA2:
-      o->beta2 = cli_real("--beta2", a, 0, 0.999999999);
-      break;
-    case O_EPS:
-      o->eps = cli_real("--eps", a, 0, 1);
-      break;
-    case O_ACCUMULATE:
-      o->accumulate = (int)cli_int("--accumulate", a, 1, 1024);
-      break;
-    case O_ZERO:
-      o->zero = (int)cli_int("--zero", a, 0, 1);
-      break;
-    case O_NO_SYNC:
-      o->no_sync = 1;
-      break;
-    case O_DENSE_EMB:
-      o->dense_embeddings = 1;
-      break;
-    case O_HOST_FENCES:
-      o->host_fences = 1;
-      break;
-    case O_FP16:
-    case O_BF16:
-      if (o->compression != HVD_COMPRESS_NONE)
-        cli_usage_error("--fp16-allreduce and --bf16-allreduce exclude each "
-                        "other");
-      o->compression = ch == O_FP16 ? HVD_COMPRESS_FP16 : HVD_COMPRESS_BF16;
-      break;
-    case O_SEED:
-      o->seed = (uint64_t)cli_int("--seed", a, 0, INT64_MAX);
-      break;
-    case O_THREADS:
-      o->threads = (int)cli_int("--threads", a, 1, 1024);
-      break;
-    case O_DEVICE:
-      if (strcmp(a, "cpu") != 0 && strcmp(a, "gpu") != 0)
-        cli_usage_error("--device needs cpu or gpu, not '%s'", a);
-      o->gpu = strcmp(a, "gpu") == 0;
-      break;
-    case O_TF32:
-      o->tf32 = 1;
-      break;
-    case O_DATA:
-      if (*a == '\0')
-        cli_usage_error("--data needs a file name");
-      o->data = a;
-      break;
-    case O_SENTENCES:
-      o->sentences = cli_int("--synthetic-lines", a, 1, INT32_MAX);
-      break;
-    case O_CHECKPOINT:
-      if (*a == '\0')
-        cli_usage_error("--checkpoint needs a directory");
-      o->checkpoint = a;
-      break;
-    case O_CHECKPOINT_EVERY:
-      o->checkpoint_every = cli_int("--checkpoint-every", a, 1, INT32_MAX);
-      break;
-    case O_KEEP:
-      o->keep = (int)cli_int("--keep", a, 0, INT32_MAX);
-      break;
-    case O_RESUME:
-      if (*a == '\0')
-        cli_usage_error("--resume needs a checkpoint file or directory");
-      o->resume = a;
-      break;
-    case O_LOG_JSON:
-      if (*a == '\0')
-        cli_usage_error("--log-json needs a file name");
-      o->log_json = a;
-      break;
-    case O_ELASTIC:
-      if (*a == '\0')
-        cli_usage_error("--elastic needs a state file name");
-      o->elastic = a;
-      break;
-    case O_COMMIT_EVERY:
-      o->commit_every = cli_int("--commit-every", a, 1, INT32_MAX);
-      break;
-    case O_SAVE_EVERY:
-      o->save_every = (int)cli_int("--save-every", a, 1, INT32_MAX);
-      break;
-    case O_QUIET:
-      o->quiet = 1;
-      break;
-    case ':':
-      cli_usage_error("option '%s' needs a value", argv[optind - 1]);
-      break;
-    default:
-      if (optopt != 0)
-        cli_usage_error("unknown option '-%c'", optopt);
-      cli_usage_error("unknown option '%s'", argv[optind - 1]);
-    }
+/* The model's options: the preset and its dimensions. Each returns 1 when
+ * option ch was one of its own, 0 when not. */
+static int model_option(options_t *o, int ch, const char *a) {
+  static const struct {
+    int ch;
+    const char *flag, *key;
+  } dims[] = {{O_LAYERS, "--layers", "layers"},
+              {O_HIDDEN, "--hidden", "hidden"},
+              {O_HEADS, "--heads", "heads"},
+              {O_FFN, "--ffn", "ffn"},
+              {O_SEQ_LEN, "--seq-len", "seq_len"},
+              {O_MAX_POSITION, "--max-position", "max_position"},
+              {O_VOCAB_SIZE, "--vocab-size", "vocab_size"},
+              {O_BATCH_SIZE, "--batch-size", "batch"}};
+  if (ch == O_PRESET) {
+    o->preset = a;
+    return 1;
   }
-  if (optind < argc)
-    cli_usage_error("unexpected argument '%s' (every setting is an option)",
-                    argv[optind]);
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+    if (dims[i].ch == ch) {
+      add_dim(o, dims[i].flag, dims[i].key, a);
+      o->max_position_set |= ch == O_MAX_POSITION;
+      return 1;
+    }
+  return 0;
+}
+
+/* The schedule and AdamW. */
+static int optimizer_option(options_t *o, int ch, const char *a) {
+  switch (ch) {
+  case O_STEPS:
+    o->steps = cli_int("--steps", a, 1, INT32_MAX);
+    return 1;
+  case O_LR:
+    o->lr = cli_real("--lr", a, 0, 1e3);
+    return 1;
+  case O_WARMUP:
+    o->warmup = cli_int("--warmup-steps", a, 0, INT32_MAX);
+    return 1;
+  case O_WEIGHT_DECAY:
+    o->weight_decay = cli_real("--weight-decay", a, 0, 1e3);
+    return 1;
+  case O_BETA1:
+    o->beta1 = cli_real("--beta1", a, 0, 0.999999);
+    return 1;
+  case O_BETA2:
+    o->beta2 = cli_real("--beta2", a, 0, 0.999999999);
+    return 1;
+  case O_EPS:
+    o->eps = cli_real("--eps", a, 0, 1);
+    return 1;
+  case O_ACCUMULATE:
+    o->accumulate = (int)cli_int("--accumulate", a, 1, 1024);
+    return 1;
+  case O_ZERO:
+    o->zero = (int)cli_int("--zero", a, 0, 1);
+    return 1;
+  }
+  return 0;
+}
+
+/* How the gradients travel, and where and how the model runs. */
+static int run_option(options_t *o, int ch, const char *a) {
+  switch (ch) {
+  case O_NO_SYNC:
+    o->no_sync = 1;
+    return 1;
+  case O_DENSE_EMB:
+    o->dense_embeddings = 1;
+    return 1;
+  case O_HOST_FENCES:
+    o->host_fences = 1;
+    return 1;
+  case O_FP16:
+  case O_BF16:
+    if (o->compression != HVD_COMPRESS_NONE)
+      cli_usage_error("--fp16-allreduce and --bf16-allreduce exclude each "
+                      "other");
+    o->compression = ch == O_FP16 ? HVD_COMPRESS_FP16 : HVD_COMPRESS_BF16;
+    return 1;
+  case O_SEED:
+    o->seed = (uint64_t)cli_int("--seed", a, 0, INT64_MAX);
+    return 1;
+  case O_THREADS:
+    o->threads = (int)cli_int("--threads", a, 1, 1024);
+    return 1;
+  case O_DEVICE:
+    if (strcmp(a, "cpu") != 0 && strcmp(a, "gpu") != 0)
+      cli_usage_error("--device needs cpu or gpu, not '%s'", a);
+    o->gpu = strcmp(a, "gpu") == 0;
+    return 1;
+  case O_TF32:
+    o->tf32 = 1;
+    return 1;
+  case O_QUIET:
+    o->quiet = 1;
+    return 1;
+  }
+  return 0;
+}
+
+/* The data, checkpoints, logs and the elastic state. */
+static int file_option(options_t *o, int ch, const char *a) {
+  switch (ch) {
+  case O_DATA:
+    o->data = name_arg("--data", a, "a file name");
+    return 1;
+  case O_SENTENCES:
+    o->sentences = cli_int("--synthetic-lines", a, 1, INT32_MAX);
+    return 1;
+  case O_CHECKPOINT:
+    o->checkpoint = name_arg("--checkpoint", a, "a directory");
+    return 1;
+  case O_CHECKPOINT_EVERY:
+    o->checkpoint_every = cli_int("--checkpoint-every", a, 1, INT32_MAX);
+    return 1;
+  case O_KEEP:
+    o->keep = (int)cli_int("--keep", a, 0, INT32_MAX);
+    return 1;
+  case O_RESUME:
+    o->resume = name_arg("--resume", a, "a checkpoint file or directory");
+    return 1;
+  case O_LOG_JSON:
+    o->log_json = name_arg("--log-json", a, "a file name");
+    return 1;
+  case O_ELASTIC:
+    o->elastic = name_arg("--elastic", a, "a state file name");
+    return 1;
+  case O_COMMIT_EVERY:
+    o->commit_every = cli_int("--commit-every", a, 1, INT32_MAX);
+    return 1;
+  case O_SAVE_EVERY:
+    o->save_every = (int)cli_int("--save-every", a, 1, INT32_MAX);
+    return 1;
+  }
+  return 0;
+}
+
+/* The options that depend on each other, and the defaults that depend on
+ * others, once all are read. */
+static void check_options(options_t *o) {
   if (o->checkpoint_every > 0 && o->checkpoint == NULL)
     cli_usage_error("--checkpoint-every needs --checkpoint DIR");
   if ((o->commit_every > 0 || o->save_every > 0) && o->elastic == NULL)
@@ -450,18 +430,20 @@ static void parse_options(int argc, char **argv, options_t *o,
   if (o->tf32 && !o->gpu)
     cli_usage_error("--tf32 needs --device gpu");
   if (o->zero && o->no_sync)
-    cli_usage_error(
-        "--zero 1 shards what the reduction updates, so it takes no "
-        "--no-sync");
+    cli_usage_error("--zero 1 shards what the reduction updates, so it takes "
+                    "no --no-sync");
   if (o->zero && o->compression != HVD_COMPRESS_NONE)
-    cli_usage_error(
-        "--zero 1 reduce-scatters float32 gradients: no compression");
+    cli_usage_error("--zero 1 reduce-scatters float32 gradients: no "
+                    "compression");
   if (o->warmup < 0)
     o->warmup = o->steps / 10;
   if (o->warmup > o->steps)
     cli_usage_error("--warmup-steps %lld is more than --steps %lld",
                     (long long)o->warmup, (long long)o->steps);
+}
 
+/* The model config: the preset, then the dimension options in order. */
+static void configure_model(const options_t *o, bert_config_t *c) {
   if (bert_config_preset(c, o->preset) != HVD_SUCCESS)
     cli_usage_error("unknown preset '%s' (tiny, mini or base)", o->preset);
   for (int i = 0; i < o->ndims; i++)
@@ -473,6 +455,47 @@ static void parse_options(int argc, char **argv, options_t *o,
   c->threads = o->threads;
   if (bert_config_check(c) != HVD_SUCCESS)
     cli_usage_error("%s", bert_last_error());
+}
+
+/* Reads the command line into o and the model config into c; exits 0
+ * for --help and 2 for anything wrong (before hvd_init: no MPI needed). */
+static void parse_options(int argc, char **argv, options_t *o,
+                          bert_config_t *c) {
+  cli_init(&cli);
+  *o = (options_t){.preset = "tiny",
+                   .steps = 1000,
+                   .lr = 2e-3,
+                   .warmup = -1,
+                   .weight_decay = 0.01,
+                   .beta1 = 0.9,
+                   .beta2 = 0.999,
+                   .eps = 1e-8,
+                   .accumulate = 1,
+                   .compression = HVD_COMPRESS_NONE,
+                   .sentences = 20000,
+                   .seed = 42,
+                   .threads = 1};
+  opterr = 0;
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
+    if (ch == 'h') {
+      fputs(usage_text, stdout);
+      exit(0);
+    }
+    if (ch == ':')
+      cli_usage_error("option '%s' needs a value", argv[optind - 1]);
+    if (model_option(o, ch, optarg) || optimizer_option(o, ch, optarg) ||
+        run_option(o, ch, optarg) || file_option(o, ch, optarg))
+      continue;
+    if (optopt != 0)
+      cli_usage_error("unknown option '-%c'", optopt);
+    cli_usage_error("unknown option '%s'", argv[optind - 1]);
+  }
+  if (optind < argc)
+    cli_usage_error("unexpected argument '%s' (every setting is an option)",
+                    argv[optind]);
+  check_options(o);
+  configure_model(o, c);
 }
 
 /* ---- the test hook ---------------------------------------------------- */
@@ -955,454 +978,573 @@ static void report_done(const report_t *r, const options_t *o, int size,
   fflush(stdout);
 }
 
+/* ---- the run ------------------------------------------------------------ */
+
+/* Everything a run holds: made by the setup functions below, used by the
+ * steps, released by teardown (the one way out of a run that worked; a
+ * failure ends the job at once, in die). */
+typedef struct run {
+  options_t o;
+  bert_config_t cfg;
+  kill_at_t kill;
+  int rank, size, device; /* device: HVD_CPU or the rank's GPU */
+  int B, S, K, sync;      /* --batch-size, --seq-len, --accumulate */
+  int count_all;          /* counts the global batch's masked positions */
+  int64_t global_batch;   /* sequences of a step, over every rank */
+  int64_t tokens_per_step, nsamples, per_epoch;
+  char msg[8192]; /* a failure's message: room for a path and more */
+  char path[4096];
+  bert_dataset_t *ds;
+  const bert_vocab_t *vocab;
+  FILE *json; /* --log-json's file on this rank, or NULL */
+  char json_name[PATH_MAX];
+  bert_model_t *model;
+  hvd_param_t *params;
+  int nparams;
+  hvd_optimizer_t *opt; /* AdamW inside the distributed wrapper */
+  int64_t start;        /* the first step of this run */
+  char resumed_from[4096];
+  hvd_state_t *state;                  /* --elastic's, or NULL */
+  int64_t c_step, c_epoch, c_consumed; /* its counters */
+  int restored;                        /* from a commit */
+  hvd_sampler_t *sampler, *whole;      /* this rank's shard; all (gv) */
+  int32_t *ids, *labels, *lengths;     /* one step: K micro-batches of B */
+  int64_t *masked;                     /* per micro-batch */
+  global_view_t gv;
+  ready_ctx_t ready;
+  report_t rep;
+  /* Where the data stands: the epoch, how many samples of its order the
+   * steps so far took, this rank's list for the rest of it and the steps
+   * done and left in that list. */
+  int64_t epoch, consumed;
+  const int64_t *idx;
+  int64_t count, in_epoch, left;
+  int fetch; /* the list is still to be dealt */
+} run_t;
+
+/* --device gpu: the GPU hvd_init bound this rank to (or, with
+ * HVD_NO_BIND=1, the current one) must be usable on every rank. */
+static void setup_device(run_t *r) {
+  r->device = HVD_CPU;
+  if (!r->o.gpu)
+    return;
+  r->device = hvd_cuda_device();
+  hvd_result_t rc = bert_gpu_check(&r->device);
+  snprintf(r->msg, sizeof r->msg, "--device gpu: %s", bert_last_error());
+  if (!agree(rc == HVD_SUCCESS, r->msg))
+    die();
+  bert_set_tf32(r->o.tf32);
+}
+
+/* The data. Every rank reads the corpus and builds the vocabulary itself:
+ * the tokenizer is deterministic, so all get the same ids without a
+ * shared file system (compared here, by a hash, over the ranks). */
+static void setup_data(run_t *r) {
+  bert_data_options_t dopt;
+  bert_data_options_init(&dopt);
+  dopt.corpus_path = r->o.data;
+  dopt.synthetic_sentences = r->o.sentences;
+  dopt.seed = r->o.seed;
+  dopt.seq_len = r->S;
+  dopt.vocab_max = r->cfg.vocab_size;
+  dopt.min_samples = r->global_batch;
+  hvd_result_t rc = bert_dataset_create(&dopt, &r->ds);
+  const char *e = bert_last_error();
+  if (rc != HVD_SUCCESS)
+    snprintf(r->msg, sizeof r->msg, "%s%s%s",
+             r->o.data != NULL ? "--data: " : "", e,
+             strstr(e, "too small") == NULL
+                 ? ""
+                 : " (one global batch: --batch-size x ranks x --accumulate)");
+  if (!agree(rc == HVD_SUCCESS, r->msg))
+    die();
+  r->vocab = bert_dataset_vocab(r->ds);
+  r->nsamples = bert_dataset_size(r->ds);
+  int64_t lo[2] = {(int64_t)vocab_hash(r->vocab), r->nsamples};
+  int64_t hi[2] = {lo[0], lo[1]}, two = 2;
+  hvd_tensor_t tl = hvd_tensor_make(lo, HVD_INT64, 1, &two);
+  hvd_tensor_t th = hvd_tensor_make(hi, HVD_INT64, 1, &two);
+  check_agreed(hvd_allreduce("bert_train.data.min", &tl, &tl, HVD_MIN, 1, 1),
+               "comparing the data of the ranks");
+  check_agreed(hvd_allreduce("bert_train.data.max", &th, &th, HVD_MAX, 1, 1),
+               "comparing the data of the ranks");
+  if (lo[0] != hi[0] || lo[1] != hi[1]) {
+    if (r->rank == 0)
+      cli_say("the ranks read different data (%lld to %lld samples, or other "
+              "words): every rank needs the same --data file",
+              (long long)lo[1], (long long)hi[1]);
+    die();
+  }
+  r->cfg.vocab_size = bert_vocab_size(r->vocab);
+}
+
+/* --checkpoint's directory and the vocabulary in it (rank 0); 0 and why
+ * in r->msg when that fails. */
+static int make_checkpoint_dir(run_t *r) {
+  struct stat st;
+  const char *dir = r->o.checkpoint;
+  if (mkdir(dir, 0777) != 0 &&
+      !(errno == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) {
+    snprintf(r->msg, sizeof r->msg,
+             "--checkpoint: cannot make directory '%s': %s", dir,
+             errno == EEXIST ? "a file has that name" : strerror(errno));
+    return 0;
+  }
+  snprintf(r->path, sizeof r->path, "%s/" VOCAB_FILE, dir);
+  if (bert_vocab_save(r->vocab, r->path) != HVD_SUCCESS) {
+    snprintf(r->msg, sizeof r->msg, "--checkpoint: %s", bert_last_error());
+    return 0;
+  }
+  return 1;
+}
+
+/* Files rank 0 writes (and --log-json's on every rank with "%r"): checked
+ * before training. A resumed run appends to its log: the curve goes on. */
+static void open_outputs(run_t *r) {
+  int ok = 1;
+  int append = r->o.resume != NULL ||
+               (r->o.elastic != NULL && hvd_elastic_restarts() > 0);
+  int jp = json_path(r->json_name, sizeof r->json_name, r->o.log_json, r->rank);
+  if (jp != 0 &&
+      (jp < 0 || (r->json = fopen(r->json_name, append ? "a" : "w")) == NULL)) {
+    snprintf(r->msg, sizeof r->msg, "--log-json: cannot open '%s': %s",
+             r->json_name, strerror(errno));
+    ok = 0;
+  }
+  if (ok && r->rank == 0 && r->o.checkpoint != NULL)
+    ok = make_checkpoint_dir(r);
+  if (!agree(ok, r->msg))
+    die();
+}
+
+/* The model and the optimizer: AdamW inside the distributed wrapper. */
+static void setup_model(run_t *r) {
+  const options_t *o = &r->o;
+  check_local(bert_model_create_on(&r->cfg, r->device, &r->model),
+              "bert_model_create", bert_last_error());
+  r->params = bert_model_params(r->model, &r->nparams);
+  hvd_adam_options_t aopt;
+  hvd_adam_options_init(&aopt);
+  aopt.lr = lr_at(o, 0);
+  aopt.beta1 = o->beta1;
+  aopt.beta2 = o->beta2;
+  aopt.eps = o->eps;
+  aopt.weight_decay = o->weight_decay;
+  aopt.decoupled = 1;
+  hvd_optimizer_t *adam = NULL;
+  check_local(hvd_adam_create(r->params, r->nparams, &aopt, &adam),
+              "hvd_adam_create", hvd_last_error());
+  hvd_distributed_options_t dist;
+  hvd_distributed_options_init(&dist);
+  dist.compression = o->compression;
+  dist.backward_passes_per_step = r->K;
+  dist.shard_optimizer_state = o->zero;
+  check_local(hvd_distributed_optimizer(adam, &dist, &r->opt),
+              "hvd_distributed_optimizer", hvd_last_error());
+  if (!r->sync)
+    check_local(hvd_optimizer_set_sync(r->opt, 0), "hvd_optimizer_set_sync",
+                hvd_last_error());
+}
+
+/* Rank 0: the checkpoint --resume names (the newest in a directory) into
+ * *file, and whether the vocabulary saved next to it is the one the data
+ * gives now (or the token ids would mean other words); 0 and why in
+ * r->msg when not. */
+static int resume_file(run_t *r, const char **file) {
+  struct stat st;
+  const char *dir = r->o.resume;
+  int ok = 1;
+  if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+    int64_t *steps;
+    int64_t k = list_checkpoints(dir, INT64_MAX, &steps);
+    if (k > 0) {
+      checkpoint_name(r->path, sizeof r->path, dir, steps[k - 1]);
+      *file = r->path;
+    } else {
+      snprintf(r->msg, sizeof r->msg, "--resume: %s '%s'",
+               k < 0 ? strerror(errno) : "no step-NNNNNN.ckpt in", dir);
+      ok = 0;
+    }
+    free(steps);
+  }
+  char vpath[4096 + 16];
+  const char *slash = strrchr(*file, '/');
+  snprintf(vpath, sizeof vpath, "%.*s" VOCAB_FILE,
+           slash ? (int)(slash - *file + 1) : 0, *file);
+  bert_vocab_t *saved = NULL;
+  if (ok && stat(vpath, &st) == 0) {
+    if (bert_vocab_load(vpath, &saved) != HVD_SUCCESS) {
+      snprintf(r->msg, sizeof r->msg, "--resume: %s", bert_last_error());
+      ok = 0;
+    } else if (!same_vocab(r->vocab, saved, vpath, r->msg, sizeof r->msg)) {
+      ok = 0;
+    }
+  }
+  bert_vocab_destroy(saved);
+  return ok;
+}
+
+/* --resume: the model and AdamW from a checkpoint, and its step. */
+static void resume(run_t *r) {
+  const char *file = r->o.resume;
+  int ok = r->rank != 0 || resume_file(r, &file);
+  if (!agree(ok, r->msg))
+    die();
+  snprintf(r->resumed_from, sizeof r->resumed_from, "%s", file);
+  if (hvd_checkpoint_load(file, r->params, r->nparams, r->opt, &r->start) !=
+      HVD_SUCCESS) {
+    if (r->rank == 0)
+      cli_say("--resume: %s", hvd_last_error());
+    die();
+  }
+}
+
+/* --elastic: the state to commit, and the newest committed one (a
+ * relaunched job), if any. */
+static void restore_elastic(run_t *r) {
+  check_local(hvd_state_create(r->o.elastic, r->o.save_every, &r->state),
+              "hvd_state_create", hvd_last_error());
+  check_local(hvd_state_add_params(r->state, r->params, r->nparams, r->opt),
+              "hvd_state_add_params", hvd_last_error());
+  check_local(hvd_state_add_counter(r->state, "step", &r->c_step),
+              "hvd_state_add_counter", hvd_last_error());
+  check_local(hvd_state_add_counter(r->state, "epoch", &r->c_epoch),
+              "hvd_state_add_counter", hvd_last_error());
+  check_local(hvd_state_add_counter(r->state, "consumed", &r->c_consumed),
+              "hvd_state_add_counter", hvd_last_error());
+  check_agreed(hvd_state_restore(r->state, &r->restored), "--elastic");
+  if (r->restored)
+    r->start = r->c_step;
+}
+
+/* The starting state: a checkpoint, a commit, or rank 0's initial
+ * weights. */
+static void setup_start(run_t *r) {
+  if (r->o.resume != NULL)
+    resume(r);
+  if (r->o.elastic != NULL)
+    restore_elastic(r);
+  if (r->o.resume == NULL && !r->restored) {
+    check_agreed(hvd_broadcast_parameters(r->params, r->nparams, 0),
+                 "hvd_broadcast_parameters");
+    check_agreed(hvd_broadcast_optimizer_state(r->opt, 0),
+                 "hvd_broadcast_optimizer_state");
+  }
+}
+
+/* Each rank's shard; drop_last so that every rank has the same number of
+ * steps per epoch, floor(N / (P K B)) whatever P. With (sync, P > 1) also
+ * the whole permutation (a sampler of one rank), to count the masked
+ * positions of the global batch (see count_global). */
+static void setup_samplers(run_t *r) {
+  check_local(hvd_sampler_create(r->nsamples, r->size, r->rank, 1, r->o.seed, 1,
+                                 &r->sampler),
+              "hvd_sampler_create", hvd_last_error());
+  r->count_all = r->sync && r->size > 1;
+  if (r->count_all)
+    check_local(
+        hvd_sampler_create(r->nsamples, 1, 0, 1, r->o.seed, 1, &r->whole),
+        "hvd_sampler_create", hvd_last_error());
+  r->per_epoch = hvd_sampler_num_samples(r->sampler) / ((int64_t)r->K * r->B);
+}
+
+/* Rank 0's lines before training: the model, the data, the optimizer. */
+static void print_setup(const run_t *r) {
+  const options_t *o = &r->o;
+  char desc[256], where[64];
+  bert_config_describe(&r->cfg, desc, sizeof desc);
+  if (o->gpu)
+    snprintf(where, sizeof where, "GPU cuda:%d%s", r->device,
+             o->tf32 ? " (TF32)" : "");
+  else
+    snprintf(where, sizeof where, "BLAS threads %d", o->threads);
+  printf(PROG ": preset %s (%s), %lld weights; %d rank%s, %s\n", o->preset,
+         desc, (long long)bert_model_num_weights(r->model), r->size,
+         r->size == 1 ? "" : "s", where);
+  printf(PROG ": data %s: %lld sequences of %d tokens, vocabulary %d; "
+              "global batch %lld = %d per rank x %d rank%s x %d pass%s, %lld "
+              "steps per epoch\n",
+         o->data != NULL ? o->data : "synthetic", (long long)r->nsamples, r->S,
+         r->cfg.vocab_size, (long long)r->global_batch, r->B, r->size,
+         r->size == 1 ? "" : "s", r->K, r->K == 1 ? "" : "es",
+         (long long)r->per_epoch);
+  printf(PROG ": AdamW lr %g, warmup %lld then linear decay to 0 at step "
+              "%lld, weight decay %g; gradients %s\n",
+         o->lr, (long long)o->warmup, (long long)o->steps, o->weight_decay,
+         !r->sync                              ? "not reduced (--no-sync)"
+         : o->compression == HVD_COMPRESS_FP16 ? "averaged as float16"
+         : o->compression == HVD_COMPRESS_BF16 ? "averaged as bfloat16"
+                                               : "averaged as float32");
+  printf(PROG ": optimizer state %.1f MiB on this rank%s\n",
+         (double)hvd_optimizer_state_bytes(r->opt) / (1 << 20),
+         o->zero ? " (sharded, --zero 1)" : "");
+}
+
+/* Rank 0's line on where the run starts, when not at a fresh start. */
+static void print_start(const run_t *r) {
+  const options_t *o = &r->o;
+  if (o->resume != NULL)
+    printf(PROG ": resumed at step %lld from %s\n", (long long)r->start,
+           r->resumed_from);
+  if (o->elastic != NULL && r->restored)
+    printf(PROG ": restored the state committed after step %lld (epoch "
+                "%lld, sample %lld of its order) from %s; launch %d, the "
+                "last one had %d ranks\n",
+           (long long)r->c_step, (long long)r->c_epoch,
+           (long long)r->c_consumed, o->elastic, hvd_elastic_restarts() + 1,
+           hvd_elastic_previous_size());
+  else if (o->elastic != NULL)
+    printf(PROG ": elastic: no committed state in %s: a fresh start\n",
+           o->elastic);
+  fflush(stdout);
+}
+
+/* Everything before the first step, on every rank. */
+static void setup(run_t *r) {
+  r->rank = hvd_rank();
+  r->size = hvd_size();
+  setup_device(r);
+  r->B = r->cfg.batch, r->S = r->cfg.seq_len, r->K = r->o.accumulate;
+  r->sync = !r->o.no_sync;
+  r->global_batch = (int64_t)r->size * r->K * r->B; /* sequences */
+  r->tokens_per_step = r->global_batch * r->S;
+  setup_data(r);
+  open_outputs(r);
+  setup_model(r);
+  setup_start(r);
+  setup_samplers(r);
+  if (r->rank == 0) {
+    print_setup(r);
+    print_start(r);
+  }
+}
+
+/* The buffers of the steps, the report, and where the data starts: from a
+ * commit, its counters; from a checkpoint's step, at one world size, that
+ * step / per_epoch and the steps into the epoch times the global batch
+ * (hvd_sampler_epoch_from deals out the rest of the epoch). */
+static void setup_steps(run_t *r) {
+  const size_t ntok = (size_t)r->K * r->B * r->S;
+  r->ids = malloc(ntok * sizeof *r->ids);
+  r->labels = malloc(ntok * sizeof *r->labels);
+  r->lengths = malloc((size_t)r->K * r->B * sizeof *r->lengths);
+  r->masked = malloc((size_t)r->K * sizeof *r->masked);
+  r->gv = (global_view_t){
+      .ds = r->ds, .whole = r->whole, .size = r->size, .rank = r->rank};
+  if (r->ids == NULL || r->labels == NULL || r->lengths == NULL ||
+      r->masked == NULL ||
+      (r->count_all && global_view_init(&r->gv, r->global_batch, r->S) != 0))
+    check_local(HVD_ERR_NO_MEMORY, "buffers", "out of memory");
+  r->rep = (report_t){
+      .first_step = r->start, .total_steps = r->o.steps, .json = r->json};
+  r->rep.start = r->rep.last_print = now();
+  r->epoch = r->start / r->per_epoch;
+  r->consumed = (r->start % r->per_epoch) * r->global_batch;
+  if (r->restored)
+    r->epoch = r->c_epoch, r->consumed = r->c_consumed;
+  r->fetch = 1;
+  r->ready = (ready_ctx_t){.opt = r->opt, .rc = HVD_SUCCESS};
+  bert_model_set_host_fences(r->model, r->o.host_fences);
+  if (!r->o.gpu && !r->o.dense_embeddings && !r->o.zero) /* rows later */
+    check_local(
+        bert_model_set_sparse_embeddings(r->model, on_sparse_grad, &r->ready),
+        "bert_model_set_sparse_embeddings", bert_last_error());
+}
+
+/* This rank's list of the epoch's samples, at the start and when the
+ * list is used up (the next epoch). */
+static void next_list(run_t *r) {
+  if (!r->fetch && r->in_epoch != r->left)
+    return;
+  if (!r->fetch)
+    r->epoch++, r->consumed = 0;
+  r->fetch = 0;
+  check_local(hvd_sampler_epoch_from(r->sampler, r->epoch, r->consumed, &r->idx,
+                                     &r->count),
+              "hvd_sampler_epoch", hvd_last_error());
+  r->in_epoch = 0;
+  r->left = r->count / ((int64_t)r->K * r->B);
+  if (r->count_all)
+    check_local(
+        global_view_epoch(&r->gv, r->epoch, r->consumed, r->idx, r->count),
+        "hvd_sampler_epoch", hvd_last_error());
+  if (r->left == 0) /* fewer samples left than a global batch */
+    check_local(HVD_ERR_INVALID_ARG, "the data",
+                "an epoch holds no step of this global batch");
+}
+
+/* This rank's K micro-batches and their masked positions: this rank's
+ * into *local, the global batch's into *total. */
+static void load_batches(run_t *r, int64_t *local, int64_t *total) {
+  const int B = r->B, S = r->S;
+  *local = 0;
+  for (int j = 0; j < r->K; j++) {
+    const int64_t *first = r->idx + (r->in_epoch * r->K + j) * B;
+    size_t off = (size_t)j * B * S;
+    check_local(bert_dataset_batch(r->ds, first, B, r->epoch, r->ids + off,
+                                   NULL, r->labels + off,
+                                   r->lengths + (size_t)j * B),
+                "bert_dataset_batch", bert_last_error());
+    r->masked[j] = 0;
+    for (size_t t = 0; t < (size_t)B * S; t++)
+      r->masked[j] += r->labels[off + t] != BERT_LABEL_IGNORE;
+    *local += r->masked[j];
+  }
+  *total = *local;
+  if (r->count_all)
+    check_local(count_global(&r->gv, r->consumed, r->global_batch, total),
+                "bert_dataset_batch", bert_last_error());
+}
+
+/* Forward and backward over the K micro-batches, each pass's gradient
+ * weighted (see on_grad_ready), then the optimizer's step. The sum of the
+ * masked positions' losses into *loss_sum (over every rank when synced);
+ * returns the time the step waited for the reductions. */
+static double forward_backward(run_t *r, int64_t local, int64_t total,
+                               double *loss_sum) {
+  const int B = r->B, S = r->S, K = r->K, P = r->size;
+  int64_t one = 1;
+  hvd_request_t *loss_req = NULL;
+  hvd_tensor_t loss_t = hvd_tensor_make(loss_sum, HVD_FLOAT64, 1, &one);
+  *loss_sum = 0;
+  r->ready.rc = HVD_SUCCESS;
+  for (int j = 0; j < K; j++) {
+    size_t off = (size_t)j * B * S;
+    bert_batch_t b = {.batch = B,
+                      .seq_len = S,
+                      .input_ids = r->ids + off,
+                      .token_type_ids = NULL,
+                      .lengths = r->lengths + (size_t)j * B,
+                      .labels = r->labels + off};
+    bert_output_t out;
+    check_local(bert_model_forward(r->model, &b, &out), "bert_model_forward",
+                bert_last_error());
+    *loss_sum += out.loss * (double)out.masked;
+    if (j == K - 1 && r->sync && P > 1) /* overlaps the last backward */
+      check_local(hvd_allreduce_async("bert_train.loss", &loss_t, &loss_t,
+                                      HVD_SUM, 1, 1, &loss_req),
+                  "summing the loss", hvd_last_error());
+    double w = (double)(r->sync ? P : 1) * K * (double)r->masked[j] /
+               (double)(r->sync ? total : local);
+    check_local(bert_model_backward_scaled(r->model, (float)w, on_grad_ready,
+                                           &r->ready),
+                "bert_model_backward", bert_last_error());
+    check_local(r->ready.rc, "hvd_optimizer_grad_ready", r->ready.msg);
+  }
+  double tw = now();
+  hvd_result_t rc = hvd_optimizer_step(r->opt);
+  double comm_wait = now() - tw;
+  check_local(rc, "hvd_optimizer_step", hvd_last_error());
+  if (loss_req != NULL)
+    check_local(hvd_wait(loss_req), "summing the loss", hvd_last_error());
+  return comm_wait;
+}
+
+/* After step s: the checkpoint it is due (and the old ones pruned), the
+ * position in the data moved on, and the commit it is due. */
+static void after_step(run_t *r, int64_t s) {
+  const options_t *o = &r->o;
+  if (o->checkpoint != NULL &&
+      ((o->checkpoint_every > 0 && (s + 1) % o->checkpoint_every == 0) ||
+       s + 1 == o->steps)) {
+    checkpoint_name(r->path, sizeof r->path, o->checkpoint, s + 1);
+    check_agreed(
+        hvd_checkpoint_save(r->path, r->params, r->nparams, r->opt, s + 1),
+        "hvd_checkpoint_save");
+    if (r->rank == 0 && !o->quiet) {
+      printf(PROG ": saved %s\n", r->path);
+      fflush(stdout);
+    }
+    if (r->rank == 0 && o->keep > 0)
+      prune_checkpoints(o->checkpoint, s + 1, o->keep);
+  }
+  r->in_epoch++;
+  r->consumed += r->global_batch;
+  if (r->state != NULL &&
+      ((s + 1) % o->commit_every == 0 || s + 1 == o->steps)) {
+    int epoch_done = r->in_epoch == r->left;
+    r->c_step = s + 1;
+    r->c_epoch = epoch_done ? r->epoch + 1 : r->epoch;
+    r->c_consumed = epoch_done ? 0 : r->consumed;
+    check_agreed(hvd_state_commit(r->state), "--elastic: hvd_state_commit");
+  }
+}
+
+/* One optimizer step, s (0-based), on every rank. */
+static void train_step(run_t *r, int64_t s) {
+  double t0 = now();
+  kill_at_step(&r->kill, s, r->rank);
+  next_list(r);
+  int64_t local, total;
+  load_batches(r, &local, &total);
+  const double lr = lr_at(&r->o, s);
+  check_local(hvd_optimizer_set_lr(r->opt, lr), "hvd_optimizer_set_lr",
+              hvd_last_error());
+  check_local(hvd_optimizer_zero_grad(r->opt), "hvd_optimizer_zero_grad",
+              hvd_last_error());
+  double loss_sum;
+  double comm_wait = forward_backward(r, local, total, &loss_sum);
+  const double loss = loss_sum / (double)(r->sync ? total : local);
+  const double step_time = now() - t0; /* without the checkpoint */
+  after_step(r, s);
+  if (r->rank == 0)
+    report_step(&r->rep, &r->o, s, loss, lr, r->tokens_per_step, step_time,
+                comm_wait);
+  else
+    json_step(r->json, s, loss, lr, r->tokens_per_step, step_time, comm_wait);
+}
+
+/* The steps from r->start to --steps, and rank 0's summary. */
+static void train(run_t *r) {
+  setup_steps(r);
+  for (int64_t s = r->start; s < r->o.steps; s++)
+    train_step(r, s);
+  double total_time = now() - r->rep.start;
+  if (r->rank == 0)
+    report_done(&r->rep, &r->o, r->size, (double)r->tokens_per_step,
+                total_time);
+}
+
+/* Releases what setup and train made (what they did not make is NULL),
+ * then hvd. */
+static void teardown(run_t *r) {
+  if (r->json != NULL && fclose(r->json) != 0)
+    fprintf(stderr, PROG "[%d]: --log-json: writing '%s': %s\n", r->rank,
+            r->json_name, strerror(errno));
+  free(r->ids);
+  free(r->labels);
+  free(r->lengths);
+  free(r->masked);
+  free(r->gv.ids);
+  free(r->gv.labels);
+  free(r->gv.lengths);
+  hvd_state_destroy(r->state);
+  hvd_sampler_destroy(r->sampler);
+  hvd_sampler_destroy(r->whole);
+  hvd_optimizer_destroy(r->opt);
+  free(r->ready.rows);
+  bert_model_destroy(r->model);
+  bert_dataset_destroy(r->ds);
+  hvd_shutdown();
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-  options_t o;
-  bert_config_t cfg;
-  char msg[8192] = ""; /* room for a path and more */
-  char path[4096];
-  hvd_result_t rc;
-
-  parse_options(argc, argv, &o, &cfg);
-  kill_at_t kill;
-  kill_at_read(&kill);
-  if ((rc = hvd_init()) != HVD_SUCCESS) {
+  static run_t run; /* zero: nothing made yet */
+  parse_options(argc, argv, &run.o, &run.cfg);
+  kill_at_read(&run.kill);
+  if (hvd_init() != HVD_SUCCESS) {
     cli_say("hvd_init: %s", hvd_last_error());
     return 1;
   }
-  const int rank = hvd_rank(), size = hvd_size();
-
-  /* --device gpu: the GPU hvd_init bound this rank to (or, with
-   * HVD_NO_BIND=1, the current one) must be usable on every rank. */
-  int device = HVD_CPU;
-  if (o.gpu) {
-    device = hvd_cuda_device();
-    rc = bert_gpu_check(&device);
-    snprintf(msg, sizeof msg, "--device gpu: %s", bert_last_error());
-    if (!agree(rc == HVD_SUCCESS, msg))
-      die();
-    bert_set_tf32(o.tf32);
-  }
-  const int B = cfg.batch, S = cfg.seq_len, K = o.accumulate;
-  const int sync = !o.no_sync;
-  const int64_t global_batch = (int64_t)size * K * B; /* sequences */
-
-  /* The data. Every rank reads the corpus and builds the vocabulary
-   * itself: the tokenizer is deterministic, so all get the same ids
-   * without a shared file system (checked below). */
-  bert_data_options_t dopt;
-  bert_data_options_init(&dopt);
-  dopt.corpus_path = o.data;
-  dopt.synthetic_sentences = o.sentences;
-  dopt.seed = o.seed;
-  dopt.seq_len = S;
-  dopt.vocab_max = cfg.vocab_size;
-  dopt.min_samples = global_batch;
-  bert_dataset_t *ds = NULL;
-  rc = bert_dataset_create(&dopt, &ds);
-  if (rc != HVD_SUCCESS)
-    snprintf(msg, sizeof msg, "%s%s%s", o.data != NULL ? "--data: " : "",
-             bert_last_error(),
-             strstr(bert_last_error(), "too small") == NULL
-                 ? ""
-                 : " (one global batch: --batch-size x ranks x --accumulate)");
-  if (!agree(rc == HVD_SUCCESS, msg))
-    die();
-  const bert_vocab_t *vocab = bert_dataset_vocab(ds);
-  const int64_t nsamples = bert_dataset_size(ds);
-  {
-    int64_t lo[2] = {(int64_t)vocab_hash(vocab), nsamples};
-    int64_t hi[2] = {lo[0], lo[1]}, two = 2;
-    hvd_tensor_t tl = hvd_tensor_make(lo, HVD_INT64, 1, &two);
-    hvd_tensor_t th = hvd_tensor_make(hi, HVD_INT64, 1, &two);
-    check_agreed(hvd_allreduce("bert_train.data.min", &tl, &tl, HVD_MIN, 1, 1),
-                 "comparing the data of the ranks");
-    check_agreed(hvd_allreduce("bert_train.data.max", &th, &th, HVD_MAX, 1, 1),
-                 "comparing the data of the ranks");
-    if (lo[0] != hi[0] || lo[1] != hi[1]) {
-      if (rank == 0)
-        cli_say("the ranks read different data (%lld to %lld samples, or other "
-                "words): every rank needs the same --data file",
-                (long long)lo[1], (long long)hi[1]);
-      die();
-    }
-  }
-  cfg.vocab_size = bert_vocab_size(vocab);
-
-  /* Files rank 0 writes (and --log-json's on every rank with "%r"):
-   * check them before training. */
-  FILE *json = NULL;
-  int ok = 1;
-  char json_name[PATH_MAX];
-  int jp = json_path(json_name, sizeof json_name, o.log_json, rank);
-  if (jp != 0 &&
-      (jp < 0 ||
-       (json = fopen(json_name, o.resume != NULL || (o.elastic != NULL &&
-                                                     hvd_elastic_restarts() > 0)
-                                    ? "a" /* a resumed run: the curve goes on */
-                                    : "w")) == NULL)) {
-    snprintf(msg, sizeof msg, "--log-json: cannot open '%s': %s", json_name,
-             strerror(errno));
-    ok = 0;
-  }
-  if (ok && rank == 0 && o.checkpoint != NULL) {
-    struct stat st;
-    if (mkdir(o.checkpoint, 0777) != 0 &&
-        !(errno == EEXIST && stat(o.checkpoint, &st) == 0 &&
-          S_ISDIR(st.st_mode))) {
-      snprintf(msg, sizeof msg, "--checkpoint: cannot make directory '%s': %s",
-               o.checkpoint,
-               errno == EEXIST ? "a file has that name" : strerror(errno));
-      ok = 0;
-    } else {
-      snprintf(path, sizeof path, "%s/" VOCAB_FILE, o.checkpoint);
-      if (bert_vocab_save(vocab, path) != HVD_SUCCESS) {
-        snprintf(msg, sizeof msg, "--checkpoint: %s", bert_last_error());
-        ok = 0;
-      }
-    }
-  }
-  if (!agree(ok, msg))
-    die();
-
-  /* The model and the optimizer: AdamW inside the distributed wrapper. */
-  bert_model_t *model = NULL;
-  rc = bert_model_create_on(&cfg, device, &model);
-  check_local(rc, "bert_model_create", bert_last_error());
-  int nparams;
-  hvd_param_t *params = bert_model_params(model, &nparams);
-  hvd_adam_options_t aopt;
-  hvd_adam_options_init(&aopt);
-  aopt.lr = lr_at(&o, 0);
-  aopt.beta1 = o.beta1;
-  aopt.beta2 = o.beta2;
-  aopt.eps = o.eps;
-  aopt.weight_decay = o.weight_decay;
-  aopt.decoupled = 1;
-  hvd_optimizer_t *adam = NULL, *opt = NULL;
-  rc = hvd_adam_create(params, nparams, &aopt, &adam);
-  check_local(rc, "hvd_adam_create", hvd_last_error());
-  hvd_distributed_options_t dist;
-  hvd_distributed_options_init(&dist);
-  dist.compression = o.compression;
-  dist.backward_passes_per_step = K;
-  dist.shard_optimizer_state = o.zero;
-  rc = hvd_distributed_optimizer(adam, &dist, &opt);
-  check_local(rc, "hvd_distributed_optimizer", hvd_last_error());
-  if (!sync)
-    check_local(hvd_optimizer_set_sync(opt, 0), "hvd_optimizer_set_sync",
-                hvd_last_error());
-
-  /* The starting state: a checkpoint, or rank 0's initial weights. */
-  int64_t start = 0;
-  char resumed_from[4096] = "";
-  if (o.resume != NULL) {
-    const char *file = o.resume;
-    ok = 1;
-    if (rank == 0) {
-      struct stat st;
-      if (stat(o.resume, &st) == 0 && S_ISDIR(st.st_mode)) {
-        int64_t *steps;
-        int64_t k = list_checkpoints(o.resume, INT64_MAX, &steps);
-        if (k > 0) {
-          checkpoint_name(path, sizeof path, o.resume, steps[k - 1]);
-          file = path;
-        } else {
-          snprintf(msg, sizeof msg, "--resume: %s '%s'",
-                   k < 0 ? strerror(errno) : "no step-NNNNNN.ckpt in",
-                   o.resume);
-          ok = 0;
-        }
-        free(steps);
-      }
-      /* The vocabulary saved next to the checkpoint must be the one the
-       * data gives now, or the token ids would mean other words. */
-      char vpath[4096 + 16];
-      const char *slash = strrchr(file, '/');
-      snprintf(vpath, sizeof vpath, "%.*s" VOCAB_FILE,
-               slash ? (int)(slash - file + 1) : 0, file);
-      bert_vocab_t *saved = NULL;
-      if (ok && stat(vpath, &st) == 0) {
-        if (bert_vocab_load(vpath, &saved) != HVD_SUCCESS) {
-          snprintf(msg, sizeof msg, "--resume: %s", bert_last_error());
-          ok = 0;
-        } else if (!same_vocab(vocab, saved, vpath, msg, sizeof msg)) {
-          ok = 0;
-        }
-      }
-      bert_vocab_destroy(saved);
-    }
-    if (!agree(ok, msg))
-      die();
-    snprintf(resumed_from, sizeof resumed_from, "%s", file);
-    if ((rc = hvd_checkpoint_load(file, params, nparams, opt, &start)) !=
-        HVD_SUCCESS) {
-      if (rank == 0)
-        cli_say("--resume: %s", hvd_last_error());
-      die();
-    }
-  }
-  /* --elastic: the newest committed state (a relaunched job), if any */
-  hvd_state_t *state = NULL;
-  int64_t c_step = 0, c_epoch = 0, c_consumed = 0;
-  int restored = 0;
-  if (o.elastic != NULL) {
-    check_local(hvd_state_create(o.elastic, o.save_every, &state),
-                "hvd_state_create", hvd_last_error());
-    check_local(hvd_state_add_params(state, params, nparams, opt),
-                "hvd_state_add_params", hvd_last_error());
-    check_local(hvd_state_add_counter(state, "step", &c_step),
-                "hvd_state_add_counter", hvd_last_error());
-    check_local(hvd_state_add_counter(state, "epoch", &c_epoch),
-                "hvd_state_add_counter", hvd_last_error());
-    check_local(hvd_state_add_counter(state, "consumed", &c_consumed),
-                "hvd_state_add_counter", hvd_last_error());
-    check_agreed(hvd_state_restore(state, &restored), "--elastic");
-    if (restored)
-      start = c_step;
-  }
-  if (o.resume == NULL && !restored) {
-    check_agreed(hvd_broadcast_parameters(params, nparams, 0),
-                 "hvd_broadcast_parameters");
-    check_agreed(hvd_broadcast_optimizer_state(opt, 0),
-                 "hvd_broadcast_optimizer_state");
-  }
-
-  /* Each rank's shard; drop_last so that every rank has the same number
-   * of steps per epoch, floor(N / (P K B)) whatever P. With (sync, P > 1)
-   * also the whole permutation (a sampler of one rank), to count the
-   * masked positions of the global batch (see count_global). */
-  hvd_sampler_t *sampler = NULL, *whole = NULL;
-  rc = hvd_sampler_create(nsamples, size, rank, 1, o.seed, 1, &sampler);
-  check_local(rc, "hvd_sampler_create", hvd_last_error());
-  const int count_all = sync && size > 1;
-  if (count_all) {
-    rc = hvd_sampler_create(nsamples, 1, 0, 1, o.seed, 1, &whole);
-    check_local(rc, "hvd_sampler_create", hvd_last_error());
-  }
-  const int64_t per_epoch = hvd_sampler_num_samples(sampler) / ((int64_t)K * B);
-
-  if (rank == 0) {
-    char desc[256];
-    bert_config_describe(&cfg, desc, sizeof desc);
-    char where[64];
-    if (o.gpu)
-      snprintf(where, sizeof where, "GPU cuda:%d%s", device,
-               o.tf32 ? " (TF32)" : "");
-    else
-      snprintf(where, sizeof where, "BLAS threads %d", o.threads);
-    printf(PROG ": preset %s (%s), %lld weights; %d rank%s, %s\n", o.preset,
-           desc, (long long)bert_model_num_weights(model), size,
-           size == 1 ? "" : "s", where);
-    printf(PROG ": data %s: %lld sequences of %d tokens, vocabulary %d; "
-                "global batch %lld = %d per rank x %d rank%s x %d pass%s, %lld "
-                "steps per epoch\n",
-           o.data != NULL ? o.data : "synthetic", (long long)nsamples, S,
-           cfg.vocab_size, (long long)global_batch, B, size,
-           size == 1 ? "" : "s", K, K == 1 ? "" : "es", (long long)per_epoch);
-    printf(PROG ": AdamW lr %g, warmup %lld then linear decay to 0 at step "
-                "%lld, weight decay %g; gradients %s\n",
-           o.lr, (long long)o.warmup, (long long)o.steps, o.weight_decay,
-           !sync                                ? "not reduced (--no-sync)"
-           : o.compression == HVD_COMPRESS_FP16 ? "averaged as float16"
-           : o.compression == HVD_COMPRESS_BF16 ? "averaged as bfloat16"
-                                                : "averaged as float32");
-    printf(PROG ": optimizer state %.1f MiB on this rank%s\n",
-           (double)hvd_optimizer_state_bytes(opt) / (1 << 20),
-           o.zero ? " (sharded, --zero 1)" : "");
-    if (o.resume != NULL)
-      printf(PROG ": resumed at step %lld from %s\n", (long long)start,
-             resumed_from);
-    if (o.elastic != NULL && restored)
-      printf(PROG ": restored the state committed after step %lld (epoch "
-                  "%lld, sample %lld of its order) from %s; launch %d, the "
-                  "last one had %d ranks\n",
-             (long long)c_step, (long long)c_epoch, (long long)c_consumed,
-             o.elastic, hvd_elastic_restarts() + 1,
-             hvd_elastic_previous_size());
-    else if (o.elastic != NULL)
-      printf(PROG ": elastic: no committed state in %s: a fresh start\n",
-             o.elastic);
-    fflush(stdout);
-  }
-  if (start >= o.steps) {
-    if (rank == 0)
-      printf(PROG ": the checkpoint is at step %lld and --steps is %lld: "
-                  "nothing to do\n",
-             (long long)start, (long long)o.steps);
-    hvd_state_destroy(state);
-    hvd_sampler_destroy(sampler);
-    hvd_sampler_destroy(whole);
-    hvd_optimizer_destroy(opt);
-    bert_model_destroy(model);
-    bert_dataset_destroy(ds);
-    if (json != NULL)
-      fclose(json);
-    hvd_shutdown();
-    return 0;
-  }
-
-  /* Buffers of one step: K micro-batches of B sequences. */
-  const size_t ntok = (size_t)K * B * S;
-  int32_t *ids = malloc(ntok * sizeof *ids);
-  int32_t *labels = malloc(ntok * sizeof *labels);
-  int32_t *lengths = malloc((size_t)K * B * sizeof *lengths);
-  int64_t *masked = malloc((size_t)K * sizeof *masked);
-  global_view_t gv = {.ds = ds, .whole = whole, .size = size, .rank = rank};
-  if (ids == NULL || labels == NULL || lengths == NULL || masked == NULL ||
-      (count_all && global_view_init(&gv, global_batch, S) != 0))
-    check_local(HVD_ERR_NO_MEMORY, "buffers", "out of memory");
-  const int64_t tokens_per_step = global_batch * S;
-
-  report_t rep;
-  memset(&rep, 0, sizeof rep);
-  rep.first_step = start;
-  rep.total_steps = o.steps;
-  rep.json = json;
-  rep.start = rep.last_print = now();
-
-  /* Where the data stands: the epoch, and how many samples of its order
-   * the steps so far took (global batches of whatever world size ran
-   * them); hvd_sampler_epoch_from deals out the rest. From a checkpoint's
-   * step, at one world size, that is step / per_epoch and the steps into
-   * the epoch times the global batch. */
-  int64_t epoch = start / per_epoch,
-          consumed = (start % per_epoch) * global_batch;
-  if (restored)
-    epoch = c_epoch, consumed = c_consumed;
-  const int64_t *idx = NULL;
-  int64_t count = 0, in_epoch = 0, left = 0; /* steps: done, left */
-  int fetch = 1;
-  ready_ctx_t ready = {.opt = opt, .rc = HVD_SUCCESS};
-  bert_model_set_host_fences(model, o.host_fences);
-  if (!o.gpu && !o.dense_embeddings && !o.zero) /* rows after grad_ready */
-    check_local(bert_model_set_sparse_embeddings(model, on_sparse_grad, &ready),
-                "bert_model_set_sparse_embeddings", bert_last_error());
-  for (int64_t s = start; s < o.steps; s++) {
-    double t0 = now();
-    kill_at_step(&kill, s, rank);
-    if (fetch || in_epoch == left) {
-      if (!fetch)
-        epoch++, consumed = 0;
-      fetch = 0;
-      check_local(
-          hvd_sampler_epoch_from(sampler, epoch, consumed, &idx, &count),
-          "hvd_sampler_epoch", hvd_last_error());
-      in_epoch = 0;
-      left = count / ((int64_t)K * B);
-      if (count_all)
-        check_local(global_view_epoch(&gv, epoch, consumed, idx, count),
-                    "hvd_sampler_epoch", hvd_last_error());
-      if (left == 0) /* fewer samples left than a global batch */
-        check_local(HVD_ERR_INVALID_ARG, "the data",
-                    "an epoch holds no step of this global batch");
-    }
-    /* This rank's K micro-batches and their masked positions. */
-    int64_t local_masked = 0;
-    for (int j = 0; j < K; j++) {
-      const int64_t *first = idx + (in_epoch * K + j) * B;
-      size_t off = (size_t)j * B * S;
-      rc = bert_dataset_batch(ds, first, B, epoch, ids + off, NULL,
-                              labels + off, lengths + (size_t)j * B);
-      check_local(rc, "bert_dataset_batch", bert_last_error());
-      masked[j] = 0;
-      for (size_t t = 0; t < (size_t)B * S; t++)
-        masked[j] += labels[off + t] != BERT_LABEL_IGNORE;
-      local_masked += masked[j];
-    }
-    int64_t total_masked = local_masked, one = 1;
-    if (count_all)
-      check_local(count_global(&gv, consumed, global_batch, &total_masked),
-                  "bert_dataset_batch", bert_last_error());
-    const double lr = lr_at(&o, s);
-    check_local(hvd_optimizer_set_lr(opt, lr), "hvd_optimizer_set_lr",
-                hvd_last_error());
-    check_local(hvd_optimizer_zero_grad(opt), "hvd_optimizer_zero_grad",
-                hvd_last_error());
-
-    double loss_sum = 0; /* sum of the masked positions' losses */
-    hvd_request_t *loss_req = NULL;
-    hvd_tensor_t loss_t = hvd_tensor_make(&loss_sum, HVD_FLOAT64, 1, &one);
-    ready.rc = HVD_SUCCESS;
-    for (int j = 0; j < K; j++) {
-      size_t off = (size_t)j * B * S;
-      bert_batch_t b = {.batch = B,
-                        .seq_len = S,
-                        .input_ids = ids + off,
-                        .token_type_ids = NULL,
-                        .lengths = lengths + (size_t)j * B,
-                        .labels = labels + off};
-      bert_output_t out;
-      rc = bert_model_forward(model, &b, &out);
-      check_local(rc, "bert_model_forward", bert_last_error());
-      loss_sum += out.loss * (double)out.masked;
-      if (j == K - 1 && sync && size > 1) /* overlaps the last backward */
-        check_local(hvd_allreduce_async("bert_train.loss", &loss_t, &loss_t,
-                                        HVD_SUM, 1, 1, &loss_req),
-                    "summing the loss", hvd_last_error());
-      double w = (double)(sync ? size : 1) * K * (double)masked[j] /
-                 (double)(sync ? total_masked : local_masked);
-      rc = bert_model_backward_scaled(model, (float)w, on_grad_ready, &ready);
-      check_local(rc, "bert_model_backward", bert_last_error());
-      check_local(ready.rc, "hvd_optimizer_grad_ready", ready.msg);
-    }
-    double tw = now();
-    rc = hvd_optimizer_step(opt);
-    double comm_wait = now() - tw;
-    check_local(rc, "hvd_optimizer_step", hvd_last_error());
-    if (loss_req != NULL)
-      check_local(hvd_wait(loss_req), "summing the loss", hvd_last_error());
-    const double loss = loss_sum / (double)(sync ? total_masked : local_masked);
-    const double step_time = now() - t0; /* without the checkpoint */
-
-    if (o.checkpoint != NULL &&
-        ((o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) ||
-         s + 1 == o.steps)) {
-      checkpoint_name(path, sizeof path, o.checkpoint, s + 1);
-      check_agreed(hvd_checkpoint_save(path, params, nparams, opt, s + 1),
-                   "hvd_checkpoint_save");
-      if (rank == 0 && !o.quiet) {
-        printf(PROG ": saved %s\n", path);
-        fflush(stdout);
-      }
-      if (rank == 0 && o.keep > 0)
-        prune_checkpoints(o.checkpoint, s + 1, o.keep);
-    }
-    in_epoch++;
-    consumed += global_batch;
-    if (state != NULL && ((s + 1) % o.commit_every == 0 || s + 1 == o.steps)) {
-      c_step = s + 1;
-      c_epoch = in_epoch == left ? epoch + 1 : epoch;
-      c_consumed = in_epoch == left ? 0 : consumed;
-      check_agreed(hvd_state_commit(state), "--elastic: hvd_state_commit");
-    }
-    if (rank == 0)
-      report_step(&rep, &o, s, loss, lr, tokens_per_step, step_time, comm_wait);
-    else
-      json_step(json, s, loss, lr, tokens_per_step, step_time, comm_wait);
-  }
-  double total_time = now() - rep.start;
-  if (rank == 0)
-    report_done(&rep, &o, size, (double)tokens_per_step, total_time);
-
-  if (json != NULL && fclose(json) != 0)
-    fprintf(stderr, PROG "[%d]: --log-json: writing '%s': %s\n", rank,
-            json_name, strerror(errno));
-  free(ids);
-  free(labels);
-  free(lengths);
-  free(masked);
-  free(gv.ids);
-  free(gv.labels);
-  free(gv.lengths);
-  hvd_state_destroy(state);
-  hvd_sampler_destroy(sampler);
-  hvd_sampler_destroy(whole);
-  hvd_optimizer_destroy(opt);
-  free(ready.rows);
-  bert_model_destroy(model);
-  bert_dataset_destroy(ds);
-  hvd_shutdown();
+  setup(&run);
+  if (run.start < run.o.steps)
+    train(&run);
+  else if (run.rank == 0)
+    printf(PROG ": the checkpoint is at step %lld and --steps is %lld: "
+                "nothing to do\n",
+           (long long)run.start, (long long)run.o.steps);
+  teardown(&run);
   return 0;
 }
