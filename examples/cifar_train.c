@@ -231,53 +231,132 @@ static const char usage_text[] =
     "  --quiet                only the summary line\n"
     "  --help\n";
 
+enum {
+  O_DATA = 256,
+  O_SYN,
+  O_SYN_TEST,
+  O_EPOCHS,
+  O_STEPS,
+  O_BATCH,
+  O_WIDTH,
+  O_LR,
+  O_MOMENTUM,
+  O_WD,
+  O_SYNC,
+  O_LOCAL,
+  O_DEVICE,
+  O_SEED,
+  O_THREADS,
+  O_CKPT,
+  O_CKPT_EVERY,
+  O_RESUME,
+  O_LOG,
+  O_QUIET,
+  O_HELP
+};
+
+static const struct option long_options[] = {
+    {"data", required_argument, NULL, O_DATA},
+    {"synthetic", required_argument, NULL, O_SYN},
+    {"synthetic-test", required_argument, NULL, O_SYN_TEST},
+    {"epochs", required_argument, NULL, O_EPOCHS},
+    {"steps", required_argument, NULL, O_STEPS},
+    {"batch-size", required_argument, NULL, O_BATCH},
+    {"width", required_argument, NULL, O_WIDTH},
+    {"lr", required_argument, NULL, O_LR},
+    {"momentum", required_argument, NULL, O_MOMENTUM},
+    {"weight-decay", required_argument, NULL, O_WD},
+    {"sync-bn", no_argument, NULL, O_SYNC},
+    {"local-bn", no_argument, NULL, O_LOCAL},
+    {"device", required_argument, NULL, O_DEVICE},
+    {"seed", required_argument, NULL, O_SEED},
+    {"threads", required_argument, NULL, O_THREADS},
+    {"checkpoint", required_argument, NULL, O_CKPT},
+    {"checkpoint-every", required_argument, NULL, O_CKPT_EVERY},
+    {"resume", required_argument, NULL, O_RESUME},
+    {"log-json", required_argument, NULL, O_LOG},
+    {"quiet", no_argument, NULL, O_QUIET},
+    {"help", no_argument, NULL, O_HELP},
+    {NULL, 0, NULL, 0}};
+
+/* The model, SGD and where they run. Each returns 1 when option c was one
+ * of its own, 0 when not. */
+static int model_option(options_t *o, int c, const char *a) {
+  switch (c) {
+  case O_WIDTH:
+    o->width = (int)cli_int("--width", a, 1, 64);
+    return 1;
+  case O_LR:
+    o->lr = cli_real("--lr", a, 0, 100);
+    return 1;
+  case O_MOMENTUM:
+    o->momentum = cli_real("--momentum", a, 0, 0.9999);
+    return 1;
+  case O_WD:
+    o->weight_decay = cli_real("--weight-decay", a, 0, 1);
+    return 1;
+  case O_SYNC:
+  case O_LOCAL:
+    o->local_bn = c == O_LOCAL;
+    return 1;
+  case O_DEVICE:
+    if (strcmp(a, "cpu") != 0 && strcmp(a, "gpu") != 0)
+      cli_usage_error("--device needs cpu or gpu, not '%s'", a);
+    o->gpu = strcmp(a, "gpu") == 0;
+    return 1;
+  case O_SEED:
+    o->seed = (uint64_t)cli_int("--seed", a, 0, INT64_MAX);
+    return 1;
+  case O_THREADS:
+    o->threads = (int)cli_int("--threads", a, 1, 256);
+    return 1;
+  }
+  return 0;
+}
+
+/* The data, the length of the run, checkpoints and logs. */
+static int run_option(options_t *o, int c, const char *a) {
+  switch (c) {
+  case O_DATA:
+    o->data = a;
+    return 1;
+  case O_SYN:
+    o->synthetic = cli_int("--synthetic", a, 10, 1 << 22);
+    return 1;
+  case O_SYN_TEST:
+    o->synthetic_test = cli_int("--synthetic-test", a, 0, 1 << 22);
+    return 1;
+  case O_EPOCHS:
+    o->epochs = cli_int("--epochs", a, 1, 100000);
+    return 1;
+  case O_STEPS:
+    o->steps = cli_int("--steps", a, 1, INT64_MAX / 2);
+    return 1;
+  case O_BATCH:
+    o->batch = (int)cli_int("--batch-size", a, 1, 4096);
+    return 1;
+  case O_CKPT:
+    o->checkpoint = a;
+    return 1;
+  case O_CKPT_EVERY:
+    o->checkpoint_every = cli_int("--checkpoint-every", a, 1, INT64_MAX);
+    return 1;
+  case O_RESUME:
+    o->resume = a;
+    return 1;
+  case O_LOG:
+    o->log_json = a;
+    return 1;
+  case O_QUIET:
+    o->quiet = 1;
+    return 1;
+  }
+  return 0;
+}
+
+/* Reads the command line into o; exits 0 for --help, 2 for anything
+ * wrong (before hvd_init: no MPI needed). */
 static void parse(int argc, char **argv, options_t *o) {
-  enum {
-    O_DATA = 256,
-    O_SYN,
-    O_SYN_TEST,
-    O_EPOCHS,
-    O_STEPS,
-    O_BATCH,
-    O_WIDTH,
-    O_LR,
-    O_MOMENTUM,
-    O_WD,
-    O_SYNC,
-    O_LOCAL,
-    O_DEVICE,
-    O_SEED,
-    O_THREADS,
-    O_CKPT,
-    O_CKPT_EVERY,
-    O_RESUME,
-    O_LOG,
-    O_QUIET,
-    O_HELP
-  };
-  static const struct option opts[] = {
-      {"data", required_argument, NULL, O_DATA},
-      {"synthetic", required_argument, NULL, O_SYN},
-      {"synthetic-test", required_argument, NULL, O_SYN_TEST},
-      {"epochs", required_argument, NULL, O_EPOCHS},
-      {"steps", required_argument, NULL, O_STEPS},
-      {"batch-size", required_argument, NULL, O_BATCH},
-      {"width", required_argument, NULL, O_WIDTH},
-      {"lr", required_argument, NULL, O_LR},
-      {"momentum", required_argument, NULL, O_MOMENTUM},
-      {"weight-decay", required_argument, NULL, O_WD},
-      {"sync-bn", no_argument, NULL, O_SYNC},
-      {"local-bn", no_argument, NULL, O_LOCAL},
-      {"device", required_argument, NULL, O_DEVICE},
-      {"seed", required_argument, NULL, O_SEED},
-      {"threads", required_argument, NULL, O_THREADS},
-      {"checkpoint", required_argument, NULL, O_CKPT},
-      {"checkpoint-every", required_argument, NULL, O_CKPT_EVERY},
-      {"resume", required_argument, NULL, O_RESUME},
-      {"log-json", required_argument, NULL, O_LOG},
-      {"quiet", no_argument, NULL, O_QUIET},
-      {"help", no_argument, NULL, O_HELP},
-      {NULL, 0, NULL, 0}};
   cli_init(&cli);
   *o = (options_t){.synthetic = 2560,
                    .synthetic_test = 512,
@@ -294,77 +373,13 @@ static void parse(int argc, char **argv, options_t *o) {
                    .seed = 42};
   int c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    const char *a = optarg;
-    switch (c) {
-    case O_DATA:
-      o->data = a;
-      break;
-    case O_SYN:
-      o->synthetic = cli_int("--synthetic", a, 10, 1 << 22);
-      break;
-    case O_SYN_TEST:
-      o->synthetic_test = cli_int("--synthetic-test", a, 0, 1 << 22);
-      break;
-    case O_EPOCHS:
-      o->epochs = cli_int("--epochs", a, 1, 100000);
-      break;
-    case O_STEPS:
-      o->steps = cli_int("--steps", a, 1, INT64_MAX / 2);
-      break;
-    case O_BATCH:
-      o->batch = (int)cli_int("--batch-size", a, 1, 4096);
-      break;
-    case O_WIDTH:
-      o->width = (int)cli_int("--width", a, 1, 64);
-      break;
-    case O_LR:
-      o->lr = cli_real("--lr", a, 0, 100);
-      break;
-    case O_MOMENTUM:
-      o->momentum = cli_real("--momentum", a, 0, 0.9999);
-      break;
-    case O_WD:
-      o->weight_decay = cli_real("--weight-decay", a, 0, 1);
-      break;
-    case O_SYNC:
-      o->local_bn = 0;
-      break;
-    case O_LOCAL:
-      o->local_bn = 1;
-      break;
-    case O_DEVICE:
-      if (strcmp(a, "cpu") != 0 && strcmp(a, "gpu") != 0)
-        cli_usage_error("--device needs cpu or gpu, not '%s'", a);
-      o->gpu = strcmp(a, "gpu") == 0;
-      break;
-    case O_SEED:
-      o->seed = (uint64_t)cli_int("--seed", a, 0, INT64_MAX);
-      break;
-    case O_THREADS:
-      o->threads = (int)cli_int("--threads", a, 1, 256);
-      break;
-    case O_CKPT:
-      o->checkpoint = a;
-      break;
-    case O_CKPT_EVERY:
-      o->checkpoint_every = cli_int("--checkpoint-every", a, 1, INT64_MAX);
-      break;
-    case O_RESUME:
-      o->resume = a;
-      break;
-    case O_LOG:
-      o->log_json = a;
-      break;
-    case O_QUIET:
-      o->quiet = 1;
-      break;
-    case O_HELP:
+  while ((c = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+    if (c == O_HELP) {
       fputs(usage_text, stdout);
       exit(0);
-    default:
-      cli_usage_error("unknown option '%s'", argv[optind - 1]);
     }
+    if (!model_option(o, c, optarg) && !run_option(o, c, optarg))
+      cli_usage_error("unknown option '%s'", argv[optind - 1]);
   }
   if (optind < argc)
     cli_usage_error("unexpected argument '%s'", argv[optind]);
@@ -430,183 +445,248 @@ static void save(const options_t *o, hvd_param_t *p, int np, hvd_param_t *b,
     printf(PROG ": saved %s\n", path);
 }
 
-int main(int argc, char **argv) {
+/* Everything a run holds: made by setup, used by the steps, released by
+ * teardown (the one way out once hvd is up; a failure that check sees
+ * ends the job at once). */
+typedef struct run {
   options_t o;
-  parse(argc, argv, &o);
+  dataset_t train, test;
+  hvd_sampler_t *sampler;
+  int64_t per_epoch, steps, start;
+  cnn_t *m;
+  hvd_param_t *p, *bufs; /* parameters, batch norm buffers */
+  int np, nb;
+  hvd_optimizer_t *opt;
+  FILE *log;
+  float *x;
+  int32_t *y;
+  ready_ctx_t ready;
+  const int64_t *idx; /* this rank's shard of the epoch */
+  int64_t count, epoch;
+  double ep[3]; /* this epoch's loss sum, correct, images */
+  double t0, images;
+} run_t;
+
+/* The data: every rank reads or makes the whole set (it is small). */
+static void setup_data(run_t *r) {
+  const options_t *o = &r->o;
+  char msg[4096] = "";
+  int bad = o->data != NULL
+                ? load_dir(o->data, &r->train, &r->test, msg, sizeof msg)
+                : (synthetic(&r->train, o->synthetic, o->seed) ||
+                   synthetic(&r->test, o->synthetic_test, ~o->seed));
+  if (bad && msg[0] == '\0')
+    snprintf(msg, sizeof msg, "out of memory for the synthetic set");
+  check(bad ? HVD_ERR_INVALID_ARG : HVD_SUCCESS, "--data", msg);
+}
+
+/* --device gpu: the GPU hvd_init bound this rank to (with HVD_NO_BIND=1,
+ * the current one); every rank must have it. The model, and SGD inside
+ * the distributed wrapper. */
+static void setup_model(run_t *r) {
+  const options_t *o = &r->o;
+  int device = HVD_CPU;
+  if (o->gpu) {
+    device = hvd_cuda_device();
+    if (device < 0)
+      device = CNN_CURRENT_GPU;
+  }
+  char why[300], msg[300];
+  r->m = cnn_create_on(o->width, o->batch, o->seed, device, why, sizeof why);
+  snprintf(msg, sizeof msg, "%s", why);
+  check(r->m == NULL ? HVD_ERR_UNSUPPORTED : HVD_SUCCESS,
+        o->gpu ? "--device gpu" : "the model", msg);
+  cnn_set_sync_bn(r->m, !o->local_bn);
+  r->p = cnn_params(r->m, &r->np);
+  r->bufs = cnn_buffers(r->m, &r->nb);
+  hvd_sgd_options_t so;
+  hvd_sgd_options_init(&so);
+  so.lr = lr_at(o, 0, r->steps);
+  so.momentum = o->momentum;
+  so.weight_decay = o->weight_decay;
+  hvd_optimizer_t *sgd = NULL;
+  check(hvd_sgd_create(r->p, r->np, &so, &sgd), "hvd_sgd_create",
+        hvd_last_error());
+  check(hvd_distributed_optimizer(sgd, NULL, &r->opt),
+        "hvd_distributed_optimizer", hvd_last_error());
+}
+
+/* The starting state: a checkpoint and its batch norm buffers, or rank
+ * 0's initial weights. */
+static void setup_start(run_t *r) {
+  const char *file = r->o.resume;
+  if (file == NULL) {
+    check(hvd_broadcast_parameters(r->p, r->np, 0), "hvd_broadcast_parameters",
+          hvd_last_error());
+    return;
+  }
+  char bpath[4200];
+  bn_path(bpath, sizeof bpath, file);
+  int64_t s2 = -1;
+  check(hvd_checkpoint_load(file, r->p, r->np, r->opt, &r->start), "--resume",
+        hvd_last_error());
+  check(hvd_checkpoint_load(bpath, r->bufs, r->nb, NULL, &s2), "--resume",
+        hvd_last_error());
+  if (s2 != r->start)
+    check(HVD_ERR_CORRUPT, "--resume",
+          "the batch norm buffers are of another step");
+}
+
+/* Rank 0's lines before training. */
+static void print_setup(const run_t *r) {
+  const options_t *o = &r->o;
+  const int B = o->batch;
+  printf(PROG ": %s: %lld training images, %lld test; %d rank%s x %d "
+              "images = global batch %d, %lld steps per epoch\n",
+         o->data ? o->data : "synthetic", (long long)r->train.n,
+         (long long)r->test.n, size, size == 1 ? "" : "s", B, size * B,
+         (long long)r->per_epoch);
+  printf(PROG ": width %d, batch norm %s, on %s; SGD lr %g (x%g at 50%% "
+              "and 75%% of %lld steps), momentum %g, weight decay %g\n",
+         o->width, o->local_bn ? "per rank (--local-bn)" : "synchronized",
+         o->gpu ? "the GPU" : "the CPU", o->lr, o->gamma, (long long)r->steps,
+         o->momentum, o->weight_decay);
+  if (o->resume != NULL)
+    printf(PROG ": resumed from %s at step %lld\n", o->resume,
+           (long long)r->start);
+  fflush(stdout);
+}
+
+/* Everything before the first step; 0, or 1 when the data makes no step
+ * (said by rank 0). */
+static int setup(run_t *r) {
+  const options_t *o = &r->o;
+  if (bert_set_threads(o->threads) != HVD_SUCCESS && rank == 0 && !o->quiet)
+    cli_say("--threads: this BLAS cannot be told; set OPENBLAS_NUM_THREADS");
+  setup_data(r);
+  const int B = o->batch;
+  check(hvd_sampler_create(r->train.n, size, rank, 1, o->seed, 1, &r->sampler),
+        "hvd_sampler_create", hvd_last_error());
+  r->per_epoch = hvd_sampler_num_samples(r->sampler) / B;
+  if (r->per_epoch < 1) {
+    if (rank == 0)
+      cli_say("%lld training images make no step of %d images on %d ranks",
+              (long long)r->train.n, B, size);
+    return 1;
+  }
+  r->steps = o->steps > 0 ? o->steps : o->epochs * r->per_epoch;
+  setup_model(r);
+  setup_start(r);
+  if (rank == 0 && !o->quiet)
+    print_setup(r);
+  if (rank == 0 && o->log_json != NULL &&
+      (r->log = fopen(o->log_json, r->start > 0 ? "a" : "w")) == NULL)
+    cli_say("--log-json: cannot open '%s': %s", o->log_json, strerror(errno));
+  r->x = malloc(sizeof(float) * (size_t)B * CNN_PIXELS);
+  r->y = malloc(sizeof(int32_t) * (size_t)B);
+  r->epoch = -1;
+  r->t0 = now();
+  r->ready = (ready_ctx_t){.opt = r->opt};
+  return 0;
+}
+
+/* The end of an epoch: the test set, in shards of B images per rank
+ * (batch norm's running statistics), and rank 0's line; after the last
+ * step also its summary. */
+static void end_epoch(run_t *r, int64_t s) {
+  const int B = r->o.batch;
+  const dataset_t *test = &r->test;
+  double te[2] = {0, 0};
+  for (int64_t i = (int64_t)rank * B; i < test->n; i += (int64_t)size * B) {
+    int n = (int)(test->n - i < B ? test->n - i : B);
+    int64_t ids[4096];
+    for (int k = 0; k < n; k++)
+      ids[k] = i + k;
+    batch(test, ids, n, r->x, r->y);
+    int c2;
+    check(cnn_eval(r->m, r->x, n, r->y, &c2), "eval", "");
+    te[0] += c2, te[1] += n;
+  }
+  sum_all("cifar_train.test", te, 2);
+  const double *ep = r->ep;
+  if (rank == 0 && !r->o.quiet) {
+    printf("epoch %lld  loss %.4f  train accuracy %.3f  test accuracy "
+           "%.3f  lr %g\n",
+           (long long)r->epoch + 1, ep[0] / ep[2], ep[1] / ep[2],
+           te[1] > 0 ? te[0] / te[1] : 0.0, lr_at(&r->o, s, r->steps));
+    fflush(stdout);
+  }
+  if (s + 1 == r->steps && rank == 0) {
+    double dt = now() - r->t0;
+    printf("done  steps %lld  final loss %.4f  train accuracy %.3f  test "
+           "accuracy %.3f  images/s %.0f  world size %d\n",
+           (long long)r->steps, ep[0] / ep[2], ep[1] / ep[2],
+           te[1] > 0 ? te[0] / te[1] : 0.0, r->images / dt, size);
+  }
+  r->ep[0] = r->ep[1] = r->ep[2] = 0;
+}
+
+/* One step, s (0-based): a batch of this rank's shard, forward and
+ * backward, SGD, the loss summed over the ranks; the epoch's end and the
+ * checkpoint it is due. */
+static void train_step(run_t *r, int64_t s) {
+  const options_t *o = &r->o;
+  const int B = o->batch;
+  if (s / r->per_epoch != r->epoch) {
+    r->epoch = s / r->per_epoch;
+    check(hvd_sampler_epoch(r->sampler, r->epoch, &r->idx, &r->count),
+          "hvd_sampler_epoch", hvd_last_error());
+  }
+  batch(&r->train, r->idx + (s % r->per_epoch) * B, B, r->x, r->y);
+  check(hvd_optimizer_set_lr(r->opt, lr_at(o, s, r->steps)), "lr",
+        hvd_last_error());
+  check(hvd_optimizer_zero_grad(r->opt), "zero_grad", hvd_last_error());
+  double loss;
+  int correct;
+  check(cnn_forward(r->m, r->x, B, r->y, &loss, &correct), "forward",
+        hvd_last_error());
+  check(cnn_backward(r->m, on_ready, &r->ready), "backward", hvd_last_error());
+  check(r->ready.rc, "hvd_optimizer_grad_ready", r->ready.msg);
+  check(hvd_optimizer_step(r->opt), "hvd_optimizer_step", hvd_last_error());
+  double st[2] = {loss * B, correct};
+  sum_all("cifar_train.step", st, 2);
+  r->ep[0] += st[0], r->ep[1] += st[1], r->ep[2] += (double)B * size;
+  r->images += (double)B * size;
+  if (r->log != NULL) {
+    fprintf(r->log, "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g}\n",
+            (long long)(s + 1), st[0] / ((double)B * size),
+            lr_at(o, s, r->steps));
+    fflush(r->log);
+  }
+  if ((s + 1) % r->per_epoch == 0 || s + 1 == r->steps)
+    end_epoch(r, s);
+  if (o->checkpoint != NULL &&
+      ((o->checkpoint_every > 0 && (s + 1) % o->checkpoint_every == 0) ||
+       s + 1 == r->steps))
+    save(o, r->p, r->np, r->bufs, r->nb, r->opt, s + 1);
+}
+
+/* Releases what setup made (what it did not make is NULL), then hvd. */
+static void teardown(run_t *r) {
+  if (r->log != NULL)
+    fclose(r->log);
+  free(r->x);
+  free(r->y);
+  hvd_optimizer_destroy(r->opt);
+  hvd_sampler_destroy(r->sampler);
+  cnn_destroy(r->m);
+  free(r->train.rec);
+  free(r->test.rec);
+  hvd_shutdown();
+}
+
+int main(int argc, char **argv) {
+  static run_t run; /* zero: nothing made yet */
+  parse(argc, argv, &run.o);
   if (hvd_init() != HVD_SUCCESS) {
     cli_say("hvd_init: %s", hvd_last_error());
     return 1;
   }
   rank = hvd_rank();
   size = hvd_size();
-  if (bert_set_threads(o.threads) != HVD_SUCCESS && rank == 0 && !o.quiet)
-    cli_say("--threads: this BLAS cannot be told; set OPENBLAS_NUM_THREADS");
-
-  /* data: every rank reads or makes the whole set (it is small) */
-  dataset_t train = {0}, test = {0};
-  char msg[4096] = "";
-  int bad = o.data != NULL ? load_dir(o.data, &train, &test, msg, sizeof msg)
-                           : (synthetic(&train, o.synthetic, o.seed) ||
-                              synthetic(&test, o.synthetic_test, ~o.seed));
-  if (bad && msg[0] == '\0')
-    snprintf(msg, sizeof msg, "out of memory for the synthetic set");
-  check(bad ? HVD_ERR_INVALID_ARG : HVD_SUCCESS, "--data", msg);
-
-  const int B = o.batch;
-  hvd_sampler_t *sampler = NULL;
-  check(hvd_sampler_create(train.n, size, rank, 1, o.seed, 1, &sampler),
-        "hvd_sampler_create", hvd_last_error());
-  int64_t per_epoch = hvd_sampler_num_samples(sampler) / B;
-  if (per_epoch < 1) {
-    if (rank == 0)
-      cli_say("%lld training images make no step of %d images on %d ranks",
-              (long long)train.n, B, size);
-    hvd_shutdown();
-    return 1;
-  }
-  int64_t steps = o.steps > 0 ? o.steps : o.epochs * per_epoch;
-
-  /* --device gpu: the GPU hvd_init bound this rank to (with HVD_NO_BIND=1,
-   * the current one); every rank must have it */
-  int device = HVD_CPU;
-  if (o.gpu) {
-    device = hvd_cuda_device();
-    if (device < 0)
-      device = CNN_CURRENT_GPU;
-  }
-  char why[300];
-  cnn_t *m = cnn_create_on(o.width, B, o.seed, device, why, sizeof why);
-  snprintf(msg, sizeof msg, "%s", why);
-  check(m == NULL ? HVD_ERR_UNSUPPORTED : HVD_SUCCESS,
-        o.gpu ? "--device gpu" : "the model", msg);
-  cnn_set_sync_bn(m, !o.local_bn);
-  int np, nb;
-  hvd_param_t *p = cnn_params(m, &np), *bufs = cnn_buffers(m, &nb);
-  hvd_sgd_options_t so;
-  hvd_sgd_options_init(&so);
-  so.lr = lr_at(&o, 0, steps);
-  so.momentum = o.momentum;
-  so.weight_decay = o.weight_decay;
-  hvd_optimizer_t *sgd = NULL, *opt = NULL;
-  check(hvd_sgd_create(p, np, &so, &sgd), "hvd_sgd_create", hvd_last_error());
-  check(hvd_distributed_optimizer(sgd, NULL, &opt), "hvd_distributed_optimizer",
-        hvd_last_error());
-
-  int64_t start = 0;
-  if (o.resume != NULL) {
-    char bpath[4200];
-    bn_path(bpath, sizeof bpath, o.resume);
-    int64_t s2 = -1;
-    check(hvd_checkpoint_load(o.resume, p, np, opt, &start), "--resume",
-          hvd_last_error());
-    check(hvd_checkpoint_load(bpath, bufs, nb, NULL, &s2), "--resume",
-          hvd_last_error());
-    if (s2 != start)
-      check(HVD_ERR_CORRUPT, "--resume",
-            "the batch norm buffers are of another step");
-  } else {
-    check(hvd_broadcast_parameters(p, np, 0), "hvd_broadcast_parameters",
-          hvd_last_error());
-  }
-  if (rank == 0 && !o.quiet) {
-    printf(PROG ": %s: %lld training images, %lld test; %d rank%s x %d "
-                "images = global batch %d, %lld steps per epoch\n",
-           o.data ? o.data : "synthetic", (long long)train.n, (long long)test.n,
-           size, size == 1 ? "" : "s", B, size * B, (long long)per_epoch);
-    printf(PROG ": width %d, batch norm %s, on %s; SGD lr %g (x%g at 50%% "
-                "and 75%% of %lld steps), momentum %g, weight decay %g\n",
-           o.width, o.local_bn ? "per rank (--local-bn)" : "synchronized",
-           o.gpu ? "the GPU" : "the CPU", o.lr, o.gamma, (long long)steps,
-           o.momentum, o.weight_decay);
-    if (o.resume != NULL)
-      printf(PROG ": resumed from %s at step %lld\n", o.resume,
-             (long long)start);
-    fflush(stdout);
-  }
-  FILE *log = NULL;
-  if (rank == 0 && o.log_json != NULL &&
-      (log = fopen(o.log_json, start > 0 ? "a" : "w")) == NULL)
-    cli_say("--log-json: cannot open '%s': %s", o.log_json, strerror(errno));
-
-  float *x = malloc(sizeof(float) * (size_t)B * CNN_PIXELS);
-  int32_t *y = malloc(sizeof(int32_t) * (size_t)B);
-  const int64_t *idx = NULL;
-  int64_t count = 0, epoch = -1;
-  double ep[3] = {0, 0, 0}; /* loss sum, correct, images */
-  double t0 = now(), images = 0;
-  ready_ctx_t ready = {.opt = opt};
-  for (int64_t s = start; s < steps; s++) {
-    if (s / per_epoch != epoch) {
-      epoch = s / per_epoch;
-      check(hvd_sampler_epoch(sampler, epoch, &idx, &count),
-            "hvd_sampler_epoch", hvd_last_error());
-    }
-    batch(&train, idx + (s % per_epoch) * B, B, x, y);
-    check(hvd_optimizer_set_lr(opt, lr_at(&o, s, steps)), "lr",
-          hvd_last_error());
-    check(hvd_optimizer_zero_grad(opt), "zero_grad", hvd_last_error());
-    double loss;
-    int correct;
-    check(cnn_forward(m, x, B, y, &loss, &correct), "forward",
-          hvd_last_error());
-    check(cnn_backward(m, on_ready, &ready), "backward", hvd_last_error());
-    check(ready.rc, "hvd_optimizer_grad_ready", ready.msg);
-    check(hvd_optimizer_step(opt), "hvd_optimizer_step", hvd_last_error());
-    double st[2] = {loss * B, correct};
-    sum_all("cifar_train.step", st, 2);
-    ep[0] += st[0], ep[1] += st[1], ep[2] += (double)B * size;
-    images += (double)B * size;
-    if (log != NULL) {
-      fprintf(log, "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g}\n",
-              (long long)(s + 1), st[0] / ((double)B * size),
-              lr_at(&o, s, steps));
-      fflush(log);
-    }
-    int end_of_epoch = (s + 1) % per_epoch == 0 || s + 1 == steps;
-    if (end_of_epoch) {
-      /* the test set, in shards of B images per rank: running stats */
-      double te[2] = {0, 0};
-      for (int64_t i = (int64_t)rank * B; i < test.n; i += (int64_t)size * B) {
-        int n = (int)(test.n - i < B ? test.n - i : B);
-        int64_t ids[4096];
-        for (int k = 0; k < n; k++)
-          ids[k] = i + k;
-        batch(&test, ids, n, x, y);
-        int c2;
-        check(cnn_eval(m, x, n, y, &c2), "eval", "");
-        te[0] += c2, te[1] += n;
-      }
-      sum_all("cifar_train.test", te, 2);
-      if (rank == 0 && !o.quiet) {
-        printf("epoch %lld  loss %.4f  train accuracy %.3f  test accuracy "
-               "%.3f  lr %g\n",
-               (long long)epoch + 1, ep[0] / ep[2], ep[1] / ep[2],
-               te[1] > 0 ? te[0] / te[1] : 0.0, lr_at(&o, s, steps));
-        fflush(stdout);
-      }
-      if (s + 1 == steps && rank == 0) {
-        double dt = now() - t0;
-        printf("done  steps %lld  final loss %.4f  train accuracy %.3f  test "
-               "accuracy %.3f  images/s %.0f  world size %d\n",
-               (long long)steps, ep[0] / ep[2], ep[1] / ep[2],
-               te[1] > 0 ? te[0] / te[1] : 0.0, images / dt, size);
-      }
-      ep[0] = ep[1] = ep[2] = 0;
-    }
-    if (o.checkpoint != NULL &&
-        ((o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) ||
-         s + 1 == steps))
-      save(&o, p, np, bufs, nb, opt, s + 1);
-  }
-  if (log != NULL)
-    fclose(log);
-  free(x);
-  free(y);
-  hvd_optimizer_destroy(opt);
-  hvd_sampler_destroy(sampler);
-  cnn_destroy(m);
-  free(train.rec);
-  free(test.rec);
-  hvd_shutdown();
-  return 0;
+  int status = setup(&run);
+  for (int64_t s = run.start; status == 0 && s < run.steps; s++)
+    train_step(&run, s);
+  teardown(&run);
+  return status;
 }
