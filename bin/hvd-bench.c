@@ -308,11 +308,7 @@ static void parse_counts(const char *s, bench_opts_t *o) {
     cli_usage_error("--counts: empty list");
 }
 
-static void parse_args(int argc, char **argv, bench_opts_t *o) {
-  int given[OPT_LAST + 1] = {0};
-  int quick = 0, c;
-
-  cli_init(&cli);
+static void set_defaults(bench_opts_t *o) {
   memset(o, 0, sizeof *o);
   o->warmup = -1;
   o->min_bytes = 4;
@@ -332,106 +328,99 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
   o->ncounts = 4;
   o->alloc = BENCH_DATA_MALLOC;
   o->bucket_bytes = INT64_C(25) << 20;
+}
 
-  opterr = 0; /* we say what is wrong ourselves, on rank 0 only */
-  while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
-    if (c >= OPT_ITERS && c <= OPT_LAST)
-      given[c] = 1;
-    switch (c) {
-    case 'h':
-      if (cli_launcher_rank() == 0)
-        fputs(usage_text, stdout);
-      exit(0);
-    case OPT_ITERS:
-      o->iters = (int)cli_int("--iters", optarg, 1, 100000000);
-      break;
-    case OPT_WARMUP:
-      o->warmup = (int)cli_int("--warmup", optarg, 0, 1000000);
-      break;
-    case OPT_JSON:
-      o->json = 1;
-      break;
-    case OPT_QUICK:
-      quick = 1;
-      break;
-    case OPT_VERBOSE:
-      o->verbose = 1;
-      break;
-    case OPT_MIN_BYTES:
-      o->min_bytes = parse_size("--min-bytes", optarg);
-      break;
-    case OPT_MAX_BYTES:
-      o->max_bytes = parse_size("--max-bytes", optarg);
-      break;
-    case OPT_STEP:
-      o->step_factor = (int)cli_int("--step-factor", optarg, 2, 1024);
-      break;
-    case OPT_COLL:
-      o->colls = parse_set("--coll", optarg, BENCH_COLL_COUNT, coll_name);
-      break;
-    case OPT_OP:
-      o->ops = parse_set("--op", optarg, HVD_OP_COUNT, op_name);
-      break;
-    case OPT_DTYPE:
-      o->dtypes = parse_set("--dtype", optarg, HVD_DTYPE_COUNT, dtype_name);
-      break;
-    case OPT_INPLACE:
-      if (strcmp(optarg, "0") == 0)
-        o->places = BENCH_OUT_OF_PLACE;
-      else if (strcmp(optarg, "1") == 0)
-        o->places = BENCH_IN_PLACE;
-      else if (strcmp(optarg, "both") == 0)
-        o->places = BENCH_OUT_OF_PLACE | BENCH_IN_PLACE;
-      else
-        cli_usage_error("--inplace '%s': expected 0, 1 or both", optarg);
-      break;
-    case OPT_ROOT:
-      o->root = (int)cli_int("--root", optarg, 0, 1 << 20);
-      break;
-    case OPT_TENSORS:
-      o->tensors = optarg;
-      break;
-    case OPT_SMALL_COUNT:
-      o->small_count = (int)cli_int("--small-count", optarg, 1, 1000000);
-      break;
-    case OPT_SMALL_ITERS:
-      o->small_iters = (int)cli_int("--small-iters", optarg, 1, 1000000);
-      break;
-    case OPT_COMPUTE_MS:
-      o->compute_ms = (int)cli_int("--compute-ms", optarg, 1, 100000);
-      break;
-    case OPT_DEVICE:
-      if (strcmp(optarg, "cpu") == 0)
-        o->device_gpu = 0;
-      else if (strcmp(optarg, "gpu") == 0)
-        o->device_gpu = 1;
-      else
-        cli_usage_error("--device '%s': expected cpu or gpu", optarg);
-      break;
-    case OPT_COUNTS:
-      parse_counts(optarg, o);
-      break;
-    case OPT_ALLOC:
-      if (strcmp(optarg, "malloc") == 0)
-        o->alloc = BENCH_DATA_MALLOC;
-      else if (strcmp(optarg, "hvd") == 0)
-        o->alloc = BENCH_DATA_HVD;
-      else
-        cli_usage_error("--alloc '%s': expected malloc or hvd", optarg);
-      break;
-    case OPT_BUCKET:
-      o->bucket_bytes = parse_size("--bucket-bytes", optarg);
-      break;
-    case ':':
-      cli_usage_error("option %s needs a value", argv[optind - 1]);
-    default: /* '?' */
-      if (optopt > 0 && optopt < 128 && argv[optind - 1][1] != '-')
-        cli_usage_error("unknown option '-%c'", optopt);
-      cli_usage_error("unknown option, or a value where none goes: '%s'",
-                      argv[optind - 1]);
-    }
+/* The options of every mode and sweep's. Each returns 1 when option c
+ * was one of its own, 0 when not. */
+static int sweep_option(bench_opts_t *o, int c, const char *a, int *quick) {
+  switch (c) {
+  case OPT_ITERS:
+    o->iters = (int)cli_int("--iters", a, 1, 100000000);
+    return 1;
+  case OPT_WARMUP:
+    o->warmup = (int)cli_int("--warmup", a, 0, 1000000);
+    return 1;
+  case OPT_JSON:
+    o->json = 1;
+    return 1;
+  case OPT_VERBOSE:
+    o->verbose = 1;
+    return 1;
+  case OPT_QUICK:
+    *quick = 1;
+    return 1;
+  case OPT_MIN_BYTES:
+    o->min_bytes = parse_size("--min-bytes", a);
+    return 1;
+  case OPT_MAX_BYTES:
+    o->max_bytes = parse_size("--max-bytes", a);
+    return 1;
+  case OPT_STEP:
+    o->step_factor = (int)cli_int("--step-factor", a, 2, 1024);
+    return 1;
+  case OPT_COLL:
+    o->colls = parse_set("--coll", a, BENCH_COLL_COUNT, coll_name);
+    return 1;
+  case OPT_OP:
+    o->ops = parse_set("--op", a, HVD_OP_COUNT, op_name);
+    return 1;
+  case OPT_DTYPE:
+    o->dtypes = parse_set("--dtype", a, HVD_DTYPE_COUNT, dtype_name);
+    return 1;
+  case OPT_INPLACE:
+    if (strcmp(a, "0") == 0)
+      o->places = BENCH_OUT_OF_PLACE;
+    else if (strcmp(a, "1") == 0)
+      o->places = BENCH_IN_PLACE;
+    else if (strcmp(a, "both") == 0)
+      o->places = BENCH_OUT_OF_PLACE | BENCH_IN_PLACE;
+    else
+      cli_usage_error("--inplace '%s': expected 0, 1 or both", a);
+    return 1;
+  case OPT_ROOT:
+    o->root = (int)cli_int("--root", a, 0, 1 << 20);
+    return 1;
   }
+  return 0;
+}
 
+/* The options of the workload modes, latency's and gpu-pack's. */
+static int workload_option(bench_opts_t *o, int c, const char *a) {
+  switch (c) {
+  case OPT_TENSORS:
+    o->tensors = a;
+    return 1;
+  case OPT_SMALL_COUNT:
+    o->small_count = (int)cli_int("--small-count", a, 1, 1000000);
+    return 1;
+  case OPT_SMALL_ITERS:
+    o->small_iters = (int)cli_int("--small-iters", a, 1, 1000000);
+    return 1;
+  case OPT_COMPUTE_MS:
+    o->compute_ms = (int)cli_int("--compute-ms", a, 1, 100000);
+    return 1;
+  case OPT_DEVICE:
+    if (strcmp(a, "cpu") != 0 && strcmp(a, "gpu") != 0)
+      cli_usage_error("--device '%s': expected cpu or gpu", a);
+    o->device_gpu = strcmp(a, "gpu") == 0;
+    return 1;
+  case OPT_COUNTS:
+    parse_counts(a, o);
+    return 1;
+  case OPT_ALLOC:
+    if (strcmp(a, "malloc") != 0 && strcmp(a, "hvd") != 0)
+      cli_usage_error("--alloc '%s': expected malloc or hvd", a);
+    o->alloc = strcmp(a, "hvd") == 0 ? BENCH_DATA_HVD : BENCH_DATA_MALLOC;
+    return 1;
+  case OPT_BUCKET:
+    o->bucket_bytes = parse_size("--bucket-bytes", a);
+    return 1;
+  }
+  return 0;
+}
+
+/* The mode: the first argument left after the options, or --quick. */
+static void parse_mode(int argc, char **argv, bench_opts_t *o, int quick) {
   if (optind < argc) {
     const char *m = argv[optind++];
     int found = -1;
@@ -453,7 +442,11 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
   }
   if (optind < argc)
     cli_usage_error("unexpected argument '%s'", argv[optind]);
+}
 
+/* The options given against the mode: each one's modes, the GPU modes'
+ * own size defaults, --tensors. */
+static void check_modes(bench_opts_t *o, const int *given) {
   for (int opt = OPT_ITERS; opt <= OPT_LAST; opt++) {
     unsigned m = option_modes(opt);
     char names[128];
@@ -476,8 +469,8 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
                       mode_names[o->mode]);
   }
   if (o->mode == BENCH_QUICK && (given[OPT_ITERS] || given[OPT_WARMUP]))
-    cli_usage_error("--quick runs each case once; --iters and --warmup do not "
-                    "apply");
+    cli_usage_error("--quick runs each case once; --iters and --warmup do "
+                    "not apply");
   if (o->min_bytes > o->max_bytes)
     cli_usage_error("--min-bytes (%lld) is above --max-bytes (%lld)",
                     (long long)o->min_bytes, (long long)o->max_bytes);
@@ -487,9 +480,93 @@ static void parse_args(int argc, char **argv, bench_opts_t *o) {
   if (with_tensors && o->tensors == NULL)
     cli_usage_error("%s mode needs --tensors FILE", mode_names[o->mode]);
   if (given[OPT_TENSORS] && !with_tensors && !may_tensors)
-    cli_usage_error("--tensors is an option of list, mpi-list, overlap, optim, "
-                    "gpu-pack and staged modes, not %s",
+    cli_usage_error("--tensors is an option of list, mpi-list, overlap, "
+                    "optim, gpu-pack and staged modes, not %s",
                     mode_names[o->mode]);
+}
+
+static void parse_args(int argc, char **argv, bench_opts_t *o) {
+  int given[OPT_LAST + 1] = {0};
+  int quick = 0, c;
+  cli_init(&cli);
+  set_defaults(o);
+  opterr = 0; /* we say what is wrong ourselves, on rank 0 only */
+  while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+    if (c >= OPT_ITERS && c <= OPT_LAST)
+      given[c] = 1;
+    if (c == 'h') {
+      if (cli_launcher_rank() == 0)
+        fputs(usage_text, stdout);
+      exit(0);
+    }
+    if (c == ':')
+      cli_usage_error("option %s needs a value", argv[optind - 1]);
+    if (sweep_option(o, c, optarg, &quick) || workload_option(o, c, optarg))
+      continue;
+    if (optopt > 0 && optopt < 128 && argv[optind - 1][1] != '-')
+      cli_usage_error("unknown option '-%c'", optopt);
+    cli_usage_error("unknown option, or a value where none goes: '%s'",
+                    argv[optind - 1]);
+  }
+  parse_mode(argc, argv, o, quick);
+  check_modes(o, given);
+}
+
+/* The GPU modes, before MPI starts: 1 when there is no device (rank 0
+ * said the skip line), else 0; staged's executor set. */
+static int gpu_skipped(const bench_opts_t *o) {
+  if (o->mode != BENCH_GPU_PACK && o->mode != BENCH_STAGED &&
+      !(o->mode == BENCH_LIST && o->device_gpu))
+    return 0;
+  char why[512];
+  const char *name =
+      o->mode == BENCH_LIST ? "list --device gpu" : mode_names[o->mode];
+  if (bench_gpu_unavailable(why, sizeof why)) {
+    if (cli_launcher_rank() == 0) {
+      if (o->json) /* the mode as a run's JSON names it */
+        printf("{\"mode\": \"%s\", \"skipped\": true, \"reason\": "
+               "\"%s\"}\n",
+               o->mode == BENCH_LIST ? "list-gpu" : name,
+               why); /* why holds no quotes (bench_gpu.c) */
+      else
+        printf("# SKIP hvd-bench %s: %s\n", name, why);
+    }
+    return 1;
+  }
+  /* staged measures the host-staged executor, whatever was asked */
+  if (o->mode == BENCH_STAGED) {
+    const char *v = getenv("HVD_GPU_OPERATIONS");
+    if (v != NULL && *v != '\0' && strcasecmp(v, "mpi") != 0 &&
+        cli_launcher_rank() == 0)
+      fprintf(stderr,
+              "hvd-bench staged: HVD_GPU_OPERATIONS=%s replaced "
+              "by mpi\n",
+              v);
+    setenv("HVD_GPU_OPERATIONS", "mpi", 1);
+  }
+  return 0;
+}
+
+/* The mode's run, after hvd_init; its exit status. */
+static int run_mode(const bench_opts_t *o) {
+  switch (o->mode) {
+  case BENCH_LIST:
+    return bench_list(o);
+  case BENCH_LATENCY:
+    return bench_latency(o);
+  case BENCH_OVERLAP:
+    return bench_overlap(o);
+  case BENCH_OPTIM:
+    return bench_optim(o);
+  case BENCH_GPU_PACK:
+    return bench_gpu_pack(o);
+  case BENCH_STAGED:
+    return bench_staged(o);
+  case BENCH_SWEEP:
+  case BENCH_QUICK:
+  default:
+    return bench_sweep(o);
+  }
 }
 
 int main(int argc, char **argv) {
@@ -497,37 +574,8 @@ int main(int argc, char **argv) {
   int result;
 
   parse_args(argc, argv, &o);
-
-  /* The GPU modes: skipped, before MPI starts, without a device. */
-  if (o.mode == BENCH_GPU_PACK || o.mode == BENCH_STAGED ||
-      (o.mode == BENCH_LIST && o.device_gpu)) {
-    char why[512];
-    const char *name =
-        o.mode == BENCH_LIST ? "list --device gpu" : mode_names[o.mode];
-    if (bench_gpu_unavailable(why, sizeof why)) {
-      if (cli_launcher_rank() == 0) {
-        if (o.json) /* the mode as a run's JSON names it */
-          printf("{\"mode\": \"%s\", \"skipped\": true, \"reason\": "
-                 "\"%s\"}\n",
-                 o.mode == BENCH_LIST ? "list-gpu" : name,
-                 why); /* why holds no quotes (bench_gpu.c) */
-        else
-          printf("# SKIP hvd-bench %s: %s\n", name, why);
-      }
-      return 0;
-    }
-    /* staged measures the host-staged executor, whatever was asked */
-    if (o.mode == BENCH_STAGED) {
-      const char *v = getenv("HVD_GPU_OPERATIONS");
-      if (v != NULL && *v != '\0' && strcasecmp(v, "mpi") != 0 &&
-          cli_launcher_rank() == 0)
-        fprintf(stderr,
-                "hvd-bench staged: HVD_GPU_OPERATIONS=%s replaced "
-                "by mpi\n",
-                v);
-      setenv("HVD_GPU_OPERATIONS", "mpi", 1);
-    }
-  }
+  if (gpu_skipped(&o))
+    return 0;
 
   if (o.mode == BENCH_MPI_LIST) { /* a plain MPI program: never hvd_init */
     BENCH_MPI(MPI_Init(&argc, &argv));
@@ -555,33 +603,7 @@ int main(int argc, char **argv) {
     hvd_shutdown();
     return 2;
   }
-
-  switch (o.mode) {
-  case BENCH_LIST:
-    result = bench_list(&o);
-    break;
-  case BENCH_LATENCY:
-    result = bench_latency(&o);
-    break;
-  case BENCH_OVERLAP:
-    result = bench_overlap(&o);
-    break;
-  case BENCH_OPTIM:
-    result = bench_optim(&o);
-    break;
-  case BENCH_GPU_PACK:
-    result = bench_gpu_pack(&o);
-    break;
-  case BENCH_STAGED:
-    result = bench_staged(&o);
-    break;
-  case BENCH_SWEEP:
-  case BENCH_QUICK:
-  default:
-    result = bench_sweep(&o);
-    break;
-  }
-
+  result = run_mode(&o);
   BENCH_HVD(hvd_shutdown());
   return result;
 }
