@@ -7,7 +7,8 @@
 #     with their events; after it ends, again, with the last one too. Every
 #     tensor has a track, NEGOTIATE (with every rank's ready time), QUEUE
 #     and its collective's span; the small fused tensors went through the
-#     fusion buffer, the large one did not; CYCLE_START instants; pid 0.
+#     fusion buffer, the large one did not (HVD_ZERO_COPY=0: the slots'
+#     path); CYCLE_START instants; pid 0.
 #  2. HVD_TIMELINE_ALL_RANKS=1: tl.0.json and tl.1.json, each valid, each
 #     with its rank as pid; no tl.json.
 #  3. An unwritable path: hvd_init fails on every rank with HVD_ERR_IO and
@@ -22,6 +23,10 @@ HVD_TEST_TIMEOUT=60
 export HVD_TEST_TIMEOUT
 unset HVD_TIMELINE HVD_TIMELINE_ALL_RANKS HVD_CACHE_CAPACITY \
   HVD_FUSION_THRESHOLD HVD_CHUNK_SIZE HVD_CYCLE_TIME
+# the shared slots' path (fusion buffer spans); the program's malloc'd
+# tensors would otherwise go by cross-memory attach (t/mpi/zero_copy)
+HVD_ZERO_COPY=0
+export HVD_ZERO_COPY
 
 need_prog "$prog"
 command -v python3 >/dev/null 2>&1 || skip_all "no python3 to read the JSON"
