@@ -16,6 +16,13 @@
  * names hvd does not read and HOROVOD_* ones are listed with the nearest
  * hvd variable (hvd_setting_unknown), as hvd_init() warns.
  *
+ * Inside a Slurm job (SLURM_JOB_ID set) one line says which: its id, its
+ * nodes (SLURM_JOB_NUM_NODES, SLURM_JOB_NODELIST), its tasks
+ * (SLURM_NTASKS) and tasks per node (SLURM_TASKS_PER_NODE, e.g.
+ * "2(x3),1"), and in a step's task (srun) that task's SLURM_PROCID and
+ * SLURM_LOCALID; "?" for a variable that is not set. --json: "slurm", an
+ * object of those strings (null when unset), or null outside a job.
+ *
  * Needs no mpirun: hvd_init() is never called (the build facts and the
  * settings table are valid at any time). Exit status: 0; 1 when a setting
  * is invalid or the output could not be written; 2 for a bad command
@@ -40,8 +47,9 @@ static const char usage_text[] =
     "usage: hvd-info [--build] [--json]\n"
     "\n"
     "Prints hvd's version, the backends libhvd was built with, the GPUs\n"
-    "visible, and every HVD_* variable with its effective value (from the\n"
-    "environment, else the default) and meaning.\n"
+    "visible, the Slurm job when inside one, and every HVD_* variable with\n"
+    "its effective value (from the environment, else the default) and\n"
+    "meaning.\n"
     "\n"
     "  --build      print only the backends\n"
     "  --json       print one JSON document\n"
@@ -106,6 +114,32 @@ static const char *env_value(const char *name) {
   return v != NULL && *v != '\0' ? v : NULL;
 }
 
+/* ---- the Slurm job (salloc, sbatch, srun), from its variables ---- */
+
+static const char *const slurm_vars[] = {
+    "SLURM_JOB_ID",  "SLURM_JOB_NUM_NODES",  "SLURM_JOB_NODELIST",
+    "SLURM_NTASKS",  "SLURM_TASKS_PER_NODE", "SLURM_PROCID",
+    "SLURM_LOCALID",
+};
+#define SLURM_NVARS (int)(sizeof slurm_vars / sizeof slurm_vars[0])
+
+static const char *or_unknown(const char *v) { return v != NULL ? v : "?"; }
+
+static void print_slurm(void) {
+  const char *v[SLURM_NVARS];
+  for (int i = 0; i < SLURM_NVARS; i++)
+    v[i] = env_value(slurm_vars[i]);
+  if (v[0] == NULL)
+    return;
+  printf("Slurm job: %s, %s nodes (%s), %s tasks (per node %s)", v[0],
+         or_unknown(v[1]), or_unknown(v[2]), or_unknown(v[3]),
+         or_unknown(v[4]));
+  if (v[5] != NULL)
+    printf("; this task: SLURM_PROCID %s, SLURM_LOCALID %s", v[5],
+           or_unknown(v[6]));
+  putchar('\n');
+}
+
 static int is_unset(const char *default_value) {
   return strcmp(default_value, "(unset)") == 0;
 }
@@ -148,6 +182,7 @@ static void print_text(const info_t *in) {
     printf("GPUs visible: %d (%s)\n", in->gpus, in->gpus_note);
   else
     printf("GPUs visible: %d\n", in->gpus);
+  print_slurm();
   printf("settings (the value from the environment, else the default):\n");
   for (int i = 0; i < hvd_setting_count(); i++) {
     const char *name, *def, *meaning;
@@ -200,6 +235,21 @@ static void json_backends(const info_t *in) {
   printf(", \"cublas\": %s}", in->cublas ? "true" : "false");
 }
 
+static void json_slurm(void) {
+  if (env_value(slurm_vars[0]) == NULL) {
+    fputs("null", stdout);
+    return;
+  }
+  putchar('{');
+  for (int i = 0; i < SLURM_NVARS; i++) {
+    printf("%s", i ? ", " : "");
+    json_string(slurm_vars[i]);
+    printf(": ");
+    json_string(env_value(slurm_vars[i]));
+  }
+  putchar('}');
+}
+
 static void print_json(const info_t *in, int build_only) {
   if (build_only) {
     printf("{\"backends\": ");
@@ -213,6 +263,8 @@ static void print_json(const info_t *in, int build_only) {
   json_backends(in);
   printf(",\n  \"gpus_visible\": %d,\n  \"gpus_note\": ", in->gpus);
   json_string(in->gpus_note);
+  printf(",\n  \"slurm\": ");
+  json_slurm();
   printf(",\n  \"settings\": [");
   int first = 1;
   for (int i = 0; i < hvd_setting_count(); i++) {
