@@ -64,7 +64,8 @@ check_LTLIBRARIES += t/util/libhvdtest.la
 t_util_libhvdtest_la_SOURCES = t/util/hvdtest.c t/util/hvdtest.h
 t_util_libhvdtest_la_CPPFLAGS = $(TEST_CPPFLAGS)
 t_util_libhvdtest_la_LDFLAGS = $(TEST_LDFLAGS)
-EXTRA_DIST += t/util/testlib.sh t/util/cluster.sh t/util/gputest.h t/timed \
+EXTRA_DIST += t/util/testlib.sh t/util/cluster.sh t/util/slurm.sh \
+	t/util/gputest.h t/timed \
 	build-aux/test-times
 
 ## The harness.
@@ -83,7 +84,12 @@ SH_LOG_COMPILER = $(SHELL) $(top_srcdir)/t/timed $(SHELL)
 ## sanitizer flags alone (empty without one). HVD_STANDIN_NCCL_ORDER=1:
 ## the stand-in checks NCCL's order rule in every test that runs on it
 ## (t/standin/order.sh turns it off once, to show what it catches).
+## The SLURM_* unset: a make check run inside a Slurm job (sbatch) must
+## not have hvdrun take that job's nodes for the tests' one-host jobs; the
+## Slurm tests make their own.
 AM_TESTS_ENVIRONMENT = \
+	unset SLURM_JOB_ID SLURM_JOBID SLURM_JOB_NODELIST SLURM_NODELIST \
+	  SLURM_TASKS_PER_NODE; \
 	HVD_TOP_BUILDDIR='$(abs_top_builddir)'; \
 	HVD_TOP_SRCDIR='$(abs_top_srcdir)'; \
 	HVD_MPIRUN_TEST='$(abs_top_builddir)/t/mpirun-test'; \

@@ -168,12 +168,14 @@ t_mpi_crash_rename_la_LDFLAGS = -module -avoid-version -shared \
 ##                    records: each rank by exit, SIGKILL and SIGSEGV
 ##  cluster           hvd on 2-3 hosts made of network namespaces
 ##                    (t/util/cluster.sh; root only, else skipped)
+##  slurm_env         hvdrun and hvd-info in a Slurm job, from fake SLURM_*
+##                    variables (no daemon; the hvdrun part needs scontrol)
 TESTS_SH += t/mpi/rank_death.sh t/mpi/timeline.sh \
 	t/mpi/timeline_api.sh \
 	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/demo.sh \
 	t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/hvdplot.sh \
 	t/mpi/bert_train.sh t/mpi/first.sh \
-	t/mpi/bert_sync_ratio.sh
+	t/mpi/bert_sync_ratio.sh t/mpi/slurm_env.sh
 
 ## The long ones (each 18-122 s of a 2-core machine: build-aux/test-times)
 ## are not in make check, so that it stays quick; `make check-long` runs
