@@ -121,9 +121,12 @@ endif
 ## and the timeline (timeline.sh), the last two as users' programs; an hvd
 ## program whose rank 1 exits 3 (hvdrun.sh's failure summary); the
 ## checks of hvd across hosts that cluster.sh runs on its test cluster; a
-## job whose last rank is stuck (straggler.sh).
+## job whose last rank is stuck (straggler.sh); what each rank is under
+## Slurm (slurm.sh).
 check_PROGRAMS += t/mpi/die t/mpi/stall_prog t/mpi/timeline_prog \
-	t/mpi/exit_code t/mpi/cluster_check t/mpi/straggler
+	t/mpi/exit_code t/mpi/cluster_check t/mpi/straggler t/mpi/slurm_ranks
+t_mpi_slurm_ranks_CPPFLAGS = $(HVD_PROG_CPPFLAGS)
+t_mpi_slurm_ranks_LDADD = $(HVD_PROG_LDADD)
 t_mpi_die_LDADD = $(HVD_PROG_LDADD)
 t_mpi_exit_code_CPPFLAGS = $(HVD_PROG_CPPFLAGS)
 t_mpi_exit_code_LDADD = $(HVD_PROG_LDADD)
@@ -170,6 +173,9 @@ t_mpi_crash_rename_la_LDFLAGS = -module -avoid-version -shared \
 ##                    (t/util/cluster.sh; root only, else skipped)
 ##  slurm_env         hvdrun and hvd-info in a Slurm job, from fake SLURM_*
 ##                    variables (no daemon; the hvdrun part needs scontrol)
+##  slurm             hvd under a real Slurm on those hosts
+##                    (t/util/slurm.sh): salloc + hvdrun, sbatch, srun
+##                    --mpi=pmix, scancel (root and slurm-wlm, else skipped)
 TESTS_SH += t/mpi/rank_death.sh t/mpi/timeline.sh \
 	t/mpi/timeline_api.sh \
 	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/demo.sh \
@@ -181,10 +187,10 @@ TESTS_SH += t/mpi/rank_death.sh t/mpi/timeline.sh \
 ## are not in make check, so that it stays quick; `make check-long` runs
 ## them, and CI runs both (.ci/run):
 ##   stall, straggler, elastic, hvdrun_blame, cluster, autotune, bench,
-##   cifar_train
+##   cifar_train, slurm
 LONG_TESTS = t/mpi/stall.sh t/mpi/straggler.sh t/mpi/elastic.sh \
 	t/mpi/hvdrun_blame.sh t/mpi/cluster.sh t/mpi/autotune.sh \
-	t/mpi/bench.sh t/mpi/cifar_train.sh
+	t/mpi/bench.sh t/mpi/cifar_train.sh t/mpi/slurm.sh
 dist_check_SCRIPTS += $(LONG_TESTS)
 check-long:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(LONG_TESTS)'

@@ -1,0 +1,239 @@
+#!/bin/sh
+# slurm.sh - hvd under a real Slurm (slurmctld, slurmd, munge: Debian's
+# slurm-wlm) on the network-namespace hosts of t/util/cluster.sh, started
+# by t/util/slurm.sh: slurmctld on node1, slurmd on node1 and node2 (2
+# CPUs each, so -N 2 -n 4 is 2 tasks per node). Needs root and slurm-wlm
+# and munge; skipped with the reason otherwise.
+#
+#  1. The cluster comes up: both nodes idle (the time it took is logged).
+#  2. salloc -N 2 -n 4 hvdrun t/mpi/slurm_ranks: hvdrun takes the
+#     allocation by itself (its line "hvdrun: Slurm job J: 2 nodes
+#     (node[1-2]), 4 tasks: -H node1:2,node2:2"); each rank's rank, size,
+#     local_rank, local_size and host are exactly those of 2 x 2; mpirun
+#     starts its remote daemon through srun (no launch agent is given).
+#     -np 5 in the same allocation: exit 2 and its one line.
+#  3. sbatch -N 2 -n 4 --wait of a script that runs hvdrun
+#     t/mpi/cluster_check (topology from the real host names, allreduce
+#     bursts exact on every path) and hvdrun t/mpi/collectives (every
+#     collective exact): both exit 0 and all their checks pass.
+#  4. Direct launch without mpirun: srun --mpi=pmix -N 2 -n 4
+#     t/mpi/slurm_ranks gives the same exact lines as 2; hvd-info under
+#     srun shows each task's job line. (srun --mpi=pmi2 cannot start an
+#     Open MPI program with Debian's packages: doc/slurm.md; its first
+#     error line is logged.)
+#  5. scancel of a running job (slurm_ranks --loop on 2 x 2: every rank
+#     in an allreduce loop), started by sbatch through hvdrun and through
+#     srun --mpi=pmix: every process of the job (the batch shell, hvdrun,
+#     mpirun, orted, srun, slurmstepd, the ranks) is gone within 10 s of
+#     scancel (KillWait=2: SIGKILL 2 s after SIGTERM), and Slurm records
+#     the job CANCELLED.
+#  6. After each job no process but the daemons (slurmctld, slurmscriptd,
+#     slurmd) is left on any host (within 5 s), and
+#     slurm_down leaves no process and no namespace.
+# Every command runs under a timeout (HVD_TEST_TIMEOUT, default 120 s).
+
+. "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
+. "$HVD_TOP_SRCDIR/t/util/cluster.sh"
+. "$HVD_TOP_SRCDIR/t/util/slurm.sh"
+
+ranks="$HVD_TOP_BUILDDIR/t/mpi/slurm_ranks"
+need_prog "$ranks"
+need_prog "$HVD_TOP_BUILDDIR/t/mpi/cluster_check"
+need_prog "$HVD_TOP_BUILDDIR/t/mpi/collectives"
+why=$(slurm_why_not) || skip_all "no Slurm test cluster here: $why"
+
+make_tmp hvd-slurm
+chmod 755 "$tmp"
+trap 'slurm_down; rm -rf "$tmp"' 0
+trap 'exit 1' INT TERM
+unset HVD_HOSTNAME SLURM_JOB_ID SLURM_JOBID SLURM_JOB_NODELIST \
+  SLURM_NODELIST SLURM_TASKS_PER_NODE
+limit=${HVD_TEST_TIMEOUT:-120}
+hvdrun="$HVD_TOP_BUILDDIR/bin/hvdrun"
+cd "$tmp" || exit 1
+
+# ---- 1. the cluster -----------------------------------------------------------
+slurm_up 2 || {
+  echo "Bail out! cannot start the Slurm test cluster (see stderr)"
+  exit 1
+}
+echo "# the Slurm cluster (2 hosts, munged, slurmctld, 2 slurmd) was up and idle in $slurm_start_s s"
+check 0 "Slurm: node1 and node2 idle ($slurm_start_s s)"
+
+# on1 OUT ERR CMD...: CMD on node1 under the timeout; sets rc.
+on1() {
+  o=$1
+  e=$2
+  shift 2
+  slurm_on node1 timeout -k 5 "$limit" "$@" >"$o" 2>"$e" </dev/null
+  rc=$?
+}
+
+# job_pids: the processes on the hosts but the daemons (slurmctld, its
+# slurmscriptd, slurmd), in left.
+job_pids() {
+  left=
+  for p in $(cluster_pids); do
+    case $(cat "/proc/$p/comm" 2>/dev/null) in
+      slurmctld | slurmscriptd | slurmd | "") ;;
+      *) left="$left $p" ;;
+    esac
+  done
+}
+
+# strays LABEL: no process left on any host but the daemons, within 5 s
+# of the command's end (a step's slurmstepd may be ending as srun
+# returns: a zombie until slurmd reaps it).
+strays() {
+  i=0
+  job_pids
+  while [ -n "$left" ] && [ $i -lt 50 ]; do
+    sleep 0.1
+    i=$((i + 1))
+    job_pids
+  done
+  [ -z "$left" ] || ps -o pid,args -p $left | sed 's/^/# /'
+  check $([ -z "$left" ]; echo $?) "$1: no process left on any host but the daemons (within 5 s)"
+}
+
+# tap_through LABEL FILE: FILE's TAP lines as checks of ours, described
+# "LABEL: ...", its comments passed on; then that its plan was met.
+tap_through() {
+  plan=$(sed -n 's/^1\.\.\([0-9][0-9]*\).*/\1/p' "$2")
+  seen=0
+  while IFS= read -r line; do
+    case $line in
+      "ok "*) seen=$((seen + 1)); check 0 "$1: ${line#ok * - }" ;;
+      "not ok "*) seen=$((seen + 1)); check 1 "$1: ${line#not ok * - }" ;;
+      "#"*) echo "$line" ;;
+    esac
+  done <"$2"
+  check $([ -n "$plan" ] && [ "$seen" = "$plan" ]; echo $?) \
+    "$1: all ${plan:-?} of its checks ran (saw $seen)"
+}
+
+cat >"$tmp/want" <<'EOF'
+rank 0 size 4 local_rank 0 local_size 2 host node1
+rank 1 size 4 local_rank 1 local_size 2 host node1
+rank 2 size 4 local_rank 0 local_size 2 host node2
+rank 3 size 4 local_rank 1 local_size 2 host node2
+EOF
+
+# same_ranks LABEL OUT: OUT's lines, sorted, are exactly $tmp/want.
+same_ranks() {
+  sort "$2" >"$tmp/got"
+  check $(cmp -s "$tmp/want" "$tmp/got"; echo $?) \
+    "$1: rank, size, local_rank, local_size, host of 2 x 2, exactly" || {
+    show "$2" output
+    show "$tmp/want" expected
+  }
+}
+
+# ---- 2. salloc + hvdrun ---------------------------------------------------------
+on1 "$tmp/a.out" "$tmp/a.err" salloc -N 2 -n 4 "$hvdrun" "$ranks"
+check $([ $rc = 0 ]; echo $?) "salloc -N 2 -n 4 hvdrun slurm_ranks: exit 0 (status $rc)" ||
+  show "$tmp/a.err" stderr
+same_ranks "salloc + hvdrun" "$tmp/a.out"
+check $(grep -Eqx 'hvdrun: Slurm job [0-9]+: 2 nodes \(node\[1-2\]\), 4 tasks: -H node1:2,node2:2' "$tmp/a.err"; echo $?) \
+  "salloc + hvdrun: 'hvdrun: Slurm job J: 2 nodes (node[1-2]), 4 tasks: -H node1:2,node2:2'" ||
+  show "$tmp/a.err" stderr
+strays "salloc + hvdrun"
+
+on1 "$tmp/a5.out" "$tmp/a5.err" salloc -N 2 -n 4 "$hvdrun" -np 5 "$ranks"
+check $([ $rc = 2 ] && [ ! -s "$tmp/a5.out" ] &&
+  grep -Eqx 'hvdrun: -np 5 is more than the 4 tasks of Slurm job [0-9]+ \(node\[1-2\], tasks per node 2\(x2\)\); ask salloc or sbatch for more \(-n\), or give fewer ranks' "$tmp/a5.err"; echo $?) \
+  "salloc -N 2 -n 4 hvdrun -np 5: exit 2, the one line (status $rc)" ||
+  show "$tmp/a5.err" stderr
+
+# ---- 3. sbatch: every collective, the topology ------------------------------------
+cat >"$tmp/job.sh" <<EOF
+#!/bin/sh
+"$hvdrun" "$HVD_TOP_BUILDDIR/t/mpi/cluster_check" >"$tmp/check.out" 2>"$tmp/check.err"
+echo \$? >"$tmp/check.rc"
+"$hvdrun" "$HVD_TOP_BUILDDIR/t/mpi/collectives" >"$tmp/coll.out" 2>"$tmp/coll.err"
+echo \$? >"$tmp/coll.rc"
+EOF
+on1 "$tmp/sb.out" "$tmp/sb.err" sbatch -N 2 -n 4 --wait -o "$tmp/job.out" \
+  "$tmp/job.sh"
+check $([ $rc = 0 ] && [ "$(cat "$tmp/check.rc")" = 0 ] &&
+  [ "$(cat "$tmp/coll.rc")" = 0 ]; echo $?) \
+  "sbatch -N 2 -n 4 --wait: cluster_check and collectives exit 0 (sbatch $rc, $(cat "$tmp/check.rc" "$tmp/coll.rc" | paste -sd' ' -))" || {
+  show "$tmp/sb.err" "sbatch's stderr"
+  show "$tmp/check.err" "cluster_check's stderr"
+  show "$tmp/coll.err" "collectives' stderr"
+}
+tap_through "sbatch: cluster_check" "$tmp/check.out"
+tap_through "sbatch: collectives" "$tmp/coll.out"
+strays "sbatch"
+
+# ---- 4. direct launch: srun --mpi=pmix ---------------------------------------------
+on1 "$tmp/s.out" "$tmp/s.err" srun --mpi=pmix -N 2 -n 4 "$ranks"
+check $([ $rc = 0 ]; echo $?) "srun --mpi=pmix -N 2 -n 4 slurm_ranks: exit 0 (status $rc)" ||
+  show "$tmp/s.err" stderr
+same_ranks "srun --mpi=pmix" "$tmp/s.out"
+strays "srun --mpi=pmix"
+
+on1 "$tmp/i.out" "$tmp/i.err" srun -N 2 -n 4 "$HVD_TOP_BUILDDIR/bin/hvd-info"
+job=$(sed -n 's/^Slurm job: \([0-9]*\),.*/\1/p' "$tmp/i.out" | sort -u)
+for r in 0 1 2 3; do
+  echo "Slurm job: $job, 2 nodes (node[1-2]), 4 tasks (per node 2(x2)); this task: SLURM_PROCID $r, SLURM_LOCALID $((r % 2))"
+done >"$tmp/want.i"
+grep '^Slurm' "$tmp/i.out" | sort >"$tmp/got.i"
+check $([ $rc = 0 ] && [ -n "$job" ] && cmp -s "$tmp/want.i" "$tmp/got.i"; echo $?) \
+  "srun -N 2 -n 4 hvd-info: each task's line, job $job, SLURM_PROCID 0-3" || {
+  show "$tmp/got.i" got
+  show "$tmp/want.i" expected
+}
+
+on1 "$tmp/p2.out" "$tmp/p2.err" srun --mpi=pmi2 -N 1 -n 1 "$ranks"
+echo "# srun --mpi=pmi2 (not supported by Debian's Open MPI: doc/slurm.md): status $rc, $(grep -m1 'OMPI was not built' "$tmp/p2.err" || head -n 1 "$tmp/p2.err")"
+strays "srun --mpi=pmi2"
+
+# ---- 5. scancel -----------------------------------------------------------------------
+# cancel LABEL COMMAND: a batch job of -N 2 -n 4 running COMMAND (which
+# starts slurm_ranks --loop on 4 ranks); once every rank loops, scancel;
+# then every process of the job gone within 10 s, the job CANCELLED.
+cancel() {
+  rm -f "$tmp/loop.out"
+  on1 "$tmp/c.out" "$tmp/c.err" sbatch --parsable -N 2 -n 4 \
+    -o "$tmp/loop.out" --wrap "$2"
+  id=$(cut -d';' -f1 "$tmp/c.out")
+  i=0
+  while [ "$(grep -c ' looping$' "$tmp/loop.out" 2>/dev/null)" != 4 ] &&
+    [ $i -lt 600 ]; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  check $([ "$(grep -c ' looping$' "$tmp/loop.out" 2>/dev/null)" = 4 ]; echo $?) \
+    "$1: job $id: all 4 ranks running" || { show "$tmp/loop.out" "the job's output"; show "$tmp/c.err" stderr; }
+  t0=$(date +%s.%N)
+  slurm_on node1 scancel "$id"
+  i=0
+  while [ $i -lt 300 ]; do
+    job_pids
+    [ -n "$left" ] || break
+    sleep 0.1
+    i=$((i + 1))
+  done
+  took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  echo "# $1: the last of the job's processes was gone $took s after scancel"
+  [ -z "$left" ] || ps -o pid,args -p $left | sed 's/^/# /'
+  check $([ -z "$left" ] && between "$took" 0 10; echo $?) \
+    "$1: scancel ends every process of the job within 10 s ($took s)"
+  state=$(slurm_on node1 scontrol show job "$id" 2>/dev/null |
+    sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+  check $([ "$state" = CANCELLED ]; echo $?) "$1: job $id is CANCELLED ($state)"
+}
+cancel "scancel, sbatch + hvdrun" "\"$hvdrun\" \"$ranks\" --loop"
+cancel "scancel, sbatch + srun --mpi=pmix" "srun --mpi=pmix \"$ranks\" --loop"
+
+# ---- 6. nothing left ----------------------------------------------------------------
+prefix=$cluster_prefix
+munged_pid=$slurm_munged_pid
+slurm_down
+check $([ -z "$(ip netns list | grep "^$prefix-")" ] &&
+  ! kill -0 "$munged_pid" 2>/dev/null; echo $?) \
+  "slurm_down: no namespace of the cluster left, munged ($munged_pid) gone"
+
+echo "1..$n"
+exit $failed
