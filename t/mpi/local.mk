@@ -146,6 +146,20 @@ t_mpi_crash_rename_la_CFLAGS = $(HVD_WARN_CFLAGS)
 t_mpi_crash_rename_la_LDFLAGS = -module -avoid-version -shared \
 	-rpath $(abs_builddir)/t/mpi
 
+## The negotiation's cost per cycle against world size (doc/scale.md;
+## t/mpi/negotiation.sh, run by hand, not a test): a program of cold or
+## cached allreduce rounds, and a PMPI layer, preloaded, that counts the
+## calls and bytes of the negotiation's collectives.
+check_PROGRAMS += t/mpi/negotiation
+check_LTLIBRARIES += t/mpi/mpicount.la
+t_mpi_mpicount_la_SOURCES = t/mpi/mpicount.c
+t_mpi_mpicount_la_CPPFLAGS = $(MPI_CFLAGS)
+t_mpi_mpicount_la_CFLAGS = $(HVD_WARN_CFLAGS)
+t_mpi_mpicount_la_LDFLAGS = -module -avoid-version -shared \
+	-rpath $(abs_builddir)/t/mpi
+t_mpi_mpicount_la_LIBADD = $(MPI_LIBS)
+EXTRA_DIST += t/mpi/negotiation.sh
+
 ## Shell tests:
 ##  rank_death        a rank dying mid-job
 ##  stall             the stall inspector's warning and shutdown
