@@ -1,11 +1,12 @@
 #!/bin/sh
 # slurm.sh - hvd under a real Slurm (slurmctld, slurmd, munge: Debian's
 # slurm-wlm) on the network-namespace hosts of t/util/cluster.sh, started
-# by t/util/slurm.sh: slurmctld on node1, slurmd on node1 and node2 (2
-# CPUs each, so -N 2 -n 4 is 2 tasks per node). Needs root and slurm-wlm
-# and munge; skipped with the reason otherwise.
+# by t/util/slurm.sh: slurmctld on node1, slurmd on node1, node2 and
+# node3 (2 CPUs each, so -N 2 -n 4 is 2 tasks on each of node1 and
+# node2). Needs root and slurm-wlm and munge; skipped with the reason
+# otherwise.
 #
-#  1. The cluster comes up: both nodes idle (the time it took is logged).
+#  1. The cluster comes up: every node idle (the time it took is logged).
 #  2. salloc -N 2 -n 4 hvdrun t/mpi/slurm_ranks: hvdrun takes the
 #     allocation by itself (its line "hvdrun: Slurm job J: 2 nodes
 #     (node[1-2]), 4 tasks: -H node1:2,node2:2"); each rank's rank, size,
@@ -27,8 +28,14 @@
 #     mpirun, orted, srun, slurmstepd, the ranks) is gone within 10 s of
 #     scancel (KillWait=2: SIGKILL 2 s after SIGTERM), and Slurm records
 #     the job CANCELLED.
-#  6. After each job no process but the daemons (slurmctld, slurmscriptd,
-#     slurmd) is left on any host (within 5 s), and
+#  6. Elastic in an allocation: salloc -N 3 -n 3 hvdrun --max-restarts 1
+#     --min-np 2 bert_train --elastic; node3's link taken down mid-run:
+#     hvdrun names node3, relaunches on node1 and node2, bert_train
+#     restores its newest commit and trains to the end (exit 0); no rank,
+#     orted, mpirun, hvdrun or srun left (node3's slurmstepd may wait for
+#     its controller a while: Slurm's, not hvd's). Needs bert_train.
+#  7. After each job of 2-5 no process but the daemons (slurmctld,
+#     slurmscriptd, slurmd) is left on any host (within 5 s), and
 #     slurm_down leaves no process and no namespace.
 # Every command runs under a timeout (HVD_TEST_TIMEOUT, default 120 s).
 
@@ -53,12 +60,12 @@ hvdrun="$HVD_TOP_BUILDDIR/bin/hvdrun"
 cd "$tmp" || exit 1
 
 # ---- 1. the cluster -----------------------------------------------------------
-slurm_up 2 || {
+slurm_up 3 || {
   echo "Bail out! cannot start the Slurm test cluster (see stderr)"
   exit 1
 }
-echo "# the Slurm cluster (2 hosts, munged, slurmctld, 2 slurmd) was up and idle in $slurm_start_s s"
-check 0 "Slurm: node1 and node2 idle ($slurm_start_s s)"
+echo "# the Slurm cluster (3 hosts, munged, slurmctld, 3 slurmd) was up and idle in $slurm_start_s s"
+check 0 "Slurm: node1, node2 and node3 idle ($slurm_start_s s)"
 
 # on1 OUT ERR CMD...: CMD on node1 under the timeout; sets rc.
 on1() {
@@ -227,7 +234,59 @@ cancel() {
 cancel "scancel, sbatch + hvdrun" "\"$hvdrun\" \"$ranks\" --loop"
 cancel "scancel, sbatch + srun --mpi=pmix" "srun --mpi=pmix \"$ranks\" --loop"
 
-# ---- 6. nothing left ----------------------------------------------------------------
+# ---- 6. elastic: a node lost, the job goes on in the allocation ------------------
+# salloc -N 3 -n 3 hvdrun --max-restarts 1 --min-np 2 bert_train --elastic:
+# once 3 steps are logged node3's link goes down; hvdrun names node3 (its
+# probes share the failed step's CPUs: SLURM_OVERLAP), relaunches on
+# node1 and node2 of the allocation, and bert_train trains on from its
+# newest commit to the last step.
+if grep -q '^#define HVD_HAVE_BLAS 1' "$HVD_TOP_BUILDDIR/config.h"; then
+  rm -f "$tmp/e.json"
+  (HVD_STALL_CHECK_TIME=2 HVD_STALL_SHUTDOWN_TIME=5 \
+    on1 "$tmp/e.out" "$tmp/e.err" salloc -N 3 -n 3 "$hvdrun" --host-timeout 4 \
+    --max-restarts 1 --min-np 2 "$HVD_TOP_BUILDDIR/examples/bert_train" \
+    --steps 300 --quiet --elastic "$tmp/e.state" --log-json "$tmp/e.json"
+  echo "$rc" >"$tmp/e.rc") &
+  bg=$!
+  i=0
+  while [ "$(cat "$tmp/e.json" 2>/dev/null | wc -l)" -lt 3 ] && [ $i -lt 600 ]; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  struck=$(date +%s)
+  cluster_link node3 down
+  wait $bg
+  took=$(($(date +%s) - struck))
+  cluster_link node3 up
+  erc=$(cat "$tmp/e.rc")
+  check $([ "$erc" = 0 ] &&
+    grep -Eqx 'hvdrun: Slurm job [0-9]+: 3 nodes \(node\[1-3\]\), 3 tasks: -H node1:1,node2:1,node3:1' "$tmp/e.err" &&
+    grep -q "^hvdrun: lost contact with host node3 (rank 2)" "$tmp/e.err" &&
+    grep -q "^hvdrun: restart 1 of 1 after host node3 was lost: relaunching on 2 ranks (node1:1,node2:1) at " "$tmp/e.err"; echo $?) \
+    "elastic in salloc -N 3: node3's link down: relaunched on node1 and node2, exit 0 (status $erc, $took s after)" ||
+    { show "$tmp/e.out" stdout; show "$tmp/e.err" stderr; }
+  check $(grep -q "^bert_train: restored the state committed after step [0-9]* .*launch 2, the last one had 3 ranks$" "$tmp/e.out" &&
+    grep -q '"step":300,' "$tmp/e.json"; echo $?) \
+    "elastic in salloc: the relaunch restored its newest commit and trained to step 300" ||
+    show "$tmp/e.out" stdout
+  sleep 6 # node3's rank, cut off, ends itself (the stall shutdown)
+  left=
+  for p in $(cluster_pids); do
+    case $(cat "/proc/$p/comm" 2>/dev/null) in
+      bert_train | orted | mpirun | hvdrun | srun | salloc) left="$left $p" ;;
+    esac
+  done
+  [ -z "$left" ] || ps -o pid,args -p $left | sed 's/^/# /'
+  check $([ -z "$left" ]; echo $?) \
+    "elastic in salloc: no rank, orted, mpirun, hvdrun or srun left on any host"
+else
+  for what in relaunch restored strays; do
+    n=$((n + 1))
+    echo "ok $n # SKIP elastic in salloc: $what: no bert_train (no CBLAS)"
+  done
+fi
+
+# ---- 7. nothing left ----------------------------------------------------------------
 prefix=$cluster_prefix
 munged_pid=$slurm_munged_pid
 slurm_down
