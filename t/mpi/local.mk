@@ -189,7 +189,8 @@ EXTRA_DIST += t/mpi/negotiation.sh
 ##                    variables (no daemon; the hvdrun part needs scontrol)
 ##  slurm             hvd under a real Slurm on those hosts
 ##                    (t/util/slurm.sh): salloc + hvdrun, sbatch, srun
-##                    --mpi=pmix, scancel (root and slurm-wlm, else skipped)
+##                    --mpi=pmix, scancel, a node lost in an elastic job
+##                    (root and slurm-wlm, else skipped)
 TESTS_SH += t/mpi/rank_death.sh t/mpi/timeline.sh \
 	t/mpi/timeline_api.sh \
 	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/demo.sh \
