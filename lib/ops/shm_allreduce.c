@@ -31,7 +31,7 @@
 #define ZC_BLOCK ((int64_t)64 << 10) /* zc_range's cache block, bytes */
 /* cross-memory attach's block: fewer system calls, still within L2 */
 #define CMA_BLOCK ((int64_t)256 << 10)
-#define SHM_CTL ((int64_t)4096)      /* after the slots: the barrier */
+#define SHM_CTL ((int64_t)4096) /* after the slots: the barrier */
 
 /* ---- the peers' arenas ------------------------------------------------- */
 
