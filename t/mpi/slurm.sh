@@ -28,6 +28,11 @@
 #     mpirun, orted, srun, slurmstepd, the ranks) is gone within 10 s of
 #     scancel (KillWait=2: SIGKILL 2 s after SIGTERM), and Slurm records
 #     the job CANCELLED.
+#  5b. sbatch --requeue of bert_train resuming from its newest checkpoint
+#     (doc/slurm.md's script): once step-000020.ckpt exists, scontrol
+#     requeue; the job starts again (SLURM_RESTART_COUNT 1; cred_expire=10
+#     lets it start 10 s later), bert_train says "resumed at step N", goes
+#     on to step 60 and the job ends COMPLETED. Needs bert_train.
 #  6. Elastic in an allocation: salloc -N 3 -n 3 hvdrun --max-restarts 1
 #     --min-np 2 bert_train --elastic; node3's link taken down mid-run:
 #     hvdrun names node3, relaunches on node1 and node2, bert_train
@@ -227,12 +232,65 @@ cancel() {
   [ -z "$left" ] || ps -o pid,args -p $left | sed 's/^/# /'
   check $([ -z "$left" ] && between "$took" 0 10; echo $?) \
     "$1: scancel ends every process of the job within 10 s ($took s)"
-  state=$(slurm_on node1 scontrol show job "$id" 2>/dev/null |
-    sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+  i=0 # its processes are gone; Slurm may still be COMPLETING it
+  while [ $i -lt 100 ]; do
+    state=$(slurm_on node1 scontrol show job "$id" 2>/dev/null |
+      sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    [ "$state" = COMPLETING ] || break
+    sleep 0.1
+    i=$((i + 1))
+  done
   check $([ "$state" = CANCELLED ]; echo $?) "$1: job $id is CANCELLED ($state)"
 }
 cancel "scancel, sbatch + hvdrun" "\"$hvdrun\" \"$ranks\" --loop"
 cancel "scancel, sbatch + srun --mpi=pmix" "srun --mpi=pmix \"$ranks\" --loop"
+
+# ---- 5b. sbatch --requeue: bert_train resumes from its newest checkpoint -----
+if grep -q '^#define HVD_HAVE_BLAS 1' "$HVD_TOP_BUILDDIR/config.h"; then
+  rm -rf "$tmp/rq" "$tmp/rq.out" "$tmp/rq.json"
+  mkdir -p "$tmp/rq"
+  {
+    echo '#!/bin/sh'
+    echo '# doc/slurm.md: resume from the newest checkpoint when there is one'
+    echo 'resume='
+    echo "ls \"$tmp/rq\"/step-*.ckpt >/dev/null 2>&1 && resume=\"--resume $tmp/rq\""
+    echo 'echo "start ${SLURM_RESTART_COUNT:-0}"'
+    echo "exec \"$hvdrun\" \"$HVD_TOP_BUILDDIR/examples/bert_train\" --steps 60 --quiet --checkpoint \"$tmp/rq\" --checkpoint-every 10 --log-json \"$tmp/rq.json\" \$resume"
+  } >"$tmp/rq.sh"
+  chmod +x "$tmp/rq.sh"
+  on1 "$tmp/rq.sb" "$tmp/rq.err" sbatch --parsable --requeue \
+    --open-mode=append -N 2 -n 2 -o "$tmp/rq.out" "$tmp/rq.sh"
+  id=$(cut -d';' -f1 "$tmp/rq.sb")
+  i=0
+  while [ ! -f "$tmp/rq/step-000020.ckpt" ] && [ $i -lt 900 ]; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  slurm_on node1 scontrol requeue "$id"
+  i=0
+  state=
+  while [ $i -lt 900 ]; do
+    state=$(slurm_on node1 scontrol show job "$id" 2>/dev/null |
+      sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT) break ;; esac
+    sleep 0.2
+    i=$((i + 1))
+  done
+  check $([ "$state" = COMPLETED ] && grep -qx 'start 0' "$tmp/rq.out" &&
+    grep -qx 'start 1' "$tmp/rq.out"; echo $?) \
+    "sbatch --requeue: job $id requeued after step 20 started again and COMPLETED ($state)" ||
+    { show "$tmp/rq.out" "the job's output"; show "$tmp/rq.err" stderr; }
+  check $(grep -Eq "^bert_train: resumed at step [2-5][0-9] from $tmp/rq/step-0000[2-5]0.ckpt" "$tmp/rq.out" &&
+    grep -q '"step":60,' "$tmp/rq.json"; echo $?) \
+    "sbatch --requeue: bert_train resumed from its newest checkpoint and trained to step 60" ||
+    show "$tmp/rq.out" "the job's output"
+  strays "sbatch --requeue"
+else
+  for what in requeued resumed; do
+    n=$((n + 1))
+    echo "ok $n # SKIP sbatch --requeue: $what: no bert_train (no CBLAS)"
+  done
+fi
 
 # ---- 6. elastic: a node lost, the job goes on in the allocation ------------------
 # salloc -N 3 -n 3 hvdrun --max-restarts 1 --min-np 2 bert_train --elastic:

@@ -112,7 +112,8 @@ slurm_up() {
     echo "SlurmdUser=root"
     echo "AuthType=auth/munge"
     echo "CredType=cred/munge"
-    echo "AuthInfo=socket=$slurm_dir/munge.sock"
+    # cred_expire: how long a requeued job waits to start again (120 s)
+    echo "AuthInfo=socket=$slurm_dir/munge.sock,cred_expire=10"
     echo "StateSaveLocation=$slurm_dir/state"
     echo "SlurmdSpoolDir=$slurm_dir/spool/%n"
     echo "SlurmctldPidFile=$slurm_dir/slurmctld.pid"
