@@ -237,11 +237,13 @@ static void flight_room(hvd__engine_t *e, const hvd__executor_t *ex) {
     hvd__engine_reap(e, 1);
 }
 
-/* Runs the group; defer->deferred when its executor left it in flight
- * (only without stubs, whose memory is freed when the group ends here). */
+/* Runs the group; defer->deferred when its executor left it in flight,
+ * its requests then copied into *keep (the flight's record, allocated
+ * here first: without it, or with stubs, whose memory is freed when the
+ * group ends here, the group is not left in flight). */
 static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *const *xs,
                         hvd_request_t *const *reqs, int m, int *which,
-                        struct hvd__defer *defer) {
+                        struct hvd__defer *defer, hvd_request_t ***keep) {
   const hvd__response_t *x = xs[0];
   const hvd__executor_t *ex = executor(e, x->desc.device, which);
   if (ex == NULL || ex->run[x->desc.coll] == NULL)
@@ -261,13 +263,20 @@ static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *const *xs,
     stubs += reqs[q]->is_stub;
   }
   hvd__work_t w = {&x->desc, reqs, m, dims0s, NULL};
-  if (ex->reap != NULL && stubs == 0) {
+  if (ex->reap != NULL && stubs == 0 &&
+      (*keep = malloc((size_t)m * sizeof **keep)) != NULL) {
     flight_room(e, ex);
     w.defer = defer;
   }
   hvd_result_t rc = ex->run[x->desc.coll](e->exec_state[*which], &e->env, &w);
   if (dims0s != stack)
     free(dims0s);
+  if (defer->deferred)
+    memcpy(*keep, reqs, (size_t)m * sizeof **keep);
+  else {
+    free(*keep);
+    *keep = NULL;
+  }
   return rc;
 }
 
@@ -295,25 +304,13 @@ static void finish(hvd__engine_t *e, hvd_request_t **reqs, int m,
   complete_all(e, reqs, live);
 }
 
-/* A group its executor left in flight: kept, oldest first, until
- * hvd__engine_reap completes it. Without memory for the record it is
- * waited for now. */
-static void keep_flight(hvd__engine_t *e, hvd_request_t *const *reqs, int m,
+/* A group its executor left in flight (reqs: its record's copy, owned
+ * from now on): kept, oldest first, until hvd__engine_reap completes it. */
+static void keep_flight(hvd__engine_t *e, hvd_request_t **reqs, int m,
                         int which, int coll, double t0) {
-  hvd_request_t **copy = malloc((size_t)m * sizeof *copy);
-  hvd__flight_t *f = &e->flights[(e->fl_head + e->fl_n) % HVD__MAX_FLIGHTS];
-  *f = (hvd__flight_t){copy, m, which, coll, t0};
-  if (copy != NULL)
-    memcpy(copy, reqs, (size_t)m * sizeof *copy);
+  e->flights[(e->fl_head + e->fl_n) % HVD__MAX_FLIGHTS] =
+      (hvd__flight_t){reqs, m, which, coll, t0};
   e->fl_n++;
-  if (copy == NULL) { /* the executor's order must still be kept */
-    hvd_result_t rc;
-    (void)hvd__executors[which]->reap(e->exec_state[which], &e->env, 1, &rc);
-    free(f->reqs);
-    e->fl_head = (e->fl_head + 1) % HVD__MAX_FLIGHTS;
-    e->fl_n--;
-    finish(e, (hvd_request_t **)reqs, m, rc);
-  }
 }
 
 int hvd__engine_reap(hvd__engine_t *e, int wait) {
@@ -355,14 +352,15 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
   }
   int m, which = -1;
   struct hvd__defer defer = {0, NULL};
+  hvd_request_t **keep = NULL;
   const hvd__response_t *x = xs[0];
   hvd_result_t rc = take_requests(e, xs, n, agreed, reqs, &m);
   double t_exec = hvd__now();
   if (rc == HVD_SUCCESS)
-    rc = run(e, xs, reqs, m, &which, &defer);
+    rc = run(e, xs, reqs, m, &which, &defer, &keep);
   if (defer.deferred) {
     hvd__requests_launched(reqs, m, defer.event);
-    keep_flight(e, reqs, m, which, x->desc.coll, t_exec);
+    keep_flight(e, keep, m, which, x->desc.coll, t_exec);
   } else {
     if (e->tl != NULL && x->desc.coll != HVD__ALLREDUCE)
       trace_run(e, reqs, m, x->desc.coll, t_exec);

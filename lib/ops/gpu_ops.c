@@ -116,21 +116,26 @@ static hvd_result_t query(hvd__gpu_slot_t *slot, int wait, const char *what,
   }
 }
 
+/* g->cur's event recorded after the work enqueued so far, now. */
+static hvd_result_t record_cur(hvd__gpu_t *g) {
+  cudaError_t err = cudaEventRecord(g->cur->done, g->stream);
+  if (err != cudaSuccess)
+    return hvd__cuda_error(err, "cudaEventRecord");
+  g->cur->launched = hvd__now();
+  return HVD_SUCCESS;
+}
+
 hvd_result_t hvd__gpu_wait(hvd__gpu_t *g, const char *what,
                            hvd__gpu_poll_fn poll, void *ctx) {
   int ran;
-  cudaError_t err = cudaEventRecord(g->cur->done, g->stream);
-  if (err != cudaSuccess)
-    return hvd__cuda_error(err, "cudaEventRecord");
-  g->cur->launched = hvd__now();
-  return query(g->cur, 1, what, poll, ctx, &ran);
+  hvd_result_t rc = record_cur(g);
+  return rc != HVD_SUCCESS ? rc : query(g->cur, 1, what, poll, ctx, &ran);
 }
 
 hvd_result_t hvd__gpu_launch(hvd__gpu_t *g) {
-  cudaError_t err = cudaEventRecord(g->cur->done, g->stream);
-  if (err != cudaSuccess)
-    return hvd__cuda_error(err, "cudaEventRecord");
-  g->cur->launched = hvd__now();
+  hvd_result_t rc = record_cur(g);
+  if (rc != HVD_SUCCESS)
+    return rc;
   g->cur->failed = 0;
   g->flying++;
   g->cur = &g->slot[(g->head + g->flying) % HVD__GPU_SLOTS];
