@@ -38,8 +38,7 @@ typedef struct nccl_state {
   char heard_why[HVD__NCCL_WHY_MAX];
   char notice[HVD__NCCL_WHY_MAX];
   MPI_Request *sent; /* one per peer once sent */
-  int64_t *dims0;    /* per rank: allgather's first dimensions */
-  int64_t *fdims;    /* a fused allgather's: [member * size + rank] */
+  int64_t *fdims;    /* allgather's rows: [member * size + rank] */
   size_t fdims_bytes;
 } nccl_state_t;
 /* A call that returned (or will settle) without error. */

@@ -22,10 +22,11 @@
  *    back fused). Sum, min, max and product are NCCL's own; average is a
  *    sum finished by the kernel, as on the host (ncclAvg would divide
  *    before summing, with other roundings).
- *  - Broadcast: ncclBroadcast in place. Allgather: ncclAllGather when every
- *    rank has as many rows, else one ncclBroadcast per rank of its rows in
- *    a group (first dimensions from the negotiation, or an MPI_Allgather
- *    when the collective was agreed through the cache). Alltoall: splits
+ *  - Broadcast: ncclBroadcast in place. Allgather, alone or fused: one
+ *    NCCL group holding, per tensor, ncclAllGather when every rank has as
+ *    many rows, else one ncclBroadcast per rank of its rows (first
+ *    dimensions from the negotiation, or one MPI_Allgather for the tensors
+ *    agreed through the cache). Alltoall: splits
  *    exchanged with MPI_Alltoall, then ncclSend/ncclRecv to every other
  *    rank in a group and a device copy of our own rows. Reducescatter:
  *    rank r gets N/P rows plus one if r < N%P, as on the host; NCCL wants
@@ -315,58 +316,9 @@ static hvd_result_t group_end(nccl_state_t *s, ncclResult_t r,
   return hvd__nccl_settle(s, e, what);
 }
 
-static hvd_result_t allgather_fused(nccl_state_t *s, const hvd__exec_env_t *env,
-                                    const hvd__work_t *w);
 static hvd_result_t reducescatter_fused(nccl_state_t *s,
                                         const hvd__exec_env_t *env,
                                         const hvd__work_t *w);
-
-static hvd_result_t allgather(nccl_state_t *s, const hvd__exec_env_t *env,
-                              const hvd__work_t *w) {
-  hvd_result_t rc = HVD_SUCCESS;
-  if (w->n > 1)
-    return allgather_fused(s, env, w);
-  const hvd__desc_t *d = w->desc;
-  hvd_request_t *r = w->reqs[0];
-  const int64_t *dims0 = w->dims0s[0];
-  if (dims0 == NULL) { /* agreed through the cache: learn them now */
-    s->dims0[env->rank] = r->send.shape[0];
-    HVD__MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 1, MPI_INT64_T, s->dims0, 1,
-                                 MPI_INT64_T, env->comm));
-    dims0 = s->dims0;
-  }
-  int64_t total = 0;
-  int equal = 1;
-  for (int k = 0; k < env->size; k++) {
-    total += dims0[k];
-    equal = equal && dims0[k] == dims0[0];
-  }
-  HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1, alloc_rows(s, r, d, total)));
-  size_t rb = (size_t)hvd__row_bytes(d);
-  char *out = r->recv.data;
-  if (rb == 0 || total == 0)
-    return HVD_SUCCESS;
-  if (equal) {
-    NCCL_CHECK(ncclAllGather(r->send.data, out, (size_t)dims0[0] * rb,
-                             ncclUint8, s->comm, s->gpu.stream));
-    return HVD_SUCCESS;
-  }
-  /* first dimensions differ: each rank broadcasts its rows into place */
-  NCCL_CHECK(ncclGroupStart());
-  ncclResult_t nr = ncclSuccess;
-  size_t at = 0;
-  for (int k = 0; k < env->size; k++) {
-    size_t bytes = (size_t)dims0[k] * rb;
-    const void *src = k == env->rank ? r->send.data : (const void *)(out + at);
-    if (bytes > 0 && NCCL_OK(nr))
-      nr = ncclBroadcast(src, out + at, bytes, ncclUint8, k, s->comm,
-                         s->gpu.stream);
-    at += bytes;
-  }
-  rc = group_end(s, nr, "ncclBroadcast (allgather)");
-fail:
-  return rc;
-}
 
 static hvd_result_t alltoall(nccl_state_t *s, const hvd__exec_env_t *env,
                              const hvd__work_t *w) {
@@ -548,10 +500,11 @@ static ncclResult_t gather_one(nccl_state_t *s, const hvd__exec_env_t *env,
   return nr;
 }
 
-/* A fused group of device allgathers (any dtypes and rows): every output
- * allocated (or given) and agreed first, then one NCCL group. */
-static hvd_result_t allgather_fused(nccl_state_t *s, const hvd__exec_env_t *env,
-                                    const hvd__work_t *w) {
+/* One device allgather, or a fused group of them (any dtypes and rows):
+ * every output allocated (or given) and agreed first, then one NCCL
+ * group. */
+static hvd_result_t allgather(nccl_state_t *s, const hvd__exec_env_t *env,
+                              const hvd__work_t *w) {
   hvd_result_t rc = HVD_SUCCESS, prep = HVD_SUCCESS;
   int64_t *dims = NULL;
   int P = env->size;
@@ -761,12 +714,8 @@ static hvd_result_t nccl_reducescatter(void *state, const hvd__exec_env_t *env,
  * without a GPU opens it too. */
 static hvd_result_t nccl_open(const hvd__exec_env_t *env, void **state) {
   nccl_state_t *s = calloc(1, sizeof *s);
-  if (s != NULL)
-    s->dims0 = calloc((size_t)env->size, sizeof *s->dims0);
-  if (s == NULL || s->dims0 == NULL) {
-    free(s);
+  if (s == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "NCCL executor state");
-  }
   hvd__gpu_init(&s->gpu, env);
   s->timeout_s = env->nccl_timeout_s;
   s->mpi = env->comm;
@@ -814,7 +763,6 @@ static void nccl_close(void *state, int collective) {
     (void)cudaGetLastError();
   }
   hvd__gpu_close(&s->gpu);
-  free(s->dims0);
   free(s->fdims);
   s->fdims = NULL;
   if (!hvd__nccl_end_notices(s))
