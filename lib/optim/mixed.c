@@ -40,6 +40,8 @@ struct hvd__mixed {
   hvd_tensor_t *master; /* low-precision parameters' float32 values */
   hvd_tensor_t *mgrad;  /* and gradients (data NULL for float32 ones) */
   int *in_master;       /* gradient already in mgrad (reduce_fp32) */
+  hvd_tensor_t *srcs;   /* a step's conversions (unscale): what from, */
+  float **dsts;         /* and where to */
   /* loss scaling */
   int scaling;
   hvd_loss_scale_options_t o;
@@ -108,6 +110,8 @@ void hvd__mixed_free(hvd__mixed_t *m) {
   free(m->master);
   free(m->mgrad);
   free(m->in_master);
+  free(m->srcs);
+  free(m->dsts);
   free(m);
 }
 
@@ -159,7 +163,9 @@ hvd_result_t hvd__mixed_create(const char *who, hvd_optimizer_t *core,
   if (m == NULL || !(m->views = calloc(cnt, sizeof *m->views)) ||
       !(m->master = calloc(cnt, sizeof *m->master)) ||
       !(m->mgrad = calloc(cnt, sizeof *m->mgrad)) ||
-      !(m->in_master = calloc(cnt, sizeof *m->in_master))) {
+      !(m->in_master = calloc(cnt, sizeof *m->in_master)) ||
+      !(m->srcs = calloc(cnt, sizeof *m->srcs)) ||
+      !(m->dsts = calloc(cnt, sizeof *m->dsts))) {
     hvd__mixed_free(m);
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
   }
@@ -232,22 +238,14 @@ fail:
  * reduced, reduce_fp32) into its master gradient, or in place. */
 static hvd_result_t unscale(hvd_optimizer_t *core, double f, int *found) {
   hvd__mixed_t *m = core->mixed;
-  hvd_tensor_t *srcs = malloc((m->n > 0 ? (size_t)m->n : 1) * sizeof *srcs);
-  float **dsts = malloc((m->n > 0 ? (size_t)m->n : 1) * sizeof *dsts);
-  hvd_result_t rc = HVD_SUCCESS;
-  if (srcs == NULL || dsts == NULL)
-    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", HVD__STEP_WHO);
-  for (int i = 0; rc == HVD_SUCCESS && i < m->n; i++) {
+  for (int i = 0; i < m->n; i++) {
     hvd_param_t *p = &core->params[i];
     int low = is_low(p->value.dtype);
-    srcs[i] = low && m->in_master[i] ? m->mgrad[i] : p->grad;
-    dsts[i] = low ? m->mgrad[i].data : p->grad.data;
+    m->srcs[i] = low && m->in_master[i] ? m->mgrad[i] : p->grad;
+    m->dsts[i] = low ? m->mgrad[i].data : p->grad.data;
   }
-  if (rc == HVD_SUCCESS)
-    rc = convert_all(core, srcs, dsts, m->n, f, found);
+  hvd_result_t rc = convert_all(core, m->srcs, m->dsts, m->n, f, found);
   memset(m->in_master, 0, (size_t)m->n * sizeof *m->in_master);
-  free(srcs);
-  free(dsts);
   return rc;
 }
 

@@ -48,6 +48,8 @@ struct hvd__zero {
                           dtype, or float32 with reduce_fp32) */
   hvd_tensor_t *gblk;  /* mixed precision: a low-precision parameter's
                           block gradient in float32 (else data NULL) */
+  float **gdst;        /* mixed precision: each block gradient's float32
+                          (gblk, or recv in place) */
   hvd_param_t *block;  /* views: value block, recv as grad */
   hvd_tensor_t *state; /* n * ns block-sized state tensors */
   char **names;        /* "hvd.zero.<name>" */
@@ -106,6 +108,7 @@ void hvd__zero_free(hvd__zero_t *z) {
   free(z->len);
   free(z->recv);
   free(z->gblk);
+  free(z->gdst);
   free(z->block);
   free(z->state);
   free(z->names);
@@ -125,12 +128,13 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
   z->len = calloc(cnt, sizeof *z->len);
   z->recv = calloc(cnt, sizeof *z->recv);
   z->gblk = calloc(cnt, sizeof *z->gblk);
+  z->gdst = calloc(cnt, sizeof *z->gdst);
   z->block = calloc(cnt, sizeof *z->block);
   z->names = calloc(cnt, sizeof *z->names);
   z->state = calloc(cnt * (ns > 0 ? (size_t)ns : 1), sizeof *z->state);
   z->snames = calloc(cnt * (ns > 0 ? (size_t)ns : 1), sizeof *z->snames);
-  if (!z->off || !z->len || !z->recv || !z->gblk || !z->block || !z->names ||
-      !z->state || !z->snames)
+  if (!z->off || !z->len || !z->recv || !z->gblk || !z->gdst || !z->block ||
+      !z->names || !z->state || !z->snames)
     goto oom;
   int64_t P = hvd_size(), r = hvd_rank();
   for (int i = 0; i < n; i++) {
@@ -244,23 +248,15 @@ static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
  * (or the skip: nothing gathered), the masters allgathered whole, the
  * values rounded from them. */
 static hvd_result_t apply_mixed(hvd__zero_t *z, hvd_optimizer_t *core) {
-  size_t cnt = z->n > 0 ? (size_t)z->n : 1;
-  float **dsts = malloc(cnt * sizeof *dsts);
-  hvd_result_t rc = HVD_SUCCESS;
   int updated = 0;
-  if (dsts == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory",
-                          "hvd_optimizer_step");
-  for (int i = 0; i < z->n; i++) {
-    int low = z->gblk[i].data != NULL;
-    dsts[i] = low ? z->gblk[i].data : z->recv[i].data;
-    z->block[i].grad.data = dsts[i];
+  for (int i = 0; i < z->n; i++) { /* low precision: into gblk */
+    z->gdst[i] = z->gblk[i].data != NULL ? z->gblk[i].data : z->recv[i].data;
+    z->block[i].grad.data = z->gdst[i];
   }
-  rc =
-      hvd__mixed_step_blocks(core, z->recv, dsts, z->block, z->state, &updated);
+  hvd_result_t rc = hvd__mixed_step_blocks(core, z->recv, z->gdst, z->block,
+                                           z->state, &updated);
   for (int i = 0; i < z->n; i++)
     z->block[i].grad.data = NULL;
-  free(dsts);
   if (rc == HVD_SUCCESS && updated)
     rc = gather_blocks(z, core, 0);
   if (rc == HVD_SUCCESS && updated)
