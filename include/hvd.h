@@ -652,12 +652,25 @@ typedef struct hvd_optimizer hvd_optimizer_t;
  * from a bfloat16 model is a float32 model's file (it loads into either,
  * at any world size), and a float32 file loads into a bfloat16 model's
  * masters (the values are the masters rounded). With
- * shard_optimizer_state the optimizer state and the gradients are
- * sharded as for float32 parameters (a block's gradient scattered in its
- * dtype, or float32 with reduce_fp32), each rank updates its block of
- * the masters, and the masters are allgathered whole in float32 after the
- * update: the results equal the unsharded optimizer's bit for bit, and
- * every rank keeps whole masters (sharding them is not done yet).
+ * shard_optimizer_state the masters, the optimizer state and the
+ * gradients are sharded (DeepSpeed's ZeRO-1 with float32 partitions): a
+ * block's gradient is scattered in its dtype (or float32 with
+ * reduce_fp32), each rank keeps and updates only its block of each
+ * master, rounds it into its block of the value, and the values are
+ * allgathered in their own dtype. The results equal the unsharded
+ * optimizer's bit for bit; checkpoints, hvd_state and
+ * hvd_broadcast_optimizer_state gather the whole masters for the time of
+ * the call. hvd_optimizer_state_bytes counts the masters (4 bytes an
+ * element of this rank's part) with the state.
+ * A master is made from its value when the optimizer is made. When
+ * hvd_broadcast_parameters later writes a value, each element of every
+ * live optimizer's master that no longer rounds to the written value
+ * becomes that value (elsewhere the master keeps the precision the value
+ * lacks), so broadcasting after creating the optimizer, as Horovod's
+ * examples do, starts every rank from root's values.
+ * hvd_broadcast_optimizer_state sends root's masters too. A value
+ * changed by other means after the optimizer was made is overwritten by
+ * the next step's rounded master.
  *
  * Loss scaling (torch.cuda.amp.GradScaler's rules), needed for float16
  * (bfloat16 has float32's exponent range and needs none): the caller

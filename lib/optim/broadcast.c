@@ -246,7 +246,70 @@ hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root) {
   rc = broadcast_all("hvd.param.", ts, labels, n, root);
   free(ts);
   free(labels);
-  return rc != HVD_SUCCESS ? rc : verify(fn, params, n);
+  if (rc == HVD_SUCCESS)
+    rc = verify(fn, params, n);
+  /* mixed precision: a master whose value changed follows it (after the
+   * last collective, so that a local failure cannot strand the others) */
+  return rc == HVD_SUCCESS ? hvd__mixed_refresh(params, n, fn) : rc;
+}
+
+/* "<a>.<b>", or NULL when out of memory. */
+static char *join(const char *a, const char *b) {
+  size_t len = strlen(a) + strlen(b) + 2;
+  char *s = malloc(len);
+  if (s != NULL)
+    snprintf(s, len, "%s.%s", a, b);
+  return s;
+}
+
+/* What hvd_broadcast_optimizer_state sends, with its labels: the scalars,
+ * every state tensor ("<param>.<state>"), and with mixed precision every
+ * whole float32 master ("<param>.master", from views). *count: how many;
+ * free both arrays and the labels. */
+static hvd_result_t state_list(const char *fn, hvd_optimizer_t *c,
+                               hvd_tensor_t *scalars, hvd_param_t *views,
+                               hvd_tensor_t ***ts_out, char ***labels_out,
+                               int *count) {
+  int ns = c->ops.nstate, cap = 1 + c->n * ns + c->n, k = 0;
+  hvd_tensor_t **ts = malloc((size_t)cap * sizeof *ts);
+  char **labels = calloc((size_t)cap, sizeof *labels);
+  *ts_out = ts;
+  *labels_out = labels;
+  *count = 0;
+  if (ts == NULL || labels == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: broadcast", fn);
+  ts[k] = scalars;
+  labels[k++] = strdup("scalars");
+  for (int i = 0; i < c->n; i++)
+    for (int j = 0; j < ns; j++) {
+      ts[k] = &c->state[i * ns + j];
+      labels[k++] = join(c->params[i].name, c->ops.state_names[j]);
+    }
+  for (int i = 0; views != NULL && i < c->n; i++)
+    if (views[i].value.data != c->params[i].value.data) {
+      ts[k] = &views[i].value;
+      labels[k++] = join(c->params[i].name, "master");
+    }
+  *count = k;
+  for (int j = 0; j < k; j++)
+    if (labels[j] == NULL)
+      return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: names", fn);
+  return HVD_SUCCESS;
+}
+
+/* Root's steps and learning rate (the scalars, ts[0]) and tensors to every
+ * rank, verified by checksums. */
+static hvd_result_t send_state(const char *fn, hvd_optimizer_t *c,
+                               hvd_tensor_t **ts, char **labels, int count,
+                               int64_t *scalars, int root) {
+  hvd_result_t rc =
+      broadcast_all("hvd.opt.", ts, (const char *const *)labels, count, root);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  c->steps = scalars[0];
+  memcpy(&c->lr, &scalars[1], sizeof c->lr);
+  return compare(fn, "optimizer state", (const hvd_tensor_t *const *)ts,
+                 (const char *const *)labels, count);
 }
 
 hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
@@ -260,7 +323,7 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
                           "%s: root %d is out of range for %d ranks", fn, root,
                           hvd_size());
   hvd_optimizer_t *c = hvd__optim_core(opt);
-  int ns = c->ops.nstate, total = c->n * ns;
+  int ns = c->ops.nstate, total = c->n * ns, count = 0;
   uint64_t h = describe(c->params, c->n);
   h = fnv1a(h, c->ops.name ? c->ops.name : "",
             strlen(c->ops.name ? c->ops.name : "") + 1);
@@ -269,53 +332,33 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
   hvd_result_t rc = agree(fn, "optimizer (type, parameters, state)", total, h);
   if (rc != HVD_SUCCESS)
     return rc;
-  /* a sharded optimizer: root's full state reaches every rank's blocks */
-  if ((rc = hvd__optim_state_gather(opt)) != HVD_SUCCESS)
+  /* mixed precision: the whole masters too (a sharded one's made here) */
+  hvd_param_t *views = NULL;
+  if ((rc = hvd__mixed_ckpt_params(c, c->params, c->n, &views)) != HVD_SUCCESS)
     return rc;
+  /* a sharded optimizer: root's full state reaches every rank's blocks */
+  if ((rc = hvd__optim_state_gather(opt)) != HVD_SUCCESS) {
+    free(views);
+    hvd__mixed_ckpt_done(c);
+    return rc;
+  }
   /* the scalars travel as one int64 pair: steps and lr's bits */
-  int64_t scalars[2] = {c->steps, 0};
+  int64_t scalars[2] = {c->steps, 0}, two[1] = {2};
   memcpy(&scalars[1], &c->lr, sizeof c->lr);
-  int64_t two[1] = {2};
   hvd_tensor_t st = hvd_tensor_make(scalars, HVD_INT64, 1, two);
-  hvd_tensor_t **ts = malloc((size_t)(total + 1) * sizeof *ts);
-  char **labels = calloc((size_t)(total + 1), sizeof *labels);
-  if (ts == NULL || labels == NULL) {
-    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: broadcast", fn);
-    goto done;
-  }
-  ts[0] = &st;
-  labels[0] = strdup("scalars");
-  for (int i = 0; i < c->n; i++)
-    for (int k = 0; k < ns; k++) {
-      int j = 1 + i * ns + k;
-      ts[j] = &c->state[i * ns + k];
-      size_t len =
-          strlen(c->params[i].name) + strlen(c->ops.state_names[k]) + 2;
-      labels[j] = malloc(len);
-      if (labels[j] != NULL)
-        snprintf(labels[j], len, "%s.%s", c->params[i].name,
-                 c->ops.state_names[k]);
-    }
-  for (int j = 0; j <= total; j++)
-    if (labels[j] == NULL) {
-      rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: names", fn);
-      goto done;
-    }
-  rc = broadcast_all("hvd.opt.", ts, (const char *const *)labels, total + 1,
-                     root);
-  if (rc == HVD_SUCCESS) {
-    c->steps = scalars[0];
-    memcpy(&c->lr, &scalars[1], sizeof c->lr);
-    rc = compare(fn, "optimizer state", (const hvd_tensor_t *const *)ts,
-                 (const char *const *)labels, total + 1);
-  }
-done:;
+  hvd_tensor_t **ts = NULL;
+  char **labels = NULL;
+  rc = state_list(fn, c, &st, views, &ts, &labels, &count);
+  if (rc == HVD_SUCCESS)
+    rc = send_state(fn, c, ts, labels, count, scalars, root);
   hvd_result_t back = hvd__optim_state_release(opt, rc == HVD_SUCCESS);
   if (rc == HVD_SUCCESS)
     rc = back;
-  for (int j = 0; labels != NULL && j <= total; j++)
+  for (int j = 0; labels != NULL && j < count; j++)
     free(labels[j]);
   free(labels);
   free(ts);
+  free(views);
+  hvd__mixed_ckpt_done(c);
   return rc;
 }

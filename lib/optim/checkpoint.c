@@ -491,7 +491,7 @@ hvd_result_t hvd__checkpoint_save_ex(const char *path,
     return hvd__not_initialized(save_fn);
   /* mixed precision: the masters are saved in place of the values */
   hvd_param_t *views = NULL;
-  const hvd_optimizer_t *core = opt ? hvd__optim_core_const(opt) : NULL;
+  hvd_optimizer_t *core = opt ? hvd__optim_core((hvd_optimizer_t *)opt) : NULL;
   hvd_result_t rc = hvd__mixed_ckpt_params(core, params, n, &views);
   if (rc == HVD_SUCCESS) {
     hvd__counters_t all;
@@ -502,6 +502,7 @@ hvd_result_t hvd__checkpoint_save_ex(const char *path,
       rc = save_checked(path, views ? views : params, n, opt, step,
                         all.n > 0 ? &all : NULL);
     free(views);
+    hvd__mixed_ckpt_done(core);
     return rc;
   }
   return agree("save.prep", rc);
@@ -969,6 +970,7 @@ hvd_result_t hvd__checkpoint_load_ex(const char *path, hvd_param_t *params,
   if (rc == HVD_SUCCESS && views != NULL)
     rc = agree("load.values", hvd__mixed_values_from_masters(c));
   free(views);
+  hvd__mixed_ckpt_done(c);
   return rc;
 }
 

@@ -230,6 +230,20 @@ fail:
   return rc;
 }
 
+hvd_result_t hvd__odev_refresh_master(const char *who, hvd__odev_t *d,
+                                      const void *value, hvd_dtype_t dtype,
+                                      float *master, int64_t n) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  rc = hvd__cuda_refresh_master(value, dtype, master, n, d->stream);
+  if (rc != HVD_SUCCESS)
+    rc = kernel_fail(who, rc);
+fail:
+  leave(d->dev, prev);
+  return rc;
+}
+
 /* d->spans and d->dspans hold at least n entries. Only between calls (the
  * stream idle: every optimizer call waits for it). */
 static hvd_result_t grow(const char *who, hvd__odev_t *d, int n) {
@@ -386,6 +400,17 @@ hvd_result_t hvd__odev_from_master(const char *who, hvd__odev_t *d,
   (void)src;
   (void)dst;
   (void)dtype;
+  (void)n;
+  return no_cuda(who);
+}
+
+hvd_result_t hvd__odev_refresh_master(const char *who, hvd__odev_t *d,
+                                      const void *value, hvd_dtype_t dtype,
+                                      float *master, int64_t n) {
+  (void)d;
+  (void)value;
+  (void)dtype;
+  (void)master;
   (void)n;
   return no_cuda(who);
 }

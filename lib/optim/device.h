@@ -65,6 +65,11 @@ hvd_result_t hvd__odev_to_master(const char *who, hvd__odev_t *d,
 hvd_result_t hvd__odev_from_master(const char *who, hvd__odev_t *d,
                                    const float *src, void *dst,
                                    hvd_dtype_t dtype, int64_t n);
+/* A master element that no longer rounds to its value (float16 or
+ * bfloat16) becomes that value (hvd__cuda_refresh_master). */
+hvd_result_t hvd__odev_refresh_master(const char *who, hvd__odev_t *d,
+                                      const void *value, hvd_dtype_t dtype,
+                                      float *master, int64_t n);
 
 /* Waits until d's stream has done everything enqueued. */
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d);

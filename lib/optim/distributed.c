@@ -573,10 +573,10 @@ hvd_result_t hvd__optim_state_release(hvd_optimizer_t *opt, int take) {
 int64_t hvd_optimizer_state_bytes(const hvd_optimizer_t *opt) {
   if (opt == NULL)
     return -1;
-  if (opt->dist != NULL && opt->dist->zero != NULL)
-    return hvd__zero_state_bytes(opt->dist->zero);
   const hvd_optimizer_t *c = hvd__optim_core_const(opt);
-  int64_t b = 0;
+  int64_t b = hvd__mixed_bytes(c); /* the float32 masters */
+  if (opt->dist != NULL && opt->dist->zero != NULL)
+    return b + hvd__zero_state_bytes(opt->dist->zero);
   for (int s = 0; c->state != NULL && s < c->n * c->ops.nstate; s++)
     b += (int64_t)hvd__tensor_bytes(&c->state[s]);
   return b;

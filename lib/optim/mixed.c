@@ -22,6 +22,7 @@
  * conversions, one float multiply), so host and device agree bit for bit.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,13 +36,22 @@
 #define FOUND_INF_NAME "hvd.loss_scale.found_inf"
 
 struct hvd__mixed {
+  hvd_optimizer_t *core;
+  hvd__mixed_t *next; /* the registry (hvd__mixed_refresh) */
   int n;
   hvd_param_t *views;   /* what ops->step sees */
-  hvd_tensor_t *master; /* low-precision parameters' float32 values */
-  hvd_tensor_t *mgrad;  /* and gradients (data NULL for float32 ones) */
-  int *in_master;       /* gradient already in mgrad (reduce_fp32) */
-  hvd_tensor_t *srcs;   /* a step's conversions (unscale): what from, */
-  float **dsts;         /* and where to */
+  hvd_tensor_t *master; /* low-precision parameters' float32 values (with
+                           off: this rank's block of each) */
+  hvd_tensor_t *mgrad;  /* and gradients (data NULL for float32 ones, and
+                           for every one when sharded without reduce_fp32) */
+  /* sharded (ZeRO-1, hvd__mixed_shard): master[i] is the block of
+     len[i] elements at element off[i]; full[i] the whole master, with
+     data only between hvd__mixed_ckpt_params and hvd__mixed_ckpt_done */
+  int64_t *off, *len;
+  hvd_tensor_t *full;
+  int *in_master;     /* gradient already in mgrad (reduce_fp32) */
+  hvd_tensor_t *srcs; /* a step's conversions (unscale): what from, */
+  float **dsts;       /* and where to */
   /* loss scaling */
   int scaling;
   hvd_loss_scale_options_t o;
@@ -97,14 +107,32 @@ static void free_tensor(hvd_tensor_t *t) {
   t->data = NULL;
 }
 
+/* Every live hvd__mixed_t, so that hvd_broadcast_parameters can refresh
+ * the masters of the values it overwrote (hvd__mixed_refresh). */
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static hvd__mixed_t *registry;
+
+static void unregister(hvd__mixed_t *m) {
+  pthread_mutex_lock(&registry_mu);
+  for (hvd__mixed_t **pp = &registry; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == m) {
+      *pp = m->next;
+      break;
+    }
+  pthread_mutex_unlock(&registry_mu);
+}
+
 void hvd__mixed_free(hvd__mixed_t *m) {
   if (m == NULL)
     return;
+  unregister(m);
   for (int i = 0; i < m->n; i++) {
     if (m->master != NULL)
       free_tensor(&m->master[i]);
     if (m->mgrad != NULL)
       free_tensor(&m->mgrad[i]);
+    if (m->full != NULL)
+      free_tensor(&m->full[i]);
   }
   free(m->views);
   free(m->master);
@@ -112,6 +140,9 @@ void hvd__mixed_free(hvd__mixed_t *m) {
   free(m->in_master);
   free(m->srcs);
   free(m->dsts);
+  free(m->off);
+  free(m->len);
+  free(m->full);
   free(m);
 }
 
@@ -128,17 +159,31 @@ static hvd_result_t make_f32(const char *who, hvd_optimizer_t *core,
   return HVD_SUCCESS;
 }
 
+/* The part of parameter i's value that its master holds: the whole, or
+ * when sharded the block (*n elements at *at). */
+static void value_span(const hvd__mixed_t *m, const hvd_tensor_t *v, int i,
+                       void **at, int64_t *n) {
+  *at = v->data;
+  *n = hvd_tensor_numel(v);
+  if (m->off != NULL) {
+    *at = v->data != NULL ? (uint16_t *)v->data + m->off[i] : NULL;
+    *n = m->len[i];
+  }
+}
+
 /* Parameter i's master from its value (on its device; complete when the
  * optimizer's stream is synchronised). */
 static hvd_result_t master_from_value(const char *who, hvd_optimizer_t *core,
                                       int i) {
   hvd__mixed_t *m = core->mixed;
   const hvd_tensor_t *v = &core->params[i].value;
-  int64_t n = hvd_tensor_numel(v);
+  void *at;
+  int64_t n;
+  value_span(m, v, i, &at, &n);
   if (v->device != HVD_CPU)
-    return hvd__odev_to_master(who, core->odev, v->data, v->dtype,
-                               m->master[i].data, n, 1.0);
-  (void)host_to_master(v->data, v->dtype, m->master[i].data, n, 1.0f);
+    return hvd__odev_to_master(who, core->odev, at, v->dtype, m->master[i].data,
+                               n, 1.0);
+  (void)host_to_master(at, v->dtype, m->master[i].data, n, 1.0f);
   return HVD_SUCCESS;
 }
 
@@ -169,6 +214,7 @@ hvd_result_t hvd__mixed_create(const char *who, hvd_optimizer_t *core,
     hvd__mixed_free(m);
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
   }
+  m->core = core;
   m->n = n;
   m->scale = 1.0;
   core->mixed = m;
@@ -190,7 +236,12 @@ fail:
   if (rc != HVD_SUCCESS) {
     hvd__mixed_free(m);
     core->mixed = NULL;
+    return rc;
   }
+  pthread_mutex_lock(&registry_mu);
+  m->next = registry;
+  registry = m;
+  pthread_mutex_unlock(&registry_mu);
   return rc;
 }
 
@@ -259,22 +310,36 @@ static hvd_result_t agree_found(int *found) {
   return rc;
 }
 
-/* Every master rounded back into its low-precision value. */
-static hvd_result_t write_back(hvd_optimizer_t *core, const char *who) {
+/* Every master rounded back into its low-precision value: each block
+ * into the value's block when sharded, or with whole (a sharded load)
+ * each whole master present (full) into the whole value. */
+static hvd_result_t round_values(hvd_optimizer_t *core, const char *who,
+                                 int whole) {
   hvd__mixed_t *m = core->mixed;
   hvd_result_t rc = HVD_SUCCESS;
   for (int i = 0; i < m->n && rc == HVD_SUCCESS; i++) {
     hvd_param_t *p = &core->params[i];
     if (!is_low(p->value.dtype))
       continue;
-    int64_t n = hvd_tensor_numel(&p->value);
+    const float *src = m->master[i].data;
+    void *at;
+    int64_t n;
+    value_span(m, &p->value, i, &at, &n);
+    if (whole && m->full != NULL && m->full[i].data != NULL) {
+      src = m->full[i].data;
+      at = p->value.data;
+      n = hvd_tensor_numel(&p->value);
+    }
     if (p->value.device == HVD_CPU)
-      host_from_master(m->master[i].data, p->value.data, p->value.dtype, n);
+      host_from_master(src, at, p->value.dtype, n);
     else
-      rc = hvd__odev_from_master(who, core->odev, m->master[i].data,
-                                 p->value.data, p->value.dtype, n);
+      rc = hvd__odev_from_master(who, core->odev, src, at, p->value.dtype, n);
   }
   return sync_odev(who, core, rc);
+}
+
+static hvd_result_t write_back(hvd_optimizer_t *core, const char *who) {
+  return round_values(core, who, 0);
 }
 
 static void scaler_update(hvd__mixed_t *m, int found) {
@@ -352,6 +417,113 @@ hvd_tensor_t *hvd__mixed_master(hvd_optimizer_t *core, int i) {
   return m != NULL && m->master[i].data != NULL ? &m->master[i] : NULL;
 }
 
+hvd_result_t hvd__mixed_shard(const char *who, hvd_optimizer_t *core,
+                              const int64_t *off, const int64_t *len,
+                              int keep_mgrad) {
+  hvd__mixed_t *m = core->mixed;
+  hvd_result_t rc = HVD_SUCCESS;
+  size_t cnt = m->n > 0 ? (size_t)m->n : 1;
+  hvd_tensor_t *blk = calloc(cnt, sizeof *blk);
+  if (blk == NULL || !(m->off = calloc(cnt, sizeof *m->off)) ||
+      !(m->len = calloc(cnt, sizeof *m->len)) ||
+      !(m->full = calloc(cnt, sizeof *m->full))) {
+    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+    goto fail;
+  }
+  for (int i = 0; i < m->n; i++) {
+    m->off[i] = off[i];
+    m->len[i] = len[i];
+    if (m->master[i].data == NULL)
+      continue;
+    m->full[i] = m->master[i]; /* shape and device; no data */
+    m->full[i].data = NULL;
+    hvd_tensor_t shape = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &m->len[i]);
+    shape.device = m->master[i].device;
+    HVD__CHECK(make_f32(who, core, &shape, &blk[i]));
+    size_t bytes = (size_t)len[i] * sizeof(float);
+    const float *src = (const float *)m->master[i].data + off[i];
+    if (blk[i].device != HVD_CPU)
+      HVD__CHECK(hvd__odev_copy(who, &blk[i], 0, src, bytes));
+    else if (bytes > 0)
+      memcpy(blk[i].data, src, bytes);
+  }
+  /* committed: the blocks replace the whole masters */
+  for (int i = 0; i < m->n; i++) {
+    if (m->master[i].data == NULL)
+      continue;
+    free_tensor(&m->master[i]);
+    m->master[i] = blk[i];
+    m->views[i].value = blk[i];
+    if (!keep_mgrad) {
+      free_tensor(&m->mgrad[i]);
+      m->views[i].grad.data = NULL;
+    }
+  }
+  free(blk);
+  return HVD_SUCCESS;
+fail:
+  for (int i = 0; blk != NULL && i < m->n; i++)
+    free_tensor(&blk[i]);
+  free(blk);
+  free(m->off);
+  free(m->len);
+  free(m->full);
+  m->off = m->len = NULL;
+  m->full = NULL;
+  return rc;
+}
+
+/* Parameter i's master where it no longer rounds to the value (only
+ * there: elsewhere the master keeps the precision the value lacks). */
+static hvd_result_t refresh_master(const char *who, hvd_optimizer_t *core,
+                                   int i) {
+  hvd__mixed_t *m = core->mixed;
+  const hvd_tensor_t *v = &core->params[i].value;
+  void *at;
+  int64_t n;
+  value_span(m, v, i, &at, &n);
+  if (v->device != HVD_CPU)
+    return hvd__odev_refresh_master(who, core->odev, at, v->dtype,
+                                    m->master[i].data, n);
+  const uint16_t *val = at;
+  float *mst = m->master[i].data;
+  for (int64_t k = 0; k < n; k++) {
+    uint16_t r = v->dtype == HVD_FLOAT16 ? hvd__f32_to_f16(mst[k])
+                                         : hvd__f32_to_bf16(mst[k]);
+    if (r != val[k])
+      mst[k] = load(val, v->dtype, k);
+  }
+  return HVD_SUCCESS;
+}
+
+/* The masters of core's low-precision parameters whose values are among
+ * params[0..n). */
+static hvd_result_t refresh_one(hvd_optimizer_t *core,
+                                const hvd_param_t *params, int n,
+                                const char *who) {
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int j = 0; j < core->n && rc == HVD_SUCCESS; j++) {
+    if (!is_low(core->params[j].value.dtype))
+      continue;
+    for (int i = 0; i < n; i++)
+      if (params[i].value.data == core->params[j].value.data) {
+        rc = refresh_master(who, core, j);
+        break;
+      }
+  }
+  return sync_odev(who, core, rc);
+}
+
+hvd_result_t hvd__mixed_refresh(const hvd_param_t *params, int n,
+                                const char *who) {
+  hvd_result_t rc = HVD_SUCCESS;
+  pthread_mutex_lock(&registry_mu);
+  for (hvd__mixed_t *m = registry; m != NULL && rc == HVD_SUCCESS; m = m->next)
+    rc = refresh_one(m->core, params, n, who);
+  pthread_mutex_unlock(&registry_mu);
+  return rc;
+}
+
 /* ---- reduce_fp32: the distributed wrapper reduces float32 copies -------- */
 
 hvd_result_t hvd__mixed_grad32(hvd_optimizer_t *core, int i,
@@ -382,22 +554,34 @@ hvd_result_t hvd__mixed_grad32(hvd_optimizer_t *core, int i,
 /* ---- checkpoints ----------------------------------------------------------
  */
 
-hvd_result_t hvd__mixed_ckpt_params(const hvd_optimizer_t *core,
+hvd_result_t hvd__mixed_ckpt_params(hvd_optimizer_t *core,
                                     const hvd_param_t *params, int n,
                                     hvd_param_t **views) {
-  const hvd__mixed_t *m = core != NULL ? core->mixed : NULL;
+  static const char who[] = "checkpoint";
+  hvd__mixed_t *m = core != NULL ? core->mixed : NULL;
   *views = NULL;
   if (m == NULL)
     return HVD_SUCCESS;
+  for (int j = 0; m->full != NULL && j < m->n; j++)
+    if (m->master[j].data != NULL && m->full[j].data == NULL) {
+      hvd_result_t rc =
+          make_f32(who, core, &core->params[j].value, &m->full[j]);
+      if (rc != HVD_SUCCESS) {
+        hvd__mixed_ckpt_done(core);
+        return rc;
+      }
+    }
   hvd_param_t *v = malloc((n > 0 ? (size_t)n : 1) * sizeof *v);
-  if (v == NULL)
+  if (v == NULL) {
+    hvd__mixed_ckpt_done(core);
     return hvd__set_error(HVD_ERR_NO_MEMORY, "checkpoint: out of memory");
+  }
   for (int i = 0; i < n; i++) {
     v[i] = params[i];
     for (int j = 0; j < m->n; j++) /* the optimizer's own parameter */
       if (core->params[j].value.data == params[i].value.data &&
           m->master[j].data != NULL) {
-        v[i].value = m->master[j];
+        v[i].value = m->full != NULL ? m->full[j] : m->master[j];
         break;
       }
   }
@@ -405,18 +589,30 @@ hvd_result_t hvd__mixed_ckpt_params(const hvd_optimizer_t *core,
   return HVD_SUCCESS;
 }
 
-hvd_result_t hvd__mixed_values_from_masters(hvd_optimizer_t *core) {
-  return core->mixed != NULL ? write_back(core, "hvd_checkpoint_load")
-                             : HVD_SUCCESS;
+void hvd__mixed_ckpt_done(hvd_optimizer_t *core) {
+  hvd__mixed_t *m = core != NULL ? core->mixed : NULL;
+  for (int j = 0; m != NULL && m->full != NULL && j < m->n; j++)
+    free_tensor(&m->full[j]);
 }
 
-hvd_result_t hvd__mixed_masters_from_values(hvd_optimizer_t *core,
-                                            const char *who) {
-  hvd_result_t rc = HVD_SUCCESS;
-  for (int i = 0; core->mixed != NULL && i < core->n && rc == HVD_SUCCESS; i++)
-    if (is_low(core->params[i].value.dtype))
-      rc = master_from_value(who, core, i);
-  return core->mixed != NULL ? sync_odev(who, core, rc) : rc;
+int64_t hvd__mixed_bytes(const hvd_optimizer_t *core) {
+  const hvd__mixed_t *m = core->mixed;
+  int64_t b = 0;
+  for (int i = 0; m != NULL && i < m->n; i++)
+    if (m->master[i].data != NULL)
+      b += (int64_t)hvd__tensor_bytes(&m->master[i]);
+  return b;
+}
+
+hvd_tensor_t *hvd__mixed_full(hvd_optimizer_t *core, int i) {
+  hvd__mixed_t *m = core->mixed;
+  return m != NULL && m->full != NULL && m->full[i].data != NULL ? &m->full[i]
+                                                                 : NULL;
+}
+
+hvd_result_t hvd__mixed_values_from_masters(hvd_optimizer_t *core) {
+  return core->mixed != NULL ? round_values(core, "hvd_checkpoint_load", 1)
+                             : HVD_SUCCESS;
 }
 
 /* The scaler's checkpoint counters: the scale's bits and the clean steps

@@ -72,6 +72,20 @@ __global__ void from_master_kernel(const float *src, uint16_t *dst, int dtype,
                                   : hvd__f32_to_bf16(src[i]);
 }
 
+/* a master that no longer rounds to its value: the value's, exactly */
+__global__ void refresh_master_kernel(const uint16_t *value, int dtype,
+                                      float *master, int64_t n) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    uint16_t r = dtype == HVD_FLOAT16 ? hvd__f32_to_f16(master[i])
+                                      : hvd__f32_to_bf16(master[i]);
+    if (r != value[i])
+      master[i] = dtype == HVD_FLOAT16 ? hvd__f16_to_f32(value[i])
+                                       : hvd__bf16_to_f32(value[i]);
+  }
+}
+
 /* hvd__scale of float32: multiplied in float */
 __global__ void scale_kernel(float *x, int64_t n, float f) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -167,6 +181,24 @@ extern "C" hvd_result_t hvd__cuda_from_master(const float *src, void *dst,
     return HVD_SUCCESS;
   from_master_kernel<<<hvd__grid_for(n, 1), hvd__kernel_threads, 0, stream>>>(
       src, (uint16_t *)dst, (int)dtype, n);
+  if (cudaPeekAtLastError() != cudaSuccess)
+    return hvd__launch_error(who);
+  return HVD_SUCCESS;
+}
+
+extern "C" hvd_result_t hvd__cuda_refresh_master(const void *value,
+                                                 hvd_dtype_t dtype,
+                                                 float *master, int64_t n,
+                                                 cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_refresh_master";
+  if (n < 0 || (dtype != HVD_FLOAT16 && dtype != HVD_BFLOAT16))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
+                          (long long)n, (int)dtype);
+  if (n == 0)
+    return HVD_SUCCESS;
+  refresh_master_kernel<<<hvd__grid_for(n, 1), hvd__kernel_threads, 0,
+                          stream>>>((const uint16_t *)value, (int)dtype, master,
+                                    n);
   if (cudaPeekAtLastError() != cudaSuccess)
     return hvd__launch_error(who);
   return HVD_SUCCESS;

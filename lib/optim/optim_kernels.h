@@ -68,6 +68,12 @@ hvd_result_t hvd__cuda_to_master(const void *src, hvd_dtype_t dtype, float *dst,
 hvd_result_t hvd__cuda_from_master(const float *src, void *dst,
                                    hvd_dtype_t dtype, int64_t n,
                                    cudaStream_t stream);
+/* master[i] = value[i] (float16 or bfloat16, exactly) where master[i]
+ * rounded to dtype is not value[i]'s bits; the others are left alone
+ * (a value changed behind the optimizer's back, and only that). */
+hvd_result_t hvd__cuda_refresh_master(const void *value, hvd_dtype_t dtype,
+                                      float *master, int64_t n,
+                                      cudaStream_t stream);
 
 /* ---- synchronized batch norm (lib/optim/sync_bn.c) --------------------
  * x, dy, y, dx: [n, c, s] (s positions per channel) of dtype float32,

@@ -94,30 +94,50 @@ void hvd__mixed_free(hvd__mixed_t *m); /* accepts NULL */
 hvd_result_t hvd__mixed_apply(hvd_optimizer_t *core, double factor);
 /* The sharded optimizer's step (zero.c): gradients grads[i] (this rank's
  * reduced blocks) to float32 dsts[i] unscaled, the agreed inf/NaN check,
- * then ops->step on the block views (*updated 1) or the skip; after the
- * masters are whole again (allgathered), finish_blocks rounds them into
- * the values and updates the scale. */
+ * then ops->step on the block views (*updated 1) or the skip; then
+ * finish_blocks rounds each master block into its value's block and
+ * updates the scale (zero.c then allgathers the values). */
 hvd_result_t hvd__mixed_step_blocks(hvd_optimizer_t *core,
                                     const hvd_tensor_t *grads,
                                     float *const *dsts, hvd_param_t *views,
                                     hvd_tensor_t *state, int *updated);
 hvd_result_t hvd__mixed_finish_blocks(hvd_optimizer_t *core);
-/* Parameter i's float32 master, or NULL (float32 parameter, no mixed). */
+/* Parameter i's float32 master (sharded: this rank's block of it), or
+ * NULL (float32 parameter, no mixed). */
 hvd_tensor_t *hvd__mixed_master(hvd_optimizer_t *core, int i);
+/* ZeRO-1 (zero.c): each master cut to this rank's block, len[i] elements
+ * at element off[i]; the whole master gradients freed unless keep_mgrad
+ * (reduce_fp32 reduces from them). Nothing changes on failure. */
+hvd_result_t hvd__mixed_shard(const char *who, hvd_optimizer_t *core,
+                              const int64_t *off, const int64_t *len,
+                              int keep_mgrad);
 /* reduce_fp32: parameter i's float32 gradient to reduce (*out: its master
  * gradient, filled from the low-precision one now; the grad itself for a
  * float32 parameter). */
 hvd_result_t hvd__mixed_grad32(hvd_optimizer_t *core, int i,
                                hvd_tensor_t **out);
-/* Checkpoints: a copy of params (free it) whose low-precision values of
- * core's own parameters are their masters (*views NULL without mixed);
- * after a load, every value from its master; masters from values. */
-hvd_result_t hvd__mixed_ckpt_params(const hvd_optimizer_t *core,
+/* Checkpoints and the state broadcast: a copy of params (free it) whose
+ * low-precision values of core's own parameters are their whole masters
+ * (*views NULL without mixed). A sharded core's whole masters are made
+ * here (hvd__mixed_full; the gather fills them, its release takes this
+ * rank's block back) and freed by hvd__mixed_ckpt_done, which every
+ * successful call must be followed by. After a load, every value rounded
+ * from its whole master. */
+hvd_result_t hvd__mixed_ckpt_params(hvd_optimizer_t *core,
                                     const hvd_param_t *params, int n,
                                     hvd_param_t **views);
+void hvd__mixed_ckpt_done(hvd_optimizer_t *core); /* accepts NULL */
+/* Bytes of core's masters on this rank (blocks when sharded; 0 without
+ * mixed). */
+int64_t hvd__mixed_bytes(const hvd_optimizer_t *core);
+/* A sharded core's whole master of parameter i while it has data. */
+hvd_tensor_t *hvd__mixed_full(hvd_optimizer_t *core, int i);
 hvd_result_t hvd__mixed_values_from_masters(hvd_optimizer_t *core);
-hvd_result_t hvd__mixed_masters_from_values(hvd_optimizer_t *core,
-                                            const char *who);
+/* hvd_broadcast_parameters wrote params[0..n) on this rank: in every
+ * live optimizer's master of one of those values (a registry), each
+ * element that no longer rounds to the value becomes the value. */
+hvd_result_t hvd__mixed_refresh(const hvd_param_t *params, int n,
+                                const char *who);
 /* The loss scaler's counters ("hvd.loss_scale": the scale's bits,
  * "hvd.loss_scale.clean"): *n 2, or 0 without loss scaling. */
 void hvd__mixed_counters(const hvd_optimizer_t *core, int64_t values[2],

@@ -206,6 +206,7 @@ static hvd_result_t transfer(hvd_state_t *st, int to_live, const char *who) {
   if (st->opt != NULL &&
       (rc = hvd__optim_state_gather(st->opt)) != HVD_SUCCESS) {
     free(views);
+    hvd__mixed_ckpt_done(c);
     return rc;
   }
   for (int i = 0; i < st->n && rc == HVD_SUCCESS; i++) {
@@ -233,6 +234,7 @@ static hvd_result_t transfer(hvd_state_t *st, int to_live, const char *who) {
     if (rc == HVD_SUCCESS)
       rc = back;
   }
+  hvd__mixed_ckpt_done(c);
   return rc;
 }
 

@@ -50,10 +50,14 @@ struct hvd__zero {
                           block gradient in float32 (else data NULL) */
   float **gdst;        /* mixed precision: each block gradient's float32
                           (gblk, or recv in place) */
-  hvd_param_t *block;  /* views: value block, recv as grad */
+  hvd_param_t *block;  /* views: value block (a low-precision parameter's
+                          master block), recv as grad */
+  hvd_tensor_t *vblk;  /* each value's block in its own dtype: what the
+                          allgather sends (in place) */
   hvd_tensor_t *state; /* n * ns block-sized state tensors */
   char **names;        /* "hvd.zero.<name>" */
   char **snames;       /* n * ns: "hvd.zero.<name>.state<k>" */
+  char **mnames;       /* "hvd.zero.<name>.master" */
 };
 
 /* Zeroed memory for state tensor st (shape set) on dev: host or device. */
@@ -98,6 +102,8 @@ void hvd__zero_free(hvd__zero_t *z) {
       free_state(&z->gblk[i]);
     if (z->names != NULL)
       free(z->names[i]);
+    if (z->mnames != NULL)
+      free(z->mnames[i]);
   }
   for (int s = 0; z->snames != NULL && s < z->n * z->ns; s++)
     free(z->snames[s]);
@@ -110,8 +116,10 @@ void hvd__zero_free(hvd__zero_t *z) {
   free(z->gblk);
   free(z->gdst);
   free(z->block);
+  free(z->vblk);
   free(z->state);
   free(z->names);
+  free(z->mnames);
   free(z);
 }
 
@@ -130,11 +138,13 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
   z->gblk = calloc(cnt, sizeof *z->gblk);
   z->gdst = calloc(cnt, sizeof *z->gdst);
   z->block = calloc(cnt, sizeof *z->block);
+  z->vblk = calloc(cnt, sizeof *z->vblk);
   z->names = calloc(cnt, sizeof *z->names);
+  z->mnames = calloc(cnt, sizeof *z->mnames);
   z->state = calloc(cnt * (ns > 0 ? (size_t)ns : 1), sizeof *z->state);
   z->snames = calloc(cnt * (ns > 0 ? (size_t)ns : 1), sizeof *z->snames);
   if (!z->off || !z->len || !z->recv || !z->gblk || !z->gdst || !z->block ||
-      !z->names || !z->state || !z->snames)
+      !z->vblk || !z->names || !z->mnames || !z->state || !z->snames)
     goto oom;
   int64_t P = hvd_size(), r = hvd_rank();
   for (int i = 0; i < n; i++) {
@@ -142,6 +152,14 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
     int64_t numel = hvd_tensor_numel(&p->value), q = numel / P, m = numel % P;
     z->len[i] = q + (r < m);
     z->off[i] = r * q + (r < m ? r : m);
+  }
+  /* mixed precision: each rank keeps its block of every master */
+  if (core->mixed != NULL &&
+      (rc = hvd__mixed_shard(fn, core, z->off, z->len, reduce_fp32)) !=
+          HVD_SUCCESS)
+    goto fail;
+  for (int i = 0; i < n; i++) {
+    hvd_param_t *p = &core->params[i];
     int dev = p->value.device;
     /* mixed precision: the block of the float32 master, the gradient
      * scattered in its own dtype (or float32) and converted into gblk */
@@ -157,16 +175,21 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
         goto fail;
     }
     z->block[i].name = p->name;
-    float *v = master != NULL ? master->data : p->value.data; /* NULL for
-                                                                 an empty one */
-    z->block[i].value = hvd_tensor_make(v != NULL ? v + z->off[i] : NULL,
-                                        HVD_FLOAT32, 1, &z->len[i]);
+    char *v = p->value.data; /* NULL for an empty one */
+    z->vblk[i] = hvd_tensor_make(
+        v != NULL ? v + z->off[i] * hvd_dtype_size(p->value.dtype) : NULL,
+        p->value.dtype, 1, &z->len[i]);
+    z->vblk[i].device = dev;
+    z->block[i].value = master != NULL ? *master : z->vblk[i];
     z->block[i].grad = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
     z->block[i].value.device = z->block[i].grad.device = dev;
     size_t len = sizeof ZERO_PREFIX + strlen(p->name);
     if ((z->names[i] = malloc(len)) == NULL)
       goto oom;
     snprintf(z->names[i], len, "%s%s", ZERO_PREFIX, p->name);
+    if ((z->mnames[i] = malloc(len + sizeof ".master")) == NULL)
+      goto oom;
+    snprintf(z->mnames[i], len + sizeof ".master", "%s.master", z->names[i]);
     for (int k = 0; k < ns; k++) {
       size_t slen = len + sizeof ".state" + 11;
       if ((z->snames[i * ns + k] = malloc(slen)) == NULL)
@@ -200,16 +223,44 @@ hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, const hvd_tensor_t *g,
                                        post, req);
 }
 
+/* What gather_blocks gathers: the parameters' values (in place, each
+ * block a view of its value, in the value's dtype), the core's state
+ * tensors, or a low-precision parameter's whole master (mixed, where
+ * hvd__mixed_ckpt_params made it). */
+enum { VALUES, STATE, MASTERS };
+
+/* For item k of what: the block to send, the whole to receive into (a
+ * flat view) and its collective's name; 0 when there is nothing. */
+static int gather_item(hvd__zero_t *z, hvd_optimizer_t *core, int what, int k,
+                       const hvd_tensor_t **send, hvd_tensor_t *whole,
+                       const char **name) {
+  const hvd_tensor_t *w = &core->params[k].value;
+  *send = &z->vblk[k];
+  *name = z->names[k];
+  if (what == STATE) {
+    w = &core->state[k];
+    *send = &z->state[k];
+    *name = z->snames[k];
+  } else if (what == MASTERS) {
+    if ((w = hvd__mixed_full(core, k)) == NULL)
+      return 0;
+    *send = hvd__mixed_master(core, k);
+    *name = z->mnames[k];
+  }
+  int64_t numel = hvd_tensor_numel(w);
+  *whole = hvd_tensor_make(w->data, w->dtype, 1, &numel);
+  whole->device = w->device;
+  return 1;
+}
+
 /* Allgathers block k of every rank into the whole tensor it belongs to,
  * written there directly (hvd__allgather_into_async: nothing allocated,
- * nothing copied): the parameters' values (state 0: k < n; in place, the
- * block being a view of its value) or the core's state tensors (state 1:
- * k < n * ns). Submits them all, so that they fuse, then waits for every
- * one, even after a failure, and returns the first failure's code and
- * message. */
+ * nothing copied). Submits them all, so that they fuse, then waits for
+ * every one, even after a failure, and returns the first failure's code
+ * and message. */
 static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
-                                  int state) {
-  int count = state ? z->n * z->ns : z->n;
+                                  int what) {
+  int count = what == STATE ? z->n * z->ns : z->n;
   hvd_result_t first = HVD_SUCCESS;
   char msg[HVD__ERRMSG_MAX];
   hvd_request_t **req = calloc(count > 0 ? (size_t)count : 1, sizeof *req);
@@ -217,16 +268,12 @@ static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
     return hvd__set_error(HVD_ERR_NO_MEMORY,
                           "gathering the optimizer's blocks: out of memory");
   for (int k = 0; k < count; k++) {
-    hvd_tensor_t *master = state ? NULL : hvd__mixed_master(core, k);
-    hvd_tensor_t *whole = state    ? &core->state[k]
-                          : master ? master
-                                   : &core->params[k].value;
-    int64_t numel = hvd_tensor_numel(whole);
-    hvd_tensor_t flat = hvd_tensor_make(whole->data, HVD_FLOAT32, 1, &numel);
-    flat.device = whole->device;
-    hvd_result_t rc = hvd__allgather_into_async(
-        state ? z->snames[k] : z->names[k],
-        state ? &z->state[k] : &z->block[k].value, &flat, &req[k]);
+    const hvd_tensor_t *send;
+    hvd_tensor_t whole;
+    const char *name;
+    if (!gather_item(z, core, what, k, &send, &whole, &name))
+      continue;
+    hvd_result_t rc = hvd__allgather_into_async(name, send, &whole, &req[k]);
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
       first = rc;
       snprintf(msg, sizeof msg, "%s", hvd_last_error());
@@ -244,9 +291,11 @@ static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
 }
 
 /* Mixed precision (core->mixed): the blocks' gradients to float32,
- * unscaled, the ranks' agreed inf/NaN check, the update on the blocks
- * (or the skip: nothing gathered), the masters allgathered whole, the
- * values rounded from them. */
+ * unscaled, the ranks' agreed inf/NaN check, the update on the master
+ * blocks (or the skip: nothing gathered), each rounded into its value's
+ * block, then the values allgathered in their own dtype (half the bytes
+ * of float32 masters for a low-precision parameter). Rounding is
+ * elementwise, so the values are the unsharded optimizer's bit for bit. */
 static hvd_result_t apply_mixed(hvd__zero_t *z, hvd_optimizer_t *core) {
   int updated = 0;
   for (int i = 0; i < z->n; i++) { /* low precision: into gblk */
@@ -258,9 +307,9 @@ static hvd_result_t apply_mixed(hvd__zero_t *z, hvd_optimizer_t *core) {
   for (int i = 0; i < z->n; i++)
     z->block[i].grad.data = NULL;
   if (rc == HVD_SUCCESS && updated)
-    rc = gather_blocks(z, core, 0);
-  if (rc == HVD_SUCCESS && updated)
     rc = hvd__mixed_finish_blocks(core);
+  if (rc == HVD_SUCCESS && updated)
+    rc = gather_blocks(z, core, VALUES);
   return rc;
 }
 
@@ -272,7 +321,7 @@ hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core) {
   hvd_result_t rc = hvd__optim_apply_on(core, z->block, z->state);
   for (int i = 0; i < z->n; i++)
     z->block[i].grad.data = NULL;
-  return rc == HVD_SUCCESS ? gather_blocks(z, core, 0) : rc;
+  return rc == HVD_SUCCESS ? gather_blocks(z, core, VALUES) : rc;
 }
 
 /* Frees the core's full state data (shapes stay). */
@@ -291,7 +340,9 @@ hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core) {
       return rc;
     }
   }
-  hvd_result_t rc = gather_blocks(z, core, 1);
+  hvd_result_t rc = gather_blocks(z, core, STATE);
+  if (rc == HVD_SUCCESS)
+    rc = gather_blocks(z, core, MASTERS);
   if (rc != HVD_SUCCESS)
     drop_full(z, core);
   return rc;
@@ -299,12 +350,20 @@ hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core) {
 
 hvd_result_t hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core,
                                      int take) {
+  static const char who[] = "the optimizer state's blocks";
   hvd_result_t rc = HVD_SUCCESS;
   for (int s = 0; take && rc == HVD_SUCCESS && s < z->n * z->ns; s++)
     if (core->state[s].data != NULL)
-      rc = copy_into("the optimizer state's blocks", &z->state[s], 0,
+      rc = copy_into(who, &z->state[s], 0,
                      (float *)core->state[s].data + z->off[s / z->ns],
                      (size_t)z->len[s / z->ns] * sizeof(float));
+  for (int i = 0; take && rc == HVD_SUCCESS && i < z->n; i++) {
+    hvd_tensor_t *full = hvd__mixed_full(core, i);
+    if (full != NULL) /* the whole master stays until hvd__mixed_ckpt_done */
+      rc = copy_into(who, hvd__mixed_master(core, i), 0,
+                     (float *)full->data + z->off[i],
+                     (size_t)z->len[i] * sizeof(float));
+  }
   drop_full(z, core);
   return rc;
 }

@@ -13,7 +13,9 @@
  *    parameter's device (host memory for host parameters);
  *  - zero_grad on device and host gradients;
  *  - mixed precision: float16 and bfloat16 parameters with loss scaling,
- *    device against host bit for bit, a step with an inf skipped on both;
+ *    device against host bit for bit, a step with an inf skipped on both
+ *    (after hvd_init also distributed and sharded, the values set by
+ *    hvd_broadcast_parameters);
  *  - refusals: a parameter on another GPU ("hvd_sgd_create: param 'p0'
  *    value is on cuda:1 but this rank uses cuda:0"), a grad on the host
  *    with its value on the GPU;
@@ -898,6 +900,8 @@ static void test_sync_bn(void) {
 
 /* ---- passes -------------------------------------------------------------- */
 
+static void test_mixed(int dist, int shard);
+
 static void run_pass(const char *ops, int last) {
   pass_name = ops;
   setenv("HVD_GPU_OPERATIONS", ops, 1);
@@ -913,6 +917,8 @@ static void run_pass(const char *ops, int last) {
   test_distributed();
   zero_run(0);
   zero_run(1);
+  test_mixed(1, 0);
+  test_mixed(1, 1);
   test_broadcast();
   test_sync_bn();
   if (last)
@@ -930,8 +936,13 @@ static void run_pass(const char *ops, int last) {
  * from 2^10 with growth every 2 steps; 5 steps of the same gradients on
  * both sides, the third with an inf in element 7 (skipped on both). Values
  * identical bit for bit after every step, and the scale and step counts
- * equal. */
-static void test_mixed(void) {
+ * equal. With dist (after hvd_init), both sides are distributed
+ * optimizers (shard: ZeRO-1, the masters in blocks), the ranks' values
+ * differ at creation and hvd_broadcast_parameters from rank 0 sets them
+ * (each master follows its value: the refresh kernel on the device), and
+ * the gradients are dyadic, so that every summation order agrees. */
+static void test_mixed(int dist, int shard) {
+  const char *what = !dist ? "mixed" : shard ? "mixed, sharded" : "mixed, dist";
   static const hvd_dtype_t dts[2] = {HVD_FLOAT16, HVD_BFLOAT16};
   uint16_t *hv[2][2], *hg[2][2]; /* [side][param]; side 1: host mirrors */
   void *dv[2], *dg[2];
@@ -952,9 +963,11 @@ static void test_mixed(void) {
       hv[side][j] = xcalloc(MN, 2);
       hg[side][j] = xcalloc(MN, 2);
     }
-    for (int i = 0; i < MN; i++)
-      hv[0][j][i] = dts[j] == HVD_FLOAT16 ? hvd__f32_to_f16((float)uniform())
-                                          : hvd__f32_to_bf16((float)uniform());
+    for (int i = 0; i < MN; i++) {
+      float v = (float)uniform() + (dist ? 0.125f * (float)rank : 0.0f);
+      hv[0][j][i] = dts[j] == HVD_FLOAT16 ? hvd__f32_to_f16(v)
+                                          : hvd__f32_to_bf16(v);
+    }
     memcpy(hv[1][j], hv[0][j], 2 * MN);
     cuda_ok(cudaMalloc(&dv[j], 2 * MN), "cudaMalloc");
     cuda_ok(cudaMalloc(&dg[j], 2 * MN), "cudaMalloc");
@@ -968,19 +981,33 @@ static void test_mixed(void) {
       ps[side][j].value.device = ps[side][j].grad.device = side ? dev : HVD_CPU;
     }
   }
+  hvd_distributed_options_t dopt;
+  hvd_distributed_options_init(&dopt);
+  dopt.shard_optimizer_state = shard;
   for (int side = 0; side < 2; side++) {
-    good &= hvd_adam_create(ps[side], 2, &ao, &opt[side]) == HVD_SUCCESS;
+    hvd_optimizer_t *base = NULL;
+    good &= hvd_adam_create(ps[side], 2, &ao, &base) == HVD_SUCCESS;
+    opt[side] = base;
+    if (dist)
+      good &= hvd_distributed_optimizer(base, &dopt, &opt[side]) ==
+              HVD_SUCCESS;
     good &= hvd_optimizer_set_loss_scaling(opt[side], &lo) == HVD_SUCCESS;
+    if (dist)
+      good &= hvd_broadcast_parameters(ps[side], 2, 0) == HVD_SUCCESS;
   }
-  if (!ok(good, "mixed: host and device optimizers over float16 and bfloat16"))
+  if (!ok(good, "%s: host and device optimizers over float16 and bfloat16",
+          what)) {
+    tap_note("%s", hvd_last_error());
     return;
+  }
   for (int step = 0; step < 5; step++) {
     double scale = hvd_optimizer_loss_scale(opt[0]);
     for (int side = 0; side < 2; side++)
       good &= hvd_optimizer_zero_grad(opt[side]) == HVD_SUCCESS;
     for (int j = 0; j < 2; j++) {
       for (int i = 0; i < MN; i++) {
-        float g = (float)(uniform() * scale * 0.01);
+        float g = dist ? (float)(floor(uniform() * 32) / 32 * scale * 0x1p-7)
+                       : (float)(uniform() * scale * 0.01);
         if (step == 2 && i == 7)
           g = INFINITY;
         hg[1][j][i] =
@@ -1001,11 +1028,16 @@ static void test_mixed(void) {
       good &= memcmp(hv[0][j], hv[1][j], 2 * MN) == 0;
     }
   }
-  ok(good, "mixed: device values equal the host's bit for bit, every step");
-  ok(skipped_ok, "mixed: the step with an inf skipped on both");
+  ok(good, "%s: device values equal the host's bit for bit, every step",
+     what);
+  ok(skipped_ok, "%s: the step with an inf skipped on both", what);
   ok(hvd_optimizer_loss_scale(opt[0]) == hvd_optimizer_loss_scale(opt[1]) &&
          hvd_optimizer_steps(opt[0]) == 4 && hvd_optimizer_steps(opt[1]) == 4,
-     "mixed: scale %g and 4 updates on both", hvd_optimizer_loss_scale(opt[1]));
+     "%s: scale %g and 4 updates on both", what,
+     hvd_optimizer_loss_scale(opt[1]));
+  if (dist)
+    is_int(HVD_SUCCESS, hvd_verify_parameters(ps[1], 2),
+           "%s: every rank holds the same device values", what);
   for (int side = 0; side < 2; side++)
     hvd_optimizer_destroy(opt[side]);
   for (int j = 0; j < 2; j++) {
@@ -1023,7 +1055,7 @@ int main(int argc, char **argv) {
   /* a GPU each when there are enough, else all on the first */
   dev = gpu_mpi_begin(&argc, &argv, &rank, &size, &count);
   test_parity();
-  test_mixed();
+  test_mixed(0, 0);
   test_custom();
   test_refusals();
   if (!hvd_nccl_built())

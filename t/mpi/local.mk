@@ -89,9 +89,12 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 ## synchronized batch norm against one process's over the whole batch;
 ## the sharded optimizer (ZeRO-1) against the unsharded one, its state
 ## bytes and crossed checkpoints; hvd_state_* (elastic training's
-## commits: memory, file, restore, counters).
+## commits: memory, file, restore, counters); mixed precision (mixed:
+## masters, loss scaling; mixed_shard: masters sharded by ZeRO-1 and
+## following the values that hvd_broadcast_parameters writes).
 check_PROGRAMS += t/mpi/optim t/mpi/bcast_params t/mpi/checkpoint \
-	t/mpi/sparse_grad t/mpi/sync_bn t/mpi/zero t/mpi/state t/mpi/mixed
+	t/mpi/sparse_grad t/mpi/sync_bn t/mpi/zero t/mpi/state t/mpi/mixed \
+	t/mpi/mixed_shard
 NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/optim.np4 \
 	t/mpi/sparse_grad.np1 t/mpi/sparse_grad.np2 t/mpi/sparse_grad.np3 \
@@ -101,6 +104,8 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/zero.np1 t/mpi/zero.np2 t/mpi/zero.np3 t/mpi/zero.np4 \
 	t/mpi/state.np1 t/mpi/state.np2 t/mpi/state.np3 t/mpi/state.np4 \
 	t/mpi/mixed.np1 t/mpi/mixed.np2 t/mpi/mixed.np3 t/mpi/mixed.np4 \
+	t/mpi/mixed_shard.np1 t/mpi/mixed_shard.np2 t/mpi/mixed_shard.np3 \
+	t/mpi/mixed_shard.np4 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
 	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3

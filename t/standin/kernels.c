@@ -512,6 +512,31 @@ hvd_result_t hvd__cuda_from_master(const float *src, void *dst,
   return HVD_SUCCESS;
 }
 
+hvd_result_t hvd__cuda_refresh_master(const void *value, hvd_dtype_t dtype,
+                                      float *master, int64_t n,
+                                      cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_refresh_master";
+  if (n < 0 || (dtype != HVD_FLOAT16 && dtype != HVD_BFLOAT16))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
+                          (long long)n, (int)dtype);
+  if (n == 0)
+    return HVD_SUCCESS;
+  (void)standin_stream_device(stream, who);
+  standin_need_device(value, (size_t)n * 2, who, "value");
+  standin_need_device(master, (size_t)n * sizeof *master, who, "master");
+  standin_access(stream, value, (size_t)n * 2, 0, who, "value");
+  standin_access(stream, master, (size_t)n * sizeof *master, 1, who, "master");
+  const uint16_t *v = value;
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t r = dtype == HVD_FLOAT16 ? hvd__f32_to_f16(master[i])
+                                      : hvd__f32_to_bf16(master[i]);
+    if (r != v[i])
+      master[i] = dtype == HVD_FLOAT16 ? hvd__f16_to_f32(v[i])
+                                       : hvd__bf16_to_f32(v[i]);
+  }
+  return HVD_SUCCESS;
+}
+
 /* ---- synchronized batch norm, as the .cu's bn_*_kernel ----------------- */
 
 /* The .cu's checks, then the stream's device, loudly. */
