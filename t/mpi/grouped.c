@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <mpi.h>
+
 #include "hvd.h"
 #include "hvdtest.h"
 #include "tap/tap.h"
@@ -321,18 +323,35 @@ static void test_errors(void) {
   is_int(HVD_SUCCESS, hvd_grouped_allreduce(2, names, s, r, HVD_SUM, 1, 1),
          "after the refusals the names are free");
   /* a member whose name is in flight: refused with the member's prefix,
-   * the others not submitted either */
-  hvd_request_t *held = NULL, *g[2];
-  is_int(HVD_SUCCESS,
-         hvd_allreduce_async("e.b", &s[0], &r[0], HVD_SUM, 1, 1, &held),
-         "'e.b' alone in flight");
-  is_int(HVD_ERR_INVALID_ARG,
-         hvd_grouped_allreduce_async(2, names, s, r, HVD_SUM, 1, 1, g),
-         "a group with 'e.b' in it: code");
+   * the others not submitted either. Each rank in turn holds 'e.b' while
+   * the others wait in an MPI barrier, so that it cannot complete before
+   * the group is tried (were every rank to submit it at once, a slow
+   * rank could find it complete already) */
+  hvd_result_t held_rc = HVD_SUCCESS, group_rc = HVD_SUCCESS,
+               wait_rc = HVD_SUCCESS;
+  char group_msg[300] = "";
+  for (int turn = 0; turn < size; turn++) {
+    hvd_request_t *held = NULL, *g[2];
+    if (rank == turn) {
+      held_rc = hvd_allreduce_async("e.b", &s[0], &r[0], HVD_SUM, 1, 1, &held);
+      group_rc = hvd_grouped_allreduce_async(2, names, s, r, HVD_SUM, 1, 1, g);
+      snprintf(group_msg, sizeof group_msg, "%s", hvd_last_error());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    hvd_result_t rc = HVD_SUCCESS;
+    if (rank != turn)
+      rc = hvd_allreduce_async("e.b", &s[0], &r[0], HVD_SUM, 1, 1, &held);
+    if (rc == HVD_SUCCESS)
+      rc = hvd_wait(held);
+    if (rc != HVD_SUCCESS && wait_rc == HVD_SUCCESS)
+      wait_rc = rc;
+  }
+  is_int(HVD_SUCCESS, held_rc, "'e.b' alone in flight");
+  is_int(HVD_ERR_INVALID_ARG, group_rc, "a group with 'e.b' in it: code");
   is_string("hvd_grouped_allreduce_async: tensor 1: allreduce 'e.b': a "
             "collective named 'e.b' is already in flight on this rank",
-            hvd_last_error(), "a group with 'e.b' in it: message");
-  is_int(HVD_SUCCESS, hvd_wait(held), "'e.b' alone completes");
+            group_msg, "a group with 'e.b' in it: message");
+  is_int(HVD_SUCCESS, wait_rc, "'e.b' completes in every turn");
   is_int(HVD_SUCCESS, hvd_grouped_allreduce(2, names, s, r, HVD_SUM, 1, 1),
          "then the group goes through");
 }
