@@ -10,10 +10,12 @@
 #              works out from a memcpy timed in the same process
 #
 #   bench/allreduce-ratio.sh [-n ROUNDS] [-np RANKS] [-t TENSORS]
-#                            [--alloc malloc|hvd] [-- mpirun options]
+#                            [--alloc malloc|hvd|both] [-- mpirun options]
 #
 # Defaults: 5 rounds, 2 ranks, bench/workloads/bert-base.tensors,
-# --alloc hvd (both sides use the same memory), Open MPI's defaults.
+# --alloc both (each round runs malloc'd tensors, then hvd_alloc_host
+# ones, each side with the same memory; a summary line for each),
+# Open MPI's defaults.
 # Options after -- go to mpirun, e.g.
 #   -- --mca btl_vader_single_copy_mechanism none
 # ITERS (default 10) is hvd-bench's --iters; HVD_BENCH_MPIRUN (default
@@ -23,7 +25,7 @@
 # wrong; 2 a bad argument.
 set -u
 bad() { echo "allreduce-ratio.sh: $*" >&2; exit 2; }
-rounds=5 np=2 tensors=bench/workloads/bert-base.tensors alloc=hvd
+rounds=5 np=2 tensors=bench/workloads/bert-base.tensors alloc=both
 while [ $# -gt 0 ]; do
   case $1 in
   -n | -np | -t | --alloc)
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
     esac
     shift 2 ;;
   --) shift; break ;;
-  -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) bad "unknown argument '$1' (try --help)" ;;
   esac
 done
@@ -60,28 +62,39 @@ bench() {
   sed -n 's/^summary: //p' "$out"
 }
 val() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+case $alloc in
+both) allocs="malloc hvd" ;;
+malloc | hvd) allocs=$alloc ;;
+*) bad "--alloc takes malloc, hvd or both, not '$alloc'" ;;
+esac
 echo "# $tensors at np=$np, --alloc $alloc, ${HVD_BENCH_MPIRUN:-mpirun} $over $*; hvd-bench list and mpi-list alternating, ${ITERS:-10} iters each"
-printf '%5s %9s %9s %-15s %9s %9s %9s %9s\n' round hvd_ms best_ms best copy_ms floor_ms hvd/best hvd/floor
+printf '%5s %-6s %9s %9s %-15s %9s %9s %9s %9s\n' round alloc hvd_ms best_ms best copy_ms floor_ms hvd/best hvd/floor
 all=
 for i in $(seq "$rounds"); do
-  h=$(bench list "$@") || exit 1
-  m=$(bench mpi-list "$@") || exit 1
-  hvd=$(val "$h" hvd_ms) floor=$(val "$h" floor_ms) copy=$(val "$h" copy_ms)
-  best=$(val "$m" best_ms) name=$(val "$m" best)
-  line=$(awk -v h="$hvd" -v b="$best" -v f="$floor" \
-    'BEGIN { printf "%.3f %.3f", h / b, h / f }')
-  printf '%5d %9s %9s %-15s %9s %9s %9s %9s\n' "$i" "$hvd" "$best" "$name" \
-    "$copy" "$floor" $line
-  all="$all$hvd $best $line
+  for alloc in $allocs; do
+    h=$(bench list "$@") || exit 1
+    m=$(bench mpi-list "$@") || exit 1
+    hvd=$(val "$h" hvd_ms) floor=$(val "$h" floor_ms) copy=$(val "$h" copy_ms)
+    best=$(val "$m" best_ms) name=$(val "$m" best)
+    line=$(awk -v h="$hvd" -v b="$best" -v f="$floor" \
+      'BEGIN { printf "%.3f %.3f", h / b, h / f }')
+    printf '%5d %-6s %9s %9s %-15s %9s %9s %9s %9s\n' "$i" "$alloc" "$hvd" \
+      "$best" "$name" "$copy" "$floor" $line
+    all="$all$alloc $hvd $best $line
 "
+  done
 done
-printf '%s' "$all" | awk '
-  function med(a, n,   i, j, t) {
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
-      if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-  { h[NR] = $1; b[NR] = $2; r[NR] = $3; f[NR] = $4 }
-  END { n = NR; lo = h[1]; hi = h[1]
-        for (i = 2; i <= n; i++) { if (h[i] < lo) lo = h[i]; if (h[i] > hi) hi = h[i] }
-        printf "medians over %d rounds: hvd %.3f ms, best raw %.3f ms, hvd/best %.3f, hvd/floor %.3f; hvd max/min %.2f\n",
-          n, med(h, n), med(b, n), med(r, n), med(f, n), hi / lo }'
+for alloc in $allocs; do
+  printf '%s' "$all" | awk -v a="$alloc" '
+    function med(a, n,   i, j, t) {
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
+        if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    $1 == a { n++; h[n] = $2; b[n] = $3; r[n] = $4; f[n] = $5 }
+    END { lo = h[1]; hi = h[1]; rmax = r[1]
+          for (i = 2; i <= n; i++) {
+            if (h[i] < lo) lo = h[i]; if (h[i] > hi) hi = h[i]
+            if (r[i] > rmax) rmax = r[i] }
+          printf "%s: medians over %d rounds: hvd %.3f ms, best raw %.3f ms, hvd/best %.3f (worst %.3f), hvd/floor %.3f; hvd max/min %.2f\n",
+            a, n, med(h, n), med(b, n), med(r, n), rmax, med(f, n), hi / lo }'
+done

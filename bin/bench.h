@@ -67,6 +67,7 @@ typedef struct bench_opts {
   const char *tensors;  /* --tensors FILE */
   int device_gpu;       /* list --device gpu */
   int alloc;            /* --alloc: enum bench_data (list, mpi-list, optim) */
+  int alloc_given;      /* --alloc was given (list: else both memories) */
   int64_t bucket_bytes; /* mpi-list --bucket-bytes (DDP's 25 MiB) */
   /* gpu-pack: --counts, tensors per case */
   int counts[16];

@@ -104,7 +104,8 @@ static const char usage_text[] =
     "                     rank's GPU\n"
     "  --alloc malloc|hvd host tensors from malloc (default) or "
     "hvd_alloc_host\n"
-    "                     (2 MiB-aligned, transparent huge pages)\n"
+    "                     (2 MiB-aligned, transparent huge pages); list\n"
+    "                     without it runs both, malloc first\n"
     "  --bucket-bytes SIZE  mpi-list: DDP-style bucket size (default 25M)\n"
     "  (gpu-pack and staged take --tensors too: the workload as one more "
     "case)\n"
@@ -411,6 +412,7 @@ static int workload_option(bench_opts_t *o, int c, const char *a) {
     if (strcmp(a, "malloc") != 0 && strcmp(a, "hvd") != 0)
       cli_usage_error("--alloc '%s': expected malloc or hvd", a);
     o->alloc = strcmp(a, "hvd") == 0 ? BENCH_DATA_HVD : BENCH_DATA_MALLOC;
+    o->alloc_given = 1;
     return 1;
   case OPT_BUCKET:
     o->bucket_bytes = parse_size("--bucket-bytes", a);

@@ -3,13 +3,14 @@
 # passes at 1-3 ranks and at 32 (oversubscribed: 14 s on 2 cores; the
 # scale of doc/scale.md), and its bad-option handling exits 2. list and
 # mpi-list on bert-tiny's tensors (--alloc hvd and malloc): every row
-# checked ok and the summary line; mpi-list at 1-4 ranks, and with a
+# checked ok and the summary line; list without --alloc runs both
+# memories (text and --json); mpi-list at 1-4 ranks, and with a
 # malformed HVD_* setting that hvd_init would refuse (it never calls it).
 # A sweep's closing line; latency's rows, the idle sub-report's too.
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 make_tmp bench
 tiny="$HVD_TOP_SRCDIR/bench/workloads/bert-tiny.tensors"
-echo "1..18"
+echo "1..20"
 for np in 1 2 3 32; do
   run_np $np "$tmp/out" "$tmp/out" "$HVD_TOP_BUILDDIR/bin/hvd-bench" --quick
   [ $rc = 0 ] && grep -q "all results ok" "$tmp/out"
@@ -39,6 +40,24 @@ for alloc in hvd malloc; do
       { show "$tmp/out" output; show "$tmp/err" stderr; }
   done
 done
+# without --alloc: both memories, malloc first, each reported whole; with
+# --json one document whose runs are the two
+run_np 2 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" list \
+  --tensors "$tiny" --iters 2 --warmup 1
+[ $rc = 0 ] && [ "`rows_ok "$tmp/out"`" = 4 ] &&
+  [ "`sed -n 's/^# hvd-bench list: .*elements, \([a-z_]*\)); 2 ranks.*/\1/p' "$tmp/out" | tr '\n' ' '`" = "malloc hvd_alloc_host " ] &&
+  [ "`grep -Ec '^summary: hvd_ms=[0-9.]+ ' "$tmp/out"`" = 2 ]
+check $? "list without --alloc: malloc, then hvd_alloc_host, 4 rows ok" ||
+  { show "$tmp/out" output; show "$tmp/err" stderr; }
+run_np 2 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" list \
+  --tensors "$tiny" --iters 2 --warmup 1 --json
+[ $rc = 0 ] && python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+allocs = [r["workload"]["alloc"] for r in d["runs"]]
+sys.exit(0 if d["mode"] == "list" and allocs == ["malloc", "hvd_alloc_host"] else 1)' "$tmp/out"
+check $? "list --json without --alloc: one document, runs malloc and hvd_alloc_host" ||
+  { show "$tmp/out" output; show "$tmp/err" stderr; }
 HVD_CYCLE_TIME=banana run_np 2 "$tmp/out" "$tmp/err" \
   "$HVD_TOP_BUILDDIR/bin/hvd-bench" mpi-list --tensors "$tiny" --iters 1
 [ $rc = 0 ] && [ "`rows_ok "$tmp/out"`" = 6 ]
