@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """torch_bert.py - the BERT masked-language model of examples/bert in
-PyTorch eager mode, to measure its training throughput against
-examples/bert_train on the same GPU (doc/bert_train.md, "GPU").
+PyTorch, to measure its training throughput against examples/bert_train
+on the same GPU (doc/bert_train.md, "GPU"): by default in eager mode and
+float32, as bert_train; with --best as a user on an H100 would run it.
 
 The same model, operation for operation (examples/bert/model.c):
   - embeddings: word + position + token type, LayerNorm (eps 1e-12);
   - L post-LN blocks: x = LN(x + Dense(Attn(x))), x = LN(x + FFN(x)),
     attention as explicit matmuls: scores = Q K^T / sqrt(dh) per (batch,
     head), keys at positions >= the sequence's length set to -1e9,
-    softmax, times V (no SDPA, no flash attention); FFN = Linear(H, F),
-    GELU (erf form), Linear(F, H); no dropout;
+    softmax, times V (by default no SDPA, no flash attention); FFN =
+    Linear(H, F), GELU (erf form), Linear(F, H); no dropout;
   - the masked-LM head on the masked positions only (gathered first, as
     model.c does): Linear(H, H), GELU, LayerNorm, decoder tied to the word
     embeddings plus a bias; cross-entropy, mean over the masked positions;
@@ -24,14 +25,49 @@ made on the host before timing; each step copies one to the device (ids,
 types, lengths, masked rows and targets), as bert_train copies its batch.
 Each step reads its loss back (.item()), as bert_train does.
 
+Options that change how PyTorch runs the same model (none by default):
+  --precision bf16|fp16  PyTorch AMP: the forward and the loss under
+      torch.autocast(dtype) (matmuls in bf16/fp16, softmax, LayerNorm and
+      the cross-entropy in float32, as autocast chooses), parameters,
+      gradients and AdamW in float32; fp16 scales the loss with a
+      GradScaler (scale, step, update), bf16 needs none; the explicit
+      attention's -1e9 is float16's lowest, -65504, under fp16. Refused
+      (exit 2) where this torch has no such autocast or GradScaler for the
+      device.
+  --sdpa  attention through F.scaled_dot_product_attention with a boolean
+      mask excluding the same keys (flash, memory-efficient or cuDNN
+      kernels as torch picks); in float32 its losses are the explicit
+      path's to about 1e-6.
+  --compile  torch.compile(model): forward and loss compiled (Inductor),
+      the backward through AOTAutograd; the masked rows' count is marked
+      dynamic, so one compilation serves every batch. The compilation
+      happens in the warmup steps, which are not timed; the JSON gives
+      compile_s (the warmup's wall time less what its steps take once
+      compiled) and timed_recompiles (graphs compiled in the timed steps:
+      should be 0; a warning on stderr otherwise).
+  --fused-adamw  AdamW(fused=True) where this torch has it for the device
+      (CUDA; CPU since torch 2.4), else AdamW(foreach=True).
+  --best  --precision bf16 --sdpa --compile --fused-adamw: what a user on
+      an H100 runs, and the reference hvd is measured against on a GPU
+      (bench/gpu-session.sh's bert stage runs it beside the default); a
+      --precision given as well replaces its bf16.
+
 Output: one JSON line on stdout, e.g.
   {"impl": "torch-eager", "preset": "mini", "batch": 8, "seq": 128,
-   "vocab": 8192, "steps": 50, "warmup": 10, "tokens_per_s": 123456.7, ...}
-tokens_per_s = batch x seq (padding included, as bert_train counts) x the
-timed steps / their wall time, between two torch.cuda.synchronize().
+   "vocab": 8192, "steps": 50, "warmup": 10, "tokens_per_s": 123456.7, ...,
+   "precision": "fp32", "sdpa": false, "compile": false,
+   "fused_adamw": false, "adamw": "default", "compile_s": null, ...}
+impl is torch[-amp-PRECISION][-sdpa]-eager|compile ("torch-eager" by
+default, "torch-amp-bf16-sdpa-compile" with --best); adamw is the AdamW
+that ran (default, fused or foreach). tokens_per_s = batch x seq (padding
+included, as bert_train counts) x the timed steps / their wall time,
+between two torch.cuda.synchronize(). --print-loss writes each step's loss
+on stderr.
 
   python3 examples/bert/torch_bert.py --preset mini --batch 8 --seq 128 \\
       --steps 50 --device cuda
+  python3 examples/bert/torch_bert.py --preset mini --batch 8 --seq 128 \\
+      --steps 50 --device cuda --best
 """
 import argparse
 import json
@@ -53,9 +89,10 @@ LN_EPS = 1e-12
 
 
 class Layer(torch.nn.Module):
-    def __init__(self, H, A, Fi):
+    def __init__(self, H, A, Fi, sdpa=False):
         super().__init__()
         self.A = A
+        self.sdpa = sdpa
         self.query = torch.nn.Linear(H, H)
         self.key = torch.nn.Linear(H, H)
         self.value = torch.nn.Linear(H, H)
@@ -73,22 +110,33 @@ class Layer(torch.nn.Module):
             return t.view(B, S, self.A, dh).transpose(1, 2)
 
         q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
-        scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(dh))
-        scores = scores.masked_fill(key_pad, MASK_VALUE)
-        probs = torch.softmax(scores, dim=-1)
-        ctx = torch.matmul(probs, v).transpose(1, 2).reshape(B, S, H)
+        if self.sdpa:
+            # the same keys excluded: a boolean mask is True where a key
+            # takes part; its -inf and the explicit path's -1e9 both give
+            # those keys a weight of 0 (no sequence is all padding)
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=~key_pad)
+        else:
+            scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(dh))
+            # -1e9 in float32 and bfloat16; float16 (autocast) cannot
+            # hold it: its lowest, -65504, then (a weight of 0 all the same)
+            fill = max(MASK_VALUE, torch.finfo(scores.dtype).min)
+            scores = scores.masked_fill(key_pad, fill)
+            probs = torch.softmax(scores, dim=-1)
+            ctx = torch.matmul(probs, v)
+        ctx = ctx.transpose(1, 2).reshape(B, S, H)
         x = self.attn_ln(x + self.attn_out(ctx))
         return self.out_ln(x + self.out(F.gelu(self.inter(x))))
 
 
 class Bert(torch.nn.Module):
-    def __init__(self, L, H, A, Fi, V, P, T=2):
+    def __init__(self, L, H, A, Fi, V, P, T=2, sdpa=False):
         super().__init__()
         self.word = torch.nn.Embedding(V, H)
         self.pos = torch.nn.Embedding(P, H)
         self.token_type = torch.nn.Embedding(T, H)
         self.emb_ln = torch.nn.LayerNorm(H, eps=LN_EPS)
-        self.layers = torch.nn.ModuleList(Layer(H, A, Fi) for _ in range(L))
+        self.layers = torch.nn.ModuleList(Layer(H, A, Fi, sdpa)
+                                          for _ in range(L))
         self.transform = torch.nn.Linear(H, H)
         self.transform_ln = torch.nn.LayerNorm(H, eps=LN_EPS)
         self.decoder_bias = torch.nn.Parameter(torch.zeros(V))
@@ -132,6 +180,67 @@ def make_batch(gen, B, S, V):
     return ids, types, lengths, rows, targets
 
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def impl_name(a):
+    """torch[-amp-P][-sdpa]-eager|compile: "torch-eager" by default."""
+    parts = ["torch"]
+    if a.precision != "fp32":
+        parts += ["amp", a.precision]
+    if a.sdpa:
+        parts.append("sdpa")
+    parts.append("compile" if a.compile else "eager")
+    return "-".join(parts)
+
+
+def autocast_works(dev, dtype):
+    """Whether torch.autocast on dev computes a matmul in dtype (older
+    torch only warns and disables itself for a dtype it lacks)."""
+    try:
+        x = torch.ones(4, 4, device=dev)
+        with torch.autocast(device_type=dev.type, dtype=dtype):
+            return torch.matmul(x, x).dtype == dtype
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return False
+
+
+def grad_scaler(dev):
+    """torch.amp.GradScaler for dev, or torch.cuda.amp's on older torch;
+    None when this torch has none for the device."""
+    try:
+        return torch.amp.GradScaler(dev.type)
+    except (AttributeError, TypeError, RuntimeError):
+        pass
+    if dev.type == "cuda":
+        return torch.cuda.amp.GradScaler()
+    return None
+
+
+def adamw(params, lr, fused):
+    """AdamW as bert_train; with fused, fused=True where this torch has it
+    for the device (CUDA; CPU too since torch 2.4), else foreach=True.
+    Returns (optimizer, "default" | "fused" | "foreach")."""
+    kw = dict(lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    params = list(params)
+    if not fused:
+        return torch.optim.AdamW(params, **kw), "default"
+    try:
+        return torch.optim.AdamW(params, fused=True, **kw), "fused"
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(params, foreach=True, **kw), "foreach"
+
+
+def compiled_graphs():
+    """Graphs torch.compile has made so far (dynamo's private counter),
+    or None where this torch does not keep it."""
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # noqa: BLE001 - a private API, only for a check
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", choices=sorted(PRESETS), default="mini")
@@ -142,7 +251,8 @@ def main():
                     "bert_train printed to compare with its run)")
     ap.add_argument("--steps", type=int, default=50, help="timed steps")
     ap.add_argument("--warmup", type=int, default=10,
-                    help="untimed steps first (allocator, cuBLAS heuristics)")
+                    help="untimed steps first (allocator, cuBLAS heuristics, "
+                    "torch.compile's compilation)")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=42)
@@ -150,7 +260,28 @@ def main():
                     help="TF32 tensor cores for float32 matmuls (default off)")
     ap.add_argument("--pool", type=int, default=16,
                     help="distinct batches made before timing")
+    ap.add_argument("--precision", choices=sorted(DTYPES), default="fp32",
+                    help="fp32 (default): float32 throughout; bf16, fp16: "
+                    "the forward and the loss under torch.autocast, float32 "
+                    "parameters and AdamW; fp16 with a GradScaler")
+    ap.add_argument("--sdpa", action="store_true",
+                    help="attention through F.scaled_dot_product_attention "
+                    "(default: explicit matmuls and softmax)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (forward and loss); the "
+                    "warmup steps absorb the compilation")
+    ap.add_argument("--fused-adamw", action="store_true",
+                    help="AdamW(fused=True) where supported, else foreach")
+    ap.add_argument("--best", action="store_true",
+                    help="--precision bf16 --sdpa --compile --fused-adamw: "
+                    "what a user on an H100 runs (the reference on a GPU)")
+    ap.add_argument("--print-loss", action="store_true",
+                    help="each step's loss on stderr (step N loss X)")
     a = ap.parse_args()
+    if a.best:
+        if a.precision == "fp32":
+            a.precision = "bf16"
+        a.sdpa = a.compile = a.fused_adamw = True
 
     L, H, A, Fi, V, P = PRESETS[a.preset]
     if a.vocab > 0:
@@ -160,6 +291,19 @@ def main():
     dev = torch.device(a.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         sys.exit("torch_bert.py: --device cuda, but torch sees no CUDA device")
+    amp_dtype = DTYPES[a.precision] if a.precision != "fp32" else None
+    if amp_dtype is not None and not autocast_works(dev, amp_dtype):
+        ap.error(f"--precision {a.precision}: torch {torch.__version__} has "
+                 f"no {a.precision} autocast on {dev.type}")
+    scaler = None
+    if a.precision == "fp16":
+        scaler = grad_scaler(dev)
+        if scaler is None:
+            ap.error(f"--precision fp16: torch {torch.__version__} has no "
+                     f"GradScaler for {dev.type}; use --precision bf16")
+    if a.compile and not hasattr(torch, "compile"):
+        ap.error(f"--compile: torch {torch.__version__} has no torch.compile "
+                 "(2.0 or later)")
     # torch >= 2.9: fp32_precision; allow_tf32 warns there, and a mix of
     # the legacy and the new flags can raise RuntimeError when read. cuDNN
     # is not used (no convolutions): only the matmuls are set.
@@ -169,9 +313,14 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = a.tf32
     torch.manual_seed(a.seed)
 
-    model = Bert(L, H, A, Fi, V, P).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999),
-                            eps=1e-8, weight_decay=0.01)
+    model = Bert(L, H, A, Fi, V, P, sdpa=a.sdpa).to(dev)
+    opt, adamw_impl = adamw(model.parameters(), a.lr, a.fused_adamw)
+    # the masked rows' count changes from batch to batch: marked dynamic
+    # so that the first compilation covers them all (else torch.compile
+    # compiles again for the second batch)
+    mark_dynamic = getattr(torch._dynamo, "maybe_mark_dynamic", None) \
+        if a.compile else None
+    forward = torch.compile(model) if a.compile else model
     gen = torch.Generator().manual_seed(a.seed)
     pin = dev.type == "cuda"
     pool = []
@@ -179,39 +328,77 @@ def main():
         b = make_batch(gen, a.batch, a.seq, V)
         pool.append(tuple(t.pin_memory() if pin else t for t in b))
 
+    ran = [0]  # steps run so far, for --print-loss
+
     def step(i):
         batch = [t.to(dev, non_blocking=True) for t in pool[i % len(pool)]]
+        if mark_dynamic is not None:
+            mark_dynamic(batch[3], 0)  # rows
+            mark_dynamic(batch[4], 0)  # targets
         opt.zero_grad()  # set_to_none, the default: the faster baseline
-        loss = model(*batch)
-        loss.backward()
-        opt.step()
-        return loss.item()  # one read back per step, as bert_train
+        if amp_dtype is None:
+            loss = forward(*batch)
+        else:
+            with torch.autocast(device_type=dev.type, dtype=amp_dtype):
+                loss = forward(*batch)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        value = loss.item()  # one read back per step, as bert_train
+        if a.print_loss:
+            print(f"step {ran[0]} loss {value:.9g}", file=sys.stderr)
+        ran[0] += 1
+        return value
 
     def sync():
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
+    t_warm = time.perf_counter()
     first_loss = step(0)
     for i in range(1, a.warmup):
         step(i)
     sync()
+    warmup_s = time.perf_counter() - t_warm
+    graphs = compiled_graphs() if a.compile else None
     t0 = time.perf_counter()
     loss = first_loss
     for i in range(a.steps):
         loss = step(a.warmup + i)
     sync()
     seconds = time.perf_counter() - t0
+    recompiles = None
+    if graphs is not None:
+        recompiles = compiled_graphs() - graphs
+        if recompiles:
+            print(f"torch_bert.py: warning: torch.compile compiled {recompiles}"
+                  " graph(s) during the timed steps: tokens_per_s includes "
+                  "them; give more --warmup", file=sys.stderr)
+    # the compilation: the warmup's wall time less what its steps take once
+    # compiled (the timed steps' mean); step 0 runs even with --warmup 0
+    compile_s = None
+    if a.compile:
+        compile_s = max(0.0, warmup_s - max(a.warmup, 1) * seconds
+                        / max(a.steps, 1))
     tokens = a.batch * a.seq * a.steps
     nparams = sum(p.numel() for p in model.parameters())
     print(json.dumps({
-        "impl": "torch-eager", "preset": a.preset, "layers": L, "hidden": H,
+        "impl": impl_name(a), "preset": a.preset, "layers": L, "hidden": H,
         "heads": A, "ffn": Fi, "vocab": V, "batch": a.batch, "seq": a.seq,
         "steps": a.steps, "warmup": a.warmup, "device": str(dev),
         "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
         "tf32": a.tf32, "torch": torch.__version__, "weights": nparams,
         "first_loss": round(first_loss, 6), "last_loss": round(loss, 6),
         "step_ms": round(1e3 * seconds / max(a.steps, 1), 4),
-        "tokens_per_s": round(tokens / seconds, 1)}))
+        "tokens_per_s": round(tokens / seconds, 1),
+        "precision": a.precision, "sdpa": a.sdpa, "compile": a.compile,
+        "fused_adamw": a.fused_adamw, "adamw": adamw_impl,
+        "compile_s": None if compile_s is None else round(compile_s, 3),
+        "warmup_s": round(warmup_s, 3), "timed_recompiles": recompiles}))
 
 
 if __name__ == "__main__":
