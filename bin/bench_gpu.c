@@ -224,15 +224,28 @@ typedef struct presult {
   int ok;
 } presult_t;
 
-/* One case: tensors in a source arena (each 256-byte aligned), packed into
- * a fusion buffer (back to back, as hvd packs), unpacked into a third
- * arena laid out as the first. */
-static presult_t pack_case(const pcase_t *c, gclock_t *g, int iters,
-                           int warmup) {
-  presult_t r;
+/* One case's memory: tensors in a source arena (each 256-byte aligned),
+ * packed into a fusion buffer (back to back, as hvd packs), unpacked into
+ * a third arena laid out as the first; the spans of both launches. The
+ * helpers below name these as locals of the same names, so that the calls
+ * BENCH_CUDA and BENCH_HVD quote on failure read as they always have. */
+typedef struct parena {
+  int64_t *off;  /* each tensor's place in the arenas */
+  int64_t *at;   /* and in the fusion buffer */
+  int64_t arena; /* elements of an arena */
+  size_t bytes;  /* of the fusion buffer */
+  float *src, *dst, *buf;
+  float *hsrc, *hout;
+  size_t span_bytes;
+  hvd__cuda_span_t *sp, *dsp; /* pack's n spans, then unpack's n */
+} parena_t;
+
+/* The arenas laid out and allocated, the source filled with random
+ * floats, the spans on the device. */
+static void parena_make(parena_t *a, const pcase_t *c) {
   int64_t *off = bench_alloc(sizeof *off * (size_t)c->n);
   int64_t *at = bench_alloc(sizeof *at * (size_t)c->n);
-  int64_t arena = 0, pos = 0, wrong = 0;
+  int64_t arena = 0, pos = 0;
   for (int i = 0; i < c->n; i++) {
     off[i] = arena;
     at[i] = pos;
@@ -256,10 +269,44 @@ static presult_t pack_case(const pcase_t *c, gclock_t *g, int iters,
   random_floats(hsrc, arena);
   BENCH_CUDA(cudaMemcpy(src, hsrc, sizeof(float) * (size_t)arena,
                         cudaMemcpyHostToDevice));
+  *a = (parena_t){.off = off,
+                  .at = at,
+                  .arena = arena,
+                  .bytes = bytes,
+                  .src = src,
+                  .dst = dst,
+                  .buf = buf,
+                  .hsrc = hsrc,
+                  .hout = hout,
+                  .span_bytes = span_bytes,
+                  .sp = sp,
+                  .dsp = dsp};
+}
 
-  /* the check: pack into a poisoned buffer, unpack (x 0.5, the average
-   * over 2 ranks) into a poisoned arena. g->s does not wait for the legacy
-   * stream that cudaMemcpy and cudaMemset use: synchronise first. */
+static void parena_free(parena_t *a) {
+  hvd__cuda_span_t *dsp = a->dsp;
+  float *src = a->src, *dst = a->dst, *buf = a->buf;
+  free(a->sp);
+  free(a->hsrc);
+  free(a->hout);
+  free(a->off);
+  free(a->at);
+  BENCH_CUDA(cudaFree(dsp));
+  BENCH_CUDA(cudaFree(src));
+  BENCH_CUDA(cudaFree(dst));
+  BENCH_CUDA(cudaFree(buf));
+}
+
+/* The check: pack into a poisoned buffer, unpack (x 0.5, the average over
+ * 2 ranks) into a poisoned arena; 1 if both came out bit for bit. g->s
+ * does not wait for the legacy stream that cudaMemcpy and cudaMemset use:
+ * synchronise first. */
+static int pack_check(const pcase_t *c, const parena_t *a, gclock_t *g) {
+  const int64_t *off = a->off, *at = a->at;
+  int64_t arena = a->arena, wrong = 0;
+  size_t bytes = a->bytes;
+  float *dst = a->dst, *buf = a->buf, *hsrc = a->hsrc, *hout = a->hout;
+  hvd__cuda_span_t *dsp = a->dsp;
   BENCH_CUDA(cudaMemset(buf, 0xff, bytes));
   BENCH_CUDA(cudaMemset(dst, 0xff, sizeof(float) * (size_t)arena));
   BENCH_CUDA(cudaDeviceSynchronize());
@@ -286,50 +333,65 @@ static presult_t pack_case(const pcase_t *c, gclock_t *g, int iters,
                 bench_rank, c->label, i, (long long)k, (double)hout[off[i] + k],
                 (double)want);
     }
-  r.ok = wrong == 0;
+  return wrong == 0;
+}
 
-  /* timed: the methods in turn, each after an L2 flush */
+/* One launch of method m (a P_ value) on g's stream. */
+static void pack_method(const pcase_t *c, const parena_t *a, gclock_t *g,
+                        int m) {
+  const int64_t *off = a->off, *at = a->at;
+  size_t bytes = a->bytes;
+  float *src = a->src, *buf = a->buf;
+  hvd__cuda_span_t *dsp = a->dsp;
+  switch (m) {
+  case P_PACK:
+    BENCH_HVD(hvd__cuda_pack(dsp, c->n, c->maxc, HVD_FLOAT32, HVD_FLOAT32, 1.0,
+                             g->s));
+    break;
+  case P_UNPACK:
+    BENCH_HVD(hvd__cuda_unpack(dsp + c->n, c->n, c->maxc, HVD_FLOAT32,
+                               HVD_FLOAT32, HVD_AVERAGE, 1.0, 2, g->s));
+    break;
+  case P_COPY:
+    BENCH_CUDA(
+        cudaMemcpyAsync(buf, src, bytes, cudaMemcpyDeviceToDevice, g->s));
+    break;
+  default:
+    for (int i = 0; i < c->n; i++)
+      BENCH_CUDA(cudaMemcpyAsync(buf + at[i], src + off[i],
+                                 sizeof(float) * (size_t)c->count[i],
+                                 cudaMemcpyDeviceToDevice, g->s));
+    break;
+  }
+}
+
+/* Timed: the methods in turn, each after an L2 flush; their medians (us)
+ * into us[P_N]. */
+static void pack_time(const pcase_t *c, const parena_t *a, gclock_t *g,
+                      int iters, int warmup, double *us) {
   double *t = bench_alloc(sizeof *t * (size_t)iters * P_N);
   for (int k = -warmup; k < iters; k++)
     for (int m = 0; m < P_N; m++) {
       gclock_start(g);
-      switch (m) {
-      case P_PACK:
-        BENCH_HVD(hvd__cuda_pack(dsp, c->n, c->maxc, HVD_FLOAT32, HVD_FLOAT32,
-                                 1.0, g->s));
-        break;
-      case P_UNPACK:
-        BENCH_HVD(hvd__cuda_unpack(dsp + c->n, c->n, c->maxc, HVD_FLOAT32,
-                                   HVD_FLOAT32, HVD_AVERAGE, 1.0, 2, g->s));
-        break;
-      case P_COPY:
-        BENCH_CUDA(
-            cudaMemcpyAsync(buf, src, bytes, cudaMemcpyDeviceToDevice, g->s));
-        break;
-      default:
-        for (int i = 0; i < c->n; i++)
-          BENCH_CUDA(cudaMemcpyAsync(buf + at[i], src + off[i],
-                                     sizeof(float) * (size_t)c->count[i],
-                                     cudaMemcpyDeviceToDevice, g->s));
-        break;
-      }
+      pack_method(c, a, g, m);
       double ms = gclock_stop(g);
       if (k >= 0)
         t[(size_t)m * iters + k] = ms;
     }
   for (int m = 0; m < P_N; m++)
-    r.us[m] = 1e3 * median_of(t + (size_t)m * iters, iters);
-
+    us[m] = 1e3 * median_of(t + (size_t)m * iters, iters);
   free(t);
-  free(sp);
-  free(hsrc);
-  free(hout);
-  free(off);
-  free(at);
-  BENCH_CUDA(cudaFree(dsp));
-  BENCH_CUDA(cudaFree(src));
-  BENCH_CUDA(cudaFree(dst));
-  BENCH_CUDA(cudaFree(buf));
+}
+
+/* One case: its memory made, checked, timed, freed. */
+static presult_t pack_case(const pcase_t *c, gclock_t *g, int iters,
+                           int warmup) {
+  presult_t r;
+  parena_t a;
+  parena_make(&a, c);
+  r.ok = pack_check(c, &a, g);
+  pack_time(c, &a, g, iters, warmup, r.us);
+  parena_free(&a);
   return r;
 }
 
@@ -347,36 +409,32 @@ static const char *pack_note(const pcase_t *c, const presult_t *r,
   return "bandwidth";
 }
 
-int bench_gpu_pack(const bench_opts_t *o) {
-  int iters = iters_or(o, 30), warmup = warmup_or(o, 3);
-  int ok = 1;
-  char dev[256], sz[32], sz2[32];
+/* gpu-pack's state: the options, the device, the cases and their results,
+ * and the tallies the reports share. */
+typedef struct pbench {
+  const bench_opts_t *o;
+  int iters, warmup;
+  char dev[256];
+  size_t flush; /* bytes memset before each timed launch */
   workload_t w;
-  int have_w = 0;
+  int have_w;
+  int64_t one; /* the launch floor's one element */
+  pcase_t *cs; /* cs[0] the launch floor (not a row), the workload last */
+  presult_t *res;
+  int ncase, ok, met, rows;
+  double floor_pack, floor_copy, w_ratio, w_uratio;
+} pbench_t;
 
-  if (o->tensors != NULL) {
-    if (!bench_load_workload(o->tensors, &w, BENCH_DATA_NONE))
-      return 2;
-    have_w = 1;
-  }
-  if (bench_rank != 0) { /* one GPU's kernels: rank 0 measures */
-    BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
-    if (have_w)
-      bench_free_workload(&w);
-    return bench_all_ok(1) ? 0 : 1;
-  }
-
-  int64_t l2 = use_device(dev, sizeof dev);
-  gclock_t g;
-  size_t flush = (size_t)(l2 > 0 ? 4 * l2 : 256 << 20);
-  gclock_init(&g, flush);
-
-  /* the cases: the launch floor first (not a row), then counts x sizes,
-   * then the workload */
+/* The cases: the launch floor first (not a row), then counts x sizes,
+ * then the workload. */
+static void pack_cases(pbench_t *pb) {
+  const bench_opts_t *o = pb->o;
+  char sz[32];
   int ncase = 0, cap = 2 + o->ncounts * 64;
   pcase_t *cs = bench_alloc(sizeof *cs * (size_t)cap);
-  int64_t one = 1;
-  cs[ncase++] = (pcase_t){"launch floor: 1 tensor of 1 element", 1, &one, 1, 1};
+  pb->one = 1;
+  cs[ncase++] =
+      (pcase_t){"launch floor: 1 tensor of 1 element", 1, &pb->one, 1, 1};
   for (int ci = 0; ci < o->ncounts; ci++)
     for (int64_t b = o->min_bytes; b <= o->max_bytes; b *= o->step_factor) {
       int n = o->counts[ci];
@@ -395,133 +453,187 @@ int bench_gpu_pack(const bench_opts_t *o) {
       if (b > INT64_MAX / o->step_factor)
         break;
     }
-  if (have_w) {
+  if (pb->have_w) {
+    const workload_t *w = &pb->w;
     pcase_t *c = &cs[ncase++];
     const char *base = strrchr(o->tensors, '/');
-    c->n = w.count;
-    c->count = bench_alloc(sizeof *c->count * (size_t)w.count);
+    c->n = w->count;
+    c->count = bench_alloc(sizeof *c->count * (size_t)w->count);
     c->total = 0;
     c->maxc = 0;
-    for (int i = 0; i < w.count; i++) { /* reverse order, as backward */
-      c->count[i] = w.t[w.count - 1 - i].n;
+    for (int i = 0; i < w->count; i++) { /* reverse order, as backward */
+      c->count[i] = w->t[w->count - 1 - i].n;
       c->total += c->count[i];
       c->maxc = c->count[i] > c->maxc ? c->count[i] : c->maxc;
     }
     snprintf(c->label, sizeof c->label, "%s", base ? base + 1 : o->tensors);
   }
+  pb->cs = cs;
+  pb->ncase = ncase;
+}
 
-  presult_t *res = bench_alloc(sizeof *res * (size_t)ncase);
-  for (int i = 0; i < ncase; i++) {
-    res[i] = pack_case(&cs[i], &g, iters, warmup);
-    ok &= res[i].ok;
-  }
-  double floor_pack = res[0].us[P_PACK], floor_copy = res[0].us[P_COPY];
-  int met = 0, rows = ncase - 1;
-  double w_ratio = -1, w_uratio = -1;
+/* The launch floor, and how many rows (and the workload) meet the
+ * target. */
+static void pack_tally(pbench_t *pb) {
+  const presult_t *res = pb->res;
+  int ncase = pb->ncase;
+  pb->floor_pack = res[0].us[P_PACK];
+  pb->floor_copy = res[0].us[P_COPY];
+  pb->met = 0;
+  pb->rows = ncase - 1;
+  pb->w_ratio = -1;
+  pb->w_uratio = -1;
   for (int i = 1; i < ncase; i++) {
     double ratio = res[i].us[P_COPY] / res[i].us[P_PACK];
     double uratio = res[i].us[P_COPY] / res[i].us[P_UNPACK];
-    met += ratio >= PACK_TARGET && uratio >= PACK_TARGET;
-    if (have_w && i == ncase - 1) {
-      w_ratio = ratio;
-      w_uratio = uratio;
+    pb->met += ratio >= PACK_TARGET && uratio >= PACK_TARGET;
+    if (pb->have_w && i == ncase - 1) {
+      pb->w_ratio = ratio;
+      pb->w_uratio = uratio;
     }
   }
+}
 
-  if (o->json) {
-    bench_json_header("gpu-pack");
-    bench_json_str("device", dev);
-    bench_json_int("iters", iters);
-    bench_json_int("warmup", warmup);
-    bench_json_int("l2_flush_bytes", (int64_t)flush);
-    bench_json_num("launch_floor_pack_us", floor_pack);
-    bench_json_num("launch_floor_memcpy_us", floor_copy);
-    bench_json_num("target_pack_over_memcpy", PACK_TARGET);
-    bench_json_open("rows", '[');
-    for (int i = 1; i < ncase; i++) {
-      const pcase_t *c = &cs[i];
-      double bytes = 4.0 * (double)c->total;
-      bench_json_open(NULL, '{');
-      bench_json_str("case", c->label);
-      bench_json_bool("workload", have_w && i == ncase - 1);
-      bench_json_int("tensors", c->n);
-      bench_json_int("bytes", (int64_t)bytes);
-      bench_json_int("max_tensor_bytes", 4 * c->maxc);
-      for (int m = 0; m < P_N; m++) {
-        char key[64];
-        snprintf(key, sizeof key, "%s_us", pack_keys[m]);
-        bench_json_num(key, res[i].us[m]);
-        snprintf(key, sizeof key, "%s_gbps", pack_keys[m]);
-        bench_json_num(key, 2 * bytes / (res[i].us[m] * 1e-6) / 1e9);
-      }
-      bench_json_num("pack_over_memcpy", res[i].us[P_COPY] / res[i].us[P_PACK]);
-      bench_json_num("unpack_over_memcpy",
-                     res[i].us[P_COPY] / res[i].us[P_UNPACK]);
-      bench_json_str("note", pack_note(c, &res[i], floor_pack));
-      bench_json_bool("correct", res[i].ok);
-      bench_json_close('}');
-    }
-    bench_json_close(']');
-    bench_json_int("cases", rows);
-    bench_json_int("cases_meeting_target", met);
-    if (have_w) {
-      bench_json_num("workload_pack_over_memcpy", w_ratio);
-      bench_json_num("workload_unpack_over_memcpy", w_uratio);
-    }
-    bench_json_bool("correct", ok);
-    bench_json_close('}');
-  } else {
-    printf("# hvd-bench gpu-pack: %s; hvd %s\n", dev, hvd_version());
-    printf("# float32; median of %d after %d warmup, CUDA events; L2 flushed "
-           "(%s memset) before each; GB/s count bytes read + written\n",
-           iters, warmup, bench_bytes_str((double)flush, sz, sizeof sz));
-    printf("# pack: hvd__cuda_pack (copy); unpack: hvd__cuda_unpack (average "
-           "over 2 ranks, x 0.5); memcpy: one cudaMemcpyAsync D2D of all the "
-           "bytes; each: one per tensor\n");
-    printf("# launch floor (1 element): pack %.2f us, cudaMemcpyAsync %.2f "
-           "us\n",
-           floor_pack, floor_copy);
-    printf("%-26s %12s %9s %9s %9s %10s %9s %9s %8s %8s %5s %s\n", "case",
-           "total", "pack_us", "unpack_us", "memcpy_us", "each_us", "pack_GBps",
-           "mcpy_GBps", "pk/mcpy", "upk/mcpy", "check", "note");
-    for (int i = 1; i < ncase; i++) {
-      const pcase_t *c = &cs[i];
-      double bytes = 4.0 * (double)c->total;
-      printf("%-26s %12s %9.2f %9.2f %9.2f %10.2f %9.1f %9.1f %8.3f %8.3f %5s "
-             "%s\n",
-             c->label, bench_bytes_str(bytes, sz, sizeof sz), res[i].us[P_PACK],
-             res[i].us[P_UNPACK], res[i].us[P_COPY], res[i].us[P_EACH],
-             2 * bytes / (res[i].us[P_PACK] * 1e-6) / 1e9,
-             2 * bytes / (res[i].us[P_COPY] * 1e-6) / 1e9,
-             res[i].us[P_COPY] / res[i].us[P_PACK],
-             res[i].us[P_COPY] / res[i].us[P_UNPACK],
-             res[i].ok ? "ok" : "WRONG", pack_note(c, &res[i], floor_pack));
-    }
-    printf("gpu-pack: %d of %d cases at pack/memcpy and unpack/memcpy >= "
-           "%.2f",
-           met, rows, PACK_TARGET);
-    if (have_w)
-      printf(
-          "; workload %s (%s): pack/memcpy %.3f, unpack/memcpy %.3f: "
-          "target %s",
-          cs[ncase - 1].label,
-          bench_bytes_str(4.0 * (double)cs[ncase - 1].total, sz2, sizeof sz2),
-          w_ratio, w_uratio,
-          w_ratio >= PACK_TARGET && w_uratio >= PACK_TARGET ? "met"
-                                                            : "NOT met");
-    printf("\n");
-    fflush(stdout);
+/* One row of the JSON report. */
+static void pack_json_row(const pbench_t *pb, int i) {
+  const pcase_t *c = &pb->cs[i];
+  const presult_t *res = pb->res;
+  double bytes = 4.0 * (double)c->total;
+  bench_json_open(NULL, '{');
+  bench_json_str("case", c->label);
+  bench_json_bool("workload", pb->have_w && i == pb->ncase - 1);
+  bench_json_int("tensors", c->n);
+  bench_json_int("bytes", (int64_t)bytes);
+  bench_json_int("max_tensor_bytes", 4 * c->maxc);
+  for (int m = 0; m < P_N; m++) {
+    char key[64];
+    snprintf(key, sizeof key, "%s_us", pack_keys[m]);
+    bench_json_num(key, res[i].us[m]);
+    snprintf(key, sizeof key, "%s_gbps", pack_keys[m]);
+    bench_json_num(key, 2 * bytes / (res[i].us[m] * 1e-6) / 1e9);
   }
+  bench_json_num("pack_over_memcpy", res[i].us[P_COPY] / res[i].us[P_PACK]);
+  bench_json_num("unpack_over_memcpy", res[i].us[P_COPY] / res[i].us[P_UNPACK]);
+  bench_json_str("note", pack_note(c, &res[i], pb->floor_pack));
+  bench_json_bool("correct", res[i].ok);
+  bench_json_close('}');
+}
 
-  for (int i = 1; i < ncase; i++)
-    free(cs[i].count);
-  free(cs);
-  free(res);
+static void pack_json(const pbench_t *pb) {
+  bench_json_header("gpu-pack");
+  bench_json_str("device", pb->dev);
+  bench_json_int("iters", pb->iters);
+  bench_json_int("warmup", pb->warmup);
+  bench_json_int("l2_flush_bytes", (int64_t)pb->flush);
+  bench_json_num("launch_floor_pack_us", pb->floor_pack);
+  bench_json_num("launch_floor_memcpy_us", pb->floor_copy);
+  bench_json_num("target_pack_over_memcpy", PACK_TARGET);
+  bench_json_open("rows", '[');
+  for (int i = 1; i < pb->ncase; i++)
+    pack_json_row(pb, i);
+  bench_json_close(']');
+  bench_json_int("cases", pb->rows);
+  bench_json_int("cases_meeting_target", pb->met);
+  if (pb->have_w) {
+    bench_json_num("workload_pack_over_memcpy", pb->w_ratio);
+    bench_json_num("workload_unpack_over_memcpy", pb->w_uratio);
+  }
+  bench_json_bool("correct", pb->ok);
+  bench_json_close('}');
+}
+
+static void pack_text(const pbench_t *pb) {
+  const pcase_t *cs = pb->cs;
+  const presult_t *res = pb->res;
+  int ncase = pb->ncase;
+  char sz[32], sz2[32];
+  printf("# hvd-bench gpu-pack: %s; hvd %s\n", pb->dev, hvd_version());
+  printf("# float32; median of %d after %d warmup, CUDA events; L2 flushed "
+         "(%s memset) before each; GB/s count bytes read + written\n",
+         pb->iters, pb->warmup,
+         bench_bytes_str((double)pb->flush, sz, sizeof sz));
+  printf("# pack: hvd__cuda_pack (copy); unpack: hvd__cuda_unpack (average "
+         "over 2 ranks, x 0.5); memcpy: one cudaMemcpyAsync D2D of all the "
+         "bytes; each: one per tensor\n");
+  printf("# launch floor (1 element): pack %.2f us, cudaMemcpyAsync %.2f "
+         "us\n",
+         pb->floor_pack, pb->floor_copy);
+  printf("%-26s %12s %9s %9s %9s %10s %9s %9s %8s %8s %5s %s\n", "case",
+         "total", "pack_us", "unpack_us", "memcpy_us", "each_us", "pack_GBps",
+         "mcpy_GBps", "pk/mcpy", "upk/mcpy", "check", "note");
+  for (int i = 1; i < ncase; i++) {
+    const pcase_t *c = &cs[i];
+    double bytes = 4.0 * (double)c->total;
+    printf("%-26s %12s %9.2f %9.2f %9.2f %10.2f %9.1f %9.1f %8.3f %8.3f %5s "
+           "%s\n",
+           c->label, bench_bytes_str(bytes, sz, sizeof sz), res[i].us[P_PACK],
+           res[i].us[P_UNPACK], res[i].us[P_COPY], res[i].us[P_EACH],
+           2 * bytes / (res[i].us[P_PACK] * 1e-6) / 1e9,
+           2 * bytes / (res[i].us[P_COPY] * 1e-6) / 1e9,
+           res[i].us[P_COPY] / res[i].us[P_PACK],
+           res[i].us[P_COPY] / res[i].us[P_UNPACK], res[i].ok ? "ok" : "WRONG",
+           pack_note(c, &res[i], pb->floor_pack));
+  }
+  printf("gpu-pack: %d of %d cases at pack/memcpy and unpack/memcpy >= "
+         "%.2f",
+         pb->met, pb->rows, PACK_TARGET);
+  if (pb->have_w)
+    printf("; workload %s (%s): pack/memcpy %.3f, unpack/memcpy %.3f: "
+           "target %s",
+           cs[ncase - 1].label,
+           bench_bytes_str(4.0 * (double)cs[ncase - 1].total, sz2, sizeof sz2),
+           pb->w_ratio, pb->w_uratio,
+           pb->w_ratio >= PACK_TARGET && pb->w_uratio >= PACK_TARGET
+               ? "met"
+               : "NOT met");
+  printf("\n");
+  fflush(stdout);
+}
+
+/* Rank 0's part: every case on its GPU, then the report; pb->ok says
+ * whether every case was right. */
+static void pack_measure(pbench_t *pb) {
+  int64_t l2 = use_device(pb->dev, sizeof pb->dev);
+  gclock_t g;
+  pb->flush = (size_t)(l2 > 0 ? 4 * l2 : 256 << 20);
+  gclock_init(&g, pb->flush);
+  pack_cases(pb);
+  pb->res = bench_alloc(sizeof *pb->res * (size_t)pb->ncase);
+  for (int i = 0; i < pb->ncase; i++) {
+    pb->res[i] = pack_case(&pb->cs[i], &g, pb->iters, pb->warmup);
+    pb->ok &= pb->res[i].ok;
+  }
+  pack_tally(pb);
+  if (pb->o->json)
+    pack_json(pb);
+  else
+    pack_text(pb);
+  for (int i = 1; i < pb->ncase; i++)
+    free(pb->cs[i].count);
+  free(pb->cs);
+  free(pb->res);
   gclock_free(&g);
-  if (have_w)
-    bench_free_workload(&w);
+}
+
+int bench_gpu_pack(const bench_opts_t *o) {
+  pbench_t pb;
+  memset(&pb, 0, sizeof pb);
+  pb.o = o;
+  pb.iters = iters_or(o, 30);
+  pb.warmup = warmup_or(o, 3);
+  pb.ok = 1;
+  if (o->tensors != NULL) {
+    if (!bench_load_workload(o->tensors, &pb.w, BENCH_DATA_NONE))
+      return 2;
+    pb.have_w = 1;
+  }
+  /* one GPU's kernels: rank 0 measures, the others wait at the barrier */
+  if (bench_rank == 0)
+    pack_measure(&pb);
+  if (pb.have_w)
+    bench_free_workload(&pb.w);
   BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
-  return bench_all_ok(ok) ? 0 : 1;
+  return bench_all_ok(pb.ok) ? 0 : 1;
 }
 #endif /* HVD_BENCH_KERNELS */
 
