@@ -850,39 +850,36 @@ static void pack_unpack(void *p, cudaStream_t s) {
 }
 #endif
 
-int bench_list_gpu(const bench_opts_t *o) {
-  int iters = iters_or(o, 20), warmup = warmup_or(o, 3);
+/* list --device gpu's state: the workload on the device, hvd's times and
+ * the baselines'. */
+typedef struct lgpu {
+  const bench_opts_t *o;
+  int iters, warmup;
   workload_t w;
   dwork_t x;
-  char dev[256], sz[32], env[512];
-  int ok_hvd, dev_id;
+  char dev[256];
+  int ok_hvd;
+  const char *exec;  /* the executor hvd uses: "nccl" or "mpi-staged" */
+  bench_stats_t h;   /* hvd */
+  int64_t hvd_added; /* device bytes */
+  size_t bytes;      /* of the workload */
+  lctx_t c;
+  hvd__cuda_span_t *sp;
+  gtimes_t mc, pu; /* one memcpy; the pack + unpack kernels */
+} lgpu_t;
 
-  if (!bench_load_workload(o->tensors, &w, BENCH_DATA_NONE))
-    return 2;
-  use_device(dev, sizeof dev);
-  BENCH_CUDA(cudaGetDevice(&dev_id));
-  dwork_make(&x, &w);
-  const char *exec = "nccl";
-  const char *v = getenv("HVD_GPU_OPERATIONS");
-  if (!hvd_nccl_built() || (v != NULL && strcasecmp(v, "mpi") == 0))
-    exec = "mpi-staged";
-
-  BENCH_CUDA(cudaDeviceSynchronize());
-  int64_t free0 = dev_free_bytes();
-  bench_stats_t h =
-      time_hvd(&x, dev_id, iters, warmup, "list --device gpu", &ok_hvd);
-  int64_t hvd_added = free0 - dev_free_bytes();
-
-  /* the baselines, after hvd: one packed copy, and the kernels alone */
-  size_t bytes = sizeof(float) * (size_t)x.total;
-  lctx_t c = {&x, dev_alloc(bytes), dev_alloc(bytes), NULL};
-  size_t span_bytes = sizeof(hvd__cuda_span_t) * (size_t)x.n;
+/* The baselines, after hvd: one packed copy, and the kernels alone. */
+static void list_gpu_baselines(lgpu_t *l) {
+  dwork_t *x = &l->x;
+  size_t bytes = sizeof(float) * (size_t)x->total;
+  lctx_t c = {x, dev_alloc(bytes), dev_alloc(bytes), NULL};
+  size_t span_bytes = sizeof(hvd__cuda_span_t) * (size_t)x->n;
   hvd__cuda_span_t *sp = bench_alloc(2 * span_bytes);
   int64_t at = 0;
-  for (int t = x.n - 1, i = 0; t >= 0; t--, i++) { /* reverse, as hvd */
-    sp[i] = (hvd__cuda_span_t){x.d[t], c.a + at, x.count[t]};
-    sp[x.n + i] = (hvd__cuda_span_t){c.a + at, x.d[t], x.count[t]};
-    at += x.count[t];
+  for (int t = x->n - 1, i = 0; t >= 0; t--, i++) { /* reverse, as hvd */
+    sp[i] = (hvd__cuda_span_t){x->d[t], c.a + at, x->count[t]};
+    sp[x->n + i] = (hvd__cuda_span_t){c.a + at, x->d[t], x->count[t]};
+    at += x->count[t];
   }
   c.dsp = dev_alloc(2 * span_bytes);
   BENCH_CUDA(cudaMemcpy(c.dsp, sp, 2 * span_bytes, cudaMemcpyHostToDevice));
@@ -890,75 +887,118 @@ int bench_list_gpu(const bench_opts_t *o) {
   BENCH_CUDA(cudaDeviceSynchronize()); /* before g.s, which waits for none */
   gclock_t g;
   gclock_init(&g, 0); /* the workload is far larger than the L2 */
-  gtimes_t mc = time_gpu(&g, one_memcpy, &c, iters, warmup);
+  gtimes_t mc = time_gpu(&g, one_memcpy, &c, l->iters, l->warmup);
 #ifdef HVD_BENCH_KERNELS
-  gtimes_t pu = time_gpu(&g, pack_unpack, &c, iters, warmup);
+  gtimes_t pu = time_gpu(&g, pack_unpack, &c, l->iters, l->warmup);
 #else
   gtimes_t pu; /* not measured here: NaN, shown as "nan" and null */
   pu.ev.median = pu.ev.min = pu.ev.max = pu.host.median = NAN;
 #endif
   gclock_free(&g);
+  l->bytes = bytes;
+  l->c = c;
+  l->sp = sp;
+  l->mc = mc;
+  l->pu = pu;
+}
 
-  double ratio = h.median / mc.ev.median;
-  if (bench_rank == 0 && o->json) {
-    bench_json_header("list-gpu");
-    bench_json_str("device", dev);
-    bench_json_str("executor", exec);
-    bench_json_open("workload", '{');
-    bench_json_str("file", o->tensors);
-    bench_json_int("tensors", x.n);
-    bench_json_int("elements", x.total);
-    bench_json_int("bytes", (int64_t)bytes);
-    bench_json_close('}');
-    bench_json_int("iters", iters);
-    bench_json_int("warmup", warmup);
-    bench_json_num("hvd_median_ms", h.median);
-    bench_json_num("hvd_min_ms", h.min);
-    bench_json_num("hvd_max_ms", h.max);
-    bench_json_bool("hvd_correct", ok_hvd);
-    bench_json_num("memcpy_event_median_ms", mc.ev.median);
-    bench_json_num("memcpy_host_median_ms", mc.host.median);
-    bench_json_num("pack_unpack_event_median_ms", pu.ev.median);
-    bench_json_num("pack_unpack_host_median_ms", pu.host.median);
-    bench_json_num("hvd_over_memcpy", ratio);
-    bench_json_num("hvd_over_memcpy_host", h.median / mc.host.median);
-    bench_json_num("target_hvd_over_memcpy", LIST_TARGET);
-    bench_json_int("hvd_device_bytes_added", hvd_added);
-    bench_json_bool("correct", ok_hvd);
-    bench_json_close('}');
-  } else if (bench_rank == 0) {
-    printf("# hvd-bench list --device gpu: %s: %d tensors, %s float32; %d "
-           "rank%s; executor %s; %s; hvd %s\n",
-           o->tensors, x.n, bench_bytes_str((double)bytes, sz, sizeof sz),
-           bench_size, bench_size == 1 ? "" : "s", exec, dev, hvd_version());
-    printf("# median of %d after %d warmup, slowest rank's; hvd: host clock, "
-           "submit to last wait; the others: CUDA events (host clock "
-           "beside); env: %s\n",
-           iters, warmup, bench_env_line(env, sizeof env));
-    printf("%-50s %10s %10s %10s %9s %5s\n", "method", "median_ms", "min_ms",
-           "max_ms", "host_ms", "check");
-    printf("%-50s %10.3f %10.3f %10.3f %9.3f %5s\n",
-           "hvd: allreduce_async each (average) + wait all", h.median, h.min,
-           h.max, h.median, ok_hvd ? "ok" : "WRONG");
-    printf("%-50s %10.3f %10.3f %10.3f %9.3f %5s\n",
-           "cudaMemcpyAsync D2D of all the bytes (one copy)", mc.ev.median,
-           mc.ev.min, mc.ev.max, mc.host.median, "-");
-    printf("%-50s %10.3f %10.3f %10.3f %9.3f %5s\n",
-           "hvd's pack + unpack kernels alone", pu.ev.median, pu.ev.min,
-           pu.ev.max, pu.host.median, "-");
-    printf("hvd / cudaMemcpy: %.3f (target <= %.2f: %s); against the copy's "
-           "host-clock time %.3f; hvd added %.1f MiB of device memory\n",
-           ratio, LIST_TARGET, ratio <= LIST_TARGET ? "met" : "NOT met",
-           h.median / mc.host.median, (double)hvd_added / 1048576.0);
-    fflush(stdout);
-  }
-  free(sp);
+static void list_gpu_json(const lgpu_t *l) {
+  const bench_stats_t *h = &l->h;
+  bench_json_header("list-gpu");
+  bench_json_str("device", l->dev);
+  bench_json_str("executor", l->exec);
+  bench_json_open("workload", '{');
+  bench_json_str("file", l->o->tensors);
+  bench_json_int("tensors", l->x.n);
+  bench_json_int("elements", l->x.total);
+  bench_json_int("bytes", (int64_t)l->bytes);
+  bench_json_close('}');
+  bench_json_int("iters", l->iters);
+  bench_json_int("warmup", l->warmup);
+  bench_json_num("hvd_median_ms", h->median);
+  bench_json_num("hvd_min_ms", h->min);
+  bench_json_num("hvd_max_ms", h->max);
+  bench_json_bool("hvd_correct", l->ok_hvd);
+  bench_json_num("memcpy_event_median_ms", l->mc.ev.median);
+  bench_json_num("memcpy_host_median_ms", l->mc.host.median);
+  bench_json_num("pack_unpack_event_median_ms", l->pu.ev.median);
+  bench_json_num("pack_unpack_host_median_ms", l->pu.host.median);
+  bench_json_num("hvd_over_memcpy", h->median / l->mc.ev.median);
+  bench_json_num("hvd_over_memcpy_host", h->median / l->mc.host.median);
+  bench_json_num("target_hvd_over_memcpy", LIST_TARGET);
+  bench_json_int("hvd_device_bytes_added", l->hvd_added);
+  bench_json_bool("correct", l->ok_hvd);
+  bench_json_close('}');
+}
+
+static void list_gpu_text(const lgpu_t *l) {
+  const bench_stats_t *h = &l->h;
+  const gtimes_t *mc = &l->mc, *pu = &l->pu;
+  double ratio = h->median / mc->ev.median;
+  char sz[32], env[512];
+  printf("# hvd-bench list --device gpu: %s: %d tensors, %s float32; %d "
+         "rank%s; executor %s; %s; hvd %s\n",
+         l->o->tensors, l->x.n,
+         bench_bytes_str((double)l->bytes, sz, sizeof sz), bench_size,
+         bench_size == 1 ? "" : "s", l->exec, l->dev, hvd_version());
+  printf("# median of %d after %d warmup, slowest rank's; hvd: host clock, "
+         "submit to last wait; the others: CUDA events (host clock "
+         "beside); env: %s\n",
+         l->iters, l->warmup, bench_env_line(env, sizeof env));
+  printf("%-50s %10s %10s %10s %9s %5s\n", "method", "median_ms", "min_ms",
+         "max_ms", "host_ms", "check");
+  printf("%-50s %10.3f %10.3f %10.3f %9.3f %5s\n",
+         "hvd: allreduce_async each (average) + wait all", h->median, h->min,
+         h->max, h->median, l->ok_hvd ? "ok" : "WRONG");
+  printf("%-50s %10.3f %10.3f %10.3f %9.3f %5s\n",
+         "cudaMemcpyAsync D2D of all the bytes (one copy)", mc->ev.median,
+         mc->ev.min, mc->ev.max, mc->host.median, "-");
+  printf("%-50s %10.3f %10.3f %10.3f %9.3f %5s\n",
+         "hvd's pack + unpack kernels alone", pu->ev.median, pu->ev.min,
+         pu->ev.max, pu->host.median, "-");
+  printf("hvd / cudaMemcpy: %.3f (target <= %.2f: %s); against the copy's "
+         "host-clock time %.3f; hvd added %.1f MiB of device memory\n",
+         ratio, LIST_TARGET, ratio <= LIST_TARGET ? "met" : "NOT met",
+         h->median / mc->host.median, (double)l->hvd_added / 1048576.0);
+  fflush(stdout);
+}
+
+int bench_list_gpu(const bench_opts_t *o) {
+  lgpu_t l;
+  int dev_id;
+  memset(&l, 0, sizeof l);
+  l.o = o;
+  l.iters = iters_or(o, 20);
+  l.warmup = warmup_or(o, 3);
+  if (!bench_load_workload(o->tensors, &l.w, BENCH_DATA_NONE))
+    return 2;
+  use_device(l.dev, sizeof l.dev);
+  BENCH_CUDA(cudaGetDevice(&dev_id));
+  dwork_make(&l.x, &l.w);
+  l.exec = "nccl";
+  const char *v = getenv("HVD_GPU_OPERATIONS");
+  if (!hvd_nccl_built() || (v != NULL && strcasecmp(v, "mpi") == 0))
+    l.exec = "mpi-staged";
+
+  BENCH_CUDA(cudaDeviceSynchronize());
+  int64_t free0 = dev_free_bytes();
+  l.h =
+      time_hvd(&l.x, dev_id, l.iters, l.warmup, "list --device gpu", &l.ok_hvd);
+  l.hvd_added = free0 - dev_free_bytes();
+  list_gpu_baselines(&l);
+
+  if (bench_rank == 0 && o->json)
+    list_gpu_json(&l);
+  else if (bench_rank == 0)
+    list_gpu_text(&l);
+  lctx_t c = l.c;
+  free(l.sp);
   BENCH_CUDA(cudaFree(c.a));
   BENCH_CUDA(cudaFree(c.b));
   BENCH_CUDA(cudaFree(c.dsp));
-  dwork_free(&x);
-  bench_free_workload(&w);
-  return ok_hvd ? 0 : 1;
+  dwork_free(&l.x);
+  bench_free_workload(&l.w);
+  return l.ok_hvd ? 0 : 1;
 }
 
 /* ---- staged ------------------------------------------------------------- */
