@@ -1053,105 +1053,151 @@ static sresult_t staged_case(dwork_t *x, int dev, int iters, int warmup,
   return r;
 }
 
-int bench_staged(const bench_opts_t *o) {
-  int iters = iters_or(o, 20), warmup = warmup_or(o, 3);
-  char dev[256], sz[32], env[512];
-  int dev_id, ok = 1, n = 0, met = 0;
+/* staged's state: the options, the device and the cases' results (the
+ * sizes, then the workload). */
+typedef struct sbench {
+  const bench_opts_t *o;
+  int iters, warmup;
+  char dev[256];
+  int n, ok, met;
   sresult_t res[64];
-  workload_t w;
-  dwork_t x;
-  gclock_t g;
+} sbench_t;
 
-  if (o->tensors != NULL &&
-      !bench_load_workload(o->tensors, &w, BENCH_DATA_NONE))
-    return 2;
-  use_device(dev, sizeof dev);
-  BENCH_CUDA(cudaGetDevice(&dev_id));
-  gclock_init(&g, 0);
+/* One tensor of each size. */
+static void staged_sizes(sbench_t *sb, int dev_id, gclock_t *g) {
+  const bench_opts_t *o = sb->o;
+  sresult_t *res = sb->res;
+  int n = sb->n;
+  char sz[32];
+  dwork_t x;
   for (int64_t b = o->min_bytes; b <= o->max_bytes && n < 63;
        b *= o->step_factor) {
     dwork_one(&x, b);
-    res[n] = staged_case(&x, dev_id, iters, warmup, &g);
+    res[n] = staged_case(&x, dev_id, sb->iters, sb->warmup, g);
     snprintf(res[n].label, sizeof res[n].label, "1 x %s",
              bench_bytes_str((double)res[n].bytes, sz, sizeof sz));
     n++;
     dwork_free(&x);
   }
+  sb->n = n;
+}
+
+/* The --tensors workload, the last case. */
+static void staged_workload(sbench_t *sb, const workload_t *w, int dev_id,
+                            gclock_t *g) {
+  const bench_opts_t *o = sb->o;
+  sresult_t *res = sb->res;
+  int n = sb->n;
+  dwork_t x;
+  const char *base = strrchr(o->tensors, '/');
+  dwork_make(&x, w);
+  res[n] = staged_case(&x, dev_id, sb->iters, sb->warmup, g);
+  snprintf(res[n].label, sizeof res[n].label, "%s",
+           base ? base + 1 : o->tensors);
+  n++;
+  dwork_free(&x);
+  sb->n = n;
+}
+
+static void staged_json(const sbench_t *sb) {
+  const sresult_t *res = sb->res;
+  int n = sb->n;
+  bench_json_header("staged");
+  bench_json_str("device", sb->dev);
+  bench_json_int("iters", sb->iters);
+  bench_json_int("warmup", sb->warmup);
+  bench_json_num("target_staged_over_copies", STAGED_TARGET);
+  bench_json_open("rows", '[');
+  for (int i = 0; i < n; i++) {
+    double b = (double)res[i].bytes;
+    bench_json_open(NULL, '{');
+    bench_json_str("case", res[i].label);
+    bench_json_bool("workload", sb->o->tensors != NULL && i == n - 1);
+    bench_json_int("tensors", res[i].tensors);
+    bench_json_int("bytes", res[i].bytes);
+    bench_json_num("staged_median_ms", res[i].hvd.median);
+    bench_json_num("staged_min_ms", res[i].hvd.min);
+    bench_json_num("staged_max_ms", res[i].hvd.max);
+    bench_json_num("copies_event_median_ms", res[i].copy.ev.median);
+    bench_json_num("copies_host_median_ms", res[i].copy.host.median);
+    bench_json_num("staged_gbps", b / (res[i].hvd.median * 1e-3) / 1e9);
+    bench_json_num("copies_gbps", b / (res[i].copy.ev.median * 1e-3) / 1e9);
+    bench_json_num("staged_over_copies",
+                   res[i].copy.ev.median / res[i].hvd.median);
+    bench_json_num("staged_over_copies_host",
+                   res[i].copy.host.median / res[i].hvd.median);
+    bench_json_bool("correct", res[i].ok);
+    bench_json_close('}');
+  }
+  bench_json_close(']');
+  bench_json_int("cases_meeting_target", sb->met);
+  bench_json_bool("correct", sb->ok);
+  bench_json_close('}');
+}
+
+static void staged_text(const sbench_t *sb) {
+  const sresult_t *res = sb->res;
+  int n = sb->n;
+  char sz[32], env[512];
+  printf("# hvd-bench staged: HVD_GPU_OPERATIONS=mpi; %s; %d rank%s; hvd "
+         "%s\n",
+         sb->dev, bench_size, bench_size == 1 ? "" : "s", hvd_version());
+  printf("# median of %d after %d warmup, slowest rank's; staged: host "
+         "clock, submit to last wait; copies: every tensor D2H to pinned "
+         "then H2D back, CUDA events (host clock beside); GB/s: tensor "
+         "bytes / time; env: %s\n",
+         sb->iters, sb->warmup, bench_env_line(env, sizeof env));
+  printf("%-26s %8s %12s %10s %10s %10s %10s %10s %8s %5s\n", "case", "tensors",
+         "bytes", "staged_ms", "copies_ms", "copy_host", "stgd_GBps",
+         "copy_GBps", "ratio", "check");
+  for (int i = 0; i < n; i++) {
+    double b = (double)res[i].bytes;
+    printf("%-26s %8d %12s %10.3f %10.3f %10.3f %10.2f %10.2f %8.3f %5s\n",
+           res[i].label, res[i].tensors, bench_bytes_str(b, sz, sizeof sz),
+           res[i].hvd.median, res[i].copy.ev.median, res[i].copy.host.median,
+           b / (res[i].hvd.median * 1e-3) / 1e9,
+           b / (res[i].copy.ev.median * 1e-3) / 1e9,
+           res[i].copy.ev.median / res[i].hvd.median,
+           res[i].ok ? "ok" : "WRONG");
+  }
+  printf("staged: %d of %d cases at staged/copies >= %.2f\n", sb->met, n,
+         STAGED_TARGET);
+  fflush(stdout);
+}
+
+int bench_staged(const bench_opts_t *o) {
+  sbench_t sb;
+  int dev_id;
+  workload_t w;
+  gclock_t g;
+
+  memset(&sb, 0, sizeof sb);
+  sb.o = o;
+  sb.iters = iters_or(o, 20);
+  sb.warmup = warmup_or(o, 3);
+  sb.ok = 1;
+  if (o->tensors != NULL &&
+      !bench_load_workload(o->tensors, &w, BENCH_DATA_NONE))
+    return 2;
+  use_device(sb.dev, sizeof sb.dev);
+  BENCH_CUDA(cudaGetDevice(&dev_id));
+  gclock_init(&g, 0);
+  staged_sizes(&sb, dev_id, &g);
   if (o->tensors != NULL) {
-    const char *base = strrchr(o->tensors, '/');
-    dwork_make(&x, &w);
-    res[n] = staged_case(&x, dev_id, iters, warmup, &g);
-    snprintf(res[n].label, sizeof res[n].label, "%s",
-             base ? base + 1 : o->tensors);
-    n++;
-    dwork_free(&x);
+    staged_workload(&sb, &w, dev_id, &g);
     bench_free_workload(&w);
   }
   gclock_free(&g);
-  for (int i = 0; i < n; i++) {
-    ok &= res[i].ok;
-    met += res[i].copy.ev.median / res[i].hvd.median >= STAGED_TARGET;
+  for (int i = 0; i < sb.n; i++) {
+    sb.ok &= sb.res[i].ok;
+    sb.met += sb.res[i].copy.ev.median / sb.res[i].hvd.median >= STAGED_TARGET;
   }
 
-  if (bench_rank == 0 && o->json) {
-    bench_json_header("staged");
-    bench_json_str("device", dev);
-    bench_json_int("iters", iters);
-    bench_json_int("warmup", warmup);
-    bench_json_num("target_staged_over_copies", STAGED_TARGET);
-    bench_json_open("rows", '[');
-    for (int i = 0; i < n; i++) {
-      double b = (double)res[i].bytes;
-      bench_json_open(NULL, '{');
-      bench_json_str("case", res[i].label);
-      bench_json_bool("workload", o->tensors != NULL && i == n - 1);
-      bench_json_int("tensors", res[i].tensors);
-      bench_json_int("bytes", res[i].bytes);
-      bench_json_num("staged_median_ms", res[i].hvd.median);
-      bench_json_num("staged_min_ms", res[i].hvd.min);
-      bench_json_num("staged_max_ms", res[i].hvd.max);
-      bench_json_num("copies_event_median_ms", res[i].copy.ev.median);
-      bench_json_num("copies_host_median_ms", res[i].copy.host.median);
-      bench_json_num("staged_gbps", b / (res[i].hvd.median * 1e-3) / 1e9);
-      bench_json_num("copies_gbps", b / (res[i].copy.ev.median * 1e-3) / 1e9);
-      bench_json_num("staged_over_copies",
-                     res[i].copy.ev.median / res[i].hvd.median);
-      bench_json_num("staged_over_copies_host",
-                     res[i].copy.host.median / res[i].hvd.median);
-      bench_json_bool("correct", res[i].ok);
-      bench_json_close('}');
-    }
-    bench_json_close(']');
-    bench_json_int("cases_meeting_target", met);
-    bench_json_bool("correct", ok);
-    bench_json_close('}');
-  } else if (bench_rank == 0) {
-    printf("# hvd-bench staged: HVD_GPU_OPERATIONS=mpi; %s; %d rank%s; hvd "
-           "%s\n",
-           dev, bench_size, bench_size == 1 ? "" : "s", hvd_version());
-    printf("# median of %d after %d warmup, slowest rank's; staged: host "
-           "clock, submit to last wait; copies: every tensor D2H to pinned "
-           "then H2D back, CUDA events (host clock beside); GB/s: tensor "
-           "bytes / time; env: %s\n",
-           iters, warmup, bench_env_line(env, sizeof env));
-    printf("%-26s %8s %12s %10s %10s %10s %10s %10s %8s %5s\n", "case",
-           "tensors", "bytes", "staged_ms", "copies_ms", "copy_host",
-           "stgd_GBps", "copy_GBps", "ratio", "check");
-    for (int i = 0; i < n; i++) {
-      double b = (double)res[i].bytes;
-      printf("%-26s %8d %12s %10.3f %10.3f %10.3f %10.2f %10.2f %8.3f %5s\n",
-             res[i].label, res[i].tensors, bench_bytes_str(b, sz, sizeof sz),
-             res[i].hvd.median, res[i].copy.ev.median, res[i].copy.host.median,
-             b / (res[i].hvd.median * 1e-3) / 1e9,
-             b / (res[i].copy.ev.median * 1e-3) / 1e9,
-             res[i].copy.ev.median / res[i].hvd.median,
-             res[i].ok ? "ok" : "WRONG");
-    }
-    printf("staged: %d of %d cases at staged/copies >= %.2f\n", met, n,
-           STAGED_TARGET);
-    fflush(stdout);
-  }
-  return ok ? 0 : 1;
+  if (bench_rank == 0 && o->json)
+    staged_json(&sb);
+  else if (bench_rank == 0)
+    staged_text(&sb);
+  return sb.ok ? 0 : 1;
 }
 
 #endif /* HVD_HAVE_CUDA */
