@@ -155,126 +155,156 @@ static int idle(int method, double *cpu, double *first) {
   return bench_all_ok(ok);
 }
 
-int bench_latency(const bench_opts_t *o) {
-  static const char *const labels[L_COUNT] = {"hvd_allreduce (blocking)",
-                                              "MPI_Allreduce"};
-  static const char *const keys[L_COUNT] = {"hvd", "mpi"};
-  int iters = o->iters > 0 ? o->iters : 5000;
-  int warmup = o->warmup >= 0 ? o->warmup : 100;
-  int n = o->small_count;
-  double *t = bench_alloc(sizeof *t * (size_t)iters);
-  bench_stats_t lat[L_COUNT], sm[L_COUNT];
-  int ok[L_COUNT], sok[L_COUNT];
+static const char *const labels[L_COUNT] = {"hvd_allreduce (blocking)",
+                                            "MPI_Allreduce"};
+static const char *const keys[L_COUNT] = {"hvd", "mpi"};
 
+/* Every method's results: the latency samples, the small sub-report, the
+ * idle one. */
+typedef struct latency {
+  int iters, warmup, n; /* n: the small sub-report's tensors */
+  bench_stats_t lat[L_COUNT], sm[L_COUNT];
+  int ok[L_COUNT], sok[L_COUNT], iok[L_COUNT];
+  double icpu[L_COUNT], ifirst[L_COUNT];
+} latency_t;
+
+/* The samples of each method, a barrier before each set. */
+static void run_samples(latency_t *l) {
+  int iters = l->iters;
+  double *t = bench_alloc(sizeof *t * (size_t)iters);
   for (int m = 0; m < L_COUNT; m++) {
     BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
-    ok[m] = bench_all_ok(sample(m, warmup, iters, t));
+    l->ok[m] = bench_all_ok(sample(m, l->warmup, iters, t));
     bench_max_over_ranks(t, iters);
-    lat[m] = bench_stats(t, iters);
+    l->lat[m] = bench_stats(t, iters);
   }
   free(t);
+}
 
+/* The small sub-report of each method, over the same tensors. */
+static void run_small(const bench_opts_t *o, latency_t *l) {
+  int n = l->n;
   float *vals = bench_alloc(sizeof *vals * (size_t)n);
   hvd_request_t **req = bench_alloc(sizeof *req * (size_t)n);
   char(*names)[32] = bench_alloc(sizeof *names * (size_t)n);
   for (int i = 0; i < n; i++)
     snprintf(names[i], sizeof names[i], "bench.small.%d", i);
   for (int m = 0; m < L_COUNT; m++)
-    sok[m] = small(m, o, vals, req, names, &sm[m]);
+    l->sok[m] = small(m, o, vals, req, names, &l->sm[m]);
   free(vals);
   free(req);
   free(names);
-  double icpu[L_COUNT], ifirst[L_COUNT];
-  int iok[L_COUNT];
-  for (int m = 0; m < L_COUNT; m++)
-    iok[m] = idle(m, &icpu[m], &ifirst[m]);
+}
 
-  if (bench_rank == 0 && o->json) {
-    bench_json_header("latency");
-    bench_json_int("iters", iters);
-    bench_json_int("warmup", warmup);
-    bench_json_open("latency", '[');
-    for (int m = 0; m < L_COUNT; m++) {
-      bench_json_open(NULL, '{');
-      bench_json_str("method", keys[m]);
-      bench_json_num("p50_us", lat[m].median);
-      bench_json_num("p90_us", lat[m].p90);
-      bench_json_num("p99_us", lat[m].p99);
-      bench_json_num("min_us", lat[m].min);
-      bench_json_num("max_us", lat[m].max);
-      bench_json_bool("correct", ok[m]);
-      bench_json_close('}');
-    }
-    bench_json_close(']');
-    bench_json_num("hvd_over_mpi_p50", lat[L_HVD].median / lat[L_MPI].median);
-    bench_json_open("small", '{');
-    bench_json_int("tensors", n);
-    bench_json_int("iters", o->small_iters);
-    bench_json_int("warmup", 2);
-    bench_json_open("results", '[');
-    for (int m = 0; m < L_COUNT; m++) {
-      bench_json_open(NULL, '{');
-      bench_json_str("method", keys[m]);
-      bench_json_num("median_us", sm[m].median);
-      bench_json_num("min_us", sm[m].min);
-      bench_json_num("max_us", sm[m].max);
-      bench_json_num("per_tensor_us", sm[m].median / n);
-      bench_json_bool("correct", sok[m]);
-      bench_json_close('}');
-    }
-    bench_json_close(']');
-    bench_json_num("hvd_over_mpi", sm[L_HVD].median / sm[L_MPI].median);
+static void latency_json(const bench_opts_t *o, const latency_t *l) {
+  const bench_stats_t *lat = l->lat, *sm = l->sm;
+  bench_json_header("latency");
+  bench_json_int("iters", l->iters);
+  bench_json_int("warmup", l->warmup);
+  bench_json_open("latency", '[');
+  for (int m = 0; m < L_COUNT; m++) {
+    bench_json_open(NULL, '{');
+    bench_json_str("method", keys[m]);
+    bench_json_num("p50_us", lat[m].median);
+    bench_json_num("p90_us", lat[m].p90);
+    bench_json_num("p99_us", lat[m].p99);
+    bench_json_num("min_us", lat[m].min);
+    bench_json_num("max_us", lat[m].max);
+    bench_json_bool("correct", l->ok[m]);
     bench_json_close('}');
-    bench_json_open("idle", '{');
-    bench_json_num("seconds", IDLE_S);
-    bench_json_int("repeats", IDLE_REPEATS);
-    bench_json_num("cpu_ms_per_s", icpu[L_HVD]);
-    bench_json_num("first_us", ifirst[L_HVD]);
-    bench_json_num("mpi_first_us", ifirst[L_MPI]);
-    bench_json_bool("correct", iok[L_HVD] && iok[L_MPI]);
-    bench_json_close('}');
-    bench_json_close('}');
-  } else if (bench_rank == 0) {
-    char env[512];
-    printf("# hvd-bench latency: %d rank%s, hvd %s; env: %s\n", bench_size,
-           bench_size == 1 ? "" : "s", hvd_version(),
-           bench_env_line(env, sizeof env));
-    printf("# one float32 (4 B) allreduce, sum in place: %d samples after %d "
-           "warmup, back to back; each the slowest rank's time\n",
-           iters, warmup);
-    printf("%-26s %9s %9s %9s %9s %9s %5s\n", "method", "p50_us", "p90_us",
-           "p99_us", "min_us", "max_us", "check");
-    for (int m = 0; m < L_COUNT; m++)
-      printf("%-26s %9.2f %9.2f %9.2f %9.2f %9.2f %5s\n", labels[m],
-             lat[m].median, lat[m].p90, lat[m].p99, lat[m].min, lat[m].max,
-             ok[m] ? "ok" : "WRONG");
-    printf("hvd / MPI (p50): %.2f\n", lat[L_HVD].median / lat[L_MPI].median);
-    printf("# small: %d tensors of 4 B; median of %d iters after 2 warmup, "
-           "barrier before each\n",
-           n, o->small_iters);
-    printf("%-36s %11s %11s %11s %9s %5s\n", "method", "median_us", "min_us",
-           "max_us", "per_tensor", "check");
-    printf("%-36s %11.1f %11.1f %11.1f %9.2f %5s\n",
-           "hvd: allreduce_async each + wait all", sm[L_HVD].median,
-           sm[L_HVD].min, sm[L_HVD].max, sm[L_HVD].median / n,
-           sok[L_HVD] ? "ok" : "WRONG");
-    printf("%-36s %11.1f %11.1f %11.1f %9.2f %5s\n",
-           "MPI_Allreduce each (sequential)", sm[L_MPI].median, sm[L_MPI].min,
-           sm[L_MPI].max, sm[L_MPI].median / n, sok[L_MPI] ? "ok" : "WRONG");
-    printf("hvd / MPI (small): %.2f\n", sm[L_HVD].median / sm[L_MPI].median);
-    printf("# idle: every rank sleeps %.0f s, %d times; the CPU its process "
-           "spent asleep (the most of any rank), and the first 4-byte "
-           "allreduce after (median; MPI's after the same sleeps)\n",
-           IDLE_S, IDLE_REPEATS);
-    printf("%-12s %13s %11s %15s %5s\n", "idle", "cpu_ms_per_s", "first_us",
-           "mpi_first_us", "check");
-    printf("%-12s %13.2f %11.1f %15.1f %5s\n", "hvd", icpu[L_HVD],
-           ifirst[L_HVD], ifirst[L_MPI],
-           iok[L_HVD] && iok[L_MPI] ? "ok" : "WRONG");
-    fflush(stdout);
   }
-  return ok[L_HVD] && ok[L_MPI] && sok[L_HVD] && sok[L_MPI] && iok[L_HVD] &&
-                 iok[L_MPI]
+  bench_json_close(']');
+  bench_json_num("hvd_over_mpi_p50", lat[L_HVD].median / lat[L_MPI].median);
+  bench_json_open("small", '{');
+  bench_json_int("tensors", l->n);
+  bench_json_int("iters", o->small_iters);
+  bench_json_int("warmup", 2);
+  bench_json_open("results", '[');
+  for (int m = 0; m < L_COUNT; m++) {
+    bench_json_open(NULL, '{');
+    bench_json_str("method", keys[m]);
+    bench_json_num("median_us", sm[m].median);
+    bench_json_num("min_us", sm[m].min);
+    bench_json_num("max_us", sm[m].max);
+    bench_json_num("per_tensor_us", sm[m].median / l->n);
+    bench_json_bool("correct", l->sok[m]);
+    bench_json_close('}');
+  }
+  bench_json_close(']');
+  bench_json_num("hvd_over_mpi", sm[L_HVD].median / sm[L_MPI].median);
+  bench_json_close('}');
+  bench_json_open("idle", '{');
+  bench_json_num("seconds", IDLE_S);
+  bench_json_int("repeats", IDLE_REPEATS);
+  bench_json_num("cpu_ms_per_s", l->icpu[L_HVD]);
+  bench_json_num("first_us", l->ifirst[L_HVD]);
+  bench_json_num("mpi_first_us", l->ifirst[L_MPI]);
+  bench_json_bool("correct", l->iok[L_HVD] && l->iok[L_MPI]);
+  bench_json_close('}');
+  bench_json_close('}');
+}
+
+static void latency_text(const bench_opts_t *o, const latency_t *l) {
+  const bench_stats_t *lat = l->lat, *sm = l->sm;
+  const int *sok = l->sok, *iok = l->iok;
+  int n = l->n;
+  char env[512];
+  printf("# hvd-bench latency: %d rank%s, hvd %s; env: %s\n", bench_size,
+         bench_size == 1 ? "" : "s", hvd_version(),
+         bench_env_line(env, sizeof env));
+  printf("# one float32 (4 B) allreduce, sum in place: %d samples after %d "
+         "warmup, back to back; each the slowest rank's time\n",
+         l->iters, l->warmup);
+  printf("%-26s %9s %9s %9s %9s %9s %5s\n", "method", "p50_us", "p90_us",
+         "p99_us", "min_us", "max_us", "check");
+  for (int m = 0; m < L_COUNT; m++)
+    printf("%-26s %9.2f %9.2f %9.2f %9.2f %9.2f %5s\n", labels[m],
+           lat[m].median, lat[m].p90, lat[m].p99, lat[m].min, lat[m].max,
+           l->ok[m] ? "ok" : "WRONG");
+  printf("hvd / MPI (p50): %.2f\n", lat[L_HVD].median / lat[L_MPI].median);
+  printf("# small: %d tensors of 4 B; median of %d iters after 2 warmup, "
+         "barrier before each\n",
+         n, o->small_iters);
+  printf("%-36s %11s %11s %11s %9s %5s\n", "method", "median_us", "min_us",
+         "max_us", "per_tensor", "check");
+  printf("%-36s %11.1f %11.1f %11.1f %9.2f %5s\n",
+         "hvd: allreduce_async each + wait all", sm[L_HVD].median,
+         sm[L_HVD].min, sm[L_HVD].max, sm[L_HVD].median / n,
+         sok[L_HVD] ? "ok" : "WRONG");
+  printf("%-36s %11.1f %11.1f %11.1f %9.2f %5s\n",
+         "MPI_Allreduce each (sequential)", sm[L_MPI].median, sm[L_MPI].min,
+         sm[L_MPI].max, sm[L_MPI].median / n, sok[L_MPI] ? "ok" : "WRONG");
+  printf("hvd / MPI (small): %.2f\n", sm[L_HVD].median / sm[L_MPI].median);
+  printf("# idle: every rank sleeps %.0f s, %d times; the CPU its process "
+         "spent asleep (the most of any rank), and the first 4-byte "
+         "allreduce after (median; MPI's after the same sleeps)\n",
+         IDLE_S, IDLE_REPEATS);
+  printf("%-12s %13s %11s %15s %5s\n", "idle", "cpu_ms_per_s", "first_us",
+         "mpi_first_us", "check");
+  printf("%-12s %13.2f %11.1f %15.1f %5s\n", "hvd", l->icpu[L_HVD],
+         l->ifirst[L_HVD], l->ifirst[L_MPI],
+         iok[L_HVD] && iok[L_MPI] ? "ok" : "WRONG");
+  fflush(stdout);
+}
+
+int bench_latency(const bench_opts_t *o) {
+  latency_t l;
+  memset(&l, 0, sizeof l);
+  l.iters = o->iters > 0 ? o->iters : 5000;
+  l.warmup = o->warmup >= 0 ? o->warmup : 100;
+  l.n = o->small_count;
+
+  run_samples(&l);
+  run_small(o, &l);
+  for (int m = 0; m < L_COUNT; m++)
+    l.iok[m] = idle(m, &l.icpu[m], &l.ifirst[m]);
+
+  if (bench_rank == 0 && o->json)
+    latency_json(o, &l);
+  else if (bench_rank == 0)
+    latency_text(o, &l);
+  return l.ok[L_HVD] && l.ok[L_MPI] && l.sok[L_HVD] && l.sok[L_MPI] &&
+                 l.iok[L_HVD] && l.iok[L_MPI]
              ? 0
              : 1;
 }
