@@ -98,33 +98,186 @@ static void run_bare(workload_t *w, float **val, float **buf, char **names,
   }
 }
 
+/* optim's state: the workload as parameters, both methods' buffers, and
+ * the times of every iteration (seconds) with their statistics. */
+typedef struct optim {
+  workload_t *w; /* its tensors' data are the gradients */
+  int iters, warmup;
+  float **val, **buf; /* values; bare's momentum buffers */
+  char **names;       /* bare's allreduce names */
+  hvd_param_t *params;
+  hvd_request_t **req;
+  hvd_optimizer_t *opt;
+  double *dist, *bare, *comm, *upd, *pair;
+  bench_stats_t sd, sb, sc, su, sp;
+  double ratio;
+  int good;
+} optim_t;
+
+/* Each tensor's values, momentum buffer and name, and the parameters the
+ * distributed optimizer sees; the time arrays. */
+static void optim_alloc(optim_t *b) {
+  const workload_t *w = b->w;
+  size_t iters = (size_t)b->iters;
+  b->val = bench_alloc(sizeof *b->val * (size_t)w->count);
+  b->buf = bench_alloc(sizeof *b->buf * (size_t)w->count);
+  b->names = bench_alloc(sizeof *b->names * (size_t)w->count);
+  b->params = bench_alloc(sizeof *b->params * (size_t)w->count);
+  b->req = bench_alloc(sizeof *b->req * (size_t)w->count);
+  for (int t = 0; t < w->count; t++) {
+    size_t len = strlen(w->t[t].name) + sizeof "bench.optim.";
+    b->val[t] = bench_alloc(sizeof(float) * (size_t)w->t[t].n);
+    b->buf[t] = bench_alloc(sizeof(float) * (size_t)w->t[t].n);
+    b->names[t] = bench_alloc(len);
+    snprintf(b->names[t], len, "bench.optim.%s", w->t[t].name);
+    b->params[t].name = w->t[t].name;
+    b->params[t].value =
+        hvd_tensor_make(b->val[t], HVD_FLOAT32, w->t[t].ndim, w->t[t].shape);
+    b->params[t].grad =
+        hvd_tensor_make(w->t[t].data, HVD_FLOAT32, w->t[t].ndim, w->t[t].shape);
+  }
+  b->dist = bench_alloc(sizeof(double) * iters);
+  b->bare = bench_alloc(sizeof(double) * iters);
+  b->comm = bench_alloc(sizeof(double) * iters);
+  b->upd = bench_alloc(sizeof(double) * iters);
+  b->pair = bench_alloc(sizeof(double) * iters);
+}
+
+/* Both methods in every iteration; b->good: the checked runs were right
+ * on every rank. */
+static void optim_time(optim_t *b) {
+  workload_t *w = b->w;
+  int good = 1;
+  for (int it = -b->warmup; it < b->iters; it++) {
+    /* the first run of each is checked, from the same start; later the
+     * order alternates, so neither always runs after the other */
+    int first = it == -b->warmup;
+    for (int turn = 0; turn < 2; turn++) {
+      int is_dist = (turn == 0) == (first || (it & 1) == 0);
+      double t0, t1, tu = 0;
+      if (first)
+        reset(w, b->val);
+      BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
+      t0 = bench_now();
+      if (is_dist)
+        run_dist(w, b->opt);
+      else
+        run_bare(w, b->val, b->buf, b->names, b->req, first, &tu);
+      t1 = bench_now();
+      if (first)
+        good &= verify(w, b->val, is_dist ? "dist" : "bare");
+      if (it < 0)
+        continue;
+      if (is_dist) {
+        b->dist[it] = t1 - t0;
+      } else {
+        b->bare[it] = t1 - t0;
+        b->comm[it] = tu - t0;
+        b->upd[it] = t1 - tu;
+      }
+    }
+  }
+  b->good = bench_all_ok(good);
+}
+
+/* The slowest rank's times, their statistics and the ratios (on every
+ * rank: the maxima are collective). */
+static void optim_stats(optim_t *b) {
+  int iters = b->iters;
+  bench_max_over_ranks(b->dist, iters);
+  bench_max_over_ranks(b->bare, iters);
+  bench_max_over_ranks(b->comm, iters);
+  bench_max_over_ranks(b->upd, iters);
+  for (int it = 0; it < iters; it++)
+    b->pair[it] = b->dist[it] / b->bare[it];
+  b->sd = bench_stats(b->dist, iters);
+  b->sb = bench_stats(b->bare, iters);
+  b->sc = bench_stats(b->comm, iters);
+  b->su = bench_stats(b->upd, iters);
+  b->sp = bench_stats(b->pair, iters);
+  b->ratio = b->sd.median / b->sb.median;
+}
+
+static void optim_json(const bench_opts_t *o, const optim_t *b) {
+  bench_json_header("optim");
+  bench_json_str("tensors", o->tensors);
+  bench_json_int("tensor_count", b->w->count);
+  bench_json_int("elements", b->w->elems);
+  bench_json_int("iters", b->iters);
+  bench_json_num("dist_step_ms", b->sd.median * 1e3);
+  bench_json_num("dist_step_min_ms", b->sd.min * 1e3);
+  bench_json_num("dist_step_max_ms", b->sd.max * 1e3);
+  bench_json_num("bare_step_ms", b->sb.median * 1e3);
+  bench_json_num("bare_step_min_ms", b->sb.min * 1e3);
+  bench_json_num("bare_step_max_ms", b->sb.max * 1e3);
+  bench_json_num("bare_allreduce_ms", b->sc.median * 1e3);
+  bench_json_num("bare_update_ms", b->su.median * 1e3);
+  bench_json_num("ratio", b->ratio);
+  bench_json_num("paired_ratio_median", b->sp.median);
+  bench_json_bool("correct", b->good);
+  bench_json_close('}');
+  printf("\n");
+}
+
+static void optim_text(const bench_opts_t *o, const optim_t *b) {
+  const bench_stats_t *sd = &b->sd, *sb = &b->sb;
+  char env[512];
+  printf("# hvd-bench optim: %s: %d tensors, %.1f MiB; %d ranks; SGD "
+         "momentum %g, lr %g; median of %d (min, max); %s\n",
+         o->tensors, b->w->count, (double)b->w->elems * 4 / (1 << 20),
+         bench_size, (double)MOMENTUM, (double)LR, b->iters,
+         bench_env_line(env, sizeof env));
+  printf("%-52s %10.2f ms (%.2f, %.2f)\n",
+         "(a) distributed optimizer: grad_ready x n + step", sd->median * 1e3,
+         sd->min * 1e3, sd->max * 1e3);
+  printf("%-52s %10.2f ms (%.2f, %.2f)\n",
+         "(b) bare: hvd allreduce (average) + inline update", sb->median * 1e3,
+         sb->min * 1e3, sb->max * 1e3);
+  printf("%-52s %10.2f ms\n", "    of which the allreduce (submit + wait)",
+         b->sc.median * 1e3);
+  printf("%-52s %10.2f ms\n", "    of which the update loop",
+         b->su.median * 1e3);
+  printf("ratio (a) / (b): %.3f (goal: below 1.05); median of the "
+         "iterations' own ratios %.3f\n",
+         b->ratio, b->sp.median);
+  if (!b->good)
+    printf("WRONG RESULTS (see stderr)\n");
+}
+
+static void optim_free(optim_t *b) {
+  hvd_optimizer_destroy(b->opt);
+  for (int t = 0; t < b->w->count; t++) {
+    free(b->val[t]);
+    free(b->buf[t]);
+    free(b->names[t]);
+  }
+  free(b->val);
+  free(b->buf);
+  free(b->names);
+  free(b->params);
+  free(b->req);
+  free(b->dist);
+  free(b->bare);
+  free(b->comm);
+  free(b->upd);
+  free(b->pair);
+  bench_free_workload(b->w);
+}
+
 int bench_optim(const bench_opts_t *o) {
   workload_t w;
+  optim_t b;
   if (!bench_load_workload(o->tensors, &w, o->alloc))
     return 2;
-  int iters = o->iters > 0 ? o->iters : 10;
-  int warmup = o->warmup >= 0 ? o->warmup : 2;
-  if (warmup < 1)
-    warmup = 1; /* the first run is the checked one */
+  memset(&b, 0, sizeof b);
+  b.w = &w;
+  b.iters = o->iters > 0 ? o->iters : 10;
+  b.warmup = o->warmup >= 0 ? o->warmup : 2;
+  if (b.warmup < 1)
+    b.warmup = 1; /* the first run is the checked one */
+  optim_alloc(&b);
 
-  float **val = bench_alloc(sizeof *val * (size_t)w.count);
-  float **buf = bench_alloc(sizeof *buf * (size_t)w.count);
-  char **names = bench_alloc(sizeof *names * (size_t)w.count);
-  hvd_param_t *params = bench_alloc(sizeof *params * (size_t)w.count);
-  hvd_request_t **req = bench_alloc(sizeof *req * (size_t)w.count);
-  for (int t = 0; t < w.count; t++) {
-    size_t len = strlen(w.t[t].name) + sizeof "bench.optim.";
-    val[t] = bench_alloc(sizeof(float) * (size_t)w.t[t].n);
-    buf[t] = bench_alloc(sizeof(float) * (size_t)w.t[t].n);
-    names[t] = bench_alloc(len);
-    snprintf(names[t], len, "bench.optim.%s", w.t[t].name);
-    params[t].name = w.t[t].name;
-    params[t].value =
-        hvd_tensor_make(val[t], HVD_FLOAT32, w.t[t].ndim, w.t[t].shape);
-    params[t].grad =
-        hvd_tensor_make(w.t[t].data, HVD_FLOAT32, w.t[t].ndim, w.t[t].shape);
-  }
-
+  hvd_param_t *params = b.params;
   hvd_sgd_options_t so;
   hvd_optimizer_t *base = NULL, *opt = NULL;
   hvd_sgd_options_init(&so);
@@ -132,116 +285,17 @@ int bench_optim(const bench_opts_t *o) {
   so.momentum = MOMENTUM;
   BENCH_HVD(hvd_sgd_create(params, w.count, &so, &base));
   BENCH_HVD(hvd_distributed_optimizer(base, NULL, &opt));
+  b.opt = opt;
 
-  double *dist = bench_alloc(sizeof(double) * (size_t)iters);
-  double *bare = bench_alloc(sizeof(double) * (size_t)iters);
-  double *comm = bench_alloc(sizeof(double) * (size_t)iters);
-  double *upd = bench_alloc(sizeof(double) * (size_t)iters);
-  double *pair = bench_alloc(sizeof(double) * (size_t)iters);
-  int good = 1;
-  for (int it = -warmup; it < iters; it++) {
-    /* the first run of each is checked, from the same start; later the
-     * order alternates, so neither always runs after the other */
-    int first = it == -warmup;
-    for (int turn = 0; turn < 2; turn++) {
-      int is_dist = (turn == 0) == (first || (it & 1) == 0);
-      double t0, t1, tu = 0;
-      if (first)
-        reset(&w, val);
-      BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
-      t0 = bench_now();
-      if (is_dist)
-        run_dist(&w, opt);
-      else
-        run_bare(&w, val, buf, names, req, first, &tu);
-      t1 = bench_now();
-      if (first)
-        good &= verify(&w, val, is_dist ? "dist" : "bare");
-      if (it < 0)
-        continue;
-      if (is_dist) {
-        dist[it] = t1 - t0;
-      } else {
-        bare[it] = t1 - t0;
-        comm[it] = tu - t0;
-        upd[it] = t1 - tu;
-      }
-    }
-  }
-  good = bench_all_ok(good);
-
-  bench_max_over_ranks(dist, iters);
-  bench_max_over_ranks(bare, iters);
-  bench_max_over_ranks(comm, iters);
-  bench_max_over_ranks(upd, iters);
-  for (int it = 0; it < iters; it++)
-    pair[it] = dist[it] / bare[it];
-  bench_stats_t sd = bench_stats(dist, iters), sb = bench_stats(bare, iters),
-                sc = bench_stats(comm, iters), su = bench_stats(upd, iters),
-                sp = bench_stats(pair, iters);
-  double ratio = sd.median / sb.median;
+  optim_time(&b);
+  optim_stats(&b);
   if (bench_rank == 0) {
-    if (o->json) {
-      bench_json_header("optim");
-      bench_json_str("tensors", o->tensors);
-      bench_json_int("tensor_count", w.count);
-      bench_json_int("elements", w.elems);
-      bench_json_int("iters", iters);
-      bench_json_num("dist_step_ms", sd.median * 1e3);
-      bench_json_num("dist_step_min_ms", sd.min * 1e3);
-      bench_json_num("dist_step_max_ms", sd.max * 1e3);
-      bench_json_num("bare_step_ms", sb.median * 1e3);
-      bench_json_num("bare_step_min_ms", sb.min * 1e3);
-      bench_json_num("bare_step_max_ms", sb.max * 1e3);
-      bench_json_num("bare_allreduce_ms", sc.median * 1e3);
-      bench_json_num("bare_update_ms", su.median * 1e3);
-      bench_json_num("ratio", ratio);
-      bench_json_num("paired_ratio_median", sp.median);
-      bench_json_bool("correct", good);
-      bench_json_close('}');
-      printf("\n");
-    } else {
-      char env[512];
-      printf("# hvd-bench optim: %s: %d tensors, %.1f MiB; %d ranks; SGD "
-             "momentum %g, lr %g; median of %d (min, max); %s\n",
-             o->tensors, w.count, (double)w.elems * 4 / (1 << 20), bench_size,
-             (double)MOMENTUM, (double)LR, iters,
-             bench_env_line(env, sizeof env));
-      printf("%-52s %10.2f ms (%.2f, %.2f)\n",
-             "(a) distributed optimizer: grad_ready x n + step",
-             sd.median * 1e3, sd.min * 1e3, sd.max * 1e3);
-      printf("%-52s %10.2f ms (%.2f, %.2f)\n",
-             "(b) bare: hvd allreduce (average) + inline update",
-             sb.median * 1e3, sb.min * 1e3, sb.max * 1e3);
-      printf("%-52s %10.2f ms\n", "    of which the allreduce (submit + wait)",
-             sc.median * 1e3);
-      printf("%-52s %10.2f ms\n", "    of which the update loop",
-             su.median * 1e3);
-      printf("ratio (a) / (b): %.3f (goal: below 1.05); median of the "
-             "iterations' own ratios %.3f\n",
-             ratio, sp.median);
-      if (!good)
-        printf("WRONG RESULTS (see stderr)\n");
-    }
+    if (o->json)
+      optim_json(o, &b);
+    else
+      optim_text(o, &b);
     fflush(stdout);
   }
-
-  hvd_optimizer_destroy(opt);
-  for (int t = 0; t < w.count; t++) {
-    free(val[t]);
-    free(buf[t]);
-    free(names[t]);
-  }
-  free(val);
-  free(buf);
-  free(names);
-  free(params);
-  free(req);
-  free(dist);
-  free(bare);
-  free(comm);
-  free(upd);
-  free(pair);
-  bench_free_workload(&w);
-  return good ? 0 : 1;
+  optim_free(&b);
+  return b.good ? 0 : 1;
 }
