@@ -49,19 +49,9 @@ static void wait_all(workload_t *w, hvd_request_t **req) {
     BENCH_HVD(hvd_wait(req[t]));
 }
 
-int bench_overlap(const bench_opts_t *o) {
-  workload_t w;
-  if (!bench_load_workload(o->tensors, &w, o->alloc))
-    return 2;
-  int iters = o->iters > 0 ? o->iters : 5;
-  hvd_request_t **req = bench_alloc(sizeof *req * (size_t)w.count);
-  float *a = bench_alloc(sizeof *a * ARRAY);
-  for (int i = 0; i < ARRAY; i++)
-    a[i] = (float)i / ARRAY;
-  for (int t = 0; t < w.count; t++)
-    memset(w.t[t].data, 0, sizeof(float) * (size_t)w.t[t].n);
-
-  /* calibrate on rank 0: reps for about compute_ms of arithmetic */
+/* Calibrated on rank 0 and sent to all: the passes of compute() that take
+ * about --compute-ms. */
+static long calibrate(const bench_opts_t *o, float *a) {
   long reps = 1;
   if (bench_rank == 0) {
     double t0 = bench_now();
@@ -70,12 +60,28 @@ int bench_overlap(const bench_opts_t *o) {
     reps = (long)(o->compute_ms / 1e3 / per) + 1;
   }
   BENCH_MPI(MPI_Bcast(&reps, 1, MPI_LONG, 0, MPI_COMM_WORLD));
+  return reps;
+}
 
-  double *alone = bench_alloc(sizeof(double) * (size_t)iters);
-  double *comm = bench_alloc(sizeof(double) * (size_t)iters);
-  double *under = bench_alloc(sizeof(double) * (size_t)iters);
-  double *step = bench_alloc(sizeof(double) * (size_t)iters);
-  for (int it = -1; it < iters; it++) { /* it == -1: warmup */
+/* overlap's state: the workload, the compute's array, every iteration's
+ * times (seconds) and their statistics. */
+typedef struct overlap {
+  workload_t *w;
+  hvd_request_t **req;
+  float *a;
+  long reps;
+  int iters;
+  double *alone, *comm, *under, *step;
+  bench_stats_t sa, sc, su, ss;
+} overlap_t;
+
+/* compute alone, hvd alone, then both at once; after a barrier each. */
+static void overlap_time(overlap_t *v) {
+  workload_t *w = v->w;
+  hvd_request_t **req = v->req;
+  float *a = v->a;
+  long reps = v->reps;
+  for (int it = -1; it < v->iters; it++) { /* it == -1: warmup */
     double t0;
     BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
     t0 = bench_now();
@@ -84,69 +90,108 @@ int bench_overlap(const bench_opts_t *o) {
 
     BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
     t0 = bench_now();
-    submit_all(&w, req);
-    wait_all(&w, req);
+    submit_all(w, req);
+    wait_all(w, req);
     double m0 = bench_now() - t0;
 
     BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
     t0 = bench_now();
-    submit_all(&w, req);
+    submit_all(w, req);
     double c1s = bench_now();
     sink = compute(a, reps);
     double c1 = bench_now() - c1s;
-    wait_all(&w, req);
+    wait_all(w, req);
     double s1 = bench_now() - t0;
     if (it >= 0) {
-      alone[it] = c0;
-      comm[it] = m0;
-      under[it] = c1;
-      step[it] = s1;
+      v->alone[it] = c0;
+      v->comm[it] = m0;
+      v->under[it] = c1;
+      v->step[it] = s1;
     }
   }
-  bench_max_over_ranks(alone, iters);
-  bench_max_over_ranks(comm, iters);
-  bench_max_over_ranks(under, iters);
-  bench_max_over_ranks(step, iters);
-  bench_stats_t sa = bench_stats(alone, iters), sc = bench_stats(comm, iters),
-                su = bench_stats(under, iters), ss = bench_stats(step, iters);
-  double kept = sa.median / su.median;
+}
+
+/* The slowest rank's times and their statistics (collective). */
+static void overlap_stats(overlap_t *v) {
+  int iters = v->iters;
+  bench_max_over_ranks(v->alone, iters);
+  bench_max_over_ranks(v->comm, iters);
+  bench_max_over_ranks(v->under, iters);
+  bench_max_over_ranks(v->step, iters);
+  v->sa = bench_stats(v->alone, iters);
+  v->sc = bench_stats(v->comm, iters);
+  v->su = bench_stats(v->under, iters);
+  v->ss = bench_stats(v->step, iters);
+}
+
+static void overlap_json(const bench_opts_t *o, const overlap_t *v) {
+  const bench_stats_t *sa = &v->sa, *sc = &v->sc, *su = &v->su, *ss = &v->ss;
+  bench_json_header("overlap");
+  bench_json_str("tensors", o->tensors);
+  bench_json_num("compute_alone_ms", sa->median * 1e3);
+  bench_json_num("comm_alone_ms", sc->median * 1e3);
+  bench_json_num("compute_under_comm_ms", su->median * 1e3);
+  bench_json_num("step_ms", ss->median * 1e3);
+  bench_json_num("compute_speed_kept", sa->median / su->median);
+  bench_json_num("step_vs_sequential", ss->median / (sa->median + sc->median));
+  bench_json_close('}');
+  printf("\n");
+}
+
+static void overlap_text(const bench_opts_t *o, const overlap_t *v) {
+  const bench_stats_t *sa = &v->sa, *sc = &v->sc, *su = &v->su, *ss = &v->ss;
+  char env[512];
+  printf("# hvd-bench overlap: %s: %d tensors, %.1f MiB; %d ranks; "
+         "median of %d; %s\n",
+         o->tensors, v->w->count, (double)v->w->elems * 4 / (1 << 20),
+         bench_size, v->iters, bench_env_line(env, sizeof env));
+  printf("%-44s %10.2f ms\n", "compute alone", sa->median * 1e3);
+  printf("%-44s %10.2f ms\n", "hvd reduction alone (submit + wait)",
+         sc->median * 1e3);
+  printf("%-44s %10.2f ms\n", "compute while hvd reduces in background",
+         su->median * 1e3);
+  printf("%-44s %10.2f ms\n", "step: submit, compute, wait", ss->median * 1e3);
+  printf("compute speed kept under communication: %.3f\n",
+         sa->median / su->median);
+  printf("step / (compute + reduction one after the other): %.3f\n",
+         ss->median / (sa->median + sc->median));
+}
+
+int bench_overlap(const bench_opts_t *o) {
+  workload_t w;
+  overlap_t v;
+  if (!bench_load_workload(o->tensors, &w, o->alloc))
+    return 2;
+  memset(&v, 0, sizeof v);
+  v.w = &w;
+  v.iters = o->iters > 0 ? o->iters : 5;
+  v.req = bench_alloc(sizeof *v.req * (size_t)w.count);
+  v.a = bench_alloc(sizeof *v.a * ARRAY);
+  for (int i = 0; i < ARRAY; i++)
+    v.a[i] = (float)i / ARRAY;
+  for (int t = 0; t < w.count; t++)
+    memset(w.t[t].data, 0, sizeof(float) * (size_t)w.t[t].n);
+  v.reps = calibrate(o, v.a);
+
+  v.alone = bench_alloc(sizeof(double) * (size_t)v.iters);
+  v.comm = bench_alloc(sizeof(double) * (size_t)v.iters);
+  v.under = bench_alloc(sizeof(double) * (size_t)v.iters);
+  v.step = bench_alloc(sizeof(double) * (size_t)v.iters);
+  overlap_time(&v);
+  overlap_stats(&v);
   if (bench_rank == 0) {
-    if (o->json) {
-      bench_json_header("overlap");
-      bench_json_str("tensors", o->tensors);
-      bench_json_num("compute_alone_ms", sa.median * 1e3);
-      bench_json_num("comm_alone_ms", sc.median * 1e3);
-      bench_json_num("compute_under_comm_ms", su.median * 1e3);
-      bench_json_num("step_ms", ss.median * 1e3);
-      bench_json_num("compute_speed_kept", kept);
-      bench_json_num("step_vs_sequential", ss.median / (sa.median + sc.median));
-      bench_json_close('}');
-      printf("\n");
-    } else {
-      char env[512];
-      printf("# hvd-bench overlap: %s: %d tensors, %.1f MiB; %d ranks; "
-             "median of %d; %s\n",
-             o->tensors, w.count, (double)w.elems * 4 / (1 << 20), bench_size,
-             iters, bench_env_line(env, sizeof env));
-      printf("%-44s %10.2f ms\n", "compute alone", sa.median * 1e3);
-      printf("%-44s %10.2f ms\n", "hvd reduction alone (submit + wait)",
-             sc.median * 1e3);
-      printf("%-44s %10.2f ms\n", "compute while hvd reduces in background",
-             su.median * 1e3);
-      printf("%-44s %10.2f ms\n", "step: submit, compute, wait",
-             ss.median * 1e3);
-      printf("compute speed kept under communication: %.3f\n", kept);
-      printf("step / (compute + reduction one after the other): %.3f\n",
-             ss.median / (sa.median + sc.median));
-    }
+    if (o->json)
+      overlap_json(o, &v);
+    else
+      overlap_text(o, &v);
     fflush(stdout);
   }
-  free(alone);
-  free(comm);
-  free(under);
-  free(step);
-  free(a);
-  free(req);
+  free(v.alone);
+  free(v.comm);
+  free(v.under);
+  free(v.step);
+  free(v.a);
+  free(v.req);
   bench_free_workload(&w);
   return 0;
 }
