@@ -571,108 +571,147 @@ static int default_iters(int64_t bytes) {
   return n < 10 ? 10 : n > 100 ? 100 : (int)n;
 }
 
-int bench_sweep(const bench_opts_t *o) {
+/* The sweep's (or quick's) choice of cases and its running totals. */
+typedef struct sweep {
+  const bench_opts_t *o;
+  int quick;
+  unsigned colls, dtypes, ops, places;
+  int total, wrong, timed;    /* cases; wrong ones; timed ones */
+  double busbw_sum;           /* of the timed cases */
+  int coll_cases, coll_wrong; /* of the collective being run */
+} sweep_t;
+
+/* Case c (its message size set) in each place pl allows: run, counted,
+ * its row printed. */
+static void sweep_places(sweep_t *sw, scase_t *c, unsigned pl) {
+  const bench_opts_t *o = sw->o;
+  for (int place = 0; place < 2; place++) {
+    if (!(pl & (place ? BENCH_IN_PLACE : BENCH_OUT_OF_PLACE)))
+      continue;
+    c->inplace = place;
+    sresult_t r = run_case(c, o);
+    sw->total++;
+    if (c->iters > 0 && isfinite(r.busbw))
+      sw->busbw_sum += r.busbw, sw->timed++;
+    sw->coll_cases++;
+    sw->wrong += !r.ok;
+    sw->coll_wrong += !r.ok;
+    if (!sw->quick || o->verbose || o->json || !r.ok)
+      print_row(c, o, &r);
+  }
+}
+
+/* Every message size of one collective, dtype and op: quick's three
+ * counts, or the sweep's sizes from --min-bytes to --max-bytes. */
+static void sweep_sizes(sweep_t *sw, enum bench_coll coll, unsigned pl, int dt,
+                        int op) {
   static const int64_t quick_counts[] = {1, 37, 4099};
-  int quick = o->mode == BENCH_QUICK;
-  unsigned colls = quick ? (1u << BENCH_COLL_COUNT) - 1 : o->colls;
-  unsigned dtypes = quick ? (1u << HVD_DTYPE_COUNT) - 1 : o->dtypes;
-  unsigned ops = quick ? (1u << HVD_OP_COUNT) - 1 : o->ops;
-  unsigned places = quick ? BENCH_IN_PLACE | BENCH_OUT_OF_PLACE : o->places;
-  int total = 0, wrong = 0, timed = 0;
-  double t_start = bench_now(), busbw_sum = 0;
-
-  print_header(o);
-  for (int cl = 0; cl < BENCH_COLL_COUNT; cl++) {
-    if (!(colls & (1u << cl)))
-      continue;
-    enum bench_coll coll = (enum bench_coll)cl;
-    unsigned pl = places & places_of(coll);
-    int coll_cases = 0, coll_wrong = 0;
-    if (pl == 0) {
-      if (bench_rank == 0 && !o->json)
-        printf("# %s skipped: it runs %s place only\n", bench_coll_name(coll),
-               places_of(coll) == BENCH_IN_PLACE ? "in" : "out of");
-      continue;
-    }
-    for (int dt = 0; dt < HVD_DTYPE_COUNT; dt++) {
-      if (!(dtypes & (1u << dt)))
-        continue;
-      for (int op = 0; op < HVD_OP_COUNT; op++) {
-        if (!(ops & (1u << op)) && is_reduction(coll))
-          continue;
-        if (!is_reduction(coll) && op != 0)
-          break; /* one pass for a collective without an op */
-        int64_t prev = -1;
-        int nsizes = quick ? BENCH_COUNT(quick_counts) : 64;
-        int64_t bytes = o->min_bytes;
-        for (int s = 0; s < nsizes; s++) {
-          scase_t c = {coll, (hvd_dtype_t)dt, (hvd_op_t)op, 0, 0, 0, 0};
-          if (quick) {
-            c.count = count_for(
-                coll, c.dtype,
-                quick_counts[s] * (int64_t)hvd_dtype_size(c.dtype), 0);
-          } else {
-            if (s > 0)
-              bytes *= o->step_factor;
-            if (bytes > o->max_bytes)
-              break;
-            c.count = count_for(coll, c.dtype, bytes, 1);
-            if (c.count == prev)
-              continue; /* rounding made it the same message */
-            int64_t real = c.count * (int64_t)hvd_dtype_size(c.dtype);
-            c.iters = o->iters > 0 ? o->iters : default_iters(real);
-            c.warmup = o->warmup >= 0               ? o->warmup
-                       : real > (INT64_C(16) << 20) ? 2
-                                                    : 5;
-          }
-          prev = c.count;
-          for (int place = 0; place < 2; place++) {
-            if (!(pl & (place ? BENCH_IN_PLACE : BENCH_OUT_OF_PLACE)))
-              continue;
-            c.inplace = place;
-            sresult_t r = run_case(&c, o);
-            total++;
-            if (c.iters > 0 && isfinite(r.busbw))
-              busbw_sum += r.busbw, timed++;
-            coll_cases++;
-            wrong += !r.ok;
-            coll_wrong += !r.ok;
-            if (!quick || o->verbose || o->json || !r.ok)
-              print_row(&c, o, &r);
-          }
-        }
-      }
-    }
-    if (quick && bench_rank == 0 && !o->json)
-      printf("%-13s: %3d cases %s\n", bench_coll_name(coll), coll_cases,
-             coll_wrong ? "with some WRONG (see above)" : "ok");
-  }
-  if (quick)
-    wrong += quick_extras(o, &total);
-
-  if (bench_rank == 0) {
-    double secs = bench_now() - t_start;
-    if (o->json) {
-      bench_json_close(']');
-      bench_json_int("cases", total);
-      bench_json_int("wrong", wrong);
-      if (timed > 0)
-        bench_json_num("avg_busbw_gbps", busbw_sum / timed);
-      bench_json_num("seconds", secs);
-      bench_json_close('}');
+  const bench_opts_t *o = sw->o;
+  int quick = sw->quick;
+  int64_t prev = -1;
+  int nsizes = quick ? BENCH_COUNT(quick_counts) : 64;
+  int64_t bytes = o->min_bytes;
+  for (int s = 0; s < nsizes; s++) {
+    scase_t c = {coll, (hvd_dtype_t)dt, (hvd_op_t)op, 0, 0, 0, 0};
+    if (quick) {
+      c.count = count_for(
+          coll, c.dtype, quick_counts[s] * (int64_t)hvd_dtype_size(c.dtype), 0);
     } else {
-      printf("# %s: %d case%s on %d rank%s, %s (%.1f s)\n",
-             quick ? "quick" : "sweep", total, total == 1 ? "" : "s",
-             bench_size, bench_size == 1 ? "" : "s",
-             wrong ? "SOME WRONG" : "all results ok", secs);
+      if (s > 0)
+        bytes *= o->step_factor;
+      if (bytes > o->max_bytes)
+        break;
+      c.count = count_for(coll, c.dtype, bytes, 1);
+      if (c.count == prev)
+        continue; /* rounding made it the same message */
+      int64_t real = c.count * (int64_t)hvd_dtype_size(c.dtype);
+      c.iters = o->iters > 0 ? o->iters : default_iters(real);
+      c.warmup = o->warmup >= 0               ? o->warmup
+                 : real > (INT64_C(16) << 20) ? 2
+                                              : 5;
     }
-    if (wrong && !o->json)
-      printf("# %d wrong; each wrong rank says what on stderr\n", wrong);
-    if (timed > 0 && !o->json) /* as nccl-tests close */
-      printf("# Avg bus bandwidth    : %g GB/s (mean of the %d cases' "
-             "busbw)\n",
-             busbw_sum / timed, timed);
-    fflush(stdout);
+    prev = c.count;
+    sweep_places(sw, &c, pl);
   }
-  return wrong ? 1 : 0;
+}
+
+/* One collective over the chosen dtypes and ops (one pass without an op
+ * for a collective that has none); quick says how it went. */
+static void sweep_coll(sweep_t *sw, enum bench_coll coll) {
+  const bench_opts_t *o = sw->o;
+  unsigned pl = sw->places & places_of(coll);
+  sw->coll_cases = 0;
+  sw->coll_wrong = 0;
+  if (pl == 0) {
+    if (bench_rank == 0 && !o->json)
+      printf("# %s skipped: it runs %s place only\n", bench_coll_name(coll),
+             places_of(coll) == BENCH_IN_PLACE ? "in" : "out of");
+    return;
+  }
+  for (int dt = 0; dt < HVD_DTYPE_COUNT; dt++) {
+    if (!(sw->dtypes & (1u << dt)))
+      continue;
+    for (int op = 0; op < HVD_OP_COUNT; op++) {
+      if (!(sw->ops & (1u << op)) && is_reduction(coll))
+        continue;
+      if (!is_reduction(coll) && op != 0)
+        break; /* one pass for a collective without an op */
+      sweep_sizes(sw, coll, pl, dt, op);
+    }
+  }
+  if (sw->quick && bench_rank == 0 && !o->json)
+    printf("%-13s: %3d cases %s\n", bench_coll_name(coll), sw->coll_cases,
+           sw->coll_wrong ? "with some WRONG (see above)" : "ok");
+}
+
+/* Rank 0's closing lines: the counts, and nccl-tests' average bus
+ * bandwidth. */
+static void sweep_summary(const sweep_t *sw, double t_start) {
+  const bench_opts_t *o = sw->o;
+  int total = sw->total, wrong = sw->wrong, timed = sw->timed;
+  double secs = bench_now() - t_start;
+  if (o->json) {
+    bench_json_close(']');
+    bench_json_int("cases", total);
+    bench_json_int("wrong", wrong);
+    if (timed > 0)
+      bench_json_num("avg_busbw_gbps", sw->busbw_sum / timed);
+    bench_json_num("seconds", secs);
+    bench_json_close('}');
+  } else {
+    printf("# %s: %d case%s on %d rank%s, %s (%.1f s)\n",
+           sw->quick ? "quick" : "sweep", total, total == 1 ? "" : "s",
+           bench_size, bench_size == 1 ? "" : "s",
+           wrong ? "SOME WRONG" : "all results ok", secs);
+  }
+  if (wrong && !o->json)
+    printf("# %d wrong; each wrong rank says what on stderr\n", wrong);
+  if (timed > 0 && !o->json) /* as nccl-tests close */
+    printf("# Avg bus bandwidth    : %g GB/s (mean of the %d cases' "
+           "busbw)\n",
+           sw->busbw_sum / timed, timed);
+  fflush(stdout);
+}
+
+int bench_sweep(const bench_opts_t *o) {
+  int quick = o->mode == BENCH_QUICK;
+  sweep_t sw;
+  double t_start = bench_now();
+
+  memset(&sw, 0, sizeof sw);
+  sw.o = o;
+  sw.quick = quick;
+  sw.colls = quick ? (1u << BENCH_COLL_COUNT) - 1 : o->colls;
+  sw.dtypes = quick ? (1u << HVD_DTYPE_COUNT) - 1 : o->dtypes;
+  sw.ops = quick ? (1u << HVD_OP_COUNT) - 1 : o->ops;
+  sw.places = quick ? BENCH_IN_PLACE | BENCH_OUT_OF_PLACE : o->places;
+  print_header(o);
+  for (int cl = 0; cl < BENCH_COLL_COUNT; cl++)
+    if (sw.colls & (1u << cl))
+      sweep_coll(&sw, (enum bench_coll)cl);
+  if (quick)
+    sw.wrong += quick_extras(o, &sw.total);
+  if (bench_rank == 0)
+    sweep_summary(&sw, t_start);
+  return sw.wrong ? 1 : 0;
 }
