@@ -364,8 +364,6 @@ void bench_free_workload(workload_t *w) {
   memset(w, 0, sizeof *w);
 }
 
-/* Reads FILE; on error rank 0 says why and it returns 0 (on every rank:
- * every rank reads the same file). */
 /* A workload given by name (no '/'): NAME or NAME.tensors among the
  * installed workloads, else the source tree's (a build not installed). */
 static FILE *open_workload(const char *path, char *found, size_t len) {
@@ -385,6 +383,77 @@ static FILE *open_workload(const char *path, char *found, size_t len) {
   return NULL;
 }
 
+/* The tokens of one line of a .tensors file, its comment ('#' on) cut
+ * off; at most 4 (a fourth is already one too many). */
+static int split_line(char *line, char **tok) {
+  char *save = NULL;
+  int ntok = 0;
+  char *hash = strchr(line, '#');
+  if (hash != NULL)
+    *hash = '\0';
+  for (char *s = strtok_r(line, " \t\r\n", &save); s != NULL && ntok < 4;
+       s = strtok_r(NULL, " \t\r\n", &save))
+    tok[ntok++] = s;
+  return ntok;
+}
+
+/* Line lineno of path, `name dim0 [dim1]` in ntok tokens, as w's next
+ * tensor (*alloc: the tensors w->t has room for); 0 with the reason in err
+ * if the line is malformed. */
+static int add_tensor(workload_t *w, int *alloc, char **tok, int ntok,
+                      const char *path, int lineno, char *err, size_t len) {
+  int ok = 0;
+  if (ntok < 2 || ntok > 3) {
+    snprintf(err, len, "%s:%d: expected `name dim0 [dim1]`", path, lineno);
+    goto done;
+  }
+  if (w->count == *alloc) {
+    *alloc = *alloc ? 2 * *alloc : 256;
+    ltensor_t *nt = realloc(w->t, sizeof *nt * (size_t)*alloc);
+    if (nt == NULL)
+      bench_fail("out of memory reading %s", path);
+    w->t = nt;
+  }
+  ltensor_t *t = &w->t[w->count];
+  memset(t, 0, sizeof *t);
+  t->ndim = ntok - 1;
+  t->n = 1;
+  for (int d = 0; d < t->ndim; d++) {
+    char *end = NULL;
+    long long v = strtoll(tok[d + 1], &end, 10);
+    if (end == tok[d + 1] || *end != '\0' || v < 1 || v > INT_MAX) {
+      snprintf(err, len,
+               "%s:%d: dimension '%s' is not a positive "
+               "integer",
+               path, lineno, tok[d + 1]);
+      goto done;
+    }
+    t->shape[d] = v;
+    t->n *= v;
+  }
+  if (t->n > INT_MAX) {
+    snprintf(err, len, "%s:%d: tensor has more than %d elements", path, lineno,
+             INT_MAX);
+    goto done;
+  }
+  for (int i = 0; i < w->count; i++)
+    if (strcmp(w->t[i].name, tok[0]) == 0) {
+      snprintf(err, len, "%s:%d: tensor '%s' appears twice", path, lineno,
+               tok[0]);
+      goto done;
+    }
+  t->name = strdup(tok[0]);
+  if (t->name == NULL)
+    bench_fail("out of memory reading %s", path);
+  w->elems += t->n;
+  w->count++;
+  ok = 1;
+done:
+  return ok;
+}
+
+/* Reads FILE; on error rank 0 says why and it returns 0 (on every rank:
+ * every rank reads the same file). */
 int bench_load_workload(const char *path, workload_t *w, int host_data) {
   char found[4096];
   FILE *f = open_workload(path, found, sizeof found);
@@ -404,62 +473,13 @@ int bench_load_workload(const char *path, workload_t *w, int host_data) {
   }
   path = found;
   while (getline(&line, &cap, f) != -1) {
-    char *save = NULL, *tok[4];
-    int ntok = 0;
+    char *tok[4];
+    int ntok = split_line(line, tok);
     lineno++;
-    char *hash = strchr(line, '#');
-    if (hash != NULL)
-      *hash = '\0';
-    for (char *s = strtok_r(line, " \t\r\n", &save); s != NULL && ntok < 4;
-         s = strtok_r(NULL, " \t\r\n", &save))
-      tok[ntok++] = s;
     if (ntok == 0)
       continue;
-    if (ntok < 2 || ntok > 3) {
-      snprintf(err, sizeof err, "%s:%d: expected `name dim0 [dim1]`", path,
-               lineno);
+    if (!add_tensor(w, &alloc, tok, ntok, path, lineno, err, sizeof err))
       goto fail;
-    }
-    if (w->count == alloc) {
-      alloc = alloc ? 2 * alloc : 256;
-      ltensor_t *nt = realloc(w->t, sizeof *nt * (size_t)alloc);
-      if (nt == NULL)
-        bench_fail("out of memory reading %s", path);
-      w->t = nt;
-    }
-    ltensor_t *t = &w->t[w->count];
-    memset(t, 0, sizeof *t);
-    t->ndim = ntok - 1;
-    t->n = 1;
-    for (int d = 0; d < t->ndim; d++) {
-      char *end = NULL;
-      long long v = strtoll(tok[d + 1], &end, 10);
-      if (end == tok[d + 1] || *end != '\0' || v < 1 || v > INT_MAX) {
-        snprintf(err, sizeof err,
-                 "%s:%d: dimension '%s' is not a positive "
-                 "integer",
-                 path, lineno, tok[d + 1]);
-        goto fail;
-      }
-      t->shape[d] = v;
-      t->n *= v;
-    }
-    if (t->n > INT_MAX) {
-      snprintf(err, sizeof err, "%s:%d: tensor has more than %d elements", path,
-               lineno, INT_MAX);
-      goto fail;
-    }
-    for (int i = 0; i < w->count; i++)
-      if (strcmp(w->t[i].name, tok[0]) == 0) {
-        snprintf(err, sizeof err, "%s:%d: tensor '%s' appears twice", path,
-                 lineno, tok[0]);
-        goto fail;
-      }
-    t->name = strdup(tok[0]);
-    if (t->name == NULL)
-      bench_fail("out of memory reading %s", path);
-    w->elems += t->n;
-    w->count++;
   }
   if (ferror(f)) {
     snprintf(err, sizeof err, "%s: %s", path, strerror(errno));
