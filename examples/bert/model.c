@@ -460,6 +460,74 @@ hvd_result_t bert_model_create(const bert_config_t *c, bert_model_t **out) {
   return bert_model_create_on(c, HVD_CPU, out);
 }
 
+/* The parameters: their descriptions, one block of values and one of
+ * gradients (zeroed), each parameter's tensors pointing into them; 0 if
+ * an allocation failed. */
+static int alloc_params(bert_model_t *m) {
+  const bert_config_t *c = &m->c;
+  m->n = P_FIRST_LAYER + c->layers * PER_LAYER + PER_HEAD;
+  m->params = calloc(m->n, sizeof *m->params);
+  m->names = calloc(m->n, sizeof *m->names);
+  m->hs = calloc(c->layers + 1, sizeof *m->hs);
+  m->acts = calloc(c->layers, sizeof *m->acts);
+  if (m->params == NULL || m->names == NULL || m->hs == NULL || m->acts == NULL)
+    return 0;
+  describe_params(m);
+  m->nweights = 0;
+  for (int i = 0; i < m->n; i++)
+    m->nweights += numel(&m->params[i].value);
+  m->values = alloc_floats(m, m->nweights);
+  m->grads = alloc_floats(m, m->nweights);
+  if (m->values == NULL || m->grads == NULL)
+    return 0;
+  m->be->zero(m->grads, m->nweights);
+  int64_t off = 0;
+  for (int i = 0; i < m->n; i++) {
+    hvd_param_t *p = &m->params[i];
+    p->value.dtype = HVD_FLOAT32;
+    p->value.device = m->device;
+    p->value.data = m->values + off;
+    p->grad = p->value;
+    p->grad.data = m->grads + off;
+    off += numel(&p->value);
+  }
+  return 1;
+}
+
+/* The activations' arena, the batch block and its host twin, and on a GPU
+ * the logits of the largest batch; then the backend's scratch reserved.
+ * 0 if an allocation failed. */
+static int alloc_activations(bert_model_t *m) {
+  const bert_config_t *c = &m->c;
+  int64_t N = (int64_t)c->batch * c->seq_len;
+  size_t batch_bytes = sizeof(int32_t) * (size_t)(4 * N + c->batch);
+  m->arena = alloc_floats(m, layout(m, NULL));
+  m->batch_dev = m->be->alloc(batch_bytes);
+  m->batch_host = m->be->host_alloc(batch_bytes);
+  if (m->arena == NULL || m->batch_dev == NULL || m->batch_host == NULL)
+    return 0;
+  memset(m->batch_host, 0, batch_bytes);
+  m->ids = m->batch_dev;
+  m->types = m->batch_dev + N;
+  m->rows = m->batch_dev + 2 * N;
+  m->targets = m->batch_dev + 3 * N;
+  m->lengths = m->batch_dev + 4 * N;
+  layout(m, m->arena);
+  if (m->device != HVD_CPU) {
+    /* all the logits a batch can have (every token masked), so that
+     * training never allocates device memory: V floats per token */
+    m->logits = alloc_floats(m, N * c->vocab_size);
+    if (m->logits == NULL)
+      return 0;
+    m->logits_cap = N;
+  }
+  int H = c->hidden, F = c->ffn, V = c->vocab_size;
+  int width = H > F ? H : F;
+  m->be->reserve(c->batch, c->seq_len, c->heads, H / c->heads,
+                 width > V ? width : V, c->type_vocab_size);
+  return 1;
+}
+
 hvd_result_t bert_model_create_on(const bert_config_t *c, int device,
                                   bert_model_t **out) {
   hvd_result_t rc;
@@ -491,60 +559,8 @@ hvd_result_t bert_model_create_on(const bert_config_t *c, int device,
     m->be = bert_cuda_backend();
     m->device = d;
   }
-  m->n = P_FIRST_LAYER + c->layers * PER_LAYER + PER_HEAD;
-  m->params = calloc(m->n, sizeof *m->params);
-  m->names = calloc(m->n, sizeof *m->names);
-  m->hs = calloc(c->layers + 1, sizeof *m->hs);
-  m->acts = calloc(c->layers, sizeof *m->acts);
-  if (m->params == NULL || m->names == NULL || m->hs == NULL || m->acts == NULL)
+  if (!alloc_params(m) || !alloc_activations(m))
     goto nomem;
-  describe_params(m);
-  m->nweights = 0;
-  for (int i = 0; i < m->n; i++)
-    m->nweights += numel(&m->params[i].value);
-  m->values = alloc_floats(m, m->nweights);
-  m->grads = alloc_floats(m, m->nweights);
-  if (m->values == NULL || m->grads == NULL)
-    goto nomem;
-  m->be->zero(m->grads, m->nweights);
-  int64_t off = 0;
-  for (int i = 0; i < m->n; i++) {
-    hvd_param_t *p = &m->params[i];
-    p->value.dtype = HVD_FLOAT32;
-    p->value.device = m->device;
-    p->value.data = m->values + off;
-    p->grad = p->value;
-    p->grad.data = m->grads + off;
-    off += numel(&p->value);
-  }
-  int64_t N = (int64_t)c->batch * c->seq_len;
-  size_t batch_bytes = sizeof(int32_t) * (size_t)(4 * N + c->batch);
-  m->arena = alloc_floats(m, layout(m, NULL));
-  m->batch_dev = m->be->alloc(batch_bytes);
-  m->batch_host = m->be->host_alloc(batch_bytes);
-  if (m->arena == NULL || m->batch_dev == NULL || m->batch_host == NULL)
-    goto nomem;
-  memset(m->batch_host, 0, batch_bytes);
-  m->ids = m->batch_dev;
-  m->types = m->batch_dev + N;
-  m->rows = m->batch_dev + 2 * N;
-  m->targets = m->batch_dev + 3 * N;
-  m->lengths = m->batch_dev + 4 * N;
-  layout(m, m->arena);
-  if (m->device != HVD_CPU) {
-    /* all the logits a batch can have (every token masked), so that
-     * training never allocates device memory: V floats per token */
-    m->logits = alloc_floats(m, N * c->vocab_size);
-    if (m->logits == NULL)
-      goto nomem;
-    m->logits_cap = N;
-  }
-  {
-    int H = c->hidden, F = c->ffn, V = c->vocab_size;
-    int width = H > F ? H : F;
-    m->be->reserve(c->batch, c->seq_len, c->heads, H / c->heads,
-                   width > V ? width : V, c->type_vocab_size);
-  }
   bert_model_init(m, c->seed);
   if ((rc = backend_status(m, "creating a BERT model")) != HVD_SUCCESS) {
     bert_model_destroy(m);
