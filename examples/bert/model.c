@@ -689,28 +689,14 @@ static hvd_result_t check_batch(const bert_model_t *m, const bert_batch_t *b) {
   return HVD_SUCCESS;
 }
 
-hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
-                                bert_output_t *out) {
-  hvd_result_t rc;
-  if (m == NULL || out == NULL)
-    return bert__error(HVD_ERR_INVALID_ARG, "bert_model_forward: NULL");
-  m->ready_for_backward = 0;
-  if ((rc = check_batch(m, b)) != HVD_SUCCESS)
-    return rc;
+/* The batch, copied for backward: staged on the host, one copy (the
+ * previous pass's copy from batch_host is done: the caller's sync_all).
+ * The masked positions become the head's rows and targets; the CPU's
+ * logits grow to hold them. */
+static hvd_result_t stage_batch(bert_model_t *m, const bert_batch_t *b) {
   const bert_config_t *c = &m->c;
-  const int B = b->batch, S = b->seq_len, N = B * S, H = c->hidden, F = c->ffn,
-            A = c->heads, V = c->vocab_size;
-  const float eps = c->ln_eps;
   const bert_backend_t *k = m->be;
-
-  /* Work that others queued on the device (hvd's optimizer update, zero
-   * grad, a checkpoint load: perhaps on streams of their own) must be
-   * done before this pass reads the parameters. On a GPU the device is
-   * idle here anyway (the last pass ended with a synchronisation). */
-  k->sync_all();
-
-  /* the batch, copied for backward: staged on the host, one copy (the
-   * previous pass's copy from batch_host is done: sync_all above) */
+  const int B = b->batch, S = b->seq_len, N = B * S, V = c->vocab_size;
   const int64_t NC = (int64_t)c->batch * c->seq_len; /* the block's [N] */
   int32_t *h = m->batch_host;
   m->B = B, m->S = S;
@@ -721,8 +707,6 @@ hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
   m->has_lengths = b->lengths != NULL;
   if (m->has_lengths)
     memcpy(h + 4 * NC, b->lengths, sizeof(int32_t) * B);
-  const int32_t *types = m->has_types ? m->types : NULL;
-  const int32_t *lengths = m->has_lengths ? m->lengths : NULL;
   m->M = 0;
   for (int i = 0; i < N; i++)
     if (b->labels[i] != LABEL_IGNORE) {
@@ -740,43 +724,51 @@ hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
     m->logits_cap = M;
   }
   k->to_device(m->batch_dev, h, sizeof(int32_t) * (size_t)(4 * NC + c->batch));
+  return HVD_SUCCESS;
+}
 
-  /* embeddings */
-  k->embedding_fwd(m->ids, types, val(m, P_WORD), val(m, P_POS), val(m, P_TYPE),
-                   m->emb_pre, B, S, H);
-  k->layernorm_fwd(m->emb_pre, val(m, P_EMB_LN_W), val(m, P_EMB_LN_B), eps,
-                   m->hs[0], m->emb_mean, m->emb_rstd, N, H);
+/* Encoder layer l forward, from hs[l] to hs[l + 1], keeping what backward
+ * needs in acts[l]. */
+static void layer_fwd(bert_model_t *m, int l) {
+  const bert_config_t *c = &m->c;
+  const bert_backend_t *k = m->be;
+  const int B = m->B, S = m->S, N = B * S, H = c->hidden, F = c->ffn,
+            A = c->heads;
+  const float eps = c->ln_eps;
+  const int32_t *lengths = m->has_lengths ? m->lengths : NULL;
+  layer_act_t *a = &m->acts[l];
+  const float *x = m->hs[l];
+  k->linear_fwd(x, val(m, layer_param(l, L_Q_W)), val(m, layer_param(l, L_Q_B)),
+                a->q, N, H, H);
+  k->linear_fwd(x, val(m, layer_param(l, L_K_W)), val(m, layer_param(l, L_K_B)),
+                a->k, N, H, H);
+  k->linear_fwd(x, val(m, layer_param(l, L_V_W)), val(m, layer_param(l, L_V_B)),
+                a->v, N, H, H);
+  k->attention_fwd(a->q, a->k, a->v, lengths, a->probs, a->ctx, B, S, A, H / A);
+  k->linear_fwd(a->ctx, val(m, layer_param(l, L_AO_W)),
+                val(m, layer_param(l, L_AO_B)), a->h1_pre, N, H, H);
+  k->add(a->h1_pre, x, a->h1_pre, (int64_t)N * H);
+  k->layernorm_fwd(a->h1_pre, val(m, layer_param(l, L_ALN_W)),
+                   val(m, layer_param(l, L_ALN_B)), eps, a->h1, a->ln1_mean,
+                   a->ln1_rstd, N, H);
+  k->linear_fwd(a->h1, val(m, layer_param(l, L_I_W)),
+                val(m, layer_param(l, L_I_B)), a->inter_pre, N, H, F);
+  k->gelu_fwd(a->inter_pre, a->inter, (int64_t)N * F);
+  k->linear_fwd(a->inter, val(m, layer_param(l, L_O_W)),
+                val(m, layer_param(l, L_O_B)), a->h2_pre, N, F, H);
+  k->add(a->h2_pre, a->h1, a->h2_pre, (int64_t)N * H);
+  k->layernorm_fwd(a->h2_pre, val(m, layer_param(l, L_OLN_W)),
+                   val(m, layer_param(l, L_OLN_B)), eps, m->hs[l + 1],
+                   a->ln2_mean, a->ln2_rstd, N, H);
+}
 
-  /* encoder */
-  for (int l = 0; l < c->layers; l++) {
-    layer_act_t *a = &m->acts[l];
-    const float *x = m->hs[l];
-    k->linear_fwd(x, val(m, layer_param(l, L_Q_W)),
-                  val(m, layer_param(l, L_Q_B)), a->q, N, H, H);
-    k->linear_fwd(x, val(m, layer_param(l, L_K_W)),
-                  val(m, layer_param(l, L_K_B)), a->k, N, H, H);
-    k->linear_fwd(x, val(m, layer_param(l, L_V_W)),
-                  val(m, layer_param(l, L_V_B)), a->v, N, H, H);
-    k->attention_fwd(a->q, a->k, a->v, lengths, a->probs, a->ctx, B, S, A,
-                     H / A);
-    k->linear_fwd(a->ctx, val(m, layer_param(l, L_AO_W)),
-                  val(m, layer_param(l, L_AO_B)), a->h1_pre, N, H, H);
-    k->add(a->h1_pre, x, a->h1_pre, (int64_t)N * H);
-    k->layernorm_fwd(a->h1_pre, val(m, layer_param(l, L_ALN_W)),
-                     val(m, layer_param(l, L_ALN_B)), eps, a->h1, a->ln1_mean,
-                     a->ln1_rstd, N, H);
-    k->linear_fwd(a->h1, val(m, layer_param(l, L_I_W)),
-                  val(m, layer_param(l, L_I_B)), a->inter_pre, N, H, F);
-    k->gelu_fwd(a->inter_pre, a->inter, (int64_t)N * F);
-    k->linear_fwd(a->inter, val(m, layer_param(l, L_O_W)),
-                  val(m, layer_param(l, L_O_B)), a->h2_pre, N, F, H);
-    k->add(a->h2_pre, a->h1, a->h2_pre, (int64_t)N * H);
-    k->layernorm_fwd(a->h2_pre, val(m, layer_param(l, L_OLN_W)),
-                     val(m, layer_param(l, L_OLN_B)), eps, m->hs[l + 1],
-                     a->ln2_mean, a->ln2_rstd, N, H);
-  }
-
-  /* masked-LM head on the masked rows */
+/* The masked-LM head on the masked rows: the loss and the correct
+ * predictions into out. */
+static void head_fwd(bert_model_t *m, bert_output_t *out) {
+  const bert_config_t *c = &m->c;
+  const bert_backend_t *k = m->be;
+  const int H = c->hidden, V = c->vocab_size, M = m->M;
+  const float eps = c->ln_eps;
   out->loss = 0;
   out->masked = M;
   out->correct = 0;
@@ -793,6 +785,40 @@ hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
                   m->logits, M, H, V);
     out->loss = k->xent_fwd(m->logits, m->targets, M, V, &out->correct) / M;
   }
+}
+
+hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
+                                bert_output_t *out) {
+  hvd_result_t rc;
+  if (m == NULL || out == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG, "bert_model_forward: NULL");
+  m->ready_for_backward = 0;
+  if ((rc = check_batch(m, b)) != HVD_SUCCESS)
+    return rc;
+  const bert_config_t *c = &m->c;
+  const int B = b->batch, S = b->seq_len, N = B * S, H = c->hidden;
+  const float eps = c->ln_eps;
+  const bert_backend_t *k = m->be;
+
+  /* Work that others queued on the device (hvd's optimizer update, zero
+   * grad, a checkpoint load: perhaps on streams of their own) must be
+   * done before this pass reads the parameters. On a GPU the device is
+   * idle here anyway (the last pass ended with a synchronisation). */
+  k->sync_all();
+  if ((rc = stage_batch(m, b)) != HVD_SUCCESS)
+    return rc;
+  const int32_t *types = m->has_types ? m->types : NULL;
+
+  /* embeddings */
+  k->embedding_fwd(m->ids, types, val(m, P_WORD), val(m, P_POS), val(m, P_TYPE),
+                   m->emb_pre, B, S, H);
+  k->layernorm_fwd(m->emb_pre, val(m, P_EMB_LN_W), val(m, P_EMB_LN_B), eps,
+                   m->hs[0], m->emb_mean, m->emb_rstd, N, H);
+  /* encoder */
+  for (int l = 0; l < c->layers; l++)
+    layer_fwd(m, l);
+  /* masked-LM head on the masked rows */
+  head_fwd(m, out);
   if ((rc = backend_status(m, "bert_model_forward")) != HVD_SUCCESS)
     return rc;
   m->ready_for_backward = 1;
