@@ -925,29 +925,12 @@ hvd_result_t bert_model_backward(bert_model_t *m, bert_grad_ready_fn ready,
   return bert_model_backward_scaled(m, 1.0f, ready, ctx);
 }
 
-hvd_result_t bert_model_backward_scaled(bert_model_t *m, float scale,
-                                        bert_grad_ready_fn ready, void *ctx) {
-  if (m == NULL)
-    return bert__error(HVD_ERR_INVALID_ARG, "bert_model_backward: NULL");
-  if (!m->ready_for_backward)
-    return bert__error(HVD_ERR_INVALID_ARG,
-                       "bert_model_backward: no forward pass to go back "
-                       "through (call bert_model_forward first, once per "
-                       "backward)");
-  m->ready_for_backward = 0;
+/* The head: scale * d(mean loss)/d logits, then back to the masked rows
+ * of the encoder output (g_x); the other rows get no gradient. */
+static void head_bwd(bert_model_t *m, float scale, ready_queue_t *q) {
   const bert_config_t *c = &m->c;
-  const int B = m->B, S = m->S, N = B * S, H = c->hidden, F = c->ffn,
-            A = c->heads, V = c->vocab_size, M = m->M;
-  const int32_t *types = m->has_types ? m->types : NULL;
   const bert_backend_t *k = m->be;
-  ready_queue_t rq = {.fn = ready,
-                      .ctx = ctx,
-                      .be = k,
-                      .lazy = m->device != HVD_CPU && m->host_fences};
-  ready_queue_t *q = &rq;
-
-  /* head: scale * d(mean loss)/d logits, then back to the masked rows of
-   * the encoder output (g_x); the other rows get no gradient */
+  const int N = m->B * m->S, H = c->hidden, V = c->vocab_size, M = m->M;
   k->zero(m->g_x, (int64_t)N * H);
   if (M > 0) {
     k->xent_bwd(m->logits, m->targets, M, V, scale / (float)M);
@@ -972,51 +955,59 @@ hvd_result_t bert_model_backward_scaled(bert_model_t *m, float scale,
   }
   signal2(q, head_param(c, H_T_W));
   rq_stage(q);
+}
 
-  /* encoder, last layer first; g_x: gradient of the layer's output */
-  for (int l = c->layers - 1; l >= 0; l--) {
-    layer_act_t *a = &m->acts[l];
-    const float *x = m->hs[l];
+/* Encoder layer l backward; g_x: the gradient of the layer's output on
+ * entry, of its input on return. */
+static void layer_bwd(bert_model_t *m, int l, ready_queue_t *q) {
+  const bert_config_t *c = &m->c;
+  const bert_backend_t *k = m->be;
+  const int B = m->B, S = m->S, N = B * S, H = c->hidden, F = c->ffn,
+            A = c->heads;
+  layer_act_t *a = &m->acts[l];
+  const float *x = m->hs[l];
 #define W(p) val(m, layer_param(l, p))
 #define G(p) grad(m, layer_param(l, p))
-    /* output LayerNorm; the residual sends its gradient to h1 too */
-    k->layernorm_bwd(a->h2_pre, a->ln2_mean, a->ln2_rstd, W(L_OLN_W), m->g_x,
-                     m->g_tmp, G(L_OLN_W), G(L_OLN_B), N, H);
-    signal2(q, layer_param(l, L_OLN_W));
-    k->copy(m->g_tmp, m->g_h1, (int64_t)N * H);
-    /* FFN: output dense, GELU, intermediate dense */
-    k->linear_bwd(a->inter, W(L_O_W), m->g_tmp, m->g_inter, 0.0f, G(L_O_W),
-                  G(L_O_B), N, F, H);
-    signal2(q, layer_param(l, L_O_W));
-    k->gelu_bwd(a->inter_pre, m->g_inter, m->g_inter, (int64_t)N * F);
-    k->linear_bwd(a->h1, W(L_I_W), m->g_inter, m->g_h1, 1.0f, G(L_I_W),
-                  G(L_I_B), N, H, F);
-    signal2(q, layer_param(l, L_I_W));
-    /* attention LayerNorm; the residual sends its gradient to x */
-    k->layernorm_bwd(a->h1_pre, a->ln1_mean, a->ln1_rstd, W(L_ALN_W), m->g_h1,
-                     m->g_tmp, G(L_ALN_W), G(L_ALN_B), N, H);
-    signal2(q, layer_param(l, L_ALN_W));
-    k->linear_bwd(a->ctx, W(L_AO_W), m->g_tmp, m->g_ctx, 0.0f, G(L_AO_W),
-                  G(L_AO_B), N, H, H);
-    signal2(q, layer_param(l, L_AO_W));
-    k->attention_bwd(a->q, a->k, a->v, a->probs, m->g_ctx, m->g_q, m->g_k,
-                     m->g_v, m->scratch, B, S, A, H / A);
-    k->copy(m->g_tmp, m->g_x, (int64_t)N * H);
-    k->linear_bwd(x, W(L_Q_W), m->g_q, m->g_x, 1.0f, G(L_Q_W), G(L_Q_B), N, H,
-                  H);
-    signal2(q, layer_param(l, L_Q_W));
-    k->linear_bwd(x, W(L_K_W), m->g_k, m->g_x, 1.0f, G(L_K_W), G(L_K_B), N, H,
-                  H);
-    signal2(q, layer_param(l, L_K_W));
-    k->linear_bwd(x, W(L_V_W), m->g_v, m->g_x, 1.0f, G(L_V_W), G(L_V_B), N, H,
-                  H);
-    signal2(q, layer_param(l, L_V_W));
-    rq_stage(q);
+  /* output LayerNorm; the residual sends its gradient to h1 too */
+  k->layernorm_bwd(a->h2_pre, a->ln2_mean, a->ln2_rstd, W(L_OLN_W), m->g_x,
+                   m->g_tmp, G(L_OLN_W), G(L_OLN_B), N, H);
+  signal2(q, layer_param(l, L_OLN_W));
+  k->copy(m->g_tmp, m->g_h1, (int64_t)N * H);
+  /* FFN: output dense, GELU, intermediate dense */
+  k->linear_bwd(a->inter, W(L_O_W), m->g_tmp, m->g_inter, 0.0f, G(L_O_W),
+                G(L_O_B), N, F, H);
+  signal2(q, layer_param(l, L_O_W));
+  k->gelu_bwd(a->inter_pre, m->g_inter, m->g_inter, (int64_t)N * F);
+  k->linear_bwd(a->h1, W(L_I_W), m->g_inter, m->g_h1, 1.0f, G(L_I_W), G(L_I_B),
+                N, H, F);
+  signal2(q, layer_param(l, L_I_W));
+  /* attention LayerNorm; the residual sends its gradient to x */
+  k->layernorm_bwd(a->h1_pre, a->ln1_mean, a->ln1_rstd, W(L_ALN_W), m->g_h1,
+                   m->g_tmp, G(L_ALN_W), G(L_ALN_B), N, H);
+  signal2(q, layer_param(l, L_ALN_W));
+  k->linear_bwd(a->ctx, W(L_AO_W), m->g_tmp, m->g_ctx, 0.0f, G(L_AO_W),
+                G(L_AO_B), N, H, H);
+  signal2(q, layer_param(l, L_AO_W));
+  k->attention_bwd(a->q, a->k, a->v, a->probs, m->g_ctx, m->g_q, m->g_k, m->g_v,
+                   m->scratch, B, S, A, H / A);
+  k->copy(m->g_tmp, m->g_x, (int64_t)N * H);
+  k->linear_bwd(x, W(L_Q_W), m->g_q, m->g_x, 1.0f, G(L_Q_W), G(L_Q_B), N, H, H);
+  signal2(q, layer_param(l, L_Q_W));
+  k->linear_bwd(x, W(L_K_W), m->g_k, m->g_x, 1.0f, G(L_K_W), G(L_K_B), N, H, H);
+  signal2(q, layer_param(l, L_K_W));
+  k->linear_bwd(x, W(L_V_W), m->g_v, m->g_x, 1.0f, G(L_V_W), G(L_V_B), N, H, H);
+  signal2(q, layer_param(l, L_V_W));
+  rq_stage(q);
 #undef W
 #undef G
-  }
+}
 
-  /* embeddings: LayerNorm, then the three tables */
+/* The embeddings: LayerNorm, then the three tables. */
+static void embeddings_bwd(bert_model_t *m, ready_queue_t *q) {
+  const bert_config_t *c = &m->c;
+  const bert_backend_t *k = m->be;
+  const int B = m->B, S = m->S, N = B * S, H = c->hidden;
+  const int32_t *types = m->has_types ? m->types : NULL;
   k->layernorm_bwd(m->emb_pre, m->emb_mean, m->emb_rstd, val(m, P_EMB_LN_W),
                    m->g_x, m->g_tmp, grad(m, P_EMB_LN_W), grad(m, P_EMB_LN_B),
                    N, H);
@@ -1028,6 +1019,30 @@ hvd_result_t bert_model_backward_scaled(bert_model_t *m, float scale,
   ready1(q, P_TYPE);
   if (m->sparse_fn == NULL)
     ready1(q, P_WORD); /* last: the decoder's share is in it too */
+}
+
+hvd_result_t bert_model_backward_scaled(bert_model_t *m, float scale,
+                                        bert_grad_ready_fn ready, void *ctx) {
+  if (m == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG, "bert_model_backward: NULL");
+  if (!m->ready_for_backward)
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "bert_model_backward: no forward pass to go back "
+                       "through (call bert_model_forward first, once per "
+                       "backward)");
+  m->ready_for_backward = 0;
+  const int N = m->B * m->S;
+  ready_queue_t rq = {.fn = ready,
+                      .ctx = ctx,
+                      .be = m->be,
+                      .lazy = m->device != HVD_CPU && m->host_fences};
+  ready_queue_t *q = &rq;
+
+  head_bwd(m, scale, q);
+  /* encoder, last layer first */
+  for (int l = m->c.layers - 1; l >= 0; l--)
+    layer_bwd(m, l, q);
+  embeddings_bwd(m, q);
   rq_finish(q);
   if (m->sparse_fn != NULL) /* token t's row of g_tmp is its id's gradient */
     m->sparse_fn(m->sparse_ctx, P_WORD, m->ids, (int64_t)N, m->g_tmp);
