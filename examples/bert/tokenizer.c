@@ -261,20 +261,14 @@ done:
   return rc;
 }
 
-hvd_result_t bert_vocab_load(const char *path, bert_vocab_t **out) {
+/* The whole of f (the file path) into *out, NUL-terminated, its length
+ * into *out_len; *out is the caller's to free, after a failure too. */
+static hvd_result_t read_whole(FILE *f, const char *path, char **out,
+                               size_t *out_len) {
   hvd_result_t rc = HVD_SUCCESS;
-  char *buf = NULL;
-  bert_vocab_t *v = NULL;
-  FILE *f = NULL;
-  if (path == NULL || out == NULL)
-    return bert__error(HVD_ERR_INVALID_ARG, "bert_vocab_load: NULL");
-  *out = NULL;
-  f = fopen(path, "rb");
-  if (f == NULL)
-    return bert__error(HVD_ERR_IO, "cannot open vocabulary '%s': %s", path,
-                       strerror(errno));
   size_t cap = 1 << 16, len = 0, got;
-  if ((buf = malloc(cap + 1)) == NULL)
+  char *buf = malloc(cap + 1);
+  if (buf == NULL)
     goto nomem;
   while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
     len += got;
@@ -291,20 +285,55 @@ hvd_result_t bert_vocab_load(const char *path, bert_vocab_t **out) {
     goto done;
   }
   buf[len] = '\0';
+  goto done;
+nomem:
+  rc = bert__error(HVD_ERR_NO_MEMORY, "out of memory reading '%s'", path);
+done:
+  *out = buf;
+  *out_len = len;
+  return rc;
+}
+
+static int count_lines(const char *buf, size_t len) {
   int lines = 0;
   for (size_t i = 0; i < len; i++)
     lines += buf[i] == '\n';
   if (len > 0 && buf[len - 1] != '\n')
     lines++; /* a last line without its newline */
-  if (lines < BERT_NUM_SPECIAL) {
-    rc = bert__error(HVD_ERR_CORRUPT,
-                     "vocabulary '%s' has %d lines; it needs at least the "
-                     "%d special tokens",
-                     path, lines, BERT_NUM_SPECIAL);
-    goto done;
+  return lines;
+}
+
+/* Line id + 1 of the file path holds token p (l bytes): the special
+ * tokens first, in their order, then lowercase words of letters and
+ * digits? */
+static hvd_result_t check_token(const char *p, size_t l, int id,
+                                const char *path) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int ok = l > 0;
+  if (id < BERT_NUM_SPECIAL) {
+    ok = strcmp(p, special[id]) == 0;
+  } else {
+    for (size_t i = 0; ok && i < l; i++)
+      ok = is_word_byte((unsigned char)p[i]) && lower(p[i]) == p[i];
   }
-  if ((v = vocab_alloc(lines)) == NULL)
-    goto nomem;
+  if (!ok && id < BERT_NUM_SPECIAL)
+    rc = bert__error(HVD_ERR_CORRUPT,
+                     "vocabulary '%s' line %d: '%s' where '%s' belongs "
+                     "(the special tokens come first)",
+                     path, id + 1, p, special[id]);
+  else if (!ok)
+    rc = bert__error(HVD_ERR_CORRUPT,
+                     "vocabulary '%s' line %d: '%s' is not a lowercase "
+                     "word of letters and digits",
+                     path, id + 1, p);
+  return rc;
+}
+
+/* The lines of buf (v has room for them all) as v's tokens, each
+ * checked. */
+static hvd_result_t read_tokens(bert_vocab_t *v, char *buf, int lines,
+                                const char *path) {
+  hvd_result_t rc = HVD_SUCCESS;
   char *p = buf;
   for (int id = 0; id < lines; id++) {
     char *nl = strchr(p, '\n');
@@ -313,30 +342,47 @@ hvd_result_t bert_vocab_load(const char *path, bert_vocab_t **out) {
     size_t l = strlen(p);
     if (l > 0 && p[l - 1] == '\r')
       p[--l] = '\0';
-    int ok = l > 0;
-    if (id < BERT_NUM_SPECIAL) {
-      ok = strcmp(p, special[id]) == 0;
-    } else {
-      for (size_t i = 0; ok && i < l; i++)
-        ok = is_word_byte((unsigned char)p[i]) && lower(p[i]) == p[i];
-    }
-    if (!ok) {
-      if (id < BERT_NUM_SPECIAL)
-        rc = bert__error(HVD_ERR_CORRUPT,
-                         "vocabulary '%s' line %d: '%s' where '%s' belongs "
-                         "(the special tokens come first)",
-                         path, id + 1, p, special[id]);
-      else
-        rc = bert__error(HVD_ERR_CORRUPT,
-                         "vocabulary '%s' line %d: '%s' is not a lowercase "
-                         "word of letters and digits",
-                         path, id + 1, p);
+    if ((rc = check_token(p, l, id, path)) != HVD_SUCCESS)
+      goto done;
+    if ((v->tokens[id] = strdup(p)) == NULL) {
+      rc = bert__error(HVD_ERR_NO_MEMORY, "out of memory reading '%s'", path);
       goto done;
     }
-    if ((v->tokens[id] = strdup(p)) == NULL)
-      goto nomem;
     p = nl != NULL ? nl + 1 : p + l;
   }
+done:
+  return rc;
+}
+
+hvd_result_t bert_vocab_load(const char *path, bert_vocab_t **out) {
+  hvd_result_t rc = HVD_SUCCESS;
+  char *buf = NULL;
+  size_t len = 0;
+  bert_vocab_t *v = NULL;
+  FILE *f = NULL;
+  if (path == NULL || out == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG, "bert_vocab_load: NULL");
+  *out = NULL;
+  f = fopen(path, "rb");
+  if (f == NULL)
+    return bert__error(HVD_ERR_IO, "cannot open vocabulary '%s': %s", path,
+                       strerror(errno));
+  if ((rc = read_whole(f, path, &buf, &len)) != HVD_SUCCESS)
+    goto done;
+  int lines = count_lines(buf, len);
+  if (lines < BERT_NUM_SPECIAL) {
+    rc = bert__error(HVD_ERR_CORRUPT,
+                     "vocabulary '%s' has %d lines; it needs at least the "
+                     "%d special tokens",
+                     path, lines, BERT_NUM_SPECIAL);
+    goto done;
+  }
+  if ((v = vocab_alloc(lines)) == NULL) {
+    rc = bert__error(HVD_ERR_NO_MEMORY, "out of memory reading '%s'", path);
+    goto done;
+  }
+  if ((rc = read_tokens(v, buf, lines, path)) != HVD_SUCCESS)
+    goto done;
   int dup = index_vocab(v);
   if (dup >= 0) {
     rc = bert__error(HVD_ERR_CORRUPT,
@@ -346,9 +392,6 @@ hvd_result_t bert_vocab_load(const char *path, bert_vocab_t **out) {
   }
   *out = v;
   v = NULL;
-  goto done;
-nomem:
-  rc = bert__error(HVD_ERR_NO_MEMORY, "out of memory reading '%s'", path);
 done:
   if (f != NULL)
     fclose(f);
