@@ -263,11 +263,86 @@ static int pack_line(packer_t *p, const int32_t *ids, int64_t n) {
   return 0;
 }
 
+/* The dataset's vocabulary: read from o->vocab_path, else built from the
+ * corpus (what: its name in messages). */
+static hvd_result_t make_vocab(const bert_data_options_t *o, bert_dataset_t *d,
+                               const char *text, size_t len, const char *what) {
+  hvd_result_t rc;
+  if (o->vocab_path != NULL) {
+    rc = bert_vocab_load(o->vocab_path, &d->vocab);
+  } else if ((rc = bert_vocab_build(text, len, o->vocab_max, &d->vocab)) !=
+             HVD_SUCCESS) {
+    if (rc == HVD_ERR_INVALID_ARG &&
+        (o->vocab_max <= 0 || o->vocab_max > BERT_NUM_SPECIAL))
+      rc = bert__error(HVD_ERR_INVALID_ARG,
+                       "corpus '%s' is empty: it has no words (letters or "
+                       "digits)",
+                       what);
+  }
+  return rc;
+}
+
+/* The corpus, line by line, tokenized and packed into d's samples; its
+ * words counted into *words_out. */
+static hvd_result_t pack_corpus(bert_dataset_t *d, const char *text, size_t len,
+                                const char *what, int64_t *words_out) {
+  hvd_result_t rc = HVD_SUCCESS;
+  packer_t p = {.d = d};
+  int64_t words = 0;
+  if (reserve(&p, 0) != 0)
+    goto nomem;
+  d->off[0] = 0;
+  for (size_t start = 0; start < len;) {
+    const char *nl = memchr(text + start, '\n', len - start);
+    size_t end = nl != NULL ? (size_t)(nl - text) : len;
+    int32_t *ids;
+    int64_t n;
+    if ((rc = bert_tokenize(d->vocab, text + start, end - start, &ids, &n)) !=
+        HVD_SUCCESS)
+      goto done;
+    int bad = pack_line(&p, ids, n);
+    free(ids);
+    if (bad)
+      goto nomem;
+    words += n;
+    start = end + 1;
+  }
+  close_sample(&p);
+  goto done;
+nomem:
+  rc =
+      bert__error(HVD_ERR_NO_MEMORY, "out of memory reading corpus '%s'", what);
+done:
+  *words_out = words;
+  return rc;
+}
+
+/* Enough samples for one batch (o->min_samples) from words words? */
+static hvd_result_t check_size(const bert_data_options_t *o,
+                               const bert_dataset_t *d, int64_t words,
+                               const char *what) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int64_t need = o->min_samples > 1 ? o->min_samples : 1;
+  if (words == 0)
+    rc = bert__error(HVD_ERR_INVALID_ARG,
+                     "corpus '%s' is empty: it has no words (letters or "
+                     "digits)",
+                     what);
+  else if (d->n < need)
+    rc = bert__error(HVD_ERR_INVALID_ARG,
+                     "corpus '%s' is too small: its %lld words make %lld "
+                     "sequence%s of %d tokens, and one batch needs %lld",
+                     what, (long long)words, (long long)d->n,
+                     d->n == 1 ? "" : "s", d->seq_len, (long long)need);
+  return rc;
+}
+
 hvd_result_t bert_dataset_create(const bert_data_options_t *o,
                                  bert_dataset_t **out) {
   hvd_result_t rc;
   char *text = NULL;
   size_t len = 0;
+  int64_t words = 0;
   bert_dataset_t *d = NULL;
   const char *what =
       o != NULL && o->corpus_path != NULL ? o->corpus_path : "(synthetic)";
@@ -295,57 +370,10 @@ hvd_result_t bert_dataset_create(const bert_data_options_t *o,
   d->seq_len = o->seq_len;
   d->mask_prob = o->mask_prob;
   d->seed = o->seed;
-  if (o->vocab_path != NULL) {
-    if ((rc = bert_vocab_load(o->vocab_path, &d->vocab)) != HVD_SUCCESS)
-      goto fail;
-  } else if ((rc = bert_vocab_build(text, len, o->vocab_max, &d->vocab)) !=
-             HVD_SUCCESS) {
-    if (rc == HVD_ERR_INVALID_ARG &&
-        (o->vocab_max <= 0 || o->vocab_max > BERT_NUM_SPECIAL))
-      rc = bert__error(HVD_ERR_INVALID_ARG,
-                       "corpus '%s' is empty: it has no words (letters or "
-                       "digits)",
-                       what);
+  if ((rc = make_vocab(o, d, text, len, what)) != HVD_SUCCESS ||
+      (rc = pack_corpus(d, text, len, what, &words)) != HVD_SUCCESS ||
+      (rc = check_size(o, d, words, what)) != HVD_SUCCESS)
     goto fail;
-  }
-
-  packer_t p = {.d = d};
-  if (reserve(&p, 0) != 0)
-    goto nomem;
-  d->off[0] = 0;
-  int64_t words = 0;
-  for (size_t start = 0; start < len;) {
-    const char *nl = memchr(text + start, '\n', len - start);
-    size_t end = nl != NULL ? (size_t)(nl - text) : len;
-    int32_t *ids;
-    int64_t n;
-    if ((rc = bert_tokenize(d->vocab, text + start, end - start, &ids, &n)) !=
-        HVD_SUCCESS)
-      goto fail;
-    int bad = pack_line(&p, ids, n);
-    free(ids);
-    if (bad)
-      goto nomem;
-    words += n;
-    start = end + 1;
-  }
-  close_sample(&p);
-  if (words == 0) {
-    rc = bert__error(HVD_ERR_INVALID_ARG,
-                     "corpus '%s' is empty: it has no words (letters or "
-                     "digits)",
-                     what);
-    goto fail;
-  }
-  int64_t need = o->min_samples > 1 ? o->min_samples : 1;
-  if (d->n < need) {
-    rc = bert__error(HVD_ERR_INVALID_ARG,
-                     "corpus '%s' is too small: its %lld words make %lld "
-                     "sequence%s of %d tokens, and one batch needs %lld",
-                     what, (long long)words, (long long)d->n,
-                     d->n == 1 ? "" : "s", d->seq_len, (long long)need);
-    goto fail;
-  }
   free(text);
   *out = d;
   return HVD_SUCCESS;
