@@ -273,31 +273,12 @@ static double rng_normal(uint64_t *s) { /* Box-Muller */
   return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
 }
 
-/* The model with its host values; the activations and scratch of the
- * CPU path only when host_scratch. */
-static cnn_t *create(int width, int max_batch, uint64_t seed,
-                     int host_scratch) {
-  if (width < 1 || width > 64 || max_batch < 1)
-    return NULL;
-  cnn_t *m = calloc(1, sizeof *m);
-  if (m == NULL)
-    return NULL;
-  int W = m->w = width;
-  m->maxb = max_batch;
-  m->sync_bn = 1;
-  int64_t shapes[NPARAMS][4] = {
-      {W, 3, 3, 3}, {W}, {W}, {W, W, 3, 3},     {W},          {W},
-      {W, W, 3, 3}, {W}, {W}, {CNN_CLASSES, W}, {CNN_CLASSES}};
-  int ndims[NPARAMS] = {4, 1, 1, 4, 1, 1, 4, 1, 1, 2, 1};
-  size_t total = 0, off[NPARAMS];
-  for (int i = 0; i < NPARAMS; i++) {
-    size_t k = 1;
-    for (int d = 0; d < ndims[i]; d++)
-      k *= (size_t)shapes[i][d];
-    off[i] = total;
-    total += k;
-  }
-  size_t B = (size_t)max_batch, big = B * W * S1 * S1, small = B * W * S2 * S2;
+/* The values and gradients (total floats each), the running statistics
+ * and the batch's small arrays; with host_scratch the activations and
+ * scratch of the CPU path too. 0 if an allocation failed. */
+static int alloc_arrays(cnn_t *m, size_t total, int host_scratch) {
+  int W = m->w;
+  size_t B = (size_t)m->maxb, big = B * W * S1 * S1, small = B * W * S2 * S2;
   m->vals = calloc(total, sizeof(float));
   m->grads = calloc(total, sizeof(float));
   m->bufs = calloc(6 * (size_t)W, sizeof(float));
@@ -322,14 +303,19 @@ static cnn_t *create(int width, int max_batch, uint64_t seed,
     m->db = malloc(sizeof(float) * big);
     m->dc = malloc(sizeof(float) * big);
   }
-  if (!m->vals || !m->grads || !m->bufs || !m->gap || !m->prob || !m->labels ||
-      (host_scratch &&
-       (!m->x || !m->c1 || !m->n1 || !m->r1 || !m->argmax || !m->p1 || !m->c2 ||
-        !m->n2 || !m->r2 || !m->c3 || !m->n3 || !m->s3 || !m->cols || !m->da ||
-        !m->db || !m->dc))) {
-    cnn_destroy(m);
-    return NULL;
-  }
+  int missing = !m->vals || !m->grads || !m->bufs || !m->gap || !m->prob ||
+                !m->labels ||
+                (host_scratch &&
+                 (!m->x || !m->c1 || !m->n1 || !m->r1 || !m->argmax || !m->p1 ||
+                  !m->c2 || !m->n2 || !m->r2 || !m->c3 || !m->n3 || !m->s3 ||
+                  !m->cols || !m->da || !m->db || !m->dc));
+  return !missing;
+}
+
+/* Parameter i's tensors at offset off[i] of the blocks, and its first
+ * values: He-normal weights, batch-norm scales 1, the rest 0. */
+static void init_params(cnn_t *m, int64_t shapes[NPARAMS][4], const int *ndims,
+                        const size_t *off, uint64_t seed) {
   uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
   for (int i = 0; i < NPARAMS; i++) {
     m->p[i].name = pnames[i];
@@ -348,6 +334,11 @@ static cnn_t *create(int width, int max_batch, uint64_t seed,
         v[j] = 1.0f;
     }
   }
+}
+
+/* The batch norms' running statistics: means 0, variances 1. */
+static void init_buffers(cnn_t *m) {
+  int W = m->w;
   for (int i = 0; i < 6; i++) {
     int64_t w1 = W;
     m->b[i].name = bnames[i];
@@ -358,6 +349,38 @@ static cnn_t *create(int width, int max_batch, uint64_t seed,
       for (int c = 0; c < W; c++)
         m->bufs[(size_t)i * W + c] = 1.0f;
   }
+}
+
+/* The model with its host values; the activations and scratch of the
+ * CPU path only when host_scratch. */
+static cnn_t *create(int width, int max_batch, uint64_t seed,
+                     int host_scratch) {
+  if (width < 1 || width > 64 || max_batch < 1)
+    return NULL;
+  cnn_t *m = calloc(1, sizeof *m);
+  if (m == NULL)
+    return NULL;
+  int W = m->w = width;
+  m->maxb = max_batch;
+  m->sync_bn = 1;
+  int64_t shapes[NPARAMS][4] = {
+      {W, 3, 3, 3}, {W}, {W}, {W, W, 3, 3},     {W},          {W},
+      {W, W, 3, 3}, {W}, {W}, {CNN_CLASSES, W}, {CNN_CLASSES}};
+  int ndims[NPARAMS] = {4, 1, 1, 4, 1, 1, 4, 1, 1, 2, 1};
+  size_t total = 0, off[NPARAMS];
+  for (int i = 0; i < NPARAMS; i++) {
+    size_t k = 1;
+    for (int d = 0; d < ndims[i]; d++)
+      k *= (size_t)shapes[i][d];
+    off[i] = total;
+    total += k;
+  }
+  if (!alloc_arrays(m, total, host_scratch)) {
+    cnn_destroy(m);
+    return NULL;
+  }
+  init_params(m, shapes, ndims, off, seed);
+  init_buffers(m);
   return m;
 }
 
