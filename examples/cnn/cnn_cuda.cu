@@ -462,47 +462,36 @@ void release(Gpu *g) {
   free(g);
 }
 
-} // namespace
-
-/* ---- the backend's entry points (cnn_impl.h) ------------------------------
- */
-
-extern "C" int cnn_gpu_open(cnn_t *m, int device) {
+/* Device (CNN_CURRENT_GPU: the current one) is a visible CUDA device?
+ * Else why not in m->err. */
+bool pick_device(cnn_t *m, int *device) {
+  bool ok = false;
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
+  if (e != cudaSuccess)
     snprintf(m->err, sizeof m->err, "no CUDA device: %s",
              hvd_cuda_unavailable());
-    return -1;
-  }
-  if (device == CNN_CURRENT_GPU &&
-      (e = cudaGetDevice(&device)) != cudaSuccess) {
+  else if (*device == CNN_CURRENT_GPU &&
+           (e = cudaGetDevice(device)) != cudaSuccess)
     snprintf(m->err, sizeof m->err, "cudaGetDevice: %s", cudaGetErrorString(e));
-    return -1;
-  }
-  if (count == 0) {
+  else if (count == 0)
     snprintf(m->err, sizeof m->err,
              "no CUDA device: cudaGetDeviceCount found none");
-    return -1;
-  }
-  if (device < 0 || device >= count) {
-    snprintf(m->err, sizeof m->err, "no CUDA device %d (%d visible)", device,
+  else if (*device < 0 || *device >= count)
+    snprintf(m->err, sizeof m->err, "no CUDA device %d (%d visible)", *device,
              count);
-    return -1;
-  }
-  Gpu *g = static_cast<Gpu *>(calloc(1, sizeof *g));
-  if (g == NULL) {
-    snprintf(m->err, sizeof m->err, "out of memory");
-    return -1;
-  }
-  m->gpu = reinterpret_cast<struct cnn_gpu *>(g);
-  g->device = device;
+  else
+    ok = true;
+  return ok;
+}
+
+/* On device: g's stream and cuBLAS handle, and every array of g, the
+ * values and gradients nvals floats each, the im2col columns of as many
+ * images as fit kColsFloats (g->chunk). False on the first failure. */
+bool alloc_device(cnn_t *m, Gpu *g, int device, size_t nvals) {
   const int W = m->w;
   const size_t B = (size_t)m->maxb, big = B * W * S1 * S1,
                small = B * W * S2 * S2;
-  size_t nvals = 0;
-  for (int i = 0; i < NPARAMS; i++)
-    nvals += (size_t)hvd_tensor_numel(&m->p[i].value);
   /* the most columns one image needs: conv1 (27 x 1024) or conv2/3 */
   size_t per = (size_t)27 * S1 * S1 > (size_t)9 * W * S2 * S2
                    ? (size_t)27 * S1 * S1
@@ -544,22 +533,27 @@ extern "C" int cnn_gpu_open(cnn_t *m, int device) {
             blas_ok(m, cublasSetStream(g->blas, g->stream), "cublasSetStream");
   for (size_t i = 0; ok && i < sizeof want / sizeof want[0]; i++)
     ok = cuda_ok(m, cudaMalloc(want[i].p, want[i].bytes), "cudaMalloc");
-  /* the host model's values and buffers (the seed's weights), gradients 0 */
-  ok = ok &&
-       cuda_ok(m,
-               cudaMemcpy(g->vals, m->vals, nvals * 4, cudaMemcpyHostToDevice),
-               "cudaMemcpy (values)") &&
-       cuda_ok(m, cudaMemset(g->grads, 0, nvals * 4), "cudaMemset") &&
-       cuda_ok(m,
-               cudaMemcpy(g->bufs, m->bufs, 6 * (size_t)W * 4,
-                          cudaMemcpyHostToDevice),
-               "cudaMemcpy (buffers)") &&
-       cuda_ok(m, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  if (!ok) {
-    release(g);
-    m->gpu = NULL;
-    return -1;
-  }
+  return ok;
+}
+
+/* The host model's values and buffers (the seed's weights) onto the
+ * device, gradients 0; complete on return. False on the first failure. */
+bool upload(cnn_t *m, Gpu *g, size_t nvals) {
+  const int W = m->w;
+  return cuda_ok(
+             m, cudaMemcpy(g->vals, m->vals, nvals * 4, cudaMemcpyHostToDevice),
+             "cudaMemcpy (values)") &&
+         cuda_ok(m, cudaMemset(g->grads, 0, nvals * 4), "cudaMemset") &&
+         cuda_ok(m,
+                 cudaMemcpy(g->bufs, m->bufs, 6 * (size_t)W * 4,
+                            cudaMemcpyHostToDevice),
+                 "cudaMemcpy (buffers)") &&
+         cuda_ok(m, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+/* The parameters' and buffers' tensors moved to their device copies. */
+void point_params(cnn_t *m, Gpu *g, int device) {
+  const int W = m->w;
   for (int i = 0; i < NPARAMS; i++) {
     size_t off = (size_t)(static_cast<float *>(m->p[i].value.data) - m->vals);
     m->p[i].value.data = g->vals + off;
@@ -570,6 +564,32 @@ extern "C" int cnn_gpu_open(cnn_t *m, int device) {
     m->b[i].value.data = g->bufs + (size_t)i * W;
     m->b[i].value.device = m->b[i].grad.device = device;
   }
+}
+
+} // namespace
+
+/* ---- the backend's entry points (cnn_impl.h) ------------------------------
+ */
+
+extern "C" int cnn_gpu_open(cnn_t *m, int device) {
+  if (!pick_device(m, &device))
+    return -1;
+  Gpu *g = static_cast<Gpu *>(calloc(1, sizeof *g));
+  if (g == NULL) {
+    snprintf(m->err, sizeof m->err, "out of memory");
+    return -1;
+  }
+  m->gpu = reinterpret_cast<struct cnn_gpu *>(g);
+  g->device = device;
+  size_t nvals = 0;
+  for (int i = 0; i < NPARAMS; i++)
+    nvals += (size_t)hvd_tensor_numel(&m->p[i].value);
+  if (!alloc_device(m, g, device, nvals) || !upload(m, g, nvals)) {
+    release(g);
+    m->gpu = NULL;
+    return -1;
+  }
+  point_params(m, g, device);
   return 0;
 }
 
