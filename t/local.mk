@@ -105,7 +105,10 @@ TESTS_SH += t/layers.sh
 ## tracked.sh: no file git tracks is a build output (a libtool wrapper, an
 ## object, a log)
 TESTS_SH += t/tracked.sh
-EXTRA_DIST += build-aux/check-layers
+## No function of lib/, bin/ or examples/ is over 80 lines
+## (build-aux/check-function-length), and the check catches one that is.
+TESTS_SH += t/function-length.sh
+EXTRA_DIST += build-aux/check-layers build-aux/check-function-length
 
 ## The stubs that stand for test programs in TESTS.
 $(UNIT_TESTS) $(NP_TESTS):
