@@ -123,6 +123,46 @@ void hvd__zero_free(hvd__zero_t *z) {
   free(z);
 }
 
+/* Parameter i's block: its reduced gradient (in the gradient's dtype, or
+ * float32 with reduce_fp32; a low-precision one's float32 copy in gblk),
+ * the view of the value's block, the collectives' names and the state. */
+static hvd_result_t make_block(const char *fn, hvd__zero_t *z,
+                               hvd_optimizer_t *core, int i, int reduce_fp32) {
+  hvd_result_t rc = HVD_SUCCESS;
+  hvd_param_t *p = &core->params[i];
+  int dev = p->value.device, ns = z->ns;
+  int low = core->mixed != NULL && hvd__mixed_low(p->value.dtype);
+  hvd_dtype_t rdt = low && !reduce_fp32 ? p->grad.dtype : HVD_FLOAT32;
+  z->recv[i] = hvd_tensor_make(NULL, rdt, 1, &z->len[i]);
+  HVD__CHECK(alloc_state(fn, core, &z->recv[i], dev));
+  if (low) {
+    z->gblk[i] = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
+    HVD__CHECK(alloc_state(fn, core, &z->gblk[i], dev));
+  }
+  char *v = p->value.data; /* NULL for an empty one */
+  z->vblk[i] = hvd_tensor_make(
+      v != NULL ? v + z->off[i] * hvd_dtype_size(p->value.dtype) : NULL,
+      p->value.dtype, 1, &z->len[i]);
+  z->vblk[i].device = dev;
+  size_t len = sizeof ZERO_PREFIX + strlen(p->name);
+  if ((z->names[i] = malloc(len)) == NULL ||
+      (z->mnames[i] = malloc(len + sizeof ".master")) == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+  snprintf(z->names[i], len, "%s%s", ZERO_PREFIX, p->name);
+  snprintf(z->mnames[i], len + sizeof ".master", "%s.master", z->names[i]);
+  for (int k = 0; k < ns; k++) {
+    size_t slen = len + sizeof ".state" + 11;
+    if ((z->snames[i * ns + k] = malloc(slen)) == NULL)
+      return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+    snprintf(z->snames[i * ns + k], slen, "%s.state%d", z->names[i], k);
+    hvd_tensor_t *st = &z->state[i * ns + k];
+    *st = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
+    HVD__CHECK(alloc_state(fn, core, st, dev));
+  }
+fail:
+  return rc;
+}
+
 hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
                               int reduce_fp32, hvd__zero_t **out) {
   hvd_result_t rc;
@@ -148,58 +188,25 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
     goto oom;
   int64_t P = hvd_size(), r = hvd_rank();
   for (int i = 0; i < n; i++) {
-    hvd_param_t *p = &core->params[i];
-    int64_t numel = hvd_tensor_numel(&p->value), q = numel / P, m = numel % P;
+    int64_t numel = hvd_tensor_numel(&core->params[i].value);
+    int64_t q = numel / P, m = numel % P;
     z->len[i] = q + (r < m);
     z->off[i] = r * q + (r < m ? r : m);
+    if ((rc = make_block(fn, z, core, i, reduce_fp32)) != HVD_SUCCESS)
+      goto fail;
   }
-  /* mixed precision: each rank keeps its block of every master */
+  /* mixed precision: each rank keeps its block of every master (the last
+   * step that can fail: it changes nothing when it does) */
   if (core->mixed != NULL &&
       (rc = hvd__mixed_shard(fn, core, z->off, z->len, reduce_fp32)) !=
           HVD_SUCCESS)
     goto fail;
-  for (int i = 0; i < n; i++) {
-    hvd_param_t *p = &core->params[i];
-    int dev = p->value.device;
-    /* mixed precision: the block of the float32 master, the gradient
-     * scattered in its own dtype (or float32) and converted into gblk */
+  for (int i = 0; i < n; i++) { /* the update's views: master or value */
     hvd_tensor_t *master = hvd__mixed_master(core, i);
-    hvd_dtype_t rdt =
-        master != NULL && !reduce_fp32 ? p->grad.dtype : HVD_FLOAT32;
-    z->recv[i] = hvd_tensor_make(NULL, rdt, 1, &z->len[i]);
-    if ((rc = alloc_state(fn, core, &z->recv[i], dev)) != HVD_SUCCESS)
-      goto fail;
-    if (master != NULL) {
-      z->gblk[i] = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
-      if ((rc = alloc_state(fn, core, &z->gblk[i], dev)) != HVD_SUCCESS)
-        goto fail;
-    }
-    z->block[i].name = p->name;
-    char *v = p->value.data; /* NULL for an empty one */
-    z->vblk[i] = hvd_tensor_make(
-        v != NULL ? v + z->off[i] * hvd_dtype_size(p->value.dtype) : NULL,
-        p->value.dtype, 1, &z->len[i]);
-    z->vblk[i].device = dev;
+    z->block[i].name = core->params[i].name;
     z->block[i].value = master != NULL ? *master : z->vblk[i];
     z->block[i].grad = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
-    z->block[i].value.device = z->block[i].grad.device = dev;
-    size_t len = sizeof ZERO_PREFIX + strlen(p->name);
-    if ((z->names[i] = malloc(len)) == NULL)
-      goto oom;
-    snprintf(z->names[i], len, "%s%s", ZERO_PREFIX, p->name);
-    if ((z->mnames[i] = malloc(len + sizeof ".master")) == NULL)
-      goto oom;
-    snprintf(z->mnames[i], len + sizeof ".master", "%s.master", z->names[i]);
-    for (int k = 0; k < ns; k++) {
-      size_t slen = len + sizeof ".state" + 11;
-      if ((z->snames[i * ns + k] = malloc(slen)) == NULL)
-        goto oom;
-      snprintf(z->snames[i * ns + k], slen, "%s.state%d", z->names[i], k);
-      hvd_tensor_t *st = &z->state[i * ns + k];
-      *st = hvd_tensor_make(NULL, HVD_FLOAT32, 1, &z->len[i]);
-      if ((rc = alloc_state(fn, core, st, dev)) != HVD_SUCCESS)
-        goto fail;
-    }
+    z->block[i].grad.device = z->vblk[i].device;
   }
   /* the core's full state: shapes only from now on */
   for (int s = 0; s < n * ns; s++)
