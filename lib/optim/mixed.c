@@ -172,18 +172,33 @@ static void value_span(const hvd__mixed_t *m, const hvd_tensor_t *v, int i,
 }
 
 /* Parameter i's master from its value (on its device; complete when the
- * optimizer's stream is synchronised). */
+ * optimizer's stream is synchronised): every element, or with
+ * only_changed only those that no longer round to the value (elsewhere
+ * the master keeps the precision the value lacks). */
 static hvd_result_t master_from_value(const char *who, hvd_optimizer_t *core,
-                                      int i) {
+                                      int i, int only_changed) {
   hvd__mixed_t *m = core->mixed;
   const hvd_tensor_t *v = &core->params[i].value;
+  float *mst = m->master[i].data;
   void *at;
   int64_t n;
   value_span(m, v, i, &at, &n);
   if (v->device != HVD_CPU)
-    return hvd__odev_to_master(who, core->odev, at, v->dtype, m->master[i].data,
-                               n, 1.0);
-  (void)host_to_master(at, v->dtype, m->master[i].data, n, 1.0f);
+    return only_changed
+               ? hvd__odev_refresh_master(who, core->odev, at, v->dtype, mst, n)
+               : hvd__odev_to_master(who, core->odev, at, v->dtype, mst, n,
+                                     1.0);
+  if (!only_changed) {
+    (void)host_to_master(at, v->dtype, mst, n, 1.0f);
+    return HVD_SUCCESS;
+  }
+  const uint16_t *val = at;
+  for (int64_t k = 0; k < n; k++) {
+    uint16_t r = v->dtype == HVD_FLOAT16 ? hvd__f32_to_f16(mst[k])
+                                         : hvd__f32_to_bf16(mst[k]);
+    if (r != val[k])
+      mst[k] = load(val, v->dtype, k);
+  }
   return HVD_SUCCESS;
 }
 
@@ -227,7 +242,7 @@ hvd_result_t hvd__mixed_create(const char *who, hvd_optimizer_t *core,
       continue;
     HVD__CHECK(make_f32(who, core, &p->value, &m->master[i]));
     HVD__CHECK(make_f32(who, core, &p->grad, &m->mgrad[i]));
-    HVD__CHECK(master_from_value(who, core, i));
+    HVD__CHECK(master_from_value(who, core, i, 0));
     m->views[i].value = m->master[i];
     m->views[i].grad = m->mgrad[i];
   }
@@ -473,29 +488,6 @@ fail:
   return rc;
 }
 
-/* Parameter i's master where it no longer rounds to the value (only
- * there: elsewhere the master keeps the precision the value lacks). */
-static hvd_result_t refresh_master(const char *who, hvd_optimizer_t *core,
-                                   int i) {
-  hvd__mixed_t *m = core->mixed;
-  const hvd_tensor_t *v = &core->params[i].value;
-  void *at;
-  int64_t n;
-  value_span(m, v, i, &at, &n);
-  if (v->device != HVD_CPU)
-    return hvd__odev_refresh_master(who, core->odev, at, v->dtype,
-                                    m->master[i].data, n);
-  const uint16_t *val = at;
-  float *mst = m->master[i].data;
-  for (int64_t k = 0; k < n; k++) {
-    uint16_t r = v->dtype == HVD_FLOAT16 ? hvd__f32_to_f16(mst[k])
-                                         : hvd__f32_to_bf16(mst[k]);
-    if (r != val[k])
-      mst[k] = load(val, v->dtype, k);
-  }
-  return HVD_SUCCESS;
-}
-
 /* The masters of core's low-precision parameters whose values are among
  * params[0..n). */
 static hvd_result_t refresh_one(hvd_optimizer_t *core,
@@ -507,7 +499,7 @@ static hvd_result_t refresh_one(hvd_optimizer_t *core,
       continue;
     for (int i = 0; i < n; i++)
       if (params[i].value.data == core->params[j].value.data) {
-        rc = refresh_master(who, core, j);
+        rc = master_from_value(who, core, j, 1);
         break;
       }
   }
