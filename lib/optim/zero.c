@@ -241,9 +241,7 @@ enum { VALUES, STATE, MASTERS };
 static int gather_item(hvd__zero_t *z, hvd_optimizer_t *core, int what, int k,
                        const hvd_tensor_t **send, hvd_tensor_t *whole,
                        const char **name) {
-  const hvd_tensor_t *w = &core->params[k].value;
-  *send = &z->vblk[k];
-  *name = z->names[k];
+  const hvd_tensor_t *w; /* k indexes state (n * ns) or parameters (n) */
   if (what == STATE) {
     w = &core->state[k];
     *send = &z->state[k];
@@ -253,6 +251,10 @@ static int gather_item(hvd__zero_t *z, hvd_optimizer_t *core, int what, int k,
       return 0;
     *send = hvd__mixed_master(core, k);
     *name = z->mnames[k];
+  } else {
+    w = &core->params[k].value;
+    *send = &z->vblk[k];
+    *name = z->names[k];
   }
   int64_t numel = hvd_tensor_numel(w);
   *whole = hvd_tensor_make(w->data, w->dtype, 1, &numel);
