@@ -36,6 +36,7 @@
  */
 #include "hvd.h"
 #include "hvdtest.h"
+#include "mixed_model.h"
 #include "tap/tap.h"
 
 #include <math.h>
@@ -56,31 +57,6 @@ static float target(int r, int i) {
   return (float)(((i * 7 + r * 13) % 17) - 8) / 4.0f;
 }
 
-/* A parameter of dtype dt, value 0.5 everywhere, with its grad. */
-typedef struct model {
-  hvd_dtype_t dt;
-  void *w, *g;
-  hvd_param_t p;
-} model_t;
-
-static void model_make(model_t *m, hvd_dtype_t dt) {
-  int64_t n = N;
-  size_t es = hvdt_size(dt);
-  m->dt = dt;
-  m->w = hvdt_calloc(N, es);
-  m->g = hvdt_calloc(N, es);
-  for (int i = 0; i < N; i++)
-    hvdt_put(dt, m->w, i, 0.5);
-  m->p.name = "w";
-  m->p.value = hvd_tensor_make(m->w, dt, 1, &n);
-  m->p.grad = hvd_tensor_make(m->g, dt, 1, &n);
-}
-
-static void model_free(model_t *m) {
-  free(m->w);
-  free(m->g);
-}
-
 /* This rank's gradient times scale, stored in the model's dtype; inf at
  * element 0 when poison. */
 static void backward(model_t *m, double scale, int poison) {
@@ -92,29 +68,8 @@ static void backward(model_t *m, double scale, int poison) {
     hvdt_put(m->dt, m->g, 0, INFINITY);
 }
 
-static hvd_optimizer_t *make_opt_ex(model_t *m, int reduce_fp32, int scaling,
-                                    int shard) {
-  hvd_adam_options_t ao;
-  hvd_distributed_options_t dopt;
-  hvd_optimizer_t *base = NULL, *opt = NULL;
-  hvd_adam_options_init(&ao);
-  ao.lr = 0.02;
-  ao.decoupled = 1;
-  ao.weight_decay = 0.01;
-  if (hvd_adam_create(&m->p, 1, &ao, &base) != HVD_SUCCESS)
-    bail("hvd_adam_create: %s", hvd_last_error());
-  hvd_distributed_options_init(&dopt);
-  dopt.reduce_fp32 = reduce_fp32;
-  dopt.shard_optimizer_state = shard;
-  if (hvd_distributed_optimizer(base, &dopt, &opt) != HVD_SUCCESS)
-    bail("hvd_distributed_optimizer: %s", hvd_last_error());
-  if (scaling && hvd_optimizer_set_loss_scaling(opt, NULL) != HVD_SUCCESS)
-    bail("hvd_optimizer_set_loss_scaling: %s", hvd_last_error());
-  return opt;
-}
-
 static hvd_optimizer_t *make_opt(model_t *m, int reduce_fp32, int scaling) {
-  return make_opt_ex(m, reduce_fp32, scaling, 0);
+  return model_adamw(m, reduce_fp32, scaling, 0);
 }
 
 /* One step: zero, backward (scaled by the optimizer's scale), step. */
@@ -132,7 +87,7 @@ static float ref[S + 1][N]; /* the float32 run's w after each step */
 
 static void test_reference(void) {
   model_t m;
-  model_make(&m, HVD_FLOAT32);
+  model_make(&m, HVD_FLOAT32, N, 0.5);
   hvd_optimizer_t *opt = make_opt(&m, 0, 0);
   int good = 1;
   memcpy(ref[0], m.w, sizeof ref[0]);
@@ -179,7 +134,7 @@ static void test_low(hvd_dtype_t dt, int reduce_fp32, double tol) {
                                                        : "float16, scaled";
   int scaling = dt == HVD_FLOAT16;
   model_t m;
-  model_make(&m, dt);
+  model_make(&m, dt, N, 0.5);
   hvd_optimizer_t *opt = make_opt(&m, reduce_fp32, scaling);
   int good = 1, skipped = 0;
   for (int s = 1; s <= S; s++) {
@@ -209,7 +164,7 @@ static void test_low(hvd_dtype_t dt, int reduce_fp32, double tol) {
 
 static void test_injected(void) {
   model_t m;
-  model_make(&m, HVD_FLOAT16);
+  model_make(&m, HVD_FLOAT16, N, 0.5);
   hvd_optimizer_t *opt = make_opt(&m, 0, 1);
   hvd_loss_scale_options_t lo;
   hvd_loss_scale_options_init(&lo);
@@ -243,28 +198,12 @@ static void test_injected(void) {
   model_free(&m);
 }
 
-/* 1 when the two files hold the same bytes. */
-static int same_file(const char *a, const char *b) {
-  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-  int same = fa != NULL && fb != NULL, ca = 0, cb = 0;
-  while (same && ca != EOF) {
-    ca = getc(fa);
-    cb = getc(fb);
-    same = ca == cb;
-  }
-  if (fa)
-    fclose(fa);
-  if (fb)
-    fclose(fb);
-  return same;
-}
-
 static void test_checkpoint(void) {
   char path[600];
   snprintf(path, sizeof path, "%s/fp16.ckpt", dir);
   model_t a, b;
-  model_make(&a, HVD_FLOAT16);
-  model_make(&b, HVD_FLOAT16);
+  model_make(&a, HVD_FLOAT16, N, 0.5);
+  model_make(&b, HVD_FLOAT16, N, 0.5);
   hvd_optimizer_t *oa = make_opt(&a, 0, 1), *ob = NULL;
   int good = 1;
   for (int s = 1; s <= 6; s++)
@@ -292,7 +231,7 @@ static void test_checkpoint(void) {
   snprintf(pb, sizeof pb, "%s/b.ckpt", dir);
   good = hvd_checkpoint_save(pa, &a.p, 1, oa, 10) == HVD_SUCCESS &&
          hvd_checkpoint_save(pb, &b.p, 1, ob, 10) == HVD_SUCCESS;
-  ok(good && (rank != 0 || same_file(pa, pb)),
+  ok(good && (rank != 0 || hvdt_same_file(pa, pb)),
      "checkpoint: the two optimizers save the same file (masters, state, "
      "scale)");
   hvd_optimizer_destroy(oa);
@@ -306,7 +245,7 @@ static void test_checkpoint(void) {
  * for bit (the masters were committed, not the rounded values). */
 static void test_state(void) {
   model_t m;
-  model_make(&m, HVD_BFLOAT16);
+  model_make(&m, HVD_BFLOAT16, N, 0.5);
   hvd_optimizer_t *opt = make_opt(&m, 0, 0);
   hvd_state_t *st = NULL;
   int good = hvd_state_create(NULL, 1, &st) == HVD_SUCCESS &&
@@ -340,10 +279,10 @@ static void test_zero(hvd_dtype_t dt, int reduce_fp32) {
                                        : "bfloat16";
   int scaling = dt == HVD_FLOAT16;
   model_t a, b;
-  model_make(&a, dt);
-  model_make(&b, dt);
-  hvd_optimizer_t *oa = make_opt_ex(&a, reduce_fp32, scaling, 0);
-  hvd_optimizer_t *ob = make_opt_ex(&b, reduce_fp32, scaling, 1);
+  model_make(&a, dt, N, 0.5);
+  model_make(&b, dt, N, 0.5);
+  hvd_optimizer_t *oa = model_adamw(&a, reduce_fp32, scaling, 0);
+  hvd_optimizer_t *ob = model_adamw(&b, reduce_fp32, scaling, 1);
   int good = 1;
   for (int s = 1; s <= S; s++)
     good &= step(&a, oa, 0) && step(&b, ob, 0);
@@ -377,7 +316,7 @@ static void test_refusals(void) {
   hvd_optimizer_t *o = NULL;
   hvd_adam_options_t ao;
   hvd_adam_options_init(&ao);
-  model_make(&m, HVD_BFLOAT16);
+  model_make(&m, HVD_BFLOAT16, N, 0.5);
   m.p.grad.dtype = HVD_FLOAT32;
   refused(HVD_ERR_INVALID_ARG, hvd_adam_create(&m.p, 1, &ao, &o),
           "hvd_adam_create: param 'w' grad is float32 but value is bfloat16",

@@ -29,6 +29,7 @@
  */
 #include "hvd.h"
 #include "hvdtest.h"
+#include "mixed_model.h"
 #include "tap/tap.h"
 
 #include <math.h>
@@ -44,48 +45,6 @@ static char dir[512];
 
 static float target(int r, int i) {
   return (float)(0.1 * (r + 1) + 0.001 * (i % 17)) * (i % 2 ? 1.0f : -1.0f);
-}
-
-typedef struct model {
-  hvd_dtype_t dt;
-  void *w, *g;
-  hvd_param_t p;
-} model_t;
-
-static void model_make(model_t *m, hvd_dtype_t dt, double init) {
-  int64_t n = N;
-  m->dt = dt;
-  m->w = hvdt_calloc(N, hvdt_size(dt));
-  m->g = hvdt_calloc(N, hvdt_size(dt));
-  for (int i = 0; i < N; i++)
-    hvdt_put(dt, m->w, i, init);
-  m->p.name = "w";
-  m->p.value = hvd_tensor_make(m->w, dt, 1, &n);
-  m->p.grad = hvd_tensor_make(m->g, dt, 1, &n);
-}
-
-static void model_free(model_t *m) {
-  free(m->w);
-  free(m->g);
-}
-
-static hvd_optimizer_t *make_opt(model_t *m, int shard, int scaling) {
-  hvd_adam_options_t ao;
-  hvd_distributed_options_t dopt;
-  hvd_optimizer_t *base = NULL, *opt = NULL;
-  hvd_adam_options_init(&ao);
-  ao.lr = 0.02;
-  ao.decoupled = 1;
-  ao.weight_decay = 0.01;
-  if (hvd_adam_create(&m->p, 1, &ao, &base) != HVD_SUCCESS)
-    bail("hvd_adam_create: %s", hvd_last_error());
-  hvd_distributed_options_init(&dopt);
-  dopt.shard_optimizer_state = shard;
-  if (hvd_distributed_optimizer(base, &dopt, &opt) != HVD_SUCCESS)
-    bail("hvd_distributed_optimizer: %s", hvd_last_error());
-  if (scaling && hvd_optimizer_set_loss_scaling(opt, NULL) != HVD_SUCCESS)
-    bail("hvd_optimizer_set_loss_scaling: %s", hvd_last_error());
-  return opt;
 }
 
 /* k steps: zero, this rank's gradient times the loss scale, step. */
@@ -110,28 +69,13 @@ static int same_values(const model_t *a, const model_t *b) {
   return memcmp(a->w, b->w, (size_t)N * hvdt_size(a->dt)) == 0;
 }
 
-static int same_file(const char *a, const char *b) {
-  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-  int same = fa != NULL && fb != NULL, ca = 0, cb = 0;
-  while (same && ca != EOF) {
-    ca = getc(fa);
-    cb = getc(fb);
-    same = ca == cb;
-  }
-  if (fa)
-    fclose(fa);
-  if (fb)
-    fclose(fb);
-  return same;
-}
-
 static void test_bytes(void) {
   model_t a, b, c;
-  model_make(&a, HVD_BFLOAT16, 0.5);
-  model_make(&b, HVD_BFLOAT16, 0.5);
-  model_make(&c, HVD_FLOAT32, 0.5);
-  hvd_optimizer_t *sh = make_opt(&a, 1, 0), *un = make_opt(&b, 0, 0),
-                  *f32 = make_opt(&c, 0, 0);
+  model_make(&a, HVD_BFLOAT16, N, 0.5);
+  model_make(&b, HVD_BFLOAT16, N, 0.5);
+  model_make(&c, HVD_FLOAT32, N, 0.5);
+  hvd_optimizer_t *sh = model_adamw(&a, 0, 0, 1), *un = model_adamw(&b, 0, 0, 0),
+                  *f32 = model_adamw(&c, 0, 0, 0);
   long long mine = 12LL * (N / size + (rank < N % size));
   is_int(mine, hvd_optimizer_state_bytes(sh),
          "bytes: sharded bfloat16 holds 12 a block element");
@@ -164,14 +108,14 @@ static void test_checkpoint(hvd_dtype_t dt) {
   model_t m[4];
   hvd_optimizer_t *o[4];
   for (int k = 0; k < 4; k++) {
-    model_make(&m[k], dt, k < 2 ? 0.5 : 0.1);
-    o[k] = make_opt(&m[k], k % 2 == 0, sc);
+    model_make(&m[k], dt, N, k < 2 ? 0.5 : 0.1);
+    o[k] = model_adamw(&m[k], 0, sc, k % 2 == 0);
   }
   int good = steps(&m[0], o[0], 6) && steps(&m[1], o[1], 6) &&
              hvd_checkpoint_save(pa, &m[0].p, 1, o[0], 6) == HVD_SUCCESS &&
              hvd_checkpoint_save(pb, &m[1].p, 1, o[1], 6) == HVD_SUCCESS;
   ok(good, "checkpoint, %s: 6 steps sharded and not, saved", what);
-  ok(rank != 0 || same_file(pa, pb),
+  ok(rank != 0 || hvdt_same_file(pa, pb),
      "checkpoint, %s: the sharded run's file is the unsharded one's", what);
   good = hvd_checkpoint_load(pa, &m[2].p, 1, o[2], NULL) == HVD_SUCCESS &&
          hvd_checkpoint_load(pa, &m[3].p, 1, o[3], NULL) == HVD_SUCCESS;
@@ -195,8 +139,8 @@ static void test_checkpoint(hvd_dtype_t dt) {
 
 static void test_state(void) {
   model_t m;
-  model_make(&m, HVD_BFLOAT16, 0.5);
-  hvd_optimizer_t *opt = make_opt(&m, 1, 0);
+  model_make(&m, HVD_BFLOAT16, N, 0.5);
+  hvd_optimizer_t *opt = model_adamw(&m, 0, 0, 1);
   hvd_state_t *st = NULL;
   int good = hvd_state_create(NULL, 1, &st) == HVD_SUCCESS &&
              hvd_state_add_params(st, &m.p, 1, opt) == HVD_SUCCESS &&
@@ -220,9 +164,9 @@ static void test_state(void) {
 static void test_broadcast_values(int shard, int root) {
   const char *what = shard ? "sharded" : "unsharded";
   model_t a, b;
-  model_make(&a, HVD_BFLOAT16, 0.5 + 0.25 * rank);
-  model_make(&b, HVD_BFLOAT16, 0.5 + 0.25 * root);
-  hvd_optimizer_t *oa = make_opt(&a, shard, 0), *ob = make_opt(&b, shard, 0);
+  model_make(&a, HVD_BFLOAT16, N, 0.5 + 0.25 * rank);
+  model_make(&b, HVD_BFLOAT16, N, 0.5 + 0.25 * root);
+  hvd_optimizer_t *oa = model_adamw(&a, 0, 0, shard), *ob = model_adamw(&b, 0, 0, shard);
   hvd_result_t rc = hvd_broadcast_parameters(&a.p, 1, root);
   is_int(HVD_SUCCESS, rc, "broadcast from %d, %s: parameters", root, what);
   int good = steps(&a, oa, S) && steps(&b, ob, S);
@@ -242,9 +186,9 @@ static void test_broadcast_values(int shard, int root) {
 static void test_broadcast_keeps(int shard) {
   const char *what = shard ? "sharded" : "unsharded";
   model_t a, b;
-  model_make(&a, HVD_BFLOAT16, 0.5);
-  model_make(&b, HVD_BFLOAT16, 0.5);
-  hvd_optimizer_t *oa = make_opt(&a, shard, 0), *ob = make_opt(&b, shard, 0);
+  model_make(&a, HVD_BFLOAT16, N, 0.5);
+  model_make(&b, HVD_BFLOAT16, N, 0.5);
+  hvd_optimizer_t *oa = model_adamw(&a, 0, 0, shard), *ob = model_adamw(&b, 0, 0, shard);
   int good = steps(&a, oa, 5) && steps(&b, ob, 5) &&
              hvd_broadcast_parameters(&b.p, 1, 0) == HVD_SUCCESS &&
              steps(&a, oa, 5) && steps(&b, ob, 5);

@@ -787,6 +787,21 @@ void hvdt_shared_tmpdir(char *dir, size_t len, const char *tag) {
   MPI_Bcast(dir, (int)len, MPI_CHAR, 0, MPI_COMM_WORLD);
 }
 
+int hvdt_same_file(const char *a, const char *b) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  int same = fa != NULL && fb != NULL, ca = 0, cb = 0;
+  while (same && ca != EOF) {
+    ca = getc(fa);
+    cb = getc(fb);
+    same = ca == cb;
+  }
+  if (fa)
+    fclose(fa);
+  if (fb)
+    fclose(fb);
+  return same;
+}
+
 void hvdt_remove_tmpdir(const char *dir) {
   int rank = 0;
   MPI_Barrier(MPI_COMM_WORLD);

@@ -52,6 +52,8 @@ void *hvdt_calloc(size_t n, size_t size);
 /* A whole file as a NUL-terminated string (malloc'd); NULL if it cannot
  * be read. */
 char *hvdt_slurp(const char *path);
+/* 1 when files a and b both open and hold the same bytes. */
+int hvdt_same_file(const char *a, const char *b);
 
 /* A fresh directory $TMPDIR/<tag>.XXXXXX (TMPDIR unset: /tmp), made by
  * rank 0 of MPI_COMM_WORLD, its path into dir on every rank: collective;
