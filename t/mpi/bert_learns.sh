@@ -12,15 +12,7 @@ make_tmp bert_learns
 echo "1..3"
 run_np 1 "$tmp/out" "$tmp/err" "$prog" --log-json "$tmp/log.json"
 check $rc "default run at np=1 exits 0" || { show "$tmp/out" stdout; show "$tmp/err" stderr; }
-losses "$tmp/log.json" | awk '
-  { l[NR] = $1 }
-  END {
-    if (NR < 10) { print "# only " NR " steps logged"; exit 1 }
-    for (i = 1; i <= 5; i++) { a += l[i]; b += l[NR - 5 + i] }
-    a /= 5; b /= 5
-    printf "# np=1: %d steps, mean loss of the first 5 %.4f, last 5 %.4f\n", NR, a, b
-    exit !(b < 0.8 * a)
-  }'
+loss_falls "$tmp/log.json" 1
 check $? "default run at np=1: the loss falls"
 grep -q "^done .*final loss .*tokens/s .*world size 1  *preset tiny" "$tmp/out"
 check $? "default run at np=1: rank 0 prints the summary" || show "$tmp/out" stdout

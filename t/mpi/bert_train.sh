@@ -75,20 +75,6 @@ losses_of() {
   losses "$tmp/$1.json"
 }
 
-# learned NAME NP: the log's last 5 steps average 20% below its first 5.
-learned() {
-  losses_of "$1" | awk -v np="$2" '
-    { l[NR] = $1 }
-    END {
-      if (NR < 10) { print "# only " NR " steps logged"; exit 1 }
-      for (i = 1; i <= 5; i++) { a += l[i]; b += l[NR - 5 + i] }
-      a /= 5; b /= 5
-      printf "# np=%d: %d steps, mean loss of the first 5 %.4f, last 5 %.4f\n",
-        np, NR, a, b
-      exit !(b < 0.8 * a)
-    }'
-}
-
 # agree A B TOL [FIRST]: the losses of logs A and B agree to TOL relative,
 # step for step, B's steps being A's from step FIRST on (default 1)
 # (testlib.sh's losses_agree).
@@ -106,7 +92,7 @@ for np in 2; do
     fail "default run at np=$np exits 0"
     show default$np
   fi
-  if learned default$np $np; then
+  if loss_falls "$tmp/default$np.json" $np; then
     pass "default run at np=$np: the loss falls"
   else
     fail "default run at np=$np: the loss falls"

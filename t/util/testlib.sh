@@ -11,6 +11,9 @@
 #   between X LO HI        status 0 if LO <= X <= HI (decimals)
 #   show FILE LABEL        "# LABEL:", then FILE as TAP comments
 #   losses FILE            the "loss" of every line of a JSON-lines log
+#   loss_falls FILE NP     status 0 if the log's last 5 losses average at
+#                          least 20 % below its first 5 (NP: for the "# "
+#                          line that says both)
 #   losses_agree A B TOL [FIRST]
 #                          status 0 if log B's losses are log A's from step
 #                          FIRST (default 1) on, each to TOL relative, and
@@ -75,6 +78,19 @@ show() {
 
 losses() {
   sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$1"
+}
+
+loss_falls() {
+  losses "$1" | awk -v np="$2" '
+    { l[NR] = $1 }
+    END {
+      if (NR < 10) { print "# only " NR " steps logged"; exit 1 }
+      for (i = 1; i <= 5; i++) { a += l[i]; b += l[NR - 5 + i] }
+      a /= 5; b /= 5
+      printf "# np=%d: %d steps, mean loss of the first 5 %.4f, last 5 %.4f\n",
+        np, NR, a, b
+      exit !(b < 0.8 * a)
+    }'
 }
 
 losses_agree() {
