@@ -97,8 +97,9 @@ typedef struct options {
   int save_every;       /* --save-every K (commits) */
   uint64_t seed;
   int threads;
-  int gpu;  /* --device gpu */
-  int tf32; /* --tf32 */
+  int gpu;       /* --device gpu */
+  int tf32;      /* --tf32 */
+  int precision; /* --precision: bert_precision_t, -1 the device's default */
   int quiet;
 } options_t;
 
@@ -143,6 +144,12 @@ static const char usage_text[] =
     "                         GPU hvd binds each rank to (cuBLAS, CUDA)\n"
     "  --tf32                 gpu: TF32 tensor cores for the float32 matrix\n"
     "                         products (default: plain float32)\n"
+    "  --precision P          fp32, bf16 or fp16: parameters, gradients and\n"
+    "                         activations (default bf16 on a GPU, fp32 on\n"
+    "                         the CPU); bf16/fp16 keep float32 master\n"
+    "                         weights in AdamW, fp16 scales the loss; on\n"
+    "                         the CPU they are a slow numerical model;\n"
+    "                         --tf32 alone means fp32\n"
     "\n"
     "data:\n"
     "  --data FILE            UTF-8 text, one sentence or document per\n"
@@ -200,6 +207,7 @@ enum {
   O_THREADS,
   O_DEVICE,
   O_TF32,
+  O_PRECISION,
   O_DATA,
   O_SENTENCES,
   O_CHECKPOINT,
@@ -241,6 +249,7 @@ static const struct option long_options[] = {
     {"threads", required_argument, NULL, O_THREADS},
     {"device", required_argument, NULL, O_DEVICE},
     {"tf32", no_argument, NULL, O_TF32},
+    {"precision", required_argument, NULL, O_PRECISION},
     {"data", required_argument, NULL, O_DATA},
     {"synthetic-lines", required_argument, NULL, O_SENTENCES},
     {"checkpoint", required_argument, NULL, O_CHECKPOINT},
@@ -366,6 +375,14 @@ static int run_option(options_t *o, int ch, const char *a) {
   case O_TF32:
     o->tf32 = 1;
     return 1;
+  case O_PRECISION:
+    o->precision = -1;
+    for (int p = BERT_FP32; p <= BERT_FP16; p++)
+      if (strcmp(a, bert_precision_name(p)) == 0)
+        o->precision = p;
+    if (o->precision < 0)
+      cli_usage_error("--precision needs fp32, bf16 or fp16, not '%s'", a);
+    return 1;
   case O_QUIET:
     o->quiet = 1;
     return 1;
@@ -429,6 +446,15 @@ static void check_options(options_t *o) {
     cli_usage_error("--no-sync reduces nothing, so it takes no compression");
   if (o->tf32 && !o->gpu)
     cli_usage_error("--tf32 needs --device gpu");
+  if (o->precision < 0) /* TF32 speeds up float32: --tf32 means it */
+    o->precision = o->gpu && !o->tf32 ? BERT_BF16 : BERT_FP32;
+  if (o->tf32 && o->precision != BERT_FP32)
+    cli_usage_error("--tf32 is for float32 products: not with --precision %s",
+                    bert_precision_name(o->precision));
+  if (o->dense_embeddings && o->precision != BERT_FP32)
+    cli_usage_error("--dense-embeddings: --precision %s has dense "
+                    "embeddings only",
+                    bert_precision_name(o->precision));
   if (o->zero && o->no_sync)
     cli_usage_error("--zero 1 shards what the reduction updates, so it takes "
                     "no --no-sync");
@@ -453,6 +479,7 @@ static void configure_model(const options_t *o, bert_config_t *c) {
     c->max_position = c->seq_len;
   c->seed = o->seed;
   c->threads = o->threads;
+  c->precision = o->precision;
   if (bert_config_check(c) != HVD_SUCCESS)
     cli_usage_error("%s", bert_last_error());
 }
@@ -474,7 +501,8 @@ static void parse_options(int argc, char **argv, options_t *o,
                    .compression = HVD_COMPRESS_NONE,
                    .sentences = 20000,
                    .seed = 42,
-                   .threads = 1};
+                   .threads = 1,
+                   .precision = -1};
   opterr = 0;
   int ch;
   while ((ch = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
@@ -1144,6 +1172,9 @@ static void setup_model(run_t *r) {
   if (!r->sync)
     check_local(hvd_optimizer_set_sync(r->opt, 0), "hvd_optimizer_set_sync",
                 hvd_last_error());
+  if (o->precision == BERT_FP16) /* GradScaler's defaults */
+    check_local(hvd_optimizer_set_loss_scaling(r->opt, NULL),
+                "hvd_optimizer_set_loss_scaling", hvd_last_error());
 }
 
 /* Rank 0: the checkpoint --resume names (the newest in a directory) into
@@ -1345,7 +1376,8 @@ static void setup_steps(run_t *r) {
   r->fetch = 1;
   r->ready = (ready_ctx_t){.opt = r->opt, .rc = HVD_SUCCESS};
   bert_model_set_host_fences(r->model, r->o.host_fences);
-  if (!r->o.gpu && !r->o.dense_embeddings && !r->o.zero) /* rows later */
+  if (!r->o.gpu && !r->o.dense_embeddings && !r->o.zero &&
+      r->o.precision == BERT_FP32) /* rows later */
     check_local(
         bert_model_set_sparse_embeddings(r->model, on_sparse_grad, &r->ready),
         "bert_model_set_sparse_embeddings", bert_last_error());
@@ -1425,7 +1457,8 @@ static double forward_backward(run_t *r, int64_t local, int64_t total,
                                       HVD_SUM, 1, 1, &loss_req),
                   "summing the loss", hvd_last_error());
     double w = (double)(r->sync ? P : 1) * K * (double)r->masked[j] /
-               (double)(r->sync ? total : local);
+               (double)(r->sync ? total : local) *
+               hvd_optimizer_loss_scale(r->opt); /* 1 but for fp16 */
     check_local(bert_model_backward_scaled(r->model, (float)w, on_grad_ready,
                                            &r->ready),
                 "bert_model_backward", bert_last_error());

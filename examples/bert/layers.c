@@ -322,8 +322,80 @@ static void cpu_nothing(void) {}
 static void cpu_fence(int slot) { (void)slot; }
 static const char *cpu_error(void) { return NULL; }
 
+/* The float32 functions above under the table's void * signatures. */
+static void f_linear_fwd(const void *x, const void *W, const void *b, void *y,
+                         int n, int in, int out) {
+  bert_linear_fwd(x, W, b, y, n, in, out);
+}
+static void f_linear_bwd(const void *x, const void *W, const void *dy, void *dx,
+                         float beta, void *dW, void *db, int n, int in,
+                         int out) {
+  bert_linear_bwd(x, W, dy, dx, beta, dW, db, n, in, out);
+}
+static void f_layernorm_fwd(const void *x, const void *g, const void *b,
+                            float eps, void *y, float *mean, float *rstd, int n,
+                            int h) {
+  bert_layernorm_fwd(x, g, b, eps, y, mean, rstd, n, h);
+}
+static void f_layernorm_bwd(const void *x, const float *mean, const float *rstd,
+                            const void *g, const void *dy, void *dx, void *dg,
+                            void *db, int n, int h) {
+  bert_layernorm_bwd(x, mean, rstd, g, dy, dx, dg, db, n, h);
+}
+static void f_gelu_fwd(const void *x, void *y, int64_t n) {
+  bert_gelu_fwd(x, y, n);
+}
+static void f_gelu_bwd(const void *x, const void *dy, void *dx, int64_t n) {
+  bert_gelu_bwd(x, dy, dx, n);
+}
+static void f_attention_fwd(const void *q, const void *k, const void *v,
+                            const int32_t *lengths, void *probs, void *ctx,
+                            int B, int S, int A, int dh) {
+  bert_attention_fwd(q, k, v, lengths, probs, ctx, B, S, A, dh);
+}
+static void f_attention_bwd(const void *q, const void *k, const void *v,
+                            const void *probs, const void *dctx, void *dq,
+                            void *dk, void *dv, float *scratch, int B, int S,
+                            int A, int dh) {
+  bert_attention_bwd(q, k, v, probs, dctx, dq, dk, dv, scratch, B, S, A, dh);
+}
+static void f_embedding_fwd(const int32_t *ids, const int32_t *types,
+                            const void *word, const void *pos, const void *type,
+                            void *out, int B, int S, int H) {
+  bert_embedding_fwd(ids, types, word, pos, type, out, B, S, H);
+}
+static void f_embedding_bwd(const int32_t *ids, const int32_t *types,
+                            const void *dout, void *dword, void *dpos,
+                            void *dtype, int B, int S, int H) {
+  bert_embedding_bwd(ids, types, dout, dword, dpos, dtype, B, S, H);
+}
+static double f_xent_fwd(void *logits, const int32_t *targets, int m, int V,
+                         int64_t *correct) {
+  return bert_xent_fwd(logits, targets, m, V, correct);
+}
+static void f_xent_bwd(void *probs, const int32_t *targets, int m, int V,
+                       float scale) {
+  bert_xent_bwd(probs, targets, m, V, scale);
+}
+static void f_add(const void *a, const void *b, void *y, int64_t n) {
+  bert_add(a, b, y, n);
+}
+static void f_copy(const void *src, void *dst, int64_t n) {
+  bert_copy(src, dst, n);
+}
+static void f_zero(void *x, int64_t n) { bert_zero(x, n); }
+static void f_gather_rows(const void *src, const int32_t *rows, int m, int h,
+                          void *dst) {
+  bert_gather_rows(src, rows, m, h, dst);
+}
+static void f_scatter_add_rows(const void *src, const int32_t *rows, int m,
+                               int h, void *dst) {
+  bert_scatter_add_rows(src, rows, m, h, dst);
+}
+
 const bert_backend_t bert_backend_cpu = {
     .name = "cpu",
+    .precision = BERT_FP32,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .host_alloc = cpu_host_alloc,
@@ -336,23 +408,23 @@ const bert_backend_t bert_backend_cpu = {
     .fence_record = cpu_fence,
     .fence_wait = cpu_fence,
     .error = cpu_error,
-    .linear_fwd = bert_linear_fwd,
-    .linear_bwd = bert_linear_bwd,
-    .layernorm_fwd = bert_layernorm_fwd,
-    .layernorm_bwd = bert_layernorm_bwd,
-    .gelu_fwd = bert_gelu_fwd,
-    .gelu_bwd = bert_gelu_bwd,
-    .attention_fwd = bert_attention_fwd,
-    .attention_bwd = bert_attention_bwd,
-    .embedding_fwd = bert_embedding_fwd,
-    .embedding_bwd = bert_embedding_bwd,
-    .xent_fwd = bert_xent_fwd,
-    .xent_bwd = bert_xent_bwd,
-    .add = bert_add,
-    .copy = bert_copy,
-    .zero = bert_zero,
-    .gather_rows = bert_gather_rows,
-    .scatter_add_rows = bert_scatter_add_rows,
+    .linear_fwd = f_linear_fwd,
+    .linear_bwd = f_linear_bwd,
+    .layernorm_fwd = f_layernorm_fwd,
+    .layernorm_bwd = f_layernorm_bwd,
+    .gelu_fwd = f_gelu_fwd,
+    .gelu_bwd = f_gelu_bwd,
+    .attention_fwd = f_attention_fwd,
+    .attention_bwd = f_attention_bwd,
+    .embedding_fwd = f_embedding_fwd,
+    .embedding_bwd = f_embedding_bwd,
+    .xent_fwd = f_xent_fwd,
+    .xent_bwd = f_xent_bwd,
+    .add = f_add,
+    .copy = f_copy,
+    .zero = f_zero,
+    .gather_rows = f_gather_rows,
+    .scatter_add_rows = f_scatter_add_rows,
 };
 
 #ifndef HVD_HAVE_CUDA
@@ -366,6 +438,9 @@ int bert_cuda_open(int device, char *msg, size_t len) {
   return -1;
 }
 void bert_cuda_close(void) {}
-const bert_backend_t *bert_cuda_backend(void) { return NULL; }
+const bert_backend_t *bert_cuda_backend(int precision) {
+  (void)precision;
+  return NULL;
+}
 void bert_cuda_set_tf32(int on) { (void)on; }
 #endif

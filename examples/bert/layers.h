@@ -108,12 +108,54 @@ void bert_scatter_add_rows(const float *src, const int32_t *rows, int m, int h,
  * environment before the program starts). */
 int bert_blas_set_threads(int n);
 
+/* ---- Precisions -----------------------------------------------------------
+ *
+ * A backend works in one storage precision T: float32 (the bert_*
+ * functions above), bfloat16 or float16. Every pointer of its kernel
+ * entries that the float32 contract types `float *` is a T array, except
+ * the LayerNorm statistics (mean, rstd) and attention_bwd's scratch,
+ * which stay float32. With T = bfloat16 or float16 (mixed precision):
+ * - every element is computed in float32 (or the double the float32
+ *   kernel uses) from the T inputs, converted exactly, and each output
+ *   element is rounded to T once, to nearest even;
+ * - matrix products accumulate in float32; the bias is added before
+ *   the rounding (y = round(x W^T + b));
+ * - what ACCUMULATES (parameter gradients; dx with dx_beta 1; the
+ *   scatter-add's dst) becomes round(old + the call's whole contribution
+ *   summed in float32): one rounding per element and call;
+ * - attention: the scores and the softmax in float32, probs stored in T,
+ *   ctx = round(probs v) from the stored probs; backward from them too;
+ * - xent_fwd reads T logits, computes in float32 and double (loss,
+ *   argmax: the float32 kernel's on the converted logits) and writes the
+ *   probabilities back rounded to T; xent_bwd writes round(scale (p -
+ *   onehot)).
+ * Results then differ from the float32 ones by T's rounding (2^-8
+ * relative for bfloat16, 2^-11 for float16, per rounding), and between
+ * two backends of one precision by the order of float32 sums. */
+typedef enum bert_precision {
+  BERT_FP32 = 0,
+  BERT_BF16 = 1,
+  BERT_FP16 = 2
+} bert_precision_t;
+
+/* "fp32", "bf16" or "fp16" (NULL for another value). */
+const char *bert_precision_name(int precision);
+/* Bytes per element: 4, 2, 2. */
+size_t bert_precision_bytes(int precision);
+/* Host conversions of n elements: T -> float32 (exact) and float32 -> T
+ * (round to nearest even; float16 overflows to +-inf, keeps subnormals;
+ * NaN stays NaN). For BERT_FP32 both are copies. bert_from_float may
+ * write over its own src (dst == src: in place). */
+void bert_to_float(int precision, const void *src, float *dst, int64_t n);
+void bert_from_float(int precision, const float *src, void *dst, int64_t n);
+
 /* ---- Backends ------------------------------------------------------------
  *
  * The kernels above and the memory they work on, as one table, so that
- * model.c runs unchanged on the host or on a GPU. Every kernel entry has
- * the contract (and the signature) of the bert_* function of the same
- * name; its pointers are to the backend's memory. The CUDA backend
+ * model.c runs unchanged on the host or on a GPU, in any precision. Every
+ * kernel entry has the contract (and, with void * for the T arrays, the
+ * signature) of the bert_* function of the same name; its pointers are
+ * to the backend's memory. The CUDA backend
  * queues everything on one stream that it owns and returns before the
  * work is done, except where an entry says otherwise (xent_fwd, to_host,
  * sync, fence_wait); it does no allocation after reserve() other than
@@ -122,6 +164,7 @@ int bert_blas_set_threads(int n);
  * every later call return at once: error() says what happened. */
 typedef struct bert_backend {
   const char *name; /* "cpu" or "gpu" */
+  int precision;    /* bert_precision_t: the T of the kernels */
 
   /* Memory of the backend (64-byte aligned on the host); NULL when out
    * of memory. free accepts NULL. */
@@ -137,7 +180,7 @@ typedef struct bert_backend {
   void (*to_device)(void *dst, const void *src, size_t bytes);
   void (*to_host)(void *dst, const void *src, size_t bytes);
   /* Sizes the scratch memory of the kernels for batches of up to B x S
-   * tokens, A heads of dh, rows up to `width` floats wide and `types`
+   * tokens, A heads of dh, rows up to `width` elements wide and `types`
    * token types, so that no later call allocates. */
   void (*reserve)(int B, int S, int A, int dh, int width, int types);
   /* Waits until the backend's own queued work is done. */
@@ -152,50 +195,53 @@ typedef struct bert_backend {
   /* The first failure since the backend was opened, or NULL. */
   const char *(*error)(void);
 
-  void (*linear_fwd)(const float *x, const float *W, const float *b, float *y,
+  void (*linear_fwd)(const void *x, const void *W, const void *b, void *y,
                      int n, int in, int out);
-  void (*linear_bwd)(const float *x, const float *W, const float *dy, float *dx,
-                     float dx_beta, float *dW, float *db, int n, int in,
-                     int out);
-  void (*layernorm_fwd)(const float *x, const float *g, const float *b,
-                        float eps, float *y, float *mean, float *rstd, int n,
-                        int h);
-  void (*layernorm_bwd)(const float *x, const float *mean, const float *rstd,
-                        const float *g, const float *dy, float *dx, float *dg,
-                        float *db, int n, int h);
-  void (*gelu_fwd)(const float *x, float *y, int64_t n);
-  void (*gelu_bwd)(const float *x, const float *dy, float *dx, int64_t n);
-  void (*attention_fwd)(const float *q, const float *k, const float *v,
-                        const int32_t *lengths, float *probs, float *ctx, int B,
+  void (*linear_bwd)(const void *x, const void *W, const void *dy, void *dx,
+                     float dx_beta, void *dW, void *db, int n, int in, int out);
+  void (*layernorm_fwd)(const void *x, const void *g, const void *b, float eps,
+                        void *y, float *mean, float *rstd, int n, int h);
+  void (*layernorm_bwd)(const void *x, const float *mean, const float *rstd,
+                        const void *g, const void *dy, void *dx, void *dg,
+                        void *db, int n, int h);
+  void (*gelu_fwd)(const void *x, void *y, int64_t n);
+  void (*gelu_bwd)(const void *x, const void *dy, void *dx, int64_t n);
+  void (*attention_fwd)(const void *q, const void *k, const void *v,
+                        const int32_t *lengths, void *probs, void *ctx, int B,
                         int S, int A, int dh);
-  /* scratch: S*S floats of the backend's memory (the CUDA backend uses
-   * its own and ignores it) */
-  void (*attention_bwd)(const float *q, const float *k, const float *v,
-                        const float *probs, const float *dctx, float *dq,
-                        float *dk, float *dv, float *scratch, int B, int S,
-                        int A, int dh);
+  /* scratch: S*S floats of the backend's memory (the CUDA backend and
+   * the CPU's low precisions use their own and ignore it) */
+  void (*attention_bwd)(const void *q, const void *k, const void *v,
+                        const void *probs, const void *dctx, void *dq, void *dk,
+                        void *dv, float *scratch, int B, int S, int A, int dh);
   void (*embedding_fwd)(const int32_t *ids, const int32_t *types,
-                        const float *word, const float *pos, const float *type,
-                        float *out, int B, int S, int H);
+                        const void *word, const void *pos, const void *type,
+                        void *out, int B, int S, int H);
   void (*embedding_bwd)(const int32_t *ids, const int32_t *types,
-                        const float *dout, float *dword, float *dpos,
-                        float *dtype, int B, int S, int H);
+                        const void *dout, void *dword, void *dpos, void *dtype,
+                        int B, int S, int H);
   /* Waits for its result (one copy back to the host per call). */
-  double (*xent_fwd)(float *logits, const int32_t *targets, int m, int V,
+  double (*xent_fwd)(void *logits, const int32_t *targets, int m, int V,
                      int64_t *correct);
-  void (*xent_bwd)(float *probs, const int32_t *targets, int m, int V,
+  void (*xent_bwd)(void *probs, const int32_t *targets, int m, int V,
                    float scale);
-  void (*add)(const float *a, const float *b, float *y, int64_t n);
-  void (*copy)(const float *src, float *dst, int64_t n);
-  void (*zero)(float *x, int64_t n);
-  void (*gather_rows)(const float *src, const int32_t *rows, int m, int h,
-                      float *dst);
-  void (*scatter_add_rows)(const float *src, const int32_t *rows, int m, int h,
-                           float *dst);
+  void (*add)(const void *a, const void *b, void *y, int64_t n);
+  void (*copy)(const void *src, void *dst, int64_t n);
+  void (*zero)(void *x, int64_t n);
+  void (*gather_rows)(const void *src, const int32_t *rows, int m, int h,
+                      void *dst);
+  void (*scatter_add_rows)(const void *src, const int32_t *rows, int m, int h,
+                           void *dst);
 } bert_backend_t;
 
 /* The host: the bert_* functions above; never fails. */
 extern const bert_backend_t bert_backend_cpu;
+/* The host in a precision: bert_backend_cpu for BERT_FP32; for bfloat16
+ * and float16 a numerical model of the GPU's mixed precision (each entry
+ * converts its T inputs to float32, runs the float32 function and rounds
+ * its outputs as the rules above say: slower than float32, for tests and
+ * for checking a GPU run on the CPU); NULL for another value. */
+const bert_backend_t *bert_cpu_backend(int precision);
 
 /* The CUDA backend (layers_cuda.cu), process-wide and reference-counted:
  * bert_cuda_open makes `device` (a CUDA ordinal, or -1 for the calling
@@ -209,8 +255,10 @@ extern const bert_backend_t bert_backend_cpu;
  * device. Not thread-safe. */
 int bert_cuda_open(int device, char *msg, size_t len);
 void bert_cuda_close(void);
-/* The table (valid between open and the last close; NULL without CUDA). */
-const bert_backend_t *bert_cuda_backend(void);
+/* The table of a precision (valid between open and the last close; NULL
+ * without CUDA or for another precision). The three share the stream,
+ * the cuBLAS handle, the fences and the scratch. */
+const bert_backend_t *bert_cuda_backend(int precision);
 /* cuBLAS may use TF32 tensor cores for the float32 products (on: faster,
  * about 1e-3 relative; off, the default: plain float32, the CPU's results
  * to float rounding). Applies to the open handle and later opens. */

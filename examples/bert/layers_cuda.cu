@@ -1030,35 +1030,60 @@ const char *first_error(void) { return st.failed ? st.err : NULL; }
 
 const bert_backend_t backend = {
     /* .name = */ "gpu",
-    /* .alloc = */ dev_alloc,
-    /* .free = */ dev_free,
-    /* .host_alloc = */ pinned_alloc,
-    /* .host_free = */ pinned_free,
-    /* .to_device = */ to_device,
-    /* .to_host = */ to_host,
-    /* .reserve = */ reserve_ws,
-    /* .sync = */ stream_sync,
-    /* .sync_all = */ sync_all,
-    /* .fence_record = */ fence_record,
-    /* .fence_wait = */ fence_wait,
-    /* .error = */ first_error,
-    /* .linear_fwd = */ linear_fwd,
-    /* .linear_bwd = */ linear_bwd,
-    /* .layernorm_fwd = */ layernorm_fwd,
-    /* .layernorm_bwd = */ layernorm_bwd,
-    /* .gelu_fwd = */ gelu_fwd,
-    /* .gelu_bwd = */ gelu_bwd,
-    /* .attention_fwd = */ attention_fwd,
-    /* .attention_bwd = */ attention_bwd,
-    /* .embedding_fwd = */ embedding_fwd,
-    /* .embedding_bwd = */ embedding_bwd,
-    /* .xent_fwd = */ xent_fwd,
-    /* .xent_bwd = */ xent_bwd,
-    /* .add = */ add_floats,
-    /* .copy = */ copy_floats,
-    /* .zero = */ zero_floats,
-    /* .gather_rows = */ gather_rows,
-    /* .scatter_add_rows = */ scatter_add_rows,
+    /* .precision = */ BERT_FP32,
+    /* .alloc = */ reinterpret_cast<decltype(bert_backend_t::alloc)>(dev_alloc),
+    /* .free = */ reinterpret_cast<decltype(bert_backend_t::free)>(dev_free),
+    /* .host_alloc = */
+    reinterpret_cast<decltype(bert_backend_t::host_alloc)>(pinned_alloc),
+    /* .host_free = */
+    reinterpret_cast<decltype(bert_backend_t::host_free)>(pinned_free),
+    /* .to_device = */
+    reinterpret_cast<decltype(bert_backend_t::to_device)>(to_device),
+    /* .to_host = */
+    reinterpret_cast<decltype(bert_backend_t::to_host)>(to_host),
+    /* .reserve = */
+    reinterpret_cast<decltype(bert_backend_t::reserve)>(reserve_ws),
+    /* .sync = */ reinterpret_cast<decltype(bert_backend_t::sync)>(stream_sync),
+    /* .sync_all = */
+    reinterpret_cast<decltype(bert_backend_t::sync_all)>(sync_all),
+    /* .fence_record = */
+    reinterpret_cast<decltype(bert_backend_t::fence_record)>(fence_record),
+    /* .fence_wait = */
+    reinterpret_cast<decltype(bert_backend_t::fence_wait)>(fence_wait),
+    /* .error = */
+    reinterpret_cast<decltype(bert_backend_t::error)>(first_error),
+    /* .linear_fwd = */
+    reinterpret_cast<decltype(bert_backend_t::linear_fwd)>(linear_fwd),
+    /* .linear_bwd = */
+    reinterpret_cast<decltype(bert_backend_t::linear_bwd)>(linear_bwd),
+    /* .layernorm_fwd = */
+    reinterpret_cast<decltype(bert_backend_t::layernorm_fwd)>(layernorm_fwd),
+    /* .layernorm_bwd = */
+    reinterpret_cast<decltype(bert_backend_t::layernorm_bwd)>(layernorm_bwd),
+    /* .gelu_fwd = */
+    reinterpret_cast<decltype(bert_backend_t::gelu_fwd)>(gelu_fwd),
+    /* .gelu_bwd = */
+    reinterpret_cast<decltype(bert_backend_t::gelu_bwd)>(gelu_bwd),
+    /* .attention_fwd = */
+    reinterpret_cast<decltype(bert_backend_t::attention_fwd)>(attention_fwd),
+    /* .attention_bwd = */
+    reinterpret_cast<decltype(bert_backend_t::attention_bwd)>(attention_bwd),
+    /* .embedding_fwd = */
+    reinterpret_cast<decltype(bert_backend_t::embedding_fwd)>(embedding_fwd),
+    /* .embedding_bwd = */
+    reinterpret_cast<decltype(bert_backend_t::embedding_bwd)>(embedding_bwd),
+    /* .xent_fwd = */
+    reinterpret_cast<decltype(bert_backend_t::xent_fwd)>(xent_fwd),
+    /* .xent_bwd = */
+    reinterpret_cast<decltype(bert_backend_t::xent_bwd)>(xent_bwd),
+    /* .add = */ reinterpret_cast<decltype(bert_backend_t::add)>(add_floats),
+    /* .copy = */ reinterpret_cast<decltype(bert_backend_t::copy)>(copy_floats),
+    /* .zero = */ reinterpret_cast<decltype(bert_backend_t::zero)>(zero_floats),
+    /* .gather_rows = */
+    reinterpret_cast<decltype(bert_backend_t::gather_rows)>(gather_rows),
+    /* .scatter_add_rows = */
+    reinterpret_cast<decltype(bert_backend_t::scatter_add_rows)>(
+        scatter_add_rows),
 };
 
 void apply_math_mode(void) {
@@ -1169,8 +1194,8 @@ extern "C" void bert_cuda_close(void) {
     teardown();
 }
 
-extern "C" const bert_backend_t *bert_cuda_backend(void) {
-  return st.refs > 0 ? &backend : NULL;
+extern "C" const bert_backend_t *bert_cuda_backend(int precision) {
+  return st.refs > 0 && precision == BERT_FP32 ? &backend : NULL;
 }
 
 extern "C" void bert_cuda_set_tf32(int on) {

@@ -14,6 +14,7 @@ noinst_LIBRARIES += examples/bert/libbert.a
 examples_bert_libbert_a_SOURCES = \
 	examples/bert/util.c examples/bert/util.h \
 	examples/bert/layers.c examples/bert/layers.h \
+	examples/bert/layers_lp.c \
 	examples/bert/model.c examples/bert/model.h \
 	examples/bert/tokenizer.c examples/bert/tokenizer.h \
 	examples/bert/data.c examples/bert/data.h

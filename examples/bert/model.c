@@ -60,16 +60,18 @@ enum { H_T_W, H_T_B, H_TLN_W, H_TLN_B, H_DEC_B, PER_HEAD };
 #define LABEL_IGNORE (-100)
 
 /* What the forward pass keeps for the backward pass, per layer. */
+/* Activations are of the model's precision (T: float32, bfloat16 or
+ * float16; void * here), the LayerNorm statistics float32. */
 typedef struct layer_act {
-  float *q, *k, *v;           /* [N,H] */
-  float *probs;               /* [B,A,S,S] */
-  float *ctx;                 /* [N,H] attention output before its dense */
-  float *h1_pre;              /* [N,H] x + attention */
+  void *q, *k, *v;            /* [N,H] */
+  void *probs;                /* [B,A,S,S] */
+  void *ctx;                  /* [N,H] attention output before its dense */
+  void *h1_pre;               /* [N,H] x + attention */
   float *ln1_mean, *ln1_rstd; /* [N] */
-  float *h1;                  /* [N,H] */
-  float *inter_pre;           /* [N,F] */
-  float *inter;               /* [N,F] GELU */
-  float *h2_pre;              /* [N,H] h1 + FFN */
+  void *h1;                   /* [N,H] */
+  void *inter_pre;            /* [N,F] */
+  void *inter;                /* [N,F] GELU */
+  void *h2_pre;               /* [N,H] h1 + FFN */
   float *ln2_mean, *ln2_rstd;
 } layer_act_t;
 
@@ -78,17 +80,21 @@ struct bert_model {
   int n; /* parameters */
   hvd_param_t *params;
   char (*names)[NAME_MAX_LEN];
-  float *values, *grads; /* all parameters, contiguous in param order */
+  void *values, *grads; /* all parameters (T), contiguous in param order */
   int64_t nweights;
+  size_t elt; /* bytes of a T */
 
   /* activations (one allocation, `arena`) */
-  float *arena;
-  float *emb_pre, *emb_mean, *emb_rstd; /* embeddings before LayerNorm */
-  float **hs; /* hs[l]: input of layer l; hs[L] output */
+  char *arena;
+  void *emb_pre;              /* embeddings before LayerNorm */
+  float *emb_mean, *emb_rstd; /* its statistics */
+  void **hs;                  /* hs[l]: input of layer l; hs[L] output */
   layer_act_t *acts;
-  float *hm, *t_pre, *t_act, *t_mean, *t_rstd, *t; /* head, [M,...] */
-  float *g_x, *g_tmp, *g_h1, *g_ctx, *g_q, *g_k, *g_v, *g_inter, *scratch;
-  float *logits;      /* [M,V], grown on demand */
+  void *hm, *t_pre, *t_act, *t; /* head, [M,...] */
+  float *t_mean, *t_rstd;
+  void *g_x, *g_tmp, *g_h1, *g_ctx, *g_q, *g_k, *g_v, *g_inter;
+  float *scratch;     /* S*S floats: attention_bwd */
+  void *logits;       /* [M,V], grown on demand */
   int64_t logits_cap; /* rows */
 
   const bert_backend_t *be; /* the kernels and the memory */
@@ -143,14 +149,14 @@ hvd_result_t bert_config_set(bert_config_t *c, const char *key,
   static const struct {
     const char *key;
     size_t off;
-    char kind; /* i int, f float, u uint64 */
+    char kind; /* i int, f float, u uint64, p precision */
   } fields[] = {
 #define F(name, kind) {#name, offsetof(bert_config_t, name), kind}
       F(vocab_size, 'i'), F(max_position, 'i'), F(type_vocab_size, 'i'),
       F(layers, 'i'),     F(hidden, 'i'),       F(heads, 'i'),
       F(ffn, 'i'),        F(seq_len, 'i'),      F(batch, 'i'),
       F(ln_eps, 'f'),     F(init_std, 'f'),     F(seed, 'u'),
-      F(threads, 'i'),
+      F(threads, 'i'),    F(precision, 'p'),
 #undef F
   };
   if (c == NULL || key == NULL || value == NULL)
@@ -175,6 +181,16 @@ hvd_result_t bert_config_set(bert_config_t *c, const char *key,
         memcpy(p, &v, sizeof v);
         return HVD_SUCCESS;
       }
+    } else if (fields[i].kind == 'p') {
+      for (int pr = BERT_FP32; pr <= BERT_FP16; pr++)
+        if (strcmp(value, bert_precision_name(pr)) == 0) {
+          memcpy(p, &pr, sizeof pr);
+          return HVD_SUCCESS;
+        }
+      return bert__error(HVD_ERR_INVALID_ARG,
+                         "model option precision: '%s' is not fp32, bf16 or "
+                         "fp16",
+                         value);
     } else {
       unsigned long long v = strtoull(value, &end, 0);
       if (errno == 0 && end != value && *end == '\0' && value[0] != '-') {
@@ -190,7 +206,7 @@ hvd_result_t bert_config_set(bert_config_t *c, const char *key,
   return bert__error(HVD_ERR_INVALID_ARG,
                      "unknown model option '%s' (vocab_size, max_position, "
                      "type_vocab_size, layers, hidden, heads, ffn, seq_len, "
-                     "batch, ln_eps, init_std, seed, threads)",
+                     "batch, ln_eps, init_std, seed, threads, precision)",
                      key);
 }
 
@@ -223,6 +239,11 @@ hvd_result_t bert_config_check(const bert_config_t *c) {
     return bert__error(HVD_ERR_INVALID_ARG,
                        "model config: seq_len (%d) exceeds max_position (%d)",
                        c->seq_len, c->max_position);
+  if (bert_precision_name(c->precision) == NULL)
+    return bert__error(HVD_ERR_INVALID_ARG,
+                       "model config: precision %d is none of BERT_FP32, "
+                       "BERT_BF16, BERT_FP16",
+                       c->precision);
   if (!(c->ln_eps > 0) || !(c->init_std >= 0) || c->threads < 0)
     return bert__error(HVD_ERR_INVALID_ARG,
                        "model config: ln_eps must be > 0, init_std >= 0, "
@@ -240,9 +261,12 @@ hvd_result_t bert_config_check(const bert_config_t *c) {
 void bert_config_describe(const bert_config_t *c, char *buf, size_t len) {
   if (buf == NULL || len == 0)
     return;
-  snprintf(buf, len, "L=%d H=%d A=%d F=%d V=%d P=%d S=%d B=%d", c->layers,
+  const char *prec =
+      c->precision != BERT_FP32 ? bert_precision_name(c->precision) : NULL;
+  snprintf(buf, len, "L=%d H=%d A=%d F=%d V=%d P=%d S=%d B=%d%s%s", c->layers,
            c->hidden, c->heads, c->ffn, c->vocab_size, c->max_position,
-           c->seq_len, c->batch);
+           c->seq_len, c->batch, prec != NULL ? " " : "",
+           prec != NULL ? prec : "");
 }
 
 hvd_result_t bert_set_threads(int n) {
@@ -274,8 +298,8 @@ static int64_t numel(const hvd_tensor_t *t) {
   return n;
 }
 
-static float *val(bert_model_t *m, int i) { return m->params[i].value.data; }
-static float *grad(bert_model_t *m, int i) { return m->params[i].grad.data; }
+static void *val(bert_model_t *m, int i) { return m->params[i].value.data; }
+static void *grad(bert_model_t *m, int i) { return m->params[i].grad.data; }
 
 /* Names and shapes, in parameter order. */
 static void describe_params(bert_model_t *m) {
@@ -329,11 +353,12 @@ static int ends_with(const char *s, const char *suffix) {
 void bert_model_init(bert_model_t *m, uint64_t seed) {
   if (m == NULL)
     return;
-  /* on a GPU: drawn on the host (the same stream of numbers), then one
-   * copy; out of host memory, the values stay as they were */
+  /* drawn on the host in float32 (the same stream of numbers in every
+   * precision), then rounded to T and copied; out of host memory, the
+   * values stay as they were */
   float *host = m->values;
-  if (m->device != HVD_CPU &&
-      (host = malloc(sizeof(float) * (size_t)m->nweights)) == NULL)
+  int direct = m->device == HVD_CPU && m->c.precision == BERT_FP32;
+  if (!direct && (host = malloc(sizeof(float) * (size_t)m->nweights)) == NULL)
     return;
   bert_rng_t rng;
   bert__rng_seed(&rng, &seed, 1);
@@ -353,8 +378,9 @@ void bert_model_init(bert_model_t *m, uint64_t seed) {
         v[j] = (float)(m->c.init_std * bert__rng_normal(&rng));
     }
   }
-  if (host != m->values) {
-    m->be->to_device(m->values, host, sizeof(float) * (size_t)m->nweights);
+  if (!direct) {
+    bert_from_float(m->c.precision, host, host, m->nweights); /* in place */
+    m->be->to_device(m->values, host, m->elt * (size_t)m->nweights);
     free(host);
   }
 }
@@ -366,23 +392,25 @@ void bert_model_zero_grad(bert_model_t *m) {
 
 /* ---- Create / destroy ---------------------------------------------------- */
 
-/* Carves the activation buffers out of base (NULL: only counts). Returns
- * the number of floats. */
-static int64_t layout(bert_model_t *m, float *base) {
+/* Carves the activation buffers out of base (NULL: only counts): T
+ * arrays (TAKE) and float32 ones (TAKE_F), each on 64 bytes. Returns the
+ * number of bytes. */
+static int64_t layout(bert_model_t *m, char *base) {
   const bert_config_t *c = &m->c;
   const int64_t N = (int64_t)c->batch * c->seq_len, H = c->hidden, F = c->ffn,
-                S = c->seq_len;
+                S = c->seq_len, T = (int64_t)m->elt;
   int64_t used = 0;
-#define TAKE(ptr, count)                                                       \
+#define TAKE_BYTES(ptr, bytes)                                                 \
   do {                                                                         \
-    int64_t n_ = ((int64_t)(count) + 15) & ~(int64_t)15; /* 64 bytes */        \
     if (base != NULL)                                                          \
-      (ptr) = base + used;                                                     \
-    used += n_;                                                                \
+      (ptr) = (void *)(base + used);                                           \
+    used += ((int64_t)(bytes) + 63) & ~(int64_t)63;                            \
   } while (0)
+#define TAKE(ptr, count) TAKE_BYTES(ptr, (int64_t)(count)*T)
+#define TAKE_F(ptr, count) TAKE_BYTES(ptr, (int64_t)(count)*4)
   TAKE(m->emb_pre, N * H);
-  TAKE(m->emb_mean, N);
-  TAKE(m->emb_rstd, N);
+  TAKE_F(m->emb_mean, N);
+  TAKE_F(m->emb_rstd, N);
   for (int l = 0; l <= c->layers; l++)
     TAKE(m->hs[l], N * H);
   for (int l = 0; l < c->layers; l++) {
@@ -393,20 +421,20 @@ static int64_t layout(bert_model_t *m, float *base) {
     TAKE(a->probs, (int64_t)c->batch * c->heads * S * S);
     TAKE(a->ctx, N * H);
     TAKE(a->h1_pre, N * H);
-    TAKE(a->ln1_mean, N);
-    TAKE(a->ln1_rstd, N);
+    TAKE_F(a->ln1_mean, N);
+    TAKE_F(a->ln1_rstd, N);
     TAKE(a->h1, N * H);
     TAKE(a->inter_pre, N * F);
     TAKE(a->inter, N * F);
     TAKE(a->h2_pre, N * H);
-    TAKE(a->ln2_mean, N);
-    TAKE(a->ln2_rstd, N);
+    TAKE_F(a->ln2_mean, N);
+    TAKE_F(a->ln2_rstd, N);
   }
   TAKE(m->hm, N * H);
   TAKE(m->t_pre, N * H);
   TAKE(m->t_act, N * H);
-  TAKE(m->t_mean, N);
-  TAKE(m->t_rstd, N);
+  TAKE_F(m->t_mean, N);
+  TAKE_F(m->t_rstd, N);
   TAKE(m->t, N * H);
   TAKE(m->g_x, N * H);
   TAKE(m->g_tmp, N * H);
@@ -416,20 +444,25 @@ static int64_t layout(bert_model_t *m, float *base) {
   TAKE(m->g_k, N * H);
   TAKE(m->g_v, N * H);
   TAKE(m->g_inter, N * F);
-  TAKE(m->scratch, S * S);
+  TAKE_F(m->scratch, S * S);
 #undef TAKE
+#undef TAKE_F
+#undef TAKE_BYTES
   return used;
 }
 
-static float *alloc_floats(const bert_model_t *m, int64_t n) {
-  return m->be->alloc((size_t)n * sizeof(float));
+/* n elements of T in the backend's memory. */
+static void *alloc_elts(const bert_model_t *m, int64_t n) {
+  return m->be->alloc((size_t)n * m->elt);
 }
-
-/* The failure a GPU backend recorded (then HVD_ERR_CUDA), else success. */
+/* The failure a backend recorded (a GPU's: HVD_ERR_CUDA; the CPU's mixed
+ * precision runs out of memory), else success. */
 static hvd_result_t backend_status(const bert_model_t *m, const char *what) {
   const char *e = m->be->error();
   if (e == NULL)
     return HVD_SUCCESS;
+  if (m->device == HVD_CPU)
+    return bert__error(HVD_ERR_NO_MEMORY, "%s: %s", what, e);
   return bert__error(HVD_ERR_CUDA, "%s on cuda:%d: %s", what, m->device, e);
 }
 
@@ -476,19 +509,24 @@ static int alloc_params(bert_model_t *m) {
   m->nweights = 0;
   for (int i = 0; i < m->n; i++)
     m->nweights += numel(&m->params[i].value);
-  m->values = alloc_floats(m, m->nweights);
-  m->grads = alloc_floats(m, m->nweights);
+  m->values = alloc_elts(m, m->nweights);
+  m->grads = alloc_elts(m, m->nweights);
   if (m->values == NULL || m->grads == NULL)
     return 0;
   m->be->zero(m->grads, m->nweights);
   int64_t off = 0;
   for (int i = 0; i < m->n; i++) {
     hvd_param_t *p = &m->params[i];
-    p->value.dtype = HVD_FLOAT32;
+    static const hvd_dtype_t dtypes[] = {
+        [BERT_FP32] = HVD_FLOAT32,
+        [BERT_BF16] = HVD_BFLOAT16,
+        [BERT_FP16] = HVD_FLOAT16,
+    };
+    p->value.dtype = dtypes[c->precision];
     p->value.device = m->device;
-    p->value.data = m->values + off;
+    p->value.data = (char *)m->values + off * (int64_t)m->elt;
     p->grad = p->value;
-    p->grad.data = m->grads + off;
+    p->grad.data = (char *)m->grads + off * (int64_t)m->elt;
     off += numel(&p->value);
   }
   return 1;
@@ -501,7 +539,7 @@ static int alloc_activations(bert_model_t *m) {
   const bert_config_t *c = &m->c;
   int64_t N = (int64_t)c->batch * c->seq_len;
   size_t batch_bytes = sizeof(int32_t) * (size_t)(4 * N + c->batch);
-  m->arena = alloc_floats(m, layout(m, NULL));
+  m->arena = m->be->alloc((size_t)layout(m, NULL));
   m->batch_dev = m->be->alloc(batch_bytes);
   m->batch_host = m->be->host_alloc(batch_bytes);
   if (m->arena == NULL || m->batch_dev == NULL || m->batch_host == NULL)
@@ -516,7 +554,7 @@ static int alloc_activations(bert_model_t *m) {
   if (m->device != HVD_CPU) {
     /* all the logits a batch can have (every token masked), so that
      * training never allocates device memory: V floats per token */
-    m->logits = alloc_floats(m, N * c->vocab_size);
+    m->logits = alloc_elts(m, N * c->vocab_size);
     if (m->logits == NULL)
       return 0;
     m->logits_cap = N;
@@ -547,7 +585,8 @@ hvd_result_t bert_model_create_on(const bert_config_t *c, int device,
   if (m == NULL)
     goto nomem;
   m->c = *c;
-  m->be = &bert_backend_cpu;
+  m->be = bert_cpu_backend(c->precision);
+  m->elt = bert_precision_bytes(c->precision);
   m->device = HVD_CPU;
   if (device != HVD_CPU) {
     int d = bert_cuda_open(device, msg, sizeof msg);
@@ -556,7 +595,7 @@ hvd_result_t bert_model_create_on(const bert_config_t *c, int device,
       return bert__error(no_cuda_result(), "a BERT model on cuda:%d: %s",
                          device, msg);
     }
-    m->be = bert_cuda_backend();
+    m->be = bert_cuda_backend(c->precision);
     m->device = d;
   }
   if (!alloc_params(m) || !alloc_activations(m))
@@ -606,20 +645,48 @@ int bert_model_device(const bert_model_t *m) {
   return m != NULL ? m->device : HVD_CPU;
 }
 
+/* Values or gradients between the model (T, the backend's memory) and
+ * host float32: straight for a float32 model, else through a host
+ * buffer of T (to_float: model -> host). */
+static hvd_result_t transfer(bert_model_t *m, int grads, float *host,
+                             int to_float, const char *what) {
+  void *dev = grads ? m->grads : m->values;
+  const int p = m->c.precision;
+  const size_t n = (size_t)m->nweights;
+  if (p == BERT_FP32) {
+    if (to_float)
+      m->be->to_host(host, dev, sizeof(float) * n);
+    else
+      m->be->to_device(dev, host, sizeof(float) * n);
+    return backend_status(m, what);
+  }
+  void *t = malloc(m->elt * n);
+  if (t == NULL)
+    return bert__error(HVD_ERR_NO_MEMORY,
+                       "%s: out of host memory for %zu %s weights", what, n,
+                       bert_precision_name(p));
+  if (to_float) {
+    m->be->to_host(t, dev, m->elt * n);
+    bert_to_float(p, t, host, (int64_t)n);
+  } else {
+    bert_from_float(p, host, t, (int64_t)n);
+    m->be->to_device(dev, t, m->elt * n);
+    m->be->sync(); /* t is freed next: a queued copy must have read it */
+  }
+  free(t);
+  return backend_status(m, what);
+}
+
 hvd_result_t bert_model_get(bert_model_t *m, int grads, float *host) {
   if (m == NULL || host == NULL)
     return bert__error(HVD_ERR_INVALID_ARG, "bert_model_get: NULL");
-  m->be->to_host(host, grads ? m->grads : m->values,
-                 sizeof(float) * (size_t)m->nweights);
-  return backend_status(m, "bert_model_get");
+  return transfer(m, grads, host, 1, "bert_model_get");
 }
 
 hvd_result_t bert_model_set(bert_model_t *m, int grads, const float *host) {
   if (m == NULL || host == NULL)
     return bert__error(HVD_ERR_INVALID_ARG, "bert_model_set: NULL");
-  m->be->to_device(grads ? m->grads : m->values, host,
-                   sizeof(float) * (size_t)m->nweights);
-  return backend_status(m, "bert_model_set");
+  return transfer(m, grads, (float *)host, 0, "bert_model_set");
 }
 
 const bert_config_t *bert_model_config(const bert_model_t *m) {
@@ -715,7 +782,7 @@ static hvd_result_t stage_batch(bert_model_t *m, const bert_batch_t *b) {
     }
   const int M = m->M;
   if (M > m->logits_cap) { /* the CPU's grow on demand */
-    float *p = alloc_floats(m, (int64_t)M * V);
+    void *p = alloc_elts(m, (int64_t)M * V);
     if (p == NULL)
       return bert__error(HVD_ERR_NO_MEMORY,
                          "out of memory for the logits of %d masked tokens", M);
@@ -737,7 +804,7 @@ static void layer_fwd(bert_model_t *m, int l) {
   const float eps = c->ln_eps;
   const int32_t *lengths = m->has_lengths ? m->lengths : NULL;
   layer_act_t *a = &m->acts[l];
-  const float *x = m->hs[l];
+  const void *x = m->hs[l];
   k->linear_fwd(x, val(m, layer_param(l, L_Q_W)), val(m, layer_param(l, L_Q_B)),
                 a->q, N, H, H);
   k->linear_fwd(x, val(m, layer_param(l, L_K_W)), val(m, layer_param(l, L_K_B)),
@@ -841,6 +908,11 @@ hvd_result_t bert_model_set_sparse_embeddings(bert_model_t *m,
                        "bert_model_set_sparse_embeddings: the model is on "
                        "cuda:%d; sparse embedding gradients are CPU-only",
                        m->device);
+  if (fn != NULL && m->c.precision != BERT_FP32)
+    return bert__error(HVD_ERR_UNSUPPORTED,
+                       "bert_model_set_sparse_embeddings: the model is %s; "
+                       "sparse embedding gradients are float32-only",
+                       bert_precision_name(m->c.precision));
   m->sparse_fn = fn;
   m->sparse_ctx = ctx;
   return HVD_SUCCESS;
@@ -965,7 +1037,7 @@ static void layer_bwd(bert_model_t *m, int l, ready_queue_t *q) {
   const int B = m->B, S = m->S, N = B * S, H = c->hidden, F = c->ffn,
             A = c->heads;
   layer_act_t *a = &m->acts[l];
-  const float *x = m->hs[l];
+  const void *x = m->hs[l];
 #define W(p) val(m, layer_param(l, p))
 #define G(p) grad(m, layer_param(l, p))
   /* output LayerNorm; the residual sends its gradient to h1 too */

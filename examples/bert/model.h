@@ -27,6 +27,17 @@
  * in bert_last_error() (util.h). A model is not thread-safe: one thread
  * drives it. The BLAS thread count is process-wide.
  *
+ * Mixed precision (config precision BERT_BF16 or BERT_FP16): the
+ * parameters, their gradients and the activations are bfloat16 or
+ * float16 (the params' tensors say so), the LayerNorm statistics, the
+ * softmaxes and the loss are computed in float32, and every matrix
+ * product accumulates in float32 (layers.h, "Precisions"). An hvd
+ * optimizer over such params keeps float32 master weights (hvd.h, "Mixed
+ * precision"); float16 needs its loss scaling. On the CPU this is a
+ * numerical model of the GPU's path, slower than float32. The initial
+ * weights are the float32 model's, rounded; bert_model_get / set convert
+ * to and from float32.
+ *
  * On a GPU (bert_model_create_on with a CUDA device) the parameters,
  * gradients and activations live in device memory: the params' tensors
  * have .device = that device, so hvd reduces, broadcasts and checkpoints
@@ -39,6 +50,7 @@
 #define BERT_MODEL_H
 
 #include "hvd.h"
+#include "layers.h"
 #include "util.h"
 
 #include <stddef.h>
@@ -59,17 +71,23 @@ typedef struct bert_config {
   uint64_t seed;       /* of the initial weights */
   int threads;         /* BLAS threads set by bert_model_create (default
                           1); 0 leaves the BLAS as configured. */
+  int precision;       /* bert_precision_t (layers.h): BERT_FP32 (the
+                          presets), BERT_BF16 or BERT_FP16: the dtype of
+                          the parameters, their gradients and the
+                          activations (mixed precision, below) */
 } bert_config_t;
 
 /* Fills c with a preset: "tiny" (L2 H64 A2 F256, V512, S32), "mini" (L4
  * H256 A4 F1024, V8192, S128) or "base" (L12 H768 A12 F3072, V30522,
  * S128); all with B8, 512 positions (128 for tiny), 2 types, eps 1e-12,
- * std 0.02, seed 42, 1 thread. HVD_ERR_INVALID_ARG for another name. */
+ * std 0.02, seed 42, 1 thread, float32. HVD_ERR_INVALID_ARG for another
+ * name. */
 hvd_result_t bert_config_preset(bert_config_t *c, const char *name);
 
 /* Sets one field from text, key = the field's name ("hidden", "ffn",
- * "vocab_size", ...). HVD_ERR_INVALID_ARG for an unknown key or a value
- * that does not parse; the whole config is checked at create. */
+ * "vocab_size", ...; "precision" takes fp32, bf16 or fp16).
+ * HVD_ERR_INVALID_ARG for an unknown key or a value that does not parse;
+ * the whole config is checked at create. */
 hvd_result_t bert_config_set(bert_config_t *c, const char *key,
                              const char *value);
 
@@ -78,7 +96,7 @@ hvd_result_t bert_config_set(bert_config_t *c, const char *key,
 hvd_result_t bert_config_check(const bert_config_t *c);
 
 /* "L=2 H=64 A=2 F=256 V=512 P=128 S=32 B=8" into buf (always
- * terminated). */
+ * terminated), then " bf16" or " fp16" for those precisions. */
 void bert_config_describe(const bert_config_t *c, char *buf, size_t len);
 
 typedef struct bert_model bert_model_t;
@@ -111,7 +129,8 @@ void bert_set_tf32(int on);
 int bert_model_device(const bert_model_t *m);
 
 /* Copies all values (grads 0) or all gradients (grads 1), in parameter
- * order (bert_model_num_weights floats), to or from host memory. */
+ * order (bert_model_num_weights floats), to or from host memory, as
+ * float32 in every precision (set rounds to the model's). */
 hvd_result_t bert_model_get(bert_model_t *m, int grads, float *host);
 hvd_result_t bert_model_set(bert_model_t *m, int grads, const float *host);
 
@@ -203,7 +222,8 @@ void bert_model_set_host_fences(bert_model_t *m, int on);
  * seq_len tokens in order (e.g. hvd_optimizer_sparse_grad). The word
  * embeddings' ready call then comes right after the decoder's share is
  * in, first of all, not last. fn NULL turns it off (the default). CPU
- * models only: HVD_ERR_UNSUPPORTED on a GPU. */
+ * float32 models only: HVD_ERR_UNSUPPORTED on a GPU or in another
+ * precision. */
 typedef void (*bert_sparse_grad_fn)(void *ctx, int param_index,
                                     const int32_t *rows, int64_t n,
                                     const float *values);

@@ -577,7 +577,7 @@ int main(void) {
   char msg[512];
   if (bert_cuda_open(0, msg, sizeof msg) != 0)
     bail("bert_cuda_open(0): %s", msg);
-  G = bert_cuda_backend();
+  G = bert_cuda_backend(BERT_FP32);
   struct cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
     diag("device 0: %s, compute capability %d.%d", prop.name, prop.major,

@@ -182,6 +182,8 @@ EXTRA_DIST += t/mpi/negotiation.sh
 ##  bert_train        examples/bert_train end to end (skips without it:
 ##                    a build without a CBLAS)
 ##  bert_sync_ratio   bench/bert-sync-ratio.sh's output and errors
+##  bert_precision    bert_train --precision bf16/fp16 on the CPU (the
+##                    GPU's numerical model) against fp32, np 1-3
 ##  straggler         a stuck rank: the job still ends (MPI_Abort at exit)
 ##  cifar_train       examples/cifar_train: sync BN's world-size
 ##                    equivalence, learning, resume at np 1, CIFAR files
@@ -205,7 +207,7 @@ TESTS_SH += t/mpi/rank_death.sh t/mpi/timeline.sh \
 	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/demo.sh \
 	t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/hvdplot.sh \
 	t/mpi/bert_train.sh t/mpi/first.sh \
-	t/mpi/bert_sync_ratio.sh t/mpi/slurm_env.sh
+	t/mpi/bert_sync_ratio.sh t/mpi/slurm_env.sh t/mpi/bert_precision.sh
 
 ## The long ones (each 18-122 s of a 2-core machine: build-aux/test-times)
 ## are not in make check, so that it stays quick; `make check-long` runs

@@ -16,6 +16,9 @@
 ##           statically: the codec is not exported)
 ##  bert_grad, bert_data  examples/bert's model gradients and data (with
 ##           a CBLAS only, as examples/bert is)
+##  bert_mixed  examples/bert in bfloat16 and float16 on the CPU: the
+##           conversions, the rules of layers.h's "Precisions" exactly,
+##           the model and 40 AdamW steps against float32
 
 check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim \
 	t/unit/host_mem t/unit/host_mem_private t/unit/timeline_json \
@@ -35,12 +38,15 @@ t_unit_optim_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS)
 t_unit_optim_LDADD = $(TEST_LDADD) $(CUDA_LIBS)
 
 if HAVE_BLAS
-check_PROGRAMS += t/unit/bert_grad t/unit/bert_data
-UNIT_TESTS += t/unit/bert_grad.t t/unit/bert_data.t
+check_PROGRAMS += t/unit/bert_grad t/unit/bert_data t/unit/bert_mixed
+UNIT_TESTS += t/unit/bert_grad.t t/unit/bert_data.t t/unit/bert_mixed.t
 t_unit_bert_grad_CPPFLAGS = $(TEST_CPPFLAGS) $(BERT_CPPFLAGS)
 t_unit_bert_grad_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
 t_unit_bert_grad_LDADD = $(BERT_LIBS) $(TEST_LDADD)
 t_unit_bert_data_CPPFLAGS = $(TEST_CPPFLAGS) $(BERT_CPPFLAGS)
 t_unit_bert_data_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
 t_unit_bert_data_LDADD = $(BERT_LIBS) $(TEST_LDADD)
+t_unit_bert_mixed_CPPFLAGS = $(TEST_CPPFLAGS) $(BERT_CPPFLAGS)
+t_unit_bert_mixed_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
+t_unit_bert_mixed_LDADD = $(BERT_LIBS) $(TEST_LDADD)
 endif

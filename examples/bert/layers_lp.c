@@ -1,0 +1,570 @@
+/*
+ * layers_lp.c - mixed precision on the CPU: the host conversions of
+ * layers.h (bert_to_float, bert_from_float) and the CPU backend of each
+ * low precision (bfloat16, float16), a numerical model of the GPU's.
+ *
+ * Each entry converts its T inputs to float32 (exactly), runs the float32
+ * function of layers.c on them, and rounds what it writes as layers.h's
+ * "Precisions" says: every output element once; what accumulates as
+ * round(old + the call's float32 contribution), the contribution
+ * computed into zeroed float32 memory first; attention's ctx from the
+ * probabilities rounded to T. It is slower than float32 (every call
+ * converts its operands), and exists so that a mixed-precision model
+ * runs, and is tested, on a machine without a GPU, and so that the GPU's
+ * kernels have a reference of their own precision (t/gpu/bert_layers).
+ *
+ * The temporaries are allocated per call; when one cannot be, the call
+ * does nothing and the backend's error() says so from then on (the CPU
+ * float32 backend never fails; this one can run out of memory).
+ */
+#include <config.h>
+
+#include "layers.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Conversions --------------------------------------------------------- */
+
+static uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
+    return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u); /* to nearest, ties to even */
+  return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_float(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static uint16_t float_to_fp16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) /* NaN */
+    return sign | 0x7e00u;
+  if (ax >= 0x477ff000u) /* >= 65520: rounds to infinity */
+    return sign | 0x7c00u;
+  if (ax < 0x38800000u) { /* below 2^-14: a subnormal (or zero) */
+    float a;
+    memcpy(&a, &ax, sizeof a);
+    /* units of 2^-24: the product is exact, nearbyintf rounds to
+     * nearest even (the default mode); 1024 is the smallest normal */
+    return sign | (uint16_t)nearbyintf(a * 16777216.0f);
+  }
+  uint32_t h = ((ax >> 23) - 127 + 15) << 10 | (ax & 0x7fffffu) >> 13;
+  uint32_t rest = ax & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+    h++; /* a carry into the exponent is right */
+  return sign | (uint16_t)h;
+}
+
+static float fp16_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu,
+           m = h & 0x3ffu, u;
+  if (e == 0) {
+    float v = (float)m * 5.9604644775390625e-8f; /* 2^-24 */
+    return sign ? -v : v;
+  }
+  if (e == 31)
+    u = sign | 0x7f800000u | m << 13;
+  else
+    u = sign | (e - 15 + 127) << 23 | m << 13;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+const char *bert_precision_name(int precision) {
+  switch (precision) {
+  case BERT_FP32:
+    return "fp32";
+  case BERT_BF16:
+    return "bf16";
+  case BERT_FP16:
+    return "fp16";
+  default:
+    return NULL;
+  }
+}
+
+size_t bert_precision_bytes(int precision) {
+  return precision == BERT_FP32 ? sizeof(float) : sizeof(uint16_t);
+}
+
+void bert_to_float(int precision, const void *src, float *dst, int64_t n) {
+  const uint16_t *s = src;
+  if (precision == BERT_FP32)
+    memmove(dst, src, sizeof(float) * (size_t)n);
+  else if (precision == BERT_BF16)
+    for (int64_t i = 0; i < n; i++)
+      dst[i] = bf16_to_float(s[i]);
+  else
+    for (int64_t i = 0; i < n; i++)
+      dst[i] = fp16_to_float(s[i]);
+}
+
+void bert_from_float(int precision, const float *src, void *dst, int64_t n) {
+  uint16_t *d = dst;
+  if (precision == BERT_FP32)
+    memmove(dst, src, sizeof(float) * (size_t)n);
+  else if (precision == BERT_BF16)
+    for (int64_t i = 0; i < n; i++)
+      d[i] = float_to_bf16(src[i]);
+  else
+    for (int64_t i = 0; i < n; i++)
+      d[i] = float_to_fp16(src[i]);
+}
+
+/* ---- Temporaries and rounding -------------------------------------------- */
+
+/* the first failure (layers.h: error): kept until the process ends */
+static char lp_err[160];
+
+/* n floats (calloc'd when zero), or NULL and the error recorded. */
+static float *tmp(int64_t n, int zero, const char *what) {
+  size_t bytes = sizeof(float) * (size_t)(n > 0 ? n : 1);
+  float *p = zero ? calloc(1, bytes) : malloc(bytes);
+  if (p == NULL && lp_err[0] == '\0')
+    snprintf(lp_err, sizeof lp_err,
+             "out of memory for %lld float32 temporaries of %s", (long long)n,
+             what);
+  return p;
+}
+
+/* The float32 copy of n elements of T src (NULL src: NULL). */
+static float *up(int p, const void *src, int64_t n, const char *what) {
+  if (src == NULL)
+    return NULL;
+  float *f = tmp(n, 0, what);
+  if (f != NULL)
+    bert_to_float(p, src, f, n);
+  return f;
+}
+
+/* dst = round(dst + add), n elements of T. */
+static void acc(int p, void *dst, const float *add, int64_t n) {
+  if (dst == NULL)
+    return;
+  uint16_t *d = dst;
+  for (int64_t i = 0; i < n; i++) {
+    float v =
+        (p == BERT_BF16 ? bf16_to_float(d[i]) : fp16_to_float(d[i])) + add[i];
+    d[i] = p == BERT_BF16 ? float_to_bf16(v) : float_to_fp16(v);
+  }
+}
+
+/* x = the float nearest to round-to-T(x), in place. */
+static void quantize(int p, float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    x[i] = p == BERT_BF16 ? bf16_to_float(float_to_bf16(x[i]))
+                          : fp16_to_float(float_to_fp16(x[i]));
+}
+
+/* Frees up to 8 temporaries; 0 if any of the first `need` is NULL. */
+static int all_ok(int need, float *a, float *b, float *c, float *d) {
+  float *v[4] = {a, b, c, d};
+  for (int i = 0; i < need && i < 4; i++)
+    if (v[i] == NULL)
+      return 0;
+  return 1;
+}
+
+static void release(float *a, float *b, float *c, float *d, float *e, float *f,
+                    float *g, float *h) {
+  free(a), free(b), free(c), free(d), free(e), free(f), free(g), free(h);
+}
+
+/* ---- The kernels, for precision p ---------------------------------------- */
+
+static void lp_linear_fwd(int p, const void *x, const void *W, const void *b,
+                          void *y, int n, int in, int out) {
+  int64_t ny = (int64_t)n * out;
+  float *fx = up(p, x, (int64_t)n * in, "linear_fwd"),
+        *fW = up(p, W, (int64_t)out * in, "linear_fwd"),
+        *fb = up(p, b, out, "linear_fwd"), *fy = tmp(ny, 0, "linear_fwd");
+  if (all_ok(2, fx, fW, fy, fy) && (b == NULL || fb != NULL)) {
+    bert_linear_fwd(fx, fW, fb, fy, n, in, out);
+    bert_from_float(p, fy, y, ny);
+  }
+  release(fx, fW, fb, fy, NULL, NULL, NULL, NULL);
+}
+
+static void lp_linear_bwd(int p, const void *x, const void *W, const void *dy,
+                          void *dx, float dx_beta, void *dW, void *db, int n,
+                          int in, int out) {
+  int64_t nx = (int64_t)n * in;
+  float *fx = up(p, x, nx, "linear_bwd"),
+        *fW = up(p, W, (int64_t)out * in, "linear_bwd"),
+        *fdy = up(p, dy, (int64_t)n * out, "linear_bwd"),
+        *fdW = tmp((int64_t)out * in, 1, "linear_bwd"),
+        *fdb = db != NULL ? tmp(out, 1, "linear_bwd") : NULL,
+        *fdx = dx != NULL ? tmp(nx, 0, "linear_bwd") : NULL;
+  if (all_ok(4, fx, fW, fdy, fdW) && (db == NULL || fdb != NULL) &&
+      (dx == NULL || fdx != NULL)) {
+    bert_linear_bwd(fx, fW, fdy, fdx, 0.0f, fdW, fdb, n, in, out);
+    acc(p, dW, fdW, (int64_t)out * in);
+    acc(p, db, fdb, out);
+    if (dx != NULL && dx_beta != 0.0f)
+      acc(p, dx, fdx, nx);
+    else if (dx != NULL)
+      bert_from_float(p, fdx, dx, nx);
+  }
+  release(fx, fW, fdy, fdW, fdb, fdx, NULL, NULL);
+}
+
+static void lp_layernorm_fwd(int p, const void *x, const void *g, const void *b,
+                             float eps, void *y, float *mean, float *rstd,
+                             int n, int h) {
+  int64_t nx = (int64_t)n * h;
+  float *fx = up(p, x, nx, "layernorm_fwd"), *fg = up(p, g, h, "layernorm_fwd"),
+        *fb = up(p, b, h, "layernorm_fwd"), *fy = tmp(nx, 0, "layernorm_fwd");
+  if (all_ok(4, fx, fg, fb, fy)) {
+    bert_layernorm_fwd(fx, fg, fb, eps, fy, mean, rstd, n, h);
+    bert_from_float(p, fy, y, nx);
+  }
+  release(fx, fg, fb, fy, NULL, NULL, NULL, NULL);
+}
+
+static void lp_layernorm_bwd(int p, const void *x, const float *mean,
+                             const float *rstd, const void *g, const void *dy,
+                             void *dx, void *dg, void *db, int n, int h) {
+  int64_t nx = (int64_t)n * h;
+  float *fx = up(p, x, nx, "layernorm_bwd"), *fg = up(p, g, h, "layernorm_bwd"),
+        *fdy = up(p, dy, nx, "layernorm_bwd"),
+        *fdx = tmp(nx, 0, "layernorm_bwd"), *fdg = tmp(h, 1, "layernorm_bwd"),
+        *fdb = tmp(h, 1, "layernorm_bwd");
+  if (all_ok(4, fx, fg, fdy, fdx) && fdg != NULL && fdb != NULL) {
+    bert_layernorm_bwd(fx, mean, rstd, fg, fdy, fdx, fdg, fdb, n, h);
+    bert_from_float(p, fdx, dx, nx); /* dx may alias dy: fdy is a copy */
+    acc(p, dg, fdg, h);
+    acc(p, db, fdb, h);
+  }
+  release(fx, fg, fdy, fdx, fdg, fdb, NULL, NULL);
+}
+
+static void lp_gelu_fwd(int p, const void *x, void *y, int64_t n) {
+  float *f = up(p, x, n, "gelu_fwd");
+  if (f != NULL) {
+    bert_gelu_fwd(f, f, n);
+    bert_from_float(p, f, y, n);
+  }
+  free(f);
+}
+
+static void lp_gelu_bwd(int p, const void *x, const void *dy, void *dx,
+                        int64_t n) {
+  float *fx = up(p, x, n, "gelu_bwd"), *fdy = up(p, dy, n, "gelu_bwd");
+  if (all_ok(2, fx, fdy, NULL, NULL)) {
+    bert_gelu_bwd(fx, fdy, fdy, n);
+    bert_from_float(p, fdy, dx, n);
+  }
+  release(fx, fdy, NULL, NULL, NULL, NULL, NULL, NULL);
+}
+
+/* ctx = P v per (sequence, head), from probabilities already rounded. */
+static void ctx_from_probs(const float *probs, const float *v, float *ctx,
+                           int B, int S, int A, int dh) {
+  const int H = A * dh;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < A; h++) {
+      int64_t off = (int64_t)b * S * H + (int64_t)h * dh;
+      const float *pr = probs + ((int64_t)b * A + h) * S * S;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, dh, S, 1.0f, pr,
+                  S, v + off, H, 0.0f, ctx + off, H);
+    }
+}
+
+static void lp_attention_fwd(int p, const void *q, const void *k, const void *v,
+                             const int32_t *lengths, void *probs, void *ctx,
+                             int B, int S, int A, int dh) {
+  int64_t nx = (int64_t)B * S * A * dh, np = (int64_t)B * A * S * S;
+  float *fq = up(p, q, nx, "attention_fwd"), *fk = up(p, k, nx, "attention"),
+        *fv = up(p, v, nx, "attention_fwd"), *fp = tmp(np, 0, "attention_fwd"),
+        *fc = tmp(nx, 0, "attention_fwd");
+  if (all_ok(4, fq, fk, fv, fp) && fc != NULL) {
+    bert_attention_fwd(fq, fk, fv, lengths, fp, fc, B, S, A, dh);
+    quantize(p, fp, np);
+    ctx_from_probs(fp, fv, fc, B, S, A, dh);
+    bert_from_float(p, fp, probs, np);
+    bert_from_float(p, fc, ctx, nx);
+  }
+  release(fq, fk, fv, fp, fc, NULL, NULL, NULL);
+}
+
+static void lp_attention_bwd(int p, const void *q, const void *k, const void *v,
+                             const void *probs, const void *dctx, void *dq,
+                             void *dk, void *dv, int B, int S, int A, int dh) {
+  int64_t nx = (int64_t)B * S * A * dh, np = (int64_t)B * A * S * S;
+  const char *w = "attention_bwd";
+  float *fq = up(p, q, nx, w), *fk = up(p, k, nx, w), *fv = up(p, v, nx, w),
+        *fp = up(p, probs, np, w), *fd = up(p, dctx, nx, w),
+        *g = tmp(3 * nx, 0, w), *scratch = tmp((int64_t)S * S, 0, w);
+  if (all_ok(4, fq, fk, fv, fp) && fd != NULL && g != NULL && scratch != NULL) {
+    bert_attention_bwd(fq, fk, fv, fp, fd, g, g + nx, g + 2 * nx, scratch, B, S,
+                       A, dh);
+    bert_from_float(p, g, dq, nx);
+    bert_from_float(p, g + nx, dk, nx);
+    bert_from_float(p, g + 2 * nx, dv, nx);
+  }
+  release(fq, fk, fv, fp, fd, g, scratch, NULL);
+}
+
+static float at(int p, const void *a, int64_t i) {
+  const uint16_t *u = a;
+  return p == BERT_BF16 ? bf16_to_float(u[i]) : fp16_to_float(u[i]);
+}
+
+static void lp_embedding_fwd(int p, const int32_t *ids, const int32_t *types,
+                             const void *word, const void *pos,
+                             const void *type, void *out, int B, int S, int H) {
+  uint16_t *o = out;
+  for (int64_t t = 0; t < (int64_t)B * S; t++) {
+    int64_t w = (int64_t)ids[t] * H, ps = (t % S) * H,
+            ty = (int64_t)(types != NULL ? types[t] : 0) * H;
+    for (int j = 0; j < H; j++) {
+      float v = at(p, word, w + j) + at(p, pos, ps + j) + at(p, type, ty + j);
+      o[t * H + j] = p == BERT_BF16 ? float_to_bf16(v) : float_to_fp16(v);
+    }
+  }
+}
+
+/* dst's rows rows[0..m-1] (as many as the table has: `rows_in_dst`) +=
+ * src's rows 0..m-1, each touched row summed in float32 and rounded once. */
+static void scatter_rows(int p, const float *src, const int32_t *rows,
+                         int64_t m, int h, int64_t rows_in_dst, void *dst,
+                         const char *what) {
+  float *sum = tmp(rows_in_dst * h, 1, what);
+  char *touched = calloc((size_t)rows_in_dst, 1);
+  if (sum != NULL && touched != NULL) {
+    for (int64_t i = 0; i < m; i++) {
+      float *d = sum + (int64_t)rows[i] * h;
+      touched[rows[i]] = 1;
+      for (int j = 0; j < h; j++)
+        d[j] += src[i * h + j];
+    }
+    for (int64_t r = 0; r < rows_in_dst; r++)
+      if (touched[r])
+        acc(p, (uint16_t *)dst + r * h, sum + r * h, h);
+  } else if (touched == NULL && lp_err[0] == '\0') {
+    snprintf(lp_err, sizeof lp_err, "out of memory in %s", what);
+  }
+  free(sum);
+  free(touched);
+}
+
+static void lp_embedding_bwd(int p, const int32_t *ids, const int32_t *types,
+                             const void *dout, void *dword, void *dpos,
+                             void *dtype, int B, int S, int H) {
+  const int64_t N = (int64_t)B * S;
+  float *fd = up(p, dout, N * H, "embedding_bwd");
+  int32_t *r = calloc((size_t)(N > 0 ? N : 1), sizeof(int32_t));
+  if (fd != NULL && r != NULL) {
+    int32_t vmax = 0, tmax = 0;
+    for (int64_t t = 0; t < N; t++) {
+      vmax = ids[t] > vmax ? ids[t] : vmax;
+      r[t] = types != NULL ? types[t] : 0;
+      tmax = r[t] > tmax ? r[t] : tmax;
+    }
+    if (dtype != NULL)
+      scatter_rows(p, fd, r, N, H, tmax + 1, dtype, "embedding_bwd");
+    for (int64_t t = 0; t < N; t++)
+      r[t] = (int32_t)(t % S);
+    if (dpos != NULL)
+      scatter_rows(p, fd, r, N, H, S, dpos, "embedding_bwd");
+    if (dword != NULL)
+      scatter_rows(p, fd, ids, N, H, vmax + 1, dword, "embedding_bwd");
+  } else if (r == NULL && lp_err[0] == '\0') {
+    snprintf(lp_err, sizeof lp_err, "out of memory in embedding_bwd");
+  }
+  free(fd);
+  free(r);
+}
+
+static double lp_xent_fwd(int p, void *logits, const int32_t *targets, int m,
+                          int V, int64_t *correct) {
+  int64_t n = (int64_t)m * V;
+  float *f = up(p, logits, n, "xent_fwd");
+  double loss = 0;
+  if (f != NULL) {
+    loss = bert_xent_fwd(f, targets, m, V, correct);
+    bert_from_float(p, f, logits, n);
+  }
+  free(f);
+  return loss;
+}
+
+static void lp_xent_bwd(int p, void *probs, const int32_t *targets, int m,
+                        int V, float scale) {
+  int64_t n = (int64_t)m * V;
+  float *f = up(p, probs, n, "xent_bwd");
+  if (f != NULL) {
+    bert_xent_bwd(f, targets, m, V, scale);
+    bert_from_float(p, f, probs, n);
+  }
+  free(f);
+}
+
+static void lp_add(int p, const void *a, const void *b, void *y, int64_t n) {
+  uint16_t *o = y;
+  for (int64_t i = 0; i < n; i++) {
+    float v = at(p, a, i) + at(p, b, i);
+    o[i] = p == BERT_BF16 ? float_to_bf16(v) : float_to_fp16(v);
+  }
+}
+
+static void lp_gather_rows(const void *src, const int32_t *rows, int m, int h,
+                           void *dst) {
+  for (int i = 0; i < m; i++)
+    memcpy((uint16_t *)dst + (int64_t)i * h,
+           (const uint16_t *)src + (int64_t)rows[i] * h, sizeof(uint16_t) * h);
+}
+
+static void lp_scatter_add_rows(int p, const void *src, const int32_t *rows,
+                                int m, int h, void *dst) {
+  float *f = up(p, src, (int64_t)m * h, "scatter_add_rows");
+  int32_t rmax = 0;
+  for (int i = 0; i < m; i++)
+    rmax = rows[i] > rmax ? rows[i] : rmax;
+  if (f != NULL)
+    scatter_rows(p, f, rows, m, h, (int64_t)rmax + 1, dst, "scatter_add_rows");
+  free(f);
+}
+
+static void lp_copy(const void *src, void *dst, int64_t n) {
+  memmove(dst, src, sizeof(uint16_t) * (size_t)n);
+}
+
+static void lp_zero(void *x, int64_t n) {
+  memset(x, 0, sizeof(uint16_t) * (size_t)n);
+}
+
+static const char *lp_error(void) { return lp_err[0] != '\0' ? lp_err : NULL; }
+
+/* ---- The tables ---------------------------------------------------------- *
+ * One set of entries per precision, each passing its precision on. */
+
+#define LP_ENTRIES(SUF, P)                                                     \
+  static void SUF##_linear_fwd(const void *x, const void *W, const void *b,    \
+                               void *y, int n, int in, int out) {              \
+    lp_linear_fwd(P, x, W, b, y, n, in, out);                                  \
+  }                                                                            \
+  static void SUF##_linear_bwd(const void *x, const void *W, const void *dy,   \
+                               void *dx, float beta, void *dW, void *db,       \
+                               int n, int in, int out) {                       \
+    lp_linear_bwd(P, x, W, dy, dx, beta, dW, db, n, in, out);                  \
+  }                                                                            \
+  static void SUF##_layernorm_fwd(const void *x, const void *g, const void *b, \
+                                  float eps, void *y, float *mean,             \
+                                  float *rstd, int n, int h) {                 \
+    lp_layernorm_fwd(P, x, g, b, eps, y, mean, rstd, n, h);                    \
+  }                                                                            \
+  static void SUF##_layernorm_bwd(                                             \
+      const void *x, const float *mean, const float *rstd, const void *g,      \
+      const void *dy, void *dx, void *dg, void *db, int n, int h) {            \
+    lp_layernorm_bwd(P, x, mean, rstd, g, dy, dx, dg, db, n, h);               \
+  }                                                                            \
+  static void SUF##_gelu_fwd(const void *x, void *y, int64_t n) {              \
+    lp_gelu_fwd(P, x, y, n);                                                   \
+  }                                                                            \
+  static void SUF##_gelu_bwd(const void *x, const void *dy, void *dx,          \
+                             int64_t n) {                                      \
+    lp_gelu_bwd(P, x, dy, dx, n);                                              \
+  }                                                                            \
+  static void SUF##_attention_fwd(const void *q, const void *k, const void *v, \
+                                  const int32_t *len, void *probs, void *ctx,  \
+                                  int B, int S, int A, int dh) {               \
+    lp_attention_fwd(P, q, k, v, len, probs, ctx, B, S, A, dh);                \
+  }                                                                            \
+  static void SUF##_attention_bwd(                                             \
+      const void *q, const void *k, const void *v, const void *probs,          \
+      const void *dctx, void *dq, void *dk, void *dv, float *scratch, int B,   \
+      int S, int A, int dh) {                                                  \
+    (void)scratch;                                                             \
+    lp_attention_bwd(P, q, k, v, probs, dctx, dq, dk, dv, B, S, A, dh);        \
+  }                                                                            \
+  static void SUF##_embedding_fwd(                                             \
+      const int32_t *ids, const int32_t *types, const void *word,              \
+      const void *pos, const void *type, void *out, int B, int S, int H) {     \
+    lp_embedding_fwd(P, ids, types, word, pos, type, out, B, S, H);            \
+  }                                                                            \
+  static void SUF##_embedding_bwd(const int32_t *ids, const int32_t *types,    \
+                                  const void *dout, void *dword, void *dpos,   \
+                                  void *dtype, int B, int S, int H) {          \
+    lp_embedding_bwd(P, ids, types, dout, dword, dpos, dtype, B, S, H);        \
+  }                                                                            \
+  static double SUF##_xent_fwd(void *logits, const int32_t *targets, int m,    \
+                               int V, int64_t *correct) {                      \
+    return lp_xent_fwd(P, logits, targets, m, V, correct);                     \
+  }                                                                            \
+  static void SUF##_xent_bwd(void *probs, const int32_t *targets, int m,       \
+                             int V, float scale) {                             \
+    lp_xent_bwd(P, probs, targets, m, V, scale);                               \
+  }                                                                            \
+  static void SUF##_add(const void *a, const void *b, void *y, int64_t n) {    \
+    lp_add(P, a, b, y, n);                                                     \
+  }                                                                            \
+  static void SUF##_scatter_add_rows(const void *src, const int32_t *rows,     \
+                                     int m, int h, void *dst) {                \
+    lp_scatter_add_rows(P, src, rows, m, h, dst);                              \
+  }
+
+LP_ENTRIES(bf16, BERT_BF16)
+LP_ENTRIES(fp16, BERT_FP16)
+
+#define LP_TABLE(SUF, P)                                                       \
+  {                                                                            \
+    .name = "cpu", .precision = P, .alloc = bert_backend_cpu.alloc,            \
+    .free = bert_backend_cpu.free, .host_alloc = bert_backend_cpu.host_alloc,  \
+    .host_free = bert_backend_cpu.host_free,                                   \
+    .to_device = bert_backend_cpu.to_device,                                   \
+    .to_host = bert_backend_cpu.to_host, .reserve = bert_backend_cpu.reserve,  \
+    .sync = bert_backend_cpu.sync, .sync_all = bert_backend_cpu.sync_all,      \
+    .fence_record = bert_backend_cpu.fence_record,                             \
+    .fence_wait = bert_backend_cpu.fence_wait, .error = lp_error,              \
+    .linear_fwd = SUF##_linear_fwd, .linear_bwd = SUF##_linear_bwd,            \
+    .layernorm_fwd = SUF##_layernorm_fwd,                                      \
+    .layernorm_bwd = SUF##_layernorm_bwd, .gelu_fwd = SUF##_gelu_fwd,          \
+    .gelu_bwd = SUF##_gelu_bwd, .attention_fwd = SUF##_attention_fwd,          \
+    .attention_bwd = SUF##_attention_bwd,                                      \
+    .embedding_fwd = SUF##_embedding_fwd,                                      \
+    .embedding_bwd = SUF##_embedding_bwd, .xent_fwd = SUF##_xent_fwd,          \
+    .xent_bwd = SUF##_xent_bwd, .add = SUF##_add, .copy = lp_copy,             \
+    .zero = lp_zero, .gather_rows = lp_gather_rows,                            \
+    .scatter_add_rows = SUF##_scatter_add_rows,                                \
+  }
+
+/* The tables copy bert_backend_cpu's memory entries, so they are made on
+ * first use (a static initializer cannot read another object's fields). */
+static bert_backend_t lp_tables[2];
+static pthread_once_t lp_once = PTHREAD_ONCE_INIT;
+
+static void make_tables(void) {
+  const bert_backend_t bf = LP_TABLE(bf16, BERT_BF16),
+                       fp = LP_TABLE(fp16, BERT_FP16);
+  lp_tables[0] = bf, lp_tables[1] = fp;
+}
+
+const bert_backend_t *bert_cpu_backend(int precision) {
+  pthread_once(&lp_once, make_tables);
+  switch (precision) {
+  case BERT_FP32:
+    return &bert_backend_cpu;
+  case BERT_BF16:
+    return &lp_tables[0];
+  case BERT_FP16:
+    return &lp_tables[1];
+  default:
+    return NULL;
+  }
+}
