@@ -19,11 +19,14 @@
 #              NCCL between 2-4 ranks on the one GPU (HVD_GPU_SHARE=1)
 #   bench      hvd-bench-kernels gpu-pack, list --device gpu and staged on
 #              bert-base (text and --json)
-#   bert       examples/bert_train --device gpu, presets mini and base,
-#              tokens/s, against python3 examples/bert/torch_bert.py of
-#              this checkout, float32 eager and --best (AMP bf16, SDPA,
-#              torch.compile, fused AdamW; without torch.compile where
-#              it is missing or fails); each side skipped when absent
+#   bert       examples/bert_train --device gpu (bf16, B 32; fp32 at B 8;
+#              --zero 1), presets mini and base, tokens/s and MFU (over
+#              a bf16 GEMM's peak measured here), against
+#              python3 examples/bert/torch_bert.py of this checkout at
+#              the same shape: AMP bf16 eager with SDPA and fused AdamW,
+#              and --best (the same under torch.compile; skipped where
+#              it is missing), each with bert_train's ratio to it; float32
+#              eager at B 8 with time left; each side skipped when absent
 #   check      the whole make check
 #   all        every stage above (the default)
 #
@@ -339,33 +342,79 @@ torch_bert() {
 torch_json() {
   grep '^{' "$OUT/bert.torch.txt" 2>/dev/null | tail -1 | grep -o "\"$1\": [^,}]*" | sed 's/^[^:]*: //'
 }
+# gemm_peak: the dense bf16 TFLOP/s of a large torch.matmul (8192^3, the
+# best of 3 timings of 20) on this GPU, the denominator of MFU; empty
+# without torch or CUDA.
+gemm_peak() {
+  LD_LIBRARY_PATH=$sys_ld_path timeout 60 python3 - <<'PY' 2>/dev/null
+import torch
+if torch.cuda.is_available():
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    best = 0.0
+    for _ in range(3):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(20):
+            a @ b
+        e.record()
+        torch.cuda.synchronize()
+        best = max(best, 20 * 2 * n ** 3 / (s.elapsed_time(e) / 1e3) / 1e12)
+    print("%.0f" % best)
+PY
+}
+# mfu TOKENS_PER_S L H F S V: model FLOPs per second over the GEMM peak,
+# in percent. Model FLOPs per token of a training step: 3 x the forward's,
+# 2 L (4 H^2 + 2 H F + 2 S H) for the encoder (projections, FFN, the two
+# attention products) plus 2 x 0.15 (H^2 + H V) for the head on the
+# masked 15 %: the same count for bert_train and torch_bert.py.
+mfu() {
+  [ -n "$peak" ] && [ -n "$1" ] || { echo "?"; return; }
+  awk -v t="$1" -v L="$2" -v H="$3" -v F="$4" -v S="$5" -v V="$6" -v p="$peak" 'BEGIN {
+    f = 3 * (2 * L * (4 * H * H + 2 * H * F + 2 * S * H) + 2 * 0.15 * (H * H + H * V))
+    printf "%.1f", 100 * t * f / (p * 1e12) }'
+}
+# dims FILE: "L H F S V" from bert_train's setup line in FILE.
+dims() {
+  sed -n 's/^bert_train: preset [a-z]* (L=\([0-9]*\) H=\([0-9]*\) A=[0-9]* F=\([0-9]*\) V=\([0-9]*\) P=[0-9]* S=\([0-9]*\) .*/\1 \2 \3 \5 \4/p' "$1" | head -1
+}
 if want bert && need_build && stage_begin bert 60; then
   rc=0
   : >"$OUT/bert.txt"
   trainer=$src/examples/bert_train
   torch_py=$repo/examples/bert/torch_bert.py
+  peak=""
+  [ $dry = 1 ] || peak=$(gemm_peak)
+  note "bert: dense bf16 GEMM peak ${peak:-?} TFLOP/s (torch.matmul 8192^3; MFU's denominator)"
+  # a batch that fills the GPU (issue 28: B 32-128), S 128; float32 at B 8
+  # too, the shape every earlier session measured
+  B=${BERT_BATCH:-32}
   vocab=
   for p in mini base; do
     if [ $p = mini ]; then steps=${BERT_STEPS_MINI:-200}; else steps=${BERT_STEPS_BASE:-60}; fi
     if [ $dry = 0 ] && [ ! -x "$trainer" ]; then
       note "bert $p: no $trainer in this build: C side skipped"
-    elif [ $dry = 0 ] && ! "$trainer" --help 2>&1 | grep -q -- '--device'; then
-      note "bert $p: examples/bert_train has no --device option in this build: C side skipped"
+    elif [ $dry = 0 ] && ! "$trainer" --help 2>&1 | grep -q -- '--precision'; then
+      note "bert $p: examples/bert_train has no --precision option in this build: C side skipped"
     else
-      # default (gradients through the engine, as a user runs it, hvd
-      # ordering each collective on the device), --zero 1 (the sharded
-      # optimizer: one fused reduce-scatter and allgather group per step;
-      # issue 27's target is >= 0.9x the default), --host-fences (the host
-      # waits per stage before handing gradients over, the pre-0.1 way),
-      # then --no-sync (no reduction at all): at one rank all should match
-      for mode in default --zero-1 --host-fences --no-sync; do
-        if [ $mode = --host-fences ] && ! "$trainer" --help 2>&1 | grep -q -- --host-fences; then
-          continue # an older build
-        fi
-        [ $mode = default ] && mode=
-        [ "$mode" = --zero-1 ] && mode="--zero 1"
-        echo "\$ bert_train --device gpu --preset $p --steps $steps $mode" >>"$OUT/bert.txt"
-        run1 "$(limit 150)" "$trainer" --device gpu --preset $p --steps "$steps" $mode >"$OUT/bert.one.txt" 2>&1
+      # bf16 (the GPU's default), fp32 at B 8 (before/after), --zero 1 (the
+      # sharded optimizer; issue 27's target is >= 0.9x the default), then
+      # with time left --host-fences (the host waits per stage, the pre-0.1
+      # way) and --no-sync (no reduction at all): at one rank all match
+      for mode in bf16 fp32-b8 zero1 host-fences no-sync; do
+        case $mode in
+        bf16) args="--batch-size $B" ;;
+        fp32-b8) args="--batch-size 8 --precision fp32" ;;
+        zero1) args="--batch-size $B --zero 1" ;;
+        host-fences) args="--batch-size $B --host-fences" ;;
+        no-sync) args="--batch-size $B --no-sync" ;;
+        esac
+        case $mode in host-fences | no-sync) [ "$(left)" -ge 240 ] || continue ;; esac
+        echo "\$ bert_train --device gpu --preset $p --steps $steps $args" >>"$OUT/bert.txt"
+        run1 "$(limit 150)" "$trainer" --device gpu --preset $p --steps "$steps" $args >"$OUT/bert.one.txt" 2>&1
         s=$?
         cat "$OUT/bert.one.txt" >>"$OUT/bert.txt"
         echo "(status $s)" >>"$OUT/bert.txt"
@@ -373,52 +422,46 @@ if want bert && need_build && stage_begin bert 60; then
         # the corpus sets the vocabulary (synthetic: about 119): torch must use the same V
         v=$(grep -o ' V=[0-9]*' "$OUT/bert.one.txt" | head -1 | tr -dc 0-9)
         [ -n "$v" ] && vocab=$v
-        note "bert C $p${mode:+ $mode}: $(grep '^done' "$OUT/bert.one.txt" | tail -1 | grep -o 'tokens/s [0-9.]*' || echo "no result") (status $s)"
+        t=$(grep '^done' "$OUT/bert.one.txt" | tail -1 | grep -o 'tokens/s [0-9.]*' | tr -dc 0-9.)
+        note "bert C $p $mode: tokens/s ${t:-no result}, MFU $(mfu "$t" $(dims "$OUT/bert.one.txt")) % (status $s)"
+        [ $mode = bf16 ] && eval "c_$p=\$t dims_$p=\"\$(dims \"\$OUT/bert.one.txt\")\""
       done
       rm -f "$OUT/bert.one.txt"
     fi
     if [ ! -f "$torch_py" ]; then
       note "bert $p: no examples/bert/torch_bert.py in this checkout: PyTorch side skipped"
-    else
-      targs="--preset $p --steps $steps --batch 8 --seq 128${vocab:+ --vocab $vocab}"
-      # float32 eager, explicit attention: the reference of the earlier
-      # sessions, kept for continuity
-      torch_bert 150 $targs
-      s=$?
-      [ $s = 0 ] || rc=1
-      note "bert torch $p: tokens/s $(torch_json tokens_per_s) (status $s)"
-      # the reference hvd is measured against (issue 28): what a user on
-      # an H100 runs, AMP bf16 + SDPA + torch.compile + fused AdamW; the
-      # compilation (30-60 s at base) is in the untimed warmup. Without
-      # torch.compile (torch < 2.0) or when it fails, the same less it.
-      best="--best"
-      why=""
-      ran=0
-      if ! LD_LIBRARY_PATH=$sys_ld_path x timeout 60 python3 -c 'import sys, torch; sys.exit(not hasattr(torch, "compile"))' >/dev/null 2>&1; then
-        why="this torch has no torch.compile"
+      continue
+    fi
+    targs="--preset $p --steps $steps --batch $B --seq 128${vocab:+ --vocab $vocab}"
+    eval "d=\${dims_$p:-}; c=\${c_$p:-}"
+    # the references of issue 28, at the same shape: AMP bf16 eager with
+    # SDPA and fused AdamW (target: bert_train >= 1.1x), then the same
+    # under torch.compile (--best; target >= 1.0x; compiling, 30-60 s at
+    # base, is in the untimed warmup)
+    for ref in eager best; do
+      if [ $ref = eager ]; then
+        torch_bert 150 $targs --precision bf16 --sdpa --fused-adamw
+      elif ! LD_LIBRARY_PATH=$sys_ld_path x timeout 60 python3 -c 'import sys, torch; sys.exit(not hasattr(torch, "compile"))' >/dev/null 2>&1; then
+        note "bert torch-best $p: this torch has no torch.compile"
+        continue
+      elif [ "$(left)" -lt 60 ]; then
+        note "bert torch-best $p: no result ($(left) s left of the budget)"
+        continue
       else
         torch_bert 240 $targs --best
-        s=$?
-        ran=1
-        [ $s = 0 ] || why="--best failed (status $s$([ $s = 124 ] && echo ': timed out'))"
       fi
-      if [ -n "$why" ]; then
-        best="--precision bf16 --sdpa --fused-adamw"
-        if [ "$(left)" -ge 40 ]; then
-          torch_bert 150 $targs $best
-          s=$?
-          ran=1
-        else
-          ran=0
-          [ "$why" = "this torch has no torch.compile" ] || rc=1 # --best failed
-        fi
-      fi
-      if [ $ran = 0 ]; then
-        note "bert torch-best $p: no result ($why; $(left) s left of the budget, too few to run $best)"
-      else
-        [ $s = 0 ] || rc=1
-        note "bert torch-best $p: tokens/s $(torch_json tokens_per_s) (status $s; $best$([ "$best" = --best ] && echo ", compile $(torch_json compile_s) s, timed recompiles $(torch_json timed_recompiles)")${why:+; without --compile: $why})"
-      fi
+      s=$?
+      [ $s = 0 ] || rc=1
+      t=$(torch_json tokens_per_s)
+      ratio=$(awk -v c="$c" -v t="$t" 'BEGIN { if (c > 0 && t > 0) printf "%.2f", c / t; else print "?" }')
+      note "bert torch-$ref $p (B $B): tokens/s ${t:-no result}, MFU $(mfu "$t" $d) %; bert_train bf16 / this = $ratio (status $s$([ $ref = best ] && echo ", compile $(torch_json compile_s) s, timed recompiles $(torch_json timed_recompiles)"))"
+    done
+    # float32 eager at B 8, explicit attention: the earlier sessions'
+    # reference, for continuity, with time left
+    if [ "$(left)" -ge 120 ]; then
+      torch_bert 120 --preset $p --steps $steps --batch 8 --seq 128${vocab:+ --vocab $vocab}
+      s=$?
+      note "bert torch-fp32-b8 $p: tokens/s $(torch_json tokens_per_s) (status $s)"
     fi
   done
   rm -f "$OUT/bert.torch.txt"
