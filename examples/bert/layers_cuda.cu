@@ -1,17 +1,63 @@
 /*
  * layers_cuda.cu - the GPU backend of the BERT example: the contract of
- * layers.h on device pointers. cuBLAS for every matrix product (the
- * attention's per-(batch, head) products as one strided-batched GEMM
- * each), CUDA kernels for the rest, all on one stream owned by this
- * module; the table bert_cuda_backend() hands to model.c.
+ * layers.h on device pointers, in its three precisions. cuBLAS for every
+ * matrix product (the attention's per-(batch, head) products as one
+ * strided-batched GEMM each), CUDA kernels for the rest, all on one
+ * stream owned by this module; the tables bert_cuda_backend(precision)
+ * hands to model.c.
  *
  * Numerics follow layers.c: float32 data, the same expression for every
  * element (built with -fmad=false, Makefile.am, so a * b + c is not
  * fused), double where the CPU sums in double (LayerNorm statistics, the
  * cross-entropy's sum of exponentials and loss). Reductions run in a
  * fixed order (no atomics), so results are reproducible run to run,
- * except the word-embedding and scatter-add gradients, which add with
- * atomicAdd where several tokens share a row (as PyTorch does).
+ * except the float32 word-embedding and scatter-add gradients, which add
+ * with atomicAdd where several tokens share a row (as PyTorch does).
+ *
+ * Precisions (layers.h, "Precisions"). Every kernel is a template on the
+ * storage type T: float, __nv_bfloat16 or __half. to_float() converts an
+ * element to float (exact); from_float<T>() rounds a float to T, to
+ * nearest even, and is the identity for float, so the float32
+ * instantiations are the float32 kernels operation for operation (and
+ * the float32 products the same cublasSgemm calls). With T = bfloat16 or
+ * float16 a kernel computes the float32 kernel's expression (in double
+ * where that one uses double) on the converted inputs and rounds each
+ * output element once:
+ *  - products: cublasGemmEx and cublasGemmStridedBatchedEx on T operands,
+ *    accumulating in float32 (CUBLAS_COMPUTE_32F, float alpha and beta:
+ *    tensor cores whatever the math mode). cuBLAS adds beta C before it
+ *    rounds, so the linear layer's y = b, then beta 1, is round(x W^T + b)
+ *    and dW, dx (dx_beta 1) are round(old + product) (unless cuBLAS
+ *    splits k and reduces the parts in T, in place: cuBLASLt's reduction
+ *    scheme mask would rule that out);
+ *  - column sums (bias, LayerNorm and token-type gradients): in float,
+ *    then old + sum rounded once (colsum_finish);
+ *  - the word-embedding and scatter-add gradients: one atomicAdd per
+ *    token would round once per token, and a float32 copy of the
+ *    destination would need its row count, which neither call knows. So
+ *    row_links_kernel chains the tokens of each destination row and the
+ *    row's first token sums them in float, in token order (the CPU's),
+ *    and rounds old + sum once (rows_add_kernel): deterministic, O(m^2)
+ *    comparisons for m tokens. The position gradient likewise sums a
+ *    position's tokens first;
+ *  - attention: the scores Q K^T in float32 (a CUDA_R_32F C in the
+ *    workspace), the masked softmax in float32 writing T probabilities,
+ *    ctx = round(P V) from those. Backward: dP = dC V^T in float32, dV =
+ *    round(P^T dC), dS = P (dP - rowsum(P dP)) in float32 from the T
+ *    probabilities; dQ and dK from that float32 dS and float32 copies of
+ *    Q and K (cublasSgemmStridedBatched, under the TF32 switch like every
+ *    float32 product: dS is not rounded to T), each rounded once as its
+ *    heads are merged;
+ *  - the cross-entropy reads T logits, computes as the float32 kernel and
+ *    writes T probabilities; LayerNorm's mean and rstd stay float32.
+ *
+ * Performance, later work: cuBLASLt epilogues (bias, GELU) instead of
+ * fill_rows_kernel and a separate GELU pass; a fused flash-attention
+ * kernel instead of the head copies and the B*A*S*S scores; LayerNorm
+ * fused with the residual add; vectorised (2 or 8 element) loads of the
+ * T kernels; a sort instead of row_links_kernel's O(m^2) scan; dS
+ * rounded to T for tensor-core dQ and dK products (PyTorch's autocast
+ * does), should the float32 ones show in a profile.
  *
  * Row-major vs cuBLAS. cuBLAS is column-major: a row-major [r, c] matrix
  * with leading dimension ld is, to cuBLAS, the column-major [c, r] matrix
@@ -32,7 +78,19 @@
 
 #include "hvd.h"
 
+/* No arithmetic operators or implicit conversions on the 16-bit types:
+ * every value goes through to_float and from_float, so no expression
+ * rounds to T by accident. */
+#define __CUDA_NO_HALF_OPERATORS__
+#define __CUDA_NO_HALF_CONVERSIONS__
+#define __CUDA_NO_HALF2_OPERATORS__
+#define __CUDA_NO_BFLOAT16_OPERATORS__
+#define __CUDA_NO_BFLOAT16_CONVERSIONS__
+#define __CUDA_NO_BFLOAT162_OPERATORS__
+
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -40,7 +98,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <type_traits>
+
 namespace {
+
+typedef __nv_bfloat16 bf16;
+typedef __half fp16;
 
 /* Threads per block of the element kernels and of the row kernels: a
  * multiple of the warp (the reductions shuffle with a full mask) and a
@@ -73,7 +136,8 @@ struct State {
   int failed;
   char err[512];
   /* scratch memory of the kernels (attention's head-major copies and
-   * scores gradient, column-sum partials, cross-entropy rows) */
+   * scores or their gradient, column-sum partials, cross-entropy rows,
+   * the row chains of the 16-bit gradients), shared by the three tables */
   void *ws;
   size_t ws_bytes;
   XentResult *xres_dev, *xres_host; /* host: page-locked */
@@ -103,6 +167,15 @@ bool blas_ok(cublasStatus_t s, const char *call) {
   if (s == CUBLAS_STATUS_SUCCESS)
     return true;
   fail("%s: %s (%s)", call, cublasGetStatusString(s), cublasGetStatusName(s));
+  return false;
+}
+
+/* blas_ok for `call` made for `what`: "call (what): message". */
+bool blas_ok_in(cublasStatus_t s, const char *call, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return true;
+  fail("%s (%s): %s (%s)", call, what, cublasGetStatusString(s),
+       cublasGetStatusName(s));
   return false;
 }
 
@@ -150,6 +223,96 @@ void *workspace(size_t bytes) {
   return st.ws;
 }
 
+/* ---- storage types ------------------------------------------------------- */
+
+/* T -> float: exact. */
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(bf16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float to_float(fp16 v) { return __half2float(v); }
+
+/* float -> T: rounded to nearest even (float16: overflow to +-inf,
+ * subnormals kept); the identity for float. */
+template <typename T> __device__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <> __device__ __forceinline__ bf16 from_float<bf16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ fp16 from_float<fp16>(float v) {
+  return __float2half_rn(v);
+}
+
+/* An element of one storage type as another (exact, or rounded once). */
+template <typename To, typename From> __device__ To convert(From v) {
+  return from_float<To>(to_float(v));
+}
+
+template <typename T> __host__ __device__ constexpr bool is_f32(void) {
+  return std::is_same<T, float>::value;
+}
+
+/* The cuBLAS type of T. */
+template <typename T> cudaDataType_t blas_type(void);
+template <> cudaDataType_t blas_type<float>(void) { return CUDA_R_32F; }
+template <> cudaDataType_t blas_type<bf16>(void) { return CUDA_R_16BF; }
+template <> cudaDataType_t blas_type<fp16>(void) { return CUDA_R_16F; }
+
+/* ---- matrix products ----------------------------------------------------- */
+
+/* C = alpha op(A) op(B) + beta C, in cuBLAS's column-major terms (the
+ * callers map): float32 by cublasSgemm, T by cublasGemmEx accumulating
+ * in float32 and rounding C once. */
+void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+          float alpha, const float *a, int lda, const float *b, int ldb,
+          float beta, float *c, int ldc, const char *what) {
+  blas_ok_in(cublasSgemm(st.blas, ta, tb, m, n, k, &alpha, a, lda, b, ldb,
+                         &beta, c, ldc),
+             "cublasSgemm", what);
+}
+
+template <typename T>
+void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+          float alpha, const T *a, int lda, const T *b, int ldb, float beta,
+          T *c, int ldc, const char *what) {
+  const cudaDataType_t t = blas_type<T>();
+  blas_ok_in(cublasGemmEx(st.blas, ta, tb, m, n, k, &alpha, a, t, lda, b, t,
+                          ldb, &beta, c, t, ldc, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx", what);
+}
+
+/* C_i = alpha op(X_i) op(Y_i) over the B*A head-major matrices, in the
+ * column-major terms of cuBLAS (callers map): float32 by
+ * cublasSgemmStridedBatched; T operands, with a T or a float32 C, by
+ * cublasGemmStridedBatchedEx accumulating in float32. */
+void gemm_heads(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                float alpha, const float *a, int lda, long long sa,
+                const float *b, int ldb, long long sb, float *c, int ldc,
+                long long sc, int count, const char *what) {
+  const float zero = 0.0f;
+  blas_ok_in(cublasSgemmStridedBatched(st.blas, ta, tb, m, n, k, &alpha, a, lda,
+                                       sa, b, ldb, sb, &zero, c, ldc, sc,
+                                       count),
+             "cublasSgemmStridedBatched", what);
+}
+
+template <typename T, typename TC>
+void gemm_heads(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                float alpha, const T *a, int lda, long long sa, const T *b,
+                int ldb, long long sb, TC *c, int ldc, long long sc, int count,
+                const char *what) {
+  const float zero = 0.0f;
+  const cudaDataType_t t = blas_type<T>();
+  blas_ok_in(cublasGemmStridedBatchedEx(
+                 st.blas, ta, tb, m, n, k, &alpha, a, t, lda, sa, b, t, ldb, sb,
+                 &zero, c, blas_type<TC>(), ldc, sc, count, CUBLAS_COMPUTE_32F,
+                 CUBLAS_GEMM_DEFAULT),
+             "cublasGemmStridedBatchedEx", what);
+}
+
 /* ---- reductions ---------------------------------------------------------- */
 
 template <typename T> __device__ T warp_sum(T v) {
@@ -188,42 +351,45 @@ __device__ double block_sum(double v, double *shared) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
        i += (int64_t)gridDim.x * blockDim.x)
 
-__global__ void fill_rows_kernel(float *y, const float *b, int64_t n, int out) {
+template <typename T>
+__global__ void fill_rows_kernel(T *y, const T *b, int64_t n, int out) {
   GRID_STRIDE(i, n * out) { y[i] = b[i % out]; }
 }
 
-__global__ void gelu_fwd_kernel(const float *x, float *y, int64_t n) {
+template <typename T>
+__global__ void gelu_fwd_kernel(const T *x, T *y, int64_t n) {
   GRID_STRIDE(i, n) {
-    float v = x[i];
-    y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    float v = to_float(x[i]);
+    y[i] = from_float<T>(0.5f * v * (1.0f + erff(v * 0.70710678118654752f)));
   }
 }
 
-__global__ void gelu_bwd_kernel(const float *x, const float *dy, float *dx,
-                                int64_t n) {
+template <typename T>
+__global__ void gelu_bwd_kernel(const T *x, const T *dy, T *dx, int64_t n) {
   const float inv_sqrt_2pi = 0.3989422804014327f;
   GRID_STRIDE(i, n) {
-    float v = x[i];
+    float v = to_float(x[i]);
     float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
     float pdf = inv_sqrt_2pi * expf(-0.5f * v * v);
-    dx[i] = dy[i] * (cdf + v * pdf);
+    dx[i] = from_float<T>(to_float(dy[i]) * (cdf + v * pdf));
   }
 }
 
-__global__ void add_kernel(const float *a, const float *b, float *y,
-                           int64_t n) {
-  GRID_STRIDE(i, n) { y[i] = a[i] + b[i]; }
+template <typename T>
+__global__ void add_kernel(const T *a, const T *b, T *y, int64_t n) {
+  GRID_STRIDE(i, n) { y[i] = from_float<T>(to_float(a[i]) + to_float(b[i])); }
 }
 
-__global__ void gather_rows_kernel(const float *src, const int32_t *rows, int m,
-                                   int h, float *dst) {
+template <typename T>
+__global__ void gather_rows_kernel(const T *src, const int32_t *rows, int m,
+                                   int h, T *dst) {
   GRID_STRIDE(i, (int64_t)m * h) {
     int64_t r = i / h, j = i % h;
     dst[i] = src[(int64_t)rows[r] * h + j];
   }
 }
 
-/* atomicAdd: the contract allows repeated rows. */
+/* float32, atomicAdd: the contract allows repeated rows. */
 __global__ void scatter_add_rows_kernel(const float *src, const int32_t *rows,
                                         int m, int h, float *dst) {
   GRID_STRIDE(i, (int64_t)m * h) {
@@ -232,14 +398,74 @@ __global__ void scatter_add_rows_kernel(const float *src, const int32_t *rows,
   }
 }
 
+/* ---- row chains: dst[rows[i]] += src[i] with one rounding per element ----
+ *
+ * For the 16-bit types (the header). row_links_kernel: for each i < m,
+ * next[i] = the first k > i with rows[k] == rows[i] (-1: none), head[i] =
+ * 1 when no k < i has rows[k] == rows[i]; one thread per i, scanning the
+ * m rows. rows_add_kernel: the head of each destination row walks its
+ * chain, summing in float in token order, and rounds old + sum once (as
+ * layers.h says and the CPU's model does); only heads write, each its
+ * own row. */
+__global__ void row_links_kernel(const int32_t *rows, int64_t m, int32_t *next,
+                                 int32_t *head) {
+  GRID_STRIDE(i, m) {
+    const int32_t r = rows[i];
+    int32_t nx = -1, hd = 1;
+    for (int64_t k = 0; k < i && hd; k++)
+      hd = rows[k] != r;
+    for (int64_t k = i + 1; k < m && nx < 0; k++)
+      if (rows[k] == r)
+        nx = (int32_t)k;
+    next[i] = nx;
+    head[i] = hd;
+  }
+}
+
+template <typename T>
+__global__ void rows_add_kernel(const T *src, const int32_t *rows,
+                                const int32_t *next, const int32_t *head,
+                                int64_t m, int h, T *dst) {
+  GRID_STRIDE(i, m * h) {
+    const int64_t t = i / h, j = i % h;
+    if (!head[t])
+      continue;
+    T *d = dst + (int64_t)rows[t] * h + j;
+    float sum = 0;
+    for (int64_t u = t; u >= 0; u = next[u])
+      sum += to_float(src[u * h + j]);
+    *d = from_float<T>(to_float(*d) + sum);
+  }
+}
+
+size_t links_bytes(int64_t m) {
+  return 2 * align_up(sizeof(int32_t) * (size_t)m);
+}
+
+/* dst[rows[i]] += src[i] for i < m (rows of h), T != float. */
+template <typename T>
+void rows_add(const T *src, const int32_t *rows, int64_t m, int h, T *dst) {
+  char *w = (char *)workspace(links_bytes(m));
+  if (w == NULL)
+    return;
+  int32_t *next = (int32_t *)w;
+  int32_t *head = (int32_t *)(w + align_up(sizeof(int32_t) * (size_t)m));
+  row_links_kernel<<<grid_for(m), kThreads, 0, st.stream>>>(rows, m, next,
+                                                            head);
+  launched("row_links_kernel");
+  rows_add_kernel<T><<<grid_for(m * h), kThreads, 0, st.stream>>>(
+      src, rows, next, head, m, h, dst);
+  launched("rows_add_kernel");
+}
+
 /* ---- column sums: out[q][j] += sum over rows i of value(q, i, j) ----------
  *
  * Two deterministic passes instead of atomics. colsum_partial: block
  * (x: kWarp columns, y: kColRows row lanes) at (column tile, row chunk
  * of kColChunk rows) sums its chunk per column in shared memory and
- * writes partial[q][chunk][j]; colsum_finish adds the chunks in order. Op
- * gives Q values per (i, j) (LayerNorm's dg and db, the types of the
- * token-type table). */
+ * writes partial[q][chunk][j]; colsum_finish adds the chunks in order
+ * and the sum to the old T value, rounding once. Op gives Q values per
+ * (i, j) (LayerNorm's dg and db, the types of the token-type table). */
 template <int Q, typename Op>
 __global__ void colsum_partial(Op op, int64_t n, int h, float *partial) {
   __shared__ float sh[Q][kColRows][kWarp];
@@ -266,15 +492,16 @@ __global__ void colsum_partial(Op op, int64_t n, int h, float *partial) {
 }
 
 /* Output q goes to d0 (q = 0) or to d1 + (q - 1) h. */
+template <typename T>
 __global__ void colsum_finish(const float *partial, int nchunks, int h, int Q,
-                              float *d0, float *d1) {
+                              T *d0, T *d1) {
   GRID_STRIDE(i, (int64_t)Q * h) {
     int q = (int)(i / h), j = (int)(i % h);
     float s = 0;
     for (int c = 0; c < nchunks; c++)
       s += partial[((int64_t)q * nchunks + c) * h + j];
-    float *d = q == 0 ? d0 : d1 + (int64_t)(q - 1) * h;
-    d[j] += s;
+    T *d = q == 0 ? d0 : d1 + (int64_t)(q - 1) * h;
+    d[j] = from_float<T>(to_float(d[j]) + s);
   }
 }
 
@@ -284,9 +511,8 @@ size_t colsum_bytes(int64_t n, int h, int Q) {
   return align_up(sizeof(float) * (size_t)Q * colsum_chunks(n) * h);
 }
 
-template <int Q, typename Op>
-void colsum(const Op &op, int64_t n, int h, float *d0, float *d1,
-            const char *what) {
+template <int Q, typename T, typename Op>
+void colsum(const Op &op, int64_t n, int h, T *d0, T *d1, const char *what) {
   if (n <= 0 || h <= 0)
     return;
   int nchunks = colsum_chunks(n);
@@ -300,38 +526,39 @@ void colsum(const Op &op, int64_t n, int h, float *d0, float *d1,
   dim3 grid((h + kWarp - 1) / kWarp, nchunks), block(kWarp, kColRows);
   colsum_partial<Q, Op><<<grid, block, 0, st.stream>>>(op, n, h, partial);
   launched(what);
-  colsum_finish<<<grid_for((int64_t)Q * h), kThreads, 0, st.stream>>>(
+  colsum_finish<T><<<grid_for((int64_t)Q * h), kThreads, 0, st.stream>>>(
       partial, nchunks, h, Q, d0, d1);
   launched(what);
 }
 
-struct ColOfMatrix { /* db += column sums of dy */
-  const float *y;
+template <typename T> struct ColOfMatrix { /* db += column sums of dy */
+  const T *y;
   int w;
   __device__ void operator()(int64_t i, int j, float *acc) const {
-    acc[0] += y[i * w + j];
+    acc[0] += to_float(y[i * w + j]);
   }
 };
 
-struct LayerNormParams { /* dg += dy xhat, db += dy */
-  const float *x, *dy, *mean, *rstd;
+template <typename T> struct LayerNormParams { /* dg += dy xhat, db += dy */
+  const T *x, *dy;
+  const float *mean, *rstd;
   int h;
   __device__ void operator()(int64_t i, int j, float *acc) const {
-    float xhat = (x[i * h + j] - mean[i]) * rstd[i];
-    acc[0] += dy[i * h + j] * xhat;
-    acc[1] += dy[i * h + j];
+    float xhat = (to_float(x[i * h + j]) - mean[i]) * rstd[i];
+    acc[0] += to_float(dy[i * h + j]) * xhat;
+    acc[1] += to_float(dy[i * h + j]);
   }
 };
 
-template <int T>
+template <int Q, typename T>
 struct TypeRows { /* dtype[t] += dout of the tokens of type t */
-  const float *dout;
+  const T *dout;
   const int32_t *types;
   int h;
   __device__ void operator()(int64_t i, int j, float *acc) const {
     int t = types != NULL ? types[i] : 0;
-    if (t >= 0 && t < T)
-      acc[t] += dout[i * h + j];
+    if (t >= 0 && t < Q)
+      acc[t] += to_float(dout[i * h + j]);
   }
 };
 
@@ -340,21 +567,21 @@ struct TypeRows { /* dtype[t] += dout of the tokens of type t */
 /* One block per row (grid-stride over rows; the row index is the same
  * for the whole block, so the barriers inside block_sum are reached by
  * every thread). */
-__global__ void layernorm_fwd_kernel(const float *x, const float *g,
-                                     const float *b, float eps, float *y,
-                                     float *mean, float *rstd, int64_t n,
-                                     int h) {
+template <typename T>
+__global__ void layernorm_fwd_kernel(const T *x, const T *g, const T *b,
+                                     float eps, T *y, float *mean, float *rstd,
+                                     int64_t n, int h) {
   __shared__ double sh[kThreads / kWarp];
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *xr = x + row * h;
-    float *yr = y + row * h;
+    const T *xr = x + row * h;
+    T *yr = y + row * h;
     double s = 0;
     for (int j = threadIdx.x; j < h; j += blockDim.x)
-      s += xr[j];
+      s += to_float(xr[j]);
     double mu = block_sum(s, sh) / h;
     double ss = 0;
     for (int j = threadIdx.x; j < h; j += blockDim.x) {
-      double d = xr[j] - mu;
+      double d = to_float(xr[j]) - mu;
       ss += d * d;
     }
     ss = block_sum(ss, sh);
@@ -365,25 +592,27 @@ __global__ void layernorm_fwd_kernel(const float *x, const float *g,
       rstd[row] = r;
     }
     for (int j = threadIdx.x; j < h; j += blockDim.x)
-      yr[j] = (xr[j] - m) * r * g[j] + b[j];
+      yr[j] = from_float<T>((to_float(xr[j]) - m) * r * to_float(g[j]) +
+                            to_float(b[j]));
   }
 }
 
 /* dx only (dg and db come from colsum first, as dx may alias dy). Each
  * thread reads dy[j] and then writes dx[j] at the same j, after the
  * block's sums are complete. */
-__global__ void layernorm_bwd_kernel(const float *x, const float *mean,
-                                     const float *rstd, const float *g,
-                                     const float *dy, float *dx, int64_t n,
-                                     int h) {
+template <typename T>
+__global__ void layernorm_bwd_kernel(const T *x, const float *mean,
+                                     const float *rstd, const T *g, const T *dy,
+                                     T *dx, int64_t n, int h) {
   __shared__ double sh[kThreads / kWarp];
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
-    const float *xr = x + row * h, *dyr = dy + row * h;
-    float *dxr = dx + row * h;
+    const T *xr = x + row * h, *dyr = dy + row * h;
+    T *dxr = dx + row * h;
     const float m = mean[row], r = rstd[row];
     double s1 = 0, s2 = 0;
     for (int j = threadIdx.x; j < h; j += blockDim.x) {
-      float xhat = (xr[j] - m) * r, dxhat = dyr[j] * g[j];
+      float xhat = (to_float(xr[j]) - m) * r;
+      float dxhat = to_float(dyr[j]) * to_float(g[j]);
       s1 += dxhat;
       s2 += (double)dxhat * xhat;
     }
@@ -391,8 +620,9 @@ __global__ void layernorm_bwd_kernel(const float *x, const float *mean,
     s2 = block_sum(s2, sh);
     float a = (float)(s1 / h), c = (float)(s2 / h);
     for (int j = threadIdx.x; j < h; j += blockDim.x) {
-      float xhat = (xr[j] - m) * r;
-      dxr[j] = r * (dyr[j] * g[j] - a - xhat * c);
+      float xhat = (to_float(xr[j]) - m) * r;
+      dxr[j] =
+          from_float<T>(r * (to_float(dyr[j]) * to_float(g[j]) - a - xhat * c));
     }
   }
 }
@@ -404,37 +634,43 @@ __global__ void layernorm_bwd_kernel(const float *x, const float *mean,
  * matrices, which that layout does not have (dh between heads, S*A*dh
  * between sequences). So, as PyTorch does, the heads are first copied to
  * head-major [B, A, S, dh] (split_heads), where matrix i = b*A + h starts
- * at i*S*dh, and the results copied back (merge_heads). probs is already
- * [B, A, S, S], matrix i at i*S*S. */
+ * at i*S*dh, and the results copied back (merge_heads); either copy may
+ * convert (T to float exactly, float to T rounding once). probs is
+ * already [B, A, S, S], matrix i at i*S*S. */
 
-__global__ void split_heads_kernel(const float *src, float *dst, int B, int S,
+template <typename From, typename To>
+__global__ void split_heads_kernel(const From *src, To *dst, int B, int S,
                                    int A, int dh) {
   const int64_t total = (int64_t)B * S * A * dh;
   GRID_STRIDE(i, total) { /* i indexes dst: ((b*A + h)*S + s)*dh + e */
     int64_t e = i % dh, s = (i / dh) % S, bh = i / ((int64_t)dh * S);
     int64_t b = bh / A, h = bh % A;
-    dst[i] = src[(b * S + s) * A * dh + h * dh + e];
+    dst[i] = convert<To>(src[(b * S + s) * A * dh + h * dh + e]);
   }
 }
 
-__global__ void merge_heads_kernel(const float *src, float *dst, int B, int S,
+template <typename From, typename To>
+__global__ void merge_heads_kernel(const From *src, To *dst, int B, int S,
                                    int A, int dh) {
   const int64_t total = (int64_t)B * S * A * dh;
   GRID_STRIDE(i, total) { /* i indexes dst: (b*S + s)*A*dh + h*dh + e */
     int64_t e = i % dh, h = (i / dh) % A, bs = i / ((int64_t)dh * A);
     int64_t b = bs / S, s = bs % S;
-    dst[i] = src[((b * A + h) * S + s) * dh + e];
+    dst[i] = convert<To>(src[((b * A + h) * S + s) * dh + e]);
   }
 }
 
-/* One warp per row of probs ([B*A*S rows, S]); blockDim (kWarp, rows per
- * block). Keys at >= lengths[b] get BERT_MASK_VALUE, then the softmax of
- * layers.c: max, exponentials and their float sum, times 1 / sum. */
-__global__ void softmax_fwd_kernel(float *p, const int32_t *lengths,
+/* One warp per row of the float32 scores sc ([B*A*S rows, S]); blockDim
+ * (kWarp, rows per block). Keys at >= lengths[b] get BERT_MASK_VALUE,
+ * then the softmax of layers.c: max, exponentials (kept in sc) and their
+ * float sum, times 1 / sum into p. For float32, p is sc (in place). */
+template <typename T>
+__global__ void softmax_fwd_kernel(float *sc, T *p, const int32_t *lengths,
                                    int64_t rows, int S, int A) {
   for (int64_t row = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; row < rows;
        row += (int64_t)gridDim.x * blockDim.y) {
-    float *r = p + row * S;
+    float *r = sc + row * S;
+    T *pr = p + row * S;
     const int64_t b = row / ((int64_t)A * S);
     const int len = lengths != NULL ? lengths[b] : S;
     float mx = -INFINITY;
@@ -450,28 +686,31 @@ __global__ void softmax_fwd_kernel(float *p, const int32_t *lengths,
     s = warp_sum(s);
     float inv = 1.0f / s;
     for (int j = threadIdx.x; j < S; j += kWarp)
-      r[j] *= inv;
+      pr[j] = from_float<T>(r[j] * inv);
   }
 }
 
-/* dS = P * (dP - rowsum(P * dP)), in place in dp; one warp per row. */
-__global__ void softmax_bwd_kernel(const float *p, float *dp, int64_t rows,
-                                   int S) {
+/* dS = P * (dP - rowsum(P * dP)), in place in the float32 dp; one warp
+ * per row. */
+template <typename T>
+__global__ void softmax_bwd_kernel(const T *p, float *dp, int64_t rows, int S) {
   for (int64_t row = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; row < rows;
        row += (int64_t)gridDim.x * blockDim.y) {
-    const float *pr = p + row * S;
+    const T *pr = p + row * S;
     float *dr = dp + row * S;
     float dot = 0;
     for (int j = threadIdx.x; j < S; j += kWarp)
-      dot += pr[j] * dr[j];
+      dot += to_float(pr[j]) * dr[j];
     dot = warp_sum(dot);
     for (int j = threadIdx.x; j < S; j += kWarp)
-      dr[j] = pr[j] * (dr[j] - dot);
+      dr[j] = to_float(pr[j]) * (dr[j] - dot);
   }
 }
 
 const int kRowsPerBlock = kThreads / kWarp; /* warps per softmax block */
 
+/* Four head-major buffers of float32 size (they hold T or float32) and
+ * the float32 scores or their gradient. */
 size_t attention_bytes(int B, int S, int A, int dh) {
   size_t nh = (size_t)B * S * A * dh;
   return 4 * align_up(sizeof(float) * nh) +
@@ -480,19 +719,21 @@ size_t attention_bytes(int B, int S, int A, int dh) {
 
 /* ---- embeddings ---------------------------------------------------------- */
 
+template <typename T>
 __global__ void embedding_fwd_kernel(const int32_t *ids, const int32_t *types,
-                                     const float *word, const float *pos,
-                                     const float *type, float *out, int B,
-                                     int S, int H) {
+                                     const T *word, const T *pos, const T *type,
+                                     T *out, int B, int S, int H) {
   GRID_STRIDE(i, (int64_t)B * S * H) {
     int64_t t = i / H, j = i % H, s = t % S;
-    const float w = word[(int64_t)ids[t] * H + j];
-    const float ps = pos[s * H + j];
-    const float ty = type[(int64_t)(types != NULL ? types[t] : 0) * H + j];
-    out[i] = w + ps + ty;
+    const float w = to_float(word[(int64_t)ids[t] * H + j]);
+    const float ps = to_float(pos[s * H + j]);
+    const float ty =
+        to_float(type[(int64_t)(types != NULL ? types[t] : 0) * H + j]);
+    out[i] = from_float<T>(w + ps + ty);
   }
 }
 
+/* float32 (T: rows_add) */
 __global__ void embedding_bwd_word_kernel(const int32_t *ids, const float *dout,
                                           float *dword, int64_t N, int H) {
   GRID_STRIDE(i, N * H) {
@@ -502,15 +743,18 @@ __global__ void embedding_bwd_word_kernel(const int32_t *ids, const float *dout,
 }
 
 /* dpos[s] += dout of position s in every sequence, added in sequence
- * order as layers.c does (one thread per (s, j)). */
-__global__ void embedding_bwd_pos_kernel(const float *dout, float *dpos, int B,
-                                         int S, int H) {
+ * order as layers.c does (one thread per (s, j)): for float32 onto dpos
+ * as it goes, for T summed first and added to the old value rounding
+ * once (layers.h). */
+template <typename T>
+__global__ void embedding_bwd_pos_kernel(const T *dout, T *dpos, int B, int S,
+                                         int H) {
   GRID_STRIDE(i, (int64_t)S * H) {
     int64_t s = i / H, j = i % H;
-    float acc = dpos[i];
+    float acc = is_f32<T>() ? to_float(dpos[i]) : 0.0f;
     for (int b = 0; b < B; b++)
-      acc += dout[((int64_t)b * S + s) * H + j];
-    dpos[i] = acc;
+      acc += to_float(dout[((int64_t)b * S + s) * H + j]);
+    dpos[i] = from_float<T>(is_f32<T>() ? acc : to_float(dpos[i]) + acc);
   }
 }
 
@@ -520,24 +764,26 @@ __global__ void embedding_bwd_pos_kernel(const float *dout, float *dpos, int B,
  * layers.c), the loss log sum exp(r - max) - (r[t] - max) in double, the
  * probabilities in place; the row's loss and hit into rows_loss and
  * rows_hit (summed by xent_sum_kernel, in a fixed order). */
-__global__ void xent_fwd_kernel(float *logits, const int32_t *targets,
-                                int64_t m, int V, double *rows_loss,
-                                int *rows_hit) {
+template <typename T>
+__global__ void xent_fwd_kernel(T *logits, const int32_t *targets, int64_t m,
+                                int V, double *rows_loss, int *rows_hit) {
   __shared__ double sh[kThreads / kWarp];
   __shared__ float best_v[kThreads];
   __shared__ int best_i[kThreads];
   for (int64_t row = blockIdx.x; row < m; row += gridDim.x) {
-    float *r = logits + row * V;
+    T *r = logits + row * V;
     /* argmax: each thread scans its columns in increasing order (keeping
      * the first of equal maxima), then a tree over threads prefers the
      * larger value, and the lower index on ties */
     float bv = -INFINITY;
     int bi = V; /* none yet */
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-      if (bi == V || r[j] > bv) {
-        bv = r[j];
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+      const float v = to_float(r[j]);
+      if (bi == V || v > bv) {
+        bv = v;
         bi = j;
       }
+    }
     __syncthreads(); /* the previous row's readers are done */
     best_v[threadIdx.x] = bv;
     best_i[threadIdx.x] = bi;
@@ -559,17 +805,17 @@ __global__ void xent_fwd_kernel(float *logits, const int32_t *targets,
     const float mx = best_v[0];
     double s = 0;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
-      s += exp((double)r[j] - mx);
+      s += exp((double)to_float(r[j]) - mx);
     s = block_sum(s, sh);
     const int t = targets[row];
     if (threadIdx.x == 0) {
-      rows_loss[row] = log(s) - ((double)r[t] - mx);
+      rows_loss[row] = log(s) - ((double)to_float(r[t]) - mx);
       rows_hit[row] = arg == t;
     }
     __syncthreads(); /* r[t] is read above before anyone overwrites it */
     const float inv = (float)(1.0 / s);
     for (int j = threadIdx.x; j < V; j += blockDim.x)
-      r[j] = expf(r[j] - mx) * inv;
+      r[j] = from_float<T>(expf(to_float(r[j]) - mx) * inv);
   }
 }
 
@@ -592,16 +838,17 @@ __global__ void xent_sum_kernel(const double *rows_loss, const int *rows_hit,
 }
 
 /* probs = scale * (probs - onehot(target)), as layers.c: subtract, then
- * scale. */
-__global__ void xent_bwd_kernel(float *probs, const int32_t *targets, int64_t m,
+ * scale (then round). */
+template <typename T>
+__global__ void xent_bwd_kernel(T *probs, const int32_t *targets, int64_t m,
                                 int V, float scale) {
   GRID_STRIDE(i, m * V) {
     int64_t row = i / V;
     int j = (int)(i % V);
-    float v = probs[i];
+    float v = to_float(probs[i]);
     if (j == targets[row])
       v -= 1.0f;
-    probs[i] = v * scale;
+    probs[i] = from_float<T>(v * scale);
   }
 }
 
@@ -610,89 +857,101 @@ size_t xent_bytes(int64_t m) {
          align_up(sizeof(int) * (size_t)m);
 }
 
-/* ---- the layers ---------------------------------------------------------- */
+/* ---- the layers ----------------------------------------------------------
+ *
+ * Templates on T, the entries of the three tables (void * as layers.h
+ * types them: T arrays of the table's precision). */
 
-void linear_fwd(const float *x, const float *W, const float *b, float *y, int n,
+template <typename T>
+void linear_fwd(const void *xv, const void *Wv, const void *bv, void *yv, int n,
                 int in, int out) {
+  const T *x = (const T *)xv, *W = (const T *)Wv, *b = (const T *)bv;
+  T *y = (T *)yv;
   if (!usable() || n <= 0 || out <= 0)
     return;
   if (b != NULL) { /* y = b, then y += x W^T (beta 1), as layers.c */
-    fill_rows_kernel<<<grid_for((int64_t)n * out), kThreads, 0, st.stream>>>(
-        y, b, n, out);
+    fill_rows_kernel<T>
+        <<<grid_for((int64_t)n * out), kThreads, 0, st.stream>>>(y, b, n, out);
     launched("fill_rows_kernel");
   }
   /* Row-major y[n,out] = x[n,in] W[out,in]^T. Column-major: y^T (out x n,
    * ld out) = W (out x in: the column-major view of W is W^T, in x out
    * with ld in, so OP_T) times x^T (in x n, ld in: OP_N). */
-  const float one = 1.0f, beta = b != NULL ? 1.0f : 0.0f;
-  blas_ok(cublasSgemm(st.blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, W,
-                      in, x, in, &beta, y, out),
-          "cublasSgemm (linear forward)");
+  gemm(CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, 1.0f, W, in, x, in,
+       b != NULL ? 1.0f : 0.0f, y, out, "linear forward");
 }
 
-void linear_bwd(const float *x, const float *W, const float *dy, float *dx,
-                float dx_beta, float *dW, float *db, int n, int in, int out) {
+template <typename T>
+void linear_bwd(const void *xv, const void *Wv, const void *dyv, void *dxv,
+                float dx_beta, void *dWv, void *dbv, int n, int in, int out) {
+  const T *x = (const T *)xv, *W = (const T *)Wv, *dy = (const T *)dyv;
+  T *dx = (T *)dxv, *dW = (T *)dWv, *db = (T *)dbv;
   if (!usable() || n <= 0)
     return;
-  const float one = 1.0f;
   /* Row-major dW[out,in] += dy^T[out,n] x[n,in]. Column-major: dW^T (in x
    * out, ld in) += x^T (in x n, ld in: OP_N) times dy (n x out: the view
    * of dy is dy^T, out x n with ld out, so OP_T). */
-  blas_ok(cublasSgemm(st.blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x,
-                      in, dy, out, &one, dW, in),
-          "cublasSgemm (linear weight gradient)");
+  gemm(CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, 1.0f, x, in, dy, out, 1.0f, dW, in,
+       "linear weight gradient");
   if (db != NULL)
-    colsum<1>(ColOfMatrix{dy, out}, n, out, db, NULL, "colsum (bias gradient)");
+    colsum<1, T>(ColOfMatrix<T>{dy, out}, n, out, db, NULL,
+                 "colsum (bias gradient)");
   if (dx != NULL) {
     /* Row-major dx[n,in] = dy[n,out] W[out,in] (+ dx_beta dx).
      * Column-major: dx^T (in x n, ld in) = W^T (in x out: the view of W,
      * ld in, OP_N) times dy^T (out x n: the view of dy, ld out, OP_N). */
-    blas_ok(cublasSgemm(st.blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, W,
-                        in, dy, out, &dx_beta, dx, in),
-            "cublasSgemm (linear input gradient)");
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, 1.0f, W, in, dy, out, dx_beta,
+         dx, in, "linear input gradient");
   }
 }
 
-void layernorm_fwd(const float *x, const float *g, const float *b, float eps,
-                   float *y, float *mean, float *rstd, int n, int h) {
+template <typename T>
+void layernorm_fwd(const void *x, const void *g, const void *b, float eps,
+                   void *y, float *mean, float *rstd, int n, int h) {
   if (!usable() || n <= 0)
     return;
-  layernorm_fwd_kernel<<<grid_rows(n), kThreads, 0, st.stream>>>(
-      x, g, b, eps, y, mean, rstd, n, h);
+  layernorm_fwd_kernel<T><<<grid_rows(n), kThreads, 0, st.stream>>>(
+      (const T *)x, (const T *)g, (const T *)b, eps, (T *)y, mean, rstd, n, h);
   launched("layernorm_fwd_kernel");
 }
 
-void layernorm_bwd(const float *x, const float *mean, const float *rstd,
-                   const float *g, const float *dy, float *dx, float *dg,
-                   float *db, int n, int h) {
+template <typename T>
+void layernorm_bwd(const void *xv, const float *mean, const float *rstd,
+                   const void *g, const void *dyv, void *dx, void *dg, void *db,
+                   int n, int h) {
+  const T *x = (const T *)xv, *dy = (const T *)dyv;
   if (!usable() || n <= 0)
     return;
   /* dg and db first: dx may alias dy */
-  colsum<2>(LayerNormParams{x, dy, mean, rstd, h}, n, h, dg, db,
-            "colsum (LayerNorm gradients)");
-  layernorm_bwd_kernel<<<grid_rows(n), kThreads, 0, st.stream>>>(
-      x, mean, rstd, g, dy, dx, n, h);
+  colsum<2, T>(LayerNormParams<T>{x, dy, mean, rstd, h}, n, h, (T *)dg, (T *)db,
+               "colsum (LayerNorm gradients)");
+  layernorm_bwd_kernel<T><<<grid_rows(n), kThreads, 0, st.stream>>>(
+      x, mean, rstd, (const T *)g, dy, (T *)dx, n, h);
   launched("layernorm_bwd_kernel");
 }
 
-void gelu_fwd(const float *x, float *y, int64_t n) {
+template <typename T> void gelu_fwd(const void *x, void *y, int64_t n) {
   if (!usable() || n <= 0)
     return;
-  gelu_fwd_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(x, y, n);
+  gelu_fwd_kernel<T>
+      <<<grid_for(n), kThreads, 0, st.stream>>>((const T *)x, (T *)y, n);
   launched("gelu_fwd_kernel");
 }
 
-void gelu_bwd(const float *x, const float *dy, float *dx, int64_t n) {
+template <typename T>
+void gelu_bwd(const void *x, const void *dy, void *dx, int64_t n) {
   if (!usable() || n <= 0)
     return;
-  gelu_bwd_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(x, dy, dx, n);
+  gelu_bwd_kernel<T><<<grid_for(n), kThreads, 0, st.stream>>>(
+      (const T *)x, (const T *)dy, (T *)dx, n);
   launched("gelu_bwd_kernel");
 }
 
-/* The four head-major buffers and the scores' gradient, in the
- * workspace. */
+/* The four head-major buffers (each room for nh floats: T or float32
+ * data) and the float32 scores or their gradient, in the workspace. */
 struct AttnScratch {
-  float *q, *k, *v, *c, *dp;
+  void *q, *k, *v, *c;
+  float *dp;
 };
 
 bool attn_scratch(int B, int S, int A, int dh, AttnScratch *s) {
@@ -700,173 +959,198 @@ bool attn_scratch(int B, int S, int A, int dh, AttnScratch *s) {
   if (w == NULL)
     return false;
   size_t nh = align_up(sizeof(float) * (size_t)B * S * A * dh);
-  s->q = (float *)w;
-  s->k = (float *)(w + nh);
-  s->v = (float *)(w + 2 * nh);
-  s->c = (float *)(w + 3 * nh);
+  s->q = w;
+  s->k = w + nh;
+  s->v = w + 2 * nh;
+  s->c = w + 3 * nh;
   s->dp = (float *)(w + 4 * nh);
   return true;
 }
 
-void split_heads(const float *src, float *dst, int B, int S, int A, int dh) {
-  split_heads_kernel<<<grid_for((int64_t)B * S * A * dh), kThreads, 0,
-                       st.stream>>>(src, dst, B, S, A, dh);
+template <typename From, typename To>
+void split_heads(const From *src, To *dst, int B, int S, int A, int dh) {
+  split_heads_kernel<From, To>
+      <<<grid_for((int64_t)B * S * A * dh), kThreads, 0, st.stream>>>(
+          src, dst, B, S, A, dh);
   launched("split_heads_kernel");
 }
 
-void merge_heads(const float *src, float *dst, int B, int S, int A, int dh) {
-  merge_heads_kernel<<<grid_for((int64_t)B * S * A * dh), kThreads, 0,
-                       st.stream>>>(src, dst, B, S, A, dh);
+template <typename From, typename To>
+void merge_heads(const From *src, To *dst, int B, int S, int A, int dh) {
+  merge_heads_kernel<From, To>
+      <<<grid_for((int64_t)B * S * A * dh), kThreads, 0, st.stream>>>(
+          src, dst, B, S, A, dh);
   launched("merge_heads_kernel");
 }
 
-/* C_i = alpha op(X_i) op(Y_i) over the B*A head-major matrices, in the
- * column-major terms of cublasSgemmStridedBatched (callers map). */
-void gemm_heads(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                float alpha, const float *a, int lda, long long sa,
-                const float *b, int ldb, long long sb, float *c, int ldc,
-                long long sc, int count, const char *what) {
-  const float zero = 0.0f;
-  blas_ok(cublasSgemmStridedBatched(st.blas, ta, tb, m, n, k, &alpha, a, lda,
-                                    sa, b, ldb, sb, &zero, c, ldc, sc, count),
-          what);
+/* The softmax kernels' launch: a warp per row of the B*A*S rows. */
+dim3 softmax_grid(int64_t rows) {
+  return dim3(grid_rows((rows + kRowsPerBlock - 1) / kRowsPerBlock));
 }
 
-void attention_fwd(const float *q, const float *k, const float *v,
-                   const int32_t *lengths, float *probs, float *ctx, int B,
+template <typename T>
+void attention_fwd(const void *q, const void *k, const void *v,
+                   const int32_t *lengths, void *probsv, void *ctx, int B,
                    int S, int A, int dh) {
+  T *probs = (T *)probsv;
   AttnScratch w;
   if (!usable() || B <= 0 || !attn_scratch(B, S, A, dh, &w))
     return;
   const int count = B * A;
   const long long sh = (long long)S * dh, ss = (long long)S * S;
   const float scale = 1.0f / sqrtf((float)dh);
-  split_heads(q, w.q, B, S, A, dh);
-  split_heads(k, w.k, B, S, A, dh);
-  split_heads(v, w.v, B, S, A, dh);
-  /* Row-major P_i[S,S] = scale Q_i[S,dh] K_i[S,dh]^T. Column-major: P^T
-   * (S x S, ld S) = K_i (the view of K_i is K_i^T, dh x S, ld dh: OP_T)
-   * times Q_i^T (the view of Q_i: OP_N). */
-  gemm_heads(CUBLAS_OP_T, CUBLAS_OP_N, S, S, dh, scale, w.k, dh, sh, w.q, dh,
-             sh, probs, S, ss, count, "cublasSgemmStridedBatched (Q K^T)");
+  T *hq = (T *)w.q, *hk = (T *)w.k, *hv = (T *)w.v, *hc = (T *)w.c;
+  split_heads((const T *)q, hq, B, S, A, dh);
+  split_heads((const T *)k, hk, B, S, A, dh);
+  split_heads((const T *)v, hv, B, S, A, dh);
+  /* The scores, in float32: probs itself for float32 (the softmax runs in
+   * place), the workspace for T. Row-major P_i[S,S] = scale Q_i[S,dh]
+   * K_i[S,dh]^T. Column-major: P^T (S x S, ld S) = K_i (the view of K_i
+   * is K_i^T, dh x S, ld dh: OP_T) times Q_i^T (the view of Q_i: OP_N). */
+  float *scores = is_f32<T>() ? (float *)probsv : w.dp;
+  gemm_heads(CUBLAS_OP_T, CUBLAS_OP_N, S, S, dh, scale, hk, dh, sh, hq, dh, sh,
+             scores, S, ss, count, "Q K^T");
   if (!usable())
     return;
-  softmax_fwd_kernel<<<grid_rows(((int64_t)count * S + kRowsPerBlock - 1) /
-                                 kRowsPerBlock),
-                       dim3(kWarp, kRowsPerBlock), 0, st.stream>>>(
-      probs, lengths, (int64_t)count * S, S, A);
+  softmax_fwd_kernel<T>
+      <<<softmax_grid((int64_t)count * S), dim3(kWarp, kRowsPerBlock), 0,
+         st.stream>>>(scores, probs, lengths, (int64_t)count * S, S, A);
   launched("softmax_fwd_kernel");
   /* Row-major C_i[S,dh] = P_i[S,S] V_i[S,dh]. Column-major: C^T (dh x S,
    * ld dh) = V_i^T (the view of V_i, OP_N) times P_i^T (the view of P_i,
    * OP_N). */
-  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, 1.0f, w.v, dh, sh, probs, S,
-             ss, w.c, dh, sh, count, "cublasSgemmStridedBatched (P V)");
-  merge_heads(w.c, ctx, B, S, A, dh);
+  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, 1.0f, hv, dh, sh,
+             (const T *)probs, S, ss, hc, dh, sh, count, "P V");
+  merge_heads(hc, (T *)ctx, B, S, A, dh);
 }
 
-void attention_bwd(const float *q, const float *k, const float *v,
-                   const float *probs, const float *dctx, float *dq, float *dk,
-                   float *dv, float *scratch, int B, int S, int A, int dh) {
+template <typename T>
+void attention_bwd(const void *q, const void *k, const void *v,
+                   const void *probsv, const void *dctx, void *dq, void *dk,
+                   void *dv, float *scratch, int B, int S, int A, int dh) {
   (void)scratch; /* the batched products need B*A*S*S: the workspace's */
+  const T *probs = (const T *)probsv;
   AttnScratch w;
   if (!usable() || B <= 0 || !attn_scratch(B, S, A, dh, &w))
     return;
   const int count = B * A;
   const long long sh = (long long)S * dh, ss = (long long)S * S;
   const float scale = 1.0f / sqrtf((float)dh);
-  split_heads(dctx, w.c, B, S, A, dh);
-  split_heads(v, w.v, B, S, A, dh);
-  /* Row-major dP_i[S,S] = dC_i[S,dh] V_i^T: as Q K^T above. */
-  gemm_heads(CUBLAS_OP_T, CUBLAS_OP_N, S, S, dh, 1.0f, w.v, dh, sh, w.c, dh, sh,
-             w.dp, S, ss, count, "cublasSgemmStridedBatched (dC V^T)");
+  T *hc = (T *)w.c, *hv = (T *)w.v;
+  split_heads((const T *)dctx, hc, B, S, A, dh);
+  split_heads((const T *)v, hv, B, S, A, dh);
+  /* Row-major dP_i[S,S] = dC_i[S,dh] V_i^T, in float32: as Q K^T above. */
+  gemm_heads(CUBLAS_OP_T, CUBLAS_OP_N, S, S, dh, 1.0f, hv, dh, sh, hc, dh, sh,
+             w.dp, S, ss, count, "dC V^T");
   /* Row-major dV_i[S,dh] = P_i^T[S,S] dC_i[S,dh]. Column-major: dV^T (dh x
    * S) = dC_i^T (the view of dC_i, OP_N) times P_i (the view of P_i is
-   * P_i^T: OP_T). Written to w.v: V_i is no longer needed. */
-  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_T, dh, S, S, 1.0f, w.c, dh, sh, probs, S,
-             ss, w.v, dh, sh, count, "cublasSgemmStridedBatched (P^T dC)");
-  merge_heads(w.v, dv, B, S, A, dh);
+   * P_i^T: OP_T). Written to hv: V_i is no longer needed. */
+  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_T, dh, S, S, 1.0f, hc, dh, sh, probs, S, ss,
+             hv, dh, sh, count, "P^T dC");
+  merge_heads(hv, (T *)dv, B, S, A, dh);
   if (!usable())
     return;
-  /* dS = P * (dP - rowsum(P * dP)); masked keys have P = 0 */
-  softmax_bwd_kernel<<<grid_rows(((int64_t)count * S + kRowsPerBlock - 1) /
-                                 kRowsPerBlock),
-                       dim3(kWarp, kRowsPerBlock), 0, st.stream>>>(
-      probs, w.dp, (int64_t)count * S, S);
+  /* dS = P * (dP - rowsum(P * dP)), float32; masked keys have P = 0 */
+  softmax_bwd_kernel<T>
+      <<<softmax_grid((int64_t)count * S), dim3(kWarp, kRowsPerBlock), 0,
+         st.stream>>>(probs, w.dp, (int64_t)count * S, S);
   launched("softmax_bwd_kernel");
-  split_heads(q, w.q, B, S, A, dh);
-  split_heads(k, w.k, B, S, A, dh);
-  /* Row-major dQ_i[S,dh] = scale dS_i[S,S] K_i[S,dh]: as P V. Into w.c
+  /* Q and K as float32 (exact), so dS stays float32 in its products. */
+  float *fq = (float *)w.q, *fk = (float *)w.k, *fc = (float *)w.c;
+  split_heads((const T *)q, fq, B, S, A, dh);
+  split_heads((const T *)k, fk, B, S, A, dh);
+  /* Row-major dQ_i[S,dh] = scale dS_i[S,S] K_i[S,dh]: as P V. Into fc
    * (dC_i is no longer needed). */
-  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, scale, w.k, dh, sh, w.dp, S,
-             ss, w.c, dh, sh, count, "cublasSgemmStridedBatched (dS K)");
-  merge_heads(w.c, dq, B, S, A, dh);
-  /* Row-major dK_i[S,dh] = scale dS_i^T Q_i: as P^T dC. Into w.k. */
-  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_T, dh, S, S, scale, w.q, dh, sh, w.dp, S,
-             ss, w.k, dh, sh, count, "cublasSgemmStridedBatched (dS^T Q)");
-  merge_heads(w.k, dk, B, S, A, dh);
+  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, scale, fk, dh, sh, w.dp, S, ss,
+             fc, dh, sh, count, "dS K");
+  merge_heads(fc, (T *)dq, B, S, A, dh);
+  /* Row-major dK_i[S,dh] = scale dS_i^T Q_i: as P^T dC. Into fk. */
+  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_T, dh, S, S, scale, fq, dh, sh, w.dp, S, ss,
+             fk, dh, sh, count, "dS^T Q");
+  merge_heads(fk, (T *)dk, B, S, A, dh);
 }
 
-void embedding_fwd(const int32_t *ids, const int32_t *types, const float *word,
-                   const float *pos, const float *type, float *out, int B,
-                   int S, int H) {
+template <typename T>
+void embedding_fwd(const int32_t *ids, const int32_t *types, const void *word,
+                   const void *pos, const void *type, void *out, int B, int S,
+                   int H) {
   if (!usable() || B <= 0)
     return;
-  embedding_fwd_kernel<<<grid_for((int64_t)B * S * H), kThreads, 0,
-                         st.stream>>>(ids, types, word, pos, type, out, B, S,
-                                      H);
+  embedding_fwd_kernel<T>
+      <<<grid_for((int64_t)B * S * H), kThreads, 0, st.stream>>>(
+          ids, types, (const T *)word, (const T *)pos, (const T *)type,
+          (T *)out, B, S, H);
   launched("embedding_fwd_kernel");
 }
 
 /* The token-type table has type_vocab_size rows (2 in BERT); colsum takes
  * its Q as a template argument, so a few sizes are instantiated. */
-template <int T>
-void type_grad(const float *dout, const int32_t *types, float *dtype, int64_t N,
+template <int Q, typename T>
+void type_grad(const T *dout, const int32_t *types, T *dtype, int64_t N,
                int H) {
-  colsum<T>(TypeRows<T>{dout, types, H}, N, H, dtype, dtype + H,
-            "colsum (token-type gradient)");
+  colsum<Q, T>(TypeRows<Q, T>{dout, types, H}, N, H, dtype, dtype + H,
+               "colsum (token-type gradient)");
 }
 
 int g_types = 2; /* rows of the token-type table: reserve() */
 
-void embedding_bwd(const int32_t *ids, const int32_t *types, const float *dout,
-                   float *dword, float *dpos, float *dtype, int B, int S,
-                   int H) {
-  if (!usable() || B <= 0)
-    return;
-  const int64_t N = (int64_t)B * S;
-  if (dword != NULL) {
-    embedding_bwd_word_kernel<<<grid_for(N * H), kThreads, 0, st.stream>>>(
-        ids, dout, dword, N, H);
-    launched("embedding_bwd_word_kernel");
-  }
-  if (dpos != NULL) {
-    embedding_bwd_pos_kernel<<<grid_for((int64_t)S * H), kThreads, 0,
-                               st.stream>>>(dout, dpos, B, S, H);
-    launched("embedding_bwd_pos_kernel");
-  }
-  if (dtype != NULL) {
-    /* types NULL: every token is type 0, whatever the table's size */
-    int T = types == NULL ? 1 : g_types;
-    switch (T) {
-    case 1:
-      type_grad<1>(dout, types, dtype, N, H);
-      break;
-    case 2:
-      type_grad<2>(dout, types, dtype, N, H);
-      break;
-    case 3:
-      type_grad<3>(dout, types, dtype, N, H);
-      break;
-    case 4:
-      type_grad<4>(dout, types, dtype, N, H);
-      break;
-    default:
-      fail("embedding_bwd: %d token types; the CUDA layers take 1 to 4", T);
-    }
+template <typename T>
+void type_grads(const T *dout, const int32_t *types, T *dtype, int64_t N,
+                int H) {
+  /* types NULL: every token is type 0, whatever the table's size */
+  int Q = types == NULL ? 1 : g_types;
+  switch (Q) {
+  case 1:
+    type_grad<1>(dout, types, dtype, N, H);
+    break;
+  case 2:
+    type_grad<2>(dout, types, dtype, N, H);
+    break;
+  case 3:
+    type_grad<3>(dout, types, dtype, N, H);
+    break;
+  case 4:
+    type_grad<4>(dout, types, dtype, N, H);
+    break;
+  default:
+    fail("embedding_bwd: %d token types; the CUDA layers take 1 to 4", Q);
   }
 }
 
-double xent_fwd(float *logits, const int32_t *targets, int m, int V,
+/* dword[ids[t]] += dout[t]: atomicAdd for float32, chains for T. */
+void word_grad(const int32_t *ids, const float *dout, float *dword, int64_t N,
+               int H) {
+  embedding_bwd_word_kernel<<<grid_for(N * H), kThreads, 0, st.stream>>>(
+      ids, dout, dword, N, H);
+  launched("embedding_bwd_word_kernel");
+}
+
+template <typename T>
+void word_grad(const int32_t *ids, const T *dout, T *dword, int64_t N, int H) {
+  rows_add(dout, ids, N, H, dword);
+}
+
+template <typename T>
+void embedding_bwd(const int32_t *ids, const int32_t *types, const void *doutv,
+                   void *dword, void *dpos, void *dtype, int B, int S, int H) {
+  const T *dout = (const T *)doutv;
+  if (!usable() || B <= 0)
+    return;
+  const int64_t N = (int64_t)B * S;
+  if (dword != NULL)
+    word_grad(ids, dout, (T *)dword, N, H);
+  if (dpos != NULL) {
+    embedding_bwd_pos_kernel<T>
+        <<<grid_for((int64_t)S * H), kThreads, 0, st.stream>>>(dout, (T *)dpos,
+                                                               B, S, H);
+    launched("embedding_bwd_pos_kernel");
+  }
+  if (dtype != NULL)
+    type_grads(dout, types, (T *)dtype, N, H);
+}
+
+template <typename T>
+double xent_fwd(void *logits, const int32_t *targets, int m, int V,
                 int64_t *correct) {
   if (correct != NULL)
     *correct = 0;
@@ -877,8 +1161,8 @@ double xent_fwd(float *logits, const int32_t *targets, int m, int V,
     return 0;
   double *rows_loss = (double *)w;
   int *rows_hit = (int *)(w + align_up(sizeof(double) * (size_t)m));
-  xent_fwd_kernel<<<grid_rows(m), kThreads, 0, st.stream>>>(
-      logits, targets, m, V, rows_loss, rows_hit);
+  xent_fwd_kernel<T><<<grid_rows(m), kThreads, 0, st.stream>>>(
+      (T *)logits, targets, m, V, rows_loss, rows_hit);
   launched("xent_fwd_kernel");
   xent_sum_kernel<<<1, kThreads, 0, st.stream>>>(rows_loss, rows_hit, m,
                                                  st.xres_dev);
@@ -894,52 +1178,68 @@ double xent_fwd(float *logits, const int32_t *targets, int m, int V,
   return st.xres_host->loss;
 }
 
-void xent_bwd(float *probs, const int32_t *targets, int m, int V, float scale) {
+template <typename T>
+void xent_bwd(void *probs, const int32_t *targets, int m, int V, float scale) {
   if (!usable() || m <= 0)
     return;
-  xent_bwd_kernel<<<grid_for((int64_t)m * V), kThreads, 0, st.stream>>>(
-      probs, targets, m, V, scale);
+  xent_bwd_kernel<T><<<grid_for((int64_t)m * V), kThreads, 0, st.stream>>>(
+      (T *)probs, targets, m, V, scale);
   launched("xent_bwd_kernel");
 }
 
-void add_floats(const float *a, const float *b, float *y, int64_t n) {
+template <typename T>
+void add_elems(const void *a, const void *b, void *y, int64_t n) {
   if (!usable() || n <= 0)
     return;
-  add_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(a, b, y, n);
+  add_kernel<T><<<grid_for(n), kThreads, 0, st.stream>>>(
+      (const T *)a, (const T *)b, (T *)y, n);
   launched("add_kernel");
 }
 
-void copy_floats(const float *src, float *dst, int64_t n) {
+template <typename T> void copy_elems(const void *src, void *dst, int64_t n) {
   if (!usable() || n <= 0)
     return;
-  cuda_ok(cudaMemcpyAsync(dst, src, sizeof(float) * (size_t)n,
+  cuda_ok(cudaMemcpyAsync(dst, src, sizeof(T) * (size_t)n,
                           cudaMemcpyDeviceToDevice, st.stream),
           "cudaMemcpyAsync (copy)");
 }
 
-void zero_floats(float *x, int64_t n) {
+template <typename T> void zero_elems(void *x, int64_t n) {
   if (!usable() || n <= 0)
     return;
-  cuda_ok(cudaMemsetAsync(x, 0, sizeof(float) * (size_t)n, st.stream),
+  cuda_ok(cudaMemsetAsync(x, 0, sizeof(T) * (size_t)n, st.stream),
           "cudaMemsetAsync (zero)");
 }
 
-void gather_rows(const float *src, const int32_t *rows, int m, int h,
-                 float *dst) {
+template <typename T>
+void gather_rows(const void *src, const int32_t *rows, int m, int h,
+                 void *dst) {
   if (!usable() || m <= 0)
     return;
-  gather_rows_kernel<<<grid_for((int64_t)m * h), kThreads, 0, st.stream>>>(
-      src, rows, m, h, dst);
+  gather_rows_kernel<T><<<grid_for((int64_t)m * h), kThreads, 0, st.stream>>>(
+      (const T *)src, rows, m, h, (T *)dst);
   launched("gather_rows_kernel");
 }
 
-void scatter_add_rows(const float *src, const int32_t *rows, int m, int h,
-                      float *dst) {
-  if (!usable() || m <= 0)
-    return;
+/* dst[rows[i]] += src[i]: atomicAdd for float32, chains for T. */
+void scatter_rows(const float *src, const int32_t *rows, int m, int h,
+                  float *dst) {
   scatter_add_rows_kernel<<<grid_for((int64_t)m * h), kThreads, 0, st.stream>>>(
       src, rows, m, h, dst);
   launched("scatter_add_rows_kernel");
+}
+
+template <typename T>
+void scatter_rows(const T *src, const int32_t *rows, int m, int h, T *dst) {
+  rows_add(src, rows, m, h, dst);
+}
+
+template <typename T>
+void scatter_add_rows(const void *src, const int32_t *rows, int m, int h,
+                      void *dst) {
+  if (!usable() || m <= 0)
+    return;
+  scatter_rows((const T *)src, rows, m, h, (T *)dst);
 }
 
 /* ---- memory, synchronisation --------------------------------------------- */
@@ -998,11 +1298,13 @@ void reserve_ws(int B, int S, int A, int dh, int width, int types) {
   const int64_t N = (int64_t)B * S;
   size_t need = attention_bytes(B, S, A, dh);
   size_t cols = colsum_bytes(N, width, types > 2 ? types : 2);
-  size_t xent = xent_bytes(N);
+  size_t xent = xent_bytes(N), links = links_bytes(N);
   if (cols > need)
     need = cols;
   if (xent > need)
     need = xent;
+  if (links > need)
+    need = links;
   workspace(need);
 }
 
@@ -1028,63 +1330,48 @@ void fence_wait(int slot) {
 
 const char *first_error(void) { return st.failed ? st.err : NULL; }
 
-const bert_backend_t backend = {
-    /* .name = */ "gpu",
-    /* .precision = */ BERT_FP32,
-    /* .alloc = */ reinterpret_cast<decltype(bert_backend_t::alloc)>(dev_alloc),
-    /* .free = */ reinterpret_cast<decltype(bert_backend_t::free)>(dev_free),
-    /* .host_alloc = */
-    reinterpret_cast<decltype(bert_backend_t::host_alloc)>(pinned_alloc),
-    /* .host_free = */
-    reinterpret_cast<decltype(bert_backend_t::host_free)>(pinned_free),
-    /* .to_device = */
-    reinterpret_cast<decltype(bert_backend_t::to_device)>(to_device),
-    /* .to_host = */
-    reinterpret_cast<decltype(bert_backend_t::to_host)>(to_host),
-    /* .reserve = */
-    reinterpret_cast<decltype(bert_backend_t::reserve)>(reserve_ws),
-    /* .sync = */ reinterpret_cast<decltype(bert_backend_t::sync)>(stream_sync),
-    /* .sync_all = */
-    reinterpret_cast<decltype(bert_backend_t::sync_all)>(sync_all),
-    /* .fence_record = */
-    reinterpret_cast<decltype(bert_backend_t::fence_record)>(fence_record),
-    /* .fence_wait = */
-    reinterpret_cast<decltype(bert_backend_t::fence_wait)>(fence_wait),
-    /* .error = */
-    reinterpret_cast<decltype(bert_backend_t::error)>(first_error),
-    /* .linear_fwd = */
-    reinterpret_cast<decltype(bert_backend_t::linear_fwd)>(linear_fwd),
-    /* .linear_bwd = */
-    reinterpret_cast<decltype(bert_backend_t::linear_bwd)>(linear_bwd),
-    /* .layernorm_fwd = */
-    reinterpret_cast<decltype(bert_backend_t::layernorm_fwd)>(layernorm_fwd),
-    /* .layernorm_bwd = */
-    reinterpret_cast<decltype(bert_backend_t::layernorm_bwd)>(layernorm_bwd),
-    /* .gelu_fwd = */
-    reinterpret_cast<decltype(bert_backend_t::gelu_fwd)>(gelu_fwd),
-    /* .gelu_bwd = */
-    reinterpret_cast<decltype(bert_backend_t::gelu_bwd)>(gelu_bwd),
-    /* .attention_fwd = */
-    reinterpret_cast<decltype(bert_backend_t::attention_fwd)>(attention_fwd),
-    /* .attention_bwd = */
-    reinterpret_cast<decltype(bert_backend_t::attention_bwd)>(attention_bwd),
-    /* .embedding_fwd = */
-    reinterpret_cast<decltype(bert_backend_t::embedding_fwd)>(embedding_fwd),
-    /* .embedding_bwd = */
-    reinterpret_cast<decltype(bert_backend_t::embedding_bwd)>(embedding_bwd),
-    /* .xent_fwd = */
-    reinterpret_cast<decltype(bert_backend_t::xent_fwd)>(xent_fwd),
-    /* .xent_bwd = */
-    reinterpret_cast<decltype(bert_backend_t::xent_bwd)>(xent_bwd),
-    /* .add = */ reinterpret_cast<decltype(bert_backend_t::add)>(add_floats),
-    /* .copy = */ reinterpret_cast<decltype(bert_backend_t::copy)>(copy_floats),
-    /* .zero = */ reinterpret_cast<decltype(bert_backend_t::zero)>(zero_floats),
-    /* .gather_rows = */
-    reinterpret_cast<decltype(bert_backend_t::gather_rows)>(gather_rows),
-    /* .scatter_add_rows = */
-    reinterpret_cast<decltype(bert_backend_t::scatter_add_rows)>(
-        scatter_add_rows),
-};
+/* The table of precision T; the memory, synchronisation and error entries
+ * are the same in all three. */
+template <typename T> constexpr bert_backend_t make_table(int precision) {
+  return bert_backend_t{
+      /* .name = */ "gpu",
+      /* .precision = */ precision,
+      /* .alloc = */ dev_alloc,
+      /* .free = */ dev_free,
+      /* .host_alloc = */ pinned_alloc,
+      /* .host_free = */ pinned_free,
+      /* .to_device = */ to_device,
+      /* .to_host = */ to_host,
+      /* .reserve = */ reserve_ws,
+      /* .sync = */ stream_sync,
+      /* .sync_all = */ sync_all,
+      /* .fence_record = */ fence_record,
+      /* .fence_wait = */ fence_wait,
+      /* .error = */ first_error,
+      /* .linear_fwd = */ linear_fwd<T>,
+      /* .linear_bwd = */ linear_bwd<T>,
+      /* .layernorm_fwd = */ layernorm_fwd<T>,
+      /* .layernorm_bwd = */ layernorm_bwd<T>,
+      /* .gelu_fwd = */ gelu_fwd<T>,
+      /* .gelu_bwd = */ gelu_bwd<T>,
+      /* .attention_fwd = */ attention_fwd<T>,
+      /* .attention_bwd = */ attention_bwd<T>,
+      /* .embedding_fwd = */ embedding_fwd<T>,
+      /* .embedding_bwd = */ embedding_bwd<T>,
+      /* .xent_fwd = */ xent_fwd<T>,
+      /* .xent_bwd = */ xent_bwd<T>,
+      /* .add = */ add_elems<T>,
+      /* .copy = */ copy_elems<T>,
+      /* .zero = */ zero_elems<T>,
+      /* .gather_rows = */ gather_rows<T>,
+      /* .scatter_add_rows = */ scatter_add_rows<T>,
+  };
+}
+
+/* Indexed by bert_precision_t. */
+const bert_backend_t backends[3] = {make_table<float>(BERT_FP32),
+                                    make_table<bf16>(BERT_BF16),
+                                    make_table<fp16>(BERT_FP16)};
 
 void apply_math_mode(void) {
   blas_ok(cublasSetMathMode(st.blas, st.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
@@ -1195,7 +1482,9 @@ extern "C" void bert_cuda_close(void) {
 }
 
 extern "C" const bert_backend_t *bert_cuda_backend(int precision) {
-  return st.refs > 0 && precision == BERT_FP32 ? &backend : NULL;
+  if (st.refs == 0 || precision < BERT_FP32 || precision > BERT_FP16)
+    return NULL;
+  return &backends[precision];
 }
 
 extern "C" void bert_cuda_set_tf32(int on) {
