@@ -13,6 +13,10 @@
  *    the first index wins on both), add, copy, zero, gather and
  *    scatter-add of rows (repeated rows); gradients of parameters must
  *    accumulate (+=) onto what was there;
+ *  - the same layers and sizes in bfloat16 and float16: each entry of
+ *    bert_cuda_backend(p) against bert_cpu_backend(p), the CPU's model of
+ *    the GPU's mixed precision, on the same T inputs, within a few units
+ *    of T's rounding (its own tolerance, "the 16-bit precisions" below);
  *  - the whole model (bert_model_create_on): the same initial weights,
  *    the same loss and gradients as the CPU model, the gradient-ready
  *    calls in the same order with every gradient complete when its call
@@ -377,6 +381,358 @@ static void test_rows(int m, int h, int src_rows) {
   G->free(gsrc), G->free(gacc), G->free(grows), G->free(gdst);
 }
 
+/* ---- the 16-bit precisions ---------------------------------------------
+ *
+ * Each layer entry of bert_cuda_backend(p) against bert_cpu_backend(p),
+ * the CPU's model of the same precision, on the same T inputs (normal
+ * floats rounded to T by bert_from_float); the outputs are compared as
+ * floats (bert_to_float), element by element:
+ *
+ *   |g - c| <= R max(|g|, |c|) + (R / 2) max|c over the tensor|,
+ *   R = 2^-6 for bfloat16, 2^-9 for float16 (4 units of T's rounding).
+ *
+ * Why: both sides compute the same float32 value in other orders (cuBLAS
+ * and the kernels against OpenBLAS and loops, ~1e-7 apart) and round it
+ * to T once, so two results can land on adjacent T values: one ulp, up
+ * to 2 units of rounding relative. A probability that rounded the other
+ * way inside attention_fwd moves ctx by another ulp of it: 4 units. The
+ * absolute term covers the elements that are sums with cancellation or
+ * float16 subnormals (small probabilities), where a relative bound means
+ * nothing. A wrong kernel is off by O(1) of the tensor's largest value.
+ * Each backward pass gets the same T inputs on both sides (the CPU's
+ * probabilities are copied to the GPU first), so errors do not compound.
+ * Copy, zero, gather and add are bit for bit (add rounds the same float
+ * sum on both). */
+
+static int P;                   /* the precision under test */
+static const bert_backend_t *C; /* the CPU's model of it */
+static size_t ES;               /* bytes per element */
+static double R_TOL;            /* R above */
+
+/* n floats rounded to T, in new host memory; frees f. */
+static void *to_t(float *f, int64_t n) {
+  void *t = xmalloc(ES * (size_t)n);
+  bert_from_float(P, f, t, n);
+  free(f);
+  return t;
+}
+
+static void *trandn(int64_t n, double std) { return to_t(randn(n, std), n); }
+
+static void *tup(const void *h, int64_t n) { return up(h, ES * (size_t)n); }
+
+static void *tdev(int64_t n) {
+  void *d = G->alloc(ES * (size_t)n);
+  if (d == NULL)
+    bail("device allocation of %lld elements: %s", (long long)n,
+         G->error() ? G->error() : "?");
+  return d;
+}
+
+/* The largest |g - c| / (R max(|g|, |c|) + (R/2) max|c|): at most 1
+ * passes; a NaN or an infinity counts as infinitely far. */
+static double t_err(const float *g, const float *c, int64_t n) {
+  double m = max_abs(c, n), worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double a = g[i], b = c[i], d = fabs(a - b);
+    if (!isfinite(a) || !isfinite(b))
+      return INFINITY;
+    if (d == 0)
+      continue;
+    worst = fmax(worst, d / (R_TOL * fmax(fabs(a), fabs(b)) + R_TOL / 2 * m));
+  }
+  return worst;
+}
+
+/* ok() that the device T tensor d matches the host T tensor c (bit for
+ * bit when exact). */
+static void tsame(const char *what, const void *d, const void *c, int64_t n,
+                  int exact) {
+  const char *pn = bert_precision_name(P);
+  void *raw = xmalloc(ES * (size_t)n);
+  G->to_host(raw, d, ES * (size_t)n);
+  if (G->error() != NULL)
+    bail("%s", G->error());
+  if (exact) {
+    ok(memcmp(raw, c, ES * (size_t)n) == 0, "%s %s: bit for bit", pn, what);
+  } else {
+    float *g = xmalloc(sizeof(float) * (size_t)n);
+    float *h = xmalloc(sizeof(float) * (size_t)n);
+    bert_to_float(P, raw, g, n);
+    bert_to_float(P, c, h, n);
+    double e = t_err(g, h, n);
+    ok(e <= 1, "%s %s: %.2f of the tolerance", pn, what, e);
+    free(g), free(h);
+  }
+  free(raw);
+}
+
+static void lp_linear(int n, int in, int out, int bias, int with_dx,
+                      float dx_beta) {
+  const int64_t nx = (int64_t)n * in, nw = (int64_t)out * in,
+                ny = (int64_t)n * out;
+  char name[96], what[128];
+  snprintf(name, sizeof name, "linear n=%d in=%d out=%d%s%s dx_beta=%g", n, in,
+           out, bias ? "" : " (no bias)", with_dx ? "" : " (no dx)",
+           (double)dx_beta);
+  void *x = trandn(nx, 1), *W = trandn(nw, 0.3);
+  void *b = bias ? trandn(out, 0.5) : NULL, *y = trandn(ny, 1);
+  void *dy = trandn(ny, 1), *dx = trandn(nx, 1), *dW = trandn(nw, 1);
+  void *db = trandn(out, 1);
+  void *gx = tup(x, nx), *gW = tup(W, nw), *gb = bias ? tup(b, out) : NULL;
+  void *gy = tup(y, ny), *gdy = tup(dy, ny), *gdx = tup(dx, nx);
+  void *gdW = tup(dW, nw), *gdb = tup(db, out);
+
+  C->linear_fwd(x, W, b, y, n, in, out);
+  G->linear_fwd(gx, gW, gb, gy, n, in, out);
+  snprintf(what, sizeof what, "%s: y", name);
+  tsame(what, gy, y, ny, 0);
+  C->linear_bwd(x, W, dy, with_dx ? dx : NULL, dx_beta, dW, bias ? db : NULL, n,
+                in, out);
+  G->linear_bwd(gx, gW, gdy, with_dx ? gdx : NULL, dx_beta, gdW,
+                bias ? gdb : NULL, n, in, out);
+  snprintf(what, sizeof what, "%s: dW (+=)", name);
+  tsame(what, gdW, dW, nw, 0);
+  snprintf(what, sizeof what, "%s: db (+=)", name);
+  tsame(what, gdb, db, out, 0);
+  snprintf(what, sizeof what, "%s: dx", name);
+  tsame(what, gdx, dx, nx, 0);
+  free(x), free(W), free(b), free(y), free(dy), free(dx), free(dW), free(db);
+  G->free(gx), G->free(gW), G->free(gb), G->free(gy), G->free(gdy);
+  G->free(gdx), G->free(gdW), G->free(gdb);
+}
+
+static void lp_layernorm(int n, int h) {
+  const int64_t nx = (int64_t)n * h;
+  char what[96];
+  float *fx = randn(nx, 2);
+  for (int64_t i = 0; i < nx; i++)
+    fx[i] += 3.0f; /* a mean far from 0 */
+  void *x = to_t(fx, nx), *g = trandn(h, 1), *b = trandn(h, 1);
+  void *y = xmalloc(ES * (size_t)nx), *dy = trandn(nx, 1);
+  void *dg = trandn(h, 1), *db = trandn(h, 1);
+  float *mean = xmalloc(sizeof(float) * n), *rstd = xmalloc(sizeof(float) * n);
+  void *gx = tup(x, nx), *gg = tup(g, h), *gb = tup(b, h), *gy = tdev(nx);
+  float *gmean = G->alloc(sizeof(float) * n),
+        *grstd = G->alloc(sizeof(float) * n);
+  void *gdy = tup(dy, nx), *gdg = tup(dg, h), *gdb = tup(db, h);
+
+  C->layernorm_fwd(x, g, b, 1e-12f, y, mean, rstd, n, h);
+  G->layernorm_fwd(gx, gg, gb, 1e-12f, gy, gmean, grstd, n, h);
+  snprintf(what, sizeof what, "layernorm n=%d h=%d: y", n, h);
+  tsame(what, gy, y, nx, 0);
+  snprintf(what, sizeof what, "%s layernorm n=%d h=%d: mean (float32)",
+           bert_precision_name(P), n, h);
+  same(what, gmean, mean, n, TOL_LAYER);
+  snprintf(what, sizeof what, "%s layernorm n=%d h=%d: rstd (float32)",
+           bert_precision_name(P), n, h);
+  same(what, grstd, rstd, n, TOL_LAYER);
+  /* backward in place (dx aliases dy), as the contract allows */
+  C->layernorm_bwd(x, mean, rstd, g, dy, dy, dg, db, n, h);
+  G->layernorm_bwd(gx, gmean, grstd, gg, gdy, gdy, gdg, gdb, n, h);
+  snprintf(what, sizeof what, "layernorm n=%d h=%d: dx (aliasing dy)", n, h);
+  tsame(what, gdy, dy, nx, 0);
+  snprintf(what, sizeof what, "layernorm n=%d h=%d: dg (+=)", n, h);
+  tsame(what, gdg, dg, h, 0);
+  snprintf(what, sizeof what, "layernorm n=%d h=%d: db (+=)", n, h);
+  tsame(what, gdb, db, h, 0);
+  free(x), free(g), free(b), free(y), free(mean), free(rstd), free(dy);
+  free(dg), free(db);
+  G->free(gx), G->free(gg), G->free(gb), G->free(gy), G->free(gmean);
+  G->free(grstd), G->free(gdy), G->free(gdg), G->free(gdb);
+}
+
+static void lp_gelu(int64_t n) {
+  void *x = trandn(n, 3), *dy = trandn(n, 1), *y = xmalloc(ES * (size_t)n);
+  void *gx = tup(x, n), *gy = tdev(n), *gdy = tup(dy, n);
+  C->gelu_fwd(x, y, n);
+  G->gelu_fwd(gx, gy, n);
+  tsame("gelu forward", gy, y, n, 0);
+  C->gelu_bwd(x, dy, dy, n); /* in place */
+  G->gelu_bwd(gx, gdy, gdy, n);
+  tsame("gelu backward (dx aliasing dy)", gdy, dy, n, 0);
+  free(x), free(dy), free(y);
+  G->free(gx), G->free(gy), G->free(gdy);
+}
+
+static void lp_attention(int B, int S, int A, int dh, const int32_t *lengths) {
+  const int64_t nh = (int64_t)B * S * A * dh, np = (int64_t)B * A * S * S;
+  char name[128], what[160];
+  snprintf(name, sizeof name, "attention B=%d S=%d A=%d dh=%d%s", B, S, A, dh,
+           lengths ? " (padding)" : "");
+  void *q = trandn(nh, 1), *k = trandn(nh, 1), *v = trandn(nh, 1);
+  void *probs = xmalloc(ES * (size_t)np), *ctx = xmalloc(ES * (size_t)nh);
+  void *dctx = trandn(nh, 1), *dq = xmalloc(ES * (size_t)nh);
+  void *dk = xmalloc(ES * (size_t)nh), *dv = xmalloc(ES * (size_t)nh);
+  float *scratch = xmalloc(sizeof(float) * (size_t)S * S);
+  void *gq = tup(q, nh), *gk = tup(k, nh), *gv = tup(v, nh);
+  int32_t *glen = upi(lengths, B);
+  void *gprobs = tdev(np), *gctx = tdev(nh), *gdctx = tup(dctx, nh);
+  void *gdq = tdev(nh), *gdk = tdev(nh), *gdv = tdev(nh);
+
+  C->attention_fwd(q, k, v, lengths, probs, ctx, B, S, A, dh);
+  G->attention_fwd(gq, gk, gv, glen, gprobs, gctx, B, S, A, dh);
+  snprintf(what, sizeof what, "%s: probs", name);
+  tsame(what, gprobs, probs, np, 0);
+  snprintf(what, sizeof what, "%s: ctx", name);
+  tsame(what, gctx, ctx, nh, 0);
+  /* backward from the same probabilities: the CPU's on both */
+  G->to_device(gprobs, probs, ES * (size_t)np);
+  C->attention_bwd(q, k, v, probs, dctx, dq, dk, dv, scratch, B, S, A, dh);
+  G->attention_bwd(gq, gk, gv, gprobs, gdctx, gdq, gdk, gdv, NULL, B, S, A, dh);
+  snprintf(what, sizeof what, "%s: dq", name);
+  tsame(what, gdq, dq, nh, 0);
+  snprintf(what, sizeof what, "%s: dk", name);
+  tsame(what, gdk, dk, nh, 0);
+  snprintf(what, sizeof what, "%s: dv", name);
+  tsame(what, gdv, dv, nh, 0);
+  free(q), free(k), free(v), free(probs), free(ctx), free(dctx), free(dq);
+  free(dk), free(dv), free(scratch);
+  G->free(gq), G->free(gk), G->free(gv), G->free(glen), G->free(gprobs);
+  G->free(gctx), G->free(gdctx), G->free(gdq), G->free(gdk), G->free(gdv);
+}
+
+static void lp_embedding(int B, int S, int H, int V, int with_types) {
+  const int64_t N = (int64_t)B * S, nw = (int64_t)V * H, np = (int64_t)S * H;
+  char name[96], what[128];
+  snprintf(name, sizeof name, "embedding B=%d S=%d H=%d V=%d%s", B, S, H, V,
+           with_types ? "" : " (no types)");
+  int32_t *ids = randi(N, 0, V); /* V small: ids repeat */
+  int32_t *types = with_types ? randi(N, 0, 2) : NULL;
+  void *word = trandn(nw, 1), *pos = trandn(np, 1), *type = trandn(2 * H, 1);
+  void *out = xmalloc(ES * (size_t)(N * H)), *dout = trandn(N * H, 1);
+  void *dword = trandn(nw, 1), *dpos = trandn(np, 1);
+  void *dtype = trandn(2 * H, 1);
+  int32_t *gids = upi(ids, N), *gtypes = upi(types, N);
+  void *gword = tup(word, nw), *gpos = tup(pos, np), *gtype = tup(type, 2 * H);
+  void *gout = tdev(N * H), *gdout = tup(dout, N * H);
+  void *gdword = tup(dword, nw), *gdpos = tup(dpos, np);
+  void *gdtype = tup(dtype, 2 * H);
+
+  C->embedding_fwd(ids, types, word, pos, type, out, B, S, H);
+  G->embedding_fwd(gids, gtypes, gword, gpos, gtype, gout, B, S, H);
+  snprintf(what, sizeof what, "%s: forward", name);
+  tsame(what, gout, out, N * H, 0);
+  C->embedding_bwd(ids, types, dout, dword, dpos, dtype, B, S, H);
+  G->embedding_bwd(gids, gtypes, gdout, gdword, gdpos, gdtype, B, S, H);
+  snprintf(what, sizeof what, "%s: dword (+=, repeated ids)", name);
+  tsame(what, gdword, dword, nw, 0);
+  snprintf(what, sizeof what, "%s: dpos (+=)", name);
+  tsame(what, gdpos, dpos, np, 0);
+  snprintf(what, sizeof what, "%s: dtype (+=)", name);
+  tsame(what, gdtype, dtype, 2 * H, 0);
+  free(ids), free(types), free(word), free(pos), free(type), free(out);
+  free(dout), free(dword), free(dpos), free(dtype);
+  G->free(gids), G->free(gtypes), G->free(gword), G->free(gpos);
+  G->free(gtype), G->free(gout), G->free(gdout), G->free(gdword);
+  G->free(gdpos), G->free(gdtype);
+}
+
+static void lp_xent(int m, int V) {
+  const int64_t n = (int64_t)m * V;
+  const char *pn = bert_precision_name(P);
+  char what[96];
+  float *f = randn(n, 3);
+  int32_t *targets = randi(m, 0, V);
+  /* the rows of test_xent: a tied maximum (the first index wins), and a
+   * target that is the clear maximum (exact in both types) */
+  f[5] = f[V - 2] = 50.0f;
+  targets[0] = V - 2;
+  f[(int64_t)V + 7] = 60.0f;
+  targets[1] = 7;
+  void *logits = to_t(f, n), *glogits = tup(logits, n);
+  int32_t *gtargets = upi(targets, m);
+  int64_t c_cpu = -1, c_gpu = -1;
+  double l_cpu = C->xent_fwd(logits, targets, m, V, &c_cpu);
+  double l_gpu = G->xent_fwd(glogits, gtargets, m, V, &c_gpu);
+  is_double(l_cpu, l_gpu, 1e-6 * fabs(l_cpu),
+            "%s xent m=%d V=%d: loss sum (%.9g vs %.9g)", pn, m, V, l_gpu,
+            l_cpu);
+  is_int(c_cpu, c_gpu, "%s xent m=%d V=%d: correct rows (first argmax)", pn, m,
+         V);
+  snprintf(what, sizeof what, "xent m=%d V=%d: probabilities", m, V);
+  tsame(what, glogits, logits, n, 0);
+  /* backward from the same probabilities: the CPU's on both */
+  G->to_device(glogits, logits, ES * (size_t)n);
+  C->xent_bwd(logits, targets, m, V, 0.37f);
+  G->xent_bwd(glogits, gtargets, m, V, 0.37f);
+  snprintf(what, sizeof what, "xent m=%d V=%d: backward", m, V);
+  tsame(what, glogits, logits, n, 0);
+  free(logits), free(targets);
+  G->free(glogits), G->free(gtargets);
+}
+
+static void lp_elementwise(int64_t n) {
+  void *a = trandn(n, 1), *b = trandn(n, 1), *y = xmalloc(ES * (size_t)n);
+  void *ga = tup(a, n), *gb = tup(b, n), *gy = tdev(n);
+  C->add(a, b, y, n);
+  G->add(ga, gb, gy, n);
+  tsame("add", gy, y, n, 1);
+  C->add(a, b, a, n); /* y aliasing a */
+  G->add(ga, gb, ga, n);
+  tsame("add in place", ga, a, n, 1);
+  G->copy(gb, gy, n);
+  tsame("copy", gy, b, n, 1);
+  memset(y, 0, ES * (size_t)n);
+  G->zero(gy, n);
+  tsame("zero", gy, y, n, 1);
+  free(a), free(b), free(y);
+  G->free(ga), G->free(gb), G->free(gy);
+}
+
+static void lp_rows(int m, int h, int src_rows) {
+  const int64_t ns = (int64_t)src_rows * h, nd = (int64_t)m * h;
+  void *src = trandn(ns, 1), *acc = trandn(ns, 1);
+  int32_t *rows = randi(m, 0, src_rows); /* repeats */
+  void *dst = xmalloc(ES * (size_t)nd);
+  void *gsrc = tup(src, ns), *gacc = tup(acc, ns), *gdst = tdev(nd);
+  int32_t *grows = upi(rows, m);
+  C->gather_rows(src, rows, m, h, dst);
+  G->gather_rows(gsrc, grows, m, h, gdst);
+  tsame("gather_rows", gdst, dst, nd, 1);
+  C->scatter_add_rows(dst, rows, m, h, acc);
+  G->scatter_add_rows(gdst, grows, m, h, gacc);
+  tsame("scatter_add_rows (+=, repeated rows)", gacc, acc, ns, 0);
+  free(src), free(rows), free(dst), free(acc);
+  G->free(gsrc), G->free(gacc), G->free(grows), G->free(gdst);
+}
+
+/* Every layer in precision p, with the float32 cases' sizes. */
+static void test_precision(int p) {
+  P = p;
+  ES = bert_precision_bytes(p);
+  R_TOL = p == BERT_BF16 ? 0x1p-6 : 0x1p-9;
+  G = bert_cuda_backend(p);
+  C = bert_cpu_backend(p);
+  if (G == NULL || C == NULL)
+    bail("no %s backend (GPU %p, CPU %p)", bert_precision_name(p), (void *)G,
+         (void *)C);
+  is_int(p, G->precision, "bert_cuda_backend(%s)->precision",
+         bert_precision_name(p));
+  lp_linear(37, 45, 51, 1, 1, 0.0f);
+  lp_linear(37, 45, 51, 1, 1, 1.0f);
+  lp_linear(1, 300, 7, 0, 1, 0.0f);
+  lp_linear(129, 64, 33, 1, 0, 0.0f);
+  lp_layernorm(29, 77);
+  lp_layernorm(5, 300); /* wider than a block */
+  lp_layernorm(1, 1);
+  lp_gelu(1001);
+  static const int32_t len4[4] = {13, 5, 1, 0};
+  lp_attention(4, 13, 3, 7, len4);
+  lp_attention(2, 37, 5, 13, NULL);
+  static const int32_t len1[1] = {1};
+  lp_attention(1, 1, 1, 1, len1);
+  lp_embedding(3, 11, 19, 17, 1);
+  lp_embedding(2, 5, 40, 3, 0);
+  lp_xent(23, 1031);
+  lp_xent(3, 9);
+  lp_elementwise(777);
+  lp_rows(9, 33, 4);
+  ok(C->error() == NULL, "%s: the CPU model recorded no failure%s%s",
+     bert_precision_name(p), C->error() ? ": " : "",
+     C->error() ? C->error() : "");
+}
+
 /* ---- the model ---------------------------------------------------------- */
 
 #define T_B 3
@@ -606,6 +962,10 @@ int main(void) {
   test_xent(3, 9);
   test_elementwise(777);
   test_rows(9, 33, 4);
+  test_precision(BERT_BF16);
+  test_precision(BERT_FP16);
+  G = bert_cuda_backend(BERT_FP32);
+  ok(bert_cuda_backend(3) == NULL, "bert_cuda_backend(3) is NULL");
   ok(G->error() == NULL, "no CUDA or cuBLAS failure recorded%s%s",
      G->error() ? ": " : "", G->error() ? G->error() : "");
   bert_cuda_close();
