@@ -150,10 +150,11 @@ void bert_attention_fwd(const float *q, const float *k, const float *v,
   }
 }
 
-void bert_attention_bwd(const float *q, const float *k, const float *v,
-                        const float *probs, const float *dctx, float *dq,
-                        float *dk, float *dv, float *scratch, int B, int S,
-                        int A, int dh) {
+void bert__attention_bwd_rounding(
+    const float *q, const float *k, const float *v, const float *probs,
+    const float *dctx, float *dq, float *dk, float *dv, float *scratch, int B,
+    int S, int A, int dh, void (*round_ds)(float *ds, int64_t n, int arg),
+    int arg) {
   const int H = A * dh;
   const float scale = 1.0f / sqrtf((float)dh);
   float *dp = scratch;
@@ -177,12 +178,22 @@ void bert_attention_bwd(const float *q, const float *k, const float *v,
         for (int j = 0; j < S; j++)
           dr[j] = pr[j] * (dr[j] - dot);
       }
+      if (round_ds != NULL)
+        round_ds(dp, (int64_t)S * S, arg);
       /* dQ = scale dS K; dK = scale dS^T Q */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, dh, S, scale,
                   dp, S, k + off, H, 0.0f, dq + off, H);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, dh, S, scale, dp,
                   S, q + off, H, 0.0f, dk + off, H);
     }
+}
+
+void bert_attention_bwd(const float *q, const float *k, const float *v,
+                        const float *probs, const float *dctx, float *dq,
+                        float *dk, float *dv, float *scratch, int B, int S,
+                        int A, int dh) {
+  bert__attention_bwd_rounding(q, k, v, probs, dctx, dq, dk, dv, scratch, B, S,
+                               A, dh, NULL, 0);
 }
 
 void bert_embedding_fwd(const int32_t *ids, const int32_t *types,

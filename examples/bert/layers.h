@@ -69,6 +69,14 @@ void bert_attention_bwd(const float *q, const float *k, const float *v,
                         const float *probs, const float *dctx, float *dq,
                         float *dk, float *dv, float *scratch, int B, int S,
                         int A, int dh);
+/* The same with round_ds(dS, S*S, arg) applied to each (sequence, head)'s
+ * dS before the dq and dk products (NULL: none): the mixed-precision
+ * model's rounding of dS (layers_lp.c). */
+void bert__attention_bwd_rounding(
+    const float *q, const float *k, const float *v, const float *probs,
+    const float *dctx, float *dq, float *dk, float *dv, float *scratch, int B,
+    int S, int A, int dh, void (*round_ds)(float *ds, int64_t n, int arg),
+    int arg);
 
 /* out[b*S+s] = word[ids] + pos[s] + type[types] (types NULL: type 0). */
 void bert_embedding_fwd(const int32_t *ids, const int32_t *types,
@@ -124,7 +132,10 @@ int bert_blas_set_threads(int n);
  *   scatter-add's dst) becomes round(old + the call's whole contribution
  *   summed in float32): one rounding per element and call;
  * - attention: the scores and the softmax in float32, probs stored in T,
- *   ctx = round(probs v) from the stored probs; backward from them too;
+ *   ctx = round(probs v) from the stored probs; backward from them too:
+ *   dP = dctx v^T and dS = P (dP - rowsum(P dP)) in float32, dS rounded
+ *   to T (as autocast does, for tensor-core products), dv = round(P^T
+ *   dctx), dq = round(scale dS k), dk = round(scale dS^T q);
  * - xent_fwd reads T logits, computes in float32 and double (loss,
  *   argmax: the float32 kernel's on the converted logits) and writes the
  *   probabilities back rounded to T; xent_bwd writes round(scale (p -

@@ -44,10 +44,9 @@
  *    workspace), the masked softmax in float32 writing T probabilities,
  *    ctx = round(P V) from those. Backward: dP = dC V^T in float32, dV =
  *    round(P^T dC), dS = P (dP - rowsum(P dP)) in float32 from the T
- *    probabilities; dQ and dK from that float32 dS and float32 copies of
- *    Q and K (cublasSgemmStridedBatched, under the TF32 switch like every
- *    float32 product: dS is not rounded to T), each rounded once as its
- *    heads are merged;
+ *    probabilities and rounded once to T (as autocast does: the dQ and
+ *    dK products run on tensor cores), dQ = round(scale dS K) and dK =
+ *    round(scale dS^T Q);
  *  - the cross-entropy reads T logits, computes as the float32 kernel and
  *    writes T probabilities; LayerNorm's mean and rstd stay float32.
  *
@@ -55,9 +54,7 @@
  * fill_rows_kernel and a separate GELU pass; a fused flash-attention
  * kernel instead of the head copies and the B*A*S*S scores; LayerNorm
  * fused with the residual add; vectorised (2 or 8 element) loads of the
- * T kernels; a sort instead of row_links_kernel's O(m^2) scan; dS
- * rounded to T for tensor-core dQ and dK products (PyTorch's autocast
- * does), should the float32 ones show in a profile.
+ * T kernels; a sort instead of row_links_kernel's O(m^2) scan.
  *
  * Row-major vs cuBLAS. cuBLAS is column-major: a row-major [r, c] matrix
  * with leading dimension ld is, to cuBLAS, the column-major [c, r] matrix
@@ -690,31 +687,34 @@ __global__ void softmax_fwd_kernel(float *sc, T *p, const int32_t *lengths,
   }
 }
 
-/* dS = P * (dP - rowsum(P * dP)), in place in the float32 dp; one warp
- * per row. */
+/* dS = P * (dP - rowsum(P * dP)) from the float32 dp into ds: in place
+ * for float32 (ds is dp), rounded once to T for the 16-bit types (a
+ * buffer of its own); one warp per row. */
 template <typename T>
-__global__ void softmax_bwd_kernel(const T *p, float *dp, int64_t rows, int S) {
+__global__ void softmax_bwd_kernel(const T *p, float *dp, T *ds, int64_t rows,
+                                   int S) {
   for (int64_t row = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; row < rows;
        row += (int64_t)gridDim.x * blockDim.y) {
     const T *pr = p + row * S;
     float *dr = dp + row * S;
+    T *sr = ds + row * S;
     float dot = 0;
     for (int j = threadIdx.x; j < S; j += kWarp)
       dot += to_float(pr[j]) * dr[j];
     dot = warp_sum(dot);
     for (int j = threadIdx.x; j < S; j += kWarp)
-      dr[j] = to_float(pr[j]) * (dr[j] - dot);
+      sr[j] = from_float<T>(to_float(pr[j]) * (dr[j] - dot));
   }
 }
 
 const int kRowsPerBlock = kThreads / kWarp; /* warps per softmax block */
 
-/* Four head-major buffers of float32 size (they hold T or float32) and
- * the float32 scores or their gradient. */
+/* Four head-major buffers of float32 size (they hold T or float32), the
+ * float32 scores or their gradient, and dS in a 16-bit T. */
 size_t attention_bytes(int B, int S, int A, int dh) {
-  size_t nh = (size_t)B * S * A * dh;
-  return 4 * align_up(sizeof(float) * nh) +
-         align_up(sizeof(float) * (size_t)B * A * S * S);
+  size_t nh = (size_t)B * S * A * dh, ns = (size_t)B * A * S * S;
+  return 4 * align_up(sizeof(float) * nh) + align_up(sizeof(float) * ns) +
+         align_up(sizeof(uint16_t) * ns);
 }
 
 /* ---- embeddings ---------------------------------------------------------- */
@@ -952,6 +952,7 @@ void gelu_bwd(const void *x, const void *dy, void *dx, int64_t n) {
 struct AttnScratch {
   void *q, *k, *v, *c;
   float *dp;
+  void *ds; /* dS of a 16-bit T */
 };
 
 bool attn_scratch(int B, int S, int A, int dh, AttnScratch *s) {
@@ -964,6 +965,7 @@ bool attn_scratch(int B, int S, int A, int dh, AttnScratch *s) {
   s->v = w + 2 * nh;
   s->c = w + 3 * nh;
   s->dp = (float *)(w + 4 * nh);
+  s->ds = w + 4 * nh + align_up(sizeof(float) * (size_t)B * A * S * S);
   return true;
 }
 
@@ -1024,6 +1026,60 @@ void attention_fwd(const void *q, const void *k, const void *v,
   merge_heads(hc, (T *)ctx, B, S, A, dh);
 }
 
+/* attention_bwd's second half: dS = P * (dP - rowsum(P * dP)) from dP in
+ * w.dp (masked keys have P = 0, so they get no gradient), then dQ =
+ * scale dS K and dK = scale dS^T Q. float32: dS in place in w.dp,
+ * cuBLAS's float32 products. */
+void attention_bwd_qk(const float *q, const float *k, const float *probs,
+                      void *dq, void *dk, const AttnScratch &w, int B, int S,
+                      int A, int dh) {
+  const int count = B * A;
+  const long long sh = (long long)S * dh, ss = (long long)S * S;
+  const float scale = 1.0f / sqrtf((float)dh);
+  softmax_bwd_kernel<float>
+      <<<softmax_grid((int64_t)count * S), dim3(kWarp, kRowsPerBlock), 0,
+         st.stream>>>(probs, w.dp, w.dp, (int64_t)count * S, S);
+  launched("softmax_bwd_kernel");
+  float *fq = (float *)w.q, *fk = (float *)w.k, *fc = (float *)w.c;
+  split_heads(q, fq, B, S, A, dh);
+  split_heads(k, fk, B, S, A, dh);
+  /* Row-major dQ_i[S,dh] = scale dS_i[S,S] K_i[S,dh]: as P V. Into fc
+   * (dC_i is no longer needed). */
+  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, scale, fk, dh, sh, w.dp, S, ss,
+             fc, dh, sh, count, "dS K");
+  merge_heads(fc, (float *)dq, B, S, A, dh);
+  /* Row-major dK_i[S,dh] = scale dS_i^T Q_i: as P^T dC. Into fk. */
+  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_T, dh, S, S, scale, fq, dh, sh, w.dp, S, ss,
+             fk, dh, sh, count, "dS^T Q");
+  merge_heads(fk, (float *)dk, B, S, A, dh);
+}
+
+/* The same for a 16-bit T: dS rounded once to T (w.ds), as autocast
+ * does, so that both products run on tensor cores; Q and K head-major in
+ * T; each product rounded once to T (the merges copy exactly). */
+template <typename T>
+void attention_bwd_qk(const T *q, const T *k, const T *probs, void *dq,
+                      void *dk, const AttnScratch &w, int B, int S, int A,
+                      int dh) {
+  const int count = B * A;
+  const long long sh = (long long)S * dh, ss = (long long)S * S;
+  const float scale = 1.0f / sqrtf((float)dh);
+  T *ds = (T *)w.ds, *hq = (T *)w.q, *hk = (T *)w.k, *hc = (T *)w.c;
+  softmax_bwd_kernel<T>
+      <<<softmax_grid((int64_t)count * S), dim3(kWarp, kRowsPerBlock), 0,
+         st.stream>>>(probs, w.dp, ds, (int64_t)count * S, S);
+  launched("softmax_bwd_kernel");
+  split_heads(q, hq, B, S, A, dh);
+  split_heads(k, hk, B, S, A, dh);
+  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, scale, hk, dh, sh,
+             (const T *)ds, S, ss, hc, dh, sh, count, "dS K");
+  merge_heads(hc, (T *)dq, B, S, A, dh);
+  /* into hk: K_i was read by the product above (the stream orders them) */
+  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_T, dh, S, S, scale, hq, dh, sh,
+             (const T *)ds, S, ss, hk, dh, sh, count, "dS^T Q");
+  merge_heads(hk, (T *)dk, B, S, A, dh);
+}
+
 template <typename T>
 void attention_bwd(const void *q, const void *k, const void *v,
                    const void *probsv, const void *dctx, void *dq, void *dk,
@@ -1035,7 +1091,6 @@ void attention_bwd(const void *q, const void *k, const void *v,
     return;
   const int count = B * A;
   const long long sh = (long long)S * dh, ss = (long long)S * S;
-  const float scale = 1.0f / sqrtf((float)dh);
   T *hc = (T *)w.c, *hv = (T *)w.v;
   split_heads((const T *)dctx, hc, B, S, A, dh);
   split_heads((const T *)v, hv, B, S, A, dh);
@@ -1050,24 +1105,7 @@ void attention_bwd(const void *q, const void *k, const void *v,
   merge_heads(hv, (T *)dv, B, S, A, dh);
   if (!usable())
     return;
-  /* dS = P * (dP - rowsum(P * dP)), float32; masked keys have P = 0 */
-  softmax_bwd_kernel<T>
-      <<<softmax_grid((int64_t)count * S), dim3(kWarp, kRowsPerBlock), 0,
-         st.stream>>>(probs, w.dp, (int64_t)count * S, S);
-  launched("softmax_bwd_kernel");
-  /* Q and K as float32 (exact), so dS stays float32 in its products. */
-  float *fq = (float *)w.q, *fk = (float *)w.k, *fc = (float *)w.c;
-  split_heads((const T *)q, fq, B, S, A, dh);
-  split_heads((const T *)k, fk, B, S, A, dh);
-  /* Row-major dQ_i[S,dh] = scale dS_i[S,S] K_i[S,dh]: as P V. Into fc
-   * (dC_i is no longer needed). */
-  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, scale, fk, dh, sh, w.dp, S, ss,
-             fc, dh, sh, count, "dS K");
-  merge_heads(fc, (T *)dq, B, S, A, dh);
-  /* Row-major dK_i[S,dh] = scale dS_i^T Q_i: as P^T dC. Into fk. */
-  gemm_heads(CUBLAS_OP_N, CUBLAS_OP_T, dh, S, S, scale, fq, dh, sh, w.dp, S, ss,
-             fk, dh, sh, count, "dS^T Q");
-  merge_heads(fk, (T *)dk, B, S, A, dh);
+  attention_bwd_qk((const T *)q, (const T *)k, probs, dq, dk, w, B, S, A, dh);
 }
 
 template <typename T>

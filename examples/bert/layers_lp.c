@@ -165,7 +165,7 @@ static void acc(int p, void *dst, const float *add, int64_t n) {
 }
 
 /* x = the float nearest to round-to-T(x), in place. */
-static void quantize(int p, float *x, int64_t n) {
+static void quantize(float *x, int64_t n, int p) {
   for (int64_t i = 0; i < n; i++)
     x[i] = p == BERT_BF16 ? bf16_to_float(float_to_bf16(x[i]))
                           : fp16_to_float(float_to_fp16(x[i]));
@@ -294,7 +294,7 @@ static void lp_attention_fwd(int p, const void *q, const void *k, const void *v,
         *fc = tmp(nx, 0, "attention_fwd");
   if (all_ok(4, fq, fk, fv, fp) && fc != NULL) {
     bert_attention_fwd(fq, fk, fv, lengths, fp, fc, B, S, A, dh);
-    quantize(p, fp, np);
+    quantize(fp, np, p);
     ctx_from_probs(fp, fv, fc, B, S, A, dh);
     bert_from_float(p, fp, probs, np);
     bert_from_float(p, fc, ctx, nx);
@@ -311,8 +311,8 @@ static void lp_attention_bwd(int p, const void *q, const void *k, const void *v,
         *fp = up(p, probs, np, w), *fd = up(p, dctx, nx, w),
         *g = tmp(3 * nx, 0, w), *scratch = tmp((int64_t)S * S, 0, w);
   if (all_ok(4, fq, fk, fv, fp) && fd != NULL && g != NULL && scratch != NULL) {
-    bert_attention_bwd(fq, fk, fv, fp, fd, g, g + nx, g + 2 * nx, scratch, B, S,
-                       A, dh);
+    bert__attention_bwd_rounding(fq, fk, fv, fp, fd, g, g + nx, g + 2 * nx,
+                                 scratch, B, S, A, dh, quantize, p);
     bert_from_float(p, g, dq, nx);
     bert_from_float(p, g + nx, dk, nx);
     bert_from_float(p, g + 2 * nx, dv, nx);

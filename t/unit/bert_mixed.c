@@ -200,6 +200,15 @@ static void test_layernorm_rules(int p, const bert_backend_t *k) {
   free(x), free(g), free(b), free(tx), free(tg), free(tb), free(ty);
 }
 
+/* x rounded to T and back, in place (bert__attention_bwd_rounding's
+ * hook). */
+static void to_t(float *x, int64_t n, int p) {
+  void *t = malloc(2 * (size_t)n);
+  bert_from_float(p, x, t, n);
+  bert_to_float(p, t, x, n);
+  free(t);
+}
+
 static void test_attention_rules(int p, const bert_backend_t *k) {
   enum { B = 2, S = 7, A = 2, DH = 5, H = A * DH };
   const char *name = bert_precision_name(p);
@@ -233,6 +242,21 @@ static void test_attention_rules(int p, const bert_backend_t *k) {
      "%s attention_fwd: probs rounded once; ctx = round(probs_T v) (worst "
      "%.2e of one rounding)",
      name, worst);
+  /* backward from the stored probabilities, dS rounded to T */
+  float *dc, dq[B * S * H], dk[B * S * H], dv[B * S * H], scratch[S * S];
+  void *tdc = rnd(p, B * S * H, 1, &dc), *g = malloc(3 * 2 * B * S * H);
+  bert_to_float(p, tp, probs, B * A * S * S);
+  k->attention_bwd(tq, tk, tv, tp, tdc, g, (char *)g + 2 * B * S * H,
+                   (char *)g + 4 * B * S * H, NULL, B, S, A, DH);
+  bert__attention_bwd_rounding(q, kk, v, probs, dc, dq, dk, dv, scratch, B, S,
+                               A, DH, to_t, p);
+  ok(same(p, g, dq, B * S * H) && same(p, (char *)g + 2 * B * S * H, dk,
+                                       B * S * H) &&
+         same(p, (char *)g + 4 * B * S * H, dv, B * S * H),
+     "%s attention_bwd: from the stored probabilities, dS rounded to T, dq "
+     "dk dv rounded once",
+     name);
+  free(dc), free(tdc), free(g);
   free(q), free(kk), free(v), free(tq), free(tk), free(tv), free(tp), free(tc);
 }
 
