@@ -400,13 +400,16 @@ if want bert && need_build && stage_begin bert 60; then
     elif [ $dry = 0 ] && ! "$trainer" --help 2>&1 | grep -q -- '--precision'; then
       note "bert $p: examples/bert_train has no --precision option in this build: C side skipped"
     else
-      # bf16 (the GPU's default), fp32 at B 8 (before/after), --zero 1 (the
+      # bf16 (the GPU's default), bf16 with CUDA graphs (each encoder
+      # layer's kernels one graph: what launches cost), fp32 at B 8
+      # (before/after), --zero 1 (the
       # sharded optimizer; issue 27's target is >= 0.9x the default), then
       # with time left --host-fences (the host waits per stage, the pre-0.1
       # way) and --no-sync (no reduction at all): at one rank all match
-      for mode in bf16 fp32-b8 zero1 host-fences no-sync; do
+      for mode in bf16 graphs fp32-b8 zero1 host-fences no-sync; do
         case $mode in
         bf16) args="--batch-size $B" ;;
+        graphs) args="--batch-size $B --cuda-graphs" ;;
         fp32-b8) args="--batch-size 8 --precision fp32" ;;
         zero1) args="--batch-size $B --zero 1" ;;
         host-fences) args="--batch-size $B --host-fences" ;;

@@ -100,6 +100,7 @@ typedef struct options {
   int gpu;       /* --device gpu */
   int tf32;      /* --tf32 */
   int precision; /* --precision: bert_precision_t, -1 the device's default */
+  int graphs;    /* --cuda-graphs */
   int quiet;
 } options_t;
 
@@ -150,6 +151,9 @@ static const char usage_text[] =
     "                         weights in AdamW, fp16 scales the loss; on\n"
     "                         the CPU they are a slow numerical model;\n"
     "                         --tf32 alone means fp32\n"
+    "  --cuda-graphs          gpu: each encoder layer's forward and backward\n"
+    "                         as one CUDA graph (experimental: off by\n"
+    "                         default)\n"
     "\n"
     "data:\n"
     "  --data FILE            UTF-8 text, one sentence or document per\n"
@@ -208,6 +212,7 @@ enum {
   O_DEVICE,
   O_TF32,
   O_PRECISION,
+  O_GRAPHS,
   O_DATA,
   O_SENTENCES,
   O_CHECKPOINT,
@@ -250,6 +255,7 @@ static const struct option long_options[] = {
     {"device", required_argument, NULL, O_DEVICE},
     {"tf32", no_argument, NULL, O_TF32},
     {"precision", required_argument, NULL, O_PRECISION},
+    {"cuda-graphs", no_argument, NULL, O_GRAPHS},
     {"data", required_argument, NULL, O_DATA},
     {"synthetic-lines", required_argument, NULL, O_SENTENCES},
     {"checkpoint", required_argument, NULL, O_CHECKPOINT},
@@ -375,6 +381,9 @@ static int run_option(options_t *o, int ch, const char *a) {
   case O_TF32:
     o->tf32 = 1;
     return 1;
+  case O_GRAPHS:
+    o->graphs = 1;
+    return 1;
   case O_PRECISION:
     o->precision = -1;
     for (int p = BERT_FP32; p <= BERT_FP16; p++)
@@ -446,6 +455,8 @@ static void check_options(options_t *o) {
     cli_usage_error("--no-sync reduces nothing, so it takes no compression");
   if (o->tf32 && !o->gpu)
     cli_usage_error("--tf32 needs --device gpu");
+  if (o->graphs && !o->gpu)
+    cli_usage_error("--cuda-graphs needs --device gpu");
   if (o->precision < 0) /* TF32 speeds up float32: --tf32 means it */
     o->precision = o->gpu && !o->tf32 ? BERT_BF16 : BERT_FP32;
   if (o->tf32 && o->precision != BERT_FP32)
@@ -1062,6 +1073,7 @@ static void setup_device(run_t *r) {
   if (!agree(rc == HVD_SUCCESS, r->msg))
     die();
   bert_set_tf32(r->o.tf32);
+  bert_set_cuda_graphs(r->o.graphs);
 }
 
 /* The data. Every rank reads the corpus and builds the vocabulary itself:
@@ -1285,8 +1297,8 @@ static void print_setup(const run_t *r) {
   char desc[256], where[64];
   bert_config_describe(&r->cfg, desc, sizeof desc);
   if (o->gpu)
-    snprintf(where, sizeof where, "GPU cuda:%d%s", r->device,
-             o->tf32 ? " (TF32)" : "");
+    snprintf(where, sizeof where, "GPU cuda:%d%s%s", r->device,
+             o->tf32 ? " (TF32)" : "", o->graphs ? ", CUDA graphs" : "");
   else
     snprintf(where, sizeof where, "BLAS threads %d", o->threads);
   printf(PROG ": preset %s (%s), %lld weights; %d rank%s, %s\n", o->preset,

@@ -330,6 +330,20 @@ static void cpu_reserve(int B, int S, int A, int dh, int width, int types) {
 }
 
 static void cpu_nothing(void) {}
+/* bert_cpu_set_graphs: "graphs" that run at once (layers.h) */
+static int cpu_graphs;
+
+void bert_cpu_set_graphs(int on) { cpu_graphs = on != 0; }
+
+static int cpu_graph_run(const void *owner, const int key[4],
+                         void (*fn)(void *), void *ctx) {
+  (void)owner, (void)key;
+  if (!cpu_graphs)
+    return 0;
+  fn(ctx);
+  return 1;
+}
+static void cpu_graph_forget(const void *owner) { (void)owner; }
 static void cpu_fence(int slot) { (void)slot; }
 static const char *cpu_error(void) { return NULL; }
 
@@ -419,6 +433,8 @@ const bert_backend_t bert_backend_cpu = {
     .fence_record = cpu_fence,
     .fence_wait = cpu_fence,
     .error = cpu_error,
+    .graph_run = cpu_graph_run,
+    .graph_forget = cpu_graph_forget,
     .linear_fwd = f_linear_fwd,
     .linear_bwd = f_linear_bwd,
     .layernorm_fwd = f_layernorm_fwd,
@@ -454,4 +470,5 @@ const bert_backend_t *bert_cuda_backend(int precision) {
   return NULL;
 }
 void bert_cuda_set_tf32(int on) { (void)on; }
+void bert_cuda_set_graphs(int on) { (void)on; }
 #endif

@@ -205,6 +205,23 @@ typedef struct bert_backend {
   void (*fence_wait)(int slot);
   /* The first failure since the backend was opened, or NULL. */
   const char *(*error)(void);
+  /* CUDA graphs. graph_run returns 0 at once where graphs are off (a
+   * GPU unless bert_cuda_set_graphs(1), the CPU unless
+   * bert_cpu_set_graphs(1)): the caller runs the work itself. The CPU's
+   * "graphs" run fn(ctx) at once and return 1, so that a caller's graph
+   * path runs (and is tested) without a GPU. Else it runs fn(ctx) as a graph,
+   * captured on the stream at the first call with this owner and key and
+   * replayed at later ones, and returns 1. fn may only queue this backend's
+   * kernels and products (no allocation, synchronisation, copy to or from the
+   * host, nor anything that touches another stream or the legacy default
+   * stream, such as a call into hvd), and the owner and key must fix every
+   * shape, pointer and flag it uses; the data it reads may change between
+   * replays. A graph made before the backend's scratch memory grew is
+   * captured again. graph_forget drops the owner's graphs (before the
+   * memory they use is freed). */
+  int (*graph_run)(const void *owner, const int key[4], void (*fn)(void *),
+                   void *ctx);
+  void (*graph_forget)(const void *owner);
 
   void (*linear_fwd)(const void *x, const void *W, const void *b, void *y,
                      int n, int in, int out);
@@ -247,6 +264,10 @@ typedef struct bert_backend {
 
 /* The host: the bert_* functions above; never fails. */
 extern const bert_backend_t bert_backend_cpu;
+/* 1: the CPU backends' graph_run runs the work at once and returns 1 (a
+ * caller's graph path without a GPU); 0, the default: it declines.
+ * Process-wide. */
+void bert_cpu_set_graphs(int on);
 /* The host in a precision: bert_backend_cpu for BERT_FP32; for bfloat16
  * and float16 a numerical model of the GPU's mixed precision (each entry
  * converts its T inputs to float32, runs the float32 function and rounds
@@ -274,6 +295,11 @@ const bert_backend_t *bert_cuda_backend(int precision);
  * about 1e-3 relative; off, the default: plain float32, the CPU's results
  * to float rounding). Applies to the open handle and later opens. */
 void bert_cuda_set_tf32(int on);
+/* 1: graph_run captures and replays CUDA graphs (model.c: one per
+ * encoder layer and direction); 0, the default: graph_run declines and
+ * every kernel is launched one by one. Process-wide; applies to later
+ * calls. */
+void bert_cuda_set_graphs(int on);
 
 #ifdef __cplusplus
 }

@@ -123,6 +123,22 @@ struct XentResult {
   long long correct;
 };
 
+/* A CUDA graph of graph_run: its owner and key, the workspace generation
+ * it was captured in (its kernels hold workspace addresses). */
+struct Graph {
+  const void *owner;
+  int key[4];
+  unsigned gen;
+  cudaGraphExec_t exec;
+};
+/* Graphs kept at once: model.c makes two per encoder layer and batch
+ * shape; beyond this graph_run declines (the work runs kernel by
+ * kernel). */
+const int kMaxGraphs = 256;
+/* cuBLAS's own workspace, fixed at open so that captured products keep
+ * a valid address (cuBLAS's default would be its pool's). */
+const size_t kBlasWorkspace = (size_t)32 << 20;
+
 struct State {
   int refs;
   int device;
@@ -137,7 +153,13 @@ struct State {
    * the row chains of the 16-bit gradients), shared by the three tables */
   void *ws;
   size_t ws_bytes;
+  unsigned ws_gen; /* bumped when ws moves: the graphs made before are
+                      captured again */
   XentResult *xres_dev, *xres_host; /* host: page-locked */
+  void *blas_ws;                    /* kBlasWorkspace bytes */
+  int graphs;                       /* bert_cuda_set_graphs */
+  int ngraphs;
+  Graph graph[kMaxGraphs];
 };
 
 State st;
@@ -214,6 +236,7 @@ void *workspace(size_t bytes) {
     return NULL;
   st.ws = NULL;
   st.ws_bytes = 0;
+  st.ws_gen++;
   if (!cuda_ok(cudaMalloc(&st.ws, bytes), "cudaMalloc (workspace)"))
     return NULL;
   st.ws_bytes = bytes;
@@ -1368,6 +1391,78 @@ void fence_wait(int slot) {
 
 const char *first_error(void) { return st.failed ? st.err : NULL; }
 
+/* ---- CUDA graphs -----------------------------------------------------------
+ */
+
+Graph *graph_find(const void *owner, const int key[4]) {
+  for (int i = 0; i < st.ngraphs; i++)
+    if (st.graph[i].owner == owner &&
+        memcmp(st.graph[i].key, key, sizeof st.graph[i].key) == 0)
+      return &st.graph[i];
+  return NULL;
+}
+
+/* Destroys graph i; the last one takes its place. */
+void graph_drop(int i) {
+  cudaGraphExecDestroy(st.graph[i].exec);
+  st.graph[i] = st.graph[--st.ngraphs];
+}
+
+/* fn(ctx) captured on the stream (thread-local mode: other threads may
+ * go on using CUDA meanwhile) into a new graph; NULL after a failure
+ * (recorded). The capture runs nothing: the caller launches it. */
+cudaGraphExec_t graph_capture(void (*fn)(void *), void *ctx) {
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  if (!cuda_ok(
+          cudaStreamBeginCapture(st.stream, cudaStreamCaptureModeThreadLocal),
+          "cudaStreamBeginCapture"))
+    return NULL;
+  fn(ctx);
+  /* ended whatever happened inside: the stream leaves capture mode */
+  cudaError_t e = cudaStreamEndCapture(st.stream, &graph);
+  if (cuda_ok(e, "cudaStreamEndCapture (a CUDA graph of the layers)") &&
+      !st.failed)
+    cuda_ok(cudaGraphInstantiateWithFlags(&exec, graph, 0),
+            "cudaGraphInstantiateWithFlags");
+  if (graph != NULL)
+    cudaGraphDestroy(graph);
+  return st.failed ? NULL : exec;
+}
+
+int graph_run(const void *owner, const int key[4], void (*fn)(void *),
+              void *ctx) {
+  if (!st.graphs || st.refs == 0)
+    return 0;
+  if (!usable())
+    return 1; /* failed: nothing more runs, error() says why */
+  Graph *g = graph_find(owner, key);
+  if (g != NULL && g->gen != st.ws_gen) { /* the workspace moved */
+    graph_drop((int)(g - st.graph));
+    g = NULL;
+  }
+  if (g == NULL) {
+    if (st.ngraphs == kMaxGraphs)
+      return 0;
+    cudaGraphExec_t exec = graph_capture(fn, ctx);
+    if (exec == NULL)
+      return 1;
+    g = &st.graph[st.ngraphs++];
+    g->owner = owner;
+    memcpy(g->key, key, sizeof g->key);
+    g->gen = st.ws_gen;
+    g->exec = exec;
+  }
+  cuda_ok(cudaGraphLaunch(g->exec, st.stream), "cudaGraphLaunch");
+  return 1;
+}
+
+void graph_forget(const void *owner) {
+  for (int i = st.ngraphs - 1; i >= 0; i--)
+    if (st.graph[i].owner == owner)
+      graph_drop(i);
+}
+
 /* The table of precision T; the memory, synchronisation and error entries
  * are the same in all three. */
 template <typename T> constexpr bert_backend_t make_table(int precision) {
@@ -1386,6 +1481,8 @@ template <typename T> constexpr bert_backend_t make_table(int precision) {
       /* .fence_record = */ fence_record,
       /* .fence_wait = */ fence_wait,
       /* .error = */ first_error,
+      /* .graph_run = */ graph_run,
+      /* .graph_forget = */ graph_forget,
       /* .linear_fwd = */ linear_fwd<T>,
       /* .linear_bwd = */ linear_bwd<T>,
       /* .layernorm_fwd = */ layernorm_fwd<T>,
@@ -1421,6 +1518,10 @@ void apply_math_mode(void) {
 void teardown(void) {
   if (st.stream != NULL)
     cudaStreamSynchronize(st.stream);
+  while (st.ngraphs > 0)
+    graph_drop(st.ngraphs - 1);
+  if (st.blas_ws != NULL)
+    cudaFree(st.blas_ws);
   if (st.ws != NULL)
     cudaFree(st.ws);
   if (st.xres_dev != NULL)
@@ -1434,9 +1535,10 @@ void teardown(void) {
     cublasDestroy(st.blas);
   if (st.stream != NULL)
     cudaStreamDestroy(st.stream);
-  int tf32 = st.tf32;
+  int tf32 = st.tf32, graphs = st.graphs;
   memset(&st, 0, sizeof st);
   st.tf32 = tf32;
+  st.graphs = graphs;
 }
 
 } /* namespace */
@@ -1497,6 +1599,10 @@ extern "C" int bert_cuda_open(int device, char *msg, size_t len) {
       cuda_ok(cudaStreamCreate(&st.stream), "cudaStreamCreate") &&
       blas_ok(cublasCreate(&st.blas), "cublasCreate") &&
       blas_ok(cublasSetStream(st.blas, st.stream), "cublasSetStream") &&
+      cuda_ok(cudaMalloc(&st.blas_ws, kBlasWorkspace),
+              "cudaMalloc (cuBLAS workspace)") &&
+      blas_ok(cublasSetWorkspace(st.blas, st.blas_ws, kBlasWorkspace),
+              "cublasSetWorkspace") &&
       cuda_ok(cudaEventCreateWithFlags(&st.fence[0], cudaEventDisableTiming),
               "cudaEventCreateWithFlags") &&
       cuda_ok(cudaEventCreateWithFlags(&st.fence[1], cudaEventDisableTiming),
@@ -1529,4 +1635,11 @@ extern "C" void bert_cuda_set_tf32(int on) {
   st.tf32 = on != 0;
   if (st.refs > 0)
     apply_math_mode();
+}
+
+extern "C" void bert_cuda_set_graphs(int on) {
+  if (st.graphs && !on)
+    while (st.ngraphs > 0)
+      graph_drop(st.ngraphs - 1);
+  st.graphs = on != 0;
 }

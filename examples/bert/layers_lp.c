@@ -532,6 +532,8 @@ LP_ENTRIES(fp16, BERT_FP16)
     .sync = bert_backend_cpu.sync, .sync_all = bert_backend_cpu.sync_all,      \
     .fence_record = bert_backend_cpu.fence_record,                             \
     .fence_wait = bert_backend_cpu.fence_wait, .error = lp_error,              \
+    .graph_run = bert_backend_cpu.graph_run,                                   \
+    .graph_forget = bert_backend_cpu.graph_forget,                             \
     .linear_fwd = SUF##_linear_fwd, .linear_bwd = SUF##_linear_bwd,            \
     .layernorm_fwd = SUF##_layernorm_fwd,                                      \
     .layernorm_bwd = SUF##_layernorm_bwd, .gelu_fwd = SUF##_gelu_fwd,          \

@@ -489,6 +489,11 @@ hvd_result_t bert_gpu_check(int *device) {
 
 void bert_set_tf32(int on) { bert_cuda_set_tf32(on); }
 
+void bert_set_cuda_graphs(int on) {
+  bert_cuda_set_graphs(on);
+  bert_cpu_set_graphs(on);
+}
+
 hvd_result_t bert_model_create(const bert_config_t *c, bert_model_t **out) {
   return bert_model_create_on(c, HVD_CPU, out);
 }
@@ -630,6 +635,7 @@ void bert_model_destroy(bert_model_t *m) {
   free(m->names);
   free(m->hs);
   free(m->acts);
+  m->be->graph_forget(m); /* before the memory its graphs use goes */
   m->be->free(m->values);
   m->be->free(m->grads);
   m->be->free(m->arena);
@@ -829,6 +835,40 @@ static void layer_fwd(bert_model_t *m, int l) {
                    a->ln2_mean, a->ln2_rstd, N, H);
 }
 
+/* ---- CUDA graphs ---------------------------------------------------------
+ * With graphs on (bert_set_cuda_graphs) each encoder layer's forward and
+ * backward kernels are one graph per batch shape (layers.h, graph_run):
+ * the key fixes the direction, the layer, B, S and whether the batch has
+ * lengths; every pointer is the model's own (the owner). The backward's
+ * gradient-ready calls cannot be made inside a graph (they call into
+ * hvd), so with graphs they come after the layer's graph, in the order
+ * the kernels would have made them (bwd_order). */
+
+typedef struct layer_job {
+  bert_model_t *m;
+  int l;
+} layer_job_t;
+
+static void graph_key(const bert_model_t *m, int backward, int l, int key[4]) {
+  key[0] = backward | m->has_lengths << 1;
+  key[1] = l;
+  key[2] = m->B;
+  key[3] = m->S;
+}
+
+static void layer_fwd_job(void *p) {
+  layer_job_t *j = p;
+  layer_fwd(j->m, j->l);
+}
+
+static void layer_fwd_graph(bert_model_t *m, int l) {
+  int key[4];
+  layer_job_t job = {m, l};
+  graph_key(m, 0, l, key);
+  if (!m->be->graph_run(m, key, layer_fwd_job, &job))
+    layer_fwd(m, l);
+}
+
 /* The masked-LM head on the masked rows: the loss and the correct
  * predictions into out. */
 static void head_fwd(bert_model_t *m, bert_output_t *out) {
@@ -883,7 +923,7 @@ hvd_result_t bert_model_forward(bert_model_t *m, const bert_batch_t *b,
                    m->hs[0], m->emb_mean, m->emb_rstd, N, H);
   /* encoder */
   for (int l = 0; l < c->layers; l++)
-    layer_fwd(m, l);
+    layer_fwd_graph(m, l);
   /* masked-LM head on the masked rows */
   head_fwd(m, out);
   if ((rc = backend_status(m, "bert_model_forward")) != HVD_SUCCESS)
@@ -1029,6 +1069,10 @@ static void head_bwd(bert_model_t *m, float scale, ready_queue_t *q) {
   rq_stage(q);
 }
 
+/* The weights whose (weight, bias) ready calls layer_bwd makes, in order. */
+static const int bwd_order[8] = {L_OLN_W, L_O_W, L_I_W, L_ALN_W,
+                                 L_AO_W,  L_Q_W, L_K_W, L_V_W};
+
 /* Encoder layer l backward; g_x: the gradient of the layer's output on
  * entry, of its input on return. */
 static void layer_bwd(bert_model_t *m, int l, ready_queue_t *q) {
@@ -1043,35 +1087,62 @@ static void layer_bwd(bert_model_t *m, int l, ready_queue_t *q) {
   /* output LayerNorm; the residual sends its gradient to h1 too */
   k->layernorm_bwd(a->h2_pre, a->ln2_mean, a->ln2_rstd, W(L_OLN_W), m->g_x,
                    m->g_tmp, G(L_OLN_W), G(L_OLN_B), N, H);
-  signal2(q, layer_param(l, L_OLN_W));
+  signal2(q, layer_param(l, bwd_order[0]));
   k->copy(m->g_tmp, m->g_h1, (int64_t)N * H);
   /* FFN: output dense, GELU, intermediate dense */
   k->linear_bwd(a->inter, W(L_O_W), m->g_tmp, m->g_inter, 0.0f, G(L_O_W),
                 G(L_O_B), N, F, H);
-  signal2(q, layer_param(l, L_O_W));
+  signal2(q, layer_param(l, bwd_order[1]));
   k->gelu_bwd(a->inter_pre, m->g_inter, m->g_inter, (int64_t)N * F);
   k->linear_bwd(a->h1, W(L_I_W), m->g_inter, m->g_h1, 1.0f, G(L_I_W), G(L_I_B),
                 N, H, F);
-  signal2(q, layer_param(l, L_I_W));
+  signal2(q, layer_param(l, bwd_order[2]));
   /* attention LayerNorm; the residual sends its gradient to x */
   k->layernorm_bwd(a->h1_pre, a->ln1_mean, a->ln1_rstd, W(L_ALN_W), m->g_h1,
                    m->g_tmp, G(L_ALN_W), G(L_ALN_B), N, H);
-  signal2(q, layer_param(l, L_ALN_W));
+  signal2(q, layer_param(l, bwd_order[3]));
   k->linear_bwd(a->ctx, W(L_AO_W), m->g_tmp, m->g_ctx, 0.0f, G(L_AO_W),
                 G(L_AO_B), N, H, H);
-  signal2(q, layer_param(l, L_AO_W));
+  signal2(q, layer_param(l, bwd_order[4]));
   k->attention_bwd(a->q, a->k, a->v, a->probs, m->g_ctx, m->g_q, m->g_k, m->g_v,
                    m->scratch, B, S, A, H / A);
   k->copy(m->g_tmp, m->g_x, (int64_t)N * H);
   k->linear_bwd(x, W(L_Q_W), m->g_q, m->g_x, 1.0f, G(L_Q_W), G(L_Q_B), N, H, H);
-  signal2(q, layer_param(l, L_Q_W));
+  signal2(q, layer_param(l, bwd_order[5]));
   k->linear_bwd(x, W(L_K_W), m->g_k, m->g_x, 1.0f, G(L_K_W), G(L_K_B), N, H, H);
-  signal2(q, layer_param(l, L_K_W));
+  signal2(q, layer_param(l, bwd_order[6]));
   k->linear_bwd(x, W(L_V_W), m->g_v, m->g_x, 1.0f, G(L_V_W), G(L_V_B), N, H, H);
-  signal2(q, layer_param(l, L_V_W));
+  signal2(q, layer_param(l, bwd_order[7]));
   rq_stage(q);
 #undef W
 #undef G
+}
+
+typedef struct layer_bwd_job {
+  bert_model_t *m;
+  int l;
+  ready_queue_t *muted; /* no calls: made after the graph */
+} layer_bwd_job_t;
+
+static void layer_bwd_job(void *p) {
+  layer_bwd_job_t *j = p;
+  layer_bwd(j->m, j->l, j->muted);
+}
+
+/* Layer l backward, as a graph where graphs are on: then its ready calls
+ * follow, in layer_bwd's order, and the stage ends. */
+static void layer_bwd_graph(bert_model_t *m, int l, ready_queue_t *q) {
+  int key[4];
+  ready_queue_t muted = {.fn = NULL, .be = m->be};
+  layer_bwd_job_t job = {m, l, &muted};
+  graph_key(m, 1, l, key);
+  if (!m->be->graph_run(m, key, layer_bwd_job, &job)) {
+    layer_bwd(m, l, q);
+    return;
+  }
+  for (int i = 0; i < 8; i++)
+    signal2(q, layer_param(l, bwd_order[i]));
+  rq_stage(q);
 }
 
 /* The embeddings: LayerNorm, then the three tables. */
@@ -1113,7 +1184,7 @@ hvd_result_t bert_model_backward_scaled(bert_model_t *m, float scale,
   head_bwd(m, scale, q);
   /* encoder, last layer first */
   for (int l = m->c.layers - 1; l >= 0; l--)
-    layer_bwd(m, l, q);
+    layer_bwd_graph(m, l, q);
   embeddings_bwd(m, q);
   rq_finish(q);
   if (m->sparse_fn != NULL) /* token t's row of g_tmp is its id's gradient */

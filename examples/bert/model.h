@@ -125,6 +125,15 @@ hvd_result_t bert_gpu_check(int *device);
  * equal to the CPU model to float rounding. Process-wide. */
 void bert_set_tf32(int on);
 
+/* GPU models: each encoder layer's forward and backward kernels run as
+ * one CUDA graph per batch shape, captured at its first use and replayed
+ * after (one launch instead of some 25 forward and 45 backward); the
+ * gradient-ready calls of a layer then come after its graph, not between
+ * its kernels. Off by default (not yet run on a GPU). Process-wide. On
+ * the CPU it makes each layer's work one call with its ready calls
+ * after it, as on a GPU with graphs (the same numbers; for tests). */
+void bert_set_cuda_graphs(int on);
+
 /* HVD_CPU or the CUDA device of the model's memory. */
 int bert_model_device(const bert_model_t *m);
 

@@ -20,6 +20,9 @@
 #        of every block of 20 steps within 2 % of fp32's (a rounding
 #        changes a trajectory a little, step by step; a wrong kernel
 #        moves whole blocks);
+#      - --cuda-graphs (each encoder layer's kernels one CUDA graph): 20
+#        steps of tiny in bf16 give the losses of the run without, bit
+#        for bit (the bf16 kernels are deterministic), at np 1;
 #   3. --device with another value, and --tf32 without --device gpu:
 #      exit 2 with the reason (a bad command line).
 
@@ -85,6 +88,19 @@ gpu_mixed_curves() {
     { show "$tmp/b.out" stdout; show "$tmp/b.err" stderr; }
 }
 
+# gpu_graphs: --cuda-graphs changes no bit of a bf16 run.
+gpu_graphs() {
+  t="--steps 20 --seed 7 --device gpu --precision bf16"
+  run_np 1 "$tmp/e.out" "$tmp/e.err" "$prog" $t --log-json "$tmp/eager.json" &&
+    run_np 1 "$tmp/g.out" "$tmp/g.err" "$prog" $t --cuda-graphs \
+      --log-json "$tmp/graphs.json" &&
+    grep -q '^bert_train: preset tiny .*, CUDA graphs$' "$tmp/g.out" &&
+    [ -n "`losses "$tmp/graphs.json"`" ] &&
+    [ "`losses "$tmp/graphs.json"`" = "`losses "$tmp/eager.json"`" ]
+  check $? "--cuda-graphs: 20 bf16 steps, the losses of the run without, bit for bit" ||
+    { show "$tmp/g.out" stdout; show "$tmp/g.err" stderr; }
+}
+
 for np in 1 2; do
   run_np $np "$tmp/out" "$tmp/err" "$prog" --device gpu --steps 5
   if [ $cuda = no ]; then
@@ -105,6 +121,7 @@ for np in 1 2; do
       { show "$tmp/out" stdout; show "$tmp/err" stderr; }
     gpu_precisions
     gpu_mixed_curves
+    gpu_graphs
   else
     n=$((n + 1))
     echo "ok $n # SKIP np 2 on a GPU: covered by np 1 (ranks may share it)"

@@ -11,7 +11,8 @@
 #     bfloat16); fp16 logs a finite loss
 #     at every step and ends below where it started;
 #  2. the command line: --precision fp8, --precision bf16 with --tf32 or
-#     --dense-embeddings exit 2 with the reason.
+#     --dense-embeddings, --cuda-graphs without --device gpu exit 2 with
+#     the reason.
 # Each run is bounded by the wrapper's timeout (HVD_TEST_TIMEOUT, 90 s).
 
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
@@ -56,7 +57,7 @@ train() {
     >"$tmp/$name.out" 2>"$tmp/$name.err"
 }
 
-echo "1..13"
+echo "1..14"
 
 # ---- 1. training ------------------------------------------------------------
 common="--steps 20 --seed 7"
@@ -116,4 +117,5 @@ refused "--device gpu --tf32 --precision bf16" \
 refused "--precision fp16 --dense-embeddings" \
   "bert_train: --dense-embeddings: --precision fp16 has dense embeddings only"
 refused "--precision bf16 --tf32" "bert_train: --tf32 needs --device gpu"
+refused "--cuda-graphs" "bert_train: --cuda-graphs needs --device gpu"
 exit $failed

@@ -47,6 +47,11 @@
 
 static bert_rng_t rng;
 
+/* A tensor's bytes (libbert's tests do not see lib/base). */
+static size_t tensor_bytes(const hvd_tensor_t *t) {
+  return (size_t)hvd_tensor_numel(t) * hvd_dtype_size(t->dtype);
+}
+
 static float uniform(float lo, float hi) {
   return lo + (hi - lo) * (float)bert__rng_uniform(&rng);
 }
@@ -464,6 +469,69 @@ static void test_training(void) {
   finish(&f);
 }
 
+/* ---- the graph path ------------------------------------------------------ */
+
+typedef struct calls {
+  bert_model_t *m;
+  int n, order[512];
+  char *snap; /* every gradient as it was at its call */
+} calls_t;
+
+static void on_ready(void *ctx, int i) {
+  calls_t *c = ctx;
+  int np;
+  hvd_param_t *p = bert_model_params(c->m, &np);
+  size_t at = (size_t)((char *)p[i].grad.data - (char *)p[0].grad.data);
+  memcpy(c->snap + at, p[i].grad.data, tensor_bytes(&p[i].grad));
+  if (c->n < 512)
+    c->order[c->n++] = i;
+}
+
+/* One forward and backward of a fresh model with graphs on or off: the
+ * loss, the gradients and the ready calls into *c. */
+static double pass(int precision, int graphs, calls_t *c, void **grads) {
+  bert_set_cuda_graphs(graphs);
+  c->m = model(precision);
+  c->n = 0;
+  int np;
+  hvd_param_t *p = bert_model_params(c->m, &np);
+  size_t bytes = (size_t)((char *)p[np - 1].grad.data - (char *)p[0].grad.data) +
+                 tensor_bytes(&p[np - 1].grad);
+  c->snap = calloc(1, bytes);
+  int32_t ids[8 * 32], labels[8 * 32], lengths[8];
+  bert_batch_t b;
+  bert_output_t out;
+  batch_of(3, ids, labels, lengths, &b);
+  bert_model_forward(c->m, &b, &out);
+  bert_model_backward(c->m, on_ready, c);
+  *grads = malloc(bytes);
+  memcpy(*grads, p[0].grad.data, bytes);
+  bert_set_cuda_graphs(0);
+  return out.loss;
+}
+
+static void test_graph_path(int precision) {
+  const char *name = bert_precision_name(precision);
+  calls_t a, b;
+  void *ga, *gb;
+  double la = pass(precision, 0, &a, &ga), lb = pass(precision, 1, &b, &gb);
+  int np;
+  hvd_param_t *p = bert_model_params(a.m, &np);
+  size_t bytes = (size_t)((char *)p[np - 1].grad.data - (char *)p[0].grad.data) +
+                 tensor_bytes(&p[np - 1].grad);
+  ok(la == lb && memcmp(ga, gb, bytes) == 0,
+     "%s, graph path (each layer one call, its ready calls after): the "
+     "same loss and gradients bit for bit",
+     name);
+  ok(a.n == np && b.n == np && memcmp(a.order, b.order, sizeof(int) * np) == 0,
+     "%s, graph path: the ready calls in the same order (%d)", name, b.n);
+  ok(memcmp(b.snap, gb, bytes) == 0,
+     "%s, graph path: every gradient complete at its call", name);
+  bert_model_destroy(a.m);
+  bert_model_destroy(b.m);
+  free(a.snap), free(b.snap), free(ga), free(gb);
+}
+
 static void test_config(void) {
   bert_config_t c;
   bert_config_preset(&c, "tiny");
@@ -513,6 +581,8 @@ int main(void) {
   test_model_start(BERT_BF16);
   test_model_start(BERT_FP16);
   test_training();
+  test_graph_path(BERT_FP32);
+  test_graph_path(BERT_BF16);
   test_config();
   bert_dataset_destroy(data);
   done_testing();
