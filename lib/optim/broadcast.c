@@ -334,8 +334,13 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
     return rc;
   /* mixed precision: the whole masters too (a sharded one's made here) */
   hvd_param_t *views = NULL;
-  if ((rc = hvd__mixed_ckpt_params(c, c->params, c->n, &views)) != HVD_SUCCESS)
+  rc = hvd__optim_agree("hvd.bcast_state.masters",
+                        hvd__mixed_ckpt_params(c, c->params, c->n, &views));
+  if (rc != HVD_SUCCESS) {
+    free(views);
+    hvd__mixed_ckpt_done(c);
     return rc;
+  }
   /* a sharded optimizer: root's full state reaches every rank's blocks */
   if ((rc = hvd__optim_state_gather(opt)) != HVD_SUCCESS) {
     free(views);

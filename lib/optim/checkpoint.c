@@ -124,37 +124,11 @@ static uint64_t shape_bytes(int ndim, const int64_t *shape, size_t esize,
 
 /* ---- agreement ----------------------------------------------------------- */
 
-/* Collective. Every rank passes its own result (its message in
- * hvd_last_error() when it failed); every rank returns the result and
- * message of the lowest failing rank, with " (on rank R)" added when R is
- * not 0. A failure of the collectives themselves is returned as is. */
+/* hvd__optim_agree under "hvd.ckpt.<what>". */
 static hvd_result_t agree(const char *what, hvd_result_t local) {
   char name[64];
-  unsigned char buf[4 + HVD__ERRMSG_MAX];
-  int32_t first = local != HVD_SUCCESS ? hvd_rank() : hvd_size();
-  int64_t one = 1, len = (int64_t)sizeof buf;
-  memset(buf, 0, sizeof buf);
-  if (local != HVD_SUCCESS) {
-    put_le(buf, (uint32_t)local, 4);
-    snprintf((char *)buf + 4, sizeof buf - 4, "%s", hvd_last_error());
-  }
-  hvd_tensor_t t = hvd_tensor_make(&first, HVD_INT32, 1, &one);
   snprintf(name, sizeof name, "hvd.ckpt.%s", what);
-  hvd_result_t rc = hvd_allreduce(name, &t, &t, HVD_MIN, 1.0, 1.0);
-  if (rc != HVD_SUCCESS || first >= hvd_size())
-    return rc;
-  hvd_tensor_t b = hvd_tensor_make(buf, HVD_UINT8, 1, &len);
-  snprintf(name, sizeof name, "hvd.ckpt.%s.error", what);
-  if ((rc = hvd_broadcast(name, &b, first)) != HVD_SUCCESS)
-    return rc;
-  rc = (hvd_result_t)get_le(buf, 4);
-  if (rc == HVD_SUCCESS || rc >= HVD_RESULT_COUNT)
-    rc = HVD_ERR_INTERNAL;
-  buf[sizeof buf - 1] = '\0';
-  if (first == 0)
-    return hvd__set_error_msg(rc, (const char *)buf + 4);
-  return hvd__set_error(rc, "%s (on rank %d)", (const char *)buf + 4,
-                        (int)first);
+  return hvd__optim_agree(name, local);
 }
 
 /* ---- arguments ----------------------------------------------------------- */

@@ -16,6 +16,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -522,4 +523,38 @@ int64_t hvd_optimizer_steps(const hvd_optimizer_t *opt) {
 void hvd_optimizer_destroy(hvd_optimizer_t *opt) {
   if (opt != NULL)
     opt->cls->destroy(opt);
+}
+
+/* ---- agreement ----------------------------------------------------------- */
+
+hvd_result_t hvd__optim_agree(const char *name, hvd_result_t local) {
+  char ename[96];
+  unsigned char buf[4 + HVD__ERRMSG_MAX];
+  int32_t first = local != HVD_SUCCESS ? hvd_rank() : hvd_size();
+  int64_t one = 1, len = (int64_t)sizeof buf;
+  memset(buf, 0, sizeof buf);
+  if (local != HVD_SUCCESS) {
+    for (int i = 0; i < 4; i++) /* little-endian, whatever the host */
+      buf[i] = (unsigned char)((uint32_t)local >> (8 * i));
+    snprintf((char *)buf + 4, sizeof buf - 4, "%s", hvd_last_error());
+  }
+  hvd_tensor_t t = hvd_tensor_make(&first, HVD_INT32, 1, &one);
+  hvd_result_t rc = hvd_allreduce(name, &t, &t, HVD_MIN, 1.0, 1.0);
+  if (rc != HVD_SUCCESS || first >= hvd_size())
+    return rc;
+  hvd_tensor_t b = hvd_tensor_make(buf, HVD_UINT8, 1, &len);
+  snprintf(ename, sizeof ename, "%s.error", name);
+  if ((rc = hvd_broadcast(ename, &b, first)) != HVD_SUCCESS)
+    return rc;
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++)
+    v |= (uint32_t)buf[i] << (8 * i);
+  rc = (hvd_result_t)v;
+  if (rc == HVD_SUCCESS || rc >= HVD_RESULT_COUNT)
+    rc = HVD_ERR_INTERNAL;
+  buf[sizeof buf - 1] = '\0';
+  if (first == 0)
+    return hvd__set_error_msg(rc, (const char *)buf + 4);
+  return hvd__set_error(rc, "%s (on rank %d)", (const char *)buf + 4,
+                        (int)first);
 }

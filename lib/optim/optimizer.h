@@ -62,6 +62,16 @@ struct hvd_optimizer {
 
 /* The plain optimizer that holds params and state (opt itself or its
  * base). */
+/* Collective over the world (lib/optim/optimizer.c). Every rank passes its
+ * own result (its message in hvd_last_error() when it failed); every rank
+ * returns the result and message of the lowest failing rank, with " (on
+ * rank R)" added when R is not 0: a step that can fail on one rank (an
+ * allocation) is agreed before the collectives that need it on all, so a
+ * rank that failed never strands its peers in them. name names the
+ * collectives ("<name>" and "<name>.error"). A failure of the collectives
+ * themselves is returned as is. */
+hvd_result_t hvd__optim_agree(const char *name, hvd_result_t local);
+
 hvd_optimizer_t *hvd__optim_core(hvd_optimizer_t *opt);
 const hvd_optimizer_t *hvd__optim_core_const(const hvd_optimizer_t *opt);
 

@@ -199,9 +199,14 @@ static hvd_result_t transfer(hvd_state_t *st, int to_live, const char *who) {
   hvd_optimizer_t *c = st->opt ? hvd__optim_core(st->opt) : NULL;
   int ns = c != NULL ? c->ops.nstate : 0;
   hvd_param_t *views = NULL; /* mixed precision: the masters */
-  if ((rc = hvd__mixed_ckpt_params(c, st->params, st->n, &views)) !=
-      HVD_SUCCESS)
+  rc = hvd__mixed_ckpt_params(c, st->params, st->n, &views);
+  if (st->opt != NULL && hvd__optim_sharded(st->opt)) /* gathers next */
+    rc = hvd__optim_agree("hvd.state.masters", rc);
+  if (rc != HVD_SUCCESS) {
+    free(views);
+    hvd__mixed_ckpt_done(c);
     return rc;
+  }
   const hvd_param_t *ps = views != NULL ? views : st->params;
   if (st->opt != NULL &&
       (rc = hvd__optim_state_gather(st->opt)) != HVD_SUCCESS) {

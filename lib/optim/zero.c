@@ -341,15 +341,15 @@ static void drop_full(hvd__zero_t *z, hvd_optimizer_t *core) {
 
 hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core) {
   static const char who[] = "the full optimizer state";
-  for (int s = 0; s < z->n * z->ns; s++) {
-    hvd_result_t rc =
-        alloc_state(who, core, &core->state[s], z->state[s].device);
-    if (rc != HVD_SUCCESS) {
-      drop_full(z, core);
-      return rc;
-    }
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int s = 0; s < z->n * z->ns && rc == HVD_SUCCESS; s++)
+    rc = alloc_state(who, core, &core->state[s], z->state[s].device);
+  /* every rank has its memory before any waits for it in a gather */
+  if ((rc = hvd__optim_agree("hvd.zero.gather", rc)) != HVD_SUCCESS) {
+    drop_full(z, core);
+    return rc;
   }
-  hvd_result_t rc = gather_blocks(z, core, STATE);
+  rc = gather_blocks(z, core, STATE);
   if (rc == HVD_SUCCESS)
     rc = gather_blocks(z, core, MASTERS);
   if (rc != HVD_SUCCESS)

@@ -30,6 +30,8 @@
  *     allreduce works; in the third R fails at once and the others with
  *     R's notice;
  *  E. R cannot allocate more than 64 KiB (case_alloc_fail says what then);
+ *  F. the same under a sharded optimizer on device parameters, whose
+ *     whole state R cannot gather (case_zero_alloc_fail says what then);
  * and after each case hvd_shutdown returns HVD_SUCCESS and hvd has freed
  * every device and pinned allocation, stream and event it made. Each case
  * ends within 10 s.
@@ -49,6 +51,7 @@
 
 #include "gputest.h"
 #include "hvd.h"
+#include "hvdtest.h"
 #include "standin.h"
 #include "tap/tap.h"
 
@@ -365,6 +368,124 @@ static void case_alloc_fail(void) {
   unsetenv("HVD_STANDIN_CUDA_MALLOC_LIMIT");
 }
 
+/* F. A sharded Adam (ZeRO-1) over two device parameters, p0 of 65536
+ * floats (256 KiB) and p1 of 17, one step taken; then R cannot allocate
+ * more than 64 KiB. hvd_checkpoint_save, hvd_broadcast_optimizer_state
+ * and an hvd_state commit each gather the whole state, whose 256 KiB
+ * tensors R cannot allocate: each call fails on every rank with R's
+ * words (" (on rank R)" added on the others) within 2 s; no rank is left
+ * waiting in a gather R never joins. With the limit gone the step and the
+ * three calls work again. (At np 1 R is rank 0 and fails alone.) */
+typedef struct zmodel {
+  float *v[2], *g[2];
+  hvd_param_t p[2];
+  hvd_optimizer_t *opt;
+} zmodel_t;
+
+static void zmodel_make(zmodel_t *m) {
+  static const int64_t n[2] = {65536, 17};
+  static const char *const names[2] = {"f.p0", "f.p1"};
+  for (int i = 0; i < 2; i++) {
+    size_t bytes = (size_t)n[i] * sizeof(float);
+    cuda_ok(cudaMalloc((void **)&m->v[i], bytes), "cudaMalloc");
+    cuda_ok(cudaMalloc((void **)&m->g[i], bytes), "cudaMalloc");
+    cuda_ok(cudaMemset(m->v[i], 0, bytes), "cudaMemset");
+    cuda_ok(cudaMemset(m->g[i], 0, bytes), "cudaMemset");
+    m->p[i].name = names[i];
+    m->p[i].value = hvd_tensor_make(m->v[i], HVD_FLOAT32, 1, &n[i]);
+    m->p[i].value.device = dev;
+    m->p[i].grad = m->p[i].value;
+    m->p[i].grad.data = m->g[i];
+  }
+  hvd_adam_options_t ao;
+  hvd_distributed_options_t o;
+  hvd_optimizer_t *base = NULL;
+  hvd_adam_options_init(&ao);
+  hvd_distributed_options_init(&o);
+  o.shard_optimizer_state = 1;
+  if (hvd_adam_create(m->p, 2, &ao, &base) != HVD_SUCCESS ||
+      hvd_distributed_optimizer(base, &o, &m->opt) != HVD_SUCCESS)
+    bail("a sharded Adam: %s", hvd_last_error());
+}
+
+static void zmodel_free(zmodel_t *m) {
+  hvd_optimizer_destroy(m->opt);
+  for (int i = 0; i < 2; i++) {
+    cuda_ok(cudaFree(m->v[i]), "cudaFree");
+    cuda_ok(cudaFree(m->g[i]), "cudaFree");
+  }
+}
+
+/* A step of gradients as they are (zero): both ready, then the update. */
+static hvd_result_t zstep(zmodel_t *m) {
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int i = 1; i >= 0 && rc == HVD_SUCCESS; i--)
+    rc = hvd_optimizer_grad_ready(m->opt, i);
+  return rc == HVD_SUCCESS ? hvd_optimizer_step(m->opt) : rc;
+}
+
+/* The three gathering calls; 0 each that succeeds, else its result with
+ * its message in msgs[k]. */
+static void zgather(zmodel_t *m, const char *path, hvd_state_t *st,
+                    hvd_result_t rcs[3], char msgs[3][1024], double *took) {
+  double t0 = now_s();
+  rcs[0] = hvd_checkpoint_save(path, m->p, 2, m->opt, 1);
+  snprintf(msgs[0], 1024, "%s", rcs[0] ? hvd_last_error() : "");
+  rcs[1] = hvd_broadcast_optimizer_state(m->opt, 0);
+  snprintf(msgs[1], 1024, "%s", rcs[1] ? hvd_last_error() : "");
+  rcs[2] = hvd_state_commit(st);
+  snprintf(msgs[2], 1024, "%s", rcs[2] ? hvd_last_error() : "");
+  *took = now_s() - t0;
+}
+
+static void case_zero_alloc_fail(void) {
+  static const char *const calls[3] = {
+      "hvd_checkpoint_save", "hvd_broadcast_optimizer_state",
+      "hvd_state_commit"};
+  const char *what = "sharded state, allocation fails";
+  char dir[1024], path[1100], v[64], msgs[3][1024], want[1200];
+  hvd_result_t rcs[3];
+  double took;
+  zmodel_t m;
+  hvd_state_t *st = NULL;
+  start(what);
+  hvdt_shared_tmpdir(dir, sizeof dir, "hvd-faults-zero");
+  snprintf(path, sizeof path, "%s/z.ckpt", dir);
+  zmodel_make(&m);
+  if (hvd_state_create(NULL, 1, &st) != HVD_SUCCESS ||
+      hvd_state_add_params(st, m.p, 2, m.opt) != HVD_SUCCESS)
+    bail("hvd_state: %s", hvd_last_error());
+  if (!ok(zstep(&m) == HVD_SUCCESS, "%s: a step", what))
+    diag("%s", hvd_last_error());
+  snprintf(v, sizeof v, "%d:%d", last, 65536);
+  setenv("HVD_STANDIN_CUDA_MALLOC_LIMIT", v, 1);
+  zgather(&m, path, st, rcs, msgs, &took);
+  unsetenv("HVD_STANDIN_CUDA_MALLOC_LIMIT");
+  /* R's words, and where R is not rank 0 " (on rank R)" on every rank */
+  snprintf(want, sizeof want,
+           "the full optimizer state: cudaMalloc: out of memory "
+           "(cudaErrorMemoryAllocation)");
+  if (last != 0)
+    snprintf(want + strlen(want), sizeof want - strlen(want), " (on rank %d)",
+             last);
+  for (int k = 0; k < 3; k++) {
+    ok(rcs[k] == HVD_ERR_CUDA || rcs[k] == HVD_ERR_NO_MEMORY,
+       "%s: %s fails on every rank (%d)", what, calls[k], (int)rcs[k]);
+    is_string(want, msgs[k], "%s: %s: rank %d's words", what, calls[k], last);
+  }
+  ok(took < 2 * 3, "%s: the three fail within 2 s each (%.2f s)", what, took);
+  if (!ok(zstep(&m) == HVD_SUCCESS, "%s: the next step works", what))
+    diag("%s", hvd_last_error());
+  zgather(&m, path, st, rcs, msgs, &took);
+  ok(rcs[0] == HVD_SUCCESS && rcs[1] == HVD_SUCCESS && rcs[2] == HVD_SUCCESS,
+     "%s: without the limit the three work (%s%s%s)", what, msgs[0], msgs[1],
+     msgs[2]);
+  hvd_state_destroy(st);
+  zmodel_free(&m);
+  hvdt_remove_tmpdir(dir);
+  stop(what);
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
@@ -383,6 +504,7 @@ int main(int argc, char **argv) {
   case_async_error();
   case_hang();
   case_alloc_fail();
+  case_zero_alloc_fail();
   cuda_ok(cudaFree(dbuf), "cudaFree");
   return tap_mpi_finish();
 }
