@@ -8,7 +8,8 @@
 #     every run exits 0 and says its precision; bf16 follows fp32 to 5e-3
 #     relative at every step (measured 2.7e-4) and bf16 at np 2 follows
 #     bf16 at np 1 to 2e-3 (1.8e-4; its gradients are summed in
-#     bfloat16); fp16 logs a finite loss
+#     bfloat16); bf16 --zero 1 at np 2 (float32 masters and AdamW state
+#     sharded) gives np 2's losses bit for bit; fp16 logs a finite loss
 #     at every step and ends below where it started;
 #  2. the command line: --precision fp8, --precision bf16 with --tf32 or
 #     --dense-embeddings, --cuda-graphs without --device gpu exit 2 with
@@ -57,7 +58,7 @@ train() {
     >"$tmp/$name.out" 2>"$tmp/$name.err"
 }
 
-echo "1..14"
+echo "1..16"
 
 # ---- 1. training ------------------------------------------------------------
 common="--steps 20 --seed 7"
@@ -83,6 +84,19 @@ if losses_agree "$tmp/bf16np1.json" "$tmp/bf16np2.json" 2e-3; then
   pass "bf16 at np 2 x 4 follows np 1 x 8 (2e-3)"
 else
   fail "bf16 at np 2 x 4 follows np 1 x 8 (2e-3)"
+fi
+if train zero1 2 $common --batch-size 4 --precision bf16 --zero 1 &&
+  [ -n "`losses "$tmp/zero1.json"`" ]; then
+  pass "bf16 --zero 1 at np 2 x 4: exit 0"
+else
+  fail "bf16 --zero 1 at np 2 x 4: exit 0"
+  show zero1
+fi
+if [ -n "`losses "$tmp/zero1.json"`" ] &&
+  [ "`losses "$tmp/zero1.json"`" = "`losses "$tmp/bf16np2.json"`" ]; then
+  pass "bf16 --zero 1 (masters and state sharded): np 2's losses bit for bit"
+else
+  fail "bf16 --zero 1 (masters and state sharded): np 2's losses bit for bit"
 fi
 if [ "`losses "$tmp/bf16np3.json" | wc -l`" = 20 ]; then
   pass "bf16 at np 3: 20 steps logged"
