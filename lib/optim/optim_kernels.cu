@@ -1,7 +1,9 @@
 /*
  * optim_kernels.cu - the built-in optimizers' device updates: SGD and
- * Adam/AdamW over a batch of parameters in one launch, and the scale of a
- * gradient. Interface and contract in optim_kernels.h.
+ * Adam/AdamW over a batch of parameters in one launch, the scale of a
+ * gradient, and mixed precision's conversions to and from float32 masters
+ * (one tensor, or a batch in one launch). Interface and contract in
+ * optim_kernels.h.
  *
  * The element formulas and their host-computed factors are optim_math.h's,
  * which the host stand-in (t/standin/kernels.c) runs too; built with
@@ -18,6 +20,11 @@
 #include "base/half.h"
 #include "optim/optim_kernels.h"
 #include "optim/optim_math.h"
+
+/* the span's layout as the C side (device.c) fills it, dtype an int */
+static_assert(sizeof(hvd__cuda_convert_span_t) == 32 &&
+                  sizeof(hvd_dtype_t) == sizeof(int),
+              "hvd__cuda_convert_span_t differs from the C side's");
 
 namespace {
 
@@ -51,11 +58,7 @@ __global__ void to_master_kernel(const void *src, int dtype, float *dst,
   int bad = 0;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    float v = dtype == HVD_FLOAT16 ? hvd__f16_to_f32(((const uint16_t *)src)[i])
-              : dtype == HVD_BFLOAT16
-                  ? hvd__bf16_to_f32(((const uint16_t *)src)[i])
-                  : ((const float *)src)[i];
-    v = v * f;
+    float v = hvd__km_to_master_elem(src, dtype, i, f);
     dst[i] = v;
     bad |= !isfinite(v);
   }
@@ -68,8 +71,40 @@ __global__ void from_master_kernel(const float *src, uint16_t *dst, int dtype,
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += stride)
-    dst[i] = dtype == HVD_FLOAT16 ? hvd__f32_to_f16(src[i])
-                                  : hvd__f32_to_bf16(src[i]);
+    dst[i] = hvd__km_from_master_elem(src[i], dtype);
+}
+
+/* The same over a batch, the grid as sgd_kernel's: grid.y walks the
+ * spans, grid.x a span's elements. One flag write per block at most. */
+__global__ void to_master_batch_kernel(const hvd__cuda_convert_span_t *spans,
+                                       int n, float f, int *nonfinite) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  int bad = 0;
+  for (int t = blockIdx.y; t < n; t += gridDim.y) {
+    hvd__cuda_convert_span_t sp = spans[t];
+    float *dst = (float *)sp.dst;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+         i < sp.count; i += stride) {
+      float v = hvd__km_to_master_elem(sp.src, (int)sp.dtype, i, f);
+      dst[i] = v;
+      bad |= !isfinite(v);
+    }
+  }
+  if (bad)
+    *nonfinite = 1;
+}
+
+__global__ void from_master_batch_kernel(const hvd__cuda_convert_span_t *spans,
+                                         int n) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int t = blockIdx.y; t < n; t += gridDim.y) {
+    hvd__cuda_convert_span_t sp = spans[t];
+    const float *src = (const float *)sp.src;
+    uint16_t *dst = (uint16_t *)sp.dst;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+         i < sp.count; i += stride)
+      dst[i] = hvd__km_from_master_elem(src[i], (int)sp.dtype);
+  }
 }
 
 /* a master that no longer rounds to its value: the value's, exactly */
@@ -181,6 +216,37 @@ extern "C" hvd_result_t hvd__cuda_from_master(const float *src, void *dst,
     return HVD_SUCCESS;
   from_master_kernel<<<hvd__grid_for(n, 1), hvd__kernel_threads, 0, stream>>>(
       src, (uint16_t *)dst, (int)dtype, n);
+  if (cudaPeekAtLastError() != cudaSuccess)
+    return hvd__launch_error(who);
+  return HVD_SUCCESS;
+}
+
+extern "C" hvd_result_t
+hvd__cuda_to_master_batch(const hvd__cuda_convert_span_t *spans, int n,
+                          int64_t max_count, double factor, int *nonfinite,
+                          cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_to_master_batch";
+  int go;
+  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, &go);
+  if (rc != HVD_SUCCESS || !go)
+    return rc;
+  to_master_batch_kernel<<<hvd__grid_for(max_count, n), hvd__kernel_threads, 0,
+                           stream>>>(spans, n, (float)factor, nonfinite);
+  if (cudaPeekAtLastError() != cudaSuccess)
+    return hvd__launch_error(who);
+  return HVD_SUCCESS;
+}
+
+extern "C" hvd_result_t
+hvd__cuda_from_master_batch(const hvd__cuda_convert_span_t *spans, int n,
+                            int64_t max_count, cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_from_master_batch";
+  int go;
+  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, &go);
+  if (rc != HVD_SUCCESS || !go)
+    return rc;
+  from_master_batch_kernel<<<hvd__grid_for(max_count, n), hvd__kernel_threads,
+                             0, stream>>>(spans, n);
   if (cudaPeekAtLastError() != cudaSuccess)
     return hvd__launch_error(who);
   return HVD_SUCCESS;

@@ -75,6 +75,31 @@ hvd_result_t hvd__cuda_refresh_master(const void *value, hvd_dtype_t dtype,
                                       float *master, int64_t n,
                                       cudaStream_t stream);
 
+/* One tensor of a batched conversion: count elements from src into dst,
+ * dtype the dtype of to_master's source (float32, float16 or bfloat16;
+ * src may be dst when float32) or of from_master's destination (float16
+ * or bfloat16; src does not overlap dst); the other side is float32. The
+ * spans of a launch touch disjoint memory. */
+typedef struct hvd__cuda_convert_span {
+  const void *src;
+  void *dst;
+  int64_t count;
+  hvd_dtype_t dtype;
+} hvd__cuda_convert_span_t;
+
+/* hvd__cuda_to_master (with the same factor and flag) of every span, in
+ * one launch; hvd__cuda_from_master of every span, in one launch. The
+ * call checks its own arguments as hvd__cuda_adam_step does ("<who>: n N
+ * or max_count M is negative", "<who>: spans is NULL (n N)"); the spans'
+ * counts and dtypes are the filler's to check (hvd__km_check_convert in
+ * optim_math.h), the span array being device memory. */
+hvd_result_t hvd__cuda_to_master_batch(const hvd__cuda_convert_span_t *spans,
+                                       int n, int64_t max_count, double factor,
+                                       int *nonfinite, cudaStream_t stream);
+hvd_result_t hvd__cuda_from_master_batch(const hvd__cuda_convert_span_t *spans,
+                                         int n, int64_t max_count,
+                                         cudaStream_t stream);
+
 /* ---- synchronized batch norm (lib/optim/sync_bn.c) --------------------
  * x, dy, y, dx: [n, c, s] (s positions per channel) of dtype float32,
  * float16 or bfloat16; per-channel sums in double, element math in float.

@@ -2,10 +2,11 @@
  * optim_math.h - the SGD and Adam/AdamW updates of the device kernels
  * (lib/optim/optim_kernels.cu) and of their host stand-in
  * (t/standin/kernels.c): the arguments a step checks, the scalar factors
- * (computed on the host) and the update of one element. Element math is
- * float, operation for operation as lib/optim/sgd.c and adam.c, so that
- * device and host agree bit for bit (no fused multiply-adds on either
- * side: see base/kernel_math.h).
+ * (computed on the host) and the update of one element; and mixed
+ * precision's element conversions to and from float32 masters. Element
+ * math is float, operation for operation as lib/optim/sgd.c, adam.c and
+ * mixed.c, so that device and host agree bit for bit (no fused
+ * multiply-adds on either side: see base/kernel_math.h).
  */
 #ifndef HVD_OPTIM_OPTIM_MATH_H
 #define HVD_OPTIM_OPTIM_MATH_H
@@ -101,6 +102,43 @@ HVD__KM_FN void hvd__km_adam_elem(hvd__km_adam_t a, float *v, const float *g,
   s[j] = a.b2 * s[j] + a.b2c * gj * gj;
   float denom = sqrtf(s[j]) / a.bc2_sqrt + a.eps;
   v[j] -= a.step_size * (m[j] / denom);
+}
+
+/* ---- mixed precision ---------------------------------------------------- */
+
+/* Element i of src (float32, float16 or bfloat16) times f, in float: a
+ * float32 master value or gradient (hvd__cuda_to_master and its batch). */
+HVD__KM_FN float hvd__km_to_master_elem(const void *src, int dtype, int64_t i,
+                                        float f) {
+  float v = dtype == HVD_FLOAT16 ? hvd__f16_to_f32(((const uint16_t *)src)[i])
+            : dtype == HVD_BFLOAT16
+                ? hvd__bf16_to_f32(((const uint16_t *)src)[i])
+                : ((const float *)src)[i];
+  return v * f;
+}
+
+/* One span of a batched conversion, checked by whoever fills the span
+ * array (the launch cannot read it: it is device memory): count >= 0 and
+ * a dtype of float32, float16 or bfloat16 (to_master: the source's), or
+ * of float16 or bfloat16 (from_master: the destination's). Else
+ * HVD_ERR_INVALID_ARG "<who>: span T: n N or dtype D", as the
+ * single-tensor calls say it. */
+static inline hvd_result_t hvd__km_check_convert(const char *who, int t,
+                                                 int64_t count,
+                                                 hvd_dtype_t dtype,
+                                                 int to_master) {
+  int ok = hvd__km_is_half(dtype) || (to_master && dtype == HVD_FLOAT32);
+  if (count < 0 || !ok)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: span %d: n %lld or dtype %d", who, t,
+                          (long long)count, (int)dtype);
+  return HVD_SUCCESS;
+}
+
+/* A float32 master rounded to float16 (dtype HVD_FLOAT16), else to
+ * bfloat16, to nearest even (hvd__cuda_from_master and its batch). */
+HVD__KM_FN uint16_t hvd__km_from_master_elem(float v, int dtype) {
+  return dtype == HVD_FLOAT16 ? hvd__f32_to_f16(v) : hvd__f32_to_bf16(v);
 }
 
 /* ---- synchronized batch norm ------------------------------------------ */

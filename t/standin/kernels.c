@@ -454,7 +454,7 @@ hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
   return HVD_SUCCESS;
 }
 
-/* ---- mixed precision, as the .cu's to/from_master_kernel -------------- */
+/* ---- mixed precision, as the .cu's to/from_master kernels ------------- */
 
 hvd_result_t hvd__cuda_to_master(const void *src, hvd_dtype_t dtype,
                                  float *dst, int64_t n, double factor,
@@ -477,12 +477,7 @@ hvd_result_t hvd__cuda_to_master(const void *src, hvd_dtype_t dtype,
   float f = (float)factor;
   int bad = 0;
   for (int64_t i = 0; i < n; i++) {
-    float v = dtype == HVD_FLOAT16
-                  ? hvd__f16_to_f32(((const uint16_t *)src)[i])
-              : dtype == HVD_BFLOAT16
-                  ? hvd__bf16_to_f32(((const uint16_t *)src)[i])
-                  : ((const float *)src)[i];
-    v = v * f;
+    float v = hvd__km_to_master_elem(src, dtype, i, f);
     dst[i] = v;
     bad |= !isfinite(v);
   }
@@ -507,8 +502,96 @@ hvd_result_t hvd__cuda_from_master(const float *src, void *dst,
   standin_access(stream, dst, (size_t)n * 2, 1, who, "dst");
   uint16_t *d = dst;
   for (int64_t i = 0; i < n; i++)
-    d[i] = dtype == HVD_FLOAT16 ? hvd__f32_to_f16(src[i])
-                                : hvd__f32_to_bf16(src[i]);
+    d[i] = hvd__km_from_master_elem(src[i], dtype);
+  return HVD_SUCCESS;
+}
+
+/* A batched conversion's launch, as the .cu needs it: the stream, the
+ * span array in device memory, and each span's count and dtype
+ * (hvd__km_check_convert: the .cu cannot read the spans to refuse a bad
+ * one, so it is fatal here), src and dst as check_span (float32 on the
+ * master's side), in place only between float32s, no span writing what
+ * another touches; then the stream accesses of them all. */
+static void check_convert(const char *who,
+                          const hvd__cuda_convert_span_t *spans, int n,
+                          int64_t max_count, int to_master,
+                          cudaStream_t stream) {
+  size_t bytes = (size_t)n * sizeof *spans, m = 0;
+  check_launch(who, spans, bytes, stream);
+  iv_t *iv = iv_alloc(2 * (size_t)n);
+  for (int t = 0; t < n; t++) {
+    const hvd__cuda_convert_span_t *sp = &spans[t];
+    if (hvd__km_check_convert(who, t, sp->count, sp->dtype, to_master) !=
+        HVD_SUCCESS)
+      standin_die("%s", hvd_last_error());
+    size_t es = hvd_dtype_size(sp->dtype);
+    size_t ss = to_master ? es : sizeof(float);
+    size_t ds = to_master ? sizeof(float) : es;
+    check_span(who, t, sp->src, sp->dst, sp->count, max_count, ss, ds);
+    uintptr_t s = (uintptr_t)sp->src, d = (uintptr_t)sp->dst;
+    if (sp->count > 0 && s == d && ss != ds)
+      standin_die("%s: span %d converts in place between %zu- and %zu-byte "
+                  "elements",
+                  who, t, ss, ds);
+    iv[m++] = (iv_t){d, d + (size_t)sp->count * ds, t, 1};
+    if (s != d)
+      iv[m++] = (iv_t){s, s + (size_t)sp->count * ss, t, 0};
+  }
+  check_disjoint(who, iv, m);
+  free(iv);
+  standin_access(stream, spans, bytes, 0, who, "the span array");
+  for (int t = 0; t < n; t++) {
+    size_t es = hvd_dtype_size(spans[t].dtype), cnt = (size_t)spans[t].count;
+    standin_access(stream, spans[t].src, cnt * (to_master ? es : 4), 0, who,
+                   "a span's src");
+    standin_access(stream, spans[t].dst, cnt * (to_master ? 4 : es), 1, who,
+                   "a span's dst");
+  }
+}
+
+hvd_result_t hvd__cuda_to_master_batch(const hvd__cuda_convert_span_t *spans,
+                                       int n, int64_t max_count, double factor,
+                                       int *nonfinite, cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_to_master_batch";
+  int go;
+  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, &go);
+  if (rc != HVD_SUCCESS || !go)
+    return rc;
+  check_convert(who, spans, n, max_count, 1, stream);
+  standin_need_device(nonfinite, sizeof *nonfinite, who, "nonfinite");
+  standin_access(stream, nonfinite, sizeof *nonfinite, 1, who, "nonfinite");
+  float f = (float)factor;
+  int bad = 0;
+  for (int t = 0; t < n; t++) {
+    hvd__cuda_convert_span_t sp = spans[t];
+    float *dst = sp.dst;
+    for (int64_t i = 0; i < sp.count; i++) {
+      float v = hvd__km_to_master_elem(sp.src, sp.dtype, i, f);
+      dst[i] = v;
+      bad |= !isfinite(v);
+    }
+  }
+  if (bad)
+    *nonfinite = 1;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__cuda_from_master_batch(const hvd__cuda_convert_span_t *spans,
+                                         int n, int64_t max_count,
+                                         cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_from_master_batch";
+  int go;
+  hvd_result_t rc = hvd__km_check_batch(who, spans, n, max_count, &go);
+  if (rc != HVD_SUCCESS || !go)
+    return rc;
+  check_convert(who, spans, n, max_count, 0, stream);
+  for (int t = 0; t < n; t++) {
+    hvd__cuda_convert_span_t sp = spans[t];
+    const float *src = sp.src;
+    uint16_t *dst = sp.dst;
+    for (int64_t i = 0; i < sp.count; i++)
+      dst[i] = hvd__km_from_master_elem(src[i], sp.dtype);
+  }
   return HVD_SUCCESS;
 }
 
