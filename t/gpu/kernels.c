@@ -11,6 +11,12 @@
  *    postscale for every dtype, as hvd__reduce_finish (integer averages
  *    truncate); float16/bfloat16 back to float32, as hvd__cast_from_wire;
  *  - one tensor: hvd__cuda_scale, hvd__cuda_reduce_finish;
+ *  - mixed precision's batched conversions (hvd__cuda_to_master_batch,
+ *    hvd__cuda_from_master_batch): spans of float16, bfloat16 and float32
+ *    of odd counts (0, 1, more than a block; one float32 span in place),
+ *    scaled, against the single-tensor kernels span by span (bit for bit)
+ *    and the host's half.h conversions; the found-inf flag clear on
+ *    finite data and set by one planted inf; 70001 spans in one launch;
  *  - SGD (plain, momentum with dampening and weight decay, nesterov) and
  *    Adam, Adam with L2, AdamW: three steps with a changing learning rate
  *    against hvd_sgd_create/hvd_adam_create on host copies, values and
@@ -48,6 +54,7 @@ int main(void) { skip_all("%s", GPU_TEST_NO_CUDA); }
 #include "hvd.h"
 #include "ops/cuda_kernels.h"
 #include "optim/optim_kernels.h"
+#include "optim/optim_math.h"
 #include "base/device.h"
 #include "ops/reduce.h"
 #include "optim/optimizer.h"
@@ -398,6 +405,334 @@ static void grad_scale(double factor) {
   free(got);
 }
 
+/* ---- mixed precision: batched conversions ------------------------------ */
+
+/* A batch of conversions laid out in two device buffers: the value side
+ * (span t's count elements of dtype[t] at byte lo[t], 4-aligned, padding
+ * between) and the float32 master side (at byte mo[t], contiguous).
+ * to_master reads the value side into the master side, except span
+ * in_place (float32), converted where it is; from_master writes the
+ * value side from the master side. */
+typedef struct conv {
+  int n;
+  const int64_t *count;
+  const hvd_dtype_t *dtype;
+  size_t *lo, *mo, lbytes, mbytes;
+  int64_t max_count;
+  int in_place; /* -1: none */
+  int single;   /* also against the single-tensor kernels (few spans) */
+  hvd__cuda_convert_span_t *dev_spans;
+} conv_t;
+
+static conv_t conv_make(int n, const int64_t *count, const hvd_dtype_t *dtype,
+                        int in_place) {
+  conv_t c = {.n = n, .count = count, .dtype = dtype, .in_place = in_place};
+  c.lo = xmalloc((size_t)n * sizeof(size_t));
+  c.mo = xmalloc((size_t)n * sizeof(size_t));
+  c.single = n < 100;
+  for (int t = 0; t < n; t++) {
+    c.lo[t] = c.lbytes;
+    c.lbytes = (c.lbytes + (size_t)count[t] * hvd_dtype_size(dtype[t]) + 3) &
+               ~(size_t)3;
+    c.mo[t] = c.mbytes;
+    c.mbytes += (size_t)count[t] * sizeof(float);
+    if (count[t] > c.max_count)
+      c.max_count = count[t];
+  }
+  c.dev_spans = dev_alloc((size_t)n * sizeof *c.dev_spans);
+  return c;
+}
+
+static void conv_free(conv_t *c) {
+  free(c->lo);
+  free(c->mo);
+  cudaFree(c->dev_spans);
+}
+
+/* The spans over device buffers val (value side) and mst (master side). */
+static void conv_spans(const conv_t *c, int to_master, char *val, char *mst) {
+  hvd__cuda_convert_span_t *h = xmalloc((size_t)c->n * sizeof *h);
+  for (int t = 0; t < c->n; t++) {
+    void *v = val + c->lo[t], *m = mst + c->mo[t];
+    h[t].src = to_master ? v : m;
+    h[t].dst = !to_master ? v : t == c->in_place ? v : m;
+    h[t].count = c->count[t];
+    h[t].dtype = c->dtype[t];
+  }
+  to_dev(c->dev_spans, h, (size_t)c->n * sizeof *h);
+  free(h);
+}
+
+/* A device buffer of n bytes holding host bytes h (or 0xa5 garbage). */
+static void *dev_with(const void *h, size_t n) {
+  void *d = dev_alloc(n);
+  void *g = NULL;
+  if (h == NULL) {
+    g = xmalloc(n);
+    memset(g, 0xa5, n);
+  }
+  to_dev(d, h != NULL ? h : g, n);
+  free(g);
+  return d;
+}
+
+/* n values of a float dtype: fill()'s mix (raw), else ordinary finite
+ * ones that stay finite times a factor below 2^80. */
+static void fill_values(void *buf, int64_t n, hvd_dtype_t d, int raw) {
+  if (raw) {
+    fill(buf, n, d);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    float f = (float)(uniform(-1, 1) * pow(2, uniform(-30, 20)));
+    if (d == HVD_FLOAT32)
+      ((float *)buf)[i] = f;
+    else
+      ((uint16_t *)buf)[i] =
+          d == HVD_FLOAT16 ? hvd__f32_to_f16(f / 0x1p12f) : hvd__f32_to_bf16(f);
+  }
+}
+
+/* The host's conversion (mixed.c's host loop): 1 when a result is not
+ * finite. */
+static int host_to_master(const void *src, hvd_dtype_t d, float *dst, int64_t n,
+                          float f) {
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t h = d != HVD_FLOAT32 ? ((const uint16_t *)src)[i] : 0;
+    float v = d == HVD_FLOAT16    ? hvd__f16_to_f32(h)
+              : d == HVD_BFLOAT16 ? hvd__bf16_to_f32(h)
+                                  : ((const float *)src)[i];
+    dst[i] = v * f;
+    bad |= !isfinite(dst[i]);
+  }
+  return bad;
+}
+
+/* Value-side buffers that differ: elements by their span's dtype (any
+ * NaN equals any NaN), the padding between spans byte for byte. */
+static int64_t val_differ(const conv_t *c, const char *want, const char *got,
+                          const char *what) {
+  int64_t bad = 0;
+  size_t at = 0;
+  for (int t = 0; t <= c->n; t++) {
+    size_t end = t < c->n ? c->lo[t] : c->lbytes;
+    bad += end > at && memcmp(want + at, got + at, end - at) != 0;
+    if (t == c->n)
+      break;
+    bad +=
+        differ(want + c->lo[t], got + c->lo[t], c->count[t], c->dtype[t], what);
+    at = c->lo[t] + (size_t)c->count[t] * hvd_dtype_size(c->dtype[t]);
+  }
+  return bad;
+}
+
+/* The checks of one conversion batch: launched, as the host, bit for bit
+ * as the single-tensor kernels (when c->single), and the flag (to_master:
+ * flag holds the host's, the batch's and the single kernels'). */
+static void conv_report(const conv_t *c, const char *what, hvd_result_t rc,
+                        int64_t host_bad, int single_same, const int *flag) {
+  tap_note("%s", hvd_last_error());
+  if (!is_int(HVD_SUCCESS, rc, "%s: launched", what)) {
+    skip(1 + c->single + (flag != NULL) * (1 + c->single), "not launched");
+    return;
+  }
+  is_int(0, host_bad, "%s: as the host", what);
+  if (c->single)
+    ok(single_same, "%s: bit for bit as the single-tensor kernel", what);
+  if (flag == NULL)
+    return;
+  is_int(flag[0], flag[1], "%s: the flag %s, as the host's", what,
+         flag[0] ? "set" : "clear");
+  if (c->single)
+    is_int(flag[2], flag[1], "%s: the flag as the single kernels'", what);
+}
+
+/* hvd__cuda_to_master_batch times factor over values of c's dtypes
+ * (raw: fill()'s mix, else finite), with an inf in span `plant` (-1:
+ * none), against the host and against hvd__cuda_to_master span by span
+ * (run first: span in_place is overwritten by the batch) when c->single. */
+static void to_master_case(const conv_t *c, double factor, int raw, int plant,
+                           const char *what) {
+  char *val = xmalloc(c->lbytes), *gval = xmalloc(c->lbytes);
+  char *want = xmalloc(c->mbytes), *got = xmalloc(c->mbytes);
+  char *ref = xmalloc(c->mbytes);
+  int flag[3] = {0, 0, 0}; /* host, batch, single */
+  memset(val, 0, c->lbytes);
+  for (int t = 0; t < c->n; t++)
+    fill_values(val + c->lo[t], c->count[t], c->dtype[t], raw);
+  if (plant >= 0) {
+    int64_t i = c->count[plant] / 2;
+    if (c->dtype[plant] == HVD_FLOAT32)
+      ((float *)(val + c->lo[plant]))[i] = INFINITY;
+    else
+      ((uint16_t *)(val + c->lo[plant]))[i] =
+          c->dtype[plant] == HVD_FLOAT16 ? 0x7c00 : 0x7f80;
+  }
+  memset(want, 0xa5, c->mbytes);
+  for (int t = 0; t < c->n; t++)
+    flag[0] |=
+        host_to_master(val + c->lo[t], c->dtype[t], (float *)(want + c->mo[t]),
+                       c->count[t], (float)factor);
+  char *dval = dev_with(val, c->lbytes), *dm = dev_with(NULL, c->mbytes);
+  char *dref = dev_with(NULL, c->mbytes);
+  int *dflag = dev_with(flag + 1, 2 * sizeof(int));
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int t = 0; c->single && t < c->n && rc == HVD_SUCCESS; t++)
+    rc = hvd__cuda_to_master(dval + c->lo[t], c->dtype[t],
+                             (float *)(dref + c->mo[t]), c->count[t], factor,
+                             dflag + 1, 0);
+  if (rc != HVD_SUCCESS)
+    bail("%s: hvd__cuda_to_master: %s", what, hvd_last_error());
+  conv_spans(c, 1, dval, dm);
+  rc = hvd__cuda_to_master_batch(c->dev_spans, c->n, c->max_count, factor,
+                                 dflag, 0);
+  to_host(gval, dval, c->lbytes);
+  to_host(got, dm, c->mbytes);
+  to_host(ref, dref, c->mbytes);
+  to_host(flag + 1, dflag, 2 * sizeof(int));
+  int64_t bad = 0;
+  if (c->in_place >= 0) { /* its master side untouched; its result */
+    size_t at = c->mo[c->in_place], n = (size_t)c->count[c->in_place] * 4;
+    for (size_t i = 0; i < n; i++)
+      bad += (unsigned char)got[at + i] != 0xa5;
+    memcpy(got + at, gval + c->lo[c->in_place], n);
+  }
+  bad += differ(want, got, (int64_t)(c->mbytes / 4), HVD_FLOAT32, what);
+  conv_report(c, what, rc, bad, memcmp(ref, got, c->mbytes) == 0, flag);
+  cudaFree(dval);
+  cudaFree(dm);
+  cudaFree(dref);
+  cudaFree(dflag);
+  free(val);
+  free(gval);
+  free(want);
+  free(got);
+  free(ref);
+}
+
+/* hvd__cuda_from_master_batch of fill()'s float32 mix (NaN, infinity,
+ * subnormals, overflow) into c's float16/bfloat16 spans, against the
+ * host's half.h and (c->single) hvd__cuda_from_master span by span. */
+static void from_master_case(const conv_t *c, const char *what) {
+  float *mst = xmalloc(c->mbytes);
+  char *want = xmalloc(c->lbytes), *got = xmalloc(c->lbytes);
+  char *ref = xmalloc(c->lbytes);
+  fill(mst, (int64_t)(c->mbytes / 4), HVD_FLOAT32);
+  memset(want, 0xa5, c->lbytes);
+  for (int t = 0; t < c->n; t++) {
+    const float *m = (const float *)((const char *)mst + c->mo[t]);
+    uint16_t *v = (uint16_t *)(want + c->lo[t]);
+    for (int64_t i = 0; i < c->count[t]; i++)
+      v[i] = c->dtype[t] == HVD_FLOAT16 ? hvd__f32_to_f16(m[i])
+                                        : hvd__f32_to_bf16(m[i]);
+  }
+  char *dm = dev_with(mst, c->mbytes), *dval = dev_with(NULL, c->lbytes);
+  char *dref = dev_with(NULL, c->lbytes);
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int t = 0; c->single && t < c->n && rc == HVD_SUCCESS; t++)
+    rc = hvd__cuda_from_master((const float *)(dm + c->mo[t]), dref + c->lo[t],
+                               c->dtype[t], c->count[t], 0);
+  if (rc != HVD_SUCCESS)
+    bail("%s: hvd__cuda_from_master: %s", what, hvd_last_error());
+  conv_spans(c, 0, dval, dm);
+  rc = hvd__cuda_from_master_batch(c->dev_spans, c->n, c->max_count, 0);
+  to_host(got, dval, c->lbytes);
+  to_host(ref, dref, c->lbytes);
+  conv_report(c, what, rc, val_differ(c, want, got, what),
+              memcmp(ref, got, c->lbytes) == 0, NULL);
+  cudaFree(dm);
+  cudaFree(dval);
+  cudaFree(dref);
+  free(mst);
+  free(want);
+  free(got);
+  free(ref);
+}
+
+/* The batched calls' own argument checks, and the spans' check that
+ * lib/optim/device.c runs before filling a batch. */
+static void conv_errors(void) {
+  int *dflag = dev_with(&(int){0}, sizeof(int)), flag = -1;
+  hvd__cuda_convert_span_t *dspans = dev_with(NULL, sizeof *dspans);
+  hvd_result_t rc = hvd__cuda_to_master_batch(NULL, 2, 1, 1.0, dflag, 0);
+  is_int(HVD_ERR_INVALID_ARG, rc, "to_master_batch: NULL spans are refused");
+  is_string("hvd__cuda_to_master_batch: spans is NULL (n 2)", hvd_last_error(),
+            "to_master_batch: and says so");
+  rc = hvd__cuda_from_master_batch(dspans, -1, 0, 0);
+  is_string("hvd__cuda_from_master_batch: n -1 or max_count 0 is negative",
+            hvd_last_error(), "from_master_batch: a negative n is refused");
+  rc = hvd__cuda_to_master_batch(dspans, 0, 0, 2.0, dflag, 0);
+  is_int(HVD_SUCCESS, rc, "to_master_batch: an empty batch launches nothing");
+  rc = hvd__cuda_from_master_batch(dspans, 1, 0, 0);
+  is_int(HVD_SUCCESS, rc,
+         "from_master_batch: max_count 0 launches nothing (spans unread)");
+  to_host(&flag, dflag, sizeof flag);
+  is_int(0, flag, "to_master_batch: and leaves the flag alone");
+  rc = hvd__km_check_convert("hvd__cuda_from_master_batch", 3, 4, HVD_FLOAT32,
+                             0);
+  is_string("hvd__cuda_from_master_batch: span 3: n 4 or dtype 6",
+            hvd_last_error(),
+            "from_master_batch: a float32 destination is "
+            "refused where the spans are filled");
+  is_int(HVD_SUCCESS,
+         hvd__km_check_convert("x", 0, 0, HVD_FLOAT32, 1) |
+             hvd__km_check_convert("x", 0, 5, HVD_BFLOAT16, 0),
+         "float32 sources and bfloat16 destinations are accepted");
+  rc =
+      hvd__km_check_convert("hvd__cuda_to_master_batch", 1, -2, HVD_FLOAT16, 1);
+  is_string("hvd__cuda_to_master_batch: span 1: n -2 or dtype 4",
+            hvd_last_error(), "to_master_batch: a negative count is refused");
+  cudaFree(dspans);
+  cudaFree(dflag);
+}
+
+#define NC 9
+static const int64_t ccounts[NC] = {5, 0, 257, 1, 4099, 300, 256, 1000, 33};
+static const hvd_dtype_t cdtypes[NC] = {
+    HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_BFLOAT16, HVD_FLOAT16,
+    HVD_FLOAT32, HVD_BFLOAT16, HVD_FLOAT16, HVD_FLOAT32};
+static const hvd_dtype_t chalves[NC] = {
+    HVD_FLOAT16,  HVD_BFLOAT16, HVD_BFLOAT16, HVD_FLOAT16, HVD_FLOAT16,
+    HVD_BFLOAT16, HVD_BFLOAT16, HVD_FLOAT16,  HVD_BFLOAT16};
+
+static void mixed_batches(void) {
+  conv_t c = conv_make(NC, ccounts, cdtypes, 5);
+  to_master_case(&c, 1.0 / 3, 0, -1,
+                 "to_master_batch x 1/3, 9 mixed spans, finite");
+  to_master_case(&c, 1.0 / 3, 0, 4,
+                 "to_master_batch x 1/3, 9 mixed spans, an inf in span 4");
+  to_master_case(&c, 0.5, 1, -1, "to_master_batch x 0.5, 9 mixed spans, raw");
+  to_master_case(&c, 1.0, 0, 8, "to_master_batch x 1, an inf in span 8");
+  conv_free(&c);
+  c = conv_make(NC, ccounts, chalves, -1);
+  from_master_case(&c, "from_master_batch, 9 float16/bfloat16 spans");
+  conv_free(&c);
+
+  /* More spans than grid.y's 65535: every one past 65530 and every 16th
+   * before of 1 to 3 elements, the others empty (few writes: the
+   * stand-in's stream-order check costs the square of their number). */
+  enum { MANY = 70001 };
+  int64_t *many = xmalloc(MANY * sizeof *many);
+  hvd_dtype_t *types = xmalloc(MANY * sizeof *types);
+  for (int i = 0; i < MANY; i++) {
+    many[i] = i % 16 == 0 || i >= 65530 ? 1 + i % 3 : 0;
+    types[i] = cdtypes[i % NC];
+  }
+  c = conv_make(MANY, many, types, -1);
+  to_master_case(&c, 0.25, 0, MANY - 1,
+                 "to_master_batch x 0.25, 70001 spans, an inf in the last");
+  conv_free(&c);
+  for (int i = 0; i < MANY; i++)
+    types[i] = chalves[i % NC];
+  c = conv_make(MANY, many, types, -1);
+  from_master_case(&c, "from_master_batch, 70001 spans");
+  conv_free(&c);
+  free(many);
+  free(types);
+  conv_errors();
+}
+
 /* ---- optimizers -------------------------------------------------------- */
 
 #define NP 5
@@ -633,6 +968,7 @@ int main(void) {
          "grad_scale: a negative count is rejected");
   is_string("hvd__cuda_grad_scale: n -1 or dtype 6", hvd_last_error(),
             "grad_scale: the message names the call and the count");
+  mixed_batches();
   optimizers();
   errors();
   done_testing();
