@@ -20,6 +20,12 @@
 
 #include "base/device.h"
 #include "optim/optim_kernels.h"
+#include "optim/optim_math.h"
+
+/* the span's layout as optim_kernels.cu reads it, dtype an int */
+_Static_assert(sizeof(hvd__cuda_convert_span_t) == 32 &&
+                   sizeof(hvd_dtype_t) == sizeof(int),
+               "hvd__cuda_convert_span_t differs from the CUDA side's");
 
 struct hvd__odev {
   int dev;
@@ -28,6 +34,9 @@ struct hvd__odev {
   hvd__cuda_param_span_t *dspans; /* and uploaded here (device) */
   int cap;                        /* entries of both */
   int *flag;                      /* mixed precision's found-inf (device) */
+  /* mixed precision's batched conversions: their own span arrays */
+  hvd__cuda_convert_span_t *cspans, *dcspans; /* host, device */
+  int ccap;                                   /* entries of both */
 };
 
 /* HVD_ERR_CUDA "<who>: <call up to its '('>: <string> (<name>)", as
@@ -106,11 +115,13 @@ void hvd__odev_close(hvd__odev_t *d) {
       cudaStreamDestroy(d->stream);
     }
     cudaFree(d->dspans);
+    cudaFree(d->dcspans);
     cudaFree(d->flag);
   }
   leave(d->dev, prev);
   (void)cudaGetLastError(); /* nothing to report from a teardown */
   free(d->spans);
+  free(d->cspans);
   free(d);
 }
 
@@ -216,20 +227,6 @@ fail:
   return rc;
 }
 
-hvd_result_t hvd__odev_from_master(const char *who, hvd__odev_t *d,
-                                   const float *src, void *dst,
-                                   hvd_dtype_t dtype, int64_t n) {
-  hvd_result_t rc = HVD_SUCCESS;
-  int prev = -1;
-  HVD__CHECK(enter(who, d->dev, &prev));
-  rc = hvd__cuda_from_master(src, dst, dtype, n, d->stream);
-  if (rc != HVD_SUCCESS)
-    rc = kernel_fail(who, rc);
-fail:
-  leave(d->dev, prev);
-  return rc;
-}
-
 hvd_result_t hvd__odev_refresh_master(const char *who, hvd__odev_t *d,
                                       const void *value, hvd_dtype_t dtype,
                                       float *master, int64_t n) {
@@ -250,6 +247,109 @@ static hvd_result_t grow(const char *who, hvd__odev_t *d, int n) {
   hvd_result_t rc = hvd__cuda_twin_grow((void **)&d->spans, (void **)&d->dspans,
                                         &d->cap, n, sizeof *d->spans, 16, 0);
   return rc == HVD_SUCCESS ? rc : kernel_fail(who, rc);
+}
+
+/* d->cspans and d->dcspans hold at least n entries. Growing frees the
+ * device array, which the last conversion launched on d's stream may
+ * still be reading: the stream is waited for first (growth is rare: the
+ * arrays only grow), so that no launch in flight sees it go. */
+static hvd_result_t grow_convert(const char *who, hvd__odev_t *d, int n) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (n <= d->ccap)
+    return HVD_SUCCESS;
+  ODEV_CHECK(cudaStreamSynchronize(d->stream));
+  rc = hvd__cuda_twin_grow((void **)&d->cspans, (void **)&d->dcspans, &d->ccap,
+                           n, sizeof *d->cspans, 16, 0);
+  if (rc != HVD_SUCCESS)
+    rc = kernel_fail(who, rc);
+fail:
+  return rc;
+}
+
+/* c[0..n) checked as the launch `kname` needs them (to_master: which
+ * one), written into d->cspans and copied to d->dcspans on d's stream;
+ * *max_count: the largest count. d's device is current. */
+static hvd_result_t upload_convert(const char *who, const char *kname,
+                                   hvd__odev_t *d, const hvd__odev_convert_t *c,
+                                   int n, int to_master, int64_t *max_count) {
+  hvd_result_t rc = HVD_SUCCESS;
+  *max_count = 0;
+  for (int t = 0; t < n; t++)
+    if (hvd__km_check_convert(kname, t, c[t].n, c[t].dtype, to_master) !=
+        HVD_SUCCESS)
+      return kernel_fail(who, HVD_ERR_INVALID_ARG);
+  HVD__CHECK(grow_convert(who, d, n));
+  for (int t = 0; t < n; t++) {
+    hvd__cuda_convert_span_t *sp = &d->cspans[t];
+    sp->src = c[t].src;
+    sp->dst = c[t].dst;
+    sp->count = c[t].n;
+    sp->dtype = c[t].dtype;
+    if (sp->count > *max_count)
+      *max_count = sp->count;
+  }
+  /* Both arrays are refilled by every batch, while the previous batch's
+   * kernel may still be queued or running; neither write can reach what
+   * that kernel reads. The host array is malloc'd (pageable), so
+   * cudaMemcpyAsync has staged it before it returns: refilling it later
+   * changes nothing already copied. The copy into the device array is
+   * enqueued on d's stream, behind every earlier launch on that stream
+   * that reads the array: the stream runs them in order, so the copy
+   * lands only after they are done (no event needed), and no other
+   * stream reads it. Only growth frees it (grow_convert waits first). */
+  ODEV_CHECK(cudaMemcpyAsync(d->dcspans, d->cspans,
+                             (size_t)n * sizeof *d->cspans,
+                             cudaMemcpyHostToDevice, d->stream));
+fail:
+  return rc;
+}
+
+/* The end of a batched call: after a failure, the stream waited for (the
+ * spans' copy may be queued) and CUDA's last error cleared. */
+static void convert_end(hvd__odev_t *d, hvd_result_t rc, int prev) {
+  if (rc != HVD_SUCCESS && d->stream != NULL) {
+    (void)cudaStreamSynchronize(d->stream);
+    (void)cudaGetLastError();
+  }
+  leave(d->dev, prev);
+}
+
+hvd_result_t hvd__odev_to_master_batch(const char *who, hvd__odev_t *d,
+                                       const hvd__odev_convert_t *c, int n,
+                                       double factor) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  int64_t max_count = 0;
+  if (n == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  HVD__CHECK(
+      upload_convert(who, "hvd__cuda_to_master_batch", d, c, n, 1, &max_count));
+  rc = hvd__cuda_to_master_batch(d->dcspans, n, max_count, factor, d->flag,
+                                 d->stream);
+  if (rc != HVD_SUCCESS)
+    rc = kernel_fail(who, rc);
+fail:
+  convert_end(d, rc, prev);
+  return rc;
+}
+
+hvd_result_t hvd__odev_from_master_batch(const char *who, hvd__odev_t *d,
+                                         const hvd__odev_convert_t *c, int n) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  int64_t max_count = 0;
+  if (n == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  HVD__CHECK(upload_convert(who, "hvd__cuda_from_master_batch", d, c, n, 0,
+                            &max_count));
+  rc = hvd__cuda_from_master_batch(d->dcspans, n, max_count, d->stream);
+  if (rc != HVD_SUCCESS)
+    rc = kernel_fail(who, rc);
+fail:
+  convert_end(d, rc, prev);
+  return rc;
 }
 
 hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,
@@ -393,15 +493,20 @@ hvd_result_t hvd__odev_to_master(const char *who, hvd__odev_t *d,
   return no_cuda(who);
 }
 
-hvd_result_t hvd__odev_from_master(const char *who, hvd__odev_t *d,
-                                   const float *src, void *dst,
-                                   hvd_dtype_t dtype, int64_t n) {
+hvd_result_t hvd__odev_to_master_batch(const char *who, hvd__odev_t *d,
+                                       const hvd__odev_convert_t *c, int n,
+                                       double factor) {
   (void)d;
-  (void)src;
-  (void)dst;
-  (void)dtype;
-  (void)n;
-  return no_cuda(who);
+  (void)c;
+  (void)factor;
+  return n == 0 ? HVD_SUCCESS : no_cuda(who);
+}
+
+hvd_result_t hvd__odev_from_master_batch(const char *who, hvd__odev_t *d,
+                                         const hvd__odev_convert_t *c, int n) {
+  (void)d;
+  (void)c;
+  return n == 0 ? HVD_SUCCESS : no_cuda(who);
 }
 
 hvd_result_t hvd__odev_refresh_master(const char *who, hvd__odev_t *d,

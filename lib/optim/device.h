@@ -1,7 +1,7 @@
 /*
  * device.h - lib/optim's device side: the device context of an optimizer
  * (the rank's GPU, a stream of the optimizer's own, the span arrays of the
- * batched update kernels of optim_kernels.cu) and synchronous
+ * batched update and conversion kernels of optim_kernels.cu) and synchronous
  * copies between host memory and a device tensor, for checksums and
  * checkpoints.
  *
@@ -55,16 +55,33 @@ hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,
 /* Mixed precision (mixed.c), on d's stream: a found-inf flag in device
  * memory, cleared (made the first time) and read (waits for the stream);
  * float32 masters from values or gradients of dtype (float32, float16,
- * bfloat16) times factor, setting the flag on an inf or NaN; values
- * (float16 or bfloat16) from masters, rounded to nearest even. */
+ * bfloat16) times factor, setting the flag on an inf or NaN. */
 hvd_result_t hvd__odev_flag_reset(const char *who, hvd__odev_t *d);
 hvd_result_t hvd__odev_flag_read(const char *who, hvd__odev_t *d, int *out);
 hvd_result_t hvd__odev_to_master(const char *who, hvd__odev_t *d,
                                  const void *src, hvd_dtype_t dtype, float *dst,
                                  int64_t n, double factor);
-hvd_result_t hvd__odev_from_master(const char *who, hvd__odev_t *d,
-                                   const float *src, void *dst,
-                                   hvd_dtype_t dtype, int64_t n);
+
+/* One device tensor of a batched conversion: n elements from src into
+ * dst; dtype is the source's for to_master (float32, float16, bfloat16;
+ * src may be dst when float32) and the destination's for from_master
+ * (float16, bfloat16), the other side float32. The tensors of one batch
+ * touch disjoint memory. */
+typedef struct hvd__odev_convert {
+  const void *src;
+  void *dst;
+  hvd_dtype_t dtype;
+  int64_t n;
+} hvd__odev_convert_t;
+
+/* One launch for c[0..n) (none when n is 0): every hvd__odev_to_master
+ * with the same factor and flag; or every value from its master, rounded
+ * to nearest even. */
+hvd_result_t hvd__odev_to_master_batch(const char *who, hvd__odev_t *d,
+                                       const hvd__odev_convert_t *c, int n,
+                                       double factor);
+hvd_result_t hvd__odev_from_master_batch(const char *who, hvd__odev_t *d,
+                                         const hvd__odev_convert_t *c, int n);
 /* A master element that no longer rounds to its value (float16 or
  * bfloat16) becomes that value (hvd__cuda_refresh_master). */
 hvd_result_t hvd__odev_refresh_master(const char *who, hvd__odev_t *d,

@@ -12,12 +12,14 @@
  *   1. every gradient to float32 times 1/scale (and the no-sync pass
  *      factor): a low-precision one into its master gradient, a float32
  *      one in place when the factor is not 1, noting any inf or NaN (host
- *      loops; one kernel per device parameter, a device flag);
+ *      loops; one batched kernel for all device parameters, a device
+ *      flag);
  *   2. with agree (a distributed optimizer's core), one MAX allreduce of
  *      that finding, so that every rank skips or steps alike;
  *   3. skipped: the scale backs off, nothing else changes; else ops->step
- *      on the views, then every master rounded back into its value, and
- *      the scale grows after growth_interval clean steps.
+ *      on the views, then every master rounded back into its value (one
+ *      batched kernel for the device ones), and the scale grows after
+ *      growth_interval clean steps.
  * Host loops and device kernels do the same float math (lib/base/half.h
  * conversions, one float multiply), so host and device agree bit for bit.
  */
@@ -49,9 +51,10 @@ struct hvd__mixed {
      data only between hvd__mixed_ckpt_params and hvd__mixed_ckpt_done */
   int64_t *off, *len;
   hvd_tensor_t *full;
-  int *in_master;     /* gradient already in mgrad (reduce_fp32) */
-  hvd_tensor_t *srcs; /* a step's conversions (unscale): what from, */
-  float **dsts;       /* and where to */
+  int *in_master;            /* gradient already in mgrad (reduce_fp32) */
+  hvd_tensor_t *srcs;        /* a step's conversions (unscale): what from, */
+  float **dsts;              /* and where to */
+  hvd__odev_convert_t *conv; /* a batch's device conversions (n entries) */
   /* loss scaling */
   int scaling;
   hvd_loss_scale_options_t o;
@@ -140,6 +143,7 @@ void hvd__mixed_free(hvd__mixed_t *m) {
   free(m->in_master);
   free(m->srcs);
   free(m->dsts);
+  free(m->conv);
   free(m->off);
   free(m->len);
   free(m->full);
@@ -225,7 +229,8 @@ hvd_result_t hvd__mixed_create(const char *who, hvd_optimizer_t *core,
       !(m->mgrad = calloc(cnt, sizeof *m->mgrad)) ||
       !(m->in_master = calloc(cnt, sizeof *m->in_master)) ||
       !(m->srcs = calloc(cnt, sizeof *m->srcs)) ||
-      !(m->dsts = calloc(cnt, sizeof *m->dsts))) {
+      !(m->dsts = calloc(cnt, sizeof *m->dsts)) ||
+      !(m->conv = calloc(cnt, sizeof *m->conv))) {
     hvd__mixed_free(m);
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
   }
@@ -263,34 +268,42 @@ fail:
 /* ---- a step -----------------------------------------------------------------
  */
 
+/* Whether convert_all skips srcs[i]: float32 in place by 1 without
+ * scaling, nothing to do or check. */
+static int convert_skips(const hvd__mixed_t *m, const hvd_tensor_t *t,
+                         const float *dst, double f) {
+  return t->dtype == HVD_FLOAT32 && t->data == dst && f == 1.0 && !m->scaling;
+}
+
 /* Step 1 over n gradients: srcs[i] (data, dtype, device and numel as its
  * tensor's) into float32 dsts[i] times f (may be srcs[i]'s own data when
  * float32); a float32 one in place with f 1 and no scaling is left alone.
- * *found: an inf or NaN in any. */
+ * The device ones in one batched launch, then the host ones while it
+ * runs. *found: an inf or NaN in any. */
 static hvd_result_t convert_all(hvd_optimizer_t *core, const hvd_tensor_t *srcs,
                                 float *const *dsts, int n, double f,
                                 int *found) {
   static const char who[] = HVD__STEP_WHO;
   hvd__mixed_t *m = core->mixed;
   hvd_result_t rc = HVD_SUCCESS;
-  int bad = 0, dev = 0;
+  int bad = 0, k = 0;
   if (core->odev != NULL)
     HVD__CHECK(hvd__odev_flag_reset(who, core->odev));
   for (int i = 0; i < n; i++) {
     const hvd_tensor_t *t = &srcs[i];
-    int64_t cnt = hvd_tensor_numel(t);
-    if (t->dtype == HVD_FLOAT32 && t->data == dsts[i] && f == 1.0 &&
-        !m->scaling)
-      continue; /* in place by 1: nothing to do or check */
-    if (t->device == HVD_CPU) {
-      bad |= host_to_master(t->data, t->dtype, dsts[i], cnt, (float)f);
-      continue;
-    }
-    dev = 1;
-    HVD__CHECK(hvd__odev_to_master(who, core->odev, t->data, t->dtype, dsts[i],
-                                   cnt, f));
+    if (t->device != HVD_CPU && !convert_skips(m, t, dsts[i], f))
+      m->conv[k++] = (hvd__odev_convert_t){t->data, dsts[i], t->dtype,
+                                           hvd_tensor_numel(t)};
   }
-  if (dev) {
+  if (k > 0)
+    HVD__CHECK(hvd__odev_to_master_batch(who, core->odev, m->conv, k, f));
+  for (int i = 0; i < n; i++) {
+    const hvd_tensor_t *t = &srcs[i];
+    if (t->device == HVD_CPU && !convert_skips(m, t, dsts[i], f))
+      bad |= host_to_master(t->data, t->dtype, dsts[i], hvd_tensor_numel(t),
+                            (float)f);
+  }
+  if (k > 0) {
     int flag = 0;
     HVD__CHECK(hvd__odev_flag_read(who, core->odev, &flag));
     bad |= flag;
@@ -325,30 +338,47 @@ static hvd_result_t agree_found(int *found) {
   return rc;
 }
 
+/* What round_values writes for parameter i (low precision): n elements
+ * of master src into its value at `at`; the block when sharded, or with
+ * whole the whole master when present (full). */
+static void round_span(hvd_optimizer_t *core, int i, int whole,
+                       const float **src, void **at, int64_t *n) {
+  hvd__mixed_t *m = core->mixed;
+  const hvd_param_t *p = &core->params[i];
+  *src = m->master[i].data;
+  value_span(m, &p->value, i, at, n);
+  if (whole && m->full != NULL && m->full[i].data != NULL) {
+    *src = m->full[i].data;
+    *at = p->value.data;
+    *n = hvd_tensor_numel(&p->value);
+  }
+}
+
 /* Every master rounded back into its low-precision value: each block
  * into the value's block when sharded, or with whole (a sharded load)
- * each whole master present (full) into the whole value. */
+ * each whole master present (full) into the whole value. The device ones
+ * in one batched launch, then the host ones while it runs. */
 static hvd_result_t round_values(hvd_optimizer_t *core, const char *who,
                                  int whole) {
   hvd__mixed_t *m = core->mixed;
-  hvd_result_t rc = HVD_SUCCESS;
-  for (int i = 0; i < m->n && rc == HVD_SUCCESS; i++) {
-    hvd_param_t *p = &core->params[i];
-    if (!is_low(p->value.dtype))
+  const float *src;
+  void *at;
+  int64_t n;
+  int k = 0;
+  for (int i = 0; i < m->n; i++) {
+    const hvd_tensor_t *v = &core->params[i].value;
+    if (!is_low(v->dtype) || v->device == HVD_CPU)
       continue;
-    const float *src = m->master[i].data;
-    void *at;
-    int64_t n;
-    value_span(m, &p->value, i, &at, &n);
-    if (whole && m->full != NULL && m->full[i].data != NULL) {
-      src = m->full[i].data;
-      at = p->value.data;
-      n = hvd_tensor_numel(&p->value);
-    }
-    if (p->value.device == HVD_CPU)
-      host_from_master(src, at, p->value.dtype, n);
-    else
-      rc = hvd__odev_from_master(who, core->odev, src, at, p->value.dtype, n);
+    round_span(core, i, whole, &src, &at, &n);
+    m->conv[k++] = (hvd__odev_convert_t){src, at, v->dtype, n};
+  }
+  hvd_result_t rc = hvd__odev_from_master_batch(who, core->odev, m->conv, k);
+  for (int i = 0; i < m->n && rc == HVD_SUCCESS; i++) {
+    const hvd_tensor_t *v = &core->params[i].value;
+    if (!is_low(v->dtype) || v->device != HVD_CPU)
+      continue;
+    round_span(core, i, whole, &src, &at, &n);
+    host_from_master(src, at, v->dtype, n);
   }
   return sync_odev(who, core, rc);
 }
