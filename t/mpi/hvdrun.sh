@@ -244,6 +244,9 @@ me_host=$(hostname)
 [ $rc = 3 ] && [ "$(printf '%s\n' "$out" | tail -n 1)" = "hvdrun: rank 1 ($me_host) exited with status 3; ranks 0, 2 were stopped" ] &&
   hasnt '^-----' && hasnt 'Primary job' && hasnt 'detected that one or more'
 ok $? "rank 1 exits 3: one summary line naming its host, exit 3 ($rc)" || show
+real -np 1 "$HVD_TOP_BUILDDIR/t/mpi/exit_code" 0
+[ $rc = 3 ] && [ "$(printf '%s\n' "$out" | tail -n 1)" = "hvdrun: rank 0 ($me_host) exited with status 3; it was the only rank" ]
+ok $? "np 1, rank 0 exits 3: the summary names no other rank, exit 3 ($rc)" || show
 real -np 3 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 3; fi; sleep 5'
 # a program without hvd keeps no record of its end: hvdrun says so
 [ $rc = 3 ] && [ "$out" = "hvdrun: a rank exited with status 3; the job was stopped (no rank left a record of its end: the program does not use hvd, or HVD_END_DIR is not on every host's file system)" ]
