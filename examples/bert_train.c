@@ -1548,6 +1548,9 @@ static void train(run_t *r) {
   if (r->rank == 0)
     report_done(&r->rep, &r->o, r->size, (double)r->tokens_per_step,
                 total_time);
+  if (r->o.graphs && bert_cuda_graphs_off() != NULL) /* measured without */
+    cli_say("--cuda-graphs: rank %d ran without graphs: %s", r->rank,
+            bert_cuda_graphs_off());
 }
 
 /* Releases what setup and train made (what they did not make is NULL),

@@ -471,4 +471,5 @@ const bert_backend_t *bert_cuda_backend(int precision) {
 }
 void bert_cuda_set_tf32(int on) { (void)on; }
 void bert_cuda_set_graphs(int on) { (void)on; }
+const char *bert_cuda_graphs_off(void) { return NULL; }
 #endif

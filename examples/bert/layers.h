@@ -300,6 +300,9 @@ void bert_cuda_set_tf32(int on);
  * every kernel is launched one by one. Process-wide; applies to later
  * calls. */
 void bert_cuda_set_graphs(int on);
+/* NULL, or why a failed capture turned graphs off (the layers then ran
+ * kernel by kernel; bert_cuda_set_graphs(1) clears it). */
+const char *bert_cuda_graphs_off(void);
 
 #ifdef __cplusplus
 }

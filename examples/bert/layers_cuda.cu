@@ -157,7 +157,10 @@ struct State {
                       captured again */
   XentResult *xres_dev, *xres_host; /* host: page-locked */
   void *blas_ws;                    /* kBlasWorkspace bytes */
+  cudaStream_t cap;                 /* graphs are captured here */
+  int types;                        /* token types (reserve; 0: none yet) */
   int graphs;                       /* bert_cuda_set_graphs */
+  char graphs_off[512];             /* why a failed capture turned them off */
   int ngraphs;
   Graph graph[kMaxGraphs];
 };
@@ -198,7 +201,8 @@ bool blas_ok_in(cublasStatus_t s, const char *call, const char *what) {
   return false;
 }
 
-/* After a launch: configuration errors show at once (no synchronisation). */
+/* After a launch: configuration errors show at once (no synchronisation;
+ * an error some other code left pending on this thread shows here too). */
 void launched(const char *kernel) { cuda_ok(cudaGetLastError(), kernel); }
 
 /* Whether a layer may run: the module is open and nothing failed. */
@@ -230,6 +234,14 @@ size_t align_up(size_t n) { return (n + 255) & ~(size_t)255; }
 void *workspace(size_t bytes) {
   if (bytes <= st.ws_bytes)
     return st.ws;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(st.stream, &cs) == cudaSuccess &&
+      cs != cudaStreamCaptureStatusNone) {
+    fail("workspace: %zu bytes needed inside a CUDA graph's capture, %zu "
+         "reserved (reserve() with the shapes in use)",
+         bytes, st.ws_bytes);
+    return NULL;
+  }
   if (!cuda_ok(cudaStreamSynchronize(st.stream), "cudaStreamSynchronize"))
     return NULL;
   if (st.ws != NULL && !cuda_ok(cudaFree(st.ws), "cudaFree (workspace)"))
@@ -1153,13 +1165,11 @@ void type_grad(const T *dout, const int32_t *types, T *dtype, int64_t N,
                "colsum (token-type gradient)");
 }
 
-int g_types = 2; /* rows of the token-type table: reserve() */
-
 template <typename T>
 void type_grads(const T *dout, const int32_t *types, T *dtype, int64_t N,
                 int H) {
   /* types NULL: every token is type 0, whatever the table's size */
-  int Q = types == NULL ? 1 : g_types;
+  int Q = types == NULL ? 1 : st.types > 0 ? st.types : 2;
   switch (Q) {
   case 1:
     type_grad<1>(dout, types, dtype, N, H);
@@ -1355,7 +1365,16 @@ void to_host(void *dst, const void *src, size_t bytes) {
 void reserve_ws(int B, int S, int A, int dh, int width, int types) {
   if (!usable())
     return;
-  g_types = types;
+  if (types < 1 || types > 4) {
+    fail("reserve: %d token types; the CUDA layers take 1 to 4", types);
+    return;
+  }
+  if (st.types != 0 && st.types != types) {
+    fail("reserve: %d token types, %d before (one table size per process)",
+         types, st.types);
+    return;
+  }
+  st.types = types;
   const int64_t N = (int64_t)B * S;
   size_t need = attention_bytes(B, S, A, dh);
   size_t cols = colsum_bytes(N, width, types > 2 ? types : 2);
@@ -1408,26 +1427,55 @@ void graph_drop(int i) {
   st.graph[i] = st.graph[--st.ngraphs];
 }
 
-/* fn(ctx) captured on the stream (thread-local mode: other threads may
- * go on using CUDA meanwhile) into a new graph; NULL after a failure
- * (recorded). The capture runs nothing: the caller launches it. */
-cudaGraphExec_t graph_capture(void (*fn)(void *), void *ctx) {
+/* The stream the layers queue on, for them and for cuBLAS (whose
+ * workspace cublasSetStream resets). */
+bool use_stream(cudaStream_t s) {
+  st.stream = s;
+  return blas_ok(cublasSetStream(st.blas, s), "cublasSetStream") &&
+         blas_ok(cublasSetWorkspace(st.blas, st.blas_ws, kBlasWorkspace),
+                 "cublasSetWorkspace");
+}
+
+/* fn(ctx) captured into a new graph, on a stream of its own that is
+ * non-blocking: while a blocking stream captures, no thread of the
+ * process may use the legacy default stream (hvd's optimizer and sync BN
+ * do), so the layers' blocking stream only replays. Thread-local mode:
+ * other threads go on using CUDA. The capture runs nothing; the caller
+ * launches the graph. NULL with *eager 1 when the capture itself failed
+ * (then graphs are turned off, graphs_off says why, and the caller runs
+ * fn eagerly: an error of fn's own recurs there and is kept); NULL with
+ * *eager 0 after an earlier failure. */
+cudaGraphExec_t graph_capture(void (*fn)(void *), void *ctx, int *eager) {
+  const cudaStream_t run = st.stream;
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
-  if (!cuda_ok(
-          cudaStreamBeginCapture(st.stream, cudaStreamCaptureModeThreadLocal),
-          "cudaStreamBeginCapture"))
+  *eager = 0;
+  if (!use_stream(st.cap))
     return NULL;
-  fn(ctx);
-  /* ended whatever happened inside: the stream leaves capture mode */
-  cudaError_t e = cudaStreamEndCapture(st.stream, &graph);
-  if (cuda_ok(e, "cudaStreamEndCapture (a CUDA graph of the layers)") &&
-      !st.failed)
-    cuda_ok(cudaGraphInstantiateWithFlags(&exec, graph, 0),
-            "cudaGraphInstantiateWithFlags");
+  if (cuda_ok(cudaStreamBeginCapture(st.cap, cudaStreamCaptureModeThreadLocal),
+              "cudaStreamBeginCapture")) {
+    fn(ctx);
+    /* ended whatever happened inside: the stream leaves capture mode */
+    cudaError_t e = cudaStreamEndCapture(st.cap, &graph);
+    if (e == cudaSuccess && !st.failed)
+      cuda_ok(cudaGraphInstantiateWithFlags(&exec, graph, 0),
+              "cudaGraphInstantiateWithFlags");
+    else if (e != cudaSuccess && !st.failed)
+      fail("cudaStreamEndCapture: %s", cudaGetErrorString(e));
+  }
   if (graph != NULL)
     cudaGraphDestroy(graph);
-  return st.failed ? NULL : exec;
+  if (st.failed) { /* the capture's failure: eagerly from now on */
+    snprintf(st.graphs_off, sizeof st.graphs_off, "%s", st.err);
+    st.failed = 0;
+    st.err[0] = '\0';
+    (void)cudaGetLastError();
+    st.graphs = 0;
+    *eager = 1;
+    exec = NULL;
+  }
+  use_stream(run);
+  return exec;
 }
 
 int graph_run(const void *owner, const int key[4], void (*fn)(void *),
@@ -1444,9 +1492,10 @@ int graph_run(const void *owner, const int key[4], void (*fn)(void *),
   if (g == NULL) {
     if (st.ngraphs == kMaxGraphs)
       return 0;
-    cudaGraphExec_t exec = graph_capture(fn, ctx);
+    int eager;
+    cudaGraphExec_t exec = graph_capture(fn, ctx, &eager);
     if (exec == NULL)
-      return 1;
+      return eager ? 0 : 1;
     g = &st.graph[st.ngraphs++];
     g->owner = owner;
     memcpy(g->key, key, sizeof g->key);
@@ -1520,8 +1569,6 @@ void teardown(void) {
     cudaStreamSynchronize(st.stream);
   while (st.ngraphs > 0)
     graph_drop(st.ngraphs - 1);
-  if (st.blas_ws != NULL)
-    cudaFree(st.blas_ws);
   if (st.ws != NULL)
     cudaFree(st.ws);
   if (st.xres_dev != NULL)
@@ -1533,12 +1580,66 @@ void teardown(void) {
       cudaEventDestroy(st.fence[i]);
   if (st.blas != NULL)
     cublasDestroy(st.blas);
+  if (st.blas_ws != NULL) /* after the handle that used it */
+    cudaFree(st.blas_ws);
+  if (st.cap != NULL)
+    cudaStreamDestroy(st.cap);
   if (st.stream != NULL)
     cudaStreamDestroy(st.stream);
   int tf32 = st.tf32, graphs = st.graphs;
+  char off[sizeof st.graphs_off];
+  memcpy(off, st.graphs_off, sizeof off);
   memset(&st, 0, sizeof st);
   st.tf32 = tf32;
   st.graphs = graphs;
+  memcpy(st.graphs_off, off, sizeof off);
+}
+
+} /* namespace */
+
+namespace {
+
+/* bert_cuda_open with the module open: the same device, made current on
+ * the calling thread. */
+int open_again(int device, char *msg, size_t len) {
+  if (device >= 0 && device != st.device) {
+    snprintf(msg, len,
+             "the CUDA layers are open on device %d, not %d (one GPU per "
+             "process)",
+             st.device, device);
+    return -1;
+  }
+  cudaError_t e = cudaSetDevice(st.device);
+  if (e != cudaSuccess) {
+    snprintf(msg, len, "cudaSetDevice: %s", cudaGetErrorString(e));
+    return -1;
+  }
+  st.refs++;
+  return st.device;
+}
+
+/* The streams, cuBLAS with its workspace, the fences and the
+ * cross-entropy's result; false after a failure (recorded). The layers'
+ * stream is blocking (not cudaStreamNonBlocking): it also waits for the
+ * legacy default stream, where code that is not ours may work, and hvd
+ * orders its collectives after that one (hvd.h, "Device ordering"). */
+bool make_handles(int device) {
+  return cuda_ok(cudaSetDevice(device), "cudaSetDevice") &&
+         cuda_ok(cudaStreamCreate(&st.stream), "cudaStreamCreate") &&
+         cuda_ok(cudaStreamCreateWithFlags(&st.cap, cudaStreamNonBlocking),
+                 "cudaStreamCreateWithFlags (the graphs' capture)") &&
+         blas_ok(cublasCreate(&st.blas), "cublasCreate") &&
+         cuda_ok(cudaMalloc(&st.blas_ws, kBlasWorkspace),
+                 "cudaMalloc (cuBLAS workspace)") &&
+         use_stream(st.stream) &&
+         cuda_ok(cudaEventCreateWithFlags(&st.fence[0], cudaEventDisableTiming),
+                 "cudaEventCreateWithFlags") &&
+         cuda_ok(cudaEventCreateWithFlags(&st.fence[1], cudaEventDisableTiming),
+                 "cudaEventCreateWithFlags") &&
+         cuda_ok(cudaMalloc((void **)&st.xres_dev, sizeof(XentResult)),
+                 "cudaMalloc") &&
+         cuda_ok(cudaMallocHost((void **)&st.xres_host, sizeof(XentResult)),
+                 "cudaMallocHost");
 }
 
 } /* namespace */
@@ -1548,17 +1649,8 @@ extern "C" int bert_cuda_open(int device, char *msg, size_t len) {
   if (msg == NULL || len == 0)
     msg = dummy, len = sizeof dummy;
   msg[0] = '\0';
-  if (st.refs > 0) {
-    if (device >= 0 && device != st.device) {
-      snprintf(msg, len,
-               "the CUDA layers are open on device %d, not %d (one GPU per "
-               "process)",
-               st.device, device);
-      return -1;
-    }
-    st.refs++;
-    return st.device;
-  }
+  if (st.refs > 0)
+    return open_again(device, msg, len);
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -1593,24 +1685,7 @@ extern "C" int bert_cuda_open(int device, char *msg, size_t len) {
   st.refs = 1;
   st.device = device;
   st.failed = 0;
-  /* A blocking stream (not cudaStreamNonBlocking): it also waits for the
-   * legacy default stream, where code that is not ours may work. */
-  if (cuda_ok(cudaSetDevice(device), "cudaSetDevice") &&
-      cuda_ok(cudaStreamCreate(&st.stream), "cudaStreamCreate") &&
-      blas_ok(cublasCreate(&st.blas), "cublasCreate") &&
-      blas_ok(cublasSetStream(st.blas, st.stream), "cublasSetStream") &&
-      cuda_ok(cudaMalloc(&st.blas_ws, kBlasWorkspace),
-              "cudaMalloc (cuBLAS workspace)") &&
-      blas_ok(cublasSetWorkspace(st.blas, st.blas_ws, kBlasWorkspace),
-              "cublasSetWorkspace") &&
-      cuda_ok(cudaEventCreateWithFlags(&st.fence[0], cudaEventDisableTiming),
-              "cudaEventCreateWithFlags") &&
-      cuda_ok(cudaEventCreateWithFlags(&st.fence[1], cudaEventDisableTiming),
-              "cudaEventCreateWithFlags") &&
-      cuda_ok(cudaMalloc((void **)&st.xres_dev, sizeof(XentResult)),
-              "cudaMalloc") &&
-      cuda_ok(cudaMallocHost((void **)&st.xres_host, sizeof(XentResult)),
-              "cudaMallocHost"))
+  if (make_handles(device))
     apply_math_mode();
   if (st.failed) {
     snprintf(msg, len, "%s", st.err);
@@ -1632,6 +1707,9 @@ extern "C" const bert_backend_t *bert_cuda_backend(int precision) {
 }
 
 extern "C" void bert_cuda_set_tf32(int on) {
+  if (st.tf32 != (on != 0)) /* captured products keep their math mode */
+    while (st.ngraphs > 0)
+      graph_drop(st.ngraphs - 1);
   st.tf32 = on != 0;
   if (st.refs > 0)
     apply_math_mode();
@@ -1642,4 +1720,10 @@ extern "C" void bert_cuda_set_graphs(int on) {
     while (st.ngraphs > 0)
       graph_drop(st.ngraphs - 1);
   st.graphs = on != 0;
+  if (on)
+    st.graphs_off[0] = '\0';
+}
+
+extern "C" const char *bert_cuda_graphs_off(void) {
+  return st.graphs_off[0] != '\0' ? st.graphs_off : NULL;
 }

@@ -131,7 +131,9 @@ void bert_set_tf32(int on);
  * gradient-ready calls of a layer then come after its graph, not between
  * its kernels. Off by default (not yet run on a GPU). Process-wide. On
  * the CPU it makes each layer's work one call with its ready calls
- * after it, as on a GPU with graphs (the same numbers; for tests). */
+ * after it, as on a GPU with graphs (the same numbers; for tests). A
+ * capture that fails turns graphs off (the layers then run kernel by
+ * kernel): bert_cuda_graphs_off() says why, else NULL (layers.h). */
 void bert_set_cuda_graphs(int on);
 
 /* HVD_CPU or the CUDA device of the model's memory. */

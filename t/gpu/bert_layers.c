@@ -740,7 +740,9 @@ static void test_precision(int p) {
 
 typedef struct ready_log {
   bert_model_t *m;
-  cudaStream_t side; /* waits for nothing: sees what is really there */
+  cudaStream_t side; /* non-blocking: orders itself only as told */
+  cudaEvent_t ev;
+  int fences; /* the model's host fences are on: no device wait */
   int calls, order[1024];
   float *snapshot; /* every grad as it was when declared ready */
 } ready_log_t;
@@ -760,6 +762,15 @@ static void on_ready(void *ctx, int i) {
     memcpy(r->snapshot + off, p[i].grad.data, bytes);
     return;
   }
+  /* By default the model hands a gradient over once its kernels are
+   * queued and hvd orders the collective after the legacy default stream
+   * (which the model's blocking stream is ordered with): the copy waits
+   * for the device the same way. With host fences the gradient must
+   * already be complete: the copy waits for nothing. */
+  if (!r->fences &&
+      (cudaEventRecord(r->ev, cudaStreamLegacy) != cudaSuccess ||
+       cudaStreamWaitEvent(r->side, r->ev, 0) != cudaSuccess))
+    bail("ordering the snapshot of gradient %d failed", i);
   if (cudaMemcpyAsync(r->snapshot + off, p[i].grad.data, bytes,
                       cudaMemcpyDeviceToHost, r->side) != cudaSuccess ||
       cudaStreamSynchronize(r->side) != cudaSuccess)
@@ -834,7 +845,9 @@ static void test_model(void) {
   rc_cpu.snapshot = xmalloc(sizeof(float) * (size_t)W);
   rc_gpu.snapshot = xmalloc(sizeof(float) * (size_t)W);
   if (cudaStreamCreateWithFlags(&rc_gpu.side, cudaStreamNonBlocking) !=
-      cudaSuccess)
+          cudaSuccess ||
+      cudaEventCreateWithFlags(&rc_gpu.ev, cudaEventDisableTiming) !=
+          cudaSuccess)
     bail("cudaStreamCreateWithFlags");
 
   const float lr = 0.05f;
@@ -855,6 +868,9 @@ static void test_model(void) {
        (long long)og.masked, (long long)oc.masked, (long long)og.correct,
        (long long)oc.correct);
     rc_cpu.calls = rc_gpu.calls = 0;
+    /* the last step with host fences: each call after its stage's fence */
+    rc_gpu.fences = step == 2;
+    bert_model_set_host_fences(gpu, rc_gpu.fences);
     bert_model_backward(cpu, on_ready, &rc_cpu);
     rc = bert_model_backward(gpu, on_ready, &rc_gpu);
     if (!is_int(HVD_SUCCESS, rc, "step %d: GPU backward", step))
@@ -891,7 +907,9 @@ static void test_model(void) {
        "(%.2e of the largest gradient %.2e)",
        step, gmax > 0 ? kb / gmax : 0.0, gmax);
     ok(memcmp(rc_gpu.snapshot, gg, sizeof(float) * (size_t)W) == 0,
-       "step %d: each gradient was complete when declared ready", step);
+       "step %d: each gradient was complete when declared ready (%s)", step,
+       rc_gpu.fences ? "host fences: on the host"
+                     : "ordered after the legacy stream, as hvd does");
     /* SGD on the host for both, so both continue from their own weights */
     bert_model_get(gpu, 0, gv);
     for (int64_t j = 0; j < W; j++) {
@@ -919,11 +937,84 @@ static void test_model(void) {
   ok(rc == HVD_SUCCESS && e <= TOL_LAYER,
      "backward_scaled(2.5) = 2.5 x backward (relative error %.2e)", e);
 
+  bert_model_set_host_fences(gpu, 0);
+  cudaEventDestroy(rc_gpu.ev);
   cudaStreamDestroy(rc_gpu.side);
   free(hv), free(hg), free(gv), free(gg);
   free(rc_cpu.snapshot), free(rc_gpu.snapshot);
   bert_model_destroy(cpu);
   bert_model_destroy(gpu);
+}
+
+/* ---- CUDA graphs --------------------------------------------------------- */
+
+/* One forward and backward: the loss, the gradients (as float32) and the
+ * ready calls' order (r->order, r->calls). */
+static double graph_pass(bert_model_t *m, const bert_batch_t *b, float *grads,
+                         ready_log_t *r) {
+  bert_output_t o;
+  bert_model_zero_grad(m);
+  if (bert_model_forward(m, b, &o) != HVD_SUCCESS)
+    bail("forward: %s", bert_last_error());
+  r->calls = 0;
+  if (bert_model_backward(m, on_ready, r) != HVD_SUCCESS)
+    bail("backward: %s", bert_last_error());
+  bert_model_get(m, 1, grads);
+  return o.loss;
+}
+
+/* A bf16 model with graphs on (bert_set_cuda_graphs): the first pass
+ * captures each layer's forward and backward, the second replays them, a
+ * batch of 2 sequences makes new ones, and after the workspace grew
+ * (reserve with larger shapes) they are captured again; each pass gives
+ * the loss, every gradient bit and the ready calls of the same pass
+ * without graphs (the bf16 kernels are deterministic). */
+static void test_model_graphs(void) {
+  bert_config_t cfg;
+  bert_config_preset(&cfg, "tiny");
+  cfg.layers = 2, cfg.hidden = 48, cfg.heads = 3, cfg.ffn = 100;
+  cfg.vocab_size = 97, cfg.max_position = 23, cfg.seq_len = T_S;
+  cfg.batch = T_B, cfg.seed = 11, cfg.init_std = 0.2f;
+  cfg.precision = BERT_BF16;
+  bert_model_t *m = NULL;
+  if (bert_model_create_on(&cfg, 0, &m) != HVD_SUCCESS)
+    bail("bf16 model: %s", bert_last_error());
+  const int64_t W = bert_model_num_weights(m);
+  int32_t ids[T_B * T_S], types[T_B * T_S], lengths[T_B], labels[T_B * T_S];
+  bert_batch_t b3, b2;
+  make_batch(cfg.vocab_size, ids, types, lengths, labels, &b3);
+  b2 = b3;
+  b2.batch = 2;
+  float *g[2], *got = xmalloc(sizeof(float) * (size_t)W);
+  double loss[2];
+  ready_log_t want[2] = {{.m = m}, {.m = m}}, r = {.m = m};
+  const bert_batch_t *bs[2] = {&b3, &b2};
+  for (int k = 0; k < 2; k++) { /* without graphs */
+    g[k] = xmalloc(sizeof(float) * (size_t)W);
+    loss[k] = graph_pass(m, bs[k], g[k], &want[k]);
+  }
+  bert_set_cuda_graphs(1);
+  static const char *const what[4] = {"captured", "replayed",
+                                      "a new shape (2 sequences)",
+                                      "captured again (the workspace grew)"};
+  for (int pass = 0; pass < 4; pass++) {
+    int k = pass == 2;
+    if (pass == 3) /* more scratch: the workspace moves */
+      bert_cuda_backend(BERT_BF16)->reserve(2 * T_B, 2 * T_S, 3, 16, 4096, 2);
+    double l = graph_pass(m, bs[k], got, &r);
+    ok(l == loss[k] && memcmp(got, g[k], sizeof(float) * (size_t)W) == 0 &&
+           r.calls == want[k].calls &&
+           memcmp(r.order, want[k].order, sizeof(int) * (size_t)r.calls) == 0,
+       "bf16 with CUDA graphs, %s: the loss, every gradient and the ready "
+       "calls of the pass without, bit for bit",
+       what[pass]);
+  }
+  ok(bert_cuda_graphs_off() == NULL, "no capture failed%s%s",
+     bert_cuda_graphs_off() ? ": " : "",
+     bert_cuda_graphs_off() ? bert_cuda_graphs_off() : "");
+  bert_set_cuda_graphs(0);
+  free(g[0]), free(g[1]), free(got);
+  bert_model_destroy(m);
 }
 
 int main(void) {
@@ -971,6 +1062,7 @@ int main(void) {
   bert_cuda_close();
 
   test_model();
+  test_model_graphs();
   done_testing();
   return tap_exit_status();
 }
