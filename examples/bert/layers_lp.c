@@ -21,8 +21,9 @@
 
 #include "layers.h"
 
+#include "base/half.h"
+
 #include <cblas.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,60 +31,12 @@
 
 /* ---- Conversions --------------------------------------------------------- */
 
-static uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
-    return (uint16_t)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u); /* to nearest, ties to even */
-  return (uint16_t)(u >> 16);
-}
-
-static float bf16_to_float(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-static uint16_t float_to_fp16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) /* NaN */
-    return sign | 0x7e00u;
-  if (ax >= 0x477ff000u) /* >= 65520: rounds to infinity */
-    return sign | 0x7c00u;
-  if (ax < 0x38800000u) { /* below 2^-14: a subnormal (or zero) */
-    float a;
-    memcpy(&a, &ax, sizeof a);
-    /* units of 2^-24: the product is exact, nearbyintf rounds to
-     * nearest even (the default mode); 1024 is the smallest normal */
-    return sign | (uint16_t)nearbyintf(a * 16777216.0f);
-  }
-  uint32_t h = ((ax >> 23) - 127 + 15) << 10 | (ax & 0x7fffffu) >> 13;
-  uint32_t rest = ax & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
-    h++; /* a carry into the exponent is right */
-  return sign | (uint16_t)h;
-}
-
-static float fp16_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu,
-           m = h & 0x3ffu, u;
-  if (e == 0) {
-    float v = (float)m * 5.9604644775390625e-8f; /* 2^-24 */
-    return sign ? -v : v;
-  }
-  if (e == 31)
-    u = sign | 0x7f800000u | m << 13;
-  else
-    u = sign | (e - 15 + 127) << 23 | m << 13;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
+/* lib/base/half.h: the library's own conversions (round to nearest even;
+ * NaN kept quiet; float16 subnormals and overflow to infinity). */
+#define float_to_bf16 hvd__f32_to_bf16
+#define bf16_to_float hvd__bf16_to_f32
+#define float_to_fp16 hvd__f32_to_f16
+#define fp16_to_float hvd__f16_to_f32
 
 const char *bert_precision_name(int precision) {
   switch (precision) {

@@ -144,6 +144,42 @@ static void same(const char *what, const float *d, const float *c, int64_t n,
 
 /* ---- layers ----------------------------------------------------------- */
 
+/* The layer cases of one precision, each run on the same odd shapes
+ * (run_cases). */
+typedef struct layer_cases {
+  void (*linear)(int n, int in, int out, int bias, int with_dx, float beta);
+  void (*layernorm)(int n, int h);
+  void (*gelu)(int64_t n);
+  void (*attention)(int B, int S, int A, int dh, const int32_t *lengths);
+  void (*embedding)(int B, int S, int H, int V, int with_types);
+  void (*xent)(int m, int V);
+  void (*elementwise)(int64_t n);
+  void (*rows)(int m, int h, int src_rows);
+} layer_cases_t;
+
+/* Rows and widths that are no multiple of a warp or a block, LayerNorm
+ * rows wider than a block, 0 to S real tokens per sequence. */
+static void run_cases(const layer_cases_t *c) {
+  static const int32_t len4[4] = {13, 5, 1, 0}, len1[1] = {1};
+  c->linear(37, 45, 51, 1, 1, 0.0f);
+  c->linear(37, 45, 51, 1, 1, 1.0f);
+  c->linear(1, 300, 7, 0, 1, 0.0f);
+  c->linear(129, 64, 33, 1, 0, 0.0f);
+  c->layernorm(29, 77);
+  c->layernorm(5, 300); /* wider than a block */
+  c->layernorm(1, 1);
+  c->gelu(1001);
+  c->attention(4, 13, 3, 7, len4);
+  c->attention(2, 37, 5, 13, NULL);
+  c->attention(1, 1, 1, 1, len1);
+  c->embedding(3, 11, 19, 17, 1);
+  c->embedding(2, 5, 40, 3, 0);
+  c->xent(23, 1031);
+  c->xent(3, 9);
+  c->elementwise(777);
+  c->rows(9, 33, 4);
+}
+
 static void test_linear(int n, int in, int out, int bias, int with_dx,
                         float dx_beta) {
   char name[96];
@@ -697,6 +733,10 @@ static void lp_rows(int m, int h, int src_rows) {
   G->free(gsrc), G->free(gacc), G->free(grows), G->free(gdst);
 }
 
+static const layer_cases_t lp_cases = {
+    lp_linear,    lp_layernorm, lp_gelu,        lp_attention,
+    lp_embedding, lp_xent,      lp_elementwise, lp_rows};
+
 /* Every layer in precision p, with the float32 cases' sizes. */
 static void test_precision(int p) {
   P = p;
@@ -709,25 +749,7 @@ static void test_precision(int p) {
          (void *)C);
   is_int(p, G->precision, "bert_cuda_backend(%s)->precision",
          bert_precision_name(p));
-  lp_linear(37, 45, 51, 1, 1, 0.0f);
-  lp_linear(37, 45, 51, 1, 1, 1.0f);
-  lp_linear(1, 300, 7, 0, 1, 0.0f);
-  lp_linear(129, 64, 33, 1, 0, 0.0f);
-  lp_layernorm(29, 77);
-  lp_layernorm(5, 300); /* wider than a block */
-  lp_layernorm(1, 1);
-  lp_gelu(1001);
-  static const int32_t len4[4] = {13, 5, 1, 0};
-  lp_attention(4, 13, 3, 7, len4);
-  lp_attention(2, 37, 5, 13, NULL);
-  static const int32_t len1[1] = {1};
-  lp_attention(1, 1, 1, 1, len1);
-  lp_embedding(3, 11, 19, 17, 1);
-  lp_embedding(2, 5, 40, 3, 0);
-  lp_xent(23, 1031);
-  lp_xent(3, 9);
-  lp_elementwise(777);
-  lp_rows(9, 33, 4);
+  run_cases(&lp_cases);
   ok(C->error() == NULL, "%s: the CPU model recorded no failure%s%s",
      bert_precision_name(p), C->error() ? ": " : "",
      C->error() ? C->error() : "");
@@ -1034,25 +1056,10 @@ int main(void) {
   /* token types: 2 (the model's); widths up to the largest V below */
   G->reserve(7, 37, 5, 13, 1031, 2);
 
-  test_linear(37, 45, 51, 1, 1, 0.0f);
-  test_linear(37, 45, 51, 1, 1, 1.0f);
-  test_linear(1, 300, 7, 0, 1, 0.0f);
-  test_linear(129, 64, 33, 1, 0, 0.0f);
-  test_layernorm(29, 77);
-  test_layernorm(5, 300); /* wider than a block */
-  test_layernorm(1, 1);
-  test_gelu(1001);
-  static const int32_t len4[4] = {13, 5, 1, 0};
-  test_attention(4, 13, 3, 7, len4);
-  test_attention(2, 37, 5, 13, NULL);
-  static const int32_t len1[1] = {1};
-  test_attention(1, 1, 1, 1, len1);
-  test_embedding(3, 11, 19, 17, 1);
-  test_embedding(2, 5, 40, 3, 0);
-  test_xent(23, 1031);
-  test_xent(3, 9);
-  test_elementwise(777);
-  test_rows(9, 33, 4);
+  static const layer_cases_t f32_cases = {
+      test_linear,    test_layernorm, test_gelu,        test_attention,
+      test_embedding, test_xent,      test_elementwise, test_rows};
+  run_cases(&f32_cases);
   test_precision(BERT_BF16);
   test_precision(BERT_FP16);
   G = bert_cuda_backend(BERT_FP32);

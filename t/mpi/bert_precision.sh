@@ -20,45 +20,11 @@
 prog=$HVD_TOP_BUILDDIR/examples/bert_train
 HVD_TEST_TIMEOUT=${HVD_TEST_TIMEOUT:-90}
 export HVD_TEST_TIMEOUT
+need_bert_train
+make_tmp bert_precision
 
-if ! grep -q '^#define HVD_HAVE_BLAS 1' "$HVD_TOP_BUILDDIR/config.h"; then
-  echo "1..0 # SKIP examples/bert_train is not built: configure found no CBLAS (or --without-blas)"
-  exit 0
-fi
-if [ ! -x "$prog" ]; then
-  echo "1..0 # SKIP no $prog (run make)"
-  exit 0
-fi
-
-tmp=`mktemp -d "${TMPDIR:-/tmp}/bert_precision.XXXXXX"` || exit 99
-trap 'rm -rf "$tmp"' 0
-
-n=0
-failed=0
-pass() {
-  n=$((n + 1))
-  echo "ok $n - $1"
-}
-fail() {
-  n=$((n + 1))
-  echo "not ok $n - $1"
-  failed=1
-}
-show() {
-  for f in "$tmp/$1.out" "$tmp/$1.err"; do
-    [ -f "$f" ] && sed 's/^/#   /' "$f"
-  done
-}
-# train NAME NP ARGS...: as bert_train.sh's.
-train() {
-  name=$1
-  np=$2
-  shift 2
-  "$HVD_MPIRUN_TEST" --np "$np" "$prog" --log-json "$tmp/$name.json" "$@" \
-    >"$tmp/$name.out" 2>"$tmp/$name.err"
-}
-
-echo "1..16"
+pass() { check 0 "$1"; }
+fail() { check 1 "$1"; }
 
 # ---- 1. training ------------------------------------------------------------
 common="--steps 20 --seed 7"
@@ -72,7 +38,7 @@ for run in "fp32 1 8" "bf16 1 8" "fp16 1 8" "bf16 2 4" "bf16 3 3"; do
     pass "--precision $1 at np $2 x $3: exit 0, the setup line says $1"
   else
     fail "--precision $1 at np $2 x $3: exit 0, the setup line says $1"
-    show $name
+    show_run $name
   fi
 done
 if losses_agree "$tmp/fp32np1.json" "$tmp/bf16np1.json" 5e-3; then
@@ -90,7 +56,7 @@ if train zero1 2 $common --batch-size 4 --precision bf16 --zero 1 &&
   pass "bf16 --zero 1 at np 2 x 4: exit 0"
 else
   fail "bf16 --zero 1 at np 2 x 4: exit 0"
-  show zero1
+  show_run zero1
 fi
 if [ -n "`losses "$tmp/zero1.json"`" ] &&
   [ "`losses "$tmp/zero1.json"`" = "`losses "$tmp/bf16np2.json"`" ]; then
@@ -102,7 +68,7 @@ if [ "`losses "$tmp/bf16np3.json" | wc -l`" = 20 ]; then
   pass "bf16 at np 3: 20 steps logged"
 else
   fail "bf16 at np 3: 20 steps logged"
-  show bf16np3
+  show_run bf16np3
 fi
 if losses "$tmp/fp16np1.json" | awk '
     { n++; if ($1 != $1 + 0 || $1 ~ /nan|inf/) bad = 1; if (n == 1) a = $1; b = $1 }
@@ -121,7 +87,7 @@ refused() {
     pass "'$1': exit 2, '$2'"
   else
     fail "'$1': exit 2, '$2' (status $rc)"
-    show opt
+    show_run opt
   fi
 }
 refused "--precision fp8" \
@@ -132,4 +98,5 @@ refused "--precision fp16 --dense-embeddings" \
   "bert_train: --dense-embeddings: --precision fp16 has dense embeddings only"
 refused "--precision bf16 --tf32" "bert_train: --tf32 needs --device gpu"
 refused "--cuda-graphs" "bert_train: --cuda-graphs needs --device gpu"
+echo "1..$n"
 exit $failed

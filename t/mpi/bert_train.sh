@@ -52,24 +52,6 @@ fail() {
   echo "not ok $n - $1"
   failed=1
 }
-# show NAME: a run's output as TAP comments.
-show() {
-  for f in "$tmp/$1.out" "$tmp/$1.err"; do
-    [ -f "$f" ] && sed 's/^/#   /' "$f"
-  done
-}
-
-# train NAME NP ARGS...: runs bert_train on NP ranks (0: no mpiexec) with
-# --log-json $tmp/NAME.json; stdout and stderr in $tmp/NAME.out/.err.
-# Returns its exit status.
-train() {
-  name=$1
-  np=$2
-  shift 2
-  "$HVD_MPIRUN_TEST" --np "$np" "$prog" --log-json "$tmp/$name.json" "$@" \
-    >"$tmp/$name.out" 2>"$tmp/$name.err"
-}
-
 # losses_of NAME: the loss of every step of run NAME's JSON log.
 losses_of() {
   losses "$tmp/$1.json"
@@ -90,7 +72,7 @@ for np in 2; do
     pass "default run at np=$np exits 0"
   else
     fail "default run at np=$np exits 0"
-    show default$np
+    show_run default$np
   fi
   if loss_falls "$tmp/default$np.json" $np; then
     pass "default run at np=$np: the loss falls"
@@ -102,7 +84,7 @@ for np in 2; do
     pass "default run at np=$np: rank 0 prints the summary"
   else
     fail "default run at np=$np: rank 0 prints the summary"
-    show default$np
+    show_run default$np
   fi
 done
 
@@ -118,7 +100,7 @@ if [ $rc = 0 ]; then
   pass "20 steps at np 1, 2, 4 and np 2 with --accumulate 2"
 else
   fail "20 steps at np 1, 2, 4 and np 2 with --accumulate 2 (status $rc)"
-  for r in ws1 ws2 ws4 ws2k ws2again; do show $r; done
+  for r in ws1 ws2 ws4 ws2k ws2again; do show_run $r; done
 fi
 for r in ws2 ws4 ws2k; do
   if agree ws1 $r 1e-4; then
@@ -167,14 +149,14 @@ if train dense2 2 $common --batch-size 4 --dense-embeddings &&
   pass "--dense-embeddings at np 2: ws2's losses (1e-6)"
 else
   fail "--dense-embeddings at np 2: ws2's losses (1e-6)"
-  show dense2
+  show_run dense2
 fi
 if train dense1 1 $common --batch-size 8 --dense-embeddings &&
   [ -n "`losses_of ws1`" ] && [ "`losses_of ws1`" = "`losses_of dense1`" ]; then
   pass "--dense-embeddings at np 1: ws1's losses bit for bit"
 else
   fail "--dense-embeddings at np 1: ws1's losses bit for bit"
-  show dense1
+  show_run dense1
 fi
 
 # compression and no-sync, against ws2
@@ -184,7 +166,7 @@ for c in fp16 bf16; do
     pass "--$c-allreduce: within 1e-3 of float32, not identical"
   else
     fail "--$c-allreduce: within 1e-3 of float32, not identical"
-    show $c
+    show_run $c
   fi
 done
 if train nosync 2 $common --batch-size 4 --no-sync &&
@@ -193,7 +175,7 @@ if train nosync 2 $common --batch-size 4 --no-sync &&
   pass "--no-sync: 20 steps of rank 0's own loss"
 else
   fail "--no-sync: 20 steps of rank 0's own loss"
-  show nosync
+  show_run nosync
 fi
 
 # ---- 3. resume -----------------------------------------------------------
@@ -204,7 +186,7 @@ if train full 1 --steps 10 --checkpoint-every 5 --checkpoint "$ck" &&
   pass "10 steps write step-000005.ckpt, step-000010.ckpt and vocab.txt"
 else
   fail "10 steps write step-000005.ckpt, step-000010.ckpt and vocab.txt"
-  show full
+  show_run full
   ls -l "$ck" 2>&1 | sed 's/^/#   /'
 fi
 if train resume1 1 --steps 10 --resume "$ck/step-000005.ckpt" &&
@@ -213,14 +195,14 @@ if train resume1 1 --steps 10 --resume "$ck/step-000005.ckpt" &&
   pass "resume at np 1 from step 5: steps 6-10 as the uninterrupted run"
 else
   fail "resume at np 1 from step 5: steps 6-10 as the uninterrupted run"
-  show resume1
+  show_run resume1
 fi
 if train resume2 2 --steps 10 --batch-size 4 \
   --resume "$ck/step-000005.ckpt" && agree full resume2 1e-4 6; then
   pass "resume at np 2 (batch 4 per rank) from step 5: the same curve"
 else
   fail "resume at np 2 (batch 4 per rank) from step 5: the same curve"
-  show resume2
+  show_run resume2
 fi
 
 # what a run says: each save; the progress line even under 1 s; the
@@ -236,8 +218,8 @@ if grep -qx "bert_train: saved $ck/step-000005.ckpt" "$tmp/full.out" &&
   pass "saves, a short run's progress line, the summary and its sparkline, a resume's file and steps"
 else
   fail "saves, a short run's progress line, the summary and its sparkline, a resume's file and steps"
-  show full
-  show resume1
+  show_run full
+  show_run resume1
 fi
 # --log-json on a resume appends: one file holds the whole curve
 head -n 5 "$tmp/full.json" >"$tmp/whole.json"
@@ -246,7 +228,7 @@ if train whole 1 --steps 10 --resume "$ck/step-000005.ckpt" &&
   pass "--log-json on a resume appends to the file: steps 1-10 in one log"
 else
   fail "--log-json on a resume appends to the file: steps 1-10 in one log"
-  show whole
+  show_run whole
 fi
 # --log-json with %r: every rank writes its own log, the same losses
 if "$HVD_MPIRUN_TEST" --np 2 "$prog" --steps 4 --log-json "$tmp/pr.%r.json" \
@@ -258,7 +240,7 @@ if "$HVD_MPIRUN_TEST" --np 2 "$prog" --steps 4 --log-json "$tmp/pr.%r.json" \
   pass "--log-json FILE with %r at np 2: pr.0.json and pr.1.json, 4 steps each, the same losses"
 else
   fail "--log-json FILE with %r at np 2: pr.0.json and pr.1.json, 4 steps each, the same losses"
-  show pr
+  show_run pr
 fi
 # a binary file is no corpus
 printf 'some words\000 and a NUL\n' >"$tmp/binary.dat"
@@ -267,7 +249,7 @@ if ! train binary 1 --steps 2 --data "$tmp/binary.dat" &&
   pass "--data with a binary file: refused, naming the file"
 else
   fail "--data with a binary file: refused, naming the file"
-  show binary
+  show_run binary
 fi
 
 # the sharded optimizer: the curve of the unsharded one, and its
@@ -279,21 +261,21 @@ if train zero2 2 $common --batch-size 4 --zero 1 &&
   pass "--zero 1 at np 2: ws2's losses (1e-6)"
 else
   fail "--zero 1 at np 2: ws2's losses (1e-6)"
-  show zero2
+  show_run zero2
 fi
 if train zfull 2 --steps 10 --batch-size 4 --zero 1 --checkpoint-every 5 \
   --checkpoint "$zk" && [ -f "$zk/step-000005.ckpt" ]; then
   pass "--zero 1 at np 2 writes its checkpoints"
 else
   fail "--zero 1 at np 2 writes its checkpoints"
-  show zfull
+  show_run zfull
 fi
 if train zresume 1 --steps 10 --batch-size 8 \
   --resume "$zk/step-000005.ckpt" && agree zfull zresume 1e-4 6; then
   pass "a --zero 1 checkpoint resumed at np 1, unsharded: the same curve"
 else
   fail "a --zero 1 checkpoint resumed at np 1, unsharded: the same curve"
-  show zresume
+  show_run zresume
 fi
 
 # ---- 4. bad --data -------------------------------------------------------
@@ -313,7 +295,7 @@ for what in missing empty small; do
     pass "$what --data at np 2: exit 1, '$want' on stderr, no training"
   else
     fail "$what --data at np 2: exit 1, '$want' on stderr, no training (status $rc)"
-    show bad$what
+    show_run bad$what
   fi
 done
 
@@ -324,7 +306,7 @@ if [ $rc = 0 ] && grep -q "^usage: bert_train" "$tmp/help.out"; then
   pass "--help: usage on stdout, exit 0"
 else
   fail "--help: usage on stdout, exit 0 (status $rc)"
-  show help
+  show_run help
 fi
 for args in "--no-such-option" "--steps many" "--lr"; do
   "$HVD_MPIRUN_TEST" --np 0 "$prog" $args >"$tmp/opt.out" 2>"$tmp/opt.err"
@@ -333,7 +315,7 @@ for args in "--no-such-option" "--steps many" "--lr"; do
     pass "'$args': exit 2 with the reason on stderr"
   else
     fail "'$args': exit 2 with the reason on stderr (status $rc)"
-    show opt
+    show_run opt
   fi
 done
 exit $failed

@@ -127,3 +127,21 @@ run_np() {
   rc=$?
   elapsed=$((`date +%s` - run_np_start))
 }
+
+# show_run NAME: run NAME's $tmp/NAME.out and .err as TAP comments.
+show_run() {
+  for f in "$tmp/$1.out" "$tmp/$1.err"; do
+    [ -f "$f" ] && sed 's/^/#   /' "$f"
+  done
+}
+
+# train NAME NP ARGS...: $prog (bert_train) on NP ranks (0: no mpiexec)
+# with --log-json $tmp/NAME.json; stdout and stderr in $tmp/NAME.out and
+# .err. Returns its exit status.
+train() {
+  train_name=$1
+  train_np=$2
+  shift 2
+  "$HVD_MPIRUN_TEST" --np "$train_np" "$prog" --log-json "$tmp/$train_name.json" "$@" \
+    >"$tmp/$train_name.out" 2>"$tmp/$train_name.err"
+}
