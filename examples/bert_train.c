@@ -149,7 +149,7 @@ static const char usage_text[] =
     "                         activations (default bf16 on a GPU, fp32 on\n"
     "                         the CPU); bf16/fp16 keep float32 master\n"
     "                         weights in AdamW, fp16 scales the loss; on\n"
-    "                         the CPU they are a slow numerical model;\n"
+    "                         the CPU they are a numerical model of it;\n"
     "                         --tf32 alone means fp32\n"
     "  --cuda-graphs          gpu: each encoder layer's forward and backward\n"
     "                         as one CUDA graph (experimental: off by\n"

@@ -271,7 +271,7 @@ void bert_cpu_set_graphs(int on);
 /* The host in a precision: bert_backend_cpu for BERT_FP32; for bfloat16
  * and float16 a numerical model of the GPU's mixed precision (each entry
  * converts its T inputs to float32, runs the float32 function and rounds
- * its outputs as the rules above say: slower than float32, for tests and
+ * its outputs as the rules above say: not built for speed, for tests and
  * for checking a GPU run on the CPU); NULL for another value. */
 const bert_backend_t *bert_cpu_backend(int precision);
 

@@ -8,7 +8,7 @@
  * "Precisions" says: every output element once; what accumulates as
  * round(old + the call's float32 contribution), the contribution
  * computed into zeroed float32 memory first; attention's ctx from the
- * probabilities rounded to T. It is slower than float32 (every call
+ * probabilities rounded to T. It is not built for speed (every call
  * converts its operands), and exists so that a mixed-precision model
  * runs, and is tested, on a machine without a GPU, and so that the GPU's
  * kernels have a reference of their own precision (t/gpu/bert_layers).

@@ -34,7 +34,7 @@
  * product accumulates in float32 (layers.h, "Precisions"). An hvd
  * optimizer over such params keeps float32 master weights (hvd.h, "Mixed
  * precision"); float16 needs its loss scaling. On the CPU this is a
- * numerical model of the GPU's path, slower than float32. The initial
+ * numerical model of the GPU's path (not built for speed). The initial
  * weights are the float32 model's, rounded; bert_model_get / set convert
  * to and from float32.
  *
