@@ -30,6 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gputest.h"
 #include "hvd.h"
 #include "tap.h"
 
@@ -194,6 +195,10 @@ int main(int argc, char **argv) {
     printf("%d %s\n", count, why);
     return 0;
   }
+#ifdef HVD_HAVE_CUDA
+  if (argc > 2 && strcmp(argv[1], "kill") == 0) /* every rank on GPU 0 */
+    return gpu_kill_main(atoi(argv[2]), 0);
+#endif
   tap_mpi_init(&argc, &argv);
   if (count == 0)
     skip_all("no CUDA device: %s", why);

@@ -449,49 +449,11 @@ static int race_main(const char *mode) {
   return 0;
 }
 
-/* `selftest kill R` (t/standin/kill.sh, under hvdrun): device allreduces
- * over hvd's NCCL executor, a GPU per rank; world rank R SIGKILLs itself
- * right after submitting the fourth, while its peers are in it. Prints
- * "kill: done" only if the job goes on to its end, which it must not. */
-static int kill_main(int victim) {
-  const char *env = getenv("OMPI_COMM_WORLD_RANK");
-  int me = env != NULL ? atoi(env) : 0;
-  enum { N = 4096 };
-  cuda_ok(cudaSetDevice(me), "cudaSetDevice");
-  setenv("HVD_GPU_OPERATIONS", "nccl", 1);
-  if (hvd_init() != HVD_SUCCESS) {
-    fprintf(stderr, "kill: hvd_init: %s\n", hvd_last_error());
-    return 1;
-  }
-  float *d = NULL;
-  int64_t n = N;
-  cuda_ok(cudaMalloc((void **)&d, N * sizeof *d), "cudaMalloc");
-  cuda_ok(cudaMemset(d, 0, N * sizeof *d), "cudaMemset");
-  hvd_tensor_t t = hvd_tensor_make(d, HVD_FLOAT32, 1, &n);
-  t.device = me;
-  for (int i = 0; i < 6; i++) {
-    char name[32];
-    hvd_request_t *req = NULL;
-    snprintf(name, sizeof name, "kill.%d", i);
-    hvd_result_t rc = hvd_allreduce_async(name, &t, &t, HVD_SUM, 1, 1, &req);
-    if (rc == HVD_SUCCESS && i == 3 && me == victim)
-      raise(SIGKILL);
-    if (rc == HVD_SUCCESS)
-      rc = hvd_wait(req);
-    if (rc != HVD_SUCCESS) {
-      printf("kill: rank %d: %s\n", me, hvd_last_error());
-      return 1;
-    }
-  }
-  printf("kill: done\n");
-  cudaFree(d);
-  hvd_shutdown();
-  return 0;
-}
-
 int main(int argc, char **argv) {
-  if (argc > 2 && strcmp(argv[1], "kill") == 0)
-    return kill_main(atoi(argv[2]));
+  if (argc > 2 && strcmp(argv[1], "kill") == 0) { /* a GPU per rank */
+    const char *env = getenv("OMPI_COMM_WORLD_RANK");
+    return gpu_kill_main(atoi(argv[2]), env != NULL ? atoi(env) : 0);
+  }
   if (argc > 2 && strcmp(argv[1], "race") == 0)
     return race_main(argv[2]);
   if (argc > 1 && strcmp(argv[1], "order") == 0) {

@@ -8,6 +8,9 @@
 #ifndef HVD_T_GPUTEST_H
 #define HVD_T_GPUTEST_H
 
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +64,47 @@ static inline int gpu_mpi_begin(int *argc, char ***argv, int *rank, int *size,
 static inline int gpu_nccl_fits(int size, int count) {
   const char *share = getenv("HVD_GPU_SHARE");
   return size <= 1 || count >= size || (share != NULL && strcmp(share, "1") == 0);
+}
+
+/* `PROG kill R` (t/standin/kill.sh, t/gpu/share.sh, under hvdrun): device
+ * allreduces over hvd's NCCL executor on `device`; world rank R SIGKILLs
+ * itself right after submitting the fourth, while its peers are in it.
+ * Prints "kill: done" only if the job goes on to its end, which it must
+ * not. */
+static inline int gpu_kill_main(int victim, int device) {
+  const char *env = getenv("OMPI_COMM_WORLD_RANK");
+  int me = env != NULL ? atoi(env) : 0;
+  enum { N = 4096 };
+  cuda_ok(cudaSetDevice(device), "cudaSetDevice");
+  setenv("HVD_GPU_OPERATIONS", "nccl", 1);
+  if (hvd_init() != HVD_SUCCESS) {
+    fprintf(stderr, "kill: hvd_init: %s\n", hvd_last_error());
+    return 1;
+  }
+  float *d = NULL;
+  int64_t n = N;
+  cuda_ok(cudaMalloc((void **)&d, N * sizeof *d), "cudaMalloc");
+  cuda_ok(cudaMemset(d, 0, N * sizeof *d), "cudaMemset");
+  hvd_tensor_t t = hvd_tensor_make(d, HVD_FLOAT32, 1, &n);
+  t.device = device;
+  for (int i = 0; i < 6; i++) {
+    char name[32];
+    hvd_request_t *req = NULL;
+    snprintf(name, sizeof name, "kill.%d", i);
+    hvd_result_t rc = hvd_allreduce_async(name, &t, &t, HVD_SUM, 1, 1, &req);
+    if (rc == HVD_SUCCESS && i == 3 && me == victim)
+      raise(SIGKILL);
+    if (rc == HVD_SUCCESS)
+      rc = hvd_wait(req);
+    if (rc != HVD_SUCCESS) {
+      printf("kill: rank %d: %s\n", me, hvd_last_error());
+      return 1;
+    }
+  }
+  printf("kill: done\n");
+  cudaFree(d);
+  hvd_shutdown();
+  return 0;
 }
 
 /* bytes of device memory (at least one) on the current device, or bail. */
