@@ -75,16 +75,6 @@ share_run() {
   ) >"$o" 2>"$e"
   rc=$?
 }
-verdict() { # CHECK-STATUS TEXT
-  n=$((n + 1))
-  if [ "$1" = 0 ]; then
-    echo "ok $n - $2"
-  else
-    echo "not ok $n - $2"
-    failed=1
-  fi
-}
-
 # ---- a rank killed during a device allreduce over NCCL ----------------------
 hvdrun=$HVD_TOP_BUILDDIR/bin/hvdrun
 if [ -x "$hvdrun" ]; then
@@ -103,7 +93,7 @@ if [ -x "$hvdrun" ]; then
   [ $rc = 137 ] &&
     grep -q "^hvdrun: rank 1 (`hostname`) was killed by signal 9 (Killed); ranks 0, 2 were stopped$" "$tmp/kill.err" &&
     ! grep -q "^kill: done" "$tmp/kill.out" && [ $took -le 20 ]
-  verdict $? "rank 1 of 3 SIGKILLed in a device allreduce over NCCL on one GPU: status 137 (got $rc), hvdrun names it, no rank at the end, $took s (<= 20)" ||
+  check $? "rank 1 of 3 SIGKILLed in a device allreduce over NCCL on one GPU: status 137 (got $rc), hvdrun names it, no rank at the end, $took s (<= 20)" ||
     sed 's/^/#   /' "$tmp/kill.err" | head -20
 fi
 
@@ -118,7 +108,7 @@ if [ -z "${HVD_SHARE_BUILD:-}" ] && [ -x "$ex/bert_train" ]; then
       share_run "$tmp/b2.out" "$tmp/b2.err" "$HVD_MPIRUN_TEST" --np 2 \
         "$ex/bert_train" $c --batch-size 4 --log-json "$tmp/b2.json" &&
       losses_agree "$tmp/b1.json" "$tmp/b2.json" $2 >"$tmp/agree" 2>&1
-    verdict $? "bert_train --device gpu --precision $1: np 2 x 4 over NCCL on one GPU follows np 1 x 8 to $2 over 20 steps (`tail -n 1 "$tmp/agree" | sed 's/^# //'`)" ||
+    check $? "bert_train --device gpu --precision $1: np 2 x 4 over NCCL on one GPU follows np 1 x 8 to $2 over 20 steps (`tail -n 1 "$tmp/agree" | sed 's/^# //'`)" ||
       { sed 's/^/#   /' "$tmp/b2.err" | head -20; cat "$tmp/agree"; }
   done
 fi
@@ -129,7 +119,7 @@ if [ -z "${HVD_SHARE_BUILD:-}" ] && [ -x "$ex/cifar_train" ]; then
     share_run "$tmp/c2.out" "$tmp/c2.err" "$HVD_MPIRUN_TEST" --np 2 \
       "$ex/cifar_train" $c --batch-size 8 --log-json "$tmp/c2.json" &&
     losses_agree "$tmp/c1.json" "$tmp/c2.json" 1e-3 >"$tmp/agree" 2>&1
-  verdict $? "cifar_train --device gpu: np 2 x 8 over NCCL on one GPU (sync BN) follows np 1 x 16 to 1e-3 (`tail -n 1 "$tmp/agree" | sed 's/^# //'`)" ||
+  check $? "cifar_train --device gpu: np 2 x 8 over NCCL on one GPU (sync BN) follows np 1 x 16 to 1e-3 (`tail -n 1 "$tmp/agree" | sed 's/^# //'`)" ||
     { sed 's/^/#   /' "$tmp/c2.err" | head -20; cat "$tmp/agree"; }
 fi
 
