@@ -27,9 +27,9 @@
  *    accumulating in float32 (CUBLAS_COMPUTE_32F, float alpha and beta:
  *    tensor cores whatever the math mode). cuBLAS adds beta C before it
  *    rounds, so the linear layer's y = b, then beta 1, is round(x W^T + b)
- *    and dW, dx (dx_beta 1) are round(old + product) (unless cuBLAS
- *    splits k and reduces the parts in T, in place: cuBLASLt's reduction
- *    scheme mask would rule that out);
+ *    and dW, dx (dx_beta 1) are round(old + product) (a split k reduces
+ *    its parts in float32: CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION,
+ *    apply_math_mode);
  *  - column sums (bias, LayerNorm and token-type gradients): in float,
  *    then old + sum rounded once (colsum_finish);
  *  - the word-embedding and scatter-add gradients: one atomicAdd per
@@ -1557,10 +1557,16 @@ const bert_backend_t backends[3] = {make_table<float>(BERT_FP32),
                                     make_table<bf16>(BERT_BF16),
                                     make_table<fp16>(BERT_FP16)};
 
+/* TF32 or not for the float32 products; and for the 16-bit ones no
+ * split-k reduction in T (cuBLAS would otherwise add a product's partial
+ * sums in bf16/fp16, rounding more than once: layers.h's rule is one
+ * rounding, and PyTorch's allow_bf16_reduced_precision_reduction is the
+ * same switch the other way). */
 void apply_math_mode(void) {
-  blas_ok(cublasSetMathMode(st.blas, st.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                             : CUBLAS_DEFAULT_MATH),
-          "cublasSetMathMode");
+  const int mode =
+      (st.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+      CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+  blas_ok(cublasSetMathMode(st.blas, (cublasMath_t)mode), "cublasSetMathMode");
 }
 
 /* Everything open() made, in reverse; each handle NULL once gone. */
