@@ -29,14 +29,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- Conversions --------------------------------------------------------- */
+/* ---- Conversions --------------------------------------------------------- *
+ * lib/base/half.h's, the library's own (round to nearest even; NaN kept
+ * quiet; float16 subnormals and overflow to infinity). */
 
-/* lib/base/half.h: the library's own conversions (round to nearest even;
- * NaN kept quiet; float16 subnormals and overflow to infinity). */
-#define float_to_bf16 hvd__f32_to_bf16
-#define bf16_to_float hvd__bf16_to_f32
-#define float_to_fp16 hvd__f32_to_f16
-#define fp16_to_float hvd__f16_to_f32
+/* One element of a 16-bit T (bfloat16 or float16) and back. */
+static float t_to_float(int p, uint16_t h) {
+  return p == BERT_BF16 ? hvd__bf16_to_f32(h) : hvd__f16_to_f32(h);
+}
+
+static uint16_t float_to_t(int p, float v) {
+  return p == BERT_BF16 ? hvd__f32_to_bf16(v) : hvd__f32_to_f16(v);
+}
 
 const char *bert_precision_name(int precision) {
   switch (precision) {
@@ -59,24 +63,18 @@ void bert_to_float(int precision, const void *src, float *dst, int64_t n) {
   const uint16_t *s = src;
   if (precision == BERT_FP32)
     memmove(dst, src, sizeof(float) * (size_t)n);
-  else if (precision == BERT_BF16)
-    for (int64_t i = 0; i < n; i++)
-      dst[i] = bf16_to_float(s[i]);
   else
     for (int64_t i = 0; i < n; i++)
-      dst[i] = fp16_to_float(s[i]);
+      dst[i] = t_to_float(precision, s[i]);
 }
 
 void bert_from_float(int precision, const float *src, void *dst, int64_t n) {
   uint16_t *d = dst;
   if (precision == BERT_FP32)
     memmove(dst, src, sizeof(float) * (size_t)n);
-  else if (precision == BERT_BF16)
+  else /* forward: d[i] overlaps only src elements already read */
     for (int64_t i = 0; i < n; i++)
-      d[i] = float_to_bf16(src[i]);
-  else
-    for (int64_t i = 0; i < n; i++)
-      d[i] = float_to_fp16(src[i]);
+      d[i] = float_to_t(precision, src[i]);
 }
 
 /* ---- Temporaries and rounding -------------------------------------------- */
@@ -84,25 +82,47 @@ void bert_from_float(int precision, const float *src, void *dst, int64_t n) {
 /* the first failure (layers.h: error): kept until the process ends */
 static char lp_err[160];
 
-/* n floats (calloc'd when zero), or NULL and the error recorded. */
-static float *tmp(int64_t n, int zero, const char *what) {
-  size_t bytes = sizeof(float) * (size_t)(n > 0 ? n : 1);
-  float *p = zero ? calloc(1, bytes) : malloc(bytes);
-  if (p == NULL && lp_err[0] == '\0')
-    snprintf(lp_err, sizeof lp_err,
-             "out of memory for %lld float32 temporaries of %s", (long long)n,
-             what);
-  return p;
+/* A call's temporaries, freed together (release); ok turns 0 when one
+ * could not be allocated (the error recorded), and the call then does
+ * nothing. */
+typedef struct temps {
+  const char *what; /* the entry, for the error */
+  void *p[12];      /* the most an entry takes: 8 (embedding_bwd) */
+  int n, ok;
+} temps_t;
+
+static void *take(temps_t *t, size_t bytes, int zero) {
+  void *p = NULL;
+  if (t->n < (int)(sizeof t->p / sizeof t->p[0]))
+    p = zero ? calloc(1, bytes > 0 ? bytes : 1) : malloc(bytes > 0 ? bytes : 1);
+  if (p == NULL) {
+    t->ok = 0;
+    if (lp_err[0] == '\0')
+      snprintf(lp_err, sizeof lp_err, "out of memory for %zu bytes of %s",
+               bytes, t->what);
+    return NULL;
+  }
+  return t->p[t->n++] = p;
 }
 
-/* The float32 copy of n elements of T src (NULL src: NULL). */
-static float *up(int p, const void *src, int64_t n, const char *what) {
+/* n floats (zeroed when zero). */
+static float *tmp(temps_t *t, int64_t n, int zero) {
+  return take(t, sizeof(float) * (size_t)(n > 0 ? n : 0), zero);
+}
+
+/* The float32 copy of n elements of T src (NULL src: NULL, not a failure). */
+static float *up(temps_t *t, int p, const void *src, int64_t n) {
   if (src == NULL)
     return NULL;
-  float *f = tmp(n, 0, what);
+  float *f = tmp(t, n, 0);
   if (f != NULL)
     bert_to_float(p, src, f, n);
   return f;
+}
+
+static void release(temps_t *t) {
+  while (t->n > 0)
+    free(t->p[--t->n]);
 }
 
 /* dst = round(dst + add), n elements of T. */
@@ -110,61 +130,43 @@ static void acc(int p, void *dst, const float *add, int64_t n) {
   if (dst == NULL)
     return;
   uint16_t *d = dst;
-  for (int64_t i = 0; i < n; i++) {
-    float v =
-        (p == BERT_BF16 ? bf16_to_float(d[i]) : fp16_to_float(d[i])) + add[i];
-    d[i] = p == BERT_BF16 ? float_to_bf16(v) : float_to_fp16(v);
-  }
+  for (int64_t i = 0; i < n; i++)
+    d[i] = float_to_t(p, t_to_float(p, d[i]) + add[i]);
 }
 
 /* x = the float nearest to round-to-T(x), in place. */
 static void quantize(float *x, int64_t n, int p) {
   for (int64_t i = 0; i < n; i++)
-    x[i] = p == BERT_BF16 ? bf16_to_float(float_to_bf16(x[i]))
-                          : fp16_to_float(float_to_fp16(x[i]));
-}
-
-/* Frees up to 8 temporaries; 0 if any of the first `need` is NULL. */
-static int all_ok(int need, float *a, float *b, float *c, float *d) {
-  float *v[4] = {a, b, c, d};
-  for (int i = 0; i < need && i < 4; i++)
-    if (v[i] == NULL)
-      return 0;
-  return 1;
-}
-
-static void release(float *a, float *b, float *c, float *d, float *e, float *f,
-                    float *g, float *h) {
-  free(a), free(b), free(c), free(d), free(e), free(f), free(g), free(h);
+    x[i] = t_to_float(p, float_to_t(p, x[i]));
 }
 
 /* ---- The kernels, for precision p ---------------------------------------- */
 
 static void lp_linear_fwd(int p, const void *x, const void *W, const void *b,
                           void *y, int n, int in, int out) {
+  temps_t t = {.what = "linear_fwd", .ok = 1};
   int64_t ny = (int64_t)n * out;
-  float *fx = up(p, x, (int64_t)n * in, "linear_fwd"),
-        *fW = up(p, W, (int64_t)out * in, "linear_fwd"),
-        *fb = up(p, b, out, "linear_fwd"), *fy = tmp(ny, 0, "linear_fwd");
-  if (all_ok(2, fx, fW, fy, fy) && (b == NULL || fb != NULL)) {
+  float *fx = up(&t, p, x, (int64_t)n * in),
+        *fW = up(&t, p, W, (int64_t)out * in), *fb = up(&t, p, b, out),
+        *fy = tmp(&t, ny, 0);
+  if (t.ok) {
     bert_linear_fwd(fx, fW, fb, fy, n, in, out);
     bert_from_float(p, fy, y, ny);
   }
-  release(fx, fW, fb, fy, NULL, NULL, NULL, NULL);
+  release(&t);
 }
 
 static void lp_linear_bwd(int p, const void *x, const void *W, const void *dy,
                           void *dx, float dx_beta, void *dW, void *db, int n,
                           int in, int out) {
+  temps_t t = {.what = "linear_bwd", .ok = 1};
   int64_t nx = (int64_t)n * in;
-  float *fx = up(p, x, nx, "linear_bwd"),
-        *fW = up(p, W, (int64_t)out * in, "linear_bwd"),
-        *fdy = up(p, dy, (int64_t)n * out, "linear_bwd"),
-        *fdW = tmp((int64_t)out * in, 1, "linear_bwd"),
-        *fdb = db != NULL ? tmp(out, 1, "linear_bwd") : NULL,
-        *fdx = dx != NULL ? tmp(nx, 0, "linear_bwd") : NULL;
-  if (all_ok(4, fx, fW, fdy, fdW) && (db == NULL || fdb != NULL) &&
-      (dx == NULL || fdx != NULL)) {
+  float *fx = up(&t, p, x, nx), *fW = up(&t, p, W, (int64_t)out * in),
+        *fdy = up(&t, p, dy, (int64_t)n * out),
+        *fdW = tmp(&t, (int64_t)out * in, 1),
+        *fdb = db != NULL ? tmp(&t, out, 1) : NULL,
+        *fdx = dx != NULL ? tmp(&t, nx, 0) : NULL;
+  if (t.ok) {
     bert_linear_bwd(fx, fW, fdy, fdx, 0.0f, fdW, fdb, n, in, out);
     acc(p, dW, fdW, (int64_t)out * in);
     acc(p, db, fdb, out);
@@ -173,56 +175,58 @@ static void lp_linear_bwd(int p, const void *x, const void *W, const void *dy,
     else if (dx != NULL)
       bert_from_float(p, fdx, dx, nx);
   }
-  release(fx, fW, fdy, fdW, fdb, fdx, NULL, NULL);
+  release(&t);
 }
 
 static void lp_layernorm_fwd(int p, const void *x, const void *g, const void *b,
                              float eps, void *y, float *mean, float *rstd,
                              int n, int h) {
+  temps_t t = {.what = "layernorm_fwd", .ok = 1};
   int64_t nx = (int64_t)n * h;
-  float *fx = up(p, x, nx, "layernorm_fwd"), *fg = up(p, g, h, "layernorm_fwd"),
-        *fb = up(p, b, h, "layernorm_fwd"), *fy = tmp(nx, 0, "layernorm_fwd");
-  if (all_ok(4, fx, fg, fb, fy)) {
+  float *fx = up(&t, p, x, nx), *fg = up(&t, p, g, h), *fb = up(&t, p, b, h),
+        *fy = tmp(&t, nx, 0);
+  if (t.ok) {
     bert_layernorm_fwd(fx, fg, fb, eps, fy, mean, rstd, n, h);
     bert_from_float(p, fy, y, nx);
   }
-  release(fx, fg, fb, fy, NULL, NULL, NULL, NULL);
+  release(&t);
 }
 
 static void lp_layernorm_bwd(int p, const void *x, const float *mean,
                              const float *rstd, const void *g, const void *dy,
                              void *dx, void *dg, void *db, int n, int h) {
+  temps_t t = {.what = "layernorm_bwd", .ok = 1};
   int64_t nx = (int64_t)n * h;
-  float *fx = up(p, x, nx, "layernorm_bwd"), *fg = up(p, g, h, "layernorm_bwd"),
-        *fdy = up(p, dy, nx, "layernorm_bwd"),
-        *fdx = tmp(nx, 0, "layernorm_bwd"), *fdg = tmp(h, 1, "layernorm_bwd"),
-        *fdb = tmp(h, 1, "layernorm_bwd");
-  if (all_ok(4, fx, fg, fdy, fdx) && fdg != NULL && fdb != NULL) {
+  float *fx = up(&t, p, x, nx), *fg = up(&t, p, g, h), *fdy = up(&t, p, dy, nx),
+        *fdx = tmp(&t, nx, 0), *fdg = tmp(&t, h, 1), *fdb = tmp(&t, h, 1);
+  if (t.ok) {
     bert_layernorm_bwd(fx, mean, rstd, fg, fdy, fdx, fdg, fdb, n, h);
     bert_from_float(p, fdx, dx, nx); /* dx may alias dy: fdy is a copy */
     acc(p, dg, fdg, h);
     acc(p, db, fdb, h);
   }
-  release(fx, fg, fdy, fdx, fdg, fdb, NULL, NULL);
+  release(&t);
 }
 
 static void lp_gelu_fwd(int p, const void *x, void *y, int64_t n) {
-  float *f = up(p, x, n, "gelu_fwd");
-  if (f != NULL) {
+  temps_t t = {.what = "gelu_fwd", .ok = 1};
+  float *f = up(&t, p, x, n);
+  if (t.ok) {
     bert_gelu_fwd(f, f, n);
     bert_from_float(p, f, y, n);
   }
-  free(f);
+  release(&t);
 }
 
 static void lp_gelu_bwd(int p, const void *x, const void *dy, void *dx,
                         int64_t n) {
-  float *fx = up(p, x, n, "gelu_bwd"), *fdy = up(p, dy, n, "gelu_bwd");
-  if (all_ok(2, fx, fdy, NULL, NULL)) {
+  temps_t t = {.what = "gelu_bwd", .ok = 1};
+  float *fx = up(&t, p, x, n), *fdy = up(&t, p, dy, n);
+  if (t.ok) {
     bert_gelu_bwd(fx, fdy, fdy, n);
     bert_from_float(p, fdy, dx, n);
   }
-  release(fx, fdy, NULL, NULL, NULL, NULL, NULL, NULL);
+  release(&t);
 }
 
 /* ctx = P v per (sequence, head), from probabilities already rounded. */
@@ -241,54 +245,49 @@ static void ctx_from_probs(const float *probs, const float *v, float *ctx,
 static void lp_attention_fwd(int p, const void *q, const void *k, const void *v,
                              const int32_t *lengths, void *probs, void *ctx,
                              int B, int S, int A, int dh) {
+  temps_t t = {.what = "attention_fwd", .ok = 1};
   int64_t nx = (int64_t)B * S * A * dh, np = (int64_t)B * A * S * S;
-  float *fq = up(p, q, nx, "attention_fwd"), *fk = up(p, k, nx, "attention"),
-        *fv = up(p, v, nx, "attention_fwd"), *fp = tmp(np, 0, "attention_fwd"),
-        *fc = tmp(nx, 0, "attention_fwd");
-  if (all_ok(4, fq, fk, fv, fp) && fc != NULL) {
+  float *fq = up(&t, p, q, nx), *fk = up(&t, p, k, nx), *fv = up(&t, p, v, nx),
+        *fp = tmp(&t, np, 0), *fc = tmp(&t, nx, 0);
+  if (t.ok) {
     bert_attention_fwd(fq, fk, fv, lengths, fp, fc, B, S, A, dh);
     quantize(fp, np, p);
     ctx_from_probs(fp, fv, fc, B, S, A, dh);
     bert_from_float(p, fp, probs, np);
     bert_from_float(p, fc, ctx, nx);
   }
-  release(fq, fk, fv, fp, fc, NULL, NULL, NULL);
+  release(&t);
 }
 
 static void lp_attention_bwd(int p, const void *q, const void *k, const void *v,
                              const void *probs, const void *dctx, void *dq,
                              void *dk, void *dv, int B, int S, int A, int dh) {
+  temps_t t = {.what = "attention_bwd", .ok = 1};
   int64_t nx = (int64_t)B * S * A * dh, np = (int64_t)B * A * S * S;
-  const char *w = "attention_bwd";
-  float *fq = up(p, q, nx, w), *fk = up(p, k, nx, w), *fv = up(p, v, nx, w),
-        *fp = up(p, probs, np, w), *fd = up(p, dctx, nx, w),
-        *g = tmp(3 * nx, 0, w), *scratch = tmp((int64_t)S * S, 0, w);
-  if (all_ok(4, fq, fk, fv, fp) && fd != NULL && g != NULL && scratch != NULL) {
+  float *fq = up(&t, p, q, nx), *fk = up(&t, p, k, nx), *fv = up(&t, p, v, nx),
+        *fp = up(&t, p, probs, np), *fd = up(&t, p, dctx, nx),
+        *g = tmp(&t, 3 * nx, 0), *scratch = tmp(&t, (int64_t)S * S, 0);
+  if (t.ok) {
     bert__attention_bwd_rounding(fq, fk, fv, fp, fd, g, g + nx, g + 2 * nx,
                                  scratch, B, S, A, dh, quantize, p);
     bert_from_float(p, g, dq, nx);
     bert_from_float(p, g + nx, dk, nx);
     bert_from_float(p, g + 2 * nx, dv, nx);
   }
-  release(fq, fk, fv, fp, fd, g, scratch, NULL);
-}
-
-static float at(int p, const void *a, int64_t i) {
-  const uint16_t *u = a;
-  return p == BERT_BF16 ? bf16_to_float(u[i]) : fp16_to_float(u[i]);
+  release(&t);
 }
 
 static void lp_embedding_fwd(int p, const int32_t *ids, const int32_t *types,
                              const void *word, const void *pos,
                              const void *type, void *out, int B, int S, int H) {
+  const uint16_t *w = word, *ps = pos, *ty = type;
   uint16_t *o = out;
   for (int64_t t = 0; t < (int64_t)B * S; t++) {
-    int64_t w = (int64_t)ids[t] * H, ps = (t % S) * H,
-            ty = (int64_t)(types != NULL ? types[t] : 0) * H;
-    for (int j = 0; j < H; j++) {
-      float v = at(p, word, w + j) + at(p, pos, ps + j) + at(p, type, ty + j);
-      o[t * H + j] = p == BERT_BF16 ? float_to_bf16(v) : float_to_fp16(v);
-    }
+    const uint16_t *wr = w + (int64_t)ids[t] * H, *pr = ps + (t % S) * H,
+                   *tr = ty + (int64_t)(types != NULL ? types[t] : 0) * H;
+    for (int j = 0; j < H; j++)
+      o[t * H + j] = float_to_t(p, t_to_float(p, wr[j]) + t_to_float(p, pr[j]) +
+                                       t_to_float(p, tr[j]));
   }
 }
 
@@ -296,84 +295,85 @@ static void lp_embedding_fwd(int p, const int32_t *ids, const int32_t *types,
  * src's rows 0..m-1, each touched row summed in float32 and rounded once. */
 static void scatter_rows(int p, const float *src, const int32_t *rows,
                          int64_t m, int h, int64_t rows_in_dst, void *dst,
-                         const char *what) {
-  float *sum = tmp(rows_in_dst * h, 1, what);
-  char *touched = calloc((size_t)rows_in_dst, 1);
-  if (sum != NULL && touched != NULL) {
-    for (int64_t i = 0; i < m; i++) {
-      float *d = sum + (int64_t)rows[i] * h;
-      touched[rows[i]] = 1;
-      for (int j = 0; j < h; j++)
-        d[j] += src[i * h + j];
-    }
-    for (int64_t r = 0; r < rows_in_dst; r++)
-      if (touched[r])
-        acc(p, (uint16_t *)dst + r * h, sum + r * h, h);
-  } else if (touched == NULL && lp_err[0] == '\0') {
-    snprintf(lp_err, sizeof lp_err, "out of memory in %s", what);
+                         temps_t *t) {
+  float *sum = tmp(t, rows_in_dst * h, 1);
+  char *touched = take(t, (size_t)rows_in_dst, 1);
+  if (!t->ok)
+    return;
+  for (int64_t i = 0; i < m; i++) {
+    float *d = sum + (int64_t)rows[i] * h;
+    touched[rows[i]] = 1;
+    for (int j = 0; j < h; j++)
+      d[j] += src[i * h + j];
   }
-  free(sum);
-  free(touched);
+  for (int64_t r = 0; r < rows_in_dst; r++)
+    if (touched[r])
+      acc(p, (uint16_t *)dst + r * h, sum + r * h, h);
+}
+
+/* The largest of m rows (0 for none). */
+static int32_t max_row(const int32_t *rows, int64_t m) {
+  int32_t r = 0;
+  for (int64_t i = 0; i < m; i++)
+    r = rows[i] > r ? rows[i] : r;
+  return r;
 }
 
 static void lp_embedding_bwd(int p, const int32_t *ids, const int32_t *types,
                              const void *dout, void *dword, void *dpos,
                              void *dtype, int B, int S, int H) {
+  temps_t t = {.what = "embedding_bwd", .ok = 1};
   const int64_t N = (int64_t)B * S;
-  float *fd = up(p, dout, N * H, "embedding_bwd");
-  int32_t *r = calloc((size_t)(N > 0 ? N : 1), sizeof(int32_t));
-  if (fd != NULL && r != NULL) {
-    int32_t vmax = 0, tmax = 0;
-    for (int64_t t = 0; t < N; t++) {
-      vmax = ids[t] > vmax ? ids[t] : vmax;
-      r[t] = types != NULL ? types[t] : 0;
-      tmax = r[t] > tmax ? r[t] : tmax;
-    }
-    if (dtype != NULL)
-      scatter_rows(p, fd, r, N, H, tmax + 1, dtype, "embedding_bwd");
-    for (int64_t t = 0; t < N; t++)
-      r[t] = (int32_t)(t % S);
-    if (dpos != NULL)
-      scatter_rows(p, fd, r, N, H, S, dpos, "embedding_bwd");
-    if (dword != NULL)
-      scatter_rows(p, fd, ids, N, H, vmax + 1, dword, "embedding_bwd");
-  } else if (r == NULL && lp_err[0] == '\0') {
-    snprintf(lp_err, sizeof lp_err, "out of memory in embedding_bwd");
+  float *fd = up(&t, p, dout, N * H);
+  int32_t *r = take(&t, sizeof(int32_t) * (size_t)N, 0);
+  if (!t.ok) {
+    release(&t);
+    return;
   }
-  free(fd);
-  free(r);
+  for (int64_t i = 0; i < N; i++)
+    r[i] = types != NULL ? types[i] : 0;
+  if (dtype != NULL)
+    scatter_rows(p, fd, r, N, H, (int64_t)max_row(r, N) + 1, dtype, &t);
+  for (int64_t i = 0; i < N; i++)
+    r[i] = (int32_t)(i % S);
+  if (dpos != NULL)
+    scatter_rows(p, fd, r, N, H, S, dpos, &t);
+  if (dword != NULL)
+    scatter_rows(p, fd, ids, N, H, (int64_t)max_row(ids, N) + 1, dword, &t);
+  release(&t);
 }
 
 static double lp_xent_fwd(int p, void *logits, const int32_t *targets, int m,
                           int V, int64_t *correct) {
+  temps_t t = {.what = "xent_fwd", .ok = 1};
   int64_t n = (int64_t)m * V;
-  float *f = up(p, logits, n, "xent_fwd");
+  float *f = up(&t, p, logits, n);
   double loss = 0;
-  if (f != NULL) {
+  if (t.ok) {
     loss = bert_xent_fwd(f, targets, m, V, correct);
     bert_from_float(p, f, logits, n);
   }
-  free(f);
+  release(&t);
   return loss;
 }
 
 static void lp_xent_bwd(int p, void *probs, const int32_t *targets, int m,
                         int V, float scale) {
+  temps_t t = {.what = "xent_bwd", .ok = 1};
   int64_t n = (int64_t)m * V;
-  float *f = up(p, probs, n, "xent_bwd");
-  if (f != NULL) {
+  float *f = up(&t, p, probs, n);
+  if (t.ok) {
     bert_xent_bwd(f, targets, m, V, scale);
     bert_from_float(p, f, probs, n);
   }
-  free(f);
+  release(&t);
 }
 
 static void lp_add(int p, const void *a, const void *b, void *y, int64_t n) {
+  const uint16_t *x = a, *z = b;
   uint16_t *o = y;
-  for (int64_t i = 0; i < n; i++) {
-    float v = at(p, a, i) + at(p, b, i);
-    o[i] = p == BERT_BF16 ? float_to_bf16(v) : float_to_fp16(v);
-  }
+  for (int64_t i = 0; i < n; i++)
+    o[i] = float_to_t(p, t_to_float(p, x[i]) + t_to_float(p, z[i]));
 }
 
 static void lp_gather_rows(const void *src, const int32_t *rows, int m, int h,
@@ -385,13 +385,11 @@ static void lp_gather_rows(const void *src, const int32_t *rows, int m, int h,
 
 static void lp_scatter_add_rows(int p, const void *src, const int32_t *rows,
                                 int m, int h, void *dst) {
-  float *f = up(p, src, (int64_t)m * h, "scatter_add_rows");
-  int32_t rmax = 0;
-  for (int i = 0; i < m; i++)
-    rmax = rows[i] > rmax ? rows[i] : rmax;
-  if (f != NULL)
-    scatter_rows(p, f, rows, m, h, (int64_t)rmax + 1, dst, "scatter_add_rows");
-  free(f);
+  temps_t t = {.what = "scatter_add_rows", .ok = 1};
+  float *f = up(&t, p, src, (int64_t)m * h);
+  if (t.ok)
+    scatter_rows(p, f, rows, m, h, (int64_t)max_row(rows, m) + 1, dst, &t);
+  release(&t);
 }
 
 static void lp_copy(const void *src, void *dst, int64_t n) {
