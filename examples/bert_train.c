@@ -385,11 +385,7 @@ static int run_option(options_t *o, int ch, const char *a) {
     o->graphs = 1;
     return 1;
   case O_PRECISION:
-    o->precision = -1;
-    for (int p = BERT_FP32; p <= BERT_FP16; p++)
-      if (strcmp(a, bert_precision_name(p)) == 0)
-        o->precision = p;
-    if (o->precision < 0)
+    if ((o->precision = bert_precision_parse(a)) < 0)
       cli_usage_error("--precision needs fp32, bf16 or fp16, not '%s'", a);
     return 1;
   case O_QUIET:

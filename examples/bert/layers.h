@@ -151,6 +151,8 @@ typedef enum bert_precision {
 
 /* "fp32", "bf16" or "fp16" (NULL for another value). */
 const char *bert_precision_name(int precision);
+/* The precision of such a name, or -1. */
+int bert_precision_parse(const char *name);
 /* Bytes per element: 4, 2, 2. */
 size_t bert_precision_bytes(int precision);
 /* Host conversions of n elements: T -> float32 (exact) and float32 -> T

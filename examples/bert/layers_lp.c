@@ -55,6 +55,13 @@ const char *bert_precision_name(int precision) {
   }
 }
 
+int bert_precision_parse(const char *name) {
+  for (int p = BERT_FP32; p <= BERT_FP16; p++)
+    if (name != NULL && strcmp(name, bert_precision_name(p)) == 0)
+      return p;
+  return -1;
+}
+
 size_t bert_precision_bytes(int precision) {
   return precision == BERT_FP32 ? sizeof(float) : sizeof(uint16_t);
 }

@@ -182,11 +182,11 @@ hvd_result_t bert_config_set(bert_config_t *c, const char *key,
         return HVD_SUCCESS;
       }
     } else if (fields[i].kind == 'p') {
-      for (int pr = BERT_FP32; pr <= BERT_FP16; pr++)
-        if (strcmp(value, bert_precision_name(pr)) == 0) {
-          memcpy(p, &pr, sizeof pr);
-          return HVD_SUCCESS;
-        }
+      int pr = bert_precision_parse(value);
+      if (pr >= 0) {
+        memcpy(p, &pr, sizeof pr);
+        return HVD_SUCCESS;
+      }
       return bert__error(HVD_ERR_INVALID_ARG,
                          "model option precision: '%s' is not fp32, bf16 or "
                          "fp16",
@@ -519,14 +519,14 @@ static int alloc_params(bert_model_t *m) {
   if (m->values == NULL || m->grads == NULL)
     return 0;
   m->be->zero(m->grads, m->nweights);
+  static const hvd_dtype_t dtypes[] = {
+      [BERT_FP32] = HVD_FLOAT32,
+      [BERT_BF16] = HVD_BFLOAT16,
+      [BERT_FP16] = HVD_FLOAT16,
+  };
   int64_t off = 0;
   for (int i = 0; i < m->n; i++) {
     hvd_param_t *p = &m->params[i];
-    static const hvd_dtype_t dtypes[] = {
-        [BERT_FP32] = HVD_FLOAT32,
-        [BERT_BF16] = HVD_BFLOAT16,
-        [BERT_FP16] = HVD_FLOAT16,
-    };
     p->value.dtype = dtypes[c->precision];
     p->value.device = m->device;
     p->value.data = (char *)m->values + off * (int64_t)m->elt;
@@ -674,10 +674,9 @@ static hvd_result_t transfer(bert_model_t *m, int grads, float *host,
   if (to_float) {
     m->be->to_host(t, dev, m->elt * n);
     bert_to_float(p, t, host, (int64_t)n);
-  } else {
+  } else { /* t is pageable: to_device has read it when it returns */
     bert_from_float(p, host, t, (int64_t)n);
     m->be->to_device(dev, t, m->elt * n);
-    m->be->sync(); /* t is freed next: a queued copy must have read it */
   }
   free(t);
   return backend_status(m, what);
@@ -847,6 +846,7 @@ static void layer_fwd(bert_model_t *m, int l) {
 typedef struct layer_job {
   bert_model_t *m;
   int l;
+  struct ready_queue *muted; /* backward: no calls (made after the graph) */
 } layer_job_t;
 
 static void graph_key(const bert_model_t *m, int backward, int l, int key[4]) {
@@ -863,7 +863,7 @@ static void layer_fwd_job(void *p) {
 
 static void layer_fwd_graph(bert_model_t *m, int l) {
   int key[4];
-  layer_job_t job = {m, l};
+  layer_job_t job = {m, l, NULL};
   graph_key(m, 0, l, key);
   if (!m->be->graph_run(m, key, layer_fwd_job, &job))
     layer_fwd(m, l);
@@ -1118,14 +1118,8 @@ static void layer_bwd(bert_model_t *m, int l, ready_queue_t *q) {
 #undef G
 }
 
-typedef struct layer_bwd_job {
-  bert_model_t *m;
-  int l;
-  ready_queue_t *muted; /* no calls: made after the graph */
-} layer_bwd_job_t;
-
 static void layer_bwd_job(void *p) {
-  layer_bwd_job_t *j = p;
+  layer_job_t *j = p;
   layer_bwd(j->m, j->l, j->muted);
 }
 
@@ -1134,7 +1128,7 @@ static void layer_bwd_job(void *p) {
 static void layer_bwd_graph(bert_model_t *m, int l, ready_queue_t *q) {
   int key[4];
   ready_queue_t muted = {.fn = NULL, .be = m->be};
-  layer_bwd_job_t job = {m, l, &muted};
+  layer_job_t job = {m, l, &muted};
   graph_key(m, 1, l, key);
   if (!m->be->graph_run(m, key, layer_bwd_job, &job)) {
     layer_bwd(m, l, q);
