@@ -494,6 +494,36 @@ hvd_result_t hvd_init_comm(MPI_Comm comm) {
   return rc;
 }
 
+/* The tag of at_exit's "this rank came" messages on MPI_COMM_WORLD; no
+ * user message is pending when the process exits after a failure. */
+#define EXIT_TAG 0x4856 /* "HV" */
+
+/* Tells every higher rank of MPI_COMM_WORLD that this one came to its
+ * end (nonblocking; the job is aborted after, so nothing completes them). */
+static void announce_arrival(int rank) {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  static char none;
+  for (int r = rank + 1; r < size; r++) {
+    MPI_Request req;
+    if (MPI_Isend(&none, 0, MPI_BYTE, r, EXIT_TAG, MPI_COMM_WORLD, &req) ==
+        MPI_SUCCESS)
+      MPI_Request_free(&req);
+  }
+}
+
+/* 1 when some lower rank announced that it came to its end. */
+static int lower_rank_came(int rank) {
+  for (int r = 0; r < rank; r++) {
+    int flag = 0;
+    if (MPI_Iprobe(r, EXIT_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE) ==
+            MPI_SUCCESS &&
+        flag)
+      return 1;
+  }
+  return 0;
+}
+
 /* 1 when every rank of MPI_COMM_WORLD reaches this call within `grace`
  * seconds (a nonblocking barrier, polled); 0 if some rank does not. */
 static int all_arrive(double grace) {
@@ -522,11 +552,13 @@ static int all_arrive(double grace) {
  * so the job is ended instead with MPI_Abort and the failure's code, which
  * mpirun makes the job's exit status after stopping every rank. First
  * the exiting ranks wait up to HVD_EXIT_GRACE_TIME for each other, so
- * that none is killed while it still saves its work: if all come, rank 0
- * says why the job ends and aborts (the others only after 5 s, should it
- * not); if not, the waiting ranks abort in rank order, 0.2 s apart up to
- * rank 4 (so that usually one says it, the lowest). A normal run,
- * or one where a rank called hvd_shutdown early, finalizes as usual. */
+ * that none is killed while it still saves its work. One rank says why
+ * the job ends and aborts: rank 0 if all came; if not, the lowest rank
+ * that came, known by the messages each rank sends its higher ranks on
+ * arrival. The others abort silently after 5 s, should that rank's abort
+ * not reach them (a lower rank that came just after the grace ended may
+ * make two say it). A normal run, or one where a rank called
+ * hvd_shutdown early, finalizes as usual. */
 static void at_exit(void) {
   int rank = g.rank;
   double grace = g.settings.exit_grace_s;
@@ -538,14 +570,13 @@ static void at_exit(void) {
   char reason[HVD__ERRMSG_MAX];
   hvd_result_t why = hvd__fatal(reason, sizeof reason);
   if (why != HVD_SUCCESS) {
+    announce_arrival(rank);
     int all = all_arrive(grace);
-    if (!all) /* the lowest waiting rank first */
-      nanosleep(&(struct timespec){0, 200000000L * (rank < 4 ? rank : 4)},
-                NULL);
-    else if (rank != 0) /* rank 0 says it and aborts; this is a fallback */
+    int speaks = all ? rank == 0 : !lower_rank_came(rank);
+    if (!speaks) /* the speaking rank's abort ends this one; a fallback */
       nanosleep(&(struct timespec){5, 0}, NULL);
     hvd__end_record_abort((int)why);
-    if (!all || rank == 0)
+    if (speaks)
       HVD__LOG(HVD__LOG_ERROR,
                "ending the job with MPI_Abort(%d) at exit, not "
                "MPI_Finalize, %s: %s",

@@ -20,7 +20,8 @@
  *
  * A rank whose "x" completes prints
  *   straggler[R]: 'x' rc=RC after S.S s: MESSAGE
- * (hvd_last_error()) on stdout. After a stall, hvd's exit handler must end
+ * (hvd_last_error()) on stdout. STRAGGLER_RANK=R makes rank R the
+ * straggler instead of the last. After a stall, hvd's exit handler must end
  * the job (MPI_Abort) instead of waiting in MPI_Finalize for the
  * straggler, which never comes.
  *
@@ -88,10 +89,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "straggler: hvd_init: %s\n", hvd_last_error());
     return 2;
   }
-  int me = hvd_rank(), last = hvd_size() - 1;
+  int me = hvd_rank(), stuck = hvd_size() - 1;
+  if (getenv("STRAGGLER_RANK"))
+    stuck = atoi(getenv("STRAGGLER_RANK"));
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = now();
-  if (me != last) {
+  if (me != stuck) {
     reduce_x(me, t0);
     if (kind == 3)
       sleep_until(t0, 10.0);

@@ -13,6 +13,7 @@
 #     MPI_Abort(9) at exit, not MPI_Finalize, as some rank did not come
 #     within HVD_EXIT_GRACE_TIME: hvd stopped: allreduce 'x' stalled ..."
 #     ("after every rank came to its end" when the late rank comes);
+#     when rank 0 is the straggler, rank 1, the lowest that came, says it;
 #   - no process of the job is left.
 # The straggler sleeps, spins, blocks in a read, or arrives late (after
 # the stop: its own allreduce fails at once, not after another wait); the
@@ -110,6 +111,33 @@ for np in 2 3; do
     show "$err" "stderr"
   fi
 done
+
+# rank 0 is the straggler: rank 1, the lowest that came, says why, once
+what="np 3, rank 0 the straggler (sleep), others return"
+out=$tmp/first.out
+err=$tmp/first.err
+bad=$failed
+STRAGGLER_RANK=0 run_np 3 "$out" "$err" "$prog" sleep return
+[ "$rc" = 9 ] && [ "$elapsed" -le 35 ]
+check $? "$what: the job ends with status 9 within 5 + 30 s (status $rc after $elapsed s)"
+stop="allreduce 'x' stalled for [0-9.]* s: rank(s) 0 never submitted it (HVD_STALL_SHUTDOWN_TIME=5)"
+count=$(grep -c "^straggler\[[12]\]: 'x' rc=9 after [0-9.]* s: allreduce 'x': hvd stopped: $stop\$" "$out")
+[ "$count" = 2 ]
+check $? "$what: ranks 1 and 2's 'x' fail with HVD_ERR_STALL naming rank 0 ($count)"
+abort="^\[hvd 1\] error: ending the job with MPI_Abort(9) at exit, not MPI_Finalize, as some rank did not come within HVD_EXIT_GRACE_TIME: hvd stopped: $stop\$"
+count=$(grep -c "$abort" "$err")
+others=$(grep -c "MPI_Abort" "$err")
+[ "$count" = 1 ] && [ "$others" = 1 ]
+check $? "$what: rank 1 says once why the job ends ($count of $others)"
+sleep 1
+left=$(leftovers)
+[ -z "$left" ]
+check $? "$what: no process left ($left)"
+[ -z "$left" ] || kill -9 $left 2>/dev/null
+if [ $failed != $bad ]; then
+  show "$out" "stdout"
+  show "$err" "stderr"
+fi
 
 echo "1..$n"
 exit $failed
