@@ -118,6 +118,7 @@ tap_through() {
       "ok "*) seen=$((seen + 1)); check 0 "$1: ${line#ok * - }" ;;
       "not ok "*) seen=$((seen + 1)); check 1 "$1: ${line#not ok * - }" ;;
       "#"*) echo "$line" ;;
+      "Bail out!"*) echo "# $line" ;;
     esac
   done <"$2"
   check $([ -n "$plan" ] && [ "$seen" = "$plan" ]; echo $?) \
