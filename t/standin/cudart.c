@@ -22,7 +22,17 @@
  *    is aborted (nccl.c). Synchronizing such a stream ends the process
  *    (on a GPU it would never return). Streams made with a priority are
  *    hvd's: the events pending on them are counted (standin_peak_in_flight),
- *    and their thread may not allocate or free while any is pending.
+ *    and their thread may not allocate or free while any is pending
+ *    (events made with cudaEventDisableTiming, as hvd's groups' are:
+ *    timing events mark no work in flight).
+ *    cudaEventElapsedTime is as strict as CUDA (an event made with
+ *    cudaEventDisableTiming or never recorded, one not yet complete) and
+ *    measures the host times at which the two events fired: when
+ *    recorded, or, on a stream that standin_stream_busy made busy (the
+ *    caller's compute still running) or that waits for an event of one,
+ *    when that device time is over; such an event is cudaErrorNotReady
+ *    until then, and cudaEventSynchronize and cudaStreamSynchronize wait
+ *    for it.
  */
 #include <config.h>
 
@@ -627,6 +637,8 @@ typedef struct stream {
   int blocking;       /* made without cudaStreamNonBlocking */
   int priority;       /* made by cudaStreamCreateWithPriority */
   int pending;        /* events recorded here the host has not seen fire */
+  double busy_until;  /* its device time runs until then (standin_stream_busy,
+                         or waits for events that fire later) */
   uint64_t vc[ORDER_STREAMS];
   struct stream *next;
 } stream_t;
@@ -634,9 +646,15 @@ typedef struct stream {
 typedef struct event {
   uint64_t magic;
   int dev;
+  unsigned flags;     /* cudaEventCreateWithFlags's */
+  int recorded;       /* cudaEventRecord was called on it */
+  double at;          /* when it fires: at the call, or when its stream's
+                         device time reaches it (busy_until) */
   int polls_left;     /* cudaErrorNotReady answers still to give */
   stream_t *pending;  /* recorded there, not yet seen to fire by the host */
+  int counted;        /* in pending->pending (not a timing event) */
   unsigned long hung; /* recorded behind a hung collective of this comm */
+  int id;             /* its stream's id when recorded (0: order off) */
   uint64_t vc[ORDER_STREAMS]; /* its stream's clock when recorded */
   struct event *next;
 } event_t;
@@ -676,7 +694,7 @@ static event_t *event_locked(cudaEvent_t e, const char *who) {
 /* The host has seen e fire, or e is recorded again or destroyed
  * (sync_mu held): it is no longer pending on its stream. */
 static void event_seen(event_t *e) {
-  if (e->pending != NULL)
+  if (e->pending != NULL && e->counted)
     e->pending->pending--;
   e->pending = NULL;
 }
@@ -859,6 +877,20 @@ int standin_stream_device(cudaStream_t s, const char *who) {
   return dev;
 }
 
+void standin_stream_busy(cudaStream_t s, double seconds) {
+  double t = now_s();
+  pthread_mutex_lock(&sync_mu);
+  stream_t *st = stream_locked(s, "standin_stream_busy");
+  st->busy_until = (st->busy_until > t ? st->busy_until : t) + seconds;
+  pthread_mutex_unlock(&sync_mu);
+}
+
+/* Sleeps until now_s() reaches t. */
+static void wait_until(double t) {
+  while (now_s() < t)
+    nap(1000);
+}
+
 void standin_stream_hang(cudaStream_t s, unsigned long serial) {
   pthread_mutex_lock(&sync_mu);
   stream_locked(s, "standin_stream_hang")->hung = serial;
@@ -992,8 +1024,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   pthread_mutex_lock(&sync_mu);
   stream_t *s = stream_locked(stream, "cudaStreamSynchronize");
   unsigned long hung = s->hung;
+  double until = s->busy_until;
   pthread_mutex_unlock(&sync_mu);
   wait_unhung(hung, "cudaStreamSynchronize");
+  wait_until(until);
   pthread_mutex_lock(&sync_mu);
   s = stream_locked(stream, "cudaStreamSynchronize");
   for (event_t *e = events; e != NULL; e = e->next)
@@ -1037,13 +1071,13 @@ cudaError_t cudaDeviceSynchronize(void) {
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
-  (void)flags;
   if (event == NULL)
     return fail(cudaErrorInvalidValue);
   event_t *e = calloc(1, sizeof *e);
   if (e == NULL)
     return fail(cudaErrorMemoryAllocation);
   e->magic = EVENT_MAGIC;
+  e->flags = flags;
   e->dev = standin_current_device();
   pthread_mutex_lock(&sync_mu);
   e->next = events;
@@ -1087,14 +1121,23 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   }
   e->polls_left = polls;
   e->hung = s->hung;
+  e->recorded = 1;
+  e->at = now_s();
+  if (s->busy_until > e->at)
+    e->at = s->busy_until;
+  e->id = 0;
   event_seen(e);
   e->pending = s;
-  s->pending++;
+  /* a group's end (hvd's are made with cudaEventDisableTiming); timing
+   * events (HVD_GPU_TIMING's) mark no work in flight */
+  e->counted = (e->flags & cudaEventDisableTiming) != 0;
+  s->pending += e->counted;
   if (s->priority && s->pending > peak_pending)
     peak_pending = s->pending;
   if (order_enabled()) {
     (void)order_op(s);
     memcpy(e->vc, s->vc, sizeof e->vc);
+    e->id = s->id;
   }
   pthread_mutex_unlock(&sync_mu);
   return cudaSuccess;
@@ -1107,6 +1150,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   unsigned long hung = e->hung;
   if (e->polls_left > 0) {
     e->polls_left--;
+    r = cudaErrorNotReady;
+  } else if (now_s() < e->at) { /* its stream is still busy */
     r = cudaErrorNotReady;
   }
   pthread_mutex_unlock(&sync_mu);
@@ -1128,14 +1173,59 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   pthread_mutex_lock(&sync_mu);
   event_t *e = event_locked(event, "cudaEventSynchronize");
   unsigned long hung = e->hung;
+  double at = e->at;
   e->polls_left = 0;
   pthread_mutex_unlock(&sync_mu);
   wait_unhung(hung, "cudaEventSynchronize");
+  wait_until(at);
   pthread_mutex_lock(&sync_mu);
   e = event_locked(event, "cudaEventSynchronize");
   event_seen(e);
   order_host_saw(e->vc);
   pthread_mutex_unlock(&sync_mu);
+  return cudaSuccess;
+}
+
+/* Whether recorded e has completed as a GPU would say (sync_mu held; a
+ * hung collective checked apart): the host saw it fire, or it has no
+ * cudaErrorNotReady answers left, or its operation is ordered before
+ * something the host saw finish (the stream order's clocks: an event
+ * before a later one of its stream that the host waited for). */
+static int event_complete(const event_t *e) {
+  return now_s() >= e->at &&
+         (e->pending == NULL || e->polls_left == 0 ||
+          (e->id != 0 && host_vc[e->id] >= e->vc[e->id]));
+}
+
+/* As CUDA: cudaErrorInvalidResourceHandle for an event made with
+ * cudaEventDisableTiming or never recorded, cudaErrorNotReady while
+ * either has not completed (cudaEventQuery would say so); else the
+ * milliseconds between the host times at which each was recorded (the
+ * work ran at the call). */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start,
+                                 cudaEvent_t end) {
+  if (ms == NULL)
+    return fail(cudaErrorInvalidValue);
+  pthread_mutex_lock(&sync_mu);
+  event_t *a = event_locked(start, "cudaEventElapsedTime");
+  event_t *b = event_locked(end, "cudaEventElapsedTime");
+  cudaError_t r = cudaSuccess;
+  if (((a->flags | b->flags) & cudaEventDisableTiming) || !a->recorded ||
+      !b->recorded)
+    r = cudaErrorInvalidResourceHandle;
+  else if (!event_complete(a) || !event_complete(b))
+    r = cudaErrorNotReady;
+  unsigned long hung[2] = {a->hung, b->hung};
+  double dt = (b->at - a->at) * 1e3;
+  pthread_mutex_unlock(&sync_mu);
+  for (int i = 0; i < 2 && r == cudaSuccess; i++)
+    if (hung[i] != 0 && standin_nccl_hanging(hung[i]))
+      r = cudaErrorNotReady;
+  if (r == cudaErrorNotReady)
+    return r; /* not an error, as for cudaEventQuery: the last error stays */
+  if (r != cudaSuccess)
+    return fail(r);
+  *ms = (float)dt;
   return cudaSuccess;
 }
 
@@ -1150,6 +1240,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
   event_t *e = event_locked(event, "cudaStreamWaitEvent");
   (void)stream_id(s);
   vc_merge(s->vc, e->vc);
+  if (e->recorded && e->at > s->busy_until) /* a GPU's stream waits */
+    s->busy_until = e->at;
   pthread_mutex_unlock(&sync_mu);
   return cudaSuccess;
 }

@@ -5,7 +5,12 @@
  *  - CUDA: devices with distinct bus ids; cudaErrorInvalidDevice and the
  *    per-thread last error; new device memory is 0xa5, not zero; pointer
  *    attributes; an event says cudaErrorNotReady HVD_STANDIN_POLLS times
- *    (2) and then cudaSuccess; the allocation counts;
+ *    (2) and then cudaSuccess; cudaEventElapsedTime's answers as CUDA's
+ *    (an event never recorded or made with cudaEventDisableTiming, one
+ *    not yet complete; the time between two, an earlier event of a
+ *    stream complete once a later one was synchronised; an event behind
+ *    standin_stream_busy's device time, and one on a stream waiting for
+ *    it, fire after that time); the allocation counts;
  *  - NCCL, blocking and non-blocking communicators: init (ncclInProgress,
  *    then HVD_STANDIN_POLLS answers of ncclInProgress before ncclSuccess
  *    for a non-blocking one), allreduce of float32, float16, bfloat16 and
@@ -90,6 +95,66 @@ static ncclComm_t make_comm(int blocking, const char *what, ncclResult_t *r) {
   return c;
 }
 
+/* cudaEventElapsedTime on stream s: CUDA's answers, exactly. */
+static void test_elapsed(cudaStream_t s) {
+  cudaEvent_t a, b, c, off;
+  float ms = -1;
+  cuda_ok(cudaEventCreate(&a), "timed event a");
+  cuda_ok(cudaEventCreateWithFlags(&b, cudaEventDefault), "timed event b");
+  cuda_ok(cudaEventCreate(&c), "timed event c");
+  cuda_ok(cudaEventCreateWithFlags(&off, cudaEventDisableTiming), "untimed");
+  is_int(cudaErrorInvalidResourceHandle, cudaEventElapsedTime(&ms, a, b),
+         "elapsed time of events never recorded: invalid resource handle");
+  is_int(cudaErrorInvalidResourceHandle, cudaGetLastError(),
+         "is the last error");
+  cuda_ok(cudaEventRecord(a, s), "record a");
+  nanosleep(&(struct timespec){0, 20000000}, NULL);
+  cuda_ok(cudaEventRecord(b, s), "record b, 20 ms later");
+  is_int(cudaErrorNotReady, cudaEventElapsedTime(&ms, a, b),
+         "a and b not yet complete: not ready");
+  is_int(cudaSuccess, cudaGetLastError(), "which is not an error");
+  cuda_ok(cudaEventSynchronize(b), "synchronize b");
+  is_int(cudaSuccess, cudaEventElapsedTime(&ms, a, b),
+         "b synchronised: a, before it on the stream, is complete too");
+  ok(ms >= 20.0f, "a to b: %g ms, at least the 20 ms slept", ms);
+  cuda_ok(cudaEventRecord(c, s), "record c");
+  is_int(cudaErrorNotReady, cudaEventElapsedTime(&ms, b, c),
+         "c not yet complete: not ready");
+  cuda_ok(cudaEventRecord(off, s), "record the untimed event");
+  cuda_ok(cudaStreamSynchronize(s), "synchronize the stream");
+  is_int(cudaSuccess, cudaEventElapsedTime(&ms, b, c), "then b to c works");
+  is_int(cudaErrorInvalidResourceHandle, cudaEventElapsedTime(&ms, off, c),
+         "from an event made with cudaEventDisableTiming: invalid resource "
+         "handle");
+  is_int(cudaErrorInvalidResourceHandle, cudaEventElapsedTime(&ms, c, off),
+         "to one: the same");
+  is_int(cudaErrorInvalidResourceHandle, cudaGetLastError(),
+         "is the last error");
+  is_int(cudaErrorInvalidValue, cudaEventElapsedTime(NULL, a, b),
+         "ms NULL: invalid value");
+  (void)cudaGetLastError();
+  /* device time: a stream kept busy, and one that waits for its event */
+  cudaStream_t s2;
+  cuda_ok(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), "stream 2");
+  cuda_ok(cudaEventRecord(b, s), "record b");
+  standin_stream_busy(s, 0.03);
+  cuda_ok(cudaEventRecord(c, s), "record c behind 30 ms of device time");
+  cuda_ok(cudaStreamWaitEvent(s2, c, 0), "stream 2 waits for c");
+  cuda_ok(cudaEventRecord(a, s2), "record a on stream 2");
+  cuda_ok(cudaEventSynchronize(a), "synchronize a");
+  is_int(cudaSuccess, cudaEventElapsedTime(&ms, b, c), "b to c");
+  ok(ms >= 30.0f, "b to c: %g ms, at least the 30 ms the stream was busy",
+     ms);
+  is_int(cudaSuccess, cudaEventElapsedTime(&ms, c, a), "c to a");
+  ok(ms >= 0, "a, on the stream that waited for c, fired after it (%g ms)",
+     ms);
+  cudaStreamDestroy(s2);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaEventDestroy(c);
+  cudaEventDestroy(off);
+}
+
 static void test_cuda(void) {
   int count = 0, dev = -1;
   char a[32], b[32];
@@ -137,6 +202,7 @@ static void test_cuda(void) {
   is_int(cudaSuccess, cudaEventQuery(e), "then done");
   is_int(cudaSuccess, cudaEventQuery(e), "and done it stays");
   cudaEventDestroy(e);
+  test_elapsed(s);
   cudaStreamDestroy(s);
   cudaFree(d);
   cudaFreeHost(pin);

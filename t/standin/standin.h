@@ -18,6 +18,8 @@
  * cudaMalloc, cudaFree, cudaHostAlloc or cudaFreeHost while an event it
  * recorded on such a stream is pending (the host has not seen it fire):
  * on a GPU those wait for the device, mid-collective; the process ends.
+ * Only events made with cudaEventDisableTiming count (a group's end, as
+ * hvd makes them); timing events (HVD_GPU_TIMING's) mark no work.
  *
  * Environment (read when first needed; the NCCL faults at every
  * ncclCommInitRank*, so a test may change them between hvd_init calls):
@@ -67,9 +69,16 @@ long standin_streams(void);
 long standin_events(void);
 /* How many times cudaEventQuery said cudaErrorNotReady, in all. */
 long standin_not_ready_answers(void);
-/* The most events recorded at once on one stream made with
- * cudaStreamCreateWithPriority (hvd's) that the host had not yet seen
- * fire: the device groups hvd had in flight together. */
+/* The work enqueued on stream s (NULL: the current device's legacy
+ * stream) so far takes `seconds` more of device time, as a caller's
+ * compute still running would: an event recorded on s after this, and on
+ * a stream that waits for such an event (cudaStreamWaitEvent), fires only
+ * then (cudaEventQuery says cudaErrorNotReady until then; its time for
+ * cudaEventElapsedTime is then); the work itself still runs at the call. */
+void standin_stream_busy(cudaStream_t s, double seconds);
+/* The most events (made with cudaEventDisableTiming) recorded at once on
+ * one stream made with cudaStreamCreateWithPriority (hvd's) that the host
+ * had not yet seen fire: the device groups hvd had in flight together. */
 int standin_peak_in_flight(void);
 
 /* ---- between the stand-in's parts ---------------------------------------
