@@ -537,6 +537,34 @@ hvd_result_t hvd_timeline_stop(void);
 void hvd_timeline_mark(const char *name);
 void hvd_timeline_counter(const char *name, double value);
 
+/* ---- Device group timing ------------------------------------------------
+ * With HVD_GPU_TIMING=1 every device group (the tensors one collective of
+ * the device executors runs together on hvd's stream) is timed with CUDA
+ * events on that stream, and this rank's groups of every process set are
+ * added up. groups: how many were timed (a failed one is not); busy_s:
+ * the stream's time inside them; idle_s: between them (from one group's
+ * end to the next group's start, which waits for its inputs' ready
+ * events); lag_s: the part of idle_s after the next group's inputs were
+ * already ready on the device, hvd's own delay (negotiation, fusion,
+ * launch); max_lag_s: the largest of one group. The first group of a
+ * stream (or the first after a failed one) counts in busy_s only; on
+ * NCCL its busy time includes the communicator's setup. */
+typedef struct hvd_gpu_timing_totals { /* not hvd_gpu_timing: C++ */
+  int64_t groups;
+  double busy_s, idle_s, lag_s, max_lag_s;
+} hvd_gpu_timing_t;
+
+/* Copies the totals since hvd_init (or the last reset) into *out; with
+ * reset 1 they are zeroed after. Groups count once their completion was
+ * seen (hvd_wait returned). Any thread. HVD_ERR_INVALID_ARG "hvd_gpu_timing:
+ * out is NULL"; HVD_ERR_UNSUPPORTED "hvd_gpu_timing: hvd was built without
+ * CUDA"; HVD_ERR_NOT_INITIALIZED before hvd_init; HVD_ERR_INVALID_ARG
+ * "hvd_gpu_timing: HVD_GPU_TIMING is not set (1 turns device group timing
+ * on)". hvd_shutdown logs the totals at info level (HVD_LOG_LEVEL=info):
+ * "GPU timing: N groups, busy B s, idle between groups I s, of which hvd's
+ * lag L s (max M ms)". */
+hvd_result_t hvd_gpu_timing(hvd_gpu_timing_t *out, int reset);
+
 /* ---- Requests ---------------------------------------------------------- */
 
 /* Blocks until req completes (without using the CPU), frees it and returns

@@ -61,6 +61,12 @@ hvd_result_t hvd__cuda_stream_wait_event(int dev, void *stream, void *event);
 /* hvd_shutdown: the pooled events are destroyed, and those of requests
  * freed later too (until the next ready event). */
 void hvd__cuda_ready_drain(void);
+/* hvd_init, before any ready event: on (HVD_GPU_TIMING=1) makes the
+ * ready events with timing (cudaEventElapsedTime can read them), off
+ * without (cudaEventDisableTiming: cheaper to record and wait for). The
+ * pool was drained at the last hvd_shutdown, so its events are made
+ * under one setting. */
+void hvd__cuda_ready_timing(int on);
 
 /* Frees device memory hvd allocated (cudaFree; nothing for NULL). In a
  * build without CUDA there is none: free(), as for host memory. */

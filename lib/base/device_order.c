@@ -39,10 +39,24 @@ void *hvd_cuda_stream(void) { return order_stream; }
 /* Free events of each device, a stack under mu. */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int closed; /* drained (hvd_shutdown): events coming back are freed */
+static int timing; /* HVD_GPU_TIMING: events made with timing */
 static struct {
   cudaEvent_t *ev;
   size_t n, cap;
 } pool[POOL_DEVICES];
+
+void hvd__cuda_ready_timing(int on) {
+  pthread_mutex_lock(&mu);
+  timing = on;
+  pthread_mutex_unlock(&mu);
+}
+
+static int ready_timing(void) {
+  pthread_mutex_lock(&mu);
+  int on = timing;
+  pthread_mutex_unlock(&mu);
+  return on;
+}
 
 static cudaEvent_t pool_take(int dev) {
   cudaEvent_t e = NULL;
@@ -86,7 +100,8 @@ hvd_result_t hvd__cuda_ready_event(int dev, void **out) {
     HVD__CUDA_CHECK(cudaSetDevice(dev));
   e = pool_take(dev);
   if (e == NULL)
-    HVD__CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    HVD__CUDA_CHECK(cudaEventCreateWithFlags(
+        &e, ready_timing() ? cudaEventDefault : cudaEventDisableTiming));
   HVD__CUDA_CHECK(cudaEventRecord(e, (cudaStream_t)order_stream));
   *out = e;
   e = NULL;
@@ -151,5 +166,7 @@ hvd_result_t hvd__cuda_stream_wait_event(int dev, void *stream, void *event) {
 }
 
 void hvd__cuda_ready_drain(void) {}
+
+void hvd__cuda_ready_timing(int on) { (void)on; }
 
 #endif /* HVD_HAVE_CUDA */

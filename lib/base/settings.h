@@ -114,7 +114,10 @@
     "seconds a device collective (and NCCL's init, first-use "                 \
     "connections and finalize) may wait for NCCL before the "                  \
     "communicator is aborted and the collective fails with "                   \
-    "HVD_ERR_NCCL; 0 = never")
+    "HVD_ERR_NCCL; 0 = never")                                                 \
+  X(HVD_GPU_TIMING, "0", gpu_timing, BOOL, 0, 0, 1,                            \
+    "1: time every device group with CUDA events (hvd_gpu_timing); costs "     \
+    "a few events per group")
 
 /* The C type of each kind's field. */
 #define HVD__SETTING_FIELD_LEVEL(f) int f

@@ -74,6 +74,7 @@ static hvd__engine_t *engine_alloc(const hvd__exec_env_t *env,
   e->env.zero_copy = s->zero_copy;
   e->env.gpu_ops = s->gpu_ops;
   e->env.nccl_timeout_s = s->nccl_timeout_s;
+  e->env.gpu_timing = s->gpu_timing;
   e->env.quiesce = hvd__engine_quiesce;
   e->env.quiesce_ctx = e;
   e->cycle_s = s->cycle_time_ms / 1000.0;

@@ -164,6 +164,47 @@ void hvd_timeline_counter(const char *name, double value) {
   timeline_mark(name, 1, value);
 }
 
+/* ---- device group timing (HVD_GPU_TIMING; ops/gpu_timing.c) ------------ */
+
+hvd_result_t hvd_gpu_timing(hvd_gpu_timing_t *out, int reset) {
+  const char *fn = "hvd_gpu_timing";
+  if (out == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: out is NULL", fn);
+#ifndef HVD_HAVE_CUDA
+  (void)reset;
+  return hvd__set_error(HVD_ERR_UNSUPPORTED, "%s: hvd was built without CUDA",
+                        fn);
+#else
+  hvd_result_t rc = HVD_SUCCESS;
+  pthread_rwlock_rdlock(&g.rw);
+  if (!atomic_load(&g.initialized))
+    rc = hvd__not_initialized(fn);
+  else if (!g.settings.gpu_timing)
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s: HVD_GPU_TIMING is not set (1 turns device "
+                        "group timing on)",
+                        fn);
+  else
+    hvd__gpu_timing_totals(out, reset);
+  pthread_rwlock_unlock(&g.rw);
+  return rc;
+#endif
+}
+
+/* hvd_shutdown, every engine stopped: this rank's totals, when timed. */
+static void log_gpu_timing(void) {
+#ifdef HVD_HAVE_CUDA
+  hvd_gpu_timing_t t;
+  hvd__gpu_timing_totals(&t, 0);
+  if (g.settings.gpu_timing && t.groups > 0)
+    HVD__LOG(HVD__LOG_INFO,
+             "GPU timing: %lld groups, busy %.6f s, idle between groups "
+             "%.6f s, of which hvd's lag %.6f s (max %.3f ms)",
+             (long long)t.groups, t.busy_s, t.idle_s, t.lag_s,
+             t.max_lag_s * 1e3);
+#endif
+}
+
 int hvd_process_set_rank(const hvd_process_set_t *ps) {
   return ps != NULL ? ps->rank : -1;
 }
@@ -449,6 +490,10 @@ static hvd_result_t init_locked(MPI_Comm comm) {
       MPI_Allreduce(&g.rank, &g.node, 1, MPI_INT, MPI_MIN, g.local_comm));
   HVD__CHECK(hvd__cuda_bind(g.comm, g.local_comm, g.settings.no_bind,
                             g.settings.gpu_share));
+  hvd__cuda_ready_timing(g.settings.gpu_timing);
+#ifdef HVD_HAVE_CUDA
+  hvd__gpu_timing_totals(NULL, 1); /* "since hvd_init" */
+#endif
   hvd__exec_env_t env = {.comm = g.comm,
                          .rank = g.rank,
                          .size = g.size,
@@ -638,6 +683,7 @@ hvd_result_t hvd_shutdown(void) {
     g.sets = NULL;
     hvd__engine_stop(g.engine);
     g.engine = NULL;
+    log_gpu_timing();
     hvd__cuda_ready_drain();
     free_comm(&g.ctl);
     free_comm(&g.cross_comm);

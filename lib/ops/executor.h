@@ -91,6 +91,7 @@ typedef struct hvd__exec_env {
   int zero_copy;       /* HVD_ZERO_COPY: may read and write peers' arenas */
   int gpu_ops;         /* HVD_GPU_OPERATIONS: HVD__GPU_OPS_NCCL or _MPI */
   double nccl_timeout_s; /* HVD_NCCL_TIMEOUT; 0 = wait forever */
+  int gpu_timing;        /* HVD_GPU_TIMING: time the device groups */
   /* A process set's engine: world_ranks[r] is comm rank r's rank in hvd's
    * world (messages name those); NULL for the world's own engine. */
   const int *world_ranks;
@@ -213,5 +214,11 @@ static inline int64_t hvd__block_first(int64_t rows, int64_t p, int64_t k) {
  * rows this rank receives. Collective over env->comm. */
 hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
                                   int64_t *total);
+
+/* HVD_GPU_TIMING=1: the device executors' groups of every engine of this
+ * process, timed and added up (ops/gpu_timing.c, in builds with CUDA
+ * only): *out (when not NULL) gets the totals; `reset` zeroes them after.
+ * Any thread. */
+void hvd__gpu_timing_totals(hvd_gpu_timing_t *out, int reset);
 
 #endif /* HVD_OPS_EXECUTOR_H */

@@ -24,6 +24,7 @@ void hvd__gpu_init(hvd__gpu_t *g, const hvd__exec_env_t *env) {
   if (env != NULL) {
     g->quiesce = env->quiesce;
     g->quiesce_ctx = env->quiesce_ctx;
+    g->timing = env->gpu_timing;
   }
 }
 
@@ -33,22 +34,28 @@ void hvd__gpu_quiesce(hvd__gpu_t *g) {
 }
 
 /* hvd's stream, at the device's greatest priority: the collectives that
- * the backward pass waits for go before the compute queued beside them. */
+ * the backward pass waits for go before the compute queued beside them;
+ * the slots' events, and the timing events when HVD_GPU_TIMING=1. */
 static hvd_result_t create_stream(hvd__gpu_t *g) {
   hvd_result_t rc = HVD_SUCCESS;
-  int least = 0, greatest = 0;
+  int least = 0, greatest = 0, made = 0;
   HVD__CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   HVD__CUDA_CHECK(cudaStreamCreateWithPriority(
       &g->stream, cudaStreamNonBlocking, greatest));
-  for (int i = 0; i < HVD__GPU_SLOTS; i++) {
+  for (; made < HVD__GPU_SLOTS; made++) {
     cudaError_t err =
-        cudaEventCreateWithFlags(&g->slot[i].done, cudaEventDisableTiming);
+        cudaEventCreateWithFlags(&g->slot[made].done, cudaEventDisableTiming);
     if (err != cudaSuccess) {
-      while (i-- > 0)
-        cudaEventDestroy(g->slot[i].done);
-      cudaStreamDestroy(g->stream);
-      return hvd__cuda_error(err, "cudaEventCreateWithFlags");
+      rc = hvd__cuda_error(err, "cudaEventCreateWithFlags");
+      break;
     }
+  }
+  if (rc == HVD_SUCCESS)
+    rc = hvd__gpu_timing_open(g);
+  if (rc != HVD_SUCCESS) {
+    while (made-- > 0)
+      cudaEventDestroy(g->slot[made].done);
+    cudaStreamDestroy(g->stream);
   }
 fail:
   return rc;
@@ -91,6 +98,7 @@ hvd_result_t hvd__gpu_enter(hvd__gpu_t *g, const hvd__work_t *w,
     if (!w->reqs[i]->is_stub && w->reqs[i]->ready != NULL)
       HVD__CUDA_CHECK(
           cudaStreamWaitEvent(g->stream, (cudaEvent_t)w->reqs[i]->ready, 0));
+  HVD__CHECK(hvd__gpu_timing_start(g, w)); /* the group starts here */
 fail:
   return rc;
 }
@@ -116,24 +124,48 @@ static hvd_result_t query(hvd__gpu_slot_t *slot, int wait, const char *what,
   }
 }
 
-/* g->cur's event recorded after the work enqueued so far, now. */
-static hvd_result_t record_cur(hvd__gpu_t *g) {
-  cudaError_t err = cudaEventRecord(g->cur->done, g->stream);
+/* g->cur's event recorded after the work enqueued so far, now; with
+ * `end` the group ends there (its timing). */
+static hvd_result_t record_cur(hvd__gpu_t *g, int end) {
+  hvd_result_t rc = HVD_SUCCESS;
+  g->cur->timed = -1;
+  if (end)
+    rc = hvd__gpu_timing_end(g, &g->cur->timed);
+  cudaError_t err = rc == HVD_SUCCESS ? cudaEventRecord(g->cur->done, g->stream)
+                                      : cudaSuccess;
   if (err != cudaSuccess)
-    return hvd__cuda_error(err, "cudaEventRecord");
+    rc = hvd__cuda_error(err, "cudaEventRecord");
+  if (rc != HVD_SUCCESS) {
+    hvd__gpu_timing_over(g, g->cur->timed, 0);
+    return rc;
+  }
   g->cur->launched = hvd__now();
   return HVD_SUCCESS;
 }
 
+/* Records g->cur's event and waits for it; `end`: as record_cur. */
+static hvd_result_t wait_cur(hvd__gpu_t *g, int end, const char *what,
+                             hvd__gpu_poll_fn poll, void *ctx) {
+  int ran = 0;
+  hvd_result_t rc = record_cur(g, end);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  rc = query(g->cur, 1, what, poll, ctx, &ran);
+  hvd__gpu_timing_over(g, g->cur->timed, rc == HVD_SUCCESS && ran);
+  return rc;
+}
+
 hvd_result_t hvd__gpu_wait(hvd__gpu_t *g, const char *what,
                            hvd__gpu_poll_fn poll, void *ctx) {
-  int ran;
-  hvd_result_t rc = record_cur(g);
-  return rc != HVD_SUCCESS ? rc : query(g->cur, 1, what, poll, ctx, &ran);
+  return wait_cur(g, 1, what, poll, ctx);
+}
+
+hvd_result_t hvd__gpu_sync(hvd__gpu_t *g, const char *what) {
+  return wait_cur(g, 0, what, NULL, NULL);
 }
 
 hvd_result_t hvd__gpu_launch(hvd__gpu_t *g) {
-  hvd_result_t rc = record_cur(g);
+  hvd_result_t rc = record_cur(g, 1);
   if (rc != HVD_SUCCESS)
     return rc;
   g->cur->failed = 0;
@@ -152,6 +184,8 @@ hvd_result_t hvd__gpu_query(hvd__gpu_t *g, int wait, const char *what,
 }
 
 void hvd__gpu_retire(hvd__gpu_t *g) {
+  hvd__gpu_slot_t *slot = &g->slot[g->head];
+  hvd__gpu_timing_over(g, slot->timed, !slot->failed);
   g->head = (g->head + 1) % HVD__GPU_SLOTS;
   g->flying--; /* cur stays: (head + flying) is unchanged */
 }
@@ -296,8 +330,10 @@ void hvd__gpu_close(hvd__gpu_t *g) {
     cudaStreamSynchronize(g->stream);
     for (int i = 0; i < HVD__GPU_SLOTS; i++)
       cudaEventDestroy(g->slot[i].done);
+    hvd__gpu_timing_close(g);
     cudaStreamDestroy(g->stream);
   }
+  hvd__gpu_timing_close(g); /* the ready lists, whatever the device */
   free_spans(g);
   cudaFree(g->buf);
   if (caller >= 0)
@@ -305,7 +341,9 @@ void hvd__gpu_close(hvd__gpu_t *g) {
   (void)cudaGetLastError(); /* nothing to report from a teardown */
   void (*q)(void *) = g->quiesce;
   void *qctx = g->quiesce_ctx;
+  int timing = g->timing;
   hvd__gpu_init(g, NULL);
   g->quiesce = q;
   g->quiesce_ctx = qctx;
+  g->timing = timing;
 }

@@ -37,7 +37,25 @@ typedef struct hvd__gpu_slot {
   int span_cap;             /* there) and uploaded here (device) */
   double launched;          /* hvd__now() when the group was enqueued */
   int failed;               /* in flight when its communicator was aborted */
+  int64_t timed;            /* its count in g->timed (HVD_GPU_TIMING); -1 */
 } hvd__gpu_slot_t;
+
+/* HVD_GPU_TIMING=1 (gpu_timing.c): the groups that ended and are not yet
+ * accounted, by count: every group in flight and one that was waited for
+ * (a synchronous group may end while HVD__GPU_SLOTS are in flight). */
+#define HVD__GPU_TIMED (HVD__GPU_SLOTS + 1)
+
+/* One group's timing events on hvd's stream, and its requests' ready
+ * events (theirs: valid until the requests complete, after the group is
+ * accounted). */
+typedef struct hvd__gpu_timed {
+  cudaEvent_t start; /* after the waits for the ready events */
+  cudaEvent_t end;   /* just before the group's `done` */
+  cudaEvent_t *ready;
+  int nready, ready_cap;
+  int state;   /* 0: running; 1: ran; 2: failed (not accounted) */
+  int restart; /* a group before it was not timed: no idle, no lag */
+} hvd__gpu_timed_t;
 
 typedef struct hvd__gpu {
   int dev;             /* where everything below lives; -1: not yet */
@@ -57,6 +75,15 @@ typedef struct hvd__gpu {
    * engine's hvd__exec_env_t quiesce); NULL: nothing to wait for */
   void (*quiesce)(void *ctx);
   void *quiesce_ctx;
+  /* HVD_GPU_TIMING=1: group n's timing is timed[n % HVD__GPU_TIMED];
+   * t_next is the next group to end, t_acct the next to account (in
+   * launch order), t_open whether timed[t_next] has started; last_end is
+   * the end event of the group accounted last (t_prev: it is usable) */
+  int timing;
+  hvd__gpu_timed_t timed[HVD__GPU_TIMED];
+  int64_t t_next, t_acct;
+  int t_open, t_prev, t_gap;
+  cudaEvent_t last_end;
 } hvd__gpu_t;
 
 /* A zeroed hvd__gpu_t with dev -1, quiescing through env's hook. */
@@ -79,9 +106,12 @@ typedef hvd_result_t (*hvd__gpu_poll_fn)(void *ctx, double waited_s);
 /* Records g->cur's event on hvd's stream and waits for it: cudaEventQuery
  * polled with hvd__mpi_wait's policy (hvd__wait_backoff), poll (may be
  * NULL) called after each unsuccessful query. A CUDA error is
- * HVD_ERR_CUDA "<what>: ...". */
+ * HVD_ERR_CUDA "<what>: ...". The group ends here (HVD_GPU_TIMING). */
 hvd_result_t hvd__gpu_wait(hvd__gpu_t *g, const char *what,
                            hvd__gpu_poll_fn poll, void *ctx);
+/* The same within a group (the host-staged executor's copies in): the
+ * group goes on after it. */
+hvd_result_t hvd__gpu_sync(hvd__gpu_t *g, const char *what);
 
 /* Asynchronous completion: the group just enqueued stays in flight in
  * g->cur (its event recorded), and cur moves on. The caller (the engine)
@@ -141,6 +171,34 @@ void hvd__gpu_trace(const hvd__exec_env_t *env, const hvd_request_t *r,
 
 /* Releases everything (any thread): waits for hvd's stream first. */
 void hvd__gpu_close(hvd__gpu_t *g);
+
+/* ---- HVD_GPU_TIMING=1 (gpu_timing.c): the idle time between groups ---
+ *
+ * Each group gets two timing events on hvd's stream: `start`, recorded in
+ * hvd__gpu_enter after the waits for its requests' ready events (so it
+ * fires when the inputs are ready and the stream has reached the group),
+ * and `end`, recorded just before the group's `done`. Once `done` has
+ * fired the group is accounted, in launch order, into the process's
+ * totals (hvd__gpu_timing_totals, executor.h): busy = end - start; idle =
+ * start - the previous group's end; lag = the part of idle after its
+ * last input was ready (start - latest ready, at most idle), hvd's own
+ * delay (negotiation, fusion, launch). The first group of a stream, and
+ * one after a group that failed or went untimed, counts busy only. Engine
+ * thread only, like the rest of hvd__gpu_t. Without g->timing every call
+ * does nothing. */
+
+/* Creates the timing events (with the stream). */
+hvd_result_t hvd__gpu_timing_open(hvd__gpu_t *g);
+/* Destroys them and frees the ready lists (hvd__gpu_close). */
+void hvd__gpu_timing_close(hvd__gpu_t *g);
+/* After the waits for w's ready events: group t_next starts (w NULL: no
+ * group, a stub's copy: whatever had started is dropped). */
+hvd_result_t hvd__gpu_timing_start(hvd__gpu_t *g, const hvd__work_t *w);
+/* Before `done` is recorded: the group started ends; its count, or -1. */
+hvd_result_t hvd__gpu_timing_end(hvd__gpu_t *g, int64_t *timed);
+/* Group `timed` (-1: none) is over: its done event fired (ran), or it
+ * failed; the groups over so far are accounted in launch order. */
+void hvd__gpu_timing_over(hvd__gpu_t *g, int64_t timed, int ran);
 
 #endif /* HVD_HAVE_CUDA */
 

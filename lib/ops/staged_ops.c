@@ -117,8 +117,13 @@ fail:
   return rc;
 }
 
-static hvd_result_t wait_copies(staged_state_t *s) {
-  return hvd__gpu_wait(&s->gpu, "host-staged MPI: cudaMemcpyAsync", NULL, NULL);
+/* Waits for the copies enqueued so far; `last`: the group ends with them
+ * (gpu_ops.h: its timing under HVD_GPU_TIMING, which also counts the host
+ * collective between the copies as the group's). */
+static hvd_result_t wait_copies(staged_state_t *s, int last) {
+  const char *what = "host-staged MPI: cudaMemcpyAsync";
+  return last ? hvd__gpu_wait(&s->gpu, what, NULL, NULL)
+              : hvd__gpu_sync(&s->gpu, what);
 }
 
 /* Enters the executor and mirrors every request of w into one pinned
@@ -146,10 +151,9 @@ static hvd_result_t staged_allreduce(void *state, const hvd__exec_env_t *env,
   staged_state_t *s = state;
   hvd_result_t rc;
   HVD__CHECK(stage_in(s, env, w, 1));
-  HVD__CHECK(wait_copies(s));
+  HVD__CHECK(wait_copies(s, 0));
   hvd__work_t hw = {w->desc, s->hptrs, w->n, w->dims0s, NULL};
   HVD__CHECK(hvd__mpi_executor.run[HVD__ALLREDUCE](s->inner, env, &hw));
-  int copies = 0;
   for (int i = 0; i < w->n; i++) {
     hvd_request_t *r = w->reqs[i];
     size_t bytes = hvd__tensor_bytes(&r->send);
@@ -157,10 +161,8 @@ static hvd_result_t staged_allreduce(void *state, const hvd__exec_env_t *env,
       continue;
     HVD__CUDA_CHECK(cudaMemcpyAsync(r->recv.data, s->hreqs[i].recv.data, bytes,
                                     cudaMemcpyHostToDevice, s->gpu.stream));
-    copies++;
   }
-  if (copies > 0)
-    HVD__CHECK(wait_copies(s));
+  HVD__CHECK(wait_copies(s, 1)); /* nothing copied: the stream is idle */
 fail:
   return rc;
 }
@@ -172,19 +174,17 @@ static hvd_result_t staged_broadcast(void *state, const hvd__exec_env_t *env,
   int is_root = env->rank == w->desc->root;
   HVD__CHECK(stage_in(s, env, w, is_root)); /* only the root's data matters */
   if (is_root)
-    HVD__CHECK(wait_copies(s));
+    HVD__CHECK(wait_copies(s, 0));
   hvd__work_t hw = {w->desc, s->hptrs, w->n, w->dims0s, NULL};
   HVD__CHECK(hvd__mpi_executor.run[HVD__BROADCAST](s->inner, env, &hw));
-  if (is_root)
-    return HVD_SUCCESS;
-  for (int i = 0; i < w->n; i++) {
+  for (int i = 0; i < w->n && !is_root; i++) {
     size_t bytes = hvd__tensor_bytes(&w->reqs[i]->send);
     if (bytes > 0)
       HVD__CUDA_CHECK(cudaMemcpyAsync(w->reqs[i]->send.data,
                                       s->hreqs[i].send.data, bytes,
                                       cudaMemcpyHostToDevice, s->gpu.stream));
   }
-  HVD__CHECK(wait_copies(s));
+  HVD__CHECK(wait_copies(s, 1));
 fail:
   return rc;
 }
@@ -199,7 +199,7 @@ static hvd_result_t staged_with_output(staged_state_t *s,
   HVD__CHECK(stage_in(s, env, w, 1)); /* w->n is 1 */
   h = &s->hreqs[0];
   memset(&h->recv, 0, sizeof h->recv);
-  HVD__CHECK(wait_copies(s));
+  HVD__CHECK(wait_copies(s, 0));
   hvd__work_t hw = {w->desc, s->hptrs, 1, w->dims0s, NULL};
   rc = hvd__mpi_executor.run[coll](s->inner, env, &hw);
   r->recv_splits = h->recv_splits; /* alltoall: the request's now */
@@ -208,11 +208,10 @@ static hvd_result_t staged_with_output(staged_state_t *s,
     goto fail;
   HVD__CHECK(hvd__gpu_alloc_output(&s->gpu, r, h->recv.ndim, h->recv.shape));
   size_t bytes = hvd__tensor_bytes(&h->recv);
-  if (bytes > 0) {
+  if (bytes > 0)
     HVD__CUDA_CHECK(cudaMemcpyAsync(r->recv.data, h->recv.data, bytes,
                                     cudaMemcpyHostToDevice, s->gpu.stream));
-    HVD__CHECK(wait_copies(s));
-  }
+  HVD__CHECK(wait_copies(s, 1));
 fail:
   if (h != NULL) {
     free(h->recv.data); /* host output of the MPI executor */

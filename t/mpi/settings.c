@@ -6,7 +6,9 @@
  *
  * Settings are read by hvd_init, so each case is setenv, hvd_init,
  * unsetenv (or fix), hvd_init, allreduce, hvd_shutdown. Run at 1 and 2
- * ranks (every rank sets the same values).
+ * ranks (every rank sets the same values). And hvd_gpu_timing after
+ * hvd_init in every build: "hvd was built without CUDA" without CUDA;
+ * with it, the HVD_GPU_TIMING message when unset, all zero when 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +80,39 @@ static void good_value(const char *var, const char *value) {
   unsetenv(var);
 }
 
+/* hvd_gpu_timing after hvd_init with HVD_GPU_TIMING=timing (NULL: unset):
+ * a build without CUDA refuses it either way; one with CUDA needs the
+ * setting, and then counts no group for host collectives. */
+static void test_gpu_timing(const char *timing) {
+  hvd_gpu_timing_t t = {-1, -1, -1, -1, -1};
+  const char *what = timing != NULL ? "HVD_GPU_TIMING=1" : "HVD_GPU_TIMING unset";
+  if (timing != NULL)
+    setenv("HVD_GPU_TIMING", timing, 1);
+  if (hvd_init() != HVD_SUCCESS)
+    bail("hvd_init: %s", hvd_last_error());
+  allreduce_works(what);
+  hvd_result_t rc = hvd_gpu_timing(&t, 0);
+  char seen[1024];
+  snprintf(seen, sizeof seen, "%s", hvd_last_error());
+  if (!hvd_cuda_built()) {
+    is_int(HVD_ERR_UNSUPPORTED, rc, "%s, no CUDA: hvd_gpu_timing fails", what);
+    is_string("hvd_gpu_timing: hvd was built without CUDA", seen,
+              "%s, no CUDA: message", what);
+  } else if (timing == NULL) {
+    is_int(HVD_ERR_INVALID_ARG, rc, "%s: hvd_gpu_timing fails", what);
+    is_string("hvd_gpu_timing: HVD_GPU_TIMING is not set (1 turns device "
+              "group timing on)",
+              seen, "%s: message", what);
+  } else {
+    is_int(HVD_SUCCESS, rc, "%s: hvd_gpu_timing works", what);
+    ok(t.groups == 0 && t.busy_s == 0 && t.idle_s == 0 && t.lag_s == 0 &&
+           t.max_lag_s == 0,
+       "%s: no device group (%lld), all zero", what, (long long)t.groups);
+  }
+  is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", what);
+  unsetenv("HVD_GPU_TIMING");
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
@@ -125,6 +160,10 @@ int main(int argc, char **argv) {
             "HVD_NCCL_TIMEOUT='-1' is out of range 0..1e+09", "0");
   bad_value("HVD_EXIT_GRACE_TIME", "4000",
             "HVD_EXIT_GRACE_TIME='4000' is out of range 0..3600", "10");
+  bad_value("HVD_GPU_TIMING", "2", "HVD_GPU_TIMING='2' is out of range 0..1",
+            "1");
+  test_gpu_timing(NULL);
+  test_gpu_timing("1");
   if (hvd_cuda_built() && !hvd_nccl_built())
     bad_value("HVD_GPU_OPERATIONS", "nccl",
               "HVD_GPU_OPERATIONS='nccl': this build has no NCCL (use mpi)",

@@ -84,4 +84,12 @@ NP_TESTS += t/standin/flight.np1 t/standin/flight.np2 t/standin/flight.np3 \
 t_standin_flight_CPPFLAGS = $(STANDIN_CPPFLAGS)
 t_standin_flight_LDADD = $(STANDIN_LDADD)
 
+## HVD_GPU_TIMING=1 and hvd_gpu_timing: three device groups with sleeps
+## between them, through each device executor; the refusals.
+check_PROGRAMS += t/standin/gpu_timing
+NP_TESTS += t/standin/gpu_timing.np1 t/standin/gpu_timing.np2 \
+	t/standin/gpu_timing.np3 t/standin/gpu_timing.np4
+t_standin_gpu_timing_CPPFLAGS = $(STANDIN_CPPFLAGS)
+t_standin_gpu_timing_LDADD = $(STANDIN_LDADD)
+
 endif

@@ -1,6 +1,7 @@
 /*
  * errors.c - what libhvd does before hvd_init(): result strings, dtype and
- * op names, tensor helpers, build facts, and every call refusing to run.
+ * op names, tensor helpers, build facts, and every call refusing to run
+ * (hvd_gpu_timing in a build without CUDA: "built without CUDA").
  * One process, no mpiexec, never calls hvd_init().
  */
 #include "hvd.h"
@@ -243,6 +244,24 @@ static void test_not_initialized(void) {
   is_int(0, hvd_is_initialized(), "still not initialised");
 }
 
+/* hvd_gpu_timing: out NULL first; then a build without CUDA refuses it
+ * whatever the state, one with CUDA as any call before hvd_init. */
+static void test_gpu_timing(void) {
+  hvd_gpu_timing_t t;
+  is_int(HVD_ERR_INVALID_ARG, hvd_gpu_timing(NULL, 0),
+         "hvd_gpu_timing(NULL): result");
+  is_string("hvd_gpu_timing: out is NULL", hvd_last_error(),
+            "hvd_gpu_timing(NULL): message");
+  if (hvd_cuda_built()) {
+    refused(hvd_gpu_timing(&t, 0), "hvd_gpu_timing");
+    return;
+  }
+  is_int(HVD_ERR_UNSUPPORTED, hvd_gpu_timing(&t, 1),
+         "hvd_gpu_timing without CUDA: result");
+  is_string("hvd_gpu_timing: hvd was built without CUDA", hvd_last_error(),
+            "hvd_gpu_timing without CUDA: message");
+}
+
 int main(void) {
   is_string("", hvd_last_error(), "hvd_last_error() is empty at first");
   test_strings();
@@ -251,6 +270,7 @@ int main(void) {
   test_json();
   test_queries();
   test_not_initialized();
+  test_gpu_timing();
   done_testing();
   return tap_exit_status();
 }
