@@ -937,6 +937,10 @@ static void report_step(report_t *r, const options_t *o, int64_t s, double loss,
     r->spark_sum[b < SPARK_W ? b : SPARK_W - 1] += loss;
     r->spark_n[b < SPARK_W ? b : SPARK_W - 1]++;
   }
+  if (done == SKIP_STEPS) { /* HVD_GPU_TIMING: the timed steps only */
+    hvd_gpu_timing_t gt;
+    (void)hvd_gpu_timing(&gt, 1);
+  }
   if (done > SKIP_STEPS) {
     r->timed_steps++;
     r->timed_tokens += (double)tokens;
@@ -984,6 +988,18 @@ static void sparkline(const report_t *r, char *out, size_t n) {
   }
 }
 
+/* With HVD_GPU_TIMING=1 (doc/gpu-testing.md), what hvd's device groups of
+ * the timed steps did: nothing when it is off or no group ran. */
+static void report_gpu_timing(void) {
+  hvd_gpu_timing_t t;
+  if (hvd_gpu_timing(&t, 0) != HVD_SUCCESS || t.groups == 0)
+    return;
+  printf("gpu timing  %lld device groups in the timed steps  busy %.3fs  "
+         "idle between groups %.3fs  of which hvd's lag %.3fs (max %.2f "
+         "ms)\n",
+         (long long)t.groups, t.busy_s, t.idle_s, t.lag_s, t.max_lag_s * 1e3);
+}
+
 static void report_done(const report_t *r, const options_t *o, int size,
                         double tokens_per_step, double total_time) {
   int64_t done = r->total_steps - r->first_step;
@@ -1010,6 +1026,7 @@ static void report_done(const report_t *r, const options_t *o, int size,
     printf("loss  %s  (%.4f to %.4f over this run's %lld steps)\n", spark,
            r->first_loss, r->losses[(r->nlosses - 1) % LAST_N],
            (long long)done);
+  report_gpu_timing();
   fflush(stdout);
 }
 
