@@ -40,6 +40,21 @@ leftovers() {
   pgrep -f "$prog" | tr '\n' ' '
 }
 
+# finish_run: after a run ($what, $out, $err; $bad: $failed before it):
+# no process of the job is left (any left are killed); its output shown
+# when one of its checks failed.
+finish_run() {
+  sleep 1
+  left=$(leftovers)
+  [ -z "$left" ]
+  check $? "$what: no process left ($left)"
+  [ -z "$left" ] || kill -9 $left 2>/dev/null
+  if [ $failed != $bad ]; then
+    show "$out" "stdout"
+    show "$err" "stderr"
+  fi
+}
+
 # stuck NP KIND END
 stuck() {
   np=$1 kind=$2 how=$3
@@ -69,15 +84,7 @@ stuck() {
     between "${took:-0}" 7.9 9.5
     check $? "$what: the late rank's own 'x' fails at once when it comes at 8 s ('$took')"
   fi
-  sleep 1
-  left=$(leftovers)
-  [ -z "$left" ]
-  check $? "$what: no process left ($left)"
-  [ -z "$left" ] || kill -9 $left 2>/dev/null
-  if [ $failed != $bad ]; then
-    show "$out" "stdout"
-    show "$err" "stderr"
-  fi
+  finish_run
 }
 
 stuck 2 sleep return
@@ -129,15 +136,7 @@ count=$(grep -c "$abort" "$err")
 others=$(grep -c "MPI_Abort" "$err")
 [ "$count" = 1 ] && [ "$others" = 1 ]
 check $? "$what: rank 1 says once why the job ends ($count of $others)"
-sleep 1
-left=$(leftovers)
-[ -z "$left" ]
-check $? "$what: no process left ($left)"
-[ -z "$left" ] || kill -9 $left 2>/dev/null
-if [ $failed != $bad ]; then
-  show "$out" "stdout"
-  show "$err" "stderr"
-fi
+finish_run
 
 echo "1..$n"
 exit $failed

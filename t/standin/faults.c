@@ -487,16 +487,8 @@ static void case_zero_alloc_fail(void) {
 }
 
 int main(int argc, char **argv) {
-  tap_mpi_init(&argc, &argv);
-  rank = tap_rank();
-  size = tap_size();
+  dev = standin_gpu_each(&argc, &argv, &rank, &size);
   last = size - 1;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count < size)
-    bail("the stand-in has %d GPUs for %d ranks (HVD_STANDIN_DEVICES)", count,
-         size);
-  dev = rank; /* a GPU each: NCCL refuses two ranks on one */
-  cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
   cuda_ok(cudaMalloc((void **)&dbuf, 4 * sizeof *dbuf), "cudaMalloc");
   case_none();
   case_init_hang();

@@ -332,15 +332,7 @@ static void test_fused(void) {
 }
 
 int main(int argc, char **argv) {
-  tap_mpi_init(&argc, &argv);
-  rank = tap_rank();
-  size = tap_size();
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count < size)
-    bail("the stand-in has %d GPUs for %d ranks (HVD_STANDIN_DEVICES)", count,
-         size);
-  dev = rank; /* a GPU each: NCCL refuses two ranks on one */
-  cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+  dev = standin_gpu_each(&argc, &argv, &rank, &size);
   setenv("HVD_GPU_OPERATIONS", "nccl", 1);
   setenv("HVD_STANDIN_POLLS", "40", 1);
   char dir[512], tl[600];

@@ -59,6 +59,23 @@ static inline int gpu_mpi_begin(int *argc, char ***argv, int *rank, int *size,
   return dev;
 }
 
+/* The start of a stand-in test on MPI ranks: the TAP harness, *rank and
+ * *size set, and a stand-in GPU of its own for each rank (NCCL refuses two
+ * ranks on one), made current; bails out when there are too few
+ * (HVD_STANDIN_DEVICES). Returns the rank's device. */
+static inline int standin_gpu_each(int *argc, char ***argv, int *rank,
+                                   int *size) {
+  int count = 0;
+  tap_mpi_init(argc, argv);
+  *rank = tap_rank();
+  *size = tap_size();
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < *size)
+    bail("the stand-in has %d GPUs for %d ranks (HVD_STANDIN_DEVICES)", count,
+         *size);
+  cuda_ok(cudaSetDevice(*rank), "cudaSetDevice");
+  return *rank;
+}
+
 /* Whether NCCL can join size ranks over count GPUs: a GPU each, or all
  * sharing with HVD_GPU_SHARE=1 (each rank a host of its own to NCCL). */
 static inline int gpu_nccl_fits(int size, int count) {
