@@ -633,8 +633,15 @@ static void test_poll(void) {
         diag_all("hvd_test: done %d, result %d", done, rc);
       }
     }
-    if (now() > deadline)
-      bail("hvd_test never reported %d of %d requests done", left, n);
+    if (now() > deadline) {
+      char pending[512] = "";
+      for (int k = 0; k < n; k++)
+        if (!jobs[k].done)
+          snprintf(pending + strlen(pending), sizeof pending - strlen(pending),
+                   "%s'%s'", pending[0] ? ", " : "", jobs[k].name);
+      bail("hvd_test never reported %d of %d requests done: %s", left, n,
+           pending);
+    }
     nanosleep(&(struct timespec){0, 100000}, NULL); /* poll every 0.1 ms */
   }
   ok(pending_ok, "hvd_test sets done 0 and returns success while pending");
