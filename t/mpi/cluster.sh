@@ -70,23 +70,6 @@ strays() {
   check $([ -z "$left" ]; echo $?) "$1: no process left on any host"
 }
 
-# tap_through LABEL FILE: FILE's TAP lines as checks of ours, described
-# "LABEL: ...", its comments passed on; then that its plan was met.
-tap_through() {
-  plan=$(sed -n 's/^1\.\.\([0-9][0-9]*\).*/\1/p' "$2")
-  seen=0
-  while IFS= read -r line; do
-    case $line in
-      "ok "*) seen=$((seen + 1)); check 0 "$1: ${line#ok * - }" ;;
-      "not ok "*) seen=$((seen + 1)); check 1 "$1: ${line#not ok * - }" ;;
-      "#"*) echo "$line" ;;
-      "Bail out!"*) echo "# $line" ;;
-    esac
-  done <"$2"
-  check $([ -n "$plan" ] && [ "$seen" = "$plan" ]; echo $?) \
-    "$1: all ${plan:-?} of its checks ran (saw $seen)"
-}
-
 # ---- 1. the hosts are apart -----------------------------------------------
 on_cluster node1:1,node2:1 "$tmp/apart.out" "$tmp/apart.err" \
   --mca btl self,vader "$HVD_TOP_BUILDDIR/t/mpi/collectives"

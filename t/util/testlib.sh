@@ -76,6 +76,24 @@ show() {
   sed 's/^/#   /' "$1"
 }
 
+# tap_through LABEL FILE: FILE's TAP lines (a program run apart, e.g. on
+# a test cluster) as checks of ours, described "LABEL: ...", its comments
+# and a Bail out! passed on as comments; then that its plan was met.
+tap_through() {
+  plan=$(sed -n 's/^1\.\.\([0-9][0-9]*\).*/\1/p' "$2")
+  seen=0
+  while IFS= read -r line; do
+    case $line in
+      "ok "*) seen=$((seen + 1)); check 0 "$1: ${line#ok * - }" ;;
+      "not ok "*) seen=$((seen + 1)); check 1 "$1: ${line#not ok * - }" ;;
+      "#"*) echo "$line" ;;
+      "Bail out!"*) echo "# $line" ;;
+    esac
+  done <"$2"
+  check $([ -n "$plan" ] && [ "$seen" = "$plan" ]; echo $?) \
+    "$1: all ${plan:-?} of its checks ran (saw $seen)"
+}
+
 losses() {
   sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$1"
 }
