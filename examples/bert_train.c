@@ -101,6 +101,7 @@ typedef struct options {
   int tf32;      /* --tf32 */
   int precision; /* --precision: bert_precision_t, -1 the device's default */
   int graphs;    /* --cuda-graphs */
+  int plain;     /* --plain-kernels */
   int quiet;
 } options_t;
 
@@ -154,6 +155,10 @@ static const char usage_text[] =
     "  --cuda-graphs          gpu: each encoder layer's forward and backward\n"
     "                         as one CUDA graph (experimental: off by\n"
     "                         default)\n"
+    "  --plain-kernels        gpu, bf16/fp16: each linear's bias in a pass\n"
+    "                         of its own and the attention's heads copied\n"
+    "                         (default: the bias in cuBLASLt's epilogue,\n"
+    "                         the heads read where they are); to compare\n"
     "\n"
     "data:\n"
     "  --data FILE            UTF-8 text, one sentence or document per\n"
@@ -213,6 +218,7 @@ enum {
   O_TF32,
   O_PRECISION,
   O_GRAPHS,
+  O_PLAIN,
   O_DATA,
   O_SENTENCES,
   O_CHECKPOINT,
@@ -256,6 +262,7 @@ static const struct option long_options[] = {
     {"tf32", no_argument, NULL, O_TF32},
     {"precision", required_argument, NULL, O_PRECISION},
     {"cuda-graphs", no_argument, NULL, O_GRAPHS},
+    {"plain-kernels", no_argument, NULL, O_PLAIN},
     {"data", required_argument, NULL, O_DATA},
     {"synthetic-lines", required_argument, NULL, O_SENTENCES},
     {"checkpoint", required_argument, NULL, O_CHECKPOINT},
@@ -384,6 +391,9 @@ static int run_option(options_t *o, int ch, const char *a) {
   case O_GRAPHS:
     o->graphs = 1;
     return 1;
+  case O_PLAIN:
+    o->plain = 1;
+    return 1;
   case O_PRECISION:
     if ((o->precision = bert_precision_parse(a)) < 0)
       cli_usage_error("--precision needs fp32, bf16 or fp16, not '%s'", a);
@@ -453,6 +463,8 @@ static void check_options(options_t *o) {
     cli_usage_error("--tf32 needs --device gpu");
   if (o->graphs && !o->gpu)
     cli_usage_error("--cuda-graphs needs --device gpu");
+  if (o->plain && !o->gpu)
+    cli_usage_error("--plain-kernels needs --device gpu");
   if (o->precision < 0) /* TF32 speeds up float32: --tf32 means it */
     o->precision = o->gpu && !o->tf32 ? BERT_BF16 : BERT_FP32;
   if (o->tf32 && o->precision != BERT_FP32)
@@ -1087,6 +1099,7 @@ static void setup_device(run_t *r) {
     die();
   bert_set_tf32(r->o.tf32);
   bert_set_cuda_graphs(r->o.graphs);
+  bert_set_plain_kernels(r->o.plain);
 }
 
 /* The data. Every rank reads the corpus and builds the vocabulary itself:
@@ -1310,8 +1323,9 @@ static void print_setup(const run_t *r) {
   char desc[256], where[64];
   bert_config_describe(&r->cfg, desc, sizeof desc);
   if (o->gpu)
-    snprintf(where, sizeof where, "GPU cuda:%d%s%s", r->device,
-             o->tf32 ? " (TF32)" : "", o->graphs ? ", CUDA graphs" : "");
+    snprintf(where, sizeof where, "GPU cuda:%d%s%s%s", r->device,
+             o->tf32 ? " (TF32)" : "", o->graphs ? ", CUDA graphs" : "",
+             o->plain ? ", plain kernels" : "");
   else
     snprintf(where, sizeof where, "BLAS threads %d", o->threads);
   printf(PROG ": preset %s (%s), %lld weights; %d rank%s, %s\n", o->preset,

@@ -30,14 +30,16 @@ AC_DEFUN([HVD_CHECK_CUDA], [
     hvd_save_LIBS=$LIBS
     CPPFLAGS="$CPPFLAGS -I$hvd_cuda_dir/include"
     LDFLAGS="$LDFLAGS -L$hvd_cuda_libdir"
-    LIBS="-lcublas -lcudart $LIBS"
-    AC_MSG_CHECKING([for the CUDA runtime and cuBLAS in $hvd_cuda_dir])
+    LIBS="-lcublasLt -lcublas -lcudart $LIBS"
+    AC_MSG_CHECKING([for the CUDA runtime, cuBLAS and cuBLASLt in $hvd_cuda_dir])
     dnl the headers must be in DIR itself, not found elsewhere on the path
     AS_IF([test -f "$hvd_cuda_dir/include/cuda_runtime.h"], [
     AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <cuda_runtime.h>
-#include <cublas_v2.h>]],
-        [[int n = 0; cublasHandle_t h; (void)cudaGetDeviceCount(&n);
-          (void)cublasCreate(&h); return CUDART_VERSION > 0 ? 0 : 1;]])],
+#include <cublas_v2.h>
+#include <cublasLt.h>]],
+        [[int n = 0; cublasHandle_t h; cublasLtHandle_t lt;
+          (void)cudaGetDeviceCount(&n); (void)cublasCreate(&h);
+          (void)cublasLtCreate(&lt); return CUDART_VERSION > 0 ? 0 : 1;]])],
       [hvd_have_cuda=yes], [hvd_have_cuda=no])], [hvd_have_cuda=no])
     AC_MSG_RESULT([$hvd_have_cuda])
     AS_IF([test $hvd_have_cuda = yes], [
@@ -58,8 +60,9 @@ AC_DEFUN([HVD_CHECK_CUDA], [
       dnl -lstdc++: the host side of nvcc's objects is C++ (kernel launch
       dnl stubs keep thread-safe statics), and libhvd is linked by $CC
       CUDA_LIBS="-lcudart -lstdc++"
-      dnl cuBLAS: only examples/bert links it (libhvd calls none of it)
-      CUBLAS_LIBS="-lcublas"
+      dnl cuBLAS and cuBLASLt: only examples/bert links them (libhvd calls
+      dnl none of it)
+      CUBLAS_LIBS="-lcublasLt -lcublas"
       hvd_cuda_summary="yes, CUDA runtime $hvd_cudart_version ($hvd_cuda_dir), $NVCC"
       hvd_cublas_summary=yes
       AC_DEFINE([HVD_HAVE_CUDA], [1], [Define to 1 to build the CUDA paths.])

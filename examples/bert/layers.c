@@ -471,5 +471,6 @@ const bert_backend_t *bert_cuda_backend(int precision) {
 }
 void bert_cuda_set_tf32(int on) { (void)on; }
 void bert_cuda_set_graphs(int on) { (void)on; }
+void bert_cuda_set_plain(int on) { (void)on; }
 const char *bert_cuda_graphs_off(void) { return NULL; }
 #endif

@@ -302,6 +302,15 @@ void bert_cuda_set_tf32(int on);
  * every kernel is launched one by one. Process-wide; applies to later
  * calls. */
 void bert_cuda_set_graphs(int on);
+/* 1: the 16-bit layers take the plain path: each linear's bias written
+ * first and the product added to it (cuBLAS, beta 1), the attention's
+ * heads copied head-major and back. 0 (the default): the bias is added in
+ * the product's epilogue (cuBLASLt; the plain path where it offers no
+ * algorithm for a shape), and the attention's batched products read and
+ * write the heads where they are. Both follow "Precisions" above, not
+ * bit for bit (cuBLAS may pick other algorithms); float32 always takes the
+ * plain path. For comparisons. */
+void bert_cuda_set_plain(int on);
 /* NULL, or why a failed capture turned graphs off (the layers then ran
  * kernel by kernel; bert_cuda_set_graphs(1) clears it). */
 const char *bert_cuda_graphs_off(void);

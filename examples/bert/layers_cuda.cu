@@ -50,11 +50,18 @@
  *  - the cross-entropy reads T logits, computes as the float32 kernel and
  *    writes T probabilities; LayerNorm's mean and rstd stay float32.
  *
- * Performance, later work: cuBLASLt epilogues (bias, GELU) instead of
- * fill_rows_kernel and a separate GELU pass; a fused flash-attention
- * kernel instead of the head copies and the B*A*S*S scores; LayerNorm
- * fused with the residual add; vectorised (2 or 8 element) loads of the
- * T kernels; a sort instead of row_links_kernel's O(m^2) scan.
+ * Fused kernels (16-bit T, unless bert_cuda_set_plain(1)): a linear
+ * layer's bias is added in cuBLASLt's epilogue (lt_linear), and the
+ * attention's batched products take each head where it is in its
+ * [B*S, A*dh] buffer (gemm_ptrs: pointer arrays, leading dimension A*dh)
+ * instead of copying it head-major and back. The same products on the
+ * same values; float32 keeps the plain path, operation for operation.
+ *
+ * Performance, later work: the GELU in the epilogue too (cuBLASLt's GELU
+ * is the tanh approximation, not this model's erf); a fused
+ * flash-attention kernel instead of the B*A*S*S scores; LayerNorm fused
+ * with the residual add; vectorised (2 or 8 element) loads of the T
+ * kernels; a sort instead of row_links_kernel's O(m^2) scan.
  *
  * Row-major vs cuBLAS. cuBLAS is column-major: a row-major [r, c] matrix
  * with leading dimension ld is, to cuBLAS, the column-major [c, r] matrix
@@ -85,6 +92,7 @@
 #define __CUDA_NO_BFLOAT16_CONVERSIONS__
 #define __CUDA_NO_BFLOAT162_OPERATORS__
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -138,6 +146,22 @@ const int kMaxGraphs = 256;
 /* cuBLAS's own workspace, fixed at open so that captured products keep
  * a valid address (cuBLAS's default would be its pool's). */
 const size_t kBlasWorkspace = (size_t)32 << 20;
+/* cuBLASLt plans kept at once (lt_plan): one per linear shape, type and
+ * operand alignment; beyond this the linears take the plain path. */
+const int kMaxPlans = 64;
+
+/* A cuBLASLt product y = x W^T + b for one shape, type and alignment of
+ * the operands: the descriptor (bias epilogue), the layouts, and the
+ * algorithm the heuristic chose; ok 0 where it found none (the linear
+ * then runs as cuBLAS's two steps). */
+struct LtPlan {
+  int n, in, out, align;
+  cudaDataType_t type;
+  int ok;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t w, x, y;
+  cublasLtMatmulAlgo_t algo;
+};
 
 struct State {
   int refs;
@@ -145,6 +169,10 @@ struct State {
   int tf32;
   cudaStream_t stream;
   cublasHandle_t blas;
+  cublasLtHandle_t lt;
+  int plain; /* bert_cuda_set_plain: no cuBLASLt epilogue, heads copied */
+  int nplans;
+  LtPlan plan[kMaxPlans];
   cudaEvent_t fence[2];
   int failed;
   char err[512];
@@ -343,6 +371,167 @@ void gemm_heads(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                  &zero, c, blas_type<TC>(), ldc, sc, count, CUBLAS_COMPUTE_32F,
                  CUBLAS_GEMM_DEFAULT),
              "cublasGemmStridedBatchedEx", what);
+}
+
+/* C_i = alpha op(A_i) op(B_i) for count matrices anywhere in memory (the
+ * pointer arrays in device memory, head_ptrs): T operands, a T or float32
+ * C, accumulating in float32. Each head is read and written where it is
+ * in its [B*S, A*dh] buffer (leading dimension A*dh), so no head-major
+ * copy is made. */
+template <typename T, typename TC>
+void gemm_ptrs(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+               float alpha, const void *const *a, int lda, const void *const *b,
+               int ldb, void *const *c, int ldc, int count, const char *what) {
+  const float zero = 0.0f;
+  const cudaDataType_t t = blas_type<T>();
+  blas_ok_in(cublasGemmBatchedEx(st.blas, ta, tb, m, n, k, &alpha, a, t, lda, b,
+                                 t, ldb, &zero, c, blas_type<TC>(), ldc, count,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmBatchedEx", what);
+}
+
+/* ---- cuBLASLt: the bias in the product's epilogue ------------------------
+ *
+ * y = round(x W^T + b) in one pass for a 16-bit T: cuBLASLt adds the bias
+ * to the float32 accumulator before the one rounding (layers.h's rule), so
+ * the linear layer needs neither fill_rows_kernel's pass nor cuBLAS's read
+ * of y for beta 1. The float32 products stay cublasSgemm (unchanged). The
+ * plan of each shape is made once: the heuristic is asked for an
+ * algorithm that works at the operands' actual alignment (cuBLASLt
+ * assumes 256 bytes otherwise) and, as apply_math_mode asks of cuBLAS,
+ * that never adds a split k's parts in T. */
+
+/* The largest power of two up to 256 that divides every address. */
+int lt_align(const void *a, const void *b, const void *c, const void *d) {
+  uintptr_t v = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | 256;
+  return (int)(v & (~v + 1));
+}
+
+void lt_plan_free(LtPlan *p) {
+  if (p->y != NULL)
+    cublasLtMatrixLayoutDestroy(p->y);
+  if (p->x != NULL)
+    cublasLtMatrixLayoutDestroy(p->x);
+  if (p->w != NULL)
+    cublasLtMatrixLayoutDestroy(p->w);
+  if (p->desc != NULL)
+    cublasLtMatmulDescDestroy(p->desc);
+  memset(p, 0, sizeof *p);
+}
+
+/* The descriptor and layouts of p's product, and its algorithm (p->ok 0
+ * where the heuristic has none); false after a failure (recorded). In
+ * cuBLAS's column-major terms, as linear_fwd: y^T (out x n, ld out) =
+ * op_T(W: in x out, ld in) times x^T (in x n, ld in), the bias one value
+ * per row of y^T. */
+bool lt_plan_make(LtPlan *p) {
+  const cublasOperation_t opt = CUBLAS_OP_T, opn = CUBLAS_OP_N;
+  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  const uint32_t reduce = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  const uint32_t align = (uint32_t)p->align;
+  const uint64_t ws = kBlasWorkspace;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  bool good =
+      blas_ok(
+          cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+          "cublasLtMatmulDescCreate") &&
+      blas_ok(cublasLtMatmulDescSetAttribute(
+                  p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opt, sizeof opt),
+              "cublasLtMatmulDescSetAttribute (TRANSA)") &&
+      blas_ok(cublasLtMatmulDescSetAttribute(
+                  p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opn, sizeof opn),
+              "cublasLtMatmulDescSetAttribute (TRANSB)") &&
+      blas_ok(cublasLtMatmulDescSetAttribute(
+                  p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+              "cublasLtMatmulDescSetAttribute (EPILOGUE)") &&
+      blas_ok(cublasLtMatrixLayoutCreate(&p->w, p->type, p->in, p->out, p->in),
+              "cublasLtMatrixLayoutCreate") &&
+      blas_ok(cublasLtMatrixLayoutCreate(&p->x, p->type, p->in, p->n, p->in),
+              "cublasLtMatrixLayoutCreate") &&
+      blas_ok(cublasLtMatrixLayoutCreate(&p->y, p->type, p->out, p->n, p->out),
+              "cublasLtMatrixLayoutCreate") &&
+      blas_ok(cublasLtMatmulPreferenceCreate(&pref),
+              "cublasLtMatmulPreferenceCreate") &&
+      blas_ok(
+          cublasLtMatmulPreferenceSetAttribute(
+              pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+          "cublasLtMatmulPreferenceSetAttribute (workspace)") &&
+      blas_ok(cublasLtMatmulPreferenceSetAttribute(
+                  pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduce,
+                  sizeof reduce),
+              "cublasLtMatmulPreferenceSetAttribute (reduction)");
+  const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; good && i < 4; i++)
+    good = blas_ok(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align,
+                                                        sizeof align),
+                   "cublasLtMatmulPreferenceSetAttribute (alignment)");
+  if (good) {
+    /* NOT_SUPPORTED: no algorithm for this shape; the plain path runs */
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+        st.lt, p->desc, p->w, p->x, p->y, p->y, pref, 1, &res, &found);
+    if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
+      p->algo = res.algo;
+      p->ok = 1;
+    } else if (s != CUBLAS_STATUS_NOT_SUPPORTED && s != CUBLAS_STATUS_SUCCESS) {
+      good = blas_ok(s, "cublasLtMatmulAlgoGetHeuristic");
+    }
+  }
+  if (pref != NULL)
+    cublasLtMatmulPreferenceDestroy(pref);
+  return good;
+}
+
+/* The plan of this linear (made the first time); NULL where there is none:
+ * the plain path runs. */
+const LtPlan *lt_plan(cudaDataType_t type, int n, int in, int out, int align) {
+  for (int i = 0; i < st.nplans; i++) {
+    const LtPlan *p = &st.plan[i];
+    if (p->type == type && p->n == n && p->in == in && p->out == out &&
+        p->align == align)
+      return p->ok ? p : NULL;
+  }
+  if (st.nplans == kMaxPlans)
+    return NULL;
+  LtPlan *p = &st.plan[st.nplans];
+  memset(p, 0, sizeof *p);
+  p->type = type;
+  p->n = n;
+  p->in = in;
+  p->out = out;
+  p->align = align;
+  if (!lt_plan_make(p)) {
+    lt_plan_free(p);
+    return NULL;
+  }
+  st.nplans++;
+  return p->ok ? p : NULL;
+}
+
+/* y = x W^T + b through cuBLASLt's bias epilogue; false where no plan
+ * applies (nothing was queued: the caller takes the plain path). */
+template <typename T>
+bool lt_linear(const T *x, const T *W, const T *b, T *y, int n, int in,
+               int out) {
+  if (is_f32<T>() || st.plain || b == NULL)
+    return false;
+  const LtPlan *p = lt_plan(blas_type<T>(), n, in, out, lt_align(x, W, y, y));
+  if (p == NULL)
+    return false;
+  const float one = 1.0f, zero = 0.0f;
+  if (blas_ok(cublasLtMatmulDescSetAttribute(
+                  p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b),
+              "cublasLtMatmulDescSetAttribute (bias)"))
+    blas_ok_in(cublasLtMatmul(st.lt, p->desc, &one, W, p->w, x, p->x, &zero, y,
+                              p->y, y, p->y, &p->algo, st.blas_ws,
+                              kBlasWorkspace, st.stream),
+               "cublasLtMatmul", "linear forward, bias epilogue");
+  return true;
 }
 
 /* ---- reductions ---------------------------------------------------------- */
@@ -744,12 +933,38 @@ __global__ void softmax_bwd_kernel(const T *p, float *dp, T *ds, int64_t rows,
 
 const int kRowsPerBlock = kThreads / kWarp; /* warps per softmax block */
 
+/* Pointer arrays of the batched products that take the heads where they
+ * are (gemm_ptrs): at most this many per call of head_ptrs. */
+const int kPtrSets = 10;
+
+/* Where set j's (sequence b, head a) matrix starts: base + b bstride + a
+ * astride bytes. */
+struct PtrSet {
+  const char *base;
+  long long bstride, astride;
+};
+struct PtrSets {
+  PtrSet set[kPtrSets];
+};
+
+/* out[j * count + i], i = b A + a: set j's matrix i, for j < nsets. */
+__global__ void head_ptrs_kernel(PtrSets sets, int nsets, int count, int A,
+                                 const void **out) {
+  GRID_STRIDE(i, (int64_t)count * nsets) {
+    const PtrSet &p = sets.set[i / count];
+    const int h = (int)(i % count);
+    out[i] = p.base + (h / A) * p.bstride + (h % A) * p.astride;
+  }
+}
+
 /* Four head-major buffers of float32 size (they hold T or float32), the
- * float32 scores or their gradient, and dS in a 16-bit T. */
+ * float32 scores or their gradient, dS in a 16-bit T, and kPtrSets
+ * pointer arrays of B*A entries. */
 size_t attention_bytes(int B, int S, int A, int dh) {
   size_t nh = (size_t)B * S * A * dh, ns = (size_t)B * A * S * S;
   return 4 * align_up(sizeof(float) * nh) + align_up(sizeof(float) * ns) +
-         align_up(sizeof(uint16_t) * ns);
+         align_up(sizeof(uint16_t) * ns) +
+         align_up(sizeof(void *) * kPtrSets * (size_t)B * A);
 }
 
 /* ---- embeddings ---------------------------------------------------------- */
@@ -904,6 +1119,8 @@ void linear_fwd(const void *xv, const void *Wv, const void *bv, void *yv, int n,
   T *y = (T *)yv;
   if (!usable() || n <= 0 || out <= 0)
     return;
+  if (in > 0 && lt_linear(x, W, b, y, n, in, out))
+    return;
   if (b != NULL) { /* y = b, then y += x W^T (beta 1), as layers.c */
     fill_rows_kernel<T>
         <<<grid_for((int64_t)n * out), kThreads, 0, st.stream>>>(y, b, n, out);
@@ -987,7 +1204,8 @@ void gelu_bwd(const void *x, const void *dy, void *dx, int64_t n) {
 struct AttnScratch {
   void *q, *k, *v, *c;
   float *dp;
-  void *ds; /* dS of a 16-bit T */
+  void *ds;          /* dS of a 16-bit T */
+  const void **ptrs; /* kPtrSets arrays of B*A pointers (head_ptrs) */
 };
 
 bool attn_scratch(int B, int S, int A, int dh, AttnScratch *s) {
@@ -1001,7 +1219,30 @@ bool attn_scratch(int B, int S, int A, int dh, AttnScratch *s) {
   s->c = w + 3 * nh;
   s->dp = (float *)(w + 4 * nh);
   s->ds = w + 4 * nh + align_up(sizeof(float) * (size_t)B * A * S * S);
+  s->ptrs = (const void **)((char *)s->ds +
+                            align_up(sizeof(uint16_t) * (size_t)B * A * S * S));
   return true;
+}
+
+/* The n sets' pointer arrays in w.ptrs (array j at w.ptrs + j B A). */
+void head_ptrs(const PtrSet *sets, int n, int B, int A, const AttnScratch &w) {
+  PtrSets all;
+  memset(&all, 0, sizeof all);
+  memcpy(all.set, sets, (size_t)n * sizeof *sets);
+  head_ptrs_kernel<<<grid_for((int64_t)B * A * n), kThreads, 0, st.stream>>>(
+      all, n, B * A, A, w.ptrs);
+  launched("head_ptrs_kernel");
+}
+
+/* A head of a [B*S, A*dh] buffer of E-byte elements; the (sequence, head)
+ * S x S matrices of a [B, A, S, S] one. */
+PtrSet heads_of(const void *p, int S, int A, int dh, size_t E) {
+  return PtrSet{(const char *)p, (long long)S * A * dh * (long long)E,
+                (long long)dh * (long long)E};
+}
+PtrSet squares_of(const void *p, int S, int A, size_t E) {
+  return PtrSet{(const char *)p, (long long)A * S * S * (long long)E,
+                (long long)S * S * (long long)E};
 }
 
 template <typename From, typename To>
@@ -1025,6 +1266,40 @@ dim3 softmax_grid(int64_t rows) {
   return dim3(grid_rows((rows + kRowsPerBlock - 1) / kRowsPerBlock));
 }
 
+/* attention_fwd of a 16-bit T with the heads where they are: the same
+ * products on the same values as the head-major path below (whose copies
+ * are exact), each head read from q, k, v and written into ctx with
+ * leading dimension A*dh. Pointer arrays: Q, K, V, ctx, scores, probs. */
+template <typename T>
+void attention_fwd_direct(const T *q, const T *k, const T *v,
+                          const int32_t *lengths, T *probs, T *ctx,
+                          const AttnScratch &w, int B, int S, int A, int dh) {
+  const int count = B * A, H = A * dh;
+  const size_t E = sizeof(T);
+  const float scale = 1.0f / sqrtf((float)dh);
+  const PtrSet sets[6] = {
+      heads_of(q, S, A, dh, E),  heads_of(k, S, A, dh, E),
+      heads_of(v, S, A, dh, E),  heads_of(ctx, S, A, dh, E),
+      squares_of(w.dp, S, A, 4), squares_of(probs, S, A, E)};
+  const void *const *P = w.ptrs;
+  head_ptrs(sets, 6, B, A, w);
+  /* Column-major: P^T (S x S, ld S) = K_i (the view of K_i is K_i^T, dh x
+   * S with ld H: OP_T) times Q_i^T (OP_N, ld H), as attention_fwd. */
+  gemm_ptrs<T, float>(CUBLAS_OP_T, CUBLAS_OP_N, S, S, dh, scale, P + count, H,
+                      P, H, (void *const *)(P + 4 * count), S, count, "Q K^T");
+  if (!usable())
+    return;
+  softmax_fwd_kernel<T>
+      <<<softmax_grid((int64_t)count * S), dim3(kWarp, kRowsPerBlock), 0,
+         st.stream>>>(w.dp, probs, lengths, (int64_t)count * S, S, A);
+  launched("softmax_fwd_kernel");
+  /* C^T (dh x S, ld H: into ctx) = V_i^T (OP_N, ld H) times P_i^T (OP_N,
+   * ld S). */
+  gemm_ptrs<T, T>(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, 1.0f, P + 2 * count, H,
+                  P + 5 * count, S, (void *const *)(P + 3 * count), H, count,
+                  "P V");
+}
+
 template <typename T>
 void attention_fwd(const void *q, const void *k, const void *v,
                    const int32_t *lengths, void *probsv, void *ctx, int B,
@@ -1033,6 +1308,11 @@ void attention_fwd(const void *q, const void *k, const void *v,
   AttnScratch w;
   if (!usable() || B <= 0 || !attn_scratch(B, S, A, dh, &w))
     return;
+  if (!is_f32<T>() && !st.plain) {
+    attention_fwd_direct((const T *)q, (const T *)k, (const T *)v, lengths,
+                         probs, (T *)ctx, w, B, S, A, dh);
+    return;
+  }
   const int count = B * A;
   const long long sh = (long long)S * dh, ss = (long long)S * S;
   const float scale = 1.0f / sqrtf((float)dh);
@@ -1115,6 +1395,47 @@ void attention_bwd_qk(const T *q, const T *k, const T *probs, void *dq,
   merge_heads(hk, (T *)dk, B, S, A, dh);
 }
 
+/* attention_bwd of a 16-bit T with the heads where they are (as
+ * attention_fwd_direct; dq, dk, dv alias no input). Pointer arrays: dC,
+ * V, dP, P, dV, dS, Q, K, dQ, dK. */
+template <typename T>
+void attention_bwd_direct(const T *q, const T *k, const T *v, const T *probs,
+                          const T *dctx, T *dq, T *dk, T *dv,
+                          const AttnScratch &w, int B, int S, int A, int dh) {
+  const int count = B * A, H = A * dh;
+  const size_t E = sizeof(T);
+  const float scale = 1.0f / sqrtf((float)dh);
+  const PtrSet sets[10] = {
+      heads_of(dctx, S, A, dh, E), heads_of(v, S, A, dh, E),
+      squares_of(w.dp, S, A, 4),   squares_of(probs, S, A, E),
+      heads_of(dv, S, A, dh, E),   squares_of(w.ds, S, A, E),
+      heads_of(q, S, A, dh, E),    heads_of(k, S, A, dh, E),
+      heads_of(dq, S, A, dh, E),   heads_of(dk, S, A, dh, E)};
+  const void *const *P = w.ptrs;
+  void *const *out = (void *const *)w.ptrs;
+  head_ptrs(sets, 10, B, A, w);
+  /* dP_i = dC_i V_i^T in float32: as Q K^T. */
+  gemm_ptrs<T, float>(CUBLAS_OP_T, CUBLAS_OP_N, S, S, dh, 1.0f, P + count, H, P,
+                      H, out + 2 * count, S, count, "dC V^T");
+  /* dV^T (dh x S, ld H: into dv) = dC_i^T (OP_N, ld H) times P_i (the
+   * view of P_i is P_i^T: OP_T, ld S). */
+  gemm_ptrs<T, T>(CUBLAS_OP_N, CUBLAS_OP_T, dh, S, S, 1.0f, P, H, P + 3 * count,
+                  S, out + 4 * count, H, count, "P^T dC");
+  if (!usable())
+    return;
+  softmax_bwd_kernel<T>
+      <<<softmax_grid((int64_t)count * S), dim3(kWarp, kRowsPerBlock), 0,
+         st.stream>>>(probs, w.dp, (T *)w.ds, (int64_t)count * S, S);
+  launched("softmax_bwd_kernel");
+  /* dQ_i = scale dS_i K_i: dQ^T (dh x S, ld H) = K_i^T (OP_N, ld H) times
+   * dS_i^T (OP_N, ld S). */
+  gemm_ptrs<T, T>(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, scale, P + 7 * count, H,
+                  P + 5 * count, S, out + 8 * count, H, count, "dS K");
+  /* dK_i = scale dS_i^T Q_i: dK^T = Q_i^T (OP_N, ld H) times dS_i (OP_T). */
+  gemm_ptrs<T, T>(CUBLAS_OP_N, CUBLAS_OP_T, dh, S, S, scale, P + 6 * count, H,
+                  P + 5 * count, S, out + 9 * count, H, count, "dS^T Q");
+}
+
 template <typename T>
 void attention_bwd(const void *q, const void *k, const void *v,
                    const void *probsv, const void *dctx, void *dq, void *dk,
@@ -1124,6 +1445,12 @@ void attention_bwd(const void *q, const void *k, const void *v,
   AttnScratch w;
   if (!usable() || B <= 0 || !attn_scratch(B, S, A, dh, &w))
     return;
+  if (!is_f32<T>() && !st.plain) {
+    attention_bwd_direct((const T *)q, (const T *)k, (const T *)v, probs,
+                         (const T *)dctx, (T *)dq, (T *)dk, (T *)dv, w, B, S, A,
+                         dh);
+    return;
+  }
   const int count = B * A;
   const long long sh = (long long)S * dh, ss = (long long)S * S;
   T *hc = (T *)w.c, *hv = (T *)w.v;
@@ -1584,6 +1911,10 @@ void teardown(void) {
   for (int i = 0; i < 2; i++)
     if (st.fence[i] != NULL)
       cudaEventDestroy(st.fence[i]);
+  for (int i = 0; i < st.nplans; i++)
+    lt_plan_free(&st.plan[i]);
+  if (st.lt != NULL)
+    cublasLtDestroy(st.lt);
   if (st.blas != NULL)
     cublasDestroy(st.blas);
   if (st.blas_ws != NULL) /* after the handle that used it */
@@ -1592,12 +1923,13 @@ void teardown(void) {
     cudaStreamDestroy(st.cap);
   if (st.stream != NULL)
     cudaStreamDestroy(st.stream);
-  int tf32 = st.tf32, graphs = st.graphs;
+  int tf32 = st.tf32, graphs = st.graphs, plain = st.plain;
   char off[sizeof st.graphs_off];
   memcpy(off, st.graphs_off, sizeof off);
   memset(&st, 0, sizeof st);
   st.tf32 = tf32;
   st.graphs = graphs;
+  st.plain = plain;
   memcpy(st.graphs_off, off, sizeof off);
 }
 
@@ -1635,6 +1967,7 @@ bool make_handles(int device) {
          cuda_ok(cudaStreamCreateWithFlags(&st.cap, cudaStreamNonBlocking),
                  "cudaStreamCreateWithFlags (the graphs' capture)") &&
          blas_ok(cublasCreate(&st.blas), "cublasCreate") &&
+         blas_ok(cublasLtCreate(&st.lt), "cublasLtCreate") &&
          cuda_ok(cudaMalloc(&st.blas_ws, kBlasWorkspace),
                  "cudaMalloc (cuBLAS workspace)") &&
          use_stream(st.stream) &&
@@ -1728,6 +2061,13 @@ extern "C" void bert_cuda_set_graphs(int on) {
   st.graphs = on != 0;
   if (on)
     st.graphs_off[0] = '\0';
+}
+
+extern "C" void bert_cuda_set_plain(int on) {
+  if (st.plain != (on != 0)) /* captured layers keep their path */
+    while (st.ngraphs > 0)
+      graph_drop(st.ngraphs - 1);
+  st.plain = on != 0;
 }
 
 extern "C" const char *bert_cuda_graphs_off(void) {

@@ -136,6 +136,14 @@ void bert_set_tf32(int on);
  * kernel): bert_cuda_graphs_off() says why, else NULL (layers.h). */
 void bert_set_cuda_graphs(int on);
 
+/* GPU models in bf16 or fp16: 1 runs the layers' plain kernels (each
+ * linear's bias written before its product, the attention's heads copied
+ * head-major and back) instead of the fused ones (the bias in cuBLASLt's
+ * epilogue, the heads read and written where they are). Off by default;
+ * for comparisons. float32 always runs the plain kernels. Process-wide
+ * (layers.h, bert_cuda_set_plain). */
+void bert_set_plain_kernels(int on);
+
 /* HVD_CPU or the CUDA device of the model's memory. */
 int bert_model_device(const bert_model_t *m);
 

@@ -17,6 +17,10 @@
  *    bert_cuda_backend(p) against bert_cpu_backend(p), the CPU's model of
  *    the GPU's mixed precision, on the same T inputs, within a few units
  *    of T's rounding (its own tolerance, "the 16-bit precisions" below);
+ *    then at BERT's aligned sizes (dh 64, 16-byte rows: the fast
+ *    algorithms); all of it with the fused kernels (the bias in cuBLASLt's
+ *    epilogue, the attention's heads in place) and, in bfloat16, with the
+ *    plain ones too (bert_cuda_set_plain);
  *  - the whole model (bert_model_create_on): the same initial weights,
  *    the same loss and gradients as the CPU model, the gradient-ready
  *    calls in the same order with every gradient complete when its call
@@ -441,9 +445,18 @@ static void test_rows(int m, int h, int src_rows) {
  * sum on both). */
 
 static int P;                   /* the precision under test */
+static int PLAIN;               /* ... with bert_cuda_set_plain(1) */
 static const bert_backend_t *C; /* the CPU's model of it */
 static size_t ES;               /* bytes per element */
 static double R_TOL;            /* R above */
+
+/* "bf16", or "bf16 plain" for the plain kernels: the checks' prefix. */
+static const char *plabel(void) {
+  static char buf[32];
+  snprintf(buf, sizeof buf, "%s%s", bert_precision_name(P),
+           PLAIN ? " plain" : "");
+  return buf;
+}
 
 /* n floats rounded to T, in new host memory; frees f. */
 static void *to_t(float *f, int64_t n) {
@@ -484,7 +497,7 @@ static double t_err(const float *g, const float *c, int64_t n) {
  * bit when exact). */
 static void tsame(const char *what, const void *d, const void *c, int64_t n,
                   int exact) {
-  const char *pn = bert_precision_name(P);
+  const char *pn = plabel();
   void *raw = xmalloc(ES * (size_t)n);
   G->to_host(raw, d, ES * (size_t)n);
   if (G->error() != NULL)
@@ -558,10 +571,10 @@ static void lp_layernorm(int n, int h) {
   snprintf(what, sizeof what, "layernorm n=%d h=%d: y", n, h);
   tsame(what, gy, y, nx, 0);
   snprintf(what, sizeof what, "%s layernorm n=%d h=%d: mean (float32)",
-           bert_precision_name(P), n, h);
+           plabel(), n, h);
   same(what, gmean, mean, n, TOL_LAYER);
   snprintf(what, sizeof what, "%s layernorm n=%d h=%d: rstd (float32)",
-           bert_precision_name(P), n, h);
+           plabel(), n, h);
   same(what, grstd, rstd, n, TOL_LAYER);
   /* backward in place (dx aliases dy), as the contract allows */
   C->layernorm_bwd(x, mean, rstd, g, dy, dy, dg, db, n, h);
@@ -666,7 +679,7 @@ static void lp_embedding(int B, int S, int H, int V, int with_types) {
 
 static void lp_xent(int m, int V) {
   const int64_t n = (int64_t)m * V;
-  const char *pn = bert_precision_name(P);
+  const char *pn = plabel();
   char what[96];
   float *f = randn(n, 3);
   int32_t *targets = randi(m, 0, V);
@@ -737,9 +750,15 @@ static const layer_cases_t lp_cases = {
     lp_linear,    lp_layernorm, lp_gelu,        lp_attention,
     lp_embedding, lp_xent,      lp_elementwise, lp_rows};
 
-/* Every layer in precision p, with the float32 cases' sizes. */
-static void test_precision(int p) {
+/* Every layer in precision p, with the float32 cases' sizes, then at
+ * BERT's aligned sizes (the fast algorithms of cuBLASLt's bias epilogue
+ * and of the batched products over heads in place: dh 64, rows of 16
+ * bytes and more); with `plain`, the plain kernels (bert_cuda_set_plain). */
+static void test_precision(int p, int plain) {
+  static const int32_t len2[2] = {64, 29};
   P = p;
+  PLAIN = plain;
+  bert_cuda_set_plain(plain);
   ES = bert_precision_bytes(p);
   R_TOL = p == BERT_BF16 ? 0x1p-6 : 0x1p-9;
   G = bert_cuda_backend(p);
@@ -747,11 +766,13 @@ static void test_precision(int p) {
   if (G == NULL || C == NULL)
     bail("no %s backend (GPU %p, CPU %p)", bert_precision_name(p), (void *)G,
          (void *)C);
-  is_int(p, G->precision, "bert_cuda_backend(%s)->precision",
-         bert_precision_name(p));
+  is_int(p, G->precision, "bert_cuda_backend(%s)->precision", plabel());
   run_cases(&lp_cases);
+  lp_linear(128, 256, 512, 1, 1, 0.0f);
+  lp_linear(64, 512, 128, 1, 1, 1.0f);
+  lp_attention(2, 64, 4, 64, len2);
   ok(C->error() == NULL, "%s: the CPU model recorded no failure%s%s",
-     bert_precision_name(p), C->error() ? ": " : "",
+     plabel(), C->error() ? ": " : "",
      C->error() ? C->error() : "");
 }
 
@@ -1060,8 +1081,11 @@ int main(void) {
       test_linear,    test_layernorm, test_gelu,        test_attention,
       test_embedding, test_xent,      test_elementwise, test_rows};
   run_cases(&f32_cases);
-  test_precision(BERT_BF16);
-  test_precision(BERT_FP16);
+  test_precision(BERT_BF16, 0);
+  test_precision(BERT_FP16, 0);
+  test_precision(BERT_BF16, 1);
+  bert_cuda_set_plain(0);
+  PLAIN = 0;
   G = bert_cuda_backend(BERT_FP32);
   ok(bert_cuda_backend(3) == NULL, "bert_cuda_backend(3) is NULL");
   ok(G->error() == NULL, "no CUDA or cuBLAS failure recorded%s%s",

@@ -98,5 +98,6 @@ refused "--precision fp16 --dense-embeddings" \
   "bert_train: --dense-embeddings: --precision fp16 has dense embeddings only"
 refused "--precision bf16 --tf32" "bert_train: --tf32 needs --device gpu"
 refused "--cuda-graphs" "bert_train: --cuda-graphs needs --device gpu"
+refused "--plain-kernels" "bert_train: --plain-kernels needs --device gpu"
 echo "1..$n"
 exit $failed
