@@ -404,21 +404,27 @@ if want bert && need_build && stage_begin bert 60; then
       # layer's kernels one graph: what launches cost), fp32 at B 8
       # (before/after), --zero 1 (the
       # sharded optimizer; issue 27's target is >= 0.9x the default), then
-      # with time left --plain-kernels (bf16 without cuBLASLt's bias
-      # epilogue and with the attention's head copies: what the fused
-      # kernels gain), --host-fences (the host waits per stage, the pre-0.1
+      # with time left --flash-attention, --plain-kernels (bf16 without
+      # cuBLASLt's bias epilogue and with the attention's head copies:
+      # what the fused kernels gain), S 512 at a quarter of the batch (the
+      # same tokens per step; issue 28's MFU target) without and with flash
+      # attention, --host-fences (the host waits per stage, the pre-0.1
       # way) and --no-sync (no reduction at all): at one rank all match
-      for mode in bf16 graphs fp32-b8 zero1 plain host-fences no-sync; do
+      B4=$((B / 4 > 0 ? B / 4 : 1))
+      for mode in bf16 graphs fp32-b8 zero1 flash plain s512 s512-flash host-fences no-sync; do
         case $mode in
         bf16) args="--batch-size $B" ;;
+        flash) args="--batch-size $B --flash-attention" ;;
         plain) args="--batch-size $B --plain-kernels" ;;
+        s512) args="--batch-size $B4 --seq-len 512" ;;
+        s512-flash) args="--batch-size $B4 --seq-len 512 --flash-attention" ;;
         graphs) args="--batch-size $B --cuda-graphs" ;;
         fp32-b8) args="--batch-size 8 --precision fp32" ;;
         zero1) args="--batch-size $B --zero 1" ;;
         host-fences) args="--batch-size $B --host-fences" ;;
         no-sync) args="--batch-size $B --no-sync" ;;
         esac
-        case $mode in plain | host-fences | no-sync) [ "$(left)" -ge 240 ] || continue ;; esac
+        case $mode in flash | plain | s512 | s512-flash | host-fences | no-sync) [ "$(left)" -ge 240 ] || continue ;; esac
         echo "\$ bert_train --device gpu --preset $p --steps $steps $args" >>"$OUT/bert.txt"
         # bf16 and --zero 1 time hvd's device groups too (HVD_GPU_TIMING:
         # issue 27's idle time between groups; a few events per group)

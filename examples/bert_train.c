@@ -102,6 +102,7 @@ typedef struct options {
   int precision; /* --precision: bert_precision_t, -1 the device's default */
   int graphs;    /* --cuda-graphs */
   int plain;     /* --plain-kernels */
+  int flash;     /* --flash-attention */
   int quiet;
 } options_t;
 
@@ -159,6 +160,9 @@ static const char usage_text[] =
     "                         of its own and the attention's heads copied\n"
     "                         (default: the bias in cuBLASLt's epilogue,\n"
     "                         the heads read where they are); to compare\n"
+    "  --flash-attention      gpu, bf16/fp16, heads of 64, S >= 70: flash\n"
+    "                         attention, no S*S scores in memory\n"
+    "                         (experimental: off by default)\n"
     "\n"
     "data:\n"
     "  --data FILE            UTF-8 text, one sentence or document per\n"
@@ -219,6 +223,7 @@ enum {
   O_PRECISION,
   O_GRAPHS,
   O_PLAIN,
+  O_FLASH,
   O_DATA,
   O_SENTENCES,
   O_CHECKPOINT,
@@ -263,6 +268,7 @@ static const struct option long_options[] = {
     {"precision", required_argument, NULL, O_PRECISION},
     {"cuda-graphs", no_argument, NULL, O_GRAPHS},
     {"plain-kernels", no_argument, NULL, O_PLAIN},
+    {"flash-attention", no_argument, NULL, O_FLASH},
     {"data", required_argument, NULL, O_DATA},
     {"synthetic-lines", required_argument, NULL, O_SENTENCES},
     {"checkpoint", required_argument, NULL, O_CHECKPOINT},
@@ -394,6 +400,9 @@ static int run_option(options_t *o, int ch, const char *a) {
   case O_PLAIN:
     o->plain = 1;
     return 1;
+  case O_FLASH:
+    o->flash = 1;
+    return 1;
   case O_PRECISION:
     if ((o->precision = bert_precision_parse(a)) < 0)
       cli_usage_error("--precision needs fp32, bf16 or fp16, not '%s'", a);
@@ -465,6 +474,8 @@ static void check_options(options_t *o) {
     cli_usage_error("--cuda-graphs needs --device gpu");
   if (o->plain && !o->gpu)
     cli_usage_error("--plain-kernels needs --device gpu");
+  if (o->flash && !o->gpu)
+    cli_usage_error("--flash-attention needs --device gpu");
   if (o->precision < 0) /* TF32 speeds up float32: --tf32 means it */
     o->precision = o->gpu && !o->tf32 ? BERT_BF16 : BERT_FP32;
   if (o->tf32 && o->precision != BERT_FP32)
@@ -1100,6 +1111,7 @@ static void setup_device(run_t *r) {
   bert_set_tf32(r->o.tf32);
   bert_set_cuda_graphs(r->o.graphs);
   bert_set_plain_kernels(r->o.plain);
+  bert_set_flash_attention(r->o.flash);
 }
 
 /* The data. Every rank reads the corpus and builds the vocabulary itself:
@@ -1320,12 +1332,19 @@ static void setup_samplers(run_t *r) {
 /* Rank 0's lines before training: the model, the data, the optimizer. */
 static void print_setup(const run_t *r) {
   const options_t *o = &r->o;
-  char desc[256], where[64];
+  char desc[256], where[160];
   bert_config_describe(&r->cfg, desc, sizeof desc);
+  const bert_config_t *c = &r->cfg;
+  const char *flash = !o->flash ? ""
+                      : bert_cuda_flash_fits(o->precision, c->seq_len, c->heads,
+                                             c->hidden / c->heads)
+                          ? ", flash attention"
+                          : ", no flash attention here (it needs bf16 or "
+                            "fp16, heads of 64, S >= 70)";
   if (o->gpu)
-    snprintf(where, sizeof where, "GPU cuda:%d%s%s%s", r->device,
+    snprintf(where, sizeof where, "GPU cuda:%d%s%s%s%s", r->device,
              o->tf32 ? " (TF32)" : "", o->graphs ? ", CUDA graphs" : "",
-             o->plain ? ", plain kernels" : "");
+             o->plain ? ", plain kernels" : "", flash);
   else
     snprintf(where, sizeof where, "BLAS threads %d", o->threads);
   printf(PROG ": preset %s (%s), %lld weights; %d rank%s, %s\n", o->preset,

@@ -472,5 +472,10 @@ const bert_backend_t *bert_cuda_backend(int precision) {
 void bert_cuda_set_tf32(int on) { (void)on; }
 void bert_cuda_set_graphs(int on) { (void)on; }
 void bert_cuda_set_plain(int on) { (void)on; }
+void bert_cuda_set_flash(int on) { (void)on; }
+int bert_cuda_flash_fits(int precision, int S, int A, int dh) {
+  (void)precision, (void)S, (void)A, (void)dh;
+  return 0;
+}
 const char *bert_cuda_graphs_off(void) { return NULL; }
 #endif

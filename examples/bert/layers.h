@@ -311,6 +311,16 @@ void bert_cuda_set_graphs(int on);
  * bit for bit (cuBLAS may pick other algorithms); float32 always takes the
  * plain path. For comparisons. */
 void bert_cuda_set_plain(int on);
+/* 1: the 16-bit attention of heads of 64 (dh 64) and S >= 70 runs as
+ * flash attention: the scores are never written, probs keeps instead what
+ * backward needs (each row's log-sum-exp, the lengths, a copy of ctx),
+ * and backward recomputes the probabilities (layers_cuda.cu, "flash
+ * attention"). Off by default (not yet run on a GPU); set it between
+ * passes, never between a forward and its backward. */
+void bert_cuda_set_flash(int on);
+/* Whether attention of S tokens, A heads of dh runs as flash attention
+ * in `precision` (bert_precision_t) with the settings now: 0 or 1. */
+int bert_cuda_flash_fits(int precision, int S, int A, int dh);
 /* NULL, or why a failed capture turned graphs off (the layers then ran
  * kernel by kernel; bert_cuda_set_graphs(1) clears it). */
 const char *bert_cuda_graphs_off(void);

@@ -56,10 +56,11 @@
  * [B*S, A*dh] buffer (gemm_ptrs: pointer arrays, leading dimension A*dh)
  * instead of copying it head-major and back. The same products on the
  * same values; float32 keeps the plain path, operation for operation.
+ * With bert_cuda_set_flash(1) the 16-bit attention of heads of 64 runs
+ * as flash attention ("flash attention" below): no B*A*S*S scores.
  *
  * Performance, later work: the GELU in the epilogue too (cuBLASLt's GELU
- * is the tanh approximation, not this model's erf); a fused
- * flash-attention kernel instead of the B*A*S*S scores; LayerNorm fused
+ * is the tanh approximation, not this model's erf); LayerNorm fused
  * with the residual add; vectorised (2 or 8 element) loads of the T
  * kernels; a sort instead of row_links_kernel's O(m^2) scan.
  *
@@ -97,6 +98,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <math.h>
 #include <stdarg.h>
@@ -170,7 +172,9 @@ struct State {
   cudaStream_t stream;
   cublasHandle_t blas;
   cublasLtHandle_t lt;
-  int plain; /* bert_cuda_set_plain: no cuBLASLt epilogue, heads copied */
+  int plain;    /* bert_cuda_set_plain: no cuBLASLt epilogue, heads copied */
+  int flash;    /* bert_cuda_set_flash */
+  int flash_ok; /* the device gives the flash kernels their shared memory */
   int nplans;
   LtPlan plan[kMaxPlans];
   cudaEvent_t fence[2];
@@ -1266,6 +1270,404 @@ dim3 softmax_grid(int64_t rows) {
   return dim3(grid_rows((rows + kRowsPerBlock - 1) / kRowsPerBlock));
 }
 
+/* ---- flash attention (16-bit T, heads of 64) -----------------------------
+ *
+ * With bert_cuda_set_flash(1), a 16-bit T, dh 64 and sequences long
+ * enough (flash_fits), the attention never writes the B*A*S*S scores:
+ * each block takes 64 queries (forward, dQ) or 64 keys (dK and dV) of one
+ * (sequence, head), walks the other side in tiles of 64, and keeps the
+ * running softmax (max and sum per row) as it goes: FlashAttention-2's
+ * algorithm, on tensor cores through WMMA (16x16x16 fragments, float32
+ * accumulation), with the tiles in shared memory. Numerics (layers.h's,
+ * as near as the algorithm allows): the scores in float32 (scale times
+ * the product, masked keys BERT_MASK_VALUE); the exponentials relative
+ * to the running maximum rounded to T for the P V product; ctx =
+ * round(O / sum). Backward recomputes P = exp(score - LSE) from the
+ * log-sum-exp per row that forward saved, rounds it to T, and takes
+ * rowsum(P dP) as rowsum(dctx ctx) (equal in exact arithmetic), dS =
+ * round(P (dP - that)), dQ = round(scale dS K), dK = round(scale dS^T
+ * Q), dV = round(P^T dctx). Two backward kernels, one over queries (dQ)
+ * and one over keys (dK, dV), each recomputing P: no atomics, so the
+ * results are the same bits run to run.
+ *
+ * Forward saves in the probs buffer (B*A*S*S elements of T, unused
+ * otherwise) the LSE of every row (float), the sequences' lengths and a
+ * copy of ctx, which backward needs (the mask; rowsum(dctx ctx)) and
+ * attention_bwd is not given. */
+
+namespace wm = nvcuda::wmma;
+
+const int kFlashD = 64;        /* the head width the kernels take */
+const int kFlashTile = 64;     /* rows of a tile: queries or keys */
+const int kFlashThreads = 128; /* 4 warps, 16 rows of a block's tile each */
+const int kLdT = kFlashD + 8;  /* a T tile's row in shared memory */
+const int kLdF = kFlashD + 4;  /* a float tile's row */
+const int kTileT = kFlashTile * kLdT; /* elements */
+const int kTileF = kFlashTile * kLdF;
+
+/* dst (16 x 64 float, ld kLdF) = a (16 x 64 T, ld kLdT) times B (64 x 64),
+ * plus dst itself with acc. B is a row-major tile b (element (k, n) at
+ * b[k kLdT + n]) or, with BT, the transpose of one (at b[n kLdT + k]).
+ * One warp. */
+template <typename T, bool BT>
+__device__ void flash_mma(float *dst, const T *a, const T *b, bool acc) {
+  for (int n = 0; n < kFlashD / 16; n++) {
+    wm::fragment<wm::accumulator, 16, 16, 16, float> c;
+    if (acc)
+      wm::load_matrix_sync(c, dst + n * 16, kLdF, wm::mem_row_major);
+    else
+      wm::fill_fragment(c, 0.0f);
+    for (int k = 0; k < kFlashD / 16; k++) {
+      wm::fragment<wm::matrix_a, 16, 16, 16, T, wm::row_major> fa;
+      wm::load_matrix_sync(fa, a + k * 16, kLdT);
+      if (BT) {
+        wm::fragment<wm::matrix_b, 16, 16, 16, T, wm::col_major> fb;
+        wm::load_matrix_sync(fb, b + n * 16 * kLdT + k * 16, kLdT);
+        wm::mma_sync(c, fa, fb, c);
+      } else {
+        wm::fragment<wm::matrix_b, 16, 16, 16, T, wm::row_major> fb;
+        wm::load_matrix_sync(fb, b + k * 16 * kLdT + n * 16, kLdT);
+        wm::mma_sync(c, fa, fb, c);
+      }
+    }
+    wm::store_matrix_sync(dst + n * 16, c, kLdF, wm::mem_row_major);
+  }
+}
+
+/* Rows [r0, r0 + 64) of one head (src: its row 0, rows H apart) into a
+ * tile; rows at or past S are zeros. 16-byte loads: src and H*sizeof(T)
+ * are multiples of 16 (flash_fits). The whole block. */
+template <typename T>
+__device__ void flash_load(T *dst, const T *src, int r0, int S, int H) {
+  const int per = kFlashD / 8; /* 16-byte pieces per row */
+  for (int i = threadIdx.x; i < kFlashTile * per; i += blockDim.x) {
+    const int r = i / per, e = (i % per) * 8;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (r0 + r < S)
+      x = *(const uint4 *)(src + (int64_t)(r0 + r) * H + e);
+    *(uint4 *)(dst + r * kLdT + e) = x;
+  }
+}
+
+/* Each lane's share of its warp's 16 rows: row (of the block's tile)
+ * and first of its 32 columns. */
+__device__ int flash_row(void) {
+  return 16 * (threadIdx.x / kWarp) + (threadIdx.x % kWarp) / 2;
+}
+__device__ int flash_col(void) { return 32 * (threadIdx.x % 2); }
+
+/* grid (query tiles, B*A); kFlashThreads threads. */
+template <typename T>
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_fwd_kernel(const T *q, const T *k, const T *v, const int32_t *lengths,
+                     T *ctx, float *lse, int32_t *lens, T *ocopy, int S, int A,
+                     float scale) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  T *sq = (T *)smem, *sk = sq + kTileT, *sv = sk + kTileT, *sp = sv + kTileT;
+  float *ss = (float *)(sp + kTileT), *so = ss + kTileF;
+  const int H = A * kFlashD, bh = blockIdx.y, b = bh / A;
+  const int r0 = blockIdx.x * kFlashTile, w = threadIdx.x / kWarp;
+  const int row = flash_row(), c0 = flash_col();
+  const int len = lengths != NULL ? lengths[b] : S;
+  const int64_t base = (int64_t)b * S * H + (int64_t)(bh % A) * kFlashD;
+  float *srow = ss + row * kLdF, *orow = so + row * kLdF;
+  T *prow = sp + row * kLdT;
+  if (blockIdx.x == 0 && bh % A == 0 && threadIdx.x == 0)
+    lens[b] = len; /* for backward, which is not given lengths */
+  flash_load(sq, q + base, r0, S, H);
+  for (int i = threadIdx.x; i < kTileF; i += blockDim.x)
+    so[i] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int k0 = 0; k0 < S; k0 += kFlashTile) {
+    __syncthreads(); /* the last tile's readers are done */
+    flash_load(sk, k + base, k0, S, H);
+    flash_load(sv, v + base, k0, S, H);
+    __syncthreads();
+    flash_mma<T, true>(ss + 16 * w * kLdF, sq + 16 * w * kLdT, sk, false);
+    __syncwarp();
+    float mx = -INFINITY;
+    for (int c = c0; c < c0 + 32; c++) {
+      const int j = k0 + c;
+      const float x = j >= S    ? -INFINITY
+                      : j < len ? srow[c] * scale
+                                : BERT_MASK_VALUE;
+      srow[c] = x;
+      mx = fmaxf(mx, x);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+    const float mnew = fmaxf(m, mx), alpha = expf(m - mnew);
+    float sum = 0.0f;
+    for (int c = c0; c < c0 + 32; c++) {
+      const float e = expf(srow[c] - mnew);
+      prow[c] = from_float<T>(e);
+      sum += e;
+      orow[c] *= alpha;
+    }
+    sum += __shfl_xor_sync(kFullMask, sum, 1);
+    l = l * alpha + sum;
+    m = mnew;
+    __syncwarp();
+    flash_mma<T, false>(so + 16 * w * kLdF, sp + 16 * w * kLdT, sv, true);
+  }
+  __syncwarp();
+  const int s = r0 + row;
+  if (s < S) {
+    const float inv = 1.0f / l;
+    T *out = ctx + base + (int64_t)s * H, *keep = ocopy + base + (int64_t)s * H;
+    for (int c = c0; c < c0 + 32; c++) {
+      const T y = from_float<T>(orow[c] * inv);
+      out[c] = y;
+      keep[c] = y;
+    }
+    if (c0 == 0)
+      lse[(int64_t)bh * S + s] = m + logf(l);
+  }
+}
+
+/* d[row] = sum over the row's 64 elements of dctx ctx, per (sequence,
+ * head, query): rowsum(P dP). One warp per row. */
+template <typename T>
+__global__ void flash_rowdot_kernel(const T *dout, const T *o, float *d,
+                                    int64_t rows, int S, int A) {
+  const int H = A * kFlashD, lane = threadIdx.x;
+  for (int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; r < rows;
+       r += (int64_t)gridDim.x * blockDim.y) {
+    const int64_t bh = r / S, s = r % S;
+    const int64_t off = (bh / A * S + s) * H + bh % A * kFlashD;
+    float x = to_float(dout[off + lane]) * to_float(o[off + lane]) +
+              to_float(dout[off + lane + 32]) * to_float(o[off + lane + 32]);
+    x = warp_sum(x);
+    if (lane == 0)
+      d[r] = x;
+  }
+}
+
+/* dQ: grid (query tiles, B*A). */
+template <typename T>
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_dq_kernel(const T *q, const T *k, const T *v, const T *dout,
+                    const int32_t *lengths, const float *lse, const float *d,
+                    T *dq, int S, int A, float scale) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  T *sq = (T *)smem, *sdo = sq + kTileT, *sk = sdo + kTileT;
+  T *sv = sk + kTileT, *sp = sv + kTileT;
+  float *ss = (float *)(sp + kTileT), *sacc = ss + kTileF;
+  const int H = A * kFlashD, bh = blockIdx.y, b = bh / A;
+  const int r0 = blockIdx.x * kFlashTile, w = threadIdx.x / kWarp;
+  const int row = flash_row(), c0 = flash_col(), s = r0 + row;
+  const int len = lengths != NULL ? lengths[b] : S;
+  const int64_t base = (int64_t)b * S * H + (int64_t)(bh % A) * kFlashD;
+  const bool valid = s < S;
+  const float L = valid ? lse[(int64_t)bh * S + s] : 0.0f;
+  const float D = valid ? d[(int64_t)bh * S + s] : 0.0f;
+  float *srow = ss + row * kLdF, *arow = sacc + row * kLdF;
+  T *prow = sp + row * kLdT;
+  flash_load(sq, q + base, r0, S, H);
+  flash_load(sdo, dout + base, r0, S, H);
+  for (int i = threadIdx.x; i < kTileF; i += blockDim.x)
+    sacc[i] = 0.0f;
+  for (int k0 = 0; k0 < S; k0 += kFlashTile) {
+    __syncthreads();
+    flash_load(sk, k + base, k0, S, H);
+    flash_load(sv, v + base, k0, S, H);
+    __syncthreads();
+    flash_mma<T, true>(ss + 16 * w * kLdF, sq + 16 * w * kLdT, sk, false);
+    __syncwarp();
+    for (int c = c0; c < c0 + 32; c++) {
+      const int j = k0 + c;
+      const float x = j < len ? srow[c] * scale : BERT_MASK_VALUE;
+      prow[c] = from_float<T>(valid && j < S ? expf(x - L) : 0.0f);
+    }
+    __syncwarp();
+    flash_mma<T, true>(ss + 16 * w * kLdF, sdo + 16 * w * kLdT, sv, false);
+    __syncwarp();
+    for (int c = c0; c < c0 + 32; c++)
+      prow[c] = from_float<T>(to_float(prow[c]) * (srow[c] - D));
+    __syncwarp();
+    flash_mma<T, false>(sacc + 16 * w * kLdF, sp + 16 * w * kLdT, sk, true);
+  }
+  __syncwarp();
+  if (valid) {
+    T *out = dq + base + (int64_t)s * H;
+    for (int c = c0; c < c0 + 32; c++)
+      out[c] = from_float<T>(scale * arow[c]);
+  }
+}
+
+/* dK and dV: grid (key tiles, B*A). */
+template <typename T>
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
+                      const int32_t *lengths, const float *lse, const float *d,
+                      T *dk, T *dv, int S, int A, float scale) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  T *sk = (T *)smem, *sv = sk + kTileT, *sq = sv + kTileT;
+  T *sdo = sq + kTileT, *sp = sdo + kTileT;
+  float *ss = (float *)(sp + kTileT), *sdk = ss + kTileF, *sdv = sdk + kTileF;
+  float *slse = sdv + kTileF, *sd = slse + kFlashTile;
+  const int H = A * kFlashD, bh = blockIdx.y, b = bh / A;
+  const int k0 = blockIdx.x * kFlashTile, w = threadIdx.x / kWarp;
+  const int row = flash_row(), c0 = flash_col(), j = k0 + row;
+  const int len = lengths != NULL ? lengths[b] : S;
+  const int64_t base = (int64_t)b * S * H + (int64_t)(bh % A) * kFlashD;
+  const bool key = j < S, masked = j >= len;
+  float *srow = ss + row * kLdF;
+  T *prow = sp + row * kLdT;
+  flash_load(sk, k + base, k0, S, H);
+  flash_load(sv, v + base, k0, S, H);
+  for (int i = threadIdx.x; i < kTileF; i += blockDim.x)
+    sdk[i] = sdv[i] = 0.0f;
+  for (int r0 = 0; r0 < S; r0 += kFlashTile) {
+    __syncthreads();
+    flash_load(sq, q + base, r0, S, H);
+    flash_load(sdo, dout + base, r0, S, H);
+    for (int i = threadIdx.x; i < kFlashTile; i += blockDim.x) {
+      const bool in = r0 + i < S;
+      slse[i] = in ? lse[(int64_t)bh * S + r0 + i] : 0.0f;
+      sd[i] = in ? d[(int64_t)bh * S + r0 + i] : 0.0f;
+    }
+    __syncthreads();
+    /* S^T = K Q^T: a row per key, a column per query */
+    flash_mma<T, true>(ss + 16 * w * kLdF, sk + 16 * w * kLdT, sq, false);
+    __syncwarp();
+    for (int c = c0; c < c0 + 32; c++) {
+      const float x = masked ? BERT_MASK_VALUE : srow[c] * scale;
+      prow[c] = from_float<T>(key && r0 + c < S ? expf(x - slse[c]) : 0.0f);
+    }
+    __syncwarp();
+    flash_mma<T, false>(sdv + 16 * w * kLdF, sp + 16 * w * kLdT, sdo, true);
+    flash_mma<T, true>(ss + 16 * w * kLdF, sv + 16 * w * kLdT, sdo, false);
+    __syncwarp();
+    for (int c = c0; c < c0 + 32; c++)
+      prow[c] = from_float<T>(to_float(prow[c]) * (srow[c] - sd[c]));
+    __syncwarp();
+    flash_mma<T, false>(sdk + 16 * w * kLdF, sp + 16 * w * kLdT, sq, true);
+  }
+  __syncwarp();
+  if (key) {
+    T *ok = dk + base + (int64_t)j * H, *ov = dv + base + (int64_t)j * H;
+    const float *krow = sdk + row * kLdF, *vrow = sdv + row * kLdF;
+    for (int c = c0; c < c0 + 32; c++) {
+      ok[c] = from_float<T>(scale * krow[c]);
+      ov[c] = from_float<T>(vrow[c]);
+    }
+  }
+}
+
+/* Shared memory of each kernel (bytes). */
+template <typename T> size_t flash_smem(int kind) {
+  const size_t t = sizeof(T) * kTileT, f = sizeof(float) * kTileF;
+  return kind == 0 ? 4 * t + 2 * f /* fwd */
+         : kind == 1
+             ? 5 * t + 2 * f                                   /* dQ */
+             : 5 * t + 3 * f + 2 * sizeof(float) * kFlashTile; /* dK dV */
+}
+
+/* What forward keeps inside probs: the LSE of every row, the lengths,
+ * then the copy of ctx (this many bytes before it). */
+size_t flash_lse_bytes(int B, int S, int A) {
+  return align_up(sizeof(float) * (size_t)B * A * S);
+}
+size_t flash_keep_at(int B, int S, int A) {
+  return flash_lse_bytes(B, S, A) + align_up(sizeof(int32_t) * (size_t)B);
+}
+
+/* Whether the flash kernels take this attention: on, a 16-bit T, heads
+ * of 64, and the probs buffer holds what forward keeps (flash_keep_at
+ * and the copy of ctx) with room to spare for any B and A: S*S elements
+ * of T per (sequence, head) against S LSEs, S*dh elements, a length and
+ * 512 bytes of alignment (S >= 70 in bf16). The same answer in forward
+ * and backward for the same shape. */
+template <typename T> bool flash_fits(int B, int S, int A, int dh) {
+  (void)B, (void)A;
+  if (!st.flash || !st.flash_ok || is_f32<T>() || dh != kFlashD)
+    return false;
+  const size_t E = sizeof(T), s = (size_t)S;
+  return s * s * E >= s * (sizeof(float) + E * (size_t)dh) + 4 + 512;
+}
+
+/* Every pointer 16-byte aligned (the kernels' loads); a failure if not. */
+bool flash_aligned(const void *const *ps, int n) {
+  for (int i = 0; i < n; i++)
+    if ((uintptr_t)ps[i] % 16 != 0) {
+      fail("flash attention: operand %d at %p is not 16-byte aligned", i,
+           ps[i]);
+      return false;
+    }
+  return true;
+}
+
+/* Lets each kernel of T have its dynamic shared memory (above the
+ * default 48 KiB); false where the device refuses (no flash then). */
+template <typename T> bool flash_prepare_t(void) {
+  const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
+  return cudaFuncSetAttribute(flash_fwd_kernel<T>, a, (int)flash_smem<T>(0)) ==
+             cudaSuccess &&
+         cudaFuncSetAttribute(flash_dq_kernel<T>, a, (int)flash_smem<T>(1)) ==
+             cudaSuccess &&
+         cudaFuncSetAttribute(flash_dkdv_kernel<T>, a, (int)flash_smem<T>(2)) ==
+             cudaSuccess;
+}
+
+/* At open (not inside a graph's capture): st.flash_ok. */
+void flash_prepare(void) {
+  st.flash_ok = flash_prepare_t<bf16>() && flash_prepare_t<fp16>();
+  (void)cudaGetLastError(); /* a refusal is not the layers' failure */
+}
+
+template <typename T>
+void flash_fwd(const T *q, const T *k, const T *v, const int32_t *lengths,
+               void *probs, T *ctx, int B, int S, int A) {
+  const void *ps[5] = {q, k, v, probs, ctx};
+  if (!flash_aligned(ps, 5))
+    return;
+  float *lse = (float *)probs;
+  int32_t *lens = (int32_t *)((char *)probs + flash_lse_bytes(B, S, A));
+  T *keep = (T *)((char *)probs + flash_keep_at(B, S, A));
+  const size_t bytes = flash_smem<T>(0);
+  const dim3 grid((S + kFlashTile - 1) / kFlashTile, B * A);
+  flash_fwd_kernel<T><<<grid, kFlashThreads, bytes, st.stream>>>(
+      q, k, v, lengths, ctx, lse, lens, keep, S, A,
+      1.0f / sqrtf((float)kFlashD));
+  launched("flash_fwd_kernel");
+}
+
+template <typename T>
+void flash_bwd(const T *q, const T *k, const T *v, const void *probs,
+               const T *dctx, T *dq, T *dk, T *dv, const AttnScratch &w, int B,
+               int S, int A) {
+  const void *ps[8] = {q, k, v, probs, dctx, dq, dk, dv};
+  if (!flash_aligned(ps, 8))
+    return;
+  const float *lse = (const float *)probs;
+  const int32_t *lengths =
+      (const int32_t *)((const char *)probs + flash_lse_bytes(B, S, A));
+  const T *keep = (const T *)((const char *)probs + flash_keep_at(B, S, A));
+  const float scale = 1.0f / sqrtf((float)kFlashD);
+  const int64_t rows = (int64_t)B * A * S;
+  flash_rowdot_kernel<T>
+      <<<softmax_grid(rows), dim3(kWarp, kRowsPerBlock), 0, st.stream>>>(
+          dctx, keep, w.dp, rows, S, A);
+  launched("flash_rowdot_kernel");
+  const dim3 grid((S + kFlashTile - 1) / kFlashTile, B * A);
+  const size_t b1 = flash_smem<T>(1), b2 = flash_smem<T>(2);
+  flash_dq_kernel<T><<<grid, kFlashThreads, b1, st.stream>>>(
+      q, k, v, dctx, lengths, lse, w.dp, dq, S, A, scale);
+  launched("flash_dq_kernel");
+  flash_dkdv_kernel<T><<<grid, kFlashThreads, b2, st.stream>>>(
+      q, k, v, dctx, lengths, lse, w.dp, dk, dv, S, A, scale);
+  launched("flash_dkdv_kernel");
+}
+
+/* float32 never takes them (flash_fits): no WMMA instantiation. */
+template <>
+void flash_fwd<float>(const float *, const float *, const float *,
+                      const int32_t *, void *, float *, int, int, int) {}
+template <>
+void flash_bwd<float>(const float *, const float *, const float *, const void *,
+                      const float *, float *, float *, float *,
+                      const AttnScratch &, int, int, int) {}
+
 /* attention_fwd of a 16-bit T with the heads where they are: the same
  * products on the same values as the head-major path below (whose copies
  * are exact), each head read from q, k, v and written into ctx with
@@ -1308,6 +1710,11 @@ void attention_fwd(const void *q, const void *k, const void *v,
   AttnScratch w;
   if (!usable() || B <= 0 || !attn_scratch(B, S, A, dh, &w))
     return;
+  if (flash_fits<T>(B, S, A, dh)) {
+    flash_fwd((const T *)q, (const T *)k, (const T *)v, lengths, probsv,
+              (T *)ctx, B, S, A);
+    return;
+  }
   if (!is_f32<T>() && !st.plain) {
     attention_fwd_direct((const T *)q, (const T *)k, (const T *)v, lengths,
                          probs, (T *)ctx, w, B, S, A, dh);
@@ -1445,6 +1852,11 @@ void attention_bwd(const void *q, const void *k, const void *v,
   AttnScratch w;
   if (!usable() || B <= 0 || !attn_scratch(B, S, A, dh, &w))
     return;
+  if (flash_fits<T>(B, S, A, dh)) {
+    flash_bwd((const T *)q, (const T *)k, (const T *)v, probsv, (const T *)dctx,
+              (T *)dq, (T *)dk, (T *)dv, w, B, S, A);
+    return;
+  }
   if (!is_f32<T>() && !st.plain) {
     attention_bwd_direct((const T *)q, (const T *)k, (const T *)v, probs,
                          (const T *)dctx, (T *)dq, (T *)dk, (T *)dv, w, B, S, A,
@@ -1923,13 +2335,14 @@ void teardown(void) {
     cudaStreamDestroy(st.cap);
   if (st.stream != NULL)
     cudaStreamDestroy(st.stream);
-  int tf32 = st.tf32, graphs = st.graphs, plain = st.plain;
+  int tf32 = st.tf32, graphs = st.graphs, plain = st.plain, flash = st.flash;
   char off[sizeof st.graphs_off];
   memcpy(off, st.graphs_off, sizeof off);
   memset(&st, 0, sizeof st);
   st.tf32 = tf32;
   st.graphs = graphs;
   st.plain = plain;
+  st.flash = flash;
   memcpy(st.graphs_off, off, sizeof off);
 }
 
@@ -2024,8 +2437,10 @@ extern "C" int bert_cuda_open(int device, char *msg, size_t len) {
   st.refs = 1;
   st.device = device;
   st.failed = 0;
-  if (make_handles(device))
+  if (make_handles(device)) {
     apply_math_mode();
+    flash_prepare();
+  }
   if (st.failed) {
     snprintf(msg, len, "%s", st.err);
     teardown();
@@ -2068,6 +2483,26 @@ extern "C" void bert_cuda_set_plain(int on) {
     while (st.ngraphs > 0)
       graph_drop(st.ngraphs - 1);
   st.plain = on != 0;
+}
+
+extern "C" void bert_cuda_set_flash(int on) {
+  if (st.flash != (on != 0)) /* captured layers keep their path */
+    while (st.ngraphs > 0)
+      graph_drop(st.ngraphs - 1);
+  st.flash = on != 0;
+}
+
+extern "C" int bert_cuda_flash_fits(int precision, int S, int A, int dh) {
+  if (st.refs == 0 || !st.flash || !st.flash_ok)
+    return 0;
+  switch (precision) {
+  case BERT_BF16:
+    return flash_fits<bf16>(1, S, A, dh);
+  case BERT_FP16:
+    return flash_fits<fp16>(1, S, A, dh);
+  default:
+    return 0;
+  }
 }
 
 extern "C" const char *bert_cuda_graphs_off(void) {

@@ -496,6 +496,8 @@ void bert_set_cuda_graphs(int on) {
 
 void bert_set_plain_kernels(int on) { bert_cuda_set_plain(on); }
 
+void bert_set_flash_attention(int on) { bert_cuda_set_flash(on); }
+
 hvd_result_t bert_model_create(const bert_config_t *c, bert_model_t **out) {
   return bert_model_create_on(c, HVD_CPU, out);
 }

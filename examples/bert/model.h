@@ -144,6 +144,12 @@ void bert_set_cuda_graphs(int on);
  * (layers.h, bert_cuda_set_plain). */
 void bert_set_plain_kernels(int on);
 
+/* GPU models in bf16 or fp16 with heads of 64 and S >= 70: 1 runs the
+ * attention as flash attention (layers.h, bert_cuda_set_flash): no
+ * B*A*S*S scores, the probabilities recomputed in backward. Off by
+ * default (not yet run on a GPU). Process-wide; between steps. */
+void bert_set_flash_attention(int on);
+
 /* HVD_CPU or the CUDA device of the model's memory. */
 int bert_model_device(const bert_model_t *m);
 

@@ -23,6 +23,10 @@
 #      - --cuda-graphs (each encoder layer's kernels one CUDA graph): 20
 #        steps of tiny in bf16 give the losses of the run without, bit
 #        for bit (the bf16 kernels are deterministic), at np 1;
+#      - --flash-attention and --plain-kernels: 40 steps of mini at S 128
+#        in bf16 each follow the default kernels' run: the mean loss of
+#        each block of 20 steps within 2 %; the setup line says flash
+#        attention, and at S 32 (too short for it) that it is not used;
 #   3. --device with another value, and --tf32 without --device gpu:
 #      exit 2 with the reason (a bad command line).
 
@@ -101,6 +105,36 @@ gpu_graphs() {
     { show "$tmp/g.out" stdout; show "$tmp/g.err" stderr; }
 }
 
+# gpu_kernels: --flash-attention and --plain-kernels follow the default
+# kernels (a rounding changes a trajectory a little; a wrong kernel moves
+# whole blocks).
+gpu_kernels() {
+  m="--preset mini --seq-len 128 --steps 40 --seed 7 --device gpu --precision bf16"
+  run_np 1 "$tmp/d.out" "$tmp/d.err" "$prog" $m --log-json "$tmp/dflt.json"
+  block_means "$tmp/dflt.json" >"$tmp/dflt.blocks"
+  for k in flash-attention plain-kernels; do
+    run_np 1 "$tmp/k.out" "$tmp/k.err" "$prog" $m --$k --log-json "$tmp/k.json"
+    block_means "$tmp/k.json" >"$tmp/k.blocks"
+    paste "$tmp/dflt.blocks" "$tmp/k.blocks" | sed "s/^/# default, --$k block means: /"
+    [ $rc = 0 ] && [ "`wc -l <"$tmp/k.blocks"`" = 2 ] &&
+      [ "`wc -l <"$tmp/dflt.blocks"`" = 2 ] &&
+      paste "$tmp/dflt.blocks" "$tmp/k.blocks" |
+      awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 0.02 * $1) bad = 1 } END { exit bad }'
+    check $? "mini S 128, 40 bf16 steps: --$k's mean loss per 20 steps within 2 % of the default's" ||
+      { show "$tmp/k.out" stdout; show "$tmp/k.err" stderr; }
+    if [ $k = flash-attention ]; then
+      grep -q '^bert_train: preset mini .*, flash attention$' "$tmp/k.out"
+      check $? "--flash-attention at S 128: the setup line says flash attention" ||
+        show "$tmp/k.out" stdout
+    fi
+  done
+  run_np 1 "$tmp/k.out" "$tmp/k.err" "$prog" --steps 2 --seq-len 32 --device gpu \
+    --flash-attention
+  [ $rc = 0 ] && grep -q '^bert_train: preset tiny .*, no flash attention here (it needs bf16 or fp16, heads of 64, S >= 70)$' "$tmp/k.out"
+  check $? "--flash-attention at S 32: runs (exit $rc) and the setup line says it is not used" ||
+    { show "$tmp/k.out" stdout; show "$tmp/k.err" stderr; }
+}
+
 for np in 1 2; do
   run_np $np "$tmp/out" "$tmp/err" "$prog" --device gpu --steps 5
   if [ $cuda = no ]; then
@@ -122,6 +156,7 @@ for np in 1 2; do
     gpu_precisions
     gpu_mixed_curves
     gpu_graphs
+    gpu_kernels
   else
     n=$((n + 1))
     echo "ok $n # SKIP np 2 on a GPU: covered by np 1 (ranks may share it)"

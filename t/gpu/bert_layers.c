@@ -20,7 +20,9 @@
  *    then at BERT's aligned sizes (dh 64, 16-byte rows: the fast
  *    algorithms); all of it with the fused kernels (the bias in cuBLASLt's
  *    epilogue, the attention's heads in place) and, in bfloat16, with the
- *    plain ones too (bert_cuda_set_plain);
+ *    plain ones too (bert_cuda_set_plain); flash attention
+ *    (bert_cuda_set_flash) against the same CPU model, forward and
+ *    backward, with a partial last tile, padding and a length-0 sequence;
  *  - the whole model (bert_model_create_on): the same initial weights,
  *    the same loss and gradients as the CPU model, the gradient-ready
  *    calls in the same order with every gradient complete when its call
@@ -641,6 +643,62 @@ static void lp_attention(int B, int S, int A, int dh, const int32_t *lengths) {
   G->free(gctx), G->free(gdctx), G->free(gdq), G->free(gdk), G->free(gdv);
 }
 
+/* The same through the flash kernels (bert_cuda_set_flash(1); heads of
+ * 64, S >= 70): ctx against the CPU's, then backward from the GPU's own
+ * forward (probs holds the flash kernels' state, not probabilities). */
+static void lp_attention_flash(int B, int S, int A, const int32_t *lengths) {
+  const int dh = 64;
+  const int64_t nh = (int64_t)B * S * A * dh, np = (int64_t)B * A * S * S;
+  char name[128], what[160];
+  snprintf(name, sizeof name, "flash attention B=%d S=%d A=%d dh=%d%s", B, S,
+           A, dh, lengths ? " (padding)" : "");
+  is_int(1, bert_cuda_flash_fits(P, S, A, dh), "%s %s: flash fits", plabel(),
+         name);
+  void *q = trandn(nh, 1), *k = trandn(nh, 1), *v = trandn(nh, 1);
+  void *probs = xmalloc(ES * (size_t)np), *ctx = xmalloc(ES * (size_t)nh);
+  void *dctx = trandn(nh, 1), *dq = xmalloc(ES * (size_t)nh);
+  void *dk = xmalloc(ES * (size_t)nh), *dv = xmalloc(ES * (size_t)nh);
+  float *scratch = xmalloc(sizeof(float) * (size_t)S * S);
+  void *gq = tup(q, nh), *gk = tup(k, nh), *gv = tup(v, nh);
+  int32_t *glen = upi(lengths, B);
+  void *gprobs = tdev(np), *gctx = tdev(nh), *gdctx = tup(dctx, nh);
+  void *gdq = tdev(nh), *gdk = tdev(nh), *gdv = tdev(nh);
+
+  C->attention_fwd(q, k, v, lengths, probs, ctx, B, S, A, dh);
+  G->attention_fwd(gq, gk, gv, glen, gprobs, gctx, B, S, A, dh);
+  snprintf(what, sizeof what, "%s: ctx", name);
+  tsame(what, gctx, ctx, nh, 0);
+  C->attention_bwd(q, k, v, probs, dctx, dq, dk, dv, scratch, B, S, A, dh);
+  G->attention_bwd(gq, gk, gv, gprobs, gdctx, gdq, gdk, gdv, NULL, B, S, A, dh);
+  snprintf(what, sizeof what, "%s: dq", name);
+  tsame(what, gdq, dq, nh, 0);
+  snprintf(what, sizeof what, "%s: dk", name);
+  tsame(what, gdk, dk, nh, 0);
+  snprintf(what, sizeof what, "%s: dv", name);
+  tsame(what, gdv, dv, nh, 0);
+  free(q), free(k), free(v), free(probs), free(ctx), free(dctx), free(dq);
+  free(dk), free(dv), free(scratch);
+  G->free(gq), G->free(gk), G->free(gv), G->free(glen), G->free(gprobs);
+  G->free(gctx), G->free(gdctx), G->free(gdq), G->free(gdk), G->free(gdv);
+}
+
+/* Flash attention in precision P: a last tile of 16 keys, padding (a
+ * sequence of length 0: uniform weights), three tiles without lengths;
+ * and the shapes it does not take. */
+static void test_flash(void) {
+  static const int32_t len2[2] = {80, 37}, len1[1] = {0};
+  bert_cuda_set_flash(1);
+  lp_attention_flash(2, 80, 2, len2);
+  lp_attention_flash(1, 72, 3, len1);
+  lp_attention_flash(3, 150, 2, NULL);
+  ok(!bert_cuda_flash_fits(P, 64, 2, 64) && !bert_cuda_flash_fits(P, 128, 2, 32) &&
+         !bert_cuda_flash_fits(BERT_FP32, 128, 2, 64),
+     "%s: flash does not take S 64, dh 32 or float32", plabel());
+  bert_cuda_set_flash(0);
+  ok(!bert_cuda_flash_fits(P, 128, 2, 64), "%s: flash off: not taken",
+     plabel());
+}
+
 static void lp_embedding(int B, int S, int H, int V, int with_types) {
   const int64_t N = (int64_t)B * S, nw = (int64_t)V * H, np = (int64_t)S * H;
   char name[96], what[128];
@@ -771,6 +829,8 @@ static void test_precision(int p, int plain) {
   lp_linear(128, 256, 512, 1, 1, 0.0f);
   lp_linear(64, 512, 128, 1, 1, 1.0f);
   lp_attention(2, 64, 4, 64, len2);
+  if (!plain)
+    test_flash();
   ok(C->error() == NULL, "%s: the CPU model recorded no failure%s%s",
      plabel(), C->error() ? ": " : "",
      C->error() ? C->error() : "");
