@@ -606,11 +606,18 @@ static void lp_gelu(int64_t n) {
   G->free(gx), G->free(gy), G->free(gdy);
 }
 
-static void lp_attention(int B, int S, int A, int dh, const int32_t *lengths) {
+/* With `flash` (bert_cuda_set_flash(1) and a shape it takes), probs
+ * holds the flash kernels' state, not probabilities: ctx is compared,
+ * and backward runs from the GPU's own forward. */
+static void attention_case(int B, int S, int A, int dh,
+                           const int32_t *lengths, int flash) {
   const int64_t nh = (int64_t)B * S * A * dh, np = (int64_t)B * A * S * S;
   char name[128], what[160];
-  snprintf(name, sizeof name, "attention B=%d S=%d A=%d dh=%d%s", B, S, A, dh,
-           lengths ? " (padding)" : "");
+  snprintf(name, sizeof name, "%sattention B=%d S=%d A=%d dh=%d%s",
+           flash ? "flash " : "", B, S, A, dh, lengths ? " (padding)" : "");
+  if (flash)
+    is_int(1, bert_cuda_flash_fits(P, S, A, dh), "%s %s: flash fits",
+           plabel(), name);
   void *q = trandn(nh, 1), *k = trandn(nh, 1), *v = trandn(nh, 1);
   void *probs = xmalloc(ES * (size_t)np), *ctx = xmalloc(ES * (size_t)nh);
   void *dctx = trandn(nh, 1), *dq = xmalloc(ES * (size_t)nh);
@@ -623,12 +630,15 @@ static void lp_attention(int B, int S, int A, int dh, const int32_t *lengths) {
 
   C->attention_fwd(q, k, v, lengths, probs, ctx, B, S, A, dh);
   G->attention_fwd(gq, gk, gv, glen, gprobs, gctx, B, S, A, dh);
-  snprintf(what, sizeof what, "%s: probs", name);
-  tsame(what, gprobs, probs, np, 0);
+  if (!flash) {
+    snprintf(what, sizeof what, "%s: probs", name);
+    tsame(what, gprobs, probs, np, 0);
+  }
   snprintf(what, sizeof what, "%s: ctx", name);
   tsame(what, gctx, ctx, nh, 0);
   /* backward from the same probabilities: the CPU's on both */
-  G->to_device(gprobs, probs, ES * (size_t)np);
+  if (!flash)
+    G->to_device(gprobs, probs, ES * (size_t)np);
   C->attention_bwd(q, k, v, probs, dctx, dq, dk, dv, scratch, B, S, A, dh);
   G->attention_bwd(gq, gk, gv, gprobs, gdctx, gdq, gdk, gdv, NULL, B, S, A, dh);
   snprintf(what, sizeof what, "%s: dq", name);
@@ -643,43 +653,8 @@ static void lp_attention(int B, int S, int A, int dh, const int32_t *lengths) {
   G->free(gctx), G->free(gdctx), G->free(gdq), G->free(gdk), G->free(gdv);
 }
 
-/* The same through the flash kernels (bert_cuda_set_flash(1); heads of
- * 64, S >= 70): ctx against the CPU's, then backward from the GPU's own
- * forward (probs holds the flash kernels' state, not probabilities). */
-static void lp_attention_flash(int B, int S, int A, const int32_t *lengths) {
-  const int dh = 64;
-  const int64_t nh = (int64_t)B * S * A * dh, np = (int64_t)B * A * S * S;
-  char name[128], what[160];
-  snprintf(name, sizeof name, "flash attention B=%d S=%d A=%d dh=%d%s", B, S,
-           A, dh, lengths ? " (padding)" : "");
-  is_int(1, bert_cuda_flash_fits(P, S, A, dh), "%s %s: flash fits", plabel(),
-         name);
-  void *q = trandn(nh, 1), *k = trandn(nh, 1), *v = trandn(nh, 1);
-  void *probs = xmalloc(ES * (size_t)np), *ctx = xmalloc(ES * (size_t)nh);
-  void *dctx = trandn(nh, 1), *dq = xmalloc(ES * (size_t)nh);
-  void *dk = xmalloc(ES * (size_t)nh), *dv = xmalloc(ES * (size_t)nh);
-  float *scratch = xmalloc(sizeof(float) * (size_t)S * S);
-  void *gq = tup(q, nh), *gk = tup(k, nh), *gv = tup(v, nh);
-  int32_t *glen = upi(lengths, B);
-  void *gprobs = tdev(np), *gctx = tdev(nh), *gdctx = tup(dctx, nh);
-  void *gdq = tdev(nh), *gdk = tdev(nh), *gdv = tdev(nh);
-
-  C->attention_fwd(q, k, v, lengths, probs, ctx, B, S, A, dh);
-  G->attention_fwd(gq, gk, gv, glen, gprobs, gctx, B, S, A, dh);
-  snprintf(what, sizeof what, "%s: ctx", name);
-  tsame(what, gctx, ctx, nh, 0);
-  C->attention_bwd(q, k, v, probs, dctx, dq, dk, dv, scratch, B, S, A, dh);
-  G->attention_bwd(gq, gk, gv, gprobs, gdctx, gdq, gdk, gdv, NULL, B, S, A, dh);
-  snprintf(what, sizeof what, "%s: dq", name);
-  tsame(what, gdq, dq, nh, 0);
-  snprintf(what, sizeof what, "%s: dk", name);
-  tsame(what, gdk, dk, nh, 0);
-  snprintf(what, sizeof what, "%s: dv", name);
-  tsame(what, gdv, dv, nh, 0);
-  free(q), free(k), free(v), free(probs), free(ctx), free(dctx), free(dq);
-  free(dk), free(dv), free(scratch);
-  G->free(gq), G->free(gk), G->free(gv), G->free(glen), G->free(gprobs);
-  G->free(gctx), G->free(gdctx), G->free(gdq), G->free(gdk), G->free(gdv);
+static void lp_attention(int B, int S, int A, int dh, const int32_t *lengths) {
+  attention_case(B, S, A, dh, lengths, 0);
 }
 
 /* Flash attention in precision P: a last tile of 16 keys, padding (a
@@ -688,9 +663,9 @@ static void lp_attention_flash(int B, int S, int A, const int32_t *lengths) {
 static void test_flash(void) {
   static const int32_t len2[2] = {80, 37}, len1[1] = {0};
   bert_cuda_set_flash(1);
-  lp_attention_flash(2, 80, 2, len2);
-  lp_attention_flash(1, 72, 3, len1);
-  lp_attention_flash(3, 150, 2, NULL);
+  attention_case(2, 80, 2, 64, len2, 1);
+  attention_case(1, 72, 3, 64, len1, 1);
+  attention_case(3, 150, 2, 64, NULL, 1);
   ok(!bert_cuda_flash_fits(P, 64, 2, 64) && !bert_cuda_flash_fits(P, 128, 2, 32) &&
          !bert_cuda_flash_fits(BERT_FP32, 128, 2, 64),
      "%s: flash does not take S 64, dh 32 or float32", plabel());
