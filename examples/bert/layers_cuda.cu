@@ -517,12 +517,16 @@ const LtPlan *lt_plan(cudaDataType_t type, int n, int in, int out, int align) {
   return p->ok ? p : NULL;
 }
 
+/* Whether T's layers take the fused kernels (the bias in the epilogue,
+ * the heads in place): 16-bit T, unless bert_cuda_set_plain(1). */
+template <typename T> bool fused(void) { return !is_f32<T>() && !st.plain; }
+
 /* y = x W^T + b through cuBLASLt's bias epilogue; false where no plan
  * applies (nothing was queued: the caller takes the plain path). */
 template <typename T>
 bool lt_linear(const T *x, const T *W, const T *b, T *y, int n, int in,
                int out) {
-  if (is_f32<T>() || st.plain || b == NULL)
+  if (!fused<T>() || b == NULL)
     return false;
   const LtPlan *p = lt_plan(blas_type<T>(), n, in, out, lt_align(x, W, y, y));
   if (p == NULL)
@@ -1563,23 +1567,28 @@ template <typename T> size_t flash_smem(int kind) {
              : 5 * t + 3 * f + 2 * sizeof(float) * kFlashTile; /* dK dV */
 }
 
-/* What forward keeps inside probs: the LSE of every row, the lengths,
- * then the copy of ctx (this many bytes before it). */
-size_t flash_lse_bytes(int B, int S, int A) {
-  return align_up(sizeof(float) * (size_t)B * A * S);
-}
-size_t flash_keep_at(int B, int S, int A) {
-  return flash_lse_bytes(B, S, A) + align_up(sizeof(int32_t) * (size_t)B);
+/* What forward keeps inside probs for backward: the LSE of every row,
+ * the lengths, then the copy of ctx. */
+template <typename T> struct FlashKept {
+  float *lse;
+  int32_t *lens;
+  T *ctx;
+};
+template <typename T>
+FlashKept<T> flash_kept(const void *probs, int B, int S, int A) {
+  char *p = (char *)probs;
+  const size_t lse = align_up(sizeof(float) * (size_t)B * A * S);
+  const size_t lens = align_up(sizeof(int32_t) * (size_t)B);
+  return FlashKept<T>{(float *)p, (int32_t *)(p + lse), (T *)(p + lse + lens)};
 }
 
 /* Whether the flash kernels take this attention: on, a 16-bit T, heads
- * of 64, and the probs buffer holds what forward keeps (flash_keep_at
- * and the copy of ctx) with room to spare for any B and A: S*S elements
- * of T per (sequence, head) against S LSEs, S*dh elements, a length and
- * 512 bytes of alignment (S >= 70 in bf16). The same answer in forward
- * and backward for the same shape. */
-template <typename T> bool flash_fits(int B, int S, int A, int dh) {
-  (void)B, (void)A;
+ * of 64, and the probs buffer holds what forward keeps (flash_kept) with
+ * room to spare for any B and A: S*S elements of T per (sequence, head)
+ * against S LSEs, S*dh elements, a length and 512 bytes of alignment
+ * (S >= 70 in bf16). The same answer in forward and backward for the
+ * same shape. */
+template <typename T> bool flash_fits(int S, int dh) {
   if (!st.flash || !st.flash_ok || is_f32<T>() || dh != kFlashD)
     return false;
   const size_t E = sizeof(T), s = (size_t)S;
@@ -1621,13 +1630,11 @@ void flash_fwd(const T *q, const T *k, const T *v, const int32_t *lengths,
   const void *ps[5] = {q, k, v, probs, ctx};
   if (!flash_aligned(ps, 5))
     return;
-  float *lse = (float *)probs;
-  int32_t *lens = (int32_t *)((char *)probs + flash_lse_bytes(B, S, A));
-  T *keep = (T *)((char *)probs + flash_keep_at(B, S, A));
+  const FlashKept<T> kept = flash_kept<T>(probs, B, S, A);
   const size_t bytes = flash_smem<T>(0);
   const dim3 grid((S + kFlashTile - 1) / kFlashTile, B * A);
   flash_fwd_kernel<T><<<grid, kFlashThreads, bytes, st.stream>>>(
-      q, k, v, lengths, ctx, lse, lens, keep, S, A,
+      q, k, v, lengths, ctx, kept.lse, kept.lens, kept.ctx, S, A,
       1.0f / sqrtf((float)kFlashD));
   launched("flash_fwd_kernel");
 }
@@ -1639,23 +1646,20 @@ void flash_bwd(const T *q, const T *k, const T *v, const void *probs,
   const void *ps[8] = {q, k, v, probs, dctx, dq, dk, dv};
   if (!flash_aligned(ps, 8))
     return;
-  const float *lse = (const float *)probs;
-  const int32_t *lengths =
-      (const int32_t *)((const char *)probs + flash_lse_bytes(B, S, A));
-  const T *keep = (const T *)((const char *)probs + flash_keep_at(B, S, A));
+  const FlashKept<T> kept = flash_kept<T>(probs, B, S, A);
   const float scale = 1.0f / sqrtf((float)kFlashD);
   const int64_t rows = (int64_t)B * A * S;
   flash_rowdot_kernel<T>
       <<<softmax_grid(rows), dim3(kWarp, kRowsPerBlock), 0, st.stream>>>(
-          dctx, keep, w.dp, rows, S, A);
+          dctx, kept.ctx, w.dp, rows, S, A);
   launched("flash_rowdot_kernel");
   const dim3 grid((S + kFlashTile - 1) / kFlashTile, B * A);
   const size_t b1 = flash_smem<T>(1), b2 = flash_smem<T>(2);
   flash_dq_kernel<T><<<grid, kFlashThreads, b1, st.stream>>>(
-      q, k, v, dctx, lengths, lse, w.dp, dq, S, A, scale);
+      q, k, v, dctx, kept.lens, kept.lse, w.dp, dq, S, A, scale);
   launched("flash_dq_kernel");
   flash_dkdv_kernel<T><<<grid, kFlashThreads, b2, st.stream>>>(
-      q, k, v, dctx, lengths, lse, w.dp, dk, dv, S, A, scale);
+      q, k, v, dctx, kept.lens, kept.lse, w.dp, dk, dv, S, A, scale);
   launched("flash_dkdv_kernel");
 }
 
@@ -1684,11 +1688,12 @@ void attention_fwd_direct(const T *q, const T *k, const T *v,
       heads_of(v, S, A, dh, E),  heads_of(ctx, S, A, dh, E),
       squares_of(w.dp, S, A, 4), squares_of(probs, S, A, E)};
   const void *const *P = w.ptrs;
+  void *const *out = (void *const *)w.ptrs;
   head_ptrs(sets, 6, B, A, w);
   /* Column-major: P^T (S x S, ld S) = K_i (the view of K_i is K_i^T, dh x
    * S with ld H: OP_T) times Q_i^T (OP_N, ld H), as attention_fwd. */
   gemm_ptrs<T, float>(CUBLAS_OP_T, CUBLAS_OP_N, S, S, dh, scale, P + count, H,
-                      P, H, (void *const *)(P + 4 * count), S, count, "Q K^T");
+                      P, H, out + 4 * count, S, count, "Q K^T");
   if (!usable())
     return;
   softmax_fwd_kernel<T>
@@ -1698,8 +1703,7 @@ void attention_fwd_direct(const T *q, const T *k, const T *v,
   /* C^T (dh x S, ld H: into ctx) = V_i^T (OP_N, ld H) times P_i^T (OP_N,
    * ld S). */
   gemm_ptrs<T, T>(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, 1.0f, P + 2 * count, H,
-                  P + 5 * count, S, (void *const *)(P + 3 * count), H, count,
-                  "P V");
+                  P + 5 * count, S, out + 3 * count, H, count, "P V");
 }
 
 template <typename T>
@@ -1710,12 +1714,12 @@ void attention_fwd(const void *q, const void *k, const void *v,
   AttnScratch w;
   if (!usable() || B <= 0 || !attn_scratch(B, S, A, dh, &w))
     return;
-  if (flash_fits<T>(B, S, A, dh)) {
+  if (flash_fits<T>(S, dh)) {
     flash_fwd((const T *)q, (const T *)k, (const T *)v, lengths, probsv,
               (T *)ctx, B, S, A);
     return;
   }
-  if (!is_f32<T>() && !st.plain) {
+  if (fused<T>()) {
     attention_fwd_direct((const T *)q, (const T *)k, (const T *)v, lengths,
                          probs, (T *)ctx, w, B, S, A, dh);
     return;
@@ -1852,12 +1856,12 @@ void attention_bwd(const void *q, const void *k, const void *v,
   AttnScratch w;
   if (!usable() || B <= 0 || !attn_scratch(B, S, A, dh, &w))
     return;
-  if (flash_fits<T>(B, S, A, dh)) {
+  if (flash_fits<T>(S, dh)) {
     flash_bwd((const T *)q, (const T *)k, (const T *)v, probsv, (const T *)dctx,
               (T *)dq, (T *)dk, (T *)dv, w, B, S, A);
     return;
   }
-  if (!is_f32<T>() && !st.plain) {
+  if (fused<T>()) {
     attention_bwd_direct((const T *)q, (const T *)k, (const T *)v, probs,
                          (const T *)dctx, (T *)dq, (T *)dk, (T *)dv, w, B, S, A,
                          dh);
@@ -2166,6 +2170,19 @@ void graph_drop(int i) {
   st.graph[i] = st.graph[--st.ngraphs];
 }
 
+void graphs_drop_all(void) {
+  while (st.ngraphs > 0)
+    graph_drop(st.ngraphs - 1);
+}
+
+/* *setting = on, for a setting the captured graphs baked in (the math
+ * mode, the kernels' path): they are dropped when it changes. */
+void set_captured(int *setting, int on) {
+  if (*setting != (on != 0))
+    graphs_drop_all();
+  *setting = on != 0;
+}
+
 /* The stream the layers queue on, for them and for cuBLAS (whose
  * workspace cublasSetStream resets). */
 bool use_stream(cudaStream_t s) {
@@ -2312,8 +2329,7 @@ void apply_math_mode(void) {
 void teardown(void) {
   if (st.stream != NULL)
     cudaStreamSynchronize(st.stream);
-  while (st.ngraphs > 0)
-    graph_drop(st.ngraphs - 1);
+  graphs_drop_all();
   if (st.ws != NULL)
     cudaFree(st.ws);
   if (st.xres_dev != NULL)
@@ -2461,45 +2477,32 @@ extern "C" const bert_backend_t *bert_cuda_backend(int precision) {
 }
 
 extern "C" void bert_cuda_set_tf32(int on) {
-  if (st.tf32 != (on != 0)) /* captured products keep their math mode */
-    while (st.ngraphs > 0)
-      graph_drop(st.ngraphs - 1);
-  st.tf32 = on != 0;
+  set_captured(&st.tf32, on);
   if (st.refs > 0)
     apply_math_mode();
 }
 
 extern "C" void bert_cuda_set_graphs(int on) {
   if (st.graphs && !on)
-    while (st.ngraphs > 0)
-      graph_drop(st.ngraphs - 1);
+    graphs_drop_all();
   st.graphs = on != 0;
   if (on)
     st.graphs_off[0] = '\0';
 }
 
-extern "C" void bert_cuda_set_plain(int on) {
-  if (st.plain != (on != 0)) /* captured layers keep their path */
-    while (st.ngraphs > 0)
-      graph_drop(st.ngraphs - 1);
-  st.plain = on != 0;
-}
+extern "C" void bert_cuda_set_plain(int on) { set_captured(&st.plain, on); }
 
-extern "C" void bert_cuda_set_flash(int on) {
-  if (st.flash != (on != 0)) /* captured layers keep their path */
-    while (st.ngraphs > 0)
-      graph_drop(st.ngraphs - 1);
-  st.flash = on != 0;
-}
+extern "C" void bert_cuda_set_flash(int on) { set_captured(&st.flash, on); }
 
 extern "C" int bert_cuda_flash_fits(int precision, int S, int A, int dh) {
-  if (st.refs == 0 || !st.flash || !st.flash_ok)
+  (void)A;
+  if (st.refs == 0)
     return 0;
   switch (precision) {
   case BERT_BF16:
-    return flash_fits<bf16>(1, S, A, dh);
+    return flash_fits<bf16>(S, dh);
   case BERT_FP16:
-    return flash_fits<fp16>(1, S, A, dh);
+    return flash_fits<fp16>(S, dh);
   default:
     return 0;
   }
