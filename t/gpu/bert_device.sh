@@ -67,6 +67,19 @@ block_means() {
   losses "$1" | awk '{ s += $1; if (NR % 20 == 0) { print s / 20; s = 0 } }'
 }
 
+# blocks_agree LABEL REF RUN N: the logs REF and RUN (JSON) each have N
+# blocks of 20 steps, and each of RUN's block means is within 2 % of
+# REF's (the means printed as a comment, "LABEL block means").
+blocks_agree() {
+  block_means "$2" >"$tmp/ref.blocks"
+  block_means "$3" >"$tmp/run.blocks"
+  paste "$tmp/ref.blocks" "$tmp/run.blocks" | sed "s/^/# $1 block means: /"
+  [ "`wc -l <"$tmp/ref.blocks"`" = "$4" ] &&
+    [ "`wc -l <"$tmp/run.blocks"`" = "$4" ] &&
+    paste "$tmp/ref.blocks" "$tmp/run.blocks" |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 0.02 * $1) bad = 1 } END { exit bad }'
+}
+
 # gpu_mixed_curves: bf16 on the GPU against the CPU's bf16 and GPU fp32.
 gpu_mixed_curves() {
   t="--steps 20 --seed 7 --precision bf16"
@@ -82,12 +95,7 @@ gpu_mixed_curves() {
     run_np 1 "$tmp/b.out" "$tmp/b.err" "$prog" $m --precision bf16 \
       --log-json "$tmp/b16.json"
   rc=$?
-  block_means "$tmp/f32.json" >"$tmp/f32.blocks"
-  block_means "$tmp/b16.json" >"$tmp/b16.blocks"
-  paste "$tmp/f32.blocks" "$tmp/b16.blocks" | sed 's/^/# fp32, bf16 block means: /'
-  [ $rc = 0 ] && [ "`wc -l <"$tmp/b16.blocks"`" = 10 ] &&
-    paste "$tmp/f32.blocks" "$tmp/b16.blocks" |
-    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 0.02 * $1) bad = 1 } END { exit bad }'
+  blocks_agree "fp32, bf16" "$tmp/f32.json" "$tmp/b16.json" 10 && [ $rc = 0 ]
   check $? "mini, 200 steps: bf16's mean loss per 20 steps within 2 % of fp32's" ||
     { show "$tmp/b.out" stdout; show "$tmp/b.err" stderr; }
 }
@@ -111,15 +119,9 @@ gpu_graphs() {
 gpu_kernels() {
   m="--preset mini --seq-len 128 --steps 40 --seed 7 --device gpu --precision bf16"
   run_np 1 "$tmp/d.out" "$tmp/d.err" "$prog" $m --log-json "$tmp/dflt.json"
-  block_means "$tmp/dflt.json" >"$tmp/dflt.blocks"
   for k in flash-attention plain-kernels; do
     run_np 1 "$tmp/k.out" "$tmp/k.err" "$prog" $m --$k --log-json "$tmp/k.json"
-    block_means "$tmp/k.json" >"$tmp/k.blocks"
-    paste "$tmp/dflt.blocks" "$tmp/k.blocks" | sed "s/^/# default, --$k block means: /"
-    [ $rc = 0 ] && [ "`wc -l <"$tmp/k.blocks"`" = 2 ] &&
-      [ "`wc -l <"$tmp/dflt.blocks"`" = 2 ] &&
-      paste "$tmp/dflt.blocks" "$tmp/k.blocks" |
-      awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 0.02 * $1) bad = 1 } END { exit bad }'
+    blocks_agree "default, --$k" "$tmp/dflt.json" "$tmp/k.json" 2 && [ $rc = 0 ]
     check $? "mini S 128, 40 bf16 steps: --$k's mean loss per 20 steps within 2 % of the default's" ||
       { show "$tmp/k.out" stdout; show "$tmp/k.err" stderr; }
     if [ $k = flash-attention ]; then
