@@ -103,6 +103,13 @@
     "after hvd stopped on a failure: seconds the exiting ranks wait for "      \
     "each other (to finish what they save) before MPI_Abort ends the job"      \
     " without the ranks that never came")                                      \
+  X(HVD_MPI_PRECONNECT, "64", preconnect, INT, 64, 0, 65536,                   \
+    "in jobs of at most this many ranks, hvd_init first connects every "       \
+    "pair of ranks in one order, the lower rank first (a byte each way, "      \
+    "tag 0x4850 on the communicator given), so that no two ranks connect "     \
+    "to each other at once later: Open MPI 4.1's TCP transport can then "      \
+    "leave a message unread (doc/slurm.md); must be equal on every rank; "     \
+    "0 = never")                                                               \
   X(HVD_START_FILE, "(unset)", start_file, PATH, 0, 0, 0,                      \
     "a file rank 0 creates once every rank has passed hvd_init (set by "       \
     "hvdrun --start-timeout, which waits for it)")                             \

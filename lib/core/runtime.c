@@ -30,6 +30,7 @@ static struct {
   atomic_int initialized;
   int owns_mpi;
   int atexit_registered;
+  double preconnect_ms; /* hvd_init's preconnect took; < 0: not done */
   MPI_Comm comm, local_comm, cross_comm;
   int rank, size, local_rank, local_size, cross_rank, cross_size;
   int homogeneous;
@@ -474,16 +475,140 @@ static void started(const char *path) {
              path, strerror(errno));
 }
 
+/* The tag of the preconnect's messages (hvd's first on the communicator
+ * given to hvd_init; at_exit's use EXIT_TAG). */
+#define PRECONNECT_TAG 0x4850 /* "HP" */
+
+/* The ranks p < n whose request reqs[p] is still pending, as "1, 3". */
+static void pending_ranks(MPI_Request *reqs, int n, char *out, size_t cap) {
+  size_t len = 0;
+  out[0] = '\0';
+  for (int p = 0; p < n && len + 16 < cap; p++) {
+    int flag = 1;
+    if (reqs[p] != MPI_REQUEST_NULL)
+      MPI_Request_get_status(reqs[p], &flag, MPI_STATUS_IGNORE);
+    if (!flag)
+      len += (size_t)snprintf(out + len, cap - len, "%s%d", len ? ", " : "", p);
+  }
+}
+
+/* Waits for the n requests reqs[0..n) (reqs[p]: the one with rank p of
+ * the communicator; MPI_REQUEST_NULL for none), as a collective waits for
+ * missing ranks: after HVD_STALL_CHECK_TIME it names the ranks it still
+ * waits for (a rank not yet in hvd_init, or one whose HVD_MPI_PRECONNECT
+ * differs, which skipped the exchange), and after HVD_STALL_SHUTDOWN_TIME
+ * it fails with HVD_ERR_STALL, a fatal error: at exit the job is ended
+ * (at_exit), for the other ranks may wait in MPI for this one. The
+ * requests are then left pending (and their buffers with them: the
+ * caller must not free those). */
+static hvd_result_t preconnect_wait(MPI_Request *reqs, int n) {
+  hvd_result_t rc = HVD_SUCCESS;
+  double t0 = hvd__now(), check = g.settings.stall_check_s,
+         stop = g.settings.stall_shutdown_s;
+  int done = 0, warned = 0;
+  char who[256];
+  for (;;) {
+    HVD__MPI_CHECK(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
+    if (done)
+      return HVD_SUCCESS;
+    double age = hvd__now() - t0;
+    if (!warned && check > 0 && age > check) {
+      pending_ranks(reqs, n, who, sizeof who);
+      HVD__LOG(HVD__LOG_WARNING,
+               "hvd_init has waited %.1f s for rank(s) %s to connect "
+               "(HVD_MPI_PRECONNECT): not yet in hvd_init, or with another "
+               "HVD_MPI_PRECONNECT? It must be equal on every rank",
+               age, who);
+      warned = 1;
+    }
+    if (stop > 0 && age > stop) { /* fatal: the job ends at exit (at_exit) */
+      pending_ranks(reqs, n, who, sizeof who);
+      rc = hvd__set_error(HVD_ERR_STALL,
+                          "hvd_init: rank(s) %s did not connect within "
+                          "%.1f s (HVD_MPI_PRECONNECT=%d here; it must be "
+                          "equal on every rank; HVD_STALL_SHUTDOWN_TIME=%g)",
+                          who, age, g.settings.preconnect, stop);
+      hvd__fatal_set(rc, hvd_last_error());
+      return rc;
+    }
+    nanosleep(&(struct timespec){0, 200000}, NULL);
+  }
+fail:
+  return rc;
+}
+
+/* Connects every pair of comm's ranks in one order, before hvd's first
+ * collective (MPI_Comm_dup is one): each rank sends a byte to every
+ * higher rank, and replies to a lower one only once that rank's byte has
+ * come. So the lower rank of each pair makes the connection, and no two
+ * ranks connect to each other at once. Open MPI (4.1.4) connects a pair
+ * over TCP lazily, at its first message; when both ranks of a pair send
+ * first at the same moment (as in any allreduce), the connections cross,
+ * and under load its TCP transport has been seen to leave a later
+ * message unread in the receiver's socket for good: a collective that
+ * never ends (doc/slurm.md). Each rank sends and receives size - 1 bytes
+ * each way (within a node through shared memory). In jobs of more than
+ * HVD_MPI_PRECONNECT ranks (default 64) it does nothing: Open MPI then
+ * keeps its lazy connections, each rank connecting to the peers it uses. */
+static hvd_result_t preconnect(MPI_Comm comm, double *ms) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int rank = 0, size = 0;
+  MPI_Request *reqs = NULL;
+  char *in = NULL;
+  static const char out = 1; /* outlives a send left pending */
+  HVD__MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  HVD__MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (size < 2 || size > g.settings.preconnect)
+    return HVD_SUCCESS;
+  double t0 = hvd__now();
+  reqs = malloc((size_t)size * sizeof *reqs);
+  in = malloc((size_t)size);
+  if (reqs == NULL || in == NULL) {
+    free(in);
+    free(reqs);
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "preconnect requests");
+  }
+  for (int p = 0; p < size; p++)
+    reqs[p] = MPI_REQUEST_NULL;
+  /* the lower ranks' bytes; this rank's to the higher ones */
+  for (int p = 0; p < size; p++)
+    if (p < rank)
+      HVD__MPI_CHECK(
+          MPI_Irecv(&in[p], 1, MPI_BYTE, p, PRECONNECT_TAG, comm, &reqs[p]));
+    else if (p > rank)
+      HVD__MPI_CHECK(
+          MPI_Isend(&out, 1, MPI_BYTE, p, PRECONNECT_TAG, comm, &reqs[p]));
+  HVD__CHECK(preconnect_wait(reqs, rank));
+  /* then, over the connections those made, the replies */
+  for (int p = 0; p < size; p++)
+    if (p < rank)
+      HVD__MPI_CHECK(
+          MPI_Isend(&out, 1, MPI_BYTE, p, PRECONNECT_TAG, comm, &reqs[p]));
+  HVD__CHECK(preconnect_wait(reqs, size)); /* this rank's sends */
+  for (int p = rank + 1; p < size; p++)
+    HVD__MPI_CHECK(
+        MPI_Irecv(&in[p], 1, MPI_BYTE, p, PRECONNECT_TAG, comm, &reqs[p]));
+  HVD__CHECK(preconnect_wait(reqs, size));
+  *ms = (hvd__now() - t0) * 1e3;
+  free(in);
+  free(reqs);
+  return HVD_SUCCESS;
+fail: /* requests may be pending: their buffers stay (a stalled start) */
+  return rc;
+}
+
 static hvd_result_t init_locked(MPI_Comm comm) {
   hvd_result_t rc = HVD_SUCCESS;
   g.comm = g.local_comm = g.cross_comm = g.ctl = MPI_COMM_NULL;
   HVD__CHECK(hvd__settings_load(&g.settings));
   hvd__log_threshold = g.settings.log_level;
+  HVD__MPI_CHECK(MPI_Comm_rank(comm, &g.rank)); /* the same in g.comm */
+  hvd__log_set_rank(g.rank);
+  g.preconnect_ms = -1;
+  HVD__CHECK(preconnect(comm, &g.preconnect_ms));
   HVD__MPI_CHECK(MPI_Comm_dup(comm, &g.comm));
   HVD__MPI_CHECK(MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN));
-  HVD__MPI_CHECK(MPI_Comm_rank(g.comm, &g.rank));
   HVD__MPI_CHECK(MPI_Comm_size(g.comm, &g.size));
-  hvd__log_set_rank(g.rank);
   HVD__CHECK(topology());
   HVD__MPI_CHECK(MPI_Comm_dup(g.comm, &g.ctl));
   HVD__MPI_CHECK(
@@ -510,6 +635,11 @@ static hvd_result_t init_locked(MPI_Comm comm) {
              "visible, CUDA %d, NCCL %d",
              PACKAGE_VERSION, g.size, g.local_size, g.homogeneous,
              hvd__cuda_device_count(), hvd_cuda_built(), hvd_nccl_built());
+    if (g.preconnect_ms >= 0)
+      HVD__LOG(HVD__LOG_INFO,
+               "hvd_init connected every pair of the %d ranks, the lower "
+               "rank first, in %.1f ms (HVD_MPI_PRECONNECT)",
+               g.size, g.preconnect_ms);
   }
   if (g.rank == 0 && g.settings.start_file[0])
     started(g.settings.start_file);

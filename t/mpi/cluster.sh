@@ -14,6 +14,11 @@
 #     hierarchical MPI path and the flat one) and t/mpi/collectives (every
 #     collective exact); rank 0's "allreduce path:" info lines say which
 #     path each mode took, exactly.
+#  2b. Every TCP connection is made by the lower rank of its pair (hvd_init's
+#     preconnect; Open MPI's btl_base_verbose lines): at 3 x 1 exactly
+#     node1->1, node1->2, node2->2; at 2 x 2 each rank of node1 to each
+#     of node2; with HVD_MPI_PRECONNECT=0, node3's rank connects to rank
+#     0 (the check can fail).
 #  3. bert_train (tiny, 20 steps) on 2 x 2: its losses equal those of the
 #     same run on one host at 4 ranks to 1e-6 (relative); its checkpoint,
 #     written on the cluster, resumes on one host at 2 ranks.
@@ -113,6 +118,39 @@ layout "2 hosts x 2" node1:2,node2:2 4 "$shm2" "$hier"
 layout "3 hosts x 1" node1:1,node2:1,node3:1 3 "MPI over all 3 ranks" \
   "MPI over all 3 ranks"
 layout "2 + 1" node1:2,node2:1 3 "MPI over all 3 ranks" "$hier"
+
+# ---- 2b. the ranks connect in order -------------------------------------------
+# connects HOSTS PRECONNECT: the "HOST RANK" pairs (sorted) of Open MPI's
+# TCP connects in a run of collectives (HVD_MPI_PRECONNECT=PRECONNECT):
+# which host each connect() came from, and the rank it went to.
+connects() {
+  OMPI_MCA_btl_base_verbose=30 HVD_MPI_PRECONNECT=$2
+  export OMPI_MCA_btl_base_verbose HVD_MPI_PRECONNECT
+  on_cluster "$1" "$tmp/conn.out" "$tmp/conn.err" \
+    "$HVD_TOP_BUILDDIR/t/mpi/collectives"
+  unset OMPI_MCA_btl_base_verbose HVD_MPI_PRECONNECT
+  sed -n 's/^\[\([a-z0-9]*\):[0-9]*\] btl: tcp: attempting to connect() to \[\[[0-9]*,[0-9]*\],\([0-9]*\)\].*/\1 \2/p' \
+    "$tmp/conn.err" | sort
+}
+connects node1:1,node2:1,node3:1 64 >"$tmp/got"
+check $([ $rc = 0 ]; echo $?) "3 x 1, preconnected: collectives exits 0" ||
+  show "$tmp/conn.err" stderr
+printf 'node1 1\nnode1 2\nnode2 2\n' >"$tmp/want"
+check $(cmp -s "$tmp/want" "$tmp/got"; echo $?) \
+  "3 x 1: every TCP connection is made once, by the lower rank of its pair" ||
+  show "$tmp/got" "connects (host, to rank)"
+connects node1:2,node2:2 64 >"$tmp/got"
+printf 'node1 2\nnode1 2\nnode1 3\nnode1 3\n' >"$tmp/want"
+check $(cmp -s "$tmp/want" "$tmp/got"; echo $?) \
+  "2 x 2: each rank of node1 connects to each of node2, and no rank of node2 connects" ||
+  show "$tmp/got" "connects (host, to rank)"
+# the mutation: without the preconnect, a higher rank connects to a lower
+# one (Open MPI's allreduce at 3 ranks folds rank 2 into rank 0 first)
+connects node1:1,node2:1,node3:1 0 >"$tmp/got"
+check $([ $rc = 0 ] && grep -q '^node3 0$' "$tmp/got"; echo $?) \
+  "3 x 1, HVD_MPI_PRECONNECT=0: node3's rank 2 connects to rank 0 itself" ||
+  show "$tmp/got" "connects (host, to rank)"
+strays "preconnect"
 
 # ---- 3. bert_train ------------------------------------------------------------
 if grep -q '^#define HVD_HAVE_BLAS 1' "$HVD_TOP_BUILDDIR/config.h"; then

@@ -198,6 +198,9 @@ EXTRA_DIST += t/mpi/negotiation.sh
 ##                    (t/util/cluster.sh; root only, else skipped)
 ##  slurm_env         hvdrun and hvd-info in a Slurm job, from fake SLURM_*
 ##                    variables (no daemon; the hvdrun part needs scontrol)
+##  preconnect        hvd_init connects every pair of ranks first
+##                    (HVD_MPI_PRECONNECT), and a rank whose value differs
+##                    is named and ends the job
 ##  slurm             hvd under a real Slurm on those hosts
 ##                    (t/util/slurm.sh): salloc + hvdrun, sbatch, srun
 ##                    --mpi=pmix, scancel, a node lost in an elastic job
@@ -207,7 +210,8 @@ TESTS_SH += t/mpi/rank_death.sh t/mpi/timeline.sh \
 	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/demo.sh \
 	t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/hvdplot.sh \
 	t/mpi/bert_train.sh t/mpi/first.sh \
-	t/mpi/bert_sync_ratio.sh t/mpi/slurm_env.sh t/mpi/bert_precision.sh
+	t/mpi/bert_sync_ratio.sh t/mpi/slurm_env.sh t/mpi/bert_precision.sh \
+	t/mpi/preconnect.sh
 
 ## The long ones (each 18-122 s of a 2-core machine: build-aux/test-times)
 ## are not in make check, so that it stays quick; `make check-long` runs

@@ -160,6 +160,8 @@ int main(int argc, char **argv) {
             "HVD_NCCL_TIMEOUT='-1' is out of range 0..1e+09", "0");
   bad_value("HVD_EXIT_GRACE_TIME", "4000",
             "HVD_EXIT_GRACE_TIME='4000' is out of range 0..3600", "10");
+  bad_value("HVD_MPI_PRECONNECT", "-1",
+            "HVD_MPI_PRECONNECT='-1' is out of range 0..65536", "0");
   bad_value("HVD_GPU_TIMING", "2", "HVD_GPU_TIMING='2' is out of range 0..1",
             "1");
   test_gpu_timing(NULL);

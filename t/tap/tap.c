@@ -25,7 +25,17 @@ static int mpi_mode;  /* tap_mpi_init was called */
 static int mpi_owned; /* ... and initialised MPI */
 static int my_rank;
 static int world_size = 1;
-static MPI_Comm comm = MPI_COMM_NULL; /* a duplicate of MPI_COMM_WORLD */
+/* A duplicate of MPI_COMM_WORLD, made at the first check (every check is
+ * collective), not in tap_mpi_init: MPI_Comm_dup communicates, and a
+ * program's first messages should be hvd_init's, which connects the ranks
+ * in order (HVD_MPI_PRECONNECT). */
+static MPI_Comm comm = MPI_COMM_NULL;
+
+static MPI_Comm tap_comm(void) {
+  if (comm == MPI_COMM_NULL)
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  return comm;
+}
 static char note[TAP_LINE];           /* tap_note() for the next check */
 
 /* Prints text on f, each line preceded by prefix. */
@@ -69,11 +79,12 @@ static int report(int passed, const char *detail, const char *fmt, va_list ap) {
 
   if (mpi_mode) {
     int mine_ok = agreed;
-    MPI_Allreduce(&mine_ok, &agreed, 1, MPI_INT, MPI_MIN, comm);
+    MPI_Allreduce(&mine_ok, &agreed, 1, MPI_INT, MPI_MIN, tap_comm());
     if (!agreed) {
       if (my_rank == 0)
         all = malloc((size_t)world_size * TAP_LINE);
-      MPI_Gather(mine, TAP_LINE, MPI_CHAR, all, TAP_LINE, MPI_CHAR, 0, comm);
+      MPI_Gather(mine, TAP_LINE, MPI_CHAR, all, TAP_LINE, MPI_CHAR, 0,
+                 tap_comm());
     }
   }
   checks++;
@@ -265,9 +276,8 @@ void tap_mpi_init(int *argc, char ***argv) {
   } else {
     MPI_Query_thread(&provided);
   }
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  MPI_Comm_rank(comm, &my_rank);
-  MPI_Comm_size(comm, &world_size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   mpi_mode = 1;
   if (provided < MPI_THREAD_MULTIPLE)
     bail("MPI gives thread level %d, tests need MPI_THREAD_MULTIPLE", provided);
@@ -279,7 +289,7 @@ int tap_mpi_finish(void) {
   mine = tap_exit_status();
   status = mine;
   if (mpi_mode)
-    MPI_Allreduce(&mine, &status, 1, MPI_INT, MPI_MAX, comm);
+    MPI_Allreduce(&mine, &status, 1, MPI_INT, MPI_MAX, tap_comm());
   mpi_close();
   return status;
 }
