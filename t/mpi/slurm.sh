@@ -16,7 +16,10 @@
 #  3. sbatch -N 2 -n 4 --wait of a script that runs hvdrun
 #     t/mpi/cluster_check (topology from the real host names, allreduce
 #     bursts exact on every path) and hvdrun t/mpi/collectives (every
-#     collective exact): both exit 0 and all their checks pass.
+#     collective exact): both exit 0 and all their checks pass; and
+#     every TCP connect of the collectives run (Open MPI's
+#     btl_base_verbose lines) goes from node1 to node2, each of node1's
+#     two ranks to each of node2's (hvd_init's preconnect).
 #  4. Direct launch without mpirun: srun --mpi=pmix -N 2 -n 4
 #     t/mpi/slurm_ranks gives the same exact lines as 2; hvd-info under
 #     srun shows each task's job line. (srun --mpi=pmi2 cannot start an
@@ -146,7 +149,7 @@ cat >"$tmp/job.sh" <<EOF
 #!/bin/sh
 "$hvdrun" "$HVD_TOP_BUILDDIR/t/mpi/cluster_check" >"$tmp/check.out" 2>"$tmp/check.err"
 echo \$? >"$tmp/check.rc"
-"$hvdrun" "$HVD_TOP_BUILDDIR/t/mpi/collectives" >"$tmp/coll.out" 2>"$tmp/coll.err"
+OMPI_MCA_btl_base_verbose=30 "$hvdrun" "$HVD_TOP_BUILDDIR/t/mpi/collectives" >"$tmp/coll.out" 2>"$tmp/coll.err"
 echo \$? >"$tmp/coll.rc"
 EOF
 on1 "$tmp/sb.out" "$tmp/sb.err" sbatch -N 2 -n 4 --wait -o "$tmp/job.out" \
@@ -160,6 +163,12 @@ check $([ $rc = 0 ] && [ "$(cat "$tmp/check.rc")" = 0 ] &&
 }
 tap_through "sbatch: cluster_check" "$tmp/check.out"
 tap_through "sbatch: collectives" "$tmp/coll.out"
+sed -n 's/^\[\([a-z0-9]*\):[0-9]*\] btl: tcp: attempting to connect() to \[\[[0-9]*,[0-9]*\],\([0-9]*\)\].*/\1 \2/p' \
+  "$tmp/coll.err" | sort >"$tmp/conn.got"
+printf 'node1 2\nnode1 2\nnode1 3\nnode1 3\n' >"$tmp/conn.want"
+check $(cmp -s "$tmp/conn.want" "$tmp/conn.got"; echo $?) \
+  "sbatch: every TCP connect goes from node1's ranks to node2's, each pair once (hvd_init's preconnect)" ||
+  show "$tmp/conn.got" "connects (host, to rank)"
 strays "sbatch"
 
 # ---- 4. direct launch: srun --mpi=pmix ---------------------------------------------
