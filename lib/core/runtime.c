@@ -30,7 +30,6 @@ static struct {
   atomic_int initialized;
   int owns_mpi;
   int atexit_registered;
-  double preconnect_ms; /* hvd_init's preconnect took; < 0: not done */
   MPI_Comm comm, local_comm, cross_comm;
   int rank, size, local_rank, local_size, cross_rank, cross_size;
   int homogeneous;
@@ -599,13 +598,13 @@ fail: /* requests may be pending: their buffers stay (a stalled start) */
 
 static hvd_result_t init_locked(MPI_Comm comm) {
   hvd_result_t rc = HVD_SUCCESS;
+  double preconnect_ms = -1; /* < 0: not done */
   g.comm = g.local_comm = g.cross_comm = g.ctl = MPI_COMM_NULL;
   HVD__CHECK(hvd__settings_load(&g.settings));
   hvd__log_threshold = g.settings.log_level;
   HVD__MPI_CHECK(MPI_Comm_rank(comm, &g.rank)); /* the same in g.comm */
   hvd__log_set_rank(g.rank);
-  g.preconnect_ms = -1;
-  HVD__CHECK(preconnect(comm, &g.preconnect_ms));
+  HVD__CHECK(preconnect(comm, &preconnect_ms));
   HVD__MPI_CHECK(MPI_Comm_dup(comm, &g.comm));
   HVD__MPI_CHECK(MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN));
   HVD__MPI_CHECK(MPI_Comm_size(g.comm, &g.size));
@@ -635,11 +634,11 @@ static hvd_result_t init_locked(MPI_Comm comm) {
              "visible, CUDA %d, NCCL %d",
              PACKAGE_VERSION, g.size, g.local_size, g.homogeneous,
              hvd__cuda_device_count(), hvd_cuda_built(), hvd_nccl_built());
-    if (g.preconnect_ms >= 0)
+    if (preconnect_ms >= 0)
       HVD__LOG(HVD__LOG_INFO,
                "hvd_init connected every pair of the %d ranks, the lower "
                "rank first, in %.1f ms (HVD_MPI_PRECONNECT)",
-               g.size, g.preconnect_ms);
+               g.size, preconnect_ms);
   }
   if (g.rank == 0 && g.settings.start_file[0])
     started(g.settings.start_file);

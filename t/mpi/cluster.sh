@@ -129,8 +129,7 @@ connects() {
   on_cluster "$1" "$tmp/conn.out" "$tmp/conn.err" \
     "$HVD_TOP_BUILDDIR/t/mpi/collectives"
   unset OMPI_MCA_btl_base_verbose HVD_MPI_PRECONNECT
-  sed -n 's/^\[\([a-z0-9]*\):[0-9]*\] btl: tcp: attempting to connect() to \[\[[0-9]*,[0-9]*\],\([0-9]*\)\].*/\1 \2/p' \
-    "$tmp/conn.err" | sort
+  cluster_connects "$tmp/conn.err"
 }
 connects node1:1,node2:1,node3:1 64 >"$tmp/got"
 check $([ $rc = 0 ]; echo $?) "3 x 1, preconnected: collectives exits 0" ||

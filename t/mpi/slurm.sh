@@ -163,8 +163,7 @@ check $([ $rc = 0 ] && [ "$(cat "$tmp/check.rc")" = 0 ] &&
 }
 tap_through "sbatch: cluster_check" "$tmp/check.out"
 tap_through "sbatch: collectives" "$tmp/coll.out"
-sed -n 's/^\[\([a-z0-9]*\):[0-9]*\] btl: tcp: attempting to connect() to \[\[[0-9]*,[0-9]*\],\([0-9]*\)\].*/\1 \2/p' \
-  "$tmp/coll.err" | sort >"$tmp/conn.got"
+cluster_connects "$tmp/coll.err" >"$tmp/conn.got"
 printf 'node1 2\nnode1 2\nnode1 3\nnode1 3\n' >"$tmp/conn.want"
 check $(cmp -s "$tmp/conn.want" "$tmp/conn.got"; echo $?) \
   "sbatch: every TCP connect goes from node1's ranks to node2's, each pair once (hvd_init's preconnect)" ||

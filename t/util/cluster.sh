@@ -15,6 +15,10 @@
 #   cluster_link HOST up|down   HOST's network link
 #   cluster_pids             the processes still inside any host, one per
 #                            line (none once a job has ended cleanly)
+#   cluster_connects FILE    the TCP connects Open MPI logged in FILE (a
+#                            job's stderr with OMPI_MCA_btl_base_verbose=30)
+#                            as "HOST RANK" lines, sorted: the host each
+#                            connect() came from and the rank it went to
 #
 # and sets cluster_agent: the launch agent for Open MPI (`--mca
 # plm_rsh_agent "$cluster_agent"`), called as `agent HOST COMMAND...`
@@ -187,6 +191,11 @@ cluster_pids() {
     ip netns pids "${cluster_prefix}-$k" 2>/dev/null
     k=$((k + 1))
   done
+}
+
+cluster_connects() {
+  sed -n 's/^\[\([a-z0-9]*\):[0-9]*\] btl: tcp: attempting to connect() to \[\[[0-9]*,[0-9]*\],\([0-9]*\)\].*/\1 \2/p' \
+    "$1" | sort
 }
 
 cluster_down() {
