@@ -1284,15 +1284,15 @@ dim3 softmax_grid(int64_t rows) {
  * algorithm, on tensor cores through WMMA (16x16x16 fragments, float32
  * accumulation), with the tiles in shared memory. Numerics (layers.h's,
  * as near as the algorithm allows): the scores in float32 (scale times
- * the product, masked keys BERT_MASK_VALUE); the exponentials relative
- * to the running maximum rounded to T for the P V product; ctx =
- * round(O / sum). Backward recomputes P = exp(score - LSE) from the
- * log-sum-exp per row that forward saved, rounds it to T, and takes
- * rowsum(P dP) as rowsum(dctx ctx) (equal in exact arithmetic), dS =
- * round(P (dP - that)), dQ = round(scale dS K), dK = round(scale dS^T
- * Q), dV = round(P^T dctx). Two backward kernels, one over queries (dQ)
- * and one over keys (dK, dV), each recomputing P: no atomics, so the
- * results are the same bits run to run.
+ * the product, masked keys BERT_MASK_VALUE, or 0 where all are:
+ * flash_mask_value); the exponentials relative to the running maximum rounded
+ * to T for the P V product; ctx = round(O / sum). Backward recomputes P =
+ * exp(score - LSE) from the log-sum-exp per row that forward saved, rounds it
+ * to T, and takes rowsum(P dP) as rowsum(dctx ctx) (equal in exact arithmetic),
+ * dS = round(P (dP - that)), dQ = round(scale dS K), dK = round(scale dS^T Q),
+ * dV = round(P^T dctx). Two backward kernels, one over queries (dQ) and one
+ * over keys (dK, dV), each recomputing P: no atomics, so the results are the
+ * same bits run to run.
  *
  * Forward saves in the probs buffer (B*A*S*S elements of T, unused
  * otherwise) the LSE of every row (float), the sequences' lengths and a
@@ -1360,6 +1360,15 @@ __device__ int flash_row(void) {
 }
 __device__ int flash_col(void) { return 32 * (threadIdx.x % 2); }
 
+/* The score of a masked key: BERT_MASK_VALUE, except in a sequence of
+ * length 0, where every key is masked and the softmax is uniform either
+ * way. There it is 0: with -1e9 the row's log-sum-exp, -1e9 + log S,
+ * rounds to -1e9 in float, and backward's exp(score - LSE) would be 1
+ * rather than 1/S. */
+__device__ float flash_mask_value(int len) {
+  return len > 0 ? BERT_MASK_VALUE : 0.0f;
+}
+
 /* grid (query tiles, B*A); kFlashThreads threads. */
 template <typename T>
 __global__ void __launch_bounds__(kFlashThreads)
@@ -1374,6 +1383,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int row = flash_row(), c0 = flash_col();
   const int len = lengths != NULL ? lengths[b] : S;
   const int64_t base = (int64_t)b * S * H + (int64_t)(bh % A) * kFlashD;
+  const float mv = flash_mask_value(len);
   float *srow = ss + row * kLdF, *orow = so + row * kLdF;
   T *prow = sp + row * kLdT;
   if (blockIdx.x == 0 && bh % A == 0 && threadIdx.x == 0)
@@ -1392,9 +1402,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     float mx = -INFINITY;
     for (int c = c0; c < c0 + 32; c++) {
       const int j = k0 + c;
-      const float x = j >= S    ? -INFINITY
-                      : j < len ? srow[c] * scale
-                                : BERT_MASK_VALUE;
+      const float x = j >= S ? -INFINITY : j < len ? srow[c] * scale : mv;
       srow[c] = x;
       mx = fmaxf(mx, x);
     }
@@ -1464,6 +1472,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const bool valid = s < S;
   const float L = valid ? lse[(int64_t)bh * S + s] : 0.0f;
   const float D = valid ? d[(int64_t)bh * S + s] : 0.0f;
+  const float mv = flash_mask_value(len);
   float *srow = ss + row * kLdF, *arow = sacc + row * kLdF;
   T *prow = sp + row * kLdT;
   flash_load(sq, q + base, r0, S, H);
@@ -1479,7 +1488,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     __syncwarp();
     for (int c = c0; c < c0 + 32; c++) {
       const int j = k0 + c;
-      const float x = j < len ? srow[c] * scale : BERT_MASK_VALUE;
+      const float x = j < len ? srow[c] * scale : mv;
       prow[c] = from_float<T>(valid && j < S ? expf(x - L) : 0.0f);
     }
     __syncwarp();
@@ -1515,6 +1524,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int len = lengths != NULL ? lengths[b] : S;
   const int64_t base = (int64_t)b * S * H + (int64_t)(bh % A) * kFlashD;
   const bool key = j < S, masked = j >= len;
+  const float mv = flash_mask_value(len);
   float *srow = ss + row * kLdF;
   T *prow = sp + row * kLdT;
   flash_load(sk, k + base, k0, S, H);
@@ -1535,7 +1545,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     flash_mma<T, true>(ss + 16 * w * kLdF, sk + 16 * w * kLdT, sq, false);
     __syncwarp();
     for (int c = c0; c < c0 + 32; c++) {
-      const float x = masked ? BERT_MASK_VALUE : srow[c] * scale;
+      const float x = masked ? mv : srow[c] * scale;
       prow[c] = from_float<T>(key && r0 + c < S ? expf(x - slse[c]) : 0.0f);
     }
     __syncwarp();
