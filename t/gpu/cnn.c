@@ -292,10 +292,12 @@ int main(int argc, char **argv) {
   int count = 0;
   /* a GPU each when there are enough, else all on the first */
   dev = gpu_mpi_begin(&argc, &argv, &rank, &size, &count);
-  if (!gpu_nccl_fits(size, count)) /* NCCL refuses two ranks on one GPU */
-    setenv("HVD_GPU_OPERATIONS", "mpi", 1);
+  /* NCCL where it can join the ranks (t/gpu/share.sh looks for "nccl:
+   * hvd_init"), else device tensors through host-staged MPI */
+  const char *ops = hvd_nccl_built() && gpu_nccl_fits(size, count) ? "nccl" : "mpi";
+  setenv("HVD_GPU_OPERATIONS", ops, 1);
   hvd_result_t rc = hvd_init();
-  if (!is_int(HVD_SUCCESS, rc, "hvd_init"))
+  if (!is_int(HVD_SUCCESS, rc, "%s: hvd_init", ops))
     bail("hvd_init: %s", hvd_last_error());
   if (hvd_cuda_device() >= 0)
     dev = hvd_cuda_device();
