@@ -19,6 +19,14 @@
  *                    allreduce over NCCL is exact, or, when every rank was
  *                    given the same NCCL_HOSTID, fails with HVD_ERR_NCCL
  *                    and NCCL's "Duplicate GPU detected"
+ *   binding oom      (HVD_GPU_SHARE=1, one GPU, NCCL) the last rank's
+ *                    cudaMalloc of more than 64 KiB fails: an allgather
+ *                    whose output it cannot allocate and a grouped
+ *                    allreduce whose fusion buffer it cannot allocate fail
+ *                    on every rank, within 2 s, with HVD_ERR_CUDA and the
+ *                    same words naming it; a device allreduce works after
+ *                    each (NCCL was kept); t/standin/faults' case E on a
+ *                    real GPU
  *
  * In a build without CUDA, count prints 0 and the other cases skip.
  */
@@ -36,6 +44,34 @@
 
 #ifdef HVD_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#include <time.h>
+#endif
+
+#if defined(HVD_HAVE_CUDA) && !defined(HVD_T_STANDIN)
+#include <dlfcn.h>
+
+/* binding oom's fault on a real GPU: this program's cudaMalloc comes
+ * before libcudart's in the dynamic linker's search, for libhvd's calls
+ * too (-export-dynamic, t/gpu/local.mk). With
+ * HVD_TEST_CUDA_MALLOC_LIMIT=R:BYTES, world rank R's cudaMalloc of more
+ * than BYTES fails with cudaErrorMemoryAllocation, as on a GPU whose
+ * memory is used up; read at every call. The stand-in build
+ * (HVD_T_STANDIN) has its own, HVD_STANDIN_CUDA_MALLOC_LIMIT. */
+cudaError_t CUDARTAPI cudaMalloc(void **p, size_t bytes) {
+  static cudaError_t (*real)(void **, size_t);
+  const char *v = getenv("HVD_TEST_CUDA_MALLOC_LIMIT");
+  const char *me = getenv("OMPI_COMM_WORLD_RANK");
+  const char *colon = v != NULL ? strchr(v, ':') : NULL;
+  if (colon != NULL && me != NULL && atoi(v) == atoi(me) &&
+      bytes > strtoull(colon + 1, NULL, 10))
+    return cudaErrorMemoryAllocation;
+  if (real == NULL)
+    *(void **)&real = dlsym(RTLD_NEXT, "cudaMalloc");
+  return real != NULL ? real(p, bytes) : cudaErrorUnknown;
+}
+#define OOM_LIMIT_VAR "HVD_TEST_CUDA_MALLOC_LIMIT"
+#else
+#define OOM_LIMIT_VAR "HVD_STANDIN_CUDA_MALLOC_LIMIT"
 #endif
 
 /* Devices this process sees; why (n bytes) says why when none. */
@@ -186,6 +222,85 @@ static void case_share(void) {
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* An allreduce of 4 floats on device 0 (oom's "NCCL was kept"). */
+static void oom_works(const char *name) {
+  int right = 0;
+  hvd_result_t rc = device_allreduce(&right);
+  tap_note("%s", hvd_last_error());
+  ok(rc == HVD_SUCCESS && right, "oom: %s: a device allreduce works", name);
+}
+
+/* One failing collective of case_oom: rc, words and time on every rank. */
+static void oom_fails(const char *what, hvd_result_t rc, double took,
+                      const char *name, const char *why) {
+  char want[1024], got[1024];
+  const int size = tap_size();
+  snprintf(got, sizeof got, "%s", rc == HVD_SUCCESS ? "" : hvd_last_error());
+  if (size == 1) {
+    is_int(HVD_SUCCESS, rc, "oom: np 1: the %s needs nothing over the limit",
+           what);
+  } else {
+    snprintf(want, sizeof want, "%s '%s': %s", what, name, why);
+    is_int(HVD_ERR_CUDA, rc, "oom: %s: HVD_ERR_CUDA on every rank", what);
+    is_string(want, got, "oom: %s: the same words on every rank", what);
+  }
+  ok(took < 2, "oom: %s: ends within 2 s (%.2f s)", what, took);
+}
+
+static void case_oom(void) {
+  enum { N = 16384 }; /* 64 KiB of float32: the last rank may allocate it */
+  const int last = tap_size() - 1;
+  char v[64], why[512];
+  setenv("HVD_GPU_OPERATIONS", hvd_nccl_built() ? "nccl" : "mpi", 1);
+  hvd_result_t rc = hvd_init();
+  if (!is_int(HVD_SUCCESS, rc, "oom: hvd_init"))
+    bail("hvd_init: %s", hvd_last_error());
+  if (hvd_cuda_device() != 0) /* device_allreduce's tensors are on it */
+    bail("oom: hvd_cuda_device is %d, not 0: run with HVD_GPU_SHARE=1 and "
+         "HVD_NO_BIND=0",
+         hvd_cuda_device());
+  oom_works("before");
+  snprintf(v, sizeof v, "%d:%d", last, N * 4);
+  setenv(OOM_LIMIT_VAR, v, 1);
+  snprintf(why, sizeof why,
+           "rank %d could not prepare the collective on its GPU: cudaMalloc: "
+           "out of memory (cudaErrorMemoryAllocation); nothing was launched, "
+           "NCCL is still usable",
+           last);
+  float *d = NULL, *d2 = NULL;
+  if (cudaMalloc((void **)&d, N * sizeof *d) != cudaSuccess ||
+      cudaMalloc((void **)&d2, N * sizeof *d2) != cudaSuccess ||
+      cudaMemset(d, 0, N * sizeof *d) != cudaSuccess ||
+      cudaMemset(d2, 0, N * sizeof *d2) != cudaSuccess)
+    bail("oom: 64 KiB of device memory");
+  int64_t shape[1] = {N};
+  hvd_tensor_t t = hvd_tensor_make(d, HVD_FLOAT32, 1, shape), out;
+  hvd_tensor_t t2 = hvd_tensor_make(d2, HVD_FLOAT32, 1, shape);
+  t.device = t2.device = 0;
+  double t0 = now_s();
+  rc = hvd_allgather("oom.gather", &t, &out);
+  oom_fails("allgather", rc, now_s() - t0, "oom.gather", why);
+  if (rc == HVD_SUCCESS)
+    hvd_tensor_free(&out);
+  oom_works("after the allgather");
+  const char *names[2] = {"oom.a", "oom.b"};
+  hvd_tensor_t ins[2] = {t, t2};
+  t0 = now_s();
+  rc = hvd_grouped_allreduce(2, names, ins, ins, HVD_SUM, 1.0, 1.0);
+  oom_fails("allreduce", rc, now_s() - t0, "oom.a", why);
+  oom_works("after the grouped allreduce");
+  unsetenv(OOM_LIMIT_VAR);
+  cudaFree(d);
+  cudaFree(d2);
+  is_int(HVD_SUCCESS, hvd_shutdown(), "oom: hvd_shutdown");
+}
+
 #endif /* HVD_HAVE_CUDA */
 
 int main(int argc, char **argv) {
@@ -212,8 +327,11 @@ int main(int argc, char **argv) {
     case_nobind();
   else if (strcmp(mode, "share") == 0)
     case_share();
+  else if (strcmp(mode, "oom") == 0)
+    case_oom();
   else
-    bail("usage: binding count|bind|shared|nobind|share (not '%s')", mode);
+    bail("usage: binding count|bind|shared|nobind|share|oom (not '%s')",
+         mode);
 #else
   bail("no CUDA, yet %d devices", count);
 #endif

@@ -51,8 +51,10 @@ t_gpu_kernels_CPPFLAGS = $(GPU_TEST_CPPFLAGS)
 t_gpu_kernels_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS)
 t_gpu_kernels_LDADD = $(TEST_LDADD) $(CUDA_LIBS)
 t_gpu_binding_CPPFLAGS = $(GPU_TEST_CPPFLAGS)
-t_gpu_binding_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS)
-t_gpu_binding_LDADD = $(TEST_LDADD) $(CUDA_LIBS)
+## -export-dynamic: binding.c's cudaMalloc (binding oom's fault) is found
+## before libcudart's, by libhvd's calls too
+t_gpu_binding_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS) -export-dynamic
+t_gpu_binding_LDADD = $(TEST_LDADD) $(CUDA_LIBS) -ldl
 t_gpu_collectives_CPPFLAGS = $(GPU_TEST_CPPFLAGS)
 t_gpu_collectives_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 	$(NCCL_LDFLAGS)

@@ -7,6 +7,10 @@
 # t/gpu/cnn at np 2. One check per run: the program passes, and its NCCL
 # pass ran (hvd_init of the "nccl" pass is an "ok" line, not a skip).
 # Then, over the same NCCL (issue 26):
+#  - `binding oom` at np 2 and 3: the last rank's device allocations of
+#    more than 64 KiB fail; its allgather and grouped allreduce fail on
+#    every rank within 2 s with the same words naming it, and a device
+#    allreduce works after each (nothing was launched, NCCL kept);
 #  - a rank SIGKILLed during a device allreduce (`binding kill 1` under
 #    hvdrun at np 3, HVD_NCCL_TIMEOUT at its default 300 s): status 137,
 #    hvdrun's line naming rank 1, no rank reaching the end, within 20 s;
@@ -75,6 +79,23 @@ share_run() {
   ) >"$o" 2>"$e"
   rc=$?
 }
+# ---- a rank whose device allocations fail, over NCCL ------------------------
+# (`binding oom`: the last rank's cudaMalloc of more than 64 KiB fails, by
+# binding.c's own cudaMalloc on a GPU, HVD_STANDIN_CUDA_MALLOC_LIMIT on the
+# stand-in): its allgather and grouped allreduce fail on every rank within
+# 2 s naming it, and NCCL works after each.
+if [ -x "$dir/binding" ]; then
+  for np in 2 3; do
+    # bound by hvd_init (HVD_NO_BIND=0), as a user of HVD_GPU_SHARE=1 is:
+    # hvd_cuda_device says where the tensors are
+    share_run "$tmp/oom.out" "$tmp/oom.err" env HVD_NO_BIND=0 "$HVD_MPIRUN_TEST" --np $np "$dir/binding" oom
+    checks=`grep -c '^ok ' "$tmp/oom.out"`
+    [ $rc = 0 ] && ! grep -q '^not ok' "$tmp/oom.out" && [ "$checks" = 11 ]
+    check $? "rank $((np - 1)) of $np cannot allocate device memory: its allgather and grouped allreduce fail on every rank within 2 s naming it, NCCL works after each ($checks of 11 checks, status $rc)" ||
+      { grep -v '^ok ' "$tmp/oom.out" | sed 's/^/#   /' | head -30; sed 's/^/#   /' "$tmp/oom.err" | head -10; }
+  done
+fi
+
 # ---- a rank killed during a device allreduce over NCCL ----------------------
 hvdrun=$HVD_TOP_BUILDDIR/bin/hvdrun
 if [ -x "$hvdrun" ]; then

@@ -58,7 +58,7 @@ t_standin_optim_SOURCES = t/gpu/optim.c
 t_standin_optim_CPPFLAGS = $(STANDIN_CPPFLAGS)
 t_standin_optim_LDADD = $(STANDIN_LDADD)
 t_standin_binding_SOURCES = t/gpu/binding.c
-t_standin_binding_CPPFLAGS = $(STANDIN_CPPFLAGS)
+t_standin_binding_CPPFLAGS = $(STANDIN_CPPFLAGS) -DHVD_T_STANDIN
 t_standin_binding_LDADD = $(STANDIN_LDADD)
 
 ## NCCL's failures (faults injected by the stand-in): an init that never
