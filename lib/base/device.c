@@ -105,6 +105,22 @@ int hvd__cuda_rank_device(void) {
 #endif
 }
 
+int hvd__cuda_device_memory(const void *p) {
+#ifdef HVD_HAVE_CUDA
+  if (p == NULL || atomic_load(&bound_device) < 0)
+    return -1;
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return a.type == cudaMemoryTypeDevice ? a.device : -1;
+#else
+  (void)p;
+  return -1;
+#endif
+}
+
 void hvd__cuda_free(void *p) {
   if (p == NULL)
     return;

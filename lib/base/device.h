@@ -41,6 +41,12 @@ int hvd__cuda_device(void);
  * a GPU. */
 int hvd__cuda_rank_device(void);
 
+/* The device whose memory p points into, by the CUDA runtime, or -1: host
+ * memory (pageable or pinned), managed memory, no answer, no CUDA. Asks only
+ * in a process bound to a GPU (hvd__cuda_device() >= 0), which has a CUDA
+ * context already: never makes one. */
+int hvd__cuda_device_memory(const void *p);
+
 /* Where hvd's own device resources go before any tensor says (a joined
  * rank's stubs in its first device collective): the bound device; without
  * one (HVD_NO_BIND=1) the device that was current on the thread that called

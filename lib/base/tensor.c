@@ -145,5 +145,13 @@ hvd_result_t hvd__check_tensor(const char *kind, const char *name,
   if (t->data == NULL && hvd_tensor_numel(t) > 0)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': %s%sdata is NULL",
                           kind, name, which, sp);
+  int in = t->device == HVD_CPU && hvd_tensor_numel(t) > 0
+               ? hvd__cuda_device_memory(t->data)
+               : -1;
+  if (in >= 0) /* host code would read it: a segmentation fault */
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': %s%stensor is on cpu but its data is "
+                          "device memory of cuda:%d (set its device)",
+                          kind, name, which, sp, in);
   return HVD_SUCCESS;
 }

@@ -30,7 +30,10 @@ int hvd__device_kind_equal(int a, int b);
  * and returns HVD_ERR_INVALID_ARG (or HVD_ERR_UNSUPPORTED for a device
  * tensor in a build without CUDA). A device tensor must be on this rank's
  * GPU (hvd__cuda_rank_device): "<kind> '<name>': tensor is on cuda:1 but
- * this rank uses cuda:0". */
+ * this rank uses cuda:0"; a host tensor must not be device memory, where a
+ * process is bound to a GPU (hvd__cuda_device_memory): "<kind> '<name>':
+ * tensor is on cpu but its data is device memory of cuda:0 (set its
+ * device)". */
 hvd_result_t hvd__check_tensor(const char *kind, const char *name,
                                const char *which, const hvd_tensor_t *t);
 

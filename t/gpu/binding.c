@@ -18,7 +18,8 @@
  *                    (or the user's, kept) and NCCL_IB_DISABLE 1; a device
  *                    allreduce over NCCL is exact, or, when every rank was
  *                    given the same NCCL_HOSTID, fails with HVD_ERR_NCCL
- *                    and NCCL's "Duplicate GPU detected"
+ *                    and NCCL's "Duplicate GPU detected"; device
+ *                    memory given as a host tensor is refused
  *   binding oom      (HVD_GPU_SHARE=1, one GPU, NCCL) the last rank's
  *                    cudaMalloc of more than 64 KiB fails: an allgather
  *                    whose output it cannot allocate and a grouped
@@ -185,6 +186,23 @@ static hvd_result_t device_allreduce(int *right) {
   return rc;
 }
 
+/* Device memory given as a host tensor (the device field left HVD_CPU):
+ * refused at submission, never read by host code (a segmentation fault
+ * on a GPU). Bound processes only (hvd__cuda_device_memory). */
+static void host_flagged_device_memory(void) {
+  float *d = NULL;
+  int64_t four = 4;
+  if (cudaMalloc((void **)&d, 4 * sizeof *d) != cudaSuccess)
+    bail("cudaMalloc of 16 bytes");
+  hvd_tensor_t t = hvd_tensor_make(d, HVD_FLOAT32, 1, &four);
+  hvd_result_t rc = hvd_allreduce("hostdev", &t, &t, HVD_SUM, 1.0, 1.0);
+  is_int(HVD_ERR_INVALID_ARG, rc, "device memory as a host tensor: refused");
+  is_string("allreduce 'hostdev': send tensor is on cpu but its data is device "
+            "memory of cuda:0 (set its device)",
+            hvd_last_error(), "naming the tensor and the device");
+  cudaFree(d);
+}
+
 static void case_share(void) {
   const char *user = getenv("NCCL_HOSTID");
   char host[256] = "localhost", want[320];
@@ -219,6 +237,7 @@ static void case_share(void) {
     ok(strstr(hvd_last_error(), "Duplicate GPU detected") != NULL,
        "with NCCL's 'Duplicate GPU detected' (%s)", hvd_last_error());
   }
+  host_flagged_device_memory();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
 }
 
