@@ -129,7 +129,8 @@ void bert_set_tf32(int on);
  * one CUDA graph per batch shape, captured at its first use and replayed
  * after (one launch instead of some 25 forward and 45 backward); the
  * gradient-ready calls of a layer then come after its graph, not between
- * its kernels. Off by default (not yet run on a GPU). Process-wide. On
+ * its kernels. Off by default (16 % faster at base B 32 on an H200,
+ * doc/bert_train.md). Process-wide. On
  * the CPU it makes each layer's work one call with its ready calls
  * after it, as on a GPU with graphs (the same numbers; for tests). A
  * capture that fails turns graphs off (the layers then run kernel by
@@ -147,7 +148,8 @@ void bert_set_plain_kernels(int on);
 /* GPU models in bf16 or fp16 with heads of 64 and S >= 70: 1 runs the
  * attention as flash attention (layers.h, bert_cuda_set_flash): no
  * B*A*S*S scores, the probabilities recomputed in backward. Off by
- * default (not yet run on a GPU). Process-wide; between steps. */
+ * default (slower than the default attention on an H200). Process-wide;
+ * between steps. */
 void bert_set_flash_attention(int on);
 
 /* HVD_CPU or the CUDA device of the model's memory. */
