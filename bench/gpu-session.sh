@@ -19,14 +19,16 @@
 #              NCCL between 2-4 ranks on the one GPU (HVD_GPU_SHARE=1)
 #   bench      hvd-bench-kernels gpu-pack, list --device gpu and staged on
 #              bert-base (text and --json)
-#   bert       examples/bert_train --device gpu (bf16, B 32; fp32 at B 8;
-#              --zero 1), presets mini and base, tokens/s and MFU (over
-#              a bf16 GEMM's peak measured here), against
+#   bert       examples/bert_train --device gpu (bf16, --cuda-graphs,
+#              --zero 1; fp32 at B 8), mini at B 32 x S 128, base at
+#              B 32 x S 128, B 128 x S 128 and B 32 x S 512, tokens/s and
+#              MFU (over a bf16 GEMM's peak measured here), against
 #              python3 examples/bert/torch_bert.py of this checkout at
-#              the same shape: AMP bf16 eager with SDPA and fused AdamW,
-#              and --best (the same under torch.compile; skipped where
-#              it is missing), each with bert_train's ratio to it; float32
-#              eager at B 8 with time left; each side skipped when absent
+#              each shape: AMP bf16 eager with SDPA and fused AdamW, and
+#              --best (the same under torch.compile; skipped where it is
+#              missing), each with bert_train's ratio to it and issue
+#              28's target (met or missed); float32 eager at B 8 with
+#              time left; each side skipped when absent
 #   check      the whole make check
 #   all        every stage above (the default)
 #
@@ -45,7 +47,8 @@
 #   --work DIR     build directory (default /tmp/hvd-gpu-session)
 #   --jobs N       make -jN (default: nproc)
 #   --dry-run      print what each stage would run, run nothing
-# Environment: OUT; BERT_STEPS_MINI, BERT_STEPS_BASE (steps per bert run,
+# Environment: OUT; BERT_BATCH, BERT_BATCH_BIG (the bert stage's batches,
+# default 32 and 128); BERT_STEPS_MINI, BERT_STEPS_BASE (steps per bert run,
 # default 200 and 60); TORCH_BERT_ARGS (more arguments for both of
 # torch_bert.py's runs).
 # Exit status: 0 when every stage that ran passed (skips are not failures),
@@ -377,6 +380,13 @@ mfu() {
     f = 3 * (2 * L * (4 * H * H + 2 * H * F + 2 * S * H) + 2 * 0.15 * (H * H + H * V))
     printf "%.1f", 100 * t * f / (p * 1e12) }'
 }
+# verdict X Y TARGET: X / Y to 2 places and whether it reaches TARGET
+# ("1.12 (target >= 1.1: met)"); "?" without both.
+verdict() {
+  awk -v x="$1" -v y="$2" -v w="$3" 'BEGIN {
+    if (x > 0 && y > 0) printf "%.2f (target >= %s: %s)", x / y, w, (x / y >= w ? "met" : "missed")
+    else print "?" }'
+}
 # dims FILE: "L H F S V" from bert_train's setup line in FILE.
 dims() {
   sed -n 's/^bert_train: preset [a-z]* (L=\([0-9]*\) H=\([0-9]*\) A=[0-9]* F=\([0-9]*\) V=\([0-9]*\) P=[0-9]* S=\([0-9]*\) .*/\1 \2 \3 \5 \4/p' "$1" | head -1
@@ -389,103 +399,121 @@ if want bert && need_build && stage_begin bert 60; then
   peak=""
   [ $dry = 1 ] || peak=$(gemm_peak)
   note "bert: dense bf16 GEMM peak ${peak:-?} TFLOP/s (torch.matmul 8192^3; MFU's denominator)"
-  # a batch that fills the GPU (issue 28: B 32-128), S 128; float32 at B 8
-  # too, the shape every earlier session measured
+  # issue 28's shapes: a batch that fills the GPU (B 32-128) at S 128
+  # and 512. mini at B x 128; base at B x 128, BIG x 128 and B x 512.
   B=${BERT_BATCH:-32}
+  BIG=${BERT_BATCH_BIG:-128}
   vocab=
   for p in mini base; do
-    if [ $p = mini ]; then steps=${BERT_STEPS_MINI:-200}; else steps=${BERT_STEPS_BASE:-60}; fi
-    if [ $dry = 0 ] && [ ! -x "$trainer" ]; then
-      note "bert $p: no $trainer in this build: C side skipped"
-    elif [ $dry = 0 ] && ! "$trainer" --help 2>&1 | grep -q -- '--precision'; then
-      note "bert $p: examples/bert_train has no --precision option in this build: C side skipped"
+    if [ $p = mini ]; then
+      steps=${BERT_STEPS_MINI:-200}
+      shapes="$B:128"
     else
-      # bf16 (the GPU's default), bf16 with CUDA graphs (each encoder
-      # layer's kernels one graph: what launches cost), fp32 at B 8
-      # (before/after), --zero 1 (the
-      # sharded optimizer; issue 27's target is >= 0.9x the default), then
-      # with time left --flash-attention, --plain-kernels (bf16 without
-      # cuBLASLt's bias epilogue and with the attention's head copies:
-      # what the fused kernels gain), S 512 at a quarter of the batch (the
-      # same tokens per step; issue 28's MFU target) without and with flash
-      # attention, --host-fences (the host waits per stage, the pre-0.1
-      # way) and --no-sync (no reduction at all): at one rank all match
-      B4=$((B / 4 > 0 ? B / 4 : 1))
-      for mode in bf16 graphs fp32-b8 zero1 flash plain s512 s512-flash host-fences no-sync; do
-        case $mode in
-        bf16) args="--batch-size $B" ;;
-        flash) args="--batch-size $B --flash-attention" ;;
-        plain) args="--batch-size $B --plain-kernels" ;;
-        s512) args="--batch-size $B4 --seq-len 512" ;;
-        s512-flash) args="--batch-size $B4 --seq-len 512 --flash-attention" ;;
-        graphs) args="--batch-size $B --cuda-graphs" ;;
-        fp32-b8) args="--batch-size 8 --precision fp32" ;;
-        zero1) args="--batch-size $B --zero 1" ;;
-        host-fences) args="--batch-size $B --host-fences" ;;
-        no-sync) args="--batch-size $B --no-sync" ;;
-        esac
-        case $mode in flash | plain | s512 | s512-flash | host-fences | no-sync) [ "$(left)" -ge 240 ] || continue ;; esac
-        echo "\$ bert_train --device gpu --preset $p --steps $steps $args" >>"$OUT/bert.txt"
-        # bf16 and --zero 1 time hvd's device groups too (HVD_GPU_TIMING:
-        # issue 27's idle time between groups; a few events per group)
-        timing=0
-        case $mode in bf16 | zero1) timing=1 ;; esac
-        HVD_GPU_TIMING=$timing run1 "$(limit 150)" "$trainer" --device gpu --preset $p --steps "$steps" $args >"$OUT/bert.one.txt" 2>&1
-        s=$?
-        cat "$OUT/bert.one.txt" >>"$OUT/bert.txt"
-        echo "(status $s)" >>"$OUT/bert.txt"
-        [ $s = 0 ] || rc=1
-        # the corpus sets the vocabulary (synthetic: about 119): torch must use the same V
-        v=$(grep -o ' V=[0-9]*' "$OUT/bert.one.txt" | head -1 | tr -dc 0-9)
-        [ -n "$v" ] && vocab=$v
-        t=$(grep '^done' "$OUT/bert.one.txt" | tail -1 | grep -o 'tokens/s [0-9.]*' | tr -dc 0-9.)
-        note "bert C $p $mode: tokens/s ${t:-no result}, MFU $(mfu "$t" $(dims "$OUT/bert.one.txt")) % (status $s)"
-        gt=$(grep '^gpu timing' "$OUT/bert.one.txt" | tail -1)
-        [ $timing = 0 ] || note "bert C $p $mode: ${gt:-no gpu timing line (HVD_GPU_TIMING=1)}"
-        [ $mode = bf16 ] && eval "c_$p=\$t dims_$p=\"\$(dims \"\$OUT/bert.one.txt\")\""
-      done
-      rm -f "$OUT/bert.one.txt"
+      steps=${BERT_STEPS_BASE:-60}
+      shapes="$B:128 $BIG:128 $B:512"
     fi
-    if [ ! -f "$torch_py" ]; then
-      note "bert $p: no examples/bert/torch_bert.py in this checkout: PyTorch side skipped"
-      continue
-    fi
-    targs="--preset $p --steps $steps --batch $B --seq 128${vocab:+ --vocab $vocab}"
-    eval "d=\${dims_$p:-}; c=\${c_$p:-}"
-    # the references of issue 28, at the same shape: AMP bf16 eager with
-    # SDPA and fused AdamW (target: bert_train >= 1.1x), then the same
-    # under torch.compile (--best; target >= 1.0x; compiling, 30-60 s at
-    # base, is in the untimed warmup)
-    for ref in eager best; do
-      if [ $ref = eager ]; then
-        torch_bert 150 $targs --precision bf16 --sdpa --fused-adamw
-      elif ! LD_LIBRARY_PATH=$sys_ld_path x timeout 60 python3 -c 'import sys, torch; sys.exit(not hasattr(torch, "compile"))' >/dev/null 2>&1; then
-        note "bert torch-best $p: this torch has no torch.compile"
-        continue
-      elif [ "$(left)" -lt 60 ]; then
-        note "bert torch-best $p: no result ($(left) s left of the budget)"
-        continue
+    first=1
+    for shape in $shapes; do
+      b=${shape%%:*}
+      s=${shape##*:}
+      tag="$p B${b}xS$s"
+      c=""
+      d=""
+      if [ $dry = 0 ] && [ ! -x "$trainer" ]; then
+        note "bert $tag: no $trainer in this build: C side skipped"
+      elif [ $dry = 0 ] && ! "$trainer" --help 2>&1 | grep -q -- '--precision'; then
+        note "bert $tag: examples/bert_train has no --precision option in this build: C side skipped"
       else
-        torch_bert 240 $targs --best
+        # bf16 (the GPU's default); --cuda-graphs (each encoder layer's
+        # kernels one graph: what launches cost); --zero 1 (the sharded
+        # optimizer; issue 27's target: >= 0.9x bf16); at the first shape
+        # fp32 at B 8 (before/after), --plain-kernels (what the fused
+        # kernels gain), --no-sync (no reduction) and with time left
+        # --host-fences (the host waits per stage, the pre-0.1 way); at
+        # the big batch --no-sync; at S 512 --flash-attention
+        case $p:$first:$s in
+        mini:1:*) modes="bf16 graphs zero1 fp32-b8" ;;
+        base:1:*) modes="bf16 graphs zero1 fp32-b8 plain no-sync host-fences" ;;
+        base:0:128) modes="bf16 graphs zero1 no-sync" ;;
+        *) modes="bf16 graphs flash" ;;
+        esac
+        for mode in $modes; do
+          args="--batch-size $b --seq-len $s"
+          case $mode in
+          flash) args="$args --flash-attention" ;;
+          plain) args="$args --plain-kernels" ;;
+          graphs) args="$args --cuda-graphs" ;;
+          fp32-b8) args="--batch-size 8 --seq-len $s --precision fp32" ;;
+          zero1) args="$args --zero 1" ;;
+          host-fences) args="$args --host-fences" ;;
+          no-sync) args="$args --no-sync" ;;
+          esac
+          case $mode in host-fences) [ "$(left)" -ge 300 ] || continue ;; esac
+          echo "\$ bert_train --device gpu --preset $p --steps $steps $args" >>"$OUT/bert.txt"
+          # bf16 and --zero 1 time hvd's device groups too (HVD_GPU_TIMING:
+          # issue 27's idle time between groups; a few events per group)
+          timing=0
+          case $mode in bf16 | zero1) timing=1 ;; esac
+          HVD_GPU_TIMING=$timing run1 "$(limit 150)" "$trainer" --device gpu --preset $p --steps "$steps" $args >"$OUT/bert.one.txt" 2>&1
+          st=$?
+          cat "$OUT/bert.one.txt" >>"$OUT/bert.txt"
+          echo "(status $st)" >>"$OUT/bert.txt"
+          [ $st = 0 ] || rc=1
+          # the corpus sets the vocabulary (synthetic: about 119): torch must use the same V
+          v=$(grep -o ' V=[0-9]*' "$OUT/bert.one.txt" | head -1 | tr -dc 0-9)
+          [ -n "$v" ] && vocab=$v
+          t=$(grep '^done' "$OUT/bert.one.txt" | tail -1 | grep -o 'tokens/s [0-9.]*' | tr -dc 0-9.)
+          extra=""
+          [ $mode = zero1 ] && extra="; / bf16 = $(verdict "$t" "$c" 0.9)"
+          note "bert C $tag $mode: tokens/s ${t:-no result}, MFU $(mfu "$t" $(dims "$OUT/bert.one.txt")) % (status $st)$extra"
+          gt=$(grep '^gpu timing' "$OUT/bert.one.txt" | tail -1)
+          [ $timing = 0 ] || note "bert C $tag $mode: ${gt:-no gpu timing line (HVD_GPU_TIMING=1)}"
+          [ $mode = bf16 ] && { c=$t; d=$(dims "$OUT/bert.one.txt"); }
+        done
+        rm -f "$OUT/bert.one.txt"
       fi
-      s=$?
-      [ $s = 0 ] || rc=1
-      t=$(torch_json tokens_per_s)
-      ratio=$(awk -v c="$c" -v t="$t" 'BEGIN { if (c > 0 && t > 0) printf "%.2f", c / t; else print "?" }')
-      note "bert torch-$ref $p (B $B): tokens/s ${t:-no result}, MFU $(mfu "$t" $d) %; bert_train bf16 / this = $ratio (status $s$([ $ref = best ] && echo ", compile $(torch_json compile_s) s, timed recompiles $(torch_json timed_recompiles)"))"
+      if [ ! -f "$torch_py" ]; then
+        note "bert $tag: no examples/bert/torch_bert.py in this checkout: PyTorch side skipped"
+        first=0
+        continue
+      fi
+      targs="--preset $p --steps $steps --batch $b --seq $s${vocab:+ --vocab $vocab}"
+      # the references of issue 28, at the same shape: AMP bf16 eager with
+      # SDPA and fused AdamW (target: bert_train >= 1.1x), then the same
+      # under torch.compile (--best; target >= 1.0x; compiling, 30-60 s at
+      # base, is in the untimed warmup)
+      for ref in eager best; do
+        if [ $ref = eager ]; then
+          torch_bert 150 $targs --precision bf16 --sdpa --fused-adamw
+        elif ! LD_LIBRARY_PATH=$sys_ld_path x timeout 60 python3 -c 'import sys, torch; sys.exit(not hasattr(torch, "compile"))' >/dev/null 2>&1; then
+          note "bert torch-best $tag: this torch has no torch.compile"
+          continue
+        elif [ "$(left)" -lt 90 ]; then
+          note "bert torch-best $tag: no result ($(left) s left of the budget)"
+          continue
+        else
+          torch_bert 240 $targs --best
+        fi
+        st=$?
+        [ $st = 0 ] || rc=1
+        t=$(torch_json tokens_per_s)
+        want=1.1
+        [ $ref = best ] && want=1.0
+        note "bert torch-$ref $tag: tokens/s ${t:-no result}, MFU $(mfu "$t" $d) %; bert_train bf16 / this = $(verdict "$c" "$t" $want) (status $st$([ $ref = best ] && echo ", compile $(torch_json compile_s) s, timed recompiles $(torch_json timed_recompiles)"))"
+      done
+      # float32 eager at B 8, explicit attention: the earlier sessions'
+      # reference, for continuity, at the first shape with time left
+      if [ $first = 1 ] && [ "$(left)" -ge 150 ]; then
+        torch_bert 120 --preset $p --steps $steps --batch 8 --seq $s${vocab:+ --vocab $vocab}
+        st=$?
+        note "bert torch-fp32-b8 $tag: tokens/s $(torch_json tokens_per_s) (status $st)"
+      fi
+      first=0
     done
-    # float32 eager at B 8, explicit attention: the earlier sessions'
-    # reference, for continuity, with time left
-    if [ "$(left)" -ge 120 ]; then
-      torch_bert 120 --preset $p --steps $steps --batch 8 --seq 128${vocab:+ --vocab $vocab}
-      s=$?
-      note "bert torch-fp32-b8 $p: tokens/s $(torch_json tokens_per_s) (status $s)"
-    fi
   done
   rm -f "$OUT/bert.torch.txt"
   stage_end bert $rc
 fi
-
 # ---- check -------------------------------------------------------------------------
 if want check && need_build && stage_begin check 120; then
   in_src timeout "$(limit 500)" make -j"$jobs" check >"$OUT/check.log" 2>&1
