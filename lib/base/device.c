@@ -121,6 +121,45 @@ int hvd__cuda_device_memory(const void *p) {
 #endif
 }
 
+#ifdef HVD_HAVE_CUDA
+/* Whether `device` reaches pageable host memory (HMM or ATS), asked once
+ * per device: 1, 0, or -1 not asked yet. */
+static _Atomic int pageable_ok[64] = {0};
+
+static int device_reaches_pageable(int device) {
+  if (device < 0 || device >= 64)
+    return 0;
+  int v = atomic_load(&pageable_ok[device]);
+  if (v != 0)
+    return v > 0;
+  int yes = 0;
+  if (cudaDeviceGetAttribute(&yes, cudaDevAttrPageableMemoryAccess, device) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    yes = 0;
+  }
+  atomic_store(&pageable_ok[device], yes ? 1 : -1);
+  return yes != 0;
+}
+#endif
+
+int hvd__cuda_unreachable_host(const void *p, int device) {
+#ifdef HVD_HAVE_CUDA
+  if (p == NULL)
+    return 0;
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return a.type == cudaMemoryTypeUnregistered &&
+         !device_reaches_pageable(device);
+#else
+  (void)p, (void)device;
+  return 0;
+#endif
+}
+
 void hvd__cuda_free(void *p) {
   if (p == NULL)
     return;

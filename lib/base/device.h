@@ -47,6 +47,13 @@ int hvd__cuda_rank_device(void);
  * context already: never makes one. */
 int hvd__cuda_device_memory(const void *p);
 
+/* 1 when p is pageable host memory (not pinned, not managed, unknown to
+ * CUDA) and `device` cannot reach such memory (no HMM or ATS: the
+ * device attribute cudaDevAttrPageableMemoryAccess, asked once): a device
+ * tensor's data there would fault on the GPU. 0 otherwise, and without
+ * CUDA. For device tensors, whose caller uses CUDA already. */
+int hvd__cuda_unreachable_host(const void *p, int device);
+
 /* Where hvd's own device resources go before any tensor says (a joined
  * rank's stubs in its first device collective): the bound device; without
  * one (HVD_NO_BIND=1) the device that was current on the thread that called

@@ -141,6 +141,12 @@ hvd_result_t hvd__check_tensor(const char *kind, const char *name,
                             "%s '%s': tensor is on cuda:%d but this rank uses "
                             "cuda:%d",
                             kind, name, t->device, mine);
+    if (hvd_tensor_numel(t) > 0 && hvd__cuda_unreachable_host(t->data, mine))
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s '%s': %s%stensor is on cuda:%d but its data is "
+                            "pageable host memory, which this GPU cannot "
+                            "reach (cudaMalloc it, or pin it)",
+                            kind, name, which, sp, t->device);
   }
   if (t->data == NULL && hvd_tensor_numel(t) > 0)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': %s%sdata is NULL",

@@ -33,7 +33,8 @@ int hvd__device_kind_equal(int a, int b);
  * this rank uses cuda:0"; a host tensor must not be device memory, where a
  * process is bound to a GPU (hvd__cuda_device_memory): "<kind> '<name>':
  * tensor is on cpu but its data is device memory of cuda:0 (set its
- * device)". */
+ * device)"; nor a device tensor pageable host memory its GPU cannot reach
+ * (hvd__cuda_unreachable_host). */
 hvd_result_t hvd__check_tensor(const char *kind, const char *name,
                                const char *which, const hvd_tensor_t *t);
 

@@ -21,7 +21,9 @@
  *    splits (some empty); reducescatter of an uneven and an even row
  *    count, several ops and scales: every dtype above;
  *  - errors: a tensor on another GPU than the rank's ("tensor is on cuda:N
- *    but this rank uses cuda:M"), send and recv on different devices, and
+ *    but this rank uses cuda:M"), send and recv on different devices, a
+ *    device tensor on pageable host memory (where the GPU cannot reach
+ *    it: cudaDevAttrPageableMemoryAccess 0), and
  *    (np >= 2) rank 0 on the host while the others are on the GPU: the
  *    coordinator's mismatch "device cpu vs cuda:N";
  *  - (np >= 2) the last rank joins at once while the others reduce device
@@ -746,6 +748,25 @@ static void test_errors(void) {
            "allreduce 'split': recv is on cpu but send is on cuda:%d", dev);
   expect(hvd_allreduce("split", &s, &r, HVD_SUM, 1, 1), HVD_ERR_INVALID_ARG,
          want, "send on the GPU, recv on the host");
+
+  /* pageable host memory as a device tensor: refused where the GPU cannot
+   * reach it (no HMM or ATS), not handed to NCCL to fault on */
+  int pageable = 0;
+  cuda_ok(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess,
+                                 dev),
+          "cudaDeviceGetAttribute");
+  if (pageable) {
+    skip(2, "cuda:%d reaches pageable host memory (HMM or ATS)", dev);
+  } else {
+    hvd_tensor_t ph = dtensor(h, HVD_FLOAT32, 1, shape);
+    snprintf(want, sizeof want,
+             "allreduce 'pageable': send tensor is on cuda:%d but its data is "
+             "pageable host memory, which this GPU cannot reach (cudaMalloc "
+             "it, or pin it)",
+             dev);
+    expect(hvd_allreduce("pageable", &ph, &ph, HVD_SUM, 1, 1),
+           HVD_ERR_INVALID_ARG, want, "pageable host memory as a device tensor");
+  }
 
   if (size < 2) {
     skip(2, "host on one rank, device on another needs 2 ranks");

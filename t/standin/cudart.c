@@ -176,6 +176,20 @@ cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
   return cudaSuccess;
 }
 
+/* cudaDevAttrPageableMemoryAccess: 0, as on a GPU without HMM or ATS,
+ * unless HVD_STANDIN_PAGEABLE_ACCESS=1; any other attribute is refused
+ * (hvd asks for none). */
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr,
+                                   int device) {
+  if (device < 0 || device >= device_count())
+    return fail(cudaErrorInvalidDevice);
+  if (value == NULL || attr != cudaDevAttrPageableMemoryAccess)
+    return fail(cudaErrorInvalidValue);
+  const char *v = getenv("HVD_STANDIN_PAGEABLE_ACCESS");
+  *value = v != NULL && strcmp(v, "1") == 0;
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
   if (device < 0 || device >= device_count())
     return fail(cudaErrorInvalidDevice);
