@@ -18,7 +18,8 @@
  *    hvd_broadcast_parameters);
  *  - refusals: a parameter on another GPU ("hvd_sgd_create: param 'p0'
  *    value is on cuda:1 but this rank uses cuda:0"), a grad on the host
- *    with its value on the GPU;
+ *    with its value on the GPU, a device grad on pageable host memory
+ *    (where the GPU cannot reach it);
  * then, once per device executor (HVD_GPU_OPERATIONS=nccl at np 1 and at
  * np N with N GPUs; mpi, host-staged, at every np), after hvd_init:
  *  - the distributed optimizer on device (and mixed) parameters against
@@ -445,6 +446,27 @@ static void test_refusals(void) {
   free(d.p[3].grad.data);
   d.p[3].grad.data = g;
   d.p[3].grad.device = dev;
+  /* a device grad on pageable host memory (where the GPU cannot reach it) */
+  int pageable = 0;
+  cuda_ok(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess,
+                                 dev),
+          "cudaDeviceGetAttribute");
+  if (pageable) {
+    skip(3, "cuda:%d reaches pageable host memory (HMM or ATS)", dev);
+  } else {
+    void *g1 = d.p[1].grad.data;
+    d.p[1].grad.data = xcalloc((size_t)counts[1], sizeof(float));
+    snprintf(msg, sizeof msg,
+             "hvd_sgd_create: param 'r.p1' grad is on cuda:%d but its data is "
+             "pageable host memory, which this GPU cannot reach (cudaMalloc "
+             "it, or pin it)",
+             dev);
+    opt = (hvd_optimizer_t *)&opt;
+    rc = hvd_sgd_create(d.p, NP, &so, &opt);
+    refused(HVD_ERR_INVALID_ARG, rc, opt, msg);
+    free(d.p[1].grad.data);
+    d.p[1].grad.data = g1;
+  }
   model_free(&d);
 }
 
