@@ -549,16 +549,12 @@ fail:
  * each way (within a node through shared memory). In jobs of more than
  * HVD_MPI_PRECONNECT ranks (default 64) it does nothing: Open MPI then
  * keeps its lazy connections, each rank connecting to the peers it uses. */
-static hvd_result_t preconnect(MPI_Comm comm, double *ms) {
+static hvd_result_t preconnect_exchange(MPI_Comm comm, int rank, int size,
+                                        double *ms) {
   hvd_result_t rc = HVD_SUCCESS;
-  int rank = 0, size = 0;
   MPI_Request *reqs = NULL;
   char *in = NULL;
   static const char out = 1; /* outlives a send left pending */
-  HVD__MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  HVD__MPI_CHECK(MPI_Comm_size(comm, &size));
-  if (size < 2 || size > g.settings.preconnect)
-    return HVD_SUCCESS;
   double t0 = hvd__now();
   reqs = malloc((size_t)size * sizeof *reqs);
   in = malloc((size_t)size);
@@ -593,6 +589,48 @@ static hvd_result_t preconnect(MPI_Comm comm, double *ms) {
   free(reqs);
   return HVD_SUCCESS;
 fail: /* requests may be pending: their buffers stay (a stalled start) */
+  return rc;
+}
+
+/* preconnect_exchange under MPI_ERRORS_RETURN (the communicator's own
+ * handler restored after). A send that fails is a rank that cannot reach
+ * another (Open MPI found no transport to it): the peers wait for its
+ * bytes, and its own later MPI calls would hang on the broken pair, so
+ * it says so and ends the job with MPI_Abort, after a second that gives
+ * Open MPI's own reason (its help message, on its way to mpirun) a chance
+ * to get out. Under MPI_ERRORS_ARE_FATAL the abort inside MPI_Isend lost
+ * that message about one run in two; mpirun still loses it now and then
+ * ("ORTE_ERROR_LOG: Data unpack ... show_help.c"), hence hvd's line. */
+static hvd_result_t preconnect(MPI_Comm comm, double *ms) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int rank = 0, size = 0;
+  MPI_Errhandler user = MPI_ERRHANDLER_NULL;
+  HVD__MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  HVD__MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (size < 2 || size > g.settings.preconnect)
+    return HVD_SUCCESS;
+  HVD__MPI_CHECK(MPI_Comm_get_errhandler(comm, &user));
+  HVD__MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  rc = preconnect_exchange(comm, rank, size, ms);
+  MPI_Comm_set_errhandler(comm, user);
+  MPI_Errhandler_free(&user);
+  if (rc == HVD_ERR_MPI) {
+    char why[HVD__ERRMSG_MAX];
+    snprintf(why, sizeof why, "%s", hvd_last_error());
+    rc = hvd__set_error(HVD_ERR_MPI,
+                        "hvd_init: rank %d could not send its first message "
+                        "to every other rank (HVD_MPI_PRECONNECT): %s; Open "
+                        "MPI's reason, when it gives one, is on stderr",
+                        rank, why);
+    HVD__LOG(HVD__LOG_ERROR, "%s; ending the job with MPI_Abort(%d)",
+             hvd_last_error(), (int)rc);
+    hvd__end_record_error(hvd_last_error());
+    hvd__end_record_abort((int)rc);
+    nanosleep(&(struct timespec){1, 0}, NULL);
+    MPI_Abort(comm, (int)rc);
+  }
+  return rc;
+fail:
   return rc;
 }
 
