@@ -751,11 +751,7 @@ static void test_errors(void) {
 
   /* pageable host memory as a device tensor: refused where the GPU cannot
    * reach it (no HMM or ATS), not handed to NCCL to fault on */
-  int pageable = 0;
-  cuda_ok(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess,
-                                 dev),
-          "cudaDeviceGetAttribute");
-  if (pageable) {
+  if (gpu_reaches_pageable(dev)) {
     skip(2, "cuda:%d reaches pageable host memory (HMM or ATS)", dev);
   } else {
     hvd_tensor_t ph = dtensor(h, HVD_FLOAT32, 1, shape);

@@ -416,14 +416,32 @@ static void refused(hvd_result_t rc_want, hvd_result_t rc, hvd_optimizer_t *opt,
   ok(opt == NULL, "%s: no optimizer", pass_name);
 }
 
+/* Creation (SGD, or Adam with adam) over d with param i's grad swapped
+ * for zeroed host memory whose descriptor says `device`: refused with
+ * exactly msg; the grad restored. */
+static void refused_host_grad(model_t *d, int i, int device, int adam,
+                              const char *msg) {
+  hvd_sgd_options_t so;
+  hvd_adam_options_t ao;
+  hvd_sgd_options_init(&so);
+  hvd_adam_options_init(&ao);
+  hvd_optimizer_t *opt = (hvd_optimizer_t *)&opt;
+  hvd_tensor_t keep = d->p[i].grad;
+  d->p[i].grad.data = xcalloc((size_t)counts[i], sizeof(float));
+  d->p[i].grad.device = device;
+  hvd_result_t rc = adam ? hvd_adam_create(d->p, NP, &ao, &opt)
+                         : hvd_sgd_create(d->p, NP, &so, &opt);
+  refused(HVD_ERR_INVALID_ARG, rc, opt, msg);
+  free(d->p[i].grad.data);
+  d->p[i].grad = keep;
+}
+
 static void test_refusals(void) {
   model_t d;
   hvd_optimizer_t *opt = (hvd_optimizer_t *)&opt;
   hvd_sgd_options_t so;
-  hvd_adam_options_t ao;
   char msg[256];
   hvd_sgd_options_init(&so);
-  hvd_adam_options_init(&ao);
   model_make(&d, "r", 0x1f);
   d.p[0].value.device = dev + 1;
   snprintf(msg, sizeof msg,
@@ -433,39 +451,21 @@ static void test_refusals(void) {
   hvd_result_t rc = hvd_sgd_create(d.p, NP, &so, &opt);
   refused(HVD_ERR_INVALID_ARG, rc, opt, msg);
   d.p[0].value.device = dev;
-  void *g = d.p[3].grad.data;
-  d.p[3].grad.data = xcalloc((size_t)counts[3], sizeof(float));
-  d.p[3].grad.device = HVD_CPU;
   snprintf(msg, sizeof msg,
            "hvd_adam_create: param 'r.p3' grad is on cpu but value is on "
            "cuda:%d",
            dev);
-  opt = (hvd_optimizer_t *)&opt;
-  rc = hvd_adam_create(d.p, NP, &ao, &opt);
-  refused(HVD_ERR_INVALID_ARG, rc, opt, msg);
-  free(d.p[3].grad.data);
-  d.p[3].grad.data = g;
-  d.p[3].grad.device = dev;
+  refused_host_grad(&d, 3, HVD_CPU, 1, msg);
   /* a device grad on pageable host memory (where the GPU cannot reach it) */
-  int pageable = 0;
-  cuda_ok(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess,
-                                 dev),
-          "cudaDeviceGetAttribute");
-  if (pageable) {
+  if (gpu_reaches_pageable(dev)) {
     skip(3, "cuda:%d reaches pageable host memory (HMM or ATS)", dev);
   } else {
-    void *g1 = d.p[1].grad.data;
-    d.p[1].grad.data = xcalloc((size_t)counts[1], sizeof(float));
     snprintf(msg, sizeof msg,
              "hvd_sgd_create: param 'r.p1' grad is on cuda:%d but its data is "
              "pageable host memory, which this GPU cannot reach (cudaMalloc "
              "it, or pin it)",
              dev);
-    opt = (hvd_optimizer_t *)&opt;
-    rc = hvd_sgd_create(d.p, NP, &so, &opt);
-    refused(HVD_ERR_INVALID_ARG, rc, opt, msg);
-    free(d.p[1].grad.data);
-    d.p[1].grad.data = g1;
+    refused_host_grad(&d, 1, dev, 0, msg);
   }
   model_free(&d);
 }

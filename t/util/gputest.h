@@ -124,6 +124,15 @@ static inline int gpu_kill_main(int victim, int device) {
   return 0;
 }
 
+/* Whether `device` reaches pageable host memory (HMM or ATS), where hvd
+ * takes a device tensor on it; or bail. */
+static inline int gpu_reaches_pageable(int device) {
+  int v = 0;
+  cuda_ok(cudaDeviceGetAttribute(&v, cudaDevAttrPageableMemoryAccess, device),
+          "cudaDeviceGetAttribute");
+  return v;
+}
+
 /* bytes of device memory (at least one) on the current device, or bail. */
 static inline void *dalloc(size_t bytes) {
   void *p = NULL;
