@@ -398,6 +398,16 @@ if want bert && need_build && stage_begin bert 60; then
   torch_py=$repo/examples/bert/torch_bert.py
   peak=""
   [ $dry = 1 ] || peak=$(gemm_peak)
+  # what each side needs: a CUDA device for bert_train (t/gpu/binding
+  # count), torch with CUDA for the references; without, a line each
+  gpus=1
+  torch_cuda=1
+  if [ $dry = 0 ]; then
+    gpus=$("$src/t/gpu/binding" count 2>/dev/null | cut -d' ' -f1)
+    LD_LIBRARY_PATH=$sys_ld_path timeout 120 python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' >/dev/null 2>&1 || torch_cuda=0
+  fi
+  [ "${gpus:-0}" -gt 0 ] 2>/dev/null || note "bert: no CUDA device here ($("$src/t/gpu/binding" count 2>&1 | cut -d' ' -f2-)): the C side is skipped"
+  [ $torch_cuda = 1 ] || note "bert: python3 has no torch with CUDA here: the PyTorch side is skipped"
   note "bert: dense bf16 GEMM peak ${peak:-?} TFLOP/s (torch.matmul 8192^3; MFU's denominator)"
   # issue 28's shapes: a batch that fills the GPU (B 32-128) at S 128
   # and 512. mini at B x 128; base at B x 128, BIG x 128 and B x 512.
@@ -419,7 +429,9 @@ if want bert && need_build && stage_begin bert 60; then
       tag="$p B${b}xS$s"
       c=""
       d=""
-      if [ $dry = 0 ] && [ ! -x "$trainer" ]; then
+      if ! [ "${gpus:-0}" -gt 0 ] 2>/dev/null; then
+        : # said above
+      elif [ $dry = 0 ] && [ ! -x "$trainer" ]; then
         note "bert $tag: no $trainer in this build: C side skipped"
       elif [ $dry = 0 ] && ! "$trainer" --help 2>&1 | grep -q -- '--precision'; then
         note "bert $tag: examples/bert_train has no --precision option in this build: C side skipped"
@@ -471,6 +483,10 @@ if want bert && need_build && stage_begin bert 60; then
           [ $mode = bf16 ] && { c=$t; d=$(dims "$OUT/bert.one.txt"); }
         done
         rm -f "$OUT/bert.one.txt"
+      fi
+      if [ $torch_cuda = 0 ]; then
+        first=0
+        continue
       fi
       if [ ! -f "$torch_py" ]; then
         note "bert $tag: no examples/bert/torch_bert.py in this checkout: PyTorch side skipped"
