@@ -105,23 +105,19 @@ int hvd__cuda_rank_device(void) {
 #endif
 }
 
-int hvd__cuda_device_memory(const void *p) {
 #ifdef HVD_HAVE_CUDA
-  if (p == NULL || atomic_load(&bound_device) < 0)
-    return -1;
-  struct cudaPointerAttributes a;
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+/* What the CUDA runtime says of p (its type and device): 0 when it cannot
+ * say (its error cleared, not sticky). */
+static int pointer_attributes(const void *p, struct cudaPointerAttributes *a) {
+  if (p == NULL)
+    return 0;
+  if (cudaPointerGetAttributes(a, p) != cudaSuccess) {
     (void)cudaGetLastError();
-    return -1;
+    return 0;
   }
-  return a.type == cudaMemoryTypeDevice ? a.device : -1;
-#else
-  (void)p;
-  return -1;
-#endif
+  return 1;
 }
 
-#ifdef HVD_HAVE_CUDA
 /* Whether `device` reaches pageable host memory (HMM or ATS), asked once
  * per device: 1, 0, or -1 not asked yet. */
 static _Atomic int pageable_ok[64] = {0};
@@ -143,16 +139,22 @@ static int device_reaches_pageable(int device) {
 }
 #endif
 
+int hvd__cuda_device_memory(const void *p) {
+#ifdef HVD_HAVE_CUDA
+  struct cudaPointerAttributes a;
+  if (atomic_load(&bound_device) < 0 || !pointer_attributes(p, &a))
+    return -1;
+  return a.type == cudaMemoryTypeDevice ? a.device : -1;
+#else
+  (void)p;
+  return -1;
+#endif
+}
+
 int hvd__cuda_unreachable_host(const void *p, int device) {
 #ifdef HVD_HAVE_CUDA
-  if (p == NULL)
-    return 0;
   struct cudaPointerAttributes a;
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return a.type == cudaMemoryTypeUnregistered &&
+  return pointer_attributes(p, &a) && a.type == cudaMemoryTypeUnregistered &&
          !device_reaches_pageable(device);
 #else
   (void)p, (void)device;

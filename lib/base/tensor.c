@@ -141,23 +141,33 @@ hvd_result_t hvd__check_tensor(const char *kind, const char *name,
                             "%s '%s': tensor is on cuda:%d but this rank uses "
                             "cuda:%d",
                             kind, name, t->device, mine);
-    if (hvd_tensor_numel(t) > 0 && hvd__cuda_unreachable_host(t->data, mine))
-      return hvd__set_error(HVD_ERR_INVALID_ARG,
-                            "%s '%s': %s%stensor is on cuda:%d but its data is "
-                            "pageable host memory, which this GPU cannot "
-                            "reach (cudaMalloc it, or pin it)",
-                            kind, name, which, sp, t->device);
   }
   if (t->data == NULL && hvd_tensor_numel(t) > 0)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': %s%sdata is NULL",
                           kind, name, which, sp);
-  int in = t->device == HVD_CPU && hvd_tensor_numel(t) > 0
-               ? hvd__cuda_device_memory(t->data)
-               : -1;
-  if (in >= 0) /* host code would read it: a segmentation fault */
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s '%s': %s%stensor is on cpu but its data is "
-                          "device memory of cuda:%d (set its device)",
-                          kind, name, which, sp, in);
+  char why[160];
+  if (hvd__tensor_misplaced(t, why, sizeof why))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': %s%stensor %s", kind,
+                          name, which, sp, why);
   return HVD_SUCCESS;
+}
+
+int hvd__tensor_misplaced(const hvd_tensor_t *t, char *why, size_t n) {
+  if (hvd_tensor_numel(t) == 0)
+    return 0;
+  int in = t->device == HVD_CPU ? hvd__cuda_device_memory(t->data) : -1;
+  if (in >= 0) /* host code would read it: a segmentation fault */
+    snprintf(why, n,
+             "is on cpu but its data is device memory of cuda:%d (set its "
+             "device)",
+             in);
+  else if (t->device != HVD_CPU &&
+           hvd__cuda_unreachable_host(t->data, t->device))
+    snprintf(why, n,
+             "is on cuda:%d but its data is pageable host memory, which this "
+             "GPU cannot reach (cudaMalloc it, or pin it)",
+             t->device);
+  else
+    return 0;
+  return 1;
 }

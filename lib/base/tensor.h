@@ -30,12 +30,19 @@ int hvd__device_kind_equal(int a, int b);
  * and returns HVD_ERR_INVALID_ARG (or HVD_ERR_UNSUPPORTED for a device
  * tensor in a build without CUDA). A device tensor must be on this rank's
  * GPU (hvd__cuda_rank_device): "<kind> '<name>': tensor is on cuda:1 but
- * this rank uses cuda:0"; a host tensor must not be device memory, where a
- * process is bound to a GPU (hvd__cuda_device_memory): "<kind> '<name>':
- * tensor is on cpu but its data is device memory of cuda:0 (set its
- * device)"; nor a device tensor pageable host memory its GPU cannot reach
- * (hvd__cuda_unreachable_host). */
+ * this rank uses cuda:0"; and its data must be where it says
+ * (hvd__tensor_misplaced): "<kind> '<name>': tensor is on cpu but its data
+ * is device memory of cuda:0 (set its device)". */
 hvd_result_t hvd__check_tensor(const char *kind, const char *name,
                                const char *which, const hvd_tensor_t *t);
+
+/* 1 when t's data is not where t says, as far as the CUDA runtime can
+ * tell: device memory in a host tensor of a process bound to a GPU
+ * (hvd__cuda_device_memory), or pageable host memory in a device tensor
+ * whose GPU cannot reach it (hvd__cuda_unreachable_host); why (n bytes)
+ * then says so after the tensor's name: "is on cpu but its data is device
+ * memory of cuda:0 (set its device)". 0 otherwise, and for no elements.
+ * hvd__check_tensor and the optimizers' parameter check share it. */
+int hvd__tensor_misplaced(const hvd_tensor_t *t, char *why, size_t n);
 
 #endif /* HVD_BASE_TENSOR_H */

@@ -70,29 +70,6 @@ static hvd_result_t check_device(const char *who, const char *pname,
   return HVD_SUCCESS;
 }
 
-/* The data where the tensor says, as far as the CUDA runtime can tell
- * (base/device.h; as hvd__check_tensor for the collectives): no device
- * memory in a host tensor of a bound process (host code would fault), no
- * pageable host memory in a device tensor whose GPU cannot reach it. */
-static hvd_result_t check_memory(const char *who, const char *pname,
-                                 const char *which, const hvd_tensor_t *t) {
-  if (hvd_tensor_numel(t) == 0)
-    return HVD_SUCCESS;
-  int in = t->device == HVD_CPU ? hvd__cuda_device_memory(t->data) : -1;
-  if (in >= 0)
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: param '%s' %s is on cpu but its data is device "
-                          "memory of cuda:%d (set its device)",
-                          who, pname, which, in);
-  if (t->device != HVD_CPU && hvd__cuda_unreachable_host(t->data, t->device))
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: param '%s' %s is on cuda:%d but its data is "
-                          "pageable host memory, which this GPU cannot reach "
-                          "(cudaMalloc it, or pin it)",
-                          who, pname, which, t->device);
-  return HVD_SUCCESS;
-}
-
 /* A parameter's value or grad: a float32 (or float16/bfloat16: mixed
  * precision) tensor with data, on the host or on the rank's GPU. */
 static hvd_result_t check_tensor(const char *who, const char *pname,
@@ -121,7 +98,11 @@ static hvd_result_t check_tensor(const char *who, const char *pname,
   if (t->data == NULL && hvd_tensor_numel(t) > 0)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: param '%s' %s data is NULL",
                           who, pname, which);
-  return check_memory(who, pname, which, t);
+  char why[160];
+  if (hvd__tensor_misplaced(t, why, sizeof why))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: param '%s' %s %s", who,
+                          pname, which, why);
+  return HVD_SUCCESS;
 }
 
 static int same_shape(const hvd_tensor_t *a, const hvd_tensor_t *b) {
