@@ -45,7 +45,6 @@
 
 #ifdef HVD_HAVE_CUDA
 #include <cuda_runtime_api.h>
-#include <time.h>
 #endif
 
 #if defined(HVD_HAVE_CUDA) && !defined(HVD_T_STANDIN)
@@ -241,12 +240,6 @@ static void case_share(void) {
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* An allreduce of 4 floats on device 0 (oom's "NCCL was kept"). */
 static void oom_works(const char *name) {
   int right = 0;
@@ -302,17 +295,17 @@ static void case_oom(void) {
   hvd_tensor_t t = hvd_tensor_make(d, HVD_FLOAT32, 1, shape), out;
   hvd_tensor_t t2 = hvd_tensor_make(d2, HVD_FLOAT32, 1, shape);
   t.device = t2.device = 0;
-  double t0 = now_s();
+  double t0 = gpu_now_s();
   rc = hvd_allgather("oom.gather", &t, &out);
-  oom_fails("allgather", rc, now_s() - t0, "oom.gather", why);
+  oom_fails("allgather", rc, gpu_now_s() - t0, "oom.gather", why);
   if (rc == HVD_SUCCESS)
     hvd_tensor_free(&out);
   oom_works("after the allgather");
   const char *names[2] = {"oom.a", "oom.b"};
   hvd_tensor_t ins[2] = {t, t2};
-  t0 = now_s();
+  t0 = gpu_now_s();
   rc = hvd_grouped_allreduce(2, names, ins, ins, HVD_SUM, 1.0, 1.0);
-  oom_fails("allreduce", rc, now_s() - t0, "oom.a", why);
+  oom_fails("allreduce", rc, gpu_now_s() - t0, "oom.a", why);
   oom_works("after the grouped allreduce");
   unsetenv(OOM_LIMIT_VAR);
   cudaFree(d);

@@ -63,12 +63,6 @@ static const char timeout_msg[] =
     "no completion after 1 s (HVD_NCCL_TIMEOUT): a peer failed, is gone or "
     "is stuck";
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* One device allreduce: its result, its message ("" when it worked), and
  * whether the sums are exact when it worked. */
 static hvd_result_t dev_allreduce(const char *name, char *msg, size_t len,
@@ -142,12 +136,12 @@ static void start(const char *what) {
   tap_note("%s", hvd_last_error());
   if (!is_int(HVD_SUCCESS, rc, "%s: hvd_init", what))
     bail("hvd_init: %s", hvd_last_error());
-  t_start = now_s();
+  t_start = gpu_now_s();
 }
 
 /* hvd_shutdown, then nothing of hvd's left on the device. */
 static void stop(const char *what) {
-  double took = now_s() - t_start;
+  double took = gpu_now_s() - t_start;
   is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown returns", what);
   tap_note("case took %.2f s", took);
   ok(took < 10, "%s: ends within 10 s", what);
@@ -249,9 +243,9 @@ static void peers_learn(const char *name, const char *why, const char *what) {
              "NCCL: rank %d aborted its NCCL communicator: %s; the "
              "communicator was aborted",
              last, why);
-  double t0 = now_s();
+  double t0 = gpu_now_s();
   expect(name, HVD_ERR_NCCL, want, what);
-  double took = now_s() - t0;
+  double took = gpu_now_s() - t0;
   ok(took < 2, "%s: allreduce '%s' ends within 2 s (%.2f s)", what, name,
      took);
 }
@@ -327,9 +321,9 @@ static void case_alloc_fail(void) {
   hvd_tensor_t t = hvd_tensor_make(d, HVD_FLOAT32, 1, shape), out;
   hvd_tensor_t t2 = hvd_tensor_make(d2, HVD_FLOAT32, 1, shape);
   t.device = t2.device = dev;
-  double t0 = now_s();
+  double t0 = gpu_now_s();
   hvd_result_t rc = hvd_allgather("e.2", &t, &out);
-  double took = now_s() - t0;
+  double took = gpu_now_s() - t0;
   snprintf(got, sizeof got, "%s", rc == HVD_SUCCESS ? "" : hvd_last_error());
   if (rc == HVD_SUCCESS)
     hvd_tensor_free(&out);
@@ -345,9 +339,9 @@ static void case_alloc_fail(void) {
   works("e.3", what);
   const char *names[2] = {"e.4a", "e.4b"};
   hvd_tensor_t ins[2] = {t, t2};
-  t0 = now_s();
+  t0 = gpu_now_s();
   rc = hvd_grouped_allreduce(2, names, ins, ins, HVD_SUM, 1.0, 1.0);
-  took = now_s() - t0;
+  took = gpu_now_s() - t0;
   snprintf(got, sizeof got, "%s", rc == HVD_SUCCESS ? "" : hvd_last_error());
   if (size == 1) {
     is_int(HVD_SUCCESS, rc, "%s: np 1: the grouped allreduce (no buffer)",
@@ -428,14 +422,14 @@ static hvd_result_t zstep(zmodel_t *m) {
  * its message in msgs[k]. */
 static void zgather(zmodel_t *m, const char *path, hvd_state_t *st,
                     hvd_result_t rcs[3], char msgs[3][1024], double *took) {
-  double t0 = now_s();
+  double t0 = gpu_now_s();
   rcs[0] = hvd_checkpoint_save(path, m->p, 2, m->opt, 1);
   snprintf(msgs[0], 1024, "%s", rcs[0] ? hvd_last_error() : "");
   rcs[1] = hvd_broadcast_optimizer_state(m->opt, 0);
   snprintf(msgs[1], 1024, "%s", rcs[1] ? hvd_last_error() : "");
   rcs[2] = hvd_state_commit(st);
   snprintf(msgs[2], 1024, "%s", rcs[2] ? hvd_last_error() : "");
-  *took = now_s() - t0;
+  *took = gpu_now_s() - t0;
 }
 
 static void case_zero_alloc_fail(void) {

@@ -13,8 +13,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tap.h"
+
+/* Seconds on the monotonic clock: how long a failure took to come. */
+static inline double gpu_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* The skip reason of every GPU test in a build without CUDA. */
 #define GPU_TEST_NO_CUDA                                                       \
