@@ -28,7 +28,11 @@
  *  5. a grouped device allgather and a grouped device reducescatter of 4
  *     each ran as one group (the NCCL executor fuses them: in rank 0's
  *     timeline each member's span starts at one time and says
- *     "tensors":4), with exact results;
+ *     "tensors":4), with exact results, each through one NCCL call at
+ *     P > 1 (the stand-in counts them) and none at one rank;
+ *  6. a grouped allgather of a large even member (an NCCL call of its
+ *     own), an uneven one and a small one (packed together into one call,
+ *     no ncclBroadcast per rank): exact rows;
  * then hvd_shutdown, and hvd has freed every device and pinned allocation,
  * stream and event it made.
  *
@@ -287,8 +291,13 @@ static void test_fused(void) {
     sends[j].device = dev;
     memset(&outs[j], 0, sizeof outs[j]);
   }
+  long ag0 = standin_nccl_calls("ncclAllGather"),
+       bc0 = standin_nccl_calls("ncclBroadcast");
   is_int(HVD_SUCCESS, hvd_grouped_allgather(NF, ag_names, sends, outs),
          "grouped device allgather of %d", NF);
+  is_int(size > 1, standin_nccl_calls("ncclAllGather") - ag0,
+         "its small members packed into one ncclAllGather (none at one rank)");
+  is_int(0, standin_nccl_calls("ncclBroadcast") - bc0, "and no ncclBroadcast");
   for (int j = 0; j < NF; j++) {
     int64_t n = (int64_t)size * (j + 1) * 2;
     float h[64];
@@ -313,9 +322,12 @@ static void test_fused(void) {
     sends[j].device = dev;
     memset(&outs[j], 0, sizeof outs[j]);
   }
+  long rs0 = standin_nccl_calls("ncclReduceScatter");
   is_int(HVD_SUCCESS,
          hvd_grouped_reducescatter(NF, rs_names, sends, outs, HVD_SUM, 1, 1),
          "grouped device reducescatter of %d", NF);
+  is_int(size > 1, standin_nccl_calls("ncclReduceScatter") - rs0,
+         "one ncclReduceScatter for the group (none at one rank)");
   for (int j = 0; j < NF; j++) {
     int64_t rows = 3 * size + j, q = rows / size, m = rows % size;
     int64_t mine = q + (rank < m), first = rank * q + (rank < m ? rank : m);
@@ -329,6 +341,75 @@ static void test_fused(void) {
     cudaFree(bufs[j]);
   }
   ok(good, "its blocks exact");
+}
+
+/* A grouped allgather of a large member with as many rows on every rank
+ * (its own ncclAllGather: 20000 floats, 80000 bytes, past the 64 KiB
+ * where packing stops paying), a member with rank q's q + 1 rows (uneven:
+ * packed, padded to the largest share) and one of 3 rows (packed with
+ * it): two ncclAllGather calls at P > 1, none at one rank, no
+ * ncclBroadcast; every row exact. */
+#define BIG 20000
+static void test_direct_and_packed(void) {
+  static const char *names[3] = {"mix.big", "mix.uneven", "mix.small"};
+  int64_t rows[3] = {BIG, rank + 1, 3};
+  hvd_tensor_t sends[3], outs[3];
+  float *bufs[3], *h = malloc(BIG * sizeof *h);
+  if (h == NULL)
+    bail("malloc");
+  for (int j = 0; j < 3; j++) {
+    for (int64_t i = 0; i < rows[j]; i++)
+      h[i] = (float)(1000 * j + 100 * rank + i % 97);
+    cuda_ok(cudaMalloc((void **)&bufs[j], (size_t)rows[j] * sizeof *h),
+            "cudaMalloc");
+    cuda_ok(cudaMemcpy(bufs[j], h, (size_t)rows[j] * sizeof *h,
+                       cudaMemcpyHostToDevice),
+            "H2D");
+    sends[j] = hvd_tensor_make(bufs[j], HVD_FLOAT32, 1, &rows[j]);
+    sends[j].device = dev;
+    memset(&outs[j], 0, sizeof outs[j]);
+  }
+  long ag0 = standin_nccl_calls("ncclAllGather"),
+       bc0 = standin_nccl_calls("ncclBroadcast");
+  is_int(HVD_SUCCESS, hvd_grouped_allgather(3, names, sends, outs),
+         "grouped allgather: a large member, an uneven one, a small one");
+  is_int(size > 1 ? 2 : 0, standin_nccl_calls("ncclAllGather") - ag0,
+         "the large one's ncclAllGather and one for the packed two");
+  is_int(0, standin_nccl_calls("ncclBroadcast") - bc0,
+         "no ncclBroadcast for the uneven one");
+  int good = 1;
+  char why[200] = "";
+  float *g = malloc((size_t)size * BIG * sizeof *g);
+  if (g == NULL)
+    bail("malloc");
+  for (int j = 0; j < 3; j++) {
+    int64_t total = 0, at = 0;
+    for (int q = 0; q < size; q++)
+      total += j == 0 ? BIG : j == 1 ? q + 1 : 3;
+    good &= outs[j].shape[0] == total;
+    if (!good)
+      break;
+    cuda_ok(cudaMemcpy(g, outs[j].data, (size_t)total * sizeof *g,
+                       cudaMemcpyDeviceToHost),
+            "D2H");
+    for (int q = 0; q < size; q++) {
+      int64_t r = j == 0 ? BIG : j == 1 ? q + 1 : 3;
+      for (int64_t i = 0; i < r; i++, at++)
+        if (good && g[at] != (float)(1000 * j + 100 * q + i % 97)) {
+          good = 0;
+          snprintf(why, sizeof why, "%s row %lld = %g", names[j],
+                   (long long)at, (double)g[at]);
+        }
+    }
+  }
+  tap_note("%s", why);
+  ok(good, "every rank's rows of each, in rank order");
+  for (int j = 0; j < 3; j++) {
+    hvd_tensor_free(&outs[j]);
+    cudaFree(bufs[j]);
+  }
+  free(g);
+  free(h);
 }
 
 int main(int argc, char **argv) {
@@ -347,6 +428,7 @@ int main(int argc, char **argv) {
   test_process_set();
   test_stream_wait();
   test_fused();
+  test_direct_and_packed();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   char *text = rank == 0 ? hvdt_slurp(tl) : NULL;
   ok(rank != 0 || hvdt_timeline_fused(text, ag_names, NF, "ALLGATHER"),

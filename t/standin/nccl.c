@@ -641,6 +641,19 @@ static const char *const kind_names[] = {"ncclAllReduce", "ncclBroadcast",
                                          "ncclAllGather", "ncclReduceScatter",
                                          "ncclSend",      "ncclRecv"};
 
+/* Every communication call this process made, by kind (under mu). */
+static long kind_calls[sizeof kind_names / sizeof kind_names[0]];
+
+long standin_nccl_calls(const char *call) {
+  long n = -1;
+  pthread_mutex_lock(&mu);
+  for (size_t k = 0; k < sizeof kind_names / sizeof kind_names[0]; k++)
+    if (strcmp(kind_names[k], call) == 0)
+      n = kind_calls[k];
+  pthread_mutex_unlock(&mu);
+  return n;
+}
+
 enum { FAULT_NONE, FAULT_HANG, FAULT_ASYNC };
 
 typedef struct op {
@@ -804,6 +817,9 @@ static ncclResult_t check_op(op_t *o) {
     standin_access(o->stream, o->recv, o->kind == OP_ALLGATHER ? n * p : n, 1,
                    w, "recvbuff");
   c->calls++;
+  pthread_mutex_lock(&mu);
+  kind_calls[o->kind]++;
+  pthread_mutex_unlock(&mu);
   o->fault = c->calls == c->async_at + 1  ? FAULT_ASYNC
              : c->calls == c->hang_at + 1 ? FAULT_HANG
                                           : FAULT_NONE;

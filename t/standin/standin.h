@@ -61,6 +61,10 @@
 /* 1 if the last communicator made was blocking, 0 if it was non-blocking
  * (ncclCommInitRankConfig with config.blocking = 0), -1 before any. */
 int standin_nccl_last_blocking(void);
+/* The calls of one kind ("ncclAllGather", "ncclReduceScatter",
+ * "ncclBroadcast", "ncclAllReduce", "ncclSend", "ncclRecv") this process
+ * has made so far, on every communicator; -1 for another name. */
+long standin_nccl_calls(const char *call);
 /* Live allocations: cudaMalloc'd (device) and cudaHostAlloc'd (pinned). */
 long standin_device_allocations(void);
 long standin_pinned_allocations(void);
