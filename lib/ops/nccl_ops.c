@@ -195,6 +195,10 @@ static hvd_result_t nccl_enter(nccl_state_t *s, const hvd__exec_env_t *env,
 typedef hvd_result_t (*body_fn)(nccl_state_t *s, const hvd__exec_env_t *env,
                                 const hvd__work_t *w);
 
+static hvd_result_t reducescatter_local(nccl_state_t *s,
+                                        const hvd__exec_env_t *env,
+                                        const hvd__work_t *w);
+
 /* One tensor reduced in the caller's memory: prescale into recv first,
  * then in place. */
 static hvd_result_t allreduce_one(nccl_state_t *s, const hvd__exec_env_t *env,
@@ -234,7 +238,11 @@ static hvd_result_t allreduce(nccl_state_t *s, const hvd__exec_env_t *env,
   cudaStream_t st = s->gpu.stream;
   /* Alone, or one rank (nothing to exchange, so no fusion buffer: its pack
    * and unpack would be two passes over the bytes for nothing; an in-place
-   * group then costs no device pass at all): in the caller's memory. */
+   * group then costs no device pass at all): in the caller's memory. An
+   * in-place ncclAllReduce at one rank costs nothing measurable (an H200:
+   * 415 groups of bert base in 2 ms), so it stays (and NCCL's faults with
+   * it); reducescatter_local is there because a reducescatter's output is
+   * seldom its input. */
   if ((w->n == 1 || env->size == 1) && wire == dtype) {
     for (int i = 0; i < w->n; i++)
       HVD__CHECK(allreduce_one(s, env, d, w->reqs[i]));
@@ -325,9 +333,6 @@ static hvd_result_t group_end(nccl_state_t *s, ncclResult_t r,
 }
 
 static hvd_result_t reducescatter_fused(nccl_state_t *s,
-                                        const hvd__exec_env_t *env,
-                                        const hvd__work_t *w);
-static hvd_result_t reducescatter_local(nccl_state_t *s,
                                         const hvd__exec_env_t *env,
                                         const hvd__work_t *w);
 static hvd_result_t allgather_local(nccl_state_t *s, const hvd__exec_env_t *env,
@@ -740,15 +745,16 @@ fail:
 }
 
 /* Reducescatters at one rank: each output is its input, prescaled then
- * finished (average over one rank, postscale), as through NCCL: the same
- * roundings, one kernel for the prescale and one for the finish, each
- * only when it changes something. */
+ * finished (average over one rank, postscale), as through
+ * NCCL: the same roundings, one kernel for the prescale and one for the
+ * finish, each only when it changes something (an in-place group with
+ * neither launches nothing). */
 static hvd_result_t reducescatter_local(nccl_state_t *s,
                                         const hvd__exec_env_t *env,
                                         const hvd__work_t *w) {
   hvd_result_t rc = HVD_SUCCESS, prep = HVD_SUCCESS;
   const hvd__desc_t *d = w->desc;
-  int n = w->n;
+  int n = w->n, moved = 0;
   int64_t most = 0;
   for (int i = 0; i < n && prep == HVD_SUCCESS; i++)
     prep =
@@ -763,17 +769,18 @@ static hvd_result_t reducescatter_local(nccl_state_t *s,
     sp[i] = (hvd__cuda_span_t){r->send.data, r->recv.data, m};
     sp[n + i] = (hvd__cuda_span_t){r->recv.data, r->recv.data, m};
     most = m > most ? m : most;
+    moved += m > 0 && r->send.data != r->recv.data;
   }
-  if (most == 0)
+  int pre = d->prescale != 1.0, post = d->postscale != 1.0;
+  if (most == 0 || (!pre && !post && moved == 0))
     return HVD_SUCCESS;
   HVD__CHECK(hvd__gpu_upload_spans(&s->gpu, 2 * n));
   const hvd__cuda_span_t *dsp = s->gpu.cur->dspans;
   cudaStream_t st = s->gpu.stream;
-  int pre = d->prescale != 1.0;
   if (pre) /* into the outputs; the finish then works in place */
     HVD__CHECK(
         hvd__cuda_pack(dsp, n, most, d->dtype, d->dtype, d->prescale, st));
-  if (!pre || d->postscale != 1.0)
+  if (!pre || post)
     HVD__CHECK(hvd__cuda_unpack(pre ? dsp + n : dsp, n, most, d->dtype,
                                 d->dtype, d->op, d->postscale, 1, st));
 fail:
