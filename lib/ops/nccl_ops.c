@@ -730,12 +730,15 @@ static hvd_result_t allgather_local(nccl_state_t *s, const hvd__exec_env_t *env,
     prep = hvd__gpu_spans(&s->gpu, w->n);
   HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1, prep));
   hvd__cuda_span_t *sp = s->gpu.cur->spans;
+  int moved = 0;
   for (int i = 0; i < w->n; i++) {
-    int64_t b = (int64_t)hvd__tensor_bytes(&w->reqs[i]->send);
-    sp[i] = (hvd__cuda_span_t){w->reqs[i]->send.data, w->reqs[i]->recv.data, b};
+    const hvd_request_t *r = w->reqs[i];
+    int64_t b = (int64_t)hvd__tensor_bytes(&r->send);
+    sp[i] = (hvd__cuda_span_t){r->send.data, r->recv.data, b};
     most = b > most ? b : most;
+    moved += b > 0 && r->send.data != r->recv.data;
   }
-  if (most == 0)
+  if (moved == 0) /* ZeRO's: nothing to launch */
     return HVD_SUCCESS;
   HVD__CHECK(hvd__gpu_upload_spans(&s->gpu, w->n));
   HVD__CHECK(hvd__cuda_pack(s->gpu.cur->dspans, w->n, most, HVD_UINT8,
@@ -745,8 +748,8 @@ fail:
 }
 
 /* Reducescatters at one rank: each output is its input, prescaled then
- * finished (average over one rank, postscale), as through
- * NCCL: the same roundings, one kernel for the prescale and one for the
+ * finished (average over one rank, postscale), as through NCCL: the same
+ * roundings, one kernel for the prescale and one for the
  * finish, each only when it changes something (an in-place group with
  * neither launches nothing). */
 static hvd_result_t reducescatter_local(nccl_state_t *s,
