@@ -279,7 +279,8 @@ static int convert_skips(const hvd__mixed_t *m, const hvd_tensor_t *t,
  * tensor's) into float32 dsts[i] times f (may be srcs[i]'s own data when
  * float32); a float32 one in place with f 1 and no scaling is left alone.
  * The device ones in one batched launch, then the host ones while it
- * runs. *found: an inf or NaN in any. */
+ * runs. *found: an inf or NaN in any (in a device one only with loss
+ * scaling, the one use of it). */
 static hvd_result_t convert_all(hvd_optimizer_t *core, const hvd_tensor_t *srcs,
                                 float *const *dsts, int n, double f,
                                 int *found) {
@@ -287,7 +288,10 @@ static hvd_result_t convert_all(hvd_optimizer_t *core, const hvd_tensor_t *srcs,
   hvd__mixed_t *m = core->mixed;
   hvd_result_t rc = HVD_SUCCESS;
   int bad = 0, k = 0;
-  if (core->odev != NULL)
+  /* without scaling nothing reads the device's inf flag: no reset, and
+   * no wait for the conversions before the update is launched */
+  int flag_wanted = m->scaling;
+  if (core->odev != NULL && flag_wanted)
     HVD__CHECK(hvd__odev_flag_reset(who, core->odev));
   for (int i = 0; i < n; i++) {
     const hvd_tensor_t *t = &srcs[i];
@@ -303,7 +307,7 @@ static hvd_result_t convert_all(hvd_optimizer_t *core, const hvd_tensor_t *srcs,
       bad |= host_to_master(t->data, t->dtype, dsts[i], hvd_tensor_numel(t),
                             (float)f);
   }
-  if (k > 0) {
+  if (k > 0 && flag_wanted) {
     int flag = 0;
     HVD__CHECK(hvd__odev_flag_read(who, core->odev, &flag));
     bad |= flag;
