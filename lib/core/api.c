@@ -118,10 +118,15 @@ int hvd__coll_rank(void) {
   return cur_ps != NULL ? hvd_process_set_rank(cur_ps) : hvd_rank();
 }
 
+/* 1 while this thread's device data is settled (hvd__device_settled). */
+static _Thread_local int settled;
+
+void hvd__device_settled(int on) { settled = on; }
+
 /* Hands n built requests to the world's engine or cur_ps's. */
 static hvd_result_t submit_to(const char *fn, hvd_request_t *const *rs, int n) {
   for (int i = 0; i < n; i++) /* ordered after the caller's device work */
-    if (rs[i]->desc.device >= 0 && rs[i]->ready == NULL &&
+    if (rs[i]->desc.device >= 0 && rs[i]->ready == NULL && !settled &&
         hvd__cuda_ready_event(rs[i]->desc.device, &rs[i]->ready) !=
             HVD_SUCCESS) {
       char why[HVD__ERRMSG_MAX];

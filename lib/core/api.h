@@ -36,6 +36,14 @@ hvd_result_t hvd__reducescatter_into_async(const char *name,
                                            double pre, double post,
                                            hvd_request_t **req);
 
+/* on = 1: this thread's next device submissions read data that the host
+ * has already seen complete on the device (it synchronised the stream
+ * that wrote it), so they get no ready event (hvd.h, "Device ordering")
+ * and hvd's stream waits for nothing: a cudaEventRecord and a
+ * cudaStreamWaitEvent less per tensor. on = 0 (the default) ends it.
+ * ZeRO-1's allgather of the values after its synchronised update. */
+void hvd__device_settled(int on);
+
 /* HVD_ERR_NOT_INITIALIZED with "<fn>: hvd_init() has not been called". */
 hvd_result_t hvd__not_initialized(const char *fn);
 

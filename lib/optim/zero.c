@@ -266,7 +266,9 @@ static int gather_item(hvd__zero_t *z, hvd_optimizer_t *core, int what, int k,
  * written there directly (hvd__allgather_into_async: nothing allocated,
  * nothing copied). Submits them all, so that they fuse, then waits for
  * every one, even after a failure, and returns the first failure's code
- * and message. */
+ * and message. The values follow an update that synchronised its stream
+ * (the base's step, or the rounding into low-precision values): they are
+ * settled on the device, so no ready event per block (hvd__device_settled). */
 static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
                                   int what) {
   int count = what == STATE ? z->n * z->ns : z->n;
@@ -276,6 +278,7 @@ static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
   if (req == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY,
                           "gathering the optimizer's blocks: out of memory");
+  hvd__device_settled(what == VALUES);
   for (int k = 0; k < count; k++) {
     const hvd_tensor_t *send;
     hvd_tensor_t whole;
@@ -288,6 +291,7 @@ static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
       snprintf(msg, sizeof msg, "%s", hvd_last_error());
     }
   }
+  hvd__device_settled(0);
   for (int k = 0; k < count; k++) {
     hvd_result_t rc = req[k] != NULL ? hvd_wait(req[k]) : HVD_SUCCESS;
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {

@@ -943,6 +943,16 @@ int standin_peak_in_flight(void) {
   return n;
 }
 
+/* cudaStreamWaitEvent calls so far (under sync_mu). */
+static long stream_waits;
+
+long standin_stream_waits(void) {
+  pthread_mutex_lock(&sync_mu);
+  long n = stream_waits;
+  pthread_mutex_unlock(&sync_mu);
+  return n;
+}
+
 long standin_not_ready_answers(void) {
   pthread_mutex_lock(&sync_mu);
   long n = not_ready;
@@ -1252,6 +1262,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
   pthread_mutex_lock(&sync_mu);
   stream_t *s = stream_locked(stream, "cudaStreamWaitEvent");
   event_t *e = event_locked(event, "cudaStreamWaitEvent");
+  stream_waits++;
   (void)stream_id(s);
   vc_merge(s->vc, e->vc);
   if (e->recorded && e->at > s->busy_until) /* a GPU's stream waits */

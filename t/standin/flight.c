@@ -33,6 +33,9 @@
  *  6. a grouped allgather of a large even member (an NCCL call of its
  *     own), an uneven one and a small one (packed together into one call,
  *     no ncclBroadcast per rank): exact rows;
+ *  7. ZeRO-1's step on device parameters makes one cudaStreamWaitEvent
+ *     per gradient, as the unsharded one: its allgather of the values,
+ *     settled by the synchronised update, waits for no ready event;
  * then hvd_shutdown, and hvd has freed every device and pinned allocation,
  * stream and event it made.
  *
@@ -412,6 +415,76 @@ static void test_direct_and_packed(void) {
   free(h);
 }
 
+/* ZeRO-1's allgather of the values waits for no ready event: they are
+ * settled by the synchronised update before it (hvd__device_settled).
+ * NZ device parameters (uneven sizes) under SGD, distributed unsharded
+ * and sharded: one step of each makes exactly NZ cudaStreamWaitEvent
+ * calls, one per gradient's reduction (an allgather that waited too made
+ * 2 NZ), and both leave the same values. */
+#define NZ 5
+static void test_zero_waits(void) {
+  static const char *names[NZ] = {"z.0", "z.1", "z.2", "z.3", "z.4"};
+  hvd_param_t ps[2][NZ];
+  hvd_optimizer_t *opt[2] = {NULL, NULL};
+  long waits[2] = {-1, -1};
+  float h[64];
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < NZ; i++) {
+      int64_t n = 7 * i + 3;
+      void *v, *g;
+      for (int64_t e = 0; e < n; e++)
+        h[e] = (float)(i + e);
+      cuda_ok(cudaMalloc(&v, sizeof h), "cudaMalloc");
+      cuda_ok(cudaMalloc(&g, sizeof h), "cudaMalloc");
+      cuda_ok(cudaMemcpy(v, h, sizeof h, cudaMemcpyHostToDevice), "H2D");
+      for (int64_t e = 0; e < n; e++)
+        h[e] = (float)(rank + 1) / 4;
+      cuda_ok(cudaMemcpy(g, h, sizeof h, cudaMemcpyHostToDevice), "H2D");
+      ps[k][i].name = names[i];
+      ps[k][i].value = hvd_tensor_make(v, HVD_FLOAT32, 1, &n);
+      ps[k][i].grad = hvd_tensor_make(g, HVD_FLOAT32, 1, &n);
+      ps[k][i].value.device = ps[k][i].grad.device = dev;
+    }
+    hvd_sgd_options_t so;
+    hvd_sgd_options_init(&so);
+    hvd_optimizer_t *base = NULL;
+    hvd_distributed_options_t o;
+    hvd_distributed_options_init(&o);
+    o.shard_optimizer_state = k;
+    if (hvd_sgd_create(ps[k], NZ, &so, &base) != HVD_SUCCESS ||
+        hvd_distributed_optimizer(base, &o, &opt[k]) != HVD_SUCCESS)
+      bail("optimizer: %s", hvd_last_error());
+    long w0 = standin_stream_waits();
+    for (int i = NZ - 1; i >= 0; i--)
+      if (hvd_optimizer_grad_ready(opt[k], i) != HVD_SUCCESS)
+        bail("grad_ready: %s", hvd_last_error());
+    if (hvd_optimizer_step(opt[k]) != HVD_SUCCESS)
+      bail("step: %s", hvd_last_error());
+    waits[k] = standin_stream_waits() - w0;
+  }
+  is_int(NZ, waits[0], "an unsharded step: one stream wait per gradient");
+  is_int(NZ, waits[1],
+         "a sharded step too: the values' allgather waits for no event");
+  int same = 1;
+  float a[64], b[64];
+  for (int i = 0; i < NZ; i++) {
+    size_t bytes = (size_t)(7 * i + 3) * sizeof(float);
+    cuda_ok(cudaMemcpy(a, ps[0][i].value.data, bytes, cudaMemcpyDeviceToHost),
+            "D2H");
+    cuda_ok(cudaMemcpy(b, ps[1][i].value.data, bytes, cudaMemcpyDeviceToHost),
+            "D2H");
+    same &= memcmp(a, b, bytes) == 0;
+  }
+  ok(same, "and both steps leave the same values");
+  for (int k = 0; k < 2; k++) {
+    hvd_optimizer_destroy(opt[k]);
+    for (int i = 0; i < NZ; i++) {
+      cudaFree(ps[k][i].value.data);
+      cudaFree(ps[k][i].grad.data);
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   dev = standin_gpu_each(&argc, &argv, &rank, &size);
   setenv("HVD_GPU_OPERATIONS", "nccl", 1);
@@ -429,6 +502,7 @@ int main(int argc, char **argv) {
   test_stream_wait();
   test_fused();
   test_direct_and_packed();
+  test_zero_waits();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   char *text = rank == 0 ? hvdt_slurp(tl) : NULL;
   ok(rank != 0 || hvdt_timeline_fused(text, ag_names, NF, "ALLGATHER"),

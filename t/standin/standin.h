@@ -71,6 +71,8 @@ long standin_pinned_allocations(void);
 /* Live streams and events (created, not yet destroyed). */
 long standin_streams(void);
 long standin_events(void);
+/* How many cudaStreamWaitEvent calls this process made, in all. */
+long standin_stream_waits(void);
 /* How many times cudaEventQuery said cudaErrorNotReady, in all. */
 long standin_not_ready_answers(void);
 /* The work enqueued on stream s (NULL: the current device's legacy
