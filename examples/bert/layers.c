@@ -479,3 +479,27 @@ int bert_cuda_flash_fits(int precision, int S, int A, int dh) {
 }
 const char *bert_cuda_graphs_off(void) { return NULL; }
 #endif
+
+void bert_add_layernorm_fwd(const bert_backend_t *k, const void *a,
+                            const void *res, const void *g, const void *b,
+                            float eps, void *sum, void *y, float *mean,
+                            float *rstd, int n, int h) {
+  if (k->add_layernorm_fwd != NULL) {
+    k->add_layernorm_fwd(a, res, g, b, eps, sum, y, mean, rstd, n, h);
+    return;
+  }
+  k->add(a, res, sum, (int64_t)n * h);
+  k->layernorm_fwd(sum, g, b, eps, y, mean, rstd, n, h);
+}
+
+void bert_layernorm_bwd2(const bert_backend_t *k, const void *x,
+                         const float *mean, const float *rstd, const void *g,
+                         const void *dy, void *dx, void *dx2, void *dg,
+                         void *db, int n, int h) {
+  if (k->layernorm_bwd2 != NULL) {
+    k->layernorm_bwd2(x, mean, rstd, g, dy, dx, dx2, dg, db, n, h);
+    return;
+  }
+  k->layernorm_bwd(x, mean, rstd, g, dy, dx, dg, db, n, h);
+  k->copy(dx, dx2, (int64_t)n * h);
+}

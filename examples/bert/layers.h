@@ -262,7 +262,32 @@ typedef struct bert_backend {
                       void *dst);
   void (*scatter_add_rows)(const void *src, const int32_t *rows, int m, int h,
                            void *dst);
+
+  /* Fused pairs, NULL where a backend does not fuse them (the CPU's):
+   * the caller then makes the two calls (bert_add_layernorm_fwd and
+   * bert_layernorm_bwd2 below do either). The same results bit for bit.
+   *  - add_layernorm_fwd: add(a, res, sum, n h) then layernorm_fwd(sum,
+   *    ...) (the residual add before a LayerNorm); sum may be a;
+   *  - layernorm_bwd2: layernorm_bwd, then copy(dx, dx2, n h) (the
+   *    residual's share of the gradient); dx2 aliases nothing. */
+  void (*add_layernorm_fwd)(const void *a, const void *res, const void *g,
+                            const void *b, float eps, void *sum, void *y,
+                            float *mean, float *rstd, int n, int h);
+  void (*layernorm_bwd2)(const void *x, const float *mean, const float *rstd,
+                         const void *g, const void *dy, void *dx, void *dx2,
+                         void *dg, void *db, int n, int h);
 } bert_backend_t;
+
+/* k's add_layernorm_fwd, or its add and layernorm_fwd. */
+void bert_add_layernorm_fwd(const bert_backend_t *k, const void *a,
+                            const void *res, const void *g, const void *b,
+                            float eps, void *sum, void *y, float *mean,
+                            float *rstd, int n, int h);
+/* k's layernorm_bwd2, or its layernorm_bwd and copy. */
+void bert_layernorm_bwd2(const bert_backend_t *k, const void *x,
+                         const float *mean, const float *rstd, const void *g,
+                         const void *dy, void *dx, void *dx2, void *dg,
+                         void *db, int n, int h);
 
 /* The host: the bert_* functions above; never fails. */
 extern const bert_backend_t bert_backend_cpu;
@@ -309,7 +334,10 @@ void bert_cuda_set_graphs(int on);
  * algorithm for a shape), and the attention's batched products read and
  * write the heads where they are. Both follow "Precisions" above, not
  * bit for bit (cuBLAS may pick other algorithms); float32 always takes the
- * plain path. For comparisons. */
+ * plain path. Also, in every precision, the residual add and its
+ * LayerNorm as two kernels (add_layernorm_fwd), and LayerNorm's backward
+ * and the copy of its dx (layernorm_bwd2), instead of one each (the same
+ * bits either way). For comparisons. */
 void bert_cuda_set_plain(int on);
 /* 1: the 16-bit attention of heads of 64 (dh 64) and S >= 70 runs as
  * flash attention: the scores are never written, probs keeps instead what

@@ -57,12 +57,16 @@
  * instead of copying it head-major and back. The same products on the
  * same values; float32 keeps the plain path, operation for operation.
  * With bert_cuda_set_flash(1) the 16-bit attention of heads of 64 runs
- * as flash attention ("flash attention" below): no B*A*S*S scores.
+ * as flash attention ("flash attention" below): no B*A*S*S scores. In
+ * every precision (unless bert_cuda_set_plain(1)), the residual add is
+ * fused into the LayerNorm after it (add_layernorm_fwd) and the copy of
+ * the residual's gradient into LayerNorm's backward (layernorm_bwd2):
+ * the same expressions, the same bits, two launches and passes fewer.
  *
  * Performance, later work: the GELU in the epilogue too (cuBLASLt's GELU
- * is the tanh approximation, not this model's erf); LayerNorm fused
- * with the residual add; vectorised (2 or 8 element) loads of the T
- * kernels; a sort instead of row_links_kernel's O(m^2) scan.
+ * is the tanh approximation, not this model's erf); vectorised (2 or 8
+ * element) loads of the T kernels; a sort instead of row_links_kernel's
+ * O(m^2) scan.
  *
  * Row-major vs cuBLAS. cuBLAS is column-major: a row-major [r, c] matrix
  * with leading dimension ld is, to cuBLAS, the column-major [c, r] matrix
@@ -795,18 +799,32 @@ struct TypeRows { /* dtype[t] += dout of the tokens of type t */
 
 /* One block per row (grid-stride over rows; the row index is the same
  * for the whole block, so the barriers inside block_sum are reached by
- * every thread). */
-template <typename T>
-__global__ void layernorm_fwd_kernel(const T *x, const T *g, const T *b,
-                                     float eps, T *y, float *mean, float *rstd,
-                                     int64_t n, int h) {
+ * every thread). With Add, the row is first sum = a + res rounded to T
+ * (add_kernel's expression), written to sum, and normalised from there:
+ * each thread reads back only the elements it wrote (sum may be a). */
+template <typename T, bool Add>
+__global__ void layernorm_fwd_kernel(const T *x, const T *res, const T *g,
+                                     const T *b, float eps, T *sum, T *y,
+                                     float *mean, float *rstd, int64_t n,
+                                     int h) {
   __shared__ double sh[kThreads / kWarp];
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
     const T *xr = x + row * h;
     T *yr = y + row * h;
     double s = 0;
-    for (int j = threadIdx.x; j < h; j += blockDim.x)
-      s += to_float(xr[j]);
+    if (Add) {
+      const T *rr = res + row * h;
+      T *sr = sum + row * h;
+      for (int j = threadIdx.x; j < h; j += blockDim.x) {
+        const T v = from_float<T>(to_float(xr[j]) + to_float(rr[j]));
+        sr[j] = v;
+        s += to_float(v);
+      }
+      xr = sr;
+    } else {
+      for (int j = threadIdx.x; j < h; j += blockDim.x)
+        s += to_float(xr[j]);
+    }
     double mu = block_sum(s, sh) / h;
     double ss = 0;
     for (int j = threadIdx.x; j < h; j += blockDim.x) {
@@ -826,17 +844,18 @@ __global__ void layernorm_fwd_kernel(const T *x, const T *g, const T *b,
   }
 }
 
-/* dx only (dg and db come from colsum first, as dx may alias dy). Each
+/* dx only (dg and db come from colsum first, as dx may alias dy), and
+ * the same value into dx2 where it is given (layernorm_bwd2). Each
  * thread reads dy[j] and then writes dx[j] at the same j, after the
  * block's sums are complete. */
 template <typename T>
 __global__ void layernorm_bwd_kernel(const T *x, const float *mean,
                                      const float *rstd, const T *g, const T *dy,
-                                     T *dx, int64_t n, int h) {
+                                     T *dx, T *dx2, int64_t n, int h) {
   __shared__ double sh[kThreads / kWarp];
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
     const T *xr = x + row * h, *dyr = dy + row * h;
-    T *dxr = dx + row * h;
+    T *dxr = dx + row * h, *dx2r = dx2 != NULL ? dx2 + row * h : NULL;
     const float m = mean[row], r = rstd[row];
     double s1 = 0, s2 = 0;
     for (int j = threadIdx.x; j < h; j += blockDim.x) {
@@ -850,8 +869,11 @@ __global__ void layernorm_bwd_kernel(const T *x, const float *mean,
     float a = (float)(s1 / h), c = (float)(s2 / h);
     for (int j = threadIdx.x; j < h; j += blockDim.x) {
       float xhat = (to_float(xr[j]) - m) * r;
-      dxr[j] =
+      const T v =
           from_float<T>(r * (to_float(dyr[j]) * to_float(g[j]) - a - xhat * c));
+      dxr[j] = v;
+      if (dx2r != NULL)
+        dx2r[j] = v;
     }
   }
 }
@@ -1170,15 +1192,40 @@ void layernorm_fwd(const void *x, const void *g, const void *b, float eps,
                    void *y, float *mean, float *rstd, int n, int h) {
   if (!usable() || n <= 0)
     return;
-  layernorm_fwd_kernel<T><<<grid_rows(n), kThreads, 0, st.stream>>>(
-      (const T *)x, (const T *)g, (const T *)b, eps, (T *)y, mean, rstd, n, h);
+  layernorm_fwd_kernel<T, false><<<grid_rows(n), kThreads, 0, st.stream>>>(
+      (const T *)x, NULL, (const T *)g, (const T *)b, eps, NULL, (T *)y, mean,
+      rstd, n, h);
   launched("layernorm_fwd_kernel");
 }
 
 template <typename T>
-void layernorm_bwd(const void *xv, const float *mean, const float *rstd,
-                   const void *g, const void *dyv, void *dx, void *dg, void *db,
-                   int n, int h) {
+void add_elems(const void *a, const void *b, void *y, int64_t n);
+template <typename T> void copy_elems(const void *src, void *dst, int64_t n);
+
+/* The residual add and the LayerNorm in one kernel (two with
+ * bert_cuda_set_plain(1)): the same bits either way. */
+template <typename T>
+void add_layernorm_fwd(const void *a, const void *res, const void *g,
+                       const void *b, float eps, void *sum, void *y,
+                       float *mean, float *rstd, int n, int h) {
+  if (!usable() || n <= 0)
+    return;
+  if (st.plain) {
+    add_elems<T>(a, res, sum, (int64_t)n * h);
+    layernorm_fwd<T>(sum, g, b, eps, y, mean, rstd, n, h);
+    return;
+  }
+  layernorm_fwd_kernel<T, true><<<grid_rows(n), kThreads, 0, st.stream>>>(
+      (const T *)a, (const T *)res, (const T *)g, (const T *)b, eps, (T *)sum,
+      (T *)y, mean, rstd, n, h);
+  launched("layernorm_fwd_kernel (residual add)");
+}
+
+/* layernorm_bwd, writing dx into dx2 too where given. */
+template <typename T>
+void layernorm_bwd_into(const void *xv, const float *mean, const float *rstd,
+                        const void *g, const void *dyv, void *dx, void *dx2,
+                        void *dg, void *db, int n, int h) {
   const T *x = (const T *)xv, *dy = (const T *)dyv;
   if (!usable() || n <= 0)
     return;
@@ -1186,8 +1233,29 @@ void layernorm_bwd(const void *xv, const float *mean, const float *rstd,
   colsum<2, T>(LayerNormParams<T>{x, dy, mean, rstd, h}, n, h, (T *)dg, (T *)db,
                "colsum (LayerNorm gradients)");
   layernorm_bwd_kernel<T><<<grid_rows(n), kThreads, 0, st.stream>>>(
-      x, mean, rstd, (const T *)g, dy, (T *)dx, n, h);
+      x, mean, rstd, (const T *)g, dy, (T *)dx, (T *)dx2, n, h);
   launched("layernorm_bwd_kernel");
+}
+
+template <typename T>
+void layernorm_bwd(const void *x, const float *mean, const float *rstd,
+                   const void *g, const void *dy, void *dx, void *dg, void *db,
+                   int n, int h) {
+  layernorm_bwd_into<T>(x, mean, rstd, g, dy, dx, NULL, dg, db, n, h);
+}
+
+/* LayerNorm's backward and the copy of its dx in one kernel (two with
+ * bert_cuda_set_plain(1)). */
+template <typename T>
+void layernorm_bwd2(const void *x, const float *mean, const float *rstd,
+                    const void *g, const void *dy, void *dx, void *dx2,
+                    void *dg, void *db, int n, int h) {
+  if (st.plain) {
+    layernorm_bwd<T>(x, mean, rstd, g, dy, dx, dg, db, n, h);
+    copy_elems<T>(dx, dx2, (int64_t)n * h);
+    return;
+  }
+  layernorm_bwd_into<T>(x, mean, rstd, g, dy, dx, dx2, dg, db, n, h);
 }
 
 template <typename T> void gelu_fwd(const void *x, void *y, int64_t n) {
@@ -2315,6 +2383,8 @@ template <typename T> constexpr bert_backend_t make_table(int precision) {
       /* .zero = */ zero_elems<T>,
       /* .gather_rows = */ gather_rows<T>,
       /* .scatter_add_rows = */ scatter_add_rows<T>,
+      /* .add_layernorm_fwd = */ add_layernorm_fwd<T>,
+      /* .layernorm_bwd2 = */ layernorm_bwd2<T>,
   };
 }
 

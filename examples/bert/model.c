@@ -823,19 +823,17 @@ static void layer_fwd(bert_model_t *m, int l) {
   k->attention_fwd(a->q, a->k, a->v, lengths, a->probs, a->ctx, B, S, A, H / A);
   k->linear_fwd(a->ctx, val(m, layer_param(l, L_AO_W)),
                 val(m, layer_param(l, L_AO_B)), a->h1_pre, N, H, H);
-  k->add(a->h1_pre, x, a->h1_pre, (int64_t)N * H);
-  k->layernorm_fwd(a->h1_pre, val(m, layer_param(l, L_ALN_W)),
-                   val(m, layer_param(l, L_ALN_B)), eps, a->h1, a->ln1_mean,
-                   a->ln1_rstd, N, H);
+  bert_add_layernorm_fwd(k, a->h1_pre, x, val(m, layer_param(l, L_ALN_W)),
+                         val(m, layer_param(l, L_ALN_B)), eps, a->h1_pre, a->h1,
+                         a->ln1_mean, a->ln1_rstd, N, H);
   k->linear_fwd(a->h1, val(m, layer_param(l, L_I_W)),
                 val(m, layer_param(l, L_I_B)), a->inter_pre, N, H, F);
   k->gelu_fwd(a->inter_pre, a->inter, (int64_t)N * F);
   k->linear_fwd(a->inter, val(m, layer_param(l, L_O_W)),
                 val(m, layer_param(l, L_O_B)), a->h2_pre, N, F, H);
-  k->add(a->h2_pre, a->h1, a->h2_pre, (int64_t)N * H);
-  k->layernorm_fwd(a->h2_pre, val(m, layer_param(l, L_OLN_W)),
-                   val(m, layer_param(l, L_OLN_B)), eps, m->hs[l + 1],
-                   a->ln2_mean, a->ln2_rstd, N, H);
+  bert_add_layernorm_fwd(k, a->h2_pre, a->h1, val(m, layer_param(l, L_OLN_W)),
+                         val(m, layer_param(l, L_OLN_B)), eps, a->h2_pre,
+                         m->hs[l + 1], a->ln2_mean, a->ln2_rstd, N, H);
 }
 
 /* ---- CUDA graphs ---------------------------------------------------------
@@ -1089,10 +1087,9 @@ static void layer_bwd(bert_model_t *m, int l, ready_queue_t *q) {
 #define W(p) val(m, layer_param(l, p))
 #define G(p) grad(m, layer_param(l, p))
   /* output LayerNorm; the residual sends its gradient to h1 too */
-  k->layernorm_bwd(a->h2_pre, a->ln2_mean, a->ln2_rstd, W(L_OLN_W), m->g_x,
-                   m->g_tmp, G(L_OLN_W), G(L_OLN_B), N, H);
+  bert_layernorm_bwd2(k, a->h2_pre, a->ln2_mean, a->ln2_rstd, W(L_OLN_W),
+                      m->g_x, m->g_tmp, m->g_h1, G(L_OLN_W), G(L_OLN_B), N, H);
   signal2(q, layer_param(l, bwd_order[0]));
-  k->copy(m->g_tmp, m->g_h1, (int64_t)N * H);
   /* FFN: output dense, GELU, intermediate dense */
   k->linear_bwd(a->inter, W(L_O_W), m->g_tmp, m->g_inter, 0.0f, G(L_O_W),
                 G(L_O_B), N, F, H);
@@ -1101,16 +1098,16 @@ static void layer_bwd(bert_model_t *m, int l, ready_queue_t *q) {
   k->linear_bwd(a->h1, W(L_I_W), m->g_inter, m->g_h1, 1.0f, G(L_I_W), G(L_I_B),
                 N, H, F);
   signal2(q, layer_param(l, bwd_order[2]));
-  /* attention LayerNorm; the residual sends its gradient to x */
-  k->layernorm_bwd(a->h1_pre, a->ln1_mean, a->ln1_rstd, W(L_ALN_W), m->g_h1,
-                   m->g_tmp, G(L_ALN_W), G(L_ALN_B), N, H);
+  /* attention LayerNorm; the residual sends its gradient to x (g_x is
+   * free: layernorm_bwd above read it, the Q, K, V products add to it) */
+  bert_layernorm_bwd2(k, a->h1_pre, a->ln1_mean, a->ln1_rstd, W(L_ALN_W),
+                      m->g_h1, m->g_tmp, m->g_x, G(L_ALN_W), G(L_ALN_B), N, H);
   signal2(q, layer_param(l, bwd_order[3]));
   k->linear_bwd(a->ctx, W(L_AO_W), m->g_tmp, m->g_ctx, 0.0f, G(L_AO_W),
                 G(L_AO_B), N, H, H);
   signal2(q, layer_param(l, bwd_order[4]));
   k->attention_bwd(a->q, a->k, a->v, a->probs, m->g_ctx, m->g_q, m->g_k, m->g_v,
                    m->scratch, B, S, A, H / A);
-  k->copy(m->g_tmp, m->g_x, (int64_t)N * H);
   k->linear_bwd(x, W(L_Q_W), m->g_q, m->g_x, 1.0f, G(L_Q_W), G(L_Q_B), N, H, H);
   signal2(q, layer_param(l, bwd_order[5]));
   k->linear_bwd(x, W(L_K_W), m->g_k, m->g_x, 1.0f, G(L_K_W), G(L_K_B), N, H, H);

@@ -224,6 +224,54 @@ static void test_linear(int n, int in, int out, int bias, int with_dx,
   G->free(gdx), G->free(gdW), G->free(gdb);
 }
 
+/* The fused pairs (float32): add_layernorm_fwd in place (sum over a)
+ * against bert_add and bert_layernorm_fwd, the sum bit for bit; then
+ * layernorm_bwd2 against bert_layernorm_bwd, its dx2 the GPU's dx bit for
+ * bit. */
+static void test_fused_layernorm(int n, int h) {
+  const int64_t nx = (int64_t)n * h;
+  char name[96];
+  float *a = randn(nx, 2), *res = randn(nx, 1), *g = randn(h, 1);
+  float *b = randn(h, 1), *y = xmalloc(sizeof(float) * (size_t)nx);
+  float *mean = xmalloc(sizeof(float) * n), *rstd = xmalloc(sizeof(float) * n);
+  float *dy = randn(nx, 1), *dx = xmalloc(sizeof(float) * (size_t)nx);
+  float *dg = randn(h, 1), *db = randn(h, 1);
+  float *ga = upf(a, nx), *gres = upf(res, nx), *gg = upf(g, h), *gb = upf(b, h);
+  float *gy = G->alloc(sizeof(float) * (size_t)nx);
+  float *gmean = G->alloc(sizeof(float) * n), *grstd = G->alloc(sizeof(float) * n);
+  float *gdy = upf(dy, nx), *gdx = G->alloc(sizeof(float) * (size_t)nx);
+  float *gdx2 = G->alloc(sizeof(float) * (size_t)nx);
+  float *gdg = upf(dg, h), *gdb = upf(db, h);
+
+  bert_add(a, res, a, nx);
+  bert_layernorm_fwd(a, g, b, 1e-12f, y, mean, rstd, n, h);
+  G->add_layernorm_fwd(ga, gres, gg, gb, 1e-12f, ga, gy, gmean, grstd, n, h);
+  snprintf(name, sizeof name, "add_layernorm_fwd n=%d h=%d: sum (in place)", n,
+           h);
+  same(name, ga, a, nx, 0);
+  snprintf(name, sizeof name, "add_layernorm_fwd n=%d h=%d: y", n, h);
+  same(name, gy, y, nx, TOL_LAYER);
+  snprintf(name, sizeof name, "add_layernorm_fwd n=%d h=%d: mean, rstd", n, h);
+  same(name, gmean, mean, n, TOL_LAYER);
+  same(name, grstd, rstd, n, TOL_LAYER);
+  bert_layernorm_bwd(a, mean, rstd, g, dy, dx, dg, db, n, h);
+  G->layernorm_bwd2(ga, gmean, grstd, gg, gdy, gdx, gdx2, gdg, gdb, n, h);
+  snprintf(name, sizeof name, "layernorm_bwd2 n=%d h=%d: dx", n, h);
+  same(name, gdx, dx, nx, TOL_LAYER);
+  snprintf(name, sizeof name, "layernorm_bwd2 n=%d h=%d: dg, db (+=)", n, h);
+  same(name, gdg, dg, h, TOL_LAYER);
+  same(name, gdb, db, h, TOL_LAYER);
+  float *h1 = down(gdx, nx), *h2 = down(gdx2, nx);
+  ok(memcmp(h1, h2, sizeof(float) * (size_t)nx) == 0,
+     "layernorm_bwd2 n=%d h=%d: dx2 is dx bit for bit", n, h);
+  free(h1), free(h2);
+  free(a), free(res), free(g), free(b), free(y), free(mean), free(rstd);
+  free(dy), free(dx), free(dg), free(db);
+  G->free(ga), G->free(gres), G->free(gg), G->free(gb), G->free(gy);
+  G->free(gmean), G->free(grstd), G->free(gdy), G->free(gdx), G->free(gdx2);
+  G->free(gdg), G->free(gdb);
+}
+
 static void test_layernorm(int n, int h) {
   char name[96];
   float *x = randn((int64_t)n * h, 2), *g = randn(h, 1), *b = randn(h, 1);
@@ -258,6 +306,7 @@ static void test_layernorm(int n, int h) {
   free(dg), free(db);
   G->free(gx), G->free(gg), G->free(gb), G->free(gy), G->free(gmean);
   G->free(grstd), G->free(gdy), G->free(gdg), G->free(gdb);
+  test_fused_layernorm(n, h);
 }
 
 static void test_gelu(int64_t n) {
@@ -553,6 +602,58 @@ static void lp_linear(int n, int in, int out, int bias, int with_dx,
   G->free(gdx), G->free(gdW), G->free(gdb);
 }
 
+/* The fused pairs in precision P (fused kernels, or with PLAIN the two
+ * calls each): add_layernorm_fwd in place against the CPU model's add and
+ * layernorm_fwd (bert_add_layernorm_fwd composes them), the sum bit for
+ * bit; layernorm_bwd2 against its layernorm_bwd and copy, dx2 the GPU's
+ * dx bit for bit. */
+static void lp_fused_layernorm(int n, int h) {
+  const int64_t nx = (int64_t)n * h;
+  char what[96];
+  void *a = trandn(nx, 2), *res = trandn(nx, 1), *g = trandn(h, 1);
+  void *b = trandn(h, 1), *y = xmalloc(ES * (size_t)nx);
+  void *dy = trandn(nx, 1), *dx = xmalloc(ES * (size_t)nx);
+  void *dx2 = xmalloc(ES * (size_t)nx), *dg = trandn(h, 1), *db = trandn(h, 1);
+  float *mean = xmalloc(sizeof(float) * n), *rstd = xmalloc(sizeof(float) * n);
+  void *ga = tup(a, nx), *gres = tup(res, nx), *gg = tup(g, h), *gb = tup(b, h);
+  void *gy = tdev(nx), *gdy = tup(dy, nx), *gdx = tdev(nx), *gdx2 = tdev(nx);
+  void *gdg = tup(dg, h), *gdb = tup(db, h);
+  float *gmean = G->alloc(sizeof(float) * n),
+        *grstd = G->alloc(sizeof(float) * n);
+
+  bert_add_layernorm_fwd(C, a, res, g, b, 1e-12f, a, y, mean, rstd, n, h);
+  bert_add_layernorm_fwd(G, ga, gres, gg, gb, 1e-12f, ga, gy, gmean, grstd, n,
+                         h);
+  snprintf(what, sizeof what, "add_layernorm_fwd n=%d h=%d: sum (in place)", n,
+           h);
+  tsame(what, ga, a, nx, 1);
+  snprintf(what, sizeof what, "add_layernorm_fwd n=%d h=%d: y", n, h);
+  tsame(what, gy, y, nx, 0);
+  snprintf(what, sizeof what, "%s add_layernorm_fwd n=%d h=%d: mean, rstd",
+           plabel(), n, h);
+  same(what, gmean, mean, n, TOL_LAYER);
+  same(what, grstd, rstd, n, TOL_LAYER);
+  bert_layernorm_bwd2(C, a, mean, rstd, g, dy, dx, dx2, dg, db, n, h);
+  bert_layernorm_bwd2(G, ga, gmean, grstd, gg, gdy, gdx, gdx2, gdg, gdb, n, h);
+  snprintf(what, sizeof what, "layernorm_bwd2 n=%d h=%d: dx", n, h);
+  tsame(what, gdx, dx, nx, 0);
+  snprintf(what, sizeof what, "layernorm_bwd2 n=%d h=%d: dg (+=)", n, h);
+  tsame(what, gdg, dg, h, 0);
+  snprintf(what, sizeof what, "layernorm_bwd2 n=%d h=%d: db (+=)", n, h);
+  tsame(what, gdb, db, h, 0);
+  void *h1 = xmalloc(ES * (size_t)nx), *h2 = xmalloc(ES * (size_t)nx);
+  G->to_host(h1, gdx, ES * (size_t)nx);
+  G->to_host(h2, gdx2, ES * (size_t)nx);
+  ok(memcmp(h1, h2, ES * (size_t)nx) == 0,
+     "%s layernorm_bwd2 n=%d h=%d: dx2 is dx bit for bit", plabel(), n, h);
+  free(h1), free(h2);
+  free(a), free(res), free(g), free(b), free(y), free(dy), free(dx), free(dx2);
+  free(dg), free(db), free(mean), free(rstd);
+  G->free(ga), G->free(gres), G->free(gg), G->free(gb), G->free(gy);
+  G->free(gdy), G->free(gdx), G->free(gdx2), G->free(gdg), G->free(gdb);
+  G->free(gmean), G->free(grstd);
+}
+
 static void lp_layernorm(int n, int h) {
   const int64_t nx = (int64_t)n * h;
   char what[96];
@@ -591,6 +692,7 @@ static void lp_layernorm(int n, int h) {
   free(dg), free(db);
   G->free(gx), G->free(gg), G->free(gb), G->free(gy), G->free(gmean);
   G->free(grstd), G->free(gdy), G->free(gdg), G->free(gdb);
+  lp_fused_layernorm(n, h);
 }
 
 static void lp_gelu(int64_t n) {
