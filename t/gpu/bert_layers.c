@@ -602,6 +602,20 @@ static void lp_linear(int n, int in, int out, int bias, int with_dx,
   G->free(gdx), G->free(gdW), G->free(gdb);
 }
 
+/* A LayerNorm backward's three gradients, device (g*) against the CPU
+ * model's, named "<op> n=N h=H: <dx_name>", "...: dg (+=)", "db (+=)". */
+static void lp_ln_grads(const char *op, const char *dx_name, int n, int h,
+                        const void *gdx, const void *dx, const void *gdg,
+                        const void *dg, const void *gdb, const void *db) {
+  char what[96];
+  snprintf(what, sizeof what, "%s n=%d h=%d: %s", op, n, h, dx_name);
+  tsame(what, gdx, dx, (int64_t)n * h, 0);
+  snprintf(what, sizeof what, "%s n=%d h=%d: dg (+=)", op, n, h);
+  tsame(what, gdg, dg, h, 0);
+  snprintf(what, sizeof what, "%s n=%d h=%d: db (+=)", op, n, h);
+  tsame(what, gdb, db, h, 0);
+}
+
 /* The fused pairs in precision P (fused kernels, or with PLAIN the two
  * calls each): add_layernorm_fwd in place against the CPU model's add and
  * layernorm_fwd (bert_add_layernorm_fwd composes them), the sum bit for
@@ -635,12 +649,7 @@ static void lp_fused_layernorm(int n, int h) {
   same(what, grstd, rstd, n, TOL_LAYER);
   bert_layernorm_bwd2(C, a, mean, rstd, g, dy, dx, dx2, dg, db, n, h);
   bert_layernorm_bwd2(G, ga, gmean, grstd, gg, gdy, gdx, gdx2, gdg, gdb, n, h);
-  snprintf(what, sizeof what, "layernorm_bwd2 n=%d h=%d: dx", n, h);
-  tsame(what, gdx, dx, nx, 0);
-  snprintf(what, sizeof what, "layernorm_bwd2 n=%d h=%d: dg (+=)", n, h);
-  tsame(what, gdg, dg, h, 0);
-  snprintf(what, sizeof what, "layernorm_bwd2 n=%d h=%d: db (+=)", n, h);
-  tsame(what, gdb, db, h, 0);
+  lp_ln_grads("layernorm_bwd2", "dx", n, h, gdx, dx, gdg, dg, gdb, db);
   void *h1 = xmalloc(ES * (size_t)nx), *h2 = xmalloc(ES * (size_t)nx);
   G->to_host(h1, gdx, ES * (size_t)nx);
   G->to_host(h2, gdx2, ES * (size_t)nx);
@@ -682,12 +691,8 @@ static void lp_layernorm(int n, int h) {
   /* backward in place (dx aliases dy), as the contract allows */
   C->layernorm_bwd(x, mean, rstd, g, dy, dy, dg, db, n, h);
   G->layernorm_bwd(gx, gmean, grstd, gg, gdy, gdy, gdg, gdb, n, h);
-  snprintf(what, sizeof what, "layernorm n=%d h=%d: dx (aliasing dy)", n, h);
-  tsame(what, gdy, dy, nx, 0);
-  snprintf(what, sizeof what, "layernorm n=%d h=%d: dg (+=)", n, h);
-  tsame(what, gdg, dg, h, 0);
-  snprintf(what, sizeof what, "layernorm n=%d h=%d: db (+=)", n, h);
-  tsame(what, gdb, db, h, 0);
+  lp_ln_grads("layernorm", "dx (aliasing dy)", n, h, gdy, dy, gdg, dg, gdb,
+              db);
   free(x), free(g), free(b), free(y), free(mean), free(rstd), free(dy);
   free(dg), free(db);
   G->free(gx), G->free(gg), G->free(gb), G->free(gy), G->free(gmean);
