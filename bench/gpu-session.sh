@@ -19,7 +19,9 @@
 #              NCCL between 2-4 ranks on the one GPU (HVD_GPU_SHARE=1)
 #   bench      hvd-bench-kernels gpu-pack, list --device gpu and staged on
 #              bert-base (text and --json)
-#   bert       examples/bert_train --device gpu (bf16, --cuda-graphs,
+#   bert       bench/bert-ops (each kernel of an encoder layer timed alone,
+#              base at B x 128 and B x 512); then
+#              examples/bert_train --device gpu (bf16, --cuda-graphs,
 #              --zero 1; fp32 at B 8), mini at B 32 x S 128, base at
 #              B 32 x S 128, B 128 x S 128 and B 32 x S 512, tokens/s and
 #              MFU (over a bf16 GEMM's peak measured here), against
@@ -409,6 +411,20 @@ if want bert && need_build && stage_begin bert 60; then
   [ "${gpus:-0}" -gt 0 ] 2>/dev/null || note "bert: no CUDA device here ($("$src/t/gpu/binding" count 2>&1 | cut -d' ' -f2-)): the C side is skipped"
   [ $torch_cuda = 1 ] || note "bert: python3 has no torch with CUDA here: the PyTorch side is skipped"
   note "bert: dense bf16 GEMM peak ${peak:-?} TFLOP/s (torch.matmul 8192^3; MFU's denominator)"
+  # where an encoder layer's time goes, each kernel entry alone
+  # (bench/bert-ops: products, LayerNorms fused and plain, GELU, the
+  # attention by default and as flash), at base B x 128 and B x 512
+  ops=$src/bench/bert-ops
+  if [ "${gpus:-0}" -gt 0 ] 2>/dev/null && { [ $dry = 1 ] || [ -x "$ops" ]; }; then
+    for s in 128 512; do
+      echo "\$ bench/bert-ops --preset base --batch ${BERT_BATCH:-32} --seq $s" >>"$OUT/bert.txt"
+      x timeout "$(limit 60)" "$ops" --preset base --batch "${BERT_BATCH:-32}" --seq $s >"$OUT/bert.one.txt" 2>&1
+      st=$?
+      cat "$OUT/bert.one.txt" >>"$OUT/bert.txt"
+      note "bert ops base B${BERT_BATCH:-32}xS$s: $(grep 'one layer' "$OUT/bert.one.txt" | sed 's/^ *//') (status $st)"
+      note "bert ops base B${BERT_BATCH:-32}xS$s: $(grep 'flash attention' "$OUT/bert.one.txt" | sed 's/^ *//')"
+    done
+  fi
   # issue 28's shapes: a batch that fills the GPU (B 32-128) at S 128
   # and 512. mini at B x 128; base at B x 128, BIG x 128 and B x 512.
   B=${BERT_BATCH:-32}

@@ -50,6 +50,18 @@ bin_hvd_bench_kernels_LDFLAGS = $(HVD_LDFLAGS) -static $(CUDA_LDFLAGS) \
 bin_hvd_bench_kernels_LDADD = $(CLI_LIBS) $(HVD_PROG_LDADD) $(NCCL_LIBS) \
 	$(CUDA_LIBS)
 
+## bench/bert-ops: the time of each kernel entry an encoder layer of
+## bert_train calls on the GPU, at one batch shape (bench/bert_ops.c;
+## "# SKIP" without a GPU). Not installed; gpu-session.sh's bert stage
+## runs it.
+if HAVE_BLAS
+noinst_PROGRAMS += bench/bert-ops
+bench_bert_ops_SOURCES = bench/bert_ops.c
+bench_bert_ops_CPPFLAGS = $(HVD_PROG_CPPFLAGS) $(BERT_CPPFLAGS)
+bench_bert_ops_LDFLAGS = $(HVD_LDFLAGS) $(BERT_LINK_OPTS)
+bench_bert_ops_LDADD = $(BERT_LIBS) $(HVD_PROG_LDADD)
+endif
+
 ## The GPU machine's preparation and its one command (doc/gpu-testing.md).
 EXTRA_DIST += bench/prepare-gpu-carry.sh bench/gpu-session.sh bench/bert-sync-ratio.sh \
 	bench/allreduce-ratio.sh bench/zero-copy-probe.c bench/ratio-summary.sh \

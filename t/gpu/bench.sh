@@ -104,6 +104,58 @@ grep -q '^# SKIP' "$tmp/out" && [ $rc = 0 ] ||
 check $? "gpu-pack with a missing workload: skip or status 2 ($rc)" ||
   show "$tmp/out" output
 
+# bench/bert-ops (a build with a CBLAS): each kernel entry of an encoder
+# layer timed alone. Without a GPU one skip line giving this build's
+# reason, status 0; with one, a tiny run: every entry's line in order
+# with its time, the layer's sums, the plain kernels' line, and flash
+# attention declining dh 32. Bad arguments: status 2 and the usage.
+ops="$HVD_TOP_BUILDDIR/bench/bert-ops"
+if [ -x "$ops" ]; then
+  "$ops" --preset tiny --batch 2 --seq 32 --iters 2 --reps 1 >"$tmp/out" \
+    2>"$tmp/err"
+  rc=$?
+  if grep -q '^# SKIP bert-ops: ' "$tmp/out"; then
+    if grep -q '^#define HVD_HAVE_CUDA 1' "$HVD_TOP_BUILDDIR/config.h"; then
+      why='no CUDA device: '
+    else
+      why='this build has no CUDA'
+    fi
+    [ $rc = 0 ] && [ `wc -l <"$tmp/out"` = 1 ] &&
+      grep -q "^# SKIP bert-ops: $why" "$tmp/out"
+    check $? "bert-ops: one skip line with this build's reason, status 0" ||
+      show "$tmp/out" stdout
+  else
+    {
+      echo 'bert-ops tiny B2xS32 bf16 (H 64, A 2, F 256): per call, median of 1 reps of 2'
+      for op in 'linear H->H forward' 'linear H->H backward' \
+        'linear H->F forward' 'linear H->F backward' 'linear F->H forward' \
+        'linear F->H backward' 'gelu forward' 'gelu backward' \
+        'layernorm forward' 'layernorm backward' 'add + layernorm forward' \
+        'layernorm backward + copy' 'attention forward' 'attention backward'; do
+        echo "$op"
+      done
+      echo 'one layer'
+      echo 'plain kernels'
+      echo 'flash attention: does not fit S 32, dh 32, bf16'
+    } >"$tmp/want"
+    # each line's words before its figures, in order
+    sed -e 's/^  //' -e 's/: forward .*//' -e 's/: add + .*//' \
+      -e 's/ *[0-9][0-9.]* ms.*//' "$tmp/out" >"$tmp/got"
+    [ $rc = 0 ] && cmp -s "$tmp/want" "$tmp/got" &&
+      [ `grep -c ' ms' "$tmp/out"` = 16 ]
+    check $? "bert-ops runs on the GPU, status $rc, every entry timed" || {
+      diff "$tmp/want" "$tmp/got" >"$tmp/diff"
+      show "$tmp/diff" diff
+      show "$tmp/err" stderr
+    }
+  fi
+  "$ops" --seq 0 >"$tmp/out" 2>&1
+  rc=$?
+  [ $rc = 2 ] && grep -q '^usage: bench/bert-ops ' "$tmp/out"
+  check $? "bert-ops --seq 0: status 2 and the usage ($rc)" ||
+    show "$tmp/out" output
+fi
+
 # the CUDA runtime only, never the driver library; the installed program
 # links libhvd.so (the kernels one is static: it calls internals)
 if command -v readelf >/dev/null 2>&1; then
