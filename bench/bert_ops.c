@@ -86,34 +86,24 @@ static void *dev_random(const shape_t *sh, int64_t n, float scale) {
 
 static void make_bufs(const shape_t *s, bufs_t *u) {
   int64_t nh = (int64_t)s->N * s->H, nf = (int64_t)s->N * s->F;
-  u->x = dev_random(s, nh, 1);
-  u->y = dev_random(s, nh, 1);
-  u->dy = dev_random(s, nh, 1);
-  u->dx = dev_random(s, nh, 1);
-  u->inter = dev_random(s, nf, 1);
-  u->dinter = dev_random(s, nf, 1);
-  u->whh = dev_random(s, (int64_t)s->H * s->H, 0.05f);
-  u->whf = dev_random(s, (int64_t)s->F * s->H, 0.05f);
-  u->wfh = dev_random(s, (int64_t)s->H * s->F, 0.05f);
-  u->dwhh = dev_random(s, (int64_t)s->H * s->H, 0.05f);
-  u->dwhf = dev_random(s, (int64_t)s->F * s->H, 0.05f);
-  u->dwfh = dev_random(s, (int64_t)s->H * s->F, 0.05f);
-  u->bh = dev_random(s, s->H, 0.1f);
-  u->bf = dev_random(s, s->F, 0.1f);
-  u->dbh = dev_random(s, s->H, 0.1f);
-  u->dbf = dev_random(s, s->F, 0.1f);
-  u->g = dev_random(s, s->H, 1);
-  u->b = dev_random(s, s->H, 0.1f);
-  u->dg = dev_random(s, s->H, 0.1f);
-  u->db = dev_random(s, s->H, 0.1f);
-  u->q = dev_random(s, nh, 1);
-  u->k = dev_random(s, nh, 1);
-  u->v = dev_random(s, nh, 1);
-  u->ctx = dev_random(s, nh, 1);
-  u->dctx = dev_random(s, nh, 1);
-  u->dq = dev_random(s, nh, 1);
-  u->dk = dev_random(s, nh, 1);
-  u->dv = dev_random(s, nh, 1);
+  const int64_t hh = (int64_t)s->H * s->H, hf = (int64_t)s->H * s->F;
+  const struct {
+    void **at;
+    int64_t n;
+    float scale;
+  } fill[] = {
+      {&u->x, nh, 1},          {&u->y, nh, 1},       {&u->dy, nh, 1},
+      {&u->dx, nh, 1},         {&u->inter, nf, 1},   {&u->dinter, nf, 1},
+      {&u->whh, hh, 0.05f},    {&u->whf, hf, 0.05f}, {&u->wfh, hf, 0.05f},
+      {&u->dwhh, hh, 0.05f},   {&u->dwhf, hf, 0.05f}, {&u->dwfh, hf, 0.05f},
+      {&u->bh, s->H, 0.1f},    {&u->bf, s->F, 0.1f}, {&u->dbh, s->H, 0.1f},
+      {&u->dbf, s->F, 0.1f},   {&u->g, s->H, 1},     {&u->b, s->H, 0.1f},
+      {&u->dg, s->H, 0.1f},    {&u->db, s->H, 0.1f}, {&u->q, nh, 1},
+      {&u->k, nh, 1},          {&u->v, nh, 1},       {&u->ctx, nh, 1},
+      {&u->dctx, nh, 1},       {&u->dq, nh, 1},      {&u->dk, nh, 1},
+      {&u->dv, nh, 1}};
+  for (size_t i = 0; i < sizeof fill / sizeof fill[0]; i++)
+    *fill[i].at = dev_random(s, fill[i].n, fill[i].scale);
   int64_t np = (int64_t)s->B * s->A * s->S * s->S;
   if ((u->probs = G->alloc(s->es * (size_t)np)) == NULL)
     die("device memory for the probabilities");

@@ -1,10 +1,11 @@
 /*
  * nccl_int.h - the NCCL executor's private header: its state, shared by
- * nccl_ops.c (the communicator, the collectives, the executor table) and
- * nccl_fail.c (waiting for NCCL within HVD_NCCL_TIMEOUT, aborting, the
- * abort notices peers send each other, the agreement on a group's
- * allocations before launch). Nothing else includes it. Engine thread
- * only, as the executor's state.
+ * nccl_ops.c (the communicator, the collectives, the executor table),
+ * nccl_gather.c (its allgathers and reducescatters) and nccl_fail.c
+ * (waiting for NCCL within HVD_NCCL_TIMEOUT, aborting, the abort notices
+ * peers send each other, the agreement on a group's allocations before
+ * launch). Nothing else includes it. Engine thread only, as the
+ * executor's state.
  */
 #ifndef HVD_OPS_NCCL_INT_H
 #define HVD_OPS_NCCL_INT_H
@@ -86,5 +87,24 @@ hvd_result_t hvd__nccl_first_failed(const hvd__exec_env_t *env, int ok,
 hvd_result_t hvd__nccl_agree_prepared(nccl_state_t *s,
                                       const hvd__exec_env_t *env, int allocated,
                                       hvd_result_t mine);
+
+/* nccl_ops.c's helpers: NCCL's type and reduction for hvd's; r's output
+ * on the device (d's shape with `rows` in dimension 0); the end of a group
+ * of NCCL calls whose first failure is r (ncclSuccess when none failed),
+ * where the group's work is enqueued and settled. */
+ncclDataType_t hvd__nccl_dtype(int dtype);
+ncclRedOp_t hvd__nccl_op(int op);
+hvd_result_t hvd__nccl_alloc_rows(nccl_state_t *s, hvd_request_t *r,
+                                  const hvd__desc_t *d, int64_t rows);
+hvd_result_t hvd__nccl_group_end(nccl_state_t *s, ncclResult_t r,
+                                 const char *what);
+
+/* nccl_gather.c: a device allgather or reducescatter, alone or a fused
+ * group of them, enqueued on hvd's stream (nccl_run's bodies). */
+hvd_result_t hvd__nccl_allgather(nccl_state_t *s, const hvd__exec_env_t *env,
+                                 const hvd__work_t *w);
+hvd_result_t hvd__nccl_reducescatter(nccl_state_t *s,
+                                     const hvd__exec_env_t *env,
+                                     const hvd__work_t *w);
 
 #endif /* HVD_OPS_NCCL_INT_H */
