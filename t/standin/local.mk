@@ -46,8 +46,9 @@ NP_TESTS += t/standin/optim.np1 t/standin/optim.np2 t/standin/optim.np3 \
 ## order.sh: the check of NCCL's order rule (HVD_STANDIN_NCCL_ORDER=1).
 ## stream_order.sh: the stream order between streams (standin_access).
 ## kill.sh: a rank SIGKILLed during a device allreduce, under hvdrun.
+## overlap.sh: send and receive buffers that overlap other than in place.
 TESTS_SH += t/standin/binding.sh t/standin/share.sh t/standin/order.sh \
-	t/standin/stream_order.sh t/standin/kill.sh
+	t/standin/stream_order.sh t/standin/kill.sh t/standin/overlap.sh
 t_standin_kernels_SOURCES = t/gpu/kernels.c
 t_standin_kernels_CPPFLAGS = $(STANDIN_CPPFLAGS)
 t_standin_kernels_LDADD = $(STANDIN_LDADD)

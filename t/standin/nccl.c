@@ -751,6 +751,47 @@ static _Thread_local int depth;
 static _Thread_local op_t *group;
 static _Thread_local size_t ngroup, group_cap;
 
+/* Stricter than NCCL, which gives undefined results: a call whose send
+ * and receive buffers overlap other than in place ends the process. In
+ * place is recv == send (allreduce, broadcast), send == recv + rank *
+ * count (allgather), recv == send + rank * count (reducescatter); n is a
+ * rank's bytes, p the ranks. */
+static void check_overlap(const op_t *o, size_t n, size_t p, int rank,
+                          const char *w) {
+  if (o->send == NULL || o->recv == NULL || n == 0 ||
+      o->kind == OP_SEND || o->kind == OP_RECV)
+    return;
+  const char *sb = o->send, *rb = o->recv, *slot;
+  size_t sn = n, rn = n;
+  const char *rule;
+  switch (o->kind) {
+  case OP_ALLGATHER:
+    rn = n * p;
+    slot = rb + (size_t)rank * n;
+    rule = "sendbuff == recvbuff + rank * sendcount";
+    if (sb == slot)
+      return;
+    break;
+  case OP_REDUCESCATTER:
+    sn = n * p;
+    slot = sb + (size_t)rank * n;
+    rule = "recvbuff == sendbuff + rank * recvcount";
+    if (rb == slot)
+      return;
+    break;
+  default:
+    rule = "recvbuff == sendbuff";
+    if (sb == rb)
+      return;
+    break;
+  }
+  if (sb < rb + rn && rb < sb + sn)
+    standin_die("%s: sendbuff %p (%zu bytes) and recvbuff %p (%zu bytes) "
+                "overlap, but not in place (%s): NCCL's result would be "
+                "undefined",
+                w, (const void *)sb, sn, (const void *)rb, rn, rule);
+}
+
 /* Checks one call; 0 and fills *o, or the error to return. */
 static ncclResult_t check_op(op_t *o) {
   const char *who = kind_names[o->kind];
@@ -810,6 +851,7 @@ static ncclResult_t check_op(op_t *o) {
     standin_need_device_on(o->recv, n, c->dev, w, "recvbuff");
     break;
   }
+  check_overlap(o, n, p, c->rank, w);
   if (o->send != NULL && (o->kind != OP_BROADCAST || c->rank == o->root))
     standin_access(o->stream, o->send,
                    o->kind == OP_REDUCESCATTER ? n * p : n, 0, w, "sendbuff");

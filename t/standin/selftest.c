@@ -27,7 +27,9 @@
  *
  * Registered at np 1, 2 and 3 (t/standin/local.mk).
  *
- * `selftest order` (2 ranks; t/standin/order.sh) breaks NCCL's order rule
+ * `selftest overlap CALL WHERE` (t/standin/overlap.sh) overlaps a call's
+ * buffers other than in place; `selftest order` (2 ranks;
+ * t/standin/order.sh) breaks NCCL's order rule
  * from two threads per rank: rank 0 issues an allreduce on communicator A
  * at once and one on B 0.2 s later, rank 1 the same the other way round.
  * Neither deadlocks, but the ranks disagree on the order; with
@@ -515,6 +517,42 @@ static int race_main(const char *mode) {
   return 0;
 }
 
+/* `selftest overlap CALL WHERE` (one rank; t/standin/overlap.sh): CALL
+ * (allgather, reducescatter or allreduce) of 4 floats on a one-rank
+ * communicator, its receive buffer in place (the same address at one
+ * rank), apart (32 floats on), or shifted (one float on: overlapping, not
+ * in place, which the stand-in ends the process for). Prints
+ * "overlap: done" when the call ran. */
+static int overlap_main(const char *call, const char *where) {
+  ncclResult_t r;
+  float *d = NULL;
+  cudaStream_t s;
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  ncclComm_t c = make_comm(1, "overlap", &r);
+  if (r != ncclSuccess)
+    bail("ncclCommInitRankConfig: %d", (int)r);
+  cuda_ok(cudaMalloc((void **)&d, 64 * sizeof *d), "cudaMalloc");
+  cuda_ok(cudaMemset(d, 0, 64 * sizeof *d), "cudaMemset");
+  cuda_ok(cudaStreamCreate(&s), "cudaStreamCreate");
+  float *recv = strcmp(where, "inplace") == 0 ? d
+                : strcmp(where, "apart") == 0 ? d + 32
+                                              : d + 1;
+  r = strcmp(call, "allgather") == 0
+          ? ncclAllGather(d, recv, 4, ncclFloat32, c, s)
+      : strcmp(call, "reducescatter") == 0
+          ? ncclReduceScatter(d, recv, 4, ncclFloat32, ncclSum, c, s)
+          : ncclAllReduce(d, recv, 4, ncclFloat32, ncclSum, c, s);
+  if (r != ncclSuccess)
+    bail("%s: %d", call, (int)r);
+  cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  printf("overlap: done\n");
+  ncclCommDestroy(c);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+  MPI_Finalize();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 2 && strcmp(argv[1], "kill") == 0) { /* a GPU per rank */
     const char *env = getenv("OMPI_COMM_WORLD_RANK");
@@ -522,6 +560,12 @@ int main(int argc, char **argv) {
   }
   if (argc > 2 && strcmp(argv[1], "race") == 0)
     return race_main(argv[2]);
+  if (argc > 3 && strcmp(argv[1], "overlap") == 0) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return overlap_main(argv[2], argv[3]);
+  }
   if (argc > 1 && strcmp(argv[1], "order") == 0) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
