@@ -92,15 +92,15 @@ static void make_bufs(const shape_t *s, bufs_t *u) {
     int64_t n;
     float scale;
   } fill[] = {
-      {&u->x, nh, 1},          {&u->y, nh, 1},       {&u->dy, nh, 1},
-      {&u->dx, nh, 1},         {&u->inter, nf, 1},   {&u->dinter, nf, 1},
-      {&u->whh, hh, 0.05f},    {&u->whf, hf, 0.05f}, {&u->wfh, hf, 0.05f},
-      {&u->dwhh, hh, 0.05f},   {&u->dwhf, hf, 0.05f}, {&u->dwfh, hf, 0.05f},
-      {&u->bh, s->H, 0.1f},    {&u->bf, s->F, 0.1f}, {&u->dbh, s->H, 0.1f},
-      {&u->dbf, s->F, 0.1f},   {&u->g, s->H, 1},     {&u->b, s->H, 0.1f},
-      {&u->dg, s->H, 0.1f},    {&u->db, s->H, 0.1f}, {&u->q, nh, 1},
-      {&u->k, nh, 1},          {&u->v, nh, 1},       {&u->ctx, nh, 1},
-      {&u->dctx, nh, 1},       {&u->dq, nh, 1},      {&u->dk, nh, 1},
+      {&u->x, nh, 1},        {&u->y, nh, 1},        {&u->dy, nh, 1},
+      {&u->dx, nh, 1},       {&u->inter, nf, 1},    {&u->dinter, nf, 1},
+      {&u->whh, hh, 0.05f},  {&u->whf, hf, 0.05f},  {&u->wfh, hf, 0.05f},
+      {&u->dwhh, hh, 0.05f}, {&u->dwhf, hf, 0.05f}, {&u->dwfh, hf, 0.05f},
+      {&u->bh, s->H, 0.1f},  {&u->bf, s->F, 0.1f},  {&u->dbh, s->H, 0.1f},
+      {&u->dbf, s->F, 0.1f}, {&u->g, s->H, 1},      {&u->b, s->H, 0.1f},
+      {&u->dg, s->H, 0.1f},  {&u->db, s->H, 0.1f},  {&u->q, nh, 1},
+      {&u->k, nh, 1},        {&u->v, nh, 1},        {&u->ctx, nh, 1},
+      {&u->dctx, nh, 1},     {&u->dq, nh, 1},       {&u->dk, nh, 1},
       {&u->dv, nh, 1}};
   for (size_t i = 0; i < sizeof fill / sizeof fill[0]; i++)
     *fill[i].at = dev_random(s, fill[i].n, fill[i].scale);
@@ -125,18 +125,37 @@ static void make_bufs(const shape_t *s, bufs_t *u) {
 }
 
 enum op {
-  LIN_HH_F, LIN_HH_B, LIN_HF_F, LIN_HF_B, LIN_FH_F, LIN_FH_B, GELU_F, GELU_B,
-  LN_F, LN_B, ADD_LN_F, LN_B2, ATT_F, ATT_B, OPS
+  LIN_HH_F,
+  LIN_HH_B,
+  LIN_HF_F,
+  LIN_HF_B,
+  LIN_FH_F,
+  LIN_FH_B,
+  GELU_F,
+  GELU_B,
+  LN_F,
+  LN_B,
+  ADD_LN_F,
+  LN_B2,
+  ATT_F,
+  ATT_B,
+  OPS
 };
 
-static const char *const op_names[OPS] = {
-    "linear H->H forward",      "linear H->H backward",
-    "linear H->F forward",      "linear H->F backward",
-    "linear F->H forward",      "linear F->H backward",
-    "gelu forward",             "gelu backward",
-    "layernorm forward",        "layernorm backward",
-    "add + layernorm forward",  "layernorm backward + copy",
-    "attention forward",        "attention backward"};
+static const char *const op_names[OPS] = {"linear H->H forward",
+                                          "linear H->H backward",
+                                          "linear H->F forward",
+                                          "linear H->F backward",
+                                          "linear F->H forward",
+                                          "linear F->H backward",
+                                          "gelu forward",
+                                          "gelu backward",
+                                          "layernorm forward",
+                                          "layernorm backward",
+                                          "add + layernorm forward",
+                                          "layernorm backward + copy",
+                                          "attention forward",
+                                          "attention backward"};
 
 static void run_op(const shape_t *s, bufs_t *u, int op) {
   const int N = s->N, H = s->H, F = s->F;
@@ -257,7 +276,7 @@ static int int_arg(const char *v, int lo, int hi) {
 int main(int argc, char **argv) {
   const char *preset = "base";
   int B = 32, S = 512, p = BERT_BF16;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* --option VALUE pairs */
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (v == NULL)
       usage();
@@ -276,7 +295,6 @@ int main(int argc, char **argv) {
       reps = int_arg(v, 1, REPS_MAX);
     else
       usage();
-    i++;
   }
   bert_config_t c;
   if (bert_config_preset(&c, preset) != HVD_SUCCESS) {
@@ -289,8 +307,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   G = bert_cuda_backend(p);
-  shape_t s = {B, S, B * S, c.hidden, c.heads, c.ffn, p,
-               bert_precision_bytes(p)};
+  shape_t s = {B,       S,     B * S, c.hidden,
+               c.heads, c.ffn, p,     bert_precision_bytes(p)};
   G->reserve(B, S, s.A, s.H / s.A, s.F > s.H ? s.F : s.H, 2);
   bufs_t u;
   make_bufs(&s, &u);

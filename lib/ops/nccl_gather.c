@@ -352,7 +352,7 @@ static hvd_result_t reducescatter_fused(nccl_state_t *s,
     total += padded_block(w->reqs[i], P);
     if (prep == HVD_SUCCESS)
       prep = hvd__nccl_alloc_rows(s, w->reqs[i], di,
-                        hvd__block_rows(di->shape[0], P, env->rank));
+                                  hvd__block_rows(di->shape[0], P, env->rank));
   }
   if (prep == HVD_SUCCESS)
     prep = hvd__gpu_buffer(&s->gpu, (size_t)(P * total) * es);
@@ -388,8 +388,8 @@ static hvd_result_t allgather_local(nccl_state_t *s, const hvd__exec_env_t *env,
   hvd_result_t rc = HVD_SUCCESS, prep = HVD_SUCCESS;
   int64_t most = 0;
   for (int i = 0; i < w->n && prep == HVD_SUCCESS; i++)
-    prep =
-        hvd__nccl_alloc_rows(s, w->reqs[i], &w->reqs[i]->desc, w->reqs[i]->send.shape[0]);
+    prep = hvd__nccl_alloc_rows(s, w->reqs[i], &w->reqs[i]->desc,
+                                w->reqs[i]->send.shape[0]);
   if (prep == HVD_SUCCESS)
     prep = hvd__gpu_spans(&s->gpu, w->n);
   HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1, prep));
@@ -424,8 +424,8 @@ static hvd_result_t reducescatter_local(nccl_state_t *s,
   int n = w->n, moved = 0;
   int64_t most = 0;
   for (int i = 0; i < n && prep == HVD_SUCCESS; i++)
-    prep =
-        hvd__nccl_alloc_rows(s, w->reqs[i], &w->reqs[i]->desc, w->reqs[i]->desc.shape[0]);
+    prep = hvd__nccl_alloc_rows(s, w->reqs[i], &w->reqs[i]->desc,
+                                w->reqs[i]->desc.shape[0]);
   if (prep == HVD_SUCCESS)
     prep = hvd__gpu_spans(&s->gpu, 2 * n);
   HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1, prep));
@@ -453,4 +453,3 @@ static hvd_result_t reducescatter_local(nccl_state_t *s,
 fail:
   return rc;
 }
-
