@@ -158,7 +158,7 @@ fail:
 /* A member of a fused allgather whose every rank has as many rows, and
  * at least this many bytes of them, gets an ncclAllGather of its own,
  * straight into its output (in place when its rows are already there, as
- * ZeRO's are); the others are packed into one (ag_packed). Below it, a
+ * ZeRO's are); the others are packed into one (ag_spans). Below it, a
  * packing copy costs less than one more NCCL call. */
 #define AG_DIRECT_BYTES ((size_t)64 << 10)
 
@@ -203,10 +203,8 @@ static int ag_spans(nccl_state_t *s, const hvd__exec_env_t *env,
   char *buf = s->gpu.buf;
   size_t off = 0;
   *max_pack = *max_unpack = 0;
-  for (int i = 0; i < w->n; i++) /* pack spans first, then unpack ones */
-    npack += !ag_direct(w, dims, P, i) && ag_bytes(w, dims, P, i, me) > 0;
-  nun = npack;
-  npack = 0;
+  for (int i = 0; i < w->n; i++) /* the unpack spans follow the pack ones */
+    nun += !ag_direct(w, dims, P, i) && ag_bytes(w, dims, P, i, me) > 0;
   for (int i = 0; i < w->n; i++) {
     if (ag_direct(w, dims, P, i))
       continue;
