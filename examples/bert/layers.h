@@ -343,8 +343,9 @@ void bert_cuda_set_plain(int on);
  * flash attention: the scores are never written, probs keeps instead what
  * backward needs (each row's log-sum-exp, the lengths, a copy of ctx),
  * and backward recomputes the probabilities (layers_cuda.cu, "flash
- * attention"). Off by default (slower than the default attention on an
- * H200, doc/bert_train.md); set it between
+ * attention"). Off by default (its first, WMMA kernels were slower than
+ * the default attention on an H200; the register-resident ones of
+ * flash_mma.h are not yet measured: doc/bert_train.md); set it between
  * passes, never between a forward and its backward. */
 void bert_cuda_set_flash(int on);
 /* Whether attention of S tokens, A heads of dh runs as flash attention

@@ -102,7 +102,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <mma.h>
+
+#include "flash_mma.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -1346,163 +1347,30 @@ dim3 softmax_grid(int64_t rows) {
  *
  * With bert_cuda_set_flash(1), a 16-bit T, dh 64 and sequences long
  * enough (flash_fits), the attention never writes the B*A*S*S scores:
- * each block takes 64 queries (forward, dQ) or 64 keys (dK and dV) of one
- * (sequence, head), walks the other side in tiles of 64, and keeps the
- * running softmax (max and sum per row) as it goes: FlashAttention-2's
- * algorithm, on tensor cores through WMMA (16x16x16 fragments, float32
- * accumulation), with the tiles in shared memory. Numerics (layers.h's,
- * as near as the algorithm allows): the scores in float32 (scale times
- * the product, masked keys BERT_MASK_VALUE, or 0 where all are:
- * flash_mask_value); the exponentials relative to the running maximum rounded
- * to T for the P V product; ctx = round(O / sum). Backward recomputes P =
- * exp(score - LSE) from the log-sum-exp per row that forward saved, rounds it
- * to T, and takes rowsum(P dP) as rowsum(dctx ctx) (equal in exact arithmetic),
- * dS = round(P (dP - that)), dQ = round(scale dS K), dK = round(scale dS^T Q),
- * dV = round(P^T dctx). Two backward kernels, one over queries (dQ) and one
- * over keys (dK, dV), each recomputing P: no atomics, so the results are the
- * same bits run to run.
+ * flash_mma.h's kernels (FlashAttention-2's algorithm, register-resident
+ * on mma.sync tensor-core products) take 64 queries (forward, dQ) or 64
+ * keys (dK and dV) of one (sequence, head) per block, walk the other
+ * side in tiles of 64, and keep the running softmax (max and sum per
+ * row) as they go. Numerics (layers.h's, as near as the algorithm
+ * allows): the scores in float32 (scale times the product, masked keys
+ * BERT_MASK_VALUE, or 0 where all are: fa_mask_value); the exponentials
+ * relative to the running maximum rounded to T for the P V product;
+ * ctx = round(O / sum). Backward recomputes P = exp(score - LSE) from the
+ * log-sum-exp per row that forward saved, rounds it to T, and takes
+ * rowsum(P dP) as rowsum(dctx ctx) (equal in exact arithmetic), dS =
+ * round(P (dP - that)), dQ = round(scale dS K), dK = round(scale dS^T Q),
+ * dV = round(P^T dctx). Two backward kernels, one over queries (dQ) and
+ * one over keys (dK, dV), each recomputing P: no atomics, so the results
+ * are the same bits run to run. The same kernel source runs on the CPU
+ * in t/unit/flash_simt.cc (t/unit/simt.h), the host twin that checks it
+ * without a GPU.
  *
  * Forward saves in the probs buffer (B*A*S*S elements of T, unused
  * otherwise) the LSE of every row (float), the sequences' lengths and a
  * copy of ctx, which backward needs (the mask; rowsum(dctx ctx)) and
  * attention_bwd is not given. */
 
-namespace wm = nvcuda::wmma;
-
-const int kFlashD = 64;        /* the head width the kernels take */
-const int kFlashTile = 64;     /* rows of a tile: queries or keys */
-const int kFlashThreads = 128; /* 4 warps, 16 rows of a block's tile each */
-const int kLdT = kFlashD + 8;  /* a T tile's row in shared memory */
-const int kLdF = kFlashD + 4;  /* a float tile's row */
-const int kTileT = kFlashTile * kLdT; /* elements */
-const int kTileF = kFlashTile * kLdF;
-
-/* dst (16 x 64 float, ld kLdF) = a (16 x 64 T, ld kLdT) times B (64 x 64),
- * plus dst itself with acc. B is a row-major tile b (element (k, n) at
- * b[k kLdT + n]) or, with BT, the transpose of one (at b[n kLdT + k]).
- * One warp. */
-template <typename T, bool BT>
-__device__ void flash_mma(float *dst, const T *a, const T *b, bool acc) {
-  for (int n = 0; n < kFlashD / 16; n++) {
-    wm::fragment<wm::accumulator, 16, 16, 16, float> c;
-    if (acc)
-      wm::load_matrix_sync(c, dst + n * 16, kLdF, wm::mem_row_major);
-    else
-      wm::fill_fragment(c, 0.0f);
-    for (int k = 0; k < kFlashD / 16; k++) {
-      wm::fragment<wm::matrix_a, 16, 16, 16, T, wm::row_major> fa;
-      wm::load_matrix_sync(fa, a + k * 16, kLdT);
-      if (BT) {
-        wm::fragment<wm::matrix_b, 16, 16, 16, T, wm::col_major> fb;
-        wm::load_matrix_sync(fb, b + n * 16 * kLdT + k * 16, kLdT);
-        wm::mma_sync(c, fa, fb, c);
-      } else {
-        wm::fragment<wm::matrix_b, 16, 16, 16, T, wm::row_major> fb;
-        wm::load_matrix_sync(fb, b + k * 16 * kLdT + n * 16, kLdT);
-        wm::mma_sync(c, fa, fb, c);
-      }
-    }
-    wm::store_matrix_sync(dst + n * 16, c, kLdF, wm::mem_row_major);
-  }
-}
-
-/* Rows [r0, r0 + 64) of one head (src: its row 0, rows H apart) into a
- * tile; rows at or past S are zeros. 16-byte loads: src and H*sizeof(T)
- * are multiples of 16 (flash_fits). The whole block. */
-template <typename T>
-__device__ void flash_load(T *dst, const T *src, int r0, int S, int H) {
-  const int per = kFlashD / 8; /* 16-byte pieces per row */
-  for (int i = threadIdx.x; i < kFlashTile * per; i += blockDim.x) {
-    const int r = i / per, e = (i % per) * 8;
-    uint4 x = make_uint4(0, 0, 0, 0);
-    if (r0 + r < S)
-      x = *(const uint4 *)(src + (int64_t)(r0 + r) * H + e);
-    *(uint4 *)(dst + r * kLdT + e) = x;
-  }
-}
-
-/* Each lane's share of its warp's 16 rows: row (of the block's tile)
- * and first of its 32 columns. */
-__device__ int flash_row(void) {
-  return 16 * (threadIdx.x / kWarp) + (threadIdx.x % kWarp) / 2;
-}
-__device__ int flash_col(void) { return 32 * (threadIdx.x % 2); }
-
-/* The score of a masked key: BERT_MASK_VALUE, except in a sequence of
- * length 0, where every key is masked and the softmax is uniform either
- * way. There it is 0: with -1e9 the row's log-sum-exp, -1e9 + log S,
- * rounds to -1e9 in float, and backward's exp(score - LSE) would be 1
- * rather than 1/S. */
-__device__ float flash_mask_value(int len) {
-  return len > 0 ? BERT_MASK_VALUE : 0.0f;
-}
-
-/* grid (query tiles, B*A); kFlashThreads threads. */
-template <typename T>
-__global__ void __launch_bounds__(kFlashThreads)
-    flash_fwd_kernel(const T *q, const T *k, const T *v, const int32_t *lengths,
-                     T *ctx, float *lse, int32_t *lens, T *ocopy, int S, int A,
-                     float scale) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  T *sq = (T *)smem, *sk = sq + kTileT, *sv = sk + kTileT, *sp = sv + kTileT;
-  float *ss = (float *)(sp + kTileT), *so = ss + kTileF;
-  const int H = A * kFlashD, bh = blockIdx.y, b = bh / A;
-  const int r0 = blockIdx.x * kFlashTile, w = threadIdx.x / kWarp;
-  const int row = flash_row(), c0 = flash_col();
-  const int len = lengths != NULL ? lengths[b] : S;
-  const int64_t base = (int64_t)b * S * H + (int64_t)(bh % A) * kFlashD;
-  const float mv = flash_mask_value(len);
-  float *srow = ss + row * kLdF, *orow = so + row * kLdF;
-  T *prow = sp + row * kLdT;
-  if (blockIdx.x == 0 && bh % A == 0 && threadIdx.x == 0)
-    lens[b] = len; /* for backward, which is not given lengths */
-  flash_load(sq, q + base, r0, S, H);
-  for (int i = threadIdx.x; i < kTileF; i += blockDim.x)
-    so[i] = 0.0f;
-  float m = -INFINITY, l = 0.0f;
-  for (int k0 = 0; k0 < S; k0 += kFlashTile) {
-    __syncthreads(); /* the last tile's readers are done */
-    flash_load(sk, k + base, k0, S, H);
-    flash_load(sv, v + base, k0, S, H);
-    __syncthreads();
-    flash_mma<T, true>(ss + 16 * w * kLdF, sq + 16 * w * kLdT, sk, false);
-    __syncwarp();
-    float mx = -INFINITY;
-    for (int c = c0; c < c0 + 32; c++) {
-      const int j = k0 + c;
-      const float x = j >= S ? -INFINITY : j < len ? srow[c] * scale : mv;
-      srow[c] = x;
-      mx = fmaxf(mx, x);
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
-    const float mnew = fmaxf(m, mx), alpha = expf(m - mnew);
-    float sum = 0.0f;
-    for (int c = c0; c < c0 + 32; c++) {
-      const float e = expf(srow[c] - mnew);
-      prow[c] = from_float<T>(e);
-      sum += e;
-      orow[c] *= alpha;
-    }
-    sum += __shfl_xor_sync(kFullMask, sum, 1);
-    l = l * alpha + sum;
-    m = mnew;
-    __syncwarp();
-    flash_mma<T, false>(so + 16 * w * kLdF, sp + 16 * w * kLdT, sv, true);
-  }
-  __syncwarp();
-  const int s = r0 + row;
-  if (s < S) {
-    const float inv = 1.0f / l;
-    T *out = ctx + base + (int64_t)s * H, *keep = ocopy + base + (int64_t)s * H;
-    for (int c = c0; c < c0 + 32; c++) {
-      const T y = from_float<T>(orow[c] * inv);
-      out[c] = y;
-      keep[c] = y;
-    }
-    if (c0 == 0)
-      lse[(int64_t)bh * S + s] = m + logf(l);
-  }
-}
+const int kFlashD = fa::kD; /* the head width the kernels take */
 
 /* d[row] = sum over the row's 64 elements of dctx ctx, per (sequence,
  * head, query): rowsum(P dP). One warp per row. */
@@ -1520,129 +1388,6 @@ __global__ void flash_rowdot_kernel(const T *dout, const T *o, float *d,
     if (lane == 0)
       d[r] = x;
   }
-}
-
-/* dQ: grid (query tiles, B*A). */
-template <typename T>
-__global__ void __launch_bounds__(kFlashThreads)
-    flash_dq_kernel(const T *q, const T *k, const T *v, const T *dout,
-                    const int32_t *lengths, const float *lse, const float *d,
-                    T *dq, int S, int A, float scale) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  T *sq = (T *)smem, *sdo = sq + kTileT, *sk = sdo + kTileT;
-  T *sv = sk + kTileT, *sp = sv + kTileT;
-  float *ss = (float *)(sp + kTileT), *sacc = ss + kTileF;
-  const int H = A * kFlashD, bh = blockIdx.y, b = bh / A;
-  const int r0 = blockIdx.x * kFlashTile, w = threadIdx.x / kWarp;
-  const int row = flash_row(), c0 = flash_col(), s = r0 + row;
-  const int len = lengths != NULL ? lengths[b] : S;
-  const int64_t base = (int64_t)b * S * H + (int64_t)(bh % A) * kFlashD;
-  const bool valid = s < S;
-  const float L = valid ? lse[(int64_t)bh * S + s] : 0.0f;
-  const float D = valid ? d[(int64_t)bh * S + s] : 0.0f;
-  const float mv = flash_mask_value(len);
-  float *srow = ss + row * kLdF, *arow = sacc + row * kLdF;
-  T *prow = sp + row * kLdT;
-  flash_load(sq, q + base, r0, S, H);
-  flash_load(sdo, dout + base, r0, S, H);
-  for (int i = threadIdx.x; i < kTileF; i += blockDim.x)
-    sacc[i] = 0.0f;
-  for (int k0 = 0; k0 < S; k0 += kFlashTile) {
-    __syncthreads();
-    flash_load(sk, k + base, k0, S, H);
-    flash_load(sv, v + base, k0, S, H);
-    __syncthreads();
-    flash_mma<T, true>(ss + 16 * w * kLdF, sq + 16 * w * kLdT, sk, false);
-    __syncwarp();
-    for (int c = c0; c < c0 + 32; c++) {
-      const int j = k0 + c;
-      const float x = j < len ? srow[c] * scale : mv;
-      prow[c] = from_float<T>(valid && j < S ? expf(x - L) : 0.0f);
-    }
-    __syncwarp();
-    flash_mma<T, true>(ss + 16 * w * kLdF, sdo + 16 * w * kLdT, sv, false);
-    __syncwarp();
-    for (int c = c0; c < c0 + 32; c++)
-      prow[c] = from_float<T>(to_float(prow[c]) * (srow[c] - D));
-    __syncwarp();
-    flash_mma<T, false>(sacc + 16 * w * kLdF, sp + 16 * w * kLdT, sk, true);
-  }
-  __syncwarp();
-  if (valid) {
-    T *out = dq + base + (int64_t)s * H;
-    for (int c = c0; c < c0 + 32; c++)
-      out[c] = from_float<T>(scale * arow[c]);
-  }
-}
-
-/* dK and dV: grid (key tiles, B*A). */
-template <typename T>
-__global__ void __launch_bounds__(kFlashThreads)
-    flash_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
-                      const int32_t *lengths, const float *lse, const float *d,
-                      T *dk, T *dv, int S, int A, float scale) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  T *sk = (T *)smem, *sv = sk + kTileT, *sq = sv + kTileT;
-  T *sdo = sq + kTileT, *sp = sdo + kTileT;
-  float *ss = (float *)(sp + kTileT), *sdk = ss + kTileF, *sdv = sdk + kTileF;
-  float *slse = sdv + kTileF, *sd = slse + kFlashTile;
-  const int H = A * kFlashD, bh = blockIdx.y, b = bh / A;
-  const int k0 = blockIdx.x * kFlashTile, w = threadIdx.x / kWarp;
-  const int row = flash_row(), c0 = flash_col(), j = k0 + row;
-  const int len = lengths != NULL ? lengths[b] : S;
-  const int64_t base = (int64_t)b * S * H + (int64_t)(bh % A) * kFlashD;
-  const bool key = j < S, masked = j >= len;
-  const float mv = flash_mask_value(len);
-  float *srow = ss + row * kLdF;
-  T *prow = sp + row * kLdT;
-  flash_load(sk, k + base, k0, S, H);
-  flash_load(sv, v + base, k0, S, H);
-  for (int i = threadIdx.x; i < kTileF; i += blockDim.x)
-    sdk[i] = sdv[i] = 0.0f;
-  for (int r0 = 0; r0 < S; r0 += kFlashTile) {
-    __syncthreads();
-    flash_load(sq, q + base, r0, S, H);
-    flash_load(sdo, dout + base, r0, S, H);
-    for (int i = threadIdx.x; i < kFlashTile; i += blockDim.x) {
-      const bool in = r0 + i < S;
-      slse[i] = in ? lse[(int64_t)bh * S + r0 + i] : 0.0f;
-      sd[i] = in ? d[(int64_t)bh * S + r0 + i] : 0.0f;
-    }
-    __syncthreads();
-    /* S^T = K Q^T: a row per key, a column per query */
-    flash_mma<T, true>(ss + 16 * w * kLdF, sk + 16 * w * kLdT, sq, false);
-    __syncwarp();
-    for (int c = c0; c < c0 + 32; c++) {
-      const float x = masked ? mv : srow[c] * scale;
-      prow[c] = from_float<T>(key && r0 + c < S ? expf(x - slse[c]) : 0.0f);
-    }
-    __syncwarp();
-    flash_mma<T, false>(sdv + 16 * w * kLdF, sp + 16 * w * kLdT, sdo, true);
-    flash_mma<T, true>(ss + 16 * w * kLdF, sv + 16 * w * kLdT, sdo, false);
-    __syncwarp();
-    for (int c = c0; c < c0 + 32; c++)
-      prow[c] = from_float<T>(to_float(prow[c]) * (srow[c] - sd[c]));
-    __syncwarp();
-    flash_mma<T, false>(sdk + 16 * w * kLdF, sp + 16 * w * kLdT, sq, true);
-  }
-  __syncwarp();
-  if (key) {
-    T *ok = dk + base + (int64_t)j * H, *ov = dv + base + (int64_t)j * H;
-    const float *krow = sdk + row * kLdF, *vrow = sdv + row * kLdF;
-    for (int c = c0; c < c0 + 32; c++) {
-      ok[c] = from_float<T>(scale * krow[c]);
-      ov[c] = from_float<T>(vrow[c]);
-    }
-  }
-}
-
-/* Shared memory of each kernel (bytes). */
-template <typename T> size_t flash_smem(int kind) {
-  const size_t t = sizeof(T) * kTileT, f = sizeof(float) * kTileF;
-  return kind == 0 ? 4 * t + 2 * f /* fwd */
-         : kind == 1
-             ? 5 * t + 2 * f                                   /* dQ */
-             : 5 * t + 3 * f + 2 * sizeof(float) * kFlashTile; /* dK dV */
 }
 
 /* What forward keeps inside probs for backward: the LSE of every row,
@@ -1688,11 +1433,11 @@ bool flash_aligned(const void *const *ps, int n) {
  * default 48 KiB); false where the device refuses (no flash then). */
 template <typename T> bool flash_prepare_t(void) {
   const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
-  return cudaFuncSetAttribute(flash_fwd_kernel<T>, a, (int)flash_smem<T>(0)) ==
+  return cudaFuncSetAttribute(fa::fa_fwd_kernel<T>, a, (int)fa::fa_smem(0)) ==
              cudaSuccess &&
-         cudaFuncSetAttribute(flash_dq_kernel<T>, a, (int)flash_smem<T>(1)) ==
+         cudaFuncSetAttribute(fa::fa_dq_kernel<T>, a, (int)fa::fa_smem(1)) ==
              cudaSuccess &&
-         cudaFuncSetAttribute(flash_dkdv_kernel<T>, a, (int)flash_smem<T>(2)) ==
+         cudaFuncSetAttribute(fa::fa_dkdv_kernel<T>, a, (int)fa::fa_smem(2)) ==
              cudaSuccess;
 }
 
@@ -1709,12 +1454,12 @@ void flash_fwd(const T *q, const T *k, const T *v, const int32_t *lengths,
   if (!flash_aligned(ps, 5))
     return;
   const FlashKept<T> kept = flash_kept<T>(probs, B, S, A);
-  const size_t bytes = flash_smem<T>(0);
-  const dim3 grid((S + kFlashTile - 1) / kFlashTile, B * A);
-  flash_fwd_kernel<T><<<grid, kFlashThreads, bytes, st.stream>>>(
+  const size_t bytes = fa::fa_smem(0);
+  const dim3 grid((S + fa::kTile - 1) / fa::kTile, B * A);
+  fa::fa_fwd_kernel<T><<<grid, fa::kThreads, bytes, st.stream>>>(
       q, k, v, lengths, ctx, kept.lse, kept.lens, kept.ctx, S, A,
       1.0f / sqrtf((float)kFlashD));
-  launched("flash_fwd_kernel");
+  launched("fa_fwd_kernel");
 }
 
 template <typename T>
@@ -1731,17 +1476,17 @@ void flash_bwd(const T *q, const T *k, const T *v, const void *probs,
       <<<softmax_grid(rows), dim3(kWarp, kRowsPerBlock), 0, st.stream>>>(
           dctx, kept.ctx, w.dp, rows, S, A);
   launched("flash_rowdot_kernel");
-  const dim3 grid((S + kFlashTile - 1) / kFlashTile, B * A);
-  const size_t b1 = flash_smem<T>(1), b2 = flash_smem<T>(2);
-  flash_dq_kernel<T><<<grid, kFlashThreads, b1, st.stream>>>(
+  const dim3 grid((S + fa::kTile - 1) / fa::kTile, B * A);
+  const size_t b1 = fa::fa_smem(1), b2 = fa::fa_smem(2);
+  fa::fa_dq_kernel<T><<<grid, fa::kThreads, b1, st.stream>>>(
       q, k, v, dctx, kept.lens, kept.lse, w.dp, dq, S, A, scale);
-  launched("flash_dq_kernel");
-  flash_dkdv_kernel<T><<<grid, kFlashThreads, b2, st.stream>>>(
+  launched("fa_dq_kernel");
+  fa::fa_dkdv_kernel<T><<<grid, fa::kThreads, b2, st.stream>>>(
       q, k, v, dctx, kept.lens, kept.lse, w.dp, dk, dv, S, A, scale);
-  launched("flash_dkdv_kernel");
+  launched("fa_dkdv_kernel");
 }
 
-/* float32 never takes them (flash_fits): no WMMA instantiation. */
+/* float32 never takes them (flash_fits): no tensor-core instantiation. */
 template <>
 void flash_fwd<float>(const float *, const float *, const float *,
                       const int32_t *, void *, float *, int, int, int) {}

@@ -19,6 +19,10 @@
 ##  bert_mixed  examples/bert in bfloat16 and float16 on the CPU: the
 ##           conversions, the rules of layers.h's "Precisions" exactly,
 ##           the model and 40 AdamW steps against float32
+##  flash_simt  examples/bert/flash_mma.h's CUDA kernels, their own source,
+##           run on the CPU (t/unit/simt.h: a coroutine per lane, the PTX
+##           fragment layouts) against the CPU's attention (C++: the
+##           kernels are templates)
 
 check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim \
 	t/unit/host_mem t/unit/host_mem_private t/unit/timeline_json \
@@ -49,4 +53,12 @@ t_unit_bert_data_LDADD = $(BERT_LIBS) $(TEST_LDADD)
 t_unit_bert_mixed_CPPFLAGS = $(TEST_CPPFLAGS) $(BERT_CPPFLAGS)
 t_unit_bert_mixed_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
 t_unit_bert_mixed_LDADD = $(BERT_LIBS) $(TEST_LDADD)
+check_PROGRAMS += t/unit/flash_simt
+UNIT_TESTS += t/unit/flash_simt.t
+t_unit_flash_simt_SOURCES = t/unit/flash_simt.cc t/unit/simt.h \
+	examples/bert/flash_mma.h
+t_unit_flash_simt_CPPFLAGS = $(TEST_CPPFLAGS) $(BERT_CPPFLAGS)
+t_unit_flash_simt_CXXFLAGS = -Wall -Wextra
+t_unit_flash_simt_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
+t_unit_flash_simt_LDADD = $(BERT_LIBS) $(TEST_LDADD)
 endif
