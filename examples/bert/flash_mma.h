@@ -135,8 +135,7 @@ template <> FA_DEV float fa_round<__half>(float x) {
 
 #endif /* !FA_HOST_SIMT */
 
-/* ---- tiles ----------------------------------------------------------------
- */
+/* ---- tiles --------------------------------------------------------------- */
 
 /* Rows [r0, r0 + 64) of one head (src: its row 0, rows H apart) into a
  * shared tile by cp.async (the caller commits); rows at or past S are
@@ -214,9 +213,9 @@ template <typename T> FA_DEV void fa_to_a(u32 a[4][4], const float x[8][4]) {
   }
 }
 
-/* Row `row` of a head's output (row 0 at out, rows H apart) from the C
- * fragment half h (rows g, g + 8) of x times mul, rounded to T: this
- * lane's two columns of each n8 tile. */
+/* One row of a head's output (at out) from the C fragment half h (row g
+ * or g + 8) of x times mul, rounded to T: this lane's two columns of each
+ * n8 tile. */
 template <typename T>
 FA_DEV void fa_store_row(T *out, const float x[8][4], int h, float mul) {
   const int t = fa_tid() % 4;
@@ -235,8 +234,7 @@ FA_DEV float fa_mask_value(int len) { return len > 0 ? BERT_MASK_VALUE : 0.0f; }
  * j of this lane's C fragment. */
 FA_DEV int fa_ccol(int j, int e) { return 8 * j + 2 * (fa_tid() % 4) + e % 2; }
 
-/* ---- forward --------------------------------------------------------------
- */
+/* ---- forward ------------------------------------------------------------- */
 
 /* grid (query tiles, B*A), kThreads threads, fa_smem(0) bytes. ctx and a
  * copy of it (ocopy), the LSE of every query row, and the sequences'
@@ -320,8 +318,7 @@ FA_KERNEL fa_fwd_kernel(const T *q, const T *k, const T *v,
   }
 }
 
-/* ---- backward -------------------------------------------------------------
- */
+/* ---- backward ------------------------------------------------------------ */
 
 /* dQ: grid (query tiles, B*A), fa_smem(1) bytes. d: rowsum(dctx ctx)
  * per query row (flash_rowdot_kernel). */
