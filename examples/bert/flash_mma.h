@@ -55,7 +55,11 @@ const int kTileElems = kTile * kLd; /* 144 bytes, ldmatrix conflict-free */
 #ifndef FA_HOST_SIMT
 
 #define FA_DEV __device__ __forceinline__
+/* A kernel of kThreads threads; FA_KERNEL_MIN: at least `blocks` of them
+ * resident per SM (the register budget ptxas aims for). */
 #define FA_KERNEL __global__ void __launch_bounds__(fa::kThreads)
+#define FA_KERNEL_MIN(blocks)                                                  \
+  __global__ void __launch_bounds__(fa::kThreads, blocks)
 #define FA_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
 
 FA_DEV int fa_tid(void) { return threadIdx.x; }
@@ -387,12 +391,16 @@ FA_KERNEL fa_dq_kernel(const T *q, const T *k, const T *v, const T *dout,
                       h, scale);
 }
 
-/* dK and dV: grid (key tiles, B*A), fa_smem(2) bytes. */
+/* dK and dV: grid (key tiles, B*A), fa_smem(2) bytes. Three blocks per
+ * SM: ptxas (sm_90) then fits it in 168 registers without spilling, where
+ * unbounded it takes 239 and two blocks fit (sm_80: 96 bytes spilled).
+ * The forward and dQ kernels get three at 142 and 168 registers
+ * unbounded. */
 template <typename T>
-FA_KERNEL fa_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
-                         const int32_t *lengths, const float *lse,
-                         const float *d, T *dk, T *dv, int S, int A,
-                         float scale) {
+FA_KERNEL_MIN(3)
+fa_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
+               const int32_t *lengths, const float *lse, const float *d, T *dk,
+               T *dv, int S, int A, float scale) {
   FA_SMEM(smem);
   T *sk = (T *)smem, *sv = sk + kTileElems, *sqd = sv + kTileElems;
   float *sld = (float *)(sqd + 4 * kTileElems); /* stage i: LSE, d */
@@ -444,19 +452,21 @@ FA_KERNEL fa_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
     }
     const T *sq = sqd + qt % 2 * 2 * kTileElems, *sdo = sq + kTileElems;
     const float *sl = sld + qt % 2 * 2 * kTile, *sd = sl + kTile;
+    /* dV first, then dP^T: fewer accumulators live at once */
     fa_mma_nt<T>(st, ka, sq); /* S^T = K Q^T: a row per key */
-    fa_mma_nt<T>(dpt, va, sdo);
     for (int j = 0; j < 8; j++)
       for (int e = 0; e < 4; e++) {
         const int c = fa_ccol(j, e), h = e / 2;
         const float x = masked[h] ? mv : st[j][e] * scale;
-        const float p =
+        st[j][e] =
             fa_round<T>(key[h] && qt * kTile + c < S ? expf(x - sl[c]) : 0.0f);
-        st[j][e] = p;
-        dpt[j][e] = p * (dpt[j][e] - sd[c]);
       }
     fa_to_a<T>(pa, st);
     fa_mma_nn<T>(dva, pa, sdo);
+    fa_mma_nt<T>(dpt, va, sdo); /* dP^T = V dO^T */
+    for (int j = 0; j < 8; j++)
+      for (int e = 0; e < 4; e++)
+        dpt[j][e] = st[j][e] * (dpt[j][e] - sd[fa_ccol(j, e)]);
     fa_to_a<T>(pa, dpt);
     fa_mma_nn<T>(dka, pa, sq);
     fa_sync();

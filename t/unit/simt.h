@@ -288,6 +288,7 @@ inline void run(int gx, int gy, size_t bytes,
 
 #define FA_DEV inline
 #define FA_KERNEL void
+#define FA_KERNEL_MIN(blocks) void
 #define FA_SMEM(name) unsigned char *name = simt::blk->smem
 
 inline int fa_tid(void) { return simt::blk->cur; }
