@@ -18,7 +18,7 @@
  * fa_ldsm4, fa_ldsm4_t, fa_shfl_xor, fa_cp16 and its groups, the block
  * barrier). nvcc gets them here, as the instructions themselves; a host
  * program may define FA_HOST_SIMT and give its own, and then runs the
- * same kernel source on the CPU, a thread per lane (t/unit/flash_simt.cc:
+ * same kernel source on the CPU, a coroutine per lane (t/unit/flash_simt.cc:
  * the host twin that checks these kernels where there is no GPU).
  *
  * Fragments (PTX ISA, mma.m16n8k16, 16-bit A and B): lane l, g = l / 4,
@@ -167,6 +167,58 @@ FA_DEV int fa_acol(int lane) { return lane / 16 * 8; }
 FA_DEV int fa_brow(int lane) { return lane % 8 + lane / 16 * 8; }
 FA_DEV int fa_bcol(int lane) { return lane / 8 % 2 * 8; }
 
+/* The score of a masked key: BERT_MASK_VALUE, except in a sequence of
+ * length 0, where every key is masked and the softmax is uniform either
+ * way; there 0, so that the row's log-sum-exp stays exact (layers_cuda.cu,
+ * flash_mask_value). */
+FA_DEV float fa_mask_value(int len) { return len > 0 ? BERT_MASK_VALUE : 0.0f; }
+
+/* A block's (sequence, head) and its place in it: the lane's thread,
+ * warp and group (g: the C fragment's row), the row width H, the head's
+ * offset (base: its row 0 in q, k, v and the outputs), the first row of
+ * the block's 64 (queries or keys), the sequence's length and masked
+ * score, and the tiles of 64 that S makes. */
+struct FaBlock {
+  int tid, w, g, H, bh, b, r0, len, tiles;
+  int64_t base;
+  float mv;
+};
+FA_DEV FaBlock fa_block(const int32_t *lengths, int S, int A) {
+  FaBlock f;
+  f.tid = fa_tid(), f.w = f.tid / 32, f.g = f.tid % 32 / 4;
+  f.H = A * kD, f.bh = fa_by(), f.b = f.bh / A, f.r0 = fa_bx() * kTile;
+  f.len = lengths != NULL ? lengths[f.b] : S;
+  f.base = (int64_t)f.b * S * f.H + (int64_t)(f.bh % A) * kD;
+  f.mv = fa_mask_value(f.len);
+  f.tiles = (S + kTile - 1) / kTile;
+  return f;
+}
+
+/* Step i of a walk over the key tiles, K and V in two stages of skv
+ * (stage i % 2: K at 2 (i % 2) tiles, V after it), tile 0 loaded and
+ * committed before step 0: tile i + 1 into the other stage, then the wait
+ * for tile i and the barrier. Stage i's K. The whole block. */
+template <typename T>
+FA_DEV const T *fa_kv_step(T *skv, const T *k, const T *v, int i, int tiles,
+                           int S, int H) {
+  if (i + 1 < tiles) {
+    T *next = skv + (i + 1) % 2 * 2 * kTileElems;
+    fa_load(next, k, (i + 1) * kTile, S, H);
+    fa_load(next + kTileElems, v, (i + 1) * kTile, S, H);
+    fa_cp_commit();
+    fa_cp_wait<1>();
+  } else {
+    fa_cp_wait<0>();
+  }
+  fa_sync();
+  return skv + i % 2 * 2 * kTileElems;
+}
+
+FA_DEV void fa_zero(float x[8][4]) {
+  for (int j = 0; j < 8; j++)
+    x[j][0] = x[j][1] = x[j][2] = x[j][3] = 0.0f;
+}
+
 /* The A fragments of a warp's 16 rows (at row 16 w of tile s): 4 of k16
  * across the 64 columns. */
 template <typename T> FA_DEV void fa_frag_a(u32 a[4][4], const T *s, int w) {
@@ -181,8 +233,7 @@ template <typename T> FA_DEV void fa_frag_a(u32 a[4][4], const T *s, int w) {
 template <typename T>
 FA_DEV void fa_mma_nt(float c[8][4], const u32 a[4][4], const T *s) {
   const int lane = fa_tid() % 32;
-  for (int j = 0; j < 8; j++)
-    c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
+  fa_zero(c);
   for (int kk = 0; kk < 4; kk++)
     for (int n = 0; n < 4; n++) {
       u32 b[4];
@@ -228,12 +279,6 @@ FA_DEV void fa_store_row(T *out, const float x[8][4], int h, float mul) {
         fa_pack<T>(x[j][2 * h] * mul, x[j][2 * h + 1] * mul);
 }
 
-/* The score of a masked key: BERT_MASK_VALUE, except in a sequence of
- * length 0, where every key is masked and the softmax is uniform either
- * way; there 0, so that the row's log-sum-exp stays exact (layers_cuda.cu,
- * flash_mask_value). */
-FA_DEV float fa_mask_value(int len) { return len > 0 ? BERT_MASK_VALUE : 0.0f; }
-
 /* The column (key or query index within a tile) of element e of n8 tile
  * j of this lane's C fragment. */
 FA_DEV int fa_ccol(int j, int e) { return 8 * j + 2 * (fa_tid() % 4) + e % 2; }
@@ -249,42 +294,31 @@ FA_KERNEL fa_fwd_kernel(const T *q, const T *k, const T *v,
                         int32_t *lens, T *ocopy, int S, int A, float scale) {
   FA_SMEM(smem);
   T *sq = (T *)smem, *skv = sq + kTileElems; /* stage i: K, V at 2 i */
-  const int tid = fa_tid(), w = tid / 32, g = tid % 32 / 4;
-  const int H = A * kD, bh = fa_by(), b = bh / A, r0 = fa_bx() * kTile;
-  const int len = lengths != NULL ? lengths[b] : S;
-  const int64_t base = (int64_t)b * S * H + (int64_t)(bh % A) * kD;
-  const float mv = fa_mask_value(len);
-  const int tiles = (S + kTile - 1) / kTile;
-  if (fa_bx() == 0 && bh % A == 0 && tid == 0)
-    lens[b] = len; /* for backward, which is not given lengths */
-  fa_load(sq, q + base, r0, S, H);
+  const FaBlock f = fa_block(lengths, S, A);
+  const int H = f.H, len = f.len;
+  const int64_t base = f.base;
+  if (f.r0 == 0 && f.bh % A == 0 && f.tid == 0)
+    lens[f.b] = len; /* for backward, which is not given lengths */
+  fa_load(sq, q + base, f.r0, S, H);
   fa_load(skv, k + base, 0, S, H);
   fa_load(skv + kTileElems, v + base, 0, S, H);
   fa_cp_commit();
   u32 qa[4][4], pa[4][4];
   float o[8][4], s[8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  for (int j = 0; j < 8; j++)
-    o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-  for (int i = 0; i < tiles; i++) {
-    const T *sk = skv + (i % 2) * 2 * kTileElems, *sv = sk + kTileElems;
-    if (i + 1 < tiles) {
-      T *nk = skv + (i + 1) % 2 * 2 * kTileElems;
-      fa_load(nk, k + base, (i + 1) * kTile, S, H);
-      fa_load(nk + kTileElems, v + base, (i + 1) * kTile, S, H);
-      fa_cp_commit();
-      fa_cp_wait<1>();
-    } else {
-      fa_cp_wait<0>();
-    }
-    fa_sync();
+  fa_zero(o);
+  for (int i = 0; i < f.tiles; i++) {
+    const T *sk = fa_kv_step(skv, k + base, v + base, i, f.tiles, S, H);
+    const T *sv = sk + kTileElems;
     if (i == 0)
-      fa_frag_a(qa, sq, w);
+      fa_frag_a(qa, sq, f.w);
     fa_mma_nt<T>(s, qa, sk);
     float mx[2] = {-INFINITY, -INFINITY};
     for (int j = 0; j < 8; j++)
       for (int e = 0; e < 4; e++) {
         const int key = i * kTile + fa_ccol(j, e);
-        const float x = key >= S ? -INFINITY : key < len ? s[j][e] * scale : mv;
+        const float x = key >= S    ? -INFINITY
+                        : key < len ? s[j][e] * scale
+                                    : f.mv;
         s[j][e] = x;
         mx[e / 2] = fmaxf(mx[e / 2], x);
       }
@@ -311,14 +345,14 @@ FA_KERNEL fa_fwd_kernel(const T *q, const T *k, const T *v,
   for (int h = 0; h < 2; h++) {
     l[h] += fa_shfl_xor(l[h], 1);
     l[h] += fa_shfl_xor(l[h], 2);
-    const int row = r0 + 16 * w + g + 8 * h;
+    const int row = f.r0 + 16 * f.w + f.g + 8 * h;
     if (row >= S)
       continue;
     const int64_t at = base + (int64_t)row * H;
     fa_store_row<T>(ctx + at, o, h, 1.0f / l[h]);
     fa_store_row<T>(ocopy + at, o, h, 1.0f / l[h]);
-    if (tid % 4 == 0)
-      lse[(int64_t)bh * S + row] = m[h] + logf(l[h]);
+    if (f.tid % 4 == 0)
+      lse[(int64_t)f.bh * S + row] = m[h] + logf(l[h]);
   }
 }
 
@@ -332,51 +366,38 @@ FA_KERNEL fa_dq_kernel(const T *q, const T *k, const T *v, const T *dout,
                        T *dq, int S, int A, float scale) {
   FA_SMEM(smem);
   T *sq = (T *)smem, *sdo = sq + kTileElems, *skv = sdo + kTileElems;
-  const int tid = fa_tid(), w = tid / 32, g = tid % 32 / 4;
-  const int H = A * kD, bh = fa_by(), b = bh / A, r0 = fa_bx() * kTile;
-  const int len = lengths != NULL ? lengths[b] : S;
-  const int64_t base = (int64_t)b * S * H + (int64_t)(bh % A) * kD;
-  const float mv = fa_mask_value(len);
-  const int tiles = (S + kTile - 1) / kTile;
+  const FaBlock f = fa_block(lengths, S, A);
+  const int H = f.H;
+  const int64_t base = f.base;
   float L[2], D[2];
   bool valid[2];
   for (int h = 0; h < 2; h++) {
-    const int row = r0 + 16 * w + g + 8 * h;
+    const int row = f.r0 + 16 * f.w + f.g + 8 * h;
     valid[h] = row < S;
-    L[h] = valid[h] ? lse[(int64_t)bh * S + row] : 0.0f;
-    D[h] = valid[h] ? d[(int64_t)bh * S + row] : 0.0f;
+    L[h] = valid[h] ? lse[(int64_t)f.bh * S + row] : 0.0f;
+    D[h] = valid[h] ? d[(int64_t)f.bh * S + row] : 0.0f;
   }
-  fa_load(sq, q + base, r0, S, H);
-  fa_load(sdo, dout + base, r0, S, H);
+  fa_load(sq, q + base, f.r0, S, H);
+  fa_load(sdo, dout + base, f.r0, S, H);
   fa_load(skv, k + base, 0, S, H);
   fa_load(skv + kTileElems, v + base, 0, S, H);
   fa_cp_commit();
   u32 qa[4][4], doa[4][4], sa[4][4];
   float acc[8][4], s[8][4], dp[8][4];
-  for (int j = 0; j < 8; j++)
-    acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  for (int i = 0; i < tiles; i++) {
-    const T *sk = skv + (i % 2) * 2 * kTileElems, *sv = sk + kTileElems;
-    if (i + 1 < tiles) {
-      T *nk = skv + (i + 1) % 2 * 2 * kTileElems;
-      fa_load(nk, k + base, (i + 1) * kTile, S, H);
-      fa_load(nk + kTileElems, v + base, (i + 1) * kTile, S, H);
-      fa_cp_commit();
-      fa_cp_wait<1>();
-    } else {
-      fa_cp_wait<0>();
-    }
-    fa_sync();
+  fa_zero(acc);
+  for (int i = 0; i < f.tiles; i++) {
+    const T *sk = fa_kv_step(skv, k + base, v + base, i, f.tiles, S, H);
+    const T *sv = sk + kTileElems;
     if (i == 0) {
-      fa_frag_a(qa, sq, w);
-      fa_frag_a(doa, sdo, w);
+      fa_frag_a(qa, sq, f.w);
+      fa_frag_a(doa, sdo, f.w);
     }
     fa_mma_nt<T>(s, qa, sk);
     fa_mma_nt<T>(dp, doa, sv);
     for (int j = 0; j < 8; j++)
       for (int e = 0; e < 4; e++) {
         const int key = i * kTile + fa_ccol(j, e), h = e / 2;
-        const float x = key < len ? s[j][e] * scale : mv;
+        const float x = key < f.len ? s[j][e] * scale : f.mv;
         const float p =
             fa_round<T>(valid[h] && key < S ? expf(x - L[h]) : 0.0f);
         s[j][e] = p * (dp[j][e] - D[h]);
@@ -387,8 +408,8 @@ FA_KERNEL fa_dq_kernel(const T *q, const T *k, const T *v, const T *dout,
   }
   for (int h = 0; h < 2; h++)
     if (valid[h])
-      fa_store_row<T>(dq + base + (int64_t)(r0 + 16 * w + g + 8 * h) * H, acc,
-                      h, scale);
+      fa_store_row<T>(dq + base + (int64_t)(f.r0 + 16 * f.w + f.g + 8 * h) * H,
+                      acc, h, scale);
 }
 
 /* dK and dV: grid (key tiles, B*A), fa_smem(2) bytes. Three blocks per
@@ -404,51 +425,47 @@ fa_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
   FA_SMEM(smem);
   T *sk = (T *)smem, *sv = sk + kTileElems, *sqd = sv + kTileElems;
   float *sld = (float *)(sqd + 4 * kTileElems); /* stage i: LSE, d */
-  const int tid = fa_tid(), w = tid / 32, g = tid % 32 / 4;
-  const int H = A * kD, bh = fa_by(), b = bh / A, k0 = fa_bx() * kTile;
-  const int len = lengths != NULL ? lengths[b] : S;
-  const int64_t base = (int64_t)b * S * H + (int64_t)(bh % A) * kD;
-  const float mv = fa_mask_value(len);
-  const int tiles = (S + kTile - 1) / kTile;
+  const FaBlock f = fa_block(lengths, S, A);
+  const int H = f.H, k0 = f.r0;
+  const int64_t base = f.base;
   bool key[2], masked[2];
   for (int h = 0; h < 2; h++) {
-    const int j = k0 + 16 * w + g + 8 * h;
+    const int j = k0 + 16 * f.w + f.g + 8 * h;
     key[h] = j < S;
-    masked[h] = j >= len;
+    masked[h] = j >= f.len;
   }
   fa_load(sk, k + base, k0, S, H);
   fa_load(sv, v + base, k0, S, H);
   u32 ka[4][4], va[4][4], pa[4][4];
   float dka[8][4], dva[8][4], st[8][4], dpt[8][4];
-  for (int j = 0; j < 8; j++)
-    for (int e = 0; e < 4; e++)
-      dka[j][e] = dva[j][e] = 0.0f;
-  for (int i = 0; i < tiles + 1; i++) {
+  fa_zero(dka);
+  fa_zero(dva);
+  for (int i = 0; i < f.tiles + 1; i++) {
     /* stage (i % 2): Q, dO and the rows' LSE and d of query tile i,
      * loaded at step i - 1 (step -1 being the start: i == 0 loads) */
-    if (i < tiles) {
+    if (i < f.tiles) {
       T *nq = sqd + i % 2 * 2 * kTileElems;
       float *nl = sld + i % 2 * 2 * kTile;
       fa_load(nq, q + base, i * kTile, S, H);
       fa_load(nq + kTileElems, dout + base, i * kTile, S, H);
-      for (int r = tid; r < kTile; r += kThreads) {
+      for (int r = f.tid; r < kTile; r += kThreads) {
         const bool in = i * kTile + r < S;
-        nl[r] = in ? lse[(int64_t)bh * S + i * kTile + r] : 0.0f;
-        nl[kTile + r] = in ? d[(int64_t)bh * S + i * kTile + r] : 0.0f;
+        nl[r] = in ? lse[(int64_t)f.bh * S + i * kTile + r] : 0.0f;
+        nl[kTile + r] = in ? d[(int64_t)f.bh * S + i * kTile + r] : 0.0f;
       }
       fa_cp_commit();
     }
     if (i == 0)
       continue;
     const int qt = i - 1; /* the query tile this step computes */
-    if (i < tiles)
+    if (i < f.tiles)
       fa_cp_wait<1>();
     else
       fa_cp_wait<0>();
     fa_sync();
     if (qt == 0) {
-      fa_frag_a(ka, sk, w);
-      fa_frag_a(va, sv, w);
+      fa_frag_a(ka, sk, f.w);
+      fa_frag_a(va, sv, f.w);
     }
     const T *sq = sqd + qt % 2 * 2 * kTileElems, *sdo = sq + kTileElems;
     const float *sl = sld + qt % 2 * 2 * kTile, *sd = sl + kTile;
@@ -457,7 +474,7 @@ fa_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
     for (int j = 0; j < 8; j++)
       for (int e = 0; e < 4; e++) {
         const int c = fa_ccol(j, e), h = e / 2;
-        const float x = masked[h] ? mv : st[j][e] * scale;
+        const float x = masked[h] ? f.mv : st[j][e] * scale;
         st[j][e] =
             fa_round<T>(key[h] && qt * kTile + c < S ? expf(x - sl[c]) : 0.0f);
       }
@@ -473,7 +490,7 @@ fa_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
   }
   for (int h = 0; h < 2; h++)
     if (key[h]) {
-      const int64_t at = base + (int64_t)(k0 + 16 * w + g + 8 * h) * H;
+      const int64_t at = base + (int64_t)(k0 + 16 * f.w + f.g + 8 * h) * H;
       fa_store_row<T>(dk + at, dka, h, scale);
       fa_store_row<T>(dv + at, dva, h, 1.0f);
     }
