@@ -29,8 +29,10 @@
 #              each shape: AMP bf16 eager with SDPA and fused AdamW, and
 #              --best (the same under torch.compile; skipped where it is
 #              missing), each with bert_train's ratio to it and issue
-#              28's target (met or missed); float32 eager at B 8 with
-#              time left; each side skipped when absent
+#              28's target (met or missed); with time left, at base
+#              Hugging Face's BertForMaskedLM (torch_bert.py --hf) the
+#              same way as eager, and float32 eager at B 8; each side
+#              skipped when absent
 #   check      the whole make check
 #   all        every stage above (the default)
 #
@@ -533,6 +535,20 @@ if want bert && need_build && stage_begin bert 60; then
         [ $ref = best ] && want=1.0
         note "bert torch-$ref $tag: tokens/s ${t:-no result}, MFU $(mfu "$t" $d) %; bert_train bf16 / this = $(verdict "$c" "$t" $want) (status $st$([ $ref = best ] && echo ", compile $(torch_json compile_s) s, timed recompiles $(torch_json timed_recompiles)"))"
       done
+      # a second reference at base, with time left: Hugging Face
+      # transformers' BertForMaskedLM (torch_bert.py --hf: the same model
+      # and loss, its head on every position as its users run it), AMP
+      # bf16 eager with SDPA and fused AdamW; no target
+      if [ $p = base ] && [ "$(left)" -ge 120 ]; then
+        if ! LD_LIBRARY_PATH=$sys_ld_path x timeout 60 python3 -c 'import transformers' >/dev/null 2>&1; then
+          note "bert hf-eager $tag: python3 has no transformers here"
+        else
+          torch_bert 150 $targs --precision bf16 --sdpa --fused-adamw --hf
+          st=$?
+          t=$(torch_json tokens_per_s)
+          note "bert hf-eager $tag: tokens/s ${t:-no result}; bert_train bf16 / this = $(awk -v x="$c" -v y="$t" 'BEGIN { if (x > 0 && y > 0) printf "%.2f", x / y; else print "?" }') (status $st)"
+        fi
+      fi
       # float32 eager at B 8, explicit attention: the earlier sessions'
       # reference, for continuity, at the first shape with time left
       if [ $first = 1 ] && [ "$(left)" -ge 150 ]; then

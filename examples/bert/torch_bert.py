@@ -51,6 +51,18 @@ Options that change how PyTorch runs the same model (none by default):
       an H100 runs, and the reference hvd is measured against on a GPU
       (bench/gpu-session.sh's bert stage runs it beside the default); a
       --precision given as well replaces its bf16.
+  --hf  Hugging Face transformers' BertForMaskedLM instead of the model
+      above, configured as the preset (the same sizes, vocabulary and
+      positions, GELU erf, LayerNorm eps 1e-12, no dropout, the decoder
+      tied), trained as its users train it: attention_mask for the
+      padding, labels -100 except at the masked positions (made on the
+      host with the batch, as a data collator makes them). Its head
+      therefore runs on every position (logits for all B*S tokens, where
+      model.c and the model above take the masked rows only), and its
+      masked keys get the dtype's lowest value rather than -1e9: the same
+      loss, more work. With --sdpa attn_implementation "sdpa", else
+      "eager"; the other options as above. Refused (exit 2) without
+      transformers.
 
 Output: one JSON line on stdout, e.g.
   {"impl": "torch-eager", "preset": "mini", "batch": 8, "seq": 128,
@@ -58,7 +70,7 @@ Output: one JSON line on stdout, e.g.
    "precision": "fp32", "sdpa": false, "compile": false,
    "fused_adamw": false, "adamw": "default", "compile_s": null, ...}
 impl is torch[-amp-PRECISION][-sdpa]-eager|compile ("torch-eager" by
-default, "torch-amp-bf16-sdpa-compile" with --best); adamw is the AdamW
+default, "torch-amp-bf16-sdpa-compile" with --best; "hf-..." with --hf); adamw is the AdamW
 that ran (default, fused or foreach). tokens_per_s = batch x seq (padding
 included, as bert_train counts) x the timed steps / their wall time,
 between two torch.cuda.synchronize(). --print-loss writes each step's loss
@@ -162,6 +174,44 @@ class Bert(torch.nn.Module):
         return F.cross_entropy(logits, targets)
 
 
+class HfBert(torch.nn.Module):
+    """transformers' BertForMaskedLM as the preset (--hf); forward takes
+    the batch as its users give it and returns the loss."""
+
+    def __init__(self, L, H, A, Fi, V, P, sdpa):
+        super().__init__()
+        import transformers
+        impl = "sdpa" if sdpa else "eager"
+        cfg = transformers.BertConfig(
+            vocab_size=V, hidden_size=H, num_hidden_layers=L,
+            num_attention_heads=A, intermediate_size=Fi,
+            max_position_embeddings=P, type_vocab_size=2, hidden_act="gelu",
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+            layer_norm_eps=LN_EPS, initializer_range=0.02,
+            pad_token_id=PAD_ID, tie_word_embeddings=True)
+        cfg._attn_implementation = impl
+        try:  # transformers >= 4.36: the implementation chosen at init
+            self.m = transformers.BertForMaskedLM._from_config(
+                cfg, attn_implementation=impl)
+        except TypeError:
+            self.m = transformers.BertForMaskedLM(cfg)
+
+    def forward(self, ids, types, attention_mask, labels):
+        return self.m(input_ids=ids, token_type_ids=types,
+                      attention_mask=attention_mask, labels=labels).loss
+
+
+def hf_batch(ids, types, lengths, rows, targets):
+    """The batch as a BertForMaskedLM user gives it: ids, types, the
+    attention mask (1 on real tokens) and labels (-100 but at the masked
+    positions)."""
+    B, S = ids.shape
+    mask = (torch.arange(S)[None, :] < lengths[:, None]).long()
+    labels = torch.full((B * S,), -100, dtype=torch.long)
+    labels[rows] = targets
+    return ids, types, mask, labels.view(B, S)
+
+
 def make_batch(gen, B, S, V):
     """A masked batch on the host: ids, types, lengths, rows, targets."""
     lengths = torch.randint(S - S // 4, S + 1, (B,), generator=gen)
@@ -184,8 +234,8 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def impl_name(a):
-    """torch[-amp-P][-sdpa]-eager|compile: "torch-eager" by default."""
-    parts = ["torch"]
+    """torch|hf[-amp-P][-sdpa]-eager|compile: "torch-eager" by default."""
+    parts = ["hf" if a.hf else "torch"]
     if a.precision != "fp32":
         parts += ["amp", a.precision]
     if a.sdpa:
@@ -275,6 +325,9 @@ def main():
     ap.add_argument("--best", action="store_true",
                     help="--precision bf16 --sdpa --compile --fused-adamw: "
                     "what a user on an H100 runs (the reference on a GPU)")
+    ap.add_argument("--hf", action="store_true",
+                    help="transformers' BertForMaskedLM as the preset, its "
+                    "head on every position (a second reference)")
     ap.add_argument("--print-loss", action="store_true",
                     help="each step's loss on stderr (step N loss X)")
     a = ap.parse_args()
@@ -301,6 +354,11 @@ def main():
         if scaler is None:
             ap.error(f"--precision fp16: torch {torch.__version__} has no "
                      f"GradScaler for {dev.type}; use --precision bf16")
+    if a.hf:
+        try:
+            import transformers  # noqa: F401 - only whether it is there
+        except ImportError as e:
+            ap.error(f"--hf: no transformers for this python ({e})")
     if a.compile and not hasattr(torch, "compile"):
         ap.error(f"--compile: torch {torch.__version__} has no torch.compile "
                  "(2.0 or later)")
@@ -313,19 +371,25 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = a.tf32
     torch.manual_seed(a.seed)
 
-    model = Bert(L, H, A, Fi, V, P, sdpa=a.sdpa).to(dev)
+    if a.hf:
+        model = HfBert(L, H, A, Fi, V, P, a.sdpa).to(dev)
+    else:
+        model = Bert(L, H, A, Fi, V, P, sdpa=a.sdpa).to(dev)
     opt, adamw_impl = adamw(model.parameters(), a.lr, a.fused_adamw)
     # the masked rows' count changes from batch to batch: marked dynamic
     # so that the first compilation covers them all (else torch.compile
     # compiles again for the second batch)
+    # (--hf: labels [B, S], nothing changes size)
     mark_dynamic = getattr(torch._dynamo, "maybe_mark_dynamic", None) \
-        if a.compile else None
+        if a.compile and not a.hf else None
     forward = torch.compile(model) if a.compile else model
     gen = torch.Generator().manual_seed(a.seed)
     pin = dev.type == "cuda"
     pool = []
     for _ in range(a.pool):
         b = make_batch(gen, a.batch, a.seq, V)
+        if a.hf:
+            b = hf_batch(*b)
         pool.append(tuple(t.pin_memory() if pin else t for t in b))
 
     ran = [0]  # steps run so far, for --print-loss
