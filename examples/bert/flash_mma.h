@@ -51,6 +51,13 @@ const int kTile = 64;               /* rows of a block's tile */
 const int kThreads = 128;           /* 4 warps of 16 rows */
 const int kLd = kD + 8;             /* a T tile's row in shared memory: */
 const int kTileElems = kTile * kLd; /* 144 bytes, ldmatrix conflict-free */
+/* The softmax runs in base 2: exp(x) = 2^(x log2 e), the scale and
+ * log2 e folded into one multiply-add per score (FlashAttention's way:
+ * on an H100 the exponentials' unit, not the tensor cores, bounds heads
+ * of 64, so every instruction per score counts). The LSE kept for
+ * backward is in base e. */
+const float kLog2e = 1.44269504088896341f;
+const float kLn2 = 0.693147180559945309f;
 
 #ifndef FA_HOST_SIMT
 
@@ -99,6 +106,14 @@ template <int N> FA_DEV void fa_cp_wait(void) {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 FA_DEV void fa_zero16(void *dst) { *(uint4 *)dst = make_uint4(0, 0, 0, 0); }
+
+/* 2^x, the hardware's approximation (about 2 ulp; results below 2^-126
+ * flush to 0, which a softmax weight rounded to 16 bits never misses). */
+FA_DEV float fa_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 /* d += A B, one m16n8k16 product of T with float32 accumulation. */
 template <typename T>
@@ -181,7 +196,7 @@ FA_DEV float fa_mask_value(int len) { return len > 0 ? BERT_MASK_VALUE : 0.0f; }
 struct FaBlock {
   int tid, w, g, H, bh, b, r0, len, tiles;
   int64_t base;
-  float mv;
+  float mv2; /* the masked score in base 2 (fa_mask_value log2 e) */
 };
 FA_DEV FaBlock fa_block(const int32_t *lengths, int S, int A) {
   FaBlock f;
@@ -189,7 +204,7 @@ FA_DEV FaBlock fa_block(const int32_t *lengths, int S, int A) {
   f.H = A * kD, f.bh = fa_by(), f.b = f.bh / A, f.r0 = fa_bx() * kTile;
   f.len = lengths != NULL ? lengths[f.b] : S;
   f.base = (int64_t)f.b * S * f.H + (int64_t)(f.bh % A) * kD;
-  f.mv = fa_mask_value(f.len);
+  f.mv2 = fa_mask_value(f.len) * kLog2e;
   f.tiles = (S + kTile - 1) / kTile;
   return f;
 }
@@ -283,6 +298,13 @@ FA_DEV void fa_store_row(T *out, const float x[8][4], int h, float mul) {
  * j of this lane's C fragment. */
 FA_DEV int fa_ccol(int j, int e) { return 8 * j + 2 * (fa_tid() % 4) + e % 2; }
 
+/* Whether the key tile at k0 holds only real keys (below S and the
+ * sequence's length): no score of it is masked. The same for the whole
+ * block, so a branch on it does not diverge. */
+FA_DEV bool fa_full_tile(int k0, int S, int len) {
+  return k0 + kTile <= S && k0 + kTile <= len;
+}
+
 /* ---- forward ------------------------------------------------------------- */
 
 /* grid (query tiles, B*A), kThreads threads, fa_smem(0) bytes. ctx and a
@@ -303,6 +325,7 @@ FA_KERNEL fa_fwd_kernel(const T *q, const T *k, const T *v,
   fa_load(skv, k + base, 0, S, H);
   fa_load(skv + kTileElems, v + base, 0, S, H);
   fa_cp_commit();
+  const float c = scale * kLog2e;
   u32 qa[4][4], pa[4][4];
   float o[8][4], s[8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   fa_zero(o);
@@ -312,28 +335,38 @@ FA_KERNEL fa_fwd_kernel(const T *q, const T *k, const T *v,
     if (i == 0)
       fa_frag_a(qa, sq, f.w);
     fa_mma_nt<T>(s, qa, sk);
-    float mx[2] = {-INFINITY, -INFINITY};
-    for (int j = 0; j < 8; j++)
-      for (int e = 0; e < 4; e++) {
-        const int key = i * kTile + fa_ccol(j, e);
-        const float x = key >= S    ? -INFINITY
-                        : key < len ? s[j][e] * scale
-                                    : f.mv;
-        s[j][e] = x;
-        mx[e / 2] = fmaxf(mx[e / 2], x);
-      }
+    /* the scores in base 2 (s times c), the masked ones set, unless the
+     * tile is full: then s stays the product, and cs = c scales it in
+     * the exponent's multiply-add below */
+    float mx[2] = {-INFINITY, -INFINITY}, cs = 1.0f;
+    if (fa_full_tile(i * kTile, S, len)) {
+      for (int j = 0; j < 8; j++)
+        for (int e = 0; e < 4; e++)
+          mx[e / 2] = fmaxf(mx[e / 2], s[j][e]);
+      mx[0] *= c, mx[1] *= c, cs = c;
+    } else {
+      for (int j = 0; j < 8; j++)
+        for (int e = 0; e < 4; e++) {
+          const int key = i * kTile + fa_ccol(j, e);
+          const float x = key >= S    ? -INFINITY
+                          : key < len ? s[j][e] * c
+                                      : f.mv2;
+          s[j][e] = x;
+          mx[e / 2] = fmaxf(mx[e / 2], x);
+        }
+    }
     float alpha[2];
     for (int h = 0; h < 2; h++) {
       mx[h] = fmaxf(mx[h], fa_shfl_xor(mx[h], 1));
       mx[h] = fmaxf(mx[h], fa_shfl_xor(mx[h], 2));
       const float mnew = fmaxf(m[h], mx[h]);
-      alpha[h] = expf(m[h] - mnew);
+      alpha[h] = fa_exp2(m[h] - mnew);
       m[h] = mnew;
       l[h] *= alpha[h];
     }
     for (int j = 0; j < 8; j++)
       for (int e = 0; e < 4; e++) {
-        const float p = expf(s[j][e] - m[e / 2]);
+        const float p = fa_exp2(fmaf(s[j][e], cs, -m[e / 2]));
         s[j][e] = p;
         l[e / 2] += p;
         o[j][e] *= alpha[e / 2];
@@ -352,29 +385,35 @@ FA_KERNEL fa_fwd_kernel(const T *q, const T *k, const T *v,
     fa_store_row<T>(ctx + at, o, h, 1.0f / l[h]);
     fa_store_row<T>(ocopy + at, o, h, 1.0f / l[h]);
     if (f.tid % 4 == 0)
-      lse[(int64_t)f.bh * S + row] = m[h] + logf(l[h]);
+      lse[(int64_t)f.bh * S + row] = (m[h] + log2f(l[h])) * kLn2;
   }
 }
 
 /* ---- backward ------------------------------------------------------------ */
 
 /* dQ: grid (query tiles, B*A), fa_smem(1) bytes. d: rowsum(dctx ctx)
- * per query row (flash_rowdot_kernel). */
+ * per query row (flash_rowdot_kernel). Both backward kernels are bounded
+ * to three blocks per SM, as many as forward gets unbounded (134
+ * registers): ptxas (sm_90) fits each in 168 registers with 4 to 12
+ * bytes spilled, where unbounded it takes 169 to 239 and two fit. */
 template <typename T>
-FA_KERNEL fa_dq_kernel(const T *q, const T *k, const T *v, const T *dout,
-                       const int32_t *lengths, const float *lse, const float *d,
-                       T *dq, int S, int A, float scale) {
+FA_KERNEL_MIN(3)
+fa_dq_kernel(const T *q, const T *k, const T *v, const T *dout,
+             const int32_t *lengths, const float *lse, const float *d, T *dq,
+             int S, int A, float scale) {
   FA_SMEM(smem);
   T *sq = (T *)smem, *sdo = sq + kTileElems, *skv = sdo + kTileElems;
   const FaBlock f = fa_block(lengths, S, A);
   const int H = f.H;
   const int64_t base = f.base;
-  float L[2], D[2];
+  /* L2: each row's LSE in base 2, +inf past S (every weight 0 there) */
+  const float c = scale * kLog2e;
+  float L2[2], D[2];
   bool valid[2];
   for (int h = 0; h < 2; h++) {
     const int row = f.r0 + 16 * f.w + f.g + 8 * h;
     valid[h] = row < S;
-    L[h] = valid[h] ? lse[(int64_t)f.bh * S + row] : 0.0f;
+    L2[h] = valid[h] ? lse[(int64_t)f.bh * S + row] * kLog2e : INFINITY;
     D[h] = valid[h] ? d[(int64_t)f.bh * S + row] : 0.0f;
   }
   fa_load(sq, q + base, f.r0, S, H);
@@ -394,14 +433,22 @@ FA_KERNEL fa_dq_kernel(const T *q, const T *k, const T *v, const T *dout,
     }
     fa_mma_nt<T>(s, qa, sk);
     fa_mma_nt<T>(dp, doa, sv);
-    for (int j = 0; j < 8; j++)
-      for (int e = 0; e < 4; e++) {
-        const int key = i * kTile + fa_ccol(j, e), h = e / 2;
-        const float x = key < f.len ? s[j][e] * scale : f.mv;
-        const float p =
-            fa_round<T>(valid[h] && key < S ? expf(x - L[h]) : 0.0f);
-        s[j][e] = p * (dp[j][e] - D[h]);
-      }
+    if (fa_full_tile(i * kTile, S, f.len)) {
+      for (int j = 0; j < 8; j++)
+        for (int e = 0; e < 4; e++) {
+          const float p = fa_exp2(fmaf(s[j][e], c, -L2[e / 2]));
+          s[j][e] = fa_round<T>(p) * (dp[j][e] - D[e / 2]);
+        }
+    } else { /* the tile's real keys, then those below S (the rest: 0) */
+      const int real = (f.len < S ? f.len : S) - i * kTile, in = S - i * kTile;
+      for (int j = 0; j < 8; j++)
+        for (int e = 0; e < 4; e++) {
+          const int col = fa_ccol(j, e);
+          const float x = col < real ? s[j][e] * c : f.mv2;
+          const float p = col < in ? fa_exp2(x - L2[e / 2]) : 0.0f;
+          s[j][e] = fa_round<T>(p) * (dp[j][e] - D[e / 2]);
+        }
+    }
     fa_to_a<T>(sa, s);
     fa_mma_nn<T>(acc, sa, sk);
     fa_sync();
@@ -412,11 +459,8 @@ FA_KERNEL fa_dq_kernel(const T *q, const T *k, const T *v, const T *dout,
                       acc, h, scale);
 }
 
-/* dK and dV: grid (key tiles, B*A), fa_smem(2) bytes. Three blocks per
- * SM: ptxas (sm_90) then fits it in 168 registers without spilling, where
- * unbounded it takes 239 and two blocks fit (sm_80: 96 bytes spilled).
- * The forward and dQ kernels get three at 142 and 168 registers
- * unbounded. */
+/* dK and dV: grid (key tiles, B*A), fa_smem(2) bytes (three blocks per
+ * SM: above). */
 template <typename T>
 FA_KERNEL_MIN(3)
 fa_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
@@ -428,11 +472,15 @@ fa_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
   const FaBlock f = fa_block(lengths, S, A);
   const int H = f.H, k0 = f.r0;
   const int64_t base = f.base;
-  bool key[2], masked[2];
+  /* a key row's score in base 2 is st cr + br: st c for a real key, the
+   * masked score for a padded one, -inf past S (a weight of 0) */
+  bool key[2];
+  float cr[2], br[2];
   for (int h = 0; h < 2; h++) {
     const int j = k0 + 16 * f.w + f.g + 8 * h;
     key[h] = j < S;
-    masked[h] = j >= f.len;
+    cr[h] = key[h] && j < f.len ? scale * kLog2e : 0.0f;
+    br[h] = !key[h] ? -INFINITY : j < f.len ? 0.0f : f.mv2;
   }
   fa_load(sk, k + base, k0, S, H);
   fa_load(sv, v + base, k0, S, H);
@@ -448,9 +496,9 @@ fa_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
       float *nl = sld + i % 2 * 2 * kTile;
       fa_load(nq, q + base, i * kTile, S, H);
       fa_load(nq + kTileElems, dout + base, i * kTile, S, H);
-      for (int r = f.tid; r < kTile; r += kThreads) {
+      for (int r = f.tid; r < kTile; r += kThreads) { /* LSE in base 2 */
         const bool in = i * kTile + r < S;
-        nl[r] = in ? lse[(int64_t)f.bh * S + i * kTile + r] : 0.0f;
+        nl[r] = in ? lse[(int64_t)f.bh * S + i * kTile + r] * kLog2e : INFINITY;
         nl[kTile + r] = in ? d[(int64_t)f.bh * S + i * kTile + r] : 0.0f;
       }
       fa_cp_commit();
@@ -473,10 +521,9 @@ fa_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
     fa_mma_nt<T>(st, ka, sq); /* S^T = K Q^T: a row per key */
     for (int j = 0; j < 8; j++)
       for (int e = 0; e < 4; e++) {
-        const int c = fa_ccol(j, e), h = e / 2;
-        const float x = masked[h] ? f.mv : st[j][e] * scale;
-        st[j][e] =
-            fa_round<T>(key[h] && qt * kTile + c < S ? expf(x - sl[c]) : 0.0f);
+        const int h = e / 2;
+        st[j][e] = fa_round<T>(
+            fa_exp2(fmaf(st[j][e], cr[h], br[h] - sl[fa_ccol(j, e)])));
       }
     fa_to_a<T>(pa, st);
     fa_mma_nn<T>(dva, pa, sdo);

@@ -354,6 +354,9 @@ inline void fa_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
   memcpy(d, L.d, sizeof L.d);
 }
 
+/* the host's 2^x for the device's ex2.approx (both within 2 ulp) */
+inline float fa_exp2(float x) { return exp2f(x); }
+
 template <typename T> inline uint32_t fa_pack(float lo, float hi) {
   return (uint32_t)simt::from_f<T>(lo) | (uint32_t)simt::from_f<T>(hi) << 16;
 }
