@@ -1354,6 +1354,7 @@ dim3 softmax_grid(int64_t rows) {
  * row) as they go. Numerics (layers.h's, as near as the algorithm
  * allows): the scores in float32 (scale times the product, masked keys
  * BERT_MASK_VALUE, or 0 where all are: fa_mask_value); the exponentials
+ * (the hardware's base-2 ones, the scale folded into their argument)
  * relative to the running maximum rounded to T for the P V product;
  * ctx = round(O / sum). Backward recomputes P = exp(score - LSE) from the
  * log-sum-exp per row that forward saved, rounds it to T, and takes
