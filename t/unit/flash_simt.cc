@@ -1,9 +1,10 @@
 /*
  * flash_simt.cc - the GPU's flash attention kernels (examples/bert/
  * flash_mma.h), their own source, run on the CPU through t/unit/simt.h
- * (a lane per coroutine, the PTX fragment layouts, cp.async that lands
- * only at its wait), against the CPU's model of the same attention
- * (bert_cpu_backend(p), layers_lp.c) in bfloat16 and float16:
+ * (a lane per coroutine, the PTX fragment layouts, a warp at a time up
+ * to each barrier), against the CPU's model of the same attention
+ * (bert_cpu_backend(p), layers_lp.c) in bfloat16 and float16, every case
+ * twice: cp.async landing at its wait, then at its issue:
  *
  * - forward: ctx within the tolerance of t/gpu/bert_layers (the same
  *   test, there on the device: 2^-6 relative for bfloat16, 2^-9 for
@@ -12,8 +13,9 @@
  *   computed in double from the same rounded inputs;
  * - backward from that forward: dQ, dK and dV within the tolerance;
  * - shapes: a last tile of 16 keys and padding (lengths 80 and 37), a
- *   sequence of length 0 (uniform weights), three tiles, a tile of 8
- *   rows past S, one row past a tile; 1 to 3 heads;
+ *   sequence of length 0 (uniform weights), three tiles, a last tile of
+ *   8 rows, one padded key in a tile of 2; 1 to 3 heads; so tiles with
+ *   and without masked keys (the kernels' two paths) in every kernel;
  * - the twin's strictness: a read of a cp.async destination before its
  *   wait sees the old bytes, and after it the copied ones.
  *
