@@ -6,7 +6,7 @@
  * Each block has 4 warps and takes 64 rows of one (sequence, head):
  * queries (forward, dQ) or keys (dK and dV); each warp keeps its 16 rows
  * as A fragments in registers and walks the other side in tiles of 64
- * rows, loaded into shared memory by cp.async two tiles ahead of use
+ * rows, loaded into shared memory by cp.async one tile ahead of use
  * (double buffered). The scores, the probabilities and the accumulators
  * never leave the registers: a score tile's C fragment, rounded to T, is
  * the A fragment of the next product as it stands (FlashAttention-2's
@@ -184,8 +184,9 @@ FA_DEV int fa_bcol(int lane) { return lane / 8 % 2 * 8; }
 
 /* The score of a masked key: BERT_MASK_VALUE, except in a sequence of
  * length 0, where every key is masked and the softmax is uniform either
- * way; there 0, so that the row's log-sum-exp stays exact (layers_cuda.cu,
- * flash_mask_value). */
+ * way; there 0, so that the row's log-sum-exp stays exact (with -1e9 it,
+ * -1e9 + log S, rounds to -1e9 in float, and backward's exp(score - LSE)
+ * would be 1 rather than 1/S). */
 FA_DEV float fa_mask_value(int len) { return len > 0 ? BERT_MASK_VALUE : 0.0f; }
 
 /* A block's (sequence, head) and its place in it: the lane's thread,
@@ -209,24 +210,30 @@ FA_DEV FaBlock fa_block(const int32_t *lengths, int S, int A) {
   return f;
 }
 
-/* Step i of a walk over the key tiles, K and V in two stages of skv
- * (stage i % 2: K at 2 (i % 2) tiles, V after it), tile 0 loaded and
- * committed before step 0: tile i + 1 into the other stage, then the wait
- * for tile i and the barrier. Stage i's K. The whole block. */
+/* The row (query or key) of this lane's C fragment half h (g or g + 8). */
+FA_DEV int fa_row(const FaBlock &f, int h) {
+  return f.r0 + 16 * f.w + f.g + 8 * h;
+}
+
+/* Step i of a walk over the other side's tiles: two tensors a and b (K
+ * and V, or Q and dO) in two stages of st (stage i % 2: a's tile at 2 (i %
+ * 2) tiles, b's after it), tile 0 loaded and committed before step 0:
+ * tile i + 1 into the other stage, then the wait for tile i and the
+ * barrier. Stage i's tile of a. The whole block. */
 template <typename T>
-FA_DEV const T *fa_kv_step(T *skv, const T *k, const T *v, int i, int tiles,
-                           int S, int H) {
+FA_DEV const T *fa_step(T *st, const T *a, const T *b, int i, int tiles, int S,
+                        int H) {
   if (i + 1 < tiles) {
-    T *next = skv + (i + 1) % 2 * 2 * kTileElems;
-    fa_load(next, k, (i + 1) * kTile, S, H);
-    fa_load(next + kTileElems, v, (i + 1) * kTile, S, H);
+    T *next = st + (i + 1) % 2 * 2 * kTileElems;
+    fa_load(next, a, (i + 1) * kTile, S, H);
+    fa_load(next + kTileElems, b, (i + 1) * kTile, S, H);
     fa_cp_commit();
     fa_cp_wait<1>();
   } else {
     fa_cp_wait<0>();
   }
   fa_sync();
-  return skv + i % 2 * 2 * kTileElems;
+  return st + i % 2 * 2 * kTileElems;
 }
 
 FA_DEV void fa_zero(float x[8][4]) {
@@ -330,7 +337,7 @@ FA_KERNEL fa_fwd_kernel(const T *q, const T *k, const T *v,
   float o[8][4], s[8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   fa_zero(o);
   for (int i = 0; i < f.tiles; i++) {
-    const T *sk = fa_kv_step(skv, k + base, v + base, i, f.tiles, S, H);
+    const T *sk = fa_step(skv, k + base, v + base, i, f.tiles, S, H);
     const T *sv = sk + kTileElems;
     if (i == 0)
       fa_frag_a(qa, sq, f.w);
@@ -378,7 +385,7 @@ FA_KERNEL fa_fwd_kernel(const T *q, const T *k, const T *v,
   for (int h = 0; h < 2; h++) {
     l[h] += fa_shfl_xor(l[h], 1);
     l[h] += fa_shfl_xor(l[h], 2);
-    const int row = f.r0 + 16 * f.w + f.g + 8 * h;
+    const int row = fa_row(f, h);
     if (row >= S)
       continue;
     const int64_t at = base + (int64_t)row * H;
@@ -394,7 +401,7 @@ FA_KERNEL fa_fwd_kernel(const T *q, const T *k, const T *v,
 /* dQ: grid (query tiles, B*A), fa_smem(1) bytes. d: rowsum(dctx ctx)
  * per query row (flash_rowdot_kernel). Both backward kernels are bounded
  * to three blocks per SM, as many as forward gets unbounded (134
- * registers): ptxas (sm_90) fits each in 168 registers with 4 to 12
+ * registers): ptxas (sm_90) fits each in 168 registers with 4 to 8
  * bytes spilled, where unbounded it takes 169 to 239 and two fit. */
 template <typename T>
 FA_KERNEL_MIN(3)
@@ -411,7 +418,7 @@ fa_dq_kernel(const T *q, const T *k, const T *v, const T *dout,
   float L2[2], D[2];
   bool valid[2];
   for (int h = 0; h < 2; h++) {
-    const int row = f.r0 + 16 * f.w + f.g + 8 * h;
+    const int row = fa_row(f, h);
     valid[h] = row < S;
     L2[h] = valid[h] ? lse[(int64_t)f.bh * S + row] * kLog2e : INFINITY;
     D[h] = valid[h] ? d[(int64_t)f.bh * S + row] : 0.0f;
@@ -425,7 +432,7 @@ fa_dq_kernel(const T *q, const T *k, const T *v, const T *dout,
   float acc[8][4], s[8][4], dp[8][4];
   fa_zero(acc);
   for (int i = 0; i < f.tiles; i++) {
-    const T *sk = fa_kv_step(skv, k + base, v + base, i, f.tiles, S, H);
+    const T *sk = fa_step(skv, k + base, v + base, i, f.tiles, S, H);
     const T *sv = sk + kTileElems;
     if (i == 0) {
       fa_frag_a(qa, sq, f.w);
@@ -455,8 +462,20 @@ fa_dq_kernel(const T *q, const T *k, const T *v, const T *dout,
   }
   for (int h = 0; h < 2; h++)
     if (valid[h])
-      fa_store_row<T>(dq + base + (int64_t)(f.r0 + 16 * f.w + f.g + 8 * h) * H,
-                      acc, h, scale);
+      fa_store_row<T>(dq + base + (int64_t)fa_row(f, h) * H, acc, h, scale);
+}
+
+/* Query rows [r0, r0 + 64)'s LSE, in base 2 (+inf past S: a weight of
+ * 0), into l[0..64) and their d into l[64..128) (0 past S). The whole
+ * block; plain stores, seen after the next barrier. */
+FA_DEV void fa_rows(float *l, const float *lse, const float *d,
+                    const FaBlock &f, int r0, int S) {
+  for (int r = f.tid; r < kTile; r += kThreads) {
+    const bool in = r0 + r < S;
+    const int64_t at = (int64_t)f.bh * S + r0 + r;
+    l[r] = in ? lse[at] * kLog2e : INFINITY;
+    l[kTile + r] = in ? d[at] : 0.0f;
+  }
 }
 
 /* dK and dV: grid (key tiles, B*A), fa_smem(2) bytes (three blocks per
@@ -477,46 +496,34 @@ fa_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
   bool key[2];
   float cr[2], br[2];
   for (int h = 0; h < 2; h++) {
-    const int j = k0 + 16 * f.w + f.g + 8 * h;
+    const int j = fa_row(f, h);
     key[h] = j < S;
     cr[h] = key[h] && j < f.len ? scale * kLog2e : 0.0f;
     br[h] = !key[h] ? -INFINITY : j < f.len ? 0.0f : f.mv2;
   }
   fa_load(sk, k + base, k0, S, H);
   fa_load(sv, v + base, k0, S, H);
+  fa_load(sqd, q + base, 0, S, H);
+  fa_load(sqd + kTileElems, dout + base, 0, S, H);
+  fa_rows(sld, lse, d, f, 0, S);
+  fa_cp_commit();
   u32 ka[4][4], va[4][4], pa[4][4];
   float dka[8][4], dva[8][4], st[8][4], dpt[8][4];
   fa_zero(dka);
   fa_zero(dva);
-  for (int i = 0; i < f.tiles + 1; i++) {
-    /* stage (i % 2): Q, dO and the rows' LSE and d of query tile i,
-     * loaded at step i - 1 (step -1 being the start: i == 0 loads) */
-    if (i < f.tiles) {
-      T *nq = sqd + i % 2 * 2 * kTileElems;
-      float *nl = sld + i % 2 * 2 * kTile;
-      fa_load(nq, q + base, i * kTile, S, H);
-      fa_load(nq + kTileElems, dout + base, i * kTile, S, H);
-      for (int r = f.tid; r < kTile; r += kThreads) { /* LSE in base 2 */
-        const bool in = i * kTile + r < S;
-        nl[r] = in ? lse[(int64_t)f.bh * S + i * kTile + r] * kLog2e : INFINITY;
-        nl[kTile + r] = in ? d[(int64_t)f.bh * S + i * kTile + r] : 0.0f;
-      }
-      fa_cp_commit();
-    }
-    if (i == 0)
-      continue;
-    const int qt = i - 1; /* the query tile this step computes */
-    if (i < f.tiles)
-      fa_cp_wait<1>();
-    else
-      fa_cp_wait<0>();
-    fa_sync();
-    if (qt == 0) {
+  for (int i = 0; i < f.tiles; i++) {
+    /* query tile i + 1's LSE and d into the other stage (last read in
+     * step i - 1, before its closing barrier), then its Q and dO by
+     * fa_step, which waits for tile i's */
+    if (i + 1 < f.tiles)
+      fa_rows(sld + (i + 1) % 2 * 2 * kTile, lse, d, f, (i + 1) * kTile, S);
+    const T *sq = fa_step(sqd, q + base, dout + base, i, f.tiles, S, H);
+    const T *sdo = sq + kTileElems;
+    const float *sl = sld + i % 2 * 2 * kTile, *sd = sl + kTile;
+    if (i == 0) {
       fa_frag_a(ka, sk, f.w);
       fa_frag_a(va, sv, f.w);
     }
-    const T *sq = sqd + qt % 2 * 2 * kTileElems, *sdo = sq + kTileElems;
-    const float *sl = sld + qt % 2 * 2 * kTile, *sd = sl + kTile;
     /* dV first, then dP^T: fewer accumulators live at once */
     fa_mma_nt<T>(st, ka, sq); /* S^T = K Q^T: a row per key */
     for (int j = 0; j < 8; j++)
@@ -537,7 +544,7 @@ fa_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout,
   }
   for (int h = 0; h < 2; h++)
     if (key[h]) {
-      const int64_t at = base + (int64_t)(k0 + 16 * f.w + f.g + 8 * h) * H;
+      const int64_t at = base + (int64_t)fa_row(f, h) * H;
       fa_store_row<T>(dk + at, dka, h, scale);
       fa_store_row<T>(dv + at, dva, h, 1.0f);
     }
