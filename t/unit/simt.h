@@ -5,14 +5,19 @@
  * collective (an mma, an ldmatrix, a shuffle, the block barrier). When
  * every lane of its warp (or of the block, for the barrier) is there,
  * the collective is carried out on all their inputs at once, by the PTX
- * ISA's fragment layouts, and the lanes go on. One lane at a time, in a
- * fixed order: the same results every run.
+ * ISA's fragment layouts, and the lanes go on. One lane at a time, a
+ * warp as far as it goes before the next (run_block), in a fixed order:
+ * the same results every run.
  *
  * Stricter than the hardware, so that what only a GPU would show fails
  * here:
  *  - cp.async copies nothing until the fa_cp_wait that covers its group
- *    (a read before the wait sees the tile's old bytes), and a lane that
- *    ends with copies outstanding is a failure;
+ *    (a read before the wait sees the tile's old bytes), or with
+ *    land_early everything at its issue (a refill before every reader is
+ *    done overwrites what they read); a lane that ends with copies
+ *    outstanding is a failure;
+ *  - warp 0 runs to the block barrier before warp 1 starts, and so on:
+ *    a warp gets as far ahead of the others as the barriers allow;
  *  - shared memory starts as 0xff bytes (NaN in bfloat16 and float16),
  *    so a read of what nobody wrote shows in the results;
  *  - an ldmatrix row or a cp.async outside the block's shared memory or
@@ -303,17 +308,19 @@ inline float fa_shfl_xor(float v, int m) {
   return L.f;
 }
 
+namespace simt {
+static void ldsm(u32 r[4], const void *p, Op op) {
+  check_smem(p, 16, op == LDSM ? "ldmatrix row" : "ldmatrix.trans row");
+  me().addr = p;
+  wait_at(op);
+  memcpy(r, me().r, sizeof me().r);
+}
+} /* namespace simt */
 inline void fa_ldsm4(uint32_t r[4], const void *p) {
-  simt::check_smem(p, 16, "ldmatrix row");
-  simt::me().addr = p;
-  simt::wait_at(simt::LDSM);
-  memcpy(r, simt::me().r, sizeof simt::me().r);
+  simt::ldsm(r, p, simt::LDSM);
 }
 inline void fa_ldsm4_t(uint32_t r[4], const void *p) {
-  simt::check_smem(p, 16, "ldmatrix.trans row");
-  simt::me().addr = p;
-  simt::wait_at(simt::LDSM_T);
-  memcpy(r, simt::me().r, sizeof simt::me().r);
+  simt::ldsm(r, p, simt::LDSM_T);
 }
 
 inline void fa_cp16(void *dst, const void *src) {
