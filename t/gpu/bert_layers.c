@@ -41,6 +41,7 @@
 #include <config.h>
 
 #include "gputest.h"
+#include "hvdtest.h"
 #include "tap.h"
 
 #ifndef HVD_HAVE_CUDA
@@ -189,8 +190,8 @@ static void run_cases(const layer_cases_t *c) {
 static void test_linear(int n, int in, int out, int bias, int with_dx,
                         float dx_beta) {
   char name[96];
-  snprintf(name, sizeof name, "linear n=%d in=%d out=%d%s%s dx_beta=%g", n,
-           in, out, bias ? "" : " (no bias)", with_dx ? "" : " (no dx)",
+  snprintf(name, sizeof name, "linear n=%d in=%d out=%d%s%s dx_beta=%g", n, in,
+           out, bias ? "" : " (no bias)", with_dx ? "" : " (no dx)",
            (double)dx_beta);
   float *x = randn((int64_t)n * in, 1), *W = randn((int64_t)out * in, 0.3);
   float *b = bias ? randn(out, 0.5) : NULL;
@@ -236,9 +237,11 @@ static void test_fused_layernorm(int n, int h) {
   float *mean = xmalloc(sizeof(float) * n), *rstd = xmalloc(sizeof(float) * n);
   float *dy = randn(nx, 1), *dx = xmalloc(sizeof(float) * (size_t)nx);
   float *dg = randn(h, 1), *db = randn(h, 1);
-  float *ga = upf(a, nx), *gres = upf(res, nx), *gg = upf(g, h), *gb = upf(b, h);
+  float *ga = upf(a, nx), *gres = upf(res, nx), *gg = upf(g, h),
+        *gb = upf(b, h);
   float *gy = G->alloc(sizeof(float) * (size_t)nx);
-  float *gmean = G->alloc(sizeof(float) * n), *grstd = G->alloc(sizeof(float) * n);
+  float *gmean = G->alloc(sizeof(float) * n),
+        *grstd = G->alloc(sizeof(float) * n);
   float *gdy = upf(dy, nx), *gdx = G->alloc(sizeof(float) * (size_t)nx);
   float *gdx2 = G->alloc(sizeof(float) * (size_t)nx);
   float *gdg = upf(dg, h), *gdb = upf(db, h);
@@ -282,7 +285,8 @@ static void test_layernorm(int n, int h) {
   float *dy = randn((int64_t)n * h, 1), *dg = randn(h, 1), *db = randn(h, 1);
   float *gx = upf(x, (int64_t)n * h), *gg = upf(g, h), *gb = upf(b, h);
   float *gy = G->alloc(sizeof(float) * (size_t)n * h);
-  float *gmean = G->alloc(sizeof(float) * n), *grstd = G->alloc(sizeof(float) * n);
+  float *gmean = G->alloc(sizeof(float) * n),
+        *grstd = G->alloc(sizeof(float) * n);
   float *gdy = upf(dy, (int64_t)n * h), *gdg = upf(dg, h), *gdb = upf(db, h);
 
   bert_layernorm_fwd(x, g, b, 1e-12f, y, mean, rstd, n, h);
@@ -352,8 +356,7 @@ static void test_attention(int B, int S, int A, int dh,
   snprintf(what, sizeof what, "%s: ctx", name);
   same(what, gctx, ctx, nh, TOL_LAYER);
   bert_attention_bwd(q, k, v, probs, dctx, dq, dk, dv, scratch, B, S, A, dh);
-  G->attention_bwd(gq, gk, gv, gprobs, gdctx, gdq, gdk, gdv, NULL, B, S, A,
-                   dh);
+  G->attention_bwd(gq, gk, gv, gprobs, gdctx, gdq, gdk, gdv, NULL, B, S, A, dh);
   snprintf(what, sizeof what, "%s: dq", name);
   same(what, gdq, dq, nh, TOL_LAYER);
   snprintf(what, sizeof what, "%s: dk", name);
@@ -383,7 +386,8 @@ static void test_embedding(int B, int S, int H, int V, int with_types) {
   float *gtype = upf(type, 2 * (int64_t)H);
   float *gout = G->alloc(sizeof(float) * (size_t)(N * H));
   float *gdout = upf(dout, N * H), *gdword = upf(dword, (int64_t)V * H);
-  float *gdpos = upf(dpos, (int64_t)S * H), *gdtype = upf(dtype, 2 * (int64_t)H);
+  float *gdpos = upf(dpos, (int64_t)S * H),
+        *gdtype = upf(dtype, 2 * (int64_t)H);
 
   bert_embedding_fwd(ids, types, word, pos, type, out, B, S, H);
   G->embedding_fwd(gids, gtypes, gword, gpos, gtype, gout, B, S, H);
@@ -421,10 +425,10 @@ static void test_xent(int m, int V) {
   double l_cpu = bert_xent_fwd(logits, targets, m, V, &c_cpu);
   double l_gpu = G->xent_fwd(glogits, gtargets, m, V, &c_gpu);
   snprintf(what, sizeof what, "xent m=%d V=%d: loss sum", m, V);
-  is_double(l_cpu, l_gpu, 1e-6 * fabs(l_cpu), "%s (%.9g vs %.9g)", what,
-            l_gpu, l_cpu);
-  is_int(c_cpu, c_gpu, "xent m=%d V=%d: correct rows (first argmax on ties)",
-         m, V);
+  is_double(l_cpu, l_gpu, 1e-6 * fabs(l_cpu), "%s (%.9g vs %.9g)", what, l_gpu,
+            l_cpu);
+  is_int(c_cpu, c_gpu, "xent m=%d V=%d: correct rows (first argmax on ties)", m,
+         V);
   snprintf(what, sizeof what, "xent m=%d V=%d: probabilities", m, V);
   same(what, glogits, logits, (int64_t)m * V, TOL_LAYER);
   bert_xent_bwd(logits, targets, m, V, 0.37f);
@@ -458,7 +462,8 @@ static void test_rows(int m, int h, int src_rows) {
   int32_t *rows = randi(m, 0, src_rows); /* repeats */
   float *dst = xmalloc(sizeof(float) * (size_t)m * h);
   float *acc = randn((int64_t)src_rows * h, 1);
-  float *gsrc = upf(src, (int64_t)src_rows * h), *gacc = upf(acc, (int64_t)src_rows * h);
+  float *gsrc = upf(src, (int64_t)src_rows * h),
+        *gacc = upf(acc, (int64_t)src_rows * h);
   int32_t *grows = upi(rows, m);
   float *gdst = G->alloc(sizeof(float) * (size_t)m * h);
   bert_gather_rows(src, rows, m, h, dst);
@@ -466,8 +471,8 @@ static void test_rows(int m, int h, int src_rows) {
   same("gather_rows", gdst, dst, (int64_t)m * h, 0);
   bert_scatter_add_rows(dst, rows, m, h, acc);
   G->scatter_add_rows(gdst, grows, m, h, gacc);
-  same("scatter_add_rows (+=, repeated rows)", gacc, acc,
-       (int64_t)src_rows * h, TOL_LAYER);
+  same("scatter_add_rows (+=, repeated rows)", gacc, acc, (int64_t)src_rows * h,
+       TOL_LAYER);
   free(src), free(rows), free(dst), free(acc);
   G->free(gsrc), G->free(gacc), G->free(grows), G->free(gdst);
 }
@@ -529,21 +534,6 @@ static void *tdev(int64_t n) {
   return d;
 }
 
-/* The largest |g - c| / (R max(|g|, |c|) + (R/2) max|c|): at most 1
- * passes; a NaN or an infinity counts as infinitely far. */
-static double t_err(const float *g, const float *c, int64_t n) {
-  double m = max_abs(c, n), worst = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double a = g[i], b = c[i], d = fabs(a - b);
-    if (!isfinite(a) || !isfinite(b))
-      return INFINITY;
-    if (d == 0)
-      continue;
-    worst = fmax(worst, d / (R_TOL * fmax(fabs(a), fabs(b)) + R_TOL / 2 * m));
-  }
-  return worst;
-}
-
 /* ok() that the device T tensor d matches the host T tensor c (bit for
  * bit when exact). */
 static void tsame(const char *what, const void *d, const void *c, int64_t n,
@@ -560,7 +550,7 @@ static void tsame(const char *what, const void *d, const void *c, int64_t n,
     float *h = xmalloc(sizeof(float) * (size_t)n);
     bert_to_float(P, raw, g, n);
     bert_to_float(P, c, h, n);
-    double e = t_err(g, h, n);
+    double e = hvdt_rounding_err(g, h, n, R_TOL);
     ok(e <= 1, "%s %s: %.2f of the tolerance", pn, what, e);
     free(g), free(h);
   }
@@ -691,8 +681,7 @@ static void lp_layernorm(int n, int h) {
   /* backward in place (dx aliases dy), as the contract allows */
   C->layernorm_bwd(x, mean, rstd, g, dy, dy, dg, db, n, h);
   G->layernorm_bwd(gx, gmean, grstd, gg, gdy, gdy, gdg, gdb, n, h);
-  lp_ln_grads("layernorm", "dx (aliasing dy)", n, h, gdy, dy, gdg, dg, gdb,
-              db);
+  lp_ln_grads("layernorm", "dx (aliasing dy)", n, h, gdy, dy, gdg, dg, gdb, db);
   free(x), free(g), free(b), free(y), free(mean), free(rstd), free(dy);
   free(dg), free(db);
   G->free(gx), G->free(gg), G->free(gb), G->free(gy), G->free(gmean);
@@ -716,15 +705,15 @@ static void lp_gelu(int64_t n) {
 /* With `flash` (bert_cuda_set_flash(1) and a shape it takes), probs
  * holds the flash kernels' state, not probabilities: ctx is compared,
  * and backward runs from the GPU's own forward. */
-static void attention_case(int B, int S, int A, int dh,
-                           const int32_t *lengths, int flash) {
+static void attention_case(int B, int S, int A, int dh, const int32_t *lengths,
+                           int flash) {
   const int64_t nh = (int64_t)B * S * A * dh, np = (int64_t)B * A * S * S;
   char name[128], what[160];
   snprintf(name, sizeof name, "%sattention B=%d S=%d A=%d dh=%d%s",
            flash ? "flash " : "", B, S, A, dh, lengths ? " (padding)" : "");
   if (flash)
-    is_int(1, bert_cuda_flash_fits(P, S, A, dh), "%s %s: flash fits",
-           plabel(), name);
+    is_int(1, bert_cuda_flash_fits(P, S, A, dh), "%s %s: flash fits", plabel(),
+           name);
   void *q = trandn(nh, 1), *k = trandn(nh, 1), *v = trandn(nh, 1);
   void *probs = xmalloc(ES * (size_t)np), *ctx = xmalloc(ES * (size_t)nh);
   void *dctx = trandn(nh, 1), *dq = xmalloc(ES * (size_t)nh);
@@ -773,7 +762,8 @@ static void test_flash(void) {
   attention_case(2, 80, 2, 64, len2, 1);
   attention_case(1, 72, 3, 64, len1, 1);
   attention_case(3, 150, 2, 64, NULL, 1);
-  ok(!bert_cuda_flash_fits(P, 64, 2, 64) && !bert_cuda_flash_fits(P, 128, 2, 32) &&
+  ok(!bert_cuda_flash_fits(P, 64, 2, 64) &&
+         !bert_cuda_flash_fits(P, 128, 2, 32) &&
          !bert_cuda_flash_fits(BERT_FP32, 128, 2, 64),
      "%s: flash does not take S 64, dh 32 or float32", plabel());
   bert_cuda_set_flash(0);
@@ -886,9 +876,9 @@ static void lp_rows(int m, int h, int src_rows) {
   G->free(gsrc), G->free(gacc), G->free(grows), G->free(gdst);
 }
 
-static const layer_cases_t lp_cases = {
-    lp_linear,    lp_layernorm, lp_gelu,        lp_attention,
-    lp_embedding, lp_xent,      lp_elementwise, lp_rows};
+static const layer_cases_t lp_cases = {lp_linear,      lp_layernorm, lp_gelu,
+                                       lp_attention,   lp_embedding, lp_xent,
+                                       lp_elementwise, lp_rows};
 
 /* Every layer in precision p, with the float32 cases' sizes, then at
  * BERT's aligned sizes (the fast algorithms of cuBLASLt's bias epilogue
@@ -913,9 +903,8 @@ static void test_precision(int p, int plain) {
   lp_attention(2, 64, 4, 64, len2);
   if (!plain)
     test_flash();
-  ok(C->error() == NULL, "%s: the CPU model recorded no failure%s%s",
-     plabel(), C->error() ? ": " : "",
-     C->error() ? C->error() : "");
+  ok(C->error() == NULL, "%s: the CPU model recorded no failure%s%s", plabel(),
+     C->error() ? ": " : "", C->error() ? C->error() : "");
 }
 
 /* ---- the model ---------------------------------------------------------- */
@@ -952,9 +941,8 @@ static void on_ready(void *ctx, int i) {
    * (which the model's blocking stream is ordered with): the copy waits
    * for the device the same way. With host fences the gradient must
    * already be complete: the copy waits for nothing. */
-  if (!r->fences &&
-      (cudaEventRecord(r->ev, cudaStreamLegacy) != cudaSuccess ||
-       cudaStreamWaitEvent(r->side, r->ev, 0) != cudaSuccess))
+  if (!r->fences && (cudaEventRecord(r->ev, cudaStreamLegacy) != cudaSuccess ||
+                     cudaStreamWaitEvent(r->side, r->ev, 0) != cudaSuccess))
     bail("ordering the snapshot of gradient %d failed", i);
   if (cudaMemcpyAsync(r->snapshot + off, p[i].grad.data, bytes,
                       cudaMemcpyDeviceToHost, r->side) != cudaSuccess ||
@@ -969,9 +957,10 @@ static void make_batch(int V, int32_t *ids, int32_t *types, int32_t *lengths,
     lengths[s] = lens[s];
     for (int t = 0; t < T_S; t++) {
       int i = s * T_S + t, real = t < lens[s];
-      ids[i] = real ? BERT_NUM_SPECIAL + (int32_t)bert__rng_below(
-                                             &rng, (uint64_t)V - BERT_NUM_SPECIAL)
-                    : BERT_PAD_ID;
+      ids[i] =
+          real ? BERT_NUM_SPECIAL + (int32_t)bert__rng_below(
+                                        &rng, (uint64_t)V - BERT_NUM_SPECIAL)
+               : BERT_PAD_ID;
       types[i] = real && t >= lens[s] / 2;
       labels[i] = BERT_LABEL_IGNORE;
       if (real && bert__rng_uniform(&rng) < 0.3) {
@@ -1004,7 +993,8 @@ static void test_model(void) {
   if (gpu == NULL)
     bail("no GPU model");
   int n, ng;
-  hvd_param_t *p = bert_model_params(cpu, &n), *pg = bert_model_params(gpu, &ng);
+  hvd_param_t *p = bert_model_params(cpu, &n),
+              *pg = bert_model_params(gpu, &ng);
   is_int(n, ng, "model: as many parameters on both");
   int on_dev = 1;
   for (int i = 0; i < ng; i++)
@@ -1085,8 +1075,9 @@ static void test_model(void) {
       if (k != NULL && k[strlen("attention.self.key.bias")] == '\0')
         kb = fmax(kb, fmax(max_abs(hg + off, m), max_abs(gg + off, m)));
     }
-    ok(worst <= TOL_MODEL, "step %d: every gradient within %.0e (worst %.2e, %s)",
-       step, TOL_MODEL, worst, p[worst_i].name);
+    ok(worst <= TOL_MODEL,
+       "step %d: every gradient within %.0e (worst %.2e, %s)", step, TOL_MODEL,
+       worst, p[worst_i].name);
     ok(gmax > 0 && kb <= 1e-4 * gmax,
        "step %d: the key biases' gradients are rounding noise on both sides "
        "(%.2e of the largest gradient %.2e)",

@@ -28,6 +28,7 @@
 #include "../../examples/bert/flash_mma.h"
 
 extern "C" {
+#include "hvdtest.h"
 #include "model.h"
 #include "tap.h"
 #include "util.h"
@@ -66,26 +67,12 @@ std::vector<float> tof(const Half &h) {
   return f;
 }
 
-/* t/gpu/bert_layers.c's t_err: the worst error as a fraction of the
- * tolerance (R relative plus R/2 of the largest magnitude). */
-double t_err(const Half &got, const Half &want) {
-  const std::vector<float> g = tof(got), c = tof(want);
-  double m = 0, worst = 0;
-  for (float x : c)
-    m = fmax(m, fabs(x));
-  for (size_t i = 0; i < g.size(); i++) {
-    const double a = g[i], b = c[i], d = fabs(a - b);
-    if (!isfinite(a) || !isfinite(b))
-      return INFINITY;
-    if (d != 0)
-      worst = fmax(worst, d / (R_TOL * fmax(fabs(a), fabs(b)) + R_TOL / 2 * m));
-  }
-  return worst;
-}
-
+/* within t/gpu/bert_layers' tolerance (hvdt_rounding_err, R_TOL) */
 void near(const char *name, const char *what, const Half &got,
           const Half &want) {
-  const double e = t_err(got, want);
+  const std::vector<float> g = tof(got), c = tof(want);
+  const double e =
+      hvdt_rounding_err(g.data(), c.data(), (int64_t)g.size(), R_TOL);
   ok(e <= 1, "%s %s: %s: %.2f of the tolerance", plabel(), name, what, e);
 }
 

@@ -131,6 +131,21 @@ void hvdt_put(hvd_dtype_t dt, void *buf, int64_t i, double v) {
   }
 }
 
+double hvdt_rounding_err(const float *got, const float *want, int64_t n,
+                         double r) {
+  double m = 0, worst = 0;
+  for (int64_t i = 0; i < n; i++)
+    m = fmax(m, fabs((double)want[i]));
+  for (int64_t i = 0; i < n; i++) {
+    double a = got[i], b = want[i], d = fabs(a - b);
+    if (!isfinite(a) || !isfinite(b))
+      return INFINITY;
+    if (d != 0)
+      worst = fmax(worst, d / (r * fmax(fabs(a), fabs(b)) + r / 2 * m));
+  }
+  return worst;
+}
+
 double hvdt_as_dtype(hvd_dtype_t dt, double v) {
   double cell; /* 8 bytes, aligned for every dtype */
   hvdt_put(dt, &cell, 0, v);
@@ -524,7 +539,8 @@ char *hvdt_slurp(const char *path) {
   return s;
 }
 
-/* ---- the timeline's JSON -------------------------------------------------- */
+/* ---- the timeline's JSON --------------------------------------------------
+ */
 
 typedef struct jp {
   const char *at, *text;
@@ -752,8 +768,8 @@ int hvdt_timeline_span(const char *text, const char *name, const char *span,
 int hvdt_timeline_fused(const char *text, const char *const *names, int n,
                         const char *span) {
   int count = 0;
-  struct hvdt_event *ev = text != NULL ? hvdt_timeline_parse(text, &count)
-                                       : NULL;
+  struct hvdt_event *ev =
+      text != NULL ? hvdt_timeline_parse(text, &count) : NULL;
   int good = 1;
   int l0 = last_span(ev, count, names[0], span);
   if (l0 < 0 || ev[l0].tensors != n) {

@@ -46,6 +46,14 @@ void hvdt_put(hvd_dtype_t dt, void *buf, int64_t i, double v);
 /* v as an element of dtype dt holds it (hvdt_put, then hvdt_get). */
 double hvdt_as_dtype(hvd_dtype_t dt, double v);
 
+/* How far got is from want (n floats), as a fraction of a tolerance of
+ * r max(|g|, |c|) + (r/2) max|want| per element: at most 1 passes; a NaN
+ * or an infinity on either side counts as infinitely far. The tolerance
+ * of a 16-bit kernel against its CPU model (t/gpu/bert_layers, and
+ * t/unit/flash_simt, which holds the same kernels to the same bound). */
+double hvdt_rounding_err(const float *got, const float *want, int64_t n,
+                         double r);
+
 /* calloc that bails out of the test when it fails; n may be 0. */
 void *hvdt_calloc(size_t n, size_t size);
 
@@ -195,8 +203,8 @@ int hvdt_burst(struct hvdt_ar *out, const char *prefix, const int64_t *sizes,
 /* Submits a copy of each of specs[0..n) as jobs[k] (its salt raised by
  * salt_add), with hvdt_burst_value and fill -77: in order, or with
  * `shuffled` in the order hvdt_shuffle(seed) gives. */
-void hvdt_burst_submit(struct hvdt_ar *jobs, const struct hvdt_ar *specs,
-                       int n, int shuffled, unsigned seed, int salt_add);
+void hvdt_burst_submit(struct hvdt_ar *jobs, const struct hvdt_ar *specs, int n,
+                       int shuffled, unsigned seed, int salt_add);
 
 /* ---- Checks ---- */
 
