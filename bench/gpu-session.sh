@@ -384,12 +384,13 @@ mfu() {
     f = 3 * (2 * L * (4 * H * H + 2 * H * F + 2 * S * H) + 2 * 0.15 * (H * H + H * V))
     printf "%.1f", 100 * t * f / (p * 1e12) }'
 }
-# verdict X Y TARGET: X / Y to 2 places and whether it reaches TARGET
-# ("1.12 (target >= 1.1: met)"); "?" without both.
+# verdict X Y [TARGET]: X / Y to 2 places and whether it reaches TARGET
+# ("1.12 (target >= 1.1: met)"; "1.12" without one); "?" without both.
 verdict() {
-  awk -v x="$1" -v y="$2" -v w="$3" 'BEGIN {
-    if (x > 0 && y > 0) printf "%.2f (target >= %s: %s)", x / y, w, (x / y >= w ? "met" : "missed")
-    else print "?" }'
+  awk -v x="$1" -v y="$2" -v w="${3:-}" 'BEGIN {
+    if (!(x > 0 && y > 0)) print "?"
+    else if (w == "") printf "%.2f", x / y
+    else printf "%.2f (target >= %s: %s)", x / y, w, (x / y >= w ? "met" : "missed") }'
 }
 # dims FILE: "L H F S V" from bert_train's setup line in FILE.
 dims() {
@@ -546,7 +547,7 @@ if want bert && need_build && stage_begin bert 60; then
           torch_bert 150 $targs --precision bf16 --sdpa --fused-adamw --hf
           st=$?
           t=$(torch_json tokens_per_s)
-          note "bert hf-eager $tag: tokens/s ${t:-no result}; bert_train bf16 / this = $(awk -v x="$c" -v y="$t" 'BEGIN { if (x > 0 && y > 0) printf "%.2f", x / y; else print "?" }') (status $st)"
+          note "bert hf-eager $tag: tokens/s ${t:-no result}; bert_train bf16 / this = $(verdict "$c" "$t") (status $st)"
         fi
       fi
       # float32 eager at B 8, explicit attention: the earlier sessions'
