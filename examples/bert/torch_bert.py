@@ -69,9 +69,9 @@ Output: one JSON line on stdout, e.g.
    "vocab": 8192, "steps": 50, "warmup": 10, "tokens_per_s": 123456.7, ...,
    "precision": "fp32", "sdpa": false, "compile": false,
    "fused_adamw": false, "adamw": "default", "compile_s": null, ...}
-impl is torch[-amp-PRECISION][-sdpa]-eager|compile ("torch-eager" by
-default, "torch-amp-bf16-sdpa-compile" with --best; "hf-..." with --hf); adamw is the AdamW
-that ran (default, fused or foreach). tokens_per_s = batch x seq (padding
+impl is torch|hf[-amp-PRECISION][-sdpa]-eager|compile ("torch-eager" by
+default, "torch-amp-bf16-sdpa-compile" with --best, "hf-..." with --hf);
+adamw is the AdamW that ran (default, fused or foreach). tokens_per_s = batch x seq (padding
 included, as bert_train counts) x the timed steps / their wall time,
 between two torch.cuda.synchronize(). --print-loss writes each step's loss
 on stderr.
