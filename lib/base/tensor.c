@@ -102,8 +102,23 @@ void hvd__device_str(int device, char *buf, size_t n) {
     snprintf(buf, n, "cuda:%d", device);
 }
 
+/* Whether t's bytes lie within home's, on the same device. */
+static int bytes_within(const hvd_tensor_t *t, const hvd_tensor_t *home) {
+  if (home == NULL || home->device != t->device || home->data == NULL)
+    return 0;
+  uintptr_t a = (uintptr_t)t->data, h = (uintptr_t)home->data;
+  size_t n = hvd__tensor_bytes(t), hn = hvd__tensor_bytes(home);
+  return a >= h && a - h <= hn && n <= hn - (a - h);
+}
+
 hvd_result_t hvd__check_tensor(const char *kind, const char *name,
                                const char *which, const hvd_tensor_t *t) {
+  return hvd__check_tensor_in(kind, name, which, t, NULL);
+}
+
+hvd_result_t hvd__check_tensor_in(const char *kind, const char *name,
+                                  const char *which, const hvd_tensor_t *t,
+                                  const hvd_tensor_t *home) {
   const char *sp = which[0] ? " " : "";
   if (t == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': %s%stensor is NULL",
@@ -146,7 +161,7 @@ hvd_result_t hvd__check_tensor(const char *kind, const char *name,
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': %s%sdata is NULL",
                           kind, name, which, sp);
   char why[160];
-  if (hvd__tensor_misplaced(t, why, sizeof why))
+  if (!bytes_within(t, home) && hvd__tensor_misplaced(t, why, sizeof why))
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': %s%stensor %s", kind,
                           name, which, sp, why);
   return HVD_SUCCESS;

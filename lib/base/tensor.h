@@ -36,6 +36,15 @@ int hvd__device_kind_equal(int a, int b);
 hvd_result_t hvd__check_tensor(const char *kind, const char *name,
                                const char *which, const hvd_tensor_t *t);
 
+/* hvd__check_tensor, except that t's placement is not asked of the CUDA
+ * runtime again when its bytes lie within those of `home` (checked before
+ * it, on the same device): an in-place recv, or a block of the output it
+ * is gathered into. One driver call (cudaPointerGetAttributes) fewer per
+ * in-place device collective. home may be NULL. */
+hvd_result_t hvd__check_tensor_in(const char *kind, const char *name,
+                                  const char *which, const hvd_tensor_t *t,
+                                  const hvd_tensor_t *home);
+
 /* 1 when t's data is not where t says, as far as the CUDA runtime can
  * tell: device memory in a host tensor of a process bound to a GPU
  * (hvd__cuda_device_memory), or pageable host memory in a device tensor

@@ -74,14 +74,20 @@ static hvd_result_t check_out(const char *kind, const char *name,
   return HVD_SUCCESS;
 }
 
-/* The checks every named collective starts with: name, req, send. */
+/* The output of the hvd__*_into_async call running on this thread (NULL:
+ * hvd allocates the output): the builders hand it to the request. */
+static _Thread_local const hvd_tensor_t *given_out;
+
+/* The checks every named collective starts with: name, req, send (whose
+ * placement is not asked again when it lies in a given output, checked
+ * first: ZeRO's allgathers). */
 static hvd_result_t check_common(const char *k, const char *name,
                                  hvd_request_t **req,
                                  const hvd_tensor_t *send) {
   hvd_result_t rc;
   HVD__CHECK(check_name(k, name));
   HVD__CHECK(check_req(k, name, req));
-  HVD__CHECK(hvd__check_tensor(k, name, "send", send));
+  HVD__CHECK(hvd__check_tensor_in(k, name, "send", send, given_out));
 fail:
   return rc;
 }
@@ -91,10 +97,6 @@ fail:
 /* The process set of the hvd_ps_* call running on this thread (NULL: the
  * world): the builders below count ranks in it and submit to its engine. */
 static _Thread_local const hvd_process_set_t *cur_ps;
-
-/* The output of the hvd__*_into_async call running on this thread (NULL:
- * hvd allocates the output): the builders hand it to the request. */
-static _Thread_local const hvd_tensor_t *given_out;
 
 /* r's output: the caller's slot for one hvd allocates, or given_out. */
 static void set_output(hvd_request_t *r, hvd_tensor_t *recv) {
@@ -212,7 +214,7 @@ static hvd_result_t make_allreduce(const char *fn, const char *name,
   hvd_result_t rc;
   REQUIRE_INIT(fn);
   HVD__CHECK(check_common(k, name, req, send));
-  HVD__CHECK(hvd__check_tensor(k, name, "recv", recv));
+  HVD__CHECK(hvd__check_tensor_in(k, name, "recv", recv, send));
   HVD__CHECK(check_op(k, name, (int)op));
   if (recv->dtype != send->dtype)
     return hvd__set_error(HVD_ERR_INVALID_ARG,

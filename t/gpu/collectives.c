@@ -752,7 +752,7 @@ static void test_errors(void) {
   /* pageable host memory as a device tensor: refused where the GPU cannot
    * reach it (no HMM or ATS), not handed to NCCL to fault on */
   if (gpu_reaches_pageable(dev)) {
-    skip(2, "cuda:%d reaches pageable host memory (HMM or ATS)", dev);
+    skip(4, "cuda:%d reaches pageable host memory (HMM or ATS)", dev);
   } else {
     hvd_tensor_t ph = dtensor(h, HVD_FLOAT32, 1, shape);
     snprintf(want, sizeof want,
@@ -761,7 +761,17 @@ static void test_errors(void) {
              "it, or pin it)",
              dev);
     expect(hvd_allreduce("pageable", &ph, &ph, HVD_SUM, 1, 1),
-           HVD_ERR_INVALID_ARG, want, "pageable host memory as a device tensor");
+           HVD_ERR_INVALID_ARG, want,
+           "pageable host memory as a device tensor");
+    /* a recv apart from send is asked of the runtime too (only one within
+     * send's bytes, in place, is not) */
+    snprintf(want, sizeof want,
+             "allreduce 'pageable recv': recv tensor is on cuda:%d but its "
+             "data is pageable host memory, which this GPU cannot reach "
+             "(cudaMalloc it, or pin it)",
+             dev);
+    expect(hvd_allreduce("pageable recv", &s, &ph, HVD_SUM, 1, 1),
+           HVD_ERR_INVALID_ARG, want, "a device recv on pageable host memory");
   }
 
   if (size < 2) {

@@ -39,6 +39,7 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -512,9 +513,15 @@ cudaError_t cudaFreeHost(void *ptr) {
   return cudaSuccess;
 }
 
+/* cudaPointerGetAttributes calls so far. */
+static _Atomic long pointer_queries;
+
+long standin_pointer_queries(void) { return atomic_load(&pointer_queries); }
+
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,
                                      const void *ptr) {
   alloc_t a;
+  atomic_fetch_add(&pointer_queries, 1);
   if (attributes == NULL)
     return fail(cudaErrorInvalidValue);
   memset(attributes, 0, sizeof *attributes);

@@ -400,8 +400,8 @@ static void test_direct_and_packed(void) {
       for (int64_t i = 0; i < r; i++, at++)
         if (good && g[at] != (float)(1000 * j + 100 * q + i % 97)) {
           good = 0;
-          snprintf(why, sizeof why, "%s row %lld = %g", names[j],
-                   (long long)at, (double)g[at]);
+          snprintf(why, sizeof why, "%s row %lld = %g", names[j], (long long)at,
+                   (double)g[at]);
         }
     }
   }
@@ -420,13 +420,17 @@ static void test_direct_and_packed(void) {
  * NZ device parameters (uneven sizes) under SGD, distributed unsharded
  * and sharded: one step of each makes exactly NZ cudaStreamWaitEvent
  * calls, one per gradient's reduction (an allgather that waited too made
- * 2 NZ), and both leave the same values. */
+ * 2 NZ), and both leave the same values. Their tensors' placement is
+ * asked of the runtime once per in-place allreduce and three times per
+ * sharded parameter (an in-place recv, or a block within the output it
+ * is gathered into, is not asked again: 2 NZ and 4 NZ before), less
+ * one per empty block (a parameter of 3 elements at np 4). */
 #define NZ 5
 static void test_zero_waits(void) {
   static const char *names[NZ] = {"z.0", "z.1", "z.2", "z.3", "z.4"};
   hvd_param_t ps[2][NZ];
   hvd_optimizer_t *opt[2] = {NULL, NULL};
-  long waits[2] = {-1, -1};
+  long waits[2] = {-1, -1}, queries[2] = {-1, -1};
   float h[64];
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < NZ; i++) {
@@ -454,17 +458,28 @@ static void test_zero_waits(void) {
     if (hvd_sgd_create(ps[k], NZ, &so, &base) != HVD_SUCCESS ||
         hvd_distributed_optimizer(base, &o, &opt[k]) != HVD_SUCCESS)
       bail("optimizer: %s", hvd_last_error());
-    long w0 = standin_stream_waits();
+    long w0 = standin_stream_waits(), q0 = standin_pointer_queries();
     for (int i = NZ - 1; i >= 0; i--)
       if (hvd_optimizer_grad_ready(opt[k], i) != HVD_SUCCESS)
         bail("grad_ready: %s", hvd_last_error());
     if (hvd_optimizer_step(opt[k]) != HVD_SUCCESS)
       bail("step: %s", hvd_last_error());
     waits[k] = standin_stream_waits() - w0;
+    queries[k] = standin_pointer_queries() - q0;
   }
   is_int(NZ, waits[0], "an unsharded step: one stream wait per gradient");
   is_int(NZ, waits[1],
          "a sharded step too: the values' allgather waits for no event");
+  /* Each submission asks where its tensors are, but an in-place recv or a
+   * block gathered into its own value is not asked again. */
+  is_int(NZ, queries[0],
+         "an unsharded step: one pointer query per gradient (in place)");
+  long want = 2 * NZ; /* a block of no elements is not asked of at all */
+  for (int i = 0; i < NZ; i++)
+    want += (7 * i + 3) / size + (rank < (7 * i + 3) % size) > 0;
+  is_int(want, queries[1],
+         "a sharded step: three per parameter (gradient and block of the "
+         "reduce-scatter, the value of the allgather)");
   int same = 1;
   float a[64], b[64];
   for (int i = 0; i < NZ; i++) {

@@ -73,6 +73,8 @@ long standin_streams(void);
 long standin_events(void);
 /* How many cudaStreamWaitEvent calls this process made, in all. */
 long standin_stream_waits(void);
+/* How many cudaPointerGetAttributes calls this process made, in all. */
+long standin_pointer_queries(void);
 /* How many times cudaEventQuery said cudaErrorNotReady, in all. */
 long standin_not_ready_answers(void);
 /* The work enqueued on stream s (NULL: the current device's legacy
