@@ -104,6 +104,7 @@
 #include <cuda_runtime.h>
 
 #include "flash_mma.h"
+#include "softmax_rows.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -1343,6 +1344,66 @@ dim3 softmax_grid(int64_t rows) {
   return dim3(grid_rows((rows + kRowsPerBlock - 1) / kRowsPerBlock));
 }
 
+/* The forward softmax of the rows of sc into p (float32: p is sc), keys
+ * at >= lengths[b] masked: a row in registers up to S 1024
+ * (softmax_rows.h), the loop kernel beyond. */
+template <typename T>
+void softmax_fwd(float *sc, T *p, const int32_t *lengths, int64_t rows, int S,
+                 int A) {
+  const dim3 g((unsigned)((rows + fa::kRows - 1) / fa::kRows));
+  const int t = fa::kThreads;
+  switch (fa::softmax_lanes(S)) {
+  case 4:
+    fa::softmax_fwd_rows<T, 4>
+        <<<g, t, 0, st.stream>>>(sc, p, lengths, rows, S, A);
+    break;
+  case 8:
+    fa::softmax_fwd_rows<T, 8>
+        <<<g, t, 0, st.stream>>>(sc, p, lengths, rows, S, A);
+    break;
+  case 16:
+    fa::softmax_fwd_rows<T, 16>
+        <<<g, t, 0, st.stream>>>(sc, p, lengths, rows, S, A);
+    break;
+  case 32:
+    fa::softmax_fwd_rows<T, 32>
+        <<<g, t, 0, st.stream>>>(sc, p, lengths, rows, S, A);
+    break;
+  default:
+    softmax_fwd_kernel<T>
+        <<<softmax_grid(rows), dim3(kWarp, kRowsPerBlock), 0, st.stream>>>(
+            sc, p, lengths, rows, S, A);
+  }
+  launched("softmax_fwd_kernel");
+}
+
+/* dS = P * (dP - rowsum(P * dP)) into ds (float32: ds is dp), as
+ * softmax_fwd chooses its kernel. */
+template <typename T>
+void softmax_bwd(const T *p, float *dp, T *ds, int64_t rows, int S) {
+  const dim3 g((unsigned)((rows + fa::kRows - 1) / fa::kRows));
+  const int t = fa::kThreads;
+  switch (fa::softmax_lanes(S)) {
+  case 4:
+    fa::softmax_bwd_rows<T, 4><<<g, t, 0, st.stream>>>(p, dp, ds, rows, S);
+    break;
+  case 8:
+    fa::softmax_bwd_rows<T, 8><<<g, t, 0, st.stream>>>(p, dp, ds, rows, S);
+    break;
+  case 16:
+    fa::softmax_bwd_rows<T, 16><<<g, t, 0, st.stream>>>(p, dp, ds, rows, S);
+    break;
+  case 32:
+    fa::softmax_bwd_rows<T, 32><<<g, t, 0, st.stream>>>(p, dp, ds, rows, S);
+    break;
+  default:
+    softmax_bwd_kernel<T>
+        <<<softmax_grid(rows), dim3(kWarp, kRowsPerBlock), 0, st.stream>>>(
+            p, dp, ds, rows, S);
+  }
+  launched("softmax_bwd_kernel");
+}
+
 /* ---- flash attention (16-bit T, heads of 64) -----------------------------
  *
  * With bert_cuda_set_flash(1), a 16-bit T, dh 64 and sequences long
@@ -1520,10 +1581,7 @@ void attention_fwd_direct(const T *q, const T *k, const T *v,
                       P, H, out + 4 * count, S, count, "Q K^T");
   if (!usable())
     return;
-  softmax_fwd_kernel<T>
-      <<<softmax_grid((int64_t)count * S), dim3(kWarp, kRowsPerBlock), 0,
-         st.stream>>>(w.dp, probs, lengths, (int64_t)count * S, S, A);
-  launched("softmax_fwd_kernel");
+  softmax_fwd<T>(w.dp, probs, lengths, (int64_t)count * S, S, A);
   /* C^T (dh x S, ld H: into ctx) = V_i^T (OP_N, ld H) times P_i^T (OP_N,
    * ld S). */
   gemm_ptrs<T, T>(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, 1.0f, P + 2 * count, H,
@@ -1564,10 +1622,7 @@ void attention_fwd(const void *q, const void *k, const void *v,
              scores, S, ss, count, "Q K^T");
   if (!usable())
     return;
-  softmax_fwd_kernel<T>
-      <<<softmax_grid((int64_t)count * S), dim3(kWarp, kRowsPerBlock), 0,
-         st.stream>>>(scores, probs, lengths, (int64_t)count * S, S, A);
-  launched("softmax_fwd_kernel");
+  softmax_fwd<T>(scores, probs, lengths, (int64_t)count * S, S, A);
   /* Row-major C_i[S,dh] = P_i[S,S] V_i[S,dh]. Column-major: C^T (dh x S,
    * ld dh) = V_i^T (the view of V_i, OP_N) times P_i^T (the view of P_i,
    * OP_N). */
@@ -1586,10 +1641,7 @@ void attention_bwd_qk(const float *q, const float *k, const float *probs,
   const int count = B * A;
   const long long sh = (long long)S * dh, ss = (long long)S * S;
   const float scale = 1.0f / sqrtf((float)dh);
-  softmax_bwd_kernel<float>
-      <<<softmax_grid((int64_t)count * S), dim3(kWarp, kRowsPerBlock), 0,
-         st.stream>>>(probs, w.dp, w.dp, (int64_t)count * S, S);
-  launched("softmax_bwd_kernel");
+  softmax_bwd<float>(probs, w.dp, w.dp, (int64_t)count * S, S);
   float *fq = (float *)w.q, *fk = (float *)w.k, *fc = (float *)w.c;
   split_heads(q, fq, B, S, A, dh);
   split_heads(k, fk, B, S, A, dh);
@@ -1615,10 +1667,7 @@ void attention_bwd_qk(const T *q, const T *k, const T *probs, void *dq,
   const long long sh = (long long)S * dh, ss = (long long)S * S;
   const float scale = 1.0f / sqrtf((float)dh);
   T *ds = (T *)w.ds, *hq = (T *)w.q, *hk = (T *)w.k, *hc = (T *)w.c;
-  softmax_bwd_kernel<T>
-      <<<softmax_grid((int64_t)count * S), dim3(kWarp, kRowsPerBlock), 0,
-         st.stream>>>(probs, w.dp, ds, (int64_t)count * S, S);
-  launched("softmax_bwd_kernel");
+  softmax_bwd<T>(probs, w.dp, ds, (int64_t)count * S, S);
   split_heads(q, hq, B, S, A, dh);
   split_heads(k, hk, B, S, A, dh);
   gemm_heads(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, scale, hk, dh, sh,
@@ -1658,10 +1707,7 @@ void attention_bwd_direct(const T *q, const T *k, const T *v, const T *probs,
                   S, out + 4 * count, H, count, "P^T dC");
   if (!usable())
     return;
-  softmax_bwd_kernel<T>
-      <<<softmax_grid((int64_t)count * S), dim3(kWarp, kRowsPerBlock), 0,
-         st.stream>>>(probs, w.dp, (T *)w.ds, (int64_t)count * S, S);
-  launched("softmax_bwd_kernel");
+  softmax_bwd<T>(probs, w.dp, (T *)w.ds, (int64_t)count * S, S);
   /* dQ_i = scale dS_i K_i: dQ^T (dh x S, ld H) = K_i^T (OP_N, ld H) times
    * dS_i^T (OP_N, ld S). */
   gemm_ptrs<T, T>(CUBLAS_OP_N, CUBLAS_OP_N, dh, S, S, scale, P + 7 * count, H,

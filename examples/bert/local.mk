@@ -38,7 +38,7 @@ endif
 	  -I$(top_srcdir)/examples/cnn $(CUDA_CPPFLAGS) \
 	  $(CPPFLAGS) $(AM_CFLAGS) $(CFLAGS) -c -o $@ $<
 examples/bert/layers_cuda.o: examples/bert/layers.h examples/bert/flash_mma.h \
-	config.h
+	examples/bert/softmax_rows.h config.h
 
 ## The same model in PyTorch eager, for throughput comparisons
 ## (doc/bert_train.md, "Against PyTorch eager"); not built.

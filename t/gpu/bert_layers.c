@@ -8,7 +8,8 @@
  *    rows wider than a block, 0 to S real tokens per sequence): linear
  *    (with and without bias, dx overwritten and accumulated, no dx),
  *    LayerNorm (dx aliasing dy), GELU, attention with a padding mask
- *    (a sequence of length 0 included), embeddings (repeated ids, two
+ *    (a sequence of length 0 included; rows of 200, 300, 700 and 1100
+ *    keys for each of the softmaxes' kernels), embeddings (repeated ids, two
  *    token types, no types), cross-entropy (a row whose maximum is tied:
  *    the first index wins on both), add, copy, zero, gather and
  *    scatter-add of rows (repeated rows); gradients of parameters must
@@ -168,6 +169,7 @@ typedef struct layer_cases {
  * rows wider than a block, 0 to S real tokens per sequence. */
 static void run_cases(const layer_cases_t *c) {
   static const int32_t len4[4] = {13, 5, 1, 0}, len1[1] = {1};
+  static const int32_t len2[2] = {190, 61}, len1b[1] = {650};
   c->linear(37, 45, 51, 1, 1, 0.0f);
   c->linear(37, 45, 51, 1, 1, 1.0f);
   c->linear(1, 300, 7, 0, 1, 0.0f);
@@ -179,6 +181,12 @@ static void run_cases(const layer_cases_t *c) {
   c->attention(4, 13, 3, 7, len4);
   c->attention(2, 37, 5, 13, NULL);
   c->attention(1, 1, 1, 1, len1);
+  /* rows of 200, 300 and 700 keys: the softmaxes that hold a row in
+   * registers, 8, 16 and 32 values a lane; 1100 keys: their loops */
+  c->attention(2, 200, 1, 5, len2);
+  c->attention(1, 300, 2, 3, NULL);
+  c->attention(1, 700, 1, 2, len1b);
+  c->attention(1, 1100, 1, 2, NULL);
   c->embedding(3, 11, 19, 17, 1);
   c->embedding(2, 5, 40, 3, 0);
   c->xent(23, 1031);

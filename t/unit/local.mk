@@ -23,6 +23,9 @@
 ##           run on the CPU (t/unit/simt.h: a coroutine per lane, the PTX
 ##           fragment layouts) against the CPU's attention (C++: the
 ##           kernels are templates)
+##  softmax_simt  examples/bert/softmax_rows.h's CUDA kernels (the
+##           attention's row softmaxes in registers) the same way, bit for
+##           bit against a model of the loop kernels they replace
 
 check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim \
 	t/unit/host_mem t/unit/host_mem_private t/unit/timeline_json \
@@ -61,4 +64,12 @@ t_unit_flash_simt_CPPFLAGS = $(TEST_CPPFLAGS) $(BERT_CPPFLAGS)
 t_unit_flash_simt_CXXFLAGS = -Wall -Wextra
 t_unit_flash_simt_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
 t_unit_flash_simt_LDADD = $(BERT_LIBS) $(TEST_LDADD)
+check_PROGRAMS += t/unit/softmax_simt
+UNIT_TESTS += t/unit/softmax_simt.t
+t_unit_softmax_simt_SOURCES = t/unit/softmax_simt.cc t/unit/simt.h \
+	examples/bert/softmax_rows.h examples/bert/flash_mma.h
+t_unit_softmax_simt_CPPFLAGS = $(TEST_CPPFLAGS) $(BERT_CPPFLAGS)
+t_unit_softmax_simt_CXXFLAGS = -Wall -Wextra
+t_unit_softmax_simt_LDFLAGS = $(TEST_LDFLAGS) $(BERT_LINK_OPTS)
+t_unit_softmax_simt_LDADD = $(BERT_LIBS) $(TEST_LDADD)
 endif

@@ -25,7 +25,8 @@
  *    a barrier that not every lane reaches end the program with a
  *    message naming the lane and the operation.
  *
- * Header-only, for one test program (t/unit/flash_simt.cc).
+ * Header-only, for the test programs of examples/bert's kernels
+ * (t/unit/flash_simt.cc, t/unit/softmax_simt.cc).
  */
 #ifndef HVD_T_SIMT_H
 #define HVD_T_SIMT_H
@@ -370,5 +371,15 @@ template <typename T> inline uint32_t fa_pack(float lo, float hi) {
 template <typename T> inline float fa_round(float x) {
   return simt::to_f<T>(simt::from_f<T>(x));
 }
+
+/* an element of T to float and back (softmax_rows.h) */
+template <typename T> inline float fa_ld(const T *p) {
+  return simt::to_f<T>(p->bits);
+}
+template <> inline float fa_ld<float>(const float *p) { return *p; }
+template <typename T> inline void fa_st(T *p, float x) {
+  p->bits = simt::from_f<T>(x);
+}
+template <> inline void fa_st<float>(float *p, float x) { *p = x; }
 
 #endif
