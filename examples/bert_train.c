@@ -83,6 +83,7 @@ typedef struct options {
   int dense_embeddings; /* --dense-embeddings */
   int host_fences;      /* --host-fences */
   int zero;             /* --zero 1: sharded AdamW state */
+  double clip;          /* --clip-grad-norm X (0: off) */
   hvd_compression_t compression;
   int accumulate;
   const char *data;
@@ -129,6 +130,8 @@ static const char usage_text[] =
     "  --accumulate K         backward passes per step (default 1)\n"
     "  --zero 1               ZeRO stage 1: each rank keeps the AdamW state\n"
     "                         of its 1/N block of every parameter (cpu)\n"
+    "  --clip-grad-norm X     clip the averaged gradients to a global L2\n"
+    "                         norm of X before each update (default 0: off)\n"
     "  --no-sync              no gradient reduction: each rank trains on\n"
     "                         its own (the compute ceiling)\n"
     "  --dense-embeddings     cpu: reduce the word embeddings' gradient\n"
@@ -211,6 +214,7 @@ enum {
   O_EPS,
   O_ACCUMULATE,
   O_ZERO,
+  O_CLIP,
   O_NO_SYNC,
   O_DENSE_EMB,
   O_HOST_FENCES,
@@ -256,6 +260,7 @@ static const struct option long_options[] = {
     {"eps", required_argument, NULL, O_EPS},
     {"accumulate", required_argument, NULL, O_ACCUMULATE},
     {"zero", required_argument, NULL, O_ZERO},
+    {"clip-grad-norm", required_argument, NULL, O_CLIP},
     {"no-sync", no_argument, NULL, O_NO_SYNC},
     {"dense-embeddings", no_argument, NULL, O_DENSE_EMB},
     {"host-fences", no_argument, NULL, O_HOST_FENCES},
@@ -356,6 +361,9 @@ static int optimizer_option(options_t *o, int ch, const char *a) {
     return 1;
   case O_ZERO:
     o->zero = (int)cli_int("--zero", a, 0, 1);
+    return 1;
+  case O_CLIP:
+    o->clip = cli_real("--clip-grad-norm", a, 0, 1e9);
     return 1;
   }
   return 0;
@@ -1225,6 +1233,9 @@ static void setup_model(run_t *r) {
   if (o->precision == BERT_FP16) /* GradScaler's defaults */
     check_local(hvd_optimizer_set_loss_scaling(r->opt, NULL),
                 "hvd_optimizer_set_loss_scaling", hvd_last_error());
+  if (o->clip > 0) /* torch's clip_grad_norm_ between backward and step */
+    check_local(hvd_optimizer_set_grad_clipping(r->opt, o->clip, 2),
+                "hvd_optimizer_set_grad_clipping", hvd_last_error());
 }
 
 /* Rank 0: the checkpoint --resume names (the newest in a directory) into
@@ -1367,6 +1378,10 @@ static void print_setup(const run_t *r) {
   printf(PROG ": optimizer state %.1f MiB on this rank%s\n",
          (double)hvd_optimizer_state_bytes(r->opt) / (1 << 20),
          o->zero ? " (sharded, --zero 1)" : "");
+  if (o->clip > 0)
+    printf(PROG ": gradients clipped to a global L2 norm of %g before each "
+                "update\n",
+           o->clip);
 }
 
 /* Rank 0's line on where the run starts, when not at a fresh start. */

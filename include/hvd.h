@@ -731,6 +731,45 @@ double hvd_optimizer_loss_scale(const hvd_optimizer_t *opt);
 /* 1 when the last step found an inf or NaN and skipped its update. */
 int hvd_optimizer_step_skipped(const hvd_optimizer_t *opt);
 
+/* Gradient clipping by the global norm (lib/optim/clip.c), what
+ * torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type) does
+ * between backward and step, done by every step of opt (plain or
+ * distributed) where the gradients are final: after the reductions, and
+ * after loss scaling's unscale and inf/NaN check (a skipped step clips
+ * nothing). The norm of all the parameters' gradients together,
+ * norm_type 2 (Euclidean, over every element) or INFINITY (the largest
+ * magnitude); when max_norm / (norm + 1e-6) is below 1, every gradient
+ * is multiplied by it (rounded to float32 once), in place, before the
+ * update: a float32 parameter's grad, a float16/bfloat16 one's float32
+ * master gradient (its grad is left alone).
+ * - Squares are summed in double in one order (chunks of 16384 elements,
+ *   then the parameters in order), the same on the host and the GPU: a
+ *   run repeats bit for bit, and device parameters clip as host ones.
+ * - Distributed: every rank holds the same averaged gradients and
+ *   computes the same norm, with no communication. Sharded
+ *   (shard_optimizer_state) each rank holds its blocks, and one
+ *   allreduce of a double, "hvd.clip.norm", makes the total (summed in
+ *   other groups than the unsharded norm: the same to a double's
+ *   rounding, and the same coefficient once rounded to float32 unless
+ *   that rounding is a tie between them).
+ * - An inf or a NaN in a gradient makes the norm non-finite; the step
+ *   then fails on every rank, nothing updated (torch would scale every
+ *   gradient to NaN): HVD_ERR_INVALID_ARG "hvd_optimizer_step: gradient
+ *   clipping: the gradient norm is not finite (parameter 'w' holds an
+ *   inf or a NaN); nothing was updated" (sharded: the lowest rank whose
+ *   blocks hold it names the parameter, " (on rank R)" added). With loss
+ *   scaling such a step is skipped before clipping, as GradScaler's.
+ * max_norm 0 turns clipping off; otherwise max_norm must be finite and
+ * positive and norm_type 2 or INFINITY: HVD_ERR_INVALID_ARG naming the
+ * value. The setting is not checkpointed (call it again after a load,
+ * as torch's clip call sits in the training loop). */
+hvd_result_t hvd_optimizer_set_grad_clipping(hvd_optimizer_t *opt,
+                                             double max_norm, double norm_type);
+/* The last step's gradient norm before clipping (what clip_grad_norm_
+ * returns, to log): NAN before the first clipped step, after a failed
+ * or skipped step, without clipping, and for NULL. */
+double hvd_optimizer_grad_norm(const hvd_optimizer_t *opt);
+
 /* A user optimizer. hvd allocates, for every parameter, `nstate` state
  * tensors of the parameter's shape, zero-filled, named by state_names
  * (they are broadcast and checkpointed like the built-ins' state), on the

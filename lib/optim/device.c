@@ -37,6 +37,12 @@ struct hvd__odev {
   /* mixed precision's batched conversions: their own span arrays */
   hvd__cuda_convert_span_t *cspans, *dcspans; /* host, device */
   int ccap;                                   /* entries of both */
+  /* gradient clipping's norms: spans (host, device), the chunks'
+     partial results and the spans' (device) */
+  hvd__cuda_norm_span_t *nspans, *dnspans;
+  int ncap;
+  double *parts, *nout;
+  int64_t parts_cap, nout_cap; /* doubles */
 };
 
 /* HVD_ERR_CUDA "<who>: <call up to its '('>: <string> (<name>)", as
@@ -117,11 +123,15 @@ void hvd__odev_close(hvd__odev_t *d) {
     cudaFree(d->dspans);
     cudaFree(d->dcspans);
     cudaFree(d->flag);
+    cudaFree(d->dnspans);
+    cudaFree(d->parts);
+    cudaFree(d->nout);
   }
   leave(d->dev, prev);
   (void)cudaGetLastError(); /* nothing to report from a teardown */
   free(d->spans);
   free(d->cspans);
+  free(d->nspans);
   free(d);
 }
 
@@ -396,6 +406,67 @@ fail:
   return rc;
 }
 
+/* *buf holds at least n doubles of device memory (*cap of them); growing
+ * waits for d's stream first, as grow_convert. */
+static hvd_result_t grow_doubles(const char *who, hvd__odev_t *d, double **buf,
+                                 int64_t *cap, int64_t n) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (n <= *cap)
+    return HVD_SUCCESS;
+  ODEV_CHECK(cudaStreamSynchronize(d->stream));
+  cudaFree(*buf);
+  *buf = NULL;
+  *cap = 0;
+  ODEV_CHECK(cudaMalloc((void **)buf, (size_t)n * sizeof **buf));
+  *cap = n;
+fail:
+  return rc;
+}
+
+hvd_result_t hvd__odev_norm_batch(const char *who, hvd__odev_t *d,
+                                  const float *const *x, const int64_t *count,
+                                  int n, double *out) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  int64_t chunks = 0;
+  if (n == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  if (n > d->ncap) {
+    ODEV_CHECK(cudaStreamSynchronize(d->stream)); /* as grow_convert */
+    rc = hvd__cuda_twin_grow((void **)&d->nspans, (void **)&d->dnspans,
+                             &d->ncap, n, sizeof *d->nspans, 16, 0);
+    if (rc != HVD_SUCCESS) {
+      rc = kernel_fail(who, rc);
+      goto fail;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    d->nspans[i] = (hvd__cuda_norm_span_t){x[i], count[i], chunks};
+    chunks += hvd__km_norm_chunks(count[i]);
+  }
+  HVD__CHECK(grow_doubles(who, d, &d->parts, &d->parts_cap,
+                          2 * (chunks > 0 ? chunks : 1)));
+  HVD__CHECK(grow_doubles(who, d, &d->nout, &d->nout_cap, 2 * (int64_t)n));
+  /* the host array is pageable: staged before the call returns, as in
+   * upload_convert */
+  ODEV_CHECK(cudaMemcpyAsync(d->dnspans, d->nspans,
+                             (size_t)n * sizeof *d->nspans,
+                             cudaMemcpyHostToDevice, d->stream));
+  rc =
+      hvd__cuda_norm_batch(d->dnspans, n, chunks, d->parts, d->nout, d->stream);
+  if (rc != HVD_SUCCESS) {
+    rc = kernel_fail(who, rc);
+    goto fail;
+  }
+  ODEV_CHECK(cudaMemcpyAsync(out, d->nout, 2 * (size_t)n * sizeof *out,
+                             cudaMemcpyDeviceToHost, d->stream));
+  ODEV_CHECK(cudaStreamSynchronize(d->stream));
+fail:
+  convert_end(d, rc, prev);
+  return rc;
+}
+
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d) {
   hvd_result_t rc = HVD_SUCCESS;
   int prev = -1;
@@ -567,6 +638,16 @@ hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,
     if (params[i].value.device != HVD_CPU)
       return no_cuda(who);
   return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__odev_norm_batch(const char *who, hvd__odev_t *d,
+                                  const float *const *x, const int64_t *count,
+                                  int n, double *out) {
+  (void)d;
+  (void)x;
+  (void)count;
+  (void)out;
+  return n > 0 ? no_cuda(who) : HVD_SUCCESS;
 }
 
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d) {

@@ -88,6 +88,14 @@ hvd_result_t hvd__odev_refresh_master(const char *who, hvd__odev_t *d,
                                       const void *value, hvd_dtype_t dtype,
                                       float *master, int64_t n);
 
+/* Gradient clipping (clip.c): for each of x[0..n) (device float32, count[i]
+ * elements), out[2 i] its sum of squares and out[2 i + 1] its largest
+ * magnitude (host memory; optim_math.h's order, the host's bits), after
+ * everything enqueued on d's stream before; waits for the stream. */
+hvd_result_t hvd__odev_norm_batch(const char *who, hvd__odev_t *d,
+                                  const float *const *x, const int64_t *count,
+                                  int n, double *out);
+
 /* Waits until d's stream has done everything enqueued. */
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d);
 

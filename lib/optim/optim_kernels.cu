@@ -270,6 +270,75 @@ extern "C" hvd_result_t hvd__cuda_refresh_master(const void *value,
   return HVD_SUCCESS;
 }
 
+/* ---- gradient clipping -------------------------------------------------- */
+
+/* Block b: chunk b of the batch (the span whose chunks hold it, found by
+ * bisection of the spans' firsts), as optim_math.h's host chunk: each
+ * thread's share, then the pairwise sums. */
+__global__ void norm_chunk_kernel(const hvd__cuda_norm_span_t *spans, int n,
+                                  double *parts) {
+  __shared__ double a[HVD__KM_NORM_THREADS], m[HVD__KM_NORM_THREADS];
+  const int64_t b = blockIdx.x;
+  int lo = 0, hi = n - 1;
+  while (lo < hi) { /* the last span whose first is <= b */
+    const int mid = (lo + hi + 1) / 2;
+    if (spans[mid].first <= b)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const hvd__cuda_norm_span_t sp = spans[lo];
+  const int64_t at = (b - sp.first) * HVD__KM_NORM_CHUNK, left = sp.count - at;
+  double s[2] = {0, 0};
+  if (left > 0)
+    hvd__km_norm_thread(sp.x + at,
+                        left < HVD__KM_NORM_CHUNK ? left : HVD__KM_NORM_CHUNK,
+                        (int)threadIdx.x, s);
+  a[threadIdx.x] = s[0];
+  m[threadIdx.x] = s[1];
+  __syncthreads();
+  for (int h = HVD__KM_NORM_THREADS / 2; h > 0; h /= 2) {
+    if ((int)threadIdx.x < h) {
+      a[threadIdx.x] += a[threadIdx.x + h];
+      m[threadIdx.x] = hvd__km_nanmax(m[threadIdx.x], m[threadIdx.x + h]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    parts[2 * b] = a[0];
+    parts[2 * b + 1] = m[0];
+  }
+}
+
+/* Thread s: span s's chunks folded in order. */
+__global__ void norm_fold_kernel(const hvd__cuda_norm_span_t *spans, int n,
+                                 const double *parts, double *out) {
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < n)
+    hvd__km_norm_fold(parts + 2 * spans[s].first,
+                      hvd__km_norm_chunks(spans[s].count), out + 2 * s);
+}
+
+extern "C" hvd_result_t hvd__cuda_norm_batch(const hvd__cuda_norm_span_t *spans,
+                                             int n, int64_t chunks,
+                                             double *parts, double *out,
+                                             cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_norm_batch";
+  int go;
+  hvd_result_t rc = hvd__km_check_batch(who, spans, n, chunks, &go);
+  if (rc != HVD_SUCCESS || n == 0)
+    return rc;
+  if (chunks > 0)
+    norm_chunk_kernel<<<(unsigned)chunks, HVD__KM_NORM_THREADS, 0, stream>>>(
+        spans, n, parts);
+  norm_fold_kernel<<<(unsigned)((n + hvd__kernel_threads - 1) /
+                                hvd__kernel_threads),
+                     hvd__kernel_threads, 0, stream>>>(spans, n, parts, out);
+  if (cudaPeekAtLastError() != cudaSuccess)
+    return hvd__launch_error(who);
+  return HVD_SUCCESS;
+}
+
 /* ---- synchronized batch norm ------------------------------------------- */
 
 namespace {

@@ -100,6 +100,25 @@ hvd_result_t hvd__cuda_from_master_batch(const hvd__cuda_convert_span_t *spans,
                                          int n, int64_t max_count,
                                          cudaStream_t stream);
 
+/* ---- gradient clipping (lib/optim/clip.c) -------------------------------
+ * One float32 span of a norm batch: count elements at x; its chunks'
+ * partial results (optim_math.h, HVD__KM_NORM_CHUNK) go to parts at
+ * chunk `first` on (the chunks of the spans before it, in order). */
+typedef struct hvd__cuda_norm_span {
+  const float *x;
+  int64_t count;
+  int64_t first;
+} hvd__cuda_norm_span_t;
+
+/* For every span s: out[2 s] its sum of squares (double), out[2 s + 1]
+ * its largest magnitude (NaN if an element is), by optim_math.h's chunks
+ * and order (the host's hvd__km_norm_span, bit for bit). parts: device
+ * memory for 2 * chunks doubles, chunks the spans' in all (the last
+ * span's first plus its chunks); out: 2 n doubles of device memory. */
+hvd_result_t hvd__cuda_norm_batch(const hvd__cuda_norm_span_t *spans, int n,
+                                  int64_t chunks, double *parts, double *out,
+                                  cudaStream_t stream);
+
 /* ---- synchronized batch norm (lib/optim/sync_bn.c) --------------------
  * x, dy, y, dx: [n, c, s] (s positions per channel) of dtype float32,
  * float16 or bfloat16; per-channel sums in double, element math in float.

@@ -185,4 +185,77 @@ HVD__KM_FN float hvd__km_bn_dx_elem(float x, float dy, const float *coef,
          (dy - coef[2 * c + ch] - (x - coef[ch]) * coef[3 * c + ch]);
 }
 
+/* ---- gradient clipping's norms (lib/optim/clip.c) ------------------------
+ * A float32 span's sum of squares (in double: each square exact) and
+ * largest magnitude, in chunks of HVD__KM_NORM_CHUNK elements, each
+ * summed as a block of HVD__KM_NORM_THREADS threads sums it on the device
+ * (norm_chunk_kernel): thread t its elements t, t + T, t + 2T ... in
+ * order, then the threads' sums pairwise (thread t adds t + h, for h =
+ * T/2, T/4 ... 1); then the span's chunks in order. So the host's loop
+ * and the device give the same bits, run after run. The largest
+ * magnitude is NaN when an element is (hvd__km_nanmax). */
+#define HVD__KM_NORM_THREADS 256
+#define HVD__KM_NORM_CHUNK (HVD__KM_NORM_THREADS * 64)
+
+/* a or b, the greater; NaN if either is. */
+HVD__KM_FN double hvd__km_nanmax(double a, double b) {
+  return a > b || a != a ? a : b;
+}
+
+/* The chunks of a span of n elements. */
+HVD__KM_FN int64_t hvd__km_norm_chunks(int64_t n) {
+  return (n + HVD__KM_NORM_CHUNK - 1) / HVD__KM_NORM_CHUNK;
+}
+
+/* Thread t's share of a chunk of n elements at x: out[0] += squares,
+ * out[1] the greatest magnitude. */
+HVD__KM_FN void hvd__km_norm_thread(const float *x, int64_t n, int t,
+                                    double out[2]) {
+  for (int64_t j = t; j < n; j += HVD__KM_NORM_THREADS) {
+    const double v = x[j];
+    out[0] += v * v;
+    out[1] = hvd__km_nanmax(out[1], v < 0 ? -v : v);
+  }
+}
+
+/* The host's chunk: the threads' shares, then the pairwise sums. */
+static inline void hvd__km_norm_chunk(const float *x, int64_t n,
+                                      double out[2]) {
+  double s[HVD__KM_NORM_THREADS][2];
+  for (int t = 0; t < HVD__KM_NORM_THREADS; t++) {
+    s[t][0] = s[t][1] = 0;
+    hvd__km_norm_thread(x, n, t, s[t]);
+  }
+  for (int h = HVD__KM_NORM_THREADS / 2; h > 0; h /= 2)
+    for (int t = 0; t < h; t++) {
+      s[t][0] += s[t + h][0];
+      s[t][1] = hvd__km_nanmax(s[t][1], s[t + h][1]);
+    }
+  out[0] = s[0][0];
+  out[1] = s[0][1];
+}
+
+/* The span's chunks (parts[c][2]) folded in order into out[2]. */
+HVD__KM_FN void hvd__km_norm_fold(const double *parts, int64_t chunks,
+                                  double out[2]) {
+  out[0] = out[1] = 0;
+  for (int64_t c = 0; c < chunks; c++) {
+    out[0] += parts[2 * c];
+    out[1] = hvd__km_nanmax(out[1], parts[2 * c + 1]);
+  }
+}
+
+/* The host's span: its chunks, then the fold. */
+static inline void hvd__km_norm_span(const float *x, int64_t n, double out[2]) {
+  out[0] = out[1] = 0;
+  for (int64_t c = 0; c < hvd__km_norm_chunks(n); c++) {
+    double part[2];
+    const int64_t at = c * HVD__KM_NORM_CHUNK, left = n - at;
+    hvd__km_norm_chunk(
+        x + at, left < HVD__KM_NORM_CHUNK ? left : HVD__KM_NORM_CHUNK, part);
+    out[0] += part[0];
+    out[1] = hvd__km_nanmax(out[1], part[1]);
+  }
+}
+
 #endif /* HVD_OPTIM_OPTIM_MATH_H */

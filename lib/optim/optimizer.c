@@ -215,6 +215,7 @@ static void free_plain(hvd_optimizer_t *opt) {
       hvd__odev_free(opt->state[s].device, opt->state[s].data);
   free(opt->state);
   hvd__mixed_free(opt->mixed);
+  hvd__clip_free(opt->clip);
   hvd__odev_close(opt->odev);
   free(opt);
 }
@@ -328,9 +329,12 @@ hvd_result_t hvd__optim_apply(hvd_optimizer_t *core) {
 
 hvd_result_t hvd__optim_apply_on(hvd_optimizer_t *core, hvd_param_t *params,
                                  hvd_tensor_t *state) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (core->clip != NULL && (rc = hvd__clip_apply(core, params)) != HVD_SUCCESS)
+    return rc;
   hvd__clear_error(); /* so that we can tell whether step() said why */
-  hvd_result_t rc = core->ops.step(core->ctx, params, core->n, state,
-                                   core->steps + 1, core->lr);
+  rc = core->ops.step(core->ctx, params, core->n, state, core->steps + 1,
+                      core->lr);
   if (rc != HVD_SUCCESS) {
     if (hvd_last_error()[0] == '\0')
       hvd__set_error(rc, "hvd_optimizer_step: optimizer '%s' step failed: %s",

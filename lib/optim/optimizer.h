@@ -11,6 +11,7 @@
 
 typedef struct hvd__dist hvd__dist_t;   /* distributed.c */
 typedef struct hvd__mixed hvd__mixed_t; /* mixed.c */
+typedef struct hvd__clip hvd__clip_t;   /* clip.c */
 
 /* What an optimizer does, by kind: the plain one (optimizer.c) updates
  * its parameters; the distributed wrapper (distributed.c) reduces the
@@ -49,6 +50,7 @@ struct hvd_optimizer {
                           scaling (mixed.c); NULL: neither */
   int agree_inf;       /* a distributed optimizer's core: the ranks agree
                           on a step's inf/NaN (loss scaling) */
+  hvd__clip_t *clip;   /* gradient clipping (clip.c); NULL: off */
   /* distributed wrapper */
   hvd_optimizer_t *base; /* owned */
   hvd__dist_t *dist;
@@ -153,6 +155,16 @@ hvd_result_t hvd__mixed_refresh(const hvd_param_t *params, int n,
 void hvd__mixed_counters(const hvd_optimizer_t *core, int64_t values[2],
                          int *n);
 void hvd__mixed_set_counters(hvd_optimizer_t *core, const int64_t values[2]);
+
+/* ---- gradient clipping (clip.c) ------------------------------------------ */
+
+/* Before an update of core->clip's core on params (float32 views of its
+ * parameters, or a sharded optimizer's blocks): the global norm of their
+ * gradients (agreed over the ranks when sharded), and the gradients
+ * scaled in place when it exceeds max_norm. A non-finite norm fails,
+ * alike on every rank. */
+hvd_result_t hvd__clip_apply(hvd_optimizer_t *core, hvd_param_t *params);
+void hvd__clip_free(hvd__clip_t *c); /* accepts NULL */
 
 /* ---- sharded state (zero.c): a distributed optimizer's ZeRO-1 part ---- */
 

@@ -12,6 +12,11 @@
  *  - a custom optimizer's state tensors are zeroed device memory on the
  *    parameter's device (host memory for host parameters);
  *  - zero_grad on device and host gradients;
+ *  - gradient clipping (L2 on all-device and mixed lists, infinity): the
+ *    norm of every step the host's bit for bit (the batched norm kernel
+ *    against the host's chunk loops), the values too; after hvd_init the
+ *    sharded "zero SGD, mixed" run clips too (its blocks' norms agreed
+ *    over the ranks), equal to the host's;
  *  - mixed precision: float16 and bfloat16 parameters with loss scaling,
  *    device against host bit for bit, a step with an inf skipped on both
  *    (after hvd_init also distributed and sharded, the values set by
@@ -248,6 +253,10 @@ static hvd_result_t make_opt(int adam, const void *o, hvd_param_t *p,
   return adam ? hvd_adam_create(p, NP, o, out) : hvd_sgd_create(p, NP, o, out);
 }
 
+/* Gradient clipping in parity(): 0 (off), 2 or INFINITY; max_norm 0.5 or
+ * 0.25 (below the random gradients' norms: every step clips). */
+static double parity_clip;
+
 static void parity(const char *what, int adam, const void *o, unsigned mask) {
   model_t h, d;
   hvd_optimizer_t *oh = NULL, *od = NULL;
@@ -262,6 +271,14 @@ static void parity(const char *what, int adam, const void *o, unsigned mask) {
   tap_note("%s", hvd_last_error());
   good &= is_int(HVD_SUCCESS, make_opt(adam, o, d.p, &od),
                  "%s: device create (mask %#x)", what, mask);
+  const double max_norm = parity_clip == 2 ? 0.5 : 0.25;
+  if (good && parity_clip != 0) {
+    good &= hvd_optimizer_set_grad_clipping(oh, max_norm, parity_clip) ==
+            HVD_SUCCESS;
+    good &= hvd_optimizer_set_grad_clipping(od, max_norm, parity_clip) ==
+            HVD_SUCCESS;
+  }
+  int norms = 1;
   for (int step = 1; good && step <= 4; step++) {
     if (step > 1) {
       good &= hvd_optimizer_zero_grad(oh) == HVD_SUCCESS;
@@ -276,8 +293,19 @@ static void parity(const char *what, int adam, const void *o, unsigned mask) {
     good &= hvd_optimizer_step(oh) == HVD_SUCCESS;
     tap_note("%s", hvd_last_error());
     good &= hvd_optimizer_step(od) == HVD_SUCCESS;
+    if (parity_clip != 0) { /* the same bits, and each step clipped */
+      double nh = hvd_optimizer_grad_norm(oh), nd = hvd_optimizer_grad_norm(od);
+      norms &= memcmp(&nh, &nd, sizeof nh) == 0 && nh > max_norm;
+      if (!norms)
+        tap_note("%s: step %d: norm %.17g on the host, %.17g on the device",
+                 what, step, nh, nd);
+    }
   }
   ok(good, "%s: four steps", what);
+  if (parity_clip != 0)
+    ok(norms,
+       "%s (mask %#x): every step's clipping norm the host's bit for bit",
+       what, mask);
   snprintf(label, sizeof label, "%s (mask %#x)", what, mask);
   check_same(label, &h, &d, oh, od);
   hvd_optimizer_destroy(oh);
@@ -319,6 +347,18 @@ static void test_parity(void) {
     parity(name, 1, &o, 0x1f);
     parity(name, 1, &o, 0x15); /* mixed: p0, p2, p4 on the GPU */
   }
+  /* gradient clipping: the norms' chunks on the device (65537 elements:
+   * 5 chunks, the last of one element) against the host's loops */
+  hvd_sgd_options_t so;
+  hvd_sgd_options_init(&so);
+  so.lr = 0.1;
+  so.momentum = 0.9;
+  parity_clip = 2;
+  parity("SGD momentum 0.9, clipped (L2)", 0, &so, 0x1f);
+  parity("SGD momentum 0.9, clipped (L2)", 0, &so, 0x0a);
+  parity_clip = INFINITY;
+  parity("SGD momentum 0.9, clipped (infinity)", 0, &so, 0x1f);
+  parity_clip = 0;
 }
 
 /* ---- custom optimizers, zero_grad, refusals ------------------------------ */
@@ -647,9 +687,19 @@ static void zero_run(int kind) {
     if (!ok(good, "%s: %s: a sharded optimizer on %s parameters", pass_name,
             what, k ? "device" : "host"))
       bail("%s", hvd_last_error());
+    /* the mixed list clips: its blocks' norms agreed over the ranks */
+    if (kind == 1 &&
+        hvd_optimizer_set_grad_clipping(*os[k], 1e-3, 2) != HVD_SUCCESS)
+      bail("clipping: %s", hvd_last_error());
     zero_train(ms[k], *os[k], 1, 3);
   }
   check_same(what, &h, &d, NULL, NULL);
+  if (kind == 1) {
+    double nh = hvd_optimizer_grad_norm(oh), nd = hvd_optimizer_grad_norm(od);
+    ok(memcmp(&nh, &nd, sizeof nh) == 0 && nh > 1e-3,
+       "%s: %s: clipped, the last norm the host's bit for bit (%.17g)",
+       pass_name, what, nd);
+  }
   ok(hvd_optimizer_state_bytes(od) == hvd_optimizer_state_bytes(oh) &&
          hvd_optimizer_state_bytes(od) > 0,
      "%s: %s: %lld bytes of state on this rank, as on the host", pass_name,

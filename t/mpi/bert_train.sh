@@ -11,6 +11,8 @@
 #     rank order, whatever the fusion;
 #     float16 and bfloat16 gradients on the wire stay within 1e-3 of it (and
 #     are not bit-identical: the compression took effect); --no-sync runs;
+#     --clip-grad-norm departs from the unclipped curve after step 1, and
+#     sharded (--zero 1) gives the unsharded clipped losses (1e-6);
 #     --dense-embeddings (the word embeddings reduced whole) matches the
 #     default (decoder share early, lookup rows allgathered) to 1e-6 at
 #     np 2 and bit for bit at np 1; --zero 1 (sharded AdamW state) matches
@@ -64,7 +66,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..32"
+echo "1..35"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -278,6 +280,27 @@ else
   show_run zresume
 fi
 
+# gradient clipping (a global norm of 0.1: below tiny's, every step
+# clipped): the first loss is ws2's (no update yet), the curve departs
+# from it, and the sharded optimizer clips alike
+if train clip2 2 $common --batch-size 4 --clip-grad-norm 0.1 &&
+  grep -q "gradients clipped to a global L2 norm of 0.1 before each update" \
+    "$tmp/clip2.out" &&
+  [ "`losses_of clip2 | head -1`" = "`losses_of ws2 | head -1`" ] &&
+  [ "`losses_of clip2`" != "`losses_of ws2`" ]; then
+  pass "--clip-grad-norm 0.1 at np 2: announced, the curve departs from ws2's"
+else
+  fail "--clip-grad-norm 0.1 at np 2: announced, the curve departs from ws2's"
+  show_run clip2
+fi
+if train clipz 2 $common --batch-size 4 --clip-grad-norm 0.1 --zero 1 &&
+  agree clip2 clipz 1e-6; then
+  pass "--clip-grad-norm 0.1 --zero 1 at np 2: the unsharded clipped losses"
+else
+  fail "--clip-grad-norm 0.1 --zero 1 at np 2: the unsharded clipped losses"
+  show_run clipz
+fi
+
 # ---- 4. bad --data -------------------------------------------------------
 : >"$tmp/empty.txt"
 printf 'the cat sat on the mat\nand the dog ran\n' >"$tmp/small.txt"
@@ -308,7 +331,7 @@ else
   fail "--help: usage on stdout, exit 0 (status $rc)"
   show_run help
 fi
-for args in "--no-such-option" "--steps many" "--lr"; do
+for args in "--no-such-option" "--steps many" "--lr" "--clip-grad-norm -1"; do
   "$HVD_MPIRUN_TEST" --np 0 "$prog" $args >"$tmp/opt.out" 2>"$tmp/opt.err"
   rc=$?
   if [ $rc = 2 ] && grep -q "^bert_train: " "$tmp/opt.err"; then

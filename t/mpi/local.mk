@@ -91,10 +91,12 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 ## bytes and crossed checkpoints; hvd_state_* (elastic training's
 ## commits: memory, file, restore, counters); mixed precision (mixed:
 ## masters, loss scaling; mixed_shard: masters sharded by ZeRO-1 and
-## following the values that hvd_broadcast_parameters writes).
+## following the values that hvd_broadcast_parameters writes); gradient
+## clipping by the global norm (clip: against an unclipped run, sharded
+## and not, non-finite norms, loss scaling, bfloat16).
 check_PROGRAMS += t/mpi/optim t/mpi/bcast_params t/mpi/checkpoint \
 	t/mpi/sparse_grad t/mpi/sync_bn t/mpi/zero t/mpi/state t/mpi/mixed \
-	t/mpi/mixed_shard
+	t/mpi/mixed_shard t/mpi/clip
 NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/optim.np4 \
 	t/mpi/sparse_grad.np1 t/mpi/sparse_grad.np2 t/mpi/sparse_grad.np3 \
@@ -106,6 +108,7 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/mixed.np1 t/mpi/mixed.np2 t/mpi/mixed.np3 t/mpi/mixed.np4 \
 	t/mpi/mixed_shard.np1 t/mpi/mixed_shard.np2 t/mpi/mixed_shard.np3 \
 	t/mpi/mixed_shard.np4 \
+	t/mpi/clip.np1 t/mpi/clip.np2 t/mpi/clip.np3 t/mpi/clip.np4 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
 	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3

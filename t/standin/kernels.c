@@ -631,6 +631,52 @@ static hvd_result_t bn_check(const char *who, hvd_dtype_t dtype, int64_t n,
   return rc;
 }
 
+/* ---- gradient clipping -------------------------------------------------- */
+
+hvd_result_t hvd__cuda_norm_batch(const hvd__cuda_norm_span_t *spans, int n,
+                                  int64_t chunks, double *parts, double *out,
+                                  cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_norm_batch";
+  int go;
+  hvd_result_t rc = hvd__km_check_batch(who, spans, n, chunks, &go);
+  if (rc != HVD_SUCCESS || n == 0)
+    return rc;
+  check_launch(who, spans, (size_t)n * sizeof *spans, stream);
+  int64_t next = 0; /* the spans' chunks follow one another */
+  for (int t = 0; t < n; t++) {
+    const hvd__cuda_norm_span_t *sp = &spans[t];
+    if (sp->count < 0 || sp->first != next)
+      standin_die("%s: span %d has count %lld and first %lld (expected %lld)",
+                  who, t, (long long)sp->count, (long long)sp->first,
+                  (long long)next);
+    next += hvd__km_norm_chunks(sp->count);
+    standin_need_device(sp->x, (size_t)sp->count * sizeof(float), who,
+                        "a span's x");
+    standin_access(stream, sp->x, (size_t)sp->count * sizeof(float), 0, who,
+                   "a span's x");
+  }
+  if (next != chunks)
+    standin_die("%s: the spans have %lld chunks, not %lld", who,
+                (long long)next, (long long)chunks);
+  standin_need_device(parts, 2 * (size_t)chunks * sizeof *parts, who, "parts");
+  standin_need_device(out, 2 * (size_t)n * sizeof *out, who, "out");
+  standin_access(stream, parts, 2 * (size_t)chunks * sizeof *parts, 1, who,
+                 "parts");
+  standin_access(stream, out, 2 * (size_t)n * sizeof *out, 1, who, "out");
+  for (int t = 0; t < n; t++) {
+    const hvd__cuda_norm_span_t *sp = &spans[t];
+    for (int64_t c = 0; c < hvd__km_norm_chunks(sp->count); c++) {
+      const int64_t at = c * HVD__KM_NORM_CHUNK, left = sp->count - at;
+      hvd__km_norm_chunk(sp->x + at,
+                         left < HVD__KM_NORM_CHUNK ? left : HVD__KM_NORM_CHUNK,
+                         parts + 2 * (sp->first + c));
+    }
+    hvd__km_norm_fold(parts + 2 * sp->first, hvd__km_norm_chunks(sp->count),
+                      out + 2 * t);
+  }
+  return HVD_SUCCESS;
+}
+
 /* The two per-channel sums (dy NULL: of x and x^2; else of dy and
  * dy (x - mean)), in element order per channel. */
 static void bn_sums(const char *who, const void *x, const void *dy,
