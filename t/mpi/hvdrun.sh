@@ -262,9 +262,10 @@ t0=$(date +%s)
 real --start-timeout 2 -np 2 sleep 60
 took=$(($(date +%s) - t0))
 # mpirun may exit as soon as it has sent its SIGKILLs, a moment before the
-# kernel has ended the ranks: give them 2 s
+# kernel has ended the ranks: give them 10 s (under make -j2 beside other
+# mpiruns 2 s was once too short; a rank left behind lives 60 s)
 i=0
-while pgrep -f '^sleep 60$' >/dev/null && [ $i -lt 20 ]; do
+while pgrep -f '^sleep 60$' >/dev/null && [ $i -lt 100 ]; do
   sleep 0.1
   i=$((i + 1))
 done
