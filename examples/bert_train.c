@@ -914,18 +914,30 @@ typedef struct report {
   FILE *json;
 } report_t;
 
+/* One step's numbers for the log: its loss, learning rate, tokens, time
+ * to the loss, time in hvd_optimizer_step, and the gradient norm before
+ * clipping (NAN: no clipping, or a skipped step). */
+typedef struct step_rec {
+  double loss, lr;
+  int64_t tokens;
+  double step_time, comm_wait, grad_norm;
+} step_rec_t;
+
 /* One --log-json record (nothing without a file); flushed, so that a job
  * killed later keeps its curve. */
-static void json_step(FILE *json, int64_t s, double loss, double lr,
-                      int64_t tokens, double step_time, double comm_wait) {
+static void json_step(FILE *json, int64_t s, const step_rec_t *x) {
   if (json == NULL)
     return;
   struct timespec wall;
+  char norm[48] = "";
   clock_gettime(CLOCK_REALTIME, &wall);
+  if (isfinite(x->grad_norm))
+    snprintf(norm, sizeof norm, ",\"grad_norm\":%.17g", x->grad_norm);
   fprintf(json,
           "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"tokens\":%lld,"
-          "\"step_time\":%.6f,\"comm_wait_time\":%.6f,\"wall\":%.3f}\n",
-          (long long)(s + 1), loss, lr, (long long)tokens, step_time, comm_wait,
+          "\"step_time\":%.6f,\"comm_wait_time\":%.6f%s,\"wall\":%.3f}\n",
+          (long long)(s + 1), x->loss, x->lr, (long long)x->tokens,
+          x->step_time, x->comm_wait, norm,
           (double)wall.tv_sec + wall.tv_nsec * 1e-9);
   fflush(json);
 }
@@ -954,9 +966,10 @@ static int json_path(char *out, size_t len, const char *name, int rank) {
   return 1;
 }
 
-static void report_step(report_t *r, const options_t *o, int64_t s, double loss,
-                        double lr, int64_t tokens, double step_time,
-                        double comm_wait) {
+static void report_step(report_t *r, const options_t *o, int64_t s,
+                        const step_rec_t *x) {
+  const double loss = x->loss, step_time = x->step_time;
+  const int64_t tokens = x->tokens;
   double t = now();
   int64_t done = s + 1 - r->first_step;
   if (r->nlosses == 0)
@@ -977,7 +990,7 @@ static void report_step(report_t *r, const options_t *o, int64_t s, double loss,
     r->timed_tokens += (double)tokens;
     r->timed_seconds += step_time;
   }
-  json_step(r->json, s, loss, lr, tokens, step_time, comm_wait);
+  json_step(r->json, s, x);
   r->tokens_since_print += tokens;
   /* every second, and the last step of a run that printed none yet */
   if (!o->quiet && (t - r->last_print >= 1.0 ||
@@ -1593,11 +1606,12 @@ static void train_step(run_t *r, int64_t s) {
   const double loss = loss_sum / (double)(r->sync ? total : local);
   const double step_time = now() - t0; /* without the checkpoint */
   after_step(r, s);
+  const step_rec_t x = {loss,      lr,        r->tokens_per_step,
+                        step_time, comm_wait, hvd_optimizer_grad_norm(r->opt)};
   if (r->rank == 0)
-    report_step(&r->rep, &r->o, s, loss, lr, r->tokens_per_step, step_time,
-                comm_wait);
+    report_step(&r->rep, &r->o, s, &x);
   else
-    json_step(r->json, s, loss, lr, r->tokens_per_step, step_time, comm_wait);
+    json_step(r->json, s, &x);
 }
 
 /* The steps from r->start to --steps, and rank 0's summary. */

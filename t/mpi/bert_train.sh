@@ -287,10 +287,12 @@ if train clip2 2 $common --batch-size 4 --clip-grad-norm 0.1 &&
   grep -q "gradients clipped to a global L2 norm of 0.1 before each update" \
     "$tmp/clip2.out" &&
   [ "`losses_of clip2 | head -1`" = "`losses_of ws2 | head -1`" ] &&
-  [ "`losses_of clip2`" != "`losses_of ws2`" ]; then
-  pass "--clip-grad-norm 0.1 at np 2: announced, the curve departs from ws2's"
+  [ "`losses_of clip2`" != "`losses_of ws2`" ] &&
+  [ "$(grep -c '"grad_norm":[0-9]' "$tmp/clip2.json")" = 20 ] &&
+  ! grep -q grad_norm "$tmp/ws2.json"; then
+  pass "--clip-grad-norm 0.1 at np 2: announced, the curve departs from ws2's, grad_norm logged"
 else
-  fail "--clip-grad-norm 0.1 at np 2: announced, the curve departs from ws2's"
+  fail "--clip-grad-norm 0.1 at np 2: announced, the curve departs from ws2's, grad_norm logged"
   show_run clip2
 fi
 if train clipz 2 $common --batch-size 4 --clip-grad-norm 0.1 --zero 1 &&
