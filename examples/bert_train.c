@@ -84,6 +84,7 @@ typedef struct options {
   int host_fences;      /* --host-fences */
   int zero;             /* --zero 1: sharded AdamW state */
   double clip;          /* --clip-grad-norm X (0: off) */
+  const char *no_decay; /* --no-decay A,B: names holding A or B: decay 0 */
   hvd_compression_t compression;
   int accumulate;
   const char *data;
@@ -132,6 +133,10 @@ static const char usage_text[] =
     "                         of its 1/N block of every parameter (cpu)\n"
     "  --clip-grad-norm X     clip the averaged gradients to a global L2\n"
     "                         norm of X before each update (default 0: off)\n"
+    "  --no-decay A,B         no weight decay for the parameters whose names\n"
+    "                         hold A or B (BERT's recipe: "
+    "bias,LayerNorm.weight;\n"
+    "                         default: every parameter decays, as torch's)\n"
     "  --no-sync              no gradient reduction: each rank trains on\n"
     "                         its own (the compute ceiling)\n"
     "  --dense-embeddings     cpu: reduce the word embeddings' gradient\n"
@@ -215,6 +220,7 @@ enum {
   O_ACCUMULATE,
   O_ZERO,
   O_CLIP,
+  O_NO_DECAY,
   O_NO_SYNC,
   O_DENSE_EMB,
   O_HOST_FENCES,
@@ -261,6 +267,7 @@ static const struct option long_options[] = {
     {"accumulate", required_argument, NULL, O_ACCUMULATE},
     {"zero", required_argument, NULL, O_ZERO},
     {"clip-grad-norm", required_argument, NULL, O_CLIP},
+    {"no-decay", required_argument, NULL, O_NO_DECAY},
     {"no-sync", no_argument, NULL, O_NO_SYNC},
     {"dense-embeddings", no_argument, NULL, O_DENSE_EMB},
     {"host-fences", no_argument, NULL, O_HOST_FENCES},
@@ -364,6 +371,9 @@ static int optimizer_option(options_t *o, int ch, const char *a) {
     return 1;
   case O_CLIP:
     o->clip = cli_real("--clip-grad-norm", a, 0, 1e9);
+    return 1;
+  case O_NO_DECAY:
+    o->no_decay = name_arg("--no-decay", a, "comma-separated name parts");
     return 1;
   }
   return 0;
@@ -1097,6 +1107,7 @@ typedef struct run {
   bert_model_t *model;
   hvd_param_t *params;
   int nparams;
+  int no_decay;         /* parameters --no-decay exempts */
   hvd_optimizer_t *opt; /* AdamW inside the distributed wrapper */
   int64_t start;        /* the first step of this run */
   char resumed_from[4096];
@@ -1216,6 +1227,23 @@ static void open_outputs(run_t *r) {
     die();
 }
 
+/* Whether name holds one of the comma-separated parts of list (HF's
+ * `any(nd in name for nd in no_decay)`). */
+static int name_has_part(const char *name, const char *list) {
+  for (const char *p = list; *p != '\0';) {
+    size_t n = strcspn(p, ",");
+    char part[256];
+    if (n > 0 && n < sizeof part) {
+      memcpy(part, p, n);
+      part[n] = '\0';
+      if (strstr(name, part) != NULL)
+        return 1;
+    }
+    p += n + (p[n] == ',');
+  }
+  return 0;
+}
+
 /* The model and the optimizer: AdamW inside the distributed wrapper. */
 static void setup_model(run_t *r) {
   const options_t *o = &r->o;
@@ -1249,6 +1277,13 @@ static void setup_model(run_t *r) {
   if (o->clip > 0) /* torch's clip_grad_norm_ between backward and step */
     check_local(hvd_optimizer_set_grad_clipping(r->opt, o->clip, 2),
                 "hvd_optimizer_set_grad_clipping", hvd_last_error());
+  r->no_decay = 0;
+  for (int i = 0; o->no_decay != NULL && i < r->nparams; i++)
+    if (name_has_part(r->params[i].name, o->no_decay)) {
+      check_local(hvd_optimizer_set_param_weight_decay(r->opt, i, 0),
+                  "hvd_optimizer_set_param_weight_decay", hvd_last_error());
+      r->no_decay++;
+    }
 }
 
 /* Rank 0: the checkpoint --resume names (the newest in a directory) into
@@ -1395,6 +1430,9 @@ static void print_setup(const run_t *r) {
     printf(PROG ": gradients clipped to a global L2 norm of %g before each "
                 "update\n",
            o->clip);
+  if (o->no_decay != NULL)
+    printf(PROG ": no weight decay for %d of %d parameters (--no-decay %s)\n",
+           r->no_decay, r->nparams, o->no_decay);
 }
 
 /* Rank 0's line on where the run starts, when not at a fresh start. */

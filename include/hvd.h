@@ -731,6 +731,25 @@ double hvd_optimizer_loss_scale(const hvd_optimizer_t *opt);
 /* 1 when the last step found an inf or NaN and skipped its update. */
 int hvd_optimizer_step_skipped(const hvd_optimizer_t *opt);
 
+/* Per-parameter weight decay, what torch's parameter groups are mostly
+ * for (BERT's and GPT's recipes: {"params": no_decay, "weight_decay":
+ * 0.0} for the biases and LayerNorm weights): parameter i of a built-in
+ * optimizer (SGD, Adam, AdamW; plain or distributed, whose index is its
+ * base's) takes weight_decay instead of its options' (SGD's and Adam's L2
+ * term, AdamW's decoupled decay alike), from the next step on; NAN puts
+ * the options' back. Parameters with the same decay are updated as one
+ * group: the same bits as an optimizer made with that weight_decay, one
+ * batched device launch per distinct value. Not checkpointed (set it
+ * again after making the optimizer, as torch's groups are given at
+ * construction). HVD_ERR_INVALID_ARG for i out of range or weight_decay
+ * not in [0, inf) and not NAN; HVD_ERR_UNSUPPORTED for a custom optimizer
+ * ("... optimizer 'X' is a custom one: its step reads its own options").
+ * hvd_optimizer_param_weight_decay: parameter i's decay now (NAN for NULL,
+ * a custom optimizer or i out of range). */
+hvd_result_t hvd_optimizer_set_param_weight_decay(hvd_optimizer_t *opt, int i,
+                                                  double weight_decay);
+double hvd_optimizer_param_weight_decay(const hvd_optimizer_t *opt, int i);
+
 /* Gradient clipping by the global norm (lib/optim/clip.c), what
  * torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type) does
  * between backward and step, done by every step of opt (plain or

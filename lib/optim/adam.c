@@ -53,15 +53,12 @@ adam_loop(float *restrict v, const float *restrict g, float *restrict m,
 static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
                               hvd_tensor_t *state, int64_t step, double lr) {
   const hvd__optim_builtin_t *b = ctx;
-  const hvd_adam_options_t *o = &b->o.adam;
+  hvd_adam_options_t o0 = b->o.adam; /* a copy: each decay group's own */
+  const hvd_adam_options_t *o = &o0;
   hvd_result_t rc;
-  if (b->odev != NULL &&
-      (rc = hvd__odev_update(HVD__STEP_WHO, b->odev, 1, o, params, n, state, 2,
-                             step, lr)) != HVD_SUCCESS)
+  if ((rc = hvd__optim_update_device(b, 1, &o0, &o0.weight_decay, params, n,
+                                     state, 2, step, lr)) != HVD_SUCCESS)
     return rc;
-  const int l2 = !o->decoupled && o->weight_decay != 0;
-  const float wd = (float)o->weight_decay;
-  const float decay = o->decoupled ? (float)(1.0 - lr * o->weight_decay) : 1.0f;
   const float b1c = (float)(1.0 - o->beta1), b2 = (float)o->beta2;
   const float b2c = (float)(1.0 - o->beta2), eps = (float)o->eps;
   const float step_size = (float)(lr / (1.0 - pow(o->beta1, (double)step)));
@@ -69,6 +66,10 @@ static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
   for (int i = 0; i < n; i++) {
     if (params[i].value.device != HVD_CPU)
       continue;
+    const double wdi = hvd__optim_wd(b, i, o->weight_decay);
+    const int l2 = !o->decoupled && wdi != 0;
+    const float wd = (float)wdi;
+    const float decay = o->decoupled ? (float)(1.0 - lr * wdi) : 1.0f;
     float *v = params[i].value.data;
     const float *g = params[i].grad.data;
     float *m = state[2 * i].data, *s = state[2 * i + 1].data;
@@ -107,7 +108,8 @@ hvd_result_t hvd_adam_create(hvd_param_t *params, int n,
   if (rc != HVD_SUCCESS)
     return rc;
   const hvd_optimizer_ops_t ops = {o->decoupled ? "AdamW" : "Adam", 2,
-                                   adam_state, adam_step, free};
+                                   adam_state, adam_step,
+                                   hvd__optim_builtin_free};
   return hvd__optim_create_builtin(who, params, n, o, sizeof *o, &ops, o->lr,
-                                   out);
+                                   o->weight_decay, out);
 }

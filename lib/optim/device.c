@@ -365,12 +365,13 @@ fail:
 hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,
                               const void *options, const hvd_param_t *params,
                               int n, const hvd_tensor_t *state, int nstate,
-                              int64_t step, double lr) {
+                              int64_t step, double lr,
+                              const unsigned char *only) {
   hvd_result_t rc = HVD_SUCCESS;
   int prev = -1, m = 0;
   int64_t max_count = 0;
   for (int i = 0; i < n; i++)
-    m += params[i].value.device != HVD_CPU;
+    m += params[i].value.device != HVD_CPU && (only == NULL || only[i]);
   if (m == 0)
     return HVD_SUCCESS;
   HVD__CHECK(enter(who, d->dev, &prev));
@@ -378,7 +379,7 @@ hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,
   m = 0;
   for (int i = 0; i < n; i++) {
     const hvd_param_t *p = &params[i];
-    if (p->value.device == HVD_CPU)
+    if (p->value.device == HVD_CPU || (only != NULL && !only[i]))
       continue;
     hvd__cuda_param_span_t *sp = &d->spans[m++];
     sp->value = p->value.data;
@@ -626,8 +627,10 @@ hvd_result_t hvd__odev_scale(const char *who, hvd__odev_t *d, float *x,
 hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,
                               const void *options, const hvd_param_t *params,
                               int n, const hvd_tensor_t *state, int nstate,
-                              int64_t step, double lr) {
+                              int64_t step, double lr,
+                              const unsigned char *only) {
   (void)d;
+  (void)only;
   (void)kind;
   (void)options;
   (void)state;

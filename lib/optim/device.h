@@ -44,13 +44,15 @@ hvd_result_t hvd__odev_scale(const char *who, hvd__odev_t *d, float *x,
                              int64_t n, double factor);
 
 /* The built-in updates of the device parameters among params[0..n) (host
- * ones are skipped), one batched launch on d's stream: state holds nstate
- * tensors per parameter (parameter i's at state[i * nstate + k]). kind 0:
- * SGD (options: hvd_sgd_options_t), 1: Adam/AdamW (hvd_adam_options_t). */
+ * ones are skipped, and those with only[i] 0 when only is not NULL), one
+ * batched launch on d's stream: state holds nstate tensors per parameter
+ * (parameter i's at state[i * nstate + k]). kind 0: SGD (options:
+ * hvd_sgd_options_t), 1: Adam/AdamW (hvd_adam_options_t). */
 hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,
                               const void *options, const hvd_param_t *params,
                               int n, const hvd_tensor_t *state, int nstate,
-                              int64_t step, double lr);
+                              int64_t step, double lr,
+                              const unsigned char *only);
 
 /* Mixed precision (mixed.c), on d's stream: a found-inf flag in device
  * memory, cleared (made the first time) and read (waits for the stream);

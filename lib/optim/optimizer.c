@@ -300,16 +300,63 @@ hvd_result_t hvd_optimizer_custom(hvd_param_t *params, int n,
 hvd_result_t hvd__optim_create_builtin(const char *who, hvd_param_t *params,
                                        int n, const void *options, size_t size,
                                        const hvd_optimizer_ops_t *ops,
-                                       double lr, hvd_optimizer_t **out) {
+                                       double lr, double weight_decay,
+                                       hvd_optimizer_t **out) {
   hvd__optim_builtin_t *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
   memcpy(&ctx->o, options, size);
-  hvd_result_t rc = create(who, params, n, ops, ctx, lr, out);
+  ctx->n = n;
+  ctx->wd0 = weight_decay;
+  hvd_optimizer_ops_t own = *ops;
+  own.destroy = hvd__optim_builtin_free;
+  hvd_result_t rc = create(who, params, n, &own, ctx, lr, out);
   if (rc != HVD_SUCCESS)
     free(ctx);
   else
     ctx->odev = (*out)->odev;
+  return rc;
+}
+
+void hvd__optim_builtin_free(void *ctx) {
+  hvd__optim_builtin_t *b = ctx;
+  if (b != NULL)
+    free(b->wd);
+  free(b);
+}
+
+hvd_result_t hvd__optim_update_device(const hvd__optim_builtin_t *b, int kind,
+                                      void *options, double *wd,
+                                      const hvd_param_t *params, int n,
+                                      const hvd_tensor_t *state, int nstate,
+                                      int64_t step, double lr) {
+  if (b->odev == NULL)
+    return HVD_SUCCESS;
+  if (b->wd == NULL)
+    return hvd__odev_update(HVD__STEP_WHO, b->odev, kind, options, params, n,
+                            state, nstate, step, lr, NULL);
+  const double dflt = *wd;
+  unsigned char *only = calloc((size_t)n + 1, 2);
+  if (only == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, HVD__STEP_WHO ": out of memory");
+  unsigned char *done = only + n + 1;
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int i = 0; i < n && rc == HVD_SUCCESS; i++) {
+    if (params[i].value.device == HVD_CPU || done[i])
+      continue;
+    const double v = hvd__optim_wd(b, i, dflt);
+    for (int j = i; j < n; j++) { /* this decay's group */
+      only[j] = params[j].value.device != HVD_CPU && !done[j] &&
+                hvd__optim_wd(b, j, dflt) == v;
+      done[j] |= only[j];
+    }
+    *wd = v;
+    rc = hvd__odev_update(HVD__STEP_WHO, b->odev, kind, options, params, n,
+                          state, nstate, step, lr, only);
+    memset(only, 0, (size_t)n);
+  }
+  *wd = dflt;
+  free(only);
   return rc;
 }
 
@@ -518,6 +565,53 @@ hvd_result_t hvd_optimizer_set_lr(hvd_optimizer_t *opt, double lr) {
   if (rc == HVD_SUCCESS)
     hvd__optim_core(opt)->lr = lr;
   return rc;
+}
+
+/* The built-in context of opt's core, or NULL (a custom optimizer). */
+static hvd__optim_builtin_t *builtin(const hvd_optimizer_t *opt) {
+  const hvd_optimizer_t *core = hvd__optim_core_const(opt);
+  return core->ops.destroy == hvd__optim_builtin_free ? core->ctx : NULL;
+}
+
+hvd_result_t hvd_optimizer_set_param_weight_decay(hvd_optimizer_t *opt, int i,
+                                                  double weight_decay) {
+  static const char who[] = "hvd_optimizer_set_param_weight_decay";
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", who);
+  hvd__optim_builtin_t *b = builtin(opt);
+  if (b == NULL)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: optimizer '%s' is a custom one: its step reads "
+                          "its own options",
+                          who,
+                          hvd__optim_core(opt)->ops.name
+                              ? hvd__optim_core(opt)->ops.name
+                              : "(unnamed)");
+  if (i < 0 || i >= b->n)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: parameter %d is out of range 0..%d", who, i,
+                          b->n - 1);
+  if (!(weight_decay != weight_decay ||
+        (weight_decay >= 0 && weight_decay < INFINITY)))
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: weight_decay %g is out of range [0, inf) (NAN: "
+                          "the optimizer's own)",
+                          who, weight_decay);
+  if (b->wd == NULL) {
+    if ((b->wd = malloc((size_t)b->n * sizeof *b->wd)) == NULL)
+      return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+    for (int k = 0; k < b->n; k++)
+      b->wd[k] = NAN;
+  }
+  b->wd[i] = weight_decay;
+  return HVD_SUCCESS;
+}
+
+double hvd_optimizer_param_weight_decay(const hvd_optimizer_t *opt, int i) {
+  const hvd__optim_builtin_t *b = opt ? builtin(opt) : NULL;
+  if (b == NULL || i < 0 || i >= b->n)
+    return NAN;
+  return hvd__optim_wd(b, i, b->wd0);
 }
 
 double hvd_optimizer_lr(const hvd_optimizer_t *opt) {

@@ -244,14 +244,39 @@ typedef struct hvd__optim_builtin {
     hvd_adam_options_t adam;
   } o;
   hvd__odev_t *odev; /* the optimizer's; not owned */
+  int n;             /* the optimizer's parameters */
+  double wd0;        /* the options' weight decay */
+  double *wd;        /* n weight decays (NAN: the options'), or NULL when
+                        hvd_optimizer_set_param_weight_decay set none */
 } hvd__optim_builtin_t;
 
+/* A built-in's ops.destroy: frees ctx and what it holds. */
+void hvd__optim_builtin_free(void *ctx);
+
+/* Parameter i's weight decay: its own, or the options' (dflt). */
+static inline double hvd__optim_wd(const hvd__optim_builtin_t *b, int i,
+                                   double dflt) {
+  return b->wd != NULL && b->wd[i] == b->wd[i] ? b->wd[i] : dflt;
+}
+
+/* The built-in's device update (hvd__odev_update of kind on options, whose
+ * weight decay *wd is set to each value in turn): one batched launch per
+ * distinct weight decay among the device parameters; one launch when
+ * every parameter has the options'. *wd is as it was on return. */
+hvd_result_t hvd__optim_update_device(const hvd__optim_builtin_t *b, int kind,
+                                      void *options, double *wd,
+                                      const hvd_param_t *params, int n,
+                                      const hvd_tensor_t *state, int nstate,
+                                      int64_t step, double lr);
+
 /* A built-in: ctx is a malloc'd hvd__optim_builtin_t holding a copy of
- * its options (size bytes), freed by ops->destroy (free), or here on
- * failure. */
+ * its options (size bytes; weight_decay is theirs), freed by
+ * hvd__optim_builtin_free (the ops' destroy, whatever ops says), or here
+ * on failure. */
 hvd_result_t hvd__optim_create_builtin(const char *who, hvd_param_t *params,
                                        int n, const void *options, size_t size,
                                        const hvd_optimizer_ops_t *ops,
-                                       double lr, hvd_optimizer_t **out);
+                                       double lr, double weight_decay,
+                                       hvd_optimizer_t **out);
 
 #endif /* HVD_OPTIM_OPTIMIZER_H */

@@ -46,21 +46,24 @@ sgd_loop(float *v, const float *g, float *buf, int64_t m, float wd, float mom,
 static hvd_result_t sgd_step(void *ctx, hvd_param_t *params, int n,
                              hvd_tensor_t *state, int64_t step, double lr) {
   const hvd__optim_builtin_t *b = ctx;
-  const hvd_sgd_options_t *o = &b->o.sgd;
+  hvd_sgd_options_t o0 = b->o.sgd; /* a copy: each decay group's own */
+  const hvd_sgd_options_t *o = &o0;
   hvd_result_t rc;
   /* the device parameters' batch first: it runs while the host loops do */
-  if (b->odev != NULL &&
-      (rc = hvd__odev_update(HVD__STEP_WHO, b->odev, 0, o, params, n, state,
-                             o->momentum != 0 ? 1 : 0, step, lr)) !=
-          HVD_SUCCESS)
+  if ((rc = hvd__optim_update_device(b, 0, &o0, &o0.weight_decay, params, n,
+                                     state, o->momentum != 0 ? 1 : 0, step,
+                                     lr)) != HVD_SUCCESS)
     return rc;
-  const float wd = (float)o->weight_decay, mom = (float)o->momentum;
+  const float mom = (float)o->momentum;
   const float keep = (float)(1.0 - o->dampening), neg_lr = (float)-lr;
-  const int has_wd = o->weight_decay != 0, nest = o->nesterov != 0;
+  const int nest = o->nesterov != 0;
   const int first = step == 1;
   for (int i = 0; i < n; i++) {
     if (params[i].value.device != HVD_CPU)
       continue;
+    const double wdi = hvd__optim_wd(b, i, o->weight_decay);
+    const float wd = (float)wdi;
+    const int has_wd = wdi != 0;
     float *v = params[i].value.data;
     const float *g = params[i].grad.data;
     float *buf = o->momentum != 0 ? state[i].data : NULL; /* nstate 1 */
@@ -117,7 +120,7 @@ hvd_result_t hvd_sgd_create(hvd_param_t *params, int n,
   if (rc != HVD_SUCCESS)
     return rc;
   const hvd_optimizer_ops_t ops = {"SGD", o->momentum != 0 ? 1 : 0, sgd_state,
-                                   sgd_step, free};
+                                   sgd_step, hvd__optim_builtin_free};
   return hvd__optim_create_builtin(who, params, n, o, sizeof *o, &ops, o->lr,
-                                   out);
+                                   o->weight_decay, out);
 }

@@ -12,6 +12,9 @@
  *  - a custom optimizer's state tensors are zeroed device memory on the
  *    parameter's device (host memory for host parameters);
  *  - zero_grad on device and host gradients;
+ *  - per-parameter weight decay (p1 0, p3 0.3, the others the options'):
+ *    SGD, AdamW and Adam+L2 on all-device and mixed lists, device equal
+ *    to host bit for bit, state too (a batched launch per decay group);
  *  - gradient clipping (L2 on all-device and mixed lists, infinity): the
  *    norm of every step the host's bit for bit (the batched norm kernel
  *    against the host's chunk loops), the values too; after hvd_init the
@@ -256,6 +259,9 @@ static hvd_result_t make_opt(int adam, const void *o, hvd_param_t *p,
 /* Gradient clipping in parity(): 0 (off), 2 or INFINITY; max_norm 0.5 or
  * 0.25 (below the random gradients' norms: every step clips). */
 static double parity_clip;
+/* Per-parameter weight decay in parity(): p1 0 and p3 0.3 (three decay
+ * groups with the options': three batched launches on the device). */
+static int parity_groups;
 
 static void parity(const char *what, int adam, const void *o, unsigned mask) {
   model_t h, d;
@@ -271,6 +277,12 @@ static void parity(const char *what, int adam, const void *o, unsigned mask) {
   tap_note("%s", hvd_last_error());
   good &= is_int(HVD_SUCCESS, make_opt(adam, o, d.p, &od),
                  "%s: device create (mask %#x)", what, mask);
+  for (int k = 1; good && parity_groups && k <= 3; k += 2) {
+    good &= hvd_optimizer_set_param_weight_decay(oh, k, k == 1 ? 0 : 0.3) ==
+            HVD_SUCCESS;
+    good &= hvd_optimizer_set_param_weight_decay(od, k, k == 1 ? 0 : 0.3) ==
+            HVD_SUCCESS;
+  }
   const double max_norm = parity_clip == 2 ? 0.5 : 0.25;
   if (good && parity_clip != 0) {
     good &= hvd_optimizer_set_grad_clipping(oh, max_norm, parity_clip) ==
@@ -359,6 +371,20 @@ static void test_parity(void) {
   parity_clip = INFINITY;
   parity("SGD momentum 0.9, clipped (infinity)", 0, &so, 0x1f);
   parity_clip = 0;
+  /* per-parameter weight decay: a launch per decay group */
+  parity_groups = 1;
+  so.weight_decay = 0.01;
+  parity("SGD momentum 0.9 weight_decay 0.01, p1 0, p3 0.3", 0, &so, 0x1f);
+  parity("SGD momentum 0.9 weight_decay 0.01, p1 0, p3 0.3", 0, &so, 0x0a);
+  hvd_adam_options_t ao;
+  hvd_adam_options_init(&ao);
+  ao.lr = 0.01;
+  ao.weight_decay = 0.01;
+  ao.decoupled = 1;
+  parity("AdamW weight_decay 0.01, p1 0, p3 0.3", 1, &ao, 0x1f);
+  ao.decoupled = 0;
+  parity("Adam+L2 weight_decay 0.01, p1 0, p3 0.3", 1, &ao, 0x15);
+  parity_groups = 0;
 }
 
 /* ---- custom optimizers, zero_grad, refusals ------------------------------ */

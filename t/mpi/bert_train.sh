@@ -13,6 +13,7 @@
 #     are not bit-identical: the compression took effect); --no-sync runs;
 #     --clip-grad-norm departs from the unclipped curve after step 1, and
 #     sharded (--zero 1) gives the unsharded clipped losses (1e-6);
+#     --no-decay exempts the named parameters from weight decay;
 #     --dense-embeddings (the word embeddings reduced whole) matches the
 #     default (decoder share early, lookup rows allgathered) to 1e-6 at
 #     np 2 and bit for bit at np 1; --zero 1 (sharded AdamW state) matches
@@ -66,7 +67,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..35"
+echo "1..37"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -301,6 +302,28 @@ if train clipz 2 $common --batch-size 4 --clip-grad-norm 0.1 --zero 1 &&
 else
   fail "--clip-grad-norm 0.1 --zero 1 at np 2: the unsharded clipped losses"
   show_run clipz
+fi
+
+# per-parameter weight decay: BERT's recipe exempts tiny's 26 biases and
+# LayerNorm weights; the curve departs from ws2's after step 1; with
+# --weight-decay 0 the exemption changes nothing, bit for bit
+if train nodecay 2 $common --batch-size 4 --no-decay bias,LayerNorm.weight &&
+  grep -q "no weight decay for 26 of 42 parameters (--no-decay bias,LayerNorm.weight)" \
+    "$tmp/nodecay.out" &&
+  [ "`losses_of nodecay | head -1`" = "`losses_of ws2 | head -1`" ] &&
+  [ "`losses_of nodecay`" != "`losses_of ws2`" ]; then
+  pass "--no-decay bias,LayerNorm.weight at np 2: 26 exempt, the curve departs from ws2's"
+else
+  fail "--no-decay bias,LayerNorm.weight at np 2: 26 exempt, the curve departs from ws2's"
+  show_run nodecay
+fi
+if train wd0 2 $common --batch-size 4 --weight-decay 0 &&
+  train wd0nd 2 $common --batch-size 4 --weight-decay 0 --no-decay bias &&
+  [ -n "`losses_of wd0`" ] && [ "`losses_of wd0`" = "`losses_of wd0nd`" ]; then
+  pass "--weight-decay 0: --no-decay bias changes nothing, bit for bit"
+else
+  fail "--weight-decay 0: --no-decay bias changes nothing, bit for bit"
+  show_run wd0nd
 fi
 
 # ---- 4. bad --data -------------------------------------------------------

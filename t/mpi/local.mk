@@ -93,10 +93,12 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 ## masters, loss scaling; mixed_shard: masters sharded by ZeRO-1 and
 ## following the values that hvd_broadcast_parameters writes); gradient
 ## clipping by the global norm (clip: against an unclipped run, sharded
-## and not, non-finite norms, loss scaling, bfloat16).
+## and not, non-finite norms, loss scaling, bfloat16); per-parameter
+## weight decay (weight_decay: each group as its own optimizer, sharded
+## and not, refusals).
 check_PROGRAMS += t/mpi/optim t/mpi/bcast_params t/mpi/checkpoint \
 	t/mpi/sparse_grad t/mpi/sync_bn t/mpi/zero t/mpi/state t/mpi/mixed \
-	t/mpi/mixed_shard t/mpi/clip
+	t/mpi/mixed_shard t/mpi/clip t/mpi/weight_decay
 NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/optim.np4 \
 	t/mpi/sparse_grad.np1 t/mpi/sparse_grad.np2 t/mpi/sparse_grad.np3 \
@@ -109,6 +111,8 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/mixed_shard.np1 t/mpi/mixed_shard.np2 t/mpi/mixed_shard.np3 \
 	t/mpi/mixed_shard.np4 \
 	t/mpi/clip.np1 t/mpi/clip.np2 t/mpi/clip.np3 t/mpi/clip.np4 \
+	t/mpi/weight_decay.np1 t/mpi/weight_decay.np2 t/mpi/weight_decay.np3 \
+	t/mpi/weight_decay.np4 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
 	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3
