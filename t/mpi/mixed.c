@@ -305,12 +305,6 @@ static void test_zero(hvd_dtype_t dt, int reduce_fp32) {
   model_free(&b);
 }
 
-static void refused(hvd_result_t want, hvd_result_t rc, const char *msg,
-                    const char *what) {
-  is_int(want, rc, "%s: result", what);
-  is_string(msg, hvd_last_error(), "%s: message", what);
-}
-
 static void test_refusals(void) {
   model_t m;
   hvd_optimizer_t *o = NULL;
@@ -318,7 +312,7 @@ static void test_refusals(void) {
   hvd_adam_options_init(&ao);
   model_make(&m, HVD_BFLOAT16, N, 0.5);
   m.p.grad.dtype = HVD_FLOAT32;
-  refused(HVD_ERR_INVALID_ARG, hvd_adam_create(&m.p, 1, &ao, &o),
+  hvdt_refused(HVD_ERR_INVALID_ARG, hvd_adam_create(&m.p, 1, &ao, &o),
           "hvd_adam_create: param 'w' grad is float32 but value is bfloat16",
           "a grad of another dtype");
   m.p.grad.dtype = HVD_BFLOAT16;
@@ -326,20 +320,20 @@ static void test_refusals(void) {
     bail("adam: %s", hvd_last_error());
   int64_t row = 0;
   float v[1] = {1};
-  refused(HVD_ERR_UNSUPPORTED, hvd_optimizer_sparse_grad(o, 0, &row, 1, v),
+  hvdt_refused(HVD_ERR_UNSUPPORTED, hvd_optimizer_sparse_grad(o, 0, &row, 1, v),
           "hvd_optimizer_sparse_grad: parameter 'w' is bfloat16; sparse "
           "gradients are for float32 parameters",
           "sparse rows into bfloat16");
   hvd_loss_scale_options_t lo;
   hvd_loss_scale_options_init(&lo);
   lo.backoff_factor = 1.5;
-  refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_loss_scaling(o, &lo),
+  hvdt_refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_loss_scaling(o, &lo),
           "hvd_optimizer_set_loss_scaling: backoff_factor 1.5 is out of range "
           "(0, 1]",
           "backoff_factor 1.5");
   hvd_loss_scale_options_init(&lo);
   lo.growth_interval = 0;
-  refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_loss_scaling(o, &lo),
+  hvdt_refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_loss_scaling(o, &lo),
           "hvd_optimizer_set_loss_scaling: growth_interval 0 is below 1",
           "growth_interval 0");
   ok(hvd_optimizer_loss_scale(o) == 1.0, "no loss scaling: the scale is 1");

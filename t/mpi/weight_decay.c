@@ -210,35 +210,33 @@ static hvd_result_t noop_step(void *ctx, hvd_param_t *params, int n,
   return HVD_SUCCESS;
 }
 
-static void refused(hvd_result_t want, hvd_result_t rc, const char *msg,
-                    const char *what) {
-  is_int(want, rc, "%s: result", what);
-  is_string(msg, hvd_last_error(), "%s: message", what);
-}
-
 static void test_refusals(void) {
   model_t m;
   make(&m);
   hvd_optimizer_t *o = make_opt(SGD, m.p, NP, 0.1);
-  refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_param_weight_decay(NULL, 0, 0),
-          "hvd_optimizer_set_param_weight_decay: opt is NULL", "opt NULL");
-  refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_param_weight_decay(o, 3, 0),
-          "hvd_optimizer_set_param_weight_decay: parameter 3 is out of range "
-          "0..2",
-          "parameter 3");
-  refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_param_weight_decay(o, -1, 0),
-          "hvd_optimizer_set_param_weight_decay: parameter -1 is out of range "
-          "0..2",
-          "parameter -1");
-  refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_param_weight_decay(o, 0, -1),
-          "hvd_optimizer_set_param_weight_decay: weight_decay -1 is out of "
-          "range [0, inf) (NAN: the optimizer's own)",
-          "weight_decay -1");
-  refused(HVD_ERR_INVALID_ARG,
-          hvd_optimizer_set_param_weight_decay(o, 0, INFINITY),
-          "hvd_optimizer_set_param_weight_decay: weight_decay inf is out of "
-          "range [0, inf) (NAN: the optimizer's own)",
-          "weight_decay inf");
+  hvdt_refused(HVD_ERR_INVALID_ARG,
+               hvd_optimizer_set_param_weight_decay(NULL, 0, 0),
+               "hvd_optimizer_set_param_weight_decay: opt is NULL", "opt NULL");
+  hvdt_refused(
+      HVD_ERR_INVALID_ARG, hvd_optimizer_set_param_weight_decay(o, 3, 0),
+      "hvd_optimizer_set_param_weight_decay: parameter 3 is out of range "
+      "0..2",
+      "parameter 3");
+  hvdt_refused(
+      HVD_ERR_INVALID_ARG, hvd_optimizer_set_param_weight_decay(o, -1, 0),
+      "hvd_optimizer_set_param_weight_decay: parameter -1 is out of range "
+      "0..2",
+      "parameter -1");
+  hvdt_refused(
+      HVD_ERR_INVALID_ARG, hvd_optimizer_set_param_weight_decay(o, 0, -1),
+      "hvd_optimizer_set_param_weight_decay: weight_decay -1 is out of "
+      "range [0, inf) (NAN: the optimizer's own)",
+      "weight_decay -1");
+  hvdt_refused(
+      HVD_ERR_INVALID_ARG, hvd_optimizer_set_param_weight_decay(o, 0, INFINITY),
+      "hvd_optimizer_set_param_weight_decay: weight_decay inf is out of "
+      "range [0, inf) (NAN: the optimizer's own)",
+      "weight_decay inf");
   ok(isnan(hvd_optimizer_param_weight_decay(o, 3)) &&
          isnan(hvd_optimizer_param_weight_decay(NULL, 0)),
      "param_weight_decay: NAN out of range and for NULL");
@@ -246,10 +244,11 @@ static void test_refusals(void) {
   hvd_optimizer_t *c = NULL;
   if (hvd_optimizer_custom(m.p, NP, &ops, NULL, &c) != HVD_SUCCESS)
     bail("custom: %s", hvd_last_error());
-  refused(HVD_ERR_UNSUPPORTED, hvd_optimizer_set_param_weight_decay(c, 0, 0),
-          "hvd_optimizer_set_param_weight_decay: optimizer 'mine' is a custom "
-          "one: its step reads its own options",
-          "a custom optimizer");
+  hvdt_refused(
+      HVD_ERR_UNSUPPORTED, hvd_optimizer_set_param_weight_decay(c, 0, 0),
+      "hvd_optimizer_set_param_weight_decay: optimizer 'mine' is a custom "
+      "one: its step reads its own options",
+      "a custom optimizer");
   ok(isnan(hvd_optimizer_param_weight_decay(c, 0)),
      "param_weight_decay: NAN for a custom optimizer");
   hvd_optimizer_destroy(c);

@@ -439,6 +439,12 @@ void hvdt_allreduce_works(const char *name, hvd_dtype_t dt, int n,
   ok(right, "%s: values", what);
 }
 
+void hvdt_refused(hvd_result_t want, hvd_result_t rc, const char *msg,
+                  const char *what) {
+  is_int(want, rc, "%s: result", what);
+  is_string(msg, hvd_last_error(), "%s: message", what);
+}
+
 void hvdt_expect_mismatch(hvd_result_t rc, const char *seen, const char *head,
                           const char *field, char vals[][HVDT_VAL_LEN],
                           char keys[][HVDT_VAL_LEN], const char *what) {

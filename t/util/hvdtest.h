@@ -231,6 +231,11 @@ void hvdt_expect_mismatch(hvd_result_t rc, const char *seen, const char *head,
                           const char *field, char vals[][HVDT_VAL_LEN],
                           char keys[][HVDT_VAL_LEN], const char *what);
 
+/* A call refused: its result is want ("<what>: result") and
+ * hvd_last_error() is msg exactly ("<what>: message"). */
+void hvdt_refused(hvd_result_t want, hvd_result_t rc, const char *msg,
+                  const char *what);
+
 /* ---- Topology ---- */
 
 /* What hvd's topology queries return on one rank. */
