@@ -117,10 +117,11 @@ static hvd_result_t total(const hvd__clip_t *c, double *out) {
   double sq = 0, mx = 0;
   for (int i = 0; i < c->n; i++) {
     sq += c->parts[2 * i];
-    mx = hvd__km_nanmax(mx, c->parts[2 * i + 1]);
+    mx = hvd__km_max(c->parts[2 * i + 1], mx);
   }
   const int l2 = c->norm_type == 2;
-  /* the largest magnitude's MAX would drop a NaN: an inf stands for it */
+  /* the largest magnitudes skip NaNs: a sum of squares that is not
+   * finite makes the total infinite */
   double v = l2 ? sq : isfinite(sq) ? mx : INFINITY;
   if (c->agree) {
     int64_t one = 1;

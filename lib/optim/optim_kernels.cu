@@ -300,7 +300,7 @@ __global__ void norm_chunk_kernel(const hvd__cuda_norm_span_t *spans, int n,
   for (int h = HVD__KM_NORM_THREADS / 2; h > 0; h /= 2) {
     if ((int)threadIdx.x < h) {
       a[threadIdx.x] += a[threadIdx.x + h];
-      m[threadIdx.x] = hvd__km_nanmax(m[threadIdx.x], m[threadIdx.x + h]);
+      m[threadIdx.x] = hvd__km_max(m[threadIdx.x + h], m[threadIdx.x]);
     }
     __syncthreads();
   }

@@ -111,7 +111,7 @@ typedef struct hvd__cuda_norm_span {
 } hvd__cuda_norm_span_t;
 
 /* For every span s: out[2 s] its sum of squares (double), out[2 s + 1]
- * its largest magnitude (NaN if an element is), by optim_math.h's chunks
+ * its largest magnitude (NaNs skipped), by optim_math.h's chunks
  * and order (the host's hvd__km_norm_span, bit for bit). parts: device
  * memory for 2 * chunks doubles, chunks the spans' in all (the last
  * span's first plus its chunks); out: 2 n doubles of device memory. */

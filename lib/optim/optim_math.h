@@ -193,14 +193,14 @@ HVD__KM_FN float hvd__km_bn_dx_elem(float x, float dy, const float *coef,
  * order, then the threads' sums pairwise (thread t adds t + h, for h =
  * T/2, T/4 ... 1); then the span's chunks in order. So the host's loop
  * and the device give the same bits, run after run. The largest
- * magnitude is NaN when an element is (hvd__km_nanmax). */
+ * magnitude skips NaNs (hvd__km_max); an inf or a NaN shows in the sum
+ * of squares, which is then not finite. */
 #define HVD__KM_NORM_THREADS 256
 #define HVD__KM_NORM_CHUNK (HVD__KM_NORM_THREADS * 64)
 
-/* a or b, the greater; NaN if either is. */
-HVD__KM_FN double hvd__km_nanmax(double a, double b) {
-  return a > b || a != a ? a : b;
-}
+/* a if it is greater than b, else b: a NaN a (a new value) is skipped;
+ * one max instruction, which the host's loop vectorizes. */
+HVD__KM_FN double hvd__km_max(double a, double b) { return a > b ? a : b; }
 
 /* The chunks of a span of n elements. */
 HVD__KM_FN int64_t hvd__km_norm_chunks(int64_t n) {
@@ -214,25 +214,36 @@ HVD__KM_FN void hvd__km_norm_thread(const float *x, int64_t n, int t,
   for (int64_t j = t; j < n; j += HVD__KM_NORM_THREADS) {
     const double v = x[j];
     out[0] += v * v;
-    out[1] = hvd__km_nanmax(out[1], v < 0 ? -v : v);
+    out[1] = hvd__km_max(fabs(v), out[1]);
   }
 }
 
-/* The host's chunk: the threads' shares, then the pairwise sums. */
+/* The host's chunk: the threads' shares, then the pairwise sums. Row by
+ * row of T elements, every thread's sum one element further (each its
+ * elements in the same order as hvd__km_norm_thread, so the same bits):
+ * contiguous, so the compiler vectorizes it. */
 static inline void hvd__km_norm_chunk(const float *x, int64_t n,
                                       double out[2]) {
-  double s[HVD__KM_NORM_THREADS][2];
-  for (int t = 0; t < HVD__KM_NORM_THREADS; t++) {
-    s[t][0] = s[t][1] = 0;
-    hvd__km_norm_thread(x, n, t, s[t]);
+  double s[HVD__KM_NORM_THREADS], m[HVD__KM_NORM_THREADS];
+  for (int t = 0; t < HVD__KM_NORM_THREADS; t++)
+    s[t] = m[t] = 0;
+  for (int64_t r = 0; r < n; r += HVD__KM_NORM_THREADS) {
+    const float *row = x + r;
+    const int w =
+        n - r < HVD__KM_NORM_THREADS ? (int)(n - r) : HVD__KM_NORM_THREADS;
+    for (int t = 0; t < w; t++) {
+      const double v = row[t];
+      s[t] += v * v;
+      m[t] = hvd__km_max(fabs(v), m[t]);
+    }
   }
   for (int h = HVD__KM_NORM_THREADS / 2; h > 0; h /= 2)
     for (int t = 0; t < h; t++) {
-      s[t][0] += s[t + h][0];
-      s[t][1] = hvd__km_nanmax(s[t][1], s[t + h][1]);
+      s[t] += s[t + h];
+      m[t] = hvd__km_max(m[t + h], m[t]);
     }
-  out[0] = s[0][0];
-  out[1] = s[0][1];
+  out[0] = s[0];
+  out[1] = m[0];
 }
 
 /* The span's chunks (parts[c][2]) folded in order into out[2]. */
@@ -241,7 +252,7 @@ HVD__KM_FN void hvd__km_norm_fold(const double *parts, int64_t chunks,
   out[0] = out[1] = 0;
   for (int64_t c = 0; c < chunks; c++) {
     out[0] += parts[2 * c];
-    out[1] = hvd__km_nanmax(out[1], parts[2 * c + 1]);
+    out[1] = hvd__km_max(parts[2 * c + 1], out[1]);
   }
 }
 
@@ -254,7 +265,7 @@ static inline void hvd__km_norm_span(const float *x, int64_t n, double out[2]) {
     hvd__km_norm_chunk(
         x + at, left < HVD__KM_NORM_CHUNK ? left : HVD__KM_NORM_CHUNK, part);
     out[0] += part[0];
-    out[1] = hvd__km_nanmax(out[1], part[1]);
+    out[1] = hvd__km_max(part[1], out[1]);
   }
 }
 
