@@ -7,7 +7,7 @@
 # tokens/s and ratio hvd/DDP, then the median and mean of the ratios.
 #
 #   bench/ddp-vs-hvd.sh [-n PAIRS] [-np RANKS] [--steps N] [--data FILE]
-#                       [--no-sync]
+#                       [--no-sync] [--recipe]
 #
 # Run it from a built tree (it uses bin/hvdrun and examples/bert_train),
 # with nothing else running. Defaults: 5 pairs, 2 ranks, 30 steps, preset
@@ -15,7 +15,10 @@
 # made in a temporary file when not given), --seq-len 128, --batch-size 8
 # per rank, 1 thread per rank, AdamW with bert_train's defaults; tokens/s
 # leave the first 2 steps out in both. --no-sync: both without gradient
-# reduction (the compute ceilings). PYTHON: the python with torch
+# reduction (the compute ceilings). --recipe: both with BERT's recipe,
+# no weight decay for biases and LayerNorm weights and the gradients
+# clipped to norm 1.0 (bert_train --no-decay bias,LayerNorm.weight
+# --clip-grad-norm 1; clip_grad_norm_ in DDP). PYTHON: the python with torch
 # (default: the first of python3, /usr/bin/python3 that imports it);
 # HVDRUN replaces bin/hvdrun; DDP_OPTS adds options to ddp_bert.py (e.g.
 # "--bucket-cap-mb 50 --gradient-as-bucket-view"). Exit status 0; 1 if a
@@ -27,7 +30,7 @@ fail() { echo "ddp-vs-hvd.sh: $*" >&2; exit 1; }
 count() { # a positive number for option $1, or exit 2
   case $2 in '' | *[!0-9]* | 0*) bad "$1 takes a positive number, not '$2'" ;; esac
 }
-pairs=5 np=2 steps=30 data= nosync=
+pairs=5 np=2 steps=30 data= nosync= recipe=
 while [ $# -gt 0 ]; do
   case $1 in
   -n | -np | --steps)
@@ -39,7 +42,8 @@ while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || bad "$1 needs a value"
     data=$2; shift 2 ;;
   --no-sync) nosync=--no-sync; shift ;;
-  -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  --recipe) recipe="--no-decay bias,LayerNorm.weight --clip-grad-norm 1"; shift ;;
+  -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) bad "unknown argument '$1' (try --help)" ;;
   esac
 done
@@ -74,13 +78,14 @@ tps() {
 hvd() {
   $hvdrun -np "$np" examples/bert_train --quiet --preset mini \
     --data "$data" --vocab-size 30522 --seq-len 128 --batch-size 8 \
-    --threads 1 --steps "$steps" $nosync >"$tmp/hvd.out" 2>&1 &&
+    --threads 1 --steps "$steps" $nosync $recipe >"$tmp/hvd.out" 2>&1 &&
     tps hvd
 }
 ddp() {
   "$PYTHON" "$here/ddp_bert.py" --nproc "$np" --preset mini \
     --data "$data" --vocab-size 30522 --seq 128 --batch 8 \
-    --threads 1 --steps "$steps" $nosync ${DDP_OPTS:-} >"$tmp/ddp.out" 2>&1 &&
+    --threads 1 --steps "$steps" $nosync $recipe ${DDP_OPTS:-} \
+    >"$tmp/ddp.out" 2>&1 &&
     tps ddp
 }
 # the model's dimensions from each banner: "(L=4 ... B=8), 11201594 weights"
@@ -89,7 +94,8 @@ show() { echo "--- $1 output:" >&2; tail -5 "$tmp/$1.out" >&2; }
 
 ratios=
 echo "# np=$np, preset mini, V 30522, S 128, B 8 per rank, $steps steps," \
-  "1 thread per rank${nosync:+, --no-sync}; hvd bert_train vs $PYTHON" \
+  "1 thread per rank${nosync:+, --no-sync}${recipe:+, $recipe};" \
+  "hvd bert_train vs $PYTHON" \
   "bench/ddp_bert.py${DDP_OPTS:+ $DDP_OPTS} (torch $("$PYTHON" -c 'import torch; print(torch.__version__)'))"
 for i in $(seq "$pairs"); do
   if [ $((i % 2)) -eq 1 ]; then

@@ -28,7 +28,9 @@ change them). The rest follows bert_train:
     them as bert_train does: exactly round(15 % of the real words) per
     sample (at least 1), 80 % [MASK], 10 % a random word, 10 % kept;
   - AdamW with bert_train's defaults (lr 0.002, betas 0.9/0.999, eps 1e-8,
-    weight decay 0.01 on every parameter), the learning rate warmed up
+    weight decay 0.01 on every parameter, or not on those --no-decay
+    names, in a second parameter group; --clip-grad-norm X calls
+    clip_grad_norm_ between backward and step), the learning rate warmed up
     linearly over --warmup-steps (default steps/10) then decayed linearly
     to 0 at the last step, as bert_train;
   - each step reads the global loss back: one small allreduce of the
@@ -93,6 +95,13 @@ def parse_args(argv=None):
     ap.add_argument("--warmup-steps", type=int, default=-1,
                     help="default steps/10, as bert_train")
     ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--no-decay", default="",
+                    help="comma-separated name parts: parameters whose names "
+                         "hold one get weight decay 0 (bert_train --no-decay; "
+                         "BERT's recipe: bias,LayerNorm.weight)")
+    ap.add_argument("--clip-grad-norm", type=float, default=0.0,
+                    help="clip_grad_norm_ to this norm between backward and "
+                         "step (bert_train --clip-grad-norm; 0: off)")
     ap.add_argument("--beta1", type=float, default=0.9)
     ap.add_argument("--beta2", type=float, default=0.999)
     ap.add_argument("--eps", type=float, default=1e-8)
@@ -269,9 +278,18 @@ def worker(rank, world, a, port):
     model = tb.Bert(L, H, A, Fi, V, P)
     ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb,  # broadcasts rank 0's
               gradient_as_bucket_view=a.gradient_as_bucket_view)  # params
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr,
-                            betas=(a.beta1, a.beta2), eps=a.eps,
-                            weight_decay=a.weight_decay)
+    parts = [x for x in a.no_decay.split(",") if x]
+    # matched as bert_train's names: torch_bert's "emb_ln.weight" is its
+    # "embeddings.LayerNorm.weight" (the biases are "bias" in both)
+    named = [(n.replace("ln.", "LayerNorm."), p)
+             for n, p in model.named_parameters()]
+    exempt = [p for n, p in named if any(x in n for x in parts)]
+    groups = [{"params": [p for n, p in named
+                          if not any(x in n for x in parts)]}]
+    if exempt:  # HF's recipe: the same AdamW, decay 0 for these
+        groups.append({"params": exempt, "weight_decay": 0.0})
+    opt = torch.optim.AdamW(groups, lr=a.lr, betas=(a.beta1, a.beta2),
+                            eps=a.eps, weight_decay=a.weight_decay)
     W, T = a.warmup_steps, a.steps
 
     def lr_at(s):  # bert_train's schedule, as a factor of the peak
@@ -288,7 +306,10 @@ def worker(rank, world, a, port):
               flush=True)
         print(f"ddp_bert: {what}; global batch {world * a.batch}; AdamW lr "
               f"{a.lr} warmup {W} then linear decay to 0 at step {T}, weight "
-              f"decay {a.weight_decay}", flush=True)
+              f"decay {a.weight_decay}"
+              f"{f' (0 for {len(exempt)} parameters)' if parts else ''}"
+              f"{f'; clip_grad_norm_ {a.clip_grad_norm:g}' if a.clip_grad_norm > 0 else ''}",
+              flush=True)
 
     losses, t_skip = [], None
     t0 = time.perf_counter()
@@ -302,6 +323,9 @@ def worker(rank, world, a, port):
         else:
             loss = ddp(ids, types, lengths, rows, targets)
             loss.backward()
+        if a.clip_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                           a.clip_grad_norm)
         opt.step()
         sched.step()
         if a.no_sync:
