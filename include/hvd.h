@@ -772,12 +772,15 @@ double hvd_optimizer_param_weight_decay(const hvd_optimizer_t *opt, int i);
  *   rounding, and the same coefficient once rounded to float32 unless
  *   that rounding is a tie between them).
  * - An inf or a NaN in a gradient makes the norm non-finite; the step
- *   then fails on every rank, nothing updated (torch would scale every
- *   gradient to NaN): HVD_ERR_INVALID_ARG "hvd_optimizer_step: gradient
- *   clipping: the gradient norm is not finite (parameter 'w' holds an
- *   inf or a NaN); nothing was updated" (sharded: the lowest rank whose
- *   blocks hold it names the parameter, " (on rank R)" added). With loss
- *   scaling such a step is skipped before clipping, as GradScaler's.
+ *   then fails, nothing updated (torch would scale every gradient to
+ *   NaN): HVD_ERR_INVALID_ARG "hvd_optimizer_step: gradient clipping: the
+ *   gradient norm is not finite (parameter 'w' holds an inf or a NaN);
+ *   nothing was updated". Distributed, on every rank alike (sharded: the
+ *   lowest rank whose blocks hold it names the parameter, " (on rank R)"
+ *   added when R is not 0; a rank that could not compute its part fails
+ *   them all with its own message); in no-sync mode each rank's own
+ *   gradients decide. With loss scaling such a step is skipped before
+ *   clipping, as GradScaler's.
  * max_norm 0 turns clipping off; otherwise max_norm must be finite and
  * positive and norm_type 2 or INFINITY: HVD_ERR_INVALID_ARG naming the
  * value. The setting is not checkpointed (call it again after a load,

@@ -18,6 +18,7 @@
  * in place (host loop; one batched launch for the device ones).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/errors.h"
@@ -32,7 +33,6 @@
 struct hvd__clip {
   double max_norm;
   double norm_type; /* 2 or INFINITY */
-  int agree;        /* sharded: the ranks hold blocks */
   double last;      /* the last clipped step's norm (NAN: none) */
   int n;            /* the core's parameters */
   double *parts;    /* [n][2]: each gradient's sum of squares, largest */
@@ -92,18 +92,24 @@ static int first_nonfinite(const hvd__clip_t *c) {
   return -1;
 }
 
-/* The error of a non-finite norm, the same on every rank (sharded: the
- * lowest rank whose blocks hold the inf or NaN names its parameter). */
-static hvd_result_t nonfinite(const hvd__clip_t *c, const hvd_param_t *params) {
+/* The error of a non-finite norm, the same on every rank: this rank's
+ * own failure (local: its parts could not be made; they were NaN in the
+ * total), else the first parameter whose part is not finite; sharded,
+ * the lowest failing rank's message on every rank. */
+static hvd_result_t nonfinite(const hvd__clip_t *c, const hvd_param_t *params,
+                              int sharded, hvd_result_t local,
+                              const char *local_msg) {
   const int bad = first_nonfinite(c);
   hvd_result_t rc = HVD_SUCCESS;
-  if (bad >= 0)
+  if (local != HVD_SUCCESS)
+    rc = hvd__set_error_msg(local, local_msg);
+  else if (bad >= 0)
     rc = hvd__set_error(HVD_ERR_INVALID_ARG,
                         WHO ": gradient clipping: the gradient norm is not "
                             "finite (parameter '%s' holds an inf or a NaN); "
                             "nothing was updated",
                         params[bad].name);
-  if (c->agree)
+  if (sharded)
     rc = hvd__optim_agree(NONFINITE_NAME, rc);
   if (rc == HVD_SUCCESS) /* not reached: some part holds what the total did */
     rc = hvd__set_error_msg(HVD_ERR_INVALID_ARG,
@@ -113,7 +119,7 @@ static hvd_result_t nonfinite(const hvd__clip_t *c, const hvd_param_t *params) {
 }
 
 /* The total over this rank's parts, and over the ranks when sharded. */
-static hvd_result_t total(const hvd__clip_t *c, double *out) {
+static hvd_result_t total(const hvd__clip_t *c, int sharded, double *out) {
   double sq = 0, mx = 0;
   for (int i = 0; i < c->n; i++) {
     sq += c->parts[2 * i];
@@ -123,7 +129,7 @@ static hvd_result_t total(const hvd__clip_t *c, double *out) {
   /* the largest magnitudes skip NaNs: a sum of squares that is not
    * finite makes the total infinite */
   double v = l2 ? sq : isfinite(sq) ? mx : INFINITY;
-  if (c->agree) {
+  if (sharded) {
     int64_t one = 1;
     hvd_tensor_t t = hvd_tensor_make(&v, HVD_FLOAT64, 1, &one);
     hvd_result_t rc =
@@ -135,7 +141,9 @@ static hvd_result_t total(const hvd__clip_t *c, double *out) {
   return HVD_SUCCESS;
 }
 
-/* Every gradient times f (float32), in place. */
+/* Every gradient times f (float32), in place; the device's done on
+ * return, so that any step() reads them scaled (a custom one's kernels
+ * on a stream of their own too). */
 static hvd_result_t scale_grads(hvd__clip_t *c, hvd_optimizer_t *core,
                                 hvd_param_t *params, double coef) {
   const float f = (float)coef;
@@ -159,24 +167,41 @@ static hvd_result_t scale_grads(hvd__clip_t *c, hvd_optimizer_t *core,
   hvd_result_t rc = hvd__odev_flag_reset(WHO, core->odev);
   if (rc == HVD_SUCCESS)
     rc = hvd__odev_to_master_batch(WHO, core->odev, c->conv, m, coef);
+  if (rc == HVD_SUCCESS)
+    rc = hvd__odev_sync(WHO, core->odev);
   return rc;
 }
 
 hvd_result_t hvd__clip_apply(hvd_optimizer_t *core, hvd_param_t *params) {
   hvd__clip_t *c = core->clip;
   hvd_result_t rc;
+  char msg[HVD__ERRMSG_MAX] = "";
   double norm = NAN;
   c->last = NAN;
-  HVD__CHECK(grad_parts(c, core, params));
-  HVD__CHECK(total(c, &norm));
+  /* a sharded rank that cannot make its parts still joins the total (as
+   * NaN), so that no peer waits in it for ever */
+  hvd_result_t local = grad_parts(c, core, params);
+  if (local != HVD_SUCCESS && !core->sharded)
+    return local;
+  if (local != HVD_SUCCESS) {
+    snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    for (int i = 0; i < 2 * c->n; i++)
+      c->parts[i] = NAN;
+  }
+  HVD__CHECK(total(c, core->sharded, &norm));
   if (!isfinite(norm))
-    return nonfinite(c, params);
+    return nonfinite(c, params, core->sharded, local, msg);
   c->last = norm;
   const double coef = c->max_norm / (norm + 1e-6);
   if (coef < 1)
     rc = scale_grads(c, core, params, coef);
 fail:
   return rc;
+}
+
+void hvd__clip_forget(hvd__clip_t *c) {
+  if (c != NULL)
+    c->last = NAN;
 }
 
 hvd_result_t hvd_optimizer_set_grad_clipping(hvd_optimizer_t *opt,
@@ -218,7 +243,6 @@ hvd_result_t hvd_optimizer_set_grad_clipping(hvd_optimizer_t *opt,
   }
   c->max_norm = max_norm;
   c->norm_type = norm_type;
-  c->agree = hvd__optim_sharded(opt);
   return HVD_SUCCESS;
 }
 

@@ -251,12 +251,21 @@ fail:
   return rc;
 }
 
-/* d->spans and d->dspans hold at least n entries. Only between calls (the
- * stream idle: every optimizer call waits for it). */
+/* d->spans and d->dspans hold at least n entries; growing waits for the
+ * stream first. */
 static hvd_result_t grow(const char *who, hvd__odev_t *d, int n) {
-  hvd_result_t rc = hvd__cuda_twin_grow((void **)&d->spans, (void **)&d->dspans,
-                                        &d->cap, n, sizeof *d->spans, 16, 0);
-  return rc == HVD_SUCCESS ? rc : kernel_fail(who, rc);
+  hvd_result_t rc = HVD_SUCCESS;
+  if (n <= d->cap)
+    return HVD_SUCCESS;
+  /* a step's weight-decay groups launch one after another on the stream:
+   * an earlier group's kernel may still read the array (as grow_convert) */
+  ODEV_CHECK(cudaStreamSynchronize(d->stream));
+  rc = hvd__cuda_twin_grow((void **)&d->spans, (void **)&d->dspans, &d->cap, n,
+                           sizeof *d->spans, 16, 0);
+  if (rc != HVD_SUCCESS)
+    rc = kernel_fail(who, rc);
+fail:
+  return rc;
 }
 
 /* d->cspans and d->dcspans hold at least n entries. Growing frees the

@@ -225,6 +225,7 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
   if (o->shard_optimizer_state) /* last: it drops the base's full state */
     HVD__CHECK(hvd__zero_create(fn, base, o->reduce_fp32, &d->zero));
   base->agree_inf = 1;
+  base->sharded = o->shard_optimizer_state != 0;
 
   opt->cls = &hvd__dist_class;
   opt->lr = NAN; /* the base holds lr, steps, params and state */

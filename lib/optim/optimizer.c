@@ -387,6 +387,7 @@ hvd_result_t hvd__optim_apply_on(hvd_optimizer_t *core, hvd_param_t *params,
       hvd__set_error(rc, "hvd_optimizer_step: optimizer '%s' step failed: %s",
                      core->ops.name ? core->ops.name : "(unnamed)",
                      hvd_strerror(rc));
+    hvd__clip_forget(core->clip);
     return rc;
   }
   core->steps++;
@@ -488,6 +489,7 @@ hvd_result_t hvd_optimizer_step(hvd_optimizer_t *opt) {
   if (opt == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "hvd_optimizer_step: opt is NULL");
+  hvd__clip_forget(hvd__optim_core(opt)->clip); /* this step's, or none */
   return opt->cls->step(opt);
 }
 

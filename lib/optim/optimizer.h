@@ -51,6 +51,8 @@ struct hvd_optimizer {
   int agree_inf;       /* a distributed optimizer's core: the ranks agree
                           on a step's inf/NaN (loss scaling) */
   hvd__clip_t *clip;   /* gradient clipping (clip.c); NULL: off */
+  int sharded;         /* a sharded distributed optimizer's core: its
+                          updates see blocks (zero.c) */
   /* distributed wrapper */
   hvd_optimizer_t *base; /* owned */
   hvd__dist_t *dist;
@@ -165,6 +167,9 @@ void hvd__mixed_set_counters(hvd_optimizer_t *core, const int64_t values[2]);
  * alike on every rank. */
 hvd_result_t hvd__clip_apply(hvd_optimizer_t *core, hvd_param_t *params);
 void hvd__clip_free(hvd__clip_t *c); /* accepts NULL */
+/* The last norm forgotten (NAN): a step starts, or its update failed.
+ * Accepts NULL. */
+void hvd__clip_forget(hvd__clip_t *c);
 
 /* ---- sharded state (zero.c): a distributed optimizer's ZeRO-1 part ---- */
 

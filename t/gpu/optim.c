@@ -15,6 +15,8 @@
  *  - per-parameter weight decay (p1 0, p3 0.3, the others the options'):
  *    SGD, AdamW and Adam+L2 on all-device and mixed lists, device equal
  *    to host bit for bit, state too (a batched launch per decay group);
+ *  - gradient clipping before a custom optimizer's step, which reads the
+ *    device gradients on the legacy stream: scaled before it runs;
  *  - gradient clipping (L2 on all-device and mixed lists, infinity): the
  *    norm of every step the host's bit for bit (the batched norm kernel
  *    against the host's chunk loops), the values too; after hvd_init the
@@ -455,6 +457,20 @@ static void test_custom(void) {
          "custom: state on the parameter's device, device memory, zeroed "
          "(bits 1, 2, 4)");
   check_same("custom", &h, &d, oh, od);
+
+  /* clipped: the device gradients' scaling is done when step() reads
+   * them (here on the legacy stream, which waits for no other) */
+  good = hvd_optimizer_set_grad_clipping(oh, 0.5, 2) == HVD_SUCCESS &&
+         hvd_optimizer_set_grad_clipping(od, 0.5, 2) == HVD_SUCCESS &&
+         hvd_optimizer_zero_grad(oh) == HVD_SUCCESS &&
+         hvd_optimizer_zero_grad(od) == HVD_SUCCESS;
+  for (int i = 0; i < NP; i++)
+    set_both(&h, &d, i, 1);
+  good &= hvd_optimizer_step(oh) == HVD_SUCCESS;
+  good &= hvd_optimizer_step(od) == HVD_SUCCESS;
+  ok(good && hvd_optimizer_grad_norm(od) > 0.5,
+     "custom, clipped: a step (norm %g)", hvd_optimizer_grad_norm(od));
+  check_same("custom, clipped", &h, &d, oh, od);
 
   /* zero_grad on a mixed list */
   for (int i = 0; i < NP; i++)

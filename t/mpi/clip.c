@@ -17,7 +17,9 @@
  *    unclipped run's bit for bit, the norm reported;
  *  - the infinity norm: exactly the largest |G|;
  *  - ZeRO-1 (shard_optimizer_state): three steps, L2 and infinity, equal
- *    to the unsharded clipped run bit for bit (values and norm);
+ *    to the unsharded clipped run bit for bit (values and norm), also
+ *    with clipping set on the base before the wrapper sharded it;
+ *  - a step that fails before clipping (no new gradients): norm NaN;
  *  - a NaN in the last rank's gradient of "b" (its last element): the
  *    step fails on every rank with the exact message (sharded: " (on rank
  *    R)", R the owner of that element's block), nothing updated, the
@@ -80,13 +82,19 @@ static void backward(model_t *m, double scale, double bad) {
     hvdt_put(m->dt[1], m->g[1], len[1] - 1, bad);
 }
 
-static hvd_optimizer_t *sgd(model_t *m, int distributed, int shard) {
+/* With clip_first > 0, clipping to that L2 norm is set on the base
+ * before it is wrapped (the wrapper then shards what clips). */
+static hvd_optimizer_t *sgd_clipped(model_t *m, int distributed, int shard,
+                                    double clip_first) {
   hvd_sgd_options_t so;
   hvd_sgd_options_init(&so);
   so.lr = 1.0;
   hvd_optimizer_t *base = NULL, *opt = NULL;
   if (hvd_sgd_create(m->p, NP, &so, &base) != HVD_SUCCESS)
     bail("hvd_sgd_create: %s", hvd_last_error());
+  if (clip_first > 0 &&
+      hvd_optimizer_set_grad_clipping(base, clip_first, 2) != HVD_SUCCESS)
+    bail("clipping: %s", hvd_last_error());
   if (!distributed)
     return base;
   hvd_distributed_options_t o;
@@ -95,6 +103,10 @@ static hvd_optimizer_t *sgd(model_t *m, int distributed, int shard) {
   if (hvd_distributed_optimizer(base, &o, &opt) != HVD_SUCCESS)
     bail("hvd_distributed_optimizer: %s", hvd_last_error());
   return opt;
+}
+
+static hvd_optimizer_t *sgd(model_t *m, int distributed, int shard) {
+  return sgd_clipped(m, distributed, shard, 0);
 }
 
 static void clip(hvd_optimizer_t *opt, double max_norm, double type) {
@@ -176,6 +188,10 @@ static void test_l2(double ratio) {
   moved = !same_values(&u, &c);
   ok(moved == active, "%s: the values %s the unclipped run's", what,
      active ? "differ from" : "equal");
+  /* a step that fails before clipping (no new gradients) has no norm */
+  ok(hvd_optimizer_step(oc) != HVD_SUCCESS &&
+         isnan(hvd_optimizer_grad_norm(oc)),
+     "%s: a failed step after it: the norm is NaN", what);
   hvd_optimizer_destroy(ou);
   hvd_optimizer_destroy(oc);
   drop(&u);
@@ -224,6 +240,17 @@ static void test_zero(double type) {
      "ZeRO-1, %s: 3 clipped steps, the norms the unsharded ones to 1e-14", tn);
   ok(same_values(&a, &b),
      "ZeRO-1, %s: the values equal the unsharded run's bit for bit", tn);
+  if (type == 2) { /* clipping set on the base, then sharded by its wrapper */
+    model_t e;
+    make(&e, HVD_FLOAT32);
+    hvd_optimizer_t *oe = sgd_clipped(&e, 1, 1, max_norm);
+    for (int s = 0; s < 3; s++)
+      step_ok(&e, oe);
+    ok(same_values(&a, &e),
+       "ZeRO-1, L2: clipping set before the wrapper sharded: the same bits");
+    hvd_optimizer_destroy(oe);
+    drop(&e);
+  }
   hvd_optimizer_destroy(oa);
   hvd_optimizer_destroy(ob);
   drop(&a);
