@@ -63,6 +63,14 @@ Options that change how PyTorch runs the same model (none by default):
       loss, more work. With --sdpa attn_implementation "sdpa", else
       "eager"; the other options as above. Refused (exit 2) without
       transformers.
+  --clip-grad-norm X  torch.nn.utils.clip_grad_norm_(params, X) between
+      backward and step (after GradScaler.unscale_ in fp16), as bert_train
+      --clip-grad-norm X; --no-decay A,B  AdamW's second parameter group,
+      weight decay 0, for the parameters whose names hold A or B (matched
+      as bert_train's: "emb_ln.weight" is "embeddings.LayerNorm.weight"),
+      as bert_train --no-decay A,B. BERT's recipe is both: --clip-grad-norm
+      1 --no-decay bias,LayerNorm.weight. The JSON gives clip_grad_norm and
+      no_decay_params (the exempt parameters' count).
 
 Output: one JSON line on stdout, e.g.
   {"impl": "torch-eager", "preset": "mini", "batch": 8, "seq": 128,
@@ -267,9 +275,27 @@ def grad_scaler(dev):
     return None
 
 
+def decay_groups(model, no_decay):
+    """AdamW's parameter groups: every parameter, or with no_decay (a
+    comma-separated list of name parts, bert_train --no-decay) a second
+    group of those whose names hold one, weight decay 0 (HF's recipe).
+    Names are matched as bert_train's: this model's "emb_ln.weight" is
+    its "embeddings.LayerNorm.weight". Returns (groups, exempt count)."""
+    parts = [x for x in no_decay.split(",") if x]
+    named = [(n.replace("ln.", "LayerNorm."), p)
+             for n, p in model.named_parameters()]
+    if not parts:
+        return [p for _, p in named], 0
+    exempt = [p for n, p in named if any(x in n for x in parts)]
+    rest = [p for n, p in named if not any(x in n for x in parts)]
+    return [{"params": rest}, {"params": exempt, "weight_decay": 0.0}], \
+        len(exempt)
+
+
 def adamw(params, lr, fused):
-    """AdamW as bert_train; with fused, fused=True where this torch has it
-    for the device (CUDA; CPU too since torch 2.4), else foreach=True.
+    """AdamW as bert_train (params: parameters or groups); with fused,
+    fused=True where this torch has it for the device (CUDA; CPU too since
+    torch 2.4), else foreach=True.
     Returns (optimizer, "default" | "fused" | "foreach")."""
     kw = dict(lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     params = list(params)
@@ -330,6 +356,14 @@ def main():
                     "head on every position (a second reference)")
     ap.add_argument("--print-loss", action="store_true",
                     help="each step's loss on stderr (step N loss X)")
+    ap.add_argument("--clip-grad-norm", type=float, default=0.0,
+                    help="clip_grad_norm_ to this norm before each step "
+                    "(after the GradScaler's unscale_; bert_train "
+                    "--clip-grad-norm; 0: off)")
+    ap.add_argument("--no-decay", default="",
+                    help="comma-separated name parts: weight decay 0 for "
+                    "those parameters (bert_train --no-decay; BERT's "
+                    "recipe: bias,LayerNorm.weight)")
     a = ap.parse_args()
     if a.best:
         if a.precision == "fp32":
@@ -375,7 +409,8 @@ def main():
         model = HfBert(L, H, A, Fi, V, P, a.sdpa).to(dev)
     else:
         model = Bert(L, H, A, Fi, V, P, sdpa=a.sdpa).to(dev)
-    opt, adamw_impl = adamw(model.parameters(), a.lr, a.fused_adamw)
+    groups, exempt = decay_groups(model, a.no_decay)
+    opt, adamw_impl = adamw(groups, a.lr, a.fused_adamw)
     # the masked rows' count changes from batch to batch: marked dynamic
     # so that the first compilation covers them all (else torch.compile
     # compiles again for the second batch)
@@ -407,9 +442,16 @@ def main():
                 loss = forward(*batch)
         if scaler is None:
             loss.backward()
+            if a.clip_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                               a.clip_grad_norm)
             opt.step()
         else:
             scaler.scale(loss).backward()
+            if a.clip_grad_norm > 0:
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                               a.clip_grad_norm)
             scaler.step(opt)
             scaler.update()
         value = loss.item()  # one read back per step, as bert_train
@@ -461,6 +503,7 @@ def main():
         "tokens_per_s": round(tokens / seconds, 1),
         "precision": a.precision, "sdpa": a.sdpa, "compile": a.compile,
         "fused_adamw": a.fused_adamw, "adamw": adamw_impl,
+        "clip_grad_norm": a.clip_grad_norm, "no_decay_params": exempt,
         "compile_s": None if compile_s is None else round(compile_s, 3),
         "warmup_s": round(warmup_s, 3), "timed_recompiles": recompiles}))
 
