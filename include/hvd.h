@@ -781,10 +781,11 @@ double hvd_optimizer_param_weight_decay(const hvd_optimizer_t *opt, int i);
  *   them all with its own message); in no-sync mode each rank's own
  *   gradients decide. With loss scaling such a step is skipped before
  *   clipping, as GradScaler's.
- * max_norm 0 turns clipping off; otherwise max_norm must be finite and
- * positive and norm_type 2 or INFINITY: HVD_ERR_INVALID_ARG naming the
- * value. The setting is not checkpointed (call it again after a load,
- * as torch's clip call sits in the training loop). */
+ * max_norm 0 turns clipping off; INFINITY measures the norm and clips
+ * nothing (torch's clip_grad_norm_(params, inf), to log it); otherwise
+ * max_norm must be positive, and norm_type 2 or INFINITY:
+ * HVD_ERR_INVALID_ARG naming the value. The setting is not checkpointed (call
+ * it again after a load, as torch's clip call sits in the training loop). */
 hvd_result_t hvd_optimizer_set_grad_clipping(hvd_optimizer_t *opt,
                                              double max_norm, double norm_type);
 /* The last step's gradient norm before clipping (what clip_grad_norm_

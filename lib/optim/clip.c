@@ -210,10 +210,10 @@ hvd_result_t hvd_optimizer_set_grad_clipping(hvd_optimizer_t *opt,
   static const char who[] = "hvd_optimizer_set_grad_clipping";
   if (opt == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", who);
-  if (!(max_norm >= 0 && max_norm < INFINITY))
+  if (!(max_norm >= 0)) /* NaN too */
     return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: max_norm %g is out of range [0, inf) (0 turns "
-                          "clipping off)",
+                          "%s: max_norm %g is out of range [0, inf] (0 turns "
+                          "clipping off, inf measures the norm only)",
                           who, max_norm);
   if (norm_type != 2 && norm_type != INFINITY)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
