@@ -251,34 +251,19 @@ fail:
   return rc;
 }
 
-/* d->spans and d->dspans hold at least n entries; growing waits for the
- * stream first. */
-static hvd_result_t grow(const char *who, hvd__odev_t *d, int n) {
+/* A span array's host and device twins (*host, *dev: *cap entries of
+ * size bytes) hold at least n entries. Growing frees the device array,
+ * which a launch enqueued earlier on d's stream may still be reading (the
+ * last batch, or a step's earlier weight-decay group): the stream is
+ * waited for first (growth is rare: the arrays only grow), so that no
+ * launch in flight sees it go. */
+static hvd_result_t grow_twin(const char *who, hvd__odev_t *d, void **host,
+                              void **dev, int *cap, int n, size_t size) {
   hvd_result_t rc = HVD_SUCCESS;
-  if (n <= d->cap)
-    return HVD_SUCCESS;
-  /* a step's weight-decay groups launch one after another on the stream:
-   * an earlier group's kernel may still read the array (as grow_convert) */
-  ODEV_CHECK(cudaStreamSynchronize(d->stream));
-  rc = hvd__cuda_twin_grow((void **)&d->spans, (void **)&d->dspans, &d->cap, n,
-                           sizeof *d->spans, 16, 0);
-  if (rc != HVD_SUCCESS)
-    rc = kernel_fail(who, rc);
-fail:
-  return rc;
-}
-
-/* d->cspans and d->dcspans hold at least n entries. Growing frees the
- * device array, which the last conversion launched on d's stream may
- * still be reading: the stream is waited for first (growth is rare: the
- * arrays only grow), so that no launch in flight sees it go. */
-static hvd_result_t grow_convert(const char *who, hvd__odev_t *d, int n) {
-  hvd_result_t rc = HVD_SUCCESS;
-  if (n <= d->ccap)
+  if (n <= *cap)
     return HVD_SUCCESS;
   ODEV_CHECK(cudaStreamSynchronize(d->stream));
-  rc = hvd__cuda_twin_grow((void **)&d->cspans, (void **)&d->dcspans, &d->ccap,
-                           n, sizeof *d->cspans, 16, 0);
+  rc = hvd__cuda_twin_grow(host, dev, cap, n, size, 16, 0);
   if (rc != HVD_SUCCESS)
     rc = kernel_fail(who, rc);
 fail:
@@ -297,7 +282,8 @@ static hvd_result_t upload_convert(const char *who, const char *kname,
     if (hvd__km_check_convert(kname, t, c[t].n, c[t].dtype, to_master) !=
         HVD_SUCCESS)
       return kernel_fail(who, HVD_ERR_INVALID_ARG);
-  HVD__CHECK(grow_convert(who, d, n));
+  HVD__CHECK(grow_twin(who, d, (void **)&d->cspans, (void **)&d->dcspans,
+                       &d->ccap, n, sizeof *d->cspans));
   for (int t = 0; t < n; t++) {
     hvd__cuda_convert_span_t *sp = &d->cspans[t];
     sp->src = c[t].src;
@@ -315,7 +301,7 @@ static hvd_result_t upload_convert(const char *who, const char *kname,
    * enqueued on d's stream, behind every earlier launch on that stream
    * that reads the array: the stream runs them in order, so the copy
    * lands only after they are done (no event needed), and no other
-   * stream reads it. Only growth frees it (grow_convert waits first). */
+   * stream reads it. Only growth frees it (grow_twin waits first). */
   ODEV_CHECK(cudaMemcpyAsync(d->dcspans, d->cspans,
                              (size_t)n * sizeof *d->cspans,
                              cudaMemcpyHostToDevice, d->stream));
@@ -384,7 +370,8 @@ hvd_result_t hvd__odev_update(const char *who, hvd__odev_t *d, int kind,
   if (m == 0)
     return HVD_SUCCESS;
   HVD__CHECK(enter(who, d->dev, &prev));
-  HVD__CHECK(grow(who, d, m));
+  HVD__CHECK(grow_twin(who, d, (void **)&d->spans, (void **)&d->dspans, &d->cap,
+                       m, sizeof *d->spans));
   m = 0;
   for (int i = 0; i < n; i++) {
     const hvd_param_t *p = &params[i];
@@ -417,7 +404,7 @@ fail:
 }
 
 /* *buf holds at least n doubles of device memory (*cap of them); growing
- * waits for d's stream first, as grow_convert. */
+ * waits for d's stream first, as grow_twin. */
 static hvd_result_t grow_doubles(const char *who, hvd__odev_t *d, double **buf,
                                  int64_t *cap, int64_t n) {
   hvd_result_t rc = HVD_SUCCESS;
@@ -442,15 +429,8 @@ hvd_result_t hvd__odev_norm_batch(const char *who, hvd__odev_t *d,
   if (n == 0)
     return HVD_SUCCESS;
   HVD__CHECK(enter(who, d->dev, &prev));
-  if (n > d->ncap) {
-    ODEV_CHECK(cudaStreamSynchronize(d->stream)); /* as grow_convert */
-    rc = hvd__cuda_twin_grow((void **)&d->nspans, (void **)&d->dnspans,
-                             &d->ncap, n, sizeof *d->nspans, 16, 0);
-    if (rc != HVD_SUCCESS) {
-      rc = kernel_fail(who, rc);
-      goto fail;
-    }
-  }
+  HVD__CHECK(grow_twin(who, d, (void **)&d->nspans, (void **)&d->dnspans,
+                       &d->ncap, n, sizeof *d->nspans));
   for (int i = 0; i < n; i++) {
     d->nspans[i] = (hvd__cuda_norm_span_t){x[i], count[i], chunks};
     chunks += hvd__km_norm_chunks(count[i]);
