@@ -38,7 +38,8 @@ struct hvd__clip {
   double *parts;    /* [n][2]: each gradient's sum of squares, largest */
   const float **x;  /* the device gradients of a step, */
   int64_t *count;   /* their elements, */
-  int *which;       /* and parameters */
+  int *which;       /* parameters */
+  double *dparts;   /* and parts (as parts, in their order) */
   hvd__odev_convert_t *conv; /* the device gradients' scaling */
 };
 
@@ -49,6 +50,7 @@ void hvd__clip_free(hvd__clip_t *c) {
   free(c->x);
   free(c->count);
   free(c->which);
+  free(c->dparts);
   free(c->conv);
   free(c);
 }
@@ -70,17 +72,12 @@ static hvd_result_t grad_parts(hvd__clip_t *c, hvd_optimizer_t *core,
   }
   if (m == 0)
     return HVD_SUCCESS;
-  double *out = malloc(2 * (size_t)m * sizeof *out);
-  if (out == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY,
-                          WHO ": gradient clipping: out of memory");
   hvd_result_t rc =
-      hvd__odev_norm_batch(WHO, core->odev, c->x, c->count, m, out);
+      hvd__odev_norm_batch(WHO, core->odev, c->x, c->count, m, c->dparts);
   for (int k = 0; k < m && rc == HVD_SUCCESS; k++) {
-    c->parts[2 * c->which[k]] = out[2 * k];
-    c->parts[2 * c->which[k] + 1] = out[2 * k + 1];
+    c->parts[2 * c->which[k]] = c->dparts[2 * k];
+    c->parts[2 * c->which[k] + 1] = c->dparts[2 * k + 1];
   }
-  free(out);
   return rc;
 }
 
@@ -233,6 +230,7 @@ hvd_result_t hvd_optimizer_set_grad_clipping(hvd_optimizer_t *opt,
         (c->x = malloc(n * sizeof *c->x)) == NULL ||
         (c->count = malloc(n * sizeof *c->count)) == NULL ||
         (c->which = malloc(n * sizeof *c->which)) == NULL ||
+        (c->dparts = malloc(2 * n * sizeof *c->dparts)) == NULL ||
         (c->conv = malloc(n * sizeof *c->conv)) == NULL) {
       hvd__clip_free(c);
       return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);

@@ -321,7 +321,7 @@ hvd_result_t hvd__optim_create_builtin(const char *who, hvd_param_t *params,
 void hvd__optim_builtin_free(void *ctx) {
   hvd__optim_builtin_t *b = ctx;
   if (b != NULL)
-    free(b->wd);
+    free(b->wd), free(b->only);
   free(b);
 }
 
@@ -336,27 +336,24 @@ hvd_result_t hvd__optim_update_device(const hvd__optim_builtin_t *b, int kind,
     return hvd__odev_update(HVD__STEP_WHO, b->odev, kind, options, params, n,
                             state, nstate, step, lr, NULL);
   const double dflt = *wd;
-  unsigned char *only = calloc((size_t)n + 1, 2);
-  if (only == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, HVD__STEP_WHO ": out of memory");
-  unsigned char *done = only + n + 1;
   hvd_result_t rc = HVD_SUCCESS;
+  /* a group per device parameter whose decay no earlier one has */
   for (int i = 0; i < n && rc == HVD_SUCCESS; i++) {
-    if (params[i].value.device == HVD_CPU || done[i])
-      continue;
     const double v = hvd__optim_wd(b, i, dflt);
-    for (int j = i; j < n; j++) { /* this decay's group */
-      only[j] = params[j].value.device != HVD_CPU && !done[j] &&
-                hvd__optim_wd(b, j, dflt) == v;
-      done[j] |= only[j];
-    }
+    int first = params[i].value.device != HVD_CPU;
+    for (int j = 0; j < i && first; j++)
+      first =
+          params[j].value.device == HVD_CPU || hvd__optim_wd(b, j, dflt) != v;
+    if (!first)
+      continue;
+    for (int j = 0; j < n; j++)
+      b->only[j] =
+          params[j].value.device != HVD_CPU && hvd__optim_wd(b, j, dflt) == v;
     *wd = v;
     rc = hvd__odev_update(HVD__STEP_WHO, b->odev, kind, options, params, n,
-                          state, nstate, step, lr, only);
-    memset(only, 0, (size_t)n);
+                          state, nstate, step, lr, b->only);
   }
   *wd = dflt;
-  free(only);
   return rc;
 }
 
@@ -600,8 +597,13 @@ hvd_result_t hvd_optimizer_set_param_weight_decay(hvd_optimizer_t *opt, int i,
                           "the optimizer's own)",
                           who, weight_decay);
   if (b->wd == NULL) {
-    if ((b->wd = malloc((size_t)b->n * sizeof *b->wd)) == NULL)
+    b->only = malloc(b->n > 0 ? (size_t)b->n : 1);
+    if (b->only == NULL ||
+        (b->wd = malloc((size_t)b->n * sizeof *b->wd)) == NULL) {
+      free(b->only);
+      b->only = NULL;
       return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+    }
     for (int k = 0; k < b->n; k++)
       b->wd[k] = NAN;
   }

@@ -248,11 +248,12 @@ typedef struct hvd__optim_builtin {
     hvd_sgd_options_t sgd;
     hvd_adam_options_t adam;
   } o;
-  hvd__odev_t *odev; /* the optimizer's; not owned */
-  int n;             /* the optimizer's parameters */
-  double wd0;        /* the options' weight decay */
-  double *wd;        /* n weight decays (NAN: the options'), or NULL when
-                        hvd_optimizer_set_param_weight_decay set none */
+  hvd__odev_t *odev;   /* the optimizer's; not owned */
+  int n;               /* the optimizer's parameters */
+  double wd0;          /* the options' weight decay */
+  double *wd;          /* n weight decays (NAN: the options'), or NULL when
+                          hvd_optimizer_set_param_weight_decay set none */
+  unsigned char *only; /* with wd: n flags, a decay group's device update */
 } hvd__optim_builtin_t;
 
 /* A built-in's ops.destroy: frees ctx and what it holds. */
