@@ -1344,6 +1344,23 @@ dim3 softmax_grid(int64_t rows) {
   return dim3(grid_rows((rows + kRowsPerBlock - 1) / kRowsPerBlock));
 }
 
+/* Calls f(std::integral_constant<int, N>()) with softmax_rows.h's values
+ * per lane for rows of S keys, and returns 1; 0 (f not called) past S
+ * 1024, where the loop kernels take the rows. */
+template <typename F> bool with_lanes(int S, F f) {
+  switch (fa::softmax_lanes(S)) {
+  case 4:
+    return f(std::integral_constant<int, 4>()), true;
+  case 8:
+    return f(std::integral_constant<int, 8>()), true;
+  case 16:
+    return f(std::integral_constant<int, 16>()), true;
+  case 32:
+    return f(std::integral_constant<int, 32>()), true;
+  }
+  return false;
+}
+
 /* The forward softmax of the rows of sc into p (float32: p is sc), keys
  * at >= lengths[b] masked: a row in registers up to S 1024
  * (softmax_rows.h), the loop kernel beyond. */
@@ -1351,29 +1368,13 @@ template <typename T>
 void softmax_fwd(float *sc, T *p, const int32_t *lengths, int64_t rows, int S,
                  int A) {
   const dim3 g((unsigned)((rows + fa::kRows - 1) / fa::kRows));
-  const int t = fa::kThreads;
-  switch (fa::softmax_lanes(S)) {
-  case 4:
-    fa::softmax_fwd_rows<T, 4>
-        <<<g, t, 0, st.stream>>>(sc, p, lengths, rows, S, A);
-    break;
-  case 8:
-    fa::softmax_fwd_rows<T, 8>
-        <<<g, t, 0, st.stream>>>(sc, p, lengths, rows, S, A);
-    break;
-  case 16:
-    fa::softmax_fwd_rows<T, 16>
-        <<<g, t, 0, st.stream>>>(sc, p, lengths, rows, S, A);
-    break;
-  case 32:
-    fa::softmax_fwd_rows<T, 32>
-        <<<g, t, 0, st.stream>>>(sc, p, lengths, rows, S, A);
-    break;
-  default:
+  if (!with_lanes(S, [&](auto n) {
+        fa::softmax_fwd_rows<T, decltype(n)::value>
+            <<<g, fa::kThreads, 0, st.stream>>>(sc, p, lengths, rows, S, A);
+      }))
     softmax_fwd_kernel<T>
         <<<softmax_grid(rows), dim3(kWarp, kRowsPerBlock), 0, st.stream>>>(
             sc, p, lengths, rows, S, A);
-  }
   launched("softmax_fwd_kernel");
 }
 
@@ -1382,25 +1383,13 @@ void softmax_fwd(float *sc, T *p, const int32_t *lengths, int64_t rows, int S,
 template <typename T>
 void softmax_bwd(const T *p, float *dp, T *ds, int64_t rows, int S) {
   const dim3 g((unsigned)((rows + fa::kRows - 1) / fa::kRows));
-  const int t = fa::kThreads;
-  switch (fa::softmax_lanes(S)) {
-  case 4:
-    fa::softmax_bwd_rows<T, 4><<<g, t, 0, st.stream>>>(p, dp, ds, rows, S);
-    break;
-  case 8:
-    fa::softmax_bwd_rows<T, 8><<<g, t, 0, st.stream>>>(p, dp, ds, rows, S);
-    break;
-  case 16:
-    fa::softmax_bwd_rows<T, 16><<<g, t, 0, st.stream>>>(p, dp, ds, rows, S);
-    break;
-  case 32:
-    fa::softmax_bwd_rows<T, 32><<<g, t, 0, st.stream>>>(p, dp, ds, rows, S);
-    break;
-  default:
+  if (!with_lanes(S, [&](auto n) {
+        fa::softmax_bwd_rows<T, decltype(n)::value>
+            <<<g, fa::kThreads, 0, st.stream>>>(p, dp, ds, rows, S);
+      }))
     softmax_bwd_kernel<T>
         <<<softmax_grid(rows), dim3(kWarp, kRowsPerBlock), 0, st.stream>>>(
             p, dp, ds, rows, S);
-  }
   launched("softmax_bwd_kernel");
 }
 
