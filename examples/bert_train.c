@@ -82,7 +82,8 @@ typedef struct options {
   int no_sync;
   int dense_embeddings; /* --dense-embeddings */
   int host_fences;      /* --host-fences */
-  int zero;             /* --zero 1: sharded AdamW state */
+  int lamb;             /* --optimizer lamb (else AdamW) */
+  int zero;             /* --zero 1: sharded optimizer state */
   double clip;          /* --clip-grad-norm X (0: off) */
   const char *no_decay; /* --no-decay A,B: names holding A or B: decay 0 */
   hvd_compression_t compression;
@@ -126,10 +127,14 @@ static const char usage_text[] =
     "  --lr X                 peak learning rate (default 0.002)\n"
     "  --warmup-steps N       linear warmup, then linear decay to 0\n"
     "                         (default steps/10)\n"
-    "  --weight-decay X       AdamW decoupled weight decay (default 0.01)\n"
-    "  --beta1 X --beta2 X --eps X   AdamW (default 0.9, 0.999, 1e-8)\n"
+    "  --optimizer NAME       adamw (default) or lamb (apex's FusedLAMB: a\n"
+    "                         trust ratio per parameter, for large batches)\n"
+    "  --weight-decay X       decoupled weight decay (default 0.01)\n"
+    "  --beta1 X --beta2 X --eps X   (default 0.9, 0.999, and eps 1e-8 for\n"
+    "                         AdamW, 1e-6 for LAMB)\n"
     "  --accumulate K         backward passes per step (default 1)\n"
-    "  --zero 1               ZeRO stage 1: each rank keeps the AdamW state\n"
+    "  --zero 1               ZeRO stage 1: each rank keeps the optimizer "
+    "state\n"
     "                         of its 1/N block of every parameter (cpu)\n"
     "  --clip-grad-norm X     clip the averaged gradients to a global L2\n"
     "                         norm of X before each update (default 0: off)\n"
@@ -217,6 +222,7 @@ enum {
   O_BETA1,
   O_BETA2,
   O_EPS,
+  O_OPTIMIZER,
   O_ACCUMULATE,
   O_ZERO,
   O_CLIP,
@@ -264,6 +270,7 @@ static const struct option long_options[] = {
     {"beta1", required_argument, NULL, O_BETA1},
     {"beta2", required_argument, NULL, O_BETA2},
     {"eps", required_argument, NULL, O_EPS},
+    {"optimizer", required_argument, NULL, O_OPTIMIZER},
     {"accumulate", required_argument, NULL, O_ACCUMULATE},
     {"zero", required_argument, NULL, O_ZERO},
     {"clip-grad-norm", required_argument, NULL, O_CLIP},
@@ -362,6 +369,11 @@ static int optimizer_option(options_t *o, int ch, const char *a) {
     return 1;
   case O_EPS:
     o->eps = cli_real("--eps", a, 0, 1);
+    return 1;
+  case O_OPTIMIZER:
+    if (strcmp(a, "adamw") != 0 && strcmp(a, "lamb") != 0)
+      cli_usage_error("--optimizer needs adamw or lamb, not '%s'", a);
+    o->lamb = strcmp(a, "lamb") == 0;
     return 1;
   case O_ACCUMULATE:
     o->accumulate = (int)cli_int("--accumulate", a, 1, 1024);
@@ -472,6 +484,8 @@ static int file_option(options_t *o, int ch, const char *a) {
 /* The options that depend on each other, and the defaults that depend on
  * others, once all are read. */
 static void check_options(options_t *o) {
+  if (o->eps < 0) /* torch's AdamW, apex's FusedLAMB */
+    o->eps = o->lamb ? 1e-6 : 1e-8;
   if (o->checkpoint_every > 0 && o->checkpoint == NULL)
     cli_usage_error("--checkpoint-every needs --checkpoint DIR");
   if ((o->commit_every > 0 || o->save_every > 0) && o->elastic == NULL)
@@ -544,7 +558,7 @@ static void parse_options(int argc, char **argv, options_t *o,
                    .weight_decay = 0.01,
                    .beta1 = 0.9,
                    .beta2 = 0.999,
-                   .eps = 1e-8,
+                   .eps = -1, /* the optimizer's */
                    .accumulate = 1,
                    .compression = HVD_COMPRESS_NONE,
                    .sentences = 20000,
@@ -1244,12 +1258,22 @@ static int name_has_part(const char *name, const char *list) {
   return 0;
 }
 
-/* The model and the optimizer: AdamW inside the distributed wrapper. */
-static void setup_model(run_t *r) {
+/* AdamW, or LAMB with --optimizer lamb, over the model's parameters. */
+static hvd_optimizer_t *base_optimizer(run_t *r) {
   const options_t *o = &r->o;
-  check_local(bert_model_create_on(&r->cfg, r->device, &r->model),
-              "bert_model_create", bert_last_error());
-  r->params = bert_model_params(r->model, &r->nparams);
+  hvd_optimizer_t *base = NULL;
+  if (o->lamb) {
+    hvd_lamb_options_t lopt;
+    hvd_lamb_options_init(&lopt);
+    lopt.lr = lr_at(o, 0);
+    lopt.beta1 = o->beta1;
+    lopt.beta2 = o->beta2;
+    lopt.eps = o->eps;
+    lopt.weight_decay = o->weight_decay;
+    check_local(hvd_lamb_create(r->params, r->nparams, &lopt, &base),
+                "hvd_lamb_create", hvd_last_error());
+    return base;
+  }
   hvd_adam_options_t aopt;
   hvd_adam_options_init(&aopt);
   aopt.lr = lr_at(o, 0);
@@ -1258,15 +1282,25 @@ static void setup_model(run_t *r) {
   aopt.eps = o->eps;
   aopt.weight_decay = o->weight_decay;
   aopt.decoupled = 1;
-  hvd_optimizer_t *adam = NULL;
-  check_local(hvd_adam_create(r->params, r->nparams, &aopt, &adam),
+  check_local(hvd_adam_create(r->params, r->nparams, &aopt, &base),
               "hvd_adam_create", hvd_last_error());
+  return base;
+}
+
+/* The model and the optimizer: AdamW or LAMB inside the distributed
+ * wrapper. */
+static void setup_model(run_t *r) {
+  const options_t *o = &r->o;
+  check_local(bert_model_create_on(&r->cfg, r->device, &r->model),
+              "bert_model_create", bert_last_error());
+  r->params = bert_model_params(r->model, &r->nparams);
+  hvd_optimizer_t *base = base_optimizer(r);
   hvd_distributed_options_t dist;
   hvd_distributed_options_init(&dist);
   dist.compression = o->compression;
   dist.backward_passes_per_step = r->K;
   dist.shard_optimizer_state = o->zero;
-  check_local(hvd_distributed_optimizer(adam, &dist, &r->opt),
+  check_local(hvd_distributed_optimizer(base, &dist, &r->opt),
               "hvd_distributed_optimizer", hvd_last_error());
   if (!r->sync)
     check_local(hvd_optimizer_set_sync(r->opt, 0), "hvd_optimizer_set_sync",
@@ -1416,9 +1450,10 @@ static void print_setup(const run_t *r) {
          r->cfg.vocab_size, (long long)r->global_batch, r->B, r->size,
          r->size == 1 ? "" : "s", r->K, r->K == 1 ? "" : "es",
          (long long)r->per_epoch);
-  printf(PROG ": AdamW lr %g, warmup %lld then linear decay to 0 at step "
+  printf(PROG ": %s lr %g, warmup %lld then linear decay to 0 at step "
               "%lld, weight decay %g; gradients %s\n",
-         o->lr, (long long)o->warmup, (long long)o->steps, o->weight_decay,
+         o->lamb ? "LAMB" : "AdamW", o->lr, (long long)o->warmup,
+         (long long)o->steps, o->weight_decay,
          !r->sync                              ? "not reduced (--no-sync)"
          : o->compression == HVD_COMPRESS_FP16 ? "averaged as float16"
          : o->compression == HVD_COMPRESS_BF16 ? "averaged as bfloat16"

@@ -734,9 +734,10 @@ int hvd_optimizer_step_skipped(const hvd_optimizer_t *opt);
 /* Per-parameter weight decay, what torch's parameter groups are mostly
  * for (BERT's and GPT's recipes: {"params": no_decay, "weight_decay":
  * 0.0} for the biases and LayerNorm weights): parameter i of a built-in
- * optimizer (SGD, Adam, AdamW; plain or distributed, whose index is its
- * base's) takes weight_decay instead of its options' (SGD's and Adam's L2
- * term, AdamW's decoupled decay alike), from the next step on; NAN puts
+ * optimizer (SGD, Adam, AdamW, LAMB; plain or distributed, whose index is
+ * its base's) takes weight_decay instead of its options' (SGD's and Adam's
+ * L2 term, AdamW's and LAMB's decoupled decay alike; LAMB's trust ratio
+ * follows it), from the next step on; NAN puts
  * the options' back. Parameters with the same decay are updated as one
  * group: the same bits as an optimizer made with that weight_decay, one
  * batched device launch per distinct value. Not checkpointed (set it
@@ -832,10 +833,46 @@ typedef struct hvd_adam_options {
   int decoupled;
 } hvd_adam_options_t;
 
+/* LAMB (You et al., "Large Batch Optimization for Deep Learning"), the
+ * large-batch BERT optimizer, as apex's FusedLAMB (adam_w_mode, gradient
+ * averaging): per parameter, m = beta1 m + (1 - beta1) g, s = beta2 s +
+ * (1 - beta2) g^2, u = (m / bc1) / (sqrt(s / bc2) + eps) +
+ * weight_decay * value (bc1 = 1 - beta1^t and bc2 = 1 - beta2^t with
+ * bias_correction, else 1), then value -= lr * (|value| / |u|) * u: the
+ * trust ratio of the parameter's Euclidean norms, lr alone where either
+ * norm is 0, and where the parameter's weight decay is 0 unless
+ * always_adapt (apex's use_nvlamb). State: "exp_avg", "exp_avg_sq".
+ * - apex clips the gradients to a global norm of 1 inside the step (its
+ *   max_grad_norm); here that is hvd_optimizer_set_grad_clipping(opt, 1,
+ *   2), which runs before the update.
+ * - The norms are sums of squares in double in a fixed order (gradient
+ *   clipping's chunks), the same on the host and the GPU: a run repeats
+ *   bit for bit, and device parameters update as host ones.
+ * - Distributed and sharded (shard_optimizer_state), each rank's blocks
+ *   give parts of every norm: one allreduce of 2 n doubles,
+ *   "hvd.lamb.norms", makes the totals. Not sharded, every rank holds the
+ *   same gradients and computes the same norms alone.
+ * - A non-finite norm fails the step with nothing updated (apex would
+ *   write NaN into the parameter): HVD_ERR_INVALID_ARG
+ *   "hvd_optimizer_step: LAMB: the update of parameter 'w' is not finite
+ *   (an inf or a NaN in its gradient); nothing was updated", or "the
+ *   value of parameter 'w' holds an inf or a NaN"; sharded, on every rank
+ *   alike. Loss scaling skips such a step before the update, as for
+ *   every optimizer.
+ * A device step waits for its norms (one copy to the host per step). */
+typedef struct hvd_lamb_options {
+  double lr, beta1, beta2, eps, weight_decay;
+  int bias_correction; /* 1 (default): divide by 1 - beta^t */
+  int always_adapt;    /* 0 (default): no trust ratio where decay is 0 */
+} hvd_lamb_options_t;
+
 /* Defaults: SGD lr 0.01, others 0; Adam lr 0.001, betas 0.9/0.999,
- * eps 1e-8, weight decay 0 (AdamW: set decoupled and e.g. 0.01). */
+ * eps 1e-8, weight decay 0 (AdamW: set decoupled and e.g. 0.01); LAMB
+ * apex's: lr 0.001, betas 0.9/0.999, eps 1e-6, weight decay 0.01, bias
+ * correction. */
 void hvd_sgd_options_init(hvd_sgd_options_t *o);
 void hvd_adam_options_init(hvd_adam_options_t *o);
+void hvd_lamb_options_init(hvd_lamb_options_t *o);
 
 /* Each creates an optimizer over params[0..n) (borrowed) into *out; free
  * it with hvd_optimizer_destroy. These need no hvd_init(). A custom
@@ -845,6 +882,9 @@ hvd_result_t hvd_sgd_create(hvd_param_t *params, int n,
                             const hvd_sgd_options_t *o, hvd_optimizer_t **out);
 hvd_result_t hvd_adam_create(hvd_param_t *params, int n,
                              const hvd_adam_options_t *o,
+                             hvd_optimizer_t **out);
+hvd_result_t hvd_lamb_create(hvd_param_t *params, int n,
+                             const hvd_lamb_options_t *o,
                              hvd_optimizer_t **out);
 hvd_result_t hvd_optimizer_custom(hvd_param_t *params, int n,
                                   const hvd_optimizer_ops_t *ops, void *ctx,
@@ -895,7 +935,9 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
  * only (hvd_optimizer_state_bytes: about 1/size). Each gradient is
  * reduce-scattered (named hvd.grad.<name>, started by grad_ready as the
  * allreduce would be), the base's update runs on the blocks (its step()
- * must be elementwise, as SGD and Adam are), and every parameter is then
+ * must be elementwise, as SGD and Adam are; LAMB, whose norms span a
+ * whole parameter, sums its blocks' parts over the ranks), and every
+ * parameter is then
  * allgathered (hvd.zero.<name>). Results equal the unsharded optimizer's
  * up to float rounding. Checkpoints and hvd_broadcast_optimizer_state
  * gather the full state for the time of the call (collective), so files

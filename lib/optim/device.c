@@ -43,6 +43,9 @@ struct hvd__odev {
   int ncap;
   double *parts, *nout;
   int64_t parts_cap, nout_cap; /* doubles */
+  /* LAMB's spans (host, device); its norms use parts and nout */
+  hvd__cuda_lamb_span_t *lspans, *dlspans;
+  int lcap;
 };
 
 /* HVD_ERR_CUDA "<who>: <call up to its '('>: <string> (<name>)", as
@@ -126,12 +129,14 @@ void hvd__odev_close(hvd__odev_t *d) {
     cudaFree(d->dnspans);
     cudaFree(d->parts);
     cudaFree(d->nout);
+    cudaFree(d->dlspans);
   }
   leave(d->dev, prev);
   (void)cudaGetLastError(); /* nothing to report from a teardown */
   free(d->spans);
   free(d->cspans);
   free(d->nspans);
+  free(d->lspans);
   free(d);
 }
 
@@ -457,6 +462,77 @@ fail:
   return rc;
 }
 
+/* p[0..n) into d->lspans, copied to d->dlspans on d's stream (staged
+ * before the call returns, as in upload_convert); *chunks and *max_count
+ * the batch's. d's device is current. */
+static hvd_result_t upload_lamb(const char *who, hvd__odev_t *d,
+                                const hvd__odev_lamb_t *p, int n,
+                                int64_t *chunks, int64_t *max_count) {
+  hvd_result_t rc = HVD_SUCCESS;
+  *chunks = *max_count = 0;
+  HVD__CHECK(grow_twin(who, d, (void **)&d->lspans, (void **)&d->dlspans,
+                       &d->lcap, n, sizeof *d->lspans));
+  for (int i = 0; i < n; i++) {
+    d->lspans[i] =
+        (hvd__cuda_lamb_span_t){p[i].value, p[i].grad, p[i].m,  p[i].s,
+                                p[i].n,     *chunks,   p[i].wd, p[i].ratio};
+    *chunks += hvd__km_norm_chunks(p[i].n);
+    if (p[i].n > *max_count)
+      *max_count = p[i].n;
+  }
+  ODEV_CHECK(cudaMemcpyAsync(d->dlspans, d->lspans,
+                             (size_t)n * sizeof *d->lspans,
+                             cudaMemcpyHostToDevice, d->stream));
+fail:
+  return rc;
+}
+
+hvd_result_t hvd__odev_lamb_norms(const char *who, hvd__odev_t *d,
+                                  const hvd__odev_lamb_t *p, int n,
+                                  const hvd_lamb_options_t *o, int64_t step,
+                                  double *out) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  int64_t chunks = 0, max_count = 0;
+  if (n == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  HVD__CHECK(upload_lamb(who, d, p, n, &chunks, &max_count));
+  HVD__CHECK(grow_doubles(who, d, &d->parts, &d->parts_cap,
+                          2 * (chunks > 0 ? chunks : 1)));
+  HVD__CHECK(grow_doubles(who, d, &d->nout, &d->nout_cap, 2 * (int64_t)n));
+  rc = hvd__cuda_lamb_norms(d->dlspans, n, chunks, o, step, d->parts, d->nout,
+                            d->stream);
+  if (rc != HVD_SUCCESS) {
+    rc = kernel_fail(who, rc);
+    goto fail;
+  }
+  ODEV_CHECK(cudaMemcpyAsync(out, d->nout, 2 * (size_t)n * sizeof *out,
+                             cudaMemcpyDeviceToHost, d->stream));
+  ODEV_CHECK(cudaStreamSynchronize(d->stream));
+fail:
+  convert_end(d, rc, prev);
+  return rc;
+}
+
+hvd_result_t hvd__odev_lamb_apply(const char *who, hvd__odev_t *d,
+                                  const hvd__odev_lamb_t *p, int n,
+                                  const hvd_lamb_options_t *o, int64_t step) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  int64_t chunks = 0, max_count = 0;
+  if (n == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  HVD__CHECK(upload_lamb(who, d, p, n, &chunks, &max_count));
+  rc = hvd__cuda_lamb_apply(d->dlspans, n, max_count, o, step, d->stream);
+  if (rc != HVD_SUCCESS)
+    rc = kernel_fail(who, rc);
+fail:
+  convert_end(d, rc, prev);
+  return rc;
+}
+
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d) {
   hvd_result_t rc = HVD_SUCCESS;
   int prev = -1;
@@ -639,6 +715,28 @@ hvd_result_t hvd__odev_norm_batch(const char *who, hvd__odev_t *d,
   (void)x;
   (void)count;
   (void)out;
+  return n > 0 ? no_cuda(who) : HVD_SUCCESS;
+}
+
+hvd_result_t hvd__odev_lamb_norms(const char *who, hvd__odev_t *d,
+                                  const hvd__odev_lamb_t *p, int n,
+                                  const hvd_lamb_options_t *o, int64_t step,
+                                  double *out) {
+  (void)d;
+  (void)p;
+  (void)o;
+  (void)step;
+  (void)out;
+  return n > 0 ? no_cuda(who) : HVD_SUCCESS;
+}
+
+hvd_result_t hvd__odev_lamb_apply(const char *who, hvd__odev_t *d,
+                                  const hvd__odev_lamb_t *p, int n,
+                                  const hvd_lamb_options_t *o, int64_t step) {
+  (void)d;
+  (void)p;
+  (void)o;
+  (void)step;
   return n > 0 ? no_cuda(who) : HVD_SUCCESS;
 }
 

@@ -98,6 +98,31 @@ hvd_result_t hvd__odev_norm_batch(const char *who, hvd__odev_t *d,
                                   const float *const *x, const int64_t *count,
                                   int n, double *out);
 
+/* LAMB (lamb.c): one device parameter, or block, of a batch: n float32
+ * elements of value, grad and the moments m, s; its weight decay, and
+ * its step size (the second pass's). */
+typedef struct hvd__odev_lamb {
+  float *value;
+  const float *grad;
+  float *m, *s;
+  int64_t n;
+  float wd, ratio;
+} hvd__odev_lamb_t;
+
+/* The first pass over p[0..n), which writes nothing of theirs: out[2 i]
+ * and out[2 i + 1] (host memory) the sums of value^2 and u^2, by
+ * optim_math.h's order (the host's bits), after everything enqueued on
+ * d's stream before; waits for the stream. */
+hvd_result_t hvd__odev_lamb_norms(const char *who, hvd__odev_t *d,
+                                  const hvd__odev_lamb_t *p, int n,
+                                  const hvd_lamb_options_t *o, int64_t step,
+                                  double *out);
+/* The second pass over p[0..n) (m, s, value written), one launch
+ * enqueued on d's stream. */
+hvd_result_t hvd__odev_lamb_apply(const char *who, hvd__odev_t *d,
+                                  const hvd__odev_lamb_t *p, int n,
+                                  const hvd_lamb_options_t *o, int64_t step);
+
 /* Waits until d's stream has done everything enqueued. */
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d);
 

@@ -1,6 +1,6 @@
 /*
- * optim_kernels.cu - the built-in optimizers' device updates: SGD and
- * Adam/AdamW over a batch of parameters in one launch, the scale of a
+ * optim_kernels.cu - the built-in optimizers' device updates: SGD,
+ * Adam/AdamW and LAMB (two passes) over a batch of parameters, the scale of a
  * gradient, and mixed precision's conversions to and from float32 masters
  * (one tensor, or a batch in one launch). Interface and contract in
  * optim_kernels.h.
@@ -334,6 +334,115 @@ extern "C" hvd_result_t hvd__cuda_norm_batch(const hvd__cuda_norm_span_t *spans,
   norm_fold_kernel<<<(unsigned)((n + hvd__kernel_threads - 1) /
                                 hvd__kernel_threads),
                      hvd__kernel_threads, 0, stream>>>(spans, n, parts, out);
+  if (cudaPeekAtLastError() != cudaSuccess)
+    return hvd__launch_error(who);
+  return HVD_SUCCESS;
+}
+
+/* ---- LAMB -----------------------------------------------------------------
+ */
+
+/* The chunk's span: the last whose first is <= b (bisection). */
+__device__ static int lamb_span_of(const hvd__cuda_lamb_span_t *spans, int n,
+                                   int64_t b) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (spans[mid].first <= b)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/* Block b: chunk b of the batch, as optim_math.h's host chunk: each
+ * thread's share, then the pairwise sums (norm_chunk_kernel's shape). */
+__global__ void lamb_norm_kernel(const hvd__cuda_lamb_span_t *spans, int n,
+                                 hvd__km_lamb_t a, double *parts) {
+  __shared__ double w2[HVD__KM_NORM_THREADS], u2[HVD__KM_NORM_THREADS];
+  const int64_t b = blockIdx.x;
+  const hvd__cuda_lamb_span_t sp = spans[lamb_span_of(spans, n, b)];
+  const int64_t at = (b - sp.first) * HVD__KM_NORM_CHUNK, left = sp.count - at;
+  double s[2] = {0, 0};
+  if (left > 0)
+    hvd__km_lamb_thread(a, sp.wd, sp.value + at, sp.grad + at, sp.m + at,
+                        sp.s + at,
+                        left < HVD__KM_NORM_CHUNK ? left : HVD__KM_NORM_CHUNK,
+                        (int)threadIdx.x, s);
+  w2[threadIdx.x] = s[0];
+  u2[threadIdx.x] = s[1];
+  __syncthreads();
+  for (int h = HVD__KM_NORM_THREADS / 2; h > 0; h /= 2) {
+    if ((int)threadIdx.x < h) {
+      w2[threadIdx.x] += w2[threadIdx.x + h];
+      u2[threadIdx.x] += u2[threadIdx.x + h];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    parts[2 * b] = w2[0];
+    parts[2 * b + 1] = u2[0];
+  }
+}
+
+/* Thread t: span t's chunks summed in order. */
+__global__ void lamb_fold_kernel(const hvd__cuda_lamb_span_t *spans, int n,
+                                 const double *parts, double *out) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < n)
+    hvd__km_sum2_fold(parts + 2 * spans[t].first,
+                      hvd__km_norm_chunks(spans[t].count), out + 2 * t);
+}
+
+/* The second pass, the grid as adam_kernel's. */
+__global__ void lamb_apply_kernel(const hvd__cuda_lamb_span_t *spans, int n,
+                                  hvd__km_lamb_t a) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int t = blockIdx.y; t < n; t += gridDim.y) {
+    hvd__cuda_lamb_span_t sp = spans[t];
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+         j < sp.count; j += stride)
+      hvd__km_lamb_apply_elem(a, sp.wd, sp.ratio, sp.value, sp.grad, sp.m, sp.s,
+                              j);
+  }
+}
+
+extern "C" hvd_result_t hvd__cuda_lamb_norms(const hvd__cuda_lamb_span_t *spans,
+                                             int n, int64_t chunks,
+                                             const hvd_lamb_options_t *o,
+                                             int64_t step, double *parts,
+                                             double *out, cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_lamb_norms";
+  int go;
+  hvd_result_t rc = hvd__km_check_step(who, spans, n, chunks, o, step, 1, &go);
+  if (rc != HVD_SUCCESS || n == 0)
+    return rc;
+  const hvd__km_lamb_t a = hvd__km_lamb_args(o, step);
+  if (chunks > 0)
+    lamb_norm_kernel<<<(unsigned)chunks, HVD__KM_NORM_THREADS, 0, stream>>>(
+        spans, n, a, parts);
+  lamb_fold_kernel<<<(unsigned)((n + hvd__kernel_threads - 1) /
+                                hvd__kernel_threads),
+                     hvd__kernel_threads, 0, stream>>>(spans, n, parts, out);
+  if (cudaPeekAtLastError() != cudaSuccess)
+    return hvd__launch_error(who);
+  return HVD_SUCCESS;
+}
+
+extern "C" hvd_result_t hvd__cuda_lamb_apply(const hvd__cuda_lamb_span_t *spans,
+                                             int n, int64_t max_count,
+                                             const hvd_lamb_options_t *o,
+                                             int64_t step,
+                                             cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_lamb_apply";
+  int go;
+  hvd_result_t rc =
+      hvd__km_check_step(who, spans, n, max_count, o, step, 1, &go);
+  if (rc != HVD_SUCCESS || !go)
+    return rc;
+  lamb_apply_kernel<<<hvd__grid_for(max_count, n), hvd__kernel_threads, 0,
+                      stream>>>(spans, n, hvd__km_lamb_args(o, step));
   if (cudaPeekAtLastError() != cudaSuccess)
     return hvd__launch_error(who);
   return HVD_SUCCESS;

@@ -1,6 +1,7 @@
 /*
  * optim_kernels.h - the built-in optimizers' device updates
- * (lib/optim/optim_kernels.cu): SGD and Adam/AdamW over a batch of float32
+ * (lib/optim/optim_kernels.cu): SGD, Adam/AdamW and LAMB over a batch of
+ * float32
  * parameters in one launch, and the in-place scale of a gradient, with the
  * host's results bit for bit (the formulas are optim_math.h's).
  *
@@ -117,6 +118,37 @@ typedef struct hvd__cuda_norm_span {
  * span's first plus its chunks); out: 2 n doubles of device memory. */
 hvd_result_t hvd__cuda_norm_batch(const hvd__cuda_norm_span_t *spans, int n,
                                   int64_t chunks, double *parts, double *out,
+                                  cudaStream_t stream);
+
+/* ---- LAMB (lib/optim/lamb.c) ------------------------------------------
+ * One float32 parameter (or block) of a LAMB batch: count elements of
+ * value, grad and the moments m and s (disjoint); its chunks
+ * (optim_math.h, HVD__KM_NORM_CHUNK) are the batch's from chunk `first`
+ * on; wd its weight decay; ratio its step size (the second pass's, set
+ * by the host from the first pass's norms). */
+typedef struct hvd__cuda_lamb_span {
+  float *value;
+  const float *grad;
+  float *m, *s;
+  int64_t count, first;
+  float wd, ratio;
+} hvd__cuda_lamb_span_t;
+
+/* The first pass, which writes nothing but parts and out: for every span
+ * t, out[2 t] its sum of value^2 and out[2 t + 1] its sum of u^2 (double;
+ * u optim_math.h's hvd__km_lamb_elem), by optim_math.h's chunks and order
+ * (the host's hvd__km_lamb_span, bit for bit). parts: 2 * chunks doubles
+ * of device memory, chunks the spans' in all; out: 2 n doubles of device
+ * memory. o is host memory, read before returning; step >= 1. */
+hvd_result_t hvd__cuda_lamb_norms(const hvd__cuda_lamb_span_t *spans, int n,
+                                  int64_t chunks, const hvd_lamb_options_t *o,
+                                  int64_t step, double *parts, double *out,
+                                  cudaStream_t stream);
+/* The second pass: every span's m, s stored and value -= ratio * u
+ * (hvd__km_lamb_apply_elem). */
+hvd_result_t hvd__cuda_lamb_apply(const hvd__cuda_lamb_span_t *spans, int n,
+                                  int64_t max_count,
+                                  const hvd_lamb_options_t *o, int64_t step,
                                   cudaStream_t stream);
 
 /* ---- synchronized batch norm (lib/optim/sync_bn.c) --------------------

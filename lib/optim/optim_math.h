@@ -269,4 +269,131 @@ static inline void hvd__km_norm_span(const float *x, int64_t n, double out[2]) {
   }
 }
 
+/* ---- LAMB (lib/optim/lamb.c): apex's FusedLAMB, adam_w_mode ------------
+ * u = (m' / bc1) / (sqrt(s' / bc2) + eps) + wd * w, with m' = b1 m +
+ * (1 - b1) g and s' = b2 s + (1 - b2) g g (bc1 = 1 - b1^t, bc2 = 1 - b2^t
+ * with bias correction, else 1); then w -= ratio * u, ratio = lr * |w| /
+ * |u| per parameter (lr where a norm is 0, or without adaptation). Two
+ * passes: the first only reads (each parameter's sums of w^2 and u^2 in
+ * double, by the norm chunks above), the second recomputes u, the same
+ * bits, and writes m, s and w; so a failed step between them leaves
+ * everything as it was. */
+typedef struct hvd__km_lamb {
+  float b1, b1c, b2, b2c, eps, bc1, bc2;
+} hvd__km_lamb_t;
+
+/* The factors, on the host (step >= 1). */
+static inline hvd__km_lamb_t hvd__km_lamb_args(const hvd_lamb_options_t *o,
+                                               int64_t step) {
+  hvd__km_lamb_t a;
+  a.b1 = (float)o->beta1;
+  a.b1c = (float)(1.0 - o->beta1);
+  a.b2 = (float)o->beta2;
+  a.b2c = (float)(1.0 - o->beta2);
+  a.eps = (float)o->eps;
+  a.bc1 = o->bias_correction ? (float)(1.0 - pow(o->beta1, (double)step)) : 1;
+  a.bc2 = o->bias_correction ? (float)(1.0 - pow(o->beta2, (double)step)) : 1;
+  return a;
+}
+
+/* Element j's update u; *m and *s become its new moments (the caller
+ * stores them or not). */
+HVD__KM_FN float hvd__km_lamb_elem(hvd__km_lamb_t a, float wd, float w, float g,
+                                   float *m, float *s) {
+  *m = a.b1 * *m + a.b1c * g;
+  *s = a.b2 * *s + a.b2c * g * g;
+  return (*m / a.bc1) / (sqrtf(*s / a.bc2) + a.eps) + wd * w;
+}
+
+/* Thread t's share of a chunk of n elements (first pass): out[0] += w^2,
+ * out[1] += u^2, as hvd__km_norm_thread walks a chunk. */
+HVD__KM_FN void hvd__km_lamb_thread(hvd__km_lamb_t a, float wd, const float *w,
+                                    const float *g, const float *m,
+                                    const float *s, int64_t n, int t,
+                                    double out[2]) {
+  for (int64_t j = t; j < n; j += HVD__KM_NORM_THREADS) {
+    float mj = m[j], sj = s[j];
+    const double u = hvd__km_lamb_elem(a, wd, w[j], g[j], &mj, &sj);
+    const double v = w[j];
+    out[0] += v * v;
+    out[1] += u * u;
+  }
+}
+
+/* The host's chunk (first pass): the threads' shares row by row, then
+ * the pairwise sums, as hvd__km_norm_chunk. */
+static inline void hvd__km_lamb_chunk(hvd__km_lamb_t a, float wd,
+                                      const float *w, const float *g,
+                                      const float *m, const float *s, int64_t n,
+                                      double out[2]) {
+  double sw[HVD__KM_NORM_THREADS], su[HVD__KM_NORM_THREADS];
+  for (int t = 0; t < HVD__KM_NORM_THREADS; t++)
+    sw[t] = su[t] = 0;
+  for (int64_t r = 0; r < n; r += HVD__KM_NORM_THREADS) {
+    const int cols =
+        n - r < HVD__KM_NORM_THREADS ? (int)(n - r) : HVD__KM_NORM_THREADS;
+    for (int t = 0; t < cols; t++) {
+      float mj = m[r + t], sj = s[r + t];
+      const double u = hvd__km_lamb_elem(a, wd, w[r + t], g[r + t], &mj, &sj);
+      const double v = w[r + t];
+      sw[t] += v * v;
+      su[t] += u * u;
+    }
+  }
+  for (int h = HVD__KM_NORM_THREADS / 2; h > 0; h /= 2)
+    for (int t = 0; t < h; t++) {
+      sw[t] += sw[t + h];
+      su[t] += su[t + h];
+    }
+  out[0] = sw[0];
+  out[1] = su[0];
+}
+
+/* A span's chunks (parts[c][2]) summed in order into out[2]. */
+HVD__KM_FN void hvd__km_sum2_fold(const double *parts, int64_t chunks,
+                                  double out[2]) {
+  out[0] = out[1] = 0;
+  for (int64_t c = 0; c < chunks; c++) {
+    out[0] += parts[2 * c];
+    out[1] += parts[2 * c + 1];
+  }
+}
+
+/* The host's span (first pass): its chunks, then the fold. */
+static inline void hvd__km_lamb_span(hvd__km_lamb_t a, float wd, const float *w,
+                                     const float *g, const float *m,
+                                     const float *s, int64_t n, double out[2]) {
+  out[0] = out[1] = 0;
+  for (int64_t c = 0; c < hvd__km_norm_chunks(n); c++) {
+    double part[2];
+    const int64_t at = c * HVD__KM_NORM_CHUNK, left = n - at;
+    hvd__km_lamb_chunk(a, wd, w + at, g + at, m + at, s + at,
+                       left < HVD__KM_NORM_CHUNK ? left : HVD__KM_NORM_CHUNK,
+                       part);
+    out[0] += part[0];
+    out[1] += part[1];
+  }
+}
+
+/* A parameter's step size from its sums of squares (the ranks' totals
+ * when sharded): lr * (|w| / |u|) in double, rounded to float, when
+ * adapt and both norms are positive; else lr. */
+static inline float hvd__km_lamb_ratio(double w2, double u2, int adapt,
+                                       double lr) {
+  if (adapt && w2 > 0 && u2 > 0)
+    return (float)(lr * (sqrt(w2) / sqrt(u2)));
+  return (float)lr;
+}
+
+/* Element j (second pass): m, s stored, w -= ratio * u. */
+HVD__KM_FN void hvd__km_lamb_apply_elem(hvd__km_lamb_t a, float wd, float ratio,
+                                        float *w, const float *g, float *m,
+                                        float *s, int64_t j) {
+  float mj = m[j], sj = s[j];
+  const float u = hvd__km_lamb_elem(a, wd, w[j], g[j], &mj, &sj);
+  m[j] = mj;
+  s[j] = sj;
+  w[j] = w[j] - ratio * u;
+}
+
 #endif /* HVD_OPTIM_OPTIM_MATH_H */

@@ -311,17 +311,19 @@ hvd_result_t hvd__optim_create_builtin(const char *who, hvd_param_t *params,
   hvd_optimizer_ops_t own = *ops;
   own.destroy = hvd__optim_builtin_free;
   hvd_result_t rc = create(who, params, n, &own, ctx, lr, out);
-  if (rc != HVD_SUCCESS)
+  if (rc != HVD_SUCCESS) {
     free(ctx);
-  else
-    ctx->odev = (*out)->odev;
-  return rc;
+    return rc;
+  }
+  ctx->odev = (*out)->odev;
+  ctx->sharded = &(*out)->sharded;
+  return HVD_SUCCESS;
 }
 
 void hvd__optim_builtin_free(void *ctx) {
   hvd__optim_builtin_t *b = ctx;
   if (b != NULL)
-    free(b->wd), free(b->only);
+    free(b->wd), free(b->only), hvd__optim_lamb_free(b->lamb);
   free(b);
 }
 

@@ -227,7 +227,7 @@ hvd_result_t hvd__checkpoint_load_ex(const char *path, hvd_param_t *params,
                                      int n, hvd_optimizer_t *opt, int64_t *step,
                                      hvd__counters_t *ctr);
 
-/* ---- for the built-ins (sgd.c, adam.c) ---------------------------------- */
+/* ---- for the built-ins (sgd.c, adam.c, lamb.c) --------------------------- */
 
 /* Who a built-in's step failures name. */
 #define HVD__STEP_WHO "hvd_optimizer_step"
@@ -240,6 +240,17 @@ hvd_result_t hvd__optim_check_range(const char *who, const char *what, double x,
 /* First of every create: out must be there, and is NULL until success. */
 hvd_result_t hvd__optim_check_out(const char *who, hvd_optimizer_t **out);
 
+/* LAMB's scratch (lamb.c), made with it: n parameters' parts and totals
+ * ([n][2]: sums of w^2 and u^2), and the device ones of a pass (their
+ * spans, indices, and results). */
+typedef struct hvd__optim_lamb {
+  double *part, *total, *dev;
+  hvd__odev_lamb_t *span;
+  int *which;
+} hvd__optim_lamb_t;
+
+void hvd__optim_lamb_free(hvd__optim_lamb_t *l); /* accepts NULL */
+
 /* A built-in's ctx: a copy of its options and the optimizer's device
  * context (NULL when every parameter is on the host), which the ops'
  * step cannot otherwise see. */
@@ -247,13 +258,16 @@ typedef struct hvd__optim_builtin {
   union {
     hvd_sgd_options_t sgd;
     hvd_adam_options_t adam;
+    hvd_lamb_options_t lamb;
   } o;
-  hvd__odev_t *odev;   /* the optimizer's; not owned */
-  int n;               /* the optimizer's parameters */
-  double wd0;          /* the options' weight decay */
-  double *wd;          /* n weight decays (NAN: the options'), or NULL when
-                          hvd_optimizer_set_param_weight_decay set none */
-  unsigned char *only; /* with wd: n flags, a decay group's device update */
+  hvd__odev_t *odev;       /* the optimizer's; not owned */
+  const int *sharded;      /* the optimizer's flag: its step sees blocks */
+  hvd__optim_lamb_t *lamb; /* LAMB's scratch; NULL for the others */
+  int n;                   /* the optimizer's parameters */
+  double wd0;              /* the options' weight decay */
+  double *wd;              /* n weight decays (NAN: the options'), or NULL when
+                              hvd_optimizer_set_param_weight_decay set none */
+  unsigned char *only;     /* with wd: n flags, a decay group's device update */
 } hvd__optim_builtin_t;
 
 /* A built-in's ops.destroy: frees ctx and what it holds. */

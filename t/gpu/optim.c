@@ -15,6 +15,12 @@
  *  - per-parameter weight decay (p1 0, p3 0.3, the others the options'):
  *    SGD, AdamW and Adam+L2 on all-device and mixed lists, device equal
  *    to host bit for bit, state too (a batched launch per decay group);
+ *  - LAMB (default options with lr 0.01; with per-parameter decay, p1
+ *    without: no trust ratio; always_adapt without bias correction;
+ *    clipped): device equal to host bit for bit, its two passes (the
+ *    norms by chunks, then the update) against the host's loops; after
+ *    hvd_init sharded on a mixed list ("zero LAMB, mixed": its blocks'
+ *    norms summed over the ranks), equal to the host's;
  *  - gradient clipping before a custom optimizer's step, which reads the
  *    device gradients on the legacy stream: scaled before it runs;
  *  - gradient clipping (L2 on all-device and mixed lists, infinity): the
@@ -253,9 +259,12 @@ static void check_same(const char *what, model_t *h, model_t *d,
 /* ---- parity of the plain optimizers ---------------------------------------
  */
 
-static hvd_result_t make_opt(int adam, const void *o, hvd_param_t *p,
+/* kind 0: SGD (o an hvd_sgd_options_t), 1: Adam, 2: LAMB. */
+static hvd_result_t make_opt(int kind, const void *o, hvd_param_t *p,
                              hvd_optimizer_t **out) {
-  return adam ? hvd_adam_create(p, NP, o, out) : hvd_sgd_create(p, NP, o, out);
+  return kind == 2   ? hvd_lamb_create(p, NP, o, out)
+         : kind == 1 ? hvd_adam_create(p, NP, o, out)
+                     : hvd_sgd_create(p, NP, o, out);
 }
 
 /* Gradient clipping in parity(): 0 (off), 2 or INFINITY; max_norm 0.5 or
@@ -265,7 +274,7 @@ static double parity_clip;
  * groups with the options': three batched launches on the device). */
 static int parity_groups;
 
-static void parity(const char *what, int adam, const void *o, unsigned mask) {
+static void parity(const char *what, int kind, const void *o, unsigned mask) {
   model_t h, d;
   hvd_optimizer_t *oh = NULL, *od = NULL;
   char label[160];
@@ -275,9 +284,9 @@ static void parity(const char *what, int adam, const void *o, unsigned mask) {
   for (int i = 0; i < NP; i++)
     set_both(&h, &d, i, 0);
   good &=
-      is_int(HVD_SUCCESS, make_opt(adam, o, h.p, &oh), "%s: host create", what);
+      is_int(HVD_SUCCESS, make_opt(kind, o, h.p, &oh), "%s: host create", what);
   tap_note("%s", hvd_last_error());
-  good &= is_int(HVD_SUCCESS, make_opt(adam, o, d.p, &od),
+  good &= is_int(HVD_SUCCESS, make_opt(kind, o, d.p, &od),
                  "%s: device create (mask %#x)", what, mask);
   for (int k = 1; good && parity_groups && k <= 3; k += 2) {
     good &= hvd_optimizer_set_param_weight_decay(oh, k, k == 1 ? 0 : 0.3) ==
@@ -387,6 +396,23 @@ static void test_parity(void) {
   ao.decoupled = 0;
   parity("Adam+L2 weight_decay 0.01, p1 0, p3 0.3", 1, &ao, 0x15);
   parity_groups = 0;
+  /* LAMB: the first pass's norms (65537 elements: 5 chunks) and the
+   * second's update on the device against the host's loops; p1 without
+   * decay takes lr alone unless always_adapt */
+  hvd_lamb_options_t lo;
+  hvd_lamb_options_init(&lo);
+  lo.lr = 0.01;
+  parity("LAMB", 2, &lo, 0x1f);
+  parity("LAMB", 2, &lo, 0x15);
+  parity_groups = 1;
+  parity("LAMB, p1 0, p3 0.3", 2, &lo, 0x1f);
+  lo.always_adapt = 1;
+  lo.bias_correction = 0;
+  parity("LAMB always_adapt, no bias correction, p1 0, p3 0.3", 2, &lo, 0x0a);
+  parity_groups = 0;
+  parity_clip = 2;
+  parity("LAMB always_adapt, no bias correction, clipped (L2)", 2, &lo, 0x1f);
+  parity_clip = 0;
 }
 
 /* ---- custom optimizers, zero_grad, refusals ------------------------------ */
@@ -690,9 +716,13 @@ static void zero_train(model_t *m, hvd_optimizer_t *o, int first, int last) {
   ok(good, "%s: sharded, steps %d to %d", pass_name, first, last);
 }
 
+/* kind 0: AdamW on device parameters; 1: SGD on a mixed list, clipped;
+ * 2: LAMB on a mixed list (its blocks' norms summed over the ranks). */
 static void zero_run(int kind) {
-  const char *what = kind == 0 ? "zero Adam" : "zero SGD, mixed";
-  unsigned mask = kind == 0 ? 0x1f : 0x0a;
+  const char *what = kind == 0   ? "zero Adam"
+                     : kind == 1 ? "zero SGD, mixed"
+                                 : "zero LAMB, mixed";
+  unsigned mask = kind == 0 ? 0x1f : kind == 1 ? 0x0a : 0x19;
   char dir[1024], ph[1100], pd[1100], prefix[64];
   model_t h, d;
   hvd_optimizer_t *oh = NULL, *od = NULL;
@@ -708,7 +738,7 @@ static void zero_run(int kind) {
   for (int i = 0; i < NP; i++)
     set_both(&h, &d, i, 0);
   hvd_distributed_options_init(&o);
-  o.op = kind == 0 ? HVD_AVERAGE : HVD_SUM;
+  o.op = kind == 1 ? HVD_SUM : HVD_AVERAGE;
   o.shard_optimizer_state = 1;
   model_t *ms[2] = {&h, &d};
   hvd_optimizer_t **os[2] = {&oh, &od};
@@ -716,6 +746,7 @@ static void zero_run(int kind) {
     hvd_optimizer_t *base = NULL;
     hvd_adam_options_t ao;
     hvd_sgd_options_t so;
+    hvd_lamb_options_t lo;
     hvd_adam_options_init(&ao);
     ao.lr = 0.125;
     ao.decoupled = 1;
@@ -723,8 +754,11 @@ static void zero_run(int kind) {
     hvd_sgd_options_init(&so);
     so.lr = 0.25;
     so.momentum = 0.5;
-    int good = make_opt(kind == 0, kind == 0 ? (void *)&ao : (void *)&so,
-                        ms[k]->p, &base) == HVD_SUCCESS &&
+    hvd_lamb_options_init(&lo);
+    lo.lr = 0.125;
+    const void *opts = kind == 0 ? (void *)&ao : kind == 1 ? (void *)&so : &lo;
+    int good = make_opt(kind == 1 ? 0 : kind == 0 ? 1 : 2, opts, ms[k]->p,
+                        &base) == HVD_SUCCESS &&
                hvd_distributed_optimizer(base, &o, os[k]) == HVD_SUCCESS;
     if (!ok(good, "%s: %s: a sharded optimizer on %s parameters", pass_name,
             what, k ? "device" : "host"))
@@ -1031,6 +1065,7 @@ static void run_pass(const char *ops, int last) {
   test_distributed();
   zero_run(0);
   zero_run(1);
+  zero_run(2);
   test_mixed(1, 0);
   test_mixed(1, 1);
   test_broadcast();

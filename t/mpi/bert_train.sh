@@ -14,6 +14,7 @@
 #     --clip-grad-norm departs from the unclipped curve after step 1, and
 #     sharded (--zero 1) gives the unsharded clipped losses (1e-6);
 #     --no-decay exempts the named parameters from weight decay;
+#     --optimizer lamb agrees across np 1 and 2 and sharded (--zero 1);
 #     --dense-embeddings (the word embeddings reduced whole) matches the
 #     default (decoder share early, lookup rows allgathered) to 1e-6 at
 #     np 2 and bit for bit at np 1; --zero 1 (sharded AdamW state) matches
@@ -67,7 +68,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..37"
+echo "1..39"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -326,6 +327,23 @@ else
   show_run wd0nd
 fi
 
+# LAMB (--optimizer lamb, announced): one global batch at np 1 (B 8) and
+# np 2 (B 4) gives the same curve (1e-4), sharded (--zero 1) the
+# unsharded one (1e-6: its norms summed from the ranks' blocks); the
+# first loss is AdamW's (no update yet) and the curve departs from it
+if train lamb1 1 $common --batch-size 8 --optimizer lamb &&
+  train lamb2 2 $common --batch-size 4 --optimizer lamb &&
+  train lambz 2 $common --batch-size 4 --optimizer lamb --zero 1 &&
+  grep -q "^bert_train: LAMB lr 0.002, warmup 2 " "$tmp/lamb2.out" &&
+  agree lamb1 lamb2 1e-4 && agree lamb2 lambz 1e-6 &&
+  [ "`losses_of lamb2 | head -1`" = "`losses_of ws2 | head -1`" ] &&
+  [ "`losses_of lamb2`" != "`losses_of ws2`" ]; then
+  pass "--optimizer lamb: np 1 and np 2 agree (1e-4), --zero 1 too (1e-6), not AdamW's curve"
+else
+  fail "--optimizer lamb: np 1 and np 2 agree (1e-4), --zero 1 too (1e-6), not AdamW's curve"
+  show_run lambz
+fi
+
 # ---- 4. bad --data -------------------------------------------------------
 : >"$tmp/empty.txt"
 printf 'the cat sat on the mat\nand the dog ran\n' >"$tmp/small.txt"
@@ -356,7 +374,8 @@ else
   fail "--help: usage on stdout, exit 0 (status $rc)"
   show_run help
 fi
-for args in "--no-such-option" "--steps many" "--lr" "--clip-grad-norm -1"; do
+for args in "--no-such-option" "--steps many" "--lr" "--clip-grad-norm -1" \
+  "--optimizer sgd"; do
   "$HVD_MPIRUN_TEST" --np 0 "$prog" $args >"$tmp/opt.out" 2>"$tmp/opt.err"
   rc=$?
   if [ $rc = 2 ] && grep -q "^bert_train: " "$tmp/opt.err"; then

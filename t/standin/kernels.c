@@ -677,6 +677,102 @@ hvd_result_t hvd__cuda_norm_batch(const hvd__cuda_norm_span_t *spans, int n,
   return HVD_SUCCESS;
 }
 
+/* ---- LAMB, as the .cu's lamb_*_kernel ----------------------------------- */
+
+/* The spans of a LAMB launch: counts within max_count (< 0: unchecked),
+ * chunks that follow one another from 0 (*chunks: the total), each
+ * array on the device and accessed on stream (value, m, s written when
+ * write), the arrays of all spans disjoint. */
+static void check_lamb(const char *who, const hvd__cuda_lamb_span_t *spans,
+                       int n, int64_t max_count, int write, int64_t *chunks,
+                       cudaStream_t stream) {
+  check_launch(who, spans, (size_t)n * sizeof *spans, stream);
+  iv_t *iv = iv_alloc(4 * (size_t)n);
+  size_t k = 0;
+  int64_t next = 0;
+  for (int t = 0; t < n; t++) {
+    const hvd__cuda_lamb_span_t *sp = &spans[t];
+    if (sp->count < 0 || (max_count >= 0 && sp->count > max_count) ||
+        sp->first != next)
+      standin_die("%s: span %d has count %lld and first %lld (expected "
+                  "first %lld, count <= %lld)",
+                  who, t, (long long)sp->count, (long long)sp->first,
+                  (long long)next, (long long)max_count);
+    next += hvd__km_norm_chunks(sp->count);
+    const size_t bytes = (size_t)sp->count * sizeof(float);
+    const void *arr[4] = {sp->value, sp->grad, sp->m, sp->s};
+    static const char *const names[4] = {"value", "grad", "m", "s"};
+    for (int a = 0; a < 4; a++) {
+      char what[64];
+      snprintf(what, sizeof what, "span %d's %s", t, names[a]);
+      standin_need_device(arr[a], bytes, who, what);
+      standin_access(stream, arr[a], bytes, write && a != 1, who, what);
+      iv[k++] = (iv_t){(uintptr_t)arr[a], (uintptr_t)arr[a] + bytes, t,
+                       write && a != 1};
+    }
+  }
+  check_disjoint(who, iv, k);
+  free(iv);
+  *chunks = next;
+}
+
+hvd_result_t hvd__cuda_lamb_norms(const hvd__cuda_lamb_span_t *spans, int n,
+                                  int64_t chunks, const hvd_lamb_options_t *o,
+                                  int64_t step, double *parts, double *out,
+                                  cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_lamb_norms";
+  int go;
+  hvd_result_t rc = hvd__km_check_step(who, spans, n, chunks, o, step, 1, &go);
+  if (rc != HVD_SUCCESS || n == 0)
+    return rc;
+  int64_t have;
+  check_lamb(who, spans, n, -1, 0, &have, stream);
+  if (have != chunks)
+    standin_die("%s: the spans have %lld chunks, not %lld", who,
+                (long long)have, (long long)chunks);
+  standin_need_device(parts, 2 * (size_t)chunks * sizeof *parts, who, "parts");
+  standin_need_device(out, 2 * (size_t)n * sizeof *out, who, "out");
+  standin_access(stream, parts, 2 * (size_t)chunks * sizeof *parts, 1, who,
+                 "parts");
+  standin_access(stream, out, 2 * (size_t)n * sizeof *out, 1, who, "out");
+  const hvd__km_lamb_t a = hvd__km_lamb_args(o, step);
+  for (int t = 0; t < n; t++) {
+    const hvd__cuda_lamb_span_t *sp = &spans[t];
+    for (int64_t c = 0; c < hvd__km_norm_chunks(sp->count); c++) {
+      const int64_t at = c * HVD__KM_NORM_CHUNK, left = sp->count - at;
+      hvd__km_lamb_chunk(a, sp->wd, sp->value + at, sp->grad + at, sp->m + at,
+                         sp->s + at,
+                         left < HVD__KM_NORM_CHUNK ? left : HVD__KM_NORM_CHUNK,
+                         parts + 2 * (sp->first + c));
+    }
+    hvd__km_sum2_fold(parts + 2 * sp->first, hvd__km_norm_chunks(sp->count),
+                      out + 2 * t);
+  }
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__cuda_lamb_apply(const hvd__cuda_lamb_span_t *spans, int n,
+                                  int64_t max_count,
+                                  const hvd_lamb_options_t *o, int64_t step,
+                                  cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_lamb_apply";
+  int go;
+  hvd_result_t rc =
+      hvd__km_check_step(who, spans, n, max_count, o, step, 1, &go);
+  if (rc != HVD_SUCCESS || !go)
+    return rc;
+  int64_t chunks;
+  check_lamb(who, spans, n, max_count, 1, &chunks, stream);
+  const hvd__km_lamb_t a = hvd__km_lamb_args(o, step);
+  for (int t = 0; t < n; t++) {
+    const hvd__cuda_lamb_span_t sp = spans[t];
+    for (int64_t j = 0; j < sp.count; j++)
+      hvd__km_lamb_apply_elem(a, sp.wd, sp.ratio, sp.value, sp.grad, sp.m, sp.s,
+                              j);
+  }
+  return HVD_SUCCESS;
+}
+
 /* The two per-channel sums (dy NULL: of x and x^2; else of dy and
  * dy (x - mean)), in element order per channel. */
 static void bn_sums(const char *who, const void *x, const void *dy,
