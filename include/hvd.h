@@ -751,6 +751,28 @@ hvd_result_t hvd_optimizer_set_param_weight_decay(hvd_optimizer_t *opt, int i,
                                                   double weight_decay);
 double hvd_optimizer_param_weight_decay(const hvd_optimizer_t *opt, int i);
 
+/* Per-parameter learning rate, torch's parameter groups' other use
+ * (layer-wise learning-rate decay when fine-tuning BERT, a new head
+ * trained faster than its backbone): parameter i of a built-in optimizer
+ * (plain or distributed, its base's index) takes scale times the
+ * optimizer's learning rate (hvd_optimizer_set_lr's, so a schedule moves
+ * every group alike, as torch's schedulers scale each group's own lr),
+ * from the next step on; NAN puts 1 back. Everything that the learning
+ * rate scales follows it: SGD's step, Adam's step size, AdamW's and
+ * LAMB's decoupled decay (1 - lr * scale * wd), LAMB's trust ratio. A
+ * parameter updates as under an optimizer made with lr * scale (the
+ * same double) and its decay, bit for bit; the device updates are one
+ * batched launch per distinct pair of decay and rate. Not
+ * checkpointed. HVD_ERR_INVALID_ARG for i out of range or scale not in
+ * [0, inf) and not NAN ("... scale -1 is out of range [0, inf) (NAN: 1,
+ * the optimizer's learning rate)"); HVD_ERR_UNSUPPORTED for a custom
+ * optimizer, as above. hvd_optimizer_param_lr_scale: parameter i's
+ * scale now (1 where none was set; NAN for NULL, a custom optimizer or
+ * i out of range). */
+hvd_result_t hvd_optimizer_set_param_lr_scale(hvd_optimizer_t *opt, int i,
+                                              double scale);
+double hvd_optimizer_param_lr_scale(const hvd_optimizer_t *opt, int i);
+
 /* Gradient clipping by the global norm (lib/optim/clip.c), what
  * torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type) does
  * between backward and step, done by every step of opt (plain or

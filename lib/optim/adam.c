@@ -61,15 +61,16 @@ static hvd_result_t adam_step(void *ctx, hvd_param_t *params, int n,
     return rc;
   const float b1c = (float)(1.0 - o->beta1), b2 = (float)o->beta2;
   const float b2c = (float)(1.0 - o->beta2), eps = (float)o->eps;
-  const float step_size = (float)(lr / (1.0 - pow(o->beta1, (double)step)));
+  const double bc1 = 1.0 - pow(o->beta1, (double)step);
   const float bc2_sqrt = (float)sqrt(1.0 - pow(o->beta2, (double)step));
   for (int i = 0; i < n; i++) {
     if (params[i].value.device != HVD_CPU)
       continue;
     const double wdi = hvd__optim_wd(b, i, o->weight_decay);
+    const double lri = hvd__optim_lr(b, i, lr);
     const int l2 = !o->decoupled && wdi != 0;
-    const float wd = (float)wdi;
-    const float decay = o->decoupled ? (float)(1.0 - lr * wdi) : 1.0f;
+    const float wd = (float)wdi, step_size = (float)(lri / bc1);
+    const float decay = o->decoupled ? (float)(1.0 - lri * wdi) : 1.0f;
     float *v = params[i].value.data;
     const float *g = params[i].grad.data;
     float *m = state[2 * i].data, *s = state[2 * i + 1].data;

@@ -144,7 +144,8 @@ static hvd_result_t second_pass(const hvd__optim_builtin_t *b,
   for (int i = 0; i < n; i++) {
     const double wdi = hvd__optim_wd(b, i, o->weight_decay);
     const float ratio = hvd__km_lamb_ratio(l->total[2 * i], l->total[2 * i + 1],
-                                           o->always_adapt || wdi != 0, lr);
+                                           o->always_adapt || wdi != 0,
+                                           hvd__optim_lr(b, i, lr));
     hvd_param_t *p = &params[i];
     const int64_t count = hvd_tensor_numel(&p->value);
     float *mo = state[2 * i].data, *so = state[2 * i + 1].data;

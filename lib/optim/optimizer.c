@@ -323,7 +323,7 @@ hvd_result_t hvd__optim_create_builtin(const char *who, hvd_param_t *params,
 void hvd__optim_builtin_free(void *ctx) {
   hvd__optim_builtin_t *b = ctx;
   if (b != NULL)
-    free(b->wd), free(b->only), hvd__optim_lamb_free(b->lamb);
+    free(b->wd), free(b->lrs), free(b->only), hvd__optim_lamb_free(b->lamb);
   free(b);
 }
 
@@ -334,27 +334,27 @@ hvd_result_t hvd__optim_update_device(const hvd__optim_builtin_t *b, int kind,
                                       int64_t step, double lr) {
   if (b->odev == NULL)
     return HVD_SUCCESS;
-  if (b->wd == NULL)
+  if (b->wd == NULL && b->lrs == NULL)
     return hvd__odev_update(HVD__STEP_WHO, b->odev, kind, options, params, n,
                             state, nstate, step, lr, NULL);
   const double dflt = *wd;
   hvd_result_t rc = HVD_SUCCESS;
-  /* a group per device parameter whose decay no earlier one has */
+  /* a group per device parameter whose decay and rate no earlier one has */
+#define SAME(j) (hvd__optim_wd(b, j, dflt) == v && hvd__optim_lr(b, j, lr) == r)
   for (int i = 0; i < n && rc == HVD_SUCCESS; i++) {
-    const double v = hvd__optim_wd(b, i, dflt);
+    const double v = hvd__optim_wd(b, i, dflt), r = hvd__optim_lr(b, i, lr);
     int first = params[i].value.device != HVD_CPU;
     for (int j = 0; j < i && first; j++)
-      first =
-          params[j].value.device == HVD_CPU || hvd__optim_wd(b, j, dflt) != v;
+      first = params[j].value.device == HVD_CPU || !SAME(j);
     if (!first)
       continue;
     for (int j = 0; j < n; j++)
-      b->only[j] =
-          params[j].value.device != HVD_CPU && hvd__optim_wd(b, j, dflt) == v;
+      b->only[j] = params[j].value.device != HVD_CPU && SAME(j);
     *wd = v;
     rc = hvd__odev_update(HVD__STEP_WHO, b->odev, kind, options, params, n,
-                          state, nstate, step, lr, b->only);
+                          state, nstate, step, r, b->only);
   }
+#undef SAME
   *wd = dflt;
   return rc;
 }
@@ -574,41 +574,58 @@ static hvd__optim_builtin_t *builtin(const hvd_optimizer_t *opt) {
   return core->ops.destroy == hvd__optim_builtin_free ? core->ctx : NULL;
 }
 
-hvd_result_t hvd_optimizer_set_param_weight_decay(hvd_optimizer_t *opt, int i,
-                                                  double weight_decay) {
-  static const char who[] = "hvd_optimizer_set_param_weight_decay";
+/* *arr (n values, NAN each: the default) made if it is not there yet,
+ * with the group flags that the device update needs. */
+static hvd_result_t per_param(hvd__optim_builtin_t *b, double **arr) {
+  if (*arr != NULL)
+    return HVD_SUCCESS;
+  const size_t n = b->n > 0 ? (size_t)b->n : 1;
+  if (b->only == NULL && (b->only = malloc(n)) == NULL)
+    return HVD_ERR_NO_MEMORY;
+  if ((*arr = malloc(n * sizeof **arr)) == NULL)
+    return HVD_ERR_NO_MEMORY; /* only stays: freed with b */
+  for (int k = 0; k < b->n; k++)
+    (*arr)[k] = NAN;
+  return HVD_SUCCESS;
+}
+
+/* *out: the built-in context of opt for a per-parameter setting of
+ * parameter i; who's error for opt NULL, a custom optimizer or i out of
+ * range. */
+static hvd_result_t group_target(const char *who, hvd_optimizer_t *opt, int i,
+                                 hvd__optim_builtin_t **out) {
   if (opt == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", who);
   hvd__optim_builtin_t *b = builtin(opt);
+  const char *name = hvd__optim_core(opt)->ops.name;
   if (b == NULL)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "%s: optimizer '%s' is a custom one: its step reads "
                           "its own options",
-                          who,
-                          hvd__optim_core(opt)->ops.name
-                              ? hvd__optim_core(opt)->ops.name
-                              : "(unnamed)");
+                          who, name ? name : "(unnamed)");
   if (i < 0 || i >= b->n)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: parameter %d is out of range 0..%d", who, i,
                           b->n - 1);
+  *out = b;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd_optimizer_set_param_weight_decay(hvd_optimizer_t *opt, int i,
+                                                  double weight_decay) {
+  static const char who[] = "hvd_optimizer_set_param_weight_decay";
+  hvd__optim_builtin_t *b = NULL;
+  hvd_result_t rc = group_target(who, opt, i, &b);
+  if (rc != HVD_SUCCESS)
+    return rc;
   if (!(weight_decay != weight_decay ||
         (weight_decay >= 0 && weight_decay < INFINITY)))
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: weight_decay %g is out of range [0, inf) (NAN: "
                           "the optimizer's own)",
                           who, weight_decay);
-  if (b->wd == NULL) {
-    b->only = malloc(b->n > 0 ? (size_t)b->n : 1);
-    if (b->only == NULL ||
-        (b->wd = malloc((size_t)b->n * sizeof *b->wd)) == NULL) {
-      free(b->only);
-      b->only = NULL;
-      return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
-    }
-    for (int k = 0; k < b->n; k++)
-      b->wd[k] = NAN;
-  }
+  if (per_param(b, &b->wd) != HVD_SUCCESS)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
   b->wd[i] = weight_decay;
   return HVD_SUCCESS;
 }
@@ -618,6 +635,31 @@ double hvd_optimizer_param_weight_decay(const hvd_optimizer_t *opt, int i) {
   if (b == NULL || i < 0 || i >= b->n)
     return NAN;
   return hvd__optim_wd(b, i, b->wd0);
+}
+
+hvd_result_t hvd_optimizer_set_param_lr_scale(hvd_optimizer_t *opt, int i,
+                                              double scale) {
+  static const char who[] = "hvd_optimizer_set_param_lr_scale";
+  hvd__optim_builtin_t *b = NULL;
+  hvd_result_t rc = group_target(who, opt, i, &b);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  if (!(scale != scale || (scale >= 0 && scale < INFINITY)))
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: scale %g is out of range [0, inf) (NAN: 1, the "
+                          "optimizer's learning rate)",
+                          who, scale);
+  if (per_param(b, &b->lrs) != HVD_SUCCESS)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
+  b->lrs[i] = scale;
+  return HVD_SUCCESS;
+}
+
+double hvd_optimizer_param_lr_scale(const hvd_optimizer_t *opt, int i) {
+  const hvd__optim_builtin_t *b = opt ? builtin(opt) : NULL;
+  if (b == NULL || i < 0 || i >= b->n)
+    return NAN;
+  return b->lrs != NULL && b->lrs[i] == b->lrs[i] ? b->lrs[i] : 1.0;
 }
 
 double hvd_optimizer_lr(const hvd_optimizer_t *opt) {

@@ -267,7 +267,10 @@ typedef struct hvd__optim_builtin {
   double wd0;              /* the options' weight decay */
   double *wd;              /* n weight decays (NAN: the options'), or NULL when
                               hvd_optimizer_set_param_weight_decay set none */
-  unsigned char *only;     /* with wd: n flags, a decay group's device update */
+  double *lrs;             /* n learning-rate scales (NAN: 1), or NULL when
+                              hvd_optimizer_set_param_lr_scale set none */
+  unsigned char *only;     /* with wd or lrs: n flags, a group's device
+                              update */
 } hvd__optim_builtin_t;
 
 /* A built-in's ops.destroy: frees ctx and what it holds. */
@@ -279,10 +282,18 @@ static inline double hvd__optim_wd(const hvd__optim_builtin_t *b, int i,
   return b->wd != NULL && b->wd[i] == b->wd[i] ? b->wd[i] : dflt;
 }
 
+/* Parameter i's learning rate: lr times its scale (lr itself, the same
+ * bits, without one). */
+static inline double hvd__optim_lr(const hvd__optim_builtin_t *b, int i,
+                                   double lr) {
+  return b->lrs != NULL && b->lrs[i] == b->lrs[i] ? lr * b->lrs[i] : lr;
+}
+
 /* The built-in's device update (hvd__odev_update of kind on options, whose
  * weight decay *wd is set to each value in turn): one batched launch per
- * distinct weight decay among the device parameters; one launch when
- * every parameter has the options'. *wd is as it was on return. */
+ * distinct pair of weight decay and learning rate among the device
+ * parameters; one launch when every parameter has the options' and lr.
+ * *wd is as it was on return. */
 hvd_result_t hvd__optim_update_device(const hvd__optim_builtin_t *b, int kind,
                                       void *options, double *wd,
                                       const hvd_param_t *params, int n,

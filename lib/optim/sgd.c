@@ -55,14 +55,14 @@ static hvd_result_t sgd_step(void *ctx, hvd_param_t *params, int n,
                                      lr)) != HVD_SUCCESS)
     return rc;
   const float mom = (float)o->momentum;
-  const float keep = (float)(1.0 - o->dampening), neg_lr = (float)-lr;
+  const float keep = (float)(1.0 - o->dampening);
   const int nest = o->nesterov != 0;
   const int first = step == 1;
   for (int i = 0; i < n; i++) {
     if (params[i].value.device != HVD_CPU)
       continue;
     const double wdi = hvd__optim_wd(b, i, o->weight_decay);
-    const float wd = (float)wdi;
+    const float wd = (float)wdi, neg_lr = (float)-hvd__optim_lr(b, i, lr);
     const int has_wd = wdi != 0;
     float *v = params[i].value.data;
     const float *g = params[i].grad.data;

@@ -12,9 +12,11 @@
  *  - a custom optimizer's state tensors are zeroed device memory on the
  *    parameter's device (host memory for host parameters);
  *  - zero_grad on device and host gradients;
- *  - per-parameter weight decay (p1 0, p3 0.3, the others the options'):
- *    SGD, AdamW and Adam+L2 on all-device and mixed lists, device equal
- *    to host bit for bit, state too (a batched launch per decay group);
+ *  - per-parameter weight decay (p1 0, p3 0.3, the others the options')
+ *    and learning rate (p0 0.5, p4 2 times the optimizer's): SGD, AdamW,
+ *    Adam+L2 and LAMB on all-device and mixed lists, device equal to host
+ *    bit for bit, state too (a batched launch per group of decay and
+ *    rate);
  *  - LAMB (default options with lr 0.01; with per-parameter decay, p1
  *    without: no trust ratio; always_adapt without bias correction;
  *    clipped): device equal to host bit for bit, its two passes (the
@@ -270,8 +272,9 @@ static hvd_result_t make_opt(int kind, const void *o, hvd_param_t *p,
 /* Gradient clipping in parity(): 0 (off), 2 or INFINITY; max_norm 0.5 or
  * 0.25 (below the random gradients' norms: every step clips). */
 static double parity_clip;
-/* Per-parameter weight decay in parity(): p1 0 and p3 0.3 (three decay
- * groups with the options': three batched launches on the device). */
+/* Per-parameter settings in parity(): decay p1 0 and p3 0.3, learning
+ * rate p0 0.5 and p4 2 times the optimizer's (five groups of decay and
+ * rate with p2's defaults: a batched launch each on the device). */
 static int parity_groups;
 
 static void parity(const char *what, int kind, const void *o, unsigned mask) {
@@ -292,6 +295,12 @@ static void parity(const char *what, int kind, const void *o, unsigned mask) {
     good &= hvd_optimizer_set_param_weight_decay(oh, k, k == 1 ? 0 : 0.3) ==
             HVD_SUCCESS;
     good &= hvd_optimizer_set_param_weight_decay(od, k, k == 1 ? 0 : 0.3) ==
+            HVD_SUCCESS;
+  }
+  for (int k = 0; good && parity_groups && k <= 4; k += 4) {
+    good &= hvd_optimizer_set_param_lr_scale(oh, k, k == 0 ? 0.5 : 2) ==
+            HVD_SUCCESS;
+    good &= hvd_optimizer_set_param_lr_scale(od, k, k == 0 ? 0.5 : 2) ==
             HVD_SUCCESS;
   }
   const double max_norm = parity_clip == 2 ? 0.5 : 0.25;
@@ -385,16 +394,16 @@ static void test_parity(void) {
   /* per-parameter weight decay: a launch per decay group */
   parity_groups = 1;
   so.weight_decay = 0.01;
-  parity("SGD momentum 0.9 weight_decay 0.01, p1 0, p3 0.3", 0, &so, 0x1f);
-  parity("SGD momentum 0.9 weight_decay 0.01, p1 0, p3 0.3", 0, &so, 0x0a);
+  parity("SGD momentum 0.9 weight_decay 0.01, groups", 0, &so, 0x1f);
+  parity("SGD momentum 0.9 weight_decay 0.01, groups", 0, &so, 0x0a);
   hvd_adam_options_t ao;
   hvd_adam_options_init(&ao);
   ao.lr = 0.01;
   ao.weight_decay = 0.01;
   ao.decoupled = 1;
-  parity("AdamW weight_decay 0.01, p1 0, p3 0.3", 1, &ao, 0x1f);
+  parity("AdamW weight_decay 0.01, groups", 1, &ao, 0x1f);
   ao.decoupled = 0;
-  parity("Adam+L2 weight_decay 0.01, p1 0, p3 0.3", 1, &ao, 0x15);
+  parity("Adam+L2 weight_decay 0.01, groups", 1, &ao, 0x15);
   parity_groups = 0;
   /* LAMB: the first pass's norms (65537 elements: 5 chunks) and the
    * second's update on the device against the host's loops; p1 without
@@ -405,10 +414,10 @@ static void test_parity(void) {
   parity("LAMB", 2, &lo, 0x1f);
   parity("LAMB", 2, &lo, 0x15);
   parity_groups = 1;
-  parity("LAMB, p1 0, p3 0.3", 2, &lo, 0x1f);
+  parity("LAMB, groups", 2, &lo, 0x1f);
   lo.always_adapt = 1;
   lo.bias_correction = 0;
-  parity("LAMB always_adapt, no bias correction, p1 0, p3 0.3", 2, &lo, 0x0a);
+  parity("LAMB always_adapt, no bias correction, groups", 2, &lo, 0x0a);
   parity_groups = 0;
   parity_clip = 2;
   parity("LAMB always_adapt, no bias correction, clipped (L2)", 2, &lo, 0x1f);

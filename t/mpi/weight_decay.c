@@ -1,22 +1,25 @@
 /*
- * weight_decay.c - per-parameter weight decay in the built-in optimizers
- * (hvd_optimizer_set_param_weight_decay), torch's parameter groups, on
- * host parameters at np 1..4.
+ * weight_decay.c - per-parameter weight decay and learning rate in the
+ * built-in optimizers (hvd_optimizer_set_param_weight_decay,
+ * hvd_optimizer_set_param_lr_scale), torch's parameter groups, on host
+ * parameters at np 1..4.
  *
  * The model: parameters "w0" (300 elements), "w1" (7), "w2" (1000),
  * float32. Each optimizer gives w1 its own decay 0 and w2 0.2, w0 keeps
- * the options' (0.1 for SGD, 0.05 for Adam and AdamW). Cases:
- *  - SGD (momentum 0.9), Adam (L2) and AdamW, plain, 3 steps: every
- *    parameter's values equal, bit for bit, those of an optimizer made
- *    with that parameter alone and that weight_decay;
- *  - NAN puts the options' back: then the whole model equals one
- *    optimizer made with the options;
+ * the options' (0.1 for SGD, 0.05 for Adam, AdamW and LAMB); w0 and w1
+ * learn at 0.5 times the optimizer's rate, w2 at 3 times. Cases:
+ *  - SGD (momentum 0.9), Adam (L2), AdamW and LAMB, plain, 3 steps with a
+ *    learning-rate change before the third: every parameter's values
+ *    equal, bit for bit, those of an optimizer made with that parameter
+ *    alone, that weight_decay and lr times its scale;
+ *  - NAN puts the options' back (decay and scale): then the whole model
+ *    equals one optimizer made with the options;
  *  - distributed AdamW, sharded (ZeRO-1) and not, 3 steps: the same
  *    values bit for bit, and they differ from a run without the groups;
- *  - hvd_optimizer_param_weight_decay reads each back (and the options'
- *    where none was set);
- *  - refusals: NULL, a parameter out of range, a decay out of range, a
- *    custom optimizer; each with its exact message.
+ *  - hvd_optimizer_param_weight_decay and _lr_scale read each back (the
+ *    options' decay and 1 where none was set);
+ *  - refusals: NULL, a parameter out of range, a decay or a scale out of
+ *    range, a custom optimizer; each with its exact message.
  */
 #include "hvd.h"
 #include "hvdtest.h"
@@ -31,6 +34,7 @@
 static const int64_t len[NP] = {300, 7, 1000};
 static const char *const names[NP] = {"w0", "w1", "w2"};
 static const double own[NP] = {NAN, 0.0, 0.2}; /* NAN: the options' */
+static const double own_lr[NP] = {0.5, 0.5, 3.0}; /* learning-rate scales */
 static int rank;
 
 typedef struct model {
@@ -61,24 +65,34 @@ static void grads(model_t *m, int k, int s) {
     m->g[k][i] = (float)((i * 3 + k * 7 + s * 5 + rank) % 13 - 6) / 16;
 }
 
-enum { SGD, ADAM, ADAMW };
-static const char *const kind_name[3] = {"SGD", "Adam", "AdamW"};
+enum { SGD, ADAM, ADAMW, LAMB };
+static const char *const kind_name[4] = {"SGD", "Adam", "AdamW", "LAMB"};
 
-/* A plain optimizer of `kind` over n parameters with weight_decay wd. */
-static hvd_optimizer_t *make_opt(int kind, hvd_param_t *p, int n, double wd) {
+static double base_lr(int kind) { return kind == SGD ? 0.05 : 0.01; }
+
+/* A plain optimizer of `kind` over n parameters with weight_decay wd and
+ * learning rate lr. */
+static hvd_optimizer_t *make_opt_lr(int kind, hvd_param_t *p, int n, double wd,
+                                    double lr) {
   hvd_optimizer_t *o = NULL;
   hvd_result_t rc;
   if (kind == SGD) {
     hvd_sgd_options_t so;
     hvd_sgd_options_init(&so);
-    so.lr = 0.05;
+    so.lr = lr;
     so.momentum = 0.9;
     so.weight_decay = wd;
     rc = hvd_sgd_create(p, n, &so, &o);
+  } else if (kind == LAMB) {
+    hvd_lamb_options_t lo;
+    hvd_lamb_options_init(&lo);
+    lo.lr = lr;
+    lo.weight_decay = wd;
+    rc = hvd_lamb_create(p, n, &lo, &o);
   } else {
     hvd_adam_options_t ao;
     hvd_adam_options_init(&ao);
-    ao.lr = 0.01;
+    ao.lr = lr;
     ao.weight_decay = wd;
     ao.decoupled = kind == ADAMW;
     rc = hvd_adam_create(p, n, &ao, &o);
@@ -88,16 +102,28 @@ static hvd_optimizer_t *make_opt(int kind, hvd_param_t *p, int n, double wd) {
   return o;
 }
 
+static hvd_optimizer_t *make_opt(int kind, hvd_param_t *p, int n, double wd) {
+  return make_opt_lr(kind, p, n, wd, base_lr(kind));
+}
+
 static double dflt(int kind) { return kind == SGD ? 0.1 : 0.05; }
 
 static void set_groups(hvd_optimizer_t *o) {
   for (int k = 1; k < NP; k++)
     if (hvd_optimizer_set_param_weight_decay(o, k, own[k]) != HVD_SUCCESS)
       bail("set_param_weight_decay: %s", hvd_last_error());
+  for (int k = 0; k < NP; k++)
+    if (hvd_optimizer_set_param_lr_scale(o, k, own_lr[k]) != HVD_SUCCESS)
+      bail("set_param_lr_scale: %s", hvd_last_error());
 }
 
+/* Steps first..last; before step 3 the optimizer's rate halves (each
+ * group's with it). */
 static void steps(model_t *m, hvd_optimizer_t *o, int first, int last) {
   for (int s = first; s <= last; s++) {
+    if (s == 3 && hvd_optimizer_set_lr(o, hvd_optimizer_lr(o) / 2) !=
+                      HVD_SUCCESS)
+      bail("set_lr: %s", hvd_last_error());
     if (hvd_optimizer_zero_grad(o) != HVD_SUCCESS)
       bail("zero_grad: %s", hvd_last_error());
     for (int k = NP - 1; k >= 0; k--)
@@ -119,8 +145,11 @@ static void test_groups(int kind) {
   int same = 1;
   for (int k = 0; k < NP; k++) {
     double wd = isnan(own[k]) ? dflt(kind) : own[k];
-    hvd_optimizer_t *a = make_opt(kind, &alone.p[k], 1, wd);
+    hvd_optimizer_t *a =
+        make_opt_lr(kind, &alone.p[k], 1, wd, base_lr(kind) * own_lr[k]);
     for (int s = 1; s <= 3; s++) {
+      if (s == 3) /* (lr / 2) * scale: the grouped run's product */
+        hvd_optimizer_set_lr(a, base_lr(kind) / 2 * own_lr[k]);
       hvd_optimizer_zero_grad(a);
       grads(&alone, k, s);
       if (hvd_optimizer_step(a) != HVD_SUCCESS)
@@ -134,12 +163,15 @@ static void test_groups(int kind) {
   }
   ok(same,
      "%s: each parameter as an optimizer made with its decay (0.1/0.05, 0, "
-     "0.2), bit for bit",
+     "0.2) and lr times its scale (0.5, 0.5, 3), bit for bit",
      kn);
-  for (int k = 0; k < NP; k++)
+  for (int k = 0; k < NP; k++) {
     is_double(isnan(own[k]) ? dflt(kind) : own[k],
               hvd_optimizer_param_weight_decay(o, k), 0,
               "%s: %s's decay reads back", kn, names[k]);
+    is_double(own_lr[k], hvd_optimizer_param_lr_scale(o, k), 0,
+              "%s: %s's learning-rate scale reads back", kn, names[k]);
+  }
   /* NAN: the options' again, for the whole model */
   model_t r, one;
   make(&r);
@@ -147,14 +179,16 @@ static void test_groups(int kind) {
   hvd_optimizer_t *ro = make_opt(kind, r.p, NP, dflt(kind));
   hvd_optimizer_t *oo = make_opt(kind, one.p, NP, dflt(kind));
   set_groups(ro);
-  for (int k = 1; k < NP; k++)
-    hvd_optimizer_set_param_weight_decay(ro, k, NAN);
+  for (int k = 0; k < NP; k++)
+    hvd_optimizer_set_param_weight_decay(ro, k, NAN),
+        hvd_optimizer_set_param_lr_scale(ro, k, NAN);
   steps(&r, ro, 1, 3);
   steps(&one, oo, 1, 3);
   int back = 1;
   for (int k = 0; k < NP; k++)
     back &= memcmp(r.w[k], one.w[k], (size_t)len[k] * sizeof(float)) == 0;
-  ok(back, "%s: NAN puts the options' decay back (bit for bit)", kn);
+  ok(back && hvd_optimizer_param_lr_scale(ro, 2) == 1,
+     "%s: NAN puts the options' decay and rate back (bit for bit)", kn);
   hvd_optimizer_destroy(o);
   hvd_optimizer_destroy(ro);
   hvd_optimizer_destroy(oo);
@@ -240,6 +274,25 @@ static void test_refusals(void) {
   ok(isnan(hvd_optimizer_param_weight_decay(o, 3)) &&
          isnan(hvd_optimizer_param_weight_decay(NULL, 0)),
      "param_weight_decay: NAN out of range and for NULL");
+  hvdt_refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_param_lr_scale(NULL, 0, 1),
+               "hvd_optimizer_set_param_lr_scale: opt is NULL", "lr: opt NULL");
+  hvdt_refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_param_lr_scale(o, 3, 1),
+               "hvd_optimizer_set_param_lr_scale: parameter 3 is out of range "
+               "0..2",
+               "lr: parameter 3");
+  hvdt_refused(HVD_ERR_INVALID_ARG, hvd_optimizer_set_param_lr_scale(o, 0, -1),
+               "hvd_optimizer_set_param_lr_scale: scale -1 is out of range [0, "
+               "inf) (NAN: 1, the optimizer's learning rate)",
+               "scale -1");
+  hvdt_refused(HVD_ERR_INVALID_ARG,
+               hvd_optimizer_set_param_lr_scale(o, 0, INFINITY),
+               "hvd_optimizer_set_param_lr_scale: scale inf is out of range "
+               "[0, inf) (NAN: 1, the optimizer's learning rate)",
+               "scale inf");
+  ok(hvd_optimizer_param_lr_scale(o, 0) == 1 &&
+         isnan(hvd_optimizer_param_lr_scale(o, 3)) &&
+         isnan(hvd_optimizer_param_lr_scale(NULL, 0)),
+     "param_lr_scale: 1 where none was set, NAN out of range and for NULL");
   hvd_optimizer_ops_t ops = {"mine", 0, NULL, noop_step, NULL};
   hvd_optimizer_t *c = NULL;
   if (hvd_optimizer_custom(m.p, NP, &ops, NULL, &c) != HVD_SUCCESS)
@@ -251,6 +304,12 @@ static void test_refusals(void) {
       "a custom optimizer");
   ok(isnan(hvd_optimizer_param_weight_decay(c, 0)),
      "param_weight_decay: NAN for a custom optimizer");
+  hvdt_refused(HVD_ERR_UNSUPPORTED, hvd_optimizer_set_param_lr_scale(c, 0, 2),
+               "hvd_optimizer_set_param_lr_scale: optimizer 'mine' is a "
+               "custom one: its step reads its own options",
+               "lr: a custom optimizer");
+  ok(isnan(hvd_optimizer_param_lr_scale(c, 0)),
+     "param_lr_scale: NAN for a custom optimizer");
   hvd_optimizer_destroy(c);
   hvd_optimizer_destroy(o);
   drop(&m);
@@ -263,6 +322,7 @@ int main(int argc, char **argv) {
   test_groups(SGD);
   test_groups(ADAM);
   test_groups(ADAMW);
+  test_groups(LAMB);
   test_zero();
   test_refusals();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
