@@ -425,6 +425,31 @@ fail:
   return rc;
 }
 
+/* Room for a norm launch of n spans and `chunks` chunks: d->parts and
+ * d->nout. */
+static hvd_result_t norm_room(const char *who, hvd__odev_t *d, int64_t chunks,
+                              int n) {
+  hvd_result_t rc = grow_doubles(who, d, &d->parts, &d->parts_cap,
+                                 2 * (chunks > 0 ? chunks : 1));
+  return rc == HVD_SUCCESS
+             ? grow_doubles(who, d, &d->nout, &d->nout_cap, 2 * (int64_t)n)
+             : rc;
+}
+
+/* After a norm launch (launched: its result): its 2 n results copied from
+ * d->nout to out (host), the stream waited for. */
+static hvd_result_t norm_fetch(const char *who, hvd__odev_t *d,
+                               hvd_result_t launched, double *out, int n) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (launched != HVD_SUCCESS)
+    return kernel_fail(who, launched);
+  ODEV_CHECK(cudaMemcpyAsync(out, d->nout, 2 * (size_t)n * sizeof *out,
+                             cudaMemcpyDeviceToHost, d->stream));
+  ODEV_CHECK(cudaStreamSynchronize(d->stream));
+fail:
+  return rc;
+}
+
 hvd_result_t hvd__odev_norm_batch(const char *who, hvd__odev_t *d,
                                   const float *const *x, const int64_t *count,
                                   int n, double *out) {
@@ -440,23 +465,16 @@ hvd_result_t hvd__odev_norm_batch(const char *who, hvd__odev_t *d,
     d->nspans[i] = (hvd__cuda_norm_span_t){x[i], count[i], chunks};
     chunks += hvd__km_norm_chunks(count[i]);
   }
-  HVD__CHECK(grow_doubles(who, d, &d->parts, &d->parts_cap,
-                          2 * (chunks > 0 ? chunks : 1)));
-  HVD__CHECK(grow_doubles(who, d, &d->nout, &d->nout_cap, 2 * (int64_t)n));
+  HVD__CHECK(norm_room(who, d, chunks, n));
   /* the host array is pageable: staged before the call returns, as in
    * upload_convert */
   ODEV_CHECK(cudaMemcpyAsync(d->dnspans, d->nspans,
                              (size_t)n * sizeof *d->nspans,
                              cudaMemcpyHostToDevice, d->stream));
-  rc =
-      hvd__cuda_norm_batch(d->dnspans, n, chunks, d->parts, d->nout, d->stream);
-  if (rc != HVD_SUCCESS) {
-    rc = kernel_fail(who, rc);
-    goto fail;
-  }
-  ODEV_CHECK(cudaMemcpyAsync(out, d->nout, 2 * (size_t)n * sizeof *out,
-                             cudaMemcpyDeviceToHost, d->stream));
-  ODEV_CHECK(cudaStreamSynchronize(d->stream));
+  rc = norm_fetch(
+      who, d,
+      hvd__cuda_norm_batch(d->dnspans, n, chunks, d->parts, d->nout, d->stream),
+      out, n);
 fail:
   convert_end(d, rc, prev);
   return rc;
@@ -498,18 +516,11 @@ hvd_result_t hvd__odev_lamb_norms(const char *who, hvd__odev_t *d,
     return HVD_SUCCESS;
   HVD__CHECK(enter(who, d->dev, &prev));
   HVD__CHECK(upload_lamb(who, d, p, n, &chunks, &max_count));
-  HVD__CHECK(grow_doubles(who, d, &d->parts, &d->parts_cap,
-                          2 * (chunks > 0 ? chunks : 1)));
-  HVD__CHECK(grow_doubles(who, d, &d->nout, &d->nout_cap, 2 * (int64_t)n));
-  rc = hvd__cuda_lamb_norms(d->dlspans, n, chunks, o, step, d->parts, d->nout,
-                            d->stream);
-  if (rc != HVD_SUCCESS) {
-    rc = kernel_fail(who, rc);
-    goto fail;
-  }
-  ODEV_CHECK(cudaMemcpyAsync(out, d->nout, 2 * (size_t)n * sizeof *out,
-                             cudaMemcpyDeviceToHost, d->stream));
-  ODEV_CHECK(cudaStreamSynchronize(d->stream));
+  HVD__CHECK(norm_room(who, d, chunks, n));
+  rc = norm_fetch(who, d,
+                  hvd__cuda_lamb_norms(d->dlspans, n, chunks, o, step, d->parts,
+                                       d->nout, d->stream),
+                  out, n);
 fail:
   convert_end(d, rc, prev);
   return rc;

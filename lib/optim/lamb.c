@@ -180,17 +180,10 @@ static hvd_result_t lamb_step(void *ctx, hvd_param_t *params, int n,
 }
 
 static hvd_result_t check_lamb(const char *who, const hvd_lamb_options_t *o) {
-  hvd_result_t rc;
   if (o == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: options are NULL", who);
-  HVD__CHECK(hvd__optim_check_range(who, "lr", o->lr, 0, 0, INFINITY));
-  HVD__CHECK(hvd__optim_check_range(who, "beta1", o->beta1, 0, 0, 1));
-  HVD__CHECK(hvd__optim_check_range(who, "beta2", o->beta2, 0, 0, 1));
-  HVD__CHECK(hvd__optim_check_range(who, "eps", o->eps, 0, 1, INFINITY));
-  HVD__CHECK(hvd__optim_check_range(who, "weight_decay", o->weight_decay, 0, 0,
-                                    INFINITY));
-fail:
-  return rc;
+  return hvd__optim_check_adam_like(who, o->lr, o->beta1, o->beta2, o->eps,
+                                    o->weight_decay);
 }
 
 hvd_result_t hvd_lamb_create(hvd_param_t *params, int n,

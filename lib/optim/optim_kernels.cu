@@ -272,42 +272,58 @@ extern "C" hvd_result_t hvd__cuda_refresh_master(const void *value,
 
 /* ---- gradient clipping -------------------------------------------------- */
 
-/* Block b: chunk b of the batch (the span whose chunks hold it, found by
- * bisection of the spans' firsts), as optim_math.h's host chunk: each
- * thread's share, then the pairwise sums. */
-__global__ void norm_chunk_kernel(const hvd__cuda_norm_span_t *spans, int n,
-                                  double *parts) {
-  __shared__ double a[HVD__KM_NORM_THREADS], m[HVD__KM_NORM_THREADS];
-  const int64_t b = blockIdx.x;
+/* The span of a batch whose chunks hold chunk b: the last whose first is
+ * <= b (bisection; a span of no chunks shares its first with the next). */
+template <class Span>
+__device__ static int span_of_chunk(const Span *spans, int n, int64_t b) {
   int lo = 0, hi = n - 1;
-  while (lo < hi) { /* the last span whose first is <= b */
+  while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
     if (spans[mid].first <= b)
       lo = mid;
     else
       hi = mid - 1;
   }
-  const hvd__cuda_norm_span_t sp = spans[lo];
+  return lo;
+}
+
+/* The block's pairwise tree over its threads' shares s[2] (optim_math.h's
+ * order: thread t adds t + h, h = T/2 ... 1): the first summed, the
+ * second summed too (sum2) or the greater kept; thread 0 writes chunk b's
+ * parts[2 b], parts[2 b + 1]. */
+template <bool sum2>
+__device__ static void chunk_fold(const double s[2], double *parts, int64_t b) {
+  __shared__ double x[HVD__KM_NORM_THREADS], y[HVD__KM_NORM_THREADS];
+  const int t = (int)threadIdx.x;
+  x[t] = s[0];
+  y[t] = s[1];
+  __syncthreads();
+  for (int h = HVD__KM_NORM_THREADS / 2; h > 0; h /= 2) {
+    if (t < h) {
+      x[t] += x[t + h];
+      y[t] = sum2 ? y[t] + y[t + h] : hvd__km_max(y[t + h], y[t]);
+    }
+    __syncthreads();
+  }
+  if (t == 0) {
+    parts[2 * b] = x[0];
+    parts[2 * b + 1] = y[0];
+  }
+}
+
+/* Block b: chunk b of the batch, as optim_math.h's host chunk: each
+ * thread's share, then the pairwise sums. */
+__global__ void norm_chunk_kernel(const hvd__cuda_norm_span_t *spans, int n,
+                                  double *parts) {
+  const int64_t b = blockIdx.x;
+  const hvd__cuda_norm_span_t sp = spans[span_of_chunk(spans, n, b)];
   const int64_t at = (b - sp.first) * HVD__KM_NORM_CHUNK, left = sp.count - at;
   double s[2] = {0, 0};
   if (left > 0)
     hvd__km_norm_thread(sp.x + at,
                         left < HVD__KM_NORM_CHUNK ? left : HVD__KM_NORM_CHUNK,
                         (int)threadIdx.x, s);
-  a[threadIdx.x] = s[0];
-  m[threadIdx.x] = s[1];
-  __syncthreads();
-  for (int h = HVD__KM_NORM_THREADS / 2; h > 0; h /= 2) {
-    if ((int)threadIdx.x < h) {
-      a[threadIdx.x] += a[threadIdx.x + h];
-      m[threadIdx.x] = hvd__km_max(m[threadIdx.x + h], m[threadIdx.x]);
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    parts[2 * b] = a[0];
-    parts[2 * b + 1] = m[0];
-  }
+  chunk_fold<false>(s, parts, b);
 }
 
 /* Thread s: span s's chunks folded in order. */
@@ -342,27 +358,12 @@ extern "C" hvd_result_t hvd__cuda_norm_batch(const hvd__cuda_norm_span_t *spans,
 /* ---- LAMB -----------------------------------------------------------------
  */
 
-/* The chunk's span: the last whose first is <= b (bisection). */
-__device__ static int lamb_span_of(const hvd__cuda_lamb_span_t *spans, int n,
-                                   int64_t b) {
-  int lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (spans[mid].first <= b)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
 /* Block b: chunk b of the batch, as optim_math.h's host chunk: each
  * thread's share, then the pairwise sums (norm_chunk_kernel's shape). */
 __global__ void lamb_norm_kernel(const hvd__cuda_lamb_span_t *spans, int n,
                                  hvd__km_lamb_t a, double *parts) {
-  __shared__ double w2[HVD__KM_NORM_THREADS], u2[HVD__KM_NORM_THREADS];
   const int64_t b = blockIdx.x;
-  const hvd__cuda_lamb_span_t sp = spans[lamb_span_of(spans, n, b)];
+  const hvd__cuda_lamb_span_t sp = spans[span_of_chunk(spans, n, b)];
   const int64_t at = (b - sp.first) * HVD__KM_NORM_CHUNK, left = sp.count - at;
   double s[2] = {0, 0};
   if (left > 0)
@@ -370,20 +371,7 @@ __global__ void lamb_norm_kernel(const hvd__cuda_lamb_span_t *spans, int n,
                         sp.s + at,
                         left < HVD__KM_NORM_CHUNK ? left : HVD__KM_NORM_CHUNK,
                         (int)threadIdx.x, s);
-  w2[threadIdx.x] = s[0];
-  u2[threadIdx.x] = s[1];
-  __syncthreads();
-  for (int h = HVD__KM_NORM_THREADS / 2; h > 0; h /= 2) {
-    if ((int)threadIdx.x < h) {
-      w2[threadIdx.x] += w2[threadIdx.x + h];
-      u2[threadIdx.x] += u2[threadIdx.x + h];
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    parts[2 * b] = w2[0];
-    parts[2 * b + 1] = u2[0];
-  }
+  chunk_fold<true>(s, parts, b);
 }
 
 /* Thread t: span t's chunks summed in order. */

@@ -39,6 +39,20 @@ hvd_result_t hvd__optim_check_range(const char *who, const char *what, double x,
                         lo_open ? '(' : '[', lo, hi);
 }
 
+hvd_result_t hvd__optim_check_adam_like(const char *who, double lr,
+                                        double beta1, double beta2, double eps,
+                                        double weight_decay) {
+  hvd_result_t rc;
+  HVD__CHECK(hvd__optim_check_range(who, "lr", lr, 0, 0, INFINITY));
+  HVD__CHECK(hvd__optim_check_range(who, "beta1", beta1, 0, 0, 1));
+  HVD__CHECK(hvd__optim_check_range(who, "beta2", beta2, 0, 0, 1));
+  HVD__CHECK(hvd__optim_check_range(who, "eps", eps, 0, 1, INFINITY));
+  HVD__CHECK(hvd__optim_check_range(who, "weight_decay", weight_decay, 0, 0,
+                                    INFINITY));
+fail:
+  return rc;
+}
+
 /* A device tensor must be on the rank's GPU (hvd__cuda_rank_device: the
  * one hvd_init bound, else the calling thread's current device), as for
  * the collectives; a build without CUDA has none. */

@@ -237,6 +237,13 @@ hvd_result_t hvd__checkpoint_load_ex(const char *path, hvd_param_t *params,
 hvd_result_t hvd__optim_check_range(const char *who, const char *what, double x,
                                     double lo, int lo_open, double hi);
 
+/* The options Adam and LAMB share, each in its range as check_range says:
+ * lr [0, inf), beta1 and beta2 [0, 1), eps (0, inf), weight_decay
+ * [0, inf). */
+hvd_result_t hvd__optim_check_adam_like(const char *who, double lr,
+                                        double beta1, double beta2, double eps,
+                                        double weight_decay);
+
 /* First of every create: out must be there, and is NULL until success. */
 hvd_result_t hvd__optim_check_out(const char *who, hvd_optimizer_t **out);
 
