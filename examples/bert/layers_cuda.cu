@@ -1367,6 +1367,8 @@ template <typename F> bool with_lanes(int S, F f) {
 template <typename T>
 void softmax_fwd(float *sc, T *p, const int32_t *lengths, int64_t rows, int S,
                  int A) {
+  if (rows == 0) /* no grid of 0 blocks */
+    return;
   const dim3 g((unsigned)((rows + fa::kRows - 1) / fa::kRows));
   if (!with_lanes(S, [&](auto n) {
         fa::softmax_fwd_rows<T, decltype(n)::value>
@@ -1382,6 +1384,8 @@ void softmax_fwd(float *sc, T *p, const int32_t *lengths, int64_t rows, int S,
  * softmax_fwd chooses its kernel. */
 template <typename T>
 void softmax_bwd(const T *p, float *dp, T *ds, int64_t rows, int S) {
+  if (rows == 0)
+    return;
   const dim3 g((unsigned)((rows + fa::kRows - 1) / fa::kRows));
   if (!with_lanes(S, [&](auto n) {
         fa::softmax_bwd_rows<T, decltype(n)::value>
@@ -1468,6 +1472,11 @@ template <typename T> bool flash_fits(int S, int dh) {
   const size_t E = sizeof(T), s = (size_t)S;
   return s * s * E >= s * (sizeof(float) + E * (size_t)dh) + 4 + 512;
 }
+
+/* The flash grids put the B*A (sequence, head) pairs on y, at most
+ * 65535 (B 4096 at 16 heads would not launch): beyond, the default
+ * attention, forward and backward alike. */
+bool flash_grid_fits(int B, int A) { return (int64_t)B * A <= 65535; }
 
 /* Every pointer 16-byte aligned (the kernels' loads); a failure if not. */
 bool flash_aligned(const void *const *ps, int n) {
@@ -1585,7 +1594,7 @@ void attention_fwd(const void *q, const void *k, const void *v,
   AttnScratch w;
   if (!usable() || B <= 0 || !attn_scratch(B, S, A, dh, &w))
     return;
-  if (flash_fits<T>(S, dh)) {
+  if (flash_fits<T>(S, dh) && flash_grid_fits(B, A)) {
     flash_fwd((const T *)q, (const T *)k, (const T *)v, lengths, probsv,
               (T *)ctx, B, S, A);
     return;
@@ -1715,7 +1724,7 @@ void attention_bwd(const void *q, const void *k, const void *v,
   AttnScratch w;
   if (!usable() || B <= 0 || !attn_scratch(B, S, A, dh, &w))
     return;
-  if (flash_fits<T>(S, dh)) {
+  if (flash_fits<T>(S, dh) && flash_grid_fits(B, A)) {
     flash_bwd((const T *)q, (const T *)k, (const T *)v, probsv, (const T *)dctx,
               (T *)dq, (T *)dk, (T *)dv, w, B, S, A);
     return;
