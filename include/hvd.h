@@ -740,7 +740,8 @@ int hvd_optimizer_step_skipped(const hvd_optimizer_t *opt);
  * follows it), from the next step on; NAN puts
  * the options' back. Parameters with the same decay are updated as one
  * group: the same bits as an optimizer made with that weight_decay, one
- * batched device launch per distinct value. Not checkpointed (set it
+ * batched device launch per distinct pair of decay and learning rate
+ * (LAMB: one for all). Not checkpointed (set it
  * again after making the optimizer, as torch's groups are given at
  * construction). HVD_ERR_INVALID_ARG for i out of range or weight_decay
  * not in [0, inf) and not NAN; HVD_ERR_UNSUPPORTED for a custom optimizer
@@ -758,8 +759,9 @@ double hvd_optimizer_param_weight_decay(const hvd_optimizer_t *opt, int i);
  * optimizer's learning rate (hvd_optimizer_set_lr's, so a schedule moves
  * every group alike, as torch's schedulers scale each group's own lr),
  * from the next step on; NAN puts 1 back. Everything that the learning
- * rate scales follows it: SGD's step, Adam's step size, AdamW's and
- * LAMB's decoupled decay (1 - lr * scale * wd), LAMB's trust ratio. A
+ * rate scales follows it: SGD's step, Adam's step size, AdamW's
+ * decoupled decay (1 - lr * scale * wd), LAMB's step (lr * scale times
+ * |w| / |u|). A
  * parameter updates as under an optimizer made with lr * scale (the
  * same double) and its decay, bit for bit; the device updates are one
  * batched launch per distinct pair of decay and rate. Not
@@ -877,10 +879,11 @@ typedef struct hvd_adam_options {
  * - A non-finite norm fails the step with nothing updated (apex would
  *   write NaN into the parameter): HVD_ERR_INVALID_ARG
  *   "hvd_optimizer_step: LAMB: the update of parameter 'w' is not finite
- *   (an inf or a NaN in its gradient); nothing was updated", or "the
- *   value of parameter 'w' holds an inf or a NaN"; sharded, on every rank
- *   alike. Loss scaling skips such a step before the update, as for
- *   every optimizer.
+ *   (an inf or a NaN in its gradient); nothing was updated", or "...:
+ *   LAMB: parameter 'w' holds an inf or a NaN; nothing was updated";
+ *   sharded, on every rank alike (" (on rank R)" added for the lowest
+ *   rank whose blocks hold it, when R is not 0). Loss scaling skips such
+ *   a step before the update, as for every optimizer.
  * A device step waits for its norms (one copy to the host per step). */
 typedef struct hvd_lamb_options {
   double lr, beta1, beta2, eps, weight_decay;

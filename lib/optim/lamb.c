@@ -131,9 +131,19 @@ static hvd_result_t totals(hvd__optim_lamb_t *l, const hvd_param_t *params,
   return bad ? nonfinite(l, params, n, sharded, local, msg) : HVD_SUCCESS;
 }
 
-/* The second pass: each parameter's step size from its totals, the
- * device ones in one batch (enqueued), the host ones in loops; the
- * device's done on return. */
+/* Parameter i's step size from its totals. */
+static float ratio_of(const hvd__optim_builtin_t *b, int i, double lr) {
+  const hvd_lamb_options_t *o = &b->o.lamb;
+  const double wdi = hvd__optim_wd(b, i, o->weight_decay);
+  return hvd__km_lamb_ratio(b->lamb->total[2 * i], b->lamb->total[2 * i + 1],
+                            o->always_adapt || wdi != 0,
+                            hvd__optim_lr(b, i, lr));
+}
+
+/* The second pass: each parameter's step size from its totals; the
+ * device ones in one batch, launched first (a launch that fails leaves
+ * the host ones as they were), then the host ones in loops while it
+ * runs; the device's done on return. */
 static hvd_result_t second_pass(const hvd__optim_builtin_t *b,
                                 hvd_param_t *params, int n, hvd_tensor_t *state,
                                 int64_t step, double lr) {
@@ -142,28 +152,36 @@ static hvd_result_t second_pass(const hvd__optim_builtin_t *b,
   const hvd__km_lamb_t a = hvd__km_lamb_args(o, step);
   int m = 0;
   for (int i = 0; i < n; i++) {
-    const double wdi = hvd__optim_wd(b, i, o->weight_decay);
-    const float ratio = hvd__km_lamb_ratio(l->total[2 * i], l->total[2 * i + 1],
-                                           o->always_adapt || wdi != 0,
-                                           hvd__optim_lr(b, i, lr));
     hvd_param_t *p = &params[i];
     const int64_t count = hvd_tensor_numel(&p->value);
-    float *mo = state[2 * i].data, *so = state[2 * i + 1].data;
-    if (count > 0 && p->value.device != HVD_CPU) {
-      l->span[m++] = (hvd__odev_lamb_t){p->value.data, p->grad.data, mo,   so,
-                                        count,         (float)wdi,   ratio};
+    if (count > 0 && p->value.device != HVD_CPU)
+      l->span[m++] =
+          (hvd__odev_lamb_t){p->value.data,
+                             p->grad.data,
+                             state[2 * i].data,
+                             state[2 * i + 1].data,
+                             count,
+                             (float)hvd__optim_wd(b, i, o->weight_decay),
+                             ratio_of(b, i, lr)};
+  }
+  hvd_result_t rc = hvd__odev_lamb_apply(HVD__STEP_WHO, b->odev, l->span, m, o,
+                                         step); /* m 0: nothing */
+  if (rc != HVD_SUCCESS)
+    return rc;
+  for (int i = 0; i < n; i++) {
+    hvd_param_t *p = &params[i];
+    const int64_t count = hvd_tensor_numel(&p->value);
+    if (count == 0 || p->value.device != HVD_CPU)
       continue;
-    }
-    float *v = p->value.data;
+    const float wd = (float)hvd__optim_wd(b, i, o->weight_decay);
+    const float ratio = ratio_of(b, i, lr);
+    float *v = p->value.data, *mo = state[2 * i].data,
+          *so = state[2 * i + 1].data;
     const float *g = p->grad.data;
     for (int64_t j = 0; j < count; j++)
-      hvd__km_lamb_apply_elem(a, (float)wdi, ratio, v, g, mo, so, j);
+      hvd__km_lamb_apply_elem(a, wd, ratio, v, g, mo, so, j);
   }
-  if (m == 0)
-    return HVD_SUCCESS;
-  hvd_result_t rc =
-      hvd__odev_lamb_apply(HVD__STEP_WHO, b->odev, l->span, m, o, step);
-  return rc == HVD_SUCCESS ? hvd__odev_sync(HVD__STEP_WHO, b->odev) : rc;
+  return m > 0 ? hvd__odev_sync(HVD__STEP_WHO, b->odev) : HVD_SUCCESS;
 }
 
 static hvd_result_t lamb_step(void *ctx, hvd_param_t *params, int n,

@@ -13,10 +13,10 @@
  *    parameter's device (host memory for host parameters);
  *  - zero_grad on device and host gradients;
  *  - per-parameter weight decay (p1 0, p3 0.3, the others the options')
- *    and learning rate (p0 0.5, p4 2 times the optimizer's): SGD, AdamW,
- *    Adam+L2 and LAMB on all-device and mixed lists, device equal to host
- *    bit for bit, state too (a batched launch per group of decay and
- *    rate);
+ *    and learning rate (p0 and p4 2, p3 0.5 times the optimizer's): SGD,
+ *    AdamW, Adam+L2 and LAMB on all-device and mixed lists, device equal
+ *    to host bit for bit, state too (a batched launch per group of decay
+ *    and rate);
  *  - LAMB (default options with lr 0.01; with per-parameter decay, p1
  *    without: no trust ratio; always_adapt without bias correction;
  *    clipped): device equal to host bit for bit, its two passes (the
@@ -273,8 +273,9 @@ static hvd_result_t make_opt(int kind, const void *o, hvd_param_t *p,
  * 0.25 (below the random gradients' norms: every step clips). */
 static double parity_clip;
 /* Per-parameter settings in parity(): decay p1 0 and p3 0.3, learning
- * rate p0 0.5 and p4 2 times the optimizer's (five groups of decay and
- * rate with p2's defaults: a batched launch each on the device). */
+ * rate p0 and p4 2 times the optimizer's and p3 0.5 times (four groups of
+ * decay and rate: {p0, p4}, {p1}, {p2}, {p3}; a batched launch each on
+ * the device). */
 static int parity_groups;
 
 static void parity(const char *what, int kind, const void *o, unsigned mask) {
@@ -297,11 +298,10 @@ static void parity(const char *what, int kind, const void *o, unsigned mask) {
     good &= hvd_optimizer_set_param_weight_decay(od, k, k == 1 ? 0 : 0.3) ==
             HVD_SUCCESS;
   }
-  for (int k = 0; good && parity_groups && k <= 4; k += 4) {
-    good &= hvd_optimizer_set_param_lr_scale(oh, k, k == 0 ? 0.5 : 2) ==
-            HVD_SUCCESS;
-    good &= hvd_optimizer_set_param_lr_scale(od, k, k == 0 ? 0.5 : 2) ==
-            HVD_SUCCESS;
+  for (int k = 0; good && parity_groups && k <= 4; k++) {
+    const double scale = k == 0 || k == 4 ? 2 : k == 3 ? 0.5 : NAN;
+    good &= hvd_optimizer_set_param_lr_scale(oh, k, scale) == HVD_SUCCESS;
+    good &= hvd_optimizer_set_param_lr_scale(od, k, scale) == HVD_SUCCESS;
   }
   const double max_norm = parity_clip == 2 ? 0.5 : 0.25;
   if (good && parity_clip != 0) {
