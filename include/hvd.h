@@ -72,13 +72,28 @@ typedef enum hvd_dtype {
 
 /* Reduction operations. On integer dtypes HVD_AVERAGE is the sum divided
  * by the world size in integer arithmetic (truncated toward zero), and
- * scale factors other than 1.0 are rejected. */
+ * scale factors other than 1.0 are rejected.
+ *
+ * HVD_ADASUM is Horovod's Adasum (hvd.Adasum; Maleki et al., "Scaling
+ * Distributed Training with Adaptive Summation"), an allreduce op for
+ * gradients: the ranks' tensors are combined two by two, adasum(a, b) =
+ * (1 - a.b / (2 |a|^2)) a + (1 - a.b / (2 |b|^2)) b, over a binary tree
+ * of the ranks (lib/ops/adasum.c gives it exactly; any world size), each
+ * tensor on its own even when fused. Orthogonal tensors add up, equal
+ * ones give themselves back: large batches without retuning the
+ * learning rate. Every rank gets the same bits, run after run. Host
+ * float32 and float64 tensors, allreduce only (with prescale and
+ * postscale); anything else is refused with HVD_ERR_INVALID_ARG naming
+ * the tensor: "allreduce 'g': HVD_ADASUM needs float32 or float64, not
+ * int32", "... HVD_ADASUM runs on host tensors, not cuda:0",
+ * "reducescatter 'g': HVD_ADASUM is an allreduce op". */
 typedef enum hvd_op {
   HVD_SUM = 0,
   HVD_AVERAGE = 1,
   HVD_MIN = 2,
   HVD_MAX = 3,
   HVD_PRODUCT = 4,
+  HVD_ADASUM = 5,
   HVD_OP_COUNT
 } hvd_op_t;
 
@@ -923,7 +938,12 @@ typedef enum hvd_compression {
 } hvd_compression_t;
 
 typedef struct hvd_distributed_options {
-  hvd_op_t op;                      /* HVD_AVERAGE (default) or HVD_SUM */
+  hvd_op_t op;                      /* HVD_AVERAGE (default), HVD_SUM, or
+                                       HVD_ADASUM (Horovod's
+                                       op=hvd.Adasum: float32 host
+                                       gradients, or reduce_fp32; no
+                                       compression, sharding or
+                                       predivision) */
   hvd_compression_t compression;    /* default HVD_COMPRESS_NONE */
   int backward_passes_per_step;     /* k >= 1 (default 1) */
   int average_passes;               /* 1 (default): divide the k accumulated

@@ -19,11 +19,9 @@ static const struct {
     [HVD_FLOAT32] = {"float32", 4, 1}, [HVD_FLOAT64] = {"float64", 8, 1},
 };
 
-static const char *const op_names[HVD_OP_COUNT] = {[HVD_SUM] = "sum",
-                                                   [HVD_AVERAGE] = "average",
-                                                   [HVD_MIN] = "min",
-                                                   [HVD_MAX] = "max",
-                                                   [HVD_PRODUCT] = "product"};
+static const char *const op_names[HVD_OP_COUNT] = {
+    [HVD_SUM] = "sum", [HVD_AVERAGE] = "average", [HVD_MIN] = "min",
+    [HVD_MAX] = "max", [HVD_PRODUCT] = "product", [HVD_ADASUM] = "adasum"};
 
 int hvd__dtype_valid(int dtype) {
   return dtype >= 0 && dtype < HVD_DTYPE_COUNT;

@@ -43,6 +43,24 @@ static hvd_result_t check_op(const char *kind, const char *name, int op) {
   return HVD_SUCCESS;
 }
 
+/* HVD_ADASUM's tensors: host float32 or float64 (lib/ops/adasum.c). */
+static hvd_result_t check_adasum(const char *kind, const char *name,
+                                 const hvd_tensor_t *t) {
+  if (t->dtype != HVD_FLOAT32 && t->dtype != HVD_FLOAT64)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': HVD_ADASUM needs float32 or float64, not "
+                          "%s",
+                          kind, name, hvd_dtype_name(t->dtype));
+  if (t->device != HVD_CPU) {
+    char dev[32];
+    hvd__device_str(t->device, dev, sizeof dev);
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': HVD_ADASUM runs on host tensors, not %s",
+                          kind, name, dev);
+  }
+  return HVD_SUCCESS;
+}
+
 static hvd_result_t check_scale(const char *kind, const char *name,
                                 const char *which, double f,
                                 hvd_dtype_t dtype) {
@@ -241,8 +259,15 @@ static hvd_result_t make_allreduce(const char *fn, const char *name,
   }
   HVD__CHECK(check_scale(k, name, "prescale", pre, send->dtype));
   HVD__CHECK(check_scale(k, name, "postscale", post, send->dtype));
+  if (op == HVD_ADASUM)
+    HVD__CHECK(check_adasum(k, name, send));
   if (wire < 0)
     wire = send->dtype;
+  if (op == HVD_ADASUM && wire != (int)send->dtype)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': HVD_ADASUM combines the tensors as they "
+                          "are: no %s wire",
+                          k, name, hvd_dtype_name((hvd_dtype_t)wire));
   if (wire != (int)send->dtype &&
       (send->dtype != HVD_FLOAT32 ||
        (wire != HVD_FLOAT16 && wire != HVD_BFLOAT16)))
@@ -465,6 +490,9 @@ static hvd_result_t make_reducescatter(const char *fn, const char *name,
   HVD__CHECK(check_out(k, name, recv));
   HVD__CHECK(check_rows(k, name, send));
   HVD__CHECK(check_op(k, name, (int)op));
+  if (op == HVD_ADASUM)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': HVD_ADASUM is an allreduce op", k, name);
   HVD__CHECK(check_scale(k, name, "prescale", pre, send->dtype));
   HVD__CHECK(check_scale(k, name, "postscale", post, send->dtype));
   hvd_request_t *r =

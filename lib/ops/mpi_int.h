@@ -1,10 +1,11 @@
 /*
  * mpi_int.h - the MPI executor's own (not for the rest of lib/): its state
- * and the helpers that its three files share. mpi_ops.c is the executor
+ * and the helpers that its four files share. mpi_ops.c is the executor
  * (open, close, the run table, the plain collectives, the allreduce's
  * chunking and compression); shm_allreduce.c the shared-memory allreduce
- * within a node, slots and zero copy, with a state of its own; and
- * gather_scatter.c the fused allgather and reducescatter.
+ * within a node, slots and zero copy, with a state of its own;
+ * gather_scatter.c the fused allgather and reducescatter; adasum.c
+ * HVD_ADASUM's tree.
  */
 #ifndef HVD_OPS_MPI_INT_H
 #define HVD_OPS_MPI_INT_H
@@ -89,6 +90,9 @@ typedef struct hvd__mpi_state {
   size_t gather_cap;
   int64_t *gdims;
   size_t gdims_cap;
+  /* HVD_ADASUM (adasum.c): the packed group, and a peer's */
+  char *ada, *ada_peer;
+  size_t ada_cap, ada_peer_cap;
 } hvd__mpi_state_t;
 
 /* r's output: d's shape with `rows` in dimension 0. */
@@ -97,6 +101,16 @@ hvd_result_t hvd__mpi_alloc_rows(hvd_request_t *r, const hvd__desc_t *d,
 /* The timeline's span of one request, unless off or a stub. */
 void hvd__mpi_trace(const hvd__exec_env_t *env, const hvd_request_t *r,
                     const char *phase, double t0, double t1);
+
+/* ---- HVD_ADASUM (adasum.c) ------------------------------------------------
+ */
+
+/* An allreduce group whose op is HVD_ADASUM (float32 or float64, host):
+ * every tensor combined over the ranks' tree on its own, prescale before
+ * and postscale after. */
+hvd_result_t hvd__adasum_allreduce(hvd__mpi_state_t *s,
+                                   const hvd__exec_env_t *env,
+                                   const hvd__work_t *w);
 
 /* ---- fused gathers and scatters (gather_scatter.c) ----------------------- */
 

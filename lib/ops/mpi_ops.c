@@ -36,6 +36,8 @@ static void mpi_close(void *state, int collective) {
   free(s->stage);
   free(s->gather);
   free(s->gdims);
+  free(s->ada);
+  free(s->ada_peer);
   free(s);
 }
 
@@ -263,6 +265,8 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
   int64_t esize = (int64_t)hvd_dtype_size(dtype);
   int64_t chunk = env->chunk_bytes > 0 ? env->chunk_bytes : HVD__MPI_CHUNK;
   int64_t chunk_elems = chunk / esize > 0 ? chunk / esize : 1;
+  if (d->op == HVD_ADASUM) /* not elementwise: its own tree */
+    return hvd__adasum_allreduce(s, env, w);
   if (d->wire != d->dtype)
     return allreduce_wire(s, env, w, chunk_elems);
   int zc_done = 0;

@@ -12,6 +12,9 @@
  *   prescale  = 1 / (k if average_passes else 1) / f
  *   postscale = f / size (HVD_AVERAGE)  or  f (HVD_SUM)
  *
+ * With op HVD_ADASUM the reductions are HVD_ADASUM allreduces (whole
+ * float32 host gradients, f 1: lib/ops/adasum.c), prescale 1 / k.
+ *
  * Device gradients (parameters on the rank's GPU) go through the engine's
  * device executors like any device tensor; the only gradient arithmetic
  * done here, the no-sync division by the passes, runs as a kernel.
@@ -69,6 +72,7 @@ typedef struct dist_param {
 struct hvd__dist {
   hvd_distributed_options_t o;
   hvd_dtype_t wire; /* HVD_FLOAT32, or the compressed wire dtype */
+  hvd_op_t op;      /* the reductions': HVD_SUM, or HVD_ADASUM */
   double prescale, postscale;
   int sync;     /* 1: reduce (default); 0: local gradients */
   int inflight; /* requests started and not waited */
@@ -91,12 +95,42 @@ void hvd_distributed_options_init(hvd_distributed_options_t *o) {
 
 /* ---- creation ----------------------------------------------------------- */
 
+/* HVD_ADASUM combines whole float32 host gradients as they are: the
+ * parameters' (or reduce_fp32's copies), with no compression, no
+ * sharding (a reduce-scatter), no predivision. */
+static hvd_result_t check_adasum(const char *fn,
+                                 const hvd_distributed_options_t *o,
+                                 const hvd_optimizer_t *base) {
+  const char *no = o->compression != HVD_COMPRESS_NONE ? "compression"
+                   : o->shard_optimizer_state          ? "shard_optimizer_state"
+                   : o->gradient_predivide_factor != 1.0
+                       ? "gradient_predivide_factor other than 1"
+                       : NULL;
+  if (no != NULL)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: op adasum combines whole gradients as they "
+                          "are: no %s",
+                          fn, no);
+  for (int i = 0; i < base->n; i++) {
+    const hvd_tensor_t *g = &base->params[i].grad;
+    if (g->device != HVD_CPU || (g->dtype != HVD_FLOAT32 && !o->reduce_fp32))
+      return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                            "%s: op adasum needs float32 gradients on the "
+                            "host (set reduce_fp32 for float16/bfloat16 "
+                            "ones); parameter '%s' has %s on %s",
+                            fn, base->params[i].name, hvd_dtype_name(g->dtype),
+                            g->device == HVD_CPU ? "the host" : "a GPU");
+  }
+  return HVD_SUCCESS;
+}
+
 static hvd_result_t check_options(const char *fn,
                                   const hvd_distributed_options_t *o) {
-  if (o->op != HVD_AVERAGE && o->op != HVD_SUM)
+  if (o->op != HVD_AVERAGE && o->op != HVD_SUM && o->op != HVD_ADASUM)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: op %s is not supported (average or sum)", fn,
-                          hvd_op_name(o->op));
+                          "%s: op %s is not supported (average, sum or "
+                          "adasum)",
+                          fn, hvd_op_name(o->op));
   if (o->compression != HVD_COMPRESS_NONE &&
       o->compression != HVD_COMPRESS_FP16 &&
       o->compression != HVD_COMPRESS_BF16)
@@ -202,6 +236,8 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
     o = &defaults;
   }
   HVD__CHECK(check_options(fn, o));
+  if (o->op == HVD_ADASUM)
+    HVD__CHECK(check_adasum(fn, o, base));
 
   opt = calloc(1, sizeof *opt);
   d = calloc(1, sizeof *d);
@@ -222,6 +258,7 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
   double k = o->average_passes ? (double)o->backward_passes_per_step : 1.0;
   d->prescale = 1.0 / k / f;
   d->postscale = o->op == HVD_AVERAGE ? f / hvd_size() : f;
+  d->op = o->op == HVD_ADASUM ? HVD_ADASUM : HVD_SUM;
   if (o->shard_optimizer_state) /* last: it drops the base's full state */
     HVD__CHECK(hvd__zero_create(fn, base, o->reduce_fp32, &d->zero));
   base->agree_inf = 1;
@@ -259,7 +296,7 @@ static hvd_result_t start(hvd_optimizer_t *opt, int i) {
     rc = hvd__zero_reduce_async(d->zero, g, i, d->p[i].name, d->prescale,
                                 d->postscale, &d->p[i].req);
   else if (d->wire == HVD_FLOAT32 || g->dtype != HVD_FLOAT32)
-    rc = hvd_allreduce_async(d->p[i].name, g, g, HVD_SUM, d->prescale,
+    rc = hvd_allreduce_async(d->p[i].name, g, g, d->op, d->prescale,
                              d->postscale, &d->p[i].req);
   else
     rc = hvd__allreduce_wire_async(d->p[i].name, g, g, HVD_SUM, d->prescale,
@@ -306,13 +343,18 @@ static hvd_result_t dist_sparse_grad(hvd_optimizer_t *opt, int i,
   hvd__dist_t *d = opt->dist;
   dist_param_t *p = &d->p[i];
   sparse_rows_t *sp = &p->sp;
-  if (d->zero != NULL && d->sync && p->started)
+  /* rows after the dense share's reduction started are allgathered and
+   * added to the sum; neither a block nor Adasum's combination is one */
+  const char *whole = d->zero != NULL ? "a sharded optimizer takes"
+                      : d->op == HVD_ADASUM
+                          ? "op adasum (whole gradients) takes"
+                          : NULL;
+  if (whole != NULL && d->sync && p->started)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "hvd_optimizer_sparse_grad: parameter '%s': its "
-                          "reduction started, and a sharded optimizer takes "
-                          "no rows after that (hand them over before "
-                          "hvd_optimizer_grad_ready)",
-                          opt->base->params[i].name);
+                          "reduction started, and %s no rows after that (hand "
+                          "them over before hvd_optimizer_grad_ready)",
+                          opt->base->params[i].name, whole);
   opt->fresh = 1;
   if (d->sync)
     sp->calls++;

@@ -223,7 +223,7 @@ static int plain_jobs(struct dj *out, const char *prefix, int big) {
   int n = 0;
   for (int d = 0; d < NDT; d++) {
     hvd_dtype_t dt = dts[d];
-    for (int o = 0; o < HVD_OP_COUNT; o++) {
+    for (int o = 0; o <= HVD_PRODUCT; o++) { /* elementwise (no Adasum) */
       const double *sc = scales[dt == HVD_INT32 ? 0 : (d + o) % 3];
       for (int z = 0; z < 3; z++)
         for (int place = 0; place < 2; place++) {
@@ -249,7 +249,7 @@ static int wire_jobs(struct dj *out, const char *prefix) {
   static const int64_t sizes[2] = {17, 5000};
   int n = 0;
   for (int wi = 0; wi < 2; wi++)
-    for (int o = 0; o < HVD_OP_COUNT; o++)
+    for (int o = 0; o <= HVD_PRODUCT; o++)
       for (int z = 0; z < 2; z++)
         for (int place = 0; place < 2; place++) {
           dj_set(&out[n], prefix, HVD_FLOAT32, wires[wi], (hvd_op_t)o, 1,

@@ -36,7 +36,8 @@ static void mismatch(hvd_result_t rc, const char *head, const char *field,
 }
 
 int main(int argc, char **argv) {
-  static const char *op_names[] = {"sum", "average", "min", "max", "product"};
+  static const char *op_names[] = {"sum",     "average", "min",
+                                   "max",     "product", "adasum"};
   double buf[64];
   hvd_result_t rc;
 

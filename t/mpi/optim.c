@@ -475,8 +475,8 @@ static void test_errors(void) {
     hvd_distributed_options_init(&bad[i].o);
   bad[0].o.op = HVD_MIN;
   bad[0].what = "op min";
-  bad[0].msg = "hvd_distributed_optimizer: op min is not supported (average "
-               "or sum)";
+  bad[0].msg = "hvd_distributed_optimizer: op min is not supported (average, "
+               "sum or adasum)";
   bad[1].o.backward_passes_per_step = 0;
   bad[1].what = "0 passes";
   bad[1].msg = "hvd_distributed_optimizer: backward_passes_per_step 0 is "

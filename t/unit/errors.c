@@ -50,7 +50,7 @@ static const struct {
   const char *name;
 } ops[] = {
     {HVD_SUM, "sum"}, {HVD_AVERAGE, "average"}, {HVD_MIN, "min"},
-    {HVD_MAX, "max"}, {HVD_PRODUCT, "product"},
+    {HVD_MAX, "max"}, {HVD_PRODUCT, "product"}, {HVD_ADASUM, "adasum"},
 };
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -86,7 +86,7 @@ static void test_strings(void) {
               "hvd_dtype_name(%d)", bad_dtypes[i]);
   }
 
-  is_int(5, HVD_OP_COUNT, "5 ops");
+  is_int(6, HVD_OP_COUNT, "6 ops");
   for (int i = 0; i < COUNT(ops); i++) {
     is_int(i, ops[i].op, "op %s is %d", ops[i].name, i);
     is_string(ops[i].name, hvd_op_name(ops[i].op), "hvd_op_name(%d)", i);

@@ -360,7 +360,7 @@ int hvdt_burst(struct hvdt_ar *out, const char *prefix, const int64_t *sizes,
   static const double scales[3][2] = {{1, 1}, {2, 0.25}, {0.5, 3}};
   int n = 0;
   for (int d = 0; d < HVDT_BURST_DTYPES; d++)
-    for (int o = 0; o < HVD_OP_COUNT; o++) {
+    for (int o = 0; o <= HVD_PRODUCT; o++) { /* the elementwise ops */
       hvd_dtype_t dt = hvdt_burst_dtypes[d];
       hvd_op_t op = (hvd_op_t)o;
       const double *sc = scales[dt == HVD_INT32 ? 0 : (d + o) % 3];
