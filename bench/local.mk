@@ -65,7 +65,7 @@ endif
 ## The GPU machine's preparation and its one command (doc/gpu-testing.md).
 EXTRA_DIST += bench/prepare-gpu-carry.sh bench/gpu-session.sh bench/bert-sync-ratio.sh \
 	bench/allreduce-ratio.sh bench/zero-copy-probe.c bench/ratio-summary.sh \
-	bench/cluster-ratio.sh bench/burst.c
+	bench/cluster-ratio.sh bench/burst.c bench/adasum.c
 
 ## bert_train against PyTorch DDP on the CPU (doc/bench.md, "hvd vs PyTorch
 ## DDP on CPU"): the corpus generator, the DDP trainer, the alternating

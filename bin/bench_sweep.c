@@ -651,7 +651,7 @@ static void sweep_coll(sweep_t *sw, enum bench_coll coll) {
   for (int dt = 0; dt < HVD_DTYPE_COUNT; dt++) {
     if (!(sw->dtypes & (1u << dt)))
       continue;
-    for (int op = 0; op < HVD_OP_COUNT; op++) {
+    for (int op = 0; op < HVD_ADASUM; op++) { /* the elementwise ops */
       if (!(sw->ops & (1u << op)) && is_reduction(coll))
         continue;
       if (!is_reduction(coll) && op != 0)
@@ -703,7 +703,7 @@ int bench_sweep(const bench_opts_t *o) {
   sw.quick = quick;
   sw.colls = quick ? (1u << BENCH_COLL_COUNT) - 1 : o->colls;
   sw.dtypes = quick ? (1u << HVD_DTYPE_COUNT) - 1 : o->dtypes;
-  sw.ops = quick ? (1u << HVD_OP_COUNT) - 1 : o->ops;
+  sw.ops = quick ? (1u << HVD_ADASUM) - 1 : o->ops;
   sw.places = quick ? BENCH_IN_PLACE | BENCH_OUT_OF_PLACE : o->places;
   print_header(o);
   for (int cl = 0; cl < BENCH_COLL_COUNT; cl++)

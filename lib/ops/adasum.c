@@ -12,15 +12,19 @@
  * the higher's); last, r - P2 hands the result to r. Both sides of a
  * swap compute the same expression on the same operands, so every rank
  * ends with the same bits. Dot products and squared norms are summed in
- * double in element order; each element is ca * a + cb * b in the
+ * double in one fixed order (eight partial sums, folded pairwise); each
+ * element is ca * a + cb * b in the
  * tensor's dtype (float32 or float64), the coefficients rounded to it
  * (a zero tensor's coefficient is 1: it adds nothing). A rank that joined
  * contributes zeros, the identity.
  *
- * Whole tensors travel at every level (log2 size exchanges of the group
- * with one peer, against two passes for a ring allreduce): meant for the
- * gradients of the distributed optimizer at the world sizes of a node or
- * a few, as Horovod's CPU Adasum is.
+ * Each tensor is combined in its recv (send copied there first, with the
+ * prescale, unless in place), the peer's received into one scratch
+ * buffer of the largest tensor's size: one MPI_Sendrecv per tensor and
+ * level. Whole tensors travel at every level (log2 size exchanges with
+ * one peer, against about two passes for a ring allreduce): meant for
+ * the gradients of the distributed optimizer at the world sizes of a
+ * node or a few, as Horovod's CPU Adasum is.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -33,16 +37,31 @@
 
 #define ADASUM_TAG 0x4144 /* "AD" */
 #define PIECE_BYTES ((int64_t)1 << 30)
+#define LANES 8 /* the dot products' partial sums (element i: lane i % 8) */
 
-/* a's and b's dot product and squared norms, in double */
+/* a's and b's dot product and squared norms in double, in LANES partial
+ * sums (element i into lane i % LANES: the compiler vectorizes it, where
+ * one running sum is a chain of dependent adds) folded pairwise: one
+ * fixed order, whatever the machine */
 #define SUMS(type)                                                             \
   do {                                                                         \
     const type *x = a, *y = b;                                                 \
-    for (int64_t i = 0; i < n; i++) {                                          \
-      dot += (double)x[i] * y[i];                                              \
-      aa += (double)x[i] * x[i];                                               \
-      bb += (double)y[i] * y[i];                                               \
+    double d[LANES] = {0}, p[LANES] = {0}, q[LANES] = {0};                     \
+    int64_t i = 0;                                                             \
+    for (; i + LANES <= n; i += LANES)                                         \
+      for (int k = 0; k < LANES; k++) {                                        \
+        const double u = x[i + k], v = y[i + k];                               \
+        d[k] += u * v;                                                         \
+        p[k] += u * u;                                                         \
+        q[k] += v * v;                                                         \
+      }                                                                        \
+    for (int k = 0; i < n; i++, k++) {                                         \
+      const double u = x[i], v = y[i];                                         \
+      d[k] += u * v;                                                           \
+      p[k] += u * u;                                                           \
+      q[k] += v * v;                                                           \
     }                                                                          \
+    dot = fold(d), aa = fold(p), bb = fold(q);                                 \
   } while (0)
 
 #define MIX(type)                                                              \
@@ -54,10 +73,14 @@
       o[i] = fa * x[i] + fb * y[i];                                            \
   } while (0)
 
+static double fold(const double *v) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
 /* out = adasum(a, b) over n elements of dtype (out may be a or b). */
 static void combine(void *out, const void *a, const void *b, int64_t n,
                     hvd_dtype_t dtype) {
-  double dot = 0, aa = 0, bb = 0;
+  double dot, aa, bb;
   if (dtype == HVD_FLOAT32)
     SUMS(float);
   else
@@ -70,25 +93,9 @@ static void combine(void *out, const void *a, const void *b, int64_t n,
     MIX(double);
 }
 
-/* Every member's segment of the packed group: mine = adasum(lower, higher)
- * where `mine_low` says which one mine is. */
-static void combine_group(const hvd__work_t *w, char *mine, const char *peer,
-                          int mine_low) {
-  const hvd_dtype_t dtype = w->desc->dtype;
-  const size_t es = hvd_dtype_size(dtype);
-  int64_t at = 0;
-  for (int i = 0; i < w->n; i++) {
-    const int64_t m = hvd_tensor_numel(&w->reqs[i]->send);
-    char *x = mine + at * es;
-    const char *y = peer + at * es;
-    combine(x, mine_low ? x : y, mine_low ? y : x, m, dtype);
-    at += m;
-  }
-}
-
 /* Sends `bytes` of out to rank `to` and/or receives as many into in from
- * `from` (MPI_PROC_NULL: that side is skipped), in pieces MPI's int
- * counts. */
+ * `from` (NULL and MPI_PROC_NULL: that side is skipped), in pieces MPI's
+ * int counts. */
 static hvd_result_t swap(const hvd__exec_env_t *env, const char *out, char *in,
                          int64_t bytes, int to, int from) {
   hvd_result_t rc = HVD_SUCCESS;
@@ -106,29 +113,47 @@ fail:
   return rc;
 }
 
-/* The tree over the packed group in mine (peer: as much scratch). */
-static hvd_result_t tree(const hvd__exec_env_t *env, const hvd__work_t *w,
-                         char *mine, char *peer, int64_t bytes) {
+/* One stage of the tree for every tensor of the group (in its recv, the
+ * peer's into scratch): send to `to` and/or receive from `from`; with
+ * `mix`, the received one combined into it, this rank's the lower side
+ * when `low`. */
+static hvd_result_t stage(const hvd__exec_env_t *env, const hvd__work_t *w,
+                          char *scratch, int to, int from, int mix, int low) {
+  const hvd_dtype_t dtype = w->desc->dtype;
+  const int64_t es = (int64_t)hvd_dtype_size(dtype);
   hvd_result_t rc = HVD_SUCCESS;
-  const int r = env->rank, size = env->size;
+  for (int i = 0; i < w->n && rc == HVD_SUCCESS; i++) {
+    char *mine = w->reqs[i]->recv.data;
+    const int64_t m = hvd_tensor_numel(&w->reqs[i]->send);
+    rc = swap(env, to == MPI_PROC_NULL ? NULL : mine,
+              from == MPI_PROC_NULL ? NULL
+              : mix                 ? scratch
+                                    : mine,
+              m * es, to, from);
+    if (rc == HVD_SUCCESS && mix)
+      combine(mine, low ? mine : scratch, low ? scratch : mine, m, dtype);
+  }
+  return rc;
+}
+
+/* The tree over the group's tensors, each in its recv. */
+static hvd_result_t tree(const hvd__exec_env_t *env, const hvd__work_t *w,
+                         char *scratch) {
+  hvd_result_t rc = HVD_SUCCESS;
+  const int r = env->rank, size = env->size, none = MPI_PROC_NULL;
   int p2 = 1;
   while (p2 * 2 <= size)
     p2 *= 2;
   if (r >= p2) { /* folded into r - p2, which hands the result back */
-    HVD__CHECK(swap(env, mine, NULL, bytes, r - p2, MPI_PROC_NULL));
-    return swap(env, NULL, mine, bytes, MPI_PROC_NULL, r - p2);
-  }
-  if (r + p2 < size) {
-    HVD__CHECK(swap(env, NULL, peer, bytes, MPI_PROC_NULL, r + p2));
-    combine_group(w, mine, peer, 1);
-  }
-  for (int d = 1; d < p2; d *= 2) {
-    const int q = r ^ d;
-    HVD__CHECK(swap(env, mine, peer, bytes, q, q));
-    combine_group(w, mine, peer, r < q);
+    HVD__CHECK(stage(env, w, scratch, r - p2, none, 0, 0));
+    return stage(env, w, scratch, none, r - p2, 0, 0);
   }
   if (r + p2 < size)
-    HVD__CHECK(swap(env, mine, NULL, bytes, r + p2, MPI_PROC_NULL));
+    HVD__CHECK(stage(env, w, scratch, none, r + p2, 1, 1));
+  for (int d = 1; d < p2; d *= 2)
+    HVD__CHECK(stage(env, w, scratch, r ^ d, r ^ d, 1, r < (r ^ d)));
+  if (r + p2 < size)
+    HVD__CHECK(stage(env, w, scratch, r + p2, none, 0, 0));
 fail:
   return rc;
 }
@@ -137,34 +162,24 @@ hvd_result_t hvd__adasum_allreduce(hvd__mpi_state_t *s,
                                    const hvd__exec_env_t *env,
                                    const hvd__work_t *w) {
   const hvd__desc_t *d = w->desc;
-  const size_t es = hvd_dtype_size(d->dtype);
-  int64_t total = 0;
-  for (int i = 0; i < w->n; i++)
-    total += hvd_tensor_numel(&w->reqs[i]->send);
-  const int64_t bytes = total * (int64_t)es;
-  hvd_result_t rc = hvd__grow((void **)&s->ada, &s->ada_cap,
-                              (size_t)(bytes > 0 ? bytes : 1), "adasum buffer");
-  if (rc == HVD_SUCCESS)
-    rc = hvd__grow((void **)&s->ada_peer, &s->ada_peer_cap,
-                   (size_t)(bytes > 0 ? bytes : 1), "adasum buffer");
-  if (rc != HVD_SUCCESS)
-    return rc;
-  int64_t at = 0;
-  for (int i = 0; i < w->n; i++) { /* pack, prescaled; a stub's zeros */
+  int64_t most = 1;
+  for (int i = 0; i < w->n; i++) { /* each into its recv, prescaled */
     const hvd_request_t *q = w->reqs[i];
     const int64_t m = hvd_tensor_numel(&q->send);
-    hvd__scale(s->ada + at * es, q->send.data, m, d->dtype,
+    most = m > most ? m : most;
+    hvd__scale(q->recv.data, q->send.data, m, d->dtype,
                q->is_stub ? 1.0 : d->prescale);
-    at += m;
   }
-  rc = env->size > 1 ? tree(env, w, s->ada, s->ada_peer, bytes) : HVD_SUCCESS;
-  at = 0;
-  for (int i = 0; i < w->n && rc == HVD_SUCCESS; i++) { /* unpack */
+  hvd_result_t rc =
+      hvd__grow((void **)&s->ada_peer, &s->ada_peer_cap,
+                (size_t)most * hvd_dtype_size(d->dtype), "adasum scratch");
+  if (rc == HVD_SUCCESS && env->size > 1)
+    rc = tree(env, w, s->ada_peer);
+  for (int i = 0; i < w->n && rc == HVD_SUCCESS; i++) {
     hvd_request_t *q = w->reqs[i];
-    const int64_t m = hvd_tensor_numel(&q->send);
     if (!q->is_stub)
-      hvd__scale(q->recv.data, s->ada + at * es, m, d->dtype, d->postscale);
-    at += m;
+      hvd__scale(q->recv.data, q->recv.data, hvd_tensor_numel(&q->send),
+                 d->dtype, d->postscale);
   }
   return rc;
 }

@@ -90,9 +90,9 @@ typedef struct hvd__mpi_state {
   size_t gather_cap;
   int64_t *gdims;
   size_t gdims_cap;
-  /* HVD_ADASUM (adasum.c): the packed group, and a peer's */
-  char *ada, *ada_peer;
-  size_t ada_cap, ada_peer_cap;
+  /* HVD_ADASUM (adasum.c): a peer's tensor */
+  char *ada_peer;
+  size_t ada_peer_cap;
 } hvd__mpi_state_t;
 
 /* r's output: d's shape with `rows` in dimension 0. */

@@ -36,7 +36,6 @@ static void mpi_close(void *state, int collective) {
   free(s->stage);
   free(s->gather);
   free(s->gdims);
-  free(s->ada);
   free(s->ada_peer);
   free(s);
 }

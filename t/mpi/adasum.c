@@ -12,6 +12,7 @@
  *  - prescale 2 and postscale 0.5 give the plain result's bits (Adasum is
  *    homogeneous of degree 1);
  *  - a rank with zeros, and a rank that joined (hvd_join: zeros too);
+ *  - a process set of ranks 1..size-1 (its own tree, set ranks);
  *  - the distributed optimizer with op HVD_ADASUM: plain SGD (lr 1) on
  *    orthogonal gradients moves the weights by their sum; sparse rows
  *    after grad_ready are refused;
@@ -226,6 +227,36 @@ static void test_zeros_and_join(void) {
   is_int(size - 2 > 0 ? size - 2 : 0, last, "the last to join");
 }
 
+/* A process set of ranks 1..size-1: its own tree (at np 4 three ranks,
+ * one folded in), ranks counted within the set. */
+static void test_process_set(void) {
+  if (size < 2) {
+    skip(2, "a process set of ranks 1.. needs np >= 2");
+    return;
+  }
+  int ranks[4], n = 0;
+  for (int q = 1; q < size; q++)
+    ranks[n++] = q;
+  hvd_process_set_t *ps = NULL;
+  if (hvd_process_set_create(ranks, n, &ps) != HVD_SUCCESS)
+    bail("process set: %s", hvd_last_error());
+  int good = 1;
+  hvd_result_t rc = HVD_SUCCESS;
+  if (rank > 0) {
+    float e[4] = {0};
+    int64_t four = 4;
+    e[hvd_process_set_rank(ps)] = 1;
+    hvd_tensor_t t = hvd_tensor_make(e, HVD_FLOAT32, 1, &four);
+    rc = hvd_ps_allreduce(ps, "set", &t, &t, HVD_ADASUM, 1, 1);
+    for (int i = 0; i < 4; i++)
+      good &= e[i] == (i < n ? 1.0f : 0.0f);
+  }
+  is_int(HVD_SUCCESS, rc, "process set of %d: allreduce", n);
+  ok(good, "process set of %d: orthogonal tensors add up (1 at 0..%d)", n,
+     n - 1);
+  hvd_process_set_destroy(ps);
+}
+
 static void test_optimizer(void) {
   int64_t n = 8;
   float w[8], g[8];
@@ -326,6 +357,7 @@ int main(int argc, char **argv) {
   test_general(HVD_FLOAT64, 333, 1e-13);
   test_group_and_scale();
   test_zeros_and_join();
+  test_process_set();
   test_optimizer();
   test_refusals();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
