@@ -353,20 +353,23 @@ hvd_result_t hvd__optim_update_device(const hvd__optim_builtin_t *b, int kind,
                             state, nstate, step, lr, NULL);
   const double dflt = *wd;
   hvd_result_t rc = HVD_SUCCESS;
-  /* a group per device parameter whose decay and rate no earlier one has */
+  unsigned char *only = b->only, *done = b->only + n;
+  memset(done, 0, (size_t)n);
+  /* a group per device parameter not in an earlier one: it and every later
+   * one with its decay and rate */
 #define SAME(j) (hvd__optim_wd(b, j, dflt) == v && hvd__optim_lr(b, j, lr) == r)
   for (int i = 0; i < n && rc == HVD_SUCCESS; i++) {
-    const double v = hvd__optim_wd(b, i, dflt), r = hvd__optim_lr(b, i, lr);
-    int first = params[i].value.device != HVD_CPU;
-    for (int j = 0; j < i && first; j++)
-      first = params[j].value.device == HVD_CPU || !SAME(j);
-    if (!first)
+    if (params[i].value.device == HVD_CPU || done[i])
       continue;
-    for (int j = 0; j < n; j++)
-      b->only[j] = params[j].value.device != HVD_CPU && SAME(j);
+    const double v = hvd__optim_wd(b, i, dflt), r = hvd__optim_lr(b, i, lr);
+    for (int j = 0; j < n; j++) {
+      only[j] =
+          j >= i && params[j].value.device != HVD_CPU && !done[j] && SAME(j);
+      done[j] |= only[j];
+    }
     *wd = v;
     rc = hvd__odev_update(HVD__STEP_WHO, b->odev, kind, options, params, n,
-                          state, nstate, step, r, b->only);
+                          state, nstate, step, r, only);
   }
 #undef SAME
   *wd = dflt;
@@ -594,7 +597,7 @@ static hvd_result_t per_param(hvd__optim_builtin_t *b, double **arr) {
   if (*arr != NULL)
     return HVD_SUCCESS;
   const size_t n = b->n > 0 ? (size_t)b->n : 1;
-  if (b->only == NULL && (b->only = malloc(n)) == NULL)
+  if (b->only == NULL && (b->only = malloc(2 * n)) == NULL)
     return HVD_ERR_NO_MEMORY;
   if ((*arr = malloc(n * sizeof **arr)) == NULL)
     return HVD_ERR_NO_MEMORY; /* only stays: freed with b */

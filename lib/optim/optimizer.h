@@ -276,8 +276,8 @@ typedef struct hvd__optim_builtin {
                               hvd_optimizer_set_param_weight_decay set none */
   double *lrs;             /* n learning-rate scales (NAN: 1), or NULL when
                               hvd_optimizer_set_param_lr_scale set none */
-  unsigned char *only;     /* with wd or lrs: n flags, a group's device
-                              update */
+  unsigned char *only;     /* with wd or lrs: 2 n flags, a group's device
+                              update and the parameters already updated */
 } hvd__optim_builtin_t;
 
 /* A built-in's ops.destroy: frees ctx and what it holds. */
