@@ -43,9 +43,10 @@ static hvd_result_t check_op(const char *kind, const char *name, int op) {
   return HVD_SUCCESS;
 }
 
-/* HVD_ADASUM's tensors: host float32 or float64 (lib/ops/adasum.c). */
+/* HVD_ADASUM's tensors: host float32 or float64, on a wire of their own
+ * dtype (lib/ops/adasum.c). */
 static hvd_result_t check_adasum(const char *kind, const char *name,
-                                 const hvd_tensor_t *t) {
+                                 const hvd_tensor_t *t, int wire) {
   if (t->dtype != HVD_FLOAT32 && t->dtype != HVD_FLOAT64)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s '%s': HVD_ADASUM needs float32 or float64, not "
@@ -58,6 +59,11 @@ static hvd_result_t check_adasum(const char *kind, const char *name,
                           "%s '%s': HVD_ADASUM runs on host tensors, not %s",
                           kind, name, dev);
   }
+  if (wire != (int)t->dtype)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': HVD_ADASUM combines the tensors as they "
+                          "are: no %s wire",
+                          kind, name, hvd_dtype_name((hvd_dtype_t)wire));
   return HVD_SUCCESS;
 }
 
@@ -259,15 +265,10 @@ static hvd_result_t make_allreduce(const char *fn, const char *name,
   }
   HVD__CHECK(check_scale(k, name, "prescale", pre, send->dtype));
   HVD__CHECK(check_scale(k, name, "postscale", post, send->dtype));
-  if (op == HVD_ADASUM)
-    HVD__CHECK(check_adasum(k, name, send));
   if (wire < 0)
     wire = send->dtype;
-  if (op == HVD_ADASUM && wire != (int)send->dtype)
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s '%s': HVD_ADASUM combines the tensors as they "
-                          "are: no %s wire",
-                          k, name, hvd_dtype_name((hvd_dtype_t)wire));
+  if (op == HVD_ADASUM)
+    HVD__CHECK(check_adasum(k, name, send, wire));
   if (wire != (int)send->dtype &&
       (send->dtype != HVD_FLOAT32 ||
        (wire != HVD_FLOAT16 && wire != HVD_BFLOAT16)))
