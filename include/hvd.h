@@ -930,12 +930,47 @@ hvd_result_t hvd_optimizer_custom(hvd_param_t *params, int n,
                                   const hvd_optimizer_ops_t *ops, void *ctx,
                                   hvd_optimizer_t **out);
 
-/* Gradient compression on the wire (the cast is fused into the copies). */
+/* Gradient compression. FP16 and BF16 cast on the wire (the cast is fused
+ * into the copies). POWERSGD is PyTorch DDP's powerSGD_hook (Vogels et
+ * al., 2019): see hvd_powersgd_options_t. */
 typedef enum hvd_compression {
   HVD_COMPRESS_NONE = 0,
   HVD_COMPRESS_FP16 = 1,
-  HVD_COMPRESS_BF16 = 2
+  HVD_COMPRESS_BF16 = 2,
+  HVD_COMPRESS_POWERSGD = 3
 } hvd_compression_t;
+
+/* PowerSGD, as DDP's PowerSGDState. A gradient of two or more dimensions
+ * is viewed as a matrix M of n = shape[0] rows and m = numel / n columns;
+ * with r = min(rank, n, m) it is compressed when r (n + m) times
+ * min_compression_rate is below n m, else (and every gradient of one
+ * dimension) it is all-reduced whole, as without compression. Each step,
+ * for a compressed M (this rank's gradient plus its error feedback):
+ *   P = M Q, all-reduced (a sum); P orthonormalised by Gram-Schmidt (a
+ *   column of norm 0 stays 0); Q = M^T P, all-reduced; the gradient
+ *   becomes P Q^T times the op's factor (HVD_AVERAGE: the mean), and the
+ *   error feedback M - P Q^T / size.
+ * Q starts as normal random values from seed, the same on every rank;
+ * with warm_start the next step starts from this step's mean Q. Two small
+ * all-reductions, of r (n + m) values, replace one of n m. Until the
+ * optimizer has taken start_step steps every gradient is all-reduced
+ * whole (DDP's start_powerSGD_iter: the early steps are the ones low
+ * rank approximates worst). A step whose P or Q is not finite (an
+ * overflow under fp16 loss scaling) leaves a non-finite gradient, which
+ * loss scaling skips, and keeps the error feedback and draws a new Q.
+ * Float32 host gradients (or reduce_fp32's copies) of the compressed
+ * parameters; no sharding, no op HVD_ADASUM. The error feedback and Q
+ * are each rank's own and are not in checkpoints: a resumed run starts
+ * them afresh (zero error, a new Q), as DDP does unless its state is
+ * saved. */
+typedef struct hvd_powersgd_options {
+  int rank;                    /* r >= 1 (default 1) */
+  int64_t start_step;          /* >= 0 (default 1000) */
+  double min_compression_rate; /* >= 0 (default 2) */
+  int error_feedback;          /* 1 (default) or 0 */
+  int warm_start;              /* 1 (default) or 0 */
+  uint64_t seed;               /* Q's random values (default 0) */
+} hvd_powersgd_options_t;
 
 typedef struct hvd_distributed_options {
   hvd_op_t op;                      /* HVD_AVERAGE (default), HVD_SUM, or
@@ -958,6 +993,7 @@ typedef struct hvd_distributed_options {
   int reduce_fp32;                  /* 1: float16/bfloat16 gradients are
                                        converted to float32 and reduced so
                                        (default 0: in their own dtype) */
+  hvd_powersgd_options_t powersgd;  /* compression HVD_COMPRESS_POWERSGD */
 } hvd_distributed_options_t;
 
 void hvd_distributed_options_init(hvd_distributed_options_t *o);

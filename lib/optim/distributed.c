@@ -15,6 +15,12 @@
  * With op HVD_ADASUM the reductions are HVD_ADASUM allreduces (whole
  * float32 host gradients, f 1: lib/ops/adasum.c), prescale 1 / k.
  *
+ * With compression HVD_COMPRESS_POWERSGD (powersgd.c) a compressed
+ * parameter's reduction is PowerSGD's: grad_ready applies the prescale
+ * and submits P's allreduce in place of the gradient's; the step, once
+ * every first-round request is back, runs the second round (Q) and
+ * writes the approximation, times the postscale, into the gradient.
+ *
  * Device gradients (parameters on the rank's GPU) go through the engine's
  * device executors like any device tensor; the only gradient arithmetic
  * done here, the no-sync division by the passes, runs as a kernel.
@@ -80,6 +86,7 @@ struct hvd__dist {
   dist_param_t *p;   /* n entries */
   char *names;       /* the reduction names, one block */
   hvd__zero_t *zero; /* shard_optimizer_state: ZeRO-1 (zero.c), else NULL */
+  hvd__psgd_t *psgd; /* compression powersgd (powersgd.c), else NULL */
 };
 
 void hvd_distributed_options_init(hvd_distributed_options_t *o) {
@@ -91,6 +98,11 @@ void hvd_distributed_options_init(hvd_distributed_options_t *o) {
   o->backward_passes_per_step = 1;
   o->average_passes = 1;
   o->gradient_predivide_factor = 1.0;
+  o->powersgd.rank = 1;
+  o->powersgd.start_step = 1000;
+  o->powersgd.min_compression_rate = 2.0;
+  o->powersgd.error_feedback = 1;
+  o->powersgd.warm_start = 1;
 }
 
 /* ---- creation ----------------------------------------------------------- */
@@ -133,7 +145,8 @@ static hvd_result_t check_options(const char *fn,
                           fn, hvd_op_name(o->op));
   if (o->compression != HVD_COMPRESS_NONE &&
       o->compression != HVD_COMPRESS_FP16 &&
-      o->compression != HVD_COMPRESS_BF16)
+      o->compression != HVD_COMPRESS_BF16 &&
+      o->compression != HVD_COMPRESS_POWERSGD)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: unknown compression %d", fn,
                           (int)o->compression);
   if (o->backward_passes_per_step < 1)
@@ -208,6 +221,7 @@ static void dist_free(hvd__dist_t *d) {
       free(sp->values);
     }
   hvd__zero_free(d->zero);
+  hvd__psgd_free(d->psgd);
   free(d->p);
   free(d->names);
   free(d);
@@ -259,6 +273,11 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
   d->prescale = 1.0 / k / f;
   d->postscale = o->op == HVD_AVERAGE ? f / hvd_size() : f;
   d->op = o->op == HVD_ADASUM ? HVD_ADASUM : HVD_SUM;
+  if (o->compression == HVD_COMPRESS_POWERSGD) {
+    d->wire = HVD_FLOAT32; /* what it does not compress goes whole */
+    HVD__CHECK(
+        hvd__psgd_create(fn, &o->powersgd, base, o->reduce_fp32, &d->psgd));
+  }
   if (o->shard_optimizer_state) /* last: it drops the base's full state */
     HVD__CHECK(hvd__zero_create(fn, base, o->reduce_fp32, &d->zero));
   base->agree_inf = 1;
@@ -295,6 +314,8 @@ static hvd_result_t start(hvd_optimizer_t *opt, int i) {
   if (d->zero != NULL)
     rc = hvd__zero_reduce_async(d->zero, g, i, d->p[i].name, d->prescale,
                                 d->postscale, &d->p[i].req);
+  else if (hvd__psgd_takes(d->psgd, i, opt->base->steps))
+    rc = hvd__psgd_start(d->psgd, i, g, d->prescale, &d->p[i].req);
   else if (d->wire == HVD_FLOAT32 || g->dtype != HVD_FLOAT32)
     rc = hvd_allreduce_async(d->p[i].name, g, g, d->op, d->prescale,
                              d->postscale, &d->p[i].req);
@@ -493,6 +514,14 @@ static hvd_result_t reduce_all(hvd_optimizer_t *opt) {
     hvd_result_t rc = hvd_wait(d->p[i].req);
     d->p[i].req = NULL;
     d->inflight--;
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+  }
+  { /* PowerSGD's second round, then its approximations */
+    hvd_result_t rc =
+        hvd__psgd_finish(d->psgd, first == HVD_SUCCESS, d->postscale);
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
       first = rc;
       snprintf(msg, sizeof msg, "%s", hvd_last_error());

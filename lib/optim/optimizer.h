@@ -200,6 +200,24 @@ int64_t hvd__zero_state_bytes(const hvd__zero_t *z);
 /* For checkpoints and the state broadcast, on any optimizer: the core's
  * full state present (a sharded one gathers it: collective), then back
  * (take: keep what it now holds). No-ops unless sharded. */
+/* PowerSGD (powersgd.c): the distributed optimizer's compression
+ * HVD_COMPRESS_POWERSGD. takes: parameter i is compressed at step count
+ * steps. start: M = prescale g + e, P = M Q, P's allreduce submitted
+ * (*req, waited for by the caller). finish, after every phase-1 request
+ * was waited for: with keep, Q's allreduces, then each gradient replaced
+ * by its approximation times postscale; without, the step's compressions
+ * are dropped. */
+typedef struct hvd__psgd hvd__psgd_t;
+
+hvd_result_t hvd__psgd_create(const char *fn, const hvd_powersgd_options_t *o,
+                              const hvd_optimizer_t *base, int reduce_fp32,
+                              hvd__psgd_t **out);
+void hvd__psgd_free(hvd__psgd_t *s); /* accepts NULL */
+int hvd__psgd_takes(const hvd__psgd_t *s, int i, int64_t steps);
+hvd_result_t hvd__psgd_start(hvd__psgd_t *s, int i, hvd_tensor_t *g,
+                             double prescale, hvd_request_t **req);
+hvd_result_t hvd__psgd_finish(hvd__psgd_t *s, int keep, double postscale);
+
 hvd_result_t hvd__optim_state_gather(hvd_optimizer_t *opt);
 /* 1 for a sharded optimizer, whose full state has no data between those
  * calls. */

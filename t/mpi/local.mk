@@ -98,10 +98,13 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 ## and not, refusals); LAMB (lamb: against a reference, the trust ratio,
 ## sharded and not, non-finite norms, bfloat16, checkpoints, refusals);
 ## HVD_ADASUM (adasum: exact cases, a reference, groups, scaling, zeros
-## and a joined rank, the distributed optimizer, refusals).
+## and a joined rank, the distributed optimizer, refusals); PowerSGD
+## (powersgd: exact low-rank recovery, error feedback, start_step,
+## scaling, a NaN step, refusals).
 check_PROGRAMS += t/mpi/optim t/mpi/bcast_params t/mpi/checkpoint \
 	t/mpi/sparse_grad t/mpi/sync_bn t/mpi/zero t/mpi/state t/mpi/mixed \
-	t/mpi/mixed_shard t/mpi/clip t/mpi/weight_decay t/mpi/lamb t/mpi/adasum
+	t/mpi/mixed_shard t/mpi/clip t/mpi/weight_decay t/mpi/lamb t/mpi/adasum \
+	t/mpi/powersgd
 NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/optim.np4 \
 	t/mpi/sparse_grad.np1 t/mpi/sparse_grad.np2 t/mpi/sparse_grad.np3 \
@@ -118,6 +121,8 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/weight_decay.np4 \
 	t/mpi/lamb.np1 t/mpi/lamb.np2 t/mpi/lamb.np3 t/mpi/lamb.np4 \
 	t/mpi/adasum.np1 t/mpi/adasum.np2 t/mpi/adasum.np3 t/mpi/adasum.np4 \
+	t/mpi/powersgd.np1 t/mpi/powersgd.np2 t/mpi/powersgd.np3 \
+	t/mpi/powersgd.np4 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
 	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3

@@ -1,0 +1,368 @@
+/*
+ * powersgd.c - PowerSGD gradient compression for the distributed
+ * optimizer (Vogels, Karimireddy and Jaggi, "PowerSGD: Practical Low-Rank
+ * Gradient Compression for Distributed Optimization", 2019), with the
+ * choices of PyTorch DDP's powerSGD_hook, so that a DDP user's settings
+ * mean the same here (include/hvd.h, hvd_powersgd_options_t).
+ *
+ * A step of one compressed parameter, M its gradient viewed as n x m:
+ *
+ *   grad_ready     M = prescale * g + e        (in place, in g)
+ *                  P = M Q                     (n x r)
+ *                  allreduce P "hvd.psgd.<name>.p"  (fuses with the rest)
+ *   step, phase 2  P orthonormalised (Gram-Schmidt, in double)
+ *                  Q = M^T P                   (m x r)
+ *                  allreduce Q "hvd.psgd.<name>.q"
+ *   step, finish   t = P Q^T;  e = M - t / size;  g = t * postscale
+ *
+ * The first phase starts at grad_ready and overlaps backward as any
+ * reduction does; the second needs every P and runs in the step. P after
+ * its allreduce, Q after its, and so t and g, are the same bits on every
+ * rank: the arithmetic between them is this file's fixed loops. Q is kept
+ * transposed (r rows of m) so that every loop runs along a contiguous
+ * row.
+ *
+ * Which parameters are compressed depends only on shapes and options, and
+ * whether this step compresses only on the optimizer's step count, so
+ * every rank submits the same reductions.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/errors.h"
+#include "base/tensor.h"
+#include "optim/optimizer.h"
+
+#define PSGD_PREFIX "hvd.psgd."
+
+typedef struct psgd_param {
+  int on;         /* compressed when the step count allows */
+  int64_t n, m;   /* the matrix view */
+  int r;          /* min(rank, n, m) */
+  float *p;       /* n x r */
+  float *q;       /* Q transposed: r x m */
+  float *e;       /* n x m error feedback (error_feedback), else NULL */
+  int q_ready;    /* q holds a warm start */
+  uint64_t draws; /* random Qs drawn so far (the same on every rank) */
+  char *pname, *qname;
+  hvd_tensor_t *g;    /* the gradient compressed this step, else NULL */
+  hvd_request_t *req; /* phase 2's allreduce in flight */
+} psgd_param_t;
+
+struct hvd__psgd {
+  hvd_powersgd_options_t o;
+  int n;
+  psgd_param_t *p;
+};
+
+/* ---- creation ----------------------------------------------------------- */
+
+static hvd_result_t check(const char *fn, const hvd_powersgd_options_t *o) {
+  if (o->rank < 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: powersgd.rank %d is below 1", fn, o->rank);
+  if (o->start_step < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: powersgd.start_step %lld is negative", fn,
+                          (long long)o->start_step);
+  if (!isfinite(o->min_compression_rate) || o->min_compression_rate < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: powersgd.min_compression_rate %g is not a "
+                          "finite number >= 0",
+                          fn, o->min_compression_rate);
+  if ((o->error_feedback | o->warm_start) & ~1)
+    return hvd__set_error(
+        HVD_ERR_INVALID_ARG, "%s: powersgd.%s %d is not 0 or 1", fn,
+        o->error_feedback & ~1 ? "error_feedback" : "warm_start",
+        o->error_feedback & ~1 ? o->error_feedback : o->warm_start);
+  return HVD_SUCCESS;
+}
+
+/* Whether gradient g is compressed, and its matrix view (DDP's rule:
+ * compressed when r (n + m) * rate < n m). */
+static int compressible(const hvd_powersgd_options_t *o, const hvd_tensor_t *g,
+                        int64_t *n, int64_t *m, int *r) {
+  if (g->ndim < 2 || g->shape[0] == 0)
+    return 0;
+  *n = g->shape[0];
+  *m = hvd_tensor_numel(g) / *n;
+  int64_t k = o->rank;
+  if (k > *n)
+    k = *n;
+  if (k > *m)
+    k = *m;
+  *r = (int)k;
+  return (double)k * (double)(*n + *m) * o->min_compression_rate <
+         (double)*n * (double)*m;
+}
+
+static char *name_of(const char *pname, const char *part) {
+  size_t len = sizeof PSGD_PREFIX + strlen(pname) + strlen(part);
+  char *s = malloc(len);
+  if (s != NULL)
+    snprintf(s, len, "%s%s%s", PSGD_PREFIX, pname, part);
+  return s;
+}
+
+void hvd__psgd_free(hvd__psgd_t *s) {
+  if (s == NULL)
+    return;
+  for (int i = 0; s->p != NULL && i < s->n; i++) {
+    psgd_param_t *p = &s->p[i];
+    if (p->req != NULL)
+      (void)hvd_wait(p->req); /* its buffer is ours, freed below */
+    free(p->p);
+    free(p->q);
+    free(p->e);
+    free(p->pname);
+    free(p->qname);
+  }
+  free(s->p);
+  free(s);
+}
+
+/* Parameter i's buffers, or a refusal of a gradient it cannot take. */
+static hvd_result_t param_init(const char *fn, hvd__psgd_t *s,
+                               const hvd_param_t *prm, int reduce_fp32,
+                               psgd_param_t *p) {
+  const hvd_tensor_t *g = &prm->grad;
+  if (!compressible(&s->o, g, &p->n, &p->m, &p->r))
+    return HVD_SUCCESS;
+  if (g->device != HVD_CPU || (g->dtype != HVD_FLOAT32 && !reduce_fp32))
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: compression powersgd compresses float32 "
+                          "gradients on the host (set reduce_fp32 for "
+                          "float16/bfloat16 ones); parameter '%s' has %s on %s",
+                          fn, prm->name, hvd_dtype_name(g->dtype),
+                          g->device == HVD_CPU ? "the host" : "a GPU");
+  p->on = 1;
+  p->p = malloc((size_t)(p->n * p->r) * sizeof *p->p);
+  p->q = malloc((size_t)(p->m * p->r) * sizeof *p->q);
+  if (s->o.error_feedback)
+    p->e = calloc((size_t)(p->n * p->m), sizeof *p->e);
+  p->pname = name_of(prm->name, ".p");
+  p->qname = name_of(prm->name, ".q");
+  if (p->p == NULL || p->q == NULL || (s->o.error_feedback && p->e == NULL) ||
+      p->pname == NULL || p->qname == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "%s: powersgd: out of memory for parameter '%s' "
+                          "(%lld x %lld, rank %d)",
+                          fn, prm->name, (long long)p->n, (long long)p->m,
+                          p->r);
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__psgd_create(const char *fn, const hvd_powersgd_options_t *o,
+                              const hvd_optimizer_t *base, int reduce_fp32,
+                              hvd__psgd_t **out) {
+  hvd_result_t rc = HVD_SUCCESS;
+  HVD__CHECK(check(fn, o));
+  hvd__psgd_t *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+  s->o = *o;
+  s->n = base->n;
+  s->p = calloc(base->n > 0 ? (size_t)base->n : 1, sizeof *s->p);
+  if (s->p == NULL) {
+    free(s);
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+  }
+  for (int i = 0; i < base->n && rc == HVD_SUCCESS; i++)
+    rc = param_init(fn, s, &base->params[i], reduce_fp32, &s->p[i]);
+  if (rc != HVD_SUCCESS) {
+    hvd__psgd_free(s);
+    return rc;
+  }
+  *out = s;
+  return HVD_SUCCESS;
+fail:
+  return rc;
+}
+
+int hvd__psgd_takes(const hvd__psgd_t *s, int i, int64_t steps) {
+  return s != NULL && s->p[i].on && steps >= s->o.start_step;
+}
+
+/* ---- the arithmetic ----------------------------------------------------- */
+
+static uint64_t splitmix(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/* Q's normal random values (Box-Muller), from (seed, parameter, draw):
+ * the same on every rank. */
+static void draw_q(const hvd__psgd_t *s, int i, psgd_param_t *p) {
+  uint64_t x = s->o.seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL) ^
+               (p->draws++ * 0x8cb92ba72f3d8dd7ULL);
+  int64_t len = p->m * p->r;
+  for (int64_t k = 0; k < len; k += 2) {
+    double u1 = ((double)(splitmix(&x) >> 11) + 1.0) * 0x1p-53; /* (0, 1] */
+    double u2 = (double)(splitmix(&x) >> 11) * 0x1p-53;
+    double rad = sqrt(-2.0 * log(u1)), ang = 6.283185307179586 * u2;
+    p->q[k] = (float)(rad * cos(ang));
+    if (k + 1 < len)
+      p->q[k + 1] = (float)(rad * sin(ang));
+  }
+}
+
+/* P = M Q (each entry a dot product along a row of M and one of Q^T). */
+static void m_times_q(const float *M, const psgd_param_t *p, float *P) {
+  for (int64_t a = 0; a < p->n; a++)
+    for (int j = 0; j < p->r; j++) {
+      const float *row = M + a * p->m, *qj = p->q + (int64_t)j * p->m;
+      double acc = 0;
+      for (int64_t b = 0; b < p->m; b++)
+        acc += (double)row[b] * qj[b];
+      P[a * p->r + j] = (float)acc;
+    }
+}
+
+/* Gram-Schmidt on P's r columns, in double; a column of norm 0 (or one
+ * that the earlier columns spanned to the last bit) is left 0, a NaN
+ * stays a NaN. */
+static void orthonormalise(float *P, int64_t n, int r) {
+  for (int j = 0; j < r; j++) {
+    double norm = 0;
+    for (int64_t a = 0; a < n; a++)
+      norm += (double)P[a * r + j] * P[a * r + j];
+    norm = sqrt(norm);
+    for (int64_t a = 0; a < n; a++)
+      P[a * r + j] = norm == 0 ? 0.0f : (float)(P[a * r + j] / norm);
+    for (int k = j + 1; k < r; k++) {
+      double dot = 0;
+      for (int64_t a = 0; a < n; a++)
+        dot += (double)P[a * r + j] * P[a * r + k];
+      for (int64_t a = 0; a < n; a++)
+        P[a * r + k] = (float)(P[a * r + k] - dot * P[a * r + j]);
+    }
+  }
+}
+
+/* Q^T = P^T M: for each row a of M, Q^T's row j gains P[a][j] M[a]. */
+static void mt_times_p(const float *M, psgd_param_t *p) {
+  memset(p->q, 0, (size_t)(p->m * p->r) * sizeof *p->q);
+  for (int64_t a = 0; a < p->n; a++)
+    for (int j = 0; j < p->r; j++) {
+      const float c = p->p[a * p->r + j], *row = M + a * p->m;
+      float *qj = p->q + (int64_t)j * p->m;
+      if (c != 0.0f)
+        for (int64_t b = 0; b < p->m; b++)
+          qj[b] += c * row[b];
+    }
+}
+
+static int all_finite(const float *x, int64_t len) {
+  for (int64_t k = 0; k < len; k++)
+    if (!isfinite(x[k]))
+      return 0;
+  return 1;
+}
+
+/* ---- the step ----------------------------------------------------------- */
+
+hvd_result_t hvd__psgd_start(hvd__psgd_t *s, int i, hvd_tensor_t *g,
+                             double prescale, hvd_request_t **req) {
+  psgd_param_t *p = &s->p[i];
+  float *M = g->data;
+  const float pre = (float)prescale;
+  const int64_t len = p->n * p->m;
+  if (pre != 1.0f)
+    for (int64_t k = 0; k < len; k++)
+      M[k] *= pre;
+  if (p->e != NULL)
+    for (int64_t k = 0; k < len; k++)
+      M[k] += p->e[k];
+  if (!s->o.warm_start || !p->q_ready)
+    draw_q(s, i, p);
+  m_times_q(M, p, p->p);
+  int64_t shape[2] = {p->n, p->r};
+  hvd_tensor_t t = hvd_tensor_make(p->p, HVD_FLOAT32, 2, shape);
+  hvd_result_t rc = hvd_allreduce_async(p->pname, &t, &t, HVD_SUM, 1, 1, req);
+  if (rc == HVD_SUCCESS)
+    p->g = g;
+  return rc;
+}
+
+/* Phase 2 of every parameter compressed this step: Q = M^T P, then its
+ * allreduce; the first failure's message kept in msg. */
+static hvd_result_t start_q(hvd__psgd_t *s, char *msg, size_t cap) {
+  hvd_result_t first = HVD_SUCCESS;
+  for (int i = s->n - 1; i >= 0; i--) {
+    psgd_param_t *p = &s->p[i];
+    if (p->g == NULL)
+      continue;
+    orthonormalise(p->p, p->n, p->r);
+    mt_times_p(p->g->data, p);
+    int64_t shape[2] = {p->r, p->m};
+    hvd_tensor_t t = hvd_tensor_make(p->q, HVD_FLOAT32, 2, shape);
+    hvd_result_t rc =
+        hvd_allreduce_async(p->qname, &t, &t, HVD_SUM, 1, 1, &p->req);
+    if (rc != HVD_SUCCESS)
+      p->req = NULL;
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, cap, "%s", hvd_last_error());
+    }
+  }
+  return first;
+}
+
+/* t = P Q^T row by row; e = M - t / size; g = t * post. A non-finite P or
+ * Q leaves g non-finite (loss scaling skips the step), e as it was, and
+ * no warm start. */
+static void finish(hvd__psgd_t *s, psgd_param_t *p, double postscale,
+                   int size) {
+  float *M = p->g->data;
+  const float post = (float)postscale, inv = 1.0f / (float)size;
+  int finite = all_finite(p->p, p->n * p->r) && all_finite(p->q, p->m * p->r);
+  for (int64_t a = 0; a < p->n; a++) {
+    float *row = M + a * p->m, *err = p->e ? p->e + a * p->m : NULL;
+    for (int64_t b = 0; b < p->m; b++) {
+      float t = 0;
+      for (int j = 0; j < p->r; j++)
+        t += p->p[a * p->r + j] * p->q[(int64_t)j * p->m + b];
+      if (err != NULL && finite)
+        err[b] = row[b] - t * inv;
+      row[b] = t * post;
+    }
+  }
+  p->q_ready = finite && s->o.warm_start;
+  if (p->q_ready) /* the mean Q, as DDP keeps it */
+    for (int64_t k = 0; k < p->m * p->r; k++)
+      p->q[k] *= inv;
+}
+
+hvd_result_t hvd__psgd_finish(hvd__psgd_t *s, int keep, double postscale) {
+  char msg[HVD__ERRMSG_MAX] = "";
+  hvd_result_t first = HVD_SUCCESS;
+  if (s == NULL)
+    return HVD_SUCCESS;
+  if (keep)
+    first = start_q(s, msg, sizeof msg);
+  for (int i = 0; i < s->n; i++) {
+    psgd_param_t *p = &s->p[i];
+    if (p->req == NULL)
+      continue;
+    hvd_result_t rc = hvd_wait(p->req);
+    p->req = NULL;
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+  }
+  int size = hvd_size();
+  for (int i = 0; i < s->n; i++) {
+    psgd_param_t *p = &s->p[i];
+    if (p->g != NULL && keep && first == HVD_SUCCESS)
+      finish(s, p, postscale, size);
+    else if (p->g != NULL) /* q may hold this rank's own M^T P */
+      p->q_ready = 0;
+    p->g = NULL;
+  }
+  return first == HVD_SUCCESS ? HVD_SUCCESS : hvd__set_error_msg(first, msg);
+}
