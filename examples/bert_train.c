@@ -87,6 +87,8 @@ typedef struct options {
   double clip;          /* --clip-grad-norm X (0: off) */
   const char *no_decay; /* --no-decay A,B: names holding A or B: decay 0 */
   hvd_compression_t compression;
+  int powersgd_rank;      /* --powersgd R (compression POWERSGD) */
+  int64_t powersgd_start; /* --powersgd-start N (-1: the library's 1000) */
   int accumulate;
   const char *data;
   int64_t sentences; /* synthetic corpus lines */
@@ -154,6 +156,11 @@ static const char usage_text[] =
     "                         collective on the device (for comparison)\n"
     "  --fp16-allreduce       gradients travel as float16\n"
     "  --bf16-allreduce       gradients travel as bfloat16\n"
+    "  --powersgd R           PowerSGD at rank R (DDP's powerSGD_hook): each\n"
+    "                         host matrix's gradient averaged as two\n"
+    "                         rank-R factors, with error feedback\n"
+    "  --powersgd-start N     plain averaging for the first N steps\n"
+    "                         (default 1000, DDP's start_powerSGD_iter)\n"
     "  --seed N               weights, data, masking, order (default 42)\n"
     "  --threads N            BLAS threads per rank (default 1)\n"
     "  --device cpu|gpu       where the model runs (default cpu); gpu: the\n"
@@ -232,6 +239,8 @@ enum {
   O_HOST_FENCES,
   O_FP16,
   O_BF16,
+  O_POWERSGD,
+  O_POWERSGD_START,
   O_SEED,
   O_THREADS,
   O_DEVICE,
@@ -280,6 +289,8 @@ static const struct option long_options[] = {
     {"host-fences", no_argument, NULL, O_HOST_FENCES},
     {"fp16-allreduce", no_argument, NULL, O_FP16},
     {"bf16-allreduce", no_argument, NULL, O_BF16},
+    {"powersgd", required_argument, NULL, O_POWERSGD},
+    {"powersgd-start", required_argument, NULL, O_POWERSGD_START},
     {"seed", required_argument, NULL, O_SEED},
     {"threads", required_argument, NULL, O_THREADS},
     {"device", required_argument, NULL, O_DEVICE},
@@ -405,10 +416,18 @@ static int run_option(options_t *o, int ch, const char *a) {
     return 1;
   case O_FP16:
   case O_BF16:
+  case O_POWERSGD:
     if (o->compression != HVD_COMPRESS_NONE)
-      cli_usage_error("--fp16-allreduce and --bf16-allreduce exclude each "
-                      "other");
-    o->compression = ch == O_FP16 ? HVD_COMPRESS_FP16 : HVD_COMPRESS_BF16;
+      cli_usage_error("--fp16-allreduce, --bf16-allreduce and --powersgd "
+                      "exclude each other");
+    o->compression = ch == O_FP16   ? HVD_COMPRESS_FP16
+                     : ch == O_BF16 ? HVD_COMPRESS_BF16
+                                    : HVD_COMPRESS_POWERSGD;
+    if (ch == O_POWERSGD)
+      o->powersgd_rank = (int)cli_int("--powersgd", a, 1, 1024);
+    return 1;
+  case O_POWERSGD_START:
+    o->powersgd_start = cli_int("--powersgd-start", a, 0, INT64_MAX);
     return 1;
   case O_SEED:
     o->seed = (uint64_t)cli_int("--seed", a, 0, INT64_MAX);
@@ -523,6 +542,11 @@ static void check_options(options_t *o) {
   if (o->zero && o->compression != HVD_COMPRESS_NONE)
     cli_usage_error("--zero 1 reduce-scatters float32 gradients: no "
                     "compression");
+  if (o->powersgd_start >= 0 && o->compression != HVD_COMPRESS_POWERSGD)
+    cli_usage_error("--powersgd-start needs --powersgd R");
+  if (o->gpu && o->compression == HVD_COMPRESS_POWERSGD)
+    cli_usage_error("--powersgd compresses host gradients: not with --device "
+                    "gpu");
   if (o->warmup < 0)
     o->warmup = o->steps / 10;
   if (o->warmup > o->steps)
@@ -561,6 +585,7 @@ static void parse_options(int argc, char **argv, options_t *o,
                    .eps = -1, /* the optimizer's */
                    .accumulate = 1,
                    .compression = HVD_COMPRESS_NONE,
+                   .powersgd_start = -1,
                    .sentences = 20000,
                    .seed = 42,
                    .threads = 1,
@@ -1298,6 +1323,12 @@ static void setup_model(run_t *r) {
   hvd_distributed_options_t dist;
   hvd_distributed_options_init(&dist);
   dist.compression = o->compression;
+  if (o->compression == HVD_COMPRESS_POWERSGD) { /* in float32, as DDP */
+    dist.powersgd.rank = o->powersgd_rank;
+    if (o->powersgd_start >= 0)
+      dist.powersgd.start_step = o->powersgd_start;
+    dist.reduce_fp32 = o->precision != BERT_FP32;
+  }
   dist.backward_passes_per_step = r->K;
   dist.shard_optimizer_state = o->zero;
   check_local(hvd_distributed_optimizer(base, &dist, &r->opt),
@@ -1457,7 +1488,14 @@ static void print_setup(const run_t *r) {
          !r->sync                              ? "not reduced (--no-sync)"
          : o->compression == HVD_COMPRESS_FP16 ? "averaged as float16"
          : o->compression == HVD_COMPRESS_BF16 ? "averaged as bfloat16"
-                                               : "averaged as float32");
+         : o->compression == HVD_COMPRESS_POWERSGD
+             ? "averaged as float32, matrices by PowerSGD (below)"
+             : "averaged as float32");
+  if (r->sync && o->compression == HVD_COMPRESS_POWERSGD)
+    printf(PROG ": PowerSGD at rank %d from step %lld, with error feedback "
+                "and warm start\n",
+           o->powersgd_rank,
+           (long long)(o->powersgd_start >= 0 ? o->powersgd_start : 1000));
   printf(PROG ": optimizer state %.1f MiB on this rank%s\n",
          (double)hvd_optimizer_state_bytes(r->opt) / (1 << 20),
          o->zero ? " (sharded, --zero 1)" : "");
