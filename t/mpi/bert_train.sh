@@ -15,6 +15,8 @@
 #     sharded (--zero 1) gives the unsharded clipped losses (1e-6);
 #     --no-decay exempts the named parameters from weight decay;
 #     --optimizer lamb agrees across np 1 and 2 and sharded (--zero 1);
+#     --powersgd follows the plain curve until --powersgd-start, then stays
+#     near it;
 #     --dense-embeddings (the word embeddings reduced whole) matches the
 #     default (decoder share early, lookup rows allgathered) to 1e-6 at
 #     np 2 and bit for bit at np 1; --zero 1 (sharded AdamW state) matches
@@ -68,7 +70,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..39"
+echo "1..44"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -344,6 +346,24 @@ else
   show_run lambz
 fi
 
+# PowerSGD (--powersgd 4 --powersgd-start 5, announced): the first five
+# updates average whole gradients, so the first 6 losses are ws2's bit for
+# bit; from the sixth the matrices are rank-4 approximations with error
+# feedback: the curve departs and stays within 5e-2 of ws2's. Starting
+# after the run's last step, it is ws2's run, bit for bit.
+if train psgd 2 $common --batch-size 4 --powersgd 4 --powersgd-start 5 &&
+  train psgdlate 2 $common --batch-size 4 --powersgd 4 --powersgd-start 100 &&
+  grep -q "^bert_train: PowerSGD at rank 4 from step 5, with error feedback and warm start" \
+    "$tmp/psgd.out" &&
+  [ "`losses_of psgd | head -6`" = "`losses_of ws2 | head -6`" ] &&
+  [ "`losses_of psgd`" != "`losses_of ws2`" ] && agree ws2 psgd 5e-2 &&
+  [ "`losses_of psgdlate`" = "`losses_of ws2`" ]; then
+  pass "--powersgd 4 --powersgd-start 5: ws2's first 6 losses bit for bit, then within 5e-2; starting after the run, ws2's"
+else
+  fail "--powersgd 4 --powersgd-start 5: ws2's first 6 losses bit for bit, then within 5e-2; starting after the run, ws2's"
+  show_run psgd
+fi
+
 # ---- 4. bad --data -------------------------------------------------------
 : >"$tmp/empty.txt"
 printf 'the cat sat on the mat\nand the dog ran\n' >"$tmp/small.txt"
@@ -375,7 +395,8 @@ else
   show_run help
 fi
 for args in "--no-such-option" "--steps many" "--lr" "--clip-grad-norm -1" \
-  "--optimizer sgd"; do
+  "--optimizer sgd" "--powersgd 0" "--powersgd-start 5" \
+  "--powersgd 2 --fp16-allreduce" "--powersgd 2 --device gpu"; do
   "$HVD_MPIRUN_TEST" --np 0 "$prog" $args >"$tmp/opt.out" 2>"$tmp/opt.err"
   rc=$?
   if [ $rc = 2 ] && grep -q "^bert_train: " "$tmp/opt.err"; then
