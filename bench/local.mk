@@ -5,6 +5,7 @@
 ##   mpirun -np 2 bin/hvd-bench mpi-list --tensors FILE  (raw MPI, no hvd)
 ##   bench/allreduce-ratio.sh  (list and mpi-list alternating: the ratios)
 ##   bench/cluster-ratio.sh    (the same across hosts of network namespaces)
+##   bench/powersgd-link.sh    (bert_train with PowerSGD and without, over a slow link)
 ##   mpirun -np 2 bin/hvd-bench overlap | optim --tensors FILE
 ##   bin/hvd-bench --quick     (exit status 0: every result was right)
 ##   bin/hvd-bench staged | list --device gpu --tensors FILE
@@ -65,7 +66,7 @@ endif
 ## The GPU machine's preparation and its one command (doc/gpu-testing.md).
 EXTRA_DIST += bench/prepare-gpu-carry.sh bench/gpu-session.sh bench/bert-sync-ratio.sh \
 	bench/allreduce-ratio.sh bench/zero-copy-probe.c bench/ratio-summary.sh \
-	bench/cluster-ratio.sh bench/burst.c bench/adasum.c
+	bench/cluster-ratio.sh bench/burst.c bench/adasum.c bench/powersgd-link.sh
 
 ## bert_train against PyTorch DDP on the CPU (doc/bench.md, "hvd vs PyTorch
 ## DDP on CPU"): the corpus generator, the DDP trainer, the alternating
