@@ -157,8 +157,8 @@ static const char usage_text[] =
     "  --fp16-allreduce       gradients travel as float16\n"
     "  --bf16-allreduce       gradients travel as bfloat16\n"
     "  --powersgd R           PowerSGD at rank R (DDP's powerSGD_hook): each\n"
-    "                         host matrix's gradient averaged as two\n"
-    "                         rank-R factors, with error feedback\n"
+    "                         matrix's gradient averaged as two rank-R\n"
+    "                         factors, with error feedback\n"
     "  --powersgd-start N     plain averaging for the first N steps\n"
     "                         (default 1000, DDP's start_powerSGD_iter)\n"
     "  --seed N               weights, data, masking, order (default 42)\n"
@@ -544,9 +544,6 @@ static void check_options(options_t *o) {
                     "compression");
   if (o->powersgd_start >= 0 && o->compression != HVD_COMPRESS_POWERSGD)
     cli_usage_error("--powersgd-start needs --powersgd R");
-  if (o->gpu && o->compression == HVD_COMPRESS_POWERSGD)
-    cli_usage_error("--powersgd compresses host gradients: not with --device "
-                    "gpu");
   if (o->warmup < 0)
     o->warmup = o->steps / 10;
   if (o->warmup > o->steps)

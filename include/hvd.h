@@ -958,8 +958,11 @@ typedef enum hvd_compression {
  * rank approximates worst). A step whose P or Q is not finite (an
  * overflow under fp16 loss scaling) leaves a non-finite gradient, which
  * loss scaling skips, and keeps the error feedback and draws a new Q.
- * Float32 host gradients (or reduce_fp32's copies) of the compressed
- * parameters; no sharding, no op HVD_ADASUM. The error feedback and Q
+ * Float32 gradients (or reduce_fp32's copies) of the compressed
+ * parameters, on the host or the rank's GPU (there the products are
+ * kernels on the optimizer's stream, the same bits as the host's; P and Q
+ * are copied to the host for Gram-Schmidt); no sharding, no op
+ * HVD_ADASUM. The error feedback and Q
  * are each rank's own and are not in checkpoints: a resumed run starts
  * them afresh (zero error, a new Q), as DDP does unless its state is
  * saved. */

@@ -544,6 +544,50 @@ fail:
   return rc;
 }
 
+hvd_result_t hvd__odev_psgd(const char *who, hvd__odev_t *d,
+                            hvd__odev_psgd_op_t op, const hvd__odev_psgd_t *x,
+                            double factor, float inv, int keep) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  switch (op) {
+  case HVD__PSGD_PREPARE:
+    rc = hvd__cuda_psgd_prepare(x->M, x->e, x->n * x->m, factor, d->stream);
+    break;
+  case HVD__PSGD_MQ:
+    rc = hvd__cuda_psgd_mq(x->M, x->Qt, x->P, x->n, x->m, x->r, d->stream);
+    break;
+  case HVD__PSGD_MTP:
+    rc = hvd__cuda_psgd_mtp(x->M, x->P, x->Qt, x->n, x->m, x->r, d->stream);
+    break;
+  case HVD__PSGD_FINISH:
+    rc = hvd__cuda_psgd_finish(x->M, x->e, x->P, x->Qt, x->n, x->m, x->r,
+                               factor, inv, keep, d->stream);
+    break;
+  }
+  if (rc != HVD_SUCCESS)
+    rc = kernel_fail(who, rc);
+fail:
+  leave(d->dev, prev);
+  return rc;
+}
+
+hvd_result_t hvd__odev_copy_async(const char *who, hvd__odev_t *d, void *dst,
+                                  const void *src, size_t bytes,
+                                  int to_device) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  if (bytes == 0)
+    return HVD_SUCCESS;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  ODEV_CHECK(cudaMemcpyAsync(
+      dst, src, bytes,
+      to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, d->stream));
+fail:
+  leave(d->dev, prev);
+  return rc;
+}
+
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d) {
   hvd_result_t rc = HVD_SUCCESS;
   int prev = -1;
@@ -749,6 +793,28 @@ hvd_result_t hvd__odev_lamb_apply(const char *who, hvd__odev_t *d,
   (void)o;
   (void)step;
   return n > 0 ? no_cuda(who) : HVD_SUCCESS;
+}
+
+hvd_result_t hvd__odev_psgd(const char *who, hvd__odev_t *d,
+                            hvd__odev_psgd_op_t op, const hvd__odev_psgd_t *x,
+                            double factor, float inv, int keep) {
+  (void)d;
+  (void)op;
+  (void)x;
+  (void)factor;
+  (void)inv;
+  (void)keep;
+  return no_cuda(who);
+}
+
+hvd_result_t hvd__odev_copy_async(const char *who, hvd__odev_t *d, void *dst,
+                                  const void *src, size_t bytes,
+                                  int to_device) {
+  (void)d;
+  (void)dst;
+  (void)src;
+  (void)to_device;
+  return bytes == 0 ? HVD_SUCCESS : no_cuda(who);
 }
 
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d) {

@@ -123,6 +123,33 @@ hvd_result_t hvd__odev_lamb_apply(const char *who, hvd__odev_t *d,
                                   const hvd__odev_lamb_t *p, int n,
                                   const hvd_lamb_options_t *o, int64_t step);
 
+/* PowerSGD (powersgd.c): one compressed parameter's device buffers, all
+ * float32 on d's device: the gradient M (n x m), its error feedback e
+ * (NULL: none), P (n x r) and Q transposed (r x m). */
+typedef struct hvd__odev_psgd {
+  float *M, *e, *P, *Qt;
+  int64_t n, m;
+  int r;
+} hvd__odev_psgd_t;
+
+typedef enum hvd__odev_psgd_op {
+  HVD__PSGD_PREPARE, /* M = M * factor + e */
+  HVD__PSGD_MQ,      /* P = M Q */
+  HVD__PSGD_MTP,     /* Q^T = P^T M */
+  HVD__PSGD_FINISH   /* e = M - P Q^T * inv (keep), M = P Q^T * factor */
+} hvd__odev_psgd_op_t;
+
+/* One of them enqueued on d's stream (optim_kernels.h's hvd__cuda_psgd_*,
+ * optim_math.h's arithmetic: the host's bits). */
+hvd_result_t hvd__odev_psgd(const char *who, hvd__odev_t *d,
+                            hvd__odev_psgd_op_t op, const hvd__odev_psgd_t *x,
+                            double factor, float inv, int keep);
+/* bytes from src to dst (one side device memory on d's device, the other
+ * host memory), enqueued on d's stream: ordered with its kernels. A copy
+ * to the host is complete once hvd__odev_sync returns. */
+hvd_result_t hvd__odev_copy_async(const char *who, hvd__odev_t *d, void *dst,
+                                  const void *src, size_t bytes, int to_device);
+
 /* Waits until d's stream has done everything enqueued. */
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d);
 

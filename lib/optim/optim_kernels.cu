@@ -560,3 +560,115 @@ extern "C" hvd_result_t hvd__cuda_bn_dx(const void *x, const void *dy, void *dx,
   return cudaPeekAtLastError() == cudaSuccess ? HVD_SUCCESS
                                               : hvd__launch_error(who);
 }
+
+/* ---- PowerSGD ----------------------------------------------------------- */
+
+namespace {
+
+__global__ void psgd_prepare_kernel(float *M, const float *e, int64_t len,
+                                    float pre) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < len;
+       k += stride)
+    hvd__km_psgd_prepare(M, e, pre, k);
+}
+
+/* One warp per row a of M (rows strided over the grid's warps): lane l
+ * sums its elements in double, then the lanes fold pairwise by shuffles,
+ * lane l taking l + h: hvd__km_psgd_dot's order. */
+__global__ void psgd_mq_kernel(const float *M, const float *Qt, float *P,
+                               int64_t n, int64_t m, int r) {
+  const int lane = threadIdx.x % HVD__KM_PSGD_LANES;
+  const int64_t warp =
+      ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / HVD__KM_PSGD_LANES;
+  const int64_t warps = (int64_t)gridDim.x * blockDim.x / HVD__KM_PSGD_LANES;
+  for (int64_t a = warp; a < n; a += warps)
+    for (int j = 0; j < r; j++) {
+      const float *x = M + a * m, *y = Qt + (int64_t)j * m;
+      double acc = 0;
+      for (int64_t b = lane; b < m; b += HVD__KM_PSGD_LANES)
+        acc += (double)x[b] * (double)y[b];
+      for (int h = HVD__KM_PSGD_LANES / 2; h > 0; h /= 2)
+        acc += __shfl_down_sync(0xffffffffu, acc, h);
+      if (lane == 0)
+        P[a * r + j] = (float)acc;
+    }
+}
+
+__global__ void psgd_mtp_kernel(const float *M, const float *P, float *Qt,
+                                int64_t n, int64_t m, int r) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x, len = (int64_t)r * m;
+  for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < len;
+       k += stride)
+    Qt[k] = hvd__km_psgd_mtp(M, P, n, m, r, (int)(k / m), k % m);
+}
+
+__global__ void psgd_finish_kernel(float *M, float *e, const float *P,
+                                   const float *Qt, int64_t len, int64_t m,
+                                   int r, float post, float inv, int keep) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < len;
+       k += stride)
+    hvd__km_psgd_finish(M, e, P, Qt, m, r, post, inv, keep, k);
+}
+
+} // namespace
+
+extern "C" hvd_result_t hvd__cuda_psgd_prepare(float *M, const float *e,
+                                               int64_t len, double pre,
+                                               cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_psgd_prepare";
+  hvd_result_t rc = hvd__km_check_one(who, len, HVD_FLOAT32);
+  if (rc != HVD_SUCCESS || len == 0 || ((float)pre == 1.0f && e == NULL))
+    return rc;
+  psgd_prepare_kernel<<<hvd__grid_for(len, 1), hvd__kernel_threads, 0,
+                        stream>>>(M, e, len, (float)pre);
+  if (cudaPeekAtLastError() != cudaSuccess)
+    return hvd__launch_error(who);
+  return HVD_SUCCESS;
+}
+
+extern "C" hvd_result_t hvd__cuda_psgd_mq(const float *M, const float *Qt,
+                                          float *P, int64_t n, int64_t m, int r,
+                                          cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_psgd_mq";
+  hvd_result_t rc = hvd__km_psgd_check(who, n, m, r);
+  if (rc != HVD_SUCCESS || n == 0)
+    return rc;
+  psgd_mq_kernel<<<hvd__grid_for(n * HVD__KM_PSGD_LANES, 1),
+                   hvd__kernel_threads, 0, stream>>>(M, Qt, P, n, m, r);
+  if (cudaPeekAtLastError() != cudaSuccess)
+    return hvd__launch_error(who);
+  return HVD_SUCCESS;
+}
+
+extern "C" hvd_result_t hvd__cuda_psgd_mtp(const float *M, const float *P,
+                                           float *Qt, int64_t n, int64_t m,
+                                           int r, cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_psgd_mtp";
+  hvd_result_t rc = hvd__km_psgd_check(who, n, m, r);
+  if (rc != HVD_SUCCESS || m == 0)
+    return rc;
+  psgd_mtp_kernel<<<hvd__grid_for((int64_t)r * m, 1), hvd__kernel_threads, 0,
+                    stream>>>(M, P, Qt, n, m, r);
+  if (cudaPeekAtLastError() != cudaSuccess)
+    return hvd__launch_error(who);
+  return HVD_SUCCESS;
+}
+
+extern "C" hvd_result_t hvd__cuda_psgd_finish(float *M, float *e,
+                                              const float *P, const float *Qt,
+                                              int64_t n, int64_t m, int r,
+                                              double post, float inv, int keep,
+                                              cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_psgd_finish";
+  hvd_result_t rc = hvd__km_psgd_check(who, n, m, r);
+  if (rc != HVD_SUCCESS || n * m == 0)
+    return rc;
+  psgd_finish_kernel<<<hvd__grid_for(n * m, 1), hvd__kernel_threads, 0,
+                       stream>>>(M, e, P, Qt, n * m, m, r, (float)post, inv,
+                                 keep);
+  if (cudaPeekAtLastError() != cudaSuccess)
+    return hvd__launch_error(who);
+  return HVD_SUCCESS;
+}

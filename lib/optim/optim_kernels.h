@@ -178,6 +178,26 @@ hvd_result_t hvd__cuda_bn_dx(const void *x, const void *dy, void *dx,
                              hvd_dtype_t dtype, int64_t n, int64_t c, int64_t s,
                              const float *coef, cudaStream_t stream);
 
+/* ---- PowerSGD (lib/optim/powersgd.c) ------------------------------------
+ * M is n x m, P n x r, Qt (Q transposed) r x m, float32, row-major; the
+ * element arithmetic is optim_math.h's hvd__km_psgd_*, the host's bits.
+ * prepare: M = M * (float)pre + e (e may be NULL) over len elements.
+ * mq: P = M Q (one warp per row of M, the lanes folded pairwise).
+ * mtp: Qt = P^T M. finish: t = P Q^T; e = M - t * inv (e not NULL and
+ * keep), M = t * (float)post. */
+hvd_result_t hvd__cuda_psgd_prepare(float *M, const float *e, int64_t len,
+                                    double pre, cudaStream_t stream);
+hvd_result_t hvd__cuda_psgd_mq(const float *M, const float *Qt, float *P,
+                               int64_t n, int64_t m, int r,
+                               cudaStream_t stream);
+hvd_result_t hvd__cuda_psgd_mtp(const float *M, const float *P, float *Qt,
+                                int64_t n, int64_t m, int r,
+                                cudaStream_t stream);
+hvd_result_t hvd__cuda_psgd_finish(float *M, float *e, const float *P,
+                                   const float *Qt, int64_t n, int64_t m, int r,
+                                   double post, float inv, int keep,
+                                   cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

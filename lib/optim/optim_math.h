@@ -396,4 +396,84 @@ HVD__KM_FN void hvd__km_lamb_apply_elem(hvd__km_lamb_t a, float wd, float ratio,
   w[j] = w[j] - ratio * u;
 }
 
+/* ---- PowerSGD (lib/optim/powersgd.c) -------------------------------------
+ * The element arithmetic of its three products, the same on the host, in
+ * the device kernels (psgd_*_kernel) and in their stand-in, so that
+ * device and host parameters get the same bits. M is n x m, P n x r, Q
+ * kept transposed (r x m), all row-major. */
+
+/* The three products' arguments: n x m with r >= 1 (pointers are the
+ * caller's). */
+static inline hvd_result_t hvd__km_psgd_check(const char *who, int64_t n,
+                                              int64_t m, int r) {
+  if (n < 0 || m < 0 || r < 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld, m %lld or r %d",
+                          who, (long long)n, (long long)m, r);
+  return HVD_SUCCESS;
+}
+
+/* The warp's lanes of P = M Q's dot products. */
+#define HVD__KM_PSGD_LANES 32
+
+/* P[a][j]: row a of M dotted with row j of Q^T, in double, in
+ * HVD__KM_PSGD_LANES lanes (lane l: the elements l, l + 32, ... in order;
+ * each product exact in double), then the lanes pairwise (lane l adds
+ * l + h, for h = 16, 8, ... 1), as a warp folds with shuffles. */
+static inline float hvd__km_psgd_dot(const float *x, const float *y,
+                                     int64_t m) {
+  double acc[HVD__KM_PSGD_LANES];
+  for (int l = 0; l < HVD__KM_PSGD_LANES; l++)
+    acc[l] = 0;
+  for (int64_t b = 0; b < m; b += HVD__KM_PSGD_LANES) {
+    const int w =
+        m - b < HVD__KM_PSGD_LANES ? (int)(m - b) : HVD__KM_PSGD_LANES;
+    for (int l = 0; l < w; l++)
+      acc[l] += (double)x[b + l] * (double)y[b + l];
+  }
+  for (int h = HVD__KM_PSGD_LANES / 2; h > 0; h /= 2)
+    for (int l = 0; l < h; l++)
+      acc[l] += acc[l + h];
+  return (float)acc[0];
+}
+
+/* Element (j, b) of Q^T = P^T M: the rows of M in order, each times
+ * P[a][j] in float (a row whose factor is 0 skipped). */
+HVD__KM_FN float hvd__km_psgd_mtp(const float *M, const float *P, int64_t n,
+                                  int64_t m, int r, int j, int64_t b) {
+  float acc = 0;
+  for (int64_t a = 0; a < n; a++) {
+    const float c = P[a * r + j];
+    if (c != 0.0f)
+      acc += c * M[a * m + b];
+  }
+  return acc;
+}
+
+/* Element k = a m + b of the step's end: t = (P Q^T)[a][b] in float, j in
+ * order; the error feedback e (when e is not NULL and keep) becomes
+ * M - t * inv, and M becomes t * post. */
+HVD__KM_FN void hvd__km_psgd_finish(float *M, float *e, const float *P,
+                                    const float *Qt, int64_t m, int r,
+                                    float post, float inv, int keep,
+                                    int64_t k) {
+  const int64_t a = k / m, b = k % m;
+  float t = 0;
+  for (int j = 0; j < r; j++)
+    t += P[a * r + j] * Qt[(int64_t)j * m + b];
+  if (e != NULL && keep)
+    e[k] = M[k] - t * inv;
+  M[k] = t * post;
+}
+
+/* Element k of the step's start: M = M * pre (pre not 1), then + e. */
+HVD__KM_FN void hvd__km_psgd_prepare(float *M, const float *e, float pre,
+                                     int64_t k) {
+  float x = M[k];
+  if (pre != 1.0f)
+    x *= pre;
+  if (e != NULL)
+    x += e[k];
+  M[k] = x;
+}
+
 #endif /* HVD_OPTIM_OPTIM_MATH_H */

@@ -25,6 +25,14 @@
  * Which parameters are compressed depends only on shapes and options, and
  * whether this step compresses only on the optimizer's step count, so
  * every rank submits the same reductions.
+ *
+ * A device parameter's M, e, P and Q live on its GPU, and the three
+ * products and the element passes are kernels on the optimizer's stream
+ * (device.h's hvd__odev_psgd; optim_math.h's arithmetic, so the host's
+ * bits). Gram-Schmidt, Q's random values and the finiteness test run on
+ * the host, on copies of P (n x r) and Q (r x m): small, and the same
+ * host code on every rank. The stream is synchronised before each
+ * allreduce is submitted and before each copy is read.
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,19 +41,22 @@
 
 #include "base/errors.h"
 #include "base/tensor.h"
+#include "optim/optim_math.h"
 #include "optim/optimizer.h"
 
 #define PSGD_PREFIX "hvd.psgd."
 
 typedef struct psgd_param {
-  int on;         /* compressed when the step count allows */
-  int64_t n, m;   /* the matrix view */
-  int r;          /* min(rank, n, m) */
-  float *p;       /* n x r */
-  float *q;       /* Q transposed: r x m */
-  float *e;       /* n x m error feedback (error_feedback), else NULL */
-  int q_ready;    /* q holds a warm start */
-  uint64_t draws; /* random Qs drawn so far (the same on every rank) */
+  int on;             /* compressed when the step count allows */
+  int64_t n, m;       /* the matrix view */
+  int r;              /* min(rank, n, m) */
+  int dev;            /* the gradient's device (HVD_CPU: the host) */
+  float *p;           /* n x r (a device parameter's: the host copy) */
+  float *q;           /* Q transposed: r x m (likewise) */
+  float *e;           /* n x m error feedback (error_feedback), else NULL */
+  hvd__odev_psgd_t d; /* a device parameter's P, Qt and e on its GPU */
+  int q_ready;        /* q holds a warm start */
+  uint64_t draws;     /* random Qs drawn so far (the same on every rank) */
   char *pname, *qname;
   hvd_tensor_t *g;    /* the gradient compressed this step, else NULL */
   hvd_request_t *req; /* phase 2's allreduce in flight */
@@ -55,6 +66,7 @@ struct hvd__psgd {
   hvd_powersgd_options_t o;
   int n;
   psgd_param_t *p;
+  hvd__odev_t *odev; /* the optimizer's (device parameters), not owned */
 };
 
 /* ---- creation ----------------------------------------------------------- */
@@ -116,6 +128,11 @@ void hvd__psgd_free(hvd__psgd_t *s) {
     free(p->p);
     free(p->q);
     free(p->e);
+    if (p->dev != HVD_CPU) {
+      hvd__odev_free(p->dev, p->d.P);
+      hvd__odev_free(p->dev, p->d.Qt);
+      hvd__odev_free(p->dev, p->d.e);
+    }
     free(p->pname);
     free(p->qname);
   }
@@ -123,35 +140,54 @@ void hvd__psgd_free(hvd__psgd_t *s) {
   free(s);
 }
 
+/* A device parameter's P, Q and e on its GPU (zeroed). */
+static hvd_result_t device_init(const char *fn, hvd__psgd_t *s,
+                                psgd_param_t *p) {
+  hvd_result_t rc = HVD_SUCCESS;
+  void *P = NULL, *Qt = NULL, *e = NULL;
+  rc = hvd__odev_calloc(fn, s->odev, (size_t)(p->n * p->r) * sizeof(float), &P);
+  if (rc == HVD_SUCCESS)
+    rc = hvd__odev_calloc(fn, s->odev, (size_t)(p->m * p->r) * sizeof(float),
+                          &Qt);
+  if (rc == HVD_SUCCESS && s->o.error_feedback)
+    rc = hvd__odev_calloc(fn, s->odev, (size_t)(p->n * p->m) * sizeof(float),
+                          &e);
+  p->d = (hvd__odev_psgd_t){
+      .P = P, .Qt = Qt, .e = e, .n = p->n, .m = p->m, .r = p->r};
+  return rc;
+}
+
 /* Parameter i's buffers, or a refusal of a gradient it cannot take. */
 static hvd_result_t param_init(const char *fn, hvd__psgd_t *s,
                                const hvd_param_t *prm, int reduce_fp32,
                                psgd_param_t *p) {
   const hvd_tensor_t *g = &prm->grad;
+  p->dev = HVD_CPU;
   if (!compressible(&s->o, g, &p->n, &p->m, &p->r))
     return HVD_SUCCESS;
-  if (g->device != HVD_CPU || (g->dtype != HVD_FLOAT32 && !reduce_fp32))
+  if (g->dtype != HVD_FLOAT32 && !reduce_fp32)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "%s: compression powersgd compresses float32 "
-                          "gradients on the host (set reduce_fp32 for "
-                          "float16/bfloat16 ones); parameter '%s' has %s on %s",
-                          fn, prm->name, hvd_dtype_name(g->dtype),
-                          g->device == HVD_CPU ? "the host" : "a GPU");
+                          "gradients (set reduce_fp32 for float16/bfloat16 "
+                          "ones); parameter '%s' has %s",
+                          fn, prm->name, hvd_dtype_name(g->dtype));
   p->on = 1;
+  p->dev = g->device;
   p->p = malloc((size_t)(p->n * p->r) * sizeof *p->p);
   p->q = malloc((size_t)(p->m * p->r) * sizeof *p->q);
-  if (s->o.error_feedback)
+  if (s->o.error_feedback && p->dev == HVD_CPU)
     p->e = calloc((size_t)(p->n * p->m), sizeof *p->e);
   p->pname = name_of(prm->name, ".p");
   p->qname = name_of(prm->name, ".q");
-  if (p->p == NULL || p->q == NULL || (s->o.error_feedback && p->e == NULL) ||
+  if (p->p == NULL || p->q == NULL ||
+      (s->o.error_feedback && p->dev == HVD_CPU && p->e == NULL) ||
       p->pname == NULL || p->qname == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY,
                           "%s: powersgd: out of memory for parameter '%s' "
                           "(%lld x %lld, rank %d)",
                           fn, prm->name, (long long)p->n, (long long)p->m,
                           p->r);
-  return HVD_SUCCESS;
+  return p->dev == HVD_CPU ? HVD_SUCCESS : device_init(fn, s, p);
 }
 
 hvd_result_t hvd__psgd_create(const char *fn, const hvd_powersgd_options_t *o,
@@ -164,6 +200,7 @@ hvd_result_t hvd__psgd_create(const char *fn, const hvd_powersgd_options_t *o,
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
   s->o = *o;
   s->n = base->n;
+  s->odev = base->odev;
   s->p = calloc(base->n > 0 ? (size_t)base->n : 1, sizeof *s->p);
   if (s->p == NULL) {
     free(s);
@@ -210,16 +247,13 @@ static void draw_q(const hvd__psgd_t *s, int i, psgd_param_t *p) {
   }
 }
 
-/* P = M Q (each entry a dot product along a row of M and one of Q^T). */
+/* P = M Q (each entry a dot product along a row of M and one of Q^T, in
+ * hvd__km_psgd_dot's order: the device kernel's). */
 static void m_times_q(const float *M, const psgd_param_t *p, float *P) {
   for (int64_t a = 0; a < p->n; a++)
-    for (int j = 0; j < p->r; j++) {
-      const float *row = M + a * p->m, *qj = p->q + (int64_t)j * p->m;
-      double acc = 0;
-      for (int64_t b = 0; b < p->m; b++)
-        acc += (double)row[b] * qj[b];
-      P[a * p->r + j] = (float)acc;
-    }
+    for (int j = 0; j < p->r; j++)
+      P[a * p->r + j] =
+          hvd__km_psgd_dot(M + a * p->m, p->q + (int64_t)j * p->m, p->m);
 }
 
 /* Gram-Schmidt on P's r columns, in double; a column of norm 0 (or one
@@ -243,7 +277,9 @@ static void orthonormalise(float *P, int64_t n, int r) {
   }
 }
 
-/* Q^T = P^T M: for each row a of M, Q^T's row j gains P[a][j] M[a]. */
+/* Q^T = P^T M: for each row a of M, Q^T's row j gains P[a][j] M[a]
+ * (row by row, so contiguous; each element sees the operations of
+ * hvd__km_psgd_mtp in its order: the device's bits). */
 static void mt_times_p(const float *M, psgd_param_t *p) {
   memset(p->q, 0, (size_t)(p->m * p->r) * sizeof *p->q);
   for (int64_t a = 0; a < p->n; a++)
@@ -265,26 +301,69 @@ static int all_finite(const float *x, int64_t len) {
 
 /* ---- the step ----------------------------------------------------------- */
 
+static const char who[] = HVD__STEP_WHO;
+
+/* An allreduce (a sum, in place) of x, rows x cols float32 on dev. */
+static hvd_result_t reduce_async(const char *name, float *x, int64_t rows,
+                                 int64_t cols, int dev, hvd_request_t **req) {
+  int64_t shape[2] = {rows, cols};
+  hvd_tensor_t t = hvd_tensor_make(x, HVD_FLOAT32, 2, shape);
+  t.device = dev;
+  return hvd_allreduce_async(name, &t, &t, HVD_SUM, 1, 1, req);
+}
+
+/* A device parameter's first round up to P's allreduce: M = prescale M +
+ * e and, when a new Q is drawn, its upload, then P = M Q, complete. */
+static hvd_result_t device_start(hvd__psgd_t *s, psgd_param_t *p, float *M,
+                                 double prescale, int draw) {
+  hvd_result_t rc = HVD_SUCCESS;
+  p->d.M = M;
+  HVD__CHECK(hvd__odev_psgd(who, s->odev, HVD__PSGD_PREPARE, &p->d, prescale,
+                            1.0f, 0));
+  if (draw)
+    HVD__CHECK(hvd__odev_copy_async(who, s->odev, p->d.Qt, p->q,
+                                    (size_t)(p->m * p->r) * sizeof(float), 1));
+  HVD__CHECK(hvd__odev_psgd(who, s->odev, HVD__PSGD_MQ, &p->d, 1.0, 1.0f, 0));
+  rc = hvd__odev_sync(who, s->odev); /* P complete; q's upload done */
+fail:
+  return rc;
+}
+
 hvd_result_t hvd__psgd_start(hvd__psgd_t *s, int i, hvd_tensor_t *g,
                              double prescale, hvd_request_t **req) {
   psgd_param_t *p = &s->p[i];
   float *M = g->data;
-  const float pre = (float)prescale;
-  const int64_t len = p->n * p->m;
-  if (pre != 1.0f)
-    for (int64_t k = 0; k < len; k++)
-      M[k] *= pre;
-  if (p->e != NULL)
-    for (int64_t k = 0; k < len; k++)
-      M[k] += p->e[k];
-  if (!s->o.warm_start || !p->q_ready)
+  const int draw = !s->o.warm_start || !p->q_ready;
+  hvd_result_t rc = HVD_SUCCESS;
+  if (draw)
     draw_q(s, i, p);
-  m_times_q(M, p, p->p);
-  int64_t shape[2] = {p->n, p->r};
-  hvd_tensor_t t = hvd_tensor_make(p->p, HVD_FLOAT32, 2, shape);
-  hvd_result_t rc = hvd_allreduce_async(p->pname, &t, &t, HVD_SUM, 1, 1, req);
+  if (p->dev != HVD_CPU) {
+    HVD__CHECK(device_start(s, p, M, prescale, draw));
+  } else {
+    for (int64_t k = 0; k < p->n * p->m; k++)
+      hvd__km_psgd_prepare(M, p->e, (float)prescale, k);
+    m_times_q(M, p, p->p);
+  }
+  rc = reduce_async(p->pname, p->dev != HVD_CPU ? p->d.P : p->p, p->n, p->r,
+                    p->dev, req);
   if (rc == HVD_SUCCESS)
     p->g = g;
+fail:
+  return rc;
+}
+
+/* A device parameter's P (reduced) to the host, orthonormalised there,
+ * back, and Q = M^T P, complete. */
+static hvd_result_t device_q(hvd__psgd_t *s, psgd_param_t *p) {
+  hvd_result_t rc = HVD_SUCCESS;
+  const size_t bytes = (size_t)(p->n * p->r) * sizeof(float);
+  HVD__CHECK(hvd__odev_copy_async(who, s->odev, p->p, p->d.P, bytes, 0));
+  HVD__CHECK(hvd__odev_sync(who, s->odev));
+  orthonormalise(p->p, p->n, p->r);
+  HVD__CHECK(hvd__odev_copy_async(who, s->odev, p->d.P, p->p, bytes, 1));
+  HVD__CHECK(hvd__odev_psgd(who, s->odev, HVD__PSGD_MTP, &p->d, 1.0, 1.0f, 0));
+  rc = hvd__odev_sync(who, s->odev);
+fail:
   return rc;
 }
 
@@ -294,14 +373,18 @@ static hvd_result_t start_q(hvd__psgd_t *s, char *msg, size_t cap) {
   hvd_result_t first = HVD_SUCCESS;
   for (int i = s->n - 1; i >= 0; i--) {
     psgd_param_t *p = &s->p[i];
+    hvd_result_t rc = HVD_SUCCESS;
     if (p->g == NULL)
       continue;
-    orthonormalise(p->p, p->n, p->r);
-    mt_times_p(p->g->data, p);
-    int64_t shape[2] = {p->r, p->m};
-    hvd_tensor_t t = hvd_tensor_make(p->q, HVD_FLOAT32, 2, shape);
-    hvd_result_t rc =
-        hvd_allreduce_async(p->qname, &t, &t, HVD_SUM, 1, 1, &p->req);
+    if (p->dev != HVD_CPU) {
+      rc = device_q(s, p);
+    } else {
+      orthonormalise(p->p, p->n, p->r);
+      mt_times_p(p->g->data, p);
+    }
+    if (rc == HVD_SUCCESS)
+      rc = reduce_async(p->qname, p->dev != HVD_CPU ? p->d.Qt : p->q, p->r,
+                        p->m, p->dev, &p->req);
     if (rc != HVD_SUCCESS)
       p->req = NULL;
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
@@ -312,29 +395,62 @@ static hvd_result_t start_q(hvd__psgd_t *s, char *msg, size_t cap) {
   return first;
 }
 
-/* t = P Q^T row by row; e = M - t / size; g = t * post. A non-finite P or
- * Q leaves g non-finite (loss scaling skips the step), e as it was, and
- * no warm start. */
-static void finish(hvd__psgd_t *s, psgd_param_t *p, double postscale,
-                   int size) {
+/* A device parameter's end: Q (reduced) to the host for the test of
+ * finiteness, then the finish kernel and the warm start's scaling. */
+static hvd_result_t device_finish(hvd__psgd_t *s, psgd_param_t *p,
+                                  double postscale, float inv, int *finite) {
+  hvd_result_t rc = HVD_SUCCESS;
+  HVD__CHECK(hvd__odev_copy_async(who, s->odev, p->q, p->d.Qt,
+                                  (size_t)(p->m * p->r) * sizeof(float), 0));
+  HVD__CHECK(hvd__odev_sync(who, s->odev));
+  *finite = all_finite(p->p, p->n * p->r) && all_finite(p->q, p->m * p->r);
+  HVD__CHECK(hvd__odev_psgd(who, s->odev, HVD__PSGD_FINISH, &p->d, postscale,
+                            inv, *finite));
+  if (*finite && s->o.warm_start)
+    HVD__CHECK(hvd__odev_scale(who, s->odev, p->d.Qt, p->m * p->r, inv));
+  rc = hvd__odev_sync(who, s->odev);
+fail:
+  return rc;
+}
+
+/* t = P Q^T; e = M - t / size; g = t * post. A non-finite P or Q leaves g
+ * non-finite (loss scaling skips the step), e as it was, and no warm
+ * start. */
+static hvd_result_t finish(hvd__psgd_t *s, psgd_param_t *p, double postscale,
+                           int size) {
   float *M = p->g->data;
-  const float post = (float)postscale, inv = 1.0f / (float)size;
-  int finite = all_finite(p->p, p->n * p->r) && all_finite(p->q, p->m * p->r);
-  for (int64_t a = 0; a < p->n; a++) {
-    float *row = M + a * p->m, *err = p->e ? p->e + a * p->m : NULL;
-    for (int64_t b = 0; b < p->m; b++) {
-      float t = 0;
-      for (int j = 0; j < p->r; j++)
-        t += p->p[a * p->r + j] * p->q[(int64_t)j * p->m + b];
-      if (err != NULL && finite)
-        err[b] = row[b] - t * inv;
-      row[b] = t * post;
-    }
+  const float inv = 1.0f / (float)size;
+  int finite = 0;
+  if (p->dev != HVD_CPU) {
+    hvd_result_t rc = device_finish(s, p, postscale, inv, &finite);
+    if (rc != HVD_SUCCESS)
+      return rc;
+  } else {
+    finite = all_finite(p->p, p->n * p->r) && all_finite(p->q, p->m * p->r);
+    for (int64_t k = 0; k < p->n * p->m; k++)
+      hvd__km_psgd_finish(M, p->e, p->p, p->q, p->m, p->r, (float)postscale,
+                          inv, finite, k);
+    if (finite && s->o.warm_start) /* the mean Q, as DDP keeps it */
+      for (int64_t k = 0; k < p->m * p->r; k++)
+        p->q[k] *= inv;
   }
   p->q_ready = finite && s->o.warm_start;
-  if (p->q_ready) /* the mean Q, as DDP keeps it */
-    for (int64_t k = 0; k < p->m * p->r; k++)
-      p->q[k] *= inv;
+  return HVD_SUCCESS;
+}
+
+/* Waits for every phase-2 request; the first failure into *first. */
+static void wait_q(hvd__psgd_t *s, hvd_result_t *first, char *msg, size_t cap) {
+  for (int i = 0; i < s->n; i++) {
+    psgd_param_t *p = &s->p[i];
+    if (p->req == NULL)
+      continue;
+    hvd_result_t rc = hvd_wait(p->req);
+    p->req = NULL;
+    if (rc != HVD_SUCCESS && *first == HVD_SUCCESS) {
+      *first = rc;
+      snprintf(msg, cap, "%s", hvd_last_error());
+    }
+  }
 }
 
 hvd_result_t hvd__psgd_finish(hvd__psgd_t *s, int keep, double postscale) {
@@ -344,24 +460,19 @@ hvd_result_t hvd__psgd_finish(hvd__psgd_t *s, int keep, double postscale) {
     return HVD_SUCCESS;
   if (keep)
     first = start_q(s, msg, sizeof msg);
-  for (int i = 0; i < s->n; i++) {
-    psgd_param_t *p = &s->p[i];
-    if (p->req == NULL)
-      continue;
-    hvd_result_t rc = hvd_wait(p->req);
-    p->req = NULL;
-    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
-      first = rc;
-      snprintf(msg, sizeof msg, "%s", hvd_last_error());
-    }
-  }
+  wait_q(s, &first, msg, sizeof msg);
   int size = hvd_size();
   for (int i = 0; i < s->n; i++) {
     psgd_param_t *p = &s->p[i];
-    if (p->g != NULL && keep && first == HVD_SUCCESS)
-      finish(s, p, postscale, size);
-    else if (p->g != NULL) /* q may hold this rank's own M^T P */
-      p->q_ready = 0;
+    if (p->g != NULL && keep && first == HVD_SUCCESS) {
+      hvd_result_t rc = finish(s, p, postscale, size);
+      if (rc != HVD_SUCCESS) {
+        first = rc;
+        snprintf(msg, sizeof msg, "%s", hvd_last_error());
+      }
+    }
+    if (p->g != NULL && (!keep || first != HVD_SUCCESS))
+      p->q_ready = 0; /* q may hold this rank's own M^T P */
     p->g = NULL;
   }
   return first == HVD_SUCCESS ? HVD_SUCCESS : hvd__set_error_msg(first, msg);

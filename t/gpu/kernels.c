@@ -21,6 +21,8 @@
  *    Adam, Adam with L2, AdamW: three steps with a changing learning rate
  *    against hvd_sgd_create/hvd_adam_create on host copies, values and
  *    state, some values and gradients infinite, NaN, subnormal or -0;
+ *  - PowerSGD's kernels (prepare, P = M Q, Q^T = P^T M, the finish)
+ *    against optim_math.h's host loops;
  *  - argument errors and hvd__cuda_error's message.
  *
  * The data mixes ordinary values with random bit patterns (NaN, infinity,
@@ -51,12 +53,12 @@ int main(void) { skip_all("%s", GPU_TEST_NO_CUDA); }
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/device.h"
 #include "hvd.h"
 #include "ops/cuda_kernels.h"
+#include "ops/reduce.h"
 #include "optim/optim_kernels.h"
 #include "optim/optim_math.h"
-#include "base/device.h"
-#include "ops/reduce.h"
 #include "optim/optimizer.h"
 
 #define NT 12
@@ -403,6 +405,87 @@ static void grad_scale(double factor) {
   free(src);
   free(want);
   free(got);
+}
+
+/* ---- PowerSGD ------------------------------------------------------------ */
+
+/* hvd__cuda_psgd_* against optim_math.h's host loops (lib/optim/powersgd.c's
+ * arithmetic), bit for bit: M 37 x 70 (two full warps of lanes and a
+ * partial one), r 3; prepare (x 0.5 plus e), P = M Q, Q^T = P^T M (one
+ * row of P zero: skipped), the finish with and without keeping e. */
+static void psgd_kernels(void) {
+  enum { N = 37, M = 70, R = 3 };
+  static float m[N * M], e[N * M], p[N * R], q[R * M];
+  static float wm[N * M], we[N * M], wp[N * R], wq[R * M], got[N * M];
+  for (int k = 0; k < N * M; k++) {
+    m[k] = (float)uniform(-2, 2);
+    e[k] = (float)uniform(-0.5, 0.5);
+  }
+  for (int k = 0; k < R * M; k++)
+    q[k] = (float)uniform(-1, 1);
+  float *dm = dev_alloc(sizeof m), *de = dev_alloc(sizeof e),
+        *dp = dev_alloc(sizeof p), *dq = dev_alloc(sizeof q);
+  to_dev(dm, m, sizeof m);
+  to_dev(de, e, sizeof e);
+  to_dev(dq, q, sizeof q);
+  /* prepare */
+  memcpy(wm, m, sizeof m);
+  for (int64_t k = 0; k < N * M; k++)
+    hvd__km_psgd_prepare(wm, e, 0.5f, k);
+  is_int(HVD_SUCCESS, hvd__cuda_psgd_prepare(dm, de, N * M, 0.5, 0),
+         "psgd prepare: launched");
+  to_host(got, dm, sizeof m);
+  is_int(0, differ(wm, got, N * M, HVD_FLOAT32, "psgd prepare"),
+         "psgd prepare: M * 0.5 + e as the host's");
+  /* P = M Q */
+  for (int a = 0; a < N; a++)
+    for (int j = 0; j < R; j++)
+      wp[a * R + j] = hvd__km_psgd_dot(wm + a * M, q + j * M, M);
+  is_int(HVD_SUCCESS, hvd__cuda_psgd_mq(dm, dq, dp, N, M, R, 0),
+         "psgd mq: launched");
+  to_host(got, dp, sizeof p);
+  is_int(0, differ(wp, got, N * R, HVD_FLOAT32, "psgd mq"),
+         "psgd mq: P = M Q as the host's (lanes of double folded pairwise)");
+  /* Q^T = P^T M, row 5 of P zero */
+  for (int j = 0; j < R; j++)
+    wp[5 * R + j] = 0;
+  to_dev(dp, wp, sizeof p);
+  for (int j = 0; j < R; j++)
+    for (int b = 0; b < M; b++)
+      wq[j * M + b] = hvd__km_psgd_mtp(wm, wp, N, M, R, j, b);
+  is_int(HVD_SUCCESS, hvd__cuda_psgd_mtp(dm, dp, dq, N, M, R, 0),
+         "psgd mtp: launched");
+  to_host(got, dq, sizeof q);
+  is_int(0, differ(wq, got, R * M, HVD_FLOAT32, "psgd mtp"),
+         "psgd mtp: Q^T = P^T M as the host's");
+  /* the finish, keeping e, then not */
+  for (int keep = 1; keep >= 0; keep--) {
+    memcpy(we, e, sizeof e);
+    float *hm = keep ? wm : m; /* the second round starts from m again */
+    float want_m[N * M];
+    memcpy(want_m, hm, sizeof m);
+    to_dev(dm, want_m, sizeof m);
+    to_dev(de, e, sizeof e);
+    for (int64_t k = 0; k < N * M; k++)
+      hvd__km_psgd_finish(want_m, we, wp, wq, M, R, 0.25f, 1.0f / 3, keep, k);
+    is_int(
+        HVD_SUCCESS,
+        hvd__cuda_psgd_finish(dm, de, dp, dq, N, M, R, 0.25, 1.0f / 3, keep, 0),
+        "psgd finish (keep %d): launched", keep);
+    to_host(got, dm, sizeof m);
+    int bad = (int)differ(want_m, got, N * M, HVD_FLOAT32, "psgd finish M");
+    to_host(got, de, sizeof e);
+    bad += (int)differ(we, got, N * M, HVD_FLOAT32, "psgd finish e");
+    is_int(0, bad, "psgd finish (keep %d): M and e as the host's", keep);
+  }
+  is_int(HVD_ERR_INVALID_ARG, hvd__cuda_psgd_mq(dm, dq, dp, N, M, 0, 0),
+         "psgd mq: r 0 is rejected");
+  is_string("hvd__cuda_psgd_mq: n 37, m 70 or r 0", hvd_last_error(),
+            "psgd mq: the message names the call and the shape");
+  cudaFree(dm);
+  cudaFree(de);
+  cudaFree(dp);
+  cudaFree(dq);
 }
 
 /* ---- mixed precision: batched conversions ------------------------------ */
@@ -970,6 +1053,7 @@ int main(void) {
             "grad_scale: the message names the call and the count");
   mixed_batches();
   optimizers();
+  psgd_kernels();
   errors();
   done_testing();
   return tap_exit_status();

@@ -336,8 +336,8 @@ static void parity(const char *what, int kind, const void *o, unsigned mask) {
   ok(good, "%s: four steps", what);
   if (parity_clip != 0)
     ok(norms,
-       "%s (mask %#x): every step's clipping norm the host's bit for bit",
-       what, mask);
+       "%s (mask %#x): every step's clipping norm the host's bit for bit", what,
+       mask);
   snprintf(label, sizeof label, "%s (mask %#x)", what, mask);
   check_same(label, &h, &d, oh, od);
   hvd_optimizer_destroy(oh);
@@ -698,6 +698,151 @@ static void test_distributed(void) {
     dist_run(&cfgs[c]);
 }
 
+/* ---- PowerSGD ------------------------------------------------------------ */
+
+#define PN 3
+static const int64_t pshape[PN][2] = {{40, 48}, {24, 30}, {40, 1}};
+static const int pndim[PN] = {2, 2, 1};
+
+/* The PowerSGD run's model: "w" 40 x 48 and "x" 24 x 30 (compressed at
+ * rank 2), "b" [40] (whole); with dev, w and b on the GPU, x on the
+ * host. */
+typedef struct psgd_model {
+  hvd_param_t p[PN];
+  char names[PN][48];
+} psgd_model_t;
+
+static void psgd_make(psgd_model_t *m, const char *prefix, int on_dev) {
+  for (int i = 0; i < PN; i++) {
+    int64_t n = pshape[i][0] * pshape[i][1];
+    size_t bytes = (size_t)n * sizeof(float);
+    int d = on_dev && i != 1 ? dev : HVD_CPU;
+    void *v, *g;
+    if (d == HVD_CPU) {
+      v = xcalloc(bytes, 1);
+      g = xcalloc(bytes, 1);
+    } else {
+      cuda_ok(cudaMalloc(&v, bytes), "cudaMalloc");
+      cuda_ok(cudaMalloc(&g, bytes), "cudaMalloc");
+      cuda_ok(cudaMemset(v, 0, bytes), "cudaMemset");
+    }
+    snprintf(m->names[i], sizeof m->names[i], "%s.%c", prefix, "wxb"[i]);
+    m->p[i].name = m->names[i];
+    m->p[i].value = hvd_tensor_make(v, HVD_FLOAT32, pndim[i], pshape[i]);
+    m->p[i].grad = hvd_tensor_make(g, HVD_FLOAT32, pndim[i], pshape[i]);
+    m->p[i].value.device = m->p[i].grad.device = d;
+  }
+}
+
+static void psgd_free(psgd_model_t *m) {
+  for (int i = 0; i < PN; i++)
+    if (m->p[i].value.device == HVD_CPU) {
+      free(m->p[i].value.data);
+      free(m->p[i].grad.data);
+    } else {
+      cudaFree(m->p[i].value.data);
+      cudaFree(m->p[i].grad.data);
+    }
+}
+
+/* Every value of d equals h's (tol 0: bit for bit; else relative to the
+ * largest magnitude); NaNs must match NaNs. */
+static int psgd_same(psgd_model_t *h, psgd_model_t *d, double tol, char *why,
+                     size_t len) {
+  static float a[40 * 48], b[40 * 48];
+  for (int i = 0; i < PN; i++) {
+    int64_t n = hvd_tensor_numel(&h->p[i].value);
+    double big = 0, worst = 0;
+    tget(a, &h->p[i].value);
+    tget(b, &d->p[i].value);
+    for (int64_t j = 0; j < n; j++) {
+      if (isnan(a[j]) != isnan(b[j]) ||
+          (tol == 0 && !isnan(a[j]) && memcmp(&a[j], &b[j], 4) != 0)) {
+        snprintf(why, len, "'%s' element %lld: %.9g vs %.9g", h->names[i],
+                 (long long)j, a[j], b[j]);
+        return 0;
+      }
+      if (!isnan(a[j])) {
+        big = fmax(big, fabs(a[j]));
+        worst = fmax(worst, fabs((double)a[j] - b[j]));
+      }
+    }
+    if (worst > tol * big) {
+      snprintf(why, len, "'%s': off by %.3g of %.3g", h->names[i], worst, big);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* PowerSGD (rank 2, from the optimizer's second step) on the device model
+ * against the host model, SGD with momentum: 3 steps of rank-dependent
+ * gradients, then one with a NaN in the last rank's w (both all NaN
+ * there). Bit for bit where both sides sum P and Q in one order (np <= 2,
+ * or the host-staged executor); else to 1e-4 (NCCL's order). */
+static void psgd_run(void) {
+  static float acc[40 * 48];
+  psgd_model_t h, d;
+  hvd_optimizer_t *bh = NULL, *bd = NULL, *oh = NULL, *od = NULL;
+  hvd_sgd_options_t so;
+  hvd_distributed_options_t o;
+  char hp[64], dp[64], why[256] = "";
+  int good = 1;
+  const double tol = size <= 2 || strcmp(pass_name, "mpi") == 0 ? 0 : 1e-4;
+  snprintf(hp, sizeof hp, "%s.psgd.h", pass_name);
+  snprintf(dp, sizeof dp, "%s.psgd.d", pass_name);
+  psgd_make(&h, hp, 0);
+  psgd_make(&d, dp, 1);
+  hvd_sgd_options_init(&so);
+  so.lr = 0.5;
+  so.momentum = 0.5;
+  hvd_distributed_options_init(&o);
+  o.compression = HVD_COMPRESS_POWERSGD;
+  o.powersgd.rank = 2;
+  o.powersgd.start_step = 1;
+  good &= hvd_sgd_create(h.p, PN, &so, &bh) == HVD_SUCCESS &&
+          hvd_distributed_optimizer(bh, &o, &oh) == HVD_SUCCESS;
+  good &= hvd_sgd_create(d.p, PN, &so, &bd) == HVD_SUCCESS &&
+          hvd_distributed_optimizer(bd, &o, &od) == HVD_SUCCESS;
+  tap_note("%s", hvd_last_error());
+  for (int step = 1; good && step <= 4; step++) {
+    for (int i = PN - 1; i >= 0; i--) {
+      int64_t n = hvd_tensor_numel(&h.p[i].grad);
+      for (int64_t j = 0; j < n; j++)
+        acc[j] = (float)(sin(0.01 * (double)(j + 1) * (i + 2) + rank) *
+                         cos(0.3 * step * (double)(j % 7)));
+      if (step == 4 && i == 0 && rank == size - 1)
+        acc[5] = NAN;
+      tput(&h.p[i].grad, acc);
+      tput(&d.p[i].grad, acc);
+      good &= hvd_optimizer_grad_ready(oh, i) == HVD_SUCCESS;
+      good &= hvd_optimizer_grad_ready(od, i) == HVD_SUCCESS;
+    }
+    good &= hvd_optimizer_step(oh) == HVD_SUCCESS;
+    tap_note("host step %d: %s", step, hvd_last_error());
+    good &= hvd_optimizer_step(od) == HVD_SUCCESS;
+    tap_note("device step %d: %s", step, hvd_last_error());
+    int same = good && psgd_same(&h, &d, tol, why, sizeof why);
+    if (!same)
+      tap_note("%s", why);
+    ok(same, "%s: powersgd step %d%s: device equals host (%s)", pass_name, step,
+       step == 1   ? " (plain)"
+       : step == 4 ? " (a NaN)"
+                   : "",
+       tol == 0 ? "bit for bit" : "1e-4");
+    good &= hvd_optimizer_zero_grad(oh) == HVD_SUCCESS;
+    good &= hvd_optimizer_zero_grad(od) == HVD_SUCCESS;
+  }
+  tget(acc, &d.p[0].value);
+  ok(good && isnan(acc[0]) && isnan(acc[40 * 48 - 1]),
+     "%s: powersgd: every call succeeded; the NaN step left w all NaN",
+     pass_name);
+  hvd_optimizer_destroy(oh);
+  hvd_optimizer_destroy(od);
+  psgd_free(&h);
+  psgd_free(&d);
+}
+
 /* ---- the sharded optimizer (ZeRO stage 1) ------------------------------- */
 
 /* kind 0: Adam on every device parameter; 1: SGD, p1 and p3 on the GPU.
@@ -766,8 +911,10 @@ static void zero_run(int kind) {
     hvd_lamb_options_init(&lo);
     lo.lr = 0.125;
     const void *opts = kind == 0 ? (void *)&ao : kind == 1 ? (void *)&so : &lo;
-    int good = make_opt(kind == 1 ? 0 : kind == 0 ? 1 : 2, opts, ms[k]->p,
-                        &base) == HVD_SUCCESS &&
+    int good = make_opt(kind == 1   ? 0
+                        : kind == 0 ? 1
+                                    : 2,
+                        opts, ms[k]->p, &base) == HVD_SUCCESS &&
                hvd_distributed_optimizer(base, &o, os[k]) == HVD_SUCCESS;
     if (!ok(good, "%s: %s: a sharded optimizer on %s parameters", pass_name,
             what, k ? "device" : "host"))
@@ -1072,6 +1219,7 @@ static void run_pass(const char *ops, int last) {
   diag("%s: %d ranks, rank 0 on cuda:%d", ops, size, dev);
   test_refusals();
   test_distributed();
+  psgd_run();
   zero_run(0);
   zero_run(1);
   zero_run(2);
@@ -1123,8 +1271,8 @@ static void test_mixed(int dist, int shard) {
     }
     for (int i = 0; i < MN; i++) {
       float v = (float)uniform() + (dist ? 0.125f * (float)rank : 0.0f);
-      hv[0][j][i] = dts[j] == HVD_FLOAT16 ? hvd__f32_to_f16(v)
-                                          : hvd__f32_to_bf16(v);
+      hv[0][j][i] =
+          dts[j] == HVD_FLOAT16 ? hvd__f32_to_f16(v) : hvd__f32_to_bf16(v);
     }
     memcpy(hv[1][j], hv[0][j], 2 * MN);
     cuda_ok(cudaMalloc(&dv[j], 2 * MN), "cudaMalloc");
@@ -1147,8 +1295,7 @@ static void test_mixed(int dist, int shard) {
     good &= hvd_adam_create(ps[side], 2, &ao, &base) == HVD_SUCCESS;
     opt[side] = base;
     if (dist)
-      good &= hvd_distributed_optimizer(base, &dopt, &opt[side]) ==
-              HVD_SUCCESS;
+      good &= hvd_distributed_optimizer(base, &dopt, &opt[side]) == HVD_SUCCESS;
     good &= hvd_optimizer_set_loss_scaling(opt[side], &lo) == HVD_SUCCESS;
     if (dist)
       good &= hvd_broadcast_parameters(ps[side], 2, 0) == HVD_SUCCESS;
@@ -1186,8 +1333,7 @@ static void test_mixed(int dist, int shard) {
       good &= memcmp(hv[0][j], hv[1][j], 2 * MN) == 0;
     }
   }
-  ok(good, "%s: device values equal the host's bit for bit, every step",
-     what);
+  ok(good, "%s: device values equal the host's bit for bit, every step", what);
   ok(skipped_ok, "%s: the step with an inf skipped on both", what);
   ok(hvd_optimizer_loss_scale(opt[0]) == hvd_optimizer_loss_scale(opt[1]) &&
          hvd_optimizer_steps(opt[0]) == 4 && hvd_optimizer_steps(opt[1]) == 4,

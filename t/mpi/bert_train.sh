@@ -396,7 +396,7 @@ else
 fi
 for args in "--no-such-option" "--steps many" "--lr" "--clip-grad-norm -1" \
   "--optimizer sgd" "--powersgd 0" "--powersgd-start 5" \
-  "--powersgd 2 --fp16-allreduce" "--powersgd 2 --device gpu"; do
+  "--powersgd 2 --fp16-allreduce" "--powersgd 2 --zero 1"; do
   "$HVD_MPIRUN_TEST" --np 0 "$prog" $args >"$tmp/opt.out" 2>"$tmp/opt.err"
   rc=$?
   if [ $rc = 2 ] && grep -q "^bert_train: " "$tmp/opt.err"; then

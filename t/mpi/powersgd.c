@@ -464,9 +464,8 @@ static void test_refusals(void) {
   hvd_distributed_options_t d = psgd(1, 0);
   hvdt_refused(HVD_ERR_UNSUPPORTED, hvd_distributed_optimizer(base, &d, &opt),
                "hvd_distributed_optimizer: compression powersgd compresses "
-               "float32 gradients on the host (set reduce_fp32 for "
-               "float16/bfloat16 ones); parameter 'wb' has bfloat16 on the "
-               "host",
+               "float32 gradients (set reduce_fp32 for float16/bfloat16 "
+               "ones); parameter 'wb' has bfloat16",
                "bfloat16 gradient");
   d.reduce_fp32 = 1;
   is_int(HVD_SUCCESS, hvd_distributed_optimizer(base, &d, &opt),

@@ -36,9 +36,9 @@
 #include <string.h>
 
 #include "base/errors.h"
-#include "ops/cuda_kernels.h"
 #include "base/half.h"
 #include "base/kernel_math.h"
+#include "ops/cuda_kernels.h"
 #include "optim/optim_kernels.h"
 #include "optim/optim_math.h"
 #include "standin.h"
@@ -456,12 +456,12 @@ hvd_result_t hvd__cuda_adam_step(const hvd__cuda_param_span_t *spans, int n,
 
 /* ---- mixed precision, as the .cu's to/from_master kernels ------------- */
 
-hvd_result_t hvd__cuda_to_master(const void *src, hvd_dtype_t dtype,
-                                 float *dst, int64_t n, double factor,
-                                 int *nonfinite, cudaStream_t stream) {
+hvd_result_t hvd__cuda_to_master(const void *src, hvd_dtype_t dtype, float *dst,
+                                 int64_t n, double factor, int *nonfinite,
+                                 cudaStream_t stream) {
   static const char who[] = "hvd__cuda_to_master";
-  if (n < 0 || (dtype != HVD_FLOAT32 && dtype != HVD_FLOAT16 &&
-                dtype != HVD_BFLOAT16))
+  if (n < 0 ||
+      (dtype != HVD_FLOAT32 && dtype != HVD_FLOAT16 && dtype != HVD_BFLOAT16))
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: n %lld or dtype %d", who,
                           (long long)n, (int)dtype);
   if (n == 0)
@@ -614,8 +614,8 @@ hvd_result_t hvd__cuda_refresh_master(const void *value, hvd_dtype_t dtype,
     uint16_t r = dtype == HVD_FLOAT16 ? hvd__f32_to_f16(master[i])
                                       : hvd__f32_to_bf16(master[i]);
     if (r != v[i])
-      master[i] = dtype == HVD_FLOAT16 ? hvd__f16_to_f32(v[i])
-                                       : hvd__bf16_to_f32(v[i]);
+      master[i] =
+          dtype == HVD_FLOAT16 ? hvd__f16_to_f32(v[i]) : hvd__bf16_to_f32(v[i]);
   }
   return HVD_SUCCESS;
 }
@@ -839,17 +839,16 @@ hvd_result_t hvd__cuda_bn_apply(const void *x, void *y, hvd_dtype_t dtype,
   standin_need_device(coef, 3 * (size_t)c * sizeof(float), who, "coef");
   for (int64_t i = 0; i < n * c * s; i++) {
     int64_t ch = (i / s) % c;
-    hvd__km_bn_store(y, dtype, i,
-                     hvd__km_bn_apply_elem(hvd__km_bn_load(x, dtype, i), coef,
-                                           c, ch));
+    hvd__km_bn_store(
+        y, dtype, i,
+        hvd__km_bn_apply_elem(hvd__km_bn_load(x, dtype, i), coef, c, ch));
   }
   return HVD_SUCCESS;
 }
 
 hvd_result_t hvd__cuda_bn_dx(const void *x, const void *dy, void *dx,
-                             hvd_dtype_t dtype, int64_t n, int64_t c,
-                             int64_t s, const float *coef,
-                             cudaStream_t stream) {
+                             hvd_dtype_t dtype, int64_t n, int64_t c, int64_t s,
+                             const float *coef, cudaStream_t stream) {
   static const char who[] = "hvd__cuda_bn_dx";
   hvd_result_t rc = bn_check(who, dtype, n, c, s, stream);
   if (rc != HVD_SUCCESS || n == 0)
@@ -864,5 +863,81 @@ hvd_result_t hvd__cuda_bn_dx(const void *x, const void *dy, void *dx,
     float v = hvd__km_bn_load(x, dtype, i), g = hvd__km_bn_load(dy, dtype, i);
     hvd__km_bn_store(dx, dtype, i, hvd__km_bn_dx_elem(v, g, coef, c, ch));
   }
+  return HVD_SUCCESS;
+}
+
+/* ---- PowerSGD, as the .cu's psgd_*_kernel -------------------------------- */
+
+/* The stream and one float32 buffer the kernel reads or writes. */
+static void psgd_buffer(const char *who, cudaStream_t stream, const float *p,
+                        int64_t count, int write, const char *what) {
+  standin_need_device(p, (size_t)count * sizeof(float), who, what);
+  standin_access(stream, p, (size_t)count * sizeof(float), write, who, what);
+}
+
+hvd_result_t hvd__cuda_psgd_prepare(float *M, const float *e, int64_t len,
+                                    double pre, cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_psgd_prepare";
+  hvd_result_t rc = hvd__km_check_one(who, len, HVD_FLOAT32);
+  if (rc != HVD_SUCCESS || len == 0 || ((float)pre == 1.0f && e == NULL))
+    return rc;
+  (void)standin_stream_device(stream, who);
+  if (e != NULL)
+    psgd_buffer(who, stream, e, len, 0, "e");
+  psgd_buffer(who, stream, M, len, 1, "M");
+  for (int64_t k = 0; k < len; k++)
+    hvd__km_psgd_prepare(M, e, (float)pre, k);
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__cuda_psgd_mq(const float *M, const float *Qt, float *P,
+                               int64_t n, int64_t m, int r,
+                               cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_psgd_mq";
+  hvd_result_t rc = hvd__km_psgd_check(who, n, m, r);
+  if (rc != HVD_SUCCESS || n == 0)
+    return rc;
+  (void)standin_stream_device(stream, who);
+  psgd_buffer(who, stream, M, n * m, 0, "M");
+  psgd_buffer(who, stream, Qt, (int64_t)r * m, 0, "Qt");
+  psgd_buffer(who, stream, P, n * r, 1, "P");
+  for (int64_t a = 0; a < n; a++)
+    for (int j = 0; j < r; j++)
+      P[a * r + j] = hvd__km_psgd_dot(M + a * m, Qt + (int64_t)j * m, m);
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__cuda_psgd_mtp(const float *M, const float *P, float *Qt,
+                                int64_t n, int64_t m, int r,
+                                cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_psgd_mtp";
+  hvd_result_t rc = hvd__km_psgd_check(who, n, m, r);
+  if (rc != HVD_SUCCESS || m == 0)
+    return rc;
+  (void)standin_stream_device(stream, who);
+  psgd_buffer(who, stream, M, n * m, 0, "M");
+  psgd_buffer(who, stream, P, n * r, 0, "P");
+  psgd_buffer(who, stream, Qt, (int64_t)r * m, 1, "Qt");
+  for (int64_t k = 0; k < (int64_t)r * m; k++)
+    Qt[k] = hvd__km_psgd_mtp(M, P, n, m, r, (int)(k / m), k % m);
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__cuda_psgd_finish(float *M, float *e, const float *P,
+                                   const float *Qt, int64_t n, int64_t m, int r,
+                                   double post, float inv, int keep,
+                                   cudaStream_t stream) {
+  static const char who[] = "hvd__cuda_psgd_finish";
+  hvd_result_t rc = hvd__km_psgd_check(who, n, m, r);
+  if (rc != HVD_SUCCESS || n * m == 0)
+    return rc;
+  (void)standin_stream_device(stream, who);
+  psgd_buffer(who, stream, P, n * r, 0, "P");
+  psgd_buffer(who, stream, Qt, (int64_t)r * m, 0, "Qt");
+  if (e != NULL)
+    psgd_buffer(who, stream, e, n * m, 1, "e");
+  psgd_buffer(who, stream, M, n * m, 1, "M");
+  for (int64_t k = 0; k < n * m; k++)
+    hvd__km_psgd_finish(M, e, P, Qt, m, r, (float)post, inv, keep, k);
   return HVD_SUCCESS;
 }
