@@ -67,6 +67,7 @@ struct hvd__psgd {
   int n;
   psgd_param_t *p;
   hvd__odev_t *odev; /* the optimizer's (device parameters), not owned */
+  float *row;        /* the host's finish: a row of t (the widest m) */
 };
 
 /* ---- creation ----------------------------------------------------------- */
@@ -137,6 +138,7 @@ void hvd__psgd_free(hvd__psgd_t *s) {
     free(p->qname);
   }
   free(s->p);
+  free(s->row);
   free(s);
 }
 
@@ -206,8 +208,15 @@ hvd_result_t hvd__psgd_create(const char *fn, const hvd_powersgd_options_t *o,
     free(s);
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
   }
-  for (int i = 0; i < base->n && rc == HVD_SUCCESS; i++)
+  int64_t widest = 1;
+  for (int i = 0; i < base->n && rc == HVD_SUCCESS; i++) {
     rc = param_init(fn, s, &base->params[i], reduce_fp32, &s->p[i]);
+    if (s->p[i].on && s->p[i].m > widest)
+      widest = s->p[i].m;
+  }
+  if (rc == HVD_SUCCESS &&
+      (s->row = malloc((size_t)widest * sizeof(float))) == NULL)
+    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
   if (rc != HVD_SUCCESS) {
     hvd__psgd_free(s);
     return rc;
@@ -413,6 +422,28 @@ fail:
   return rc;
 }
 
+/* The host's finish, row by row: t's row accumulated over j (each
+ * element sees hvd__km_psgd_finish_at's operations in its order: the
+ * device's bits), then e's and M's: contiguous loops, which vectorize. */
+static void host_finish(const psgd_param_t *p, float *M, float *t, float post,
+                        float inv, int keep) {
+  for (int64_t a = 0; a < p->n; a++) {
+    float *row = M + a * p->m, *err = p->e != NULL ? p->e + a * p->m : NULL;
+    for (int64_t b = 0; b < p->m; b++)
+      t[b] = 0;
+    for (int j = 0; j < p->r; j++) {
+      const float c = p->p[a * p->r + j], *qj = p->q + (int64_t)j * p->m;
+      for (int64_t b = 0; b < p->m; b++)
+        t[b] += c * qj[b];
+    }
+    if (err != NULL && keep)
+      for (int64_t b = 0; b < p->m; b++)
+        err[b] = row[b] - t[b] * inv;
+    for (int64_t b = 0; b < p->m; b++)
+      row[b] = t[b] * post;
+  }
+}
+
 /* t = P Q^T; e = M - t / size; g = t * post. A non-finite P or Q leaves g
  * non-finite (loss scaling skips the step), e as it was, and no warm
  * start. */
@@ -427,9 +458,7 @@ static hvd_result_t finish(hvd__psgd_t *s, psgd_param_t *p, double postscale,
       return rc;
   } else {
     finite = all_finite(p->p, p->n * p->r) && all_finite(p->q, p->m * p->r);
-    for (int64_t k = 0; k < p->n * p->m; k++)
-      hvd__km_psgd_finish(M, p->e, p->p, p->q, p->m, p->r, (float)postscale,
-                          inv, finite, k);
+    host_finish(p, M, s->row, (float)postscale, inv, finite);
     if (finite && s->o.warm_start) /* the mean Q, as DDP keeps it */
       for (int64_t k = 0; k < p->m * p->r; k++)
         p->q[k] *= inv;
