@@ -621,6 +621,27 @@ static unsigned char *slurp(const char *path, size_t *n) {
   return b;
 }
 
+/* acc into the host and the device gradient, then grad_ready(i) on both
+ * optimizers; 1 if both succeeded. */
+static int both_ready(hvd_optimizer_t *oh, hvd_optimizer_t *od,
+                      hvd_tensor_t *gh, hvd_tensor_t *gd, const float *acc,
+                      int i) {
+  tput(gh, acc);
+  tput(gd, acc);
+  int good = hvd_optimizer_grad_ready(oh, i) == HVD_SUCCESS;
+  return hvd_optimizer_grad_ready(od, i) == HVD_SUCCESS && good;
+}
+
+/* A step of both optimizers, each one's error noted; 1 if both
+ * succeeded. */
+static int both_step(hvd_optimizer_t *oh, hvd_optimizer_t *od, int step) {
+  int good = hvd_optimizer_step(oh) == HVD_SUCCESS;
+  tap_note("host step %d: %s", step, hvd_last_error());
+  good &= hvd_optimizer_step(od) == HVD_SUCCESS;
+  tap_note("device step %d: %s", step, hvd_last_error());
+  return good;
+}
+
 static void dist_run(const struct dcfg *c) {
   static float acc[MAXC];
   model_t h, d;
@@ -665,15 +686,9 @@ static void dist_run(const struct dcfg *c) {
         tget(acc, &h.p[i].grad);
         for (int64_t j = 0; j < counts[i]; j++)
           acc[j] += dyadic(i, j, q, step);
-        tput(&h.p[i].grad, acc);
-        tput(&d.p[i].grad, acc);
-        good &= hvd_optimizer_grad_ready(oh, i) == HVD_SUCCESS;
-        good &= hvd_optimizer_grad_ready(od, i) == HVD_SUCCESS;
+        good &= both_ready(oh, od, &h.p[i].grad, &d.p[i].grad, acc, i);
       }
-    good &= hvd_optimizer_step(oh) == HVD_SUCCESS;
-    tap_note("host step %d: %s", step, hvd_last_error());
-    good &= hvd_optimizer_step(od) == HVD_SUCCESS;
-    tap_note("device step %d: %s", step, hvd_last_error());
+    good &= both_step(oh, od, step);
     snprintf(what, sizeof what, "distributed %s step %d", c->what, step);
     check_same(what, &h, &d, oh, od);
     good &= hvd_optimizer_zero_grad(oh) == HVD_SUCCESS;
@@ -813,15 +828,9 @@ static void psgd_run(void) {
                          cos(0.3 * step * (double)(j % 7)));
       if (step == 4 && i == 0 && rank == size - 1)
         acc[5] = NAN;
-      tput(&h.p[i].grad, acc);
-      tput(&d.p[i].grad, acc);
-      good &= hvd_optimizer_grad_ready(oh, i) == HVD_SUCCESS;
-      good &= hvd_optimizer_grad_ready(od, i) == HVD_SUCCESS;
+      good &= both_ready(oh, od, &h.p[i].grad, &d.p[i].grad, acc, i);
     }
-    good &= hvd_optimizer_step(oh) == HVD_SUCCESS;
-    tap_note("host step %d: %s", step, hvd_last_error());
-    good &= hvd_optimizer_step(od) == HVD_SUCCESS;
-    tap_note("device step %d: %s", step, hvd_last_error());
+    good &= both_step(oh, od, step);
     int same = good && psgd_same(&h, &d, tol, why, sizeof why);
     if (!same)
       tap_note("%s", why);
