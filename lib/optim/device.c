@@ -558,7 +558,8 @@ hvd_result_t hvd__odev_psgd(const char *who, hvd__odev_t *d,
     rc = hvd__cuda_psgd_mq(x->M, x->Qt, x->P, x->n, x->m, x->r, d->stream);
     break;
   case HVD__PSGD_MTP:
-    rc = hvd__cuda_psgd_mtp(x->M, x->P, x->Qt, x->n, x->m, x->r, d->stream);
+    rc = hvd__cuda_psgd_mtp(x->M, x->P, x->Qt, x->parts, x->n, x->m, x->r,
+                            d->stream);
     break;
   case HVD__PSGD_FINISH:
     rc = hvd__cuda_psgd_finish(x->M, x->e, x->P, x->Qt, x->n, x->m, x->r,

@@ -125,9 +125,10 @@ hvd_result_t hvd__odev_lamb_apply(const char *who, hvd__odev_t *d,
 
 /* PowerSGD (powersgd.c): one compressed parameter's device buffers, all
  * float32 on d's device: the gradient M (n x m), its error feedback e
- * (NULL: none), P (n x r) and Q transposed (r x m). */
+ * (NULL: none), P (n x r), Q transposed (r x m), and the scratch of
+ * Q^T's chunks of rows (optim_kernels.h; NULL for one chunk). */
 typedef struct hvd__odev_psgd {
-  float *M, *e, *P, *Qt;
+  float *M, *e, *P, *Qt, *parts;
   int64_t n, m;
   int r;
 } hvd__odev_psgd_t;

@@ -595,12 +595,30 @@ __global__ void psgd_mq_kernel(const float *M, const float *Qt, float *P,
     }
 }
 
-__global__ void psgd_mtp_kernel(const float *M, const float *P, float *Qt,
-                                int64_t n, int64_t m, int r) {
-  const int64_t stride = (int64_t)gridDim.x * blockDim.x, len = (int64_t)r * m;
+/* Thread k: chunk k / (r m)'s part of Q^T's element k % (r m) (threads
+ * side by side read M's columns side by side). */
+__global__ void psgd_mtp_part_kernel(const float *M, const float *P,
+                                     float *parts, int64_t n, int64_t m, int r,
+                                     int64_t len) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x, rm = (int64_t)r * m;
   for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < len;
-       k += stride)
-    Qt[k] = hvd__km_psgd_mtp(M, P, n, m, r, (int)(k / m), k % m);
+       k += stride) {
+    const int64_t c = k / rm, e = k % rm;
+    parts[k] = hvd__km_psgd_mtp_part(M, P, n, m, r, (int)(e / m), e % m, c);
+  }
+}
+
+/* Thread k: Q^T's element k, the chunks' parts in order. */
+__global__ void psgd_mtp_fold_kernel(const float *parts, float *Qt,
+                                     int64_t chunks, int64_t rm) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < rm;
+       k += stride) {
+    float acc = 0;
+    for (int64_t c = 0; c < chunks; c++)
+      acc += parts[c * rm + k];
+    Qt[k] = acc;
+  }
 }
 
 __global__ void psgd_finish_kernel(float *M, float *e, const float *P,
@@ -643,14 +661,27 @@ extern "C" hvd_result_t hvd__cuda_psgd_mq(const float *M, const float *Qt,
 }
 
 extern "C" hvd_result_t hvd__cuda_psgd_mtp(const float *M, const float *P,
-                                           float *Qt, int64_t n, int64_t m,
-                                           int r, cudaStream_t stream) {
+                                           float *Qt, float *parts, int64_t n,
+                                           int64_t m, int r,
+                                           cudaStream_t stream) {
   static const char who[] = "hvd__cuda_psgd_mtp";
   hvd_result_t rc = hvd__km_psgd_check(who, n, m, r);
+  const int64_t chunks = hvd__km_psgd_chunks(n), rm = (int64_t)r * m;
   if (rc != HVD_SUCCESS || m == 0)
     return rc;
-  psgd_mtp_kernel<<<hvd__grid_for((int64_t)r * m, 1), hvd__kernel_threads, 0,
-                    stream>>>(M, P, Qt, n, m, r);
+  if (chunks == 1) { /* the one part is the sum: 0 + part */
+    psgd_mtp_part_kernel<<<hvd__grid_for(rm, 1), hvd__kernel_threads, 0,
+                           stream>>>(M, P, Qt, n, m, r, rm);
+  } else {
+    if (parts == NULL)
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: parts is NULL for %lld chunks", who,
+                            (long long)chunks);
+    psgd_mtp_part_kernel<<<hvd__grid_for(chunks * rm, 1), hvd__kernel_threads,
+                           0, stream>>>(M, P, parts, n, m, r, chunks * rm);
+    psgd_mtp_fold_kernel<<<hvd__grid_for(rm, 1), hvd__kernel_threads, 0,
+                           stream>>>(parts, Qt, chunks, rm);
+  }
   if (cudaPeekAtLastError() != cudaSuccess)
     return hvd__launch_error(who);
   return HVD_SUCCESS;

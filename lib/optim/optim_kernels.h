@@ -183,15 +183,17 @@ hvd_result_t hvd__cuda_bn_dx(const void *x, const void *dy, void *dx,
  * element arithmetic is optim_math.h's hvd__km_psgd_*, the host's bits.
  * prepare: M = M * (float)pre + e (e may be NULL) over len elements.
  * mq: P = M Q (one warp per row of M, the lanes folded pairwise).
- * mtp: Qt = P^T M. finish: t = P Q^T; e = M - t * inv (e not NULL and
- * keep), M = t * (float)post. */
+ * mtp: Qt = P^T M, by chunks of rows (parts: hvd__km_psgd_chunks(n) x r x
+ * m floats of device scratch, unused when that is 1), then the chunks
+ * folded. finish: t = P Q^T; e = M - t * inv (e not NULL and keep),
+ * M = t * (float)post. */
 hvd_result_t hvd__cuda_psgd_prepare(float *M, const float *e, int64_t len,
                                     double pre, cudaStream_t stream);
 hvd_result_t hvd__cuda_psgd_mq(const float *M, const float *Qt, float *P,
                                int64_t n, int64_t m, int r,
                                cudaStream_t stream);
 hvd_result_t hvd__cuda_psgd_mtp(const float *M, const float *P, float *Qt,
-                                int64_t n, int64_t m, int r,
+                                float *parts, int64_t n, int64_t m, int r,
                                 cudaStream_t stream);
 hvd_result_t hvd__cuda_psgd_finish(float *M, float *e, const float *P,
                                    const float *Qt, int64_t n, int64_t m, int r,

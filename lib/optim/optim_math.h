@@ -436,16 +436,37 @@ static inline float hvd__km_psgd_dot(const float *x, const float *y,
   return (float)acc[0];
 }
 
-/* Element (j, b) of Q^T = P^T M: the rows of M in order, each times
- * P[a][j] in float (a row whose factor is 0 skipped). */
+/* Q^T = P^T M sums over the n rows of M: in chunks of
+ * HVD__KM_PSGD_CHUNK rows (the device's threads: chunks x r x m), each
+ * chunk's rows in order from 0, then the chunks' sums in order from 0. */
+#define HVD__KM_PSGD_CHUNK 64
+
+HVD__KM_FN int64_t hvd__km_psgd_chunks(int64_t n) {
+  return n > 0 ? (n + HVD__KM_PSGD_CHUNK - 1) / HVD__KM_PSGD_CHUNK : 1;
+}
+
+/* Chunk c's part of element (j, b) of Q^T: its rows of M in order, each
+ * times P[a][j] in float (a row whose factor is 0 skipped). */
+HVD__KM_FN float hvd__km_psgd_mtp_part(const float *M, const float *P,
+                                       int64_t n, int64_t m, int r, int j,
+                                       int64_t b, int64_t c) {
+  const int64_t end =
+      (c + 1) * HVD__KM_PSGD_CHUNK < n ? (c + 1) * HVD__KM_PSGD_CHUNK : n;
+  float acc = 0;
+  for (int64_t a = c * HVD__KM_PSGD_CHUNK; a < end; a++) {
+    const float f = P[a * r + j];
+    if (f != 0.0f)
+      acc += f * M[a * m + b];
+  }
+  return acc;
+}
+
+/* Element (j, b) of Q^T: the chunks' parts in order. */
 HVD__KM_FN float hvd__km_psgd_mtp(const float *M, const float *P, int64_t n,
                                   int64_t m, int r, int j, int64_t b) {
   float acc = 0;
-  for (int64_t a = 0; a < n; a++) {
-    const float c = P[a * r + j];
-    if (c != 0.0f)
-      acc += c * M[a * m + b];
-  }
+  for (int64_t c = 0; c < hvd__km_psgd_chunks(n); c++)
+    acc += hvd__km_psgd_mtp_part(M, P, n, m, r, j, b, c);
   return acc;
 }
 

@@ -32,7 +32,12 @@
  * bits). Gram-Schmidt, Q's random values and the finiteness test run on
  * the host, on copies of P (n x r) and Q (r x m): small, and the same
  * host code on every rank. The stream is synchronised before each
- * allreduce is submitted and before each copy is read.
+ * allreduce is submitted and before each copy is read: at grad_ready
+ * once per parameter (its P), in the step four times in all (every P
+ * fetched; every Q^T computed; every Q fetched; every gradient
+ * finished), not per parameter. Q^T = P^T M sums its n rows by chunks of
+ * 64 (optim_math.h), so that the device has chunks x r x m threads, not
+ * r x m.
  */
 #include <math.h>
 #include <stdio.h>
@@ -67,7 +72,8 @@ struct hvd__psgd {
   int n;
   psgd_param_t *p;
   hvd__odev_t *odev; /* the optimizer's (device parameters), not owned */
-  float *row;        /* the host's finish: a row of t (the widest m) */
+  float *row;        /* the host's scratch: a row of t, or Q^T's chunk part (the
+                        largest r m) */
 };
 
 /* ---- creation ----------------------------------------------------------- */
@@ -133,6 +139,7 @@ void hvd__psgd_free(hvd__psgd_t *s) {
       hvd__odev_free(p->dev, p->d.P);
       hvd__odev_free(p->dev, p->d.Qt);
       hvd__odev_free(p->dev, p->d.e);
+      hvd__odev_free(p->dev, p->d.parts);
     }
     free(p->pname);
     free(p->qname);
@@ -146,7 +153,8 @@ void hvd__psgd_free(hvd__psgd_t *s) {
 static hvd_result_t device_init(const char *fn, hvd__psgd_t *s,
                                 psgd_param_t *p) {
   hvd_result_t rc = HVD_SUCCESS;
-  void *P = NULL, *Qt = NULL, *e = NULL;
+  void *P = NULL, *Qt = NULL, *e = NULL, *parts = NULL;
+  const int64_t chunks = hvd__km_psgd_chunks(p->n);
   rc = hvd__odev_calloc(fn, s->odev, (size_t)(p->n * p->r) * sizeof(float), &P);
   if (rc == HVD_SUCCESS)
     rc = hvd__odev_calloc(fn, s->odev, (size_t)(p->m * p->r) * sizeof(float),
@@ -154,8 +162,16 @@ static hvd_result_t device_init(const char *fn, hvd__psgd_t *s,
   if (rc == HVD_SUCCESS && s->o.error_feedback)
     rc = hvd__odev_calloc(fn, s->odev, (size_t)(p->n * p->m) * sizeof(float),
                           &e);
-  p->d = (hvd__odev_psgd_t){
-      .P = P, .Qt = Qt, .e = e, .n = p->n, .m = p->m, .r = p->r};
+  if (rc == HVD_SUCCESS && chunks > 1)
+    rc = hvd__odev_calloc(
+        fn, s->odev, (size_t)(chunks * p->m * p->r) * sizeof(float), &parts);
+  p->d = (hvd__odev_psgd_t){.P = P,
+                            .Qt = Qt,
+                            .e = e,
+                            .parts = parts,
+                            .n = p->n,
+                            .m = p->m,
+                            .r = p->r};
   return rc;
 }
 
@@ -211,8 +227,8 @@ hvd_result_t hvd__psgd_create(const char *fn, const hvd_powersgd_options_t *o,
   int64_t widest = 1;
   for (int i = 0; i < base->n && rc == HVD_SUCCESS; i++) {
     rc = param_init(fn, s, &base->params[i], reduce_fp32, &s->p[i]);
-    if (s->p[i].on && s->p[i].m > widest)
-      widest = s->p[i].m;
+    if (s->p[i].on && s->p[i].m * s->p[i].r > widest)
+      widest = s->p[i].m * s->p[i].r;
   }
   if (rc == HVD_SUCCESS &&
       (s->row = malloc((size_t)widest * sizeof(float))) == NULL)
@@ -286,19 +302,28 @@ static void orthonormalise(float *P, int64_t n, int r) {
   }
 }
 
-/* Q^T = P^T M: for each row a of M, Q^T's row j gains P[a][j] M[a]
- * (row by row, so contiguous; each element sees the operations of
- * hvd__km_psgd_mtp in its order: the device's bits). */
-static void mt_times_p(const float *M, psgd_param_t *p) {
-  memset(p->q, 0, (size_t)(p->m * p->r) * sizeof *p->q);
-  for (int64_t a = 0; a < p->n; a++)
-    for (int j = 0; j < p->r; j++) {
-      const float c = p->p[a * p->r + j], *row = M + a * p->m;
-      float *qj = p->q + (int64_t)j * p->m;
-      if (c != 0.0f)
-        for (int64_t b = 0; b < p->m; b++)
-          qj[b] += c * row[b];
-    }
+/* Q^T = P^T M by chunks of rows: a chunk's part gains P[a][j] M[a] row
+ * by row (contiguous), then joins Q^T; each element sees the operations
+ * of hvd__km_psgd_mtp in its order (the device's bits). part: r m
+ * floats of scratch. */
+static void mt_times_p(const float *M, psgd_param_t *p, float *part) {
+  const int64_t rm = p->m * p->r;
+  memset(p->q, 0, (size_t)rm * sizeof *p->q);
+  for (int64_t c0 = 0; c0 < p->n; c0 += HVD__KM_PSGD_CHUNK) {
+    const int64_t end =
+        c0 + HVD__KM_PSGD_CHUNK < p->n ? c0 + HVD__KM_PSGD_CHUNK : p->n;
+    memset(part, 0, (size_t)rm * sizeof *part);
+    for (int64_t a = c0; a < end; a++)
+      for (int j = 0; j < p->r; j++) {
+        const float c = p->p[a * p->r + j], *row = M + a * p->m;
+        float *pj = part + (int64_t)j * p->m;
+        if (c != 0.0f)
+          for (int64_t b = 0; b < p->m; b++)
+            pj[b] += c * row[b];
+      }
+    for (int64_t k = 0; k < rm; k++) /* the chunks' parts in order */
+      p->q[k] += part[k];
+  }
 }
 
 static int all_finite(const float *x, int64_t len) {
@@ -361,39 +386,77 @@ fail:
   return rc;
 }
 
-/* A device parameter's P (reduced) to the host, orthonormalised there,
- * back, and Q = M^T P, complete. */
-static hvd_result_t device_q(hvd__psgd_t *s, psgd_param_t *p) {
+/* Every device parameter compressed this step: its device P (q 0) or Q
+ * (q 1) copied into its host copy, then one wait for them all. */
+static hvd_result_t device_fetch(hvd__psgd_t *s, int q) {
   hvd_result_t rc = HVD_SUCCESS;
-  const size_t bytes = (size_t)(p->n * p->r) * sizeof(float);
-  HVD__CHECK(hvd__odev_copy_async(who, s->odev, p->p, p->d.P, bytes, 0));
-  HVD__CHECK(hvd__odev_sync(who, s->odev));
-  orthonormalise(p->p, p->n, p->r);
-  HVD__CHECK(hvd__odev_copy_async(who, s->odev, p->d.P, p->p, bytes, 1));
-  HVD__CHECK(hvd__odev_psgd(who, s->odev, HVD__PSGD_MTP, &p->d, 1.0, 1.0f, 0));
-  rc = hvd__odev_sync(who, s->odev);
+  int any = 0;
+  for (int i = 0; i < s->n; i++) {
+    psgd_param_t *p = &s->p[i];
+    if (p->g == NULL || p->dev == HVD_CPU)
+      continue;
+    any = 1;
+    if (q)
+      HVD__CHECK(hvd__odev_copy_async(who, s->odev, p->q, p->d.Qt,
+                                      (size_t)(p->m * p->r) * sizeof(float),
+                                      0));
+    else
+      HVD__CHECK(hvd__odev_copy_async(who, s->odev, p->p, p->d.P,
+                                      (size_t)(p->n * p->r) * sizeof(float),
+                                      0));
+  }
+  if (any)
+    rc = hvd__odev_sync(who, s->odev);
 fail:
   return rc;
 }
 
-/* Phase 2 of every parameter compressed this step: Q = M^T P, then its
- * allreduce; the first failure's message kept in msg. */
-static hvd_result_t start_q(hvd__psgd_t *s, char *msg, size_t cap) {
-  hvd_result_t first = HVD_SUCCESS;
+/* Q^T = P^T M for every parameter compressed this step, P orthonormalised
+ * first: on the host, or (a device parameter) on the host copy, which
+ * goes back, and the product enqueued; one wait for the device's. */
+static hvd_result_t second_products(hvd__psgd_t *s) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int any = 0;
   for (int i = s->n - 1; i >= 0; i--) {
     psgd_param_t *p = &s->p[i];
-    hvd_result_t rc = HVD_SUCCESS;
     if (p->g == NULL)
       continue;
-    if (p->dev != HVD_CPU) {
-      rc = device_q(s, p);
-    } else {
-      orthonormalise(p->p, p->n, p->r);
-      mt_times_p(p->g->data, p);
+    orthonormalise(p->p, p->n, p->r);
+    if (p->dev == HVD_CPU) {
+      mt_times_p(p->g->data, p, s->row);
+      continue;
     }
-    if (rc == HVD_SUCCESS)
-      rc = reduce_async(p->qname, p->dev != HVD_CPU ? p->d.Qt : p->q, p->r,
-                        p->m, p->dev, &p->req);
+    any = 1;
+    HVD__CHECK(hvd__odev_copy_async(who, s->odev, p->d.P, p->p,
+                                    (size_t)(p->n * p->r) * sizeof(float), 1));
+    HVD__CHECK(
+        hvd__odev_psgd(who, s->odev, HVD__PSGD_MTP, &p->d, 1.0, 1.0f, 0));
+  }
+  if (any)
+    rc = hvd__odev_sync(who, s->odev);
+fail:
+  return rc;
+}
+
+/* Phase 2 of every parameter compressed this step: Q = M^T P, then the
+ * allreduces; the first failure's message kept in msg. The device work
+ * of all parameters is batched (two waits in all); if it fails, this
+ * rank submits none of the second round (the others' wait for it ends as
+ * a stall, as for any rank that stops submitting). */
+static hvd_result_t start_q(hvd__psgd_t *s, char *msg, size_t cap) {
+  hvd_result_t first = device_fetch(s, 0);
+  if (first == HVD_SUCCESS)
+    first = second_products(s);
+  if (first != HVD_SUCCESS) {
+    snprintf(msg, cap, "%s", hvd_last_error());
+    return first;
+  }
+  for (int i = s->n - 1; i >= 0; i--) {
+    psgd_param_t *p = &s->p[i];
+    if (p->g == NULL)
+      continue;
+    hvd_result_t rc = reduce_async(p->qname, p->dev != HVD_CPU ? p->d.Qt : p->q,
+                                   p->r, p->m, p->dev, &p->req);
     if (rc != HVD_SUCCESS)
       p->req = NULL;
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
@@ -404,20 +467,15 @@ static hvd_result_t start_q(hvd__psgd_t *s, char *msg, size_t cap) {
   return first;
 }
 
-/* A device parameter's end: Q (reduced) to the host for the test of
- * finiteness, then the finish kernel and the warm start's scaling. */
+/* A device parameter's end, its Q already on the host (device_fetch):
+ * the finish kernel and the warm start's scaling, enqueued. */
 static hvd_result_t device_finish(hvd__psgd_t *s, psgd_param_t *p,
-                                  double postscale, float inv, int *finite) {
+                                  double postscale, float inv, int finite) {
   hvd_result_t rc = HVD_SUCCESS;
-  HVD__CHECK(hvd__odev_copy_async(who, s->odev, p->q, p->d.Qt,
-                                  (size_t)(p->m * p->r) * sizeof(float), 0));
-  HVD__CHECK(hvd__odev_sync(who, s->odev));
-  *finite = all_finite(p->p, p->n * p->r) && all_finite(p->q, p->m * p->r);
   HVD__CHECK(hvd__odev_psgd(who, s->odev, HVD__PSGD_FINISH, &p->d, postscale,
-                            inv, *finite));
-  if (*finite && s->o.warm_start)
-    HVD__CHECK(hvd__odev_scale(who, s->odev, p->d.Qt, p->m * p->r, inv));
-  rc = hvd__odev_sync(who, s->odev);
+                            inv, finite));
+  if (finite && s->o.warm_start)
+    rc = hvd__odev_scale(who, s->odev, p->d.Qt, p->m * p->r, inv);
 fail:
   return rc;
 }
@@ -446,18 +504,18 @@ static void host_finish(const psgd_param_t *p, float *M, float *t, float post,
 
 /* t = P Q^T; e = M - t / size; g = t * post. A non-finite P or Q leaves g
  * non-finite (loss scaling skips the step), e as it was, and no warm
- * start. */
+ * start. A device parameter's work is enqueued (the caller waits). */
 static hvd_result_t finish(hvd__psgd_t *s, psgd_param_t *p, double postscale,
                            int size) {
   float *M = p->g->data;
   const float inv = 1.0f / (float)size;
-  int finite = 0;
+  const int finite =
+      all_finite(p->p, p->n * p->r) && all_finite(p->q, p->m * p->r);
   if (p->dev != HVD_CPU) {
-    hvd_result_t rc = device_finish(s, p, postscale, inv, &finite);
+    hvd_result_t rc = device_finish(s, p, postscale, inv, finite);
     if (rc != HVD_SUCCESS)
       return rc;
   } else {
-    finite = all_finite(p->p, p->n * p->r) && all_finite(p->q, p->m * p->r);
     host_finish(p, M, s->row, (float)postscale, inv, finite);
     if (finite && s->o.warm_start) /* the mean Q, as DDP keeps it */
       for (int64_t k = 0; k < p->m * p->r; k++)
@@ -482,6 +540,20 @@ static void wait_q(hvd__psgd_t *s, hvd_result_t *first, char *msg, size_t cap) {
   }
 }
 
+/* Every parameter's end (device Qs fetched first, one wait after). */
+static hvd_result_t finish_all(hvd__psgd_t *s, double postscale) {
+  hvd_result_t rc = device_fetch(s, 1);
+  int size = hvd_size(), any = 0;
+  for (int i = 0; i < s->n && rc == HVD_SUCCESS; i++)
+    if (s->p[i].g != NULL) {
+      rc = finish(s, &s->p[i], postscale, size);
+      any |= s->p[i].dev != HVD_CPU;
+    }
+  if (rc == HVD_SUCCESS && any)
+    rc = hvd__odev_sync(who, s->odev);
+  return rc;
+}
+
 hvd_result_t hvd__psgd_finish(hvd__psgd_t *s, int keep, double postscale) {
   char msg[HVD__ERRMSG_MAX] = "";
   hvd_result_t first = HVD_SUCCESS;
@@ -490,16 +562,13 @@ hvd_result_t hvd__psgd_finish(hvd__psgd_t *s, int keep, double postscale) {
   if (keep)
     first = start_q(s, msg, sizeof msg);
   wait_q(s, &first, msg, sizeof msg);
-  int size = hvd_size();
+  if (keep && first == HVD_SUCCESS) {
+    first = finish_all(s, postscale);
+    if (first != HVD_SUCCESS)
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+  }
   for (int i = 0; i < s->n; i++) {
     psgd_param_t *p = &s->p[i];
-    if (p->g != NULL && keep && first == HVD_SUCCESS) {
-      hvd_result_t rc = finish(s, p, postscale, size);
-      if (rc != HVD_SUCCESS) {
-        first = rc;
-        snprintf(msg, sizeof msg, "%s", hvd_last_error());
-      }
-    }
     if (p->g != NULL && (!keep || first != HVD_SUCCESS))
       p->q_ready = 0; /* q may hold this rank's own M^T P */
     p->g = NULL;

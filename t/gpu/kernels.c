@@ -412,7 +412,8 @@ static void grad_scale(double factor) {
 /* hvd__cuda_psgd_* against optim_math.h's host loops (lib/optim/powersgd.c's
  * arithmetic), bit for bit: M 37 x 70 (two full warps of lanes and a
  * partial one), r 3; prepare (x 0.5 plus e), P = M Q, Q^T = P^T M (one
- * row of P zero: skipped), the finish with and without keeping e. */
+ * row of P zero: skipped; and of 150 rows, three chunks folded), the
+ * finish with and without keeping e. */
 static void psgd_kernels(void) {
   enum { N = 37, M = 70, R = 3 };
   static float m[N * M], e[N * M], p[N * R], q[R * M];
@@ -453,11 +454,39 @@ static void psgd_kernels(void) {
   for (int j = 0; j < R; j++)
     for (int b = 0; b < M; b++)
       wq[j * M + b] = hvd__km_psgd_mtp(wm, wp, N, M, R, j, b);
-  is_int(HVD_SUCCESS, hvd__cuda_psgd_mtp(dm, dp, dq, N, M, R, 0),
-         "psgd mtp: launched");
+  is_int(HVD_SUCCESS, hvd__cuda_psgd_mtp(dm, dp, dq, NULL, N, M, R, 0),
+         "psgd mtp: launched (one chunk of rows)");
   to_host(got, dq, sizeof q);
   is_int(0, differ(wq, got, R * M, HVD_FLOAT32, "psgd mtp"),
          "psgd mtp: Q^T = P^T M as the host's");
+  /* Q^T of 150 rows: three chunks, their parts folded in order */
+  {
+    enum { N2 = 150 };
+    static float m2[N2 * M], p2[N2 * R], w2[R * M], g2[R * M];
+    for (int k = 0; k < N2 * M; k++)
+      m2[k] = (float)uniform(-2, 2);
+    for (int k = 0; k < N2 * R; k++)
+      p2[k] = k / R == 70 ? 0.0f : (float)uniform(-1, 1);
+    for (int j = 0; j < R; j++)
+      for (int b = 0; b < M; b++)
+        w2[j * M + b] = hvd__km_psgd_mtp(m2, p2, N2, M, R, j, b);
+    float *dm2 = dev_alloc(sizeof m2), *dp2 = dev_alloc(sizeof p2),
+          *dq2 = dev_alloc(sizeof g2), *dparts = dev_alloc(3 * sizeof g2);
+    to_dev(dm2, m2, sizeof m2);
+    to_dev(dp2, p2, sizeof p2);
+    is_int(HVD_SUCCESS, hvd__cuda_psgd_mtp(dm2, dp2, dq2, dparts, N2, M, R, 0),
+           "psgd mtp: launched (150 rows: three chunks)");
+    to_host(g2, dq2, sizeof g2);
+    is_int(0, differ(w2, g2, R * M, HVD_FLOAT32, "psgd mtp chunks"),
+           "psgd mtp: three chunks folded in order, as the host's");
+    is_int(HVD_ERR_INVALID_ARG,
+           hvd__cuda_psgd_mtp(dm2, dp2, dq2, NULL, N2, M, R, 0),
+           "psgd mtp: no parts for three chunks is rejected");
+    cudaFree(dm2);
+    cudaFree(dp2);
+    cudaFree(dq2);
+    cudaFree(dparts);
+  }
   /* the finish, keeping e, then not */
   for (int keep = 1; keep >= 0; keep--) {
     memcpy(we, e, sizeof e);

@@ -716,12 +716,13 @@ static void test_distributed(void) {
 /* ---- PowerSGD ------------------------------------------------------------ */
 
 #define PN 3
-static const int64_t pshape[PN][2] = {{40, 48}, {24, 30}, {40, 1}};
+static const int64_t pshape[PN][2] = {{130, 24}, {24, 30}, {40, 1}};
+#define PMAX (130 * 24)
 static const int pndim[PN] = {2, 2, 1};
 
-/* The PowerSGD run's model: "w" 40 x 48 and "x" 24 x 30 (compressed at
- * rank 2), "b" [40] (whole); with dev, w and b on the GPU, x on the
- * host. */
+/* The PowerSGD run's model: "w" 130 x 24 (Q^T in three chunks of rows) and "x"
+ * 24 x 30 (compressed at rank 2), "b" [40] (whole); with dev, w and b on the
+ * GPU, x on the host. */
 typedef struct psgd_model {
   hvd_param_t p[PN];
   char names[PN][48];
@@ -764,7 +765,7 @@ static void psgd_free(psgd_model_t *m) {
  * largest magnitude); NaNs must match NaNs. */
 static int psgd_same(psgd_model_t *h, psgd_model_t *d, double tol, char *why,
                      size_t len) {
-  static float a[40 * 48], b[40 * 48];
+  static float a[PMAX], b[PMAX];
   for (int i = 0; i < PN; i++) {
     int64_t n = hvd_tensor_numel(&h->p[i].value);
     double big = 0, worst = 0;
@@ -796,7 +797,7 @@ static int psgd_same(psgd_model_t *h, psgd_model_t *d, double tol, char *why,
  * there). Bit for bit where both sides sum P and Q in one order (np <= 2,
  * or the host-staged executor); else to 1e-4 (NCCL's order). */
 static void psgd_run(void) {
-  static float acc[40 * 48];
+  static float acc[PMAX];
   psgd_model_t h, d;
   hvd_optimizer_t *bh = NULL, *bd = NULL, *oh = NULL, *od = NULL;
   hvd_sgd_options_t so;
@@ -843,7 +844,7 @@ static void psgd_run(void) {
     good &= hvd_optimizer_zero_grad(od) == HVD_SUCCESS;
   }
   tget(acc, &d.p[0].value);
-  ok(good && isnan(acc[0]) && isnan(acc[40 * 48 - 1]),
+  ok(good && isnan(acc[0]) && isnan(acc[PMAX - 1]),
      "%s: powersgd: every call succeeded; the NaN step left w all NaN",
      pass_name);
   hvd_optimizer_destroy(oh);

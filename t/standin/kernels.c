@@ -908,17 +908,24 @@ hvd_result_t hvd__cuda_psgd_mq(const float *M, const float *Qt, float *P,
 }
 
 hvd_result_t hvd__cuda_psgd_mtp(const float *M, const float *P, float *Qt,
-                                int64_t n, int64_t m, int r,
+                                float *parts, int64_t n, int64_t m, int r,
                                 cudaStream_t stream) {
   static const char who[] = "hvd__cuda_psgd_mtp";
   hvd_result_t rc = hvd__km_psgd_check(who, n, m, r);
+  const int64_t chunks = hvd__km_psgd_chunks(n), rm = (int64_t)r * m;
   if (rc != HVD_SUCCESS || m == 0)
     return rc;
+  if (chunks > 1 && parts == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: parts is NULL for %lld chunks", who,
+                          (long long)chunks);
   (void)standin_stream_device(stream, who);
   psgd_buffer(who, stream, M, n * m, 0, "M");
   psgd_buffer(who, stream, P, n * r, 0, "P");
-  psgd_buffer(who, stream, Qt, (int64_t)r * m, 1, "Qt");
-  for (int64_t k = 0; k < (int64_t)r * m; k++)
+  if (chunks > 1) /* written by the part kernel, read by the fold */
+    psgd_buffer(who, stream, parts, chunks * rm, 1, "parts");
+  psgd_buffer(who, stream, Qt, rm, 1, "Qt");
+  for (int64_t k = 0; k < rm; k++)
     Qt[k] = hvd__km_psgd_mtp(M, P, n, m, r, (int)(k / m), k % m);
   return HVD_SUCCESS;
 }
