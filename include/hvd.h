@@ -661,11 +661,15 @@ hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
  * CUDA"). A device parameter's optimizer state lives on its device; the
  * built-ins update all device parameters with one kernel launch (the
  * host's math, bit for bit) on a stream of the optimizer's own, while the
- * host parameters are updated on the CPU. Device gradients must be
- * complete when an optimizer call starts (synchronise the stream that
- * wrote them, as for a collective); every optimizer call that touches
- * device memory (create, step, zero_grad) has finished with it when it
- * returns, so the caller may read values on any stream.
+ * host parameters are updated on the CPU. Device gradients follow the
+ * collectives' "Device ordering": hvd_optimizer_step and
+ * hvd_optimizer_grad_ready order their device work (reductions, the
+ * float32 copies of reduce_fp32, PowerSGD, the update) after what the
+ * calling thread's stream (hvd_cuda_set_stream) has enqueued, on the
+ * device, so a gradient may be handed over while the kernels that write
+ * it are still queued (synchronising first still works); every optimizer
+ * call that touches device memory (create, step, zero_grad) has finished
+ * with it when it returns, so the caller may read values on any stream.
  *
  * Gradients ACCUMULATE in param.grad between hvd_optimizer_zero_grad()
  * calls, as in PyTorch: a backward pass adds into them. The optimizer

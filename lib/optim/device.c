@@ -46,6 +46,7 @@ struct hvd__odev {
   /* LAMB's spans (host, device); its norms use parts and nout */
   hvd__cuda_lamb_span_t *lspans, *dlspans;
   int lcap;
+  cudaEvent_t caller; /* hvd__odev_after_caller's (made at first use) */
 };
 
 /* HVD_ERR_CUDA "<who>: <call up to its '('>: <string> (<name>)", as
@@ -123,6 +124,8 @@ void hvd__odev_close(hvd__odev_t *d) {
       cudaStreamSynchronize(d->stream);
       cudaStreamDestroy(d->stream);
     }
+    if (d->caller != NULL)
+      cudaEventDestroy(d->caller);
     cudaFree(d->dspans);
     cudaFree(d->dcspans);
     cudaFree(d->flag);
@@ -589,6 +592,19 @@ fail:
   return rc;
 }
 
+hvd_result_t hvd__odev_after_caller(const char *who, hvd__odev_t *d) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int prev = -1;
+  HVD__CHECK(enter(who, d->dev, &prev));
+  if (d->caller == NULL)
+    ODEV_CHECK(cudaEventCreateWithFlags(&d->caller, cudaEventDisableTiming));
+  ODEV_CHECK(cudaEventRecord(d->caller, (cudaStream_t)hvd_cuda_stream()));
+  ODEV_CHECK(cudaStreamWaitEvent(d->stream, d->caller, 0));
+fail:
+  leave(d->dev, prev);
+  return rc;
+}
+
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d) {
   hvd_result_t rc = HVD_SUCCESS;
   int prev = -1;
@@ -816,6 +832,11 @@ hvd_result_t hvd__odev_copy_async(const char *who, hvd__odev_t *d, void *dst,
   (void)src;
   (void)to_device;
   return bytes == 0 ? HVD_SUCCESS : no_cuda(who);
+}
+
+hvd_result_t hvd__odev_after_caller(const char *who, hvd__odev_t *d) {
+  (void)d;
+  return no_cuda(who);
 }
 
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d) {

@@ -22,10 +22,11 @@
 
 typedef struct hvd__odev hvd__odev_t;
 
-/* A context on device dev: a cudaStreamNonBlocking stream. Gradients must
- * be complete when an optimizer call starts (the caller has synchronised
- * the stream that wrote them, as for a collective); every optimizer call
- * waits for this stream before it returns. */
+/* A context on device dev: a cudaStreamNonBlocking stream. It waits for
+ * the caller's stream (hvd__odev_after_caller) once per
+ * hvd_optimizer_step and before each gradient that grad_ready reads on
+ * it, as the collectives do; every optimizer call waits for this stream
+ * before it returns. */
 hvd_result_t hvd__odev_open(const char *who, int dev, hvd__odev_t **out);
 /* Waits for the stream, then frees everything. Accepts NULL. */
 void hvd__odev_close(hvd__odev_t *d);
@@ -150,6 +151,13 @@ hvd_result_t hvd__odev_psgd(const char *who, hvd__odev_t *d,
  * to the host is complete once hvd__odev_sync returns. */
 hvd_result_t hvd__odev_copy_async(const char *who, hvd__odev_t *d, void *dst,
                                   const void *src, size_t bytes, int to_device);
+
+/* d's stream waits, on the device, for what the calling thread's stream
+ * (hvd_cuda_set_stream; the legacy default stream unless set) has
+ * enqueued so far: the gradients the caller may still be computing (the
+ * collectives' ordering rule, hvd.h "Device ordering"). The host waits
+ * for nothing. */
+hvd_result_t hvd__odev_after_caller(const char *who, hvd__odev_t *d);
 
 /* Waits until d's stream has done everything enqueued. */
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d);

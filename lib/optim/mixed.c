@@ -565,8 +565,8 @@ hvd_result_t hvd__mixed_grad32(hvd_optimizer_t *core, int i,
   if (p->grad.device == HVD_CPU)
     (void)host_to_master(p->grad.data, p->grad.dtype, m->mgrad[i].data, n,
                          1.0f);
-  else
-    rc =
+  else if ((rc = hvd__odev_after_caller(who, core->odev)) == HVD_SUCCESS)
+    rc = /* after the caller's stream: the gradient may be in the making */
         sync_odev(who, core,
                   hvd__odev_to_master(who, core->odev, p->grad.data,
                                       p->grad.dtype, m->mgrad[i].data, n, 1.0));

@@ -501,12 +501,21 @@ void hvd__optim_sparse_add(hvd_tensor_t *grad, const int64_t *rows,
 
 /* ---- the public calls --------------------------------------------------- */
 
+/* The optimizer's device work of this step waits, on the device, for
+ * what the caller's stream has enqueued (gradients still in the making:
+ * the collectives' rule, hvd.h "Device ordering"). */
+static hvd_result_t after_caller(const char *who, hvd_optimizer_t *opt) {
+  hvd__odev_t *odev = hvd__optim_core(opt)->odev;
+  return odev != NULL ? hvd__odev_after_caller(who, odev) : HVD_SUCCESS;
+}
+
 hvd_result_t hvd_optimizer_step(hvd_optimizer_t *opt) {
   if (opt == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "hvd_optimizer_step: opt is NULL");
   hvd__clip_forget(hvd__optim_core(opt)->clip); /* this step's, or none */
-  return opt->cls->step(opt);
+  hvd_result_t rc = after_caller("hvd_optimizer_step", opt);
+  return rc != HVD_SUCCESS ? rc : opt->cls->step(opt);
 }
 
 hvd_result_t hvd_optimizer_zero_grad(hvd_optimizer_t *opt) {
@@ -520,6 +529,10 @@ hvd_result_t hvd_optimizer_grad_ready(hvd_optimizer_t *opt, int i) {
   if (opt == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "hvd_optimizer_grad_ready: opt is NULL");
+  /* a plain reduction orders itself; what reads the gradient on the
+   * optimizer's stream first (reduce_fp32's copy, PowerSGD) calls
+   * hvd__odev_after_caller itself: one wait per such gradient, none for
+   * the others */
   return opt->cls->grad_ready(opt, i);
 }
 

@@ -352,6 +352,7 @@ static hvd_result_t device_start(hvd__psgd_t *s, psgd_param_t *p, float *M,
                                  double prescale, int draw) {
   hvd_result_t rc = HVD_SUCCESS;
   p->d.M = M;
+  HVD__CHECK(hvd__odev_after_caller(who, s->odev)); /* M may be in the making */
   HVD__CHECK(hvd__odev_psgd(who, s->odev, HVD__PSGD_PREPARE, &p->d, prescale,
                             1.0f, 0));
   if (draw)

@@ -346,6 +346,50 @@ static void parity(const char *what, int kind, const void *o, unsigned mask) {
   model_free(&d);
 }
 
+/* Plain Adam, two steps; the second's device gradients are written on
+ * the legacy stream and not waited for (the step's update waits for them
+ * on the device: hvd.h, "Device ordering"; the first step's allocations
+ * would order them anyway): equal to the host's. */
+static void test_step_order(void) {
+  static float h[MAXC];
+  model_t hm, dm;
+  hvd_optimizer_t *oh = NULL, *od = NULL;
+  hvd_adam_options_t ao;
+  hvd_adam_options_init(&ao);
+  model_make(&hm, "order.h", 0);
+  model_make(&dm, "order.d", 0x1f);
+  rng = 777;
+  int good = make_opt(1, &ao, hm.p, &oh) == HVD_SUCCESS &&
+             make_opt(1, &ao, dm.p, &od) == HVD_SUCCESS;
+  for (int step = 0; good && step < 2; step++) {
+    if (step > 0)
+      good &= hvd_optimizer_zero_grad(oh) == HVD_SUCCESS &&
+              hvd_optimizer_zero_grad(od) == HVD_SUCCESS;
+    for (int i = 0; i < NP; i++) {
+      if (step == 0)
+        set_both(&hm, &dm, i, 0);
+      draw(h, i, 1);
+      tput(&hm.p[i].grad, h);
+      if (step == 0)
+        tput(&dm.p[i].grad, h);
+      else if (counts[i] > 0)
+        cuda_ok(cudaMemcpyAsync(dm.p[i].grad.data, h,
+                                (size_t)counts[i] * sizeof(float),
+                                cudaMemcpyHostToDevice, 0),
+                "cudaMemcpyAsync H2D");
+    }
+    good &= hvd_optimizer_step(oh) == HVD_SUCCESS &&
+            hvd_optimizer_step(od) == HVD_SUCCESS;
+  }
+  tap_note("%s", hvd_last_error());
+  ok(good, "unsynchronised gradients: both Adam steps ran");
+  check_same("Adam on unsynchronised gradients", &hm, &dm, oh, od);
+  hvd_optimizer_destroy(oh);
+  hvd_optimizer_destroy(od);
+  model_free(&hm);
+  model_free(&dm);
+}
+
 static void test_parity(void) {
   static const double mom[] = {0, 0.9}, damp[] = {0, 0.25}, wd[] = {0, 0.01};
   char what[160];
@@ -622,12 +666,20 @@ static unsigned char *slurp(const char *path, size_t *n) {
 }
 
 /* acc into the host and the device gradient, then grad_ready(i) on both
- * optimizers; 1 if both succeeded. */
+ * optimizers; 1 if both succeeded. async: a device gradient is written
+ * by cudaMemcpyAsync on the legacy stream, not waited for (a backward
+ * still running when its gradient is handed over). */
 static int both_ready(hvd_optimizer_t *oh, hvd_optimizer_t *od,
                       hvd_tensor_t *gh, hvd_tensor_t *gd, const float *acc,
-                      int i) {
+                      int i, int async) {
   tput(gh, acc);
-  tput(gd, acc);
+  if (async && gd->device != HVD_CPU)
+    cuda_ok(cudaMemcpyAsync(gd->data, acc,
+                            (size_t)hvd_tensor_numel(gd) * sizeof(float),
+                            cudaMemcpyHostToDevice, 0),
+            "cudaMemcpyAsync H2D");
+  else
+    tput(gd, acc);
   int good = hvd_optimizer_grad_ready(oh, i) == HVD_SUCCESS;
   return hvd_optimizer_grad_ready(od, i) == HVD_SUCCESS && good;
 }
@@ -686,7 +738,7 @@ static void dist_run(const struct dcfg *c) {
         tget(acc, &h.p[i].grad);
         for (int64_t j = 0; j < counts[i]; j++)
           acc[j] += dyadic(i, j, q, step);
-        good &= both_ready(oh, od, &h.p[i].grad, &d.p[i].grad, acc, i);
+        good &= both_ready(oh, od, &h.p[i].grad, &d.p[i].grad, acc, i, 0);
       }
     good &= both_step(oh, od, step);
     snprintf(what, sizeof what, "distributed %s step %d", c->what, step);
@@ -794,8 +846,11 @@ static int psgd_same(psgd_model_t *h, psgd_model_t *d, double tol, char *why,
 /* PowerSGD (rank 2, from the optimizer's second step) on the device model
  * against the host model, SGD with momentum: 3 steps of rank-dependent
  * gradients, then one with a NaN in the last rank's w (both all NaN
- * there). Bit for bit where both sides sum P and Q in one order (np <= 2,
- * or the host-staged executor); else to 1e-4 (NCCL's order). */
+ * there). The device gradients are written on the legacy stream and
+ * handed over unsynchronised: PowerSGD's first kernels, at grad_ready,
+ * must wait for them on the device. Bit for bit where both sides sum P and Q in
+ * one order (np <= 2, or the host-staged executor); else to 1e-4 (NCCL's
+ * order). */
 static void psgd_run(void) {
   static float acc[PMAX];
   psgd_model_t h, d;
@@ -829,7 +884,7 @@ static void psgd_run(void) {
                          cos(0.3 * step * (double)(j % 7)));
       if (step == 4 && i == 0 && rank == size - 1)
         acc[5] = NAN;
-      good &= both_ready(oh, od, &h.p[i].grad, &d.p[i].grad, acc, i);
+      good &= both_ready(oh, od, &h.p[i].grad, &d.p[i].grad, acc, i, 1);
     }
     good &= both_step(oh, od, step);
     int same = good && psgd_same(&h, &d, tol, why, sizeof why);
@@ -1214,7 +1269,7 @@ static void test_sync_bn(void) {
 
 /* ---- passes -------------------------------------------------------------- */
 
-static void test_mixed(int dist, int shard);
+static void test_mixed(int dist, int shard, int r32);
 
 static void run_pass(const char *ops, int last) {
   pass_name = ops;
@@ -1233,8 +1288,9 @@ static void run_pass(const char *ops, int last) {
   zero_run(0);
   zero_run(1);
   zero_run(2);
-  test_mixed(1, 0);
-  test_mixed(1, 1);
+  test_mixed(1, 0, 0);
+  test_mixed(1, 1, 0);
+  test_mixed(1, 0, 1);
   test_broadcast();
   test_sync_bn();
   if (last)
@@ -1256,9 +1312,15 @@ static void run_pass(const char *ops, int last) {
  * optimizers (shard: ZeRO-1, the masters in blocks), the ranks' values
  * differ at creation and hvd_broadcast_parameters from rank 0 sets them
  * (each master follows its value: the refresh kernel on the device), and
- * the gradients are dyadic, so that every summation order agrees. */
-static void test_mixed(int dist, int shard) {
-  const char *what = !dist ? "mixed" : shard ? "mixed, sharded" : "mixed, dist";
+ * the gradients are dyadic, so that every summation order agrees. With
+ * r32 (distributed, not sharded) both reduce in float32 (reduce_fp32) and
+ * the device gradients are written on the legacy stream and not waited
+ * for: the conversion to float32 must wait for them on the device. */
+static void test_mixed(int dist, int shard, int r32) {
+  const char *what = !dist   ? "mixed"
+                     : shard ? "mixed, sharded"
+                     : r32   ? "mixed, dist, reduce_fp32, unsynchronised"
+                             : "mixed, dist";
   static const hvd_dtype_t dts[2] = {HVD_FLOAT16, HVD_BFLOAT16};
   uint16_t *hv[2][2], *hg[2][2]; /* [side][param]; side 1: host mirrors */
   void *dv[2], *dg[2];
@@ -1300,6 +1362,7 @@ static void test_mixed(int dist, int shard) {
   hvd_distributed_options_t dopt;
   hvd_distributed_options_init(&dopt);
   dopt.shard_optimizer_state = shard;
+  dopt.reduce_fp32 = r32;
   for (int side = 0; side < 2; side++) {
     hvd_optimizer_t *base = NULL;
     good &= hvd_adam_create(ps[side], 2, &ao, &base) == HVD_SUCCESS;
@@ -1328,7 +1391,12 @@ static void test_mixed(int dist, int shard) {
         hg[1][j][i] =
             dts[j] == HVD_FLOAT16 ? hvd__f32_to_f16(g) : hvd__f32_to_bf16(g);
       }
-      h2d(dg[j], hg[1][j], 2 * MN);
+      if (r32) /* on the legacy stream, not waited for (backward running) */
+        cuda_ok(
+            cudaMemcpyAsync(dg[j], hg[1][j], 2 * MN, cudaMemcpyHostToDevice, 0),
+            "cudaMemcpyAsync H2D");
+      else
+        h2d(dg[j], hg[1][j], 2 * MN);
     }
     for (int side = 0; side < 2; side++)
       if (hvd_optimizer_step(opt[side]) != HVD_SUCCESS) {
@@ -1369,7 +1437,8 @@ int main(int argc, char **argv) {
   /* a GPU each when there are enough, else all on the first */
   dev = gpu_mpi_begin(&argc, &argv, &rank, &size, &count);
   test_parity();
-  test_mixed(0, 0);
+  test_step_order();
+  test_mixed(0, 0, 0);
   test_custom();
   test_refusals();
   if (!hvd_nccl_built())

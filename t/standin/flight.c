@@ -418,9 +418,10 @@ static void test_direct_and_packed(void) {
 /* ZeRO-1's allgather of the values waits for no ready event: they are
  * settled by the synchronised update before it (hvd__device_settled).
  * NZ device parameters (uneven sizes) under SGD, distributed unsharded
- * and sharded: one step of each makes exactly NZ cudaStreamWaitEvent
- * calls, one per gradient's reduction (an allgather that waited too made
- * 2 NZ), and both leave the same values. Their tensors' placement is
+ * and sharded: one step of each makes exactly NZ + 1 cudaStreamWaitEvent
+ * calls, one per gradient's reduction and the step's own (its stream
+ * waits for the caller's; an allgather that waited too made 2 NZ + 1),
+ * and both leave the same values. Their tensors' placement is
  * asked of the runtime once per in-place allreduce and three times per
  * sharded parameter (an in-place recv, or a block within the output it
  * is gathered into, is not asked again: 2 NZ and 4 NZ before), less
@@ -467,8 +468,9 @@ static void test_zero_waits(void) {
     waits[k] = standin_stream_waits() - w0;
     queries[k] = standin_pointer_queries() - q0;
   }
-  is_int(NZ, waits[0], "an unsharded step: one stream wait per gradient");
-  is_int(NZ, waits[1],
+  is_int(NZ + 1, waits[0],
+         "an unsharded step: one stream wait per gradient, one for the step");
+  is_int(NZ + 1, waits[1],
          "a sharded step too: the values' allgather waits for no event");
   /* Each submission asks where its tensors are, but an in-place recv or a
    * block gathered into its own value is not asked again. */

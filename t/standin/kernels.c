@@ -399,14 +399,17 @@ static void check_params(const char *who, const hvd__cuda_param_span_t *spans,
     size_t bytes = (size_t)sp->count * sizeof(float);
     snprintf(what, sizeof what, "span %d's value", t);
     standin_need_device(sp->value, bytes, who, what);
+    standin_access(stream, sp->value, bytes, 1, who, what);
     snprintf(what, sizeof what, "span %d's grad", t);
     standin_need_device(sp->grad, bytes, who, what);
+    standin_access(stream, sp->grad, bytes, 0, who, what);
     uintptr_t v = (uintptr_t)sp->value, g = (uintptr_t)sp->grad;
     iv[m++] = (iv_t){v, v + bytes, t, 1};
     iv[m++] = (iv_t){g, g + bytes, t, 0};
     for (int k = 0; k < nstate; k++) {
       snprintf(what, sizeof what, "span %d's state[%d]", t, k);
       standin_need_device(sp->state[k], bytes, who, what);
+      standin_access(stream, sp->state[k], bytes, 1, who, what);
       uintptr_t st = (uintptr_t)sp->state[k];
       iv[m++] = (iv_t){st, st + bytes, t, 1};
     }
