@@ -114,38 +114,52 @@ typedef struct model {
   char names[NP][32];
 } model_t;
 
+/* param p: a float32 value and gradient of ndim dims shape, zeroed, on
+ * device d (HVD_CPU: the host), named name. */
+static void param_make(hvd_param_t *p, const char *name, int d, int ndim,
+                       const int64_t *shape) {
+  int64_t n = 1;
+  for (int k = 0; k < ndim; k++)
+    n *= shape[k];
+  size_t bytes = (size_t)n * sizeof(float);
+  void *v, *g;
+  if (d == HVD_CPU) {
+    v = xcalloc(bytes, 1);
+    g = xcalloc(bytes, 1);
+  } else {
+    cuda_ok(cudaMalloc(&v, bytes ? bytes : 1), "cudaMalloc");
+    cuda_ok(cudaMalloc(&g, bytes ? bytes : 1), "cudaMalloc");
+    cuda_ok(cudaMemset(v, 0, bytes ? bytes : 1), "cudaMemset");
+    cuda_ok(cudaMemset(g, 0, bytes ? bytes : 1), "cudaMemset");
+  }
+  p->name = name;
+  p->value = hvd_tensor_make(v, HVD_FLOAT32, ndim, shape);
+  p->grad = hvd_tensor_make(g, HVD_FLOAT32, ndim, shape);
+  p->value.device = p->grad.device = d;
+}
+
 static void model_make(model_t *m, const char *prefix, unsigned mask) {
   for (int i = 0; i < NP; i++) {
-    size_t bytes = (size_t)counts[i] * sizeof(float);
-    void *v, *g;
-    int d = (mask >> i) & 1 ? dev : HVD_CPU;
-    if (d == HVD_CPU) {
-      v = xcalloc(bytes, 1);
-      g = xcalloc(bytes, 1);
-    } else {
-      cuda_ok(cudaMalloc(&v, bytes ? bytes : 1), "cudaMalloc");
-      cuda_ok(cudaMalloc(&g, bytes ? bytes : 1), "cudaMalloc");
-      cuda_ok(cudaMemset(v, 0, bytes ? bytes : 1), "cudaMemset");
-      cuda_ok(cudaMemset(g, 0, bytes ? bytes : 1), "cudaMemset");
-    }
     snprintf(m->names[i], sizeof m->names[i], "%s.p%d", prefix, i);
-    m->p[i].name = m->names[i];
-    m->p[i].value = hvd_tensor_make(v, HVD_FLOAT32, 1, &counts[i]);
-    m->p[i].grad = hvd_tensor_make(g, HVD_FLOAT32, 1, &counts[i]);
-    m->p[i].value.device = m->p[i].grad.device = d;
+    param_make(&m->p[i], m->names[i], (mask >> i) & 1 ? dev : HVD_CPU, 1,
+               &counts[i]);
+  }
+}
+
+/* Frees param_make's value and gradient. */
+static void param_free(hvd_param_t *p) {
+  if (p->value.device == HVD_CPU) {
+    free(p->value.data);
+    free(p->grad.data);
+  } else {
+    cudaFree(p->value.data);
+    cudaFree(p->grad.data);
   }
 }
 
 static void model_free(model_t *m) {
-  for (int i = 0; i < NP; i++) {
-    if (m->p[i].value.device == HVD_CPU) {
-      free(m->p[i].value.data);
-      free(m->p[i].grad.data);
-    } else {
-      cudaFree(m->p[i].value.data);
-      cudaFree(m->p[i].grad.data);
-    }
-  }
+  for (int i = 0; i < NP; i++)
+    param_free(&m->p[i]);
 }
 
 /* Copies between host memory and any tensor. */
@@ -782,35 +796,15 @@ typedef struct psgd_model {
 
 static void psgd_make(psgd_model_t *m, const char *prefix, int on_dev) {
   for (int i = 0; i < PN; i++) {
-    int64_t n = pshape[i][0] * pshape[i][1];
-    size_t bytes = (size_t)n * sizeof(float);
-    int d = on_dev && i != 1 ? dev : HVD_CPU;
-    void *v, *g;
-    if (d == HVD_CPU) {
-      v = xcalloc(bytes, 1);
-      g = xcalloc(bytes, 1);
-    } else {
-      cuda_ok(cudaMalloc(&v, bytes), "cudaMalloc");
-      cuda_ok(cudaMalloc(&g, bytes), "cudaMalloc");
-      cuda_ok(cudaMemset(v, 0, bytes), "cudaMemset");
-    }
     snprintf(m->names[i], sizeof m->names[i], "%s.%c", prefix, "wxb"[i]);
-    m->p[i].name = m->names[i];
-    m->p[i].value = hvd_tensor_make(v, HVD_FLOAT32, pndim[i], pshape[i]);
-    m->p[i].grad = hvd_tensor_make(g, HVD_FLOAT32, pndim[i], pshape[i]);
-    m->p[i].value.device = m->p[i].grad.device = d;
+    param_make(&m->p[i], m->names[i], on_dev && i != 1 ? dev : HVD_CPU,
+               pndim[i], pshape[i]);
   }
 }
 
 static void psgd_free(psgd_model_t *m) {
   for (int i = 0; i < PN; i++)
-    if (m->p[i].value.device == HVD_CPU) {
-      free(m->p[i].value.data);
-      free(m->p[i].grad.data);
-    } else {
-      cudaFree(m->p[i].value.data);
-      cudaFree(m->p[i].grad.data);
-    }
+    param_free(&m->p[i]);
 }
 
 /* Every value of d equals h's (tol 0: bit for bit; else relative to the
