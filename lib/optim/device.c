@@ -592,6 +592,8 @@ fail:
   return rc;
 }
 
+void *hvd__odev_stream(const hvd__odev_t *d) { return (void *)d->stream; }
+
 hvd_result_t hvd__odev_after_caller(const char *who, hvd__odev_t *d) {
   hvd_result_t rc = HVD_SUCCESS;
   int prev = -1;
@@ -832,6 +834,11 @@ hvd_result_t hvd__odev_copy_async(const char *who, hvd__odev_t *d, void *dst,
   (void)src;
   (void)to_device;
   return bytes == 0 ? HVD_SUCCESS : no_cuda(who);
+}
+
+void *hvd__odev_stream(const hvd__odev_t *d) {
+  (void)d;
+  return NULL;
 }
 
 hvd_result_t hvd__odev_after_caller(const char *who, hvd__odev_t *d) {

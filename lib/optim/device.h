@@ -159,6 +159,11 @@ hvd_result_t hvd__odev_copy_async(const char *who, hvd__odev_t *d, void *dst,
  * for nothing. */
 hvd_result_t hvd__odev_after_caller(const char *who, hvd__odev_t *d);
 
+/* d's stream (a cudaStream_t), for hvd_cuda_set_stream: a collective
+ * submitted under it reads what d's kernels wrote, ordered on the device.
+ * NULL in a build without CUDA. */
+void *hvd__odev_stream(const hvd__odev_t *d);
+
 /* Waits until d's stream has done everything enqueued. */
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d);
 

@@ -31,13 +31,13 @@
  * (device.h's hvd__odev_psgd; optim_math.h's arithmetic, so the host's
  * bits). Gram-Schmidt, Q's random values and the finiteness test run on
  * the host, on copies of P (n x r) and Q (r x m): small, and the same
- * host code on every rank. The stream is synchronised before each
- * allreduce is submitted and before each copy is read: at grad_ready
- * once per parameter (its P), in the step four times in all (every P
- * fetched; every Q^T computed; every Q fetched; every gradient
- * finished), not per parameter. Q^T = P^T M sums its n rows by chunks of
- * 64 (optim_math.h), so that the device has chunks x r x m threads, not
- * r x m.
+ * host code on every rank. The allreduces of P and Q are submitted under
+ * the optimizer's stream (hvd_cuda_set_stream), so they are ordered after
+ * the kernels that wrote them on the device, and grad_ready never waits
+ * on the host; the step waits three times in all (every P fetched; every
+ * Q fetched; every gradient finished), not per parameter. Q^T = P^T M
+ * sums its n rows by chunks of 64 (optim_math.h), so that the device has
+ * chunks x r x m threads, not r x m.
  */
 #include <math.h>
 #include <stdio.h>
@@ -337,17 +337,29 @@ static int all_finite(const float *x, int64_t len) {
 
 static const char who[] = HVD__STEP_WHO;
 
-/* An allreduce (a sum, in place) of x, rows x cols float32 on dev. */
-static hvd_result_t reduce_async(const char *name, float *x, int64_t rows,
-                                 int64_t cols, int dev, hvd_request_t **req) {
+/* An allreduce (a sum, in place) of x, rows x cols float32 on dev. A
+ * device tensor's is submitted under the optimizer's stream (the
+ * collectives' ordering rule: it reads x after the kernels that wrote it,
+ * on the device; the host waits for nothing). */
+static hvd_result_t reduce_async(hvd__psgd_t *s, const char *name, float *x,
+                                 int64_t rows, int64_t cols, int dev,
+                                 hvd_request_t **req) {
   int64_t shape[2] = {rows, cols};
   hvd_tensor_t t = hvd_tensor_make(x, HVD_FLOAT32, 2, shape);
   t.device = dev;
-  return hvd_allreduce_async(name, &t, &t, HVD_SUM, 1, 1, req);
+  if (dev == HVD_CPU)
+    return hvd_allreduce_async(name, &t, &t, HVD_SUM, 1, 1, req);
+  void *caller = hvd_cuda_stream();
+  hvd_result_t rc = hvd_cuda_set_stream(hvd__odev_stream(s->odev));
+  if (rc == HVD_SUCCESS)
+    rc = hvd_allreduce_async(name, &t, &t, HVD_SUM, 1, 1, req);
+  (void)hvd_cuda_set_stream(caller);
+  return rc;
 }
 
-/* A device parameter's first round up to P's allreduce: M = prescale M +
- * e and, when a new Q is drawn, its upload, then P = M Q, complete. */
+/* A device parameter's first round up to P's allreduce, enqueued after
+ * the caller's stream: M = prescale M + e and, when a new Q is drawn, its
+ * upload (staged from host memory before the call returns), then P = M Q. */
 static hvd_result_t device_start(hvd__psgd_t *s, psgd_param_t *p, float *M,
                                  double prescale, int draw) {
   hvd_result_t rc = HVD_SUCCESS;
@@ -358,8 +370,7 @@ static hvd_result_t device_start(hvd__psgd_t *s, psgd_param_t *p, float *M,
   if (draw)
     HVD__CHECK(hvd__odev_copy_async(who, s->odev, p->d.Qt, p->q,
                                     (size_t)(p->m * p->r) * sizeof(float), 1));
-  HVD__CHECK(hvd__odev_psgd(who, s->odev, HVD__PSGD_MQ, &p->d, 1.0, 1.0f, 0));
-  rc = hvd__odev_sync(who, s->odev); /* P complete; q's upload done */
+  rc = hvd__odev_psgd(who, s->odev, HVD__PSGD_MQ, &p->d, 1.0, 1.0f, 0);
 fail:
   return rc;
 }
@@ -379,7 +390,7 @@ hvd_result_t hvd__psgd_start(hvd__psgd_t *s, int i, hvd_tensor_t *g,
       hvd__km_psgd_prepare(M, p->e, (float)prescale, k);
     m_times_q(M, p, p->p);
   }
-  rc = reduce_async(p->pname, p->dev != HVD_CPU ? p->d.P : p->p, p->n, p->r,
+  rc = reduce_async(s, p->pname, p->dev != HVD_CPU ? p->d.P : p->p, p->n, p->r,
                     p->dev, req);
   if (rc == HVD_SUCCESS)
     p->g = g;
@@ -414,10 +425,10 @@ fail:
 
 /* Q^T = P^T M for every parameter compressed this step, P orthonormalised
  * first: on the host, or (a device parameter) on the host copy, which
- * goes back, and the product enqueued; one wait for the device's. */
+ * goes back, and the product enqueued (its allreduce is ordered after it
+ * on the device). */
 static hvd_result_t second_products(hvd__psgd_t *s) {
   hvd_result_t rc = HVD_SUCCESS;
-  int any = 0;
   for (int i = s->n - 1; i >= 0; i--) {
     psgd_param_t *p = &s->p[i];
     if (p->g == NULL)
@@ -427,14 +438,11 @@ static hvd_result_t second_products(hvd__psgd_t *s) {
       mt_times_p(p->g->data, p, s->row);
       continue;
     }
-    any = 1;
     HVD__CHECK(hvd__odev_copy_async(who, s->odev, p->d.P, p->p,
                                     (size_t)(p->n * p->r) * sizeof(float), 1));
     HVD__CHECK(
         hvd__odev_psgd(who, s->odev, HVD__PSGD_MTP, &p->d, 1.0, 1.0f, 0));
   }
-  if (any)
-    rc = hvd__odev_sync(who, s->odev);
 fail:
   return rc;
 }
@@ -456,8 +464,9 @@ static hvd_result_t start_q(hvd__psgd_t *s, char *msg, size_t cap) {
     psgd_param_t *p = &s->p[i];
     if (p->g == NULL)
       continue;
-    hvd_result_t rc = reduce_async(p->qname, p->dev != HVD_CPU ? p->d.Qt : p->q,
-                                   p->r, p->m, p->dev, &p->req);
+    hvd_result_t rc =
+        reduce_async(s, p->qname, p->dev != HVD_CPU ? p->d.Qt : p->q, p->r,
+                     p->m, p->dev, &p->req);
     if (rc != HVD_SUCCESS)
       p->req = NULL;
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
