@@ -1488,11 +1488,17 @@ static void print_setup(const run_t *r) {
          : o->compression == HVD_COMPRESS_POWERSGD
              ? "averaged as float32, matrices by PowerSGD (below)"
              : "averaged as float32");
-  if (r->sync && o->compression == HVD_COMPRESS_POWERSGD)
+  if (r->sync && o->compression == HVD_COMPRESS_POWERSGD) {
+    int64_t all = 0, sent = 0;
+    (void)hvd_optimizer_compression_stats(r->opt, &all, &sent);
     printf(PROG ": PowerSGD at rank %d from step %lld, with error feedback "
-                "and warm start\n",
+                "and warm start: %lld of %lld gradient values a step (%.1fx "
+                "fewer)\n",
            o->powersgd_rank,
-           (long long)(o->powersgd_start >= 0 ? o->powersgd_start : 1000));
+           (long long)(o->powersgd_start >= 0 ? o->powersgd_start : 1000),
+           (long long)sent, (long long)all,
+           sent > 0 ? (double)all / (double)sent : 0.0);
+  }
   printf(PROG ": optimizer state %.1f MiB on this rank%s\n",
          (double)hvd_optimizer_state_bytes(r->opt) / (1 << 20),
          o->zero ? " (sharded, --zero 1)" : "");

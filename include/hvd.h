@@ -1038,6 +1038,17 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
  * blocks'); -1 for NULL. */
 int64_t hvd_optimizer_state_bytes(const hvd_optimizer_t *opt);
 
+/* A distributed optimizer's gradient values per step, as DDP's
+ * PowerSGDState.compression_stats(): *before, every gradient's elements
+ * (what a step reduces uncompressed); *after, the values a step reduces
+ * with its compression on (powersgd, from its start_step: r (n + m) per
+ * compressed matrix, the others whole; the steps before send *before;
+ * without powersgd *after is *before: the casts, fp16 and bf16, change
+ * bytes, not values). Either pointer may be NULL. HVD_ERR_INVALID_ARG for
+ * NULL opt or an optimizer that is not distributed. */
+hvd_result_t hvd_optimizer_compression_stats(const hvd_optimizer_t *opt,
+                                             int64_t *before, int64_t *after);
+
 /* Distributed only: parameter i's gradient is complete for this backward
  * pass. On the k-th pass since the last step its reduction starts at once,
  * overlapping the rest of backward. */

@@ -642,6 +642,26 @@ hvd_result_t hvd__optim_state_release(hvd_optimizer_t *opt, int take) {
   return HVD_SUCCESS;
 }
 
+hvd_result_t hvd_optimizer_compression_stats(const hvd_optimizer_t *opt,
+                                             int64_t *before, int64_t *after) {
+  if (opt == NULL || opt->dist == NULL)
+    return hvd__set_error(
+        HVD_ERR_INVALID_ARG, "hvd_optimizer_compression_stats: %s",
+        opt == NULL ? "opt is NULL" : "not a distributed optimizer");
+  const hvd_optimizer_t *core = opt->base;
+  int64_t b = 0, a = 0;
+  for (int i = 0; i < core->n; i++) {
+    int64_t numel = hvd_tensor_numel(&core->params[i].grad);
+    b += numel;
+    a += hvd__psgd_values(opt->dist->psgd, i, INT64_MAX, numel);
+  }
+  if (before != NULL)
+    *before = b;
+  if (after != NULL)
+    *after = a;
+  return HVD_SUCCESS;
+}
+
 int64_t hvd_optimizer_state_bytes(const hvd_optimizer_t *opt) {
   if (opt == NULL)
     return -1;

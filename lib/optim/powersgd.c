@@ -247,6 +247,13 @@ int hvd__psgd_takes(const hvd__psgd_t *s, int i, int64_t steps) {
   return s != NULL && s->p[i].on && steps >= s->o.start_step;
 }
 
+int64_t hvd__psgd_values(const hvd__psgd_t *s, int i, int64_t steps,
+                         int64_t numel) {
+  if (!hvd__psgd_takes(s, i, steps))
+    return numel;
+  return (int64_t)s->p[i].r * (s->p[i].n + s->p[i].m);
+}
+
 /* ---- the arithmetic ----------------------------------------------------- */
 
 static uint64_t splitmix(uint64_t *x) {

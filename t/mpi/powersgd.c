@@ -28,6 +28,7 @@
  *    step, and the error feedback of the step before survives it (a step
  *    with zero gradients then adds what the step before left);
  *  - a bfloat16 parameter with reduce_fp32: the rounded mean, to 3e-2;
+ *  - hvd_optimizer_compression_stats: the values per step, exactly;
  *  - refusals with their messages: rank 0, start_step -1, a rate NAN,
  *    error_feedback 2, sharding, op adasum, a bfloat16 gradient without
  *    reduce_fp32, compression 4.
@@ -400,6 +401,54 @@ static void test_bf16(void) {
   hvd_optimizer_destroy(opt);
 }
 
+/* hvd_optimizer_compression_stats: 384 values in all (w 240, b 12, s 12,
+ * x 120); at rank 2 w sends 2 (12 + 20) = 64 and x goes whole: 208; at
+ * rank 1 (from step 1: the same before and after it) w 32 and x
+ * 1 (4 + 30) = 34: 90; uncompressed 384; refusals. */
+static void test_stats(void) {
+  model_t m;
+  make(&m);
+  int64_t before = -1, after = -1;
+  hvd_distributed_options_t d = psgd(2, 0);
+  hvd_optimizer_t *opt = make_opt(&m, &d);
+  is_int(HVD_SUCCESS, hvd_optimizer_compression_stats(opt, &before, &after),
+         "stats: rank 2");
+  ok(before == 384 && after == 208,
+     "stats: rank 2: 208 of 384 values a step (%lld, %lld)", (long long)after,
+     (long long)before);
+  hvd_optimizer_destroy(opt);
+  d = psgd(1, 1);
+  opt = make_opt(&m, &d);
+  (void)hvd_optimizer_compression_stats(opt, &before, &after);
+  ok(before == 384 && after == 90,
+     "stats: rank 1 from step 1: 90 of 384 (w 32, x 34, b and s whole) "
+     "(%lld)",
+     (long long)after);
+  set_grads(&m, 1);
+  step(opt, "stats");
+  (void)hvd_optimizer_compression_stats(opt, NULL, &after);
+  is_int(90, (int)after, "stats: the same after its first step");
+  hvd_optimizer_destroy(opt);
+  hvd_distributed_options_init(&d);
+  opt = make_opt(&m, &d);
+  (void)hvd_optimizer_compression_stats(opt, &before, &after);
+  ok(before == 384 && after == 384, "stats: uncompressed: 384 of 384");
+  hvd_optimizer_destroy(opt);
+  hvd_sgd_options_t so;
+  hvd_sgd_options_init(&so);
+  if (hvd_sgd_create(m.p, NP, &so, &opt) != HVD_SUCCESS)
+    bail("sgd: %s", hvd_last_error());
+  hvdt_refused(HVD_ERR_INVALID_ARG,
+               hvd_optimizer_compression_stats(opt, &before, &after),
+               "hvd_optimizer_compression_stats: not a distributed optimizer",
+               "stats of a plain optimizer");
+  hvd_optimizer_destroy(opt);
+  hvdt_refused(HVD_ERR_INVALID_ARG,
+               hvd_optimizer_compression_stats(NULL, &before, &after),
+               "hvd_optimizer_compression_stats: opt is NULL", "stats of NULL");
+  drop(&m);
+}
+
 static void test_refusals(void) {
   static const char fn[] = "hvd_distributed_optimizer: ";
   static const struct {
@@ -488,6 +537,7 @@ int main(int argc, char **argv) {
   test_scaling();
   test_nonfinite();
   test_bf16();
+  test_stats();
   test_refusals();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
