@@ -653,7 +653,7 @@ hvd_result_t hvd_optimizer_compression_stats(const hvd_optimizer_t *opt,
   for (int i = 0; i < core->n; i++) {
     int64_t numel = hvd_tensor_numel(&core->params[i].grad);
     b += numel;
-    a += hvd__psgd_values(opt->dist->psgd, i, INT64_MAX, numel);
+    a += hvd__psgd_values(opt->dist->psgd, i, numel);
   }
   if (before != NULL)
     *before = b;

@@ -470,28 +470,20 @@ HVD__KM_FN float hvd__km_psgd_mtp(const float *M, const float *P, int64_t n,
   return acc;
 }
 
-/* Element (a, b), k = a m + b, of the step's end: t = (P Q^T)[a][b] in
- * float, j in order; the error feedback e (when e is not NULL and keep)
- * becomes M - t * inv, and M becomes t * post. */
-HVD__KM_FN void hvd__km_psgd_finish_at(float *M, float *e, const float *P,
-                                       const float *Qt, int64_t m, int r,
-                                       float post, float inv, int keep,
-                                       int64_t a, int64_t b) {
-  const int64_t k = a * m + b;
+/* Element k = a m + b of the step's end: t = (P Q^T)[a][b] in float, j
+ * in order; the error feedback e (when e is not NULL and keep) becomes
+ * M - t * inv, and M becomes t * post. */
+HVD__KM_FN void hvd__km_psgd_finish(float *M, float *e, const float *P,
+                                    const float *Qt, int64_t m, int r,
+                                    float post, float inv, int keep,
+                                    int64_t k) {
+  const int64_t a = k / m, b = k % m;
   float t = 0;
   for (int j = 0; j < r; j++)
     t += P[a * r + j] * Qt[(int64_t)j * m + b];
   if (e != NULL && keep)
     e[k] = M[k] - t * inv;
   M[k] = t * post;
-}
-
-/* The same for element k. */
-HVD__KM_FN void hvd__km_psgd_finish(float *M, float *e, const float *P,
-                                    const float *Qt, int64_t m, int r,
-                                    float post, float inv, int keep,
-                                    int64_t k) {
-  hvd__km_psgd_finish_at(M, e, P, Qt, m, r, post, inv, keep, k / m, k % m);
 }
 
 /* Element k of the step's start: M = M * pre (pre not 1), then + e. */

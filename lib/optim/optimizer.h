@@ -214,10 +214,9 @@ hvd_result_t hvd__psgd_create(const char *fn, const hvd_powersgd_options_t *o,
                               hvd__psgd_t **out);
 void hvd__psgd_free(hvd__psgd_t *s); /* accepts NULL */
 int hvd__psgd_takes(const hvd__psgd_t *s, int i, int64_t steps);
-/* The values parameter i's reduction sends at step count steps: r (n + m)
- * when compressed, else numel. */
-int64_t hvd__psgd_values(const hvd__psgd_t *s, int i, int64_t steps,
-                         int64_t numel);
+/* The values parameter i's reduction sends once compression is on:
+ * r (n + m) when it is compressed, else numel. */
+int64_t hvd__psgd_values(const hvd__psgd_t *s, int i, int64_t numel);
 hvd_result_t hvd__psgd_start(hvd__psgd_t *s, int i, hvd_tensor_t *g,
                              double prescale, hvd_request_t **req);
 hvd_result_t hvd__psgd_finish(hvd__psgd_t *s, int keep, double postscale);

@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "base/errors.h"
+#include "base/splitmix.h"
 #include "base/tensor.h"
 #include "optim/optim_math.h"
 #include "optim/optimizer.h"
@@ -247,21 +248,13 @@ int hvd__psgd_takes(const hvd__psgd_t *s, int i, int64_t steps) {
   return s != NULL && s->p[i].on && steps >= s->o.start_step;
 }
 
-int64_t hvd__psgd_values(const hvd__psgd_t *s, int i, int64_t steps,
-                         int64_t numel) {
-  if (!hvd__psgd_takes(s, i, steps))
+int64_t hvd__psgd_values(const hvd__psgd_t *s, int i, int64_t numel) {
+  if (s == NULL || !s->p[i].on)
     return numel;
   return (int64_t)s->p[i].r * (s->p[i].n + s->p[i].m);
 }
 
 /* ---- the arithmetic ----------------------------------------------------- */
-
-static uint64_t splitmix(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 /* Q's normal random values (Box-Muller), from (seed, parameter, draw):
  * the same on every rank. */
@@ -270,8 +263,8 @@ static void draw_q(const hvd__psgd_t *s, int i, psgd_param_t *p) {
                (p->draws++ * 0x8cb92ba72f3d8dd7ULL);
   int64_t len = p->m * p->r;
   for (int64_t k = 0; k < len; k += 2) {
-    double u1 = ((double)(splitmix(&x) >> 11) + 1.0) * 0x1p-53; /* (0, 1] */
-    double u2 = (double)(splitmix(&x) >> 11) * 0x1p-53;
+    double u1 = ((double)(hvd__splitmix64(&x) >> 11) + 1.0) * 0x1p-53;
+    double u2 = (double)(hvd__splitmix64(&x) >> 11) * 0x1p-53; /* u1: (0, 1] */
     double rad = sqrt(-2.0 * log(u1)), ang = 6.283185307179586 * u2;
     p->q[k] = (float)(rad * cos(ang));
     if (k + 1 < len)
@@ -498,7 +491,7 @@ fail:
 }
 
 /* The host's finish, row by row: t's row accumulated over j (each
- * element sees hvd__km_psgd_finish_at's operations in its order: the
+ * element sees hvd__km_psgd_finish's operations in its order: the
  * device's bits), then e's and M's: contiguous loops, which vectorize. */
 static void host_finish(const psgd_param_t *p, float *M, float *t, float post,
                         float inv, int keep) {

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "base/errors.h"
+#include "base/splitmix.h"
 
 struct hvd_sampler {
   int64_t size;
@@ -35,18 +36,11 @@ struct hvd_sampler {
   int64_t *indices;    /* num_samples entries (at least 1 allocated) */
 };
 
-static uint64_t splitmix64(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 /* Uniform in 0..bound-1 (bound >= 1), without modulo bias. */
 static uint64_t uniform(uint64_t *state, uint64_t bound) {
   uint64_t threshold = (0 - bound) % bound; /* 2^64 mod bound */
   for (;;) {
-    uint64_t x = splitmix64(state);
+    uint64_t x = hvd__splitmix64(state);
     if (x >= threshold)
       return x % bound;
   }
