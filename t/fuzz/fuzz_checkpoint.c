@@ -4,9 +4,11 @@
  * hostile file must never crash, never allocate beyond what the file is
  * (libFuzzer's -malloc_limit_mb checks it), and, when refused, never
  * change the model or its optimizer (checked here: abort if it did). The
- * model: float32 "w" [4], "b" [2, 3], "c" [] with Adam; the state adds
- * the counters "step" and "epoch". With FUZZ_VERBOSE set, it prints
- * whether each input loaded, and why not.
+ * model: float32 "w" [4], "b" [2, 3], "c" [] with Adam, distributed with
+ * PowerSGD at rank 1 from step 0 and min_compression_rate 0, so that "b"
+ * is compressed and a version 3 file's PowerSGD records are read into
+ * it; the state adds the counters "step" and "epoch". With FUZZ_VERBOSE set, it
+ * prints whether each input loaded, and why not.
  */
 #include "fuzz.h"
 
@@ -54,8 +56,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
                                 i == 0 ? s0 : s1);
   }
   hvd_adam_options_t ao;
+  hvd_distributed_options_t d;
+  hvd_optimizer_t *base = NULL;
   hvd_adam_options_init(&ao);
-  if (hvd_adam_create(p, NP, &ao, &opt) != HVD_SUCCESS)
+  hvd_distributed_options_init(&d);
+  d.compression = HVD_COMPRESS_POWERSGD;
+  d.powersgd.start_step = 0;
+  d.powersgd.min_compression_rate = 0;
+  if (hvd_adam_create(p, NP, &ao, &base) != HVD_SUCCESS ||
+      hvd_distributed_optimizer(base, &d, &opt) != HVD_SUCCESS)
     abort();
   /* the same bytes as an elastic state (format version 2's counters) */
   if (hvd_state_create(fuzz_file(NULL, 0), 1, &st) != HVD_SUCCESS ||
