@@ -966,10 +966,14 @@ typedef enum hvd_compression {
  * parameters, on the host or the rank's GPU (there the products are
  * kernels on the optimizer's stream, the same bits as the host's; P and Q
  * are copied to the host for Gram-Schmidt); no sharding, no op
- * HVD_ADASUM. The error feedback and Q
- * are each rank's own and are not in checkpoints: a resumed run starts
- * them afresh (zero error, a new Q), as DDP does unless its state is
- * saved. */
+ * HVD_ADASUM. Checkpoints hold the state (format version 3): the
+ * ranks' mean error feedback (what the averaged gradient still owes; the
+ * result depends on the ranks' errors only through their sum), the warm
+ * start's Q and the count of Qs drawn. A load gives every rank that mean,
+ * at any world size: the resumed run is the uninterrupted one to rounding
+ * (bit for bit at one rank). A file without the state (version 1 or 2:
+ * saved without PowerSGD) starts it afresh: zero error, a new Q.
+ * hvd_state's in-memory commits keep each rank's own error, exactly. */
 typedef struct hvd_powersgd_options {
   int rank;                    /* r >= 1 (default 1) */
   int64_t start_step;          /* >= 0 (default 1000) */
@@ -1128,7 +1132,9 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root);
  * into host ones and the reverse. */
 
 /* Root 0 writes path atomically (temporary file, fsync, rename): a crash
- * leaves the previous file intact. opt may be NULL. Collective. */
+ * leaves the previous file intact. opt may be NULL. With PowerSGD, its
+ * state too (hvd_powersgd_options_t; the error feedback averaged over the
+ * ranks first). Collective. */
 hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
                                  int n, const hvd_optimizer_t *opt,
                                  int64_t step);
@@ -1136,6 +1142,8 @@ hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
 /* Rank 0 reads and checks path (magic, version, checksum, names, dtypes,
  * shapes), every rank receives it by broadcast; on any error nothing is
  * changed and the message names what differs. opt and step may be NULL.
+ * A PowerSGD optimizer takes the file's PowerSGD state, or starts it
+ * afresh when the file has none; an optimizer without PowerSGD skips it.
  * Collective. */
 hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
                                  hvd_optimizer_t *opt, int64_t *step);

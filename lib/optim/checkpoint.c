@@ -40,6 +40,7 @@
 #define CKPT_MAGIC "HVDCKPT" /* 8 bytes with its NUL */
 #define CKPT_VERSION 1u      /* without counters */
 #define CKPT_VERSION2 2u     /* with a counters section (hvd_state) */
+#define CKPT_VERSION3 3u     /* and PowerSGD's section */
 #define CKPT_HEADER 32       /* magic, version, count, file size, step */
 #define CKPT_SUM 8           /* the trailing checksum */
 #define FNV_BASIS 0xcbf29ce484222325ull
@@ -264,20 +265,55 @@ static void put_tensor(writer_t *w, const hvd_tensor_t *t, size_t bytes,
   }
 }
 
-static int has_counters(const hvd__counters_t *ctr) {
-  return ctr != NULL && ctr->n > 0;
+/* What a file holds besides the model and the optimizer: counters
+ * (version 2) and PowerSGD's state (version 3, counters section too). */
+typedef struct extras {
+  const hvd__counters_t *ctr; /* may be NULL */
+  const hvd__psgd_t *psgd;    /* gathered (hvd__psgd_gather), or NULL */
+} extras_t;
+
+static int has_psgd(const extras_t *x, int n) {
+  hvd__psgd_record_t rec;
+  for (int i = 0; x->psgd != NULL && i < n; i++)
+    if (hvd__psgd_record(x->psgd, i, &rec))
+      return 1;
+  return 0;
+}
+
+static uint32_t version_of(const extras_t *x, int n) {
+  if (has_psgd(x, n))
+    return CKPT_VERSION3;
+  return x->ctr != NULL && x->ctr->n > 0 ? CKPT_VERSION2 : CKPT_VERSION;
+}
+
+/* PowerSGD's section: its records, data included. */
+static uint64_t psgd_size(const extras_t *x, int n) {
+  hvd__psgd_record_t rec;
+  uint64_t size = 4;
+  for (int i = 0; i < n; i++) {
+    if (!hvd__psgd_record(x->psgd, i, &rec))
+      continue;
+    size += 4 + strlen(rec.name) + 4 + 8 + 8 + 8 + 4;
+    if (rec.qt != NULL)
+      size += (uint64_t)(rec.r * rec.m) * sizeof(float);
+    if (rec.e != NULL)
+      size += (uint64_t)(rec.n * rec.m) * sizeof(float);
+  }
+  return size;
 }
 
 static uint64_t file_size(const hvd_param_t *params, int n,
-                          const hvd_optimizer_t *c,
-                          const hvd__counters_t *ctr) {
+                          const hvd_optimizer_t *c, const extras_t *x) {
   int ns = c ? c->ops.nstate : 0;
+  uint32_t version = version_of(x, n);
   uint64_t size = CKPT_HEADER + 4 + CKPT_SUM;
-  if (has_counters(ctr)) {
+  if (version >= CKPT_VERSION2) {
     size += 4;
-    for (int k = 0; k < ctr->n; k++)
-      size += 4 + strlen(ctr->names[k]) + 8;
+    for (int k = 0; x->ctr != NULL && k < x->ctr->n; k++)
+      size += 4 + strlen(x->ctr->names[k]) + 8;
   }
+  if (version == CKPT_VERSION3)
+    size += psgd_size(x, n);
   if (c != NULL) {
     size += 4 + strlen(c->ops.name ? c->ops.name : "") + 8 + 8 + 4;
     for (int k = 0; k < ns; k++)
@@ -290,13 +326,39 @@ static uint64_t file_size(const hvd_param_t *params, int n,
   return size;
 }
 
+static void write_psgd(writer_t *w, const extras_t *x, int n) {
+  hvd__psgd_record_t rec;
+  uint32_t count = 0;
+  for (int i = 0; i < n; i++)
+    count += (uint32_t)hvd__psgd_record(x->psgd, i, &rec);
+  put_int(w, count, 4);
+  for (int i = 0; i < n && w->err == 0; i++) {
+    if (!hvd__psgd_record(x->psgd, i, &rec))
+      continue;
+    put_str(w, rec.name);
+    put_int(w, (uint32_t)rec.r, 4);
+    put_int(w, (uint64_t)rec.n, 8);
+    put_int(w, (uint64_t)rec.m, 8);
+    put_int(w, rec.draws, 8);
+    put_int(w, (uint32_t)((rec.qt != NULL) | (rec.e != NULL) << 1), 4);
+    if (rec.qt != NULL)
+      put_data(w, rec.qt, (size_t)(rec.r * rec.m) * sizeof(float),
+               sizeof(float));
+    if (rec.e != NULL)
+      put_data(w, rec.e, (size_t)(rec.n * rec.m) * sizeof(float),
+               sizeof(float));
+  }
+}
+
 /* Everything but the checksum. */
 static void write_body(writer_t *w, const hvd_param_t *params, int n,
                        const hvd_optimizer_t *c, int64_t step, uint64_t size,
-                       const hvd__counters_t *ctr) {
+                       const extras_t *x) {
   unsigned char head[CKPT_HEADER];
+  const hvd__counters_t *ctr = x->ctr;
+  const uint32_t version = version_of(x, n);
   memcpy(head, CKPT_MAGIC, 8);
-  put_le(head + 8, has_counters(ctr) ? CKPT_VERSION2 : CKPT_VERSION, 4);
+  put_le(head + 8, version, 4);
   put_le(head + 12, (uint32_t)n, 4);
   put_le(head + 16, size, 8);
   put_le(head + 24, (uint64_t)step, 8);
@@ -313,9 +375,9 @@ static void write_body(writer_t *w, const hvd_param_t *params, int n,
     for (int k = 0; k < ns; k++)
       put_str(w, c->ops.state_names[k]);
   }
-  if (has_counters(ctr)) {
-    put_int(w, (uint32_t)ctr->n, 4);
-    for (int k = 0; k < ctr->n; k++) {
+  if (version >= CKPT_VERSION2) {
+    put_int(w, ctr != NULL ? (uint32_t)ctr->n : 0, 4);
+    for (int k = 0; ctr != NULL && k < ctr->n; k++) {
       put_str(w, ctr->names[k]);
       put_int(w, (uint64_t)ctr->values[k], 8);
     }
@@ -332,6 +394,8 @@ static void write_body(writer_t *w, const hvd_param_t *params, int n,
     for (int k = 0; k < ns; k++)
       put_tensor(w, &c->state[i * ns + k], bytes, esize);
   }
+  if (version == CKPT_VERSION3 && w->err == 0)
+    write_psgd(w, x, n);
 }
 
 /* fsync of the directory that holds path, so that the rename is durable.
@@ -380,11 +444,11 @@ static int create_tmp(const char *tmp, FILE **f, int *created) {
 static hvd_result_t write_synced(writer_t *w, const char *path,
                                  const hvd_param_t *params, int n,
                                  const hvd_optimizer_t *c, int64_t step,
-                                 const hvd__counters_t *ctr, const char **doing,
+                                 const extras_t *x, const char **doing,
                                  int *err) {
-  uint64_t size = file_size(params, n, c, ctr);
+  uint64_t size = file_size(params, n, c, x);
   *doing = "write";
-  write_body(w, params, n, c, step, size, ctr);
+  write_body(w, params, n, c, step, size, x);
   put_int(w, w->sum, 8);
   if (w->dev_rc != HVD_SUCCESS || (*err = w->err) != 0)
     return w->dev_rc;
@@ -408,7 +472,7 @@ static hvd_result_t write_synced(writer_t *w, const char *path,
  * path, then the directory synced. */
 static hvd_result_t write_file(const char *path, const hvd_param_t *params,
                                int n, const hvd_optimizer_t *c, int64_t step,
-                               const hvd__counters_t *ctr) {
+                               const extras_t *x) {
   hvd_result_t rc = HVD_SUCCESS;
   size_t tlen = strlen(path) + 32;
   char *tmp = malloc(tlen), *dir = NULL;
@@ -421,7 +485,7 @@ static hvd_result_t write_file(const char *path, const hvd_param_t *params,
   snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
   if ((err = create_tmp(tmp, &w.f, &created)) != 0)
     goto fail;
-  rc = write_synced(&w, path, params, n, c, step, ctr, &doing, &err);
+  rc = write_synced(&w, path, params, n, c, step, x, &doing, &err);
   if (rc != HVD_SUCCESS || err != 0)
     goto fail;
   if (rename(tmp, path) != 0) {
@@ -518,9 +582,14 @@ static hvd_result_t save_checked(const char *path, const hvd_param_t *params,
   if (o != NULL &&
       (rc = agree("save.state", hvd__optim_state_gather(o))) != HVD_SUCCESS)
     return rc;
-  if (hvd_rank() == 0)
+  /* PowerSGD's error feedback averaged over the ranks (agreed) */
+  hvd__psgd_t *ps = o != NULL ? hvd__optim_psgd(o) : NULL;
+  extras_t x = {ctr, ps};
+  rc = hvd__psgd_gather(ps);
+  if (rc == HVD_SUCCESS && hvd_rank() == 0)
     rc = write_file(path, params, n, opt ? hvd__optim_core_const(opt) : NULL,
-                    step, ctr);
+                    step, &x);
+  hvd__psgd_release(ps);
   if (o != NULL)
     (void)hvd__optim_state_release(o, 0); /* take 0: nothing to fail */
   return agree("save.result", rc);
@@ -585,11 +654,11 @@ static hvd_result_t check_file(const char *path, const unsigned char *buf,
                           "bytes)",
                           load_fn, path, size, CKPT_HEADER + 4 + CKPT_SUM);
   uint32_t version = (uint32_t)get_le(buf + 8, 4);
-  if (version != CKPT_VERSION && version != CKPT_VERSION2)
+  if (version < CKPT_VERSION || version > CKPT_VERSION3)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "%s: '%s': format version %u is not supported "
-                          "(this hvd reads versions %u and %u)",
-                          load_fn, path, version, CKPT_VERSION, CKPT_VERSION2);
+                          "(this hvd reads versions %u to %u)",
+                          load_fn, path, version, CKPT_VERSION, CKPT_VERSION3);
   uint64_t want = get_le(buf + 16, 8);
   if (fnv1a(FNV_BASIS, buf, size - CKPT_SUM) !=
       get_le(buf + size - CKPT_SUM, 8)) {
@@ -747,7 +816,7 @@ static hvd_result_t next_counters(const char *path, reader_t *r,
   const char *s = "";
   uint32_t len = 0;
   reader_t start;
-  if (get_le(buf + 8, 4) == CKPT_VERSION2 && !take_int(r, 4, &nc))
+  if (get_le(buf + 8, 4) >= CKPT_VERSION2 && !take_int(r, 4, &nc))
     return MALFORMED(r, "counters");
   start = *r;
   for (uint64_t k = 0; k < nc; k++)
@@ -782,7 +851,7 @@ static int find_counter(const unsigned char *buf, size_t size, const char *name,
   uint64_t nc = 0, x = 0;
   const char *s = "";
   uint32_t len = 0;
-  if (get_le(buf + 8, 4) != CKPT_VERSION2 || next_opt("", &r, &o) != 0 ||
+  if (get_le(buf + 8, 4) < CKPT_VERSION2 || next_opt("", &r, &o) != 0 ||
       !take_int(&r, 4, &nc))
     return 0;
   for (uint64_t k = 0; k < nc; k++) {
@@ -794,6 +863,115 @@ static int find_counter(const unsigned char *buf, size_t size, const char *name,
     }
   }
   return 0;
+}
+
+/* One record of a version 3 file's PowerSGD section. */
+typedef struct file_psgd {
+  const char *name;
+  uint32_t len;
+  uint64_t r, n, m, draws, flags;
+  const unsigned char *qt, *e; /* NULL when the file has none */
+} file_psgd_t;
+
+static hvd_result_t next_psgd(const char *path, reader_t *r, file_psgd_t *f) {
+  int ok = 1;
+  if (!take_str(r, &f->name, &f->len) || !take_int(r, 4, &f->r) ||
+      !take_int(r, 8, &f->n) || !take_int(r, 8, &f->m) ||
+      !take_int(r, 8, &f->draws) || !take_int(r, 4, &f->flags))
+    return MALFORMED(r, "PowerSGD record");
+  if (f->flags > 3 || f->r < 1 || f->r > f->n || f->r > f->m ||
+      f->n > (uint64_t)INT64_MAX || f->m > (uint64_t)INT64_MAX)
+    return MALFORMED(r, "PowerSGD record");
+  int64_t qs[2] = {(int64_t)f->r, (int64_t)f->m},
+          es[2] = {(int64_t)f->n, (int64_t)f->m};
+  uint64_t qb = shape_bytes(2, qs, sizeof(float), &ok),
+           eb = ok ? shape_bytes(2, es, sizeof(float), &ok) : 0;
+  f->qt = f->e = NULL;
+  if (!ok || ((f->flags & 1) && (f->qt = take(r, qb)) == NULL) ||
+      ((f->flags & 2) && (f->e = take(r, eb)) == NULL))
+    return MALFORMED(r, "PowerSGD data");
+  return HVD_SUCCESS;
+}
+
+/* A version 3 file's PowerSGD section, read through; each record of a
+ * parameter that ps compresses checked against its matrix view. */
+static hvd_result_t check_psgd(const char *path, reader_t *r,
+                               const hvd__psgd_t *ps) {
+  uint64_t count;
+  file_psgd_t f;
+  hvd__psgd_record_t rec;
+  hvd_result_t rc;
+  if (!take_int(r, 4, &count))
+    return MALFORMED(r, "PowerSGD section");
+  for (uint64_t k = 0; k < count; k++) {
+    HVD__CHECK(next_psgd(path, r, &f));
+    int i = hvd__psgd_find(ps, f.name, f.len);
+    if (i < 0 || !hvd__psgd_record(ps, i, &rec) ||
+        ((uint64_t)rec.n == f.n && (uint64_t)rec.m == f.m))
+      continue;
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': the PowerSGD state of '%s' is %llu x "
+                          "%llu in the file but the program views it as "
+                          "%lld x %lld",
+                          load_fn, path, rec.name, (unsigned long long)f.n,
+                          (unsigned long long)f.m, (long long)rec.n,
+                          (long long)rec.m);
+  }
+  return HVD_SUCCESS;
+fail:
+  return rc;
+}
+
+/* A float32 block of the file (little-endian) in host memory: *out, or
+ * NULL when src is. */
+static hvd_result_t floats_of(const unsigned char *src, uint64_t count,
+                              float **out) {
+  *out = NULL;
+  if (src == NULL)
+    return HVD_SUCCESS;
+  if ((*out = malloc(count ? count * sizeof(float) : 1)) == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: %llu floats", load_fn,
+                          (unsigned long long)count);
+  copy_le(*out, src, count * sizeof(float), sizeof(float));
+  return HVD_SUCCESS;
+}
+
+/* Every parameter that ps compresses: its state from the file's record,
+ * or fresh (no record, or a version 1 or 2 file). */
+static hvd_result_t apply_psgd(const char *path, reader_t *r,
+                               const unsigned char *buf, hvd__psgd_t *ps) {
+  uint64_t count = 0;
+  file_psgd_t f;
+  hvd_result_t rc;
+  HVD__CHECK(hvd__psgd_reset(ps, load_fn));
+  if (get_le(buf + 8, 4) == CKPT_VERSION3 && !take_int(r, 4, &count))
+    return MALFORMED(r, "PowerSGD section");
+  for (uint64_t k = 0; k < count; k++) {
+    HVD__CHECK(next_psgd(path, r, &f));
+    int i = hvd__psgd_find(ps, f.name, f.len);
+    if (i < 0)
+      continue;
+    float *qt = NULL, *e = NULL;
+    rc = floats_of(f.qt, f.r * f.m, &qt);
+    if (rc == HVD_SUCCESS)
+      rc = floats_of(f.e, f.n * f.m, &e);
+    hvd__psgd_record_t rec = {.name = NULL,
+                              .n = (int64_t)f.n,
+                              .m = (int64_t)f.m,
+                              .r = (int)f.r,
+                              .draws = f.draws,
+                              .qt = qt,
+                              .e = e};
+    if (rc == HVD_SUCCESS)
+      rc = hvd__psgd_load(ps, load_fn, i, &rec);
+    free(qt);
+    free(e);
+    if (rc != HVD_SUCCESS)
+      return rc;
+  }
+  return HVD_SUCCESS;
+fail:
+  return rc;
 }
 
 /* The file's optimizer against the program's (c, may be NULL). */
@@ -868,7 +1046,8 @@ static hvd_result_t check_param(const char *path, uint64_t i,
  * message names the first difference. Changes nothing. */
 static hvd_result_t validate(const char *path, const unsigned char *buf,
                              size_t size, const hvd_param_t *params, int n,
-                             const hvd_optimizer_t *c, hvd__counters_t *ctr) {
+                             const hvd_optimizer_t *c, const hvd__psgd_t *ps,
+                             hvd__counters_t *ctr) {
   hvd_result_t rc;
   reader_t r = file_reader(buf, size);
   uint64_t count = get_le(buf + 12, 4);
@@ -882,6 +1061,8 @@ static hvd_result_t validate(const char *path, const unsigned char *buf,
     if (i < (uint64_t)n)
       HVD__CHECK(check_param(path, i, &f, &params[i]));
   }
+  if (get_le(buf + 8, 4) == CKPT_VERSION3)
+    HVD__CHECK(check_psgd(path, &r, ps));
   if (r.at != r.size)
     return MALFORMED(&r, "bytes after the last parameter");
   if (count != (uint64_t)n)
@@ -897,7 +1078,7 @@ fail:
 /* Copies a file that every rank validated into the model, c and *step. */
 static hvd_result_t apply(const char *path, const unsigned char *buf,
                           size_t size, hvd_param_t *params, int n,
-                          hvd_optimizer_t *c, int64_t *step,
+                          hvd_optimizer_t *c, hvd__psgd_t *ps, int64_t *step,
                           hvd__counters_t *ctr) {
   hvd_result_t rc;
   reader_t r = file_reader(buf, size);
@@ -913,6 +1094,8 @@ static hvd_result_t apply(const char *path, const unsigned char *buf,
       HVD__CHECK(load_into(&c->state[i * o.ns + k], f.state + k * f.bytes,
                            (size_t)f.bytes, f.esize));
   }
+  if (ps != NULL)
+    HVD__CHECK(apply_psgd(path, &r, buf, ps));
   if (c != NULL) {
     memcpy(&c->lr, &o.lr_bits, sizeof c->lr);
     c->steps = (int64_t)o.steps;
@@ -962,6 +1145,7 @@ static hvd_result_t load_checked(const char *path, hvd_param_t *params, int n,
                                  hvd_optimizer_t *opt, int64_t *step,
                                  hvd__counters_t *ctr) {
   hvd_optimizer_t *c = opt ? hvd__optim_core(opt) : NULL;
+  hvd__psgd_t *ps = opt ? hvd__optim_psgd(opt) : NULL;
   unsigned char *buf = NULL;
   size_t size = 0;
   int64_t one = 1, bytes = 0;
@@ -984,13 +1168,13 @@ static hvd_result_t load_checked(const char *path, hvd_param_t *params, int n,
   HVD__CHECK(agree("load.buffer", rc));
   t = hvd_tensor_make(buf, HVD_UINT8, 1, &bytes);
   HVD__CHECK(hvd_broadcast("hvd.ckpt.load.data", &t, 0));
-  rc = validate(path, buf, size, params, n, c, ctr);
+  rc = validate(path, buf, size, params, n, c, ps, ctr);
   HVD__CHECK(agree("load.check", rc));
   /* a sharded optimizer: the full state to load into, then its blocks */
   if (opt != NULL)
     HVD__CHECK(agree("load.state", hvd__optim_state_gather(opt)));
   /* a failed copy to a GPU is known to every rank */
-  rc = agree("load.apply", apply(path, buf, size, params, n, c, step, ctr));
+  rc = agree("load.apply", apply(path, buf, size, params, n, c, ps, step, ctr));
   if (opt != NULL) {
     hvd_result_t back = hvd__optim_state_release(opt, rc == HVD_SUCCESS);
     if (rc == HVD_SUCCESS)

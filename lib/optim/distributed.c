@@ -632,6 +632,10 @@ hvd_result_t hvd__optim_state_gather(hvd_optimizer_t *opt) {
   return hvd__zero_gather_state(opt->dist->zero, opt->base);
 }
 
+hvd__psgd_t *hvd__optim_psgd(const hvd_optimizer_t *opt) {
+  return opt != NULL && opt->dist != NULL ? opt->dist->psgd : NULL;
+}
+
 int hvd__optim_sharded(const hvd_optimizer_t *opt) {
   return opt->dist != NULL && opt->dist->zero != NULL;
 }

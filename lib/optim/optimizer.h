@@ -197,9 +197,6 @@ hvd_result_t hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core,
                                      int take);
 int64_t hvd__zero_state_bytes(const hvd__zero_t *z);
 
-/* For checkpoints and the state broadcast, on any optimizer: the core's
- * full state present (a sharded one gathers it: collective), then back
- * (take: keep what it now holds). No-ops unless sharded. */
 /* PowerSGD (powersgd.c): the distributed optimizer's compression
  * HVD_COMPRESS_POWERSGD. takes: parameter i is compressed at step count
  * steps. start: M = prescale g + e, P = M Q, P's allreduce submitted
@@ -221,6 +218,44 @@ hvd_result_t hvd__psgd_start(hvd__psgd_t *s, int i, hvd_tensor_t *g,
                              double prescale, hvd_request_t **req);
 hvd_result_t hvd__psgd_finish(hvd__psgd_t *s, int keep, double postscale);
 
+/* PowerSGD's state in checkpoints (doc/checkpoint-format.md, version 3):
+ * per compressed parameter, the draws of Q so far, the warm start's Q^T
+ * (r x m; NULL without one) and the ranks' mean error feedback (n x m;
+ * NULL without error feedback or before the first compression). */
+typedef struct hvd__psgd_record {
+  const char *name;
+  int64_t n, m;
+  int r;
+  uint64_t draws;
+  const float *qt, *e;
+} hvd__psgd_record_t;
+
+/* The distributed optimizer's PowerSGD, else NULL. */
+hvd__psgd_t *hvd__optim_psgd(const hvd_optimizer_t *opt);
+/* A save (collective, agreed): every record's data made on the host (e
+ * averaged over the ranks), until release. record: parameter i's, 0 if it
+ * is not compressed. */
+hvd_result_t hvd__psgd_gather(hvd__psgd_t *s);
+int hvd__psgd_record(const hvd__psgd_t *s, int i, hvd__psgd_record_t *rec);
+void hvd__psgd_release(hvd__psgd_t *s); /* accepts NULL */
+/* A load (every rank): reset makes every compressed parameter's state
+ * fresh (zero e, no warm Q, no draws); find gives the compressed
+ * parameter named name[0..len), else -1; load sets parameter i's from rec
+ * (rec's n and m are its; a Q of another rank r is dropped). */
+hvd_result_t hvd__psgd_reset(hvd__psgd_t *s, const char *who);
+int hvd__psgd_find(const hvd__psgd_t *s, const char *name, size_t len);
+hvd_result_t hvd__psgd_load(hvd__psgd_t *s, const char *who, int i,
+                            const hvd__psgd_record_t *rec);
+/* hvd_state's in-memory commits: this rank's state into *copy (to_live
+ * 0; made at the first call) or back (1). */
+typedef struct hvd__psgd_copy hvd__psgd_copy_t;
+hvd_result_t hvd__psgd_keep(hvd__psgd_t *s, const char *who,
+                            hvd__psgd_copy_t **copy, int to_live);
+void hvd__psgd_copy_free(hvd__psgd_copy_t *c); /* accepts NULL */
+
+/* For checkpoints and the state broadcast, on any optimizer: the core's
+ * full state present (a sharded one gathers it: collective), then back
+ * (take: keep what it now holds). No-ops unless sharded. */
 hvd_result_t hvd__optim_state_gather(hvd_optimizer_t *opt);
 /* 1 for a sharded optimizer, whose full state has no data between those
  * calls. */

@@ -63,9 +63,11 @@ typedef struct psgd_param {
   hvd__odev_psgd_t d; /* a device parameter's P, Qt and e on its GPU */
   int q_ready;        /* q holds a warm start */
   uint64_t draws;     /* random Qs drawn so far (the same on every rank) */
+  char *name;         /* the parameter's */
   char *pname, *qname;
   hvd_tensor_t *g;    /* the gradient compressed this step, else NULL */
   hvd_request_t *req; /* phase 2's allreduce in flight */
+  float *ck_q, *ck_e; /* a save's host copies: Q^T, the ranks' mean e */
 } psgd_param_t;
 
 struct hvd__psgd {
@@ -142,8 +144,11 @@ void hvd__psgd_free(hvd__psgd_t *s) {
       hvd__odev_free(p->dev, p->d.e);
       hvd__odev_free(p->dev, p->d.parts);
     }
+    free(p->name);
     free(p->pname);
     free(p->qname);
+    free(p->ck_q);
+    free(p->ck_e);
   }
   free(s->p);
   free(s->row);
@@ -196,11 +201,12 @@ static hvd_result_t param_init(const char *fn, hvd__psgd_t *s,
   p->q = malloc((size_t)(p->m * p->r) * sizeof *p->q);
   if (s->o.error_feedback && p->dev == HVD_CPU)
     p->e = calloc((size_t)(p->n * p->m), sizeof *p->e);
+  p->name = strdup(prm->name);
   p->pname = name_of(prm->name, ".p");
   p->qname = name_of(prm->name, ".q");
   if (p->p == NULL || p->q == NULL ||
       (s->o.error_feedback && p->dev == HVD_CPU && p->e == NULL) ||
-      p->pname == NULL || p->qname == NULL)
+      p->name == NULL || p->pname == NULL || p->qname == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY,
                           "%s: powersgd: out of memory for parameter '%s' "
                           "(%lld x %lld, rank %d)",
@@ -584,4 +590,254 @@ hvd_result_t hvd__psgd_finish(hvd__psgd_t *s, int keep, double postscale) {
     p->g = NULL;
   }
   return first == HVD_SUCCESS ? HVD_SUCCESS : hvd__set_error_msg(first, msg);
+}
+
+/* ---- checkpoints and commits -------------------------------------------- */
+
+/* The state that outlives a step is e, Q (with warm_start) and the draw
+ * count. The result depends on the ranks' M only through their sum (P =
+ * (sum M) Q, Q = (sum M)^T P), so only the sum of the ranks' e matters,
+ * and the mean e is what the averaged gradient still owes: a checkpoint
+ * holds the ranks' mean e, and a load gives it to every rank, at any
+ * world size. Q and the draws are the same on every rank. hvd_state's
+ * in-memory commits keep this rank's own e, exactly. */
+
+static const char who_ck[] = "hvd_checkpoint_save";
+
+static size_t e_bytes(const psgd_param_t *p) {
+  return (size_t)(p->n * p->m) * sizeof(float);
+}
+
+static size_t q_bytes(const psgd_param_t *p) {
+  return (size_t)(p->m * p->r) * sizeof(float);
+}
+
+/* This rank's e and Q^T of p into host memory e and q (either may be
+ * NULL). A device parameter's copies are enqueued: the caller syncs. */
+static hvd_result_t fetch_state(hvd__psgd_t *s, const psgd_param_t *p,
+                                const char *fn, float *e, float *q) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (p->dev == HVD_CPU) {
+    if (e != NULL)
+      memcpy(e, p->e, e_bytes(p));
+    if (q != NULL)
+      memcpy(q, p->q, q_bytes(p));
+    return HVD_SUCCESS;
+  }
+  if (e != NULL)
+    HVD__CHECK(hvd__odev_copy_async(fn, s->odev, e, p->d.e, e_bytes(p), 0));
+  if (q != NULL)
+    rc = hvd__odev_copy_async(fn, s->odev, q, p->d.Qt, q_bytes(p), 0);
+fail:
+  return rc;
+}
+
+/* The reverse: host e and q (either NULL: left as it is) into p's. */
+static hvd_result_t store_state(hvd__psgd_t *s, psgd_param_t *p, const char *fn,
+                                const float *e, const float *q) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (p->dev == HVD_CPU) {
+    if (e != NULL)
+      memcpy(p->e, e, e_bytes(p));
+    if (q != NULL)
+      memcpy(p->q, q, q_bytes(p));
+    return HVD_SUCCESS;
+  }
+  if (q != NULL)
+    memcpy(p->q, q, q_bytes(p));
+  if (e != NULL)
+    HVD__CHECK(hvd__odev_copy_async(fn, s->odev, p->d.e, e, e_bytes(p), 1));
+  if (q != NULL)
+    rc = hvd__odev_copy_async(fn, s->odev, p->d.Qt, q, q_bytes(p), 1);
+fail:
+  return rc;
+}
+
+static int any_device(const hvd__psgd_t *s) {
+  for (int i = 0; i < s->n; i++)
+    if (s->p[i].on && s->p[i].dev != HVD_CPU)
+      return 1;
+  return 0;
+}
+
+int hvd__psgd_record(const hvd__psgd_t *s, int i, hvd__psgd_record_t *rec) {
+  if (s == NULL || i < 0 || i >= s->n || !s->p[i].on)
+    return 0;
+  const psgd_param_t *p = &s->p[i];
+  *rec = (hvd__psgd_record_t){.name = p->name,
+                              .n = p->n,
+                              .m = p->m,
+                              .r = p->r,
+                              .draws = p->draws,
+                              .qt = p->ck_q,
+                              .e = p->ck_e};
+  return 1;
+}
+
+void hvd__psgd_release(hvd__psgd_t *s) {
+  for (int i = 0; s != NULL && i < s->n; i++) {
+    free(s->p[i].ck_q);
+    free(s->p[i].ck_e);
+    s->p[i].ck_q = s->p[i].ck_e = NULL;
+  }
+}
+
+/* Every ck_e replaced by the ranks' mean (in place). */
+static hvd_result_t average_errors(hvd__psgd_t *s) {
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int i = 0; i < s->n && rc == HVD_SUCCESS; i++) {
+    psgd_param_t *p = &s->p[i];
+    if (p->ck_e == NULL)
+      continue;
+    char *name = name_of(p->name, ".e");
+    int64_t shape[2] = {p->n, p->m};
+    hvd_tensor_t t = hvd_tensor_make(p->ck_e, HVD_FLOAT32, 2, shape);
+    rc = name != NULL
+             ? hvd_allreduce(name, &t, &t, HVD_AVERAGE, 1, 1)
+             : hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who_ck);
+    free(name);
+  }
+  return rc;
+}
+
+hvd_result_t hvd__psgd_gather(hvd__psgd_t *s) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (s == NULL)
+    return HVD_SUCCESS;
+  for (int i = 0; i < s->n && rc == HVD_SUCCESS; i++) {
+    psgd_param_t *p = &s->p[i];
+    if (!p->on)
+      continue;
+    /* the same choices on every rank: q_ready and draws are */
+    if ((p->q_ready && (p->ck_q = malloc(q_bytes(p))) == NULL) ||
+        (s->o.error_feedback && p->draws > 0 &&
+         (p->ck_e = malloc(e_bytes(p))) == NULL))
+      rc = hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "%s: out of memory for the PowerSGD state of '%s' "
+                          "(%lld x %lld)",
+                          who_ck, p->name, (long long)p->n, (long long)p->m);
+    else
+      rc = fetch_state(s, p, who_ck, p->ck_e, p->ck_q);
+  }
+  if (rc == HVD_SUCCESS && any_device(s))
+    rc = hvd__odev_sync(who_ck, s->odev);
+  rc = hvd__optim_agree("hvd.ckpt.psgd", rc);
+  if (rc == HVD_SUCCESS)
+    rc = average_errors(s);
+  if (rc != HVD_SUCCESS)
+    hvd__psgd_release(s);
+  return rc;
+}
+
+int hvd__psgd_find(const hvd__psgd_t *s, const char *name, size_t len) {
+  for (int i = 0; s != NULL && i < s->n; i++)
+    if (s->p[i].on && strlen(s->p[i].name) == len &&
+        memcmp(s->p[i].name, name, len) == 0)
+      return i;
+  return -1;
+}
+
+hvd_result_t hvd__psgd_reset(hvd__psgd_t *s, const char *fn) {
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int i = 0; s != NULL && i < s->n && rc == HVD_SUCCESS; i++) {
+    psgd_param_t *p = &s->p[i];
+    if (!p->on)
+      continue;
+    p->q_ready = 0;
+    p->draws = 0;
+    if (!s->o.error_feedback)
+      continue;
+    if (p->dev == HVD_CPU)
+      memset(p->e, 0, e_bytes(p));
+    else
+      rc = hvd__odev_zero(fn, s->odev, p->d.e, e_bytes(p));
+  }
+  if (rc == HVD_SUCCESS && s != NULL && any_device(s))
+    rc = hvd__odev_sync(fn, s->odev);
+  return rc;
+}
+
+hvd_result_t hvd__psgd_load(hvd__psgd_t *s, const char *fn, int i,
+                            const hvd__psgd_record_t *rec) {
+  psgd_param_t *p = &s->p[i];
+  const int warm = s->o.warm_start && rec->qt != NULL && rec->r == p->r;
+  hvd_result_t rc = store_state(s, p, fn, s->o.error_feedback ? rec->e : NULL,
+                                warm ? rec->qt : NULL);
+  if (rc == HVD_SUCCESS && p->dev != HVD_CPU)
+    rc = hvd__odev_sync(fn, s->odev); /* rec's memory is the caller's */
+  p->draws = rec->draws;
+  p->q_ready = rc == HVD_SUCCESS && warm;
+  return rc;
+}
+
+/* hvd_state's copy: each compressed parameter's e and Q^T, exactly. */
+typedef struct kept {
+  float *e, *q;
+  int q_ready;
+  uint64_t draws;
+} kept_t;
+
+struct hvd__psgd_copy {
+  int n;
+  kept_t *k;
+};
+
+void hvd__psgd_copy_free(hvd__psgd_copy_t *c) {
+  for (int i = 0; c != NULL && i < c->n; i++) {
+    free(c->k[i].e);
+    free(c->k[i].q);
+  }
+  if (c != NULL)
+    free(c->k);
+  free(c);
+}
+
+static hvd_result_t copy_alloc(const hvd__psgd_t *s, const char *fn,
+                               hvd__psgd_copy_t **out) {
+  hvd__psgd_copy_t *c = calloc(1, sizeof *c);
+  int oom =
+      c == NULL || (c->k = calloc((size_t)s->n + 1, sizeof *c->k)) == NULL;
+  if (c != NULL)
+    c->n = s->n;
+  for (int i = 0; !oom && i < s->n; i++) {
+    const psgd_param_t *p = &s->p[i];
+    if (!p->on)
+      continue;
+    oom = (c->k[i].q = malloc(q_bytes(p))) == NULL ||
+          (s->o.error_feedback && (c->k[i].e = malloc(e_bytes(p))) == NULL);
+  }
+  if (oom) {
+    hvd__psgd_copy_free(c);
+    return hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "%s: out of memory for the PowerSGD state's copy",
+                          fn);
+  }
+  *out = c;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__psgd_keep(hvd__psgd_t *s, const char *fn,
+                            hvd__psgd_copy_t **copy, int to_live) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (s == NULL || (to_live && *copy == NULL))
+    return HVD_SUCCESS;
+  if (*copy == NULL)
+    HVD__CHECK(copy_alloc(s, fn, copy));
+  for (int i = 0; i < s->n && rc == HVD_SUCCESS; i++) {
+    psgd_param_t *p = &s->p[i];
+    kept_t *k = &(*copy)->k[i];
+    if (!p->on)
+      continue;
+    if (to_live) {
+      rc = store_state(s, p, fn, k->e, k->q_ready ? k->q : NULL);
+      p->q_ready = k->q_ready, p->draws = k->draws;
+    } else {
+      rc = fetch_state(s, p, fn, k->e, p->q_ready ? k->q : NULL);
+      k->q_ready = p->q_ready, k->draws = p->draws;
+    }
+  }
+  if (rc == HVD_SUCCESS && any_device(s))
+    rc = hvd__odev_sync(fn, s->odev);
+fail:
+  return rc;
 }

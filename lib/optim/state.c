@@ -7,7 +7,8 @@
  *
  *   commit:  a copy of all of it in this process's memory (every rank: the
  *            parameters and the optimizer's full state are the same on
- *            every rank, a sharded optimizer's gathered for the copy), and
+ *            every rank, a sharded optimizer's gathered for the copy;
+ *            PowerSGD's error feedback is each rank's own), and
  *            every save_every-th commit the same as a checkpoint file
  *            (hvd__checkpoint_save_ex: rank 0 writes a temporary file,
  *            fsyncs and renames it over path, so a failure during the save
@@ -53,6 +54,7 @@ struct hvd_state {
   double lr;
   int64_t steps;
   int64_t saved[MAX_COUNTERS];
+  hvd__psgd_copy_t *psgd; /* PowerSGD's state, this rank's own, or NULL */
 };
 
 static const char create_fn[] = "hvd_state_create";
@@ -229,6 +231,8 @@ static hvd_result_t transfer(hvd_state_t *st, int to_live, const char *who) {
     else
       st->lr = c->lr, st->steps = c->steps;
   }
+  if (c != NULL && rc == HVD_SUCCESS)
+    rc = hvd__psgd_keep(hvd__optim_psgd(st->opt), who, &st->psgd, to_live);
   for (int k = 0; k < st->nc && rc == HVD_SUCCESS; k++)
     if (to_live)
       *st->live[k] = st->saved[k];
@@ -317,6 +321,7 @@ void hvd_state_destroy(hvd_state_t *st) {
     free(st->states[s]);
   free(st->values);
   free(st->states);
+  hvd__psgd_copy_free(st->psgd);
   for (int k = 0; k < st->nc; k++)
     free(st->owned[k]);
   free(st->path);

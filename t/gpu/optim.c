@@ -45,6 +45,9 @@
  *    started by grad_ready with a predivide factor; float16 compression;
  *    sum with a no-sync step (local division by the passes). Gradients are
  *    small dyadic numbers, so every summation order gives the same sums;
+ *  - PowerSGD (psgd_run) on device against host, with a checkpoint of
+ *    its state after step 2 (the device file the host's but for the
+ *    names), loaded back after step 3 so that step 3 repeats;
  *  - hvd_broadcast_parameters from the last rank on device parameters,
  *    hvd_verify_parameters finding a difference on rank 1 (np >= 2),
  *    hvd_broadcast_optimizer_state with device state;
@@ -66,6 +69,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "hvd.h"
@@ -837,25 +841,105 @@ static int psgd_same(psgd_model_t *h, psgd_model_t *d, double tol, char *why,
   return 1;
 }
 
+/* Step `step` of psgd_run on both models: rank-dependent gradients (a NaN
+ * in the last rank's w at step 4), handed over by grad_ready, then the
+ * steps and the comparison (its TAP line says what `what` adds). */
+static int psgd_step(hvd_optimizer_t *oh, hvd_optimizer_t *od, psgd_model_t *h,
+                     psgd_model_t *d, int step, double tol, const char *what) {
+  static float acc[PMAX];
+  char why[256] = "";
+  int good = 1;
+  for (int i = PN - 1; i >= 0; i--) {
+    int64_t n = hvd_tensor_numel(&h->p[i].grad);
+    for (int64_t j = 0; j < n; j++)
+      acc[j] = (float)(sin(0.01 * (double)(j + 1) * (i + 2) + rank) *
+                       cos(0.3 * step * (double)(j % 7)));
+    if (step == 4 && i == 0 && rank == size - 1)
+      acc[5] = NAN;
+    good &= both_ready(oh, od, &h->p[i].grad, &d->p[i].grad, acc, i, 1);
+  }
+  good &= both_step(oh, od, step);
+  int same = good && psgd_same(h, d, tol, why, sizeof why);
+  if (!same)
+    tap_note("%s", why);
+  ok(same, "%s: powersgd step %d%s: device equals host (%s)", pass_name, step,
+     what, tol == 0 ? "bit for bit" : "1e-4");
+  good &= hvd_optimizer_zero_grad(oh) == HVD_SUCCESS;
+  good &= hvd_optimizer_zero_grad(od) == HVD_SUCCESS;
+  return good;
+}
+
+/* The device model's values into keep (PN x PMAX floats). */
+static void psgd_keep(psgd_model_t *d, float *keep) {
+  for (int i = 0; i < PN; i++)
+    tget(keep + (size_t)i * PMAX, &d->p[i].value);
+}
+
+/* Whether the device model's values are keep's (tol as psgd_same). */
+static int psgd_kept(psgd_model_t *d, const float *keep, double tol) {
+  static float b[PMAX];
+  for (int i = 0; i < PN; i++) {
+    int64_t n = hvd_tensor_numel(&d->p[i].value);
+    const float *a = keep + (size_t)i * PMAX;
+    double big = 0, worst = 0;
+    tget(b, &d->p[i].value);
+    for (int64_t j = 0; j < n; j++) {
+      big = fmax(big, fabs(a[j]));
+      worst = fmax(worst, fabs((double)a[j] - b[j]));
+    }
+    if (tol == 0 ? memcmp(a, b, (size_t)n * 4) != 0 : !(worst <= tol * big))
+      return 0;
+  }
+  return 1;
+}
+
+static long file_bytes(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Rank 0: whether the files are the same but for the models' names (".h"
+ * and ".d", of one length) and so the checksum. */
+static int psgd_same_files(const char *hp, const char *dp, const char *hn,
+                           const char *dn) {
+  size_t na = 0, nb = 0, k = strlen(hn);
+  unsigned char *a = slurp(hp, &na), *b = slurp(dp, &nb);
+  int same = na == nb && na > 8;
+  for (size_t at = 0; same && at + k <= nb; at++)
+    if (memcmp(b + at, dn, k) == 0)
+      memcpy(b + at, hn, k);
+  same = same && memcmp(a, b, na - 8) == 0;
+  free(a);
+  free(b);
+  return same;
+}
+
 /* PowerSGD (rank 2, from the optimizer's second step) on the device model
- * against the host model, SGD with momentum: 3 steps of rank-dependent
- * gradients, then one with a NaN in the last rank's w (both all NaN
+ * against the host model, SGD with momentum: steps of rank-dependent
+ * gradients, the last with a NaN in the last rank's w (both all NaN
  * there). The device gradients are written on the legacy stream and
  * handed over unsynchronised: PowerSGD's first kernels, at grad_ready,
- * must wait for them on the device. Bit for bit where both sides sum P and Q in
- * one order (np <= 2, or the host-staged executor); else to 1e-4 (NCCL's
- * order). */
+ * must wait for them on the device. Bit for bit where both sides sum P and
+ * Q in one order (np <= 2, or the host-staged executor); else to 1e-4
+ * (NCCL's order). After step 2 both save a checkpoint (PowerSGD's state:
+ * the device file is the host's but for the names); after step 3 both
+ * load theirs and take step 3 again: the device's first step 3 again (bit
+ * for bit at np 1; 1e-5 at np >= 2, where each rank's error feedback came
+ * back as the ranks' mean). */
 static void psgd_run(void) {
-  static float acc[PMAX];
+  static float kept[PN * PMAX];
   psgd_model_t h, d;
   hvd_optimizer_t *bh = NULL, *bd = NULL, *oh = NULL, *od = NULL;
   hvd_sgd_options_t so;
   hvd_distributed_options_t o;
-  char hp[64], dp[64], why[256] = "";
-  int good = 1;
+  char hp[64], dp[64], dir[256], fh[512], fd[512];
+  int good = 1, same = 0;
   const double tol = size <= 2 || strcmp(pass_name, "mpi") == 0 ? 0 : 1e-4;
   snprintf(hp, sizeof hp, "%s.psgd.h", pass_name);
   snprintf(dp, sizeof dp, "%s.psgd.d", pass_name);
+  hvdt_shared_tmpdir(dir, sizeof dir, "gpu_psgd");
+  snprintf(fh, sizeof fh, "%s/h.ckpt", dir);
+  snprintf(fd, sizeof fd, "%s/d.ckpt", dir);
   psgd_make(&h, hp, 0);
   psgd_make(&d, dp, 1);
   hvd_sgd_options_init(&so);
@@ -870,36 +954,39 @@ static void psgd_run(void) {
   good &= hvd_sgd_create(d.p, PN, &so, &bd) == HVD_SUCCESS &&
           hvd_distributed_optimizer(bd, &o, &od) == HVD_SUCCESS;
   tap_note("%s", hvd_last_error());
-  for (int step = 1; good && step <= 4; step++) {
-    for (int i = PN - 1; i >= 0; i--) {
-      int64_t n = hvd_tensor_numel(&h.p[i].grad);
-      for (int64_t j = 0; j < n; j++)
-        acc[j] = (float)(sin(0.01 * (double)(j + 1) * (i + 2) + rank) *
-                         cos(0.3 * step * (double)(j % 7)));
-      if (step == 4 && i == 0 && rank == size - 1)
-        acc[5] = NAN;
-      good &= both_ready(oh, od, &h.p[i].grad, &d.p[i].grad, acc, i, 1);
-    }
-    good &= both_step(oh, od, step);
-    int same = good && psgd_same(&h, &d, tol, why, sizeof why);
-    if (!same)
-      tap_note("%s", why);
-    ok(same, "%s: powersgd step %d%s: device equals host (%s)", pass_name, step,
-       step == 1   ? " (plain)"
-       : step == 4 ? " (a NaN)"
-                   : "",
-       tol == 0 ? "bit for bit" : "1e-4");
-    good &= hvd_optimizer_zero_grad(oh) == HVD_SUCCESS;
-    good &= hvd_optimizer_zero_grad(od) == HVD_SUCCESS;
-  }
-  tget(acc, &d.p[0].value);
-  ok(good && isnan(acc[0]) && isnan(acc[PMAX - 1]),
+  good = good && psgd_step(oh, od, &h, &d, 1, tol, " (plain)");
+  good = good && psgd_step(oh, od, &h, &d, 2, tol, "");
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(fh, h.p, PN, oh, 2),
+         "%s: powersgd: save from host", pass_name);
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(fd, d.p, PN, od, 2),
+         "%s: powersgd: save from the device", pass_name);
+  tap_note("%s", hvd_last_error());
+  if (rank == 0) /* NCCL's order of the sums (tol 1e-4): the size alone */
+    same = tol == 0 ? psgd_same_files(fh, fd, hp, dp)
+                    : file_bytes(fh) == file_bytes(fd);
+  MPI_Bcast(&same, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  ok(same, "%s: powersgd: the device file is the host file %s", pass_name,
+     tol == 0 ? "but for the names (PowerSGD's state: the same bits)"
+              : "in size (NCCL's sums: not the same bits)");
+  good = good && psgd_step(oh, od, &h, &d, 3, tol, "");
+  psgd_keep(&d, kept);
+  good &= hvd_checkpoint_load(fh, h.p, PN, oh, NULL) == HVD_SUCCESS;
+  good &= hvd_checkpoint_load(fd, d.p, PN, od, NULL) == HVD_SUCCESS;
+  tap_note("%s", hvd_last_error());
+  good = good && psgd_step(oh, od, &h, &d, 3, tol, " (after the loads)");
+  ok(good && psgd_kept(&d, kept, size == 1 ? 0 : 1e-5),
+     "%s: powersgd: step 3 after the loads is the first step 3 (%s)", pass_name,
+     size == 1 ? "bit for bit" : "1e-5");
+  good = good && psgd_step(oh, od, &h, &d, 4, tol, " (a NaN)");
+  tget(kept, &d.p[0].value);
+  ok(good && isnan(kept[0]) && isnan(kept[PMAX - 1]),
      "%s: powersgd: every call succeeded; the NaN step left w all NaN",
      pass_name);
   hvd_optimizer_destroy(oh);
   hvd_optimizer_destroy(od);
   psgd_free(&h);
   psgd_free(&d);
+  hvdt_remove_tmpdir(dir);
 }
 
 /* ---- the sharded optimizer (ZeRO stage 1) ------------------------------- */

@@ -23,7 +23,7 @@
 #     too (1e-6), and its checkpoint resumes at np 1 unsharded;
 #  3. resume: 10 steps checkpointed every 5, then 5 more from the step-5
 #     checkpoint continue the curve (1e-5 relative at the same world size,
-#     1e-4 at np 2);
+#     1e-4 at np 2); --powersgd's too (its state in the file, 1e-5);
 #  4. a missing, empty or too small --data file ends the job with exit 1
 #     and the reason on stderr, before any training;
 #  5. --help exits 0 with the usage; bad options exit 2; --log-json with
@@ -70,7 +70,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..44"
+echo "1..45"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -364,6 +364,21 @@ if train psgd 2 $common --batch-size 4 --powersgd 4 --powersgd-start 5 &&
 else
   fail "--powersgd 4 --powersgd-start 5: ws2's first 6 losses bit for bit, then within 5e-2; starting after the run, ws2's"
   show_run psgd
+fi
+
+# PowerSGD's state (error feedback, warm Q) in the checkpoint: psgd's run
+# again, saving at step 10 (the same losses: saving changes nothing), then
+# resumed from that file: steps 11-20 are psgd's to 1e-5 (the file holds
+# the ranks' mean error feedback, which each rank gets back).
+if train psgdck 2 $common --batch-size 4 --powersgd 4 --powersgd-start 5 \
+    --checkpoint "$tmp/psck" --checkpoint-every 10 &&
+  [ "`losses_of psgdck`" = "`losses_of psgd`" ] &&
+  train psgdres 2 $common --batch-size 4 --powersgd 4 --powersgd-start 5 \
+    --resume "$tmp/psck/step-000010.ckpt" && agree psgd psgdres 1e-5 11; then
+  pass "--powersgd resumed from step 10: steps 11-20 as the uninterrupted run (1e-5)"
+else
+  fail "--powersgd resumed from step 10: steps 11-20 as the uninterrupted run (1e-5)"
+  show_run psgdres
 fi
 
 # ---- 4. bad --data -------------------------------------------------------

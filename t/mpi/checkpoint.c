@@ -292,13 +292,13 @@ static void failures(void) {
   load_fails("a text file", at("text.ckpt"), x.p, NP, opt, HVD_ERR_CORRUPT,
              lmsg(at("text.ckpt"), "not an hvd checkpoint (bad magic)"));
   if (rank == 0) {
-    img[8] = 3;
-    spew(at("v3.ckpt"), img, size);
+    img[8] = 4;
+    spew(at("v4.ckpt"), img, size);
     img[8] = 1;
   }
-  load_fails("version 3", at("v3.ckpt"), x.p, NP, opt, HVD_ERR_UNSUPPORTED,
-             lmsg(at("v3.ckpt"), "format version 3 is not supported (this "
-                                 "hvd reads versions 1 and 2)"));
+  load_fails("version 4", at("v4.ckpt"), x.p, NP, opt, HVD_ERR_UNSUPPORTED,
+             lmsg(at("v4.ckpt"), "format version 4 is not supported (this "
+                                 "hvd reads versions 1 to 3)"));
 
   /* no file; a directory */
   load_fails("missing file", at("nothing.ckpt"), x.p, NP, opt, HVD_ERR_IO,

@@ -100,11 +100,13 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 ## HVD_ADASUM (adasum: exact cases, a reference, groups, scaling, zeros
 ## and a joined rank, the distributed optimizer, refusals); PowerSGD
 ## (powersgd: exact low-rank recovery, error feedback, start_step,
-## scaling, a NaN step, refusals).
+## scaling, a NaN step, refusals; powersgd_ckpt: its state through a
+## checkpoint and an hvd_state commit, a corrupt record; also the program
+## of powersgd_ckpt.sh).
 check_PROGRAMS += t/mpi/optim t/mpi/bcast_params t/mpi/checkpoint \
 	t/mpi/sparse_grad t/mpi/sync_bn t/mpi/zero t/mpi/state t/mpi/mixed \
 	t/mpi/mixed_shard t/mpi/clip t/mpi/weight_decay t/mpi/lamb t/mpi/adasum \
-	t/mpi/powersgd
+	t/mpi/powersgd t/mpi/powersgd_ckpt
 NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/optim.np4 \
 	t/mpi/sparse_grad.np1 t/mpi/sparse_grad.np2 t/mpi/sparse_grad.np3 \
@@ -123,6 +125,8 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/adasum.np1 t/mpi/adasum.np2 t/mpi/adasum.np3 t/mpi/adasum.np4 \
 	t/mpi/powersgd.np1 t/mpi/powersgd.np2 t/mpi/powersgd.np3 \
 	t/mpi/powersgd.np4 \
+	t/mpi/powersgd_ckpt.np1 t/mpi/powersgd_ckpt.np2 \
+	t/mpi/powersgd_ckpt.np3 t/mpi/powersgd_ckpt.np4 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
 	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3
@@ -191,6 +195,7 @@ EXTRA_DIST += t/mpi/negotiation.sh
 ##  stall             the stall inspector's warning and shutdown
 ##  timeline          the timeline's JSON (timeline_check.py; python3)
 ##  checkpoint        saved at np 2, loaded at np 1, 2 and 3
+##  powersgd_ckpt     PowerSGD's state saved at np 2, resumed at np 1-4
 ##  checkpoint_crash  see crash_rename above
 ##  demo              the quick start's demonstration program
 ##  bench             hvd-bench's correctness self-check
@@ -228,7 +233,7 @@ TESTS_SH += t/mpi/rank_death.sh t/mpi/timeline.sh \
 	t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/hvdplot.sh \
 	t/mpi/bert_train.sh t/mpi/first.sh \
 	t/mpi/bert_sync_ratio.sh t/mpi/slurm_env.sh t/mpi/bert_precision.sh \
-	t/mpi/preconnect.sh
+	t/mpi/preconnect.sh t/mpi/powersgd_ckpt.sh
 
 ## The long ones (each 18-122 s of a 2-core machine: build-aux/test-times)
 ## are not in make check, so that it stays quick; `make check-long` runs
