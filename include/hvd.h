@@ -1039,7 +1039,9 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
  * mode; sparse rows only before grad_ready. */
 
 /* Bytes of optimizer state this rank holds (a sharded optimizer: its
- * blocks'); -1 for NULL. */
+ * blocks'; with PowerSGD also its error feedback and Q, 4 (n m + r m)
+ * bytes per compressed n x m parameter, 4 r m without error feedback);
+ * -1 for NULL. */
 int64_t hvd_optimizer_state_bytes(const hvd_optimizer_t *opt);
 
 /* A distributed optimizer's gradient values per step, as DDP's

@@ -670,7 +670,8 @@ int64_t hvd_optimizer_state_bytes(const hvd_optimizer_t *opt) {
   if (opt == NULL)
     return -1;
   const hvd_optimizer_t *c = hvd__optim_core_const(opt);
-  int64_t b = hvd__mixed_bytes(c); /* the float32 masters */
+  /* the float32 masters; PowerSGD's error feedback and Q */
+  int64_t b = hvd__mixed_bytes(c) + hvd__psgd_state_bytes(hvd__optim_psgd(opt));
   if (opt->dist != NULL && opt->dist->zero != NULL)
     return b + hvd__zero_state_bytes(opt->dist->zero);
   for (int s = 0; c->state != NULL && s < c->n * c->ops.nstate; s++)

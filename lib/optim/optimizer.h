@@ -230,6 +230,9 @@ typedef struct hvd__psgd_record {
   const float *qt, *e;
 } hvd__psgd_record_t;
 
+/* Bytes of the state that outlives a step (e, Q), on this rank; 0 for
+ * NULL. */
+int64_t hvd__psgd_state_bytes(const hvd__psgd_t *s);
 /* The distributed optimizer's PowerSGD, else NULL. */
 hvd__psgd_t *hvd__optim_psgd(const hvd_optimizer_t *opt);
 /* A save (collective, agreed): every record's data made on the host (e

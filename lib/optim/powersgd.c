@@ -660,6 +660,15 @@ static int any_device(const hvd__psgd_t *s) {
   return 0;
 }
 
+int64_t hvd__psgd_state_bytes(const hvd__psgd_t *s) {
+  int64_t b = 0;
+  for (int i = 0; s != NULL && i < s->n; i++)
+    if (s->p[i].on)
+      b += (int64_t)q_bytes(&s->p[i]) +
+           (s->o.error_feedback ? (int64_t)e_bytes(&s->p[i]) : 0);
+  return b;
+}
+
 int hvd__psgd_record(const hvd__psgd_t *s, int i, hvd__psgd_record_t *rec) {
   if (s == NULL || i < 0 || i >= s->n || !s->p[i].on)
     return 0;

@@ -404,7 +404,8 @@ static void test_bf16(void) {
 /* hvd_optimizer_compression_stats: 384 values in all (w 240, b 12, s 12,
  * x 120); at rank 2 w sends 2 (12 + 20) = 64 and x goes whole: 208; at
  * rank 1 (from step 1: the same before and after it) w 32 and x
- * 1 (4 + 30) = 34: 90; uncompressed 384; refusals. */
+ * 1 (4 + 30) = 34: 90; uncompressed 384; refusals. The state bytes: 4
+ * per value of the error feedbacks (n m) and Qs (r m). */
 static void test_stats(void) {
   model_t m;
   make(&m);
@@ -416,6 +417,8 @@ static void test_stats(void) {
   ok(before == 384 && after == 208,
      "stats: rank 2: 208 of 384 values a step (%lld, %lld)", (long long)after,
      (long long)before);
+  is_int(4 * (240 + 2 * 20), hvd_optimizer_state_bytes(opt),
+         "state bytes: rank 2: w's error feedback and Q (SGD has none)");
   hvd_optimizer_destroy(opt);
   d = psgd(1, 1);
   opt = make_opt(&m, &d);
@@ -428,6 +431,13 @@ static void test_stats(void) {
   step(opt, "stats");
   (void)hvd_optimizer_compression_stats(opt, NULL, &after);
   is_int(90, (int)after, "stats: the same after its first step");
+  is_int(4 * (240 + 20 + 120 + 30), hvd_optimizer_state_bytes(opt),
+         "state bytes: rank 1: w's and x's error feedback and Q");
+  hvd_optimizer_destroy(opt);
+  d.powersgd.error_feedback = 0;
+  opt = make_opt(&m, &d);
+  is_int(4 * (20 + 30), hvd_optimizer_state_bytes(opt),
+         "state bytes: rank 1 without error feedback: the Qs");
   hvd_optimizer_destroy(opt);
   hvd_distributed_options_init(&d);
   opt = make_opt(&m, &d);
