@@ -81,11 +81,14 @@ typedef enum hvd_dtype {
  * of the ranks (lib/ops/adasum.c gives it exactly; any world size), each
  * tensor on its own even when fused. Orthogonal tensors add up, equal
  * ones give themselves back: large batches without retuning the
- * learning rate. Every rank gets the same bits, run after run. Host
- * float32 and float64 tensors, allreduce only (with prescale and
- * postscale); anything else is refused with HVD_ERR_INVALID_ARG naming
- * the tensor: "allreduce 'g': HVD_ADASUM needs float32 or float64, not
- * int32", "... HVD_ADASUM runs on host tensors, not cuda:0",
+ * learning rate. Every rank gets the same bits, run after run. Float32
+ * and float64 tensors, allreduce only (with prescale and postscale), on
+ * the host or the rank's GPU: NCCL has no Adasum, so device tensors are
+ * staged through pinned host memory into the same tree whatever
+ * HVD_GPU_OPERATIONS says (the host's bits; two copies of each tensor
+ * over PCIe, where Horovod reduces within a node over NCCL first).
+ * Anything else is refused with HVD_ERR_INVALID_ARG naming the tensor:
+ * "allreduce 'g': HVD_ADASUM needs float32 or float64, not int32",
  * "reducescatter 'g': HVD_ADASUM is an allreduce op". */
 typedef enum hvd_op {
   HVD_SUM = 0,
@@ -986,8 +989,8 @@ typedef struct hvd_powersgd_options {
 typedef struct hvd_distributed_options {
   hvd_op_t op;                      /* HVD_AVERAGE (default), HVD_SUM, or
                                        HVD_ADASUM (Horovod's
-                                       op=hvd.Adasum: float32 host
-                                       gradients, or reduce_fp32; no
+                                       op=hvd.Adasum: float32 gradients,
+                                       host or GPU, or reduce_fp32; no
                                        compression, sharding or
                                        predivision) */
   hvd_compression_t compression;    /* default HVD_COMPRESS_NONE */

@@ -43,8 +43,9 @@ static hvd_result_t check_op(const char *kind, const char *name, int op) {
   return HVD_SUCCESS;
 }
 
-/* HVD_ADASUM's tensors: host float32 or float64, on a wire of their own
- * dtype (lib/ops/adasum.c). */
+/* HVD_ADASUM's tensors: float32 or float64 (on the host, or on the
+ * rank's GPU: staged through host memory), on a wire of their own dtype
+ * (lib/ops/adasum.c). */
 static hvd_result_t check_adasum(const char *kind, const char *name,
                                  const hvd_tensor_t *t, int wire) {
   if (t->dtype != HVD_FLOAT32 && t->dtype != HVD_FLOAT64)
@@ -52,13 +53,6 @@ static hvd_result_t check_adasum(const char *kind, const char *name,
                           "%s '%s': HVD_ADASUM needs float32 or float64, not "
                           "%s",
                           kind, name, hvd_dtype_name(t->dtype));
-  if (t->device != HVD_CPU) {
-    char dev[32];
-    hvd__device_str(t->device, dev, sizeof dev);
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s '%s': HVD_ADASUM runs on host tensors, not %s",
-                          kind, name, dev);
-  }
   if (wire != (int)t->dtype)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s '%s': HVD_ADASUM combines the tensors as they "

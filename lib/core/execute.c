@@ -111,10 +111,11 @@ void hvd__engine_close_executors(hvd__engine_t *e, int collective) {
 
 /* ---- one group ---------------------------------------------------------- */
 
-/* The executor for device (hvd__executor_for), or NULL; *which its index. */
-static const hvd__executor_t *executor(const hvd__engine_t *e, int device,
-                                       int *which) {
-  *which = hvd__executor_for(&e->env, device);
+/* The executor for collective d (hvd__executor_for), or NULL; *which its
+ * index. */
+static const hvd__executor_t *executor(const hvd__engine_t *e,
+                                       const hvd__desc_t *d, int *which) {
+  *which = hvd__executor_for(&e->env, d);
   return *which >= 0 ? hvd__executors[*which] : NULL;
 }
 
@@ -123,7 +124,7 @@ static const hvd__executor_t *executor(const hvd__engine_t *e, int device,
 static hvd_result_t make_stub(hvd__engine_t *e, const char *name,
                               const hvd__desc_t *d, hvd_request_t **out) {
   int which;
-  const hvd__executor_t *ex = executor(e, d->device, &which);
+  const hvd__executor_t *ex = executor(e, d, &which);
   hvd_request_t *r = hvd__request_new(name);
   if (r == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "stub for '%s'", name);
@@ -144,7 +145,7 @@ static hvd_result_t make_stub(hvd__engine_t *e, const char *name,
 
 static void free_stub(hvd__engine_t *e, hvd_request_t *r) {
   int which;
-  const hvd__executor_t *ex = executor(e, r->desc.device, &which);
+  const hvd__executor_t *ex = executor(e, &r->desc, &which);
   ex->stub_free(e->exec_state[which], r);
   hvd__request_free(r);
 }
@@ -245,7 +246,7 @@ static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *const *xs,
                         hvd_request_t *const *reqs, int m, int *which,
                         struct hvd__defer *defer, hvd_request_t ***keep) {
   const hvd__response_t *x = xs[0];
-  const hvd__executor_t *ex = executor(e, x->desc.device, which);
+  const hvd__executor_t *ex = executor(e, &x->desc, which);
   if (ex == NULL || ex->run[x->desc.coll] == NULL)
     return hvd__set_error(HVD_ERR_UNSUPPORTED, "no executor for device %d",
                           x->desc.device);
@@ -385,7 +386,7 @@ static int fusable(const hvd__engine_t *e, const hvd__response_t *a,
   if (c != HVD__ALLREDUCE && c != HVD__ALLGATHER && c != HVD__REDUCESCATTER)
     return 0;
   if (c != HVD__ALLREDUCE) {
-    const hvd__executor_t *ex = executor(e, a->desc.device, &which);
+    const hvd__executor_t *ex = executor(e, &a->desc, &which);
     if (ex == NULL || !(ex->fuses & (1u << c)))
       return 0;
     if (c == HVD__ALLGATHER)

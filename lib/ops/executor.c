@@ -27,10 +27,12 @@ const hvd__executor_t *const hvd__executors[] = {&hvd__mpi_executor,
 #endif
                                                  NULL};
 
-int hvd__executor_for(const hvd__exec_env_t *env, int device) {
-  if (device == HVD_CPU)
+int hvd__executor_for(const hvd__exec_env_t *env, const hvd__desc_t *d) {
+  if (d->device == HVD_CPU)
     return 0;
 #if defined(HVD_HAVE_NCCL)
+  if (d->coll == HVD__ALLREDUCE && d->op == HVD_ADASUM)
+    return 1; /* adasum.c's tree on host copies */
   return env->gpu_ops == HVD__GPU_OPS_NCCL ? 2 : 1;
 #elif defined(HVD_HAVE_CUDA)
   (void)env;

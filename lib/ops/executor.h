@@ -178,10 +178,12 @@ typedef struct hvd__executor {
 /* Every executor this build has, NULL-terminated. */
 extern const hvd__executor_t *const hvd__executors[];
 
-/* Index into hvd__executors of the executor for tensors on `device`
- * (HVD_CPU: the MPI executor; a CUDA ordinal: NCCL or host-staged MPI as
- * env->gpu_ops says); -1 when this build has none. */
-int hvd__executor_for(const hvd__exec_env_t *env, int device);
+/* Index into hvd__executors of the executor for collective d, by its
+ * tensors' device (HVD_CPU: the MPI executor; a CUDA ordinal: NCCL or
+ * host-staged MPI as env->gpu_ops says, and host-staged MPI for an
+ * HVD_ADASUM allreduce, which NCCL has not); -1 when this build has
+ * none. */
+int hvd__executor_for(const hvd__exec_env_t *env, const hvd__desc_t *d);
 
 /* Allocates the output tensor of a request (host memory), shape given;
  * a given output (r->recv_given) is checked instead (hvd__given_output). */

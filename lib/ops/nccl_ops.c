@@ -430,6 +430,9 @@ static int nccl_reap(void *state, const hvd__exec_env_t *env, int wait,
 
 static hvd_result_t nccl_allreduce(void *state, const hvd__exec_env_t *env,
                                    const hvd__work_t *w) {
+  if (w->desc->op == HVD_ADASUM) /* hvd__executor_for sends it elsewhere */
+    return hvd__set_error(HVD_ERR_INTERNAL,
+                          "NCCL allreduce: HVD_ADASUM is not an NCCL op");
   return nccl_run(state, env, w, allreduce, "NCCL allreduce");
 }
 

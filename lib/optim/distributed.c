@@ -107,9 +107,9 @@ void hvd_distributed_options_init(hvd_distributed_options_t *o) {
 
 /* ---- creation ----------------------------------------------------------- */
 
-/* HVD_ADASUM combines whole float32 host gradients as they are: the
- * parameters' (or reduce_fp32's copies), with no compression, no
- * sharding (a reduce-scatter), no predivision. */
+/* HVD_ADASUM combines whole float32 gradients as they are, host or
+ * device: the parameters' (or reduce_fp32's copies), with no compression,
+ * no sharding (a reduce-scatter), no predivision. */
 static hvd_result_t check_adasum(const char *fn,
                                  const hvd_distributed_options_t *o,
                                  const hvd_optimizer_t *base) {
@@ -125,13 +125,12 @@ static hvd_result_t check_adasum(const char *fn,
                           fn, no);
   for (int i = 0; i < base->n; i++) {
     const hvd_tensor_t *g = &base->params[i].grad;
-    if (g->device != HVD_CPU || (g->dtype != HVD_FLOAT32 && !o->reduce_fp32))
+    if (g->dtype != HVD_FLOAT32 && !o->reduce_fp32)
       return hvd__set_error(HVD_ERR_UNSUPPORTED,
-                            "%s: op adasum needs float32 gradients on the "
-                            "host (set reduce_fp32 for float16/bfloat16 "
-                            "ones); parameter '%s' has %s on %s",
-                            fn, base->params[i].name, hvd_dtype_name(g->dtype),
-                            g->device == HVD_CPU ? "the host" : "a GPU");
+                            "%s: op adasum needs float32 gradients (set "
+                            "reduce_fp32 for float16/bfloat16 ones); "
+                            "parameter '%s' has %s",
+                            fn, base->params[i].name, hvd_dtype_name(g->dtype));
   }
   return HVD_SUCCESS;
 }

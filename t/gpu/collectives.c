@@ -38,6 +38,9 @@
  *    (test_device_order); hvd_cuda_stream_wait ordering a stream after a
  *    result without the host waiting for it, and refusing a host request
  *    (test_stream_wait);
+ *  - HVD_ADASUM on device tensors (staged through host memory by every
+ *    executor) equal to the host's bit for bit, with a device sum between
+ *    them (test_adasum);
  * then hvd_shutdown. Values are small integers (products of +-1 and +-2),
  * so every dtype holds every result exactly (float32 averages within 2
  * ulps, as in the host tests).
@@ -49,6 +52,7 @@
  */
 #include <config.h>
 
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -999,6 +1003,110 @@ static void test_device_order(void) {
   free(got);
 }
 
+/* ---- HVD_ADASUM on device tensors ---------------------------------------- */
+
+#define AD_N 5
+static const int64_t ad_len[AD_N] = {1, 17, 1000, 4099, 100003};
+
+/* Rank q's value i of tensor k: not small integers (Adasum's coefficients
+ * are quotients), the same on the host and device sides. */
+static double ad_val(int q, int k, int64_t i) {
+  return sin(0.37 * (double)(i + 1) * (k + 1) + 1.3 * q) + 0.05 * (q - k);
+}
+
+/* HVD_ADASUM of float32 and float64 tensors on the device against the
+ * same on the host (lib/ops/adasum.c's tree: the device tensors are
+ * staged through host memory whatever the executor, NCCL having no
+ * Adasum): a burst of five sizes per dtype (fused groups), in place and
+ * out of place, prescale 2 and postscale 0.5 on the float64 ones, with
+ * device sums submitted between them (their own groups, through the
+ * pass's executor); the device results are the host's bit for bit, the
+ * sums exact. */
+static void test_adasum(void) {
+  enum { NT = 2 * AD_N };
+  void *h[NT], *d[NT], *dout[NT], *back[NT];
+  float *sum_d = NULL, sum_h[64], sum_got[64];
+  hvd_tensor_t ht[NT], dt_in[NT], dt_out[NT];
+  hvd_request_t *hr[NT], *dr[NT], *sr = NULL;
+  int good = 1;
+  for (int t = 0; t < NT; t++) {
+    const hvd_dtype_t dt = t < AD_N ? HVD_FLOAT32 : HVD_FLOAT64;
+    const int64_t n = ad_len[t % AD_N];
+    const size_t es = dt == HVD_FLOAT32 ? 4 : 8, bytes = (size_t)n * es;
+    h[t] = malloc(bytes);
+    back[t] = malloc(bytes);
+    for (int64_t i = 0; i < n; i++)
+      hvdt_put(dt, h[t], i, ad_val(rank, t, i));
+    cuda_ok(cudaMalloc(&d[t], bytes), "cudaMalloc");
+    cuda_ok(cudaMalloc(&dout[t], bytes), "cudaMalloc");
+    cuda_ok(cudaMemcpy(d[t], h[t], bytes, cudaMemcpyHostToDevice),
+            "cudaMemcpy");
+    ht[t] = hvd_tensor_make(h[t], dt, 1, &ad_len[t % AD_N]);
+    dt_in[t] = hvd_tensor_make(d[t], dt, 1, &ad_len[t % AD_N]);
+    dt_in[t].device = dev;
+    dt_out[t] = dt_in[t];
+    if (t % 2) /* out of place */
+      dt_out[t].data = dout[t];
+  }
+  const int64_t sn = 64;
+  cuda_ok(cudaMalloc((void **)&sum_d, sizeof sum_h), "cudaMalloc");
+  for (int i = 0; i < 64; i++)
+    sum_h[i] = (float)((rank + 1) * i);
+  cuda_ok(cudaMemcpy(sum_d, sum_h, sizeof sum_h, cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+  hvd_tensor_t st = hvd_tensor_make(sum_d, HVD_FLOAT32, 1, &sn);
+  st.device = dev;
+  char name[64];
+  for (int t = 0; t < NT; t++) {
+    const double pre = t >= AD_N ? 2 : 1, post = t >= AD_N ? 0.5 : 1;
+    snprintf(name, sizeof name, "%s.ad.h%d", pass_name, t);
+    good &= hvd_allreduce_async(name, &ht[t], &ht[t], HVD_ADASUM, pre, post,
+                                &hr[t]) == HVD_SUCCESS;
+    snprintf(name, sizeof name, "%s.ad.d%d", pass_name, t);
+    good &= hvd_allreduce_async(name, &dt_in[t], &dt_out[t], HVD_ADASUM, pre,
+                                post, &dr[t]) == HVD_SUCCESS;
+    if (t == AD_N) { /* a device sum between them */
+      snprintf(name, sizeof name, "%s.ad.sum", pass_name);
+      good &= hvd_allreduce_async(name, &st, &st, HVD_SUM, 1, 1, &sr) ==
+              HVD_SUCCESS;
+    }
+  }
+  tap_note("%s", hvd_last_error());
+  for (int t = 0; t < NT; t++)
+    good &= hvd_wait(hr[t]) == HVD_SUCCESS && hvd_wait(dr[t]) == HVD_SUCCESS;
+  good &= sr != NULL && hvd_wait(sr) == HVD_SUCCESS;
+  tap_note("%s", hvd_last_error());
+  ok(good,
+     "%s: adasum: float32 and float64 bursts on host and device, a "
+     "device sum between them: every call succeeded",
+     pass_name);
+  int same = good, moved = 0;
+  for (int t = 0; t < NT && good; t++) {
+    const size_t bytes = (size_t)ad_len[t % AD_N] * hvd_dtype_size(ht[t].dtype);
+    cuda_ok(cudaMemcpy(back[t], dt_out[t].data, bytes, cudaMemcpyDeviceToHost),
+            "cudaMemcpy");
+    same &= memcmp(back[t], h[t], bytes) == 0;
+    moved |= size > 1 && ad_val(rank, t, 0) != hvdt_get(ht[t].dtype, h[t], 0);
+  }
+  ok(same && (size == 1 || moved),
+     "%s: adasum: the device results are the host's, bit for bit (5 sizes "
+     "to 100003, float32 and float64, in and out of place, scaled)",
+     pass_name);
+  cuda_ok(cudaMemcpy(sum_got, sum_d, sizeof sum_got, cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+  int exact = 1;
+  for (int i = 0; i < 64; i++)
+    exact &= sum_got[i] == (float)(size * (size + 1) / 2 * i);
+  ok(exact, "%s: adasum: the device sum between them is exact", pass_name);
+  for (int t = 0; t < NT; t++) {
+    free(h[t]);
+    free(back[t]);
+    cudaFree(d[t]);
+    cudaFree(dout[t]);
+  }
+  cudaFree(sum_d);
+}
+
 /* hvd_cuda_stream_wait: a stream ordered after a result on the device,
  * the host waiting only for the launch (the stand-in ends the process if
  * the copy on `us` could read the sum before hvd's stream wrote it). A
@@ -1079,6 +1187,7 @@ static void run_pass(const char *ops) {
   test_join();
   test_device_order();
   test_stream_wait();
+  test_adasum();
   test_process_set();
   is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", ops);
   unsetenv("HVD_GPU_OPERATIONS");

@@ -43,7 +43,9 @@
  *  - the distributed optimizer on device (and mixed) parameters against
  *    the host distributed optimizer: average; backward_passes_per_step 2
  *    started by grad_ready with a predivide factor; float16 compression;
- *    sum with a no-sync step (local division by the passes). Gradients are
+ *    sum with a no-sync step (local division by the passes); op
+ *    HVD_ADASUM on a mixed list (device gradients staged through host
+ *    memory into the host's Adasum). Gradients are
  *    small dyadic numbers, so every summation order gives the same sums;
  *  - PowerSGD (psgd_run) on device against host, with a checkpoint of
  *    its state after step 2 (the device file the host's but for the
@@ -778,6 +780,7 @@ static void test_distributed(void) {
       {"fp16", 1, 0x1f, HVD_AVERAGE, HVD_COMPRESS_FP16, 1, 1.0, 0},
       {"bf16", 0, 0x1f, HVD_SUM, HVD_COMPRESS_BF16, 1, 1.0, 0},
       {"nosync", 0, 0x16, HVD_SUM, HVD_COMPRESS_NONE, 2, 1.0, 2},
+      {"adasum", 1, 0x0d, HVD_ADASUM, HVD_COMPRESS_NONE, 1, 1.0, 0},
   };
   for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
     dist_run(&cfgs[c]);

@@ -18,7 +18,8 @@
  *    after grad_ready are refused;
  *  - refusals with their messages: int32 and float16 tensors, a
  *    reducescatter, and the distributed optimizer with sharding,
- *    compression or a predivide factor.
+ *    compression, a predivide factor or a bfloat16 gradient without
+ *    reduce_fp32 (accepted with it).
  */
 #include "hvd.h"
 #include "hvdtest.h"
@@ -77,8 +78,8 @@ static int same_everywhere(const void *p, size_t bytes) {
   return all;
 }
 
-static hvd_result_t adasum(const char *name, void *x, hvd_dtype_t dt,
-                           int64_t n, double pre, double post) {
+static hvd_result_t adasum(const char *name, void *x, hvd_dtype_t dt, int64_t n,
+                           double pre, double post) {
   hvd_tensor_t t = hvd_tensor_make(x, dt, 1, &n);
   return hvd_allreduce(name, &t, &t, HVD_ADASUM, pre, post);
 }
@@ -132,12 +133,10 @@ static void test_general(hvd_dtype_t dt, int64_t n, double tol) {
   }
   ok(worst <= tol, "%s, %lld elements: the reference's within %g (%.3g)", dn,
      (long long)n, tol, worst);
-  ok(same_everywhere(x, (size_t)n * es), "%s: the same bits on every rank",
-     dn);
+  ok(same_everywhere(x, (size_t)n * es), "%s: the same bits on every rank", dn);
   snprintf(name, sizeof name, "general.%s.again", dn);
   adasum(name, y, dt, n, 1, 1);
-  ok(memcmp(x, y, (size_t)n * es) == 0, "%s: a second run, the same bits",
-     dn);
+  ok(memcmp(x, y, (size_t)n * es) == 0, "%s: a second run, the same bits", dn);
   for (int q = 0; q < size; q++)
     free(v[q]);
   free(v);
@@ -221,8 +220,7 @@ static void test_zeros_and_join(void) {
   }
   jrc = hvd_join(&last);
   is_int(HVD_SUCCESS, rc, "with a joined rank: allreduce");
-  ok(good, "with a joined rank: its zeros add nothing (1 at 0..%d)",
-     size - 2);
+  ok(good, "with a joined rank: its zeros add nothing (1 at 0..%d)", size - 2);
   is_int(HVD_SUCCESS, jrc, "then hvd_join");
   is_int(size - 2 > 0 ? size - 2 : 0, last, "the last to join");
 }
@@ -319,6 +317,25 @@ static void test_optimizer(void) {
                  bad[k].msg, bad[k].what);
     hvd_optimizer_destroy(base);
   }
+  /* a bfloat16 gradient without reduce_fp32 */
+  uint16_t hv[4] = {0}, hg[4] = {0};
+  const int64_t four = 4;
+  hvd_param_t hp = {"h", hvd_tensor_make(hv, HVD_BFLOAT16, 1, &four),
+                    hvd_tensor_make(hg, HVD_BFLOAT16, 1, &four)};
+  hvd_distributed_options_init(&d);
+  d.op = HVD_ADASUM;
+  if (hvd_sgd_create(&hp, 1, &so, &base) != HVD_SUCCESS)
+    bail("sgd: %s", hvd_last_error());
+  opt = NULL;
+  hvdt_refused(HVD_ERR_UNSUPPORTED, hvd_distributed_optimizer(base, &d, &opt),
+               "hvd_distributed_optimizer: op adasum needs float32 gradients "
+               "(set reduce_fp32 for float16/bfloat16 ones); parameter 'h' "
+               "has bfloat16",
+               "a bfloat16 gradient without reduce_fp32");
+  d.reduce_fp32 = 1;
+  is_int(HVD_SUCCESS, hvd_distributed_optimizer(base, &d, &opt),
+         "... with reduce_fp32: accepted");
+  hvd_optimizer_destroy(opt);
 }
 
 static void test_refusals(void) {
@@ -340,10 +357,9 @@ static void test_refusals(void) {
   float f[4] = {0};
   hvd_tensor_t tf = hvd_tensor_make(f, HVD_FLOAT32, 1, &n), out;
   memset(&out, 0, sizeof out);
-  hvdt_refused(HVD_ERR_INVALID_ARG,
-               hvd_reducescatter("rs", &tf, &out, HVD_ADASUM, 1, 1),
-               "reducescatter 'rs': HVD_ADASUM is an allreduce op",
-               "reducescatter");
+  hvdt_refused(
+      HVD_ERR_INVALID_ARG, hvd_reducescatter("rs", &tf, &out, HVD_ADASUM, 1, 1),
+      "reducescatter 'rs': HVD_ADASUM is an allreduce op", "reducescatter");
   is_string("adasum", hvd_op_name(HVD_ADASUM), "hvd_op_name");
 }
 
