@@ -89,6 +89,7 @@ typedef struct options {
   hvd_compression_t compression;
   int powersgd_rank;      /* --powersgd R (compression POWERSGD) */
   int64_t powersgd_start; /* --powersgd-start N (-1: the library's 1000) */
+  int adasum;             /* --adasum (op HVD_ADASUM) */
   int accumulate;
   const char *data;
   int64_t sentences; /* synthetic corpus lines */
@@ -161,6 +162,9 @@ static const char usage_text[] =
     "                         factors, with error feedback\n"
     "  --powersgd-start N     plain averaging for the first N steps\n"
     "                         (default 1000, DDP's start_powerSGD_iter)\n"
+    "  --adasum               gradients combined by Adasum (Horovod's\n"
+    "                         op=hvd.Adasum), not averaged; whole float32\n"
+    "                         gradients (implies --dense-embeddings)\n"
     "  --seed N               weights, data, masking, order (default 42)\n"
     "  --threads N            BLAS threads per rank (default 1)\n"
     "  --device cpu|gpu       where the model runs (default cpu); gpu: the\n"
@@ -241,6 +245,7 @@ enum {
   O_BF16,
   O_POWERSGD,
   O_POWERSGD_START,
+  O_ADASUM,
   O_SEED,
   O_THREADS,
   O_DEVICE,
@@ -291,6 +296,7 @@ static const struct option long_options[] = {
     {"bf16-allreduce", no_argument, NULL, O_BF16},
     {"powersgd", required_argument, NULL, O_POWERSGD},
     {"powersgd-start", required_argument, NULL, O_POWERSGD_START},
+    {"adasum", no_argument, NULL, O_ADASUM},
     {"seed", required_argument, NULL, O_SEED},
     {"threads", required_argument, NULL, O_THREADS},
     {"device", required_argument, NULL, O_DEVICE},
@@ -429,6 +435,9 @@ static int run_option(options_t *o, int ch, const char *a) {
   case O_POWERSGD_START:
     o->powersgd_start = cli_int("--powersgd-start", a, 0, INT64_MAX);
     return 1;
+  case O_ADASUM: /* whole gradients: no rows after grad_ready */
+    o->adasum = o->dense_embeddings = 1;
+    return 1;
   case O_SEED:
     o->seed = (uint64_t)cli_int("--seed", a, 0, INT64_MAX);
     return 1;
@@ -532,7 +541,7 @@ static void check_options(options_t *o) {
   if (o->tf32 && o->precision != BERT_FP32)
     cli_usage_error("--tf32 is for float32 products: not with --precision %s",
                     bert_precision_name(o->precision));
-  if (o->dense_embeddings && o->precision != BERT_FP32)
+  if (o->dense_embeddings && !o->adasum && o->precision != BERT_FP32)
     cli_usage_error("--dense-embeddings: --precision %s has dense "
                     "embeddings only",
                     bert_precision_name(o->precision));
@@ -544,6 +553,12 @@ static void check_options(options_t *o) {
                     "compression");
   if (o->powersgd_start >= 0 && o->compression != HVD_COMPRESS_POWERSGD)
     cli_usage_error("--powersgd-start needs --powersgd R");
+  if (o->adasum && (o->compression != HVD_COMPRESS_NONE || o->zero))
+    cli_usage_error("--adasum combines whole float32 gradients: no %s",
+                    o->zero ? "--zero 1"
+                    : o->compression == HVD_COMPRESS_POWERSGD
+                        ? "--powersgd"
+                        : "--fp16-allreduce or --bf16-allreduce");
   if (o->warmup < 0)
     o->warmup = o->steps / 10;
   if (o->warmup > o->steps)
@@ -1326,6 +1341,10 @@ static void setup_model(run_t *r) {
       dist.powersgd.start_step = o->powersgd_start;
     dist.reduce_fp32 = o->precision != BERT_FP32;
   }
+  if (o->adasum) { /* float32 gradients: the masters' with bf16/fp16 */
+    dist.op = HVD_ADASUM;
+    dist.reduce_fp32 = o->precision != BERT_FP32;
+  }
   dist.backward_passes_per_step = r->K;
   dist.shard_optimizer_state = o->zero;
   check_local(hvd_distributed_optimizer(base, &dist, &r->opt),
@@ -1487,7 +1506,8 @@ static void print_setup(const run_t *r) {
          : o->compression == HVD_COMPRESS_BF16 ? "averaged as bfloat16"
          : o->compression == HVD_COMPRESS_POWERSGD
              ? "averaged as float32, matrices by PowerSGD (below)"
-             : "averaged as float32");
+         : o->adasum ? "combined by Adasum as float32"
+                     : "averaged as float32");
   if (r->sync && o->compression == HVD_COMPRESS_POWERSGD) {
     int64_t all = 0, sent = 0;
     (void)hvd_optimizer_compression_stats(r->opt, &all, &sent);

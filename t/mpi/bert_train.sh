@@ -17,6 +17,7 @@
 #     --optimizer lamb agrees across np 1 and 2 and sharded (--zero 1);
 #     --powersgd follows the plain curve until --powersgd-start, then stays
 #     near it;
+#     --adasum is the dense run at np 1 bit for bit and near it at np 2;
 #     --dense-embeddings (the word embeddings reduced whole) matches the
 #     default (decoder share early, lookup rows allgathered) to 1e-6 at
 #     np 2 and bit for bit at np 1; --zero 1 (sharded AdamW state) matches
@@ -70,7 +71,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..45"
+echo "1..48"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -163,6 +164,23 @@ if train dense1 1 $common --batch-size 8 --dense-embeddings &&
 else
   fail "--dense-embeddings at np 1: ws1's losses bit for bit"
   show_run dense1
+fi
+
+# --adasum (op HVD_ADASUM on whole float32 gradients, so dense
+# embeddings): one rank's Adasum is its own gradient, so at np 1 dense1's
+# losses bit for bit; at np 2 the ranks' gradients are combined, not
+# averaged: not dense2's bits, but near them (1e-2; AdamW normalises the
+# step; measured 1.4e-3).
+if train adasum1 1 $common --batch-size 8 --adasum &&
+  [ "`losses_of adasum1`" = "`losses_of dense1`" ] &&
+  train adasum2 2 $common --batch-size 4 --adasum &&
+  [ "`losses_of adasum2`" != "`losses_of dense2`" ] &&
+  agree dense2 adasum2 1e-2 &&
+  grep -q "; gradients combined by Adasum as float32$" "$tmp/adasum2.out"; then
+  pass "--adasum: np 1 bit for bit dense1's, np 2 within 1e-2 of dense2's and not its bits"
+else
+  fail "--adasum: np 1 bit for bit dense1's, np 2 within 1e-2 of dense2's and not its bits"
+  show_run adasum2
 fi
 
 # compression and no-sync, against ws2
@@ -413,7 +431,8 @@ else
 fi
 for args in "--no-such-option" "--steps many" "--lr" "--clip-grad-norm -1" \
   "--optimizer sgd" "--powersgd 0" "--powersgd-start 5" \
-  "--powersgd 2 --fp16-allreduce" "--powersgd 2 --zero 1"; do
+  "--powersgd 2 --fp16-allreduce" "--powersgd 2 --zero 1" \
+  "--adasum --zero 1" "--adasum --powersgd 2"; do
   "$HVD_MPIRUN_TEST" --np 0 "$prog" $args >"$tmp/opt.out" 2>"$tmp/opt.err"
   rc=$?
   if [ $rc = 2 ] && grep -q "^bert_train: " "$tmp/opt.err"; then
