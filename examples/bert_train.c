@@ -86,8 +86,10 @@ typedef struct options {
   int zero;             /* --zero 1: sharded optimizer state */
   double clip;          /* --clip-grad-norm X (0: off) */
   const char *no_decay; /* --no-decay A,B: names holding A or B: decay 0 */
-  hvd_compression_t compression;
-  int powersgd_rank;      /* --powersgd R (compression POWERSGD) */
+  hvd_compression_t compression; /* from wire and powersgd_rank */
+  hvd_dtype_t wire;  /* --fp16-allreduce, --bf16-allreduce (with --powersgd:
+                        its P, Q and whole gradients) */
+  int powersgd_rank; /* --powersgd R (compression POWERSGD), else 0 */
   int64_t powersgd_start; /* --powersgd-start N (-1: the library's 1000) */
   int adasum;             /* --adasum (op HVD_ADASUM) */
   int accumulate;
@@ -155,8 +157,9 @@ static const char usage_text[] =
     "                         host saw its stage finish (an event per\n"
     "                         stage), not at once with hvd ordering the\n"
     "                         collective on the device (for comparison)\n"
-    "  --fp16-allreduce       gradients travel as float16\n"
-    "  --bf16-allreduce       gradients travel as bfloat16\n"
+    "  --fp16-allreduce       gradients travel as float16 (with --powersgd:\n"
+    "                         its factors and the whole gradients)\n"
+    "  --bf16-allreduce       gradients travel as bfloat16 (likewise)\n"
     "  --powersgd R           PowerSGD at rank R (DDP's powerSGD_hook): each\n"
     "                         matrix's gradient averaged as two rank-R\n"
     "                         factors, with error feedback\n"
@@ -422,15 +425,13 @@ static int run_option(options_t *o, int ch, const char *a) {
     return 1;
   case O_FP16:
   case O_BF16:
+    if (o->wire != HVD_FLOAT32)
+      cli_usage_error("--fp16-allreduce and --bf16-allreduce exclude each "
+                      "other");
+    o->wire = ch == O_FP16 ? HVD_FLOAT16 : HVD_BFLOAT16;
+    return 1;
   case O_POWERSGD:
-    if (o->compression != HVD_COMPRESS_NONE)
-      cli_usage_error("--fp16-allreduce, --bf16-allreduce and --powersgd "
-                      "exclude each other");
-    o->compression = ch == O_FP16   ? HVD_COMPRESS_FP16
-                     : ch == O_BF16 ? HVD_COMPRESS_BF16
-                                    : HVD_COMPRESS_POWERSGD;
-    if (ch == O_POWERSGD)
-      o->powersgd_rank = (int)cli_int("--powersgd", a, 1, 1024);
+    o->powersgd_rank = (int)cli_int("--powersgd", a, 1, 1024);
     return 1;
   case O_POWERSGD_START:
     o->powersgd_start = cli_int("--powersgd-start", a, 0, INT64_MAX);
@@ -512,6 +513,10 @@ static int file_option(options_t *o, int ch, const char *a) {
 /* The options that depend on each other, and the defaults that depend on
  * others, once all are read. */
 static void check_options(options_t *o) {
+  o->compression = o->powersgd_rank > 0      ? HVD_COMPRESS_POWERSGD
+                   : o->wire == HVD_FLOAT16  ? HVD_COMPRESS_FP16
+                   : o->wire == HVD_BFLOAT16 ? HVD_COMPRESS_BF16
+                                             : HVD_COMPRESS_NONE;
   if (o->eps < 0) /* torch's AdamW, apex's FusedLAMB */
     o->eps = o->lamb ? 1e-6 : 1e-8;
   if (o->checkpoint_every > 0 && o->checkpoint == NULL)
@@ -597,6 +602,7 @@ static void parse_options(int argc, char **argv, options_t *o,
                    .eps = -1, /* the optimizer's */
                    .accumulate = 1,
                    .compression = HVD_COMPRESS_NONE,
+                   .wire = HVD_FLOAT32,
                    .powersgd_start = -1,
                    .sentences = 20000,
                    .seed = 42,
@@ -1337,6 +1343,7 @@ static void setup_model(run_t *r) {
   dist.compression = o->compression;
   if (o->compression == HVD_COMPRESS_POWERSGD) { /* in float32, as DDP */
     dist.powersgd.rank = o->powersgd_rank;
+    dist.powersgd.wire = o->wire; /* DDP's fp16_compress_wrapper */
     if (o->powersgd_start >= 0)
       dist.powersgd.start_step = o->powersgd_start;
     dist.reduce_fp32 = o->precision != BERT_FP32;
@@ -1505,7 +1512,11 @@ static void print_setup(const run_t *r) {
          : o->compression == HVD_COMPRESS_FP16 ? "averaged as float16"
          : o->compression == HVD_COMPRESS_BF16 ? "averaged as bfloat16"
          : o->compression == HVD_COMPRESS_POWERSGD
-             ? "averaged as float32, matrices by PowerSGD (below)"
+             ? (o->wire == HVD_FLOAT16
+                    ? "averaged as float16, matrices by PowerSGD (below)"
+                : o->wire == HVD_BFLOAT16
+                    ? "averaged as bfloat16, matrices by PowerSGD (below)"
+                    : "averaged as float32, matrices by PowerSGD (below)")
          : o->adasum ? "combined by Adasum as float32"
                      : "averaged as float32");
   if (r->sync && o->compression == HVD_COMPRESS_POWERSGD) {

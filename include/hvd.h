@@ -965,8 +965,10 @@ typedef enum hvd_compression {
  * rank approximates worst). A step whose P or Q is not finite (an
  * overflow under fp16 loss scaling) leaves a non-finite gradient, which
  * loss scaling skips, and keeps the error feedback and draws a new Q.
- * Float32 gradients (or reduce_fp32's copies) of the compressed
- * parameters, on the host or the rank's GPU (there the products are
+ * With wire float16 or bfloat16, P, Q and the gradients averaged whole
+ * travel so (DDP's fp16_compress_wrapper(powerSGD_hook)); the arithmetic
+ * stays float32. Float32 gradients (or reduce_fp32's copies) of the
+ * compressed parameters, on the host or the rank's GPU (there the products are
  * kernels on the optimizer's stream, the same bits as the host's; P and Q
  * are copied to the host for Gram-Schmidt); no sharding, no op
  * HVD_ADASUM. Checkpoints hold the state (format version 3): the
@@ -984,6 +986,12 @@ typedef struct hvd_powersgd_options {
   int error_feedback;          /* 1 (default) or 0 */
   int warm_start;              /* 1 (default) or 0 */
   uint64_t seed;               /* Q's random values (default 0) */
+  hvd_dtype_t wire;            /* HVD_FLOAT32 (default), HVD_FLOAT16 or
+                                  HVD_BFLOAT16: what P, Q and the whole
+                                  gradients travel as (DDP's
+                                  fp16_compress_wrapper and
+                                  bf16_compress_wrapper, but the
+                                  arithmetic stays float32) */
 } hvd_powersgd_options_t;
 
 typedef struct hvd_distributed_options {

@@ -103,6 +103,7 @@ void hvd_distributed_options_init(hvd_distributed_options_t *o) {
   o->powersgd.min_compression_rate = 2.0;
   o->powersgd.error_feedback = 1;
   o->powersgd.warm_start = 1;
+  o->powersgd.wire = HVD_FLOAT32;
 }
 
 /* ---- creation ----------------------------------------------------------- */
@@ -273,7 +274,7 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
   d->postscale = o->op == HVD_AVERAGE ? f / hvd_size() : f;
   d->op = o->op == HVD_ADASUM ? HVD_ADASUM : HVD_SUM;
   if (o->compression == HVD_COMPRESS_POWERSGD) {
-    d->wire = HVD_FLOAT32; /* what it does not compress goes whole */
+    d->wire = o->powersgd.wire; /* what it does not compress goes whole */
     HVD__CHECK(
         hvd__psgd_create(fn, &o->powersgd, base, o->reduce_fp32, &d->psgd));
   }

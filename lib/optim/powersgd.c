@@ -22,6 +22,10 @@
  * transposed (r rows of m) so that every loop runs along a contiguous
  * row.
  *
+ * With o.wire float16 or bfloat16 the allreduces of P and Q travel so
+ * (hvd__allreduce_wire_async, as HVD_COMPRESS_FP16's do); the arithmetic
+ * around them stays float32.
+ *
  * Which parameters are compressed depends only on shapes and options, and
  * whether this step compresses only on the optimizer's step count, so
  * every rank submits the same reductions.
@@ -47,6 +51,7 @@
 #include "base/errors.h"
 #include "base/splitmix.h"
 #include "base/tensor.h"
+#include "core/api.h"
 #include "optim/optim_math.h"
 #include "optim/optimizer.h"
 
@@ -99,6 +104,15 @@ static hvd_result_t check(const char *fn, const hvd_powersgd_options_t *o) {
         HVD_ERR_INVALID_ARG, "%s: powersgd.%s %d is not 0 or 1", fn,
         o->error_feedback & ~1 ? "error_feedback" : "warm_start",
         o->error_feedback & ~1 ? o->error_feedback : o->warm_start);
+  if (o->wire != HVD_FLOAT32 && o->wire != HVD_FLOAT16 &&
+      o->wire != HVD_BFLOAT16)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: powersgd.wire %s is not float32, float16 or "
+                          "bfloat16",
+                          fn,
+                          hvd__dtype_valid((int)o->wire)
+                              ? hvd_dtype_name(o->wire)
+                              : "(not a dtype)");
   return HVD_SUCCESS;
 }
 
@@ -343,23 +357,27 @@ static int all_finite(const float *x, int64_t len) {
 
 static const char who[] = HVD__STEP_WHO;
 
-/* An allreduce (a sum, in place) of x, rows x cols float32 on dev. A
- * device tensor's is submitted under the optimizer's stream (the
- * collectives' ordering rule: it reads x after the kernels that wrote it,
- * on the device; the host waits for nothing). */
+/* An allreduce (a sum, in place, on the wire of o.wire) of x, rows x
+ * cols float32 on dev. A device tensor's is submitted under the
+ * optimizer's stream (the collectives' ordering rule: it reads x after
+ * the kernels that wrote it, on the device; the host waits for nothing). */
 static hvd_result_t reduce_async(hvd__psgd_t *s, const char *name, float *x,
                                  int64_t rows, int64_t cols, int dev,
                                  hvd_request_t **req) {
   int64_t shape[2] = {rows, cols};
   hvd_tensor_t t = hvd_tensor_make(x, HVD_FLOAT32, 2, shape);
-  t.device = dev;
-  if (dev == HVD_CPU)
-    return hvd_allreduce_async(name, &t, &t, HVD_SUM, 1, 1, req);
   void *caller = hvd_cuda_stream();
-  hvd_result_t rc = hvd_cuda_set_stream(hvd__odev_stream(s->odev));
+  hvd_result_t rc = HVD_SUCCESS;
+  t.device = dev;
+  if (dev != HVD_CPU)
+    rc = hvd_cuda_set_stream(hvd__odev_stream(s->odev));
   if (rc == HVD_SUCCESS)
-    rc = hvd_allreduce_async(name, &t, &t, HVD_SUM, 1, 1, req);
-  (void)hvd_cuda_set_stream(caller);
+    rc = s->o.wire == HVD_FLOAT32
+             ? hvd_allreduce_async(name, &t, &t, HVD_SUM, 1, 1, req)
+             : hvd__allreduce_wire_async(name, &t, &t, HVD_SUM, 1, 1, s->o.wire,
+                                         req);
+  if (dev != HVD_CPU)
+    (void)hvd_cuda_set_stream(caller);
   return rc;
 }
 

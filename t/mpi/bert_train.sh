@@ -16,7 +16,7 @@
 #     --no-decay exempts the named parameters from weight decay;
 #     --optimizer lamb agrees across np 1 and 2 and sharded (--zero 1);
 #     --powersgd follows the plain curve until --powersgd-start, then stays
-#     near it;
+#     near it, on a float16 wire too;
 #     --adasum is the dense run at np 1 bit for bit and near it at np 2;
 #     --dense-embeddings (the word embeddings reduced whole) matches the
 #     default (decoder share early, lookup rows allgathered) to 1e-6 at
@@ -71,7 +71,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..48"
+echo "1..49"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -384,6 +384,24 @@ else
   show_run psgd
 fi
 
+# --powersgd with --fp16-allreduce (DDP's fp16_compress_wrapper around
+# powerSGD_hook; the arithmetic stays float32): the first 6 losses are the
+# float16 run's bit for bit (whole gradients on the float16 wire), then
+# not psgd's bits but near them (1e-4; measured 2.9e-6), and the banner
+# says so.
+if train psgd16 2 $common --batch-size 4 --powersgd 4 --powersgd-start 5 \
+    --fp16-allreduce &&
+  [ "`losses_of psgd16 | head -6`" = "`losses_of fp16 | head -6`" ] &&
+  [ "`losses_of psgd16`" != "`losses_of psgd`" ] &&
+  agree psgd psgd16 1e-4 &&
+  grep -q "; gradients averaged as float16, matrices by PowerSGD (below)$" \
+    "$tmp/psgd16.out"; then
+  pass "--powersgd 4 --fp16-allreduce: fp16's first 6 losses bit for bit, then within 1e-4 of psgd's"
+else
+  fail "--powersgd 4 --fp16-allreduce: fp16's first 6 losses bit for bit, then within 1e-4 of psgd's"
+  show_run psgd16
+fi
+
 # PowerSGD's state (error feedback, warm Q) in the checkpoint: psgd's run
 # again, saving at step 10 (the same losses: saving changes nothing), then
 # resumed from that file: steps 11-20 are psgd's to 1e-5 (the file holds
@@ -431,7 +449,7 @@ else
 fi
 for args in "--no-such-option" "--steps many" "--lr" "--clip-grad-norm -1" \
   "--optimizer sgd" "--powersgd 0" "--powersgd-start 5" \
-  "--powersgd 2 --fp16-allreduce" "--powersgd 2 --zero 1" \
+  "--fp16-allreduce --bf16-allreduce" "--powersgd 2 --zero 1" \
   "--adasum --zero 1" "--adasum --powersgd 2"; do
   "$HVD_MPIRUN_TEST" --np 0 "$prog" $args >"$tmp/opt.out" 2>"$tmp/opt.err"
   rc=$?

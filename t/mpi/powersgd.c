@@ -28,6 +28,8 @@
  *    step, and the error feedback of the step before survives it (a step
  *    with zero gradients then adds what the step before left);
  *  - a bfloat16 parameter with reduce_fp32: the rounded mean, to 3e-2;
+ *  - powersgd.wire float16 and bfloat16: the mean to the wire's precision,
+ *    the whole gradients a cast optimizer's bits;
  *  - hvd_optimizer_compression_stats: the values per step, exactly;
  *  - refusals with their messages: rank 0, start_step -1, a rate NAN,
  *    error_feedback 2, sharding, op adasum, a bfloat16 gradient without
@@ -193,9 +195,10 @@ static void test_defaults(void) {
   ok(d.powersgd.rank == 1 && d.powersgd.start_step == 1000 &&
          d.powersgd.min_compression_rate == 2.0 &&
          d.powersgd.error_feedback == 1 && d.powersgd.warm_start == 1 &&
-         d.powersgd.seed == 0 && d.compression == HVD_COMPRESS_NONE,
+         d.powersgd.seed == 0 && d.powersgd.wire == HVD_FLOAT32 &&
+         d.compression == HVD_COMPRESS_NONE,
      "defaults: rank 1, start_step 1000, rate 2, error feedback, warm start, "
-     "seed 0 (compression off)");
+     "seed 0, a float32 wire (compression off)");
 }
 
 static void test_rank2(void) {
@@ -406,6 +409,48 @@ static void test_bf16(void) {
  * rank 1 (from step 1: the same before and after it) w 32 and x
  * 1 (4 + 30) = 34: 90; uncompressed 384; refusals. The state bytes: 4
  * per value of the error feedbacks (n m) and Qs (r m). */
+/* powersgd.wire float16 and bfloat16 (DDP's fp16_compress_wrapper and
+ * bf16_compress_wrapper around powerSGD_hook): at rank 2, w (compressed)
+ * is the mean to the wire's precision, and not the float32 wire's bits;
+ * b, s and x (whole) are an HVD_COMPRESS_FP16 / BF16 optimizer's, bit for
+ * bit. */
+static void test_wire(hvd_dtype_t wire, double tol) {
+  model_t m, ref, f32;
+  const char *wn = hvd_dtype_name(wire);
+  hvd_distributed_options_t d = psgd(2, 0);
+  make(&m);
+  make(&ref);
+  make(&f32);
+  hvd_optimizer_t *opt = make_opt(&f32, &d);
+  set_grads(&f32, 1);
+  step(opt, "wire float32");
+  hvd_optimizer_destroy(opt);
+  d.powersgd.wire = wire;
+  opt = make_opt(&m, &d);
+  set_grads(&m, 1);
+  step(opt, "wire");
+  hvd_optimizer_destroy(opt);
+  hvd_distributed_options_init(&d);
+  d.compression = wire == HVD_FLOAT16 ? HVD_COMPRESS_FP16 : HVD_COMPRESS_BF16;
+  opt = make_opt(&ref, &d);
+  set_grads(&ref, 1);
+  step(opt, "wire reference");
+  hvd_optimizer_destroy(opt);
+  double e = off(&m, 0, 0);
+  ok(e <= tol, "wire %s: w is the ranks' mean to %g (%.2g)", wn, tol, e);
+  ok(size == 1 || !same_param(&m, &f32, 0),
+     "wire %s: w's bits are not the float32 wire's", wn);
+  ok(same_param(&m, &ref, 1) && same_param(&m, &ref, 2) &&
+         same_param(&m, &ref, 3),
+     "wire %s: b, s and x (whole) are the %s-compressed optimizer's, bit for "
+     "bit",
+     wn, wn);
+  ok(same_everywhere(&m), "wire %s: the same bits on every rank", wn);
+  drop(&m);
+  drop(&ref);
+  drop(&f32);
+}
+
 static void test_stats(void) {
   model_t m;
   make(&m);
@@ -483,6 +528,8 @@ static void test_refusals(void) {
        "compression",
        HVD_ERR_UNSUPPORTED},
       {"compression 4", "unknown compression 4", HVD_ERR_INVALID_ARG},
+      {"wire int32", "powersgd.wire int32 is not float32, float16 or bfloat16",
+       HVD_ERR_INVALID_ARG},
   };
   model_t m;
   make(&m);
@@ -504,6 +551,8 @@ static void test_refusals(void) {
       d.op = HVD_ADASUM;
     if (k == 6)
       d.compression = (hvd_compression_t)4;
+    if (k == 7)
+      d.powersgd.wire = HVD_INT32;
     hvd_optimizer_t *base = NULL, *opt = NULL;
     if (hvd_sgd_create(m.p, NP, &so, &base) != HVD_SUCCESS)
       bail("sgd: %s", hvd_last_error());
@@ -547,6 +596,8 @@ int main(int argc, char **argv) {
   test_scaling();
   test_nonfinite();
   test_bf16();
+  test_wire(HVD_FLOAT16, 4e-3);
+  test_wire(HVD_BFLOAT16, 3e-2);
   test_stats();
   test_refusals();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
