@@ -466,10 +466,12 @@ if want bert && need_build && stage_begin bert 60; then
         # (NVIDIA's pretraining optimizer: its two passes and the one
         # copy of the norms to the host); at mini with time left PowerSGD
         # at rank 4 from step 5 (its kernels' first run: what the
-        # compression costs at one rank); at the big batch
+        # compression costs at one rank) and Adasum (--adasum: every
+        # gradient staged through host memory, NCCL having no Adasum: what
+        # the staging costs at one rank); at the big batch
         # --no-sync; at S 512 --flash-attention
         case $p:$first:$s in
-        mini:1:*) modes="bf16 graphs zero1 fp32-b8 powersgd" ;;
+        mini:1:*) modes="bf16 graphs zero1 fp32-b8 powersgd adasum" ;;
         base:1:*) modes="bf16 graphs zero1 fp32-b8 plain no-sync host-fences recipe lamb" ;;
         base:0:128) modes="bf16 graphs zero1 no-sync" ;;
         *) modes="bf16 graphs flash" ;;
@@ -487,8 +489,9 @@ if want bert && need_build && stage_begin bert 60; then
           recipe) args="$args --clip-grad-norm 1 --no-decay bias,LayerNorm.weight" ;;
           lamb) args="$args --optimizer lamb --clip-grad-norm 1 --no-decay bias,LayerNorm.weight" ;;
           powersgd) args="$args --powersgd 4 --powersgd-start 5" ;;
+          adasum) args="$args --adasum" ;;
           esac
-          case $mode in host-fences | recipe | lamb | powersgd) [ "$(left)" -ge 300 ] || continue ;; esac
+          case $mode in host-fences | recipe | lamb | powersgd | adasum) [ "$(left)" -ge 300 ] || continue ;; esac
           echo "\$ bert_train --device gpu --preset $p --steps $steps $args" >>"$OUT/bert.txt"
           # bf16 and --zero 1 time hvd's device groups too (HVD_GPU_TIMING:
           # issue 27's idle time between groups; a few events per group)
@@ -505,7 +508,7 @@ if want bert && need_build && stage_begin bert 60; then
           t=$(grep '^done' "$OUT/bert.one.txt" | tail -1 | grep -o 'tokens/s [0-9.]*' | tr -dc 0-9.)
           extra=""
           [ $mode = zero1 ] && extra="; / bf16 = $(verdict "$t" "$c" 0.9)"
-          case $mode in recipe | lamb | powersgd) extra="; / bf16 = $(verdict "$t" "$c")" ;; esac
+          case $mode in recipe | lamb | powersgd | adasum) extra="; / bf16 = $(verdict "$t" "$c")" ;; esac
           note "bert C $tag $mode: tokens/s ${t:-no result}, MFU $(mfu "$t" $(dims "$OUT/bert.one.txt")) % (status $st)$extra"
           gt=$(grep '^gpu timing' "$OUT/bert.one.txt" | tail -1)
           [ $timing = 0 ] || note "bert C $tag $mode: ${gt:-no gpu timing line (HVD_GPU_TIMING=1)}"
