@@ -1060,8 +1060,8 @@ int64_t hvd_optimizer_state_bytes(const hvd_optimizer_t *opt);
  * (what a step reduces uncompressed); *after, the values a step reduces
  * with its compression on (powersgd, from its start_step: r (n + m) per
  * compressed matrix, the others whole; the steps before send *before;
- * without powersgd *after is *before: the casts, fp16 and bf16, change
- * bytes, not values). Either pointer may be NULL. HVD_ERR_INVALID_ARG for
+ * without powersgd *after is *before: the casts, fp16 and bf16, and
+ * powersgd.wire change bytes, not values). Either pointer may be NULL. HVD_ERR_INVALID_ARG for
  * NULL opt or an optimizer that is not distributed. */
 hvd_result_t hvd_optimizer_compression_stats(const hvd_optimizer_t *opt,
                                              int64_t *before, int64_t *after);
