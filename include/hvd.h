@@ -994,28 +994,55 @@ typedef struct hvd_powersgd_options {
                                   arithmetic stays float32) */
 } hvd_powersgd_options_t;
 
+/* Post-local SGD, as DDP's post_localSGD_hook with PostLocalSGDOptimizer
+ * and PeriodicModelAverager (Lin et al., "Don't Use Large Mini-Batches,
+ * Use Local SGD", 2020). Until the optimizer has taken start_step steps,
+ * gradients are reduced over all ranks as without it. From then on each
+ * step reduces them only within group (DDP's subgroup, e.g. the ranks of
+ * one node: hvd_process_set_create; the op's average is over the group),
+ * or not at all when group is NULL, and updates locally; after the
+ * update of step c (counting from 0), when (c - start_step) % period is
+ * 0, every parameter (a mixed-precision one's float32 master) is averaged
+ * over all ranks ("hvd.lsgd.<name>"), so the first local step ends
+ * averaged, then every period-th. Between averages the ranks' parameters
+ * differ: a checkpoint saves rank 0's, and hvd_verify_parameters finds
+ * the difference; the optimizer state (momentum, Adam's moments) stays
+ * each rank's own, as DDP's does. Each rank may pass its own group (one
+ * it is a member of; HVD_ERR_INVALID_ARG otherwise). A no-sync step
+ * (hvd_optimizer_set_sync 0) reduces and averages nothing. The
+ * distributed optimizer's creation and destruction stay local (the group
+ * is yours to create and destroy, after the optimizer). Not with sharding,
+ * compression or op HVD_ADASUM (HVD_ERR_UNSUPPORTED). Host and device
+ * parameters. */
+typedef struct hvd_local_sgd_options {
+  int period;                     /* >= 1; 0 (default): off */
+  int64_t start_step;             /* >= 0 (default 0) */
+  const hvd_process_set_t *group; /* NULL (default): no reduction */
+} hvd_local_sgd_options_t;
+
 typedef struct hvd_distributed_options {
-  hvd_op_t op;                      /* HVD_AVERAGE (default), HVD_SUM, or
-                                       HVD_ADASUM (Horovod's
-                                       op=hvd.Adasum: float32 gradients,
-                                       host or GPU, or reduce_fp32; no
-                                       compression, sharding or
-                                       predivision) */
-  hvd_compression_t compression;    /* default HVD_COMPRESS_NONE */
-  int backward_passes_per_step;     /* k >= 1 (default 1) */
-  int average_passes;               /* 1 (default): divide the k accumulated
-                                       passes by k; 0: sum them */
-  double gradient_predivide_factor; /* f (default 1): gradients are divided
-                                       by f before the sum and by size/f
-                                       after (average) */
-  int shard_optimizer_state;        /* 1: ZeRO stage 1 (default 0): each
-                                       rank keeps the optimizer state of
-                                       its 1/size block of every parameter;
-                                       see below */
-  int reduce_fp32;                  /* 1: float16/bfloat16 gradients are
-                                       converted to float32 and reduced so
-                                       (default 0: in their own dtype) */
-  hvd_powersgd_options_t powersgd;  /* compression HVD_COMPRESS_POWERSGD */
+  hvd_op_t op;                       /* HVD_AVERAGE (default), HVD_SUM, or
+                                        HVD_ADASUM (Horovod's
+                                        op=hvd.Adasum: float32 gradients,
+                                        host or GPU, or reduce_fp32; no
+                                        compression, sharding or
+                                        predivision) */
+  hvd_compression_t compression;     /* default HVD_COMPRESS_NONE */
+  int backward_passes_per_step;      /* k >= 1 (default 1) */
+  int average_passes;                /* 1 (default): divide the k accumulated
+                                        passes by k; 0: sum them */
+  double gradient_predivide_factor;  /* f (default 1): gradients are divided
+                                        by f before the sum and by size/f
+                                        after (average) */
+  int shard_optimizer_state;         /* 1: ZeRO stage 1 (default 0): each
+                                        rank keeps the optimizer state of
+                                        its 1/size block of every parameter;
+                                        see below */
+  int reduce_fp32;                   /* 1: float16/bfloat16 gradients are
+                                        converted to float32 and reduced so
+                                        (default 0: in their own dtype) */
+  hvd_powersgd_options_t powersgd;   /* compression HVD_COMPRESS_POWERSGD */
+  hvd_local_sgd_options_t local_sgd; /* off unless period >= 1 */
 } hvd_distributed_options_t;
 
 void hvd_distributed_options_init(hvd_distributed_options_t *o);
@@ -1061,8 +1088,8 @@ int64_t hvd_optimizer_state_bytes(const hvd_optimizer_t *opt);
  * with its compression on (powersgd, from its start_step: r (n + m) per
  * compressed matrix, the others whole; the steps before send *before;
  * without powersgd *after is *before: the casts, fp16 and bf16, and
- * powersgd.wire change bytes, not values). Either pointer may be NULL. HVD_ERR_INVALID_ARG for
- * NULL opt or an optimizer that is not distributed. */
+ * powersgd.wire change bytes, not values). Either pointer may be NULL.
+ * HVD_ERR_INVALID_ARG for NULL opt or an optimizer that is not distributed. */
 hvd_result_t hvd_optimizer_compression_stats(const hvd_optimizer_t *opt,
                                              int64_t *before, int64_t *after);
 

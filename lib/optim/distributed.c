@@ -87,6 +87,7 @@ struct hvd__dist {
   char *names;       /* the reduction names, one block */
   hvd__zero_t *zero; /* shard_optimizer_state: ZeRO-1 (zero.c), else NULL */
   hvd__psgd_t *psgd; /* compression powersgd (powersgd.c), else NULL */
+  double gpost;      /* local SGD: the postscale within its group */
 };
 
 void hvd_distributed_options_init(hvd_distributed_options_t *o) {
@@ -107,6 +108,35 @@ void hvd_distributed_options_init(hvd_distributed_options_t *o) {
 }
 
 /* ---- creation ----------------------------------------------------------- */
+
+/* Post-local SGD (local_sgd.period >= 1): a group this rank is in; whole
+ * uncompressed gradients, summed or averaged. */
+static hvd_result_t check_local_sgd(const char *fn,
+                                    const hvd_distributed_options_t *o) {
+  const hvd_local_sgd_options_t *l = &o->local_sgd;
+  if (l->period < 0 || l->start_step < 0)
+    return hvd__set_error(
+        HVD_ERR_INVALID_ARG, "%s: local_sgd.%s %lld is %s", fn,
+        l->period < 0 ? "period" : "start_step",
+        (long long)(l->period < 0 ? l->period : l->start_step), "negative");
+  if (l->period == 0)
+    return HVD_SUCCESS;
+  const char *no = o->shard_optimizer_state ? "shard_optimizer_state"
+                   : o->compression != HVD_COMPRESS_NONE ? "compression"
+                   : o->op == HVD_ADASUM                 ? "op adasum"
+                                                         : NULL;
+  if (no != NULL)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: local_sgd averages whole gradients within its "
+                          "group: no %s",
+                          fn, no);
+  if (l->group != NULL && hvd_process_set_rank(l->group) < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: local_sgd.group: rank %d is not in process set "
+                          "%d",
+                          fn, hvd_rank(), hvd_process_set_id(l->group));
+  return HVD_SUCCESS;
+}
 
 /* HVD_ADASUM combines whole float32 gradients as they are, host or
  * device: the parameters' (or reduce_fp32's copies), with no compression,
@@ -250,6 +280,7 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
     o = &defaults;
   }
   HVD__CHECK(check_options(fn, o));
+  HVD__CHECK(check_local_sgd(fn, o));
   if (o->op == HVD_ADASUM)
     HVD__CHECK(check_adasum(fn, o, base));
 
@@ -272,6 +303,10 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
   double k = o->average_passes ? (double)o->backward_passes_per_step : 1.0;
   d->prescale = 1.0 / k / f;
   d->postscale = o->op == HVD_AVERAGE ? f / hvd_size() : f;
+  d->gpost = o->op != HVD_AVERAGE ? f
+             : o->local_sgd.group != NULL
+                 ? f / hvd_process_set_size(o->local_sgd.group)
+                 : d->postscale;
   d->op = o->op == HVD_ADASUM ? HVD_ADASUM : HVD_SUM;
   if (o->compression == HVD_COMPRESS_POWERSGD) {
     d->wire = o->powersgd.wire; /* what it does not compress goes whole */
@@ -301,6 +336,24 @@ fail:
 
 /* ---- reductions --------------------------------------------------------- */
 
+/* Whether this step is a local one (local SGD from its start_step). */
+static int local_step(const hvd_optimizer_t *opt) {
+  const hvd_local_sgd_options_t *l = &opt->dist->o.local_sgd;
+  return l->period > 0 && opt->base->steps >= l->start_step;
+}
+
+/* Whether this step reduces gradients: sync, and not a local step
+ * without a group. */
+static int reduces(const hvd_optimizer_t *opt) {
+  return opt->dist->sync &&
+         !(local_step(opt) && opt->dist->o.local_sgd.group == NULL);
+}
+
+/* The group of a local step, else NULL (the world). */
+static const hvd_process_set_t *group_of(const hvd_optimizer_t *opt) {
+  return local_step(opt) ? opt->dist->o.local_sgd.group : NULL;
+}
+
 /* Submits parameter i's reduction (in place). */
 static hvd_result_t start(hvd_optimizer_t *opt, int i) {
   hvd__dist_t *d = opt->dist;
@@ -311,7 +364,10 @@ static hvd_result_t start(hvd_optimizer_t *opt, int i) {
     rc = hvd__mixed_grad32(opt->base, i, &g);
   if (rc != HVD_SUCCESS)
     return rc;
-  if (d->zero != NULL)
+  if (group_of(opt) != NULL)
+    rc = hvd_ps_allreduce_async(group_of(opt), d->p[i].name, g, g, d->op,
+                                d->prescale, d->gpost, &d->p[i].req);
+  else if (d->zero != NULL)
     rc = hvd__zero_reduce_async(d->zero, g, i, d->p[i].name, d->prescale,
                                 d->postscale, &d->p[i].req);
   else if (hvd__psgd_takes(d->psgd, i, opt->base->steps))
@@ -337,7 +393,7 @@ static hvd_result_t dist_grad_ready(hvd_optimizer_t *opt, int i) {
                           "%s: index %d is out of range for %d parameters", fn,
                           i, d->n);
   dist_param_t *p = &d->p[i];
-  if (d->sync && p->started)
+  if (reduces(opt) && p->started)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: the gradient of parameter %d ('%s') is already "
                           "being reduced (backward_passes_per_step %d; call "
@@ -347,7 +403,7 @@ static hvd_result_t dist_grad_ready(hvd_optimizer_t *opt, int i) {
   opt->fresh = 1;
   if (p->passes < d->o.backward_passes_per_step)
     p->passes++;
-  if (d->sync && p->passes == d->o.backward_passes_per_step)
+  if (reduces(opt) && p->passes == d->o.backward_passes_per_step)
     return start(opt, i);
   return HVD_SUCCESS;
 }
@@ -370,16 +426,16 @@ static hvd_result_t dist_sparse_grad(hvd_optimizer_t *opt, int i,
                       : d->op == HVD_ADASUM
                           ? "op adasum (whole gradients) takes"
                           : NULL;
-  if (whole != NULL && d->sync && p->started)
+  if (whole != NULL && reduces(opt) && p->started)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "hvd_optimizer_sparse_grad: parameter '%s': its "
                           "reduction started, and %s no rows after that (hand "
                           "them over before hvd_optimizer_grad_ready)",
                           opt->base->params[i].name, whole);
   opt->fresh = 1;
-  if (d->sync)
+  if (reduces(opt))
     sp->calls++;
-  if (!d->sync || !p->started) { /* not in flight: into the dense share */
+  if (!reduces(opt) || !p->started) { /* not in flight: into the dense share */
     hvd__optim_sparse_add(&opt->base->params[i].grad, rows, nrows, values,
                           1.0f);
     return HVD_SUCCESS;
@@ -439,7 +495,10 @@ static hvd_result_t sparse_start(hvd_optimizer_t *opt, int i) {
   hvd_result_t rc = HVD_SUCCESS;
   for (int j = 0; j < 2 && rc == HVD_SUCCESS; j++) {
     snprintf(name, len, "%s%s%s", SPARSE_PREFIX, pname, part[j]);
-    rc = hvd_allgather_async(name, &t[j], &sp->got[j], &sp->req[j]);
+    rc = group_of(opt) != NULL
+             ? hvd_ps_allgather_async(group_of(opt), name, &t[j], &sp->got[j],
+                                      &sp->req[j])
+             : hvd_allgather_async(name, &t[j], &sp->got[j], &sp->req[j]);
     if (rc == HVD_SUCCESS)
       opt->dist->inflight++;
   }
@@ -465,9 +524,10 @@ static hvd_result_t sparse_finish(hvd_optimizer_t *opt, int i, int keep) {
       first = rc;
   }
   if (ok[0] && ok[1] && keep)
-    hvd__optim_sparse_add(&opt->base->params[i].grad, sp->got[0].data,
-                          sp->got[0].shape[0], sp->got[1].data,
-                          (float)(d->prescale * d->postscale));
+    hvd__optim_sparse_add(
+        &opt->base->params[i].grad, sp->got[0].data, sp->got[0].shape[0],
+        sp->got[1].data,
+        (float)(d->prescale * (group_of(opt) ? d->gpost : d->postscale)));
   for (int j = 0; j < 2; j++)
     if (ok[j])
       hvd_tensor_free(&sp->got[j]);
@@ -574,7 +634,10 @@ static hvd_result_t dist_step(hvd_optimizer_t *opt) {
   hvd_result_t rc;
   if (!opt->fresh)
     return hvd__set_error_msg(HVD_ERR_INVALID_ARG, HVD__NO_NEW_GRADS);
-  if (d->sync) {
+  /* local SGD: after this step's update, maybe the average (c: its count) */
+  const int red = reduces(opt), local = local_step(opt);
+  const int64_t c = opt->base->steps;
+  if (red) {
     rc = reduce_all(opt);
   } else {
     rc = scale_local(opt);
@@ -587,9 +650,14 @@ static hvd_result_t dist_step(hvd_optimizer_t *opt) {
     return rc;
   if (d->zero != NULL)
     return hvd__zero_apply(d->zero, opt->base);
-  if (opt->base->mixed != NULL && !d->sync && d->o.average_passes)
-    return hvd__mixed_apply(opt->base, 1.0 / d->o.backward_passes_per_step);
-  return hvd__optim_apply(opt->base);
+  if (opt->base->mixed != NULL && !red && d->o.average_passes)
+    rc = hvd__mixed_apply(opt->base, 1.0 / d->o.backward_passes_per_step);
+  else
+    rc = hvd__optim_apply(opt->base);
+  if (rc == HVD_SUCCESS && local && d->sync &&
+      (c - d->o.local_sgd.start_step) % d->o.local_sgd.period == 0)
+    rc = hvd__lsgd_average(opt->base);
+  return rc;
 }
 
 static hvd_result_t dist_zero_grad(hvd_optimizer_t *opt) {

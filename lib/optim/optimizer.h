@@ -256,6 +256,11 @@ hvd_result_t hvd__psgd_keep(hvd__psgd_t *s, const char *who,
                             hvd__psgd_copy_t **copy, int to_live);
 void hvd__psgd_copy_free(hvd__psgd_copy_t *c); /* accepts NULL */
 
+/* Post-local SGD (local_sgd.c): every parameter of core (a mixed one's
+ * master, its value rounded from it after) averaged over all ranks, in
+ * place, device ones after the update on the optimizer's stream. */
+hvd_result_t hvd__lsgd_average(hvd_optimizer_t *core);
+
 /* For checkpoints and the state broadcast, on any optimizer: the core's
  * full state present (a sharded one gathers it: collective), then back
  * (take: keep what it now holds). No-ops unless sharded. */

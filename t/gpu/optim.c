@@ -45,7 +45,9 @@
  *    started by grad_ready with a predivide factor; float16 compression;
  *    sum with a no-sync step (local division by the passes); op
  *    HVD_ADASUM on a mixed list (device gradients staged through host
- *    memory into the host's Adasum). Gradients are
+ *    memory into the host's Adasum); post-local SGD, period 2 from step 1
+ *    without a group, on a mixed list (the device values averaged after
+ *    the update, on the optimizer's stream). Gradients are
  *    small dyadic numbers, so every summation order gives the same sums;
  *  - PowerSGD (psgd_run) on device against host, with a checkpoint of
  *    its state after step 2 (the device file the host's but for the
@@ -671,6 +673,7 @@ struct dcfg {
   int k;
   double predivide;
   int nosync_step; /* this step runs without reduction, 0: none */
+  int lsgd_period; /* post-local SGD from step 1, no group; 0: off */
 };
 
 static unsigned char *slurp(const char *path, size_t *n) {
@@ -747,6 +750,8 @@ static void dist_run(const struct dcfg *c) {
   o.compression = c->comp;
   o.backward_passes_per_step = c->k;
   o.gradient_predivide_factor = c->predivide;
+  o.local_sgd.period = c->lsgd_period;
+  o.local_sgd.start_step = 1;
   good &= hvd_distributed_optimizer(bh, &o, &oh) == HVD_SUCCESS;
   good &= hvd_distributed_optimizer(bd, &o, &od) == HVD_SUCCESS;
   tap_note("%s", hvd_last_error());
@@ -776,12 +781,13 @@ static void dist_run(const struct dcfg *c) {
 
 static void test_distributed(void) {
   static const struct dcfg cfgs[] = {
-      {"avg", 0, 0x1f, HVD_AVERAGE, HVD_COMPRESS_NONE, 1, 1.0, 0},
-      {"k2", 1, 0x0d, HVD_AVERAGE, HVD_COMPRESS_NONE, 2, 2.0, 0},
-      {"fp16", 1, 0x1f, HVD_AVERAGE, HVD_COMPRESS_FP16, 1, 1.0, 0},
-      {"bf16", 0, 0x1f, HVD_SUM, HVD_COMPRESS_BF16, 1, 1.0, 0},
-      {"nosync", 0, 0x16, HVD_SUM, HVD_COMPRESS_NONE, 2, 1.0, 2},
-      {"adasum", 1, 0x0d, HVD_ADASUM, HVD_COMPRESS_NONE, 1, 1.0, 0},
+      {"avg", 0, 0x1f, HVD_AVERAGE, HVD_COMPRESS_NONE, 1, 1.0, 0, 0},
+      {"k2", 1, 0x0d, HVD_AVERAGE, HVD_COMPRESS_NONE, 2, 2.0, 0, 0},
+      {"fp16", 1, 0x1f, HVD_AVERAGE, HVD_COMPRESS_FP16, 1, 1.0, 0, 0},
+      {"bf16", 0, 0x1f, HVD_SUM, HVD_COMPRESS_BF16, 1, 1.0, 0, 0},
+      {"nosync", 0, 0x16, HVD_SUM, HVD_COMPRESS_NONE, 2, 1.0, 2, 0},
+      {"adasum", 1, 0x0d, HVD_ADASUM, HVD_COMPRESS_NONE, 1, 1.0, 0, 0},
+      {"local-sgd", 1, 0x0d, HVD_AVERAGE, HVD_COMPRESS_NONE, 1, 1.0, 0, 2},
   };
   for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
     dist_run(&cfgs[c]);
