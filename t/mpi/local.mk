@@ -133,6 +133,11 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
 	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3
+## the model both PowerSGD tests train
+t_mpi_powersgd_SOURCES = t/mpi/powersgd.c t/mpi/psgd_model.c \
+	t/mpi/psgd_model.h
+t_mpi_powersgd_ckpt_SOURCES = t/mpi/powersgd_ckpt.c t/mpi/psgd_model.c \
+	t/mpi/psgd_model.h
 ## the one-parameter model both mixed-precision tests train
 t_mpi_mixed_SOURCES = t/mpi/mixed.c t/mpi/mixed_model.c t/mpi/mixed_model.h
 t_mpi_mixed_shard_SOURCES = t/mpi/mixed_shard.c t/mpi/mixed_model.c \

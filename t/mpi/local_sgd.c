@@ -78,17 +78,6 @@ static void sim_step(sim_t *s, int c, int period, int64_t start, int pairs,
     }
 }
 
-/* Whether every rank holds rank 0's bytes. */
-static int same_everywhere(const void *x, size_t bytes) {
-  unsigned char *r0 = hvdt_calloc(bytes, 1);
-  memcpy(r0, x, bytes);
-  MPI_Bcast(r0, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
-  int same = memcmp(r0, x, bytes) == 0, all;
-  free(r0);
-  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all;
-}
-
 static hvd_distributed_options_t lsgd(int period, int64_t start,
                                       const hvd_process_set_t *group) {
   hvd_distributed_options_t d;
@@ -135,8 +124,8 @@ static void run_case(const char *what, int period, int64_t start,
       big = fmax(big, fabs(want));
     }
     const int averaged = c >= start && (c - start) % period == 0;
-    const int same =
-        same_everywhere(w, sizeof w) && same_everywhere(v, sizeof v);
+    const int same = hvdt_same_on_all_ranks(w, sizeof w) &&
+                     hvdt_same_on_all_ranks(v, sizeof v);
     /* a local step leaves the ranks apart unless its group is the world */
     const int apart =
         !averaged && c >= start && size > 1 && !(pairs && size == 2);
@@ -177,7 +166,7 @@ static void test_bf16(void) {
         hvd_optimizer_zero_grad(opt) != HVD_SUCCESS)
       bail("bf16 step %d: %s", c, hvd_last_error());
     sim_step(&s, c, 1, 0, 0, 4);
-    good &= same_everywhere(h, sizeof h);
+    good &= hvdt_same_on_all_ranks(h, sizeof h);
     for (int k = 0; k < 4; k++)
       worst = fmax(worst, fabs(hvdt_bf16_to_f32(h[k]) - s.w[rank][k]));
   }

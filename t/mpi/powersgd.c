@@ -37,6 +37,7 @@
  */
 #include "hvd.h"
 #include "hvdtest.h"
+#include "psgd_model.h"
 #include "tap/tap.h"
 
 #include <math.h>
@@ -45,44 +46,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NP 4
-static const char *const names[NP] = {"w", "b", "s", "x"};
-static const int ndims[NP] = {2, 1, 2, 3};
-static const int64_t shapes[NP][3] = {{12, 20}, {12}, {3, 4}, {4, 5, 6}};
 static int rank, size;
-
-typedef struct model {
-  float *w[NP], *g[NP];
-  int64_t len[NP];
-  hvd_param_t p[NP];
-} model_t;
-
-static void make(model_t *m) {
-  for (int k = 0; k < NP; k++) {
-    m->len[k] = 1;
-    for (int d = 0; d < ndims[k]; d++)
-      m->len[k] *= shapes[k][d];
-    m->w[k] = hvdt_calloc((size_t)m->len[k], sizeof(float));
-    m->g[k] = hvdt_calloc((size_t)m->len[k], sizeof(float));
-    m->p[k].name = names[k];
-    m->p[k].value = hvd_tensor_make(m->w[k], HVD_FLOAT32, ndims[k], shapes[k]);
-    m->p[k].grad = hvd_tensor_make(m->g[k], HVD_FLOAT32, ndims[k], shapes[k]);
-  }
-}
-
-static void drop(model_t *m) {
-  for (int k = 0; k < NP; k++) {
-    free(m->w[k]);
-    free(m->g[k]);
-  }
-}
 
 /* Rank q's gradient of parameter k, element i, in double: for w and x a
  * sum of two outer products u_j v_jq^T with u_j the same on every rank. */
 static double grad(int k, int q, int64_t i) {
   if (k == 1 || k == 2)
     return sin(0.37 * (double)(i + 1) * (q + 1)) + 0.2 * (q % 3) - 0.1 * k;
-  int64_t m = shapes[k][1] * (ndims[k] > 2 ? shapes[k][2] : 1);
+  int64_t m = psgd_shapes[k][1] * (psgd_ndims[k] > 2 ? psgd_shapes[k][2] : 1);
   int64_t a = i / m, b = i % m;
   double s = 0;
   for (int j = 0; j < 2; j++) {
@@ -179,7 +150,7 @@ static int same_param(const model_t *a, const model_t *b, int k) {
 static void reference(model_t *ref, int steps) {
   hvd_distributed_options_t d;
   hvd_distributed_options_init(&d);
-  make(ref);
+  psgd_model_make(ref, 0);
   hvd_optimizer_t *opt = make_opt(ref, &d);
   for (int s = 0; s < steps; s++) {
     set_grads(ref, 1);
@@ -203,7 +174,7 @@ static void test_defaults(void) {
 
 static void test_rank2(void) {
   model_t m, ref;
-  make(&m);
+  psgd_model_make(&m, 0);
   hvd_distributed_options_t d = psgd(2, 0);
   hvd_optimizer_t *opt = make_opt(&m, &d);
   set_grads(&m, 1);
@@ -222,15 +193,15 @@ static void test_rank2(void) {
                                "optimizer's (it was compressed)");
   ok(same_everywhere(&m), "rank 2: the same bits on every rank");
   hvd_optimizer_destroy(opt);
-  drop(&m);
-  drop(&ref);
+  psgd_model_drop(&m);
+  psgd_model_drop(&ref);
 }
 
 /* Rank 1 on rank-2 gradients: step 1 leaves a residual that step 2 (zero
  * gradients) adds back through the error feedback. */
 static void test_feedback(int warm) {
   model_t m;
-  make(&m);
+  psgd_model_make(&m, 0);
   hvd_distributed_options_t d = psgd(1, 0);
   d.powersgd.warm_start = warm;
   hvd_optimizer_t *opt = make_opt(&m, &d);
@@ -251,12 +222,12 @@ static void test_feedback(int warm) {
   ok(same_everywhere(&m), "rank 1%s: the same bits on every rank",
      warm ? "" : ", no warm start");
   hvd_optimizer_destroy(opt);
-  drop(&m);
+  psgd_model_drop(&m);
 }
 
 static void test_no_feedback(void) {
   model_t m;
-  make(&m);
+  psgd_model_make(&m, 0);
   hvd_distributed_options_t d = psgd(1, 0);
   d.powersgd.error_feedback = 0;
   hvd_optimizer_t *opt = make_opt(&m, &d);
@@ -271,12 +242,12 @@ static void test_no_feedback(void) {
      "for bit");
   free(before);
   hvd_optimizer_destroy(opt);
-  drop(&m);
+  psgd_model_drop(&m);
 }
 
 static void test_start_step(void) {
   model_t m, ref;
-  make(&m);
+  psgd_model_make(&m, 0);
   hvd_distributed_options_t d = psgd(1, 2);
   hvd_optimizer_t *opt = make_opt(&m, &d);
   for (int s = 1; s <= 3; s++) {
@@ -295,15 +266,15 @@ static void test_start_step(void) {
       ok(!same_param(&m, &ref, 0) && same_param(&m, &ref, 1),
          "start_step 2: step 3 compresses w (its bits differ), b is still "
          "the uncompressed one's");
-    drop(&ref);
+    psgd_model_drop(&ref);
   }
   hvd_optimizer_destroy(opt);
-  drop(&m);
+  psgd_model_drop(&m);
 }
 
 static void test_scaling(void) {
   model_t m;
-  make(&m);
+  psgd_model_make(&m, 0);
   hvd_distributed_options_t d = psgd(2, 0);
   d.op = HVD_SUM;
   d.gradient_predivide_factor = 2;
@@ -313,9 +284,9 @@ static void test_scaling(void) {
   double e = off(&m, 0, 1);
   ok(e <= 1e-5, "op sum, predivide 2: w is the ranks' sum to 1e-5 (%.2g)", e);
   hvd_optimizer_destroy(opt);
-  drop(&m);
+  psgd_model_drop(&m);
 
-  make(&m);
+  psgd_model_make(&m, 0);
   d = psgd(2, 0);
   d.backward_passes_per_step = 2;
   opt = make_opt(&m, &d);
@@ -328,12 +299,12 @@ static void test_scaling(void) {
   ok(e <= 1e-5,
      "backward_passes_per_step 2: w is the mean of one pass to 1e-5 (%.2g)", e);
   hvd_optimizer_destroy(opt);
-  drop(&m);
+  psgd_model_drop(&m);
 }
 
 static void test_nonfinite(void) {
   model_t m;
-  make(&m);
+  psgd_model_make(&m, 0);
   hvd_distributed_options_t d = psgd(1, 0);
   hvd_optimizer_t *opt = make_opt(&m, &d);
   set_grads(&m, 1);
@@ -363,7 +334,7 @@ static void test_nonfinite(void) {
      e);
   free(w1);
   hvd_optimizer_destroy(opt);
-  drop(&m);
+  psgd_model_drop(&m);
 }
 
 /* bfloat16 parameter and gradient w (12 x 20) with reduce_fp32: the
@@ -373,8 +344,8 @@ static void test_nonfinite(void) {
 static void test_bf16(void) {
   enum { L = 12 * 20 };
   uint16_t wb[L] = {0}, gb[L];
-  hvd_param_t p = {"wb", hvd_tensor_make(wb, HVD_BFLOAT16, 2, shapes[0]),
-                   hvd_tensor_make(gb, HVD_BFLOAT16, 2, shapes[0])};
+  hvd_param_t p = {"wb", hvd_tensor_make(wb, HVD_BFLOAT16, 2, psgd_shapes[0]),
+                   hvd_tensor_make(gb, HVD_BFLOAT16, 2, psgd_shapes[0])};
   for (int64_t i = 0; i < L; i++)
     gb[i] = hvdt_f32_to_bf16((float)grad(0, rank, i));
   hvd_sgd_options_t so;
@@ -418,9 +389,9 @@ static void test_wire(hvd_dtype_t wire, double tol) {
   model_t m, ref, f32;
   const char *wn = hvd_dtype_name(wire);
   hvd_distributed_options_t d = psgd(2, 0);
-  make(&m);
-  make(&ref);
-  make(&f32);
+  psgd_model_make(&m, 0);
+  psgd_model_make(&ref, 0);
+  psgd_model_make(&f32, 0);
   hvd_optimizer_t *opt = make_opt(&f32, &d);
   set_grads(&f32, 1);
   step(opt, "wire float32");
@@ -446,14 +417,14 @@ static void test_wire(hvd_dtype_t wire, double tol) {
      "bit",
      wn, wn);
   ok(same_everywhere(&m), "wire %s: the same bits on every rank", wn);
-  drop(&m);
-  drop(&ref);
-  drop(&f32);
+  psgd_model_drop(&m);
+  psgd_model_drop(&ref);
+  psgd_model_drop(&f32);
 }
 
 static void test_stats(void) {
   model_t m;
-  make(&m);
+  psgd_model_make(&m, 0);
   int64_t before = -1, after = -1;
   hvd_distributed_options_t d = psgd(2, 0);
   hvd_optimizer_t *opt = make_opt(&m, &d);
@@ -501,7 +472,7 @@ static void test_stats(void) {
   hvdt_refused(HVD_ERR_INVALID_ARG,
                hvd_optimizer_compression_stats(NULL, &before, &after),
                "hvd_optimizer_compression_stats: opt is NULL", "stats of NULL");
-  drop(&m);
+  psgd_model_drop(&m);
 }
 
 static void test_refusals(void) {
@@ -532,7 +503,7 @@ static void test_refusals(void) {
        HVD_ERR_INVALID_ARG},
   };
   model_t m;
-  make(&m);
+  psgd_model_make(&m, 0);
   hvd_sgd_options_t so;
   hvd_sgd_options_init(&so);
   for (int k = 0; k < (int)(sizeof bad / sizeof bad[0]); k++) {
@@ -564,8 +535,8 @@ static void test_refusals(void) {
   }
   /* a bfloat16 gradient of a compressed shape */
   uint16_t wb[240] = {0}, gb[240] = {0};
-  hvd_param_t p = {"wb", hvd_tensor_make(wb, HVD_BFLOAT16, 2, shapes[0]),
-                   hvd_tensor_make(gb, HVD_BFLOAT16, 2, shapes[0])};
+  hvd_param_t p = {"wb", hvd_tensor_make(wb, HVD_BFLOAT16, 2, psgd_shapes[0]),
+                   hvd_tensor_make(gb, HVD_BFLOAT16, 2, psgd_shapes[0])};
   hvd_optimizer_t *base = NULL, *opt = NULL;
   if (hvd_sgd_create(&p, 1, &so, &base) != HVD_SUCCESS)
     bail("sgd bf16: %s", hvd_last_error());
@@ -579,7 +550,7 @@ static void test_refusals(void) {
   is_int(HVD_SUCCESS, hvd_distributed_optimizer(base, &d, &opt),
          "bfloat16 gradient with reduce_fp32: accepted");
   hvd_optimizer_destroy(opt);
-  drop(&m);
+  psgd_model_drop(&m);
 }
 
 int main(int argc, char **argv) {

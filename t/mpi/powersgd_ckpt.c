@@ -29,6 +29,7 @@
  */
 #include "hvd.h"
 #include "hvdtest.h"
+#include "psgd_model.h"
 #include "tap/tap.h"
 
 #include <math.h>
@@ -38,49 +39,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NP 4
 #define STEPS 5
 #define SAVE_AT 3
-static const char *const names[NP] = {"w", "b", "s", "x"};
-static const int ndims[NP] = {2, 1, 2, 3};
-static const int64_t shapes[NP][3] = {{12, 20}, {12}, {3, 4}, {4, 5, 6}};
 static int rank, size;
 static int same_grads; /* every rank's gradient that of rank 0 */
-
-typedef struct model {
-  float *w[NP], *g[NP];
-  int64_t len[NP];
-  hvd_param_t p[NP];
-} model_t;
-
-static void make(model_t *m, float fill) {
-  for (int k = 0; k < NP; k++) {
-    m->len[k] = 1;
-    for (int d = 0; d < ndims[k]; d++)
-      m->len[k] *= shapes[k][d];
-    m->w[k] = hvdt_calloc((size_t)m->len[k], sizeof(float));
-    m->g[k] = hvdt_calloc((size_t)m->len[k], sizeof(float));
-    for (int64_t i = 0; i < m->len[k]; i++)
-      m->w[k][i] = fill;
-    m->p[k].name = names[k];
-    m->p[k].value = hvd_tensor_make(m->w[k], HVD_FLOAT32, ndims[k], shapes[k]);
-    m->p[k].grad = hvd_tensor_make(m->g[k], HVD_FLOAT32, ndims[k], shapes[k]);
-  }
-}
-
-static void drop(model_t *m) {
-  for (int k = 0; k < NP; k++) {
-    free(m->w[k]);
-    free(m->g[k]);
-  }
-}
 
 /* Rank q's gradient of parameter k at step t, element i: for w and x a
  * sum of two outer products whose right factors move with q + t. */
 static double grad(int k, int q, int t, int64_t i) {
   if (k == 1 || k == 2)
     return sin(0.37 * (double)(i + 1) * (q + 1) + t) - 0.1 * k;
-  int64_t m = shapes[k][1] * (ndims[k] > 2 ? shapes[k][2] : 1);
+  int64_t m = psgd_shapes[k][1] * (psgd_ndims[k] > 2 ? psgd_shapes[k][2] : 1);
   int64_t a = i / m, b = i % m;
   double s = 0;
   for (int j = 0; j < 2; j++) {
@@ -150,22 +119,14 @@ static int same_bits(const model_t *a, const model_t *b) {
 /* Rank 0's values on every rank, bit for bit. */
 static int same_everywhere(const model_t *m) {
   int same = 1;
-  for (int k = 0; k < NP; k++) {
-    const size_t bytes = (size_t)m->len[k] * sizeof(float);
-    float *r0 = hvdt_calloc(bytes, 1);
-    memcpy(r0, m->w[k], bytes);
-    MPI_Bcast(r0, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
-    same &= memcmp(r0, m->w[k], bytes) == 0;
-    free(r0);
-  }
-  int all;
-  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all;
+  for (int k = 0; k < NP; k++)
+    same &= hvdt_same_on_all_ranks(m->w[k], (size_t)m->len[k] * sizeof(float));
+  return same;
 }
 
 /* The uninterrupted run. */
 static void straight(model_t *m) {
-  make(m, 0);
+  psgd_model_make(m, 0);
   hvd_optimizer_t *opt = make_opt(m, 1);
   run(m, opt, 0, STEPS, 1);
   hvd_optimizer_destroy(opt);
@@ -174,14 +135,14 @@ static void straight(model_t *m) {
 /* SAVE_AT steps saved to path (with the optimizer, or without). */
 static void save_after(const char *path, int with_opt) {
   model_t m;
-  make(&m, 0);
+  psgd_model_make(&m, 0);
   hvd_optimizer_t *opt = make_opt(&m, 1);
   run(&m, opt, 0, SAVE_AT, 1);
   if (hvd_checkpoint_save(path, m.p, NP, with_opt ? opt : NULL, SAVE_AT) !=
       HVD_SUCCESS)
     bail("save %s: %s", path, hvd_last_error());
   hvd_optimizer_destroy(opt);
-  drop(&m);
+  psgd_model_drop(&m);
 }
 
 /* How resume() makes its optimizer before the load. */
@@ -198,7 +159,7 @@ enum {
  * steps. */
 static void resume(model_t *m, const char *path, int how) {
   int64_t step = -1;
-  make(m, 7);
+  psgd_model_make(m, 7);
   hvd_optimizer_t *opt = make_opt(m, 1);
   if (how != FRESH)
     run(m, opt, 0, how == STALE ? 2 : 1, how == STALE ? 5 : 0);
@@ -248,9 +209,9 @@ static void test_resume(const char *dir) {
      "(%.2g): the state matters",
      lo);
   is_int(3, file_version(path), "a PowerSGD optimizer's file is version 3");
-  drop(&want);
-  drop(&got);
-  drop(&lost);
+  psgd_model_drop(&want);
+  psgd_model_drop(&got);
+  psgd_model_drop(&lost);
 }
 
 /* A version 3 file loaded by an optimizer without PowerSGD: the section
@@ -262,8 +223,8 @@ static void test_plain(const char *dir) {
   int64_t step = 0;
   snprintf(path, sizeof path, "%s/psgd.ckpt", dir);
   snprintf(plain, sizeof plain, "%s/plain.ckpt", dir);
-  make(&m, 0);
-  make(&ref, 0);
+  psgd_model_make(&m, 0);
+  psgd_model_make(&ref, 0);
   hvd_optimizer_t *opt = make_opt(&m, 0);
   is_int(HVD_SUCCESS, hvd_checkpoint_load(path, m.p, NP, opt, &step),
          "a version 3 file into an optimizer without PowerSGD: loaded");
@@ -280,14 +241,14 @@ static void test_plain(const char *dir) {
      "a version 1 file into a PowerSGD optimizer with a state: its state "
      "starts afresh, as a new optimizer's");
   hvd_optimizer_destroy(opt);
-  drop(&m);
-  drop(&ref);
-  drop(&fresh);
-  drop(&stale);
+  psgd_model_drop(&m);
+  psgd_model_drop(&ref);
+  psgd_model_drop(&fresh);
+  psgd_model_drop(&stale);
 }
 
 static void copy_model(model_t *dst, const model_t *src) {
-  make(dst, 0);
+  psgd_model_make(dst, 0);
   for (int k = 0; k < NP; k++)
     memcpy(dst->w[k], src->w[k], (size_t)src->len[k] * sizeof(float));
 }
@@ -296,7 +257,7 @@ static void test_commit(void) {
   model_t m, first;
   hvd_state_t *st = NULL;
   int restored = 0;
-  make(&m, 0);
+  psgd_model_make(&m, 0);
   hvd_optimizer_t *opt = make_opt(&m, 1);
   if (hvd_state_create(NULL, 1, &st) != HVD_SUCCESS ||
       hvd_state_add_params(st, m.p, NP, opt) != HVD_SUCCESS)
@@ -312,8 +273,8 @@ static void test_commit(void) {
      "rank's own error feedback and the warm Q restored)");
   hvd_state_destroy(st);
   hvd_optimizer_destroy(opt);
-  drop(&m);
-  drop(&first);
+  psgd_model_drop(&m);
+  psgd_model_drop(&first);
 }
 
 /* FNV-1a 64 (doc/checkpoint-format.md). */
@@ -335,7 +296,7 @@ static void test_corrupt(const char *dir) {
   char path[512], want[1024];
   model_t m, before;
   snprintf(path, sizeof path, "%s/view.ckpt", dir);
-  make(&m, 0);
+  psgd_model_make(&m, 0);
   hvd_optimizer_t *opt = make_opt(&m, 1);
   if (hvd_checkpoint_save(path, m.p, NP, opt, 0) != HVD_SUCCESS)
     bail("save: %s", hvd_last_error());
@@ -375,8 +336,8 @@ static void test_corrupt(const char *dir) {
   ok(same_bits(&m, &before) && hvd_optimizer_steps(opt) == 0,
      "... and nothing changed");
   hvd_optimizer_destroy(opt);
-  drop(&m);
-  drop(&before);
+  psgd_model_drop(&m);
+  psgd_model_drop(&before);
 }
 
 /* t/mpi/powersgd_ckpt.sh's halves (every rank's gradient the same). */
@@ -395,8 +356,8 @@ static int cross(const char *mode, const char *path) {
     printf("%s: the resumed run is off the uninterrupted one at np %d by "
            "%.3g\n",
            good ? "ok" : "not ok", size, off);
-  drop(&want);
-  drop(&got);
+  psgd_model_drop(&want);
+  psgd_model_drop(&got);
   return good ? 0 : 1;
 }
 

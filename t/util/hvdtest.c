@@ -835,3 +835,14 @@ void hvdt_remove_tmpdir(const char *dir) {
       diag("could not remove %s", dir);
   }
 }
+
+int hvdt_same_on_all_ranks(const void *x, size_t bytes) {
+  unsigned char *r0 = hvdt_calloc(bytes > 0 ? bytes : 1, 1);
+  int same, all;
+  memcpy(r0, x, bytes);
+  MPI_Bcast(r0, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+  same = memcmp(r0, x, bytes) == 0;
+  free(r0);
+  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all;
+}

@@ -69,6 +69,9 @@ int hvdt_same_file(const char *a, const char *b);
  * and everything in it once every rank is done with it. */
 void hvdt_shared_tmpdir(char *dir, size_t len, const char *tag);
 void hvdt_remove_tmpdir(const char *dir);
+/* 1 on every rank of MPI_COMM_WORLD when every rank's `bytes` bytes at x
+ * are rank 0's, else 0 (collective). */
+int hvdt_same_on_all_ranks(const void *x, size_t bytes);
 
 /* ---- Timelines: their JSON parsed (lib/core/timeline.c writes it) ---- */
 
