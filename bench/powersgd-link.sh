@@ -5,6 +5,9 @@
 # bucket (tc tbf), and runs bert_train on node1:1,node2:1 alternately
 # without compression and with --powersgd R (from step 0), PAIRS times,
 # printing each run's tokens/s and each pair's ratio (PowerSGD / plain).
+# With PSGD_WIRE=fp16 (or bf16) set, each pair is PowerSGD on its float32
+# wire against PowerSGD on that wire (--fp16-allreduce: P, Q and the
+# whole gradients halved), the ratio the latter's over the former's.
 #
 #   sh bench/powersgd-link.sh [RATE [R [PAIRS [bert_train args...]]]]
 #
@@ -36,17 +39,27 @@ run() { # run NAME ARGS...: tokens/s of one bert_train run on the 2 hosts
     </dev/null
   sed -n 's/^done .* tokens\/s \([0-9]*\) .*/\1/p' "$out/$name.out"
 }
-echo "# link $rate per host, 2 hosts x 1 rank, bert_train $*"
+wire=${PSGD_WIRE:-}
+echo "# link $rate per host, 2 hosts x 1 rank, bert_train $*${wire:+ (PowerSGD's float32 wire against $wire)}"
 i=1
 while [ $i -le "$pairs" ]; do
-  a=$(run plain$i "$@")
-  b=$(run psgd$i "$@" --powersgd "$r" --powersgd-start 0)
+  if [ -n "$wire" ]; then
+    a=$(run plain$i "$@" --powersgd "$r" --powersgd-start 0)
+    b=$(run psgd$i "$@" --powersgd "$r" --powersgd-start 0 --$wire-allreduce)
+  else
+    a=$(run plain$i "$@")
+    b=$(run psgd$i "$@" --powersgd "$r" --powersgd-start 0)
+  fi
   if [ -z "$a" ] || [ -z "$b" ]; then
     echo "pair $i: a run failed; its stderr:" >&2
     cat "$out/plain$i.err" "$out/psgd$i.err" >&2
     exit 1
   fi
-  echo "pair $i: plain $a tokens/s, powersgd rank $r $b tokens/s, ratio $(awk "BEGIN { printf \"%.2f\", $b / $a }")"
+  if [ -n "$wire" ]; then
+    echo "pair $i: powersgd rank $r float32 wire $a tokens/s, $wire wire $b tokens/s, ratio $(awk "BEGIN { printf \"%.2f\", $b / $a }")"
+  else
+    echo "pair $i: plain $a tokens/s, powersgd rank $r $b tokens/s, ratio $(awk "BEGIN { printf \"%.2f\", $b / $a }")"
+  fi
   i=$((i + 1))
 done
 rm -rf "$out"
