@@ -12,6 +12,7 @@
 
 #include "base/errors.h"
 #include "base/tensor.h"
+#include "core/api.h"
 #include "optim/device.h"
 
 #ifdef HVD_HAVE_CUDA
@@ -880,3 +881,20 @@ hvd_result_t hvd__odev_copy(const char *who, hvd_tensor_t *t, size_t offset,
 }
 
 #endif /* HVD_HAVE_CUDA */
+
+hvd_result_t hvd__odev_allreduce_async(hvd__odev_t *d, const char *name,
+                                       hvd_tensor_t *t, hvd_op_t op,
+                                       hvd_dtype_t wire, hvd_request_t **req) {
+  const int under = t->device != HVD_CPU && d != NULL;
+  void *caller = hvd_cuda_stream();
+  hvd_result_t rc = HVD_SUCCESS;
+  if (under)
+    rc = hvd_cuda_set_stream(hvd__odev_stream(d));
+  if (rc == HVD_SUCCESS)
+    rc = wire == t->dtype
+             ? hvd_allreduce_async(name, t, t, op, 1, 1, req)
+             : hvd__allreduce_wire_async(name, t, t, op, 1, 1, wire, req);
+  if (under)
+    (void)hvd_cuda_set_stream(caller);
+  return rc;
+}

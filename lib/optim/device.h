@@ -164,6 +164,15 @@ hvd_result_t hvd__odev_after_caller(const char *who, hvd__odev_t *d);
  * NULL in a build without CUDA. */
 void *hvd__odev_stream(const hvd__odev_t *d);
 
+/* An allreduce of t in place (prescale and postscale 1), on a wire of
+ * dtype wire (t's own, or float16/bfloat16 for a float32 t). A device t's
+ * is submitted with d's stream as the calling thread's hvd stream, so it
+ * reads t after d's kernels wrote it, on the device, the host waiting for
+ * nothing; the thread's stream is then set back. */
+hvd_result_t hvd__odev_allreduce_async(hvd__odev_t *d, const char *name,
+                                       hvd_tensor_t *t, hvd_op_t op,
+                                       hvd_dtype_t wire, hvd_request_t **req);
+
 /* Waits until d's stream has done everything enqueued. */
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d);
 

@@ -37,14 +37,8 @@ static hvd_result_t submit(hvd_optimizer_t *core, int i, hvd_request_t **req) {
   if (name == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
   snprintf(name, len, "%s%s", LSGD_PREFIX, p->name);
-  void *caller = hvd_cuda_stream();
-  hvd_result_t rc = HVD_SUCCESS;
-  if (t.device != HVD_CPU && core->odev != NULL)
-    rc = hvd_cuda_set_stream(hvd__odev_stream(core->odev));
-  if (rc == HVD_SUCCESS)
-    rc = hvd_allreduce_async(name, &t, &t, HVD_AVERAGE, 1, 1, req);
-  if (t.device != HVD_CPU && core->odev != NULL)
-    (void)hvd_cuda_set_stream(caller);
+  hvd_result_t rc = hvd__odev_allreduce_async(core->odev, name, &t, HVD_AVERAGE,
+                                              t.dtype, req);
   free(name);
   return rc;
 }

@@ -51,7 +51,6 @@
 #include "base/errors.h"
 #include "base/splitmix.h"
 #include "base/tensor.h"
-#include "core/api.h"
 #include "optim/optim_math.h"
 #include "optim/optimizer.h"
 
@@ -366,19 +365,8 @@ static hvd_result_t reduce_async(hvd__psgd_t *s, const char *name, float *x,
                                  hvd_request_t **req) {
   int64_t shape[2] = {rows, cols};
   hvd_tensor_t t = hvd_tensor_make(x, HVD_FLOAT32, 2, shape);
-  void *caller = hvd_cuda_stream();
-  hvd_result_t rc = HVD_SUCCESS;
   t.device = dev;
-  if (dev != HVD_CPU)
-    rc = hvd_cuda_set_stream(hvd__odev_stream(s->odev));
-  if (rc == HVD_SUCCESS)
-    rc = s->o.wire == HVD_FLOAT32
-             ? hvd_allreduce_async(name, &t, &t, HVD_SUM, 1, 1, req)
-             : hvd__allreduce_wire_async(name, &t, &t, HVD_SUM, 1, 1, s->o.wire,
-                                         req);
-  if (dev != HVD_CPU)
-    (void)hvd_cuda_set_stream(caller);
-  return rc;
+  return hvd__odev_allreduce_async(s->odev, name, &t, HVD_SUM, s->o.wire, req);
 }
 
 /* A device parameter's first round up to P's allreduce, enqueued after
@@ -559,7 +547,8 @@ static hvd_result_t finish(hvd__psgd_t *s, psgd_param_t *p, double postscale,
   return HVD_SUCCESS;
 }
 
-/* Waits for every phase-2 request; the first failure into *first. */
+/* Waits for every parameter's request in flight (phase 2's, or a save's
+ * averages); the first failure into *first. */
 static void wait_q(hvd__psgd_t *s, hvd_result_t *first, char *msg, size_t cap) {
   for (int i = 0; i < s->n; i++) {
     psgd_param_t *p = &s->p[i];
@@ -654,15 +643,13 @@ fail:
 static hvd_result_t store_state(hvd__psgd_t *s, psgd_param_t *p, const char *fn,
                                 const float *e, const float *q) {
   hvd_result_t rc = HVD_SUCCESS;
+  if (q != NULL) /* the host copy, a device parameter's too */
+    memcpy(p->q, q, q_bytes(p));
   if (p->dev == HVD_CPU) {
     if (e != NULL)
       memcpy(p->e, e, e_bytes(p));
-    if (q != NULL)
-      memcpy(p->q, q, q_bytes(p));
     return HVD_SUCCESS;
   }
-  if (q != NULL)
-    memcpy(p->q, q, q_bytes(p));
   if (e != NULL)
     HVD__CHECK(hvd__odev_copy_async(fn, s->odev, p->d.e, e, e_bytes(p), 1));
   if (q != NULL)
@@ -709,22 +696,31 @@ void hvd__psgd_release(hvd__psgd_t *s) {
   }
 }
 
-/* Every ck_e replaced by the ranks' mean (in place). */
+/* Every ck_e replaced by the ranks' mean (in place): all submitted, so
+ * that they fuse, then all waited for (p->req, free between steps); the
+ * first failure kept. */
 static hvd_result_t average_errors(hvd__psgd_t *s) {
-  hvd_result_t rc = HVD_SUCCESS;
-  for (int i = 0; i < s->n && rc == HVD_SUCCESS; i++) {
+  hvd_result_t first = HVD_SUCCESS;
+  char msg[HVD__ERRMSG_MAX] = "";
+  for (int i = 0; i < s->n && first == HVD_SUCCESS; i++) {
     psgd_param_t *p = &s->p[i];
     if (p->ck_e == NULL)
       continue;
     char *name = name_of(p->name, ".e");
     int64_t shape[2] = {p->n, p->m};
     hvd_tensor_t t = hvd_tensor_make(p->ck_e, HVD_FLOAT32, 2, shape);
-    rc = name != NULL
-             ? hvd_allreduce(name, &t, &t, HVD_AVERAGE, 1, 1)
-             : hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who_ck);
+    first =
+        name != NULL
+            ? hvd_allreduce_async(name, &t, &t, HVD_AVERAGE, 1, 1, &p->req)
+            : hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who_ck);
+    if (first != HVD_SUCCESS) {
+      p->req = NULL;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
     free(name);
   }
-  return rc;
+  wait_q(s, &first, msg, sizeof msg);
+  return first == HVD_SUCCESS ? HVD_SUCCESS : hvd__set_error_msg(first, msg);
 }
 
 hvd_result_t hvd__psgd_gather(hvd__psgd_t *s) {
