@@ -380,6 +380,21 @@ typedef struct hvd_process_set hvd_process_set_t;
  * names; destroy the sets you no longer use. */
 hvd_result_t hvd_process_set_create(const int *ranks, int n,
                                     hvd_process_set_t **out);
+/* Collective over every rank, MPI_Comm_split for sets (DDP's
+ * new_subgroups_by_enumeration; its new_subgroups(k) is color rank / k):
+ * the ranks that pass the same color form one set, in world rank order.
+ * One call makes a set per distinct color, with ids given in ascending
+ * color order, the same on every rank; *out is the caller's (a member's
+ * handle: it has none for the others). A color below 0 or an out NULL on
+ * any rank: HVD_ERR_INVALID_ARG on every rank, naming the rank ("...:
+ * rank 2 passes color -1; colors are >= 0"), and no set. Every rank
+ * destroys its own set at the same point: hvd_process_set_destroy. */
+hvd_result_t hvd_process_set_split(int color, hvd_process_set_t **out);
+/* hvd_process_set_split by node (DDP's new_subgroups() default, e.g. for
+ * local SGD's group): the ranks of the caller's node, so its rank in the
+ * set is hvd_local_rank() and its size hvd_local_size(). Nodes are as
+ * hvd_init found them: shared memory, or equal HVD_HOSTNAME. */
+hvd_result_t hvd_process_set_split_node(hvd_process_set_t **out);
 /* Collective over every rank: stops the set (its members' requests still
  * in flight complete with HVD_ERR_SHUTDOWN) and frees the handle. NULL is
  * a no-op. hvd_shutdown stops every set; their handles are then only good
@@ -999,7 +1014,7 @@ typedef struct hvd_powersgd_options {
  * Use Local SGD", 2020). Until the optimizer has taken start_step steps,
  * gradients are reduced over all ranks as without it. From then on each
  * step reduces them only within group (DDP's subgroup, e.g. the ranks of
- * one node: hvd_process_set_create; the op's average is over the group),
+ * one node: hvd_process_set_split_node; the op's average is over the group),
  * or not at all when group is NULL, and updates locally; after the
  * update of step c (counting from 0), when (c - start_step) % period is
  * 0, every parameter (a mixed-precision one's float32 master) is averaged

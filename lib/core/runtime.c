@@ -10,6 +10,7 @@
 
 #include <config.h>
 #include <errno.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -262,11 +263,62 @@ static hvd_result_t set_agree(const char *fn, const int *ranks, int n) {
   return rc;
 }
 
+/* A set's handle: its ranks and id, and this rank's place in it. */
+static hvd_result_t set_new(const char *fn, const int *ranks, int n, int id,
+                            hvd_process_set_t **out) {
+  hvd_process_set_t *ps = calloc(1, sizeof *ps);
+  if (ps == NULL ||
+      (ps->ranks = malloc((size_t)n * sizeof *ps->ranks)) == NULL) {
+    free(ps);
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+  }
+  memcpy(ps->ranks, ranks, (size_t)n * sizeof *ranks);
+  ps->size = n;
+  ps->rank = -1;
+  ps->comm = ps->local_comm = ps->cross_comm = MPI_COMM_NULL;
+  for (int i = 0; i < n; i++)
+    if (ranks[i] == g.rank)
+      ps->rank = i;
+  ps->id = id;
+  *out = ps;
+  return HVD_SUCCESS;
+}
+
+/* A member's communicators and engine; comm (the set's ranks in world
+ * order, split from g.ctl) becomes the set's. */
+static hvd_result_t set_join(hvd_process_set_t *ps, MPI_Comm comm) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int local_rank, local_size;
+  ps->comm = comm;
+  HVD__MPI_CHECK(MPI_Comm_set_errhandler(ps->comm, MPI_ERRORS_RETURN));
+  HVD__MPI_CHECK(MPI_Comm_split(ps->comm, g.node, ps->rank, &ps->local_comm));
+  HVD__MPI_CHECK(MPI_Comm_rank(ps->local_comm, &local_rank));
+  HVD__MPI_CHECK(MPI_Comm_size(ps->local_comm, &local_size));
+  HVD__MPI_CHECK(
+      MPI_Comm_split(ps->comm, local_rank, ps->rank, &ps->cross_comm));
+  hvd__exec_env_t env = {.comm = ps->comm,
+                         .rank = ps->rank,
+                         .size = ps->size,
+                         .local_comm = ps->local_comm,
+                         .cross_comm = ps->cross_comm,
+                         .local_rank = local_rank,
+                         .local_size = local_size,
+                         .world_ranks = ps->ranks,
+                         .set_id = ps->id};
+  hvd__settings_t s = g.settings; /* the world's timeline and tuning only */
+  s.timeline[0] = '\0';
+  s.autotune = 0;
+  rc = hvd__engine_start_set(g.engine, &env, &s, &ps->engine);
+fail:
+  return rc;
+}
+
 /* What a set's creation needs on the engine thread. */
 typedef struct set_build {
   const char *fn;
   const int *ranks;
   int n;
+  int color;             /* hvd_process_set_split's */
   hvd_process_set_t *ps; /* out */
 } set_build_t;
 
@@ -277,54 +329,109 @@ typedef struct set_build {
  * communicator's work. */
 static hvd_result_t set_build(void *arg) {
   set_build_t *b = arg;
-  const int *ranks = b->ranks;
-  int n = b->n;
   hvd_result_t rc = HVD_SUCCESS;
   hvd_process_set_t *ps = NULL;
-  HVD__CHECK(set_agree(b->fn, ranks, n));
-  ps = calloc(1, sizeof *ps);
-  if (ps == NULL ||
-      (ps->ranks = malloc((size_t)n * sizeof *ps->ranks)) == NULL) {
-    free(ps);
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", b->fn);
-  }
-  memcpy(ps->ranks, ranks, (size_t)n * sizeof *ranks);
-  ps->size = n;
-  ps->rank = -1;
-  ps->comm = ps->local_comm = ps->cross_comm = MPI_COMM_NULL;
-  for (int i = 0; i < n; i++)
-    if (ranks[i] == g.rank)
-      ps->rank = i;
-  ps->id = ++g.next_set;
-  HVD__MPI_CHECK(MPI_Comm_split(g.ctl, ps->rank >= 0 ? 0 : MPI_UNDEFINED,
-                                g.rank, &ps->comm));
-  if (ps->rank >= 0) {
-    int local_rank, local_size;
-    HVD__MPI_CHECK(MPI_Comm_set_errhandler(ps->comm, MPI_ERRORS_RETURN));
-    HVD__MPI_CHECK(MPI_Comm_split(ps->comm, g.node, ps->rank, &ps->local_comm));
-    HVD__MPI_CHECK(MPI_Comm_rank(ps->local_comm, &local_rank));
-    HVD__MPI_CHECK(MPI_Comm_size(ps->local_comm, &local_size));
-    HVD__MPI_CHECK(
-        MPI_Comm_split(ps->comm, local_rank, ps->rank, &ps->cross_comm));
-    hvd__exec_env_t env = {.comm = ps->comm,
-                           .rank = ps->rank,
-                           .size = ps->size,
-                           .local_comm = ps->local_comm,
-                           .cross_comm = ps->cross_comm,
-                           .local_rank = local_rank,
-                           .local_size = local_size,
-                           .world_ranks = ps->ranks,
-                           .set_id = ps->id};
-    hvd__settings_t s = g.settings; /* the world's timeline and tuning only */
-    s.timeline[0] = '\0';
-    s.autotune = 0;
-    HVD__CHECK(hvd__engine_start_set(g.engine, &env, &s, &ps->engine));
-  }
+  MPI_Comm comm = MPI_COMM_NULL;
+  HVD__CHECK(set_agree(b->fn, b->ranks, b->n));
+  HVD__CHECK(set_new(b->fn, b->ranks, b->n, ++g.next_set, &ps));
+  HVD__MPI_CHECK(
+      MPI_Comm_split(g.ctl, ps->rank >= 0 ? 0 : MPI_UNDEFINED, g.rank, &comm));
+  if (ps->rank >= 0)
+    HVD__CHECK(set_join(ps, comm));
   b->ps = ps;
   return HVD_SUCCESS;
 fail:
+  if (ps == NULL || ps->comm != comm)
+    free_comm(&comm);
   set_free(ps); /* no engine yet: nothing to wait for */
   return rc;
+}
+
+/* The color of a rank whose out is NULL: it still takes part, so that
+ * every rank fails alike rather than some waiting for it. */
+#define NO_OUT INT_MIN
+
+static int int_cmp(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* Every rank's color, the same checks on every rank, and the caller's
+ * set: its ranks (*n of them into ranks) and its id, the distinct colors
+ * counted in ascending order after g.next_set, which moves past them
+ * all. */
+static hvd_result_t split_colors(const char *fn, int color, int *ranks, int *n,
+                                 int *id) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int *all = malloc(2 * sizeof *all * (size_t)g.size), *sorted = all + g.size;
+  if (all == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+  HVD__MPI_CHECK(MPI_Allgather(&color, 1, MPI_INT, all, 1, MPI_INT, g.ctl));
+  for (int r = 0; r < g.size; r++)
+    if (all[r] < 0) {
+      if (all[r] == NO_OUT)
+        rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: rank %d passes out NULL",
+                            fn, r);
+      else
+        rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: rank %d passes color %d; colors are >= 0", fn,
+                            r, all[r]);
+      goto fail;
+    }
+  memcpy(sorted, all, sizeof *all * (size_t)g.size);
+  qsort(sorted, (size_t)g.size, sizeof *sorted, int_cmp);
+  int distinct = 0, below = 0;
+  for (int i = 0; i < g.size; i++)
+    if (i == 0 || sorted[i] != sorted[i - 1]) {
+      below += sorted[i] < color;
+      distinct++;
+    }
+  *n = 0;
+  for (int r = 0; r < g.size; r++)
+    if (all[r] == color)
+      ranks[(*n)++] = r;
+  *id = g.next_set + 1 + below;
+  g.next_set += distinct;
+fail:
+  free(all);
+  return rc;
+}
+
+/* hvd_process_set_split's engine command: one MPI_Comm_split of g.ctl
+ * gives every set its communicator at once. */
+static hvd_result_t split_build(void *arg) {
+  set_build_t *b = arg;
+  hvd_result_t rc = HVD_SUCCESS;
+  hvd_process_set_t *ps = NULL;
+  MPI_Comm comm = MPI_COMM_NULL;
+  int n = 0, id = 0, *ranks = malloc(sizeof *ranks * (size_t)g.size);
+  if (ranks == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", b->fn);
+  HVD__CHECK(split_colors(b->fn, b->color, ranks, &n, &id));
+  HVD__CHECK(set_new(b->fn, ranks, n, id, &ps));
+  HVD__MPI_CHECK(MPI_Comm_split(g.ctl, b->color, g.rank, &comm));
+  HVD__CHECK(set_join(ps, comm));
+  b->ps = ps;
+  free(ranks);
+  return HVD_SUCCESS;
+fail:
+  if (ps == NULL || ps->comm != comm)
+    free_comm(&comm);
+  set_free(ps);
+  free(ranks);
+  return rc;
+}
+
+/* Runs build on the world's engine thread and lists the set it made. */
+static hvd_result_t set_make_locked(hvd__engine_cmd_fn build, set_build_t *b,
+                                    hvd_process_set_t **out) {
+  hvd_result_t rc = hvd__engine_command(g.engine, build, b);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  b->ps->next = g.sets;
+  g.sets = b->ps;
+  *out = b->ps;
+  return HVD_SUCCESS;
 }
 
 static hvd_result_t set_create_locked(const char *fn, const int *ranks, int n,
@@ -343,14 +450,8 @@ static hvd_result_t set_create_locked(const char *fn, const int *ranks, int n,
                             "%s: ranks[%d] is %d; the ranks are distinct, "
                             "ascending, in 0..%d",
                             fn, i, ranks[i], g.size - 1);
-  set_build_t b = {fn, ranks, n, NULL};
-  hvd_result_t rc = hvd__engine_command(g.engine, set_build, &b);
-  if (rc != HVD_SUCCESS)
-    return rc;
-  b.ps->next = g.sets;
-  g.sets = b.ps;
-  *out = b.ps;
-  return HVD_SUCCESS;
+  set_build_t b = {.fn = fn, .ranks = ranks, .n = n};
+  return set_make_locked(set_build, &b, out);
 }
 
 hvd_result_t hvd_process_set_create(const int *ranks, int n,
@@ -360,6 +461,33 @@ hvd_result_t hvd_process_set_create(const int *ranks, int n,
   hvd_result_t rc = atomic_load(&g.initialized)
                         ? set_create_locked(fn, ranks, n, out)
                         : hvd__not_initialized(fn);
+  pthread_mutex_unlock(&g.mu);
+  return rc;
+}
+
+static hvd_result_t split_locked(const char *fn, int color,
+                                 hvd_process_set_t **out) {
+  if (!atomic_load(&g.initialized))
+    return hvd__not_initialized(fn);
+  hvd_process_set_t *ps = NULL;
+  set_build_t b = {.fn = fn, .color = out != NULL ? color : NO_OUT};
+  hvd_result_t rc = set_make_locked(split_build, &b, &ps);
+  if (out != NULL)
+    *out = ps;
+  return rc;
+}
+
+hvd_result_t hvd_process_set_split(int color, hvd_process_set_t **out) {
+  pthread_mutex_lock(&g.mu);
+  hvd_result_t rc = split_locked("hvd_process_set_split", color, out);
+  pthread_mutex_unlock(&g.mu);
+  return rc;
+}
+
+hvd_result_t hvd_process_set_split_node(hvd_process_set_t **out) {
+  pthread_mutex_lock(&g.mu);
+  hvd_result_t rc = split_locked("hvd_process_set_split_node",
+                                 atomic_load(&g.initialized) ? g.node : 0, out);
   pthread_mutex_unlock(&g.mu);
   return rc;
 }

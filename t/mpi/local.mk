@@ -25,6 +25,9 @@
 ##  process_sets collectives on disjoint and overlapping subsets beside the
 ##               world's, outsiders, mismatches named by world ranks,
 ##               destroy in flight, shutdown with sets
+##  process_set_split hvd_process_set_split by color (ids, members,
+##               collectives, refusals named on every rank) and by node,
+##               on one machine and on nodes simulated by HVD_HOSTNAME
 ##  reproducible every host allreduce and reducescatter folds each element
 ##               in rank order (per node, then node order, for 2 nodes),
 ##               bit for bit, however the bursts are fused: slots, zero
@@ -35,7 +38,7 @@
 ##               ones run as one (timeline)
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
 	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy \
-	t/mpi/objects t/mpi/grouped t/mpi/process_sets \
+	t/mpi/objects t/mpi/grouped t/mpi/process_sets t/mpi/process_set_split \
 	t/mpi/fused_gather_scatter t/mpi/reproducible
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
@@ -54,6 +57,8 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/grouped.np4 \
 	t/mpi/process_sets.np1 t/mpi/process_sets.np2 \
 	t/mpi/process_sets.np3 t/mpi/process_sets.np4 \
+	t/mpi/process_set_split.np1 t/mpi/process_set_split.np2 \
+	t/mpi/process_set_split.np3 t/mpi/process_set_split.np4 \
 	t/mpi/fused_gather_scatter.np1 t/mpi/fused_gather_scatter.np2 \
 	t/mpi/fused_gather_scatter.np3 t/mpi/fused_gather_scatter.np4 \
 	t/mpi/reproducible.np1 t/mpi/reproducible.np2 \

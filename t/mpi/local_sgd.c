@@ -17,6 +17,8 @@
  *  - a bfloat16 parameter, period 1: its float32 master is averaged and
  *    the value rounded from it: the same bits on every rank, within 2e-2
  *    of the simulation;
+ *  - the same pairs as nodes (HVD_HOSTNAME), the group
+ *    hvd_process_set_split_node's (DDP's default subgroups);
  *  - refusals with their messages: period -1, start_step -1, sharding,
  *    compression, op adasum, and (np >= 2) a group without this rank.
  */
@@ -267,6 +269,18 @@ int main(int argc, char **argv) {
   for (int j = 0; j < nsets; j++)
     is_int(HVD_SUCCESS, hvd_process_set_destroy(sets[j]),
            "process set %d destroyed", j);
+  is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+
+  /* the pairs as nodes (HVD_HOSTNAME), the group split by node */
+  char node[32];
+  snprintf(node, sizeof node, "node%d", rank / 2);
+  if (setenv("HVD_HOSTNAME", node, 1) != 0)
+    bail("setenv failed");
+  is_int(HVD_SUCCESS, hvd_init(), "hvd_init on nodes of two");
+  hvd_process_set_t *local = NULL;
+  is_int(HVD_SUCCESS, hvd_process_set_split_node(&local), "split by node");
+  run_case("period 3 from step 0, each node's ranks", 3, 0, local, 1);
+  is_int(HVD_SUCCESS, hvd_process_set_destroy(local), "node's set destroyed");
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
 }
