@@ -90,8 +90,11 @@ typedef struct options {
   hvd_dtype_t wire;  /* --fp16-allreduce, --bf16-allreduce (with --powersgd:
                         its P, Q and whole gradients) */
   int powersgd_rank; /* --powersgd R (compression POWERSGD), else 0 */
-  int64_t powersgd_start; /* --powersgd-start N (-1: the library's 1000) */
-  int adasum;             /* --adasum (op HVD_ADASUM) */
+  int64_t powersgd_start;  /* --powersgd-start N (-1: the library's 1000) */
+  int adasum;              /* --adasum (op HVD_ADASUM) */
+  int local_sgd;           /* --local-sgd P: the period, else 0 */
+  int64_t local_sgd_start; /* --local-sgd-start N (default 0) */
+  int local_sgd_node;      /* --local-sgd-group node (1, default) | none */
   int accumulate;
   const char *data;
   int64_t sentences; /* synthetic corpus lines */
@@ -168,6 +171,12 @@ static const char usage_text[] =
     "  --adasum               gradients combined by Adasum (Horovod's\n"
     "                         op=hvd.Adasum), not averaged; whole float32\n"
     "                         gradients (implies --dense-embeddings)\n"
+    "  --local-sgd P          post-local SGD (DDP's post_localSGD_hook):\n"
+    "                         after --local-sgd-start N steps (default 0),\n"
+    "                         gradients are averaged only within each node\n"
+    "                         (--local-sgd-group node, the default) or not\n"
+    "                         at all (none), and the parameters over every\n"
+    "                         rank after every P-th step; float32 wire\n"
     "  --seed N               weights, data, masking, order (default 42)\n"
     "  --threads N            BLAS threads per rank (default 1)\n"
     "  --device cpu|gpu       where the model runs (default cpu); gpu: the\n"
@@ -249,6 +258,9 @@ enum {
   O_POWERSGD,
   O_POWERSGD_START,
   O_ADASUM,
+  O_LOCAL_SGD,
+  O_LOCAL_SGD_START,
+  O_LOCAL_SGD_GROUP,
   O_SEED,
   O_THREADS,
   O_DEVICE,
@@ -300,6 +312,9 @@ static const struct option long_options[] = {
     {"powersgd", required_argument, NULL, O_POWERSGD},
     {"powersgd-start", required_argument, NULL, O_POWERSGD_START},
     {"adasum", no_argument, NULL, O_ADASUM},
+    {"local-sgd", required_argument, NULL, O_LOCAL_SGD},
+    {"local-sgd-start", required_argument, NULL, O_LOCAL_SGD_START},
+    {"local-sgd-group", required_argument, NULL, O_LOCAL_SGD_GROUP},
     {"seed", required_argument, NULL, O_SEED},
     {"threads", required_argument, NULL, O_THREADS},
     {"device", required_argument, NULL, O_DEVICE},
@@ -439,6 +454,17 @@ static int run_option(options_t *o, int ch, const char *a) {
   case O_ADASUM: /* whole gradients: no rows after grad_ready */
     o->adasum = o->dense_embeddings = 1;
     return 1;
+  case O_LOCAL_SGD:
+    o->local_sgd = (int)cli_int("--local-sgd", a, 1, INT32_MAX);
+    return 1;
+  case O_LOCAL_SGD_START:
+    o->local_sgd_start = cli_int("--local-sgd-start", a, 0, INT64_MAX);
+    return 1;
+  case O_LOCAL_SGD_GROUP:
+    if (strcmp(a, "node") != 0 && strcmp(a, "none") != 0)
+      cli_usage_error("--local-sgd-group is node or none, not '%s'", a);
+    o->local_sgd_node = strcmp(a, "node") == 0;
+    return 1;
   case O_SEED:
     o->seed = (uint64_t)cli_int("--seed", a, 0, INT64_MAX);
     return 1;
@@ -510,6 +536,25 @@ static int file_option(options_t *o, int ch, const char *a) {
   return 0;
 }
 
+/* --local-sgd reduces plain gradients, and its other options need it. */
+static void check_local_sgd(options_t *o) {
+  if (o->local_sgd == 0 && (o->local_sgd_start >= 0 || o->local_sgd_node >= 0))
+    cli_usage_error("--local-sgd-%s needs --local-sgd P",
+                    o->local_sgd_start >= 0 ? "start" : "group");
+  if (o->local_sgd > 0 &&
+      (o->zero || o->adasum || o->compression != HVD_COMPRESS_NONE))
+    cli_usage_error("--local-sgd averages plain gradients: no %s",
+                    o->zero     ? "--zero 1"
+                    : o->adasum ? "--adasum"
+                    : o->compression == HVD_COMPRESS_POWERSGD
+                        ? "--powersgd"
+                        : "--fp16-allreduce or --bf16-allreduce");
+  if (o->local_sgd_start < 0)
+    o->local_sgd_start = 0;
+  if (o->local_sgd_node < 0)
+    o->local_sgd_node = 1;
+}
+
 /* The options that depend on each other, and the defaults that depend on
  * others, once all are read. */
 static void check_options(options_t *o) {
@@ -564,6 +609,7 @@ static void check_options(options_t *o) {
                     : o->compression == HVD_COMPRESS_POWERSGD
                         ? "--powersgd"
                         : "--fp16-allreduce or --bf16-allreduce");
+  check_local_sgd(o);
   if (o->warmup < 0)
     o->warmup = o->steps / 10;
   if (o->warmup > o->steps)
@@ -604,6 +650,8 @@ static void parse_options(int argc, char **argv, options_t *o,
                    .compression = HVD_COMPRESS_NONE,
                    .wire = HVD_FLOAT32,
                    .powersgd_start = -1,
+                   .local_sgd_start = -1,
+                   .local_sgd_node = -1,
                    .sentences = 20000,
                    .seed = 42,
                    .threads = 1,
@@ -1164,9 +1212,10 @@ typedef struct run {
   bert_model_t *model;
   hvd_param_t *params;
   int nparams;
-  int no_decay;         /* parameters --no-decay exempts */
-  hvd_optimizer_t *opt; /* AdamW inside the distributed wrapper */
-  int64_t start;        /* the first step of this run */
+  int no_decay;                /* parameters --no-decay exempts */
+  hvd_optimizer_t *opt;        /* AdamW inside the distributed wrapper */
+  hvd_process_set_t *node_set; /* --local-sgd's group: this node's ranks */
+  int64_t start;               /* the first step of this run */
   char resumed_from[4096];
   hvd_state_t *state;                  /* --elastic's, or NULL */
   int64_t c_step, c_epoch, c_consumed; /* its counters */
@@ -1354,6 +1403,12 @@ static void setup_model(run_t *r) {
   }
   dist.backward_passes_per_step = r->K;
   dist.shard_optimizer_state = o->zero;
+  if (o->local_sgd > 0 && o->local_sgd_node) /* every rank, in one order */
+    check_local(hvd_process_set_split_node(&r->node_set),
+                "hvd_process_set_split_node", hvd_last_error());
+  dist.local_sgd.period = o->local_sgd;
+  dist.local_sgd.start_step = o->local_sgd_start;
+  dist.local_sgd.group = r->node_set;
   check_local(hvd_distributed_optimizer(base, &dist, &r->opt),
               "hvd_distributed_optimizer", hvd_last_error());
   if (!r->sync)
@@ -1530,6 +1585,12 @@ static void print_setup(const run_t *r) {
            (long long)sent, (long long)all,
            sent > 0 ? (double)all / (double)sent : 0.0);
   }
+  if (o->local_sgd > 0)
+    printf(PROG ": post-local SGD from step %lld: gradients %s, then the "
+                "parameters averaged over all ranks every %d step%s\n",
+           (long long)o->local_sgd_start,
+           o->local_sgd_node ? "averaged within each node" : "not reduced",
+           o->local_sgd, o->local_sgd == 1 ? "" : "s");
   printf(PROG ": optimizer state %.1f MiB on this rank%s\n",
          (double)hvd_optimizer_state_bytes(r->opt) / (1 << 20),
          o->zero ? " (sharded, --zero 1)" : "");
@@ -1790,6 +1851,7 @@ static void teardown(run_t *r) {
   hvd_sampler_destroy(r->sampler);
   hvd_sampler_destroy(r->whole);
   hvd_optimizer_destroy(r->opt);
+  hvd_process_set_destroy(r->node_set); /* after the optimizer using it */
   free(r->ready.rows);
   bert_model_destroy(r->model);
   bert_dataset_destroy(r->ds);

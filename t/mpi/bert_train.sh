@@ -18,6 +18,9 @@
 #     --powersgd follows the plain curve until --powersgd-start, then stays
 #     near it, on a float16 wire too;
 #     --adasum is the dense run at np 1 bit for bit and near it at np 2;
+#     --local-sgd with one node's group is ws2 bit for bit; with no group
+#     it departs after --local-sgd-start, and is the node group's run bit
+#     for bit when each rank is a node (HVD_HOSTNAME);
 #     --dense-embeddings (the word embeddings reduced whole) matches the
 #     default (decoder share early, lookup rows allgathered) to 1e-6 at
 #     np 2 and bit for bit at np 1; --zero 1 (sharded AdamW state) matches
@@ -71,7 +74,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..49"
+echo "1..56"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -417,6 +420,56 @@ else
   show_run psgdres
 fi
 
+# Post-local SGD (--local-sgd P, DDP's post_localSGD_hook). On one
+# machine the node's group is every rank: each step averages the
+# gradients over all of them, and averaging the ranks' equal parameters
+# changes no bit, so the run is ws2's bit for bit. With no group, from
+# step 3 each rank updates on its own gradients: losses 1-4 (before update
+# 3) are ws2's, then they depart, and average back every 2 steps. With
+# each rank a node of its own (HVD_HOSTNAME per rank, through a wrapper)
+# the node's group is the rank alone: the no-group run bit for bit. At np
+# 1 it is ws1's run.
+printf '#!/bin/sh\nHVD_HOSTNAME=node$OMPI_COMM_WORLD_RANK exec "%s" "$@"\n' \
+  "$prog" >"$tmp/pernode.sh" && chmod +x "$tmp/pernode.sh"
+pernode() {
+  pernode_prog=$prog
+  prog=$tmp/pernode.sh
+  train "$@"
+  pernode_rc=$?
+  prog=$pernode_prog
+  return $pernode_rc
+}
+if train lsgd 2 $common --batch-size 4 --local-sgd 2 &&
+  [ "`losses_of lsgd`" = "`losses_of ws2`" ] &&
+  grep -q "^bert_train: post-local SGD from step 0: gradients averaged within each node, then the parameters averaged over all ranks every 2 steps$" \
+    "$tmp/lsgd.out"; then
+  pass "--local-sgd 2, one node: ws2's losses bit for bit"
+else
+  fail "--local-sgd 2, one node: ws2's losses bit for bit"
+  show_run lsgd
+fi
+if train lsgdnone 2 $common --batch-size 4 --local-sgd 2 --local-sgd-start 3 \
+    --local-sgd-group none &&
+  [ "`losses_of lsgdnone | head -4`" = "`losses_of ws2 | head -4`" ] &&
+  [ "`losses_of lsgdnone | sed -n 5p`" != "`losses_of ws2 | sed -n 5p`" ] &&
+  agree ws2 lsgdnone 2e-2 &&
+  grep -q ": gradients not reduced, then the parameters" "$tmp/lsgdnone.out" &&
+  pernode lsgdpn 2 $common --batch-size 4 --local-sgd 2 --local-sgd-start 3 &&
+  [ "`losses_of lsgdpn`" = "`losses_of lsgdnone`" ]; then
+  pass "--local-sgd 2 --local-sgd-start 3, no group: ws2's first 4 losses, then its own (2e-2); a node per rank: the same bits"
+else
+  fail "--local-sgd 2 --local-sgd-start 3, no group: ws2's first 4 losses, then its own (2e-2); a node per rank: the same bits"
+  show_run lsgdnone
+  show_run lsgdpn
+fi
+if train lsgd1 1 $common --batch-size 8 --local-sgd 3 --local-sgd-group none &&
+  [ "`losses_of lsgd1`" = "`losses_of ws1`" ]; then
+  pass "--local-sgd 3 at np 1: ws1's losses bit for bit"
+else
+  fail "--local-sgd 3 at np 1: ws1's losses bit for bit"
+  show_run lsgd1
+fi
+
 # ---- 4. bad --data -------------------------------------------------------
 : >"$tmp/empty.txt"
 printf 'the cat sat on the mat\nand the dog ran\n' >"$tmp/small.txt"
@@ -450,7 +503,9 @@ fi
 for args in "--no-such-option" "--steps many" "--lr" "--clip-grad-norm -1" \
   "--optimizer sgd" "--powersgd 0" "--powersgd-start 5" \
   "--fp16-allreduce --bf16-allreduce" "--powersgd 2 --zero 1" \
-  "--adasum --zero 1" "--adasum --powersgd 2"; do
+  "--adasum --zero 1" "--adasum --powersgd 2" "--local-sgd 0" \
+  "--local-sgd-start 3" "--local-sgd 2 --local-sgd-group pairs" \
+  "--local-sgd 2 --fp16-allreduce"; do
   "$HVD_MPIRUN_TEST" --np 0 "$prog" $args >"$tmp/opt.out" 2>"$tmp/opt.err"
   rc=$?
   if [ $rc = 2 ] && grep -q "^bert_train: " "$tmp/opt.err"; then
