@@ -9,6 +9,8 @@
 #  1. The hosts are apart: Open MPI without its TCP transport cannot reach
 #     node2 from node1: hvd_init's first message fails, and rank 0 says so
 #     and ends the job (status 5).
+#  1b. hvdrun --network-interface: eth0 carries every collective across
+#     hosts; lo alone cannot start node2's daemon, and Open MPI says so.
 #  2. At 2 hosts x 1 rank, 2 x 2, 3 x 1 and 2 + 1 (uneven):
 #     t/mpi/cluster_check (topology from the real host names; allreduce
 #     bursts exact under the shared-memory + cross-node path, the
@@ -87,6 +89,22 @@ check $([ $rc = 5 ] && grep -q "^\[hvd 0\] error: hvd_init: rank 0 could not sen
   "without TCP, node1 cannot reach node2: rank 0 says so and ends the job (status $rc, Open MPI's reason $ompi)" ||
   show "$tmp/apart.err" stderr
 strays "without TCP"
+
+# ---- 1b. hvdrun --network-interface ------------------------------------------
+# Over eth0 (each host's link) the collectives pass across hosts; with lo
+# alone node2's Open MPI daemon has no way back to node1's mpirun, and
+# Open MPI says so at once.
+on_cluster node1:1,node2:1 "$tmp/nic.out" "$tmp/nic.err" \
+  --network-interface eth0 "$HVD_TOP_BUILDDIR/t/mpi/collectives"
+check $([ $rc = 0 ] && grep -q "^1\.\.[1-9]" "$tmp/nic.out" && ! grep -q "^not ok" "$tmp/nic.out"; echo $?) \
+  "--network-interface eth0 at 2 x 1: every collective passes (status $rc)" ||
+  show "$tmp/nic.err" stderr
+on_cluster node1:1,node2:1 "$tmp/nic.out" "$tmp/nic.err" \
+  --network-interface lo "$HVD_TOP_BUILDDIR/t/mpi/collectives"
+check $([ $rc != 0 ] && [ $elapsed -le 30 ] && grep -q "ORTE was unable to reliably start one or more daemons" "$tmp/nic.err"; echo $?) \
+  "--network-interface lo at 2 x 1: node2's daemon cannot reach node1; Open MPI says so within 30 s (status $rc, $elapsed s)" ||
+  show "$tmp/nic.err" stderr
+strays "--network-interface lo"
 
 # ---- 2. every layout --------------------------------------------------------
 # layout LABEL HOSTS NP PATH_DEFAULT PATH_HIERARCHICAL: the checks above;

@@ -3,7 +3,8 @@
 # line (exit 2, one "hvdrun: ..." line on stderr), --check-build, and real
 # runs on 2 ranks: the collectives demo (also with --tag-output,
 # --output-dir, -H without -np), Horovod's flags reaching the ranks
-# (hvd-info), --verbose, and a program that is not there (exit 127).
+# (hvd-info; --network-interface reaching Open MPI and NCCL's variable),
+# --verbose, and a program that is not there (exit 127).
 hvdrun="$HVD_TOP_BUILDDIR/bin/hvdrun"
 tmp=${TMPDIR:-/tmp}/hvdrun-test.$$
 mkdir -p "$tmp" || exit 1
@@ -128,6 +129,23 @@ done
 [ $rc = 0 ] && [ $r = 0 ]
 ok $? "Horovod's flags become forwarded HVD_* variables" || show
 
+# horovodrun's flags that set several things: interfaces for Open MPI's
+# TCP (both transports) and NCCL's sockets; ssh's port and key through
+# plm_rsh_args; the stall inspector and the cache off
+: >"$tmp/key"
+dry -np 2 --network-interface lo,eth0 -p 2222 -i "$tmp/key" --no-stall-check \
+  --disable-cache ./prog a
+[ $rc = 0 ] && has " -x HVD_CACHE_CAPACITY " && has " -x HVD_STALL_CHECK_TIME " &&
+  has " -x HVD_STALL_SHUTDOWN_TIME " && has " -x NCCL_SOCKET_IFNAME " &&
+  has " -x PATH --mca btl_tcp_if_include lo,eth0 --mca oob_tcp_if_include lo,eth0 --mca plm_rsh_args '-p 2222 -i $tmp/key' ./prog a\$"
+ok $? "--network-interface, -p, -i, --no-stall-check, --disable-cache: mpirun's options and forwarded variables" || show
+dry -np 2 --network-interfaces ib0 --ssh-port 22 --ssh-identity-file "$tmp/key" \
+  --stall-check-warning-time-seconds 7 ./prog
+[ $rc = 0 ] && has " -x HVD_STALL_CHECK_TIME " && hasnt "HVD_STALL_SHUTDOWN_TIME" &&
+  has " -x NCCL_SOCKET_IFNAME " &&
+  has " -x PATH --mca btl_tcp_if_include ib0 --mca oob_tcp_if_include ib0 --mca plm_rsh_args '-p 22 -i $tmp/key' ./prog\$"
+ok $? "--network-interfaces, --ssh-port, --ssh-identity-file, --stall-check-warning-time-seconds" || show
+
 # -np left out: every slot of -H or --hostfile
 dry -H a:2,b:3 ./prog
 [ $rc = 0 ] && has ' -np 5 -H a:2,b:3 ' && hasnt 'oversubscribe'
@@ -185,6 +203,19 @@ bad 'needs a key and a value' "--mca with one word" -- -np 2 --mca btl
 bad 'needs a value' "-x without a value" -- -np 2 -x
 bad 'needs a value' "--output-dir without a value" -- -np 2 --output-dir
 bad 'needs a value' "--log-level without a value" -- -np 2 --log-level
+bad "needs interface names separated by commas (eth0,ib0), not 'a b'" \
+  "--network-interface with a space" -- -np 2 --network-interface "a b" ./prog
+bad "needs interface names separated by commas (eth0,ib0), not ''" \
+  "--network-interface without a value" -- -np 2 --network-interface
+bad "needs a port number, 1 to 65535, not '65536'" "-p 65536" \
+  -- -np 2 -p 65536 ./prog
+bad "needs a readable file (an ssh key), not '$tmp/none'" "-i missing" \
+  -- -np 2 -i "$tmp/none" ./prog
+bad 'go into --mca plm_rsh_args: give one or the other' \
+  "-p with --mca plm_rsh_args" -- -np 2 -p 22 --mca plm_rsh_args -q ./prog
+bad "needs a whole number of seconds, not '1.5'" \
+  "--stall-check-shutdown-time-seconds 1.5" \
+  -- -np 2 --stall-check-shutdown-time-seconds 1.5 ./prog
 
 # ---- the other modes ----
 out=$("$hvdrun" --help 2>&1)
@@ -238,6 +269,27 @@ real -np 2 --verbose --fusion-threshold-mb 32 --cycle-time-ms 2.5 \
   [ "$(printf '%s\n' "$out" | grep -c '^  HVD_CYCLE_TIME=2.5 (from the environment')" = 2 ] &&
   has '^hvdrun: .*mpiexec -np 2 .*-x HVD_CYCLE_TIME -x HVD_FUSION_THRESHOLD .*hvd-info$'
 ok $? "--fusion-threshold-mb 32 --cycle-time-ms 2.5 reach both ranks; --verbose prints the line (exit $rc)" || show
+# --network-interface reaches Open MPI and the ranks: TCP alone over lo
+# runs the demo, an interface that is not there stops Open MPI at once,
+# and every rank has NCCL_SOCKET_IFNAME; the stall and cache flags are the
+# ranks' settings
+real -np 2 --network-interface lo --mca btl self,tcp \
+  "$HVD_TOP_BUILDDIR/examples/collectives_demo"
+[ $rc = 0 ] && has '^all 9 checks passed on 2 ranks$'
+ok $? "--network-interface lo with TCP alone: the demo passes (exit $rc)" || show
+real -np 2 --network-interface nosuch0 --mca btl self,tcp \
+  "$HVD_TOP_BUILDDIR/examples/collectives_demo"
+[ $rc != 0 ] && has 'No network interfaces were found' && hasnt 'checks passed'
+ok $? "--network-interface nosuch0: Open MPI finds no interface, exit $rc" || show
+real -np 2 --network-interface lo sh -c 'echo "nccl=$NCCL_SOCKET_IFNAME"'
+[ $rc = 0 ] && [ "$(printf '%s\n' "$out" | grep -c '^nccl=lo$')" = 2 ]
+ok $? "--network-interface lo: NCCL_SOCKET_IFNAME=lo on both ranks" || show
+real -np 2 --no-stall-check --disable-cache "$HVD_TOP_BUILDDIR/bin/hvd-info"
+[ $rc = 0 ] &&
+  [ "$(printf '%s\n' "$out" | grep -c '^  HVD_STALL_CHECK_TIME=0 (from the environment')" = 2 ] &&
+  [ "$(printf '%s\n' "$out" | grep -c '^  HVD_STALL_SHUTDOWN_TIME=0 (from the environment')" = 2 ] &&
+  [ "$(printf '%s\n' "$out" | grep -c '^  HVD_CACHE_CAPACITY=0 (from the environment')" = 2 ]
+ok $? "--no-stall-check --disable-cache: both ranks' settings (exit $rc)" || show
 # a rank that fails: Open MPI's boxes give way to one line, mpirun's status
 real -np 3 "$HVD_TOP_BUILDDIR/t/mpi/exit_code"
 me_host=$(hostname)
