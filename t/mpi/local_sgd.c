@@ -272,11 +272,7 @@ int main(int argc, char **argv) {
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
 
   /* the pairs as nodes (HVD_HOSTNAME), the group split by node */
-  char node[32];
-  snprintf(node, sizeof node, "node%d", rank / 2);
-  if (setenv("HVD_HOSTNAME", node, 1) != 0)
-    bail("setenv failed");
-  is_int(HVD_SUCCESS, hvd_init(), "hvd_init on nodes of two");
+  hvdt_init_nodes_of(2);
   hvd_process_set_t *local = NULL;
   is_int(HVD_SUCCESS, hvd_process_set_split_node(&local), "split by node");
   run_case("period 3 from step 0, each node's ranks", 3, 0, local, 1);

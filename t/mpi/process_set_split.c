@@ -117,10 +117,10 @@ static void test_parity(void) {
   check_id(ps, color, base, "rank % 2");
   check_collectives(ps, color, "rank % 2");
   is_int(base + (size > 1 ? 2 : 1) + 1, next_id(),
-         "rank % 2: the next set's id follows both");
+         "rank %% 2: the next set's id follows both");
   /* every rank agrees on every set's id */
   ok(hvdt_same_on_all_ranks(&base, sizeof base), "the same base everywhere");
-  is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "rank % 2: destroyed");
+  is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "rank %% 2: destroyed");
 }
 
 static void test_colors(void) {
@@ -199,12 +199,7 @@ int main(int argc, char **argv) {
   check_node("one machine");
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
 
-  char node[32];
-  snprintf(node, sizeof node, "node%d", rank / 2);
-  if (setenv("HVD_HOSTNAME", node, 1) != 0)
-    bail("setenv failed");
-  if (!is_int(HVD_SUCCESS, hvd_init(), "hvd_init on nodes of two"))
-    bail("hvd_init: %s", hvd_last_error());
+  hvdt_init_nodes_of(2);
   is_int(size - rank / 2 * 2 < 2 ? 1 : 2, hvd_local_size(),
          "nodes of two: my node's size");
   check_node("nodes of two");

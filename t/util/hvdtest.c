@@ -481,6 +481,15 @@ unsigned hvdt_shuffle(int *order, int n, unsigned seed) {
 
 /* ---- Topology ---- */
 
+void hvdt_init_nodes_of(int k) {
+  char node[32];
+  snprintf(node, sizeof node, "node%d", tap_rank() / k);
+  if (setenv("HVD_HOSTNAME", node, 1) != 0)
+    bail("setenv HVD_HOSTNAME failed");
+  if (!is_int(HVD_SUCCESS, hvd_init(), "hvd_init on nodes of %d", k))
+    bail("hvd_init: %s", hvd_last_error());
+}
+
 struct hvdt_topo hvdt_topo_model(char node[][32], int size, int r) {
   struct hvdt_topo t = {r, size, 0, 0, 0, 0, 1};
   int local[64] = {0}, count[64] = {0};

@@ -256,6 +256,11 @@ struct hvdt_topo hvdt_topo_model(char node[][32], int size, int r);
  * "<layout>: hvd_<query>". */
 void hvdt_is_topo(const struct hvdt_topo *want, const char *layout);
 
+/* hvd_init with this rank on the node "node<rank / k>" (HVD_HOSTNAME):
+ * nodes of k ranks, the last one maybe fewer. A check named "hvd_init on
+ * nodes of <k>"; bails out if it fails. */
+void hvdt_init_nodes_of(int k);
+
 /* ---- Orders ---- */
 
 /* A permutation of 0..n-1 in order (Fisher-Yates driven by a 32-bit LCG
