@@ -24,7 +24,9 @@
 #     0 (the check can fail).
 #  3. bert_train (tiny, 20 steps) on 2 x 2: its losses equal those of the
 #     same run on one host at 4 ranks to 1e-6 (relative); its checkpoint,
-#     written on the cluster, resumes on one host at 2 ranks.
+#     written on the cluster, resumes on one host at 2 ranks; with
+#     --local-sgd (each host's ranks a group) it equals the one-host run
+#     whose nodes of two HVD_HOSTNAME makes (1e-6).
 #  4. Faults on 2 x 2 (HVD_STALL_CHECK_TIME=2 HVD_STALL_SHUTDOWN_TIME=5):
 #     a rank on node2 killed with SIGKILL, and node2's link taken down,
 #     mid-run: the job ends within HVD_STALL_SHUTDOWN_TIME + 30 s,
@@ -201,6 +203,31 @@ if grep -q '^#define HVD_HAVE_BLAS 1' "$HVD_TOP_BUILDDIR/config.h"; then
     "bert_train: the cluster's checkpoint resumes on one host at 2 ranks (step 20)" ||
     show "$tmp/br.out" stdout
   strays "bert_train"
+
+  # post-local SGD by node (bert_train --local-sgd, hvd_process_set_split_node)
+  # on 2 x 2: each host's two ranks average their gradients, all four the
+  # parameters every 2 steps. The same run on one host at 4 ranks with
+  # HVD_HOSTNAME making nodes of two gives the same losses (1e-6); neither
+  # is the plain run's.
+  lsgd="--local-sgd 2 --local-sgd-start 3"
+  on_cluster node1:2,node2:2 "$tmp/bl.out" "$tmp/bl.err" "$bert" $train $lsgd \
+    --log-json "$tmp/lcluster.json"
+  printf '#!/bin/sh\nHVD_HOSTNAME=node$((OMPI_COMM_WORLD_RANK / 2)) exec "%s" "$@"\n' \
+    "$bert" >"$tmp/pairs.sh" && chmod +x "$tmp/pairs.sh"
+  run_np 4 "$tmp/bl1.out" "$tmp/bl1.err" "$tmp/pairs.sh" $train $lsgd \
+    --log-json "$tmp/lone.json"
+  sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$tmp/lcluster.json" >"$tmp/l1"
+  sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$tmp/lone.json" >"$tmp/l2"
+  paste "$tmp/l1" "$tmp/l2" >"$tmp/both"
+  worst=$(awk '{ d = $1 - $2; if (d < 0) d = -d; d /= ($2 < 0 ? -$2 : $2)
+                 if (d > w) w = d; n++ }
+               END { printf "%d %.3g\n", n, w }' "$tmp/both")
+  sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$tmp/cluster.json" >"$tmp/l0"
+  check $(echo "$worst" | awk '{ exit !($1 == 20 && $2 <= 1e-6) }' &&
+    ! cmp -s "$tmp/l1" "$tmp/l0"; echo $?) \
+    "bert_train --local-sgd 2 on 2 x 2: one host's nodes of two to 1e-6, not the plain run (steps, worst: $worst)" ||
+    { show "$tmp/both" "losses (cluster, one host)"; show "$tmp/bl.err" stderr; }
+  strays "bert_train --local-sgd"
 
   # ---- 4. faults -------------------------------------------------------------
   # fault LABEL HOW WANT: bert_train on 2 x 2 from node1 in the background;
