@@ -1,0 +1,79 @@
+/*
+ * checkpoint_int.h - what checkpoint.c (load, the arguments, the
+ * agreement) and checkpoint_save.c (save, synchronous and in the
+ * background) share: the format's constants (doc/checkpoint-format.md),
+ * its byte order and checksum.
+ */
+#ifndef HVD_OPTIM_CHECKPOINT_INT_H
+#define HVD_OPTIM_CHECKPOINT_INT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "optim/optimizer.h"
+
+#define CKPT_MAGIC "HVDCKPT" /* 8 bytes with its NUL */
+#define CKPT_VERSION 1u      /* without counters */
+#define CKPT_VERSION2 2u     /* with a counters section (hvd_state) */
+#define CKPT_VERSION3 3u     /* and PowerSGD's section */
+#define CKPT_HEADER 32       /* magic, version, count, file size, step */
+#define CKPT_SUM 8           /* the trailing checksum */
+#define FNV_BASIS 0xcbf29ce484222325ull
+#define FNV_PRIME 0x00000100000001b3ull
+
+/* Counters a file may hold: hvd_state's and the loss scaler's. */
+#define HVD__CKPT_MAX_COUNTERS 64
+extern const char *const hvd__ckpt_scaler_names[2];
+
+/* ---- bytes --------------------------------------------------------------- */
+
+static inline uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * FNV_PRIME;
+  return h;
+}
+
+static inline int host_is_le(void) {
+  const uint16_t one = 1;
+  return *(const unsigned char *)&one == 1;
+}
+
+static inline void put_le(unsigned char *p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline uint64_t get_le(const unsigned char *p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; i++)
+    v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* Copies elements of esize bytes between host order and little-endian
+ * (the same operation both ways). */
+static inline void copy_le(void *dst, const void *src, size_t bytes, size_t esize) {
+  if (host_is_le() || esize <= 1) {
+    memcpy(dst, src, bytes);
+    return;
+  }
+  unsigned char *d = dst;
+  const unsigned char *s = src;
+  for (size_t at = 0; at + esize <= bytes; at += esize)
+    for (size_t b = 0; b < esize; b++)
+      d[at + b] = s[at + esize - 1 - b];
+}
+
+/* ---- agreement and arguments (checkpoint.c) ---- */
+
+/* hvd__optim_agree under "hvd.ckpt.<what>": every rank gets the result
+ * and message of the lowest failing rank. */
+hvd_result_t hvd__ckpt_agree(const char *what, hvd_result_t local);
+/* The checks of save and load on this rank's arguments (fn names the
+ * call in the message). */
+hvd_result_t hvd__ckpt_check_args(const char *fn, const char *path,
+                                  const hvd_param_t *params, int n,
+                                  const hvd_optimizer_t *opt);
+
+#endif /* HVD_OPTIM_CHECKPOINT_INT_H */
