@@ -63,6 +63,15 @@ bench_bert_ops_LDFLAGS = $(HVD_LDFLAGS) $(BERT_LINK_OPTS)
 bench_bert_ops_LDADD = $(BERT_LIBS) $(HVD_PROG_LDADD)
 endif
 
+## bench/ckpt-async: what a checkpoint blocks the training loop for, saved
+## in the caller against in the background (bench/ckpt-async.c; doc/bench.md,
+## "Checkpoints in the background"). Built, not installed:
+##   mpirun -np 2 bench/ckpt-async DIR [ROUNDS]
+noinst_PROGRAMS += bench/ckpt-async
+bench_ckpt_async_SOURCES = bench/ckpt-async.c
+bench_ckpt_async_CPPFLAGS = $(HVD_PROG_CPPFLAGS)
+bench_ckpt_async_LDADD = $(HVD_PROG_LDADD)
+
 ## The GPU machine's preparation and its one command (doc/gpu-testing.md).
 EXTRA_DIST += bench/prepare-gpu-carry.sh bench/gpu-session.sh bench/bert-sync-ratio.sh \
 	bench/allreduce-ratio.sh bench/zero-copy-probe.c bench/ratio-summary.sh \

@@ -1194,6 +1194,34 @@ hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
                                  int n, const hvd_optimizer_t *opt,
                                  int64_t step);
 
+/* hvd_checkpoint_save with the file written in the background (PyTorch
+ * DCP's async_save): the call does the collective part and rank 0 copies
+ * the whole file into host memory (device tensors through the host), so
+ * the parameters and the optimizer may change as soon as it returns; a
+ * thread of rank 0's then takes its checksum, writes, syncs and renames
+ * the file as hvd_checkpoint_save does (atomically). Rank 0 keeps the
+ * copy's memory (the file's size, hvd_alloc_host) from its first
+ * background save on, for the next to reuse. *out: the save in flight;
+ * hvd_checkpoint_wait(*out), collective, ends it. An error the call finds
+ * (arguments, a device copy, memory) is its result on every rank, and
+ * *out is NULL. One save at a time: any save (either form, and
+ * hvd_state's) before the wait is HVD_ERR_INVALID_ARG on every rank
+ * ("...: the background save of 'a.ckpt' is not waited for yet
+ * (hvd_checkpoint_wait)"). A process that exits with a save in flight
+ * finishes the file first. Collective. */
+typedef struct hvd_checkpoint_request hvd_checkpoint_request_t;
+hvd_result_t hvd_checkpoint_save_async(const char *path,
+                                       const hvd_param_t *params, int n,
+                                       const hvd_optimizer_t *opt, int64_t step,
+                                       hvd_checkpoint_request_t **out);
+/* Waits for the write and frees req (NULL: nothing): every rank gets the
+ * write's result, as hvd_checkpoint_save's, with the call named
+ * hvd_checkpoint_save_async ("...: '/x/a.ckpt': cannot create
+ * '/x/a.ckpt.tmp.123': No such file or directory"). Collective; after
+ * hvd_shutdown, rank 0 waits and gets its own result, the others
+ * HVD_SUCCESS. */
+hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req);
+
 /* Rank 0 reads and checks path (magic, version, checksum, names, dtypes,
  * shapes), every rank receives it by broadcast; on any error nothing is
  * changed and the message names what differs. opt and step may be NULL.

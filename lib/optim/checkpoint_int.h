@@ -53,7 +53,8 @@ static inline uint64_t get_le(const unsigned char *p, int bytes) {
 
 /* Copies elements of esize bytes between host order and little-endian
  * (the same operation both ways). */
-static inline void copy_le(void *dst, const void *src, size_t bytes, size_t esize) {
+static inline void copy_le(void *dst, const void *src, size_t bytes,
+                           size_t esize) {
   if (host_is_le() || esize <= 1) {
     memcpy(dst, src, bytes);
     return;

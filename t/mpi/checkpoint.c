@@ -17,10 +17,19 @@
  *  - save: an argument error on one rank fails on every rank with that
  *    rank's message; an unwritable path and a path that is a directory
  *    fail with HVD_ERR_IO on every rank and leave no temporary file; a
- *    stray "<path>.tmp.<pid>" of a crashed save breaks nothing.
+ *    stray "<path>.tmp.<pid>" of a crashed save breaks nothing;
+ *  - save_async: the file is the synchronous save's byte for byte though
+ *    the model, state and lr changed right after the call; any save
+ *    before the wait is refused on every rank with its message; an
+ *    argument error on one rank, and out NULL, fail the call on every
+ *    rank; a write that fails (a missing directory) fails the wait with
+ *    HVD_ERR_IO on every rank, naming the file; a wait after
+ *    hvd_shutdown finishes the file.
  *
  * Modes for t/mpi/checkpoint.sh and checkpoint_crash.sh (any rank count):
  *   checkpoint save PATH K   K plain AdamW steps, then save at step K
+ *   checkpoint save-async PATH K  the same with hvd_checkpoint_save_async,
+ *                            never waited for (the exit finishes it)
  *   checkpoint load PATH K   load into a scrambled model behind a
  *                            distributed optimizer and check, on every
  *                            rank, the bits of K local AdamW steps
@@ -489,6 +498,119 @@ static void resume(void) {
   model_free(&b);
 }
 
+/* ---- in the background --------------------------------------------------- */
+
+/* "hvd_checkpoint_save_async: '<dir>/<name>': <tail>" (one buffer). */
+static const char *amsg(const char *fn, const char *path, const char *tail) {
+  static char buf[8192];
+  snprintf(buf, sizeof buf, "%s: '%s': %s", fn, path, tail);
+  return buf;
+}
+
+/* hvd_checkpoint_save_async: the file is the synchronous save's byte for
+ * byte although the model changed right after the call; saves before the
+ * wait are refused; errors of the call and of the write. */
+static void background(void) {
+  model_t a, b;
+  model_init(&a, 4);
+  model_init(&b, 4);
+  hvd_optimizer_t *oa = adamw(&a, 0.01, 1), *ob = adamw(&b, 0.01, 1);
+  ok(train(&a, oa, 5) && train(&b, ob, 5), "two models, 5 steps each");
+  hvd_checkpoint_request_t *q = NULL;
+  char bg[1200];
+  snprintf(bg, sizeof bg, "%s", at("bg5.ckpt"));
+  is_int(HVD_SUCCESS, hvd_checkpoint_save_async(bg, a.p, NP, oa, 5, &q),
+         "save_async after 5");
+  ok(q != NULL, "... a request");
+  /* the model moves on at once: values, state, lr, steps */
+  model_fill(&a, 9);
+  ok(train(&a, oa, 2), "... and the model trains on, 2 steps");
+  hvd_optimizer_set_lr(oa, 0.5);
+  is_int(HVD_ERR_INVALID_ARG,
+         hvd_checkpoint_save(at("x.ckpt"), a.p, NP, oa, 7),
+         "a save before the wait: refused");
+  char want[8192];
+  snprintf(want, sizeof want, "%s",
+           amsg("hvd_checkpoint_save", at("x.ckpt"), ""));
+  snprintf(want + strlen(want), sizeof want - strlen(want),
+           "the background save of '%s' is not waited for yet "
+           "(hvd_checkpoint_wait)",
+           bg);
+  is_string(want, hvd_last_error(), "... the message, on every rank");
+  hvd_checkpoint_request_t *q2 = (hvd_checkpoint_request_t *)&q2;
+  is_int(HVD_ERR_INVALID_ARG,
+         hvd_checkpoint_save_async(at("x.ckpt"), a.p, NP, oa, 7, &q2),
+         "a second save_async before the wait: refused");
+  ok(q2 == NULL, "... no request");
+  is_int(HVD_SUCCESS, hvd_checkpoint_wait(q), "wait: the write succeeded");
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(at("fg5.ckpt"), b.p, NP, ob, 5),
+         "the synchronous save of the same state");
+  size_t na = 0, nb = 0;
+  unsigned char *fa = rank == 0 ? slurp(bg, &na) : NULL;
+  unsigned char *fb = rank == 0 ? slurp(at("fg5.ckpt"), &nb) : NULL;
+  ok(root_ll(na > 0 && na == nb && memcmp(fa, fb, na) == 0),
+     "the background file is the synchronous one byte for byte (the state "
+     "at the call)");
+  free(fa);
+  free(fb);
+  is_int(HVD_SUCCESS, hvd_checkpoint_wait(NULL), "wait(NULL): nothing");
+
+  /* the call's own errors: on every rank, no request */
+  q2 = (hvd_checkpoint_request_t *)&q2;
+  is_int(HVD_ERR_INVALID_ARG,
+         hvd_checkpoint_save_async(bg, a.p, rank == tap_size() - 1 ? -1 : NP,
+                                   oa, 7, &q2),
+         "n -1 on the last rank: refused on every rank");
+  snprintf(want, sizeof want,
+           "hvd_checkpoint_save_async: params is NULL or n (-1) is "
+           "negative%s",
+           tap_size() > 1 ? " (on rank " : "");
+  if (tap_size() > 1)
+    snprintf(want + strlen(want), sizeof want - strlen(want), "%d)",
+             tap_size() - 1);
+  is_string(want, hvd_last_error(), "... with that rank's message");
+  ok(q2 == NULL, "... no request");
+  is_int(HVD_ERR_INVALID_ARG,
+         hvd_checkpoint_save_async(bg, a.p, NP, oa, 7,
+                                   rank == 0 ? NULL : &q2),
+         "out NULL on rank 0: refused on every rank");
+  is_string("hvd_checkpoint_save_async: out is NULL", hvd_last_error(),
+            "... the message");
+
+  /* the write's error: the call succeeds, the wait says why */
+  char bad[1200], tmpname[1300];
+  snprintf(bad, sizeof bad, "%s", at("no-such-dir/y.ckpt"));
+  is_int(HVD_SUCCESS, hvd_checkpoint_save_async(bad, a.p, NP, oa, 7, &q),
+         "save_async into a missing directory: the call succeeds");
+  snprintf(tmpname, sizeof tmpname, "cannot create '%s.tmp.%lld': %s", bad,
+           root_ll(getpid()), strerror(ENOENT));
+  is_int(HVD_ERR_IO, hvd_checkpoint_wait(q), "... the wait fails, HVD_ERR_IO");
+  is_string(amsg("hvd_checkpoint_save_async", bad, tmpname), hvd_last_error(),
+            "... on every rank, naming the file");
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(at("x.ckpt"), a.p, NP, oa, 7),
+         "after the wait, saves go on");
+  is_int(0, root_ll(temp_files()), "no temporary file is left");
+
+  /* a save in flight across hvd_shutdown: the wait is local then */
+  is_int(HVD_SUCCESS,
+         hvd_checkpoint_save_async(at("late.ckpt"), b.p, NP, ob, 5, &q),
+         "save_async, then hvd_shutdown");
+  hvd_optimizer_destroy(oa);
+  hvd_optimizer_destroy(ob);
+  hvd_shutdown();
+  is_int(HVD_SUCCESS, hvd_checkpoint_wait(q), "... the wait after it");
+  if (hvd_init() != HVD_SUCCESS)
+    bail("hvd_init again: %s", hvd_last_error());
+  fa = rank == 0 ? slurp(at("late.ckpt"), &na) : NULL;
+  fb = rank == 0 ? slurp(at("fg5.ckpt"), &nb) : NULL;
+  ok(root_ll(na > 0 && na == nb && memcmp(fa, fb, na) == 0),
+     "... wrote the whole file");
+  free(fa);
+  free(fb);
+  model_free(&a);
+  model_free(&b);
+}
+
 /* ---- modes for the shell tests ------------------------------------------- */
 
 static int mode_save(const char *path, int k) {
@@ -500,6 +622,22 @@ static int mode_save(const char *path, int k) {
          "save at np %d", tap_size());
   if (hvd_last_error()[0])
     diag("%s", hvd_last_error());
+  hvd_optimizer_destroy(opt);
+  model_free(&m);
+  return 0;
+}
+
+/* save, but in the background, and leave without the wait: the process's
+ * exit finishes the file. */
+static int mode_save_async(const char *path, int k) {
+  model_t m;
+  model_init(&m, 5);
+  hvd_optimizer_t *opt = adamw(&m, 0.02, 0);
+  hvd_checkpoint_request_t *q = NULL;
+  ok(train(&m, opt, k), "%d local AdamW steps", k);
+  is_int(HVD_SUCCESS, hvd_checkpoint_save_async(path, m.p, NP, opt, k, &q),
+         "save_async at np %d, never waited for", tap_size());
+  model_fill(&m, 9); /* changes nothing in the file */
   hvd_optimizer_destroy(opt);
   model_free(&m);
   return 0;
@@ -538,6 +676,8 @@ int main(int argc, char **argv) {
     is_int(HVD_SUCCESS, hvd_init(), "hvd_init");
     if (strcmp(argv[1], "save") == 0)
       mode_save(argv[2], atoi(argv[3]));
+    else if (strcmp(argv[1], "save-async") == 0)
+      mode_save_async(argv[2], atoi(argv[3]));
     else
       mode_load(argv[2], atoi(argv[3]));
     hvd_shutdown();
@@ -562,6 +702,7 @@ int main(int argc, char **argv) {
   hvdt_shared_tmpdir(dir, sizeof dir, "ckpt");
   resume();
   failures();
+  background();
   hvdt_remove_tmpdir(dir);
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();

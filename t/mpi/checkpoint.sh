@@ -3,7 +3,8 @@
 # t/mpi/checkpoint (which see) saves 3 AdamW steps at np 2, then loads the
 # file at np 1, 2 and 3 behind a distributed optimizer; every rank of each
 # load checks the bits of the values, the optimizer state, lr, the step
-# count and the step against its own 3 local steps.
+# count and the step against its own 3 local steps. The same save with
+# hvd_checkpoint_save_async, never waited for, is finished by the exit.
 # Each run is bounded by HVD_TEST_TIMEOUT=60 (the wrapper's timeout).
 
 : "${HVD_TOP_BUILDDIR:?run me from make check}"
@@ -38,10 +39,22 @@ run() {
   fi
 }
 
-echo "1..4"
+echo "1..7"
 run "save at np 2" 2 save "$tmp/model.ckpt" 3
 for np in 1 2 3; do
   run "load at np $np: every rank has the saved bits" $np \
     load "$tmp/model.ckpt" 3
 done
+# hvd_checkpoint_save_async never waited for: the program ends with the
+# write in flight, and its exit finishes the file
+run "save_async at np 2, no wait: the program exits 0" 2 \
+  save-async "$tmp/bg.ckpt" 3
+run "... the file loads at np 3 with the saved bits" 3 load "$tmp/bg.ckpt" 3
+n=$((n + 1))
+if cmp -s "$tmp/model.ckpt" "$tmp/bg.ckpt"; then
+  echo "ok $n - ... byte for byte the synchronous save's file"
+else
+  echo "not ok $n - ... byte for byte the synchronous save's file"
+  failed=1
+fi
 exit $failed

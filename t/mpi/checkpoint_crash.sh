@@ -10,7 +10,11 @@
 #  3. loading model.ckpt gives the 3-step bits (np 1 and 2);
 #  4. with that stray temporary file still there, a normal save of 4 steps
 #     works and loads back as the 4-step bits, and the stray file is left
-#     alone (hvd never removes another process's temporary files).
+#     alone (hvd never removes another process's temporary files);
+#  5. hvd_checkpoint_save_async never waited for, its rename held up 2 s
+#     by the shim (HVD_TEST_SLOW_RENAME) so that the program ends first:
+#     the exit waits for the write, and the file loads with the 3-step
+#     bits.
 # Each run is bounded by HVD_TEST_TIMEOUT=60 (the wrapper's timeout).
 
 : "${HVD_TOP_BUILDDIR:?run me from make check}"
@@ -57,7 +61,7 @@ run() {
   [ $rc = 0 ] || sed 's/^/#   /' "$tmp/out"
 }
 
-echo "1..10"
+echo "1..13"
 run "save 3 steps" 2 save "$ckpt" 3
 before=`cksum <"$ckpt"`
 
@@ -85,4 +89,12 @@ run "a normal save of 4 steps next to the stray temporary file" 2 \
 run "loads as the 4-step bits" 2 load "$ckpt" 4
 ls "$ckpt".tmp.* >/dev/null 2>&1
 check $? "the stray temporary file is left alone"
+
+bg=$tmp/bg.ckpt
+HVD_TEST_MPIEXEC_ARGS="$HVD_TEST_MPIEXEC_ARGS -x LD_PRELOAD=$shim -x HVD_TEST_SLOW_RENAME=$bg" \
+  run "save_async of 3 steps, rename held up 2 s, never waited for: exit 0" \
+  2 save-async "$bg" 3
+[ -f "$bg" ] && ! ls "$bg".tmp.* >/dev/null 2>&1
+check $? "... the exit waited for the write: the file is there, no temporary"
+run "... it loads as the 3-step bits" 2 load "$bg" 3
 exit $failed

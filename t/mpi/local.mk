@@ -137,7 +137,7 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/local_sgd.np4 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
-	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3
+	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3 t/mpi/checkpoint.np4
 ## the model both PowerSGD tests train
 t_mpi_powersgd_SOURCES = t/mpi/powersgd.c t/mpi/psgd_model.c \
 	t/mpi/psgd_model.h

@@ -1,0 +1,143 @@
+/*
+ * ckpt-async.c - what a checkpoint costs the training loop, written in the
+ * caller (hvd_checkpoint_save) against in the background
+ * (hvd_checkpoint_save_async) (doc/bench.md, "Checkpoints in the
+ * background"): BERT-base-shaped float32 parameters (the word embeddings,
+ * the positions, and 12 layers of four 768 x 768 and two 768 x 3072
+ * matrices: 74 tensors, 108.8 M elements) under AdamW after one step (two
+ * state tensors each: a 1.3 GB file), saved to DIR/bench.ckpt I rounds
+ * (default 5, the first a warm-up), the two ways alternately, a barrier
+ * before each. Rank 0 prints per round the synchronous save's time, the
+ * background save's call (what the loop waits for: the collective part
+ * and rank 0's copy of the file) and the time until its wait returned
+ * (the file written, synced and renamed), then the medians and the ratio
+ * of the calls.
+ *
+ *   mpirun -np 2 bench/ckpt-async DIR [I]      (built by make)
+ */
+#include "hvd.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NT 74
+#define MAXR 64
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The model: BERT-base's matrices, gradient 1e-3 so that Adam's state
+ * is not zero. */
+static hvd_param_t *model(int *n) {
+  static hvd_param_t p[NT];
+  static char names[NT][32];
+  int64_t len[NT];
+  int k = 0;
+  len[k++] = 30522LL * 768;
+  len[k++] = 512 * 768;
+  for (int l = 0; l < 12; l++) {
+    for (int j = 0; j < 4; j++)
+      len[k++] = 768 * 768;
+    len[k++] = 768 * 3072;
+    len[k++] = 3072 * 768;
+  }
+  for (int i = 0; i < k; i++) {
+    float *v = malloc((size_t)len[i] * sizeof *v);
+    float *g = malloc((size_t)len[i] * sizeof *g);
+    if (v == NULL || g == NULL)
+      return NULL;
+    for (int64_t j = 0; j < len[i]; j++) {
+      v[j] = (float)((j * 7 + i) % 13 - 6) * 1e-2f;
+      g[j] = 1e-3f;
+    }
+    snprintf(names[i], sizeof names[i], "p%d", i);
+    p[i].name = names[i];
+    p[i].value = hvd_tensor_make(v, HVD_FLOAT32, 1, &len[i]);
+    p[i].grad = hvd_tensor_make(g, HVD_FLOAT32, 1, &len[i]);
+  }
+  *n = k;
+  return p;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: ckpt-async DIR [ROUNDS]\n");
+    return 2;
+  }
+  int rounds = argc > 2 ? atoi(argv[2]) : 5;
+  if (rounds < 2 || rounds > MAXR)
+    rounds = 5;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/bench.ckpt", argv[1]);
+  if (hvd_init() != HVD_SUCCESS) {
+    fprintf(stderr, "hvd_init: %s\n", hvd_last_error());
+    return 1;
+  }
+  int n = 0;
+  hvd_param_t *p = model(&n);
+  hvd_adam_options_t ao;
+  hvd_adam_options_init(&ao);
+  ao.decoupled = 1;
+  hvd_optimizer_t *opt = NULL;
+  if (p == NULL || hvd_adam_create(p, n, &ao, &opt) != HVD_SUCCESS ||
+      hvd_optimizer_step(opt) != HVD_SUCCESS) {
+    fprintf(stderr, "the model: %s\n", p ? hvd_last_error() : "no memory");
+    return 1;
+  }
+  double sync_s[MAXR], call_s[MAXR], total_s[MAXR];
+  int kept = 0;
+  for (int it = 0; it < rounds; it++) {
+    double t[3] = {0, 0, 0};
+    for (int k = 0; k < 2; k++) {
+      const int bg = (it + k) % 2; /* the order swapped every round */
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t0 = MPI_Wtime();
+      hvd_result_t rc;
+      if (!bg) {
+        rc = hvd_checkpoint_save(path, p, n, opt, it);
+        t[0] = MPI_Wtime() - t0;
+      } else {
+        hvd_checkpoint_request_t *q = NULL;
+        rc = hvd_checkpoint_save_async(path, p, n, opt, it, &q);
+        t[1] = MPI_Wtime() - t0;
+        if (rc == HVD_SUCCESS)
+          rc = hvd_checkpoint_wait(q);
+        t[2] = MPI_Wtime() - t0;
+      }
+      if (rc != HVD_SUCCESS) {
+        fprintf(stderr, "save: %s\n", hvd_last_error());
+        return 1;
+      }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (hvd_rank() == 0)
+      printf("round %d%s: save %.0f ms; save_async's call %.0f ms, its "
+             "wait done at %.0f ms\n",
+             it, it == 0 ? " (warm-up)" : "", t[0] * 1e3, t[1] * 1e3,
+             t[2] * 1e3);
+    if (it > 0) {
+      sync_s[kept] = t[0];
+      call_s[kept] = t[1];
+      total_s[kept++] = t[2];
+    }
+  }
+  if (hvd_rank() == 0) {
+    double ms = median(sync_s, kept), mc = median(call_s, kept),
+           mt = median(total_s, kept);
+    printf("median of %d rounds at np %d: save %.0f ms, save_async's call "
+           "%.0f ms (%.2fx of save's), written at %.0f ms\n",
+           kept, hvd_size(), ms * 1e3, mc * 1e3, mc / ms, mt * 1e3);
+  }
+  hvd_optimizer_destroy(opt);
+  hvd_shutdown();
+  return 0;
+}
