@@ -100,6 +100,7 @@ typedef struct options {
   int64_t sentences; /* synthetic corpus lines */
   const char *checkpoint;
   int64_t checkpoint_every;
+  int checkpoint_async; /* --checkpoint-async */
   int keep;
   const char *resume;
   const char *log_json;
@@ -209,6 +210,9 @@ static const char usage_text[] =
     "  --checkpoint DIR       write DIR/step-NNNNNN.ckpt (and DIR/" VOCAB_FILE
     ")\n"
     "  --checkpoint-every N   every N steps (and after the last one)\n"
+    "  --checkpoint-async     write each checkpoint in the background\n"
+    "                         (hvd_checkpoint_save_async): training goes on\n"
+    "                         while rank 0 writes its copy\n"
     "  --keep N               keep only the newest N checkpoints (0: all)\n"
     "  --resume PATH          continue from a checkpoint file, or from the\n"
     "                         newest one in directory PATH\n"
@@ -274,6 +278,7 @@ enum {
   O_CHECKPOINT,
   O_CHECKPOINT_EVERY,
   O_KEEP,
+  O_CHECKPOINT_ASYNC,
   O_RESUME,
   O_LOG_JSON,
   O_ELASTIC,
@@ -328,6 +333,7 @@ static const struct option long_options[] = {
     {"checkpoint", required_argument, NULL, O_CHECKPOINT},
     {"checkpoint-every", required_argument, NULL, O_CHECKPOINT_EVERY},
     {"keep", required_argument, NULL, O_KEEP},
+    {"checkpoint-async", no_argument, NULL, O_CHECKPOINT_ASYNC},
     {"resume", required_argument, NULL, O_RESUME},
     {"log-json", required_argument, NULL, O_LOG_JSON},
     {"elastic", required_argument, NULL, O_ELASTIC},
@@ -517,6 +523,9 @@ static int file_option(options_t *o, int ch, const char *a) {
   case O_KEEP:
     o->keep = (int)cli_int("--keep", a, 0, INT32_MAX);
     return 1;
+  case O_CHECKPOINT_ASYNC:
+    o->checkpoint_async = 1;
+    return 1;
   case O_RESUME:
     o->resume = name_arg("--resume", a, "a checkpoint file or directory");
     return 1;
@@ -574,8 +583,9 @@ static void check_options(options_t *o) {
     o->commit_every = 1;
   if (o->save_every == 0)
     o->save_every = 1;
-  if (o->keep > 0 && o->checkpoint == NULL)
-    cli_usage_error("--keep needs --checkpoint DIR");
+  if ((o->keep > 0 || o->checkpoint_async) && o->checkpoint == NULL)
+    cli_usage_error("%s needs --checkpoint DIR",
+                    o->keep > 0 ? "--keep" : "--checkpoint-async");
   if (o->no_sync && o->compression != HVD_COMPRESS_NONE)
     cli_usage_error("--no-sync reduces nothing, so it takes no compression");
   if (o->tf32 && !o->gpu)
@@ -1212,10 +1222,12 @@ typedef struct run {
   bert_model_t *model;
   hvd_param_t *params;
   int nparams;
-  int no_decay;                /* parameters --no-decay exempts */
-  hvd_optimizer_t *opt;        /* AdamW inside the distributed wrapper */
-  hvd_process_set_t *node_set; /* --local-sgd's group: this node's ranks */
-  int64_t start;               /* the first step of this run */
+  int no_decay;                     /* parameters --no-decay exempts */
+  hvd_optimizer_t *opt;             /* AdamW inside the distributed wrapper */
+  hvd_process_set_t *node_set;      /* --local-sgd's group: this node's ranks */
+  hvd_checkpoint_request_t *saving; /* --checkpoint-async's in flight */
+  int64_t saving_step;              /* its step */
+  int64_t start;                    /* the first step of this run */
   char resumed_from[4096];
   hvd_state_t *state;                  /* --elastic's, or NULL */
   int64_t c_step, c_epoch, c_consumed; /* its counters */
@@ -1765,28 +1777,61 @@ static double forward_backward(run_t *r, int64_t local, int64_t total,
   return comm_wait;
 }
 
-/* After step s: the checkpoint it is due (and the old ones pruned), the
- * position in the data moved on, and the commit it is due. */
-static void after_step(run_t *r, int64_t s) {
+/* The checkpoint of step `step`, in r->path, is written: said, and the
+ * old ones pruned. */
+static void saved(run_t *r, int64_t step) {
+  if (r->rank == 0 && !r->o.quiet) {
+    printf(PROG ": saved %s\n", r->path);
+    fflush(stdout);
+  }
+  if (r->rank == 0 && r->o.keep > 0)
+    prune_checkpoints(r->o.checkpoint, step, r->o.keep);
+}
+
+/* --checkpoint-async: the save in flight, if any, waited for. */
+static void finish_checkpoint(run_t *r) {
+  if (r->saving == NULL)
+    return;
+  hvd_checkpoint_request_t *q = r->saving;
+  r->saving = NULL;
+  check_agreed(hvd_checkpoint_wait(q), "hvd_checkpoint_wait");
+  saved(r, r->saving_step);
+}
+
+/* The checkpoint after step s, if due: written before this returns, or
+ * (--checkpoint-async) copied, and written while the next steps run. */
+static void checkpoint_due(run_t *r, int64_t s) {
   const options_t *o = &r->o;
-  if (o->checkpoint != NULL &&
-      ((o->checkpoint_every > 0 && (s + 1) % o->checkpoint_every == 0) ||
-       s + 1 == o->steps)) {
-    checkpoint_name(r->path, sizeof r->path, o->checkpoint, s + 1);
+  if (o->checkpoint == NULL ||
+      !((o->checkpoint_every > 0 && (s + 1) % o->checkpoint_every == 0) ||
+        s + 1 == o->steps))
+    return;
+  finish_checkpoint(r); /* one at a time */
+  checkpoint_name(r->path, sizeof r->path, o->checkpoint, s + 1);
+  if (!o->checkpoint_async) {
     check_agreed(
         hvd_checkpoint_save(r->path, r->params, r->nparams, r->opt, s + 1),
         "hvd_checkpoint_save");
-    if (r->rank == 0 && !o->quiet) {
-      printf(PROG ": saved %s\n", r->path);
-      fflush(stdout);
-    }
-    if (r->rank == 0 && o->keep > 0)
-      prune_checkpoints(o->checkpoint, s + 1, o->keep);
+    saved(r, s + 1);
+    return;
   }
+  check_agreed(hvd_checkpoint_save_async(r->path, r->params, r->nparams, r->opt,
+                                         s + 1, &r->saving),
+               "hvd_checkpoint_save_async");
+  r->saving_step = s + 1;
+}
+
+/* After step s: the checkpoint it is due, the position in the data moved
+ * on, and the commit it is due. */
+static void after_step(run_t *r, int64_t s) {
+  const options_t *o = &r->o;
+  checkpoint_due(r, s);
   r->in_epoch++;
   r->consumed += r->global_batch;
   if (r->state != NULL &&
       ((s + 1) % o->commit_every == 0 || s + 1 == o->steps)) {
+    if ((hvd_state_commits(r->state) + 1) % o->save_every == 0)
+      finish_checkpoint(r); /* the commit writes a file too */
     int epoch_done = r->in_epoch == r->left;
     r->c_step = s + 1;
     r->c_epoch = epoch_done ? r->epoch + 1 : r->epoch;
@@ -1825,6 +1870,7 @@ static void train(run_t *r) {
   setup_steps(r);
   for (int64_t s = r->start; s < r->o.steps; s++)
     train_step(r, s);
+  finish_checkpoint(r);
   double total_time = now() - r->rep.start;
   if (r->rank == 0)
     report_done(&r->rep, &r->o, r->size, (double)r->tokens_per_step,

@@ -28,6 +28,7 @@
 #  3. resume: 10 steps checkpointed every 5, then 5 more from the step-5
 #     checkpoint continue the curve (1e-5 relative at the same world size,
 #     1e-4 at np 2); --powersgd's too (its state in the file, 1e-5);
+#     --checkpoint-async writes the synchronous run's files, pruned alike;
 #  4. a missing, empty or too small --data file ends the job with exit 1
 #     and the reason on stderr, before any training;
 #  5. --help exits 0 with the usage; bad options exit 2; --log-json with
@@ -74,7 +75,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..56"
+echo "1..58"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -230,6 +231,29 @@ if train resume2 2 --steps 10 --batch-size 4 \
 else
   fail "resume at np 2 (batch 4 per rank) from step 5: the same curve"
   show_run resume2
+fi
+
+# --checkpoint-async (hvd_checkpoint_save_async): the same run at np 2
+# saving in the background every 3 steps, --keep 2: the losses are
+# unchanged, each save is said once written, step 9 and 10 remain (each
+# the synchronous save's file byte for byte: the model moved on while it
+# was written) and no temporary file.
+ca=$tmp/ckasync
+cs=$tmp/cksync
+if train casync 2 --steps 10 --batch-size 4 --checkpoint "$ca" \
+    --checkpoint-every 3 --checkpoint-async --keep 2 &&
+  train csync 2 --steps 10 --batch-size 4 --checkpoint "$cs" \
+    --checkpoint-every 3 --keep 2 &&
+  [ "`losses_of casync`" = "`losses_of csync`" ] &&
+  [ "`ls "$ca" | tr '\n' ' '`" = "step-000009.ckpt step-000010.ckpt vocab.txt " ] &&
+  cmp -s "$ca/step-000009.ckpt" "$cs/step-000009.ckpt" &&
+  cmp -s "$ca/step-000010.ckpt" "$cs/step-000010.ckpt" &&
+  [ "`grep -c "^bert_train: saved $ca/step-0000" "$tmp/casync.out"`" -eq 4 ]; then
+  pass "--checkpoint-async --keep 2 at np 2: the same losses, and the synchronous run's files byte for byte"
+else
+  fail "--checkpoint-async --keep 2 at np 2: the same losses, and the synchronous run's files byte for byte"
+  show_run casync
+  ls -l "$ca" 2>&1 | sed 's/^/#   /'
 fi
 
 # what a run says: each save; the progress line even under 1 s; the
@@ -505,7 +529,7 @@ for args in "--no-such-option" "--steps many" "--lr" "--clip-grad-norm -1" \
   "--fp16-allreduce --bf16-allreduce" "--powersgd 2 --zero 1" \
   "--adasum --zero 1" "--adasum --powersgd 2" "--local-sgd 0" \
   "--local-sgd-start 3" "--local-sgd 2 --local-sgd-group pairs" \
-  "--local-sgd 2 --fp16-allreduce"; do
+  "--local-sgd 2 --fp16-allreduce" "--checkpoint-async"; do
   "$HVD_MPIRUN_TEST" --np 0 "$prog" $args >"$tmp/opt.out" 2>"$tmp/opt.err"
   rc=$?
   if [ $rc = 2 ] && grep -q "^bert_train: " "$tmp/opt.err"; then
