@@ -986,13 +986,13 @@ typedef enum hvd_compression {
  * compressed parameters, on the host or the rank's GPU (there the products are
  * kernels on the optimizer's stream, the same bits as the host's; P and Q
  * are copied to the host for Gram-Schmidt); no sharding, no op
- * HVD_ADASUM. Checkpoints hold the state (format version 3): the
+ * HVD_ADASUM. Checkpoints hold the state (their PowerSGD section): the
  * ranks' mean error feedback (what the averaged gradient still owes; the
  * result depends on the ranks' errors only through their sum), the warm
  * start's Q and the count of Qs drawn. A load gives every rank that mean,
  * at any world size: the resumed run is the uninterrupted one to rounding
- * (bit for bit at one rank). A file without the state (version 1 or 2:
- * saved without PowerSGD) starts it afresh: zero error, a new Q.
+ * (bit for bit at one rank). A file without the state (saved without
+ * PowerSGD) starts it afresh: zero error, a new Q.
  * hvd_state's in-memory commits keep each rank's own error, exactly. */
 typedef struct hvd_powersgd_options {
   int rank;                    /* r >= 1 (default 1) */
@@ -1237,8 +1237,8 @@ hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
  * a state is one model's parameters, their optimizer (may be NULL) and
  * named int64 progress counters (epoch, step, position in the epoch).
  * hvd_state_commit copies them in memory (every rank) and, every
- * save_every-th commit, writes them to path as a checkpoint (version 2
- * with the counters; rank 0 writes a temporary file, fsyncs and renames
+ * save_every-th commit, writes them to path as a checkpoint (with the
+ * counters; rank 0 writes a temporary file, fsyncs and renames
  * it, so a failure during the save leaves the previous file whole).
  * hvd_state_restore puts back this process's newest commit, or else (a
  * relaunched job) the file's, or else nothing (*restored 0). Both are

@@ -189,14 +189,16 @@ static hvd_result_t check_file(const char *path, const unsigned char *buf,
                           "bytes)",
                           load_fn, path, size, CKPT_HEADER + 4 + CKPT_SUM);
   uint32_t version = (uint32_t)get_le(buf + 8, 4);
-  if (version < CKPT_VERSION || version > CKPT_VERSION3)
+  if (version < CKPT_VERSION || version > CKPT_VERSION4)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "%s: '%s': format version %u is not supported "
                           "(this hvd reads versions %u to %u)",
-                          load_fn, path, version, CKPT_VERSION, CKPT_VERSION3);
+                          load_fn, path, version, CKPT_VERSION, CKPT_VERSION4);
   uint64_t want = get_le(buf + 16, 8);
-  if (fnv1a(FNV_BASIS, buf, size - CKPT_SUM) !=
-      get_le(buf + size - CKPT_SUM, 8)) {
+  uint64_t sum = version >= CKPT_VERSION4
+                     ? hvd__sum64(buf, size - CKPT_SUM)
+                     : fnv1a(FNV_BASIS, buf, size - CKPT_SUM);
+  if (sum != get_le(buf + size - CKPT_SUM, 8)) {
     if (want > size)
       return hvd__set_error(HVD_ERR_CORRUPT,
                             "%s: '%s': truncated (read %zu of %llu bytes)",
@@ -341,7 +343,7 @@ static hvd_result_t next_param(const char *path, reader_t *r, uint64_t ns,
   return HVD_SUCCESS;
 }
 
-/* A version 2 file's counters section (after the optimizer's): checked
+/* A version 2+ file's counters section (after the optimizer's): checked
  * against the program's ctr (every counter it asks for must be there,
  * by name), and with set, copied into ctr->values. Version 1: none. */
 static hvd_result_t next_counters(const char *path, reader_t *r,
@@ -400,7 +402,7 @@ static int find_counter(const unsigned char *buf, size_t size, const char *name,
   return 0;
 }
 
-/* One record of a version 3 file's PowerSGD section. */
+/* One record of a version 3+ file's PowerSGD section. */
 typedef struct file_psgd {
   const char *name;
   uint32_t len;
@@ -428,7 +430,7 @@ static hvd_result_t next_psgd(const char *path, reader_t *r, file_psgd_t *f) {
   return HVD_SUCCESS;
 }
 
-/* A version 3 file's PowerSGD section, read through; each record of a
+/* A version 3+ file's PowerSGD section, read through; each record of a
  * parameter that ps compresses checked against its matrix view. */
 static hvd_result_t check_psgd(const char *path, reader_t *r,
                                const hvd__psgd_t *ps) {
@@ -479,7 +481,7 @@ static hvd_result_t apply_psgd(const char *path, reader_t *r,
   file_psgd_t f;
   hvd_result_t rc;
   HVD__CHECK(hvd__psgd_reset(ps, load_fn));
-  if (get_le(buf + 8, 4) == CKPT_VERSION3 && !take_int(r, 4, &count))
+  if (get_le(buf + 8, 4) >= CKPT_VERSION3 && !take_int(r, 4, &count))
     return MALFORMED(r, "PowerSGD section");
   for (uint64_t k = 0; k < count; k++) {
     HVD__CHECK(next_psgd(path, r, &f));
@@ -596,7 +598,7 @@ static hvd_result_t validate(const char *path, const unsigned char *buf,
     if (i < (uint64_t)n)
       HVD__CHECK(check_param(path, i, &f, &params[i]));
   }
-  if (get_le(buf + 8, 4) == CKPT_VERSION3)
+  if (get_le(buf + 8, 4) >= CKPT_VERSION3)
     HVD__CHECK(check_psgd(path, &r, ps));
   if (r.at != r.size)
     return MALFORMED(&r, "bytes after the last parameter");

@@ -10,12 +10,14 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/checksum.h"
 #include "optim/optimizer.h"
 
 #define CKPT_MAGIC "HVDCKPT" /* 8 bytes with its NUL */
 #define CKPT_VERSION 1u      /* without counters */
 #define CKPT_VERSION2 2u     /* with a counters section (hvd_state) */
 #define CKPT_VERSION3 3u     /* and PowerSGD's section */
+#define CKPT_VERSION4 4u     /* version 3's layout, hvd__sum64's checksum */
 #define CKPT_HEADER 32       /* magic, version, count, file size, step */
 #define CKPT_SUM 8           /* the trailing checksum */
 #define FNV_BASIS 0xcbf29ce484222325ull

@@ -35,8 +35,8 @@ typedef struct writer {
   FILE *f;
   unsigned char *mem; /* in place of f: a snapshot of cap bytes */
   uint64_t cap;
-  int nosum; /* the snapshot's checksum is the writer thread's to take */
-  uint64_t sum;
+  int nosum;      /* the snapshot's checksum is the writer thread's to take */
+  hvd__sum_t sum; /* of what was put (hvd__sum64's, version 4) */
   uint64_t written;
   int err;               /* errno of the first failed write */
   hvd_result_t dev_rc;   /* a failed copy from the device (message set) */
@@ -49,7 +49,7 @@ static void put(writer_t *w, const void *p, size_t n) {
   if (w->err != 0 || n == 0)
     return;
   if (!w->nosum)
-    w->sum = fnv1a(w->sum, p, n);
+    hvd__sum_add(&w->sum, p, n);
   errno = 0;
   if (w->mem == NULL && fwrite(p, 1, n, w->f) != n)
     w->err = errno != 0 ? errno : EIO;
@@ -116,26 +116,12 @@ static void put_tensor(writer_t *w, const hvd_tensor_t *t, size_t bytes,
   }
 }
 
-/* What a file holds besides the model and the optimizer: counters
- * (version 2) and PowerSGD's state (version 3, counters section too). */
+/* What a file holds besides the model and the optimizer: counters and
+ * PowerSGD's state (each section there, empty or not). */
 typedef struct extras {
   const hvd__counters_t *ctr; /* may be NULL */
   const hvd__psgd_t *psgd;    /* gathered (hvd__psgd_gather), or NULL */
 } extras_t;
-
-static int has_psgd(const extras_t *x, int n) {
-  hvd__psgd_record_t rec;
-  for (int i = 0; x->psgd != NULL && i < n; i++)
-    if (hvd__psgd_record(x->psgd, i, &rec))
-      return 1;
-  return 0;
-}
-
-static uint32_t version_of(const extras_t *x, int n) {
-  if (has_psgd(x, n))
-    return CKPT_VERSION3;
-  return x->ctr != NULL && x->ctr->n > 0 ? CKPT_VERSION2 : CKPT_VERSION;
-}
 
 /* PowerSGD's section: its records, data included. */
 static uint64_t psgd_size(const extras_t *x, int n) {
@@ -156,15 +142,9 @@ static uint64_t psgd_size(const extras_t *x, int n) {
 static uint64_t file_size(const hvd_param_t *params, int n,
                           const hvd_optimizer_t *c, const extras_t *x) {
   int ns = c ? c->ops.nstate : 0;
-  uint32_t version = version_of(x, n);
-  uint64_t size = CKPT_HEADER + 4 + CKPT_SUM;
-  if (version >= CKPT_VERSION2) {
-    size += 4;
-    for (int k = 0; x->ctr != NULL && k < x->ctr->n; k++)
-      size += 4 + strlen(x->ctr->names[k]) + 8;
-  }
-  if (version == CKPT_VERSION3)
-    size += psgd_size(x, n);
+  uint64_t size = CKPT_HEADER + 4 + CKPT_SUM + 4 + psgd_size(x, n);
+  for (int k = 0; x->ctr != NULL && k < x->ctr->n; k++)
+    size += 4 + strlen(x->ctr->names[k]) + 8;
   if (c != NULL) {
     size += 4 + strlen(c->ops.name ? c->ops.name : "") + 8 + 8 + 4;
     for (int k = 0; k < ns; k++)
@@ -201,15 +181,15 @@ static void write_psgd(writer_t *w, const extras_t *x, int n) {
   }
 }
 
-/* Everything but the checksum. */
+/* Everything but the checksum: version 4 (version 3's sections, the
+ * counters and PowerSGD's, there even when empty). */
 static void write_body(writer_t *w, const hvd_param_t *params, int n,
                        const hvd_optimizer_t *c, int64_t step, uint64_t size,
                        const extras_t *x) {
   unsigned char head[CKPT_HEADER];
   const hvd__counters_t *ctr = x->ctr;
-  const uint32_t version = version_of(x, n);
   memcpy(head, CKPT_MAGIC, 8);
-  put_le(head + 8, version, 4);
+  put_le(head + 8, CKPT_VERSION4, 4);
   put_le(head + 12, (uint32_t)n, 4);
   put_le(head + 16, size, 8);
   put_le(head + 24, (uint64_t)step, 8);
@@ -226,12 +206,10 @@ static void write_body(writer_t *w, const hvd_param_t *params, int n,
     for (int k = 0; k < ns; k++)
       put_str(w, c->ops.state_names[k]);
   }
-  if (version >= CKPT_VERSION2) {
-    put_int(w, ctr != NULL ? (uint32_t)ctr->n : 0, 4);
-    for (int k = 0; ctr != NULL && k < ctr->n; k++) {
-      put_str(w, ctr->names[k]);
-      put_int(w, (uint64_t)ctr->values[k], 8);
-    }
+  put_int(w, ctr != NULL ? (uint32_t)ctr->n : 0, 4);
+  for (int k = 0; ctr != NULL && k < ctr->n; k++) {
+    put_str(w, ctr->names[k]);
+    put_int(w, (uint64_t)ctr->values[k], 8);
   }
   for (int i = 0; i < n && w->err == 0; i++) {
     const hvd_tensor_t *v = &params[i].value;
@@ -245,7 +223,7 @@ static void write_body(writer_t *w, const hvd_param_t *params, int n,
     for (int k = 0; k < ns; k++)
       put_tensor(w, &c->state[i * ns + k], bytes, esize);
   }
-  if (version == CKPT_VERSION3 && w->err == 0)
+  if (w->err == 0)
     write_psgd(w, x, n);
 }
 
@@ -318,7 +296,7 @@ static hvd_result_t write_synced(writer_t *w, const save_t *s,
     w->written = size;
   } else {
     write_body(w, s->params, s->n, s->c, s->step, size, &s->x);
-    put_int(w, w->sum, 8);
+    put_int(w, hvd__sum_end(&w->sum), 8);
   }
   if (w->dev_rc != HVD_SUCCESS || (*err = w->err) != 0)
     return w->dev_rc;
@@ -344,7 +322,8 @@ static hvd_result_t write_file(const save_t *s) {
   hvd_result_t rc = HVD_SUCCESS;
   size_t tlen = strlen(s->path) + 32;
   char *tmp = malloc(tlen), *dir = NULL;
-  writer_t w = {.fn = s->fn, .sum = FNV_BASIS};
+  writer_t w = {.fn = s->fn};
+  hvd__sum_init(&w.sum);
   const char *doing = "create";
   int err = 0, created = 0;
   if (tmp == NULL)
@@ -437,12 +416,11 @@ static hvd_result_t snapshot(const save_t *s, hvd_checkpoint_request_t *q) {
   writer_t w = {.fn = s->fn,
                 .mem = staging_get(s->fn, s->path, size),
                 .cap = size,
-                .nosum = 1,
-                .sum = FNV_BASIS};
+                .nosum = 1};
   if (w.mem == NULL)
     return HVD_ERR_NO_MEMORY; /* message set */
   write_body(&w, s->params, s->n, s->c, s->step, size, &s->x);
-  put_int(&w, w.sum, 8);
+  put_int(&w, 0, 8); /* the checksum's place */
   free(w.bounce);
   hvd_result_t rc = w.dev_rc;
   if (rc == HVD_SUCCESS && (w.err != 0 || w.written != size))
@@ -461,7 +439,7 @@ static hvd_result_t snapshot(const save_t *s, hvd_checkpoint_request_t *q) {
  * first), and keeps the result and its message. */
 static void write_snapshot(hvd_checkpoint_request_t *q) {
   put_le(q->bytes + q->size - CKPT_SUM,
-         fnv1a(FNV_BASIS, q->bytes, q->size - CKPT_SUM), CKPT_SUM);
+         hvd__sum64(q->bytes, q->size - CKPT_SUM), CKPT_SUM);
   save_t s = {
       .fn = async_fn, .path = q->path, .bytes = q->bytes, .size = q->size};
   q->rc = write_file(&s);

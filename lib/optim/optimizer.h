@@ -218,7 +218,7 @@ hvd_result_t hvd__psgd_start(hvd__psgd_t *s, int i, hvd_tensor_t *g,
                              double prescale, hvd_request_t **req);
 hvd_result_t hvd__psgd_finish(hvd__psgd_t *s, int keep, double postscale);
 
-/* PowerSGD's state in checkpoints (doc/checkpoint-format.md, version 3):
+/* PowerSGD's state in checkpoints (doc/checkpoint-format.md, its section):
  * per compressed parameter, the draws of Q so far, the warm start's Q^T
  * (r x m; NULL without one) and the ranks' mean error feedback (n x m;
  * NULL without error feedback or before the first compression). */
@@ -273,16 +273,16 @@ hvd_result_t hvd__optim_state_release(hvd_optimizer_t *opt, int take);
 
 /* ---- checkpoints with counters (hvd_state, state.c) -------------------- */
 
-/* Named int64 progress counters: a version 2 checkpoint file holds them
- * after the optimizer section (doc/checkpoint-format.md). */
+/* Named int64 progress counters: a checkpoint file's counters section
+ * holds them, after the optimizer section (doc/checkpoint-format.md). */
 typedef struct hvd__counters {
   int n;
   const char *const *names;
   int64_t *values;
 } hvd__counters_t;
 
-/* hvd_checkpoint_save / _load with counters (NULL or n 0: as those, a
- * version 1 file). Loading needs every counter of ctr in the file. */
+/* hvd_checkpoint_save / _load with counters (NULL or n 0: as those, an
+ * empty section). Loading needs every counter of ctr in the file. */
 hvd_result_t hvd__checkpoint_save_ex(const char *path,
                                      const hvd_param_t *params, int n,
                                      const hvd_optimizer_t *opt, int64_t step,

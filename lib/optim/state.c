@@ -12,7 +12,7 @@
  *            every save_every-th commit the same as a checkpoint file
  *            (hvd__checkpoint_save_ex: rank 0 writes a temporary file,
  *            fsyncs and renames it over path, so a failure during the save
- *            leaves the previous file whole), version 2 with the counters.
+ *            leaves the previous file whole), its counters section filled.
  *   restore: the newest commit of this process if it made one, else the
  *            file (every rank learns from rank 0 whether it is there),
  *            else nothing (*restored 0: a fresh start).

@@ -301,13 +301,14 @@ static void failures(void) {
   load_fails("a text file", at("text.ckpt"), x.p, NP, opt, HVD_ERR_CORRUPT,
              lmsg(at("text.ckpt"), "not an hvd checkpoint (bad magic)"));
   if (rank == 0) {
-    img[8] = 4;
-    spew(at("v4.ckpt"), img, size);
-    img[8] = 1;
+    unsigned char version = img[8];
+    img[8] = 5;
+    spew(at("v5.ckpt"), img, size);
+    img[8] = version;
   }
-  load_fails("version 4", at("v4.ckpt"), x.p, NP, opt, HVD_ERR_UNSUPPORTED,
-             lmsg(at("v4.ckpt"), "format version 4 is not supported (this "
-                                 "hvd reads versions 1 to 3)"));
+  load_fails("version 5", at("v5.ckpt"), x.p, NP, opt, HVD_ERR_UNSUPPORTED,
+             lmsg(at("v5.ckpt"), "format version 5 is not supported (this "
+                                 "hvd reads versions 1 to 4)"));
 
   /* no file; a directory */
   load_fails("missing file", at("nothing.ckpt"), x.p, NP, opt, HVD_ERR_IO,

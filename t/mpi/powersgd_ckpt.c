@@ -1,7 +1,7 @@
 /*
  * powersgd_ckpt.c - PowerSGD's state (error feedback, warm Q, draws) in
  * checkpoints and in hvd_state's commits (lib/optim/powersgd.c,
- * doc/checkpoint-format.md version 3).
+ * doc/checkpoint-format.md versions 3 and 4).
  *
  * The model of t/mpi/powersgd (w 12 x 20 and x 4 x 30 compressed at rank
  * 1, b and s whole), SGD at lr 1, PowerSGD at rank 1 from the second
@@ -16,8 +16,9 @@
  *    the same bits on every rank;
  *  - the same resume from a file without the optimizer (PowerSGD afresh)
  *    ends off by more than 1e-3: the state matters;
- *  - the file is version 3; a plain distributed optimizer's is version 1,
- *    and a version 3 file loads into one (the section is skipped);
+ *  - the file is version 4; a plain distributed optimizer's too, with no
+ *    PowerSGD record, and a file with records loads into one (the
+ *    section is skipped);
  *  - hvd_state: a commit after 3 steps, 2 steps, a restore, the same 2
  *    steps: the same bits (this rank's own error feedback, exactly);
  *  - a record whose matrix view is not the program's: HVD_ERR_CORRUPT,
@@ -208,14 +209,15 @@ static void test_resume(const char *dir) {
      "resume from a file without PowerSGD's state: off by more than 1e-3 "
      "(%.2g): the state matters",
      lo);
-  is_int(3, file_version(path), "a PowerSGD optimizer's file is version 3");
+  is_int(4, file_version(path), "the file is version 4");
   psgd_model_drop(&want);
   psgd_model_drop(&got);
   psgd_model_drop(&lost);
 }
 
-/* A version 3 file loaded by an optimizer without PowerSGD: the section
- * is skipped; its own files stay version 1, and one loaded by a PowerSGD
+/* A file with PowerSGD's records loaded by an optimizer without PowerSGD:
+ * the section is skipped; its own files have no record, and one loaded
+ * by a PowerSGD
  * optimizer starts its state afresh. */
 static void test_plain(const char *dir) {
   char path[512], plain[512];
@@ -227,18 +229,19 @@ static void test_plain(const char *dir) {
   psgd_model_make(&ref, 0);
   hvd_optimizer_t *opt = make_opt(&m, 0);
   is_int(HVD_SUCCESS, hvd_checkpoint_load(path, m.p, NP, opt, &step),
-         "a version 3 file into an optimizer without PowerSGD: loaded");
+         "a file with records into an optimizer without PowerSGD: loaded");
   if (hvd_checkpoint_load(path, ref.p, NP, NULL, NULL) != HVD_SUCCESS)
     bail("load: %s", hvd_last_error());
   ok(same_bits(&m, &ref) && step == SAVE_AT && hvd_optimizer_steps(opt) == 3,
      "... the saved values, step and step count");
   is_int(HVD_SUCCESS, hvd_checkpoint_save(plain, m.p, NP, opt, step),
          "saved by the plain optimizer");
-  is_int(1, file_version(plain), "... as version 1, as before");
+  is_int(4, file_version(plain), "... as version 4, with no record");
   resume(&fresh, plain, FRESH);
   resume(&stale, plain, STALE);
   ok(same_bits(&fresh, &stale),
-     "a version 1 file into a PowerSGD optimizer with a state: its state "
+     "a file without records into a PowerSGD optimizer with a state: its "
+     "state "
      "starts afresh, as a new optimizer's");
   hvd_optimizer_destroy(opt);
   psgd_model_drop(&m);
@@ -277,14 +280,6 @@ static void test_commit(void) {
   psgd_model_drop(&first);
 }
 
-/* FNV-1a 64 (doc/checkpoint-format.md). */
-static uint64_t fnv1a(const unsigned char *p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
 static void put64(unsigned char *p, uint64_t v) {
   for (int b = 0; b < 8; b++)
     p[b] = (unsigned char)(v >> (8 * b));
@@ -314,7 +309,7 @@ static void test_corrupt(const char *dir) {
       bail("w's record is not where it should be");
     put64(u + w + 9, 20);
     put64(u + w + 17, 12);
-    put64(u + len - 8, fnv1a(u, (size_t)len - 8));
+    put64(u + len - 8, hvdt_sum64(u, (size_t)len - 8));
     if (fseek(f, 0, SEEK_SET) != 0 ||
         fwrite(img, 1, (size_t)len, f) != (size_t)len)
       bail("write %s", path);

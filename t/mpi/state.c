@@ -8,10 +8,10 @@
  *   - a file every 2nd commit: none after the 1st, there after the 2nd; a
  *     new state over a fresh model and optimizer (as a relaunched job)
  *     restores the 2nd commit from the file, counters and commit count
- *     included; the file is a version 2 checkpoint that
+ *     included; the file is a checkpoint with counters that
  *     hvd_checkpoint_load reads (ignoring the counters);
  *   - no file: a fresh start (restored 0, nothing changed);
- *   - a version 1 checkpoint in its place: HVD_ERR_CORRUPT "... the file
+ *   - a plain checkpoint (no counters) in its place: HVD_ERR_CORRUPT "... the file
  *     has no counter 'epoch' ...";
  *   - hvd_elastic_restarts/previous_size from HVD_ELASTIC_*.
  */
@@ -218,7 +218,7 @@ static void test_file(const char *dir) {
   ok(same_model(&c, &at2) && cstep == 2,
      "... the 2nd commit's values, its commit number as the step");
 
-  /* a version 1 checkpoint where the state file should be */
+  /* a plain checkpoint (no counters) where the state file should be */
   char v1[1100];
   snprintf(v1, sizeof v1, "%s/plain.ckpt", dir);
   is_int(HVD_SUCCESS, hvd_checkpoint_save(v1, c.p, NP, NULL, 4), "a plain checkpoint");
@@ -233,7 +233,7 @@ static void test_file(const char *dir) {
            "was not saved by hvd_state_commit)",
            v1);
   is_int(HVD_ERR_CORRUPT, hvd_state_restore(ps, &restored),
-         "restore from a version 1 checkpoint");
+         "restore from a plain checkpoint");
   is_string(want, hvd_last_error(), "... message");
   is_int(0, restored, "... nothing restored");
   hvd_state_destroy(ps);

@@ -3,8 +3,8 @@
  * checkpoint files from format version 4 and of hvd_broadcast_parameters'
  * verification:
  *  - it is the definition in checksum.h and doc/checkpoint-format.md,
- *    computed here a word at a time from the bytes (a second, plain
- *    implementation), for lengths 0 to 200;
+ *    as t/util/hvdtest.c's plain second implementation (hvdt_sum64)
+ *    computes it a word at a time from the bytes, for lengths 0 to 200;
  *  - added in pieces, split at every place, it is the one-call sum;
  *  - one byte changed anywhere in 1 KiB (every byte, every bit) changes
  *    it, and so does a zero byte more (the length is in it).
@@ -14,33 +14,8 @@
 #include <string.h>
 
 #include "base/checksum.h"
+#include "hvdtest.h"
 #include "tap.h"
-
-static uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-static uint64_t fin(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* The documented sum, plainly: zero-padded to whole 32-byte blocks, word
- * k (little-endian) into lane k % 4. */
-static uint64_t reference(const unsigned char *p, size_t n) {
-  const uint64_t k1 = 0x9e3779b97f4a7c15ull, k2 = 0xbf58476d1ce4e5b9ull;
-  uint64_t lane[4] = {k1, 2 * k1, 3 * k1, 4 * k1};
-  size_t words = (n + 31) / 32 * 4;
-  for (size_t k = 0; k < words; k++) {
-    uint64_t w = 0;
-    for (int b = 7; b >= 0; b--)
-      w = (w << 8) | (8 * k + (size_t)b < n ? p[8 * k + (size_t)b] : 0);
-    lane[k % 4] = rotl(lane[k % 4] + w * k2, 31) * k1;
-  }
-  uint64_t h = fin((uint64_t)n ^ 0x94d049bb133111ebull);
-  for (int j = 0; j < 4; j++)
-    h = fin(h ^ lane[j]);
-  return h;
-}
 
 int main(void) {
   unsigned char buf[1024];
@@ -50,7 +25,7 @@ int main(void) {
 
   int good = 1;
   for (size_t n = 0; n <= 200; n++)
-    good &= hvd__sum64(buf, n) == reference(buf, n);
+    good &= hvd__sum64(buf, n) == hvdt_sum64(buf, n);
   ok(good, "the documented definition, for 0 to 200 bytes");
 
   good = 1;

@@ -481,6 +481,33 @@ unsigned hvdt_shuffle(int *order, int n, unsigned seed) {
 
 /* ---- Topology ---- */
 
+static uint64_t sum_rotl(uint64_t x, int r) {
+  return (x << r) | (x >> (64 - r));
+}
+
+static uint64_t sum_fin(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t hvdt_sum64(const void *p, size_t n) {
+  const unsigned char *b = p;
+  const uint64_t k1 = 0x9e3779b97f4a7c15ull, k2 = 0xbf58476d1ce4e5b9ull;
+  uint64_t lane[4] = {k1, 2 * k1, 3 * k1, 4 * k1};
+  size_t words = (n + 31) / 32 * 4;
+  for (size_t k = 0; k < words; k++) {
+    uint64_t w = 0;
+    for (int i = 7; i >= 0; i--)
+      w = (w << 8) | (8 * k + (size_t)i < n ? b[8 * k + (size_t)i] : 0);
+    lane[k % 4] = sum_rotl(lane[k % 4] + w * k2, 31) * k1;
+  }
+  uint64_t h = sum_fin((uint64_t)n ^ 0x94d049bb133111ebull);
+  for (int j = 0; j < 4; j++)
+    h = sum_fin(h ^ lane[j]);
+  return h;
+}
+
 void hvdt_init_nodes_of(int k) {
   char node[32];
   snprintf(node, sizeof node, "node%d", tap_rank() / k);

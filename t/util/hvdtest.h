@@ -261,6 +261,15 @@ void hvdt_is_topo(const struct hvdt_topo *want, const char *layout);
  * nodes of <k>"; bails out if it fails. */
 void hvdt_init_nodes_of(int k);
 
+/* ---- Files ---- */
+
+/* The checksum of checkpoint format version 4 (lib/base/checksum.h,
+ * doc/checkpoint-format.md), written plainly from its definition: the
+ * bytes as little-endian 64-bit words, zero-padded to 32-byte blocks,
+ * word k into lane k % 4 (lane = rotl(lane + w * K2, 31) * K1), then the
+ * length and the lanes folded through splitmix64's finalizer. */
+uint64_t hvdt_sum64(const void *p, size_t n);
+
 /* ---- Orders ---- */
 
 /* A permutation of 0..n-1 in order (Fisher-Yates driven by a 32-bit LCG
