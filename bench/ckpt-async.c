@@ -10,8 +10,9 @@
  * before each. Rank 0 prints per round the synchronous save's time, the
  * background save's call (what the loop waits for: the collective part
  * and rank 0's copy of the file) and the time until its wait returned
- * (the file written, synced and renamed), then the medians and the ratio
- * of the calls.
+ * (the file written, synced and renamed), and a hvd_checkpoint_load of
+ * the file (every rank receives it), then the medians and the ratio of
+ * the calls.
  *
  *   mpirun -np 2 bench/ckpt-async DIR [I]      (built by make)
  */
@@ -93,10 +94,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "the model: %s\n", p ? hvd_last_error() : "no memory");
     return 1;
   }
-  double sync_s[MAXR], call_s[MAXR], total_s[MAXR];
+  double sync_s[MAXR], call_s[MAXR], total_s[MAXR], load_s[MAXR];
   int kept = 0;
   for (int it = 0; it < rounds; it++) {
-    double t[3] = {0, 0, 0};
+    double t[4] = {0, 0, 0, 0};
     for (int k = 0; k < 2; k++) {
       const int bg = (it + k) % 2; /* the order swapped every round */
       MPI_Barrier(MPI_COMM_WORLD);
@@ -118,24 +119,35 @@ int main(int argc, char **argv) {
         return 1;
       }
     }
-    MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    int64_t step = -1;
+    if (hvd_checkpoint_load(path, p, n, opt, &step) != HVD_SUCCESS ||
+        step != it) {
+      fprintf(stderr, "load: %s\n", hvd_last_error());
+      return 1;
+    }
+    t[3] = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, t, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (hvd_rank() == 0)
       printf("round %d%s: save %.0f ms; save_async's call %.0f ms, its "
-             "wait done at %.0f ms\n",
+             "wait done at %.0f ms; load %.0f ms\n",
              it, it == 0 ? " (warm-up)" : "", t[0] * 1e3, t[1] * 1e3,
-             t[2] * 1e3);
+             t[2] * 1e3, t[3] * 1e3);
     if (it > 0) {
       sync_s[kept] = t[0];
       call_s[kept] = t[1];
+      load_s[kept] = t[3];
       total_s[kept++] = t[2];
     }
   }
   if (hvd_rank() == 0) {
     double ms = median(sync_s, kept), mc = median(call_s, kept),
-           mt = median(total_s, kept);
+           mt = median(total_s, kept), ml = median(load_s, kept);
     printf("median of %d rounds at np %d: save %.0f ms, save_async's call "
-           "%.0f ms (%.2fx of save's), written at %.0f ms\n",
-           kept, hvd_size(), ms * 1e3, mc * 1e3, mc / ms, mt * 1e3);
+           "%.0f ms (%.2fx of save's), written at %.0f ms; load %.0f ms\n",
+           kept, hvd_size(), ms * 1e3, mc * 1e3, mc / ms, mt * 1e3,
+           ml * 1e3);
   }
   hvd_optimizer_destroy(opt);
   hvd_shutdown();

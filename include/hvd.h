@@ -1200,7 +1200,7 @@ hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
  * the parameters and the optimizer may change as soon as it returns; a
  * thread of rank 0's then takes its checksum, writes, syncs and renames
  * the file as hvd_checkpoint_save does (atomically). Rank 0 keeps the
- * copy's memory (the file's size, hvd_alloc_host) from its first
+ * copy's memory (the file's size, on huge pages) from its first
  * background save on, for the next to reuse. *out: the save in flight;
  * hvd_checkpoint_wait(*out), collective, ends it. An error the call finds
  * (arguments, a device copy, memory) is its result on every rank, and
