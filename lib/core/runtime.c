@@ -467,6 +467,8 @@ hvd_result_t hvd_process_set_create(const int *ranks, int n,
 
 static hvd_result_t split_locked(const char *fn, int color,
                                  hvd_process_set_t **out) {
+  if (out != NULL)
+    *out = NULL;
   if (!atomic_load(&g.initialized))
     return hvd__not_initialized(fn);
   hvd_process_set_t *ps = NULL;

@@ -393,13 +393,12 @@ static size_t staging_cap;
 /* The staging buffer, at least size bytes (a bigger one replaces it). */
 static unsigned char *staging_get(const char *fn, const char *path,
                                   uint64_t size) {
-  if (size > SIZE_MAX)
-    return NULL;
   if (staging_cap < size) {
     free(staging);
     staging = NULL;
     staging_cap = 0;
-    if (posix_memalign(&staging, (size_t)2 << 20, (size_t)size) != 0) {
+    if (size > SIZE_MAX ||
+        posix_memalign(&staging, (size_t)2 << 20, (size_t)size) != 0) {
       staging = NULL;
       (void)hvd__set_error(HVD_ERR_NO_MEMORY,
                            "%s: '%s': %llu bytes for the file's copy", fn, path,
@@ -543,9 +542,8 @@ hvd_result_t hvd_checkpoint_save_async(const char *path,
   if (rc == HVD_SUCCESS)
     rc = save_ex(async_fn, path, params, n, opt, step, NULL, q);
   if (rc != HVD_SUCCESS) {
-    if (q != NULL) {
+    if (q != NULL)
       free(q->path);
-    }
     free(q);
     return rc;
   }
