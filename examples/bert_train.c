@@ -1777,11 +1777,13 @@ static double forward_backward(run_t *r, int64_t local, int64_t total,
   return comm_wait;
 }
 
-/* The checkpoint of step `step`, in r->path, is written: said, and the
- * old ones pruned. */
+/* The checkpoint of step `step` is written: said, and the old ones
+ * pruned. */
 static void saved(run_t *r, int64_t step) {
   if (r->rank == 0 && !r->o.quiet) {
-    printf(PROG ": saved %s\n", r->path);
+    char name[4096];
+    checkpoint_name(name, sizeof name, r->o.checkpoint, step);
+    printf(PROG ": saved %s\n", name);
     fflush(stdout);
   }
   if (r->rank == 0 && r->o.keep > 0)
