@@ -17,14 +17,6 @@
 #include "core/api.h"
 #include "optim/optimizer.h"
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
-#define FNV_BASIS 1469598103934665603ull
 #define BOUNCE ((size_t)4 << 20) /* bytes of a device tensor per copy */
 
 /* *out = hvd__sum64 of t's bytes (at memory speed: FNV-1a's chain was
@@ -99,16 +91,22 @@ static hvd_result_t agree(const char *fn, const char *what, int64_t count,
   return rc;
 }
 
-static uint64_t describe(const hvd_param_t *params, int n) {
-  uint64_t h = FNV_BASIS;
+/* The names, dtypes and shapes of params[0..n) into s. */
+static void describe_into(hvd__sum_t *s, const hvd_param_t *params, int n) {
   for (int i = 0; i < n; i++) {
-    h = fnv1a(h, params[i].name, strlen(params[i].name) + 1);
-    h = fnv1a(h, &params[i].value.dtype, sizeof params[i].value.dtype);
-    h = fnv1a(h, &params[i].value.ndim, sizeof params[i].value.ndim);
-    h = fnv1a(h, params[i].value.shape,
-              (size_t)params[i].value.ndim * sizeof(int64_t));
+    hvd__sum_add(s, params[i].name, strlen(params[i].name) + 1);
+    hvd__sum_add(s, &params[i].value.dtype, sizeof params[i].value.dtype);
+    hvd__sum_add(s, &params[i].value.ndim, sizeof params[i].value.ndim);
+    hvd__sum_add(s, params[i].value.shape,
+                 (size_t)params[i].value.ndim * sizeof(int64_t));
   }
-  return h;
+}
+
+static uint64_t describe(const hvd_param_t *params, int n) {
+  hvd__sum_t s;
+  hvd__sum_init(&s);
+  describe_into(&s, params, n);
+  return hvd__sum_end(&s);
 }
 
 /* Compares a checksum of each of tensors[0..n) across ranks: one MAX
@@ -329,12 +327,15 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
                           hvd_size());
   hvd_optimizer_t *c = hvd__optim_core(opt);
   int ns = c->ops.nstate, total = c->n * ns, count = 0;
-  uint64_t h = describe(c->params, c->n);
-  h = fnv1a(h, c->ops.name ? c->ops.name : "",
-            strlen(c->ops.name ? c->ops.name : "") + 1);
+  hvd__sum_t s;
+  hvd__sum_init(&s);
+  describe_into(&s, c->params, c->n);
+  hvd__sum_add(&s, c->ops.name ? c->ops.name : "",
+               strlen(c->ops.name ? c->ops.name : "") + 1);
   for (int k = 0; k < ns; k++)
-    h = fnv1a(h, c->ops.state_names[k], strlen(c->ops.state_names[k]) + 1);
-  hvd_result_t rc = agree(fn, "optimizer (type, parameters, state)", total, h);
+    hvd__sum_add(&s, c->ops.state_names[k], strlen(c->ops.state_names[k]) + 1);
+  hvd_result_t rc =
+      agree(fn, "optimizer (type, parameters, state)", total, hvd__sum_end(&s));
   if (rc != HVD_SUCCESS)
     return rc;
   /* mixed precision: the whole masters too (a sharded one's made here) */
