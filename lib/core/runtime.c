@@ -363,9 +363,10 @@ static int int_cmp(const void *a, const void *b) {
 static hvd_result_t split_colors(const char *fn, int color, int *ranks, int *n,
                                  int *id) {
   hvd_result_t rc = HVD_SUCCESS;
-  int *all = malloc(2 * sizeof *all * (size_t)g.size), *sorted = all + g.size;
+  int *all = malloc(2 * sizeof *all * (size_t)g.size), *sorted;
   if (all == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+  sorted = all + g.size;
   HVD__MPI_CHECK(MPI_Allgather(&color, 1, MPI_INT, all, 1, MPI_INT, g.ctl));
   for (int r = 0; r < g.size; r++)
     if (all[r] < 0) {

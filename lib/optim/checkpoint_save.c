@@ -290,11 +290,9 @@ static hvd_result_t write_synced(writer_t *w, const save_t *s,
   uint64_t size =
       s->bytes != NULL ? s->size : file_size(s->params, s->n, s->c, &s->x);
   *doing = "write";
-  if (s->bytes != NULL) {
-    errno = 0;
-    if (fwrite(s->bytes, 1, size, w->f) != size)
-      w->err = errno != 0 ? errno : EIO;
-    w->written = size;
+  if (s->bytes != NULL) { /* its checksum is in it */
+    w->nosum = 1;
+    put(w, s->bytes, (size_t)size);
   } else {
     write_body(w, s->params, s->n, s->c, s->step, size, &s->x);
     put_int(w, hvd__sum_end(&w->sum), 8);
@@ -576,7 +574,7 @@ hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req) {
   return rc;
 }
 
-static hvd_result_t save_checked(const save_t *s, hvd_optimizer_t *o,
+static hvd_result_t save_checked(save_t *s, hvd_optimizer_t *o,
                                  hvd_checkpoint_request_t *q);
 
 static hvd_result_t save_ex(const char *fn, const char *path,
@@ -642,7 +640,7 @@ static hvd_result_t with_scaler(const char *fn, const hvd_optimizer_t *core,
 
 /* The arguments checked, a sharded optimizer's state and PowerSGD's
  * gathered, then rank 0 writes the file (q NULL) or copies it into q. */
-static hvd_result_t save_checked(const save_t *s, hvd_optimizer_t *o,
+static hvd_result_t save_checked(save_t *s, hvd_optimizer_t *o,
                                  hvd_checkpoint_request_t *q) {
   hvd_result_t rc = hvd__ckpt_check_args(s->fn, s->path, s->params, s->n, o);
   if ((rc = hvd__ckpt_agree("save.args", rc)) != HVD_SUCCESS)
@@ -654,11 +652,10 @@ static hvd_result_t save_checked(const save_t *s, hvd_optimizer_t *o,
     return rc;
   /* PowerSGD's error feedback averaged over the ranks (agreed) */
   hvd__psgd_t *ps = o != NULL ? hvd__optim_psgd(o) : NULL;
-  save_t with = *s;
-  with.x.psgd = ps;
+  s->x.psgd = ps;
   rc = hvd__psgd_gather(ps);
   if (rc == HVD_SUCCESS && hvd_rank() == 0)
-    rc = q != NULL ? snapshot(&with, q) : write_file(&with);
+    rc = q != NULL ? snapshot(s, q) : write_file(s);
   if (q != NULL)
     q->writer = rc == HVD_SUCCESS && hvd_rank() == 0;
   hvd__psgd_release(ps);
