@@ -234,11 +234,16 @@ static void load_fails(const char *what, const char *path, hvd_param_t *p,
   free(after.b);
 }
 
+/* "<fn>: '<path>': <tail>" (one buffer). */
+static const char *amsg(const char *fn, const char *path, const char *tail) {
+  static char buf[8192];
+  snprintf(buf, sizeof buf, "%s: '%s': %s", fn, path, tail);
+  return buf;
+}
+
 /* "hvd_checkpoint_load: '<path>': <tail>" */
 static const char *lmsg(const char *path, const char *tail) {
-  static char buf[8192];
-  snprintf(buf, sizeof buf, "hvd_checkpoint_load: '%s': %s", path, tail);
-  return buf;
+  return amsg("hvd_checkpoint_load", path, tail);
 }
 
 static hvd_result_t toy_step(void *ctx, hvd_param_t *p, int n, hvd_tensor_t *s,
@@ -501,13 +506,6 @@ static void resume(void) {
 
 /* ---- in the background --------------------------------------------------- */
 
-/* "hvd_checkpoint_save_async: '<dir>/<name>': <tail>" (one buffer). */
-static const char *amsg(const char *fn, const char *path, const char *tail) {
-  static char buf[8192];
-  snprintf(buf, sizeof buf, "%s: '%s': %s", fn, path, tail);
-  return buf;
-}
-
 /* hvd_checkpoint_save_async: the file is the synchronous save's byte for
  * byte although the model changed right after the call; saves before the
  * wait are refused; errors of the call and of the write. */
@@ -531,12 +529,10 @@ static void background(void) {
          hvd_checkpoint_save(at("x.ckpt"), a.p, NP, oa, 7),
          "a save before the wait: refused");
   char want[8192];
-  snprintf(want, sizeof want, "%s",
-           amsg("hvd_checkpoint_save", at("x.ckpt"), ""));
-  snprintf(want + strlen(want), sizeof want - strlen(want),
-           "the background save of '%s' is not waited for yet "
-           "(hvd_checkpoint_wait)",
-           bg);
+  snprintf(want, sizeof want,
+           "hvd_checkpoint_save: '%s': the background save of '%s' is not "
+           "waited for yet (hvd_checkpoint_wait)",
+           at("x.ckpt"), bg);
   is_string(want, hvd_last_error(), "... the message, on every rank");
   hvd_checkpoint_request_t *q2 = (hvd_checkpoint_request_t *)&q2;
   is_int(HVD_ERR_INVALID_ARG,
@@ -562,12 +558,10 @@ static void background(void) {
          hvd_checkpoint_save_async(bg, a.p, rank == tap_size() - 1 ? -1 : NP,
                                    oa, 7, &q2),
          "n -1 on the last rank: refused on every rank");
-  snprintf(want, sizeof want,
-           "hvd_checkpoint_save_async: params is NULL or n (-1) is "
-           "negative%s",
-           tap_size() > 1 ? " (on rank " : "");
-  if (tap_size() > 1)
-    snprintf(want + strlen(want), sizeof want - strlen(want), "%d)",
+  int n = snprintf(want, sizeof want, "hvd_checkpoint_save_async: params "
+                                      "is NULL or n (-1) is negative");
+  if (tap_size() > 1) /* the lowest failing rank, when not rank 0 */
+    snprintf(want + n, sizeof want - (size_t)n, " (on rank %d)",
              tap_size() - 1);
   is_string(want, hvd_last_error(), "... with that rank's message");
   ok(q2 == NULL, "... no request");
