@@ -453,8 +453,7 @@ fi
 # each rank a node of its own (HVD_HOSTNAME per rank, through a wrapper)
 # the node's group is the rank alone: the no-group run bit for bit. At np
 # 1 it is ws1's run.
-printf '#!/bin/sh\nHVD_HOSTNAME=node$OMPI_COMM_WORLD_RANK exec "%s" "$@"\n' \
-  "$prog" >"$tmp/pernode.sh" && chmod +x "$tmp/pernode.sh"
+nodes_of 1 "$prog" "$tmp/pernode.sh"
 pernode() {
   pernode_prog=$prog
   prog=$tmp/pernode.sh

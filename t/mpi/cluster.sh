@@ -217,8 +217,7 @@ if grep -q '^#define HVD_HAVE_BLAS 1' "$HVD_TOP_BUILDDIR/config.h"; then
   lsgd="--local-sgd 2 --local-sgd-start 3"
   on_cluster node1:2,node2:2 "$tmp/bl.out" "$tmp/bl.err" "$bert" $train $lsgd \
     --log-json "$tmp/lcluster.json"
-  printf '#!/bin/sh\nHVD_HOSTNAME=node$((OMPI_COMM_WORLD_RANK / 2)) exec "%s" "$@"\n' \
-    "$bert" >"$tmp/pairs.sh" && chmod +x "$tmp/pairs.sh"
+  nodes_of 2 "$bert" "$tmp/pairs.sh"
   run_np 4 "$tmp/bl1.out" "$tmp/bl1.err" "$tmp/pairs.sh" $train $lsgd \
     --log-json "$tmp/lone.json"
   worst_of "$tmp/lcluster.json" "$tmp/lone.json"

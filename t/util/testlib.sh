@@ -19,6 +19,9 @@
 #                          FIRST (default 1) on, each to TOL relative, and
 #                          B ends where A does; "# " lines say the largest
 #                          difference and any step beyond TOL
+#   nodes_of K PROG FILE   FILE: an executable wrapper that runs PROG with
+#                          HVD_HOSTNAME=node<rank / K>, nodes of K ranks
+#                          simulated on one host (Open MPI's rank)
 #   run_np NP OUT ERR PROG [ARGS...]
 #                          PROG on NP ranks through t/mpirun-test, its
 #                          stdout into OUT and stderr into ERR (OUT again:
@@ -129,6 +132,11 @@ losses_agree() {
       printf "# largest relative difference %.3g over %d steps\n", worst, nb
       exit bad
     }' "$1.losses" "$2.losses"
+}
+
+nodes_of() {
+  printf '#!/bin/sh\nHVD_HOSTNAME=node$((OMPI_COMM_WORLD_RANK / %d)) exec "%s" "$@"\n' \
+    "$1" "$2" >"$3" && chmod +x "$3"
 }
 
 run_np() {
