@@ -2,6 +2,7 @@
  * checksum.c - hvd__sum (checksum.h).
  */
 #include "base/checksum.h"
+#include "base/le.h"
 
 #include <string.h>
 
@@ -17,28 +18,16 @@ static uint64_t mix(uint64_t z) { /* splitmix64's finalizer */
   return z ^ (z >> 31);
 }
 
-static uint64_t word_le(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = (v << 8) | p[i];
-  return v;
-}
-
-static int host_le(void) {
-  const uint16_t one = 1;
-  return *(const unsigned char *)&one == 1;
-}
-
 /* Whole 32-byte blocks of p (n a multiple of 32). */
 static void blocks(uint64_t lane[4], const unsigned char *p, size_t n) {
   uint64_t a = lane[0], b = lane[1], c = lane[2], d = lane[3], w[4];
-  const int le = host_le();
+  const int le = hvd__host_is_le();
   for (size_t at = 0; at < n; at += 32) {
     if (le)
       memcpy(w, p + at, 32);
     else
       for (int k = 0; k < 4; k++)
-        w[k] = word_le(p + at + 8 * k);
+        w[k] = hvd__get_le(p + at + 8 * k, 8);
     a = rotl(a + w[0] * K2, 31) * K1;
     b = rotl(b + w[1] * K2, 31) * K1;
     c = rotl(c + w[2] * K2, 31) * K1;

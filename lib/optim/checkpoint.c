@@ -188,17 +188,17 @@ static hvd_result_t check_file(const char *path, const unsigned char *buf,
                           "%s: '%s': truncated (read %zu of at least %d "
                           "bytes)",
                           load_fn, path, size, CKPT_HEADER + 4 + CKPT_SUM);
-  uint32_t version = (uint32_t)get_le(buf + 8, 4);
+  uint32_t version = (uint32_t)hvd__get_le(buf + 8, 4);
   if (version < CKPT_VERSION || version > CKPT_VERSION4)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "%s: '%s': format version %u is not supported "
                           "(this hvd reads versions %u to %u)",
                           load_fn, path, version, CKPT_VERSION, CKPT_VERSION4);
-  uint64_t want = get_le(buf + 16, 8);
+  uint64_t want = hvd__get_le(buf + 16, 8);
   uint64_t sum = version >= CKPT_VERSION4
                      ? hvd__sum64(buf, size - CKPT_SUM)
                      : fnv1a(FNV_BASIS, buf, size - CKPT_SUM);
-  if (sum != get_le(buf + size - CKPT_SUM, 8)) {
+  if (sum != hvd__get_le(buf + size - CKPT_SUM, 8)) {
     if (want > size)
       return hvd__set_error(HVD_ERR_CORRUPT,
                             "%s: '%s': truncated (read %zu of %llu bytes)",
@@ -232,7 +232,7 @@ static const unsigned char *take(reader_t *r, uint64_t k) {
 static int take_int(reader_t *r, int bytes, uint64_t *v) {
   const unsigned char *q = take(r, (uint64_t)bytes);
   if (q != NULL)
-    *v = get_le(q, bytes);
+    *v = hvd__get_le(q, bytes);
   return q != NULL;
 }
 
@@ -258,15 +258,15 @@ static int same_str(const char *s, uint32_t len, const char *z) {
 static hvd_result_t load_into(hvd_tensor_t *t, const unsigned char *src,
                               size_t bytes, size_t esize) {
   if (t->device == HVD_CPU) {
-    copy_le(t->data, src, bytes, esize);
+    hvd__copy_le(t->data, src, bytes, esize);
     return HVD_SUCCESS;
   }
-  if (host_is_le() || esize <= 1)
+  if (hvd__host_is_le() || esize <= 1)
     return hvd__odev_write(load_fn, t, 0, src, bytes);
   unsigned char *tmp = malloc(bytes ? bytes : 1);
   if (tmp == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: %zu bytes", load_fn, bytes);
-  copy_le(tmp, src, bytes, esize);
+  hvd__copy_le(tmp, src, bytes, esize);
   hvd_result_t rc = hvd__odev_write(load_fn, t, 0, tmp, bytes);
   free(tmp);
   return rc;
@@ -353,7 +353,7 @@ static hvd_result_t next_counters(const char *path, reader_t *r,
   const char *s = "";
   uint32_t len = 0;
   reader_t start;
-  if (get_le(buf + 8, 4) >= CKPT_VERSION2 && !take_int(r, 4, &nc))
+  if (hvd__get_le(buf + 8, 4) >= CKPT_VERSION2 && !take_int(r, 4, &nc))
     return MALFORMED(r, "counters");
   start = *r;
   for (uint64_t k = 0; k < nc; k++)
@@ -388,7 +388,7 @@ static int find_counter(const unsigned char *buf, size_t size, const char *name,
   uint64_t nc = 0, x = 0;
   const char *s = "";
   uint32_t len = 0;
-  if (get_le(buf + 8, 4) < CKPT_VERSION2 || next_opt("", &r, &o) != 0 ||
+  if (hvd__get_le(buf + 8, 4) < CKPT_VERSION2 || next_opt("", &r, &o) != 0 ||
       !take_int(&r, 4, &nc))
     return 0;
   for (uint64_t k = 0; k < nc; k++) {
@@ -469,7 +469,7 @@ static hvd_result_t floats_of(const unsigned char *src, uint64_t count,
   if ((*out = malloc(count ? count * sizeof(float) : 1)) == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: %llu floats", load_fn,
                           (unsigned long long)count);
-  copy_le(*out, src, count * sizeof(float), sizeof(float));
+  hvd__copy_le(*out, src, count * sizeof(float), sizeof(float));
   return HVD_SUCCESS;
 }
 
@@ -481,7 +481,7 @@ static hvd_result_t apply_psgd(const char *path, reader_t *r,
   file_psgd_t f;
   hvd_result_t rc;
   HVD__CHECK(hvd__psgd_reset(ps, load_fn));
-  if (get_le(buf + 8, 4) >= CKPT_VERSION3 && !take_int(r, 4, &count))
+  if (hvd__get_le(buf + 8, 4) >= CKPT_VERSION3 && !take_int(r, 4, &count))
     return MALFORMED(r, "PowerSGD section");
   for (uint64_t k = 0; k < count; k++) {
     HVD__CHECK(next_psgd(path, r, &f));
@@ -587,7 +587,7 @@ static hvd_result_t validate(const char *path, const unsigned char *buf,
                              hvd__counters_t *ctr) {
   hvd_result_t rc;
   reader_t r = file_reader(buf, size);
-  uint64_t count = get_le(buf + 12, 4);
+  uint64_t count = hvd__get_le(buf + 12, 4);
   file_opt_t o;
   file_param_t f;
   HVD__CHECK(next_opt(path, &r, &o));
@@ -598,7 +598,7 @@ static hvd_result_t validate(const char *path, const unsigned char *buf,
     if (i < (uint64_t)n)
       HVD__CHECK(check_param(path, i, &f, &params[i]));
   }
-  if (get_le(buf + 8, 4) >= CKPT_VERSION3)
+  if (hvd__get_le(buf + 8, 4) >= CKPT_VERSION3)
     HVD__CHECK(check_psgd(path, &r, ps));
   if (r.at != r.size)
     return MALFORMED(&r, "bytes after the last parameter");
@@ -619,7 +619,7 @@ static hvd_result_t apply(const char *path, const unsigned char *buf,
                           hvd__counters_t *ctr) {
   hvd_result_t rc;
   reader_t r = file_reader(buf, size);
-  uint64_t count = get_le(buf + 12, 4);
+  uint64_t count = hvd__get_le(buf + 12, 4);
   file_opt_t o;
   file_param_t f;
   HVD__CHECK(next_opt(path, &r, &o));
@@ -638,7 +638,7 @@ static hvd_result_t apply(const char *path, const unsigned char *buf,
     c->steps = (int64_t)o.steps;
   }
   if (step != NULL)
-    *step = (int64_t)get_le(buf + 24, 8);
+    *step = (int64_t)hvd__get_le(buf + 24, 8);
   return HVD_SUCCESS;
 fail:
   return rc;

@@ -1,8 +1,9 @@
 /*
  * checkpoint_int.h - what checkpoint.c (load, the arguments, the
  * agreement) and checkpoint_save.c (save, synchronous and in the
- * background) share: the format's constants (doc/checkpoint-format.md),
- * its byte order and checksum.
+ * background) share: the format's constants (doc/checkpoint-format.md)
+ * and versions 1 to 3's checksum (the byte order: base/le.h; version 4's
+ * checksum: base/checksum.h).
  */
 #ifndef HVD_OPTIM_CHECKPOINT_INT_H
 #define HVD_OPTIM_CHECKPOINT_INT_H
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "base/checksum.h"
+#include "base/le.h"
 #include "optim/optimizer.h"
 
 #define CKPT_MAGIC "HVDCKPT" /* 8 bytes with its NUL */
@@ -34,38 +36,6 @@ static inline uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
   for (size_t i = 0; i < n; i++)
     h = (h ^ b[i]) * FNV_PRIME;
   return h;
-}
-
-static inline int host_is_le(void) {
-  const uint16_t one = 1;
-  return *(const unsigned char *)&one == 1;
-}
-
-static inline void put_le(unsigned char *p, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static inline uint64_t get_le(const unsigned char *p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; i++)
-    v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
-
-/* Copies elements of esize bytes between host order and little-endian
- * (the same operation both ways). */
-static inline void copy_le(void *dst, const void *src, size_t bytes,
-                           size_t esize) {
-  if (host_is_le() || esize <= 1) {
-    memcpy(dst, src, bytes);
-    return;
-  }
-  unsigned char *d = dst;
-  const unsigned char *s = src;
-  for (size_t at = 0; at + esize <= bytes; at += esize)
-    for (size_t b = 0; b < esize; b++)
-      d[at + b] = s[at + esize - 1 - b];
 }
 
 /* ---- agreement and arguments (checkpoint.c) ---- */

@@ -63,7 +63,7 @@ static void put(writer_t *w, const void *p, size_t n) {
 
 static void put_int(writer_t *w, uint64_t v, int bytes) {
   unsigned char b[8];
-  put_le(b, v, bytes);
+  hvd__put_le(b, v, bytes);
   put(w, b, (size_t)bytes);
 }
 
@@ -77,7 +77,7 @@ static void put_str(writer_t *w, const char *s) {
  * big-endian host). */
 static void put_data(writer_t *w, const void *data, size_t bytes,
                      size_t esize) {
-  if (host_is_le() || esize <= 1) {
+  if (hvd__host_is_le() || esize <= 1) {
     put(w, data, bytes);
     return;
   }
@@ -85,7 +85,7 @@ static void put_data(writer_t *w, const void *data, size_t bytes,
   size_t step = sizeof tmp / esize * esize;
   for (size_t at = 0; at < bytes; at += step) {
     size_t k = bytes - at < step ? bytes - at : step;
-    copy_le(tmp, (const unsigned char *)data + at, k, esize);
+    hvd__copy_le(tmp, (const unsigned char *)data + at, k, esize);
     put(w, tmp, k);
   }
 }
@@ -190,10 +190,10 @@ static void write_body(writer_t *w, const hvd_param_t *params, int n,
   unsigned char head[CKPT_HEADER];
   const hvd__counters_t *ctr = x->ctr;
   memcpy(head, CKPT_MAGIC, 8);
-  put_le(head + 8, CKPT_VERSION4, 4);
-  put_le(head + 12, (uint32_t)n, 4);
-  put_le(head + 16, size, 8);
-  put_le(head + 24, (uint64_t)step, 8);
+  hvd__put_le(head + 8, CKPT_VERSION4, 4);
+  hvd__put_le(head + 12, (uint32_t)n, 4);
+  hvd__put_le(head + 16, size, 8);
+  hvd__put_le(head + 24, (uint64_t)step, 8);
   put(w, head, sizeof head);
   int ns = c ? c->ops.nstate : 0;
   put_int(w, c != NULL, 4);
@@ -442,8 +442,8 @@ static hvd_result_t snapshot(const save_t *s, hvd_checkpoint_request_t *q) {
 /* Writes q's snapshot as hvd_checkpoint_save writes a file (its checksum
  * first), and keeps the result and its message. */
 static void write_snapshot(hvd_checkpoint_request_t *q) {
-  put_le(q->bytes + q->size - CKPT_SUM,
-         hvd__sum64(q->bytes, q->size - CKPT_SUM), CKPT_SUM);
+  hvd__put_le(q->bytes + q->size - CKPT_SUM,
+              hvd__sum64(q->bytes, q->size - CKPT_SUM), CKPT_SUM);
   save_t s = {
       .fn = async_fn, .path = q->path, .bytes = q->bytes, .size = q->size};
   q->rc = write_file(&s);
