@@ -124,7 +124,12 @@
     "HVD_ERR_NCCL; 0 = never")                                                 \
   X(HVD_GPU_TIMING, "0", gpu_timing, BOOL, 0, 0, 1,                            \
     "1: time every device group with CUDA events (hvd_gpu_timing); costs "     \
-    "a few events per group")
+    "a few events per group")                                                  \
+  X(HVD_CHECKPOINT_PIECE, "67108864", checkpoint_piece, BYTES, 64 << 20, 16,   \
+    1e12,                                                                      \
+    "bytes of a checkpoint that hvd_checkpoint_load sends per broadcast "      \
+    "(rounded down to a multiple of 16): the most of the file that a rank "    \
+    "other than 0 holds at once")
 
 /* The C type of each kind's field. */
 #define HVD__SETTING_FIELD_LEVEL(f) int f

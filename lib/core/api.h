@@ -53,4 +53,8 @@ hvd_result_t hvd__not_initialized(const char *fn);
 int hvd__coll_rank(void);
 int hvd__coll_size(void);
 
+/* HVD_CHECKPOINT_PIECE, rounded down to a multiple of 16 (hvd_init must
+ * have succeeded). */
+size_t hvd__checkpoint_piece(void);
+
 #endif /* HVD_CORE_API_H */

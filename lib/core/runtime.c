@@ -533,6 +533,10 @@ QUERY(hvd_cross_rank, cross_rank)
 QUERY(hvd_cross_size, cross_size)
 QUERY(hvd_is_homogeneous, homogeneous)
 
+size_t hvd__checkpoint_piece(void) {
+  return (size_t)g.settings.checkpoint_piece / 16 * 16;
+}
+
 int hvd_mpi_built(void) { return 1; }
 const char *hvd_version(void) { return PACKAGE_VERSION; }
 

@@ -4,8 +4,8 @@
  * the arguments. The format is
  * doc/checkpoint-format.md: a little-endian header, the optimizer's
  * scalars and state names, every parameter (name exactly as given, dtype,
- * shape, data, then its state tensors' data) and an FNV-1a-64 checksum of
- * all that precedes it.
+ * shape, data, then its state tensors' data) and a checksum of all that
+ * precedes it (FNV-1a-64 to version 3, hvd__sum64 from version 4).
  *
  * Both calls are collectives built from hvd's own collectives (names
  * "hvd.ckpt.*"). Every step that can fail on some rank ends in agree(),
@@ -14,17 +14,22 @@
  *
  *   save: check the arguments (agree); rank 0 writes "<path>.tmp.<pid>",
  *         fflush, fsync, rename over path, fsync the directory (agree).
- *   load: check the arguments (agree); rank 0 reads the whole file and
- *         checks magic, version, checksum (agree); the size, then the
- *         bytes, are broadcast (agree on the buffer in between); every
- *         rank checks the file against its model and optimizer (agree);
- *         only then does every rank copy (agree).
+ *   load: check the arguments (agree), and that opt is NULL, and uses
+ *         PowerSGD, on every rank or on none (agree); rank 0 reads the
+ *         whole file, checks magic, version, checksum and structure, and
+ *         makes its outline: the bytes that are no tensor's (agree);
+ *         every rank receives the outline (agree on its buffer between
+ *         the size and the bytes) and checks it against its model and
+ *         optimizer (agree); then every rank walks through it again and
+ *         takes each tensor's bytes from rank 0 a piece at a time
+ *         (checkpoint_bulk.c), straight into host tensors (agree).
  *
  * Device tensors (parameters on the rank's GPU and their optimizer state)
  * are copied to the host to be written, a chunk at a time, by rank 0, and
- * loaded from the host buffer that every rank received, by cudaMemcpy to
- * the rank's own GPU: the file is the same either way, so a checkpoint
- * saved from GPU parameters loads into host ones and the reverse.
+ * loaded from host memory (rank 0's file, another rank's bounce buffer)
+ * by cudaMemcpy to the rank's own GPU, a piece at a time: the file is the
+ * same either way, so a checkpoint saved from GPU parameters loads into
+ * host ones and the reverse.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -48,7 +53,7 @@ const char *const hvd__ckpt_scaler_names[2] = {"hvd.loss_scale",
 static hvd_result_t load_checked(const char *path, hvd_param_t *params, int n,
                                  hvd_optimizer_t *opt, int64_t *step,
                                  hvd__counters_t *ctr);
-static int find_counter(const unsigned char *buf, size_t size, const char *name,
+static int find_counter(const unsigned char *ol, size_t size, const char *name,
                         int64_t *v);
 
 /* ---- bytes --------------------------------------------------------------- */
@@ -215,18 +220,41 @@ static hvd_result_t check_file(const char *path, const unsigned char *buf,
   return HVD_SUCCESS;
 }
 
+/* A walk through a file, or through its outline: the same bytes without
+ * the tensors' (the parameters', their state's, PowerSGD's), which every
+ * rank checks before rank 0 sends the rest (checkpoint_bulk.c). */
 typedef struct reader {
-  const unsigned char *p;
-  size_t size, at;
+  const unsigned char *p; /* the file's bytes, or its outline's */
+  size_t size, at;        /* p's size short of the checksum; the next byte */
+  uint64_t off, end;      /* the same in the file (one with the file) */
+  int outline;            /* 1: p is an outline */
+  unsigned char *out;     /* while rank 0 makes an outline: its bytes */
+  size_t nout;            /* the outline's size so far */
 } reader_t;
 
-/* The next k bytes, or NULL if there are fewer. */
+/* The next k bytes (not a tensor's), or NULL if there are fewer. */
 static const unsigned char *take(reader_t *r, uint64_t k) {
-  if (k > r->size - r->at)
+  if (k > r->end - r->off || k > r->size - r->at)
     return NULL;
   const unsigned char *q = r->p + r->at;
   r->at += (size_t)k;
+  r->off += k;
+  if (r->out != NULL)
+    memcpy(r->out + r->nout, q, (size_t)k);
+  r->nout += (size_t)k;
   return q;
+}
+
+/* The next k bytes of a tensor: 1 with their place in the file in *where,
+ * or 0 if there are fewer. An outline has none of them. */
+static int take_bulk(reader_t *r, uint64_t k, uint64_t *where) {
+  if (k > r->end - r->off)
+    return 0;
+  *where = r->off;
+  r->off += k;
+  if (!r->outline)
+    r->at += (size_t)k;
+  return 1;
 }
 
 static int take_int(reader_t *r, int bytes, uint64_t *v) {
@@ -252,29 +280,9 @@ static int same_str(const char *s, uint32_t len, const char *z) {
   return strlen(z) == len && memcmp(s, z, len) == 0;
 }
 
-/* Copies a tensor's bytes of the file (little-endian) into t: a device
- * tensor from host memory by cudaMemcpy (through a swapped copy on a
- * big-endian host). */
-static hvd_result_t load_into(hvd_tensor_t *t, const unsigned char *src,
-                              size_t bytes, size_t esize) {
-  if (t->device == HVD_CPU) {
-    hvd__copy_le(t->data, src, bytes, esize);
-    return HVD_SUCCESS;
-  }
-  if (hvd__host_is_le() || esize <= 1)
-    return hvd__odev_write(load_fn, t, 0, src, bytes);
-  unsigned char *tmp = malloc(bytes ? bytes : 1);
-  if (tmp == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: %zu bytes", load_fn, bytes);
-  hvd__copy_le(tmp, src, bytes, esize);
-  hvd_result_t rc = hvd__odev_write(load_fn, t, 0, tmp, bytes);
-  free(tmp);
-  return rc;
-}
-
 #define MALFORMED(r, what)                                                     \
-  hvd__set_error(HVD_ERR_CORRUPT, "%s: '%s': malformed at byte %zu (%s)",      \
-                 load_fn, path, (r)->at, what)
+  hvd__set_error(HVD_ERR_CORRUPT, "%s: '%s': malformed at byte %llu (%s)",     \
+                 load_fn, path, (unsigned long long)(r)->off, what)
 
 /* The optimizer part of a file: its name, scalars and state count; names
  * reads the state names again. present 0: saved without. */
@@ -286,19 +294,34 @@ typedef struct file_opt {
   reader_t names;
 } file_opt_t;
 
-/* One parameter of a file: where its name and bytes are. */
+/* One parameter of a file: its name, and where its bytes are. */
 typedef struct file_param {
   const char *name;
   uint32_t len;
   uint64_t dtype, ndim, bytes;
   int64_t shape[HVD_MAX_DIMS];
   size_t esize;
-  const unsigned char *data, *state; /* value; then ns state tensors */
+  uint64_t data, state; /* the value's offset; then ns state tensors' */
 } file_param_t;
 
 /* A reader past the header of a file that check_file() accepted. */
 static reader_t file_reader(const unsigned char *buf, size_t size) {
-  return (reader_t){buf, size - CKPT_SUM, CKPT_HEADER};
+  return (reader_t){.p = buf,
+                    .size = size - CKPT_SUM,
+                    .at = CKPT_HEADER,
+                    .off = CKPT_HEADER,
+                    .end = size - CKPT_SUM};
+}
+
+/* A reader past the header of an outline that outline_of() made: its
+ * header is the file's, with the file's size. */
+static reader_t outline_reader(const unsigned char *ol, size_t size) {
+  return (reader_t){.p = ol,
+                    .size = size - CKPT_SUM,
+                    .at = CKPT_HEADER,
+                    .off = CKPT_HEADER,
+                    .end = hvd__get_le(ol + 16, 8) - CKPT_SUM,
+                    .outline = 1};
 }
 
 static hvd_result_t next_opt(const char *path, reader_t *r, file_opt_t *o) {
@@ -314,6 +337,7 @@ static hvd_result_t next_opt(const char *path, reader_t *r, file_opt_t *o) {
       !take_int(r, 8, &o->steps) || !take_int(r, 4, &o->ns))
     return MALFORMED(r, "optimizer");
   o->names = *r;
+  o->names.out = NULL; /* read again, never copied twice */
   for (uint64_t k = 0; k < o->ns; k++)
     if (!take_str(r, &s, &len))
       return MALFORMED(r, "state names");
@@ -336,9 +360,9 @@ static hvd_result_t next_param(const char *path, reader_t *r, uint64_t ns,
   }
   p->esize = hvd_dtype_size((hvd_dtype_t)p->dtype);
   p->bytes = shape_bytes((int)p->ndim, p->shape, p->esize, &ok);
-  if (!ok || (p->data = take(r, p->bytes)) == NULL ||
+  if (!ok || !take_bulk(r, p->bytes, &p->data) ||
       (ns > 0 && p->bytes > (uint64_t)INT64_MAX / ns) ||
-      (p->state = take(r, p->bytes * ns)) == NULL)
+      !take_bulk(r, p->bytes * ns, &p->state))
     return MALFORMED(r, "parameter data");
   return HVD_SUCCESS;
 }
@@ -356,6 +380,7 @@ static hvd_result_t next_counters(const char *path, reader_t *r,
   if (hvd__get_le(buf + 8, 4) >= CKPT_VERSION2 && !take_int(r, 4, &nc))
     return MALFORMED(r, "counters");
   start = *r;
+  start.out = NULL;
   for (uint64_t k = 0; k < nc; k++)
     if (!take_str(r, &s, &len) || !take_int(r, 8, &v))
       return MALFORMED(r, "counters");
@@ -380,15 +405,16 @@ static hvd_result_t next_counters(const char *path, reader_t *r,
   return HVD_SUCCESS;
 }
 
-/* 1 when the file (checked already) has counter `name`, its value in *v. */
-static int find_counter(const unsigned char *buf, size_t size, const char *name,
+/* 1 when the file (its outline ol, checked already) has counter `name`,
+ * its value in *v. */
+static int find_counter(const unsigned char *ol, size_t size, const char *name,
                         int64_t *v) {
-  reader_t r = file_reader(buf, size);
+  reader_t r = outline_reader(ol, size);
   file_opt_t o;
   uint64_t nc = 0, x = 0;
   const char *s = "";
   uint32_t len = 0;
-  if (hvd__get_le(buf + 8, 4) < CKPT_VERSION2 || next_opt("", &r, &o) != 0 ||
+  if (hvd__get_le(ol + 8, 4) < CKPT_VERSION2 || next_opt("", &r, &o) != 0 ||
       !take_int(&r, 4, &nc))
     return 0;
   for (uint64_t k = 0; k < nc; k++) {
@@ -406,8 +432,8 @@ static int find_counter(const unsigned char *buf, size_t size, const char *name,
 typedef struct file_psgd {
   const char *name;
   uint32_t len;
-  uint64_t r, n, m, draws, flags;
-  const unsigned char *qt, *e; /* NULL when the file has none */
+  uint64_t r, n, m, draws, flags; /* flags: bit 0 Q, bit 1 the error */
+  uint64_t qt, e, qbytes, ebytes; /* their offsets and sizes, when there */
 } file_psgd_t;
 
 static hvd_result_t next_psgd(const char *path, reader_t *r, file_psgd_t *f) {
@@ -421,11 +447,11 @@ static hvd_result_t next_psgd(const char *path, reader_t *r, file_psgd_t *f) {
     return MALFORMED(r, "PowerSGD record");
   int64_t qs[2] = {(int64_t)f->r, (int64_t)f->m},
           es[2] = {(int64_t)f->n, (int64_t)f->m};
-  uint64_t qb = shape_bytes(2, qs, sizeof(float), &ok),
-           eb = ok ? shape_bytes(2, es, sizeof(float), &ok) : 0;
-  f->qt = f->e = NULL;
-  if (!ok || ((f->flags & 1) && (f->qt = take(r, qb)) == NULL) ||
-      ((f->flags & 2) && (f->e = take(r, eb)) == NULL))
+  f->qbytes = shape_bytes(2, qs, sizeof(float), &ok);
+  f->ebytes = ok ? shape_bytes(2, es, sizeof(float), &ok) : 0;
+  f->qt = f->e = 0;
+  if (!ok || ((f->flags & 1) && !take_bulk(r, f->qbytes, &f->qt)) ||
+      ((f->flags & 2) && !take_bulk(r, f->ebytes, &f->e)))
     return MALFORMED(r, "PowerSGD data");
   return HVD_SUCCESS;
 }
@@ -459,39 +485,47 @@ fail:
   return rc;
 }
 
-/* A float32 block of the file (little-endian) in host memory: *out, or
- * NULL when src is. */
-static hvd_result_t floats_of(const unsigned char *src, uint64_t count,
-                              float **out) {
+/* A float32 block of a record, when it has one (has): *out in host
+ * memory, filled by the next flush of b. A block that cannot be allocated
+ * goes nowhere, the failure remembered in b; so does one that want says
+ * this rank has no use for. */
+static void floats_of(hvd__ckpt_bulk_t *b, int has, int want, uint64_t off,
+                      uint64_t bytes, hvd_tensor_t *view, float **out) {
   *out = NULL;
-  if (src == NULL)
-    return HVD_SUCCESS;
-  if ((*out = malloc(count ? count * sizeof(float) : 1)) == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: %llu floats", load_fn,
-                          (unsigned long long)count);
-  hvd__copy_le(*out, src, count * sizeof(float), sizeof(float));
-  return HVD_SUCCESS;
+  if (!has)
+    return;
+  if (want && (*out = malloc(bytes ? (size_t)bytes : 1)) == NULL)
+    hvd__ckpt_bulk_fail(b,
+                        hvd__set_error(HVD_ERR_NO_MEMORY, "%s: %llu floats",
+                                       load_fn, (unsigned long long)bytes / 4));
+  int64_t count = (int64_t)(bytes / sizeof(float));
+  *view = hvd_tensor_make(*out, HVD_FLOAT32, 1, &count);
+  hvd__ckpt_bulk_add(b, *out != NULL ? view : NULL, 0, off, bytes,
+                     sizeof(float));
 }
 
-/* Every parameter that ps compresses: its state from the file's record,
- * or fresh (no record, or a version 1 or 2 file). */
-static hvd_result_t apply_psgd(const char *path, reader_t *r,
-                               const unsigned char *buf, hvd__psgd_t *ps) {
+/* A version 3+ file's PowerSGD section, every rank through every record
+ * alike (their bytes are broadcast); each parameter that ps (may be NULL)
+ * compresses takes its state from its record, or starts fresh (no record,
+ * or a version 1 or 2 file). Failures are remembered in b. */
+static void apply_psgd(const char *path, reader_t *r, const unsigned char *ol,
+                       hvd__psgd_t *ps, hvd__ckpt_bulk_t *b) {
   uint64_t count = 0;
   file_psgd_t f;
-  hvd_result_t rc;
-  HVD__CHECK(hvd__psgd_reset(ps, load_fn));
-  if (hvd__get_le(buf + 8, 4) >= CKPT_VERSION3 && !take_int(r, 4, &count))
-    return MALFORMED(r, "PowerSGD section");
+  hvd_result_t rc = ps != NULL ? hvd__psgd_reset(ps, load_fn) : HVD_SUCCESS;
+  hvd__ckpt_bulk_fail(b, rc);
+  /* the outline was walked through already: these cannot fail */
+  if (hvd__get_le(ol + 8, 4) >= CKPT_VERSION3)
+    take_int(r, 4, &count);
   for (uint64_t k = 0; k < count; k++) {
-    HVD__CHECK(next_psgd(path, r, &f));
-    int i = hvd__psgd_find(ps, f.name, f.len);
-    if (i < 0)
-      continue;
+    if (next_psgd(path, r, &f) != HVD_SUCCESS)
+      return;
+    int i = ps != NULL ? hvd__psgd_find(ps, f.name, f.len) : -1;
+    int want = i >= 0 && rc == HVD_SUCCESS;
     float *qt = NULL, *e = NULL;
-    rc = floats_of(f.qt, f.r * f.m, &qt);
-    if (rc == HVD_SUCCESS)
-      rc = floats_of(f.e, f.n * f.m, &e);
+    hvd_tensor_t vq, ve;
+    floats_of(b, f.flags & 1, want, f.qt, f.qbytes, &vq, &qt);
+    floats_of(b, (f.flags & 2) != 0, want, f.e, f.ebytes, &ve, &e);
     hvd__psgd_record_t rec = {.name = NULL,
                               .n = (int64_t)f.n,
                               .m = (int64_t)f.m,
@@ -499,16 +533,11 @@ static hvd_result_t apply_psgd(const char *path, reader_t *r,
                               .draws = f.draws,
                               .qt = qt,
                               .e = e};
-    if (rc == HVD_SUCCESS)
-      rc = hvd__psgd_load(ps, load_fn, i, &rec);
+    if (hvd__ckpt_bulk_flush(b) == HVD_SUCCESS && want)
+      hvd__ckpt_bulk_fail(b, hvd__psgd_load(ps, load_fn, i, &rec));
     free(qt);
     free(e);
-    if (rc != HVD_SUCCESS)
-      return rc;
   }
-  return HVD_SUCCESS;
-fail:
-  return rc;
 }
 
 /* The file's optimizer against the program's (c, may be NULL). */
@@ -578,30 +607,78 @@ static hvd_result_t check_param(const char *path, uint64_t i,
   return HVD_SUCCESS;
 }
 
-/* Goes through a whole file that check_file() accepted and checks it
- * against the model (params, the optimizer core c, may be NULL): the
- * message names the first difference. Changes nothing. */
-static hvd_result_t validate(const char *path, const unsigned char *buf,
+/* Rank 0's walk through a file that check_file() accepted: its
+ * structure, whatever the model (the first malformation named). With
+ * r->out set, the bytes that are no tensor's go there: the outline. */
+static hvd_result_t walk(const char *path, reader_t *r) {
+  hvd_result_t rc;
+  uint64_t count = hvd__get_le(r->p + 12, 4), np = 0;
+  file_opt_t o;
+  file_param_t f;
+  file_psgd_t g;
+  HVD__CHECK(next_opt(path, r, &o));
+  HVD__CHECK(next_counters(path, r, r->p, NULL, 0));
+  for (uint64_t i = 0; i < count; i++)
+    HVD__CHECK(next_param(path, r, o.ns, &f));
+  if (hvd__get_le(r->p + 8, 4) >= CKPT_VERSION3) {
+    if (!take_int(r, 4, &np))
+      return MALFORMED(r, "PowerSGD section");
+    for (uint64_t k = 0; k < np; k++)
+      HVD__CHECK(next_psgd(path, r, &g));
+  }
+  if (r->off != r->end)
+    return MALFORMED(r, "bytes after the last parameter");
+  return HVD_SUCCESS;
+fail:
+  return rc;
+}
+
+/* The outline of a file that check_file() accepted (rank 0): its header,
+ * the bytes walk() keeps, its checksum; in *ol (malloc'd), *olsize. */
+static hvd_result_t outline_of(const char *path, const unsigned char *buf,
+                               size_t size, unsigned char **ol,
+                               size_t *olsize) {
+  hvd_result_t rc;
+  reader_t r = file_reader(buf, size);
+  r.nout = CKPT_HEADER;
+  HVD__CHECK(walk(path, &r)); /* its size */
+  *olsize = r.nout + CKPT_SUM;
+  if ((*ol = malloc(*olsize)) == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "%s: '%s': cannot allocate %zu bytes", load_fn, path,
+                          *olsize);
+  memcpy(*ol, buf, CKPT_HEADER);
+  memcpy(*ol + r.nout, buf + size - CKPT_SUM, CKPT_SUM);
+  r = file_reader(buf, size);
+  r.out = *ol;
+  r.nout = CKPT_HEADER;
+  return walk(path, &r); /* the same walk again: it cannot fail */
+fail:
+  return rc;
+}
+
+/* Goes through a file's outline (rank 0 walked through the file) and
+ * checks it against the model (params, the optimizer core c, may be
+ * NULL): the message names the first difference. Changes nothing. */
+static hvd_result_t validate(const char *path, const unsigned char *ol,
                              size_t size, const hvd_param_t *params, int n,
                              const hvd_optimizer_t *c, const hvd__psgd_t *ps,
                              hvd__counters_t *ctr) {
   hvd_result_t rc;
-  reader_t r = file_reader(buf, size);
-  uint64_t count = hvd__get_le(buf + 12, 4);
+  reader_t r = outline_reader(ol, size);
+  uint64_t count = hvd__get_le(ol + 12, 4);
   file_opt_t o;
   file_param_t f;
   HVD__CHECK(next_opt(path, &r, &o));
   HVD__CHECK(check_opt(path, &o, c));
-  HVD__CHECK(next_counters(path, &r, buf, ctr, 0));
+  HVD__CHECK(next_counters(path, &r, ol, ctr, 0));
   for (uint64_t i = 0; i < count; i++) {
     HVD__CHECK(next_param(path, &r, o.ns, &f));
     if (i < (uint64_t)n)
       HVD__CHECK(check_param(path, i, &f, &params[i]));
   }
-  if (hvd__get_le(buf + 8, 4) >= CKPT_VERSION3)
+  if (hvd__get_le(ol + 8, 4) >= CKPT_VERSION3)
     HVD__CHECK(check_psgd(path, &r, ps));
-  if (r.at != r.size)
-    return MALFORMED(&r, "bytes after the last parameter");
   if (count != (uint64_t)n)
     return hvd__set_error(HVD_ERR_CORRUPT,
                           "%s: '%s': the file has %llu parameters but the "
@@ -612,36 +689,40 @@ fail:
   return rc;
 }
 
-/* Copies a file that every rank validated into the model, c and *step. */
-static hvd_result_t apply(const char *path, const unsigned char *buf,
-                          size_t size, hvd_param_t *params, int n,
-                          hvd_optimizer_t *c, hvd__psgd_t *ps, int64_t *step,
-                          hvd__counters_t *ctr) {
-  hvd_result_t rc;
-  reader_t r = file_reader(buf, size);
-  uint64_t count = hvd__get_le(buf + 12, 4);
+/* Copies a file that every rank validated into the model, c and *step:
+ * the outline's numbers here, the tensors' bytes through b, which keeps
+ * the first failure (every rank walks through everything, to take part
+ * in every broadcast). */
+static void apply(const char *path, const unsigned char *ol, size_t size,
+                  hvd_param_t *params, int n, hvd_optimizer_t *c,
+                  hvd__psgd_t *ps, int64_t *step, hvd__counters_t *ctr,
+                  hvd__ckpt_bulk_t *b) {
+  reader_t r = outline_reader(ol, size);
+  uint64_t count = hvd__get_le(ol + 12, 4);
   file_opt_t o;
   file_param_t f;
-  HVD__CHECK(next_opt(path, &r, &o));
-  HVD__CHECK(next_counters(path, &r, buf, ctr, 1));
+  /* validate() walked through the outline already: these cannot fail */
+  if (next_opt(path, &r, &o) != HVD_SUCCESS ||
+      next_counters(path, &r, ol, ctr, 1) != HVD_SUCCESS)
+    return;
   for (uint64_t i = 0; i < count && i < (uint64_t)n; i++) {
-    HVD__CHECK(next_param(path, &r, o.ns, &f));
-    HVD__CHECK(load_into(&params[i].value, f.data, (size_t)f.bytes, f.esize));
+    if (next_param(path, &r, o.ns, &f) != HVD_SUCCESS)
+      return;
+    hvd__ckpt_bulk_add(b, &params[i].value, 0, f.data, f.bytes, f.esize);
     for (uint64_t k = 0; c != NULL && k < o.ns; k++)
-      HVD__CHECK(load_into(&c->state[i * o.ns + k], f.state + k * f.bytes,
-                           (size_t)f.bytes, f.esize));
+      hvd__ckpt_bulk_add(b, &c->state[i * o.ns + k], 0, f.state + k * f.bytes,
+                         f.bytes, f.esize);
   }
-  if (ps != NULL)
-    HVD__CHECK(apply_psgd(path, &r, buf, ps));
+  if (ps != NULL) /* on every rank or none (same_parts) */
+    apply_psgd(path, &r, ol, ps, b);
+  if (hvd__ckpt_bulk_flush(b) != HVD_SUCCESS)
+    return;
   if (c != NULL) {
     memcpy(&c->lr, &o.lr_bits, sizeof c->lr);
     c->steps = (int64_t)o.steps;
   }
   if (step != NULL)
-    *step = (int64_t)hvd__get_le(buf + 24, 8);
-  return HVD_SUCCESS;
-fail:
-  return rc;
+    *step = (int64_t)hvd__get_le(ol + 24, 8);
 }
 #undef MALFORMED
 
@@ -678,49 +759,93 @@ static void load_scaler(const unsigned char *buf, size_t size,
     hvd__mixed_set_counters(c, v);
 }
 
+/* Whether opt is NULL, and whether it compresses with PowerSGD, on rank
+ * 0 against this rank: the tensors sent depend on them. */
+static hvd_result_t same_parts(const hvd_optimizer_t *opt,
+                               const hvd__psgd_t *ps) {
+  int32_t mine[2] = {opt != NULL, ps != NULL}, r0[2] = {mine[0], mine[1]};
+  int64_t two = 2;
+  hvd_tensor_t t = hvd_tensor_make(r0, HVD_INT32, 1, &two);
+  hvd_result_t rc = hvd_broadcast("hvd.ckpt.load.parts", &t, 0);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  /* hvd__ckpt_agree adds " (on rank R)" */
+  if (r0[0] != mine[0])
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: opt is %sNULL here but %sNULL on rank 0",
+                          load_fn, mine[0] ? "not " : "", r0[0] ? "not " : "");
+  if (r0[1] != mine[1])
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: opt %s with PowerSGD here but %s on rank 0",
+                          load_fn, mine[1] ? "compresses" : "does not compress",
+                          r0[1] ? "does" : "does not");
+  return HVD_SUCCESS;
+}
+
+/* Rank 0 reads the whole file (*file, *fsize), checks it and makes its
+ * outline; every rank receives the outline (*ol, *olsize). */
+static hvd_result_t share_outline(const char *path, unsigned char **file,
+                                  size_t *fsize, unsigned char **ol,
+                                  size_t *olsize) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int64_t one = 1, bytes = 0;
+  if (hvd_rank() == 0) {
+    rc = read_file(path, file, fsize);
+    if (rc == HVD_SUCCESS)
+      rc = check_file(path, *file, *fsize);
+    if (rc == HVD_SUCCESS)
+      rc = outline_of(path, *file, *fsize, ol, olsize);
+  }
+  HVD__CHECK(hvd__ckpt_agree("load.file", rc));
+  bytes = (int64_t)*olsize;
+  hvd_tensor_t t = hvd_tensor_make(&bytes, HVD_INT64, 1, &one);
+  HVD__CHECK(hvd_broadcast("hvd.ckpt.load.size", &t, 0));
+  *olsize = (size_t)bytes;
+  if (hvd_rank() != 0 && (*ol = malloc(*olsize)) == NULL)
+    rc =
+        hvd__set_error(HVD_ERR_NO_MEMORY, "%s: '%s': cannot allocate %zu bytes",
+                       load_fn, path, *olsize);
+  HVD__CHECK(hvd__ckpt_agree("load.buffer", rc));
+  t = hvd_tensor_make(*ol, HVD_UINT8, 1, &bytes);
+  return hvd_broadcast("hvd.ckpt.load.outline", &t, 0);
+fail:
+  return rc;
+}
+
 static hvd_result_t load_checked(const char *path, hvd_param_t *params, int n,
                                  hvd_optimizer_t *opt, int64_t *step,
                                  hvd__counters_t *ctr) {
   hvd_optimizer_t *c = opt ? hvd__optim_core(opt) : NULL;
   hvd__psgd_t *ps = opt ? hvd__optim_psgd(opt) : NULL;
-  unsigned char *buf = NULL;
-  size_t size = 0;
-  int64_t one = 1, bytes = 0;
+  unsigned char *file = NULL, *ol = NULL;
+  size_t fsize = 0, olsize = 0;
+  hvd__ckpt_bulk_t *b = NULL;
   hvd_result_t rc = hvd__ckpt_check_args(load_fn, path, params, n, opt);
   HVD__CHECK(hvd__ckpt_agree("load.args", rc));
-  if (hvd_rank() == 0) {
-    rc = read_file(path, &buf, &size);
-    if (rc == HVD_SUCCESS)
-      rc = check_file(path, buf, size);
-  }
-  HVD__CHECK(hvd__ckpt_agree("load.file", rc));
-  bytes = (int64_t)size;
-  hvd_tensor_t t = hvd_tensor_make(&bytes, HVD_INT64, 1, &one);
-  HVD__CHECK(hvd_broadcast("hvd.ckpt.load.size", &t, 0));
-  size = (size_t)bytes;
-  if (hvd_rank() != 0 && (buf = malloc(size)) == NULL)
-    rc =
-        hvd__set_error(HVD_ERR_NO_MEMORY, "%s: '%s': cannot allocate %zu bytes",
-                       load_fn, path, size);
-  HVD__CHECK(hvd__ckpt_agree("load.buffer", rc));
-  t = hvd_tensor_make(buf, HVD_UINT8, 1, &bytes);
-  HVD__CHECK(hvd_broadcast("hvd.ckpt.load.data", &t, 0));
-  rc = validate(path, buf, size, params, n, c, ps, ctr);
+  HVD__CHECK(hvd__ckpt_agree("load.parts", same_parts(opt, ps)));
+  HVD__CHECK(share_outline(path, &file, &fsize, &ol, &olsize));
+  rc = validate(path, ol, olsize, params, n, c, ps, ctr);
   HVD__CHECK(hvd__ckpt_agree("load.check", rc));
   /* a sharded optimizer: the full state to load into, then its blocks */
   if (opt != NULL)
     HVD__CHECK(hvd__ckpt_agree("load.state", hvd__optim_state_gather(opt)));
-  /* a failed copy to a GPU is known to every rank */
-  rc = hvd__ckpt_agree("load.apply",
-                       apply(path, buf, size, params, n, c, ps, step, ctr));
+  rc = hvd__ckpt_agree(
+      "load.bounce",
+      hvd__ckpt_bulk_new(load_fn, file, hvd__get_le(ol + 16, 8), &b));
+  if (rc == HVD_SUCCESS)
+    apply(path, ol, olsize, params, n, c, ps, step, ctr, b);
+  hvd_result_t done = hvd__ckpt_bulk_end(b); /* frees b in any case */
+  if (rc == HVD_SUCCESS) /* a failed copy to a GPU is known to every rank */
+    rc = hvd__ckpt_agree("load.apply", done);
   if (opt != NULL) {
     hvd_result_t back = hvd__optim_state_release(opt, rc == HVD_SUCCESS);
     if (rc == HVD_SUCCESS)
       rc = hvd__ckpt_agree("load.blocks", back);
   }
   if (rc == HVD_SUCCESS)
-    load_scaler(buf, size, c);
+    load_scaler(ol, olsize, c);
 fail:
-  free(buf);
+  free(file);
+  free(ol);
   return rc;
 }

@@ -49,4 +49,28 @@ hvd_result_t hvd__ckpt_check_args(const char *fn, const char *path,
                                   const hvd_param_t *params, int n,
                                   const hvd_optimizer_t *opt);
 
+/* ---- a load's tensor bytes (checkpoint_bulk.c) ---- */
+
+/* The tensor bytes of a file being loaded, from rank 0 to every rank.
+ * Every rank makes one (rank 0 with the whole file, the others with NULL;
+ * body: the file's size, which bounds the bounce buffer), adds the same
+ * ranges in the same order, and ends it; a failed new is agreed on. */
+typedef struct hvd__ckpt_bulk hvd__ckpt_bulk_t;
+hvd_result_t hvd__ckpt_bulk_new(const char *fn, unsigned char *file,
+                                uint64_t body, hvd__ckpt_bulk_t **out);
+/* The file's bytes [off, off + bytes), little-endian elements of esize
+ * bytes, into t's bytes from byte t_off (t NULL: nowhere). Done by the
+ * next flush or end at the latest. */
+void hvd__ckpt_bulk_add(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, size_t t_off,
+                        uint64_t off, uint64_t bytes, size_t esize);
+/* Remembers rc with hvd_last_error() when it is this rank's first
+ * failure (HVD_SUCCESS: nothing). */
+void hvd__ckpt_bulk_fail(hvd__ckpt_bulk_t *b, hvd_result_t rc);
+/* Completes every range added: HVD_SUCCESS, or this rank's first failure
+ * so far (the rank still takes part in what follows). */
+hvd_result_t hvd__ckpt_bulk_flush(hvd__ckpt_bulk_t *b);
+/* Flushes, frees b (NULL: nothing) and returns the first failure, with
+ * its message. */
+hvd_result_t hvd__ckpt_bulk_end(hvd__ckpt_bulk_t *b);
+
 #endif /* HVD_OPTIM_CHECKPOINT_INT_H */

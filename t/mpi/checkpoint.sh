@@ -3,8 +3,11 @@
 # t/mpi/checkpoint (which see) saves 3 AdamW steps at np 2, then loads the
 # file at np 1, 2 and 3 behind a distributed optimizer; every rank of each
 # load checks the bits of the values, the optimizer state, lr, the step
-# count and the step against its own 3 local steps. The same save with
-# hvd_checkpoint_save_async, never waited for, is finished by the exit.
+# count and the step against its own 3 local steps; at np 3 and 2 again
+# with the tensors' bytes sent in pieces of 48 and 100 (96) bytes
+# (HVD_CHECKPOINT_PIECE), so that every tensor is split and batches fill
+# up. The same save with hvd_checkpoint_save_async, never waited for, is
+# finished by the exit.
 # Each run is bounded by HVD_TEST_TIMEOUT=60 (the wrapper's timeout).
 
 : "${HVD_TOP_BUILDDIR:?run me from make check}"
@@ -39,12 +42,19 @@ run() {
   fi
 }
 
-echo "1..7"
+echo "1..9"
 run "save at np 2" 2 save "$tmp/model.ckpt" 3
 for np in 1 2 3; do
   run "load at np $np: every rank has the saved bits" $np \
     load "$tmp/model.ckpt" 3
 done
+for piece in 48:3 100:2; do
+  HVD_CHECKPOINT_PIECE=${piece%:*}
+  export HVD_CHECKPOINT_PIECE
+  run "load at np ${piece#*:} in pieces of ${piece%:*} bytes: the saved bits" \
+    ${piece#*:} load "$tmp/model.ckpt" 3
+done
+unset HVD_CHECKPOINT_PIECE
 # hvd_checkpoint_save_async never waited for: the program ends with the
 # write in flight, and its exit finishes the file
 run "save_async at np 2, no wait: the program exits 0" 2 \

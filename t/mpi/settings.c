@@ -164,6 +164,9 @@ int main(int argc, char **argv) {
             "HVD_MPI_PRECONNECT='-1' is out of range 0..65536", "0");
   bad_value("HVD_GPU_TIMING", "2", "HVD_GPU_TIMING='2' is out of range 0..1",
             "1");
+  bad_value("HVD_CHECKPOINT_PIECE", "8",
+            "HVD_CHECKPOINT_PIECE='8' is out of range 16..1e+12 bytes (whole)",
+            "16");
   test_gpu_timing(NULL);
   test_gpu_timing("1");
   if (hvd_cuda_built() && !hvd_nccl_built())

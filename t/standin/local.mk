@@ -47,8 +47,10 @@ NP_TESTS += t/standin/optim.np1 t/standin/optim.np2 t/standin/optim.np3 \
 ## stream_order.sh: the stream order between streams (standin_access).
 ## kill.sh: a rank SIGKILLed during a device allreduce, under hvdrun.
 ## overlap.sh: send and receive buffers that overlap other than in place.
+## ckpt_pieces.sh: checkpoints loaded into device tensors in small pieces.
 TESTS_SH += t/standin/binding.sh t/standin/share.sh t/standin/order.sh \
-	t/standin/stream_order.sh t/standin/kill.sh t/standin/overlap.sh
+	t/standin/stream_order.sh t/standin/kill.sh t/standin/overlap.sh \
+	t/standin/ckpt_pieces.sh
 t_standin_kernels_SOURCES = t/gpu/kernels.c
 t_standin_kernels_CPPFLAGS = $(STANDIN_CPPFLAGS)
 t_standin_kernels_LDADD = $(STANDIN_LDADD)

@@ -1,0 +1,167 @@
+/*
+ * checkpoint_bulk.c - the tensor bytes of a checkpoint being loaded, from
+ * rank 0's copy of the file to every rank, a piece at a time.
+ *
+ * hvd_checkpoint_load (checkpoint.c) gives every rank the file's outline
+ * (the file without its tensor bytes) to check against its model; then
+ * the walk that applies it asks for each tensor's bytes here: the file's
+ * bytes [off, off + bytes) into tensor t from byte t_off. They travel as
+ * uint8 broadcasts "hvd.ckpt.load.<k>" of at most HVD_CHECKPOINT_PIECE
+ * bytes (64 MiB), submitted in batches of as many bytes at most and of
+ * MAX_BATCH pieces, each batch
+ * waited for before the next. Rank 0 sends from the file it read. Another
+ * rank receives straight into a host tensor when the file's byte order is
+ * the host's; otherwise (a device tensor, a big-endian host, bytes no
+ * tensor takes) into its bounce buffer of one piece, copied on after the
+ * batch. So no rank but 0 holds more than a piece of the file, whatever
+ * its size.
+ *
+ * A copy that fails on one rank (to its GPU, say) is remembered, and the
+ * rank goes on taking part in every broadcast: the first failure is the
+ * result of hvd__ckpt_bulk_end, and the caller agrees on it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/errors.h"
+#include "base/tensor.h"
+#include "core/api.h"
+#include "optim/checkpoint_int.h"
+#include "optim/device.h"
+
+#define MAX_BATCH 256 /* pieces in flight at once */
+
+typedef struct piece {
+  hvd_tensor_t *t;      /* NULL: the bytes go nowhere */
+  size_t t_off, bytes, esize;
+  unsigned char *src;   /* where the bytes are once the batch is done */
+  int copy;             /* 1: to be copied from src into t */
+  hvd_request_t *req;
+} piece_t;
+
+struct hvd__ckpt_bulk {
+  const char *fn;
+  unsigned char *file;  /* rank 0: the whole file; elsewhere NULL */
+  unsigned char *bounce;
+  size_t piece;         /* HVD_CHECKPOINT_PIECE: bytes a piece and a batch
+                           carry at most */
+  size_t cap, used;     /* the bounce buffer's size; a batch's bytes */
+  piece_t batch[MAX_BATCH];
+  int n;
+  uint64_t seq;         /* pieces so far: their names */
+  hvd_result_t rc;      /* the first failure */
+  char msg[HVD__ERRMSG_MAX];
+};
+
+void hvd__ckpt_bulk_fail(hvd__ckpt_bulk_t *b, hvd_result_t rc) {
+  if (rc != HVD_SUCCESS && b->rc == HVD_SUCCESS) {
+    b->rc = rc;
+    snprintf(b->msg, sizeof b->msg, "%s", hvd_last_error());
+  }
+}
+
+hvd_result_t hvd__ckpt_bulk_new(const char *fn, unsigned char *file,
+                                uint64_t body, hvd__ckpt_bulk_t **out) {
+  hvd__ckpt_bulk_t *b = calloc(1, sizeof *b);
+  *out = NULL;
+  if (b == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: the load's state", fn);
+  b->fn = fn;
+  b->file = file;
+  b->piece = hvd__checkpoint_piece();
+  b->cap = body < b->piece ? (size_t)body : b->piece;
+  /* untouched unless used: a host-only model on a little-endian host
+   * never makes these pages resident */
+  if (file == NULL && (b->bounce = malloc(b->cap ? b->cap : 1)) == NULL) {
+    size_t cap = b->cap;
+    free(b);
+    return hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "%s: cannot allocate %zu bytes to receive the file "
+                          "a piece at a time",
+                          fn, cap);
+  }
+  *out = b;
+  return HVD_SUCCESS;
+}
+
+/* Reverses each element's bytes in place (little-endian <-> big). */
+static void swap_in_place(unsigned char *p, size_t bytes, size_t esize) {
+  for (size_t at = 0; at + esize <= bytes; at += esize)
+    for (size_t i = 0, j = esize - 1; i < j; i++, j--) {
+      unsigned char c = p[at + i];
+      p[at + i] = p[at + j];
+      p[at + j] = c;
+    }
+}
+
+/* The piece's bytes, little-endian at src, into its tensor. */
+static hvd_result_t copy_piece(const char *fn, piece_t *q) {
+  if (!hvd__host_is_le() && q->esize > 1)
+    swap_in_place(q->src, q->bytes, q->esize);
+  if (q->t->device == HVD_CPU) {
+    memcpy((unsigned char *)q->t->data + q->t_off, q->src, q->bytes);
+    return HVD_SUCCESS;
+  }
+  return hvd__odev_write(fn, q->t, q->t_off, q->src, q->bytes);
+}
+
+hvd_result_t hvd__ckpt_bulk_flush(hvd__ckpt_bulk_t *b) {
+  for (int i = 0; i < b->n; i++)
+    if (b->batch[i].req != NULL)
+      hvd__ckpt_bulk_fail(b, hvd_wait(b->batch[i].req));
+  for (int i = 0; i < b->n && b->rc == HVD_SUCCESS; i++)
+    if (b->batch[i].copy)
+      hvd__ckpt_bulk_fail(b, copy_piece(b->fn, &b->batch[i]));
+  b->n = 0;
+  b->used = 0;
+  return b->rc;
+}
+
+/* One piece of at most b->piece bytes: its broadcast submitted. */
+static void add_piece(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, size_t t_off,
+                      uint64_t off, size_t bytes, size_t esize) {
+  if (b->n == MAX_BATCH || b->used + bytes > b->piece)
+    hvd__ckpt_bulk_flush(b);
+  piece_t *q = &b->batch[b->n++];
+  int direct = t != NULL && t->device == HVD_CPU &&
+               (hvd__host_is_le() || esize <= 1);
+  *q = (piece_t){.t = t, .t_off = t_off, .bytes = bytes, .esize = esize};
+  if (b->file != NULL)
+    q->src = b->file + off;
+  else if (direct)
+    q->src = (unsigned char *)t->data + t_off;
+  else
+    q->src = b->bounce + b->used;
+  q->copy = t != NULL && (b->file != NULL || !direct);
+  b->used += bytes;
+  int64_t len = (int64_t)bytes;
+  hvd_tensor_t wire = hvd_tensor_make(q->src, HVD_UINT8, 1, &len);
+  char name[64];
+  snprintf(name, sizeof name, "hvd.ckpt.load.%llu",
+           (unsigned long long)b->seq++);
+  /* a tensor made here cannot be refused but by a dying engine */
+  hvd__ckpt_bulk_fail(b, hvd_broadcast_async(name, &wire, 0, &q->req));
+}
+
+void hvd__ckpt_bulk_add(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, size_t t_off,
+                        uint64_t off, uint64_t bytes, size_t esize) {
+  while (bytes > 0) {
+    size_t k = bytes < b->piece ? (size_t)bytes : b->piece;
+    add_piece(b, t, t_off, off, k, esize);
+    t_off += k;
+    off += k;
+    bytes -= k;
+  }
+}
+
+hvd_result_t hvd__ckpt_bulk_end(hvd__ckpt_bulk_t *b) {
+  if (b == NULL)
+    return HVD_SUCCESS;
+  hvd_result_t rc = hvd__ckpt_bulk_flush(b);
+  if (rc != HVD_SUCCESS)
+    hvd__set_error_msg(rc, b->msg);
+  free(b->bounce);
+  free(b);
+  return rc;
+}
