@@ -14,7 +14,11 @@
  * the file (every rank receives it), then the medians and the ratio of
  * the calls.
  *
- *   mpirun -np 2 bench/ckpt-async DIR [I]      (built by make)
+ * With "zero" after I, the AdamW is sharded (ZeRO-1, behind
+ * hvd_distributed_optimizer): each rank keeps its blocks of the state, a
+ * save sends them to rank 0, a load takes each rank's blocks.
+ *
+ *   mpirun -np 2 bench/ckpt-async DIR [I [zero]]      (built by make)
  */
 #include "hvd.h"
 
@@ -71,7 +75,7 @@ static hvd_param_t *model(int *n) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: ckpt-async DIR [ROUNDS]\n");
+    fprintf(stderr, "usage: ckpt-async DIR [ROUNDS [zero]]\n");
     return 2;
   }
   int rounds = argc > 2 ? atoi(argv[2]) : 5;
@@ -88,8 +92,13 @@ int main(int argc, char **argv) {
   hvd_adam_options_t ao;
   hvd_adam_options_init(&ao);
   ao.decoupled = 1;
-  hvd_optimizer_t *opt = NULL;
-  if (p == NULL || hvd_adam_create(p, n, &ao, &opt) != HVD_SUCCESS ||
+  hvd_optimizer_t *opt = NULL, *base = NULL;
+  hvd_distributed_options_t d;
+  hvd_distributed_options_init(&d);
+  d.shard_optimizer_state = 1;
+  int zero = argc > 3 && strcmp(argv[3], "zero") == 0;
+  if (p == NULL || hvd_adam_create(p, n, &ao, zero ? &base : &opt) != 0 ||
+      (zero && hvd_distributed_optimizer(base, &d, &opt) != 0) ||
       hvd_optimizer_step(opt) != HVD_SUCCESS) {
     fprintf(stderr, "the model: %s\n", p ? hvd_last_error() : "no memory");
     return 1;
@@ -144,9 +153,9 @@ int main(int argc, char **argv) {
   if (hvd_rank() == 0) {
     double ms = median(sync_s, kept), mc = median(call_s, kept),
            mt = median(total_s, kept), ml = median(load_s, kept);
-    printf("median of %d rounds at np %d: save %.0f ms, save_async's call "
+    printf("median of %d rounds at np %d%s: save %.0f ms, save_async's call "
            "%.0f ms (%.2fx of save's), written at %.0f ms; load %.0f ms\n",
-           kept, hvd_size(), ms * 1e3, mc * 1e3, mc / ms, mt * 1e3,
+           kept, hvd_size(), zero ? " (ZeRO-1)" : "", ms * 1e3, mc * 1e3, mc / ms, mt * 1e3,
            ml * 1e3);
   }
   hvd_optimizer_destroy(opt);

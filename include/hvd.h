@@ -1084,8 +1084,11 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
  * whole parameter, sums its blocks' parts over the ranks), and every
  * parameter is then
  * allgathered (hvd.zero.<name>). Results equal the unsharded optimizer's
- * up to float rounding. Checkpoints and hvd_broadcast_optimizer_state
- * gather the full state for the time of the call (collective), so files
+ * up to float rounding. A checkpoint save sends every rank's blocks to
+ * rank 0, which alone holds the full state for the time of the write;
+ * a load writes each rank's blocks straight from the file's bytes (no
+ * rank holds the full state); hvd_broadcast_optimizer_state gathers the
+ * full state on every rank for the time of the call (collective). Files
  * are the same as unsharded ones and load at any world size, sharded or
  * not. Host and device parameters alike (a device parameter's blocks,
  * state and reduced gradient stay on its GPU); no compression; no no-sync

@@ -500,8 +500,8 @@ static void floats_of(hvd__ckpt_bulk_t *b, int has, int want, uint64_t off,
                                        load_fn, (unsigned long long)bytes / 4));
   int64_t count = (int64_t)(bytes / sizeof(float));
   *view = hvd_tensor_make(*out, HVD_FLOAT32, 1, &count);
-  hvd__ckpt_bulk_add(b, *out != NULL ? view : NULL, 0, off, bytes,
-                     sizeof(float));
+  hvd__ckpt_bulk_add(b, *out != NULL ? view : NULL, off, bytes, sizeof(float),
+                     0, bytes);
 }
 
 /* A version 3+ file's PowerSGD section, every rank through every record
@@ -694,9 +694,10 @@ fail:
  * the first failure (every rank walks through everything, to take part
  * in every broadcast). */
 static void apply(const char *path, const unsigned char *ol, size_t size,
-                  hvd_param_t *params, int n, hvd_optimizer_t *c,
+                  hvd_param_t *params, int n, hvd_optimizer_t *opt,
                   hvd__psgd_t *ps, int64_t *step, hvd__counters_t *ctr,
                   hvd__ckpt_bulk_t *b) {
+  hvd_optimizer_t *c = opt != NULL ? hvd__optim_core(opt) : NULL;
   reader_t r = outline_reader(ol, size);
   uint64_t count = hvd__get_le(ol + 12, 4);
   file_opt_t o;
@@ -708,10 +709,15 @@ static void apply(const char *path, const unsigned char *ol, size_t size,
   for (uint64_t i = 0; i < count && i < (uint64_t)n; i++) {
     if (next_param(path, &r, o.ns, &f) != HVD_SUCCESS)
       return;
-    hvd__ckpt_bulk_add(b, &params[i].value, 0, f.data, f.bytes, f.esize);
-    for (uint64_t k = 0; c != NULL && k < o.ns; k++)
-      hvd__ckpt_bulk_add(b, &c->state[i * o.ns + k], 0, f.state + k * f.bytes,
-                         f.bytes, f.esize);
+    hvd__ckpt_bulk_add(b, &params[i].value, f.data, f.bytes, f.esize, 0,
+                       f.bytes);
+    for (uint64_t k = 0; c != NULL && k < o.ns; k++) {
+      int64_t lo, hi; /* the elements this rank keeps (ZeRO-1: its block) */
+      hvd_tensor_t *t =
+          hvd__optim_state_target(opt, (int)(i * o.ns + k), &lo, &hi);
+      hvd__ckpt_bulk_add(b, t, f.state + k * f.bytes, f.bytes, f.esize,
+                         (uint64_t)lo * f.esize, (uint64_t)hi * f.esize);
+    }
   }
   if (ps != NULL) /* on every rank or none (same_parts) */
     apply_psgd(path, &r, ol, ps, b);
@@ -826,14 +832,11 @@ static hvd_result_t load_checked(const char *path, hvd_param_t *params, int n,
   HVD__CHECK(share_outline(path, &file, &fsize, &ol, &olsize));
   rc = validate(path, ol, olsize, params, n, c, ps, ctr);
   HVD__CHECK(hvd__ckpt_agree("load.check", rc));
-  /* a sharded optimizer: the full state to load into, then its blocks */
-  if (opt != NULL)
-    HVD__CHECK(hvd__ckpt_agree("load.state", hvd__optim_state_gather(opt)));
   rc = hvd__ckpt_agree(
       "load.bounce",
       hvd__ckpt_bulk_new(load_fn, file, hvd__get_le(ol + 16, 8), &b));
   if (rc == HVD_SUCCESS)
-    apply(path, ol, olsize, params, n, c, ps, step, ctr, b);
+    apply(path, ol, olsize, params, n, opt, ps, step, ctr, b);
   hvd_result_t done = hvd__ckpt_bulk_end(b); /* frees b in any case */
   if (rc == HVD_SUCCESS) /* a failed copy to a GPU is known to every rank */
     rc = hvd__ckpt_agree("load.apply", done);

@@ -33,24 +33,26 @@
 #define MAX_BATCH 256 /* pieces in flight at once */
 
 typedef struct piece {
-  hvd_tensor_t *t;      /* NULL: the bytes go nowhere */
-  size_t t_off, bytes, esize;
-  unsigned char *src;   /* where the bytes are once the batch is done */
-  int copy;             /* 1: to be copied from src into t */
+  hvd_tensor_t *t;     /* NULL: the bytes go nowhere */
+  size_t bytes, esize; /* on the wire */
+  size_t skip, len;    /* what t takes of them: [skip, skip + len) */
+  size_t t_off;        /* where in t */
+  unsigned char *src;  /* where the bytes are once the batch is done */
+  int copy;            /* 1: to be copied from src into t */
   hvd_request_t *req;
 } piece_t;
 
 struct hvd__ckpt_bulk {
   const char *fn;
-  unsigned char *file;  /* rank 0: the whole file; elsewhere NULL */
+  unsigned char *file; /* rank 0: the whole file; elsewhere NULL */
   unsigned char *bounce;
-  size_t piece;         /* HVD_CHECKPOINT_PIECE: bytes a piece and a batch
-                           carry at most */
-  size_t cap, used;     /* the bounce buffer's size; a batch's bytes */
+  size_t piece;     /* HVD_CHECKPOINT_PIECE: bytes a piece and a batch
+                       carry at most */
+  size_t cap, used; /* the bounce buffer's size; a batch's bytes */
   piece_t batch[MAX_BATCH];
   int n;
-  uint64_t seq;         /* pieces so far: their names */
-  hvd_result_t rc;      /* the first failure */
+  uint64_t seq;    /* pieces so far: their names */
+  hvd_result_t rc; /* the first failure */
   char msg[HVD__ERRMSG_MAX];
 };
 
@@ -100,10 +102,10 @@ static hvd_result_t copy_piece(const char *fn, piece_t *q) {
   if (!hvd__host_is_le() && q->esize > 1)
     swap_in_place(q->src, q->bytes, q->esize);
   if (q->t->device == HVD_CPU) {
-    memcpy((unsigned char *)q->t->data + q->t_off, q->src, q->bytes);
+    memcpy((unsigned char *)q->t->data + q->t_off, q->src + q->skip, q->len);
     return HVD_SUCCESS;
   }
-  return hvd__odev_write(fn, q->t, q->t_off, q->src, q->bytes);
+  return hvd__odev_write(fn, q->t, q->t_off, q->src + q->skip, q->len);
 }
 
 hvd_result_t hvd__ckpt_bulk_flush(hvd__ckpt_bulk_t *b) {
@@ -118,22 +120,31 @@ hvd_result_t hvd__ckpt_bulk_flush(hvd__ckpt_bulk_t *b) {
   return b->rc;
 }
 
-/* One piece of at most b->piece bytes: its broadcast submitted. */
-static void add_piece(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, size_t t_off,
-                      uint64_t off, size_t bytes, size_t esize) {
+/* One piece: bytes [a, a + bytes) of a tensor's range in the file (at
+ * off), of which t takes [lo, hi) from its byte 0. Its broadcast is
+ * submitted. */
+static void add_piece(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, uint64_t off,
+                      uint64_t a, size_t bytes, size_t esize, uint64_t lo,
+                      uint64_t hi) {
   if (b->n == MAX_BATCH || b->used + bytes > b->piece)
     hvd__ckpt_bulk_flush(b);
   piece_t *q = &b->batch[b->n++];
-  int direct = t != NULL && t->device == HVD_CPU &&
+  uint64_t from = a > lo ? a : lo, to = a + bytes < hi ? a + bytes : hi;
+  *q = (piece_t){.t = from < to ? t : NULL, .bytes = bytes, .esize = esize};
+  if (q->t != NULL) {
+    q->skip = (size_t)(from - a);
+    q->len = (size_t)(to - from);
+    q->t_off = (size_t)(from - lo);
+  }
+  int direct = q->t != NULL && q->t->device == HVD_CPU && q->len == bytes &&
                (hvd__host_is_le() || esize <= 1);
-  *q = (piece_t){.t = t, .t_off = t_off, .bytes = bytes, .esize = esize};
   if (b->file != NULL)
-    q->src = b->file + off;
+    q->src = b->file + off + a;
   else if (direct)
-    q->src = (unsigned char *)t->data + t_off;
+    q->src = (unsigned char *)q->t->data + q->t_off;
   else
     q->src = b->bounce + b->used;
-  q->copy = t != NULL && (b->file != NULL || !direct);
+  q->copy = q->t != NULL && (b->file != NULL || !direct);
   b->used += bytes;
   int64_t len = (int64_t)bytes;
   hvd_tensor_t wire = hvd_tensor_make(q->src, HVD_UINT8, 1, &len);
@@ -144,14 +155,13 @@ static void add_piece(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, size_t t_off,
   hvd__ckpt_bulk_fail(b, hvd_broadcast_async(name, &wire, 0, &q->req));
 }
 
-void hvd__ckpt_bulk_add(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, size_t t_off,
-                        uint64_t off, uint64_t bytes, size_t esize) {
-  while (bytes > 0) {
-    size_t k = bytes < b->piece ? (size_t)bytes : b->piece;
-    add_piece(b, t, t_off, off, k, esize);
-    t_off += k;
-    off += k;
-    bytes -= k;
+void hvd__ckpt_bulk_add(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, uint64_t off,
+                        uint64_t bytes, size_t esize, uint64_t lo,
+                        uint64_t hi) {
+  for (uint64_t a = 0; a < bytes;) {
+    size_t k = bytes - a < b->piece ? (size_t)(bytes - a) : b->piece;
+    add_piece(b, t, off, a, k, esize, lo, hi);
+    a += k;
   }
 }
 

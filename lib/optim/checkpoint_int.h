@@ -58,11 +58,13 @@ hvd_result_t hvd__ckpt_check_args(const char *fn, const char *path,
 typedef struct hvd__ckpt_bulk hvd__ckpt_bulk_t;
 hvd_result_t hvd__ckpt_bulk_new(const char *fn, unsigned char *file,
                                 uint64_t body, hvd__ckpt_bulk_t **out);
-/* The file's bytes [off, off + bytes), little-endian elements of esize
- * bytes, into t's bytes from byte t_off (t NULL: nowhere). Done by the
- * next flush or end at the latest. */
-void hvd__ckpt_bulk_add(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, size_t t_off,
-                        uint64_t off, uint64_t bytes, size_t esize);
+/* A tensor's bytes in the file, [off, off + bytes), little-endian
+ * elements of esize bytes: their bytes [lo, hi) into t from its byte 0
+ * (the whole: 0, bytes; a ZeRO-1 block: its part), the rest nowhere (t
+ * NULL: all of them). Every rank sends or receives all of them, in
+ * pieces; done by the next flush or end at the latest. */
+void hvd__ckpt_bulk_add(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, uint64_t off,
+                        uint64_t bytes, size_t esize, uint64_t lo, uint64_t hi);
 /* Remembers rc with hvd_last_error() when it is this rank's first
  * failure (HVD_SUCCESS: nothing). */
 void hvd__ckpt_bulk_fail(hvd__ckpt_bulk_t *b, hvd_result_t rc);

@@ -645,9 +645,10 @@ static hvd_result_t save_checked(save_t *s, hvd_optimizer_t *o,
   hvd_result_t rc = hvd__ckpt_check_args(s->fn, s->path, s->params, s->n, o);
   if ((rc = hvd__ckpt_agree("save.args", rc)) != HVD_SUCCESS)
     return rc;
-  /* a sharded optimizer's full state, for the time of the write */
+  /* a sharded optimizer's full state on rank 0, for the time of the
+   * write (the other ranks send their blocks and hold no more) */
   if (o != NULL &&
-      (rc = hvd__ckpt_agree("save.state", hvd__optim_state_gather(o))) !=
+      (rc = hvd__ckpt_agree("save.state", hvd__optim_state_to_root(o))) !=
           HVD_SUCCESS)
     return rc;
   /* PowerSGD's error feedback averaged over the ranks (agreed) */
@@ -660,6 +661,6 @@ static hvd_result_t save_checked(save_t *s, hvd_optimizer_t *o,
     q->writer = rc == HVD_SUCCESS && hvd_rank() == 0;
   hvd__psgd_release(ps);
   if (o != NULL)
-    (void)hvd__optim_state_release(o, 0); /* take 0: nothing to fail */
+    hvd__optim_state_drop(o);
   return hvd__ckpt_agree("save.result", rc);
 }

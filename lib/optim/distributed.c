@@ -714,6 +714,27 @@ hvd_result_t hvd__optim_state_release(hvd_optimizer_t *opt, int take) {
   return HVD_SUCCESS;
 }
 
+hvd_result_t hvd__optim_state_to_root(hvd_optimizer_t *opt) {
+  if (opt->dist == NULL || opt->dist->zero == NULL)
+    return HVD_SUCCESS;
+  return hvd__zero_gather_root(opt->dist->zero, opt->base);
+}
+
+void hvd__optim_state_drop(hvd_optimizer_t *opt) {
+  if (opt->dist != NULL && opt->dist->zero != NULL)
+    hvd__zero_release_root(opt->dist->zero, opt->base);
+}
+
+hvd_tensor_t *hvd__optim_state_target(hvd_optimizer_t *opt, int s, int64_t *lo,
+                                      int64_t *hi) {
+  if (opt->dist != NULL && opt->dist->zero != NULL)
+    return hvd__zero_state_block(opt->dist->zero, s, lo, hi);
+  hvd_optimizer_t *c = hvd__optim_core(opt);
+  *lo = 0;
+  *hi = hvd_tensor_numel(&c->state[s]);
+  return &c->state[s];
+}
+
 hvd_result_t hvd_optimizer_compression_stats(const hvd_optimizer_t *opt,
                                              int64_t *before, int64_t *after) {
   if (opt == NULL || opt->dist == NULL)

@@ -196,6 +196,15 @@ hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core);
 hvd_result_t hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core,
                                      int take);
 int64_t hvd__zero_state_bytes(const hvd__zero_t *z);
+/* For a save: the core's full state on rank 0 only (collective: each
+ * rank's blocks to rank 0, no full state elsewhere; masters as by
+ * hvd__zero_gather_state), then dropped. */
+hvd_result_t hvd__zero_gather_root(hvd__zero_t *z, hvd_optimizer_t *core);
+void hvd__zero_release_root(hvd__zero_t *z, hvd_optimizer_t *core);
+/* State tensor s's block on this rank: the whole tensor's elements
+ * [*lo, *hi) are its elements from 0. */
+hvd_tensor_t *hvd__zero_state_block(hvd__zero_t *z, int s, int64_t *lo,
+                                    int64_t *hi);
 
 /* PowerSGD (powersgd.c): the distributed optimizer's compression
  * HVD_COMPRESS_POWERSGD. takes: parameter i is compressed at step count
@@ -270,6 +279,15 @@ hvd_result_t hvd__optim_state_gather(hvd_optimizer_t *opt);
 int hvd__optim_sharded(const hvd_optimizer_t *opt);
 /* The first failure of taking the blocks back (a device copy). */
 hvd_result_t hvd__optim_state_release(hvd_optimizer_t *opt, int take);
+/* The same for a save: the full state on rank 0 only (a sharded one's
+ * blocks sent to rank 0), then dropped. No-ops unless sharded. */
+hvd_result_t hvd__optim_state_to_root(hvd_optimizer_t *opt);
+void hvd__optim_state_drop(hvd_optimizer_t *opt);
+/* Where this rank keeps the core's state tensor s: the whole tensor, or
+ * a sharded optimizer's block, whose elements from 0 are the whole's
+ * [*lo, *hi) (a load writes only those, without the full state). */
+hvd_tensor_t *hvd__optim_state_target(hvd_optimizer_t *opt, int s, int64_t *lo,
+                                      int64_t *hi);
 
 /* ---- checkpoints with counters (hvd_state, state.c) -------------------- */
 

@@ -361,6 +361,72 @@ hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core) {
   return rc;
 }
 
+/* Submits state tensor s's alltoall to rank 0 (each rank's block to
+ * rank 0 only; hvd allocates rank 0's output: the whole, flat, in rank
+ * order). */
+static hvd_result_t to_root_async(hvd__zero_t *z, int s, hvd_tensor_t *out,
+                                  hvd_request_t **req) {
+  char name[HVD__ERRMSG_MAX];
+  int p = hvd_size();
+  int64_t *splits = calloc((size_t)p, sizeof *splits);
+  if (splits == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: splits", z->snames[s]);
+  splits[0] = z->len[s / z->ns];
+  snprintf(name, sizeof name, "%s.root", z->snames[s]);
+  hvd_result_t rc =
+      hvd_alltoall_async(name, &z->state[s], splits, out, NULL, req);
+  free(splits);
+  return rc;
+}
+
+hvd_result_t hvd__zero_gather_root(hvd__zero_t *z, hvd_optimizer_t *core) {
+  int count = z->n * z->ns;
+  hvd_result_t first = HVD_SUCCESS, rc;
+  char msg[HVD__ERRMSG_MAX] = "";
+  hvd_request_t **req = calloc(count > 0 ? (size_t)count : 1, sizeof *req);
+  hvd_tensor_t *out = calloc(count > 0 ? (size_t)count : 1, sizeof *out);
+  if (req == NULL || out == NULL) {
+    free(req);
+    free(out);
+    return hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "gathering the optimizer's blocks: out of memory");
+  }
+  for (int s = 0; s < count; s++)
+    if ((rc = to_root_async(z, s, &out[s], &req[s])) != HVD_SUCCESS &&
+        first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+  for (int s = 0; s < count; s++) {
+    rc = req[s] != NULL ? hvd_wait(req[s]) : HVD_SUCCESS;
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+    if (rc == HVD_SUCCESS && hvd_rank() == 0) /* the shape stays */
+      core->state[s].data = out[s].data, core->state[s].device = out[s].device;
+    else
+      hvd_tensor_free(&out[s]);
+  }
+  free(req);
+  free(out);
+  if (first == HVD_SUCCESS)
+    first = gather_blocks(z, core, MASTERS);
+  else
+    hvd__set_error(first, "the full optimizer state on rank 0: %s", msg);
+  if (first != HVD_SUCCESS)
+    hvd__zero_release_root(z, core);
+  return first;
+}
+
+void hvd__zero_release_root(hvd__zero_t *z, hvd_optimizer_t *core) {
+  for (int s = 0; s < z->n * z->ns; s++) {
+    hvd_tensor_t t = core->state[s]; /* hvd allocated it (or NULL) */
+    hvd_tensor_free(&t);
+    core->state[s].data = NULL;
+  }
+}
+
 hvd_result_t hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core,
                                      int take) {
   static const char who[] = "the optimizer state's blocks";
@@ -379,6 +445,13 @@ hvd_result_t hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core,
   }
   drop_full(z, core);
   return rc;
+}
+
+hvd_tensor_t *hvd__zero_state_block(hvd__zero_t *z, int s, int64_t *lo,
+                                    int64_t *hi) {
+  *lo = z->off[s / z->ns];
+  *hi = *lo + z->len[s / z->ns];
+  return &z->state[s];
 }
 
 int64_t hvd__zero_state_bytes(const hvd__zero_t *z) {
