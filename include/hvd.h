@@ -1225,11 +1225,14 @@ hvd_result_t hvd_checkpoint_save_async(const char *path,
  * HVD_SUCCESS. */
 hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req);
 
-/* Rank 0 reads and checks path (magic, version, checksum, names, dtypes,
- * shapes), every rank receives it by broadcast; on any error nothing is
- * changed and the message names what differs. opt and step may be NULL.
- * A PowerSGD optimizer takes the file's PowerSGD state, or starts it
- * afresh when the file has none; an optimizer without PowerSGD skips it.
+/* Rank 0 reads and checks path (magic, version, checksum), every rank
+ * receives its outline (names, dtypes, shapes) and checks it; on any
+ * error nothing is changed and the message names what differs. Then the
+ * tensors' bytes arrive in broadcasts of at most HVD_CHECKPOINT_PIECE
+ * bytes, straight into host tensors: no rank but 0 holds the file (a
+ * sharded optimizer's rank takes only its blocks of the state). opt and step
+ * may be NULL. A PowerSGD optimizer takes the file's PowerSGD state, or starts
+ * it afresh when the file has none; an optimizer without PowerSGD skips it.
  * Collective. */
 hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
                                  hvd_optimizer_t *opt, int64_t *step);
@@ -1239,7 +1242,8 @@ hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
  * top of whole-job relaunches by hvdrun (--max-restarts, doc/elastic.md):
  * a state is one model's parameters, their optimizer (may be NULL) and
  * named int64 progress counters (epoch, step, position in the epoch).
- * hvd_state_commit copies them in memory (every rank) and, every
+ * hvd_state_commit copies them in memory (every rank; with a sharded
+ * optimizer, each rank's blocks of its state: no full state) and, every
  * save_every-th commit, writes them to path as a checkpoint (with the
  * counters; rank 0 writes a temporary file, fsyncs and renames
  * it, so a failure during the save leaves the previous file whole).

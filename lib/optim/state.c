@@ -7,8 +7,10 @@
  *
  *   commit:  a copy of all of it in this process's memory (every rank: the
  *            parameters and the optimizer's full state are the same on
- *            every rank, a sharded optimizer's gathered for the copy;
- *            PowerSGD's error feedback is each rank's own), and
+ *            every rank; a sharded optimizer's copy is this rank's blocks
+ *            of the state and of mixed precision's masters, taken with no
+ *            collective and no full state; PowerSGD's error feedback is
+ *            each rank's own), and
  *            every save_every-th commit the same as a checkpoint file
  *            (hvd__checkpoint_save_ex: rank 0 writes a temporary file,
  *            fsyncs and renames it over path, so a failure during the save
@@ -49,8 +51,9 @@ struct hvd_state {
   int64_t commits;
   /* the last commit (have: one was made in this process) */
   int have;
-  void **values; /* n host copies */
-  void **states; /* n * nstate host copies */
+  void **values;  /* n host copies */
+  void **states;  /* n * nstate host copies (sharded: of the blocks) */
+  void **masters; /* sharded and mixed: n host copies of master blocks */
   double lr;
   int64_t steps;
   int64_t saved[MAX_COUNTERS];
@@ -164,12 +167,45 @@ static hvd_result_t copy_tensor(const char *who, hvd_tensor_t *t, void *h,
   return HVD_SUCCESS;
 }
 
+static void *alloc_bytes(size_t bytes) { return malloc(bytes ? bytes : 1); }
+
+/* A sharded optimizer's buffers: the values as they are, this rank's
+ * blocks of the state and of the masters (NULL where there is none). */
+static int alloc_blocks(hvd_state_t *st) {
+  hvd_optimizer_t *c = hvd__optim_core(st->opt);
+  int ns = c->ops.nstate;
+  int64_t lo, hi;
+  if ((st->masters = calloc((size_t)st->n + 1, sizeof *st->masters)) == NULL)
+    return 0;
+  for (int i = 0; i < st->n; i++) {
+    hvd_tensor_t *m = c->mixed != NULL ? hvd__mixed_master(c, i) : NULL;
+    if ((st->values[i] =
+             alloc_bytes(hvd__tensor_bytes(&st->params[i].value))) == NULL ||
+        (m != NULL &&
+         (st->masters[i] = alloc_bytes(hvd__tensor_bytes(m))) == NULL))
+      return 0;
+    for (int k = 0; k < ns; k++) {
+      hvd_tensor_t *t = hvd__optim_state_target(st->opt, i * ns + k, &lo, &hi);
+      if ((st->states[i * ns + k] = alloc_bytes(hvd__tensor_bytes(t))) == NULL)
+        return 0;
+    }
+  }
+  return 1;
+}
+
 /* Buffers for the copy, made at the first commit. */
 static hvd_result_t alloc_copy(hvd_state_t *st) {
   const hvd_optimizer_t *c = st->opt ? hvd__optim_core_const(st->opt) : NULL;
   int ns = c != NULL ? c->ops.nstate : 0;
   if (st->values != NULL)
     return HVD_SUCCESS;
+  if (st->opt != NULL && hvd__optim_sharded(st->opt)) {
+    st->values = calloc((size_t)st->n + 1, sizeof *st->values);
+    st->states = calloc((size_t)st->n * (size_t)ns + 1, sizeof *st->states);
+    if (st->values != NULL && st->states != NULL && alloc_blocks(st))
+      return HVD_SUCCESS;
+    goto oom;
+  }
   st->values = calloc((size_t)st->n + 1, sizeof *st->values);
   st->states = calloc((size_t)st->n * (size_t)ns + 1, sizeof *st->states);
   if (st->values == NULL || st->states == NULL)
@@ -193,29 +229,59 @@ oom:
                         "%s: out of memory for the committed copy", commit_fn);
 }
 
+/* The scalars: lr and the update count, PowerSGD's state, the counters. */
+static hvd_result_t transfer_scalars(hvd_state_t *st, hvd_optimizer_t *c,
+                                     int to_live, const char *who) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (c != NULL) {
+    if (to_live)
+      c->lr = st->lr, c->steps = st->steps;
+    else
+      st->lr = c->lr, st->steps = c->steps;
+    rc = hvd__psgd_keep(hvd__optim_psgd(st->opt), who, &st->psgd, to_live);
+  }
+  for (int k = 0; k < st->nc && rc == HVD_SUCCESS; k++)
+    if (to_live)
+      *st->live[k] = st->saved[k];
+    else
+      st->saved[k] = *st->live[k];
+  return rc;
+}
+
+/* transfer() for a sharded optimizer: the values as they are (the same
+ * on every rank), this rank's blocks of the state and of the masters:
+ * no collective, no full state (the restore of a commit in memory is in
+ * the same process, with the same optimizer and blocks). */
+static hvd_result_t transfer_blocks(hvd_state_t *st, int to_live,
+                                    const char *who) {
+  hvd_optimizer_t *c = hvd__optim_core(st->opt);
+  int ns = c->ops.nstate;
+  int64_t lo, hi;
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int i = 0; i < st->n && rc == HVD_SUCCESS; i++) {
+    hvd_tensor_t *m = c->mixed != NULL ? hvd__mixed_master(c, i) : NULL;
+    rc = copy_tensor(who, &st->params[i].value, st->values[i], to_live);
+    if (m != NULL && rc == HVD_SUCCESS)
+      rc = copy_tensor(who, m, st->masters[i], to_live);
+    for (int k = 0; k < ns && rc == HVD_SUCCESS; k++)
+      rc = copy_tensor(who,
+                       hvd__optim_state_target(st->opt, i * ns + k, &lo, &hi),
+                       st->states[i * ns + k], to_live);
+  }
+  return rc == HVD_SUCCESS ? transfer_scalars(st, c, to_live, who) : rc;
+}
+
 /* The model, optimizer and counters into the copy (to_live 0), or the
- * copy back into them (1). The optimizer's full state is present for the
- * time of the call (a sharded optimizer gathers it: collective). */
+ * copy back into them (1). The optimizer's full state is there: a
+ * sharded optimizer's blocks are copied instead (transfer_blocks). */
 static hvd_result_t transfer(hvd_state_t *st, int to_live, const char *who) {
-  hvd_result_t rc = HVD_SUCCESS, back;
+  if (st->opt != NULL && hvd__optim_sharded(st->opt))
+    return transfer_blocks(st, to_live, who);
   hvd_optimizer_t *c = st->opt ? hvd__optim_core(st->opt) : NULL;
   int ns = c != NULL ? c->ops.nstate : 0;
   hvd_param_t *views = NULL; /* mixed precision: the masters */
-  rc = hvd__mixed_ckpt_params(c, st->params, st->n, &views);
-  if (st->opt != NULL && hvd__optim_sharded(st->opt)) /* gathers next */
-    rc = hvd__optim_agree("hvd.state.masters", rc);
-  if (rc != HVD_SUCCESS) {
-    free(views);
-    hvd__mixed_ckpt_done(c);
-    return rc;
-  }
+  hvd_result_t rc = hvd__mixed_ckpt_params(c, st->params, st->n, &views);
   const hvd_param_t *ps = views != NULL ? views : st->params;
-  if (st->opt != NULL &&
-      (rc = hvd__optim_state_gather(st->opt)) != HVD_SUCCESS) {
-    free(views);
-    hvd__mixed_ckpt_done(c);
-    return rc;
-  }
   for (int i = 0; i < st->n && rc == HVD_SUCCESS; i++) {
     rc = copy_tensor(who, (hvd_tensor_t *)&ps[i].value, st->values[i], to_live);
     for (int k = 0; k < ns && rc == HVD_SUCCESS; k++)
@@ -225,24 +291,8 @@ static hvd_result_t transfer(hvd_state_t *st, int to_live, const char *who) {
   free(views);
   if (c != NULL && rc == HVD_SUCCESS && to_live && c->mixed != NULL)
     rc = hvd__mixed_values_from_masters(c);
-  if (c != NULL && rc == HVD_SUCCESS) {
-    if (to_live)
-      c->lr = st->lr, c->steps = st->steps;
-    else
-      st->lr = c->lr, st->steps = c->steps;
-  }
-  if (c != NULL && rc == HVD_SUCCESS)
-    rc = hvd__psgd_keep(hvd__optim_psgd(st->opt), who, &st->psgd, to_live);
-  for (int k = 0; k < st->nc && rc == HVD_SUCCESS; k++)
-    if (to_live)
-      *st->live[k] = st->saved[k];
-    else
-      st->saved[k] = *st->live[k];
-  if (st->opt != NULL) {
-    back = hvd__optim_state_release(st->opt, to_live && rc == HVD_SUCCESS);
-    if (rc == HVD_SUCCESS)
-      rc = back;
-  }
+  if (rc == HVD_SUCCESS)
+    rc = transfer_scalars(st, c, to_live, who);
   hvd__mixed_ckpt_done(c);
   return rc;
 }
@@ -262,8 +312,12 @@ hvd_result_t hvd_state_commit(hvd_state_t *st) {
   hvd_result_t rc = alloc_copy(st);
   if (rc == HVD_SUCCESS)
     rc = transfer(st, 0, commit_fn);
-  if (rc != HVD_SUCCESS)
+  if (st->path != NULL) /* every rank counts the commit, or none */
+    rc = hvd__optim_agree("hvd.state.commit", rc);
+  if (rc != HVD_SUCCESS) {
+    st->have = 0; /* the copy may be torn: a restore reads the file */
     return rc;
+  }
   st->have = 1;
   st->commits++;
   if (st->path == NULL || st->commits % st->every != 0)
@@ -319,8 +373,11 @@ void hvd_state_destroy(hvd_state_t *st) {
     free(st->values[i]);
   for (int s = 0; st->states != NULL && s < st->n * ns; s++)
     free(st->states[s]);
+  for (int i = 0; st->masters != NULL && i < st->n; i++)
+    free(st->masters[i]);
   free(st->values);
   free(st->states);
+  free(st->masters);
   hvd__psgd_copy_free(st->psgd);
   for (int k = 0; k < st->nc; k++)
     free(st->owned[k]);

@@ -723,7 +723,9 @@ static void memory(void) {
  * are the saved ones; saved again from the sharded optimizer, such a
  * rank again holds less than 8 MiB more (it used to allgather the whole
  * state too), and the file is the first byte for byte (its state blocks
- * were the saved ones). */
+ * were the saved ones); an hvd_state commit holds a copy of the values
+ * and of the rank's blocks only (it used to gather and copy the whole
+ * state), and restores the values. */
 static int mode_zero_memory(const char *path) {
   enum { BIG = 6 << 20 };
   int64_t n = BIG, step = 0;
@@ -788,6 +790,33 @@ static int mode_zero_memory(const char *path) {
      "... the same file byte for byte: every block was loaded");
   free(a);
   free(b);
+  /* an hvd_state commit copies the values and this rank's blocks */
+  hvd_state_t *st = NULL;
+  if (hvd_state_create(NULL, 1, &st) != 0 ||
+      hvd_state_add_params(st, &p, 1, zero) != 0)
+    bail("hvd_state: %s", hvd_last_error());
+  can = reset_peak();
+  before = status_kb("VmRSS");
+  is_int(HVD_SUCCESS, hvd_state_commit(st), "an hvd_state commit");
+  extra = status_kb("VmHWM") - before;
+  long long cap = (24 + 48 / tap_size() + 8) * 1024LL;
+  if (root_ll(can && before > 0) == 0) {
+    skip(1, "no /proc/self/clear_refs to reset VmHWM");
+  } else {
+    tap_note("%lld KiB more, at most %lld", extra, cap);
+    ok(extra < cap,
+       "... holds the values (24 MiB) and this rank's blocks of the state "
+       "(48 MiB / %d), no full state",
+       tap_size());
+  }
+  big_fill(bufs, n, 3);
+  int restored = 0;
+  is_int(HVD_SUCCESS, hvd_state_restore(st, &restored), "... restores");
+  same = restored == 1;
+  for (int64_t j = 0; j < n && same; j++)
+    same = v[j] == big_at(j, 0, 1);
+  ok(same, "... the committed values");
+  hvd_state_destroy(st);
   hvd_optimizer_destroy(zero);
   hvd_optimizer_destroy(plain);
   free(v);
