@@ -723,9 +723,11 @@ typedef struct hvd_optimizer hvd_optimizer_t;
  * reduce_fp32), each rank keeps and updates only its block of each
  * master, rounds it into its block of the value, and the values are
  * allgathered in their own dtype. The results equal the unsharded
- * optimizer's bit for bit; checkpoints, hvd_state and
- * hvd_broadcast_optimizer_state gather the whole masters for the time of
- * the call. hvd_optimizer_state_bytes counts the masters (4 bytes an
+ * optimizer's bit for bit; checkpoints make the whole masters on every
+ * rank for the time of the call (the state stays sharded), hvd_state
+ * copies each rank's blocks, and hvd_broadcast_optimizer_state has
+ * nothing to send but the scalars. hvd_optimizer_state_bytes counts the
+ * masters (4 bytes an
  * element of this rank's part) with the state.
  * A master is made from its value when the optimizer is made. When
  * hvd_broadcast_parameters later writes a value, each element of every
@@ -1087,8 +1089,8 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
  * up to float rounding. A checkpoint save sends every rank's blocks to
  * rank 0, which alone holds the full state for the time of the write;
  * a load writes each rank's blocks straight from the file's bytes (no
- * rank holds the full state); hvd_broadcast_optimizer_state gathers the
- * full state on every rank for the time of the call (collective). Files
+ * rank holds the full state); an hvd_state commit copies each rank's
+ * blocks; hvd_broadcast_optimizer_state sends the scalars only. Files
  * are the same as unsharded ones and load at any world size, sharded or
  * not. Host and device parameters alike (a device parameter's blocks,
  * state and reduced gradient stay on its GPU); no compression; no no-sync
@@ -1177,7 +1179,9 @@ hvd_result_t hvd_verify_parameters(const hvd_param_t *params, int n);
 
 /* Broadcasts the optimizer's step count, learning rate and state tensors
  * from root (allocating them where a rank has none yet), verified the same
- * way. */
+ * way. A sharded optimizer (shard_optimizer_state) sends the scalars only:
+ * each block of its state and masters has one owner, so root's whole
+ * state is every rank's already, and no rank is unsharded. */
 hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root);
 
 /* ---- Checkpoints -------------------------------------------------------- *

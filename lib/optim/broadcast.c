@@ -266,15 +266,15 @@ static char *join(const char *a, const char *b) {
 }
 
 /* What hvd_broadcast_optimizer_state sends, with its labels: the scalars,
- * every state tensor ("<param>.<state>"), and with mixed precision every
- * whole float32 master ("<param>.master", from views). *count: how many;
- * free both arrays and the labels. */
-static hvd_result_t state_list(const char *fn, hvd_optimizer_t *c,
+ * every state tensor ("<param>.<state>"; none when sharded), and with
+ * mixed precision every whole float32 master ("<param>.master", from
+ * views). *count: how many; free both arrays and the labels. */
+static hvd_result_t state_list(const char *fn, hvd_optimizer_t *c, int sharded,
                                hvd_tensor_t *scalars, hvd_param_t *views,
                                hvd_tensor_t ***ts_out, char ***labels_out,
                                int *count) {
-  int ns = c->ops.nstate, cap = 1 + c->n * ns + c->n, k = 0;
-  hvd_tensor_t **ts = malloc((size_t)cap * sizeof *ts);
+  int ns = sharded ? 0 : c->ops.nstate, cap = 1 + c->n * ns + c->n, k = 0;
+  hvd_tensor_t **ts = calloc((size_t)cap, sizeof *ts);
   char **labels = calloc((size_t)cap, sizeof *labels);
   *ts_out = ts;
   *labels_out = labels;
@@ -285,7 +285,7 @@ static hvd_result_t state_list(const char *fn, hvd_optimizer_t *c,
   labels[k++] = strdup("scalars");
   for (int i = 0; i < c->n; i++)
     for (int j = 0; j < ns; j++) {
-      ts[k] = &c->state[i * ns + j];
+      ts[k] = &c->state[i * c->ops.nstate + j];
       labels[k++] = join(c->params[i].name, c->ops.state_names[j]);
     }
   for (int i = 0; views != NULL && i < c->n; i++)
@@ -327,9 +327,11 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
                           hvd_size());
   hvd_optimizer_t *c = hvd__optim_core(opt);
   int ns = c->ops.nstate, total = c->n * ns, count = 0;
+  unsigned char sharded = (unsigned char)hvd__optim_sharded(opt);
   hvd__sum_t s;
   hvd__sum_init(&s);
   describe_into(&s, c->params, c->n);
+  hvd__sum_add(&s, &sharded, 1);
   hvd__sum_add(&s, c->ops.name ? c->ops.name : "",
                strlen(c->ops.name ? c->ops.name : "") + 1);
   for (int k = 0; k < ns; k++)
@@ -338,17 +340,16 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
       agree(fn, "optimizer (type, parameters, state)", total, hvd__sum_end(&s));
   if (rc != HVD_SUCCESS)
     return rc;
-  /* mixed precision: the whole masters too (a sharded one's made here) */
+  /* A sharded optimizer's state and masters are one set of blocks, each
+   * kept by one rank: root's whole is every rank's already, and only the
+   * scalars travel (gathering it would unshard every rank). Otherwise,
+   * with mixed precision, the whole masters too. */
   hvd_param_t *views = NULL;
-  rc = hvd__optim_agree("hvd.bcast_state.masters",
-                        hvd__mixed_ckpt_params(c, c->params, c->n, &views));
+  rc = hvd__optim_agree(
+      "hvd.bcast_state.masters",
+      sharded ? HVD_SUCCESS
+              : hvd__mixed_ckpt_params(c, c->params, c->n, &views));
   if (rc != HVD_SUCCESS) {
-    free(views);
-    hvd__mixed_ckpt_done(c);
-    return rc;
-  }
-  /* a sharded optimizer: root's full state reaches every rank's blocks */
-  if ((rc = hvd__optim_state_gather(opt)) != HVD_SUCCESS) {
     free(views);
     hvd__mixed_ckpt_done(c);
     return rc;
@@ -359,12 +360,9 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
   hvd_tensor_t st = hvd_tensor_make(scalars, HVD_INT64, 1, two);
   hvd_tensor_t **ts = NULL;
   char **labels = NULL;
-  rc = state_list(fn, c, &st, views, &ts, &labels, &count);
+  rc = state_list(fn, c, sharded, &st, views, &ts, &labels, &count);
   if (rc == HVD_SUCCESS)
     rc = send_state(fn, c, ts, labels, count, scalars, root);
-  hvd_result_t back = hvd__optim_state_release(opt, rc == HVD_SUCCESS);
-  if (rc == HVD_SUCCESS)
-    rc = back;
   for (int j = 0; labels != NULL && j < count; j++)
     free(labels[j]);
   free(labels);

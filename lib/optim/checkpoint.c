@@ -840,11 +840,8 @@ static hvd_result_t load_checked(const char *path, hvd_param_t *params, int n,
   hvd_result_t done = hvd__ckpt_bulk_end(b); /* frees b in any case */
   if (rc == HVD_SUCCESS) /* a failed copy to a GPU is known to every rank */
     rc = hvd__ckpt_agree("load.apply", done);
-  if (opt != NULL) {
-    hvd_result_t back = hvd__optim_state_release(opt, rc == HVD_SUCCESS);
-    if (rc == HVD_SUCCESS)
-      rc = hvd__ckpt_agree("load.blocks", back);
-  }
+  if (opt != NULL && rc == HVD_SUCCESS) /* ZeRO-1 and mixed: masters */
+    rc = hvd__ckpt_agree("load.blocks", hvd__optim_take_masters(opt));
   if (rc == HVD_SUCCESS)
     load_scaler(ol, olsize, c);
 fail:

@@ -694,12 +694,6 @@ static hvd_result_t dist_set_sync(hvd_optimizer_t *opt, int sync) {
   return HVD_SUCCESS;
 }
 
-hvd_result_t hvd__optim_state_gather(hvd_optimizer_t *opt) {
-  if (opt->dist == NULL || opt->dist->zero == NULL)
-    return HVD_SUCCESS;
-  return hvd__zero_gather_state(opt->dist->zero, opt->base);
-}
-
 hvd__psgd_t *hvd__optim_psgd(const hvd_optimizer_t *opt) {
   return opt != NULL && opt->dist != NULL ? opt->dist->psgd : NULL;
 }
@@ -708,9 +702,9 @@ int hvd__optim_sharded(const hvd_optimizer_t *opt) {
   return opt->dist != NULL && opt->dist->zero != NULL;
 }
 
-hvd_result_t hvd__optim_state_release(hvd_optimizer_t *opt, int take) {
+hvd_result_t hvd__optim_take_masters(hvd_optimizer_t *opt) {
   if (opt->dist != NULL && opt->dist->zero != NULL)
-    return hvd__zero_release_state(opt->dist->zero, opt->base, take);
+    return hvd__zero_take_masters(opt->dist->zero, opt->base);
   return HVD_SUCCESS;
 }
 

@@ -190,15 +190,13 @@ hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, const hvd_tensor_t *g,
 /* After the reductions: the base update on the blocks (steps++), then
  * every parameter allgathered. */
 hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core);
-/* The core's full state filled from every rank's blocks (collective),
- * and handed back: each rank keeps its block of it when take. */
-hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core);
-hvd_result_t hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core,
-                                     int take);
+/* After a load into the whole masters (hvd__mixed_ckpt_params' views):
+ * this rank's master blocks taken from them. */
+hvd_result_t hvd__zero_take_masters(hvd__zero_t *z, hvd_optimizer_t *core);
 int64_t hvd__zero_state_bytes(const hvd__zero_t *z);
 /* For a save: the core's full state on rank 0 only (collective: each
- * rank's blocks to rank 0, no full state elsewhere; masters as by
- * hvd__zero_gather_state), then dropped. */
+ * rank's blocks to rank 0, no full state elsewhere; the whole masters,
+ * when mixed, allgathered), then dropped. */
 hvd_result_t hvd__zero_gather_root(hvd__zero_t *z, hvd_optimizer_t *core);
 void hvd__zero_release_root(hvd__zero_t *z, hvd_optimizer_t *core);
 /* State tensor s's block on this rank: the whole tensor's elements
@@ -270,17 +268,15 @@ void hvd__psgd_copy_free(hvd__psgd_copy_t *c); /* accepts NULL */
  * place, device ones after the update on the optimizer's stream. */
 hvd_result_t hvd__lsgd_average(hvd_optimizer_t *core);
 
-/* For checkpoints and the state broadcast, on any optimizer: the core's
- * full state present (a sharded one gathers it: collective), then back
- * (take: keep what it now holds). No-ops unless sharded. */
-hvd_result_t hvd__optim_state_gather(hvd_optimizer_t *opt);
-/* 1 for a sharded optimizer, whose full state has no data between those
- * calls. */
+/* 1 for a sharded optimizer, whose full state has no data (but on rank 0
+ * during a save). */
 int hvd__optim_sharded(const hvd_optimizer_t *opt);
-/* The first failure of taking the blocks back (a device copy). */
-hvd_result_t hvd__optim_state_release(hvd_optimizer_t *opt, int take);
-/* The same for a save: the full state on rank 0 only (a sharded one's
- * blocks sent to rank 0), then dropped. No-ops unless sharded. */
+/* After a load: a sharded mixed optimizer's master blocks taken from the
+ * whole masters the load wrote (the first failure: a device copy).
+ * No-op unless sharded. */
+hvd_result_t hvd__optim_take_masters(hvd_optimizer_t *opt);
+/* For a save: the full state on rank 0 only (a sharded one's blocks sent
+ * to rank 0), then dropped. No-ops unless sharded. */
 hvd_result_t hvd__optim_state_to_root(hvd_optimizer_t *opt);
 void hvd__optim_state_drop(hvd_optimizer_t *opt);
 /* Where this rank keeps the core's state tensor s: the whole tensor, or

@@ -14,10 +14,12 @@
  *      update gives what the whole would);
  *   3. every parameter allgathered from its blocks (collectives named
  *      "hvd.zero.<name>").
- * The core optimizer keeps its full-shaped state tensors with no data;
- * checkpoints and the state broadcast fill them from every rank's blocks
- * (hvd__zero_gather_state) and hand them back, so files are the same as
- * an unsharded optimizer's and load at any world size, sharded or not.
+ * The core optimizer keeps its full-shaped state tensors with no data. A
+ * checkpoint save fills them on rank 0 only, from every rank's blocks
+ * (hvd__zero_gather_root), and a load writes each rank's blocks directly
+ * (hvd__zero_state_block), so files are the same as an unsharded
+ * optimizer's and load at any world size, sharded or not, and no other
+ * rank ever holds the full state.
  *
  * A device parameter's blocks, state and reduced gradient live on its GPU
  * (the base's update runs its device kernels on the block views): the
@@ -231,22 +233,18 @@ hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, const hvd_tensor_t *g,
 }
 
 /* What gather_blocks gathers: the parameters' values (in place, each
- * block a view of its value, in the value's dtype), the core's state
- * tensors, or a low-precision parameter's whole master (mixed, where
- * hvd__mixed_ckpt_params made it). */
-enum { VALUES, STATE, MASTERS };
+ * block a view of its value, in the value's dtype), or a low-precision
+ * parameter's whole master (mixed, where hvd__mixed_ckpt_params made
+ * it). */
+enum { VALUES, MASTERS };
 
 /* For item k of what: the block to send, the whole to receive into (a
  * flat view) and its collective's name; 0 when there is nothing. */
 static int gather_item(hvd__zero_t *z, hvd_optimizer_t *core, int what, int k,
                        const hvd_tensor_t **send, hvd_tensor_t *whole,
                        const char **name) {
-  const hvd_tensor_t *w; /* k indexes state (n * ns) or parameters (n) */
-  if (what == STATE) {
-    w = &core->state[k];
-    *send = &z->state[k];
-    *name = z->snames[k];
-  } else if (what == MASTERS) {
+  const hvd_tensor_t *w; /* k indexes the parameters */
+  if (what == MASTERS) {
     if ((w = hvd__mixed_full(core, k)) == NULL)
       return 0;
     *send = hvd__mixed_master(core, k);
@@ -271,7 +269,7 @@ static int gather_item(hvd__zero_t *z, hvd_optimizer_t *core, int what, int k,
  * settled on the device, so no ready event per block (hvd__device_settled). */
 static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
                                   int what) {
-  int count = what == STATE ? z->n * z->ns : z->n;
+  int count = z->n;
   hvd_result_t first = HVD_SUCCESS;
   char msg[HVD__ERRMSG_MAX];
   hvd_request_t **req = calloc(count > 0 ? (size_t)count : 1, sizeof *req);
@@ -335,30 +333,6 @@ hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core) {
   for (int i = 0; i < z->n; i++)
     z->block[i].grad.data = NULL;
   return rc == HVD_SUCCESS ? gather_blocks(z, core, VALUES) : rc;
-}
-
-/* Frees the core's full state data (shapes stay). */
-static void drop_full(hvd__zero_t *z, hvd_optimizer_t *core) {
-  for (int s = 0; s < z->n * z->ns; s++)
-    free_state(&core->state[s]);
-}
-
-hvd_result_t hvd__zero_gather_state(hvd__zero_t *z, hvd_optimizer_t *core) {
-  static const char who[] = "the full optimizer state";
-  hvd_result_t rc = HVD_SUCCESS;
-  for (int s = 0; s < z->n * z->ns && rc == HVD_SUCCESS; s++)
-    rc = alloc_state(who, core, &core->state[s], z->state[s].device);
-  /* every rank has its memory before any waits for it in a gather */
-  if ((rc = hvd__optim_agree("hvd.zero.gather", rc)) != HVD_SUCCESS) {
-    drop_full(z, core);
-    return rc;
-  }
-  rc = gather_blocks(z, core, STATE);
-  if (rc == HVD_SUCCESS)
-    rc = gather_blocks(z, core, MASTERS);
-  if (rc != HVD_SUCCESS)
-    drop_full(z, core);
-  return rc;
 }
 
 /* Submits state tensor s's alltoall to rank 0 (each rank's block to
@@ -427,23 +401,16 @@ void hvd__zero_release_root(hvd__zero_t *z, hvd_optimizer_t *core) {
   }
 }
 
-hvd_result_t hvd__zero_release_state(hvd__zero_t *z, hvd_optimizer_t *core,
-                                     int take) {
-  static const char who[] = "the optimizer state's blocks";
+hvd_result_t hvd__zero_take_masters(hvd__zero_t *z, hvd_optimizer_t *core) {
+  static const char who[] = "the masters' blocks";
   hvd_result_t rc = HVD_SUCCESS;
-  for (int s = 0; take && rc == HVD_SUCCESS && s < z->n * z->ns; s++)
-    if (core->state[s].data != NULL)
-      rc = copy_into(who, &z->state[s], 0,
-                     (float *)core->state[s].data + z->off[s / z->ns],
-                     (size_t)z->len[s / z->ns] * sizeof(float));
-  for (int i = 0; take && rc == HVD_SUCCESS && i < z->n; i++) {
+  for (int i = 0; rc == HVD_SUCCESS && i < z->n; i++) {
     hvd_tensor_t *full = hvd__mixed_full(core, i);
     if (full != NULL) /* the whole master stays until hvd__mixed_ckpt_done */
       rc = copy_into(who, hvd__mixed_master(core, i), 0,
                      (float *)full->data + z->off[i],
                      (size_t)z->len[i] * sizeof(float));
   }
-  drop_full(z, core);
   return rc;
 }
 

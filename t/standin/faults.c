@@ -364,15 +364,14 @@ static void case_alloc_fail(void) {
 
 /* F. A sharded Adam (ZeRO-1) over two device parameters, p0 of 65536
  * floats (256 KiB) and p1 of 17, one step taken; then R cannot allocate
- * more than 64 KiB. hvd_broadcast_optimizer_state gathers the whole
- * state on every rank, whose 256 KiB tensors R cannot allocate: it fails
- * on every rank with R's words (" (on rank R)" added on the others)
- * within 2 s; no rank is left waiting in a gather R never joins.
- * hvd_checkpoint_save gathers the state on rank 0 only: with R not rank
- * 0 it works; at np 1 (R is rank 0) the alltoall that would give rank 0
- * the state fails, named. An hvd_state commit copies each rank's blocks
- * to host memory (no full state, no device allocation): it works. With
- * the limit gone the step and the three calls work again. */
+ * more than 64 KiB, so it could not hold the whole state (256 KiB
+ * tensors). None of the three calls unshards it on R:
+ * hvd_broadcast_optimizer_state sends only the scalars (each block has
+ * one owner already) and an hvd_state commit copies each rank's blocks
+ * to host memory: both work; hvd_checkpoint_save gathers the state on
+ * rank 0 only: with R not rank 0 it works, and at np 1 (R is rank 0) the
+ * alltoall that would give rank 0 the state fails, named, within 2 s.
+ * With the limit gone the step and the three calls work again. */
 typedef struct zmodel {
   float *v[2], *g[2];
   hvd_param_t p[2];
@@ -440,7 +439,7 @@ static void case_zero_alloc_fail(void) {
       "hvd_checkpoint_save", "hvd_broadcast_optimizer_state",
       "hvd_state_commit"};
   const char *what = "sharded state, allocation fails";
-  char dir[1024], path[1100], v[64], msgs[3][1024], want[1200];
+  char dir[1024], path[1100], v[64], msgs[3][1024];
   hvd_result_t rcs[3];
   double took;
   zmodel_t m;
@@ -458,13 +457,6 @@ static void case_zero_alloc_fail(void) {
   setenv("HVD_STANDIN_CUDA_MALLOC_LIMIT", v, 1);
   zgather(&m, path, st, rcs, msgs, &took);
   unsetenv("HVD_STANDIN_CUDA_MALLOC_LIMIT");
-  /* R's words, and where R is not rank 0 " (on rank R)" on every rank */
-  snprintf(want, sizeof want,
-           "the full optimizer state: cudaMalloc: out of memory "
-           "(cudaErrorMemoryAllocation)");
-  if (last != 0)
-    snprintf(want + strlen(want), sizeof want - strlen(want), " (on rank %d)",
-             last);
   if (last != 0)
     is_int(HVD_SUCCESS, rcs[0],
            "%s: hvd_checkpoint_save works: rank %d sends its blocks to rank "
@@ -479,9 +471,9 @@ static void case_zero_alloc_fail(void) {
               "still usable",
               msgs[0], "%s: at np 1 hvd_checkpoint_save fails, naming the "
               "gather to rank 0", what);
-  ok(rcs[1] == HVD_ERR_CUDA || rcs[1] == HVD_ERR_NO_MEMORY,
-     "%s: %s fails on every rank (%d)", what, calls[1], (int)rcs[1]);
-  is_string(want, msgs[1], "%s: %s: rank %d's words", what, calls[1], last);
+  is_int(HVD_SUCCESS, rcs[1],
+         "%s: %s works: only the scalars travel, no full state (%s)", what,
+         calls[1], msgs[1]);
   is_int(HVD_SUCCESS, rcs[2],
          "%s: hvd_state_commit works: the blocks are copied, no full state "
          "(%s)",
