@@ -1233,8 +1233,10 @@ hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req);
  * receives its outline (names, dtypes, shapes) and checks it; on any
  * error nothing is changed and the message names what differs. Then the
  * tensors' bytes arrive in broadcasts of at most HVD_CHECKPOINT_PIECE
- * bytes, straight into host tensors: no rank but 0 holds the file (a
- * sharded optimizer's rank takes only its blocks of the state). opt and step
+ * bytes, which rank 0 reads from the file as they go, straight into host
+ * tensors: no rank holds the file (a sharded optimizer's rank takes only
+ * its blocks of the state). A file rewritten in place meanwhile fails
+ * the load on every rank (HVD_ERR_CORRUPT), the model then mixed. opt and step
  * may be NULL. A PowerSGD optimizer takes the file's PowerSGD state, or starts
  * it afresh when the file has none; an optimizer without PowerSGD skips it.
  * Collective. */

@@ -15,29 +15,28 @@
  *   save: check the arguments (agree); rank 0 writes "<path>.tmp.<pid>",
  *         fflush, fsync, rename over path, fsync the directory (agree).
  *   load: check the arguments (agree), and that opt is NULL, and uses
- *         PowerSGD, on every rank or on none (agree); rank 0 reads the
- *         whole file, checks magic, version, checksum and structure, and
- *         makes its outline: the bytes that are no tensor's (agree);
- *         every rank receives the outline (agree on its buffer between
- *         the size and the bytes) and checks it against its model and
- *         optimizer (agree); then every rank walks through it again and
- *         takes each tensor's bytes from rank 0 a piece at a time
- *         (checkpoint_bulk.c), straight into host tensors (agree).
+ *         PowerSGD, on every rank or on none (agree); rank 0 opens the
+ *         file, checks magic, version and checksum (checkpoint_file.c:
+ *         a part at a time, never the whole file in memory), walks
+ *         through its structure and makes its outline: the bytes that
+ *         are no tensor's (agree); every rank receives the outline
+ *         (agree on its buffer between the size and the bytes) and
+ *         checks it against its model and optimizer (agree); then every
+ *         rank walks through it again and takes each tensor's bytes from
+ *         rank 0, which reads them as they go, a piece at a time
+ *         (checkpoint_bulk.c), straight into host tensors (agree); only
+ *         then the numbers (lr, steps, *step, the counters).
  *
  * Device tensors (parameters on the rank's GPU and their optimizer state)
  * are copied to the host to be written, a chunk at a time, by rank 0, and
- * loaded from host memory (rank 0's file, another rank's bounce buffer)
- * by cudaMemcpy to the rank's own GPU, a piece at a time: the file is the
+ * loaded from host memory (each rank's bounce buffer) by cudaMemcpy to
+ * the rank's own GPU, a piece at a time: the file is the
  * same either way, so a checkpoint saved from GPU parameters loads into
  * host ones and the reverse.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "base/errors.h"
 #include "base/tensor.h"
@@ -137,96 +136,14 @@ hvd_result_t hvd__ckpt_check_args(const char *fn, const char *path,
 
 /* ---- load ---------------------------------------------------------------- */
 
-/* Rank 0's part: reads the whole file into *buf and checks what needs no
- * model: magic, version, size and checksum. */
-static hvd_result_t read_file(const char *path, unsigned char **buf_out,
-                              size_t *size_out) {
-  unsigned char *buf = NULL;
-  struct stat st;
-  size_t size = 0, got = 0;
-  FILE *f = fopen(path, "rb");
-  if (f == NULL)
-    return hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot open: %s", load_fn,
-                          path, strerror(errno));
-  if (fstat(fileno(f), &st) != 0) {
-    int err = errno;
-    fclose(f);
-    return hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot stat: %s", load_fn,
-                          path, strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    fclose(f);
-    return hvd__set_error(HVD_ERR_IO, "%s: '%s': not a regular file", load_fn,
-                          path);
-  }
-  if ((uint64_t)st.st_size >= SIZE_MAX ||
-      (buf = malloc((size_t)st.st_size + 1)) == NULL) {
-    fclose(f);
-    return hvd__set_error(HVD_ERR_NO_MEMORY,
-                          "%s: '%s': cannot allocate %lld bytes", load_fn, path,
-                          (long long)st.st_size);
-  }
-  size = (size_t)st.st_size;
-  got = fread(buf, 1, size, f);
-  if (got < size && ferror(f)) {
-    int err = errno;
-    fclose(f);
-    free(buf);
-    return hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot read: %s", load_fn,
-                          path, strerror(err ? err : EIO));
-  }
-  fclose(f);
-  *buf_out = buf;
-  *size_out = got;
-  return HVD_SUCCESS;
-}
-
-static hvd_result_t check_file(const char *path, const unsigned char *buf,
-                               size_t size) {
-  size_t m = size < 8 ? size : 8;
-  if (memcmp(buf, CKPT_MAGIC, m) != 0)
-    return hvd__set_error(HVD_ERR_CORRUPT,
-                          "%s: '%s': not an hvd checkpoint (bad magic)",
-                          load_fn, path);
-  if (size < CKPT_HEADER + 4 + CKPT_SUM)
-    return hvd__set_error(HVD_ERR_CORRUPT,
-                          "%s: '%s': truncated (read %zu of at least %d "
-                          "bytes)",
-                          load_fn, path, size, CKPT_HEADER + 4 + CKPT_SUM);
-  uint32_t version = (uint32_t)hvd__get_le(buf + 8, 4);
-  if (version < CKPT_VERSION || version > CKPT_VERSION4)
-    return hvd__set_error(HVD_ERR_UNSUPPORTED,
-                          "%s: '%s': format version %u is not supported "
-                          "(this hvd reads versions %u to %u)",
-                          load_fn, path, version, CKPT_VERSION, CKPT_VERSION4);
-  uint64_t want = hvd__get_le(buf + 16, 8);
-  uint64_t sum = version >= CKPT_VERSION4
-                     ? hvd__sum64(buf, size - CKPT_SUM)
-                     : fnv1a(FNV_BASIS, buf, size - CKPT_SUM);
-  if (sum != hvd__get_le(buf + size - CKPT_SUM, 8)) {
-    if (want > size)
-      return hvd__set_error(HVD_ERR_CORRUPT,
-                            "%s: '%s': truncated (read %zu of %llu bytes)",
-                            load_fn, path, size, (unsigned long long)want);
-    return hvd__set_error(HVD_ERR_CORRUPT,
-                          "%s: '%s': checksum mismatch (file corrupt)", load_fn,
-                          path);
-  }
-  if (want != size)
-    return hvd__set_error(HVD_ERR_CORRUPT,
-                          "%s: '%s': malformed: %zu bytes but the header "
-                          "says %llu",
-                          load_fn, path, size, (unsigned long long)want);
-  return HVD_SUCCESS;
-}
-
 /* A walk through a file, or through its outline: the same bytes without
  * the tensors' (the parameters', their state's, PowerSGD's), which every
  * rank checks before rank 0 sends the rest (checkpoint_bulk.c). */
 typedef struct reader {
-  const unsigned char *p; /* the file's bytes, or its outline's */
+  hvd__ckpt_file_t *file; /* rank 0's file, read through its window */
+  const unsigned char *p; /* or the outline's bytes */
   size_t size, at;        /* p's size short of the checksum; the next byte */
-  uint64_t off, end;      /* the same in the file (one with the file) */
+  uint64_t off, end;      /* the same in the file */
   int outline;            /* 1: p is an outline */
   unsigned char *out;     /* while rank 0 makes an outline: its bytes */
   size_t nout;            /* the outline's size so far */
@@ -234,10 +151,18 @@ typedef struct reader {
 
 /* The next k bytes (not a tensor's), or NULL if there are fewer. */
 static const unsigned char *take(reader_t *r, uint64_t k) {
-  if (k > r->end - r->off || k > r->size - r->at)
+  const unsigned char *q;
+  if (k > r->end - r->off)
     return NULL;
-  const unsigned char *q = r->p + r->at;
-  r->at += (size_t)k;
+  if (r->file != NULL) {
+    if ((q = hvd__ckpt_file_at(r->file, r->off, (size_t)k)) == NULL)
+      return NULL;
+  } else {
+    if (k > r->size - r->at)
+      return NULL;
+    q = r->p + r->at;
+    r->at += (size_t)k;
+  }
   r->off += k;
   if (r->out != NULL)
     memcpy(r->out + r->nout, q, (size_t)k);
@@ -252,8 +177,6 @@ static int take_bulk(reader_t *r, uint64_t k, uint64_t *where) {
     return 0;
   *where = r->off;
   r->off += k;
-  if (!r->outline)
-    r->at += (size_t)k;
   return 1;
 }
 
@@ -304,13 +227,10 @@ typedef struct file_param {
   uint64_t data, state; /* the value's offset; then ns state tensors' */
 } file_param_t;
 
-/* A reader past the header of a file that check_file() accepted. */
-static reader_t file_reader(const unsigned char *buf, size_t size) {
-  return (reader_t){.p = buf,
-                    .size = size - CKPT_SUM,
-                    .at = CKPT_HEADER,
-                    .off = CKPT_HEADER,
-                    .end = size - CKPT_SUM};
+/* A reader past the header of rank 0's file, which
+ * hvd__ckpt_file_open() checked. */
+static reader_t file_reader(hvd__ckpt_file_t *f) {
+  return (reader_t){.file = f, .off = CKPT_HEADER, .end = f->size - CKPT_SUM};
 }
 
 /* A reader past the header of an outline that outline_of() made: its
@@ -507,7 +427,8 @@ static void floats_of(hvd__ckpt_bulk_t *b, int has, int want, uint64_t off,
 /* A version 3+ file's PowerSGD section, every rank through every record
  * alike (their bytes are broadcast); each parameter that ps (may be NULL)
  * compresses takes its state from its record, or starts fresh (no record,
- * or a version 1 or 2 file). Failures are remembered in b. */
+ * or a version 1 or 2 file); without ps no record's bytes are sent.
+ * Failures are remembered in b. */
 static void apply_psgd(const char *path, reader_t *r, const unsigned char *ol,
                        hvd__psgd_t *ps, hvd__ckpt_bulk_t *b) {
   uint64_t count = 0;
@@ -520,7 +441,14 @@ static void apply_psgd(const char *path, reader_t *r, const unsigned char *ol,
   for (uint64_t k = 0; k < count; k++) {
     if (next_psgd(path, r, &f) != HVD_SUCCESS)
       return;
-    int i = ps != NULL ? hvd__psgd_find(ps, f.name, f.len) : -1;
+    if (ps == NULL) { /* on every rank (same_parts): nothing is sent */
+      if (f.flags & 1)
+        hvd__ckpt_bulk_skip(b, f.qt, f.qbytes);
+      if (f.flags & 2)
+        hvd__ckpt_bulk_skip(b, f.e, f.ebytes);
+      continue;
+    }
+    int i = hvd__psgd_find(ps, f.name, f.len);
     int want = i >= 0 && rc == HVD_SUCCESS;
     float *qt = NULL, *e = NULL;
     hvd_tensor_t vq, ve;
@@ -607,20 +535,21 @@ static hvd_result_t check_param(const char *path, uint64_t i,
   return HVD_SUCCESS;
 }
 
-/* Rank 0's walk through a file that check_file() accepted: its
- * structure, whatever the model (the first malformation named). With
- * r->out set, the bytes that are no tensor's go there: the outline. */
-static hvd_result_t walk(const char *path, reader_t *r) {
+/* Rank 0's walk through its file (head: its header): its structure,
+ * whatever the model (the first malformation named). With r->out set,
+ * the bytes that are no tensor's go there: the outline. */
+static hvd_result_t walk(const char *path, reader_t *r,
+                         const unsigned char *head) {
   hvd_result_t rc;
-  uint64_t count = hvd__get_le(r->p + 12, 4), np = 0;
+  uint64_t count = hvd__get_le(head + 12, 4), np = 0;
   file_opt_t o;
   file_param_t f;
   file_psgd_t g;
   HVD__CHECK(next_opt(path, r, &o));
-  HVD__CHECK(next_counters(path, r, r->p, NULL, 0));
+  HVD__CHECK(next_counters(path, r, head, NULL, 0));
   for (uint64_t i = 0; i < count; i++)
     HVD__CHECK(next_param(path, r, o.ns, &f));
-  if (hvd__get_le(r->p + 8, 4) >= CKPT_VERSION3) {
+  if (hvd__get_le(head + 8, 4) >= CKPT_VERSION3) {
     if (!take_int(r, 4, &np))
       return MALFORMED(r, "PowerSGD section");
     for (uint64_t k = 0; k < np; k++)
@@ -633,26 +562,42 @@ fail:
   return rc;
 }
 
-/* The outline of a file that check_file() accepted (rank 0): its header,
- * the bytes walk() keeps, its checksum; in *ol (malloc'd), *olsize. */
-static hvd_result_t outline_of(const char *path, const unsigned char *buf,
-                               size_t size, unsigned char **ol,
-                               size_t *olsize) {
-  hvd_result_t rc;
-  reader_t r = file_reader(buf, size);
+/* walk() through rank 0's file; a read that failed is named as such. */
+static hvd_result_t walk_file(const char *path, hvd__ckpt_file_t *f,
+                              unsigned char *out, size_t *nout,
+                              const unsigned char *head) {
+  reader_t r = file_reader(f);
+  r.out = out;
   r.nout = CKPT_HEADER;
-  HVD__CHECK(walk(path, &r)); /* its size */
-  *olsize = r.nout + CKPT_SUM;
+  f->err = 0;
+  hvd_result_t rc = walk(path, &r, head);
+  *nout = r.nout;
+  if (rc != HVD_SUCCESS && f->err != 0)
+    return hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot read: %s", load_fn,
+                          path, strerror(f->err));
+  return rc;
+}
+
+/* The outline of rank 0's file, which hvd__ckpt_file_open() checked: its
+ * header, the bytes walk() keeps, its checksum; in *ol (malloc'd),
+ * *olsize. */
+static hvd_result_t outline_of(const char *path, hvd__ckpt_file_t *f,
+                               unsigned char **ol, size_t *olsize) {
+  hvd_result_t rc;
+  unsigned char head[CKPT_HEADER];
+  size_t n = 0;
+  if (!hvd__ckpt_file_read(f, 0, head, CKPT_HEADER))
+    return hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot read: %s", load_fn,
+                          path, strerror(f->err));
+  HVD__CHECK(walk_file(path, f, NULL, &n, head)); /* its size */
+  *olsize = n + CKPT_SUM;
   if ((*ol = malloc(*olsize)) == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY,
                           "%s: '%s': cannot allocate %zu bytes", load_fn, path,
                           *olsize);
-  memcpy(*ol, buf, CKPT_HEADER);
-  memcpy(*ol + r.nout, buf + size - CKPT_SUM, CKPT_SUM);
-  r = file_reader(buf, size);
-  r.out = *ol;
-  r.nout = CKPT_HEADER;
-  return walk(path, &r); /* the same walk again: it cannot fail */
+  memcpy(*ol, head, CKPT_HEADER);
+  hvd__put_le(*ol + n, f->sum, CKPT_SUM);
+  return walk_file(path, f, *ol, &n, head); /* the same walk again */
 fail:
   return rc;
 }
@@ -689,14 +634,14 @@ fail:
   return rc;
 }
 
-/* Copies a file that every rank validated into the model, c and *step:
- * the outline's numbers here, the tensors' bytes through b, which keeps
- * the first failure (every rank walks through everything, to take part
- * in every broadcast). */
+/* The tensors' bytes of a file that every rank validated, into the
+ * model and the optimizer's state, through b, which keeps the first
+ * failure (every rank walks through everything, to take part in every
+ * broadcast). The numbers follow once every rank succeeded
+ * (apply_numbers). */
 static void apply(const char *path, const unsigned char *ol, size_t size,
                   hvd_param_t *params, int n, hvd_optimizer_t *opt,
-                  hvd__psgd_t *ps, int64_t *step, hvd__counters_t *ctr,
-                  hvd__ckpt_bulk_t *b) {
+                  hvd__psgd_t *ps, hvd__ckpt_bulk_t *b) {
   hvd_optimizer_t *c = opt != NULL ? hvd__optim_core(opt) : NULL;
   reader_t r = outline_reader(ol, size);
   uint64_t count = hvd__get_le(ol + 12, 4);
@@ -704,13 +649,15 @@ static void apply(const char *path, const unsigned char *ol, size_t size,
   file_param_t f;
   /* validate() walked through the outline already: these cannot fail */
   if (next_opt(path, &r, &o) != HVD_SUCCESS ||
-      next_counters(path, &r, ol, ctr, 1) != HVD_SUCCESS)
+      next_counters(path, &r, ol, NULL, 0) != HVD_SUCCESS)
     return;
   for (uint64_t i = 0; i < count && i < (uint64_t)n; i++) {
     if (next_param(path, &r, o.ns, &f) != HVD_SUCCESS)
       return;
     hvd__ckpt_bulk_add(b, &params[i].value, f.data, f.bytes, f.esize, 0,
                        f.bytes);
+    if (c == NULL) /* on every rank (same_parts): nothing is sent */
+      hvd__ckpt_bulk_skip(b, f.state, f.bytes * o.ns);
     for (uint64_t k = 0; c != NULL && k < o.ns; k++) {
       int64_t lo, hi; /* the elements this rank keeps (ZeRO-1: its block) */
       hvd_tensor_t *t =
@@ -719,10 +666,19 @@ static void apply(const char *path, const unsigned char *ol, size_t size,
                          (uint64_t)lo * f.esize, (uint64_t)hi * f.esize);
     }
   }
-  if (ps != NULL) /* on every rank or none (same_parts) */
-    apply_psgd(path, &r, ol, ps, b);
-  if (hvd__ckpt_bulk_flush(b) != HVD_SUCCESS)
-    return;
+  apply_psgd(path, &r, ol, ps, b);
+}
+
+/* After every rank took the tensors: the file's numbers (lr, the update
+ * count, *step, the counters) on every rank alike. */
+static void apply_numbers(const char *path, const unsigned char *ol,
+                          size_t size, hvd_optimizer_t *c, int64_t *step,
+                          hvd__counters_t *ctr) {
+  reader_t r = outline_reader(ol, size);
+  file_opt_t o;
+  if (next_opt(path, &r, &o) != HVD_SUCCESS ||
+      next_counters(path, &r, ol, ctr, 1) != HVD_SUCCESS)
+    return; /* validate() walked through them already */
   if (c != NULL) {
     memcpy(&c->lr, &o.lr_bits, sizeof c->lr);
     c->steps = (int64_t)o.steps;
@@ -788,19 +744,16 @@ static hvd_result_t same_parts(const hvd_optimizer_t *opt,
   return HVD_SUCCESS;
 }
 
-/* Rank 0 reads the whole file (*file, *fsize), checks it and makes its
+/* Rank 0 opens and checks the file (f, left open) and makes its
  * outline; every rank receives the outline (*ol, *olsize). */
-static hvd_result_t share_outline(const char *path, unsigned char **file,
-                                  size_t *fsize, unsigned char **ol,
-                                  size_t *olsize) {
+static hvd_result_t share_outline(const char *path, hvd__ckpt_file_t *f,
+                                  unsigned char **ol, size_t *olsize) {
   hvd_result_t rc = HVD_SUCCESS;
   int64_t one = 1, bytes = 0;
   if (hvd_rank() == 0) {
-    rc = read_file(path, file, fsize);
+    rc = hvd__ckpt_file_open(load_fn, path, f);
     if (rc == HVD_SUCCESS)
-      rc = check_file(path, *file, *fsize);
-    if (rc == HVD_SUCCESS)
-      rc = outline_of(path, *file, *fsize, ol, olsize);
+      rc = outline_of(path, f, ol, olsize);
   }
   HVD__CHECK(hvd__ckpt_agree("load.file", rc));
   bytes = (int64_t)*olsize;
@@ -823,29 +776,32 @@ static hvd_result_t load_checked(const char *path, hvd_param_t *params, int n,
                                  hvd__counters_t *ctr) {
   hvd_optimizer_t *c = opt ? hvd__optim_core(opt) : NULL;
   hvd__psgd_t *ps = opt ? hvd__optim_psgd(opt) : NULL;
-  unsigned char *file = NULL, *ol = NULL;
-  size_t fsize = 0, olsize = 0;
+  hvd__ckpt_file_t file = {.fd = -1};
+  unsigned char *ol = NULL;
+  size_t olsize = 0;
   hvd__ckpt_bulk_t *b = NULL;
   hvd_result_t rc = hvd__ckpt_check_args(load_fn, path, params, n, opt);
   HVD__CHECK(hvd__ckpt_agree("load.args", rc));
   HVD__CHECK(hvd__ckpt_agree("load.parts", same_parts(opt, ps)));
-  HVD__CHECK(share_outline(path, &file, &fsize, &ol, &olsize));
+  HVD__CHECK(share_outline(path, &file, &ol, &olsize));
   rc = validate(path, ol, olsize, params, n, c, ps, ctr);
   HVD__CHECK(hvd__ckpt_agree("load.check", rc));
   rc = hvd__ckpt_agree(
       "load.bounce",
-      hvd__ckpt_bulk_new(load_fn, file, hvd__get_le(ol + 16, 8), &b));
+      hvd__ckpt_bulk_new(load_fn, file.fd >= 0 ? &file : NULL, ol, olsize, &b));
   if (rc == HVD_SUCCESS)
-    apply(path, ol, olsize, params, n, opt, ps, step, ctr, b);
+    apply(path, ol, olsize, params, n, opt, ps, b);
   hvd_result_t done = hvd__ckpt_bulk_end(b); /* frees b in any case */
   if (rc == HVD_SUCCESS) /* a failed copy to a GPU is known to every rank */
     rc = hvd__ckpt_agree("load.apply", done);
   if (opt != NULL && rc == HVD_SUCCESS) /* ZeRO-1 and mixed: masters */
     rc = hvd__ckpt_agree("load.blocks", hvd__optim_take_masters(opt));
-  if (rc == HVD_SUCCESS)
+  if (rc == HVD_SUCCESS) {
+    apply_numbers(path, ol, olsize, c, step, ctr);
     load_scaler(ol, olsize, c);
+  }
 fail:
-  free(file);
+  hvd__ckpt_file_close(&file);
   free(ol);
   return rc;
 }

@@ -1,6 +1,6 @@
 /*
  * checkpoint_bulk.c - the tensor bytes of a checkpoint being loaded, from
- * rank 0's copy of the file to every rank, a piece at a time.
+ * rank 0's file to every rank, a piece at a time.
  *
  * hvd_checkpoint_load (checkpoint.c) gives every rank the file's outline
  * (the file without its tensor bytes) to check against its model; then
@@ -9,12 +9,20 @@
  * uint8 broadcasts "hvd.ckpt.load.<k>" of at most HVD_CHECKPOINT_PIECE
  * bytes (64 MiB), submitted in batches of as many bytes at most and of
  * MAX_BATCH pieces, each batch
- * waited for before the next. Rank 0 sends from the file it read. Another
- * rank receives straight into a host tensor when the file's byte order is
- * the host's; otherwise (a device tensor, a big-endian host, bytes no
- * tensor takes) into its bounce buffer of one piece, copied on after the
- * batch. So no rank but 0 holds more than a piece of the file, whatever
- * its size.
+ * waited for before the next. Every rank, rank 0 that reads the piece
+ * from the file and sends it included, takes it straight into a host
+ * tensor when the file's byte order is the host's; otherwise (a device
+ * tensor, a big-endian host, bytes no tensor takes) into its bounce
+ * buffer of one piece, copied on after the batch. So no rank holds more
+ * than a piece of the file, whatever its size.
+ *
+ * Rank 0 reads the file in order: each piece, the bytes between pieces
+ * (which must be the outline's, as every rank checked them) and the
+ * tensors' bytes a load skips (hvd__ckpt_bulk_skip), and takes the
+ * file's checksum again on the way; at the end it must be the one
+ * checked at the open. A file rewritten in place during the load thus
+ * fails it (on every rank, after the model was written) rather than
+ * loading a mix in silence.
  *
  * A copy that fails on one rank (to its GPU, say) is remembered, and the
  * rank goes on taking part in every broadcast: the first failure is the
@@ -30,7 +38,8 @@
 #include "optim/checkpoint_int.h"
 #include "optim/device.h"
 
-#define MAX_BATCH 256 /* pieces in flight at once */
+#define MAX_BATCH 256          /* pieces in flight at once */
+#define GAP ((size_t)64 << 10) /* rank 0's reads between pieces */
 
 typedef struct piece {
   hvd_tensor_t *t;     /* NULL: the bytes go nowhere */
@@ -44,7 +53,12 @@ typedef struct piece {
 
 struct hvd__ckpt_bulk {
   const char *fn;
-  unsigned char *file; /* rank 0: the whole file; elsewhere NULL */
+  hvd__ckpt_file_t *file;  /* rank 0: the file; elsewhere NULL */
+  const unsigned char *ol; /* rank 0: the outline every rank checked */
+  size_t olsize, olpos;    /* its size short of the checksum; how far */
+  uint64_t rpos;           /* rank 0: the file read up to here */
+  hvd__ckpt_sum_t sum;     /* rank 0: of the bytes before rpos */
+  unsigned char *gap;      /* rank 0: GAP bytes for the reads between */
   unsigned char *bounce;
   size_t piece;     /* HVD_CHECKPOINT_PIECE: bytes a piece and a batch
                        carry at most */
@@ -63,28 +77,78 @@ void hvd__ckpt_bulk_fail(hvd__ckpt_bulk_t *b, hvd_result_t rc) {
   }
 }
 
-hvd_result_t hvd__ckpt_bulk_new(const char *fn, unsigned char *file,
-                                uint64_t body, hvd__ckpt_bulk_t **out) {
+hvd_result_t hvd__ckpt_bulk_new(const char *fn, hvd__ckpt_file_t *file,
+                                const unsigned char *ol, size_t olsize,
+                                hvd__ckpt_bulk_t **out) {
   hvd__ckpt_bulk_t *b = calloc(1, sizeof *b);
+  uint64_t body = hvd__get_le(ol + 16, 8);
   *out = NULL;
   if (b == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: the load's state", fn);
   b->fn = fn;
   b->file = file;
+  b->ol = ol;
+  b->olsize = olsize - CKPT_SUM;
   b->piece = hvd__checkpoint_piece();
   b->cap = body < b->piece ? (size_t)body : b->piece;
+  if (file != NULL)
+    hvd__ckpt_sum_init(&b->sum, file->version);
   /* untouched unless used: a host-only model on a little-endian host
    * never makes these pages resident */
-  if (file == NULL && (b->bounce = malloc(b->cap ? b->cap : 1)) == NULL) {
+  b->bounce = malloc(b->cap ? b->cap : 1);
+  b->gap = file != NULL ? malloc(GAP) : NULL;
+  if (b->bounce == NULL || (file != NULL && b->gap == NULL)) {
     size_t cap = b->cap;
+    free(b->bounce);
     free(b);
     return hvd__set_error(HVD_ERR_NO_MEMORY,
-                          "%s: cannot allocate %zu bytes to receive the file "
-                          "a piece at a time",
+                          "%s: cannot allocate %zu bytes to take the file a "
+                          "piece at a time",
                           fn, cap);
   }
   *out = b;
   return HVD_SUCCESS;
+}
+
+/* Rank 0: the file's next k bytes (at b->rpos) into dst, into the
+ * checksum; a read that fails is remembered (dst keeps what it had). */
+static void read_on(hvd__ckpt_bulk_t *b, unsigned char *dst, size_t k) {
+  if (!hvd__ckpt_file_read(b->file, b->rpos, dst, k))
+    hvd__ckpt_bulk_fail(
+        b, hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot read: %s", b->fn,
+                          b->file->path, strerror(b->file->err)));
+  hvd__ckpt_sum_add(&b->sum, dst, k);
+  b->rpos += k;
+}
+
+static void changed(hvd__ckpt_bulk_t *b) {
+  hvd__ckpt_bulk_fail(
+      b, hvd__set_error(HVD_ERR_CORRUPT,
+                        "%s: '%s': the file changed while it was loaded "
+                        "(it no longer matches what was checked); the model "
+                        "holds a mix of its old and new bytes",
+                        b->fn, b->file->path));
+}
+
+/* Rank 0: the file read up to x; the bytes between pieces must be the
+ * outline's (skipped: the checksum only). */
+static void read_to(hvd__ckpt_bulk_t *b, uint64_t x, int outline) {
+  while (b->rpos < x) {
+    size_t k = x - b->rpos < GAP ? (size_t)(x - b->rpos) : GAP;
+    read_on(b, b->gap, k);
+    if (!outline)
+      continue;
+    if (k > b->olsize - b->olpos || memcmp(b->gap, b->ol + b->olpos, k) != 0)
+      changed(b);
+    b->olpos = k > b->olsize - b->olpos ? b->olsize : b->olpos + k;
+  }
+}
+
+void hvd__ckpt_bulk_skip(hvd__ckpt_bulk_t *b, uint64_t off, uint64_t bytes) {
+  if (b->file == NULL)
+    return;
+  read_to(b, off, 1);
+  read_to(b, off + bytes, 0);
 }
 
 /* Reverses each element's bytes in place (little-endian <-> big). */
@@ -138,13 +202,13 @@ static void add_piece(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, uint64_t off,
   }
   int direct = q->t != NULL && q->t->device == HVD_CPU && q->len == bytes &&
                (hvd__host_is_le() || esize <= 1);
-  if (b->file != NULL)
-    q->src = b->file + off + a;
-  else if (direct)
-    q->src = (unsigned char *)q->t->data + q->t_off;
-  else
-    q->src = b->bounce + b->used;
-  q->copy = q->t != NULL && (b->file != NULL || !direct);
+  q->src =
+      direct ? (unsigned char *)q->t->data + q->t_off : b->bounce + b->used;
+  q->copy = q->t != NULL && !direct;
+  if (b->file != NULL) { /* rank 0 reads what it sends */
+    read_to(b, off + a, 1);
+    read_on(b, q->src, bytes);
+  }
   b->used += bytes;
   int64_t len = (int64_t)bytes;
   hvd_tensor_t wire = hvd_tensor_make(q->src, HVD_UINT8, 1, &len);
@@ -168,10 +232,16 @@ void hvd__ckpt_bulk_add(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, uint64_t off,
 hvd_result_t hvd__ckpt_bulk_end(hvd__ckpt_bulk_t *b) {
   if (b == NULL)
     return HVD_SUCCESS;
+  if (b->file != NULL) { /* the rest, and the checksum again */
+    read_to(b, b->file->size - CKPT_SUM, 1);
+    if (b->olpos != b->olsize || hvd__ckpt_sum_end(&b->sum) != b->file->sum)
+      changed(b);
+  }
   hvd_result_t rc = hvd__ckpt_bulk_flush(b);
   if (rc != HVD_SUCCESS)
     hvd__set_error_msg(rc, b->msg);
   free(b->bounce);
+  free(b->gap);
   free(b);
   return rc;
 }

@@ -38,6 +38,59 @@ static inline uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
+/* The checksum of a file of format version `version`: FNV-1a to version
+ * 3, hvd__sum64 from 4, taken a part at a time. */
+typedef struct hvd__ckpt_sum {
+  int words; /* 1: hvd__sum64 */
+  uint64_t fnv;
+  hvd__sum_t s;
+} hvd__ckpt_sum_t;
+
+static inline void hvd__ckpt_sum_init(hvd__ckpt_sum_t *s, uint32_t version) {
+  s->words = version >= CKPT_VERSION4;
+  s->fnv = FNV_BASIS;
+  hvd__sum_init(&s->s);
+}
+
+static inline void hvd__ckpt_sum_add(hvd__ckpt_sum_t *s, const void *p,
+                                     size_t n) {
+  if (s->words)
+    hvd__sum_add(&s->s, p, n);
+  else
+    s->fnv = fnv1a(s->fnv, p, n);
+}
+
+static inline uint64_t hvd__ckpt_sum_end(const hvd__ckpt_sum_t *s) {
+  return s->words ? hvd__sum_end(&s->s) : s->fnv;
+}
+
+/* ---- rank 0's file during a load (checkpoint_file.c) ---- */
+
+typedef struct hvd__ckpt_file {
+  const char *path;
+  int fd;        /* -1: not open (every rank but 0) */
+  uint64_t size; /* at the open */
+  uint32_t version;
+  uint64_t sum;       /* its checksum, checked */
+  int err;            /* errno of the last failed read (EIO: too short) */
+  unsigned char *win; /* hvd__ckpt_file_at's window */
+  uint64_t wbase;
+  size_t wlen, wcap;
+} hvd__ckpt_file_t;
+
+/* Opens path and checks magic, size, version and checksum (the messages
+ * of doc/checkpoint-format.md, fn naming the call); f is closed by
+ * hvd__ckpt_file_close in any case. */
+hvd_result_t hvd__ckpt_file_open(const char *fn, const char *path,
+                                 hvd__ckpt_file_t *f);
+/* k bytes at off through the window, valid until the next call; NULL
+ * past the end or when a read fails (f->err). */
+const unsigned char *hvd__ckpt_file_at(hvd__ckpt_file_t *f, uint64_t off,
+                                       size_t k);
+/* k bytes at off into dst: 1, or 0 (f->err) when a read fails. */
+int hvd__ckpt_file_read(hvd__ckpt_file_t *f, uint64_t off, void *dst, size_t k);
+void hvd__ckpt_file_close(hvd__ckpt_file_t *f);
+
 /* ---- agreement and arguments (checkpoint.c) ---- */
 
 /* hvd__optim_agree under "hvd.ckpt.<what>": every rank gets the result
@@ -52,12 +105,17 @@ hvd_result_t hvd__ckpt_check_args(const char *fn, const char *path,
 /* ---- a load's tensor bytes (checkpoint_bulk.c) ---- */
 
 /* The tensor bytes of a file being loaded, from rank 0 to every rank.
- * Every rank makes one (rank 0 with the whole file, the others with NULL;
- * body: the file's size, which bounds the bounce buffer), adds the same
- * ranges in the same order, and ends it; a failed new is agreed on. */
+ * Every rank makes one (rank 0 with its open file, the others with NULL;
+ * ol: the outline every rank checked), adds or skips every tensor range
+ * of the file in the file's order, the same on every rank, and ends it;
+ * a failed new is agreed on. */
 typedef struct hvd__ckpt_bulk hvd__ckpt_bulk_t;
-hvd_result_t hvd__ckpt_bulk_new(const char *fn, unsigned char *file,
-                                uint64_t body, hvd__ckpt_bulk_t **out);
+hvd_result_t hvd__ckpt_bulk_new(const char *fn, hvd__ckpt_file_t *file,
+                                const unsigned char *ol, size_t olsize,
+                                hvd__ckpt_bulk_t **out);
+/* A tensor range of the file that no rank takes (rank 0 reads it for the
+ * checksum; nothing is sent). */
+void hvd__ckpt_bulk_skip(hvd__ckpt_bulk_t *b, uint64_t off, uint64_t bytes);
 /* A tensor's bytes in the file, [off, off + bytes), little-endian
  * elements of esize bytes: their bytes [lo, hi) into t from its byte 0
  * (the whole: 0, bytes; a ZeRO-1 block: its part), the rest nowhere (t

@@ -8,7 +8,13 @@
 # (HVD_CHECKPOINT_PIECE), so that every tensor is split and batches fill
 # up; a load into a sharded AdamW (ZeRO-1) at np 2 and 3 in 1 MiB pieces
 # raises no rank's peak but 0's by 8 MiB, with the blocks the file's
-# (checkpoint zero-memory). The same save with hvd_checkpoint_save_async, never waited for, is
+# (checkpoint zero-memory). A file changed in place while it loads (the
+# shim t/mpi/crash_rename.so flips a byte just before rank 0's N-th read
+# of it) fails on every rank with HVD_ERR_CORRUPT (13) and its message: a
+# byte of a tensor (the checksum taken again) or of the outline (compared
+# as rank 0 reads past it) after the file was checked, and "checksum
+# mismatch" before; with no change the shim's load succeeds. The same
+# save with hvd_checkpoint_save_async, never waited for, is
 # finished by the exit.
 # Each run is bounded by HVD_TEST_TIMEOUT=60 (the wrapper's timeout).
 
@@ -44,7 +50,7 @@ run() {
   fi
 }
 
-echo "1..11"
+echo "1..15"
 run "save at np 2" 2 save "$tmp/model.ckpt" 3
 for np in 1 2 3; do
   run "load at np $np: every rank has the saved bits" $np \
@@ -63,6 +69,38 @@ for np in 2 3; do
     $np zero-memory "$tmp/zero$np.ckpt" 0
 done
 unset HVD_CHECKPOINT_PIECE
+# changed NAME READ AT TAIL: a copy of model.ckpt loaded at np 2 while
+# byte AT flips before rank 0's READ-th read of it; TAIL: what every rank
+# is told after "hvd_checkpoint_load: '<path>': ", or "" for a load that
+# works.
+shim=$HVD_TOP_BUILDDIR/t/mpi/.libs/crash_rename.so
+real=`cd "$tmp" && pwd -P`
+changed() {
+  cp "$tmp/model.ckpt" "$real/$1.ckpt"
+  n=$((n + 1))
+  HVD_TEST_MPIEXEC_ARGS="$HVD_TEST_MPIEXEC_ARGS -x LD_PRELOAD=$shim -x HVD_TEST_CHANGE_FILE=$real/$1.ckpt -x HVD_TEST_CHANGE_READ=$2 -x HVD_TEST_CHANGE_AT=$3" \
+    "$HVD_MPIRUN_TEST" --np 2 "$prog" load "$real/$1.ckpt" 3 >"$tmp/out" 2>&1
+  rc=$?
+  if [ -z "$4" ] && [ $rc = 0 ]; then
+    echo "ok $n - $1: the shim's load with no change works"
+  elif [ -n "$4" ] && [ $rc != 0 ] &&
+    grep -q '^#   rank 0: expected 0, got 13$' "$tmp/out" &&
+    grep -q '^#   rank 1: expected 0, got 13$' "$tmp/out" &&
+    grep -Fqx "# hvd_checkpoint_load: '$real/$1.ckpt': $4" "$tmp/out"; then
+    echo "ok $n - $1: every rank fails with HVD_ERR_CORRUPT: $4"
+  else
+    echo "not ok $n - $1 (status $rc): $4"
+    sed 's/^/#   /' "$tmp/out"
+    failed=1
+  fi
+}
+size=`wc -c <"$tmp/model.ckpt"`
+mix="the file changed while it was loaded (it no longer matches what was checked); the model holds a mix of its old and new bytes"
+changed tensor-changed 6 $((size - 100)) "$mix"
+changed outline-changed 6 40 "$mix"
+changed changed-first 1 $((size - 100)) "checksum mismatch (file corrupt)"
+changed unchanged 1000 40 ""
+
 # hvd_checkpoint_save_async never waited for: the program ends with the
 # write in flight, and its exit finishes the file
 run "save_async at np 2, no wait: the program exits 0" 2 \

@@ -9,12 +9,19 @@
  * HVD_TEST_SLOW_RENAME waits 2 s first: a background save still writing
  * when its program ends. Every other rename goes through (as renameat, so
  * no dlsym is needed).
+ *
+ * HVD_TEST_CHANGE_FILE=PATH (absolute, without links), with
+ * HVD_TEST_CHANGE_READ=N and HVD_TEST_CHANGE_AT=OFF: just before the
+ * process's N-th pread of PATH, the byte at OFF of PATH is flipped in
+ * place, as by another writer rewriting the file while a load reads it.
+ * Every pread then goes on (as the system call).
  */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static long env_long(const char *name, long dflt) {
@@ -34,4 +41,48 @@ int rename(const char *from, const char *to) {
           env_long("HVD_TEST_CRASH_LAUNCH", 0))
     raise(SIGKILL);
   return renameat(AT_FDCWD, from, AT_FDCWD, to);
+}
+
+static ssize_t real_pread(int fd, void *buf, size_t n, off_t off) {
+  return (ssize_t)syscall(SYS_pread64, fd, buf, n, off);
+}
+
+/* The byte at off of path, flipped in place. */
+static void flip(const char *path, off_t off) {
+  unsigned char c;
+  int fd = open(path, O_RDWR);
+  if (fd < 0)
+    return;
+  if (real_pread(fd, &c, 1, off) == 1) {
+    c ^= 0x40;
+    if (pwrite(fd, &c, 1, off) != 1)
+      fprintf(stderr, "crash_rename: cannot change %s\n", path);
+  }
+  close(fd);
+}
+
+static void maybe_change(int fd) {
+  static long reads;
+  const char *victim = getenv("HVD_TEST_CHANGE_FILE");
+  char link[64], target[4096];
+  if (victim == NULL)
+    return;
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t len = readlink(link, target, sizeof target - 1);
+  if (len <= 0)
+    return;
+  target[len] = '\0';
+  if (strcmp(target, victim) == 0 &&
+      ++reads == env_long("HVD_TEST_CHANGE_READ", 0))
+    flip(victim, (off_t)env_long("HVD_TEST_CHANGE_AT", 0));
+}
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+  maybe_change(fd);
+  return real_pread(fd, buf, n, off);
+}
+
+ssize_t pread64(int fd, void *buf, size_t n, off_t off) {
+  maybe_change(fd);
+  return real_pread(fd, buf, n, off);
 }
