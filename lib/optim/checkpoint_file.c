@@ -24,7 +24,7 @@
 #include "base/errors.h"
 #include "optim/checkpoint_int.h"
 
-#define CHUNK ((size_t)8 << 20) /* bytes a checksum read takes */
+#define CHUNK ((size_t)8 << 20)  /* bytes a checksum read takes */
 #define WINDOW ((size_t)1 << 20) /* bytes a window read takes at least */
 
 int hvd__ckpt_file_read(hvd__ckpt_file_t *f, uint64_t off, void *dst,
@@ -107,10 +107,9 @@ static hvd_result_t check(const char *fn, hvd__ckpt_file_t *f) {
     return read_failed(fn, f);
   if (sum != hvd__get_le(tail, 8)) {
     if (want > f->size)
-      return hvd__set_error(HVD_ERR_CORRUPT,
-                            "%s: '%s': truncated (read %llu of %llu bytes)",
-                            fn, f->path, (unsigned long long)f->size,
-                            (unsigned long long)want);
+      return hvd__set_error(
+          HVD_ERR_CORRUPT, "%s: '%s': truncated (read %llu of %llu bytes)", fn,
+          f->path, (unsigned long long)f->size, (unsigned long long)want);
     return hvd__set_error(HVD_ERR_CORRUPT,
                           "%s: '%s': checksum mismatch (file corrupt)", fn,
                           f->path);
@@ -138,14 +137,16 @@ hvd_result_t hvd__ckpt_file_open(const char *fn, const char *path,
     return hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot stat: %s", fn, path,
                           strerror(errno));
   if (!S_ISREG(st.st_mode))
-    return hvd__set_error(HVD_ERR_IO, "%s: '%s': not a regular file", fn,
-                          path);
+    return hvd__set_error(HVD_ERR_IO, "%s: '%s': not a regular file", fn, path);
   f->size = (uint64_t)st.st_size;
   return check(fn, f);
 }
 
 const unsigned char *hvd__ckpt_file_at(hvd__ckpt_file_t *f, uint64_t off,
                                        size_t k) {
+  static const unsigned char none[1];
+  if (k == 0) /* an empty string: no read, but not NULL */
+    return none;
   if (off >= f->wbase && off - f->wbase <= f->wlen &&
       k <= f->wlen - (size_t)(off - f->wbase))
     return f->win + (off - f->wbase);
