@@ -11,8 +11,8 @@
  * background save's call (what the loop waits for: the collective part
  * and rank 0's copy of the file) and the time until its wait returned
  * (the file written, synced and renamed), and a hvd_checkpoint_load of
- * the file (every rank receives it), then the medians and the ratio of
- * the calls.
+ * the file (every rank takes its tensors a piece at a time), then the
+ * medians and the ratio of the calls.
  *
  * With "zero" after I, the AdamW is sharded (ZeRO-1, behind
  * hvd_distributed_optimizer): each rank keeps its blocks of the state, a
