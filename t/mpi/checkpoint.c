@@ -25,8 +25,8 @@
  *    rank; a write that fails (a missing directory) fails the wait with
  *    HVD_ERR_IO on every rank, naming the file; a wait after
  *    hvd_shutdown finishes the file;
- *  - a load of a 72 MiB file holds less than 8 MiB more on a rank other
- *    than 0, 16 MiB on rank 0; opt NULL on one rank only fails on every
+ *  - a load of a 72 MiB file holds less than 24 MiB more on a rank other
+ *    than 0, 32 MiB on rank 0; opt NULL on one rank only fails on every
  *    rank.
  *
  * Modes for t/mpi/checkpoint.sh and checkpoint_crash.sh (any rank count):
@@ -649,10 +649,13 @@ static void big_fill(float *const *bufs, int64_t n, int seed) {
  * rank, rank 0 that reads the file too, takes the tensors' bytes
  * straight into its tensors, so its peak resident size during the load
  * (VmHWM, reset by writing 5 to /proc/self/clear_refs) exceeds its size
- * before by less than 8 MiB (rank 0: 16 MiB, its checksum reads 8 MiB at
- * a time), where rank 0 used to read the whole file into memory and
- * every rank to receive all of it; every value and state element is the
- * saved one. Then opt NULL on the last rank only fails on every rank
+ * before by less than 24 MiB (rank 0: 32 MiB), where rank 0 used to read
+ * the whole file into memory and every rank to receive all of it; every
+ * value and state element is the saved one. (Measured: ~200 KiB on ranks
+ * 1-3, ~9 MiB on rank 0, whose checksum reads 8 MiB at a time; with
+ * AddressSanitizer 8.5 and 19 MiB, its shadow of the 64 MiB bounce
+ * buffer and of the reads. A mutation that receives every piece through
+ * the bounce buffer: 48 MiB.) Then opt NULL on the last rank only fails on every rank
  * (the tensors sent depend on it). */
 static void memory(void) {
   enum { BIG = 6 << 20 };
@@ -693,9 +696,9 @@ static void memory(void) {
     skip(1, "no /proc/self/clear_refs to reset VmHWM");
   } else {
     tap_note("%lld KiB more", extra);
-    ok(extra < (rank == 0 ? 16 : 8) * 1024,
-       "... no rank holds the file: rank 0 less than 16 MiB more while it "
-       "loads (its checksum's reads), the others less than 8 MiB");
+    ok(extra < (rank == 0 ? 32 : 24) * 1024,
+       "... no rank holds the file (72 MiB): rank 0 less than 32 MiB more "
+       "while it loads, the others less than 24 MiB");
   }
   int last = tap_size() - 1;
   char want[160];

@@ -75,9 +75,17 @@ unset HVD_CHECKPOINT_PIECE
 # works.
 shim=$HVD_TOP_BUILDDIR/t/mpi/.libs/crash_rename.so
 real=`cd "$tmp" && pwd -P`
+# The shim reaches the ranks only (-x). ASan, when built in, must
+# tolerate a library preloaded ahead of it.
+ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
+export ASAN_OPTIONS
 changed() {
   cp "$tmp/model.ckpt" "$real/$1.ckpt"
   n=$((n + 1))
+  if [ ! -f "$shim" ]; then
+    echo "ok $n # SKIP no shared $shim (configured without shared libraries?)"
+    return
+  fi
   HVD_TEST_MPIEXEC_ARGS="$HVD_TEST_MPIEXEC_ARGS -x LD_PRELOAD=$shim -x HVD_TEST_CHANGE_FILE=$real/$1.ckpt -x HVD_TEST_CHANGE_READ=$2 -x HVD_TEST_CHANGE_AT=$3" \
     "$HVD_MPIRUN_TEST" --np 2 "$prog" load "$real/$1.ckpt" 3 >"$tmp/out" 2>&1
   rc=$?
