@@ -193,7 +193,26 @@ static int alloc_blocks(hvd_state_t *st) {
   return 1;
 }
 
-/* Buffers for the copy, made at the first commit. */
+/* Frees the copy's buffers (st->values NULL again: none made). */
+static void free_copy(hvd_state_t *st) {
+  const hvd_optimizer_t *c = st->opt ? hvd__optim_core_const(st->opt) : NULL;
+  int ns = c != NULL ? c->ops.nstate : 0;
+  for (int i = 0; st->values != NULL && i < st->n; i++)
+    free(st->values[i]);
+  for (int s = 0; st->states != NULL && s < st->n * ns; s++)
+    free(st->states[s]);
+  for (int i = 0; st->masters != NULL && i < st->n; i++)
+    free(st->masters[i]);
+  free(st->values);
+  free(st->states);
+  free(st->masters);
+  st->values = NULL;
+  st->states = NULL;
+  st->masters = NULL;
+}
+
+/* Buffers for the copy, made at the first commit; none when one cannot
+ * be made (the next commit tries again). */
 static hvd_result_t alloc_copy(hvd_state_t *st) {
   const hvd_optimizer_t *c = st->opt ? hvd__optim_core_const(st->opt) : NULL;
   int ns = c != NULL ? c->ops.nstate : 0;
@@ -225,6 +244,7 @@ static hvd_result_t alloc_copy(hvd_state_t *st) {
   }
   return HVD_SUCCESS;
 oom:
+  free_copy(st);
   return hvd__set_error(HVD_ERR_NO_MEMORY,
                         "%s: out of memory for the committed copy", commit_fn);
 }
@@ -367,17 +387,7 @@ hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored) {
 void hvd_state_destroy(hvd_state_t *st) {
   if (st == NULL)
     return;
-  const hvd_optimizer_t *c = st->opt ? hvd__optim_core_const(st->opt) : NULL;
-  int ns = c != NULL ? c->ops.nstate : 0;
-  for (int i = 0; st->values != NULL && i < st->n; i++)
-    free(st->values[i]);
-  for (int s = 0; st->states != NULL && s < st->n * ns; s++)
-    free(st->states[s]);
-  for (int i = 0; st->masters != NULL && i < st->n; i++)
-    free(st->masters[i]);
-  free(st->values);
-  free(st->states);
-  free(st->masters);
+  free_copy(st);
   hvd__psgd_copy_free(st->psgd);
   for (int k = 0; k < st->nc; k++)
     free(st->owned[k]);
