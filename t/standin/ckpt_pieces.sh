@@ -3,23 +3,18 @@
 # time: t/standin/optim (t/gpu/optim.c on the stand-in) at np 2 with
 # HVD_CHECKPOINT_PIECE=48, so that each device tensor's bytes arrive in
 # pieces of 48 bytes, each copied to its offset in the tensor from the
-# bounce buffer (lib/optim/checkpoint_bulk.c); every check of the program,
-# its checkpoints loaded into device models included, passes.
-: "${HVD_TOP_BUILDDIR:?run me from make check}"
-: "${HVD_MPIRUN_TEST:?run me from make check}"
+# bounce buffer (lib/optim/checkpoint_bulk.c). Every check of the program
+# passes (testlib.sh's tap_through: its plan met), its checkpoints loaded
+# into device models included, and it exits 0.
+. "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 prog=$HVD_TOP_BUILDDIR/t/standin/optim
-tmp=`mktemp -d "${TMPDIR:-/tmp}/ckpt_pieces.XXXXXX"` || exit 99
-trap 'rm -rf "$tmp"' 0
-echo "1..1"
-HVD_CHECKPOINT_PIECE=48 HVD_TEST_TIMEOUT=120 "$HVD_MPIRUN_TEST" --np 2 \
-  "$prog" >"$tmp/out" 2>&1
-rc=$?
-oks=`grep -c '^ok' "$tmp/out"`
-if [ $rc = 0 ] && [ "$oks" -gt 100 ] && ! grep -q '^not ok' "$tmp/out" &&
-  grep -q '^ok .* - checkpoint: save from device, in the background' "$tmp/out"; then
-  echo "ok 1 - t/standin/optim at np 2 with HVD_CHECKPOINT_PIECE=48: all $oks checks pass"
-else
-  echo "not ok 1 - t/standin/optim at np 2 with HVD_CHECKPOINT_PIECE=48 (status $rc, $oks ok)"
-  grep -v '^ok' "$tmp/out" | sed 's/^/#   /' | head -60
-  exit 1
-fi
+need_prog "$prog"
+make_tmp ckpt_pieces
+HVD_CHECKPOINT_PIECE=48 HVD_TEST_TIMEOUT=120 run_np 2 "$tmp/out" "$tmp/out" \
+  "$prog"
+tap_through "optim, pieces of 48 bytes" "$tmp/out"
+grep -q '^ok .* - checkpoint: save from device, in the background' "$tmp/out"
+check $? "... its device checkpoint case ran"
+check $rc "... and it exits 0 (status $rc)"
+echo "1..$n"
+exit $failed
