@@ -144,7 +144,6 @@ typedef struct reader {
   const unsigned char *p; /* or the outline's bytes */
   size_t size, at;        /* p's size short of the checksum; the next byte */
   uint64_t off, end;      /* the same in the file */
-  int outline;            /* 1: p is an outline */
   unsigned char *out;     /* while rank 0 makes an outline: its bytes */
   size_t nout;            /* the outline's size so far */
 } reader_t;
@@ -240,8 +239,7 @@ static reader_t outline_reader(const unsigned char *ol, size_t size) {
                     .size = size - CKPT_SUM,
                     .at = CKPT_HEADER,
                     .off = CKPT_HEADER,
-                    .end = hvd__get_le(ol + 16, 8) - CKPT_SUM,
-                    .outline = 1};
+                    .end = hvd__get_le(ol + 16, 8) - CKPT_SUM};
 }
 
 static hvd_result_t next_opt(const char *path, reader_t *r, file_opt_t *o) {
@@ -584,11 +582,8 @@ static hvd_result_t walk_file(const char *path, hvd__ckpt_file_t *f,
 static hvd_result_t outline_of(const char *path, hvd__ckpt_file_t *f,
                                unsigned char **ol, size_t *olsize) {
   hvd_result_t rc;
-  unsigned char head[CKPT_HEADER];
+  const unsigned char *head = f->head;
   size_t n = 0;
-  if (!hvd__ckpt_file_read(f, 0, head, CKPT_HEADER))
-    return hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot read: %s", load_fn,
-                          path, strerror(f->err));
   HVD__CHECK(walk_file(path, f, NULL, &n, head)); /* its size */
   *olsize = n + CKPT_SUM;
   if ((*ol = malloc(*olsize)) == NULL)

@@ -8,7 +8,8 @@
  *            (the first failure is the message, as doc/checkpoint-format
  *            .md lists them).
  *   at:      the walk that makes the outline reads the small parts
- *            (names, shapes, scalars) through a window of the file.
+ *            (names, shapes, scalars) through a window of the file (64
+ *            KiB at least a read: it reads once per parameter).
  *   read:    checkpoint_bulk.c reads the tensors' bytes a piece at a
  *            time, and the bytes between them, taking the checksum again
  *            (hvd__ckpt_sum_t), so that a file changed after it was
@@ -24,8 +25,10 @@
 #include "base/errors.h"
 #include "optim/checkpoint_int.h"
 
-#define CHUNK ((size_t)8 << 20)  /* bytes a checksum read takes */
-#define WINDOW ((size_t)1 << 20) /* bytes a window read takes at least */
+#define CHUNK ((size_t)8 << 20) /* bytes a checksum read takes */
+/* Bytes a window read takes at least: a parameter's name and shape sit
+ * between its tensors, so each such read is mostly tensor bytes. */
+#define WINDOW ((size_t)64 << 10)
 
 int hvd__ckpt_file_read(hvd__ckpt_file_t *f, uint64_t off, void *dst,
                         size_t k) {
@@ -78,7 +81,7 @@ static hvd_result_t sum_file(const char *fn, hvd__ckpt_file_t *f,
 
 /* Magic, size, version and checksum, in that order. */
 static hvd_result_t check(const char *fn, hvd__ckpt_file_t *f) {
-  unsigned char head[CKPT_HEADER], tail[CKPT_SUM];
+  unsigned char *head = f->head, tail[CKPT_SUM];
   size_t m = f->size < CKPT_HEADER ? (size_t)f->size : CKPT_HEADER;
   uint64_t sum = 0;
   hvd_result_t rc;

@@ -71,7 +71,8 @@ typedef struct hvd__ckpt_file {
   int fd;        /* -1: not open (every rank but 0) */
   uint64_t size; /* at the open */
   uint32_t version;
-  uint64_t sum;       /* its checksum, checked */
+  uint64_t sum;                    /* its checksum, checked */
+  unsigned char head[CKPT_HEADER]; /* its header, as checked */
   int err;            /* errno of the last failed read (EIO: too short) */
   unsigned char *win; /* hvd__ckpt_file_at's window */
   uint64_t wbase;
