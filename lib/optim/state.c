@@ -218,17 +218,15 @@ static hvd_result_t alloc_copy(hvd_state_t *st) {
   int ns = c != NULL ? c->ops.nstate : 0;
   if (st->values != NULL)
     return HVD_SUCCESS;
-  if (st->opt != NULL && hvd__optim_sharded(st->opt)) {
-    st->values = calloc((size_t)st->n + 1, sizeof *st->values);
-    st->states = calloc((size_t)st->n * (size_t)ns + 1, sizeof *st->states);
-    if (st->values != NULL && st->states != NULL && alloc_blocks(st))
-      return HVD_SUCCESS;
-    goto oom;
-  }
   st->values = calloc((size_t)st->n + 1, sizeof *st->values);
   st->states = calloc((size_t)st->n * (size_t)ns + 1, sizeof *st->states);
   if (st->values == NULL || st->states == NULL)
     goto oom;
+  if (st->opt != NULL && hvd__optim_sharded(st->opt)) {
+    if (alloc_blocks(st))
+      return HVD_SUCCESS;
+    goto oom;
+  }
   for (int i = 0; i < st->n; i++) {
     /* mixed precision: the float32 master, and float32 state */
     int64_t numel = hvd_tensor_numel(&st->params[i].value);
