@@ -723,10 +723,12 @@ typedef struct hvd_optimizer hvd_optimizer_t;
  * reduce_fp32), each rank keeps and updates only its block of each
  * master, rounds it into its block of the value, and the values are
  * allgathered in their own dtype. The results equal the unsharded
- * optimizer's bit for bit; checkpoints make the whole masters on every
- * rank for the time of the call (the state stays sharded), hvd_state
- * copies each rank's blocks, and hvd_broadcast_optimizer_state has
- * nothing to send but the scalars. hvd_optimizer_state_bytes counts the
+ * optimizer's bit for bit. No rank but 0 ever holds a whole master: a
+ * checkpoint save sends each rank's blocks of the masters and the state
+ * to rank 0, a load rounds each piece of a master into the value as it
+ * arrives and keeps the rank's block, hvd_state copies each rank's
+ * blocks, and hvd_broadcast_optimizer_state has nothing to send but the
+ * scalars. hvd_optimizer_state_bytes counts the
  * masters (4 bytes an
  * element of this rank's part) with the state.
  * A master is made from its value when the optimizer is made. When

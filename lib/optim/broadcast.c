@@ -351,7 +351,6 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
               : hvd__mixed_ckpt_params(c, c->params, c->n, &views));
   if (rc != HVD_SUCCESS) {
     free(views);
-    hvd__mixed_ckpt_done(c);
     return rc;
   }
   /* the scalars travel as one int64 pair: steps and lr's bits */
@@ -368,6 +367,5 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
   free(labels);
   free(ts);
   free(views);
-  hvd__mixed_ckpt_done(c);
   return rc;
 }

@@ -49,7 +49,8 @@ static const char load_fn[] = "hvd_checkpoint_load";
 const char *const hvd__ckpt_scaler_names[2] = {"hvd.loss_scale",
                                                "hvd.loss_scale.clean"};
 
-static hvd_result_t load_checked(const char *path, hvd_param_t *params, int n,
+static hvd_result_t load_checked(const char *path, hvd_param_t *params,
+                                 hvd_param_t *views, int n,
                                  hvd_optimizer_t *opt, int64_t *step,
                                  hvd__counters_t *ctr);
 static int find_counter(const unsigned char *ol, size_t size, const char *name,
@@ -115,7 +116,10 @@ hvd_result_t hvd__ckpt_check_args(const char *fn, const char *path,
   for (int i = 0; i < n; i++)
     for (int k = 0; k < ns; k++) {
       const hvd_tensor_t *s = &c->state[i * ns + k], *v = &params[i].value;
-      if (s->dtype == v->dtype && s->ndim == v->ndim &&
+      /* mixed precision: a low-precision parameter's state is float32 */
+      hvd_dtype_t want =
+          c->mixed != NULL && hvd__mixed_low(v->dtype) ? HVD_FLOAT32 : v->dtype;
+      if (s->dtype == want && s->ndim == v->ndim &&
           memcmp(s->shape, v->shape, (size_t)v->ndim * sizeof v->shape[0]) ==
               0 &&
           (s->data != NULL || hvd_tensor_numel(v) == 0 ||
@@ -635,8 +639,8 @@ fail:
  * broadcast). The numbers follow once every rank succeeded
  * (apply_numbers). */
 static void apply(const char *path, const unsigned char *ol, size_t size,
-                  hvd_param_t *params, int n, hvd_optimizer_t *opt,
-                  hvd__psgd_t *ps, hvd__ckpt_bulk_t *b) {
+                  hvd_param_t *params, hvd_param_t *views, int n,
+                  hvd_optimizer_t *opt, hvd__psgd_t *ps, hvd__ckpt_bulk_t *b) {
   hvd_optimizer_t *c = opt != NULL ? hvd__optim_core(opt) : NULL;
   reader_t r = outline_reader(ol, size);
   uint64_t count = hvd__get_le(ol + 12, 4);
@@ -649,8 +653,14 @@ static void apply(const char *path, const unsigned char *ol, size_t size,
   for (uint64_t i = 0; i < count && i < (uint64_t)n; i++) {
     if (next_param(path, &r, o.ns, &f) != HVD_SUCCESS)
       return;
-    hvd__ckpt_bulk_add(b, &params[i].value, f.data, f.bytes, f.esize, 0,
-                       f.bytes);
+    hvd_tensor_t *blk; /* ZeRO-1 and mixed: this rank's master block */
+    int64_t mlo, mhi;
+    if (hvd__mixed_ckpt_target(c, &params[i].value, &blk, &mlo, &mhi))
+      hvd__ckpt_bulk_add_low(b, blk, f.data, f.bytes, (uint64_t)mlo * 4,
+                             (uint64_t)mhi * 4, &params[i].value);
+    else
+      hvd__ckpt_bulk_add(b, &views[i].value, f.data, f.bytes, f.esize, 0,
+                         f.bytes);
     if (c == NULL) /* on every rank (same_parts): nothing is sent */
       hvd__ckpt_bulk_skip(b, f.state, f.bytes * o.ns);
     for (uint64_t k = 0; c != NULL && k < o.ns; k++) {
@@ -698,11 +708,12 @@ hvd_result_t hvd__checkpoint_load_ex(const char *path, hvd_param_t *params,
   hvd_result_t rc = hvd__ckpt_agree(
       "load.prep", hvd__mixed_ckpt_params(c, params, n, &views));
   if (rc == HVD_SUCCESS)
-    rc = load_checked(path, views ? views : params, n, opt, step, ctr);
-  if (rc == HVD_SUCCESS && views != NULL)
+    rc = load_checked(path, params, views ? views : params, n, opt, step, ctr);
+  /* the values from the masters (a sharded core's are already: the load
+   * rounded each whole master into its value as it went) */
+  if (rc == HVD_SUCCESS && views != NULL && !hvd__optim_sharded(opt))
     rc = hvd__ckpt_agree("load.values", hvd__mixed_values_from_masters(c));
   free(views);
-  hvd__mixed_ckpt_done(c);
   return rc;
 }
 
@@ -766,7 +777,10 @@ fail:
   return rc;
 }
 
-static hvd_result_t load_checked(const char *path, hvd_param_t *params, int n,
+/* params: the caller's; views: what the file holds of them (mixed
+ * precision: the masters; else params). */
+static hvd_result_t load_checked(const char *path, hvd_param_t *params,
+                                 hvd_param_t *views, int n,
                                  hvd_optimizer_t *opt, int64_t *step,
                                  hvd__counters_t *ctr) {
   hvd_optimizer_t *c = opt ? hvd__optim_core(opt) : NULL;
@@ -779,18 +793,16 @@ static hvd_result_t load_checked(const char *path, hvd_param_t *params, int n,
   HVD__CHECK(hvd__ckpt_agree("load.args", rc));
   HVD__CHECK(hvd__ckpt_agree("load.parts", same_parts(opt, ps)));
   HVD__CHECK(share_outline(path, &file, &ol, &olsize));
-  rc = validate(path, ol, olsize, params, n, c, ps, ctr);
+  rc = validate(path, ol, olsize, views, n, c, ps, ctr);
   HVD__CHECK(hvd__ckpt_agree("load.check", rc));
   rc = hvd__ckpt_agree(
       "load.bounce",
       hvd__ckpt_bulk_new(load_fn, file.fd >= 0 ? &file : NULL, ol, olsize, &b));
   if (rc == HVD_SUCCESS)
-    apply(path, ol, olsize, params, n, opt, ps, b);
+    apply(path, ol, olsize, params, views, n, opt, ps, b);
   hvd_result_t done = hvd__ckpt_bulk_end(b); /* frees b in any case */
   if (rc == HVD_SUCCESS) /* a failed copy to a GPU is known to every rank */
     rc = hvd__ckpt_agree("load.apply", done);
-  if (opt != NULL && rc == HVD_SUCCESS) /* ZeRO-1 and mixed: masters */
-    rc = hvd__ckpt_agree("load.blocks", hvd__optim_take_masters(opt));
   if (rc == HVD_SUCCESS) {
     apply_numbers(path, ol, olsize, c, step, ctr);
     load_scaler(ol, olsize, c);

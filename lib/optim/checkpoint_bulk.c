@@ -14,7 +14,11 @@
  * tensor when the file's byte order is the host's; otherwise (a device
  * tensor, a big-endian host, bytes no tensor takes) into its bounce
  * buffer of one piece, copied on after the batch. So no rank holds more
- * than a piece of the file, whatever its size.
+ * than a piece of the file, whatever its size. A ZeRO-1 rank's mixed
+ * precision master (hvd__ckpt_bulk_add_low) is taken the same way: its
+ * block into the master's block, and every piece rounded in the bounce
+ * buffer into the low-precision value, so that no rank makes the whole
+ * float32 master.
  *
  * Rank 0 reads the file in order: each piece, the bytes between pieces
  * (which must be the outline's, as every rank checked them) and the
@@ -33,6 +37,7 @@
 #include <string.h>
 
 #include "base/errors.h"
+#include "base/half.h"
 #include "base/tensor.h"
 #include "core/api.h"
 #include "optim/checkpoint_int.h"
@@ -46,6 +51,9 @@ typedef struct piece {
   size_t bytes, esize; /* on the wire */
   size_t skip, len;    /* what t takes of them: [skip, skip + len) */
   size_t t_off;        /* where in t */
+  hvd_tensor_t *low;   /* or NULL: float32 elements all rounded into this
+                          float16 or bfloat16 tensor, */
+  size_t low_off;      /* from its byte low_off */
   unsigned char *src;  /* where the bytes are once the batch is done */
   int copy;            /* 1: to be copied from src into t */
   hvd_request_t *req;
@@ -161,15 +169,37 @@ static void swap_in_place(unsigned char *p, size_t bytes, size_t esize) {
     }
 }
 
-/* The piece's bytes, little-endian at src, into its tensor. */
-static hvd_result_t copy_piece(const char *fn, piece_t *q) {
-  if (!hvd__host_is_le() && q->esize > 1)
-    swap_in_place(q->src, q->bytes, q->esize);
-  if (q->t->device == HVD_CPU) {
-    memcpy((unsigned char *)q->t->data + q->t_off, q->src + q->skip, q->len);
+/* A master's piece (float32, host order at src) rounded in place into
+ * the low-precision elements, then written into q->low. The elements
+ * are read and written through memcpy, in order: element i's two bytes
+ * land on bytes that elements up to i had, already read. */
+static hvd_result_t round_piece(const char *fn, piece_t *q) {
+  size_t n = q->bytes / sizeof(float);
+  int f16 = q->low->dtype == HVD_FLOAT16;
+  for (size_t i = 0; i < n; i++) {
+    float v;
+    memcpy(&v, q->src + i * sizeof v, sizeof v);
+    uint16_t h = f16 ? hvd__f32_to_f16(v) : hvd__f32_to_bf16(v);
+    memcpy(q->src + i * sizeof h, &h, sizeof h);
+  }
+  if (q->low->device == HVD_CPU) {
+    memcpy((unsigned char *)q->low->data + q->low_off, q->src, n * 2);
     return HVD_SUCCESS;
   }
-  return hvd__odev_write(fn, q->t, q->t_off, q->src + q->skip, q->len);
+  return hvd__odev_write(fn, q->low, q->low_off, q->src, n * 2);
+}
+
+/* The piece's bytes, little-endian at src, into its tensor, and rounded
+ * into its low-precision one. */
+static hvd_result_t copy_piece(const char *fn, piece_t *q) {
+  hvd_result_t rc = HVD_SUCCESS;
+  if (!hvd__host_is_le() && q->esize > 1)
+    swap_in_place(q->src, q->bytes, q->esize);
+  if (q->t != NULL && q->t->device == HVD_CPU)
+    memcpy((unsigned char *)q->t->data + q->t_off, q->src + q->skip, q->len);
+  else if (q->t != NULL)
+    rc = hvd__odev_write(fn, q->t, q->t_off, q->src + q->skip, q->len);
+  return rc == HVD_SUCCESS && q->low != NULL ? round_piece(fn, q) : rc;
 }
 
 hvd_result_t hvd__ckpt_bulk_flush(hvd__ckpt_bulk_t *b) {
@@ -189,22 +219,26 @@ hvd_result_t hvd__ckpt_bulk_flush(hvd__ckpt_bulk_t *b) {
  * submitted. */
 static void add_piece(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, uint64_t off,
                       uint64_t a, size_t bytes, size_t esize, uint64_t lo,
-                      uint64_t hi) {
+                      uint64_t hi, hvd_tensor_t *low) {
   if (b->n == MAX_BATCH || b->used + bytes > b->piece)
     hvd__ckpt_bulk_flush(b);
   piece_t *q = &b->batch[b->n++];
   uint64_t from = a > lo ? a : lo, to = a + bytes < hi ? a + bytes : hi;
-  *q = (piece_t){.t = from < to ? t : NULL, .bytes = bytes, .esize = esize};
+  *q = (piece_t){.t = from < to ? t : NULL,
+                 .bytes = bytes,
+                 .esize = esize,
+                 .low = low,
+                 .low_off = (size_t)(a / 2)}; /* 4 bytes to 2 */
   if (q->t != NULL) {
     q->skip = (size_t)(from - a);
     q->len = (size_t)(to - from);
     q->t_off = (size_t)(from - lo);
   }
   int direct = q->t != NULL && q->t->device == HVD_CPU && q->len == bytes &&
-               (hvd__host_is_le() || esize <= 1);
+               low == NULL && (hvd__host_is_le() || esize <= 1);
   q->src =
       direct ? (unsigned char *)q->t->data + q->t_off : b->bounce + b->used;
-  q->copy = q->t != NULL && !direct;
+  q->copy = (q->t != NULL || low != NULL) && !direct;
   if (b->file != NULL) { /* rank 0 reads what it sends */
     read_to(b, off + a, 1);
     read_on(b, q->src, bytes);
@@ -219,14 +253,26 @@ static void add_piece(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, uint64_t off,
   hvd__ckpt_bulk_fail(b, hvd_broadcast_async(name, &wire, 0, &q->req));
 }
 
+static void add_range(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, uint64_t off,
+                      uint64_t bytes, size_t esize, uint64_t lo, uint64_t hi,
+                      hvd_tensor_t *low) {
+  for (uint64_t a = 0; a < bytes;) { /* pieces of a multiple of 16 bytes */
+    size_t k = bytes - a < b->piece ? (size_t)(bytes - a) : b->piece;
+    add_piece(b, t, off, a, k, esize, lo, hi, low);
+    a += k;
+  }
+}
+
 void hvd__ckpt_bulk_add(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, uint64_t off,
                         uint64_t bytes, size_t esize, uint64_t lo,
                         uint64_t hi) {
-  for (uint64_t a = 0; a < bytes;) {
-    size_t k = bytes - a < b->piece ? (size_t)(bytes - a) : b->piece;
-    add_piece(b, t, off, a, k, esize, lo, hi);
-    a += k;
-  }
+  add_range(b, t, off, bytes, esize, lo, hi, NULL);
+}
+
+void hvd__ckpt_bulk_add_low(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, uint64_t off,
+                            uint64_t bytes, uint64_t lo, uint64_t hi,
+                            hvd_tensor_t *low) {
+  add_range(b, t, off, bytes, sizeof(float), lo, hi, low);
 }
 
 hvd_result_t hvd__ckpt_bulk_end(hvd__ckpt_bulk_t *b) {

@@ -124,6 +124,13 @@ void hvd__ckpt_bulk_skip(hvd__ckpt_bulk_t *b, uint64_t off, uint64_t bytes);
  * pieces; done by the next flush or end at the latest. */
 void hvd__ckpt_bulk_add(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, uint64_t off,
                         uint64_t bytes, size_t esize, uint64_t lo, uint64_t hi);
+/* A ZeRO-1 core's float32 master of a low-precision parameter in the
+ * file, [off, off + bytes): its bytes [lo, hi) into this rank's block t
+ * (as hvd__ckpt_bulk_add), and every element rounded into low (the
+ * float16 or bfloat16 value of bytes / 4 elements), in pieces. */
+void hvd__ckpt_bulk_add_low(hvd__ckpt_bulk_t *b, hvd_tensor_t *t, uint64_t off,
+                            uint64_t bytes, uint64_t lo, uint64_t hi,
+                            hvd_tensor_t *low);
 /* Remembers rc with hvd_last_error() when it is this rank's first
  * failure (HVD_SUCCESS: nothing). */
 void hvd__ckpt_bulk_fail(hvd__ckpt_bulk_t *b, hvd_result_t rc);

@@ -587,30 +587,22 @@ static hvd_result_t save_ex(const char *fn, const char *path,
   hvd_result_t rc = check_inflight(fn, path);
   if (rc != HVD_SUCCESS)
     return rc;
-  /* mixed precision: the masters are saved in place of the values */
-  hvd_param_t *views = NULL;
   hvd_optimizer_t *core = opt ? hvd__optim_core((hvd_optimizer_t *)opt) : NULL;
-  rc = hvd__mixed_ckpt_params(core, params, n, &views);
-  if (rc != HVD_SUCCESS)
-    return hvd__ckpt_agree("save.prep", rc);
   hvd__counters_t all;
   const char *names[HVD__CKPT_MAX_COUNTERS];
   int64_t values[HVD__CKPT_MAX_COUNTERS];
   rc = hvd__ckpt_agree("save.prep",
                        with_scaler(fn, core, ctr, &all, names, values));
-  if (rc == HVD_SUCCESS) {
-    save_t s = {.fn = fn,
-                .path = path,
-                .params = views ? views : params,
-                .n = n,
-                .c = opt ? hvd__optim_core_const(opt) : NULL,
-                .step = step,
-                .x = {all.n > 0 ? &all : NULL, NULL}};
-    rc = save_checked(&s, (hvd_optimizer_t *)opt, q);
-  }
-  free(views);
-  hvd__mixed_ckpt_done(core);
-  return rc;
+  if (rc != HVD_SUCCESS)
+    return rc;
+  save_t s = {.fn = fn,
+              .path = path,
+              .params = params,
+              .n = n,
+              .c = opt ? hvd__optim_core_const(opt) : NULL,
+              .step = step,
+              .x = {all.n > 0 ? &all : NULL, NULL}};
+  return save_checked(&s, (hvd_optimizer_t *)opt, q);
 }
 
 /* The loss scaler's counters after ctr's (all's arrays: the callers'). */
@@ -651,15 +643,24 @@ static hvd_result_t save_checked(save_t *s, hvd_optimizer_t *o,
       (rc = hvd__ckpt_agree("save.state", hvd__optim_state_to_root(o))) !=
           HVD_SUCCESS)
     return rc;
+  /* mixed precision: the masters are saved in place of the values (a
+   * sharded optimizer's gathered just now, on rank 0 only) */
+  hvd_param_t *views = NULL;
+  rc = hvd__mixed_ckpt_params(o != NULL ? hvd__optim_core(o) : NULL, s->params,
+                              s->n, &views);
   /* PowerSGD's error feedback averaged over the ranks (agreed) */
   hvd__psgd_t *ps = o != NULL ? hvd__optim_psgd(o) : NULL;
   s->x.psgd = ps;
-  rc = hvd__psgd_gather(ps);
+  if ((rc = hvd__ckpt_agree("save.views", rc)) == HVD_SUCCESS)
+    rc = hvd__psgd_gather(ps);
+  if (views != NULL)
+    s->params = views;
   if (rc == HVD_SUCCESS && hvd_rank() == 0)
     rc = q != NULL ? snapshot(s, q) : write_file(s);
   if (q != NULL)
     q->writer = rc == HVD_SUCCESS && hvd_rank() == 0;
   hvd__psgd_release(ps);
+  free(views);
   if (o != NULL)
     hvd__optim_state_drop(o);
   return hvd__ckpt_agree("save.result", rc);

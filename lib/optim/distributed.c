@@ -702,12 +702,6 @@ int hvd__optim_sharded(const hvd_optimizer_t *opt) {
   return opt->dist != NULL && opt->dist->zero != NULL;
 }
 
-hvd_result_t hvd__optim_take_masters(hvd_optimizer_t *opt) {
-  if (opt->dist != NULL && opt->dist->zero != NULL)
-    return hvd__zero_take_masters(opt->dist->zero, opt->base);
-  return HVD_SUCCESS;
-}
-
 hvd_result_t hvd__optim_state_to_root(hvd_optimizer_t *opt) {
   if (opt->dist == NULL || opt->dist->zero == NULL)
     return HVD_SUCCESS;

@@ -47,8 +47,8 @@ struct hvd__mixed {
   hvd_tensor_t *mgrad;  /* and gradients (data NULL for float32 ones, and
                            for every one when sharded without reduce_fp32) */
   /* sharded (ZeRO-1, hvd__mixed_shard): master[i] is the block of
-     len[i] elements at element off[i]; full[i] the whole master, with
-     data only between hvd__mixed_ckpt_params and hvd__mixed_ckpt_done */
+     len[i] elements at element off[i]; full[i] the whole master's shape,
+     with data only on rank 0 during a save (zero.c's, which frees it) */
   int64_t *off, *len;
   hvd_tensor_t *full;
   int *in_master;            /* gradient already in mgrad (reduce_fp32) */
@@ -134,8 +134,6 @@ void hvd__mixed_free(hvd__mixed_t *m) {
       free_tensor(&m->master[i]);
     if (m->mgrad != NULL)
       free_tensor(&m->mgrad[i]);
-    if (m->full != NULL)
-      free_tensor(&m->full[i]);
   }
   free(m->views);
   free(m->master);
@@ -238,8 +236,12 @@ hvd_result_t hvd__mixed_create(const char *who, hvd_optimizer_t *core,
   m->n = n;
   m->scale = 1.0;
   core->mixed = m;
-  if (core->odev != NULL && low > 0)
+  if (core->odev != NULL && low > 0) {
     HVD__CHECK(hvd__odev_flag_reset(who, core->odev));
+    /* the masters read the values after what the caller's stream has
+       enqueued (their initialisation, say), as a step reads gradients */
+    HVD__CHECK(hvd__odev_after_caller(who, core->odev));
+  }
   for (int i = 0; i < n; i++) {
     hvd_param_t *p = &core->params[i];
     m->views[i] = *p;
@@ -342,30 +344,11 @@ static hvd_result_t agree_found(int *found) {
   return rc;
 }
 
-/* What round_values writes for parameter i (low precision): n elements
- * of master src into its value at `at`; the block when sharded, or with
- * whole the whole master when present (full). */
-static void round_span(hvd_optimizer_t *core, int i, int whole,
-                       const float **src, void **at, int64_t *n) {
+/* Every master rounded back into its low-precision value (each block
+ * into the value's block when sharded): the device ones in one batched
+ * launch, then the host ones while it runs. */
+static hvd_result_t round_values(hvd_optimizer_t *core, const char *who) {
   hvd__mixed_t *m = core->mixed;
-  const hvd_param_t *p = &core->params[i];
-  *src = m->master[i].data;
-  value_span(m, &p->value, i, at, n);
-  if (whole && m->full != NULL && m->full[i].data != NULL) {
-    *src = m->full[i].data;
-    *at = p->value.data;
-    *n = hvd_tensor_numel(&p->value);
-  }
-}
-
-/* Every master rounded back into its low-precision value: each block
- * into the value's block when sharded, or with whole (a sharded load)
- * each whole master present (full) into the whole value. The device ones
- * in one batched launch, then the host ones while it runs. */
-static hvd_result_t round_values(hvd_optimizer_t *core, const char *who,
-                                 int whole) {
-  hvd__mixed_t *m = core->mixed;
-  const float *src;
   void *at;
   int64_t n;
   int k = 0;
@@ -373,22 +356,22 @@ static hvd_result_t round_values(hvd_optimizer_t *core, const char *who,
     const hvd_tensor_t *v = &core->params[i].value;
     if (!is_low(v->dtype) || v->device == HVD_CPU)
       continue;
-    round_span(core, i, whole, &src, &at, &n);
-    m->conv[k++] = (hvd__odev_convert_t){src, at, v->dtype, n};
+    value_span(m, v, i, &at, &n);
+    m->conv[k++] = (hvd__odev_convert_t){m->master[i].data, at, v->dtype, n};
   }
   hvd_result_t rc = hvd__odev_from_master_batch(who, core->odev, m->conv, k);
   for (int i = 0; i < m->n && rc == HVD_SUCCESS; i++) {
     const hvd_tensor_t *v = &core->params[i].value;
     if (!is_low(v->dtype) || v->device != HVD_CPU)
       continue;
-    round_span(core, i, whole, &src, &at, &n);
-    host_from_master(src, at, v->dtype, n);
+    value_span(m, v, i, &at, &n);
+    host_from_master(m->master[i].data, at, v->dtype, n);
   }
   return sync_odev(who, core, rc);
 }
 
 static hvd_result_t write_back(hvd_optimizer_t *core, const char *who) {
-  return round_values(core, who, 0);
+  return round_values(core, who);
 }
 
 static void scaler_update(hvd__mixed_t *m, int found) {
@@ -583,25 +566,13 @@ hvd_result_t hvd__mixed_grad32(hvd_optimizer_t *core, int i,
 hvd_result_t hvd__mixed_ckpt_params(hvd_optimizer_t *core,
                                     const hvd_param_t *params, int n,
                                     hvd_param_t **views) {
-  static const char who[] = "checkpoint";
   hvd__mixed_t *m = core != NULL ? core->mixed : NULL;
   *views = NULL;
   if (m == NULL)
     return HVD_SUCCESS;
-  for (int j = 0; m->full != NULL && j < m->n; j++)
-    if (m->master[j].data != NULL && m->full[j].data == NULL) {
-      hvd_result_t rc =
-          make_f32(who, core, &core->params[j].value, &m->full[j]);
-      if (rc != HVD_SUCCESS) {
-        hvd__mixed_ckpt_done(core);
-        return rc;
-      }
-    }
   hvd_param_t *v = malloc((n > 0 ? (size_t)n : 1) * sizeof *v);
-  if (v == NULL) {
-    hvd__mixed_ckpt_done(core);
+  if (v == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "checkpoint: out of memory");
-  }
   for (int i = 0; i < n; i++) {
     v[i] = params[i];
     for (int j = 0; j < m->n; j++) /* the optimizer's own parameter */
@@ -615,10 +586,18 @@ hvd_result_t hvd__mixed_ckpt_params(hvd_optimizer_t *core,
   return HVD_SUCCESS;
 }
 
-void hvd__mixed_ckpt_done(hvd_optimizer_t *core) {
+int hvd__mixed_ckpt_target(hvd_optimizer_t *core, const hvd_tensor_t *value,
+                           hvd_tensor_t **blk, int64_t *lo, int64_t *hi) {
   hvd__mixed_t *m = core != NULL ? core->mixed : NULL;
   for (int j = 0; m != NULL && m->full != NULL && j < m->n; j++)
-    free_tensor(&m->full[j]);
+    if (core->params[j].value.data == value->data &&
+        m->master[j].data != NULL) {
+      *blk = &m->master[j];
+      *lo = m->off[j];
+      *hi = m->off[j] + m->len[j];
+      return 1;
+    }
+  return 0;
 }
 
 int64_t hvd__mixed_bytes(const hvd_optimizer_t *core) {
@@ -632,12 +611,12 @@ int64_t hvd__mixed_bytes(const hvd_optimizer_t *core) {
 
 hvd_tensor_t *hvd__mixed_full(hvd_optimizer_t *core, int i) {
   hvd__mixed_t *m = core->mixed;
-  return m != NULL && m->full != NULL && m->full[i].data != NULL ? &m->full[i]
-                                                                 : NULL;
+  return m != NULL && m->full != NULL && m->master[i].data != NULL ? &m->full[i]
+                                                                   : NULL;
 }
 
 hvd_result_t hvd__mixed_values_from_masters(hvd_optimizer_t *core) {
-  return core->mixed != NULL ? round_values(core, "hvd_checkpoint_load", 1)
+  return core->mixed != NULL ? round_values(core, "hvd_checkpoint_load")
                              : HVD_SUCCESS;
 }
 

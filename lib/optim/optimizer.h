@@ -131,21 +131,29 @@ hvd_result_t hvd__mixed_shard(const char *who, hvd_optimizer_t *core,
 hvd_result_t hvd__mixed_grad32(hvd_optimizer_t *core, int i,
                                hvd_tensor_t **out);
 /* Checkpoints and the state broadcast: a copy of params (free it) whose
- * low-precision values of core's own parameters are their whole masters
- * (*views NULL without mixed). A sharded core's whole masters are made
- * here (hvd__mixed_full; the gather fills them, its release takes this
- * rank's block back) and freed by hvd__mixed_ckpt_done, which every
- * successful call must be followed by. After a load, every value rounded
- * from its whole master. */
+ * low-precision values of core's own parameters are their whole float32
+ * masters (*views NULL without mixed). A sharded core has no whole
+ * master: its view is the whole's shape (hvd__mixed_full), with data
+ * only on rank 0 during a save (hvd__zero_gather_root's), NULL
+ * elsewhere; a load takes it with hvd__mixed_ckpt_target. After a load
+ * of an unsharded core, every value rounded from its master. */
 hvd_result_t hvd__mixed_ckpt_params(hvd_optimizer_t *core,
                                     const hvd_param_t *params, int n,
                                     hvd_param_t **views);
-void hvd__mixed_ckpt_done(hvd_optimizer_t *core); /* accepts NULL */
+/* A load into a sharded core: 1 when value is one of its low-precision
+ * parameters' values, whose master's elements [*lo, *hi) are this
+ * rank's block *blk (elements from 0); else 0. */
+int hvd__mixed_ckpt_target(hvd_optimizer_t *core, const hvd_tensor_t *value,
+                           hvd_tensor_t **blk, int64_t *lo, int64_t *hi);
 /* Bytes of core's masters on this rank (blocks when sharded; 0 without
  * mixed). */
 int64_t hvd__mixed_bytes(const hvd_optimizer_t *core);
-/* A sharded core's whole master of parameter i while it has data. */
+/* A sharded core's whole master of parameter i: its shape and device,
+ * data for zero.c to set and free (NULL: a float32 parameter, or not
+ * sharded). */
 hvd_tensor_t *hvd__mixed_full(hvd_optimizer_t *core, int i);
+/* Every low-precision value rounded from its master (block, when
+ * sharded). */
 hvd_result_t hvd__mixed_values_from_masters(hvd_optimizer_t *core);
 /* hvd_broadcast_parameters wrote params[0..n) on this rank: in every
  * live optimizer's master of one of those values (a registry), each
@@ -190,13 +198,10 @@ hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, const hvd_tensor_t *g,
 /* After the reductions: the base update on the blocks (steps++), then
  * every parameter allgathered. */
 hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core);
-/* After a load into the whole masters (hvd__mixed_ckpt_params' views):
- * this rank's master blocks taken from them. */
-hvd_result_t hvd__zero_take_masters(hvd__zero_t *z, hvd_optimizer_t *core);
 int64_t hvd__zero_state_bytes(const hvd__zero_t *z);
 /* For a save: the core's full state on rank 0 only (collective: each
- * rank's blocks to rank 0, no full state elsewhere; the whole masters,
- * when mixed, allgathered), then dropped. */
+ * rank's blocks to rank 0, no full state elsewhere; the same for the
+ * masters when mixed, into hvd__mixed_full's), then dropped. */
 hvd_result_t hvd__zero_gather_root(hvd__zero_t *z, hvd_optimizer_t *core);
 void hvd__zero_release_root(hvd__zero_t *z, hvd_optimizer_t *core);
 /* State tensor s's block on this rank: the whole tensor's elements
@@ -271,10 +276,6 @@ hvd_result_t hvd__lsgd_average(hvd_optimizer_t *core);
 /* 1 for a sharded optimizer, whose full state has no data (but on rank 0
  * during a save). */
 int hvd__optim_sharded(const hvd_optimizer_t *opt);
-/* After a load: a sharded mixed optimizer's master blocks taken from the
- * whole masters the load wrote (the first failure: a device copy).
- * No-op unless sharded. */
-hvd_result_t hvd__optim_take_masters(hvd_optimizer_t *opt);
 /* For a save: the full state on rank 0 only (a sharded one's blocks sent
  * to rank 0), then dropped. No-ops unless sharded. */
 hvd_result_t hvd__optim_state_to_root(hvd_optimizer_t *opt);

@@ -311,7 +311,6 @@ static hvd_result_t transfer(hvd_state_t *st, int to_live, const char *who) {
     rc = hvd__mixed_values_from_masters(c);
   if (rc == HVD_SUCCESS)
     rc = transfer_scalars(st, c, to_live, who);
-  hvd__mixed_ckpt_done(c);
   return rc;
 }
 

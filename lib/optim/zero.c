@@ -16,10 +16,11 @@
  *      "hvd.zero.<name>").
  * The core optimizer keeps its full-shaped state tensors with no data. A
  * checkpoint save fills them on rank 0 only, from every rank's blocks
- * (hvd__zero_gather_root), and a load writes each rank's blocks directly
- * (hvd__zero_state_block), so files are the same as an unsharded
- * optimizer's and load at any world size, sharded or not, and no other
- * rank ever holds the full state.
+ * (hvd__zero_gather_root; mixed precision's masters the same way), and a
+ * load writes each rank's blocks directly (hvd__zero_state_block, and
+ * hvd__mixed_ckpt_target for the masters), so files are the same as an
+ * unsharded optimizer's and load at any world size, sharded or not, and
+ * no other rank ever holds the full state or a whole master.
  *
  * A device parameter's blocks, state and reduced gradient live on its GPU
  * (the base's update runs its device kernels on the block views): the
@@ -81,17 +82,6 @@ static void free_state(hvd_tensor_t *st) {
   else
     hvd__odev_free(st->device, st->data);
   st->data = NULL;
-}
-
-/* Copies bytes from src (memory on dst's device, or the host) into
- * tensor dst at byte offset. */
-static hvd_result_t copy_into(const char *who, hvd_tensor_t *dst, size_t offset,
-                              const void *src, size_t bytes) {
-  if (dst->device != HVD_CPU)
-    return hvd__odev_copy(who, dst, offset, src, bytes);
-  if (bytes > 0)
-    memcpy((char *)dst->data + offset, src, bytes);
-  return HVD_SUCCESS;
 }
 
 void hvd__zero_free(hvd__zero_t *z) {
@@ -232,43 +222,15 @@ hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, const hvd_tensor_t *g,
                                        post, req);
 }
 
-/* What gather_blocks gathers: the parameters' values (in place, each
- * block a view of its value, in the value's dtype), or a low-precision
- * parameter's whole master (mixed, where hvd__mixed_ckpt_params made
- * it). */
-enum { VALUES, MASTERS };
-
-/* For item k of what: the block to send, the whole to receive into (a
- * flat view) and its collective's name; 0 when there is nothing. */
-static int gather_item(hvd__zero_t *z, hvd_optimizer_t *core, int what, int k,
-                       const hvd_tensor_t **send, hvd_tensor_t *whole,
-                       const char **name) {
-  const hvd_tensor_t *w; /* k indexes the parameters */
-  if (what == MASTERS) {
-    if ((w = hvd__mixed_full(core, k)) == NULL)
-      return 0;
-    *send = hvd__mixed_master(core, k);
-    *name = z->mnames[k];
-  } else {
-    w = &core->params[k].value;
-    *send = &z->vblk[k];
-    *name = z->names[k];
-  }
-  int64_t numel = hvd_tensor_numel(w);
-  *whole = hvd_tensor_make(w->data, w->dtype, 1, &numel);
-  whole->device = w->device;
-  return 1;
-}
-
-/* Allgathers block k of every rank into the whole tensor it belongs to,
- * written there directly (hvd__allgather_into_async: nothing allocated,
- * nothing copied). Submits them all, so that they fuse, then waits for
- * every one, even after a failure, and returns the first failure's code
- * and message. The values follow an update that synchronised its stream
- * (the base's step, or the rounding into low-precision values): they are
- * settled on the device, so no ready event per block (hvd__device_settled). */
-static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
-                                  int what) {
+/* Allgathers every parameter's value from its blocks, written there
+ * directly (hvd__allgather_into_async: each block a view of its value,
+ * nothing allocated, nothing copied). Submits them all, so that they
+ * fuse, then waits for every one, even after a failure, and returns the
+ * first failure's code and message. The values follow an update that
+ * synchronised its stream (the base's step, or the rounding into
+ * low-precision values): they are settled on the device, so no ready
+ * event per block (hvd__device_settled). */
+static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core) {
   int count = z->n;
   hvd_result_t first = HVD_SUCCESS;
   char msg[HVD__ERRMSG_MAX];
@@ -276,14 +238,14 @@ static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core,
   if (req == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY,
                           "gathering the optimizer's blocks: out of memory");
-  hvd__device_settled(what == VALUES);
+  hvd__device_settled(1);
   for (int k = 0; k < count; k++) {
-    const hvd_tensor_t *send;
-    hvd_tensor_t whole;
-    const char *name;
-    if (!gather_item(z, core, what, k, &send, &whole, &name))
-      continue;
-    hvd_result_t rc = hvd__allgather_into_async(name, send, &whole, &req[k]);
+    const hvd_tensor_t *w = &core->params[k].value;
+    int64_t numel = hvd_tensor_numel(w);
+    hvd_tensor_t whole = hvd_tensor_make(w->data, w->dtype, 1, &numel);
+    whole.device = w->device;
+    hvd_result_t rc =
+        hvd__allgather_into_async(z->names[k], &z->vblk[k], &whole, &req[k]);
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
       first = rc;
       snprintf(msg, sizeof msg, "%s", hvd_last_error());
@@ -320,7 +282,7 @@ static hvd_result_t apply_mixed(hvd__zero_t *z, hvd_optimizer_t *core) {
   if (rc == HVD_SUCCESS && updated)
     rc = hvd__mixed_finish_blocks(core);
   if (rc == HVD_SUCCESS && updated)
-    rc = gather_blocks(z, core, VALUES);
+    rc = gather_blocks(z, core);
   return rc;
 }
 
@@ -332,29 +294,61 @@ hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core) {
   hvd_result_t rc = hvd__optim_apply_on(core, z->block, z->state);
   for (int i = 0; i < z->n; i++)
     z->block[i].grad.data = NULL;
-  return rc == HVD_SUCCESS ? gather_blocks(z, core, VALUES) : rc;
+  return rc == HVD_SUCCESS ? gather_blocks(z, core) : rc;
 }
 
-/* Submits state tensor s's alltoall to rank 0 (each rank's block to
- * rank 0 only; hvd allocates rank 0's output: the whole, flat, in rank
- * order). */
-static hvd_result_t to_root_async(hvd__zero_t *z, int s, hvd_tensor_t *out,
-                                  hvd_request_t **req) {
-  char name[HVD__ERRMSG_MAX];
-  int p = hvd_size();
-  int64_t *splits = calloc((size_t)p, sizeof *splits);
+/* What a save gathers on rank 0, item j of n * ns + n: state tensor j,
+ * then (mixed) parameter j - n * ns's master. Its block here and its
+ * length, its collective's name, and the whole that rank 0 fills (a
+ * shape: its data is set to the gathered); 0 when there is nothing. */
+static int root_item(hvd__zero_t *z, hvd_optimizer_t *core, int j,
+                     hvd_tensor_t **blk, int64_t *len, const char **name,
+                     hvd_tensor_t **whole) {
+  if (j < z->n * z->ns) {
+    *blk = &z->state[j];
+    *len = z->len[j / z->ns];
+    *name = z->snames[j];
+    *whole = &core->state[j];
+    return 1;
+  }
+  int k = j - z->n * z->ns;
+  if ((*whole = hvd__mixed_full(core, k)) == NULL)
+    return 0;
+  *blk = hvd__mixed_master(core, k);
+  *len = z->len[k];
+  *name = z->mnames[k];
+  return 1;
+}
+
+/* Submits item j's alltoall to rank 0 (each rank's block to rank 0 only;
+ * hvd allocates rank 0's output: the whole, flat, in rank order). */
+static hvd_result_t to_root_async(hvd__zero_t *z, hvd_optimizer_t *core, int j,
+                                  hvd_tensor_t *out, hvd_request_t **req) {
+  char label[HVD__ERRMSG_MAX];
+  hvd_tensor_t *blk, *whole;
+  const char *name;
+  int64_t len;
+  if (!root_item(z, core, j, &blk, &len, &name, &whole))
+    return HVD_SUCCESS;
+  int64_t *splits = calloc((size_t)hvd_size(), sizeof *splits);
   if (splits == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: splits", z->snames[s]);
-  splits[0] = z->len[s / z->ns];
-  snprintf(name, sizeof name, "%s.root", z->snames[s]);
-  hvd_result_t rc =
-      hvd_alltoall_async(name, &z->state[s], splits, out, NULL, req);
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: splits", name);
+  splits[0] = len;
+  snprintf(label, sizeof label, "%s.root", name);
+  hvd_result_t rc = hvd_alltoall_async(label, blk, splits, out, NULL, req);
   free(splits);
   return rc;
 }
 
+static void first_failure(hvd_result_t rc, hvd_result_t *first, char *msg) {
+  if (rc != HVD_SUCCESS && *first == HVD_SUCCESS) {
+    *first = rc;
+    snprintf(msg, HVD__ERRMSG_MAX, "%s", hvd_last_error());
+  }
+}
+
 hvd_result_t hvd__zero_gather_root(hvd__zero_t *z, hvd_optimizer_t *core) {
-  int count = z->n * z->ns;
+  int count = z->n * z->ns + z->n;
   hvd_result_t first = HVD_SUCCESS, rc;
   char msg[HVD__ERRMSG_MAX] = "";
   hvd_request_t **req = calloc(count > 0 ? (size_t)count : 1, sizeof *req);
@@ -365,53 +359,41 @@ hvd_result_t hvd__zero_gather_root(hvd__zero_t *z, hvd_optimizer_t *core) {
     return hvd__set_error(HVD_ERR_NO_MEMORY,
                           "gathering the optimizer's blocks: out of memory");
   }
-  for (int s = 0; s < count; s++)
-    if ((rc = to_root_async(z, s, &out[s], &req[s])) != HVD_SUCCESS &&
-        first == HVD_SUCCESS) {
-      first = rc;
-      snprintf(msg, sizeof msg, "%s", hvd_last_error());
-    }
-  for (int s = 0; s < count; s++) {
-    rc = req[s] != NULL ? hvd_wait(req[s]) : HVD_SUCCESS;
-    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
-      first = rc;
-      snprintf(msg, sizeof msg, "%s", hvd_last_error());
-    }
-    if (rc == HVD_SUCCESS && hvd_rank() == 0) /* the shape stays */
-      core->state[s].data = out[s].data, core->state[s].device = out[s].device;
+  for (int j = 0; j < count; j++)
+    first_failure(to_root_async(z, core, j, &out[j], &req[j]), &first, msg);
+  for (int j = 0; j < count; j++) {
+    hvd_tensor_t *blk, *whole;
+    const char *name;
+    int64_t len;
+    rc = req[j] != NULL ? hvd_wait(req[j]) : HVD_SUCCESS;
+    first_failure(rc, &first, msg);
+    if (req[j] != NULL && rc == HVD_SUCCESS && hvd_rank() == 0 &&
+        root_item(z, core, j, &blk, &len, &name, &whole))
+      whole->data = out[j].data,
+      whole->device = out[j].device; /* shape stays */
     else
-      hvd_tensor_free(&out[s]);
+      hvd_tensor_free(&out[j]);
   }
   free(req);
   free(out);
-  if (first == HVD_SUCCESS)
-    first = gather_blocks(z, core, MASTERS);
-  else
+  if (first != HVD_SUCCESS) {
     hvd__set_error(first, "the full optimizer state on rank 0: %s", msg);
-  if (first != HVD_SUCCESS)
     hvd__zero_release_root(z, core);
+  }
   return first;
 }
 
 void hvd__zero_release_root(hvd__zero_t *z, hvd_optimizer_t *core) {
-  for (int s = 0; s < z->n * z->ns; s++) {
-    hvd_tensor_t t = core->state[s]; /* hvd allocated it (or NULL) */
+  for (int j = 0; j < z->n * z->ns + z->n; j++) {
+    hvd_tensor_t *blk, *whole;
+    const char *name;
+    int64_t len;
+    if (!root_item(z, core, j, &blk, &len, &name, &whole))
+      continue;
+    hvd_tensor_t t = *whole; /* hvd allocated it (or NULL) */
     hvd_tensor_free(&t);
-    core->state[s].data = NULL;
+    whole->data = NULL;
   }
-}
-
-hvd_result_t hvd__zero_take_masters(hvd__zero_t *z, hvd_optimizer_t *core) {
-  static const char who[] = "the masters' blocks";
-  hvd_result_t rc = HVD_SUCCESS;
-  for (int i = 0; rc == HVD_SUCCESS && i < z->n; i++) {
-    hvd_tensor_t *full = hvd__mixed_full(core, i);
-    if (full != NULL) /* the whole master stays until hvd__mixed_ckpt_done */
-      rc = copy_into(who, hvd__mixed_master(core, i), 0,
-                     (float *)full->data + z->off[i],
-                     (size_t)z->len[i] * sizeof(float));
-  }
-  return rc;
 }
 
 hvd_tensor_t *hvd__zero_state_block(hvd__zero_t *z, int s, int64_t *lo,

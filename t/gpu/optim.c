@@ -1416,6 +1416,96 @@ static void run_pass(const char *ops, int last) {
 
 #define MN 1031
 
+/* AdamW (lr 0.01) on the two parameters ps, float16 loss scaling from
+ * 1024 growing every 2 clean steps, in a distributed optimizer when dist
+ * (shard: ZeRO-1; r32: reduce_fp32). 1 when made. */
+static int mixed_opt(hvd_param_t *ps, int dist, int shard, int r32,
+                     hvd_optimizer_t **opt) {
+  hvd_adam_options_t ao;
+  hvd_loss_scale_options_t lo;
+  hvd_distributed_options_t dopt;
+  hvd_adam_options_init(&ao);
+  ao.lr = 0.01;
+  ao.decoupled = 1;
+  hvd_loss_scale_options_init(&lo);
+  lo.init_scale = 1024;
+  lo.growth_interval = 2;
+  hvd_distributed_options_init(&dopt);
+  dopt.shard_optimizer_state = shard;
+  dopt.reduce_fp32 = r32;
+  hvd_optimizer_t *base = NULL;
+  int good = hvd_adam_create(ps, 2, &ao, &base) == HVD_SUCCESS;
+  *opt = base;
+  if (good && dist)
+    good = hvd_distributed_optimizer(base, &dopt, opt) == HVD_SUCCESS;
+  return good &&
+         hvd_optimizer_set_loss_scaling(*opt, &lo) == HVD_SUCCESS;
+}
+
+/* test_mixed's checkpoint (dist): both sides save, and the files are
+ * the same byte for byte (the float32 masters: with shard, gathered on
+ * rank 0 from every rank's blocks); then the device side's values are
+ * zeroed and a fresh device optimizer (masters from the zeros) loads the
+ * host's file: the values are the host's bit for bit (with shard, each
+ * rank rounded every piece of each master into its value as it came, a
+ * piece at a time, keeping its own block), and so is a step after it,
+ * which needs the masters' extra precision back. */
+static void mixed_checkpoint(const char *what, hvd_param_t ps[2][2],
+                             hvd_optimizer_t *opt[2], int shard, int r32,
+                             void *dv[2], void *dg[2], uint16_t *hv[2][2],
+                             uint16_t *hg[2][2]) {
+  char dir[1024], ph[1100], pd[1100];
+  int same = 0, good = 1;
+  hvdt_shared_tmpdir(dir, sizeof dir, "hvd-gpu-mixed");
+  snprintf(ph, sizeof ph, "%s/host.ckpt", dir);
+  snprintf(pd, sizeof pd, "%s/device.ckpt", dir);
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(ph, ps[0], 2, opt[0], 5),
+         "%s: checkpoint: save from the host", what);
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(pd, ps[1], 2, opt[1], 5),
+         "%s: checkpoint: save from the device", what);
+  if (rank == 0)
+    same = hvdt_same_file(ph, pd);
+  MPI_Bcast(&same, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  ok(same, "%s: checkpoint: the device file is the host's, byte for byte",
+     what);
+  hvd_optimizer_destroy(opt[1]);
+  for (int j = 0; j < 2; j++)
+    cuda_ok(cudaMemset(dv[j], 0, 2 * MN), "cudaMemset");
+  good = mixed_opt(ps[1], 1, shard, r32, &opt[1]);
+  good = good && hvd_checkpoint_load(ph, ps[1], 2, opt[1], NULL) == HVD_SUCCESS;
+  if (!good)
+    tap_note("%s", hvd_last_error());
+  for (int j = 0; j < 2; j++) {
+    cuda_ok(cudaMemcpy(hv[0][j], dv[j], 2 * MN, cudaMemcpyDeviceToHost), "D2H");
+    good &= memcmp(hv[0][j], hv[1][j], 2 * MN) == 0;
+  }
+  ok(good, "%s: checkpoint: the host's file into a fresh device optimizer: "
+           "the host's values bit for bit",
+     what);
+  for (int side = 0; side < 2; side++)
+    good &= hvd_optimizer_zero_grad(opt[side]) == HVD_SUCCESS;
+  for (int j = 0; j < 2; j++) {
+    for (int i = 0; i < MN; i++) {
+      float g = (float)(floor(uniform() * 32) / 32 * 0x1p-7 *
+                        hvd_optimizer_loss_scale(opt[0]));
+      hg[1][j][i] = ps[0][j].value.dtype == HVD_FLOAT16 ? hvd__f32_to_f16(g)
+                                                        : hvd__f32_to_bf16(g);
+    }
+    h2d(dg[j], hg[1][j], 2 * MN);
+  }
+  for (int side = 0; side < 2; side++)
+    good &= hvd_optimizer_step(opt[side]) == HVD_SUCCESS;
+  for (int j = 0; j < 2; j++) {
+    cuda_ok(cudaMemcpy(hv[0][j], dv[j], 2 * MN, cudaMemcpyDeviceToHost), "D2H");
+    good &= memcmp(hv[0][j], hv[1][j], 2 * MN) == 0;
+  }
+  ok(good && hvd_optimizer_step_skipped(opt[1]) == 0,
+     "%s: checkpoint: a step after it equals the host's bit for bit (the "
+     "masters loaded)",
+     what);
+  hvdt_remove_tmpdir(dir);
+}
+
 /* Mixed precision on the device against the host (lib/optim/mixed.c): a
  * float16 and a bfloat16 parameter per side, AdamW, float16 loss scaling
  * from 2^10 with growth every 2 steps; 5 steps of the same gradients on
@@ -1439,16 +1529,8 @@ static void test_mixed(int dist, int shard, int r32) {
   void *dv[2], *dg[2];
   hvd_param_t ps[2][2];
   hvd_optimizer_t *opt[2];
-  hvd_adam_options_t ao;
-  hvd_loss_scale_options_t lo;
   int64_t n = MN;
   int good = 1, skipped_ok = 1;
-  hvd_adam_options_init(&ao);
-  ao.lr = 0.01;
-  ao.decoupled = 1;
-  hvd_loss_scale_options_init(&lo);
-  lo.init_scale = 1024;
-  lo.growth_interval = 2;
   for (int j = 0; j < 2; j++) {
     for (int side = 0; side < 2; side++) {
       hv[side][j] = xcalloc(MN, 2);
@@ -1472,17 +1554,8 @@ static void test_mixed(int dist, int shard, int r32) {
       ps[side][j].value.device = ps[side][j].grad.device = side ? dev : HVD_CPU;
     }
   }
-  hvd_distributed_options_t dopt;
-  hvd_distributed_options_init(&dopt);
-  dopt.shard_optimizer_state = shard;
-  dopt.reduce_fp32 = r32;
   for (int side = 0; side < 2; side++) {
-    hvd_optimizer_t *base = NULL;
-    good &= hvd_adam_create(ps[side], 2, &ao, &base) == HVD_SUCCESS;
-    opt[side] = base;
-    if (dist)
-      good &= hvd_distributed_optimizer(base, &dopt, &opt[side]) == HVD_SUCCESS;
-    good &= hvd_optimizer_set_loss_scaling(opt[side], &lo) == HVD_SUCCESS;
+    good &= mixed_opt(ps[side], dist, shard, r32, &opt[side]);
     if (dist)
       good &= hvd_broadcast_parameters(ps[side], 2, 0) == HVD_SUCCESS;
   }
@@ -1533,6 +1606,8 @@ static void test_mixed(int dist, int shard, int r32) {
   if (dist)
     is_int(HVD_SUCCESS, hvd_verify_parameters(ps[1], 2),
            "%s: every rank holds the same device values", what);
+  if (dist)
+    mixed_checkpoint(what, ps, opt, shard, r32, dv, dg, hv, hg);
   for (int side = 0; side < 2; side++)
     hvd_optimizer_destroy(opt[side]);
   for (int j = 0; j < 2; j++) {

@@ -38,8 +38,11 @@
  *                            rank, the bits of K local AdamW steps
  *   checkpoint zero-memory PATH 0  a load into a sharded optimizer holds
  *                            no full state (mode_zero_memory)
+ *   checkpoint zero-mixed-memory PATH 0  nor, with mixed precision, a
+ *                            whole master (mode_zero_mixed_memory)
  * Only rank 0 touches files; the others get the same path.
  */
+#include "base/half.h" /* bfloat16 values */
 #include "hvd.h"
 #include "hvdtest.h"
 #include "optim/optimizer.h" /* the state tensors, to compare their bytes */
@@ -885,6 +888,110 @@ static int mode_load(const char *path, int k) {
   return 0;
 }
 
+/* A bfloat16 parameter of BIG elements (16 MiB) and its gradient, with
+ * AdamW in mixed precision (float32 masters and state: 96 MiB in all),
+ * sharded (ZeRO-1) or not. */
+static hvd_optimizer_t *mixed_big(hvd_param_t *p, uint16_t *v, uint16_t *g,
+                                  int64_t *n, int shard) {
+  hvd_adam_options_t o;
+  hvd_distributed_options_t d;
+  hvd_adam_options_init(&o);
+  hvd_distributed_options_init(&d);
+  d.shard_optimizer_state = 1;
+  p->name = "big";
+  p->value = hvd_tensor_make(v, HVD_BFLOAT16, 1, n);
+  p->grad = hvd_tensor_make(g, HVD_BFLOAT16, 1, n);
+  hvd_optimizer_t *base = NULL, *opt = NULL;
+  if (hvd_adam_create(p, 1, &o, &base) != 0 ||
+      (shard && hvd_distributed_optimizer(base, &d, &opt) != 0))
+    bail("the big bfloat16 model: %s", hvd_last_error());
+  return shard ? opt : base;
+}
+
+/* Peak kB over the resident size before, of what fn does: measured into
+ * *extra, 0 when the kernel cannot reset the peak. */
+#define PEAK_OF(extra, fn)                                                     \
+  do {                                                                         \
+    int can_ = reset_peak();                                                   \
+    long long before_ = status_kb("VmRSS");                                    \
+    fn;                                                                        \
+    *(extra) = can_ && before_ > 0 ? status_kb("VmHWM") - before_ : -1;        \
+  } while (0)
+
+static void peak_ok(long long extra, const char *what) {
+  if (root_ll(extra >= 0) == 0) {
+    skip(1, "no /proc/self/clear_refs to reset VmHWM");
+    return;
+  }
+  tap_note("%lld KiB more", extra);
+  ok(rank == 0 || extra < 8 * 1024,
+     "... a rank other than 0 holds less than 8 MiB more while it %s", what);
+}
+
+/* checkpoint zero-mixed-memory PATH: mixed precision under ZeRO-1, where
+ * each rank keeps the float32 masters of its blocks only. A bfloat16
+ * model of 8M elements, sharded AdamW, one step (the masters then hold
+ * more than the values); saved: a rank other than 0 holds less than 8
+ * MiB more (it sends its blocks of the masters and state to rank 0; it
+ * used to allgather every whole master, 32 MiB); the file loads into an
+ * unsharded mixed AdamW, the reference; its values overwritten, the
+ * sharded one loads it: again less than 8 MiB more on such a rank (it
+ * rounds each piece of a master into its value as it comes and keeps its
+ * block; it used to make every whole master), its values are the
+ * reference's bit for bit, and a second save is the first file byte for
+ * byte (the master and state blocks were the file's). */
+static int mode_zero_mixed_memory(const char *path) {
+  enum { BIG = 8 << 20 };
+  int64_t n = BIG;
+  long long extra;
+  hvd_param_t p, q;
+  uint16_t *v = malloc(BIG * 2), *g = malloc(BIG * 2), *rv = calloc(BIG, 2),
+           *rg = calloc(BIG, 2);
+  if (v == NULL || g == NULL || rv == NULL || rg == NULL)
+    bail("the big bfloat16 model: out of memory");
+  for (int64_t j = 0; j < n; j++) {
+    v[j] = hvd__f32_to_bf16(big_at(j, 0, 1));
+    g[j] = hvd__f32_to_bf16((float)(j % 7 - 3) / 64);
+  }
+  hvd_optimizer_t *zero = mixed_big(&p, v, g, &n, 1);
+  is_int(HVD_SUCCESS, hvd_optimizer_step(zero),
+         "a step of a sharded bfloat16 AdamW at np %d", tap_size());
+  hvd_result_t rc;
+  PEAK_OF(&extra, rc = hvd_checkpoint_save(path, &p, 1, zero, 7));
+  is_int(HVD_SUCCESS, rc, "... saved (float32 masters and state: 96 MiB)");
+  peak_ok(extra, "saves (it sends its blocks to rank 0)");
+  hvd_optimizer_t *plain = mixed_big(&q, rv, rg, &n, 0);
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(path, &q, 1, plain, NULL),
+         "... loads into an unsharded bfloat16 AdamW (the reference)");
+  for (int64_t j = 0; j < n; j++) /* other values, every page resident */
+    v[j] = hvd__f32_to_bf16(big_at(j, 0, 2));
+  int64_t step = 0;
+  PEAK_OF(&extra, rc = hvd_checkpoint_load(path, &p, 1, zero, &step));
+  is_int(HVD_SUCCESS, rc, "... and into the sharded one");
+  peak_ok(extra, "loads (no whole master)");
+  ok(step == 7 && memcmp(v, rv, BIG * 2) == 0,
+     "... its values are the reference's, bit for bit");
+  char again[1300];
+  snprintf(again, sizeof again, "%s.again", path);
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(again, &p, 1, zero, 7),
+         "... saved again from the sharded AdamW");
+  size_t na = 0, nb = 0;
+  unsigned char *a = rank == 0 ? slurp(path, &na) : NULL,
+                *b = rank == 0 ? slurp(again, &nb) : NULL;
+  ok(root_ll(a != NULL && b != NULL && na == nb && memcmp(a, b, na) == 0),
+     "... the same file byte for byte: every master and state block was "
+     "loaded");
+  free(a);
+  free(b);
+  hvd_optimizer_destroy(zero);
+  hvd_optimizer_destroy(plain);
+  free(v);
+  free(g);
+  free(rv);
+  free(rg);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
@@ -896,6 +1003,8 @@ int main(int argc, char **argv) {
       mode_save_async(argv[2], atoi(argv[3]));
     else if (strcmp(argv[1], "zero-memory") == 0)
       mode_zero_memory(argv[2]);
+    else if (strcmp(argv[1], "zero-mixed-memory") == 0)
+      mode_zero_mixed_memory(argv[2]);
     else
       mode_load(argv[2], atoi(argv[3]));
     hvd_shutdown();

@@ -8,7 +8,8 @@
 # (HVD_CHECKPOINT_PIECE), so that every tensor is split and batches fill
 # up; a load into a sharded AdamW (ZeRO-1) at np 2 and 3 in 1 MiB pieces
 # raises no rank's peak but 0's by 8 MiB, with the blocks the file's
-# (checkpoint zero-memory). A file changed in place while it loads (the
+# (checkpoint zero-memory); nor, with bfloat16 parameters, do a save and
+# a load of their float32 masters (checkpoint zero-mixed-memory). A file changed in place while it loads (the
 # shim t/mpi/crash_rename.so flips a byte just before rank 0's N-th read
 # of it) fails on every rank with HVD_ERR_CORRUPT (13) and its message: a
 # byte of a tensor (the checksum taken again) or of the outline (compared
@@ -50,7 +51,7 @@ run() {
   fi
 }
 
-echo "1..15"
+echo "1..17"
 run "save at np 2" 2 save "$tmp/model.ckpt" 3
 for np in 1 2 3; do
   run "load at np $np: every rank has the saved bits" $np \
@@ -67,6 +68,9 @@ for np in 2 3; do
   export HVD_CHECKPOINT_PIECE
   run "a load into a ZeRO-1 AdamW at np $np in 1 MiB pieces holds no full state" \
     $np zero-memory "$tmp/zero$np.ckpt" 0
+  run "a bfloat16 ZeRO-1 AdamW at np $np saves and loads with no whole master" \
+    $np zero-mixed-memory "$tmp/mixed$np.ckpt" 0
+  rm -f "$tmp/zero$np.ckpt"* "$tmp/mixed$np.ckpt"*
 done
 unset HVD_CHECKPOINT_PIECE
 # changed NAME READ AT TAIL: a copy of model.ckpt loaded at np 2 while
