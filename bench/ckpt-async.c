@@ -16,13 +16,18 @@
  *
  * With "zero" after I, the AdamW is sharded (ZeRO-1, behind
  * hvd_distributed_optimizer): each rank keeps its blocks of the state, a
- * save sends them to rank 0, a load takes each rank's blocks.
+ * save sends them to rank 0, a load takes each rank's blocks. With
+ * "bf16" the parameters are bfloat16 (mixed precision: the file holds the
+ * float32 masters, the same 1.3 GB), and "zero-bf16" shards those (each
+ * rank keeps its blocks of the masters too). At the end rank 0 prints
+ * the peak resident size (VmHWM) of rank 0 and the largest of the others.
  *
- *   mpirun -np 2 bench/ckpt-async DIR [I [zero]]      (built by make)
+ *   mpirun -np 2 bench/ckpt-async DIR [I [zero|bf16|zero-bf16]]
  */
 #include "hvd.h"
 
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,9 +45,29 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* The model: BERT-base's matrices, gradient 1e-3 so that Adam's state
- * is not zero. */
-static hvd_param_t *model(int *n) {
+/* x's bfloat16 bits, rounded to nearest even (x finite). */
+static uint16_t bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* The peak resident size of this process in MiB (VmHWM), or -1. */
+static double peak_mib(void) {
+  char line[256];
+  double kb = -1;
+  FILE *f = fopen("/proc/self/status", "r");
+  while (f != NULL && fgets(line, sizeof line, f) != NULL)
+    if (strncmp(line, "VmHWM:", 6) == 0)
+      kb = atof(line + 6);
+  if (f != NULL)
+    fclose(f);
+  return kb < 0 ? -1 : kb / 1024;
+}
+
+/* The model: BERT-base's matrices, float32 or bfloat16 (low), gradient
+ * 1e-3 so that Adam's state is not zero. */
+static hvd_param_t *model(int *n, int low) {
   static hvd_param_t p[NT];
   static char names[NT][32];
   int64_t len[NT];
@@ -55,19 +80,27 @@ static hvd_param_t *model(int *n) {
     len[k++] = 768 * 3072;
     len[k++] = 3072 * 768;
   }
+  hvd_dtype_t dt = low ? HVD_BFLOAT16 : HVD_FLOAT32;
+  size_t es = low ? 2 : 4;
   for (int i = 0; i < k; i++) {
-    float *v = malloc((size_t)len[i] * sizeof *v);
-    float *g = malloc((size_t)len[i] * sizeof *g);
+    unsigned char *v = malloc((size_t)len[i] * es);
+    unsigned char *g = malloc((size_t)len[i] * es);
     if (v == NULL || g == NULL)
       return NULL;
     for (int64_t j = 0; j < len[i]; j++) {
-      v[j] = (float)((j * 7 + i) % 13 - 6) * 1e-2f;
-      g[j] = 1e-3f;
+      float x = (float)((j * 7 + i) % 13 - 6) * 1e-2f, y = 1e-3f;
+      if (low) {
+        ((uint16_t *)v)[j] = bf16(x);
+        ((uint16_t *)g)[j] = bf16(y);
+      } else {
+        ((float *)v)[j] = x;
+        ((float *)g)[j] = y;
+      }
     }
     snprintf(names[i], sizeof names[i], "p%d", i);
     p[i].name = names[i];
-    p[i].value = hvd_tensor_make(v, HVD_FLOAT32, 1, &len[i]);
-    p[i].grad = hvd_tensor_make(g, HVD_FLOAT32, 1, &len[i]);
+    p[i].value = hvd_tensor_make(v, dt, 1, &len[i]);
+    p[i].grad = hvd_tensor_make(g, dt, 1, &len[i]);
   }
   *n = k;
   return p;
@@ -75,7 +108,7 @@ static hvd_param_t *model(int *n) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: ckpt-async DIR [ROUNDS [zero]]\n");
+    fprintf(stderr, "usage: ckpt-async DIR [ROUNDS [zero|bf16|zero-bf16]]\n");
     return 2;
   }
   int rounds = argc > 2 ? atoi(argv[2]) : 5;
@@ -87,8 +120,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "hvd_init: %s\n", hvd_last_error());
     return 1;
   }
+  const char *kind = argc > 3 ? argv[3] : "";
+  int zero = strcmp(kind, "zero") == 0 || strcmp(kind, "zero-bf16") == 0;
+  int low = strcmp(kind, "bf16") == 0 || strcmp(kind, "zero-bf16") == 0;
   int n = 0;
-  hvd_param_t *p = model(&n);
+  hvd_param_t *p = model(&n, low);
   hvd_adam_options_t ao;
   hvd_adam_options_init(&ao);
   ao.decoupled = 1;
@@ -96,7 +132,6 @@ int main(int argc, char **argv) {
   hvd_distributed_options_t d;
   hvd_distributed_options_init(&d);
   d.shard_optimizer_state = 1;
-  int zero = argc > 3 && strcmp(argv[3], "zero") == 0;
   if (p == NULL || hvd_adam_create(p, n, &ao, zero ? &base : &opt) != 0 ||
       (zero && hvd_distributed_optimizer(base, &d, &opt) != 0) ||
       hvd_optimizer_step(opt) != HVD_SUCCESS) {
@@ -153,11 +188,16 @@ int main(int argc, char **argv) {
   if (hvd_rank() == 0) {
     double ms = median(sync_s, kept), mc = median(call_s, kept),
            mt = median(total_s, kept), ml = median(load_s, kept);
-    printf("median of %d rounds at np %d%s: save %.0f ms, save_async's call "
+    printf("median of %d rounds at np %d%s%s: save %.0f ms, save_async's call "
            "%.0f ms (%.2fx of save's), written at %.0f ms; load %.0f ms\n",
-           kept, hvd_size(), zero ? " (ZeRO-1)" : "", ms * 1e3, mc * 1e3, mc / ms, mt * 1e3,
-           ml * 1e3);
+           kept, hvd_size(), zero ? " (ZeRO-1)" : "", low ? " (bfloat16)" : "",
+           ms * 1e3, mc * 1e3, mc / ms, mt * 1e3, ml * 1e3);
   }
+  double peak = peak_mib(), others = hvd_rank() == 0 ? -1 : peak;
+  MPI_Allreduce(MPI_IN_PLACE, &others, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (hvd_rank() == 0)
+    printf("peak resident%s%s: rank 0 %.0f MiB, the others at most %.0f MiB\n",
+           zero ? " (ZeRO-1)" : "", low ? " (bfloat16)" : "", peak, others);
   hvd_optimizer_destroy(opt);
   hvd_shutdown();
   return 0;
