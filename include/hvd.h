@@ -1193,7 +1193,12 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root);
  * device tensors to the host to write them; a load reads into host memory
  * first, then copies to each rank's own GPU. The file does not depend on
  * where the tensors were, so a checkpoint saved from GPU parameters loads
- * into host ones and the reverse. */
+ * into host ones and the reverse. Device tensors follow the collectives'
+ * "Device ordering": a save reads them, a load writes them, after what
+ * the calling thread's stream (hvd_cuda_set_stream) had enqueued (the
+ * host waits for it), so a model written or read by kernels still queued
+ * there is saved or loaded whole; the same for hvd_state's copies and
+ * the checksums of hvd_broadcast_parameters and hvd_verify_parameters. */
 
 /* Root 0 writes path atomically (temporary file, fsync, rename): a crash
  * leaves the previous file intact. opt may be NULL. With PowerSGD, its

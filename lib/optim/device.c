@@ -618,6 +618,15 @@ fail:
   return rc;
 }
 
+/* The calling thread's stream (hvd_cuda_set_stream) done with what it
+ * has enqueued: a synchronous copy on the legacy stream is ordered after
+ * the legacy and the blocking streams' work, not after a non-blocking
+ * stream's. */
+static cudaError_t after_caller(void) {
+  cudaStream_t s = (cudaStream_t)hvd_cuda_stream();
+  return s != NULL ? cudaStreamSynchronize(s) : cudaSuccess;
+}
+
 hvd_result_t hvd__odev_read(const char *who, void *dst, const hvd_tensor_t *t,
                             size_t offset, size_t bytes) {
   hvd_result_t rc = HVD_SUCCESS;
@@ -625,6 +634,7 @@ hvd_result_t hvd__odev_read(const char *who, void *dst, const hvd_tensor_t *t,
   if (bytes == 0)
     return HVD_SUCCESS;
   HVD__CHECK(enter(who, t->device, &prev));
+  ODEV_CHECK(after_caller());
   ODEV_CHECK(cudaMemcpy(dst, (const char *)t->data + offset, bytes,
                         cudaMemcpyDeviceToHost));
 fail:
@@ -643,6 +653,7 @@ static hvd_result_t write_into(const char *who, hvd_tensor_t *t, size_t offset,
   if (bytes == 0)
     return HVD_SUCCESS;
   HVD__CHECK(enter(who, t->device, &prev));
+  ODEV_CHECK(after_caller()); /* nothing of the caller's still to land */
   ODEV_CHECK(cudaMemcpy((char *)t->data + offset, src, bytes, kind));
   /* From pageable memory cudaMemcpy returns once src is staged, possibly
    * before the DMA lands, and device to device it does not wait at all;

@@ -177,7 +177,10 @@ hvd_result_t hvd__odev_allreduce_async(hvd__odev_t *d, const char *name,
 hvd_result_t hvd__odev_sync(const char *who, hvd__odev_t *d);
 
 /* Synchronous copies of `bytes` bytes at byte `offset` of device tensor
- * t's data, to / from host memory. */
+ * t's data, to / from host memory, after the calling thread's stream
+ * (hvd_cuda_set_stream) has done what it had enqueued (the host waits
+ * for it): checkpoints, hvd_state and hvd_verify_parameters follow the
+ * collectives' "Device ordering". */
 hvd_result_t hvd__odev_read(const char *who, void *dst, const hvd_tensor_t *t,
                             size_t offset, size_t bytes);
 hvd_result_t hvd__odev_write(const char *who, hvd_tensor_t *t, size_t offset,

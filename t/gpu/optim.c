@@ -1201,6 +1201,51 @@ static void test_broadcast(void) {
 /* ---- checkpoints ----------------------------------------------------------
  */
 
+/* Checkpoints follow the collectives' "Device ordering": with a
+ * cudaStreamNonBlocking stream set (hvd_cuda_set_stream), work enqueued
+ * on it before the call is done first. A load right after a zeroing of
+ * d's device values enqueued there leaves the file's values (host file
+ * ph, model h: the zeros would land after the load's writes otherwise);
+ * a save right after such a zeroing saves the zeros (loaded back into
+ * the host model h: its device-placed parameters read 0). */
+static void checkpoint_on_stream(const char *ph, const char *dir, model_t *h,
+                                 model_t *d, hvd_optimizer_t *od) {
+  cudaStream_t us;
+  char pz[1100];
+  int good = 1;
+  snprintf(pz, sizeof pz, "%s/zeros.ckpt", dir);
+  cuda_ok(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking), "stream");
+  hvd_cuda_set_stream(us);
+  for (int i = 0; i < NP; i++)
+    if (d->p[i].value.device != HVD_CPU)
+      cuda_ok(cudaMemsetAsync(d->p[i].value.data, 0,
+                              hvd_tensor_numel(&d->p[i].value) * 4, us),
+              "cudaMemsetAsync");
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(ph, d->p, NP, od, NULL),
+         "checkpoint on the caller's stream: a load after a zeroing there");
+  cuda_ok(cudaStreamSynchronize(us), "sync");
+  check_same("checkpoint on the caller's stream: the file's values, not "
+             "the zeros",
+             h, d, NULL, NULL);
+  for (int i = 0; i < NP; i++)
+    if (d->p[i].value.device != HVD_CPU)
+      cuda_ok(cudaMemsetAsync(d->p[i].value.data, 0,
+                              hvd_tensor_numel(&d->p[i].value) * 4, us),
+              "cudaMemsetAsync");
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(pz, d->p, NP, od, 8),
+         "checkpoint on the caller's stream: a save after a zeroing there");
+  hvd_cuda_set_stream(NULL);
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(pz, h->p, NP, NULL, NULL),
+         "... loaded into the host model");
+  for (int i = 0; i < NP; i++)
+    for (int64_t j = 0; d->p[i].value.device != HVD_CPU &&
+                        j < hvd_tensor_numel(&h->p[i].value);
+         j++)
+      good &= ((float *)h->p[i].value.data)[j] == 0.0f;
+  ok(good, "... the zeros were saved: the save came after them");
+  cuda_ok(cudaStreamDestroy(us), "cudaStreamDestroy");
+}
+
 static void test_checkpoint(void) {
   char dir[1024], ph[1100], pd[1100];
   model_t h, d, h2, d2;
@@ -1259,6 +1304,7 @@ static void test_checkpoint(void) {
          "checkpoint: host file into device parameters");
   tap_note("%s", hvd_last_error());
   check_same("checkpoint host -> device", &h, &d2, oh, od2);
+  checkpoint_on_stream(ph, dir, &h, &d2, od2);
   hvd_optimizer_destroy(oh);
   hvd_optimizer_destroy(od);
   hvd_optimizer_destroy(oh2);
