@@ -635,7 +635,12 @@ hvd_result_t hvd_cuda_stream_wait(hvd_request_t *req, void *stream);
  * y, dy, dx on it, and weight, bias, the running buffers, save_mean,
  * save_invstd, dweight and dbias device memory [C] on it too; the sums are
  * kernels, the per-channel [C] arithmetic runs on the host, and the call
- * has finished with the device when it returns. */
+ * has finished with the device when it returns. The device work runs on
+ * the calling thread's stream (hvd_cuda_set_stream; the legacy default
+ * stream when none is set), after what was enqueued there (the
+ * collectives' "Device ordering"), and its scratch is kept between calls:
+ * no cudaMalloc or cudaFree per call, each of which would wait for the
+ * whole device (a gradient reduction in flight included). */
 
 /* y = (x - mean) / sqrt(var + eps) * weight + bias per channel, with mean
  * and (biased) var over every rank's batch; weight and bias NULL mean 1

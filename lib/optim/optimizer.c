@@ -522,7 +522,9 @@ hvd_result_t hvd_optimizer_zero_grad(hvd_optimizer_t *opt) {
   if (opt == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "hvd_optimizer_zero_grad: opt is NULL");
-  return opt->cls->zero_grad(opt);
+  /* the zeroing lands after what the caller enqueued on the gradients */
+  hvd_result_t rc = after_caller("hvd_optimizer_zero_grad", opt);
+  return rc != HVD_SUCCESS ? rc : opt->cls->zero_grad(opt);
 }
 
 hvd_result_t hvd_optimizer_grad_ready(hvd_optimizer_t *opt, int i) {

@@ -24,6 +24,7 @@
 #include <config.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,16 +195,97 @@ static void update_running(float *rm, float *rv, int64_t c, double momentum,
 /* ---- device tensors: the sums by kernels, the rest on the host --------- */
 
 #ifdef HVD_HAVE_CUDA
-/* One call's device scratch: per-channel sums (double [2][C]) and
- * coefficients (float [4][C]); the caller's [C] arrays (weight, running
- * statistics, ...) are device memory, read and written through host
- * copies. Kernels run on the legacy default stream; the call synchronizes
- * it before returning, so the results are complete for every stream. */
+/* One call's device work. It runs on the calling thread's stream
+ * (hvd_cuda_set_stream; the legacy default stream when none is set), so
+ * it follows what the caller enqueued there (x and dy written by kernels
+ * still queued: the collectives' "Device ordering"), and the call
+ * synchronises that stream before it returns, so the results are
+ * complete for every stream. Its scratch, per-channel sums (double
+ * [2][C]) and coefficients (float [4][C]), comes from a pool kept for the
+ * process (scratch_take): no cudaMalloc or cudaFree per call, each of
+ * which would wait for the whole device (an in-flight NCCL reduction of
+ * the gradients included) in the middle of the backward. The caller's
+ * [C] arrays (weight, running statistics, ...) are device memory, read
+ * and written through host copies on the same stream. */
 typedef struct dev {
   int prev; /* the caller's current device, put back at the end */
+  cudaStream_t s;
+  int slot; /* the pool's, or -1: cudaMalloc'd for this call */
+  void *mem;
   double *sums;
   float *coef;
 } bn_dev_t;
+
+/* The scratch pool: a slot per concurrent call (sync batch norm is called
+ * from one thread at a time in practice), grown to a power of two of at
+ * least 4 KiB when a call needs more, freed at exit. */
+#define SCRATCH_SLOTS 8
+static struct {
+  int dev, busy;
+  size_t bytes;
+  void *p;
+} pool[SCRATCH_SLOTS];
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static int pool_hooked;
+
+static void pool_free(void) {
+  for (int k = 0; k < SCRATCH_SLOTS; k++)
+    if (pool[k].p != NULL) { /* at exit: nothing else runs any more */
+      int prev = -1;
+      if (cudaGetDevice(&prev) == cudaSuccess && prev != pool[k].dev)
+        (void)cudaSetDevice(pool[k].dev);
+      (void)cudaFree(pool[k].p);
+      pool[k].p = NULL;
+    }
+}
+
+/* *mem: at least `bytes` of device memory on the current device dev, from
+ * slot *slot (busy until scratch_give), or cudaMalloc'd (*slot -1) when
+ * every slot is busy. A slot grows (cudaFree, cudaMalloc) only when a
+ * call needs more than it has: the first calls of a model. */
+static cudaError_t scratch_take(int dev, size_t bytes, int *slot, void **mem) {
+  int pick = -1;
+  cudaError_t e = cudaSuccess;
+  pthread_mutex_lock(&pool_mu);
+  if (!pool_hooked && atexit(pool_free) == 0)
+    pool_hooked = 1;
+  for (int k = 0; k < SCRATCH_SLOTS; k++) {
+    if (pool[k].busy || (pool[k].p != NULL && pool[k].dev != dev))
+      continue;
+    if (pick < 0 || (pool[k].bytes >= bytes && pool[pick].bytes < bytes))
+      pick = k;
+  }
+  if (pick >= 0)
+    pool[pick].busy = 1;
+  pthread_mutex_unlock(&pool_mu);
+  *slot = pick;
+  if (pick < 0)
+    return cudaMalloc(mem, bytes);
+  if (pool[pick].bytes < bytes) { /* the slot is ours: grow it */
+    size_t want = 4096;
+    while (want < bytes)
+      want *= 2;
+    (void)cudaFree(pool[pick].p);
+    pool[pick].p = NULL;
+    pool[pick].bytes = 0;
+    if ((e = cudaMalloc(&pool[pick].p, want)) == cudaSuccess) {
+      pool[pick].bytes = want;
+      pool[pick].dev = dev;
+    }
+  }
+  *mem = pool[pick].p;
+  return e;
+}
+
+static void scratch_give(int slot, void *mem) {
+  if (slot < 0) {
+    (void)cudaFree(mem);
+    return;
+  }
+  pthread_mutex_lock(&pool_mu);
+  pool[slot].busy = 0;
+  pthread_mutex_unlock(&pool_mu);
+}
 
 static hvd_result_t dev_cuda(const char *fn, const char *name, cudaError_t e,
                              const char *what) {
@@ -214,36 +296,47 @@ static hvd_result_t dev_cuda(const char *fn, const char *name, cudaError_t e,
 
 static hvd_result_t dev_open(const char *fn, const char *name, int device,
                              int64_t c, bn_dev_t *d) {
-  d->sums = NULL, d->coef = NULL, d->prev = -1;
+  size_t sums = 2 * (size_t)c * sizeof(double);
+  *d = (bn_dev_t){.prev = -1, .s = (cudaStream_t)hvd_cuda_stream(), .slot = -1};
   cudaError_t e = cudaGetDevice(&d->prev);
   if (e == cudaSuccess && d->prev != device)
     e = cudaSetDevice(device);
   if (e == cudaSuccess)
-    e = cudaMalloc((void **)&d->sums, 2 * (size_t)c * sizeof(double));
-  if (e == cudaSuccess)
-    e = cudaMalloc((void **)&d->coef, 4 * (size_t)c * sizeof(float));
-  return e == cudaSuccess ? HVD_SUCCESS
-                          : dev_cuda(fn, name, e, "device scratch");
+    e = scratch_take(device, sums + 4 * (size_t)c * sizeof(float), &d->slot,
+                     &d->mem);
+  if (e != cudaSuccess) {
+    if (d->slot >= 0)
+      scratch_give(d->slot, NULL);
+    d->slot = -1;
+    d->mem = NULL;
+    return dev_cuda(fn, name, e, "device scratch");
+  }
+  d->sums = d->mem;
+  d->coef = (float *)((char *)d->mem + sums);
+  return HVD_SUCCESS;
 }
 
+/* The stream done (the host copies read and written), the scratch back. */
 static void dev_close(bn_dev_t *d, int device) {
-  (void)cudaFree(d->sums);
-  (void)cudaFree(d->coef);
+  (void)cudaStreamSynchronize(d->s);
+  if (d->mem != NULL)
+    scratch_give(d->slot, d->mem);
   if (d->prev >= 0 && d->prev != device)
     (void)cudaSetDevice(d->prev);
 }
 
-/* n floats from or to the device; NULL device pointers are skipped. */
-static cudaError_t dev_get(float *h, const float *p, int64_t n) {
+/* n floats from or to the device on the call's stream; NULL device
+ * pointers are skipped. A get is on the host at the next sync. */
+static cudaError_t dev_get(bn_dev_t *d, float *h, const float *p, int64_t n) {
   return p == NULL ? cudaSuccess
-                   : cudaMemcpy(h, p, (size_t)n * sizeof(float),
-                                cudaMemcpyDeviceToHost);
+                   : cudaMemcpyAsync(h, p, (size_t)n * sizeof(float),
+                                     cudaMemcpyDeviceToHost, d->s);
 }
 
-static cudaError_t dev_put(float *p, const float *h, int64_t n) {
+static cudaError_t dev_put(bn_dev_t *d, float *p, const float *h, int64_t n) {
   return p == NULL ? cudaSuccess
-                   : cudaMemcpy(p, h, (size_t)n * sizeof(float),
-                                cudaMemcpyHostToDevice);
+                   : cudaMemcpyAsync(p, h, (size_t)n * sizeof(float),
+                                     cudaMemcpyHostToDevice, d->s);
 }
 
 #define DEV_CUDA(call, what)                                                   \
@@ -274,18 +367,19 @@ static hvd_result_t dev_forward(const char *fn, const char *name,
     rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s '%s': out of memory", fn, name);
     goto done;
   }
-  if ((rc = hvd__cuda_bn_stats(x->data, x->dtype, N, C, S, d.sums, 0)) !=
+  if ((rc = hvd__cuda_bn_stats(x->data, x->dtype, N, C, S, d.sums, d.s)) !=
       HVD_SUCCESS)
     goto done;
-  DEV_CUDA(cudaMemcpy(st + C, d.sums, 2 * (size_t)C * sizeof(double),
-                      cudaMemcpyDeviceToHost),
+  DEV_CUDA(cudaMemcpyAsync(st + C, d.sums, 2 * (size_t)C * sizeof(double),
+                           cudaMemcpyDeviceToHost, d.s),
            "the sums");
+  DEV_CUDA(dev_get(&d, hw, weight, C), "weight");
+  DEV_CUDA(dev_get(&d, hb, bias, C), "bias");
+  DEV_CUDA(dev_get(&d, hrm, rm, C), "running_mean");
+  DEV_CUDA(dev_get(&d, hrv, rv, C), "running_var");
+  DEV_CUDA(cudaStreamSynchronize(d.s), "synchronize");
   if ((rc = sum_batch(fn, name, st, C, N * S)) != HVD_SUCCESS)
     goto done;
-  DEV_CUDA(dev_get(hw, weight, C), "weight");
-  DEV_CUDA(dev_get(hb, bias, C), "bias");
-  DEV_CUDA(dev_get(hrm, rm, C), "running_mean");
-  DEV_CUDA(dev_get(hrv, rv, C), "running_var");
   for (int64_t c = 0; c < C; c++) {
     bn_chan_t k = channel(st, C, c, eps);
     coef[c] = (float)k.mean;
@@ -295,19 +389,19 @@ static hvd_result_t dev_forward(const char *fn, const char *name,
     sm[c] = (float)k.mean;
     si[c] = (float)k.invstd;
   }
-  DEV_CUDA(dev_put(d.coef, coef, 3 * C), "coefficients");
+  DEV_CUDA(dev_put(&d, d.coef, coef, 3 * C), "coefficients");
   if ((rc = hvd__cuda_bn_apply(x->data, y->data, x->dtype, N, C, S, d.coef,
-                               0)) != HVD_SUCCESS)
+                               d.s)) != HVD_SUCCESS)
     goto done;
-  DEV_CUDA(dev_put(rm, hrm, C), "running_mean");
-  DEV_CUDA(dev_put(rv, hrv, C), "running_var");
-  DEV_CUDA(dev_put(save_mean, sm, C), "save_mean");
-  DEV_CUDA(dev_put(save_invstd, si, C), "save_invstd");
-  DEV_CUDA(cudaStreamSynchronize(0), "synchronize");
+  DEV_CUDA(dev_put(&d, rm, hrm, C), "running_mean");
+  DEV_CUDA(dev_put(&d, rv, hrv, C), "running_var");
+  DEV_CUDA(dev_put(&d, save_mean, sm, C), "save_mean");
+  DEV_CUDA(dev_put(&d, save_invstd, si, C), "save_invstd");
+  DEV_CUDA(cudaStreamSynchronize(d.s), "synchronize");
 done:
+  dev_close(&d, x->device); /* the copies from st and h are done */
   free(st);
   free(h);
-  dev_close(&d, x->device);
   return rc;
 }
 
@@ -330,21 +424,24 @@ static hvd_result_t dev_backward(const char *fn, const char *name,
     goto done;
   }
   double *own = st + 3 * C;
-  DEV_CUDA(dev_get(sm, save_mean, C), "save_mean");
-  DEV_CUDA(dev_get(si, save_invstd, C), "save_invstd");
-  DEV_CUDA(dev_get(hw, weight, C), "weight");
-  DEV_CUDA(dev_put(d.coef, sm, C), "coefficients");
+  DEV_CUDA(dev_get(&d, sm, save_mean, C), "save_mean");
+  DEV_CUDA(dev_get(&d, si, save_invstd, C), "save_invstd");
+  DEV_CUDA(dev_get(&d, hw, weight, C), "weight");
+  DEV_CUDA(cudaMemcpyAsync(d.coef, save_mean, (size_t)C * sizeof(float),
+                           cudaMemcpyDeviceToDevice, d.s),
+           "coefficients");
   if ((rc = hvd__cuda_bn_grad_stats(x->data, dy->data, x->dtype, N, C, S,
-                                    d.coef, d.sums, 0)) != HVD_SUCCESS)
+                                    d.coef, d.sums, d.s)) != HVD_SUCCESS)
     goto done;
-  DEV_CUDA(cudaMemcpy(st + C, d.sums, 2 * (size_t)C * sizeof(double),
-                      cudaMemcpyDeviceToHost),
+  DEV_CUDA(cudaMemcpyAsync(st + C, d.sums, 2 * (size_t)C * sizeof(double),
+                           cudaMemcpyDeviceToHost, d.s),
            "the sums");
+  DEV_CUDA(dev_get(&d, hdw, dweight, C), "dweight");
+  DEV_CUDA(dev_get(&d, hdb, dbias, C), "dbias");
+  DEV_CUDA(cudaStreamSynchronize(d.s), "synchronize");
   memcpy(own, st + C, 2 * (size_t)C * sizeof *own);
   if ((rc = sum_stats(fn, name, ".grad", st, C, N * S)) != HVD_SUCCESS)
     goto done;
-  DEV_CUDA(dev_get(hdw, dweight, C), "dweight");
-  DEV_CUDA(dev_get(hdb, dbias, C), "dbias");
   const double cnt = st[0];
   for (int64_t c = 0; c < C; c++) {
     hdw[c] += (float)(own[C + c] * si[c]);
@@ -355,19 +452,19 @@ static hvd_result_t dev_backward(const char *fn, const char *name,
     coef[2 * C + c] = (float)(st[C + c] / cnt);
     coef[3 * C + c] = (float)((double)si[c] * si[c] * st[2 * C + c] / cnt);
   }
-  DEV_CUDA(dev_put(dweight, hdw, C), "dweight");
-  DEV_CUDA(dev_put(dbias, hdb, C), "dbias");
+  DEV_CUDA(dev_put(&d, dweight, hdw, C), "dweight");
+  DEV_CUDA(dev_put(&d, dbias, hdb, C), "dbias");
   if (dx != NULL) {
-    DEV_CUDA(dev_put(d.coef, coef, 4 * C), "coefficients");
+    DEV_CUDA(dev_put(&d, d.coef, coef, 4 * C), "coefficients");
     if ((rc = hvd__cuda_bn_dx(x->data, dy->data, dx->data, x->dtype, N, C, S,
-                              d.coef, 0)) != HVD_SUCCESS)
+                              d.coef, d.s)) != HVD_SUCCESS)
       goto done;
   }
-  DEV_CUDA(cudaStreamSynchronize(0), "synchronize");
+  DEV_CUDA(cudaStreamSynchronize(d.s), "synchronize");
 done:
+  dev_close(&d, x->device); /* the copies from st and h are done */
   free(st);
   free(h);
-  dev_close(&d, x->device);
   return rc;
 }
 #endif

@@ -99,6 +99,9 @@ int main(int argc, char **argv) {
 
 #include "base/half.h"
 #include "optim/optimizer.h" /* the state tensors */
+#ifdef HVD_T_STANDIN
+#include "standin.h" /* standin_malloc_calls */
+#endif
 
 static int rank, size, dev;
 static const char *pass_name = "local";
@@ -375,6 +378,35 @@ static void parity(const char *what, int kind, const void *o, unsigned mask) {
  * the legacy stream and not waited for (the step's update waits for them
  * on the device: hvd.h, "Device ordering"; the first step's allocations
  * would order them anyway): equal to the host's. */
+/* hvd_optimizer_zero_grad follows "Device ordering" too: gradients that
+ * a cudaStreamNonBlocking stream set by hvd_cuda_set_stream is still to
+ * write (a cudaMemsetAsync of 0x41 bytes enqueued there) are written
+ * before the zeroing, so they read 0 after it. */
+static void zero_grad_on_stream(model_t *dm, hvd_optimizer_t *od) {
+  static float h[MAXC];
+  cudaStream_t us;
+  int good = 1;
+  cuda_ok(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking), "stream");
+  hvd_cuda_set_stream(us);
+  for (int i = 0; i < NP; i++)
+    cuda_ok(cudaMemsetAsync(dm->p[i].grad.data, 0x41,
+                            (size_t)counts[i] * sizeof(float), us),
+            "cudaMemsetAsync");
+  is_int(HVD_SUCCESS, hvd_optimizer_zero_grad(od),
+         "zero_grad right after gradients enqueued on the caller's stream");
+  hvd_cuda_set_stream(NULL);
+  cuda_ok(cudaStreamSynchronize(us), "sync");
+  for (int i = 0; i < NP; i++) {
+    cuda_ok(cudaMemcpy(h, dm->p[i].grad.data, (size_t)counts[i] * sizeof(float),
+                       cudaMemcpyDeviceToHost),
+            "D2H");
+    for (int64_t j = 0; j < counts[i]; j++)
+      good &= h[j] == 0.0f;
+  }
+  ok(good, "... every gradient is 0: the zeroing came after them");
+  cuda_ok(cudaStreamDestroy(us), "cudaStreamDestroy");
+}
+
 static void test_step_order(void) {
   static float h[MAXC];
   model_t hm, dm;
@@ -409,6 +441,7 @@ static void test_step_order(void) {
   tap_note("%s", hvd_last_error());
   ok(good, "unsynchronised gradients: both Adam steps ran");
   check_same("Adam on unsynchronised gradients", &hm, &dm, oh, od);
+  zero_grad_on_stream(&dm, od);
   hvd_optimizer_destroy(oh);
   hvd_optimizer_destroy(od);
   model_free(&hm);
@@ -1347,10 +1380,21 @@ static int bn_close(hvd_dtype_t t, const void *a, const void *b, int64_t n,
 /* The same forward and backward on host and on device tensors (rank r:
  * 2 + r images, none on the last of 3 or more), compared: the host's
  * against one process's batch norm is t/mpi/sync_bn's. */
+/* Sync batch norm on device tensors against the host's: float32, float16,
+ * then float32 again with a cudaStreamNonBlocking stream set
+ * (hvd_cuda_set_stream) on which x and dy are still being copied when
+ * the calls are made: the calls follow that stream. On the stand-in, the
+ * last calls make no cudaMalloc or cudaFree (the scratch is kept: each
+ * would wait for the whole device, mid-backward). */
 static void test_sync_bn(void) {
-  static const hvd_dtype_t types[2] = {HVD_FLOAT32, HVD_FLOAT16};
-  for (int k = 0; k < 2; k++) {
+  static const hvd_dtype_t types[3] = {HVD_FLOAT32, HVD_FLOAT16, HVD_FLOAT32};
+  for (int k = 0; k < 3; k++) {
     hvd_dtype_t t = types[k];
+    cudaStream_t us = NULL;
+    if (k == 2) {
+      cuda_ok(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking), "stream");
+      hvd_cuda_set_stream(us);
+    }
     const int C = 3, S = 4;
     int N = size > 2 && rank == size - 1 ? 0 : 2 + rank;
     int64_t shape[4] = {N, C, 2, 2}, cnt = (int64_t)N * C * S;
@@ -1392,6 +1436,21 @@ static void test_sync_bn(void) {
     hvd_tensor_t udy = hvd_tensor_make(Ddy, t, 4, shape),
                  udx = hvd_tensor_make(Ddx, t, 4, shape);
     ux.device = uy.device = udy.device = udx.device = dev;
+    void *sx = NULL, *sdy = NULL;
+    if (us != NULL) { /* x and dy zeroed, then copied in on us: in flight */
+      sx = dup_dev(x, bytes);
+      sdy = dup_dev(dy, bytes);
+      cuda_ok(cudaMemset(Dx, 0, bytes), "cudaMemset");
+      cuda_ok(cudaMemset(Ddy, 0, bytes), "cudaMemset");
+      cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      cuda_ok(cudaMemcpyAsync(Dx, sx, bytes, cudaMemcpyDeviceToDevice, us),
+              "cudaMemcpyAsync");
+      cuda_ok(cudaMemcpyAsync(Ddy, sdy, bytes, cudaMemcpyDeviceToDevice, us),
+              "cudaMemcpyAsync");
+    }
+#ifdef HVD_T_STANDIN
+    long allocs = standin_malloc_calls();
+#endif
     hvd_result_t rf = hvd_sync_batch_norm_forward(
         "bn.dev", &ux, Dw, Db, Drm, Drv, 0.1, 1e-5, &uy, Dsm, Dsi);
     if (rf != HVD_SUCCESS)
@@ -1400,6 +1459,14 @@ static void test_sync_bn(void) {
                                                    Dsi, &udx, Ddw, Ddb);
     if (rb != HVD_SUCCESS)
       diag("device backward: %s", hvd_last_error());
+#ifdef HVD_T_STANDIN
+    if (k == 2)
+      is_int(0, (int)(standin_malloc_calls() - allocs),
+             "%s: sync batch norm's second device calls: no cudaMalloc or "
+             "cudaFree",
+             pass_name);
+#endif
+    hvd_cuda_set_stream(NULL);
     get_dev(y2, Dy, bytes);
     get_dev(dx2, Ddx, bytes);
     get_dev(rm2, Drm, cb), get_dev(rv2, Drv, cb), get_dev(sm2, Dsm, cb);
@@ -1416,9 +1483,13 @@ static void test_sync_bn(void) {
                bn_close(HVD_FLOAT32, db, db2, 3, 1e-4, "dbias");
     ok(same,
        "%s: sync batch norm on %s device tensors = on host tensors "
-       "(%d images here)",
-       pass_name, hvd_dtype_name(t), N);
-    void *all[] = {Dx, Dy, Ddy, Ddx, Dw, Db, Drm, Drv, Dsm, Dsi, Ddw, Ddb};
+       "(%d images here)%s",
+       pass_name, hvd_dtype_name(t), N,
+       us ? ", x and dy still being copied on the caller's stream" : "");
+    if (us != NULL)
+      cuda_ok(cudaStreamDestroy(us), "cudaStreamDestroy");
+    void *all[] = {Dx, Dy,  Ddy, Ddx, Dw,  Db, Drm,
+                   Drv, Dsm, Dsi, Ddw, Ddb, sx, sdy};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
       cudaFree(all[i]);
     free(x), free(dy), free(y), free(dx), free(y2), free(dx2);

@@ -472,7 +472,12 @@ static int malloc_refused(size_t size) {
   return r == (me != NULL ? atoi(me) : 0) && size > limit;
 }
 
+static atomic_long malloc_calls;
+
+long standin_malloc_calls(void) { return atomic_load(&malloc_calls); }
+
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
+  atomic_fetch_add(&malloc_calls, 1);
   if (devPtr == NULL)
     return fail(cudaErrorInvalidValue);
   (void)standin_current_device();
@@ -487,6 +492,7 @@ cudaError_t cudaMalloc(void **devPtr, size_t size) {
 
 
 cudaError_t cudaFree(void *devPtr) {
+  atomic_fetch_add(&malloc_calls, 1);
   no_alloc_in_flight("cudaFree");
   if (devPtr != NULL)
     untrack(devPtr, 0, "cudaFree");

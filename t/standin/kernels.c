@@ -778,16 +778,24 @@ hvd_result_t hvd__cuda_lamb_apply(const hvd__cuda_lamb_span_t *spans, int n,
 
 /* The two per-channel sums (dy NULL: of x and x^2; else of dy and
  * dy (x - mean)), in element order per channel. */
-static void bn_sums(const char *who, const void *x, const void *dy,
-                    hvd_dtype_t t, int64_t n, int64_t c, int64_t s,
-                    const float *coef, double *out) {
+/* A buffer of a batch norm kernel: device memory that the kernel reads
+ * or writes on its stream (the stream checker sees it). */
+static void bn_buffer(const char *who, cudaStream_t stream, const void *p,
+                      size_t bytes, int write, const char *what) {
+  standin_need_device(p, bytes, who, what);
+  standin_access(stream, p, bytes, write, who, what);
+}
+
+static void bn_sums(const char *who, cudaStream_t stream, const void *x,
+                    const void *dy, hvd_dtype_t t, int64_t n, int64_t c,
+                    int64_t s, const float *coef, double *out) {
   size_t es = hvd_dtype_size(t), all = (size_t)(n * c * s) * es;
-  standin_need_device(x, all, who, "x");
+  bn_buffer(who, stream, x, all, 0, "x");
   if (dy != NULL) {
-    standin_need_device(dy, all, who, "dy");
-    standin_need_device(coef, (size_t)c * sizeof(float), who, "coef");
+    bn_buffer(who, stream, dy, all, 0, "dy");
+    bn_buffer(who, stream, coef, (size_t)c * sizeof(float), 0, "coef");
   }
-  standin_need_device(out, 2 * (size_t)c * sizeof(double), who, "out");
+  bn_buffer(who, stream, out, 2 * (size_t)c * sizeof(double), 1, "out");
   for (int64_t ch = 0; ch < c; ch++) {
     double a = 0, b = 0;
     float mean = dy != NULL ? coef[ch] : 0.0f;
@@ -814,7 +822,7 @@ hvd_result_t hvd__cuda_bn_stats(const void *x, hvd_dtype_t dtype, int64_t n,
   static const char who[] = "hvd__cuda_bn_stats";
   hvd_result_t rc = bn_check(who, dtype, n, c, s, stream);
   if (rc == HVD_SUCCESS)
-    bn_sums(who, x, NULL, dtype, n, c, s, NULL, out);
+    bn_sums(who, stream, x, NULL, dtype, n, c, s, NULL, out);
   return rc;
 }
 
@@ -825,7 +833,7 @@ hvd_result_t hvd__cuda_bn_grad_stats(const void *x, const void *dy,
   static const char who[] = "hvd__cuda_bn_grad_stats";
   hvd_result_t rc = bn_check(who, dtype, n, c, s, stream);
   if (rc == HVD_SUCCESS)
-    bn_sums(who, x, dy, dtype, n, c, s, coef, out);
+    bn_sums(who, stream, x, dy, dtype, n, c, s, coef, out);
   return rc;
 }
 
@@ -837,9 +845,9 @@ hvd_result_t hvd__cuda_bn_apply(const void *x, void *y, hvd_dtype_t dtype,
   if (rc != HVD_SUCCESS || n == 0)
     return rc;
   size_t all = (size_t)(n * c * s) * hvd_dtype_size(dtype);
-  standin_need_device(x, all, who, "x");
-  standin_need_device(y, all, who, "y");
-  standin_need_device(coef, 3 * (size_t)c * sizeof(float), who, "coef");
+  bn_buffer(who, stream, x, all, 0, "x");
+  bn_buffer(who, stream, coef, 3 * (size_t)c * sizeof(float), 0, "coef");
+  bn_buffer(who, stream, y, all, 1, "y");
   for (int64_t i = 0; i < n * c * s; i++) {
     int64_t ch = (i / s) % c;
     hvd__km_bn_store(
@@ -857,10 +865,10 @@ hvd_result_t hvd__cuda_bn_dx(const void *x, const void *dy, void *dx,
   if (rc != HVD_SUCCESS || n == 0)
     return rc;
   size_t all = (size_t)(n * c * s) * hvd_dtype_size(dtype);
-  standin_need_device(x, all, who, "x");
-  standin_need_device(dy, all, who, "dy");
-  standin_need_device(dx, all, who, "dx");
-  standin_need_device(coef, 4 * (size_t)c * sizeof(float), who, "coef");
+  bn_buffer(who, stream, x, all, 0, "x");
+  bn_buffer(who, stream, dy, all, 0, "dy");
+  bn_buffer(who, stream, coef, 4 * (size_t)c * sizeof(float), 0, "coef");
+  bn_buffer(who, stream, dx, all, 1, "dx");
   for (int64_t i = 0; i < n * c * s; i++) {
     int64_t ch = (i / s) % c;
     float v = hvd__km_bn_load(x, dtype, i), g = hvd__km_bn_load(dy, dtype, i);

@@ -67,6 +67,9 @@ int standin_nccl_last_blocking(void);
 long standin_nccl_calls(const char *call);
 /* Live allocations: cudaMalloc'd (device) and cudaHostAlloc'd (pinned). */
 long standin_device_allocations(void);
+/* cudaMalloc and cudaFree calls so far (each waits for the device on a
+ * GPU: a library's steady state makes none). */
+long standin_malloc_calls(void);
 long standin_pinned_allocations(void);
 /* Live streams and events (created, not yet destroyed). */
 long standin_streams(void);
