@@ -690,7 +690,9 @@ hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
  * float32 copies of reduce_fp32, PowerSGD, the update) after what the
  * calling thread's stream (hvd_cuda_set_stream) has enqueued, on the
  * device, so a gradient may be handed over while the kernels that write
- * it are still queued (synchronising first still works); every optimizer
+ * it are still queued (synchronising first still works);
+ * hvd_optimizer_zero_grad zeroes after it too, and a mixed-precision
+ * optimizer's creation reads the values for its masters after it; every optimizer
  * call that touches device memory (create, step, zero_grad) has finished
  * with it when it returns, so the caller may read values on any stream.
  *
