@@ -692,9 +692,10 @@ hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
  * device, so a gradient may be handed over while the kernels that write
  * it are still queued (synchronising first still works);
  * hvd_optimizer_zero_grad zeroes after it too, and a mixed-precision
- * optimizer's creation reads the values for its masters after it; every optimizer
- * call that touches device memory (create, step, zero_grad) has finished
- * with it when it returns, so the caller may read values on any stream.
+ * optimizer's creation reads the values for its masters after it; every
+ * optimizer call that touches device memory (create, step, zero_grad) has
+ * finished with it when it returns, so the caller may read values on any
+ * stream.
  *
  * Gradients ACCUMULATE in param.grad between hvd_optimizer_zero_grad()
  * calls, as in PyTorch: a backward pass adds into them. The optimizer
