@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,54 @@ static hvd_result_t with_scaler(const char *fn, const hvd_optimizer_t *core,
 
 /* ---- save ---------------------------------------------------------------- */
 
+/* A sharded optimizer's full state reaches rank 0 a parameter at a time,
+ * as the file is written (hvd__optim_root_param: its state tensors and,
+ * with mixed precision, its whole master), and goes as soon as it is
+ * written, so that rank 0 holds one parameter's at most. The gathers are
+ * collectives: every rank takes part in every parameter's, in order,
+ * whatever failed (feed_finish). */
+typedef struct feed {
+  hvd_optimizer_t *o;      /* sharded; NULL: nothing to gather */
+  const hvd_param_t *user; /* the caller's parameters */
+  hvd_param_t *views;      /* mixed precision's, pointed at the whole
+                              masters as they arrive; or NULL */
+  int next;                /* parameters gathered so far */
+  hvd_result_t rc;         /* the first failure */
+  char msg[HVD__ERRMSG_MAX];
+} feed_t;
+
+/* Parameter i's full state on rank 0 (and its view's master): 1, or 0
+ * when this or an earlier gather failed. */
+static int feed_take(feed_t *f, int i) {
+  if (f == NULL || f->o == NULL)
+    return 1;
+  hvd_tensor_t *master = NULL;
+  hvd_result_t rc =
+      hvd__optim_root_param(f->o, i, f->user[i].value.data, &master);
+  f->next = i + 1;
+  if (rc != HVD_SUCCESS && f->rc == HVD_SUCCESS) {
+    f->rc = rc;
+    snprintf(f->msg, sizeof f->msg, "%s", hvd_last_error());
+  }
+  if (f->views != NULL && master != NULL)
+    f->views[i].value = *master; /* its data: rank 0's, or NULL */
+  return f->rc == HVD_SUCCESS;
+}
+
+static void feed_drop(feed_t *f, int i) {
+  if (f != NULL && f->o != NULL)
+    hvd__optim_drop_param(f->o, i, f->user[i].value.data);
+}
+
+/* The gathers that this rank has not taken part in yet (all of them but
+ * on a rank 0 that wrote the file), in order. */
+static void feed_finish(feed_t *f, int n) {
+  for (int i = f->next; f->o != NULL && i < n; i++) {
+    (void)feed_take(f, i);
+    feed_drop(f, i);
+  }
+}
+
 typedef struct writer {
   const char *fn; /* the call, for messages */
   FILE *f;
@@ -39,12 +88,24 @@ typedef struct writer {
   int nosum;      /* the snapshot's checksum is the writer thread's to take */
   hvd__sum_t sum; /* of what was put (hvd__sum64's, version 4) */
   uint64_t written;
-  int err;               /* errno of the first failed write */
-  hvd_result_t dev_rc;   /* a failed copy from the device (message set) */
-  unsigned char *bounce; /* BOUNCE bytes for device tensors, or NULL */
+  int err;                       /* errno of the first failed write */
+  hvd_result_t dev_rc;           /* a failed copy from the device, or gather */
+  char dev_msg[HVD__ERRMSG_MAX]; /* its message (set again at the end) */
+  unsigned char *bounce;         /* BOUNCE bytes for device tensors, or NULL */
+  feed_t *feed;                  /* a sharded optimizer's state, or NULL */
 } writer_t;
 
 #define BOUNCE ((size_t)4 << 20) /* a multiple of every element size */
+
+/* rc with its message, kept in w (the writer stops at its next put). */
+__attribute__((format(printf, 3, 4))) static hvd_result_t
+writer_fail(writer_t *w, hvd_result_t rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->dev_msg, sizeof w->dev_msg, fmt, ap);
+  va_end(ap);
+  return hvd__set_error_msg(rc, w->dev_msg);
+}
 
 static void put(writer_t *w, const void *p, size_t n) {
   if (w->err != 0 || n == 0)
@@ -99,9 +160,9 @@ static void put_tensor(writer_t *w, const hvd_tensor_t *t, size_t bytes,
     return;
   }
   if (w->bounce == NULL && bytes > 0 && (w->bounce = malloc(BOUNCE)) == NULL) {
-    w->dev_rc = hvd__set_error(HVD_ERR_NO_MEMORY,
-                               "%s: a %zu-byte buffer for device tensors",
-                               w->fn, BOUNCE);
+    w->dev_rc =
+        writer_fail(w, HVD_ERR_NO_MEMORY,
+                    "%s: a %zu-byte buffer for device tensors", w->fn, BOUNCE);
     w->err = ENOMEM;
     return;
   }
@@ -109,7 +170,7 @@ static void put_tensor(writer_t *w, const hvd_tensor_t *t, size_t bytes,
     size_t k = bytes - at < BOUNCE ? bytes - at : BOUNCE;
     hvd_result_t rc = hvd__odev_read(w->fn, w->bounce, t, at, k);
     if (rc != HVD_SUCCESS) {
-      w->dev_rc = rc;
+      w->dev_rc = writer_fail(w, rc, "%s", hvd_last_error());
       w->err = EIO;
       return;
     }
@@ -212,7 +273,12 @@ static void write_body(writer_t *w, const hvd_param_t *params, int n,
     put_str(w, ctr->names[k]);
     put_int(w, (uint64_t)ctr->values[k], 8);
   }
-  for (int i = 0; i < n && w->err == 0; i++) {
+  for (int i = 0; i < n; i++) { /* every gather, even after a failure */
+    int fed = feed_take(w->feed, i);
+    if (!fed && w->err == 0) {
+      w->dev_rc = writer_fail(w, w->feed->rc, "%s", w->feed->msg);
+      w->err = EIO;
+    }
     const hvd_tensor_t *v = &params[i].value;
     size_t bytes = hvd__tensor_bytes(v), esize = hvd_dtype_size(v->dtype);
     put_str(w, params[i].name);
@@ -223,9 +289,12 @@ static void write_body(writer_t *w, const hvd_param_t *params, int n,
     put_tensor(w, v, bytes, esize);
     for (int k = 0; k < ns; k++)
       put_tensor(w, &c->state[i * ns + k], bytes, esize);
+    feed_drop(w->feed, i);
   }
   if (w->err == 0)
     write_psgd(w, x, n);
+  if (w->dev_rc != HVD_SUCCESS) /* later calls may have set another */
+    hvd__set_error_msg(w->dev_rc, w->dev_msg);
 }
 
 /* fsync of the directory that holds path, so that the rename is durable.
@@ -280,6 +349,7 @@ typedef struct save {
   const unsigned char *bytes; /* the whole file already (a snapshot), or
                                  NULL: written from the tensors */
   uint64_t size;              /* the snapshot's */
+  feed_t *feed;               /* a sharded optimizer's state, or NULL */
 } save_t;
 
 /* Writes the file's bytes, then flushes, syncs and closes w->f. Failures
@@ -321,7 +391,7 @@ static hvd_result_t write_file(const save_t *s) {
   hvd_result_t rc = HVD_SUCCESS;
   size_t tlen = strlen(s->path) + 32;
   char *tmp = malloc(tlen), *dir = NULL;
-  writer_t w = {.fn = s->fn};
+  writer_t w = {.fn = s->fn, .feed = s->feed};
   hvd__sum_init(&w.sum);
   const char *doing = "create";
   int err = 0, created = 0;
@@ -420,7 +490,8 @@ static hvd_result_t snapshot(const save_t *s, hvd_checkpoint_request_t *q) {
   writer_t w = {.fn = s->fn,
                 .mem = staging_get(s->fn, s->path, size),
                 .cap = size,
-                .nosum = 1};
+                .nosum = 1,
+                .feed = s->feed};
   if (w.mem == NULL)
     return HVD_ERR_NO_MEMORY; /* message set */
   write_body(&w, s->params, s->n, s->c, s->step, size, &s->x);
@@ -630,21 +701,16 @@ static hvd_result_t with_scaler(const char *fn, const hvd_optimizer_t *core,
   return HVD_SUCCESS;
 }
 
-/* The arguments checked, a sharded optimizer's state and PowerSGD's
- * gathered, then rank 0 writes the file (q NULL) or copies it into q. */
+/* The arguments checked, PowerSGD's state gathered, then rank 0 writes
+ * the file (q NULL) or copies it into q, a sharded optimizer's state
+ * gathered a parameter at a time as it goes (feed_t). */
 static hvd_result_t save_checked(save_t *s, hvd_optimizer_t *o,
                                  hvd_checkpoint_request_t *q) {
   hvd_result_t rc = hvd__ckpt_check_args(s->fn, s->path, s->params, s->n, o);
   if ((rc = hvd__ckpt_agree("save.args", rc)) != HVD_SUCCESS)
     return rc;
-  /* a sharded optimizer's full state on rank 0, for the time of the
-   * write (the other ranks send their blocks and hold no more) */
-  if (o != NULL &&
-      (rc = hvd__ckpt_agree("save.state", hvd__optim_state_to_root(o))) !=
-          HVD_SUCCESS)
-    return rc;
   /* mixed precision: the masters are saved in place of the values (a
-   * sharded optimizer's gathered just now, on rank 0 only) */
+   * sharded optimizer's whole ones arrive with its state) */
   hvd_param_t *views = NULL;
   rc = hvd__mixed_ckpt_params(o != NULL ? hvd__optim_core(o) : NULL, s->params,
                               s->n, &views);
@@ -653,15 +719,26 @@ static hvd_result_t save_checked(save_t *s, hvd_optimizer_t *o,
   s->x.psgd = ps;
   if ((rc = hvd__ckpt_agree("save.views", rc)) == HVD_SUCCESS)
     rc = hvd__psgd_gather(ps);
+  feed_t feed = {.o = o != NULL && hvd__optim_sharded(o) ? o : NULL,
+                 .user = s->params,
+                 .views = views};
+  int go = rc == HVD_SUCCESS; /* agreed: alike on every rank */
   if (views != NULL)
     s->params = views;
-  if (rc == HVD_SUCCESS && hvd_rank() == 0)
-    rc = q != NULL ? snapshot(s, q) : write_file(s);
+  s->feed = &feed;
+  char msg[HVD__ERRMSG_MAX] = "";
+  if (go && hvd_rank() == 0 &&
+      (rc = q != NULL ? snapshot(s, q) : write_file(s)) != HVD_SUCCESS)
+    snprintf(msg, sizeof msg, "%s", hvd_last_error());
+  if (go) /* rank 0's gathers that a failed write skipped; the others' */
+    feed_finish(&feed, s->n);
+  if (rc != HVD_SUCCESS) /* the gathers' calls may have set another */
+    hvd__set_error_msg(rc, msg);
+  else if (feed.rc != HVD_SUCCESS)
+    rc = hvd__set_error_msg(feed.rc, feed.msg);
   if (q != NULL)
     q->writer = rc == HVD_SUCCESS && hvd_rank() == 0;
   hvd__psgd_release(ps);
   free(views);
-  if (o != NULL)
-    hvd__optim_state_drop(o);
   return hvd__ckpt_agree("save.result", rc);
 }

@@ -702,15 +702,21 @@ int hvd__optim_sharded(const hvd_optimizer_t *opt) {
   return opt->dist != NULL && opt->dist->zero != NULL;
 }
 
-hvd_result_t hvd__optim_state_to_root(hvd_optimizer_t *opt) {
+hvd_result_t hvd__optim_root_param(hvd_optimizer_t *opt, int i,
+                                   const void *value, hvd_tensor_t **master) {
+  *master = NULL;
   if (opt->dist == NULL || opt->dist->zero == NULL)
     return HVD_SUCCESS;
-  return hvd__zero_gather_root(opt->dist->zero, opt->base);
+  int m = hvd__mixed_index(opt->base, value);
+  if (m >= 0)
+    *master = hvd__mixed_full(opt->base, m);
+  return hvd__zero_root_param(opt->dist->zero, opt->base, i, m);
 }
 
-void hvd__optim_state_drop(hvd_optimizer_t *opt) {
+void hvd__optim_drop_param(hvd_optimizer_t *opt, int i, const void *value) {
   if (opt->dist != NULL && opt->dist->zero != NULL)
-    hvd__zero_release_root(opt->dist->zero, opt->base);
+    hvd__zero_release_param(opt->dist->zero, opt->base, i,
+                            hvd__mixed_index(opt->base, value));
 }
 
 hvd_tensor_t *hvd__optim_state_target(hvd_optimizer_t *opt, int s, int64_t *lo,

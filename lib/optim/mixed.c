@@ -586,18 +586,24 @@ hvd_result_t hvd__mixed_ckpt_params(hvd_optimizer_t *core,
   return HVD_SUCCESS;
 }
 
+int hvd__mixed_index(const hvd_optimizer_t *core, const void *value) {
+  const hvd__mixed_t *m = core != NULL ? core->mixed : NULL;
+  for (int j = 0; m != NULL && m->full != NULL && j < m->n; j++)
+    if (core->params[j].value.data == value && m->master[j].data != NULL)
+      return j;
+  return -1;
+}
+
 int hvd__mixed_ckpt_target(hvd_optimizer_t *core, const hvd_tensor_t *value,
                            hvd_tensor_t **blk, int64_t *lo, int64_t *hi) {
-  hvd__mixed_t *m = core != NULL ? core->mixed : NULL;
-  for (int j = 0; m != NULL && m->full != NULL && j < m->n; j++)
-    if (core->params[j].value.data == value->data &&
-        m->master[j].data != NULL) {
-      *blk = &m->master[j];
-      *lo = m->off[j];
-      *hi = m->off[j] + m->len[j];
-      return 1;
-    }
-  return 0;
+  int j = hvd__mixed_index(core, value->data);
+  if (j < 0)
+    return 0;
+  hvd__mixed_t *m = core->mixed;
+  *blk = &m->master[j];
+  *lo = m->off[j];
+  *hi = m->off[j] + m->len[j];
+  return 1;
 }
 
 int64_t hvd__mixed_bytes(const hvd_optimizer_t *core) {

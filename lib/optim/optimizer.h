@@ -134,12 +134,15 @@ hvd_result_t hvd__mixed_grad32(hvd_optimizer_t *core, int i,
  * low-precision values of core's own parameters are their whole float32
  * masters (*views NULL without mixed). A sharded core has no whole
  * master: its view is the whole's shape (hvd__mixed_full), with data
- * only on rank 0 during a save (hvd__zero_gather_root's), NULL
+ * only on rank 0 while a save writes it (hvd__zero_root_param), NULL
  * elsewhere; a load takes it with hvd__mixed_ckpt_target. After a load
  * of an unsharded core, every value rounded from its master. */
 hvd_result_t hvd__mixed_ckpt_params(hvd_optimizer_t *core,
                                     const hvd_param_t *params, int n,
                                     hvd_param_t **views);
+/* A sharded core's parameter whose value's data is value and whose
+ * master is sharded (low precision): its index, or -1. */
+int hvd__mixed_index(const hvd_optimizer_t *core, const void *value);
 /* A load into a sharded core: 1 when value is one of its low-precision
  * parameters' values, whose master's elements [*lo, *hi) are this
  * rank's block *blk (elements from 0); else 0. */
@@ -199,11 +202,14 @@ hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, const hvd_tensor_t *g,
  * every parameter allgathered. */
 hvd_result_t hvd__zero_apply(hvd__zero_t *z, hvd_optimizer_t *core);
 int64_t hvd__zero_state_bytes(const hvd__zero_t *z);
-/* For a save: the core's full state on rank 0 only (collective: each
- * rank's blocks to rank 0, no full state elsewhere; the same for the
- * masters when mixed, into hvd__mixed_full's), then dropped. */
-hvd_result_t hvd__zero_gather_root(hvd__zero_t *z, hvd_optimizer_t *core);
-void hvd__zero_release_root(hvd__zero_t *z, hvd_optimizer_t *core);
+/* For a save: parameter i's full state tensors on rank 0 only, and with
+ * m >= 0 the whole master m (hvd__mixed_full's) (collective, every rank
+ * for every parameter in the same order: each rank's blocks to rank 0,
+ * nothing whole elsewhere); then released. */
+hvd_result_t hvd__zero_root_param(hvd__zero_t *z, hvd_optimizer_t *core, int i,
+                                  int m);
+void hvd__zero_release_param(hvd__zero_t *z, hvd_optimizer_t *core, int i,
+                             int m);
 /* State tensor s's block on this rank: the whole tensor's elements
  * [*lo, *hi) are its elements from 0. */
 hvd_tensor_t *hvd__zero_state_block(hvd__zero_t *z, int s, int64_t *lo,
@@ -276,10 +282,14 @@ hvd_result_t hvd__lsgd_average(hvd_optimizer_t *core);
 /* 1 for a sharded optimizer, whose full state has no data (but on rank 0
  * during a save). */
 int hvd__optim_sharded(const hvd_optimizer_t *opt);
-/* For a save: the full state on rank 0 only (a sharded one's blocks sent
- * to rank 0), then dropped. No-ops unless sharded. */
-hvd_result_t hvd__optim_state_to_root(hvd_optimizer_t *opt);
-void hvd__optim_state_drop(hvd_optimizer_t *opt);
+/* For a save, parameter i's (its value's data: value) full state on rank
+ * 0 only (a sharded optimizer's blocks sent to rank 0; collective, in
+ * parameter order), and *master the whole master of a sharded
+ * low-precision one (data on rank 0), else NULL; then dropped. No-ops
+ * unless sharded. */
+hvd_result_t hvd__optim_root_param(hvd_optimizer_t *opt, int i,
+                                   const void *value, hvd_tensor_t **master);
+void hvd__optim_drop_param(hvd_optimizer_t *opt, int i, const void *value);
 /* Where this rank keeps the core's state tensor s: the whole tensor, or
  * a sharded optimizer's block, whose elements from 0 are the whole's
  * [*lo, *hi) (a load writes only those, without the full state). */

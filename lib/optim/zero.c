@@ -15,8 +15,10 @@
  *   3. every parameter allgathered from its blocks (collectives named
  *      "hvd.zero.<name>").
  * The core optimizer keeps its full-shaped state tensors with no data. A
- * checkpoint save fills them on rank 0 only, from every rank's blocks
- * (hvd__zero_gather_root; mixed precision's masters the same way), and a
+ * checkpoint save fills them on rank 0 only, a parameter at a time as it
+ * writes the file, from every rank's blocks (hvd__zero_root_param; mixed
+ * precision's masters the same way), so that rank 0 holds one
+ * parameter's full state at most, and a
  * load writes each rank's blocks directly (hvd__zero_state_block, and
  * hvd__mixed_ckpt_target for the masters), so files are the same as an
  * unsharded optimizer's and load at any world size, sharded or not, and
@@ -312,7 +314,7 @@ static int root_item(hvd__zero_t *z, hvd_optimizer_t *core, int j,
     return 1;
   }
   int k = j - z->n * z->ns;
-  if ((*whole = hvd__mixed_full(core, k)) == NULL)
+  if (k < 0 || k >= z->n || (*whole = hvd__mixed_full(core, k)) == NULL)
     return 0;
   *blk = hvd__mixed_master(core, k);
   *len = z->len[k];
@@ -347,48 +349,60 @@ static void first_failure(hvd_result_t rc, hvd_result_t *first, char *msg) {
   }
 }
 
-hvd_result_t hvd__zero_gather_root(hvd__zero_t *z, hvd_optimizer_t *core) {
-  int count = z->n * z->ns + z->n;
+/* Item q of parameter i's: its ns state tensors, then master m (-1:
+ * none); how many in *count. */
+static int param_item(const hvd__zero_t *z, int i, int m, int q) {
+  return q < z->ns ? i * z->ns + q : z->n * z->ns + m;
+}
+
+static int param_count(const hvd__zero_t *z, int m) { return z->ns + (m >= 0); }
+
+hvd_result_t hvd__zero_root_param(hvd__zero_t *z, hvd_optimizer_t *core, int i,
+                                  int m) {
+  int count = param_count(z, m);
   hvd_result_t first = HVD_SUCCESS, rc;
   char msg[HVD__ERRMSG_MAX] = "";
-  hvd_request_t **req = calloc(count > 0 ? (size_t)count : 1, sizeof *req);
-  hvd_tensor_t *out = calloc(count > 0 ? (size_t)count : 1, sizeof *out);
+  hvd_request_t **req = calloc((size_t)count + 1, sizeof *req);
+  hvd_tensor_t *out = calloc((size_t)count + 1, sizeof *out);
   if (req == NULL || out == NULL) {
     free(req);
     free(out);
     return hvd__set_error(HVD_ERR_NO_MEMORY,
                           "gathering the optimizer's blocks: out of memory");
   }
-  for (int j = 0; j < count; j++)
-    first_failure(to_root_async(z, core, j, &out[j], &req[j]), &first, msg);
-  for (int j = 0; j < count; j++) {
+  for (int q = 0; q < count; q++)
+    first_failure(
+        to_root_async(z, core, param_item(z, i, m, q), &out[q], &req[q]),
+        &first, msg);
+  for (int q = 0; q < count; q++) {
     hvd_tensor_t *blk, *whole;
     const char *name;
     int64_t len;
-    rc = req[j] != NULL ? hvd_wait(req[j]) : HVD_SUCCESS;
+    rc = req[q] != NULL ? hvd_wait(req[q]) : HVD_SUCCESS;
     first_failure(rc, &first, msg);
-    if (req[j] != NULL && rc == HVD_SUCCESS && hvd_rank() == 0 &&
-        root_item(z, core, j, &blk, &len, &name, &whole))
-      whole->data = out[j].data,
-      whole->device = out[j].device; /* shape stays */
+    if (req[q] != NULL && rc == HVD_SUCCESS && hvd_rank() == 0 &&
+        root_item(z, core, param_item(z, i, m, q), &blk, &len, &name, &whole))
+      whole->data = out[q].data,
+      whole->device = out[q].device; /* shape stays */
     else
-      hvd_tensor_free(&out[j]);
+      hvd_tensor_free(&out[q]);
   }
   free(req);
   free(out);
   if (first != HVD_SUCCESS) {
     hvd__set_error(first, "the full optimizer state on rank 0: %s", msg);
-    hvd__zero_release_root(z, core);
+    hvd__zero_release_param(z, core, i, m);
   }
   return first;
 }
 
-void hvd__zero_release_root(hvd__zero_t *z, hvd_optimizer_t *core) {
-  for (int j = 0; j < z->n * z->ns + z->n; j++) {
+void hvd__zero_release_param(hvd__zero_t *z, hvd_optimizer_t *core, int i,
+                             int m) {
+  for (int q = 0; q < param_count(z, m); q++) {
     hvd_tensor_t *blk, *whole;
     const char *name;
     int64_t len;
-    if (!root_item(z, core, j, &blk, &len, &name, &whole))
+    if (!root_item(z, core, param_item(z, i, m, q), &blk, &len, &name, &whole))
       continue;
     hvd_tensor_t t = *whole; /* hvd allocated it (or NULL) */
     hvd_tensor_free(&t);
