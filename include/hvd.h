@@ -1097,9 +1097,10 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
  * parameter is then
  * allgathered (hvd.zero.<name>). Results equal the unsharded optimizer's
  * up to float rounding. A checkpoint save sends every rank's blocks to
- * rank 0, which alone holds the full state for the time of the write;
- * a load writes each rank's blocks straight from the file's bytes (no
- * rank holds the full state); an hvd_state commit copies each rank's
+ * rank 0 a parameter at a time as it writes them, so rank 0 holds one
+ * parameter's full state at most (on the parameter's device); a load
+ * writes each rank's blocks straight from the file's bytes (no rank
+ * holds the full state); an hvd_state commit copies each rank's
  * blocks; hvd_broadcast_optimizer_state sends the scalars only. Files
  * are the same as unsharded ones and load at any world size, sharded or
  * not. Host and device parameters alike (a device parameter's blocks,
