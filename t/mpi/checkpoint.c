@@ -54,6 +54,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <mpi.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +225,17 @@ static int temp_files(void) {
 static long long root_ll(long long v) {
   MPI_Bcast(&v, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
   return v;
+}
+
+/* What every rank is told of a save into bad, a path in a missing
+ * directory: rank 0's message, with rank 0's pid (*pid0). Collective. */
+static void missing_dir_msg(char *out, size_t n, const char *bad,
+                            pid_t *pid0) {
+  *pid0 = (pid_t)root_ll(getpid());
+  snprintf(out, n,
+           "hvd_checkpoint_save: '%s': cannot create '%s.tmp.%ld': No such "
+           "file or directory",
+           bad, bad, (long)*pid0);
 }
 
 /* ---- loads that must fail ------------------------------------------------ */
@@ -413,12 +425,9 @@ static void failures(void) {
   is_int(9, step, "... step 9");
 
   /* saves that fail */
-  pid_t pid0 = (pid_t)root_ll(getpid());
+  pid_t pid0;
   snprintf(path, sizeof path, "%s/no/such/dir.ckpt", dir);
-  snprintf(tail, sizeof tail,
-           "hvd_checkpoint_save: '%s': cannot create '%s.tmp.%ld': No such "
-           "file or directory",
-           path, path, (long)pid0);
+  missing_dir_msg(tail, sizeof tail, path, &pid0);
   is_int(HVD_ERR_IO, hvd_checkpoint_save(path, m.p, NP, NULL, 1),
          "save into a missing directory");
   is_string(tail, hvd_last_error(), "... the message");
@@ -640,6 +649,46 @@ static int reset_peak(void) {
   return f != NULL && fclose(f) == 0 && done;
 }
 
+/* Peak kB over the resident size before, of what fn does: measured into
+ * *extra, -1 when the kernel cannot reset the peak. */
+#define PEAK_OF(extra, fn)                                                     \
+  do {                                                                         \
+    int can_ = reset_peak();                                                   \
+    long long before_ = status_kb("VmRSS");                                    \
+    fn;                                                                        \
+    *(extra) = can_ && before_ > 0 ? status_kb("VmHWM") - before_ : -1;        \
+  } while (0)
+
+/* A check that extra (PEAK_OF's) is below cap0 KiB on rank 0 (< 0: not
+ * checked there) and cap KiB elsewhere; skipped where no rank could
+ * measure. */
+__attribute__((format(printf, 4, 5))) static void
+peak_ok(long long extra, long long cap0, long long cap, const char *fmt, ...) {
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  if (root_ll(extra >= 0) == 0) {
+    skip(1, "no /proc/self/clear_refs to reset VmHWM");
+    return;
+  }
+  tap_note("%lld KiB more", extra);
+  ok(rank == 0 ? cap0 < 0 || extra < cap0 : extra < cap, "%s", what);
+}
+
+/* That rank 0 reads the same bytes from files a and b. */
+static void same_file_ok(const char *a, const char *b, const char *what) {
+  size_t na = 0, nb = 0;
+  unsigned char *fa = rank == 0 ? slurp(a, &na) : NULL,
+                *fb = rank == 0 ? slurp(b, &nb) : NULL;
+  ok(root_ll(fa != NULL && fb != NULL && na == nb &&
+             memcmp(fa, fb, na) == 0),
+     "%s", what);
+  free(fa);
+  free(fb);
+}
+
 /* Element j of tensor t (0 the value, 1 and 2 the state) of "big". */
 static float big_at(int64_t j, int t, int seed) {
   return (float)((j * 13 + t * 5 + seed * 3) % 101 - 50) / 64;
@@ -687,25 +736,19 @@ static void memory(void) {
     file_kb = (long long)st.st_size / 1024;
   file_kb = root_ll(file_kb);
   big_fill(bufs, n, 2); /* other values, every page resident */
-  int can = reset_peak();
-  long long before = status_kb("VmRSS");
   int64_t step = 0;
-  is_int(HVD_SUCCESS, hvd_checkpoint_load(path, &p, 1, opt, &step),
-         "... loads (%lld KiB)", file_kb);
-  long long extra = status_kb("VmHWM") - before;
+  long long extra;
+  hvd_result_t rc;
+  PEAK_OF(&extra, rc = hvd_checkpoint_load(path, &p, 1, opt, &step));
+  is_int(HVD_SUCCESS, rc, "... loads (%lld KiB)", file_kb);
   int same = step == 7;
   for (int t = 0; t < 3; t++)
     for (int64_t j = 0; j < n && same; j++)
       same = bufs[t][j] == big_at(j, t, 1);
   ok(same, "... every value and state element is the saved one");
-  if (root_ll(can && before > 0) == 0) {
-    skip(1, "no /proc/self/clear_refs to reset VmHWM");
-  } else {
-    tap_note("%lld KiB more", extra);
-    ok(extra < (rank == 0 ? 32 : 24) * 1024,
-       "... no rank holds the file (72 MiB): rank 0 less than 32 MiB more "
-       "while it loads, the others less than 24 MiB");
-  }
+  peak_ok(extra, 32 * 1024, 24 * 1024,
+          "... no rank holds the file (72 MiB): rank 0 less than 32 MiB more "
+          "while it loads, the others less than 24 MiB");
   int last = tap_size() - 1;
   char want[160];
   snprintf(want, sizeof want,
@@ -763,63 +806,38 @@ static int mode_zero_memory(const char *path) {
   is_int(HVD_SUCCESS, hvd_optimizer_step(zero),
          "a step of a sharded AdamW: its state blocks are resident");
   big_fill(bufs, n, 2); /* other values, every page resident */
-  int can = reset_peak();
-  long long before = status_kb("VmRSS");
-  is_int(HVD_SUCCESS, hvd_checkpoint_load(path, &p, 1, zero, &step),
-         "the file loads into the sharded AdamW at np %d", tap_size());
-  long long extra = status_kb("VmHWM") - before;
+  long long extra;
+  hvd_result_t rc;
+  PEAK_OF(&extra, rc = hvd_checkpoint_load(path, &p, 1, zero, &step));
+  is_int(HVD_SUCCESS, rc, "the file loads into the sharded AdamW at np %d",
+         tap_size());
   int same = step == 7;
   for (int64_t j = 0; j < n && same; j++)
     same = v[j] == big_at(j, 0, 1);
   ok(same, "... every value is the saved one");
-  if (root_ll(can && before > 0) == 0) {
-    skip(1, "no /proc/self/clear_refs to reset VmHWM");
-  } else {
-    tap_note("%lld KiB more", extra);
-    ok(rank == 0 || extra < 8 * 1024,
-       "... a rank other than 0 holds less than 8 MiB more while it loads");
-  }
+  peak_ok(extra, -1, 8 * 1024,
+          "... a rank other than 0 holds less than 8 MiB more while it loads");
   char again[1300];
   snprintf(again, sizeof again, "%s.again", path);
-  can = reset_peak();
-  before = status_kb("VmRSS");
-  is_int(HVD_SUCCESS, hvd_checkpoint_save(again, &p, 1, zero, 7),
-         "... saved again from the sharded AdamW");
-  extra = status_kb("VmHWM") - before;
-  if (root_ll(can && before > 0) == 0) {
-    skip(1, "no /proc/self/clear_refs to reset VmHWM");
-  } else {
-    tap_note("%lld KiB more", extra);
-    ok(rank == 0 || extra < 8 * 1024,
-       "... a rank other than 0 holds less than 8 MiB more while it saves "
-       "(it sends its blocks to rank 0)");
-  }
-  size_t na = 0, nb = 0;
-  unsigned char *a = rank == 0 ? slurp(path, &na) : NULL,
-                *b = rank == 0 ? slurp(again, &nb) : NULL;
-  ok(root_ll(a != NULL && b != NULL && na == nb && memcmp(a, b, na) == 0),
-     "... the same file byte for byte: every block was loaded");
-  free(a);
-  free(b);
+  PEAK_OF(&extra, rc = hvd_checkpoint_save(again, &p, 1, zero, 7));
+  is_int(HVD_SUCCESS, rc, "... saved again from the sharded AdamW");
+  peak_ok(extra, -1, 8 * 1024,
+          "... a rank other than 0 holds less than 8 MiB more while it saves "
+          "(it sends its blocks to rank 0)");
+  same_file_ok(path, again,
+               "... the same file byte for byte: every block was loaded");
   /* an hvd_state commit copies the values and this rank's blocks */
   hvd_state_t *st = NULL;
   if (hvd_state_create(NULL, 1, &st) != 0 ||
       hvd_state_add_params(st, &p, 1, zero) != 0)
     bail("hvd_state: %s", hvd_last_error());
-  can = reset_peak();
-  before = status_kb("VmRSS");
-  is_int(HVD_SUCCESS, hvd_state_commit(st), "an hvd_state commit");
-  extra = status_kb("VmHWM") - before;
+  PEAK_OF(&extra, rc = hvd_state_commit(st));
+  is_int(HVD_SUCCESS, rc, "an hvd_state commit");
   long long cap = (24 + 48 / tap_size() + 8) * 1024LL;
-  if (root_ll(can && before > 0) == 0) {
-    skip(1, "no /proc/self/clear_refs to reset VmHWM");
-  } else {
-    tap_note("%lld KiB more, at most %lld", extra, cap);
-    ok(extra < cap,
-       "... holds the values (24 MiB) and this rank's blocks of the state "
-       "(48 MiB / %d), no full state",
-       tap_size());
-  }
+  peak_ok(extra, cap, cap,
+          "... holds the values (24 MiB) and this rank's blocks of the state "
+          "(48 MiB / %d), no full state",
+          tap_size());
   big_fill(bufs, n, 3);
   int restored = 0;
   is_int(HVD_SUCCESS, hvd_state_restore(st, &restored), "... restores");
@@ -911,26 +929,6 @@ static hvd_optimizer_t *mixed_big(hvd_param_t *p, uint16_t *v, uint16_t *g,
   return shard ? opt : base;
 }
 
-/* Peak kB over the resident size before, of what fn does: measured into
- * *extra, 0 when the kernel cannot reset the peak. */
-#define PEAK_OF(extra, fn)                                                     \
-  do {                                                                         \
-    int can_ = reset_peak();                                                   \
-    long long before_ = status_kb("VmRSS");                                    \
-    fn;                                                                        \
-    *(extra) = can_ && before_ > 0 ? status_kb("VmHWM") - before_ : -1;        \
-  } while (0)
-
-static void peak_ok(long long extra, const char *what) {
-  if (root_ll(extra >= 0) == 0) {
-    skip(1, "no /proc/self/clear_refs to reset VmHWM");
-    return;
-  }
-  tap_note("%lld KiB more", extra);
-  ok(rank == 0 || extra < 8 * 1024,
-     "... a rank other than 0 holds less than 8 MiB more while it %s", what);
-}
-
 /* checkpoint zero-mixed-memory PATH: mixed precision under ZeRO-1, where
  * each rank keeps the float32 masters of its blocks only. A bfloat16
  * model of 8M elements, sharded AdamW, one step (the masters then hold
@@ -962,7 +960,9 @@ static int mode_zero_mixed_memory(const char *path) {
   hvd_result_t rc;
   PEAK_OF(&extra, rc = hvd_checkpoint_save(path, &p, 1, zero, 7));
   is_int(HVD_SUCCESS, rc, "... saved (float32 masters and state: 96 MiB)");
-  peak_ok(extra, "saves (it sends its blocks to rank 0)");
+  peak_ok(extra, -1, 8 * 1024,
+          "... a rank other than 0 holds less than 8 MiB more while it saves "
+          "(it sends its blocks to rank 0)");
   hvd_optimizer_t *plain = mixed_big(&q, rv, rg, &n, 0);
   is_int(HVD_SUCCESS, hvd_checkpoint_load(path, &q, 1, plain, NULL),
          "... loads into an unsharded bfloat16 AdamW (the reference)");
@@ -971,21 +971,18 @@ static int mode_zero_mixed_memory(const char *path) {
   int64_t step = 0;
   PEAK_OF(&extra, rc = hvd_checkpoint_load(path, &p, 1, zero, &step));
   is_int(HVD_SUCCESS, rc, "... and into the sharded one");
-  peak_ok(extra, "loads (no whole master)");
+  peak_ok(extra, -1, 8 * 1024,
+          "... a rank other than 0 holds less than 8 MiB more while it loads "
+          "(no whole master)");
   ok(step == 7 && memcmp(v, rv, BIG * 2) == 0,
      "... its values are the reference's, bit for bit");
   char again[1300];
   snprintf(again, sizeof again, "%s.again", path);
   is_int(HVD_SUCCESS, hvd_checkpoint_save(again, &p, 1, zero, 7),
          "... saved again from the sharded AdamW");
-  size_t na = 0, nb = 0;
-  unsigned char *a = rank == 0 ? slurp(path, &na) : NULL,
-                *b = rank == 0 ? slurp(again, &nb) : NULL;
-  ok(root_ll(a != NULL && b != NULL && na == nb && memcmp(a, b, na) == 0),
-     "... the same file byte for byte: every master and state block was "
-     "loaded");
-  free(a);
-  free(b);
+  same_file_ok(path, again,
+               "... the same file byte for byte: every master and state block "
+               "was loaded");
   hvd_optimizer_destroy(zero);
   hvd_optimizer_destroy(plain);
   free(v);
@@ -1040,37 +1037,23 @@ static int mode_zero_save_memory(const char *path) {
   is_int(HVD_SUCCESS, hvd_optimizer_step(plain),
          "... and of an unsharded one on a copy");
   char bad[1100], want[3400];
-  pid_t pid0 = (pid_t)root_ll(getpid());
+  pid_t pid0;
   snprintf(bad, sizeof bad, "%s.nodir/x.ckpt", path);
-  snprintf(want, sizeof want,
-           "hvd_checkpoint_save: '%s': cannot create '%s.tmp.%ld': No such "
-           "file or directory",
-           bad, bad, (long)pid0);
+  missing_dir_msg(want, sizeof want, bad, &pid0);
   is_int(HVD_ERR_IO, hvd_checkpoint_save(bad, p, NPAR, zero, 1),
          "a save into a missing directory fails on every rank");
   is_string(want, hvd_last_error(), "... with rank 0's message");
   hvd_result_t rc;
   PEAK_OF(&extra, rc = hvd_checkpoint_save(path, p, NPAR, zero, 1));
   is_int(HVD_SUCCESS, rc, "... then a save works");
-  if (root_ll(extra >= 0) == 0) {
-    skip(1, "no /proc/self/clear_refs to reset VmHWM");
-  } else {
-    tap_note("%lld KiB more", extra);
-    ok(extra < (rank == 0 ? 24 : 8) * 1024,
-       "... rank 0 holds less than 24 MiB more while it saves (the full "
-       "state: 64 MiB), the others less than 8 MiB");
-  }
+  peak_ok(extra, 24 * 1024, 8 * 1024,
+          "... rank 0 holds less than 24 MiB more while it saves (the full "
+          "state: 64 MiB), the others less than 8 MiB");
   char again[1300];
   snprintf(again, sizeof again, "%s.plain", path);
   is_int(HVD_SUCCESS, hvd_checkpoint_save(again, q, NPAR, plain, 1),
          "... and the unsharded AdamW's save");
-  size_t na = 0, nb = 0;
-  unsigned char *a = rank == 0 ? slurp(path, &na) : NULL,
-                *b = rank == 0 ? slurp(again, &nb) : NULL;
-  ok(root_ll(a != NULL && b != NULL && na == nb && memcmp(a, b, na) == 0),
-     "... the same file byte for byte");
-  free(a);
-  free(b);
+  same_file_ok(path, again, "... the same file byte for byte");
   hvd_optimizer_destroy(zero);
   hvd_optimizer_destroy(plain);
   for (int i = 0; i < NPAR; i++) {
