@@ -155,6 +155,8 @@ static void put_data(writer_t *w, const void *data, size_t bytes,
  * time; a failed copy stops the writer (w->dev_rc). */
 static void put_tensor(writer_t *w, const hvd_tensor_t *t, size_t bytes,
                        size_t esize) {
+  if (w->err != 0) /* stopped: t may have no data (a failed gather) */
+    return;
   if (t->device == HVD_CPU) {
     put_data(w, t->data, bytes, esize);
     return;
