@@ -12,7 +12,8 @@
 # a load of their float32 masters (checkpoint zero-mixed-memory); a
 # sharded save gathers one parameter's state on rank 0 at a time, and
 # one into a missing directory fails on every rank without a hang
-# (checkpoint zero-save-memory). A file changed in place while it loads (the
+# (checkpoint zero-save-memory); t/mpi/mixed_shard passes at np 3 with
+# 48-byte pieces (its masters' blocks ending mid-piece). A file changed in place while it loads (the
 # shim t/mpi/crash_rename.so flips a byte just before rank 0's N-th read
 # of it) fails on every rank with HVD_ERR_CORRUPT (13) and its message: a
 # byte of a tensor (the checksum taken again) or of the outline (compared
@@ -54,7 +55,7 @@ run() {
   fi
 }
 
-echo "1..19"
+echo "1..20"
 run "save at np 2" 2 save "$tmp/model.ckpt" 3
 for np in 1 2 3; do
   run "load at np $np: every rank has the saved bits" $np \
@@ -83,6 +84,20 @@ for np in 2 3; do
   ASAN_OPTIONS=$asan_was
   rm -f "$tmp/zero$np.ckpt"* "$tmp/mixed$np.ckpt"* "$tmp/zsave$np.ckpt"*
 done
+# t/mpi/mixed_shard (bfloat16 and float16 masters under ZeRO-1, 257
+# elements) at np 3 in pieces of 48 bytes (12 floats): the ranks' blocks
+# end mid-piece, and every piece is rounded into the values
+HVD_CHECKPOINT_PIECE=48
+export HVD_CHECKPOINT_PIECE
+n=$((n + 1))
+if "$HVD_MPIRUN_TEST" --np 3 "$HVD_TOP_BUILDDIR/t/mpi/mixed_shard" \
+  >"$tmp/out" 2>&1; then
+  echo "ok $n - mixed_shard at np 3 in pieces of 48 bytes: every check passes"
+else
+  echo "not ok $n - mixed_shard at np 3 in pieces of 48 bytes"
+  sed 's/^/#   /' "$tmp/out"
+  failed=1
+fi
 unset HVD_CHECKPOINT_PIECE
 # changed NAME READ AT TAIL: a copy of model.ckpt loaded at np 2 while
 # byte AT flips before rank 0's READ-th read of it; TAIL: what every rank
