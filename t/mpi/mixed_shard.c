@@ -13,7 +13,9 @@
  *    unsharded optimizer, and 4 more steps of each equal the runs that
  *    went on, bit for bit (also float16 with loss scaling);
  *  - hvd_state (memory) of a sharded bfloat16 run: commit, 2 steps,
- *    restore, the same 2 steps give the same values bit for bit;
+ *    restore, the same 2 steps give the same values bit for bit; with a
+ *    file, a fresh sharded optimizer (a relaunch) restores the commit
+ *    and its next 2 steps equal the first run's bit for bit;
  *  - the values differ per rank when the optimizer is made (w = 0.5 +
  *    0.25 r), then hvd_broadcast_parameters from rank 0 and from the last
  *    rank: S steps equal the run that started with root's values on every
@@ -159,6 +161,49 @@ static void test_state(void) {
   model_free(&m);
 }
 
+/* hvd_state with a file (every commit) over a sharded bfloat16 AdamW: 3
+ * steps, a commit (the file: each rank's master and state blocks
+ * gathered on rank 0 a parameter at a time), 2 more steps; then, as a
+ * relaunched job would, a fresh model and sharded optimizer and a fresh
+ * state restore from the file: the values are the committed ones, and 2
+ * steps from there equal the first run's 2 after its commit, bit for bit
+ * (they need the masters' extra precision and the Adam state). */
+static void test_state_file(void) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/state.ckpt", dir);
+  model_t a, b;
+  model_make(&a, HVD_BFLOAT16, N, 0.5);
+  model_make(&b, HVD_BFLOAT16, N, 0.1);
+  hvd_optimizer_t *oa = model_adamw(&a, 0, 0, 1), *ob = model_adamw(&b, 0, 0, 1);
+  hvd_state_t *sa = NULL, *sb = NULL;
+  int good = hvd_state_create(path, 1, &sa) == HVD_SUCCESS &&
+             hvd_state_add_params(sa, &a.p, 1, oa) == HVD_SUCCESS &&
+             steps(&a, oa, 3) && hvd_state_commit(sa) == HVD_SUCCESS;
+  char committed[2 * N], after[2 * N];
+  memcpy(committed, a.w, sizeof committed);
+  good &= steps(&a, oa, 2);
+  memcpy(after, a.w, sizeof after);
+  ok(good, "state file, sharded: 3 steps, a commit to the file, 2 steps");
+  int restored = 0;
+  good = hvd_state_create(path, 1, &sb) == HVD_SUCCESS &&
+         hvd_state_add_params(sb, &b.p, 1, ob) == HVD_SUCCESS &&
+         hvd_state_restore(sb, &restored) == HVD_SUCCESS && restored == 1;
+  if (!good)
+    tap_note("%s", hvd_last_error());
+  ok(good && memcmp(committed, b.w, sizeof committed) == 0,
+     "state file, sharded: a fresh sharded optimizer restores the "
+     "committed values from the file");
+  ok(steps(&b, ob, 2) && memcmp(after, b.w, sizeof after) == 0,
+     "state file, sharded: 2 steps from there equal the first run's, bit "
+     "for bit");
+  hvd_state_destroy(sa);
+  hvd_state_destroy(sb);
+  hvd_optimizer_destroy(oa);
+  hvd_optimizer_destroy(ob);
+  model_free(&a);
+  model_free(&b);
+}
+
 /* Values that differ per rank at creation, then broadcast from root: the
  * run equals one that started from root's values everywhere. */
 static void test_broadcast_values(int shard, int root) {
@@ -249,6 +294,7 @@ int main(int argc, char **argv) {
   test_checkpoint(HVD_BFLOAT16);
   test_checkpoint(HVD_FLOAT16);
   test_state();
+  test_state_file();
   for (int shard = 0; shard <= 1; shard++) {
     test_broadcast_values(shard, 0);
     test_broadcast_values(shard, size - 1);
