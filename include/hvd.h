@@ -1288,6 +1288,23 @@ hvd_result_t hvd_state_add_counter(hvd_state_t *st, const char *name,
                                    int64_t *value);
 hvd_result_t hvd_state_commit(hvd_state_t *st);
 hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored);
+/* on 1: the file commits are written in the background, as
+ * hvd_checkpoint_save_async writes (torch.distributed.checkpoint's
+ * async_save): such a commit returns once rank 0 holds a copy of the
+ * file's bytes, and a thread writes, syncs and renames it; until then
+ * the previous file stays whole, and a job that dies meanwhile restores
+ * from it. The next file commit, hvd_state_restore, hvd_state_wait and
+ * hvd_state_destroy wait for the write first; a failed write is the
+ * result of the first of them (the next commit's own write starts all
+ * the same; destroy logs it), its message naming hvd_state_commit.
+ * While it is in flight, any other checkpoint save fails on every rank
+ * with HVD_ERR_INVALID_ARG ("...: the background save of 's.ckpt' is not
+ * waited for yet (hvd_state_wait)"). 0 (the default): written in the
+ * commit. Not collective; call it alike on every rank. */
+hvd_result_t hvd_state_set_background(hvd_state_t *st, int on);
+/* Waits for the state's background file write, if one is in flight
+ * (collective): its result on every rank; HVD_SUCCESS when none. */
+hvd_result_t hvd_state_wait(hvd_state_t *st);
 int64_t hvd_state_commits(const hvd_state_t *st); /* so far, file's included */
 void hvd_state_destroy(hvd_state_t *st);          /* accepts NULL */
 

@@ -438,6 +438,9 @@ fail:
 /* An asynchronous save: on rank 0 the file's bytes and the thread that
  * writes them; on every rank the request that hvd_checkpoint_wait ends. */
 struct hvd_checkpoint_request {
+  const char *fn;     /* the call that made it, for the write's messages */
+  const char *waiter; /* the call that ends it: hvd_checkpoint_wait, or
+                         hvd_state_wait for an hvd_state's */
   char *path;
   int writer;           /* rank 0's: it has a thread or wrote already */
   unsigned char *bytes; /* the snapshot (in staging), until written */
@@ -517,8 +520,7 @@ static hvd_result_t snapshot(const save_t *s, hvd_checkpoint_request_t *q) {
 static void write_snapshot(hvd_checkpoint_request_t *q) {
   hvd__put_le(q->bytes + q->size - CKPT_SUM,
               hvd__sum64(q->bytes, q->size - CKPT_SUM), CKPT_SUM);
-  save_t s = {
-      .fn = async_fn, .path = q->path, .bytes = q->bytes, .size = q->size};
+  save_t s = {.fn = q->fn, .path = q->path, .bytes = q->bytes, .size = q->size};
   q->rc = write_file(&s);
   if (q->rc != HVD_SUCCESS)
     snprintf(q->msg, sizeof q->msg, "%s", hvd_last_error());
@@ -567,8 +569,9 @@ static hvd_result_t check_inflight(const char *fn, const char *path) {
           ? HVD_SUCCESS
           : hvd__set_error(HVD_ERR_INVALID_ARG,
                            "%s: '%s': the background save of '%s' is not "
-                           "waited for yet (hvd_checkpoint_wait)",
-                           fn, path ? path : "(null)", inflight->path);
+                           "waited for yet (%s)",
+                           fn, path ? path : "(null)", inflight->path,
+                           inflight->waiter);
   pthread_mutex_unlock(&inflight_mu);
   return hvd__ckpt_agree("save.inflight", rc);
 }
@@ -594,24 +597,27 @@ hvd_result_t hvd__checkpoint_save_ex(const char *path,
   return save_ex(save_fn, path, params, n, opt, step, ctr, NULL);
 }
 
-hvd_result_t hvd_checkpoint_save_async(const char *path,
-                                       const hvd_param_t *params, int n,
-                                       const hvd_optimizer_t *opt, int64_t step,
-                                       hvd_checkpoint_request_t **out) {
+/* A background save named fn in its messages, ended by waiter. */
+static hvd_result_t save_async(const char *fn, const char *waiter,
+                               const char *path, const hvd_param_t *params,
+                               int n, const hvd_optimizer_t *opt, int64_t step,
+                               const hvd__counters_t *ctr,
+                               hvd_checkpoint_request_t **out) {
   if (!hvd_is_initialized())
-    return hvd__not_initialized(async_fn);
+    return hvd__not_initialized(fn);
   hvd_checkpoint_request_t *q = calloc(1, sizeof *q);
   hvd_result_t rc =
-      out == NULL
-          ? hvd__set_error(HVD_ERR_INVALID_ARG, "%s: out is NULL", async_fn)
+      out == NULL ? hvd__set_error(HVD_ERR_INVALID_ARG, "%s: out is NULL", fn)
       : q == NULL || (q->path = strdup(path ? path : "")) == NULL
-          ? hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", async_fn)
+          ? hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn)
           : HVD_SUCCESS;
   if (out != NULL)
     *out = NULL;
   rc = hvd__ckpt_agree("save.request", rc);
+  if (q != NULL)
+    q->fn = fn, q->waiter = waiter;
   if (rc == HVD_SUCCESS)
-    rc = save_ex(async_fn, path, params, n, opt, step, NULL, q);
+    rc = save_ex(fn, path, params, n, opt, step, ctr, q);
   if (rc != HVD_SUCCESS) {
     if (q != NULL)
       free(q->path);
@@ -627,6 +633,23 @@ hvd_result_t hvd_checkpoint_save_async(const char *path,
   }
   *out = q;
   return HVD_SUCCESS;
+}
+
+hvd_result_t hvd_checkpoint_save_async(const char *path,
+                                       const hvd_param_t *params, int n,
+                                       const hvd_optimizer_t *opt, int64_t step,
+                                       hvd_checkpoint_request_t **out) {
+  return save_async(async_fn, "hvd_checkpoint_wait", path, params, n, opt, step,
+                    NULL, out);
+}
+
+hvd_result_t hvd__checkpoint_save_async_ex(const char *fn, const char *path,
+                                           const hvd_param_t *params, int n,
+                                           const hvd_optimizer_t *opt,
+                                           int64_t step,
+                                           const hvd__counters_t *ctr,
+                                           hvd_checkpoint_request_t **out) {
+  return save_async(fn, "hvd_state_wait", path, params, n, opt, step, ctr, out);
 }
 
 hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req) {

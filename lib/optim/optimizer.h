@@ -315,6 +315,15 @@ hvd_result_t hvd__checkpoint_save_ex(const char *path,
 hvd_result_t hvd__checkpoint_load_ex(const char *path, hvd_param_t *params,
                                      int n, hvd_optimizer_t *opt, int64_t *step,
                                      hvd__counters_t *ctr);
+/* hvd_checkpoint_save_async with counters, named fn in its messages, and
+ * ended by hvd_checkpoint_wait, which a refused save names as
+ * hvd_state_wait (hvd_state's background file commits). */
+hvd_result_t hvd__checkpoint_save_async_ex(const char *fn, const char *path,
+                                           const hvd_param_t *params, int n,
+                                           const hvd_optimizer_t *opt,
+                                           int64_t step,
+                                           const hvd__counters_t *ctr,
+                                           hvd_checkpoint_request_t **out);
 
 /* ---- for the built-ins (sgd.c, adam.c, lamb.c) --------------------------- */
 

@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 
 #include "base/errors.h"
+#include "base/log.h"
 #include "base/tensor.h"
 #include "core/api.h"
 #include "optim/device.h"
@@ -58,6 +59,8 @@ struct hvd_state {
   int64_t steps;
   int64_t saved[MAX_COUNTERS];
   hvd__psgd_copy_t *psgd; /* PowerSGD's state, this rank's own, or NULL */
+  int background;         /* file commits written in the background */
+  hvd_checkpoint_request_t *pending; /* the one not waited for, or NULL */
 };
 
 static const char create_fn[] = "hvd_state_create";
@@ -321,6 +324,40 @@ static hvd__counters_t counters(hvd_state_t *st) {
   return (hvd__counters_t){st->nc, st->names, NULL};
 }
 
+hvd_result_t hvd_state_set_background(hvd_state_t *st, int on) {
+  if (st == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_state_set_background: state is NULL");
+  st->background = on != 0;
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd_state_wait(hvd_state_t *st) {
+  if (st == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "hvd_state_wait: state is NULL");
+  hvd_checkpoint_request_t *q = st->pending;
+  st->pending = NULL;
+  return hvd_checkpoint_wait(q); /* NULL: HVD_SUCCESS */
+}
+
+/* A commit's file: written now, or in the background after the previous
+ * background write was waited for (whose failure, if any, is the result:
+ * the new write starts all the same). */
+static hvd_result_t commit_file(hvd_state_t *st) {
+  hvd__counters_t ctr = counters(st);
+  ctr.values = st->saved;
+  hvd_result_t before = hvd_state_wait(st);
+  char msg[HVD__ERRMSG_MAX];
+  snprintf(msg, sizeof msg, "%s", hvd_last_error());
+  hvd_result_t rc = st->background
+                        ? hvd__checkpoint_save_async_ex(
+                              commit_fn, st->path, st->params, st->n, st->opt,
+                              st->commits, &ctr, &st->pending)
+                        : hvd__checkpoint_save_ex(st->path, st->params, st->n,
+                                                  st->opt, st->commits, &ctr);
+  return before != HVD_SUCCESS ? hvd__set_error_msg(before, msg) : rc;
+}
+
 hvd_result_t hvd_state_commit(hvd_state_t *st) {
   if (st == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: state is NULL", commit_fn);
@@ -339,10 +376,7 @@ hvd_result_t hvd_state_commit(hvd_state_t *st) {
   st->commits++;
   if (st->path == NULL || st->commits % st->every != 0)
     return HVD_SUCCESS;
-  hvd__counters_t ctr = counters(st);
-  ctr.values = st->saved;
-  return hvd__checkpoint_save_ex(st->path, st->params, st->n, st->opt,
-                                 st->commits, &ctr);
+  return commit_file(st);
 }
 
 hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored) {
@@ -352,8 +386,11 @@ hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored) {
   *restored = 0;
   if (!hvd_is_initialized())
     return hvd__not_initialized(restore_fn);
+  hvd_result_t rc = hvd_state_wait(st); /* the file whole, or its failure */
+  if (rc != HVD_SUCCESS)
+    return rc;
   if (st->have) {
-    hvd_result_t rc = transfer(st, 1, restore_fn);
+    rc = transfer(st, 1, restore_fn);
     if (rc == HVD_SUCCESS)
       *restored = 1;
     return rc;
@@ -364,7 +401,7 @@ hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored) {
   struct stat sb;
   int64_t there = hvd_rank() == 0 ? stat(st->path, &sb) == 0 : 0, one = 1;
   hvd_tensor_t t = hvd_tensor_make(&there, HVD_INT64, 1, &one);
-  hvd_result_t rc = hvd_broadcast("hvd.state.exists", &t, 0);
+  rc = hvd_broadcast("hvd.state.exists", &t, 0);
   if (rc != HVD_SUCCESS || !there)
     return rc;
   int64_t values[MAX_COUNTERS], commits = 0;
@@ -384,6 +421,11 @@ hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored) {
 void hvd_state_destroy(hvd_state_t *st) {
   if (st == NULL)
     return;
+  if (hvd_state_wait(st) != HVD_SUCCESS) /* the file finished first */
+    HVD__LOG(HVD__LOG_WARNING,
+             "hvd_state_destroy: the last background file "
+             "commit failed: %s",
+             hvd_last_error());
   free_copy(st);
   hvd__psgd_copy_free(st->psgd);
   for (int k = 0; k < st->nc; k++)

@@ -13,6 +13,10 @@
  *   - no file: a fresh start (restored 0, nothing changed);
  *   - a plain checkpoint (no counters) in its place: HVD_ERR_CORRUPT "... the file
  *     has no counter 'epoch' ...";
+ *   - file commits in the background (hvd_state_set_background): the
+ *     file a synchronous commit writes, another save refused meanwhile
+ *     naming hvd_state_wait, destroy finishing the last write, a write's
+ *     failure returned by the wait on every rank with its message;
  *   - hvd_elastic_restarts/previous_size from HVD_ELASTIC_*.
  */
 #include <errno.h>
@@ -243,6 +247,97 @@ static void test_file(const char *dir) {
   hvd_optimizer_destroy(fo);
 }
 
+/* A state of m and o committing to path every commit, in the background
+ * when bg, with the counter step; bails on failure. */
+static hvd_state_t *state_of(const char *path, model_t *m, hvd_optimizer_t *o,
+                             int64_t *step, int bg) {
+  hvd_state_t *st = NULL;
+  if (hvd_state_create(path, 1, &st) != HVD_SUCCESS ||
+      hvd_state_add_params(st, m->p, NP, o) != HVD_SUCCESS ||
+      hvd_state_add_counter(st, "step", step) != HVD_SUCCESS ||
+      hvd_state_set_background(st, bg) != HVD_SUCCESS)
+    bail("hvd_state: %s", hvd_last_error());
+  return st;
+}
+
+/* hvd_state_set_background: a commit whose file is written by a thread.
+ * While it is in flight, another save fails naming hvd_state_wait;
+ * after the wait the file is the one a synchronous commit writes, byte
+ * for byte; a commit waits for the previous write; destroy finishes the
+ * last one, which a relaunched job restores (3 commits, the values); a
+ * write into a missing directory: the commit succeeds, the wait fails on
+ * every rank with rank 0's message naming hvd_state_commit. */
+static void test_background(const char *dir) {
+  char pa[1100], pb[1100], px[1100], bad[1100], want[3400];
+  snprintf(pa, sizeof pa, "%s/bg.state", dir);
+  snprintf(pb, sizeof pb, "%s/fg.state", dir);
+  snprintf(px, sizeof px, "%s/other.ckpt", dir);
+  snprintf(bad, sizeof bad, "%s/no/such/dir.state", dir);
+  is_int(HVD_ERR_INVALID_ARG, hvd_state_set_background(NULL, 1),
+         "background: set_background(NULL) fails");
+  is_string("hvd_state_set_background: state is NULL", hvd_last_error(),
+            "... the message");
+  is_int(HVD_ERR_INVALID_ARG, hvd_state_wait(NULL),
+         "background: hvd_state_wait(NULL) fails");
+  is_string("hvd_state_wait: state is NULL", hvd_last_error(),
+            "... the message");
+  model_t m, f;
+  model_init(&m, 3);
+  hvd_optimizer_t *o = adam(&m, 0);
+  int64_t step = 1;
+  hvd_state_t *sa = state_of(pa, &m, o, &step, 1);
+  int good = train(&m, o, 0) && hvd_state_commit(sa) == HVD_SUCCESS;
+  ok(good, "background: a commit returns with its file in flight");
+  snprintf(want, sizeof want,
+           "hvd_checkpoint_save: '%s': the background save of '%s' is not "
+           "waited for yet (hvd_state_wait)",
+           px, pa);
+  is_int(HVD_ERR_INVALID_ARG, hvd_checkpoint_save(px, m.p, NP, o, 1),
+         "background: another save meanwhile fails on every rank");
+  is_string(want, hvd_last_error(), "... naming hvd_state_wait");
+  is_int(HVD_SUCCESS, hvd_state_wait(sa), "background: hvd_state_wait");
+  is_int(HVD_SUCCESS, hvd_state_wait(sa), "... twice: nothing in flight");
+  hvd_state_t *sb = state_of(pb, &m, o, &step, 0);
+  is_int(HVD_SUCCESS, hvd_state_commit(sb), "a synchronous state's commit");
+  ok(rank != 0 || hvdt_same_file(pa, pb),
+     "background: its file is the synchronous commit's, byte for byte");
+  hvd_state_destroy(sb);
+  good = train(&m, o, 1) && hvd_state_commit(sa) == HVD_SUCCESS &&
+         train(&m, o, 2) && hvd_state_commit(sa) == HVD_SUCCESS;
+  ok(good, "background: two more commits, the second waiting for the first");
+  model_t at3 = m;
+  hvd_state_destroy(sa); /* the third commit's write finished here */
+  model_init(&f, -4);
+  hvd_optimizer_t *fo = adam(&f, 0);
+  int64_t fstep = 0;
+  int restored = 0;
+  hvd_state_t *fs = state_of(pa, &f, fo, &fstep, 0);
+  is_int(HVD_SUCCESS, hvd_state_restore(fs, &restored),
+         "background: a relaunched job restores the file");
+  ok(restored == 1 && hvd_state_commits(fs) == 3 && same_model(&f, &at3),
+     "... of the 3rd commit (destroy finished its write): the values");
+  hvd_state_destroy(fs);
+  hvd_state_t *sd = state_of(bad, &m, o, &step, 1);
+  is_int(HVD_SUCCESS, hvd_state_commit(sd),
+         "background: a commit into a missing directory returns");
+  long long pid0 = getpid();
+  MPI_Bcast(&pid0, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD); /* rank 0's */
+  snprintf(want, sizeof want,
+           "hvd_state_commit: '%s': cannot create '%s.tmp.%lld': No such file "
+           "or directory",
+           bad, bad, pid0);
+  is_int(HVD_ERR_IO, hvd_state_commit(sd),
+         "... the next commit returns its failure on every rank");
+  is_string(want, hvd_last_error(), "... with rank 0's message");
+  is_int(HVD_ERR_IO, hvd_state_wait(sd),
+         "... and the wait, the failure of that commit's own write");
+  is_string(want, hvd_last_error(), "... the same message");
+  is_int(HVD_SUCCESS, hvd_state_wait(sd), "... then nothing is in flight");
+  hvd_state_destroy(sd);
+  hvd_optimizer_destroy(o);
+  hvd_optimizer_destroy(fo);
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
@@ -270,6 +365,7 @@ int main(int argc, char **argv) {
   test_memory(0);
   test_memory(1);
   test_file(dir);
+  test_background(dir);
   hvdt_remove_tmpdir(dir);
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
