@@ -22,7 +22,13 @@
  * rank keeps its blocks of the masters too). At the end rank 0 prints
  * the peak resident size (VmHWM) of rank 0 and the largest of the others.
  *
- *   mpirun -np 2 bench/ckpt-async DIR [I [zero|bf16|zero-bf16]]
+ * With "state" after the kind (or "-" for plain float32), the rounds time
+ * hvd_state_commit instead, alternately through a state that writes its
+ * file in the commit and one that writes it in the background
+ * (hvd_state_set_background), every commit a file: the commit's time,
+ * and the background one's wait after it.
+ *
+ *   mpirun -np 2 bench/ckpt-async DIR [I [zero|bf16|zero-bf16|-] [state]]
  */
 #include "hvd.h"
 
@@ -106,6 +112,58 @@ static hvd_param_t *model(int *n, int low) {
   return p;
 }
 
+/* hvd_state commits, synchronous and in the background, alternately. */
+static void bench_state(hvd_param_t *p, int n, hvd_optimizer_t *opt,
+                        int rounds, const char *dir) {
+  char pf[4200], pb[4200];
+  snprintf(pf, sizeof pf, "%s/fg.state", dir);
+  snprintf(pb, sizeof pb, "%s/bg.state", dir);
+  hvd_state_t *st[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++)
+    if (hvd_state_create(k ? pb : pf, 1, &st[k]) != HVD_SUCCESS ||
+        hvd_state_add_params(st[k], p, n, opt) != HVD_SUCCESS ||
+        hvd_state_set_background(st[k], k) != HVD_SUCCESS) {
+      fprintf(stderr, "hvd_state: %s\n", hvd_last_error());
+      exit(1);
+    }
+  double fg[MAXR], bg[MAXR], bw[MAXR];
+  int kept = 0;
+  for (int it = 0; it < rounds; it++) {
+    double t[3] = {0, 0, 0};
+    for (int j = 0; j < 2; j++) {
+      const int k = (it + j) % 2; /* the order swapped every round */
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t0 = MPI_Wtime();
+      hvd_result_t rc = hvd_state_commit(st[k]);
+      t[k] = MPI_Wtime() - t0;
+      if (rc == HVD_SUCCESS && k == 1) {
+        rc = hvd_state_wait(st[k]);
+        t[2] = MPI_Wtime() - t0;
+      }
+      if (rc != HVD_SUCCESS) {
+        fprintf(stderr, "commit: %s\n", hvd_last_error());
+        exit(1);
+      }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (hvd_rank() == 0)
+      printf("round %d%s: commit %.0f ms; in the background %.0f ms, its "
+             "file written at %.0f ms\n",
+             it, it == 0 ? " (warm-up)" : "", t[0] * 1e3, t[1] * 1e3,
+             t[2] * 1e3);
+    if (it > 0)
+      fg[kept] = t[0], bg[kept] = t[1], bw[kept++] = t[2];
+  }
+  if (hvd_rank() == 0) {
+    double a = median(fg, kept), b = median(bg, kept), c = median(bw, kept);
+    printf("median of %d rounds at np %d: hvd_state_commit %.0f ms, in the "
+           "background %.0f ms (%.2fx), its file written at %.0f ms\n",
+           kept, hvd_size(), a * 1e3, b * 1e3, b / a, c * 1e3);
+  }
+  hvd_state_destroy(st[0]);
+  hvd_state_destroy(st[1]);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: ckpt-async DIR [ROUNDS [zero|bf16|zero-bf16]]\n");
@@ -137,6 +195,12 @@ int main(int argc, char **argv) {
       hvd_optimizer_step(opt) != HVD_SUCCESS) {
     fprintf(stderr, "the model: %s\n", p ? hvd_last_error() : "no memory");
     return 1;
+  }
+  if (argc > 4 && strcmp(argv[4], "state") == 0) {
+    bench_state(p, n, opt, rounds, argv[1]);
+    hvd_optimizer_destroy(opt);
+    hvd_shutdown();
+    return 0;
   }
   double sync_s[MAXR], call_s[MAXR], total_s[MAXR], load_s[MAXR];
   int kept = 0;
