@@ -1293,10 +1293,12 @@ hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored);
  * async_save): such a commit returns once rank 0 holds a copy of the
  * file's bytes, and a thread writes, syncs and renames it; until then
  * the previous file stays whole, and a job that dies meanwhile restores
- * from it. The next file commit, hvd_state_restore, hvd_state_wait and
- * hvd_state_destroy wait for the write first; a failed write is the
+ * from it. The next file commit, hvd_state_restore and hvd_state_wait
+ * (all collective) wait for the write first, and hvd_state_destroy (not
+ * collective: rank 0 waits for its thread); a failed write is the
  * result of the first of them (the next commit's own write starts all
- * the same; destroy logs it), its message naming hvd_state_commit.
+ * the same; destroy logs it on rank 0), its message naming
+ * hvd_state_commit.
  * While it is in flight, any other checkpoint save fails on every rank
  * with HVD_ERR_INVALID_ARG ("...: the background save of 's.ckpt' is not
  * waited for yet (hvd_state_wait)"). 0 (the default): written in the

@@ -652,9 +652,9 @@ hvd_result_t hvd__checkpoint_save_async_ex(const char *fn, const char *path,
   return save_async(fn, "hvd_state_wait", path, params, n, opt, step, ctr, out);
 }
 
-hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req) {
-  if (req == NULL)
-    return HVD_SUCCESS;
+/* The write ended (rank 0 joins its thread) and req freed: this rank's
+ * result, with its message. */
+static hvd_result_t wait_here(hvd_checkpoint_request_t *req) {
   pthread_mutex_lock(&inflight_mu);
   join_locked(req);
   if (inflight == req)
@@ -663,11 +663,22 @@ hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req) {
   hvd_result_t rc = req->rc != HVD_SUCCESS
                         ? hvd__set_error_msg(req->rc, req->msg)
                         : HVD_SUCCESS;
-  if (hvd_is_initialized()) /* every rank gets rank 0's result */
-    rc = hvd__ckpt_agree("save.wait", rc);
   free(req->path);
   free(req);
   return rc;
+}
+
+hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req) {
+  if (req == NULL)
+    return HVD_SUCCESS;
+  hvd_result_t rc = wait_here(req);
+  if (hvd_is_initialized()) /* every rank gets rank 0's result */
+    rc = hvd__ckpt_agree("save.wait", rc);
+  return rc;
+}
+
+hvd_result_t hvd__checkpoint_wait_here(hvd_checkpoint_request_t *req) {
+  return req != NULL ? wait_here(req) : HVD_SUCCESS;
 }
 
 static hvd_result_t save_checked(save_t *s, hvd_optimizer_t *o,

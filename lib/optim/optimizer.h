@@ -324,6 +324,9 @@ hvd_result_t hvd__checkpoint_save_async_ex(const char *fn, const char *path,
                                            int64_t step,
                                            const hvd__counters_t *ctr,
                                            hvd_checkpoint_request_t **out);
+/* hvd_checkpoint_wait on this rank alone (not collective): rank 0 waits
+ * for its write; the result is this rank's (the others': HVD_SUCCESS). */
+hvd_result_t hvd__checkpoint_wait_here(hvd_checkpoint_request_t *req);
 
 /* ---- for the built-ins (sgd.c, adam.c, lamb.c) --------------------------- */
 

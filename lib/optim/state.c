@@ -421,7 +421,8 @@ hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored) {
 void hvd_state_destroy(hvd_state_t *st) {
   if (st == NULL)
     return;
-  if (hvd_state_wait(st) != HVD_SUCCESS) /* the file finished first */
+  /* the file finished first; not collective: rank 0 alone knows */
+  if (hvd__checkpoint_wait_here(st->pending) != HVD_SUCCESS)
     HVD__LOG(HVD__LOG_WARNING,
              "hvd_state_destroy: the last background file "
              "commit failed: %s",

@@ -15,7 +15,8 @@
  *     has no counter 'epoch' ...";
  *   - file commits in the background (hvd_state_set_background): the
  *     file a synchronous commit writes, another save refused meanwhile
- *     naming hvd_state_wait, destroy finishing the last write, a write's
+ *     naming hvd_state_wait, destroy (not collective) finishing the last
+ *     write, a write's
  *     failure returned by the wait on every rank with its message;
  *   - hvd_elastic_restarts/previous_size from HVD_ELASTIC_*.
  */
@@ -306,7 +307,13 @@ static void test_background(const char *dir) {
          train(&m, o, 2) && hvd_state_commit(sa) == HVD_SUCCESS;
   ok(good, "background: two more commits, the second waiting for the first");
   model_t at3 = m;
-  hvd_state_destroy(sa); /* the third commit's write finished here */
+  /* destroy finishes the third commit's write, and is not collective:
+   * rank 0's returns while the others are in a barrier */
+  if (rank == 0)
+    hvd_state_destroy(sa);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank != 0)
+    hvd_state_destroy(sa);
   model_init(&f, -4);
   hvd_optimizer_t *fo = adam(&f, 0);
   int64_t fstep = 0;
