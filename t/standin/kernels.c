@@ -45,6 +45,14 @@
 
 /* ---- checks -------------------------------------------------------- */
 
+/* A buffer a kernel reads or writes (write) on stream: device memory,
+ * seen by the stream checker. */
+static void kernel_buffer(const char *who, cudaStream_t stream, const void *p,
+                          size_t bytes, int write, const char *what) {
+  standin_need_device(p, bytes, who, what);
+  standin_access(stream, p, bytes, write, who, what);
+}
+
 /* What a GPU would need of one span: count elements of src_size bytes at
  * src and of dst_size at dst, on the current device, at most max_count,
  * no partial overlap. */
@@ -398,18 +406,15 @@ static void check_params(const char *who, const hvd__cuda_param_span_t *spans,
                   who, t, (long long)sp->count, (long long)max_count);
     size_t bytes = (size_t)sp->count * sizeof(float);
     snprintf(what, sizeof what, "span %d's value", t);
-    standin_need_device(sp->value, bytes, who, what);
-    standin_access(stream, sp->value, bytes, 1, who, what);
+    kernel_buffer(who, stream, sp->value, bytes, 1, what);
     snprintf(what, sizeof what, "span %d's grad", t);
-    standin_need_device(sp->grad, bytes, who, what);
-    standin_access(stream, sp->grad, bytes, 0, who, what);
+    kernel_buffer(who, stream, sp->grad, bytes, 0, what);
     uintptr_t v = (uintptr_t)sp->value, g = (uintptr_t)sp->grad;
     iv[m++] = (iv_t){v, v + bytes, t, 1};
     iv[m++] = (iv_t){g, g + bytes, t, 0};
     for (int k = 0; k < nstate; k++) {
       snprintf(what, sizeof what, "span %d's state[%d]", t, k);
-      standin_need_device(sp->state[k], bytes, who, what);
-      standin_access(stream, sp->state[k], bytes, 1, who, what);
+      kernel_buffer(who, stream, sp->state[k], bytes, 1, what);
       uintptr_t st = (uintptr_t)sp->state[k];
       iv[m++] = (iv_t){st, st + bytes, t, 1};
     }
@@ -708,8 +713,7 @@ static void check_lamb(const char *who, const hvd__cuda_lamb_span_t *spans,
     for (int a = 0; a < 4; a++) {
       char what[64];
       snprintf(what, sizeof what, "span %d's %s", t, names[a]);
-      standin_need_device(arr[a], bytes, who, what);
-      standin_access(stream, arr[a], bytes, write && a != 1, who, what);
+      kernel_buffer(who, stream, arr[a], bytes, write && a != 1, what);
       iv[k++] = (iv_t){(uintptr_t)arr[a], (uintptr_t)arr[a] + bytes, t,
                        write && a != 1};
     }
@@ -778,24 +782,16 @@ hvd_result_t hvd__cuda_lamb_apply(const hvd__cuda_lamb_span_t *spans, int n,
 
 /* The two per-channel sums (dy NULL: of x and x^2; else of dy and
  * dy (x - mean)), in element order per channel. */
-/* A buffer of a batch norm kernel: device memory that the kernel reads
- * or writes on its stream (the stream checker sees it). */
-static void bn_buffer(const char *who, cudaStream_t stream, const void *p,
-                      size_t bytes, int write, const char *what) {
-  standin_need_device(p, bytes, who, what);
-  standin_access(stream, p, bytes, write, who, what);
-}
-
 static void bn_sums(const char *who, cudaStream_t stream, const void *x,
                     const void *dy, hvd_dtype_t t, int64_t n, int64_t c,
                     int64_t s, const float *coef, double *out) {
   size_t es = hvd_dtype_size(t), all = (size_t)(n * c * s) * es;
-  bn_buffer(who, stream, x, all, 0, "x");
+  kernel_buffer(who, stream, x, all, 0, "x");
   if (dy != NULL) {
-    bn_buffer(who, stream, dy, all, 0, "dy");
-    bn_buffer(who, stream, coef, (size_t)c * sizeof(float), 0, "coef");
+    kernel_buffer(who, stream, dy, all, 0, "dy");
+    kernel_buffer(who, stream, coef, (size_t)c * sizeof(float), 0, "coef");
   }
-  bn_buffer(who, stream, out, 2 * (size_t)c * sizeof(double), 1, "out");
+  kernel_buffer(who, stream, out, 2 * (size_t)c * sizeof(double), 1, "out");
   for (int64_t ch = 0; ch < c; ch++) {
     double a = 0, b = 0;
     float mean = dy != NULL ? coef[ch] : 0.0f;
@@ -845,9 +841,9 @@ hvd_result_t hvd__cuda_bn_apply(const void *x, void *y, hvd_dtype_t dtype,
   if (rc != HVD_SUCCESS || n == 0)
     return rc;
   size_t all = (size_t)(n * c * s) * hvd_dtype_size(dtype);
-  bn_buffer(who, stream, x, all, 0, "x");
-  bn_buffer(who, stream, coef, 3 * (size_t)c * sizeof(float), 0, "coef");
-  bn_buffer(who, stream, y, all, 1, "y");
+  kernel_buffer(who, stream, x, all, 0, "x");
+  kernel_buffer(who, stream, coef, 3 * (size_t)c * sizeof(float), 0, "coef");
+  kernel_buffer(who, stream, y, all, 1, "y");
   for (int64_t i = 0; i < n * c * s; i++) {
     int64_t ch = (i / s) % c;
     hvd__km_bn_store(
@@ -865,10 +861,10 @@ hvd_result_t hvd__cuda_bn_dx(const void *x, const void *dy, void *dx,
   if (rc != HVD_SUCCESS || n == 0)
     return rc;
   size_t all = (size_t)(n * c * s) * hvd_dtype_size(dtype);
-  bn_buffer(who, stream, x, all, 0, "x");
-  bn_buffer(who, stream, dy, all, 0, "dy");
-  bn_buffer(who, stream, coef, 4 * (size_t)c * sizeof(float), 0, "coef");
-  bn_buffer(who, stream, dx, all, 1, "dx");
+  kernel_buffer(who, stream, x, all, 0, "x");
+  kernel_buffer(who, stream, dy, all, 0, "dy");
+  kernel_buffer(who, stream, coef, 4 * (size_t)c * sizeof(float), 0, "coef");
+  kernel_buffer(who, stream, dx, all, 1, "dx");
   for (int64_t i = 0; i < n * c * s; i++) {
     int64_t ch = (i / s) % c;
     float v = hvd__km_bn_load(x, dtype, i), g = hvd__km_bn_load(dy, dtype, i);
@@ -882,8 +878,7 @@ hvd_result_t hvd__cuda_bn_dx(const void *x, const void *dy, void *dx,
 /* The stream and one float32 buffer the kernel reads or writes. */
 static void psgd_buffer(const char *who, cudaStream_t stream, const float *p,
                         int64_t count, int write, const char *what) {
-  standin_need_device(p, (size_t)count * sizeof(float), who, what);
-  standin_access(stream, p, (size_t)count * sizeof(float), write, who, what);
+  kernel_buffer(who, stream, p, (size_t)count * sizeof(float), write, what);
 }
 
 hvd_result_t hvd__cuda_psgd_prepare(float *M, const float *e, int64_t len,
