@@ -224,6 +224,15 @@ hvd_result_t hvd__zero_reduce_async(hvd__zero_t *z, const hvd_tensor_t *g,
                                        post, req);
 }
 
+/* Keeps rc and hvd_last_error() in *first and msg (HVD__ERRMSG_MAX
+ * bytes) when rc is the first failure. */
+static void first_failure(hvd_result_t rc, hvd_result_t *first, char *msg) {
+  if (rc != HVD_SUCCESS && *first == HVD_SUCCESS) {
+    *first = rc;
+    snprintf(msg, HVD__ERRMSG_MAX, "%s", hvd_last_error());
+  }
+}
+
 /* Allgathers every parameter's value from its blocks, written there
  * directly (hvd__allgather_into_async: each block a view of its value,
  * nothing allocated, nothing copied). Submits them all, so that they
@@ -246,21 +255,13 @@ static hvd_result_t gather_blocks(hvd__zero_t *z, hvd_optimizer_t *core) {
     int64_t numel = hvd_tensor_numel(w);
     hvd_tensor_t whole = hvd_tensor_make(w->data, w->dtype, 1, &numel);
     whole.device = w->device;
-    hvd_result_t rc =
-        hvd__allgather_into_async(z->names[k], &z->vblk[k], &whole, &req[k]);
-    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
-      first = rc;
-      snprintf(msg, sizeof msg, "%s", hvd_last_error());
-    }
+    first_failure(
+        hvd__allgather_into_async(z->names[k], &z->vblk[k], &whole, &req[k]),
+        &first, msg);
   }
   hvd__device_settled(0);
-  for (int k = 0; k < count; k++) {
-    hvd_result_t rc = req[k] != NULL ? hvd_wait(req[k]) : HVD_SUCCESS;
-    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
-      first = rc;
-      snprintf(msg, sizeof msg, "%s", hvd_last_error());
-    }
-  }
+  for (int k = 0; k < count; k++)
+    first_failure(req[k] != NULL ? hvd_wait(req[k]) : HVD_SUCCESS, &first, msg);
   free(req);
   return first == HVD_SUCCESS ? first : hvd__set_error_msg(first, msg);
 }
@@ -342,15 +343,8 @@ static hvd_result_t to_root_async(hvd__zero_t *z, hvd_optimizer_t *core, int j,
   return rc;
 }
 
-static void first_failure(hvd_result_t rc, hvd_result_t *first, char *msg) {
-  if (rc != HVD_SUCCESS && *first == HVD_SUCCESS) {
-    *first = rc;
-    snprintf(msg, HVD__ERRMSG_MAX, "%s", hvd_last_error());
-  }
-}
-
-/* Item q of parameter i's: its ns state tensors, then master m (-1:
- * none); how many in *count. */
+/* Item q of parameter i's (root_item's numbers): its ns state tensors,
+ * then master m (-1: none); param_count of them. */
 static int param_item(const hvd__zero_t *z, int i, int m, int q) {
   return q < z->ns ? i * z->ns + q : z->n * z->ns + m;
 }
