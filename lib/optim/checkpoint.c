@@ -656,8 +656,9 @@ static void apply(const char *path, const unsigned char *ol, size_t size,
     hvd_tensor_t *blk; /* ZeRO-1 and mixed: this rank's master block */
     int64_t mlo, mhi;
     if (hvd__mixed_ckpt_target(c, &params[i].value, &blk, &mlo, &mhi))
-      hvd__ckpt_bulk_add_low(b, blk, f.data, f.bytes, (uint64_t)mlo * 4,
-                             (uint64_t)mhi * 4, &params[i].value);
+      hvd__ckpt_bulk_add_low(b, blk, f.data, f.bytes,
+                             (uint64_t)mlo * sizeof(float),
+                             (uint64_t)mhi * sizeof(float), &params[i].value);
     else
       hvd__ckpt_bulk_add(b, &views[i].value, f.data, f.bytes, f.esize, 0,
                          f.bytes);

@@ -370,10 +370,6 @@ static hvd_result_t round_values(hvd_optimizer_t *core, const char *who) {
   return sync_odev(who, core, rc);
 }
 
-static hvd_result_t write_back(hvd_optimizer_t *core, const char *who) {
-  return round_values(core, who);
-}
-
 static void scaler_update(hvd__mixed_t *m, int found) {
   m->skipped = found;
   if (!m->scaling)
@@ -417,7 +413,7 @@ hvd_result_t hvd__mixed_apply(hvd_optimizer_t *core, double factor) {
   if (rc == HVD_SUCCESS)
     rc = decide_and_step(core, m->views, core->state, found, &updated);
   if (rc == HVD_SUCCESS && updated)
-    rc = write_back(core, who);
+    rc = round_values(core, who);
   if (rc == HVD_SUCCESS && updated)
     scaler_update(m, 0);
   return rc;
@@ -438,7 +434,7 @@ hvd_result_t hvd__mixed_step_blocks(hvd_optimizer_t *core,
 }
 
 hvd_result_t hvd__mixed_finish_blocks(hvd_optimizer_t *core) {
-  hvd_result_t rc = write_back(core, HVD__STEP_WHO);
+  hvd_result_t rc = round_values(core, HVD__STEP_WHO);
   if (rc == HVD_SUCCESS)
     scaler_update(core->mixed, 0);
   return rc;
@@ -563,6 +559,16 @@ hvd_result_t hvd__mixed_grad32(hvd_optimizer_t *core, int i,
 /* ---- checkpoints ----------------------------------------------------------
  */
 
+/* The core's own low-precision parameter whose value's data is value
+ * (it has a master): its index, or -1. */
+static int own_low(const hvd_optimizer_t *core, const void *value) {
+  const hvd__mixed_t *m = core->mixed;
+  for (int j = 0; j < m->n; j++)
+    if (core->params[j].value.data == value && m->master[j].data != NULL)
+      return j;
+  return -1;
+}
+
 hvd_result_t hvd__mixed_ckpt_params(hvd_optimizer_t *core,
                                     const hvd_param_t *params, int n,
                                     hvd_param_t **views) {
@@ -574,24 +580,19 @@ hvd_result_t hvd__mixed_ckpt_params(hvd_optimizer_t *core,
   if (v == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "checkpoint: out of memory");
   for (int i = 0; i < n; i++) {
+    int j = own_low(core, params[i].value.data);
     v[i] = params[i];
-    for (int j = 0; j < m->n; j++) /* the optimizer's own parameter */
-      if (core->params[j].value.data == params[i].value.data &&
-          m->master[j].data != NULL) {
-        v[i].value = m->full != NULL ? m->full[j] : m->master[j];
-        break;
-      }
+    if (j >= 0)
+      v[i].value = m->full != NULL ? m->full[j] : m->master[j];
   }
   *views = v;
   return HVD_SUCCESS;
 }
 
 int hvd__mixed_index(const hvd_optimizer_t *core, const void *value) {
-  const hvd__mixed_t *m = core != NULL ? core->mixed : NULL;
-  for (int j = 0; m != NULL && m->full != NULL && j < m->n; j++)
-    if (core->params[j].value.data == value && m->master[j].data != NULL)
-      return j;
-  return -1;
+  return core != NULL && core->mixed != NULL && core->mixed->full != NULL
+             ? own_low(core, value)
+             : -1;
 }
 
 int hvd__mixed_ckpt_target(hvd_optimizer_t *core, const hvd_tensor_t *value,
