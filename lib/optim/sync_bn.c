@@ -316,13 +316,19 @@ static hvd_result_t dev_open(const char *fn, const char *name, int device,
   return HVD_SUCCESS;
 }
 
-/* The stream done (the host copies read and written), the scratch back. */
-static void dev_close(bn_dev_t *d, int device) {
-  (void)cudaStreamSynchronize(d->s);
+/* The stream done (the host copies read and written: the call's results
+ * complete for every stream), the scratch back; rc, or the
+ * synchronisation's failure when rc is HVD_SUCCESS. */
+static hvd_result_t dev_close(const char *fn, const char *name, bn_dev_t *d,
+                              int device, hvd_result_t rc) {
+  cudaError_t e = cudaStreamSynchronize(d->s);
   if (d->mem != NULL)
     scratch_give(d->slot, d->mem);
   if (d->prev >= 0 && d->prev != device)
     (void)cudaSetDevice(d->prev);
+  return rc == HVD_SUCCESS && e != cudaSuccess
+             ? dev_cuda(fn, name, e, "synchronize")
+             : rc;
 }
 
 /* n floats from or to the device on the call's stream; NULL device
@@ -397,9 +403,8 @@ static hvd_result_t dev_forward(const char *fn, const char *name,
   DEV_CUDA(dev_put(&d, rv, hrv, C), "running_var");
   DEV_CUDA(dev_put(&d, save_mean, sm, C), "save_mean");
   DEV_CUDA(dev_put(&d, save_invstd, si, C), "save_invstd");
-  DEV_CUDA(cudaStreamSynchronize(d.s), "synchronize");
 done:
-  dev_close(&d, x->device); /* the copies from st and h are done */
+  rc = dev_close(fn, name, &d, x->device, rc); /* st and h copied */
   free(st);
   free(h);
   return rc;
@@ -460,9 +465,8 @@ static hvd_result_t dev_backward(const char *fn, const char *name,
                               d.coef, d.s)) != HVD_SUCCESS)
       goto done;
   }
-  DEV_CUDA(cudaStreamSynchronize(d.s), "synchronize");
 done:
-  dev_close(&d, x->device); /* the copies from st and h are done */
+  rc = dev_close(fn, name, &d, x->device, rc); /* st and h copied */
   free(st);
   free(h);
   return rc;
