@@ -378,6 +378,18 @@ static void parity(const char *what, int kind, const void *o, unsigned mask) {
  * the legacy stream and not waited for (the step's update waits for them
  * on the device: hvd.h, "Device ordering"; the first step's allocations
  * would order them anyway): equal to the host's. */
+/* Every byte of m's device values (grads 0) or gradients (1) set to
+ * byte by a cudaMemsetAsync enqueued on s, not waited for. */
+static void fill_on(model_t *m, int grads, int byte, cudaStream_t s) {
+  for (int i = 0; i < NP; i++) {
+    const hvd_tensor_t *t = grads ? &m->p[i].grad : &m->p[i].value;
+    if (t->device != HVD_CPU)
+      cuda_ok(cudaMemsetAsync(t->data, byte,
+                              (size_t)hvd_tensor_numel(t) * sizeof(float), s),
+              "cudaMemsetAsync");
+  }
+}
+
 /* hvd_optimizer_zero_grad follows "Device ordering" too: gradients that
  * a cudaStreamNonBlocking stream set by hvd_cuda_set_stream is still to
  * write (a cudaMemsetAsync of 0x41 bytes enqueued there) are written
@@ -388,10 +400,7 @@ static void zero_grad_on_stream(model_t *dm, hvd_optimizer_t *od) {
   int good = 1;
   cuda_ok(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking), "stream");
   hvd_cuda_set_stream(us);
-  for (int i = 0; i < NP; i++)
-    cuda_ok(cudaMemsetAsync(dm->p[i].grad.data, 0x41,
-                            (size_t)counts[i] * sizeof(float), us),
-            "cudaMemsetAsync");
+  fill_on(dm, 1, 0x41, us);
   is_int(HVD_SUCCESS, hvd_optimizer_zero_grad(od),
          "zero_grad right after gradients enqueued on the caller's stream");
   hvd_cuda_set_stream(NULL);
@@ -1249,22 +1258,14 @@ static void checkpoint_on_stream(const char *ph, const char *dir, model_t *h,
   snprintf(pz, sizeof pz, "%s/zeros.ckpt", dir);
   cuda_ok(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking), "stream");
   hvd_cuda_set_stream(us);
-  for (int i = 0; i < NP; i++)
-    if (d->p[i].value.device != HVD_CPU)
-      cuda_ok(cudaMemsetAsync(d->p[i].value.data, 0,
-                              hvd_tensor_numel(&d->p[i].value) * 4, us),
-              "cudaMemsetAsync");
+  fill_on(d, 0, 0, us);
   is_int(HVD_SUCCESS, hvd_checkpoint_load(ph, d->p, NP, od, NULL),
          "checkpoint on the caller's stream: a load after a zeroing there");
   cuda_ok(cudaStreamSynchronize(us), "sync");
   check_same("checkpoint on the caller's stream: the file's values, not "
              "the zeros",
              h, d, NULL, NULL);
-  for (int i = 0; i < NP; i++)
-    if (d->p[i].value.device != HVD_CPU)
-      cuda_ok(cudaMemsetAsync(d->p[i].value.data, 0,
-                              hvd_tensor_numel(&d->p[i].value) * 4, us),
-              "cudaMemsetAsync");
+  fill_on(d, 0, 0, us);
   is_int(HVD_SUCCESS, hvd_checkpoint_save(pz, d->p, NP, od, 8),
          "checkpoint on the caller's stream: a save after a zeroing there");
   hvd_cuda_set_stream(NULL);
