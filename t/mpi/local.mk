@@ -36,10 +36,14 @@
 ##               reducescatters into one MPI_Reduce_scatter: dtypes, shapes,
 ##               rows, ops and scaling mixed; new, cached and mixed; grouped
 ##               ones run as one (timeline)
+##  threads      the API from several threads at once: submitters at their
+##               own pace, waits on another thread, errors per thread,
+##               process sets each on a thread, the arena, the timeline,
+##               shutdown with threads waiting
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
 	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy \
 	t/mpi/objects t/mpi/grouped t/mpi/process_sets t/mpi/process_set_split \
-	t/mpi/fused_gather_scatter t/mpi/reproducible
+	t/mpi/fused_gather_scatter t/mpi/reproducible t/mpi/threads
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -62,7 +66,9 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/fused_gather_scatter.np1 t/mpi/fused_gather_scatter.np2 \
 	t/mpi/fused_gather_scatter.np3 t/mpi/fused_gather_scatter.np4 \
 	t/mpi/reproducible.np1 t/mpi/reproducible.np2 \
-	t/mpi/reproducible.np3 t/mpi/reproducible.np4
+	t/mpi/reproducible.np3 t/mpi/reproducible.np4 \
+	t/mpi/threads.np1 t/mpi/threads.np2 t/mpi/threads.np3 \
+	t/mpi/threads.np4
 
 ## Errors and the lifecycle:
 ##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks
