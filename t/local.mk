@@ -120,3 +120,30 @@ include t/gpu/local.mk
 include t/standin/local.mk
 include t/fuzz/local.mk
 include t/soak/local.mk
+
+## ThreadSanitizer: in a build configured with --enable-sanitizer=thread,
+## `make check-tsan` runs the tests that drive hvd from several threads
+## at once (the engines of the world and of process sets, user threads,
+## hvd_state's background writer, the stand-in's streams) with
+## t/tsan.supp, which suppresses Open MPI alone; any report fails its
+## test (the program exits 66). CI runs it in build-tsan/ (.ci/run). The
+## whole of make check under the same TSAN_OPTIONS takes about 25 minutes
+## on 2 cores, too long for CI (README, "Other targets").
+TSAN_TESTS = t/mpi/threads.np1 t/mpi/threads.np2 t/mpi/threads.np3 \
+	t/mpi/threads.np4 t/mpi/collectives.np2 t/mpi/order.np3 \
+	t/mpi/fusion.np3 t/mpi/host_mem.np3 t/mpi/zero_copy.np2 \
+	t/mpi/grouped.np2 t/mpi/join.np3 t/mpi/reproducible.np4 \
+	t/mpi/process_sets.np3 t/mpi/process_set_split.np4 \
+	t/mpi/shutdown.np3 t/mpi/state.np2 t/mpi/state.np4 \
+	t/standin/collectives.np2 t/standin/flight.np2 t/standin/optim.np2 \
+	t/unit/host_mem.t
+EXTRA_DIST += t/tsan.supp
+check-tsan:
+	@case '$(HVD_SANITIZER_CFLAGS)' in *sanitize=thread*) ;; \
+	  *) echo "check-tsan: not a ThreadSanitizer build" \
+	    "(./configure --enable-sanitizer=thread)" >&2; exit 1 ;; esac
+	TSAN_OPTIONS='suppressions=$(abs_top_srcdir)/t/tsan.supp exitcode=66 history_size=7 ignore_noninstrumented_modules=1' \
+	  HVD_TEST_TIMEOUT=600 $(MAKE) $(AM_MAKEFLAGS) check TESTS='$(TSAN_TESTS)'
+print-tsan-tests:
+	@echo $(TSAN_TESTS)
+.PHONY: check-tsan print-tsan-tests

@@ -22,7 +22,7 @@
  *     message.
  * The checks run on the main thread (tap is single-threaded): each
  * thread counts its failures and keeps the first one's description.
- * ThreadSanitizer runs it too (doc/testing.md).
+ * make check-tsan runs it under ThreadSanitizer (t/local.mk).
  */
 #include <mpi.h>
 #include <pthread.h>
