@@ -1,15 +1,18 @@
 ## t/soak/local.mk - the soak (t/soak/soak.c): `make check-soak`, not part
 ## of make check; CI runs it after the suite (.ci/run), and its LeakSanitizer
-## run (t/soak/leaks.sh) in build-asan/.
-##   make check-soak                         the two tests below
+## run (t/soak/leaks.sh) in build-asan/ and its ThreadSanitizer run
+## (t/soak/races.sh) in build-tsan/.
+##   make check-soak                         the tests below
 ##   make check-soak HVD_SOAK_OPS=5000       a shorter soak
 ##   make check-soak SOAK_TESTS=t/soak/leaks.sh
 ##  soak.sh   100000 collectives at np 4 (t/soak/soak.c says what)
 ##  leaks.sh  2000 of them under LeakSanitizer (sanitizer builds only)
+##  races.sh  3000 of them under ThreadSanitizer (thread builds only)
 
 check_PROGRAMS += t/soak/soak
-EXTRA_DIST += t/soak/soak.sh t/soak/leaks.sh t/soak/lsan.supp
-SOAK_TESTS = t/soak/soak.sh t/soak/leaks.sh
+EXTRA_DIST += t/soak/soak.sh t/soak/leaks.sh t/soak/races.sh \
+	t/soak/lsan.supp
+SOAK_TESTS = t/soak/soak.sh t/soak/leaks.sh t/soak/races.sh
 check-soak:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(SOAK_TESTS)'
 .PHONY: check-soak
@@ -17,4 +20,4 @@ check-soak:
 ## left in the source tree, a VPATH build's make would take them for its
 ## own (up to date) and never run the tests.
 CLEANFILES += t/soak/soak.log t/soak/soak.trs t/soak/leaks.log \
-	t/soak/leaks.trs
+	t/soak/leaks.trs t/soak/races.log t/soak/races.trs
