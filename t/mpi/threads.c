@@ -16,7 +16,8 @@
  *   - the arena: threads allocate and free hvd_alloc_host blocks of
  *     different sizes and reduce them (the zero-copy path);
  *   - the timeline: threads mark and count while reducing; every event
- *     is in the file, which is valid JSON;
+ *     is in the file, which is valid JSON; started and stopped 6 times
+ *     while threads mark without a pause, every file whole;
  *   - shutdown (2+ ranks): threads waiting on collectives that can never
  *     complete are ended with HVD_ERR_SHUTDOWN and the shutdown's
  *     message.
@@ -28,6 +29,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -658,6 +660,58 @@ static void test_timeline(void) {
   hvdt_remove_tmpdir(dir);
 }
 
+/* Marks without a pause until *stop (an atomic flag). */
+static void *churn_main(void *arg) {
+  atomic_int *stop = arg;
+  for (long i = 0; !atomic_load(stop); i++) {
+    hvd_timeline_mark("churn");
+    hvd_timeline_counter("churn.count", (double)i);
+  }
+  return NULL;
+}
+
+/* hvd_timeline_start and stop, 6 files in turn, while 4 threads mark
+ * and count: every file is whole JSON. */
+static void test_timeline_churn(void) {
+  char dir[256], path[6][300];
+  atomic_int stop = 0;
+  pthread_t th[THREADS];
+  hvdt_shared_tmpdir(dir, sizeof dir, "hvd-threads-churn");
+  for (int k = 0; k < THREADS; k++)
+    if (pthread_create(&th[k], NULL, churn_main, &stop) != 0)
+      bail("pthread_create failed");
+  int started = 0, stopped = 0;
+  for (int f = 0; f < 6; f++) {
+    snprintf(path[f], sizeof path[f], "%s/churn%d.json", dir, f);
+    started += hvd_timeline_start(path[f]) == HVD_SUCCESS;
+    hvdt_allreduce_works(NULL, HVD_INT32, 3, "churn: file %d: an allreduce", f);
+    stopped += hvd_timeline_stop() == HVD_SUCCESS;
+  }
+  atomic_store(&stop, 1);
+  for (int k = 0; k < THREADS; k++)
+    pthread_join(th[k], NULL);
+  is_int(6, started, "churn: 6 hvd_timeline_start while 4 threads mark");
+  is_int(6, stopped, "churn: ... and 6 hvd_timeline_stop");
+  int whole = 6, marked = 6;
+  if (rank == 0)
+    for (int f = 0; f < 6; f++) {
+      char *text = hvdt_slurp(path[f]);
+      int n = 0;
+      struct hvdt_event *ev = text ? hvdt_timeline_parse(text, &n) : NULL;
+      size_t len = text ? strlen(text) : 0; /* closed: "...]\n" */
+      if (ev == NULL || len < 2 || text[len - 2] != ']') {
+        whole--;
+        tap_note("%s is not a closed JSON array", path[f]);
+      }
+      marked -= ev == NULL || count_events(ev, n, "churn", "i") == 0;
+      free(ev);
+      free(text);
+    }
+  is_int(6, whole, "churn: each file is a closed JSON array");
+  is_int(6, marked, "churn: ... with marks in it");
+  hvdt_remove_tmpdir(dir);
+}
+
 /* ---- Shutdown while threads wait ---- */
 
 struct waiter {
@@ -737,6 +791,7 @@ int main(int argc, char **argv) {
   test_sets();
   test_arena();
   test_timeline();
+  test_timeline_churn();
   if (size > 1) {
     test_shutdown();
   } else { /* one rank is every rank: its collectives all complete */
