@@ -15,6 +15,17 @@
  *    buffers (and the name) until the request completes. send == recv
  *    (same data pointer) means in place.
  *  - Every function here is thread-safe unless its comment says otherwise.
+ *  - A child made by fork() after hvd_init (a data-loader worker, a
+ *    helper that does not exec) has none of hvd's threads, and MPI and
+ *    NCCL are its parent's. In it the topology queries still answer the
+ *    parent's rank and size and hvd_is_initialized() is 0; every call that
+ *    communicates or waits on hvd (collectives, hvd_wait and hvd_test,
+ *    process sets, the optimizer's reductions, checkpoints, the timeline)
+ *    fails at once with HVD_ERR_NOT_INITIALIZED, "hvd_allreduce: this
+ *    process (pid C) was forked from rank R (pid P) after hvd_init; ...";
+ *    hvd_init is HVD_ERR_UNSUPPORTED; hvd_shutdown and its exit leave MPI
+ *    and the parent's files alone; hvd_alloc_host gives it private blocks
+ *    and hvd_free_host of its parent's block leaves the parent's data.
  *
  * This header compiles without MPI or CUDA installed.
  */

@@ -28,6 +28,9 @@ static struct {
   volatile sig_atomic_t ended; /* the state has left running */
   char when[32];               /* "time S.U\n" of that moment */
   int hooked;                  /* hvd__end_record_init's on_exit */
+  long pid;                    /* this process's: a child forked from it
+                                  has the same fields, and must not speak
+                                  for the rank */
 } rec;
 
 static const int signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT,
@@ -125,9 +128,12 @@ static void write_state(const char *kind, const char *what, long long n) {
 
 /* ---- the ends ----------------------------------------------------------- */
 
+/* The record is this process's to write: on, and not a forked child's. */
+static int mine(void) { return rec.on && rec.pid == (long)getpid(); }
+
 static void on_exit_status(int status, void *arg) {
   (void)arg;
-  if (!rec.on || rec.ended)
+  if (!mine() || rec.ended)
     return; /* the first end said it (an exit after a handled signal
                rewrites nothing: the signal's record stays) */
   stamp();
@@ -139,7 +145,7 @@ static void on_exit_status(int status, void *arg) {
  * a rank may never get to record the SIGTERM; the SIGCONT, a second
  * ahead, says "stopping" (not an end: a later one replaces it). */
 static void on_cont(const siginfo_t *si) {
-  if (rec.on && !rec.ended && si != NULL && si->si_code <= 0 &&
+  if (mine() && !rec.ended && si != NULL && si->si_code <= 0 &&
       si->si_pid == getppid()) {
     char s[64];
     text_t t = {s, 0, sizeof s};
@@ -157,7 +163,7 @@ static void on_signal(int sig, siginfo_t *si, void *ctx) {
     k++;
   if (sig == SIGCONT) {
     on_cont(si);
-  } else if (rec.on && !rec.ended) {
+  } else if (mine() && !rec.ended) {
     char s[128];
     text_t t = {s, 0, sizeof s};
     put(&t, "state signal\nsignal ");
@@ -245,6 +251,7 @@ __attribute__((constructor)) static void end_record_load(void) {
   free(s);
   if (taken(rec.path))
     return;
+  rec.pid = (long)getpid();
   rec.on = 1;
   write_state("running", NULL, 0);
   on_exit(on_exit_status, NULL);
@@ -266,7 +273,7 @@ void hvd__end_record_init(void) {
 }
 
 void hvd__end_record_error(const char *reason) {
-  if (!rec.on)
+  if (!mine())
     return;
   char e[sizeof rec.error];
   text_t t = {e, 0, sizeof e};
@@ -282,7 +289,7 @@ void hvd__end_record_error(const char *reason) {
 }
 
 void hvd__end_record_abort(int code) {
-  if (!rec.on)
+  if (!mine())
     return;
   stamp(); /* the exit's moment, if it came first */
   write_state("aborted", "status", code);

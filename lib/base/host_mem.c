@@ -61,9 +61,19 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static block_t *blocks;
 static size_t nblocks, cap;
 
+/* mu is held across fork(), so that a child never starts with it taken
+ * by a thread it does not have. */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_lock(void) { pthread_mutex_lock(&mu); }
+static void fork_unlock(void) { pthread_mutex_unlock(&mu); }
+static void fork_safe(void) {
+  (void)pthread_atfork(fork_lock, fork_unlock, fork_unlock);
+}
+
 /* The arena: made on first use; state 1 ready, -1 none (for good). */
 static struct {
   int state;
+  long pid; /* the process that made it */
   int fd;
   char *base;
   range_t *free; /* sorted by offset, never adjacent */
@@ -175,6 +185,7 @@ static int arena_ready(void) {
   arena.nfree = 1;
   arena.fd = fd;
   arena.base = at;
+  arena.pid = (long)getpid();
   arena.state = 1;
   return 1;
 }
@@ -239,12 +250,19 @@ static int arena_give(uint64_t off, uint64_t len) {
   return 1;
 }
 
+/* Whether the arena is this process's: a child forked from the process
+ * that made it shares its pages (MAP_SHARED) but has a copy of its free
+ * list, so that a block both took, or a hole one punched, would be the
+ * other's too. The child's blocks are private; its frees of the parent's
+ * blocks touch nothing. With mu held. */
+static int arena_ours(void) { return arena.pid == (long)getpid(); }
+
 /* A block of the arena, or NULL (no arena, or full). */
 static void *arena_alloc(size_t bytes, size_t *len) {
   void *p = NULL;
   *len = page_round(bytes > 0 ? bytes : 1);
   pthread_mutex_lock(&mu);
-  if (arena_ready()) {
+  if (arena_ready() && arena_ours()) {
     uint64_t off = arena_take(*len, *len >= HUGE_PAGE ? HUGE_PAGE : SMALL_PAGE);
     if (off != UINT64_MAX)
       p = arena.base + off;
@@ -320,8 +338,13 @@ static void *private_alloc(size_t bytes, size_t *len, int *kind) {
 }
 
 static void release(const block_t *b) {
-  if (b->kind == IN_ARENA)
+  pthread_mutex_lock(&mu);
+  int ours = arena_ours();
+  pthread_mutex_unlock(&mu);
+  if (b->kind == IN_ARENA && ours)
     arena_free(b->p, b->len);
+  else if (b->kind == IN_ARENA)
+    return; /* the parent's block (and pages), in a forked child */
   else if (b->kind == MAPPED)
     munmap(b->p, b->len);
   else
@@ -330,6 +353,7 @@ static void release(const block_t *b) {
 
 void *hvd_alloc_host(size_t bytes) {
   block_t b = {NULL, 0, IN_ARENA};
+  pthread_once(&fork_once, fork_safe);
   if (bytes > SIZE_MAX - 2 * HUGE_PAGE) {
     hvd__set_error(HVD_ERR_NO_MEMORY, "hvd_alloc_host: %zu bytes", bytes);
     return NULL;

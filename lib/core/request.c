@@ -10,6 +10,7 @@
 
 #include "base/device.h"
 #include "base/errors.h"
+#include "base/forked.h"
 #include "core/runtime.h"
 
 /* One completion lock and condition for every request: requests outlive
@@ -98,6 +99,8 @@ static hvd_result_t finish(hvd_request_t *r) {
 }
 
 hvd_result_t hvd_wait(hvd_request_t *req) {
+  if (hvd__forked()) /* the engine that would complete req is the parent's */
+    return hvd__not_initialized("hvd_wait");
   if (req == NULL) {
     if (!hvd_is_initialized())
       return hvd__set_error(HVD_ERR_NOT_INITIALIZED,
@@ -128,6 +131,8 @@ static void wait_launched(hvd_request_t *req) {
 }
 
 hvd_result_t hvd_cuda_stream_wait(hvd_request_t *req, void *stream) {
+  if (hvd__forked())
+    return hvd__not_initialized("hvd_cuda_stream_wait");
   if (req == NULL) {
     if (!hvd_is_initialized())
       return hvd__set_error(HVD_ERR_NOT_INITIALIZED,
@@ -164,6 +169,11 @@ hvd_result_t hvd_cuda_stream_wait(hvd_request_t *req, void *stream) {
 }
 
 hvd_result_t hvd_test(hvd_request_t *req, int *done) {
+  if (hvd__forked()) {
+    if (done != NULL)
+      *done = 0;
+    return hvd__not_initialized("hvd_test");
+  }
   if (req == NULL || done == NULL) {
     if (done != NULL)
       *done = 0;

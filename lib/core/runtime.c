@@ -17,10 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/device.h"
 #include "base/end_record.h"
 #include "base/errors.h"
+#include "base/forked.h"
 #include "base/log.h"
 #include "base/settings.h"
 #include "hvd_mpi.h"
@@ -57,11 +59,17 @@ struct hvd_process_set {
 
 static void free_comm(MPI_Comm *c);
 
-hvd__engine_t *hvd__runtime_engine(void) {
-  return atomic_load(&g.initialized) ? g.engine : NULL;
+/* hvd runs in this process: initialised, and not a child forked since
+ * (base/forked.h), which has a copy of g but none of its threads. */
+static int running(void) {
+  return atomic_load(&g.initialized) && !hvd__forked();
 }
 
+hvd__engine_t *hvd__runtime_engine(void) { return running() ? g.engine : NULL; }
+
 hvd_result_t hvd__runtime_submit(const char *fn, hvd_request_t *r) {
+  if (hvd__forked()) /* before the lock, which a parent thread may hold */
+    return hvd__not_initialized(fn);
   pthread_rwlock_rdlock(&g.rw);
   hvd_result_t rc = atomic_load(&g.initialized)
                         ? hvd__engine_submit(g.engine, r)
@@ -72,6 +80,8 @@ hvd_result_t hvd__runtime_submit(const char *fn, hvd_request_t *r) {
 
 hvd_result_t hvd__runtime_submit_many(const char *fn, hvd_request_t *const *rs,
                                       int n) {
+  if (hvd__forked())
+    return hvd__not_initialized(fn);
   pthread_rwlock_rdlock(&g.rw);
   hvd_result_t rc = atomic_load(&g.initialized)
                         ? hvd__engine_submit_many(g.engine, rs, n)
@@ -84,7 +94,7 @@ hvd_result_t hvd__runtime_submit_many(const char *fn, hvd_request_t *const *rs,
  * "<kind> '<name>': ..." set. */
 static hvd_result_t set_usable(const char *fn, const char *kind,
                                const char *name, const hvd_process_set_t *ps) {
-  if (!atomic_load(&g.initialized))
+  if (!running())
     return hvd__not_initialized(fn);
   if (ps->stopped || (ps->rank >= 0 && ps->engine == NULL))
     return hvd__set_error(HVD_ERR_INVALID_ARG,
@@ -108,6 +118,8 @@ static hvd_result_t set_usable(const char *fn, const char *kind,
 hvd_result_t hvd__runtime_set_check(const char *fn, const char *kind,
                                     const char *name,
                                     const hvd_process_set_t *ps) {
+  if (hvd__forked())
+    return hvd__not_initialized(fn);
   pthread_rwlock_rdlock(&g.rw);
   hvd_result_t rc = set_usable(fn, kind, name, ps);
   pthread_rwlock_unlock(&g.rw);
@@ -118,6 +130,8 @@ hvd_result_t hvd__runtime_submit_set(const char *fn, const char *kind,
                                      const char *name,
                                      const hvd_process_set_t *ps,
                                      hvd_request_t *const *rs, int n) {
+  if (hvd__forked())
+    return hvd__not_initialized(fn);
   pthread_rwlock_rdlock(&g.rw);
   hvd_result_t rc = set_usable(fn, kind, name, ps);
   if (rc == HVD_SUCCESS)
@@ -136,6 +150,8 @@ static hvd_result_t timeline_cmd(const char *fn, int cmd, const char *path) {
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: path is longer than %d characters", fn,
                           HVD__PATH_MAX - 1);
+  if (hvd__forked())
+    return hvd__not_initialized(fn);
   pthread_rwlock_rdlock(&g.rw);
   hvd_result_t rc = atomic_load(&g.initialized)
                         ? hvd__engine_timeline(g.engine, cmd, path)
@@ -151,8 +167,8 @@ hvd_result_t hvd_timeline_start(const char *path) {
 hvd_result_t hvd_timeline_stop(void) { return timeline_cmd(__func__, 2, NULL); }
 
 static void timeline_mark(const char *name, int counter, double value) {
-  if (name == NULL || name[0] == '\0')
-    return;
+  if (name == NULL || name[0] == '\0' || hvd__forked())
+    return; /* a forked child's marks would go into the parent's file */
   pthread_rwlock_rdlock(&g.rw);
   if (atomic_load(&g.initialized))
     hvd__engine_timeline_mark(g.engine, name, counter, value);
@@ -177,6 +193,8 @@ hvd_result_t hvd_gpu_timing(hvd_gpu_timing_t *out, int reset) {
                         fn);
 #else
   hvd_result_t rc = HVD_SUCCESS;
+  if (hvd__forked())
+    return hvd__not_initialized(fn);
   pthread_rwlock_rdlock(&g.rw);
   if (!atomic_load(&g.initialized))
     rc = hvd__not_initialized(fn);
@@ -458,6 +476,8 @@ static hvd_result_t set_create_locked(const char *fn, const int *ranks, int n,
 hvd_result_t hvd_process_set_create(const int *ranks, int n,
                                     hvd_process_set_t **out) {
   static const char fn[] = "hvd_process_set_create";
+  if (hvd__forked())
+    return hvd__not_initialized(fn);
   pthread_mutex_lock(&g.mu);
   hvd_result_t rc = atomic_load(&g.initialized)
                         ? set_create_locked(fn, ranks, n, out)
@@ -481,6 +501,8 @@ static hvd_result_t split_locked(const char *fn, int color,
 }
 
 hvd_result_t hvd_process_set_split(int color, hvd_process_set_t **out) {
+  if (hvd__forked())
+    return hvd__not_initialized("hvd_process_set_split");
   pthread_mutex_lock(&g.mu);
   hvd_result_t rc = split_locked("hvd_process_set_split", color, out);
   pthread_mutex_unlock(&g.mu);
@@ -488,6 +510,8 @@ hvd_result_t hvd_process_set_split(int color, hvd_process_set_t **out) {
 }
 
 hvd_result_t hvd_process_set_split_node(hvd_process_set_t **out) {
+  if (hvd__forked())
+    return hvd__not_initialized("hvd_process_set_split_node");
   pthread_mutex_lock(&g.mu);
   hvd_result_t rc = split_locked("hvd_process_set_split_node",
                                  atomic_load(&g.initialized) ? g.node : 0, out);
@@ -498,6 +522,8 @@ hvd_result_t hvd_process_set_split_node(hvd_process_set_t **out) {
 hvd_result_t hvd_process_set_destroy(hvd_process_set_t *ps) {
   if (ps == NULL)
     return HVD_SUCCESS;
+  if (hvd__forked()) /* the set's engine and communicators are the parent's */
+    return hvd__not_initialized("hvd_process_set_destroy");
   pthread_mutex_lock(&g.mu);
   for (hvd_process_set_t **p = &g.sets; *p != NULL; p = &(*p)->next)
     if (*p == ps) {
@@ -513,11 +539,18 @@ hvd_result_t hvd_process_set_destroy(hvd_process_set_t *ps) {
 }
 
 hvd_result_t hvd__not_initialized(const char *fn) {
+  if (hvd__forked())
+    return hvd__set_error(HVD_ERR_NOT_INITIALIZED,
+                          "%s: this process (pid %ld) was forked from rank "
+                          "%d (pid %ld) after hvd_init; hvd's engine, MPI "
+                          "and NCCL stay with that process, so collectives "
+                          "can only be made there",
+                          fn, (long)getpid(), g.rank, hvd__fork_parent());
   return hvd__set_error(HVD_ERR_NOT_INITIALIZED,
                         "%s: hvd_init() has not been called", fn);
 }
 
-int hvd_is_initialized(void) { return atomic_load(&g.initialized); }
+int hvd_is_initialized(void) { return running(); }
 
 int hvd_cuda_device(void) {
   return hvd_is_initialized() ? hvd__cuda_device() : -1;
@@ -772,6 +805,7 @@ fail:
 static hvd_result_t init_locked(MPI_Comm comm) {
   hvd_result_t rc = HVD_SUCCESS;
   double preconnect_ms = -1; /* < 0: not done */
+  hvd__fork_watch();
   g.comm = g.local_comm = g.cross_comm = g.ctl = MPI_COMM_NULL;
   HVD__CHECK(hvd__settings_load(&g.settings));
   hvd__log_threshold = g.settings.log_level;
@@ -825,7 +859,19 @@ fail:
   return rc;
 }
 
+/* hvd_init in a child forked after hvd_init: refused. */
+static hvd_result_t start_in_child(const char *fn) {
+  return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                        "%s: this process (pid %ld) was forked from rank %d "
+                        "(pid %ld) after hvd_init; hvd cannot start again in "
+                        "it (MPI is that process's): fork before hvd_init, "
+                        "or exec a program",
+                        fn, (long)getpid(), g.rank, hvd__fork_parent());
+}
+
 hvd_result_t hvd_init_comm(MPI_Comm comm) {
+  if (hvd__forked())
+    return start_in_child("hvd_init_comm");
   int up = 0, down = 0;
   MPI_Initialized(&up);
   MPI_Finalized(&down);
@@ -907,6 +953,8 @@ static int all_arrive(double grace) {
  * make two say it). A normal run, or one where a rank called
  * hvd_shutdown early, finalizes as usual. */
 static void at_exit(void) {
+  if (hvd__forked()) /* MPI is the parent's, to finalise there */
+    return;
   int rank = g.rank;
   double grace = g.settings.exit_grace_s;
   hvd_shutdown();
@@ -938,6 +986,8 @@ static void at_exit(void) {
 
 hvd_result_t hvd_init(void) {
   hvd_result_t rc = HVD_SUCCESS;
+  if (hvd__forked())
+    return start_in_child("hvd_init");
   pthread_mutex_lock(&g.mu);
   if (atomic_load(&g.initialized))
     goto done;
@@ -969,6 +1019,8 @@ done:
 }
 
 hvd_result_t hvd_shutdown(void) {
+  if (hvd__forked()) /* nothing of hvd runs here: the parent's to stop */
+    return HVD_SUCCESS;
   pthread_mutex_lock(&g.mu);
   if (atomic_load(&g.initialized)) {
     pthread_rwlock_wrlock(&g.rw); /* no submission is half done */

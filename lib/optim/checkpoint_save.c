@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/errors.h"
+#include "base/forked.h"
 #include "base/tensor.h"
 #include "core/api.h"
 #include "optim/checkpoint_int.h"
@@ -532,12 +533,17 @@ static void *writer_main(void *arg) {
   return NULL;
 }
 
-/* Rank 0's write ended: the thread joined (under inflight_mu). */
-static void join_locked(hvd_checkpoint_request_t *q) {
+/* Rank 0's write ended: the thread joined (under inflight_mu). 0 in a
+ * child forked since, which has no writer thread to join (the parent
+ * finishes the file). */
+static int join_locked(hvd_checkpoint_request_t *q) {
+  if (q->running && hvd__forked())
+    return 0;
   if (q->running) {
     pthread_join(q->thread, NULL);
     q->running = 0;
   }
+  return 1;
 }
 
 /* A process that ends with a save in flight finishes the file first. */
@@ -656,11 +662,12 @@ hvd_result_t hvd__checkpoint_save_async_ex(const char *fn, const char *path,
  * result, with its message. */
 static hvd_result_t wait_here(hvd_checkpoint_request_t *req) {
   pthread_mutex_lock(&inflight_mu);
-  join_locked(req);
+  int joined = join_locked(req);
   if (inflight == req)
     inflight = NULL;
   pthread_mutex_unlock(&inflight_mu);
-  hvd_result_t rc = req->rc != HVD_SUCCESS
+  hvd_result_t rc = !joined ? hvd__not_initialized("hvd_checkpoint_wait")
+                    : req->rc != HVD_SUCCESS
                         ? hvd__set_error_msg(req->rc, req->msg)
                         : HVD_SUCCESS;
   free(req->path);
@@ -671,6 +678,8 @@ static hvd_result_t wait_here(hvd_checkpoint_request_t *req) {
 hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req) {
   if (req == NULL)
     return HVD_SUCCESS;
+  if (hvd__forked()) /* the save (and rank 0's writer) are the parent's */
+    return hvd__not_initialized("hvd_checkpoint_wait");
   hvd_result_t rc = wait_here(req);
   if (hvd_is_initialized()) /* every rank gets rank 0's result */
     rc = hvd__ckpt_agree("save.wait", rc);
