@@ -158,7 +158,10 @@ typedef struct hvd_request hvd_request_t;
  * hvd_init() works; but if hvd stopped on a failure (a stall: some rank
  * may never come), the process ends the job with MPI_Abort(MPI_COMM_WORLD,
  * the failure's code) instead of waiting in MPI_Finalize (doc/errors.md).
- * hvd works on a duplicate of MPI_COMM_WORLD. */
+ * hvd works on a duplicate of MPI_COMM_WORLD. MPI that the program
+ * initialised itself must run at MPI_THREAD_MULTIPLE (hvd's engine calls
+ * it from its own thread): below it, HVD_ERR_UNSUPPORTED, "hvd_init: MPI
+ * was initialised at MPI_THREAD_SINGLE (MPI_Query_thread); ...". */
 hvd_result_t hvd_init(void);
 
 /* Stop the engine (collective in spirit: the first rank to call it stops

@@ -14,7 +14,8 @@ extern "C" {
 
 /* Like hvd_init(), but over the ranks of comm (collective over comm). hvd
  * duplicates comm and never uses the caller's handle afterwards; the
- * caller keeps ownership of comm. MPI must already be initialised. */
+ * caller keeps ownership of comm. MPI must already be initialised, at
+ * MPI_THREAD_MULTIPLE (else HVD_ERR_UNSUPPORTED, as for hvd_init). */
 hvd_result_t hvd_init_comm(MPI_Comm comm);
 
 #ifdef __cplusplus

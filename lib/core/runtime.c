@@ -859,6 +859,41 @@ fail:
   return rc;
 }
 
+/* hvd's engine calls MPI from a thread of its own while the program's
+ * threads (and hvd's calls on them) may call it too: MPI must run at
+ * MPI_THREAD_MULTIPLE, or its calls race inside it. `ours`: hvd_init
+ * asked MPI_Init_thread for it. */
+static hvd_result_t thread_level(const char *fn, int ours) {
+  static const char *const names[] = {
+      "MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED", "MPI_THREAD_SERIALIZED"};
+  int level = MPI_THREAD_SINGLE;
+  int mrc = MPI_Query_thread(&level);
+  if (mrc != MPI_SUCCESS)
+    return hvd__mpi_error(mrc, "MPI_Query_thread");
+  if (level >= MPI_THREAD_MULTIPLE)
+    return HVD_SUCCESS;
+  const char *name = level == MPI_THREAD_FUNNELED     ? names[1]
+                     : level == MPI_THREAD_SERIALIZED ? names[2]
+                                                      : names[0];
+  if (ours)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "%s: this MPI gives %s at most (MPI_Init_thread "
+                          "asked for MPI_THREAD_MULTIPLE); hvd's engine "
+                          "calls MPI from a thread of its own, which needs "
+                          "MPI_THREAD_MULTIPLE: use an MPI built with thread "
+                          "support",
+                          fn, name);
+  return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                        "%s: MPI was initialised at %s (MPI_Query_thread); "
+                        "hvd's engine calls MPI from a thread of its own "
+                        "beside the program's, which needs "
+                        "MPI_THREAD_MULTIPLE: initialise MPI with "
+                        "MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, "
+                        "&provided) instead of MPI_Init, or leave it to "
+                        "hvd_init",
+                        fn, name);
+}
+
 /* hvd_init in a child forked after hvd_init: refused. */
 static hvd_result_t start_in_child(const char *fn) {
   return hvd__set_error(HVD_ERR_UNSUPPORTED,
@@ -881,8 +916,10 @@ hvd_result_t hvd_init_comm(MPI_Comm comm) {
                           "use hvd_init()",
                           down ? "finalized" : "not initialized");
   pthread_mutex_lock(&g.mu);
-  hvd_result_t rc =
-      atomic_load(&g.initialized) ? HVD_SUCCESS : init_locked(comm);
+  hvd_result_t rc = HVD_SUCCESS;
+  if (!atomic_load(&g.initialized) &&
+      (rc = thread_level("hvd_init_comm", 0)) == HVD_SUCCESS)
+    rc = init_locked(comm);
   pthread_mutex_unlock(&g.mu);
   return rc;
 }
@@ -1011,6 +1048,8 @@ hvd_result_t hvd_init(void) {
     if (!g.atexit_registered && atexit(at_exit) == 0)
       g.atexit_registered = 1;
   }
+  if ((rc = thread_level("hvd_init", g.owns_mpi)) != HVD_SUCCESS)
+    goto done;
   hvd__end_record_init(); /* after at_exit: its record comes first */
   rc = init_locked(MPI_COMM_WORLD);
 done:

@@ -44,10 +44,14 @@
 ##               that communicates fails at once naming the fork, its exit
 ##               leaves MPI and the rank's end record alone (fork.sh: with
 ##               HVD_END_DIR), the parent's arena and timeline untouched
+##  thread_level MPI initialised by the program below MPI_THREAD_MULTIPLE:
+##               hvd_init and hvd_init_comm refuse, naming the level
+##               (thread_level.sh)
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
 	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy \
 	t/mpi/objects t/mpi/grouped t/mpi/process_sets t/mpi/process_set_split \
-	t/mpi/fused_gather_scatter t/mpi/reproducible t/mpi/threads t/mpi/fork
+	t/mpi/fused_gather_scatter t/mpi/reproducible t/mpi/threads t/mpi/fork \
+	t/mpi/thread_level
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -73,7 +77,7 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/reproducible.np3 t/mpi/reproducible.np4 \
 	t/mpi/threads.np1 t/mpi/threads.np2 t/mpi/threads.np3 \
 	t/mpi/threads.np4 t/mpi/fork.np1 t/mpi/fork.np2 t/mpi/fork.np3
-TESTS_SH += t/mpi/fork.sh
+TESTS_SH += t/mpi/fork.sh t/mpi/thread_level.sh
 
 ## Errors and the lifecycle:
 ##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks

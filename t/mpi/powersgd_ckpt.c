@@ -358,8 +358,9 @@ static int cross(const char *mode, const char *path) {
 
 int main(int argc, char **argv) {
   char dir[256];
-  if (argc == 3) {
-    MPI_Init(&argc, &argv);
+  if (argc == 3) { /* MPI the program's own, as hvd needs it */
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (hvd_init() != HVD_SUCCESS)
