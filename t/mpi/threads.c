@@ -660,34 +660,51 @@ static void test_timeline(void) {
   hvdt_remove_tmpdir(dir);
 }
 
-/* Marks without a pause until *stop (an atomic flag). */
+/* The churning threads' flag and count of marks made. */
+struct churn {
+  atomic_int stop;
+  atomic_long marks;
+};
+
+/* Marks without a pause until c->stop. */
 static void *churn_main(void *arg) {
-  atomic_int *stop = arg;
-  for (long i = 0; !atomic_load(stop); i++) {
+  struct churn *c = arg;
+  for (long i = 0; !atomic_load(&c->stop); i++) {
     hvd_timeline_mark("churn");
     hvd_timeline_counter("churn.count", (double)i);
+    atomic_fetch_add(&c->marks, 1);
   }
   return NULL;
 }
 
+/* Until more than THREADS marks were made after this call began (so at
+ * least one whole call began after it), at most 30 s. */
+static void marks_land(struct churn *c) {
+  long from = atomic_load(&c->marks);
+  for (int k = 0; k < 30000 && atomic_load(&c->marks) <= from + THREADS; k++)
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+}
+
 /* hvd_timeline_start and stop, 6 files in turn, while 4 threads mark
- * and count: every file is whole JSON. */
+ * and count: every file is whole JSON, with marks in it. */
 static void test_timeline_churn(void) {
   char dir[256], path[6][300];
-  atomic_int stop = 0;
+  static struct churn c;
   pthread_t th[THREADS];
+  atomic_store(&c.stop, 0);
   hvdt_shared_tmpdir(dir, sizeof dir, "hvd-threads-churn");
   for (int k = 0; k < THREADS; k++)
-    if (pthread_create(&th[k], NULL, churn_main, &stop) != 0)
+    if (pthread_create(&th[k], NULL, churn_main, &c) != 0)
       bail("pthread_create failed");
   int started = 0, stopped = 0;
   for (int f = 0; f < 6; f++) {
     snprintf(path[f], sizeof path[f], "%s/churn%d.json", dir, f);
     started += hvd_timeline_start(path[f]) == HVD_SUCCESS;
     hvdt_allreduce_works(NULL, HVD_INT32, 3, "churn: file %d: an allreduce", f);
+    marks_land(&c);
     stopped += hvd_timeline_stop() == HVD_SUCCESS;
   }
-  atomic_store(&stop, 1);
+  atomic_store(&c.stop, 1);
   for (int k = 0; k < THREADS; k++)
     pthread_join(th[k], NULL);
   is_int(6, started, "churn: 6 hvd_timeline_start while 4 threads mark");
