@@ -68,14 +68,18 @@ static int failed(struct seen *s, hvd_result_t rc, const char *call) {
   return 1;
 }
 
-/* One check on the main thread per thread: none failed. */
-static void report(struct seen *s, int n, const char *what) {
+/* One check on the main thread that none of n threads failed: thread k
+ * saw *(first + k * stride bytes), a struct seen in each one's record. */
+static void report(const struct seen *first, size_t stride, int n,
+                   const char *what) {
   int failures = 0;
   for (int k = 0; k < n; k++) {
-    failures += s[k].failures;
-    if (s[k].failures > 0)
-      tap_note("thread %d: %d failures, the first: %s", k, s[k].failures,
-               s[k].first);
+    const struct seen *s =
+        (const struct seen *)((const char *)first + (size_t)k * stride);
+    failures += s->failures;
+    if (s->failures > 0)
+      tap_note("thread %d: %d failures, the first: %s", k, s->failures,
+               s->first);
   }
   is_int(0, failures, "%s", what);
 }
@@ -98,17 +102,28 @@ static void run_threads(int n, void *(*fn)(void *), void *args, size_t each) {
     pthread_join(th[k], NULL);
 }
 
-/* ---- Submitters ---- */
-
-struct submitter {
+/* A thread of THREADS that each run fn(k): what it saw. */
+struct worker {
   int k;
   struct seen seen;
 };
 
+/* Runs fn on THREADS workers, then one check that none failed. */
+static void run_workers(void *(*fn)(void *), const char *what) {
+  struct worker t[THREADS];
+  memset(t, 0, sizeof t);
+  for (int k = 0; k < THREADS; k++)
+    t[k].k = k;
+  run_threads(THREADS, fn, t, sizeof t[0]);
+  report(&t[0].seen, sizeof t[0], THREADS, what);
+}
+
+/* ---- Submitters ---- */
+
 #define ROUNDS 40
 
 /* An allreduce of int32 x[j] = 1000 rank + 100 k + j over ranks. */
-static void sub_allreduce(struct submitter *t, int i, int32_t *x, int32_t *y,
+static void sub_allreduce(struct worker *t, int i, int32_t *x, int32_t *y,
                           int64_t n, hvd_request_t **req) {
   char name[64];
   snprintf(name, sizeof name, "sub.t%d.ar%d", t->k, i);
@@ -121,7 +136,7 @@ static void sub_allreduce(struct submitter *t, int i, int32_t *x, int32_t *y,
     *req = NULL;
 }
 
-static void sub_check_allreduce(struct submitter *t, int i, const int32_t *x,
+static void sub_check_allreduce(struct worker *t, int i, const int32_t *x,
                                 const int32_t *y, int64_t n) {
   const int32_t *got = i % 2 ? x : y;
   for (int64_t j = 0; j < n; j++) {
@@ -136,8 +151,8 @@ static void sub_check_allreduce(struct submitter *t, int i, const int32_t *x,
 }
 
 /* Rank q contributes q + 1 rows of 2 doubles, each q * 10 + k + i / 2. */
-static void sub_allgather(struct submitter *t, int i, double *x,
-                          hvd_tensor_t *out, hvd_request_t **req) {
+static void sub_allgather(struct worker *t, int i, double *x, hvd_tensor_t *out,
+                          hvd_request_t **req) {
   char name[64];
   int64_t shape[2] = {rank + 1, 2};
   snprintf(name, sizeof name, "sub.t%d.ag%d", t->k, i);
@@ -148,7 +163,7 @@ static void sub_allgather(struct submitter *t, int i, double *x,
     *req = NULL;
 }
 
-static void sub_check_allgather(struct submitter *t, int i,
+static void sub_check_allgather(struct worker *t, int i,
                                 const hvd_tensor_t *out) {
   int64_t rows = (int64_t)size * (size + 1) / 2, at = 0;
   if (out->ndim != 2 || out->shape[0] != rows || out->shape[1] != 2) {
@@ -168,7 +183,7 @@ static void sub_check_allgather(struct submitter *t, int i,
 }
 
 /* A grouped allreduce of two float32 tensors, every 5th round; blocking. */
-static void sub_grouped(struct submitter *t, int i) {
+static void sub_grouped(struct worker *t, int i) {
   char a[64], b[64];
   float x[2][8], y[2][8];
   int64_t n = 8;
@@ -193,7 +208,7 @@ static void sub_grouped(struct submitter *t, int i) {
 }
 
 static void *submitter_main(void *arg) {
-  struct submitter *t = arg;
+  struct worker *t = arg;
   unsigned seed = 77u * (unsigned)rank + 13u * (unsigned)t->k + 1u;
   int32_t x[64], y[64];
   double gx[16];
@@ -235,18 +250,11 @@ static void *submitter_main(void *arg) {
 }
 
 static void test_submitters(void) {
-  struct submitter t[THREADS];
-  memset(t, 0, sizeof t);
-  for (int k = 0; k < THREADS; k++)
-    t[k].k = k;
-  run_threads(THREADS, submitter_main, t, sizeof t[0]);
-  struct seen s[THREADS];
-  for (int k = 0; k < THREADS; k++)
-    s[k] = t[k].seen;
-  report(s, THREADS,
-         "4 threads x 40 rounds of allreduce, allgather, broadcast (and a "
-         "grouped allreduce every 5th), each thread at its own pace on each "
-         "rank: every result exact");
+  run_workers(
+      submitter_main,
+      "4 threads x 40 rounds of allreduce, allgather, broadcast (and a "
+      "grouped allreduce every 5th), each thread at its own pace on each "
+      "rank: every result exact");
 }
 
 /* ---- Handoff: one thread submits, another waits ---- */
@@ -334,7 +342,7 @@ static void test_handoff(void) {
   pthread_mutex_destroy(&h.mu);
   pthread_cond_destroy(&h.cv);
   struct seen s[2] = {h.producer, h.consumer};
-  report(s, 2,
+  report(s, sizeof s[0], 2,
          "64 allreduces submitted by one thread, waited (odd) or polled "
          "with hvd_test (even) by another: exact sums");
 }
@@ -435,8 +443,7 @@ static void test_errors(void) {
   memset(t, 0, sizeof t);
   t[1].k = 1;
   run_threads(2, errs_main, t, sizeof t[0]);
-  struct seen s[2] = {t[0].seen, t[1].seen};
-  report(s, 2,
+  report(&t[0].seen, sizeof t[0], 2,
          "one thread's 2000 refused calls (a NULL recv; every 8th round a "
          "shape that differs between ranks) each get their own result and "
          "message, while another thread's 40 allreduces succeed with "
@@ -513,10 +520,7 @@ static void test_sets(void) {
     d[n++].member_sum = nfirst * (nfirst + 1) / 2;
   }
   run_threads(n, set_main, d, sizeof d[0]);
-  struct seen s[3];
-  for (int k = 0; k < n; k++)
-    s[k] = d[k].seen;
-  report(s, n,
+  report(&d[0].seen, sizeof d[0], n,
          "the world, a split by parity and a set of the first ranks, each "
          "driven by its own thread under the same names: 30 allreduces "
          "and broadcasts each, exact");
@@ -529,13 +533,8 @@ static void test_sets(void) {
 
 /* ---- The arena from several threads ---- */
 
-struct arena_user {
-  int k;
-  struct seen seen;
-};
-
 static void *arena_main(void *arg) {
-  struct arena_user *t = arg;
+  struct worker *t = arg;
   for (int i = 0; i < 30; i++) {
     int64_t n = 1 + (t->k * 977 + i * 131) % 20000; /* the same everywhere */
     char name[48];
@@ -568,30 +567,17 @@ static void *arena_main(void *arg) {
 }
 
 static void test_arena(void) {
-  struct arena_user t[THREADS];
-  memset(t, 0, sizeof t);
-  for (int k = 0; k < THREADS; k++)
-    t[k].k = k;
-  run_threads(THREADS, arena_main, t, sizeof t[0]);
-  struct seen s[THREADS];
-  for (int k = 0; k < THREADS; k++)
-    s[k] = t[k].seen;
-  report(s, THREADS,
-         "4 threads x 30 hvd_alloc_host blocks (1-20000 floats, in place "
-         "every 3rd) reduced and freed: exact sums");
+  run_workers(arena_main,
+              "4 threads x 30 hvd_alloc_host blocks (1-20000 floats, in place "
+              "every 3rd) reduced and freed: exact sums");
 }
 
 /* ---- The timeline from several threads ---- */
 
 #define MARKS 25
 
-struct marker {
-  int k;
-  struct seen seen;
-};
-
 static void *marker_main(void *arg) {
-  struct marker *t = arg;
+  struct worker *t = arg;
   char mark[32], count[32];
   snprintf(mark, sizeof mark, "mark.t%d", t->k);
   snprintf(count, sizeof count, "count.t%d", t->k);
@@ -623,17 +609,9 @@ static void test_timeline(void) {
   hvdt_shared_tmpdir(dir, sizeof dir, "hvd-threads");
   snprintf(path, sizeof path, "%s/timeline.json", dir);
   is_int(HVD_SUCCESS, hvd_timeline_start(path), "hvd_timeline_start");
-  struct marker t[THREADS];
-  memset(t, 0, sizeof t);
-  for (int k = 0; k < THREADS; k++)
-    t[k].k = k;
-  run_threads(THREADS, marker_main, t, sizeof t[0]);
-  struct seen s[THREADS];
-  for (int k = 0; k < THREADS; k++)
-    s[k] = t[k].seen;
-  report(s, THREADS,
-         "4 threads mark, count and reduce 25 times each with the "
-         "timeline on: exact sums");
+  run_workers(marker_main,
+              "4 threads mark, count and reduce 25 times each with the "
+              "timeline on: exact sums");
   is_int(HVD_SUCCESS, hvd_timeline_stop(), "hvd_timeline_stop");
   int marks = THREADS * MARKS, counters = THREADS * MARKS, n = 0;
   struct hvdt_event *ev = NULL;
@@ -785,10 +763,7 @@ static void test_shutdown(void) {
     pthread_join(th[k], NULL);
   pthread_barrier_destroy(&submitted);
   is_int(HVD_SUCCESS, rc, "hvd_shutdown with 4 threads waiting");
-  struct seen s[THREADS];
-  for (int k = 0; k < THREADS; k++)
-    s[k] = t[k].seen;
-  report(s, THREADS,
+  report(&t[0].seen, sizeof t[0], THREADS,
          "... each thread's wait ends with HVD_ERR_SHUTDOWN, \"allreduce "
          "'never.rR.tK': hvd was shut down by rank Q before this collective "
          "completed\"");

@@ -28,13 +28,6 @@ HVD_SOAK_RSS_SLACK_KIB=off
 export ASAN_OPTIONS LSAN_OPTIONS OMPI_MCA_mca_base_component_disable_dlclose
 export HVD_SOAK_RSS_SLACK_KIB
 
-echo "1..2"
-ops=${HVD_SOAK_LEAK_OPS:-2000}
-hvd_mpirun 4 "$prog" --ops "$ops" --checkpoint-every 250 >"$tmp/out" 2>&1
-rc=$?
-! grep -q '^not ok' "$tmp/out" && grep -q '^ok ' "$tmp/out"
-check $? "$ops collectives at np 4: every check of the soak passes (exit $rc)" ||
-  show "$tmp/out" output
-! grep -q 'LeakSanitizer\|leak of' "$tmp/out" && [ $rc = 0 ]
-check $? "LeakSanitizer reports no leak" || show "$tmp/out" output
-exit $failed
+. "$HVD_TOP_SRCDIR/t/soak/sanitized.sh"
+sanitized_soak "${HVD_SOAK_LEAK_OPS:-2000}" 'LeakSanitizer\|leak of' \
+  "LeakSanitizer reports no leak"

@@ -11,7 +11,7 @@
 
 check_PROGRAMS += t/soak/soak
 EXTRA_DIST += t/soak/soak.sh t/soak/leaks.sh t/soak/races.sh \
-	t/soak/lsan.supp
+	t/soak/sanitized.sh t/soak/lsan.supp
 SOAK_TESTS = t/soak/soak.sh t/soak/leaks.sh t/soak/races.sh
 check-soak:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(SOAK_TESTS)'

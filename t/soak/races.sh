@@ -22,13 +22,6 @@ TSAN_OPTIONS="suppressions=$HVD_TOP_SRCDIR/t/tsan.supp history_size=7 ignore_non
 HVD_SOAK_RSS_SLACK_KIB=off
 export TSAN_OPTIONS HVD_SOAK_RSS_SLACK_KIB
 
-echo "1..2"
-ops=${HVD_SOAK_RACE_OPS:-3000}
-hvd_mpirun 4 "$prog" --ops "$ops" --checkpoint-every 250 >"$tmp/out" 2>&1
-rc=$?
-! grep -q '^not ok' "$tmp/out" && grep -q '^ok ' "$tmp/out"
-check $? "$ops collectives at np 4: every check of the soak passes (exit $rc)" ||
-  show "$tmp/out" output
-! grep -q 'WARNING: ThreadSanitizer' "$tmp/out" && [ $rc = 0 ]
-check $? "ThreadSanitizer reports no race" || show "$tmp/out" output
-exit $failed
+. "$HVD_TOP_SRCDIR/t/soak/sanitized.sh"
+sanitized_soak "${HVD_SOAK_RACE_OPS:-3000}" 'WARNING: ThreadSanitizer' \
+  "ThreadSanitizer reports no race"
