@@ -476,8 +476,11 @@ static hvd_result_t set_create_locked(const char *fn, const int *ranks, int n,
 hvd_result_t hvd_process_set_create(const int *ranks, int n,
                                     hvd_process_set_t **out) {
   static const char fn[] = "hvd_process_set_create";
-  if (hvd__forked())
+  if (hvd__forked()) {
+    if (out != NULL)
+      *out = NULL;
     return hvd__not_initialized(fn);
+  }
   pthread_mutex_lock(&g.mu);
   hvd_result_t rc = atomic_load(&g.initialized)
                         ? set_create_locked(fn, ranks, n, out)
@@ -500,9 +503,16 @@ static hvd_result_t split_locked(const char *fn, int color,
   return rc;
 }
 
+/* A split in a forked child: refused, *out NULL. */
+static hvd_result_t split_in_child(const char *fn, hvd_process_set_t **out) {
+  if (out != NULL)
+    *out = NULL;
+  return hvd__not_initialized(fn);
+}
+
 hvd_result_t hvd_process_set_split(int color, hvd_process_set_t **out) {
   if (hvd__forked())
-    return hvd__not_initialized("hvd_process_set_split");
+    return split_in_child("hvd_process_set_split", out);
   pthread_mutex_lock(&g.mu);
   hvd_result_t rc = split_locked("hvd_process_set_split", color, out);
   pthread_mutex_unlock(&g.mu);
@@ -511,7 +521,7 @@ hvd_result_t hvd_process_set_split(int color, hvd_process_set_t **out) {
 
 hvd_result_t hvd_process_set_split_node(hvd_process_set_t **out) {
   if (hvd__forked())
-    return hvd__not_initialized("hvd_process_set_split_node");
+    return split_in_child("hvd_process_set_split_node", out);
   pthread_mutex_lock(&g.mu);
   hvd_result_t rc = split_locked("hvd_process_set_split_node",
                                  atomic_load(&g.initialized) ? g.node : 0, out);

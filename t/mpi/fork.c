@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,10 +115,17 @@ static void child_calls(const struct inherited *in) {
   if (done != 0)
     child_fail("hvd_test set *done to %d, expected 0", done);
   int ranks[1] = {0};
-  hvd_process_set_t *ps = NULL;
+  hvd_process_set_t *ps = (hvd_process_set_t *)(uintptr_t)1; /* not NULL */
   forked_msg(want, sizeof want, "hvd_process_set_create", in->parent);
   expect(hvd_process_set_create(ranks, 1, &ps), HVD_ERR_NOT_INITIALIZED, want,
          "hvd_process_set_create");
+  hvd_process_set_t *split = ps;
+  forked_msg(want, sizeof want, "hvd_process_set_split", in->parent);
+  expect(hvd_process_set_split(0, &split), HVD_ERR_NOT_INITIALIZED, want,
+         "hvd_process_set_split");
+  rep->checks++;
+  if (ps != NULL || split != NULL)
+    child_fail("a refused process set's *out is not NULL");
   hvd_param_t p = {"w", t, t};
   forked_msg(want, sizeof want, "hvd_broadcast_parameters", in->parent);
   expect(hvd_broadcast_parameters(&p, 1, 0), HVD_ERR_NOT_INITIALIZED, want,
