@@ -167,7 +167,10 @@ hvd_result_t hvd_init(void);
 /* Stop the engine (collective in spirit: the first rank to call it stops
  * the engine on every rank). Requests still in flight on any rank complete
  * with HVD_ERR_SHUTDOWN. Idempotent; returns HVD_SUCCESS if not
- * initialised. */
+ * initialised. A program that initialised MPI itself and calls
+ * MPI_Finalize with hvd still running gets this done first, inside
+ * MPI_Finalize (an attribute of MPI_COMM_SELF, which MPI deletes before
+ * anything else). */
 hvd_result_t hvd_shutdown(void);
 
 /* 1 between a successful hvd_init() and hvd_shutdown(), else 0. */

@@ -812,6 +812,38 @@ fail:
   return rc;
 }
 
+/* MPI_Finalize deletes MPI_COMM_SELF's attributes first, with MPI still
+ * whole: a program that finalises MPI without hvd_shutdown gets hvd shut
+ * down there, instead of its engine calling a finalised MPI (a crash). */
+static int on_finalize(MPI_Comm comm, int keyval, void *value, void *extra) {
+  (void)comm;
+  (void)keyval;
+  (void)value;
+  (void)extra;
+  if (hvd_is_initialized()) {
+    HVD__LOG(HVD__LOG_INFO,
+             "MPI_Finalize with hvd running: hvd_shutdown first");
+    hvd_shutdown();
+  }
+  return MPI_SUCCESS;
+}
+
+/* Once per MPI (setting the attribute again would delete the old one, a
+ * shutdown): on_finalize as MPI_COMM_SELF's attribute. */
+static hvd_result_t hook_finalize(void) {
+  static int hooked;
+  hvd_result_t rc = HVD_SUCCESS;
+  int keyval = MPI_KEYVAL_INVALID;
+  if (hooked)
+    return HVD_SUCCESS;
+  HVD__MPI_CHECK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_finalize,
+                                        &keyval, NULL));
+  HVD__MPI_CHECK(MPI_Comm_set_attr(MPI_COMM_SELF, keyval, NULL));
+  hooked = 1;
+fail:
+  return rc;
+}
+
 static hvd_result_t init_locked(MPI_Comm comm) {
   hvd_result_t rc = HVD_SUCCESS;
   double preconnect_ms = -1; /* < 0: not done */
@@ -821,6 +853,7 @@ static hvd_result_t init_locked(MPI_Comm comm) {
   hvd__log_threshold = g.settings.log_level;
   HVD__MPI_CHECK(MPI_Comm_rank(comm, &g.rank)); /* the same in g.comm */
   hvd__log_set_rank(g.rank);
+  HVD__CHECK(hook_finalize());
   HVD__CHECK(preconnect(comm, &preconnect_ms));
   HVD__MPI_CHECK(MPI_Comm_dup(comm, &g.comm));
   HVD__MPI_CHECK(MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN));

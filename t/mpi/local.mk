@@ -47,11 +47,13 @@
 ##  thread_level MPI initialised by the program below MPI_THREAD_MULTIPLE:
 ##               hvd_init and hvd_init_comm refuse, naming the level
 ##               (thread_level.sh)
+##  finalize     a program that owns MPI ends with MPI_Finalize and no
+##               hvd_shutdown: hvd shuts down inside it, a waiter ends
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
 	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy \
 	t/mpi/objects t/mpi/grouped t/mpi/process_sets t/mpi/process_set_split \
 	t/mpi/fused_gather_scatter t/mpi/reproducible t/mpi/threads t/mpi/fork \
-	t/mpi/thread_level
+	t/mpi/thread_level t/mpi/finalize
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -76,7 +78,8 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/reproducible.np1 t/mpi/reproducible.np2 \
 	t/mpi/reproducible.np3 t/mpi/reproducible.np4 \
 	t/mpi/threads.np1 t/mpi/threads.np2 t/mpi/threads.np3 \
-	t/mpi/threads.np4 t/mpi/fork.np1 t/mpi/fork.np2 t/mpi/fork.np3
+	t/mpi/threads.np4 t/mpi/fork.np1 t/mpi/fork.np2 t/mpi/fork.np3 \
+	t/mpi/finalize.np1 t/mpi/finalize.np2 t/mpi/finalize.np3
 TESTS_SH += t/mpi/fork.sh t/mpi/thread_level.sh
 
 ## Errors and the lifecycle:
