@@ -7,21 +7,10 @@
 # the soak are not.
 
 . "${HVD_TOP_SRCDIR:?run me from make check-soak}/t/util/testlib.sh"
-prog=$HVD_TOP_BUILDDIR/t/soak/soak
-if ! grep -q __tsan_init "$prog" 2>/dev/null; then
-  skip_all "not a ThreadSanitizer build (./configure --enable-sanitizer=thread)"
-fi
-make_tmp soak_races
-HVD_TEST_TIMEOUT=${HVD_TEST_TIMEOUT:-900}
-export HVD_TEST_TIMEOUT
-HVD_MPIRUN_TEST_LIB=1
-. "$HVD_MPIRUN_TEST"
-unset HVD_LOG_LEVEL
-# The resident-memory check is off: TSan's shadow and history grow.
-TSAN_OPTIONS="suppressions=$HVD_TOP_SRCDIR/t/tsan.supp history_size=7 ignore_noninstrumented_modules=1"
-HVD_SOAK_RSS_SLACK_KIB=off
-export TSAN_OPTIONS HVD_SOAK_RSS_SLACK_KIB
-
 . "$HVD_TOP_SRCDIR/t/soak/sanitized.sh"
+sanitized_start __tsan_init "a ThreadSanitizer" thread soak_races
+TSAN_OPTIONS="suppressions=$HVD_TOP_SRCDIR/t/tsan.supp history_size=7 ignore_noninstrumented_modules=1"
+export TSAN_OPTIONS
+
 sanitized_soak "${HVD_SOAK_RACE_OPS:-3000}" 'WARNING: ThreadSanitizer' \
   "ThreadSanitizer reports no race"
