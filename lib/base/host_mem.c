@@ -254,7 +254,8 @@ static int arena_give(uint64_t off, uint64_t len) {
  * that made it shares its pages (MAP_SHARED) but has a copy of its free
  * list, so that a block both took, or a hole one punched, would be the
  * other's too. The child's blocks are private; its frees of the parent's
- * blocks touch nothing. With mu held. */
+ * blocks touch nothing. arena.pid is set once, under mu, before any block
+ * of the arena exists (and a block reaches release through mu). */
 static int arena_ours(void) { return arena.pid == (long)getpid(); }
 
 /* A block of the arena, or NULL (no arena, or full). */
@@ -338,14 +339,10 @@ static void *private_alloc(size_t bytes, size_t *len, int *kind) {
 }
 
 static void release(const block_t *b) {
-  pthread_mutex_lock(&mu);
-  int ours = arena_ours();
-  pthread_mutex_unlock(&mu);
-  if (b->kind == IN_ARENA && ours)
-    arena_free(b->p, b->len);
-  else if (b->kind == IN_ARENA)
-    return; /* the parent's block (and pages), in a forked child */
-  else if (b->kind == MAPPED)
+  if (b->kind == IN_ARENA) {
+    if (arena_ours()) /* else the parent's block, in a forked child */
+      arena_free(b->p, b->len);
+  } else if (b->kind == MAPPED)
     munmap(b->p, b->len);
   else
     free(b->p);
