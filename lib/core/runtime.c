@@ -907,17 +907,15 @@ fail:
  * MPI_THREAD_MULTIPLE, or its calls race inside it. `ours`: hvd_init
  * asked MPI_Init_thread for it. */
 static hvd_result_t thread_level(const char *fn, int ours) {
-  static const char *const names[] = {
-      "MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED", "MPI_THREAD_SERIALIZED"};
   int level = MPI_THREAD_SINGLE;
   int mrc = MPI_Query_thread(&level);
   if (mrc != MPI_SUCCESS)
     return hvd__mpi_error(mrc, "MPI_Query_thread");
   if (level >= MPI_THREAD_MULTIPLE)
     return HVD_SUCCESS;
-  const char *name = level == MPI_THREAD_FUNNELED     ? names[1]
-                     : level == MPI_THREAD_SERIALIZED ? names[2]
-                                                      : names[0];
+  const char *name = level == MPI_THREAD_FUNNELED     ? "MPI_THREAD_FUNNELED"
+                     : level == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+                                                      : "MPI_THREAD_SINGLE";
   if (ours)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "%s: this MPI gives %s at most (MPI_Init_thread "
