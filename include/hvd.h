@@ -26,6 +26,10 @@
  *    hvd_init is HVD_ERR_UNSUPPORTED; hvd_shutdown and its exit leave MPI
  *    and the parent's files alone; hvd_alloc_host gives it private blocks
  *    and hvd_free_host of its parent's block leaves the parent's data.
+ *  - libhvd, once loaded, stays loaded: dlclose of a handle that dlopen
+ *    gave leaves it mapped (it is linked with -z nodelete), since MPI and
+ *    the C library keep pointers into it (MPI_Finalize shuts hvd down
+ *    through it, its fork handlers, its engine threads while running).
  *
  * This header compiles without MPI or CUDA installed.
  */

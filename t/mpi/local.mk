@@ -49,11 +49,15 @@
 ##               (thread_level.sh)
 ##  finalize     a program that owns MPI ends with MPI_Finalize and no
 ##               hvd_shutdown: hvd shuts down inside it, a waiter ends
+##               with HVD_ERR_SHUTDOWN
+##  dlclose      libhvd loaded with dlopen and closed with dlclose, after
+##               hvd_shutdown and with hvd running: it stays mapped (-z
+##               nodelete), so a fork and MPI_Finalize find its code
 check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
 	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy \
 	t/mpi/objects t/mpi/grouped t/mpi/process_sets t/mpi/process_set_split \
 	t/mpi/fused_gather_scatter t/mpi/reproducible t/mpi/threads t/mpi/fork \
-	t/mpi/thread_level t/mpi/finalize
+	t/mpi/thread_level t/mpi/finalize t/mpi/dlclose
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -79,7 +83,13 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/reproducible.np3 t/mpi/reproducible.np4 \
 	t/mpi/threads.np1 t/mpi/threads.np2 t/mpi/threads.np3 \
 	t/mpi/threads.np4 t/mpi/fork.np1 t/mpi/fork.np2 t/mpi/fork.np3 \
-	t/mpi/finalize.np1 t/mpi/finalize.np2 t/mpi/finalize.np3
+	t/mpi/finalize.np1 t/mpi/finalize.np2 t/mpi/finalize.np3 \
+	t/mpi/dlclose.np1 t/mpi/dlclose.np2 t/mpi/dlclose.np3
+## dlclose links no libhvd (it opens the build tree's), only the TAP
+## library and MPI.
+t_mpi_dlclose_CPPFLAGS = $(TEST_CPPFLAGS) \
+	-DHVD_TEST_LIBDIR='"$(abs_top_builddir)/lib"'
+t_mpi_dlclose_LDADD = t/tap/libtap.la $(MPI_LIBS) $(DL_LIBS)
 TESTS_SH += t/mpi/fork.sh t/mpi/thread_level.sh
 
 ## Errors and the lifecycle:
