@@ -108,7 +108,10 @@ TESTS_SH += t/tracked.sh
 ## No function of lib/, bin/ or examples/ is over 80 lines
 ## (build-aux/check-function-length), and the check catches one that is.
 TESTS_SH += t/function-length.sh
-EXTRA_DIST += build-aux/check-layers build-aux/check-function-length
+EXTRA_DIST += build-aux/check-layers build-aux/check-function-length \
+	build-aux/coverage-report
+## build-aux/coverage-report (make coverage) on a fake tree of two objects.
+TESTS_SH += t/coverage.sh
 
 ## The stubs that stand for test programs in TESTS.
 $(UNIT_TESTS) $(NP_TESTS):
@@ -147,3 +150,20 @@ check-tsan:
 print-tsan-tests:
 	@echo $(TSAN_TESTS)
 .PHONY: check-tsan print-tsan-tests
+
+## make coverage: in a build configured with --enable-coverage, after make
+## check (or any subset), the lines of lib/ that the tests ran, per file
+## and in total, from every object that compiled them (libhvd's and the
+## stand-in's); coverage/SUMMARY and coverage/lib/.../FILE.missed (the
+## lines not run). make coverage-clean forgets the counts.
+coverage:
+	@if test -z '$(HVD_COVERAGE_CFLAGS)'; then \
+	  echo "coverage: not a coverage build" \
+	    "(./configure --enable-coverage CFLAGS='-g -O0')" >&2; exit 1; fi
+	rm -rf coverage
+	$(PYTHON3) $(top_srcdir)/build-aux/coverage-report --gcov '$(GCOV)' \
+	  --out coverage $(top_builddir) $(top_srcdir)
+coverage-clean:
+	find $(top_builddir) -name '*.gcda' -exec rm -f {} +
+	rm -rf coverage
+.PHONY: coverage coverage-clean
