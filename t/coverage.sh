@@ -2,7 +2,8 @@
 # one source compiled into two objects that run different branches counts
 # both as run (the merge of libhvd's objects with the stand-in's), the
 # line that neither ran is the one listed in its .missed file, a source
-# outside lib/ is left out, and a tree without counts is refused.
+# outside lib/ is left out, an exported function that nothing called is
+# named (an internal one is not), and a tree without counts is refused.
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 
 report=$HVD_TOP_SRCDIR/build-aux/coverage-report
@@ -12,14 +13,14 @@ command -v gcov >/dev/null 2>&1 || skip_all "no gcov"
 command -v "$cc" >/dev/null 2>&1 || skip_all "no C compiler"
 "$cc" --version 2>/dev/null | grep -qi clang && skip_all "CC is clang (gcov reads gcc's notes)"
 make_tmp coverage
-echo "1..6"
+echo "1..7"
 
 src=$tmp/src
 b=$tmp/build
 mkdir -p "$src/lib/core" "$src/other" "$b/lib/core/.libs" "$b/lib/core/standin"
 cat >"$src/lib/core/pick.c" <<'EOF'
 #include "../../other/side.h"
-int pick(int a) {
+int hvd_pick(int a) {
   if (a > 5)
     return 3;
   if (a > 0)
@@ -28,7 +29,17 @@ int pick(int a) {
 }
 int main(int argc, char **argv) {
   (void)argv;
-  return pick(argc - 1) == 9;
+  return hvd_pick(argc - 1) == 9;
+}
+EOF
+cat >"$src/lib/core/never.c" <<'EOF'
+int hvd_never(void);
+int hvd__never_internal(void);
+int hvd_never(void) {
+  return 7;
+}
+int hvd__never_internal(void) {
+  return 8;
 }
 EOF
 cat >"$src/other/side.h" <<'EOF'
@@ -39,7 +50,7 @@ EOF
 # obj DIR: pick.c into DIR/libhvd_la-pick (as libtool names objects)
 obj() {
   (cd "$1" && "$cc" -O0 -fprofile-arcs -ftest-coverage -o libhvd_la-pick \
-    "$src/lib/core/pick.c") || exit 99
+    "$src/lib/core/pick.c" "$src/lib/core/never.c") || exit 99
 }
 # No counts yet: refused.
 obj "$b/lib/core/.libs"
@@ -64,9 +75,13 @@ printf 'lib/core/pick.c:4-4\n     4      return 3;\n' >"$tmp/want"
 cmp -s "$tmp/want" "$tmp/out/lib/core/pick.c.missed"
 check $? "pick.c.missed lists line 4 alone, with its text" ||
   show "$tmp/out/lib/core/pick.c.missed" missed
-! grep -q 'side.h' "$tmp/report" && grep -q "^total (1 files, 2 objects) " "$tmp/report"
-check $? "a header outside lib/ is left out; the total counts 1 file, 2 objects" ||
+! grep -q 'side.h' "$tmp/report" && grep -q "^total (2 files, 4 objects) " "$tmp/report"
+check $? "a header outside lib/ is left out; the total counts 2 files, 4 objects" ||
   show "$tmp/report" report
+printf 'exported functions no test called: 1\n  lib/core/never.c hvd_never\n' >"$tmp/want"
+sed -n '/^exported functions/,$p' "$tmp/out/SUMMARY" | cmp -s - "$tmp/want"
+check $? "hvd_never, exported and not called, is named; hvd__never_internal is not" ||
+  show "$tmp/out/SUMMARY" SUMMARY
 head -n -1 "$tmp/report" | cmp -s - "$tmp/out/SUMMARY"
 check $? "SUMMARY holds the table printed" || show "$tmp/out/SUMMARY" SUMMARY
 exit $failed

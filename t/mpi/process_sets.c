@@ -6,7 +6,8 @@
  * rank outside a set; a mismatch inside a set named by world ranks; ranks
  * that disagree on a set; grouped and object collectives on a set (and an
  * outsider's errors for both); destroy with work in flight; hvd_shutdown
- * with sets alive. Exact values throughout.
+ * with sets alive; every _async form on a set whose ranks differ from the
+ * world's, beside the world's grouped allgather. Exact values throughout.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,8 +56,8 @@ static void test_disjoint(void) {
   hvd_tensor_t tw = hvd_tensor_make(w, HVD_FLOAT64, 1, &three);
   hvd_tensor_t twy = hvd_tensor_make(wy, HVD_FLOAT64, 1, &three);
   hvd_request_t *rs = NULL, *rw = NULL;
-  hvd_result_t a = hvd_ps_allreduce_async(mine, "x", &tx, &ty, HVD_SUM, 1, 1,
-                                          &rs);
+  hvd_result_t a =
+      hvd_ps_allreduce_async(mine, "x", &tx, &ty, HVD_SUM, 1, 1, &rs);
   hvd_result_t b = hvd_allreduce_async("x", &tw, &twy, HVD_SUM, 1, 1, &rw);
   is_int(HVD_SUCCESS, a, "allreduce 'x' in my set submitted");
   is_int(HVD_SUCCESS, b, "allreduce 'x' in the world submitted beside it");
@@ -99,7 +100,7 @@ static void test_overlapping(void) {
   for (int i = 0; i < n; i++)
     lo[i] = i, hi[i] = i + 1;
   hvd_process_set_t *A = make(lo, n, "low"), *B = make(hi, n, "high");
-  int inA = rank < n, inB = rank > 0;
+  int inA = rank<n, inB = rank> 0;
   float v = (float)(rank + 1), ra = 0, rb = 0;
   int64_t one = 1;
   hvd_tensor_t tv = hvd_tensor_make(&v, HVD_FLOAT32, 1, &one);
@@ -149,8 +150,8 @@ static void test_overlapping(void) {
     float sum = 0;
     for (int r = 1; r <= n; r++)
       sum += (float)(r * 10 + me);
-    rs = rc == HVD_SUCCESS && rso.shape[0] == 1 &&
-         ((float *)rso.data)[0] == sum;
+    rs =
+        rc == HVD_SUCCESS && rso.shape[0] == 1 && ((float *)rso.data)[0] == sum;
     if (rc == HVD_SUCCESS)
       hvd_tensor_free(&rso);
     /* alltoall: member i sends 100 * world rank + j to member j */
@@ -191,8 +192,8 @@ static void test_overlapping(void) {
         "allreduce 'nm': rank 0 is not in process set %d (ranks ",
         hvd_process_set_id(B));
     for (int i = 0; i < n; i++)
-      at += (size_t)snprintf(want + at, sizeof want - at, "%s%d",
-                             i ? ", " : "", hi[i]);
+      at += (size_t)snprintf(want + at, sizeof want - at, "%s%d", i ? ", " : "",
+                             hi[i]);
     snprintf(want + at, sizeof want - at, ")");
     outsider = rc == HVD_ERR_INVALID_ARG && strcmp(got, want) == 0;
     if (!outsider)
@@ -317,8 +318,8 @@ static void test_grouped_objects(void) {
                                &len);
   if (in) {
     snprintf(want, sizeof want, "config of set rank %d", n - 1);
-    good = rc == HVD_SUCCESS && len == strlen(want) + 1 &&
-           strcmp(out, want) == 0;
+    good =
+        rc == HVD_SUCCESS && len == strlen(want) + 1 && strcmp(out, want) == 0;
   } else {
     snprintf(want, sizeof want,
              "hvd_ps_broadcast_object 'cfg': rank %d is not in process set "
@@ -415,7 +416,8 @@ static void test_destroy_in_flight(void) {
    * set's engine agrees on first stops the set, and the submission would
    * be refused instead (seen in CI under load) */
   is_int(HVD_SUCCESS, hvd_barrier(), "  a world barrier once it is in flight");
-  is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "destroy with work in flight");
+  is_int(HVD_SUCCESS, hvd_process_set_destroy(ps),
+         "destroy with work in flight");
   /* rank 0 holds the request; rank 1 none (vacuous there) */
   hvd_result_t waited = rank == 0 ? hvd_wait(q) : HVD_ERR_SHUTDOWN;
   is_int(HVD_ERR_SHUTDOWN, waited,
@@ -438,6 +440,159 @@ static void test_destroy_in_flight(void) {
      "the world's collectives go on");
 }
 
+/* The set of ranks 1..size-1 (rank 0 alone at np 1), so that set ranks
+ * differ from world ranks: every _async form on it at once, then every
+ * request waited. Member i of m is world rank S[i]. */
+typedef struct {
+  hvd_request_t *q[9];
+  int32_t bc[2], a2a_in[8], ga_in[2][8];
+  float rs_in[8], grs_in[2][16];
+  double gar_in[3];
+  int32_t gar2_in[2];
+  hvd_tensor_t a2a_out, rs_out, gar_out[2], ga_out[2], grs_out[2];
+  double gar_res[3];
+  int32_t gar2_res[2];
+} async_t;
+
+static void submit_async(hvd_process_set_t *S, int m, int me, async_t *a) {
+  int64_t two = 2, three = 3, mm = m, m2 = 2 * m, rows = me + 1;
+  a->bc[0] = rank, a->bc[1] = -rank;
+  hvd_tensor_t tb = hvd_tensor_make(a->bc, HVD_INT32, 1, &two);
+  for (int j = 0; j < m; j++) {
+    a->a2a_in[j] = 100 * rank + j;
+    a->rs_in[j] = (float)(rank * 10 + j);
+  }
+  hvd_tensor_t ta = hvd_tensor_make(a->a2a_in, HVD_INT32, 1, &mm);
+  hvd_tensor_t tr = hvd_tensor_make(a->rs_in, HVD_FLOAT32, 1, &mm);
+  is_int(HVD_SUCCESS, hvd_ps_broadcast_async(S, "as.bc", &tb, m - 1, &a->q[0]),
+         "hvd_ps_broadcast_async");
+  is_int(HVD_SUCCESS,
+         hvd_ps_alltoall_async(S, "as.a2a", &ta, NULL, &a->a2a_out, NULL,
+                               &a->q[1]),
+         "hvd_ps_alltoall_async");
+  is_int(HVD_SUCCESS,
+         hvd_ps_reducescatter_async(S, "as.rs", &tr, &a->rs_out, HVD_SUM, 1, 1,
+                                    &a->q[2]),
+         "hvd_ps_reducescatter_async");
+  for (int k = 0; k < 3; k++)
+    a->gar_in[k] = rank + k;
+  a->gar2_in[0] = a->gar2_in[1] = 2 * rank;
+  hvd_tensor_t gs[2] = {hvd_tensor_make(a->gar_in, HVD_FLOAT64, 1, &three),
+                        hvd_tensor_make(a->gar2_in, HVD_INT32, 1, &two)};
+  a->gar_out[0] = hvd_tensor_make(a->gar_res, HVD_FLOAT64, 1, &three);
+  a->gar_out[1] = hvd_tensor_make(a->gar2_res, HVD_INT32, 1, &two);
+  const char *gn[2] = {"as.g0", "as.g1"}, *an[2] = {"as.a0", "as.a1"},
+             *rn[2] = {"as.r0", "as.r1"};
+  is_int(HVD_SUCCESS,
+         hvd_ps_grouped_allreduce_async(S, 2, gn, gs, a->gar_out, HVD_SUM, 1, 1,
+                                        &a->q[3]),
+         "hvd_ps_grouped_allreduce_async");
+  for (int t = 0; t < 2; t++)
+    for (int i = 0; i <= me; i++)
+      a->ga_in[t][i] = rank * (t + 1);
+  hvd_tensor_t as[2] = {hvd_tensor_make(a->ga_in[0], HVD_INT32, 1, &rows),
+                        hvd_tensor_make(a->ga_in[1], HVD_INT32, 1, &rows)};
+  is_int(HVD_SUCCESS,
+         hvd_ps_grouped_allgather_async(S, 2, an, as, a->ga_out, &a->q[5]),
+         "hvd_ps_grouped_allgather_async");
+  for (int t = 0; t < 2; t++)
+    for (int j = 0; j < 2 * m; j++)
+      a->grs_in[t][j] = (float)(rank * 100 + j + 1000 * t);
+  hvd_tensor_t rs[2] = {hvd_tensor_make(a->grs_in[0], HVD_FLOAT32, 1, &m2),
+                        hvd_tensor_make(a->grs_in[1], HVD_FLOAT32, 1, &m2)};
+  is_int(HVD_SUCCESS,
+         hvd_ps_grouped_reducescatter_async(S, 2, rn, rs, a->grs_out, HVD_SUM,
+                                            1, 1, &a->q[7]),
+         "hvd_ps_grouped_reducescatter_async");
+}
+
+/* 1 when every result of submit_async is exact; S[i]: member i. */
+static int check_async(const int *S, int m, int me, async_t *a) {
+  int good = a->bc[0] == S[m - 1] && a->bc[1] == -S[m - 1];
+  good &= a->a2a_out.shape[0] == m;
+  for (int i = 0; good && i < m; i++)
+    good = ((int32_t *)a->a2a_out.data)[i] == 100 * S[i] + me;
+  float rsum = 0;
+  int wsum = 0;
+  for (int i = 0; i < m; i++)
+    rsum += (float)(S[i] * 10 + me), wsum += S[i];
+  good &= a->rs_out.shape[0] == 1 && ((float *)a->rs_out.data)[0] == rsum;
+  for (int k = 0; k < 3; k++)
+    good &= a->gar_res[k] == (double)(wsum + m * k);
+  good &= a->gar2_res[0] == 2 * wsum && a->gar2_res[1] == 2 * wsum;
+  for (int t = 0; t < 2; t++) {
+    good &= a->ga_out[t].shape[0] == m * (m + 1) / 2;
+    int at = 0;
+    for (int i = 0; good && i < m; i++)
+      for (int j = 0; good && j <= i; j++)
+        good = ((int32_t *)a->ga_out[t].data)[at++] == S[i] * (t + 1);
+    float want[2] = {0, 0};
+    for (int i = 0; i < m; i++)
+      for (int u = 0; u < 2; u++)
+        want[u] += (float)(S[i] * 100 + 2 * me + u + 1000 * t);
+    good &= a->grs_out[t].shape[0] == 2 &&
+            ((float *)a->grs_out[t].data)[0] == want[0] &&
+            ((float *)a->grs_out[t].data)[1] == want[1];
+  }
+  return good;
+}
+
+static void test_async_forms(void) {
+  int S[8], m = 0;
+  for (int r = size > 1 ? 1 : 0; r < size; r++)
+    S[m++] = r;
+  hvd_process_set_t *set = make(S, m, "ranks 1..size-1");
+  int me = hvd_process_set_rank(set);
+  async_t a;
+  memset(&a, 0, sizeof a);
+  if (me >= 0)
+    submit_async(set, m, me, &a);
+  else { /* the checks are collective: rank 0 holds them vacuously */
+    static const char *const calls[6] = {
+        "hvd_ps_broadcast_async",         "hvd_ps_alltoall_async",
+        "hvd_ps_reducescatter_async",     "hvd_ps_grouped_allreduce_async",
+        "hvd_ps_grouped_allgather_async", "hvd_ps_grouped_reducescatter_async"};
+    for (int k = 0; k < 6; k++)
+      ok(1, "%s", calls[k]);
+  }
+  /* The world's grouped allgather, in flight with the set's: 1 row of
+   * rank and 2 of rank + 0.5 from every rank. */
+  int32_t w0 = rank;
+  float w1[2] = {rank + 0.5f, rank + 0.5f};
+  int64_t one = 1, two = 2;
+  hvd_tensor_t ws[2] = {hvd_tensor_make(&w0, HVD_INT32, 1, &one),
+                        hvd_tensor_make(w1, HVD_FLOAT32, 1, &two)},
+               wo[2];
+  hvd_request_t *wq[2] = {NULL, NULL};
+  const char *wn[2] = {"as.w0", "as.w1"};
+  is_int(HVD_SUCCESS, hvd_grouped_allgather_async(2, wn, ws, wo, wq),
+         "hvd_grouped_allgather_async in the world");
+  int waited = 1;
+  for (int k = 0; me >= 0 && k < 9; k++) /* grouped: 2 requests each */
+    waited &= a.q[k] != NULL && hvd_wait(a.q[k]) == HVD_SUCCESS;
+  ok(waited, "every request on the set completes");
+  ok(me < 0 || check_async(S, m, me, &a),
+     "broadcast, alltoall, reducescatter and the grouped forms on the set: "
+     "exact, in set order");
+  int wgood = hvd_wait(wq[0]) == HVD_SUCCESS &&
+              hvd_wait(wq[1]) == HVD_SUCCESS && wo[0].shape[0] == size &&
+              wo[1].shape[0] == 2 * size;
+  for (int r = 0; wgood && r < size; r++)
+    wgood = ((int32_t *)wo[0].data)[r] == r &&
+            ((float *)wo[1].data)[2 * r] == r + 0.5f &&
+            ((float *)wo[1].data)[2 * r + 1] == r + 0.5f;
+  ok(wgood, "the world's grouped allgather beside them: exact, rank order");
+  if (wgood)
+    hvd_tensor_free(&wo[0]), hvd_tensor_free(&wo[1]);
+  if (me >= 0 && waited) {
+    hvd_tensor_free(&a.a2a_out);
+    hvd_tensor_free(&a.rs_out);
+    for (int t = 0; t < 2; t++)
+      hvd_tensor_free(&a.ga_out[t]), hvd_tensor_free(&a.grs_out[t]);
+  }
+  hvd_process_set_destroy(set);
+}
+
 static void test_shutdown_with_sets(void) {
   int all[8];
   for (int i = 0; i < size; i++)
@@ -447,8 +602,8 @@ static void test_shutdown_with_sets(void) {
   float v = 1;
   int64_t one = 1;
   hvd_tensor_t tv = hvd_tensor_make(&v, HVD_FLOAT32, 1, &one);
-  is_int(HVD_ERR_NOT_INITIALIZED, hvd_ps_allreduce(ps, "z", &tv, &tv, HVD_SUM,
-                                                   1, 1),
+  is_int(HVD_ERR_NOT_INITIALIZED,
+         hvd_ps_allreduce(ps, "z", &tv, &tv, HVD_SUM, 1, 1),
          "after hvd_shutdown the set takes nothing");
   is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "and destroy frees it");
   is_int(HVD_SUCCESS, hvd_init(), "hvd_init again");
@@ -468,6 +623,7 @@ int main(int argc, char **argv) {
   test_disjoint();
   test_overlapping();
   test_grouped_objects();
+  test_async_forms();
   test_create_errors();
   test_destroy_in_flight();
   test_shutdown_with_sets();
