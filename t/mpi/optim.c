@@ -441,6 +441,38 @@ static void test_mismatch(void) {
   hvd_optimizer_destroy(d);
 }
 
+/* Ranks whose distributed optimizers compress differently (rank 1 float16
+ * on the wire, the others none): every rank's step fails with the
+ * engine's message naming the wire of each, and no parameter changes. */
+static void test_wire_mismatch(void) {
+  if (size < 2) {
+    skip(3, "a mismatch needs 2 ranks");
+    return;
+  }
+  float a[3] = {1, 2, 3}, ga[3] = {0};
+  int64_t sa[1] = {3};
+  hvd_param_t p = {"a", hvd_tensor_make(a, HVD_FLOAT32, 1, sa),
+                   hvd_tensor_make(ga, HVD_FLOAT32, 1, sa)};
+  hvd_sgd_options_t so;
+  hvd_distributed_options_t o;
+  hvd_optimizer_t *base = NULL, *d = NULL;
+  hvd_sgd_options_init(&so);
+  hvd_distributed_options_init(&o);
+  o.compression = rank == 1 ? HVD_COMPRESS_FP16 : HVD_COMPRESS_NONE;
+  must(hvd_sgd_create(&p, 1, &so, &base), "sgd_create");
+  must(hvd_distributed_optimizer(base, &o, &d), "distributed");
+  must(hvd_optimizer_zero_grad(d), "zero_grad");
+  for (int j = 0; j < 3; j++)
+    ga[j] = (float)(rank + j);
+  is_int(HVD_ERR_MISMATCH, hvd_optimizer_step(d),
+         "compression on rank 1 alone: HVD_ERR_MISMATCH");
+  is_string("allreduce 'hvd.grad.a': rank 0 wire dtype float32 vs rank 1 "
+            "wire dtype float16",
+            hvd_last_error(), "the message names each rank's wire dtype");
+  ok(a[0] == 1 && a[1] == 2 && a[2] == 3, "the parameter is unchanged");
+  hvd_optimizer_destroy(d);
+}
+
 static void test_errors(void) {
   static model_t m;
   hvd_distributed_options_t o;
@@ -595,6 +627,7 @@ int main(int argc, char **argv) {
   test_no_sync();
   test_errors();
   test_mismatch();
+  test_wire_mismatch();
   test_compression(HVD_COMPRESS_FP16, "fp16");
   test_compression(HVD_COMPRESS_BF16, "bf16");
 
