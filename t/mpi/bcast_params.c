@@ -29,7 +29,8 @@ static void setup(int rank) {
   wc[0] = (float)rank + 0.5f;
   for (int i = 0; i <= NP; i++) {
     params[i].name = names[i];
-    params[i].value = hvd_tensor_make(data[i], HVD_FLOAT32, ndims[i], shapes[i]);
+    params[i].value =
+        hvd_tensor_make(data[i], HVD_FLOAT32, ndims[i], shapes[i]);
     params[i].grad = params[i].value;
   }
 }
@@ -116,6 +117,17 @@ int main(int argc, char **argv) {
          "NULL params");
   is_string("hvd_broadcast_parameters: params is NULL or n (2) is negative",
             hvd_last_error(), "NULL params: message");
+  const char *name1 = params[1].name;
+  params[1].name = "";
+  is_int(HVD_ERR_INVALID_ARG, hvd_broadcast_parameters(params, NP, 0),
+         "a parameter without a name");
+  is_string("hvd_broadcast_parameters: parameter 1 has no name",
+            hvd_last_error(), "a parameter without a name: message");
+  params[1].name = name1;
+  is_int(HVD_ERR_INVALID_ARG, hvd_broadcast_optimizer_state(NULL, 0),
+         "optimizer state: NULL opt");
+  is_string("hvd_broadcast_optimizer_state: opt is NULL", hvd_last_error(),
+            "optimizer state: NULL opt: message");
   setup(rank);
   is_int(HVD_SUCCESS, hvd_broadcast_parameters(params, NP, 0),
          "and a broadcast still works");

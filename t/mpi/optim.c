@@ -502,8 +502,8 @@ static void test_errors(void) {
   struct {
     const char *what, *msg;
     hvd_distributed_options_t o;
-  } bad[6];
-  for (int i = 0; i < 6; i++)
+  } bad[7];
+  for (int i = 0; i < 7; i++)
     hvd_distributed_options_init(&bad[i].o);
   bad[0].o.op = HVD_MIN;
   bad[0].what = "op min";
@@ -527,7 +527,10 @@ static void test_errors(void) {
   bad[5].o.average_passes = 2;
   bad[5].what = "average_passes 2";
   bad[5].msg = "hvd_distributed_optimizer: average_passes 2 is not 0 or 1";
-  for (int i = 0; i < 6; i++) {
+  bad[6].o.reduce_fp32 = 2;
+  bad[6].what = "reduce_fp32 2";
+  bad[6].msg = "hvd_distributed_optimizer: reduce_fp32 2 is not 0 or 1";
+  for (int i = 0; i < 7; i++) {
     rc = hvd_distributed_optimizer(plain, &bad[i].o, &out);
     is_int(HVD_ERR_INVALID_ARG, rc, "%s: HVD_ERR_INVALID_ARG", bad[i].what);
     is_string(bad[i].msg, hvd_last_error(), "%s: message", bad[i].what);
