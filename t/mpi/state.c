@@ -11,8 +11,8 @@
  *     included; the file is a checkpoint with counters that
  *     hvd_checkpoint_load reads (ignoring the counters);
  *   - no file: a fresh start (restored 0, nothing changed);
- *   - a plain checkpoint (no counters) in its place: HVD_ERR_CORRUPT "... the file
- *     has no counter 'epoch' ...";
+ *   - a plain checkpoint (no counters) in its place: HVD_ERR_CORRUPT "... the
+ * file has no counter 'epoch' ...";
  *   - file commits in the background (hvd_state_set_background): the
  *     file a synchronous commit writes, another save refused meanwhile
  *     naming hvd_state_wait, destroy (not collective) finishing the last
@@ -87,6 +87,83 @@ static int same_model(const model_t *a, const model_t *b) {
   return 1;
 }
 
+/* Each NULL or empty argument of the hvd_state_* calls, and the 17th
+ * counter (at most 16): its code and exact message. */
+static void test_null_args(hvd_state_t *st) {
+  static const struct {
+    int call;
+    const char *msg;
+  } want[] = {
+      {0, "hvd_state_create: out is NULL"},
+      {1, "hvd_state_add_params: state is NULL"},
+      {2, "hvd_state_add_params: n is negative"},
+      {3, "hvd_state_add_params: params is NULL"},
+      {4, "hvd_state_add_counter: state is NULL"},
+      {5, "hvd_state_add_counter: value is NULL"},
+      {6, "hvd_state_add_counter: the name is empty or NULL"},
+      {7, "hvd_state_add_counter: the name is empty or NULL"},
+      {8, "hvd_state_commit: state is NULL"},
+      {9, "hvd_state_restore: state is NULL"},
+      {10, "hvd_state_restore: restored is NULL"},
+  };
+  int64_t v = 0;
+  int restored = 0;
+  hvd_param_t p;
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    hvd_result_t rc = HVD_SUCCESS;
+    switch (want[i].call) {
+    case 0:
+      rc = hvd_state_create(NULL, 1, NULL);
+      break;
+    case 1:
+      rc = hvd_state_add_params(NULL, &p, 1, NULL);
+      break;
+    case 2:
+      rc = hvd_state_add_params(st, &p, -1, NULL);
+      break;
+    case 3:
+      rc = hvd_state_add_params(st, NULL, 1, NULL);
+      break;
+    case 4:
+      rc = hvd_state_add_counter(NULL, "c", &v);
+      break;
+    case 5:
+      rc = hvd_state_add_counter(st, "c", NULL);
+      break;
+    case 6:
+      rc = hvd_state_add_counter(st, "", &v);
+      break;
+    case 7:
+      rc = hvd_state_add_counter(st, NULL, &v);
+      break;
+    case 8:
+      rc = hvd_state_commit(NULL);
+      break;
+    case 9:
+      rc = hvd_state_restore(NULL, &restored);
+      break;
+    case 10:
+      rc = hvd_state_restore(st, NULL);
+      break;
+    }
+    is_int(HVD_ERR_INVALID_ARG, rc, "%s: code", want[i].msg);
+    is_string(want[i].msg, hvd_last_error(), "%s: message", want[i].msg);
+  }
+  /* the state holds counter 'a': 15 more fit, the 17th does not */
+  static int64_t more[16];
+  char name[16];
+  int good = 1;
+  for (int k = 0; k < 15; k++) {
+    snprintf(name, sizeof name, "c%d", k);
+    good &= hvd_state_add_counter(st, name, &more[k]) == HVD_SUCCESS;
+  }
+  ok(good, "16 counters in all");
+  is_int(HVD_ERR_INVALID_ARG, hvd_state_add_counter(st, "c15", &more[15]),
+         "a 17th counter");
+  is_string("hvd_state_add_counter: 'c15': at most 16 counters",
+            hvd_last_error(), "a 17th counter: message");
+}
+
 static void test_errors(void) {
   hvd_state_t *st = NULL;
   is_int(HVD_ERR_INVALID_ARG, hvd_state_create(NULL, 0, &st), "save_every 0");
@@ -114,6 +191,7 @@ static void test_errors(void) {
   is_int(HVD_SUCCESS, hvd_state_restore(st, &restored),
          "restore before any commit, no file");
   is_int(0, restored, "... nothing restored");
+  test_null_args(st);
   hvd_state_destroy(st);
   hvd_state_destroy(NULL);
   hvd_optimizer_destroy(o);
@@ -202,7 +280,8 @@ static void test_file(const char *dir) {
          hvd_state_add_params(fs, f.p, NP, fo) == HVD_SUCCESS &&
          hvd_state_add_counter(fs, "epoch", &fepoch) == HVD_SUCCESS &&
          hvd_state_add_counter(fs, "step", &fstep) == HVD_SUCCESS;
-  is_int(HVD_SUCCESS, hvd_state_restore(fs, &restored), "restore from the file");
+  is_int(HVD_SUCCESS, hvd_state_restore(fs, &restored),
+         "restore from the file");
   ok(good && restored == 1 && same_model(&f, &at2) && fstep == 2 &&
          fepoch == 7 && hvd_state_commits(fs) == 2 &&
          hvd_optimizer_steps(fo) == 2,
@@ -226,7 +305,8 @@ static void test_file(const char *dir) {
   /* a plain checkpoint (no counters) where the state file should be */
   char v1[1100];
   snprintf(v1, sizeof v1, "%s/plain.ckpt", dir);
-  is_int(HVD_SUCCESS, hvd_checkpoint_save(v1, c.p, NP, NULL, 4), "a plain checkpoint");
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(v1, c.p, NP, NULL, 4),
+         "a plain checkpoint");
   hvd_state_t *ps = NULL;
   int64_t e = 0;
   hvd_state_create(v1, 1, &ps);
