@@ -10,6 +10,9 @@
  * A rank that has joined is blocked in hvd_join, so results are recorded
  * during the steps and checked (collectively) after the join.
  *
+ * Every step reduces each of the eight dtypes under each of the five ops,
+ * so the identity a joined rank contributes is checked for every pair.
+ *
  * Run at 2, 3 and 4 ranks.
  */
 #include <stdio.h>
@@ -32,26 +35,35 @@ struct result {
   char why[200];
 };
 
-/* [round][step][float32, int32][op] */
-static struct result res[2][MAX_RANKS][2][5];
+#define NDT 8
+static const hvd_dtype_t dts[NDT] = {HVD_UINT8,   HVD_INT8,    HVD_INT32,
+                                     HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
+                                     HVD_FLOAT32, HVD_FLOAT64};
+
+/* [round][step][dtype][op] */
+static struct result res[2][MAX_RANKS][NDT][5];
 static hvd_result_t bcast_rc[2];
 static char bcast_msg[2][256];
 
-/* Rank q's element i: small, of both signs, so that a wrong identity
- * (0 for min of positives, 0 for max of negatives, 0 in a product) shows. */
-static int value(int q, int i) {
-  return (i % 2 ? -1 : 1) * (q + 2 + i % 3);
+/* Rank q's element i: small, of both signs (but for uint8), so that a
+ * wrong identity (0 for min of positives, 0 for max of negatives, 0 in a
+ * product) shows; 1 or 2 in magnitude for the 8-bit dtypes, whose product
+ * over 4 ranks must not wrap. */
+static int value(hvd_dtype_t dt, int q, int i) {
+  int sign = i % 2 && dt != HVD_UINT8 ? -1 : 1;
+  if (dt == HVD_UINT8 || dt == HVD_INT8)
+    return sign * (1 + (q + i) % 2);
+  return sign * (q + 2 + i % 3);
 }
 
 /* Steps rank q runs before joining in round rd. */
-static int steps_of(int rd, int q) {
-  return rd == 0 ? q + 1 : size - q;
-}
+static int steps_of(int rd, int q) { return rd == 0 ? q + 1 : size - q; }
 
 /* Expected element i of op over the ranks still active at step s (an
  * average still divides by the world size). */
 struct want {
-  int rd, s, op, is_int32;
+  int rd, s, op;
+  hvd_dtype_t dt;
 };
 static double expected(const void *ctx, int64_t i) {
   const struct want *w = ctx;
@@ -60,39 +72,29 @@ static double expected(const void *ctx, int64_t i) {
   for (int q = 0; q < size; q++) {
     if (steps_of(w->rd, q) <= w->s)
       continue;
-    acc =
-        first ? value(q, (int)i) : hvdt_fold(ops[w->op], acc, value(q, (int)i));
+    double v = value(w->dt, q, (int)i);
+    acc = first ? v : hvdt_fold(ops[w->op], acc, v);
     first = 0;
   }
-  return hvdt_finish(ops[w->op], w->is_int32 ? HVD_INT32 : HVD_FLOAT32, acc,
-                     size, 1.0);
+  return hvdt_finish(ops[w->op], w->dt, acc, size, 1.0);
 }
 
 /* One step of allreduces on this (active) rank; results into res. */
 static void run_step(int rd, int s) {
-  for (int dt = 0; dt < 2; dt++)
+  for (int dt = 0; dt < NDT; dt++)
     for (int op = 0; op < 5; op++) {
       struct result *out = &res[rd][s][dt][op];
       char name[64];
-      float fx[N], fy[N];
-      int32_t ix[N], iy[N];
+      double x[N], y[N]; /* room for N of any dtype */
       int64_t shape[1] = {N};
-      hvd_tensor_t send, recv;
       snprintf(name, sizeof name, "r%d.s%d.%s.%s", rd + 1, s,
-               dt ? "int32" : "float32", hvd_op_name(ops[op]));
+               hvd_dtype_name(dts[dt]), hvd_op_name(ops[op]));
       for (int i = 0; i < N; i++) {
-        fx[i] = (float)value(rank, i);
-        ix[i] = value(rank, i);
-        fy[i] = -99;
-        iy[i] = -99;
+        hvdt_put(dts[dt], x, i, value(dts[dt], rank, i));
+        hvdt_put(dts[dt], y, i, 99);
       }
-      if (dt == 0) {
-        send = hvd_tensor_make(fx, HVD_FLOAT32, 1, shape);
-        recv = hvd_tensor_make(fy, HVD_FLOAT32, 1, shape);
-      } else {
-        send = hvd_tensor_make(ix, HVD_INT32, 1, shape);
-        recv = hvd_tensor_make(iy, HVD_INT32, 1, shape);
-      }
+      hvd_tensor_t send = hvd_tensor_make(x, dts[dt], 1, shape);
+      hvd_tensor_t recv = hvd_tensor_make(y, dts[dt], 1, shape);
       hvd_result_t rc = hvd_allreduce(name, &send, &recv, ops[op], 1.0, 1.0);
       if (rc != HVD_SUCCESS) {
         out->pass = 0;
@@ -100,8 +102,11 @@ static void run_step(int rd, int s) {
                  hvd_last_error());
         continue;
       }
-      struct want ctx = {rd, s, op, dt};
-      struct hvdt_tol tol = {dt ? 0 : 1e-5, 0}; /* float32: relatively */
+      struct want ctx = {rd, s, op, dts[dt]};
+      /* small integers: exact in every dtype but a float average, one
+       * rounding of the dtype away */
+      struct hvdt_tol tol = {
+          0, ops[op] == HVD_AVERAGE && hvdt_is_float(dts[dt]) ? 1 : 0};
       struct hvdt_wrong w;
       if (!hvdt_compare(recv.dtype, recv.data, N, expected, &ctx, tol, &w)) {
         out->pass = 0;
@@ -119,7 +124,7 @@ static void round_of_join(int rd) {
   char want[256];
 
   for (int s = 0; s < MAX_RANKS; s++)
-    for (int dt = 0; dt < 2; dt++)
+    for (int dt = 0; dt < NDT; dt++)
       for (int op = 0; op < 5; op++)
         res[rd][s][dt][op].pass = 1;
   /* Ranks that never reach step 1 have nothing to record there. */
@@ -150,13 +155,13 @@ static void round_of_join(int rd) {
   is_int(HVD_SUCCESS, rc, "round %d: hvd_join", rd + 1);
   is_int(last_joiner, last, "round %d: last rank to join", rd + 1);
   for (int s = 0; s < size; s++)
-    for (int dt = 0; dt < 2; dt++)
+    for (int dt = 0; dt < NDT; dt++)
       for (int op = 0; op < 5; op++) {
         struct result *r = &res[rd][s][dt][op];
         if (!r->pass)
           tap_note("%s", r->why);
         ok(r->pass, "round %d step %d (%d ranks active): %s %s", rd + 1, s,
-           size - s, dt ? "int32" : "float32", hvd_op_name(ops[op]));
+           size - s, hvd_dtype_name(dts[dt]), hvd_op_name(ops[op]));
       }
   snprintf(want, sizeof want,
            "broadcast 'b%d': rank %d has joined; only allreduce can run until "
