@@ -106,6 +106,12 @@ int main(int argc, char **argv) {
          "broadcast 'req': req is NULL", "broadcast_async NULL req");
   REJECT(hvd_barrier_async(NULL), "barrier: req is NULL",
          "barrier_async NULL req");
+  int done = -1;
+  REJECT(hvd_wait(NULL), "hvd_wait: req is NULL", "hvd_wait(NULL)");
+  REJECT(hvd_test(NULL, &done), "hvd_test: req is NULL", "hvd_test(NULL)");
+  is_int(0, done, "hvd_test(NULL) sets *done to 0");
+  REJECT(hvd_cuda_stream_wait(NULL, NULL), "hvd_cuda_stream_wait: req is NULL",
+         "hvd_cuda_stream_wait(NULL)");
 
   /* ---- Tensors ---- */
   REJECT(hvd_allreduce("t", NULL, &t, HVD_SUM, 1.0, 1.0),

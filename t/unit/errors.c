@@ -236,6 +236,7 @@ static void test_not_initialized(void) {
   refused(hvd_join_async(&last, &req), "hvd_join_async");
   refused(hvd_wait(NULL), "hvd_wait");
   refused(hvd_test(NULL, &done), "hvd_test");
+  refused(hvd_cuda_stream_wait(NULL, NULL), "hvd_cuda_stream_wait");
   ok(out.data == NULL, "no output was allocated");
   ok(a[0] == 1 && a[5] == 6, "send data untouched");
 
