@@ -8,7 +8,9 @@
  * unsetenv (or fix), hvd_init, allreduce, hvd_shutdown. Run at 1 and 2
  * ranks (every rank sets the same values). And hvd_gpu_timing after
  * hvd_init in every build: "hvd was built without CUDA" without CUDA;
- * with it, the HVD_GPU_TIMING message when unset, all zero when 1.
+ * with it, the HVD_GPU_TIMING message when unset, all zero when 1. An
+ * over-long HVD_HOSTNAME; hvd_setting_info and hvd_setting_check out of
+ * range.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +87,8 @@ static void good_value(const char *var, const char *value) {
  * setting, and then counts no group for host collectives. */
 static void test_gpu_timing(const char *timing) {
   hvd_gpu_timing_t t = {-1, -1, -1, -1, -1};
-  const char *what = timing != NULL ? "HVD_GPU_TIMING=1" : "HVD_GPU_TIMING unset";
+  const char *what =
+      timing != NULL ? "HVD_GPU_TIMING=1" : "HVD_GPU_TIMING unset";
   if (timing != NULL)
     setenv("HVD_GPU_TIMING", timing, 1);
   if (hvd_init() != HVD_SUCCESS)
@@ -203,10 +206,29 @@ int main(int argc, char **argv) {
   good_value("HVD_LOG_LEVEL", "");
   good_value("HVD_LOG_LEVEL", "ERROR");
   good_value("HVD_CACHE_CAPACITY", "1e3");
-  bad_value("HVD_ZERO_COPY", "yes", "HVD_ZERO_COPY='yes' is not a number",
-            "0");
+  bad_value("HVD_ZERO_COPY", "yes", "HVD_ZERO_COPY='yes' is not a number", "0");
   bad_value("HVD_HOST_ARENA", "2", "HVD_HOST_ARENA='2' is out of range 0..1",
             "1");
+  /* A host name of 256 characters, one more than fits; and the index
+   * checks of the settings table's readers (at any time). */
+  char host[258];
+  memset(host, 'h', 256);
+  host[256] = '\0';
+  bad_value("HVD_HOSTNAME", host, "HVD_HOSTNAME is longer than 255 characters",
+            "node1");
+  unsetenv("HVD_HOSTNAME");
+  int n = hvd_setting_count();
+  char want[128];
+  snprintf(want, sizeof want,
+           "hvd_setting_info: index %d is out of range 0..%d", n, n - 1);
+  is_int(HVD_ERR_INVALID_ARG, hvd_setting_info(n, NULL, NULL, NULL),
+         "hvd_setting_info(count): result");
+  is_string(want, hvd_last_error(), "hvd_setting_info(count): message");
+  snprintf(want, sizeof want,
+           "hvd_setting_check: index -1 is out of range 0..%d", n - 1);
+  is_int(HVD_ERR_INVALID_ARG, hvd_setting_check(-1),
+         "hvd_setting_check(-1): result");
+  is_string(want, hvd_last_error(), "hvd_setting_check(-1): message");
   /* Last: it ends with HVD_NO_BIND unset, which binds ranks to GPUs. */
   bad_value("HVD_NO_BIND", "2", "HVD_NO_BIND='2' is out of range 0..1", "1");
   return tap_mpi_finish();
