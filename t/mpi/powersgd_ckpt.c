@@ -244,6 +244,22 @@ static void test_plain(const char *dir) {
      "state "
      "starts afresh, as a new optimizer's");
   hvd_optimizer_destroy(opt);
+  /* Ranks that disagree: the last one's optimizer compresses, the others'
+   * do not; every rank fails with the last one's message. */
+  int last = size - 1;
+  if (last > 0) {
+    opt = make_opt(&m, rank == last);
+    char want[200];
+    snprintf(want, sizeof want,
+             "hvd_checkpoint_load: opt compresses with PowerSGD here but does "
+             "not on rank 0 (on rank %d)",
+             last);
+    is_int(HVD_ERR_INVALID_ARG, hvd_checkpoint_load(path, m.p, NP, opt, NULL),
+           "PowerSGD on the last rank only: every rank fails");
+    is_string(want, hvd_last_error(), "... with that rank's message");
+    hvd_optimizer_destroy(opt);
+  } else
+    skip(2, "ranks that disagree on PowerSGD need 2 ranks");
   psgd_model_drop(&m);
   psgd_model_drop(&ref);
   psgd_model_drop(&fresh);
