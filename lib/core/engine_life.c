@@ -107,7 +107,9 @@ fail:
 
 /* Autotune when any rank asks (the vector then carries rank 0's
  * parameters to all); rank 0 keeps the tuner, starting from the host
- * executor's default chunk. */
+ * executor's default chunk. Rank 0's failure to make it (its
+ * HVD_AUTOTUNE_LOG cannot be opened) is every rank's, with its message:
+ * the others would otherwise start engines that wait for rank 0's. */
 static hvd_result_t start_autotune(hvd__engine_t *e) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__settings_t *s = &e->settings;
@@ -119,12 +121,22 @@ static hvd_result_t start_autotune(hvd__engine_t *e) {
   e->params.fusion_threshold = s->fusion_threshold;
   e->params.chunk_bytes = s->chunk_size > 0 ? s->chunk_size : chunk0;
   e->params.cycle_us = (int64_t)(s->cycle_time_ms * 1000);
-  if (e->env.rank != 0)
-    return HVD_SUCCESS;
-  e->tune = hvd__autotune_create(s, chunk0);
-  if (e->tune == NULL)
-    return HVD_ERR_IO;
-  hvd__autotune_record(e->tune, 0, 0, &e->params); /* first candidate */
+  struct {
+    int32_t rc;
+    char msg[HVD__ERRMSG_MAX];
+  } got = {HVD_SUCCESS, ""};
+  if (e->env.rank == 0) {
+    e->tune = hvd__autotune_create(s, chunk0);
+    if (e->tune != NULL) {
+      hvd__autotune_record(e->tune, 0, 0, &e->params); /* first candidate */
+    } else {
+      got.rc = HVD_ERR_IO;
+      snprintf(got.msg, sizeof got.msg, "%s", hvd_last_error());
+    }
+  }
+  HVD__MPI_CHECK(MPI_Bcast(&got, (int)sizeof got, MPI_BYTE, 0, e->env.comm));
+  if (got.rc != HVD_SUCCESS)
+    rc = hvd__set_error_msg((hvd_result_t)got.rc, got.msg);
 fail:
   return rc;
 }

@@ -9,6 +9,7 @@
  * ranks (every rank sets the same values). And hvd_gpu_timing after
  * hvd_init in every build: "hvd was built without CUDA" without CUDA;
  * with it, the HVD_GPU_TIMING message when unset, all zero when 1. An
+ * HVD_AUTOTUNE_LOG that rank 0 cannot open (HVD_ERR_IO everywhere); an
  * over-long HVD_HOSTNAME; hvd_setting_info and hvd_setting_check out of
  * range.
  */
@@ -34,20 +35,19 @@ static void allreduce_works(const char *what) {
   ok(rc == HVD_SUCCESS && right, "%s: allreduce works", what);
 }
 
-/* var=value makes hvd_init fail with exactly msg; then (with var set to
- * fixed, or unset when fixed is NULL) hvd_init works. */
-static void bad_value(const char *var, const char *value, const char *msg,
-                      const char *fixed) {
+/* var=value makes hvd_init fail with want_rc (named rc_name) and exactly
+ * msg on every rank; then (with var set to fixed, or unset when fixed is
+ * NULL) hvd_init works. */
+static void bad_value_rc(const char *var, const char *value,
+                         hvd_result_t want_rc, const char *rc_name,
+                         const char *msg, const char *fixed) {
   char what[160];
   snprintf(what, sizeof what, "%s='%s'", var, value);
   setenv(var, value, 1);
   hvd_result_t rc = hvd_init();
   char seen[1024];
   snprintf(seen, sizeof seen, "%s", hvd_last_error());
-  is_int(HVD_ERR_INVALID_ARG, rc,
-         "%s: hvd_init fails with "
-         "HVD_ERR_INVALID_ARG",
-         what);
+  is_int(want_rc, rc, "%s: hvd_init fails with %s", what, rc_name);
   is_string(msg, seen, "%s: message", what);
   is_int(0, hvd_is_initialized(), "%s: not initialised", what);
   is_int(-1, hvd_rank(), "%s: hvd_rank is -1", what);
@@ -66,6 +66,12 @@ static void bad_value(const char *var, const char *value, const char *msg,
   allreduce_works(what);
   is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", what);
   unsetenv(var);
+}
+
+static void bad_value(const char *var, const char *value, const char *msg,
+                      const char *fixed) {
+  bad_value_rc(var, value, HVD_ERR_INVALID_ARG, "HVD_ERR_INVALID_ARG", msg,
+               fixed);
 }
 
 /* var=value is accepted. */
@@ -209,6 +215,16 @@ int main(int argc, char **argv) {
   bad_value("HVD_ZERO_COPY", "yes", "HVD_ZERO_COPY='yes' is not a number", "0");
   bad_value("HVD_HOST_ARENA", "2", "HVD_HOST_ARENA='2' is out of range 0..1",
             "1");
+  /* An autotune log rank 0 cannot open: every rank fails with its message
+   * (the others used to start and wait for rank 0's engine forever). */
+  setenv("HVD_AUTOTUNE", "1", 1);
+  bad_value_rc("HVD_AUTOTUNE_LOG", "/nonexistent-hvd/at.csv", HVD_ERR_IO,
+               "HVD_ERR_IO",
+               "HVD_AUTOTUNE_LOG: cannot open '/nonexistent-hvd/at.csv': No "
+               "such file or directory",
+               NULL);
+  unsetenv("HVD_AUTOTUNE");
+
   /* A host name of 256 characters, one more than fits; and the index
    * checks of the settings table's readers (at any time). */
   char host[258];
