@@ -161,6 +161,13 @@ static int api(const char *path, const char *bad) {
              : rc != HVD_SUCCESS)
     say("FAIL: hvd_timeline_start(%s): %d '%s'", bad, (int)rc,
         hvd_last_error());
+  const char *empty_msg = "hvd_timeline_start: path is empty or NULL";
+  rc = hvd_timeline_start("");
+  if (rc != HVD_ERR_INVALID_ARG || strcmp(hvd_last_error(), empty_msg) != 0)
+    say("FAIL: hvd_timeline_start(\"\"): %d '%s'", (int)rc, hvd_last_error());
+  rc = hvd_timeline_start(NULL);
+  if (rc != HVD_ERR_INVALID_ARG || strcmp(hvd_last_error(), empty_msg) != 0)
+    say("FAIL: hvd_timeline_start(NULL): %d '%s'", (int)rc, hvd_last_error());
   rc = hvd_timeline_start(path);
   if (rc != HVD_SUCCESS)
     say("FAIL: hvd_timeline_start(%s): %s", path, hvd_last_error());
