@@ -40,12 +40,13 @@
   X(HVD_FUSION_THRESHOLD, "134217728", fusion_threshold, BYTES, 128 << 20, 0,  \
     1e15,                                                                      \
     "bytes of allreduce tensors executed as one fused group (64M, 1G...); "    \
-    "0 disables fusion")                                                       \
+    "0 disables fusion; equal on every rank")                                  \
   X(HVD_CHUNK_SIZE, "0", chunk_size, BYTES, 0, 0, 1e12,                        \
     "bytes per pipelined chunk of a fused group (256K...); 0 = the "           \
-    "backend's default (MPI: 262144)")                                         \
+    "backend's default (MPI: 262144); equal on every rank")                    \
   X(HVD_CACHE_CAPACITY, "1024", cache_capacity, INT, 1024, 0, 1 << 20,         \
-    "collectives remembered by the response cache; 0 disables it")             \
+    "collectives remembered by the response cache; 0 disables it; equal "      \
+    "on every rank")                                                           \
   X(HVD_STALL_CHECK_TIME, "60", stall_check_s, DOUBLE, 60, 0, 1e9,             \
     "seconds a collective may wait for missing ranks before rank 0 "           \
     "names them; 0 disables the check")                                        \
@@ -73,7 +74,8 @@
     "its core keeps priority")                                                 \
   X(HVD_SHM_ALLREDUCE, "1", shm_allreduce, BOOL, 1, 0, 1,                      \
     "1: host allreduce within a node through a shared segment "                \
-    "(MPI_Win_allocate_shared), MPI only between nodes; 0: MPI only")          \
+    "(MPI_Win_allocate_shared), MPI only between nodes; 0: MPI only; "         \
+    "equal on every rank")                                                     \
   X(HVD_ZERO_COPY, "1", zero_copy, BOOL, 1, 0, 1,                              \
     "1: an allreduce whose tensors are hvd_alloc_host memory on every "        \
     "rank of the node reads the peers' tensors and writes their results in "   \
@@ -129,7 +131,7 @@
     1e12,                                                                      \
     "bytes of a checkpoint that hvd_checkpoint_load sends per broadcast "      \
     "(rounded down to a multiple of 16): the most of the file that a rank "    \
-    "other than 0 holds at once")
+    "other than 0 holds at once; equal on every rank")
 
 /* The C type of each kind's field. */
 #define HVD__SETTING_FIELD_LEVEL(f) int f

@@ -81,6 +81,70 @@ static hvd__engine_t *engine_alloc(const hvd__exec_env_t *env,
   return e;
 }
 
+/* The settings that every rank must give the same value: each changes
+ * what a rank sends in a collective (which allreduces fuse, the chunks of
+ * a fused group, the response cache's bits, the shared-memory path, a
+ * checkpoint load's pieces), so ranks that differ would compute wrong
+ * sums or wait for each other forever. */
+#define NAGREED 5
+static const char *const agreed_names[NAGREED] = {
+    "HVD_FUSION_THRESHOLD", "HVD_CHUNK_SIZE", "HVD_CACHE_CAPACITY",
+    "HVD_SHM_ALLREDUCE", "HVD_CHECKPOINT_PIECE"};
+
+/* The ranks whose setting k differs from rank 0's, as "rank 0 V vs rank
+ * 2 W, rank 3 W" (at most 8 listed, then ", and N more ranks"); 0 when
+ * none does. all: every rank's NAGREED values. */
+static int agreed_differ(const hvd__exec_env_t *env, const int64_t *all, int k,
+                         char *msg, size_t cap) {
+#define WORLD_RANK(r) (env->world_ranks != NULL ? env->world_ranks[r] : (r))
+  size_t at = 0;
+  int listed = 0, more = 0;
+  for (int r = 1; r < env->size; r++) {
+    int64_t v = all[(size_t)r * NAGREED + (size_t)k];
+    if (v == all[k])
+      continue;
+    if (listed == 8) {
+      more++;
+      continue;
+    }
+    if (listed == 0)
+      at = (size_t)snprintf(msg, cap,
+                            "%s must be equal on every rank: rank %d %lld vs",
+                            agreed_names[k], WORLD_RANK(0), (long long)all[k]);
+    if (at < cap)
+      at += (size_t)snprintf(msg + at, cap - at, "%s rank %d %lld",
+                             listed ? "," : "", WORLD_RANK(r), (long long)v);
+    listed++;
+  }
+  if (more && at < cap)
+    snprintf(msg + at, cap - at, ", and %d more ranks", more);
+  return listed > 0;
+#undef WORLD_RANK
+}
+
+/* Every rank's agreed settings gathered and compared with rank 0's:
+ * HVD_ERR_INVALID_ARG naming the first that differs, its ranks and their
+ * values, on every rank. */
+static hvd_result_t agree_settings(hvd__engine_t *e) {
+  hvd_result_t rc = HVD_SUCCESS;
+  const hvd__settings_t *s = &e->settings;
+  int64_t mine[NAGREED] = {s->fusion_threshold, s->chunk_size,
+                           s->cache_capacity, s->shm_allreduce,
+                           s->checkpoint_piece},
+          *all = calloc((size_t)e->env.size * NAGREED, sizeof *all);
+  char msg[HVD__ERRMSG_MAX];
+  if (all == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
+  HVD__MPI_CHECK(MPI_Allgather(mine, NAGREED, MPI_INT64_T, all, NAGREED,
+                               MPI_INT64_T, e->env.comm));
+  for (int k = 0; k < NAGREED && rc == HVD_SUCCESS; k++)
+    if (agreed_differ(&e->env, all, k, msg, sizeof msg))
+      rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s", msg);
+fail:
+  free(all);
+  return rc;
+}
+
 /* What every rank must agree on: hierarchical only where it applies,
  * decided for all ranks together (a rank alone on its node must still
  * take the three phases); [2], [3]: max and -min of HVD_GPU_OPERATIONS,
@@ -165,6 +229,7 @@ static hvd_result_t engine_open(const hvd__exec_env_t *env,
   if (e == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
   HVD__CHECK(agree_env(e));
+  HVD__CHECK(agree_settings(e));
   HVD__CHECK(hvd__engine_start_timeline(e));
   HVD__CHECK(start_autotune(e));
   HVD__CHECK(start_negotiation(e));

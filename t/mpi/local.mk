@@ -64,7 +64,7 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/cache.np1 t/mpi/cache.np2 t/mpi/cache.np3 t/mpi/cache.np4 \
 	t/mpi/fusion.np1 t/mpi/fusion.np2 t/mpi/fusion.np3 t/mpi/fusion.np4 \
 	t/mpi/hierarchical.np4 t/mpi/hierarchical.np6 \
-	t/mpi/settings.np1 t/mpi/settings.np2 \
+	t/mpi/settings.np1 t/mpi/settings.np2 t/mpi/settings.np3 \
 	t/mpi/host_mem.np1 t/mpi/host_mem.np2 t/mpi/host_mem.np3 \
 	t/mpi/host_mem.np4 \
 	t/mpi/zero_copy.np1 t/mpi/zero_copy.np2 t/mpi/zero_copy.np3 \

@@ -9,7 +9,8 @@
  * ranks (every rank sets the same values). And hvd_gpu_timing after
  * hvd_init in every build: "hvd was built without CUDA" without CUDA;
  * with it, the HVD_GPU_TIMING message when unset, all zero when 1. An
- * HVD_AUTOTUNE_LOG that rank 0 cannot open (HVD_ERR_IO everywhere); an
+ * HVD_AUTOTUNE_LOG that rank 0 cannot open (HVD_ERR_IO everywhere); the
+ * settings that must be equal on every rank, set on rank 0 alone; an
  * over-long HVD_HOSTNAME; hvd_setting_info and hvd_setting_check out of
  * range.
  */
@@ -66,6 +67,37 @@ static void bad_value_rc(const char *var, const char *value,
   allreduce_works(what);
   is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown", what);
   unsetenv(var);
+}
+
+/* var=value on rank 0 alone, the others at the default (shown as dflt):
+ * hvd_init fails on every rank, naming rank 0's value and the others';
+ * then, unset, hvd_init works. */
+static void differs(const char *var, const char *value, const char *v0,
+                    const char *dflt) {
+  char want[1024], what[160];
+  size_t at =
+      (size_t)snprintf(want, sizeof want,
+                       "%s must be equal on every rank: rank 0 %s vs", var, v0);
+  for (int r = 1; r < size; r++)
+    at += (size_t)snprintf(want + at, sizeof want - at, "%s rank %d %s",
+                           r > 1 ? "," : "", r, dflt);
+  snprintf(what, sizeof what, "%s='%s' on rank 0 alone", var, value);
+  if (rank == 0)
+    setenv(var, value, 1);
+  hvd_result_t rc = hvd_init();
+  char seen[1024];
+  snprintf(seen, sizeof seen, "%s", hvd_last_error());
+  is_int(HVD_ERR_INVALID_ARG, rc, "%s: hvd_init fails on every rank", what);
+  is_string(want, seen, "%s: message", what);
+  is_int(0, hvd_is_initialized(), "%s: not initialised", what);
+  if (rc == HVD_SUCCESS)
+    hvd_shutdown();
+  unsetenv(var);
+  rc = hvd_init();
+  if (!is_int(HVD_SUCCESS, rc, "%s then unset: hvd_init works", var))
+    bail("hvd_init: %s", hvd_last_error());
+  allreduce_works(what);
+  is_int(HVD_SUCCESS, hvd_shutdown(), "%s then unset: hvd_shutdown", var);
 }
 
 static void bad_value(const char *var, const char *value, const char *msg,
@@ -215,6 +247,18 @@ int main(int argc, char **argv) {
   bad_value("HVD_ZERO_COPY", "yes", "HVD_ZERO_COPY='yes' is not a number", "0");
   bad_value("HVD_HOST_ARENA", "2", "HVD_HOST_ARENA='2' is out of range 0..1",
             "1");
+  /* Settings that change what a rank sends must be equal on every rank
+   * (before: wrong sums, a hang or a crash). */
+  if (size > 1) {
+    differs("HVD_FUSION_THRESHOLD", "1K", "1024", "134217728");
+    differs("HVD_CHUNK_SIZE", "4096", "4096", "0");
+    differs("HVD_CACHE_CAPACITY", "0", "0", "1024");
+    differs("HVD_SHM_ALLREDUCE", "0", "0", "1");
+    differs("HVD_CHECKPOINT_PIECE", "16", "16", "67108864");
+  } else {
+    skip(5 * 6, "settings that differ between ranks: needs 2 ranks");
+  }
+
   /* An autotune log rank 0 cannot open: every rank fails with its message
    * (the others used to start and wait for rank 0's engine forever). */
   setenv("HVD_AUTOTUNE", "1", 1);
