@@ -127,9 +127,7 @@ static int fork_child(void) {
 }
 
 int main(int argc, char **argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  tap_mpi_init(&argc, &argv); /* MPI is the program's: tap leaves it */
+  tap_mpi_init_program(&argc, &argv);
   rank = tap_rank();
   size = tap_size();
   char path[1024];

@@ -36,7 +36,7 @@ static MPI_Comm tap_comm(void) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   return comm;
 }
-static char note[TAP_LINE];           /* tap_note() for the next check */
+static char note[TAP_LINE]; /* tap_note() for the next check */
 
 /* Prints text on f, each line preceded by prefix. */
 static void print_lines(FILE *f, const char *prefix, const char *text) {
@@ -283,6 +283,14 @@ void tap_mpi_init(int *argc, char ***argv) {
     bail("MPI gives thread level %d, tests need MPI_THREAD_MULTIPLE", provided);
 }
 
+void tap_mpi_init_program(int *argc, char ***argv) {
+  int provided = MPI_THREAD_SINGLE;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) !=
+      MPI_SUCCESS)
+    bail("MPI_Init_thread failed");
+  tap_mpi_init(argc, argv); /* MPI is the program's: tap leaves it */
+}
+
 int tap_mpi_finish(void) {
   int mine, status;
   done_testing();
@@ -294,9 +302,5 @@ int tap_mpi_finish(void) {
   return status;
 }
 
-int tap_rank(void) {
-  return my_rank;
-}
-int tap_size(void) {
-  return world_size;
-}
+int tap_rank(void) { return my_rank; }
+int tap_size(void) { return world_size; }

@@ -75,6 +75,10 @@ int tap_exit_status(void);
  * MPI if tap_mpi_init initialised it, and returns tap_exit_status(), the
  * same on every rank. */
 void tap_mpi_init(int *argc, char ***argv);
+/* As a program that owns MPI: MPI_Init_thread(MPI_THREAD_MULTIPLE) made
+ * here, as the program's own, then tap_mpi_init, which leaves it to the
+ * program (tap_mpi_finish does not finalise it). */
+void tap_mpi_init_program(int *argc, char ***argv);
 int tap_mpi_finish(void);
 /* This process's rank and the world size (0 and 1 in plain mode). */
 int tap_rank(void);
