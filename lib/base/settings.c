@@ -305,7 +305,11 @@ static const char *const not_settings[] = {"HVD_ELASTIC_RESTARTS",
                                            "HVD_TOP_",
                                            "HVD_MPIRUN_TEST",
                                            "HVD_CI_",
-                                           "HVD_BENCH_"};
+                                           "HVD_BENCH_",
+                                           "HVD_SOAK_",
+                                           "HVD_NEGOTIATION_",
+                                           "HVD_BLAME_",
+                                           "HVD_SHARE_"};
 
 /* Horovod's variables whose hvd name is not HVD_ + the same rest. */
 static const char *const horovod_renamed[][2] = {
