@@ -544,6 +544,33 @@ static void reset_passes(hvd__dist_t *d) {
   }
 }
 
+/* A mismatch of a gradient's reduction in a field that this optimizer's
+ * options set ("allreduce 'hvd.grad.w': rank 0 prescale 1 vs rank 1
+ * prescale 0.5") names the options that differ between the ranks, in the
+ * user's words: appended to msg. */
+static void mismatch_hint(char *msg, size_t cap) {
+  static const struct {
+    const char *field, *options;
+  } hints[] = {{" prescale ", "backward_passes_per_step, average_passes or "
+                              "gradient_predivide_factor"},
+               {" postscale ", "backward_passes_per_step, average_passes or "
+                               "gradient_predivide_factor"},
+               {" op ", "op"},
+               {" wire dtype ", "compression"}};
+  const char *name = strstr(msg, " '" GRAD_PREFIX);
+  const char *label_end = name != NULL ? strstr(name, "': rank ") : NULL;
+  if (label_end == NULL)
+    return;
+  for (size_t k = 0; k < sizeof hints / sizeof hints[0]; k++)
+    if (strstr(label_end, hints[k].field) != NULL) {
+      size_t n = strlen(msg);
+      snprintf(msg + n, cap - n,
+               " (the ranks' distributed optimizers differ in %s)",
+               hints[k].options);
+      return;
+    }
+}
+
 /* Sync step: start the rest, wait for all, keep the first failure. */
 static hvd_result_t reduce_all(hvd_optimizer_t *opt) {
   hvd__dist_t *d = opt->dist;
@@ -594,6 +621,8 @@ static hvd_result_t reduce_all(hvd_optimizer_t *opt) {
       snprintf(msg, sizeof msg, "%s", hvd_last_error());
     }
   }
+  if (first == HVD_ERR_MISMATCH)
+    mismatch_hint(msg, sizeof msg);
   return first == HVD_SUCCESS ? HVD_SUCCESS : hvd__set_error_msg(first, msg);
 }
 

@@ -442,9 +442,11 @@ static void test_mismatch(void) {
 }
 
 /* Ranks whose distributed optimizers compress differently (rank 1 float16
- * on the wire, the others none): every rank's step fails with the
- * engine's message naming the wire of each, and no parameter changes. */
-static void test_wire_mismatch(void) {
+ * on the wire, the others none), or (passes) backward_passes_per_step 2
+ * on rank 1 alone: every rank's step fails with the engine's message
+ * naming each rank's value and the options that differ, and no parameter
+ * changes. */
+static void test_wire_mismatch(int passes) {
   if (size < 2) {
     skip(3, "a mismatch needs 2 ranks");
     return;
@@ -458,17 +460,27 @@ static void test_wire_mismatch(void) {
   hvd_optimizer_t *base = NULL, *d = NULL;
   hvd_sgd_options_init(&so);
   hvd_distributed_options_init(&o);
-  o.compression = rank == 1 ? HVD_COMPRESS_FP16 : HVD_COMPRESS_NONE;
+  if (passes)
+    o.backward_passes_per_step = rank == 1 ? 2 : 1;
+  else
+    o.compression = rank == 1 ? HVD_COMPRESS_FP16 : HVD_COMPRESS_NONE;
   must(hvd_sgd_create(&p, 1, &so, &base), "sgd_create");
   must(hvd_distributed_optimizer(base, &o, &d), "distributed");
   must(hvd_optimizer_zero_grad(d), "zero_grad");
   for (int j = 0; j < 3; j++)
     ga[j] = (float)(rank + j);
-  is_int(HVD_ERR_MISMATCH, hvd_optimizer_step(d),
-         "compression on rank 1 alone: HVD_ERR_MISMATCH");
-  is_string("allreduce 'hvd.grad.a': rank 0 wire dtype float32 vs rank 1 "
-            "wire dtype float16",
-            hvd_last_error(), "the message names each rank's wire dtype");
+  const char *what = passes ? "backward_passes_per_step 2 on rank 1 alone"
+                            : "compression on rank 1 alone";
+  is_int(HVD_ERR_MISMATCH, hvd_optimizer_step(d), "%s: HVD_ERR_MISMATCH", what);
+  is_string(passes ? "allreduce 'hvd.grad.a': rank 0 prescale 1 vs rank 1 "
+                     "prescale 0.5 (the ranks' distributed optimizers differ "
+                     "in backward_passes_per_step, average_passes or "
+                     "gradient_predivide_factor)"
+                   : "allreduce 'hvd.grad.a': rank 0 wire dtype float32 vs "
+                     "rank 1 wire dtype float16 (the ranks' distributed "
+                     "optimizers differ in compression)",
+            hvd_last_error(),
+            "%s: the message names the values and the options", what);
   ok(a[0] == 1 && a[1] == 2 && a[2] == 3, "the parameter is unchanged");
   hvd_optimizer_destroy(d);
 }
@@ -630,7 +642,8 @@ int main(int argc, char **argv) {
   test_no_sync();
   test_errors();
   test_mismatch();
-  test_wire_mismatch();
+  test_wire_mismatch(0);
+  test_wire_mismatch(1);
   test_compression(HVD_COMPRESS_FP16, "fp16");
   test_compression(HVD_COMPRESS_BF16, "bf16");
 
