@@ -104,9 +104,11 @@ typedef struct options {
   int keep;
   const char *resume;
   const char *log_json;
-  const char *elastic;  /* --elastic FILE: the committed state */
-  int64_t commit_every; /* --commit-every N (steps) */
-  int save_every;       /* --save-every K (commits) */
+  const char *elastic;   /* --elastic FILE: the committed state */
+  int64_t commit_every;  /* --commit-every N (steps) */
+  int save_every;        /* --save-every K (commits) */
+  int commit_background; /* --commit-background: file commits written by a
+                            thread (hvd_state_set_background) */
   uint64_t seed;
   int threads;
   int gpu;       /* --device gpu */
@@ -224,6 +226,8 @@ static const char usage_text[] =
     "                         from its newest commit, at any world size\n"
     "  --commit-every N       commit every N steps (default 1)\n"
     "  --save-every K         write every K-th commit to FILE (default 1)\n"
+    "  --commit-background    write FILE in the background: a commit\n"
+    "                         returns once rank 0 holds the file's bytes\n"
     "  --quiet                no progress lines, only the summary\n"
     "  -h, --help             this text\n"
     "\n"
@@ -284,6 +288,7 @@ enum {
   O_ELASTIC,
   O_COMMIT_EVERY,
   O_SAVE_EVERY,
+  O_COMMIT_BACKGROUND,
   O_QUIET
 };
 
@@ -339,6 +344,7 @@ static const struct option long_options[] = {
     {"elastic", required_argument, NULL, O_ELASTIC},
     {"commit-every", required_argument, NULL, O_COMMIT_EVERY},
     {"save-every", required_argument, NULL, O_SAVE_EVERY},
+    {"commit-background", no_argument, NULL, O_COMMIT_BACKGROUND},
     {"quiet", no_argument, NULL, O_QUIET},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}};
@@ -541,6 +547,9 @@ static int file_option(options_t *o, int ch, const char *a) {
   case O_SAVE_EVERY:
     o->save_every = (int)cli_int("--save-every", a, 1, INT32_MAX);
     return 1;
+  case O_COMMIT_BACKGROUND:
+    o->commit_background = 1;
+    return 1;
   }
   return 0;
 }
@@ -575,8 +584,10 @@ static void check_options(options_t *o) {
     o->eps = o->lamb ? 1e-6 : 1e-8;
   if (o->checkpoint_every > 0 && o->checkpoint == NULL)
     cli_usage_error("--checkpoint-every needs --checkpoint DIR");
-  if ((o->commit_every > 0 || o->save_every > 0) && o->elastic == NULL)
-    cli_usage_error("--commit-every and --save-every need --elastic FILE");
+  if ((o->commit_every > 0 || o->save_every > 0 || o->commit_background) &&
+      o->elastic == NULL)
+    cli_usage_error("--commit-every, --save-every and --commit-background "
+                    "need --elastic FILE");
   if (o->elastic != NULL && o->resume != NULL)
     cli_usage_error("--elastic resumes from its own state: not with --resume");
   if (o->commit_every == 0)
@@ -1507,6 +1518,9 @@ static void restore_elastic(run_t *r) {
               "hvd_state_add_counter", hvd_last_error());
   check_local(hvd_state_add_counter(r->state, "consumed", &r->c_consumed),
               "hvd_state_add_counter", hvd_last_error());
+  if (r->o.commit_background)
+    check_local(hvd_state_set_background(r->state, 1),
+                "hvd_state_set_background", hvd_last_error());
   check_agreed(hvd_state_restore(r->state, &r->restored), "--elastic");
   if (r->restored)
     r->start = r->c_step;
@@ -1621,14 +1635,16 @@ static void print_start(const run_t *r) {
   if (o->resume != NULL)
     printf(PROG ": resumed at step %lld from %s\n", (long long)r->start,
            r->resumed_from);
-  if (o->elastic != NULL && r->restored)
+  if (o->elastic != NULL && r->restored) {
     printf(PROG ": restored the state committed after step %lld (epoch "
-                "%lld, sample %lld of its order) from %s; launch %d, the "
-                "last one had %d ranks\n",
+                "%lld, sample %lld of its order) from %s",
            (long long)r->c_step, (long long)r->c_epoch,
-           (long long)r->c_consumed, o->elastic, hvd_elastic_restarts() + 1,
-           hvd_elastic_previous_size());
-  else if (o->elastic != NULL)
+           (long long)r->c_consumed, o->elastic);
+    if (hvd_elastic_restarts() > 0) /* hvdrun's relaunch, not a new job */
+      printf("; launch %d, the last one had %d ranks",
+             hvd_elastic_restarts() + 1, hvd_elastic_previous_size());
+    printf("\n");
+  } else if (o->elastic != NULL)
     printf(PROG ": elastic: no committed state in %s: a fresh start\n",
            o->elastic);
   fflush(stdout);
@@ -1800,6 +1816,13 @@ static void finish_checkpoint(run_t *r) {
   saved(r, r->saving_step);
 }
 
+/* --commit-background: waits for the commit's file in flight, if any
+ * (collective; its failure, like any, ends the run on every rank). */
+static void finish_commit(run_t *r) {
+  if (r->state != NULL && r->o.commit_background)
+    check_agreed(hvd_state_wait(r->state), "--elastic: hvd_state_wait");
+}
+
 /* The checkpoint after step s, if due: written before this returns, or
  * (--checkpoint-async) copied, and written while the next steps run. */
 static void checkpoint_due(run_t *r, int64_t s) {
@@ -1809,6 +1832,7 @@ static void checkpoint_due(run_t *r, int64_t s) {
         s + 1 == o->steps))
     return;
   finish_checkpoint(r); /* one at a time */
+  finish_commit(r);     /* a background commit's file first */
   checkpoint_name(r->path, sizeof r->path, o->checkpoint, s + 1);
   if (!o->checkpoint_async) {
     check_agreed(
@@ -1873,6 +1897,7 @@ static void train(run_t *r) {
   for (int64_t s = r->start; s < r->o.steps; s++)
     train_step(r, s);
   finish_checkpoint(r);
+  finish_commit(r);
   double total_time = now() - r->rep.start;
   if (r->rank == 0)
     report_done(&r->rep, &r->o, r->size, (double)r->tokens_per_step,

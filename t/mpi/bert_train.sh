@@ -29,6 +29,8 @@
 #     checkpoint continue the curve (1e-5 relative at the same world size,
 #     1e-4 at np 2); --powersgd's too (its state in the file, 1e-5);
 #     --checkpoint-async writes the synchronous run's files, pruned alike;
+#     --elastic --commit-background writes the foreground run's state file
+#     byte for byte, and a longer run restores from it;
 #  4. a missing, empty or too small --data file ends the job with exit 1
 #     and the reason on stderr, before any training;
 #  5. --help exits 0 with the usage; bad options exit 2; --log-json with
@@ -75,7 +77,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..58"
+echo "1..60"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -254,6 +256,28 @@ else
   fail "--checkpoint-async --keep 2 at np 2: the same losses, and the synchronous run's files byte for byte"
   show_run casync
   ls -l "$ca" 2>&1 | sed 's/^/#   /'
+fi
+
+# --elastic --commit-background (hvd_state_set_background): the same run at
+# np 2 committing every 2 steps, each commit's file written by a thread:
+# the losses and the state file are the foreground run's, byte for byte;
+# a run to step 12 restores the commit after step 10 from that file.
+if train ebg 2 --steps 10 --batch-size 4 --elastic "$tmp/ebg.state" \
+    --commit-every 2 --commit-background &&
+  train efg 2 --steps 10 --batch-size 4 --elastic "$tmp/efg.state" \
+    --commit-every 2 &&
+  [ "`losses_of ebg`" = "`losses_of efg`" ] &&
+  cmp -s "$tmp/ebg.state" "$tmp/efg.state" &&
+  [ -z "`ls "$tmp" | grep 'ebg.state.'`" ] &&
+  train ebg2 2 --steps 12 --batch-size 4 --elastic "$tmp/ebg.state" \
+    --commit-background &&
+  grep -qx "bert_train: restored the state committed after step 10 (epoch 0, sample 80 of its order) from $tmp/ebg.state" "$tmp/ebg2.out"; then
+  pass "--elastic --commit-background at np 2: the foreground run's losses and state file byte for byte; a longer run restores step 10's commit"
+else
+  fail "--elastic --commit-background at np 2: the foreground run's losses and state file byte for byte; a longer run restores step 10's commit"
+  show_run ebg
+  show_run ebg2
+  ls -l "$tmp" 2>&1 | sed 's/^/#   /'
 fi
 
 # what a run says: each save; the progress line even under 1 s; the
@@ -528,7 +552,8 @@ for args in "--no-such-option" "--steps many" "--lr" "--clip-grad-norm -1" \
   "--fp16-allreduce --bf16-allreduce" "--powersgd 2 --zero 1" \
   "--adasum --zero 1" "--adasum --powersgd 2" "--local-sgd 0" \
   "--local-sgd-start 3" "--local-sgd 2 --local-sgd-group pairs" \
-  "--local-sgd 2 --fp16-allreduce" "--checkpoint-async"; do
+  "--local-sgd 2 --fp16-allreduce" "--checkpoint-async" \
+  "--commit-background"; do
   "$HVD_MPIRUN_TEST" --np 0 "$prog" $args >"$tmp/opt.out" 2>"$tmp/opt.err"
   rc=$?
   if [ $rc = 2 ] && grep -q "^bert_train: " "$tmp/opt.err"; then
