@@ -8,11 +8,14 @@
 ##  soak.sh   100000 collectives at np 4 (t/soak/soak.c says what)
 ##  leaks.sh  2000 of them under LeakSanitizer (sanitizer builds only)
 ##  races.sh  3000 of them under ThreadSanitizer (thread builds only)
+##  matrix.sh 4000 at np 2-4 under each setting a user may change, tensors
+##            from hvd_alloc_host and malloc mixed (HVD_SOAK_MATRIX_OPS)
 
 check_PROGRAMS += t/soak/soak
 EXTRA_DIST += t/soak/soak.sh t/soak/leaks.sh t/soak/races.sh \
-	t/soak/sanitized.sh t/soak/lsan.supp
-SOAK_TESTS = t/soak/soak.sh t/soak/leaks.sh t/soak/races.sh
+	t/soak/sanitized.sh t/soak/lsan.supp t/soak/matrix.sh
+SOAK_TESTS = t/soak/soak.sh t/soak/leaks.sh t/soak/races.sh \
+	t/soak/matrix.sh
 check-soak:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(SOAK_TESTS)'
 .PHONY: check-soak
@@ -20,4 +23,5 @@ check-soak:
 ## left in the source tree, a VPATH build's make would take them for its
 ## own (up to date) and never run the tests.
 CLEANFILES += t/soak/soak.log t/soak/soak.trs t/soak/leaks.log \
-	t/soak/leaks.trs t/soak/races.log t/soak/races.trs
+	t/soak/leaks.trs t/soak/races.log t/soak/races.trs t/soak/matrix.log \
+	t/soak/matrix.trs

@@ -1,7 +1,7 @@
 /*
  * soak.c - a bounded soak (make check-soak; t/soak/soak.sh runs it at np 4).
  *
- *   soak [--ops N] [--seed S] [--checkpoint-every K]
+ *   soak [--ops N] [--seed S] [--checkpoint-every K] [--alloc A]
  *
  * N collectives (default 20000) in windows of 1..40: allreduces (every
  * dtype and op, 0 to 262144 elements), broadcasts (every root),
@@ -11,7 +11,12 @@
  * order, now and then sleeping between submissions, waits in another
  * order, and checks every element of every result exactly. Names are
  * reused window after window with other shapes and dtypes, and every
- * 16th window takes new ones (the response cache evicts).
+ * 16th window takes new ones (the response cache evicts). --alloc says
+ * where the inputs and outputs of allreduces, broadcasts, allgathers,
+ * alltoalls and reducescatters live: malloc (the default), hvd
+ * (hvd_alloc_host, the node's shared arena, for the zero-copy paths) or
+ * mixed (each rank draws its own per buffer, so that an allreduce's
+ * tensors are in the arena on some ranks only).
  *
  * Each window also trains: a distributed SGD step with momentum on three
  * parameters. Every K collectives (default 500) the model is saved, spoilt
@@ -49,6 +54,8 @@ static const char *const kind_name[NKINDS] = {"allreduce",     "broadcast",
 
 static int P, R;
 static uint64_t seed = 1;
+enum alloc { ALLOC_MALLOC, ALLOC_HVD, ALLOC_MIXED };
+static enum alloc alloc_mode = ALLOC_MALLOC;
 
 /* ---- Draws (the same on every rank) ---- */
 
@@ -78,6 +85,7 @@ struct op {
   int64_t n, w; /* elements (allreduce, broadcast) or rows of w */
   int root, inplace;
   uint64_t salt;
+  int arena; /* bit 0: send, bit 1: recv are hvd_alloc_host blocks */
 
   void *send, *recv;
   hvd_tensor_t st, rt;
@@ -148,6 +156,9 @@ static void draw_op(struct op *o, int64_t win, int k, int no_barrier) {
     o->rop = rops[draw(win, k, 4, 4)]; /* no product: kept small */
     o->n = draw(win, k, 6, 3 * P + 1);
   }
+  o->arena = alloc_mode == ALLOC_HVD     ? 3
+             : alloc_mode == ALLOC_MIXED ? (int)draw(win, k, 100 + (uint64_t)R, 4)
+                                         : 0;
   if (win % 16 == 15)
     snprintf(o->name, sizeof o->name, "soak.w%lld.%d", (long long)win, k);
   else
@@ -155,6 +166,26 @@ static void draw_op(struct op *o, int64_t win, int k, int no_barrier) {
 }
 
 /* ---- Submission and checks ---- */
+
+/* n zeroed elements of es bytes: from hvd_alloc_host where o->arena has
+ * bit (1 send, 2 recv), else from calloc. */
+static void *buf_alloc(const struct op *o, int bit, int64_t n, size_t es) {
+  if (!(o->arena & bit))
+    return hvdt_calloc((size_t)n, es);
+  size_t bytes = (size_t)n * es;
+  void *p = hvd_alloc_host(bytes ? bytes : 1);
+  if (p == NULL)
+    bail("hvd_alloc_host(%zu): %s", bytes, hvd_last_error());
+  memset(p, 0, bytes);
+  return p;
+}
+
+static void buf_free(const struct op *o, int bit, void *p) {
+  if (o->arena & bit)
+    hvd_free_host(p);
+  else
+    free(p);
+}
 
 static void fill(const struct op *o, void *buf, int64_t n, int q, int j) {
   for (int64_t i = 0; i < n; i++)
@@ -166,17 +197,17 @@ static hvd_result_t submit(struct op *o) {
   int64_t shape[2];
   switch (o->kind) {
   case AR:
-    o->send = hvdt_calloc((size_t)o->n, es);
+    o->send = buf_alloc(o, 1, o->n, es);
     for (int64_t i = 0; i < o->n; i++)
       hvdt_put(o->dt, o->send, i, red_value(o, R, i));
-    o->recv = o->inplace ? o->send : hvdt_calloc((size_t)o->n, es);
+    o->recv = o->inplace ? o->send : buf_alloc(o, 2, o->n, es);
     shape[0] = o->n;
     o->st = hvd_tensor_make(o->send, o->dt, 1, shape);
     o->rt = hvd_tensor_make(o->recv, o->dt, 1, shape);
     return hvd_allreduce_async(o->name, &o->st, o->inplace ? &o->st : &o->rt,
                                o->rop, 1.0, 1.0, &o->req);
   case BC:
-    o->send = hvdt_calloc((size_t)o->n, es);
+    o->send = buf_alloc(o, 1, o->n, es);
     if (R == o->root)
       fill(o, o->send, o->n, o->root, 0);
     else
@@ -188,7 +219,7 @@ static hvd_result_t submit(struct op *o) {
   case AG:
     shape[0] = rows_of(o, R, 0);
     shape[1] = o->w;
-    o->send = hvdt_calloc((size_t)(shape[0] * o->w), es);
+    o->send = buf_alloc(o, 1, shape[0] * o->w, es);
     fill(o, o->send, shape[0] * o->w, R, 0);
     o->st = hvd_tensor_make(o->send, o->dt, 2, shape);
     return hvd_allgather_async(o->name, &o->st, &o->rt, &o->req);
@@ -198,7 +229,7 @@ static hvd_result_t submit(struct op *o) {
       rows += o->splits[j] = rows_of(o, R, j);
     shape[0] = rows;
     shape[1] = o->w;
-    o->send = hvdt_calloc((size_t)(rows * o->w), es);
+    o->send = buf_alloc(o, 1, rows * o->w, es);
     int64_t at = 0;
     for (int j = 0; j < P; j++) {
       fill(o, (char *)o->send + (size_t)(at * o->w) * es, o->splits[j] * o->w,
@@ -212,7 +243,7 @@ static hvd_result_t submit(struct op *o) {
   case RS:
     shape[0] = o->n;
     shape[1] = o->w;
-    o->send = hvdt_calloc((size_t)(o->n * o->w), es);
+    o->send = buf_alloc(o, 1, o->n * o->w, es);
     for (int64_t i = 0; i < o->n * o->w; i++)
       hvdt_put(o->dt, o->send, i, red_value(o, R, i));
     o->st = hvd_tensor_make(o->send, o->dt, 2, shape);
@@ -322,9 +353,10 @@ static int finish(struct op *o, char *why, size_t len) {
              hvd_op_name(o->rop), (long long)at, got, w);
     right = 0;
   }
-  free(o->send);
+  if (o->kind != BAR)
+    buf_free(o, 1, o->send);
   if (o->kind == AR && !o->inplace)
-    free(o->recv);
+    buf_free(o, 2, o->recv);
   if (o->kind == AG || o->kind == A2A || o->kind == RS)
     if (o->rc == HVD_SUCCESS)
       hvd_tensor_free(&o->rt);
@@ -463,7 +495,8 @@ static double tail_value(const struct hvdt_ar *a, int q, int64_t i) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: soak [--ops N] [--seed S] [--checkpoint-every K]\n");
+  fprintf(stderr, "usage: soak [--ops N] [--seed S] [--checkpoint-every K] "
+                  "[--alloc malloc|hvd|mixed]\n");
   exit(2);
 }
 
@@ -473,6 +506,15 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc)
       usage();
+    if (strcmp(argv[i], "--alloc") == 0) {
+      const char *a = argv[i + 1];
+      alloc_mode = strcmp(a, "malloc") == 0 ? ALLOC_MALLOC
+                   : strcmp(a, "hvd") == 0  ? ALLOC_HVD
+                   : strcmp(a, "mixed") == 0
+                       ? ALLOC_MIXED
+                       : (usage(), ALLOC_MALLOC);
+      continue;
+    }
     char *end;
     long long v = strtoll(argv[i + 1], &end, 10);
     if (*end != '\0' || v < 1)
@@ -634,7 +676,10 @@ int main(int argc, char **argv) {
   if (fd1 != fd0 || th1 != th0)
     diag_all("before hvd_init %ld fds, %ld threads; after shutdown %ld, %ld",
              fd0, th0, fd1, th1);
-  /* Once more, to see that nothing accumulates per init. */
+  /* Once more, to see that nothing accumulates per init; without a
+   * timeline, which would replace the main run's (t/soak/matrix.sh reads
+   * it). */
+  unsetenv("HVD_TIMELINE");
   int again = hvd_init() == HVD_SUCCESS;
   if (again)
     hvdt_allreduce_works("soak.again", HVD_INT32, 8, "again: an allreduce");
