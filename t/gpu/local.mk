@@ -28,6 +28,10 @@
 ##  cnn          examples/cnn's GPU backend (cnn_cuda.cu) against its CPU
 ##               model (with a CBLAS only), sync and per-rank batch norm:
 ##               forward, backward, eval, three distributed SGD steps
+##  soak.sh      the soak (t/soak/soak.c built with SOAK_CUDA as t/gpu/soak)
+##               with its tensors on the GPU, all or half of them, at np
+##               2-4, every rank on one GPU (HVD_GPU_SHARE=1, NCCL over
+##               sockets)
 ##  bench.sh     hvd-bench's GPU modes: the skip line without a GPU, a
 ##               small real run with one; bad arguments exit 2; no libcuda
 ##               among the program's needs
@@ -44,7 +48,12 @@ NP_TESTS += t/gpu/collectives.np1 t/gpu/collectives.np2 \
 ## share.sh: the multi-rank programs with every rank on one GPU and
 ## HVD_GPU_SHARE=1, their NCCL pass included (NCCL over sockets).
 TESTS_SH += t/gpu/binding.sh t/gpu/bench.sh t/gpu/bert_device.sh \
-	t/gpu/share.sh
+	t/gpu/share.sh t/gpu/soak.sh
+check_PROGRAMS += t/gpu/soak
+t_gpu_soak_SOURCES = t/soak/soak.c
+t_gpu_soak_CPPFLAGS = $(GPU_TEST_CPPFLAGS) -DSOAK_CUDA
+t_gpu_soak_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS)
+t_gpu_soak_LDADD = $(TEST_LDADD) $(CUDA_LIBS)
 
 GPU_TEST_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CPPFLAGS)
 t_gpu_kernels_CPPFLAGS = $(GPU_TEST_CPPFLAGS)

@@ -2,6 +2,7 @@
  * soak.c - a bounded soak (make check-soak; t/soak/soak.sh runs it at np 4).
  *
  *   soak [--ops N] [--seed S] [--checkpoint-every K] [--alloc A]
+ *        [--device none|all|mixed]
  *
  * N collectives (default 20000) in windows of 1..40: allreduces (every
  * dtype and op, 0 to 262144 elements), broadcasts (every root),
@@ -18,6 +19,13 @@
  * mixed (each rank draws its own per buffer, so that an allreduce's
  * tensors are in the arena on some ranks only).
  *
+ * --device (t/standin/soak on the stand-in GPUs, t/gpu/soak on a GPU:
+ * this source built with SOAK_CUDA; it skips without a GPU): the collectives' tensors on the
+ * rank's GPU, all of them or about half (mixed: drawn per collective, the
+ * same on every rank), so the device executor's groups (NCCL) meet the
+ * host executor's in one window. Inputs are copied to the device before
+ * the submission, results back after the wait, and checked there.
+ *
  * Each window also trains: a distributed SGD step with momentum on three
  * parameters. Every K collectives (default 500) the model is saved, spoilt
  * and loaded back: bytes and step exact, the ranks identical.
@@ -32,9 +40,21 @@
  * left. Checks are per kind (counts in their names), so the plan does not
  * depend on N.
  */
+#ifdef SOAK_CUDA
+#include <config.h>
+#ifndef HVD_HAVE_CUDA /* t/gpu/soak in a build without CUDA: --device skips */
+#undef SOAK_CUDA
+#define SOAK_NO_CUDA 1
+#endif
+#endif
+
 #include "hvd.h"
 #include "hvdtest.h"
 #include "tap/tap.h"
+
+#if defined(SOAK_CUDA) || defined(SOAK_NO_CUDA)
+#include "gputest.h"
+#endif
 
 #include <dirent.h>
 #include <mpi.h>
@@ -56,6 +76,8 @@ static int P, R;
 static uint64_t seed = 1;
 enum alloc { ALLOC_MALLOC, ALLOC_HVD, ALLOC_MIXED };
 static enum alloc alloc_mode = ALLOC_MALLOC;
+enum devmode { DEV_NONE, DEV_ALL, DEV_MIXED };
+static enum devmode dev_mode = DEV_NONE;
 
 /* ---- Draws (the same on every rank) ---- */
 
@@ -86,6 +108,8 @@ struct op {
   int root, inplace;
   uint64_t salt;
   int arena; /* bit 0: send, bit 1: recv are hvd_alloc_host blocks */
+  int on_dev; /* tensors on the GPU: dsend, drecv mirror send, recv */
+  void *dsend, *drecv, *rt_dev;
 
   void *send, *recv;
   hvd_tensor_t st, rt;
@@ -159,6 +183,8 @@ static void draw_op(struct op *o, int64_t win, int k, int no_barrier) {
   o->arena = alloc_mode == ALLOC_HVD     ? 3
              : alloc_mode == ALLOC_MIXED ? (int)draw(win, k, 100 + (uint64_t)R, 4)
                                          : 0;
+  o->on_dev = o->kind != BAR && (dev_mode == DEV_ALL ||
+                                 (dev_mode == DEV_MIXED && draw(win, k, 10, 2)));
   if (win % 16 == 15)
     snprintf(o->name, sizeof o->name, "soak.w%lld.%d", (long long)win, k);
   else
@@ -187,6 +213,81 @@ static void buf_free(const struct op *o, int bit, void *p) {
     free(p);
 }
 
+#ifdef SOAK_CUDA
+static int dev = HVD_CPU; /* the rank's GPU, with --device */
+
+/* The bytes of t's elements. */
+static size_t tensor_bytes(const hvd_tensor_t *t) {
+  return (size_t)hvd_tensor_numel(t) * hvdt_size(t->dtype);
+}
+
+/* A device copy of host[0..bytes) (bytes may be 0). */
+static void *to_dev(const void *host, size_t bytes) {
+  void *d = NULL;
+  cuda_ok(cudaMalloc(&d, bytes ? bytes : 1), "cudaMalloc");
+  if (bytes)
+    cuda_ok(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice),
+            "cudaMemcpy to the device");
+  return d;
+}
+
+static void from_dev(void *host, const void *d, size_t bytes) {
+  if (bytes)
+    cuda_ok(cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost),
+            "cudaMemcpy to the host");
+}
+
+/* o's host buffers (filled) mirrored on the device, its tensors moved
+ * there: send (and an out-of-place allreduce's recv, left as cudaMalloc
+ * gives it). */
+static void move_to_dev(struct op *o) {
+  size_t bytes = tensor_bytes(&o->st);
+  o->dsend = to_dev(o->send, bytes);
+  o->st.data = o->dsend;
+  o->st.device = dev;
+  if (o->kind == AR && !o->inplace) {
+    cuda_ok(cudaMalloc(&o->drecv, bytes ? bytes : 1), "cudaMalloc");
+    o->rt.data = o->drecv;
+    o->rt.device = dev;
+  }
+}
+
+/* After the wait: the device results into the host buffers (an output
+ * hvd allocated, into a host copy that o->rt points to until free_dev). */
+static void fetch_dev(struct op *o) {
+  size_t bytes = tensor_bytes(&o->st);
+  from_dev(o->send, o->dsend, bytes);
+  if (o->kind == AR && !o->inplace)
+    from_dev(o->recv, o->drecv, bytes);
+  if ((o->kind == AG || o->kind == A2A || o->kind == RS) &&
+      o->rc == HVD_SUCCESS) {
+    size_t rb = tensor_bytes(&o->rt);
+    void *h = hvdt_calloc(rb ? rb : 1, 1);
+    from_dev(h, o->rt.data, rb);
+    o->rt_dev = o->rt.data;
+    o->rt.data = h;
+  }
+}
+
+static void free_dev(struct op *o) {
+  if (o->rt_dev != NULL) {
+    free(o->rt.data);
+    o->rt.data = o->rt_dev;
+  }
+  cuda_ok(cudaFree(o->dsend), "cudaFree");
+  if (o->drecv != NULL)
+    cuda_ok(cudaFree(o->drecv), "cudaFree");
+}
+
+/* Moves o's tensors to the GPU when o->on_dev (after they were filled). */
+static void place(struct op *o) {
+  if (o->on_dev)
+    move_to_dev(o);
+}
+#else
+static void place(struct op *o) { (void)o; }
+#endif
+
 static void fill(const struct op *o, void *buf, int64_t n, int q, int j) {
   for (int64_t i = 0; i < n; i++)
     hvdt_put(o->dt, buf, i, data_value(o, q, j, i));
@@ -204,6 +305,7 @@ static hvd_result_t submit(struct op *o) {
     shape[0] = o->n;
     o->st = hvd_tensor_make(o->send, o->dt, 1, shape);
     o->rt = hvd_tensor_make(o->recv, o->dt, 1, shape);
+    place(o);
     return hvd_allreduce_async(o->name, &o->st, o->inplace ? &o->st : &o->rt,
                                o->rop, 1.0, 1.0, &o->req);
   case BC:
@@ -215,6 +317,7 @@ static hvd_result_t submit(struct op *o) {
         hvdt_put(o->dt, o->send, i, 3);
     shape[0] = o->n;
     o->st = hvd_tensor_make(o->send, o->dt, 1, shape);
+    place(o);
     return hvd_broadcast_async(o->name, &o->st, o->root, &o->req);
   case AG:
     shape[0] = rows_of(o, R, 0);
@@ -222,6 +325,7 @@ static hvd_result_t submit(struct op *o) {
     o->send = buf_alloc(o, 1, shape[0] * o->w, es);
     fill(o, o->send, shape[0] * o->w, R, 0);
     o->st = hvd_tensor_make(o->send, o->dt, 2, shape);
+    place(o);
     return hvd_allgather_async(o->name, &o->st, &o->rt, &o->req);
   case A2A: {
     int64_t rows = 0;
@@ -237,6 +341,7 @@ static hvd_result_t submit(struct op *o) {
       at += o->splits[j];
     }
     o->st = hvd_tensor_make(o->send, o->dt, 2, shape);
+    place(o);
     return hvd_alltoall_async(o->name, &o->st, o->splits, &o->rt, o->rsplits,
                               &o->req);
   }
@@ -247,6 +352,7 @@ static hvd_result_t submit(struct op *o) {
     for (int64_t i = 0; i < o->n * o->w; i++)
       hvdt_put(o->dt, o->send, i, red_value(o, R, i));
     o->st = hvd_tensor_make(o->send, o->dt, 2, shape);
+    place(o);
     return hvd_reducescatter_async(o->name, &o->st, &o->rt, o->rop, 1.0, 1.0,
                                    &o->req);
   case BAR:
@@ -297,6 +403,10 @@ static int finish(struct op *o, char *why, size_t len) {
   int right = 1;
   double got = 0, w = 0;
   int64_t at = -1;
+#ifdef SOAK_CUDA
+  if (o->on_dev)
+    fetch_dev(o);
+#endif
   if (o->rc != HVD_SUCCESS) {
     snprintf(why, len, "%s %s: result %d: %s", kind_name[o->kind], o->name,
              o->rc, hvd_last_error());
@@ -353,6 +463,10 @@ static int finish(struct op *o, char *why, size_t len) {
              hvd_op_name(o->rop), (long long)at, got, w);
     right = 0;
   }
+#ifdef SOAK_CUDA
+  if (o->on_dev)
+    free_dev(o);
+#endif
   if (o->kind != BAR)
     buf_free(o, 1, o->send);
   if (o->kind == AR && !o->inplace)
@@ -496,12 +610,16 @@ static double tail_value(const struct hvdt_ar *a, int q, int64_t i) {
 
 static void usage(void) {
   fprintf(stderr, "usage: soak [--ops N] [--seed S] [--checkpoint-every K] "
-                  "[--alloc malloc|hvd|mixed]\n");
+                  "[--alloc malloc|hvd|mixed] [--device none|all|mixed]\n");
   exit(2);
 }
 
 int main(int argc, char **argv) {
   int64_t nops = 20000, every = 500;
+#ifdef SOAK_CUDA
+  int ndev = 0;
+  cudaError_t dev_err = cudaGetDeviceCount(&ndev); /* before MPI starts */
+#endif
   tap_mpi_init(&argc, &argv);
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc)
@@ -513,6 +631,15 @@ int main(int argc, char **argv) {
                    : strcmp(a, "mixed") == 0
                        ? ALLOC_MIXED
                        : (usage(), ALLOC_MALLOC);
+      continue;
+    }
+    if (strcmp(argv[i], "--device") == 0) {
+      const char *a = argv[i + 1];
+      dev_mode = strcmp(a, "none") == 0  ? DEV_NONE
+                 : strcmp(a, "all") == 0 ? DEV_ALL
+                 : strcmp(a, "mixed") == 0
+                     ? DEV_MIXED
+                     : (usage(), DEV_NONE);
       continue;
     }
     char *end;
@@ -532,6 +659,20 @@ int main(int argc, char **argv) {
   R = tap_rank();
   if (P > 64)
     skip_all("at most 64 ranks");
+#ifdef SOAK_CUDA
+  if (dev_mode != DEV_NONE) { /* a GPU each, else all on the first */
+    gpu_devices_or_skip(dev_err, ndev);
+    dev = ndev >= P ? R % ndev : 0;
+    cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+  }
+#elif defined(SOAK_NO_CUDA)
+  if (dev_mode != DEV_NONE)
+    skip_all("%s", GPU_TEST_NO_CUDA);
+#else
+  if (dev_mode != DEV_NONE)
+    bail("--device: this soak was built without CUDA (t/standin/soak and "
+         "t/gpu/soak have it)");
+#endif
   /* "off": reported, not checked (AddressSanitizer's quarantine keeps
    * freed memory resident: t/soak/leaks.sh) */
   const char *slack_s = getenv("HVD_SOAK_RSS_SLACK_KIB");

@@ -95,4 +95,12 @@ NP_TESTS += t/standin/gpu_timing.np1 t/standin/gpu_timing.np2 \
 t_standin_gpu_timing_CPPFLAGS = $(STANDIN_CPPFLAGS)
 t_standin_gpu_timing_LDADD = $(STANDIN_LDADD)
 
+## The soak (t/soak/soak.c) with its tensors on the stand-in's GPUs, all
+## or half of them, NCCL's order rule checked (soak.sh, np 2-4).
+check_PROGRAMS += t/standin/soak
+TESTS_SH += t/standin/soak.sh
+t_standin_soak_SOURCES = t/soak/soak.c
+t_standin_soak_CPPFLAGS = $(STANDIN_CPPFLAGS) -DSOAK_CUDA
+t_standin_soak_LDADD = $(STANDIN_LDADD)
+
 endif
