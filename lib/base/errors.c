@@ -96,3 +96,32 @@ hvd_result_t hvd__fatal(char *reason, size_t len) {
   pthread_mutex_unlock(&fatal_mu);
   return rc;
 }
+
+void hvd__ranks_begin(hvd__ranks_t *l) {
+  l->items[0] = '\0';
+  l->at = 0;
+  l->listed = l->more = 0;
+}
+
+void hvd__ranks_add(hvd__ranks_t *l, int rank, const char *value) {
+  if (l->listed == HVD__RANKS_LISTED) {
+    l->more++;
+    return;
+  }
+  if (l->at < sizeof l->items)
+    l->at +=
+        (size_t)snprintf(l->items + l->at, sizeof l->items - l->at,
+                         "%srank %d %s", l->listed ? ", " : "", rank, value);
+  l->listed++;
+}
+
+int hvd__ranks_write(const hvd__ranks_t *l, const char *head, char *out,
+                     size_t cap) {
+  if (l->listed == 0)
+    return 0;
+  if (l->more)
+    snprintf(out, cap, "%s vs %s, and %d more ranks", head, l->items, l->more);
+  else
+    snprintf(out, cap, "%s vs %s", head, l->items);
+  return l->listed + l->more;
+}

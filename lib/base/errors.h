@@ -31,6 +31,23 @@ hvd_result_t hvd__fatal(char *reason, size_t len);
  * be, *buf then unchanged. */
 hvd_result_t hvd__grow(void **buf, size_t *cap, size_t n, const char *what);
 
+/* The ranks that disagree with a reference rank, and their values, as
+ * hvd's mismatch messages list them: "<head> vs rank 2 W, rank 3 X",
+ * at most HVD__RANKS_LISTED ranks named, then ", and N more ranks".
+ * hvd__ranks_begin empties l; hvd__ranks_add adds a rank and its value in
+ * words; hvd__ranks_write writes the message into out when a rank was
+ * added and returns how many were (0: nothing written). */
+#define HVD__RANKS_LISTED 8
+typedef struct hvd__ranks {
+  char items[HVD__ERRMSG_MAX];
+  size_t at;
+  int listed, more;
+} hvd__ranks_t;
+void hvd__ranks_begin(hvd__ranks_t *l);
+void hvd__ranks_add(hvd__ranks_t *l, int rank, const char *value);
+int hvd__ranks_write(const hvd__ranks_t *l, const char *head, char *out,
+                     size_t cap);
+
 /* HVD_ERR_MPI with "<what>: <MPI's error string>". */
 hvd_result_t hvd__mpi_error(int mpi_rc, const char *what);
 

@@ -100,7 +100,7 @@
   X(HVD_GPU_OPERATIONS, "nccl", gpu_ops, GPUOPS, 0, 0, 0,                      \
     "device tensors: nccl (NCCL on hvd's own stream) or mpi (MPI "             \
     "through pinned host buffers, so several ranks may share a GPU); "         \
-    "mpi in a CUDA build without NCCL")                                        \
+    "mpi in a CUDA build without NCCL; equal on every rank")                   \
   X(HVD_EXIT_GRACE_TIME, "10", exit_grace_s, DOUBLE, 10, 0, 3600,              \
     "after hvd stopped on a failure: seconds the exiting ranks wait for "      \
     "each other (to finish what they save) before MPI_Abort ends the job"      \

@@ -218,43 +218,36 @@ static void field_str(int field, const hvd__desc_t *d, char *buf, size_t n) {
   }
 }
 
-#define MAX_LISTED 8
+/* A field's value in words, after its name: "prescale 0.5". */
+static void field_item(int field, const hvd__desc_t *d, char *buf, size_t n) {
+  char v[HVD__SHAPE_STR_MAX];
+  field_str(field, d, v, sizeof v);
+  snprintf(buf, n, "%s %s", field_names[field], v);
+}
 
 /* Fills x with an error response if the ranks disagree; returns 1 then. */
 static int check_agreement(const hvd__controller_t *c, const hvd__pending_t *p,
                            int ref, hvd__response_t *x) {
   const hvd__desc_t *d0 = &p->desc[ref];
-  char lab[300], v0[HVD__SHAPE_STR_MAX], v[HVD__SHAPE_STR_MAX];
+  char lab[300], v[HVD__SHAPE_STR_MAX + 32], head[HVD__ERRMSG_MAX];
   char msg[HVD__ERRMSG_MAX];
-  hvd__pending_label(p, d0->coll, lab, sizeof lab);
+  hvd__ranks_t l;
   for (int f = 0; f < F_COUNT; f++) {
     if (!field_applies(f, d0->coll))
       continue;
-    size_t at = 0;
-    int listed = 0, more = 0;
+    hvd__ranks_begin(&l);
     for (int r = 0; r < c->size; r++) {
       if (!p->have[r] || r == ref || field_equal(f, d0, &p->desc[r]))
         continue;
-      if (listed == MAX_LISTED) {
-        more++;
-        continue;
-      }
-      if (listed == 0) {
-        field_str(f, d0, v0, sizeof v0);
-        at = (size_t)snprintf(msg, sizeof msg, "%s: rank %d %s %s vs", lab,
-                              WORLD(c, ref), field_names[f], v0);
-      }
-      field_str(f, &p->desc[r], v, sizeof v);
-      if (at < sizeof msg)
-        at +=
-            (size_t)snprintf(msg + at, sizeof msg - at, "%s rank %d %s %s",
-                             listed ? "," : "", WORLD(c, r), field_names[f], v);
-      listed++;
+      field_item(f, &p->desc[r], v, sizeof v);
+      hvd__ranks_add(&l, WORLD(c, r), v);
     }
-    if (listed == 0)
+    if (l.listed == 0)
       continue;
-    if (more && at < sizeof msg)
-      snprintf(msg + at, sizeof msg - at, ", and %d more ranks", more);
+    hvd__pending_label(p, d0->coll, lab, sizeof lab);
+    field_item(f, d0, v, sizeof v);
+    snprintf(head, sizeof head, "%s: rank %d %s", lab, WORLD(c, ref), v);
+    hvd__ranks_write(&l, head, msg, sizeof msg);
     x->kind = HVD__RESP_ERROR;
     x->err = HVD_ERR_MISMATCH;
     x->errmsg = strdup(msg);

@@ -84,12 +84,20 @@ static hvd__engine_t *engine_alloc(const hvd__exec_env_t *env,
 /* The settings that every rank must give the same value: each changes
  * what a rank sends in a collective (which allreduces fuse, the chunks of
  * a fused group, the response cache's bits, the shared-memory path, a
- * checkpoint load's pieces), so ranks that differ would compute wrong
- * sums or wait for each other forever. */
-#define NAGREED 5
+ * checkpoint load's pieces, the device executor), so ranks that differ
+ * would compute wrong sums or wait for each other forever. */
+#define NAGREED 6
 static const char *const agreed_names[NAGREED] = {
-    "HVD_FUSION_THRESHOLD", "HVD_CHUNK_SIZE", "HVD_CACHE_CAPACITY",
-    "HVD_SHM_ALLREDUCE", "HVD_CHECKPOINT_PIECE"};
+    "HVD_FUSION_THRESHOLD", "HVD_CHUNK_SIZE",       "HVD_CACHE_CAPACITY",
+    "HVD_SHM_ALLREDUCE",    "HVD_CHECKPOINT_PIECE", "HVD_GPU_OPERATIONS"};
+
+/* Setting k's value x in words: HVD_GPU_OPERATIONS's name, else x. */
+static void agreed_str(int k, int64_t x, char *buf, size_t n) {
+  if (k == NAGREED - 1)
+    snprintf(buf, n, "%s", x == HVD__GPU_OPS_MPI ? "mpi" : "nccl");
+  else
+    snprintf(buf, n, "%lld", (long long)x);
+}
 
 /* The ranks whose setting k differs from rank 0's, as "rank 0 V vs rank
  * 2 W, rank 3 W" (at most 8 listed, then ", and N more ranks"); 0 when
@@ -97,28 +105,20 @@ static const char *const agreed_names[NAGREED] = {
 static int agreed_differ(const hvd__exec_env_t *env, const int64_t *all, int k,
                          char *msg, size_t cap) {
 #define WORLD_RANK(r) (env->world_ranks != NULL ? env->world_ranks[r] : (r))
-  size_t at = 0;
-  int listed = 0, more = 0;
+  hvd__ranks_t l;
+  char v[32], head[128];
+  hvd__ranks_begin(&l);
   for (int r = 1; r < env->size; r++) {
-    int64_t v = all[(size_t)r * NAGREED + (size_t)k];
-    if (v == all[k])
+    int64_t x = all[(size_t)r * NAGREED + (size_t)k];
+    if (x == all[k])
       continue;
-    if (listed == 8) {
-      more++;
-      continue;
-    }
-    if (listed == 0)
-      at = (size_t)snprintf(msg, cap,
-                            "%s must be equal on every rank: rank %d %lld vs",
-                            agreed_names[k], WORLD_RANK(0), (long long)all[k]);
-    if (at < cap)
-      at += (size_t)snprintf(msg + at, cap - at, "%s rank %d %lld",
-                             listed ? "," : "", WORLD_RANK(r), (long long)v);
-    listed++;
+    agreed_str(k, x, v, sizeof v);
+    hvd__ranks_add(&l, WORLD_RANK(r), v);
   }
-  if (more && at < cap)
-    snprintf(msg + at, cap - at, ", and %d more ranks", more);
-  return listed > 0;
+  agreed_str(k, all[k], v, sizeof v);
+  snprintf(head, sizeof head, "%s must be equal on every rank: rank %d %s",
+           agreed_names[k], WORLD_RANK(0), v);
+  return hvd__ranks_write(&l, head, msg, cap) > 0;
 #undef WORLD_RANK
 }
 
@@ -129,8 +129,8 @@ static hvd_result_t agree_settings(hvd__engine_t *e) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__settings_t *s = &e->settings;
   int64_t mine[NAGREED] = {s->fusion_threshold, s->chunk_size,
-                           s->cache_capacity, s->shm_allreduce,
-                           s->checkpoint_piece},
+                           s->cache_capacity,   s->shm_allreduce,
+                           s->checkpoint_piece, s->gpu_ops},
           *all = calloc((size_t)e->env.size * NAGREED, sizeof *all);
   char msg[HVD__ERRMSG_MAX];
   if (all == NULL)
@@ -145,26 +145,18 @@ fail:
   return rc;
 }
 
-/* What every rank must agree on: hierarchical only where it applies,
- * decided for all ranks together (a rank alone on its node must still
- * take the three phases); [2], [3]: max and -min of HVD_GPU_OPERATIONS,
- * which must agree (ranks on different device executors would wait for
- * each other forever). */
+/* Hierarchical only where it applies, decided for all ranks together (a
+ * rank alone on its node must still take the three phases). */
 static hvd_result_t agree_env(hvd__engine_t *e) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__settings_t *s = &e->settings;
   const hvd__exec_env_t *env = &e->env;
-  int mine[5] = {s->hierarchical, env->local_size, s->gpu_ops, -s->gpu_ops,
-                 env->local_rank == 0},
-      all[5];
-  HVD__MPI_CHECK(MPI_Allreduce(mine, all, 4, MPI_INT, MPI_MAX, env->comm));
+  int mine[3] = {s->hierarchical, env->local_size, env->local_rank == 0},
+      all[3];
+  HVD__MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, env->comm));
   HVD__MPI_CHECK(
-      MPI_Allreduce(&mine[4], &all[4], 1, MPI_INT, MPI_SUM, env->comm));
-  e->env.hierarchical = all[0] && all[1] > 1 && all[4] > 1;
-  if (all[2] != -all[3])
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
-                        "HVD_GPU_OPERATIONS differs between ranks (nccl on "
-                        "some, mpi on others)");
+      MPI_Allreduce(&mine[2], &all[2], 1, MPI_INT, MPI_SUM, env->comm));
+  e->env.hierarchical = all[0] && all[1] > 1 && all[2] > 1;
 fail:
   return rc;
 }

@@ -220,8 +220,13 @@ int main(int argc, char **argv) {
   /* Ranks must agree on HVD_GPU_OPERATIONS (builds with NCCL: without,
    * every rank has mpi). */
   if (hvd_nccl_built() && size > 1) {
-    const char *msg = "HVD_GPU_OPERATIONS differs between ranks (nccl on "
-                      "some, mpi on others)";
+    char msg[1024];
+    size_t at = (size_t)snprintf(
+        msg, sizeof msg,
+        "HVD_GPU_OPERATIONS must be equal on every rank: rank 0 mpi vs");
+    for (int r = 1; r < size; r++)
+      at += (size_t)snprintf(msg + at, sizeof msg - at, "%s rank %d nccl",
+                             r > 1 ? "," : "", r);
     setenv("HVD_GPU_OPERATIONS", rank == 0 ? "mpi" : "nccl", 1);
     hvd_result_t rc = hvd_init();
     char seen[1024];
