@@ -2,7 +2,9 @@
 # soak.sh - the soak (t/soak/soak.c) with its tensors on a real GPU
 # (t/gpu/soak): HVD_SOAK_GPU_OPS collectives (default 1000) at np 2
 # (--device all), 3 and 4 (--device mixed: NCCL's groups and MPI's in one
-# window), every rank on the first visible GPU with HVD_GPU_SHARE=1 (NCCL
+# window), with two process sets running their own on threads of their
+# own (--sets: subset communicators beside the world's), every rank on
+# the first visible GPU with HVD_GPU_SHARE=1 (NCCL
 # between the ranks over its socket transport, as t/gpu/share.sh), then
 # at np 2 through the MPI device executor. Every result exact, as in the
 # soak. Skips without a GPU (t/standin/soak.sh runs the same on the
@@ -33,7 +35,7 @@ gpu_soak() { # NP DEVICE [SETTINGS...]
   (
     for v in "$@"; do export "$v"; done
     hvd_mpirun "$np" "$dir/soak" --ops "$ops" --device "$devs" \
-      --alloc mixed --seed "$seed" --checkpoint-every 500
+      --alloc mixed --seed "$seed" --checkpoint-every 500 --sets $((ops / 3))
   ) >"$tmp/out" 2>&1
   rc=$?
   ! grep -q '^not ok' "$tmp/out" && grep -q '^ok ' "$tmp/out" && [ $rc = 0 ]

@@ -4,7 +4,9 @@
 # (default 4000, about 5 s each on 2 cores) at np 2, 3 or 4, tensors from
 # hvd_alloc_host on some ranks and malloc on others (--alloc mixed: the
 # zero-copy, cross-memory-attach and slot paths meet in one group), nodes
-# simulated with HVD_HOSTNAME where hierarchical allreduce is on. Each
+# simulated with HVD_HOSTNAME where hierarchical allreduce is on, and two
+# process sets running their own collectives on threads of their own
+# beside the world's (--sets). Each
 # configuration has its own fixed seed (HVD_SOAK_SEED adds to it), so a
 # failure reruns as printed. make check-soak runs it, as CI does.
 
@@ -34,7 +36,7 @@ soak_under() {
   (
     for v in "$@"; do export "$v"; done
     hvd_mpirun "$np" "$p" --ops "$ops" --alloc "$alloc" --seed "$seed" \
-      --checkpoint-every 1000
+      --checkpoint-every 1000 --sets $((ops / 4))
   ) >"$tmp/out" 2>&1
   rc=$?
   where="np $np"

@@ -22,12 +22,14 @@ sanitized_start() {
 }
 
 # sanitized_soak OPS PATTERN REPORT runs OPS collectives (a checkpoint
-# every 250) at np 4 and checks two things: every check of the soak
+# every 250) at np 4, and OPS / 4 on each of two process sets on threads
+# of their own (--sets), and checks two things: every check of the soak
 # passes, and no line matches PATTERN (the sanitizer's report; "REPORT"
 # says what its absence means) with exit 0.
 sanitized_soak() {
   echo "1..2"
-  hvd_mpirun 4 "$prog" --ops "$1" --checkpoint-every 250 >"$tmp/out" 2>&1
+  hvd_mpirun 4 "$prog" --ops "$1" --checkpoint-every 250 --sets $(($1 / 4)) \
+    >"$tmp/out" 2>&1
   rc=$?
   ! grep -q '^not ok' "$tmp/out" && grep -q '^ok ' "$tmp/out"
   check $? "$1 collectives at np 4: every check of the soak passes (exit $rc)" ||

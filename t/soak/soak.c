@@ -2,7 +2,7 @@
  * soak.c - a bounded soak (make check-soak; t/soak/soak.sh runs it at np 4).
  *
  *   soak [--ops N] [--seed S] [--checkpoint-every K] [--alloc A]
- *        [--device none|all|mixed]
+ *        [--device none|all|mixed] [--sets K]
  *
  * N collectives (default 20000) in windows of 1..40: allreduces (every
  * dtype and op, 0 to 262144 elements), broadcasts (every root),
@@ -18,6 +18,12 @@
  * (hvd_alloc_host, the node's shared arena, for the zero-copy paths) or
  * mixed (each rank draws its own per buffer, so that an allreduce's
  * tensors are in the arena on some ranks only).
+ *
+ * --sets K: two process sets, the ranks of one parity
+ * (hvd_process_set_split) and every rank but the last, each run K
+ * collectives of their own (windows drawn as the world's, no barriers) on
+ * a thread of their own while the main thread runs the world's; a check
+ * per set, then both destroyed before the tail.
  *
  * --device (t/standin/soak on the stand-in GPUs, t/gpu/soak on a GPU:
  * this source built with SOAK_CUDA; it skips without a GPU): the collectives' tensors on the
@@ -58,6 +64,7 @@
 
 #include <dirent.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,8 +106,18 @@ static const hvd_dtype_t dtypes[] = {HVD_UINT8,   HVD_INT8,    HVD_INT32,
 static const hvd_op_t rops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
                                 HVD_PRODUCT};
 
+/* Where collectives run: the world, or a process set (its handle, size,
+ * this rank's place in it, and a key that gives its windows draws of
+ * their own, the same on its members). */
+struct group {
+  const hvd_process_set_t *ps; /* NULL: the world */
+  int p, r;
+  uint64_t key;
+};
+
 struct op {
   enum kind kind;
+  const struct group *g;
   char name[48];
   hvd_dtype_t dt;
   hvd_op_t rop;
@@ -128,15 +145,16 @@ static double red_value(const struct op *o, int q, int64_t i) {
     return s ? (double)((h + q) % 5 - 2 ? (h + q) % 5 - 2 : 1)
              : (double)((h + 2 * q) % 3 + 1);
   if (o->rop == HVD_AVERAGE && hvdt_is_float(o->dt))
-    return (double)(h % 9 - 4 + (q < P - 1 ? q : -(P - 1) * (P - 2) / 2));
+    return (double)(h % 9 - 4 +
+                    (q < o->g->p - 1 ? q : -(o->g->p - 1) * (o->g->p - 2) / 2));
   return (double)((h * 7 + q * 3) % 11 - (s ? 5 : 0));
 }
 
 static double red_want(const struct op *o, int64_t i) {
   double acc = red_value(o, 0, i);
-  for (int q = 1; q < P; q++)
+  for (int q = 1; q < o->g->p; q++)
     acc = hvdt_fold(o->rop, acc, red_value(o, q, i));
-  return hvdt_finish(o->rop, o->dt, acc, P, 1.0);
+  return hvdt_finish(o->rop, o->dt, acc, o->g->p, 1.0);
 }
 
 /* Element i of rank q's data for the other collectives (row-major; for an
@@ -155,8 +173,11 @@ static int64_t rows_of(const struct op *o, int q, int j) {
  * window (no_barrier set: an allreduce instead): barriers share one name,
  * and a second one submitted after the first completed would be accepted
  * on some ranks only. */
-static void draw_op(struct op *o, int64_t win, int k, int no_barrier) {
+static void draw_op(struct op *o, const struct group *g, int64_t win, int k,
+                    int no_barrier) {
   memset(o, 0, sizeof *o);
+  o->g = g;
+  win += (int64_t)(g->key << 40); /* a set's windows are its own */
   int64_t c = draw(win, k, 1, 100);
   o->kind = c < 60   ? AR
             : c < 70 ? BC
@@ -164,8 +185,8 @@ static void draw_op(struct op *o, int64_t win, int k, int no_barrier) {
             : c < 88 ? A2A
             : c < 96 ? RS
                      : BAR;
-  if (o->kind == BAR && no_barrier)
-    o->kind = AR;
+  if (o->kind == BAR && (no_barrier || g->ps != NULL))
+    o->kind = AR; /* (a set's barrier has no _async form) */
   o->salt = (uint64_t)draw(win, k, 2, 1 << 30);
   o->dt = dtypes[draw(win, k, 3, 8)];
   o->rop = rops[draw(win, k, 4, 5)];
@@ -174,11 +195,11 @@ static void draw_op(struct op *o, int64_t win, int k, int no_barrier) {
          : sz < 95 ? 257 + draw(win, k, 6, 16128)
                    : 16385 + draw(win, k, 6, 245760);
   o->w = 1 + draw(win, k, 7, 64);
-  o->root = (int)draw(win, k, 8, P);
+  o->root = (int)draw(win, k, 8, g->p);
   o->inplace = draw(win, k, 9, 2) != 0;
   if (o->kind == RS) {                 /* rows 0 .. 3P, fewer than P included */
     o->rop = rops[draw(win, k, 4, 4)]; /* no product: kept small */
-    o->n = draw(win, k, 6, 3 * P + 1);
+    o->n = draw(win, k, 6, 3 * g->p + 1);
   }
   o->arena = alloc_mode == ALLOC_HVD     ? 3
              : alloc_mode == ALLOC_MIXED ? (int)draw(win, k, 100 + (uint64_t)R, 4)
@@ -186,7 +207,8 @@ static void draw_op(struct op *o, int64_t win, int k, int no_barrier) {
   o->on_dev = o->kind != BAR && (dev_mode == DEV_ALL ||
                                  (dev_mode == DEV_MIXED && draw(win, k, 10, 2)));
   if (win % 16 == 15)
-    snprintf(o->name, sizeof o->name, "soak.w%lld.%d", (long long)win, k);
+    snprintf(o->name, sizeof o->name, "soak.w%lld.%d",
+             (long long)(win & 0xffffffffff), k);
   else
     snprintf(o->name, sizeof o->name, "soak.%s.%d", kind_name[o->kind], k);
 }
@@ -295,22 +317,27 @@ static void fill(const struct op *o, void *buf, int64_t n, int q, int j) {
 
 static hvd_result_t submit(struct op *o) {
   size_t es = hvdt_size(o->dt);
+  const hvd_process_set_t *ps = o->g->ps;
+  const int gr = o->g->r, gp = o->g->p; /* in the op's group */
   int64_t shape[2];
   switch (o->kind) {
   case AR:
     o->send = buf_alloc(o, 1, o->n, es);
     for (int64_t i = 0; i < o->n; i++)
-      hvdt_put(o->dt, o->send, i, red_value(o, R, i));
+      hvdt_put(o->dt, o->send, i, red_value(o, gr, i));
     o->recv = o->inplace ? o->send : buf_alloc(o, 2, o->n, es);
     shape[0] = o->n;
     o->st = hvd_tensor_make(o->send, o->dt, 1, shape);
     o->rt = hvd_tensor_make(o->recv, o->dt, 1, shape);
     place(o);
-    return hvd_allreduce_async(o->name, &o->st, o->inplace ? &o->st : &o->rt,
-                               o->rop, 1.0, 1.0, &o->req);
+    hvd_tensor_t *out = o->inplace ? &o->st : &o->rt;
+    return ps != NULL ? hvd_ps_allreduce_async(ps, o->name, &o->st, out,
+                                               o->rop, 1.0, 1.0, &o->req)
+                      : hvd_allreduce_async(o->name, &o->st, out, o->rop, 1.0,
+                                            1.0, &o->req);
   case BC:
     o->send = buf_alloc(o, 1, o->n, es);
-    if (R == o->root)
+    if (gr == o->root)
       fill(o, o->send, o->n, o->root, 0);
     else
       for (int64_t i = 0; i < o->n; i++)
@@ -318,43 +345,52 @@ static hvd_result_t submit(struct op *o) {
     shape[0] = o->n;
     o->st = hvd_tensor_make(o->send, o->dt, 1, shape);
     place(o);
-    return hvd_broadcast_async(o->name, &o->st, o->root, &o->req);
+    return ps != NULL
+               ? hvd_ps_broadcast_async(ps, o->name, &o->st, o->root, &o->req)
+               : hvd_broadcast_async(o->name, &o->st, o->root, &o->req);
   case AG:
-    shape[0] = rows_of(o, R, 0);
+    shape[0] = rows_of(o, gr, 0);
     shape[1] = o->w;
     o->send = buf_alloc(o, 1, shape[0] * o->w, es);
-    fill(o, o->send, shape[0] * o->w, R, 0);
+    fill(o, o->send, shape[0] * o->w, gr, 0);
     o->st = hvd_tensor_make(o->send, o->dt, 2, shape);
     place(o);
-    return hvd_allgather_async(o->name, &o->st, &o->rt, &o->req);
+    return ps != NULL
+               ? hvd_ps_allgather_async(ps, o->name, &o->st, &o->rt, &o->req)
+               : hvd_allgather_async(o->name, &o->st, &o->rt, &o->req);
   case A2A: {
     int64_t rows = 0;
-    for (int j = 0; j < P; j++)
-      rows += o->splits[j] = rows_of(o, R, j);
+    for (int j = 0; j < gp; j++)
+      rows += o->splits[j] = rows_of(o, gr, j);
     shape[0] = rows;
     shape[1] = o->w;
     o->send = buf_alloc(o, 1, rows * o->w, es);
     int64_t at = 0;
-    for (int j = 0; j < P; j++) {
+    for (int j = 0; j < gp; j++) {
       fill(o, (char *)o->send + (size_t)(at * o->w) * es, o->splits[j] * o->w,
-           R, j);
+           gr, j);
       at += o->splits[j];
     }
     o->st = hvd_tensor_make(o->send, o->dt, 2, shape);
     place(o);
-    return hvd_alltoall_async(o->name, &o->st, o->splits, &o->rt, o->rsplits,
-                              &o->req);
+    return ps != NULL ? hvd_ps_alltoall_async(ps, o->name, &o->st, o->splits,
+                                              &o->rt, o->rsplits, &o->req)
+                      : hvd_alltoall_async(o->name, &o->st, o->splits, &o->rt,
+                                           o->rsplits, &o->req);
   }
   case RS:
     shape[0] = o->n;
     shape[1] = o->w;
     o->send = buf_alloc(o, 1, o->n * o->w, es);
     for (int64_t i = 0; i < o->n * o->w; i++)
-      hvdt_put(o->dt, o->send, i, red_value(o, R, i));
+      hvdt_put(o->dt, o->send, i, red_value(o, gr, i));
     o->st = hvd_tensor_make(o->send, o->dt, 2, shape);
     place(o);
-    return hvd_reducescatter_async(o->name, &o->st, &o->rt, o->rop, 1.0, 1.0,
-                                   &o->req);
+    return ps != NULL
+               ? hvd_ps_reducescatter_async(ps, o->name, &o->st, &o->rt, o->rop,
+                                            1.0, 1.0, &o->req)
+               : hvd_reducescatter_async(o->name, &o->st, &o->rt, o->rop, 1.0,
+                                         1.0, &o->req);
   case BAR:
   default:
     return hvd_barrier_async(&o->req);
@@ -394,12 +430,13 @@ static double want_rows(const struct op *o, int64_t i, void *ctx) {
   int q = 0;
   while (row >= c->start[q + 1])
     q++;
-  return data_value(o, q, c->a2a ? R : 0,
+  return data_value(o, q, c->a2a ? o->g->r : 0,
                     (row - c->start[q]) * o->w + i % o->w);
 }
 
 /* Checks o's result; returns 1 if right, else 0 with why. Frees o. */
 static int finish(struct op *o, char *why, size_t len) {
+  const int gr = o->g->r, gp = o->g->p; /* in the op's group */
   int right = 1;
   double got = 0, w = 0;
   int64_t at = -1;
@@ -416,15 +453,15 @@ static int finish(struct op *o, char *why, size_t len) {
     at = first_wrong(o, o->recv, o->n, want_red, &off, &got, &w);
     if (at < 0 && !o->inplace)
       for (int64_t i = 0; i < o->n && at < 0; i++)
-        if (hvdt_get(o->dt, o->send, i) != red_value(o, R, i))
-          at = i, got = hvdt_get(o->dt, o->send, i), w = red_value(o, R, i);
+        if (hvdt_get(o->dt, o->send, i) != red_value(o, gr, i))
+          at = i, got = hvdt_get(o->dt, o->send, i), w = red_value(o, gr, i);
   } else if (o->kind == BC) {
     at = first_wrong(o, o->send, o->n, want_bc, NULL, &got, &w);
   } else if (o->kind == AG || o->kind == A2A) {
     struct rows_ctx c = {.a2a = o->kind == A2A};
     c.start[0] = 0;
-    for (int q = 0; q < P; q++) {
-      int64_t rq = o->kind == A2A ? rows_of(o, q, R) : rows_of(o, q, 0);
+    for (int q = 0; q < gp; q++) {
+      int64_t rq = o->kind == A2A ? rows_of(o, q, gr) : rows_of(o, q, 0);
       c.start[q + 1] = c.start[q] + rq;
       if (o->kind == A2A && o->rsplits[q] != rq) {
         snprintf(why, len, "alltoall %s: recv_splits[%d] %lld, want %lld",
@@ -433,20 +470,20 @@ static int finish(struct op *o, char *why, size_t len) {
       }
     }
     if (right && (o->rt.dtype != o->dt || o->rt.ndim != 2 ||
-                  o->rt.shape[0] != c.start[P] || o->rt.shape[1] != o->w)) {
+                  o->rt.shape[0] != c.start[gp] || o->rt.shape[1] != o->w)) {
       snprintf(why, len, "%s %s: shape [%lld, %lld], want [%lld, %lld]",
                kind_name[o->kind], o->name, (long long)o->rt.shape[0],
                (long long)(o->rt.ndim > 1 ? o->rt.shape[1] : -1),
-               (long long)c.start[P], (long long)o->w);
+               (long long)c.start[gp], (long long)o->w);
       right = 0;
     }
     if (right)
-      at = first_wrong(o, o->rt.data, c.start[P] * o->w, want_rows, &c, &got,
+      at = first_wrong(o, o->rt.data, c.start[gp] * o->w, want_rows, &c, &got,
                        &w);
   } else if (o->kind == RS) {
-    int64_t rows = o->n / P + (R < o->n % P), off = 0;
-    for (int q = 0; q < R; q++)
-      off += o->n / P + (q < o->n % P);
+    int64_t rows = o->n / gp + (gr < o->n % gp), off = 0;
+    for (int q = 0; q < gr; q++)
+      off += o->n / gp + (q < o->n % gp);
     off *= o->w;
     if (o->rt.ndim != 2 || o->rt.shape[0] != rows || o->rt.shape[1] != o->w) {
       snprintf(
@@ -608,14 +645,161 @@ static double tail_value(const struct hvdt_ar *a, int q, int64_t i) {
   return (double)(q + 1) * 10 + (double)i + a->salt;
 }
 
+/* What a run of windows saw, per kind. */
+struct tally {
+  long count[NKINDS], wrong[NKINDS], rejected;
+};
+
+/* Window win of group g: its collectives drawn, submitted in this rank's
+ * own shuffled order (now and then a sleep between two), between(win)
+ * called (the world's training step), waited for in another order,
+ * checked and counted; the first refusal and wrong result said on
+ * stderr. Returns how many collectives it had (at most left). */
+static int run_window(const struct group *g, int64_t win, int64_t left,
+                      struct op *ops, unsigned *sh, struct tally *t,
+                      void (*between)(int64_t)) {
+  int order[WINDOW_MAX], worder[WINDOW_MAX];
+  char why[1024];
+  int n = 1 + (int)draw(win + (int64_t)(g->key << 40), 0, 0, WINDOW_MAX);
+  if (n > left)
+    n = (int)left;
+  for (int k = 0, bar = 0; k < n; k++) {
+    draw_op(&ops[k], g, win, k, bar);
+    bar |= ops[k].kind == BAR;
+  }
+  *sh = hvdt_shuffle(order, n, *sh);
+  *sh = hvdt_shuffle(worder, n, *sh);
+  for (int s = 0; s < n; s++) {
+    struct op *o = &ops[order[s]];
+    if ((*sh = *sh * 1103515245u + 12345u) >> 28 == 0) /* 1 in 16 */
+      usleep((*sh >> 8) % 500);
+    o->rc = submit(o);
+    if (o->rc != HVD_SUCCESS) {
+      if (t->rejected++ == 0)
+        diag_all("%s %s refused: %s", kind_name[o->kind], o->name,
+                 hvd_last_error());
+      o->req = NULL;
+    }
+  }
+  if (between != NULL)
+    between(win);
+  for (int s = 0; s < n; s++) {
+    struct op *o = &ops[worder[s]];
+    if (o->req != NULL)
+      o->rc = hvd_wait(o->req);
+  }
+  for (int k = 0; k < n; k++) {
+    t->count[ops[k].kind]++;
+    if (!finish(&ops[k], why, sizeof why) && t->wrong[ops[k].kind]++ == 0)
+      diag_all("%s", why);
+  }
+  return n;
+}
+
+static struct group world;
+static long steps, bad_steps;
+
+/* Between a world window's submissions and its waits: a training step. */
+static void train_between(int64_t win) {
+  if (!train_step(win) && bad_steps++ == 0)
+    diag_all("training step %lld: %s", (long long)win, hvd_last_error());
+  steps++;
+}
+
+/* ---- Process sets on threads of their own (--sets) ---- */
+
+/* A thread that runs windows on a process set beside the world's, then
+ * waits to be released (so that the threads counted at the warm-up are
+ * still there at the end). */
+struct worker {
+  struct group g;
+  int member; /* this rank is in the set: the thread runs */
+  int64_t nops;
+  struct tally t;
+  pthread_t th;
+};
+static pthread_mutex_t release_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t release_cv = PTHREAD_COND_INITIALIZER;
+static int released;
+
+static void *worker_main(void *arg) {
+  struct worker *wk = arg;
+  static _Thread_local struct op ops[WINDOW_MAX];
+  unsigned sh = (unsigned)R * 7919u + (unsigned)seed + (unsigned)wk->g.key;
+#ifdef SOAK_CUDA
+  if (dev_mode != DEV_NONE) /* the current device is per thread */
+    cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+#endif
+  for (int64_t win = 0, done = 0; done < wk->nops; win++)
+    done += run_window(&wk->g, win, wk->nops - done, ops, &sh, &wk->t, NULL);
+  pthread_mutex_lock(&release_mu);
+  while (!released)
+    pthread_cond_wait(&release_cv, &release_mu);
+  pthread_mutex_unlock(&release_mu);
+  return NULL;
+}
+
+/* The sets (collective): the ranks of this one's parity
+ * (hvd_process_set_split) and every rank but the last (all of a lone
+ * rank); both destroyed at the end by every rank. */
+static hvd_process_set_t *sets[2];
+
+/* wk[k] for sets[k]: a thread for each set this rank is in, running
+ * nops collectives on it. */
+static void start_workers(struct worker *wk, int64_t nops) {
+  int ranks[64], m = P > 1 ? P - 1 : 1;
+  for (int i = 0; i < m; i++)
+    ranks[i] = i;
+  if (hvd_process_set_split(R % 2, &sets[0]) != HVD_SUCCESS ||
+      hvd_process_set_create(ranks, m, &sets[1]) != HVD_SUCCESS)
+    bail("process sets: %s", hvd_last_error());
+  for (int k = 0; k < 2; k++) {
+    int r = hvd_process_set_rank(sets[k]);
+    uint64_t key = k == 0 ? 1 + (uint64_t)(R % 2) : 3;
+    wk[k] = (struct worker){
+        .g = {sets[k], hvd_process_set_size(sets[k]), r, key},
+        .member = r >= 0,
+        .nops = nops};
+    if (wk[k].member && pthread_create(&wk[k].th, NULL, worker_main, &wk[k]))
+      bail("pthread_create failed");
+  }
+}
+
+/* Releases and joins the threads; a check per set (every rank), and the
+ * sets destroyed. */
+static void stop_workers(struct worker *wk) {
+  static const char *const what[2] = {"the ranks of one parity",
+                                      "every rank but the last"};
+  pthread_mutex_lock(&release_mu);
+  released = 1;
+  pthread_cond_broadcast(&release_cv);
+  pthread_mutex_unlock(&release_mu);
+  for (int k = 0; k < 2; k++) {
+    long n = 0, bad = wk[k].t.rejected;
+    if (wk[k].member)
+      pthread_join(wk[k].th, NULL);
+    for (int j = 0; j < NKINDS; j++)
+      n += wk[k].t.count[j], bad += wk[k].t.wrong[j];
+    ok(bad == 0 && n == (wk[k].member ? wk[k].nops : 0),
+       "process set %d (%s): %lld collectives on a thread of their own, "
+       "beside the world's, every one exact",
+       k + 1, what[k], (long long)wk[k].nops);
+    if (bad != 0)
+      diag_all("set %d: %ld of %ld wrong or refused", k + 1, bad, n);
+    if (hvd_process_set_destroy(sets[k]) != HVD_SUCCESS)
+      diag_all("hvd_process_set_destroy: %s", hvd_last_error());
+  }
+}
+
 static void usage(void) {
   fprintf(stderr, "usage: soak [--ops N] [--seed S] [--checkpoint-every K] "
-                  "[--alloc malloc|hvd|mixed] [--device none|all|mixed]\n");
+                  "[--alloc malloc|hvd|mixed] [--device none|all|mixed] "
+                  "[--sets K]\n");
   exit(2);
 }
 
 int main(int argc, char **argv) {
-  int64_t nops = 20000, every = 500;
+  int64_t nops = 20000, every = 500, set_ops = 0;
 #ifdef SOAK_CUDA
   int ndev = 0;
   cudaError_t dev_err = cudaGetDeviceCount(&ndev); /* before MPI starts */
@@ -652,6 +836,8 @@ int main(int argc, char **argv) {
       seed = (uint64_t)v;
     else if (strcmp(argv[i], "--checkpoint-every") == 0)
       every = v;
+    else if (strcmp(argv[i], "--sets") == 0)
+      set_ops = v;
     else
       usage();
   }
@@ -689,51 +875,21 @@ int main(int argc, char **argv) {
   model_create();
 
   static struct op ops[WINDOW_MAX];
-  int order[WINDOW_MAX], worder[WINDOW_MAX];
-  long count[NKINDS] = {0}, wrong[NKINDS] = {0}, rejected = 0;
-  long steps = 0, bad_steps = 0, ckpts = 0, bad_ckpts = 0;
+  static struct worker wk[2];
+  struct tally t = {{0}, {0}, 0};
+  const long *count = t.count, *wrong = t.wrong;
+  long ckpts = 0, bad_ckpts = 0;
   long rss_warm = -1, fd_warm = -1, th_warm = -1;
   char why[1024];
   int64_t done = 0, next_ckpt = every;
   double t0 = now(), last_report = t0;
   unsigned sh = (unsigned)R * 7919u + (unsigned)seed;
+  world = (struct group){NULL, P, R, 0};
+  if (set_ops > 0)
+    start_workers(wk, set_ops);
 
   for (int64_t win = 0; done < nops; win++) {
-    int n = 1 + (int)draw(win, 0, 0, WINDOW_MAX);
-    if (n > nops - done)
-      n = (int)(nops - done);
-    for (int k = 0, bar = 0; k < n; k++) {
-      draw_op(&ops[k], win, k, bar);
-      bar |= ops[k].kind == BAR;
-    }
-    sh = hvdt_shuffle(order, n, sh);
-    sh = hvdt_shuffle(worder, n, sh);
-    for (int s = 0; s < n; s++) {
-      struct op *o = &ops[order[s]];
-      if ((sh = sh * 1103515245u + 12345u) >> 28 == 0) /* 1 in 16 */
-        usleep((sh >> 8) % 500);
-      o->rc = submit(o);
-      if (o->rc != HVD_SUCCESS) {
-        if (rejected++ == 0)
-          diag_all("%s %s refused: %s", kind_name[o->kind], o->name,
-                   hvd_last_error());
-        o->req = NULL;
-      }
-    }
-    if (!train_step(win) && bad_steps++ == 0)
-      diag_all("training step %lld: %s", (long long)win, hvd_last_error());
-    steps++;
-    for (int s = 0; s < n; s++) {
-      struct op *o = &ops[worder[s]];
-      if (o->req != NULL)
-        o->rc = hvd_wait(o->req);
-    }
-    for (int k = 0; k < n; k++) {
-      count[ops[k].kind]++;
-      if (!finish(&ops[k], why, sizeof why) && wrong[ops[k].kind]++ == 0)
-        diag_all("%s", why);
-    }
-    done += n;
+    done += run_window(&world, win, nops - done, ops, &sh, &t, train_between);
     if (done >= next_ckpt) {
       next_ckpt += every;
       ckpts++;
@@ -753,10 +909,12 @@ int main(int argc, char **argv) {
   }
   long rss_end = rss_kib(), fd_end = fds(), th_end = threads();
   double secs = now() - t0;
+  if (set_ops > 0)
+    stop_workers(wk);
 
   for (int k = 0; k < NKINDS; k++)
     ok(wrong[k] == 0, "%ld %ss exact", count[k], kind_name[k]);
-  ok(rejected == 0, "all %lld collectives accepted", (long long)nops);
+  ok(t.rejected == 0, "all %lld collectives accepted", (long long)nops);
   ok(bad_steps == 0, "%ld distributed SGD steps", steps);
   ok(bad_ckpts == 0 && ckpts > 0,
      "%ld checkpoints saved, spoilt and loaded back exactly", ckpts);

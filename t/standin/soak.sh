@@ -1,11 +1,14 @@
 #!/bin/sh
 # soak.sh - the soak (t/soak/soak.c) with its collectives' tensors on the
 # stand-in's GPUs (t/standin/soak, a GPU of its own per rank):
-# HVD_SOAK_STANDIN_OPS collectives (default 3000) at np 2, 3 and 4, every
+# HVD_SOAK_STANDIN_OPS collectives (default 2000) at np 2, 3 and 4, every
 # one on the device (--device all) or about half of them (--device
 # mixed: the NCCL executor's groups and the MPI executor's in one window),
 # with NCCL's order rule checked (HVD_STANDIN_NCCL_ORDER=1) and the
-# stand-in's stream order (on by default), under several settings
+# stand-in's stream order (on by default), two process sets (the ranks
+# of one parity, every rank but the last) running their own random
+# collectives on threads of their own beside the world's (--sets: three
+# communicators, three threads), under several settings
 # (hierarchical allreduce over simulated nodes, the MPI device executor,
 # small fusion buffers and chunks, autotuning). Every result exact, the
 # training, checkpoints, join, descriptors and threads as in the soak.
@@ -19,7 +22,7 @@ unset HVD_LOG_LEVEL
 HVD_SOAK_RSS_SLACK_KIB=off
 HVD_STANDIN_NCCL_ORDER=1
 export HVD_SOAK_RSS_SLACK_KIB HVD_STANDIN_NCCL_ORDER
-ops=${HVD_SOAK_STANDIN_OPS:-3000}
+ops=${HVD_SOAK_STANDIN_OPS:-2000}
 prog=$HVD_TOP_BUILDDIR/t/standin/soak
 seed=${HVD_SOAK_SEED:-0}
 
@@ -38,7 +41,7 @@ device_soak() {
       esac
     done
     hvd_mpirun "$np" "$p" --ops "$ops" --device "$devs" --alloc mixed \
-      --seed "$seed" --checkpoint-every 500
+      --seed "$seed" --checkpoint-every 500 --sets $((ops / 3))
   ) >"$tmp/out" 2>&1
   rc=$?
   ! grep -q '^not ok' "$tmp/out" && grep -q '^ok ' "$tmp/out" && [ $rc = 0 ]
