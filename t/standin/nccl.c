@@ -1231,6 +1231,9 @@ ncclResult_t ncclGroupEnd(void) {
       done++;
   }
   ngroup = 0;
+  free(group); /* thread-local: a thread that ends leaves nothing behind */
+  group = NULL;
+  group_cap = 0;
   return ret;
 }
 
