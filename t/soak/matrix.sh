@@ -41,9 +41,7 @@ soak_under() {
   rc=$?
   where="np $np"
   [ "$nodes" != 0 ] && where="$where, nodes of $nodes"
-  ! grep -q '^not ok' "$tmp/out" && grep -q '^ok ' "$tmp/out" && [ $rc = 0 ]
-  check $? "${*:-defaults}, $where, --alloc $alloc, seed $seed: every check of the soak passes (exit $rc)" ||
-    { grep '^not ok\|^#\|Bail\|rror' "$tmp/out" | head -40 >"$tmp/why"; show "$tmp/why" output; }
+  soak_passed "$tmp/out" "${*:-defaults}, $where, --alloc $alloc, seed $seed: every check of the soak passes (exit $rc)"
 }
 
 # Groups of at least one piece (HVD_CHUNK_SIZE, else 4 MiB: more than

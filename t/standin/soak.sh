@@ -44,9 +44,7 @@ device_soak() {
       --seed "$seed" --checkpoint-every 500 --sets $((ops / 3))
   ) >"$tmp/out" 2>&1
   rc=$?
-  ! grep -q '^not ok' "$tmp/out" && grep -q '^ok ' "$tmp/out" && [ $rc = 0 ]
-  check $? "np $np, --device $devs${*:+, $*}, seed $seed: every check of the soak passes (exit $rc)" ||
-    { grep '^not ok\|^#\|Bail\|rror\|stand-in' "$tmp/out" | head -40 >"$tmp/why"; show "$tmp/why" output; }
+  soak_passed "$tmp/out" "np $np, --device $devs${*:+, $*}, seed $seed: every check of the soak passes (exit $rc)"
 }
 
 device_soak 2 all

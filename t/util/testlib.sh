@@ -22,6 +22,10 @@
 #   nodes_of K PROG FILE   FILE: an executable wrapper that runs PROG with
 #                          HVD_HOSTNAME=node<rank / K>, nodes of K ranks
 #                          simulated on one host (Open MPI's rank)
+#   soak_passed OUT DESC   a check that the soak (t/soak/soak.c) whose
+#                          output is OUT exited with $rc = 0 and passed
+#                          every check of its own; if not, its failures,
+#                          comments and error lines shown
 #   run_np NP OUT ERR PROG [ARGS...]
 #                          PROG on NP ranks through t/mpirun-test, its
 #                          stdout into OUT and stderr into ERR (OUT again:
@@ -137,6 +141,14 @@ losses_agree() {
 nodes_of() {
   printf '#!/bin/sh\nHVD_HOSTNAME=node$((OMPI_COMM_WORLD_RANK / %d)) exec "%s" "$@"\n' \
     "$1" "$2" >"$3" && chmod +x "$3"
+}
+
+soak_passed() {
+  ! grep -q '^not ok' "$1" && grep -q '^ok ' "$1" && [ "$rc" = 0 ]
+  check $? "$2" || {
+    grep '^not ok\|^#\|Bail\|rror\|stand-in\|NCCL' "$1" | head -40 >"$1.why"
+    show "$1.why" output
+  }
 }
 
 run_np() {
