@@ -99,9 +99,14 @@ static void agreed_str(int k, int64_t x, char *buf, size_t n) {
     snprintf(buf, n, "%lld", (long long)x);
 }
 
+/* What each rank gives the engine's start: its NAGREED settings, then
+ * what hierarchical allreduce is decided from (HVD_HIERARCHICAL_ALLREDUCE,
+ * its local size, whether it is its node's first rank). */
+#define NGATHERED (NAGREED + 3)
+
 /* The ranks whose setting k differs from rank 0's, as "rank 0 V vs rank
  * 2 W, rank 3 W" (at most 8 listed, then ", and N more ranks"); 0 when
- * none does. all: every rank's NAGREED values. */
+ * none does. all: every rank's NGATHERED values. */
 static int agreed_differ(const hvd__exec_env_t *env, const int64_t *all, int k,
                          char *msg, size_t cap) {
 #define WORLD_RANK(r) (env->world_ranks != NULL ? env->world_ranks[r] : (r))
@@ -109,7 +114,7 @@ static int agreed_differ(const hvd__exec_env_t *env, const int64_t *all, int k,
   char v[32], head[128];
   hvd__ranks_begin(&l);
   for (int r = 1; r < env->size; r++) {
-    int64_t x = all[(size_t)r * NAGREED + (size_t)k];
+    int64_t x = all[(size_t)r * NGATHERED + (size_t)k];
     if (x == all[k])
       continue;
     agreed_str(k, x, v, sizeof v);
@@ -122,42 +127,39 @@ static int agreed_differ(const hvd__exec_env_t *env, const int64_t *all, int k,
 #undef WORLD_RANK
 }
 
-/* Every rank's agreed settings gathered and compared with rank 0's:
- * HVD_ERR_INVALID_ARG naming the first that differs, its ranks and their
- * values, on every rank. */
-static hvd_result_t agree_settings(hvd__engine_t *e) {
-  hvd_result_t rc = HVD_SUCCESS;
-  const hvd__settings_t *s = &e->settings;
-  int64_t mine[NAGREED] = {s->fusion_threshold, s->chunk_size,
-                           s->cache_capacity,   s->shm_allreduce,
-                           s->checkpoint_piece, s->gpu_ops},
-          *all = calloc((size_t)e->env.size * NAGREED, sizeof *all);
-  char msg[HVD__ERRMSG_MAX];
-  if (all == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
-  HVD__MPI_CHECK(MPI_Allgather(mine, NAGREED, MPI_INT64_T, all, NAGREED,
-                               MPI_INT64_T, e->env.comm));
-  for (int k = 0; k < NAGREED && rc == HVD_SUCCESS; k++)
-    if (agreed_differ(&e->env, all, k, msg, sizeof msg))
-      rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s", msg);
-fail:
-  free(all);
-  return rc;
-}
-
-/* Hierarchical only where it applies, decided for all ranks together (a
- * rank alone on its node must still take the three phases). */
-static hvd_result_t agree_env(hvd__engine_t *e) {
+/* One MPI_Allgather of every rank's NGATHERED values: the agreed
+ * settings compared with rank 0's (HVD_ERR_INVALID_ARG naming the first
+ * that differs, its ranks and their values, on every rank), and
+ * hierarchical allreduce decided for all ranks together, only where it
+ * applies (a rank alone on its node must still take the three phases). */
+static hvd_result_t agree(hvd__engine_t *e) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__settings_t *s = &e->settings;
   const hvd__exec_env_t *env = &e->env;
-  int mine[3] = {s->hierarchical, env->local_size, env->local_rank == 0},
-      all[3];
-  HVD__MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, env->comm));
-  HVD__MPI_CHECK(
-      MPI_Allreduce(&mine[2], &all[2], 1, MPI_INT, MPI_SUM, env->comm));
-  e->env.hierarchical = all[0] && all[1] > 1 && all[2] > 1;
+  int64_t mine[NGATHERED] = {s->fusion_threshold, s->chunk_size,
+                             s->cache_capacity,   s->shm_allreduce,
+                             s->checkpoint_piece, s->gpu_ops,
+                             s->hierarchical,     env->local_size,
+                             env->local_rank == 0},
+          *all = calloc((size_t)env->size * NGATHERED, sizeof *all);
+  int64_t hier = 0, local = 0, roots = 0;
+  char msg[HVD__ERRMSG_MAX];
+  if (all == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
+  HVD__MPI_CHECK(MPI_Allgather(mine, NGATHERED, MPI_INT64_T, all, NGATHERED,
+                               MPI_INT64_T, env->comm));
+  for (int r = 0; r < env->size; r++) {
+    const int64_t *x = all + (size_t)r * NGATHERED + NAGREED;
+    hier |= x[0];
+    local = x[1] > local ? x[1] : local;
+    roots += x[2];
+  }
+  e->env.hierarchical = hier && local > 1 && roots > 1;
+  for (int k = 0; k < NAGREED && rc == HVD_SUCCESS; k++)
+    if (agreed_differ(env, all, k, msg, sizeof msg))
+      rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s", msg);
 fail:
+  free(all);
   return rc;
 }
 
@@ -220,8 +222,7 @@ static hvd_result_t engine_open(const hvd__exec_env_t *env,
   hvd__engine_t *e = engine_alloc(env, s);
   if (e == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
-  HVD__CHECK(agree_env(e));
-  HVD__CHECK(agree_settings(e));
+  HVD__CHECK(agree(e));
   HVD__CHECK(hvd__engine_start_timeline(e));
   HVD__CHECK(start_autotune(e));
   HVD__CHECK(start_negotiation(e));
