@@ -83,8 +83,10 @@ static int P, R;
 static uint64_t seed = 1;
 enum alloc { ALLOC_MALLOC, ALLOC_HVD, ALLOC_MIXED };
 static enum alloc alloc_mode = ALLOC_MALLOC;
+static const char *const alloc_names[] = {"malloc", "hvd", "mixed", NULL};
 enum devmode { DEV_NONE, DEV_ALL, DEV_MIXED };
 static enum devmode dev_mode = DEV_NONE;
+static const char *const dev_names[] = {"none", "all", "mixed", NULL};
 
 /* ---- Draws (the same on every rank) ---- */
 
@@ -169,15 +171,14 @@ static int64_t rows_of(const struct op *o, int q, int j) {
   return (int64_t)((o->salt + (uint64_t)q + 2u * (uint64_t)j) % 4);
 }
 
-/* Op k of window win: its kind, name and shape. At most one barrier per
- * window (no_barrier set: an allreduce instead): barriers share one name,
- * and a second one submitted after the first completed would be accepted
- * on some ranks only. */
+/* Op k of window win (run_window's, keyed by the group): its kind, name
+ * and shape. At most one barrier per window (no_barrier set: an allreduce
+ * instead): barriers share one name, and a second one submitted after the
+ * first completed would be accepted on some ranks only. */
 static void draw_op(struct op *o, const struct group *g, int64_t win, int k,
                     int no_barrier) {
   memset(o, 0, sizeof *o);
   o->g = g;
-  win += (int64_t)(g->key << 40); /* a set's windows are its own */
   int64_t c = draw(win, k, 1, 100);
   o->kind = c < 60   ? AR
             : c < 70 ? BC
@@ -504,8 +505,7 @@ static int finish(struct op *o, char *why, size_t len) {
   if (o->on_dev)
     free_dev(o);
 #endif
-  if (o->kind != BAR)
-    buf_free(o, 1, o->send);
+  buf_free(o, 1, o->send); /* NULL for a barrier */
   if (o->kind == AR && !o->inplace)
     buf_free(o, 2, o->recv);
   if (o->kind == AG || o->kind == A2A || o->kind == RS)
@@ -660,7 +660,8 @@ static int run_window(const struct group *g, int64_t win, int64_t left,
                       void (*between)(int64_t)) {
   int order[WINDOW_MAX], worder[WINDOW_MAX];
   char why[1024];
-  int n = 1 + (int)draw(win + (int64_t)(g->key << 40), 0, 0, WINDOW_MAX);
+  win += (int64_t)(g->key << 40); /* a set's windows are its own */
+  int n = 1 + (int)draw(win, 0, 0, WINDOW_MAX);
   if (n > left)
     n = (int)left;
   for (int k = 0, bar = 0; k < n; k++) {
@@ -798,6 +799,15 @@ static void usage(void) {
   exit(2);
 }
 
+/* The index of a in names (NULL-terminated), else the usage. */
+static int choice(const char *a, const char *const *names) {
+  for (int i = 0; names[i] != NULL; i++)
+    if (strcmp(a, names[i]) == 0)
+      return i;
+  usage();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int64_t nops = 20000, every = 500, set_ops = 0;
 #ifdef SOAK_CUDA
@@ -809,21 +819,11 @@ int main(int argc, char **argv) {
     if (i + 1 >= argc)
       usage();
     if (strcmp(argv[i], "--alloc") == 0) {
-      const char *a = argv[i + 1];
-      alloc_mode = strcmp(a, "malloc") == 0 ? ALLOC_MALLOC
-                   : strcmp(a, "hvd") == 0  ? ALLOC_HVD
-                   : strcmp(a, "mixed") == 0
-                       ? ALLOC_MIXED
-                       : (usage(), ALLOC_MALLOC);
+      alloc_mode = (enum alloc)choice(argv[i + 1], alloc_names);
       continue;
     }
     if (strcmp(argv[i], "--device") == 0) {
-      const char *a = argv[i + 1];
-      dev_mode = strcmp(a, "none") == 0  ? DEV_NONE
-                 : strcmp(a, "all") == 0 ? DEV_ALL
-                 : strcmp(a, "mixed") == 0
-                     ? DEV_MIXED
-                     : (usage(), DEV_NONE);
+      dev_mode = (enum devmode)choice(argv[i + 1], dev_names);
       continue;
     }
     char *end;
