@@ -64,8 +64,8 @@ static hvd_result_t check_params(const char *fn, const hvd_param_t *params,
 
 /* Every rank's (count, hash of what it holds); differences are
  * HVD_ERR_MISMATCH naming the ranks. */
-static hvd_result_t agree(const char *fn, const char *what, int64_t count,
-                          uint64_t hash) {
+static hvd_result_t agree(const char *fn, const char *what, const char *how,
+                          int64_t count, uint64_t hash) {
   int64_t mine[2] = {count, (int64_t)hash};
   int64_t shape[1] = {2};
   hvd_tensor_t t = hvd_tensor_make(mine, HVD_INT64, 1, shape), all;
@@ -84,8 +84,8 @@ static hvd_result_t agree(const char *fn, const char *what, int64_t count,
     else if (v[2 * r + 1] != v[1])
       rc = hvd__set_error(HVD_ERR_MISMATCH,
                           "%s: ranks disagree on the %s: rank 0 and rank %d "
-                          "differ in names, shapes or types",
-                          fn, what, r);
+                          "differ %s",
+                          fn, what, r, how);
   }
   hvd_tensor_free(&all);
   return rc;
@@ -169,7 +169,8 @@ static hvd_result_t compare(const char *fn, const char *what,
 }
 
 static hvd_result_t verify(const char *fn, const hvd_param_t *params, int n) {
-  hvd_result_t rc = agree(fn, "parameter list", n, describe(params, n));
+  hvd_result_t rc = agree(fn, "parameter list", "in names, shapes or types", n,
+                          describe(params, n));
   if (rc != HVD_SUCCESS)
     return rc;
   const hvd_tensor_t **ts = malloc((size_t)(n + 1) * sizeof *ts);
@@ -232,7 +233,8 @@ hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root) {
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: root %d is out of range for %d ranks", fn, root,
                           hvd_size());
-  rc = agree(fn, "parameter list", n, describe(params, n));
+  rc = agree(fn, "parameter list", "in names, shapes or types", n,
+             describe(params, n));
   if (rc != HVD_SUCCESS)
     return rc;
   hvd_tensor_t **ts = malloc((size_t)(n + 1) * sizeof *ts);
@@ -300,17 +302,65 @@ static hvd_result_t state_list(const char *fn, hvd_optimizer_t *c, int sharded,
   return HVD_SUCCESS;
 }
 
-/* Root's steps and learning rate (the scalars, ts[0]) and tensors to every
- * rank, verified by checksums. */
-static hvd_result_t send_state(const char *fn, hvd_optimizer_t *c,
+/* The scalars that travel first: every hyperparameter of hparams.c's
+ * list (the learning rate and update count among them) as its double's
+ * bits, then each parameter's learning-rate scale and weight decay as set
+ * (NAN: none). */
+static int64_t *pack_scalars(hvd_optimizer_t *c, int64_t *count) {
+  hvd__hp_t hp[HVD__HP_MAX];
+  const int n = hvd__hp_list(c, hp);
+  *count = HVD__HP_MAX + 2 * (int64_t)c->n;
+  int64_t *v = calloc((size_t)*count, sizeof *v);
+  if (v == NULL)
+    return NULL;
+  for (int k = 0; k < n; k++) {
+    double x = hvd__hp_get(&hp[k]);
+    memcpy(&v[k], &x, sizeof x);
+  }
+  for (int i = 0; i < c->n; i++) {
+    double x[2];
+    hvd__hp_param_raw(c, i, &x[0], &x[1]);
+    memcpy(&v[HVD__HP_MAX + 2 * i], x, sizeof x);
+  }
+  return v;
+}
+
+/* Root's scalars made this rank's: its hyperparameters (the shapes of the
+ * lists agreed), then each parameter's scale and decay where either side
+ * set one. */
+static hvd_result_t unpack_scalars(hvd_optimizer_t *opt, const int64_t *v) {
+  hvd_optimizer_t *c = hvd__optim_core(opt);
+  hvd__hp_t hp[HVD__HP_MAX];
+  const int n = hvd__hp_list(c, hp);
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int k = HVD__HP_SHAPE; k < n; k++) {
+    double x;
+    memcpy(&x, &v[k], sizeof x);
+    hvd__hp_set(&hp[k], x);
+  }
+  for (int i = 0; i < c->n && rc == HVD_SUCCESS; i++) {
+    double root[2], mine[2];
+    memcpy(root, &v[HVD__HP_MAX + 2 * i], sizeof root);
+    hvd__hp_param_raw(c, i, &mine[0], &mine[1]);
+    if (root[0] == root[0] || mine[0] == mine[0])
+      rc = hvd_optimizer_set_param_lr_scale(opt, i, root[0]);
+    if (rc == HVD_SUCCESS && (root[1] == root[1] || mine[1] == mine[1]))
+      rc = hvd_optimizer_set_param_weight_decay(opt, i, root[1]);
+  }
+  return rc;
+}
+
+/* Root's scalars and tensors to every rank, verified by checksums. */
+static hvd_result_t send_state(const char *fn, hvd_optimizer_t *opt,
                                hvd_tensor_t **ts, char **labels, int count,
-                               int64_t *scalars, int root) {
+                               const int64_t *scalars, int root) {
   hvd_result_t rc =
       broadcast_all("hvd.opt.", ts, (const char *const *)labels, count, root);
+  if (rc == HVD_SUCCESS)
+    rc = hvd__optim_agree("hvd.bcast_state.scalars",
+                          unpack_scalars(opt, scalars));
   if (rc != HVD_SUCCESS)
     return rc;
-  c->steps = scalars[0];
-  memcpy(&c->lr, &scalars[1], sizeof c->lr);
   return compare(fn, "optimizer state", (const hvd_tensor_t *const *)ts,
                  (const char *const *)labels, count);
 }
@@ -334,10 +384,18 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
   hvd__sum_add(&s, &sharded, 1);
   hvd__sum_add(&s, c->ops.name ? c->ops.name : "",
                strlen(c->ops.name ? c->ops.name : "") + 1);
+  hvd__hp_t hp[HVD__HP_MAX];
+  (void)hvd__hp_list(c, hp);
+  for (int k = 0; k < HVD__HP_SHAPE; k++) {
+    double x = hvd__hp_get(&hp[k]);
+    hvd__sum_add(&s, &x, sizeof x);
+  }
   for (int k = 0; k < ns; k++)
     hvd__sum_add(&s, c->ops.state_names[k], strlen(c->ops.state_names[k]) + 1);
-  hvd_result_t rc =
-      agree(fn, "optimizer (type, parameters, state)", total, hvd__sum_end(&s));
+  hvd_result_t rc = agree(fn,
+                          "optimizer (type, parameters, state, loss scaling "
+                          "and clipping on or off)",
+                          "in one of them", total, hvd__sum_end(&s));
   if (rc != HVD_SUCCESS)
     return rc;
   /* A sharded optimizer's state and masters are one set of blocks, each
@@ -353,15 +411,20 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
     free(views);
     return rc;
   }
-  /* the scalars travel as one int64 pair: steps and lr's bits */
-  int64_t scalars[2] = {c->steps, 0}, two[1] = {2};
-  memcpy(&scalars[1], &c->lr, sizeof c->lr);
-  hvd_tensor_t st = hvd_tensor_make(scalars, HVD_INT64, 1, two);
+  int64_t nscalars = 0, *scalars = pack_scalars(c, &nscalars);
+  hvd_tensor_t st = hvd_tensor_make(scalars, HVD_INT64, 1, &nscalars);
   hvd_tensor_t **ts = NULL;
   char **labels = NULL;
-  rc = state_list(fn, c, sharded, &st, views, &ts, &labels, &count);
+  rc = hvd__optim_agree(
+      "hvd.bcast_state.pack",
+      scalars != NULL
+          ? HVD_SUCCESS
+          : hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn));
   if (rc == HVD_SUCCESS)
-    rc = send_state(fn, c, ts, labels, count, scalars, root);
+    rc = state_list(fn, c, sharded, &st, views, &ts, &labels, &count);
+  if (rc == HVD_SUCCESS)
+    rc = send_state(fn, opt, ts, labels, count, scalars, root);
+  free(scalars);
   for (int j = 0; labels != NULL && j < count; j++)
     free(labels[j]);
   free(labels);

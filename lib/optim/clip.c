@@ -201,6 +201,14 @@ void hvd__clip_forget(hvd__clip_t *c) {
     c->last = NAN;
 }
 
+int hvd__clip_hparams(hvd__clip_t *c, hvd__hp_t *hp) {
+  if (c == NULL)
+    return 0;
+  hp[0] = (hvd__hp_t){"max_norm", 'd', &c->max_norm, 0};
+  hp[1] = (hvd__hp_t){"norm_type", 'd', &c->norm_type, 0};
+  return 2;
+}
+
 hvd_result_t hvd_optimizer_set_grad_clipping(hvd_optimizer_t *opt,
                                              double max_norm,
                                              double norm_type) {

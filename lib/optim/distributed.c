@@ -55,6 +55,7 @@
 
 #define GRAD_PREFIX "hvd.grad."
 #define SPARSE_PREFIX "hvd.sparse."
+#define HPARAMS_PREFIX "hvd.hparams."
 
 /* The rows that wait for the step's allgather, and its two requests
  * (rows as int64 [nrows], values as float32 [nrows, row_len]). */
@@ -88,6 +89,10 @@ struct hvd__dist {
   hvd__zero_t *zero; /* shard_optimizer_state: ZeRO-1 (zero.c), else NULL */
   hvd__psgd_t *psgd; /* compression powersgd (powersgd.c), else NULL */
   double gpost;      /* local SGD: the postscale within its group */
+  /* the hyperparameters' check of a reducing step (hparams.c) */
+  char *hp_name;         /* "hvd.hparams.<first parameter's name>" */
+  int64_t hp[2];         /* the digest and its negation, MAX-reduced */
+  hvd_request_t *hp_req; /* in flight during reduce_all */
 };
 
 void hvd_distributed_options_init(hvd_distributed_options_t *o) {
@@ -99,6 +104,7 @@ void hvd_distributed_options_init(hvd_distributed_options_t *o) {
   o->backward_passes_per_step = 1;
   o->average_passes = 1;
   o->gradient_predivide_factor = 1.0;
+  o->check_hparams = 1;
   o->powersgd.rank = 1;
   o->powersgd.start_step = 1000;
   o->powersgd.min_compression_rate = 2.0;
@@ -195,6 +201,10 @@ static hvd_result_t check_options(const char *fn,
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: reduce_fp32 %d is not 0 or 1", fn,
                           o->reduce_fp32);
+  if (o->check_hparams != 0 && o->check_hparams != 1)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: check_hparams %d is not 0 or 1", fn,
+                          o->check_hparams);
   if (o->shard_optimizer_state && o->compression != HVD_COMPRESS_NONE)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "%s: shard_optimizer_state reduce-scatters float32 "
@@ -231,6 +241,12 @@ static hvd_result_t make_names(const char *fn, hvd__dist_t *d,
     d->p[i].name = s;
     s += sizeof GRAD_PREFIX + len;
   }
+  const char *first = base->n > 0 ? base->params[0].name : "";
+  d->hp_name = malloc(sizeof HPARAMS_PREFIX + strlen(first));
+  if (d->hp_name == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: names", fn);
+  memcpy(d->hp_name, HPARAMS_PREFIX, sizeof HPARAMS_PREFIX);
+  strcat(d->hp_name, first);
   return HVD_SUCCESS;
 }
 
@@ -254,6 +270,7 @@ static void dist_free(hvd__dist_t *d) {
   hvd__psgd_free(d->psgd);
   free(d->p);
   free(d->names);
+  free(d->hp_name);
   free(d);
 }
 
@@ -571,12 +588,51 @@ static void mismatch_hint(char *msg, size_t cap) {
     }
 }
 
+/* The hyperparameters' check (hparams.c): every member of the step's
+ * group (the world, or a local step's group) all-reduces (digest,
+ * -digest) as MAX beside the gradients, so that the step costs no round
+ * of its own: the two come back as (max, -min). */
+static hvd_result_t hp_start(hvd_optimizer_t *opt) {
+  hvd__dist_t *d = opt->dist;
+  int64_t two = 2;
+  if (!d->o.check_hparams)
+    return HVD_SUCCESS;
+  d->hp[0] = hvd__hp_digest(opt->base);
+  d->hp[1] = -d->hp[0];
+  hvd_tensor_t t = hvd_tensor_make(d->hp, HVD_INT64, 1, &two);
+  hvd_result_t rc =
+      group_of(opt) != NULL
+          ? hvd_ps_allreduce_async(group_of(opt), d->hp_name, &t, &t, HVD_MAX,
+                                   1, 1, &d->hp_req)
+          : hvd_allreduce_async(d->hp_name, &t, &t, HVD_MAX, 1, 1, &d->hp_req);
+  if (rc == HVD_SUCCESS)
+    d->inflight++;
+  return rc;
+}
+
+/* Its end: a difference between the ranks fails the step on every one of
+ * them alike, naming what differs (decided by the reduced pair, the same
+ * on every rank, whatever else failed: its gathers are collective). */
+static hvd_result_t hp_finish(hvd_optimizer_t *opt) {
+  hvd__dist_t *d = opt->dist;
+  if (d->hp_req == NULL)
+    return HVD_SUCCESS;
+  hvd_result_t rc = hvd_wait(d->hp_req);
+  d->hp_req = NULL;
+  d->inflight--;
+  if (rc != HVD_SUCCESS || d->hp[0] == -d->hp[1])
+    return rc;
+  return hvd__hp_mismatch(opt->base, group_of(opt), d->hp_name);
+}
+
 /* Sync step: start the rest, wait for all, keep the first failure. */
 static hvd_result_t reduce_all(hvd_optimizer_t *opt) {
   hvd__dist_t *d = opt->dist;
-  hvd_result_t first = HVD_SUCCESS;
+  hvd_result_t first = hp_start(opt);
   char msg[HVD__ERRMSG_MAX];
 
+  if (first != HVD_SUCCESS)
+    snprintf(msg, sizeof msg, "%s", hvd_last_error());
   for (int i = d->n - 1; i >= 0; i--) {
     if (d->p[i].started)
       continue;
@@ -623,6 +679,13 @@ static hvd_result_t reduce_all(hvd_optimizer_t *opt) {
   }
   if (first == HVD_ERR_MISMATCH)
     mismatch_hint(msg, sizeof msg);
+  { /* last: its mismatch needs every other request back */
+    hvd_result_t rc = hp_finish(opt);
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    }
+  }
   return first == HVD_SUCCESS ? HVD_SUCCESS : hvd__set_error_msg(first, msg);
 }
 

@@ -648,6 +648,23 @@ void hvd__mixed_set_counters(hvd_optimizer_t *core, const int64_t values[2]) {
   m->clean = values[1];
 }
 
+int hvd__mixed_scaling(const hvd_optimizer_t *core) {
+  return core->mixed != NULL && core->mixed->scaling;
+}
+
+int hvd__mixed_hparams(hvd_optimizer_t *core, hvd__hp_t *hp) {
+  hvd__mixed_t *m = core->mixed;
+  if (m == NULL || !m->scaling)
+    return 0;
+  hp[0] = (hvd__hp_t){"loss scale", 'd', &m->scale, 0};
+  hp[1] = (hvd__hp_t){"loss scale's clean steps", 'l', &m->clean, 0};
+  hp[2] = (hvd__hp_t){"init_scale", 'd', &m->o.init_scale, 0};
+  hp[3] = (hvd__hp_t){"growth_factor", 'd', &m->o.growth_factor, 0};
+  hp[4] = (hvd__hp_t){"backoff_factor", 'd', &m->o.backoff_factor, 0};
+  hp[5] = (hvd__hp_t){"growth_interval", 'l', &m->o.growth_interval, 0};
+  return 6;
+}
+
 /* ---- the public calls
  * -------------------------------------------------------- */
 

@@ -169,6 +169,49 @@ void hvd__mixed_counters(const hvd_optimizer_t *core, int64_t values[2],
                          int *n);
 void hvd__mixed_set_counters(hvd_optimizer_t *core, const int64_t values[2]);
 
+/* ---- hyperparameters (hparams.c) ---------------------------------------- */
+
+/* One of an optimizer's hyperparameters: a label ("lr", "momentum") and
+ * where its value lives (type 'd' double, 'i' int, 'l' int64_t), or a
+ * constant v (type 'c': what the optimizer is, read-only). */
+typedef struct hvd__hp {
+  const char *label;
+  char type;
+  void *at;
+  double v;
+} hvd__hp_t;
+
+#define HVD__HP_MAX 24 /* the longest list */
+#define HVD__HP_SHAPE                                                          \
+  4 /* its first entries, on which the rest depends:                           \
+       the optimizer, its parameter count, loss scaling                        \
+       and clipping on or off */
+
+/* core's hyperparameters in a fixed order into hp: the count. */
+int hvd__hp_list(hvd_optimizer_t *core, hvd__hp_t hp[HVD__HP_MAX]);
+double hvd__hp_get(const hvd__hp_t *h);
+void hvd__hp_set(const hvd__hp_t *h, double v); /* not for constants */
+/* Parameter i's learning-rate scale and weight decay in effect (1 and
+ * the options' where none was set; 1 and 0 for a custom optimizer). */
+void hvd__hp_param(const hvd_optimizer_t *core, int i, double *lr_scale,
+                   double *wd);
+/* As set (NAN where none was, and for a custom optimizer). */
+void hvd__hp_param_raw(const hvd_optimizer_t *core, int i, double *lr_scale,
+                       double *wd);
+/* A digest of the list and every parameter's pair, in [0, 2^62). */
+int64_t hvd__hp_digest(hvd_optimizer_t *core);
+/* After the ranks' digests differed within ps (NULL: the world):
+ * HVD_ERR_MISMATCH naming the first hyperparameter that differs, the
+ * ranks and their values (collective: two allgathers named name.values
+ * and name.params). */
+hvd_result_t hvd__hp_mismatch(hvd_optimizer_t *core,
+                              const hvd_process_set_t *ps, const char *name);
+/* Loss scaling's entries (mixed.c) and clipping's (clip.c; c may be
+ * NULL) appended at hp: their count. */
+int hvd__mixed_scaling(const hvd_optimizer_t *core);
+int hvd__mixed_hparams(hvd_optimizer_t *core, hvd__hp_t *hp);
+int hvd__clip_hparams(hvd__clip_t *c, hvd__hp_t *hp);
+
 /* ---- gradient clipping (clip.c) ------------------------------------------ */
 
 /* Before an update of core->clip's core on params (float32 views of its

@@ -1,0 +1,303 @@
+/*
+ * hparams.c - an optimizer's hyperparameters as the ranks compare and
+ * share them: what makes two ranks' updates of the same averaged
+ * gradient differ. Ranks that disagree on any of them drift apart in
+ * silence, which no reduction can see: a learning-rate schedule fed a
+ * rank's own count, a configuration read differently, a restore on one
+ * rank only, a rank that joined early and missed updates.
+ *
+ * The list (hvd__hp_list), in a fixed order: first its shape (which
+ * optimizer, how many parameters, loss scaling and clipping on or off),
+ * then the learning rate and the update count, a built-in's options
+ * (not its lr: the optimizer's own is the one a step uses), loss
+ * scaling's options and state, clipping's options. Each parameter's
+ * learning-rate scale and weight decay (their values in effect: 1 and
+ * the options' where none was set) follow outside it.
+ *
+ * The distributed optimizer's reducing step all-reduces a digest of all
+ * of it (hvd__hp_digest, as MAX of (d, -d): equal iff every rank's is)
+ * beside the gradients, and only when it differs gathers the values to
+ * name the first that differs, the ranks and their values
+ * (hvd__hp_mismatch). hvd_broadcast_optimizer_state sends root's values
+ * (broadcast.c, with hvd__hp_get/set and hvd__hp_param_raw).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/checksum.h"
+#include "base/errors.h"
+#include "base/tensor.h"
+#include "core/api.h"
+#include "optim/optimizer.h"
+
+/* The built-ins by their ops.name; index 0 is any other (custom). */
+static const char *const kinds[] = {"custom", "SGD", "Adam", "AdamW", "LAMB"};
+#define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
+
+static int is_builtin(const hvd_optimizer_t *core) {
+  return core->ops.destroy == hvd__optim_builtin_free;
+}
+
+static int kind_of(const hvd_optimizer_t *core) {
+  for (int k = 1; is_builtin(core) && core->ops.name != NULL && k < NKINDS;
+       k++)
+    if (strcmp(core->ops.name, kinds[k]) == 0)
+      return k;
+  return 0;
+}
+
+#define CONST(l, value) ((hvd__hp_t){l, 'c', NULL, (double)(value)})
+#define DBL(l, p) ((hvd__hp_t){l, 'd', (p), 0})
+#define INT(l, p) ((hvd__hp_t){l, 'i', (p), 0})
+#define I64(l, p) ((hvd__hp_t){l, 'l', (p), 0})
+
+/* A built-in's options after its lr, by kind. */
+static int builtin_list(hvd__optim_builtin_t *b, int kind, hvd__hp_t *hp) {
+  int k = 0;
+  if (kind == 1) {
+    hvd_sgd_options_t *o = &b->o.sgd;
+    hp[k++] = DBL("momentum", &o->momentum);
+    hp[k++] = DBL("dampening", &o->dampening);
+    hp[k++] = DBL("weight_decay", &o->weight_decay);
+    hp[k++] = INT("nesterov", &o->nesterov);
+  } else if (kind == 2 || kind == 3) {
+    hvd_adam_options_t *o = &b->o.adam;
+    hp[k++] = DBL("beta1", &o->beta1);
+    hp[k++] = DBL("beta2", &o->beta2);
+    hp[k++] = DBL("eps", &o->eps);
+    hp[k++] = DBL("weight_decay", &o->weight_decay);
+  } else if (kind == 4) {
+    hvd_lamb_options_t *o = &b->o.lamb;
+    hp[k++] = DBL("beta1", &o->beta1);
+    hp[k++] = DBL("beta2", &o->beta2);
+    hp[k++] = DBL("eps", &o->eps);
+    hp[k++] = DBL("weight_decay", &o->weight_decay);
+    hp[k++] = INT("bias_correction", &o->bias_correction);
+    hp[k++] = INT("always_adapt", &o->always_adapt);
+  }
+  return k;
+}
+
+int hvd__hp_list(hvd_optimizer_t *core, hvd__hp_t hp[HVD__HP_MAX]) {
+  int k = 0;
+  const int kind = kind_of(core);
+  hp[k++] = CONST("optimizer", kind);
+  hp[k++] = CONST("parameter count", core->n);
+  hp[k++] = CONST("loss scaling", hvd__mixed_scaling(core));
+  hp[k++] = CONST("gradient clipping", core->clip != NULL);
+  /* HVD__HP_SHAPE fields above: what follows depends on them alone */
+  hp[k++] = DBL("lr", &core->lr);
+  hp[k++] = I64("update count", &core->steps);
+  if (kind != 0)
+    k += builtin_list(core->ctx, kind, &hp[k]);
+  k += hvd__mixed_hparams(core, &hp[k]);
+  k += hvd__clip_hparams(core->clip, &hp[k]);
+  return k;
+}
+
+double hvd__hp_get(const hvd__hp_t *h) {
+  switch (h->type) {
+  case 'd':
+    return *(const double *)h->at;
+  case 'i':
+    return *(const int *)h->at;
+  case 'l':
+    return (double)*(const int64_t *)h->at;
+  default:
+    return h->v;
+  }
+}
+
+void hvd__hp_set(const hvd__hp_t *h, double v) {
+  if (h->type == 'd')
+    *(double *)h->at = v;
+  else if (h->type == 'i')
+    *(int *)h->at = (int)v;
+  else if (h->type == 'l')
+    *(int64_t *)h->at = (int64_t)v;
+}
+
+void hvd__hp_param(const hvd_optimizer_t *core, int i, double *lr_scale,
+                   double *wd) {
+  *lr_scale = 1;
+  *wd = 0;
+  if (!is_builtin(core))
+    return;
+  const hvd__optim_builtin_t *b = core->ctx;
+  *lr_scale = hvd__optim_lr(b, i, 1.0);
+  *wd = hvd__optim_wd(b, i, b->wd0);
+}
+
+void hvd__hp_param_raw(const hvd_optimizer_t *core, int i, double *lr_scale,
+                       double *wd) {
+  *lr_scale = *wd = NAN;
+  if (!is_builtin(core))
+    return;
+  const hvd__optim_builtin_t *b = core->ctx;
+  if (b->lrs != NULL)
+    *lr_scale = b->lrs[i];
+  if (b->wd != NULL)
+    *wd = b->wd[i];
+}
+
+int64_t hvd__hp_digest(hvd_optimizer_t *core) {
+  hvd__hp_t hp[HVD__HP_MAX];
+  const int n = hvd__hp_list(core, hp);
+  hvd__sum_t s;
+  hvd__sum_init(&s);
+  for (int k = 0; k < n; k++) {
+    double v = hvd__hp_get(&hp[k]);
+    hvd__sum_add(&s, &v, sizeof v);
+  }
+  for (int i = 0; i < core->n; i++) {
+    double v[2];
+    hvd__hp_param(core, i, &v[0], &v[1]);
+    hvd__sum_add(&s, v, sizeof v);
+  }
+  return (int64_t)(hvd__sum_end(&s) >> 2); /* in [0, 2^62): -d fits */
+}
+
+/* ---- the message of a difference ----------------------------------------
+ */
+
+/* v in words for field label: an optimizer's name, on or off, an integer,
+ * or the shortest decimal that reads back as v. */
+static void words(const char *label, double v, char *out, size_t cap) {
+  if (strcmp(label, "optimizer") == 0 && v >= 0 && v < NKINDS)
+    snprintf(out, cap, "%s", kinds[(int)v]);
+  else if (strcmp(label, "loss scaling") == 0 ||
+           strcmp(label, "gradient clipping") == 0)
+    snprintf(out, cap, "%s", v != 0 ? "on" : "off");
+  else if (v == v && fabs(v) < 9e15 && v == (double)(int64_t)v)
+    snprintf(out, cap, "%lld", (long long)v);
+  else
+    for (int digits = 15; digits <= 17; digits++) {
+      snprintf(out, cap, "%.*g", digits, v);
+      if (strtod(out, NULL) == v)
+        break;
+    }
+}
+
+static int same(double a, double b) {
+  return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* Whether column c of rows (each `width` doubles, the first the world
+ * rank) differs from the first row's anywhere; if so, msg says so:
+ * "<what>: rank R V" for the first row, then the ranks that differ and
+ * their values (in label's words). */
+static int column_differs(const double *rows, int nrows, int width, int c,
+                          const char *what, const char *label, char *msg,
+                          size_t cap) {
+  int differs = 0;
+  for (int r = 1; r < nrows && !differs; r++)
+    differs = !same(rows[r * width + c], rows[c]);
+  if (!differs)
+    return 0;
+  char head[HVD__ERRMSG_MAX], v[64];
+  hvd__ranks_t l;
+  hvd__ranks_begin(&l);
+  words(label, rows[c], v, sizeof v);
+  snprintf(head, sizeof head, "%s: rank %d %s", what, (int)rows[0], v);
+  for (int r = 1; r < nrows; r++)
+    if (!same(rows[r * width + c], rows[c])) {
+      words(label, rows[r * width + c], v, sizeof v);
+      hvd__ranks_add(&l, (int)rows[r * width], v);
+    }
+  hvd__ranks_write(&l, head, msg, cap);
+  return 1;
+}
+
+/* Every member's row (its world rank, then m values) gathered within ps
+ * (NULL: the world) into *rows (free with hvd_tensor_free). */
+static hvd_result_t gather_rows(const hvd_process_set_t *ps, const char *name,
+                                const double *mine, int m, hvd_tensor_t *rows) {
+  double *row = malloc((size_t)(m + 1) * sizeof *row);
+  if (row == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", name);
+  row[0] = hvd_rank();
+  memcpy(row + 1, mine, (size_t)m * sizeof *row);
+  int64_t dims[2] = {1, m + 1};
+  hvd_tensor_t in = hvd_tensor_make(row, HVD_FLOAT64, 2, dims);
+  hvd_result_t rc = ps != NULL ? hvd_ps_allgather(ps, name, &in, rows)
+                               : hvd_allgather(name, &in, rows);
+  free(row);
+  return rc;
+}
+
+/* The first hyperparameter of hp[n] that differs within ps into msg;
+ * *found 0 when none does. The shape's columns come first, alike in
+ * every rank's list; the labels of the rest are this rank's, which are
+ * everyone's once the shapes agree. */
+static hvd_result_t compare_list(const hvd_process_set_t *ps,
+                                 const char *name, const hvd__hp_t *hp, int n,
+                                 char *msg, size_t cap, int *found) {
+  double v[HVD__HP_MAX] = {0};
+  hvd_tensor_t rows;
+  for (int k = 0; k < n; k++)
+    v[k] = hvd__hp_get(&hp[k]);
+  hvd_result_t rc = gather_rows(ps, name, v, HVD__HP_MAX, &rows);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  *found = 0;
+  for (int k = 0; k < n && !*found; k++)
+    *found = column_differs(rows.data, (int)rows.shape[0], HVD__HP_MAX + 1,
+                            k + 1, hp[k].label, hp[k].label, msg, cap);
+  hvd_tensor_free(&rows);
+  return HVD_SUCCESS;
+}
+
+/* The first parameter whose learning-rate scale or weight decay differs
+ * within ps into msg; *found 0 when none does. */
+static hvd_result_t compare_params(hvd_optimizer_t *core,
+                                   const hvd_process_set_t *ps,
+                                   const char *name, char *msg, size_t cap,
+                                   int *found) {
+  const int m = 2 * core->n;
+  double *v = malloc((size_t)(m > 0 ? m : 1) * sizeof *v);
+  hvd_tensor_t rows;
+  if (v == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", name);
+  for (int i = 0; i < core->n; i++)
+    hvd__hp_param(core, i, &v[2 * i], &v[2 * i + 1]);
+  hvd_result_t rc = gather_rows(ps, name, v, m, &rows);
+  free(v);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  *found = 0;
+  for (int c = 1; c <= m && !*found; c++) {
+    char what[HVD__ERRMSG_MAX];
+    snprintf(what, sizeof what, "%s of parameter '%s'",
+             c % 2 == 1 ? "the learning-rate scale" : "the weight decay",
+             core->params[(c - 1) / 2].name);
+    *found = column_differs(rows.data, (int)rows.shape[0], m + 1, c, what, "",
+                            msg, cap);
+  }
+  hvd_tensor_free(&rows);
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd__hp_mismatch(hvd_optimizer_t *core,
+                              const hvd_process_set_t *ps, const char *name) {
+  char what[HVD__ERRMSG_MAX] = "their digests", gname[256];
+  hvd__hp_t hp[HVD__HP_MAX];
+  const int n = hvd__hp_list(core, hp);
+  int found = 0;
+  snprintf(gname, sizeof gname, "%s.values", name);
+  hvd_result_t rc =
+      compare_list(ps, gname, hp, n, what, sizeof what, &found);
+  if (rc == HVD_SUCCESS && !found) { /* same shape, so the same n */
+    snprintf(gname, sizeof gname, "%s.params", name);
+    rc = compare_params(core, ps, gname, what, sizeof what, &found);
+  }
+  if (rc != HVD_SUCCESS)
+    return rc;
+  return hvd__set_error(
+      HVD_ERR_MISMATCH,
+      "hvd_optimizer_step: the ranks' optimizers differ in %s; nothing was "
+      "updated (each rank must set the same; hvd_broadcast_optimizer_state "
+      "gives every rank root's, the update count included)",
+      what);
+}
