@@ -41,8 +41,7 @@ static int is_builtin(const hvd_optimizer_t *core) {
 }
 
 static int kind_of(const hvd_optimizer_t *core) {
-  for (int k = 1; is_builtin(core) && core->ops.name != NULL && k < NKINDS;
-       k++)
+  for (int k = 1; is_builtin(core) && core->ops.name != NULL && k < NKINDS; k++)
     if (strcmp(core->ops.name, kinds[k]) == 0)
       return k;
   return 0;
@@ -180,9 +179,7 @@ static void words(const char *label, double v, char *out, size_t cap) {
     }
 }
 
-static int same(double a, double b) {
-  return memcmp(&a, &b, sizeof a) == 0;
-}
+static int same(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
 
 /* Whether column c of rows (each `width` doubles, the first the world
  * rank) differs from the first row's anywhere; if so, msg says so:
@@ -231,9 +228,9 @@ static hvd_result_t gather_rows(const hvd_process_set_t *ps, const char *name,
  * *found 0 when none does. The shape's columns come first, alike in
  * every rank's list; the labels of the rest are this rank's, which are
  * everyone's once the shapes agree. */
-static hvd_result_t compare_list(const hvd_process_set_t *ps,
-                                 const char *name, const hvd__hp_t *hp, int n,
-                                 char *msg, size_t cap, int *found) {
+static hvd_result_t compare_list(const hvd_process_set_t *ps, const char *name,
+                                 const hvd__hp_t *hp, int n, char *msg,
+                                 size_t cap, int *found) {
   double v[HVD__HP_MAX] = {0};
   hvd_tensor_t rows;
   for (int k = 0; k < n; k++)
@@ -286,8 +283,7 @@ hvd_result_t hvd__hp_mismatch(hvd_optimizer_t *core,
   const int n = hvd__hp_list(core, hp);
   int found = 0;
   snprintf(gname, sizeof gname, "%s.values", name);
-  hvd_result_t rc =
-      compare_list(ps, gname, hp, n, what, sizeof what, &found);
+  hvd_result_t rc = compare_list(ps, gname, hp, n, what, sizeof what, &found);
   if (rc == HVD_SUCCESS && !found) { /* same shape, so the same n */
     snprintf(gname, sizeof gname, "%s.params", name);
     rc = compare_params(core, ps, gname, what, sizeof what, &found);

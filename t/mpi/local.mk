@@ -171,6 +171,10 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
 	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3 t/mpi/checkpoint.np4
+## The optimizer soak (t/soak/optim_soak.c): random combinations of the
+## distributed optimizer's options against a plain optimizer fed the
+## average by hand, 300 configurations at np 1-4.
+TESTS_SH += t/mpi/optim_soak.sh
 ## the model both PowerSGD tests train
 t_mpi_powersgd_SOURCES = t/mpi/powersgd.c t/mpi/psgd_model.c \
 	t/mpi/psgd_model.h

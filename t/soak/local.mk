@@ -10,12 +10,16 @@
 ##  races.sh  3000 of them under ThreadSanitizer (thread builds only)
 ##  matrix.sh 4000 at np 2-4 under each setting a user may change, tensors
 ##            from hvd_alloc_host and malloc mixed (HVD_SOAK_MATRIX_OPS)
+##  optim_long.sh  the optimizer soak (t/soak/optim_soak.c), 3000 random
+##            configurations of 12 steps at np 1-4 (t/mpi/optim_soak.sh,
+##            which make check runs with 300 of 8)
 
-check_PROGRAMS += t/soak/soak
+check_PROGRAMS += t/soak/soak t/soak/optim_soak
 EXTRA_DIST += t/soak/soak.sh t/soak/leaks.sh t/soak/races.sh \
-	t/soak/sanitized.sh t/soak/lsan.supp t/soak/matrix.sh
+	t/soak/sanitized.sh t/soak/lsan.supp t/soak/matrix.sh \
+	t/soak/optim_long.sh
 SOAK_TESTS = t/soak/soak.sh t/soak/leaks.sh t/soak/races.sh \
-	t/soak/matrix.sh
+	t/soak/matrix.sh t/soak/optim_long.sh
 check-soak:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(SOAK_TESTS)'
 .PHONY: check-soak
@@ -24,4 +28,4 @@ check-soak:
 ## own (up to date) and never run the tests.
 CLEANFILES += t/soak/soak.log t/soak/soak.trs t/soak/leaks.log \
 	t/soak/leaks.trs t/soak/races.log t/soak/races.trs t/soak/matrix.log \
-	t/soak/matrix.trs
+	t/soak/matrix.trs t/soak/optim_long.log t/soak/optim_long.trs

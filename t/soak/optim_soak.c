@@ -1,0 +1,451 @@
+/*
+ * optim_soak.c - the distributed optimizer under random combinations of
+ * what a user may set, each against a plain optimizer fed the average by
+ * hand. Every feature has its own exact tests; this one looks for the
+ * combinations nobody wrote down.
+ *
+ *   mpirun -np P t/soak/optim_soak [--configs C] [--seed S] [--steps K]
+ *
+ * Each configuration is drawn from (seed, its index), the same on every
+ * rank: 1-5 host parameters of 1-3000 elements, float32, bfloat16 or
+ * float16; SGD (momentum, nesterov, weight decay), Adam, AdamW or LAMB
+ * with a random learning rate; per-parameter learning-rate scales and
+ * weight decays; op average or sum, 1-3 backward passes (averaged or
+ * summed), a predivide factor, ZeRO-1, reduce_fp32, a float16/bfloat16
+ * wire; gradient clipping; loss scaling (with an inf injected on one rank
+ * at one pass of one step); a checkpoint saved, the model scribbled over
+ * and loaded back in the middle. A combination the library refuses at
+ * creation is counted and skipped (every rank refuses alike).
+ *
+ * Each rank's gradients are its own (a hash of rank, step, pass,
+ * parameter and element, times the loss scale), accumulated over the
+ * passes in the parameter's dtype, grad_ready'd in reverse order. The
+ * reference, a plain optimizer made alike on a copy of the values, gets
+ * the sum over every rank and pass computed in double, divided as the
+ * options say, rounded once to the dtype. Per step: both succeed, skip
+ * alike and count alike; every rank holds the same bits
+ * (hvd_verify_parameters); each value is within tol * (max |reference| +
+ * 1e-3) of the reference's, tol by what rounds on the way (float32 1e-5,
+ * a 16-bit wire or dtype more, see tolerance()). One TAP check per
+ * configuration; the drawn options are printed with a failure.
+ */
+#include "hvd.h"
+#include "hvdtest.h"
+#include "tap/tap.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXP 5
+
+typedef struct cfg {
+  int n;
+  int64_t len[MAXP];
+  hvd_dtype_t dt[MAXP];
+  int kind; /* 0 SGD, 1 Adam, 2 AdamW, 3 LAMB */
+  double lr, momentum, wd;
+  int nesterov;
+  double lr_scale[MAXP], pwd[MAXP]; /* NAN: none */
+  hvd_distributed_options_t d;
+  double max_norm;
+  int scaling, inject_step, inject_rank, ckpt_step, steps;
+} cfg_t;
+
+static uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static uint64_t rng_state;
+static uint64_t draw(uint64_t n) { return mix(rng_state++) % n; }
+static int coin(int percent) { return (int)draw(100) < percent; }
+
+static const char *const kinds[] = {"SGD", "Adam", "AdamW", "LAMB"};
+static int n_skipped, n_ckpt, n_steps; /* what ran, for the summary */
+
+static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
+  static const hvd_dtype_t dts[] = {HVD_FLOAT32, HVD_FLOAT32, HVD_BFLOAT16,
+                                    HVD_FLOAT16};
+  memset(c, 0, sizeof *c);
+  rng_state = mix(seed * 1000003u + (uint64_t)index);
+  c->n = 1 + (int)draw(MAXP);
+  int low = coin(40);
+  for (int p = 0; p < c->n; p++) {
+    c->len[p] = 1 + (int64_t)draw(coin(30) ? 3000 : 40);
+    c->dt[p] = low ? dts[draw(4)] : HVD_FLOAT32;
+    c->lr_scale[p] = coin(20) ? 0.5 * (double)(1 + draw(4)) : NAN;
+    c->pwd[p] = coin(20) ? 0.01 * (double)draw(3) : NAN;
+  }
+  c->kind = (int)draw(4);
+  c->lr = c->kind == 0 ? 0.05 * (double)(1 + draw(4))
+                       : 0.001 * (double)(1 + draw(5));
+  c->momentum = coin(60) ? 0.9 : 0;
+  c->nesterov = c->momentum != 0 && coin(30);
+  c->wd = coin(40) ? 0.01 : 0;
+  hvd_distributed_options_init(&c->d);
+  c->d.op = coin(20) ? HVD_SUM : HVD_AVERAGE;
+  c->d.backward_passes_per_step = 1 + (int)draw(3);
+  c->d.average_passes = coin(80);
+  c->d.gradient_predivide_factor = coin(20) ? 2.0 : 1.0;
+  c->d.shard_optimizer_state = coin(30);
+  c->d.reduce_fp32 = coin(50);
+  c->d.compression = coin(15)   ? HVD_COMPRESS_FP16
+                     : coin(15) ? HVD_COMPRESS_BF16
+                                : HVD_COMPRESS_NONE;
+  c->max_norm = coin(25) ? 0.05 * (double)(1 + draw(10)) : 0;
+  int has16 = 0;
+  for (int p = 0; p < c->n; p++)
+    has16 |= c->dt[p] == HVD_FLOAT16;
+  c->scaling = has16 || coin(15);
+  c->steps = steps;
+  c->inject_step = c->scaling && coin(60) ? (int)draw((uint64_t)steps) : -1;
+  c->inject_rank = (int)draw((uint64_t)hvd_size());
+  c->ckpt_step = coin(40) ? (int)draw((uint64_t)steps) : -1;
+}
+
+static void describe(const cfg_t *c, char *s, size_t cap) {
+  size_t at = (size_t)snprintf(
+      s, cap,
+      "%s lr %g momentum %g nesterov %d wd %g; op %s passes %d average %d "
+      "predivide %g shard %d fp32 %d wire %s; clip %g scaling %d inject "
+      "step %d rank %d; ckpt step %d; params",
+      kinds[c->kind], c->lr, c->momentum, c->nesterov, c->wd,
+      c->d.op == HVD_SUM ? "sum" : "average", c->d.backward_passes_per_step,
+      c->d.average_passes, c->d.gradient_predivide_factor,
+      c->d.shard_optimizer_state, c->d.reduce_fp32,
+      c->d.compression == HVD_COMPRESS_FP16   ? "fp16"
+      : c->d.compression == HVD_COMPRESS_BF16 ? "bf16"
+                                              : "none",
+      c->max_norm, c->scaling, c->inject_step, c->inject_rank, c->ckpt_step);
+  for (int p = 0; p < c->n && at < cap; p++)
+    at += (size_t)snprintf(s + at, cap - at, " [%lld %s lrs %g wd %g]",
+                           (long long)c->len[p], hvd_dtype_name(c->dt[p]),
+                           c->lr_scale[p], c->pwd[p]);
+}
+
+typedef struct side {
+  void *v[MAXP], *g[MAXP];
+  hvd_param_t p[MAXP];
+  hvd_optimizer_t *opt;
+} side_t;
+
+static const char *const pnames[MAXP] = {"p0", "p1", "p2", "p3", "p4"};
+
+static void make_side(const cfg_t *c, side_t *s) {
+  memset(s, 0, sizeof *s);
+  for (int p = 0; p < c->n; p++) {
+    size_t es = hvdt_size(c->dt[p]);
+    s->v[p] = hvdt_calloc((size_t)c->len[p], es);
+    s->g[p] = hvdt_calloc((size_t)c->len[p], es);
+    for (int64_t i = 0; i < c->len[p]; i++)
+      hvdt_put(c->dt[p], s->v[p], i,
+               (double)((int64_t)(mix((uint64_t)(p * 7919 + i)) % 2001) -
+                        1000) /
+                   1000.0);
+    s->p[p].name = pnames[p];
+    s->p[p].value = hvd_tensor_make(s->v[p], c->dt[p], 1, &c->len[p]);
+    s->p[p].grad = hvd_tensor_make(s->g[p], c->dt[p], 1, &c->len[p]);
+  }
+}
+
+static void drop_side(const cfg_t *c, side_t *s) {
+  hvd_optimizer_destroy(s->opt);
+  for (int p = 0; p < c->n; p++)
+    free(s->v[p]), free(s->g[p]);
+}
+
+/* The plain optimizer of c on s's parameters (NULL, with the message in
+ * hvd_last_error, when refused). */
+static hvd_optimizer_t *plain(const cfg_t *c, side_t *s) {
+  hvd_optimizer_t *o = NULL;
+  hvd_result_t rc;
+  if (c->kind == 0) {
+    hvd_sgd_options_t so;
+    hvd_sgd_options_init(&so);
+    so.lr = c->lr, so.momentum = c->momentum, so.nesterov = c->nesterov;
+    so.weight_decay = c->wd;
+    rc = hvd_sgd_create(s->p, c->n, &so, &o);
+  } else if (c->kind <= 2) {
+    hvd_adam_options_t ao;
+    hvd_adam_options_init(&ao);
+    ao.lr = c->lr, ao.weight_decay = c->wd, ao.decoupled = c->kind == 2;
+    rc = hvd_adam_create(s->p, c->n, &ao, &o);
+  } else {
+    hvd_lamb_options_t lo;
+    hvd_lamb_options_init(&lo);
+    lo.lr = c->lr, lo.weight_decay = c->wd;
+    rc = hvd_lamb_create(s->p, c->n, &lo, &o);
+  }
+  for (int p = 0; rc == HVD_SUCCESS && p < c->n; p++) {
+    if (c->lr_scale[p] == c->lr_scale[p])
+      rc = hvd_optimizer_set_param_lr_scale(o, p, c->lr_scale[p]);
+    if (rc == HVD_SUCCESS && c->pwd[p] == c->pwd[p])
+      rc = hvd_optimizer_set_param_weight_decay(o, p, c->pwd[p]);
+  }
+  if (rc == HVD_SUCCESS && c->max_norm > 0)
+    rc = hvd_optimizer_set_grad_clipping(o, c->max_norm, 2);
+  if (rc == HVD_SUCCESS && c->scaling) {
+    /* 2^10: every rank's and pass's sum stays within float16's range */
+    hvd_loss_scale_options_t l;
+    hvd_loss_scale_options_init(&l);
+    l.init_scale = 1024;
+    rc = hvd_optimizer_set_loss_scaling(o, &l);
+  }
+  if (rc != HVD_SUCCESS) {
+    hvd_optimizer_destroy(o);
+    return NULL;
+  }
+  return o;
+}
+
+/* Rank r's gradient element before the loss scale: a multiple of 1/64
+ * of magnitude 1/8 to 1/4, its sign the element's and the step's alone,
+ * so that the ranks' and passes' sum never cancels to about 0: Adam's
+ * first step divides a gradient by its own magnitude, and would make the
+ * rounding noise of a near-zero sum (1/3 applied before or after it) a
+ * whole step. */
+static double grad_of(int r, int step, int pass, int p, int64_t i) {
+  uint64_t h = mix(((uint64_t)r << 48) ^ ((uint64_t)step << 36) ^
+                   ((uint64_t)pass << 32) ^ ((uint64_t)p << 28) ^
+                   (uint64_t)i);
+  uint64_t sign = mix(((uint64_t)step << 36) ^ ((uint64_t)p << 28) ^
+                      (uint64_t)i) & 1;
+  return (sign ? -1.0 : 1.0) * (double)(8 + h % 9) / 64.0;
+}
+
+static int injected(const cfg_t *c, int r, int step, int pass, int p,
+                    int64_t i) {
+  return step == c->inject_step && r == c->inject_rank &&
+         pass == c->d.backward_passes_per_step - 1 && p == 0 && i == 0;
+}
+
+/* One step's passes on this rank's side. */
+static hvd_result_t dist_passes(const cfg_t *c, side_t *s, int step,
+                                double scale) {
+  const int rank = hvd_rank();
+  for (int pass = 0; pass < c->d.backward_passes_per_step; pass++)
+    for (int p = c->n - 1; p >= 0; p--) {
+      for (int64_t i = 0; i < c->len[p]; i++) {
+        double g = injected(c, rank, step, pass, p, i)
+                       ? INFINITY
+                       : grad_of(rank, step, pass, p, i) * scale;
+        hvdt_put(c->dt[p], s->g[p], i, hvdt_get(c->dt[p], s->g[p], i) + g);
+      }
+      hvd_result_t rc = hvd_optimizer_grad_ready(s->opt, p);
+      if (rc != HVD_SUCCESS)
+        return rc;
+    }
+  return HVD_SUCCESS;
+}
+
+/* The reference's gradients: every rank's, every pass, divided. */
+static void ref_grads(const cfg_t *c, side_t *s, int step, double scale) {
+  const int size = hvd_size(), k = c->d.backward_passes_per_step;
+  double div = (c->d.op == HVD_AVERAGE ? size : 1) *
+               (c->d.average_passes ? k : 1);
+  for (int p = 0; p < c->n; p++)
+    for (int64_t i = 0; i < c->len[p]; i++) {
+      double t = 0;
+      for (int r = 0; r < size; r++)
+        for (int pass = 0; pass < k; pass++)
+          t += injected(c, r, step, pass, p, i)
+                   ? INFINITY
+                   : grad_of(r, step, pass, p, i) * scale;
+      hvdt_put(c->dt[p], s->g[p], i, t / div);
+    }
+}
+
+/* How far the distributed values may be from the reference's, relative
+ * to the parameter's largest value: what rounds on the way. */
+static double tolerance(const cfg_t *c, int p) {
+  double tol = 2e-5 * c->steps;
+  if (c->d.compression != HVD_COMPRESS_NONE || c->dt[p] != HVD_FLOAT32)
+    tol = 2e-2;
+  return tol;
+}
+
+static double worst(const cfg_t *c, const side_t *d, const side_t *r,
+                    int *p_out) {
+  double w = 0;
+  for (int p = 0; p < c->n; p++) {
+    double big = 1e-3, e = 0;
+    for (int64_t i = 0; i < c->len[p]; i++) {
+      double a = hvdt_get(c->dt[p], d->v[p], i);
+      double b = hvdt_get(c->dt[p], r->v[p], i);
+      big = fmax(big, fabs(b));
+      e = fmax(e, a == a ? fabs(a - b) : INFINITY);
+    }
+    if (e / big / tolerance(c, p) > w) {
+      w = e / big / tolerance(c, p);
+      *p_out = p;
+    }
+  }
+  return w;
+}
+
+/* Save, scribble over the values, load: the same bits back. */
+static int round_trip(const cfg_t *c, side_t *d, const char *dir, int step) {
+  char path[512];
+  void *copy[MAXP];
+  int64_t got = -1;
+  int same = 1;
+  snprintf(path, sizeof path, "%s/ckpt", dir);
+  if (hvd_checkpoint_save(path, d->p, c->n, d->opt, step) != HVD_SUCCESS) {
+    diag("save: %s", hvd_last_error());
+    return 0;
+  }
+  for (int p = 0; p < c->n; p++) {
+    size_t bytes = (size_t)c->len[p] * hvdt_size(c->dt[p]);
+    copy[p] = hvdt_calloc(bytes, 1);
+    memcpy(copy[p], d->v[p], bytes);
+    memset(d->v[p], 0x7f, bytes);
+  }
+  hvd_result_t rc = hvd_checkpoint_load(path, d->p, c->n, d->opt, &got);
+  if (rc != HVD_SUCCESS)
+    diag("load: %s", hvd_last_error());
+  for (int p = 0; p < c->n; p++) {
+    size_t bytes = (size_t)c->len[p] * hvdt_size(c->dt[p]);
+    same &= memcmp(copy[p], d->v[p], bytes) == 0;
+    free(copy[p]);
+  }
+  return rc == HVD_SUCCESS && same && got == step;
+}
+
+/* One step of both sides; 0 and a reason in why on any difference. */
+static int one_step(const cfg_t *c, side_t *d, side_t *r, int step,
+                    char *why, size_t cap) {
+  double ds = hvd_optimizer_loss_scale(d->opt);
+  double rs = hvd_optimizer_loss_scale(r->opt);
+  if (ds != rs) {
+    snprintf(why, cap, "step %d: loss scale %g vs the reference's %g", step,
+             ds, rs);
+    return 0;
+  }
+  hvd_result_t rc = dist_passes(c, d, step, ds);
+  if (rc == HVD_SUCCESS)
+    rc = hvd_optimizer_step(d->opt);
+  ref_grads(c, r, step, rs);
+  hvd_result_t rr = hvd_optimizer_step(r->opt);
+  if (rc != HVD_SUCCESS || rr != HVD_SUCCESS) {
+    snprintf(why, cap, "step %d: %d %d: %s", step, rc, rr, hvd_last_error());
+    return 0;
+  }
+  int sk = hvd_optimizer_step_skipped(d->opt);
+  n_skipped += sk;
+  n_steps++;
+  if (sk != hvd_optimizer_step_skipped(r->opt) ||
+      hvd_optimizer_steps(d->opt) != hvd_optimizer_steps(r->opt) ||
+      sk != (step == c->inject_step)) {
+    snprintf(why, cap, "step %d: skipped %d vs %d (want %d), steps %lld vs %lld",
+             step, sk, hvd_optimizer_step_skipped(r->opt),
+             step == c->inject_step, (long long)hvd_optimizer_steps(d->opt),
+             (long long)hvd_optimizer_steps(r->opt));
+    return 0;
+  }
+  if ((rc = hvd_verify_parameters(d->p, c->n)) != HVD_SUCCESS) {
+    snprintf(why, cap, "step %d: %s", step, hvd_last_error());
+    return 0;
+  }
+  int p = 0;
+  double w = worst(c, d, r, &p);
+  if (!(w <= 1)) {
+    snprintf(why, cap, "step %d: parameter %d is %g tolerances away", step, p,
+             w);
+    return 0;
+  }
+  if (hvd_optimizer_zero_grad(d->opt) != HVD_SUCCESS ||
+      hvd_optimizer_zero_grad(r->opt) != HVD_SUCCESS) {
+    snprintf(why, cap, "step %d: zero_grad: %s", step, hvd_last_error());
+    return 0;
+  }
+  return 1;
+}
+
+/* Every rank's verdict: the worst. */
+static int all_ok(int mine) {
+  int32_t v = mine;
+  int64_t one = 1;
+  hvd_tensor_t t = hvd_tensor_make(&v, HVD_INT32, 1, &one);
+  if (hvd_allreduce("soak.verdict", &t, &t, HVD_MIN, 1, 1) != HVD_SUCCESS)
+    bail("verdict: %s", hvd_last_error());
+  return v;
+}
+
+/* 1: passed, 0: failed, -1: refused at creation. */
+static int run(const cfg_t *c, const char *dir, char *why, size_t cap) {
+  side_t d, r;
+  make_side(c, &d);
+  make_side(c, &r);
+  r.opt = plain(c, &r);
+  hvd_optimizer_t *b = plain(c, &d);
+  int res = -1;
+  if (r.opt == NULL || b == NULL ||
+      hvd_distributed_optimizer(b, &c->d, &d.opt) != HVD_SUCCESS) {
+    snprintf(why, cap, "%s", hvd_last_error());
+    if (d.opt == NULL)
+      hvd_optimizer_destroy(b);
+    goto out;
+  }
+  res = 1;
+  for (int step = 0; step < c->steps && res == 1; step++) {
+    res = all_ok(one_step(c, &d, &r, step, why, cap));
+    n_ckpt += res == 1 && step == c->ckpt_step;
+    if (res == 1 && step == c->ckpt_step &&
+        !all_ok(round_trip(c, &d, dir, step))) {
+      snprintf(why, cap, "step %d: the checkpoint round trip", step);
+      res = 0;
+    }
+  }
+out:
+  drop_side(c, &d);
+  drop_side(c, &r);
+  return res;
+}
+
+int main(int argc, char **argv) {
+  int configs = 50, steps = 6;
+  uint64_t seed = 1;
+  tap_mpi_init(&argc, &argv);
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--configs") == 0)
+      configs = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--seed") == 0)
+      seed = strtoull(argv[i + 1], NULL, 10);
+    else if (strcmp(argv[i], "--steps") == 0)
+      steps = atoi(argv[i + 1]);
+  }
+  is_int(HVD_SUCCESS, hvd_init(), "hvd_init");
+  char dir[256];
+  hvdt_shared_tmpdir(dir, sizeof dir, "optim_soak");
+  int refused = 0, passed = 0;
+  for (int k = 0; k < configs; k++) {
+    cfg_t c;
+    char why[1024] = "", what[1024];
+    draw_cfg(&c, seed, k, steps);
+    describe(&c, what, sizeof what);
+    int res = run(&c, dir, why, sizeof why);
+    if (res < 0) {
+      refused++;
+      if (getenv("HVD_SOAK_VERBOSE") != NULL)
+        diag("config %d refused: %s", k, why);
+      continue;
+    }
+    if (!ok(res == 1, "config %d: %d steps against the reference", k, steps)) {
+      diag("config %d (seed %llu): %s", k, (unsigned long long)seed, what);
+      if (why[0] != '\0')
+        diag_all("%s", why);
+    }
+    passed += res == 1;
+  }
+  diag("%d configurations: %d passed, %d refused at creation; %d steps, %d "
+       "skipped for an inf, %d checkpoint round trips",
+       configs, passed, refused, n_steps, n_skipped, n_ckpt);
+  hvdt_remove_tmpdir(dir);
+  is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+  return tap_mpi_finish();
+}
