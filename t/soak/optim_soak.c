@@ -28,10 +28,23 @@
  * 1e-3) of the reference's, tol by what rounds on the way (float32 1e-5,
  * a 16-bit wire or dtype more, see tolerance()). One TAP check per
  * configuration; the drawn options are printed with a failure.
+ *
+ * Built with SOAK_CUDA (t/standin/optim_soak against the stand-in), with
+ * --device about half of each configuration's parameters are on the
+ * rank's GPU (the reference's stay on the host): gradients written on the
+ * host and copied before their grad_ready, values copied back after the
+ * device is synchronised, as a user's program would.
  */
+#ifdef SOAK_CUDA
+#include <config.h>
+#endif
 #include "hvd.h"
 #include "hvdtest.h"
 #include "tap/tap.h"
+
+#ifdef SOAK_CUDA
+#include "gputest.h"
+#endif
 
 #include <math.h>
 #include <stdint.h>
@@ -52,7 +65,11 @@ typedef struct cfg {
   hvd_distributed_options_t d;
   double max_norm;
   int scaling, inject_step, inject_rank, ckpt_step, steps;
+  int on_dev[MAXP]; /* --device: the distributed side's parameter on the GPU */
 } cfg_t;
+
+static int device_mode;      /* --device */
+static int dev = HVD_CPU;    /* the rank's GPU with --device */
 
 static uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -106,6 +123,8 @@ static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
   c->inject_step = c->scaling && coin(60) ? (int)draw((uint64_t)steps) : -1;
   c->inject_rank = (int)draw((uint64_t)hvd_size());
   c->ckpt_step = coin(40) ? (int)draw((uint64_t)steps) : -1;
+  for (int p = 0; device_mode && p < c->n; p++)
+    c->on_dev[p] = coin(50);
 }
 
 static void describe(const cfg_t *c, char *s, size_t cap) {
@@ -123,20 +142,73 @@ static void describe(const cfg_t *c, char *s, size_t cap) {
                                               : "none",
       c->max_norm, c->scaling, c->inject_step, c->inject_rank, c->ckpt_step);
   for (int p = 0; p < c->n && at < cap; p++)
-    at += (size_t)snprintf(s + at, cap - at, " [%lld %s lrs %g wd %g]",
+    at += (size_t)snprintf(s + at, cap - at, " [%lld %s%s lrs %g wd %g]",
                            (long long)c->len[p], hvd_dtype_name(c->dt[p]),
-                           c->lr_scale[p], c->pwd[p]);
+                           c->on_dev[p] ? " gpu" : "", c->lr_scale[p],
+                           c->pwd[p]);
 }
 
 typedef struct side {
-  void *v[MAXP], *g[MAXP];
+  void *v[MAXP], *g[MAXP]; /* on the host; with a device side the copies */
+  void *dv[MAXP], *dg[MAXP]; /* the device's, where the parameter is there */
   hvd_param_t p[MAXP];
   hvd_optimizer_t *opt;
 } side_t;
 
 static const char *const pnames[MAXP] = {"p0", "p1", "p2", "p3", "p4"};
 
-static void make_side(const cfg_t *c, side_t *s) {
+/* Device buffers: a no-op without SOAK_CUDA (never on_dev then). */
+static void *dev_alloc(const void *host, size_t bytes) {
+  void *d = NULL;
+#ifdef SOAK_CUDA
+  cuda_ok(cudaMalloc(&d, bytes), "cudaMalloc");
+  cuda_ok(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), "to the device");
+#else
+  (void)host, (void)bytes;
+#endif
+  return d;
+}
+
+static void dev_copy(void *dst, const void *src, size_t bytes, int to_dev) {
+#ifdef SOAK_CUDA
+  cuda_ok(cudaMemcpy(dst, src, bytes,
+                     to_dev ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+#else
+  (void)dst, (void)src, (void)bytes, (void)to_dev;
+#endif
+}
+
+static void dev_free(void *d) {
+#ifdef SOAK_CUDA
+  if (d != NULL)
+    cuda_ok(cudaFree(d), "cudaFree");
+#else
+  (void)d;
+#endif
+}
+
+static size_t bytes_of(const cfg_t *c, int p) {
+  return (size_t)c->len[p] * hvdt_size(c->dt[p]);
+}
+
+/* The device's values into the host copies (after the device is done). */
+static void pull(const cfg_t *c, side_t *s) {
+#ifdef SOAK_CUDA
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+#endif
+  for (int p = 0; p < c->n; p++)
+    if (s->dv[p] != NULL)
+      dev_copy(s->v[p], s->dv[p], bytes_of(c, p), 0);
+}
+
+/* Parameter p's host gradient to the device, where it is there. */
+static void push_grad(const cfg_t *c, side_t *s, int p) {
+  if (s->dg[p] != NULL)
+    dev_copy(s->dg[p], s->g[p], bytes_of(c, p), 1);
+}
+
+static void make_side(const cfg_t *c, side_t *s, int on_device) {
   memset(s, 0, sizeof *s);
   for (int p = 0; p < c->n; p++) {
     size_t es = hvdt_size(c->dt[p]);
@@ -150,13 +222,20 @@ static void make_side(const cfg_t *c, side_t *s) {
     s->p[p].name = pnames[p];
     s->p[p].value = hvd_tensor_make(s->v[p], c->dt[p], 1, &c->len[p]);
     s->p[p].grad = hvd_tensor_make(s->g[p], c->dt[p], 1, &c->len[p]);
+    if (on_device && c->on_dev[p]) {
+      s->dv[p] = dev_alloc(s->v[p], bytes_of(c, p));
+      s->dg[p] = dev_alloc(s->g[p], bytes_of(c, p));
+      s->p[p].value.data = s->dv[p];
+      s->p[p].grad.data = s->dg[p];
+      s->p[p].value.device = s->p[p].grad.device = dev;
+    }
   }
 }
 
 static void drop_side(const cfg_t *c, side_t *s) {
   hvd_optimizer_destroy(s->opt);
   for (int p = 0; p < c->n; p++)
-    free(s->v[p]), free(s->g[p]);
+    free(s->v[p]), free(s->g[p]), dev_free(s->dv[p]), dev_free(s->dg[p]);
 }
 
 /* The plain optimizer of c on s's parameters (NULL, with the message in
@@ -236,6 +315,7 @@ static hvd_result_t dist_passes(const cfg_t *c, side_t *s, int step,
                        : grad_of(rank, step, pass, p, i) * scale;
         hvdt_put(c->dt[p], s->g[p], i, hvdt_get(c->dt[p], s->g[p], i) + g);
       }
+      push_grad(c, s, p);
       hvd_result_t rc = hvd_optimizer_grad_ready(s->opt, p);
       if (rc != HVD_SUCCESS)
         return rc;
@@ -299,18 +379,20 @@ static int round_trip(const cfg_t *c, side_t *d, const char *dir, int step) {
     diag("save: %s", hvd_last_error());
     return 0;
   }
+  pull(c, d);
   for (int p = 0; p < c->n; p++) {
-    size_t bytes = (size_t)c->len[p] * hvdt_size(c->dt[p]);
-    copy[p] = hvdt_calloc(bytes, 1);
-    memcpy(copy[p], d->v[p], bytes);
-    memset(d->v[p], 0x7f, bytes);
+    copy[p] = hvdt_calloc(bytes_of(c, p), 1);
+    memcpy(copy[p], d->v[p], bytes_of(c, p));
+    memset(d->v[p], 0x7f, bytes_of(c, p));
+    if (d->dv[p] != NULL)
+      dev_copy(d->dv[p], d->v[p], bytes_of(c, p), 1);
   }
   hvd_result_t rc = hvd_checkpoint_load(path, d->p, c->n, d->opt, &got);
   if (rc != HVD_SUCCESS)
     diag("load: %s", hvd_last_error());
+  pull(c, d);
   for (int p = 0; p < c->n; p++) {
-    size_t bytes = (size_t)c->len[p] * hvdt_size(c->dt[p]);
-    same &= memcmp(copy[p], d->v[p], bytes) == 0;
+    same &= memcmp(copy[p], d->v[p], bytes_of(c, p)) == 0;
     free(copy[p]);
   }
   return rc == HVD_SUCCESS && same && got == step;
@@ -352,6 +434,7 @@ static int one_step(const cfg_t *c, side_t *d, side_t *r, int step,
     return 0;
   }
   int p = 0;
+  pull(c, d);
   double w = worst(c, d, r, &p);
   if (!(w <= 1)) {
     snprintf(why, cap, "step %d: parameter %d is %g tolerances away", step, p,
@@ -363,6 +446,9 @@ static int one_step(const cfg_t *c, side_t *d, side_t *r, int step,
     snprintf(why, cap, "step %d: zero_grad: %s", step, hvd_last_error());
     return 0;
   }
+  for (int q = 0; q < c->n; q++) /* the host copies of device gradients */
+    if (d->dg[q] != NULL)
+      memset(d->g[q], 0, bytes_of(c, q));
   return 1;
 }
 
@@ -379,8 +465,8 @@ static int all_ok(int mine) {
 /* 1: passed, 0: failed, -1: refused at creation. */
 static int run(const cfg_t *c, const char *dir, char *why, size_t cap) {
   side_t d, r;
-  make_side(c, &d);
-  make_side(c, &r);
+  make_side(c, &d, 1);
+  make_side(c, &r, 0);
   r.opt = plain(c, &r);
   hvd_optimizer_t *b = plain(c, &d);
   int res = -1;
@@ -410,14 +496,34 @@ out:
 int main(int argc, char **argv) {
   int configs = 50, steps = 6;
   uint64_t seed = 1;
+  for (int i = 1; i < argc; i++)
+    device_mode |= strcmp(argv[i], "--device") == 0;
+#ifdef SOAK_CUDA
+  int ndev = 0;
+  cudaError_t dev_err = cudaGetDeviceCount(&ndev); /* before MPI starts */
+#endif
   tap_mpi_init(&argc, &argv);
-  for (int i = 1; i + 1 < argc; i += 2) {
+#ifdef SOAK_CUDA
+  if (device_mode) { /* a GPU each, else all on the first */
+    gpu_devices_or_skip(dev_err, ndev);
+    dev = ndev >= tap_size() ? tap_rank() % ndev : 0;
+    cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+  }
+#else
+  if (device_mode)
+    bail("--device: this soak was built without CUDA (t/standin/optim_soak "
+         "has it)");
+#endif
+  for (int i = 1; i + 1 < argc; i++) {
+    if (strcmp(argv[i], "--device") == 0)
+      continue; /* a flag: no value */
     if (strcmp(argv[i], "--configs") == 0)
       configs = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--seed") == 0)
       seed = strtoull(argv[i + 1], NULL, 10);
     else if (strcmp(argv[i], "--steps") == 0)
       steps = atoi(argv[i + 1]);
+    i++;
   }
   is_int(HVD_SUCCESS, hvd_init(), "hvd_init");
   char dir[256];

@@ -102,5 +102,12 @@ TESTS_SH += t/standin/soak.sh
 t_standin_soak_SOURCES = t/soak/soak.c
 t_standin_soak_CPPFLAGS = $(STANDIN_CPPFLAGS) -DSOAK_CUDA
 t_standin_soak_LDADD = $(STANDIN_LDADD)
+## The optimizer soak (t/soak/optim_soak.c) with about half of each
+## configuration's parameters on the stand-in's GPUs (optim_soak.sh).
+check_PROGRAMS += t/standin/optim_soak
+TESTS_SH += t/standin/optim_soak.sh
+t_standin_optim_soak_SOURCES = t/soak/optim_soak.c
+t_standin_optim_soak_CPPFLAGS = $(STANDIN_CPPFLAGS) -DSOAK_CUDA
+t_standin_optim_soak_LDADD = $(STANDIN_LDADD)
 
 endif
