@@ -288,7 +288,7 @@ want build && need_build
 # ---- gpu-tests -----------------------------------------------------------------
 # every test of t/gpu (t/gpu/local.mk), and t/unit/optim.t, whose device
 # branch needs a GPU
-gpu_tests="t/gpu/kernels.t t/gpu/binding.sh t/gpu/share.sh t/gpu/collectives.np1 t/gpu/collectives.np2 t/gpu/collectives.np4 t/gpu/optim.np1 t/gpu/optim.np2 t/gpu/optim.np4 t/gpu/bert_layers.t t/gpu/bert_device.sh t/gpu/cnn.np1 t/gpu/cnn.np2 t/gpu/cifar_device.sh t/gpu/bench.sh t/gpu/soak.sh t/unit/optim.t"
+gpu_tests="t/gpu/kernels.t t/gpu/binding.sh t/gpu/share.sh t/gpu/collectives.np1 t/gpu/collectives.np2 t/gpu/collectives.np4 t/gpu/optim.np1 t/gpu/optim.np2 t/gpu/optim.np4 t/gpu/bert_layers.t t/gpu/bert_device.sh t/gpu/cnn.np1 t/gpu/cnn.np2 t/gpu/cifar_device.sh t/gpu/bench.sh t/gpu/soak.sh t/gpu/optim_soak.sh t/unit/optim.t"
 # summarize LOG: the harness's counts and what did not pass
 summarize() {
   grep -E '^# (TOTAL|PASS|SKIP|XFAIL|FAIL|XPASS|ERROR):' "$1" | tail -7 >>"$summary"

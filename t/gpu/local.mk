@@ -32,6 +32,10 @@
 ##               with its tensors on the GPU, all or half of them, at np
 ##               2-4, every rank on one GPU (HVD_GPU_SHARE=1, NCCL over
 ##               sockets)
+##  optim_soak.sh  the optimizer soak (t/soak/optim_soak.c built with
+##               SOAK_CUDA as t/gpu/optim_soak), about half of each random
+##               configuration's parameters on the GPU, at np 1 and at np 2
+##               on one GPU (HVD_GPU_SHARE=1)
 ##  bench.sh     hvd-bench's GPU modes: the skip line without a GPU, a
 ##               small real run with one; bad arguments exit 2; no libcuda
 ##               among the program's needs
@@ -54,6 +58,12 @@ t_gpu_soak_SOURCES = t/soak/soak.c
 t_gpu_soak_CPPFLAGS = $(GPU_TEST_CPPFLAGS) -DSOAK_CUDA
 t_gpu_soak_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS)
 t_gpu_soak_LDADD = $(TEST_LDADD) $(CUDA_LIBS)
+TESTS_SH += t/gpu/optim_soak.sh
+check_PROGRAMS += t/gpu/optim_soak
+t_gpu_optim_soak_SOURCES = t/soak/optim_soak.c
+t_gpu_optim_soak_CPPFLAGS = $(GPU_TEST_CPPFLAGS) -DSOAK_CUDA
+t_gpu_optim_soak_LDFLAGS = $(TEST_LDFLAGS) $(CUDA_LDFLAGS)
+t_gpu_optim_soak_LDADD = $(TEST_LDADD) $(CUDA_LIBS)
 
 GPU_TEST_CPPFLAGS = $(TEST_CPPFLAGS) $(CUDA_CPPFLAGS)
 t_gpu_kernels_CPPFLAGS = $(GPU_TEST_CPPFLAGS)
