@@ -2,8 +2,8 @@
 # optim_soak.sh - the optimizer soak (t/soak/optim_soak.c): the distributed
 # optimizer under random combinations of its options (optimizer, groups,
 # passes, op, predivision, ZeRO-1, reduce_fp32, a 16-bit wire, float16
-# and bfloat16 parameters, clipping, loss scaling with an injected inf, a
-# checkpoint round trip), each against a plain optimizer fed the average
+# and bfloat16 parameters, clipping, loss scaling with an injected inf,
+# sparse rows, a checkpoint round trip), each against a plain optimizer fed the average
 # by hand, HVD_SOAK_OPTIM_CONFIGS configurations (default 300) of 8 steps
 # at np 1, 2, 3 and 4 with fixed seeds (HVD_SOAK_SEED shifts them). Part
 # of make check (about 10 s); make check-soak runs 3000 of 12 steps

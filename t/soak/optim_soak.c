@@ -13,8 +13,11 @@
  * weight decays; op average or sum, 1-3 backward passes (averaged or
  * summed), a predivide factor, ZeRO-1, reduce_fp32, a float16/bfloat16
  * wire; gradient clipping; loss scaling (with an inf injected on one rank
- * at one pass of one step); a checkpoint saved, the model scribbled over
- * and loaded back in the middle. A combination the library refuses at
+ * at one pass of one step); sparse rows (hvd_optimizer_sparse_grad) on
+ * float32 host parameters, each rank its own, handed over before the
+ * parameter's reduction starts or after (allgathered at the step); a
+ * checkpoint saved, the model scribbled over and loaded back in the
+ * middle. A combination the library refuses at
  * creation is counted and skipped (every rank refuses alike).
  *
  * Each rank's gradients are its own (a hash of rank, step, pass,
@@ -71,6 +74,7 @@ typedef struct cfg {
   double max_norm;
   int scaling, inject_step, inject_rank, ckpt_step, steps;
   int on_dev[MAXP]; /* --device: the distributed side's parameter on the GPU */
+  int sparse[MAXP]; /* sparse rows each step: 1 before grad_ready, 2 after */
 } cfg_t;
 
 static int device_mode;      /* --device */
@@ -88,7 +92,7 @@ static uint64_t draw(uint64_t n) { return mix(rng_state++) % n; }
 static int coin(int percent) { return (int)draw(100) < percent; }
 
 static const char *const kinds[] = {"SGD", "Adam", "AdamW", "LAMB"};
-static int n_skipped, n_ckpt, n_steps; /* what ran, for the summary */
+static int n_skipped, n_ckpt, n_steps, n_sparse; /* what ran: the summary */
 
 static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
   static const hvd_dtype_t dts[] = {HVD_FLOAT32, HVD_FLOAT32, HVD_BFLOAT16,
@@ -130,6 +134,9 @@ static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
   c->ckpt_step = coin(40) ? (int)draw((uint64_t)steps) : -1;
   for (int p = 0; device_mode && p < c->n; p++)
     c->on_dev[p] = coin(50);
+  for (int p = 0; p < c->n; p++) /* float32 host parameters only */
+    if (c->dt[p] == HVD_FLOAT32 && !c->on_dev[p] && coin(25))
+      c->sparse[p] = c->d.shard_optimizer_state ? 1 : 1 + (int)draw(2);
 }
 
 static void describe(const cfg_t *c, char *s, size_t cap) {
@@ -147,10 +154,13 @@ static void describe(const cfg_t *c, char *s, size_t cap) {
                                               : "none",
       c->max_norm, c->scaling, c->inject_step, c->inject_rank, c->ckpt_step);
   for (int p = 0; p < c->n && at < cap; p++)
-    at += (size_t)snprintf(s + at, cap - at, " [%lld %s%s lrs %g wd %g]",
-                           (long long)c->len[p], hvd_dtype_name(c->dt[p]),
-                           c->on_dev[p] ? " gpu" : "", c->lr_scale[p],
-                           c->pwd[p]);
+    at += (size_t)snprintf(
+        s + at, cap - at, " [%lld %s%s%s lrs %g wd %g]", (long long)c->len[p],
+        hvd_dtype_name(c->dt[p]), c->on_dev[p] ? " gpu" : "",
+        c->sparse[p] == 1   ? " sparse-before"
+        : c->sparse[p] == 2 ? " sparse-after"
+                            : "",
+        c->lr_scale[p], c->pwd[p]);
 }
 
 typedef struct side {
@@ -293,13 +303,44 @@ static hvd_optimizer_t *plain(const cfg_t *c, side_t *s) {
  * first step divides a gradient by its own magnitude, and would make the
  * rounding noise of a near-zero sum (1/3 applied before or after it) a
  * whole step. */
+static double sign_of(int step, int p, int64_t i) {
+  return mix(((uint64_t)step << 36) ^ ((uint64_t)p << 28) ^ (uint64_t)i) & 1
+             ? -1.0
+             : 1.0;
+}
+
 static double grad_of(int r, int step, int pass, int p, int64_t i) {
   uint64_t h = mix(((uint64_t)r << 48) ^ ((uint64_t)step << 36) ^
                    ((uint64_t)pass << 32) ^ ((uint64_t)p << 28) ^
                    (uint64_t)i);
-  uint64_t sign = mix(((uint64_t)step << 36) ^ ((uint64_t)p << 28) ^
-                      (uint64_t)i) & 1;
-  return (sign ? -1.0 : 1.0) * (double)(8 + h % 9) / 64.0;
+  return sign_of(step, p, i) * (double)(8 + h % 9) / 64.0;
+}
+
+/* Rank r's sparse rows of parameter p at a step (c->sparse[p]): 1 to
+ * SPARSE_MAX rows (a row may repeat), each value 1/64 to 4/64 of its
+ * element's sign, times the loss scale. Their count. */
+#define SPARSE_MAX 4
+static int sparse_of(const cfg_t *c, int r, int step, int p, double scale,
+                     int64_t *rows, float *vals) {
+  uint64_t h = mix(((uint64_t)r << 40) ^ ((uint64_t)step << 20) ^
+                   (uint64_t)(p + 77));
+  int n = 1 + (int)(h % SPARSE_MAX);
+  for (int k = 0; k < n; k++) {
+    uint64_t x = mix(h + (uint64_t)k + 1);
+    rows[k] = (int64_t)(x % (uint64_t)c->len[p]);
+    vals[k] = (float)(sign_of(step, p, rows[k]) *
+                      (double)(1 + (x >> 32) % 4) / 64.0 * scale);
+  }
+  return n;
+}
+
+static hvd_result_t sparse_call(const cfg_t *c, side_t *s, int step, int p,
+                                double scale) {
+  int64_t rows[SPARSE_MAX];
+  float vals[SPARSE_MAX];
+  int n = sparse_of(c, hvd_rank(), step, p, scale, rows, vals);
+  n_sparse++;
+  return hvd_optimizer_sparse_grad(s->opt, p, rows, n, vals);
 }
 
 static int injected(const cfg_t *c, int r, int step, int pass, int p,
@@ -320,8 +361,15 @@ static hvd_result_t dist_passes(const cfg_t *c, side_t *s, int step,
                        : grad_of(rank, step, pass, p, i) * scale;
         hvdt_put(c->dt[p], s->g[p], i, hvdt_get(c->dt[p], s->g[p], i) + g);
       }
+      hvd_result_t rc = HVD_SUCCESS;
+      if (pass == 0 && c->sparse[p] == 1)
+        rc = sparse_call(c, s, step, p, scale);
       push_grad(c, s, p);
-      hvd_result_t rc = hvd_optimizer_grad_ready(s->opt, p);
+      if (rc == HVD_SUCCESS)
+        rc = hvd_optimizer_grad_ready(s->opt, p);
+      if (rc == HVD_SUCCESS && c->sparse[p] == 2 &&
+          pass == c->d.backward_passes_per_step - 1)
+        rc = sparse_call(c, s, step, p, scale);
       if (rc != HVD_SUCCESS)
         return rc;
     }
@@ -333,16 +381,25 @@ static void ref_grads(const cfg_t *c, side_t *s, int step, double scale) {
   const int size = hvd_size(), k = c->d.backward_passes_per_step;
   double div = (c->d.op == HVD_AVERAGE ? size : 1) *
                (c->d.average_passes ? k : 1);
-  for (int p = 0; p < c->n; p++)
-    for (int64_t i = 0; i < c->len[p]; i++) {
-      double t = 0;
+  for (int p = 0; p < c->n; p++) {
+    double *t = hvdt_calloc((size_t)c->len[p], sizeof *t);
+    for (int64_t i = 0; i < c->len[p]; i++)
       for (int r = 0; r < size; r++)
         for (int pass = 0; pass < k; pass++)
-          t += injected(c, r, step, pass, p, i)
-                   ? INFINITY
-                   : grad_of(r, step, pass, p, i) * scale;
-      hvdt_put(c->dt[p], s->g[p], i, t / div);
+          t[i] += injected(c, r, step, pass, p, i)
+                      ? INFINITY
+                      : grad_of(r, step, pass, p, i) * scale;
+    for (int r = 0; r < size && c->sparse[p]; r++) {
+      int64_t rows[SPARSE_MAX];
+      float vals[SPARSE_MAX];
+      int n = sparse_of(c, r, step, p, scale, rows, vals);
+      for (int q = 0; q < n; q++)
+        t[rows[q]] += vals[q];
     }
+    for (int64_t i = 0; i < c->len[p]; i++)
+      hvdt_put(c->dt[p], s->g[p], i, t[i] / div);
+    free(t);
+  }
 }
 
 /* How far the distributed values may be from the reference's, relative
@@ -557,8 +614,8 @@ int main(int argc, char **argv) {
     passed += res == 1;
   }
   diag("%d configurations: %d passed, %d refused at creation; %d steps, %d "
-       "skipped for an inf, %d checkpoint round trips",
-       configs, passed, refused, n_steps, n_skipped, n_ckpt);
+       "skipped for an inf, %d checkpoint round trips, %d sparse handovers",
+       configs, passed, refused, n_steps, n_skipped, n_ckpt, n_sparse);
   hvdt_remove_tmpdir(dir);
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
