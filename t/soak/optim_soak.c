@@ -5,6 +5,7 @@
  * combinations nobody wrote down.
  *
  *   mpirun -np P t/soak/optim_soak [--configs C] [--seed S] [--steps K]
+ *       [--device] [--save-dir DIR] [--resume-dir DIR]
  *
  * Each configuration is drawn from (seed, its index), the same on every
  * rank: 1-5 host parameters of 1-3000 elements, float32, bfloat16 or
@@ -31,6 +32,13 @@
  * 1e-3) of the reference's, tol by what rounds on the way (float32 1e-5,
  * a 16-bit wire or dtype more, see tolerance()). One TAP check per
  * configuration; the drawn options are printed with a failure.
+ *
+ * --save-dir DIR saves each configuration's end as DIR/cfg<k>;
+ * --resume-dir DIR starts each from that file, loaded into both sides
+ * (which must then hold the same bits), so that a run at another world
+ * size (t/mpi/optim_soak.sh: written at np 3, resumed at np 2 and 4)
+ * checks that a checkpoint of every combination loads at any size and
+ * trains on as the reference does.
  *
  * Built with SOAK_CUDA (t/standin/optim_soak against the stand-in,
  * t/gpu/optim_soak on a real GPU, which skips without one), with
@@ -59,6 +67,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAXP 5
 
@@ -92,7 +101,7 @@ static uint64_t draw(uint64_t n) { return mix(rng_state++) % n; }
 static int coin(int percent) { return (int)draw(100) < percent; }
 
 static const char *const kinds[] = {"SGD", "Adam", "AdamW", "LAMB"};
-static int n_skipped, n_ckpt, n_steps, n_sparse; /* what ran: the summary */
+static int n_skipped, n_ckpt, n_steps, n_sparse, n_resumed; /* the summary */
 
 static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
   static const hvd_dtype_t dts[] = {HVD_FLOAT32, HVD_FLOAT32, HVD_BFLOAT16,
@@ -524,8 +533,41 @@ static int all_ok(int mine) {
   return v;
 }
 
+/* --save-dir: each configuration's end saved as DIR/cfg<k>; --resume-dir:
+ * each starts from DIR/cfg<k> (both sides load it), e.g. one written at
+ * another world size. */
+static const char *save_dir, *resume_dir;
+
+/* Both sides from resume_dir's file of configuration k: 1 when both load
+ * it and hold the same bits, 0 when not, -1 when there is no such file
+ * (its configuration was refused where it was written). */
+static int resume(const cfg_t *c, side_t *d, side_t *r, int k, char *why,
+                  size_t cap) {
+  char path[512];
+  int64_t sd = -1, sr = -1;
+  snprintf(path, sizeof path, "%s/cfg%d", resume_dir, k);
+  if (access(path, R_OK) != 0)
+    return -1;
+  hvd_result_t rc = hvd_checkpoint_load(path, d->p, c->n, d->opt, &sd);
+  if (rc == HVD_SUCCESS)
+    rc = hvd_checkpoint_load(path, r->p, c->n, r->opt, &sr);
+  if (rc != HVD_SUCCESS) {
+    snprintf(why, cap, "resume: %s", hvd_last_error());
+    return 0;
+  }
+  pull(c, d);
+  int same = sd == sr && hvd_optimizer_steps(d->opt) ==
+                             hvd_optimizer_steps(r->opt);
+  for (int p = 0; p < c->n; p++)
+    same &= memcmp(d->v[p], r->v[p], bytes_of(c, p)) == 0;
+  if (!same)
+    snprintf(why, cap, "resume: the two sides loaded different values");
+  return same;
+}
+
 /* 1: passed, 0: failed, -1: refused at creation. */
-static int run(const cfg_t *c, const char *dir, char *why, size_t cap) {
+static int run(const cfg_t *c, int k, const char *dir, char *why,
+               size_t cap) {
   side_t d, r;
   make_side(c, &d, 1);
   make_side(c, &r, 0);
@@ -540,12 +582,25 @@ static int run(const cfg_t *c, const char *dir, char *why, size_t cap) {
     goto out;
   }
   res = 1;
+  if (resume_dir != NULL && (res = resume(c, &d, &r, k, why, cap)) == 1)
+    n_resumed++;
+  if (res >= 0)
+    res = all_ok(res);
   for (int step = 0; step < c->steps && res == 1; step++) {
     res = all_ok(one_step(c, &d, &r, step, why, cap));
     n_ckpt += res == 1 && step == c->ckpt_step;
     if (res == 1 && step == c->ckpt_step &&
         !all_ok(round_trip(c, &d, dir, step))) {
       snprintf(why, cap, "step %d: the checkpoint round trip", step);
+      res = 0;
+    }
+  }
+  if (res == 1 && save_dir != NULL) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/cfg%d", save_dir, k);
+    if (!all_ok(hvd_checkpoint_save(path, d.p, c->n, d.opt, c->steps) ==
+                HVD_SUCCESS)) {
+      snprintf(why, cap, "save to %s: %s", path, hvd_last_error());
       res = 0;
     }
   }
@@ -588,6 +643,10 @@ int main(int argc, char **argv) {
       seed = strtoull(argv[i + 1], NULL, 10);
     else if (strcmp(argv[i], "--steps") == 0)
       steps = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--save-dir") == 0)
+      save_dir = argv[i + 1];
+    else if (strcmp(argv[i], "--resume-dir") == 0)
+      resume_dir = argv[i + 1];
     i++;
   }
   is_int(HVD_SUCCESS, hvd_init(), "hvd_init");
@@ -599,7 +658,7 @@ int main(int argc, char **argv) {
     char why[1024] = "", what[1024];
     draw_cfg(&c, seed, k, steps);
     describe(&c, what, sizeof what);
-    int res = run(&c, dir, why, sizeof why);
+    int res = run(&c, k, dir, why, sizeof why);
     if (res < 0) {
       refused++;
       if (getenv("HVD_SOAK_VERBOSE") != NULL)
@@ -614,8 +673,10 @@ int main(int argc, char **argv) {
     passed += res == 1;
   }
   diag("%d configurations: %d passed, %d refused at creation; %d steps, %d "
-       "skipped for an inf, %d checkpoint round trips, %d sparse handovers",
-       configs, passed, refused, n_steps, n_skipped, n_ckpt, n_sparse);
+       "skipped for an inf, %d checkpoint round trips, %d sparse handovers, "
+       "%d resumed from another run's checkpoint",
+       configs, passed, refused, n_steps, n_skipped, n_ckpt, n_sparse,
+       n_resumed);
   hvdt_remove_tmpdir(dir);
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
