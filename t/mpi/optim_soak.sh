@@ -3,7 +3,7 @@
 # optimizer under random combinations of its options (optimizer, groups,
 # passes, op, predivision, ZeRO-1, reduce_fp32, a 16-bit wire, float16
 # and bfloat16 parameters, clipping, loss scaling with an injected inf,
-# sparse rows, a checkpoint round trip), each against a plain optimizer fed the average
+# sparse rows, a checkpoint round trip or an hvd_state commit and restore), each against a plain optimizer fed the average
 # by hand, HVD_SOAK_OPTIM_CONFIGS configurations (default 300) of 8 steps
 # at np 1, 2, 3 and 4 with fixed seeds (HVD_SOAK_SEED shifts them); then
 # each configuration's end saved at np 3 and resumed at np 2 and 4. Part

@@ -18,7 +18,8 @@
  * float32 host parameters, each rank its own, handed over before the
  * parameter's reduction starts or after (allgathered at the step); a
  * checkpoint saved, the model scribbled over and loaded back in the
- * middle. A combination the library refuses at
+ * middle, or an hvd_state committed, a step of other gradients taken
+ * and the commit restored. A combination the library refuses at
  * creation is counted and skipped (every rank refuses alike).
  *
  * Each rank's gradients are its own (a hash of rank, step, pass,
@@ -84,6 +85,7 @@ typedef struct cfg {
   int scaling, inject_step, inject_rank, ckpt_step, steps;
   int on_dev[MAXP]; /* --device: the distributed side's parameter on the GPU */
   int sparse[MAXP]; /* sparse rows each step: 1 before grad_ready, 2 after */
+  int by_state;     /* at ckpt_step an hvd_state commit, a step, a restore */
 } cfg_t;
 
 static int device_mode;      /* --device */
@@ -146,6 +148,7 @@ static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
   for (int p = 0; p < c->n; p++) /* float32 host parameters only */
     if (c->dt[p] == HVD_FLOAT32 && !c->on_dev[p] && coin(25))
       c->sparse[p] = c->d.shard_optimizer_state ? 1 : 1 + (int)draw(2);
+  c->by_state = coin(50);
 }
 
 static void describe(const cfg_t *c, char *s, size_t cap) {
@@ -153,7 +156,7 @@ static void describe(const cfg_t *c, char *s, size_t cap) {
       s, cap,
       "%s lr %g momentum %g nesterov %d wd %g; op %s passes %d average %d "
       "predivide %g shard %d fp32 %d wire %s; clip %g scaling %d inject "
-      "step %d rank %d; ckpt step %d; params",
+      "step %d rank %d; %s step %d; params",
       kinds[c->kind], c->lr, c->momentum, c->nesterov, c->wd,
       c->d.op == HVD_SUM ? "sum" : "average", c->d.backward_passes_per_step,
       c->d.average_passes, c->d.gradient_predivide_factor,
@@ -161,7 +164,8 @@ static void describe(const cfg_t *c, char *s, size_t cap) {
       c->d.compression == HVD_COMPRESS_FP16   ? "fp16"
       : c->d.compression == HVD_COMPRESS_BF16 ? "bf16"
                                               : "none",
-      c->max_norm, c->scaling, c->inject_step, c->inject_rank, c->ckpt_step);
+      c->max_norm, c->scaling, c->inject_step, c->inject_rank,
+      c->by_state ? "state commit" : "ckpt", c->ckpt_step);
   for (int p = 0; p < c->n && at < cap; p++)
     at += (size_t)snprintf(
         s + at, cap - at, " [%lld %s%s%s lrs %g wd %g]", (long long)c->len[p],
@@ -469,6 +473,49 @@ static int round_trip(const cfg_t *c, side_t *d, const char *dir, int step) {
   return rc == HVD_SUCCESS && same && got == step;
 }
 
+/* An hvd_state commit, then a step of other gradients, then the restore:
+ * the values, update count and loss scale of the commit back (the state
+ * the next steps show against the reference). */
+static int state_trip(const cfg_t *c, side_t *d, int step) {
+  hvd_state_t *st = NULL;
+  void *copy[MAXP];
+  int restored = 0, same = 1;
+  int64_t steps = hvd_optimizer_steps(d->opt);
+  double scale = hvd_optimizer_loss_scale(d->opt);
+  hvd_result_t rc = hvd_state_create(NULL, 1, &st);
+  if (rc == HVD_SUCCESS)
+    rc = hvd_state_add_params(st, d->p, c->n, d->opt);
+  if (rc == HVD_SUCCESS)
+    rc = hvd_state_commit(st);
+  pull(c, d);
+  for (int p = 0; p < c->n; p++) {
+    copy[p] = hvdt_calloc(bytes_of(c, p), 1);
+    memcpy(copy[p], d->v[p], bytes_of(c, p));
+  }
+  if (rc == HVD_SUCCESS)
+    rc = dist_passes(c, d, step + 1000, scale);
+  if (rc == HVD_SUCCESS)
+    rc = hvd_optimizer_step(d->opt);
+  if (rc == HVD_SUCCESS)
+    rc = hvd_state_restore(st, &restored);
+  if (rc == HVD_SUCCESS)
+    rc = hvd_optimizer_zero_grad(d->opt);
+  if (rc != HVD_SUCCESS)
+    diag("hvd_state: %s", hvd_last_error());
+  for (int p = 0; p < c->n; p++)
+    if (d->dg[p] != NULL)
+      memset(d->g[p], 0, bytes_of(c, p));
+  pull(c, d);
+  for (int p = 0; p < c->n; p++) {
+    same &= memcmp(copy[p], d->v[p], bytes_of(c, p)) == 0;
+    free(copy[p]);
+  }
+  hvd_state_destroy(st);
+  return rc == HVD_SUCCESS && restored && same &&
+         hvd_optimizer_steps(d->opt) == steps &&
+         hvd_optimizer_loss_scale(d->opt) == scale;
+}
+
 /* One step of both sides; 0 and a reason in why on any difference. */
 static int one_step(const cfg_t *c, side_t *d, side_t *r, int step,
                     char *why, size_t cap) {
@@ -590,8 +637,10 @@ static int run(const cfg_t *c, int k, const char *dir, char *why,
     res = all_ok(one_step(c, &d, &r, step, why, cap));
     n_ckpt += res == 1 && step == c->ckpt_step;
     if (res == 1 && step == c->ckpt_step &&
-        !all_ok(round_trip(c, &d, dir, step))) {
-      snprintf(why, cap, "step %d: the checkpoint round trip", step);
+        !all_ok(c->by_state ? state_trip(c, &d, step)
+                            : round_trip(c, &d, dir, step))) {
+      snprintf(why, cap, "step %d: the %s round trip", step,
+               c->by_state ? "hvd_state" : "checkpoint");
       res = 0;
     }
   }
