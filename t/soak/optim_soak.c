@@ -9,8 +9,9 @@
  *
  * Each configuration is drawn from (seed, its index), the same on every
  * rank: 1-5 host parameters of 1-3000 elements, float32, bfloat16 or
- * float16; SGD (momentum, nesterov, weight decay), Adam, AdamW or LAMB
- * with a random learning rate; per-parameter learning-rate scales and
+ * float16; SGD (momentum, nesterov, weight decay), Adam, AdamW, LAMB or a
+ * custom optimizer (hvd_optimizer_custom, host parameters) with a random
+ * learning rate; per-parameter learning-rate scales and
  * weight decays; op average or sum, 1-3 backward passes (averaged or
  * summed), a predivide factor, ZeRO-1, reduce_fp32, a float16/bfloat16
  * wire; gradient clipping; loss scaling (with an inf injected on one rank
@@ -76,7 +77,7 @@ typedef struct cfg {
   int n;
   int64_t len[MAXP];
   hvd_dtype_t dt[MAXP];
-  int kind; /* 0 SGD, 1 Adam, 2 AdamW, 3 LAMB */
+  int kind; /* 0 SGD, 1 Adam, 2 AdamW, 3 LAMB, 4 custom (host only) */
   double lr, momentum, wd;
   int nesterov;
   double lr_scale[MAXP], pwd[MAXP]; /* NAN: none */
@@ -102,7 +103,8 @@ static uint64_t rng_state;
 static uint64_t draw(uint64_t n) { return mix(rng_state++) % n; }
 static int coin(int percent) { return (int)draw(100) < percent; }
 
-static const char *const kinds[] = {"SGD", "Adam", "AdamW", "LAMB"};
+static const char *const kinds[] = {"SGD", "Adam", "AdamW", "LAMB",
+                                    "custom"};
 static int n_skipped, n_ckpt, n_steps, n_sparse, n_resumed; /* the summary */
 
 static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
@@ -118,7 +120,7 @@ static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
     c->lr_scale[p] = coin(20) ? 0.5 * (double)(1 + draw(4)) : NAN;
     c->pwd[p] = coin(20) ? 0.01 * (double)draw(3) : NAN;
   }
-  c->kind = (int)draw(4);
+  c->kind = (int)draw(5);
   c->lr = c->kind == 0 ? 0.05 * (double)(1 + draw(4))
                        : 0.001 * (double)(1 + draw(5));
   c->momentum = coin(60) ? 0.9 : 0;
@@ -149,6 +151,10 @@ static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
     if (c->dt[p] == HVD_FLOAT32 && !c->on_dev[p] && coin(25))
       c->sparse[p] = c->d.shard_optimizer_state ? 1 : 1 + (int)draw(2);
   c->by_state = coin(50);
+  for (int p = 0; c->kind == 4 && p < c->n; p++) { /* its step is ours */
+    c->on_dev[p] = 0;
+    c->lr_scale[p] = c->pwd[p] = NAN;
+  }
 }
 
 static void describe(const cfg_t *c, char *s, size_t cap) {
@@ -266,6 +272,25 @@ static void drop_side(const cfg_t *c, side_t *s) {
     free(s->v[p]), free(s->g[p]), dev_free(s->dv[p]), dev_free(s->dg[p]);
 }
 
+/* The custom optimizer (hvd_optimizer_custom): heavy-ball SGD of our own,
+ * velocity = 0.5 velocity + grad, value -= lr velocity, on the float32
+ * views hvd hands it (a low-precision parameter's master). */
+static const char *const custom_state[] = {"velocity"};
+
+static hvd_result_t custom_step(void *ctx, hvd_param_t *params, int n,
+                                hvd_tensor_t *state, int64_t step, double lr) {
+  (void)ctx, (void)step;
+  for (int p = 0; p < n; p++) {
+    float *w = params[p].value.data, *g = params[p].grad.data;
+    float *v = state[p].data;
+    for (int64_t i = 0; i < hvd_tensor_numel(&params[p].value); i++) {
+      v[i] = 0.5f * v[i] + g[i];
+      w[i] -= (float)lr * v[i];
+    }
+  }
+  return HVD_SUCCESS;
+}
+
 /* The plain optimizer of c on s's parameters (NULL, with the message in
  * hvd_last_error, when refused). */
 static hvd_optimizer_t *plain(const cfg_t *c, side_t *s) {
@@ -282,11 +307,17 @@ static hvd_optimizer_t *plain(const cfg_t *c, side_t *s) {
     hvd_adam_options_init(&ao);
     ao.lr = c->lr, ao.weight_decay = c->wd, ao.decoupled = c->kind == 2;
     rc = hvd_adam_create(s->p, c->n, &ao, &o);
-  } else {
+  } else if (c->kind == 3) {
     hvd_lamb_options_t lo;
     hvd_lamb_options_init(&lo);
     lo.lr = c->lr, lo.weight_decay = c->wd;
     rc = hvd_lamb_create(s->p, c->n, &lo, &o);
+  } else {
+    const hvd_optimizer_ops_t ops = {"soak-heavy-ball", 1, custom_state,
+                                     custom_step, NULL};
+    rc = hvd_optimizer_custom(s->p, c->n, &ops, NULL, &o);
+    if (rc == HVD_SUCCESS)
+      rc = hvd_optimizer_set_lr(o, c->lr);
   }
   for (int p = 0; rc == HVD_SUCCESS && p < c->n; p++) {
     if (c->lr_scale[p] == c->lr_scale[p])
