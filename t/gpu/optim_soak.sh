@@ -11,9 +11,7 @@
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 dir=$HVD_TOP_BUILDDIR/t/gpu
 need_prog "$dir/optim_soak"
-if [ ! -x "$dir/binding" ] || [ "`"$dir/binding" count | cut -d' ' -f1`" = 0 ]; then
-  skip_all "no CUDA device: `"$dir/binding" count 2>&1 | cut -d' ' -f2-`"
-fi
+need_gpu
 make_tmp gpu_optim_soak
 HVD_MPIRUN_TEST_LIB=1
 . "$HVD_MPIRUN_TEST"

@@ -139,6 +139,17 @@ static void agrees(hvd_optimizer_t *o, model_t *m, hvd_optimizer_t *ref,
          "%s: the same values on every rank", what);
 }
 
+/* "rank 1 V, rank 2 V, ..." for every rank but 0. */
+static const char *others_are(const char *v) {
+  static char s[512];
+  size_t at = 0;
+  s[0] = '\0';
+  for (int r = 1; r < size; r++)
+    at += (size_t)snprintf(s + at, sizeof s - at, "%srank %d %s",
+                           r > 1 ? ", " : "", r, v);
+  return s;
+}
+
 static char *lr_list(void) {
   static char s[512];
   size_t at = (size_t)snprintf(s, sizeof s, "lr: rank 0 0.125 vs ");
@@ -297,15 +308,10 @@ static void test_root_groups(void) {
     root_groups(b);
   root_groups(ref);
   hvd_optimizer_t *o = dist(b, 0);
-  char others[256] = "";
-  size_t at = 0;
-  for (int r = 1; r < size; r++)
-    at += (size_t)snprintf(others + at, sizeof others - at, "%srank %d 1",
-                           r > 1 ? ", " : "", r);
   snprintf(want, sizeof want,
            "hvd_optimizer_step: the ranks' optimizers differ in the "
            "learning-rate scale of parameter 'w': rank 0 3 vs %s" TAIL,
-           others);
+           others_are("1"));
   refused(o, &m, want, "groups");
   is_int(HVD_SUCCESS, hvd_broadcast_optimizer_state(o, 0),
          "groups: broadcast from rank 0");
@@ -319,20 +325,16 @@ static void test_root_groups(void) {
  * switch it on and refuses, naming what differs. */
 static void test_shape(void) {
   model_t m;
-  char want[1024], others[256] = "";
+  char want[1024];
   make(&m);
   hvd_optimizer_t *b = base(SGD, &m, 0.25, 0.5);
   if (rank == 0)
     scaling(b);
   hvd_optimizer_t *o = dist(b, 0);
-  size_t at = 0;
-  for (int r = 1; r < size; r++)
-    at += (size_t)snprintf(others + at, sizeof others - at, "%srank %d off",
-                           r > 1 ? ", " : "", r);
   snprintf(want, sizeof want,
            "hvd_optimizer_step: the ranks' optimizers differ in loss "
            "scaling: rank 0 on vs %s" TAIL,
-           others);
+           others_are("off"));
   refused(o, &m, want, "loss scaling on rank 0 only");
   is_int(HVD_ERR_MISMATCH, hvd_broadcast_optimizer_state(o, 0),
          "loss scaling on rank 0 only: the broadcast refuses");

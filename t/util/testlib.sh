@@ -4,6 +4,8 @@
 #   . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 #
 #   need_prog PATH         1..0 # SKIP unless PATH is executable
+#   need_gpu               1..0 # SKIP unless t/gpu/binding counts a CUDA
+#                          device (the reason is its answer)
 #   skip_all REASON        1..0 # SKIP REASON, and exit 0
 #   make_tmp NAME          tmp: a new directory, removed at exit
 #   check STATUS DESC      a TAP line, ok if STATUS is 0; counts n and
@@ -48,6 +50,13 @@ skip_all() {
 
 need_prog() {
   [ -x "$1" ] || skip_all "no $1 (run make check)"
+}
+
+need_gpu() {
+  need_gpu_b=$HVD_TOP_BUILDDIR/t/gpu/binding
+  if [ ! -x "$need_gpu_b" ] || [ "`"$need_gpu_b" count | cut -d' ' -f1`" = 0 ]; then
+    skip_all "no CUDA device: `"$need_gpu_b" count 2>&1 | cut -d' ' -f2-`"
+  fi
 }
 
 # examples/bert_train, which a build without a CBLAS leaves out.
