@@ -5,6 +5,7 @@
  * (optim_kernels.cu, the same formulas) while the host loops run.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,5 +106,6 @@ hvd_result_t hvd_adam_create(hvd_param_t *params, int n,
                                    adam_state, adam_step,
                                    hvd__optim_builtin_free};
   return hvd__optim_create_builtin(who, params, n, o, sizeof *o, &ops, o->lr,
-                                   o->weight_decay, out);
+                                   offsetof(hvd_adam_options_t, weight_decay),
+                                   out);
 }

@@ -126,7 +126,7 @@ void hvd__hp_param(const hvd_optimizer_t *core, int i, double *lr_scale,
     return;
   const hvd__optim_builtin_t *b = core->ctx;
   *lr_scale = hvd__optim_lr(b, i, 1.0);
-  *wd = hvd__optim_wd(b, i, b->wd0);
+  *wd = hvd__optim_wd(b, i, *b->wd0);
 }
 
 void hvd__hp_param_raw(const hvd_optimizer_t *core, int i, double *lr_scale,

@@ -14,6 +14,7 @@
  * A non-finite norm fails between them, so nothing is updated.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,8 +216,9 @@ hvd_result_t hvd_lamb_create(hvd_param_t *params, int n,
     return rc;
   const hvd_optimizer_ops_t ops = {"LAMB", 2, lamb_state, lamb_step,
                                    hvd__optim_builtin_free};
-  HVD__CHECK(hvd__optim_create_builtin(who, params, n, o, sizeof *o, &ops,
-                                       o->lr, o->weight_decay, out));
+  HVD__CHECK(hvd__optim_create_builtin(
+      who, params, n, o, sizeof *o, &ops, o->lr,
+      offsetof(hvd_lamb_options_t, weight_decay), out));
   hvd__optim_builtin_t *b = (*out)->ctx;
   const size_t k = n > 0 ? (size_t)n : 1;
   hvd__optim_lamb_t *l = calloc(1, sizeof *l);

@@ -314,14 +314,14 @@ hvd_result_t hvd_optimizer_custom(hvd_param_t *params, int n,
 hvd_result_t hvd__optim_create_builtin(const char *who, hvd_param_t *params,
                                        int n, const void *options, size_t size,
                                        const hvd_optimizer_ops_t *ops,
-                                       double lr, double weight_decay,
+                                       double lr, size_t wd_offset,
                                        hvd_optimizer_t **out) {
   hvd__optim_builtin_t *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", who);
   memcpy(&ctx->o, options, size);
   ctx->n = n;
-  ctx->wd0 = weight_decay;
+  ctx->wd0 = (const double *)((const char *)&ctx->o + wd_offset);
   hvd_optimizer_ops_t own = *ops;
   own.destroy = hvd__optim_builtin_free;
   hvd_result_t rc = create(who, params, n, &own, ctx, lr, out);
@@ -666,7 +666,7 @@ double hvd_optimizer_param_weight_decay(const hvd_optimizer_t *opt, int i) {
   const hvd__optim_builtin_t *b = opt ? builtin(opt) : NULL;
   if (b == NULL || i < 0 || i >= b->n)
     return NAN;
-  return hvd__optim_wd(b, i, b->wd0);
+  return hvd__optim_wd(b, i, *b->wd0);
 }
 
 hvd_result_t hvd_optimizer_set_param_lr_scale(hvd_optimizer_t *opt, int i,

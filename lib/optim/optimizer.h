@@ -415,7 +415,8 @@ typedef struct hvd__optim_builtin {
   const int *sharded;      /* the optimizer's flag: its step sees blocks */
   hvd__optim_lamb_t *lamb; /* LAMB's scratch; NULL for the others */
   int n;                   /* the optimizer's parameters */
-  double wd0;              /* the options' weight decay */
+  const double *wd0;       /* the options' weight decay (in o; what
+                              hvd_broadcast_optimizer_state may set) */
   double *wd;              /* n weight decays (NAN: the options'), or NULL when
                               hvd_optimizer_set_param_weight_decay set none */
   double *lrs;             /* n learning-rate scales (NAN: 1), or NULL when
@@ -452,13 +453,13 @@ hvd_result_t hvd__optim_update_device(const hvd__optim_builtin_t *b, int kind,
                                       int64_t step, double lr);
 
 /* A built-in: ctx is a malloc'd hvd__optim_builtin_t holding a copy of
- * its options (size bytes; weight_decay is theirs), freed by
+ * its options (size bytes; their weight decay at byte wd_offset), freed by
  * hvd__optim_builtin_free (the ops' destroy, whatever ops says), or here
  * on failure. */
 hvd_result_t hvd__optim_create_builtin(const char *who, hvd_param_t *params,
                                        int n, const void *options, size_t size,
                                        const hvd_optimizer_ops_t *ops,
-                                       double lr, double weight_decay,
+                                       double lr, size_t wd_offset,
                                        hvd_optimizer_t **out);
 
 #endif /* HVD_OPTIM_OPTIMIZER_H */

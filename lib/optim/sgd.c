@@ -5,6 +5,7 @@
  * while the host loops run.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,5 +123,6 @@ hvd_result_t hvd_sgd_create(hvd_param_t *params, int n,
   const hvd_optimizer_ops_t ops = {"SGD", o->momentum != 0 ? 1 : 0, sgd_state,
                                    sgd_step, hvd__optim_builtin_free};
   return hvd__optim_create_builtin(who, params, n, o, sizeof *o, &ops, o->lr,
-                                   o->weight_decay, out);
+                                   offsetof(hvd_sgd_options_t, weight_decay),
+                                   out);
 }

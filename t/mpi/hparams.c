@@ -11,7 +11,8 @@
  * root's, and a step succeeds with every value equal, bit for bit, to a
  * plain optimizer made as root's stepping on the same reduced gradients:
  *  - lr (every rank its own: the list of ranks), the update count (a base
- *    stepped once before it was wrapped), SGD's momentum, Adam's beta2;
+ *    stepped once before it was wrapped), SGD's momentum, Adam's beta2,
+ *    AdamW's weight decay (every parameter's follows the broadcast);
  *  - a parameter's learning-rate scale and one's weight decay (set on
  *    root only: the broadcast sets them everywhere; set on another rank:
  *    the broadcast puts the options' back);
@@ -51,7 +52,7 @@ typedef struct model {
   hvd_param_t p[NP];
 } model_t;
 
-typedef enum kind { SGD, ADAM } kind_t;
+typedef enum kind { SGD, ADAM, ADAMW } kind_t; /* a: momentum, beta2, decay */
 
 /* Every rank the same values; gradients set by grads(). */
 static void make(model_t *m) {
@@ -83,7 +84,10 @@ static hvd_optimizer_t *base(kind_t kind, model_t *m, double lr, double a) {
     hvd_adam_options_t ao;
     hvd_adam_options_init(&ao);
     ao.lr = lr;
-    ao.beta2 = a;
+    if (kind == ADAM)
+      ao.beta2 = a;
+    else
+      ao.decoupled = 1, ao.weight_decay = a;
     hvd_adam_create(m->p, NP, &ao, &o);
   }
   if (o == NULL)
@@ -247,6 +251,11 @@ static void groups_everywhere(hvd_optimizer_t *o) {
          hvd_optimizer_param_weight_decay(o, 0) == 0,
      "groups: root's scale and decays on every rank");
 }
+static void decay_everywhere(hvd_optimizer_t *o) {
+  ok(hvd_optimizer_param_weight_decay(o, 0) == 0.01 &&
+         hvd_optimizer_param_weight_decay(o, 1) == 0.01,
+     "weight_decay: root's on every rank, each parameter's too");
+}
 static void scaling(hvd_optimizer_t *o) {
   hvd_optimizer_set_loss_scaling(o, NULL);
 }
@@ -275,6 +284,8 @@ static void test_cases(void) {
        NULL, 0, NULL, NULL},
       {"beta2", "beta2: rank 0 0.999 vs rank %d 0.99", ADAM, 0.999, 0.99, NULL,
        0, NULL, NULL},
+      {"weight_decay", "weight_decay: rank 0 0.01 vs rank %d 0.125", ADAMW,
+       0.01, 0.125, NULL, 0, NULL, decay_everywhere},
       {"lr scale",
        "the learning-rate scale of parameter 'b': rank 0 1 vs rank %d 0.5",
        SGD, 0.5, 0.5, NULL, 0, b_scale, scale_back},
@@ -428,7 +439,7 @@ int main(int argc, char **argv) {
   rank = hvd_rank();
   size = hvd_size();
   if (size < 2) {
-    skip(104, "one rank: nothing to differ");
+    skip(113, "one rank: nothing to differ");
   } else {
     test_lr();
     test_cases();
