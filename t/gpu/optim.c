@@ -55,7 +55,8 @@
  *    float32 wire, then on a float16 one (powersgd.wire);
  *  - hvd_broadcast_parameters from the last rank on device parameters,
  *    hvd_verify_parameters finding a difference on rank 1 (np >= 2),
- *    hvd_broadcast_optimizer_state with device state;
+ *    hvd_broadcast_optimizer_state with device state and rank 0's lr and
+ *    per-parameter lr scale and weight decay;
  *  - checkpoints (mpi pass): a file saved from device parameters and
  *    state (in the background: hvd_checkpoint_save_async, its copy
  *    taken through the host) is byte for byte the file saved from the
@@ -1228,13 +1229,20 @@ static void test_broadcast(void) {
   for (int i = 0; i < NP; i++)
     set_both(&d, &want, i, 1);
   is_int(HVD_SUCCESS, hvd_optimizer_step(opt), "%s: a local step", pass_name);
-  if (rank != 0)
+  if (rank != 0) { /* root's hyperparameters too (include/hvd.h) */
     hvd_optimizer_set_lr(opt, 0.5);
+    hvd_optimizer_set_param_lr_scale(opt, 0, 2);
+  } else {
+    hvd_optimizer_set_param_weight_decay(opt, 1, 0.25);
+  }
   is_int(HVD_SUCCESS, hvd_broadcast_optimizer_state(opt, 0),
          "%s: hvd_broadcast_optimizer_state with device state (verified)",
          pass_name);
   tap_note("%s", hvd_last_error());
   is_double(0.001, hvd_optimizer_lr(opt), 0, "%s: rank 0's lr", pass_name);
+  ok(hvd_optimizer_param_lr_scale(opt, 0) == 1 &&
+         hvd_optimizer_param_weight_decay(opt, 1) == 0.25,
+     "%s: rank 0's lr scale and weight decay of each parameter", pass_name);
   hvd_optimizer_destroy(opt);
   model_free(&d);
   model_free(&want);
