@@ -19,7 +19,8 @@
  * below 1.05), the median of each iteration's own ratio (steadier on a
  * busy machine), and bare's two parts (reduction, update). The first run
  * of each is checked: every parameter must have taken exactly the first
- * SGD step, v - lr * g.
+ * SGD step, v - lr * g. --check-hparams 0 turns the distributed
+ * optimizer's hyperparameter check off (what it costs a step).
  */
 #include "bench.h"
 
@@ -214,6 +215,7 @@ static void optim_json(const bench_opts_t *o, const optim_t *b) {
   bench_json_num("bare_update_ms", b->su.median * 1e3);
   bench_json_num("ratio", b->ratio);
   bench_json_num("paired_ratio_median", b->sp.median);
+  bench_json_bool("check_hparams", o->check_hparams);
   bench_json_bool("correct", b->good);
   bench_json_close('}');
   printf("\n");
@@ -223,9 +225,10 @@ static void optim_text(const bench_opts_t *o, const optim_t *b) {
   const bench_stats_t *sd = &b->sd, *sb = &b->sb;
   char env[512];
   printf("# hvd-bench optim: %s: %d tensors, %.1f MiB; %d ranks; SGD "
-         "momentum %g, lr %g; median of %d (min, max); %s\n",
+         "momentum %g, lr %g%s; median of %d (min, max); %s\n",
          o->tensors, b->w->count, (double)b->w->elems * 4 / (1 << 20),
-         bench_size, (double)MOMENTUM, (double)LR, b->iters,
+         bench_size, (double)MOMENTUM, (double)LR,
+         o->check_hparams ? "" : "; no hyperparameter check", b->iters,
          bench_env_line(env, sizeof env));
   printf("%-52s %10.2f ms (%.2f, %.2f)\n",
          "(a) distributed optimizer: grad_ready x n + step", sd->median * 1e3,
@@ -284,7 +287,10 @@ int bench_optim(const bench_opts_t *o) {
   so.lr = LR;
   so.momentum = MOMENTUM;
   BENCH_HVD(hvd_sgd_create(params, w.count, &so, &base));
-  BENCH_HVD(hvd_distributed_optimizer(base, NULL, &opt));
+  hvd_distributed_options_t d;
+  hvd_distributed_options_init(&d);
+  d.check_hparams = o->check_hparams;
+  BENCH_HVD(hvd_distributed_optimizer(base, &d, &opt));
   b.opt = opt;
 
   optim_time(&b);

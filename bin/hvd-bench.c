@@ -107,6 +107,8 @@ static const char usage_text[] =
     "                     (2 MiB-aligned, transparent huge pages); list\n"
     "                     without it runs both, malloc first\n"
     "  --bucket-bytes SIZE  mpi-list: DDP-style bucket size (default 25M)\n"
+    "  --check-hparams 0|1  optim: the distributed optimizer's check that\n"
+    "                     the ranks' hyperparameters agree (default 1)\n"
     "  (gpu-pack and staged take --tensors too: the workload as one more "
     "case)\n"
     "\n"
@@ -200,7 +202,8 @@ enum {
   OPT_COUNTS,
   OPT_ALLOC,
   OPT_BUCKET,
-  OPT_LAST = OPT_BUCKET
+  OPT_CHECK_HPARAMS,
+  OPT_LAST = OPT_CHECK_HPARAMS
 };
 
 /* In the order of the enum above (the error messages index it). */
@@ -226,6 +229,7 @@ static const struct option long_opts[] = {
     {"counts", required_argument, NULL, OPT_COUNTS},
     {"alloc", required_argument, NULL, OPT_ALLOC},
     {"bucket-bytes", required_argument, NULL, OPT_BUCKET},
+    {"check-hparams", required_argument, NULL, OPT_CHECK_HPARAMS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -263,6 +267,8 @@ static unsigned option_modes(int opt) {
            MODE_BIT(BENCH_OPTIM) | MODE_BIT(BENCH_OVERLAP);
   case OPT_BUCKET:
     return MODE_BIT(BENCH_MPI_LIST);
+  case OPT_CHECK_HPARAMS:
+    return MODE_BIT(BENCH_OPTIM);
   default:
     return 0;
   }
@@ -329,6 +335,7 @@ static void set_defaults(bench_opts_t *o) {
   o->ncounts = 4;
   o->alloc = BENCH_DATA_MALLOC;
   o->bucket_bytes = INT64_C(25) << 20;
+  o->check_hparams = 1;
 }
 
 /* The options of every mode and sweep's. Each returns 1 when option c
@@ -418,6 +425,9 @@ static int workload_option(bench_opts_t *o, int c, const char *a) {
     return 1;
   case OPT_BUCKET:
     o->bucket_bytes = parse_size("--bucket-bytes", a);
+    return 1;
+  case OPT_CHECK_HPARAMS:
+    o->check_hparams = (int)cli_int("--check-hparams", a, 0, 1);
     return 1;
   }
   return 0;

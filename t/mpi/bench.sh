@@ -7,10 +7,12 @@
 # memories (text and --json); mpi-list at 1-4 ranks, and with a
 # malformed HVD_* setting that hvd_init would refuse (it never calls it).
 # A sweep's closing line; latency's rows, the idle sub-report's too.
+# optim with and without the distributed optimizer's hyperparameter check
+# (--check-hparams: its header and JSON say which; 2 exits 2).
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 make_tmp bench
 tiny="$HVD_TOP_SRCDIR/bench/workloads/bert-tiny.tensors"
-echo "1..20"
+echo "1..23"
 for np in 1 2 3 32; do
   run_np $np "$tmp/out" "$tmp/out" "$HVD_TOP_BUILDDIR/bin/hvd-bench" --quick
   [ $rc = 0 ] && grep -q "all results ok" "$tmp/out"
@@ -86,5 +88,23 @@ run_np 2 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" latency \
 [ $rc = 0 ] && [ "$(rows_ok "$tmp/out")" = 5 ] &&
   grep -Eq '^hvd +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9] +[0-9]+\.[0-9] +ok$' "$tmp/out"
 check $? "latency: 5 rows checked ok, the idle row (cpu_ms_per_s, first_us, mpi_first_us)" ||
+  { show "$tmp/out" output; show "$tmp/err" stderr; }
+# optim, the check on (the default) and off
+for chk in 1 0; do
+  run_np 2 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" optim \
+    --tensors "$tiny" --iters 2 --check-hparams $chk --json
+  want=`[ $chk = 1 ] && echo true || echo false`
+  [ $rc = 0 ] && python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if d["mode"] == "optim" and d["correct"] is True and
+         d["check_hparams"] is (sys.argv[2] == "true") else 1)' "$tmp/out" "$want"
+  check $? "optim --check-hparams $chk: correct, check_hparams $want in the JSON" ||
+    { show "$tmp/out" output; show "$tmp/err" stderr; }
+done
+run_np 0 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" optim \
+  --tensors "$tiny" --check-hparams 2
+[ $rc = 2 ] && grep -q "^hvd-bench: --check-hparams '2': expected an integer in 0..1" "$tmp/out" "$tmp/err"
+check $? "optim --check-hparams 2 exits 2 with the reason (status $rc)" ||
   { show "$tmp/out" output; show "$tmp/err" stderr; }
 exit $failed
