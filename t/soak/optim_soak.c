@@ -30,9 +30,11 @@
  * the sum over every rank and pass computed in double, divided as the
  * options say, rounded once to the dtype. Per step: both succeed, skip
  * alike and count alike; every rank holds the same bits
- * (hvd_verify_parameters); each value is within tol * (max |reference| +
- * 1e-3) of the reference's, tol by what rounds on the way (float32 1e-5,
- * a 16-bit wire or dtype more, see tolerance()). One TAP check per
+ * (hvd_verify_parameters); each value is within tol * max(1, max
+ * |reference|) of the reference's (1: the initial values' range, so that
+ * a 16-bit value one unit in the last place off, and shrinking since,
+ * stays within), tol by what rounds on the way (float32 2e-5 a step, a
+ * 16-bit wire or dtype 2e-2, see tolerance()). One TAP check per
  * configuration; the drawn options are printed with a failure.
  *
  * --save-dir DIR saves each configuration's end as DIR/cfg<k>;
@@ -459,7 +461,7 @@ static double worst(const cfg_t *c, const side_t *d, const side_t *r,
                     int *p_out) {
   double w = 0;
   for (int p = 0; p < c->n; p++) {
-    double big = 1e-3, e = 0;
+    double big = 1, e = 0; /* at least the initial values' range */
     for (int64_t i = 0; i < c->len[p]; i++) {
       double a = hvdt_get(c->dt[p], d->v[p], i);
       double b = hvdt_get(c->dt[p], r->v[p], i);
