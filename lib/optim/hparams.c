@@ -36,12 +36,9 @@
 static const char *const kinds[] = {"custom", "SGD", "Adam", "AdamW", "LAMB"};
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
-static int is_builtin(const hvd_optimizer_t *core) {
-  return core->ops.destroy == hvd__optim_builtin_free;
-}
-
 static int kind_of(const hvd_optimizer_t *core) {
-  for (int k = 1; is_builtin(core) && core->ops.name != NULL && k < NKINDS; k++)
+  const int builtin = hvd__optim_builtin(core) != NULL;
+  for (int k = 1; builtin && core->ops.name != NULL && k < NKINDS; k++)
     if (strcmp(core->ops.name, kinds[k]) == 0)
       return k;
   return 0;
@@ -118,23 +115,21 @@ void hvd__hp_set(const hvd__hp_t *h, double v) {
     *(int64_t *)h->at = (int64_t)v;
 }
 
-void hvd__hp_param(const hvd_optimizer_t *core, int i, double *lr_scale,
-                   double *wd) {
-  *lr_scale = 1;
-  *wd = 0;
-  if (!is_builtin(core))
-    return;
-  const hvd__optim_builtin_t *b = core->ctx;
-  *lr_scale = hvd__optim_lr(b, i, 1.0);
-  *wd = hvd__optim_wd(b, i, *b->wd0);
+/* Parameter i's learning-rate scale and weight decay in effect: the
+ * public getters' (1 and the options' decay where none was set; NAN for
+ * a custom optimizer, alike on every rank). */
+static void param_in_effect(const hvd_optimizer_t *core, int i,
+                            double *lr_scale, double *wd) {
+  *lr_scale = hvd_optimizer_param_lr_scale(core, i);
+  *wd = hvd_optimizer_param_weight_decay(core, i);
 }
 
 void hvd__hp_param_raw(const hvd_optimizer_t *core, int i, double *lr_scale,
                        double *wd) {
+  const hvd__optim_builtin_t *b = hvd__optim_builtin(core);
   *lr_scale = *wd = NAN;
-  if (!is_builtin(core))
+  if (b == NULL)
     return;
-  const hvd__optim_builtin_t *b = core->ctx;
   if (b->lrs != NULL)
     *lr_scale = b->lrs[i];
   if (b->wd != NULL)
@@ -152,7 +147,7 @@ int64_t hvd__hp_digest(hvd_optimizer_t *core) {
   }
   for (int i = 0; i < core->n; i++) {
     double v[2];
-    hvd__hp_param(core, i, &v[0], &v[1]);
+    param_in_effect(core, i, &v[0], &v[1]);
     hvd__sum_add(&s, v, sizeof v);
   }
   return (int64_t)(hvd__sum_end(&s) >> 2); /* in [0, 2^62): -d fits */
@@ -258,7 +253,7 @@ static hvd_result_t compare_params(hvd_optimizer_t *core,
   if (v == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", name);
   for (int i = 0; i < core->n; i++)
-    hvd__hp_param(core, i, &v[2 * i], &v[2 * i + 1]);
+    param_in_effect(core, i, &v[2 * i], &v[2 * i + 1]);
   hvd_result_t rc = gather_rows(ps, name, v, m, &rows);
   free(v);
   if (rc != HVD_SUCCESS)

@@ -601,7 +601,7 @@ hvd_result_t hvd_optimizer_set_lr(hvd_optimizer_t *opt, double lr) {
 }
 
 /* The built-in context of opt's core, or NULL (a custom optimizer). */
-static hvd__optim_builtin_t *builtin(const hvd_optimizer_t *opt) {
+hvd__optim_builtin_t *hvd__optim_builtin(const hvd_optimizer_t *opt) {
   const hvd_optimizer_t *core = hvd__optim_core_const(opt);
   return core->ops.destroy == hvd__optim_builtin_free ? core->ctx : NULL;
 }
@@ -628,7 +628,7 @@ static hvd_result_t group_target(const char *who, hvd_optimizer_t *opt, int i,
                                  hvd__optim_builtin_t **out) {
   if (opt == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", who);
-  hvd__optim_builtin_t *b = builtin(opt);
+  hvd__optim_builtin_t *b = hvd__optim_builtin(opt);
   const char *name = hvd__optim_core(opt)->ops.name;
   if (b == NULL)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
@@ -663,7 +663,7 @@ hvd_result_t hvd_optimizer_set_param_weight_decay(hvd_optimizer_t *opt, int i,
 }
 
 double hvd_optimizer_param_weight_decay(const hvd_optimizer_t *opt, int i) {
-  const hvd__optim_builtin_t *b = opt ? builtin(opt) : NULL;
+  const hvd__optim_builtin_t *b = opt ? hvd__optim_builtin(opt) : NULL;
   if (b == NULL || i < 0 || i >= b->n)
     return NAN;
   return hvd__optim_wd(b, i, *b->wd0);
@@ -688,7 +688,7 @@ hvd_result_t hvd_optimizer_set_param_lr_scale(hvd_optimizer_t *opt, int i,
 }
 
 double hvd_optimizer_param_lr_scale(const hvd_optimizer_t *opt, int i) {
-  const hvd__optim_builtin_t *b = opt ? builtin(opt) : NULL;
+  const hvd__optim_builtin_t *b = opt ? hvd__optim_builtin(opt) : NULL;
   if (b == NULL || i < 0 || i >= b->n)
     return NAN;
   return b->lrs != NULL && b->lrs[i] == b->lrs[i] ? b->lrs[i] : 1.0;

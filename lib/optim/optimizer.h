@@ -191,11 +191,8 @@ typedef struct hvd__hp {
 int hvd__hp_list(hvd_optimizer_t *core, hvd__hp_t hp[HVD__HP_MAX]);
 double hvd__hp_get(const hvd__hp_t *h);
 void hvd__hp_set(const hvd__hp_t *h, double v); /* not for constants */
-/* Parameter i's learning-rate scale and weight decay in effect (1 and
- * the options' where none was set; 1 and 0 for a custom optimizer). */
-void hvd__hp_param(const hvd_optimizer_t *core, int i, double *lr_scale,
-                   double *wd);
-/* As set (NAN where none was, and for a custom optimizer). */
+/* Parameter i's learning-rate scale and weight decay as set (NAN where
+ * none was, and for a custom optimizer). */
 void hvd__hp_param_raw(const hvd_optimizer_t *core, int i, double *lr_scale,
                        double *wd);
 /* A digest of the list and every parameter's pair, in [0, 2^62). */
@@ -427,6 +424,8 @@ typedef struct hvd__optim_builtin {
 
 /* A built-in's ops.destroy: frees ctx and what it holds. */
 void hvd__optim_builtin_free(void *ctx);
+/* opt's (its core's) built-in context, or NULL for a custom optimizer. */
+hvd__optim_builtin_t *hvd__optim_builtin(const hvd_optimizer_t *opt);
 
 /* Parameter i's weight decay: its own, or the options' (dflt). */
 static inline double hvd__optim_wd(const hvd__optim_builtin_t *b, int i,
