@@ -28,7 +28,7 @@ for np in 1 2; do
   hvd_mpirun "$np" "$dir/optim_soak" --device --configs "$configs" \
     --steps 8 --seed "$s" >"$tmp/out" 2>&1
   rc=$?
-  soak_passed "$tmp/out" "np $np on one GPU, $configs configurations of 8 steps, seed $s: each as the reference (exit $rc; $(sed -n 's/^# \([0-9]* configurations: .*\)/\1/p' "$tmp/out"))"
+  soak_passed "$tmp/out" "np $np on one GPU, $configs configurations of 8 steps, seed $s: each as the reference (exit $rc; $(soak_summary "$tmp/out"))"
 done
 echo "1..$n"
 exit $failed

@@ -476,21 +476,46 @@ static double worst(const cfg_t *c, const side_t *d, const side_t *r,
   return w;
 }
 
+/* The values now (after the device's work), copied into copy. */
+static void keep_values(const cfg_t *c, side_t *d, void *copy[MAXP]) {
+  pull(c, d);
+  for (int p = 0; p < c->n; p++) {
+    copy[p] = hvdt_calloc(bytes_of(c, p), 1);
+    memcpy(copy[p], d->v[p], bytes_of(c, p));
+  }
+}
+
+/* Whether the values are keep_values' copy again, bit for bit; frees it. */
+static int values_back(const cfg_t *c, side_t *d, void *copy[MAXP]) {
+  int same = 1;
+  pull(c, d);
+  for (int p = 0; p < c->n; p++) {
+    same &= memcmp(copy[p], d->v[p], bytes_of(c, p)) == 0;
+    free(copy[p]);
+  }
+  return same;
+}
+
+/* hvd_optimizer_zero_grad, and the host copies of device gradients. */
+static hvd_result_t zero_grads(const cfg_t *c, side_t *d) {
+  for (int p = 0; p < c->n; p++)
+    if (d->dg[p] != NULL)
+      memset(d->g[p], 0, bytes_of(c, p));
+  return hvd_optimizer_zero_grad(d->opt);
+}
+
 /* Save, scribble over the values, load: the same bits back. */
 static int round_trip(const cfg_t *c, side_t *d, const char *dir, int step) {
   char path[512];
   void *copy[MAXP];
   int64_t got = -1;
-  int same = 1;
   snprintf(path, sizeof path, "%s/ckpt", dir);
   if (hvd_checkpoint_save(path, d->p, c->n, d->opt, step) != HVD_SUCCESS) {
     diag("save: %s", hvd_last_error());
     return 0;
   }
-  pull(c, d);
+  keep_values(c, d, copy);
   for (int p = 0; p < c->n; p++) {
-    copy[p] = hvdt_calloc(bytes_of(c, p), 1);
-    memcpy(copy[p], d->v[p], bytes_of(c, p));
     memset(d->v[p], 0x7f, bytes_of(c, p));
     if (d->dv[p] != NULL)
       dev_copy(d->dv[p], d->v[p], bytes_of(c, p), 1);
@@ -498,11 +523,7 @@ static int round_trip(const cfg_t *c, side_t *d, const char *dir, int step) {
   hvd_result_t rc = hvd_checkpoint_load(path, d->p, c->n, d->opt, &got);
   if (rc != HVD_SUCCESS)
     diag("load: %s", hvd_last_error());
-  pull(c, d);
-  for (int p = 0; p < c->n; p++) {
-    same &= memcmp(copy[p], d->v[p], bytes_of(c, p)) == 0;
-    free(copy[p]);
-  }
+  int same = values_back(c, d, copy);
   return rc == HVD_SUCCESS && same && got == step;
 }
 
@@ -512,7 +533,7 @@ static int round_trip(const cfg_t *c, side_t *d, const char *dir, int step) {
 static int state_trip(const cfg_t *c, side_t *d, int step) {
   hvd_state_t *st = NULL;
   void *copy[MAXP];
-  int restored = 0, same = 1;
+  int restored = 0;
   int64_t steps = hvd_optimizer_steps(d->opt);
   double scale = hvd_optimizer_loss_scale(d->opt);
   hvd_result_t rc = hvd_state_create(NULL, 1, &st);
@@ -520,11 +541,7 @@ static int state_trip(const cfg_t *c, side_t *d, int step) {
     rc = hvd_state_add_params(st, d->p, c->n, d->opt);
   if (rc == HVD_SUCCESS)
     rc = hvd_state_commit(st);
-  pull(c, d);
-  for (int p = 0; p < c->n; p++) {
-    copy[p] = hvdt_calloc(bytes_of(c, p), 1);
-    memcpy(copy[p], d->v[p], bytes_of(c, p));
-  }
+  keep_values(c, d, copy);
   if (rc == HVD_SUCCESS)
     rc = dist_passes(c, d, step + 1000, scale);
   if (rc == HVD_SUCCESS)
@@ -532,17 +549,10 @@ static int state_trip(const cfg_t *c, side_t *d, int step) {
   if (rc == HVD_SUCCESS)
     rc = hvd_state_restore(st, &restored);
   if (rc == HVD_SUCCESS)
-    rc = hvd_optimizer_zero_grad(d->opt);
+    rc = zero_grads(c, d);
   if (rc != HVD_SUCCESS)
     diag("hvd_state: %s", hvd_last_error());
-  for (int p = 0; p < c->n; p++)
-    if (d->dg[p] != NULL)
-      memset(d->g[p], 0, bytes_of(c, p));
-  pull(c, d);
-  for (int p = 0; p < c->n; p++) {
-    same &= memcmp(copy[p], d->v[p], bytes_of(c, p)) == 0;
-    free(copy[p]);
-  }
+  int same = values_back(c, d, copy);
   hvd_state_destroy(st);
   return rc == HVD_SUCCESS && restored && same &&
          hvd_optimizer_steps(d->opt) == steps &&
@@ -592,14 +602,11 @@ static int one_step(const cfg_t *c, side_t *d, side_t *r, int step,
              w);
     return 0;
   }
-  if (hvd_optimizer_zero_grad(d->opt) != HVD_SUCCESS ||
+  if (zero_grads(c, d) != HVD_SUCCESS ||
       hvd_optimizer_zero_grad(r->opt) != HVD_SUCCESS) {
     snprintf(why, cap, "step %d: zero_grad: %s", step, hvd_last_error());
     return 0;
   }
-  for (int q = 0; q < c->n; q++) /* the host copies of device gradients */
-    if (d->dg[q] != NULL)
-      memset(d->g[q], 0, bytes_of(c, q));
   return 1;
 }
 

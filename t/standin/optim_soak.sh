@@ -18,7 +18,7 @@ for np in 1 2 3 4; do
   hvd_mpirun "$np" "$HVD_TOP_BUILDDIR/t/standin/optim_soak" --device \
     --configs "$configs" --steps 8 --seed "$s" >"$tmp/out" 2>&1
   rc=$?
-  soak_passed "$tmp/out" "np $np, $configs configurations of 8 steps on the stand-in's GPUs, seed $s: each as the reference (exit $rc; $(sed -n 's/^# \([0-9]* configurations: .*\)/\1/p' "$tmp/out"))"
+  soak_passed "$tmp/out" "np $np, $configs configurations of 8 steps on the stand-in's GPUs, seed $s: each as the reference (exit $rc; $(soak_summary "$tmp/out"))"
 done
 echo "1..$n"
 exit $failed

@@ -28,6 +28,8 @@
 #                          output is OUT exited with $rc = 0 and passed
 #                          every check of its own; if not, its failures,
 #                          comments and error lines shown
+#   soak_summary OUT       the optimizer soak's (t/soak/optim_soak.c)
+#                          summary line in OUT, without its "# "
 #   run_np NP OUT ERR PROG [ARGS...]
 #                          PROG on NP ranks through t/mpirun-test, its
 #                          stdout into OUT and stderr into ERR (OUT again:
@@ -158,6 +160,10 @@ soak_passed() {
     grep '^not ok\|^#\|Bail\|rror\|stand-in\|NCCL' "$1" | head -40 >"$1.why"
     show "$1.why" output
   }
+}
+
+soak_summary() {
+  sed -n 's/^# \([0-9]* configurations: .*\)/\1/p' "$1"
 }
 
 run_np() {
