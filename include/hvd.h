@@ -1073,31 +1073,34 @@ typedef struct hvd_local_sgd_options {
 } hvd_local_sgd_options_t;
 
 typedef struct hvd_distributed_options {
-  hvd_op_t op;                       /* HVD_AVERAGE (default), HVD_SUM, or
-                                        HVD_ADASUM (Horovod's
-                                        op=hvd.Adasum: float32 gradients,
-                                        host or GPU, or reduce_fp32; no
-                                        compression, sharding or
-                                        predivision) */
-  hvd_compression_t compression;     /* default HVD_COMPRESS_NONE */
-  int backward_passes_per_step;      /* k >= 1 (default 1) */
-  int average_passes;                /* 1 (default): divide the k accumulated
-                                        passes by k; 0: sum them */
-  double gradient_predivide_factor;  /* f (default 1): gradients are divided
-                                        by f before the sum and by size/f
-                                        after (average) */
-  int shard_optimizer_state;         /* 1: ZeRO stage 1 (default 0): each
-                                        rank keeps the optimizer state of
-                                        its 1/size block of every parameter;
-                                        see below */
-  int reduce_fp32;                   /* 1: float16/bfloat16 gradients are
-                                        converted to float32 and reduced so
-                                        (default 0: in their own dtype) */
-  hvd_powersgd_options_t powersgd;   /* compression HVD_COMPRESS_POWERSGD */
-  hvd_local_sgd_options_t local_sgd; /* off unless period >= 1 */
-  int check_hparams;                 /* 1 (default): each reducing step
-                                        checks that the ranks' optimizers
-                                        agree (below); 0: off */
+  hvd_op_t op;                          /* HVD_AVERAGE (default), HVD_SUM, or
+                                           HVD_ADASUM (Horovod's
+                                           op=hvd.Adasum: float32 gradients,
+                                           host or GPU, or reduce_fp32; no
+                                           compression, sharding or
+                                           predivision) */
+  hvd_compression_t compression;        /* default HVD_COMPRESS_NONE */
+  int backward_passes_per_step;         /* k >= 1 (default 1) */
+  int average_passes;                   /* 1 (default): divide the k accumulated
+                                           passes by k; 0: sum them */
+  double gradient_predivide_factor;     /* f (default 1): gradients are divided
+                                           by f before the sum and by size/f
+                                           after (average) */
+  int shard_optimizer_state;            /* 1: ZeRO stage 1 (default 0): each
+                                           rank keeps the optimizer state of
+                                           its 1/size block of every parameter;
+                                           see below */
+  int reduce_fp32;                      /* 1: float16/bfloat16 gradients are
+                                           converted to float32 and reduced so
+                                           (default 0: in their own dtype) */
+  hvd_powersgd_options_t powersgd;      /* compression HVD_COMPRESS_POWERSGD */
+  hvd_local_sgd_options_t local_sgd;    /* off unless period >= 1 */
+  int check_hparams;                    /* 1 (default): each reducing step
+                                           checks that the ranks' optimizers
+                                           agree (below); 0: off */
+  const hvd_process_set_t *process_set; /* NULL (default): the world;
+                                        else the set the gradients are
+                                        averaged over (below) */
 } hvd_distributed_options_t;
 
 void hvd_distributed_options_init(hvd_distributed_options_t *o);
@@ -1134,7 +1137,28 @@ void hvd_distributed_options_init(hvd_distributed_options_t *o);
  * scaling: rank 0 on vs rank 1 off"). A custom optimizer's own options
  * are not seen; the rest is. It costs about 20 us a step on a 2-core
  * machine's shared memory (doc/bench.md, "optim"): nothing at BERT-mini's
- * 16 ms step, 6-9 % of a 0.3 ms one; check_hparams = 0 turns it off. */
+ * 16 ms step, 6-9 % of a 0.3 ms one; check_hparams = 0 turns it off.
+ *
+ * process_set (Horovod's DistributedOptimizer(process_set=...)): the
+ * data-parallel group of a model split across ranks, e.g. pipeline stage
+ * s's replicas as one set per stage (hvd_process_set_split(s)); each
+ * stage's optimizer then averages its own parameters' gradients among the
+ * ranks that hold them. Only the set's members make the optimizer (any
+ * other rank: HVD_ERR_INVALID_ARG "hvd_distributed_optimizer:
+ * process_set: rank 3 is not in process set 1"); the set must outlive it.
+ * Everything the optimizer does collectively happens within the set, on
+ * its engine and communicators: the gradients (averaged over the set's
+ * size), the hyperparameter check, loss scaling's inf/NaN agreement,
+ * clipping's and LAMB's norms, PowerSGD, ZeRO-1's blocks (by the set's
+ * size and rank), local SGD's periodic averages (local_sgd.group must lie
+ * within the set), and the calls given the optimizer:
+ * hvd_broadcast_optimizer_state (root counted within the set, as
+ * hvd_ps_broadcast's), hvd_checkpoint_save/_save_async/_load and
+ * hvd_state's commit and restore (the set's first rank writes and reads
+ * the file: give each set its own path). Sets may run their optimizers
+ * at the same time, on their own. Messages name world ranks. The
+ * parameters' broadcast and check: hvd_ps_broadcast_parameters and
+ * hvd_ps_verify_parameters. */
 hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
                                        const hvd_distributed_options_t *o,
                                        hvd_optimizer_t **out);
@@ -1241,6 +1265,16 @@ hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root);
  * whose bytes differ from the lowest rank's; HVD_ERR_MISMATCH when the
  * ranks' parameter lists (count, names, shapes) differ. */
 hvd_result_t hvd_verify_parameters(const hvd_param_t *params, int n);
+
+/* The same within process set ps (Horovod's broadcast_parameters with
+ * process_set=): root counted within the set, as hvd_ps_broadcast's;
+ * messages name world ranks. Collective over the set's members; any other
+ * rank gets HVD_ERR_INVALID_ARG ("hvd_ps_broadcast_parameters: rank 3 is
+ * not in process set 1"). */
+hvd_result_t hvd_ps_broadcast_parameters(const hvd_process_set_t *ps,
+                                         hvd_param_t *params, int n, int root);
+hvd_result_t hvd_ps_verify_parameters(const hvd_process_set_t *ps,
+                                      const hvd_param_t *params, int n);
 
 /* Broadcasts the optimizer's state tensors from root (allocating them
  * where a rank has none yet), verified the same way, and its

@@ -138,6 +138,17 @@ int hvd__coll_rank(void) {
   return cur_ps != NULL ? hvd_process_set_rank(cur_ps) : hvd_rank();
 }
 
+const hvd_process_set_t *hvd__coll_set(const hvd_process_set_t *ps) {
+  const hvd_process_set_t *was = cur_ps;
+  cur_ps = ps;
+  return was;
+}
+
+int hvd__coll_world_rank(int r) {
+  return cur_ps != NULL ? hvd__process_set_world_rank(cur_ps, r)
+                        : (r >= 0 && r < hvd_size() ? r : -1);
+}
+
 /* 1 while this thread's device data is settled (hvd__device_settled). */
 static _Thread_local int settled;
 
@@ -746,16 +757,17 @@ hvd_result_t hvd_grouped_reducescatter(int n, const char *const *names,
 
 /* ---- on a process set ---------------------------------------------------- */
 
-/* Runs `call` (a world entry point) with cur_ps = ps on this thread. */
+/* Runs `call` (a world entry point) with cur_ps = ps on this thread, and
+ * puts back the set it was on (hvd__coll_set). */
 #define ON_SET(ps, call)                                                       \
   do {                                                                         \
     if ((ps) == NULL)                                                          \
       return hvd_is_initialized() ? hvd__set_error(HVD_ERR_INVALID_ARG,        \
                                                    "%s: ps is NULL", __func__) \
                                   : hvd__not_initialized(__func__);            \
-    cur_ps = (ps);                                                             \
+    const hvd_process_set_t *was_ = hvd__coll_set(ps);                         \
     hvd_result_t rc_ = (call);                                                 \
-    cur_ps = NULL;                                                             \
+    hvd__coll_set(was_);                                                       \
     return rc_;                                                                \
   } while (0)
 

@@ -53,6 +53,22 @@ hvd_result_t hvd__not_initialized(const char *fn);
 int hvd__coll_rank(void);
 int hvd__coll_size(void);
 
+/* Puts the collectives this thread builds from now on (the world's
+ * entry points: hvd_allreduce_async, ...) on process set ps, NULL: the
+ * world; returns the set they were on, for the caller to put back. An
+ * hvd_ps_* call inside runs on its own set and puts this one back. The
+ * distributed optimizer runs each of its calls on its process_set so
+ * (optim/optimizer.h, HVD__ON_SET). */
+const hvd_process_set_t *hvd__coll_set(const hvd_process_set_t *ps);
+/* The world rank of rank r of the collectives' current set (r itself on
+ * the world; -1 out of range): for messages, which name world ranks. */
+int hvd__coll_world_rank(int r);
+
+/* The world rank of ps's rank r (r for NULL, the world; -1 out of range),
+ * and whether ps has world rank w (1 for NULL). */
+int hvd__process_set_world_rank(const hvd_process_set_t *ps, int r);
+int hvd__process_set_has(const hvd_process_set_t *ps, int w);
+
 /* HVD_CHECKPOINT_PIECE, rounded down to a multiple of 16 (hvd_init must
  * have succeeded). */
 size_t hvd__checkpoint_piece(void);

@@ -7,6 +7,7 @@
  * communicator, with MPI_ERRORS_RETURN.
  */
 #include "core/runtime.h"
+#include "core/api.h"
 
 #include <config.h>
 #include <errno.h>
@@ -234,6 +235,17 @@ int hvd_process_set_size(const hvd_process_set_t *ps) {
 
 int hvd_process_set_id(const hvd_process_set_t *ps) {
   return ps != NULL ? ps->id : -1;
+}
+
+int hvd__process_set_world_rank(const hvd_process_set_t *ps, int r) {
+  return ps == NULL ? r : r >= 0 && r < ps->size ? ps->ranks[r] : -1;
+}
+
+int hvd__process_set_has(const hvd_process_set_t *ps, int world_rank) {
+  for (int r = 0; ps != NULL && r < ps->size; r++)
+    if (ps->ranks[r] == world_rank)
+      return 1;
+  return ps == NULL;
 }
 
 /* Stops a member's engine and frees its communicators (ps stays). */

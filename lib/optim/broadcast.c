@@ -75,17 +75,19 @@ static hvd_result_t agree(const char *fn, const char *what, const char *how,
   if (rc != HVD_SUCCESS)
     return rc;
   const int64_t *v = all.data;
-  for (int r = 1; r < hvd_size() && rc == HVD_SUCCESS; r++) {
+  const int w0 = hvd__coll_world_rank(0); /* messages name world ranks */
+  for (int r = 1; r < hvd__coll_size() && rc == HVD_SUCCESS; r++) {
     if (v[2 * r] != v[0])
       rc = hvd__set_error(HVD_ERR_MISMATCH,
-                          "%s: ranks disagree on the %s: rank 0 has %lld "
+                          "%s: ranks disagree on the %s: rank %d has %lld "
                           "entries, rank %d has %lld",
-                          fn, what, (long long)v[0], r, (long long)v[2 * r]);
+                          fn, what, w0, (long long)v[0],
+                          hvd__coll_world_rank(r), (long long)v[2 * r]);
     else if (v[2 * r + 1] != v[1])
       rc = hvd__set_error(HVD_ERR_MISMATCH,
-                          "%s: ranks disagree on the %s: rank 0 and rank %d "
+                          "%s: ranks disagree on the %s: rank %d and rank %d "
                           "differ %s",
-                          fn, what, r, how);
+                          fn, what, w0, hvd__coll_world_rank(r), how);
   }
   hvd_tensor_free(&all);
   return rc;
@@ -153,15 +155,16 @@ static hvd_result_t compare(const char *fn, const char *what,
       const int64_t *v = all.data;
       char ranks[512] = "";
       size_t at = 0;
-      for (int r = 1; r < hvd_size() && at < sizeof ranks - 16; r++)
+      for (int r = 1; r < hvd__coll_size() && at < sizeof ranks - 16; r++)
         if (v[r] != v[0])
           at += (size_t)snprintf(ranks + at, sizeof ranks - at, "%s%d",
-                                 at ? ", " : "", r);
+                                 at ? ", " : "", hvd__coll_world_rank(r));
       hvd_tensor_free(&all);
       rc = hvd__set_error(HVD_ERR_CORRUPT,
                           "%s: %s '%s' is not identical on every rank: "
-                          "rank(s) %s differ from rank 0",
-                          fn, what, labels[first], ranks);
+                          "rank(s) %s differ from rank %d",
+                          fn, what, labels[first], ranks,
+                          hvd__coll_world_rank(0));
     }
   }
   free(sums);
@@ -195,6 +198,29 @@ hvd_result_t hvd_verify_parameters(const hvd_param_t *params, int n) {
   return rc != HVD_SUCCESS ? rc : verify(__func__, params, n);
 }
 
+/* The ps of an hvd_ps_* call: given, and this rank in it. */
+static hvd_result_t check_set(const char *fn, const hvd_process_set_t *ps) {
+  if (!hvd_is_initialized())
+    return hvd__not_initialized(fn);
+  if (ps == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: ps is NULL", fn);
+  if (hvd_process_set_rank(ps) < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: rank %d is not in process set %d", fn,
+                          hvd_rank(), hvd_process_set_id(ps));
+  return HVD_SUCCESS;
+}
+
+hvd_result_t hvd_ps_verify_parameters(const hvd_process_set_t *ps,
+                                      const hvd_param_t *params, int n) {
+  hvd_result_t rc = check_set(__func__, ps);
+  if (rc == HVD_SUCCESS)
+    rc = check_params(__func__, params, n);
+  if (rc == HVD_SUCCESS)
+    HVD__ON_SET(ps, rc, verify(__func__, params, n));
+  return rc;
+}
+
 /* Broadcasts tensors[0..n) named "<prefix><label>" from root, async, then
  * waits for all of them. */
 static hvd_result_t broadcast_all(const char *prefix, hvd_tensor_t *const *ts,
@@ -224,15 +250,16 @@ static hvd_result_t broadcast_all(const char *prefix, hvd_tensor_t *const *ts,
                               : hvd__set_error_msg(first, firstmsg);
 }
 
-hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root) {
-  const char *fn = __func__;
+/* hvd_broadcast_parameters on the collectives' current set. */
+static hvd_result_t broadcast_parameters(const char *fn, hvd_param_t *params,
+                                         int n, int root) {
   hvd_result_t rc = check_params(fn, params, n);
   if (rc != HVD_SUCCESS)
     return rc;
-  if (root < 0 || root >= hvd_size())
+  if (root < 0 || root >= hvd__coll_size())
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: root %d is out of range for %d ranks", fn, root,
-                          hvd_size());
+                          hvd__coll_size());
   rc = agree(fn, "parameter list", "in names, shapes or types", n,
              describe(params, n));
   if (rc != HVD_SUCCESS)
@@ -256,6 +283,18 @@ hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root) {
   /* mixed precision: a master whose value changed follows it (after the
    * last collective, so that a local failure cannot strand the others) */
   return rc == HVD_SUCCESS ? hvd__mixed_refresh(params, n, fn) : rc;
+}
+
+hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root) {
+  return broadcast_parameters(__func__, params, n, root);
+}
+
+hvd_result_t hvd_ps_broadcast_parameters(const hvd_process_set_t *ps,
+                                         hvd_param_t *params, int n, int root) {
+  hvd_result_t rc = check_set(__func__, ps);
+  if (rc == HVD_SUCCESS)
+    HVD__ON_SET(ps, rc, broadcast_parameters(__func__, params, n, root));
+  return rc;
 }
 
 /* "<a>.<b>", or NULL when out of memory. */
@@ -365,16 +404,14 @@ static hvd_result_t send_state(const char *fn, hvd_optimizer_t *opt,
                  (const char *const *)labels, count);
 }
 
-hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
-  const char *fn = __func__;
-  if (!hvd_is_initialized())
-    return hvd__not_initialized(fn);
-  if (opt == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", fn);
-  if (root < 0 || root >= hvd_size())
+/* hvd_broadcast_optimizer_state on the collectives' current set (the
+ * optimizer's). */
+static hvd_result_t broadcast_optimizer_state(const char *fn,
+                                              hvd_optimizer_t *opt, int root) {
+  if (root < 0 || root >= hvd__coll_size())
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: root %d is out of range for %d ranks", fn, root,
-                          hvd_size());
+                          hvd__coll_size());
   hvd_optimizer_t *c = hvd__optim_core(opt);
   int ns = c->ops.nstate, total = c->n * ns, count = 0;
   unsigned char sharded = (unsigned char)hvd__optim_sharded(opt);
@@ -430,5 +467,15 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
   free(labels);
   free(ts);
   free(views);
+  return rc;
+}
+
+hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
+  if (!hvd_is_initialized())
+    return hvd__not_initialized(__func__);
+  if (opt == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", __func__);
+  hvd_result_t rc;
+  HVD__ON_SET(opt->ps, rc, broadcast_optimizer_state(__func__, opt, root));
   return rc;
 }

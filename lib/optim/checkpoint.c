@@ -694,14 +694,28 @@ static void apply_numbers(const char *path, const unsigned char *ol,
 }
 #undef MALFORMED
 
+static hvd_result_t load_ex(const char *path, hvd_param_t *params, int n,
+                            hvd_optimizer_t *opt, int64_t *step,
+                            hvd__counters_t *ctr);
+
 hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
                                  hvd_optimizer_t *opt, int64_t *step) {
   return hvd__checkpoint_load_ex(path, params, n, opt, step, NULL);
 }
 
+/* On the optimizer's process set: its first rank reads the file. */
 hvd_result_t hvd__checkpoint_load_ex(const char *path, hvd_param_t *params,
                                      int n, hvd_optimizer_t *opt, int64_t *step,
                                      hvd__counters_t *ctr) {
+  hvd_result_t rc;
+  HVD__ON_SET(hvd__optim_set(opt), rc,
+              load_ex(path, params, n, opt, step, ctr));
+  return rc;
+}
+
+static hvd_result_t load_ex(const char *path, hvd_param_t *params, int n,
+                            hvd_optimizer_t *opt, int64_t *step,
+                            hvd__counters_t *ctr) {
   if (!hvd_is_initialized())
     return hvd__not_initialized(load_fn);
   hvd_optimizer_t *c = opt ? hvd__optim_core(opt) : NULL;
@@ -757,7 +771,7 @@ static hvd_result_t share_outline(const char *path, hvd__ckpt_file_t *f,
                                   unsigned char **ol, size_t *olsize) {
   hvd_result_t rc = HVD_SUCCESS;
   int64_t one = 1, bytes = 0;
-  if (hvd_rank() == 0) {
+  if (hvd__coll_rank() == 0) { /* the set's first (hvd__optim_set) */
     rc = hvd__ckpt_file_open(load_fn, path, f);
     if (rc == HVD_SUCCESS)
       rc = outline_of(path, f, ol, olsize);
@@ -767,7 +781,7 @@ static hvd_result_t share_outline(const char *path, hvd__ckpt_file_t *f,
   hvd_tensor_t t = hvd_tensor_make(&bytes, HVD_INT64, 1, &one);
   HVD__CHECK(hvd_broadcast("hvd.ckpt.load.size", &t, 0));
   *olsize = (size_t)bytes;
-  if (hvd_rank() != 0 && (*ol = malloc(*olsize)) == NULL)
+  if (hvd__coll_rank() != 0 && (*ol = malloc(*olsize)) == NULL)
     rc =
         hvd__set_error(HVD_ERR_NO_MEMORY, "%s: '%s': cannot allocate %zu bytes",
                        load_fn, path, *olsize);

@@ -443,8 +443,9 @@ struct hvd_checkpoint_request {
   const char *waiter; /* the call that ends it: hvd_checkpoint_wait, or
                          hvd_state_wait for an hvd_state's */
   char *path;
-  int writer;           /* rank 0's: it has a thread or wrote already */
-  unsigned char *bytes; /* the snapshot (in staging), until written */
+  const hvd_process_set_t *ps; /* the optimizer's set, for the wait */
+  int writer;                  /* rank 0's: it has a thread or wrote already */
+  unsigned char *bytes;        /* the snapshot (in staging), until written */
   uint64_t size;
   pthread_t thread;
   int running;     /* the thread is to be joined */
@@ -593,14 +594,20 @@ static hvd_result_t save_ex(const char *fn, const char *path,
 hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
                                  int n, const hvd_optimizer_t *opt,
                                  int64_t step) {
-  return save_ex(save_fn, path, params, n, opt, step, NULL, NULL);
+  hvd_result_t rc;
+  HVD__ON_SET(hvd__optim_set(opt), rc,
+              save_ex(save_fn, path, params, n, opt, step, NULL, NULL));
+  return rc;
 }
 
 hvd_result_t hvd__checkpoint_save_ex(const char *path,
                                      const hvd_param_t *params, int n,
                                      const hvd_optimizer_t *opt, int64_t step,
                                      const hvd__counters_t *ctr) {
-  return save_ex(save_fn, path, params, n, opt, step, ctr, NULL);
+  hvd_result_t rc;
+  HVD__ON_SET(hvd__optim_set(opt), rc,
+              save_ex(save_fn, path, params, n, opt, step, ctr, NULL));
+  return rc;
 }
 
 /* A background save named fn in its messages, ended by waiter. */
@@ -621,7 +628,7 @@ static hvd_result_t save_async(const char *fn, const char *waiter,
     *out = NULL;
   rc = hvd__ckpt_agree("save.request", rc);
   if (q != NULL)
-    q->fn = fn, q->waiter = waiter;
+    q->fn = fn, q->waiter = waiter, q->ps = hvd__optim_set(opt);
   if (rc == HVD_SUCCESS)
     rc = save_ex(fn, path, params, n, opt, step, ctr, q);
   if (rc != HVD_SUCCESS) {
@@ -645,8 +652,11 @@ hvd_result_t hvd_checkpoint_save_async(const char *path,
                                        const hvd_param_t *params, int n,
                                        const hvd_optimizer_t *opt, int64_t step,
                                        hvd_checkpoint_request_t **out) {
-  return save_async(async_fn, "hvd_checkpoint_wait", path, params, n, opt, step,
-                    NULL, out);
+  hvd_result_t rc;
+  HVD__ON_SET(hvd__optim_set(opt), rc,
+              save_async(async_fn, "hvd_checkpoint_wait", path, params, n, opt,
+                         step, NULL, out));
+  return rc;
 }
 
 hvd_result_t hvd__checkpoint_save_async_ex(const char *fn, const char *path,
@@ -655,7 +665,11 @@ hvd_result_t hvd__checkpoint_save_async_ex(const char *fn, const char *path,
                                            int64_t step,
                                            const hvd__counters_t *ctr,
                                            hvd_checkpoint_request_t **out) {
-  return save_async(fn, "hvd_state_wait", path, params, n, opt, step, ctr, out);
+  hvd_result_t rc;
+  HVD__ON_SET(
+      hvd__optim_set(opt), rc,
+      save_async(fn, "hvd_state_wait", path, params, n, opt, step, ctr, out));
+  return rc;
 }
 
 /* The write ended (rank 0 joins its thread) and req freed: this rank's
@@ -680,9 +694,10 @@ hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req) {
     return HVD_SUCCESS;
   if (hvd__forked()) /* the save (and rank 0's writer) are the parent's */
     return hvd__not_initialized("hvd_checkpoint_wait");
+  const hvd_process_set_t *ps = req->ps;
   hvd_result_t rc = wait_here(req);
   if (hvd_is_initialized()) /* every rank gets rank 0's result */
-    rc = hvd__ckpt_agree("save.wait", rc);
+    HVD__ON_SET(ps, rc, hvd__ckpt_agree("save.wait", rc));
   return rc;
 }
 
@@ -772,7 +787,7 @@ static hvd_result_t save_checked(save_t *s, hvd_optimizer_t *o,
     s->params = views;
   s->feed = &feed;
   char msg[HVD__ERRMSG_MAX] = "";
-  if (go && hvd_rank() == 0 &&
+  if (go && hvd__coll_rank() == 0 && /* the set's first writes */
       (rc = q != NULL ? snapshot(s, q) : write_file(s)) != HVD_SUCCESS)
     snprintf(msg, sizeof msg, "%s", hvd_last_error());
   if (go) /* rank 0's gathers that a failed write skipped; the others' */
@@ -782,7 +797,7 @@ static hvd_result_t save_checked(save_t *s, hvd_optimizer_t *o,
   else if (feed.rc != HVD_SUCCESS)
     rc = hvd__set_error_msg(feed.rc, feed.msg);
   if (q != NULL)
-    q->writer = rc == HVD_SUCCESS && hvd_rank() == 0;
+    q->writer = rc == HVD_SUCCESS && hvd__coll_rank() == 0;
   hvd__psgd_release(ps);
   free(views);
   return hvd__ckpt_agree("save.result", rc);

@@ -144,6 +144,28 @@ static hvd_result_t check_local_sgd(const char *fn,
   return HVD_SUCCESS;
 }
 
+/* process_set: a set this rank is in. Local SGD's group, within it. */
+static hvd_result_t check_process_set(const char *fn,
+                                      const hvd_distributed_options_t *o) {
+  const hvd_process_set_t *ps = o->process_set, *g = o->local_sgd.group;
+  if (ps != NULL && hvd_process_set_rank(ps) < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: process_set: rank %d is not in process set %d",
+                          fn, hvd_rank(), hvd_process_set_id(ps));
+  for (int r = 0; ps != NULL && g != NULL && o->local_sgd.period > 0 &&
+                  r < hvd_process_set_size(g);
+       r++) {
+    int w = hvd__process_set_world_rank(g, r);
+    if (!hvd__process_set_has(ps, w))
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: local_sgd.group: process set %d has rank %d, "
+                            "which is not in process_set %d",
+                            fn, hvd_process_set_id(g), w,
+                            hvd_process_set_id(ps));
+  }
+  return HVD_SUCCESS;
+}
+
 /* HVD_ADASUM combines whole float32 gradients as they are, host or
  * device: the parameters' (or reduce_fp32's copies), with no compression,
  * no sharding (a reduce-scatter), no predivision. */
@@ -296,7 +318,10 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
     hvd_distributed_options_init(&defaults);
     o = &defaults;
   }
+  /* sizes, ranks and blocks below are the process set's */
+  const hvd_process_set_t *was = hvd__coll_set(o->process_set);
   HVD__CHECK(check_options(fn, o));
+  HVD__CHECK(check_process_set(fn, o));
   HVD__CHECK(check_local_sgd(fn, o));
   if (o->op == HVD_ADASUM)
     HVD__CHECK(check_adasum(fn, o, base));
@@ -319,7 +344,7 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
   double f = o->gradient_predivide_factor;
   double k = o->average_passes ? (double)o->backward_passes_per_step : 1.0;
   d->prescale = 1.0 / k / f;
-  d->postscale = o->op == HVD_AVERAGE ? f / hvd_size() : f;
+  d->postscale = o->op == HVD_AVERAGE ? f / hvd__coll_size() : f;
   d->gpost = o->op != HVD_AVERAGE ? f
              : o->local_sgd.group != NULL
                  ? f / hvd_process_set_size(o->local_sgd.group)
@@ -340,6 +365,8 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
   opt->fresh = base->fresh;
   opt->base = base;
   opt->dist = d;
+  opt->ps = base->ps = o->process_set;
+  hvd__coll_set(was);
   *out = opt;
   return HVD_SUCCESS;
 
@@ -348,6 +375,7 @@ oom:
 fail:
   dist_free(d);
   free(opt);
+  hvd__coll_set(was);
   return rc;
 }
 

@@ -515,7 +515,9 @@ hvd_result_t hvd_optimizer_step(hvd_optimizer_t *opt) {
                           "hvd_optimizer_step: opt is NULL");
   hvd__clip_forget(hvd__optim_core(opt)->clip); /* this step's, or none */
   hvd_result_t rc = after_caller("hvd_optimizer_step", opt);
-  return rc != HVD_SUCCESS ? rc : opt->cls->step(opt);
+  if (rc == HVD_SUCCESS)
+    HVD__ON_SET(opt->ps, rc, opt->cls->step(opt));
+  return rc;
 }
 
 hvd_result_t hvd_optimizer_zero_grad(hvd_optimizer_t *opt) {
@@ -524,7 +526,9 @@ hvd_result_t hvd_optimizer_zero_grad(hvd_optimizer_t *opt) {
                           "hvd_optimizer_zero_grad: opt is NULL");
   /* the zeroing lands after what the caller enqueued on the gradients */
   hvd_result_t rc = after_caller("hvd_optimizer_zero_grad", opt);
-  return rc != HVD_SUCCESS ? rc : opt->cls->zero_grad(opt);
+  if (rc == HVD_SUCCESS)
+    HVD__ON_SET(opt->ps, rc, opt->cls->zero_grad(opt));
+  return rc;
 }
 
 hvd_result_t hvd_optimizer_grad_ready(hvd_optimizer_t *opt, int i) {
@@ -535,7 +539,9 @@ hvd_result_t hvd_optimizer_grad_ready(hvd_optimizer_t *opt, int i) {
    * optimizer's stream first (reduce_fp32's copy, PowerSGD) calls
    * hvd__odev_after_caller itself: one wait per such gradient, none for
    * the others */
-  return opt->cls->grad_ready(opt, i);
+  hvd_result_t rc;
+  HVD__ON_SET(opt->ps, rc, opt->cls->grad_ready(opt, i));
+  return rc;
 }
 
 hvd_result_t hvd_optimizer_sparse_grad(hvd_optimizer_t *opt, int i,
@@ -580,14 +586,18 @@ hvd_result_t hvd_optimizer_sparse_grad(hvd_optimizer_t *opt, int i,
                             "0..%lld",
                             fn, p->name, (long long)k, (long long)rows[k],
                             (long long)g->shape[0] - 1);
-  return opt->cls->sparse_grad(opt, i, rows, nrows, values);
+  hvd_result_t rc;
+  HVD__ON_SET(opt->ps, rc, opt->cls->sparse_grad(opt, i, rows, nrows, values));
+  return rc;
 }
 
 hvd_result_t hvd_optimizer_set_sync(hvd_optimizer_t *opt, int sync) {
   if (opt == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "hvd_optimizer_set_sync: opt is NULL");
-  return opt->cls->set_sync(opt, sync);
+  hvd_result_t rc;
+  HVD__ON_SET(opt->ps, rc, opt->cls->set_sync(opt, sync));
+  return rc;
 }
 
 hvd_result_t hvd_optimizer_set_lr(hvd_optimizer_t *opt, double lr) {
@@ -703,8 +713,11 @@ int64_t hvd_optimizer_steps(const hvd_optimizer_t *opt) {
 }
 
 void hvd_optimizer_destroy(hvd_optimizer_t *opt) {
-  if (opt != NULL)
-    opt->cls->destroy(opt);
+  if (opt == NULL)
+    return;
+  const hvd_process_set_t *was = hvd__coll_set(opt->ps);
+  opt->cls->destroy(opt); /* may wait for its set's requests */
+  hvd__coll_set(was);
 }
 
 /* ---- agreement ----------------------------------------------------------- */
@@ -712,7 +725,7 @@ void hvd_optimizer_destroy(hvd_optimizer_t *opt) {
 hvd_result_t hvd__optim_agree(const char *name, hvd_result_t local) {
   char ename[96];
   unsigned char buf[4 + HVD__ERRMSG_MAX];
-  int32_t first = local != HVD_SUCCESS ? hvd_rank() : hvd_size();
+  int32_t first = local != HVD_SUCCESS ? hvd__coll_rank() : hvd__coll_size();
   int64_t one = 1, len = (int64_t)sizeof buf;
   memset(buf, 0, sizeof buf);
   if (local != HVD_SUCCESS) {
@@ -722,7 +735,7 @@ hvd_result_t hvd__optim_agree(const char *name, hvd_result_t local) {
   }
   hvd_tensor_t t = hvd_tensor_make(&first, HVD_INT32, 1, &one);
   hvd_result_t rc = hvd_allreduce(name, &t, &t, HVD_MIN, 1.0, 1.0);
-  if (rc != HVD_SUCCESS || first >= hvd_size())
+  if (rc != HVD_SUCCESS || first >= hvd__coll_size())
     return rc;
   hvd_tensor_t b = hvd_tensor_make(buf, HVD_UINT8, 1, &len);
   snprintf(ename, sizeof ename, "%s.error", name);
@@ -735,8 +748,8 @@ hvd_result_t hvd__optim_agree(const char *name, hvd_result_t local) {
   if (rc == HVD_SUCCESS || rc >= HVD_RESULT_COUNT)
     rc = HVD_ERR_INTERNAL;
   buf[sizeof buf - 1] = '\0';
-  if (first == 0)
+  int world = hvd__coll_world_rank(first); /* messages name world ranks */
+  if (world == 0)
     return hvd__set_error_msg(rc, (const char *)buf + 4);
-  return hvd__set_error(rc, "%s (on rank %d)", (const char *)buf + 4,
-                        (int)first);
+  return hvd__set_error(rc, "%s (on rank %d)", (const char *)buf + 4, world);
 }

@@ -6,6 +6,7 @@
 #ifndef HVD_OPTIM_OPTIMIZER_H
 #define HVD_OPTIM_OPTIMIZER_H
 
+#include "core/api.h"
 #include "internal.h"
 #include "optim/device.h"
 
@@ -56,7 +57,29 @@ struct hvd_optimizer {
   /* distributed wrapper */
   hvd_optimizer_t *base; /* owned */
   hvd__dist_t *dist;
+  /* the process set a distributed optimizer (and its core) reduces over,
+   * NULL: the world (hvd_distributed_options_t.process_set, borrowed) */
+  const hvd_process_set_t *ps;
 };
+
+/* rc = call, with the collectives this thread builds meanwhile on process
+ * set ps (NULL: the world; hvd__coll_set). Each public call of a
+ * distributed optimizer, and the broadcasts, checkpoints and states given
+ * one, run so on its process_set: every collective inside (gradients,
+ * found_inf, norms, agreement, ZeRO's blocks, PowerSGD, broadcasts) is
+ * the set's, with ranks and sizes counted in it (hvd__coll_rank/size). */
+/* The process set opt's calls run on (opt NULL or plain: the world). */
+static inline const hvd_process_set_t *
+hvd__optim_set(const hvd_optimizer_t *opt) {
+  return opt != NULL ? opt->ps : NULL;
+}
+
+#define HVD__ON_SET(ps, rc, call)                                              \
+  do {                                                                         \
+    const hvd_process_set_t *was_ = hvd__coll_set(ps);                         \
+    (rc) = (call);                                                             \
+    hvd__coll_set(was_);                                                       \
+  } while (0)
 
 /* Steps need new gradients: the message of both the plain and the
  * distributed step. */
@@ -66,12 +89,12 @@ struct hvd_optimizer {
 
 /* The plain optimizer that holds params and state (opt itself or its
  * base). */
-/* Collective over the world (lib/optim/optimizer.c). Every rank passes its
- * own result (its message in hvd_last_error() when it failed); every rank
- * returns the result and message of the lowest failing rank, with " (on
- * rank R)" added when R is not 0: a step that can fail on one rank (an
- * allocation) is agreed before the collectives that need it on all, so a
- * rank that failed never strands its peers in them. name names the
+/* Collective over the world, or the set of HVD__ON_SET (optimizer.c). Every
+ * rank passes its own result (its message in hvd_last_error() when it failed);
+ * every rank returns the result and message of the lowest failing rank, with "
+ * (on rank R)" added when R (its world rank) is not 0: a step that can fail on
+ * one rank (an allocation) is agreed before the collectives that need it on
+ * all, so a rank that failed never strands its peers in them. name names the
  * collectives ("<name>" and "<name>.error"). A failure of the collectives
  * themselves is returned as is. */
 hvd_result_t hvd__optim_agree(const char *name, hvd_result_t local);

@@ -566,7 +566,7 @@ static void wait_q(hvd__psgd_t *s, hvd_result_t *first, char *msg, size_t cap) {
 /* Every parameter's end (device Qs fetched first, one wait after). */
 static hvd_result_t finish_all(hvd__psgd_t *s, double postscale) {
   hvd_result_t rc = device_fetch(s, 1);
-  int size = hvd_size(), any = 0;
+  int size = hvd__coll_size(), any = 0;
   for (int i = 0; i < s->n && rc == HVD_SUCCESS; i++)
     if (s->p[i].g != NULL) {
       rc = finish(s, &s->p[i], postscale, size);

@@ -358,7 +358,9 @@ static hvd_result_t commit_file(hvd_state_t *st) {
   return before != HVD_SUCCESS ? hvd__set_error_msg(before, msg) : rc;
 }
 
-hvd_result_t hvd_state_commit(hvd_state_t *st) {
+/* hvd_state_commit and _restore run on the optimizer's process set (the
+ * world without one): its first rank writes and reads the file. */
+static hvd_result_t commit(hvd_state_t *st) {
   if (st == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: state is NULL", commit_fn);
   if (!hvd_is_initialized())
@@ -379,7 +381,7 @@ hvd_result_t hvd_state_commit(hvd_state_t *st) {
   return commit_file(st);
 }
 
-hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored) {
+static hvd_result_t restore(hvd_state_t *st, int *restored) {
   if (st == NULL || restored == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: %s is NULL", restore_fn,
                           st == NULL ? "state" : "restored");
@@ -399,7 +401,8 @@ hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored) {
     return HVD_SUCCESS;
   /* whether rank 0 sees the file, for every rank */
   struct stat sb;
-  int64_t there = hvd_rank() == 0 ? stat(st->path, &sb) == 0 : 0, one = 1;
+  int64_t there = hvd__coll_rank() == 0 ? stat(st->path, &sb) == 0 : 0;
+  int64_t one = 1;
   hvd_tensor_t t = hvd_tensor_make(&there, HVD_INT64, 1, &one);
   rc = hvd_broadcast("hvd.state.exists", &t, 0);
   if (rc != HVD_SUCCESS || !there)
@@ -416,6 +419,19 @@ hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored) {
   st->commits = commits;
   *restored = 1;
   return HVD_SUCCESS;
+}
+
+hvd_result_t hvd_state_commit(hvd_state_t *st) {
+  hvd_result_t rc;
+  HVD__ON_SET(st != NULL ? hvd__optim_set(st->opt) : NULL, rc, commit(st));
+  return rc;
+}
+
+hvd_result_t hvd_state_restore(hvd_state_t *st, int *restored) {
+  hvd_result_t rc;
+  HVD__ON_SET(st != NULL ? hvd__optim_set(st->opt) : NULL, rc,
+              restore(st, restored));
+  return rc;
 }
 
 void hvd_state_destroy(hvd_state_t *st) {

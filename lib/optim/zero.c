@@ -180,7 +180,7 @@ hvd_result_t hvd__zero_create(const char *fn, hvd_optimizer_t *core,
   if (!z->off || !z->len || !z->recv || !z->gblk || !z->gdst || !z->block ||
       !z->vblk || !z->names || !z->mnames || !z->state || !z->snames)
     goto oom;
-  int64_t P = hvd_size(), r = hvd_rank();
+  int64_t P = hvd__coll_size(), r = hvd__coll_rank(); /* the set's */
   for (int i = 0; i < n; i++) {
     int64_t numel = hvd_tensor_numel(&core->params[i].value);
     int64_t q = numel / P, m = numel % P;
@@ -333,7 +333,7 @@ static hvd_result_t to_root_async(hvd__zero_t *z, hvd_optimizer_t *core, int j,
   int64_t len;
   if (!root_item(z, core, j, &blk, &len, &name, &whole))
     return HVD_SUCCESS;
-  int64_t *splits = calloc((size_t)hvd_size(), sizeof *splits);
+  int64_t *splits = calloc((size_t)hvd__coll_size(), sizeof *splits);
   if (splits == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: splits", name);
   splits[0] = len;
@@ -374,7 +374,7 @@ hvd_result_t hvd__zero_root_param(hvd__zero_t *z, hvd_optimizer_t *core, int i,
     int64_t len;
     rc = req[q] != NULL ? hvd_wait(req[q]) : HVD_SUCCESS;
     first_failure(rc, &first, msg);
-    if (req[q] != NULL && rc == HVD_SUCCESS && hvd_rank() == 0 &&
+    if (req[q] != NULL && rc == HVD_SUCCESS && hvd__coll_rank() == 0 &&
         root_item(z, core, param_item(z, i, m, q), &blk, &len, &name, &whole))
       whole->data = out[q].data,
       whole->device = out[q].device; /* shape stays */

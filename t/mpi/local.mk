@@ -139,11 +139,14 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 ## of every rank, without a group and with pairs, bfloat16, refusals);
 ## the ranks' hyperparameters (hparams: each kind of difference named by
 ## the step, then made root's by hvd_broadcast_optimizer_state; sharded,
-## a joined rank, the check turned off).
+## a joined rank, the check turned off); on a process set (optim_ps: two
+## pipeline stages, each averaging, sharding, checking, broadcasting and
+## checkpointing within its own set; refusals).
 check_PROGRAMS += t/mpi/optim t/mpi/bcast_params t/mpi/checkpoint \
 	t/mpi/sparse_grad t/mpi/sync_bn t/mpi/zero t/mpi/state t/mpi/mixed \
 	t/mpi/mixed_shard t/mpi/clip t/mpi/weight_decay t/mpi/lamb t/mpi/adasum \
-	t/mpi/powersgd t/mpi/powersgd_ckpt t/mpi/local_sgd t/mpi/hparams
+	t/mpi/powersgd t/mpi/powersgd_ckpt t/mpi/local_sgd t/mpi/hparams \
+	t/mpi/optim_ps
 NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/optim.np4 \
 	t/mpi/sparse_grad.np1 t/mpi/sparse_grad.np2 t/mpi/sparse_grad.np3 \
@@ -168,6 +171,8 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/local_sgd.np4 \
 	t/mpi/hparams.np1 t/mpi/hparams.np2 t/mpi/hparams.np3 \
 	t/mpi/hparams.np4 \
+	t/mpi/optim_ps.np1 t/mpi/optim_ps.np2 t/mpi/optim_ps.np3 \
+	t/mpi/optim_ps.np4 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
 	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3 t/mpi/checkpoint.np4
