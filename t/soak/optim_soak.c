@@ -91,8 +91,8 @@ typedef struct cfg {
   int by_state;     /* at ckpt_step an hvd_state commit, a step, a restore */
 } cfg_t;
 
-static int device_mode;      /* --device */
-static int dev = HVD_CPU;    /* the rank's GPU with --device */
+static int device_mode;   /* --device */
+static int dev = HVD_CPU; /* the rank's GPU with --device */
 
 static uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -105,8 +105,7 @@ static uint64_t rng_state;
 static uint64_t draw(uint64_t n) { return mix(rng_state++) % n; }
 static int coin(int percent) { return (int)draw(100) < percent; }
 
-static const char *const kinds[] = {"SGD", "Adam", "AdamW", "LAMB",
-                                    "custom"};
+static const char *const kinds[] = {"SGD", "Adam", "AdamW", "LAMB", "custom"};
 static int n_skipped, n_ckpt, n_steps, n_sparse, n_resumed; /* the summary */
 
 static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
@@ -175,17 +174,17 @@ static void describe(const cfg_t *c, char *s, size_t cap) {
       c->max_norm, c->scaling, c->inject_step, c->inject_rank,
       c->by_state ? "state commit" : "ckpt", c->ckpt_step);
   for (int p = 0; p < c->n && at < cap; p++)
-    at += (size_t)snprintf(
-        s + at, cap - at, " [%lld %s%s%s lrs %g wd %g]", (long long)c->len[p],
-        hvd_dtype_name(c->dt[p]), c->on_dev[p] ? " gpu" : "",
-        c->sparse[p] == 1   ? " sparse-before"
-        : c->sparse[p] == 2 ? " sparse-after"
-                            : "",
-        c->lr_scale[p], c->pwd[p]);
+    at += (size_t)snprintf(s + at, cap - at, " [%lld %s%s%s lrs %g wd %g]",
+                           (long long)c->len[p], hvd_dtype_name(c->dt[p]),
+                           c->on_dev[p] ? " gpu" : "",
+                           c->sparse[p] == 1   ? " sparse-before"
+                           : c->sparse[p] == 2 ? " sparse-after"
+                                               : "",
+                           c->lr_scale[p], c->pwd[p]);
 }
 
 typedef struct side {
-  void *v[MAXP], *g[MAXP]; /* on the host; with a device side the copies */
+  void *v[MAXP], *g[MAXP];   /* on the host; with a device side the copies */
   void *dv[MAXP], *dg[MAXP]; /* the device's, where the parameter is there */
   hvd_param_t p[MAXP];
   hvd_optimizer_t *opt;
@@ -251,10 +250,10 @@ static void make_side(const cfg_t *c, side_t *s, int on_device) {
     s->v[p] = hvdt_calloc((size_t)c->len[p], es);
     s->g[p] = hvdt_calloc((size_t)c->len[p], es);
     for (int64_t i = 0; i < c->len[p]; i++)
-      hvdt_put(c->dt[p], s->v[p], i,
-               (double)((int64_t)(mix((uint64_t)(p * 7919 + i)) % 2001) -
-                        1000) /
-                   1000.0);
+      hvdt_put(
+          c->dt[p], s->v[p], i,
+          (double)((int64_t)(mix((uint64_t)(p * 7919 + i)) % 2001) - 1000) /
+              1000.0);
     s->p[p].name = pnames[p];
     s->p[p].value = hvd_tensor_make(s->v[p], c->dt[p], 1, &c->len[p]);
     s->p[p].grad = hvd_tensor_make(s->g[p], c->dt[p], 1, &c->len[p]);
@@ -357,8 +356,7 @@ static double sign_of(int step, int p, int64_t i) {
 
 static double grad_of(int r, int step, int pass, int p, int64_t i) {
   uint64_t h = mix(((uint64_t)r << 48) ^ ((uint64_t)step << 36) ^
-                   ((uint64_t)pass << 32) ^ ((uint64_t)p << 28) ^
-                   (uint64_t)i);
+                   ((uint64_t)pass << 32) ^ ((uint64_t)p << 28) ^ (uint64_t)i);
   return sign_of(step, p, i) * (double)(8 + h % 9) / 64.0;
 }
 
@@ -368,14 +366,14 @@ static double grad_of(int r, int step, int pass, int p, int64_t i) {
 #define SPARSE_MAX 4
 static int sparse_of(const cfg_t *c, int r, int step, int p, double scale,
                      int64_t *rows, float *vals) {
-  uint64_t h = mix(((uint64_t)r << 40) ^ ((uint64_t)step << 20) ^
-                   (uint64_t)(p + 77));
+  uint64_t h =
+      mix(((uint64_t)r << 40) ^ ((uint64_t)step << 20) ^ (uint64_t)(p + 77));
   int n = 1 + (int)(h % SPARSE_MAX);
   for (int k = 0; k < n; k++) {
     uint64_t x = mix(h + (uint64_t)k + 1);
     rows[k] = (int64_t)(x % (uint64_t)c->len[p]);
-    vals[k] = (float)(sign_of(step, p, rows[k]) *
-                      (double)(1 + (x >> 32) % 4) / 64.0 * scale);
+    vals[k] = (float)(sign_of(step, p, rows[k]) * (double)(1 + (x >> 32) % 4) /
+                      64.0 * scale);
   }
   return n;
 }
@@ -425,8 +423,8 @@ static hvd_result_t dist_passes(const cfg_t *c, side_t *s, int step,
 /* The reference's gradients: every rank's, every pass, divided. */
 static void ref_grads(const cfg_t *c, side_t *s, int step, double scale) {
   const int size = hvd_size(), k = c->d.backward_passes_per_step;
-  double div = (c->d.op == HVD_AVERAGE ? size : 1) *
-               (c->d.average_passes ? k : 1);
+  double div =
+      (c->d.op == HVD_AVERAGE ? size : 1) * (c->d.average_passes ? k : 1);
   for (int p = 0; p < c->n; p++) {
     double *t = hvdt_calloc((size_t)c->len[p], sizeof *t);
     for (int64_t i = 0; i < c->len[p]; i++)
@@ -560,13 +558,13 @@ static int state_trip(const cfg_t *c, side_t *d, int step) {
 }
 
 /* One step of both sides; 0 and a reason in why on any difference. */
-static int one_step(const cfg_t *c, side_t *d, side_t *r, int step,
-                    char *why, size_t cap) {
+static int one_step(const cfg_t *c, side_t *d, side_t *r, int step, char *why,
+                    size_t cap) {
   double ds = hvd_optimizer_loss_scale(d->opt);
   double rs = hvd_optimizer_loss_scale(r->opt);
   if (ds != rs) {
-    snprintf(why, cap, "step %d: loss scale %g vs the reference's %g", step,
-             ds, rs);
+    snprintf(why, cap, "step %d: loss scale %g vs the reference's %g", step, ds,
+             rs);
     return 0;
   }
   hvd_result_t rc = dist_passes(c, d, step, ds);
@@ -584,9 +582,10 @@ static int one_step(const cfg_t *c, side_t *d, side_t *r, int step,
   if (sk != hvd_optimizer_step_skipped(r->opt) ||
       hvd_optimizer_steps(d->opt) != hvd_optimizer_steps(r->opt) ||
       sk != (step == c->inject_step)) {
-    snprintf(why, cap, "step %d: skipped %d vs %d (want %d), steps %lld vs %lld",
-             step, sk, hvd_optimizer_step_skipped(r->opt),
-             step == c->inject_step, (long long)hvd_optimizer_steps(d->opt),
+    snprintf(why, cap,
+             "step %d: skipped %d vs %d (want %d), steps %lld vs %lld", step,
+             sk, hvd_optimizer_step_skipped(r->opt), step == c->inject_step,
+             (long long)hvd_optimizer_steps(d->opt),
              (long long)hvd_optimizer_steps(r->opt));
     return 0;
   }
@@ -643,8 +642,8 @@ static int resume(const cfg_t *c, side_t *d, side_t *r, int k, char *why,
     return 0;
   }
   pull(c, d);
-  int same = sd == sr && hvd_optimizer_steps(d->opt) ==
-                             hvd_optimizer_steps(r->opt);
+  int same =
+      sd == sr && hvd_optimizer_steps(d->opt) == hvd_optimizer_steps(r->opt);
   for (int p = 0; p < c->n; p++)
     same &= memcmp(d->v[p], r->v[p], bytes_of(c, p)) == 0;
   if (!same)
@@ -653,8 +652,7 @@ static int resume(const cfg_t *c, side_t *d, side_t *r, int k, char *why,
 }
 
 /* 1: passed, 0: failed, -1: refused at creation. */
-static int run(const cfg_t *c, int k, const char *dir, char *why,
-               size_t cap) {
+static int run(const cfg_t *c, int k, const char *dir, char *why, size_t cap) {
   side_t d, r;
   make_side(c, &d, 1);
   make_side(c, &r, 0);
