@@ -20,8 +20,13 @@
  * parameter's reduction starts or after (allgathered at the step); a
  * checkpoint saved, the model scribbled over and loaded back in the
  * middle, or an hvd_state committed, a step of other gradients taken
- * and the commit restored. A combination the library refuses at
- * creation is counted and skipped (every rank refuses alike).
+ * and the commit restored; at np >= 2 (not with --save-dir or
+ * --resume-dir), the optimizer on a process set: the ranks of each
+ * parity form one (hvd_distributed_options_t.process_set), both train
+ * the configuration at once, each against its own ranks' average, its
+ * inf skipping its own step, its checkpoint its own file. A combination the
+ * library refuses at creation is counted and skipped (every rank refuses
+ * alike).
  *
  * Each rank's gradients are its own (a hash of rank, step, pass,
  * parameter and element, times the loss scale), accumulated over the
@@ -89,7 +94,13 @@ typedef struct cfg {
   int on_dev[MAXP]; /* --device: the distributed side's parameter on the GPU */
   int sparse[MAXP]; /* sparse rows each step: 1 before grad_ready, 2 after */
   int by_state;     /* at ckpt_step an hvd_state commit, a step, a restore */
+  int split;        /* on the parity set (d.process_set = parity) */
 } cfg_t;
+
+/* The ranks of this rank's parity (np >= 2), and their world ranks. */
+static hvd_process_set_t *parity;
+static int nmembers, members[64];
+static const char *save_dir, *resume_dir; /* --save-dir, --resume-dir */
 
 static int device_mode;   /* --device */
 static int dev = HVD_CPU; /* the rank's GPU with --device */
@@ -106,7 +117,8 @@ static uint64_t draw(uint64_t n) { return mix(rng_state++) % n; }
 static int coin(int percent) { return (int)draw(100) < percent; }
 
 static const char *const kinds[] = {"SGD", "Adam", "AdamW", "LAMB", "custom"};
-static int n_skipped, n_ckpt, n_steps, n_sparse, n_resumed; /* the summary */
+static int n_skipped, n_ckpt, n_steps, n_sparse, n_resumed,
+    n_split; /* the summary */
 
 static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
   static const hvd_dtype_t dts[] = {HVD_FLOAT32, HVD_FLOAT32, HVD_BFLOAT16,
@@ -156,6 +168,16 @@ static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
     c->on_dev[p] = 0;
     c->lr_scale[p] = c->pwd[p] = NAN;
   }
+  c->split = coin(25) && parity != NULL && !save_dir && !resume_dir;
+  c->d.process_set = c->split ? parity : NULL;
+}
+
+/* The ranks whose gradients this rank's optimizer averages: its parity
+ * set's, or every rank. */
+static int nranks(const cfg_t *c) { return c->split ? nmembers : hvd_size(); }
+static int rank_at(const cfg_t *c, int j) { return c->split ? members[j] : j; }
+static int in_mine(const cfg_t *c, int r) {
+  return !c->split || r % 2 == hvd_rank() % 2;
 }
 
 static void describe(const cfg_t *c, char *s, size_t cap) {
@@ -163,7 +185,7 @@ static void describe(const cfg_t *c, char *s, size_t cap) {
       s, cap,
       "%s lr %g momentum %g nesterov %d wd %g; op %s passes %d average %d "
       "predivide %g shard %d fp32 %d wire %s; clip %g scaling %d inject "
-      "step %d rank %d; %s step %d; params",
+      "step %d rank %d; %s step %d; %s; params",
       kinds[c->kind], c->lr, c->momentum, c->nesterov, c->wd,
       c->d.op == HVD_SUM ? "sum" : "average", c->d.backward_passes_per_step,
       c->d.average_passes, c->d.gradient_predivide_factor,
@@ -172,7 +194,8 @@ static void describe(const cfg_t *c, char *s, size_t cap) {
       : c->d.compression == HVD_COMPRESS_BF16 ? "bf16"
                                               : "none",
       c->max_norm, c->scaling, c->inject_step, c->inject_rank,
-      c->by_state ? "state commit" : "ckpt", c->ckpt_step);
+      c->by_state ? "state commit" : "ckpt", c->ckpt_step,
+      c->split ? "on the parity set" : "on the world");
   for (int p = 0; p < c->n && at < cap; p++)
     at += (size_t)snprintf(s + at, cap - at, " [%lld %s%s%s lrs %g wd %g]",
                            (long long)c->len[p], hvd_dtype_name(c->dt[p]),
@@ -420,20 +443,22 @@ static hvd_result_t dist_passes(const cfg_t *c, side_t *s, int step,
   return HVD_SUCCESS;
 }
 
-/* The reference's gradients: every rank's, every pass, divided. */
+/* The reference's gradients: every rank's (of the set), every pass,
+ * divided. */
 static void ref_grads(const cfg_t *c, side_t *s, int step, double scale) {
-  const int size = hvd_size(), k = c->d.backward_passes_per_step;
+  const int size = nranks(c), k = c->d.backward_passes_per_step;
   double div =
       (c->d.op == HVD_AVERAGE ? size : 1) * (c->d.average_passes ? k : 1);
   for (int p = 0; p < c->n; p++) {
     double *t = hvdt_calloc((size_t)c->len[p], sizeof *t);
     for (int64_t i = 0; i < c->len[p]; i++)
-      for (int r = 0; r < size; r++)
+      for (int j = 0; j < size; j++)
         for (int pass = 0; pass < k; pass++)
-          t[i] += injected(c, r, step, pass, p, i)
+          t[i] += injected(c, rank_at(c, j), step, pass, p, i)
                       ? INFINITY
-                      : grad_of(r, step, pass, p, i) * scale;
-    for (int r = 0; r < size && c->sparse[p]; r++) {
+                      : grad_of(rank_at(c, j), step, pass, p, i) * scale;
+    for (int j = 0; j < size && c->sparse[p]; j++) {
+      const int r = rank_at(c, j);
       int64_t rows[SPARSE_MAX];
       float vals[SPARSE_MAX];
       int n = sparse_of(c, r, step, p, scale, rows, vals);
@@ -507,7 +532,8 @@ static int round_trip(const cfg_t *c, side_t *d, const char *dir, int step) {
   char path[512];
   void *copy[MAXP];
   int64_t got = -1;
-  snprintf(path, sizeof path, "%s/ckpt", dir);
+  snprintf(path, sizeof path, "%s/ckpt%d", dir,
+           c->split ? hvd_rank() % 2 : 0); /* a set's own file */
   if (hvd_checkpoint_save(path, d->p, c->n, d->opt, step) != HVD_SUCCESS) {
     diag("save: %s", hvd_last_error());
     return 0;
@@ -577,19 +603,22 @@ static int one_step(const cfg_t *c, side_t *d, side_t *r, int step, char *why,
     return 0;
   }
   int sk = hvd_optimizer_step_skipped(d->opt);
+  int want = step == c->inject_step && in_mine(c, c->inject_rank);
   n_skipped += sk;
   n_steps++;
   if (sk != hvd_optimizer_step_skipped(r->opt) ||
       hvd_optimizer_steps(d->opt) != hvd_optimizer_steps(r->opt) ||
-      sk != (step == c->inject_step)) {
+      sk != want) {
     snprintf(why, cap,
              "step %d: skipped %d vs %d (want %d), steps %lld vs %lld", step,
-             sk, hvd_optimizer_step_skipped(r->opt), step == c->inject_step,
+             sk, hvd_optimizer_step_skipped(r->opt), want,
              (long long)hvd_optimizer_steps(d->opt),
              (long long)hvd_optimizer_steps(r->opt));
     return 0;
   }
-  if ((rc = hvd_verify_parameters(d->p, c->n)) != HVD_SUCCESS) {
+  rc = c->split ? hvd_ps_verify_parameters(parity, d->p, c->n)
+                : hvd_verify_parameters(d->p, c->n);
+  if (rc != HVD_SUCCESS) {
     snprintf(why, cap, "step %d: %s", step, hvd_last_error());
     return 0;
   }
@@ -622,7 +651,6 @@ static int all_ok(int mine) {
 /* --save-dir: each configuration's end saved as DIR/cfg<k>; --resume-dir:
  * each starts from DIR/cfg<k> (both sides load it), e.g. one written at
  * another world size. */
-static const char *save_dir, *resume_dir;
 
 /* Both sides from resume_dir's file of configuration k: 1 when both load
  * it and hold the same bits, 0 when not, -1 when there is no such file
@@ -737,6 +765,12 @@ int main(int argc, char **argv) {
     i++;
   }
   is_int(HVD_SUCCESS, hvd_init(), "hvd_init");
+  if (hvd_size() >= 2 && hvd_size() <= 64) {
+    if (hvd_process_set_split(hvd_rank() % 2, &parity) != HVD_SUCCESS)
+      bail("split: %s", hvd_last_error());
+    for (int r = hvd_rank() % 2; r < hvd_size(); r += 2)
+      members[nmembers++] = r;
+  }
   char dir[256];
   hvdt_shared_tmpdir(dir, sizeof dir, "optim_soak");
   int refused = 0, passed = 0;
@@ -758,13 +792,15 @@ int main(int argc, char **argv) {
         diag_all("%s", why);
     }
     passed += res == 1;
+    n_split += res == 1 && c.split;
   }
   diag("%d configurations: %d passed, %d refused at creation; %d steps, %d "
        "skipped for an inf, %d checkpoint round trips, %d sparse handovers, "
-       "%d resumed from another run's checkpoint",
+       "%d resumed from another run's checkpoint, %d on a process set",
        configs, passed, refused, n_steps, n_skipped, n_ckpt, n_sparse,
-       n_resumed);
+       n_resumed, n_split);
   hvdt_remove_tmpdir(dir);
+  hvd_process_set_destroy(parity);
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
 }
