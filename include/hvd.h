@@ -1292,7 +1292,9 @@ hvd_result_t hvd_ps_verify_parameters(const hvd_process_set_t *ps,
  * clipping on or off): rank 0 and rank 1 differ in one of them", and
  * nothing changes. A sharded optimizer (shard_optimizer_state) sends the
  * scalars only: each block of its state and masters has one owner, so
- * root's whole state is every rank's already, and no rank is unsharded. */
+ * root's whole state is every rank's already, and no rank is unsharded.
+ * A distributed optimizer on a process set (its process_set option):
+ * collective over the set, root counted within it. */
 hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root);
 
 /* ---- Checkpoints -------------------------------------------------------- *
@@ -1307,7 +1309,11 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root);
  * the calling thread's stream (hvd_cuda_set_stream) had enqueued (the
  * host waits for it), so a model written or read by kernels still queued
  * there is saved or loaded whole; the same for hvd_state's copies and
- * the checksums of hvd_broadcast_parameters and hvd_verify_parameters. */
+ * the checksums of hvd_broadcast_parameters and hvd_verify_parameters.
+ * Given a distributed optimizer on a process set (its process_set
+ * option), a save, load or hvd_state commit and restore is collective
+ * over that set alone, and "rank 0" below is the set's first rank: each
+ * set (a pipeline stage) saves its own file. */
 
 /* Root 0 writes path atomically (temporary file, fsync, rename): a crash
  * leaves the previous file intact. opt may be NULL. With PowerSGD, its
