@@ -755,13 +755,14 @@ static hvd_result_t same_parts(const hvd_optimizer_t *opt,
   /* hvd__ckpt_agree adds " (on rank R)" */
   if (r0[0] != mine[0])
     return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: opt is %sNULL here but %sNULL on rank 0",
-                          load_fn, mine[0] ? "not " : "", r0[0] ? "not " : "");
+                          "%s: opt is %sNULL here but %sNULL on rank %d",
+                          load_fn, mine[0] ? "not " : "", r0[0] ? "not " : "",
+                          hvd__coll_world_rank(0));
   if (r0[1] != mine[1])
     return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: opt %s with PowerSGD here but %s on rank 0",
+                          "%s: opt %s with PowerSGD here but %s on rank %d",
                           load_fn, mine[1] ? "compresses" : "does not compress",
-                          r0[1] ? "does" : "does not");
+                          r0[1] ? "does" : "does not", hvd__coll_world_rank(0));
   return HVD_SUCCESS;
 }
 

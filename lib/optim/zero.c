@@ -384,7 +384,8 @@ hvd_result_t hvd__zero_root_param(hvd__zero_t *z, hvd_optimizer_t *core, int i,
   free(req);
   free(out);
   if (first != HVD_SUCCESS) {
-    hvd__set_error(first, "the full optimizer state on rank 0: %s", msg);
+    hvd__set_error(first, "the full optimizer state on rank %d: %s",
+                   hvd__coll_world_rank(0), msg);
     hvd__zero_release_param(z, core, i, m);
   }
   return first;
