@@ -1316,9 +1316,13 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root);
  * set (a pipeline stage) saves its own file. */
 
 /* Root 0 writes path atomically (temporary file, fsync, rename): a crash
- * leaves the previous file intact. opt may be NULL. With PowerSGD, its
- * state too (hvd_powersgd_options_t; the error feedback averaged over the
- * ranks first). Collective. */
+ * leaves the previous file intact. opt may be NULL; else its state, and
+ * its hyperparameters, as torch's optimizer.state_dict() has its
+ * param_groups' options: lr, update count, a built-in's options
+ * (momentum, betas, eps, weight decay, ...), each parameter's learning
+ * rate scale and weight decay, loss scaling's and clipping's options.
+ * With PowerSGD, its state too (hvd_powersgd_options_t; the error
+ * feedback averaged over the ranks first). Collective. */
 hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
                                  int n, const hvd_optimizer_t *opt,
                                  int64_t step);
@@ -1359,9 +1363,13 @@ hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req);
  * tensors: no rank holds the file (a sharded optimizer's rank takes only
  * its blocks of the state). A file rewritten in place meanwhile fails
  * the load on every rank (HVD_ERR_CORRUPT), the model then mixed. opt and step
- * may be NULL. A PowerSGD optimizer takes the file's PowerSGD state, or starts
- * it afresh when the file has none; an optimizer without PowerSGD skips it.
- * Collective. */
+ * may be NULL. opt takes the file's state and hyperparameters (as torch's
+ * load_state_dict: set any you want changed after the load); which
+ * optimizer it is, and loss scaling and clipping on or off, stay the
+ * program's, and a file from before format version 5 leaves its options
+ * but lr and the update count as they were. A PowerSGD optimizer takes the
+ * file's PowerSGD state, or starts it afresh when the file has none; an
+ * optimizer without PowerSGD skips it. Collective. */
 hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
                                  hvd_optimizer_t *opt, int64_t *step);
 

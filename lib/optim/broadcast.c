@@ -378,13 +378,9 @@ static hvd_result_t unpack_scalars(hvd_optimizer_t *opt, const int64_t *v) {
     hvd__hp_set(&hp[k], x);
   }
   for (int i = 0; i < c->n && rc == HVD_SUCCESS; i++) {
-    double root[2], mine[2];
+    double root[2];
     memcpy(root, &v[HVD__HP_MAX + 2 * i], sizeof root);
-    hvd__hp_param_raw(c, i, &mine[0], &mine[1]);
-    if (root[0] == root[0] || mine[0] == mine[0])
-      rc = hvd_optimizer_set_param_lr_scale(opt, i, root[0]);
-    if (rc == HVD_SUCCESS && (root[1] == root[1] || mine[1] == mine[1]))
-      rc = hvd_optimizer_set_param_weight_decay(opt, i, root[1]);
+    rc = hvd__hp_param_take(c, i, root);
   }
   return rc;
 }

@@ -25,7 +25,8 @@
  *         rank walks through it again and takes each tensor's bytes from
  *         rank 0, which reads them as they go, a piece at a time
  *         (checkpoint_bulk.c), straight into host tensors (agree); only
- *         then the numbers (lr, steps, *step, the counters).
+ *         then the numbers (version 5's hyperparameters, lr, steps,
+ *         *step, the counters; agree).
  *
  * Device tensors (parameters on the rank's GPU and their optimizer state)
  * are copied to the host to be written, a chunk at a time, by rank 0, and
@@ -34,6 +35,8 @@
  * same either way, so a checkpoint saved from GPU parameters loads into
  * host ones and the reverse.
  */
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,6 +330,64 @@ static hvd_result_t next_counters(const char *path, reader_t *r,
   return HVD_SUCCESS;
 }
 
+/* The float64 whose bits are v. */
+static double f64_of(uint64_t v) {
+  double x;
+  memcpy(&x, &v, sizeof x);
+  return x;
+}
+
+/* 1 when x fits hyperparameter h: any double, or a whole number in
+ * range for an int's or an int64_t's place. */
+static int fits(const hvd__hp_t *h, double x) {
+  if (h->type == 'i')
+    return x >= INT_MIN && x <= INT_MAX && x == floor(x);
+  if (h->type == 'l')
+    return x >= -0x1p63 && x < 0x1p63 && x == floor(x);
+  return 1;
+}
+
+/* A version 5+ file's hyperparameters' section (after the counters),
+ * checked: with c (an optimizer's core) each label that c's list has too
+ * (hparams.c, past the shape) must hold a value that fits its place;
+ * with set, too, those values made c's, then each parameter's
+ * learning-rate scale and weight decay where the file or c set one (as
+ * hvd_broadcast_optimizer_state does). Earlier versions: none. */
+static hvd_result_t next_hparams(const char *path, reader_t *r,
+                                 const unsigned char *buf, hvd_optimizer_t *c,
+                                 int set) {
+  uint64_t nh = 0, np = 0, v[2];
+  const char *s;
+  uint32_t len;
+  hvd__hp_t hp[HVD__HP_MAX];
+  const int n = c != NULL ? hvd__hp_list(c, hp) : 0;
+  hvd_result_t rc = HVD_SUCCESS;
+  if (hvd__get_le(buf + 8, 4) < CKPT_VERSION5)
+    return HVD_SUCCESS;
+  if (!take_int(r, 4, &nh))
+    return MALFORMED(r, "hyperparameters");
+  for (uint64_t k = 0; k < nh; k++) {
+    if (!take_str(r, &s, &len) || !take_int(r, 8, &v[0]))
+      return MALFORMED(r, "hyperparameters");
+    for (int j = HVD__HP_SHAPE; j < n; j++)
+      if (same_str(s, len, hp[j].label) && !fits(&hp[j], f64_of(v[0])))
+        return MALFORMED(r, "a hyperparameter out of its range");
+      else if (same_str(s, len, hp[j].label) && set)
+        hvd__hp_set(&hp[j], f64_of(v[0]));
+  }
+  if (!take_int(r, 4, &np))
+    return MALFORMED(r, "parameters' hyperparameters");
+  for (uint64_t i = 0; i < np; i++) {
+    if (!take_int(r, 8, &v[0]) || !take_int(r, 8, &v[1]))
+      return MALFORMED(r, "parameters' hyperparameters");
+    const double file[2] = {f64_of(v[0]), f64_of(v[1])};
+    if (set && c != NULL && i < (uint64_t)c->n &&
+        hvd__optim_builtin(c) != NULL && rc == HVD_SUCCESS)
+      rc = hvd__hp_param_take(c, (int)i, file);
+  }
+  return rc;
+}
+
 /* 1 when the file (its outline ol, checked already) has counter `name`,
  * its value in *v. */
 static int find_counter(const unsigned char *ol, size_t size, const char *name,
@@ -549,6 +610,7 @@ static hvd_result_t walk(const char *path, reader_t *r,
   file_psgd_t g;
   HVD__CHECK(next_opt(path, r, &o));
   HVD__CHECK(next_counters(path, r, head, NULL, 0));
+  HVD__CHECK(next_hparams(path, r, head, NULL, 0));
   for (uint64_t i = 0; i < count; i++)
     HVD__CHECK(next_param(path, r, o.ns, &f));
   if (hvd__get_le(head + 8, 4) >= CKPT_VERSION3) {
@@ -616,6 +678,8 @@ static hvd_result_t validate(const char *path, const unsigned char *ol,
   HVD__CHECK(next_opt(path, &r, &o));
   HVD__CHECK(check_opt(path, &o, c));
   HVD__CHECK(next_counters(path, &r, ol, ctr, 0));
+  /* (the list points into c; set 0 only reads through it) */
+  HVD__CHECK(next_hparams(path, &r, ol, (hvd_optimizer_t *)c, 0));
   for (uint64_t i = 0; i < count; i++) {
     HVD__CHECK(next_param(path, &r, o.ns, &f));
     if (i < (uint64_t)n)
@@ -648,7 +712,8 @@ static void apply(const char *path, const unsigned char *ol, size_t size,
   file_param_t f;
   /* validate() walked through the outline already: these cannot fail */
   if (next_opt(path, &r, &o) != HVD_SUCCESS ||
-      next_counters(path, &r, ol, NULL, 0) != HVD_SUCCESS)
+      next_counters(path, &r, ol, NULL, 0) != HVD_SUCCESS ||
+      next_hparams(path, &r, ol, NULL, 0) != HVD_SUCCESS)
     return;
   for (uint64_t i = 0; i < count && i < (uint64_t)n; i++) {
     if (next_param(path, &r, o.ns, &f) != HVD_SUCCESS)
@@ -675,22 +740,27 @@ static void apply(const char *path, const unsigned char *ol, size_t size,
   apply_psgd(path, &r, ol, ps, b);
 }
 
-/* After every rank took the tensors: the file's numbers (lr, the update
- * count, *step, the counters) on every rank alike. */
-static void apply_numbers(const char *path, const unsigned char *ol,
-                          size_t size, hvd_optimizer_t *c, int64_t *step,
-                          hvd__counters_t *ctr) {
+/* After every rank took the tensors: the file's numbers (the
+ * hyperparameters, lr, the update count, *step, the counters) on every
+ * rank alike. validate() walked through them already; only making a
+ * parameter's setting may fail (out of memory). */
+static hvd_result_t apply_numbers(const char *path, const unsigned char *ol,
+                                  size_t size, hvd_optimizer_t *c,
+                                  int64_t *step, hvd__counters_t *ctr) {
   reader_t r = outline_reader(ol, size);
   file_opt_t o;
+  hvd_result_t rc;
   if (next_opt(path, &r, &o) != HVD_SUCCESS ||
       next_counters(path, &r, ol, ctr, 1) != HVD_SUCCESS)
-    return; /* validate() walked through them already */
-  if (c != NULL) {
+    return HVD_SUCCESS;
+  rc = next_hparams(path, &r, ol, c, 1);
+  if (c != NULL) { /* exactly the optimizer section's */
     memcpy(&c->lr, &o.lr_bits, sizeof c->lr);
     c->steps = (int64_t)o.steps;
   }
   if (step != NULL)
     *step = (int64_t)hvd__get_le(ol + 24, 8);
+  return rc;
 }
 #undef MALFORMED
 
@@ -820,7 +890,8 @@ static hvd_result_t load_checked(const char *path, hvd_param_t *params,
   if (rc == HVD_SUCCESS) /* a failed copy to a GPU is known to every rank */
     rc = hvd__ckpt_agree("load.apply", done);
   if (rc == HVD_SUCCESS) {
-    apply_numbers(path, ol, olsize, c, step, ctr);
+    rc = hvd__ckpt_agree("load.numbers",
+                         apply_numbers(path, ol, olsize, c, step, ctr));
     load_scaler(ol, olsize, c);
   }
 fail:

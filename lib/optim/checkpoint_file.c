@@ -98,11 +98,11 @@ static hvd_result_t check(const char *fn, hvd__ckpt_file_t *f) {
                           fn, f->path, (unsigned long long)f->size,
                           CKPT_HEADER + 4 + CKPT_SUM);
   f->version = (uint32_t)hvd__get_le(head + 8, 4);
-  if (f->version < CKPT_VERSION || f->version > CKPT_VERSION4)
+  if (f->version < CKPT_VERSION || f->version > CKPT_VERSION5)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "%s: '%s': format version %u is not supported "
                           "(this hvd reads versions %u to %u)",
-                          fn, f->path, f->version, CKPT_VERSION, CKPT_VERSION4);
+                          fn, f->path, f->version, CKPT_VERSION, CKPT_VERSION5);
   uint64_t want = hvd__get_le(head + 16, 8);
   if ((rc = sum_file(fn, f, f->size - CKPT_SUM, &sum)) != HVD_SUCCESS)
     return rc;

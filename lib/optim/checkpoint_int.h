@@ -20,6 +20,7 @@
 #define CKPT_VERSION2 2u     /* with a counters section (hvd_state) */
 #define CKPT_VERSION3 3u     /* and PowerSGD's section */
 #define CKPT_VERSION4 4u     /* version 3's layout, hvd__sum64's checksum */
+#define CKPT_VERSION5 5u     /* and the hyperparameters' section */
 #define CKPT_HEADER 32       /* magic, version, count, file size, step */
 #define CKPT_SUM 8           /* the trailing checksum */
 #define FNV_BASIS 0xcbf29ce484222325ull

@@ -204,10 +204,53 @@ static uint64_t psgd_size(const extras_t *x, int n) {
   return size;
 }
 
+/* The hyperparameters' section (version 5): the optimizer's list past its
+ * shape (hparams.c: lr, update count, a built-in's options, loss
+ * scaling's, clipping's) as labelled float64s, then each parameter's
+ * learning-rate scale and weight decay as set (NAN: none). Nothing
+ * without an optimizer. */
+static int hp_of(const hvd_optimizer_t *c, hvd__hp_t hp[HVD__HP_MAX]) {
+  /* the list points into c; the writer only reads through it */
+  return c != NULL ? hvd__hp_list((hvd_optimizer_t *)c, hp) : 0;
+}
+
+static uint64_t hparams_size(const hvd_optimizer_t *c) {
+  hvd__hp_t hp[HVD__HP_MAX];
+  const int nh = hp_of(c, hp);
+  uint64_t size = 4 + 4 + (c != NULL ? 16 * (uint64_t)c->n : 0);
+  for (int k = HVD__HP_SHAPE; k < nh; k++)
+    size += 4 + strlen(hp[k].label) + 8;
+  return size;
+}
+
+static void put_f64(writer_t *w, double x) {
+  uint64_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  put_int(w, bits, 8);
+}
+
+static void write_hparams(writer_t *w, const hvd_optimizer_t *c) {
+  hvd__hp_t hp[HVD__HP_MAX];
+  const int nh = hp_of(c, hp);
+  put_int(w, (uint32_t)(nh > HVD__HP_SHAPE ? nh - HVD__HP_SHAPE : 0), 4);
+  for (int k = HVD__HP_SHAPE; k < nh; k++) {
+    put_str(w, hp[k].label);
+    put_f64(w, hvd__hp_get(&hp[k]));
+  }
+  put_int(w, c != NULL ? (uint32_t)c->n : 0, 4);
+  for (int i = 0; c != NULL && i < c->n; i++) {
+    double x[2];
+    hvd__hp_param_raw(c, i, &x[0], &x[1]);
+    put_f64(w, x[0]);
+    put_f64(w, x[1]);
+  }
+}
+
 static uint64_t file_size(const hvd_param_t *params, int n,
                           const hvd_optimizer_t *c, const extras_t *x) {
   int ns = c ? c->ops.nstate : 0;
-  uint64_t size = CKPT_HEADER + 4 + CKPT_SUM + 4 + psgd_size(x, n);
+  uint64_t size =
+      CKPT_HEADER + 4 + CKPT_SUM + 4 + hparams_size(c) + psgd_size(x, n);
   for (int k = 0; x->ctr != NULL && k < x->ctr->n; k++)
     size += 4 + strlen(x->ctr->names[k]) + 8;
   if (c != NULL) {
@@ -246,15 +289,15 @@ static void write_psgd(writer_t *w, const extras_t *x, int n) {
   }
 }
 
-/* Everything but the checksum: version 4 (version 3's sections, the
- * counters and PowerSGD's, there even when empty). */
+/* Everything but the checksum: version 5 (version 4's sections and the
+ * hyperparameters', there even when empty). */
 static void write_body(writer_t *w, const hvd_param_t *params, int n,
                        const hvd_optimizer_t *c, int64_t step, uint64_t size,
                        const extras_t *x) {
   unsigned char head[CKPT_HEADER];
   const hvd__counters_t *ctr = x->ctr;
   memcpy(head, CKPT_MAGIC, 8);
-  hvd__put_le(head + 8, CKPT_VERSION4, 4);
+  hvd__put_le(head + 8, CKPT_VERSION5, 4);
   hvd__put_le(head + 12, (uint32_t)n, 4);
   hvd__put_le(head + 16, size, 8);
   hvd__put_le(head + 24, (uint64_t)step, 8);
@@ -262,10 +305,8 @@ static void write_body(writer_t *w, const hvd_param_t *params, int n,
   int ns = c ? c->ops.nstate : 0;
   put_int(w, c != NULL, 4);
   if (c != NULL) {
-    uint64_t lr_bits;
-    memcpy(&lr_bits, &c->lr, sizeof lr_bits);
     put_str(w, c->ops.name ? c->ops.name : "");
-    put_int(w, lr_bits, 8);
+    put_f64(w, c->lr);
     put_int(w, (uint64_t)c->steps, 8);
     put_int(w, (uint32_t)ns, 4);
     for (int k = 0; k < ns; k++)
@@ -276,6 +317,7 @@ static void write_body(writer_t *w, const hvd_param_t *params, int n,
     put_str(w, ctr->names[k]);
     put_int(w, (uint64_t)ctr->values[k], 8);
   }
+  write_hparams(w, c);
   for (int i = 0; i < n; i++) { /* every gather, even after a failure */
     int fed = feed_take(w->feed, i);
     if (!fed && w->err == 0) {

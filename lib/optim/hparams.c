@@ -136,6 +136,18 @@ void hvd__hp_param_raw(const hvd_optimizer_t *core, int i, double *lr_scale,
     *wd = b->wd[i];
 }
 
+hvd_result_t hvd__hp_param_take(hvd_optimizer_t *core, int i,
+                                const double v[2]) {
+  double mine[2];
+  hvd_result_t rc = HVD_SUCCESS;
+  hvd__hp_param_raw(core, i, &mine[0], &mine[1]);
+  if (v[0] == v[0] || mine[0] == mine[0])
+    rc = hvd_optimizer_set_param_lr_scale(core, i, v[0]);
+  if (rc == HVD_SUCCESS && (v[1] == v[1] || mine[1] == mine[1]))
+    rc = hvd_optimizer_set_param_weight_decay(core, i, v[1]);
+  return rc;
+}
+
 int64_t hvd__hp_digest(hvd_optimizer_t *core) {
   hvd__hp_t hp[HVD__HP_MAX];
   const int n = hvd__hp_list(core, hp);

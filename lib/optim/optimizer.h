@@ -218,6 +218,12 @@ void hvd__hp_set(const hvd__hp_t *h, double v); /* not for constants */
  * none was, and for a custom optimizer). */
 void hvd__hp_param_raw(const hvd_optimizer_t *core, int i, double *lr_scale,
                        double *wd);
+/* Parameter i's learning-rate scale and weight decay made v[0] and v[1]
+ * (as hvd__hp_param_raw gives them: NAN, none) where v or core has one
+ * set: what a broadcast, a load or a restore of them does. Fails only
+ * out of memory (the per-parameter arrays' first setting). */
+hvd_result_t hvd__hp_param_take(hvd_optimizer_t *core, int i,
+                                const double v[2]);
 /* A digest of the list and every parameter's pair, in [0, 2^62). */
 int64_t hvd__hp_digest(hvd_optimizer_t *core);
 /* After the ranks' digests differed within ps (NULL: the world):

@@ -57,6 +57,9 @@ struct hvd_state {
   void **masters; /* sharded and mixed: n host copies of master blocks */
   double lr;
   int64_t steps;
+  double hp[HVD__HP_MAX]; /* the optimizer's hyperparameters (hparams.c) */
+  double *pp;             /* 2 n: each parameter's lr scale and decay as
+                             set (NAN: none) */
   int64_t saved[MAX_COUNTERS];
   hvd__psgd_copy_t *psgd; /* PowerSGD's state, this rank's own, or NULL */
   int background;         /* file commits written in the background */
@@ -209,9 +212,11 @@ static void free_copy(hvd_state_t *st) {
   free(st->values);
   free(st->states);
   free(st->masters);
+  free(st->pp);
   st->values = NULL;
   st->states = NULL;
   st->masters = NULL;
+  st->pp = NULL;
 }
 
 /* Buffers for the copy, made at the first commit; none when one cannot
@@ -223,7 +228,8 @@ static hvd_result_t alloc_copy(hvd_state_t *st) {
     return HVD_SUCCESS;
   st->values = calloc((size_t)st->n + 1, sizeof *st->values);
   st->states = calloc((size_t)st->n * (size_t)ns + 1, sizeof *st->states);
-  if (st->values == NULL || st->states == NULL)
+  st->pp = calloc(2 * (size_t)st->n + 1, sizeof *st->pp);
+  if (st->values == NULL || st->states == NULL || st->pp == NULL)
     goto oom;
   if (st->opt != NULL && hvd__optim_sharded(st->opt)) {
     if (alloc_blocks(st))
@@ -250,16 +256,41 @@ oom:
                         "%s: out of memory for the committed copy", commit_fn);
 }
 
-/* The scalars: lr and the update count, PowerSGD's state, the counters. */
+/* The optimizer's hyperparameters (as a file keeps them, and torch's
+ * state_dict its param_groups): the list past its shape, each
+ * parameter's settings, then lr and the update count exactly. */
+static hvd_result_t transfer_hparams(hvd_state_t *st, hvd_optimizer_t *c,
+                                     int to_live) {
+  hvd__hp_t hp[HVD__HP_MAX];
+  const int nh = hvd__hp_list(c, hp);
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int k = HVD__HP_SHAPE; k < nh; k++)
+    if (to_live)
+      hvd__hp_set(&hp[k], st->hp[k]);
+    else
+      st->hp[k] = hvd__hp_get(&hp[k]);
+  for (int i = 0; i < c->n && rc == HVD_SUCCESS; i++)
+    if (to_live)
+      rc = hvd__hp_param_take(c, i, &st->pp[2 * i]);
+    else
+      hvd__hp_param_raw(c, i, &st->pp[2 * i], &st->pp[2 * i + 1]);
+  if (to_live)
+    c->lr = st->lr, c->steps = st->steps;
+  else
+    st->lr = c->lr, st->steps = c->steps;
+  return rc;
+}
+
+/* The scalars: the hyperparameters (lr and the update count among them),
+ * PowerSGD's state, the counters. */
 static hvd_result_t transfer_scalars(hvd_state_t *st, hvd_optimizer_t *c,
                                      int to_live, const char *who) {
   hvd_result_t rc = HVD_SUCCESS;
   if (c != NULL) {
-    if (to_live)
-      c->lr = st->lr, c->steps = st->steps;
-    else
-      st->lr = c->lr, st->steps = c->steps;
-    rc = hvd__psgd_keep(hvd__optim_psgd(st->opt), who, &st->psgd, to_live);
+    rc = transfer_hparams(st, c, to_live);
+    if (rc == HVD_SUCCESS)
+      rc = hvd__psgd_keep(hvd__optim_psgd(st->opt), who, &st->psgd,
+                          to_live);
   }
   for (int k = 0; k < st->nc && rc == HVD_SUCCESS; k++)
     if (to_live)

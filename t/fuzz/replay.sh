@@ -30,11 +30,14 @@ done
 # fuzzer would only ever see a refusal at the first bytes).
 prog=$HVD_TOP_BUILDDIR/t/fuzz/replay_checkpoint
 FUZZ_VERBOSE=1 "$prog" "$HVD_TOP_SRCDIR/t/fuzz/corpus/checkpoint/v1-model.ckpt" \
-  "$HVD_TOP_SRCDIR/t/fuzz/corpus/checkpoint/v2-state.ckpt" >"$tmp/out" 2>&1
-printf '%s\n' "checkpoint: loaded" "state: restored" >"$tmp/want"
+  "$HVD_TOP_SRCDIR/t/fuzz/corpus/checkpoint/v2-state.ckpt" \
+  "$HVD_TOP_SRCDIR/t/fuzz/corpus/checkpoint/v5-state.ckpt" >"$tmp/out" 2>&1
+printf '%s\n' "checkpoint: loaded" "state: restored" "state: restored" \
+  >"$tmp/want"
 grep -A2 'v1-model.ckpt$' "$tmp/out" | sed -n 2p >"$tmp/got"
 grep -A2 'v2-state.ckpt$' "$tmp/out" | sed -n 3p >>"$tmp/got"
+grep -A2 'v5-state.ckpt$' "$tmp/out" | sed -n 3p >>"$tmp/got"
 cmp -s "$tmp/want" "$tmp/got"
-check $? "checkpoint: the seed v1-model.ckpt loads, v2-state.ckpt restores" ||
+check $? "checkpoint: the seed v1-model.ckpt loads, v2-state.ckpt and v5-state.ckpt restore" ||
   show "$tmp/out" output
 exit $failed

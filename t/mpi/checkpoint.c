@@ -330,13 +330,13 @@ static void failures(void) {
              lmsg(at("text.ckpt"), "not an hvd checkpoint (bad magic)"));
   if (rank == 0) {
     unsigned char version = img[8];
-    img[8] = 5;
-    spew(at("v5.ckpt"), img, size);
+    img[8] = 6;
+    spew(at("v6.ckpt"), img, size);
     img[8] = version;
   }
-  load_fails("version 5", at("v5.ckpt"), x.p, NP, opt, HVD_ERR_UNSUPPORTED,
-             lmsg(at("v5.ckpt"), "format version 5 is not supported (this "
-                                 "hvd reads versions 1 to 4)"));
+  load_fails("version 6", at("v6.ckpt"), x.p, NP, opt, HVD_ERR_UNSUPPORTED,
+             lmsg(at("v6.ckpt"), "format version 6 is not supported (this "
+                                 "hvd reads versions 1 to 5)"));
 
   /* no file; a directory */
   load_fails("missing file", at("nothing.ckpt"), x.p, NP, opt, HVD_ERR_IO,

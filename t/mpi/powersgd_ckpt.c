@@ -16,7 +16,7 @@
  *    the same bits on every rank;
  *  - the same resume from a file without the optimizer (PowerSGD afresh)
  *    ends off by more than 1e-3: the state matters;
- *  - the file is version 4; a plain distributed optimizer's too, with no
+ *  - the file is version 5; a plain distributed optimizer's too, with no
  *    PowerSGD record, and a file with records loads into one (the
  *    section is skipped);
  *  - hvd_state: a commit after 3 steps, 2 steps, a restore, the same 2
@@ -209,7 +209,7 @@ static void test_resume(const char *dir) {
      "resume from a file without PowerSGD's state: off by more than 1e-3 "
      "(%.2g): the state matters",
      lo);
-  is_int(4, file_version(path), "the file is version 4");
+  is_int(5, file_version(path), "the file is version 5");
   psgd_model_drop(&want);
   psgd_model_drop(&got);
   psgd_model_drop(&lost);
@@ -236,7 +236,7 @@ static void test_plain(const char *dir) {
      "... the saved values, step and step count");
   is_int(HVD_SUCCESS, hvd_checkpoint_save(plain, m.p, NP, opt, step),
          "saved by the plain optimizer");
-  is_int(4, file_version(plain), "... as version 4, with no record");
+  is_int(5, file_version(plain), "... as version 5, with no record");
   resume(&fresh, plain, FRESH);
   resume(&stale, plain, STALE);
   ok(same_bits(&fresh, &stale),
