@@ -696,6 +696,21 @@ hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
                              const float *save_mean, const float *save_invstd,
                              hvd_tensor_t *dx, float *dweight, float *dbias);
 
+/* The same over process set ps's ranks (torch's SyncBatchNorm with
+ * process_group=, e.g. the ranks of a node): the batch is its members'
+ * samples together, and the collectives are the set's. Collective over
+ * the set's members; any other rank gets HVD_ERR_INVALID_ARG
+ * ("hvd_ps_sync_batch_norm_forward: rank 3 is not in process set 1"). */
+hvd_result_t hvd_ps_sync_batch_norm_forward(
+    const hvd_process_set_t *ps, const char *name, const hvd_tensor_t *x,
+    const float *weight, const float *bias, float *running_mean,
+    float *running_var, double momentum, double eps, hvd_tensor_t *y,
+    float *save_mean, float *save_invstd);
+hvd_result_t hvd_ps_sync_batch_norm_backward(
+    const hvd_process_set_t *ps, const char *name, const hvd_tensor_t *x,
+    const hvd_tensor_t *dy, const float *weight, const float *save_mean,
+    const float *save_invstd, hvd_tensor_t *dx, float *dweight, float *dbias);
+
 /* ---- Optimizers (lib/optim) --------------------------------------------- *
  * Parameters are float32 tensors (or float16/bfloat16: mixed precision,
  * below), on the host or on the rank's GPU, each

@@ -198,22 +198,9 @@ hvd_result_t hvd_verify_parameters(const hvd_param_t *params, int n) {
   return rc != HVD_SUCCESS ? rc : verify(__func__, params, n);
 }
 
-/* The ps of an hvd_ps_* call: given, and this rank in it. */
-static hvd_result_t check_set(const char *fn, const hvd_process_set_t *ps) {
-  if (!hvd_is_initialized())
-    return hvd__not_initialized(fn);
-  if (ps == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: ps is NULL", fn);
-  if (hvd_process_set_rank(ps) < 0)
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: rank %d is not in process set %d", fn,
-                          hvd_rank(), hvd_process_set_id(ps));
-  return HVD_SUCCESS;
-}
-
 hvd_result_t hvd_ps_verify_parameters(const hvd_process_set_t *ps,
                                       const hvd_param_t *params, int n) {
-  hvd_result_t rc = check_set(__func__, ps);
+  hvd_result_t rc = hvd__optim_check_set(__func__, ps);
   if (rc == HVD_SUCCESS)
     rc = check_params(__func__, params, n);
   if (rc == HVD_SUCCESS)
@@ -291,7 +278,7 @@ hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root) {
 
 hvd_result_t hvd_ps_broadcast_parameters(const hvd_process_set_t *ps,
                                          hvd_param_t *params, int n, int root) {
-  hvd_result_t rc = check_set(__func__, ps);
+  hvd_result_t rc = hvd__optim_check_set(__func__, ps);
   if (rc == HVD_SUCCESS)
     HVD__ON_SET(ps, rc, broadcast_parameters(__func__, params, n, root));
   return rc;

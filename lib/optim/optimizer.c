@@ -720,6 +720,18 @@ void hvd_optimizer_destroy(hvd_optimizer_t *opt) {
   hvd__coll_set(was);
 }
 
+hvd_result_t hvd__optim_check_set(const char *fn, const hvd_process_set_t *ps) {
+  if (!hvd_is_initialized())
+    return hvd__not_initialized(fn);
+  if (ps == NULL)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: ps is NULL", fn);
+  if (hvd_process_set_rank(ps) < 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: rank %d is not in process set %d", fn,
+                          hvd_rank(), hvd_process_set_id(ps));
+  return HVD_SUCCESS;
+}
+
 /* ---- agreement ----------------------------------------------------------- */
 
 hvd_result_t hvd__optim_agree(const char *name, hvd_result_t local) {

@@ -68,6 +68,10 @@ struct hvd_optimizer {
  * one, run so on its process_set: every collective inside (gradients,
  * found_inf, norms, agreement, ZeRO's blocks, PowerSGD, broadcasts) is
  * the set's, with ranks and sizes counted in it (hvd__coll_rank/size). */
+/* The ps of an hvd_ps_* call of lib/optim: hvd initialised, ps given and
+ * this rank in it ("<fn>: rank 3 is not in process set 1"). */
+hvd_result_t hvd__optim_check_set(const char *fn, const hvd_process_set_t *ps);
+
 /* The process set opt's calls run on (opt NULL or plain: the world). */
 static inline const hvd_process_set_t *
 hvd__optim_set(const hvd_optimizer_t *opt) {

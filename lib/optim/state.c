@@ -289,8 +289,7 @@ static hvd_result_t transfer_scalars(hvd_state_t *st, hvd_optimizer_t *c,
   if (c != NULL) {
     rc = transfer_hparams(st, c, to_live);
     if (rc == HVD_SUCCESS)
-      rc = hvd__psgd_keep(hvd__optim_psgd(st->opt), who, &st->psgd,
-                          to_live);
+      rc = hvd__psgd_keep(hvd__optim_psgd(st->opt), who, &st->psgd, to_live);
   }
   for (int k = 0; k < st->nc && rc == HVD_SUCCESS; k++)
     if (to_live)

@@ -33,6 +33,7 @@
 #include "base/half.h"
 #include "base/tensor.h"
 #include "core/api.h"
+#include "optim/optimizer.h"
 
 #define BN_PREFIX "hvd.sync_bn."
 
@@ -473,11 +474,14 @@ done:
 }
 #endif
 
-hvd_result_t hvd_sync_batch_norm_forward(
-    const char *name, const hvd_tensor_t *x, const float *weight,
-    const float *bias, float *running_mean, float *running_var, double momentum,
-    double eps, hvd_tensor_t *y, float *save_mean, float *save_invstd) {
-  static const char fn[] = "hvd_sync_batch_norm_forward";
+/* The forward, named fn, over the collectives' current set (the world's,
+ * or hvd_ps_sync_batch_norm_forward's). */
+static hvd_result_t forward(const char *fn, const char *name,
+                            const hvd_tensor_t *x, const float *weight,
+                            const float *bias, float *running_mean,
+                            float *running_var, double momentum, double eps,
+                            hvd_tensor_t *y, float *save_mean,
+                            float *save_invstd) {
   hvd_result_t rc;
   bn_shape_t sh;
   HVD__CHECK(check_name(fn, name));
@@ -547,12 +551,12 @@ fail:
   return rc;
 }
 
-hvd_result_t
-hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
-                             const hvd_tensor_t *dy, const float *weight,
-                             const float *save_mean, const float *save_invstd,
-                             hvd_tensor_t *dx, float *dweight, float *dbias) {
-  static const char fn[] = "hvd_sync_batch_norm_backward";
+/* The backward, as forward(). */
+static hvd_result_t backward(const char *fn, const char *name,
+                             const hvd_tensor_t *x, const hvd_tensor_t *dy,
+                             const float *weight, const float *save_mean,
+                             const float *save_invstd, hvd_tensor_t *dx,
+                             float *dweight, float *dbias) {
   hvd_result_t rc;
   bn_shape_t sh;
   HVD__CHECK(check_name(fn, name));
@@ -619,5 +623,47 @@ hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
   free(st);
   return HVD_SUCCESS;
 fail:
+  return rc;
+}
+
+hvd_result_t hvd_sync_batch_norm_forward(
+    const char *name, const hvd_tensor_t *x, const float *weight,
+    const float *bias, float *running_mean, float *running_var, double momentum,
+    double eps, hvd_tensor_t *y, float *save_mean, float *save_invstd) {
+  return forward(__func__, name, x, weight, bias, running_mean, running_var,
+                 momentum, eps, y, save_mean, save_invstd);
+}
+
+hvd_result_t
+hvd_sync_batch_norm_backward(const char *name, const hvd_tensor_t *x,
+                             const hvd_tensor_t *dy, const float *weight,
+                             const float *save_mean, const float *save_invstd,
+                             hvd_tensor_t *dx, float *dweight, float *dbias) {
+  return backward(__func__, name, x, dy, weight, save_mean, save_invstd, dx,
+                  dweight, dbias);
+}
+
+hvd_result_t hvd_ps_sync_batch_norm_forward(
+    const hvd_process_set_t *ps, const char *name, const hvd_tensor_t *x,
+    const float *weight, const float *bias, float *running_mean,
+    float *running_var, double momentum, double eps, hvd_tensor_t *y,
+    float *save_mean, float *save_invstd) {
+  hvd_result_t rc = hvd__optim_check_set(__func__, ps);
+  if (rc == HVD_SUCCESS)
+    HVD__ON_SET(ps, rc,
+                forward(__func__, name, x, weight, bias, running_mean,
+                        running_var, momentum, eps, y, save_mean, save_invstd));
+  return rc;
+}
+
+hvd_result_t hvd_ps_sync_batch_norm_backward(
+    const hvd_process_set_t *ps, const char *name, const hvd_tensor_t *x,
+    const hvd_tensor_t *dy, const float *weight, const float *save_mean,
+    const float *save_invstd, hvd_tensor_t *dx, float *dweight, float *dbias) {
+  hvd_result_t rc = hvd__optim_check_set(__func__, ps);
+  if (rc == HVD_SUCCESS)
+    HVD__ON_SET(ps, rc,
+                backward(__func__, name, x, dy, weight, save_mean, save_invstd,
+                         dx, dweight, dbias));
   return rc;
 }

@@ -10,7 +10,10 @@
  * reference's. NCHW and NC tensors; float32 to 1e-5, float16 and
  * bfloat16 inputs against the reference of their rounded values. Then
  * ranks with different channel counts, too few values, and every
- * argument error with its message.
+ * argument error with its message. Last, hvd_ps_sync_batch_norm_*: on
+ * the sets of the ranks of each parity (np 4: {0, 2} and {1, 3}), the
+ * batch is the set's members' samples alone, the float32 NCHW case; a
+ * rank outside a set is refused.
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +26,10 @@
 #include "tap/tap.h"
 
 static int rank, size;
+/* hvd_ps_sync_batch_norm_*'s set (this rank's parity), or NULL: the world;
+ * its ranks' samples make the batch, and comm sums their shares */
+static hvd_process_set_t *set;
+static MPI_Comm comm = MPI_COMM_WORLD;
 
 static const int per_rank[4] = {3, 1, 0, 2};
 #define MAXC 5
@@ -37,6 +44,14 @@ static int first_of(int r) {
   return g;
 }
 static int total(void) { return first_of(size); }
+/* Whether sample g of the whole layout is in the batch: its rank's (set
+ * mode: a rank of this rank's parity). */
+static int in_batch(int g) {
+  int r = 0;
+  while (g >= first_of(r + 1))
+    r++;
+  return set == NULL || r % 2 == rank % 2;
+}
 
 /* one entry of the batch nudged by bump (the finite-difference check) */
 static int bump_g = -1, bump_c, bump_s;
@@ -127,18 +142,19 @@ typedef struct ref {
 /* The whole batch's batch norm, in double, two steps of running stats
  * from (0, 1). */
 static void reference(hvd_dtype_t t, int C, int S, const double *w,
-                      const double *b, double momentum, double eps,
-                      ref_t *r) {
-  int G = total();
+                      const double *b, double momentum, double eps, ref_t *r) {
+  int G = total(), in = 0;
+  for (int g = 0; g < G; g++)
+    in += in_batch(g);
   for (int c = 0; c < C; c++) {
     double sum = 0, sq = 0;
     for (int g = 0; g < G; g++)
-      for (int s = 0; s < S; s++) {
+      for (int s = 0; s < S && in_batch(g); s++) {
         double v = stored(t, x_at(g, c, s));
         sum += v;
         sq += v * v;
       }
-    double n = (double)G * S, mean = sum / n, var = sq / n - mean * mean;
+    double n = (double)in * S, mean = sum / n, var = sq / n - mean * mean;
     double invstd = 1 / sqrt(var + eps);
     r->mean[c] = mean, r->var[c] = var;
     r->rm[c] = 0, r->rv[c] = 1;
@@ -148,7 +164,7 @@ static void reference(hvd_dtype_t t, int C, int S, const double *w,
     }
     double sdy = 0, sdyx = 0;
     for (int g = 0; g < G; g++)
-      for (int s = 0; s < S; s++) {
+      for (int s = 0; s < S && in_batch(g); s++) {
         double xm = stored(t, x_at(g, c, s)) - mean;
         double gy = stored(t, dy_at(g, c, s));
         r->y[g][c][s] = xm * invstd * w[c] + b[c];
@@ -186,8 +202,9 @@ static void run_case(hvd_dtype_t t, int ndim, double tol) {
     dw[c] = 0.5f, db[c] = -0.25f; /* the backward adds to these */
   }
   char what[64];
-  snprintf(what, sizeof what, "%s %s", hvd_dtype_name(t),
-           ndim == 2 ? "[N, C]" : "[N, C, 2, 3]");
+  snprintf(what, sizeof what, "%s %s%s", hvd_dtype_name(t),
+           ndim == 2 ? "[N, C]" : "[N, C, 2, 3]",
+           set != NULL ? " on the parity set" : "");
   size_t es = t == HVD_FLOAT32 ? 4 : 2;
   void *x = calloc((size_t)(N * C * S) + 1, es);
   void *y = calloc((size_t)(N * C * S) + 1, es);
@@ -207,14 +224,21 @@ static void run_case(hvd_dtype_t t, int ndim, double tol) {
 
   int good = 1;
   for (int k = 0; k < 2 && good; k++) {
-    hvd_result_t rc = hvd_sync_batch_norm_forward(
-        "bn", &tx, wf, bf, rm, rv, momentum, eps, &ty, mean, invstd);
+    hvd_result_t rc =
+        set != NULL
+            ? hvd_ps_sync_batch_norm_forward(set, "bn", &tx, wf, bf, rm, rv,
+                                             momentum, eps, &ty, mean, invstd)
+            : hvd_sync_batch_norm_forward("bn", &tx, wf, bf, rm, rv, momentum,
+                                          eps, &ty, mean, invstd);
     if (rc != HVD_SUCCESS)
       diag("%s", hvd_last_error());
     good = rc == HVD_SUCCESS;
   }
   ok(good, "%s: two forward steps (this rank: %d samples)", what, N);
-  hvd_result_t rc = hvd_sync_batch_norm_backward("bn", &tx, &tdy, wf, mean,
+  hvd_result_t rc =
+      set != NULL ? hvd_ps_sync_batch_norm_backward(set, "bn", &tx, &tdy, wf,
+                                                    mean, invstd, &tdx, dw, db)
+                  : hvd_sync_batch_norm_backward("bn", &tx, &tdy, wf, mean,
                                                  invstd, &tdx, dw, db);
   if (rc != HVD_SUCCESS)
     diag("%s", hvd_last_error());
@@ -260,10 +284,11 @@ static void run_case(hvd_dtype_t t, int ndim, double tol) {
     share[c] = dw[c] - 0.5;
     share[C + c] = db[c] + 0.25;
   }
-  MPI_Allreduce(share, sum, 2 * C, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(share, sum, 2 * C, MPI_DOUBLE, MPI_SUM, comm);
   int p_ok = 1;
   for (int c = 0; c < C; c++)
-    p_ok &= near(r.dw[c], sum[c], tol * 4) && near(r.db[c], sum[C + c], tol * 4);
+    p_ok &=
+        near(r.dw[c], sum[c], tol * 4) && near(r.db[c], sum[C + c], tol * 4);
   ok(p_ok, "%s: dweight and dbias added, the ranks' shares sum to the batch's",
      what);
   free(x), free(y), free(dy), free(dx);
@@ -296,8 +321,7 @@ static void test_reference(void) {
       }
   bump_g = -1;
   ok(worst < 1e-6,
-     "the reference's dx is the derivative of its forward (worst %.1e)",
-     worst);
+     "the reference's dx is the derivative of its forward (worst %.1e)", worst);
 }
 
 /* y = x and dx = dy in place, float32 NCHW: the same numbers */
@@ -315,11 +339,10 @@ static void test_in_place(void) {
   hvd_tensor_t ty = hvd_tensor_make(y, HVD_FLOAT32, 4, shape);
   hvd_tensor_t tdy = hvd_tensor_make(dy, HVD_FLOAT32, 4, shape);
   hvd_tensor_t tdx = hvd_tensor_make(dx, HVD_FLOAT32, 4, shape);
-  int good =
-      hvd_sync_batch_norm_forward("ip", &tx, NULL, NULL, NULL, NULL, 0.1, 1e-5,
-                                  &ty, m1, s1) == HVD_SUCCESS &&
-      hvd_sync_batch_norm_backward("ip", &tx, &tdy, NULL, m1, s1, &tdx, NULL,
-                                   NULL) == HVD_SUCCESS;
+  int good = hvd_sync_batch_norm_forward("ip", &tx, NULL, NULL, NULL, NULL, 0.1,
+                                         1e-5, &ty, m1, s1) == HVD_SUCCESS &&
+             hvd_sync_batch_norm_backward("ip", &tx, &tdy, NULL, m1, s1, &tdx,
+                                          NULL, NULL) == HVD_SUCCESS;
   /* in place: x becomes y, dy becomes dx (the backward reads x, so the
    * in-place backward uses a copy of the original x) */
   float x0[MAXG * 3 * MAXS];
@@ -358,7 +381,8 @@ static void test_errors(void) {
        "%s 'e': x has 1 dimensions; [N, C] or [N, C, ...] (NCHW)"},
       {"y of another shape", HVD_ERR_INVALID_ARG,
        "%s 'e': y is float32 [3, 2] but x is float32 [3, 4]"},
-      {"momentum 2", HVD_ERR_INVALID_ARG, "%s 'e': momentum 2 is outside [0, 1]"},
+      {"momentum 2", HVD_ERR_INVALID_ARG,
+       "%s 'e': momentum 2 is outside [0, 1]"},
       {"eps 0", HVD_ERR_INVALID_ARG, "%s 'e': eps 0 is not a positive number"},
       {"one running buffer", HVD_ERR_INVALID_ARG,
        "%s 'e': running_mean and running_var go together (one is NULL)"},
@@ -378,8 +402,8 @@ static void test_errors(void) {
                                      1e-5, &ty, m, s));
   TRY(4, hvd_sync_batch_norm_forward("e", &tx, NULL, NULL, NULL, NULL, 0.1,
                                      1e-5, &bad_y, m, s));
-  TRY(5, hvd_sync_batch_norm_forward("e", &tx, NULL, NULL, rm, rv, 2, 1e-5,
-                                     &ty, m, s));
+  TRY(5, hvd_sync_batch_norm_forward("e", &tx, NULL, NULL, rm, rv, 2, 1e-5, &ty,
+                                     m, s));
   TRY(6, hvd_sync_batch_norm_forward("e", &tx, NULL, NULL, rm, rv, 0.1, 0, &ty,
                                      m, s));
   TRY(7, hvd_sync_batch_norm_forward("e", &tx, NULL, NULL, rm, NULL, 0.1, 1e-5,
@@ -437,6 +461,37 @@ static void test_errors(void) {
   }
 }
 
+/* On the parity sets: each set's batch is its ranks' samples; the
+ * parameter shares sum over the set. A rank outside a set of rank 0
+ * alone is refused. */
+static void test_sets(void) {
+  hvd_process_set_t *only0 = NULL;
+  int zero = 0;
+  if (hvd_process_set_split(rank % 2, &set) != HVD_SUCCESS ||
+      hvd_process_set_create(&zero, 1, &only0) != HVD_SUCCESS)
+    bail("sets: %s", hvd_last_error());
+  MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &comm);
+  run_case(HVD_FLOAT32, 4, 1e-5);
+  MPI_Comm_free(&comm);
+  comm = MPI_COMM_WORLD;
+  hvd_process_set_destroy(set);
+  set = NULL;
+  float x[12] = {0}, m[2], s[2];
+  int64_t sh[2] = {6, 2};
+  hvd_tensor_t t = hvd_tensor_make(x, HVD_FLOAT32, 2, sh);
+  char want[128];
+  snprintf(want, sizeof want,
+           "hvd_ps_sync_batch_norm_forward: rank %d is not in process set %d",
+           rank, hvd_process_set_id(only0));
+  hvd_result_t rc = hvd_ps_sync_batch_norm_forward(
+      only0, "x", &t, NULL, NULL, NULL, NULL, 0.1, 1e-5, &t, m, s);
+  is_int(rank == 0 ? HVD_SUCCESS : HVD_ERR_INVALID_ARG, rc,
+         "sets: only members take part");
+  is_string(rank == 0 ? "" : want, rank == 0 ? "" : hvd_last_error(),
+            "sets: a rank outside, the message");
+  hvd_process_set_destroy(only0);
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
@@ -447,8 +502,8 @@ int main(int argc, char **argv) {
   int64_t sh[2] = {2, 2};
   hvd_tensor_t t = hvd_tensor_make(x, HVD_FLOAT32, 2, sh);
   is_int(HVD_ERR_NOT_INITIALIZED,
-         hvd_sync_batch_norm_forward("x", &t, NULL, NULL, NULL, NULL, 0.1,
-                                     1e-5, &t, m, s),
+         hvd_sync_batch_norm_forward("x", &t, NULL, NULL, NULL, NULL, 0.1, 1e-5,
+                                     &t, m, s),
          "before hvd_init: not initialized");
   is_string("hvd_sync_batch_norm_forward: hvd_init() has not been called",
             hvd_last_error(), "before hvd_init: message");
@@ -460,6 +515,7 @@ int main(int argc, char **argv) {
   run_case(HVD_BFLOAT16, 4, 3e-2);
   test_in_place();
   test_errors();
+  test_sets();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
 }
