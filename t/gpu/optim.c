@@ -721,19 +721,6 @@ struct dcfg {
   int lsgd_period; /* post-local SGD from step 1, no group; 0: off */
 };
 
-static unsigned char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  unsigned char *b = NULL;
-  long len;
-  if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 ||
-      fseek(f, 0, SEEK_SET) != 0)
-    bail("cannot read %s: %s", path, strerror(errno));
-  b = xcalloc((size_t)len, 1);
-  *n = fread(b, 1, (size_t)len, f);
-  fclose(f);
-  return b;
-}
-
 /* acc into the host and the device gradient, then grad_ready(i) on both
  * optimizers; 1 if both succeeded. async: a device gradient is written
  * by cudaMemcpyAsync on the legacy stream, not waited for (a backward
@@ -963,7 +950,7 @@ static long file_bytes(const char *path) {
 static int psgd_same_files(const char *hp, const char *dp, const char *hn,
                            const char *dn) {
   size_t na = 0, nb = 0, k = strlen(hn);
-  unsigned char *a = slurp(hp, &na), *b = slurp(dp, &nb);
+  unsigned char *a = hvdt_read_bytes(hp, &na), *b = hvdt_read_bytes(dp, &nb);
   int same = na == nb && na > 8;
   for (size_t at = 0; same && at + k <= nb; at++)
     if (memcmp(b + at, dn, k) == 0)
@@ -1161,7 +1148,7 @@ static void zero_run(int kind) {
   tap_note("%s", hvd_last_error());
   if (rank == 0) {
     size_t na, nb;
-    unsigned char *a = slurp(ph, &na), *b = slurp(pd, &nb);
+    unsigned char *a = hvdt_read_bytes(ph, &na), *b = hvdt_read_bytes(pd, &nb);
     same = na == nb && memcmp(a, b, na) == 0;
     free(a);
     free(b);
@@ -1330,7 +1317,7 @@ static void test_checkpoint(void) {
   is_int(HVD_SUCCESS, hvd_checkpoint_wait(q), "... written");
   if (rank == 0) {
     size_t na, nb;
-    unsigned char *a = slurp(ph, &na), *b = slurp(pd, &nb);
+    unsigned char *a = hvdt_read_bytes(ph, &na), *b = hvdt_read_bytes(pd, &nb);
     same = na == nb && memcmp(a, b, na) == 0;
     free(a);
     free(b);

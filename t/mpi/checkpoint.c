@@ -189,27 +189,6 @@ static char *at(const char *name) {
   return p;
 }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  unsigned char *b = NULL;
-  *n = 0;
-  if (f == NULL)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  b = malloc((size_t)size + 1);
-  *n = fread(b, 1, (size_t)size, f);
-  fclose(f);
-  return b;
-}
-
-static void spew(const char *path, const void *b, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (f == NULL || fwrite(b, 1, n, f) != n || fclose(f) != 0)
-    bail("cannot write %s: %s", path, strerror(errno));
-}
-
 /* Number of entries of dir whose name contains ".tmp." (rank 0). */
 static int temp_files(void) {
   int count = 0;
@@ -289,40 +268,40 @@ static void failures(void) {
   model_init(&x, 2);
   opt = adamw(&x, 0.5, 1);
   size_t size = 0;
-  unsigned char *img = rank == 0 ? slurp(good, &size) : NULL;
+  unsigned char *img = rank == 0 ? hvdt_read_bytes(good, &size) : NULL;
   long long full = root_ll((long long)size);
   char tail[4096], path[1300];
 
   /* truncated in the data, and inside the header */
   if (rank == 0)
-    spew(at("short.ckpt"), img, size - 100);
+    hvdt_write_bytes(at("short.ckpt"), img, size - 100);
   snprintf(tail, sizeof tail, "truncated (read %lld of %lld bytes)", full - 100,
            full);
   load_fails("truncated", at("short.ckpt"), x.p, NP, opt, HVD_ERR_CORRUPT,
              lmsg(at("short.ckpt"), tail));
   if (rank == 0)
-    spew(at("tiny.ckpt"), img, 20);
+    hvdt_write_bytes(at("tiny.ckpt"), img, 20);
   load_fails("truncated in the header", at("tiny.ckpt"), x.p, NP, opt,
              HVD_ERR_CORRUPT,
              lmsg(at("tiny.ckpt"), "truncated (read 20 of at least 44 bytes)"));
   if (rank == 0)
-    spew(at("empty.ckpt"), img, 0);
+    hvdt_write_bytes(at("empty.ckpt"), img, 0);
   load_fails("empty file", at("empty.ckpt"), x.p, NP, opt, HVD_ERR_CORRUPT,
              lmsg(at("empty.ckpt"), "truncated (read 0 of at least 44 bytes)"));
 
   /* one byte flipped in the data; bad magic; another version */
   if (rank == 0) {
     img[size / 2] ^= 0x10;
-    spew(at("flip.ckpt"), img, size);
+    hvdt_write_bytes(at("flip.ckpt"), img, size);
     img[size / 2] ^= 0x10;
   }
   load_fails("one byte flipped", at("flip.ckpt"), x.p, NP, opt, HVD_ERR_CORRUPT,
              lmsg(at("flip.ckpt"), "checksum mismatch (file corrupt)"));
   if (rank == 0) {
     img[0] = 'X';
-    spew(at("magic.ckpt"), img, size);
+    hvdt_write_bytes(at("magic.ckpt"), img, size);
     img[0] = 'H';
-    spew(at("text.ckpt"), "hello, world\n", 13);
+    hvdt_write_bytes(at("text.ckpt"), "hello, world\n", 13);
   }
   load_fails("bad magic", at("magic.ckpt"), x.p, NP, opt, HVD_ERR_CORRUPT,
              lmsg(at("magic.ckpt"), "not an hvd checkpoint (bad magic)"));
@@ -331,7 +310,7 @@ static void failures(void) {
   if (rank == 0) {
     unsigned char version = img[8];
     img[8] = 6;
-    spew(at("v6.ckpt"), img, size);
+    hvdt_write_bytes(at("v6.ckpt"), img, size);
     img[8] = version;
   }
   load_fails("version 6", at("v6.ckpt"), x.p, NP, opt, HVD_ERR_UNSUPPORTED,
@@ -464,7 +443,7 @@ static void failures(void) {
   /* a stray temporary file of a crashed save breaks nothing */
   snprintf(path, sizeof path, "%s.tmp.%ld", good, (long)pid0);
   if (rank == 0)
-    spew(path, "junk", 4);
+    hvdt_write_bytes(path, "junk", 4);
   is_int(HVD_SUCCESS, hvd_checkpoint_save(good, m.p, NP, NULL, 4),
          "save next to a stray temporary file (even our own pid's)");
   model_fill(&x, 2);
@@ -512,8 +491,8 @@ static void resume(void) {
   is_int(HVD_SUCCESS, hvd_checkpoint_save(at("b10.ckpt"), b.p, NP, ob, 10),
          "...");
   size_t na = 0, nb = 0;
-  unsigned char *fa = rank == 0 ? slurp(at("a10.ckpt"), &na) : NULL;
-  unsigned char *fb = rank == 0 ? slurp(at("b10.ckpt"), &nb) : NULL;
+  unsigned char *fa = rank == 0 ? hvdt_read_bytes(at("a10.ckpt"), &na) : NULL;
+  unsigned char *fb = rank == 0 ? hvdt_read_bytes(at("b10.ckpt"), &nb) : NULL;
   ok(root_ll(na > 0 && na == nb && memcmp(fa, fb, na) == 0),
      "the two checkpoints are byte-identical (state, lr, steps too)");
   free(fa);
@@ -563,8 +542,8 @@ static void background(void) {
   is_int(HVD_SUCCESS, hvd_checkpoint_save(at("fg5.ckpt"), b.p, NP, ob, 5),
          "the synchronous save of the same state");
   size_t na = 0, nb = 0;
-  unsigned char *fa = rank == 0 ? slurp(bg, &na) : NULL;
-  unsigned char *fb = rank == 0 ? slurp(at("fg5.ckpt"), &nb) : NULL;
+  unsigned char *fa = rank == 0 ? hvdt_read_bytes(bg, &na) : NULL;
+  unsigned char *fb = rank == 0 ? hvdt_read_bytes(at("fg5.ckpt"), &nb) : NULL;
   ok(root_ll(na > 0 && na == nb && memcmp(fa, fb, na) == 0),
      "the background file is the synchronous one byte for byte (the state "
      "at the call)");
@@ -616,8 +595,8 @@ static void background(void) {
   is_int(HVD_SUCCESS, hvd_checkpoint_wait(q), "... the wait after it");
   if (hvd_init() != HVD_SUCCESS)
     bail("hvd_init again: %s", hvd_last_error());
-  fa = rank == 0 ? slurp(at("late.ckpt"), &na) : NULL;
-  fb = rank == 0 ? slurp(at("fg5.ckpt"), &nb) : NULL;
+  fa = rank == 0 ? hvdt_read_bytes(at("late.ckpt"), &na) : NULL;
+  fb = rank == 0 ? hvdt_read_bytes(at("fg5.ckpt"), &nb) : NULL;
   ok(root_ll(na > 0 && na == nb && memcmp(fa, fb, na) == 0),
      "... wrote the whole file");
   free(fa);
@@ -680,8 +659,8 @@ peak_ok(long long extra, long long cap0, long long cap, const char *fmt, ...) {
 /* That rank 0 reads the same bytes from files a and b. */
 static void same_file_ok(const char *a, const char *b, const char *what) {
   size_t na = 0, nb = 0;
-  unsigned char *fa = rank == 0 ? slurp(a, &na) : NULL,
-                *fb = rank == 0 ? slurp(b, &nb) : NULL;
+  unsigned char *fa = rank == 0 ? hvdt_read_bytes(a, &na) : NULL,
+                *fb = rank == 0 ? hvdt_read_bytes(b, &nb) : NULL;
   ok(root_ll(fa != NULL && fb != NULL && na == nb &&
              memcmp(fa, fb, na) == 0),
      "%s", what);

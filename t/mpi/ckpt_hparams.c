@@ -122,25 +122,6 @@ static int step_alike(hvd_optimizer_t *oa, model_t *a, hvd_optimizer_t *ob,
   return same;
 }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL)
-    bail("cannot read %s: %s", path, strerror(errno));
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = hvdt_calloc((size_t)size + 1, 1);
-  *n = fread(b, 1, (size_t)size, f);
-  fclose(f);
-  return b;
-}
-
-static void spew(const char *path, const void *b, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (f == NULL || fwrite(b, 1, n, f) != n || fclose(f) != 0)
-    bail("cannot write %s: %s", path, strerror(errno));
-}
-
 static uint64_t le(const unsigned char *p, int bytes) {
   uint64_t v = 0;
   for (int i = bytes - 1; i >= 0; i--)
@@ -196,6 +177,28 @@ static size_t hp_section(const unsigned char *img, size_t *size) {
 static void reseal(unsigned char *img, size_t n) {
   put_le(img + 16, n, 8);
   put_le(img + n - 8, hvdt_sum64(img, n - 8), 8);
+}
+
+/* Loading bad into d (B's, untouched) fails on every rank, malformed at
+ * byte where (rank 0's) for why; nothing changes. */
+static void refused(const char *bad, model_t *d, hvd_optimizer_t *od,
+                    int64_t where, const char *why, const char *what) {
+  model_t d0 = *d;
+  char want[1400];
+  int64_t one = 1;
+  hvd_tensor_t t = hvd_tensor_make(&where, HVD_INT64, 1, &one);
+  if (hvd_broadcast("where", &t, 0) != HVD_SUCCESS)
+    bail("%s", hvd_last_error());
+  snprintf(want, sizeof want,
+           "hvd_checkpoint_load: '%s': malformed at byte %lld (%s)", bad,
+           (long long)where, why);
+  is_int(HVD_ERR_CORRUPT, hvd_checkpoint_load(bad, d->p, NP, od, NULL),
+         "%s is refused", what);
+  is_string(want, hvd_last_error(), "... naming the byte");
+  ok(same_values(d, &d0) && hvd_optimizer_steps(od) == 0 &&
+         hvd_optimizer_lr(od) == 0.1 &&
+         hvd_optimizer_param_lr_scale(od, 0) == 2,
+     "... nothing changed");
 }
 
 int main(int argc, char **argv) {
@@ -265,12 +268,12 @@ int main(int argc, char **argv) {
   size_t n = 0, hsize = 0;
   unsigned char *img = NULL;
   if (rank == 0) {
-    img = slurp(path, &n);
+    img = hvdt_read_bytes(path, &n);
     size_t at = hp_section(img, &hsize);
     memmove(img + at, img + at + hsize, n - at - hsize);
     img[8] = 4;
     reseal(img, n - hsize);
-    spew(v4, img, n - hsize);
+    hvdt_write_bytes(v4, img, n - hsize);
   }
   model_t c;
   make(&c);
@@ -297,37 +300,22 @@ int main(int argc, char **argv) {
   int64_t where = 0;
   if (rank == 0) {
     free(img);
-    img = slurp(path, &n);
+    img = hvdt_read_bytes(path, &n);
     size_t at = hp_section(img, &hsize);
     put_le(img + at + 4, 0x7fffffff, 4);
     reseal(img, n);
-    spew(bad, img, n);
+    hvdt_write_bytes(bad, img, n);
     where = (int64_t)at + 8;
   }
   model_t d;
   make(&d);
   hvd_optimizer_t *od = make_opt(&d, &B);
-  model_t d0 = d;
-  char want[1300];
-  int64_t one = 1;
-  hvd_tensor_t t = hvd_tensor_make(&where, HVD_INT64, 1, &one);
-  hvd_broadcast("where", &t, 0);
-  snprintf(want, sizeof want,
-           "hvd_checkpoint_load: '%s': malformed at byte %lld "
-           "(hyperparameters)",
-           bad, (long long)where);
-  is_int(HVD_ERR_CORRUPT, hvd_checkpoint_load(bad, d.p, NP, od, NULL),
-         "a label past the end is refused");
-  is_string(want, hvd_last_error(), "... naming the byte");
-  ok(same_values(&d, &d0) && hvd_optimizer_steps(od) == 0 &&
-         hvd_optimizer_lr(od) == 0.1 &&
-         hvd_optimizer_param_lr_scale(od, 0) == 2,
-     "... nothing changed");
+  refused(bad, &d, od, where, "hyperparameters", "a label past the end");
 
   /* nesterov (an int) 0.5: out of its range */
   if (rank == 0) {
     free(img);
-    img = slurp(path, &n);
+    img = hvdt_read_bytes(path, &n);
     size_t at = hp_section(img, &hsize) + 4;
     while (memcmp(img + at + 4, "nesterov", 8) != 0) {
       skip_str(img, &at);
@@ -339,20 +327,11 @@ int main(int argc, char **argv) {
     memcpy(&bits, &half, sizeof bits);
     put_le(img + at, bits, 8);
     reseal(img, n);
-    spew(bad, img, n);
+    hvdt_write_bytes(bad, img, n);
     where = (int64_t)at + 8;
   }
-  hvd_broadcast("where.nesterov", &t, 0);
-  snprintf(want, sizeof want,
-           "hvd_checkpoint_load: '%s': malformed at byte %lld (a "
-           "hyperparameter out of its range)",
-           bad, (long long)where);
-  is_int(HVD_ERR_CORRUPT, hvd_checkpoint_load(bad, d.p, NP, od, NULL),
-         "nesterov 0.5 is refused");
-  is_string(want, hvd_last_error(), "... naming the byte after it");
-  ok(same_values(&d, &d0) && hvd_optimizer_steps(od) == 0 &&
-         hvd_optimizer_lr(od) == 0.1,
-     "... nothing changed");
+  refused(bad, &d, od, where, "a hyperparameter out of its range",
+          "nesterov 0.5");
   free(img);
 
   hvd_optimizer_destroy(oa);

@@ -581,6 +581,24 @@ char *hvdt_slurp(const char *path) {
   return s;
 }
 
+unsigned char *hvdt_read_bytes(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  long len;
+  if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 ||
+      fseek(f, 0, SEEK_SET) != 0)
+    bail("cannot read %s: %s", path, strerror(errno));
+  unsigned char *b = hvdt_calloc((size_t)len + 1, 1);
+  *n = fread(b, 1, (size_t)len, f);
+  fclose(f);
+  return b;
+}
+
+void hvdt_write_bytes(const char *path, const void *b, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (f == NULL || fwrite(b, 1, n, f) != n || fclose(f) != 0)
+    bail("cannot write %s: %s", path, strerror(errno));
+}
+
 /* ---- the timeline's JSON --------------------------------------------------
  */
 

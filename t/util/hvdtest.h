@@ -60,6 +60,10 @@ void *hvdt_calloc(size_t n, size_t size);
 /* A whole file as a NUL-terminated string (malloc'd); NULL if it cannot
  * be read. */
 char *hvdt_slurp(const char *path);
+/* A whole file's bytes (malloc'd, *n of them, one more allocated), and
+ * a file of n bytes written: both bail when they cannot. */
+unsigned char *hvdt_read_bytes(const char *path, size_t *n);
+void hvdt_write_bytes(const char *path, const void *b, size_t n);
 /* 1 when files a and b both open and hold the same bytes. */
 int hvdt_same_file(const char *a, const char *b);
 
