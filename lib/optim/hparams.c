@@ -22,6 +22,7 @@
  * (broadcast.c, with hvd__hp_get/set and hvd__hp_param_raw).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,19 +216,42 @@ static int column_differs(const double *rows, int nrows, int width, int c,
 }
 
 /* Every member's row (its world rank, then m values) gathered within ps
- * (NULL: the world) into *rows (free with hvd_tensor_free). */
+ * (NULL: the collectives' current set) into *rows (malloc'd), *nrows of
+ * them: the members that take part, in rank order. An allreduce, not an
+ * allgather, so that it works while some rank has joined (hvd_join,
+ * which refuses allgathers): each rank puts its row's bits in its own
+ * place of a matrix of INT64_MIN, MAX's identity, which is also what a
+ * joined rank contributes; a place still INT64_MIN in its first column
+ * (a rank's number is never -0.0's bits) is a joined rank's. */
 static hvd_result_t gather_rows(const hvd_process_set_t *ps, const char *name,
-                                const double *mine, int m, hvd_tensor_t *rows) {
-  double *row = malloc((size_t)(m + 1) * sizeof *row);
-  if (row == NULL)
+                                const double *mine, int m, double **rows,
+                                int *nrows) {
+  const int size = ps != NULL ? hvd_process_set_size(ps) : hvd__coll_size();
+  const int me = ps != NULL ? hvd_process_set_rank(ps) : hvd__coll_rank();
+  const size_t w = (size_t)m + 1;
+  int64_t *all = malloc((size_t)size * w * sizeof *all);
+  double *out = malloc((size_t)size * w * sizeof *out);
+  *rows = out;
+  *nrows = 0;
+  if (all == NULL || out == NULL) {
+    free(all);
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", name);
-  row[0] = hvd_rank();
-  memcpy(row + 1, mine, (size_t)m * sizeof *row);
-  int64_t dims[2] = {1, m + 1};
-  hvd_tensor_t in = hvd_tensor_make(row, HVD_FLOAT64, 2, dims);
-  hvd_result_t rc = ps != NULL ? hvd_ps_allgather(ps, name, &in, rows)
-                               : hvd_allgather(name, &in, rows);
-  free(row);
+  }
+  for (size_t k = 0; k < (size_t)size * w; k++)
+    all[k] = INT64_MIN;
+  const double rank = hvd_rank();
+  memcpy(&all[(size_t)me * w], &rank, sizeof rank);
+  memcpy(&all[(size_t)me * w + 1], mine, (size_t)m * sizeof *mine);
+  int64_t dims[2] = {size, (int64_t)w};
+  hvd_tensor_t t = hvd_tensor_make(all, HVD_INT64, 2, dims);
+  hvd_result_t rc = ps != NULL
+                        ? hvd_ps_allreduce(ps, name, &t, &t, HVD_MAX, 1, 1)
+                        : hvd_allreduce(name, &t, &t, HVD_MAX, 1, 1);
+  for (int r = 0; rc == HVD_SUCCESS && r < size; r++)
+    if (all[(size_t)r * w] != INT64_MIN)
+      memcpy(&out[(size_t)(*nrows)++ * w], &all[(size_t)r * w],
+             w * sizeof *out);
+  free(all);
   return rc;
 }
 
@@ -238,19 +262,17 @@ static hvd_result_t gather_rows(const hvd_process_set_t *ps, const char *name,
 static hvd_result_t compare_list(const hvd_process_set_t *ps, const char *name,
                                  const hvd__hp_t *hp, int n, char *msg,
                                  size_t cap, int *found) {
-  double v[HVD__HP_MAX] = {0};
-  hvd_tensor_t rows;
+  double v[HVD__HP_MAX] = {0}, *rows;
+  int nrows;
   for (int k = 0; k < n; k++)
     v[k] = hvd__hp_get(&hp[k]);
-  hvd_result_t rc = gather_rows(ps, name, v, HVD__HP_MAX, &rows);
-  if (rc != HVD_SUCCESS)
-    return rc;
+  hvd_result_t rc = gather_rows(ps, name, v, HVD__HP_MAX, &rows, &nrows);
   *found = 0;
-  for (int k = 0; k < n && !*found; k++)
-    *found = column_differs(rows.data, (int)rows.shape[0], HVD__HP_MAX + 1,
-                            k + 1, hp[k].label, hp[k].label, msg, cap);
-  hvd_tensor_free(&rows);
-  return HVD_SUCCESS;
+  for (int k = 0; rc == HVD_SUCCESS && k < n && !*found; k++)
+    *found = column_differs(rows, nrows, HVD__HP_MAX + 1, k + 1, hp[k].label,
+                            hp[k].label, msg, cap);
+  free(rows);
+  return rc;
 }
 
 /* The first parameter whose learning-rate scale or weight decay differs
@@ -260,27 +282,24 @@ static hvd_result_t compare_params(hvd_optimizer_t *core,
                                    const char *name, char *msg, size_t cap,
                                    int *found) {
   const int m = 2 * core->n;
-  double *v = malloc((size_t)(m > 0 ? m : 1) * sizeof *v);
-  hvd_tensor_t rows;
+  double *v = malloc((size_t)(m > 0 ? m : 1) * sizeof *v), *rows;
+  int nrows;
   if (v == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", name);
   for (int i = 0; i < core->n; i++)
     param_in_effect(core, i, &v[2 * i], &v[2 * i + 1]);
-  hvd_result_t rc = gather_rows(ps, name, v, m, &rows);
+  hvd_result_t rc = gather_rows(ps, name, v, m, &rows, &nrows);
   free(v);
-  if (rc != HVD_SUCCESS)
-    return rc;
   *found = 0;
-  for (int c = 1; c <= m && !*found; c++) {
+  for (int c = 1; rc == HVD_SUCCESS && c <= m && !*found; c++) {
     char what[HVD__ERRMSG_MAX];
     snprintf(what, sizeof what, "%s of parameter '%s'",
              c % 2 == 1 ? "the learning-rate scale" : "the weight decay",
              core->params[(c - 1) / 2].name);
-    *found = column_differs(rows.data, (int)rows.shape[0], m + 1, c, what, "",
-                            msg, cap);
+    *found = column_differs(rows, nrows, m + 1, c, what, "", msg, cap);
   }
-  hvd_tensor_free(&rows);
-  return HVD_SUCCESS;
+  free(rows);
+  return rc;
 }
 
 hvd_result_t hvd__hp_mismatch(hvd_optimizer_t *core,

@@ -232,8 +232,9 @@ hvd_result_t hvd__hp_param_take(hvd_optimizer_t *core, int i,
 int64_t hvd__hp_digest(hvd_optimizer_t *core);
 /* After the ranks' digests differed within ps (NULL: the world):
  * HVD_ERR_MISMATCH naming the first hyperparameter that differs, the
- * ranks and their values (collective: two allgathers named name.values
- * and name.params). */
+ * ranks and their values (collective: two MAX allreduces of every
+ * member's row, named name.values and name.params, which leave out a
+ * rank that has joined). */
 hvd_result_t hvd__hp_mismatch(hvd_optimizer_t *core,
                               const hvd_process_set_t *ps, const char *name);
 /* Loss scaling's entries (mixed.c) and clipping's (clip.c; c may be

@@ -20,7 +20,8 @@
  *    only (the step names it; the broadcast refuses, naming what differs);
  *  - a ZeRO-1 optimizer (sharded) with different learning rates;
  *  - a rank that joined (hvd_join) early: the others' step succeeds with
- *    it joined, the next step of all names the update count, and the
+ *    it joined (or, their lrs differing, fails naming them, the joined
+ *    rank left out), the next step of all names the update count, and the
  *    pattern documented in include/hvd.h (broadcast the parameters and
  *    the optimizer state from the last rank to join) makes them agree.
  *  - check_hparams 0: the step with different learning rates succeeds and
@@ -95,8 +96,7 @@ static hvd_optimizer_t *base(kind_t kind, model_t *m, double lr, double a) {
   return o;
 }
 
-static hvd_optimizer_t *dist_checked(hvd_optimizer_t *b, int shard,
-                                     int check) {
+static hvd_optimizer_t *dist_checked(hvd_optimizer_t *b, int shard, int check) {
   hvd_distributed_options_t d;
   hvd_distributed_options_init(&d);
   d.shard_optimizer_state = shard;
@@ -137,8 +137,8 @@ static void agrees(hvd_optimizer_t *o, model_t *m, hvd_optimizer_t *ref,
   is_int(HVD_SUCCESS, hvd_optimizer_step(o), "%s: then a step succeeds", what);
   memcpy(rm->g, m->g, sizeof m->g); /* the reduced gradients */
   hvd_result_t rc = hvd_optimizer_step(ref);
-  ok(rc == HVD_SUCCESS && values_are(m, rm),
-     "%s: root's update, bit for bit", what);
+  ok(rc == HVD_SUCCESS && values_are(m, rm), "%s: root's update, bit for bit",
+     what);
   is_int(HVD_SUCCESS, hvd_verify_parameters(m->p, NP),
          "%s: the same values on every rank", what);
 }
@@ -280,15 +280,15 @@ static void test_cases(void) {
   static const diff_case_t cases[] = {
       {"update count", "update count: rank 0 0 vs rank %d 1", SGD, 0.5, 0.5,
        NULL, 0, stepped, NULL},
-      {"momentum", "momentum: rank 0 0.5 vs rank %d 0.75", SGD, 0.5, 0.75,
-       NULL, 0, NULL, NULL},
+      {"momentum", "momentum: rank 0 0.5 vs rank %d 0.75", SGD, 0.5, 0.75, NULL,
+       0, NULL, NULL},
       {"beta2", "beta2: rank 0 0.999 vs rank %d 0.99", ADAM, 0.999, 0.99, NULL,
        0, NULL, NULL},
       {"weight_decay", "weight_decay: rank 0 0.01 vs rank %d 0.125", ADAMW,
        0.01, 0.125, NULL, 0, NULL, decay_everywhere},
       {"lr scale",
-       "the learning-rate scale of parameter 'b': rank 0 1 vs rank %d 0.5",
-       SGD, 0.5, 0.5, NULL, 0, b_scale, scale_back},
+       "the learning-rate scale of parameter 'b': rank 0 1 vs rank %d 0.5", SGD,
+       0.5, 0.5, NULL, 0, b_scale, scale_back},
       {"weight decay",
        "the weight decay of parameter 'w': rank 0 0 vs rank %d 0.125", ADAM,
        0.999, 0.999, NULL, 0, w_decay, NULL},
@@ -376,6 +376,41 @@ static void test_sharded(void) {
   hvd_optimizer_destroy(o);
 }
 
+/* The last rank joins at once and the others' learning rates differ:
+ * their step names them, the joined rank left out (its gathers are
+ * allreduces, which go on while a rank has joined). At np 2 the one
+ * rank left agrees with itself. */
+static void test_join_differ(void) {
+  model_t m;
+  char want[1024] = "";
+  int last = -1;
+  make(&m);
+  hvd_optimizer_t *o = dist(base(SGD, &m, 0.125 * (rank + 1), 0.5), 0);
+  hvd_result_t rc = HVD_SUCCESS;
+  if (rank < size - 1) {
+    grads(&m, 0);
+    rc = hvd_optimizer_step(o);
+  }
+  if (rc != HVD_SUCCESS)
+    snprintf(want, sizeof want, "%s", hvd_last_error());
+  hvd_result_t jrc = hvd_join(&last);
+  char expect[1024] = "";
+  if (rank < size - 1 && size > 2) {
+    size_t at = (size_t)snprintf(expect, sizeof expect,
+                                 "hvd_optimizer_step: the ranks' optimizers "
+                                 "differ in lr: rank 0 0.125 vs ");
+    for (int r = 1; r < size - 1; r++)
+      at += (size_t)snprintf(expect + at, sizeof expect - at, "%srank %d %g",
+                             r > 1 ? ", " : "", r, 0.125 * (r + 1));
+    snprintf(expect + at, sizeof expect - at, TAIL);
+  }
+  is_int(rank < size - 1 && size > 2 ? HVD_ERR_MISMATCH : HVD_SUCCESS, rc,
+         "join, lrs differ: the others' step fails where two of them differ");
+  is_string(expect, want, "join, lrs differ: naming them, not the joined rank");
+  is_int(HVD_SUCCESS, jrc, "join, lrs differ: every rank joined");
+  hvd_optimizer_destroy(o);
+}
+
 /* The last rank joins at once; the others step with it joined. */
 static void test_join(void) {
   model_t m;
@@ -439,7 +474,7 @@ int main(int argc, char **argv) {
   rank = hvd_rank();
   size = hvd_size();
   if (size < 2) {
-    skip(113, "one rank: nothing to differ");
+    skip(116, "one rank: nothing to differ");
   } else {
     test_lr();
     test_cases();
@@ -447,6 +482,7 @@ int main(int argc, char **argv) {
     test_shape();
     test_sharded();
     test_join();
+    test_join_differ();
     test_off();
   }
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
