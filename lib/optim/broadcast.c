@@ -328,59 +328,19 @@ static hvd_result_t state_list(const char *fn, hvd_optimizer_t *c, int sharded,
   return HVD_SUCCESS;
 }
 
-/* The scalars that travel first: every hyperparameter of hparams.c's
- * list (the learning rate and update count among them) as its double's
- * bits, then each parameter's learning-rate scale and weight decay as set
- * (NAN: none). */
-static int64_t *pack_scalars(hvd_optimizer_t *c, int64_t *count) {
-  hvd__hp_t hp[HVD__HP_MAX];
-  const int n = hvd__hp_list(c, hp);
-  *count = HVD__HP_MAX + 2 * (int64_t)c->n;
-  int64_t *v = calloc((size_t)*count, sizeof *v);
-  if (v == NULL)
-    return NULL;
-  for (int k = 0; k < n; k++) {
-    double x = hvd__hp_get(&hp[k]);
-    memcpy(&v[k], &x, sizeof x);
-  }
-  for (int i = 0; i < c->n; i++) {
-    double x[2];
-    hvd__hp_param_raw(c, i, &x[0], &x[1]);
-    memcpy(&v[HVD__HP_MAX + 2 * i], x, sizeof x);
-  }
-  return v;
-}
-
-/* Root's scalars made this rank's: its hyperparameters (the shapes of the
- * lists agreed), then each parameter's scale and decay where either side
- * set one. */
-static hvd_result_t unpack_scalars(hvd_optimizer_t *opt, const int64_t *v) {
-  hvd_optimizer_t *c = hvd__optim_core(opt);
-  hvd__hp_t hp[HVD__HP_MAX];
-  const int n = hvd__hp_list(c, hp);
-  hvd_result_t rc = HVD_SUCCESS;
-  for (int k = HVD__HP_SHAPE; k < n; k++) {
-    double x;
-    memcpy(&x, &v[k], sizeof x);
-    hvd__hp_set(&hp[k], x);
-  }
-  for (int i = 0; i < c->n && rc == HVD_SUCCESS; i++) {
-    double root[2];
-    memcpy(root, &v[HVD__HP_MAX + 2 * i], sizeof root);
-    rc = hvd__hp_param_take(c, i, root);
-  }
-  return rc;
-}
-
-/* Root's scalars and tensors to every rank, verified by checksums. */
+/* Root's scalars and tensors to every rank, verified by checksums. The
+ * scalars (hvd__hp_save's: the hyperparameters, the learning rate and
+ * update count among them, and each parameter's settings) travel first;
+ * root's are made this rank's (hvd__hp_restore: the shapes of the lists
+ * agreed). */
 static hvd_result_t send_state(const char *fn, hvd_optimizer_t *opt,
                                hvd_tensor_t **ts, char **labels, int count,
-                               const int64_t *scalars, int root) {
+                               const double *scalars, int root) {
   hvd_result_t rc =
       broadcast_all("hvd.opt.", ts, (const char *const *)labels, count, root);
   if (rc == HVD_SUCCESS)
     rc = hvd__optim_agree("hvd.bcast_state.scalars",
-                          unpack_scalars(opt, scalars));
+                          hvd__hp_restore(hvd__optim_core(opt), scalars));
   if (rc != HVD_SUCCESS)
     return rc;
   return compare(fn, "optimizer state", (const hvd_tensor_t *const *)ts,
@@ -431,8 +391,11 @@ static hvd_result_t broadcast_optimizer_state(const char *fn,
     free(views);
     return rc;
   }
-  int64_t nscalars = 0, *scalars = pack_scalars(c, &nscalars);
-  hvd_tensor_t st = hvd_tensor_make(scalars, HVD_INT64, 1, &nscalars);
+  int64_t nscalars = (int64_t)HVD__HP_VALUES(c->n);
+  double *scalars = calloc((size_t)nscalars, sizeof *scalars);
+  if (scalars != NULL)
+    hvd__hp_save(c, scalars);
+  hvd_tensor_t st = hvd_tensor_make(scalars, HVD_FLOAT64, 1, &nscalars);
   hvd_tensor_t **ts = NULL;
   char **labels = NULL;
   rc = hvd__optim_agree(

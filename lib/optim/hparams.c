@@ -19,7 +19,8 @@
  * beside the gradients, and only when it differs gathers the values to
  * name the first that differs, the ranks and their values
  * (hvd__hp_mismatch). hvd_broadcast_optimizer_state sends root's values
- * (broadcast.c, with hvd__hp_get/set and hvd__hp_param_raw).
+ * and hvd_state's commits keep them (hvd__hp_save/restore); a checkpoint
+ * writes them by label (checkpoint_save.c, checkpoint.c).
  */
 #include <math.h>
 #include <stdint.h>
@@ -146,6 +147,27 @@ hvd_result_t hvd__hp_param_take(hvd_optimizer_t *core, int i,
     rc = hvd_optimizer_set_param_lr_scale(core, i, v[0]);
   if (rc == HVD_SUCCESS && (v[1] == v[1] || mine[1] == mine[1]))
     rc = hvd_optimizer_set_param_weight_decay(core, i, v[1]);
+  return rc;
+}
+
+void hvd__hp_save(hvd_optimizer_t *core, double *v) {
+  hvd__hp_t hp[HVD__HP_MAX];
+  const int n = hvd__hp_list(core, hp);
+  for (int k = 0; k < HVD__HP_MAX; k++)
+    v[k] = k < n ? hvd__hp_get(&hp[k]) : 0;
+  for (int i = 0; i < core->n; i++)
+    hvd__hp_param_raw(core, i, &v[HVD__HP_MAX + 2 * i],
+                      &v[HVD__HP_MAX + 2 * i + 1]);
+}
+
+hvd_result_t hvd__hp_restore(hvd_optimizer_t *core, const double *v) {
+  hvd__hp_t hp[HVD__HP_MAX];
+  const int n = hvd__hp_list(core, hp);
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int k = HVD__HP_SHAPE; k < n; k++)
+    hvd__hp_set(&hp[k], v[k]);
+  for (int i = 0; i < core->n && rc == HVD_SUCCESS; i++)
+    rc = hvd__hp_param_take(core, i, &v[HVD__HP_MAX + 2 * i]);
   return rc;
 }
 

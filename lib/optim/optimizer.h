@@ -228,6 +228,14 @@ void hvd__hp_param_raw(const hvd_optimizer_t *core, int i, double *lr_scale,
  * out of memory (the per-parameter arrays' first setting). */
 hvd_result_t hvd__hp_param_take(hvd_optimizer_t *core, int i,
                                 const double v[2]);
+/* The list's values (zeros after its end) and each parameter's pair as
+ * hvd__hp_param_raw gives it, in HVD__HP_VALUES(core->n) doubles: what
+ * hvd_broadcast_optimizer_state sends and hvd_state keeps. hvd__hp_restore
+ * makes them core's (the list past its shape, then each pair as
+ * hvd__hp_param_take); it fails only as that may. */
+#define HVD__HP_VALUES(n) (HVD__HP_MAX + 2 * (size_t)(n))
+void hvd__hp_save(hvd_optimizer_t *core, double *v);
+hvd_result_t hvd__hp_restore(hvd_optimizer_t *core, const double *v);
 /* A digest of the list and every parameter's pair, in [0, 2^62). */
 int64_t hvd__hp_digest(hvd_optimizer_t *core);
 /* After the ranks' digests differed within ps (NULL: the world):

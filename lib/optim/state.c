@@ -57,9 +57,7 @@ struct hvd_state {
   void **masters; /* sharded and mixed: n host copies of master blocks */
   double lr;
   int64_t steps;
-  double hp[HVD__HP_MAX]; /* the optimizer's hyperparameters (hparams.c) */
-  double *pp;             /* 2 n: each parameter's lr scale and decay as
-                             set (NAN: none) */
+  double *hp; /* the optimizer's hyperparameters (hvd__hp_save) */
   int64_t saved[MAX_COUNTERS];
   hvd__psgd_copy_t *psgd; /* PowerSGD's state, this rank's own, or NULL */
   int background;         /* file commits written in the background */
@@ -212,11 +210,11 @@ static void free_copy(hvd_state_t *st) {
   free(st->values);
   free(st->states);
   free(st->masters);
-  free(st->pp);
+  free(st->hp);
   st->values = NULL;
   st->states = NULL;
   st->masters = NULL;
-  st->pp = NULL;
+  st->hp = NULL;
 }
 
 /* Buffers for the copy, made at the first commit; none when one cannot
@@ -228,8 +226,8 @@ static hvd_result_t alloc_copy(hvd_state_t *st) {
     return HVD_SUCCESS;
   st->values = calloc((size_t)st->n + 1, sizeof *st->values);
   st->states = calloc((size_t)st->n * (size_t)ns + 1, sizeof *st->states);
-  st->pp = calloc(2 * (size_t)st->n + 1, sizeof *st->pp);
-  if (st->values == NULL || st->states == NULL || st->pp == NULL)
+  st->hp = calloc(HVD__HP_VALUES(st->n), sizeof *st->hp);
+  if (st->values == NULL || st->states == NULL || st->hp == NULL)
     goto oom;
   if (st->opt != NULL && hvd__optim_sharded(st->opt)) {
     if (alloc_blocks(st))
@@ -261,23 +259,13 @@ oom:
  * parameter's settings, then lr and the update count exactly. */
 static hvd_result_t transfer_hparams(hvd_state_t *st, hvd_optimizer_t *c,
                                      int to_live) {
-  hvd__hp_t hp[HVD__HP_MAX];
-  const int nh = hvd__hp_list(c, hp);
-  hvd_result_t rc = HVD_SUCCESS;
-  for (int k = HVD__HP_SHAPE; k < nh; k++)
-    if (to_live)
-      hvd__hp_set(&hp[k], st->hp[k]);
-    else
-      st->hp[k] = hvd__hp_get(&hp[k]);
-  for (int i = 0; i < c->n && rc == HVD_SUCCESS; i++)
-    if (to_live)
-      rc = hvd__hp_param_take(c, i, &st->pp[2 * i]);
-    else
-      hvd__hp_param_raw(c, i, &st->pp[2 * i], &st->pp[2 * i + 1]);
-  if (to_live)
-    c->lr = st->lr, c->steps = st->steps;
-  else
+  if (!to_live) {
+    hvd__hp_save(c, st->hp);
     st->lr = c->lr, st->steps = c->steps;
+    return HVD_SUCCESS;
+  }
+  hvd_result_t rc = hvd__hp_restore(c, st->hp);
+  c->lr = st->lr, c->steps = st->steps; /* exactly, not through doubles */
   return rc;
 }
 
