@@ -145,8 +145,7 @@ const hvd_process_set_t *hvd__coll_set(const hvd_process_set_t *ps) {
 }
 
 int hvd__coll_world_rank(int r) {
-  return cur_ps != NULL ? hvd__process_set_world_rank(cur_ps, r)
-                        : (r >= 0 && r < hvd_size() ? r : -1);
+  return hvd__process_set_world_rank(cur_ps, r);
 }
 
 /* 1 while this thread's device data is settled (hvd__device_settled). */

@@ -64,8 +64,8 @@ const hvd_process_set_t *hvd__coll_set(const hvd_process_set_t *ps);
  * the world; -1 out of range): for messages, which name world ranks. */
 int hvd__coll_world_rank(int r);
 
-/* The world rank of ps's rank r (r for NULL, the world; -1 out of range),
- * and whether ps has world rank w (1 for NULL). */
+/* The world rank of ps's rank r (NULL: the world's, r itself; -1 out of
+ * range), and whether ps has world rank w (1 for NULL). */
 int hvd__process_set_world_rank(const hvd_process_set_t *ps, int r);
 int hvd__process_set_has(const hvd_process_set_t *ps, int w);
 

@@ -238,7 +238,9 @@ int hvd_process_set_id(const hvd_process_set_t *ps) {
 }
 
 int hvd__process_set_world_rank(const hvd_process_set_t *ps, int r) {
-  return ps == NULL ? r : r >= 0 && r < ps->size ? ps->ranks[r] : -1;
+  if (ps == NULL)
+    return r >= 0 && r < hvd_size() ? r : -1;
+  return r >= 0 && r < ps->size ? ps->ranks[r] : -1;
 }
 
 int hvd__process_set_has(const hvd_process_set_t *ps, int world_rank) {

@@ -369,11 +369,14 @@ static hvd_result_t next_hparams(const char *path, reader_t *r,
   for (uint64_t k = 0; k < nh; k++) {
     if (!take_str(r, &s, &len) || !take_int(r, 8, &v[0]))
       return MALFORMED(r, "hyperparameters");
-    for (int j = HVD__HP_SHAPE; j < n; j++)
-      if (same_str(s, len, hp[j].label) && !fits(&hp[j], f64_of(v[0])))
+    for (int j = HVD__HP_SHAPE; j < n; j++) {
+      if (!same_str(s, len, hp[j].label))
+        continue;
+      if (!fits(&hp[j], f64_of(v[0])))
         return MALFORMED(r, "a hyperparameter out of its range");
-      else if (same_str(s, len, hp[j].label) && set)
+      if (set)
         hvd__hp_set(&hp[j], f64_of(v[0]));
+    }
   }
   if (!take_int(r, 4, &np))
     return MALFORMED(r, "parameters' hyperparameters");
