@@ -766,15 +766,16 @@ static hvd_result_t dist_step(hvd_optimizer_t *opt) {
    * part way (a retry would reduce some twice). */
   reset_passes(d);
   opt->fresh = 0;
-  if (rc != HVD_SUCCESS)
-    return rc;
-  if (d->zero != NULL)
-    return hvd__zero_apply(d->zero, opt->base);
-  if (opt->base->mixed != NULL && !red && d->o.average_passes)
+  if (rc == HVD_SUCCESS && d->zero != NULL)
+    rc = hvd__zero_apply(d->zero, opt->base);
+  else if (rc == HVD_SUCCESS && opt->base->mixed != NULL && !red &&
+           d->o.average_passes)
     rc = hvd__mixed_apply(opt->base, 1.0 / d->o.backward_passes_per_step);
-  else
+  else if (rc == HVD_SUCCESS)
     rc = hvd__optim_apply(opt->base);
-  if (rc == HVD_SUCCESS && local && d->sync &&
+  else /* spent: reduce_fp32's float32 copies too, for the next step */
+    hvd__mixed_forget_grads(opt->base);
+  if (rc == HVD_SUCCESS && d->zero == NULL && local && d->sync &&
       (c - d->o.local_sgd.start_step) % d->o.local_sgd.period == 0)
     rc = hvd__lsgd_average(opt->base);
   return rc;

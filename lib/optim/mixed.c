@@ -378,7 +378,9 @@ static void scaler_update(hvd__mixed_t *m, int found) {
     m->scale *= m->o.backoff_factor;
     m->clean = 0;
   } else if (++m->clean >= m->o.growth_interval) {
-    m->scale *= m->o.growth_factor;
+    double grown = m->scale * m->o.growth_factor;
+    if (isfinite(grown)) /* as torch's: an infinite scale would skip */
+      m->scale = grown;  /* every step after it for ever */
     m->clean = 0;
   }
 }
@@ -554,6 +556,12 @@ hvd_result_t hvd__mixed_grad32(hvd_optimizer_t *core, int i,
     *out = &m->mgrad[i];
   }
   return rc;
+}
+
+void hvd__mixed_forget_grads(hvd_optimizer_t *core) {
+  hvd__mixed_t *m = core->mixed;
+  if (m != NULL)
+    memset(m->in_master, 0, (size_t)m->n * sizeof *m->in_master);
 }
 
 /* ---- checkpoints ----------------------------------------------------------

@@ -157,6 +157,10 @@ hvd_result_t hvd__mixed_shard(const char *who, hvd_optimizer_t *core,
  * float32 parameter). */
 hvd_result_t hvd__mixed_grad32(hvd_optimizer_t *core, int i,
                                hvd_tensor_t **out);
+/* The gradients of a step are spent without an update (the step failed,
+ * or zero_grad): no float32 copy made by hvd__mixed_grad32 stands for
+ * the next one. Accepts a core without mixed. */
+void hvd__mixed_forget_grads(hvd_optimizer_t *core);
 /* Checkpoints and the state broadcast: a copy of params (free it) whose
  * low-precision values of core's own parameters are their whole float32
  * masters (*views NULL without mixed). A sharded core has no whole

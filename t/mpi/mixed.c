@@ -30,6 +30,12 @@
  *  - ZeRO-1 (shard_optimizer_state): bfloat16, bfloat16 with reduce_fp32
  *    and float16 with loss scaling, each equal to the unsharded run bit
  *    for bit (values, scale, steps);
+ *  - a sync step that fails (the ranks' learning rates differ, np >= 2)
+ *    after reduce_fp32 made its float32 gradients, then a no-sync step:
+ *    that step's own gradient updates, not the failed step's copy;
+ *  - the scale stays finite: growth that would overflow leaves it as it
+ *    is (torch's GradScaler), so that a backoff brings it down again and
+ *    the steps after it update;
  *  - refusals: a grad of another dtype than its value, sparse rows into a
  *    bfloat16 parameter, loss-scale options out of range; each with its
  *    exact message.
@@ -305,6 +311,84 @@ static void test_zero(hvd_dtype_t dt, int reduce_fp32) {
   model_free(&b);
 }
 
+/* SGD, lr 1, on a bfloat16 [4] of zeros with reduce_fp32. */
+static void test_failed_step(void) {
+  if (size < 2)
+    return;
+  model_t m;
+  model_make(&m, HVD_BFLOAT16, 4, 0.0);
+  hvd_sgd_options_t so;
+  hvd_sgd_options_init(&so);
+  so.lr = 1.0;
+  hvd_optimizer_t *base = NULL, *opt = NULL;
+  hvd_distributed_options_t o;
+  hvd_distributed_options_init(&o);
+  o.reduce_fp32 = 1;
+  if (hvd_sgd_create(&m.p, 1, &so, &base) != HVD_SUCCESS ||
+      hvd_distributed_optimizer(base, &o, &opt) != HVD_SUCCESS)
+    bail("sgd: %s", hvd_last_error());
+  hvd_optimizer_set_lr(opt, rank == 1 ? 0.5 : 1.0);
+  for (int i = 0; i < 4; i++)
+    hvdt_put(HVD_BFLOAT16, m.g, i, 1.0);
+  hvd_optimizer_grad_ready(opt, 0); /* its float32 copy, reduced */
+  is_int(HVD_ERR_MISMATCH, hvd_optimizer_step(opt),
+         "failed step: the ranks' learning rates differ");
+  hvd_optimizer_set_lr(opt, 1.0);
+  hvd_optimizer_set_sync(opt, 0);
+  hvd_optimizer_zero_grad(opt);
+  for (int i = 0; i < 4; i++)
+    hvdt_put(HVD_BFLOAT16, m.g, i, 8.0);
+  is_int(HVD_SUCCESS, hvd_optimizer_step(opt), "  then a no-sync step");
+  ok(hvdt_get(HVD_BFLOAT16, m.w, 0) == -8.0 &&
+         hvdt_get(HVD_BFLOAT16, m.w, 3) == -8.0,
+     "  updated by its own gradient 8, not the failed step's 1 (%g)",
+     hvdt_get(HVD_BFLOAT16, m.w, 0));
+  hvd_optimizer_destroy(opt);
+  model_free(&m);
+}
+
+static void test_finite_scale(void) {
+  model_t m;
+  model_make(&m, HVD_FLOAT32, 2, 1.0);
+  hvd_sgd_options_t so;
+  hvd_sgd_options_init(&so);
+  so.lr = 0.5;
+  hvd_optimizer_t *opt = NULL;
+  if (hvd_sgd_create(&m.p, 1, &so, &opt) != HVD_SUCCESS)
+    bail("sgd: %s", hvd_last_error());
+  hvd_loss_scale_options_t lo;
+  hvd_loss_scale_options_init(&lo);
+  lo.init_scale = ldexp(1.0, 1000);
+  lo.growth_factor = ldexp(1.0, 20);
+  lo.growth_interval = 1;
+  lo.backoff_factor = ldexp(1.0, -1000);
+  if (hvd_optimizer_set_loss_scaling(opt, &lo) != HVD_SUCCESS)
+    bail("set_loss_scaling: %s", hvd_last_error());
+  int good = 1;
+  for (int s = 0; s < 2; s++) /* clean (zero) gradients: growth */
+    good &= hvd_optimizer_zero_grad(opt) == HVD_SUCCESS &&
+            hvd_optimizer_step(opt) == HVD_SUCCESS;
+  ok(good && hvd_optimizer_loss_scale(opt) == ldexp(1.0, 1020),
+     "scale 2^1000, growth 2^20: 2^1020, then no further (%g)",
+     hvd_optimizer_loss_scale(opt));
+  good = hvd_optimizer_zero_grad(opt) == HVD_SUCCESS;
+  for (int i = 0; i < 2; i++) /* 2^1020 in float32: inf */
+    hvdt_put(HVD_FLOAT32, m.g, i, 1.0 * hvd_optimizer_loss_scale(opt));
+  good = good && hvd_optimizer_step(opt) == HVD_SUCCESS &&
+         hvd_optimizer_step_skipped(opt);
+  ok(good && hvd_optimizer_loss_scale(opt) == ldexp(1.0, 20),
+     "  an overflow: skipped, backoff 2^-1000 to 2^20 (%g)",
+     hvd_optimizer_loss_scale(opt));
+  hvd_optimizer_zero_grad(opt);
+  for (int i = 0; i < 2; i++)
+    hvdt_put(HVD_FLOAT32, m.g, i, 1.0 * hvd_optimizer_loss_scale(opt));
+  is_int(HVD_SUCCESS, hvd_optimizer_step(opt), "  a step with gradient 1");
+  ok(!hvd_optimizer_step_skipped(opt) && hvdt_get(HVD_FLOAT32, m.w, 0) == 0.5,
+     "  not skipped: w 1 - 0.5 (%g)", hvdt_get(HVD_FLOAT32, m.w, 0));
+  hvd_optimizer_destroy(opt);
+  model_free(&m);
+}
+
 static void test_refusals(void) {
   model_t m;
   hvd_optimizer_t *o = NULL;
@@ -357,6 +441,8 @@ int main(int argc, char **argv) {
   test_zero(HVD_BFLOAT16, 0);
   test_zero(HVD_BFLOAT16, 1);
   test_zero(HVD_FLOAT16, 0);
+  test_failed_step();
+  test_finite_scale();
   test_refusals();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   hvdt_remove_tmpdir(dir);
