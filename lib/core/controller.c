@@ -409,16 +409,6 @@ static const hvd__desc_t *ref_desc(const hvd__controller_t *c,
   return &p->desc[ref];
 }
 
-/* 1 if the ranks that have p agree on it (no error to respond with). */
-static int agrees(const hvd__controller_t *c, const hvd__pending_t *p) {
-  hvd__response_t x;
-  memset(&x, 0, sizeof x);
-  int ref = (int)(ref_desc(c, p) - p->desc);
-  int bad = check_agreement(c, p, ref, &x);
-  free(x.errmsg);
-  return !bad;
-}
-
 /* p's response into the list; p leaves the table. */
 static hvd_result_t respond(hvd__controller_t *c, hvd__pending_t *p,
                             int *nresp) {
@@ -434,7 +424,17 @@ static hvd_result_t respond(hvd__controller_t *c, hvd__pending_t *p,
   return HVD_SUCCESS;
 }
 
-/* The members of p's group (by index) that every rank has and agrees on;
+/* 1 if the ranks that have p agree on its group (its other fields may
+ * still differ: that member's own error, with its group). */
+static int group_agrees(const hvd__controller_t *c, const hvd__pending_t *p) {
+  const hvd__desc_t *d = ref_desc(c, p);
+  for (int r = 0; r < c->size; r++)
+    if (p->have[r] && !field_equal(F_GROUP, &p->desc[r], d))
+      return 0;
+  return 1;
+}
+
+/* The members of p's group (by index) that every rank has in that group;
  * returns how many of its group_n were found. */
 static int group_members(const hvd__controller_t *c, const hvd__desc_t *d,
                          hvd__pending_t **m) {
@@ -444,7 +444,7 @@ static int group_members(const hvd__controller_t *c, const hvd__desc_t *d,
     const hvd__desc_t *e = ref_desc(c, q);
     if (e->group_n != d->group_n || e->group_id != d->group_id ||
         e->group_i < 0 || e->group_i >= d->group_n || m[e->group_i] != NULL ||
-        !ready_all(c, q) || !agrees(c, q))
+        !ready_all(c, q) || !group_agrees(c, q))
       continue;
     m[e->group_i] = q;
     found++;
@@ -454,8 +454,9 @@ static int group_members(const hvd__controller_t *c, const hvd__desc_t *d,
 
 /* A response for every name that every rank has (or has joined past), in
  * order of first submission; a grouped collective's members all together,
- * in group order, once every rank has every one of them (an error at
- * once). *nresp counts them. */
+ * in group order, once every rank has every one of them, each member's
+ * own: a member whose ranks disagree fails, the others run (a group that
+ * the ranks do not form alike fails at once). *nresp counts them. */
 static hvd_result_t respond_ready(hvd__controller_t *c, int *nresp) {
   hvd_result_t rc = HVD_SUCCESS;
   hvd__pending_t **m = NULL;
@@ -466,7 +467,7 @@ static hvd_result_t respond_ready(hvd__controller_t *c, int *nresp) {
       continue;
     const hvd__desc_t *d = ref_desc(c, p);
     int n = d->group_n;
-    if (n == 0 || !agrees(c, p)) {
+    if (n == 0 || !group_agrees(c, p)) {
       HVD__CHECK(respond(c, p, nresp));
       continue;
     }

@@ -3,7 +3,8 @@
  * results of mixed groups, the members of an allreduce group fused into
  * one execution (rank 0's timeline: one span start for all), a name the
  * response cache knew taken into a group, ranks that do not form the same
- * group (HVD_ERR_MISMATCH naming them), and the argument errors (nothing
+ * group (HVD_ERR_MISMATCH naming them), a member whose shape differs (it
+ * fails, the other member runs), and the argument errors (nothing
  * submitted: the names are free again at once).
  */
 #include <math.h>
@@ -274,6 +275,44 @@ static void test_mismatch(void) {
   }
 }
 
+/* A group whose first member's shape differs on rank 0: that member
+ * fails on every rank naming the shapes, the other runs (before, it was
+ * never answered: a hang past the stall inspector, which does not stop a
+ * group's member). */
+static void test_member_mismatch(void) {
+  if (size < 2)
+    return;
+  float a[2] = {1, 1}, ra[2], b = (float)(rank + 1), rb = 0;
+  int64_t na = rank == 0 ? 1 : 2, one = 1;
+  hvd_tensor_t s[2] = {hvd_tensor_make(a, HVD_FLOAT32, 1, &na),
+                       hvd_tensor_make(&b, HVD_FLOAT32, 1, &one)};
+  hvd_tensor_t r[2] = {hvd_tensor_make(ra, HVD_FLOAT32, 1, &na),
+                       hvd_tensor_make(&rb, HVD_FLOAT32, 1, &one)};
+  const char *names[2] = {"mm.a", "mm.b"};
+  hvd_request_t *reqs[2];
+  if (hvd_grouped_allreduce_async(2, names, s, r, HVD_SUM, 1, 1, reqs) !=
+      HVD_SUCCESS)
+    bail("grouped submit: %s", hvd_last_error());
+  hvd_result_t rc0 = hvd_wait(reqs[0]);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", hvd_last_error());
+  hvd_result_t rc1 = hvd_wait(reqs[1]);
+  is_int(HVD_ERR_MISMATCH, rc0, "a member's shape differs on rank 0: it fails");
+  char want[512];
+  size_t at = (size_t)snprintf(want, sizeof want,
+                               "allreduce 'mm.a': rank 0 shape [1] vs");
+  for (int q = 1; q < size; q++)
+    at += (size_t)snprintf(want + at, sizeof want - at, "%s rank %d shape [2]",
+                           q > 1 ? "," : "", q);
+  is_string(want, msg, "  naming the ranks and shapes");
+  is_int(HVD_SUCCESS, rc1, "  the other member runs");
+  ok(rb == (float)(size * (size + 1) / 2), "  exact (%g)", (double)rb);
+  rb = 0; /* the blocking form: the member's error */
+  is_int(HVD_ERR_MISMATCH, hvd_grouped_allreduce(2, names, s, r, HVD_SUM, 1, 1),
+         "  hvd_grouped_allreduce returns it");
+  ok(rb == (float)(size * (size + 1) / 2), "  the other member exact again");
+}
+
 static void test_errors(void) {
   float a = 1, ra;
   int32_t bad;
@@ -370,6 +409,7 @@ int main(int argc, char **argv) {
   test_allgather_reducescatter();
   test_cached_name();
   test_mismatch();
+  test_member_mismatch();
   test_errors();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
