@@ -480,9 +480,14 @@ hvd_result_t hvd_ps_barrier(const hvd_process_set_t *ps);
  * own request in reqs[i] (hvd_wait each); the blocking forms wait for all
  * and return the first failure. Ranks must form the same group (the same
  * names in the same order), else every member fails with HVD_ERR_MISMATCH
- * naming the ranks ("group 1 of 2 (#1a2b) vs ... group none"). An invalid
- * member (its message prefixed "<call>: tensor i: ") or two members with
- * one name submit nothing. Groups are never in the response cache. */
+ * naming the ranks ("group 1 of 2 (#1a2b) vs ... group none"); a member
+ * whose other arguments differ between ranks (a shape, a dtype) fails as a
+ * single collective would, naming them, and the other members run. An
+ * invalid member (its message prefixed "<call>: tensor i: ") or two
+ * members with one name submit nothing. A group that ran once is in the
+ * response cache, as single collectives are: the next time it is agreed
+ * by the cache's bit vector, without the coordinator, whole or not at all
+ * (a member evicted or changed sends every member to the coordinator). */
 hvd_result_t hvd_grouped_allreduce_async(int n, const char *const *names,
                                          const hvd_tensor_t *sends,
                                          hvd_tensor_t *recvs, hvd_op_t op,

@@ -52,8 +52,10 @@ static int desc_equal(const hvd__desc_t *a, const hvd__desc_t *b) {
   if (a->coll != b->coll || a->dtype != b->dtype ||
       !hvd__device_kind_equal(a->device, b->device) || a->ndim != b->ndim ||
       a->op != b->op || a->prescale != b->prescale ||
-      a->postscale != b->postscale || a->root != b->root || a->wire != b->wire)
-    return 0;
+      a->postscale != b->postscale || a->root != b->root ||
+      a->wire != b->wire || a->group_n != b->group_n ||
+      a->group_i != b->group_i || a->group_id != b->group_id)
+    return 0; /* a group's member and the same tensor alone differ too */
   /* allgather and alltoall may change their first dimension freely */
   int from = (a->coll == HVD__ALLGATHER || a->coll == HVD__ALLTOALL) ? 1 : 0;
   for (int i = from; i < a->ndim; i++)
@@ -82,7 +84,7 @@ void hvd__cache_erase(hvd__cache_t *c, int bit) {
 }
 
 int hvd__cache_put(hvd__cache_t *c, const char *name, const hvd__desc_t *d,
-                   char **evicted) {
+                   char **evicted, hvd__desc_t *evicted_desc) {
   *evicted = NULL;
   int bit = -1;
   intptr_t v = (intptr_t)hvd__table_get(c->bits, name);
@@ -101,6 +103,7 @@ int hvd__cache_put(hvd__cache_t *c, const char *name, const hvd__desc_t *d,
       if (c->entries[i].used < c->entries[bit].used)
         bit = i;
     *evicted = c->entries[bit].name;
+    *evicted_desc = c->entries[bit].desc;
     hvd__table_remove(c->bits, *evicted);
     c->entries[bit].name = NULL;
     c->count--;

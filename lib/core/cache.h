@@ -4,6 +4,8 @@
  * rank, and evicted (least recently executed) identically. A request whose
  * name is cached with an equal descriptor is a hit and is negotiated by one
  * bit in a vector that all ranks OR together; no coordinator round trip.
+ * A grouped collective's member is an entry of its own, its group part of
+ * its descriptor (fastpath.c keeps a group whole or out).
  */
 #ifndef HVD_CORE_CACHE_H
 #define HVD_CORE_CACHE_H
@@ -26,10 +28,11 @@ int hvd__cache_lookup(const hvd__cache_t *c, const char *name,
                       const hvd__desc_t *d, int *bit);
 
 /* Caches (name, d) and returns its bit. When full, the least recently used
- * entry is evicted first: its bit is the one returned, and *evicted gets
- * its name (malloc'd; the caller frees) or NULL. -1 when out of memory. */
+ * entry is evicted first: its bit is the one returned, *evicted gets its
+ * name (malloc'd; the caller frees) and *evicted_desc its descriptor;
+ * else *evicted is NULL. -1 when out of memory. */
 int hvd__cache_put(hvd__cache_t *c, const char *name, const hvd__desc_t *d,
-                   char **evicted);
+                   char **evicted, hvd__desc_t *evicted_desc);
 
 void hvd__cache_touch(hvd__cache_t *c, int bit); /* executed again */
 void hvd__cache_erase(hvd__cache_t *c, int bit);

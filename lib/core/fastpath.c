@@ -31,7 +31,11 @@ struct hvd__fastpath {
   layout_t at;
   hvd_request_t **hits; /* per bit: this rank's request waiting on it */
   double *hit_since;
-  char **names; /* per ready response: the cache's name, lent */
+  char **names;   /* per ready response: the cache's name, lent */
+  struct member { /* per ready group member, to order them (respond) */
+    uint64_t id;
+    int n, i, bit;
+  } * members;
 };
 
 static int bit_get(const uint64_t *v, int b) {
@@ -72,7 +76,8 @@ hvd__fastpath_t *hvd__fastpath_create(const hvd__fastpath_config_t *cfg) {
     f->hits = calloc((size_t)cap, sizeof *f->hits);
     f->hit_since = calloc((size_t)cap, sizeof *f->hit_since);
     f->names = calloc((size_t)cap, sizeof *f->names);
-    if (!f->cache || !f->hits || !f->hit_since || !f->names) {
+    f->members = calloc((size_t)cap, sizeof *f->members);
+    if (!f->cache || !f->hits || !f->hit_since || !f->names || !f->members) {
       hvd__fastpath_destroy(f);
       hvd__set_error(HVD_ERR_NO_MEMORY, "response cache");
       return NULL;
@@ -92,8 +97,65 @@ void hvd__fastpath_destroy(hvd__fastpath_t *f) {
   free(f->hits);
   free(f->hit_since);
   free(f->names);
+  free(f->members);
   free(f->vec);
   free(f);
+}
+
+static int same_group(const hvd__desc_t *a, const hvd__desc_t *b) {
+  return a->group_n == b->group_n && a->group_id == b->group_id;
+}
+
+/* Erases every entry of the group that d is a member of (d: a copy, as
+ * its own entry goes too), sending the hits waiting on them to `slow`.
+ * Every rank does the same from the same cache, so that a group is never
+ * partly cached when some rank waits on it. */
+static void drop_group(hvd__fastpath_t *f, hvd__desc_t d, hvd__queue_t *slow) {
+  int cap = hvd__cache_capacity(f->cache);
+  for (int b = 0; b < cap; b++) {
+    if (!hvd__cache_valid(f->cache, b) ||
+        !same_group(hvd__cache_desc(f->cache, b), &d))
+      continue;
+    if (f->hits[b] != NULL)
+      hvd__queue_push(slow, f->hits[b]);
+    f->hits[b] = NULL;
+    hvd__cache_erase(f->cache, b);
+  }
+}
+
+/* A group's members, submitted together and so next to each other from
+ * `first` on in group order: hits if every one is cached as it is now;
+ * else all of them go to the coordinator, and every rank drops the
+ * entries that some were cached in. Returns the request after them. */
+static hvd_request_t *sort_group(hvd__fastpath_t *f, hvd_request_t *first,
+                                 double now, hvd__queue_t *slow) {
+  const int n = first->desc.group_n;
+  int got = 0, all = f->cache != NULL, bit;
+  hvd_request_t *r = first;
+  for (; r != NULL && got < n && same_group(&r->desc, &first->desc) &&
+         r->desc.group_i == got;
+       r = r->next, got++)
+    if (all && hvd__cache_lookup(f->cache, r->name, &r->desc, &bit) < 0)
+      all = 0;
+  hvd_request_t *rest = r;
+  all = all && got == n;
+  r = first;
+  for (int k = 0; k < got; k++) {
+    hvd_request_t *next = r->next;
+    int c = f->cache != NULL
+                ? hvd__cache_lookup(f->cache, r->name, &r->desc, &bit)
+                : HVD__CACHE_MISS;
+    if (all) {
+      f->hits[bit] = r;
+      f->hit_since[bit] = now;
+    } else {
+      if (c != HVD__CACHE_MISS)
+        bit_set(f->at.inval, bit);
+      hvd__queue_push(slow, r);
+    }
+    r = next;
+  }
+  return rest;
 }
 
 void hvd__fastpath_sort(hvd__fastpath_t *f, hvd_request_t *list, int *joined,
@@ -102,17 +164,20 @@ void hvd__fastpath_sort(hvd__fastpath_t *f, hvd_request_t *list, int *joined,
   memset(f->vec, 0, (size_t)f->at.len * sizeof *f->vec);
   while (list != NULL) {
     hvd_request_t *r = list;
+    if (r->desc.group_n > 0) {
+      list = sort_group(f, r, now, slow);
+      if (list == r) { /* not its group's first: the coordinator's */
+        list = r->next;
+        hvd__queue_push(slow, r);
+      }
+      continue;
+    }
     list = r->next;
     if (r->desc.coll == HVD__JOIN)
       *joined = 1;
     int bit = -1, k = HVD__CACHE_MISS;
     if (f->cache != NULL && r->desc.coll != HVD__JOIN)
       k = hvd__cache_lookup(f->cache, r->name, &r->desc, &bit);
-    if (k >= 0 && r->desc.group_n > 0) { /* a group's members are never
-                                            cached: every rank drops it */
-      bit_set(f->at.inval, bit);
-      k = HVD__CACHE_MISS;
-    }
     if (k >= 0) {
       f->hits[bit] = r;
       f->hit_since[bit] = now;
@@ -152,19 +217,24 @@ static hvd_result_t exchange(hvd__fastpath_t *f) {
   return hvd__mpi_wait(&mr, "negotiation");
 }
 
-/* Drops what some rank invalidated; counts what every rank has. */
+/* Drops what some rank invalidated (a group's member: the whole group);
+ * counts what every rank has. */
 static int settle(hvd__fastpath_t *f, hvd__queue_t *slow) {
   int cap = hvd__cache_capacity(f->cache), nready = 0;
   for (int b = 0; b < cap; b++) {
-    if (bit_get(f->at.inval, b)) {
-      if (f->hits[b] != NULL)
-        hvd__queue_push(slow, f->hits[b]);
-      f->hits[b] = NULL;
-      hvd__cache_erase(f->cache, b);
-    } else if (!bit_get(f->at.notready, b) && hvd__cache_valid(f->cache, b)) {
-      nready++;
-    }
+    if (!bit_get(f->at.inval, b))
+      continue;
+    if (f->hits[b] != NULL)
+      hvd__queue_push(slow, f->hits[b]);
+    f->hits[b] = NULL;
+    if (hvd__cache_valid(f->cache, b) &&
+        hvd__cache_desc(f->cache, b)->group_n > 0)
+      drop_group(f, *hvd__cache_desc(f->cache, b), slow);
+    hvd__cache_erase(f->cache, b);
   }
+  for (int b = 0; b < cap; b++)
+    if (!bit_get(f->at.notready, b) && hvd__cache_valid(f->cache, b))
+      nready++;
   return nready;
 }
 
@@ -192,8 +262,36 @@ fail:
   return rc;
 }
 
-/* The nready responses every rank has, in bit order; their requests (if
- * this rank has them) leave the hits. */
+/* Ready entry b as list[k]; its request (if this rank has it) leaves
+ * the hits. */
+static void emit(hvd__fastpath_t *f, int b, int k, hvd__response_t *list,
+                 double *mine) {
+  hvd__response_t *x = &list[k];
+  x->kind = HVD__RESP_RUN;
+  x->desc = *hvd__cache_desc(f->cache, b);
+  x->nnames = 1;
+  x->borrowed = 1; /* the cache's name, in f->names */
+  f->names[k] = (char *)hvd__cache_name(f->cache, b);
+  x->names = &f->names[k];
+  if (mine != NULL) /* a joined rank has none: -1 */
+    mine[k] = f->hits[b] != NULL ? f->hits[b]->t_ready : -1;
+  x->req = f->hits[b];
+  f->hits[b] = NULL; /* it runs now */
+  hvd__cache_touch(f->cache, b);
+}
+
+static int member_cmp(const void *pa, const void *pb) {
+  const struct member *a = pa, *b = pb;
+  if (a->id != b->id)
+    return a->id < b->id ? -1 : 1;
+  if (a->n != b->n)
+    return a->n < b->n ? -1 : 1;
+  return (a->i > b->i) - (a->i < b->i);
+}
+
+/* The nready responses every rank has: single collectives in bit order,
+ * then each group's members together in group order (so that they fuse
+ * as the coordinator's do), the same list on every rank. */
 static hvd_result_t respond(hvd__fastpath_t *f, int nready,
                             hvd__fast_outcome_t *out) {
   hvd_result_t rc = HVD_SUCCESS;
@@ -204,25 +302,21 @@ static hvd_result_t respond(hvd__fastpath_t *f, int nready,
     rc = hvd__set_error(HVD_ERR_NO_MEMORY, "response list");
     goto fail;
   }
-  int k = 0;
-  for (int b = 0; b < cap && k < nready; b++) {
+  int k = 0, nm = 0;
+  for (int b = 0; b < cap && k + nm < nready; b++) {
     if (bit_get(f->at.inval, b) || bit_get(f->at.notready, b) ||
         !hvd__cache_valid(f->cache, b))
       continue;
-    hvd__response_t *x = &list[k];
-    x->kind = HVD__RESP_RUN;
-    x->desc = *hvd__cache_desc(f->cache, b);
-    x->nnames = 1;
-    x->borrowed = 1; /* the cache's name, in f->names */
-    f->names[k] = (char *)hvd__cache_name(f->cache, b);
-    x->names = &f->names[k];
-    if (mine != NULL) /* a joined rank has none: -1 */
-      mine[k] = f->hits[b] != NULL ? f->hits[b]->t_ready : -1;
-    x->req = f->hits[b];
-    f->hits[b] = NULL; /* it runs now */
-    hvd__cache_touch(f->cache, b);
-    k++;
+    const hvd__desc_t *d = hvd__cache_desc(f->cache, b);
+    if (d->group_n > 0)
+      f->members[nm++] =
+          (struct member){d->group_id, d->group_n, d->group_i, b};
+    else
+      emit(f, b, k++, list, mine);
   }
+  qsort(f->members, (size_t)nm, sizeof *f->members, member_cmp);
+  for (int m = 0; m < nm; m++)
+    emit(f, f->members[m].bit, k++, list, mine);
   out->ready = list;
   out->nready = nready;
   list = NULL;
@@ -263,14 +357,16 @@ fail:
 
 void hvd__fastpath_learn(hvd__fastpath_t *f, const hvd__response_t *x,
                          hvd__queue_t *slow) {
-  if (f->cache == NULL || x->kind != HVD__RESP_RUN || x->njoined > 0 ||
-      x->desc.group_n > 0) /* groups run together: the coordinator's */
+  if (f->cache == NULL || x->kind != HVD__RESP_RUN || x->njoined > 0)
     return;
   char *evicted = NULL;
-  int bit = hvd__cache_put(f->cache, x->names[0], &x->desc, &evicted);
+  hvd__desc_t gone;
+  int bit = hvd__cache_put(f->cache, x->names[0], &x->desc, &evicted, &gone);
   if (bit >= 0 && evicted != NULL && f->hits[bit] != NULL) {
     hvd__queue_push(slow, f->hits[bit]);
     f->hits[bit] = NULL;
   }
+  if (evicted != NULL && gone.group_n > 0) /* and the rest of its group */
+    drop_group(f, gone, slow);
   free(evicted);
 }

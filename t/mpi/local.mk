@@ -92,6 +92,19 @@ t_mpi_dlclose_CPPFLAGS = $(TEST_CPPFLAGS) \
 t_mpi_dlclose_LDADD = t/tap/libtap.la $(MPI_LIBS) $(DL_LIBS)
 TESTS_SH += t/mpi/fork.sh t/mpi/thread_level.sh
 
+## fastpath  grouped collectives in the response cache, white box: the fast
+##           path driven by hand (linked against libhvd.a); and through
+##           the engine, counting the negotiation's MPI calls
+##           (grouped_cache.sh, with t/mpi/negotiation and mpicount below)
+check_PROGRAMS += t/mpi/fastpath
+NP_TESTS += t/mpi/fastpath.np1 t/mpi/fastpath.np2 t/mpi/fastpath.np3 \
+	t/mpi/fastpath.np4
+t_mpi_fastpath_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
+t_mpi_fastpath_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
+	$(NCCL_LDFLAGS)
+t_mpi_fastpath_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
+TESTS_SH += t/mpi/grouped_cache.sh
+
 ## Errors and the lifecycle:
 ##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks
 ##  invalid   every invalid argument: rc and message; then a valid one
@@ -235,8 +248,8 @@ t_mpi_crash_rename_la_LDFLAGS = -module -avoid-version -shared \
 	-rpath $(abs_builddir)/t/mpi
 
 ## The negotiation's cost per cycle against world size (doc/scale.md;
-## t/mpi/negotiation.sh, run by hand, not a test): a program of cold or
-## cached allreduce rounds, and a PMPI layer, preloaded, that counts the
+## t/mpi/negotiation.sh, run by hand, not a test): a program of cold,
+## cached or grouped allreduce rounds (also grouped_cache.sh's), and a PMPI layer, preloaded, that counts the
 ## calls and bytes of the negotiation's collectives.
 check_PROGRAMS += t/mpi/negotiation
 check_LTLIBRARIES += t/mpi/mpicount.la

@@ -27,7 +27,7 @@ printf '%-4s %-6s %6s %8s %6s %10s %10s %8s %9s %9s %8s %9s\n' np mode \
   cycles bv_bytes slow gv_recv_r0 gv_sent_mx bcast_b agather_b \
   gv_r0/nm bc/nm ms/round
 for np in ${*:-2 4 8 16 32 64}; do
-  for mode in cold cached; do
+  for mode in ${HVD_NEGOTIATION_MODES:-cold cached grouped}; do
     rm -f "$dir"/rank.*
     out=$(MPICOUNT_DIR=$dir timeout 600 mpirun -np "$np" --oversubscribe \
       --bind-to none -x MPICOUNT_DIR \
