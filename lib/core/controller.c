@@ -313,13 +313,15 @@ static hvd__pending_t *pending_get(hvd__controller_t *c, const char *name) {
     return NULL;
   p->name = strdup(name);
   p->desc = calloc((size_t)c->size, sizeof *p->desc);
-  p->ready = calloc((size_t)c->size, sizeof *p->ready);
+  p->ready = malloc((size_t)c->size * sizeof *p->ready);
   p->have = calloc((size_t)c->size, 1);
   if (!p->name || !p->desc || !p->ready || !p->have ||
       hvd__table_put(c->table, name, p) != 0) {
     pending_free(p);
     return NULL;
   }
+  for (int r = 0; r < c->size; r++)
+    p->ready[r] = -1; /* never submitted (a joined rank): none */
   p->first_seen = hvd__now();
   c->npending++;
   p->prev = c->tail;

@@ -208,8 +208,13 @@ static hvd_result_t start_negotiation(hvd__engine_t *e) {
                                   e->timeline_any, e->env.world_ranks);
   if (e->inflight == NULL || e->ctl == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
-  hvd__fastpath_config_t fc = {e->env.comm, e->env.rank,      s->cache_capacity,
-                               e->tuning,   s->stall_check_s, e->timeline_any,
+  /* a hit waiting past the first of the stall inspector's times goes to
+   * the coordinator, where the inspector sees it */
+  double drop = s->stall_check_s;
+  if (s->stall_shutdown_s > 0 && (drop <= 0 || s->stall_shutdown_s < drop))
+    drop = s->stall_shutdown_s;
+  hvd__fastpath_config_t fc = {e->env.comm, e->env.rank, s->cache_capacity,
+                               e->tuning,   drop,        e->timeline_any,
                                e->env.size};
   e->fast = hvd__fastpath_create(&fc);
   return e->fast != NULL ? HVD_SUCCESS : HVD_ERR_NO_MEMORY;

@@ -160,9 +160,10 @@ static void trace_negotiation(hvd__engine_t *e, const hvd_request_t *r,
   args[0] = '\0';
   if (x->ready != NULL) {
     at += (size_t)snprintf(args, sizeof args, "\"ready_ms\":{");
-    for (int k = 0; k < e->env.size && at < sizeof args - 32; k++)
-      at += (size_t)snprintf(args + at, sizeof args - at, "%s\"%d\":%.3f",
-                             k ? "," : "", k, x->ready[k] * 1e3);
+    for (int k = 0, any = 0; k < e->env.size && at < sizeof args - 32; k++)
+      if (x->ready[k] >= 0) /* else a joined rank: none */
+        at += (size_t)snprintf(args + at, sizeof args - at, "%s\"%d\":%.3f",
+                               any++ ? "," : "", k, x->ready[k] * 1e3);
     snprintf(args + at, sizeof args - at, "}");
   }
   hvd__timeline_span(e->tl, r->name, "NEGOTIATE", r->t_submit, agreed,

@@ -190,17 +190,23 @@ void hvd__fastpath_sort(hvd__fastpath_t *f, hvd_request_t *list, int *joined,
 }
 
 /* This rank's not-ready bits; a hit waiting too long is dropped, so that
- * the coordinator's stall inspector sees it. (A stale bit is already in
- * inval: what every rank sees after the OR decides.) */
+ * the coordinator's stall inspector sees it. Joined, this rank drops
+ * every cached collective but the allreduces, which it takes part in:
+ * another rank's hit on one goes to the coordinator at once, for the
+ * error a joined rank gives it. (A stale bit is already in inval: what
+ * every rank sees after the OR decides.) */
 static void mark(hvd__fastpath_t *f, int joined) {
   int cap = hvd__cache_capacity(f->cache);
-  double now = hvd__now(), stall = f->cfg.stall_check_s;
+  double now = hvd__now(), stall = f->cfg.stall_s;
   for (int i = 0; i < f->at.words; i++)
     f->at.notready[i] = ~0ull;
   for (int b = 0; b < cap; b++) {
     int ready = f->hits[b] != NULL;
-    if (!ready && joined && hvd__cache_valid(f->cache, b))
+    if (!ready && joined && hvd__cache_valid(f->cache, b)) {
       ready = hvd__cache_desc(f->cache, b)->coll == HVD__ALLREDUCE;
+      if (!ready)
+        bit_set(f->at.inval, b);
+    }
     if (ready)
       f->at.notready[b >> 6] &= ~(1ull << (b & 63));
     if (f->hits[b] != NULL && stall > 0 && now - f->hit_since[b] > stall)

@@ -37,10 +37,11 @@ typedef struct hvd__fastpath hvd__fastpath_t;
 typedef struct hvd__fastpath_config {
   MPI_Comm comm;
   int rank;
-  int capacity;         /* cache entries (HVD_CACHE_CAPACITY; 0: no cache) */
-  int tuning;           /* carry the autotuned parameters */
-  double stall_check_s; /* a hit waiting longer goes to the coordinator */
-  int timeline_any;     /* gather every rank's ready times (rank 0) */
+  int capacity;     /* cache entries (HVD_CACHE_CAPACITY; 0: no cache) */
+  int tuning;       /* carry the autotuned parameters */
+  double stall_s;   /* a hit waiting longer goes to the coordinator (the
+                       first of the stall inspector's times; 0: never) */
+  int timeline_any; /* gather every rank's ready times (rank 0) */
   int size;
 } hvd__fastpath_config_t;
 

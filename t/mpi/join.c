@@ -7,6 +7,9 @@
  *
  * Round 1: rank r joins after r + 1 steps (rank size-1 joins last).
  * Round 2: rank r joins after size - r steps (rank 0 joins last).
+ * Then a broadcast the response cache knows fails at once while the last
+ * rank has joined; rank 0's timeline (HVD_TIMELINE) shows no readiness of
+ * the joined rank for an allreduce it took part in by joining.
  * A rank that has joined is blocked in hvd_join, so results are recorded
  * during the steps and checked (collectively) after the join.
  *
@@ -16,7 +19,11 @@
  * Run at 2, 3 and 4 ranks.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <mpi.h>
 
 #include "hvd.h"
 #include "hvdtest.h"
@@ -26,6 +33,7 @@
 #define N 6
 
 static int rank, size;
+static char tl_path[256];
 
 static const hvd_op_t ops[5] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
                                 HVD_PRODUCT};
@@ -193,17 +201,62 @@ static void round_of_join(int rd) {
   }
 }
 
+/* A broadcast the response cache knows, submitted while the last rank
+ * has joined: it fails at once, as an uncached one does (before, its hit
+ * waited HVD_STALL_CHECK_TIME, 60 s, for the coordinator). */
+static void cached_under_join(void) {
+  float x[3] = {1, 2, 3};
+  int64_t shape[1] = {3};
+  hvd_tensor_t t = hvd_tensor_make(x, HVD_FLOAT32, 1, shape);
+  for (int k = 0; k < 2; k++)
+    if (hvd_broadcast("cb", &t, 0) != HVD_SUCCESS)
+      bail("broadcast 'cb': %s", hvd_last_error());
+  hvd_result_t rc = HVD_ERR_MISMATCH;
+  char msg[256];
+  snprintf(msg, sizeof msg,
+           "broadcast 'cb': rank %d has joined; only allreduce can run until "
+           "every rank joins",
+           size - 1);
+  double took = 0;
+  if (rank < size - 1) {
+    float y[3]; /* the timeline's "tj" (main): agreed by the coordinator */
+    hvd_tensor_t r = hvd_tensor_make(y, HVD_FLOAT32, 1, shape);
+    if (hvd_allreduce("tj", &t, &r, HVD_SUM, 1, 1) != HVD_SUCCESS)
+      bail("allreduce 'tj': %s", hvd_last_error());
+    double t0 = MPI_Wtime();
+    rc = hvd_broadcast("cb", &t, 0);
+    took = MPI_Wtime() - t0;
+    snprintf(msg, sizeof msg, "%s", hvd_last_error());
+  }
+  int last = -2;
+  is_int(HVD_SUCCESS, hvd_join(&last), "cached broadcast: hvd_join");
+  is_int(HVD_ERR_MISMATCH, rc, "cached broadcast while rank %d has joined",
+         size - 1);
+  char want[256];
+  snprintf(want, sizeof want,
+           "broadcast 'cb': rank %d has joined; only allreduce can run until "
+           "every rank joins",
+           size - 1);
+  is_string(want, msg, "  the message");
+  ok(took < 10.0, "  at once, not after the stall check's 60 s (%.1f s)",
+     took);
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
   size = tap_size();
   if (size < 2 || size > MAX_RANKS)
     bail("run at 2 to %d ranks", MAX_RANKS);
+  snprintf(tl_path, sizeof tl_path, "/tmp/hvd-join-%d-timeline.json",
+           (int)getppid());
+  setenv("HVD_TIMELINE", tl_path, 1);
   if (!is_int(HVD_SUCCESS, hvd_init(), "hvd_init"))
     bail("hvd_init: %s", hvd_last_error());
 
   round_of_join(0);
   round_of_join(1);
+  cached_under_join();
 
   /* Everyone joins at once: completes, naming some rank. */
   {
@@ -216,5 +269,22 @@ int main(int argc, char **argv) {
   }
 
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
+  /* rank 0's timeline: "tj" has a READY instant for each rank that
+   * submitted it, none for the joined one (it had one at time 0) */
+  int ready = size - 1;
+  if (rank == 0) {
+    char *text = hvdt_slurp(tl_path);
+    int n = 0, track = text ? hvdt_timeline_track(text, "tj") : -1;
+    struct hvdt_event *ev = text ? hvdt_timeline_parse(text, &n) : NULL;
+    ready = 0;
+    for (int i = 0; i < n; i++)
+      ready += ev[i].tid == track && strcmp(ev[i].name, "READY") == 0;
+    free(ev);
+    free(text);
+    unlink(tl_path);
+  }
+  is_int(size - 1, ready,
+         "timeline: 'tj' ready on the ranks that submitted it, not on the "
+         "joined rank");
   return tap_mpi_finish();
 }

@@ -13,6 +13,8 @@
 #     (straggler.sh has the cases where a rank never comes): status 9.
 #   late, np 2: rank 1 submits "x" after 3 s: the warning comes, then "x"
 #     completes with the right sum on both ranks, and nothing stops.
+#   cached, np 2: as never with x and y in the response cache and no
+#     check time (below).
 #   set, np 3: "x" in a process set of ranks 1 and 2, rank 2 three
 #     seconds late: the set's own inspector warns on rank 1 (the set's
 #     coordinator), naming world ranks, exactly
@@ -99,6 +101,31 @@ for np in 2 3; do
     show "$err" "stderr of the $what run"
   fi
 done
+
+# cached, np 2: as never, with x and y in the response cache and
+# HVD_STALL_CHECK_TIME=0 (no warning): a hit waits HVD_STALL_SHUTDOWN_TIME
+# (5 s) before it goes to the coordinator, whose inspector then stops hvd
+# 5 s later; before, a cached collective never reached it without a check
+# time and waited for ever.
+out=$tmp/cached.out
+err=$tmp/cached.err
+HVD_STALL_CHECK_TIME=0 run_np 2 "$out" "$err" "$prog" cached
+bad=$failed
+what="cached, np 2, no check time"
+[ "$rc" = 9 ]
+check $? "$what: the job ends with status 9 (status $rc)"
+line=`grep "^stall_prog\[0\]: 'x' rc=" "$out"`
+echo "$line" | grep -q "^stall_prog\[0\]: 'x' rc=9 after [0-9.]* s: allreduce 'x': hvd stopped: $stop\$"
+check $? "$what: rank 0's 'x' fails with HVD_ERR_STALL naming 'x' and rank 1"
+took=`echo "$line" | sed -n "s/.* after \([0-9.]*\) s: .*/\1/p"`
+between "$took" 9.9 20
+check $? "$what: ... after 5 + 5 s, within 20 s (after '$took' s)"
+! grep -q "warning: stall" "$err"
+check $? "$what: no warning (no check time)"
+if [ $failed != $bad ]; then
+  show "$out" "stdout of the $what run"
+  show "$err" "stderr of the $what run"
+fi
 
 out=$tmp/late.out
 err=$tmp/late.err

@@ -6,6 +6,11 @@
  *                      submits "y", which nobody else does, and waits on it.
  *                      With HVD_STALL_SHUTDOWN_TIME set, hvd stops on every
  *                      rank and both waits return HVD_ERR_STALL.
+ *   stall_prog cached  as never, after every rank allreduced "x" and "y"
+ *                      twice, so that both wait in the response cache:
+ *                      with HVD_STALL_CHECK_TIME=0 a hit waits
+ *                      HVD_STALL_SHUTDOWN_TIME, then goes to the
+ *                      coordinator, whose inspector stops hvd.
  *   stall_prog late    rank 1 submits "x" 3 s after the start: the stall
  *                      warning comes (HVD_STALL_CHECK_TIME=2) but "x"
  *                      completes, with the right sum.
@@ -49,8 +54,8 @@ int main(int argc, char **argv) {
   int64_t shape[1] = {8};
 
   if (argc != 2 || (strcmp(argv[1], "never") && strcmp(argv[1], "late") &&
-                    strcmp(argv[1], "set"))) {
-    fprintf(stderr, "usage: stall_prog never|late|set\n");
+                    strcmp(argv[1], "set") && strcmp(argv[1], "cached"))) {
+    fprintf(stderr, "usage: stall_prog never|late|set|cached\n");
     return 2;
   }
   late = strcmp(argv[1], "late") == 0;
@@ -66,6 +71,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "stall_prog: hvd_process_set_create: %s\n",
             hvd_last_error());
     return 2;
+  }
+  for (int k = 0; strcmp(argv[1], "cached") == 0 && k < 4; k++) {
+    hvd_tensor_t w = hvd_tensor_make(x, HVD_FLOAT32, 1, shape);
+    hvd_tensor_t v = hvd_tensor_make(y, HVD_FLOAT32, 1, shape);
+    if (hvd_allreduce(k % 2 ? "y" : "x", &w, &v, HVD_SUM, 1, 1) !=
+        HVD_SUCCESS) {
+      fprintf(stderr, "stall_prog: warm-up: %s\n", hvd_last_error());
+      return 2;
+    }
   }
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = now();
