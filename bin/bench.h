@@ -79,6 +79,7 @@ typedef struct bench_opts {
   int compute_ms; /* --compute-ms */
   /* optim */
   int check_hparams; /* --check-hparams (hvd_distributed_options_t's) */
+  int num_groups;    /* --num-groups (hvd_distributed_options_t's) */
 } bench_opts_t;
 
 /* This rank and the world size (set by main after hvd_init). */

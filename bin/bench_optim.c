@@ -20,7 +20,8 @@
  * busy machine), and bare's two parts (reduction, update). The first run
  * of each is checked: every parameter must have taken exactly the first
  * SGD step, v - lr * g. --check-hparams 0 turns the distributed
- * optimizer's hyperparameter check off (what it costs a step).
+ * optimizer's hyperparameter check off (what it costs a step);
+ * --num-groups N gives it that many explicit gradient groups.
  */
 #include "bench.h"
 
@@ -216,6 +217,7 @@ static void optim_json(const bench_opts_t *o, const optim_t *b) {
   bench_json_num("ratio", b->ratio);
   bench_json_num("paired_ratio_median", b->sp.median);
   bench_json_bool("check_hparams", o->check_hparams);
+  bench_json_int("num_groups", o->num_groups);
   bench_json_bool("correct", b->good);
   bench_json_close('}');
   printf("\n");
@@ -223,12 +225,14 @@ static void optim_json(const bench_opts_t *o, const optim_t *b) {
 
 static void optim_text(const bench_opts_t *o, const optim_t *b) {
   const bench_stats_t *sd = &b->sd, *sb = &b->sb;
-  char env[512];
+  char env[512], groups[48] = "";
+  if (o->num_groups > 0)
+    snprintf(groups, sizeof groups, "; num_groups %d", o->num_groups);
   printf("# hvd-bench optim: %s: %d tensors, %.1f MiB; %d ranks; SGD "
-         "momentum %g, lr %g%s; median of %d (min, max); %s\n",
+         "momentum %g, lr %g%s%s; median of %d (min, max); %s\n",
          o->tensors, b->w->count, (double)b->w->elems * 4 / (1 << 20),
          bench_size, (double)MOMENTUM, (double)LR,
-         o->check_hparams ? "" : "; no hyperparameter check", b->iters,
+         o->check_hparams ? "" : "; no hyperparameter check", groups, b->iters,
          bench_env_line(env, sizeof env));
   printf("%-52s %10.2f ms (%.2f, %.2f)\n",
          "(a) distributed optimizer: grad_ready x n + step", sd->median * 1e3,
@@ -290,6 +294,7 @@ int bench_optim(const bench_opts_t *o) {
   hvd_distributed_options_t d;
   hvd_distributed_options_init(&d);
   d.check_hparams = o->check_hparams;
+  d.num_groups = o->num_groups;
   BENCH_HVD(hvd_distributed_optimizer(base, &d, &opt));
   b.opt = opt;
 

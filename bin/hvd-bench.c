@@ -109,6 +109,8 @@ static const char usage_text[] =
     "  --bucket-bytes SIZE  mpi-list: DDP-style bucket size (default 25M)\n"
     "  --check-hparams 0|1  optim: the distributed optimizer's check that\n"
     "                     the ranks' hyperparameters agree (default 1)\n"
+    "  --num-groups N     optim: the distributed optimizer's num_groups\n"
+    "                     (explicit gradient groups; default 0: none)\n"
     "  (gpu-pack and staged take --tensors too: the workload as one more "
     "case)\n"
     "\n"
@@ -203,7 +205,8 @@ enum {
   OPT_ALLOC,
   OPT_BUCKET,
   OPT_CHECK_HPARAMS,
-  OPT_LAST = OPT_CHECK_HPARAMS
+  OPT_NUM_GROUPS,
+  OPT_LAST = OPT_NUM_GROUPS
 };
 
 /* In the order of the enum above (the error messages index it). */
@@ -230,6 +233,7 @@ static const struct option long_opts[] = {
     {"alloc", required_argument, NULL, OPT_ALLOC},
     {"bucket-bytes", required_argument, NULL, OPT_BUCKET},
     {"check-hparams", required_argument, NULL, OPT_CHECK_HPARAMS},
+    {"num-groups", required_argument, NULL, OPT_NUM_GROUPS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -268,6 +272,7 @@ static unsigned option_modes(int opt) {
   case OPT_BUCKET:
     return MODE_BIT(BENCH_MPI_LIST);
   case OPT_CHECK_HPARAMS:
+  case OPT_NUM_GROUPS:
     return MODE_BIT(BENCH_OPTIM);
   default:
     return 0;
@@ -428,6 +433,9 @@ static int workload_option(bench_opts_t *o, int c, const char *a) {
     return 1;
   case OPT_CHECK_HPARAMS:
     o->check_hparams = (int)cli_int("--check-hparams", a, 0, 1);
+    return 1;
+  case OPT_NUM_GROUPS:
+    o->num_groups = (int)cli_int("--num-groups", a, 0, 1000000);
     return 1;
   }
   return 0;

@@ -1121,6 +1121,14 @@ typedef struct hvd_distributed_options {
   const hvd_process_set_t *process_set; /* NULL (default): the world;
                                         else the set the gradients are
                                         averaged over (below) */
+  int num_groups;                       /* Horovod's groups=k: k >= 1 splits
+                                           the parameters, in order, into k
+                                           groups of consecutive ones (below);
+                                           0 (default): none */
+  const int *groups;                    /* Horovod's groups=[[...], ...]: one
+                                           entry per parameter, its group id
+                                           (>= 0) or -1 for none; NULL
+                                           (default). Not with num_groups */
 } hvd_distributed_options_t;
 
 void hvd_distributed_options_init(hvd_distributed_options_t *o);
@@ -1178,7 +1186,23 @@ void hvd_distributed_options_init(hvd_distributed_options_t *o);
  * the file: give each set its own path). Sets may run their optimizers
  * at the same time, on their own. Messages name world ranks. The
  * parameters' broadcast and check: hvd_ps_broadcast_parameters and
- * hvd_ps_verify_parameters. */
+ * hvd_ps_verify_parameters.
+ *
+ * num_groups and groups (Horovod's groups=): explicit gradient groups.
+ * num_groups k splits the parameters in their order into k groups of
+ * consecutive ones (as Horovod's split: the first n % k one longer; k
+ * above n is one per parameter); groups gives each parameter its group
+ * id (any ids >= 0; -1: none). A group's gradients are reduced as one
+ * grouped allreduce (hvd_grouped_allreduce_async), submitted once its
+ * last member's gradient is ready (hvd_optimizer_grad_ready) or at the
+ * step: negotiated as one, fused together, and from the second step on
+ * agreed by the response cache. The values are the same as without
+ * groups, bit for bit. Ranks must form the same groups (else the step
+ * fails with HVD_ERR_MISMATCH naming the group field and "(the ranks'
+ * distributed optimizers differ in num_groups or groups)"). Not with
+ * shard_optimizer_state, PowerSGD or op HVD_ADASUM; with fp16/bf16
+ * compression only on float32 gradients (or reduce_fp32)
+ * (HVD_ERR_UNSUPPORTED). */
 hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
                                        const hvd_distributed_options_t *o,
                                        hvd_optimizer_t **out);

@@ -608,7 +608,7 @@ enum { G_ALLREDUCE, G_ALLGATHER, G_REDUCESCATTER };
 static hvd_result_t grouped(const char *fn, int kind, int n,
                             const char *const *names, const hvd_tensor_t *sends,
                             hvd_tensor_t *recvs, hvd_op_t op, double pre,
-                            double post, hvd_request_t **reqs) {
+                            double post, int wire, hvd_request_t **reqs) {
   hvd_result_t rc = HVD_SUCCESS;
   REQUIRE_INIT(fn);
   if (n < 1)
@@ -630,7 +630,7 @@ static hvd_result_t grouped(const char *fn, int kind, int n,
     hvd_tensor_t *r = &recvs[built];
     const char *name = names[built];
     if (kind == G_ALLREDUCE)
-      rc = make_allreduce(fn, name, s, r, op, pre, post, -1, &rs[built], 0);
+      rc = make_allreduce(fn, name, s, r, op, pre, post, wire, &rs[built], 0);
     else if (kind == G_ALLGATHER)
       rc = make_allgather(fn, name, s, r, &rs[built], 0);
     else
@@ -698,7 +698,7 @@ static hvd_result_t grouped_wait(const char *fn, int kind, int n,
   if (rs == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: %d requests", fn, n);
   hvd_result_t rc =
-      grouped(fn, kind, n, names, sends, recvs, op, pre, post, rs);
+      grouped(fn, kind, n, names, sends, recvs, op, pre, post, -1, rs);
   if (rc == HVD_SUCCESS)
     rc = wait_all(n, rs);
   free(rs);
@@ -711,7 +711,15 @@ hvd_result_t hvd_grouped_allreduce_async(int n, const char *const *names,
                                          double prescale, double postscale,
                                          hvd_request_t **reqs) {
   return grouped(__func__, G_ALLREDUCE, n, names, sends, recvs, op, prescale,
-                 postscale, reqs);
+                 postscale, -1, reqs);
+}
+
+hvd_result_t hvd__grouped_allreduce_wire_async(
+    int n, const char *const *names, const hvd_tensor_t *sends,
+    hvd_tensor_t *recvs, hvd_op_t op, double prescale, double postscale,
+    hvd_dtype_t wire, hvd_request_t **reqs) {
+  return grouped("hvd_grouped_allreduce_async", G_ALLREDUCE, n, names, sends,
+                 recvs, op, prescale, postscale, (int)wire, reqs);
 }
 
 hvd_result_t hvd_grouped_allreduce(int n, const char *const *names,
@@ -727,7 +735,7 @@ hvd_result_t hvd_grouped_allgather_async(int n, const char *const *names,
                                          hvd_tensor_t *recvs,
                                          hvd_request_t **reqs) {
   return grouped(__func__, G_ALLGATHER, n, names, sends, recvs, HVD_SUM, 1, 1,
-                 reqs);
+                 -1, reqs);
 }
 
 hvd_result_t hvd_grouped_allgather(int n, const char *const *names,
@@ -743,7 +751,7 @@ hvd_result_t hvd_grouped_reducescatter_async(int n, const char *const *names,
                                              double prescale, double postscale,
                                              hvd_request_t **reqs) {
   return grouped(__func__, G_REDUCESCATTER, n, names, sends, recvs, op,
-                 prescale, postscale, reqs);
+                 prescale, postscale, -1, reqs);
 }
 
 hvd_result_t hvd_grouped_reducescatter(int n, const char *const *names,

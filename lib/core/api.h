@@ -17,6 +17,12 @@ hvd_result_t hvd__allreduce_wire_async(const char *name,
                                        hvd_tensor_t *recv, hvd_op_t op,
                                        double prescale, double postscale,
                                        hvd_dtype_t wire, hvd_request_t **req);
+/* hvd_grouped_allreduce_async with a wire dtype for every member (each a
+ * float32 tensor), as hvd__allreduce_wire_async's. */
+hvd_result_t hvd__grouped_allreduce_wire_async(
+    int n, const char *const *names, const hvd_tensor_t *sends,
+    hvd_tensor_t *recvs, hvd_op_t op, double prescale, double postscale,
+    hvd_dtype_t wire, hvd_request_t **reqs);
 
 /* hvd_allgather_async and hvd_reducescatter_async writing the result into
  * memory the caller gives: *out (send's dtype and device; its shape must

@@ -88,7 +88,8 @@ struct hvd__dist {
   char *names;       /* the reduction names, one block */
   hvd__zero_t *zero; /* shard_optimizer_state: ZeRO-1 (zero.c), else NULL */
   hvd__psgd_t *psgd; /* compression powersgd (powersgd.c), else NULL */
-  double gpost;      /* local SGD: the postscale within its group */
+  hvd__ggroups_t *groups; /* num_groups/groups (grad_groups.c), else NULL */
+  double gpost;           /* local SGD: the postscale within its group */
   /* the hyperparameters' check of a reducing step (hparams.c) */
   char *hp_name;         /* "hvd.hparams.<first parameter's name>" */
   int64_t hp[2];         /* the digest and its negation, MAX-reduced */
@@ -241,6 +242,22 @@ static hvd_result_t check_options(const char *fn,
   return HVD_SUCCESS;
 }
 
+/* Every option against base; then the groups (*groups, NULL without). */
+static hvd_result_t check_all(const char *fn,
+                              const hvd_distributed_options_t *o,
+                              const hvd_optimizer_t *base,
+                              hvd__ggroups_t **groups) {
+  hvd_result_t rc;
+  HVD__CHECK(check_options(fn, o));
+  HVD__CHECK(check_process_set(fn, o));
+  HVD__CHECK(check_local_sgd(fn, o));
+  if (o->op == HVD_ADASUM)
+    HVD__CHECK(check_adasum(fn, o, base));
+  return hvd__ggroups_create(fn, o, base, groups);
+fail:
+  return rc;
+}
+
 /* The reduction names, "hvd.grad.<name>", in one allocation. */
 static hvd_result_t make_names(const char *fn, hvd__dist_t *d,
                                const hvd_optimizer_t *base) {
@@ -290,6 +307,7 @@ static void dist_free(hvd__dist_t *d) {
     }
   hvd__zero_free(d->zero);
   hvd__psgd_free(d->psgd);
+  hvd__ggroups_free(d->groups);
   free(d->p);
   free(d->names);
   free(d->hp_name);
@@ -320,16 +338,16 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
   }
   /* sizes, ranks and blocks below are the process set's */
   const hvd_process_set_t *was = hvd__coll_set(o->process_set);
-  HVD__CHECK(check_options(fn, o));
-  HVD__CHECK(check_process_set(fn, o));
-  HVD__CHECK(check_local_sgd(fn, o));
-  if (o->op == HVD_ADASUM)
-    HVD__CHECK(check_adasum(fn, o, base));
+  hvd__ggroups_t *groups = NULL;
+  HVD__CHECK(check_all(fn, o, base, &groups));
 
   opt = calloc(1, sizeof *opt);
   d = calloc(1, sizeof *d);
-  if (opt == NULL || d == NULL)
+  if (opt == NULL || d == NULL) {
+    hvd__ggroups_free(groups);
     goto oom;
+  }
+  d->groups = groups;
   d->p = calloc(base->n > 0 ? (size_t)base->n : 1, sizeof *d->p);
   if (d->p == NULL)
     goto oom;
@@ -430,6 +448,52 @@ static hvd_result_t start(hvd_optimizer_t *opt, int i) {
   return rc;
 }
 
+/* Submits group k's reductions as one grouped allreduce (in place), as
+ * start's for one parameter: every member's request its own. */
+static hvd_result_t start_group(hvd_optimizer_t *opt, int k) {
+  hvd__dist_t *d = opt->dist;
+  const int *idx;
+  const char **names;
+  hvd_tensor_t *t;
+  hvd_request_t **reqs;
+  int m = hvd__ggroups_members(d->groups, k, &idx);
+  hvd_result_t rc = HVD_SUCCESS;
+  hvd__ggroups_scratch(d->groups, &names, &t, &reqs);
+  for (int j = 0; j < m && rc == HVD_SUCCESS; j++) {
+    hvd_tensor_t *g = &opt->base->params[idx[j]].grad;
+    if (d->o.reduce_fp32)
+      rc = hvd__mixed_grad32(opt->base, idx[j], &g);
+    names[j] = d->p[idx[j]].name;
+    t[j] = *g; /* the request keeps its own copy */
+  }
+  if (rc != HVD_SUCCESS)
+    return rc;
+  if (group_of(opt) != NULL)
+    rc = hvd_ps_grouped_allreduce_async(group_of(opt), m, names, t, t, d->op,
+                                        d->prescale, d->gpost, reqs);
+  else if (d->wire == HVD_FLOAT32)
+    rc = hvd_grouped_allreduce_async(m, names, t, t, d->op, d->prescale,
+                                     d->postscale, reqs);
+  else
+    rc = hvd__grouped_allreduce_wire_async(m, names, t, t, HVD_SUM, d->prescale,
+                                           d->postscale, d->wire, reqs);
+  for (int j = 0; j < m && rc == HVD_SUCCESS; j++) {
+    d->p[idx[j]].req = reqs[j];
+    d->p[idx[j]].started = 1;
+    d->inflight++;
+  }
+  return rc;
+}
+
+/* Parameter i's reduction, or its group's once i was the last of it. */
+static hvd_result_t start_ready(hvd_optimizer_t *opt, int i) {
+  int k = hvd__ggroups_of(opt->dist->groups, i);
+  if (k < 0)
+    return start(opt, i);
+  return hvd__ggroups_ready(opt->dist->groups, k) ? start_group(opt, k)
+                                                  : HVD_SUCCESS;
+}
+
 static hvd_result_t dist_grad_ready(hvd_optimizer_t *opt, int i) {
   static const char fn[] = "hvd_optimizer_grad_ready";
   hvd__dist_t *d = opt->dist;
@@ -438,7 +502,9 @@ static hvd_result_t dist_grad_ready(hvd_optimizer_t *opt, int i) {
                           "%s: index %d is out of range for %d parameters", fn,
                           i, d->n);
   dist_param_t *p = &d->p[i];
-  if (reduces(opt) && p->started)
+  if (reduces(opt) &&
+      (p->started || (hvd__ggroups_of(d->groups, i) >= 0 &&
+                      p->passes == d->o.backward_passes_per_step)))
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s: the gradient of parameter %d ('%s') is already "
                           "being reduced (backward_passes_per_step %d; call "
@@ -449,7 +515,7 @@ static hvd_result_t dist_grad_ready(hvd_optimizer_t *opt, int i) {
   if (p->passes < d->o.backward_passes_per_step)
     p->passes++;
   if (reduces(opt) && p->passes == d->o.backward_passes_per_step)
-    return start(opt, i);
+    return start_ready(opt, i);
   return HVD_SUCCESS;
 }
 
@@ -581,6 +647,7 @@ static hvd_result_t sparse_finish(hvd_optimizer_t *opt, int i, int keep) {
 
 /* Forgets the passes of the step that ends (or is discarded). */
 static void reset_passes(hvd__dist_t *d) {
+  hvd__ggroups_reset(d->groups);
   for (int i = 0; i < d->n; i++) {
     d->p[i].passes = 0;
     d->p[i].started = 0;
@@ -601,6 +668,7 @@ static void mismatch_hint(char *msg, size_t cap) {
                {" postscale ", "backward_passes_per_step, average_passes or "
                                "gradient_predivide_factor"},
                {" op ", "op"},
+               {" group ", "num_groups or groups"},
                {" wire dtype ", "compression"}};
   const char *name = strstr(msg, " '" GRAD_PREFIX);
   const char *label_end = name != NULL ? strstr(name, "': rank ") : NULL;
@@ -664,7 +732,8 @@ static hvd_result_t reduce_all(hvd_optimizer_t *opt) {
   for (int i = d->n - 1; i >= 0; i--) {
     if (d->p[i].started)
       continue;
-    hvd_result_t rc = start(opt, i);
+    int k = hvd__ggroups_of(d->groups, i); /* a group whole, where it is */
+    hvd_result_t rc = k >= 0 ? start_group(opt, k) : start(opt, i);
     if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
       first = rc;
       snprintf(msg, sizeof msg, "%s", hvd_last_error());

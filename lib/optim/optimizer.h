@@ -301,6 +301,27 @@ void hvd__zero_release_param(hvd__zero_t *z, hvd_optimizer_t *core, int i,
 hvd_tensor_t *hvd__zero_state_block(hvd__zero_t *z, int s, int64_t *lo,
                                     int64_t *hi);
 
+/* Explicit gradient groups (grad_groups.c): the distributed optimizer's
+ * num_groups and groups. create: *out NULL without groups; refuses what
+ * groups cannot go with (sharding, PowerSGD, Adasum; compression with a
+ * gradient that is not float32). of: parameter i's group, -1 none.
+ * ready: member i of group k is ready this step; 1 when it was the last.
+ * members: group k's parameters in order (*idx), their count. scratch:
+ * arrays of n names, tensors and requests for a group's submission. */
+typedef struct hvd__ggroups hvd__ggroups_t;
+
+hvd_result_t hvd__ggroups_create(const char *fn,
+                                 const hvd_distributed_options_t *o,
+                                 const hvd_optimizer_t *base,
+                                 hvd__ggroups_t **out);
+void hvd__ggroups_free(hvd__ggroups_t *g);           /* accepts NULL */
+int hvd__ggroups_of(const hvd__ggroups_t *g, int i); /* accepts NULL: -1 */
+int hvd__ggroups_ready(hvd__ggroups_t *g, int k);
+void hvd__ggroups_reset(hvd__ggroups_t *g); /* accepts NULL */
+int hvd__ggroups_members(const hvd__ggroups_t *g, int k, const int **idx);
+void hvd__ggroups_scratch(hvd__ggroups_t *g, const char ***names,
+                          hvd_tensor_t **t, hvd_request_t ***reqs);
+
 /* PowerSGD (powersgd.c): the distributed optimizer's compression
  * HVD_COMPRESS_POWERSGD. takes: parameter i is compressed at step count
  * steps. start: M = prescale g + e, P = M Q, P's allreduce submitted

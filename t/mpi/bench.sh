@@ -8,11 +8,13 @@
 # malformed HVD_* setting that hvd_init would refuse (it never calls it).
 # A sweep's closing line; latency's rows, the idle sub-report's too.
 # optim with and without the distributed optimizer's hyperparameter check
-# (--check-hparams: its header and JSON say which; 2 exits 2).
+# (--check-hparams: its header and JSON say which; 2 exits 2), and with
+# explicit gradient groups (--num-groups 3: correct, the header and JSON
+# say it; -1 exits 2).
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 make_tmp bench
 tiny="$HVD_TOP_SRCDIR/bench/workloads/bert-tiny.tensors"
-echo "1..23"
+echo "1..25"
 for np in 1 2 3 32; do
   run_np $np "$tmp/out" "$tmp/out" "$HVD_TOP_BUILDDIR/bin/hvd-bench" --quick
   [ $rc = 0 ] && grep -q "all results ok" "$tmp/out"
@@ -106,5 +108,17 @@ run_np 0 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" optim \
   --tensors "$tiny" --check-hparams 2
 [ $rc = 2 ] && grep -q "^hvd-bench: --check-hparams '2': expected an integer in 0..1" "$tmp/out" "$tmp/err"
 check $? "optim --check-hparams 2 exits 2 with the reason (status $rc)" ||
+  { show "$tmp/out" output; show "$tmp/err" stderr; }
+# optim with explicit gradient groups
+run_np 2 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" optim \
+  --tensors "$tiny" --iters 2 --num-groups 3
+[ $rc = 0 ] && grep -q "^# hvd-bench optim: .*; num_groups 3; median" "$tmp/out" &&
+  ! grep -q WRONG "$tmp/out"
+check $? "optim --num-groups 3: correct, said in the header" ||
+  { show "$tmp/out" output; show "$tmp/err" stderr; }
+run_np 0 "$tmp/out" "$tmp/err" "$HVD_TOP_BUILDDIR/bin/hvd-bench" optim \
+  --tensors "$tiny" --num-groups -1
+[ $rc = 2 ] && grep -q "^hvd-bench: --num-groups '-1': expected an integer in 0..1000000" "$tmp/out" "$tmp/err"
+check $? "optim --num-groups -1 exits 2 with the reason (status $rc)" ||
   { show "$tmp/out" output; show "$tmp/err" stderr; }
 exit $failed

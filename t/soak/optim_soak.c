@@ -14,7 +14,8 @@
  * learning rate; per-parameter learning-rate scales and
  * weight decays; op average or sum, 1-3 backward passes (averaged or
  * summed), a predivide factor, ZeRO-1, reduce_fp32, a float16/bfloat16
- * wire; gradient clipping; loss scaling (with an inf injected on one rank
+ * wire, explicit gradient groups (num_groups, or ids with some parameters
+ * in none; not with ZeRO-1); gradient clipping; loss scaling (with an inf injected on one rank
  * at one pass of one step); sparse rows (hvd_optimizer_sparse_grad) on
  * float32 host parameters, each rank its own, handed over before the
  * parameter's reduction starts or after (allgathered at the step); a
@@ -95,6 +96,7 @@ typedef struct cfg {
   int sparse[MAXP]; /* sparse rows each step: 1 before grad_ready, 2 after */
   int by_state;     /* at ckpt_step an hvd_state commit, a step, a restore */
   int split;        /* on the parity set (d.process_set = parity) */
+  int gids[MAXP];   /* d.groups, when it points here */
 } cfg_t;
 
 /* The ranks of this rank's parity (np >= 2), and their world ranks. */
@@ -118,7 +120,7 @@ static int coin(int percent) { return (int)draw(100) < percent; }
 
 static const char *const kinds[] = {"SGD", "Adam", "AdamW", "LAMB", "custom"};
 static int n_skipped, n_ckpt, n_steps, n_sparse, n_resumed,
-    n_split; /* the summary */
+    n_split, n_groups; /* the summary */
 
 static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
   static const hvd_dtype_t dts[] = {HVD_FLOAT32, HVD_FLOAT32, HVD_BFLOAT16,
@@ -170,6 +172,19 @@ static void draw_cfg(cfg_t *c, uint64_t seed, int index, int steps) {
   }
   c->split = coin(25) && parity != NULL && !save_dir && !resume_dir;
   c->d.process_set = c->split ? parity : NULL;
+  int low16 = 0; /* explicit gradient groups, where they may be */
+  for (int p = 0; p < c->n; p++)
+    low16 |= c->dt[p] != HVD_FLOAT32 && !c->d.reduce_fp32;
+  if (!c->d.shard_optimizer_state && coin(30) &&
+      !(low16 && c->d.compression != HVD_COMPRESS_NONE)) {
+    if (coin(50)) {
+      c->d.num_groups = 1 + (int)draw((uint64_t)c->n + 1);
+    } else {
+      for (int p = 0; p < c->n; p++)
+        c->gids[p] = (int)draw(3) - 1;
+      c->d.groups = c->gids;
+    }
+  }
 }
 
 /* The ranks whose gradients this rank's optimizer averages: its parity
@@ -184,8 +199,8 @@ static void describe(const cfg_t *c, char *s, size_t cap) {
   size_t at = (size_t)snprintf(
       s, cap,
       "%s lr %g momentum %g nesterov %d wd %g; op %s passes %d average %d "
-      "predivide %g shard %d fp32 %d wire %s; clip %g scaling %d inject "
-      "step %d rank %d; %s step %d; %s; params",
+      "predivide %g shard %d fp32 %d wire %s groups %s; clip %g scaling %d "
+      "inject step %d rank %d; %s step %d; %s; params",
       kinds[c->kind], c->lr, c->momentum, c->nesterov, c->wd,
       c->d.op == HVD_SUM ? "sum" : "average", c->d.backward_passes_per_step,
       c->d.average_passes, c->d.gradient_predivide_factor,
@@ -193,7 +208,7 @@ static void describe(const cfg_t *c, char *s, size_t cap) {
       c->d.compression == HVD_COMPRESS_FP16   ? "fp16"
       : c->d.compression == HVD_COMPRESS_BF16 ? "bf16"
                                               : "none",
-      c->max_norm, c->scaling, c->inject_step, c->inject_rank,
+      c->d.num_groups ? "num" : c->d.groups ? "ids" : "none", c->max_norm, c->scaling, c->inject_step, c->inject_rank,
       c->by_state ? "state commit" : "ckpt", c->ckpt_step,
       c->split ? "on the parity set" : "on the world");
   for (int p = 0; p < c->n && at < cap; p++)
@@ -793,12 +808,14 @@ int main(int argc, char **argv) {
     }
     passed += res == 1;
     n_split += res == 1 && c.split;
+    n_groups += res == 1 && (c.d.num_groups > 0 || c.d.groups != NULL);
   }
   diag("%d configurations: %d passed, %d refused at creation; %d steps, %d "
        "skipped for an inf, %d checkpoint round trips, %d sparse handovers, "
-       "%d resumed from another run's checkpoint, %d on a process set",
+       "%d resumed from another run's checkpoint, %d on a process set, %d "
+       "with gradient groups",
        configs, passed, refused, n_steps, n_skipped, n_ckpt, n_sparse,
-       n_resumed, n_split);
+       n_resumed, n_split, n_groups);
   hvdt_remove_tmpdir(dir);
   hvd_process_set_destroy(parity);
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
