@@ -767,9 +767,11 @@ typedef struct hvd_optimizer hvd_optimizer_t;
  * A distributed optimizer reduces such gradients in their own dtype, or
  * with reduce_fp32 = 1 converted to float32 first (compression then
  * applies to them); checkpoints hold the master weights, so a file saved
- * from a bfloat16 model is a float32 model's file (it loads into either,
- * at any world size), and a float32 file loads into a bfloat16 model's
- * masters (the values are the masters rounded). With
+ * from a bfloat16 model is a float32 model's file (it loads into either
+ * with its optimizer, at any world size; without an optimizer only into
+ * float32 parameters: a bfloat16 one is refused, "'w' has dtype float32
+ * in the file but bfloat16 in the model"), and a float32 file loads into
+ * a bfloat16 model's masters (the values are the masters rounded). With
  * shard_optimizer_state the masters, the optimizer state and the
  * gradients are sharded (DeepSpeed's ZeRO-1 with float32 partitions): a
  * block's gradient is scattered in its dtype (or float32 with
@@ -1076,7 +1078,9 @@ typedef struct hvd_powersgd_options {
  * update of step c (counting from 0), when (c - start_step) % period is
  * 0, every parameter (a mixed-precision one's float32 master) is averaged
  * over all ranks ("hvd.lsgd.<name>"), so the first local step ends
- * averaged, then every period-th. Between averages the ranks' parameters
+ * averaged, then every period-th (a step that loss scaling skips for an
+ * inf is no step: it neither counts nor averages, as DDP's averager is
+ * not called when GradScaler skips). Between averages the ranks' parameters
  * differ: a checkpoint saves rank 0's, and hvd_verify_parameters finds
  * the difference; the optimizer state (momentum, Adam's moments) stays
  * each rank's own, as DDP's does. Each rank may pass its own group (one

@@ -844,7 +844,11 @@ static hvd_result_t dist_step(hvd_optimizer_t *opt) {
     rc = hvd__optim_apply(opt->base);
   else /* spent: reduce_fp32's float32 copies too, for the next step */
     hvd__mixed_forget_grads(opt->base);
+  /* a step skipped for an inf (every rank alike) is no step: its count
+   * stays, and the average waits for it, as DDP's averager is not called
+   * when GradScaler skips optimizer.step() */
   if (rc == HVD_SUCCESS && d->zero == NULL && local && d->sync &&
+      !hvd_optimizer_step_skipped(opt) &&
       (c - d->o.local_sgd.start_step) % d->o.local_sgd.period == 0)
     rc = hvd__lsgd_average(opt->base);
   return rc;

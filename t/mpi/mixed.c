@@ -36,6 +36,8 @@
  *  - the scale stays finite: growth that would overflow leaves it as it
  *    is (torch's GradScaler), so that a backoff brings it down again and
  *    the steps after it update;
+ *  - post-local SGD: a step skipped for an inf does not average; the
+ *    next one, with the same count, does;
  *  - refusals: a grad of another dtype than its value, sparse rows into a
  *    bfloat16 parameter, loss-scale options out of range; each with its
  *    exact message.
@@ -389,6 +391,64 @@ static void test_finite_scale(void) {
   model_free(&m);
 }
 
+/* The spread of element 0 of w over the ranks (max - min). */
+static double spread(const float *w) {
+  float lo = w[0], hi = w[0];
+  int64_t one = 1;
+  hvd_tensor_t a = hvd_tensor_make(&lo, HVD_FLOAT32, 1, &one);
+  hvd_tensor_t b = hvd_tensor_make(&hi, HVD_FLOAT32, 1, &one);
+  if (hvd_allreduce("spread.min", &a, &a, HVD_MIN, 1, 1) != HVD_SUCCESS ||
+      hvd_allreduce("spread.max", &b, &b, HVD_MAX, 1, 1) != HVD_SUCCESS)
+    bail("spread: %s", hvd_last_error());
+  return (double)hi - (double)lo;
+}
+
+/* Post-local SGD (period 2, no group) with loss scaling: a step skipped
+ * for an inf (on every rank) is no step, so it does not average either
+ * (DDP's averager is not called when GradScaler skips the step); the
+ * next step, with the same count, does. np >= 2. */
+static void test_local_skip(void) {
+  if (size < 2)
+    return;
+  model_t m;
+  model_make(&m, HVD_FLOAT32, 4, 1.0);
+  hvd_sgd_options_t so;
+  hvd_sgd_options_init(&so);
+  so.lr = 0.5;
+  hvd_optimizer_t *base = NULL, *opt = NULL;
+  hvd_distributed_options_t o;
+  hvd_distributed_options_init(&o);
+  o.local_sgd.period = 2;
+  if (hvd_sgd_create(&m.p, 1, &so, &base) != HVD_SUCCESS ||
+      hvd_distributed_optimizer(base, &o, &opt) != HVD_SUCCESS ||
+      hvd_optimizer_set_loss_scaling(opt, NULL) != HVD_SUCCESS)
+    bail("local sgd: %s", hvd_last_error());
+  double after[4];
+  int skipped[4];
+  for (int t = 0; t < 4; t++) {
+    hvd_optimizer_zero_grad(opt);
+    for (int i = 0; i < 4; i++) /* rank r's gradient r + 1, scaled */
+      hvdt_put(HVD_FLOAT32, m.g, i,
+               (rank + 1) * hvd_optimizer_loss_scale(opt));
+    if (t == 2 && rank == size - 1)
+      hvdt_put(HVD_FLOAT32, m.g, 0, INFINITY);
+    if (hvd_optimizer_step(opt) != HVD_SUCCESS)
+      bail("local sgd step %d: %s", t, hvd_last_error());
+    skipped[t] = hvd_optimizer_step_skipped(opt);
+    after[t] = spread((const float *)m.w);
+  }
+  ok(after[0] == 0 && after[1] > 0,
+     "local SGD, period 2: averaged after step 0, apart after step 1 "
+     "(%g, %g)",
+     after[0], after[1]);
+  ok(skipped[2] && after[2] == after[1],
+     "  step 2 skipped for an inf: no average either (spread %g)", after[2]);
+  ok(!skipped[3] && after[3] == 0,
+     "  the next step (the same count) updates and averages (%g)", after[3]);
+  hvd_optimizer_destroy(opt);
+  model_free(&m);
+}
+
 static void test_refusals(void) {
   model_t m;
   hvd_optimizer_t *o = NULL;
@@ -443,6 +503,7 @@ int main(int argc, char **argv) {
   test_zero(HVD_FLOAT16, 0);
   test_failed_step();
   test_finite_scale();
+  test_local_skip();
   test_refusals();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   hvdt_remove_tmpdir(dir);
