@@ -316,8 +316,12 @@ hvd_result_t hvd_free_host(void *p);
  * step in the dtype (float16 and bfloat16 are rounded after each
  * addition): on one node in rank order 0..P-1, the bits of a loop over
  * the ranks' values in one process; on several nodes each node's ranks in
- * local-rank order, then the nodes' results in node order (a
- * reducescatter: rank order always). So an element's result does not
+ * local-rank order, then the nodes' results in node order, where the
+ * shared-memory path runs (HVD_SHM_ALLREDUCE on and every node with the
+ * same number of ranks) or HVD_HIERARCHICAL_ALLREDUCE=1; otherwise in
+ * rank order (a reducescatter: rank order always). The order thus
+ * follows those settings and the layout of ranks on nodes, which are the
+ * same from run to run. So an element's result does not
  * depend on fusion, pieces, cycle timing, the response cache, autotune or
  * in-place use: the same inputs on the same ranks and nodes give the same
  * bits, run after run. Over NCCL (device tensors, the default on a GPU)
