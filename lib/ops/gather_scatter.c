@@ -22,8 +22,9 @@
  * (dims0s[i] NULL) are learnt in one MPI_Allgather for all of them. */
 hvd_result_t hvd__mpi_allgather_fused(hvd__mpi_state_t *s,
                                       const hvd__exec_env_t *env,
-                                      const hvd__work_t *w) {
+                                      const hvd__work_t *w, int *alone) {
   hvd_result_t rc = HVD_SUCCESS;
+  *alone = 0;
   int m = w->n, P = env->size, nc = 0;
   HVD__CHECK(hvd__grow((void **)&s->gdims, &s->gdims_cap,
                        (size_t)(2 * m + 1) * (size_t)P * sizeof *s->gdims,
@@ -52,11 +53,10 @@ hvd_result_t hvd__mpi_allgather_fused(hvd__mpi_state_t *s,
     for (int i = 0; i < m; i++)
       seg +=
           dims[(size_t)i * P + (size_t)q] * hvd__row_bytes(&w->reqs[i]->desc);
-    if (seg > INT_MAX || total + seg > INT_MAX)
-      return hvd__set_error(HVD_ERR_UNSUPPORTED,
-                            "a fused allgather of %lld bytes exceeds MPI's "
-                            "int counts (lower HVD_FUSION_THRESHOLD)",
-                            (long long)(total + seg));
+    if (seg > INT_MAX || total + seg > INT_MAX) { /* each by rows */
+      *alone = 1;
+      return HVD_SUCCESS;
+    }
     s->counts[q] = (int)seg;
     s->displs[q] = (int)total;
     total += seg;

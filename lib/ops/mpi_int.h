@@ -114,9 +114,13 @@ hvd_result_t hvd__adasum_allreduce(hvd__mpi_state_t *s,
 
 /* ---- fused gathers and scatters (gather_scatter.c) ----------------------- */
 
+/* *alone: the group's rows are more bytes than MPI's int counts reach in
+ * one call (the same answer on every rank, from every rank's rows): the
+ * caller gathers each member on its own, member i's rows per rank at
+ * s->gdims + i * size. */
 hvd_result_t hvd__mpi_allgather_fused(hvd__mpi_state_t *s,
                                       const hvd__exec_env_t *env,
-                                      const hvd__work_t *w);
+                                      const hvd__work_t *w, int *alone);
 hvd_result_t hvd__mpi_reducescatter_fused(hvd__mpi_state_t *s,
                                           const hvd__exec_env_t *env,
                                           const hvd__work_t *w);

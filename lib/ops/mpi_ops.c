@@ -210,9 +210,14 @@ static hvd_result_t allreduce_wire(hvd__mpi_state_t *s,
   hvd_dtype_t wire = d->wire;
   hvd__desc_t dw = *d; /* what the chunk reduction sees */
   dw.dtype = d->wire;
-  hvd_result_t rc =
-      hvd__grow((void **)&s->stage, &s->stage_cap,
-                (size_t)chunk_elems * sizeof(uint16_t), "fusion chunk");
+  int64_t total = 0; /* the stage holds a chunk, or all of them if less */
+  for (int k = 0; k < w->n; k++)
+    total += hvd_tensor_numel(&w->reqs[k]->send);
+  hvd_result_t rc = hvd__grow(
+      (void **)&s->stage, &s->stage_cap,
+      (size_t)(total < chunk_elems ? (total > 0 ? total : 1) : chunk_elems) *
+          sizeof(uint16_t),
+      "fusion chunk");
   piece_t *pieces = malloc((size_t)(w->n + 1) * sizeof *pieces);
   if (pieces == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "compression pieces");
@@ -275,9 +280,16 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
   /* the same choice on every rank: shm is agreed, the chunk is a setting */
   const int direct =
       s->shm.on && chunk_elems * esize <= hvd__shm_piece_bytes(env);
-  if (w->n > 1 && !direct)
-    rc = hvd__grow((void **)&s->stage, &s->stage_cap,
-                   (size_t)(chunk_elems * esize), "fusion chunk");
+  int64_t packed = 0; /* what is packed: the tensors below a chunk */
+  for (int k = 0; k < w->n; k++) {
+    int64_t m = hvd_tensor_numel(&w->reqs[k]->send);
+    packed += m < chunk_elems ? m : 0;
+  }
+  if (w->n > 1 && !direct && packed > 0) /* a chunk at most, never more */
+    rc = hvd__grow(
+        (void **)&s->stage, &s->stage_cap,
+        (size_t)((packed < chunk_elems ? packed : chunk_elems) * esize),
+        "fusion chunk");
   /* Packing decisions depend on sizes only, which every rank agrees on; a
    * joined rank's stubs take the same path with identity data. */
   for (int i = 0; i < w->n && rc == HVD_SUCCESS;) {
@@ -342,16 +354,13 @@ fail:
   return rc;
 }
 
-static hvd_result_t mpi_allgather(void *state, const hvd__exec_env_t *env,
-                                  const hvd__work_t *w) {
-  hvd__mpi_state_t *s = state;
+/* One allgather (d: its descriptor), in rows (any size): dims0 each
+ * rank's rows, or NULL (agreed through the cache: learnt here). */
+static hvd_result_t allgather_one(hvd__mpi_state_t *s,
+                                  const hvd__exec_env_t *env, hvd_request_t *r,
+                                  const hvd__desc_t *d, const int64_t *dims0) {
   hvd_result_t rc = HVD_SUCCESS;
-  const hvd__desc_t *d = w->desc;
-  if (w->n > 1)
-    return hvd__mpi_allgather_fused(s, env, w);
   MPI_Datatype row = MPI_DATATYPE_NULL;
-  hvd_request_t *r = w->reqs[0];
-  const int64_t *dims0 = w->dims0s[0];
   if (dims0 == NULL) { /* agreed through the cache: learn them now */
     s->splits[env->rank] = r->send.shape[0];
     HVD__MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 1, MPI_INT64_T, s->splits, 1,
@@ -381,6 +390,19 @@ static hvd_result_t mpi_allgather(void *state, const hvd__exec_env_t *env,
 fail:
   if (row != MPI_DATATYPE_NULL)
     MPI_Type_free(&row);
+  return rc;
+}
+
+static hvd_result_t mpi_allgather(void *state, const hvd__exec_env_t *env,
+                                  const hvd__work_t *w) {
+  hvd__mpi_state_t *s = state;
+  int alone = w->n == 1;
+  hvd_result_t rc =
+      w->n > 1 ? hvd__mpi_allgather_fused(s, env, w, &alone) : HVD_SUCCESS;
+  for (int i = 0; i < w->n && alone && rc == HVD_SUCCESS; i++)
+    rc = w->n == 1 ? allgather_one(s, env, w->reqs[0], w->desc, w->dims0s[0])
+                   : allgather_one(s, env, w->reqs[i], &w->reqs[i]->desc,
+                                   s->gdims + (size_t)i * (size_t)env->size);
   return rc;
 }
 

@@ -113,8 +113,7 @@ hvd_result_t hvd__ggroups_create(const char *fn,
   *out = NULL;
   hvd_result_t rc = check(fn, o, base);
   int n = base->n;
-  if (rc != HVD_SUCCESS || (o->num_groups == 0 && o->groups == NULL) ||
-      n == 0)
+  if (rc != HVD_SUCCESS || (o->num_groups == 0 && o->groups == NULL) || n == 0)
     return rc;
   hvd__ggroups_t *g = calloc(1, sizeof *g);
   size_t sz = (size_t)n;

@@ -317,7 +317,12 @@ TESTS_SH += t/mpi/rank_death.sh t/mpi/timeline.sh \
 ##   cifar_train, slurm, bert_learns
 LONG_TESTS = t/mpi/stall.sh t/mpi/straggler.sh t/mpi/elastic.sh \
 	t/mpi/hvdrun_blame.sh t/mpi/cluster.sh t/mpi/autotune.sh \
-	t/mpi/bench.sh t/mpi/cifar_train.sh t/mpi/slurm.sh t/mpi/bert_learns.sh
+	t/mpi/bench.sh t/mpi/cifar_train.sh t/mpi/slurm.sh t/mpi/bert_learns.sh \
+	t/mpi/big.sh
+## big.sh's program: collectives beyond MPI's int counts (about 5 GB)
+check_PROGRAMS += t/mpi/big_gather
+t_mpi_big_gather_CPPFLAGS = $(HVD_PROG_CPPFLAGS)
+t_mpi_big_gather_LDADD = $(HVD_PROG_LDADD)
 dist_check_SCRIPTS += $(LONG_TESTS)
 check-long:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(LONG_TESTS)'
