@@ -31,6 +31,11 @@ static struct {
   long pid;                    /* this process's: a child forked from it
                                   has the same fields, and must not speak
                                   for the rank */
+  long group_parent;           /* the parent of this process group's
+                                  leader when that is not this process (a
+                                  rank started through a wrapper script,
+                                  which Open MPI signals as a group), else
+                                  0 */
 } rec;
 
 static const int signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT,
@@ -137,7 +142,38 @@ static void on_exit_status(int status, void *arg) {
     return; /* the first end said it (an exit after a handled signal
                rewrites nothing: the signal's record stays) */
   stamp();
-  write_state("exited", "status", status);
+  write_state("exited", "status", status & 0xff); /* what the parent sees */
+}
+
+/* Whether a signal came from the launcher: this process's parent, or,
+ * started through a wrapper script, the parent of its group's leader. */
+static int by_launcher(const siginfo_t *si) {
+  return si->si_pid == getppid() ||
+         (rec.group_parent > 0 && si->si_pid == rec.group_parent);
+}
+
+/* The parent of this process group's leader (not this process), from
+ * /proc/PGID/stat: "pid (comm) state ppid ..."; 0 when it cannot say. */
+static long group_parent(void) {
+  pid_t g = getpgrp();
+  if (g == getpid() || g <= 0)
+    return 0;
+  char path[64], buf[512];
+  text_t t = {path, 0, sizeof path};
+  put(&t, "/proc/");
+  put_num(&t, (long long)g);
+  put(&t, "/stat");
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  buf[n > 0 ? n : 0] = '\0';
+  const char *p = strrchr(buf, ')'); /* the command may hold anything */
+  long ppid = 0;
+  if (p != NULL && p[1] == ' ' && p[2] != '\0' && p[3] == ' ')
+    ppid = strtol(p + 4, NULL, 10);
+  return ppid > 1 ? ppid : 0;
 }
 
 /* The launcher's SIGCONT: Open MPI stops a job with SIGCONT, a second,
@@ -146,7 +182,7 @@ static void on_exit_status(int status, void *arg) {
  * ahead, says "stopping" (not an end: a later one replaces it). */
 static void on_cont(const siginfo_t *si) {
   if (mine() && !rec.ended && si != NULL && si->si_code <= 0 &&
-      si->si_pid == getppid()) {
+      by_launcher(si)) {
     char s[64];
     text_t t = {s, 0, sizeof s};
     put(&t, "state stopping\nsignal ");
@@ -171,7 +207,7 @@ static void on_signal(int sig, siginfo_t *si, void *ctx) {
     put(&t, "\nby ");
     if (si == NULL || si->si_code > 0) /* raised by the kernel: a fault */
       put(&t, "kernel");
-    else if (si->si_pid == getppid())
+    else if (by_launcher(si))
       put(&t, "launcher");
     else {
       put(&t, "pid ");
@@ -252,6 +288,7 @@ __attribute__((constructor)) static void end_record_load(void) {
   if (taken(rec.path))
     return;
   rec.pid = (long)getpid();
+  rec.group_parent = group_parent();
   rec.on = 1;
   write_state("running", NULL, 0);
   on_exit(on_exit_status, NULL);

@@ -10,11 +10,14 @@
  *   pid 4242
  *   state exited                running | stopping | exited | signal |
  *                               aborted
- *   status 3                    exited: exit's status; aborted: MPI_Abort's
+ *   status 3                    exited: exit's status as the parent sees
+ *                               it (0-255); aborted: MPI_Abort's
  *   signal 15                   signal: its number
  *   by launcher                 signal: sent by the parent (mpirun or its
- *                               daemon: the job being stopped), by pid N,
- *                               or by the kernel (a fault)
+ *                               daemon: the job being stopped; through a
+ *                               wrapper script, the parent of the process
+ *                               group's leader, which Open MPI signals),
+ *                               by pid N, or by the kernel (a fault)
  *   time 1764175000.123456      when the state first left running
  *   error <text>                hvd's fatal error, when it had one
  *

@@ -4,15 +4,19 @@
  * dies, by SIGKILL ("kill"), by a segmentation fault ("segv": a store
  * through a null pointer) or by exit(3) ("exit", which runs hvd's exit
  * handler, so hvd shuts down and the other ranks' allreduce fails with
- * HVD_ERR_SHUTDOWN). A rank whose allreduce fails prints hvd_last_error()
+ * HVD_ERR_SHUTDOWN), or by MPI_Abort(MPI_COMM_WORLD, 5) ("abort": the
+ * others wait in their allreduce until the launcher stops them). A rank
+ * whose allreduce fails prints hvd_last_error(); "neg" is exit(-1), which
+ * the parent sees as status 255; "early" faults before hvd_init
  * on stderr and exits 1 at once: it races the victim's own end, which is
  * what hvdrun must see through.
  *
  * It never prints "rank N" itself: the tests look for hvd's, mpirun's and
  * hvdrun's words naming the victim.
  *
- *   die kill|segv|exit [VICTIM]
+ *   die kill|segv|exit|abort|neg|early [VICTIM]
  */
+#include <mpi.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,10 +32,14 @@ int main(int argc, char **argv) {
   int victim = argc == 3 ? atoi(argv[2]) : 1;
 
   if (argc < 2 || argc > 3 ||
-      (strcmp(how, "kill") && strcmp(how, "exit") && strcmp(how, "segv"))) {
-    fprintf(stderr, "usage: die kill|segv|exit [VICTIM]\n");
+      (strcmp(how, "kill") && strcmp(how, "exit") && strcmp(how, "segv") &&
+       strcmp(how, "abort") && strcmp(how, "neg") && strcmp(how, "early"))) {
+    fprintf(stderr, "usage: die kill|segv|exit|abort|neg|early [VICTIM]\n");
     return 2;
   }
+  const char *lr = getenv("OMPI_COMM_WORLD_RANK");
+  if (how[1] == 'a' && lr != NULL && atoi(lr) == victim)
+    *(volatile int *)(uintptr_t)argc = 0; /* "early": before hvd_init */
   if (hvd_init() != HVD_SUCCESS) {
     fprintf(stderr, "die: hvd_init: %s\n", hvd_last_error());
     return 2;
@@ -47,12 +55,16 @@ int main(int argc, char **argv) {
       fprintf(stderr, "die[%d]: 5 allreduces done, now %s\n", me,
               how[0] == 'k'   ? "SIGKILL"
               : how[0] == 's' ? "a segmentation fault"
+              : how[0] == 'a' ? "MPI_Abort(5)"
+              : how[0] == 'n' ? "exit(-1)"
                               : "exit(3)");
       if (how[0] == 'k')
         raise(SIGKILL);
       if (how[0] == 's')
         *(volatile int *)(uintptr_t)argc = 0; /* not mapped */
-      exit(3);
+      if (how[0] == 'a')
+        MPI_Abort(MPI_COMM_WORLD, 5);
+      exit(how[0] == 'n' ? -1 : 3);
     }
     for (int i = 0; i < 16; i++)
       x[i] = (float)(me + i);

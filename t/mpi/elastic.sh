@@ -23,7 +23,8 @@
 #     file's rename, in the 4th save): the relaunched job restores the
 #     previous commit (step 3) and completes;
 #  6. --host-discovery-script: the relaunch takes the hosts the script
-#     prints; a script that prints none ends the job;
+#     prints; a script that prints none ends the job; SIGTERM to hvdrun
+#     while the script runs: no relaunch;
 #  7. bad arguments: exit 2 with the reason; a malformed HVD_TEST_KILL_AT
 #     too, and --kill-at is no option of bert_train.
 
@@ -113,7 +114,7 @@ print('%.3g' % max(abs(x - y) / top for k in a for x, y in zip(a[k], b[k])))
 PY
 }
 
-echo "1..18"
+echo "1..19"
 
 # ---- 1. a rank killed at step 30 of 60 --------------------------------------
 # Fused as by default: which gradients fuse depends on timing, but every
@@ -225,6 +226,35 @@ killed_job 4:1 1 nohost -H localhost:2 --max-restarts 1 \
   grep -q "^hvdrun: giving up: the host discovery script '$tmp/none.sh' found no host (failures: 1) rank 1 ($host) was killed by signal 9 (Killed))$" "$tmp/nohost.err"
 check $? "a discovery script that finds no host: the job ends (exit $rc)" ||
   explain nohost
+# SIGTERM to hvdrun while the discovery script runs (between launches):
+# no relaunch (before, the signal found no mpirun to stop, and the
+# relaunched job ran to its end)
+printf '#!/bin/sh\n: >"%s"\nsleep 4\necho localhost:2\n' "$tmp/planning" \
+  >"$tmp/slow.sh"
+chmod +x "$tmp/slow.sh"
+(
+  HVD_RUN_NO_CMA=$run_no_cma HVD_TEST_KILL_AT=4:1 HVD_TEST_KILL_LAUNCHES=1
+  export HVD_RUN_NO_CMA HVD_TEST_KILL_AT HVD_TEST_KILL_LAUNCHES
+  exec "$hvdrun" -H localhost:2 --max-restarts 1 \
+    --host-discovery-script "$tmp/slow.sh" "$prog" $tiny --steps 12 \
+    --elastic "$tmp/term.state"
+) >"$tmp/term.out" 2>"$tmp/term.err" &
+term_pid=$!
+( sleep 100 && kill -KILL $term_pid ) 2>/dev/null &
+watchdog=$!
+i=0
+while [ ! -f "$tmp/planning" ] && [ $i -lt 900 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+kill -TERM $term_pid 2>/dev/null
+wait $term_pid
+rc=$?
+kill $watchdog 2>/dev/null
+[ $rc = 137 ] && grep -q "^hvdrun: not relaunching: hvdrun got SIGTERM$" "$tmp/term.err" &&
+  ! grep -q "relaunching on" "$tmp/term.err"
+check $? "SIGTERM while the discovery script runs: no relaunch, exit $rc" ||
+  explain term
 
 # ---- bad arguments ----------------------------------------------------------------
 job bad -np 2 --max-restarts x "$prog"

@@ -4,7 +4,8 @@
 # runs on 2 ranks: the collectives demo (also with --tag-output,
 # --output-dir, -H without -np), Horovod's flags reaching the ranks
 # (hvd-info; --network-interface reaching Open MPI and NCCL's variable),
-# --verbose, and a program that is not there (exit 127).
+# --verbose, a rank's stderr passing while it runs, and a program that
+# is not there (exit 127).
 hvdrun="$HVD_TOP_BUILDDIR/bin/hvdrun"
 tmp=${TMPDIR:-/tmp}/hvdrun-test.$$
 mkdir -p "$tmp" || exit 1
@@ -352,6 +353,29 @@ ok $? "--start-timeout 60 on an hvd program: runs to the end, exit 0, no file le
     { echo "# status $rc after $((t1 - t0)) s, $left ranks left"; exit 1; }
 )
 ok $? "SIGTERM to hvdrun stops the job within 10 s, non-zero, no rank left"
+
+# The ranks' stderr passes as it comes, not when mpirun ends (Debian's
+# awk, mawk, reads its input in blocks unless told otherwise): the first
+# line is there while the rank still sleeps
+(
+  HVD_MPIRUN_TEST_LIB=1 . "$HVD_MPIRUN_TEST"
+  HVD_RUN_NO_CMA=$run_no_cma
+  export HVD_RUN_NO_CMA
+  "$hvdrun" -np 1 sh -c 'echo early >&2; sleep 6; echo late >&2' \
+    2>"$tmp/stream.err" &
+  hp=$!
+  i=0
+  while ! grep -q early "$tmp/stream.err" 2>/dev/null && [ $i -lt 40 ]; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  seen=$(grep -c . "$tmp/stream.err")
+  wait $hp
+  rc=$?
+  [ $rc = 0 ] && [ "$seen" = 1 ] && [ "$(tr '\n' ' ' <"$tmp/stream.err")" = "early late " ] ||
+    { echo "# status $rc, $seen line(s) by 4 s; stderr: $(tr '\n' '|' <"$tmp/stream.err")"; exit 1; }
+)
+ok $? "a rank's stderr line passes while it still runs, not at the end"
 
 real -np 2 ./no-such-program-here
 [ $rc = 127 ] && [ "$out" = "hvdrun: './no-such-program-here': not found" ]

@@ -6,7 +6,9 @@
 # segmentation fault. After an exit the other ranks' allreduces fail at
 # once and they exit 1 too: the race in which mpirun names whichever exit
 # it noticed first (the old awk parser of its messages named the wrong
-# rank 15 times in 20). Every run must end with exactly
+# rank 15 times in 20); then MPI_Abort directly and through a wrapper
+# script (below).
+# Every run must end with exactly
 #   hvdrun: rank V (HOST) exited with status 3; ranks ... were stopped
 #   hvdrun: rank V (HOST) was killed by signal 9 (Killed); ...
 #   hvdrun: rank V (HOST) was killed by signal 11 (Segmentation fault); ...
@@ -63,6 +65,61 @@ for mode in exit kill segv; do
       { echo "#   wanted: '$want'"; show "$tmp/bad" "the wrong runs"; }
   done
 done
+# Through a wrapper script that runs the program as its child (as users
+# do to set a variable per rank): Open MPI signals the wrapper's process
+# group, so the program's parent is not the launcher; the records must
+# still say "by launcher". The victim calls MPI_Abort(5), so mpirun stops
+# the others while they wait: hvdrun must say what it says without the
+# wrapper (before, a stopped rank's SIGTERM read as its own failure, and
+# hvdrun named that rank, "killed by signal 15 ... sent by pid N").
+printf '#!/bin/sh\n"$@"\nexit $?\n' >"$tmp/wrap.sh"
+chmod +x "$tmp/wrap.sh"
+want="hvdrun: the job ended with status 5, but no rank failed by itself: every rank that kept a record was stopped by mpirun (a rank that called MPI_Abort?)"
+for wrap in "" "$tmp/wrap.sh"; do
+  bad=0
+  : >"$tmp/bad"
+  i=0
+  while [ $i -lt $rounds ]; do
+    i=$((i + 1))
+    hvd_mpirun 0 "$hvdrun" -np 4 $wrap "$die" abort $((i % 4)) >"$tmp/out" 2>&1
+    rc=$?
+    last=$(grep '^hvdrun:' "$tmp/out" | tail -n 1)
+    if [ $rc != 5 ] || [ "$last" != "$want" ]; then
+      bad=$((bad + 1))
+      echo "run $i: status $rc, '$last'" >>"$tmp/bad"
+    fi
+  done
+  check $bad "MPI_Abort(5)${wrap:+ through a wrapper script}, $rounds runs: nobody else blamed, exit 5 ($bad wrong)" ||
+    { echo "#   wanted: '$want'"; show "$tmp/bad" "the wrong runs"; }
+done
+
+# A fault before hvd_init on rank 1 while rank 0 is still starting (a
+# wrapper script sleeps 2 s first, as a Python rank importing would): rank
+# 0 has no record yet, yet rank 1's fault is the job's signal, and its
+# rank is named (before, the silent rank 0 was blamed).
+case ${HVD_TEST_SANITIZER-} in
+  *address*) echo "ok $((n + 1)) # SKIP ASan reports the fault itself"
+    n=$((n + 1)) ;;
+  *)
+    printf '#!/bin/sh\n[ "$OMPI_COMM_WORLD_RANK" != 0 ] || sleep 2\nexec "$@"\n' \
+      >"$tmp/slow0.sh"
+    chmod +x "$tmp/slow0.sh"
+    hvd_mpirun 0 "$hvdrun" -np 2 "$tmp/slow0.sh" "$die" early 1 >"$tmp/out" 2>&1
+    rc=$?
+    last=$(grep '^hvdrun:' "$tmp/out" | tail -n 1)
+    [ $rc = 139 ] && [ "$last" = "hvdrun: rank 1 ($host) was killed by signal 11 (Segmentation fault); rank 0 was stopped" ]
+    check $? "a fault before hvd_init while rank 0 still starts: rank 1 named, exit 139 (status $rc)" ||
+      echo "#   got: '$last'" ;;
+esac
+
+# exit(-1): the status the launcher sees, 255, not "-1"
+hvd_mpirun 0 "$hvdrun" -np 4 "$die" neg 2 >"$tmp/out" 2>&1
+rc=$?
+last=$(grep '^hvdrun:' "$tmp/out" | tail -n 1)
+[ $rc = 255 ] && [ "$last" = "hvdrun: rank 2 ($host) exited with status 255; $(others 2)" ]
+check $? "exit(-1) on rank 2: 'exited with status 255', exit 255 (status $rc)" ||
+  echo "#   got: '$last'"
+
 # The records themselves (lib/base/end_record.h), written by t/mpi/die on 3
 # ranks under mpirun with HVD_END_DIR: the victim's says it exited 3, with
 # its rank, host, pid and time; each other rank's says it ended by itself
