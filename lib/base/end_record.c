@@ -145,6 +145,16 @@ static void on_exit_status(int status, void *arg) {
   write_state("exited", "status", status & 0xff); /* what the parent sees */
 }
 
+/* The start of a small file into buf (cap bytes, terminated); "" when it
+ * cannot be read. */
+static void read_small(const char *path, char *buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd >= 0 ? read(fd, buf, cap - 1) : 0;
+  if (fd >= 0)
+    close(fd);
+  buf[n > 0 ? n : 0] = '\0';
+}
+
 /* Whether a signal came from the launcher: this process's parent, or,
  * started through a wrapper script, the parent of its group's leader. */
 static int by_launcher(const siginfo_t *si) {
@@ -163,12 +173,7 @@ static long group_parent(void) {
   put(&t, "/proc/");
   put_num(&t, (long long)g);
   put(&t, "/stat");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  buf[n > 0 ? n : 0] = '\0';
+  read_small(path, buf, sizeof buf);
   const char *p = strrchr(buf, ')'); /* the command may hold anything */
   long ppid = 0;
   if (p != NULL && p[1] == ' ' && p[2] != '\0' && p[3] == ' ')
@@ -250,12 +255,7 @@ static long launcher_rank(void) {
  * starts inherits its rank and HVD_END_DIR, and must not speak for it. */
 static int taken(const char *path) {
   char buf[512];
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  buf[n > 0 ? n : 0] = '\0';
+  read_small(path, buf, sizeof buf);
   const char *p = strstr(buf, "\npid ");
   long pid = p != NULL ? strtol(p + 5, NULL, 10) : 0;
   return pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) == 0;
