@@ -396,13 +396,13 @@ fail:
 static hvd_result_t mpi_allgather(void *state, const hvd__exec_env_t *env,
                                   const hvd__work_t *w) {
   hvd__mpi_state_t *s = state;
-  int alone = w->n == 1;
-  hvd_result_t rc =
-      w->n > 1 ? hvd__mpi_allgather_fused(s, env, w, &alone) : HVD_SUCCESS;
+  if (w->n == 1)
+    return allgather_one(s, env, w->reqs[0], w->desc, w->dims0s[0]);
+  int alone = 0; /* too big to fuse: each member, its rows gathered */
+  hvd_result_t rc = hvd__mpi_allgather_fused(s, env, w, &alone);
   for (int i = 0; i < w->n && alone && rc == HVD_SUCCESS; i++)
-    rc = w->n == 1 ? allgather_one(s, env, w->reqs[0], w->desc, w->dims0s[0])
-                   : allgather_one(s, env, w->reqs[i], &w->reqs[i]->desc,
-                                   s->gdims + (size_t)i * (size_t)env->size);
+    rc = allgather_one(s, env, w->reqs[i], &w->reqs[i]->desc,
+                       s->gdims + (size_t)i * (size_t)env->size);
   return rc;
 }
 
