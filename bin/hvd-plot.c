@@ -10,8 +10,11 @@
  * file renamed over it). Prints, per log, one line with its range and a
  * sparkline of the curve. Needs nothing but the C library.
  *
- * Exit status: 0 written; 1 a log unreadable or without records, or the
- * chart not written; 2 a bad command line.
+ * Records whose step or loss is not a finite number are left out; one
+ * beyond +-1e300 is refused (a chart cannot scale it).
+ *
+ * Exit status: 0 written; 1 a log unreadable, without records or with a
+ * value beyond 1e300, or the chart not written; 2 a bad command line.
  */
 #include <errno.h>
 #include <math.h>
@@ -74,6 +77,9 @@ static int add(curve_t *c, double step, double loss) {
   return 0;
 }
 
+/* The largest magnitude charted: the spans and means stay finite. */
+#define MAX_VALUE 1e300
+
 static int read_log(curve_t *c) {
   FILE *f = fopen(c->path, "r");
   if (f == NULL) {
@@ -81,24 +87,46 @@ static int read_log(curve_t *c) {
             strerror(errno));
     return -1;
   }
-  char line[4096];
-  while (fgets(line, sizeof line, f) != NULL) {
+  char *line = NULL; /* whole, however long: a record is one line */
+  size_t cap = 0;
+  int rc = 0;
+  for (long no = 1; rc == 0 && getline(&line, &cap, f) >= 0; no++) {
     double s = field(line, "\"step\":"), l = field(line, "\"loss\":");
-    if (isfinite(s) && isfinite(l) && add(c, s, l) != 0) {
+    if (!isfinite(s) || !isfinite(l))
+      continue;
+    if (fabs(s) > MAX_VALUE || fabs(l) > MAX_VALUE) {
+      fprintf(stderr,
+              "hvd-plot: '%s' line %ld: step %g, loss %g: beyond the %g "
+              "that a chart can scale\n",
+              c->path, no, s, l, MAX_VALUE);
+      rc = -1;
+    } else if (add(c, s, l) != 0) {
       fprintf(stderr, "hvd-plot: out of memory\n");
-      fclose(f);
-      return -1;
+      rc = -1;
     }
   }
+  free(line);
   fclose(f);
-  if (c->n == 0) {
+  if (rc == 0 && c->n == 0) {
     fprintf(stderr,
             "hvd-plot: '%s' has no {\"step\":N,\"loss\":X} records (a "
             "--log-json file?)\n",
             c->path);
-    return -1;
+    rc = -1;
   }
-  return 0;
+  return rc;
+}
+
+/* [lo, hi] at least `least` wide and a billionth of its magnitude (a few
+ * ulps apart, the ticks' step would not move a double), about its
+ * middle: 10 % of it, or `least`. */
+static void widen(double *lo, double *hi, double least) {
+  double mag = fmax(fabs(*lo), fabs(*hi));
+  if (*hi - *lo >= fmax(mag * 1e-9, least))
+    return;
+  double mid = *lo / 2 + *hi / 2, half = fmax(fabs(mid) * 0.05, least / 2);
+  *lo = mid - half;
+  *hi = mid + half;
 }
 
 /* A round step for about `want` ticks over [lo, hi]. */
@@ -112,22 +140,24 @@ static void sparkline(const curve_t *c, char *out, size_t len) {
   static const char *const bars[8] = {"\u2581", "\u2582", "\u2583", "\u2584",
                                       "\u2585", "\u2586", "\u2587", "\u2588"};
   enum { COLS = 40 };
-  double sum[COLS] = {0}, lo = INFINITY, hi = -INFINITY;
+  double mean[COLS] = {0}, lo = INFINITY, hi = -INFINITY;
   int cnt[COLS] = {0};
-  for (size_t i = 0; i < c->n; i++) {
+  for (size_t i = 0; i < c->n; i++) { /* a running mean: never overflows */
     size_t b = i * COLS / c->n;
-    sum[b] += c->loss[i], cnt[b]++;
+    cnt[b]++;
+    mean[b] += (c->loss[i] - mean[b]) / cnt[b];
   }
   for (int b = 0; b < COLS; b++)
-    if (cnt[b] > 0) {
-      sum[b] /= cnt[b];
-      lo = fmin(lo, sum[b]), hi = fmax(hi, sum[b]);
-    }
+    if (cnt[b] > 0)
+      lo = fmin(lo, mean[b]), hi = fmax(hi, mean[b]);
   size_t at = 0;
   out[0] = '\0';
   for (int b = 0; b < COLS && at + 4 < len; b++)
     if (cnt[b] > 0) {
-      int k = hi > lo ? (int)((sum[b] - lo) / (hi - lo) * 7.999) : 0;
+      double v = hi - lo > fmax(fabs(lo), fabs(hi)) * 1e-9 /* not flat */
+                     ? (mean[b] - lo) / (hi - lo) * 7.999
+                     : 0;
+      int k = v > 0 ? (v < 7 ? (int)v : 7) : 0;
       at += (size_t)snprintf(out + at, len - at, "%s", bars[k]);
     }
 }
@@ -159,10 +189,8 @@ static void svg(FILE *f, const curve_t *cs, int nc, const char *title) {
       x0 = fmin(x0, cs[k].step[i]), x1 = fmax(x1, cs[k].step[i]);
       y0 = fmin(y0, cs[k].loss[i]), y1 = fmax(y1, cs[k].loss[i]);
     }
-  if (x1 <= x0)
-    x1 = x0 + 1;
-  if (y1 <= y0)
-    y1 = y0 + fmax(fabs(y0) * 0.1, 1e-3);
+  widen(&x0, &x1, 1);
+  widen(&y0, &y1, 1e-3);
   double pad = (y1 - y0) * 0.05;
   y0 -= pad, y1 += pad;
   const double pw = W - LEFT - RIGHT, ph = H - TOP - BOTTOM;
@@ -179,18 +207,23 @@ static void svg(FILE *f, const curve_t *cs, int nc, const char *title) {
   xml_text(f, title);
   fputs("</text>\n", f);
   double xs = tick_step(x0, x1, 8), ys = tick_step(y0, y1, 6);
-  for (double x = ceil(x0 / xs) * xs; x <= x1 + xs * 1e-9; x += xs)
+  double xt = ceil(x0 / xs) * xs, yt = ceil(y0 / ys) * ys;
+  for (int i = 0; i <= 20 && xt + i * xs <= x1 + xs * 1e-9; i++) {
+    double x = xt + i * xs;
     fprintf(f,
             "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" "
             "stroke=\"#e0e0e0\"/><text x=\"%.1f\" y=\"%d\" "
             "text-anchor=\"middle\">%g</text>\n",
             PX(x), TOP, PX(x), H - BOTTOM, PX(x), H - BOTTOM + 16, x);
-  for (double y = ceil(y0 / ys) * ys; y <= y1 + ys * 1e-9; y += ys)
+  }
+  for (int i = 0; i <= 20 && yt + i * ys <= y1 + ys * 1e-9; i++) {
+    double y = yt + i * ys;
     fprintf(f,
             "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" "
             "stroke=\"#e0e0e0\"/><text x=\"%d\" y=\"%.1f\" "
             "text-anchor=\"end\">%g</text>\n",
             LEFT, PY(y), W - RIGHT, PY(y), LEFT - 6, PY(y) + 4, y);
+  }
   fprintf(f,
           "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" "
           "fill=\"none\" stroke=\"black\"/>\n"

@@ -4,7 +4,11 @@
 # the plot's left edge to its right, under the escaped title; the summary
 # line gives the range and a sparkline; the default file name is the
 # log's with .svg; two logs make two curves; a log without records, a
-# missing log, no log and a bad option fail with their messages.
+# missing log, no log and a bad option fail with their messages; losses
+# a few ulps apart make a flat chart with a few ticks (their step once
+# moved no double: a loop that filled the disk); a value beyond 1e300
+# fails naming its line (it made NaN coordinates and a crash); a record
+# longer than 4 KiB counts.
 
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 prog=$HVD_TOP_BUILDDIR/bin/hvd-plot
@@ -15,7 +19,7 @@ printf '%s\n' '{"step":1,"loss":4.0,"lr":0.001}' 'not a record' \
   '{"step":2,"loss":3.0}' '{"step":3,"loss":2.5,"wall":1.5}' >"$tmp/a.jsonl"
 printf '%s\n' '{"step":1,"loss":5.0}' '{"step":3,"loss":1.0}' >"$tmp/b.jsonl"
 
-echo "1..7"
+echo "1..10"
 "$prog" -o "$tmp/out.svg" --title 'a <b>' "$tmp/a.jsonl" >"$tmp/out" 2>&1
 rc=$?
 [ $rc = 0 ] &&
@@ -70,4 +74,38 @@ a=$?
 b=$?
 [ $a = 2 ] && [ $b = 2 ] && grep -qx "hvd-plot: unknown option '--bogus' (try --help)" "$tmp/out"
 check $? "no log, a bad option: exit 2 ($a, $b)" || show "$tmp/out" output
+printf '%s\n' '{"step":1,"loss":4.3342107574032394}' \
+  '{"step":2,"loss":4.3342107574032398}' >"$tmp/ulp.jsonl"
+low=`printf '\342\226\201'` # the lowest bar, U+2581
+timeout 20 "$prog" -o "$tmp/ulp.svg" "$tmp/ulp.jsonl" >"$tmp/out" 2>&1
+rc=$?
+ticks=`grep -c '<line' "$tmp/ulp.svg" 2>/dev/null`
+[ $rc = 0 ] && [ "$ticks" -ge 4 ] && [ "$ticks" -le 30 ] &&
+  grep -q "^$tmp/ulp.jsonl: 2 steps, .*  $low$low\$" "$tmp/out"
+check $? "losses 4 ulps apart: exit $rc, $ticks lines, a flat sparkline" ||
+  show "$tmp/out" output
+rm -f "$tmp"/ulp.svg*
+
+printf '%s\n' '{"step":1,"loss":2}' '{"step":2,"loss":1e308}' >"$tmp/big.jsonl"
+"$prog" -o "$tmp/big.svg" "$tmp/big.jsonl" >"$tmp/out" 2>&1
+rc=$?
+[ $rc = 1 ] && [ ! -e "$tmp/big.svg" ] &&
+  grep -qx "hvd-plot: '$tmp/big.jsonl' line 2: step 2, loss 1e+308: beyond the 1e+300 that a chart can scale" "$tmp/out"
+check $? "a loss of 1e308: exit 1 (got $rc), its line named, no chart" ||
+  show "$tmp/out" output
+
+{
+  echo '{"step":1,"loss":2.5}'
+  printf '{"step":2,"note":"'
+  i=0
+  while [ $i -lt 100 ]; do
+    printf '%s' 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy'
+    i=$((i + 1))
+  done
+  echo '","loss":2.0}'
+  echo '{"step":3,"loss":1.5}'
+} >"$tmp/long.jsonl"
+"$prog" -o "$tmp/long.svg" "$tmp/long.jsonl" >"$tmp/out" 2>&1
+grep -q "^$tmp/long.jsonl: 3 steps, loss 2.5 at step 1 to 1.5 at step 3 " "$tmp/out"
+check $? "a record of 5 KB is one of 3 records" || show "$tmp/out" output
 exit $failed
