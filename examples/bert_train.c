@@ -360,12 +360,6 @@ static void add_dim(options_t *o, const char *flag, const char *key,
 }
 
 /* A value that names a file or a directory: not empty. */
-static const char *name_arg(const char *flag, const char *a, const char *what) {
-  if (*a == '\0')
-    cli_usage_error("%s needs %s", flag, what);
-  return a;
-}
-
 /* The model's options: the preset and its dimensions. Each returns 1 when
  * option ch was one of its own, 0 when not. */
 static int model_option(options_t *o, int ch, const char *a) {
@@ -432,7 +426,7 @@ static int optimizer_option(options_t *o, int ch, const char *a) {
     o->clip = cli_real("--clip-grad-norm", a, 0, 1e9);
     return 1;
   case O_NO_DECAY:
-    o->no_decay = name_arg("--no-decay", a, "comma-separated name parts");
+    o->no_decay = cli_name("--no-decay", a, "comma-separated name parts");
     return 1;
   }
   return 0;
@@ -451,12 +445,14 @@ static int run_option(options_t *o, int ch, const char *a) {
     o->host_fences = 1;
     return 1;
   case O_FP16:
-  case O_BF16:
-    if (o->wire != HVD_FLOAT32)
+  case O_BF16: { /* the same one twice is said once */
+    hvd_dtype_t wire = ch == O_FP16 ? HVD_FLOAT16 : HVD_BFLOAT16;
+    if (o->wire != HVD_FLOAT32 && o->wire != wire)
       cli_usage_error("--fp16-allreduce and --bf16-allreduce exclude each "
                       "other");
-    o->wire = ch == O_FP16 ? HVD_FLOAT16 : HVD_BFLOAT16;
+    o->wire = wire;
     return 1;
+  }
   case O_POWERSGD:
     o->powersgd_rank = (int)cli_int("--powersgd", a, 1, 1024);
     return 1;
@@ -515,13 +511,13 @@ static int run_option(options_t *o, int ch, const char *a) {
 static int file_option(options_t *o, int ch, const char *a) {
   switch (ch) {
   case O_DATA:
-    o->data = name_arg("--data", a, "a file name");
+    o->data = cli_name("--data", a, "a file name");
     return 1;
   case O_SENTENCES:
     o->sentences = cli_int("--synthetic-lines", a, 1, INT32_MAX);
     return 1;
   case O_CHECKPOINT:
-    o->checkpoint = name_arg("--checkpoint", a, "a directory");
+    o->checkpoint = cli_name("--checkpoint", a, "a directory");
     return 1;
   case O_CHECKPOINT_EVERY:
     o->checkpoint_every = cli_int("--checkpoint-every", a, 1, INT32_MAX);
@@ -533,13 +529,13 @@ static int file_option(options_t *o, int ch, const char *a) {
     o->checkpoint_async = 1;
     return 1;
   case O_RESUME:
-    o->resume = name_arg("--resume", a, "a checkpoint file or directory");
+    o->resume = cli_name("--resume", a, "a checkpoint file or directory");
     return 1;
   case O_LOG_JSON:
-    o->log_json = name_arg("--log-json", a, "a file name");
+    o->log_json = cli_name("--log-json", a, "a file name");
     return 1;
   case O_ELASTIC:
-    o->elastic = name_arg("--elastic", a, "a state file name");
+    o->elastic = cli_name("--elastic", a, "a state file name");
     return 1;
   case O_COMMIT_EVERY:
     o->commit_every = cli_int("--commit-every", a, 1, INT32_MAX);
@@ -599,6 +595,9 @@ static void check_options(options_t *o) {
                     o->keep > 0 ? "--keep" : "--checkpoint-async");
   if (o->no_sync && o->compression != HVD_COMPRESS_NONE)
     cli_usage_error("--no-sync reduces nothing, so it takes no compression");
+  if (o->no_sync && (o->adasum || o->local_sgd > 0))
+    cli_usage_error("--no-sync reduces nothing, so it takes no %s",
+                    o->adasum ? "--adasum" : "--local-sgd");
   if (o->tf32 && !o->gpu)
     cli_usage_error("--tf32 needs --device gpu");
   if (o->graphs && !o->gpu)
@@ -645,6 +644,10 @@ static void configure_model(const options_t *o, bert_config_t *c) {
   for (int i = 0; i < o->ndims; i++)
     if (bert_config_set(c, o->dims[i].key, o->dims[i].value) != HVD_SUCCESS)
       cli_usage_error("%s: %s", o->dims[i].flag, bert_last_error());
+  if (c->vocab_size <= BERT_NUM_SPECIAL) /* the cap of the built one */
+    cli_usage_error("--vocab-size %d leaves no room for words beside the %d "
+                    "special tokens",
+                    c->vocab_size, BERT_NUM_SPECIAL);
   if (!o->max_position_set && c->max_position < c->seq_len)
     c->max_position = c->seq_len;
   c->seed = o->seed;

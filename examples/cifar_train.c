@@ -318,7 +318,7 @@ static int model_option(options_t *o, int c, const char *a) {
 static int run_option(options_t *o, int c, const char *a) {
   switch (c) {
   case O_DATA:
-    o->data = a;
+    o->data = cli_name("--data", a, "a file name");
     return 1;
   case O_SYN:
     o->synthetic = cli_int("--synthetic", a, 10, 1 << 22);
@@ -336,16 +336,16 @@ static int run_option(options_t *o, int c, const char *a) {
     o->batch = (int)cli_int("--batch-size", a, 1, 4096);
     return 1;
   case O_CKPT:
-    o->checkpoint = a;
+    o->checkpoint = cli_name("--checkpoint", a, "a directory");
     return 1;
   case O_CKPT_EVERY:
     o->checkpoint_every = cli_int("--checkpoint-every", a, 1, INT64_MAX);
     return 1;
   case O_RESUME:
-    o->resume = a;
+    o->resume = cli_name("--resume", a, "a checkpoint file");
     return 1;
   case O_LOG:
-    o->log_json = a;
+    o->log_json = cli_name("--log-json", a, "a file name");
     return 1;
   case O_QUIET:
     o->quiet = 1;
@@ -373,11 +373,13 @@ static void parse(int argc, char **argv, options_t *o) {
                    .seed = 42};
   int c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":", long_options, NULL)) != -1) {
     if (c == O_HELP) {
       fputs(usage_text, stdout);
       exit(0);
     }
+    if (c == ':')
+      cli_usage_error("option '%s' needs a value", argv[optind - 1]);
     if (!model_option(o, c, optarg) && !run_option(o, c, optarg))
       cli_usage_error("unknown option '%s'", argv[optind - 1]);
   }
@@ -604,19 +606,22 @@ static void end_epoch(run_t *r, int64_t s) {
   }
   sum_all("cifar_train.test", te, 2);
   const double *ep = r->ep;
+  char acc[32] = "none (no test set)"; /* --synthetic-test 0 */
+  if (te[1] > 0)
+    snprintf(acc, sizeof acc, "%.3f", te[0] / te[1]);
   if (rank == 0 && !r->o.quiet) {
     printf("epoch %lld  loss %.4f  train accuracy %.3f  test accuracy "
-           "%.3f  lr %g\n",
-           (long long)r->epoch + 1, ep[0] / ep[2], ep[1] / ep[2],
-           te[1] > 0 ? te[0] / te[1] : 0.0, lr_at(&r->o, s, r->steps));
+           "%s  lr %g\n",
+           (long long)r->epoch + 1, ep[0] / ep[2], ep[1] / ep[2], acc,
+           lr_at(&r->o, s, r->steps));
     fflush(stdout);
   }
   if (s + 1 == r->steps && rank == 0) {
     double dt = now() - r->t0;
     printf("done  steps %lld  final loss %.4f  train accuracy %.3f  test "
-           "accuracy %.3f  images/s %.0f  world size %d\n",
-           (long long)r->steps, ep[0] / ep[2], ep[1] / ep[2],
-           te[1] > 0 ? te[0] / te[1] : 0.0, r->images / dt, size);
+           "accuracy %s  images/s %.0f  world size %d\n",
+           (long long)r->steps, ep[0] / ep[2], ep[1] / ep[2], acc,
+           r->images / dt, size);
   }
   r->ep[0] = r->ep[1] = r->ep[2] = 0;
 }

@@ -9,7 +9,8 @@
  * rank 0 prints one line per collective ("allreduce average: ok"). The
  * program exits 1 on every rank if any check failed on any rank.
  *
- * Only the public API (hvd.h) is used; tensors are host memory.
+ * Only the public API (hvd.h) is used; tensors are host memory. It takes
+ * no arguments: --help prints the line above, anything else exits 2.
  */
 #include <hvd.h>
 
@@ -432,12 +433,21 @@ static int demo_join(void) {
   return agree(what, ok);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   int (*const steps[])(void) = {
       show_topology,      demo_allreduce_sum, demo_allreduce_average,
       demo_broadcast,     demo_allgather,     demo_alltoall,
       demo_reducescatter, demo_barrier,       demo_join,
   };
+  if (argc > 1) { /* before MPI: no launcher needed */
+    int help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+    fputs("usage: mpirun -np N collectives_demo (every hvd collective, "
+          "checked on all ranks; no arguments)\n",
+          help ? stdout : stderr);
+    if (!help)
+      fprintf(stderr, "collectives_demo: unexpected argument '%s'\n", argv[1]);
+    return help ? 0 : 2;
+  }
   hvd_result_t rc = hvd_init();
 
   if (rc != HVD_SUCCESS) {

@@ -59,6 +59,12 @@ void cli_usage_error(const char *fmt, ...) {
   exit(2);
 }
 
+const char *cli_name(const char *opt, const char *s, const char *what) {
+  if (*s == '\0')
+    cli_usage_error("%s needs %s", opt, what);
+  return s;
+}
+
 int64_t cli_int(const char *opt, const char *s, int64_t lo, int64_t hi) {
   char *end;
   errno = 0;

@@ -51,4 +51,8 @@ noreturn void cli_usage_error(const char *fmt, ...) CLI_PRINTF(1, 2);
 int64_t cli_int(const char *opt, const char *s, int64_t lo, int64_t hi);
 double cli_real(const char *opt, const char *s, double lo, double hi);
 
+/* s, a name (a file, a directory): an empty one is a usage error,
+ * "OPT needs WHAT" (an unset shell variable, `--resume ''`). */
+const char *cli_name(const char *opt, const char *s, const char *what);
+
 #endif /* HVD_EXAMPLES_CLI_H */

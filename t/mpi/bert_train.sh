@@ -33,8 +33,11 @@
 #     byte for byte, and a longer run restores from it;
 #  4. a missing, empty or too small --data file ends the job with exit 1
 #     and the reason on stderr, before any training;
-#  5. --help exits 0 with the usage; bad options exit 2; --log-json with
-#     %r writes one log per rank.
+#  5. --help exits 0 with the usage; bad options exit 2; some with their
+#     exact message (--no-sync with --local-sgd or --adasum, which it
+#     silently turned off; a --vocab-size with room for no word, once
+#     exit 1 after MPI started; a flag said twice is no conflict);
+#     --log-json with %r writes one log per rank.
 # Each run is bounded by the wrapper's timeout (HVD_TEST_TIMEOUT, 90 s).
 
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
@@ -77,7 +80,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..60"
+echo "1..65"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -563,4 +566,20 @@ for args in "--no-such-option" "--steps many" "--lr" "--clip-grad-norm -1" \
     show_run opt
   fi
 done
+while IFS='|' read -r args want; do
+  "$HVD_MPIRUN_TEST" --np 0 "$prog" $args >"$tmp/opt.out" 2>"$tmp/opt.err"
+  rc=$?
+  if [ $rc = 2 ] && [ "`head -n 1 "$tmp/opt.err"`" = "bert_train: $want" ]; then
+    pass "'$args': exit 2, '$want'"
+  else
+    fail "'$args': exit 2, '$want' (status $rc)"
+    show_run opt
+  fi
+done <<'EOF'
+--no-sync --local-sgd 2|--no-sync reduces nothing, so it takes no --local-sgd
+--no-sync --adasum|--no-sync reduces nothing, so it takes no --adasum
+--vocab-size 5|--vocab-size 5 leaves no room for words beside the 5 special tokens
+--bf16-allreduce --fp16-allreduce|--fp16-allreduce and --bf16-allreduce exclude each other
+--fp16-allreduce --fp16-allreduce --steps 0|--steps needs an integer from 1 to 2147483647, not '0'
+EOF
 exit $failed

@@ -11,7 +11,11 @@
 #     40 test images) trains and counts them; a file that is not CIFAR-10
 #     binary, or a directory without data_batch_1.bin, ends the job with
 #     exit 1 and the reason;
-#  5. --help exits 0; a bad option exits 2.
+#  5. --help exits 0; a bad option exits 2, and so do a missing value
+#     (once "unknown option") and an empty file name (once exit 1 after
+#     MPI started), with their reasons;
+#  6. --synthetic-test 0 says there is no test set (it printed a measured
+#     "test accuracy 0.000").
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 prog=$HVD_TOP_BUILDDIR/examples/cifar_train
 HVD_TEST_TIMEOUT=${HVD_TEST_TIMEOUT:-90}
@@ -40,7 +44,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..10"
+echo "1..13"
 
 # ---- 1. world-size equivalence ----------------------------------------
 common="--steps 10 --synthetic 640 --synthetic-test 64 --quiet"
@@ -110,4 +114,21 @@ rc=$?
 [ $rc = 2 ] && grep -q "^cifar_train: --epochs takes an integer in 1..100000, not 'zero' (try --help)" "$tmp/opt.out"
 check $? "a bad option value: exit 2 (got $rc) with the reason" ||
   show "$tmp/opt.out" "output"
+"$prog" --steps >"$tmp/opt.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -qx "cifar_train: option '--steps' needs a value (try --help)" "$tmp/opt.out"
+check $? "a missing value: exit 2 (got $rc), 'needs a value'" ||
+  show "$tmp/opt.out" "output"
+"$prog" --resume '' >"$tmp/opt.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -qx "cifar_train: --resume needs a checkpoint file (try --help)" "$tmp/opt.out"
+check $? "an empty --resume: exit 2 (got $rc) with the reason" ||
+  show "$tmp/opt.out" "output"
+
+# ---- 6. no test set ------------------------------------------------------
+train notest 1 --steps 2 --synthetic 64 --synthetic-test 0
+[ $rc = 0 ] &&
+  grep -q "^done  steps 2  .*  test accuracy none (no test set)  images/s " "$tmp/notest.out"
+check $? "--synthetic-test 0: exit $rc, 'test accuracy none (no test set)'" ||
+  explain notest
 exit $failed
