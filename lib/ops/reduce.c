@@ -163,11 +163,11 @@ void hvd__reduce_half(const uint16_t *in, uint16_t *inout, int64_t n,
   for (int64_t i = 0; i < n; i++) {
     float a = half_get(in, i, dtype), b = half_get(inout, i, dtype), r;
     switch (op) {
-    case HVD_MIN:
-      r = a < b ? a : b;
+    case HVD_MIN: /* fmin, fmax: a NaN loses (hvd.h) */
+      r = a < b || b != b ? a : b;
       break;
     case HVD_MAX:
-      r = a > b ? a : b;
+      r = a > b || b != b ? a : b;
       break;
     case HVD_PRODUCT:
       r = a * b;
@@ -192,15 +192,17 @@ void hvd__reduce_half(const uint16_t *in, uint16_t *inout, int64_t n,
   } while (0)
 
 /* Integer sums and products wrap, as MPI's do: computed in `wide`, an
- * unsigned type, so overflow is defined. */
+ * unsigned type, so overflow is defined. MIN and MAX are fmin and fmax
+ * (a NaN loses to a number, whichever rank holds it: hvd.h, NCCL's), the
+ * a != a test false for integers. */
 #define INTO_TYPE(type, wide)                                                  \
   do {                                                                         \
     switch (op) {                                                              \
     case HVD_MIN:                                                              \
-      INTO_LOOP(type, b < a ? b : a);                                          \
+      INTO_LOOP(type, b < a || a != a ? b : a);                                \
       break;                                                                   \
     case HVD_MAX:                                                              \
-      INTO_LOOP(type, b > a ? b : a);                                          \
+      INTO_LOOP(type, b > a || a != a ? b : a);                                \
       break;                                                                   \
     case HVD_PRODUCT:                                                          \
       INTO_LOOP(type, (wide)a *(wide)b);                                       \

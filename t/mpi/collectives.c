@@ -20,6 +20,7 @@
 #include "hvdtest.h"
 #include "tap/tap.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -651,6 +652,57 @@ static void test_poll(void) {
   }
 }
 
+/* MIN and MAX on floats are fmin and fmax (hvd.h, NCCL's): a NaN on rank
+ * h loses to the others' numbers, wherever h is (it once won only on
+ * rank 0), and stays only where every rank's is a NaN. Every float
+ * dtype, each rank holding the NaN in turn, all in flight at once (they
+ * fuse). Elements: [NaN on h, else r + 1; NaN everywhere; r + 1]. */
+static void test_nan_minmax(void) {
+  static const hvd_dtype_t fdt[] = {HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32,
+                                    HVD_FLOAT64};
+  enum { N = 3, MAXJ = 4 * 2 * 4 };
+  double buf[MAXJ][N]; /* room for any dtype's 3 elements */
+  hvd_request_t *req[MAXJ];
+  hvd_tensor_t t[MAXJ];
+  int j = 0, good = 1;
+  int64_t n = N;
+  for (int d = 0; d < COUNT(fdt); d++)
+    for (int o = 0; o < 2; o++)
+      for (int h = 0; h < P; h++, j++) {
+        char name[64];
+        hvdt_put(fdt[d], buf[j], 0, R == h ? NAN : R + 1);
+        hvdt_put(fdt[d], buf[j], 1, NAN);
+        hvdt_put(fdt[d], buf[j], 2, R + 1);
+        t[j] = hvd_tensor_make(buf[j], fdt[d], 1, &n);
+        snprintf(name, sizeof name, "nan.%d.%d.%d", d, o, h);
+        if (hvd_allreduce_async(name, &t[j], &t[j], o ? HVD_MAX : HVD_MIN, 1,
+                                1, &req[j]) != HVD_SUCCESS)
+          bail("%s: %s", name, hvd_last_error());
+      }
+  j = 0;
+  for (int d = 0; d < COUNT(fdt); d++)
+    for (int o = 0; o < 2; o++)
+      for (int h = 0; h < P; h++, j++) {
+        double lone = P == 1 ? NAN
+                      : o    ? (h == P - 1 ? P - 1 : P)
+                             : (h == 0 ? 2 : 1),
+               want[N] = {lone, NAN, o ? P : 1};
+        int rc = hvd_wait(req[j]);
+        for (int i = 0; i < N; i++) {
+          double got = hvdt_get(fdt[d], buf[j], i);
+          if (rc != HVD_SUCCESS ||
+              (isnan(want[i]) ? !isnan(got) : got != want[i])) {
+            diag("dtype %d %s, NaN on rank %d: element %d is %g, not %g (rc "
+                 "%d)",
+                 (int)fdt[d], o ? "max" : "min", h, i, got, want[i], rc);
+            good = 0;
+            break;
+          }
+        }
+      }
+  ok(good, "min and max: a NaN loses to a number on whichever rank it is");
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   P = tap_size();
@@ -666,6 +718,7 @@ int main(int argc, char **argv) {
   test_int_scale_rejected();
   test_async_wait();
   test_poll();
+  test_nan_minmax();
   for (int i = 0; i < 3; i++)
     is_int(HVD_SUCCESS, hvd_barrier(), "barrier %d", i);
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
