@@ -85,9 +85,16 @@ typedef enum hvd_dtype {
   HVD_DTYPE_COUNT
 } hvd_dtype_t;
 
-/* Reduction operations. On integer dtypes HVD_AVERAGE is the sum divided
- * by the world size in integer arithmetic (truncated toward zero), and
- * scale factors other than 1.0 are rejected.
+/* Reduction operations. On integer dtypes sums and products wrap in the
+ * element type, as MPI's do; HVD_AVERAGE is that sum divided by the
+ * world size in integer arithmetic (truncated toward zero), and scale
+ * factors other than 1.0 are rejected.
+ *
+ * HVD_MIN and HVD_MAX on floating types are C's fmin and fmax, as NCCL
+ * computes them on the GPU: a NaN loses to a number, so the result is a
+ * NaN only where every rank's element is, and it does not depend on which
+ * rank holds a NaN (an inf is a number: max(inf, 1) is inf). Look for
+ * NaNs with HVD_SUM or HVD_PRODUCT, which carry them.
  *
  * HVD_ADASUM is Horovod's Adasum (hvd.Adasum; Maleki et al., "Scaling
  * Distributed Training with Adaptive Summation"), an allreduce op for
@@ -403,7 +410,10 @@ typedef struct hvd_process_set hvd_process_set_t;
 
 /* Collective over every rank, which must all pass the same ranks (world
  * ranks, distinct, ascending; HVD_ERR_MISMATCH naming the first rank that
- * differs from rank 0). Every rank gets a handle, members and others.
+ * differs from rank 0). A rank's bad arguments (a list not ascending or
+ * out of range, out NULL) fail every rank alike, HVD_ERR_INVALID_ARG
+ * naming it ("...: rank 2 passes ranks[1] = 0; the ranks are distinct,
+ * ascending, in 0..3"). Every rank gets a handle, members and others.
  * Each call makes a new set with a new id (1, 2, ...), even for ranks
  * that an existing set already has: its own communicator, engine and
  * names; destroy the sets you no longer use. */
@@ -484,7 +494,9 @@ hvd_result_t hvd_ps_barrier(const hvd_process_set_t *ps);
  * own request in reqs[i] (hvd_wait each); the blocking forms wait for all
  * and return the first failure. Ranks must form the same group (the same
  * names in the same order), else every member fails with HVD_ERR_MISMATCH
- * naming the ranks ("group 1 of 2 (#1a2b) vs ... group none"); a member
+ * naming the ranks ("group 1 of 2 (#1a2b) vs ... group none"), a member
+ * that a rank's whole group leaves out at once ("group 2 of 2 (#1a2b)
+ * vs rank 1 group 1 of 1 (#3c4d) without it"); a member
  * whose other arguments differ between ranks (a shape, a dtype) fails as a
  * single collective would, naming them, and the other members run. An
  * invalid member (its message prefixed "<call>: tensor i: ") or two

@@ -92,15 +92,19 @@ hvd_result_t hvd__runtime_submit_many(const char *fn, hvd_request_t *const *rs,
 }
 
 /* Whether this rank may use ps (g.rw held): HVD_SUCCESS, or the error
- * "<kind> '<name>': ..." set. */
+ * "<kind> '<name>': ..." set; "<kind>: ..." for a barrier and a join,
+ * whose names are hvd's own (doc/errors.md), as the world's say. */
 static hvd_result_t set_usable(const char *fn, const char *kind,
                                const char *name, const hvd_process_set_t *ps) {
+  int bare = strcmp(kind, "barrier") == 0 || strcmp(kind, "join") == 0;
+  const char *open = bare ? "" : " '", *shown = bare ? "" : name,
+             *close = bare ? "" : "'";
   if (!running())
     return hvd__not_initialized(fn);
   if (ps->stopped || (ps->rank >= 0 && ps->engine == NULL))
     return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s '%s': process set %d was stopped (hvd_shutdown)",
-                          kind, name, ps->id);
+                          "%s%s%s%s: process set %d was stopped (hvd_shutdown)",
+                          kind, open, shown, close, ps->id);
   if (ps->rank < 0) {
     char list[256];
     size_t at = 0;
@@ -109,9 +113,9 @@ static hvd_result_t set_usable(const char *fn, const char *kind,
       at += (size_t)snprintf(list + at, sizeof list - at, "%s%d", i ? ", " : "",
                              ps->ranks[i]);
     return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s '%s': rank %d is not in process set %d (ranks "
+                          "%s%s%s%s: rank %d is not in process set %d (ranks "
                           "%s)",
-                          kind, name, g.rank, ps->id, list);
+                          kind, open, shown, close, g.rank, ps->id, list);
   }
   return HVD_SUCCESS;
 }
@@ -267,27 +271,73 @@ static void set_free(hvd_process_set_t *ps) {
   free(ps);
 }
 
-/* Every rank must pass the same list: the lists' lengths and hashes,
- * compared over all ranks; the first rank that differs from rank 0 is
- * named. */
-static hvd_result_t set_agree(const char *fn, const int *ranks, int n) {
-  uint64_t h = 1469598103934665603ull;
+/* What is wrong with one rank's arguments to hvd_process_set_create
+ * (kind, then an index and a value), found on that rank alone but
+ * reported by every rank: a rank that returned at once would leave the
+ * others waiting in the collective for ever. */
+enum { CREATE_OK, CREATE_NO_OUT, CREATE_COUNT, CREATE_RANK };
+
+static void create_fault(const int *ranks, int n, int has_out, int64_t f[3]) {
+  f[0] = CREATE_OK, f[1] = n, f[2] = ranks == NULL;
+  if (!has_out) {
+    f[0] = CREATE_NO_OUT;
+    return;
+  }
+  if (ranks == NULL || n < 1 || n > g.size) {
+    f[0] = CREATE_COUNT;
+    return;
+  }
   for (int i = 0; i < n; i++)
+    if (ranks[i] < 0 || ranks[i] >= g.size ||
+        (i > 0 && ranks[i] <= ranks[i - 1])) {
+      f[0] = CREATE_RANK, f[1] = i, f[2] = ranks[i];
+      return;
+    }
+}
+
+/* The error of rank r's fault f, the same text on every rank. */
+static hvd_result_t create_fault_error(const char *fn, int r,
+                                       const int64_t *f) {
+  if (f[0] == CREATE_NO_OUT)
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: rank %d passes out NULL",
+                          fn, r);
+  if (f[0] == CREATE_COUNT)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: rank %d passes %lld ranks%s; a set has 1 to %d",
+                          fn, r, (long long)f[1], f[2] ? " (ranks NULL)" : "",
+                          g.size);
+  return hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s: rank %d passes ranks[%lld] = %lld; the ranks are "
+                        "distinct, ascending, in 0..%d",
+                        fn, r, (long long)f[1], (long long)f[2], g.size - 1);
+}
+
+/* Every rank must pass valid arguments (the first rank whose are not is
+ * named) and the same list: the lists' lengths and hashes, compared over
+ * all ranks; the first rank that differs from rank 0 is named. */
+static hvd_result_t set_agree(const char *fn, const int *ranks, int n,
+                              const int64_t fault[3]) {
+  enum { K = 5 };
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; fault[0] == CREATE_OK && i < n; i++)
     h = (h ^ (uint64_t)(unsigned)ranks[i]) * 1099511628211ull;
-  int64_t mine[2] = {n, (int64_t)h},
-          *all = malloc(2 * sizeof *all * (size_t)g.size);
+  int64_t mine[K] = {n, (int64_t)h, fault[0], fault[1], fault[2]},
+          *all = malloc(K * sizeof *all * (size_t)g.size);
   if (all == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
   hvd_result_t rc = HVD_SUCCESS;
-  int mrc = MPI_Allgather(mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, g.ctl);
+  int mrc = MPI_Allgather(mine, K, MPI_INT64_T, all, K, MPI_INT64_T, g.ctl);
   if (mrc != MPI_SUCCESS)
     rc = hvd__mpi_error(mrc, "MPI_Allgather");
+  for (int r = 0; r < g.size && rc == HVD_SUCCESS; r++)
+    if (all[K * r + 2] != CREATE_OK)
+      rc = create_fault_error(fn, r, all + K * r + 2);
   for (int r = 1; r < g.size && rc == HVD_SUCCESS; r++) {
-    if (all[2 * r] != all[0])
+    if (all[K * r] != all[0])
       rc = hvd__set_error(HVD_ERR_MISMATCH,
                           "%s: rank 0 lists %lld ranks but rank %d lists %lld",
-                          fn, (long long)all[0], r, (long long)all[2 * r]);
-    else if (all[2 * r + 1] != all[1])
+                          fn, (long long)all[0], r, (long long)all[K * r]);
+    else if (all[K * r + 1] != all[1])
       rc = hvd__set_error(HVD_ERR_MISMATCH,
                           "%s: rank 0 and rank %d list different ranks", fn, r);
   }
@@ -351,6 +401,7 @@ typedef struct set_build {
   const int *ranks;
   int n;
   int color;             /* hvd_process_set_split's */
+  int64_t fault[3];      /* hvd_process_set_create's: create_fault */
   hvd_process_set_t *ps; /* out */
 } set_build_t;
 
@@ -364,7 +415,7 @@ static hvd_result_t set_build(void *arg) {
   hvd_result_t rc = HVD_SUCCESS;
   hvd_process_set_t *ps = NULL;
   MPI_Comm comm = MPI_COMM_NULL;
-  HVD__CHECK(set_agree(b->fn, b->ranks, b->n));
+  HVD__CHECK(set_agree(b->fn, b->ranks, b->n, b->fault));
   HVD__CHECK(set_new(b->fn, b->ranks, b->n, ++g.next_set, &ps));
   HVD__MPI_CHECK(
       MPI_Comm_split(g.ctl, ps->rank >= 0 ? 0 : MPI_UNDEFINED, g.rank, &comm));
@@ -469,22 +520,13 @@ static hvd_result_t set_make_locked(hvd__engine_cmd_fn build, set_build_t *b,
 
 static hvd_result_t set_create_locked(const char *fn, const int *ranks, int n,
                                       hvd_process_set_t **out) {
-  if (out == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: out is NULL", fn);
-  *out = NULL;
-  if (ranks == NULL || n < 1 || n > g.size)
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: %d ranks%s; a set has 1 to %d", fn, n,
-                          ranks == NULL ? " (ranks NULL)" : "", g.size);
-  for (int i = 0; i < n; i++)
-    if (ranks[i] < 0 || ranks[i] >= g.size ||
-        (i > 0 && ranks[i] <= ranks[i - 1]))
-      return hvd__set_error(HVD_ERR_INVALID_ARG,
-                            "%s: ranks[%d] is %d; the ranks are distinct, "
-                            "ascending, in 0..%d",
-                            fn, i, ranks[i], g.size - 1);
   set_build_t b = {.fn = fn, .ranks = ranks, .n = n};
-  return set_make_locked(set_build, &b, out);
+  hvd_process_set_t *ps = NULL;
+  create_fault(ranks, n, out != NULL, b.fault); /* agreed on, not returned */
+  hvd_result_t rc = set_make_locked(set_build, &b, &ps);
+  if (out != NULL)
+    *out = ps;
+  return rc;
 }
 
 hvd_result_t hvd_process_set_create(const int *ranks, int n,

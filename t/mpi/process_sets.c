@@ -198,6 +198,15 @@ static void test_overlapping(void) {
     outsider = rc == HVD_ERR_INVALID_ARG && strcmp(got, want) == 0;
     if (!outsider)
       diag("got '%s', wanted '%s'", got, want);
+    /* a barrier has no user name: "barrier: ...", as the world's says */
+    rc = hvd_ps_barrier(B);
+    snprintf(got, sizeof got, "%s", hvd_last_error());
+    memmove(want + strlen("barrier"), want + strlen("allreduce 'nm'"),
+            strlen(want + strlen("allreduce 'nm'")) + 1);
+    memcpy(want, "barrier", strlen("barrier"));
+    outsider = outsider && rc == HVD_ERR_INVALID_ARG && strcmp(got, want) == 0;
+    if (rc != HVD_ERR_INVALID_ARG || strcmp(got, want) != 0)
+      diag("barrier: got '%s', wanted '%s'", got, want);
   }
   ok(bc, "broadcast from the set's rank 1 (world rank 2) to its members");
   ok(ag, "allgather in the set: its members' rows in set order");
@@ -205,7 +214,8 @@ static void test_overlapping(void) {
   ok(a2a, "alltoall in the set, split by the set's size");
   ok(bar, "barrier in the set");
   ok(mm, "a mismatch in the set names world ranks");
-  ok(outsider, "a rank outside the set is refused, the set's ranks named");
+  ok(outsider, "a rank outside the set is refused, the set's ranks named "
+               "(its barrier without hvd's internal name)");
   hvd_process_set_destroy(A);
   hvd_process_set_destroy(B);
 }
@@ -368,31 +378,64 @@ static void test_create_errors(void) {
   char want[160];
   if (size >= 2)
     snprintf(want, sizeof want,
-             "hvd_process_set_create: ranks[1] is 0; the ranks are distinct, "
-             "ascending, in 0..%d",
+             "hvd_process_set_create: rank 0 passes ranks[1] = 0; the ranks "
+             "are distinct, ascending, in 0..%d",
              size - 1);
   else
     snprintf(want, sizeof want,
-             "hvd_process_set_create: 2 ranks; a set has 1 to 1");
+             "hvd_process_set_create: rank 0 passes 2 ranks; a set has 1 to "
+             "1");
   is_string(want, hvd_last_error(), "unsorted ranks: message");
   ok(ps == NULL, "  *out is NULL");
   is_int(HVD_ERR_INVALID_ARG, hvd_process_set_create(out_of, 1, &ps),
          "a rank out of range: code");
   snprintf(want, sizeof want,
-           "hvd_process_set_create: ranks[0] is %d; the ranks are distinct, "
-           "ascending, in 0..%d",
+           "hvd_process_set_create: rank 0 passes ranks[0] = %d; the ranks "
+           "are distinct, ascending, in 0..%d",
            size, size - 1);
   is_string(want, hvd_last_error(), "a rank out of range: message");
   is_int(HVD_ERR_INVALID_ARG, hvd_process_set_create(out_of, 0, &ps),
          "no ranks: code");
   snprintf(want, sizeof want,
-           "hvd_process_set_create: 0 ranks; a set has 1 to %d", size);
+           "hvd_process_set_create: rank 0 passes 0 ranks; a set has 1 to %d",
+           size);
   is_string(want, hvd_last_error(), "no ranks: message");
+
+  /* One rank's bad arguments fail every rank, naming it (it once
+   * returned alone and left the others in the collective for ever). */
+  int last = size - 1, all[4] = {0, 1, 2, 3}, rev[2] = {last, 0};
+  int mine = rank == last && size > 1;
+  hvd_result_t rc = hvd_process_set_create(mine ? rev : all, mine ? 2 : size,
+                                           &ps);
+  snprintf(want, sizeof want,
+           "hvd_process_set_create: rank %d passes ranks[1] = 0; the ranks "
+           "are distinct, ascending, in 0..%d",
+           last, last);
+  ok(size == 1 ? rc == HVD_SUCCESS
+               : rc == HVD_ERR_INVALID_ARG &&
+                     strcmp(hvd_last_error(), want) == 0 && ps == NULL,
+     "the last rank's unsorted list: every rank fails naming it (rc %d)", rc);
+  if (size == 1)
+    hvd_process_set_destroy(ps);
+  rc = hvd_process_set_create(all, size, rank == last ? NULL : &ps);
+  snprintf(want, sizeof want, "hvd_process_set_create: rank %d passes out NULL",
+           last);
+  is_int(HVD_ERR_INVALID_ARG, rc, "the last rank's out NULL: every rank fails");
+  is_string(want, hvd_last_error(), "  naming it");
+  ok(rank == last || ps == NULL, "  *out is NULL");
+  int none[1] = {0};
+  rc = hvd_process_set_create(rank == last ? NULL : none, 1, &ps);
+  snprintf(want, sizeof want,
+           "hvd_process_set_create: rank %d passes 1 ranks (ranks NULL); a "
+           "set has 1 to %d",
+           last, size);
+  is_int(HVD_ERR_INVALID_ARG, rc, "the last rank's ranks NULL: every rank");
+  is_string(want, hvd_last_error(), "  naming it");
 
   /* rank 0 lists fewer ranks than the others */
   if (size > 2) {
     int list[3] = {0, 1, 2};
-    hvd_result_t rc = hvd_process_set_create(list, rank == 0 ? 2 : 3, &ps);
+    rc = hvd_process_set_create(list, rank == 0 ? 2 : 3, &ps);
     is_int(HVD_ERR_MISMATCH, rc, "ranks disagree on the set: code");
     is_string("hvd_process_set_create: rank 0 lists 2 ranks but rank 1 lists 3",
               hvd_last_error(), "ranks disagree on the set: message");
