@@ -793,8 +793,11 @@ typedef struct hvd_optimizer hvd_optimizer_t;
  * block's gradient is scattered in its dtype (or float32 with
  * reduce_fp32), each rank keeps and updates only its block of each
  * master, rounds it into its block of the value, and the values are
- * allgathered in their own dtype. The results equal the unsharded
- * optimizer's bit for bit. No rank but 0 ever holds a whole master: a
+ * allgathered in their own dtype. On one node the results equal the
+ * unsharded optimizer's bit for bit; over several nodes up to float
+ * rounding (a reducescatter folds in rank order, an allreduce node by
+ * node: see the reproducibility note). No rank but 0 ever holds a whole
+ * master: a
  * checkpoint save sends each rank's blocks of the masters and the state
  * to rank 0, a load rounds each piece of a master into the value as it
  * arrives and keeps the rank's block, hvd_state copies each rank's

@@ -179,6 +179,16 @@ static int field_equal(int field, const hvd__desc_t *a, const hvd__desc_t *b) {
   return 1;
 }
 
+/* v in the fewest digits, 6 or more, that read back as v: two scale
+ * factors that differ never print alike ("0.1 vs 0.10000000000000001"). */
+static void real_str(double v, char *buf, size_t n) {
+  for (int digits = 6; digits <= 17; digits++) {
+    snprintf(buf, n, "%.*g", digits, v);
+    if (strtod(buf, NULL) == v)
+      return;
+  }
+}
+
 static void field_str(int field, const hvd__desc_t *d, char *buf, size_t n) {
   switch (field) {
   case F_COLL:
@@ -194,10 +204,10 @@ static void field_str(int field, const hvd__desc_t *d, char *buf, size_t n) {
     snprintf(buf, n, "%s", hvd_op_name(d->op));
     break;
   case F_PRESCALE:
-    snprintf(buf, n, "%g", d->prescale);
+    real_str(d->prescale, buf, n);
     break;
   case F_POSTSCALE:
-    snprintf(buf, n, "%g", d->postscale);
+    real_str(d->postscale, buf, n);
     break;
   case F_ROOT:
     snprintf(buf, n, "%d", d->root);

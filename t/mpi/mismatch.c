@@ -6,6 +6,7 @@
  * Run at 2, 3 and 4 ranks: each expected message is built here from the
  * world size, so the list of differing ranks grows with it.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -124,6 +125,20 @@ int main(int argc, char **argv) {
       snprintf(vals[r], HVDT_VAL_LEN, "%s", r == 0 ? "3" : "0.25");
     mismatch(rc, "allreduce 'post'", "postscale", NULL, "postscale",
              "a postscale mismatch");
+  }
+
+  /* postscale 0.1 on rank 0, the next double up elsewhere: printed with
+   * the digits that tell them apart (with 6, both read "0.1"). */
+  {
+    int64_t shape[1] = {8};
+    hvd_tensor_t t = hvd_tensor_make(buf, HVD_FLOAT64, 1, shape);
+    rc = hvd_allreduce("near", &t, &t, HVD_SUM, 1.0,
+                       rank == 0 ? 0.1 : nextafter(0.1, 1.0));
+    for (int r = 0; r < size; r++)
+      snprintf(vals[r], HVDT_VAL_LEN, "%s",
+               r == 0 ? "0.1" : "0.10000000000000002");
+    mismatch(rc, "allreduce 'near'", "postscale", NULL, "postscale",
+             "a postscale mismatch of one ulp");
   }
 
   /* One name, two collective kinds: allreduce on rank 0, broadcast
