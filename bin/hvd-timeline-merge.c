@@ -10,6 +10,12 @@
  * them as one array (atomically: a temporary file renamed over the
  * output), for chrome://tracing or Perfetto, where each rank is a process.
  *
+ * Each input is scanned as JSON (strings, escapes, nesting), not searched
+ * for brackets: a file cut short inside its array (a rank killed while it
+ * wrote, a full disk) gives its complete events and a note on stderr;
+ * one whose brackets do not match, or with text after its array, is
+ * refused.
+ *
  * Exit status: 0 written; 1 an input unreadable or not a JSON array, or
  * the output not written; 2 a bad command line.
  */
@@ -51,6 +57,58 @@ static char *slurp(const char *path, size_t *len) {
   return buf;
 }
 
+/* The events of buf's top-level array: [*a, *b) between its brackets,
+ * or up to the end of its last complete event when the file ends inside
+ * the array (*cut 1). 0, or -1 with *why (and *at, a byte offset) when
+ * buf is no JSON array. */
+static int scan(const char *buf, size_t len, size_t *a, size_t *b, int *cut,
+                const char **why, size_t *at) {
+  char stack[64]; /* the open brackets */
+  int depth = 0, in_str = 0;
+  size_t i = 0, last = 0;
+  while (i < len && strchr(" \t\r\n", buf[i]) != NULL)
+    i++;
+  if (i == len || buf[i] != '[')
+    return *why = "does not start with a JSON array", *at = i, -1;
+  *a = i + 1, *cut = 0;
+  for (; i < len; i++) {
+    char ch = buf[i];
+    if (in_str) {
+      if (ch == '\\')
+        i++;
+      else if (ch == '"')
+        in_str = 0;
+      continue;
+    }
+    if (ch == '"') {
+      in_str = 1;
+    } else if (ch == '[' || ch == '{') {
+      if (depth == (int)sizeof stack)
+        return *why = "nests too deep", *at = i, -1;
+      stack[depth++] = ch;
+    } else if (ch == ']' || ch == '}') {
+      if (depth == 0 || stack[depth - 1] != (ch == ']' ? '[' : '{'))
+        return *why = "has a bracket that closes nothing open", *at = i, -1;
+      if (--depth == 1)
+        last = i + 1; /* the end of a complete event */
+      if (depth == 0)
+        break;
+    } else if (ch == '\0') {
+      return *why = "holds a NUL byte", *at = i, -1;
+    }
+  }
+  if (depth > 0) { /* cut short inside the array */
+    *b = last > *a ? last : *a;
+    *cut = 1;
+    return 0;
+  }
+  *b = i;
+  for (i++; i < len; i++)
+    if (strchr(" \t\r\n", buf[i]) == NULL)
+      return *why = "has text after its JSON array", *at = i, -1;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *out = NULL;
   int first = 1;
@@ -87,22 +145,28 @@ int main(int argc, char **argv) {
       bad = 1;
       break;
     }
-    char *open = strchr(buf, '['), *close = strrchr(buf, ']');
-    if (open == NULL || close == NULL || close < open) {
+    size_t a = 0, b = 0, at = 0;
+    int cut = 0;
+    const char *why = NULL;
+    if (scan(buf, len, &a, &b, &cut, &why, &at) != 0) {
       fprintf(stderr,
               "hvd-timeline-merge: '%s' is not a JSON array (an hvd "
-              "timeline?)\n",
-              argv[i]);
+              "timeline?): it %s (byte %zu)\n",
+              argv[i], why, at);
       bad = 1;
     } else {
-      char *a = open + 1, *b = close;
-      while (a < b && strchr(" \t\r\n", *a) != NULL)
+      if (cut)
+        fprintf(stderr,
+                "hvd-timeline-merge: note: '%s' ends inside its array (cut "
+                "short while written?): its complete events are kept\n",
+                argv[i]);
+      while (a < b && strchr(" \t\r\n", buf[a]) != NULL)
         a++;
-      while (b > a && strchr(" \t\r\n,", b[-1]) != NULL)
+      while (b > a && strchr(" \t\r\n,", buf[b - 1]) != NULL)
         b--;
       if (b > a) {
         fputs(events ? ",\n" : "\n", f);
-        fwrite(a, 1, (size_t)(b - a), f);
+        fwrite(buf + a, 1, b - a, f);
         events++;
       }
     }

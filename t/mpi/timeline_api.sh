@@ -13,7 +13,12 @@
 #  3. HVD_TIMELINE_MAX_BYTES=4K: the file stays valid JSON, ends with a
 #     TIMELINE_CAP event and is at most a few KiB over;
 #  4. HVD_TIMELINE_ALL_RANKS=1: bin/hvd-timeline-merge makes one trace of
-#     the two files, with both ranks' events.
+#     the two files, with both ranks' events;
+#  5. hvd-timeline-merge reads JSON, not brackets: a file cut short inside
+#     its array gives its complete events (a ']' in a tensor name once
+#     passed for the array's end: invalid JSON, exit 0) and a note; a
+#     bracket that closes nothing and text after the array are refused,
+#     naming the byte.
 
 . "${HVD_TOP_SRCDIR:?run me from make check}/t/util/testlib.sh"
 prog=$HVD_TOP_BUILDDIR/t/mpi/timeline_prog
@@ -43,7 +48,7 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-echo "1..9"
+echo "1..12"
 run_np 2 "$tmp/api.out" "$tmp/api.err" "$prog" api "$tmp/api.json" "$tmp/no/such/dir/x.json"
 [ $rc = 0 ] && [ "`grep -c '^timeline_prog\[[01]\]: done$' "$tmp/api.out"`" = 2 ] &&
   ! grep -q FAIL "$tmp/api.out"
@@ -90,8 +95,36 @@ check $? "HVD_TIMELINE_ALL_RANKS=1: hvd-timeline-merge makes one trace of both r
 printf 'not json' >"$tmp/bad.json"
 "$merge" -o "$tmp/m2.json" "$tmp/bad.json" >"$tmp/merge.out" 2>&1
 mrc=$?
-[ $mrc = 1 ] && grep -qx "hvd-timeline-merge: '$tmp/bad.json' is not a JSON array (an hvd timeline?)" "$tmp/merge.out" &&
+[ $mrc = 1 ] && grep -qx "hvd-timeline-merge: '$tmp/bad.json' is not a JSON array (an hvd timeline?): it does not start with a JSON array (byte 0)" "$tmp/merge.out" &&
   [ ! -e "$tmp/m2.json" ]
 check $? "hvd-timeline-merge on a file that is no array: exit 1 and the reason" ||
+  show "$tmp/merge.out" merge
+
+printf '%s' '[{"name":"A","ph":"i","pid":0,"tid":0,"ts":1,"args":{"tensor":"w[0]"}},
+{"name":"B","ph":"i","pid":0,"tid":0,"ts":2,"args":{"s":"]}\"["}},
+{"name":"NEGOT' >"$tmp/cut.json"
+printf '%s\n' '[{"name":"C","ph":"i","pid":1,"tid":0,"ts":3}]' >"$tmp/one.json"
+"$merge" -o "$tmp/m3.json" "$tmp/cut.json" "$tmp/one.json" >"$tmp/merge.out" 2>&1
+mrc=$?
+[ $mrc = 0 ] &&
+  grep -qx "hvd-timeline-merge: note: '$tmp/cut.json' ends inside its array (cut short while written?): its complete events are kept" "$tmp/merge.out" &&
+  py "$tmp/m3.json" '[e["name"] for e in ev] == ["A", "B", "C"] and ev[0]["args"]["tensor"] == "w[0]" and ev[1]["args"]["s"] == "]}\"["'
+check $? "a file cut short: its 2 complete events and the other file's, valid JSON, a note (exit $mrc)" ||
+  show "$tmp/merge.out" merge
+
+printf '%s' '[{"name":"A"]]' >"$tmp/bad2.json"
+"$merge" -o "$tmp/m4.json" "$tmp/bad2.json" >"$tmp/merge.out" 2>&1
+mrc=$?
+[ $mrc = 1 ] && [ ! -e "$tmp/m4.json" ] &&
+  grep -qx "hvd-timeline-merge: '$tmp/bad2.json' is not a JSON array (an hvd timeline?): it has a bracket that closes nothing open (byte 12)" "$tmp/merge.out"
+check $? "a bracket that closes nothing: exit $mrc, named with its byte" ||
+  show "$tmp/merge.out" merge
+
+printf '%s\n' '[{"name":"A"}]' 'x' >"$tmp/bad3.json"
+"$merge" -o "$tmp/m5.json" "$tmp/bad3.json" >"$tmp/merge.out" 2>&1
+mrc=$?
+[ $mrc = 1 ] && [ ! -e "$tmp/m5.json" ] &&
+  grep -qx "hvd-timeline-merge: '$tmp/bad3.json' is not a JSON array (an hvd timeline?): it has text after its JSON array (byte 15)" "$tmp/merge.out"
+check $? "text after the array: exit $mrc, named with its byte" ||
   show "$tmp/merge.out" merge
 exit $failed
