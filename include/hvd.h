@@ -1324,7 +1324,11 @@ void hvd_optimizer_destroy(hvd_optimizer_t *opt);        /* accepts NULL */
  * then verifies that every rank holds identical bytes: a checksum per
  * parameter is all-reduced, and a difference is HVD_ERR_CORRUPT naming the
  * first parameter that differs and the ranks. Device values are broadcast
- * on the device; their checksums are computed after a copy to the host. */
+ * on the device; their checksums are computed after a copy to the host.
+ * A bad argument on one rank (a parameter without a name, a root out of
+ * range) fails every rank with that rank's message, "(on rank R)" added
+ * where R is not 0; so does hvd_verify_parameters's and
+ * hvd_broadcast_optimizer_state's root. */
 hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root);
 
 /* Verifies that every rank holds identical parameter values (collective):

@@ -48,18 +48,28 @@ static hvd_result_t checksum(const char *fn, const hvd_tensor_t *t,
   return rc;
 }
 
-static hvd_result_t check_params(const char *fn, const hvd_param_t *params,
-                                 int n) {
-  if (!hvd_is_initialized())
-    return hvd__not_initialized(fn);
+/* No root (hvd_verify_parameters). */
+#define NO_ROOT (-1)
+
+/* The arguments, checked on each rank and agreed (hvd__optim_agree):
+ * a rank whose are bad fails every rank alike, named, rather than
+ * leaving the others in the first collective. */
+static hvd_result_t check_args(const char *fn, const hvd_param_t *params, int n,
+                               int root) {
+  hvd_result_t rc = HVD_SUCCESS;
   if (n < 0 || (n > 0 && params == NULL))
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: params is NULL or n (%d) is negative", fn, n);
-  for (int i = 0; i < n; i++)
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s: params is NULL or n (%d) is negative", fn, n);
+  for (int i = 0; rc == HVD_SUCCESS && i < n; i++)
     if (params[i].name == NULL || params[i].name[0] == '\0')
-      return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: parameter %d has no name",
-                            fn, i);
-  return HVD_SUCCESS;
+      rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: parameter %d has no name",
+                          fn, i);
+  if (rc == HVD_SUCCESS && root != NO_ROOT &&
+      (root < 0 || root >= hvd__coll_size()))
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s: root %d is out of range for %d ranks", fn, root,
+                        hvd__coll_size());
+  return hvd__optim_agree("hvd.agree.arguments", rc);
 }
 
 /* Every rank's (count, hash of what it holds); differences are
@@ -193,18 +203,24 @@ static hvd_result_t verify(const char *fn, const hvd_param_t *params, int n) {
   return rc;
 }
 
+/* hvd_verify_parameters on the collectives' current set. */
+static hvd_result_t verify_parameters(const char *fn, const hvd_param_t *params,
+                                      int n) {
+  hvd_result_t rc = check_args(fn, params, n, NO_ROOT);
+  return rc != HVD_SUCCESS ? rc : verify(fn, params, n);
+}
+
 hvd_result_t hvd_verify_parameters(const hvd_param_t *params, int n) {
-  hvd_result_t rc = check_params(__func__, params, n);
-  return rc != HVD_SUCCESS ? rc : verify(__func__, params, n);
+  if (!hvd_is_initialized())
+    return hvd__not_initialized(__func__);
+  return verify_parameters(__func__, params, n);
 }
 
 hvd_result_t hvd_ps_verify_parameters(const hvd_process_set_t *ps,
                                       const hvd_param_t *params, int n) {
   hvd_result_t rc = hvd__optim_check_set(__func__, ps);
   if (rc == HVD_SUCCESS)
-    rc = check_params(__func__, params, n);
-  if (rc == HVD_SUCCESS)
-    HVD__ON_SET(ps, rc, verify(__func__, params, n));
+    HVD__ON_SET(ps, rc, verify_parameters(__func__, params, n));
   return rc;
 }
 
@@ -240,13 +256,9 @@ static hvd_result_t broadcast_all(const char *prefix, hvd_tensor_t *const *ts,
 /* hvd_broadcast_parameters on the collectives' current set. */
 static hvd_result_t broadcast_parameters(const char *fn, hvd_param_t *params,
                                          int n, int root) {
-  hvd_result_t rc = check_params(fn, params, n);
+  hvd_result_t rc = check_args(fn, params, n, root);
   if (rc != HVD_SUCCESS)
     return rc;
-  if (root < 0 || root >= hvd__coll_size())
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: root %d is out of range for %d ranks", fn, root,
-                          hvd__coll_size());
   rc = agree(fn, "parameter list", "in names, shapes or types", n,
              describe(params, n));
   if (rc != HVD_SUCCESS)
@@ -273,6 +285,8 @@ static hvd_result_t broadcast_parameters(const char *fn, hvd_param_t *params,
 }
 
 hvd_result_t hvd_broadcast_parameters(hvd_param_t *params, int n, int root) {
+  if (!hvd_is_initialized())
+    return hvd__not_initialized(__func__);
   return broadcast_parameters(__func__, params, n, root);
 }
 
@@ -351,10 +365,9 @@ static hvd_result_t send_state(const char *fn, hvd_optimizer_t *opt,
  * optimizer's). */
 static hvd_result_t broadcast_optimizer_state(const char *fn,
                                               hvd_optimizer_t *opt, int root) {
-  if (root < 0 || root >= hvd__coll_size())
-    return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: root %d is out of range for %d ranks", fn, root,
-                          hvd__coll_size());
+  hvd_result_t rc = check_args(fn, NULL, 0, root);
+  if (rc != HVD_SUCCESS)
+    return rc;
   hvd_optimizer_t *c = hvd__optim_core(opt);
   int ns = c->ops.nstate, total = c->n * ns, count = 0;
   unsigned char sharded = (unsigned char)hvd__optim_sharded(opt);
@@ -372,10 +385,10 @@ static hvd_result_t broadcast_optimizer_state(const char *fn,
   }
   for (int k = 0; k < ns; k++)
     hvd__sum_add(&s, c->ops.state_names[k], strlen(c->ops.state_names[k]) + 1);
-  hvd_result_t rc = agree(fn,
-                          "optimizer (type, parameters, state, loss scaling "
-                          "and clipping on or off)",
-                          "in one of them", total, hvd__sum_end(&s));
+  rc = agree(fn,
+             "optimizer (type, parameters, state, loss scaling "
+             "and clipping on or off)",
+             "in one of them", total, hvd__sum_end(&s));
   if (rc != HVD_SUCCESS)
     return rc;
   /* A sharded optimizer's state and masters are one set of blocks, each

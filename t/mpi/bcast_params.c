@@ -124,6 +124,34 @@ int main(int argc, char **argv) {
   is_string("hvd_broadcast_parameters: parameter 1 has no name",
             hvd_last_error(), "a parameter without a name: message");
   params[1].name = name1;
+  { /* one rank's bad argument fails every rank with its message (the
+       others once waited in the first collective for ever) */
+    int last = size - 1;
+    char one[160] = "hvd_broadcast_parameters: parameter 1 has no name";
+    if (last != 0)
+      snprintf(one, sizeof one,
+               "hvd_broadcast_parameters: parameter 1 has no name (on rank "
+               "%d)",
+               last);
+    if (rank == last)
+      params[1].name = "";
+    is_int(HVD_ERR_INVALID_ARG, hvd_broadcast_parameters(params, NP, 0),
+           "the last rank's parameter without a name: every rank fails");
+    is_string(one, hvd_last_error(), "  with its message");
+    params[1].name = name1;
+    is_int(HVD_ERR_INVALID_ARG, hvd_verify_parameters(rank == last ? NULL
+                                                                   : params,
+                                                      NP),
+           "hvd_verify_parameters, the last rank's params NULL: every rank");
+    snprintf(one, sizeof one,
+             "hvd_verify_parameters: params is NULL or n (%d) is "
+             "negative%s",
+             NP, "");
+    if (last != 0)
+      snprintf(one + strlen(one), sizeof one - strlen(one), " (on rank %d)",
+               last);
+    is_string(one, hvd_last_error(), "  with its message");
+  }
   is_int(HVD_ERR_INVALID_ARG, hvd_broadcast_optimizer_state(NULL, 0),
          "optimizer state: NULL opt");
   is_string("hvd_broadcast_optimizer_state: opt is NULL", hvd_last_error(),
