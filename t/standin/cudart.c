@@ -19,7 +19,9 @@
  *    answers cudaErrorNotReady HVD_STANDIN_POLLS times before
  *    cudaSuccess, so polling loops run; an event recorded on a stream that
  *    a hung NCCL collective holds never finishes until that communicator
- *    is aborted (nccl.c). Synchronizing such a stream ends the process
+ *    is aborted (nccl.c); the abort fires every event recorded behind its
+ *    work (standin_nccl_aborted), as a GPU whose NCCL kernels the abort
+ *    ends. Synchronizing such a stream ends the process
  *    (on a GPU it would never return). Streams made with a priority are
  *    hvd's: the events pending on them are counted (standin_peak_in_flight),
  *    and their thread may not allocate or free while any is pending
@@ -664,6 +666,7 @@ typedef struct stream {
   int blocking;       /* made without cudaStreamNonBlocking */
   int priority;       /* made by cudaStreamCreateWithPriority */
   int pending;        /* events recorded here the host has not seen fire */
+  unsigned long nccl; /* the communicator whose work was enqueued here last */
   double busy_until;  /* its device time runs until then (standin_stream_busy,
                          or waits for events that fire later) */
   uint64_t vc[ORDER_STREAMS];
@@ -681,6 +684,7 @@ typedef struct event {
   stream_t *pending;  /* recorded there, not yet seen to fire by the host */
   int counted;        /* in pending->pending (not a timing event) */
   unsigned long hung; /* recorded behind a hung collective of this comm */
+  unsigned long behind; /* recorded behind work of this communicator */
   int id;             /* its stream's id when recorded (0: order off) */
   uint64_t vc[ORDER_STREAMS]; /* its stream's clock when recorded */
   struct event *next;
@@ -924,6 +928,34 @@ void standin_stream_hang(cudaStream_t s, unsigned long serial) {
   pthread_mutex_unlock(&sync_mu);
 }
 
+void standin_stream_nccl(cudaStream_t s, unsigned long serial) {
+  pthread_mutex_lock(&sync_mu);
+  stream_locked(s, "standin_stream_nccl")->nccl = serial;
+  pthread_mutex_unlock(&sync_mu);
+}
+
+/* ncclCommAbort ends the communicator's kernels, and with them the wait
+ * of everything queued behind them on their streams: on a GPU the events
+ * recorded after its work then fire as soon as the streams reach them.
+ * Here those events (and only those) stop answering cudaErrorNotReady and
+ * are no longer pending, so hvd may allocate right after an abort, as it
+ * may on a GPU. Work before them that is still running (a stream made
+ * busy, standin_stream_busy) keeps its own time: such an event fires then.
+ * Any other event stays as strict as before. */
+void standin_nccl_aborted(unsigned long serial) {
+  double t = now_s();
+  pthread_mutex_lock(&sync_mu);
+  for (event_t *e = events; e != NULL; e = e->next) {
+    if (e->behind != serial || e->pending == NULL)
+      continue;
+    e->polls_left = 0;
+    e->hung = 0;
+    if (e->at <= t)
+      event_seen(e);
+  }
+  pthread_mutex_unlock(&sync_mu);
+}
+
 long standin_streams(void) {
   pthread_mutex_lock(&sync_mu);
   long n = nstreams;
@@ -1158,6 +1190,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   }
   e->polls_left = polls;
   e->hung = s->hung;
+  e->behind = s->nccl;
   e->recorded = 1;
   e->at = now_s();
   if (s->busy_until > e->at)

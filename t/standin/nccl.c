@@ -573,8 +573,10 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
                 MPI_COMM_WORLD, &req);
       MPI_Wait(&req, MPI_STATUS_IGNORE);
     }
+  unsigned long serial = comm->serial;
   comm_free(comm);
   standin_order_device_idle(); /* its kernels end */
+  standin_nccl_aborted(serial); /* and what waited behind them fires */
   return ncclSuccess;
 }
 
@@ -1007,8 +1009,10 @@ static void reduce(const op_t *o, msg_t **in, int nin, const char *mine,
 static ncclResult_t exchange(ncclComm_t c, op_t *ops, int n) {
   int p = c->size, fault = FAULT_NONE;
   ncclResult_t async = ncclSuccess;
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     fault = ops[i].fault > fault ? ops[i].fault : fault;
+    standin_stream_nccl(ops[i].stream, c->serial); /* its work is queued */
+  }
   check_notes(c);
   pthread_mutex_lock(&mu);
   int stuck = c->hanging || c->gone;

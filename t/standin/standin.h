@@ -137,6 +137,13 @@ void standin_order_device_idle(void);
 void standin_stream_hang(cudaStream_t s, unsigned long serial);
 /* 1 while communicator `serial` exists and hangs (a fault, or a peer gone). */
 int standin_nccl_hanging(unsigned long serial);
+/* Communicator `serial` enqueued work on stream s: the events recorded on
+ * s from now on (until another communicator's work) are behind it. */
+void standin_stream_nccl(cudaStream_t s, unsigned long serial);
+/* Communicator `serial` was aborted: the events behind its work fire (as
+ * on a GPU, where the abort ends its kernels), unless the stream is still
+ * busy before them. */
+void standin_nccl_aborted(unsigned long serial);
 
 /* The answers' counts of HVD_STANDIN_POLLS. */
 int standin_polls(void);
