@@ -3,8 +3,8 @@
  * (nccl_ops.c's header says what each failure does): waiting for the
  * non-blocking communicator within HVD_NCCL_TIMEOUT, aborting it, the
  * abort notices a rank sends its peers over MPI so that they stop
- * waiting for it at once, and the agreement on a group's allocations
- * before anything is launched.
+ * waiting for it at once, and the agreement on a group's allocations and
+ * on every rank's NCCL before anything is launched.
  */
 #include <config.h>
 
@@ -209,14 +209,63 @@ fail:
   return rc;
 }
 
+hvd_result_t hvd__nccl_unusable(const nccl_state_t *s) {
+  return hvd__set_error(HVD_ERR_NCCL,
+                        "NCCL is unusable after an earlier failure: %.900s",
+                        s->failed);
+}
+
+/* What a rank brings to an agreement, the most telling first: its NCCL
+ * aborted on a failure of its own; aborted, or about to be, on a peer's
+ * word (never the one named while the peer itself takes part); a failure
+ * that launched nothing (an allocation, or nccl_enter's own check); ready.
+ * MPI_MIN over the ranks of class * size + rank picks the rank that every
+ * rank then names. */
+enum { GONE_OWN, GONE_PEER, UNPREPARED, READY };
+
+static int agree_class(const nccl_state_t *s, hvd_result_t mine) {
+  if (s->failed[0] != '\0' || s->from_peer)
+    return s->from_peer ? GONE_PEER : GONE_OWN;
+  return mine == HVD_SUCCESS ? READY : UNPREPARED;
+}
+
+/* Every rank has learnt in one agreement that rank `first`'s NCCL is gone,
+ * so NCCL is unusable everywhere, and every rank knows it (all_failed:
+ * later device collectives fail at once on every rank, with no MPI step).
+ * A rank whose communicator still worked aborts it with the words a
+ * notice would have given it, and sends none (every peer learnt it here);
+ * one that had failed already says so. */
+static hvd_result_t agreed_gone(nccl_state_t *s, const hvd__exec_env_t *env,
+                                int first, const char *why) {
+  int from =
+      s->world_ranks != NULL ? s->world_ranks[first] : first; /* as notices */
+  s->all_failed = 1;
+  if (s->failed[0] != '\0')
+    return hvd__nccl_unusable(s);
+  if (env->rank == first) /* a peer's notice, acted on at entry */
+    hvd__set_error(HVD_ERR_NCCL, "%s", why);
+  else
+    hvd__set_error(HVD_ERR_NCCL, "rank %d aborted its NCCL communicator: %s",
+                   from, why);
+  s->from_peer = 1;
+  return hvd__nccl_abandon(s, HVD_ERR_NCCL);
+}
+
 /* Before anything of a group is launched: its allocations (outputs, the
  * fusion buffer, span arrays; `allocated` when this group may have made
- * one, which every rank decides alike) agreed over MPI. A rank that failed
- * sends its error to all, and every rank fails the group with the same
- * words: "rank R could not prepare the collective on its GPU: <R's error>;
- * nothing was launched, NCCL is still usable". Nothing waits for a peer
- * that will never come, and the communicator is not aborted (an abort
- * would cost the peers HVD_NCCL_TIMEOUT and NCCL for good). */
+ * one, which every rank decides alike) and the state of every rank's NCCL
+ * agreed over MPI. Every rank takes part, also one whose NCCL failed
+ * earlier (nccl_run passes its failure in as `mine`), so that no rank
+ * waits here for a peer that will never come. When some rank's NCCL is
+ * gone (aborted: on its own failure, before or while this group quiesced,
+ * or on a notice), every rank fails the group and NCCL for good
+ * (agreed_gone): its words are "rank R aborted its NCCL communicator:
+ * <R's reason>", as a notice's. Else a rank that could not prepare sends
+ * its error to all, and every rank fails the group with the same words:
+ * "rank R could not prepare the collective on its GPU: <R's error>;
+ * nothing was launched, NCCL is still usable", which is then true on
+ * every rank; the communicator is not aborted (an abort would cost the
+ * peers HVD_NCCL_TIMEOUT and NCCL for good). */
 hvd_result_t hvd__nccl_agree_prepared(nccl_state_t *s,
                                       const hvd__exec_env_t *env, int allocated,
                                       hvd_result_t mine) {
@@ -224,22 +273,25 @@ hvd_result_t hvd__nccl_agree_prepared(nccl_state_t *s,
     int rc;
     char why[HVD__NCCL_WHY_MAX];
   } msg;
-  int first = env->size;
+  int least = READY * env->size;
   hvd_result_t rc = HVD_SUCCESS;
   if (mine == HVD_SUCCESS && s->failed[0] != '\0') /* while quiescing */
-    mine = hvd__set_error(HVD_ERR_NCCL,
-                          "NCCL is unusable after an earlier failure: %.900s",
-                          s->failed);
+    mine = hvd__nccl_unusable(s);
   if (!allocated)
     return mine;
-  HVD__CHECK(hvd__nccl_first_failed(env, mine == HVD_SUCCESS, &first));
-  if (first == env->size)
+  int v = agree_class(s, mine) * env->size + env->rank;
+  HVD__MPI_CHECK(MPI_Allreduce(&v, &least, 1, MPI_INT, MPI_MIN, env->comm));
+  if (least / env->size == READY)
     return HVD_SUCCESS;
+  int first = least % env->size;
   memset(&msg, 0, sizeof msg);
   msg.rc = (int)mine;
   if (env->rank == first)
-    snprintf(msg.why, sizeof msg.why, "%s", hvd_last_error());
+    snprintf(msg.why, sizeof msg.why, "%.*s", (int)sizeof msg.why - 1,
+             s->failed[0] != '\0' ? s->failed : hvd_last_error());
   HVD__MPI_CHECK(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, first, env->comm));
+  if (least / env->size != UNPREPARED)
+    return agreed_gone(s, env, first, msg.why);
   hvd__gpu_release(&s->gpu); /* every rank grows from nothing again */
   s->unlaunched = 1;
   HVD__LOG(HVD__LOG_ERROR,

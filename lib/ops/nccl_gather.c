@@ -37,7 +37,8 @@
 
 static hvd_result_t reducescatter_fused(nccl_state_t *s,
                                         const hvd__exec_env_t *env,
-                                        const hvd__work_t *w);
+                                        const hvd__work_t *w,
+                                        hvd_result_t entry);
 static hvd_result_t reducescatter_local(nccl_state_t *s,
                                         const hvd__exec_env_t *env,
                                         const hvd__work_t *w);
@@ -46,12 +47,12 @@ static hvd_result_t allgather_local(nccl_state_t *s, const hvd__exec_env_t *env,
 
 hvd_result_t hvd__nccl_reducescatter(nccl_state_t *s,
                                      const hvd__exec_env_t *env,
-                                     const hvd__work_t *w) {
+                                     const hvd__work_t *w, hvd_result_t entry) {
   hvd_result_t rc = HVD_SUCCESS;
-  if (env->size == 1)
-    return reducescatter_local(s, env, w);
+  if (env->size == 1) /* no peer to wait for */
+    return entry != HVD_SUCCESS ? entry : reducescatter_local(s, env, w);
   if (w->n > 1)
-    return reducescatter_fused(s, env, w);
+    return reducescatter_fused(s, env, w, entry);
   const hvd__desc_t *d = w->desc;
   hvd_request_t *r = w->reqs[0];
   hvd_dtype_t dtype = d->dtype;
@@ -71,7 +72,9 @@ hvd_result_t hvd__nccl_reducescatter(nccl_state_t *s,
     scratch = rows % p != 0        ? in_bytes + blk_elems * esize
               : d->prescale != 1.0 ? (size_t)(rows * row_elems) * esize
                                    : 0;
-  hvd_result_t prep = hvd__nccl_alloc_rows(s, r, d, mine);
+  hvd_result_t prep = entry;
+  if (prep == HVD_SUCCESS)
+    prep = hvd__nccl_alloc_rows(s, r, d, mine);
   if (prep == HVD_SUCCESS && scratch > 0)
     prep = hvd__gpu_buffer(&s->gpu, scratch);
   if (prep == HVD_SUCCESS && rows % p != 0 && blk_elems > 0)
@@ -237,13 +240,13 @@ static int ag_spans(nccl_state_t *s, const hvd__exec_env_t *env,
  * into the fusion buffer (each rank's rows padded to the member's largest
  * share) and unpacked after (ag_spans). */
 hvd_result_t hvd__nccl_allgather(nccl_state_t *s, const hvd__exec_env_t *env,
-                                 const hvd__work_t *w) {
-  hvd_result_t rc = HVD_SUCCESS, prep = HVD_SUCCESS;
+                                 const hvd__work_t *w, hvd_result_t entry) {
+  hvd_result_t rc = HVD_SUCCESS, prep = entry;
   int64_t *dims = NULL, max_pack = 0, max_unpack = 0;
   int P = env->size, packed = 0, npack = 0, nspans = 0;
   size_t region = 0;
-  if (P == 1)
-    return allgather_local(s, env, w);
+  if (P == 1) /* no peer to wait for */
+    return entry != HVD_SUCCESS ? entry : allgather_local(s, env, w);
   HVD__CHECK(fused_dims(s, env, w, &dims));
   for (int i = 0; i < w->n && prep == HVD_SUCCESS; i++) {
     int64_t rows = 0;
@@ -338,8 +341,9 @@ static void rs_spans(nccl_state_t *s, const hvd__exec_env_t *env,
  * runs. */
 static hvd_result_t reducescatter_fused(nccl_state_t *s,
                                         const hvd__exec_env_t *env,
-                                        const hvd__work_t *w) {
-  hvd_result_t rc = HVD_SUCCESS, prep = HVD_SUCCESS;
+                                        const hvd__work_t *w,
+                                        hvd_result_t entry) {
+  hvd_result_t rc = HVD_SUCCESS, prep = entry;
   const hvd__desc_t *d = w->desc;
   size_t es = hvd_dtype_size(d->dtype);
   int64_t P = env->size, max_pack, max_unpack, total = 0;

@@ -27,6 +27,7 @@ typedef struct nccl_state {
   double timeout_s; /* HVD_NCCL_TIMEOUT; 0: none */
   char failed[HVD__ERRMSG_MAX]; /* why comm was aborted; "" while usable */
   int unlaunched; /* the failing group launched nothing: keep comm */
+  int all_failed; /* every rank knows NCCL failed (agreed): no MPI step */
   /* abort notices (peer_notice, send_notices) on the executor's MPI
    * communicator: a rank that aborts tells every peer why */
   MPI_Comm mpi;
@@ -79,11 +80,16 @@ hvd_result_t hvd__nccl_abandon(nccl_state_t *s, hvd_result_t rc);
  * state must be kept (MPI may still read its notice). */
 int hvd__nccl_end_notices(nccl_state_t *s);
 
+/* HVD_ERR_NCCL "NCCL is unusable after an earlier failure: <s->failed>". */
+hvd_result_t hvd__nccl_unusable(const nccl_state_t *s);
+
 /* MPI_MIN over the ranks of (ok ? size : rank): the first rank that
  * failed, or size. */
 hvd_result_t hvd__nccl_first_failed(const hvd__exec_env_t *env, int ok,
                                     int *first);
-/* Before launching a group: its allocations agreed (see nccl_fail.c). */
+/* Before launching a group: its allocations, and whether NCCL is still
+ * usable on every rank, agreed (see nccl_fail.c); every rank makes it,
+ * whatever its NCCL's state (nccl_ops.c's header says why). */
 hvd_result_t hvd__nccl_agree_prepared(nccl_state_t *s,
                                       const hvd__exec_env_t *env, int allocated,
                                       hvd_result_t mine);
@@ -100,11 +106,13 @@ hvd_result_t hvd__nccl_group_end(nccl_state_t *s, ncclResult_t r,
                                  const char *what);
 
 /* nccl_gather.c: a device allgather or reducescatter, alone or a fused
- * group of them, enqueued on hvd's stream (nccl_run's bodies). */
+ * group of them, enqueued on hvd's stream (nccl_run's bodies: `entry` is
+ * nccl_enter's result; when it failed they make their MPI steps all the
+ * same, allocate nothing and fail in the agreement). */
 hvd_result_t hvd__nccl_allgather(nccl_state_t *s, const hvd__exec_env_t *env,
-                                 const hvd__work_t *w);
+                                 const hvd__work_t *w, hvd_result_t entry);
 hvd_result_t hvd__nccl_reducescatter(nccl_state_t *s,
                                      const hvd__exec_env_t *env,
-                                     const hvd__work_t *w);
+                                     const hvd__work_t *w, hvd_result_t entry);
 
 #endif /* HVD_OPS_NCCL_INT_H */

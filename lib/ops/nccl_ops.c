@@ -42,9 +42,14 @@
  *    which is left for a peer that hangs or dies without a word.
  *  - Before launching, a group's allocations (outputs, the fusion buffer,
  *    span arrays) are agreed over MPI whenever any may have been made
- *    (hvd__nccl_agree_prepared): a rank that could not allocate fails the group
- * on every rank with its own error, nothing is launched, and the communicator
- * stays usable.
+ *    (hvd__nccl_agree_prepared; with peers, every group that has any MPI
+ *    step): a rank that could not allocate fails the group on every rank
+ *    with its own error, nothing is launched, and the communicator stays
+ *    usable. A rank whose NCCL failed earlier takes part too (nccl_run):
+ *    a failure is often one rank's alone, and a peer that has not yet read
+ *    its notice must not wait in MPI for it. Then every rank fails the
+ *    group, aborts its communicator (naming the failed rank, as a notice
+ *    would) and fails later device collectives at once, with no MPI step.
  */
 #include <config.h>
 
@@ -151,6 +156,7 @@ static hvd_result_t comm_create(nccl_state_t *s, const hvd__exec_env_t *env,
       ncclCommAbort(s->comm);
     s->comm = NULL;
     snprintf(s->failed, sizeof s->failed, "%s", hvd_last_error());
+    s->all_failed = 1;
     return rc;
   }
   HVD__LOG(HVD__LOG_INFO, "NCCL communicator of %d ranks: rank %d on cuda:%d",
@@ -163,9 +169,7 @@ fail:
 static hvd_result_t nccl_enter(nccl_state_t *s, const hvd__exec_env_t *env,
                                const hvd__work_t *w) {
   if (s->failed[0] != '\0')
-    return hvd__set_error(HVD_ERR_NCCL,
-                          "NCCL is unusable after an earlier failure: %.900s",
-                          s->failed);
+    return hvd__nccl_unusable(s);
   if (s->comm == NULL)
     return comm_create(s, env, w);
   hvd_result_t peer =
@@ -177,8 +181,13 @@ static hvd_result_t nccl_enter(nccl_state_t *s, const hvd__exec_env_t *env,
 
 /* ---- the collectives: each enqueues its work on hvd's stream ---------- */
 
+/* A collective's body; `entry` is nccl_enter's result. A body that makes
+ * no MPI call returns a failed entry at once; one that makes any makes
+ * all of them whatever its entry, allocates nothing after a failed one,
+ * and ends its MPI steps with hvd__nccl_agree_prepared before it launches
+ * anything (nccl_run says why). */
 typedef hvd_result_t (*body_fn)(nccl_state_t *s, const hvd__exec_env_t *env,
-                                const hvd__work_t *w);
+                                const hvd__work_t *w, hvd_result_t entry);
 
 /* One tensor reduced in the caller's memory: prescale into recv first,
  * then in place. */
@@ -211,7 +220,7 @@ fail:
 }
 
 static hvd_result_t allreduce(nccl_state_t *s, const hvd__exec_env_t *env,
-                              const hvd__work_t *w) {
+                              const hvd__work_t *w, hvd_result_t entry) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__desc_t *d = w->desc;
   hvd_dtype_t dtype = d->dtype, wire = d->wire;
@@ -225,6 +234,8 @@ static hvd_result_t allreduce(nccl_state_t *s, const hvd__exec_env_t *env,
    * it); reducescatter_local is there because a reducescatter's output is
    * seldom its input. */
   if ((w->n == 1 || env->size == 1) && wire == dtype) {
+    if (entry != HVD_SUCCESS) /* no MPI step here */
+      return entry;
     for (int i = 0; i < w->n; i++)
       HVD__CHECK(allreduce_one(s, env, d, w->reqs[i]));
     return HVD_SUCCESS;
@@ -239,12 +250,16 @@ static hvd_result_t allreduce(nccl_state_t *s, const hvd__exec_env_t *env,
     total += hvd_tensor_numel(&w->reqs[i]->send);
     real += !w->reqs[i]->is_stub;
   }
-  /* 2n spans, not n + real: a joined rank (stubs only) must grow alike */
+  /* 2n spans, not n + real: a joined rank (stubs only) must grow alike.
+   * With peers, agreed every time: a rank whose NCCL failed cannot know
+   * whether the others' buffers grow (nccl_run). */
   int grows = hvd__gpu_grows(&s->gpu, (size_t)total * wsize, 2 * w->n);
-  hvd_result_t mine = hvd__gpu_buffer(&s->gpu, (size_t)total * wsize);
+  hvd_result_t mine = entry;
+  if (mine == HVD_SUCCESS)
+    mine = hvd__gpu_buffer(&s->gpu, (size_t)total * wsize);
   if (mine == HVD_SUCCESS)
     mine = hvd__gpu_spans(&s->gpu, 2 * w->n);
-  HVD__CHECK(hvd__nccl_agree_prepared(s, env, grows, mine));
+  HVD__CHECK(hvd__nccl_agree_prepared(s, env, grows || env->size > 1, mine));
   hvd__cuda_span_t *sp = s->gpu.cur->spans, *dsp = s->gpu.cur->dspans;
   char *buf = s->gpu.buf;
   int a = 0, b = real, u = w->n;
@@ -280,9 +295,11 @@ fail:
 }
 
 static hvd_result_t broadcast(nccl_state_t *s, const hvd__exec_env_t *env,
-                              const hvd__work_t *w) {
+                              const hvd__work_t *w, hvd_result_t entry) {
   (void)env;
   hvd_result_t rc = HVD_SUCCESS;
+  if (entry != HVD_SUCCESS) /* no MPI step here */
+    return entry;
   for (int i = 0; i < w->n; i++) {
     hvd_request_t *r = w->reqs[i];
     size_t bytes = hvd__tensor_bytes(&r->send);
@@ -314,15 +331,16 @@ hvd_result_t hvd__nccl_group_end(nccl_state_t *s, ncclResult_t r,
 }
 
 static hvd_result_t alltoall(nccl_state_t *s, const hvd__exec_env_t *env,
-                             const hvd__work_t *w) {
+                             const hvd__work_t *w, hvd_result_t entry) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__desc_t *d = w->desc;
   hvd_request_t *r = w->reqs[0];
   size_t n = (size_t)env->size;
   int64_t total;
   HVD__CHECK(hvd__exchange_splits(r, env, &total));
-  HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1,
-                                      hvd__nccl_alloc_rows(s, r, d, total)));
+  if (entry == HVD_SUCCESS)
+    entry = hvd__nccl_alloc_rows(s, r, d, total);
+  HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1, entry));
   size_t rb = (size_t)hvd__row_bytes(d);
   if (rb == 0)
     return HVD_SUCCESS;
@@ -359,15 +377,36 @@ fail:
 
 /* Enters and enqueues; then leaves the group in flight (the engine allows
  * it: nccl_reap completes it) or waits for it. Abandons the communicator
- * on any failure once something may have been launched. */
+ * on any failure once something may have been launched.
+ *
+ * Every rank makes every MPI call of a collective that its peers may
+ * make, whatever its own NCCL's state: a failure is often one rank's
+ * alone (an asynchronous error, a timeout), its abort notice may not have
+ * come yet, and a rank that skipped an MPI step would leave its peers
+ * blocked in MPI for good, where neither HVD_NCCL_TIMEOUT nor the stall
+ * inspector can end it. So a failed entry (NCCL failed earlier on this
+ * rank, a peer's notice, the GPU check) still runs the body, which makes
+ * its MPI steps (allgather's rows, alltoall's splits), allocates nothing
+ * and fails in hvd__nccl_agree_prepared, the last of them, with every rank
+ * (a body without MPI steps returns it at once: its peers' NCCL calls end
+ * by the notice or the timeout). Which steps a body makes depends only on
+ * what every rank agreed (the kind, the group, the sizes), never on a
+ * rank's own state, so every rank reaches the same ones; the agreement
+ * then fails the collective everywhere or nowhere. Only where every rank
+ * knows the entry failed everywhere is the body skipped: the communicator
+ * made just now (comm_create agrees its outcome), or NCCL already agreed
+ * to be gone (all_failed). */
 static hvd_result_t nccl_run(void *state, const hvd__exec_env_t *env,
                              const hvd__work_t *w, body_fn body,
                              const char *what) {
   nccl_state_t *s = state;
   double t0 = env->trace ? hvd__now() : 0;
+  if (s->all_failed)
+    return hvd__nccl_unusable(s);
+  int fresh = s->comm == NULL && s->failed[0] == '\0';
   hvd_result_t rc = nccl_enter(s, env, w);
-  if (rc == HVD_SUCCESS)
-    rc = body(s, env, w);
+  if (rc == HVD_SUCCESS || !(fresh || s->all_failed))
+    rc = body(s, env, w, rc);
   if (rc == HVD_SUCCESS && w->defer != NULL) {
     cudaEvent_t done = s->gpu.cur->done;
     rc = hvd__gpu_launch(&s->gpu);
