@@ -78,6 +78,14 @@ t_standin_faults_LDADD = $(STANDIN_LDADD)
 t_standin_selftest_CPPFLAGS = $(STANDIN_CPPFLAGS)
 t_standin_selftest_LDADD = $(STANDIN_LDADD)
 
+## An NCCL failure on one rank only, its notice not yet read by the
+## peers, before each kind of device collective with MPI steps: every rank
+## fails it within 2 s (none blocks in MPI), then NCCL fails at once.
+check_PROGRAMS += t/standin/onesided
+NP_TESTS += t/standin/onesided.np2 t/standin/onesided.np3
+t_standin_onesided_CPPFLAGS = $(STANDIN_CPPFLAGS)
+t_standin_onesided_LDADD = $(STANDIN_LDADD)
+
 ## Asynchronous completion: device groups in flight together (exactly
 ## HVD__GPU_SLOTS), the fusion buffer grown only once they completed, a
 ## process set's groups beside the world's.
