@@ -5,6 +5,7 @@
  */
 #include "base/settings.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -84,49 +85,85 @@ static hvd_result_t parse_text(const char *name, const char *v, char *out,
   return HVD_SUCCESS;
 }
 
+/* A range's bound as the message shows it: a whole number in full
+ * (1048576, 1000000000, not %g's 1.04858e+06 and 1e+09). */
+static void bound_str(double x, char *buf, size_t n) {
+  if (x == floor(x) && fabs(x) < 1e18)
+    snprintf(buf, n, "%.0f", x);
+  else
+    snprintf(buf, n, "%g", x);
+}
+
+/* v as a finite number, all of it to *end but for what follows the
+ * number; 0 if it does not start with one. White space before it is
+ * refused here, where strtod would skip it: a value is read one way only
+ * (" 0" is not 0). */
+static int number(const char *v, double *d, char **end) {
+  if (isspace((unsigned char)v[0]))
+    return 0;
+  errno = 0;
+  *d = strtod(v, end);
+  return errno == 0 && *end != v && isfinite(*d);
+}
+
 static hvd_result_t parse_double(const char *name, const char *v, double min,
                                  double max, double *out) {
-  char *end = NULL;
-  errno = 0;
-  double d = strtod(v, &end);
-  if (errno != 0 || end == v || *end != '\0' || !isfinite(d))
+  char *end = NULL, lo[32], hi[32];
+  double d = 0;
+  if (!number(v, &d, &end) || *end != '\0')
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s='%s' is not a number", name,
                           v);
+  bound_str(min, lo, sizeof lo);
+  bound_str(max, hi, sizeof hi);
   if (d < min || d > max)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s='%s' is out of range %g..%g",
-                          name, v, min, max);
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s='%s' is out of range %s..%s",
+                          name, v, lo, hi);
   *out = d;
   return HVD_SUCCESS;
 }
 
+/* BOOL: a number that is exactly 0 or 1 ("0.5" used to read as 1). */
+static hvd_result_t parse_bool(const char *name, const char *v, int *out) {
+  char *end = NULL;
+  double d = 0;
+  if (!number(v, &d, &end) || *end != '\0' || (d != 0 && d != 1))
+    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s='%s' is not 0 or 1", name,
+                          v);
+  *out = d == 1;
+  return HVD_SUCCESS;
+}
+
 /* A size in bytes: a number, optionally followed by K, M, G or T (powers
- * of 1024; KiB, MB... and lower case too), as hvd-bench reads sizes. */
+ * of 1024; KiB, MB... and lower case too), as hvd-bench reads sizes. The
+ * unit is looked up only when a letter follows the number: a space there
+ * once matched strchr's terminator and multiplied by 1024^5. */
 static hvd_result_t parse_bytes(const char *name, const char *v, double min,
                                 double max, double *out) {
-  char *end = NULL;
-  errno = 0;
-  double d = strtod(v, &end);
-  if (errno != 0 || end == v || !isfinite(d) || d < 0)
+  char *end = NULL, lo[32], hi[32];
+  double d = 0;
+  static const char units[] = "KMGT";
+  const char *u = NULL;
+  int good = number(v, &d, &end) && d >= 0;
+  if (good && *end != '\0') {
+    const char *rest = end + 1;
+    u = isalpha((unsigned char)end[0])
+            ? strchr(units, toupper((unsigned char)end[0]))
+            : NULL;
+    good = u != NULL && (*rest == '\0' || strcasecmp(rest, "B") == 0 ||
+                         strcasecmp(rest, "iB") == 0);
+  }
+  if (!good)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s='%s' is not a size (bytes, or with K, M, G, T)",
                           name, v);
-  static const char units[] = "KMGT";
-  const char *u = *end != '\0' ? strchr(units, end[0] & ~0x20) : NULL;
-  if (*end != '\0') {
-    const char *rest = end + 1;
-    if (u == NULL || (*rest != '\0' && strcasecmp(rest, "B") != 0 &&
-                      strcasecmp(rest, "iB") != 0))
-      return hvd__set_error(HVD_ERR_INVALID_ARG,
-                            "%s='%s' is not a size (bytes, or with K, M, G, "
-                            "T)",
-                            name, v);
-    for (const char *k = units; k <= u; k++)
-      d *= 1024;
-  }
+  for (const char *k = units; u != NULL && k <= u; k++)
+    d *= 1024;
+  bound_str(min, lo, sizeof lo);
+  bound_str(max, hi, sizeof hi);
   if (d < min || d > max || d != floor(d))
     return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s='%s' is out of range %g..%g bytes (whole)", name,
-                          v, min, max);
+                          "%s='%s' is out of range %s..%s bytes (whole)", name,
+                          v, lo, hi);
   *out = d;
   return HVD_SUCCESS;
 }
@@ -205,6 +242,8 @@ static hvd_result_t parse(const setting_t *t, const char *v, char *field) {
     return parse_text(t->name, v, field, t->size);
   case K_DOUBLE:
     return parse_double(t->name, v, t->lo, t->hi, (double *)(void *)field);
+  case K_BOOL:
+    return parse_bool(t->name, v, (int *)(void *)field);
   case K_BYTES:
     HVD__CHECK(parse_bytes(t->name, v, t->lo, t->hi, &d));
     break;
@@ -213,10 +252,8 @@ static hvd_result_t parse(const setting_t *t, const char *v, char *field) {
   }
   if (t->kind == K_INT64 || t->kind == K_BYTES)
     *(int64_t *)(void *)field = (int64_t)d;
-  else if (t->kind == K_INT)
+  else /* K_INT */
     *(int *)(void *)field = (int)d;
-  else /* K_BOOL */
-    *(int *)(void *)field = d != 0;
 fail:
   return rc;
 }

@@ -4,6 +4,9 @@
 ##  taplib   the TAP library itself (links only it)
 ##  host_mem hvd_alloc_host / hvd_free_host: the shared arena; built again
 ##           as host_mem_private (HVD_HOST_ARENA=0: private huge pages)
+##  settings the HVD_* values without hvd_init: each kind's parser
+##           (hvd_setting_check), hvd_setting_unknown's suggestions,
+##           HVD_HOST_ARENA as hvd_alloc_host reads it
 ##  sampler  the distributed sampler
 ##  timeline_json  the tests' timeline reader (t/util/hvdtest.c): JSON
 ##           with its keys in any order, unknown keys, escapes, no "]"
@@ -34,11 +37,11 @@
 
 check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim \
 	t/unit/host_mem t/unit/host_mem_private t/unit/timeline_json \
-	t/unit/message t/unit/checksum t/unit/ranks
+	t/unit/message t/unit/checksum t/unit/ranks t/unit/settings
 UNIT_TESTS += t/unit/errors.t t/unit/taplib.t t/unit/sampler.t \
 	t/unit/optim.t t/unit/host_mem.t t/unit/host_mem_private.t \
 	t/unit/timeline_json.t t/unit/message.t t/unit/checksum.t \
-	t/unit/ranks.t
+	t/unit/ranks.t t/unit/settings.t
 t_unit_message_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
 t_unit_message_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 	$(NCCL_LDFLAGS)

@@ -1,0 +1,103 @@
+/*
+ * settings.c - the HVD_* values' one reading, without hvd_init: each kind's
+ * parser through hvd_setting_check (white space refused, a unit only
+ * after a letter, booleans exactly 0 or 1, ranges printed in full), the
+ * names hvd_setting_unknown suggests, and HVD_HOST_ARENA as
+ * hvd_alloc_host reads it (a child process per value: the arena is made
+ * once per process). One process, no mpiexec, never calls hvd_init().
+ */
+#include "hvd.h"
+#include "tap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* The index of setting `name`; bails when there is none. */
+static int setting(const char *name) {
+  for (int i = 0; i < hvd_setting_count(); i++) {
+    const char *n = NULL;
+    if (hvd_setting_info(i, &n, NULL, NULL) == HVD_SUCCESS &&
+        strcmp(n, name) == 0)
+      return i;
+  }
+  bail("no setting %s", name);
+}
+
+/* name='value' is refused with exactly msg. */
+static void refused(const char *name, const char *value, const char *msg) {
+  setenv(name, value, 1);
+  hvd_result_t rc = hvd_setting_check(setting(name));
+  is_int(HVD_ERR_INVALID_ARG, rc, "%s='%s': refused", name, value);
+  is_string(msg, rc != HVD_SUCCESS ? hvd_last_error() : "(accepted)",
+            "%s='%s': message", name, value);
+  unsetenv(name);
+}
+
+static void accepted(const char *name, const char *value) {
+  setenv(name, value, 1);
+  hvd_result_t rc = hvd_setting_check(setting(name));
+  is_int(HVD_SUCCESS, rc, "%s='%s': accepted (%s)", name, value,
+         rc != HVD_SUCCESS ? hvd_last_error() : "");
+  unsetenv(name);
+}
+
+static void test_parsers(void) {
+  const char *size = "is not a size (bytes, or with K, M, G, T)";
+  char want[160];
+  /* a space after a size was read as a unit of 1024^5 */
+  snprintf(want, sizeof want, "HVD_FUSION_THRESHOLD='0.5 ' %s", size);
+  refused("HVD_FUSION_THRESHOLD", "0.5 ", want);
+  snprintf(want, sizeof want, "HVD_FUSION_THRESHOLD='5 ' %s", size);
+  refused("HVD_FUSION_THRESHOLD", "5 ", want);
+  snprintf(want, sizeof want, "HVD_CHUNK_SIZE=' 5' %s", size);
+  refused("HVD_CHUNK_SIZE", " 5", want);
+  snprintf(want, sizeof want, "HVD_CHUNK_SIZE='1 K' %s", size);
+  refused("HVD_CHUNK_SIZE", "1 K", want);
+  accepted("HVD_CHUNK_SIZE", "64m");
+  accepted("HVD_CHUNK_SIZE", "1KiB");
+  accepted("HVD_FUSION_THRESHOLD", "0");
+  /* numbers: white space on either side is not one reading of them */
+  refused("HVD_CYCLE_TIME", " 1", "HVD_CYCLE_TIME=' 1' is not a number");
+  refused("HVD_CYCLE_TIME", "1 ", "HVD_CYCLE_TIME='1 ' is not a number");
+  accepted("HVD_CYCLE_TIME", "0.5");
+  /* booleans: exactly 0 or 1 ("0.5" read as 1) */
+  refused("HVD_NO_BIND", "0.5", "HVD_NO_BIND='0.5' is not 0 or 1");
+  refused("HVD_NO_BIND", "2", "HVD_NO_BIND='2' is not 0 or 1");
+  refused("HVD_ZERO_COPY", "yes", "HVD_ZERO_COPY='yes' is not 0 or 1");
+  refused("HVD_HOST_ARENA", " 0", "HVD_HOST_ARENA=' 0' is not 0 or 1");
+  accepted("HVD_NO_BIND", "1.0");
+  accepted("HVD_NO_BIND", "-0");
+  /* the ranges' bounds in full, not %g's 1.04858e+06 */
+  refused("HVD_CACHE_CAPACITY", "-1",
+          "HVD_CACHE_CAPACITY='-1' is out of range 0..1048576");
+  refused("HVD_STALL_CHECK_TIME", "-1",
+          "HVD_STALL_CHECK_TIME='-1' is out of range 0..1000000000");
+  refused("HVD_CHUNK_SIZE", "2T",
+          "HVD_CHUNK_SIZE='2T' is out of range 0..1000000000000 bytes "
+          "(whole)");
+}
+
+int main(void) {
+  /* none of the caller's HVD_* or HOROVOD_* variables in the way */
+  for (int i = 0; environ[i] != NULL;) {
+    char name[256];
+    size_t k = strcspn(environ[i], "=");
+    if ((strncmp(environ[i], "HVD_", 4) == 0 ||
+         strncmp(environ[i], "HOROVOD_", 8) == 0) &&
+        k < sizeof name) {
+      memcpy(name, environ[i], k);
+      name[k] = '\0';
+      unsetenv(name);
+    } else {
+      i++;
+    }
+  }
+  test_parsers();
+  done_testing();
+  return tap_exit_status();
+}
