@@ -39,6 +39,7 @@
 
 #include "base/errors.h"
 #include "base/log.h"
+#include "base/settings.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
 #define HVD__HOST_HUGE HUGE_PAGE /* blocks from here on get huge pages */
@@ -126,11 +127,18 @@ static int forget(void *p, block_t *b) {
 
 /* ---- the arena ----------------------------------------------------------- */
 
-/* HVD_HOST_ARENA: read here, since hvd_alloc_host needs no hvd_init;
- * hvd_init validates it with the other settings. Only "0" turns it off. */
+/* HVD_HOST_ARENA: read here, since hvd_alloc_host needs no hvd_init, by
+ * the settings' own parser, so that what hvd_init reports and logs is
+ * what happens ("00" and "0.0" are 0 there, and turned the arena off only
+ * there once this read just "0"). A malformed value, which hvd_init will
+ * refuse, leaves the arena on (the default), with a warning. */
 static int arena_wanted(void) {
-  const char *v = getenv("HVD_HOST_ARENA");
-  return v == NULL || strcmp(v, "0") != 0;
+  char why[HVD__ERRMSG_MAX];
+  int on = hvd__setting_bool("HVD_HOST_ARENA", why, sizeof why);
+  if (why[0] != '\0')
+    HVD__LOG(HVD__LOG_WARNING,
+             "hvd_alloc_host: %s; the shared arena is used (its default)", why);
+  return on;
 }
 
 /* With mu held. */

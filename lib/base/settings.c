@@ -328,6 +328,28 @@ hvd_result_t hvd_setting_check(int i) {
   return parse(&table[i], v, (char *)&scratch + table[i].offset);
 }
 
+int hvd__setting_bool(const char *name, char *why, size_t n) {
+  why[0] = '\0';
+  for (int i = 0; i < COUNT; i++) {
+    if (strcmp(table[i].name, name) != 0 || table[i].kind != K_BOOL)
+      continue;
+    int on = (int)table[i].def;
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0')
+      return on;
+    char keep[HVD__ERRMSG_MAX]; /* the caller's last error stays */
+    snprintf(keep, sizeof keep, "%s", hvd_last_error());
+    if (parse_bool(name, v, &on) != HVD_SUCCESS) {
+      snprintf(why, n, "%s", hvd_last_error());
+      on = (int)table[i].def;
+    }
+    hvd__set_error_msg(HVD_SUCCESS, keep);
+    return on;
+  }
+  snprintf(why, n, "%s is not a 0-or-1 setting", name);
+  return 0;
+}
+
 /* ---- names that look like settings but are not ----------------------------
  */
 

@@ -5,6 +5,7 @@
 #ifndef HVD_BASE_SETTINGS_H
 #define HVD_BASE_SETTINGS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/log.h"
@@ -159,6 +160,13 @@ typedef struct hvd__settings {
 /* Reads every variable; a malformed value is HVD_ERR_INVALID_ARG with a
  * message naming the variable and the value. */
 hvd_result_t hvd__settings_load(hvd__settings_t *s);
+
+/* BOOL setting `name` read as hvd__settings_load reads it, for code that
+ * needs it without hvd_init (hvd_alloc_host: HVD_HOST_ARENA), so that a
+ * value means one thing everywhere: its default when unset, or when
+ * malformed (which hvd_init refuses), with the reason in why[0..n) (""
+ * otherwise). The thread's last error is left as it was. */
+int hvd__setting_bool(const char *name, char *why, size_t n);
 
 /* Logs the effective settings at info level. */
 void hvd__settings_log(const hvd__settings_t *s);

@@ -82,6 +82,44 @@ static void test_parsers(void) {
           "(whole)");
 }
 
+/* 1 when hvd_alloc_host uses the shared arena with HVD_HOST_ARENA=value
+ * (NULL: unset), asked of a child process; -1 when that failed. */
+static int arena_used(const char *value) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (value != NULL)
+      setenv("HVD_HOST_ARENA", value, 1);
+    else
+      unsetenv("HVD_HOST_ARENA");
+    void *p = hvd_alloc_host(1 << 20);
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int in = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+      in |= strstr(line, "hvd-host-arena") != NULL;
+    _exit(p == NULL || f == NULL ? 2 : in);
+  }
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
+      WEXITSTATUS(st) > 1)
+    return -1;
+  return WEXITSTATUS(st);
+}
+
+static void test_arena(void) {
+  static const char *const off[] = {"0", "00", "0.0", "-0", "+0"};
+  static const char *const on[] = {"1", "1.0", "abc", " 0"};
+  for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+    is_int(0, arena_used(off[i]), "HVD_HOST_ARENA='%s': no shared arena",
+           off[i]);
+  for (size_t i = 0; i < sizeof on / sizeof *on; i++)
+    is_int(1, arena_used(on[i]),
+           "HVD_HOST_ARENA='%s': the shared arena (malformed: the default)",
+           on[i]);
+  is_int(1, arena_used(NULL), "HVD_HOST_ARENA unset: the shared arena");
+}
+
 int main(void) {
   /* none of the caller's HVD_* or HOROVOD_* variables in the way */
   for (int i = 0; environ[i] != NULL;) {
@@ -98,6 +136,7 @@ int main(void) {
     }
   }
   test_parsers();
+  test_arena();
   done_testing();
   return tap_exit_status();
 }
