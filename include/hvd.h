@@ -245,8 +245,11 @@ hvd_result_t hvd_setting_info(int i, const char **name,
 hvd_result_t hvd_setting_check(int i);
 /* The k-th (0, 1, ...) variable of the environment that looks like a
  * setting but is not read: an HVD_* name that is no hvd variable ("HVD_X
- * is not an hvd variable: did you mean HVD_Y?") or a HOROVOD_* one ("... is
- * Horovod's and hvd does not read it: hvd's is HVD_Y"): 1 with the
+ * is not an hvd variable: did you mean HVD_Y?", HVD_Y the setting whose
+ * name begins with HVD_X, else the nearest by spelling) or a HOROVOD_* one
+ * ("... is Horovod's and hvd does not read it: hvd's is HVD_Y" when hvd
+ * has that setting, "... is Horovod's and hvd has no such setting
+ * (hvd-info lists hvd's variables)" when it has not): 1 with the
  * message in message[0..len), 0 when there is no k-th. hvd_init() logs
  * each as a warning on rank 0. */
 int hvd_setting_unknown(int k, char *message, size_t len);

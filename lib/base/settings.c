@@ -403,17 +403,41 @@ static int distance(const char *a, const char *b) {
   return row[lb];
 }
 
-/* The setting nearest to rest (a name without its HVD_/HOROVOD_ prefix),
- * or NULL when none is close (at most a third of its length apart). */
+/* The setting an HVD_ name (rest: without "HVD_") probably meant, or
+ * NULL. First the shortest setting that the name begins (at least four
+ * characters of it): HVD_TIMELINE_MAX means HVD_TIMELINE_MAX_BYTES, which
+ * edit distance put after HVD_TIMELINE. Else the nearest by edit distance,
+ * when close (at most a third of its length apart): a typo. */
 static const char *nearest(const char *rest) {
   const char *best = NULL;
   int bd = 1 << 30, len = (int)strlen(rest);
+  for (int i = 0; len >= 4 && i < COUNT; i++) {
+    const char *known = table[i].name + 4;
+    if (strncmp(known, rest, (size_t)len) == 0 && (int)strlen(known) < bd)
+      bd = (int)strlen(known), best = table[i].name;
+  }
+  if (best != NULL)
+    return best;
   for (int i = 0; i < COUNT; i++) {
     int d = distance(rest, table[i].name + 4);
     if (d < bd)
       bd = d, best = table[i].name;
   }
   return bd <= (len < 6 ? 1 : len / 3) ? best : NULL;
+}
+
+/* hvd's equivalent of Horovod's variable `name`, or NULL when hvd has
+ * none: the renamed ones, else HVD_ + the same rest when that is a
+ * setting. Never a near name: HOROVOD_CPU_OPERATIONS is no typo of
+ * HVD_GPU_OPERATIONS but another setting, which hvd lacks. */
+static const char *horovod_equivalent(const char *name) {
+  for (size_t j = 0; j < sizeof horovod_renamed / sizeof *horovod_renamed; j++)
+    if (strcmp(name, horovod_renamed[j][0]) == 0)
+      return horovod_renamed[j][1];
+  for (int i = 0; i < COUNT; i++)
+    if (strcmp(name + 8, table[i].name + 4) == 0)
+      return table[i].name;
+  return NULL;
 }
 
 /* The message for environment entry e ("NAME=value") if NAME is an HVD_
@@ -439,22 +463,13 @@ static int unknown_message(const char *e, char *out, size_t n) {
       return 0;
   }
   if (!hvd) {
-    for (size_t j = 0; j < sizeof horovod_renamed / sizeof *horovod_renamed;
-         j++)
-      if (strcmp(name, horovod_renamed[j][0]) == 0) {
-        snprintf(out, n,
-                 "%s is Horovod's and hvd does not read it: hvd's "
-                 "is %s",
-                 name, horovod_renamed[j][1]);
-        return 1;
-      }
-    const char *near = nearest(name + 8);
-    if (near != NULL)
+    const char *same = horovod_equivalent(name);
+    if (same != NULL)
       snprintf(out, n, "%s is Horovod's and hvd does not read it: hvd's is %s",
-               name, near);
+               name, same);
     else
       snprintf(out, n,
-               "%s is Horovod's and hvd does not read it (hvd-info lists "
+               "%s is Horovod's and hvd has no such setting (hvd-info lists "
                "hvd's variables)",
                name);
     return 1;

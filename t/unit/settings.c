@@ -82,6 +82,49 @@ static void test_parsers(void) {
           "(whole)");
 }
 
+/* The message hvd_setting_unknown gives for `name` (set to 1 meanwhile),
+ * or "(none)". */
+static const char *unknown(const char *name) {
+  static char seen[512];
+  char m[512];
+  size_t len = strlen(name);
+  snprintf(seen, sizeof seen, "(none)");
+  setenv(name, "1", 1);
+  for (int k = 0; hvd_setting_unknown(k, m, sizeof m); k++)
+    if (strncmp(m, name, len) == 0 && m[len] == ' ')
+      snprintf(seen, sizeof seen, "%s", m);
+  unsetenv(name);
+  return seen;
+}
+
+static void test_unknown(void) {
+  /* Horovod's: only the exact equivalent, never a near name */
+  is_string("HOROVOD_CPU_OPERATIONS is Horovod's and hvd has no such "
+            "setting (hvd-info lists hvd's variables)",
+            unknown("HOROVOD_CPU_OPERATIONS"), "HOROVOD_CPU_OPERATIONS");
+  is_string("HOROVOD_FUSION_THRESHOLD is Horovod's and hvd does not read "
+            "it: hvd's is HVD_FUSION_THRESHOLD",
+            unknown("HOROVOD_FUSION_THRESHOLD"), "HOROVOD_FUSION_THRESHOLD");
+  is_string("HOROVOD_STALL_CHECK_TIME_SECONDS is Horovod's and hvd does not "
+            "read it: hvd's is HVD_STALL_CHECK_TIME",
+            unknown("HOROVOD_STALL_CHECK_TIME_SECONDS"),
+            "HOROVOD_STALL_CHECK_TIME_SECONDS (renamed)");
+  /* hvd's: the setting the name begins, then a typo's nearest */
+  is_string("HVD_TIMELINE_MAX is not an hvd variable: did you mean "
+            "HVD_TIMELINE_MAX_BYTES?",
+            unknown("HVD_TIMELINE_MAX"), "HVD_TIMELINE_MAX");
+  is_string("HVD_GPU_OPERATION is not an hvd variable: did you mean "
+            "HVD_GPU_OPERATIONS?",
+            unknown("HVD_GPU_OPERATION"), "HVD_GPU_OPERATION");
+  is_string("HVD_FUSION_THRESHHOLD is not an hvd variable: did you mean "
+            "HVD_FUSION_THRESHOLD?",
+            unknown("HVD_FUSION_THRESHHOLD"), "HVD_FUSION_THRESHHOLD");
+  is_string("HVD_QQQQQQQQQQ is not an hvd variable and is ignored (hvd-info "
+            "lists them)",
+            unknown("HVD_QQQQQQQQQQ"), "HVD_QQQQQQQQQQ");
+  is_string("(none)", unknown("HVD_CYCLE_TIME"), "HVD_CYCLE_TIME is known");
+}
+
 /* 1 when hvd_alloc_host uses the shared arena with HVD_HOST_ARENA=value
  * (NULL: unset), asked of a child process; -1 when that failed. */
 static int arena_used(const char *value) {
@@ -136,6 +179,7 @@ int main(void) {
     }
   }
   test_parsers();
+  test_unknown();
   test_arena();
   done_testing();
   return tap_exit_status();
