@@ -277,7 +277,11 @@ const char *hvd_op_name(hvd_op_t op);
  * clamped to 0..HVD_MAX_DIMS; hvd validates it again when used. */
 hvd_tensor_t hvd_tensor_make(void *data, hvd_dtype_t dtype, int ndim,
                              const int64_t *shape);
-/* Number of elements (product of the shape; 1 for a scalar). */
+/* Number of elements (product of the shape; 1 for a scalar); -1 when a
+ * dimension is negative or the product exceeds INT64_MAX. The collectives
+ * refuse a tensor of more than PTRDIFF_MAX bytes (HVD_ERR_INVALID_ARG,
+ * "allreduce 'x': send shape [4294967296, 4294967296] of float32 is more
+ * than PTRDIFF_MAX bytes"). */
 int64_t hvd_tensor_numel(const hvd_tensor_t *t);
 /* Frees the data of a tensor that hvd allocated (and sets it to NULL):
  * host memory, or device memory (cudaFree) when t->device >= 0. Accepts

@@ -1,6 +1,7 @@
 /* tensor.c - dtype table, tensor helpers and argument checks. */
 #include "base/tensor.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,13 +57,27 @@ hvd_tensor_t hvd_tensor_make(void *data, hvd_dtype_t dtype, int ndim,
   return t;
 }
 
+/* The elements of a shape, -1 when a dimension is negative or the product
+ * exceeds INT64_MAX (it used to wrap: [2^32, 2^32] was 0 elements). A zero
+ * dimension makes 0 whatever the others. */
+static int64_t shape_numel(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0)
+      return -1;
+    if (shape[i] == 0)
+      return 0;
+  }
+  for (int i = 0; i < ndim; i++)
+    if (__builtin_mul_overflow(n, shape[i], &n))
+      return -1;
+  return n;
+}
+
 int64_t hvd_tensor_numel(const hvd_tensor_t *t) {
   if (t == NULL)
     return 0;
-  int64_t n = 1;
-  for (int i = 0; i < t->ndim && i < HVD_MAX_DIMS; i++)
-    n *= t->shape[i];
-  return n;
+  return shape_numel(t->ndim < HVD_MAX_DIMS ? t->ndim : HVD_MAX_DIMS, t->shape);
 }
 
 void hvd_tensor_free(hvd_tensor_t *t) {
@@ -79,8 +94,20 @@ int hvd__device_kind_equal(int a, int b) {
   return (a == HVD_CPU) == (b == HVD_CPU);
 }
 
+int hvd__tensor_size(const hvd_tensor_t *t, size_t *bytes) {
+  int64_t n = hvd_tensor_numel(t), b = 0;
+  if (n < 0 ||
+      __builtin_mul_overflow(n, (int64_t)hvd_dtype_size(t->dtype), &b) ||
+      (uint64_t)b > (uint64_t)PTRDIFF_MAX)
+    return 0;
+  if (bytes != NULL)
+    *bytes = (size_t)b;
+  return 1;
+}
+
 size_t hvd__tensor_bytes(const hvd_tensor_t *t) {
-  return (size_t)hvd_tensor_numel(t) * hvd_dtype_size(t->dtype);
+  size_t b = SIZE_MAX;
+  return hvd__tensor_size(t, &b) ? b : SIZE_MAX;
 }
 
 void hvd__shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
@@ -154,6 +181,15 @@ hvd_result_t hvd__check_tensor_in(const char *kind, const char *name,
                             "%s '%s': tensor is on cuda:%d but this rank uses "
                             "cuda:%d",
                             kind, name, t->device, mine);
+  }
+  if (!hvd__tensor_size(t, NULL)) {
+    char shape[HVD__SHAPE_STR_MAX];
+    hvd__shape_str(t->ndim, t->shape, shape, sizeof shape);
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': %s%sshape %s of %s is more than "
+                          "PTRDIFF_MAX bytes",
+                          kind, name, which, sp, shape,
+                          hvd_dtype_name(t->dtype));
   }
   if (t->data == NULL && hvd_tensor_numel(t) > 0)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': %s%sdata is NULL",

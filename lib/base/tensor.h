@@ -13,7 +13,13 @@
 
 int hvd__dtype_valid(int dtype);
 int hvd__dtype_is_float(hvd_dtype_t dtype);
-/* numel * element size. */
+/* 1 when t's bytes (numel * element size) are at most PTRDIFF_MAX, into
+ * *bytes (when not NULL); 0 when a dimension is negative or the count or
+ * the bytes overflow. Every tensor the API takes is checked so (the
+ * argument checks below), so that the sizes computed from it later do
+ * not wrap. */
+int hvd__tensor_size(const hvd_tensor_t *t, size_t *bytes);
+/* numel * element size; SIZE_MAX where hvd__tensor_size fails. */
 size_t hvd__tensor_bytes(const hvd_tensor_t *t);
 /* "[2, 3]", "[]" for a scalar. */
 void hvd__shape_str(int ndim, const int64_t *shape, char *buf, size_t n);

@@ -444,7 +444,11 @@ static hvd_result_t alltoall(const char *fn, const char *name,
     if (splits[i] < 0)
       return hvd__set_error(HVD_ERR_INVALID_ARG, "%s '%s': splits[%d] is %lld",
                             k, name, i, (long long)splits[i]);
-    sum += splits[i];
+    if (__builtin_add_overflow(sum, splits[i], &sum)) /* it used to wrap */
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s '%s': splits sum to more than INT64_MAX but "
+                            "shape[0] is %lld",
+                            k, name, (long long)rows);
   }
   if (splits != NULL && sum != rows)
     return hvd__set_error(HVD_ERR_INVALID_ARG,

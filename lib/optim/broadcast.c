@@ -60,10 +60,13 @@ static hvd_result_t check_args(const char *fn, const hvd_param_t *params, int n,
   if (n < 0 || (n > 0 && params == NULL))
     rc = hvd__set_error(HVD_ERR_INVALID_ARG,
                         "%s: params is NULL or n (%d) is negative", fn, n);
-  for (int i = 0; rc == HVD_SUCCESS && i < n; i++)
+  for (int i = 0; rc == HVD_SUCCESS && i < n; i++) {
     if (params[i].name == NULL || params[i].name[0] == '\0')
       rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: parameter %d has no name",
                           fn, i);
+    else /* verify reads every byte of it: a shape that overflows, refused */
+      rc = hvd__check_tensor(fn, params[i].name, "", &params[i].value);
+  }
   if (rc == HVD_SUCCESS && root != NO_ROOT &&
       (root < 0 || root >= hvd__coll_size()))
     rc = hvd__set_error(HVD_ERR_INVALID_ARG,

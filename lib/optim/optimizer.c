@@ -109,6 +109,13 @@ static hvd_result_t check_tensor(const char *who, const char *pname,
                             "dimension",
                             who, pname, which, buf);
     }
+  if (!hvd__tensor_size(t, NULL)) {
+    hvd__shape_str(t->ndim, t->shape, buf, sizeof buf);
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: param '%s' %s shape %s of %s is more than "
+                          "PTRDIFF_MAX bytes",
+                          who, pname, which, buf, hvd_dtype_name(t->dtype));
+  }
   if (t->data == NULL && hvd_tensor_numel(t) > 0)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: param '%s' %s data is NULL",
                           who, pname, which);

@@ -40,6 +40,68 @@ static void allreduce_works(const char *after) {
     allreduce_works(what);                                                     \
   } while (0)
 
+/* Shapes whose element or byte count wraps (2^32 x 2^32 float32 was 0
+ * elements, an empty allreduce; [2^61] float64's bytes wrapped to 0 and
+ * stuck the engine; [3, 2^62] was a negative count) are refused by every
+ * entry that takes a shape, naming it; so are alltoall splits whose sum
+ * wraps. */
+static void test_overflow(void) {
+  static float f[4];
+  static const int64_t wrap0[] = {(int64_t)1 << 32, (int64_t)1 << 32},
+                       bytes0[] = {(int64_t)1 << 61},
+                       neg[] = {3, (int64_t)1 << 62};
+  const char *big = "shape [4294967296, 4294967296] of float32 is more than "
+                    "PTRDIFF_MAX bytes";
+  char want[MSG_LEN];
+  hvd_tensor_t t = hvd_tensor_make(f, HVD_FLOAT32, 2, wrap0), out, r = t;
+  hvd_tensor_t b = hvd_tensor_make(f, HVD_FLOAT64, 1, bytes0);
+  hvd_tensor_t n = hvd_tensor_make(f, HVD_FLOAT32, 2, neg);
+  snprintf(want, sizeof want, "allreduce 'o': send %s", big);
+  REJECT(hvd_allreduce("o", &t, &r, HVD_SUM, 1.0, 1.0), want,
+         "[2^32, 2^32] float32 allreduce");
+  REJECT(hvd_allreduce("o", &b, &b, HVD_SUM, 1.0, 1.0),
+         "allreduce 'o': send shape [2305843009213693952] of float64 is more "
+         "than PTRDIFF_MAX bytes",
+         "[2^61] float64 allreduce");
+  REJECT(hvd_allreduce("o", &n, &n, HVD_SUM, 1.0, 1.0),
+         "allreduce 'o': send shape [3, 4611686018427387904] of float32 is "
+         "more than PTRDIFF_MAX bytes",
+         "[3, 2^62] float32 allreduce");
+  hvd_tensor_t small = hvd_tensor_make(f, HVD_FLOAT32, 0, NULL);
+  snprintf(want, sizeof want, "allreduce 'o': recv %s", big);
+  REJECT(hvd_allreduce("o", &small, &r, HVD_SUM, 1.0, 1.0), want,
+         "[2^32, 2^32] recv");
+  snprintf(want, sizeof want, "broadcast 'o': %s", big);
+  REJECT(hvd_broadcast("o", &t, 0), want, "broadcast");
+  snprintf(want, sizeof want, "allgather 'o': send %s", big);
+  REJECT(hvd_allgather("o", &t, &out), want, "allgather");
+  snprintf(want, sizeof want, "alltoall 'o': send %s", big);
+  REJECT(hvd_alltoall("o", &t, NULL, &out, NULL), want, "alltoall");
+  snprintf(want, sizeof want, "reducescatter 'o': send %s", big);
+  REJECT(hvd_reducescatter("o", &t, &out, HVD_SUM, 1.0, 1.0), want,
+         "reducescatter");
+  const char *names[1] = {"o"};
+  hvd_tensor_t sends[1] = {t}, recvs[1] = {r};
+  snprintf(want, sizeof want,
+           "hvd_grouped_allreduce: tensor 0: allreduce 'o': send %s", big);
+  REJECT(hvd_grouped_allreduce(1, names, sends, recvs, HVD_SUM, 1.0, 1.0), want,
+         "grouped allreduce");
+  hvd_param_t p = {.name = "w", .value = t};
+  snprintf(want, sizeof want, "hvd_verify_parameters 'w': %s", big);
+  REJECT(hvd_verify_parameters(&p, 1), want, "hvd_verify_parameters");
+  if (size > 1) { /* INT64_MAX + 2 + ... wrapped */
+    int64_t splits[8], one[1] = {1};
+    hvd_tensor_t u = hvd_tensor_make(f, HVD_FLOAT32, 1, one);
+    for (int j = 0; j < size; j++)
+      splits[j] = j == 0 ? INT64_MAX : 2;
+    REJECT(hvd_alltoall("o", &u, splits, &out, NULL),
+           "alltoall 'o': splits sum to more than INT64_MAX but shape[0] is 1",
+           "splits whose sum wraps");
+  } else {
+    skip(3, "one split cannot wrap");
+  }
+}
+
 int main(int argc, char **argv) {
   char want[MSG_LEN];
   float f[16], g[16];
@@ -242,6 +304,8 @@ int main(int argc, char **argv) {
       skip(4, "every shape[0] divides among 1 rank");
     }
   }
+
+  test_overflow();
 
   /* ---- Device tensors: unsupported without CUDA; with CUDA, a tensor
    * on another GPU than the rank's is refused (t/gpu/collectives checks

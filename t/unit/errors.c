@@ -133,6 +133,20 @@ static void test_tensors(void) {
   is_int(HVD_MAX_DIMS, t.ndim, "ndim 9 is clamped to 8");
   is_int(16, hvd_tensor_numel(&t), "ndim 9 clamped: numel of 8 dims");
 
+  /* products past INT64_MAX: -1, not a wrapped count (0, or negative) */
+  const int64_t wrap0[] = {(int64_t)1 << 32, (int64_t)1 << 32};
+  const int64_t wrapneg[] = {3, (int64_t)1 << 62};
+  const int64_t emptybig[] = {(int64_t)1 << 40, (int64_t)1 << 40, 0};
+  t = hvd_tensor_make(buf, HVD_FLOAT32, 2, wrap0);
+  is_int(-1, hvd_tensor_numel(&t), "[2^32, 2^32]: numel -1 (overflow)");
+  t = hvd_tensor_make(buf, HVD_FLOAT32, 2, wrapneg);
+  is_int(-1, hvd_tensor_numel(&t), "[3, 2^62]: numel -1 (overflow)");
+  t = hvd_tensor_make(buf, HVD_FLOAT32, 3, emptybig);
+  is_int(0, hvd_tensor_numel(&t), "[2^40, 2^40, 0]: numel 0");
+  t = hvd_tensor_make(buf, HVD_FLOAT32, 2, wrap0);
+  t.shape[1] = -2;
+  is_int(-1, hvd_tensor_numel(&t), "[2^32, -2]: numel -1 (negative)");
+
   hvd_tensor_free(NULL);
   ok(1, "hvd_tensor_free(NULL) returns");
   t = hvd_tensor_make(NULL, HVD_FLOAT32, 0, NULL);

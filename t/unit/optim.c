@@ -711,6 +711,13 @@ static void test_validation(void) {
   refused(INVALID, SGD(m.p, 2, &so), &opt,
           "hvd_sgd_create: param 'b' grad shape [3, 1] differs from value "
           "shape [3]");
+  /* a shape whose bytes wrap (2^32 * 2^32 elements: 0 once) */
+  model_init(&m);
+  m.p[0].value.shape[0] = m.p[0].grad.shape[0] = (int64_t)1 << 32;
+  m.p[0].value.shape[1] = m.p[0].grad.shape[1] = (int64_t)1 << 32;
+  refused(INVALID, SGD(m.p, 2, &so), &opt,
+          "hvd_sgd_create: param 'w' value shape [4294967296, 4294967296] of "
+          "float32 is more than PTRDIFF_MAX bytes");
   is_int(0, c.destroyed, "a refused custom optimizer leaves ctx alone");
   ok(memcmp(m.val, val0, sizeof m.val) == 0, "no value was touched");
 }
