@@ -259,18 +259,22 @@ fail:
 }
 
 hvd_result_t hvd__settings_load(hvd__settings_t *s) {
-  hvd_result_t rc;
+  hvd_result_t first = HVD_SUCCESS;
+  char why[HVD__ERRMSG_MAX] = "";
   memset(s, 0, sizeof *s);
   for (int i = 0; i < COUNT; i++)
     set_default(&table[i], (char *)s + table[i].offset);
-  for (int i = 0; i < COUNT; i++) {
+  for (int i = 0; i < COUNT; i++) { /* all of them: the good ones count */
     const char *v = getenv(table[i].name);
-    if (v != NULL && *v != '\0')
-      HVD__CHECK(parse(&table[i], v, (char *)s + table[i].offset));
+    hvd_result_t rc = v != NULL && *v != '\0'
+                          ? parse(&table[i], v, (char *)s + table[i].offset)
+                          : HVD_SUCCESS;
+    if (rc != HVD_SUCCESS && first == HVD_SUCCESS) {
+      first = rc;
+      snprintf(why, sizeof why, "%s", hvd_last_error());
+    }
   }
-  return HVD_SUCCESS;
-fail:
-  return rc;
+  return first == HVD_SUCCESS ? HVD_SUCCESS : hvd__set_error_msg(first, why);
 }
 
 /* "NAME=value" of one row, as the info line shows it. */

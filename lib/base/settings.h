@@ -158,7 +158,10 @@ typedef struct hvd__settings {
 #define HVD__GPU_OPS_MPI 1  /* MPI through pinned host buffers */
 
 /* Reads every variable; a malformed value is HVD_ERR_INVALID_ARG with a
- * message naming the variable and the value. */
+ * message naming the (first) variable and the value, its field left at
+ * the default. The good values are read even then: hvd_init still
+ * connects the ranks with them (HVD_MPI_PRECONNECT, the stall times)
+ * before they agree to fail. */
 hvd_result_t hvd__settings_load(hvd__settings_t *s);
 
 /* BOOL setting `name` read as hvd__settings_load reads it, for code that

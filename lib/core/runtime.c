@@ -900,17 +900,50 @@ fail:
   return rc;
 }
 
+/* The settings are each rank's own (a program may set HVD_HOSTNAME per
+ * rank), so one rank may fail to read them while the others go on into
+ * MPI_Comm_dup and wait there for it for ever (no engine yet, so no stall
+ * check). So before any collective of their own the ranks agree on it
+ * (one MPI_Allreduce; a broadcast of the message only after a failure):
+ * every rank fails, a failing one with its own message, the others with
+ * the lowest failing rank's, "hvd_init: rank 1: HVD_CYCLE_TIME='abc' is
+ * not a number". `loaded`, `why`: this rank's result and message. */
+static hvd_result_t agree_settings(MPI_Comm comm, hvd_result_t loaded,
+                                   const char *why) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int first = loaded != HVD_SUCCESS ? g.rank : INT_MAX;
+  char msg[HVD__ERRMSG_MAX];
+  HVD__MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == INT_MAX)
+    return HVD_SUCCESS;
+  snprintf(msg, sizeof msg, "%s", first == g.rank ? why : "");
+  HVD__MPI_CHECK(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, comm));
+  if (loaded != HVD_SUCCESS)
+    return hvd__set_error_msg(loaded, why);
+  return hvd__set_error(HVD_ERR_INVALID_ARG, "hvd_init: rank %d: %s", first,
+                        msg);
+fail:
+  return rc;
+}
+
 static hvd_result_t init_locked(MPI_Comm comm) {
   hvd_result_t rc = HVD_SUCCESS;
   double preconnect_ms = -1; /* < 0: not done */
+  char why[HVD__ERRMSG_MAX];
   hvd__fork_watch();
   g.comm = g.local_comm = g.cross_comm = g.ctl = MPI_COMM_NULL;
-  HVD__CHECK(hvd__settings_load(&g.settings));
+  hvd_result_t loaded = hvd__settings_load(&g.settings);
+  snprintf(why, sizeof why, "%s",
+           loaded != HVD_SUCCESS ? hvd_last_error() : "");
   hvd__log_threshold = g.settings.log_level;
   HVD__MPI_CHECK(MPI_Comm_rank(comm, &g.rank)); /* the same in g.comm */
   hvd__log_set_rank(g.rank);
   HVD__CHECK(hook_finalize());
+  /* the preconnect first (hvd's first messages on comm, by its design),
+   * with whatever settings this rank could read */
   HVD__CHECK(preconnect(comm, &preconnect_ms));
+  HVD__CHECK(agree_settings(comm, loaded, why));
   HVD__MPI_CHECK(MPI_Comm_dup(comm, &g.comm));
   HVD__MPI_CHECK(MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN));
   HVD__MPI_CHECK(MPI_Comm_size(g.comm, &g.size));
@@ -1012,6 +1045,11 @@ hvd_result_t hvd_init_comm(MPI_Comm comm) {
                           "hvd_init_comm: MPI is %s; call MPI_Init first or "
                           "use hvd_init()",
                           down ? "finalized" : "not initialized");
+  if (comm == MPI_COMM_NULL) /* MPI_Comm_rank would abort the job */
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "hvd_init_comm: comm is MPI_COMM_NULL; pass the "
+                          "communicator of the ranks that train together "
+                          "(MPI_COMM_WORLD, or one split from it)");
   pthread_mutex_lock(&g.mu);
   hvd_result_t rc = HVD_SUCCESS;
   if (!atomic_load(&g.initialized) &&

@@ -11,14 +11,16 @@
  * with it, the HVD_GPU_TIMING message when unset, all zero when 1. An
  * HVD_AUTOTUNE_LOG that rank 0 cannot open (HVD_ERR_IO everywhere); the
  * settings that must be equal on every rank, set on rank 0 alone; an
- * over-long HVD_HOSTNAME; hvd_setting_info and hvd_setting_check out of
- * range.
+ * over-long HVD_HOSTNAME; a malformed value on one rank alone (every
+ * rank fails, naming it); hvd_init_comm(MPI_COMM_NULL); hvd_setting_info
+ * and hvd_setting_check out of range.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hvd.h"
+#include "hvd_mpi.h"
 #include "hvdtest.h"
 #include "tap/tap.h"
 
@@ -98,6 +100,35 @@ static void differs(const char *var, const char *value, const char *v0,
     bail("hvd_init: %s", hvd_last_error());
   allreduce_works(what);
   is_int(HVD_SUCCESS, hvd_shutdown(), "%s then unset: hvd_shutdown", var);
+}
+
+/* var=value on rank `bad` alone (valid elsewhere: settings are per rank):
+ * hvd_init fails on every rank instead of hanging the others in it; rank
+ * `bad` with its own message, the others naming it; then, unset, hvd_init
+ * works. */
+static void bad_on_one(int bad, const char *var, const char *value,
+                       const char *msg) {
+  char want[1024], what[160], seen[1024];
+  snprintf(what, sizeof what, "%s='%s' on rank %d alone", var, value, bad);
+  if (rank == bad) {
+    setenv(var, value, 1);
+    snprintf(want, sizeof want, "%s", msg);
+  } else {
+    snprintf(want, sizeof want, "hvd_init: rank %d: %s", bad, msg);
+  }
+  hvd_result_t rc = hvd_init();
+  snprintf(seen, sizeof seen, "%s", hvd_last_error());
+  is_int(HVD_ERR_INVALID_ARG, rc, "%s: hvd_init fails on every rank", what);
+  is_string(want, seen, "%s: message", what);
+  is_int(0, hvd_is_initialized(), "%s: not initialised", what);
+  if (rc == HVD_SUCCESS)
+    hvd_shutdown();
+  unsetenv(var);
+  rc = hvd_init();
+  if (!is_int(HVD_SUCCESS, rc, "%s then unset: hvd_init works", what))
+    bail("hvd_init: %s", hvd_last_error());
+  allreduce_works(what);
+  is_int(HVD_SUCCESS, hvd_shutdown(), "%s then unset: hvd_shutdown", what);
 }
 
 static void bad_value(const char *var, const char *value, const char *msg,
@@ -204,8 +235,7 @@ int main(int argc, char **argv) {
             "HVD_EXIT_GRACE_TIME='4000' is out of range 0..3600", "10");
   bad_value("HVD_MPI_PRECONNECT", "-1",
             "HVD_MPI_PRECONNECT='-1' is out of range 0..65536", "0");
-  bad_value("HVD_GPU_TIMING", "2", "HVD_GPU_TIMING='2' is not 0 or 1",
-            "1");
+  bad_value("HVD_GPU_TIMING", "2", "HVD_GPU_TIMING='2' is not 0 or 1", "1");
   bad_value("HVD_CHECKPOINT_PIECE", "8",
             "HVD_CHECKPOINT_PIECE='8' is out of range 16..1000000000000 bytes "
             "(whole)",
@@ -236,8 +266,7 @@ int main(int argc, char **argv) {
   good_value("HVD_LOG_LEVEL", "ERROR");
   good_value("HVD_CACHE_CAPACITY", "1e3");
   bad_value("HVD_ZERO_COPY", "yes", "HVD_ZERO_COPY='yes' is not 0 or 1", "0");
-  bad_value("HVD_HOST_ARENA", "2", "HVD_HOST_ARENA='2' is not 0 or 1",
-            "1");
+  bad_value("HVD_HOST_ARENA", "2", "HVD_HOST_ARENA='2' is not 0 or 1", "1");
   /* Settings that change what a rank sends must be equal on every rank
    * (before: wrong sums, a hang or a crash). */
   if (size > 1) {
@@ -249,6 +278,25 @@ int main(int argc, char **argv) {
   } else {
     skip(5 * 6, "settings that differ between ranks: needs 2 ranks");
   }
+
+  /* A malformed value on one rank only: the others used to wait in
+   * hvd_init for ever. The lowest failing rank is named. */
+  if (size > 1) {
+    bad_on_one(1, "HVD_CYCLE_TIME", "abc",
+               "HVD_CYCLE_TIME='abc' is not a number");
+    bad_on_one(size - 1, "HVD_ZERO_COPY", "0.5",
+               "HVD_ZERO_COPY='0.5' is not 0 or 1");
+  } else {
+    skip(2 * 6, "a bad value on one rank: needs 2 ranks");
+  }
+  /* MPI_Comm_rank(MPI_COMM_NULL) aborted the job */
+  is_int(HVD_ERR_INVALID_ARG, hvd_init_comm(MPI_COMM_NULL),
+         "hvd_init_comm(MPI_COMM_NULL): result");
+  is_string("hvd_init_comm: comm is MPI_COMM_NULL; pass the communicator of "
+            "the ranks that train together (MPI_COMM_WORLD, or one split "
+            "from it)",
+            hvd_last_error(), "hvd_init_comm(MPI_COMM_NULL): message");
+  is_int(0, hvd_is_initialized(), "hvd_init_comm(MPI_COMM_NULL): no hvd");
 
   /* An autotune log rank 0 cannot open: every rank fails with its message
    * (the others used to start and wait for rank 0's engine forever). */
