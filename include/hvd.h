@@ -1428,8 +1428,11 @@ hvd_result_t hvd_checkpoint_save_async(const char *path,
 /* Waits for the write and frees req (NULL: nothing): every rank gets the
  * write's result, as hvd_checkpoint_save's, with the call named
  * hvd_checkpoint_save_async ("...: '/x/a.ckpt': cannot create
- * '/x/a.ckpt.tmp.123': No such file or directory"). Collective; after
- * hvd_shutdown, rank 0 waits and gets its own result, the others
+ * '/x/a.ckpt.tmp.123': No such file or directory"). Collective (over the
+ * optimizer's process set, as the save); after hvd_shutdown, or once
+ * that set was destroyed (on every rank, before the wait: the write is
+ * rank 0's and outlives the set, as torch's async_save future outlives
+ * its process group), rank 0 waits and gets its own result, the others
  * HVD_SUCCESS. */
 hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req);
 

@@ -74,6 +74,11 @@ int hvd__coll_world_rank(int r);
  * range), and whether ps has world rank w (1 for NULL). */
 int hvd__process_set_world_rank(const hvd_process_set_t *ps, int r);
 int hvd__process_set_has(const hvd_process_set_t *ps, int w);
+/* This rank's live handle of the set whose id is id (hvd_process_set_id),
+ * or NULL once it was destroyed (or hvd shut down): for what outlives a
+ * handle, as a background checkpoint's request does. Ids are never
+ * reused within a process. */
+const hvd_process_set_t *hvd__process_set_find(int id);
 
 /* HVD_CHECKPOINT_PIECE, rounded down to a multiple of 16 (hvd_init must
  * have succeeded). */

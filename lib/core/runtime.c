@@ -254,6 +254,17 @@ int hvd__process_set_has(const hvd_process_set_t *ps, int world_rank) {
   return ps == NULL;
 }
 
+const hvd_process_set_t *hvd__process_set_find(int id) {
+  const hvd_process_set_t *found = NULL;
+  pthread_mutex_lock(&g.mu);
+  for (const hvd_process_set_t *ps = g.sets; ps != NULL && found == NULL;
+       ps = ps->next)
+    if (ps->id == id)
+      found = ps;
+  pthread_mutex_unlock(&g.mu);
+  return found;
+}
+
 /* Stops a member's engine and frees its communicators (ps stays). */
 static void set_stop(hvd_process_set_t *ps) {
   hvd__engine_stop(ps->engine);

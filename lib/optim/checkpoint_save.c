@@ -485,9 +485,10 @@ struct hvd_checkpoint_request {
   const char *waiter; /* the call that ends it: hvd_checkpoint_wait, or
                          hvd_state_wait for an hvd_state's */
   char *path;
-  const hvd_process_set_t *ps; /* the optimizer's set, for the wait */
-  int writer;                  /* rank 0's: it has a thread or wrote already */
-  unsigned char *bytes;        /* the snapshot (in staging), until written */
+  int set_id;           /* the optimizer's set's id (0: the world), for the
+                           wait, which looks it up: the set may be gone */
+  int writer;           /* rank 0's: it has a thread or wrote already */
+  unsigned char *bytes; /* the snapshot (in staging), until written */
   uint64_t size;
   pthread_t thread;
   int running;     /* the thread is to be joined */
@@ -669,8 +670,11 @@ static hvd_result_t save_async(const char *fn, const char *waiter,
   if (out != NULL)
     *out = NULL;
   rc = hvd__ckpt_agree("save.request", rc);
-  if (q != NULL)
-    q->fn = fn, q->waiter = waiter, q->ps = hvd__optim_set(opt);
+  const hvd_process_set_t *set = hvd__optim_set(opt);
+  if (q != NULL) {
+    q->fn = fn, q->waiter = waiter;
+    q->set_id = set != NULL ? hvd_process_set_id(set) : 0;
+  }
   if (rc == HVD_SUCCESS)
     rc = save_ex(fn, path, params, n, opt, step, ctr, q);
   if (rc != HVD_SUCCESS) {
@@ -736,9 +740,14 @@ hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req) {
     return HVD_SUCCESS;
   if (hvd__forked()) /* the save (and rank 0's writer) are the parent's */
     return hvd__not_initialized("hvd_checkpoint_wait");
-  const hvd_process_set_t *ps = req->ps;
+  const int set_id = req->set_id;
   hvd_result_t rc = wait_here(req);
-  if (hvd_is_initialized()) /* every rank gets rank 0's result */
+  /* every rank gets rank 0's result, within the optimizer's set; a set
+   * destroyed since (as after hvd_shutdown) has no collective left to
+   * agree with: each rank returns its own */
+  const hvd_process_set_t *ps =
+      set_id != 0 ? hvd__process_set_find(set_id) : NULL;
+  if (hvd_is_initialized() && (set_id == 0 || ps != NULL))
     HVD__ON_SET(ps, rc, hvd__ckpt_agree("save.wait", rc));
   return rc;
 }
