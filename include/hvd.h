@@ -1478,7 +1478,10 @@ hvd_result_t hvd_state_create(const char *path, int save_every,
 hvd_result_t hvd_state_add_params(hvd_state_t *st, hvd_param_t *params, int n,
                                   hvd_optimizer_t *opt);
 /* A counter (at most 16, distinct names) read at commit and written at
- * restore through value. */
+ * restore through value. Names starting with "hvd." are hvd's own (the
+ * loss scaler's counters share the file): HVD_ERR_INVALID_ARG
+ * ("hvd_state_add_counter: counter 'hvd.x': names starting with 'hvd.'
+ * are hvd's own (the loss scaler's counters)"). */
 hvd_result_t hvd_state_add_counter(hvd_state_t *st, const char *name,
                                    int64_t *value);
 hvd_result_t hvd_state_commit(hvd_state_t *st);

@@ -392,7 +392,10 @@ static hvd_result_t next_hparams(const char *path, reader_t *r,
 }
 
 /* 1 when the file (its outline ol, checked already) has counter `name`,
- * its value in *v. */
+ * the value of its last one in *v: hvd writes its own counters after the
+ * program's, and a file of an earlier build may have a program's counter
+ * of the same name before them (hvd_state_add_counter took "hvd." names
+ * then). */
 static int find_counter(const unsigned char *ol, size_t size, const char *name,
                         int64_t *v) {
   reader_t r = outline_reader(ol, size);
@@ -400,6 +403,7 @@ static int find_counter(const unsigned char *ol, size_t size, const char *name,
   uint64_t nc = 0, x = 0;
   const char *s = "";
   uint32_t len = 0;
+  int found = 0;
   if (hvd__get_le(ol + 8, 4) < CKPT_VERSION2 || next_opt("", &r, &o) != 0 ||
       !take_int(&r, 4, &nc))
     return 0;
@@ -408,10 +412,41 @@ static int find_counter(const unsigned char *ol, size_t size, const char *name,
       return 0;
     if (same_str(s, len, name)) {
       *v = (int64_t)x;
-      return 1;
+      found = 1;
     }
   }
-  return 0;
+  return found;
+}
+
+/* The loss scaler's counters into v, when the file has them and c
+ * scales (1; else 0: the scaler is left as it is). */
+static int scaler_of(const unsigned char *ol, size_t size,
+                     const hvd_optimizer_t *c, int64_t v[2]) {
+  return c != NULL && hvd__mixed_scaling(c) &&
+         find_counter(ol, size, hvd__ckpt_scaler_names[0], &v[0]) &&
+         find_counter(ol, size, hvd__ckpt_scaler_names[1], &v[1]);
+}
+
+/* The loss scaler's counters that a load would set (scaler_of), in
+ * range: a scale that is finite and positive (its options' init_scale
+ * is), a count of clean steps not negative. */
+static hvd_result_t check_scaler(const char *path, const unsigned char *ol,
+                                 size_t size, const hvd_optimizer_t *c) {
+  int64_t v[2];
+  double scale;
+  if (!scaler_of(ol, size, c, v))
+    return HVD_SUCCESS;
+  memcpy(&scale, &v[0], sizeof scale);
+  if (!(scale > 0 && scale < INFINITY))
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': loss scale %g is out of range (0, inf)",
+                          load_fn, path, scale);
+  if (v[1] < 0)
+    return hvd__set_error(HVD_ERR_CORRUPT,
+                          "%s: '%s': loss scale's clean steps %lld is out of "
+                          "range [0, inf)",
+                          load_fn, path, (long long)v[1]);
+  return HVD_SUCCESS;
 }
 
 /* One record of a version 3+ file's PowerSGD section. */
@@ -681,6 +716,7 @@ static hvd_result_t validate(const char *path, const unsigned char *ol,
   HVD__CHECK(next_opt(path, &r, &o));
   HVD__CHECK(check_opt(path, &o, c));
   HVD__CHECK(next_counters(path, &r, ol, ctr, 0));
+  HVD__CHECK(check_scaler(path, ol, size, c));
   /* (the list points into c; set 0 only reads through it) */
   HVD__CHECK(next_hparams(path, &r, ol, (hvd_optimizer_t *)c, 0));
   for (uint64_t i = 0; i < count; i++) {
@@ -805,13 +841,10 @@ static hvd_result_t load_ex(const char *path, hvd_param_t *params, int n,
   return rc;
 }
 
-/* The loss scaler's counters, when the file has them (a file without:
- * the scaler is left as it is). */
-static void load_scaler(const unsigned char *buf, size_t size,
+static void load_scaler(const unsigned char *ol, size_t size,
                         hvd_optimizer_t *c) {
   int64_t v[2];
-  if (c != NULL && find_counter(buf, size, hvd__ckpt_scaler_names[0], &v[0]) &&
-      find_counter(buf, size, hvd__ckpt_scaler_names[1], &v[1]))
+  if (scaler_of(ol, size, c, v))
     hvd__mixed_set_counters(c, v);
 }
 

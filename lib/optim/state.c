@@ -135,6 +135,14 @@ hvd_result_t hvd_state_add_counter(hvd_state_t *st, const char *name,
                           st == NULL      ? "state is NULL"
                           : value == NULL ? "value is NULL"
                                           : "the name is empty or NULL");
+  /* a file holds hvd's own counters beside the program's (the loss
+   * scaler's "hvd.loss_scale"): one of the program's of that name would
+   * be read back as hvd's, or hvd's as the program's */
+  if (strncmp(name, "hvd.", 4) == 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: counter '%s': names starting with 'hvd.' are "
+                          "hvd's own (the loss scaler's counters)",
+                          fn, name);
   for (int k = 0; k < st->nc; k++)
     if (strcmp(st->names[k], name) == 0)
       return hvd__set_error(HVD_ERR_INVALID_ARG,

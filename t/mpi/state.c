@@ -18,6 +18,9 @@
  *     naming hvd_state_wait, destroy (not collective) finishing the last
  *     write, a write's
  *     failure returned by the wait on every rank with its message;
+ *   - counter names starting with "hvd." refused (hvd's own); a file of
+ *     an earlier build with a program's "hvd.loss_scale" before the
+ *     loss scaler's loads the scaler's;
  *   - hvd_elastic_restarts/previous_size from HVD_ELASTIC_*.
  */
 #include <errno.h>
@@ -341,6 +344,65 @@ static hvd_state_t *state_of(const char *path, model_t *m, hvd_optimizer_t *o,
   return st;
 }
 
+/* Counter names starting with "hvd." are hvd's own: refused, with the
+ * name. A file of an earlier build that has a program's counter
+ * "hvd.loss_scale" (7) before the loss scaler's own (scale 1024): a load
+ * takes the scaler's, the last of the name, where it took the program's
+ * 7 as a float64's bits (3.5e-323). */
+static void test_reserved(const char *dir) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/reserved.ckpt", dir);
+  model_t m;
+  model_init(&m, 1);
+  hvd_optimizer_t *o = adam(&m, 0);
+  hvd_loss_scale_options_t l;
+  hvd_loss_scale_options_init(&l);
+  l.init_scale = 1024;
+  if (hvd_optimizer_set_loss_scaling(o, &l) != HVD_SUCCESS)
+    bail("%s", hvd_last_error());
+  int64_t x = 7;
+  hvd_state_t *st = NULL;
+  if (hvd_state_create(path, 1, &st) != HVD_SUCCESS ||
+      hvd_state_add_params(st, m.p, NP, o) != HVD_SUCCESS)
+    bail("hvd_state: %s", hvd_last_error());
+  is_int(HVD_ERR_INVALID_ARG, hvd_state_add_counter(st, "hvd.loss_scale", &x),
+         "a counter named hvd.loss_scale is refused");
+  is_string("hvd_state_add_counter: counter 'hvd.loss_scale': names starting "
+            "with 'hvd.' are hvd's own (the loss scaler's counters)",
+            hvd_last_error(), "... naming it");
+  is_int(HVD_ERR_INVALID_ARG, hvd_state_add_counter(st, "hvd.epoch", &x),
+         "... so is any hvd. name");
+  is_int(HVD_SUCCESS, hvd_state_add_counter(st, "hvd_loss_scale", &x),
+         "hvd_loss_scale is the program's");
+  is_int(HVD_SUCCESS, hvd_state_commit(st), "... committed to a file");
+  hvd_state_destroy(st);
+  if (rank == 0) { /* as an earlier build wrote it: the program's renamed */
+    size_t n = 0;
+    unsigned char *img = hvdt_read_bytes(path, &n);
+    unsigned char *at = memmem(img, n, "\016\0\0\0hvd_loss_scale", 18);
+    if (at == NULL)
+      bail("no counter hvd_loss_scale in %s", path);
+    at[7] = '.';
+    uint64_t sum = hvdt_sum64(img, n - 8);
+    for (int i = 0; i < 8; i++)
+      img[n - 8 + i] = (unsigned char)(sum >> (8 * i));
+    hvdt_write_bytes(path, img, n);
+    free(img);
+  }
+  model_t b;
+  model_init(&b, 5);
+  hvd_optimizer_t *ob = adam(&b, 0);
+  if (hvd_optimizer_set_loss_scaling(ob, NULL) != HVD_SUCCESS)
+    bail("%s", hvd_last_error());
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(path, b.p, NP, ob, NULL),
+         "a file with a program's hvd.loss_scale before hvd's loads");
+  is_double(1024, hvd_optimizer_loss_scale(ob), 0,
+            "... the loss scale is the scaler's, not the program's counter");
+  ok(same_model(&m, &b), "... and the values");
+  hvd_optimizer_destroy(o);
+  hvd_optimizer_destroy(ob);
+}
+
 /* hvd_state_set_background: a commit whose file is written by a thread.
  * While it is in flight, another save fails naming hvd_state_wait;
  * after the wait the file is the one a synchronous commit writes, byte
@@ -453,6 +515,7 @@ int main(int argc, char **argv) {
   test_memory(1);
   test_file(dir);
   test_background(dir);
+  test_reserved(dir);
   hvdt_remove_tmpdir(dir);
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
