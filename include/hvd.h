@@ -1437,8 +1437,10 @@ hvd_result_t hvd_checkpoint_save_async(const char *path,
 hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req);
 
 /* Rank 0 reads and checks path (magic, version, checksum), every rank
- * receives its outline (names, dtypes, shapes) and checks it; on any
- * error nothing is changed and the message names what differs. Then the
+ * receives its outline (names, dtypes, shapes, and every number the load
+ * would set, against the range its setter takes: "...: beta1 2 is out
+ * of range [0, 1)", HVD_ERR_CORRUPT) and checks it; on any error nothing
+ * is changed and the message names what differs. Then the
  * tensors' bytes arrive in broadcasts of at most HVD_CHECKPOINT_PIECE
  * bytes, which rank 0 reads from the file as they go, straight into host
  * tensors: no rank holds the file (a sharded optimizer's rank takes only

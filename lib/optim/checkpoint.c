@@ -337,6 +337,29 @@ static double f64_of(uint64_t v) {
   return x;
 }
 
+/* A value of the file that its place does not take (what: its words;
+ * range: what its setter takes): refused before anything changes. */
+static hvd_result_t out_of_range(const char *path, const char *what, double x,
+                                 hvd__hp_range_t range) {
+  return hvd__set_error(HVD_ERR_CORRUPT, "%s: '%s': %s %g is out of range %s",
+                        load_fn, path, what, x, hvd__hp_range_words(range));
+}
+
+/* The file's learning-rate scale and weight decay of c's parameter i
+ * (a built-in's): NaN (none set) or what their setters take. */
+static hvd_result_t check_param_hp(const char *path, const hvd_optimizer_t *c,
+                                   uint64_t i, const double v[2]) {
+  static const char *const what[2] = {"the learning-rate scale",
+                                      "the weight decay"};
+  for (int k = 0; k < 2; k++)
+    if (v[k] == v[k] && !hvd__hp_in_range(HVD__HP_NONNEG, v[k]))
+      return hvd__set_error(HVD_ERR_CORRUPT,
+                            "%s: '%s': %s of parameter '%s' %g is out of "
+                            "range [0, inf) (NaN: none set)",
+                            load_fn, path, what[k], c->params[i].name, v[k]);
+  return HVD_SUCCESS;
+}
+
 /* 1 when x fits hyperparameter h: any double, or a whole number in
  * range for an int's or an int64_t's place. */
 static int fits(const hvd__hp_t *h, double x) {
@@ -374,6 +397,8 @@ static hvd_result_t next_hparams(const char *path, reader_t *r,
         continue;
       if (!fits(&hp[j], f64_of(v[0])))
         return MALFORMED(r, "a hyperparameter out of its range");
+      if (!hvd__hp_in_range(hp[j].range, f64_of(v[0])))
+        return out_of_range(path, hp[j].label, f64_of(v[0]), hp[j].range);
       if (set)
         hvd__hp_set(&hp[j], f64_of(v[0]));
     }
@@ -384,8 +409,11 @@ static hvd_result_t next_hparams(const char *path, reader_t *r,
     if (!take_int(r, 8, &v[0]) || !take_int(r, 8, &v[1]))
       return MALFORMED(r, "parameters' hyperparameters");
     const double file[2] = {f64_of(v[0]), f64_of(v[1])};
-    if (set && c != NULL && i < (uint64_t)c->n &&
-        hvd__optim_builtin(c) != NULL && rc == HVD_SUCCESS)
+    if (c == NULL || i >= (uint64_t)c->n || hvd__optim_builtin(c) == NULL)
+      continue; /* taken by no parameter */
+    if (check_param_hp(path, c, i, file) != HVD_SUCCESS)
+      return HVD_ERR_CORRUPT; /* message set */
+    if (set && rc == HVD_SUCCESS)
       rc = hvd__hp_param_take(c, (int)i, file);
   }
   return rc;
@@ -437,15 +465,11 @@ static hvd_result_t check_scaler(const char *path, const unsigned char *ol,
   if (!scaler_of(ol, size, c, v))
     return HVD_SUCCESS;
   memcpy(&scale, &v[0], sizeof scale);
-  if (!(scale > 0 && scale < INFINITY))
-    return hvd__set_error(HVD_ERR_CORRUPT,
-                          "%s: '%s': loss scale %g is out of range (0, inf)",
-                          load_fn, path, scale);
+  if (!hvd__hp_in_range(HVD__HP_POS, scale))
+    return out_of_range(path, "loss scale", scale, HVD__HP_POS);
   if (v[1] < 0)
-    return hvd__set_error(HVD_ERR_CORRUPT,
-                          "%s: '%s': loss scale's clean steps %lld is out of "
-                          "range [0, inf)",
-                          load_fn, path, (long long)v[1]);
+    return out_of_range(path, "loss scale's clean steps", (double)v[1],
+                        HVD__HP_NONNEG);
   return HVD_SUCCESS;
 }
 
@@ -606,6 +630,22 @@ static hvd_result_t check_opt(const char *path, const file_opt_t *o,
   return HVD_SUCCESS;
 }
 
+/* The optimizer section's lr and update count, which a load gives c
+ * exactly: what hvd_optimizer_set_lr takes, and a count not negative. */
+static hvd_result_t check_opt_numbers(const char *path, const file_opt_t *o,
+                                      const hvd_optimizer_t *c) {
+  double lr;
+  memcpy(&lr, &o->lr_bits, sizeof lr);
+  if (c == NULL)
+    return HVD_SUCCESS;
+  if (!hvd__hp_in_range(HVD__HP_NONNEG, lr))
+    return out_of_range(path, "lr", lr, HVD__HP_NONNEG);
+  if ((int64_t)o->steps < 0)
+    return out_of_range(path, "update count", (double)(int64_t)o->steps,
+                        HVD__HP_NONNEG);
+  return HVD_SUCCESS;
+}
+
 /* Parameter i of the file against the model's p. */
 static hvd_result_t check_param(const char *path, uint64_t i,
                                 const file_param_t *f, const hvd_param_t *p) {
@@ -715,6 +755,7 @@ static hvd_result_t validate(const char *path, const unsigned char *ol,
   file_param_t f;
   HVD__CHECK(next_opt(path, &r, &o));
   HVD__CHECK(check_opt(path, &o, c));
+  HVD__CHECK(check_opt_numbers(path, &o, c));
   HVD__CHECK(next_counters(path, &r, ol, ctr, 0));
   HVD__CHECK(check_scaler(path, ol, size, c));
   /* (the list points into c; set 0 only reads through it) */

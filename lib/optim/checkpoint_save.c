@@ -234,8 +234,10 @@ static void write_hparams(writer_t *w, const hvd_optimizer_t *c) {
   const int nh = hp_of(c, hp);
   put_int(w, (uint32_t)(nh > HVD__HP_SHAPE ? nh - HVD__HP_SHAPE : 0), 4);
   for (int k = HVD__HP_SHAPE; k < nh; k++) {
+    double x = hvd__hp_get(&hp[k]);
     put_str(w, hp[k].label);
-    put_f64(w, hvd__hp_get(&hp[k]));
+    /* a flag as the format has it, whatever int the options held */
+    put_f64(w, hp[k].range == HVD__HP_FLAG ? x != 0 : x);
   }
   put_int(w, c != NULL ? (uint32_t)c->n : 0, 4);
   for (int i = 0; c != NULL && i < c->n; i++) {

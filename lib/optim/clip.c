@@ -204,8 +204,8 @@ void hvd__clip_forget(hvd__clip_t *c) {
 int hvd__clip_hparams(hvd__clip_t *c, hvd__hp_t *hp) {
   if (c == NULL)
     return 0;
-  hp[0] = (hvd__hp_t){"max_norm", 'd', &c->max_norm, 0};
-  hp[1] = (hvd__hp_t){"norm_type", 'd', &c->norm_type, 0};
+  hp[0] = (hvd__hp_t){"max_norm", 'd', &c->max_norm, 0, HVD__HP_MAXNORM};
+  hp[1] = (hvd__hp_t){"norm_type", 'd', &c->norm_type, 0, HVD__HP_NORMTYPE};
   return 2;
 }
 

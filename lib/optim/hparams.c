@@ -46,34 +46,36 @@ static int kind_of(const hvd_optimizer_t *core) {
   return 0;
 }
 
-#define CONST(l, value) ((hvd__hp_t){l, 'c', NULL, (double)(value)})
-#define DBL(l, p) ((hvd__hp_t){l, 'd', (p), 0})
-#define INT(l, p) ((hvd__hp_t){l, 'i', (p), 0})
-#define I64(l, p) ((hvd__hp_t){l, 'l', (p), 0})
+#define CONST(l, value)                                                        \
+  ((hvd__hp_t){l, 'c', NULL, (double)(value), HVD__HP_ANY})
+#define DBL(l, p, r) ((hvd__hp_t){l, 'd', (p), 0, HVD__HP_##r})
+#define INT(l, p, r) ((hvd__hp_t){l, 'i', (p), 0, HVD__HP_##r})
+#define I64(l, p, r) ((hvd__hp_t){l, 'l', (p), 0, HVD__HP_##r})
 
-/* A built-in's options after its lr, by kind. */
+/* A built-in's options after its lr, by kind, with their creators'
+ * ranges (optimizer.c's hvd__optim_check_adam_like, sgd.c's check). */
 static int builtin_list(hvd__optim_builtin_t *b, int kind, hvd__hp_t *hp) {
   int k = 0;
   if (kind == 1) {
     hvd_sgd_options_t *o = &b->o.sgd;
-    hp[k++] = DBL("momentum", &o->momentum);
-    hp[k++] = DBL("dampening", &o->dampening);
-    hp[k++] = DBL("weight_decay", &o->weight_decay);
-    hp[k++] = INT("nesterov", &o->nesterov);
+    hp[k++] = DBL("momentum", &o->momentum, NONNEG);
+    hp[k++] = DBL("dampening", &o->dampening, FINITE);
+    hp[k++] = DBL("weight_decay", &o->weight_decay, NONNEG);
+    hp[k++] = INT("nesterov", &o->nesterov, FLAG);
   } else if (kind == 2 || kind == 3) {
     hvd_adam_options_t *o = &b->o.adam;
-    hp[k++] = DBL("beta1", &o->beta1);
-    hp[k++] = DBL("beta2", &o->beta2);
-    hp[k++] = DBL("eps", &o->eps);
-    hp[k++] = DBL("weight_decay", &o->weight_decay);
+    hp[k++] = DBL("beta1", &o->beta1, UNIT);
+    hp[k++] = DBL("beta2", &o->beta2, UNIT);
+    hp[k++] = DBL("eps", &o->eps, POS);
+    hp[k++] = DBL("weight_decay", &o->weight_decay, NONNEG);
   } else if (kind == 4) {
     hvd_lamb_options_t *o = &b->o.lamb;
-    hp[k++] = DBL("beta1", &o->beta1);
-    hp[k++] = DBL("beta2", &o->beta2);
-    hp[k++] = DBL("eps", &o->eps);
-    hp[k++] = DBL("weight_decay", &o->weight_decay);
-    hp[k++] = INT("bias_correction", &o->bias_correction);
-    hp[k++] = INT("always_adapt", &o->always_adapt);
+    hp[k++] = DBL("beta1", &o->beta1, UNIT);
+    hp[k++] = DBL("beta2", &o->beta2, UNIT);
+    hp[k++] = DBL("eps", &o->eps, POS);
+    hp[k++] = DBL("weight_decay", &o->weight_decay, NONNEG);
+    hp[k++] = INT("bias_correction", &o->bias_correction, FLAG);
+    hp[k++] = INT("always_adapt", &o->always_adapt, FLAG);
   }
   return k;
 }
@@ -86,13 +88,45 @@ int hvd__hp_list(hvd_optimizer_t *core, hvd__hp_t hp[HVD__HP_MAX]) {
   hp[k++] = CONST("loss scaling", hvd__mixed_scaling(core));
   hp[k++] = CONST("gradient clipping", core->clip != NULL);
   /* HVD__HP_SHAPE fields above: what follows depends on them alone */
-  hp[k++] = DBL("lr", &core->lr);
-  hp[k++] = I64("update count", &core->steps);
+  hp[k++] = DBL("lr", &core->lr, NONNEG);
+  hp[k++] = I64("update count", &core->steps, NONNEG);
   if (kind != 0)
     k += builtin_list(core->ctx, kind, &hp[k]);
   k += hvd__mixed_hparams(core, &hp[k]);
   k += hvd__clip_hparams(core->clip, &hp[k]);
   return k;
+}
+
+int hvd__hp_in_range(hvd__hp_range_t r, double x) {
+  switch (r) {
+  case HVD__HP_NONNEG:
+    return x >= 0 && x < INFINITY;
+  case HVD__HP_FINITE:
+    return x > -INFINITY && x < INFINITY;
+  case HVD__HP_POS:
+    return x > 0 && x < INFINITY;
+  case HVD__HP_UNIT:
+    return x >= 0 && x < 1;
+  case HVD__HP_FLAG:
+    return x == 0 || x == 1;
+  case HVD__HP_GE1:
+    return x >= 1 && x < INFINITY;
+  case HVD__HP_BACKOFF:
+    return x > 0 && x <= 1;
+  case HVD__HP_MAXNORM:
+    return x > 0; /* inf: the norm measured only */
+  case HVD__HP_NORMTYPE:
+    return x == 2 || x == INFINITY;
+  default:
+    return 1;
+  }
+}
+
+const char *hvd__hp_range_words(hvd__hp_range_t r) {
+  static const char *const words[] = {
+      "(any)",  "[0, inf)", "(-inf, inf)", "(0, inf)", "[0, 1)",
+      "{0, 1}", "[1, inf)", "(0, 1]",      "(0, inf]", "{2, inf}"};
+  return (unsigned)r < sizeof words / sizeof words[0] ? words[r] : "(any)";
 }
 
 double hvd__hp_get(const hvd__hp_t *h) {

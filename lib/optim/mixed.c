@@ -664,12 +664,16 @@ int hvd__mixed_hparams(hvd_optimizer_t *core, hvd__hp_t *hp) {
   hvd__mixed_t *m = core->mixed;
   if (m == NULL || !m->scaling)
     return 0;
-  hp[0] = (hvd__hp_t){"loss scale", 'd', &m->scale, 0};
-  hp[1] = (hvd__hp_t){"loss scale's clean steps", 'l', &m->clean, 0};
-  hp[2] = (hvd__hp_t){"init_scale", 'd', &m->o.init_scale, 0};
-  hp[3] = (hvd__hp_t){"growth_factor", 'd', &m->o.growth_factor, 0};
-  hp[4] = (hvd__hp_t){"backoff_factor", 'd', &m->o.backoff_factor, 0};
-  hp[5] = (hvd__hp_t){"growth_interval", 'l', &m->o.growth_interval, 0};
+  hp[0] = (hvd__hp_t){"loss scale", 'd', &m->scale, 0, HVD__HP_POS};
+  hp[1] = (hvd__hp_t){"loss scale's clean steps", 'l', &m->clean, 0,
+                      HVD__HP_NONNEG};
+  hp[2] = (hvd__hp_t){"init_scale", 'd', &m->o.init_scale, 0, HVD__HP_POS};
+  hp[3] =
+      (hvd__hp_t){"growth_factor", 'd', &m->o.growth_factor, 0, HVD__HP_GE1};
+  hp[4] = (hvd__hp_t){"backoff_factor", 'd', &m->o.backoff_factor, 0,
+                      HVD__HP_BACKOFF};
+  hp[5] = (hvd__hp_t){"growth_interval", 'l', &m->o.growth_interval, 0,
+                      HVD__HP_GE1};
   return 6;
 }
 

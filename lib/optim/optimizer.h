@@ -202,14 +202,36 @@ void hvd__mixed_set_counters(hvd_optimizer_t *core, const int64_t values[2]);
 
 /* ---- hyperparameters (hparams.c) ---------------------------------------- */
 
+/* The values a hyperparameter may take: its setter's range, which a
+ * checkpoint's load checks the file's value against (hvd__hp_in_range,
+ * hvd__hp_range_words). */
+typedef enum hvd__hp_range {
+  HVD__HP_ANY,      /* a constant: not set from outside */
+  HVD__HP_NONNEG,   /* [0, inf): lr, momentum, weight_decay, counts */
+  HVD__HP_FINITE,   /* (-inf, inf): SGD's dampening */
+  HVD__HP_POS,      /* (0, inf): eps, a loss scale */
+  HVD__HP_UNIT,     /* [0, 1): beta1, beta2 */
+  HVD__HP_FLAG,     /* 0 or 1 (a file's; the options take any int) */
+  HVD__HP_GE1,      /* [1, inf): growth_factor, growth_interval */
+  HVD__HP_BACKOFF,  /* (0, 1]: backoff_factor */
+  HVD__HP_MAXNORM,  /* (0, inf]: max_norm with clipping on */
+  HVD__HP_NORMTYPE, /* 2 or inf: norm_type */
+} hvd__hp_range_t;
+
+/* 1 when x is in range r; its words ("[0, 1)") for a message. */
+int hvd__hp_in_range(hvd__hp_range_t r, double x);
+const char *hvd__hp_range_words(hvd__hp_range_t r);
+
 /* One of an optimizer's hyperparameters: a label ("lr", "momentum") and
  * where its value lives (type 'd' double, 'i' int, 'l' int64_t), or a
- * constant v (type 'c': what the optimizer is, read-only). */
+ * constant v (type 'c': what the optimizer is, read-only); range: the
+ * values its setter takes. */
 typedef struct hvd__hp {
   const char *label;
   char type;
   void *at;
   double v;
+  hvd__hp_range_t range;
 } hvd__hp_t;
 
 #define HVD__HP_MAX 24 /* the longest list */

@@ -158,13 +158,16 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 ## checkpoint keeps (ckpt_hparams: restored, a version 4 file, malformed);
 ## checkpoints that outlive their set or share a writing process
 ## (ckpt_sets: a background save waited for after the set's destroy);
+## every number of a checkpoint checked against its setter's range before
+## a load changes anything (ckpt_range);
 ## explicit gradient groups (optim_groups: num_groups and groups, the
 ## values, one grouped call per group in the timeline, refusals).
 check_PROGRAMS += t/mpi/optim t/mpi/bcast_params t/mpi/checkpoint \
 	t/mpi/sparse_grad t/mpi/sync_bn t/mpi/zero t/mpi/state t/mpi/mixed \
 	t/mpi/mixed_shard t/mpi/clip t/mpi/weight_decay t/mpi/lamb t/mpi/adasum \
 	t/mpi/powersgd t/mpi/powersgd_ckpt t/mpi/local_sgd t/mpi/hparams \
-	t/mpi/optim_ps t/mpi/ckpt_hparams t/mpi/optim_groups t/mpi/ckpt_sets
+	t/mpi/optim_ps t/mpi/ckpt_hparams t/mpi/optim_groups t/mpi/ckpt_sets \
+	t/mpi/ckpt_range
 NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/optim.np4 \
 	t/mpi/sparse_grad.np1 t/mpi/sparse_grad.np2 t/mpi/sparse_grad.np3 \
@@ -195,6 +198,8 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/ckpt_hparams.np4 \
 	t/mpi/ckpt_sets.np1 t/mpi/ckpt_sets.np2 t/mpi/ckpt_sets.np3 \
 	t/mpi/ckpt_sets.np4 \
+	t/mpi/ckpt_range.np1 t/mpi/ckpt_range.np2 t/mpi/ckpt_range.np3 \
+	t/mpi/ckpt_range.np4 \
 	t/mpi/optim_groups.np1 t/mpi/optim_groups.np2 \
 	t/mpi/optim_groups.np3 t/mpi/optim_groups.np4 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
