@@ -1394,7 +1394,13 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root);
  * set (a pipeline stage) saves its own file. */
 
 /* Root 0 writes path atomically (temporary file, fsync, rename): a crash
- * leaves the previous file intact. opt may be NULL; else its state, and
+ * leaves the previous file intact. A process saves a path once at a
+ * time: a save of a path it is saving already (another process set's
+ * whose first rank it is, from another thread, or a background save not
+ * waited for) is HVD_ERR_INVALID_ARG on every rank of the set ("...: a
+ * save of this path is under way in this process ..."); saves of one
+ * path from different processes are each atomic, the last one winning.
+ * opt may be NULL; else its state, and
  * its hyperparameters, as torch's optimizer.state_dict() has its
  * param_groups' options: lr, update count, a built-in's options
  * (momentum, betas, eps, weight decay, ...), each parameter's learning

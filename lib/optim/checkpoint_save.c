@@ -2,13 +2,14 @@
  * checkpoint_save.c - hvd_checkpoint_save (the format:
  * doc/checkpoint-format.md; the steps and their agreement: checkpoint.c).
  * Rank 0 streams the file from the tensors themselves, device ones
- * through a bounce buffer, into "<path>.tmp.<pid>", then fflush, fsync,
- * rename over path and fsync the directory.
+ * through a bounce buffer, into "<path>.tmp.<pid>" (made new: O_EXCL), then
+ * fflush, fsync, rename over path and fsync the directory.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,12 +368,28 @@ static int sync_dir(const char *path, char **dir_out) {
   return err;
 }
 
-/* Creates tmp for writing. A stale file of this name can only be from a
- * crashed save by a process with our pid: replace it, and never follow a
- * link planted there. 0 or an errno; *created says whether tmp exists. */
-static int create_tmp(const char *tmp, FILE **f, int *created) {
-  unlink(tmp);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+/* Numbers the temporary names taken when "<path>.tmp.<pid>" exists. */
+static atomic_uint tmp_seq;
+
+/* Creates a temporary file next to path, named into tmp (tlen bytes):
+ * "<path>.tmp.<pid>", or when that exists "<path>.tmp.<pid>.<n>", n from
+ * a counter of this process. O_EXCL: a save writes only a file it made,
+ * never follows a link planted there, and never deletes another's: an
+ * existing name may be a live save's (this process's under another
+ * spelling of path, or one of another host with our pid on a shared
+ * filesystem), or a crashed one's, left alone as any stray. 0 or an
+ * errno; *created says whether tmp exists. */
+static int create_tmp(const char *path, char *tmp, size_t tlen, FILE **f,
+                      int *created) {
+  int fd = -1;
+  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+  for (int tries = 0; tries < 1000; tries++) {
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST)
+      break;
+    snprintf(tmp, tlen, "%s.tmp.%ld.%u", path, (long)getpid(),
+             atomic_fetch_add(&tmp_seq, 1) + 1);
+  }
   *created = fd >= 0;
   if (fd < 0 || (*f = fdopen(fd, "wb")) == NULL) {
     int err = errno;
@@ -432,11 +449,11 @@ static hvd_result_t write_synced(writer_t *w, const save_t *s,
   return HVD_SUCCESS;
 }
 
-/* Rank 0's part: the file, written to "<path>.tmp.<pid>" and renamed over
- * path, then the directory synced. */
+/* Rank 0's part: the file, written to a temporary file (create_tmp) and
+ * renamed over path, then the directory synced. */
 static hvd_result_t write_file(const save_t *s) {
   hvd_result_t rc = HVD_SUCCESS;
-  size_t tlen = strlen(s->path) + 32;
+  size_t tlen = strlen(s->path) + 48;
   char *tmp = malloc(tlen), *dir = NULL;
   writer_t w = {.fn = s->fn, .feed = s->feed};
   hvd__sum_init(&w.sum);
@@ -445,8 +462,7 @@ static hvd_result_t write_file(const save_t *s) {
   if (tmp == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: '%s': out of memory", s->fn,
                           s->path);
-  snprintf(tmp, tlen, "%s.tmp.%ld", s->path, (long)getpid());
-  if ((err = create_tmp(tmp, &w.f, &created)) != 0)
+  if ((err = create_tmp(s->path, tmp, tlen, &w.f, &created)) != 0)
     goto fail;
   rc = write_synced(&w, s, &doing, &err);
   if (rc != HVD_SUCCESS || err != 0)
@@ -490,6 +506,7 @@ struct hvd_checkpoint_request {
   int set_id;           /* the optimizer's set's id (0: the world), for the
                            wait, which looks it up: the set may be gone */
   int writer;           /* rank 0's: it has a thread or wrote already */
+  int claimed;          /* rank 0's: path is in `saving` until the wait */
   unsigned char *bytes; /* the snapshot (in staging), until written */
   uint64_t size;
   pthread_t thread;
@@ -509,6 +526,58 @@ static int exit_hook;                      /* join_at_exit registered */
  * Used by one save at a time (inflight). */
 static void *staging;
 static size_t staging_cap;
+
+/* The paths that this process saves (as some set's first rank), from
+ * a save's start to its end, or a background one's wait: two sets whose
+ * first rank is this process, saving one path from two threads, would
+ * rename each other's half-written file over it. The second is refused;
+ * across processes the last rename wins, each save atomic. */
+typedef struct saving {
+  char *path;
+  struct saving *next;
+} saving_t;
+static pthread_mutex_t saving_mu = PTHREAD_MUTEX_INITIALIZER;
+static saving_t *saving;
+
+/* path added to `saving`: 1, or 0 with the message set in *rc when it
+ * is there already (or out of memory). */
+static int claim_path(const char *fn, const char *path, hvd_result_t *rc) {
+  saving_t *e = NULL;
+  pthread_mutex_lock(&saving_mu);
+  for (e = saving; e != NULL && strcmp(e->path, path) != 0; e = e->next)
+    ;
+  if (e != NULL)
+    *rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                         "%s: '%s': a save of this path is under way in "
+                         "this process (a background save not waited for, "
+                         "or another process set's: give each set its own "
+                         "path)",
+                         fn, path);
+  else if ((e = malloc(sizeof *e)) == NULL ||
+           (e->path = strdup(path)) == NULL) {
+    free(e);
+    e = NULL;
+    *rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+  } else {
+    e->next = saving;
+    saving = e;
+  }
+  pthread_mutex_unlock(&saving_mu);
+  return *rc == HVD_SUCCESS;
+}
+
+static void release_path(const char *path) {
+  pthread_mutex_lock(&saving_mu);
+  for (saving_t **p = &saving; *p != NULL; p = &(*p)->next)
+    if (strcmp((*p)->path, path) == 0) {
+      saving_t *e = *p;
+      *p = e->next;
+      free(e->path);
+      free(e);
+      break;
+    }
+  pthread_mutex_unlock(&saving_mu);
+}
 
 /* The staging buffer, at least size bytes (a bigger one replaces it). */
 static unsigned char *staging_get(const char *fn, const char *path,
@@ -613,19 +682,28 @@ static void start_writer(hvd_checkpoint_request_t *q) {
     write_snapshot(q);
 }
 
-/* The save that is not waited for yet, refused on every rank. */
-static hvd_result_t check_inflight(const char *fn, const char *path) {
+/* On the set's first rank a save of the same path under way in this
+ * process (else *claimed: path is this save's now, for release_path),
+ * then the save that is not waited for yet: refused on every rank. */
+static hvd_result_t check_inflight(const char *fn, const char *path,
+                                   int *claimed) {
+  hvd_result_t rc = HVD_SUCCESS;
+  *claimed = path != NULL && path[0] != '\0' && hvd__coll_rank() == 0 &&
+             claim_path(fn, path, &rc);
   pthread_mutex_lock(&inflight_mu);
-  hvd_result_t rc =
-      inflight == NULL
-          ? HVD_SUCCESS
-          : hvd__set_error(HVD_ERR_INVALID_ARG,
-                           "%s: '%s': the background save of '%s' is not "
-                           "waited for yet (%s)",
-                           fn, path ? path : "(null)", inflight->path,
-                           inflight->waiter);
+  if (inflight != NULL && rc == HVD_SUCCESS)
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%s: '%s': the background save of '%s' is not "
+                        "waited for yet (%s)",
+                        fn, path ? path : "(null)", inflight->path,
+                        inflight->waiter);
   pthread_mutex_unlock(&inflight_mu);
-  return hvd__ckpt_agree("save.inflight", rc);
+  rc = hvd__ckpt_agree("save.inflight", rc);
+  if (rc != HVD_SUCCESS && *claimed) {
+    release_path(path);
+    *claimed = 0;
+  }
+  return rc;
 }
 
 /* ---- the calls ----------------------------------------------------------- */
@@ -728,6 +806,8 @@ static hvd_result_t wait_here(hvd_checkpoint_request_t *req) {
   if (inflight == req)
     inflight = NULL;
   pthread_mutex_unlock(&inflight_mu);
+  if (req->claimed) /* the path may be saved again */
+    release_path(req->path);
   hvd_result_t rc = !joined ? hvd__not_initialized("hvd_checkpoint_wait")
                     : req->rc != HVD_SUCCESS
                         ? hvd__set_error_msg(req->rc, req->msg)
@@ -768,7 +848,8 @@ static hvd_result_t save_ex(const char *fn, const char *path,
                             hvd_checkpoint_request_t *q) {
   if (!hvd_is_initialized())
     return hvd__not_initialized(fn);
-  hvd_result_t rc = check_inflight(fn, path);
+  int claimed = 0;
+  hvd_result_t rc = check_inflight(fn, path, &claimed);
   if (rc != HVD_SUCCESS)
     return rc;
   hvd_optimizer_t *core = opt ? hvd__optim_core((hvd_optimizer_t *)opt) : NULL;
@@ -777,8 +858,6 @@ static hvd_result_t save_ex(const char *fn, const char *path,
   int64_t values[HVD__CKPT_MAX_COUNTERS];
   rc = hvd__ckpt_agree("save.prep",
                        with_scaler(fn, core, ctr, &all, names, values));
-  if (rc != HVD_SUCCESS)
-    return rc;
   save_t s = {.fn = fn,
               .path = path,
               .params = params,
@@ -786,7 +865,14 @@ static hvd_result_t save_ex(const char *fn, const char *path,
               .c = opt ? hvd__optim_core_const(opt) : NULL,
               .step = step,
               .x = {all.n > 0 ? &all : NULL, NULL}};
-  return save_checked(&s, (hvd_optimizer_t *)opt, q);
+  if (rc == HVD_SUCCESS)
+    rc = save_checked(&s, (hvd_optimizer_t *)opt, q);
+  /* a background save keeps path until its wait (wait_here) */
+  if (q != NULL && rc == HVD_SUCCESS && q->writer)
+    q->claimed = claimed;
+  else if (claimed)
+    release_path(path);
+  return rc;
 }
 
 /* The loss scaler's counters after ctr's (all's arrays: the callers'). */

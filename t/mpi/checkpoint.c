@@ -17,7 +17,8 @@
  *  - save: an argument error on one rank fails on every rank with that
  *    rank's message; an unwritable path and a path that is a directory
  *    fail with HVD_ERR_IO on every rank and leave no temporary file; a
- *    stray "<path>.tmp.<pid>" of a crashed save breaks nothing;
+ *    stray "<path>.tmp.<pid>" of a crashed save breaks nothing and is left
+ *    alone (it may be a live save's);
  *  - save_async: the file is the synchronous save's byte for byte though
  *    the model, state and lr changed right after the call; any save
  *    before the wait is refused on every rank with its message; an
@@ -440,18 +441,26 @@ static void failures(void) {
   is_string("hvd_checkpoint_save: path is NULL or empty", hvd_last_error(),
             "... the message");
 
-  /* a stray temporary file of a crashed save breaks nothing */
+  /* a file of our temporary name (a crashed save's, or a live one of
+   * another host's process with our pid) breaks nothing, and is left
+   * alone: the save takes another name */
   snprintf(path, sizeof path, "%s.tmp.%ld", good, (long)pid0);
   if (rank == 0)
     hvdt_write_bytes(path, "junk", 4);
   is_int(HVD_SUCCESS, hvd_checkpoint_save(good, m.p, NP, NULL, 4),
-         "save next to a stray temporary file (even our own pid's)");
+         "save next to a file of its temporary name (our own pid's)");
   model_fill(&x, 2);
   step = 0;
   is_int(HVD_SUCCESS, hvd_checkpoint_load(good, x.p, NP, NULL, &step),
          "... loads");
   is_int(4, step, "... the new one");
-  is_int(0, root_ll(temp_files()), "... no temporary file is left");
+  char *junk = rank == 0 ? hvdt_slurp(path) : NULL;
+  ok(root_ll(junk != NULL && strcmp(junk, "junk") == 0),
+     "... that file is left as it was");
+  free(junk);
+  is_int(1, root_ll(temp_files()), "... and no other temporary file");
+  if (rank == 0)
+    unlink(path);
 
   if (rank == 0)
     free(img);

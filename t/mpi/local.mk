@@ -157,7 +157,8 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 ## checkpointing within its own set; refusals); the hyperparameters a
 ## checkpoint keeps (ckpt_hparams: restored, a version 4 file, malformed);
 ## checkpoints that outlive their set or share a writing process
-## (ckpt_sets: a background save waited for after the set's destroy);
+## (ckpt_sets: a background save waited for after the set's destroy;
+## two sets' threads saving one path);
 ## every number of a checkpoint checked against its setter's range before
 ## a load changes anything (ckpt_range);
 ## explicit gradient groups (optim_groups: num_groups and groups, the
