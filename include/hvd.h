@@ -863,10 +863,11 @@ int hvd_optimizer_step_skipped(const hvd_optimizer_t *opt);
  * the options' back. Parameters with the same decay are updated as one
  * group: the same bits as an optimizer made with that weight_decay, one
  * batched device launch per distinct pair of decay and learning rate
- * (LAMB: one for all). Not checkpointed (set it
- * again after making the optimizer, as torch's groups are given at
- * construction). HVD_ERR_INVALID_ARG for i out of range or weight_decay
- * not in [0, inf) and not NAN; HVD_ERR_UNSUPPORTED for a custom optimizer
+ * (LAMB: one for all). Checkpointed: a save keeps it and a load sets
+ * it (NAN in the file unsets the program's), as torch's param_groups
+ * in optimizer.state_dict(). HVD_ERR_INVALID_ARG for i out of range or
+ * weight_decay not in [0, inf) and not NAN; HVD_ERR_UNSUPPORTED for a custom
+ * optimizer
  * ("... optimizer 'X' is a custom one: its step reads its own options").
  * hvd_optimizer_param_weight_decay: parameter i's decay now (NAN for NULL,
  * a custom optimizer or i out of range). */
@@ -886,9 +887,9 @@ double hvd_optimizer_param_weight_decay(const hvd_optimizer_t *opt, int i);
  * |w| / |u|). A
  * parameter updates as under an optimizer made with lr * scale (the
  * same double) and its decay, bit for bit; the device updates are one
- * batched launch per distinct pair of decay and rate. Not
- * checkpointed. HVD_ERR_INVALID_ARG for i out of range or scale not in
- * [0, inf) and not NAN ("... scale -1 is out of range [0, inf) (NAN: 1,
+ * batched launch per distinct pair of decay and rate. Checkpointed,
+ * as the weight decay above. HVD_ERR_INVALID_ARG for i out of range or scale
+ * not in [0, inf) and not NAN ("... scale -1 is out of range [0, inf) (NAN: 1,
  * the optimizer's learning rate)"); HVD_ERR_UNSUPPORTED for a custom
  * optimizer, as above. hvd_optimizer_param_lr_scale: parameter i's
  * scale now (1 where none was set; NAN for NULL, a custom optimizer or
@@ -931,8 +932,10 @@ double hvd_optimizer_param_lr_scale(const hvd_optimizer_t *opt, int i);
  * max_norm 0 turns clipping off; INFINITY measures the norm and clips
  * nothing (torch's clip_grad_norm_(params, inf), to log it); otherwise
  * max_norm must be positive, and norm_type 2 or INFINITY:
- * HVD_ERR_INVALID_ARG naming the value. The setting is not checkpointed (call
- * it again after a load, as torch's clip call sits in the training loop). */
+ * HVD_ERR_INVALID_ARG naming the value. max_norm and norm_type are
+ * checkpointed: a load into an optimizer that clips sets them from the
+ * file; whether it clips stays the program's (a load neither turns
+ * clipping on nor off). */
 hvd_result_t hvd_optimizer_set_grad_clipping(hvd_optimizer_t *opt,
                                              double max_norm, double norm_type);
 /* The last step's gradient norm before clipping (what clip_grad_norm_
@@ -1458,7 +1461,13 @@ hvd_result_t hvd_checkpoint_wait(hvd_checkpoint_request_t *req);
  * program's, and a file from before format version 5 leaves its options
  * but lr and the update count as they were. A PowerSGD optimizer takes the
  * file's PowerSGD state, or starts it afresh when the file has none; an
- * optimizer without PowerSGD skips it. Collective. */
+ * optimizer without PowerSGD skips it. Collective. Every member passes
+ * its copy of the same optimizer, or NULL on every rank. A mix is the
+ * caller's error: NULL against an optimizer on the world is refused
+ * ("...: opt is NULL here but not NULL on rank 0"), but an optimizer on
+ * a process set against NULL or another set's puts the ranks in
+ * different collectives, and they stall until HVD_STALL_SHUTDOWN_TIME
+ * (a known limitation). */
 hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
                                  hvd_optimizer_t *opt, int64_t *step);
 
