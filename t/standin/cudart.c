@@ -35,6 +35,10 @@
  *    when that device time is over; such an event is cudaErrorNotReady
  *    until then, and cudaEventSynchronize and cudaStreamSynchronize wait
  *    for it.
+ *  - Pinned memory (cudaHostAlloc, cudaMallocHost) is in the stream order
+ *    (below): an asynchronous copy into it is deferred until the host sees
+ *    it finish, and the host may not change the source of one out of it
+ *    before then.
  */
 #include <config.h>
 
@@ -516,6 +520,8 @@ cudaError_t cudaMallocHost(void **ptr, size_t size) {
 
 cudaError_t cudaFreeHost(void *ptr) {
   no_alloc_in_flight("cudaFreeHost");
+  /* it waits for the device, as CUDA: copies into the block land first */
+  standin_order_device_idle();
   if (ptr != NULL)
     untrack(ptr, 1, "cudaFreeHost");
   return cudaSuccess;
@@ -559,6 +565,7 @@ static const char *kind_name(enum cudaMemcpyKind kind) {
   }
 }
 
+/* Checks a copy's pointers against its kind (order_copy makes it). */
 static cudaError_t copy(void *dst, const void *src, size_t count,
                         enum cudaMemcpyKind kind, const char *who) {
   char w[96];
@@ -591,20 +598,18 @@ static cudaError_t copy(void *dst, const void *src, size_t count,
   default:
     return fail(cudaErrorInvalidMemcpyDirection);
   }
-  memmove(dst, src, count);
   return cudaSuccess;
 }
 
-static void order_sync_access(const void *p, size_t n, int write,
-                              const char *who, const char *what);
+static void order_copy(cudaStream_t stream, void *dst, const void *src,
+                       size_t n, int sync, const char *who);
 
+/* On the legacy stream, and synchronous (the host sees it finish). */
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
                        enum cudaMemcpyKind kind) {
   cudaError_t r = copy(dst, src, count, kind, "cudaMemcpy");
-  if (r == cudaSuccess) {
-    order_sync_access(src, count, 0, "cudaMemcpy", "src");
-    order_sync_access(dst, count, 1, "cudaMemcpy", "dst");
-  }
+  if (r == cudaSuccess && count > 0)
+    order_copy(NULL, dst, src, count, 1, "cudaMemcpy");
   return r;
 }
 
@@ -612,10 +617,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
                             enum cudaMemcpyKind kind, cudaStream_t stream) {
   (void)standin_stream_device(stream, "cudaMemcpyAsync");
   cudaError_t r = copy(dst, src, count, kind, "cudaMemcpyAsync");
-  if (r == cudaSuccess) {
-    standin_access(stream, src, count, 0, "cudaMemcpyAsync", "src");
-    standin_access(stream, dst, count, 1, "cudaMemcpyAsync", "dst");
-  }
+  if (r == cudaSuccess && count > 0)
+    order_copy(stream, dst, src, count, 0, "cudaMemcpyAsync");
   return r;
 }
 
@@ -652,10 +655,26 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
  * synchronised, an event queried done, a synchronous copy) merges into
  * the host's clock, which every later operation inherits. The default
  * stream is the legacy one: it and the blocking streams of its device
- * order each other. Device memory written by an operation is recorded
- * (range, stream, count); work of another stream that reads or writes it
- * before it is ordered after that write ends the process, naming both:
- * on a GPU it would read stale data some of the time. */
+ * order each other. Device and pinned memory
+ * that an operation reads or writes is recorded (range, stream, count);
+ * work of another stream that reads or writes it before it is ordered
+ * after that write, or writes it before it is ordered after that read,
+ * ends the process, naming both: on a GPU it would read stale data, or
+ * overwrite what is still to be read, some of the time.
+ *
+ * The host's own loads and stores of pinned memory cannot be seen, so an
+ * asynchronous copy that involves it is modelled at the latest moment a
+ * GPU may run it (deterministically): a copy into pinned memory leaves
+ * POISON (0xa5) there and its bytes (read at the call) land only when the
+ * host sees the copy finish (stream or event synchronised, event queried
+ * done, cudaStreamQuery done, cudaDeviceSynchronize, cudaFree,
+ * cudaFreeHost, a later synchronous copy after it) or when later work
+ * ordered after it touches those bytes: a host that reads early reads
+ * 0xa5s, and one that wrote there meanwhile ends the process when it
+ * lands. A copy out of pinned memory runs at the call, on a snapshot of
+ * the source: if the host changed the source before it saw the copy
+ * finish, the process ends then (a GPU may have copied the new bytes).
+ * HVD_STANDIN_POLLS counts only how soon the host sees events fire. */
 #define ORDER_STREAMS 64
 
 typedef struct stream {
@@ -732,19 +751,32 @@ static void event_seen(event_t *e) {
 
 /* ---- stream order ------------------------------------------------------ */
 
-typedef struct wrec {
-  uintptr_t lo, hi; /* device memory written */
+/* A read or a write of tracked memory not yet ordered before the host. */
+typedef struct orec {
+  uintptr_t lo, hi; /* device or pinned memory read or written */
   int id;           /* by this stream */
-  uint64_t seq;     /* as its operation number seq */
+  int write;
+  uint64_t seq; /* as its operation number seq */
+  /* pinned memory only: a write's bytes still to land there (the copy is
+   * deferred), or a read's snapshot of what it read (the host must not
+   * change it before it saw the read finish); NULL: none */
+  char *data;
   char who[64];
-} wrec_t;
+} orec_t;
 
 static int order_on = -1;
 static uint64_t host_vc[ORDER_STREAMS];
 static uint64_t id_seq[ORDER_STREAMS]; /* the last count of each id */
 static int id_used[ORDER_STREAMS];
-static wrec_t *wrecs; /* the writes not yet ordered before the host */
-static size_t nwrecs, wrecs_cap;
+static orec_t *recs; /* in call order */
+static size_t nrecs, recs_cap;
+static size_t nrecs_of[ORDER_STREAMS];   /* records of each stream id */
+static uint64_t maxseq_of[ORDER_STREAMS]; /* their highest seq, or more */
+static size_t deferred; /* copies into pinned memory not yet landed */
+
+/* What a deferred copy into pinned memory leaves there until it lands:
+ * the stand-in's byte for memory nobody wrote. */
+#define POISON 0xa5
 
 static void vc_merge(uint64_t *dst, const uint64_t *src) {
   for (int i = 0; i < ORDER_STREAMS; i++)
@@ -752,19 +784,28 @@ static void vc_merge(uint64_t *dst, const uint64_t *src) {
       dst[i] = src[i];
 }
 
-/* s's id, given at its first operation (sync_mu held). */
+/* Whether records of id remain (sync_mu held). */
+static int id_recorded(int id) {
+  for (size_t i = 0; i < nrecs; i++)
+    if (recs[i].id == id)
+      return 1;
+  return 0;
+}
+
+/* s's id, given at its first operation (sync_mu held): preferably one no
+ * record names (a destroyed stream's work may still be unordered: a new
+ * stream of its id would pass for it). */
 static int stream_id(stream_t *s) {
-  if (s->id == 0) {
+  for (int pass = 0; pass < 2 && s->id == 0; pass++)
     for (int i = 1; i < ORDER_STREAMS && s->id == 0; i++)
-      if (!id_used[i]) {
+      if (!id_used[i] && (pass == 1 || !id_recorded(i))) {
         id_used[i] = 1;
         s->id = i;
         s->vc[i] = id_seq[i]; /* counts go on from the id's last stream */
       }
-    if (s->id == 0) {
-      pthread_mutex_unlock(&sync_mu);
-      standin_die("more than %d live streams", ORDER_STREAMS - 1);
-    }
+  if (s->id == 0) {
+    pthread_mutex_unlock(&sync_mu);
+    standin_die("more than %d live streams", ORDER_STREAMS - 1);
   }
   return s->id;
 }
@@ -789,15 +830,98 @@ static uint64_t order_op(stream_t *s) {
   return s->vc[id];
 }
 
-/* The host saw everything in vc finish: writes ordered before it need no
- * record any more (sync_mu held). */
+static int overlaps(const orec_t *r, uintptr_t lo, uintptr_t hi) {
+  return r->lo < hi && lo < r->hi;
+}
+
+/* Pending read r's source no longer holds what r read over [lo, hi): the
+ * host rewrote it before it saw r finish (sync_mu held; dies). */
+static void pinned_read_check(const orec_t *r, uintptr_t lo, uintptr_t hi) {
+  uintptr_t a = lo > r->lo ? lo : r->lo, b = hi < r->hi ? hi : r->hi;
+  for (uintptr_t q = a; q < b; q++)
+    if (*(const char *)q != r->data[q - r->lo]) {
+      pthread_mutex_unlock(&sync_mu);
+      standin_die("the host rewrote pinned memory at %p (byte %zu of %zu) "
+                  "that stream %d's %s (its operation %llu) reads, before "
+                  "it saw that finish: on a GPU the copy may take the new "
+                  "bytes (synchronise, or see an event recorded after the "
+                  "copy fire, before rewriting it)",
+                  (void *)q, (size_t)(q - r->lo), (size_t)(r->hi - r->lo),
+                  r->id, r->who, (unsigned long long)r->seq);
+    }
+}
+
+/* The device stores n bytes at pinned p (from src; NULL: the poison of a
+ * deferred copy), sync_mu held: the pending reads of those bytes must
+ * still see what they read, and then see what is stored. */
+static void pinned_store(char *p, const void *src, size_t n) {
+  uintptr_t lo = (uintptr_t)p, hi = lo + n;
+  for (size_t i = 0; i < nrecs; i++)
+    if (!recs[i].write && recs[i].data != NULL && overlaps(&recs[i], lo, hi))
+      pinned_read_check(&recs[i], lo, hi);
+  if (src != NULL)
+    memmove(p, src, n);
+  else
+    memset(p, POISON, n);
+  for (size_t i = 0; i < nrecs; i++) {
+    orec_t *r = &recs[i];
+    if (r->write || r->data == NULL || !overlaps(r, lo, hi))
+      continue;
+    uintptr_t a = lo > r->lo ? lo : r->lo, b = hi < r->hi ? hi : r->hi;
+    memcpy(r->data + (a - r->lo), (const char *)a, b - a);
+  }
+}
+
+/* Deferred write r lands in pinned memory (sync_mu held): the host must
+ * not have written there meanwhile. */
+static void pinned_land(orec_t *r) {
+  for (uintptr_t q = r->lo; q < r->hi; q++)
+    if (*(const unsigned char *)q != POISON) {
+      pthread_mutex_unlock(&sync_mu);
+      standin_die("the host wrote pinned memory at %p (byte %zu of %zu) "
+                  "that stream %d's %s (its operation %llu) writes, before "
+                  "it saw that finish: on a GPU the copy may land before "
+                  "or after the host's write",
+                  (void *)q, (size_t)(q - r->lo), (size_t)(r->hi - r->lo),
+                  r->id, r->who, (unsigned long long)r->seq);
+    }
+  char *data = r->data;
+  r->data = NULL;
+  deferred--;
+  pinned_store((char *)r->lo, data, r->hi - r->lo);
+  free(data);
+}
+
+/* r is ordered before the host, or dropped (sync_mu held): a deferred
+ * write lands, a read's source is checked. */
+static void order_retire(orec_t *r) {
+  if (r->data == NULL)
+    return;
+  if (r->write) {
+    pinned_land(r);
+  } else {
+    pinned_read_check(r, r->lo, r->hi);
+    free(r->data);
+    r->data = NULL;
+  }
+}
+
+/* The host saw everything in vc finish: reads and writes ordered before
+ * it need no record any more; deferred copies into pinned memory land, in
+ * call order (sync_mu held). */
 static void order_host_saw(const uint64_t *vc) {
   vc_merge(host_vc, vc);
   size_t k = 0;
-  for (size_t i = 0; i < nwrecs; i++)
-    if (wrecs[i].seq > host_vc[wrecs[i].id])
-      wrecs[k++] = wrecs[i];
-  nwrecs = k;
+  for (size_t i = 0; i < nrecs; i++) {
+    if (recs[i].seq > host_vc[recs[i].id]) {
+      if (k++ != i)
+        recs[k - 1] = recs[i];
+    } else {
+      order_retire(&recs[i]);
+      nrecs_of[recs[i].id]--;
+    }
+  }
+  nrecs = k;
 }
 
 static int order_enabled(void) {
@@ -806,51 +930,96 @@ static int order_enabled(void) {
   return order_on;
 }
 
-static void order_record(uintptr_t lo, uintptr_t hi, int id, uint64_t seq,
-                         const char *who) {
-  size_t k = 0; /* a write covering an older one replaces it */
-  for (size_t i = 0; i < nwrecs; i++)
-    if (!(wrecs[i].lo >= lo && wrecs[i].hi <= hi))
-      wrecs[k++] = wrecs[i];
-  nwrecs = k;
-  if (nwrecs == wrecs_cap) {
-    size_t cap = wrecs_cap ? 2 * wrecs_cap : 256;
-    wrec_t *w = realloc(wrecs, cap * sizeof *w);
+/* Records s's access seq of [lo, hi) (sync_mu held; data: orec_t's). A
+ * write covering older records replaces them (it is ordered after them,
+ * so what must follow it follows them); a read, its stream's older reads
+ * of bytes it covers. Only among the last DEDUP_WINDOW records: a launch
+ * of many spans makes thousands, and keeping a record is never wrong. */
+#define DEDUP_WINDOW 16
+
+static void order_record(stream_t *s, uintptr_t lo, uintptr_t hi, int write,
+                         uint64_t seq, char *data, const char *who) {
+  size_t k = nrecs > DEDUP_WINDOW ? nrecs - DEDUP_WINDOW : 0;
+  for (size_t i = k; i < nrecs; i++) {
+    orec_t *r = &recs[i];
+    if (r->lo >= lo && r->hi <= hi &&
+        (write || (!r->write && r->id == s->id))) {
+      order_retire(r);
+      nrecs_of[r->id]--;
+    } else if (k++ != i) {
+      recs[k - 1] = *r;
+    }
+  }
+  nrecs = k;
+  if (nrecs == recs_cap) {
+    size_t cap = recs_cap ? 2 * recs_cap : 256;
+    orec_t *w = realloc(recs, cap * sizeof *w);
     if (w == NULL) {
       pthread_mutex_unlock(&sync_mu);
       standin_die("out of memory for the stream order's records");
     }
-    wrecs = w;
-    wrecs_cap = cap;
+    recs = w;
+    recs_cap = cap;
   }
-  wrec_t *w = &wrecs[nwrecs++];
-  *w = (wrec_t){lo, hi, id, seq, ""};
+  deferred += write && data != NULL;
+  if (nrecs_of[s->id]++ == 0 || seq > maxseq_of[s->id])
+    maxseq_of[s->id] = seq;
+  orec_t *w = &recs[nrecs++];
+  *w = (orec_t){lo, hi, s->id, write, seq, data, ""};
   snprintf(w->who, sizeof w->who, "%s", who);
 }
 
-/* Work of stream s (NULL: the legacy stream) reads or writes [p, p + n)
- * of device memory: it must be ordered after every other stream's write
- * of those bytes; a write is recorded. */
+/* Whether a record may name work that s is not ordered after, or a
+ * deferred copy into pinned memory (sync_mu held): without one, the
+ * records need no scan (a launch of many spans makes thousands). */
+static int order_may_conflict(const stream_t *s) {
+  if (deferred > 0)
+    return 1;
+  for (int i = 1; i < ORDER_STREAMS; i++)
+    if (i != s->id && nrecs_of[i] > 0 && s->vc[i] < maxseq_of[i])
+      return 1;
+  return 0;
+}
+
+/* Work of stream s, its operation now, reads or writes [p, p + n) of
+ * tracked memory (sync_mu held): it must be ordered after every other
+ * stream's write of those bytes, and a write after their reads too;
+ * deferred copies into them that it is ordered after land first. */
+static void order_check(stream_t *s, const void *p, size_t n, int write,
+                        const char *who, const char *what) {
+  uintptr_t lo = (uintptr_t)p, hi = lo + n;
+  if (!order_may_conflict(s))
+    return;
+  for (size_t i = 0; i < nrecs; i++) {
+    orec_t *r = &recs[i];
+    if (!overlaps(r, lo, hi) || (!write && !r->write))
+      continue;
+    if (r->id == s->id || s->vc[r->id] >= r->seq) {
+      if (r->write && r->data != NULL)
+        pinned_land(r);
+      continue;
+    }
+    pthread_mutex_unlock(&sync_mu);
+    standin_die("%s %s %s (%zu bytes at %p) on stream %d, which stream %d "
+                "%s (%s, its operation %llu) with nothing ordering the "
+                "two: record an event after the %s and cudaStreamWaitEvent "
+                "on it, or synchronise (on a GPU this %s the data at an "
+                "unknown moment)",
+                who, write ? "writes" : "reads", what, n, p, s->id, r->id,
+                r->write ? "wrote" : "read", r->who,
+                (unsigned long long)r->seq, r->write ? "write" : "read",
+                r->write ? "reads or overwrites" : "overwrites");
+  }
+}
+
+/* Work of stream s reads or writes [p, p + n) (sync_mu held): checked,
+ * then recorded. */
 static void order_access_locked(stream_t *s, const void *p, size_t n,
                                 int write, const char *who,
                                 const char *what) {
-  uintptr_t lo = (uintptr_t)p, hi = lo + n;
   uint64_t seq = order_op(s);
-  for (size_t i = 0; i < nwrecs; i++) {
-    const wrec_t *r = &wrecs[i];
-    if (r->id == s->id || r->hi <= lo || hi <= r->lo || s->vc[r->id] >= r->seq)
-      continue;
-    pthread_mutex_unlock(&sync_mu);
-    standin_die("%s %s %s (%zu bytes at %p) on stream %d, which stream %d "
-                "wrote (%s, its operation %llu) with nothing ordering the "
-                "two: record an event after the write and cudaStreamWaitEvent "
-                "on it, or synchronise (on a GPU this reads or overwrites "
-                "the data at an unknown moment)",
-                who, write ? "writes" : "reads", what, n, p, s->id, r->id,
-                r->who, (unsigned long long)r->seq);
-  }
-  if (write)
-    order_record(lo, hi, s->id, seq, who);
+  order_check(s, p, n, write, who, what);
+  order_record(s, (uintptr_t)p, (uintptr_t)p + n, write, seq, NULL, who);
 }
 
 /* The work of every stream of device dev (-1: of every device) so far
@@ -871,30 +1040,64 @@ void standin_order_device_idle(void) {
   pthread_mutex_unlock(&sync_mu);
 }
 
-/* standin_access; `sync`: a synchronous call (then the host has seen it
- * finish). */
-static void order_access(cudaStream_t stream, const void *p, size_t n,
-                         int write, int sync, const char *who,
-                         const char *what) {
-  if (n == 0 || !order_enabled() || standin_device_of(p) < 0)
-    return;
-  pthread_mutex_lock(&sync_mu);
-  stream_t *s = stream_locked(stream, who);
-  order_access_locked(s, p, n, write, who, what);
-  if (sync)
-    order_host_saw(s->vc);
-  pthread_mutex_unlock(&sync_mu);
+/* What memory p is: 0 untracked host memory, 1 device, 2 pinned. */
+static int mem_kind(const void *p) {
+  alloc_t a;
+  return !lookup(p, &a) ? 0 : a.pinned ? 2 : 1;
 }
 
 void standin_access(cudaStream_t stream, const void *p, size_t n, int write,
                     const char *who, const char *what) {
-  order_access(stream, p, n, write, 0, who, what);
+  if (n == 0 || !order_enabled() || mem_kind(p) == 0)
+    return;
+  pthread_mutex_lock(&sync_mu);
+  order_access_locked(stream_locked(stream, who), p, n, write, who, what);
+  pthread_mutex_unlock(&sync_mu);
 }
 
-/* A synchronous call on the legacy stream. */
-static void order_sync_access(const void *p, size_t n, int write,
-                              const char *who, const char *what) {
-  order_access(NULL, p, n, write, 1, who, what);
+static char *dup_bytes(const void *p, size_t n) {
+  char *d = malloc(n);
+  if (d == NULL) {
+    pthread_mutex_unlock(&sync_mu);
+    standin_die("out of memory for the stream order's records");
+  }
+  return memcpy(d, p, n);
+}
+
+/* A copy of n > 0 checked bytes on `stream` (sync: a synchronous call,
+ * whose end the host sees), one operation that reads src and writes dst.
+ * Into pinned memory asynchronously, it is deferred: the bytes read now
+ * land when the host sees the copy finish, or when later work ordered
+ * after it touches them; meanwhile the destination holds POISON. From
+ * pinned memory asynchronously, the source is snapshot: the host may not
+ * change it before it sees the copy finish. */
+static void order_copy(cudaStream_t stream, void *dst, const void *src,
+                       size_t n, int sync, const char *who) {
+  int dk = mem_kind(dst), sk = mem_kind(src);
+  if (!order_enabled() || (dk == 0 && sk == 0)) {
+    memmove(dst, src, n);
+    return;
+  }
+  pthread_mutex_lock(&sync_mu);
+  stream_t *s = stream_locked(stream, who);
+  uint64_t seq = order_op(s);
+  if (sk != 0)
+    order_check(s, src, n, 0, who, "src");
+  if (dk != 0)
+    order_check(s, dst, n, 1, who, "dst");
+  char *land = !sync && dk == 2 ? dup_bytes(src, n) : NULL;
+  if (dk == 2)
+    pinned_store(dst, land != NULL ? NULL : src, n);
+  else
+    memmove(dst, src, n);
+  if (sk != 0)
+    order_record(s, (uintptr_t)src, (uintptr_t)src + n, 0, seq,
+                 !sync && sk == 2 ? dup_bytes(src, n) : NULL, who);
+  if (dk != 0)
+    order_record(s, (uintptr_t)dst, (uintptr_t)dst + n, 1, seq, land, who);
+  if (sync)
+    order_host_saw(s->vc);
+  pthread_mutex_unlock(&sync_mu);
 }
 
 int standin_stream_device(cudaStream_t s, const char *who) {
@@ -1052,24 +1255,31 @@ cudaError_t cudaStreamCreate(cudaStream_t *pStream) {
   return cudaStreamCreateWithFlags(pStream, cudaStreamDefault);
 }
 
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  pthread_mutex_lock(&sync_mu);
-  stream_t *s = stream_locked(stream, "cudaStreamDestroy");
-  if (s >= defaults && s < defaults + MAX_DEVICES) {
-    pthread_mutex_unlock(&sync_mu);
-    standin_die("cudaStreamDestroy: of a default stream");
-  }
+/* s is gone (sync_mu held): off the list, its events no longer pending
+ * on it, its id free. */
+static void stream_unlink_locked(stream_t *s) {
   for (stream_t **p = &streams; *p != NULL; p = &(*p)->next)
     if (*p == s) {
       *p = s->next;
       break;
     }
-  nstreams--;
   for (event_t *e = events; e != NULL; e = e->next)
     if (e->pending == s)
       e->pending = NULL;
   if (s->id != 0)
     id_used[s->id] = 0;
+  s->magic = 0;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  pthread_mutex_lock(&sync_mu);
+  stream_t *s = stream_locked(stream, "cudaStreamDestroy");
+  if (is_default(s)) {
+    pthread_mutex_unlock(&sync_mu);
+    standin_die("cudaStreamDestroy: of a default stream");
+  }
+  stream_unlink_locked(s);
+  nstreams--;
   pthread_mutex_unlock(&sync_mu);
   s->magic = 0;
   free(s);
@@ -1111,8 +1321,12 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   pthread_mutex_lock(&sync_mu);
   unsigned long hung = stream_locked(stream, "cudaStreamQuery")->hung;
   pthread_mutex_unlock(&sync_mu);
-  return hung != 0 && standin_nccl_hanging(hung) ? cudaErrorNotReady
-                                                 : cudaSuccess;
+  if (hung != 0 && standin_nccl_hanging(hung))
+    return cudaErrorNotReady;
+  pthread_mutex_lock(&sync_mu); /* the host saw its work finish */
+  order_host_saw(stream_locked(stream, "cudaStreamQuery")->vc);
+  pthread_mutex_unlock(&sync_mu);
+  return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize(void) {

@@ -27,6 +27,10 @@
  *
  * Registered at np 1, 2 and 3 (t/standin/local.mk).
  *
+ * `selftest race|war|pinned MODE` (t/standin/stream_order.sh)
+ * break the stream order, or keep it, one way each (the comment above
+ * each function says how).
+ *
  * `selftest overlap CALL WHERE` (t/standin/overlap.sh) overlaps a call's
  * buffers other than in place; `selftest order` (2 ranks;
  * t/standin/order.sh) breaks NCCL's order rule
@@ -517,6 +521,118 @@ static int race_main(const char *mode) {
   return 0;
 }
 
+/* `selftest war MODE` (t/standin/stream_order.sh): stream A reads 64
+ * bytes of x, then other work overwrites x. copy: A copies x to y, stream
+ * B memsets x with nothing between (the stand-in ends the process naming
+ * both streams); event: B first waits for an event recorded after the
+ * copy; host: a synchronous cudaMemcpy into x (the legacy stream, which
+ * does not wait for non-blocking A); nccl: A's ncclAllReduce sends x, B
+ * memsets x; nccl-event: B waits for an event after the allreduce. Prints
+ * "war: done" when the program ran to its end. */
+static int war_main(const char *mode) {
+  int nccl = strncmp(mode, "nccl", 4) == 0;
+  cudaStream_t a, b;
+  cudaEvent_t e;
+  char *x = NULL, *y = NULL, h[64] = {0};
+  ncclComm_t c = NULL;
+  ncclResult_t r = ncclSuccess;
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  if (nccl)
+    c = make_comm(1, "war", &r);
+  if (r != ncclSuccess)
+    bail("ncclCommInitRankConfig: %d", (int)r);
+  cuda_ok(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), "stream a");
+  cuda_ok(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), "stream b");
+  cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+  cuda_ok(cudaMalloc((void **)&x, sizeof h), "cudaMalloc x");
+  cuda_ok(cudaMalloc((void **)&y, sizeof h), "cudaMalloc y");
+  cuda_ok(cudaMemset(x, 1, sizeof h), "cudaMemset x");
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  if (nccl && ncclAllReduce(x, y, sizeof h, ncclInt8, ncclSum, c, a) != 0)
+    bail("ncclAllReduce failed");
+  if (!nccl)
+    cuda_ok(cudaMemcpyAsync(y, x, sizeof h, cudaMemcpyDeviceToDevice, a),
+            "read on a");
+  if (strcmp(mode, "event") == 0 || strcmp(mode, "nccl-event") == 0) {
+    cuda_ok(cudaEventRecord(e, a), "record on a");
+    cuda_ok(cudaStreamWaitEvent(b, e, 0), "b waits");
+  }
+  if (strcmp(mode, "host") == 0)
+    cuda_ok(cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice), "host write");
+  else
+    cuda_ok(cudaMemsetAsync(x, 2, sizeof h, b), "write on b");
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  cuda_ok(cudaMemcpy(h, y, sizeof h, cudaMemcpyDeviceToHost), "read y");
+  printf("war: done (%d)\n", h[63]);
+  if (nccl)
+    ncclCommDestroy(c);
+  cudaFree(x);
+  cudaFree(y);
+  cudaEventDestroy(e);
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+  return 0;
+}
+
+/* `selftest pinned MODE` (t/standin/stream_order.sh): asynchronous copies
+ * between device memory d and pinned memory h on non-blocking stream A.
+ * early: d -> h, the host reads h at once (the stand-in's poison, 0xa5,
+ * as the copy is deferred), again after cudaStreamSynchronize (the
+ * bytes); rewrite: h -> d, the host rewrites h before it synchronises (the
+ * process ends); rewrite-synced: the same after synchronising; write: d
+ * -> h, the host writes h before it synchronises (the process ends);
+ * chain: d -> h -> d2 on A, then h -> d2 again on stream B with nothing
+ * between (the process ends: B reads what A writes); chain-event: B waits
+ * for an event first. Prints "pinned: ..." when it ran to its end. */
+static int pinned_main(const char *mode) {
+  cudaStream_t a, b;
+  cudaEvent_t e;
+  unsigned char *d = NULL, *d2 = NULL, *h = NULL, early = 0, late, back;
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  cuda_ok(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), "stream a");
+  cuda_ok(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), "stream b");
+  cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+  cuda_ok(cudaMalloc((void **)&d, 64), "cudaMalloc d");
+  cuda_ok(cudaMalloc((void **)&d2, 64), "cudaMalloc d2");
+  cuda_ok(cudaMallocHost((void **)&h, 64), "cudaMallocHost");
+  memset(h, 0, 64);
+  cuda_ok(cudaMemsetAsync(d, 0x11, 64, a), "memset d on a");
+  if (strncmp(mode, "rewrite", 7) == 0) {
+    memset(h, 1, 64);
+    cuda_ok(cudaMemcpyAsync(d, h, 64, cudaMemcpyHostToDevice, a), "h -> d");
+    if (strcmp(mode, "rewrite-synced") == 0)
+      cuda_ok(cudaStreamSynchronize(a), "sync a");
+    memset(h, 2, 64); /* the copy may not have run yet */
+  } else {
+    cuda_ok(cudaMemcpyAsync(h, d, 64, cudaMemcpyDeviceToHost, a), "d -> h");
+    early = h[5];
+    if (strcmp(mode, "write") == 0)
+      h[5] = 3;
+  }
+  if (strncmp(mode, "chain", 5) == 0) {
+    cuda_ok(cudaMemcpyAsync(d2, h, 64, cudaMemcpyHostToDevice, a), "h -> d2");
+    cuda_ok(cudaEventRecord(e, a), "record on a");
+    if (strcmp(mode, "chain-event") == 0)
+      cuda_ok(cudaStreamWaitEvent(b, e, 0), "b waits");
+    cuda_ok(cudaMemcpyAsync(d2, h, 64, cudaMemcpyHostToDevice, b), "on b");
+    cuda_ok(cudaStreamSynchronize(b), "sync b");
+  }
+  cuda_ok(cudaStreamSynchronize(a), "sync a");
+  late = h[5];
+  cuda_ok(cudaMemcpy(&back, strncmp(mode, "chain", 5) == 0 ? d2 : d, 1,
+                     cudaMemcpyDeviceToHost),
+          "read back");
+  printf("pinned: early 0x%02x, late 0x%02x, device 0x%02x\n", early, late,
+         back);
+  cudaFreeHost(h);
+  cudaFree(d);
+  cudaFree(d2);
+  cudaEventDestroy(e);
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+  return 0;
+}
+
 /* `selftest overlap CALL WHERE` (one rank; t/standin/overlap.sh): CALL
  * (allgather, reducescatter or allreduce) of 4 floats on a one-rank
  * communicator, its receive buffer in place (the same address at one
@@ -560,6 +676,16 @@ int main(int argc, char **argv) {
   }
   if (argc > 2 && strcmp(argv[1], "race") == 0)
     return race_main(argv[2]);
+  if (argc > 2 && strcmp(argv[1], "pinned") == 0)
+    return pinned_main(argv[2]);
+  if (argc > 2 && strcmp(argv[1], "war") == 0) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int rc = war_main(argv[2]);
+    MPI_Finalize();
+    return rc;
+  }
   if (argc > 3 && strcmp(argv[1], "overlap") == 0) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -13,7 +13,11 @@
  * silently working. Work on streams runs at the call; only events (and
  * NCCL's asynchronous state) pretend to take time; but the order a GPU
  * would keep between streams is tracked, and work that a GPU could run
- * before the write it reads ends the process (standin_access). The
+ * before the write it reads, or before the read whose bytes it
+ * overwrites, ends the process (standin_access). Pinned memory is in that
+ * order too: an asynchronous copy into it lands only when the host sees
+ * it finish (0xa5 bytes until then), and a host that changes the source
+ * of one out of it before then ends the process (cudart.c says how). The
  * thread that made a stream with a priority (hvd's engine thread) must not
  * cudaMalloc, cudaFree, cudaHostAlloc or cudaFreeHost while an event it
  * recorded on such a stream is pending (the host has not seen it fire):
@@ -120,9 +124,10 @@ int standin_device_of(const void *p);
 int standin_stream_device(cudaStream_t s, const char *who);
 /* Stream order (cudart.c): work on `stream` (NULL: the legacy default
  * stream) reads (write 0) or writes [p, p + n); dies when another
- * stream's write of those bytes is not ordered before it (no event waited
- * for, no synchronisation between). Host memory is not tracked. Off with
- * HVD_STANDIN_STREAM_ORDER=0. */
+ * stream's write of those bytes, or for a write another stream's read of
+ * them, is not ordered before it (no event waited for, no synchronisation
+ * between). Device and pinned memory are tracked, pageable host memory is
+ * not. Off with HVD_STANDIN_STREAM_ORDER=0. */
 void standin_access(cudaStream_t stream, const void *p, size_t n, int write,
                     const char *who, const char *what);
 
