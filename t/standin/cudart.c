@@ -34,7 +34,8 @@
  *    caller's compute still running) or that waits for an event of one,
  *    when that device time is over; such an event is cudaErrorNotReady
  *    until then, and cudaEventSynchronize and cudaStreamSynchronize wait
- *    for it.
+ *    for it. cudaStreamPerThread is a blocking stream of each thread and
+ *    device of its own, as CUDA's (not the legacy stream).
  *  - Pinned memory (cudaHostAlloc, cudaMallocHost) is in the stream order
  *    (below): an asynchronous copy into it is deferred until the host sees
  *    it finish, and the host may not change the source of one out of it
@@ -655,7 +656,7 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
  * synchronised, an event queried done, a synchronous copy) merges into
  * the host's clock, which every later operation inherits. The default
  * stream is the legacy one: it and the blocking streams of its device
- * order each other. Device and pinned memory
+ * (cudaStreamPerThread's too) order each other. Device and pinned memory
  * that an operation reads or writes is recorded (range, stream, count);
  * work of another stream that reads or writes it before it is ordered
  * after that write, or writes it before it is ordered after that read,
@@ -684,6 +685,7 @@ typedef struct stream {
   int id;             /* in the clocks, 1..ORDER_STREAMS-1; 0: not yet */
   int blocking;       /* made without cudaStreamNonBlocking */
   int priority;       /* made by cudaStreamCreateWithPriority */
+  int per_thread;     /* a thread's cudaStreamPerThread (not destroyed) */
   int pending;        /* events recorded here the host has not seen fire */
   unsigned long nccl; /* the communicator whose work was enqueued here last */
   double busy_until;  /* its device time runs until then (standin_stream_busy,
@@ -716,13 +718,65 @@ static event_t *events;
 static long nstreams, nevents, not_ready;
 static int peak_pending; /* most events pending at once on one priority stream */
 
+/* cudaStreamPerThread: the calling thread's own blocking stream of each
+ * device, made at its first use, which the legacy stream and it order
+ * each other as any blocking stream (not the other blocking streams, nor
+ * other threads' per-thread streams); gone with its thread. */
+static pthread_key_t per_thread_key;
+static pthread_once_t per_thread_once = PTHREAD_ONCE_INIT;
+static void stream_unlink_locked(stream_t *s);
+
+static void per_thread_end(void *v) {
+  stream_t **mine = v;
+  pthread_mutex_lock(&sync_mu);
+  for (int d = 0; d < MAX_DEVICES; d++)
+    if (mine[d] != NULL) {
+      stream_unlink_locked(mine[d]);
+      free(mine[d]);
+    }
+  pthread_mutex_unlock(&sync_mu);
+  free(mine);
+}
+
+static void per_thread_init(void) {
+  if (pthread_key_create(&per_thread_key, per_thread_end) != 0)
+    standin_die("pthread_key_create failed");
+}
+
+/* The calling thread's per-thread stream of device dev (sync_mu held). */
+static stream_t *per_thread_locked(int dev) {
+  pthread_once(&per_thread_once, per_thread_init);
+  stream_t **mine = pthread_getspecific(per_thread_key);
+  if (mine == NULL) {
+    mine = calloc(MAX_DEVICES, sizeof *mine);
+    if (mine == NULL || pthread_setspecific(per_thread_key, mine) != 0) {
+      pthread_mutex_unlock(&sync_mu);
+      standin_die("out of memory for a per-thread stream");
+    }
+  }
+  if (mine[dev] == NULL) {
+    stream_t *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+      pthread_mutex_unlock(&sync_mu);
+      standin_die("out of memory for a per-thread stream");
+    }
+    *s = (stream_t){.magic = STREAM_MAGIC, .dev = dev, .blocking = 1,
+                    .per_thread = 1, .next = streams};
+    streams = s;
+    mine[dev] = s;
+  }
+  return mine[dev];
+}
+
 /* The stream behind handle s (sync_mu held); dies when s is not one. */
 static stream_t *stream_locked(cudaStream_t s, const char *who) {
-  if (s == NULL || s == cudaStreamLegacy || s == cudaStreamPerThread) {
+  if (s == NULL || s == cudaStreamLegacy) {
     int dev = standin_current_device();
     defaults[dev].dev = dev;
     return &defaults[dev];
   }
+  if (s == cudaStreamPerThread)
+    return per_thread_locked(standin_current_device());
   for (stream_t *p = streams; p != NULL; p = p->next)
     if ((cudaStream_t)p == s)
       return p;
@@ -1274,7 +1328,7 @@ static void stream_unlink_locked(stream_t *s) {
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   pthread_mutex_lock(&sync_mu);
   stream_t *s = stream_locked(stream, "cudaStreamDestroy");
-  if (is_default(s)) {
+  if (is_default(s) || s->per_thread) {
     pthread_mutex_unlock(&sync_mu);
     standin_die("cudaStreamDestroy: of a default stream");
   }

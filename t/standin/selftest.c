@@ -27,7 +27,7 @@
  *
  * Registered at np 1, 2 and 3 (t/standin/local.mk).
  *
- * `selftest race|war|pinned MODE` (t/standin/stream_order.sh)
+ * `selftest race|war|pinned|perthread MODE` (t/standin/stream_order.sh)
  * break the stream order, or keep it, one way each (the comment above
  * each function says how).
  *
@@ -633,6 +633,46 @@ static int pinned_main(const char *mode) {
   return 0;
 }
 
+/* `selftest perthread MODE` (t/standin/stream_order.sh): a write on a
+ * stream, then cudaStreamPerThread reads it, nothing between. blocking:
+ * the write on a blocking stream (the per-thread stream waits only for
+ * the legacy one: the process ends); legacy: on the legacy stream (it
+ * waits for it); thread: on another thread's per-thread stream (the
+ * process ends). Prints "perthread: done" when it ran to its end. */
+static void *perthread_write(void *d) {
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  cuda_ok(cudaMemsetAsync(d, 4, 64, cudaStreamPerThread), "write");
+  return NULL;
+}
+
+static int perthread_main(const char *mode) {
+  cudaStream_t blk;
+  char *d = NULL, *d2 = NULL;
+  pthread_t t;
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  cuda_ok(cudaStreamCreate(&blk), "blocking stream");
+  cuda_ok(cudaMalloc((void **)&d, 64), "cudaMalloc d");
+  cuda_ok(cudaMalloc((void **)&d2, 64), "cudaMalloc d2");
+  if (strcmp(mode, "thread") == 0) {
+    if (pthread_create(&t, NULL, perthread_write, d) != 0 ||
+        pthread_join(t, NULL) != 0)
+      bail("pthread_create");
+  } else {
+    cuda_ok(cudaMemsetAsync(d, 4, 64,
+                            strcmp(mode, "legacy") == 0 ? NULL : blk),
+            "write");
+  }
+  cuda_ok(cudaMemcpyAsync(d2, d, 64, cudaMemcpyDeviceToDevice,
+                          cudaStreamPerThread),
+          "read on the per-thread stream");
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  printf("perthread: done\n");
+  cudaFree(d);
+  cudaFree(d2);
+  cudaStreamDestroy(blk);
+  return 0;
+}
+
 /* `selftest overlap CALL WHERE` (one rank; t/standin/overlap.sh): CALL
  * (allgather, reducescatter or allreduce) of 4 floats on a one-rank
  * communicator, its receive buffer in place (the same address at one
@@ -678,6 +718,8 @@ int main(int argc, char **argv) {
     return race_main(argv[2]);
   if (argc > 2 && strcmp(argv[1], "pinned") == 0)
     return pinned_main(argv[2]);
+  if (argc > 2 && strcmp(argv[1], "perthread") == 0)
+    return perthread_main(argv[2]);
   if (argc > 2 && strcmp(argv[1], "war") == 0) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

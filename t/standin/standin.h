@@ -119,8 +119,9 @@ void standin_need_device_on(const void *p, size_t n, int dev, const char *who,
 /* The device of the device allocation holding p, or -1 (host memory). */
 int standin_device_of(const void *p);
 
-/* Checks the stream (NULL, cudaStreamLegacy and cudaStreamPerThread are
- * the current device's default stream); returns its device. */
+/* Checks the stream (NULL and cudaStreamLegacy are the current device's
+ * legacy default stream, cudaStreamPerThread the calling thread's own);
+ * returns its device. */
 int standin_stream_device(cudaStream_t s, const char *who);
 /* Stream order (cudart.c): work on `stream` (NULL: the legacy default
  * stream) reads (write 0) or writes [p, p + n); dies when another

@@ -5,12 +5,13 @@
 # naming both streams. t/standin/selftest race MODE writes on stream A
 # and reads elsewhere; selftest war MODE reads on A and overwrites
 # elsewhere; selftest pinned MODE copies between device and pinned
-# memory while the host touches the pinned side (selftest.c says how).
+# memory while the host touches the pinned side; selftest perthread MODE
+# reads on cudaStreamPerThread (selftest.c says how).
 : "${HVD_TOP_BUILDDIR:?run me from make check}"
 prog=$HVD_TOP_BUILDDIR/t/standin/selftest
 tmp=`mktemp -d "${TMPDIR:-/tmp}/stream_order.XXXXXX"` || exit 99
 trap 'rm -rf "$tmp"' 0
-echo "1..18"
+echo "1..21"
 n=0
 # the end of every unordered-access line
 tail_w='with nothing ordering the two: record an event after the write and cudaStreamWaitEvent on it, or synchronise \(on a GPU this reads or overwrites the data at an unknown moment\)$'
@@ -73,3 +74,10 @@ ends "pinned chain" "cudaMemcpyAsync reads src $at wrote \(cudaMemcpyAsync, its 
   "stream B copies from pinned memory that stream A copies into, nothing between: ends the process"
 prints "pinned chain-event" "pinned: early 0xa5, late 0x11, device 0x11" \
   "B waits for an event after A's copies: passes, with A's bytes"
+# cudaStreamPerThread
+ends "perthread blocking" "cudaMemcpyAsync reads src $at wrote \(cudaMemsetAsync, its operation [0-9]+\) $tail_w" \
+  "the per-thread stream reads a blocking stream's write, nothing between: ends the process"
+ends "perthread thread" "cudaMemcpyAsync reads src $at wrote \(cudaMemsetAsync, its operation [0-9]+\) $tail_w" \
+  "the per-thread stream reads another thread's per-thread write: ends the process"
+prints "perthread legacy" "perthread: done" \
+  "the per-thread stream reads the legacy stream's write: passes"
