@@ -12,6 +12,7 @@
 
 #include "base/device.h"
 #include "base/errors.h"
+#include "base/forked.h"
 #include "base/tensor.h"
 #include "core/api.h"
 #include "core/engine.h"
@@ -772,6 +773,8 @@ hvd_result_t hvd_grouped_reducescatter(int n, const char *const *names,
  * puts back the set it was on (hvd__coll_set). */
 #define ON_SET(ps, call)                                                       \
   do {                                                                         \
+    if (hvd__forked()) /* in the public call's name, not the world's */        \
+      return hvd__not_initialized(__func__);                                   \
     if ((ps) == NULL)                                                          \
       return hvd_is_initialized() ? hvd__set_error(HVD_ERR_INVALID_ARG,        \
                                                    "%s: ps is NULL", __func__) \

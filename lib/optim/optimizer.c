@@ -22,6 +22,7 @@
 
 #include "base/device.h"
 #include "base/errors.h"
+#include "base/forked.h"
 #include "base/table.h"
 #include "base/tensor.h"
 #include "core/api.h"
@@ -516,12 +517,25 @@ static hvd_result_t after_caller(const char *who, hvd_optimizer_t *opt) {
   return odev != NULL ? hvd__odev_after_caller(who, odev) : HVD_SUCCESS;
 }
 
+/* A distributed optimizer's call in a child forked after hvd_init: refused
+ * in the public call's own name (its collectives would say theirs). */
+static int forked_dist(const hvd_optimizer_t *opt, const char *fn,
+                       hvd_result_t *rc) {
+  if (opt->dist == NULL || !hvd__forked())
+    return 0;
+  *rc = hvd__not_initialized(fn);
+  return 1;
+}
+
 hvd_result_t hvd_optimizer_step(hvd_optimizer_t *opt) {
   if (opt == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "hvd_optimizer_step: opt is NULL");
+  hvd_result_t rc;
+  if (forked_dist(opt, "hvd_optimizer_step", &rc))
+    return rc;
   hvd__clip_forget(hvd__optim_core(opt)->clip); /* this step's, or none */
-  hvd_result_t rc = after_caller("hvd_optimizer_step", opt);
+  rc = after_caller("hvd_optimizer_step", opt);
   if (rc == HVD_SUCCESS)
     HVD__ON_SET(opt->ps, rc, opt->cls->step(opt));
   return rc;
@@ -547,6 +561,8 @@ hvd_result_t hvd_optimizer_grad_ready(hvd_optimizer_t *opt, int i) {
    * hvd__odev_after_caller itself: one wait per such gradient, none for
    * the others */
   hvd_result_t rc;
+  if (forked_dist(opt, "hvd_optimizer_grad_ready", &rc))
+    return rc;
   HVD__ON_SET(opt->ps, rc, opt->cls->grad_ready(opt, i));
   return rc;
 }

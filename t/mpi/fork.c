@@ -82,6 +82,8 @@ struct inherited {
   long parent;
   hvd_request_t *pending;
   hvd_checkpoint_request_t *save;
+  hvd_process_set_t *set; /* every rank's, by hvd_process_set_split */
+  hvd_optimizer_t *opt;   /* a distributed SGD */
   float *block;
   int64_t n;
 };
@@ -130,6 +132,17 @@ static void child_calls(const struct inherited *in) {
   forked_msg(want, sizeof want, "hvd_broadcast_parameters", in->parent);
   expect(hvd_broadcast_parameters(&p, 1, 0), HVD_ERR_NOT_INITIALIZED, want,
          "hvd_broadcast_parameters");
+  /* a set's and a distributed optimizer's calls, in their own names
+   * (they once named the collective under them) */
+  forked_msg(want, sizeof want, "hvd_ps_allreduce", in->parent);
+  expect(hvd_ps_allreduce(in->set, "c", &t, &t, HVD_SUM, 1, 1),
+         HVD_ERR_NOT_INITIALIZED, want, "hvd_ps_allreduce");
+  forked_msg(want, sizeof want, "hvd_optimizer_grad_ready", in->parent);
+  expect(hvd_optimizer_grad_ready(in->opt, 0), HVD_ERR_NOT_INITIALIZED, want,
+         "hvd_optimizer_grad_ready");
+  forked_msg(want, sizeof want, "hvd_optimizer_step", in->parent);
+  expect(hvd_optimizer_step(in->opt), HVD_ERR_NOT_INITIALIZED, want,
+         "hvd_optimizer_step");
   forked_msg(want, sizeof want, "hvd_timeline_stop", in->parent);
   expect(hvd_timeline_stop(), HVD_ERR_NOT_INITIALIZED, want,
          "hvd_timeline_stop");
@@ -233,6 +246,20 @@ int main(int argc, char **argv) {
       HVD_SUCCESS)
     bail("%s: %s", pname, hvd_last_error());
   in.save = start_save(dir, &p);
+  if (hvd_process_set_split(0, &in.set) != HVD_SUCCESS)
+    bail("hvd_process_set_split: %s", hvd_last_error());
+  static float ow[8], og[8];
+  int64_t eight = 8;
+  hvd_param_t op = {"o", hvd_tensor_make(ow, HVD_FLOAT32, 1, &eight),
+                    hvd_tensor_make(og, HVD_FLOAT32, 1, &eight)};
+  hvd_sgd_options_t so;
+  hvd_sgd_options_init(&so);
+  hvd_distributed_options_t dopt;
+  hvd_distributed_options_init(&dopt);
+  hvd_optimizer_t *base = NULL;
+  if (hvd_sgd_create(&op, 1, &so, &base) != HVD_SUCCESS ||
+      hvd_distributed_optimizer(base, &dopt, &in.opt) != HVD_SUCCESS)
+    bail("a distributed SGD: %s", hvd_last_error());
 
   fflush(NULL);
   pid_t c = fork();
@@ -288,6 +315,9 @@ int main(int argc, char **argv) {
   is_int(HVD_SUCCESS, hvd_checkpoint_wait(in.save),
          "the parent's save completes");
   hvdt_allreduce_works(NULL, HVD_FLOAT32, 5, "the parent's allreduce");
+  hvd_optimizer_destroy(in.opt);
+  is_int(HVD_SUCCESS, hvd_process_set_destroy(in.set),
+         "the parent's process set is destroyed");
   is_int(HVD_SUCCESS, hvd_timeline_stop(), "hvd_timeline_stop");
   int clean_tl = 1;
   if (rank == 0) {
