@@ -78,8 +78,8 @@ typedef enum hvd_dtype {
   HVD_INT8 = 1,
   HVD_INT32 = 2,
   HVD_INT64 = 3,
-  HVD_FLOAT16 = 4,  /* IEEE binary16; reduced with float accumulation */
-  HVD_BFLOAT16 = 5, /* bfloat16; reduced with float accumulation */
+  HVD_FLOAT16 = 4,  /* IEEE binary16; each addition in float, rounded */
+  HVD_BFLOAT16 = 5, /* bfloat16; each addition in float, rounded */
   HVD_FLOAT32 = 6,
   HVD_FLOAT64 = 7,
   HVD_DTYPE_COUNT

@@ -324,7 +324,7 @@ TESTS_SH += t/mpi/rank_death.sh t/mpi/timeline.sh \
 ## are not in make check, so that it stays quick; `make check-long` runs
 ## them, and CI runs both (.ci/run):
 ##   stall, straggler, elastic, hvdrun_blame, cluster, autotune, bench,
-##   cifar_train, slurm, bert_learns
+##   cifar_train, slurm, bert_learns, big
 LONG_TESTS = t/mpi/stall.sh t/mpi/straggler.sh t/mpi/elastic.sh \
 	t/mpi/hvdrun_blame.sh t/mpi/cluster.sh t/mpi/autotune.sh \
 	t/mpi/bench.sh t/mpi/cifar_train.sh t/mpi/slurm.sh t/mpi/bert_learns.sh \
