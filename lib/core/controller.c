@@ -421,18 +421,25 @@ static const hvd__desc_t *ref_desc(const hvd__controller_t *c,
   return &p->desc[ref];
 }
 
+/* x into the list unless its making failed (bad: out of memory); then
+ * cleared, and counted in *nresp. */
+static hvd_result_t emit(hvd__controller_t *c, hvd__response_t *x, int bad,
+                         int *nresp) {
+  if (!bad)
+    hvd__msg_put_response(&c->resp, x, c->size);
+  hvd__response_clear(x);
+  if (bad)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator response");
+  (*nresp)++;
+  return HVD_SUCCESS;
+}
+
 /* p's response into the list (p stays in the table). */
 static hvd_result_t put_response(hvd__controller_t *c, hvd__pending_t *p,
                                  int *nresp) {
   hvd__response_t x;
   int bad = make_response(c, p, &x);
-  if (!bad)
-    hvd__msg_put_response(&c->resp, &x, c->size);
-  hvd__response_clear(&x);
-  if (bad)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator response");
-  (*nresp)++;
-  return HVD_SUCCESS;
+  return emit(c, &x, bad, nresp);
 }
 
 /* p's response into the list; p leaves the table. */
@@ -523,12 +530,9 @@ static hvd_result_t fail_left_out(hvd__controller_t *c, hvd__pending_t *p,
     x.names = calloc(1, sizeof *x.names);
     int bad = x.names == NULL || (x.names[0] = strdup(q->name)) == NULL ||
               (x.errmsg = strdup(msg)) == NULL;
-    if (!bad)
-      hvd__msg_put_response(&c->resp, &x, c->size);
-    hvd__response_clear(&x);
-    if (bad)
-      return hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator response");
-    (*nresp)++;
+    hvd_result_t rc = emit(c, &x, bad, nresp);
+    if (rc != HVD_SUCCESS)
+      return rc;
     pending_remove(c, q);
   }
   return HVD_SUCCESS;
