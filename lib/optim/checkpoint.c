@@ -360,6 +360,25 @@ static hvd_result_t check_param_hp(const char *path, const hvd_optimizer_t *c,
   return HVD_SUCCESS;
 }
 
+/* SGD's rule across its values (sgd.c's check_sgd): nesterov needs
+ * momentum > 0 and dampening 0, with the file's values where it has
+ * them (v[j] for c's hp[j], NaN where the file has none), else c's. */
+static hvd_result_t check_nesterov(const char *path, const hvd__hp_t *hp, int n,
+                                   const double *v) {
+  double x[3] = {NAN, NAN, NAN}; /* nesterov, momentum, dampening */
+  static const char *const label[3] = {"nesterov", "momentum", "dampening"};
+  for (int j = HVD__HP_SHAPE; j < n; j++)
+    for (int k = 0; k < 3; k++)
+      if (strcmp(hp[j].label, label[k]) == 0)
+        x[k] = v[j] == v[j] ? v[j] : hvd__hp_get(&hp[j]);
+  if (!(x[0] > 0) || (x[1] > 0 && x[2] == 0))
+    return HVD_SUCCESS; /* no nesterov, or not an SGD */
+  return hvd__set_error(HVD_ERR_CORRUPT,
+                        "%s: '%s': nesterov needs momentum > 0 and dampening "
+                        "0 (momentum %g, dampening %g)",
+                        load_fn, path, x[1], x[2]);
+}
+
 /* 1 when x fits hyperparameter h: any double, or a whole number in
  * range for an int's or an int64_t's place. */
 static int fits(const hvd__hp_t *h, double x) {
@@ -383,8 +402,11 @@ static hvd_result_t next_hparams(const char *path, reader_t *r,
   const char *s;
   uint32_t len;
   hvd__hp_t hp[HVD__HP_MAX];
+  double got[HVD__HP_MAX]; /* the file's value of hp[j], NaN: none */
   const int n = c != NULL ? hvd__hp_list(c, hp) : 0;
   hvd_result_t rc = HVD_SUCCESS;
+  for (int j = 0; j < HVD__HP_MAX; j++)
+    got[j] = NAN;
   if (hvd__get_le(buf + 8, 4) < CKPT_VERSION5)
     return HVD_SUCCESS;
   if (!take_int(r, 4, &nh))
@@ -399,10 +421,13 @@ static hvd_result_t next_hparams(const char *path, reader_t *r,
         return MALFORMED(r, "a hyperparameter out of its range");
       if (!hvd__hp_in_range(hp[j].range, f64_of(v[0])))
         return out_of_range(path, hp[j].label, f64_of(v[0]), hp[j].range);
+      got[j] = f64_of(v[0]);
       if (set)
         hvd__hp_set(&hp[j], f64_of(v[0]));
     }
   }
+  if (!set && check_nesterov(path, hp, n, got) != HVD_SUCCESS)
+    return HVD_ERR_CORRUPT; /* message set */
   if (!take_int(r, 4, &np))
     return MALFORMED(r, "parameters' hyperparameters");
   for (uint64_t i = 0; i < np; i++) {

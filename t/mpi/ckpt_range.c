@@ -16,7 +16,9 @@
  * update count, rate scales and loss scale are the program's still.
  * Before, most loaded (lr nan, then a NaN model), and a bad rate scale
  * failed with a setter's message after the model was overwritten.
- * A LAMB with always_adapt 5 (any int turns it on) saves 1 and loads.
+ * SGD's nesterov turned on in a file whose dampening is not 0 is refused
+ * as hvd_sgd_create refuses it. A LAMB with always_adapt 5 (any int
+ * turns it on) saves 1 and loads.
  */
 #include "hvd.h"
 #include "hvdtest.h"
@@ -181,29 +183,36 @@ static scalars_t scalars_of(const hvd_optimizer_t *o) {
                      hvd_optimizer_loss_scale(o), hvd_optimizer_steps(o)};
 }
 
-/* bad (what made x) loads into (m, o) of kind on no rank: the message
- * names what ("<words> <x as %g>") and range; nothing changed. */
-static void refused(int kind, const char *what, double x, const char *words,
-                    const char *range) {
+/* bad (what made x) loads into (m, o) of kind on no rank, with the
+ * message want; nothing changed. */
+static void refused_with(int kind, const char *what, double x,
+                         const char *want) {
   model_t m;
   make(&m, 3);
   hvd_optimizer_t *o = make_opt(&m, kind, 1);
   model_t m0 = m;
   scalars_t s0 = scalars_of(o);
-  char want[3000];
-  snprintf(want, sizeof want,
-           "hvd_checkpoint_load: '%s': %s %g is out of range %s", bad, words,
-           x, range);
   spoil(what, x);
   int64_t step = -7;
   is_int(HVD_ERR_CORRUPT, hvd_checkpoint_load(bad, m.p, NP, o, &step),
-         "%s %g is refused", words, x);
+         "%s %g is refused", what, x);
   is_string(want, hvd_last_error(), "... naming it and its range");
   scalars_t s = scalars_of(o);
   ok(memcmp(m.v, m0.v, sizeof m.v) == 0 && memcmp(&s, &s0, sizeof s) == 0 &&
          step == -7,
      "... nothing changed");
   hvd_optimizer_destroy(o);
+}
+
+/* refused_with, the message naming what ("<words> <x as %g>") and its
+ * range. */
+static void refused(int kind, const char *what, double x, const char *words,
+                    const char *range) {
+  char want[3000];
+  snprintf(want, sizeof want,
+           "hvd_checkpoint_load: '%s': %s %g is out of range %s", bad, words,
+           x, range);
+  refused_with(kind, what, x, want);
 }
 
 /* The good file of kind: saved after one step. */
@@ -227,6 +236,15 @@ static void sgd_cases(void) {
   refused(SGD, "dampening", INFINITY, "dampening", "(-inf, inf)");
   refused(SGD, "weight_decay", NAN, "weight_decay", "[0, inf)");
   refused(SGD, "nesterov", 2, "nesterov", "{0, 1}");
+  { /* each value in range, but nesterov with the file's dampening 0.1:
+       what hvd_sgd_create refuses, refused here too */
+    char want[3000];
+    snprintf(want, sizeof want,
+             "hvd_checkpoint_load: '%s': nesterov needs momentum > 0 and "
+             "dampening 0 (momentum 0.9, dampening 0.1)",
+             bad);
+    refused_with(SGD, "nesterov", 1, want);
+  }
   refused(SGD, "loss scale", 0, "loss scale", "(0, inf)");
   refused(SGD, "loss scale's clean steps", -1, "loss scale's clean steps",
           "[0, inf)");
