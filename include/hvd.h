@@ -1398,7 +1398,8 @@ hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root);
 
 /* Root 0 writes path atomically (temporary file, fsync, rename): a crash
  * leaves the previous file intact. A process saves a path once at a
- * time: a save of a path it is saving already (another process set's
+ * time: a save of a path it is saving already, however spelt (the
+ * directory resolved: dir/./a.ckpt is dir/a.ckpt; another process set's
  * whose first rank it is, from another thread, or a background save not
  * waited for) is HVD_ERR_INVALID_ARG on every rank of the set ("...: a
  * save of this path is under way in this process ..."); saves of one

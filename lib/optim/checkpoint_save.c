@@ -530,42 +530,68 @@ static size_t staging_cap;
 /* The paths that this process saves (as some set's first rank), from
  * a save's start to its end, or a background one's wait: two sets whose
  * first rank is this process, saving one path from two threads, would
- * rename each other's half-written file over it. The second is refused;
+ * rename each other's half-written file over it. The second is refused,
+ * whatever its spelling (key: the directory resolved, then the name);
  * across processes the last rename wins, each save atomic. */
 typedef struct saving {
-  char *path;
+  char *path, *key;
   struct saving *next;
 } saving_t;
 static pthread_mutex_t saving_mu = PTHREAD_MUTEX_INITIALIZER;
 static saving_t *saving;
 
+/* path's file as one spelling: realpath of its directory, '/', its
+ * name; path itself when the directory does not resolve (the save
+ * fails then). NULL when out of memory. */
+static char *path_key(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir =
+      slash == NULL ? strdup(".") : strndup(path, (size_t)(slash - path) + 1);
+  char *real = dir != NULL ? realpath(dir, NULL) : NULL, *key = NULL;
+  const char *name = slash == NULL ? path : slash + 1;
+  if (real == NULL)
+    key = dir != NULL ? strdup(path) : NULL;
+  else if ((key = malloc(strlen(real) + strlen(name) + 2)) != NULL)
+    sprintf(key, "%s/%s", real, name);
+  free(real);
+  free(dir);
+  return key;
+}
+
 /* path added to `saving`: 1, or 0 with the message set in *rc when it
  * is there already (or out of memory). */
 static int claim_path(const char *fn, const char *path, hvd_result_t *rc) {
   saving_t *e = NULL;
+  char *key = path_key(path);
   pthread_mutex_lock(&saving_mu);
-  for (e = saving; e != NULL && strcmp(e->path, path) != 0; e = e->next)
+  for (e = saving; key != NULL && e != NULL && strcmp(e->key, key) != 0;
+       e = e->next)
     ;
-  if (e != NULL)
+  if (key != NULL && e != NULL)
     *rc = hvd__set_error(HVD_ERR_INVALID_ARG,
                          "%s: '%s': a save of this path is under way in "
                          "this process (a background save not waited for, "
                          "or another process set's: give each set its own "
                          "path)",
                          fn, path);
-  else if ((e = malloc(sizeof *e)) == NULL ||
+  else if (key == NULL || (e = malloc(sizeof *e)) == NULL ||
            (e->path = strdup(path)) == NULL) {
     free(e);
+    free(key);
     e = NULL;
     *rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
   } else {
+    e->key = key;
     e->next = saving;
     saving = e;
   }
+  if (*rc != HVD_SUCCESS && e != NULL)
+    free(key);
   pthread_mutex_unlock(&saving_mu);
   return *rc == HVD_SUCCESS;
 }
 
+/* path (as claim_path was given it) leaves `saving`. */
 static void release_path(const char *path) {
   pthread_mutex_lock(&saving_mu);
   for (saving_t **p = &saving; *p != NULL; p = &(*p)->next)
@@ -573,6 +599,7 @@ static void release_path(const char *path) {
       saving_t *e = *p;
       *p = e->next;
       free(e->path);
+      free(e->key);
       free(e);
       break;
     }

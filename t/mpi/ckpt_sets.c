@@ -12,7 +12,8 @@
  *    HVD_SUCCESS. Before, the wait agreed within the freed set (a
  *    garbage set id in its message, or a crash).
  *  - Two sets of every rank (so world rank 0 writes for both) saving one
- *    path: a save of the path while another is under way in the process
+ *    path (under any spelling: dir/./name is dir/name): a save of the
+ *    path while another is under way in the process
  *    (set A's background save, not waited for) is refused on every rank
  *    of its set (HVD_ERR_INVALID_ARG, "...: a save of this path is under
  *    way in this process ..."); A's file is whole, and after A's wait B
@@ -203,6 +204,19 @@ static void refused_while_held(saver_t *a, saver_t *b, const char *refusal) {
   is_int(HVD_ERR_INVALID_ARG, rc, "... set B's save of it meanwhile");
   is_string(refusal, rc != HVD_SUCCESS ? hvd_last_error() : "",
             "... is refused on every rank, saying why");
+  char alt[1200], also[1600]; /* the path spelt otherwise: the same file */
+  const char *slash = strrchr(same_path, '/');
+  snprintf(alt, sizeof alt, "%.*s/./%s", (int)(slash - same_path), same_path,
+           slash + 1);
+  snprintf(also, sizeof also,
+           "hvd_checkpoint_save: '%s': a save of this path is under way in "
+           "this process (a background save not waited for, or another "
+           "process set's: give each set its own path)",
+           alt);
+  rc = hvd_checkpoint_save(alt, &b->m.p, 1, b->opt, b->step);
+  is_int(HVD_ERR_INVALID_ARG, rc, "... and of it spelt '..././same.ckpt'");
+  is_string(also, rc != HVD_SUCCESS ? hvd_last_error() : "",
+            "... is refused alike");
   is_int(HVD_SUCCESS, hvd_checkpoint_wait(q), "... A's wait succeeds");
   is_int(a->step, loaded_step(a, b), "... the file is A's, whole");
   is_int(HVD_SUCCESS,
