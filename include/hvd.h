@@ -501,9 +501,9 @@ hvd_result_t hvd_ps_barrier(const hvd_process_set_t *ps);
  * own request in reqs[i] (hvd_wait each); the blocking forms wait for all
  * and return the first failure. Ranks must form the same group (the same
  * names in the same order), else every member fails with HVD_ERR_MISMATCH
- * naming the ranks ("group 1 of 2 (#1a2b) vs ... group none"), a member
- * that a rank's whole group leaves out at once ("group 2 of 2 (#1a2b)
- * vs rank 1 group 1 of 1 (#3c4d) without it"); a member
+ * naming the ranks ("group 1 of 2 (#1a2b) vs ... group none") once every
+ * rank has submitted it (a member that some rank never submits waits for
+ * the stall inspector, as any collective would); a member
  * whose other arguments differ between ranks (a shape, a dtype) fails as a
  * single collective would, naming them, and the other members run. An
  * invalid member (its message prefixed "<call>: tensor i: ") or two

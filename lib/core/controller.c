@@ -421,34 +421,19 @@ static const hvd__desc_t *ref_desc(const hvd__controller_t *c,
   return &p->desc[ref];
 }
 
-/* x into the list unless its making failed (bad: out of memory); then
- * cleared, and counted in *nresp. */
-static hvd_result_t emit(hvd__controller_t *c, hvd__response_t *x, int bad,
-                         int *nresp) {
-  if (!bad)
-    hvd__msg_put_response(&c->resp, x, c->size);
-  hvd__response_clear(x);
-  if (bad)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator response");
-  (*nresp)++;
-  return HVD_SUCCESS;
-}
-
-/* p's response into the list (p stays in the table). */
-static hvd_result_t put_response(hvd__controller_t *c, hvd__pending_t *p,
-                                 int *nresp) {
-  hvd__response_t x;
-  int bad = make_response(c, p, &x);
-  return emit(c, &x, bad, nresp);
-}
-
 /* p's response into the list; p leaves the table. */
 static hvd_result_t respond(hvd__controller_t *c, hvd__pending_t *p,
                             int *nresp) {
-  hvd_result_t rc = put_response(c, p, nresp);
-  if (rc == HVD_SUCCESS)
-    pending_remove(c, p);
-  return rc;
+  hvd__response_t x;
+  int bad = make_response(c, p, &x);
+  if (!bad)
+    hvd__msg_put_response(&c->resp, &x, c->size);
+  hvd__response_clear(&x);
+  if (bad)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "coordinator response");
+  (*nresp)++;
+  pending_remove(c, p);
+  return HVD_SUCCESS;
 }
 
 /* 1 if the ranks that have p agree on its group (its other fields may
@@ -459,83 +444,6 @@ static int group_agrees(const hvd__controller_t *c, const hvd__pending_t *p) {
     if (p->have[r] && !field_equal(F_GROUP, &p->desc[r], d))
       return 0;
   return 1;
-}
-
-/* 1 if q is, on some rank, in the group that p is in there. */
-static int same_group_somewhere(const hvd__controller_t *c,
-                                const hvd__pending_t *p,
-                                const hvd__pending_t *q) {
-  for (int r = 0; r < c->size; r++)
-    if (p->have[r] && q->have[r] && p->desc[r].group_n > 0 &&
-        q->desc[r].group_n == p->desc[r].group_n &&
-        q->desc[r].group_id == p->desc[r].group_id)
-      return 1;
-  return 0;
-}
-
-/* 1 if rank r has submitted the whole of the group that p is in there
- * (its group_n members, all pending), so that what it lacks it leaves
- * out of that group. */
-static int group_whole_on(const hvd__controller_t *c, const hvd__pending_t *p,
-                          int r) {
-  const hvd__desc_t *d = &p->desc[r];
-  int n = 0;
-  if (!p->have[r] || d->group_n == 0)
-    return 0;
-  for (const hvd__pending_t *e = c->head; e != NULL; e = e->next)
-    n += e->have[r] && e->desc[r].group_n == d->group_n &&
-         e->desc[r].group_id == d->group_id;
-  return n == d->group_n;
-}
-
-/* p's group differs between the ranks: a member q of it (on some rank)
- * that some ranks lack, each of which has submitted the whole of its own
- * group with p in it, leaving q out, can never run: it fails at once
- * (it would wait for the stall inspector), naming the ranks that have it
- * and those whose group leaves it out. A member that a rank may still
- * submit (it has p in no group) waits for it and fails then, by the
- * usual group comparison. */
-static hvd_result_t fail_left_out(hvd__controller_t *c, hvd__pending_t *p,
-                                  int *nresp) {
-  for (hvd__pending_t *q = c->head, *next; q != NULL; q = next) {
-    next = q->next;
-    if (q == p || ready_all(c, q) || !same_group_somewhere(c, p, q))
-      continue;
-    int out = 1, ref = -1;
-    hvd__ranks_t l;
-    char v[HVD__SHAPE_STR_MAX + 64], head[400], lab[300];
-    char msg[HVD__ERRMSG_MAX];
-    hvd__ranks_begin(&l);
-    for (int r = 0; r < c->size && out; r++) {
-      if (q->have[r]) {
-        ref = ref < 0 ? r : ref;
-        continue;
-      }
-      if (c->joined[r])
-        continue;
-      out = group_whole_on(c, p, r);
-      field_item(F_GROUP, &p->desc[r], v, sizeof v);
-      strcat(v, " without it");
-      hvd__ranks_add(&l, WORLD(c, r), v);
-    }
-    if (!out || ref < 0)
-      continue;
-    hvd__pending_label(q, q->desc[ref].coll, lab, sizeof lab);
-    field_item(F_GROUP, &q->desc[ref], v, sizeof v);
-    snprintf(head, sizeof head, "%s: rank %d %s", lab, WORLD(c, ref), v);
-    hvd__ranks_write(&l, head, msg, sizeof msg);
-    hvd__response_t x = {.kind = HVD__RESP_ERROR, .err = HVD_ERR_MISMATCH};
-    x.desc = q->desc[ref];
-    x.nnames = 1;
-    x.names = calloc(1, sizeof *x.names);
-    int bad = x.names == NULL || (x.names[0] = strdup(q->name)) == NULL ||
-              (x.errmsg = strdup(msg)) == NULL;
-    hvd_result_t rc = emit(c, &x, bad, nresp);
-    if (rc != HVD_SUCCESS)
-      return rc;
-    pending_remove(c, q);
-  }
-  return HVD_SUCCESS;
 }
 
 /* The members of p's group (by index) that every rank has in that group;
@@ -571,15 +479,8 @@ static hvd_result_t respond_ready(hvd__controller_t *c, int *nresp) {
       continue;
     const hvd__desc_t *d = ref_desc(c, p);
     int n = d->group_n;
-    if (n == 0) {
+    if (n == 0 || !group_agrees(c, p)) {
       HVD__CHECK(respond(c, p, nresp));
-      continue;
-    }
-    if (!group_agrees(c, p)) { /* the ranks form its group differently */
-      HVD__CHECK(put_response(c, p, nresp));
-      HVD__CHECK(fail_left_out(c, p, nresp));
-      pending_remove(c, p);
-      next = c->head; /* members gone from anywhere in the list */
       continue;
     }
     if (n > mcap) {

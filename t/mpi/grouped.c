@@ -313,50 +313,6 @@ static void test_member_mismatch(void) {
   ok(rb == (float)(size * (size + 1) / 2), "  the other member exact again");
 }
 
-/* Rank 1 groups {ga.a}, the others {ga.a, ga.b}: ga.a fails on every
- * rank naming the groups, and ga.b, which rank 1's whole group leaves
- * out, fails at once on the others, naming the groups (it once waited
- * for the stall inspector). */
-static void test_membership(void) {
-  if (size < 2)
-    return;
-  float a = 1, b = 2, ra, rb;
-  int64_t one = 1;
-  hvd_tensor_t s[2] = {hvd_tensor_make(&a, HVD_FLOAT32, 1, &one),
-                       hvd_tensor_make(&b, HVD_FLOAT32, 1, &one)};
-  hvd_tensor_t r[2] = {hvd_tensor_make(&ra, HVD_FLOAT32, 1, &one),
-                       hvd_tensor_make(&rb, HVD_FLOAT32, 1, &one)};
-  const char *names[2] = {"ga.a", "ga.b"};
-  hvd_request_t *reqs[2];
-  int n = rank == 1 ? 1 : 2;
-  if (hvd_grouped_allreduce_async(n, names, s, r, HVD_SUM, 1, 1, reqs) !=
-      HVD_SUCCESS)
-    bail("grouped submit: %s", hvd_last_error());
-  char want[512], got[2][512];
-  hvd_result_t rc[2] = {HVD_ERR_MISMATCH, HVD_ERR_MISMATCH};
-  for (int i = 0; i < n; i++) {
-    rc[i] = hvd_wait(reqs[i]);
-    snprintf(got[i], sizeof got[i], "%s", hvd_last_error());
-  }
-  snprintf(want, sizeof want,
-           "allreduce 'ga.a': rank 0 group 1 of 2 (#%04x) vs rank 1 group 1 "
-           "of 1 (#%04x)",
-           group_tag(2, names), group_tag(1, names));
-  is_int(HVD_ERR_MISMATCH, rc[0], "groups of other members: the shared fails");
-  is_string(want, got[0], "  naming the groups");
-  is_int(HVD_ERR_MISMATCH, rc[1], "  the one rank 1 lacks fails with it");
-  if (rank != 1) {
-    char also[300];
-    snprintf(also, sizeof also,
-             "allreduce 'ga.b': rank 0 group 2 of 2 (#%04x) vs rank 1 group "
-             "1 of 1 (#%04x) without it",
-             group_tag(2, names), group_tag(1, names));
-    is_string(also, got[1], "  naming the group that leaves it out");
-  } else {
-    ok(1, "  naming the group that leaves it out (not on rank 1)");
-  }
-}
-
 static void test_errors(void) {
   float a = 1, ra;
   int32_t bad;
@@ -454,7 +410,6 @@ int main(int argc, char **argv) {
   test_cached_name();
   test_mismatch();
   test_member_mismatch();
-  test_membership();
   test_errors();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
