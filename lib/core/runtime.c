@@ -254,14 +254,17 @@ int hvd__process_set_has(const hvd_process_set_t *ps, int world_rank) {
   return ps == NULL;
 }
 
+/* Under g.rw, not g.mu: g.mu is held across the collectives of a set's
+ * creation and destruction, which may wait for a rank that is itself in
+ * a checkpoint wait here (g.sets changes under g.rw's write lock too). */
 const hvd_process_set_t *hvd__process_set_find(int id) {
   const hvd_process_set_t *found = NULL;
-  pthread_mutex_lock(&g.mu);
+  pthread_rwlock_rdlock(&g.rw);
   for (const hvd_process_set_t *ps = g.sets; ps != NULL && found == NULL;
        ps = ps->next)
     if (ps->id == id)
       found = ps;
-  pthread_mutex_unlock(&g.mu);
+  pthread_rwlock_unlock(&g.rw);
   return found;
 }
 
@@ -523,8 +526,10 @@ static hvd_result_t set_make_locked(hvd__engine_cmd_fn build, set_build_t *b,
   hvd_result_t rc = hvd__engine_command(g.engine, build, b);
   if (rc != HVD_SUCCESS)
     return rc;
+  pthread_rwlock_wrlock(&g.rw); /* hvd__process_set_find reads under it */
   b->ps->next = g.sets;
   g.sets = b->ps;
+  pthread_rwlock_unlock(&g.rw);
   *out = b->ps;
   return HVD_SUCCESS;
 }
@@ -602,12 +607,12 @@ hvd_result_t hvd_process_set_destroy(hvd_process_set_t *ps) {
   if (hvd__forked()) /* the set's engine and communicators are the parent's */
     return hvd__not_initialized("hvd_process_set_destroy");
   pthread_mutex_lock(&g.mu);
+  pthread_rwlock_wrlock(&g.rw); /* no submission to it is half done */
   for (hvd_process_set_t **p = &g.sets; *p != NULL; p = &(*p)->next)
     if (*p == ps) {
       *p = ps->next;
       break;
     }
-  pthread_rwlock_wrlock(&g.rw); /* no submission to it is half done */
   ps->stopped = 1;
   pthread_rwlock_unlock(&g.rw);
   set_free(ps);
@@ -1210,16 +1215,17 @@ hvd_result_t hvd_shutdown(void) {
   if (atomic_load(&g.initialized)) {
     pthread_rwlock_wrlock(&g.rw); /* no submission is half done */
     atomic_store(&g.initialized, 0);
-    for (hvd_process_set_t *ps = g.sets; ps != NULL; ps = ps->next)
+    hvd_process_set_t *sets = g.sets;
+    g.sets = NULL;
+    for (hvd_process_set_t *ps = sets; ps != NULL; ps = ps->next)
       ps->stopped = 1;
     pthread_rwlock_unlock(&g.rw);
     /* the sets' engines first; the handles stay for destroy to free */
-    for (hvd_process_set_t *ps = g.sets, *next; ps != NULL; ps = next) {
+    for (hvd_process_set_t *ps = sets, *next; ps != NULL; ps = next) {
       next = ps->next;
       set_stop(ps);
       ps->next = NULL;
     }
-    g.sets = NULL;
     hvd__engine_stop(g.engine);
     g.engine = NULL;
     log_gpu_timing();
