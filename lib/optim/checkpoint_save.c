@@ -391,6 +391,10 @@ static int create_tmp(const char *path, char *tmp, size_t tlen, FILE **f,
              atomic_fetch_add(&tmp_seq, 1) + 1);
   }
   *created = fd >= 0;
+  struct stat old; /* the file it replaces keeps its permissions, as an
+                      overwrite in place would (a 0600 checkpoint) */
+  if (fd >= 0 && stat(path, &old) == 0 && S_ISREG(old.st_mode))
+    (void)fchmod(fd, old.st_mode & 07777);
   if (fd < 0 || (*f = fdopen(fd, "wb")) == NULL) {
     int err = errno;
     if (fd >= 0)
@@ -506,7 +510,7 @@ struct hvd_checkpoint_request {
   int set_id;           /* the optimizer's set's id (0: the world), for the
                            wait, which looks it up: the set may be gone */
   int writer;           /* rank 0's: it has a thread or wrote already */
-  int claimed;          /* rank 0's: path is in `saving` until the wait */
+  struct saving *claim; /* rank 0's: its entry in `saving` until the wait */
   unsigned char *bytes; /* the snapshot (in staging), until written */
   uint64_t size;
   pthread_t thread;
@@ -558,52 +562,60 @@ static char *path_key(const char *path) {
   return key;
 }
 
-/* path added to `saving`: 1, or 0 with the message set in *rc when it
- * is there already (or out of memory). */
-static int claim_path(const char *fn, const char *path, hvd_result_t *rc) {
-  saving_t *e = NULL;
+/* path's entry, added to `saving`; NULL with the message set in *rc
+ * when it is there already (or out of memory). */
+static saving_t *claim_path(const char *fn, const char *path,
+                            hvd_result_t *rc) {
   char *key = path_key(path);
+  saving_t *e = NULL, *mine = NULL;
+  if (key == NULL) {
+    *rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+    return NULL;
+  }
   pthread_mutex_lock(&saving_mu);
-  for (e = saving; key != NULL && e != NULL && strcmp(e->key, key) != 0;
-       e = e->next)
+  for (e = saving; e != NULL && strcmp(e->key, key) != 0; e = e->next)
     ;
-  if (key != NULL && e != NULL)
+  if (e != NULL)
     *rc = hvd__set_error(HVD_ERR_INVALID_ARG,
                          "%s: '%s': a save of this path is under way in "
                          "this process (a background save not waited for, "
                          "or another process set's: give each set its own "
                          "path)",
                          fn, path);
-  else if (key == NULL || (e = malloc(sizeof *e)) == NULL ||
-           (e->path = strdup(path)) == NULL) {
-    free(e);
-    free(key);
-    e = NULL;
+  else if ((mine = calloc(1, sizeof *mine)) == NULL ||
+           (mine->path = strdup(path)) == NULL)
     *rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
-  } else {
-    e->key = key;
-    e->next = saving;
-    saving = e;
+  if (*rc == HVD_SUCCESS) {
+    mine->key = key;
+    mine->next = saving;
+    saving = mine;
   }
-  if (*rc != HVD_SUCCESS && e != NULL)
-    free(key);
   pthread_mutex_unlock(&saving_mu);
-  return *rc == HVD_SUCCESS;
+  if (*rc != HVD_SUCCESS) {
+    if (mine != NULL)
+      free(mine->path);
+    free(mine);
+    free(key);
+    mine = NULL;
+  }
+  return mine;
 }
 
-/* path (as claim_path was given it) leaves `saving`. */
-static void release_path(const char *path) {
+/* e (claim_path's) leaves `saving`; NULL: nothing. By the entry, not the
+ * path: one spelling may name two files over time (a symlink moved). */
+static void release_path(saving_t *e) {
+  if (e == NULL)
+    return;
   pthread_mutex_lock(&saving_mu);
   for (saving_t **p = &saving; *p != NULL; p = &(*p)->next)
-    if (strcmp((*p)->path, path) == 0) {
-      saving_t *e = *p;
+    if (*p == e) {
       *p = e->next;
-      free(e->path);
-      free(e->key);
-      free(e);
       break;
     }
   pthread_mutex_unlock(&saving_mu);
+  free(e->path);
+  free(e->key);
+  free(e);
 }
 
 /* The staging buffer, at least size bytes (a bigger one replaces it). */
@@ -710,13 +722,15 @@ static void start_writer(hvd_checkpoint_request_t *q) {
 }
 
 /* On the set's first rank a save of the same path under way in this
- * process (else *claimed: path is this save's now, for release_path),
- * then the save that is not waited for yet: refused on every rank. */
+ * process (else *claim: path's entry, this save's now, for
+ * release_path), then the save that is not waited for yet: refused on
+ * every rank. */
 static hvd_result_t check_inflight(const char *fn, const char *path,
-                                   int *claimed) {
+                                   saving_t **claim) {
   hvd_result_t rc = HVD_SUCCESS;
-  *claimed = path != NULL && path[0] != '\0' && hvd__coll_rank() == 0 &&
-             claim_path(fn, path, &rc);
+  *claim = path != NULL && path[0] != '\0' && hvd__coll_rank() == 0
+               ? claim_path(fn, path, &rc)
+               : NULL;
   pthread_mutex_lock(&inflight_mu);
   if (inflight != NULL && rc == HVD_SUCCESS)
     rc = hvd__set_error(HVD_ERR_INVALID_ARG,
@@ -726,9 +740,9 @@ static hvd_result_t check_inflight(const char *fn, const char *path,
                         inflight->waiter);
   pthread_mutex_unlock(&inflight_mu);
   rc = hvd__ckpt_agree("save.inflight", rc);
-  if (rc != HVD_SUCCESS && *claimed) {
-    release_path(path);
-    *claimed = 0;
+  if (rc != HVD_SUCCESS) {
+    release_path(*claim);
+    *claim = NULL;
   }
   return rc;
 }
@@ -833,8 +847,8 @@ static hvd_result_t wait_here(hvd_checkpoint_request_t *req) {
   if (inflight == req)
     inflight = NULL;
   pthread_mutex_unlock(&inflight_mu);
-  if (req->claimed) /* the path may be saved again */
-    release_path(req->path);
+  release_path(req->claim); /* the path may be saved again */
+  req->claim = NULL;
   hvd_result_t rc = !joined ? hvd__not_initialized("hvd_checkpoint_wait")
                     : req->rc != HVD_SUCCESS
                         ? hvd__set_error_msg(req->rc, req->msg)
@@ -875,8 +889,8 @@ static hvd_result_t save_ex(const char *fn, const char *path,
                             hvd_checkpoint_request_t *q) {
   if (!hvd_is_initialized())
     return hvd__not_initialized(fn);
-  int claimed = 0;
-  hvd_result_t rc = check_inflight(fn, path, &claimed);
+  saving_t *claim = NULL;
+  hvd_result_t rc = check_inflight(fn, path, &claim);
   if (rc != HVD_SUCCESS)
     return rc;
   hvd_optimizer_t *core = opt ? hvd__optim_core((hvd_optimizer_t *)opt) : NULL;
@@ -896,9 +910,9 @@ static hvd_result_t save_ex(const char *fn, const char *path,
     rc = save_checked(&s, (hvd_optimizer_t *)opt, q);
   /* a background save keeps path until its wait (wait_here) */
   if (q != NULL && rc == HVD_SUCCESS && q->writer)
-    q->claimed = claimed;
-  else if (claimed)
-    release_path(path);
+    q->claim = claim;
+  else
+    release_path(claim);
   return rc;
 }
 

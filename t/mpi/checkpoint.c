@@ -28,7 +28,9 @@
  *    hvd_shutdown finishes the file;
  *  - a load of a 72 MiB file holds less than 24 MiB more on a rank other
  *    than 0, 32 MiB on rank 0; opt NULL on one rank only fails on every
- *    rank.
+ *    rank;
+ *  - a new file's mode is 0666 less the umask; a save over a file of mode
+ *    0600 keeps 0600 (it once took the umask's, readable by all).
  *
  * Modes for t/mpi/checkpoint.sh and checkpoint_crash.sh (any rank count):
  *   checkpoint save PATH K   K plain AdamW steps, then save at step K
@@ -1051,6 +1053,31 @@ static int mode_zero_save_memory(const char *path) {
   return 0;
 }
 
+/* A save that replaces a file keeps its permissions, as an overwrite in
+ * place would: a 0600 checkpoint stays 0600 (the new file once took
+ * 0666 less the umask, readable by all). A new file takes the umask's. */
+static void permissions(void) {
+  model_t m;
+  model_init(&m, 0);
+  const char *path = at("mode.ckpt");
+  mode_t was = umask(022);
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(path, m.p, NP, NULL, 1),
+         "a new file");
+  struct stat st = {0};
+  ok(root_ll(stat(path, &st) == 0 ? (long long)(st.st_mode & 07777) : -1) ==
+         0644,
+     "... takes 0666 less the umask (022): 0644");
+  if (rank == 0)
+    chmod(path, 0600);
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(path, m.p, NP, NULL, 2),
+         "a save over a file of mode 0600");
+  ok(root_ll(stat(path, &st) == 0 ? (long long)(st.st_mode & 07777) : -1) ==
+         0600,
+     "... keeps 0600");
+  umask(was);
+  model_free(&m);
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
@@ -1092,6 +1119,7 @@ int main(int argc, char **argv) {
   failures();
   background();
   memory();
+  permissions();
   hvdt_remove_tmpdir(dir);
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();
