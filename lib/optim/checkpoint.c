@@ -422,8 +422,9 @@ static hvd_result_t next_hparams(const char *path, reader_t *r,
       if (!hvd__hp_in_range(hp[j].range, f64_of(v[0])))
         return out_of_range(path, hp[j].label, f64_of(v[0]), hp[j].range);
       got[j] = f64_of(v[0]);
-      if (set)
-        hvd__hp_set(&hp[j], f64_of(v[0]));
+      if (set) /* a flag as 0 or 1, whatever int an earlier build wrote */
+        hvd__hp_set(&hp[j], hp[j].range == HVD__HP_FLAG ? f64_of(v[0]) != 0
+                                                        : f64_of(v[0]));
     }
   }
   if (!set && check_nesterov(path, hp, n, got) != HVD_SUCCESS)
@@ -490,8 +491,8 @@ static hvd_result_t check_scaler(const char *path, const unsigned char *ol,
   if (!scaler_of(ol, size, c, v))
     return HVD_SUCCESS;
   memcpy(&scale, &v[0], sizeof scale);
-  if (!hvd__hp_in_range(HVD__HP_POS, scale))
-    return out_of_range(path, "loss scale", scale, HVD__HP_POS);
+  if (!hvd__hp_in_range(HVD__HP_NONNEG, scale)) /* backoffs can reach 0 */
+    return out_of_range(path, "loss scale", scale, HVD__HP_NONNEG);
   if (v[1] < 0)
     return out_of_range(path, "loss scale's clean steps", (double)v[1],
                         HVD__HP_NONNEG);

@@ -107,8 +107,8 @@ int hvd__hp_in_range(hvd__hp_range_t r, double x) {
     return x > 0 && x < INFINITY;
   case HVD__HP_UNIT:
     return x >= 0 && x < 1;
-  case HVD__HP_FLAG:
-    return x == 0 || x == 1;
+  case HVD__HP_FLAG: /* any int (fits): the options take one; on if not 0 */
+    return x == x;
   case HVD__HP_GE1:
     return x >= 1 && x < INFINITY;
   case HVD__HP_BACKOFF:

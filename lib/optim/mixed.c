@@ -664,7 +664,8 @@ int hvd__mixed_hparams(hvd_optimizer_t *core, hvd__hp_t *hp) {
   hvd__mixed_t *m = core->mixed;
   if (m == NULL || !m->scaling)
     return 0;
-  hp[0] = (hvd__hp_t){"loss scale", 'd', &m->scale, 0, HVD__HP_POS};
+  /* the running scale: backoffs without a floor can reach 0 (as torch's) */
+  hp[0] = (hvd__hp_t){"loss scale", 'd', &m->scale, 0, HVD__HP_NONNEG};
   hp[1] = (hvd__hp_t){"loss scale's clean steps", 'l', &m->clean, 0,
                       HVD__HP_NONNEG};
   hp[2] = (hvd__hp_t){"init_scale", 'd', &m->o.init_scale, 0, HVD__HP_POS};

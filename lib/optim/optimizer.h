@@ -211,7 +211,8 @@ typedef enum hvd__hp_range {
   HVD__HP_FINITE,   /* (-inf, inf): SGD's dampening */
   HVD__HP_POS,      /* (0, inf): eps, a loss scale */
   HVD__HP_UNIT,     /* [0, 1): beta1, beta2 */
-  HVD__HP_FLAG,     /* 0 or 1 (a file's; the options take any int) */
+  HVD__HP_FLAG,     /* an int, on if not 0 (saved as 0 or 1; earlier
+                       builds saved the options' int) */
   HVD__HP_GE1,      /* [1, inf): growth_factor, growth_interval */
   HVD__HP_BACKOFF,  /* (0, 1]: backoff_factor */
   HVD__HP_MAXNORM,  /* (0, inf]: max_norm with clipping on */

@@ -18,7 +18,9 @@
  * failed with a setter's message after the model was overwritten.
  * SGD's nesterov turned on in a file whose dampening is not 0 is refused
  * as hvd_sgd_create refuses it. A LAMB with always_adapt 5 (any int
- * turns it on) saves 1 and loads.
+ * turns it on) saves 1 and loads; a file with bias_correction 2 (an
+ * earlier build's) loads, and so does a loss scale of 0, which backoffs
+ * without a floor reach.
  */
 #include "hvd.h"
 #include "hvdtest.h"
@@ -215,6 +217,20 @@ static void refused(int kind, const char *what, double x, const char *words,
   refused_with(kind, what, x, want);
 }
 
+/* bad (what made x) loads into an optimizer of kind: a value the
+ * optimizer can reach, or one an earlier build wrote. *scale: the loss
+ * scale after it. */
+static void loads(int kind, const char *what, double x, double *scale) {
+  model_t m;
+  make(&m, 3);
+  hvd_optimizer_t *o = make_opt(&m, kind, 1);
+  spoil(what, x);
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(bad, m.p, NP, o, NULL),
+         "%s %g loads", what, x);
+  *scale = hvd_optimizer_loss_scale(o);
+  hvd_optimizer_destroy(o);
+}
+
 /* The good file of kind: saved after one step. */
 static void save_good(int kind) {
   model_t m;
@@ -235,7 +251,6 @@ static void sgd_cases(void) {
   refused(SGD, "momentum", -0.5, "momentum", "[0, inf)");
   refused(SGD, "dampening", INFINITY, "dampening", "(-inf, inf)");
   refused(SGD, "weight_decay", NAN, "weight_decay", "[0, inf)");
-  refused(SGD, "nesterov", 2, "nesterov", "{0, 1}");
   { /* each value in range, but nesterov with the file's dampening 0.1:
        what hvd_sgd_create refuses, refused here too */
     char want[3000];
@@ -245,7 +260,10 @@ static void sgd_cases(void) {
              bad);
     refused_with(SGD, "nesterov", 1, want);
   }
-  refused(SGD, "loss scale", 0, "loss scale", "(0, inf)");
+  refused(SGD, "loss scale", -1, "loss scale", "[0, inf)");
+  double scale = -1; /* backoffs without a floor reach 0, as torch's */
+  loads(SGD, "#hvd.loss_scale", 0, &scale);
+  is_double(0, scale, 0, "... a loss scale of 0 (backed off that far)");
   refused(SGD, "loss scale's clean steps", -1, "loss scale's clean steps",
           "[0, inf)");
   refused(SGD, "init_scale", INFINITY, "init_scale", "(0, inf)");
@@ -257,7 +275,7 @@ static void sgd_cases(void) {
   refused(SGD, "max_norm", -5, "max_norm", "(0, inf]");
   refused(SGD, "max_norm", 0, "max_norm", "(0, inf]");
   refused(SGD, "norm_type", 1, "norm_type", "{2, inf}");
-  refused(SGD, "#hvd.loss_scale", -1, "loss scale", "(0, inf)");
+  refused(SGD, "#hvd.loss_scale", -1, "loss scale", "[0, inf)");
   refused(SGD, "lrs:1", -3, "the learning-rate scale of parameter 'b'",
           "[0, inf) (NaN: none set)");
   refused(SGD, "wd:2", INFINITY, "the weight decay of parameter 'c'",
@@ -279,7 +297,8 @@ int main(int argc, char **argv) {
   refused(ADAM, "eps", -1, "eps", "(0, inf)");
   refused(ADAM, "eps", 0, "eps", "(0, inf)");
   save_good(LAMB);
-  refused(LAMB, "bias_correction", 2, "bias_correction", "{0, 1}");
+  double scale = -1; /* an earlier build wrote the options' int */
+  loads(LAMB, "bias_correction", 2, &scale);
   /* always_adapt 5 was saved as 1: it loads */
   model_t m;
   make(&m, 3);
