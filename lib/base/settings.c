@@ -247,8 +247,11 @@ static hvd_result_t parse(const setting_t *t, const char *v, char *field) {
   case K_BYTES:
     HVD__CHECK(parse_bytes(t->name, v, t->lo, t->hi, &d));
     break;
-  default:
+  default: /* K_INT, K_INT64: whole ("1.5" once read as 1) */
     HVD__CHECK(parse_double(t->name, v, t->lo, t->hi, &d));
+    if (d != floor(d))
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s='%s' is not a whole number", t->name, v);
   }
   if (t->kind == K_INT64 || t->kind == K_BYTES)
     *(int64_t *)(void *)field = (int64_t)d;

@@ -1,7 +1,8 @@
 /*
  * settings.c - the HVD_* values' one reading, without hvd_init: each kind's
  * parser through hvd_setting_check (white space refused, a unit only
- * after a letter, booleans exactly 0 or 1, ranges printed in full), the
+ * after a letter, booleans exactly 0 or 1, integers whole, ranges
+ * printed in full), the
  * names hvd_setting_unknown suggests, and HVD_HOST_ARENA as
  * hvd_alloc_host reads it (a child process per value: the arena is made
  * once per process). One process, no mpiexec, never calls hvd_init().
@@ -75,6 +76,10 @@ static void test_parsers(void) {
   /* the ranges' bounds in full, not %g's 1.04858e+06 */
   refused("HVD_CACHE_CAPACITY", "-1",
           "HVD_CACHE_CAPACITY='-1' is out of range 0..1048576");
+  /* an integer setting takes a whole number ("1.5" once read as 1) */
+  refused("HVD_CACHE_CAPACITY", "1.5",
+          "HVD_CACHE_CAPACITY='1.5' is not a whole number");
+  accepted("HVD_CACHE_CAPACITY", "1e3");
   refused("HVD_STALL_CHECK_TIME", "-1",
           "HVD_STALL_CHECK_TIME='-1' is out of range 0..1000000000");
   refused("HVD_CHUNK_SIZE", "2T",
