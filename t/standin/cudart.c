@@ -1198,12 +1198,14 @@ void standin_stream_nccl(cudaStream_t s, unsigned long serial) {
  * are no longer pending, so hvd may allocate right after an abort, as it
  * may on a GPU. Work before them that is still running (a stream made
  * busy, standin_stream_busy) keeps its own time: such an event fires then.
- * Any other event stays as strict as before. */
+ * An event also behind a hung collective of another communicator stays
+ * hung. Any other event stays as strict as before. */
 void standin_nccl_aborted(unsigned long serial) {
   double t = now_s();
   pthread_mutex_lock(&sync_mu);
   for (event_t *e = events; e != NULL; e = e->next) {
-    if (e->behind != serial || e->pending == NULL)
+    if (e->behind != serial || e->pending == NULL ||
+        (e->hung != 0 && e->hung != serial)) /* hung on another comm */
       continue;
     e->polls_left = 0;
     e->hung = 0;
