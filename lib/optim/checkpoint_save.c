@@ -538,7 +538,7 @@ static size_t staging_cap;
  * whatever its spelling (key: the directory resolved, then the name);
  * across processes the last rename wins, each save atomic. */
 typedef struct saving {
-  char *path, *key;
+  char *key;
   struct saving *next;
 } saving_t;
 static pthread_mutex_t saving_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -582,22 +582,13 @@ static saving_t *claim_path(const char *fn, const char *path,
                          "or another process set's: give each set its own "
                          "path)",
                          fn, path);
-  else if ((mine = calloc(1, sizeof *mine)) == NULL ||
-           (mine->path = strdup(path)) == NULL)
+  else if ((mine = malloc(sizeof *mine)) == NULL)
     *rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
-  if (*rc == HVD_SUCCESS) {
-    mine->key = key;
-    mine->next = saving;
-    saving = mine;
-  }
+  else
+    *mine = (saving_t){key, saving}, saving = mine;
   pthread_mutex_unlock(&saving_mu);
-  if (*rc != HVD_SUCCESS) {
-    if (mine != NULL)
-      free(mine->path);
-    free(mine);
+  if (mine == NULL)
     free(key);
-    mine = NULL;
-  }
   return mine;
 }
 
@@ -613,7 +604,6 @@ static void release_path(saving_t *e) {
       break;
     }
   pthread_mutex_unlock(&saving_mu);
-  free(e->path);
   free(e->key);
   free(e);
 }
