@@ -10,6 +10,10 @@
  * when its program ends. Every other rename goes through (as renameat, so
  * no dlsym is needed).
  *
+ * HVD_TEST_SLOW_CREATE=S: an open that may create a file whose path
+ * contains S waits 2 s first (a background save's writer held up before
+ * it reads its copy: ckpt_overlap.sh). Every open goes on as openat.
+ *
  * HVD_TEST_CHANGE_FILE=PATH (absolute, without links), with
  * HVD_TEST_CHANGE_READ=N and HVD_TEST_CHANGE_AT=OFF: just before the
  * process's N-th pread of PATH, the byte at OFF of PATH is flipped in
@@ -18,6 +22,7 @@
  */
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +46,36 @@ int rename(const char *from, const char *to) {
           env_long("HVD_TEST_CRASH_LAUNCH", 0))
     raise(SIGKILL);
   return renameat(AT_FDCWD, from, AT_FDCWD, to);
+}
+
+/* open and open64 (one symbol or two, by the C library's choice). */
+static int slow_open(const char *path, int flags, va_list ap) {
+  const char *slow = getenv("HVD_TEST_SLOW_CREATE");
+  int creates = (flags & O_CREAT) != 0;
+#ifdef O_TMPFILE
+  creates |= (flags & O_TMPFILE) == O_TMPFILE;
+#endif
+  int mode = creates ? va_arg(ap, int) : 0;
+  if (creates && slow != NULL && *slow != '\0' && path != NULL &&
+      strstr(path, slow) != NULL)
+    sleep(2);
+  return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+}
+
+int open(const char *path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  int fd = slow_open(path, flags, ap);
+  va_end(ap);
+  return fd;
+}
+
+int open64(const char *path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  int fd = slow_open(path, flags, ap);
+  va_end(ap);
+  return fd;
 }
 
 static ssize_t real_pread(int fd, void *buf, size_t n, off_t off) {
