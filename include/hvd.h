@@ -1422,14 +1422,20 @@ hvd_result_t hvd_checkpoint_save(const char *path, const hvd_param_t *params,
  * thread of rank 0's then takes its checksum, writes, syncs and renames
  * the file as hvd_checkpoint_save does (atomically). Rank 0 keeps the
  * copy's memory (the file's size, on huge pages) from its first
- * background save on, for the next to reuse. *out: the save in flight;
+ * background save on, for the next to reuse; a save made while another
+ * process set's write still uses it copies into memory of its own, freed
+ * once its file is written. *out: the save in flight;
  * hvd_checkpoint_wait(*out), collective, ends it. An error the call finds
  * (arguments, a device copy, memory) is its result on every rank, and
- * *out is NULL. One save at a time: any save (either form, and
- * hvd_state's) before the wait is HVD_ERR_INVALID_ARG on every rank
- * ("...: the background save of 'a.ckpt' is not waited for yet
- * (hvd_checkpoint_wait)"). A process that exits with a save in flight
- * finishes the file first. Collective. */
+ * *out is NULL. One save at a time per process set (the optimizer's;
+ * the world's for opt NULL): any save on that set (either form, and
+ * hvd_state's) before the wait is HVD_ERR_INVALID_ARG on every rank of
+ * the set ("...: the background save of 'a.ckpt' is not waited for yet
+ * (hvd_checkpoint_wait)"). Saves on other sets go on, from other threads
+ * too (as two torch process groups' async_save): two sets whose first
+ * rank is one process, each saving its own optimizer to its own path at
+ * once, both succeed, each file its own set's state. A process that
+ * exits with saves in flight finishes their files first. Collective. */
 typedef struct hvd_checkpoint_request hvd_checkpoint_request_t;
 hvd_result_t hvd_checkpoint_save_async(const char *path,
                                        const hvd_param_t *params, int n,

@@ -511,25 +511,41 @@ struct hvd_checkpoint_request {
                            wait, which looks it up: the set may be gone */
   int writer;           /* rank 0's: it has a thread or wrote already */
   struct saving *claim; /* rank 0's: its entry in `saving` until the wait */
-  unsigned char *bytes; /* the snapshot (in staging), until written */
+  unsigned char *bytes; /* the snapshot, until written */
+  int staged;           /* bytes are the kept staging buffer (else its own) */
   uint64_t size;
+  struct hvd_checkpoint_request *next; /* in `inflight` */
   pthread_t thread;
   int running;     /* the thread is to be joined */
+  int joining;     /* its wait joins it, outside inflight_mu */
   hvd_result_t rc; /* the write's */
   char msg[HVD__ERRMSG_MAX];
 };
 
 static const char async_fn[] = "hvd_checkpoint_save_async";
+/* The background saves not waited for yet, at most one per process set
+ * (set_id): a save on a set with one is refused on every rank of the set.
+ * A save's entry is reserved by its check (check_inflight), under
+ * inflight_mu, before anything of it is copied, so that two threads'
+ * saves on two sets (each its own optimizer's) are both in the list and
+ * both go on. inflight_mu is never held while taking another lock. */
 static pthread_mutex_t inflight_mu = PTHREAD_MUTEX_INITIALIZER;
-static hvd_checkpoint_request_t *inflight; /* not waited for yet */
-static int exit_hook;                      /* join_at_exit registered */
+static pthread_cond_t joined_cv = PTHREAD_COND_INITIALIZER; /* a join ended */
+static hvd_checkpoint_request_t *inflight;
+static int exit_hook; /* join_at_exit registered */
 /* Rank 0's copy of the file, kept from one background save to the next:
  * filling pages already mapped is ~5x faster than fresh ones (1.3 GB:
  * 0.19 s against 1.05 s on the test VM); private memory on huge pages
  * where the kernel gives them (half the first save's page faults).
- * Used by one save at a time (inflight). */
+ * Owned by one save at a time (staging_busy, under staging_mu, a lock of
+ * its own: a writer thread gives it back while wait_here may hold
+ * inflight_mu to join that thread), from its snapshot to the end of its
+ * write; another set's save meanwhile copies into memory of its own,
+ * freed after its write. */
+static pthread_mutex_t staging_mu = PTHREAD_MUTEX_INITIALIZER;
 static void *staging;
 static size_t staging_cap;
+static int staging_busy;
 
 /* The paths that this process saves (as some set's first rank), from
  * a save's start to its end, or a background one's wait: two sets whose
@@ -608,27 +624,50 @@ static void release_path(saving_t *e) {
   free(e);
 }
 
-/* The staging buffer, at least size bytes (a bigger one replaces it). */
-static unsigned char *staging_get(const char *fn, const char *path,
-                                  uint64_t size) {
-  if (staging_cap < size) {
+/* q's snapshot buffer mem (NULL: none) given back: the kept one for the
+ * next save, or q's own freed. */
+static void staging_give(hvd_checkpoint_request_t *q, unsigned char *mem) {
+  if (!q->staged) {
+    free(mem);
+    return;
+  }
+  pthread_mutex_lock(&staging_mu);
+  staging_busy = 0;
+  pthread_mutex_unlock(&staging_mu);
+  q->staged = 0;
+}
+
+/* A buffer of at least size bytes for q's snapshot: the kept staging
+ * buffer when no other save owns it (a bigger one replaces it; q->staged
+ * set), else one of q's own. NULL (message set) when out of memory. */
+static unsigned char *staging_take(const char *fn, const char *path,
+                                   uint64_t size, hvd_checkpoint_request_t *q) {
+  void *mem = NULL;
+  pthread_mutex_lock(&staging_mu);
+  q->staged = !staging_busy;
+  staging_busy = 1;
+  pthread_mutex_unlock(&staging_mu);
+  if (q->staged && staging_cap >= size)
+    return staging; /* owned: no other save reads or replaces it */
+  if (q->staged) {
     free(staging);
     staging = NULL;
     staging_cap = 0;
-    if (size > SIZE_MAX ||
-        posix_memalign(&staging, (size_t)2 << 20, (size_t)size) != 0) {
-      staging = NULL;
-      (void)hvd__set_error(HVD_ERR_NO_MEMORY,
-                           "%s: '%s': %llu bytes for the file's copy", fn, path,
-                           (unsigned long long)size);
-      return NULL;
-    }
-    staging_cap = (size_t)size;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(staging, staging_cap, MADV_HUGEPAGE); /* advice only */
-#endif
   }
-  return staging;
+  if (size > SIZE_MAX ||
+      posix_memalign(&mem, (size_t)2 << 20, (size_t)size) != 0) {
+    staging_give(q, NULL);
+    (void)hvd__set_error(HVD_ERR_NO_MEMORY,
+                         "%s: '%s': %llu bytes for the file's copy", fn, path,
+                         (unsigned long long)size);
+    return NULL;
+  }
+#ifdef MADV_HUGEPAGE
+  (void)madvise(mem, (size_t)size, MADV_HUGEPAGE); /* advice only */
+#endif
+  if (q->staged)
+    staging = mem, staging_cap = (size_t)size;
+  return mem;
 }
 
 /* Rank 0's whole file in memory but for its checksum (the writer thread
@@ -638,7 +677,7 @@ static unsigned char *staging_get(const char *fn, const char *path,
 static hvd_result_t snapshot(const save_t *s, hvd_checkpoint_request_t *q) {
   uint64_t size = file_size(s->params, s->n, s->c, &s->x);
   writer_t w = {.fn = s->fn,
-                .mem = staging_get(s->fn, s->path, size),
+                .mem = staging_take(s->fn, s->path, size, q),
                 .cap = size,
                 .nosum = 1,
                 .feed = s->feed};
@@ -653,8 +692,10 @@ static hvd_result_t snapshot(const save_t *s, hvd_checkpoint_request_t *q) {
                         "%s: '%s': a copy of %llu bytes, expected %llu", s->fn,
                         s->path, (unsigned long long)w.written,
                         (unsigned long long)size);
-  if (rc != HVD_SUCCESS)
+  if (rc != HVD_SUCCESS) {
+    staging_give(q, w.mem);
     return rc;
+  }
   q->bytes = w.mem;
   q->size = size;
   return HVD_SUCCESS;
@@ -669,7 +710,8 @@ static void write_snapshot(hvd_checkpoint_request_t *q) {
   q->rc = write_file(&s);
   if (q->rc != HVD_SUCCESS)
     snprintf(q->msg, sizeof q->msg, "%s", hvd_last_error());
-  q->bytes = NULL; /* the staging buffer's, kept */
+  staging_give(q, q->bytes);
+  q->bytes = NULL;
 }
 
 static void *writer_main(void *arg) {
@@ -677,24 +719,54 @@ static void *writer_main(void *arg) {
   return NULL;
 }
 
-/* Rank 0's write ended: the thread joined (under inflight_mu). 0 in a
- * child forked since, which has no writer thread to join (the parent
- * finishes the file). */
-static int join_locked(hvd_checkpoint_request_t *q) {
-  if (q->running && hvd__forked())
-    return 0;
-  if (q->running) {
+/* Rank 0's write of q ended: its thread joined by q's wait, outside
+ * inflight_mu (a write takes seconds, during which other sets' saves
+ * check the list). 0 in a child forked since, which has no writer thread
+ * to join (the parent finishes the file). */
+static int join_write(hvd_checkpoint_request_t *q) {
+  pthread_mutex_lock(&inflight_mu);
+  const int forked = q->running && hvd__forked();
+  const int mine = q->running && !forked; /* join_at_exit's otherwise */
+  q->joining = mine;
+  pthread_mutex_unlock(&inflight_mu);
+  if (mine) {
     pthread_join(q->thread, NULL);
-    q->running = 0;
+    pthread_mutex_lock(&inflight_mu);
+    q->running = q->joining = 0;
+    pthread_cond_broadcast(&joined_cv);
+    pthread_mutex_unlock(&inflight_mu);
   }
-  return 1;
+  return !forked;
 }
 
-/* A process that ends with a save in flight finishes the file first. */
+/* A process that ends with saves in flight finishes their files first:
+ * each writer joined here, or by the wait joining it already (after
+ * which the list is read again: that wait may have freed its entry). */
 static void join_at_exit(void) {
   pthread_mutex_lock(&inflight_mu);
-  if (inflight != NULL)
-    join_locked(inflight);
+  for (hvd_checkpoint_request_t *q = inflight; q != NULL;)
+    if (q->joining) {
+      pthread_cond_wait(&joined_cv, &inflight_mu);
+      q = inflight;
+    } else {
+      if (q->running && !hvd__forked())
+        pthread_join(q->thread, NULL);
+      q->running = 0;
+      q = q->next;
+    }
+  pthread_mutex_unlock(&inflight_mu);
+}
+
+/* q leaves `inflight` (NULL, or not in it: nothing). */
+static void unlist(hvd_checkpoint_request_t *q) {
+  pthread_mutex_lock(&inflight_mu);
+  for (hvd_checkpoint_request_t **p = &inflight; q != NULL && *p != NULL;
+       p = &(*p)->next)
+    if (*p == q) {
+      *p = q->next;
+      q->next = NULL;
+      break;
+    }
   pthread_mutex_unlock(&inflight_mu);
 }
 
@@ -704,7 +776,6 @@ static void start_writer(hvd_checkpoint_request_t *q) {
   pthread_mutex_lock(&inflight_mu);
   if (!exit_hook && atexit(join_at_exit) == 0)
     exit_hook = 1;
-  inflight = q;
   q->running = pthread_create(&q->thread, NULL, writer_main, q) == 0;
   pthread_mutex_unlock(&inflight_mu);
   if (!q->running)
@@ -713,24 +784,33 @@ static void start_writer(hvd_checkpoint_request_t *q) {
 
 /* On the set's first rank a save of the same path under way in this
  * process (else *claim: path's entry, this save's now, for
- * release_path), then the save that is not waited for yet: refused on
- * every rank. */
-static hvd_result_t check_inflight(const char *fn, const char *path,
+ * release_path), then a background save of the same set (set_id) not
+ * waited for yet: refused on every rank. A background save (q) takes its
+ * place in `inflight` here, in the same hold of inflight_mu as the
+ * check, and leaves it if the agreement fails (or its save does:
+ * save_async). */
+static hvd_result_t check_inflight(const char *fn, const char *path, int set_id,
+                                   hvd_checkpoint_request_t *q,
                                    saving_t **claim) {
   hvd_result_t rc = HVD_SUCCESS;
   *claim = path != NULL && path[0] != '\0' && hvd__coll_rank() == 0
                ? claim_path(fn, path, &rc)
                : NULL;
   pthread_mutex_lock(&inflight_mu);
-  if (inflight != NULL && rc == HVD_SUCCESS)
+  const hvd_checkpoint_request_t *e = inflight;
+  while (e != NULL && e->set_id != set_id)
+    e = e->next;
+  if (e != NULL && rc == HVD_SUCCESS)
     rc = hvd__set_error(HVD_ERR_INVALID_ARG,
                         "%s: '%s': the background save of '%s' is not "
                         "waited for yet (%s)",
-                        fn, path ? path : "(null)", inflight->path,
-                        inflight->waiter);
+                        fn, path ? path : "(null)", e->path, e->waiter);
+  if (rc == HVD_SUCCESS && q != NULL)
+    q->next = inflight, inflight = q;
   pthread_mutex_unlock(&inflight_mu);
   rc = hvd__ckpt_agree("save.inflight", rc);
   if (rc != HVD_SUCCESS) {
+    unlist(q);
     release_path(*claim);
     *claim = NULL;
   }
@@ -789,18 +869,16 @@ static hvd_result_t save_async(const char *fn, const char *waiter,
   if (rc == HVD_SUCCESS)
     rc = save_ex(fn, path, params, n, opt, step, ctr, q);
   if (rc != HVD_SUCCESS) {
-    if (q != NULL)
+    if (q != NULL) {
+      unlist(q); /* check_inflight's entry, when it got one */
+      staging_give(q, q->bytes);
       free(q->path);
+    }
     free(q);
     return rc;
   }
   if (q->writer)
     start_writer(q);
-  else {
-    pthread_mutex_lock(&inflight_mu);
-    inflight = q;
-    pthread_mutex_unlock(&inflight_mu);
-  }
   *out = q;
   return HVD_SUCCESS;
 }
@@ -832,11 +910,8 @@ hvd_result_t hvd__checkpoint_save_async_ex(const char *fn, const char *path,
 /* The write ended (rank 0 joins its thread) and req freed: this rank's
  * result, with its message. */
 static hvd_result_t wait_here(hvd_checkpoint_request_t *req) {
-  pthread_mutex_lock(&inflight_mu);
-  int joined = join_locked(req);
-  if (inflight == req)
-    inflight = NULL;
-  pthread_mutex_unlock(&inflight_mu);
+  int joined = join_write(req);
+  unlist(req);
   release_path(req->claim); /* the path may be saved again */
   req->claim = NULL;
   hvd_result_t rc = !joined ? hvd__not_initialized("hvd_checkpoint_wait")
@@ -880,7 +955,9 @@ static hvd_result_t save_ex(const char *fn, const char *path,
   if (!hvd_is_initialized())
     return hvd__not_initialized(fn);
   saving_t *claim = NULL;
-  hvd_result_t rc = check_inflight(fn, path, &claim);
+  const hvd_process_set_t *set = hvd__optim_set(opt);
+  hvd_result_t rc = check_inflight(
+      fn, path, set != NULL ? hvd_process_set_id(set) : 0, q, &claim);
   if (rc != HVD_SUCCESS)
     return rc;
   hvd_optimizer_t *core = opt ? hvd__optim_core((hvd_optimizer_t *)opt) : NULL;

@@ -23,6 +23,20 @@
  *    Before, both wrote "<path>.tmp.<pid>", deleting and renaming each
  *    other's: saves failed with HVD_ERR_IO, and a reported success could
  *    be another save's half-written file.
+ *  - Two sets of every rank, each with its own momentum SGD over a model
+ *    of its own size, save two paths in the background from two threads
+ *    (round 0: set B's save starts once set A's returned, its write in
+ *    flight; rounds 1-3: both at once), then each thread waits for its
+ *    own: every save and wait succeeds, and each file is byte for byte
+ *    its own set's synchronous save of the same state (values, momentum,
+ *    step) and loads back as its values. Before, one background save not
+ *    waited for refused every other in the process, whatever its set
+ *    ("...: the background save of '.../ta.ckpt' is not waited for
+ *    yet"), and two that passed that check at once shared rank 0's one
+ *    staging buffer: one save's bytes written into the other's file
+ *    (ckpt_overlap.sh holds set A's write up 2 s so that set B's copy is
+ *    made meanwhile, every time). `ckpt_sets overlap` runs this part
+ *    only.
  */
 #include "hvd.h"
 #include "hvdtest.h"
@@ -263,6 +277,154 @@ static void same_path_two_sets(void) {
   saver_free(&b);
 }
 
+/* ---- two sets' background saves of two paths, at once ---- */
+
+/* A set's model of len floats with momentum SGD on it, and what its
+ * thread's save and wait returned. */
+typedef struct big {
+  float *w, *g;
+  int64_t len;
+  hvd_param_t p;
+  hvd_process_set_t *set;
+  hvd_optimizer_t *opt;
+  char path[1100], ref[1100];
+  int64_t step;
+  struct gate *after; /* start once it is open (NULL: at once) */
+  struct gate *opens; /* opened once the save returned (or NULL) */
+  hvd_result_t save_rc, wait_rc;
+  char msg[1400];
+} big_t;
+
+/* A one-shot signal between the two threads of a process. */
+typedef struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int open;
+} gate_t;
+
+static void gate_open(gate_t *g) {
+  pthread_mutex_lock(&g->mu);
+  g->open = 1;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_pass(gate_t *g) {
+  pthread_mutex_lock(&g->mu);
+  while (!g->open)
+    pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void big_make(big_t *v, int64_t len, const char *name) {
+  hvd_sgd_options_t so;
+  hvd_distributed_options_t o;
+  hvd_optimizer_t *base = NULL;
+  memset(v, 0, sizeof *v);
+  v->len = len;
+  v->w = hvdt_calloc((size_t)len, sizeof *v->w);
+  v->g = hvdt_calloc((size_t)len, sizeof *v->g);
+  v->p.name = "w";
+  v->p.value = hvd_tensor_make(v->w, HVD_FLOAT32, 1, &v->len);
+  v->p.grad = hvd_tensor_make(v->g, HVD_FLOAT32, 1, &v->len);
+  v->set = set_of_all();
+  hvd_sgd_options_init(&so);
+  so.momentum = 0.9;
+  hvd_distributed_options_init(&o);
+  o.process_set = v->set;
+  if (hvd_sgd_create(&v->p, 1, &so, &base) != HVD_SUCCESS ||
+      hvd_distributed_optimizer(base, &o, &v->opt) != HVD_SUCCESS)
+    bail("the optimizer: %s", hvd_last_error());
+  snprintf(v->path, sizeof v->path, "%s/%s.ckpt", dir, name);
+  snprintf(v->ref, sizeof v->ref, "%s/%s.ref", dir, name);
+}
+
+static void big_free(big_t *v) {
+  hvd_optimizer_destroy(v->opt);
+  hvd_process_set_destroy(v->set);
+  free(v->w);
+  free(v->g);
+}
+
+/* Round r's state: a step from gradients of r (momentum changes), then
+ * values of r and step r * 10 + seed; 1 if the step succeeded. */
+static int big_round(big_t *v, int r, int seed) {
+  int good = hvd_optimizer_zero_grad(v->opt) == HVD_SUCCESS;
+  for (int64_t i = 0; i < v->len; i++)
+    v->g[i] = (float)((i * 7 + r * 3 + seed) % 23) / 8;
+  good = good && hvd_optimizer_step(v->opt) == HVD_SUCCESS;
+  for (int64_t i = 0; i < v->len; i++)
+    v->w[i] = (float)((i * 5 + r + seed) % 37) / 4 + (float)seed;
+  v->step = r * 10 + seed;
+  return good;
+}
+
+static void *big_run(void *arg) {
+  big_t *v = arg;
+  hvd_checkpoint_request_t *q = NULL;
+  if (v->after != NULL)
+    gate_pass(v->after);
+  v->save_rc =
+      hvd_checkpoint_save_async(v->path, &v->p, 1, v->opt, v->step, &q);
+  snprintf(v->msg, sizeof v->msg, "%s",
+           v->save_rc != HVD_SUCCESS ? hvd_last_error() : "");
+  if (v->opens != NULL)
+    gate_open(v->opens);
+  v->wait_rc = hvd_checkpoint_wait(q);
+  if (v->wait_rc != HVD_SUCCESS)
+    snprintf(v->msg, sizeof v->msg, "%s", hvd_last_error());
+  return NULL;
+}
+
+/* v's file after its thread: saved, and its own state whole (its set's
+ * synchronous save of the same state, byte for byte; loaded back, its
+ * values and step). */
+static void big_check(big_t *v, const char *what, int r) {
+  is_int(HVD_SUCCESS, v->save_rc, "round %d: %s's background save", r, what);
+  is_int(HVD_SUCCESS, v->wait_rc, "... and its wait");
+  is_string("", v->msg, "... with no message");
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(v->ref, &v->p, 1, v->opt, v->step),
+         "... %s's synchronous save of the same state", what);
+  ok(root_ll(rank != 0 || hvdt_same_file(v->path, v->ref)),
+     "... the background file is it, byte for byte (values, momentum, "
+     "step)");
+  float *x = hvdt_calloc((size_t)v->len, sizeof *x);
+  hvd_param_t p = v->p;
+  p.value = hvd_tensor_make(x, HVD_FLOAT32, 1, &v->len);
+  int64_t step = -1;
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(v->path, &p, 1, NULL, &step),
+         "... it loads");
+  ok(memcmp(x, v->w, (size_t)v->len * sizeof *x) == 0 && step == v->step,
+     "... as %s's values and step %lld", what, (long long)v->step);
+  free(x);
+}
+
+/* Sets A and B, each with its own optimizer, save two paths from two
+ * threads: round 0 B once A's save returned (A's write in flight), then
+ * both at once. */
+static void two_paths_two_sets(void) {
+  big_t a, b;
+  big_make(&a, 100003, "ta");
+  big_make(&b, 150001, "tb"); /* bigger: a copy that would outgrow A's */
+  for (int r = 0; r < 4; r++) {
+    gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    ok(big_round(&a, r, 1) && big_round(&b, r, 2),
+       "round %d: a step of each set's optimizer", r);
+    a.opens = r == 0 ? &g : NULL;
+    b.after = r == 0 ? &g : NULL;
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, big_run, &a);
+    pthread_create(&tb, NULL, big_run, &b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    big_check(&a, "set A", r);
+    big_check(&b, "set B", r);
+  }
+  is_int(0, temp_files(), "no temporary file is left");
+  big_free(&a);
+  big_free(&b);
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   if (hvd_init() != HVD_SUCCESS)
@@ -270,8 +432,12 @@ int main(int argc, char **argv) {
   rank = hvd_rank();
   size = hvd_size();
   hvdt_shared_tmpdir(dir, sizeof dir, "hvd-ckpt-sets");
-  wait_after_destroy();
-  same_path_two_sets();
+  int only_overlap = argc > 1 && strcmp(argv[1], "overlap") == 0;
+  if (!only_overlap) {
+    wait_after_destroy();
+    same_path_two_sets();
+  }
+  two_paths_two_sets();
   hvdt_remove_tmpdir(dir);
   hvd_shutdown();
   return tap_mpi_finish();

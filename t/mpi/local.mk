@@ -158,7 +158,7 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 ## checkpoint keeps (ckpt_hparams: restored, a version 4 file, malformed);
 ## checkpoints that outlive their set or share a writing process
 ## (ckpt_sets: a background save waited for after the set's destroy;
-## two sets' threads saving one path);
+## two sets' threads saving one path, and two paths at once);
 ## every number of a checkpoint checked against its setter's range before
 ## a load changes anything (ckpt_range);
 ## explicit gradient groups (optim_groups: num_groups and groups, the
@@ -282,6 +282,8 @@ EXTRA_DIST += t/mpi/negotiation.sh
 ##  checkpoint        saved at np 2, loaded at np 1, 2 and 3
 ##  powersgd_ckpt     PowerSGD's state saved at np 2, resumed at np 1-4
 ##  checkpoint_crash  see crash_rename above
+##  ckpt_overlap      two sets' background saves of two paths from two
+##                    threads, set A's write held up by crash_rename
 ##  demo              the quick start's demonstration program
 ##  bench             hvd-bench's correctness self-check
 ##  hvdrun, hvdinfo   hvdrun's command lines, bad arguments and a real run;
@@ -314,7 +316,8 @@ EXTRA_DIST += t/mpi/negotiation.sh
 ##                    (root and slurm-wlm, else skipped)
 TESTS_SH += t/mpi/rank_death.sh t/mpi/timeline.sh \
 	t/mpi/timeline_api.sh \
-	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/demo.sh \
+	t/mpi/checkpoint.sh t/mpi/checkpoint_crash.sh t/mpi/ckpt_overlap.sh \
+	t/mpi/demo.sh \
 	t/mpi/hvdrun.sh t/mpi/hvdinfo.sh t/mpi/hvdplot.sh \
 	t/mpi/bert_train.sh t/mpi/first.sh \
 	t/mpi/bert_sync_ratio.sh t/mpi/slurm_env.sh t/mpi/bert_precision.sh \
