@@ -105,6 +105,22 @@ int hvd__tensor_size(const hvd_tensor_t *t, size_t *bytes) {
   return 1;
 }
 
+int hvd__rows_total(const int64_t *rows, int n, hvd_dtype_t dtype, int ndim,
+                    const int64_t *shape, int64_t *total) {
+  int64_t sum = 0;
+  for (int k = 0; k < n; k++)
+    if (rows[k] < 0 || __builtin_add_overflow(sum, rows[k], &sum))
+      return 0;
+  if (ndim < 1 || ndim > HVD_MAX_DIMS)
+    return 0;
+  hvd_tensor_t out = hvd_tensor_make(NULL, dtype, ndim, shape);
+  out.shape[0] = sum;
+  if (!hvd__tensor_size(&out, NULL))
+    return 0;
+  *total = sum;
+  return 1;
+}
+
 size_t hvd__tensor_bytes(const hvd_tensor_t *t) {
   size_t b = SIZE_MAX;
   return hvd__tensor_size(t, &b) ? b : SIZE_MAX;

@@ -19,6 +19,16 @@ int hvd__dtype_is_float(hvd_dtype_t dtype);
  * argument checks below), so that the sizes computed from it later do
  * not wrap. */
 int hvd__tensor_size(const hvd_tensor_t *t, size_t *bytes);
+/* The first dimension of an output made of n ranks' rows (an allgather's
+ * first dimensions, the splits an alltoall sends one rank): rows[0..n-1]
+ * summed into *total, and 1 when each is >= 0, the sum fits in an int64
+ * and a tensor of dtype and shape [sum, shape[1], ..., shape[ndim-1]]
+ * passes hvd__tensor_size; 0 (*total unset) when the sum or the output's
+ * elements or bytes would wrap. Each rank's own tensor passed
+ * hvd__tensor_size, but their sum need not (rows of 0 bytes claim any
+ * count). */
+int hvd__rows_total(const int64_t *rows, int n, hvd_dtype_t dtype, int ndim,
+                    const int64_t *shape, int64_t *total);
 /* numel * element size; SIZE_MAX where hvd__tensor_size fails. */
 size_t hvd__tensor_bytes(const hvd_tensor_t *t);
 /* "[2, 3]", "[]" for a scalar. */

@@ -19,6 +19,9 @@
 ##  ranks    lib/base/errors.h's list of disagreeing ranks in mismatch
 ##           messages: exact text, eight named then a count, cut at the
 ##           buffer (linked statically)
+##  rows_total  lib/base/tensor.h's sum of the ranks' rows that sizes an
+##           allgather's or alltoall's output, at its exact limits
+##           (linked statically)
 ##  message  the negotiation's wire codec: a descriptor goes through
 ##           whole, one with an enum out of range is refused (linked
 ##           statically: the codec is not exported)
@@ -37,11 +40,12 @@
 
 check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim \
 	t/unit/host_mem t/unit/host_mem_private t/unit/timeline_json \
-	t/unit/message t/unit/checksum t/unit/ranks t/unit/settings
+	t/unit/message t/unit/checksum t/unit/ranks t/unit/settings \
+	t/unit/rows_total
 UNIT_TESTS += t/unit/errors.t t/unit/taplib.t t/unit/sampler.t \
 	t/unit/optim.t t/unit/host_mem.t t/unit/host_mem_private.t \
 	t/unit/timeline_json.t t/unit/message.t t/unit/checksum.t \
-	t/unit/ranks.t t/unit/settings.t
+	t/unit/ranks.t t/unit/settings.t t/unit/rows_total.t
 t_unit_message_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
 t_unit_message_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 	$(NCCL_LDFLAGS)
@@ -54,6 +58,10 @@ t_unit_ranks_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
 t_unit_ranks_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 	$(NCCL_LDFLAGS)
 t_unit_ranks_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
+t_unit_rows_total_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
+t_unit_rows_total_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
+	$(NCCL_LDFLAGS)
+t_unit_rows_total_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
 t_unit_host_mem_private_SOURCES = t/unit/host_mem.c
 t_unit_host_mem_private_CPPFLAGS = $(TEST_CPPFLAGS) -DHOST_MEM_PRIVATE
 t_unit_taplib_LDADD = t/tap/libtap.la $(MPI_LIBS)
