@@ -356,7 +356,10 @@ hvd_result_t hvd_broadcast(const char *name, hvd_tensor_t *tensor, int root);
 
 /* Concatenates every rank's send along dimension 0, in rank order. The
  * first dimension may differ per rank; the others must agree. *recv is
- * filled in at completion with a tensor hvd allocated (hvd_tensor_free). */
+ * filled in at completion with a tensor hvd allocated (hvd_tensor_free).
+ * First dimensions that sum past INT64_MAX rows, or an output past
+ * PTRDIFF_MAX bytes, fail it on every rank (HVD_ERR_INVALID_ARG, "...:
+ * the first dimensions of the 2 ranks sum past the largest tensor ..."). */
 hvd_result_t hvd_allgather_async(const char *name, const hvd_tensor_t *send,
                                  hvd_tensor_t *recv, hvd_request_t **req);
 hvd_result_t hvd_allgather(const char *name, const hvd_tensor_t *send,
@@ -367,7 +370,10 @@ hvd_result_t hvd_allgather(const char *name, const hvd_tensor_t *send,
  * NULL for an even split (shape[0] must then divide by the size). At
  * completion *recv holds the received rows in rank order (hvd allocates;
  * hvd_tensor_free), and recv_splits (hvd_size() entries, may be NULL)
- * says how many rows came from each rank. */
+ * says how many rows came from each rank. Splits sent to one rank that
+ * sum past INT64_MAX rows (or its output past PTRDIFF_MAX bytes) fail it
+ * on every rank (HVD_ERR_INVALID_ARG, "...: rank 1 would receive more
+ * rows than a tensor holds ..."). */
 hvd_result_t hvd_alltoall_async(const char *name, const hvd_tensor_t *send,
                                 const int64_t *splits, hvd_tensor_t *recv,
                                 int64_t *recv_splits, hvd_request_t **req);

@@ -3,6 +3,7 @@
 
 #include "ops/executor.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,9 +103,36 @@ hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
     return hvd__set_error(HVD_ERR_NO_MEMORY, "alltoall splits");
   HVD__MPI_CHECK(MPI_Alltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1,
                               MPI_INT64_T, env->comm));
-  *total = 0;
-  for (size_t k = 0; k < n; k++)
-    *total += r->recv_splits[k];
+  /* the lowest rank whose rows would wrap, agreed: a rank that failed
+   * alone would leave its peers in the alltoall's MPI call */
+  const hvd__desc_t *d = &r->desc;
+  int bad = hvd__rows_total(r->recv_splits, env->size, d->dtype, d->ndim,
+                            d->shape, total)
+                ? INT_MAX
+                : env->rank;
+  HVD__MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MIN, env->comm));
+  if (bad != INT_MAX)
+    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "rank %d would receive more rows than a tensor holds "
+                        "(the splits sent to it sum past INT64_MAX rows or "
+                        "PTRDIFF_MAX bytes)",
+                        env->world_ranks != NULL ? env->world_ranks[bad] : bad);
 fail:
   return rc;
+}
+
+hvd_result_t hvd__allgather_rows(const hvd_request_t *r, int fused,
+                                 const int64_t *rows, int P, int64_t *total) {
+  const hvd__desc_t *d = &r->desc;
+  if (hvd__rows_total(rows, P, d->dtype, d->ndim, d->shape, total))
+    return HVD_SUCCESS;
+  char group[300] = "";
+  if (fused)
+    snprintf(group, sizeof group,
+             "tensor '%.200s' of its fused group: ", r->name);
+  return hvd__set_error(HVD_ERR_INVALID_ARG,
+                        "%sthe first dimensions of the %d ranks sum past the "
+                        "largest tensor (INT64_MAX rows, PTRDIFF_MAX bytes)",
+                        group, P);
 }

@@ -213,9 +213,23 @@ static inline int64_t hvd__block_first(int64_t rows, int64_t p, int64_t k) {
 /* The first step of every alltoall: each rank tells each other how many
  * rows it sends (r->splits), the answers land in r->recv_splits
  * (allocated here, freed with the request) and *total is their sum, the
- * rows this rank receives. Collective over env->comm. */
+ * rows this rank receives. A sum past the largest tensor on any rank
+ * (hvd__rows_total; rows of 0 bytes claim any count) fails the alltoall
+ * on every rank, agreed in one MPI_Allreduce of an int, with
+ * HVD_ERR_INVALID_ARG "rank 1 would receive more rows than a tensor
+ * holds (the splits sent to it sum past INT64_MAX rows or PTRDIFF_MAX
+ * bytes)", naming the lowest such world rank. Collective over env->comm. */
 hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
                                   int64_t *total);
+
+/* The rows of request r's allgather output: its P ranks' first dimensions
+ * (rows[0..P-1], every rank's alike) summed into *total; past the largest
+ * tensor (hvd__rows_total) HVD_ERR_INVALID_ARG, on every rank alike: "the
+ * first dimensions of the 2 ranks sum past the largest tensor (INT64_MAX
+ * rows, PTRDIFF_MAX bytes)", after "tensor '<name>' of its fused group: "
+ * when r is one of a fused group (`fused`), whose every member fails. */
+hvd_result_t hvd__allgather_rows(const hvd_request_t *r, int fused,
+                                 const int64_t *rows, int P, int64_t *total);
 
 /* HVD_GPU_TIMING=1: the device executors' groups of every engine of this
  * process, timed and added up (ops/gpu_timing.c, in builds with CUDA

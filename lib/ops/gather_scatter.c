@@ -47,12 +47,17 @@ hvd_result_t hvd__mpi_allgather_fused(hvd__mpi_state_t *s,
                                : learnt[(size_t)q * (size_t)m + (size_t)j];
     j += w->dims0s[i] == NULL;
   }
-  int64_t total = 0;
+  int64_t total = 0, rows;
+  for (int i = 0; i < m; i++) /* every output fits (alike on every rank) */
+    HVD__CHECK(
+        hvd__allgather_rows(w->reqs[i], 1, dims + (size_t)i * P, P, &rows));
   for (int q = 0; q < P; q++) {
     int64_t seg = 0;
-    for (int i = 0; i < m; i++)
-      seg +=
+    for (int i = 0; i < m && seg <= INT_MAX; i++) { /* to INT_MAX + 1 */
+      int64_t b = /* at most its output's bytes: no wrap */
           dims[(size_t)i * P + (size_t)q] * hvd__row_bytes(&w->reqs[i]->desc);
+      seg = b > INT_MAX - seg ? (int64_t)INT_MAX + 1 : seg + b;
+    }
     if (seg > INT_MAX || total + seg > INT_MAX) { /* each by rows */
       *alone = 1;
       return HVD_SUCCESS;
@@ -62,9 +67,8 @@ hvd_result_t hvd__mpi_allgather_fused(hvd__mpi_state_t *s,
     total += seg;
   }
   for (int i = 0; i < m; i++) { /* the results */
-    int64_t rows = 0;
-    for (int q = 0; q < P; q++)
-      rows += dims[(size_t)i * P + (size_t)q];
+    HVD__CHECK(
+        hvd__allgather_rows(w->reqs[i], 1, dims + (size_t)i * P, P, &rows));
     HVD__CHECK(hvd__mpi_alloc_rows(w->reqs[i], &w->reqs[i]->desc, rows));
   }
   if (total == 0)

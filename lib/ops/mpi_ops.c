@@ -367,9 +367,8 @@ static hvd_result_t allgather_one(hvd__mpi_state_t *s,
                                  MPI_INT64_T, env->comm));
     dims0 = s->splits;
   }
-  int64_t total = 0;
-  for (int k = 0; k < env->size; k++)
-    total += dims0[k];
+  int64_t total = 0; /* (a fused group's members: checked already) */
+  HVD__CHECK(hvd__allgather_rows(r, 0, dims0, env->size, &total));
   HVD__CHECK(hvd__mpi_alloc_rows(r, d, total));
   int64_t rb = hvd__row_bytes(d);
   if (rb == 0 || total == 0)

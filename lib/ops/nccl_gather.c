@@ -248,10 +248,13 @@ hvd_result_t hvd__nccl_allgather(nccl_state_t *s, const hvd__exec_env_t *env,
   if (P == 1) /* no peer to wait for */
     return entry != HVD_SUCCESS ? entry : allgather_local(s, env, w);
   HVD__CHECK(fused_dims(s, env, w, &dims));
+  int64_t rows = 0;
+  for (int i = 0; i < w->n; i++) /* every output fits: alike on every rank */
+    HVD__CHECK(hvd__allgather_rows(w->reqs[i], w->n > 1, dims + (size_t)i * P,
+                                   P, &rows));
   for (int i = 0; i < w->n && prep == HVD_SUCCESS; i++) {
-    int64_t rows = 0;
-    for (int q = 0; q < P; q++)
-      rows += dims[(size_t)i * P + q];
+    (void)hvd__allgather_rows(w->reqs[i], w->n > 1, dims + (size_t)i * P, P,
+                              &rows); /* checked above */
     prep = hvd__nccl_alloc_rows(s, w->reqs[i], &w->reqs[i]->desc, rows);
     if (!ag_direct(w, dims, P, i)) {
       region += ag_slot(w, dims, P, i);

@@ -36,6 +36,9 @@
 ##               reducescatters into one MPI_Reduce_scatter: dtypes, shapes,
 ##               rows, ops and scaling mixed; new, cached and mixed; grouped
 ##               ones run as one (timeline)
+##  gather_rows  allgather and alltoall outputs whose rows, summed over
+##               the ranks (0-byte rows), reach INT64_MAX and pass it:
+##               refused on every rank, naming the tensor (and the rank)
 ##  threads      the API from several threads at once: submitters at their
 ##               own pace, waits on another thread, errors per thread,
 ##               process sets each on a thread, the arena, the timeline,
@@ -57,7 +60,7 @@ check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
 	t/mpi/hierarchical t/mpi/settings t/mpi/host_mem t/mpi/zero_copy \
 	t/mpi/objects t/mpi/grouped t/mpi/process_sets t/mpi/process_set_split \
 	t/mpi/fused_gather_scatter t/mpi/reproducible t/mpi/threads t/mpi/fork \
-	t/mpi/thread_level t/mpi/finalize t/mpi/dlclose
+	t/mpi/thread_level t/mpi/finalize t/mpi/dlclose t/mpi/gather_rows
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -79,6 +82,7 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/process_set_split.np3 t/mpi/process_set_split.np4 \
 	t/mpi/fused_gather_scatter.np1 t/mpi/fused_gather_scatter.np2 \
 	t/mpi/fused_gather_scatter.np3 t/mpi/fused_gather_scatter.np4 \
+	t/mpi/gather_rows.np2 t/mpi/gather_rows.np3 \
 	t/mpi/reproducible.np1 t/mpi/reproducible.np2 \
 	t/mpi/reproducible.np3 t/mpi/reproducible.np4 \
 	t/mpi/threads.np1 t/mpi/threads.np2 t/mpi/threads.np3 \
