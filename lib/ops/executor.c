@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/errors.h"
+#include "base/fault.h"
 #include "base/tensor.h"
 #include "ops/mpi_ops.h"
 #ifdef HVD_HAVE_CUDA
@@ -98,9 +99,10 @@ hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
                                   int64_t *total) {
   hvd_result_t rc = HVD_SUCCESS;
   size_t n = (size_t)env->size;
-  r->recv_splits = calloc(n, sizeof *r->recv_splits);
+  r->recv_splits =
+      hvd__fault("splits") ? NULL : calloc(n, sizeof *r->recv_splits);
   if (r->recv_splits == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "alltoall splits");
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "alltoall splits: out of memory");
   HVD__MPI_CHECK(MPI_Alltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1,
                               MPI_INT64_T, env->comm));
   /* the lowest rank whose rows would wrap, agreed: a rank that failed

@@ -19,9 +19,11 @@ check_LTLIBRARIES += t/standin/libhvd-standin.la
 t_standin_libhvd_standin_la_SOURCES = $(HVD_C_SOURCES) \
 	$(HVD_CUDA_C_SOURCES) $(HVD_NCCL_C_SOURCES) lib/ops/cuda_kernels.h lib/optim/optim_kernels.h \
 	t/standin/standin.h t/standin/cudart.c t/standin/nccl.c \
-	t/standin/kernels.c
+	t/standin/kernels.c lib/base/fault.c
+## HVD_FAULTS: the host allocation faults of lib/base/fault.h (this build
+## of libhvd's sources only).
 t_standin_libhvd_standin_la_CPPFLAGS = $(HVD_CPPFLAGS) $(MPI_CFLAGS) \
-	$(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS)
+	$(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS) -DHVD_FAULTS
 
 ## Flags of the programs linked against the stand-in (no libhvd, no
 ## libcudart, no libnccl).

@@ -1,0 +1,29 @@
+/*
+ * fault.h - test-only faults of host allocations whose failure one rank
+ * must survive in step with its peers (a device collective's MPI steps
+ * need their memory). Only the stand-in's build of libhvd has them
+ * (t/standin/local.mk defines HVD_FAULTS and builds fault.c); in libhvd
+ * itself hvd__fault is the constant 0 and costs nothing.
+ *
+ * HVD_STANDIN_HOST_ALLOC_FAIL=R:SITE: on world rank R (Open MPI's
+ * OMPI_COMM_WORLD_RANK), every allocation at SITE fails as malloc's would
+ * (read at every call, as HVD_STANDIN_CUDA_MALLOC_LIMIT). The sites:
+ *   stub        a joined rank's stub (core/execute.c, make_stub)
+ *   group       the engine's request list of a group of more than 64
+ *               (core/execute.c)
+ *   scratch     the NCCL executor's host memory for the answers of its
+ *               MPI steps (a fused allgather's rows)
+ *   splits      an alltoall's received splits (ops/executor.c,
+ *               hvd__exchange_splits)
+ */
+#ifndef HVD_BASE_FAULT_H
+#define HVD_BASE_FAULT_H
+
+#ifdef HVD_FAULTS
+/* 1 when the allocation at `site` must fail on this rank. */
+int hvd__fault(const char *site);
+#else
+#define hvd__fault(site) 0
+#endif
+
+#endif /* HVD_BASE_FAULT_H */
