@@ -233,6 +233,53 @@ static hvd_result_t take_requests(hvd__engine_t *e,
   return rc;
 }
 
+/* Whether a joined rank takes part in the group: the same answer on every
+ * rank (njoined is in the agreed list). */
+static int joined_group(const hvd__response_t *const *xs, int n) {
+  for (int i = 0; i < n; i++)
+    if (xs[i]->njoined > 0)
+      return 1;
+  return 0;
+}
+
+/* A group that joined ranks take part in: whether every rank has its
+ * part (a joined rank its stubs, in host or device memory it may not
+ * get), agreed in one MPI_Allreduce before any executor runs. A joined
+ * rank that skipped the executor alone would leave its peers waiting for
+ * it for good, in the executor's MPI steps or its NCCL calls. When one
+ * failed, every rank fails the group with its code and words: "rank R
+ * could not take part in the collective[ as a joined rank]: <R's error>;
+ * nothing was launched" (R a world rank). Joins are rare and such groups
+ * take the slow path anyway: one small allreduce more costs nothing. */
+static hvd_result_t agree_stubs(hvd__engine_t *e, hvd_result_t mine) {
+  struct {
+    int rc, joined;
+    char why[HVD__ERRMSG_MAX - 128];
+  } msg;
+  hvd_result_t rc = HVD_SUCCESS;
+  int v = mine == HVD_SUCCESS ? e->env.size : e->env.rank, first = 0;
+  HVD__MPI_CHECK(MPI_Allreduce(&v, &first, 1, MPI_INT, MPI_MIN, e->env.comm));
+  if (first == e->env.size)
+    return HVD_SUCCESS;
+  memset(&msg, 0, sizeof msg);
+  msg.rc = (int)mine;
+  msg.joined = e->joined;
+  if (e->env.rank == first)
+    snprintf(msg.why, sizeof msg.why, "%.*s", (int)sizeof msg.why - 1,
+             hvd_last_error());
+  HVD__MPI_CHECK(
+      MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, first, e->env.comm));
+  int who = e->env.world_ranks != NULL ? e->env.world_ranks[first] : first;
+  HVD__LOG(HVD__LOG_ERROR, "rank %d could not take part in a collective: %s",
+           who, msg.why);
+  return hvd__set_error((hvd_result_t)msg.rc,
+                        "rank %d could not take part in the collective%s: %s; "
+                        "nothing was launched",
+                        who, msg.joined ? " as a joined rank" : "", msg.why);
+fail:
+  return rc;
+}
+
 /* Room for one more group in flight on executor `which`: the oldest
  * completes first while its executor has as many as it allows. */
 static void flight_room(hvd__engine_t *e, const hvd__executor_t *ex) {
@@ -360,6 +407,8 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
   hvd_request_t **keep = NULL;
   const hvd__response_t *x = xs[0];
   hvd_result_t rc = take_requests(e, xs, n, agreed, reqs, &m);
+  if (joined_group(xs, n)) /* every rank, whatever its own rc */
+    rc = agree_stubs(e, rc);
   double t_exec = hvd__now();
   if (rc == HVD_SUCCESS)
     rc = run(e, xs, reqs, m, &which, &defer, &keep);

@@ -339,7 +339,7 @@ hvd_result_t hvd__fastpath_run(hvd__fastpath_t *f, unsigned flags,
                                hvd__queue_t *slow, hvd__fast_outcome_t *out) {
   hvd_result_t rc;
   memset(out, 0, sizeof *out);
-  f->at.flags[0] = flags;
+  f->at.flags[0] = flags | (joined ? HVD__FAST_JOINED : 0u);
   if (f->at.nparams > 0 && params != NULL) { /* the others add zeros */
     f->at.tuned[0] = (uint64_t)params->fusion_threshold;
     f->at.tuned[1] = (uint64_t)params->chunk_bytes;
@@ -356,6 +356,8 @@ hvd_result_t hvd__fastpath_run(hvd__fastpath_t *f, unsigned flags,
   int nready = settle(f, slow);
   if (nready > 0)
     HVD__CHECK(respond(f, nready, out));
+  for (int k = 0; (out->flags & HVD__FAST_JOINED) && k < out->nready; k++)
+    out->ready[k].njoined = 1; /* some rank: its stubs are agreed */
   return HVD_SUCCESS;
 fail:
   return rc;

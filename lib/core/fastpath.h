@@ -26,11 +26,14 @@
 /* The flags word: someone has requests for the coordinator; someone
  * called hvd_shutdown; someone has an engine command waiting
  * (hvd__engine_command); someone has none (a command runs when CMD is
- * set and NOCMD is not: every rank has one). */
+ * set and NOCMD is not: every rank has one); someone has joined (its
+ * allreduces' stubs are agreed before they run: the responses of the
+ * round then say njoined 1, so every rank knows). */
 #define HVD__FAST_SLOW 1u
 #define HVD__FAST_STOP 2u
 #define HVD__FAST_CMD 4u
 #define HVD__FAST_NOCMD 8u
+#define HVD__FAST_JOINED 16u
 
 typedef struct hvd__fastpath hvd__fastpath_t;
 
