@@ -96,30 +96,43 @@ int64_t hvd__row_bytes(const hvd__desc_t *d) {
 }
 
 hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
-                                  int64_t *total) {
+                                  int64_t *into, int64_t *total) {
   hvd_result_t rc = HVD_SUCCESS;
   size_t n = (size_t)env->size;
-  r->recv_splits =
-      hvd__fault("splits") ? NULL : calloc(n, sizeof *r->recv_splits);
-  if (r->recv_splits == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "alltoall splits: out of memory");
-  HVD__MPI_CHECK(MPI_Alltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1,
-                              MPI_INT64_T, env->comm));
+  int64_t *got = into;
+  if (got == NULL) {
+    r->recv_splits =
+        hvd__fault("splits") ? NULL : calloc(n, sizeof *r->recv_splits);
+    if ((got = r->recv_splits) == NULL)
+      return hvd__set_error(HVD_ERR_NO_MEMORY,
+                            "alltoall splits: out of memory");
+  }
+  HVD__MPI_CHECK(
+      MPI_Alltoall(r->splits, 1, MPI_INT64_T, got, 1, MPI_INT64_T, env->comm));
   /* the lowest rank whose rows would wrap, agreed: a rank that failed
    * alone would leave its peers in the alltoall's MPI call */
   const hvd__desc_t *d = &r->desc;
-  int bad = hvd__rows_total(r->recv_splits, env->size, d->dtype, d->ndim,
-                            d->shape, total)
-                ? INT_MAX
-                : env->rank;
+  int bad =
+      hvd__rows_total(got, env->size, d->dtype, d->ndim, d->shape, total)
+          ? INT_MAX
+          : env->rank;
   HVD__MPI_CHECK(
       MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MIN, env->comm));
   if (bad != INT_MAX)
-    rc = hvd__set_error(HVD_ERR_INVALID_ARG,
-                        "rank %d would receive more rows than a tensor holds "
-                        "(the splits sent to it sum past INT64_MAX rows or "
-                        "PTRDIFF_MAX bytes)",
-                        env->world_ranks != NULL ? env->world_ranks[bad] : bad);
+    return hvd__set_error(
+        HVD_ERR_INVALID_ARG,
+        "rank %d would receive more rows than a tensor holds "
+        "(the splits sent to it sum past INT64_MAX rows or "
+        "PTRDIFF_MAX bytes)",
+        env->world_ranks != NULL ? env->world_ranks[bad] : bad);
+  if (into != NULL) {
+    r->recv_splits =
+        hvd__fault("splits") ? NULL : calloc(n, sizeof *r->recv_splits);
+    if (r->recv_splits == NULL)
+      return hvd__set_error(HVD_ERR_NO_MEMORY,
+                            "alltoall splits: out of memory");
+    memcpy(r->recv_splits, into, n * sizeof *into);
+  }
 fail:
   return rc;
 }

@@ -218,9 +218,14 @@ static inline int64_t hvd__block_first(int64_t rows, int64_t p, int64_t k) {
  * on every rank, agreed in one MPI_Allreduce of an int, with
  * HVD_ERR_INVALID_ARG "rank 1 would receive more rows than a tensor
  * holds (the splits sent to it sum past INT64_MAX rows or PTRDIFF_MAX
- * bytes)", naming the lowest such world rank. Collective over env->comm. */
+ * bytes)", naming the lowest such world rank. Collective over env->comm.
+ * With `into` (env->size entries of the caller's) the answers land there
+ * first and r->recv_splits is allocated after the exchange: a rank without
+ * the memory still makes it, and returns the failure then (the NCCL
+ * executor carries it into its agreement, so that no peer waits in MPI for
+ * it). */
 hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
-                                  int64_t *total);
+                                  int64_t *into, int64_t *total);
 
 /* The rows of request r's allgather output: its P ranks' first dimensions
  * (rows[0..P-1], every rank's alike) summed into *total; past the largest

@@ -414,7 +414,7 @@ static hvd_result_t mpi_alltoall(void *state, const hvd__exec_env_t *env,
   hvd_request_t *r = w->reqs[0];
   size_t n = (size_t)env->size;
   int64_t total, sent = 0;
-  HVD__CHECK(hvd__exchange_splits(r, env, &total));
+  HVD__CHECK(hvd__exchange_splits(r, env, NULL, &total));
   for (size_t k = 0; k < n; k++)
     sent += r->splits[k];
   HVD__CHECK(hvd__mpi_alloc_rows(r, d, total));

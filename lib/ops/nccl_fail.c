@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fault.h"
 #include "base/log.h"
 #include "base/wait.h"
 #include "ops/nccl_int.h"
@@ -205,6 +206,39 @@ hvd_result_t hvd__nccl_first_failed(const hvd__exec_env_t *env, int ok,
   hvd_result_t rc = HVD_SUCCESS;
   int mine = ok ? env->size : env->rank;
   HVD__MPI_CHECK(MPI_Allreduce(&mine, first, 1, MPI_INT, MPI_MIN, env->comm));
+fail:
+  return rc;
+}
+
+/* The scratch only grows, from sizes every rank computes alike (the
+ * group's members and ranks), so whether it grows is the same on every
+ * rank; when it does (rarely), whether it could on every rank is agreed in
+ * one MPI_Allreduce. When some rank could not, every rank drops it, so
+ * that they grow alike again, and *ok is 0 everywhere. Every rank grows
+ * it, also one whose NCCL failed: its next growth must be the others'. */
+hvd_result_t hvd__nccl_scratch(nccl_state_t *s, const hvd__exec_env_t *env,
+                               size_t bytes, const char *what, int *ok,
+                               hvd_result_t *mine) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int first = env->size;
+  *ok = 1;
+  if (bytes <= s->fdims_bytes)
+    return HVD_SUCCESS;
+  int64_t *p = hvd__fault("scratch") ? NULL : realloc(s->fdims, bytes);
+  if (p != NULL) {
+    s->fdims = p;
+    s->fdims_bytes = bytes;
+  }
+  HVD__CHECK(hvd__nccl_first_failed(env, p != NULL, &first));
+  if (first == env->size)
+    return HVD_SUCCESS;
+  free(s->fdims);
+  s->fdims = NULL;
+  s->fdims_bytes = 0;
+  *ok = 0;
+  if (p == NULL && *mine == HVD_SUCCESS)
+    *mine = hvd__set_error(HVD_ERR_NO_MEMORY,
+                           "%s: no host memory for %zu bytes", what, bytes);
 fail:
   return rc;
 }

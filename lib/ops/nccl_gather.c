@@ -31,7 +31,6 @@
 #include <string.h>
 
 #include "base/errors.h"
-#include "base/fault.h"
 #include "base/tensor.h"
 #include "ops/gpu_ops.h"
 #include "ops/nccl_int.h"
@@ -127,19 +126,19 @@ fail:
 
 /* Rows of member i on rank q for a fused allgather: [i * P + q]. The
  * members agreed through the cache (dims0s[i] NULL) are learnt in one
- * MPI_Allgather for all of them. */
+ * MPI_Allgather for all of them, into the executor's scratch; when some
+ * rank has not the scratch, no rank makes the step, *out is NULL and
+ * *prep this rank's failure, if it had one (hvd__nccl_scratch). */
 static hvd_result_t fused_dims(nccl_state_t *s, const hvd__exec_env_t *env,
-                               const hvd__work_t *w, int64_t **out) {
+                               const hvd__work_t *w, int64_t **out,
+                               hvd_result_t *prep) {
   hvd_result_t rc = HVD_SUCCESS;
-  int m = w->n, P = env->size, nc = 0;
+  int m = w->n, P = env->size, nc = 0, ok = 0;
   size_t need = (size_t)(2 * m) * (size_t)P * sizeof(int64_t);
-  if (need > s->fdims_bytes) {
-    int64_t *p = hvd__fault("scratch") ? NULL : realloc(s->fdims, need);
-    if (p == NULL)
-      return hvd__set_error(HVD_ERR_NO_MEMORY, "fused allgather");
-    s->fdims = p;
-    s->fdims_bytes = need;
-  }
+  *out = NULL;
+  HVD__CHECK(hvd__nccl_scratch(s, env, need, "fused allgather", &ok, prep));
+  if (!ok)
+    return HVD_SUCCESS;
   int64_t *dims = s->fdims, *learnt = dims + (size_t)m * P;
   memset(learnt + (size_t)env->rank * m, 0, (size_t)m * sizeof *learnt);
   for (int i = 0; i < m; i++)
@@ -248,12 +247,14 @@ hvd_result_t hvd__nccl_allgather(nccl_state_t *s, const hvd__exec_env_t *env,
   size_t region = 0;
   if (P == 1) /* no peer to wait for */
     return entry != HVD_SUCCESS ? entry : allgather_local(s, env, w);
-  HVD__CHECK(fused_dims(s, env, w, &dims));
+  HVD__CHECK(fused_dims(s, env, w, &dims, &prep));
+  /* dims NULL: some rank had no scratch, and fails the agreement; else
+   * every output fits, alike on every rank */
   int64_t rows = 0;
-  for (int i = 0; i < w->n; i++) /* every output fits: alike on every rank */
+  for (int i = 0; dims != NULL && i < w->n; i++)
     HVD__CHECK(hvd__allgather_rows(w->reqs[i], w->n > 1, dims + (size_t)i * P,
                                    P, &rows));
-  for (int i = 0; i < w->n && prep == HVD_SUCCESS; i++) {
+  for (int i = 0; dims != NULL && i < w->n && prep == HVD_SUCCESS; i++) {
     (void)hvd__allgather_rows(w->reqs[i], w->n > 1, dims + (size_t)i * P, P,
                               &rows); /* checked above */
     prep = hvd__nccl_alloc_rows(s, w->reqs[i], &w->reqs[i]->desc, rows);
@@ -267,6 +268,8 @@ hvd_result_t hvd__nccl_allgather(nccl_state_t *s, const hvd__exec_env_t *env,
   if (prep == HVD_SUCCESS && region > 0)
     prep = hvd__gpu_spans(&s->gpu, packed * (P + 1));
   HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1, prep));
+  if (dims == NULL) /* cannot be: a rank without scratch is unprepared */
+    return hvd__set_error(HVD_ERR_INTERNAL, "fused allgather: no rows");
   cudaStream_t st = s->gpu.stream;
   if (region > 0) {
     npack = ag_spans(s, env, w, dims, region, &nspans, &max_pack, &max_unpack);

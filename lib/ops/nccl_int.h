@@ -94,6 +94,17 @@ hvd_result_t hvd__nccl_agree_prepared(nccl_state_t *s,
                                       const hvd__exec_env_t *env, int allocated,
                                       hvd_result_t mine);
 
+/* s->fdims holds at least `bytes`: host memory for the answers of a
+ * collective's MPI step (a fused allgather's rows, alltoall's splits),
+ * which a rank must have to make the step (nccl_fail.c says how a rank
+ * without it still keeps in step). *ok is 1 when every rank has it; else
+ * 0 on every rank, and the rank that could not has its failure in *mine
+ * (unless one is there already): the caller then skips the step on every
+ * rank and fails in hvd__nccl_agree_prepared. */
+hvd_result_t hvd__nccl_scratch(nccl_state_t *s, const hvd__exec_env_t *env,
+                               size_t bytes, const char *what, int *ok,
+                               hvd_result_t *mine);
+
 /* nccl_ops.c's helpers: NCCL's type and reduction for hvd's; r's output
  * on the device (d's shape with `rows` in dimension 0); the end of a group
  * of NCCL calls whose first failure is r (ncclSuccess when none failed),

@@ -336,9 +336,20 @@ static hvd_result_t alltoall(nccl_state_t *s, const hvd__exec_env_t *env,
   const hvd__desc_t *d = w->desc;
   hvd_request_t *r = w->reqs[0];
   size_t n = (size_t)env->size;
-  int64_t total;
-  HVD__CHECK(hvd__exchange_splits(r, env, &total));
-  if (entry == HVD_SUCCESS)
+  int64_t total = 0;
+  int ok = 0;
+  /* the splits' answers land in the scratch: no rank skips the exchange
+   * for want of memory (an answer it cannot keep fails in the agreement) */
+  HVD__CHECK(hvd__nccl_scratch(s, env, n * sizeof(int64_t), "alltoall splits",
+                               &ok, &entry));
+  if (ok) {
+    hvd_result_t got = hvd__exchange_splits(r, env, s->fdims, &total);
+    if (got == HVD_ERR_NO_MEMORY) /* made, not kept: carried */
+      entry = entry != HVD_SUCCESS ? entry : got;
+    else
+      HVD__CHECK(got);
+  }
+  if (entry == HVD_SUCCESS && ok) /* !ok: some rank fails the agreement */
     entry = hvd__nccl_alloc_rows(s, r, d, total);
   HVD__CHECK(hvd__nccl_agree_prepared(s, env, 1, entry));
   size_t rb = (size_t)hvd__row_bytes(d);
