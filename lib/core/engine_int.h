@@ -87,8 +87,11 @@ struct hvd__engine {
   hvd__queue_t slow;     /* waiting for the coordinator */
   hvd_request_t **fresh; /* array form of `slow` for the controller */
   int fresh_cap;
-  hvd__fastpath_t *fast;         /* the response cache and its vector */
-  const hvd__response_t **group; /* the fused group being built */
+  hvd__fastpath_t *fast; /* the response cache and its vector */
+  /* a group's requests and allgather rows for its work, group_cap of
+   * each: the same cap on every rank (execute.c, group_room) */
+  hvd_request_t **group;
+  const int64_t **group_dims;
   int group_cap;
   /* autotune: rank 0 decides; every rank applies what the vector says */
   hvd__autotune_t *tune; /* rank 0 only */

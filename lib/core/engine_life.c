@@ -38,6 +38,7 @@ static void engine_free(hvd__engine_t *e) {
   hvd__timeline_close(e->tl);
   hvd__autotune_destroy(e->tune);
   free(e->group);
+  free(e->group_dims);
   free(e->fresh);
   free(e->sets);
   pthread_mutex_destroy(&e->mu);

@@ -201,33 +201,33 @@ static void trace_run(hvd__engine_t *e, hvd_request_t *const *reqs, int m,
 /* This rank's requests of the group's n responses into reqs (a stub
  * where it joined); *m of them. A response with no request here fails
  * the group. */
-static hvd_result_t take_requests(hvd__engine_t *e,
-                                  const hvd__response_t *const *xs, int n,
-                                  double agreed, hvd_request_t **reqs, int *m) {
+static hvd_result_t take_requests(hvd__engine_t *e, const hvd__response_t *xs,
+                                  int n, double agreed, hvd_request_t **reqs,
+                                  int *m) {
   hvd_result_t rc = HVD_SUCCESS;
   pthread_mutex_lock(&e->mu); /* one lock for the group's lookups */
   for (int i = 0; i < n; i++)
-    reqs[i] = xs[i]->req != NULL ? xs[i]->req
-                                 : hvd__table_get(e->inflight, xs[i]->names[0]);
+    reqs[i] = xs[i].req != NULL ? xs[i].req
+                                : hvd__table_get(e->inflight, xs[i].names[0]);
   pthread_mutex_unlock(&e->mu);
   *m = 0;
   for (int i = 0; i < n; i++) {
-    const char *name = xs[i]->names[0];
+    const char *name = xs[i].names[0];
     hvd_request_t *r = reqs[i];
     hvd_result_t src = HVD_SUCCESS;
     if (r == NULL && e->joined)
-      src = make_stub(e, name, &xs[i]->desc, &r);
+      src = make_stub(e, name, &xs[i].desc, &r);
     else if (r == NULL)
       src = hvd__set_error(HVD_ERR_INTERNAL,
                            "%s '%s' was agreed but is not in flight here",
-                           hvd__coll_name(xs[0]->desc.coll), name);
+                           hvd__coll_name(xs[0].desc.coll), name);
     if (src != HVD_SUCCESS) {
       rc = src;
       HVD__LOG(HVD__LOG_ERROR, "%s", hvd_last_error());
       continue;
     }
     if (e->tl != NULL && !r->is_stub)
-      trace_negotiation(e, r, xs[i], agreed, hvd__now());
+      trace_negotiation(e, r, &xs[i], agreed, hvd__now());
     reqs[(*m)++] = r;
   }
   return rc;
@@ -235,9 +235,9 @@ static hvd_result_t take_requests(hvd__engine_t *e,
 
 /* Whether a joined rank takes part in the group: the same answer on every
  * rank (njoined is in the agreed list). */
-static int joined_group(const hvd__response_t *const *xs, int n) {
+static int joined_group(const hvd__response_t *xs, int n) {
   for (int i = 0; i < n; i++)
-    if (xs[i]->njoined > 0)
+    if (xs[i].njoined > 0)
       return 1;
   return 0;
 }
@@ -292,21 +292,19 @@ static void flight_room(hvd__engine_t *e, const hvd__executor_t *ex) {
  * its requests then copied into *keep (the flight's record, allocated
  * here first: without it, or with stubs, whose memory is freed when the
  * group ends here, the group is not left in flight). */
-static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *const *xs,
+static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *xs,
                         hvd_request_t *const *reqs, int m, int *which,
                         struct hvd__defer *defer, hvd_request_t ***keep) {
-  const hvd__response_t *x = xs[0];
+  const hvd__response_t *x = &xs[0];
   const hvd__executor_t *ex = executor(e, &x->desc, which);
   if (ex == NULL || ex->run[x->desc.coll] == NULL)
     return hvd__set_error(HVD_ERR_UNSUPPORTED, "no executor for device %d",
                           x->desc.device);
   const int64_t *stack[64], **dims0s = NULL;
-  if (x->desc.coll == HVD__ALLGATHER) { /* m == n: no stubs */
-    dims0s = m <= 64 ? stack : calloc((size_t)m, sizeof *dims0s);
-    if (dims0s == NULL)
-      return hvd__set_error(HVD_ERR_NO_MEMORY, "fused allgather");
+  if (x->desc.coll == HVD__ALLGATHER) {       /* m == n: no stubs */
+    dims0s = m <= 64 ? stack : e->group_dims; /* group_room's */
     for (int i = 0; i < m; i++)
-      dims0s[i] = xs[i]->dims0;
+      dims0s[i] = xs[i].dims0;
   }
   int stubs = 0;
   for (int q = 0; q < m; q++) {
@@ -320,8 +318,6 @@ static hvd_result_t run(hvd__engine_t *e, const hvd__response_t *const *xs,
     w.defer = defer;
   }
   hvd_result_t rc = ex->run[x->desc.coll](e->exec_state[*which], &e->env, &w);
-  if (dims0s != stack)
-    free(dims0s);
   if (defer->deferred)
     memcpy(*keep, reqs, (size_t)m * sizeof **keep);
   else {
@@ -391,21 +387,16 @@ void hvd__engine_quiesce(void *ctx) {
 }
 
 /* Runs n RUN responses as one group (n > 1 only for compatible
- * allreduces, allgathers or reducescatters) and completes their
- * requests, now or, for a group left in flight, when it ends. */
-static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
+ * allreduces, allgathers or reducescatters; n <= 64 or group_cap) and
+ * completes their requests, now or, for a group left in flight, when it
+ * ends. */
+static void run_group(hvd__engine_t *e, const hvd__response_t *xs, int n,
                       double agreed) {
-  hvd_request_t *stack[64], **reqs = stack;
-  if (n > 64 &&
-      (hvd__fault("group") || !(reqs = calloc((size_t)n, sizeof *reqs)))) {
-    for (int i = 0; i < n; i++) /* run them one by one instead */
-      run_group(e, &xs[i], 1, agreed);
-    return;
-  }
+  hvd_request_t *stack[64], **reqs = n <= 64 ? stack : e->group;
   int m, which = -1;
   struct hvd__defer defer = {0, NULL};
   hvd_request_t **keep = NULL;
-  const hvd__response_t *x = xs[0];
+  const hvd__response_t *x = &xs[0];
   hvd_result_t rc = take_requests(e, xs, n, agreed, reqs, &m);
   if (joined_group(xs, n)) /* every rank, whatever its own rc */
     rc = agree_stubs(e, rc);
@@ -420,8 +411,6 @@ static void run_group(hvd__engine_t *e, const hvd__response_t *const *xs, int n,
       trace_run(e, reqs, m, x->desc.coll, t_exec);
     finish(e, reqs, m, rc);
   }
-  if (reqs != stack)
-    free(reqs);
 }
 
 /* ---- grouping ----------------------------------------------------------- */
@@ -465,20 +454,16 @@ static int64_t resp_bytes(const hvd__engine_t *e, const hvd__response_t *x) {
  * after it, up to the fusion threshold. Returns how many it took. */
 static int run_fused(hvd__engine_t *e, hvd__response_t *xs, int n,
                      double agreed) {
-  int g = 1;
+  int g = 1, max = e->group_cap > 64 ? e->group_cap : 64;
   int64_t bytes = resp_bytes(e, &xs[0]), limit = e->settings.fusion_threshold;
-  const hvd__response_t *one = &xs[0], **group = e->group ? e->group : &one;
-  int max = e->group ? e->group_cap : 1;
-  group[0] = &xs[0];
   while (g < n && g < max && limit > 0 && fusable(e, &xs[0], &xs[g]) &&
          bytes + resp_bytes(e, &xs[g]) <= limit) {
     bytes += resp_bytes(e, &xs[g]);
-    group[g] = &xs[g];
     g++;
   }
   if (xs[0].desc.coll == HVD__ALLREDUCE)
     hvd__burst_add(&e->burst, bytes); /* before complete() ends the burst */
-  run_group(e, group, g, agreed);
+  run_group(e, xs, g, agreed);
   return g;
 }
 
@@ -509,15 +494,37 @@ static void stall_stop(hvd__engine_t *e, const hvd__response_t *x) {
   hvd__engine_stop_all(e, HVD_ERR_STALL, reason, reason);
 }
 
-/* Room for a group as long as the list (else groups of one). */
+/* Room for a group as long as the list: its requests and rows (64 on the
+ * stack). Which groups a list makes must be the same on every rank, or
+ * they make different MPI steps (a fused group's agreement, one per
+ * group) and wait in them for good; so the cap is. It only grows, from
+ * the list's length, the same on every rank; when it does (rarely),
+ * whether it could on every rank is agreed in one MPI_Allreduce, and when
+ * one could not, every rank keeps the cap it had: the list runs in
+ * smaller groups everywhere (a warning names the rank). */
 static void group_room(hvd__engine_t *e, int n) {
-  if (n <= e->group_cap)
+  if (n <= 64 || n <= e->group_cap)
     return;
-  const hvd__response_t **g = realloc(e->group, (size_t)n * sizeof *g);
-  if (g != NULL) {
+  hvd_request_t **g = NULL;
+  const int64_t **d = NULL;
+  int ok = !hvd__fault("group");
+  if (ok && (g = realloc(e->group, (size_t)n * sizeof *g)) != NULL)
     e->group = g;
+  if (ok && (d = realloc(e->group_dims, (size_t)n * sizeof *d)) != NULL)
+    e->group_dims = d;
+  int v = g != NULL && d != NULL ? e->env.size : e->env.rank, first = 0;
+  if (MPI_Allreduce(&v, &first, 1, MPI_INT, MPI_MIN, e->env.comm) !=
+      MPI_SUCCESS) /* hvd's next MPI step fails too, on every rank */
+    return;
+  if (first == e->env.size) {
     e->group_cap = n;
+    return;
   }
+  HVD__LOG(HVD__LOG_WARNING,
+           "rank %d has no memory for a group of %d requests: groups of at "
+           "most %d",
+           e->env.world_ranks ? e->env.world_ranks[first] : first, n,
+           e->group_cap > 64 ? e->group_cap : 64);
 }
 
 hvd__stop_t hvd__engine_execute(hvd__engine_t *e, hvd__response_t *xs, int n,
