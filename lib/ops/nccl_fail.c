@@ -257,6 +257,12 @@ hvd_result_t hvd__nccl_unusable(const nccl_state_t *s) {
  * rank then names. */
 enum { GONE_OWN, GONE_PEER, UNPREPARED, READY };
 
+/* What the rank an agreement names sends every rank. */
+struct agree_msg {
+  int rc;
+  char why[HVD__NCCL_WHY_MAX];
+};
+
 static int agree_class(const nccl_state_t *s, hvd_result_t mine) {
   if (s->failed[0] != '\0' || s->from_peer)
     return s->from_peer ? GONE_PEER : GONE_OWN;
@@ -285,6 +291,29 @@ static hvd_result_t agreed_gone(nccl_state_t *s, const hvd__exec_env_t *env,
   return hvd__nccl_abandon(s, HVD_ERR_NCCL);
 }
 
+/* One round of the agreement: MPI_MIN over the ranks of agree_class *
+ * size + rank into *least; when that is not READY, the rank it names
+ * sends every rank its reason (its NCCL's, or its error) in *msg. */
+static hvd_result_t agree_round(nccl_state_t *s, const hvd__exec_env_t *env,
+                                hvd_result_t mine, int *least,
+                                struct agree_msg *msg) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int v = agree_class(s, mine) * env->size + env->rank;
+  *least = READY * env->size;
+  HVD__MPI_CHECK(MPI_Allreduce(&v, least, 1, MPI_INT, MPI_MIN, env->comm));
+  if (*least / env->size == READY)
+    return HVD_SUCCESS;
+  int first = *least % env->size;
+  memset(msg, 0, sizeof *msg);
+  msg->rc = (int)mine;
+  if (env->rank == first)
+    snprintf(msg->why, sizeof msg->why, "%.*s", (int)sizeof msg->why - 1,
+             s->failed[0] != '\0' ? s->failed : hvd_last_error());
+  HVD__MPI_CHECK(MPI_Bcast(msg, (int)sizeof *msg, MPI_BYTE, first, env->comm));
+fail:
+  return rc;
+}
+
 /* Before anything of a group is launched: its allocations (outputs, the
  * fusion buffer, span arrays; `allocated` when this group may have made
  * one, which every rank decides alike) and the state of every rank's NCCL
@@ -295,38 +324,34 @@ static hvd_result_t agreed_gone(nccl_state_t *s, const hvd__exec_env_t *env,
  * or on a notice), every rank fails the group and NCCL for good
  * (agreed_gone): its words are "rank R aborted its NCCL communicator:
  * <R's reason>", as a notice's. Else a rank that could not prepare sends
- * its error to all, and every rank fails the group with the same words:
- * "rank R could not prepare the collective on its GPU: <R's error>;
- * nothing was launched, NCCL is still usable", which is then true on
- * every rank; the communicator is not aborted (an abort would cost the
- * peers HVD_NCCL_TIMEOUT and NCCL for good). */
+ * its error to all, every rank drops its device scratch (which quiesces:
+ * a group in flight may fail there and abort NCCL on its rank, so NCCL's
+ * state is agreed once more, and a loss is agreed_gone's as above), and
+ * every rank fails the group with the same words: "rank R could not
+ * prepare the collective on its GPU: <R's error>; nothing was launched,
+ * NCCL is still usable", which is then true on every rank; the
+ * communicator is not aborted (an abort would cost the peers
+ * HVD_NCCL_TIMEOUT and NCCL for good). */
 hvd_result_t hvd__nccl_agree_prepared(nccl_state_t *s,
                                       const hvd__exec_env_t *env, int allocated,
                                       hvd_result_t mine) {
-  struct {
-    int rc;
-    char why[HVD__NCCL_WHY_MAX];
-  } msg;
-  int least = READY * env->size;
+  struct agree_msg msg, again;
+  int least = 0;
   hvd_result_t rc = HVD_SUCCESS;
   if (mine == HVD_SUCCESS && s->failed[0] != '\0') /* while quiescing */
     mine = hvd__nccl_unusable(s);
   if (!allocated)
     return mine;
-  int v = agree_class(s, mine) * env->size + env->rank;
-  HVD__MPI_CHECK(MPI_Allreduce(&v, &least, 1, MPI_INT, MPI_MIN, env->comm));
+  HVD__CHECK(agree_round(s, env, mine, &least, &msg));
   if (least / env->size == READY)
     return HVD_SUCCESS;
   int first = least % env->size;
-  memset(&msg, 0, sizeof msg);
-  msg.rc = (int)mine;
-  if (env->rank == first)
-    snprintf(msg.why, sizeof msg.why, "%.*s", (int)sizeof msg.why - 1,
-             s->failed[0] != '\0' ? s->failed : hvd_last_error());
-  HVD__MPI_CHECK(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, first, env->comm));
   if (least / env->size != UNPREPARED)
     return agreed_gone(s, env, first, msg.why);
   hvd__gpu_release(&s->gpu); /* every rank grows from nothing again */
+  HVD__CHECK(agree_round(s, env, mine, &least, &again));
+  if (least / env->size < UNPREPARED) /* lost in the release's quiesce */
+    return agreed_gone(s, env, least % env->size, again.why);
   s->unlaunched = 1;
   HVD__LOG(HVD__LOG_ERROR,
            "rank %d could not prepare a device collective: %s; nothing was "
