@@ -88,6 +88,14 @@ NP_TESTS += t/standin/onesided.np2 t/standin/onesided.np3
 t_standin_onesided_CPPFLAGS = $(STANDIN_CPPFLAGS)
 t_standin_onesided_LDADD = $(STANDIN_LDADD)
 
+## One rank's host (or a joined rank's device) allocation failing before
+## a device collective's MPI steps (lib/base/fault.h): every rank fails it
+## within 2 s, naming that rank, or runs it in agreed smaller groups.
+check_PROGRAMS += t/standin/allocfail
+NP_TESTS += t/standin/allocfail.np2 t/standin/allocfail.np3
+t_standin_allocfail_CPPFLAGS = $(STANDIN_CPPFLAGS)
+t_standin_allocfail_LDADD = $(STANDIN_LDADD)
+
 ## Asynchronous completion: device groups in flight together (exactly
 ## HVD__GPU_SLOTS), the fusion buffer grown only once they completed, a
 ## process set's groups beside the world's.
