@@ -62,8 +62,10 @@ typedef struct hvd__gpu {
   cudaStream_t stream; /* hvd's stream (non-blocking, greatest priority) */
   /* Groups in flight, in launch order: slot[head], slot[head + 1] ...
    * (`flying` of them, modulo HVD__GPU_SLOTS). cur is the next group's,
-   * slot[(head + flying) % HVD__GPU_SLOTS]: the same slot on every rank
-   * that ran the same groups, whatever has completed. */
+   * slot[(head + flying) % HVD__GPU_SLOTS]: not always the same slot on
+   * every rank (a joined rank's groups, and one whose flight record could
+   * not be allocated, are waited for at once and leave cur where it was),
+   * so nothing that decides an MPI step may depend on it. */
   hvd__gpu_slot_t slot[HVD__GPU_SLOTS];
   int head, flying;
   hvd__gpu_slot_t *cur;
@@ -145,8 +147,9 @@ hvd_result_t hvd__gpu_upload_spans(hvd__gpu_t *g, int n);
 hvd_result_t hvd__gpu_buffer(hvd__gpu_t *g, size_t n);
 
 /* 1 when hvd__gpu_buffer(buf_bytes) or hvd__gpu_spans(spans) would
- * allocate: the same answer on every rank that ran the same collectives
- * (both grow only, from the same sizes, in the same slots). */
+ * allocate. Not the same answer on every rank (the span arrays are cur's,
+ * and cur may differ: above): with peers, the NCCL executor agrees
+ * whether or not this says 1; only at one rank does it decide alone. */
 int hvd__gpu_grows(const hvd__gpu_t *g, size_t buf_bytes, int spans);
 /* Drops the buffer and every slot's span arrays (quiesced first), so that
  * after a failed allocation every rank grows the same way again. */
