@@ -317,8 +317,13 @@ hvd_result_t hvd_free_host(void *p);
  * (the _async form followed by hvd_wait). A name identifies the tensor
  * across ranks: every rank must submit the same name with agreeing
  * parameters, in any order. A name already in flight on this rank is
- * rejected with HVD_ERR_INVALID_ARG. Disagreement between ranks completes
- * the request on every rank with HVD_ERR_MISMATCH. The name is copied. */
+ * rejected with HVD_ERR_INVALID_ARG. "hvd.barrier" and "hvd.join" name
+ * hvd_barrier's and hvd_join's own requests and are no tensor's: every
+ * collective refuses them with HVD_ERR_INVALID_ARG ("allreduce
+ * 'hvd.join': the name is reserved for hvd_join"); other names beginning
+ * "hvd." are the user's (hvd's optimizers use some, as "hvd.grad.<name>").
+ * Disagreement between ranks completes the request on every rank with
+ * HVD_ERR_MISMATCH. The name is copied. */
 
 /* recv = postscale * op_over_ranks(prescale * send). recv must have send's
  * dtype and shape; recv->data == send->data reduces in place.

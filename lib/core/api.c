@@ -20,10 +20,17 @@
 
 /* ---- argument checks ---------------------------------------------------- */
 
+/* A tensor's name: not NULL, not empty, and not one of the names of
+ * hvd_barrier's and hvd_join's own requests (executor.h), which share
+ * the in-flight table and the coordinator's with the tensors. */
 static hvd_result_t check_name(const char *kind, const char *name) {
   if (name == NULL || name[0] == '\0')
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: name is NULL or empty",
                           kind);
+  if (strcmp(name, HVD__BARRIER_NAME) == 0 || strcmp(name, HVD__JOIN_NAME) == 0)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': the name is reserved for hvd_%s", kind,
+                          name, name + 4);
   return HVD_SUCCESS;
 }
 

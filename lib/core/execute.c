@@ -198,17 +198,37 @@ static void trace_run(hvd__engine_t *e, hvd_request_t *const *reqs, int m,
       hvd__engine_trace_span(e, reqs[q], phase, t0, t1);
 }
 
+/* hvd_barrier's and hvd_join's own requests. */
+static int internal_coll(int coll) {
+  return coll == HVD__BARRIER || coll == HVD__JOIN;
+}
+
+/* r, if a response about a collective of kind coll may complete it: a
+ * run of exactly its kind; an error of its kind, or for a tensor's
+ * request of any tensor's kind (the ranks may disagree on the kind).
+ * hvd's barrier and join never answer for a tensor, nor a tensor for
+ * them, whatever the names (check_name keeps them apart too). */
+static hvd_request_t *of_kind(hvd_request_t *r, int coll, int run) {
+  if (r == NULL || (int)r->desc.coll == coll)
+    return r;
+  if (run || internal_coll(coll) || internal_coll(r->desc.coll))
+    return NULL;
+  return r;
+}
+
 /* This rank's requests of the group's n responses into reqs (a stub
- * where it joined); *m of them. A response with no request here fails
- * the group. */
+ * where it joined); *m of them. A response with no request here (or
+ * one of another kind under its name) fails the group. */
 static hvd_result_t take_requests(hvd__engine_t *e, const hvd__response_t *xs,
                                   int n, double agreed, hvd_request_t **reqs,
                                   int *m) {
   hvd_result_t rc = HVD_SUCCESS;
   pthread_mutex_lock(&e->mu); /* one lock for the group's lookups */
   for (int i = 0; i < n; i++)
-    reqs[i] = xs[i].req != NULL ? xs[i].req
-                                : hvd__table_get(e->inflight, xs[i].names[0]);
+    reqs[i] = xs[i].req != NULL
+                  ? xs[i].req
+                  : of_kind(hvd__table_get(e->inflight, xs[i].names[0]),
+                            xs[i].desc.coll, 1);
   pthread_mutex_unlock(&e->mu);
   *m = 0;
   for (int i = 0; i < n; i++) {
@@ -471,14 +491,14 @@ static int run_fused(hvd__engine_t *e, hvd__response_t *xs, int n,
 static void fail_named(hvd__engine_t *e, const hvd__response_t *x) {
   HVD__LOG(HVD__LOG_DEBUG, "%s", x->errmsg);
   for (int k = 0; k < x->nnames; k++) {
-    hvd_request_t *r = lookup(e, x->names[k]);
+    hvd_request_t *r = of_kind(lookup(e, x->names[k]), x->desc.coll, 0);
     if (r != NULL)
       complete(e, r, x->err, x->errmsg);
   }
 }
 
 static void join_done(hvd__engine_t *e, const hvd__response_t *x) {
-  hvd_request_t *r = lookup(e, HVD__JOIN_NAME);
+  hvd_request_t *r = of_kind(lookup(e, HVD__JOIN_NAME), HVD__JOIN, 1);
   e->joined = 0;
   if (r != NULL) {
     r->last_rank = x->arg;

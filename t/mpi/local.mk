@@ -117,15 +117,18 @@ TESTS_SH += t/mpi/grouped_cache.sh
 ##  topology  local/cross ranks on one node, on nodes simulated by
 ##            HVD_HOSTNAME, and over a sub-communicator (hvd_init_comm)
 ##  join      hvd_join with ranks running out of data at different steps
+##  reserved  "hvd.join" and "hvd.barrier" refused as tensor names, also
+##            while ranks have joined
 ##  init_mpi  hvd_init initialising (and at exit finalising) MPI itself
 check_PROGRAMS += t/mpi/mismatch t/mpi/invalid t/mpi/shutdown \
-	t/mpi/topology t/mpi/join t/mpi/init_mpi
+	t/mpi/topology t/mpi/join t/mpi/init_mpi t/mpi/reserved
 NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 	t/mpi/invalid.np1 t/mpi/invalid.np2 \
 	t/mpi/shutdown.np2 t/mpi/shutdown.np3 \
 	t/mpi/topology.np1 t/mpi/topology.np2 t/mpi/topology.np3 \
 	t/mpi/topology.np4 \
 	t/mpi/join.np2 t/mpi/join.np3 t/mpi/join.np4 \
+	t/mpi/reserved.np2 t/mpi/reserved.np3 t/mpi/reserved.np4 \
 	t/mpi/init_mpi.np2
 
 ## Training on top: the distributed optimizer against a single-process
