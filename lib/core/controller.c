@@ -41,11 +41,12 @@ struct hvd__controller {
   const int *world;   /* world rank of each comm rank, or NULL */
   int npending;
   int timeline;
+  double epoch; /* hvd__now() at the aligned clock's zero */
 };
 
 hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size,
                                           const hvd__settings_t *s,
-                                          int timeline,
+                                          int timeline, double epoch,
                                           const int *world_ranks) {
   hvd__controller_t *c = calloc(1, sizeof *c);
   if (c == NULL)
@@ -53,6 +54,7 @@ hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size,
   c->world = world_ranks;
   c->stall.world = world_ranks;
   c->timeline = timeline;
+  c->epoch = epoch;
   c->stall.check_s = s->stall_check_s;
   c->stall.shutdown_s = s->stall_shutdown_s;
   c->comm = comm;
@@ -381,6 +383,10 @@ static hvd_result_t record(hvd__controller_t *c, int r, const char *name,
   }
   p->desc[r] = *d;
   p->ready[r] = ready;
+  /* the wait began at the first submission: a hit of the response cache
+   * comes here only after it waited on its bit (fastpath.c) */
+  if (ready >= 0 && c->epoch + ready < p->first_seen)
+    p->first_seen = c->epoch + ready;
   return HVD_SUCCESS;
 }
 

@@ -17,11 +17,15 @@
 typedef struct hvd__controller hvd__controller_t;
 
 /* comm and s are borrowed. With `timeline`, responses carry every rank's
- * ready time. Messages name comm rank r as world_ranks[r] (borrowed; NULL:
- * as r). NULL when out of memory. */
+ * ready time. `epoch` is this rank's hvd__now() at the aligned clock's
+ * zero (the ready times' clock): the stall inspector counts a name's
+ * wait from its first submission, not from its arrival here (a cached
+ * one arrives after its hit waited). Messages name comm rank r as
+ * world_ranks[r] (borrowed; NULL: as r). NULL when out of memory. */
 hvd__controller_t *hvd__controller_create(MPI_Comm comm, int rank, int size,
                                           const hvd__settings_t *s,
-                                          int timeline, const int *world_ranks);
+                                          int timeline, double epoch,
+                                          const int *world_ranks);
 
 /* 1 when the coordinator wants a slow-path round even if no rank has new
  * requests: something is pending and a stall check is due (rank 0). */

@@ -205,8 +205,9 @@ fail:
 static hvd_result_t start_negotiation(hvd__engine_t *e) {
   const hvd__settings_t *s = &e->settings;
   e->inflight = hvd__table_create_borrowing(); /* keys: the requests' names */
-  e->ctl = hvd__controller_create(e->env.comm, e->env.rank, e->env.size, s,
-                                  e->timeline_any, e->env.world_ranks);
+  e->ctl =
+      hvd__controller_create(e->env.comm, e->env.rank, e->env.size, s,
+                             e->timeline_any, e->epoch, e->env.world_ranks);
   if (e->inflight == NULL || e->ctl == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
   /* a hit waiting past the first of the stall inspector's times goes to

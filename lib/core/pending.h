@@ -17,8 +17,9 @@ typedef struct hvd__pending {
   double *ready;       /* per rank: submission time, aligned clock */
   unsigned char *have; /* per rank */
   int count;
-  double first_seen;
-  int warned; /* the stall inspector has warned about it */
+  double first_seen; /* the first submission (hvd__now()), whenever it
+                        reached the coordinator */
+  int warned;        /* the stall inspector has warned about it */
   struct hvd__pending *prev, *next; /* in order of first submission */
 } hvd__pending_t;
 

@@ -13,8 +13,13 @@
 #     (straggler.sh has the cases where a rank never comes): status 9.
 #   late, np 2: rank 1 submits "x" after 3 s: the warning comes, then "x"
 #     completes with the right sum on both ranks, and nothing stops.
-#   cached, np 2: as never with x and y in the response cache and no
-#     check time (below).
+#   cached, np 2 and 3: as never with x and y in the response cache: the
+#     same warning (once, after 2 s) and the same stop, 5 s after the
+#     submission (not 2 + 5 s), and its "stalled for" age is the time
+#     since the submission: rank 0's wait returns within 1 s of that
+#     age (a hit waited 2 s on its cache bit before the coordinator saw
+#     it, which counted the wait from then). Then the same with no check
+#     time (below).
 #   set, np 3: "x" in a process set of ranks 1 and 2, rank 2 three
 #     seconds late: the set's own inspector warns on rank 1 (the set's
 #     coordinator), naming world ranks, exactly
@@ -102,11 +107,52 @@ for np in 2 3; do
   fi
 done
 
+# cached_stop WHAT: rank 0's 'x' in $out failed with the stop, 5 s after
+# its submission, and the stop's "stalled for" age is that time: the wait
+# returned within 1 s of it (the stop's way to the waiter).
+cached_stop() {
+  line=`grep "^stall_prog\[0\]: 'x' rc=" "$out"`
+  echo "$line" | grep -q "^stall_prog\[0\]: 'x' rc=9 after [0-9.]* s: allreduce 'x': hvd stopped: $stop\$"
+  check $? "$1: rank 0's 'x' fails with HVD_ERR_STALL naming 'x' and rank 1"
+  took=`echo "$line" | sed -n "s/.* after \([0-9.]*\) s: .*/\1/p"`
+  between "$took" 4.9 15
+  check $? "$1: ... after 5 s, within 15 s (after '$took' s)"
+  stalled=`echo "$line" | sed -n "s/.* stalled for \([0-9.]*\) s: .*/\1/p"`
+  between "$stalled" 5.0 9.0
+  check $? "$1: ... 'stalled for' 5 s ('$stalled')"
+  awk -v t="$took" -v s="$stalled" 'BEGIN { exit !(s != "" && t - s <= 1.0) }'
+  check $? "$1: ... counted from the submission ('$stalled' s, returned after '$took' s)"
+}
+
+for np in 2 3; do
+  out=$tmp/cached$np.out
+  err=$tmp/cached$np.err
+  others=`ranks_but_1 $np`
+  run_np $np "$out" "$err" "$prog" cached
+  bad=$failed
+  what="cached, np $np"
+  [ "$rc" = 9 ]
+  check $? "$what: the job ends with status 9 (status $rc)"
+  pat="^\[hvd 0\] warning: stall: allreduce 'x' has waited [0-9.]* s for rank(s) 1; submitted by rank(s) $others\$"
+  count=`grep -c "$pat" "$err"`
+  [ "$count" = 1 ]
+  check $? "$what: rank 0 warns once that 'x' waits for rank 1 ($count)"
+  waited=`grep "$pat" "$err" | sed "s/.* has waited \([0-9.]*\) s .*/\1/"`
+  between "$waited" 2.0 4.9
+  check $? "$what: ... after 2 s (after '$waited' s)"
+  cached_stop "$what"
+  if [ $failed != $bad ]; then
+    show "$out" "stdout of the $what run"
+    show "$err" "stderr of the $what run"
+  fi
+done
+
 # cached, np 2: as never, with x and y in the response cache and
 # HVD_STALL_CHECK_TIME=0 (no warning): a hit waits HVD_STALL_SHUTDOWN_TIME
-# (5 s) before it goes to the coordinator, whose inspector then stops hvd
-# 5 s later; before, a cached collective never reached it without a check
-# time and waited for ever.
+# (5 s) before it goes to the coordinator, whose inspector stops hvd at
+# once, the hit's wait counted; before, the inspector waited 5 s more,
+# and earlier still a cached collective never reached it without a
+# check time and waited for ever.
 out=$tmp/cached.out
 err=$tmp/cached.err
 HVD_STALL_CHECK_TIME=0 run_np 2 "$out" "$err" "$prog" cached
@@ -114,12 +160,7 @@ bad=$failed
 what="cached, np 2, no check time"
 [ "$rc" = 9 ]
 check $? "$what: the job ends with status 9 (status $rc)"
-line=`grep "^stall_prog\[0\]: 'x' rc=" "$out"`
-echo "$line" | grep -q "^stall_prog\[0\]: 'x' rc=9 after [0-9.]* s: allreduce 'x': hvd stopped: $stop\$"
-check $? "$what: rank 0's 'x' fails with HVD_ERR_STALL naming 'x' and rank 1"
-took=`echo "$line" | sed -n "s/.* after \([0-9.]*\) s: .*/\1/p"`
-between "$took" 9.9 20
-check $? "$what: ... after 5 + 5 s, within 20 s (after '$took' s)"
+cached_stop "$what"
 ! grep -q "warning: stall" "$err"
 check $? "$what: no warning (no check time)"
 if [ $failed != $bad ]; then

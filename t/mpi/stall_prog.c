@@ -8,9 +8,10 @@
  *                      rank and both waits return HVD_ERR_STALL.
  *   stall_prog cached  as never, after every rank allreduced "x" and "y"
  *                      twice, so that both wait in the response cache:
- *                      with HVD_STALL_CHECK_TIME=0 a hit waits
+ *                      a hit waits the first of HVD_STALL_CHECK_TIME and
  *                      HVD_STALL_SHUTDOWN_TIME, then goes to the
- *                      coordinator, whose inspector stops hvd.
+ *                      coordinator, whose inspector counts from its
+ *                      submission and warns or stops hvd.
  *   stall_prog late    rank 1 submits "x" 3 s after the start: the stall
  *                      warning comes (HVD_STALL_CHECK_TIME=2) but "x"
  *                      completes, with the right sum.
