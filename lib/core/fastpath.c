@@ -22,6 +22,7 @@ typedef struct layout {
   uint64_t *tuned; /* [1, 1 + nparams) */
   uint64_t *notready;
   uint64_t *inval;
+  uint64_t *has; /* some rank has a request waiting on the entry */
 } layout_t;
 
 struct hvd__fastpath {
@@ -48,15 +49,16 @@ static layout_t layout(uint64_t *vec, int capacity, int tuning) {
   layout_t at;
   at.words = (capacity + 63) / 64;
   at.nparams = tuning ? 3 : 0;
-  at.len = 1 + at.nparams + 2 * at.words;
+  at.len = 1 + at.nparams + 3 * at.words;
   if (vec == NULL) { /* the length alone (no arithmetic on NULL) */
-    at.flags = at.tuned = at.notready = at.inval = NULL;
+    at.flags = at.tuned = at.notready = at.inval = at.has = NULL;
     return at;
   }
   at.flags = vec;
   at.tuned = vec + 1;
   at.notready = at.tuned + at.nparams;
   at.inval = at.notready + at.words;
+  at.has = at.inval + at.words;
   return at;
 }
 
@@ -189,12 +191,14 @@ void hvd__fastpath_sort(hvd__fastpath_t *f, hvd_request_t *list, int *joined,
   }
 }
 
-/* This rank's not-ready bits; a hit waiting too long is dropped, so that
- * the coordinator's stall inspector sees it. Joined, this rank drops
- * every cached collective but the allreduces, which it takes part in:
- * another rank's hit on one goes to the coordinator at once, for the
- * error a joined rank gives it. (A stale bit is already in inval: what
- * every rank sees after the OR decides.) */
+/* This rank's not-ready and has bits; a hit waiting too long is dropped,
+ * so that the coordinator's stall inspector sees it. Joined, this rank
+ * drops every cached collective but the allreduces, which it takes part
+ * in (ready, with a stub, though it has no request: another rank's hit
+ * sets the has bit that makes it run): another rank's hit on one of the
+ * others goes to the coordinator at once, for the error a joined rank
+ * gives it. (A stale bit is already in inval: what every rank sees after
+ * the OR decides.) */
 static void mark(hvd__fastpath_t *f, int joined) {
   int cap = hvd__cache_capacity(f->cache);
   double now = hvd__now(), stall = f->cfg.stall_s;
@@ -209,6 +213,8 @@ static void mark(hvd__fastpath_t *f, int joined) {
     }
     if (ready)
       f->at.notready[b >> 6] &= ~(1ull << (b & 63));
+    if (f->hits[b] != NULL)
+      bit_set(f->at.has, b);
     if (f->hits[b] != NULL && stall > 0 && now - f->hit_since[b] > stall)
       bit_set(f->at.inval, b);
   }
@@ -223,8 +229,16 @@ static hvd_result_t exchange(hvd__fastpath_t *f) {
   return hvd__mpi_wait(&mr, "negotiation");
 }
 
+/* Entry b runs this cycle: kept, ready on every rank, and some rank has
+ * a request on it. Without that last, a cycle in which every rank has
+ * joined would run every cached allreduce with stubs alone: nobody's. */
+static int runs(const hvd__fastpath_t *f, int b) {
+  return !bit_get(f->at.inval, b) && !bit_get(f->at.notready, b) &&
+         bit_get(f->at.has, b) && hvd__cache_valid(f->cache, b);
+}
+
 /* Drops what some rank invalidated (a group's member: the whole group);
- * counts what every rank has. */
+ * counts what runs. */
 static int settle(hvd__fastpath_t *f, hvd__queue_t *slow) {
   int cap = hvd__cache_capacity(f->cache), nready = 0;
   for (int b = 0; b < cap; b++) {
@@ -239,8 +253,7 @@ static int settle(hvd__fastpath_t *f, hvd__queue_t *slow) {
     hvd__cache_erase(f->cache, b);
   }
   for (int b = 0; b < cap; b++)
-    if (!bit_get(f->at.notready, b) && hvd__cache_valid(f->cache, b))
-      nready++;
+    nready += runs(f, b);
   return nready;
 }
 
@@ -310,8 +323,7 @@ static hvd_result_t respond(hvd__fastpath_t *f, int nready,
   }
   int k = 0, nm = 0;
   for (int b = 0; b < cap && k + nm < nready; b++) {
-    if (bit_get(f->at.inval, b) || bit_get(f->at.notready, b) ||
-        !hvd__cache_valid(f->cache, b))
+    if (!runs(f, b))
       continue;
     const hvd__desc_t *d = hvd__cache_desc(f->cache, b);
     if (d->group_n > 0)

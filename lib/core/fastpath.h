@@ -3,13 +3,15 @@
  * response cache with its bit vector). Every rank contributes one vector
  * to one MPI_Allreduce(BOR):
  *
- *   [flags][tuned parameters][not-ready bits][invalidate bits]
+ *   [flags][tuned parameters][not-ready bits][invalidate bits][has bits]
  *
  * the flags word (HVD__FAST_SLOW, HVD__FAST_STOP), rank 0's autotuned
  * parameters when tuning (the others add zeros), then one bit per cache
- * entry: "not ready here" and "drop this entry". A not-ready bit that is 0
- * on every rank is a collective every rank has; it runs without the
- * coordinator. The layout is computed once, at creation.
+ * entry: "not ready here", "drop this entry" and "a request waits on it
+ * here". A not-ready bit that is 0 on every rank (a rank that has joined
+ * is ready for every cached allreduce) with a has bit set on some rank is
+ * a collective every rank has; it runs without the coordinator. The
+ * layout is computed once, at creation.
  *
  * Owned by the engine thread; nothing here locks.
  */

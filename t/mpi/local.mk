@@ -119,9 +119,12 @@ TESTS_SH += t/mpi/grouped_cache.sh
 ##  join      hvd_join with ranks running out of data at different steps
 ##  reserved  "hvd.join" and "hvd.barrier" refused as tensor names, also
 ##            while ranks have joined
+##  join_cache  hvd_join and the response cache: a joined rank's stubs run
+##            what another rank submits, never what nobody did
 ##  init_mpi  hvd_init initialising (and at exit finalising) MPI itself
 check_PROGRAMS += t/mpi/mismatch t/mpi/invalid t/mpi/shutdown \
-	t/mpi/topology t/mpi/join t/mpi/init_mpi t/mpi/reserved
+	t/mpi/topology t/mpi/join t/mpi/init_mpi t/mpi/reserved \
+	t/mpi/join_cache
 NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 	t/mpi/invalid.np1 t/mpi/invalid.np2 \
 	t/mpi/shutdown.np2 t/mpi/shutdown.np3 \
@@ -129,6 +132,7 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 	t/mpi/topology.np4 \
 	t/mpi/join.np2 t/mpi/join.np3 t/mpi/join.np4 \
 	t/mpi/reserved.np2 t/mpi/reserved.np3 t/mpi/reserved.np4 \
+	t/mpi/join_cache.np2 t/mpi/join_cache.np3 t/mpi/join_cache.np4 \
 	t/mpi/init_mpi.np2
 
 ## Training on top: the distributed optimizer against a single-process
