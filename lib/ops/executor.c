@@ -112,19 +112,18 @@ hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
   /* the lowest rank whose rows would wrap, agreed: a rank that failed
    * alone would leave its peers in the alltoall's MPI call */
   const hvd__desc_t *d = &r->desc;
-  int bad =
-      hvd__rows_total(got, env->size, d->dtype, d->ndim, d->shape, total)
-          ? INT_MAX
-          : env->rank;
+  int bad = hvd__rows_total(got, env->size, d->dtype, d->ndim, d->shape, total)
+                ? INT_MAX
+                : env->rank;
   HVD__MPI_CHECK(
       MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MIN, env->comm));
   if (bad != INT_MAX)
-    return hvd__set_error(
-        HVD_ERR_INVALID_ARG,
-        "rank %d would receive more rows than a tensor holds "
-        "(the splits sent to it sum past INT64_MAX rows or "
-        "PTRDIFF_MAX bytes)",
-        env->world_ranks != NULL ? env->world_ranks[bad] : bad);
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "rank %d would receive more rows than a tensor holds "
+                          "(the splits sent to it sum past INT64_MAX rows or "
+                          "PTRDIFF_MAX bytes)",
+                          env->world_ranks != NULL ? env->world_ranks[bad]
+                                                   : bad);
   if (into != NULL) {
     r->recv_splits =
         hvd__fault("splits") ? NULL : calloc(n, sizeof *r->recv_splits);
