@@ -88,7 +88,13 @@ typedef enum hvd_dtype {
 /* Reduction operations. On integer dtypes sums and products wrap in the
  * element type, as MPI's do; HVD_AVERAGE is that sum divided by the
  * world size in integer arithmetic (truncated toward zero), and scale
- * factors other than 1.0 are rejected.
+ * factors other than 1.0 are rejected. On floating types HVD_AVERAGE
+ * multiplies the sum by postscale / size, computed in double: float32
+ * by that factor rounded to float (one rounding more than a division, so
+ * the average of three equal values x need not be x), float16 and
+ * bfloat16 in double, rounded to float and then to the type; float64
+ * divides by the size, then multiplies by postscale. Host and GPU paths
+ * round alike.
  *
  * HVD_MIN and HVD_MAX on floating types are C's fmin and fmax, as NCCL
  * computes them on the GPU: a NaN loses to a number, so the result is a

@@ -55,7 +55,7 @@ struct ScaleF64 {
   HD double operator()(double s) const { return s * f; }
 };
 
-struct ScaleHalf { /* hvd__scale, f16/bf16: in double, rounded once */
+struct ScaleHalf { /* hvd__scale, f16/bf16: in double, to float, to half */
   static const bool skip_in_place = false;
   double f;
   bool bf16;
@@ -214,7 +214,7 @@ hvd_result_t finish(const Batch &b, hvd_dtype_t dtype, hvd_op_t op,
       return launch<int64_t, int64_t>(b, DivideInt<int64_t>{size});
     case HVD_FLOAT64:
       return launch<double, double>(b, AverageF64{size, postscale});
-    default: /* f32, f16, bf16: divide in double, round once */
+    default: /* f32, f16, bf16: times postscale / size (hvd__scale) */
       return scale(b, dtype, postscale / size);
     }
   }

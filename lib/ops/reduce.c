@@ -58,7 +58,7 @@ void hvd__scale(void *dst, const void *src, int64_t n, hvd_dtype_t dtype,
     else
       scale_f64(dst, src, n, factor);
     break;
-  case HVD_FLOAT16:
+  case HVD_FLOAT16: /* in double, rounded to float, then to the type */
   case HVD_BFLOAT16: {
     const uint16_t *s = src;
     uint16_t *d = dst;
@@ -105,7 +105,7 @@ void hvd__reduce_finish(void *dst, const void *src, int64_t n,
         d[i] = s[i] / size * postscale;
       return;
     }
-    default: /* f32, f16, bf16: divide in double, round once */
+    default: /* f32, f16, bf16: times postscale / size (hvd__scale) */
       hvd__scale(dst, src, n, dtype, postscale / size);
       return;
     }
