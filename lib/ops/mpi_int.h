@@ -43,6 +43,7 @@ typedef struct hvd__shm {
   int mode;  /* this group's: 2 zero copy, 1 cross-memory attach */
   int *pids; /* per local rank */
   char *scratch;
+  int ptracer;        /* holds one of the process's PR_SET_PTRACER_ANY users */
   hvd__ordered_t ord; /* across nodes */
 } hvd__shm_t;
 

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,7 +128,56 @@ fail:
 /* What a peer reads at open to show that it may (the value: its rank). */
 static volatile int64_t cma_probe;
 
+/* Yama's ptrace_scope 1 lets a process be read only by its ancestors,
+ * unless it names a tracer: PR_SET_PTRACER_ANY opens this process to
+ * every process of its user, for as long as one executor of the process
+ * may use cross-memory attach (a count under a lock: process sets open
+ * and close their own). Without Yama, or at scope 0 (any process of the
+ * user already may) or 2 and 3 (no naming helps), nothing is changed. */
+static pthread_mutex_t ptracer_mu = PTHREAD_MUTEX_INITIALIZER;
+static int ptracer_users;
+
+static int yama_scope(void) {
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  int v = -1;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &v) != 1)
+      v = -1;
+    fclose(f);
+  }
+  return v;
+}
+
+static void ptracer_hold(hvd__shm_t *s) {
+#ifdef PR_SET_PTRACER
+  if (s->ptracer || yama_scope() != 1)
+    return;
+  pthread_mutex_lock(&ptracer_mu);
+  if (ptracer_users++ == 0)
+    (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  pthread_mutex_unlock(&ptracer_mu);
+  s->ptracer = 1;
+#else
+  (void)s;
+#endif
+}
+
+static void ptracer_release(hvd__shm_t *s) {
+#ifdef PR_SET_PTRACER
+  if (!s->ptracer)
+    return;
+  pthread_mutex_lock(&ptracer_mu);
+  if (--ptracer_users == 0)
+    (void)prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+  pthread_mutex_unlock(&ptracer_mu);
+  s->ptracer = 0;
+#else
+  (void)s;
+#endif
+}
+
 static void cma_close(hvd__shm_t *s) {
+  ptracer_release(s);
   free(s->pids);
   free(s->scratch);
   s->pids = NULL;
@@ -153,17 +203,16 @@ static int cma_move(int pid, void *local, const void *remote, size_t n,
 }
 
 /* Cross-memory attach on when every rank of every node may read and write
- * its local peers' memory (the same user; Yama's ptrace_scope 1 lets a
- * process allow it, PR_SET_PTRACER_ANY; containers without ptrace rights
- * refuse it): each rank reads every local peer's probe. One node only. */
+ * its local peers' memory (the same user; under Yama's ptrace_scope 1 a
+ * process allows it with PR_SET_PTRACER_ANY, held while it is on and
+ * dropped when it ends up off; containers without ptrace rights refuse
+ * it): each rank reads every local peer's probe. One node only. */
 static hvd_result_t cma_open(hvd__shm_t *s, const hvd__exec_env_t *env) {
   hvd_result_t rc = HVD_SUCCESS;
   int n = env->local_size, ok = s->on && !s->cross && env->zero_copy;
   int64_t me[2], *all = NULL;
-#ifdef PR_SET_PTRACER
   if (ok)
-    (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-#endif
+    ptracer_hold(s);
   cma_probe = env->local_rank;
   me[0] = (int64_t)getpid();
   me[1] = (int64_t)(intptr_t)&cma_probe;
