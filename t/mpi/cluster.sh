@@ -22,6 +22,10 @@
 #     node1->1, node1->2, node2->2; at 2 x 2 each rank of node1 to each
 #     of node2; with HVD_MPI_PRECONNECT=0, node3's rank connects to rank
 #     0 (the check can fail).
+#  2c. The launch agent given with --mpi-args alone: a rank on node3 that
+#     _exit(3)s (no record of its end) is named with its status, exit 3,
+#     not relaunched (hvdrun's probe of the hosts uses the user's mpirun
+#     options, and finds every host answering).
 #  3. bert_train (tiny, 20 steps) on 2 x 2: its losses equal those of the
 #     same run on one host at 4 ranks to 1e-6 (relative); its checkpoint,
 #     written on the cluster, resumes on one host at 2 ranks; with
@@ -175,6 +179,23 @@ check $([ $rc = 0 ] && grep -q '^node3 0$' "$tmp/got"; echo $?) \
   "3 x 1, HVD_MPI_PRECONNECT=0: node3's rank 2 connects to rank 0 itself" ||
   show "$tmp/got" "connects (host, to rank)"
 strays "preconnect"
+
+# ---- 2c. the user's mpirun options reach the probe of the hosts ---------------
+# A rank that ends without a word and status 3 makes hvdrun probe the
+# other hosts (was one lost?): with the launch agent only in --mpi-args,
+# the probe must use it too, or a healthy host reads as lost and the
+# program's own failure is relaunched.
+cluster_on node1 timeout -k 5 "$limit" "$hvdrun" -H node1:1,node2:1,node3:1 \
+  --max-restarts 1 --mpi-args "--mca plm_rsh_agent $cluster_agent --bind-to none" \
+  "$HVD_TOP_BUILDDIR/t/mpi/die" quiet 2 >"$tmp/q.out" 2>"$tmp/q.err" </dev/null
+rc=$?
+check $([ $rc = 3 ] &&
+  grep -qxF "hvdrun: rank 2 (node3) ended without a word (no record of its end: MPI_Abort from the program or MPI itself, or killed before it could say) and the job ended with status 3; ranks 0, 1 were stopped" "$tmp/q.err" &&
+  [ "$(tail -n 1 "$tmp/q.err")" = "hvdrun: not relaunching: rank 2 (node3) exited with status 3, which is the program's own failure, not a lost rank or host (failures: 1) rank 2 (node3) exited with status 3)" ] &&
+  ! grep -q "lost contact" "$tmp/q.err"; echo $?) \
+  "launch agent in --mpi-args: rank 2's _exit(3) named, not a lost host; exit 3, no relaunch (status $rc)" ||
+  show "$tmp/q.err" stderr
+strays "--mpi-args launch agent"
 
 # ---- 3. bert_train ------------------------------------------------------------
 # worst_of A B: the losses of JSON logs A and B side by side in $tmp/both,

@@ -7,14 +7,15 @@
  * HVD_ERR_SHUTDOWN), or by MPI_Abort(MPI_COMM_WORLD, 5) ("abort": the
  * others wait in their allreduce until the launcher stops them). A rank
  * whose allreduce fails prints hvd_last_error(); "neg" is exit(-1), which
- * the parent sees as status 255; "early" faults before hvd_init
+ * the parent sees as status 255; "quiet" is _exit(3), which leaves no
+ * record of the end (the record still says running); "early" faults before hvd_init
  * on stderr and exits 1 at once: it races the victim's own end, which is
  * what hvdrun must see through.
  *
  * It never prints "rank N" itself: the tests look for hvd's, mpirun's and
  * hvdrun's words naming the victim.
  *
- *   die kill|segv|exit|abort|neg|early [VICTIM]
+ *   die kill|segv|exit|abort|neg|quiet|early [VICTIM]
  */
 #include <mpi.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hvd.h"
 
@@ -33,8 +35,9 @@ int main(int argc, char **argv) {
 
   if (argc < 2 || argc > 3 ||
       (strcmp(how, "kill") && strcmp(how, "exit") && strcmp(how, "segv") &&
-       strcmp(how, "abort") && strcmp(how, "neg") && strcmp(how, "early"))) {
-    fprintf(stderr, "usage: die kill|segv|exit|abort|neg|early [VICTIM]\n");
+       strcmp(how, "abort") && strcmp(how, "neg") && strcmp(how, "quiet") &&
+       strcmp(how, "early"))) {
+    fprintf(stderr, "usage: die kill|segv|exit|abort|neg|quiet|early [VICTIM]\n");
     return 2;
   }
   const char *lr = getenv("OMPI_COMM_WORLD_RANK");
@@ -57,6 +60,7 @@ int main(int argc, char **argv) {
               : how[0] == 's' ? "a segmentation fault"
               : how[0] == 'a' ? "MPI_Abort(5)"
               : how[0] == 'n' ? "exit(-1)"
+              : how[0] == 'q' ? "_exit(3)"
                               : "exit(3)");
       if (how[0] == 'k')
         raise(SIGKILL);
@@ -64,6 +68,8 @@ int main(int argc, char **argv) {
         *(volatile int *)(uintptr_t)argc = 0; /* not mapped */
       if (how[0] == 'a')
         MPI_Abort(MPI_COMM_WORLD, 5);
+      if (how[0] == 'q')
+        _exit(3); /* no exit handler: no record */
       exit(how[0] == 'n' ? -1 : 3);
     }
     for (int i = 0; i < 16; i++)
