@@ -313,6 +313,31 @@ real -np 3 "$HVD_TOP_BUILDDIR/t/mpi/die" kill
   hasnt '^-----' && hasnt 'noticed that process rank'
 ok $? "rank 1 killed: one summary line naming its host, exit 137 ($rc)" || show
 
+# Elastic relaunches (--max-restarts) after rank R is killed: first.sh
+# runs the program in the first launch only, and exits 0 in the next.
+printf '#!/bin/sh\n[ "$HVD_ELASTIC_RESTARTS" != 0 ] || exec "$@"\nexit 0\n' >"$tmp/first.sh"
+chmod +x "$tmp/first.sh"
+# restarted N HOSTS: the relaunch line was said, with N ranks on HOSTS
+restarted() {
+  printf '%s\n' "$out" | grep -q "^hvdrun: restart 1 of 1 after rank [0-9] ($me_host) was killed by signal 9 (Killed): relaunching on $1 ranks\{0,1\} ($2) at "
+}
+# 4 ranks on 2 slots (oversubscribed): one rank lost leaves 3, not the 1
+# slot left
+real -H "$me_host:2" -np 4 --max-restarts 1 "$tmp/first.sh" \
+  "$HVD_TOP_BUILDDIR/t/mpi/die" kill 1
+[ $rc = 0 ] && restarted 3 "$me_host:2"
+ok $? "-H host:2 -np 4, rank 1 killed: relaunched on 3 ranks, oversubscribed still, exit 0 ($rc)" || show
+real -H "$me_host:2" -np 4 --max-restarts 1 --min-np 3 "$tmp/first.sh" \
+  "$HVD_TOP_BUILDDIR/t/mpi/die" kill 1
+[ $rc = 0 ] && restarted 3 "$me_host:2" && hasnt 'giving up'
+ok $? "the same with --min-np 3: relaunched on 3 ranks, exit 0 ($rc)" || show
+# a host named twice in -H is one host with the sum of the slots, as Open
+# MPI counts it: one slot less after rank 0 is lost, not one per entry
+real -H "$me_host:1,$me_host:2" --max-restarts 1 "$tmp/first.sh" \
+  "$HVD_TOP_BUILDDIR/t/mpi/die" kill 0
+[ $rc = 0 ] && restarted 2 "$me_host:2"
+ok $? "-H host:1,host:2, rank 0 killed: relaunched on 2 ranks (host:2), exit 0 ($rc)" || show
+
 # --start-timeout: ranks that never reach hvd_init are stopped, exit 124
 t0=$(date +%s)
 real --start-timeout 2 -np 2 sleep 60
