@@ -402,6 +402,19 @@ ok $? "SIGTERM to hvdrun stops the job within 10 s, non-zero, no rank left"
 )
 ok $? "a rank's stderr line passes while it still runs, not at the end"
 
+# hvdrun's stdin closed: the ranks read /dev/null (it hung before, its
+# job never started; hvd_mpirun gives /dev/null, so not through it)
+out=$(
+  HVD_MPIRUN_TEST_LIB=1 . "$HVD_MPIRUN_TEST"
+  HVD_RUN_NO_CMA=$run_no_cma
+  export HVD_RUN_NO_CMA
+  timeout -k 5 60 "$hvdrun" -np 1 sh -c 'echo ran; cat; echo read' 2>&1 <&-
+)
+rc=$?
+[ $rc = 0 ] && [ "$out" = "ran
+read" ]
+ok $? "stdin closed (hvdrun <&-): the job runs, its stdin empty, exit 0 ($rc)" || show
+
 real -np 2 ./no-such-program-here
 [ $rc = 127 ] && [ "$out" = "hvdrun: './no-such-program-here': not found" ]
 ok $? "a program that is not there: one line, exit 127 ($rc)" || show
