@@ -26,6 +26,9 @@
 #     _exit(3)s (no record of its end) is named with its status, exit 3,
 #     not relaunched (hvdrun's probe of the hosts uses the user's mpirun
 #     options, and finds every host answering).
+#  2d. Two hosts lost at once (node2's and node3's links down, 3 x 1,
+#     --max-restarts 1): hvdrun names both, drops both, and relaunches on
+#     node1 alone (exit 0).
 #  3. bert_train (tiny, 20 steps) on 2 x 2: its losses equal those of the
 #     same run on one host at 4 ranks to 1e-6 (relative); its checkpoint,
 #     written on the cluster, resumes on one host at 2 ranks; with
@@ -196,6 +199,43 @@ check $([ $rc = 3 ] &&
   "launch agent in --mpi-args: rank 2's _exit(3) named, not a lost host; exit 3, no relaunch (status $rc)" ||
   show "$tmp/q.err" stderr
 strays "--mpi-args launch agent"
+
+# ---- 2d. two hosts lost at once ------------------------------------------------
+# t/mpi/die (no victim: every rank loops) on 3 x 1; once node2's and
+# node3's ranks run, both links go down. The relaunch (first.sh: the
+# program in the first launch only, then exit 0) must be on node1 alone.
+printf '#!/bin/sh\n[ "$HVD_ELASTIC_RESTARTS" != 0 ] || exec "$@"\nexit 0\n' >"$tmp/first.sh"
+chmod +x "$tmp/first.sh"
+rm -f "$tmp/two.rc"
+(HVD_STALL_CHECK_TIME=2 HVD_STALL_SHUTDOWN_TIME=5 \
+  on_cluster node1:1,node2:1,node3:1 "$tmp/two.out" "$tmp/two.err" \
+  --host-timeout 4 --max-restarts 1 "$tmp/first.sh" "$HVD_TOP_BUILDDIR/t/mpi/die" exit 9
+echo "$rc" >"$tmp/two.rc") &
+job=$!
+i=0
+while [ "$(for p in $(ip netns pids "$cluster_prefix-2"; ip netns pids "$cluster_prefix-3"); do
+  cat /proc/$p/comm 2>/dev/null; done | grep -c '^die$')" -lt 2 ] && [ $i -lt 600 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+sleep 1 # their hvd_init
+cluster_link node2 down
+cluster_link node3 down
+wait $job
+cluster_link node2 up
+cluster_link node3 up
+trc=$(cat "$tmp/two.rc")
+check $([ "$trc" = 0 ] &&
+  grep -qxF "hvdrun: lost contact with hosts node2 (rank 1) and node3 (rank 2), which stopped answering (--host-timeout 4 s: its link or the host is down); the job was stopped on every host" "$tmp/two.err" &&
+  grep -q "^hvdrun: restart 1 of 1 after hosts node2, node3 were lost: relaunching on 1 rank (node1:1) at " "$tmp/two.err"; echo $?) \
+  "node2 and node3 lost at once: both named, relaunched on node1 alone, exit 0 (status $trc)" ||
+  show "$tmp/two.err" stderr
+i=0 # the cut-off ranks end themselves (the stall shutdown)
+while [ -n "$(cluster_pids)" ] && [ $i -lt 300 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+strays "two hosts lost"
 
 # ---- 3. bert_train ------------------------------------------------------------
 # worst_of A B: the losses of JSON logs A and B side by side in $tmp/both,
