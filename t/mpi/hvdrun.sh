@@ -379,6 +379,40 @@ ok $? "--start-timeout 60 on an hvd program: runs to the end, exit 0, no file le
 )
 ok $? "SIGTERM to hvdrun stops the job within 10 s, non-zero, no rank left"
 
+# SIGHUP to hvdrun (its terminal gone) stops the job as SIGTERM does:
+# hvdrun does not die alone, leaving mpirun and the ranks running
+(
+  HVD_MPIRUN_TEST_LIB=1 . "$HVD_MPIRUN_TEST"
+  HVD_RUN_NO_CMA=$run_no_cma
+  export HVD_RUN_NO_CMA
+  "$hvdrun" -np 2 sleep 37.75 >/dev/null 2>&1 &
+  hp=$!
+  sleep 2
+  kill -HUP $hp
+  wait $hp
+  rc=$?
+  i=0 # the ranks' end, 10 s at most (a rank left behind lives 37 s)
+  while pgrep -f 'sleep 37.75' >/dev/null && [ $i -lt 100 ]; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  left=$(pgrep -f 'sleep 37.75' | wc -l)
+  [ $rc != 0 ] && [ "$left" = 0 ] ||
+    { echo "# status $rc, $left ranks left"; pkill -f 'sleep 37.75'; exit 1; }
+)
+ok $? "SIGHUP to hvdrun stops the job, non-zero, no rank left"
+
+# A SIGTERM that comes before mpirun has started (here from a mkfifo of
+# PATH that hvdrun runs first in each launch) is still passed on as soon
+# as mpirun is there: the rank never reaches its echo
+mkdir -p "$tmp/hook"
+printf '#!/bin/sh\n[ -e "%s/hook/sent" ] || { : >"%s/hook/sent"; kill -TERM $PPID; }\nexec %s "$@"\n' \
+  "$tmp" "$tmp" "$(command -v mkfifo)" >"$tmp/hook/mkfifo"
+chmod +x "$tmp/hook/mkfifo"
+PATH=$tmp/hook:$PATH real -np 1 sh -c 'sleep 20; echo finished'
+[ -e "$tmp/hook/sent" ] && [ $rc != 0 ] && hasnt finished
+ok $? "SIGTERM before mpirun started: passed on once it is, the rank stopped (exit $rc)" || show
+
 # The ranks' stderr passes as it comes, not when mpirun ends (Debian's
 # awk, mawk, reads its input in blocks unless told otherwise): the first
 # line is there while the rank still sleeps
