@@ -338,6 +338,17 @@ real -H "$me_host:1,$me_host:2" --max-restarts 1 "$tmp/first.sh" \
 [ $rc = 0 ] && restarted 2 "$me_host:2"
 ok $? "-H host:1,host:2, rank 0 killed: relaunched on 2 ranks (host:2), exit 0 ($rc)" || show
 
+# A relaunch from a host file gives mpirun the hosts that remain, once
+# (a Horovod host file's -H came twice, doubling the slots)
+printf '%s:2\n' "$me_host" >"$tmp/colonhosts"
+real --hostfile "$tmp/colonhosts" --verbose --max-restarts 1 "$tmp/first.sh" \
+  "$HVD_TOP_BUILDDIR/t/mpi/die" kill 1
+relaunch=$(printf '%s\n' "$out" | grep '^hvdrun: .*mpiexec -np 1 ')
+[ $rc = 0 ] && restarted 1 "$me_host:1" &&
+  [ "$(printf '%s\n' "$relaunch" | grep -o ' -H [^ ]*' | tr '\n' '|')" = " -H $me_host:1|" ] &&
+  ! printf '%s\n' "$relaunch" | grep -q -e '--hostfile'
+ok $? "host:N host file, rank 1 killed: the relaunch's mpirun gets -H $me_host:1 once, exit 0 ($rc)" || show
+
 # --start-timeout: ranks that never reach hvd_init are stopped, exit 124
 t0=$(date +%s)
 real --start-timeout 2 -np 2 sleep 60
