@@ -300,6 +300,13 @@ me_host=$(hostname)
 [ $rc = 3 ] && [ "$(printf '%s\n' "$out" | tail -n 1)" = "hvdrun: rank 1 ($me_host) exited with status 3; ranks 0, 2 were stopped" ] &&
   hasnt '^-----' && hasnt 'Primary job' && hasnt 'detected that one or more'
 ok $? "rank 1 exits 3: one summary line naming its host, exit 3 ($rc)" || show
+# ranks that had exited 0 before the failure are not "stopped"
+real -np 3 "$HVD_TOP_BUILDDIR/t/mpi/exit_code" 1 late
+[ $rc = 3 ] && [ "$(printf '%s\n' "$out" | tail -n 1)" = "hvdrun: rank 1 ($me_host) exited with status 3; ranks 0, 2 had finished" ]
+ok $? "a rank that fails after the others finished: they had finished, not stopped (exit $rc)" || show
+real -np 2 "$HVD_TOP_BUILDDIR/t/mpi/exit_code" 0 late
+[ $rc = 3 ] && [ "$(printf '%s\n' "$out" | tail -n 1)" = "hvdrun: rank 0 ($me_host) exited with status 3; rank 1 had finished" ]
+ok $? "... at np 2, rank 0 failing last (exit $rc)" || show
 real -np 1 "$HVD_TOP_BUILDDIR/t/mpi/exit_code" 0
 [ $rc = 3 ] && [ "$(printf '%s\n' "$out" | tail -n 1)" = "hvdrun: rank 0 ($me_host) exited with status 3; it was the only rank" ]
 ok $? "np 1, rank 0 exits 3: the summary names no other rank, exit 3 ($rc)" || show
