@@ -1392,7 +1392,11 @@ hvd_result_t hvd_ps_verify_parameters(const hvd_process_set_t *ps,
  * scalars only: each block of its state and masters has one owner, so
  * root's whole state is every rank's already, and no rank is unsharded.
  * A distributed optimizer on a process set (its process_set option):
- * collective over the set, root counted within it. */
+ * collective over the set, root counted within it. opt NULL on some
+ * ranks: HVD_ERR_INVALID_ARG on every rank, "hvd_broadcast_optimizer_state:
+ * opt is NULL (on rank 1)" naming the lowest such rank (its own message
+ * there), as for any rank's bad argument; the ranks with an optimizer
+ * must then have it on the world (a NULL rank knows no set). */
 hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root);
 
 /* ---- Checkpoints -------------------------------------------------------- *

@@ -435,8 +435,10 @@ static hvd_result_t broadcast_optimizer_state(const char *fn,
 hvd_result_t hvd_broadcast_optimizer_state(hvd_optimizer_t *opt, int root) {
   if (!hvd_is_initialized())
     return hvd__not_initialized(__func__);
-  if (opt == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", __func__);
+  if (opt == NULL) /* still in the world's agreement, as check_args */
+    return hvd__optim_agree(
+        "hvd.agree.arguments",
+        hvd__set_error(HVD_ERR_INVALID_ARG, "%s: opt is NULL", __func__));
   hvd_result_t rc;
   HVD__ON_SET(opt->ps, rc, broadcast_optimizer_state(__func__, opt, root));
   return rc;

@@ -3,7 +3,8 @@
  * deliberately different initialisations identical; hvd_verify_parameters
  * catches a difference forced afterwards, naming the parameter and the
  * ranks; ranks with different parameter lists get HVD_ERR_MISMATCH instead
- * of a stall; bad arguments are refused.
+ * of a stall; bad arguments are refused, on every rank when one rank's
+ * are (params, or the optimizer, NULL on the last rank alone).
  */
 #include <hvd.h>
 #include <stdio.h>
@@ -156,6 +157,26 @@ int main(int argc, char **argv) {
          "optimizer state: NULL opt");
   is_string("hvd_broadcast_optimizer_state: opt is NULL", hvd_last_error(),
             "optimizer state: NULL opt: message");
+  { /* the last rank's opt NULL: that rank used to return at once while
+       the others waited in the arguments' agreement for ever */
+    int last = size - 1;
+    hvd_optimizer_t *opt = NULL;
+    hvd_sgd_options_t o;
+    hvd_sgd_options_init(&o);
+    if (hvd_sgd_create(params, NP, &o, &opt) != HVD_SUCCESS)
+      bail("hvd_sgd_create: %s", hvd_last_error());
+    char one[160] = "hvd_broadcast_optimizer_state: opt is NULL";
+    if (last != 0)
+      snprintf(one + strlen(one), sizeof one - strlen(one), " (on rank %d)",
+               last);
+    is_int(HVD_ERR_INVALID_ARG,
+           hvd_broadcast_optimizer_state(rank == last ? NULL : opt, 0),
+           "optimizer state, the last rank's opt NULL: every rank fails");
+    is_string(one, hvd_last_error(), "  with its message");
+    is_int(HVD_SUCCESS, hvd_broadcast_optimizer_state(opt, 0),
+           "optimizer state, then every rank's opt: works");
+    hvd_optimizer_destroy(opt);
+  }
   setup(rank);
   is_int(HVD_SUCCESS, hvd_broadcast_parameters(params, NP, 0),
          "and a broadcast still works");
