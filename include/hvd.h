@@ -1512,7 +1512,12 @@ hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
  * hvd_state_restore puts back this process's newest commit, or else (a
  * relaunched job) the file's, or else nothing (*restored 0). Both are
  * collective; a file loads at any world size, and hvd_checkpoint_load
- * reads it too (ignoring the counters). */
+ * reads it too (ignoring the counters). A commit is agreed by the ranks,
+ * in memory only (path NULL) too: a copy that fails on one rank (out of
+ * memory) fails the commit on every rank with that rank's error,
+ * "hvd_state_commit: out of memory for the committed copy (on rank 2)",
+ * none counts it, and no rank keeps an in-memory commit (a restore then
+ * reads the file, if any), so the ranks always restore the same. */
 typedef struct hvd_state hvd_state_t;
 
 /* path NULL: in memory only; save_every >= 1. */

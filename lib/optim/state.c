@@ -10,7 +10,8 @@
  *            every rank; a sharded optimizer's copy is this rank's blocks
  *            of the state and of mixed precision's masters, taken with no
  *            collective and no full state; PowerSGD's error feedback is
- *            each rank's own), and
+ *            each rank's own; then one small agreement, so that every
+ *            rank keeps the commit or none does), and
  *            every save_every-th commit the same as a checkpoint file
  *            (hvd__checkpoint_save_ex: rank 0 writes a temporary file,
  *            fsyncs and renames it over path, so a failure during the save
@@ -394,8 +395,9 @@ static hvd_result_t commit(hvd_state_t *st) {
   hvd_result_t rc = alloc_copy(st);
   if (rc == HVD_SUCCESS)
     rc = transfer(st, 0, commit_fn);
-  if (st->path != NULL) /* every rank counts the commit, or none */
-    rc = hvd__optim_agree("hvd.state.commit", rc);
+  /* every rank counts the commit, or none: a copy made on some ranks
+   * only would be restored there alone, in memory as from a file */
+  rc = hvd__optim_agree("hvd.state.commit", rc);
   if (rc != HVD_SUCCESS) {
     st->have = 0; /* the copy may be torn: a restore reads the file */
     return rc;

@@ -10,6 +10,8 @@
  *     restores the 2nd commit from the file, counters and commit count
  *     included; the file is a checkpoint with counters that
  *     hvd_checkpoint_load reads (ignoring the counters);
+ *   - in memory, the copy failing on the last rank alone (a huge
+ *     parameter there): every rank fails naming it, none restores;
  *   - no file: a fresh start (restored 0, nothing changed);
  *   - a plain checkpoint (no counters) in its place: HVD_ERR_CORRUPT "... the
  * file has no counter 'epoch' ...";
@@ -88,6 +90,48 @@ static int same_model(const model_t *a, const model_t *b) {
     if (memcmp(a->v[i], b->v[i], sizeof(float) * (size_t)counts[i]) != 0)
       return 0;
   return 1;
+}
+
+/* The test's huge tensor must fail its malloc under AddressSanitizer
+ * too (which aborts on such a size unless told otherwise). */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) {
+  return "allocator_may_return_null=1";
+}
+
+/* A memory-only commit (path NULL) whose copy cannot be made on the last
+ * rank alone: its parameter claims 2^50 floats there (4 PiB: no malloc
+ * gives it; nothing reads it), as an allocation failure on one rank.
+ * Every rank fails with that rank's HVD_ERR_NO_MEMORY and counts no
+ * commit, and a restore restores nothing on every rank. (Before, the
+ * other ranks kept their copy and restored it alone.) */
+static void test_memory_fails_on_one(void) {
+  static float w[4] = {1, 2, 3, 4};
+  int64_t small = 4, huge = (int64_t)1 << 50, step = 7;
+  int last = size - 1, restored = -1;
+  hvd_param_t p = {"w", hvd_tensor_make(w, HVD_FLOAT32, 1, &small),
+                   hvd_tensor_make(w, HVD_FLOAT32, 1, &small)};
+  if (rank == last)
+    p.value = hvd_tensor_make(w, HVD_FLOAT32, 1, &huge);
+  hvd_state_t *st = NULL;
+  if (hvd_state_create(NULL, 1, &st) != HVD_SUCCESS ||
+      hvd_state_add_params(st, &p, 1, NULL) != HVD_SUCCESS ||
+      hvd_state_add_counter(st, "step", &step) != HVD_SUCCESS)
+    bail("state: %s", hvd_last_error());
+  char want[256] = "hvd_state_commit: out of memory for the committed copy";
+  if (last != 0)
+    snprintf(want + strlen(want), sizeof want - strlen(want), " (on rank %d)",
+             last);
+  is_int(HVD_ERR_NO_MEMORY, hvd_state_commit(st),
+         "memory commit failing on rank %d alone: every rank fails", last);
+  is_string(want, hvd_last_error(), "  with that rank's message");
+  is_int(0, (int)hvd_state_commits(st), "  no rank counts the commit");
+  step = 9;
+  is_int(HVD_SUCCESS, hvd_state_restore(st, &restored), "  restore works");
+  ok(restored == 0 && step == 9,
+     "  and restores nothing on every rank (restored %d, step %lld)", restored,
+     (long long)step);
+  hvd_state_destroy(st);
 }
 
 /* Each NULL or empty argument of the hvd_state_* calls, and the 17th
@@ -513,6 +557,7 @@ int main(int argc, char **argv) {
   test_errors();
   test_memory(0);
   test_memory(1);
+  test_memory_fails_on_one();
   test_file(dir);
   test_background(dir);
   test_reserved(dir);
