@@ -111,8 +111,9 @@
     "pair of ranks in one order, the lower rank first (a byte each way, "      \
     "tag 0x4850 on the communicator given), so that no two ranks connect "     \
     "to each other at once later: Open MPI 4.1's TCP transport can then "      \
-    "leave a message unread (doc/slurm.md); must be equal on every rank; "     \
-    "0 = never")                                                               \
+    "leave a message unread (doc/slurm.md); must be equal on every rank "      \
+    "(else hvd_init fails on every rank naming the values, within "            \
+    "HVD_STALL_SHUTDOWN_TIME); 0 = never")                                     \
   X(HVD_START_FILE, "(unset)", start_file, PATH, 0, 0, 0,                      \
     "a file rank 0 creates once every rank has passed hvd_init (set by "       \
     "hvdrun --start-timeout, which waits for it)")                             \

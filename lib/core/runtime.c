@@ -26,6 +26,7 @@
 #include "base/forked.h"
 #include "base/log.h"
 #include "base/settings.h"
+#include "core/start.h"
 #include "hvd_mpi.h"
 
 static struct {
@@ -724,166 +725,6 @@ static void started(const char *path) {
              path, strerror(errno));
 }
 
-/* The tag of the preconnect's messages (hvd's first on the communicator
- * given to hvd_init; at_exit's use EXIT_TAG). */
-#define PRECONNECT_TAG 0x4850 /* "HP" */
-
-/* The ranks p < n whose request reqs[p] is still pending, as "1, 3". */
-static void pending_ranks(MPI_Request *reqs, int n, char *out, size_t cap) {
-  size_t len = 0;
-  out[0] = '\0';
-  for (int p = 0; p < n && len + 16 < cap; p++) {
-    int flag = 1;
-    if (reqs[p] != MPI_REQUEST_NULL)
-      MPI_Request_get_status(reqs[p], &flag, MPI_STATUS_IGNORE);
-    if (!flag)
-      len += (size_t)snprintf(out + len, cap - len, "%s%d", len ? ", " : "", p);
-  }
-}
-
-/* Waits for the n requests reqs[0..n) (reqs[p]: the one with rank p of
- * the communicator; MPI_REQUEST_NULL for none), as a collective waits for
- * missing ranks: after HVD_STALL_CHECK_TIME it names the ranks it still
- * waits for (a rank not yet in hvd_init, or one whose HVD_MPI_PRECONNECT
- * differs, which skipped the exchange), and after HVD_STALL_SHUTDOWN_TIME
- * it fails with HVD_ERR_STALL, a fatal error: at exit the job is ended
- * (at_exit), for the other ranks may wait in MPI for this one. The
- * requests are then left pending (and their buffers with them: the
- * caller must not free those). */
-static hvd_result_t preconnect_wait(MPI_Request *reqs, int n) {
-  hvd_result_t rc = HVD_SUCCESS;
-  double t0 = hvd__now(), check = g.settings.stall_check_s,
-         stop = g.settings.stall_shutdown_s;
-  int done = 0, warned = 0;
-  char who[256];
-  for (;;) {
-    HVD__MPI_CHECK(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
-    if (done)
-      return HVD_SUCCESS;
-    double age = hvd__now() - t0;
-    if (!warned && check > 0 && age > check) {
-      pending_ranks(reqs, n, who, sizeof who);
-      HVD__LOG(HVD__LOG_WARNING,
-               "hvd_init has waited %.1f s for rank(s) %s to connect "
-               "(HVD_MPI_PRECONNECT): not yet in hvd_init, or with another "
-               "HVD_MPI_PRECONNECT? It must be equal on every rank",
-               age, who);
-      warned = 1;
-    }
-    if (stop > 0 && age > stop) { /* fatal: the job ends at exit (at_exit) */
-      pending_ranks(reqs, n, who, sizeof who);
-      rc = hvd__set_error(HVD_ERR_STALL,
-                          "hvd_init: rank(s) %s did not connect within "
-                          "%.1f s (HVD_MPI_PRECONNECT=%d here; it must be "
-                          "equal on every rank; HVD_STALL_SHUTDOWN_TIME=%g)",
-                          who, age, g.settings.preconnect, stop);
-      hvd__fatal_set(rc, hvd_last_error());
-      return rc;
-    }
-    nanosleep(&(struct timespec){0, 200000}, NULL);
-  }
-fail:
-  return rc;
-}
-
-/* Connects every pair of comm's ranks in one order, before hvd's first
- * collective (MPI_Comm_dup is one): each rank sends a byte to every
- * higher rank, and replies to a lower one only once that rank's byte has
- * come. So the lower rank of each pair makes the connection, and no two
- * ranks connect to each other at once. Open MPI (4.1.4) connects a pair
- * over TCP lazily, at its first message; when both ranks of a pair send
- * first at the same moment (as in any allreduce), the connections cross,
- * and under load its TCP transport has been seen to leave a later
- * message unread in the receiver's socket for good: a collective that
- * never ends (doc/slurm.md). Each rank sends and receives size - 1 bytes
- * each way (within a node through shared memory). In jobs of more than
- * HVD_MPI_PRECONNECT ranks (default 64) it does nothing: Open MPI then
- * keeps its lazy connections, each rank connecting to the peers it uses. */
-static hvd_result_t preconnect_exchange(MPI_Comm comm, int rank, int size,
-                                        double *ms) {
-  hvd_result_t rc = HVD_SUCCESS;
-  MPI_Request *reqs = NULL;
-  char *in = NULL;
-  static const char out = 1; /* outlives a send left pending */
-  double t0 = hvd__now();
-  reqs = malloc((size_t)size * sizeof *reqs);
-  in = malloc((size_t)size);
-  if (reqs == NULL || in == NULL) {
-    free(in);
-    free(reqs);
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "preconnect requests");
-  }
-  for (int p = 0; p < size; p++)
-    reqs[p] = MPI_REQUEST_NULL;
-  /* the lower ranks' bytes; this rank's to the higher ones */
-  for (int p = 0; p < size; p++)
-    if (p < rank)
-      HVD__MPI_CHECK(
-          MPI_Irecv(&in[p], 1, MPI_BYTE, p, PRECONNECT_TAG, comm, &reqs[p]));
-    else if (p > rank)
-      HVD__MPI_CHECK(
-          MPI_Isend(&out, 1, MPI_BYTE, p, PRECONNECT_TAG, comm, &reqs[p]));
-  HVD__CHECK(preconnect_wait(reqs, rank));
-  /* then, over the connections those made, the replies */
-  for (int p = 0; p < size; p++)
-    if (p < rank)
-      HVD__MPI_CHECK(
-          MPI_Isend(&out, 1, MPI_BYTE, p, PRECONNECT_TAG, comm, &reqs[p]));
-  HVD__CHECK(preconnect_wait(reqs, size)); /* this rank's sends */
-  for (int p = rank + 1; p < size; p++)
-    HVD__MPI_CHECK(
-        MPI_Irecv(&in[p], 1, MPI_BYTE, p, PRECONNECT_TAG, comm, &reqs[p]));
-  HVD__CHECK(preconnect_wait(reqs, size));
-  *ms = (hvd__now() - t0) * 1e3;
-  free(in);
-  free(reqs);
-  return HVD_SUCCESS;
-fail: /* requests may be pending: their buffers stay (a stalled start) */
-  return rc;
-}
-
-/* preconnect_exchange under MPI_ERRORS_RETURN (the communicator's own
- * handler restored after). A send that fails is a rank that cannot reach
- * another (Open MPI found no transport to it): the peers wait for its
- * bytes, and its own later MPI calls would hang on the broken pair, so
- * it says so and ends the job with MPI_Abort, after a second that gives
- * Open MPI's own reason (its help message, on its way to mpirun) a chance
- * to get out. Under MPI_ERRORS_ARE_FATAL the abort inside MPI_Isend lost
- * that message about one run in two; mpirun still loses it now and then
- * ("ORTE_ERROR_LOG: Data unpack ... show_help.c"), hence hvd's line. */
-static hvd_result_t preconnect(MPI_Comm comm, double *ms) {
-  hvd_result_t rc = HVD_SUCCESS;
-  int rank = 0, size = 0;
-  MPI_Errhandler user = MPI_ERRHANDLER_NULL;
-  HVD__MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  HVD__MPI_CHECK(MPI_Comm_size(comm, &size));
-  if (size < 2 || size > g.settings.preconnect)
-    return HVD_SUCCESS;
-  HVD__MPI_CHECK(MPI_Comm_get_errhandler(comm, &user));
-  HVD__MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
-  rc = preconnect_exchange(comm, rank, size, ms);
-  MPI_Comm_set_errhandler(comm, user);
-  MPI_Errhandler_free(&user);
-  if (rc == HVD_ERR_MPI) {
-    char why[HVD__ERRMSG_MAX];
-    snprintf(why, sizeof why, "%s", hvd_last_error());
-    rc = hvd__set_error(HVD_ERR_MPI,
-                        "hvd_init: rank %d could not send its first message "
-                        "to every other rank (HVD_MPI_PRECONNECT): %s; Open "
-                        "MPI's reason, when it gives one, is on stderr",
-                        rank, why);
-    HVD__LOG(HVD__LOG_ERROR, "%s; ending the job with MPI_Abort(%d)",
-             hvd_last_error(), (int)rc);
-    hvd__end_record_error(hvd_last_error());
-    hvd__end_record_abort((int)rc);
-    nanosleep(&(struct timespec){1, 0}, NULL);
-    MPI_Abort(comm, (int)rc);
-  }
-  return rc;
-fail:
-  return rc;
-}
-
 /* MPI_Finalize deletes MPI_COMM_SELF's attributes first, with MPI still
  * whole: a program that finalises MPI without hvd_shutdown gets hvd shut
  * down there, instead of its engine calling a finalised MPI (a crash). */
@@ -916,33 +757,6 @@ fail:
   return rc;
 }
 
-/* The settings are each rank's own (a program may set HVD_HOSTNAME per
- * rank), so one rank may fail to read them while the others go on into
- * MPI_Comm_dup and wait there for it for ever (no engine yet, so no stall
- * check). So before any collective of their own the ranks agree on it
- * (one MPI_Allreduce; a broadcast of the message only after a failure):
- * every rank fails, a failing one with its own message, the others with
- * the lowest failing rank's, "hvd_init: rank 1: HVD_CYCLE_TIME='abc' is
- * not a number". `loaded`, `why`: this rank's result and message. */
-static hvd_result_t agree_settings(MPI_Comm comm, hvd_result_t loaded,
-                                   const char *why) {
-  hvd_result_t rc = HVD_SUCCESS;
-  int first = loaded != HVD_SUCCESS ? g.rank : INT_MAX;
-  char msg[HVD__ERRMSG_MAX];
-  HVD__MPI_CHECK(
-      MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == INT_MAX)
-    return HVD_SUCCESS;
-  snprintf(msg, sizeof msg, "%s", first == g.rank ? why : "");
-  HVD__MPI_CHECK(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, comm));
-  if (loaded != HVD_SUCCESS)
-    return hvd__set_error_msg(loaded, why);
-  return hvd__set_error(HVD_ERR_INVALID_ARG, "hvd_init: rank %d: %s", first,
-                        msg);
-fail:
-  return rc;
-}
-
 static hvd_result_t init_locked(MPI_Comm comm) {
   hvd_result_t rc = HVD_SUCCESS;
   double preconnect_ms = -1; /* < 0: not done */
@@ -956,10 +770,14 @@ static hvd_result_t init_locked(MPI_Comm comm) {
   HVD__MPI_CHECK(MPI_Comm_rank(comm, &g.rank)); /* the same in g.comm */
   hvd__log_set_rank(g.rank);
   HVD__CHECK(hook_finalize());
-  /* the preconnect first (hvd's first messages on comm, by its design),
-   * with whatever settings this rank could read */
-  HVD__CHECK(preconnect(comm, &preconnect_ms));
-  HVD__CHECK(agree_settings(comm, loaded, why));
+  /* The settings are each rank's own (a program may set HVD_HOSTNAME per
+   * rank), so one rank may fail to read them, or differ in
+   * HVD_MPI_PRECONNECT, while the others go on into MPI_Comm_dup and wait
+   * there for it for ever (no engine yet, so no stall check). So the
+   * preconnect first (hvd's first messages on comm, by its design), with
+   * whatever settings this rank could read, then the ranks agree, every
+   * wait bounded (start.h): every rank fails alike, naming the rank. */
+  HVD__CHECK(hvd__start_agree(comm, &g.settings, loaded, why, &preconnect_ms));
   HVD__MPI_CHECK(MPI_Comm_dup(comm, &g.comm));
   HVD__MPI_CHECK(MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN));
   HVD__MPI_CHECK(MPI_Comm_size(g.comm, &g.size));

@@ -320,7 +320,7 @@ EXTRA_DIST += t/mpi/negotiation.sh
 ##                    variables (no daemon; the hvdrun part needs scontrol)
 ##  preconnect        hvd_init connects every pair of ranks first
 ##                    (HVD_MPI_PRECONNECT), and a rank whose value differs
-##                    is named and ends the job
+##                    fails hvd_init on every rank, named with its value
 ##  slurm             hvd under a real Slurm on those hosts
 ##                    (t/util/slurm.sh): salloc + hvdrun, sbatch, srun
 ##                    --mpi=pmix, scancel, a node lost in an elastic job

@@ -12,7 +12,9 @@
  * HVD_AUTOTUNE_LOG that rank 0 cannot open (HVD_ERR_IO everywhere); the
  * settings that must be equal on every rank, set on rank 0 alone; an
  * over-long HVD_HOSTNAME; a malformed value on one rank alone (every
- * rank fails, naming it); hvd_init_comm(MPI_COMM_NULL); hvd_setting_info
+ * rank fails, naming it); HVD_MPI_PRECONNECT differing or malformed on
+ * one rank (every rank fails within HVD_STALL_SHUTDOWN_TIME, naming the
+ * ranks and values, and hvd_init works after); hvd_init_comm(MPI_COMM_NULL); hvd_setting_info
  * and hvd_setting_check out of range.
  */
 #include <stdio.h>
@@ -124,6 +126,43 @@ static void bad_on_one(int bad, const char *var, const char *value,
   if (rc == HVD_SUCCESS)
     hvd_shutdown();
   unsetenv(var);
+  rc = hvd_init();
+  if (!is_int(HVD_SUCCESS, rc, "%s then unset: hvd_init works", what))
+    bail("hvd_init: %s", hvd_last_error());
+  allreduce_works(what);
+  is_int(HVD_SUCCESS, hvd_shutdown(), "%s then unset: hvd_shutdown", what);
+}
+
+/* HVD_MPI_PRECONNECT=value on rank `odd` alone (`others` elsewhere,
+ * NULL: unset), with HVD_STALL_SHUTDOWN_TIME=1 on every rank: the ranks
+ * that preconnect wait for the ones that do not, which wait in the
+ * agreement (before: in a blocking allreduce, for ever). Every rank fails
+ * within seconds with want_rc and want, or, on rank odd, odd_want (NULL:
+ * want); then, unset, hvd_init works (nothing of the failed preconnect is
+ * left on MPI_COMM_WORLD to match the new one's messages). */
+static void preconnect_differs(int odd, const char *value, const char *others,
+                               hvd_result_t want_rc, const char *want,
+                               const char *odd_want) {
+  char what[160], seen[1024];
+  snprintf(what, sizeof what, "HVD_MPI_PRECONNECT='%s' on rank %d alone%s%s",
+           value, odd, others ? ", the others " : "", others ? others : "");
+  if (rank == odd)
+    setenv("HVD_MPI_PRECONNECT", value, 1);
+  else if (others != NULL)
+    setenv("HVD_MPI_PRECONNECT", others, 1);
+  setenv("HVD_STALL_SHUTDOWN_TIME", "1", 1);
+  double t0 = MPI_Wtime();
+  hvd_result_t rc = hvd_init();
+  double took = MPI_Wtime() - t0;
+  snprintf(seen, sizeof seen, "%s", hvd_last_error());
+  is_int(want_rc, rc, "%s: hvd_init fails on every rank", what);
+  is_string(rank == odd && odd_want != NULL ? odd_want : want, seen,
+            "%s: message", what);
+  ok(took < 10, "%s: within 10 s (%.1f s)", what, took);
+  if (rc == HVD_SUCCESS)
+    hvd_shutdown();
+  unsetenv("HVD_MPI_PRECONNECT");
+  unsetenv("HVD_STALL_SHUTDOWN_TIME");
   rc = hvd_init();
   if (!is_int(HVD_SUCCESS, rc, "%s then unset: hvd_init works", what))
     bail("hvd_init: %s", hvd_last_error());
@@ -288,6 +327,36 @@ int main(int argc, char **argv) {
                "HVD_ZERO_COPY='0.5' is not 0 or 1");
   } else {
     skip(2 * 6, "a bad value on one rank: needs 2 ranks");
+  }
+  /* HVD_MPI_PRECONNECT differing, or malformed, on one rank: the ranks
+   * that preconnect and the others wait for each other (before: those
+   * that skipped it for ever); every rank names the ranks and values */
+  if (size > 1) {
+    char want[256];
+    snprintf(want, sizeof want,
+             "HVD_MPI_PRECONNECT must be equal on every rank: rank 0 64 vs "
+             "rank %d 0",
+             size - 1);
+    preconnect_differs(size - 1, "0", NULL, HVD_ERR_INVALID_ARG, want, NULL);
+    snprintf(want, sizeof want,
+             "HVD_MPI_PRECONNECT must be equal on every rank: rank 0 0 vs "
+             "rank 1 64%s",
+             size > 2 ? ", rank 2 64" : "");
+    preconnect_differs(0, "0", NULL, HVD_ERR_INVALID_ARG, want, NULL);
+    /* equal decisions, different values: refused all the same */
+    snprintf(want, sizeof want,
+             "HVD_MPI_PRECONNECT must be equal on every rank: rank 0 64 vs "
+             "rank %d 32",
+             size - 1);
+    preconnect_differs(size - 1, "32", NULL, HVD_ERR_INVALID_ARG, want, NULL);
+    snprintf(want, sizeof want,
+             "hvd_init: rank %d: HVD_MPI_PRECONNECT='abc' is not a "
+             "number",
+             size - 1);
+    preconnect_differs(size - 1, "abc", "0", HVD_ERR_INVALID_ARG, want,
+                       "HVD_MPI_PRECONNECT='abc' is not a number");
+  } else {
+    skip(4 * 6, "HVD_MPI_PRECONNECT on one rank: needs 2 ranks");
   }
   /* MPI_Comm_rank(MPI_COMM_NULL) aborted the job */
   is_int(HVD_ERR_INVALID_ARG, hvd_init_comm(MPI_COMM_NULL),
