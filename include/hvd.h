@@ -1517,7 +1517,11 @@ hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
  * memory) fails the commit on every rank with that rank's error,
  * "hvd_state_commit: out of memory for the committed copy (on rank 2)",
  * none counts it, and no rank keeps an in-memory commit (a restore then
- * reads the file, if any), so the ranks always restore the same. */
+ * reads the file, if any), so the ranks always restore the same. A state
+ * NULL on one rank fails the commit on every rank the same way
+ * ("hvd_state_commit: state is NULL (on rank 2)"; on the world, which a
+ * NULL state names: a state whose optimizer is on a process set waits
+ * for the stall inspector instead). */
 typedef struct hvd_state hvd_state_t;
 
 /* path NULL: in memory only; save_every >= 1. */

@@ -388,8 +388,11 @@ static hvd_result_t commit_file(hvd_state_t *st) {
 /* hvd_state_commit and _restore run on the optimizer's process set (the
  * world without one): its first rank writes and reads the file. */
 static hvd_result_t commit(hvd_state_t *st) {
-  if (st == NULL)
-    return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: state is NULL", commit_fn);
+  if (st == NULL) { /* in the world's agreement still: the others wait */
+    hvd_result_t rc =
+        hvd__set_error(HVD_ERR_INVALID_ARG, "%s: state is NULL", commit_fn);
+    return hvd_is_initialized() ? hvd__optim_agree("hvd.state.commit", rc) : rc;
+  }
   if (!hvd_is_initialized())
     return hvd__not_initialized(commit_fn);
   hvd_result_t rc = alloc_copy(st);

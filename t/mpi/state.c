@@ -99,6 +99,33 @@ const char *__asan_default_options(void) {
   return "allocator_may_return_null=1";
 }
 
+/* hvd_state_commit(NULL) on the last rank alone: it takes part in the
+ * commit's agreement, so every rank fails with its message and counts no
+ * commit. (Before, it returned at once and the others waited for it.) */
+static void test_null_on_one(void) {
+  static float w[4] = {1, 2, 3, 4};
+  int64_t four = 4, step = 7;
+  int last = size - 1;
+  hvd_param_t p = {"w", hvd_tensor_make(w, HVD_FLOAT32, 1, &four),
+                   hvd_tensor_make(w, HVD_FLOAT32, 1, &four)};
+  hvd_state_t *st = NULL;
+  if (hvd_state_create(NULL, 1, &st) != HVD_SUCCESS ||
+      hvd_state_add_params(st, &p, 1, NULL) != HVD_SUCCESS ||
+      hvd_state_add_counter(st, "step", &step) != HVD_SUCCESS)
+    bail("state: %s", hvd_last_error());
+  char want[256] = "hvd_state_commit: state is NULL";
+  if (last != 0)
+    snprintf(want + strlen(want), sizeof want - strlen(want), " (on rank %d)",
+             last);
+  is_int(HVD_ERR_INVALID_ARG, hvd_state_commit(rank == last ? NULL : st),
+         "commit with state NULL on rank %d alone: every rank fails", last);
+  is_string(want, hvd_last_error(), "  with that rank's message");
+  is_int(0, (int)hvd_state_commits(st), "  no rank counts the commit");
+  is_int(HVD_SUCCESS, hvd_state_commit(st), "  then a commit works");
+  is_int(1, (int)hvd_state_commits(st), "  and is counted");
+  hvd_state_destroy(st);
+}
+
 /* A memory-only commit (path NULL) whose copy cannot be made on the last
  * rank alone: its parameter claims 2^50 floats there (4 PiB: no malloc
  * gives it; nothing reads it), as an allocation failure on one rank.
@@ -557,6 +584,7 @@ int main(int argc, char **argv) {
   test_errors();
   test_memory(0);
   test_memory(1);
+  test_null_on_one();
   test_memory_fails_on_one();
   test_file(dir);
   test_background(dir);
