@@ -186,6 +186,46 @@ static void sink_put(void *ctx, const char *p, size_t n) {
   k->calls++;
 }
 
+/* One escaped string against its exact expected text. */
+static void escapes(const char *in, const char *want, const char *what) {
+  sink_t k = {{0}, 0, 0};
+  hvd__json_escape(in, sink_put, &k);
+  is_string(want, k.buf, "json: %s", what);
+}
+
+/* Valid UTF-8 passes whole; each byte that begins no valid sequence is
+ * \ufffd, and the bytes after it are read afresh. */
+static void test_json_utf8(void) {
+  escapes("\xc2\x80\xdf\xbf", "\xc2\x80\xdf\xbf", "2-byte U+0080, U+07FF kept");
+  escapes("\xe0\xa0\x80\xe2\x82\xac\xed\x9f\xbf\xef\xbf\xbf",
+          "\xe0\xa0\x80\xe2\x82\xac\xed\x9f\xbf\xef\xbf\xbf",
+          "3-byte U+0800, U+20AC, U+D7FF, U+FFFF kept");
+  escapes("\xf0\x90\x80\x80\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf",
+          "\xf0\x90\x80\x80\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf",
+          "4-byte U+10000, U+1F600, U+10FFFF kept");
+  escapes("bad\xff\xfe", "bad\\ufffd\\ufffd", "0xff, 0xfe: one each");
+  escapes("a\x80"
+          "b\xbf"
+          "c",
+          "a\\ufffdb\\ufffdc", "lone continuation bytes");
+  escapes("\xc0\xaf\xc1\xbf", "\\ufffd\\ufffd\\ufffd\\ufffd",
+          "overlong 2-byte (0xc0, 0xc1 leads)");
+  escapes("\xe0\x80\xaf", "\\ufffd\\ufffd\\ufffd", "overlong 3-byte");
+  escapes("\xf0\x80\x80\xaf", "\\ufffd\\ufffd\\ufffd\\ufffd",
+          "overlong 4-byte");
+  escapes("\xed\xa0\x80x\xed\xbf\xbf",
+          "\\ufffd\\ufffd\\ufffdx\\ufffd\\ufffd\\ufffd",
+          "surrogates U+D800, U+DFFF");
+  escapes("\xf4\x90\x80\x80\xf5\x80\x80\x80",
+          "\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd",
+          "past U+10FFFF (0xf4 0x90, 0xf5)");
+  escapes("\xe2\x82", "\\ufffd\\ufffd", "3-byte cut short at the end");
+  escapes("\xf0\x9f\x98", "\\ufffd\\ufffd\\ufffd",
+          "4-byte cut short at the end");
+  escapes("\xc3x\xe2\x82\\", "\\ufffdx\\ufffd\\ufffd\\\\",
+          "cut short before ASCII; a backslash after");
+}
+
 static void test_json(void) {
   sink_t k = {{0}, 0, 0};
   hvd__json_escape("plain name/0", sink_put, &k);
@@ -198,6 +238,7 @@ static void test_json(void) {
   k = (sink_t){{0}, 0, 0};
   hvd__json_escape("", sink_put, &k);
   is_int(0, k.calls, "json: an empty string puts nothing");
+  test_json_utf8();
 }
 
 static void test_queries(void) {
