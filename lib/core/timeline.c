@@ -16,18 +16,29 @@
 #include "base/settings.h"
 #include "base/table.h"
 
+/* The buffer is flushed when an event ends past BUF_MAX, never inside one:
+ * it grows to hold a longer event, so the file only ever holds whole
+ * events and its closing bracket. */
 #define BUF_MAX (1 << 20)
+#define TAIL "\n]\n" /* closes the array after every flush */
+/* What the file keeps free under HVD_TIMELINE_MAX_BYTES for the
+ * TIMELINE_CAP event (under 160 bytes at any pid, time and cap) and TAIL,
+ * so that it never passes the cap. */
+#define CAP_ROOM 256
 
 struct hvd__timeline {
   pthread_mutex_t mu; /* the engine thread and the callers' marks */
   FILE *f;
   int rank;
-  uint64_t written, cap; /* bytes so far; the cap (0: none) */
+  uint64_t written, cap; /* bytes in the file, TAIL aside; the cap (0: none) */
   int capped;            /* the cap was reached: nothing more is written */
   const char *path;
   double epoch, last_flush;
   char *buf;
-  size_t len;
+  size_t len, size;   /* bytes in buf; its size, TAIL's room aside */
+  size_t start;       /* where the event being put began in buf */
+  int start_any;      /* any, when it began */
+  int lost;           /* the event being put did not fit in memory */
   int any;            /* an event has been written: next needs a comma */
   hvd__table_t *tids; /* tensor -> track id */
   int next_tid;
@@ -35,17 +46,24 @@ struct hvd__timeline {
 
 static void flush_locked(hvd__timeline_t *t, double period);
 
+/* Puts n bytes of the current event in the buffer, which grows for an
+ * event longer than it (a name of megabytes). */
 static void put(hvd__timeline_t *t, const char *s, size_t n) {
-  if (t->len + n > BUF_MAX)
-    flush_locked(t, 0);
-  if (n > BUF_MAX) { /* never happens for our events; keep it safe */
-    fwrite(s, 1, n, t->f);
+  if (t->lost)
     return;
+  if (t->len + n > t->size) {
+    size_t size = t->size * 2 > t->len + n ? t->size * 2 : t->len + n;
+    char *buf = realloc(t->buf, size + sizeof TAIL);
+    if (buf == NULL) {
+      t->lost = 1; /* end_event drops the event */
+      return;
+    }
+    t->buf = buf;
+    t->size = size;
   }
   memcpy(t->buf + t->len, s, n);
   t->len += n;
 }
-
 static void put_str(hvd__timeline_t *t, const char *s) { put(t, s, strlen(s)); }
 
 static void putf(hvd__timeline_t *t, const char *fmt, ...) HVD__PRINTF(2, 3);
@@ -67,12 +85,14 @@ static void put_escaped(hvd__timeline_t *t, const char *s) {
 }
 
 static void begin_event(hvd__timeline_t *t) {
+  t->start = t->len;
+  t->start_any = t->any;
   put_str(t, t->any ? ",\n" : "\n");
   t->any = 1;
 }
 
 /* The event's args (a JSON object body, or NULL) and its closing brace. */
-static void end_event(hvd__timeline_t *t, const char *args) {
+static void put_args(hvd__timeline_t *t, const char *args) {
   if (args != NULL) {
     put_str(t, ",\"args\":{");
     put_str(t, args);
@@ -81,14 +101,9 @@ static void end_event(hvd__timeline_t *t, const char *args) {
   put_str(t, "}");
 }
 
-/* 1 when an event may be written (lock held): the file is under its cap.
- * The event that reaches the cap is the last: a TIMELINE_CAP instant
- * saying so, then the array closed for good. */
-static int room(hvd__timeline_t *t) {
-  if (t->capped)
-    return 0;
-  if (t->cap == 0 || t->written + t->len < t->cap)
-    return 1;
+/* The cap is reached (lock held): a TIMELINE_CAP instant saying so, then
+ * the array closed for good. */
+static void cap_reached(hvd__timeline_t *t) {
   t->capped = 1;
   begin_event(t);
   putf(t,
@@ -100,8 +115,31 @@ static int room(hvd__timeline_t *t) {
            "timeline: %s reached HVD_TIMELINE_MAX_BYTES (%llu bytes); "
            "nothing more is written to it",
            t->path, (unsigned long long)t->cap);
-  return 0;
 }
+
+/* The event put since begin_event is whole (lock held). It is kept if the
+ * file has room for it and still CAP_ROOM under the cap; else it is taken
+ * back and the cap is reached, so the file never passes the cap. A full
+ * buffer is flushed here, between events. */
+static void end_event(hvd__timeline_t *t) {
+  if (t->lost) { /* out of memory: this event alone is dropped */
+    t->lost = 0;
+    t->len = t->start;
+    t->any = t->start_any;
+    return;
+  }
+  if (t->cap != 0 && t->written + t->len + CAP_ROOM > t->cap) {
+    t->len = t->start;
+    t->any = t->start_any;
+    cap_reached(t);
+    return;
+  }
+  if (t->len >= BUF_MAX)
+    flush_locked(t, 0);
+}
+
+/* 1 when an event may be written (lock held): the cap is not reached. */
+static int room(hvd__timeline_t *t) { return !t->capped; }
 
 hvd__timeline_t *hvd__timeline_open(const char *path, int rank, double epoch,
                                     uint64_t cap) {
@@ -115,7 +153,8 @@ hvd__timeline_t *hvd__timeline_open(const char *path, int rank, double epoch,
   t->rank = rank;
   t->epoch = epoch;
   t->last_flush = hvd__now();
-  t->buf = malloc(BUF_MAX);
+  t->size = BUF_MAX;
+  t->buf = malloc(BUF_MAX + sizeof TAIL);
   t->tids = hvd__table_create();
   t->path = strdup(path);
   t->f = fopen(path, "w");
@@ -136,16 +175,19 @@ hvd__timeline_t *hvd__timeline_open(const char *path, int rank, double epoch,
   }
   t->next_tid = 1; /* track 0 is CYCLE */
   fputs("[", t->f);
+  t->written = 1;
   begin_event(t);
   putf(t,
        "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":"
        "\"hvd rank %d\"}}",
        rank, rank);
+  end_event(t);
   begin_event(t);
   putf(t,
        "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{"
        "\"name\":\"CYCLE\"}}",
        rank);
+  end_event(t);
   hvd__timeline_flush(t, 0);
   return t;
 }
@@ -162,6 +204,7 @@ static int track(hvd__timeline_t *t, const char *tensor) {
   put_str(t, "\"args\":{\"name\":\"");
   put_escaped(t, tensor);
   put_str(t, "\"}}");
+  end_event(t);
   return tid;
 }
 
@@ -182,7 +225,8 @@ void hvd__timeline_span(hvd__timeline_t *t, const char *tensor,
        "\"dur\":%.3f",
        phase, t->rank, tid, (t0 - t->epoch) * 1e6,
        (t1 > t0 ? t1 - t0 : 0) * 1e6);
-  end_event(t, args);
+  put_args(t, args);
+  end_event(t);
   pthread_mutex_unlock(&t->mu);
 }
 
@@ -198,7 +242,8 @@ void hvd__timeline_instant(hvd__timeline_t *t, const char *track_name,
     put_escaped(t, name);
     putf(t, "\",\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f",
          t->rank, tid, (at - t->epoch) * 1e6);
-    end_event(t, args);
+    put_args(t, args);
+    end_event(t);
   }
   pthread_mutex_unlock(&t->mu);
 }
@@ -215,6 +260,7 @@ void hvd__timeline_counter(hvd__timeline_t *t, const char *name, double at,
     putf(t,
          "\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,\"args\":{\"value\":%.17g}}",
          t->rank, (at - t->epoch) * 1e6, isfinite(value) ? value : 0.0);
+    end_event(t);
   }
   pthread_mutex_unlock(&t->mu);
 }
@@ -229,25 +275,32 @@ void hvd__timeline_cycle(hvd__timeline_t *t, double at, long cycle) {
          "{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,"
          "\"tid\":0,\"ts\":%.3f,\"args\":{\"cycle\":%ld}}",
          t->rank, (at - t->epoch) * 1e6, cycle);
+    end_event(t);
   }
   pthread_mutex_unlock(&t->mu);
 }
 
+/* Writes the buffer (whole events) and TAIL in one write, so the file is
+ * valid JSON after it; the next flush overwrites TAIL. */
 static void flush_locked(hvd__timeline_t *t, double period) {
   double now = hvd__now();
   if (period > 0 && now - t->last_flush < period && t->len < BUF_MAX / 2)
     return;
   t->last_flush = now;
-  if (t->len > 0)
-    fwrite(t->buf, 1, t->len, t->f);
+  memcpy(t->buf + t->len, TAIL, sizeof TAIL - 1);
+  fwrite(t->buf, 1, t->len + sizeof TAIL - 1, t->f);
+  fflush(t->f);
+  fseek(t->f, -(long)(sizeof TAIL - 1), SEEK_CUR);
   t->written += t->len;
   t->len = 0;
-  /* close the array so the file is valid JSON now; the next flush
-   * overwrites the bracket */
-  long at = ftell(t->f);
-  fputs("\n]\n", t->f);
-  fflush(t->f);
-  fseek(t->f, at, SEEK_SET);
+  t->start = 0;
+  if (t->size > BUF_MAX) { /* back from a long event */
+    char *buf = realloc(t->buf, BUF_MAX + sizeof TAIL);
+    if (buf != NULL) {
+      t->buf = buf;
+      t->size = BUF_MAX;
+    }
+  }
 }
 
 void hvd__timeline_flush(hvd__timeline_t *t, double period) {

@@ -10,6 +10,9 @@
 ##  sampler  the distributed sampler
 ##  timeline_json  the tests' timeline reader (t/util/hvdtest.c): JSON
 ##           with its keys in any order, unknown keys, escapes, no "]"
+##  timeline_file  lib/core/timeline.c's file, read by python3: valid
+##           JSON after every flush of a full buffer, never past
+##           HVD_TIMELINE_MAX_BYTES, names not UTF-8 (linked statically)
 ##  optim    the plain optimizers (lib/optim): SGD and Adam/AdamW against
 ##           torch.optim's formulas, custom ops and their state, the
 ##           validation messages; CUDA flags only to count the GPUs (the
@@ -41,11 +44,12 @@
 check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim \
 	t/unit/host_mem t/unit/host_mem_private t/unit/timeline_json \
 	t/unit/message t/unit/checksum t/unit/ranks t/unit/settings \
-	t/unit/rows_total
+	t/unit/rows_total t/unit/timeline_file
 UNIT_TESTS += t/unit/errors.t t/unit/taplib.t t/unit/sampler.t \
 	t/unit/optim.t t/unit/host_mem.t t/unit/host_mem_private.t \
 	t/unit/timeline_json.t t/unit/message.t t/unit/checksum.t \
-	t/unit/ranks.t t/unit/settings.t t/unit/rows_total.t
+	t/unit/ranks.t t/unit/settings.t t/unit/rows_total.t \
+	t/unit/timeline_file.t
 t_unit_message_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
 t_unit_message_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 	$(NCCL_LDFLAGS)
@@ -62,6 +66,10 @@ t_unit_rows_total_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
 t_unit_rows_total_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 	$(NCCL_LDFLAGS)
 t_unit_rows_total_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
+t_unit_timeline_file_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
+t_unit_timeline_file_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
+	$(NCCL_LDFLAGS)
+t_unit_timeline_file_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
 t_unit_host_mem_private_SOURCES = t/unit/host_mem.c
 t_unit_host_mem_private_CPPFLAGS = $(TEST_CPPFLAGS) -DHOST_MEM_PRIVATE
 t_unit_taplib_LDADD = t/tap/libtap.la $(MPI_LIBS)
