@@ -462,12 +462,21 @@ static int fusable(const hvd__engine_t *e, const hvd__response_t *a,
 
 /* What a member adds to its group: an allreduce's or reducescatter's
  * input bytes; an allgather's result, estimated from the reference shape
- * (the size times the rows of the rank whose descriptor it is). */
+ * (the size times the rows of the rank whose descriptor it is), INT64_MAX
+ * past it (rows of 0 bytes claim any count: such a sum is refused later,
+ * hvd__rows_total). */
 static int64_t resp_bytes(const hvd__engine_t *e, const hvd__response_t *x) {
   int64_t n = (int64_t)hvd_dtype_size(x->desc.dtype);
   for (int i = 0; i < x->desc.ndim; i++)
-    n *= x->desc.shape[i];
-  return x->desc.coll == HVD__ALLGATHER ? n * e->env.size : n;
+    if (x->desc.shape[i] == 0)
+      return 0;
+  for (int i = 0; i < x->desc.ndim; i++)
+    if (__builtin_mul_overflow(n, x->desc.shape[i], &n))
+      return INT64_MAX;
+  if (x->desc.coll == HVD__ALLGATHER &&
+      __builtin_mul_overflow(n, (int64_t)e->env.size, &n))
+    return INT64_MAX;
+  return n;
 }
 
 /* Runs the group that starts at xs[0]: it and the compatible collectives
@@ -477,7 +486,7 @@ static int run_fused(hvd__engine_t *e, hvd__response_t *xs, int n,
   int g = 1, max = e->group_cap > 64 ? e->group_cap : 64;
   int64_t bytes = resp_bytes(e, &xs[0]), limit = e->settings.fusion_threshold;
   while (g < n && g < max && limit > 0 && fusable(e, &xs[0], &xs[g]) &&
-         bytes + resp_bytes(e, &xs[g]) <= limit) {
+         resp_bytes(e, &xs[g]) <= limit - bytes) { /* both >= 0: no overflow */
     bytes += resp_bytes(e, &xs[g]);
     g++;
   }
