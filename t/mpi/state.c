@@ -93,9 +93,14 @@ static int same_model(const model_t *a, const model_t *b) {
 }
 
 /* The test's huge tensor must fail its malloc under AddressSanitizer
- * too (which aborts on such a size unless told otherwise). */
+ * and ThreadSanitizer too (which abort on such a size unless told
+ * otherwise; TSAN_OPTIONS from the environment still apply on top). */
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) {
+  return "allocator_may_return_null=1";
+}
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void) {
   return "allocator_may_return_null=1";
 }
 
