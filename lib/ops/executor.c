@@ -95,18 +95,22 @@ int64_t hvd__row_bytes(const hvd__desc_t *d) {
   return n;
 }
 
+/* r->recv_splits, n entries of zero; NULL with the error set. */
+static int64_t *new_recv_splits(hvd_request_t *r, size_t n) {
+  r->recv_splits =
+      hvd__fault("splits") ? NULL : calloc(n, sizeof *r->recv_splits);
+  if (r->recv_splits == NULL)
+    hvd__set_error(HVD_ERR_NO_MEMORY, "alltoall splits: out of memory");
+  return r->recv_splits;
+}
+
 hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
                                   int64_t *into, int64_t *total) {
   hvd_result_t rc = HVD_SUCCESS;
   size_t n = (size_t)env->size;
-  int64_t *got = into;
-  if (got == NULL) {
-    r->recv_splits =
-        hvd__fault("splits") ? NULL : calloc(n, sizeof *r->recv_splits);
-    if ((got = r->recv_splits) == NULL)
-      return hvd__set_error(HVD_ERR_NO_MEMORY,
-                            "alltoall splits: out of memory");
-  }
+  int64_t *got = into != NULL ? into : new_recv_splits(r, n);
+  if (got == NULL)
+    return HVD_ERR_NO_MEMORY;
   HVD__MPI_CHECK(
       MPI_Alltoall(r->splits, 1, MPI_INT64_T, got, 1, MPI_INT64_T, env->comm));
   /* the lowest rank whose rows would wrap, agreed: a rank that failed
@@ -124,12 +128,9 @@ hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
                           "PTRDIFF_MAX bytes)",
                           env->world_ranks != NULL ? env->world_ranks[bad]
                                                    : bad);
-  if (into != NULL) {
-    r->recv_splits =
-        hvd__fault("splits") ? NULL : calloc(n, sizeof *r->recv_splits);
-    if (r->recv_splits == NULL)
-      return hvd__set_error(HVD_ERR_NO_MEMORY,
-                            "alltoall splits: out of memory");
+  if (into != NULL) { /* after the exchange: a failure here is carried */
+    if (new_recv_splits(r, n) == NULL)
+      return HVD_ERR_NO_MEMORY;
     memcpy(r->recv_splits, into, n * sizeof *into);
   }
 fail:
