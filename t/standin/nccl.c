@@ -30,10 +30,13 @@
  *    before the state becomes ncclSuccess (or the injected error).
  *  - Faults (standin.h): the faulty rank still does its part of the MPI
  *    exchange, so its peers finish that collective. A communicator that
- *    is aborted sends each peer a notice; a peer that waits for it in a
- *    later exchange (or starts one after the notice came) gives that
- *    exchange up and its stream never finishes, as a real collective whose
- *    peer is gone: hvd's HVD_NCCL_TIMEOUT ends it.
+ *    is aborted sends each peer a notice saying how many messages it had
+ *    sent that peer and taken from it. A peer's exchange that needs more
+ *    of it than that (a later collective) is given up and its stream never
+ *    finishes, as a real collective whose peer is gone: hvd's
+ *    HVD_NCCL_TIMEOUT ends it. One that needs no more finishes, whether
+ *    the notice came before, during or after it: what a peer that did its
+ *    part leaves behind does not depend on when its notice is read.
  */
 #include <config.h>
 
@@ -132,12 +135,14 @@ struct ncclComm {
   long async_at, hang_at;    /* the faults: at call number N+1; -1 none */
   ncclResult_t async_result; /* ncclRemoteError or ncclSystemError */
   int hanging;               /* its work never finishes (mu) */
-  int gone;                  /* rank + 1 of a peer that aborted; 0 none */
+  int gone;                  /* rank + 1 of the first peer that aborted */
   int finalized;
   int watch;                /* notes posted: wait_all watches them */
   int64_t *sent, *received; /* messages per peer (sequence numbers) */
+  int64_t *taken;           /* from each peer, in exchanges that finished */
   MPI_Request *notes;       /* abort notices from each peer */
-  int *note_in;
+  int64_t *note_in;         /* per peer: [sent to us, taken from us] */
+  unsigned char *left;      /* per peer: its notice came */
 };
 
 static struct ncclComm *registry;
@@ -280,28 +285,40 @@ static long fault_at(const char *name, int rank, ncclResult_t *kind) {
   return r == rank ? n : -1;
 }
 
-/* Waits for n requests, watching for abort notices: 1 when every request
- * finished, 0 when a peer aborted (comm->gone set; requests left as they
- * are). Dies after HVD_STANDIN_NCCL_PATIENCE seconds (default 60). */
+struct msg;
+static int all_covered(ncclComm_t comm, const struct msg *m, int n);
+
+/* Reads the abort notices that came (comm->left, comm->gone). */
+static void read_notes(ncclComm_t comm) {
+  while (comm->watch) {
+    int idx = MPI_UNDEFINED, flag = 0;
+    MPI_Testany(comm->size, comm->notes, &idx, &flag, MPI_STATUS_IGNORE);
+    if (!flag || idx == MPI_UNDEFINED)
+      return;
+    comm->left[idx] = 1;
+    if (comm->gone == 0)
+      comm->gone = idx + 1;
+  }
+}
+
+/* Waits for n requests (messages m, or NULL: no notices watched yet): 1
+ * when every request finished, 0 when a peer that aborted never sent, or
+ * never took, one of m (requests left as they are). Dies after
+ * HVD_STANDIN_NCCL_PATIENCE seconds (default 60). */
 static int wait_all(ncclComm_t comm, MPI_Request *reqs, int n, MPI_Status *st,
-                    const char *who) {
+                    const char *who, const struct msg *m) {
   double t0 = now_s();
   int patience = standin_env_int("HVD_STANDIN_NCCL_PATIENCE", 60, 1000000);
   for (unsigned spin = 0;; spin++) {
-    int done = 0, idx, flag = 0;
+    int done = 0;
+    if (m != NULL) {
+      read_notes(comm);
+      if (comm->gone != 0 && !all_covered(comm, m, n))
+        return 0;
+    }
     MPI_Testall(n, reqs, &done, st);
     if (done)
       return 1;
-    if (comm->watch) {
-      MPI_Testany(comm->size, comm->notes, &idx, &flag, MPI_STATUS_IGNORE);
-      if (flag && idx != MPI_UNDEFINED) {
-        comm->gone = idx + 1;
-        /* that progress may also have brought the last messages (a peer
-         * that did its part, then aborted): then the exchange is done */
-        MPI_Testall(n, reqs, &done, st);
-        return done;
-      }
-    }
     if (now_s() - t0 > patience)
       standin_die("%s on rank %d: no peer answered for %d s "
                   "(HVD_STANDIN_NCCL_PATIENCE): the ranks disagree on the "
@@ -312,16 +329,6 @@ static int wait_all(ncclComm_t comm, MPI_Request *reqs, int n, MPI_Status *st,
       struct timespec ts = {0, spin > 2000 ? 1000000 : 20000};
       nanosleep(&ts, NULL);
     }
-  }
-}
-
-/* Any abort notice already here? */
-static void check_notes(ncclComm_t comm) {
-  int idx, flag = 0;
-  if (comm->watch && comm->gone == 0) {
-    MPI_Testany(comm->size, comm->notes, &idx, &flag, MPI_STATUS_IGNORE);
-    if (flag && idx != MPI_UNDEFINED)
-      comm->gone = idx + 1;
   }
 }
 
@@ -364,7 +371,7 @@ static ncclResult_t hello(ncclComm_t comm, uint64_t id) {
       MPI_Irecv(&all[q], (int)sizeof mine, MPI_BYTE, comm->world[q],
                 comm->tag, MPI_COMM_WORLD, &reqs[m++]);
     }
-  (void)wait_all(comm, reqs, m, st, "ncclCommInitRank");
+  (void)wait_all(comm, reqs, m, st, "ncclCommInitRank", NULL);
   ncclResult_t r = ncclSuccess;
   for (int q = 0; q < n; q++) {
     if (all[q].rank != q || all[q].size != n || all[q].id != id)
@@ -436,11 +443,13 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
     c->sent = calloc((size_t)nranks, sizeof *c->sent);
     c->received = calloc((size_t)nranks, sizeof *c->received);
     c->notes = calloc((size_t)nranks, sizeof *c->notes);
-    c->note_in = calloc((size_t)nranks, sizeof *c->note_in);
+    c->taken = calloc((size_t)nranks, sizeof *c->taken);
+    c->note_in = calloc(2 * (size_t)nranks, sizeof *c->note_in);
+    c->left = calloc((size_t)nranks, sizeof *c->left);
     c->world = calloc((size_t)nranks, sizeof *c->world);
   }
-  if (c == NULL || !c->sent || !c->received || !c->notes || !c->note_in ||
-      !c->world)
+  if (c == NULL || !c->sent || !c->received || !c->taken || !c->notes ||
+      !c->note_in || !c->left || !c->world)
     standin_die("out of memory");
   uint64_t id = id_hash(&commId);
   int *ub = NULL;
@@ -470,7 +479,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
     if (q == rank)
       c->notes[q] = MPI_REQUEST_NULL;
     else
-      MPI_Irecv(&c->note_in[q], 1, MPI_INT, c->world[q], c->tag + 1,
+      MPI_Irecv(&c->note_in[2 * q], 2, MPI_INT64_T, c->world[q], c->tag + 1,
                 MPI_COMM_WORLD, &c->notes[q]);
   c->watch = 1;
   /* the ranks these faults are for; -1 when unset */
@@ -554,8 +563,10 @@ static void comm_free(ncclComm_t comm) {
     }
   free(comm->sent);
   free(comm->received);
+  free(comm->taken);
   free(comm->notes);
   free(comm->note_in);
+  free(comm->left);
   free(comm->world);
   comm->magic = 0;
   free(comm);
@@ -565,11 +576,13 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == NULL)
     return ncclSuccess;
   need_comm(comm, "ncclCommAbort");
-  /* tell the peers (eager one-int messages; nobody waits for them here) */
+  /* tell the peers what they had from us and we from them (eager
+   * messages; nobody waits for them here) */
   for (int q = 0; q < comm->size; q++)
     if (q != comm->rank) {
       MPI_Request req;
-      MPI_Isend(&comm->rank, 1, MPI_INT, comm->world[q], comm->tag + 1,
+      int64_t note[2] = {comm->sent[q], comm->taken[q]};
+      MPI_Isend(note, 2, MPI_INT64_T, comm->world[q], comm->tag + 1,
                 MPI_COMM_WORLD, &req);
       MPI_Wait(&req, MPI_STATUS_IGNORE);
     }
@@ -927,6 +940,18 @@ typedef struct msg {
   size_t bytes; /* of data */
 } msg_t;
 
+/* 1 when every message of m with a peer that aborted is one it sent us,
+ * or took from us, before it did: those finish, the others never. */
+static int all_covered(ncclComm_t comm, const struct msg *m, int n) {
+  for (int k = 0; k < n; k++) {
+    int q = m[k].peer;
+    if (comm->left[q] &&
+        m[k].h.seq >= comm->note_in[2 * q + (m[k].is_send ? 1 : 0)])
+      return 0;
+  }
+  return 1;
+}
+
 /* The message that peer q must get from this rank for o (*h filled), or
  * that this rank must get from q; bytes of data; 0: none. */
 static int plan_msg(const op_t *o, int q, int is_send, hdr_t *h,
@@ -1013,9 +1038,9 @@ static ncclResult_t exchange(ncclComm_t c, op_t *ops, int n) {
     fault = ops[i].fault > fault ? ops[i].fault : fault;
     standin_stream_nccl(ops[i].stream, c->serial); /* its work is queued */
   }
-  check_notes(c);
+  read_notes(c);
   pthread_mutex_lock(&mu);
-  int stuck = c->hanging || c->gone;
+  int stuck = c->hanging;
   pthread_mutex_unlock(&mu);
   if (!stuck) {
     msg_t *m = calloc(2 * (size_t)n * (size_t)p + 1, sizeof *m);
@@ -1075,12 +1100,13 @@ static ncclResult_t exchange(ncclComm_t c, op_t *ops, int n) {
           nm++;
         }
     }
-    if (wait_all(c, reqs, nm, st, kind_names[ops[0].kind])) {
+    if (wait_all(c, reqs, nm, st, kind_names[ops[0].kind], m)) {
       for (int k = 0; k < nm; k++) { /* do the ranks agree? */
         hdr_t got;
         int len = 0;
         if (m[k].is_send)
           continue;
+        c->taken[m[k].peer]++;
         MPI_Get_count(&st[k], MPI_BYTE, &len);
         memcpy(&got, m[k].buf, sizeof got);
         if ((size_t)len != sizeof(hdr_t) + m[k].bytes ||

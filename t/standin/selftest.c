@@ -437,6 +437,65 @@ static void test_faults(void) {
   cudaStreamDestroy(s);
 }
 
+/* A rank that did its part of a collective, then aborted: a peer that
+ * comes to that collective after the abort notice still finishes it (the
+ * notice says how many messages the aborted rank had sent), whichever
+ * came first; one that needs more of it never finishes. */
+static void test_did_its_part(void) {
+  char v[32];
+  int polls;
+  ncclResult_t r;
+  if (size < 2)
+    return;
+  snprintf(v, sizeof v, "%d:0", last);
+  setenv("HVD_STANDIN_NCCL_ASYNC_ERROR", v, 1);
+  ncclComm_t c = make_comm(0, "part", &r);
+  unsetenv("HVD_STANDIN_NCCL_ASYNC_ERROR");
+  settle(c, &polls);
+  cudaStream_t s;
+  cudaEvent_t e;
+  cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+  float *d = dalloc(2 * sizeof *d), x[2] = {(float)rank, -1};
+  cuda_ok(cudaMemcpy(d, x, sizeof x, cudaMemcpyHostToDevice), "copy");
+  ncclResult_t st = ncclRemoteError;
+  if (rank == last) {
+    ncclBroadcast(d, d, 1, ncclFloat32, last, c, s);
+    st = settle(c, &polls);
+    ncclCommAbort(c);
+  }
+  is_int(ncclRemoteError, st, "did its part: the root fails after its part");
+  MPI_Barrier(MPI_COMM_WORLD); /* the abort notice is out first */
+  int ready = 0;
+  if (rank != last) {
+    ncclBroadcast(d, d, 1, ncclFloat32, last, c, s);
+    settle(c, &polls);
+    cuda_ok(cudaEventRecord(e, s), "record");
+    for (int i = 0; i < 20; i++)
+      ready |= cudaEventQuery(e) == cudaSuccess;
+    if (ready) /* (else the copy would wait for the stream forever) */
+      cuda_ok(cudaMemcpy(x, d, sizeof x, cudaMemcpyDeviceToHost), "copy");
+  } else {
+    ready = 1;
+    x[0] = (float)last;
+  }
+  is_int(1, ready, "did its part: a peer's broadcast after the notice ends");
+  ok(x[0] == (float)last, "did its part: with the root's value (%g)", x[0]);
+  ready = 0;
+  if (rank != last) { /* more than the root sent: never */
+    ncclBroadcast(d + 1, d + 1, 1, ncclFloat32, last, c, s);
+    settle(c, &polls);
+    cuda_ok(cudaEventRecord(e, s), "record");
+    for (int i = 0; i < 20; i++)
+      ready |= cudaEventQuery(e) == cudaSuccess;
+    ncclCommAbort(c);
+  }
+  is_int(0, ready, "did its part: the next broadcast from it never ends");
+  cudaFree(d);
+  cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+}
+
 /* One allreduce of 4 floats on c, after `delay` seconds, on a thread's
  * own stream. */
 typedef struct order_job {
@@ -750,6 +809,7 @@ int main(int argc, char **argv) {
   test_nccl(1);
   test_nccl(0);
   test_faults();
+  test_did_its_part();
   is_int(0, standin_device_allocations(), "every device allocation freed");
   return tap_mpi_finish();
 }
