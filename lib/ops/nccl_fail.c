@@ -98,12 +98,14 @@ static int recv_notice(nccl_state_t *s, char *why, size_t len, int *from) {
   return 1;
 }
 
-/* 1 when a peer's notice has come (kept in s->heard*). */
-static int heard(nccl_state_t *s, double waited_s) {
+/* 1 when a peer's notice has come (kept in s->heard*; heard_at is a
+ * clock time, not one wait's: every collective in flight gets the same
+ * grace from it, whichever of them was polled when it came). */
+static int heard(nccl_state_t *s) {
   if (!s->heard &&
       recv_notice(s, s->heard_why, sizeof s->heard_why, &s->heard_from)) {
     s->heard = 1;
-    s->heard_at = waited_s;
+    s->heard_at = hvd__now();
   }
   return s->heard;
 }
@@ -111,7 +113,7 @@ static int heard(nccl_state_t *s, double waited_s) {
 /* A peer's notice, acted on: HVD_ERR_NCCL "rank R aborted its NCCL
  * communicator: <its reason>" (R a world rank). */
 hvd_result_t hvd__nccl_peer_notice(nccl_state_t *s) {
-  if (!heard(s, 0))
+  if (!heard(s))
     return HVD_SUCCESS;
   s->from_peer = 1;
   return hvd__set_error(HVD_ERR_NCCL,
@@ -167,7 +169,7 @@ int hvd__nccl_end_notices(nccl_state_t *s) {
  * the timeout. */
 hvd_result_t hvd__nccl_poll(void *ctx, double waited_s) {
   nccl_state_t *s = ctx;
-  if (heard(s, waited_s) && waited_s - s->heard_at > NOTICE_GRACE_S)
+  if (heard(s) && hvd__now() - s->heard_at > NOTICE_GRACE_S)
     return hvd__nccl_peer_notice(s);
   ncclResult_t st = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(s->comm, &st);

@@ -36,7 +36,7 @@ typedef struct nccl_state {
   int from_peer;          /* this failure is a peer's notice */
   int heard;              /* a peer's notice came (not yet acted on) */
   int heard_from;         /* its world rank */
-  double heard_at;        /* seconds into the wait when it came */
+  double heard_at;        /* hvd__now() when it came */
   char heard_why[HVD__NCCL_WHY_MAX];
   char notice[HVD__NCCL_WHY_MAX];
   MPI_Request *sent; /* one per peer once sent */
