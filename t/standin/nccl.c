@@ -135,6 +135,7 @@ struct ncclComm {
   long async_at, hang_at;    /* the faults: at call number N+1; -1 none */
   ncclResult_t async_result; /* ncclRemoteError or ncclSystemError */
   int hanging;               /* its work never finishes (mu) */
+  int busy;                  /* a thread is in an exchange on it (mu) */
   int gone;                  /* rank + 1 of the first peer that aborted */
   int finalized;
   int watch;                /* notes posted: wait_all watches them */
@@ -1031,7 +1032,7 @@ static void reduce(const op_t *o, msg_t **in, int nin, const char *mine,
  * checked, then the results written. A communicator that hangs, or whose
  * peer is gone, exchanges nothing: its streams never finish. Returns the
  * asynchronous error that a fault injects, else ncclSuccess. */
-static ncclResult_t exchange(ncclComm_t c, op_t *ops, int n) {
+static ncclResult_t exchange_ops(ncclComm_t c, op_t *ops, int n) {
   int p = c->size, fault = FAULT_NONE;
   ncclResult_t async = ncclSuccess;
   for (int i = 0; i < n; i++) {
@@ -1199,6 +1200,28 @@ static ncclResult_t exchange(ncclComm_t c, op_t *ops, int n) {
       standin_stream_hang(ops[i].stream, c->serial);
   }
   return async;
+}
+
+/* exchange_ops, on one thread at a time: NCCL's communicators are not
+ * for two threads at once (its calls on one communicator would
+ * interleave), so a second thread's call while one is in an exchange
+ * ends the process. (A call after the first has returned, from any
+ * thread, is fine, as with NCCL.) */
+static ncclResult_t exchange(ncclComm_t c, op_t *ops, int n) {
+  pthread_mutex_lock(&mu);
+  int busy = c->busy;
+  c->busy = 1;
+  pthread_mutex_unlock(&mu);
+  if (busy)
+    standin_die("%s on rank %d: another thread is in a call on the same "
+                "communicator: NCCL's communicators are not for two "
+                "threads at once",
+                kind_names[ops[0].kind], c->rank);
+  ncclResult_t r = exchange_ops(c, ops, n);
+  pthread_mutex_lock(&mu);
+  c->busy = 0;
+  pthread_mutex_unlock(&mu);
+  return r;
 }
 
 /* A call: queued in a group, else run now. */

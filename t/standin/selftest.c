@@ -538,6 +538,31 @@ static int order_main(void) {
   return 0;
 }
 
+/* `selftest twothreads MODE` (np 2; t/standin/order.sh): on rank 0 a
+ * thread starts an allreduce on a communicator and waits in it for rank
+ * 1, which comes 0.9 s later. at-once: 0.3 s in, the main thread calls one
+ * on the same communicator (the stand-in ends the process); after: the
+ * main thread calls it once the thread's has returned (fine). Prints
+ * "twothreads: done" at the end. */
+static int twothreads_main(const char *mode) {
+  ncclResult_t r;
+  cuda_ok(cudaSetDevice(rank), "cudaSetDevice");
+  ncclComm_t a = make_comm(1, "A", &r);
+  order_job_t first = {a, rank == 0 ? 0.0 : 0.9}, second = {a, 0.3};
+  pthread_t t;
+  if (pthread_create(&t, NULL, order_run, &first) != 0)
+    bail("pthread_create");
+  if (rank == 0 && strcmp(mode, "at-once") == 0)
+    order_run(&second);
+  pthread_join(t, NULL);
+  if (rank != 0 || strcmp(mode, "at-once") != 0)
+    order_run(&second);
+  ncclCommDestroy(a);
+  printf("twothreads: done\n");
+  MPI_Finalize();
+  return 0;
+}
+
 /* `selftest race MODE` (one process; t/standin/stream_order.sh): stream
  * A writes 64 bytes, then other work reads them. unordered: stream B,
  * nothing between (the stand-in ends the process naming both streams);
@@ -792,6 +817,13 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     return overlap_main(argv[2], argv[3]);
+  }
+  if (argc > 2 && strcmp(argv[1], "twothreads") == 0) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return twothreads_main(argv[2]);
   }
   if (argc > 1 && strcmp(argv[1], "order") == 0) {
     int provided = 0;
