@@ -1521,7 +1521,10 @@ hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
  * NULL on one rank fails the commit on every rank the same way
  * ("hvd_state_commit: state is NULL (on rank 2)"; on the world, which a
  * NULL state names: a state whose optimizer is on a process set waits
- * for the stall inspector instead). */
+ * for the stall inspector instead). A restore's arguments are agreed
+ * the same way before anything else (one small allreduce): a state or
+ * restored NULL on one rank fails the restore on every rank,
+ * "hvd_state_restore: state is NULL (on rank 2)", and restores nothing. */
 typedef struct hvd_state hvd_state_t;
 
 /* path NULL: in memory only; save_every >= 1. */

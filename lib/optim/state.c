@@ -412,14 +412,26 @@ static hvd_result_t commit(hvd_state_t *st) {
   return commit_file(st);
 }
 
-static hvd_result_t restore(hvd_state_t *st, int *restored) {
+/* This rank's checks before a restore: its arguments. */
+static hvd_result_t restore_check(hvd_state_t *st, int *restored) {
   if (st == NULL || restored == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: %s is NULL", restore_fn,
                           st == NULL ? "state" : "restored");
   *restored = 0;
+  return HVD_SUCCESS;
+}
+
+static hvd_result_t restore(hvd_state_t *st, int *restored) {
+  hvd_result_t rc = restore_check(st, restored);
   if (!hvd_is_initialized())
-    return hvd__not_initialized(restore_fn);
-  hvd_result_t rc = hvd_state_wait(st); /* the file whole, or its failure */
+    return rc != HVD_SUCCESS ? rc : hvd__not_initialized(restore_fn);
+  /* agreed before any other collective, a rank with a NULL argument
+   * included (on the world, which a NULL state names): the others would
+   * wait for it in the file's or the background write's collectives */
+  rc = hvd__optim_agree("hvd.state.restore.check", rc);
+  if (rc != HVD_SUCCESS)
+    return rc;
+  rc = hvd_state_wait(st); /* the file whole, or its failure */
   if (rc != HVD_SUCCESS)
     return rc;
   if (st->have) {

@@ -12,6 +12,10 @@
  *     hvd_checkpoint_load reads (ignoring the counters);
  *   - in memory, the copy failing on the last rank alone (a huge
  *     parameter there): every rank fails naming it, none restores;
+ *   - a restore with a NULL state or restored on the last rank alone
+ *     (the others' state with a file, or a commit in memory): every rank
+ *     fails naming it, nothing restored, then a restore and an
+ *     allreduce work;
  *   - no file: a fresh start (restored 0, nothing changed);
  *   - a plain checkpoint (no counters) in its place: HVD_ERR_CORRUPT "... the
  * file has no counter 'epoch' ...";
@@ -129,6 +133,102 @@ static void test_null_on_one(void) {
   is_int(HVD_SUCCESS, hvd_state_commit(st), "  then a commit works");
   is_int(1, (int)hvd_state_commits(st), "  and is counted");
   hvd_state_destroy(st);
+}
+
+/* "<fn>: <what>", naming rank r when it is not rank 0 (as
+ * hvd__optim_agree does). */
+static void from_rank(char *out, size_t cap, const char *msg, int r) {
+  snprintf(out, cap, "%s", msg);
+  if (r != 0)
+    snprintf(out + strlen(out), cap - strlen(out), " (on rank %d)", r);
+}
+
+/* A collective after a failure: an allreduce of the ranks' numbers. */
+static void allreduce_works(const char *what) {
+  int32_t x = rank + 1, sum = -1;
+  int64_t one = 1;
+  hvd_tensor_t in = hvd_tensor_make(&x, HVD_INT32, 1, &one),
+               out = hvd_tensor_make(&sum, HVD_INT32, 1, &one);
+  is_int(HVD_SUCCESS, hvd_allreduce(what, &in, &out, HVD_SUM, 1.0, 1.0),
+         "  then an allreduce works");
+  is_int(size * (size + 1) / 2, sum, "  and sums the ranks");
+}
+
+/* One parameter w of 4 floats and a counter step: a state on path (NULL:
+ * memory only). */
+typedef struct small {
+  float w[4];
+  int64_t four, step;
+  hvd_param_t p;
+  hvd_state_t *st;
+} small_t;
+
+static void small_init(small_t *m, const char *path) {
+  static const float w0[4] = {1, 2, 3, 4};
+  memcpy(m->w, w0, sizeof m->w);
+  m->four = 4;
+  m->step = 7;
+  m->p = (hvd_param_t){"w", hvd_tensor_make(m->w, HVD_FLOAT32, 1, &m->four),
+                       hvd_tensor_make(m->w, HVD_FLOAT32, 1, &m->four)};
+  m->st = NULL;
+  if (hvd_state_create(path, 1, &m->st) != HVD_SUCCESS ||
+      hvd_state_add_params(m->st, &m->p, 1, NULL) != HVD_SUCCESS ||
+      hvd_state_add_counter(m->st, "step", &m->step) != HVD_SUCCESS)
+    bail("state: %s", hvd_last_error());
+}
+
+/* hvd_state_restore with a NULL state (or restored) on the last rank
+ * alone: every rank fails with its message, nothing restored, and the
+ * next restore and an allreduce work. The other ranks' states: one with
+ * a file and no commit in this process (they look for the file: before,
+ * they waited in that broadcast for the stall inspector), and one in
+ * memory with a commit (before, they restored it and succeeded). */
+static void test_restore_null_on_one(const char *dir) {
+  char path[1100], want[256];
+  int last = size - 1, restored = -1;
+  small_t m;
+  snprintf(path, sizeof path, "%s/null-restore.ckpt", dir);
+  small_init(&m, path);
+  from_rank(want, sizeof want, "hvd_state_restore: state is NULL", last);
+  is_int(HVD_ERR_INVALID_ARG,
+         hvd_state_restore(rank == last ? NULL : m.st, &restored),
+         "restore of a file state, NULL on rank %d alone: every rank fails",
+         last);
+  is_string(want, hvd_last_error(), "  with that rank's message");
+  ok(restored == (rank == last ? -1 : 0), "  nothing restored (%d)",
+     restored);
+  is_int(HVD_SUCCESS, hvd_state_restore(m.st, &restored),
+         "  then a restore works");
+  is_int(0, restored, "  and finds no file");
+  allreduce_works("hvd.test.state.null.file");
+  hvd_state_destroy(m.st);
+
+  small_init(&m, NULL);
+  if (hvd_state_commit(m.st) != HVD_SUCCESS)
+    bail("commit: %s", hvd_last_error());
+  m.step = 9;
+  restored = -1;
+  is_int(HVD_ERR_INVALID_ARG,
+         hvd_state_restore(rank == last ? NULL : m.st, &restored),
+         "restore of a commit in memory, NULL on rank %d alone: every rank "
+         "fails",
+         last);
+  is_string(want, hvd_last_error(), "  with that rank's message");
+  ok(m.step == 9 && restored == (rank == last ? -1 : 0),
+     "  nothing restored (%d, step %lld)", restored, (long long)m.step);
+  from_rank(want, sizeof want, "hvd_state_restore: restored is NULL", last);
+  is_int(HVD_ERR_INVALID_ARG,
+         hvd_state_restore(m.st, rank == last ? NULL : &restored),
+         "restore with restored NULL on rank %d alone: every rank fails",
+         last);
+  is_string(want, hvd_last_error(), "  with that rank's message");
+  is_int(9, (int)m.step, "  nothing restored");
+  is_int(HVD_SUCCESS, hvd_state_restore(m.st, &restored),
+         "  then a restore works");
+  ok(restored == 1 && m.step == 7, "  and restores the commit (%d, step %lld)",
+     restored, (long long)m.step);
+  allreduce_works("hvd.test.state.null.memory");
+  hvd_state_destroy(m.st);
 }
 
 /* A memory-only commit (path NULL) whose copy cannot be made on the last
@@ -591,6 +691,7 @@ int main(int argc, char **argv) {
   test_memory(1);
   test_null_on_one();
   test_memory_fails_on_one();
+  test_restore_null_on_one(dir);
   test_file(dir);
   test_background(dir);
   test_reserved(dir);
