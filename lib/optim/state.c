@@ -16,9 +16,12 @@
  *            (hvd__checkpoint_save_ex: rank 0 writes a temporary file,
  *            fsyncs and renames it over path, so a failure during the save
  *            leaves the previous file whole), its counters section filled.
- *   restore: the newest commit of this process if it made one, else the
- *            file (every rank learns from rank 0 whether it is there),
- *            else nothing (*restored 0: a fresh start).
+ *   restore: one small agreement on the arguments first (a rank with a
+ *            NULL one takes part); then the newest commit of this process
+ *            if it made one (its outcome agreed: every rank restores it
+ *            or fails), else the file (every rank learns from rank 0
+ *            whether it is there; the load agrees each step), else
+ *            nothing (*restored 0: a fresh start).
  *
  * A job that hvdrun relaunched after a failure (--max-restarts) starts in
  * new processes: only the file survives. HVD_ELASTIC_RESTARTS and
@@ -434,10 +437,11 @@ static hvd_result_t restore(hvd_state_t *st, int *restored) {
   rc = hvd_state_wait(st); /* the file whole, or its failure */
   if (rc != HVD_SUCCESS)
     return rc;
+  /* a commit's copy back agreed, as a file's load is: one that fails on
+   * one rank (a device tensor's copy) fails on every rank */
   if (st->have) {
-    rc = transfer(st, 1, restore_fn);
-    if (rc == HVD_SUCCESS)
-      *restored = 1;
+    rc = hvd__optim_agree("hvd.state.restore", transfer(st, 1, restore_fn));
+    *restored = rc == HVD_SUCCESS;
     return rc;
   }
   if (st->path == NULL)

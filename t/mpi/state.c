@@ -16,6 +16,9 @@
  *     (the others' state with a file, or a commit in memory): every rank
  *     fails naming it, nothing restored, then a restore and an
  *     allreduce work;
+ *   - in memory, the copy back failing on the last rank alone (its
+ *     parameter on a device that no machine has): every rank fails
+ *     naming it, then a restore and an allreduce work;
  *   - no file: a fresh start (restored 0, nothing changed);
  *   - a plain checkpoint (no counters) in its place: HVD_ERR_CORRUPT "... the
  * file has no counter 'epoch' ...";
@@ -228,6 +231,54 @@ static void test_restore_null_on_one(const char *dir) {
   ok(restored == 1 && m.step == 7, "  and restores the commit (%d, step %lld)",
      restored, (long long)m.step);
   allreduce_works("hvd.test.state.null.memory");
+  hvd_state_destroy(m.st);
+}
+
+/* The copy back of a commit in memory failing on the last rank alone: its
+ * w claims a device that no machine has (ordinal 1000; w is on the host
+ * at the commit), so copying it back fails there (in a build without
+ * CUDA, HVD_ERR_UNSUPPORTED "...: device tensors need a build with
+ * CUDA"; with CUDA, cudaSetDevice's HVD_ERR_CUDA). Every rank fails with
+ * that rank's code and message and restores nothing; then, w on the host
+ * again, a restore puts the commit back everywhere and an allreduce
+ * works. (Before, the other ranks restored and returned HVD_SUCCESS.) */
+static void test_restore_fails_on_one(void) {
+  int last = size - 1, restored = -1, cuda = hvd_cuda_built() != 0;
+  char want[256], msg[512] = {0}, tail[64] = "";
+  small_t m;
+  small_init(&m, NULL);
+  if (hvd_state_commit(m.st) != HVD_SUCCESS)
+    bail("commit: %s", hvd_last_error());
+  m.step = 9;
+  m.w[0] = -1;
+  if (rank == last)
+    m.p.value.device = 1000;
+  hvd_result_t rc = hvd_state_restore(m.st, &restored);
+  m.p.value.device = HVD_CPU;
+  snprintf(msg, sizeof msg, "%s", hvd_last_error());
+  if (last != 0)
+    snprintf(tail, sizeof tail, " (on rank %d)", last);
+  size_t n = strlen(msg), t = strlen(tail);
+  is_int(cuda ? HVD_ERR_CUDA : HVD_ERR_UNSUPPORTED, rc,
+         "restore in memory failing on rank %d alone: every rank fails", last);
+  if (cuda) {
+    ok(strncmp(msg, "hvd_state_restore: cudaSetDevice: ", 34) == 0 &&
+           n >= t && strcmp(msg + n - t, tail) == 0,
+       "  with that rank's message (%s)", msg);
+    ok(hvdt_same_on_all_ranks(msg, sizeof msg), "  the same on every rank");
+  } else {
+    from_rank(want, sizeof want,
+              "hvd_state_restore: device tensors need a build with CUDA",
+              last);
+    is_string(want, msg, "  with that rank's message");
+  }
+  is_int(0, restored, "  restored 0 on every rank");
+  is_int(HVD_SUCCESS, hvd_state_restore(m.st, &restored),
+         "  then, w on the host again, a restore works");
+  ok(restored == 1 && m.step == 7 && m.w[0] == 1,
+     "  and puts the commit back (%d, step %lld, w[0] %g)", restored,
+     (long long)m.step, (double)m.w[0]);
+  allreduce_works("hvd.test.state.restore.fails");
   hvd_state_destroy(m.st);
 }
 
@@ -692,6 +743,7 @@ int main(int argc, char **argv) {
   test_null_on_one();
   test_memory_fails_on_one();
   test_restore_null_on_one(dir);
+  test_restore_fails_on_one();
   test_file(dir);
   test_background(dir);
   test_reserved(dir);
