@@ -1529,7 +1529,11 @@ hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
  * back that fails on one rank (a device tensor's) fails the restore on
  * every rank with that rank's error and *restored 0 (the other ranks'
  * copies are back, that rank's in part); the commit stays, to restore
- * again. */
+ * again. A parameter whose size differs from the commit's on some rank
+ * fails the restore on every rank before anything is copied back
+ * ("hvd_state_restore: parameter 'w' has 8 bytes but 16 at the commit
+ * (on rank 1)", HVD_ERR_INVALID_ARG); a commit takes each parameter at
+ * its size then. */
 typedef struct hvd_state hvd_state_t;
 
 /* path NULL: in memory only; save_every >= 1. */

@@ -43,6 +43,14 @@
 
 #define MAX_COUNTERS 16
 
+/* One tensor's host copy: cap bytes allocated, used at the last commit
+ * (a restore puts back exactly that many: the program may have reshaped
+ * its parameters since). */
+typedef struct copy_buf {
+  void *p;
+  size_t cap, used;
+} copy_buf_t;
+
 struct hvd_state {
   char *path; /* NULL: memory only */
   int every;
@@ -56,9 +64,9 @@ struct hvd_state {
   int64_t commits;
   /* the last commit (have: one was made in this process) */
   int have;
-  void **values;  /* n host copies */
-  void **states;  /* n * nstate host copies (sharded: of the blocks) */
-  void **masters; /* sharded and mixed: n host copies of master blocks */
+  copy_buf_t *values;  /* n host copies */
+  copy_buf_t *states;  /* n * nstate host copies (sharded: of the blocks) */
+  copy_buf_t *masters; /* sharded and mixed: n host copies of master blocks */
   double lr;
   int64_t steps;
   double *hp; /* the optimizer's hyperparameters (hvd__hp_save) */
@@ -167,46 +175,44 @@ int64_t hvd_state_commits(const hvd_state_t *st) {
 
 /* ---- the in-memory copy ------------------------------------------------- */
 
-/* bytes of tensor t into (to 0) or out of (to 1) host buffer h. */
-static hvd_result_t copy_tensor(const char *who, hvd_tensor_t *t, void *h,
-                                int to_tensor) {
+/* What copy_tensor does: into the copy (a commit), back out of it (a
+ * restore), or only check that it can go back (before a restore). */
+enum { TO_COPY, TO_LIVE, CHECK };
+
+/* Tensor t of parameter `name` into its copy b (grown as needed), or
+ * back out of it, which holds as many bytes as t only while t has the
+ * size it had at the commit. */
+static hvd_result_t copy_tensor(const char *who, const char *name,
+                                hvd_tensor_t *t, copy_buf_t *b, int mode) {
   size_t bytes = hvd__tensor_bytes(t);
-  if (bytes == 0)
-    return HVD_SUCCESS;
-  if (t->device != HVD_CPU)
-    return to_tensor ? hvd__odev_write(who, t, 0, h, bytes)
-                     : hvd__odev_read(who, h, t, 0, bytes);
-  if (to_tensor)
-    memcpy(t->data, h, bytes);
-  else
-    memcpy(h, t->data, bytes);
-  return HVD_SUCCESS;
-}
-
-static void *alloc_bytes(size_t bytes) { return malloc(bytes ? bytes : 1); }
-
-/* A sharded optimizer's buffers: the values as they are, this rank's
- * blocks of the state and of the masters (NULL where there is none). */
-static int alloc_blocks(hvd_state_t *st) {
-  hvd_optimizer_t *c = hvd__optim_core(st->opt);
-  int ns = c->ops.nstate;
-  int64_t lo, hi;
-  if ((st->masters = calloc((size_t)st->n + 1, sizeof *st->masters)) == NULL)
-    return 0;
-  for (int i = 0; i < st->n; i++) {
-    hvd_tensor_t *m = c->mixed != NULL ? hvd__mixed_master(c, i) : NULL;
-    if ((st->values[i] =
-             alloc_bytes(hvd__tensor_bytes(&st->params[i].value))) == NULL ||
-        (m != NULL &&
-         (st->masters[i] = alloc_bytes(hvd__tensor_bytes(m))) == NULL))
-      return 0;
-    for (int k = 0; k < ns; k++) {
-      hvd_tensor_t *t = hvd__optim_state_target(st->opt, i * ns + k, &lo, &hi);
-      if ((st->states[i * ns + k] = alloc_bytes(hvd__tensor_bytes(t))) == NULL)
-        return 0;
-    }
+  if (mode != TO_COPY && bytes != b->used)
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: parameter '%s' has %zu bytes but %zu at the "
+                          "commit",
+                          who, name, bytes, b->used);
+  if (mode == TO_COPY && bytes > b->cap) {
+    void *p = realloc(b->p, bytes);
+    if (p == NULL)
+      return hvd__set_error(HVD_ERR_NO_MEMORY,
+                            "%s: out of memory for the committed copy", who);
+    b->p = p;
+    b->cap = bytes;
   }
-  return 1;
+  if (mode == TO_COPY && bytes == 0)
+    b->used = 0;
+  if (mode == CHECK || bytes == 0)
+    return HVD_SUCCESS;
+  hvd_result_t rc = HVD_SUCCESS;
+  if (t->device != HVD_CPU)
+    rc = mode == TO_LIVE ? hvd__odev_write(who, t, 0, b->p, bytes)
+                         : hvd__odev_read(who, b->p, t, 0, bytes);
+  else if (mode == TO_LIVE)
+    memcpy(t->data, b->p, bytes);
+  else
+    memcpy(b->p, t->data, bytes);
+  if (mode == TO_COPY)
+    b->used = rc == HVD_SUCCESS ? bytes : 0;
+  return rc;
 }
 
 /* Frees the copy's buffers (st->values NULL again: none made). */
@@ -214,11 +220,11 @@ static void free_copy(hvd_state_t *st) {
   const hvd_optimizer_t *c = st->opt ? hvd__optim_core_const(st->opt) : NULL;
   int ns = c != NULL ? c->ops.nstate : 0;
   for (int i = 0; st->values != NULL && i < st->n; i++)
-    free(st->values[i]);
+    free(st->values[i].p);
   for (int s = 0; st->states != NULL && s < st->n * ns; s++)
-    free(st->states[s]);
+    free(st->states[s].p);
   for (int i = 0; st->masters != NULL && i < st->n; i++)
-    free(st->masters[i]);
+    free(st->masters[i].p);
   free(st->values);
   free(st->states);
   free(st->masters);
@@ -229,38 +235,21 @@ static void free_copy(hvd_state_t *st) {
   st->hp = NULL;
 }
 
-/* Buffers for the copy, made at the first commit; none when one cannot
- * be made (the next commit tries again). */
+/* The copy's lists, made at the first commit (each tensor's buffer is
+ * made, or grown, as a commit copies it: copy_tensor); none when one
+ * cannot be made (the next commit tries again). */
 static hvd_result_t alloc_copy(hvd_state_t *st) {
   const hvd_optimizer_t *c = st->opt ? hvd__optim_core_const(st->opt) : NULL;
-  int ns = c != NULL ? c->ops.nstate : 0;
+  size_t n = (size_t)st->n, ns = c != NULL ? (size_t)c->ops.nstate : 0;
   if (st->values != NULL)
     return HVD_SUCCESS;
-  st->values = calloc((size_t)st->n + 1, sizeof *st->values);
-  st->states = calloc((size_t)st->n * (size_t)ns + 1, sizeof *st->states);
+  st->values = calloc(n + 1, sizeof *st->values);
+  st->states = calloc(n * ns + 1, sizeof *st->states);
+  st->masters = calloc(n + 1, sizeof *st->masters);
   st->hp = calloc(HVD__HP_VALUES(st->n), sizeof *st->hp);
-  if (st->values == NULL || st->states == NULL || st->hp == NULL)
-    goto oom;
-  if (st->opt != NULL && hvd__optim_sharded(st->opt)) {
-    if (alloc_blocks(st))
-      return HVD_SUCCESS;
-    goto oom;
-  }
-  for (int i = 0; i < st->n; i++) {
-    /* mixed precision: the float32 master, and float32 state */
-    int64_t numel = hvd_tensor_numel(&st->params[i].value);
-    size_t bytes = hvd__tensor_bytes(&st->params[i].value),
-           sbytes = (size_t)numel * sizeof(float);
-    if (c != NULL && c->mixed != NULL)
-      bytes = sbytes;
-    if ((st->values[i] = malloc(bytes ? bytes : 1)) == NULL)
-      goto oom;
-    for (int k = 0; k < ns; k++)
-      if ((st->states[i * ns + k] = malloc(sbytes ? sbytes : 1)) == NULL)
-        goto oom;
-  }
-  return HVD_SUCCESS;
-oom:
+  if (st->values != NULL && st->states != NULL && st->masters != NULL &&
+      st->hp != NULL)
+    return HVD_SUCCESS;
   free_copy(st);
   return hvd__set_error(HVD_ERR_NO_MEMORY,
                         "%s: out of memory for the committed copy", commit_fn);
@@ -299,52 +288,59 @@ static hvd_result_t transfer_scalars(hvd_state_t *st, hvd_optimizer_t *c,
   return rc;
 }
 
+/* The scalars after the tensors: none to check (mode CHECK). */
+static hvd_result_t scalars_after(hvd_state_t *st, hvd_optimizer_t *c, int mode,
+                                  const char *who) {
+  return mode == CHECK ? HVD_SUCCESS
+                       : transfer_scalars(st, c, mode == TO_LIVE, who);
+}
+
 /* transfer() for a sharded optimizer: the values as they are (the same
  * on every rank), this rank's blocks of the state and of the masters:
  * no collective, no full state (the restore of a commit in memory is in
  * the same process, with the same optimizer and blocks). */
-static hvd_result_t transfer_blocks(hvd_state_t *st, int to_live,
+static hvd_result_t transfer_blocks(hvd_state_t *st, int mode,
                                     const char *who) {
   hvd_optimizer_t *c = hvd__optim_core(st->opt);
   int ns = c->ops.nstate;
   int64_t lo, hi;
   hvd_result_t rc = HVD_SUCCESS;
   for (int i = 0; i < st->n && rc == HVD_SUCCESS; i++) {
+    const char *name = st->params[i].name;
     hvd_tensor_t *m = c->mixed != NULL ? hvd__mixed_master(c, i) : NULL;
-    rc = copy_tensor(who, &st->params[i].value, st->values[i], to_live);
+    rc = copy_tensor(who, name, &st->params[i].value, &st->values[i], mode);
     if (m != NULL && rc == HVD_SUCCESS)
-      rc = copy_tensor(who, m, st->masters[i], to_live);
+      rc = copy_tensor(who, name, m, &st->masters[i], mode);
     for (int k = 0; k < ns && rc == HVD_SUCCESS; k++)
-      rc = copy_tensor(who,
+      rc = copy_tensor(who, name,
                        hvd__optim_state_target(st->opt, i * ns + k, &lo, &hi),
-                       st->states[i * ns + k], to_live);
+                       &st->states[i * ns + k], mode);
   }
-  return rc == HVD_SUCCESS ? transfer_scalars(st, c, to_live, who) : rc;
+  return rc == HVD_SUCCESS ? scalars_after(st, c, mode, who) : rc;
 }
 
-/* The model, optimizer and counters into the copy (to_live 0), or the
- * copy back into them (1). The optimizer's full state is there: a
- * sharded optimizer's blocks are copied instead (transfer_blocks). */
-static hvd_result_t transfer(hvd_state_t *st, int to_live, const char *who) {
+/* The model, optimizer and counters into the copy (TO_COPY), or the copy
+ * back into them (TO_LIVE), or only whether they can go back (CHECK).
+ * The optimizer's full state is there: a sharded optimizer's blocks are
+ * copied instead (transfer_blocks). */
+static hvd_result_t transfer(hvd_state_t *st, int mode, const char *who) {
   if (st->opt != NULL && hvd__optim_sharded(st->opt))
-    return transfer_blocks(st, to_live, who);
+    return transfer_blocks(st, mode, who);
   hvd_optimizer_t *c = st->opt ? hvd__optim_core(st->opt) : NULL;
   int ns = c != NULL ? c->ops.nstate : 0;
   hvd_param_t *views = NULL; /* mixed precision: the masters */
   hvd_result_t rc = hvd__mixed_ckpt_params(c, st->params, st->n, &views);
-  const hvd_param_t *ps = views != NULL ? views : st->params;
+  hvd_param_t *ps = views != NULL ? views : st->params;
   for (int i = 0; i < st->n && rc == HVD_SUCCESS; i++) {
-    rc = copy_tensor(who, (hvd_tensor_t *)&ps[i].value, st->values[i], to_live);
+    rc = copy_tensor(who, ps[i].name, &ps[i].value, &st->values[i], mode);
     for (int k = 0; k < ns && rc == HVD_SUCCESS; k++)
-      rc = copy_tensor(who, &c->state[i * ns + k], st->states[i * ns + k],
-                       to_live);
+      rc = copy_tensor(who, ps[i].name, &c->state[i * ns + k],
+                       &st->states[i * ns + k], mode);
   }
   free(views);
-  if (c != NULL && rc == HVD_SUCCESS && to_live && c->mixed != NULL)
+  if (c != NULL && rc == HVD_SUCCESS && mode == TO_LIVE && c->mixed != NULL)
     rc = hvd__mixed_values_from_masters(c);
-  if (rc == HVD_SUCCESS)
-    rc = transfer_scalars(st, c, to_live, who);
-  return rc;
+  return rc == HVD_SUCCESS ? scalars_after(st, c, mode, who) : rc;
 }
 
 /* ---- commit and restore ---------------------------------------------------
@@ -400,7 +396,7 @@ static hvd_result_t commit(hvd_state_t *st) {
     return hvd__not_initialized(commit_fn);
   hvd_result_t rc = alloc_copy(st);
   if (rc == HVD_SUCCESS)
-    rc = transfer(st, 0, commit_fn);
+    rc = transfer(st, TO_COPY, commit_fn);
   /* every rank counts the commit, or none: a copy made on some ranks
    * only would be restored there alone, in memory as from a file */
   rc = hvd__optim_agree("hvd.state.commit", rc);
@@ -415,13 +411,15 @@ static hvd_result_t commit(hvd_state_t *st) {
   return commit_file(st);
 }
 
-/* This rank's checks before a restore: its arguments. */
+/* This rank's checks before a restore: its arguments, and that the
+ * parameters have the sizes of the commit it would put back (so that a
+ * parameter reshaped since on one rank changes nothing on any rank). */
 static hvd_result_t restore_check(hvd_state_t *st, int *restored) {
   if (st == NULL || restored == NULL)
     return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: %s is NULL", restore_fn,
                           st == NULL ? "state" : "restored");
   *restored = 0;
-  return HVD_SUCCESS;
+  return st->have ? transfer(st, CHECK, restore_fn) : HVD_SUCCESS;
 }
 
 static hvd_result_t restore(hvd_state_t *st, int *restored) {
@@ -440,7 +438,8 @@ static hvd_result_t restore(hvd_state_t *st, int *restored) {
   /* a commit's copy back agreed, as a file's load is: one that fails on
    * one rank (a device tensor's copy) fails on every rank */
   if (st->have) {
-    rc = hvd__optim_agree("hvd.state.restore", transfer(st, 1, restore_fn));
+    rc = hvd__optim_agree("hvd.state.restore",
+                          transfer(st, TO_LIVE, restore_fn));
     *restored = rc == HVD_SUCCESS;
     return rc;
   }

@@ -19,6 +19,9 @@
  *   - in memory, the copy back failing on the last rank alone (its
  *     parameter on a device that no machine has): every rank fails
  *     naming it, then a restore and an allreduce work;
+ *   - in memory, a parameter reshaped on the last rank alone since the
+ *     commit: every rank fails the restore naming it, nothing changed;
+ *     grown between two commits: the second copies it whole;
  *   - no file: a fresh start (restored 0, nothing changed);
  *   - a plain checkpoint (no counters) in its place: HVD_ERR_CORRUPT "... the
  * file has no counter 'epoch' ...";
@@ -279,6 +282,63 @@ static void test_restore_fails_on_one(void) {
      "  and puts the commit back (%d, step %lld, w[0] %g)", restored,
      (long long)m.step, (double)m.w[0]);
   allreduce_works("hvd.test.state.restore.fails");
+  hvd_state_destroy(m.st);
+}
+
+/* w reshaped on the last rank alone since the commit in memory (2 floats
+ * where 4 were committed): every rank fails the restore with that rank's
+ * message before anything is copied back, so nothing changes on any
+ * rank; w as committed again, the restore works. (Before, the other
+ * ranks restored, and the last one copied back 8 of the 16 bytes, all
+ * with HVD_SUCCESS; grown instead, it read past the copy.) Then w grown
+ * on the last rank between two commits (2 floats, then 4): the second
+ * commit copies all 4 (before, it wrote past the first one's copy, which
+ * AddressSanitizer reports) and a restore puts them back. */
+static void test_restore_reshaped(void) {
+  int last = size - 1, restored = -1;
+  int64_t two = 2;
+  char want[256];
+  small_t m;
+  small_init(&m, NULL);
+  if (hvd_state_commit(m.st) != HVD_SUCCESS)
+    bail("commit: %s", hvd_last_error());
+  m.step = 9;
+  m.w[0] = m.w[3] = -1;
+  if (rank == last)
+    m.p.value = hvd_tensor_make(m.w, HVD_FLOAT32, 1, &two);
+  from_rank(want, sizeof want,
+            "hvd_state_restore: parameter 'w' has 8 bytes but 16 at the "
+            "commit",
+            last);
+  is_int(HVD_ERR_INVALID_ARG, hvd_state_restore(m.st, &restored),
+         "restore with w reshaped on rank %d alone: every rank fails", last);
+  is_string(want, hvd_last_error(), "  with that rank's message");
+  ok(restored == 0 && m.step == 9 && m.w[0] == -1 && m.w[3] == -1,
+     "  nothing changed on any rank (%d, step %lld, w[0] %g)", restored,
+     (long long)m.step, (double)m.w[0]);
+  m.p.value = hvd_tensor_make(m.w, HVD_FLOAT32, 1, &m.four);
+  is_int(HVD_SUCCESS, hvd_state_restore(m.st, &restored),
+         "  then, w as committed, a restore works");
+  ok(restored == 1 && m.step == 7 && m.w[0] == 1 && m.w[3] == 4,
+     "  and puts the commit back (%d, step %lld, w[0] %g, w[3] %g)",
+     restored, (long long)m.step, (double)m.w[0], (double)m.w[3]);
+  allreduce_works("hvd.test.state.reshaped");
+  hvd_state_destroy(m.st);
+
+  small_init(&m, NULL);
+  m.p.value = hvd_tensor_make(m.w, HVD_FLOAT32, 1, &two);
+  if (hvd_state_commit(m.st) != HVD_SUCCESS)
+    bail("commit: %s", hvd_last_error());
+  if (rank == last)
+    m.p.value = hvd_tensor_make(m.w, HVD_FLOAT32, 1, &m.four);
+  is_int(HVD_SUCCESS, hvd_state_commit(m.st),
+         "a commit with w grown on rank %d since the last", last);
+  m.w[0] = m.w[3] = -1;
+  is_int(HVD_SUCCESS, hvd_state_restore(m.st, &restored),
+         "  then a restore works");
+  ok(restored == 1 && m.w[0] == 1 && m.w[3] == (rank == last ? 4 : -1),
+     "  and puts back what each rank committed (w[0] %g, w[3] %g)",
+     (double)m.w[0], (double)m.w[3]);
   hvd_state_destroy(m.st);
 }
 
@@ -744,6 +804,7 @@ int main(int argc, char **argv) {
   test_memory_fails_on_one();
   test_restore_null_on_one(dir);
   test_restore_fails_on_one();
+  test_restore_reshaped();
   test_file(dir);
   test_background(dir);
   test_reserved(dir);
