@@ -105,6 +105,18 @@ int hvd__tensor_size(const hvd_tensor_t *t, size_t *bytes) {
   return 1;
 }
 
+int hvd__row_size(hvd_dtype_t dtype, int ndim, const int64_t *shape,
+                  int64_t *bytes) {
+  int64_t b = (int64_t)hvd_dtype_size(dtype);
+  for (int i = 1; i < ndim && i < HVD_MAX_DIMS; i++)
+    if (shape[i] < 0 || __builtin_mul_overflow(b, shape[i], &b) ||
+        (uint64_t)b > (uint64_t)PTRDIFF_MAX)
+      return 0;
+  if (bytes != NULL)
+    *bytes = b;
+  return 1;
+}
+
 int hvd__rows_total(const int64_t *rows, int n, hvd_dtype_t dtype, int ndim,
                     const int64_t *shape, int64_t *total) {
   int64_t sum = 0;
@@ -115,7 +127,7 @@ int hvd__rows_total(const int64_t *rows, int n, hvd_dtype_t dtype, int ndim,
     return 0;
   hvd_tensor_t out = hvd_tensor_make(NULL, dtype, ndim, shape);
   out.shape[0] = sum;
-  if (!hvd__tensor_size(&out, NULL))
+  if (!hvd__tensor_size(&out, NULL) || !hvd__row_size(dtype, ndim, shape, NULL))
     return 0;
   *total = sum;
   return 1;

@@ -19,14 +19,22 @@ int hvd__dtype_is_float(hvd_dtype_t dtype);
  * argument checks below), so that the sizes computed from it later do
  * not wrap. */
 int hvd__tensor_size(const hvd_tensor_t *t, size_t *bytes);
+/* 1 when one row of a tensor of dtype and shape (the product of
+ * dimensions 1..ndim-1 and the element size) is at most PTRDIFF_MAX
+ * bytes, into *bytes (when not NULL); 0 when a dimension is negative or
+ * the product would wrap. A tensor of 0 rows passes hvd__tensor_size
+ * whatever its other dimensions ([0, 2^40, 2^40]), so the collectives
+ * that work in rows check this too. */
+int hvd__row_size(hvd_dtype_t dtype, int ndim, const int64_t *shape,
+                  int64_t *bytes);
 /* The first dimension of an output made of n ranks' rows (an allgather's
  * first dimensions, the splits an alltoall sends one rank): rows[0..n-1]
  * summed into *total, and 1 when each is >= 0, the sum fits in an int64
  * and a tensor of dtype and shape [sum, shape[1], ..., shape[ndim-1]]
- * passes hvd__tensor_size; 0 (*total unset) when the sum or the output's
- * elements or bytes would wrap. Each rank's own tensor passed
- * hvd__tensor_size, but their sum need not (rows of 0 bytes claim any
- * count). */
+ * passes hvd__tensor_size and hvd__row_size; 0 (*total unset) when the
+ * sum or the output's elements or bytes, or a row's bytes, would wrap. Each
+ * rank's own tensor passed hvd__tensor_size, but their sum need not (rows of 0
+ * bytes claim any count). */
 int hvd__rows_total(const int64_t *rows, int n, hvd_dtype_t dtype, int ndim,
                     const int64_t *shape, int64_t *total);
 /* numel * element size; SIZE_MAX where hvd__tensor_size fails. */

@@ -89,6 +89,15 @@ static hvd_result_t check_rows(const char *kind, const char *name,
   if (t->ndim < 1)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "%s '%s': needs at least 1 dimension", kind, name);
+  if (!hvd__row_size(t->dtype, t->ndim, t->shape, NULL)) {
+    /* 0 rows pass the tensor's size check whatever the others */
+    char shape[HVD__SHAPE_STR_MAX];
+    hvd__shape_str(t->ndim, t->shape, shape, sizeof shape);
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': a row of send shape %s of %s (dimensions "
+                          "1..) is more than PTRDIFF_MAX bytes",
+                          kind, name, shape, hvd_dtype_name(t->dtype));
+  }
   return HVD_SUCCESS;
 }
 

@@ -80,6 +80,21 @@ static void test_overflow(void) {
   snprintf(want, sizeof want, "reducescatter 'o': send %s", big);
   REJECT(hvd_reducescatter("o", &t, &out, HVD_SUM, 1.0, 1.0), want,
          "reducescatter");
+  /* 0 rows of [2^40, 2^40] float32: no element, but a row of 2^82 bytes
+   * (hvd__row_bytes wrapped): refused by each collective in rows. */
+  static const int64_t rows0[] = {0, (int64_t)1 << 40, (int64_t)1 << 40};
+  hvd_tensor_t z = hvd_tensor_make(NULL, HVD_FLOAT32, 3, rows0);
+  const char *row = "a row of send shape [0, 1099511627776, 1099511627776] "
+                    "of float32 (dimensions 1..) is more than PTRDIFF_MAX "
+                    "bytes";
+  snprintf(want, sizeof want, "allgather 'o': %s", row);
+  REJECT(hvd_allgather("o", &z, &out), want, "allgather of a huge row");
+  snprintf(want, sizeof want, "alltoall 'o': %s", row);
+  REJECT(hvd_alltoall("o", &z, NULL, &out, NULL), want,
+         "alltoall of a huge row");
+  snprintf(want, sizeof want, "reducescatter 'o': %s", row);
+  REJECT(hvd_reducescatter("o", &z, &out, HVD_SUM, 1.0, 1.0), want,
+         "reducescatter of a huge row");
   const char *names[1] = {"o"};
   hvd_tensor_t sends[1] = {t}, recvs[1] = {r};
   snprintf(want, sizeof want,
