@@ -82,7 +82,8 @@ hvd_result_t hvd__grow(void **buf, size_t *cap, size_t n, const char *what) {
     return HVD_SUCCESS;
   void *p = realloc(*buf, n);
   if (p == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s of %zu bytes", what, n);
+    return hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "could not allocate %zu bytes for the %s", n, what);
   *buf = p;
   *cap = n;
   return HVD_SUCCESS;

@@ -27,8 +27,8 @@ void hvd__fatal_set(hvd_result_t rc, const char *reason);
 hvd_result_t hvd__fatal(char *reason, size_t len);
 
 /* A buffer kept across calls: *buf grown to at least n bytes (*cap says
- * how many it has); HVD_ERR_NO_MEMORY "<what> of N bytes" when it cannot
- * be, *buf then unchanged. */
+ * how many it has); HVD_ERR_NO_MEMORY "could not allocate N bytes for
+ * the <what>" when it cannot be, *buf then unchanged. */
 hvd_result_t hvd__grow(void **buf, size_t *cap, size_t n, const char *what);
 
 /* The ranks that disagree with a reference rank, and their values, as

@@ -1,9 +1,11 @@
 /*
  * fault.h - test-only faults of host allocations whose failure one rank
- * must survive in step with its peers (a device collective's MPI steps
- * need their memory). Only the stand-in's build of libhvd has them
- * (t/standin/local.mk defines HVD_FAULTS and builds fault.c); in libhvd
- * itself hvd__fault is the constant 0 and costs nothing.
+ * must survive in step with its peers (a collective's MPI steps need
+ * their memory). Only the test builds of libhvd have them: the
+ * stand-in's (t/standin/local.mk) and the host-only one of the MPI tests
+ * (t/mpi/local.mk's libhvd-faults.la), which define HVD_FAULTS and build
+ * fault.c; in libhvd itself hvd__fault is the constant 0 and costs
+ * nothing.
  *
  * HVD_STANDIN_HOST_ALLOC_FAIL=R:SITE: on world rank R (Open MPI's
  * OMPI_COMM_WORLD_RANK), every allocation at SITE fails as malloc's would
@@ -15,6 +17,11 @@
  *               MPI steps (a fused allgather's rows)
  *   splits      an alltoall's received splits (ops/executor.c,
  *               hvd__exchange_splits)
+ *   output      a host collective's output: allgather, alltoall,
+ *               reducescatter (ops/executor.c, hvd__alloc_output)
+ *   grow        the growth of a host executor's buffer whose size every
+ *               rank computes alike (ops/executor.c, hvd__grow_agreed:
+ *               a fused allgather's first dimensions)
  */
 #ifndef HVD_BASE_FAULT_H
 #define HVD_BASE_FAULT_H

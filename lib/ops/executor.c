@@ -10,6 +10,7 @@
 
 #include "base/errors.h"
 #include "base/fault.h"
+#include "base/log.h"
 #include "base/tensor.h"
 #include "ops/mpi_ops.h"
 #ifdef HVD_HAVE_CUDA
@@ -82,57 +83,130 @@ hvd_result_t hvd__alloc_output(hvd_request_t *r, int ndim,
   t->ndim = ndim;
   memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
   size_t bytes = hvd__tensor_bytes(t);
-  t->data = malloc(bytes ? bytes : 1);
+  t->data = hvd__fault("output") ? NULL : malloc(bytes ? bytes : 1);
   if (t->data == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "output of %zu bytes", bytes);
+    return hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "could not allocate %zu bytes for the output of %s "
+                          "'%s'",
+                          bytes, hvd__coll_name(r->desc.coll), r->name);
   return HVD_SUCCESS;
 }
 
 int64_t hvd__row_bytes(const hvd__desc_t *d) {
-  int64_t n = (int64_t)hvd_dtype_size(d->dtype);
-  for (int i = 1; i < d->ndim; i++)
-    n *= d->shape[i];
-  return n;
+  int64_t n = -1;
+  return hvd__row_size(d->dtype, d->ndim, d->shape, &n) ? n : -1;
 }
 
-/* r->recv_splits, n entries of zero; NULL with the error set. */
-static int64_t *new_recv_splits(hvd_request_t *r, size_t n) {
+/* What the rank an agreement names sends every rank: its code and words. */
+struct ready_msg {
+  int rc;
+  char why[HVD__ERRMSG_MAX - 128];
+};
+
+/* Every rank fails alike with the words of rank `first` (comm rank),
+ * which it sends them: "rank R <why>; nothing was exchanged" after an
+ * allocation ("could not allocate ..."), else "rank R: <why>; ...". */
+static hvd_result_t agreed_failure(const hvd__exec_env_t *env, int first,
+                                   hvd_result_t mine) {
+  hvd_result_t rc = HVD_SUCCESS;
+  struct ready_msg msg;
+  memset(&msg, 0, sizeof msg);
+  msg.rc = (int)mine;
+  if (env->rank == first)
+    snprintf(msg.why, sizeof msg.why, "%.*s", (int)sizeof msg.why - 1,
+             hvd_last_error());
+  HVD__MPI_CHECK(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, first, env->comm));
+  int who = env->world_ranks != NULL ? env->world_ranks[first] : first;
+  HVD__LOG(HVD__LOG_ERROR, "rank %d could not prepare a collective: %s", who,
+           msg.why);
+  return hvd__set_error((hvd_result_t)msg.rc,
+                        "rank %d%s %s; nothing was exchanged", who,
+                        msg.rc == HVD_ERR_NO_MEMORY ? "" : ":", msg.why);
+fail:
+  return rc;
+}
+
+hvd_result_t hvd__agree_ready(const hvd__exec_env_t *env, hvd_result_t mine) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int v = mine == HVD_SUCCESS ? env->size : env->rank, first = env->size;
+  HVD__MPI_CHECK(MPI_Allreduce(&v, &first, 1, MPI_INT, MPI_MIN, env->comm));
+  if (first == env->size)
+    return HVD_SUCCESS;
+  return agreed_failure(env, first, mine);
+fail:
+  return rc;
+}
+
+hvd_result_t hvd__grow_agreed(const hvd__exec_env_t *env, void **buf,
+                              size_t *cap, size_t n, const char *what) {
+  if (n <= *cap)
+    return HVD_SUCCESS;
+  hvd_result_t rc =
+      hvd__fault("grow")
+          ? hvd__set_error(HVD_ERR_NO_MEMORY,
+                           "could not allocate %zu bytes for the %s", n, what)
+          : hvd__grow(buf, cap, n, what);
+  rc = hvd__agree_ready(env, rc);
+  if (rc != HVD_SUCCESS) { /* every rank grows from nothing again */
+    free(*buf);
+    *buf = NULL;
+    *cap = 0;
+  }
+  return rc;
+}
+
+/* r->recv_splits, a copy of the n answers; the error set when it cannot
+ * be had. */
+static hvd_result_t keep_recv_splits(hvd_request_t *r, const int64_t *got,
+                                     size_t n) {
   r->recv_splits =
       hvd__fault("splits") ? NULL : calloc(n, sizeof *r->recv_splits);
   if (r->recv_splits == NULL)
-    hvd__set_error(HVD_ERR_NO_MEMORY, "alltoall splits: out of memory");
-  return r->recv_splits;
+    return hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "could not allocate %zu bytes for the received "
+                          "splits of alltoall '%s'",
+                          n * sizeof *r->recv_splits, r->name);
+  memcpy(r->recv_splits, got, n * sizeof *got);
+  return HVD_SUCCESS;
 }
 
+/* What a rank brings to the splits' agreement, the most telling first:
+ * rows that would wrap; a memory it could not get; ready. MPI_MIN over
+ * the ranks of class * size + rank names the rank every rank names. */
+enum { SPLITS_WRAP, SPLITS_UNPREPARED, SPLITS_READY };
+
 hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
-                                  int64_t *into, int64_t *total) {
-  hvd_result_t rc = HVD_SUCCESS;
+                                  int64_t *into, int output, int64_t *total) {
+  hvd_result_t rc = HVD_SUCCESS, mine = HVD_SUCCESS;
   size_t n = (size_t)env->size;
-  int64_t *got = into != NULL ? into : new_recv_splits(r, n);
-  if (got == NULL)
-    return HVD_ERR_NO_MEMORY;
-  HVD__MPI_CHECK(
-      MPI_Alltoall(r->splits, 1, MPI_INT64_T, got, 1, MPI_INT64_T, env->comm));
-  /* the lowest rank whose rows would wrap, agreed: a rank that failed
-   * alone would leave its peers in the alltoall's MPI call */
   const hvd__desc_t *d = &r->desc;
-  int bad = hvd__rows_total(got, env->size, d->dtype, d->ndim, d->shape, total)
-                ? INT_MAX
-                : env->rank;
   HVD__MPI_CHECK(
-      MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MIN, env->comm));
-  if (bad != INT_MAX)
+      MPI_Alltoall(r->splits, 1, MPI_INT64_T, into, 1, MPI_INT64_T, env->comm));
+  int cls = SPLITS_WRAP;
+  if (hvd__rows_total(into, env->size, d->dtype, d->ndim, d->shape, total)) {
+    mine = keep_recv_splits(r, into, n);
+    int64_t shape[HVD_MAX_DIMS];
+    memcpy(shape, d->shape, sizeof shape);
+    shape[0] = *total;
+    if (mine == HVD_SUCCESS && output)
+      mine = hvd__alloc_output(r, d->ndim, shape);
+    cls = mine == HVD_SUCCESS || !output ? SPLITS_READY : SPLITS_UNPREPARED;
+  }
+  /* one MPI_Allreduce of an int: a rank that failed alone would leave its
+   * peers in the alltoall's MPI call */
+  int v = cls * env->size + env->rank, least = 0;
+  HVD__MPI_CHECK(MPI_Allreduce(&v, &least, 1, MPI_INT, MPI_MIN, env->comm));
+  int first = least % env->size;
+  if (least / env->size == SPLITS_WRAP)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
                           "rank %d would receive more rows than a tensor holds "
                           "(the splits sent to it sum past INT64_MAX rows or "
                           "PTRDIFF_MAX bytes)",
-                          env->world_ranks != NULL ? env->world_ranks[bad]
-                                                   : bad);
-  if (into != NULL) { /* after the exchange: a failure here is carried */
-    if (new_recv_splits(r, n) == NULL)
-      return HVD_ERR_NO_MEMORY;
-    memcpy(r->recv_splits, into, n * sizeof *into);
-  }
+                          env->world_ranks != NULL ? env->world_ranks[first]
+                                                   : first);
+  if (least / env->size == SPLITS_UNPREPARED)
+    return agreed_failure(env, first, mine);
+  return mine; /* without `output`: carried by the caller */
 fail:
   return rc;
 }

@@ -186,7 +186,10 @@ extern const hvd__executor_t *const hvd__executors[];
 int hvd__executor_for(const hvd__exec_env_t *env, const hvd__desc_t *d);
 
 /* Allocates the output tensor of a request (host memory), shape given;
- * a given output (r->recv_given) is checked instead (hvd__given_output). */
+ * a given output (r->recv_given) is checked instead (hvd__given_output).
+ * HVD_ERR_NO_MEMORY "could not allocate N bytes for the output of
+ * <coll> '<name>'" (fault site "output", base/fault.h). A local failure:
+ * callers agree on it before their MPI steps (hvd__agree_ready). */
 hvd_result_t hvd__alloc_output(hvd_request_t *r, int ndim,
                                const int64_t *shape);
 
@@ -196,8 +199,31 @@ hvd_result_t hvd__alloc_output(hvd_request_t *r, int ndim,
 hvd_result_t hvd__given_output(const hvd_request_t *r, int ndim,
                                const int64_t *shape);
 
-/* Bytes of one row (dimensions 1..) of a tensor with d's dtype and shape. */
+/* Bytes of one row (dimensions 1..) of a tensor with d's dtype and shape;
+ * -1 past PTRDIFF_MAX (base/tensor.h's hvd__row_size), which the API
+ * refuses in every collective that works in rows, so never for a
+ * request an executor runs. */
 int64_t hvd__row_bytes(const hvd__desc_t *d);
+
+/* Whether every rank has what a collective needs before its data moves:
+ * `mine` is this rank's result of its local steps (its allocations; the
+ * message set on failure), agreed in one MPI_Allreduce of an int, so
+ * that no rank makes an MPI step its peers skip. When some rank failed,
+ * the lowest sends every rank its code and words and every rank fails
+ * alike: "rank R could not allocate N bytes for the output of allgather
+ * 'x'; nothing was exchanged" (an allocation: HVD_ERR_NO_MEMORY), else
+ * "rank R: <its words>; nothing was exchanged" (R a world rank). Nothing
+ * is lost: the outputs a rank did allocate are freed with its requests.
+ * Collective over env->comm. */
+hvd_result_t hvd__agree_ready(const hvd__exec_env_t *env, hvd_result_t mine);
+
+/* hvd__grow of a buffer kept across collectives whose size every rank
+ * computes alike, so whether it grows is the same on every rank: when it
+ * does (rarely), whether it could is agreed (hvd__agree_ready), and when
+ * some rank could not, every rank drops the buffer (*buf NULL, *cap 0),
+ * so that they grow alike again, and fails with the agreed words. */
+hvd_result_t hvd__grow_agreed(const hvd__exec_env_t *env, void **buf,
+                              size_t *cap, size_t n, const char *what);
 
 /* Rows of block k when `rows` rows are split over p ranks for a
  * reducescatter: the first rows % p blocks hold one row more. */
@@ -211,21 +237,26 @@ static inline int64_t hvd__block_first(int64_t rows, int64_t p, int64_t k) {
 }
 
 /* The first step of every alltoall: each rank tells each other how many
- * rows it sends (r->splits), the answers land in r->recv_splits
- * (allocated here, freed with the request) and *total is their sum, the
- * rows this rank receives. A sum past the largest tensor on any rank
- * (hvd__rows_total; rows of 0 bytes claim any count) fails the alltoall
- * on every rank, agreed in one MPI_Allreduce of an int, with
- * HVD_ERR_INVALID_ARG "rank 1 would receive more rows than a tensor
- * holds (the splits sent to it sum past INT64_MAX rows or PTRDIFF_MAX
- * bytes)", naming the lowest such world rank. Collective over env->comm.
- * With `into` (env->size entries of the caller's) the answers land there
- * first and r->recv_splits is allocated after the exchange: a rank without
- * the memory still makes it, and returns the failure then (the NCCL
- * executor carries it into its agreement, so that no peer waits in MPI for
- * it). */
+ * rows it sends (r->splits); the answers land in `into` (env->size
+ * entries of the caller's) and are copied into r->recv_splits (allocated
+ * here, freed with the request), and *total is their sum, the rows this
+ * rank receives. With `output`, r's host output is allocated too
+ * (hvd__alloc_output). One MPI_Allreduce of an int then agrees, over
+ * every rank, the most telling of:
+ *  - a sum past the largest tensor on some rank (hvd__rows_total; rows
+ *    of 0 bytes claim any count): HVD_ERR_INVALID_ARG on every rank,
+ *    "rank 1 would receive more rows than a tensor holds (the splits
+ *    sent to it sum past INT64_MAX rows or PTRDIFF_MAX bytes)", naming
+ *    the lowest such world rank;
+ *  - with `output`, a rank that could not allocate (r->recv_splits, fault
+ *    site "splits", or the output): every rank fails with its words, as
+ *    hvd__agree_ready's: "rank 1 could not allocate 24 bytes for the
+ *    received splits of alltoall 'x'; nothing was exchanged".
+ * Without `output` such a failure is this rank's alone, returned after
+ * the agreement: the NCCL executor carries it into its own, so that no
+ * peer waits in MPI for it. Collective over env->comm. */
 hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
-                                  int64_t *into, int64_t *total);
+                                  int64_t *into, int output, int64_t *total);
 
 /* The rows of request r's allgather output: its P ranks' first dimensions
  * (rows[0..P-1], every rank's alike) summed into *total; past the largest

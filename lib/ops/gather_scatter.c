@@ -13,22 +13,21 @@
 
 #include "base/errors.h"
 #include "base/tensor.h"
+#include "ops/ordered.h"
 #include "ops/reduce.h"
 
-/* A fused group of allgathers (w->n > 1, host tensors, any dtypes and
- * rows) in one MPI_Allgatherv of bytes. Rank q's segment holds q's rows of
- * each tensor in the group's order; each result is then copied out of the
- * segments. The first dimensions of members agreed through the cache
- * (dims0s[i] NULL) are learnt in one MPI_Allgather for all of them. */
-hvd_result_t hvd__mpi_allgather_fused(hvd__mpi_state_t *s,
-                                      const hvd__exec_env_t *env,
-                                      const hvd__work_t *w, int *alone) {
+/* Every member's rows per rank into s->gdims ([i * P + q]): from
+ * dims0s[i], or learnt in one MPI_Allgather for the members agreed
+ * through the cache (dims0s[i] NULL). The array's size is every rank's
+ * alike: its growth is agreed. */
+static hvd_result_t group_dims(hvd__mpi_state_t *s, const hvd__exec_env_t *env,
+                               const hvd__work_t *w) {
   hvd_result_t rc = HVD_SUCCESS;
-  *alone = 0;
   int m = w->n, P = env->size, nc = 0;
-  HVD__CHECK(hvd__grow((void **)&s->gdims, &s->gdims_cap,
+  HVD__CHECK(
+      hvd__grow_agreed(env, (void **)&s->gdims, &s->gdims_cap,
                        (size_t)(2 * m + 1) * (size_t)P * sizeof *s->gdims,
-                       "fused allgather"));
+                       "first dimensions of a fused allgather"));
   int64_t *dims = s->gdims;               /* [i * P + q]: rows */
   int64_t *learnt = dims + (size_t)m * P; /* [q * m + j] */
   memset(learnt + (size_t)env->rank * (size_t)m, 0, (size_t)m * sizeof *learnt);
@@ -47,6 +46,23 @@ hvd_result_t hvd__mpi_allgather_fused(hvd__mpi_state_t *s,
                                : learnt[(size_t)q * (size_t)m + (size_t)j];
     j += w->dims0s[i] == NULL;
   }
+fail:
+  return rc;
+}
+
+/* A fused group of allgathers (w->n > 1, host tensors, any dtypes and
+ * rows) in one MPI_Allgatherv of bytes. Rank q's segment holds q's rows of
+ * each tensor in the group's order; each result is then copied out of the
+ * segments. The first dimensions of members agreed through the cache
+ * (dims0s[i] NULL) are learnt in one MPI_Allgather for all of them. */
+hvd_result_t hvd__mpi_allgather_fused(hvd__mpi_state_t *s,
+                                      const hvd__exec_env_t *env,
+                                      const hvd__work_t *w, int *alone) {
+  hvd_result_t rc = HVD_SUCCESS;
+  *alone = 0;
+  int m = w->n, P = env->size;
+  HVD__CHECK(group_dims(s, env, w));
+  const int64_t *dims = s->gdims;
   int64_t total = 0, rows;
   for (int i = 0; i < m; i++) /* every output fits (alike on every rank) */
     HVD__CHECK(
@@ -66,15 +82,18 @@ hvd_result_t hvd__mpi_allgather_fused(hvd__mpi_state_t *s,
     s->displs[q] = (int)total;
     total += seg;
   }
-  for (int i = 0; i < m; i++) { /* the results */
+  hvd_result_t ready = HVD_SUCCESS; /* the results and the buffer */
+  for (int i = 0; i < m && ready == HVD_SUCCESS; i++) {
     HVD__CHECK(
         hvd__allgather_rows(w->reqs[i], 1, dims + (size_t)i * P, P, &rows));
-    HVD__CHECK(hvd__mpi_alloc_rows(w->reqs[i], &w->reqs[i]->desc, rows));
+    ready = hvd__mpi_alloc_rows(w->reqs[i], &w->reqs[i]->desc, rows);
   }
+  if (ready == HVD_SUCCESS && total > 0)
+    ready = hvd__grow((void **)&s->gather, &s->gather_cap, (size_t)total,
+                      "fused allgather buffer");
+  HVD__CHECK(hvd__agree_ready(env, ready)); /* before any MPI step */
   if (total == 0)
     return HVD_SUCCESS;
-  HVD__CHECK(hvd__grow((void **)&s->gather, &s->gather_cap, (size_t)total,
-                       "fused allgather buffer"));
   char *mine = s->gather + s->displs[env->rank];
   for (int i = 0; i < m; i++) {
     size_t b =
@@ -133,16 +152,22 @@ hvd_result_t hvd__mpi_reducescatter_fused(hvd__mpi_state_t *s,
     total += cnt;
   }
   int64_t mine = s->counts[env->rank];
-  for (int i = 0; i < w->n; i++) { /* the results */
+  hvd_result_t ready = HVD_SUCCESS; /* the results, buffer and room */
+  for (int i = 0; i < w->n && ready == HVD_SUCCESS; i++) {
     const hvd__desc_t *di = &w->reqs[i]->desc;
-    HVD__CHECK(hvd__mpi_alloc_rows(
-        w->reqs[i], di, hvd__block_rows(di->shape[0], P, env->rank)));
+    ready = hvd__mpi_alloc_rows(w->reqs[i], di,
+                                hvd__block_rows(di->shape[0], P, env->rank));
   }
+  if (ready == HVD_SUCCESS && total > 0)
+    ready =
+        hvd__grow((void **)&s->gather, &s->gather_cap,
+                  (size_t)(total + mine) * es, "fused reducescatter buffer");
+  if (ready == HVD_SUCCESS && total > 0)
+    ready = hvd__ordered_scatter_room(&s->ord, env->size, env->rank, s->counts,
+                                      dtype);
+  HVD__CHECK(hvd__agree_ready(env, ready)); /* before any MPI step */
   if (total == 0)
     return HVD_SUCCESS;
-  HVD__CHECK(hvd__grow((void **)&s->gather, &s->gather_cap,
-                       (size_t)(total + mine) * es,
-                       "fused reducescatter buffer"));
   char *at = s->gather, *got = s->gather + (size_t)total * es;
   for (int64_t k = 0; k < P; k++)
     for (int i = 0; i < w->n; i++) {

@@ -369,7 +369,7 @@ static hvd_result_t allgather_one(hvd__mpi_state_t *s,
   }
   int64_t total = 0; /* (a fused group's members: checked already) */
   HVD__CHECK(hvd__allgather_rows(r, 0, dims0, env->size, &total));
-  HVD__CHECK(hvd__mpi_alloc_rows(r, d, total));
+  HVD__CHECK(hvd__agree_ready(env, hvd__mpi_alloc_rows(r, d, total)));
   int64_t rb = hvd__row_bytes(d);
   if (rb == 0 || total == 0)
     return HVD_SUCCESS;
@@ -414,10 +414,11 @@ static hvd_result_t mpi_alltoall(void *state, const hvd__exec_env_t *env,
   hvd_request_t *r = w->reqs[0];
   size_t n = (size_t)env->size;
   int64_t total, sent = 0;
-  HVD__CHECK(hvd__exchange_splits(r, env, NULL, &total));
+  /* the answers land in s->splits; the output is allocated before the
+   * splits' agreement, which carries any rank's failure */
+  HVD__CHECK(hvd__exchange_splits(r, env, s->splits, 1, &total));
   for (size_t k = 0; k < n; k++)
     sent += r->splits[k];
-  HVD__CHECK(hvd__mpi_alloc_rows(r, d, total));
   int64_t rb = hvd__row_bytes(d);
   if (rb == 0)
     return HVD_SUCCESS;
@@ -451,19 +452,28 @@ static hvd_result_t mpi_reducescatter(void *state, const hvd__exec_env_t *env,
   void *scaled = NULL;
   int64_t rows = d->shape[0], p = env->size;
   int64_t row_elems = hvd__row_bytes(d) / (int64_t)hvd_dtype_size(dtype);
-  int64_t mine = hvd__block_rows(rows, p, env->rank);
-  HVD__CHECK(hvd__mpi_alloc_rows(r, d, mine));
-  if (rows / p * row_elems + row_elems > INT_MAX)
+  int64_t mine = hvd__block_rows(rows, p, env->rank), n = desc_numel(d);
+  if (rows / p * row_elems + row_elems > INT_MAX) /* alike on every rank */
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "a reducescatter block exceeds MPI's int counts");
   for (int k = 0; k < env->size; k++)
     s->counts[k] = (int)(hvd__block_rows(rows, p, k) * row_elems);
+  /* this rank's memory (output, prescaled copy, the reduction's room),
+   * agreed before any MPI step */
+  hvd_result_t ready = hvd__mpi_alloc_rows(r, d, mine);
+  size_t sb = (size_t)n * hvd_dtype_size(dtype) + 1;
+  if (ready == HVD_SUCCESS && d->prescale != 1.0 &&
+      (scaled = malloc(sb)) == NULL)
+    ready = hvd__set_error(HVD_ERR_NO_MEMORY,
+                           "could not allocate %zu bytes for the prescaled "
+                           "copy of reducescatter '%s'",
+                           sb, r->name);
+  if (ready == HVD_SUCCESS)
+    ready = hvd__ordered_scatter_room(&s->ord, env->size, env->rank, s->counts,
+                                      dtype);
+  HVD__CHECK(hvd__agree_ready(env, ready));
   const void *src = r->send.data;
-  if (d->prescale != 1.0) {
-    int64_t n = desc_numel(d);
-    scaled = malloc((size_t)n * hvd_dtype_size(dtype) + 1);
-    if (scaled == NULL)
-      return hvd__set_error(HVD_ERR_NO_MEMORY, "reducescatter prescale");
+  if (scaled != NULL) {
     hvd__scale(scaled, src, n, dtype, d->prescale);
     src = scaled;
   }

@@ -343,7 +343,7 @@ static hvd_result_t alltoall(nccl_state_t *s, const hvd__exec_env_t *env,
   HVD__CHECK(hvd__nccl_scratch(s, env, n * sizeof(int64_t), "alltoall splits",
                                &ok, &entry));
   if (ok) {
-    hvd_result_t got = hvd__exchange_splits(r, env, s->fdims, &total);
+    hvd_result_t got = hvd__exchange_splits(r, env, s->fdims, 0, &total);
     if (got == HVD_ERR_NO_MEMORY) /* made, not kept: carried */
       entry = entry != HVD_SUCCESS ? entry : got;
     else

@@ -53,7 +53,10 @@ static hvd_result_t room(hvd__ordered_t *o, size_t bytes, int p) {
     if (s != NULL)
       o->srcs = s;
     if (v == NULL || s == NULL)
-      return hvd__set_error(HVD_ERR_NO_MEMORY, "reduction counts");
+      return hvd__set_error(HVD_ERR_NO_MEMORY,
+                            "could not allocate %zu bytes for the reduction "
+                            "counts",
+                            (size_t)p * (4 * sizeof *v + sizeof *s));
     o->nints = p;
   }
   return HVD_SUCCESS;
@@ -88,14 +91,8 @@ fail:
   return rc;
 }
 
-hvd_result_t hvd__ordered_reduce_scatter(hvd__ordered_t *o, MPI_Comm comm,
-                                         const void *send, const int *counts,
-                                         void *recv, hvd_dtype_t dtype,
-                                         hvd_op_t op) {
-  hvd_result_t rc = HVD_SUCCESS;
-  int p, me;
-  HVD__MPI_CHECK(MPI_Comm_size(comm, &p));
-  HVD__MPI_CHECK(MPI_Comm_rank(comm, &me));
+hvd_result_t hvd__ordered_scatter_room(hvd__ordered_t *o, int p, int me,
+                                       const int *counts, hvd_dtype_t dtype) {
   int64_t total = 0, mine = counts[me];
   for (int q = 0; q < p; q++)
     total += counts[q];
@@ -104,7 +101,19 @@ hvd_result_t hvd__ordered_reduce_scatter(hvd__ordered_t *o, MPI_Comm comm,
                           "a reducescatter of %lld elements exceeds MPI's "
                           "int counts",
                           (long long)total);
-  HVD__CHECK(room(o, (size_t)(mine * p) * hvd_dtype_size(dtype) + 1, p));
+  return room(o, (size_t)(mine * p) * hvd_dtype_size(dtype) + 1, p);
+}
+
+hvd_result_t hvd__ordered_reduce_scatter(hvd__ordered_t *o, MPI_Comm comm,
+                                         const void *send, const int *counts,
+                                         void *recv, hvd_dtype_t dtype,
+                                         hvd_op_t op) {
+  hvd_result_t rc = HVD_SUCCESS;
+  int p, me;
+  HVD__MPI_CHECK(MPI_Comm_size(comm, &p));
+  HVD__MPI_CHECK(MPI_Comm_rank(comm, &me));
+  int64_t mine = counts[me];
+  HVD__CHECK(hvd__ordered_scatter_room(o, p, me, counts, dtype));
   int *displs = o->ints + p;
   for (int q = 0, at = 0; q < p; at += counts[q], q++)
     displs[q] = at;

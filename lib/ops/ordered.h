@@ -47,6 +47,13 @@ hvd_result_t hvd__ordered_allreduce(hvd__ordered_t *o, MPI_Comm comm,
 /* send holds P blocks end to end, counts[k] elements for rank k (the same
  * counts on every rank); recv (counts[rank] elements, not overlapping
  * send) = op over the ranks, in rank order, of their block `rank`. */
+/* The room hvd__ordered_reduce_scatter needs on comm rank `me` of p
+ * (counts as there), made now: a caller agrees on it with its other
+ * memory before any MPI step. HVD_ERR_UNSUPPORTED when the counts pass
+ * MPI's int (the received blocks: this rank's own), HVD_ERR_NO_MEMORY. */
+hvd_result_t hvd__ordered_scatter_room(hvd__ordered_t *o, int p, int me,
+                                       const int *counts, hvd_dtype_t dtype);
+
 hvd_result_t hvd__ordered_reduce_scatter(hvd__ordered_t *o, MPI_Comm comm,
                                          const void *send, const int *counts,
                                          void *recv, hvd_dtype_t dtype,

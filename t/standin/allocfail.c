@@ -18,8 +18,9 @@
  *     HVD_ERR_NO_MEMORY "rank R could not prepare the collective on its
  *     GPU: fused allgather: no host memory for N bytes; nothing was
  *     launched, NCCL is still usable"; then a grouped allgather is exact.
- *  5. The same for an alltoall's received splits ("alltoall splits: out
- *     of memory"); then an alltoall is exact.
+ *  5. The same for an alltoall's received splits ("could not allocate
+ *     N bytes for the received splits of alltoall 'a.1'"); then an
+ *     alltoall is exact.
  *  6. R cannot grow the engine's request list for a grouped allreduce of
  *     100 device tensors: every rank runs it in groups of 64 and 36 (two
  *     ncclAllReduce calls on every rank), exact; once R can, in one.
@@ -272,7 +273,12 @@ static void case_splits(void) {
   works("a.0", what);
   double t0 = gpu_now_s();
   hvd_result_t rc = alltoall("a.1", &exact);
-  unprepared(want, sizeof want, "alltoall splits: out of memory");
+  char why[256];
+  snprintf(why, sizeof why,
+           "could not allocate %d bytes for the received splits of alltoall "
+           "'a.1'",
+           size * 8);
+  unprepared(want, sizeof want, why);
   expect(rc, HVD_ERR_NO_MEMORY, "alltoall 'a.1'", want, what);
   ok(gpu_now_s() - t0 < 2, "%s: fails within 2 s", what);
   unsetenv("HVD_STANDIN_HOST_ALLOC_FAIL");

@@ -1,0 +1,354 @@
+/*
+ * allocfail.c - one rank's host allocation failing before a host
+ * collective's MPI steps (lib/base/fault.h's HVD_STANDIN_HOST_ALLOC_FAIL,
+ * in t/mpi/libhvd-faults.la): before, that rank returned alone and its
+ * peers waited in MPI (MPI_Allgatherv, MPI_Alltoall, the reduce-scatter's
+ * exchange) until the harness's timeout. R is the last rank. In each case
+ * every rank fails the collective with HVD_ERR_NO_MEMORY and R's words,
+ * the same on every rank:
+ *   "<coll> '<name>': rank R could not allocate N bytes for <what>;
+ *   nothing was exchanged"
+ * and then, R's fault gone, the same collective is exact and an allreduce
+ * works. Each case runs between its own hvd_init and hvd_shutdown.
+ *  1. allgather of [1 + rank, 4] float32: its output (site "output");
+ *  2. the same through the response cache (its rows learnt in the
+ *     executor's MPI_Allgather first);
+ *  3. a grouped allgather (one fused MPI_Allgatherv): its first member's
+ *     output; every member fails naming that one;
+ *  4. the same group, R unable to grow the fused group's first dimensions
+ *     (site "grow"), before the MPI_Allgather that learns them: every
+ *     rank drops them and grows them again for the next group;
+ *  5. alltoall: its received splits (site "splits");
+ *  6. alltoall: its output;
+ *  7. reducescatter: its output; 8. a grouped reducescatter's.
+ * Registered at np 2, 3 and 4 (t/mpi/local.mk); `allocfail N` runs case
+ * N only.
+ */
+#include "hvd.h"
+#include "tap/tap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ROWS = 8, COLS = 4 };
+
+static int rank, size, last;
+static float in[2][ROWS * COLS];
+
+static hvd_tensor_t tensor(float *p, int64_t rows) {
+  int64_t shape[2] = {rows, COLS};
+  return hvd_tensor_make(p, HVD_FLOAT32, 2, shape);
+}
+
+static void fill(float *p, float v) {
+  for (int i = 0; i < ROWS * COLS; i++)
+    p[i] = v;
+}
+
+/* Every element of p's n is v. */
+static int all_are(const float *p, int64_t n, float v) {
+  for (int64_t i = 0; i < n; i++)
+    if (p[i] != v)
+      return 0;
+  return 1;
+}
+
+static void fault(const char *site) {
+  char v[64];
+  snprintf(v, sizeof v, "%d:%s", last, site);
+  setenv("HVD_STANDIN_HOST_ALLOC_FAIL", v, 1);
+}
+
+static void start(const char *what, const char *site) {
+  fault(site);
+  hvd_result_t rc = hvd_init();
+  if (!is_int(HVD_SUCCESS, rc, "%s: hvd_init", what))
+    bail("hvd_init: %s", hvd_last_error());
+}
+
+/* An allreduce of every rank's 1s is size. */
+static void works(const char *name, const char *what) {
+  float v[COLS] = {1, 1, 1, 1};
+  int64_t shape[1] = {COLS};
+  hvd_tensor_t t = hvd_tensor_make(v, HVD_FLOAT32, 1, shape);
+  hvd_result_t rc = hvd_allreduce(name, &t, &t, HVD_SUM, 1.0, 1.0);
+  ok(rc == HVD_SUCCESS && all_are(v, COLS, (float)size),
+     "%s: an allreduce works after it (%s)", what,
+     rc == HVD_SUCCESS ? "exact" : hvd_last_error());
+}
+
+static void stop(const char *what) {
+  unsetenv("HVD_STANDIN_HOST_ALLOC_FAIL");
+  is_int(HVD_SUCCESS, hvd_shutdown(), "%s: hvd_shutdown returns", what);
+}
+
+/* rc and hvd_last_error() against HVD_ERR_NO_MEMORY and "<label>: rank R
+ * could not allocate <bytes> for <what>; nothing was exchanged". Every
+ * rank makes the same checks. */
+static void expect(hvd_result_t rc, const char *label, long long bytes,
+                   const char *for_what, const char *what) {
+  char want[1024], got[1024];
+  snprintf(want, sizeof want,
+           "%s: rank %d could not allocate %lld bytes for %s; nothing was "
+           "exchanged",
+           label, last, bytes, for_what);
+  snprintf(got, sizeof got, "%s", rc == HVD_SUCCESS ? "" : hvd_last_error());
+  is_int(HVD_ERR_NO_MEMORY, rc, "%s: %s: result", what, label);
+  is_string(want, got, "%s: %s: message", what, label);
+}
+
+/* Rows of rank q's tensor i in the allgathers: 1 + q, and 2. */
+static int64_t gather_rows(int i, int q) { return i == 0 ? 1 + q : 2; }
+
+/* Sum over the ranks of gather_rows(i, q). */
+static int64_t gather_total(int i) {
+  int64_t t = 0;
+  for (int q = 0; q < size; q++)
+    t += gather_rows(i, q);
+  return t;
+}
+
+/* 1 when out (tensor i's allgather) holds each rank's rows of its number. */
+static int gathered(const hvd_tensor_t *out, int i) {
+  int64_t at = 0;
+  if (out->shape[0] != gather_total(i))
+    return 0;
+  for (int q = 0; q < size; q++) {
+    if (!all_are((const float *)out->data + at, gather_rows(i, q) * COLS,
+                 (float)q))
+      return 0;
+    at += gather_rows(i, q) * COLS;
+  }
+  return 1;
+}
+
+/* An allgather of tensor 0 under `name`; *exact when it is. */
+static hvd_result_t gather1(const char *name, int *exact) {
+  hvd_tensor_t t = tensor(in[0], gather_rows(0, rank)), out;
+  memset(&out, 0, sizeof out);
+  fill(in[0], (float)rank);
+  hvd_result_t rc = hvd_allgather(name, &t, &out);
+  *exact = rc == HVD_SUCCESS && gathered(&out, 0);
+  if (rc == HVD_SUCCESS)
+    hvd_tensor_free(&out);
+  return rc;
+}
+
+/* 1, 2: a lone allgather, negotiated or (`cached`) from the cache. */
+static void case_gather(int cached, const char *what) {
+  char label[64];
+  int exact;
+  start(what, "none");
+  works("g.0", what);
+  if (cached) { /* once, so that the cache has it */
+    hvd_result_t rc = gather1("g.1", &exact);
+    ok(rc == HVD_SUCCESS && exact, "%s: the allgather, first", what);
+  }
+  fault("output");
+  hvd_result_t rc = gather1("g.1", &exact);
+  snprintf(label, sizeof label, "allgather 'g.1'");
+  expect(rc, label, gather_total(0) * COLS * 4,
+         "the output of allgather 'g.1'", what);
+  unsetenv("HVD_STANDIN_HOST_ALLOC_FAIL");
+  rc = gather1("g.1", &exact);
+  ok(rc == HVD_SUCCESS && exact, "%s: then exact", what);
+  works("g.2", what);
+  stop(what);
+}
+
+/* A grouped allgather of tensors 0 and 1 as a and b, each member's result
+ * into rcs (its message into msgs); *exact when both are. */
+static void gather2(const char *a, const char *b, hvd_result_t rcs[2],
+                    char msgs[2][1024], int *exact) {
+  const char *names[2] = {a, b};
+  hvd_tensor_t t[2] = {tensor(in[0], gather_rows(0, rank)),
+                       tensor(in[1], gather_rows(1, rank))};
+  hvd_tensor_t out[2];
+  hvd_request_t *reqs[2];
+  memset(out, 0, sizeof out);
+  fill(in[0], (float)rank);
+  fill(in[1], (float)rank);
+  hvd_result_t rc = hvd_grouped_allgather_async(2, names, t, out, reqs);
+  if (rc != HVD_SUCCESS)
+    bail("hvd_grouped_allgather_async: %s", hvd_last_error());
+  *exact = 1;
+  for (int i = 0; i < 2; i++) {
+    rcs[i] = hvd_wait(reqs[i]);
+    snprintf(msgs[i], 1024, "%s",
+             rcs[i] == HVD_SUCCESS ? "" : hvd_last_error());
+    *exact = *exact && rcs[i] == HVD_SUCCESS && gathered(&out[i], i);
+    if (rcs[i] == HVD_SUCCESS)
+      hvd_tensor_free(&out[i]);
+  }
+}
+
+/* 3, 4: a grouped allgather, R without a member's output or the group's
+ * first dimensions. */
+static void case_gather2(const char *site, const char *what) {
+  const char *names[2] = {"f.a", "f.b"};
+  hvd_result_t rcs[2];
+  char msgs[2][1024], label[64], for_what[128];
+  int exact;
+  long long bytes;
+  start(what, site);
+  works("f.0", what);
+  gather2(names[0], names[1], rcs, msgs, &exact);
+  if (strcmp(site, "output") == 0) {
+    bytes = gather_total(0) * COLS * 4;
+    snprintf(for_what, sizeof for_what, "the output of allgather 'f.a'");
+  } else {
+    bytes = (2 * 2 + 1) * size * 8; /* (2m + 1) P int64s */
+    snprintf(for_what, sizeof for_what,
+             "the first dimensions of a fused allgather");
+  }
+  for (int i = 0; i < 2; i++) {
+    snprintf(label, sizeof label, "allgather '%s'", names[i]);
+    char want[1024];
+    snprintf(want, sizeof want,
+             "%s: rank %d could not allocate %lld bytes for %s; nothing was "
+             "exchanged",
+             label, last, bytes, for_what);
+    is_int(HVD_ERR_NO_MEMORY, rcs[i], "%s: %s: result", what, label);
+    is_string(want, msgs[i], "%s: %s: message", what, label);
+  }
+  unsetenv("HVD_STANDIN_HOST_ALLOC_FAIL");
+  gather2("f.c", "f.d", rcs, msgs, &exact);
+  ok(exact, "%s: the next group is exact (%s)", what, msgs[0]);
+  works("f.1", what);
+  stop(what);
+}
+
+/* An alltoall of ROWS rows: one to every other rank, the rest to rank 0;
+ * each row the sender's number. *exact when the result is. */
+static hvd_result_t alltoall(const char *name, int *exact) {
+  int64_t splits[8], rsplits[8];
+  hvd_tensor_t t = tensor(in[0], ROWS), out;
+  memset(&out, 0, sizeof out);
+  fill(in[0], (float)rank);
+  for (int q = 0; q < size; q++)
+    splits[q] = q == 0 ? ROWS - (size - 1) : 1;
+  hvd_result_t rc = hvd_alltoall(name, &t, splits, &out, rsplits);
+  *exact = rc == HVD_SUCCESS;
+  int64_t at = 0;
+  for (int q = 0; rc == HVD_SUCCESS && q < size; q++) {
+    *exact = *exact && rsplits[q] == (rank == 0 ? ROWS - (size - 1) : 1) &&
+             all_are((float *)out.data + at, rsplits[q] * COLS, (float)q);
+    at += rsplits[q] * COLS;
+  }
+  if (rc == HVD_SUCCESS)
+    hvd_tensor_free(&out);
+  return rc;
+}
+
+/* 5, 6: R cannot hold an alltoall's received splits, or its output. */
+static void case_alltoall(const char *site, const char *what) {
+  char for_what[128];
+  long long bytes;
+  int exact;
+  start(what, site);
+  works("a.0", what);
+  hvd_result_t rc = alltoall("a.1", &exact);
+  if (strcmp(site, "splits") == 0) {
+    bytes = size * 8;
+    snprintf(for_what, sizeof for_what,
+             "the received splits of alltoall 'a.1'");
+  } else { /* R, the last, gets one row from every rank */
+    bytes = size * COLS * 4;
+    snprintf(for_what, sizeof for_what, "the output of alltoall 'a.1'");
+  }
+  expect(rc, "alltoall 'a.1'", bytes, for_what, what);
+  unsetenv("HVD_STANDIN_HOST_ALLOC_FAIL");
+  rc = alltoall("a.2", &exact);
+  ok(rc == HVD_SUCCESS && exact, "%s: the next alltoall is exact", what);
+  works("a.3", what);
+  stop(what);
+}
+
+/* n reducescatters (grouped when 2) of ROWS rows of 1s, named r.<k>.<i>;
+ * each member's result into rcs, its message into msgs; *exact when each
+ * is size over this rank's block. */
+static void scatter(int n, int k, hvd_result_t rcs[2], char msgs[2][1024],
+                    int *exact) {
+  char names[2][32];
+  const char *np[2];
+  hvd_tensor_t t[2], out[2];
+  hvd_request_t *reqs[2];
+  memset(out, 0, sizeof out);
+  for (int i = 0; i < n; i++) {
+    snprintf(names[i], sizeof names[i], "r.%d.%d", k, i);
+    np[i] = names[i];
+    fill(in[i], 1);
+    t[i] = tensor(in[i], ROWS);
+  }
+  hvd_result_t rc =
+      n == 1 ? hvd_reducescatter_async(np[0], &t[0], &out[0], HVD_SUM, 1.0,
+                                       1.0, &reqs[0])
+             : hvd_grouped_reducescatter_async(n, np, t, out, HVD_SUM, 1.0,
+                                               1.0, reqs);
+  if (rc != HVD_SUCCESS)
+    bail("reducescatter: %s", hvd_last_error());
+  int64_t mine = ROWS / size + (rank < ROWS % size);
+  *exact = 1;
+  for (int i = 0; i < n; i++) {
+    rcs[i] = hvd_wait(reqs[i]);
+    snprintf(msgs[i], 1024, "%s",
+             rcs[i] == HVD_SUCCESS ? "" : hvd_last_error());
+    *exact = *exact && rcs[i] == HVD_SUCCESS && out[i].shape[0] == mine &&
+             all_are(out[i].data, mine * COLS, (float)size);
+    if (rcs[i] == HVD_SUCCESS)
+      hvd_tensor_free(&out[i]);
+  }
+}
+
+/* 7, 8: R cannot hold a reducescatter's output (the first member's). */
+static void case_scatter(int n, const char *what) {
+  hvd_result_t rcs[2];
+  char msgs[2][1024], label[64], want[1024];
+  int exact;
+  int64_t last_rows = ROWS / size + (last < ROWS % size);
+  start(what, "output");
+  works("r.0", what);
+  scatter(n, 1, rcs, msgs, &exact);
+  for (int i = 0; i < n; i++) {
+    snprintf(label, sizeof label, "reducescatter 'r.1.%d'", i);
+    snprintf(want, sizeof want,
+             "%s: rank %d could not allocate %lld bytes for the output of "
+             "reducescatter 'r.1.0'; nothing was exchanged",
+             label, last, (long long)(last_rows * COLS * 4));
+    is_int(HVD_ERR_NO_MEMORY, rcs[i], "%s: %s: result", what, label);
+    is_string(want, msgs[i], "%s: %s: message", what, label);
+  }
+  unsetenv("HVD_STANDIN_HOST_ALLOC_FAIL");
+  scatter(n, 2, rcs, msgs, &exact);
+  ok(exact, "%s: the next reducescatter is exact (%s)", what, msgs[0]);
+  works("r.3", what);
+  stop(what);
+}
+
+int main(int argc, char **argv) {
+  tap_mpi_init(&argc, &argv);
+  rank = tap_rank();
+  size = tap_size();
+  last = size - 1;
+  int only = argc > 1 ? atoi(argv[1]) : 0;
+  if (size < 2)
+    skip_all("a one-sided failure needs two ranks (np 2 or more)");
+  if (!only || only == 1)
+    case_gather(0, "allgather output");
+  if (!only || only == 2)
+    case_gather(1, "cached allgather output");
+  if (!only || only == 3)
+    case_gather2("output", "fused allgather output");
+  if (!only || only == 4)
+    case_gather2("grow", "fused allgather dimensions");
+  if (!only || only == 5)
+    case_alltoall("splits", "alltoall splits");
+  if (!only || only == 6)
+    case_alltoall("output", "alltoall output");
+  if (!only || only == 7)
+    case_scatter(1, "reducescatter output");
+  if (!only || only == 8)
+    case_scatter(2, "fused reducescatter output");
+  return tap_mpi_finish();
+}
