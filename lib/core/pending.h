@@ -8,6 +8,7 @@
 #define HVD_CORE_PENDING_H
 
 #include <stdio.h>
+#include <string.h>
 
 #include "core/request.h"
 
@@ -24,13 +25,25 @@ typedef struct hvd__pending {
 } hvd__pending_t;
 
 /* "<kind> '<name>'" or just "<kind>" for barrier and join: how messages
- * name the collective. */
+ * name the collective. A name too long for buf (n >= 32) is cut and ends
+ * visibly, its quote kept: "allreduce 'verylongname...'". */
 static inline void hvd__pending_label(const hvd__pending_t *p, int coll,
                                       char *buf, size_t n) {
-  if (coll == HVD__BARRIER || coll == HVD__JOIN)
-    snprintf(buf, n, "%s", hvd__coll_name(coll));
-  else
-    snprintf(buf, n, "%s '%s'", hvd__coll_name(coll), p->name);
+  const char *kind = hvd__coll_name(coll);
+  if (coll == HVD__BARRIER || coll == HVD__JOIN) {
+    snprintf(buf, n, "%s", kind);
+    return;
+  }
+  size_t k = strlen(kind);
+  if (n < k + 8 || strlen(p->name) + k + 4 <= n) { /* " '", "'", NUL */
+    snprintf(buf, n, "%s '%s'", kind, p->name);
+    return;
+  }
+  size_t keep = n - k - 7; /* " '", "...'", NUL */
+  memcpy(buf, kind, k);
+  memcpy(buf + k, " '", 2);
+  memcpy(buf + k + 2, p->name, keep);
+  memcpy(buf + k + 2 + keep, "...'", 5);
 }
 
 #endif /* HVD_CORE_PENDING_H */

@@ -141,6 +141,25 @@ int main(int argc, char **argv) {
              "a postscale mismatch of one ulp");
   }
 
+  /* A name of 400 characters (prescale 0.5 on odd ranks): the label has
+   * room for 299 bytes, so the name is cut to its first 284 characters
+   * and ends visibly, its closing quote kept (it used to end without
+   * one: "allreduce 'nnn...nnn: rank 0 ..."). */
+  {
+    char name[401], head[400];
+    hvd_tensor_t t = t8;
+    memset(name, 'n', 400);
+    name[400] = '\0';
+    name[0] = 'L';
+    rc = hvd_allreduce(name, &t, &t, HVD_SUM, rank % 2 ? 0.5 : 1.0, 1.0);
+    snprintf(head, sizeof head, "allreduce '%.284s...'", name);
+    is_int(299, (int)strlen(head), "a long name: the label is 299 bytes");
+    for (int r = 0; r < size; r++)
+      snprintf(vals[r], HVDT_VAL_LEN, "%s", r % 2 ? "0.5" : "1");
+    mismatch(rc, head, "prescale", NULL, "a 400-character name",
+             "a long name's mismatch");
+  }
+
   /* One name, two collective kinds: allreduce on rank 0, broadcast
    * elsewhere. The message uses the reference rank's kind. */
   {
