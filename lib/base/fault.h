@@ -1,11 +1,10 @@
 /*
  * fault.h - test-only faults of host allocations whose failure one rank
  * must survive in step with its peers (a collective's MPI steps need
- * their memory). Only the test builds of libhvd have them: the
- * stand-in's (t/standin/local.mk) and the host-only one of the MPI tests
- * (t/mpi/local.mk's libhvd-faults.la), which define HVD_FAULTS and build
- * fault.c; in libhvd itself hvd__fault is the constant 0 and costs
- * nothing.
+ * their memory). Only the stand-in's build of libhvd has them
+ * (t/standin/local.mk: HVD_FAULTS and fault.c; t/standin/hostalloc for
+ * the host collectives); in libhvd itself hvd__fault is the constant 0
+ * and costs nothing.
  *
  * HVD_STANDIN_HOST_ALLOC_FAIL=R:SITE: on world rank R (Open MPI's
  * OMPI_COMM_WORLD_RANK), every allocation at SITE fails as malloc's would

@@ -109,22 +109,6 @@ t_mpi_fastpath_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 t_mpi_fastpath_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
 TESTS_SH += t/mpi/grouped_cache.sh
 
-## allocfail  one rank's host allocation failing before a host
-##           collective's MPI steps (lib/base/fault.h's
-##           HVD_STANDIN_HOST_ALLOC_FAIL): every rank fails it with that
-##           rank's words, then the next collectives work. Linked against
-##           libhvd-faults.la: libhvd's C sources built again, host only
-##           (HVD_HOST_ONLY: no CUDA or NCCL paths, whatever this build
-##           has), with HVD_FAULTS.
-check_LTLIBRARIES += t/mpi/libhvd-faults.la
-t_mpi_libhvd_faults_la_SOURCES = $(HVD_C_SOURCES) lib/base/fault.c
-t_mpi_libhvd_faults_la_CPPFLAGS = $(HVD_CPPFLAGS) $(MPI_CFLAGS) \
-	-DHVD_HOST_ONLY -DHVD_FAULTS
-check_PROGRAMS += t/mpi/allocfail
-NP_TESTS += t/mpi/allocfail.np2 t/mpi/allocfail.np3 t/mpi/allocfail.np4
-t_mpi_allocfail_LDADD = t/util/libhvdtest.la t/tap/libtap.la \
-	t/mpi/libhvd-faults.la $(MPI_LIBS) $(PTHREAD_LIBS) -lm
-
 ## Errors and the lifecycle:
 ##  mismatch  ranks that disagree: HVD_ERR_MISMATCH naming the ranks
 ##  invalid   every invalid argument: rc and message; then a valid one

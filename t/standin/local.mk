@@ -69,6 +69,17 @@ t_standin_binding_LDADD = $(STANDIN_LDADD)
 ## NCCL's failures (faults injected by the stand-in): an init that never
 ## finishes or fails, an asynchronous error, a hung collective; exact
 ## errors on every rank, no hang, hvd_shutdown after them. And the
+## hostalloc  one rank's host allocation failing before a host
+##            collective's MPI steps (HVD_STANDIN_HOST_ALLOC_FAIL, which
+##            this build of libhvd has): every rank fails it with that
+##            rank's words, then the next collectives work. Host tensors
+##            only: the stand-in is here for its fault hooks.
+check_PROGRAMS += t/standin/hostalloc
+NP_TESTS += t/standin/hostalloc.np2 t/standin/hostalloc.np3 \
+	t/standin/hostalloc.np4
+t_standin_hostalloc_CPPFLAGS = $(STANDIN_CPPFLAGS)
+t_standin_hostalloc_LDADD = $(STANDIN_LDADD)
+
 ## stand-in's own NCCL and CUDA behaviour (selftest.c), both kinds of
 ## communicator, which libhvd's code may not reach.
 check_PROGRAMS += t/standin/faults t/standin/selftest

@@ -1,7 +1,7 @@
 /*
- * allocfail.c - one rank's host allocation failing before a host
+ * hostalloc.c - one rank's host allocation failing before a host
  * collective's MPI steps (lib/base/fault.h's HVD_STANDIN_HOST_ALLOC_FAIL,
- * in t/mpi/libhvd-faults.la): before, that rank returned alone and its
+ * which the stand-in's build of libhvd has; host tensors only): before, that rank returned alone and its
  * peers waited in MPI (MPI_Allgatherv, MPI_Alltoall, the reduce-scatter's
  * exchange) until the harness's timeout. R is the last rank. In each case
  * every rank fails the collective with HVD_ERR_NO_MEMORY and R's words,
@@ -21,8 +21,8 @@
  *  5. alltoall: its received splits (site "splits");
  *  6. alltoall: its output;
  *  7. reducescatter: its output; 8. a grouped reducescatter's.
- * Registered at np 2, 3 and 4 (t/mpi/local.mk); `allocfail N` runs case
- * N only.
+ * Registered at np 2, 3 and 4 (t/standin/local.mk); `hostalloc N` runs
+ * case N only.
  */
 #include "hvd.h"
 #include "tap/tap.h"
