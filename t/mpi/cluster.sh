@@ -29,6 +29,11 @@
 #  2d. Two hosts lost at once (node2's and node3's links down, 3 x 1,
 #     --max-restarts 1): hvdrun names both, drops both, and relaunches on
 #     node1 alone (exit 0).
+#  2e. Hosts named by address and FQDN (-H 10.78.0.2:1,10.78.0.1:1,
+#     node3.hvd.test:1; the ranks' hostnames are node1..3): a rank of node2
+#     killed drops 10.78.0.2's slot (relaunch on 10.78.0.1:1,
+#     node3.hvd.test:1); node3's link down names node3.hvd.test with its
+#     rank 2 and relaunches without it.
 #  3. bert_train (tiny, 20 steps) on 2 x 2: its losses equal those of the
 #     same run on one host at 4 ranks to 1e-6 (relative); its checkpoint,
 #     written on the cluster, resumes on one host at 2 ranks; with
@@ -236,6 +241,59 @@ while [ -n "$(cluster_pids)" ] && [ $i -lt 300 ]; do
   i=$((i + 1))
 done
 strays "two hosts lost"
+
+# ---- 2e. hosts named by address or FQDN ------------------------------------------
+# -H names the hosts as the user reaches them (10.78.0.2, node3.hvd.test)
+# while their ranks call themselves node2, node3 (`hostname`, their
+# records): hvdrun places each rank on its -H entry as Open MPI does (this
+# host, node1, first; then the others in order), never by those names.
+# A rank of node2 killed: its slot goes, the relaunch is on node1 and
+# node3 (before: no entry matched "node2", the slots stayed and the
+# relaunch's 2 ranks took node1 and node2).
+cluster_on node1 timeout -k 5 "$limit" "$hvdrun" \
+  -H 10.78.0.2:1,10.78.0.1:1,node3.hvd.test:1 --max-restarts 1 \
+  --mca plm_rsh_agent "$cluster_agent" --mpi-args "--bind-to none" \
+  "$tmp/first.sh" "$HVD_TOP_BUILDDIR/t/mpi/die" kill 1 \
+  >"$tmp/addr.out" 2>"$tmp/addr.err" </dev/null
+rc=$?
+check $([ $rc = 0 ] &&
+  grep -qxF "hvdrun: rank 1 (node2) was killed by signal 9 (Killed); ranks 0, 2 were stopped" "$tmp/addr.err" &&
+  grep -q "^hvdrun: restart 1 of 1 after rank 1 (node2) was killed by signal 9 (Killed): relaunching on 2 ranks (10.78.0.1:1,node3.hvd.test:1) at " "$tmp/addr.err"; echo $?) \
+  "-H by address and FQDN, rank 1 of node2 killed: its slot (10.78.0.2) dropped, relaunched on node1 and node3 (status $rc)" ||
+  show "$tmp/addr.err" stderr
+strays "rank killed, hosts by address"
+# node3 (node3.hvd.test) lost: named with its rank (before: "(ranks )");
+# the default --host-timeout, 20 s, gives the probe of the hosts that
+# still answer 10 s (a loaded machine starts a daemon slowly)
+rm -f "$tmp/fq.rc"
+(HVD_STALL_CHECK_TIME=2 HVD_STALL_SHUTDOWN_TIME=5 \
+  on_cluster 10.78.0.2:1,10.78.0.1:1,node3.hvd.test:1 "$tmp/fq.out" \
+  "$tmp/fq.err" --max-restarts 1 "$tmp/first.sh" \
+  "$HVD_TOP_BUILDDIR/t/mpi/die" exit 9
+echo "$rc" >"$tmp/fq.rc") &
+job=$!
+i=0
+while [ "$(for p in $(ip netns pids "$cluster_prefix-3"); do
+  cat /proc/$p/comm 2>/dev/null; done | grep -c '^die$')" -lt 1 ] && [ $i -lt 600 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+sleep 1 # its hvd_init
+cluster_link node3 down
+wait $job
+cluster_link node3 up
+trc=$(cat "$tmp/fq.rc")
+check $([ "$trc" = 0 ] &&
+  grep -qxF "hvdrun: lost contact with host node3.hvd.test (rank 2), which stopped answering (--host-timeout 20 s: its link or the host is down); the job was stopped on every host" "$tmp/fq.err" &&
+  grep -q "^hvdrun: restart 1 of 1 after host node3.hvd.test was lost: relaunching on 2 ranks (10.78.0.2:1,10.78.0.1:1) at " "$tmp/fq.err"; echo $?) \
+  "-H by address and FQDN, node3.hvd.test lost: named with rank 2, relaunched without it, exit 0 (status $trc)" ||
+  show "$tmp/fq.err" stderr
+i=0 # the cut-off rank ends itself (the stall shutdown)
+while [ -n "$(cluster_pids)" ] && [ $i -lt 300 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+strays "host lost, hosts by address"
 
 # ---- 3. bert_train ------------------------------------------------------------
 # worst_of A B: the losses of JSON logs A and B side by side in $tmp/both,

@@ -26,8 +26,11 @@
 #
 # Layout: a "switch" namespace holds a bridge; each host is a network
 # namespace with a veth pair to the bridge (eth0, 10.78.0.K/24 on host
-# K), loopback up, and /etc/netns/NS/hosts naming every host, which `ip
-# netns exec` puts over /etc/hosts inside. Processes share the machine's
+# K), loopback up, and /etc/netns/NS/hosts naming every host (nodeK, and
+# nodeK.hvd.test as its FQDN), which `ip netns exec` puts over /etc/hosts
+# inside. The launch agent takes a host by either name or by its address
+# (10.78.0.K); the host's own name (`hostname`) is always nodeK.
+# Processes share the machine's
 # file systems and PID space, as with a shared home directory; Open MPI
 # sees N hosts by name and reaches them only over TCP (its shared-memory
 # transport is between processes of one host).
@@ -101,7 +104,7 @@ cluster_up() {
   hosts=
   k=1
   while [ $k -le "$cluster_n" ]; do
-    hosts="${hosts}10.78.0.$k node$k
+    hosts="${hosts}10.78.0.$k node$k node$k.hvd.test
 "
     k=$((k + 1))
   done
@@ -133,12 +136,12 @@ cluster_up() {
     echo 'case $host in'
     k=1
     while [ $k -le "$cluster_n" ]; do
-      echo "  node$k) ns=${cluster_prefix}-$k ;;"
+      echo "  node$k | node$k.hvd.test | 10.78.0.$k) ns=${cluster_prefix}-$k name=node$k ;;"
       k=$((k + 1))
     done
     echo '  *) echo "agent: no host $host in this cluster" >&2; exit 255 ;;'
     echo 'esac'
-    echo 'exec ip netns exec "$ns" unshare --uts sh -c '"'"'hostname "$0" && exec sh -c "$*"'"'"' "$host" "$@"'
+    echo 'exec ip netns exec "$ns" unshare --uts sh -c '"'"'hostname "$0" && exec sh -c "$*"'"'"' "$name" "$@"'
   } >"$cluster_agent" && chmod +x "$cluster_agent" || return 1
   # a link comes up asynchronously: wait until each host reaches node1
   k=1
