@@ -228,7 +228,8 @@ check $? "a discovery script that finds no host: the job ends (exit $rc)" ||
   explain nohost
 # SIGTERM to hvdrun while the discovery script runs (between launches):
 # no relaunch (before, the signal found no mpirun to stop, and the
-# relaunched job ran to its end)
+# relaunched job ran to its end), and hvdrun ends killed by SIGTERM (143),
+# not with the failed launch's 137
 printf '#!/bin/sh\n: >"%s"\nsleep 4\necho localhost:2\n' "$tmp/planning" \
   >"$tmp/slow.sh"
 chmod +x "$tmp/slow.sh"
@@ -251,7 +252,7 @@ kill -TERM $term_pid 2>/dev/null
 wait $term_pid
 rc=$?
 kill $watchdog 2>/dev/null
-[ $rc = 137 ] && grep -q "^hvdrun: not relaunching: hvdrun got SIGTERM$" "$tmp/term.err" &&
+[ $rc = 143 ] && grep -q "^hvdrun: not relaunching: hvdrun got SIGTERM$" "$tmp/term.err" &&
   ! grep -q "relaunching on" "$tmp/term.err"
 check $? "SIGTERM while the discovery script runs: no relaunch, exit $rc" ||
   explain term

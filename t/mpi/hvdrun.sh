@@ -404,10 +404,40 @@ ok $? "--start-timeout 60 on an hvd program: runs to the end, exit 0, no file le
   t1=$(date +%s)
   sleep 3
   left=$(pgrep -f 'sleep 37.25' | wc -l)
-  [ $rc != 0 ] && [ $((t1 - t0)) -le 10 ] && [ "$left" = 0 ] ||
+  [ $rc = 143 ] && [ $((t1 - t0)) -le 10 ] && [ "$left" = 0 ] ||
     { echo "# status $rc after $((t1 - t0)) s, $left ranks left"; exit 1; }
 )
-ok $? "SIGTERM to hvdrun stops the job within 10 s, non-zero, no rank left"
+ok $? "SIGTERM to hvdrun stops the job within 10 s, exit 143 (its own signal's, not mpirun's 1), no rank left"
+
+# SIGINT (Ctrl-C) the same, and hvdrun ends killed by SIGINT itself, so
+# that a shell loop around it stops (a job started with & ignores SIGINT:
+# perl puts it back)
+if command -v perl >/dev/null 2>&1; then
+  (
+    HVD_MPIRUN_TEST_LIB=1 . "$HVD_MPIRUN_TEST"
+    HVD_RUN_NO_CMA=$run_no_cma
+    export HVD_RUN_NO_CMA
+    perl -e '$SIG{INT} = "DEFAULT"; exec @ARGV or exit 126' \
+      "$hvdrun" -np 2 sleep 37.5 >/dev/null 2>&1 &
+    hp=$!
+    sleep 2
+    kill -INT $hp
+    wait $hp
+    rc=$?
+    i=0 # the ranks' end, 10 s at most
+    while pgrep -f 'sleep 37.5' >/dev/null && [ $i -lt 100 ]; do
+      sleep 0.1
+      i=$((i + 1))
+    done
+    left=$(pgrep -f 'sleep 37.5' | wc -l)
+    [ $rc = 130 ] && [ "$left" = 0 ] ||
+      { echo "# status $rc, $left ranks left"; pkill -f 'sleep 37.5'; exit 1; }
+  )
+  ok $? "SIGINT to hvdrun stops the job, exit 130, no rank left"
+else
+  n=$((n + 1))
+  echo "ok $n # SKIP SIGINT to hvdrun: no perl to take SIGINT back from &"
+fi
 
 # SIGHUP to hvdrun (its terminal gone) stops the job as SIGTERM does:
 # hvdrun does not die alone, leaving mpirun and the ranks running
@@ -427,10 +457,10 @@ ok $? "SIGTERM to hvdrun stops the job within 10 s, non-zero, no rank left"
     i=$((i + 1))
   done
   left=$(pgrep -f 'sleep 37.75' | wc -l)
-  [ $rc != 0 ] && [ "$left" = 0 ] ||
+  [ $rc = 129 ] && [ "$left" = 0 ] ||
     { echo "# status $rc, $left ranks left"; pkill -f 'sleep 37.75'; exit 1; }
 )
-ok $? "SIGHUP to hvdrun stops the job, non-zero, no rank left"
+ok $? "SIGHUP to hvdrun stops the job, exit 129, no rank left"
 
 # A SIGTERM that comes before mpirun has started (here from a mkfifo of
 # PATH that hvdrun runs first in each launch) is not lost: hvdrun starts
