@@ -22,6 +22,7 @@ typedef enum kind {
   K_DOUBLE,
   K_INT64,
   K_BYTES, /* an int64 of bytes, with an optional K, M, G or T (x 1024) */
+  K_LIMIT, /* the same, 0 (no limit) or at least the minimum */
   K_INT,
   K_BOOL,
   K_PATH,
@@ -214,6 +215,7 @@ static void set_default(const setting_t *t, char *field) {
     break;
   case K_INT64:
   case K_BYTES:
+  case K_LIMIT:
     *(int64_t *)(void *)field = (int64_t)t->def;
     break;
   case K_GPUOPS:
@@ -247,13 +249,21 @@ static hvd_result_t parse(const setting_t *t, const char *v, char *field) {
   case K_BYTES:
     HVD__CHECK(parse_bytes(t->name, v, t->lo, t->hi, &d));
     break;
+  case K_LIMIT:
+    HVD__CHECK(parse_bytes(t->name, v, 0, t->hi, &d));
+    if (d != 0 && d < t->lo)
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s='%s' is below the smallest limit, %.0f bytes "
+                            "(0: no limit)",
+                            t->name, v, t->lo);
+    break;
   default: /* K_INT, K_INT64: whole ("1.5" once read as 1) */
     HVD__CHECK(parse_double(t->name, v, t->lo, t->hi, &d));
     if (d != floor(d))
       return hvd__set_error(HVD_ERR_INVALID_ARG,
                             "%s='%s' is not a whole number", t->name, v);
   }
-  if (t->kind == K_INT64 || t->kind == K_BYTES)
+  if (t->kind == K_INT64 || t->kind == K_BYTES || t->kind == K_LIMIT)
     *(int64_t *)(void *)field = (int64_t)d;
   else /* K_INT */
     *(int *)(void *)field = (int)d;
@@ -291,6 +301,7 @@ static int show(const setting_t *t, const char *field, char *out, size_t n) {
                     *(const double *)(const void *)field);
   case K_INT64:
   case K_BYTES:
+  case K_LIMIT:
     return snprintf(out, n, "%s=%lld", t->name,
                     (long long)*(const int64_t *)(const void *)field);
   case K_PATH:

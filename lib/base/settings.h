@@ -15,6 +15,10 @@
 
 #define HVD__PATH_MAX 4096
 
+/* The smallest HVD_TIMELINE_MAX_BYTES but 0: room for the array's
+ * brackets and its TIMELINE_CAP event (core/timeline.c's CAP_ROOM). */
+#define HVD__TIMELINE_MIN_BYTES 512
+
 /* Every HVD_* variable, declared once: X(NAME, shown default, field, kind,
  * default, min, max, meaning). The settings struct, the defaults, the
  * parsing (in this order), the info log line and hvd_setting_info are
@@ -24,6 +28,7 @@
  *           of range")
  *   INT64, INT  the same, truncated to the field's type
  *   BYTES   an INT64 that may end in K, M, G or T (powers of 1024)
+ *   LIMIT   BYTES that are 0 (no limit) or at least min
  *   BOOL    0 or 1
  *   PATH, HOST  a string ("" when unset) of at most HVD__PATH_MAX-1 or
  *           HVD__HOSTNAME_MAX-1 bytes
@@ -62,10 +67,10 @@
   X(HVD_TIMELINE_ALL_RANKS, "0", timeline_all_ranks, BOOL, 0, 0, 1,            \
     "1: every rank writes its own timeline (rank inserted before the "         \
     "extension)")                                                              \
-  X(HVD_TIMELINE_MAX_BYTES, "1073741824", timeline_max_bytes, BYTES,           \
-    (double)(1 << 30), 0, 1e15,                                                \
+  X(HVD_TIMELINE_MAX_BYTES, "1073741824", timeline_max_bytes, LIMIT,           \
+    (double)(1 << 30), HVD__TIMELINE_MIN_BYTES, 1e15,                          \
     "a timeline file stops at this size with a TIMELINE_CAP event "            \
-    "(64M, 1G...); 0 = no limit")                                              \
+    "(64M, 1G...; at least 512); 0 = no limit")                                \
   X(HVD_AUTOTUNE, "0", autotune, BOOL, 0, 0, 1,                                \
     "1: tune fusion threshold, chunk size and cycle time online")              \
   X(HVD_AUTOTUNE_LOG, "(unset)", autotune_log, PATH, 0, 0, 0,                  \
@@ -140,6 +145,7 @@
 #define HVD__SETTING_FIELD_DOUBLE(f) double f
 #define HVD__SETTING_FIELD_INT64(f) int64_t f
 #define HVD__SETTING_FIELD_BYTES(f) int64_t f /* K, M, G, T suffixes */
+#define HVD__SETTING_FIELD_LIMIT(f) int64_t f /* BYTES, 0: no limit */
 #define HVD__SETTING_FIELD_INT(f) int f
 #define HVD__SETTING_FIELD_BOOL(f) int f
 #define HVD__SETTING_FIELD_PATH(f) char f[HVD__PATH_MAX]

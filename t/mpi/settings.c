@@ -279,6 +279,15 @@ int main(int argc, char **argv) {
             "HVD_CHECKPOINT_PIECE='8' is out of range 16..1000000000000 bytes "
             "(whole)",
             "16");
+  /* A timeline's cap: 0 (none) or room for its TIMELINE_CAP event. */
+  bad_value("HVD_TIMELINE_MAX_BYTES", "100",
+            "HVD_TIMELINE_MAX_BYTES='100' is below the smallest limit, 512 "
+            "bytes (0: no limit)",
+            "512");
+  bad_value("HVD_TIMELINE_MAX_BYTES", "1",
+            "HVD_TIMELINE_MAX_BYTES='1' is below the smallest limit, 512 "
+            "bytes (0: no limit)",
+            "0");
   test_gpu_timing(NULL);
   test_gpu_timing("1");
   if (hvd_cuda_built() && !hvd_nccl_built())
