@@ -630,8 +630,10 @@ hvd_result_t hvd_ps_allgather_object(const hvd_process_set_t *ps,
  * the file is open or closed (a valid JSON array). Each rank's readiness
  * ticks (READY) are gathered only when HVD_TIMELINE was set at hvd_init.
  * A file stops at HVD_TIMELINE_MAX_BYTES (default 1G) with a TIMELINE_CAP
- * event. HVD_ERR_IO "hvd_timeline_start: ..." when PATH cannot be
- * created; HVD_ERR_NOT_INITIALIZED before hvd_init. */
+ * event. A write that fails (a full disk) ends the file at its last whole
+ * event, still valid JSON, with one warning. HVD_ERR_IO
+ * "hvd_timeline_start: ..." when PATH cannot be created or written;
+ * HVD_ERR_NOT_INITIALIZED before hvd_init. */
 hvd_result_t hvd_timeline_start(const char *path);
 hvd_result_t hvd_timeline_stop(void);
 /* An instant event `name` on the timeline's USER track (a phase of the

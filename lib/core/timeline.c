@@ -2,6 +2,7 @@
 #include "core/timeline.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/errors.h"
 #include "base/json.h"
@@ -21,17 +23,22 @@
  * events and its closing bracket. */
 #define BUF_MAX (1 << 20)
 #define TAIL "\n]\n" /* closes the array after every flush */
+#define TAIL_LEN (sizeof TAIL - 1)
 /* What the file keeps free under HVD_TIMELINE_MAX_BYTES for the
  * TIMELINE_CAP event (under 160 bytes at any pid, time and cap) and TAIL,
- * so that it never passes the cap. */
+ * so that it never passes the cap: "[" and these fit in the smallest cap
+ * the setting takes. */
 #define CAP_ROOM 256
+_Static_assert(1 + CAP_ROOM <= HVD__TIMELINE_MIN_BYTES,
+               "the smallest cap holds '[', TIMELINE_CAP and TAIL");
 
 struct hvd__timeline {
   pthread_mutex_t mu; /* the engine thread and the callers' marks */
-  FILE *f;
+  int fd;
   int rank;
   uint64_t written, cap; /* bytes in the file, TAIL aside; the cap (0: none) */
   int capped;            /* the cap was reached: nothing more is written */
+  int failed;            /* a write failed: nothing more is written */
   const char *path;
   double epoch, last_flush;
   char *buf;
@@ -45,6 +52,7 @@ struct hvd__timeline {
 };
 
 static void flush_locked(hvd__timeline_t *t, double period);
+static int write_buf(hvd__timeline_t *t);
 
 /* Puts n bytes of the current event in the buffer, which grows for an
  * event longer than it (a name of megabytes). */
@@ -53,7 +61,7 @@ static void put(hvd__timeline_t *t, const char *s, size_t n) {
     return;
   if (t->len + n > t->size) {
     size_t size = t->size * 2 > t->len + n ? t->size * 2 : t->len + n;
-    char *buf = realloc(t->buf, size + sizeof TAIL);
+    char *buf = realloc(t->buf, size + TAIL_LEN);
     if (buf == NULL) {
       t->lost = 1; /* end_event drops the event */
       return;
@@ -111,10 +119,11 @@ static void cap_reached(hvd__timeline_t *t) {
        "\"ts\":%.3f,\"args\":{\"max_bytes\":%llu}}",
        t->rank, (hvd__now() - t->epoch) * 1e6, (unsigned long long)t->cap);
   flush_locked(t, 0);
-  HVD__LOG(HVD__LOG_WARNING,
-           "timeline: %s reached HVD_TIMELINE_MAX_BYTES (%llu bytes); "
-           "nothing more is written to it",
-           t->path, (unsigned long long)t->cap);
+  if (!t->failed)
+    HVD__LOG(HVD__LOG_WARNING,
+             "timeline: %s reached HVD_TIMELINE_MAX_BYTES (%llu bytes); "
+             "nothing more is written to it",
+             t->path, (unsigned long long)t->cap);
 }
 
 /* The event put since begin_event is whole (lock held). It is kept if the
@@ -122,7 +131,9 @@ static void cap_reached(hvd__timeline_t *t) {
  * back and the cap is reached, so the file never passes the cap. A full
  * buffer is flushed here, between events. */
 static void end_event(hvd__timeline_t *t) {
-  if (t->lost) { /* out of memory: this event alone is dropped */
+  /* out of memory: this event alone is dropped; after the cap or a failed
+   * write (an event put after a track's name reached the cap): all are */
+  if (t->lost || t->capped || t->failed) {
     t->lost = 0;
     t->len = t->start;
     t->any = t->start_any;
@@ -138,57 +149,90 @@ static void end_event(hvd__timeline_t *t) {
     flush_locked(t, 0);
 }
 
-/* 1 when an event may be written (lock held): the cap is not reached. */
-static int room(hvd__timeline_t *t) { return !t->capped; }
+/* 1 when an event may be written (lock held): the cap is not reached and
+ * no write failed. */
+static int room(hvd__timeline_t *t) { return !t->capped && !t->failed; }
 
-hvd__timeline_t *hvd__timeline_open(const char *path, int rank, double epoch,
-                                    uint64_t cap) {
+/* A new timeline's state, its file not open yet; NULL when out of memory. */
+static hvd__timeline_t *alloc_timeline(const char *path) {
   hvd__timeline_t *t = calloc(1, sizeof *t);
-  if (t == NULL) {
-    hvd__set_error(HVD_ERR_NO_MEMORY, "timeline");
+  if (t == NULL)
     return NULL;
-  }
-  pthread_mutex_init(&t->mu, NULL);
-  t->cap = cap;
-  t->rank = rank;
-  t->epoch = epoch;
-  t->last_flush = hvd__now();
+  t->fd = -1;
   t->size = BUF_MAX;
-  t->buf = malloc(BUF_MAX + sizeof TAIL);
+  t->buf = malloc(BUF_MAX + TAIL_LEN);
   t->tids = hvd__table_create();
   t->path = strdup(path);
-  t->f = fopen(path, "w");
-  if (t->f == NULL || t->buf == NULL || t->tids == NULL) {
-    if (t->f == NULL)
-      hvd__set_error(HVD_ERR_IO, "HVD_TIMELINE: cannot open '%s': %s", path,
-                     strerror(errno));
-    else
-      hvd__set_error(HVD_ERR_NO_MEMORY, "timeline");
-    if (t->f)
-      fclose(t->f);
+  if (t->buf == NULL || t->tids == NULL || t->path == NULL) {
     free(t->buf);
-    free((char *)t->path);
     hvd__table_destroy(t->tids);
-    pthread_mutex_destroy(&t->mu);
+    free((char *)t->path);
     free(t);
     return NULL;
   }
-  t->next_tid = 1; /* track 0 is CYCLE */
-  fputs("[", t->f);
-  t->written = 1;
+  pthread_mutex_init(&t->mu, NULL);
+  return t;
+}
+
+static void free_timeline(hvd__timeline_t *t) {
+  free(t->buf);
+  hvd__table_destroy(t->tids);
+  free((char *)t->path);
+  pthread_mutex_destroy(&t->mu);
+  free(t);
+}
+
+/* The array's "[" and the names of the process and of its CYCLE track,
+ * written: 0, or the errno of the write (the caller's error). */
+static int put_header(hvd__timeline_t *t) {
+  t->buf[0] = '[';
+  t->len = 1;
   begin_event(t);
   putf(t,
        "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":"
        "\"hvd rank %d\"}}",
-       rank, rank);
+       t->rank, t->rank);
   end_event(t);
   begin_event(t);
   putf(t,
        "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{"
        "\"name\":\"CYCLE\"}}",
-       rank);
+       t->rank);
   end_event(t);
-  hvd__timeline_flush(t, 0);
+  return t->failed ? t->failed : write_buf(t);
+}
+
+hvd__timeline_t *hvd__timeline_open(const char *path, int rank, double epoch,
+                                    uint64_t cap) {
+  if (cap != 0 && cap < HVD__TIMELINE_MIN_BYTES) {
+    hvd__set_error(HVD_ERR_INVALID_ARG,
+                   "HVD_TIMELINE: a cap of %llu bytes is below the smallest "
+                   "timeline (%d bytes)",
+                   (unsigned long long)cap, HVD__TIMELINE_MIN_BYTES);
+    return NULL;
+  }
+  hvd__timeline_t *t = alloc_timeline(path);
+  if (t == NULL) {
+    hvd__set_error(HVD_ERR_NO_MEMORY, "timeline");
+    return NULL;
+  }
+  t->cap = cap;
+  t->rank = rank;
+  t->epoch = epoch;
+  t->last_flush = hvd__now();
+  t->next_tid = 1; /* track 0 is CYCLE */
+  int err = 0;
+  t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (t->fd < 0 || (err = put_header(t)) != 0) {
+    if (t->fd < 0)
+      err = errno;
+    hvd__set_error(HVD_ERR_IO, "HVD_TIMELINE: cannot %s '%s': %s",
+                   t->fd < 0 ? "open" : "write", path, strerror(err));
+    if (t->fd >= 0)
+      close(t->fd);
+    free_timeline(t);
+    return NULL;
+  }
   return t;
 }
 
@@ -280,27 +324,71 @@ void hvd__timeline_cycle(hvd__timeline_t *t, double at, long cycle) {
   pthread_mutex_unlock(&t->mu);
 }
 
-/* Writes the buffer (whole events) and TAIL in one write, so the file is
- * valid JSON after it; the next flush overwrites TAIL. */
-static void flush_locked(hvd__timeline_t *t, double period) {
-  double now = hvd__now();
-  if (period > 0 && now - t->last_flush < period && t->len < BUF_MAX / 2)
-    return;
-  t->last_flush = now;
-  memcpy(t->buf + t->len, TAIL, sizeof TAIL - 1);
-  fwrite(t->buf, 1, t->len + sizeof TAIL - 1, t->f);
-  fflush(t->f);
-  fseek(t->f, -(long)(sizeof TAIL - 1), SEEK_CUR);
+/* n bytes at off, in as many writes as the file takes (one, unless a
+ * signal or a full disk cuts it short): 0 or an errno. */
+static int write_at(int fd, const char *p, size_t n, uint64_t off) {
+  while (n > 0) {
+    ssize_t k = pwrite(fd, p, n, (off_t)off);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      return k < 0 ? errno : EIO;
+    p += k;
+    n -= (size_t)k;
+    off += (uint64_t)k;
+  }
+  return 0;
+}
+
+/* A flush failed with err (lock held): the file is taken back to its last
+ * whole event and TAIL, where the failed write began (TAIL first, into the
+ * blocks the file had, then the bytes past it cut), and nothing more is
+ * written to it. One warning. */
+static void write_failed(hvd__timeline_t *t, int err) {
+  t->failed = err;
+  t->len = 0;
+  t->start = 0;
+  if (t->written > 0)
+    (void)write_at(t->fd, TAIL, TAIL_LEN, t->written);
+  (void)!ftruncate(t->fd, (off_t)(t->written > 0 ? t->written + TAIL_LEN : 0));
+  HVD__LOG(HVD__LOG_WARNING,
+           "timeline: cannot write '%s': %s; it ends at its last whole "
+           "event and nothing more is written to it",
+           t->path, strerror(err));
+}
+
+/* Writes the buffer (whole events) and TAIL at the file's end, over the
+ * last flush's TAIL, in one pwrite (write_at), so the file is valid JSON
+ * after it: no system call leaves half of a flush in the file, as stdio's
+ * two writes of a buffer longer than its own did. 0 or an errno. */
+static int write_buf(hvd__timeline_t *t) {
+  memcpy(t->buf + t->len, TAIL, TAIL_LEN);
+  int err = write_at(t->fd, t->buf, t->len + TAIL_LEN, t->written);
+  if (err != 0)
+    return err;
   t->written += t->len;
   t->len = 0;
   t->start = 0;
   if (t->size > BUF_MAX) { /* back from a long event */
-    char *buf = realloc(t->buf, BUF_MAX + sizeof TAIL);
+    char *buf = realloc(t->buf, BUF_MAX + TAIL_LEN);
     if (buf != NULL) {
       t->buf = buf;
       t->size = BUF_MAX;
     }
   }
+  return 0;
+}
+
+static void flush_locked(hvd__timeline_t *t, double period) {
+  double now = hvd__now();
+  if (t->failed)
+    return;
+  if (period > 0 && now - t->last_flush < period && t->len < BUF_MAX / 2)
+    return;
+  t->last_flush = now;
+  int err = write_buf(t);
+  if (err != 0)
+    write_failed(t, err);
 }
 
 void hvd__timeline_flush(hvd__timeline_t *t, double period) {
@@ -315,12 +403,10 @@ void hvd__timeline_close(hvd__timeline_t *t) {
   if (t == NULL)
     return;
   hvd__timeline_flush(t, 0);
-  fclose(t->f);
-  free(t->buf);
-  hvd__table_destroy(t->tids);
-  free((char *)t->path);
-  pthread_mutex_destroy(&t->mu);
-  free(t);
+  if (close(t->fd) != 0 && !t->failed) /* a network filesystem's late error */
+    HVD__LOG(HVD__LOG_WARNING, "timeline: cannot close '%s': %s", t->path,
+             strerror(errno));
+  free_timeline(t);
 }
 
 void hvd__timeline_rank_path(const char *path, int rank, char *out, size_t n) {

@@ -4,10 +4,12 @@
  * ready time), QUEUE (agreement to execution), MEMCPY_IN / MEMCPY_OUT
  * (fusion chunk copies), ALLREDUCE etc. (the collective); plus a CYCLE
  * track marking the start of every cycle that had work. The file is a
- * valid JSON array after every flush: the closing bracket is written and
- * the next events overwrite it. Written by the engine thread, and by the
- * program's marks (a mutex per file); a file stops at its cap
- * (HVD_TIMELINE_MAX_BYTES) with a TIMELINE_CAP event.
+ * valid JSON array after every flush: the closing bracket is written with
+ * the events, in one pwrite, and the next events overwrite it. Written by
+ * the engine thread, and by the program's marks (a mutex per file); a file
+ * stops at its cap (HVD_TIMELINE_MAX_BYTES, 0 or at least
+ * HVD__TIMELINE_MIN_BYTES) with one TIMELINE_CAP event, or at a failed
+ * write (cut back to its last whole event, one warning).
  */
 #ifndef HVD_CORE_TIMELINE_H
 #define HVD_CORE_TIMELINE_H
@@ -19,8 +21,10 @@
 
 typedef struct hvd__timeline hvd__timeline_t;
 
-/* Opens path for writing (truncating). `epoch` is the aligned clock's zero
- * on this rank (hvd__now() units). NULL with the message set on failure. */
+/* Opens path for writing (truncating) and writes its first events. `epoch`
+ * is the aligned clock's zero on this rank (hvd__now() units). NULL with
+ * the message set on failure: HVD_ERR_IO (cannot open or write),
+ * HVD_ERR_INVALID_ARG (a cap, not 0, under HVD__TIMELINE_MIN_BYTES). */
 hvd__timeline_t *hvd__timeline_open(const char *path, int rank, double epoch,
                                     uint64_t cap);
 /* Flushes, closes the array, closes the file. Accepts NULL. */

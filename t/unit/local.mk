@@ -12,7 +12,11 @@
 ##           with its keys in any order, unknown keys, escapes, no "]"
 ##  timeline_file  lib/core/timeline.c's file, read by python3: valid
 ##           JSON after every flush of a full buffer, never past
-##           HVD_TIMELINE_MAX_BYTES, names not UTF-8 (linked statically)
+##           HVD_TIMELINE_MAX_BYTES (one TIMELINE_CAP at every cap; caps
+##           too small refused), names not UTF-8, a failed write cut back
+##           to valid JSON with one warning (linked statically); also the
+##           program of timeline_fs.sh: a kill at each write of a flush
+##           (strace) leaves valid JSON
 ##  optim    the plain optimizers (lib/optim): SGD and Adam/AdamW against
 ##           torch.optim's formulas, custom ops and their state, the
 ##           validation messages; CUDA flags only to count the GPUs (the
@@ -70,6 +74,7 @@ t_unit_timeline_file_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
 t_unit_timeline_file_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 	$(NCCL_LDFLAGS)
 t_unit_timeline_file_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
+TESTS_SH += t/unit/timeline_fs.sh
 t_unit_host_mem_private_SOURCES = t/unit/host_mem.c
 t_unit_host_mem_private_CPPFLAGS = $(TEST_CPPFLAGS) -DHOST_MEM_PRIVATE
 t_unit_taplib_LDADD = t/tap/libtap.la $(MPI_LIBS)

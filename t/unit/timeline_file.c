@@ -14,14 +14,30 @@
  *     TIMELINE_CAP.
  *  4. A name with bytes that are not UTF-8 reads back with U+FFFD for
  *     each of them.
+ *  5. Caps below HVD__TIMELINE_MIN_BYTES (1, 100, 511) are refused; every
+ *     cap from 512 to 4096 in steps of 29 bytes, with spans of new
+ *     tensors (a track's name, then its span: the name once reached the
+ *     cap and the span again, two TIMELINE_CAP events past the cap):
+ *     each file at most its cap, valid, one TIMELINE_CAP, last.
+ *  6. A write that fails (RLIMIT_FSIZE of 64 KiB, SIGXFSZ ignored: a
+ *     short write, then EFBIG, as a full disk gives ENOSPC): one warning
+ *     naming the file and the error; the file is cut back to the events
+ *     of the flushes before, valid JSON; nothing more is written.
+ * `timeline_file flood PATH` (t/unit/timeline_fs.sh) writes 3 MiB of
+ * marks to PATH and prints nothing.
  * Linked against libhvd.a (the writer is not exported).
  */
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/errors.h"
+#include "base/settings.h"
 #include "core/timeline.h"
 #include "internal.h"
 #include "tap.h"
@@ -114,7 +130,112 @@ static void test_utf8(void) {
      "bytes not UTF-8 read back as U+FFFD each");
 }
 
-int main(void) {
+/* Caps too small for a timeline are refused; every other cap holds. */
+static void test_small_caps(void) {
+  static const unsigned long long small[] = {1, 100, HVD__TIMELINE_MIN_BYTES - 1};
+  for (int i = 0; i < 3; i++) {
+    char want[160];
+    hvd__timeline_t *t = hvd__timeline_open(path, 0, hvd__now(), small[i]);
+    snprintf(want, sizeof want,
+             "HVD_TIMELINE: a cap of %llu bytes is below the smallest "
+             "timeline (%d bytes)",
+             small[i], HVD__TIMELINE_MIN_BYTES);
+    ok(t == NULL, "cap %llu: refused", small[i]);
+    is_string(want, hvd_last_error(), "cap %llu: the message", small[i]);
+    hvd__timeline_close(t);
+  }
+  int files = 0;
+  for (unsigned cap = HVD__TIMELINE_MIN_BYTES; cap <= 4096; cap += 29) {
+    char file[96], tensor[32];
+    snprintf(file, sizeof file, "%s.%u", path, cap);
+    hvd__timeline_t *t = hvd__timeline_open(file, 0, hvd__now(), cap);
+    for (int k = 0; t != NULL && k < 60; k++) {
+      snprintf(tensor, sizeof tensor, "tensor.%d", k);
+      double at = hvd__now();
+      hvd__timeline_span(t, tensor, "ALLREDUCE", at, at + 1e-3, NULL);
+    }
+    files += t != NULL;
+    hvd__timeline_close(t);
+  }
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import json, os, sys\n"
+           "bad = 0\n"
+           "for cap in range(%d, 4097, 29):\n"
+           "  f = \"%s.%%d\" %% cap\n"
+           "  ev = json.load(open(f, encoding=\"utf-8\"))\n"
+           "  caps = [e for e in ev if e[\"name\"] == \"TIMELINE_CAP\"]\n"
+           "  if os.path.getsize(f) > cap or len(caps) != 1 or ev[-1] != "
+           "caps[0]:\n"
+           "    print(\"# cap %%d: %%d bytes, %%d TIMELINE_CAP\" %% "
+           "(cap, os.path.getsize(f), len(caps))); bad += 1\n"
+           "  os.unlink(f)\n"
+           "sys.exit(bad)'",
+           HVD__TIMELINE_MIN_BYTES, path);
+  is_int(124, files, "caps 512 to 4096: every file opens");
+  ok(system(cmd) == 0,
+     "caps 512 to 4096: each file at most its cap, valid, one TIMELINE_CAP, "
+     "last");
+}
+
+/* A write that fails: the file cut back to its last good flush, one
+ * warning (stderr, read back from a file). */
+static void test_write_fails(void) {
+  char err_path[96], want[512], got[4096] = "";
+  snprintf(err_path, sizeof err_path, "%s.err", path);
+  int saved = dup(2), fd = open(err_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  struct rlimit old, lim;
+  getrlimit(RLIMIT_FSIZE, &old);
+  lim = old;
+  lim.rlim_cur = 64 << 10;
+  signal(SIGXFSZ, SIG_IGN);
+  dup2(fd, 2);
+  setrlimit(RLIMIT_FSIZE, &lim);
+  hvd__timeline_t *t = hvd__timeline_open(path, 0, hvd__now(), 0);
+  char *name = name_of(700);
+  for (int i = 0; i < 5; i++)
+    hvd__timeline_instant(t, "USER", "early", hvd__now(), NULL);
+  hvd__timeline_flush(t, 0);
+  for (int i = 0; i < 3000; i++) /* 2 MiB: two flushes, the first fails */
+    hvd__timeline_instant(t, "USER", name, hvd__now(), NULL);
+  hvd__timeline_close(t);
+  setrlimit(RLIMIT_FSIZE, &old);
+  dup2(saved, 2);
+  close(saved);
+  free(name);
+  FILE *f = fdopen(fd, "r");
+  if (f != NULL) {
+    rewind(f);
+    size_t k = fread(got, 1, sizeof got - 1, f);
+    got[k] = '\0';
+    fclose(f);
+  }
+  unlink(err_path);
+  snprintf(want, sizeof want,
+           "timeline: cannot write '%s': File too large; it ends at its last "
+           "whole event and nothing more is written to it",
+           path);
+  int warnings = 0;
+  for (const char *w = got; (w = strstr(w, "timeline:")) != NULL; w++)
+    warnings++;
+  ok(strstr(got, want) != NULL && warnings == 1,
+     "failed write: one warning naming the file and the error");
+  if (strstr(got, want) == NULL)
+    diag("stderr: %s", got);
+  ok(py("len(ev) == 8 and ev[-1][\"name\"] == \"early\""),
+     "failed write: valid JSON, the header, the USER track and the 5 marks flushed before");
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "flood") == 0) {
+    hvd__timeline_t *t = hvd__timeline_open(argv[2], 0, hvd__now(), 0);
+    char *name = name_of(700);
+    for (int i = 0; t != NULL && i < 4500; i++)
+      hvd__timeline_instant(t, "USER", name, hvd__now(), NULL);
+    hvd__timeline_close(t);
+    free(name);
+    return t == NULL;
+  }
   if (system("python3 -c 'import json' 2>/dev/null") != 0)
     skip_all("no python3 to read the JSON");
   snprintf(path, sizeof path, "/tmp/hvd-timeline_file.%ld.json",
@@ -123,6 +244,8 @@ int main(void) {
   test_cap((size_t)2 << 20, 10, 1 << 20);
   test_cap(100, 1000, 4096);
   test_utf8();
+  test_small_caps();
+  test_write_fails();
   unlink(path);
   done_testing();
   return tap_exit_status();
