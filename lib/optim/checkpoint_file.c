@@ -133,7 +133,9 @@ hvd_result_t hvd__ckpt_file_open(const char *fn, const char *path,
   memset(f, 0, sizeof *f);
   f->fd = -1;
   f->path = path;
-  if ((f->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+  /* O_NONBLOCK: a FIFO's open would wait for a writer (forever, every
+   * rank behind this one); a regular file's reads then block as usual */
+  if ((f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0)
     return hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot open: %s", fn, path,
                           strerror(errno));
   if (fstat(f->fd, &st) != 0)
@@ -141,6 +143,10 @@ hvd_result_t hvd__ckpt_file_open(const char *fn, const char *path,
                           strerror(errno));
   if (!S_ISREG(st.st_mode))
     return hvd__set_error(HVD_ERR_IO, "%s: '%s': not a regular file", fn, path);
+  int fl = fcntl(f->fd, F_GETFL);
+  if (fl < 0 || fcntl(f->fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+    return hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot open: %s", fn, path,
+                          strerror(errno));
   f->size = (uint64_t)st.st_size;
   return check(fn, f);
 }

@@ -12,7 +12,8 @@
  *    every rank, and the model, optimizer state, lr, steps and step
  *    untouched on every rank: truncated (inside the header, in the data),
  *    one byte flipped, bad magic, another version, a missing file, a
- *    directory, another parameter name / shape / dtype / count, another
+ *    directory, a FIFO no one writes (refused at once, not waited on),
+ *    another parameter name / shape / dtype / count, another
  *    optimizer (type, state count, state names), no optimizer state;
  *  - save: an argument error on one rank fails on every rank with that
  *    rank's message; an unwritable path and a path that is a directory
@@ -326,6 +327,12 @@ static void failures(void) {
                                       "directory"));
   load_fails("a directory", dir, x.p, NP, opt, HVD_ERR_IO,
              lmsg(dir, "not a regular file"));
+  /* a FIFO no one writes: refused at once (its open once waited for a
+   * writer forever, rank 0 in open and every other rank behind it) */
+  if (rank == 0 && mkfifo(at("fifo.ckpt"), 0600) != 0)
+    bail("mkfifo %s: %s", at("fifo.ckpt"), strerror(errno));
+  load_fails("a FIFO", at("fifo.ckpt"), x.p, NP, opt, HVD_ERR_IO,
+             lmsg(at("fifo.ckpt"), "not a regular file"));
 
   /* the model differs: a name, a shape, a dtype, the count */
   x.p[2].name = "head.w";
