@@ -382,19 +382,24 @@ static atomic_uint tmp_seq;
 static int create_tmp(const char *path, char *tmp, size_t tlen, FILE **f,
                       int *created) {
   int fd = -1;
+  /* The file it replaces keeps its permissions, as an overwrite in place
+   * would (a 0600 checkpoint stays 0600), from the open on: created with
+   * 0666, another user could open it before a later chmod and read the
+   * whole new checkpoint through that descriptor. */
+  struct stat old;
+  int had_old = stat(path, &old) == 0 && S_ISREG(old.st_mode);
+  mode_t mode = had_old ? old.st_mode & 0777 : 0666;
   snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
   for (int tries = 0; tries < 1000; tries++) {
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
     if (fd >= 0 || errno != EEXIST)
       break;
     snprintf(tmp, tlen, "%s.tmp.%ld.%u", path, (long)getpid(),
              atomic_fetch_add(&tmp_seq, 1) + 1);
   }
   *created = fd >= 0;
-  struct stat old; /* the file it replaces keeps its permissions, as an
-                      overwrite in place would (a 0600 checkpoint) */
-  if (fd >= 0 && stat(path, &old) == 0 && S_ISREG(old.st_mode))
-    (void)fchmod(fd, old.st_mode & 07777);
+  if (fd >= 0 && had_old)
+    (void)fchmod(fd, old.st_mode & 07777); /* the umask's bits back */
   if (fd < 0 || (*f = fdopen(fd, "wb")) == NULL) {
     int err = errno;
     if (fd >= 0)

@@ -15,6 +15,11 @@
 #     by the shim (HVD_TEST_SLOW_RENAME) so that the program ends first:
 #     the exit waits for the write, and the file loads with the 3-step
 #     bits.
+#  6. A save over a checkpoint of mode 0600 (umask 022), the shim logging
+#     the permissions of each temporary file right after its creation
+#     (HVD_TEST_CREATE_MODES): 0600 from the open on (it was created 0644
+#     and chmod'ed later, so another user could open it in between and
+#     read the whole new checkpoint), and the file stays 0600.
 # Each run is bounded by HVD_TEST_TIMEOUT=60 (the wrapper's timeout).
 
 : "${HVD_TOP_BUILDDIR:?run me from make check}"
@@ -61,7 +66,7 @@ run() {
   [ $rc = 0 ] || sed 's/^/#   /' "$tmp/out"
 }
 
-echo "1..13"
+echo "1..16"
 run "save 3 steps" 2 save "$ckpt" 3
 before=`cksum <"$ckpt"`
 
@@ -97,4 +102,16 @@ HVD_TEST_MPIEXEC_ARGS="$HVD_TEST_MPIEXEC_ARGS -x LD_PRELOAD=$shim -x HVD_TEST_SL
 [ -f "$bg" ] && ! ls "$bg".tmp.* >/dev/null 2>&1
 check $? "... the exit waited for the write: the file is there, no temporary"
 run "... it loads as the 3-step bits" 2 load "$bg" 3
+
+# ---- 6. the temporary file's permissions from its creation on ----
+chmod 0600 "$ckpt"
+umask 022
+HVD_TEST_MPIEXEC_ARGS="$HVD_TEST_MPIEXEC_ARGS -x LD_PRELOAD=$shim -x HVD_TEST_CREATE_MODES=$tmp/modes" \
+  run "a save of 5 steps over a file of mode 0600" 2 save "$ckpt" 5
+modes=`cat "$tmp/modes" 2>/dev/null`
+[ "$modes" = 0600 ]
+check $? "... its temporary file was 0600 from its creation on (seen: $modes)"
+[ "`stat -c %a "$ckpt"`" = 600 ]
+check $? "... and the checkpoint is 0600 (`stat -c %a "$ckpt"`)"
+
 exit $failed

@@ -13,6 +13,10 @@
  * HVD_TEST_SLOW_CREATE=S: an open that may create a file whose path
  * contains S waits 2 s first (a background save's writer held up before
  * it reads its copy: ckpt_overlap.sh). Every open goes on as openat.
+ * HVD_TEST_CREATE_MODES=FILE: each open that creates a file whose name
+ * has ".tmp." (a save's temporary file) appends to FILE the permissions
+ * the file has right after that open ("0644\n"): what another user could
+ * open it with before any chmod (checkpoint_crash.sh).
  *
  * HVD_TEST_CHANGE_FILE=PATH (absolute, without links), with
  * HVD_TEST_CHANGE_READ=N and HVD_TEST_CHANGE_AT=OFF: just before the
@@ -26,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -48,6 +53,23 @@ int rename(const char *from, const char *to) {
   return renameat(AT_FDCWD, from, AT_FDCWD, to);
 }
 
+/* The permissions of fd, a line appended to HVD_TEST_CREATE_MODES. */
+static void log_mode(int fd) {
+  const char *log = getenv("HVD_TEST_CREATE_MODES");
+  struct stat st;
+  char line[16];
+  if (log == NULL || *log == '\0' || fstat(fd, &st) != 0)
+    return;
+  int n = snprintf(line, sizeof line, "0%o\n", (unsigned)(st.st_mode & 07777));
+  int out = (int)syscall(SYS_openat, AT_FDCWD, log,
+                         O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0)
+    return;
+  if (write(out, line, (size_t)n) != n)
+    fprintf(stderr, "crash_rename: cannot write %s\n", log);
+  close(out);
+}
+
 /* open and open64 (one symbol or two, by the C library's choice). */
 static int slow_open(const char *path, int flags, va_list ap) {
   const char *slow = getenv("HVD_TEST_SLOW_CREATE");
@@ -59,7 +81,10 @@ static int slow_open(const char *path, int flags, va_list ap) {
   if (creates && slow != NULL && *slow != '\0' && path != NULL &&
       strstr(path, slow) != NULL)
     sleep(2);
-  return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+  int fd = (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+  if (fd >= 0 && creates && path != NULL && strstr(path, ".tmp.") != NULL)
+    log_mode(fd);
+  return fd;
 }
 
 int open(const char *path, int flags, ...) {
