@@ -345,9 +345,12 @@ static void write_body(writer_t *w, const hvd_param_t *params, int n,
     hvd__set_error_msg(w->dev_rc, w->dev_msg);
 }
 
-/* fsync of the directory that holds path, so that the rename is durable.
- * Filesystems that cannot sync a directory (EINVAL) are let be. */
-static int sync_dir(const char *path, char **dir_out) {
+/* Opens the directory that holds path (*dir_out: its name, the caller's
+ * to free), to fsync it after the rename so that the rename is durable.
+ * Opened before the rename: a directory this process may write in but not
+ * read (0733) fails the save with the old file still in place. 0 or an
+ * errno. */
+static int open_dir(const char *path, char **dir_out, int *fd) {
   const char *slash = strrchr(path, '/');
   size_t len = slash == NULL ? 1 : slash == path ? 1 : (size_t)(slash - path);
   char *dir = malloc(len + 1);
@@ -360,9 +363,13 @@ static int sync_dir(const char *path, char **dir_out) {
     dir[len] = '\0';
   }
   *dir_out = dir;
-  int fd = open(dir, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return errno;
+  *fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return *fd < 0 ? errno : 0;
+}
+
+/* fsync of the directory (open_dir), closed. Filesystems that cannot sync
+ * a directory (EINVAL) are let be. 0 or an errno. */
+static int sync_dir(int fd) {
   int err = fsync(fd) == 0 || errno == EINVAL ? 0 : errno;
   close(fd);
   return err;
@@ -467,7 +474,7 @@ static hvd_result_t write_file(const save_t *s) {
   writer_t w = {.fn = s->fn, .feed = s->feed};
   hvd__sum_init(&w.sum);
   const char *doing = "create";
-  int err = 0, created = 0;
+  int err = 0, created = 0, dfd = -1;
   if (tmp == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: '%s': out of memory", s->fn,
                           s->path);
@@ -476,6 +483,11 @@ static hvd_result_t write_file(const save_t *s) {
   rc = write_synced(&w, s, &doing, &err);
   if (rc != HVD_SUCCESS || err != 0)
     goto fail;
+  if ((err = open_dir(s->path, &dir, &dfd)) != 0) {
+    rc = hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot open directory '%s': %s",
+                        s->fn, s->path, dir ? dir : "", strerror(err));
+    goto fail;
+  }
   if (rename(tmp, s->path) != 0) {
     err = errno;
     rc = hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot rename '%s' over it: %s",
@@ -483,9 +495,11 @@ static hvd_result_t write_file(const save_t *s) {
     goto fail;
   }
   created = 0; /* it is path now */
-  if ((err = sync_dir(s->path, &dir)) != 0)
-    rc = hvd__set_error(HVD_ERR_IO, "%s: '%s': cannot sync directory '%s': %s",
-                        s->fn, s->path, dir ? dir : "", strerror(err));
+  if ((err = sync_dir(dfd)) != 0)
+    rc = hvd__set_error(HVD_ERR_IO,
+                        "%s: '%s': replaced, but cannot sync directory '%s' "
+                        "(the new file may not survive a crash): %s",
+                        s->fn, s->path, dir, strerror(err));
   free(dir);
   free(tmp);
   free(w.bounce);
@@ -498,6 +512,9 @@ fail:
     fclose(w.f);
   if (created)
     unlink(tmp);
+  if (dfd >= 0)
+    close(dfd);
+  free(dir);
   free(tmp);
   free(w.bounce);
   return rc;

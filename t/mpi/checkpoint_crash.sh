@@ -20,6 +20,12 @@
 #     (HVD_TEST_CREATE_MODES): 0600 from the open on (it was created 0644
 #     and chmod'ed later, so another user could open it in between and
 #     read the whole new checkpoint), and the file stays 0600.
+#  7. As user 65534 (setpriv; root and setpriv only, else skipped), a
+#     save into a directory it may write in but not read (0733) fails on
+#     both ranks with HVD_ERR_IO "cannot open directory ...: Permission
+#     denied" and leaves the old file as it was, with no temporary file:
+#     the directory, which the save syncs, once was opened only after the
+#     rename, so the save failed although the file was replaced.
 # Each run is bounded by HVD_TEST_TIMEOUT=60 (the wrapper's timeout).
 
 : "${HVD_TOP_BUILDDIR:?run me from make check}"
@@ -66,7 +72,7 @@ run() {
   [ $rc = 0 ] || sed 's/^/#   /' "$tmp/out"
 }
 
-echo "1..16"
+echo "1..19"
 run "save 3 steps" 2 save "$ckpt" 3
 before=`cksum <"$ckpt"`
 
@@ -114,4 +120,29 @@ check $? "... its temporary file was 0600 from its creation on (seen: $modes)"
 [ "`stat -c %a "$ckpt"`" = 600 ]
 check $? "... and the checkpoint is 0600 (`stat -c %a "$ckpt"`)"
 
+# ---- 7. a directory the saver cannot read ----
+if [ "`id -u`" != 0 ] || ! command -v setpriv >/dev/null 2>&1; then
+  for i in 1 2 3; do
+    n=$((n + 1))
+    echo "ok $n # SKIP a save by another user: needs root and setpriv"
+  done
+  exit $failed
+fi
+wx=$tmp/wx
+mkdir "$wx"
+chmod 0711 "$tmp"
+run "save 3 steps into wx/" 2 save "$wx/model.ckpt" 3
+before=`cksum <"$wx/model.ckpt"`
+chmod 0733 "$wx"
+setpriv --reuid=65534 --regid=65534 --clear-groups env HOME="$wx" \
+  "$HVD_MPIRUN_TEST" --np 2 "$prog" save "$wx/model.ckpt" 4 \
+  >"$tmp/wx.out" 2>&1
+rc=$?
+count=`grep -c "expected 0, got 12" "$tmp/wx.out"`
+grep -q "^# hvd_checkpoint_save: '$wx/model.ckpt': cannot open directory '$wx': Permission denied\$" "$tmp/wx.out" &&
+  [ "$count" = 2 ]
+check $? "as user 65534 into a 0733 directory: HVD_ERR_IO on both ranks, naming it (status $rc)" ||
+  sed 's/^/#   /' "$tmp/wx.out"
+[ "`cksum <"$wx/model.ckpt"`" = "$before" ] && ! ls "$wx"/model.ckpt.tmp.* >/dev/null 2>&1
+check $? "... the old file as it was, no temporary file"
 exit $failed
