@@ -511,6 +511,7 @@ fail:
 /* After the names: JOIN_DONE once every rank has joined, and SHUTDOWN
  * when a rank asked (the first in rank order). */
 static int respond_join_shutdown(hvd__controller_t *c, int shutdown_by) {
+  int64_t why = shutdown_by >= 0 ? c->headers[2 * shutdown_by + 1] : 0;
   int n = 0;
   if (c->njoined == c->size) {
     hvd__response_t x = {.kind = HVD__RESP_JOIN_DONE, .arg = c->last_joined};
@@ -521,7 +522,10 @@ static int respond_join_shutdown(hvd__controller_t *c, int shutdown_by) {
     c->njoined = 0;
   }
   if (shutdown_by >= 0) {
-    hvd__response_t x = {.kind = HVD__RESP_SHUTDOWN, .arg = shutdown_by};
+    hvd__response_t x = {.kind = HVD__RESP_SHUTDOWN,
+                         .arg = shutdown_by,
+                         .err = why == HVD__STOP_BY_SHUTDOWN ? HVD_ERR_SHUTDOWN
+                                                             : HVD_SUCCESS};
     hvd__msg_put_response(&c->resp, &x, c->size);
     n++;
   }

@@ -33,7 +33,8 @@ int hvd__controller_busy(hvd__controller_t *c);
 void hvd__controller_destroy(hvd__controller_t *c); /* accepts NULL */
 
 /* One negotiation round; collective over comm. fresh are this rank's
- * requests submitted since the last round. On success *out holds *nout
+ * requests submitted since the last round; want_shutdown: 0, or why this
+ * rank stops (HVD__STOP_BY_*, message.h). On success *out holds *nout
  * responses (free with hvd__responses_free). */
 hvd_result_t hvd__controller_negotiate(hvd__controller_t *c,
                                        hvd_request_t *const *fresh, int nfresh,

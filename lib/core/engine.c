@@ -129,8 +129,10 @@ static hvd_result_t negotiate(hvd__engine_t *e, hvd_request_t *list,
                               int want_stop, int want_cmd, agreed_t *a) {
   hvd_result_t rc;
   hvd__fast_outcome_t out;
-  unsigned flags = (want_stop ? HVD__FAST_STOP : 0) |
-                   (want_cmd ? HVD__FAST_CMD : HVD__FAST_NOCMD);
+  unsigned flags =
+      (want_stop ? HVD__FAST_STOP : 0) |
+      (want_cmd ? HVD__FAST_CMD : HVD__FAST_NOCMD) |
+      (want_cmd && hvd__engine_command_overdue(e) ? HVD__FAST_CMDWAIT : 0);
   hvd__fastpath_sort(e->fast, list, &e->joined, &e->slow);
   if (!hvd__queue_empty(&e->slow) || hvd__controller_busy(e->ctl))
     flags |= HVD__FAST_SLOW;
@@ -187,7 +189,10 @@ static int handle_stop(hvd__engine_t *e, hvd__stop_t stop) {
   char reason[128], in_flight[200];
   if (e->env.world_ranks == NULL)
     snprintf(reason, sizeof reason, "hvd was shut down by rank %d", stop.rank);
-  else /* only this set ends (hvd_process_set_destroy, or hvd_shutdown's) */
+  else if (stop.by_shutdown) /* the set ends with its member's hvd */
+    snprintf(reason, sizeof reason, "hvd was shut down by rank %d",
+             e->env.world_ranks[stop.rank]);
+  else /* only this set ends */
     snprintf(reason, sizeof reason,
              "process set %d was destroyed (rank %d destroyed it first)",
              e->env.set_id, e->env.world_ranks[stop.rank]);
@@ -196,23 +201,6 @@ static int handle_stop(hvd__engine_t *e, hvd__stop_t stop) {
   HVD__LOG(HVD__LOG_DEBUG, "%s", reason);
   hvd__engine_stop_all(e, HVD_ERR_SHUTDOWN, reason, in_flight);
   return 1;
-}
-
-/* The command every rank has (the flags said so), on this thread. */
-static void run_command(hvd__engine_t *e) {
-  pthread_mutex_lock(&e->mu);
-  hvd__engine_cmd_fn fn = e->cmd_fn;
-  void *arg = e->cmd_arg;
-  pthread_mutex_unlock(&e->mu);
-  hvd_result_t rc = fn(arg);
-  pthread_mutex_lock(&e->mu);
-  e->cmd_rc = rc;
-  snprintf(e->cmd_msg, sizeof e->cmd_msg, "%s",
-           rc != HVD_SUCCESS ? hvd_last_error() : "");
-  e->cmd_pending = 0;
-  e->cmd_gen++;
-  pthread_cond_broadcast(&e->tl_cv);
-  pthread_mutex_unlock(&e->mu);
 }
 
 /* A set's loop ended (agreed, or failed) or the world's did: the set
@@ -284,8 +272,11 @@ static int cycle(hvd__engine_t *e, hvd_request_t *list, int want_stop,
   *progress = reaped || list != NULL || a.nfast + a.nslow > 0;
   if (e->driver == NULL) {
     if ((a.flags & HVD__FAST_CMD) && !(a.flags & HVD__FAST_NOCMD)) {
-      run_command(e);
+      hvd__engine_run_command(e);
       *progress = 1;
+    } else if ((a.flags & HVD__FAST_CMDWAIT) && stop.kind == HVD__RUN_ON &&
+               hvd__engine_command_stall(e, want_cmd)) {
+      stop.kind = HVD__STOP_STALL; /* some rank never posted it */
     }
     *progress |= drive_sets(e);
   }

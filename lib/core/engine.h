@@ -7,8 +7,10 @@
 #define HVD_CORE_ENGINE_H
 
 #include <mpi.h>
+#include <stdint.h>
 
 #include "base/settings.h"
+#include "core/message.h"
 #include "core/request.h"
 #include "ops/executor.h"
 
@@ -29,20 +31,45 @@ hvd_result_t hvd__engine_start_set(hvd__engine_t *world,
                                    const hvd__settings_t *s,
                                    hvd__engine_t **out);
 
-/* A collective step for the engine thread: fn(arg) runs there, between
+/* A collective step for the engine thread: cmd->fn runs there, between
  * collectives, in the first cycle in which every rank of e has a command
  * waiting (the fast path's CMD/NOCMD flags), so that the MPI and NCCL
- * calls it makes meet at the same point of every rank's order. Blocks
- * until it ran; returns its result (and message), or the engine's stop
- * error. One at a time per engine. */
-typedef hvd_result_t (*hvd__engine_cmd_fn)(void *arg);
-hvd_result_t hvd__engine_command(hvd__engine_t *e, hvd__engine_cmd_fn fn,
-                                 void *arg);
+ * calls it makes meet at the same point of every rank's order. Every
+ * command starts with one exchange of the same size on every rank: each
+ * rank's kind and args (HVD__CMD_ROW int64 a rank). Ranks whose kinds
+ * differ (one creates a set, another splits) all fail alike, with
+ * HVD_ERR_MISMATCH "<fn>: rank 0 calls X but rank R calls Y"; else fn
+ * gets every rank's row (all[HVD__CMD_ROW * r + 1 + i]: rank r's args[i]).
+ * A command that some rank has not posted after HVD_STALL_CHECK_TIME is
+ * logged, naming those ranks, and after HVD_STALL_SHUTDOWN_TIME stops
+ * hvd on every rank (HVD_ERR_STALL), as the stall inspector does for a
+ * collective. Blocks until it ran; returns its result (and message), or
+ * "<fn>: <the engine's stop reason>". One at a time per engine. */
+typedef enum hvd__cmd_kind {
+  HVD__CMD_SET_CREATE = 1, /* hvd_process_set_create */
+  HVD__CMD_SET_SPLIT,      /* hvd_process_set_split */
+  HVD__CMD_SET_SPLIT_NODE  /* hvd_process_set_split_node */
+} hvd__cmd_kind_t;
+#define HVD__CMD_ARGS 5
+#define HVD__CMD_ROW (1 + HVD__CMD_ARGS)
+typedef struct hvd__engine_cmd {
+  hvd__cmd_kind_t kind;
+  int64_t args[HVD__CMD_ARGS];
+  hvd_result_t (*fn)(void *arg, const int64_t *all);
+  void *arg;
+} hvd__engine_cmd_t;
+hvd_result_t hvd__engine_command(hvd__engine_t *e,
+                                 const hvd__engine_cmd_t *cmd);
+/* The public function a command kind stands for. */
+const char *hvd__cmd_name(int kind);
 
 /* Asks every rank's engine to stop (in-flight requests complete with
  * HVD_ERR_SHUTDOWN), joins the thread (a set's: waits until the world's
- * thread has let it go) and frees the engine. Not on the engine thread. */
-void hvd__engine_stop(hvd__engine_t *e);
+ * thread has let it go) and frees the engine. Not on the engine thread.
+ * why: HVD__STOP_BY_DESTROY (a process set's hvd_process_set_destroy) or
+ * HVD__STOP_BY_SHUTDOWN (hvd_shutdown), which the other ranks' messages
+ * name (message.h). */
+void hvd__engine_stop(hvd__engine_t *e, int why);
 
 /* Queues r. On success the engine owns r until it completes it; on
  * failure (duplicate name, engine stopped) the message is set and the

@@ -45,7 +45,7 @@ struct hvd__engine {
   int urgent;         /* the queue holds work that should start now */
   hvd__queue_t queue; /* submitted, not yet taken by a cycle */
   hvd__table_t *inflight; /* name -> request, from submit to completion */
-  int stop_requested;
+  int stop_requested;     /* 0, or why: HVD__STOP_BY_* (message.h) */
   int stopped;
   hvd_result_t stop_rc;
   char stop_reason[HVD__ERRMSG_MAX];
@@ -68,9 +68,9 @@ struct hvd__engine {
   int ended;             /* a set's: its loop ended, it left the driver (cv) */
   /* hvd__engine_command: run on the engine thread in the cycle in which
    * every rank has one; waiters sleep on tl_cv */
-  hvd__engine_cmd_fn cmd_fn;
-  void *cmd_arg;
+  hvd__engine_cmd_t cmd;
   int cmd_pending;
+  double cmd_since; /* when it was posted */
   unsigned cmd_gen; /* commands done */
   hvd_result_t cmd_rc;
   char cmd_msg[HVD__ERRMSG_MAX];
@@ -80,6 +80,11 @@ struct hvd__engine {
   int nsets;
   size_t sets_bytes;
   int world_done; /* the world agreed to shut down; its sets still run */
+  /* a command some rank has not posted: its stall times (this rank's,
+   * then rank 0's, as the stall inspector's are) and whether the
+   * warning was given (engine_command.c) */
+  double cmd_check_s, cmd_shutdown_s;
+  int cmd_warned;
   hvd__controller_t *ctl;
   void *exec_state[HVD__MAX_EXECUTORS];
   int joined;            /* this rank has a join in flight */
@@ -122,6 +127,17 @@ void hvd__engine_trace_span(hvd__engine_t *e, const hvd_request_t *r,
 void hvd__engine_trace_hook(void *ctx, const hvd_request_t *r,
                             const char *phase, double t0, double t1);
 
+/* engine_command.c, on the engine thread: runs the command every rank
+ * has (the flags said so); whether this rank's command has waited past a
+ * stall time (the fast path's CMDWAIT); and, when some rank said so, the
+ * exchange in which every rank tells whether it has one (has) and for how
+ * long: rank 0 warns past HVD_STALL_CHECK_TIME, naming the ranks that have
+ * none, and past HVD_STALL_SHUTDOWN_TIME every rank stops (HVD_ERR_STALL);
+ * returns 1 when e stopped. */
+void hvd__engine_run_command(hvd__engine_t *e);
+int hvd__engine_command_overdue(const hvd__engine_t *e);
+int hvd__engine_command_stall(hvd__engine_t *e, int has);
+
 /* How a list of responses ends the loop, if it does: the first shutdown
  * or stall response in the list decides. */
 typedef enum hvd__stop_kind {
@@ -132,7 +148,8 @@ typedef enum hvd__stop_kind {
 
 typedef struct hvd__stop {
   hvd__stop_kind_t kind;
-  int rank; /* HVD__STOP_SHUTDOWN: the rank that called hvd_shutdown */
+  int rank;        /* HVD__STOP_SHUTDOWN: the rank that asked first */
+  int by_shutdown; /* ... with hvd_shutdown (not a set's destroy) */
 } hvd__stop_t;
 
 /* execute.c: runs the agreed responses in order, fusing runs of

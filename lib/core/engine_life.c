@@ -2,8 +2,9 @@
  * engine_life.c - the engine's life: allocation, the collective setup of
  * its parts (agreed settings, timeline, autotune, negotiation,
  * executors), starting its thread (the world's) or joining the world's
- * driver (a process set's), engine commands, the driver's wake-up, and
- * stopping. The loop the thread runs is engine.c's hvd__engine_main.
+ * driver (a process set's), the driver's wake-up, and stopping (engine
+ * commands: engine_command.c). The loop the thread runs is engine.c's
+ * hvd__engine_main.
  */
 #include "core/engine.h"
 
@@ -63,6 +64,8 @@ static hvd__engine_t *engine_alloc(const hvd__exec_env_t *env,
   pthread_cond_init(&e->tl_cv, NULL);
   e->settings = *s;
   e->env = *env;
+  e->cmd_check_s = s->stall_check_s; /* rank 0's once some rank waits */
+  e->cmd_shutdown_s = s->stall_shutdown_s;
   /* With one rank a host collective has no peer to meet, so starting it
    * early gains nothing, while waking this thread for each submission costs
    * the caller's core a switch each time (bert_train tiny at np=1: 3 to 5%
@@ -279,34 +282,6 @@ fail:
   return rc;
 }
 
-hvd_result_t hvd__engine_command(hvd__engine_t *e, hvd__engine_cmd_fn fn,
-                                 void *arg) {
-  hvd_result_t rc;
-  pthread_mutex_lock(&e->mu);
-  while (e->cmd_pending && !e->stopped) /* another thread's, first */
-    pthread_cond_wait(&e->tl_cv, &e->mu);
-  unsigned gen = e->cmd_gen;
-  if (!e->stopped) {
-    e->cmd_fn = fn;
-    e->cmd_arg = arg;
-    e->cmd_pending = 1;
-    e->urgent = 1;
-    pthread_cond_signal(&e->cv);
-  }
-  while (e->cmd_gen == gen && !e->stopped)
-    pthread_cond_wait(&e->tl_cv, &e->mu);
-  if (e->cmd_gen != gen) {
-    rc = e->cmd_rc;
-    if (rc != HVD_SUCCESS)
-      hvd__set_error(rc, "%s", e->cmd_msg);
-  } else {
-    e->cmd_pending = 0;
-    rc = hvd__set_error(e->stop_rc, "%s", e->stop_reason);
-  }
-  pthread_mutex_unlock(&e->mu);
-  return rc;
-}
-
 void hvd__engine_wake_driver(hvd__engine_t *e) {
   hvd__engine_t *w = e->driver;
   pthread_mutex_lock(&w->mu);
@@ -315,14 +290,15 @@ void hvd__engine_wake_driver(hvd__engine_t *e) {
   pthread_mutex_unlock(&w->mu);
 }
 
-void hvd__engine_stop(hvd__engine_t *e) {
+void hvd__engine_stop(hvd__engine_t *e, int why) {
   if (e == NULL)
     return;
   if (e->env.world_ranks == NULL) /* before e->mu: engine_poke locks nap,
                                      then mu */
     hvd__set_wake(NULL, NULL);
   pthread_mutex_lock(&e->mu);
-  e->stop_requested = 1;
+  if (e->stop_requested == 0)
+    e->stop_requested = why;
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
   if (e->driver == NULL) {

@@ -558,7 +558,7 @@ static void group_room(hvd__engine_t *e, int n) {
 
 hvd__stop_t hvd__engine_execute(hvd__engine_t *e, hvd__response_t *xs, int n,
                                 int learn, double agreed) {
-  hvd__stop_t stop = {HVD__RUN_ON, -1};
+  hvd__stop_t stop = {HVD__RUN_ON, -1, 0};
   const hvd__response_t *stalled = NULL;
   group_room(e, n);
   for (int i = 0; i < n;) {
@@ -575,9 +575,10 @@ hvd__stop_t hvd__engine_execute(hvd__engine_t *e, hvd__response_t *xs, int n,
     else if (x->kind == HVD__RESP_JOIN_DONE)
       join_done(e, x);
     else if (stop.kind == HVD__RUN_ON && x->kind == HVD__RESP_STALL)
-      stop = (hvd__stop_t){HVD__STOP_STALL, -1}, stalled = x;
+      stop = (hvd__stop_t){HVD__STOP_STALL, -1, 0}, stalled = x;
     else if (stop.kind == HVD__RUN_ON && x->kind == HVD__RESP_SHUTDOWN)
-      stop = (hvd__stop_t){HVD__STOP_SHUTDOWN, x->arg};
+      stop =
+          (hvd__stop_t){HVD__STOP_SHUTDOWN, x->arg, x->err == HVD_ERR_SHUTDOWN};
     i++;
   }
   if (stalled != NULL) /* remembered: stop after the list */

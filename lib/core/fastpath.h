@@ -30,12 +30,15 @@
  * (hvd__engine_command); someone has none (a command runs when CMD is
  * set and NOCMD is not: every rank has one); someone has joined (its
  * allreduces' stubs are agreed before they run: the responses of the
- * round then say njoined 1, so every rank knows). */
+ * round then say njoined 1, so every rank knows); someone's command has
+ * waited past a stall time for ranks that have none (every rank then
+ * tells how long it waited: engine_command.c). */
 #define HVD__FAST_SLOW 1u
 #define HVD__FAST_STOP 2u
 #define HVD__FAST_CMD 4u
 #define HVD__FAST_NOCMD 8u
 #define HVD__FAST_JOINED 16u
+#define HVD__FAST_CMDWAIT 32u
 
 typedef struct hvd__fastpath hvd__fastpath_t;
 

@@ -16,10 +16,16 @@ typedef enum hvd__response_kind {
   HVD__RESP_RUN,       /* execute desc.coll on names */
   HVD__RESP_ERROR,     /* complete names with err/errmsg */
   HVD__RESP_JOIN_DONE, /* every rank joined; arg = the last to join */
-  HVD__RESP_SHUTDOWN,  /* stop; arg = the rank that asked */
+  HVD__RESP_SHUTDOWN,  /* stop; arg = the rank that asked, err = why */
   HVD__RESP_STALL      /* a collective stalled past HVD_STALL_SHUTDOWN_TIME;
                           errmsg says which and who is missing */
 } hvd__response_kind_t;
+
+/* Why a rank asks its engine to stop: a negotiation round's
+ * want_shutdown (0: it does not). A SHUTDOWN response's err says which
+ * the rank that asked first had: HVD_ERR_SHUTDOWN for hvd_shutdown,
+ * HVD_SUCCESS for a process set's destroy. */
+enum { HVD__STOP_BY_DESTROY = 1, HVD__STOP_BY_SHUTDOWN = 2 };
 
 typedef struct hvd__response {
   int kind;

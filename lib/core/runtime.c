@@ -269,9 +269,10 @@ const hvd_process_set_t *hvd__process_set_find(int id) {
   return found;
 }
 
-/* Stops a member's engine and frees its communicators (ps stays). */
-static void set_stop(hvd_process_set_t *ps) {
-  hvd__engine_stop(ps->engine);
+/* Stops a member's engine (why: HVD__STOP_BY_*) and frees its
+ * communicators (ps stays). */
+static void set_stop(hvd_process_set_t *ps, int why) {
+  hvd__engine_stop(ps->engine, why);
   ps->engine = NULL;
   free_comm(&ps->cross_comm);
   free_comm(&ps->local_comm);
@@ -281,7 +282,7 @@ static void set_stop(hvd_process_set_t *ps) {
 static void set_free(hvd_process_set_t *ps) {
   if (ps == NULL)
     return;
-  set_stop(ps);
+  set_stop(ps, HVD__STOP_BY_DESTROY);
   free(ps->ranks);
   free(ps);
 }
@@ -292,22 +293,28 @@ static void set_free(hvd_process_set_t *ps) {
  * others waiting in the collective for ever. */
 enum { CREATE_OK, CREATE_NO_OUT, CREATE_COUNT, CREATE_RANK };
 
-static void create_fault(const int *ranks, int n, int has_out, int64_t f[3]) {
+/* hvd_process_set_create's args in its engine command's exchange: the
+ * list's length and hash, then its fault (3 values). */
+enum { C_N, C_HASH, C_FAULT };
+
+static void create_args(const int *ranks, int n, int has_out, int64_t *a) {
+  int64_t *f = a + C_FAULT;
+  uint64_t h = 1469598103934665603ull;
   f[0] = CREATE_OK, f[1] = n, f[2] = ranks == NULL;
+  a[C_N] = n;
   if (!has_out) {
     f[0] = CREATE_NO_OUT;
-    return;
-  }
-  if (ranks == NULL || n < 1 || n > g.size) {
+  } else if (ranks == NULL || n < 1 || n > g.size) {
     f[0] = CREATE_COUNT;
-    return;
+  } else {
+    for (int i = 0; i < n && f[0] == CREATE_OK; i++)
+      if (ranks[i] < 0 || ranks[i] >= g.size ||
+          (i > 0 && ranks[i] <= ranks[i - 1]))
+        f[0] = CREATE_RANK, f[1] = i, f[2] = ranks[i];
   }
-  for (int i = 0; i < n; i++)
-    if (ranks[i] < 0 || ranks[i] >= g.size ||
-        (i > 0 && ranks[i] <= ranks[i - 1])) {
-      f[0] = CREATE_RANK, f[1] = i, f[2] = ranks[i];
-      return;
-    }
+  for (int i = 0; f[0] == CREATE_OK && i < n; i++)
+    h = (h ^ (uint64_t)(unsigned)ranks[i]) * 1099511628211ull;
+  a[C_HASH] = (int64_t)h;
 }
 
 /* The error of rank r's fault f, the same text on every rank. */
@@ -327,37 +334,32 @@ static hvd_result_t create_fault_error(const char *fn, int r,
                         fn, r, (long long)f[1], (long long)f[2], g.size - 1);
 }
 
+/* Rank r's args in an engine command's exchange (hvd__engine_command). */
+static const int64_t *cmd_args(const int64_t *all, int r) {
+  return all + HVD__CMD_ROW * r + 1;
+}
+
 /* Every rank must pass valid arguments (the first rank whose are not is
- * named) and the same list: the lists' lengths and hashes, compared over
- * all ranks; the first rank that differs from rank 0 is named. */
-static hvd_result_t set_agree(const char *fn, const int *ranks, int n,
-                              const int64_t fault[3]) {
-  enum { K = 5 };
-  uint64_t h = 1469598103934665603ull;
-  for (int i = 0; fault[0] == CREATE_OK && i < n; i++)
-    h = (h ^ (uint64_t)(unsigned)ranks[i]) * 1099511628211ull;
-  int64_t mine[K] = {n, (int64_t)h, fault[0], fault[1], fault[2]},
-          *all = malloc(K * sizeof *all * (size_t)g.size);
-  if (all == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
-  hvd_result_t rc = HVD_SUCCESS;
-  int mrc = MPI_Allgather(mine, K, MPI_INT64_T, all, K, MPI_INT64_T, g.ctl);
-  if (mrc != MPI_SUCCESS)
-    rc = hvd__mpi_error(mrc, "MPI_Allgather");
-  for (int r = 0; r < g.size && rc == HVD_SUCCESS; r++)
-    if (all[K * r + 2] != CREATE_OK)
-      rc = create_fault_error(fn, r, all + K * r + 2);
-  for (int r = 1; r < g.size && rc == HVD_SUCCESS; r++) {
-    if (all[K * r] != all[0])
-      rc = hvd__set_error(HVD_ERR_MISMATCH,
-                          "%s: rank 0 lists %lld ranks but rank %d lists %lld",
-                          fn, (long long)all[0], r, (long long)all[K * r]);
-    else if (all[K * r + 1] != all[1])
-      rc = hvd__set_error(HVD_ERR_MISMATCH,
-                          "%s: rank 0 and rank %d list different ranks", fn, r);
+ * named) and the same list: the lists' lengths and hashes, from the
+ * command's exchange; the first rank that differs from rank 0 is named. */
+static hvd_result_t set_agree(const char *fn, const int64_t *all) {
+  const int64_t *a0 = cmd_args(all, 0);
+  for (int r = 0; r < g.size; r++)
+    if (cmd_args(all, r)[C_FAULT] != CREATE_OK)
+      return create_fault_error(fn, r, cmd_args(all, r) + C_FAULT);
+  for (int r = 1; r < g.size; r++) {
+    const int64_t *a = cmd_args(all, r);
+    if (a[C_N] != a0[C_N])
+      return hvd__set_error(
+          HVD_ERR_MISMATCH,
+          "%s: rank 0 lists %lld ranks but rank %d lists %lld", fn,
+          (long long)a0[C_N], r, (long long)a[C_N]);
+    if (a[C_HASH] != a0[C_HASH])
+      return hvd__set_error(HVD_ERR_MISMATCH,
+                            "%s: rank 0 and rank %d list different ranks", fn,
+                            r);
   }
-  free(all);
-  return rc;
+  return HVD_SUCCESS;
 }
 
 /* A set's handle: its ranks and id, and this rank's place in it. */
@@ -416,7 +418,6 @@ typedef struct set_build {
   const int *ranks;
   int n;
   int color;             /* hvd_process_set_split's */
-  int64_t fault[3];      /* hvd_process_set_create's: create_fault */
   hvd_process_set_t *ps; /* out */
 } set_build_t;
 
@@ -424,13 +425,13 @@ typedef struct set_build {
  * the engine thread, in the same cycle on every rank, so the set's
  * communicators (MPI's splits, NCCL's inits in the executors' open) are
  * made at one point of the order in which that thread issues every
- * communicator's work. */
-static hvd_result_t set_build(void *arg) {
+ * communicator's work. all: every rank's args (create_args). */
+static hvd_result_t set_build(void *arg, const int64_t *all) {
   set_build_t *b = arg;
   hvd_result_t rc = HVD_SUCCESS;
   hvd_process_set_t *ps = NULL;
   MPI_Comm comm = MPI_COMM_NULL;
-  HVD__CHECK(set_agree(b->fn, b->ranks, b->n, b->fault));
+  HVD__CHECK(set_agree(b->fn, all));
   HVD__CHECK(set_new(b->fn, b->ranks, b->n, ++g.next_set, &ps));
   HVD__MPI_CHECK(
       MPI_Comm_split(g.ctl, ps->rank >= 0 ? 0 : MPI_UNDEFINED, g.rank, &comm));
@@ -445,39 +446,45 @@ fail:
   return rc;
 }
 
-/* The color of a rank whose out is NULL: it still takes part, so that
- * every rank fails alike rather than some waiting for it. */
-#define NO_OUT INT_MIN
+/* hvd_process_set_split's args in its command's exchange: the color, and
+ * whether out is not NULL (a rank whose out is NULL still takes part, so
+ * that every rank fails alike rather than some waiting for it). */
+enum { S_COLOR, S_HAS_OUT };
 
 static int int_cmp(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
   return (x > y) - (x < y);
 }
 
-/* Every rank's color, the same checks on every rank, and the caller's
- * set: its ranks (*n of them into ranks) and its id, the distinct colors
- * counted in ascending order after g.next_set, which moves past them
- * all. */
-static hvd_result_t split_colors(const char *fn, int color, int *ranks, int *n,
-                                 int *id) {
+/* Every rank's color (all: the command's exchange), the same checks on
+ * every rank, and the caller's set: its ranks (*n of them into ranks)
+ * and its id, the distinct colors counted in ascending order after
+ * g.next_set, which moves past them all. */
+static hvd_result_t split_colors(const char *fn, const int64_t *all, int color,
+                                 int *ranks, int *n, int *id) {
   hvd_result_t rc = HVD_SUCCESS;
-  int *all = malloc(2 * sizeof *all * (size_t)g.size), *sorted;
-  if (all == NULL)
+  int *sorted = malloc(sizeof *sorted * (size_t)g.size);
+  if (sorted == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
-  sorted = all + g.size;
-  HVD__MPI_CHECK(MPI_Allgather(&color, 1, MPI_INT, all, 1, MPI_INT, g.ctl));
-  for (int r = 0; r < g.size; r++)
-    if (all[r] < 0) {
-      if (all[r] == NO_OUT)
-        rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: rank %d passes out NULL",
-                            fn, r);
-      else
-        rc = hvd__set_error(HVD_ERR_INVALID_ARG,
-                            "%s: rank %d passes color %d; colors are >= 0", fn,
-                            r, all[r]);
+  for (int r = 0; r < g.size; r++) {
+    const int64_t *a = cmd_args(all, r);
+    if (!a[S_HAS_OUT]) {
+      rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s: rank %d passes out NULL",
+                          fn, r);
       goto fail;
     }
-  memcpy(sorted, all, sizeof *all * (size_t)g.size);
+    if (a[S_COLOR] < 0) {
+      rc = hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s: rank %d passes color %lld; colors are >= 0", fn,
+                          r, (long long)a[S_COLOR]);
+      goto fail;
+    }
+    sorted[r] = (int)a[S_COLOR];
+  }
+  *n = 0;
+  for (int r = 0; r < g.size; r++)
+    if (sorted[r] == color)
+      ranks[(*n)++] = r;
   qsort(sorted, (size_t)g.size, sizeof *sorted, int_cmp);
   int distinct = 0, below = 0;
   for (int i = 0; i < g.size; i++)
@@ -485,20 +492,16 @@ static hvd_result_t split_colors(const char *fn, int color, int *ranks, int *n,
       below += sorted[i] < color;
       distinct++;
     }
-  *n = 0;
-  for (int r = 0; r < g.size; r++)
-    if (all[r] == color)
-      ranks[(*n)++] = r;
   *id = g.next_set + 1 + below;
   g.next_set += distinct;
 fail:
-  free(all);
+  free(sorted);
   return rc;
 }
 
 /* hvd_process_set_split's engine command: one MPI_Comm_split of g.ctl
  * gives every set its communicator at once. */
-static hvd_result_t split_build(void *arg) {
+static hvd_result_t split_build(void *arg, const int64_t *all) {
   set_build_t *b = arg;
   hvd_result_t rc = HVD_SUCCESS;
   hvd_process_set_t *ps = NULL;
@@ -506,7 +509,7 @@ static hvd_result_t split_build(void *arg) {
   int n = 0, id = 0, *ranks = malloc(sizeof *ranks * (size_t)g.size);
   if (ranks == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", b->fn);
-  HVD__CHECK(split_colors(b->fn, b->color, ranks, &n, &id));
+  HVD__CHECK(split_colors(b->fn, all, b->color, ranks, &n, &id));
   HVD__CHECK(set_new(b->fn, ranks, n, id, &ps));
   HVD__MPI_CHECK(MPI_Comm_split(g.ctl, b->color, g.rank, &comm));
   HVD__CHECK(set_join(ps, comm));
@@ -522,9 +525,9 @@ fail:
 }
 
 /* Runs build on the world's engine thread and lists the set it made. */
-static hvd_result_t set_make_locked(hvd__engine_cmd_fn build, set_build_t *b,
-                                    hvd_process_set_t **out) {
-  hvd_result_t rc = hvd__engine_command(g.engine, build, b);
+static hvd_result_t set_make_locked(const hvd__engine_cmd_t *cmd,
+                                    set_build_t *b, hvd_process_set_t **out) {
+  hvd_result_t rc = hvd__engine_command(g.engine, cmd);
   if (rc != HVD_SUCCESS)
     return rc;
   pthread_rwlock_wrlock(&g.rw); /* hvd__process_set_find reads under it */
@@ -538,9 +541,11 @@ static hvd_result_t set_make_locked(hvd__engine_cmd_fn build, set_build_t *b,
 static hvd_result_t set_create_locked(const char *fn, const int *ranks, int n,
                                       hvd_process_set_t **out) {
   set_build_t b = {.fn = fn, .ranks = ranks, .n = n};
+  hvd__engine_cmd_t cmd = {
+      .kind = HVD__CMD_SET_CREATE, .fn = set_build, .arg = &b};
   hvd_process_set_t *ps = NULL;
-  create_fault(ranks, n, out != NULL, b.fault); /* agreed on, not returned */
-  hvd_result_t rc = set_make_locked(set_build, &b, &ps);
+  create_args(ranks, n, out != NULL, cmd.args); /* agreed on, not returned */
+  hvd_result_t rc = set_make_locked(&cmd, &b, &ps);
   if (out != NULL)
     *out = ps;
   return rc;
@@ -562,15 +567,20 @@ hvd_result_t hvd_process_set_create(const int *ranks, int n,
   return rc;
 }
 
-static hvd_result_t split_locked(const char *fn, int color,
-                                 hvd_process_set_t **out) {
+static hvd_result_t split_locked(int kind, int color, hvd_process_set_t **out) {
+  const char *fn = hvd__cmd_name(kind);
   if (out != NULL)
     *out = NULL;
   if (!atomic_load(&g.initialized))
     return hvd__not_initialized(fn);
   hvd_process_set_t *ps = NULL;
-  set_build_t b = {.fn = fn, .color = out != NULL ? color : NO_OUT};
-  hvd_result_t rc = set_make_locked(split_build, &b, &ps);
+  set_build_t b = {.fn = fn, .color = color};
+  hvd__engine_cmd_t cmd = {
+      .kind = (hvd__cmd_kind_t)kind,
+      .args = {[S_COLOR] = color, [S_HAS_OUT] = out != NULL},
+      .fn = split_build,
+      .arg = &b};
+  hvd_result_t rc = set_make_locked(&cmd, &b, &ps);
   if (out != NULL)
     *out = ps;
   return rc;
@@ -587,7 +597,7 @@ hvd_result_t hvd_process_set_split(int color, hvd_process_set_t **out) {
   if (hvd__forked())
     return split_in_child("hvd_process_set_split", out);
   pthread_mutex_lock(&g.mu);
-  hvd_result_t rc = split_locked("hvd_process_set_split", color, out);
+  hvd_result_t rc = split_locked(HVD__CMD_SET_SPLIT, color, out);
   pthread_mutex_unlock(&g.mu);
   return rc;
 }
@@ -596,7 +606,7 @@ hvd_result_t hvd_process_set_split_node(hvd_process_set_t **out) {
   if (hvd__forked())
     return split_in_child("hvd_process_set_split_node", out);
   pthread_mutex_lock(&g.mu);
-  hvd_result_t rc = split_locked("hvd_process_set_split_node",
+  hvd_result_t rc = split_locked(HVD__CMD_SET_SPLIT_NODE,
                                  atomic_load(&g.initialized) ? g.node : 0, out);
   pthread_mutex_unlock(&g.mu);
   return rc;
@@ -1041,10 +1051,10 @@ hvd_result_t hvd_shutdown(void) {
     /* the sets' engines first; the handles stay for destroy to free */
     for (hvd_process_set_t *ps = sets, *next; ps != NULL; ps = next) {
       next = ps->next;
-      set_stop(ps);
+      set_stop(ps, HVD__STOP_BY_SHUTDOWN);
       ps->next = NULL;
     }
-    hvd__engine_stop(g.engine);
+    hvd__engine_stop(g.engine, HVD__STOP_BY_SHUTDOWN);
     g.engine = NULL;
     log_gpu_timing();
     hvd__cuda_ready_drain();

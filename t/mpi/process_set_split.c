@@ -9,11 +9,16 @@
  *  - colors that do not start at 0, with gaps, in reverse rank order
  *    (every rank alone), and DDP's new_subgroups(2), color rank / 2;
  *  - refusals on every rank with the rank named: a negative color on
- *    the last rank, out NULL on rank 0; no id is used up;
+ *    the last rank (-1, INT_MIN), out NULL on rank 0; no id is used up;
+ *  - ranks that make different calls at once (a create beside a split,
+ *    a split beside a split by node): every rank fails alike naming
+ *    rank 0's call and the first rank whose call differs; no set, no id
+ *    used up, and the world goes on;
  *  - split by node on one machine (every rank), then on nodes of two
  *    ranks simulated by HVD_HOSTNAME: the set is the node's ranks, its
  *    rank hvd_local_rank(), and an allreduce sums the node.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +159,14 @@ static void test_refusals(void) {
            size - 1);
   hvdt_refused(HVD_ERR_INVALID_ARG, rc, msg, "a negative color");
   ok(ps == NULL, "a negative color: no set");
+  /* INT_MIN is a color like any other, not a sign of out NULL */
+  rc = hvd_process_set_split(rank == size - 1 ? INT_MIN : 0, &ps);
+  snprintf(msg, sizeof msg,
+           "hvd_process_set_split: rank %d passes color -2147483648; colors "
+           "are >= 0",
+           size - 1);
+  hvdt_refused(HVD_ERR_INVALID_ARG, rc, msg, "color INT_MIN");
+  ok(ps == NULL, "color INT_MIN: no set");
   rc = hvd_process_set_split(0, rank == 0 ? NULL : &ps);
   hvdt_refused(HVD_ERR_INVALID_ARG, rc,
                "hvd_process_set_split: rank 0 passes out NULL", "out NULL");
@@ -166,6 +179,51 @@ static void test_refusals(void) {
                "before hvd_init");
   if (hvd_init() != HVD_SUCCESS)
     bail("hvd_init again: %s", hvd_last_error());
+}
+
+/* Rank `odd` calls `other` (create, split or split by node), the
+ * others call `mine`: every rank fails with HVD_ERR_MISMATCH, its own
+ * call named first. */
+enum { CREATE, SPLIT, SPLIT_NODE };
+static const char *const call_name[] = {"hvd_process_set_create",
+                                        "hvd_process_set_split",
+                                        "hvd_process_set_split_node"};
+
+static void mixed(int mine, int odd, int other, const char *what) {
+  int all[MAXR], call = rank == odd ? other : mine;
+  for (int r = 0; r < size; r++)
+    all[r] = r;
+  hvd_process_set_t *ps = (hvd_process_set_t *)&ps; /* overwritten */
+  hvd_result_t rc = call == CREATE  ? hvd_process_set_create(all, size, &ps)
+                    : call == SPLIT ? hvd_process_set_split(0, &ps)
+                                    : hvd_process_set_split_node(&ps);
+  char msg[200];
+  snprintf(msg, sizeof msg, "%s: rank 0 calls %s but rank %d calls %s",
+           call_name[call], call_name[odd == 0 ? other : mine],
+           odd == 0 ? 1 : odd, call_name[odd == 0 ? mine : other]);
+  hvdt_refused(HVD_ERR_MISMATCH, rc, msg, what);
+  ok(ps == NULL, "%s: no set", what);
+}
+
+/* Ranks whose calls differ once waited in different collectives: at np 3
+ * and 4 for ever, at np 2 with a wrong message and MPI_ERR_TRUNCATE. */
+static void test_mixed_calls(void) {
+  if (size < 2)
+    return;
+  int base = next_id();
+  mixed(SPLIT, 0, CREATE, "rank 0 creates, the others split");
+  mixed(SPLIT, size - 1, CREATE, "the last rank creates, the others split");
+  mixed(CREATE, size - 1, SPLIT_NODE,
+        "the last rank splits by node, the others create");
+  mixed(SPLIT, 0, SPLIT_NODE, "rank 0 splits by node, the others by color");
+  is_int(base + 1, next_id(), "the mixed calls used up no id");
+  double x = 1, y = 0;
+  int64_t one = 1;
+  hvd_tensor_t tx = hvd_tensor_make(&x, HVD_FLOAT64, 1, &one);
+  hvd_tensor_t ty = hvd_tensor_make(&y, HVD_FLOAT64, 1, &one);
+  hvd_result_t rc = hvd_allreduce("after.mixed", &tx, &ty, HVD_SUM, 1, 1);
+  ok(rc == HVD_SUCCESS && y == size, "the world goes on after them (sum %g)",
+     y);
 }
 
 static void check_node(const char *what) {
@@ -196,6 +254,7 @@ int main(int argc, char **argv) {
   test_parity();
   test_colors();
   test_refusals();
+  test_mixed_calls();
   check_node("one machine");
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
 

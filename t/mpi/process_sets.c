@@ -5,9 +5,11 @@
  * the last size-1) with every collective, roots counted in the set; a
  * rank outside a set; a mismatch inside a set named by world ranks; ranks
  * that disagree on a set; grouped and object collectives on a set (and an
- * outsider's errors for both); destroy with work in flight; hvd_shutdown
- * with sets alive; every _async form on a set whose ranks differ from the
- * world's, beside the world's grouped allgather. Exact values throughout.
+ * outsider's errors for both); destroy with work in flight; a peer's
+ * hvd_shutdown with set work in flight (named as a shutdown, not a
+ * destroy); hvd_shutdown with sets alive; every _async form on a set
+ * whose ranks differ from the world's, beside the world's grouped
+ * allgather. Exact values throughout.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -636,6 +638,37 @@ static void test_async_forms(void) {
   hvd_process_set_destroy(set);
 }
 
+/* Every rank but 0 has an allreduce in flight in a set of all ranks;
+ * rank 0's hvd_shutdown ends it, and the set's message says so (it
+ * once said that rank 0 had destroyed the set). */
+static void test_peer_shutdown(void) {
+  if (size < 2)
+    return;
+  int all[8];
+  for (int i = 0; i < size; i++)
+    all[i] = i;
+  hvd_process_set_t *ps = make(all, size, "everyone");
+  float v = 1, r = 0;
+  int64_t one = 1;
+  hvd_tensor_t tv = hvd_tensor_make(&v, HVD_FLOAT32, 1, &one);
+  hvd_tensor_t tr = hvd_tensor_make(&r, HVD_FLOAT32, 1, &one);
+  hvd_request_t *q = NULL;
+  if (rank > 0) /* rank 0 never submits it */
+    hvd_ps_allreduce_async(ps, "ps.pending", &tv, &tr, HVD_SUM, 1, 1, &q);
+  is_int(HVD_SUCCESS, hvd_barrier(), "peer shutdown: a world barrier first");
+  hvd_result_t rc = rank == 0 ? hvd_shutdown() : hvd_wait(q);
+  is_int(rank == 0 ? HVD_SUCCESS : HVD_ERR_SHUTDOWN, rc,
+         "peer shutdown: rank 0 shuts down; the others' set allreduce ends");
+  is_string(rank == 0 ? "" : "allreduce 'ps.pending': hvd was shut down by "
+                             "rank 0 before this collective completed",
+            rank == 0 ? "" : hvd_last_error(), "peer shutdown: message");
+  if (rank > 0)
+    hvd_shutdown();
+  hvd_process_set_destroy(ps);
+  if (hvd_init() != HVD_SUCCESS)
+    bail("hvd_init again: %s", hvd_last_error());
+}
+
 static void test_shutdown_with_sets(void) {
   int all[8];
   for (int i = 0; i < size; i++)
@@ -669,6 +702,7 @@ int main(int argc, char **argv) {
   test_async_forms();
   test_create_errors();
   test_destroy_in_flight();
+  test_peer_shutdown();
   test_shutdown_with_sets();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   return tap_mpi_finish();

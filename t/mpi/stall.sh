@@ -27,6 +27,14 @@
 #       submitted by rank(s) 1
 #     then "x" completes with the set's sum on both; rank 0 has nothing
 #     in the set and nothing stalls there.
+#   create, np 2 and 3: every rank but 1 calls hvd_process_set_create,
+#     rank 1 never does (it waits outside hvd). Rank 0 logs exactly
+#       [hvd 0] warning: stall: hvd_process_set_create has waited S s for
+#       rank(s) 1; called by rank(s) 0[, 2]
+#     then every create returns HVD_ERR_STALL (9) naming rank 1, rank 1's
+#     hvd_barrier afterwards the same stop at once, every rank logs it
+#     as an error, and the job ends with status 9 (an engine command once
+#     waited for ever, beyond the stall times). No timing is asserted.
 #
 # Each run is bounded by HVD_TEST_TIMEOUT=40 (the wrapper's timeout).
 
@@ -212,6 +220,37 @@ if [ $failed != $bad ]; then
   show "$out" "stdout of the $what run"
   show "$err" "stderr of the $what run"
 fi
+
+for np in 2 3; do
+  out=$tmp/create$np.out
+  err=$tmp/create$np.err
+  others=`ranks_but_1 $np`
+  run_np $np "$out" "$err" "$prog" create
+  bad=$failed
+  what="create, np $np"
+  [ "$rc" = 9 ]
+  check $? "$what: the job ends with status 9 (status $rc)"
+  pat="^\[hvd 0\] warning: stall: hvd_process_set_create has waited [0-9.]* s for rank(s) 1; called by rank(s) $others\$"
+  count=`grep -c "$pat" "$err"`
+  [ "$count" = 1 ]
+  check $? "$what: rank 0 warns once that the create waits for rank 1 ($count)"
+  stop="hvd_process_set_create stalled for [0-9.]* s: rank(s) 1 never called it (HVD_STALL_SHUTDOWN_TIME=5)"
+  count=`grep -c "^stall_prog\[[02]\]: create rc=9: hvd_process_set_create: hvd stopped: $stop\$" "$out"`
+  [ "$count" = $((np - 1)) ]
+  check $? "$what: every create fails with HVD_ERR_STALL naming rank 1 ($count of $((np - 1)))"
+  grep -q "^stall_prog\[1\]: barrier rc=9: barrier: hvd stopped: $stop\$" "$out"
+  check $? "$what: rank 1's barrier afterwards fails with the same stop"
+  count=`grep -c "^\[hvd [0-9]*\] error: $stop\$" "$err"`
+  [ "$count" = $np ]
+  check $? "$what: every rank logs the stop as an error ($count of $np)"
+  count=`grep -c "^stall_prog\[[0-9]*\]: shutdown rc=0\$" "$out"`
+  [ "$count" = $np ]
+  check $? "$what: every rank shuts down ($count of $np)"
+  if [ $failed != $bad ]; then
+    show "$out" "stdout of the $what run"
+    show "$err" "stderr of the $what run"
+  fi
+done
 
 echo "1..$n"
 exit $failed

@@ -15,6 +15,15 @@
  *   stall_prog late    rank 1 submits "x" 3 s after the start: the stall
  *                      warning comes (HVD_STALL_CHECK_TIME=2) but "x"
  *                      completes, with the right sum.
+ *   stall_prog create  every rank but 1 calls hvd_process_set_create (of
+ *                      every rank); rank 1 never does: it waits in an
+ *                      MPI_Barrier of MPI_COMM_WORLD for the others to
+ *                      return (bounded by the test's timeout only), then
+ *                      calls hvd_barrier. With HVD_STALL_SHUTDOWN_TIME set,
+ *                      the creates return HVD_ERR_STALL naming rank 1, and
+ *                      rank 1's barrier fails at once with the same stop.
+ *                      Prints "stall_prog[R]: create rc=RC: MESSAGE" (rank
+ *                      1: "barrier") instead of the 'x' line.
  *   stall_prog set     (3 ranks or more) "x" in a process set of ranks 1
  *                      and 2 only, rank 2 submitting it 3 s late: the set's
  *                      own stall inspector (on rank 1, the set's first)
@@ -49,14 +58,37 @@ static void sleep_s(double s) {
   nanosleep(&ts, NULL);
 }
 
+/* stall_prog create, after hvd_init. */
+static int create_mode(int me, int size) {
+  int all[64];
+  hvd_process_set_t *ps = NULL;
+  hvd_result_t rc = HVD_SUCCESS;
+  for (int r = 0; r < size && r < 64; r++)
+    all[r] = r;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me != 1)
+    rc = hvd_process_set_create(all, size, &ps);
+  MPI_Barrier(MPI_COMM_WORLD); /* rank 1 waits here, outside hvd */
+  if (me == 1)
+    rc = hvd_barrier();
+  printf("stall_prog[%d]: %s rc=%d: %s\n", me, me == 1 ? "barrier" : "create",
+         (int)rc, rc == HVD_SUCCESS ? "" : hvd_last_error());
+  hvd_process_set_destroy(ps);
+  rc = hvd_shutdown();
+  printf("stall_prog[%d]: shutdown rc=%d\n", me, (int)rc);
+  fflush(stdout);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int late;
   float x[8], y[8];
   int64_t shape[1] = {8};
 
   if (argc != 2 || (strcmp(argv[1], "never") && strcmp(argv[1], "late") &&
-                    strcmp(argv[1], "set") && strcmp(argv[1], "cached"))) {
-    fprintf(stderr, "usage: stall_prog never|late|set|cached\n");
+                    strcmp(argv[1], "set") && strcmp(argv[1], "cached") &&
+                    strcmp(argv[1], "create"))) {
+    fprintf(stderr, "usage: stall_prog never|late|set|cached|create\n");
     return 2;
   }
   late = strcmp(argv[1], "late") == 0;
@@ -66,6 +98,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   int me = hvd_rank(), size = hvd_size();
+  if (strcmp(argv[1], "create") == 0)
+    return create_mode(me, size);
   hvd_process_set_t *ps = NULL;
   const int pair[2] = {1, 2};
   if (in_set && hvd_process_set_create(pair, 2, &ps) != HVD_SUCCESS) {
