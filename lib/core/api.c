@@ -785,70 +785,94 @@ hvd_result_t hvd_grouped_reducescatter(int n, const char *const *names,
 
 /* ---- on a process set ---------------------------------------------------- */
 
+/* A rank outside ps is refused before the call's own checks, which would
+ * count ranks in a set it is not in ("rank 2 is not in process set 1"
+ * rather than a root or splits out of range); a name the call refuses
+ * anyway ("<kind>: name is NULL or empty") is left to it. A barrier's
+ * name is hvd's own. */
+static hvd_result_t member_first(const char *fn, const char *kind,
+                                 const char *name,
+                                 const hvd_process_set_t *ps) {
+  if (strcmp(kind, "barrier") != 0 && (name == NULL || name[0] == '\0'))
+    return HVD_SUCCESS;
+  return hvd__runtime_set_check(fn, kind, name, ps);
+}
+
 /* Runs `call` (a world entry point) with cur_ps = ps on this thread, and
- * puts back the set it was on (hvd__coll_set). */
-#define ON_SET(ps, call)                                                       \
+ * puts back the set it was on (hvd__coll_set); errors before it name the
+ * public call (__func__), and a rank outside ps is refused first. */
+#define ON_SET(ps, kind, name, call)                                           \
   do {                                                                         \
-    if (hvd__forked()) /* in the public call's name, not the world's */        \
+    if (!hvd_is_initialized()) /* forked too: the public call's name */        \
       return hvd__not_initialized(__func__);                                   \
     if ((ps) == NULL)                                                          \
-      return hvd_is_initialized() ? hvd__set_error(HVD_ERR_INVALID_ARG,        \
-                                                   "%s: ps is NULL", __func__) \
-                                  : hvd__not_initialized(__func__);            \
+      return hvd__set_error(HVD_ERR_INVALID_ARG, "%s: ps is NULL", __func__);  \
+    hvd_result_t rc_ = member_first(__func__, kind, name, ps);                 \
+    if (rc_ != HVD_SUCCESS)                                                    \
+      return rc_;                                                              \
     const hvd_process_set_t *was_ = hvd__coll_set(ps);                         \
-    hvd_result_t rc_ = (call);                                                 \
+    rc_ = (call);                                                              \
     hvd__coll_set(was_);                                                       \
     return rc_;                                                                \
   } while (0)
+
+/* The first member's name of a grouped call, if it has one. */
+static const char *first_name(int n, const char *const *names) {
+  return n > 0 && names != NULL ? names[0] : NULL;
+}
 
 hvd_result_t hvd_ps_allreduce_async(const hvd_process_set_t *ps,
                                     const char *name, const hvd_tensor_t *send,
                                     hvd_tensor_t *recv, hvd_op_t op,
                                     double prescale, double postscale,
                                     hvd_request_t **req) {
-  ON_SET(ps, allreduce(__func__, name, send, recv, op, prescale, postscale, -1,
-                       req));
+  ON_SET(
+      ps, "allreduce", name,
+      allreduce(__func__, name, send, recv, op, prescale, postscale, -1, req));
 }
 
 hvd_result_t hvd_ps_allreduce(const hvd_process_set_t *ps, const char *name,
                               const hvd_tensor_t *send, hvd_tensor_t *recv,
                               hvd_op_t op, double prescale, double postscale) {
-  ON_SET(ps, hvd_allreduce(name, send, recv, op, prescale, postscale));
+  ON_SET(ps, "allreduce", name,
+         hvd_allreduce(name, send, recv, op, prescale, postscale));
 }
 
 hvd_result_t hvd_ps_broadcast_async(const hvd_process_set_t *ps,
                                     const char *name, hvd_tensor_t *tensor,
                                     int root, hvd_request_t **req) {
-  ON_SET(ps, broadcast(__func__, name, tensor, root, req));
+  ON_SET(ps, "broadcast", name, broadcast(__func__, name, tensor, root, req));
 }
 
 hvd_result_t hvd_ps_broadcast(const hvd_process_set_t *ps, const char *name,
                               hvd_tensor_t *tensor, int root) {
-  ON_SET(ps, hvd_broadcast(name, tensor, root));
+  ON_SET(ps, "broadcast", name, hvd_broadcast(name, tensor, root));
 }
 
 hvd_result_t hvd_ps_allgather_async(const hvd_process_set_t *ps,
                                     const char *name, const hvd_tensor_t *send,
                                     hvd_tensor_t *recv, hvd_request_t **req) {
-  ON_SET(ps, allgather(__func__, name, send, recv, req));
+  ON_SET(ps, "allgather", name, allgather(__func__, name, send, recv, req));
 }
 
 hvd_result_t hvd_ps_allgather(const hvd_process_set_t *ps, const char *name,
                               const hvd_tensor_t *send, hvd_tensor_t *recv) {
-  ON_SET(ps, hvd_allgather(name, send, recv));
+  ON_SET(ps, "allgather", name, hvd_allgather(name, send, recv));
 }
 
 hvd_result_t hvd_ps_alltoall_async(const hvd_process_set_t *ps,
                                    const char *name, const hvd_tensor_t *send,
                                    const int64_t *splits, hvd_tensor_t *recv,
                                    int64_t *recv_splits, hvd_request_t **req) {
-  ON_SET(ps, alltoall(__func__, name, send, splits, recv, recv_splits, req));
+  ON_SET(ps, "alltoall", name,
+         alltoall(__func__, name, send, splits, recv, recv_splits, req));
 }
 
 hvd_result_t hvd_ps_alltoall(const hvd_process_set_t *ps, const char *name,
                              const hvd_tensor_t *send, const int64_t *splits,
                              hvd_tensor_t *recv, int64_t *recv_splits) {
-  ON_SET(ps, hvd_alltoall(name, send, splits, recv, recv_splits));
+  ON_SET(ps, "alltoall", name,
+         hvd_alltoall(name, send, splits, recv, recv_splits));
 }
 
 hvd_result_t hvd_ps_reducescatter_async(const hvd_process_set_t *ps,
@@ -857,19 +881,21 @@ hvd_result_t hvd_ps_reducescatter_async(const hvd_process_set_t *ps,
                                         hvd_tensor_t *recv, hvd_op_t op,
                                         double prescale, double postscale,
                                         hvd_request_t **req) {
-  ON_SET(ps, reducescatter(__func__, name, send, recv, op, prescale, postscale,
-                           req));
+  ON_SET(
+      ps, "reducescatter", name,
+      reducescatter(__func__, name, send, recv, op, prescale, postscale, req));
 }
 
 hvd_result_t hvd_ps_reducescatter(const hvd_process_set_t *ps, const char *name,
                                   const hvd_tensor_t *send, hvd_tensor_t *recv,
                                   hvd_op_t op, double prescale,
                                   double postscale) {
-  ON_SET(ps, hvd_reducescatter(name, send, recv, op, prescale, postscale));
+  ON_SET(ps, "reducescatter", name,
+         hvd_reducescatter(name, send, recv, op, prescale, postscale));
 }
 
 hvd_result_t hvd_ps_barrier(const hvd_process_set_t *ps) {
-  ON_SET(ps, hvd_barrier());
+  ON_SET(ps, "barrier", NULL, hvd_barrier());
 }
 
 /* Grouped collectives on a set: the members go to the set's engine
@@ -880,8 +906,9 @@ hvd_result_t hvd_ps_grouped_allreduce_async(const hvd_process_set_t *ps, int n,
                                             hvd_tensor_t *recvs, hvd_op_t op,
                                             double prescale, double postscale,
                                             hvd_request_t **reqs) {
-  ON_SET(ps, hvd_grouped_allreduce_async(n, names, sends, recvs, op, prescale,
-                                         postscale, reqs));
+  ON_SET(ps, "allreduce", first_name(n, names),
+         hvd_grouped_allreduce_async(n, names, sends, recvs, op, prescale,
+                                     postscale, reqs));
 }
 
 hvd_result_t hvd_ps_grouped_allreduce(const hvd_process_set_t *ps, int n,
@@ -889,8 +916,9 @@ hvd_result_t hvd_ps_grouped_allreduce(const hvd_process_set_t *ps, int n,
                                       const hvd_tensor_t *sends,
                                       hvd_tensor_t *recvs, hvd_op_t op,
                                       double prescale, double postscale) {
-  ON_SET(ps, hvd_grouped_allreduce(n, names, sends, recvs, op, prescale,
-                                   postscale));
+  ON_SET(
+      ps, "allreduce", first_name(n, names),
+      hvd_grouped_allreduce(n, names, sends, recvs, op, prescale, postscale));
 }
 
 hvd_result_t hvd_ps_grouped_allgather_async(const hvd_process_set_t *ps, int n,
@@ -898,22 +926,25 @@ hvd_result_t hvd_ps_grouped_allgather_async(const hvd_process_set_t *ps, int n,
                                             const hvd_tensor_t *sends,
                                             hvd_tensor_t *recvs,
                                             hvd_request_t **reqs) {
-  ON_SET(ps, hvd_grouped_allgather_async(n, names, sends, recvs, reqs));
+  ON_SET(ps, "allgather", first_name(n, names),
+         hvd_grouped_allgather_async(n, names, sends, recvs, reqs));
 }
 
 hvd_result_t hvd_ps_grouped_allgather(const hvd_process_set_t *ps, int n,
                                       const char *const *names,
                                       const hvd_tensor_t *sends,
                                       hvd_tensor_t *recvs) {
-  ON_SET(ps, hvd_grouped_allgather(n, names, sends, recvs));
+  ON_SET(ps, "allgather", first_name(n, names),
+         hvd_grouped_allgather(n, names, sends, recvs));
 }
 
 hvd_result_t hvd_ps_grouped_reducescatter_async(
     const hvd_process_set_t *ps, int n, const char *const *names,
     const hvd_tensor_t *sends, hvd_tensor_t *recvs, hvd_op_t op,
     double prescale, double postscale, hvd_request_t **reqs) {
-  ON_SET(ps, hvd_grouped_reducescatter_async(n, names, sends, recvs, op,
-                                             prescale, postscale, reqs));
+  ON_SET(ps, "reducescatter", first_name(n, names),
+         hvd_grouped_reducescatter_async(n, names, sends, recvs, op, prescale,
+                                         postscale, reqs));
 }
 
 hvd_result_t hvd_ps_grouped_reducescatter(const hvd_process_set_t *ps, int n,
@@ -921,33 +952,25 @@ hvd_result_t hvd_ps_grouped_reducescatter(const hvd_process_set_t *ps, int n,
                                           const hvd_tensor_t *sends,
                                           hvd_tensor_t *recvs, hvd_op_t op,
                                           double prescale, double postscale) {
-  ON_SET(ps, hvd_grouped_reducescatter(n, names, sends, recvs, op, prescale,
-                                       postscale));
+  ON_SET(ps, "reducescatter", first_name(n, names),
+         hvd_grouped_reducescatter(n, names, sends, recvs, op, prescale,
+                                   postscale));
 }
 
-/* Byte objects on a set: membership checked first, so that an outsider's
- * error names the call and the object, not the inner collectives. */
+/* Byte objects on a set: membership checked first (ON_SET), so that an
+ * outsider's error names the call and the object, not the inner
+ * collectives. */
 hvd_result_t hvd_ps_broadcast_object(const hvd_process_set_t *ps,
                                      const char *name, const void *data,
                                      size_t len, int root, void **out,
                                      size_t *out_len) {
-  if (ps != NULL && name != NULL) {
-    hvd_result_t rc =
-        hvd__runtime_set_check(__func__, "hvd_ps_broadcast_object", name, ps);
-    if (rc != HVD_SUCCESS)
-      return rc;
-  }
-  ON_SET(ps, hvd_broadcast_object(name, data, len, root, out, out_len));
+  ON_SET(ps, "hvd_ps_broadcast_object", name,
+         hvd_broadcast_object(name, data, len, root, out, out_len));
 }
 
 hvd_result_t hvd_ps_allgather_object(const hvd_process_set_t *ps,
                                      const char *name, const void *data,
                                      size_t len, void **out, size_t *lens) {
-  if (ps != NULL && name != NULL) {
-    hvd_result_t rc =
-        hvd__runtime_set_check(__func__, "hvd_ps_allgather_object", name, ps);
-    if (rc != HVD_SUCCESS)
-      return rc;
-  }
-  ON_SET(ps, hvd_allgather_object(name, data, len, out, lens));
+  ON_SET(ps, "hvd_ps_allgather_object", name,
+         hvd_allgather_object(name, data, len, out, lens));
 }

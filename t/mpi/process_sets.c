@@ -5,10 +5,12 @@
  * the last size-1) with every collective, roots counted in the set; a
  * rank outside a set; a mismatch inside a set named by world ranks; ranks
  * that disagree on a set; grouped and object collectives on a set (and an
- * outsider's errors for both); destroy with work in flight; a peer's
- * hvd_shutdown with set work in flight (named as a shutdown, not a
- * destroy); hvd_shutdown with sets alive; every _async form on a set
- * whose ranks differ from the world's, beside the world's grouped
+ * outsider's errors for both); an outsider refused before the checks
+ * that count the set's ranks (root, splits); destroy with work in
+ * flight; a peer's hvd_shutdown with set work in flight (named as a
+ * shutdown, not a destroy); hvd_shutdown with sets alive, and the
+ * blocking forms afterwards naming themselves; every _async form on a
+ * set whose ranks differ from the world's, beside the world's grouped
  * allgather. Exact values throughout.
  */
 #include <stdio.h>
@@ -444,6 +446,54 @@ static void test_create_errors(void) {
   }
 }
 
+/* rc and hvd_last_error() of the call just made: HVD_ERR_INVALID_ARG and
+ * "<head>: <outsider>" on rank 0, "<head>: <member>" on the others. */
+static void refused_as(hvd_result_t rc, const char *head, const char *outsider,
+                       const char *member, const char *what) {
+  char want[256];
+  snprintf(want, sizeof want, "%s: %s", head, rank == 0 ? outsider : member);
+  is_int(HVD_ERR_INVALID_ARG, rc, "%s: result", what);
+  is_string(want, hvd_last_error(), "%s: message", what);
+}
+
+/* The set of ranks 1..size-1: rank 0, outside it, is told so before
+ * any check that counts the set's ranks (a root or splits out of range
+ * for it, which it once got instead); the members get those checks. */
+static void test_outsider_first(void) {
+  if (size < 2)
+    return;
+  int hi[8], n = size - 1;
+  char list[64] = "", outsider[128], member[128];
+  for (int i = 0, at = 0; i < n; i++) {
+    hi[i] = i + 1;
+    at += snprintf(list + at, sizeof list - (size_t)at, "%s%d", i ? ", " : "",
+                   hi[i]);
+  }
+  hvd_process_set_t *B = make(hi, n, "high");
+  snprintf(outsider, sizeof outsider,
+           "rank 0 is not in process set %d (ranks %s)", hvd_process_set_id(B),
+           list);
+  float x[8] = {0};
+  int64_t rows = n + 1, splits[8], rsplits[8];
+  for (int i = 0; i < n; i++)
+    splits[i] = 1; /* n rows of n + 1 */
+  hvd_tensor_t tx = hvd_tensor_make(x, HVD_FLOAT32, 1, &rows), out;
+  hvd_request_t *q = NULL;
+  snprintf(member, sizeof member, "splits sum to %d but shape[0] is %d", n,
+           n + 1);
+  refused_as(hvd_ps_alltoall(B, "o.a2a", &tx, splits, &out, rsplits),
+             "alltoall 'o.a2a'", outsider, member, "alltoall, splits");
+  refused_as(hvd_ps_alltoall_async(B, "o.a2a", &tx, splits, &out, rsplits, &q),
+             "alltoall 'o.a2a'", outsider, member, "alltoall_async, splits");
+  snprintf(member, sizeof member, "root %d is out of range for %d ranks", n,
+           n);
+  refused_as(hvd_ps_broadcast(B, "o.bc", &tx, n), "broadcast 'o.bc'",
+             outsider, member, "broadcast, root");
+  refused_as(hvd_ps_broadcast_async(B, "o.bc", &tx, n, &q), "broadcast 'o.bc'",
+             outsider, member, "broadcast_async, root");
+  hvd_process_set_destroy(B);
+}
+
 static void test_destroy_in_flight(void) {
   if (size < 2)
     return;
@@ -681,6 +731,19 @@ static void test_shutdown_with_sets(void) {
   is_int(HVD_ERR_NOT_INITIALIZED,
          hvd_ps_allreduce(ps, "z", &tv, &tv, HVD_SUM, 1, 1),
          "after hvd_shutdown the set takes nothing");
+  /* each blocking form names itself, not the world's call inside it */
+  is_string("hvd_ps_allreduce: hvd_init() has not been called",
+            hvd_last_error(), "  hvd_ps_allreduce names itself");
+  hvd_ps_broadcast(ps, "z", &tv, 0);
+  is_string("hvd_ps_broadcast: hvd_init() has not been called",
+            hvd_last_error(), "  hvd_ps_broadcast names itself");
+  is_int(HVD_ERR_NOT_INITIALIZED, hvd_ps_barrier(ps), "  hvd_ps_barrier: code");
+  is_string("hvd_ps_barrier: hvd_init() has not been called",
+            hvd_last_error(), "  hvd_ps_barrier names itself");
+  const char *names[1] = {"z"};
+  hvd_ps_grouped_allreduce(ps, 1, names, &tv, &tv, HVD_SUM, 1, 1);
+  is_string("hvd_ps_grouped_allreduce: hvd_init() has not been called",
+            hvd_last_error(), "  hvd_ps_grouped_allreduce names itself");
   is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "and destroy frees it");
   is_int(HVD_SUCCESS, hvd_init(), "hvd_init again");
 }
@@ -701,6 +764,7 @@ int main(int argc, char **argv) {
   test_grouped_objects();
   test_async_forms();
   test_create_errors();
+  test_outsider_first();
   test_destroy_in_flight();
   test_peer_shutdown();
   test_shutdown_with_sets();
