@@ -77,14 +77,10 @@ void hvd__engine_run_command(hvd__engine_t *e) {
   pthread_mutex_lock(&e->mu);
   hvd__engine_cmd_t cmd = e->cmd;
   pthread_mutex_unlock(&e->mu);
-  hvd_result_t rc;
-  int64_t *all = malloc(sizeof *all * HVD__CMD_ROW * (size_t)e->env.size);
-  if (all == NULL)
-    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory",
-                        hvd__cmd_name(cmd.kind));
-  else if ((rc = exchange(e, &cmd, all)) == HVD_SUCCESS)
+  int64_t *all = e->cmd_rows; /* made at the start: nothing to fail here */
+  hvd_result_t rc = exchange(e, &cmd, all);
+  if (rc == HVD_SUCCESS)
     rc = cmd.fn(cmd.arg, all);
-  free(all);
   e->cmd_warned = 0;
   pthread_mutex_lock(&e->mu);
   e->cmd_rc = rc;
@@ -106,6 +102,7 @@ int hvd__engine_command_overdue(const hvd__engine_t *e) {
 
 /* A rank's row in the stall exchange. */
 enum { S_HAS, S_KIND, S_AGE_US, S_WARNED, S_CHECK_US, S_SHUTDOWN_US, S_ROW };
+_Static_assert(S_ROW == HVD__CMD_STALL_ROW, "engine_int.h's row size");
 
 /* "1, 3": the ranks whose has is `want`, by world rank. */
 static void rank_list(const hvd__engine_t *e, const int64_t *all, int want,
@@ -170,17 +167,12 @@ int hvd__engine_command_stall(hvd__engine_t *e, int has) {
                          has && e->cmd_warned,
                          (int64_t)(e->settings.stall_check_s * 1e6),
                          (int64_t)(e->settings.stall_shutdown_s * 1e6)};
-  int64_t *all = malloc(sizeof *all * S_ROW * (size_t)e->env.size);
-  if (all == NULL) {
-    hvd__engine_fail(e, hvd__set_error(HVD_ERR_NO_MEMORY, "stall exchange"));
-    return 1;
-  }
+  int64_t *all = e->cmd_rows;
   HVD__MPI_CHECK(MPI_Allgather(mine, S_ROW, MPI_INT64_T, all, S_ROW,
                                MPI_INT64_T, e->env.comm));
   int warn;
   char msg[HVD__ERRMSG_MAX - 16], reason[HVD__ERRMSG_MAX];
   int stop = verdict(e, all, has, &warn, msg, sizeof msg);
-  free(all);
   if (warn && e->env.rank == 0)
     HVD__LOG(HVD__LOG_WARNING, "%s", msg);
   if (stop) {
@@ -190,7 +182,6 @@ int hvd__engine_command_stall(hvd__engine_t *e, int has) {
   }
   return stop;
 fail:
-  free(all);
   hvd__engine_fail(e, rc);
   return 1;
 }

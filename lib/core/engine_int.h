@@ -80,11 +80,13 @@ struct hvd__engine {
   int nsets;
   size_t sets_bytes;
   int world_done; /* the world agreed to shut down; its sets still run */
-  /* a command some rank has not posted: its stall times (this rank's,
-   * then rank 0's, as the stall inspector's are) and whether the
-   * warning was given (engine_command.c) */
+  /* a command some rank has not posted: its stall times (rank 0's, as
+   * the stall inspector's are, learnt at the engine's start) and whether
+   * the warning was given (engine_command.c) */
   double cmd_check_s, cmd_shutdown_s;
   int cmd_warned;
+  int64_t *cmd_rows;         /* the commands' exchanges: a row of each rank's */
+#define HVD__CMD_STALL_ROW 6 /* int64 a rank in a command's stall exchange */
   hvd__controller_t *ctl;
   void *exec_state[HVD__MAX_EXECUTORS];
   int joined;            /* this rank has a join in flight */

@@ -42,6 +42,7 @@ static void engine_free(hvd__engine_t *e) {
   free(e->group_dims);
   free(e->fresh);
   free(e->sets);
+  free(e->cmd_rows);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv);
   pthread_mutex_destroy(&e->tl_mu);
@@ -64,8 +65,6 @@ static hvd__engine_t *engine_alloc(const hvd__exec_env_t *env,
   pthread_cond_init(&e->tl_cv, NULL);
   e->settings = *s;
   e->env = *env;
-  e->cmd_check_s = s->stall_check_s; /* rank 0's once some rank waits */
-  e->cmd_shutdown_s = s->stall_shutdown_s;
   /* With one rank a host collective has no peer to meet, so starting it
    * early gains nothing, while waking this thread for each submission costs
    * the caller's core a switch each time (bert_train tiny at np=1: 3 to 5%
@@ -105,8 +104,15 @@ static void agreed_str(int k, int64_t x, char *buf, size_t n) {
 
 /* What each rank gives the engine's start: its NAGREED settings, then
  * what hierarchical allreduce is decided from (HVD_HIERARCHICAL_ALLREDUCE,
- * its local size, whether it is its node's first rank). */
-#define NGATHERED (NAGREED + 3)
+ * its local size, whether it is its node's first rank), then its stall
+ * times in microseconds (rank 0's bound the engine commands' waits on
+ * every rank, engine_command.c). */
+#define NGATHERED (NAGREED + 5)
+
+/* The start's buffer is kept for the engine commands' exchanges, so that
+ * no rank can fail to allocate one while its peers make it. */
+_Static_assert(NGATHERED >= HVD__CMD_ROW && NGATHERED >= HVD__CMD_STALL_ROW,
+               "the start's buffer holds a command exchange's rows");
 
 /* The ranks whose setting k differs from rank 0's, as "rank 0 V vs rank
  * 2 W, rank 3 W" (at most 8 listed, then ", and N more ranks"); 0 when
@@ -140,11 +146,17 @@ static hvd_result_t agree(hvd__engine_t *e) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__settings_t *s = &e->settings;
   const hvd__exec_env_t *env = &e->env;
-  int64_t mine[NGATHERED] = {s->fusion_threshold, s->chunk_size,
-                             s->cache_capacity,   s->shm_allreduce,
-                             s->checkpoint_piece, s->gpu_ops,
-                             s->hierarchical,     env->local_size,
-                             env->local_rank == 0},
+  int64_t mine[NGATHERED] = {s->fusion_threshold,
+                             s->chunk_size,
+                             s->cache_capacity,
+                             s->shm_allreduce,
+                             s->checkpoint_piece,
+                             s->gpu_ops,
+                             s->hierarchical,
+                             env->local_size,
+                             env->local_rank == 0,
+                             (int64_t)(s->stall_check_s * 1e6),
+                             (int64_t)(s->stall_shutdown_s * 1e6)},
           *all = calloc((size_t)env->size * NGATHERED, sizeof *all);
   int64_t hier = 0, local = 0, roots = 0;
   char msg[HVD__ERRMSG_MAX];
@@ -159,9 +171,13 @@ static hvd_result_t agree(hvd__engine_t *e) {
     roots += x[2];
   }
   e->env.hierarchical = hier && local > 1 && roots > 1;
+  e->cmd_check_s = (double)all[NAGREED + 3] / 1e6; /* rank 0's */
+  e->cmd_shutdown_s = (double)all[NAGREED + 4] / 1e6;
   for (int k = 0; k < NAGREED && rc == HVD_SUCCESS; k++)
     if (agreed_differ(env, all, k, msg, sizeof msg))
       rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s", msg);
+  e->cmd_rows = all;
+  return rc;
 fail:
   free(all);
   return rc;

@@ -35,6 +35,10 @@
 #     hvd_barrier afterwards the same stop at once, every rank logs it
 #     as an error, and the job ends with status 9 (an engine command once
 #     waited for ever, beyond the stall times). No timing is asserted.
+#   create0, np 2 and 3: the same with rank 0 the one that never calls it
+#     and the callers' own stall times 0: rank 0's times bound their wait
+#     (each rank's own once did, and theirs was none), the same lines
+#     naming rank 0.
 #
 # Each run is bounded by HVD_TEST_TIMEOUT=40 (the wrapper's timeout).
 
@@ -246,6 +250,33 @@ for np in 2 3; do
   count=`grep -c "^stall_prog\[[0-9]*\]: shutdown rc=0\$" "$out"`
   [ "$count" = $np ]
   check $? "$what: every rank shuts down ($count of $np)"
+  if [ $failed != $bad ]; then
+    show "$out" "stdout of the $what run"
+    show "$err" "stderr of the $what run"
+  fi
+done
+
+# create0: rank 0 never calls it; the callers have no stall times of
+# their own
+for np in 2 3; do
+  out=$tmp/create0_$np.out
+  err=$tmp/create0_$np.err
+  others=`seq -s ', ' 1 $((np - 1))`
+  run_np $np "$out" "$err" "$prog" create0
+  bad=$failed
+  what="create0, np $np"
+  [ "$rc" = 9 ]
+  check $? "$what: the job ends with status 9 (status $rc)"
+  pat="^\[hvd 0\] warning: stall: hvd_process_set_create has waited [0-9.]* s for rank(s) 0; called by rank(s) $others\$"
+  count=`grep -c "$pat" "$err"`
+  [ "$count" = 1 ]
+  check $? "$what: rank 0 warns once that the create waits for rank 0 ($count)"
+  stop="hvd_process_set_create stalled for [0-9.]* s: rank(s) 0 never called it (HVD_STALL_SHUTDOWN_TIME=5)"
+  count=`grep -c "^stall_prog\[[12]\]: create rc=9: hvd_process_set_create: hvd stopped: $stop\$" "$out"`
+  [ "$count" = $((np - 1)) ]
+  check $? "$what: every create fails with HVD_ERR_STALL naming rank 0 ($count of $((np - 1)))"
+  grep -q "^stall_prog\[0\]: barrier rc=9: barrier: hvd stopped: $stop\$" "$out"
+  check $? "$what: rank 0's barrier afterwards fails with the same stop"
   if [ $failed != $bad ]; then
     show "$out" "stdout of the $what run"
     show "$err" "stderr of the $what run"

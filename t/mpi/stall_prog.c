@@ -24,6 +24,10 @@
  *                      rank 1's barrier fails at once with the same stop.
  *                      Prints "stall_prog[R]: create rc=RC: MESSAGE" (rank
  *                      1: "barrier") instead of the 'x' line.
+ *   stall_prog create0 as create with rank 0 the one that never calls
+ *                      it, and the callers' own stall times 0 (no
+ *                      bound): rank 0's times bound every rank's wait,
+ *                      as for a collective.
  *   stall_prog set     (3 ranks or more) "x" in a process set of ranks 1
  *                      and 2 only, rank 2 submitting it 3 s late: the set's
  *                      own stall inspector (on rank 1, the set's first)
@@ -58,20 +62,21 @@ static void sleep_s(double s) {
   nanosleep(&ts, NULL);
 }
 
-/* stall_prog create, after hvd_init. */
-static int create_mode(int me, int size) {
+/* stall_prog create (absent 1) and create0 (absent 0), after hvd_init. */
+static int create_mode(int me, int size, int absent) {
   int all[64];
   hvd_process_set_t *ps = NULL;
   hvd_result_t rc = HVD_SUCCESS;
   for (int r = 0; r < size && r < 64; r++)
     all[r] = r;
   MPI_Barrier(MPI_COMM_WORLD);
-  if (me != 1)
+  if (me != absent)
     rc = hvd_process_set_create(all, size, &ps);
-  MPI_Barrier(MPI_COMM_WORLD); /* rank 1 waits here, outside hvd */
-  if (me == 1)
+  MPI_Barrier(MPI_COMM_WORLD); /* the absent rank waits here, outside hvd */
+  if (me == absent)
     rc = hvd_barrier();
-  printf("stall_prog[%d]: %s rc=%d: %s\n", me, me == 1 ? "barrier" : "create",
+  printf("stall_prog[%d]: %s rc=%d: %s\n", me,
+         me == absent ? "barrier" : "create",
          (int)rc, rc == HVD_SUCCESS ? "" : hvd_last_error());
   hvd_process_set_destroy(ps);
   rc = hvd_shutdown();
@@ -87,9 +92,15 @@ int main(int argc, char **argv) {
 
   if (argc != 2 || (strcmp(argv[1], "never") && strcmp(argv[1], "late") &&
                     strcmp(argv[1], "set") && strcmp(argv[1], "cached") &&
-                    strcmp(argv[1], "create"))) {
-    fprintf(stderr, "usage: stall_prog never|late|set|cached|create\n");
+                    strcmp(argv[1], "create") && strcmp(argv[1], "create0"))) {
+    fprintf(stderr,
+            "usage: stall_prog never|late|set|cached|create|create0\n");
     return 2;
+  }
+  const char *world = getenv("OMPI_COMM_WORLD_RANK");
+  if (strcmp(argv[1], "create0") == 0 && world != NULL && atoi(world) != 0) {
+    setenv("HVD_STALL_CHECK_TIME", "0", 1); /* the callers: no bound */
+    setenv("HVD_STALL_SHUTDOWN_TIME", "0", 1);
   }
   late = strcmp(argv[1], "late") == 0;
   int in_set = strcmp(argv[1], "set") == 0;
@@ -98,8 +109,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   int me = hvd_rank(), size = hvd_size();
-  if (strcmp(argv[1], "create") == 0)
-    return create_mode(me, size);
+  if (strcmp(argv[1], "create") == 0 || strcmp(argv[1], "create0") == 0)
+    return create_mode(me, size, argv[1][6] == '0' ? 0 : 1);
   hvd_process_set_t *ps = NULL;
   const int pair[2] = {1, 2};
   if (in_set && hvd_process_set_create(pair, 2, &ps) != HVD_SUCCESS) {
