@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/errors.h"
@@ -39,6 +40,7 @@ struct hvd__timeline {
   uint64_t written, cap; /* bytes in the file, TAIL aside; the cap (0: none) */
   int capped;            /* the cap was reached: nothing more is written */
   int failed;            /* a write failed: nothing more is written */
+  int stream; /* a pipe, FIFO or terminal: events in order, TAIL at close */
   const char *path;
   double epoch, last_flush;
   char *buf;
@@ -223,6 +225,8 @@ hvd__timeline_t *hvd__timeline_open(const char *path, int rank, double epoch,
   t->next_tid = 1; /* track 0 is CYCLE */
   int err = 0;
   t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  struct stat st;
+  t->stream = t->fd >= 0 && fstat(t->fd, &st) == 0 && !S_ISREG(st.st_mode);
   if (t->fd < 0 || (err = put_header(t)) != 0) {
     if (t->fd < 0)
       err = errno;
@@ -324,11 +328,14 @@ void hvd__timeline_cycle(hvd__timeline_t *t, double at, long cycle) {
   pthread_mutex_unlock(&t->mu);
 }
 
-/* n bytes at off, in as many writes as the file takes (one, unless a
+/* n bytes at off (where the file has no place, a pipe's or a
+ * terminal's: next), in as many writes as the file takes (one, unless a
  * signal or a full disk cuts it short): 0 or an errno. */
-static int write_at(int fd, const char *p, size_t n, uint64_t off) {
+static int write_at(const hvd__timeline_t *t, const char *p, size_t n,
+                    uint64_t off) {
   while (n > 0) {
-    ssize_t k = pwrite(fd, p, n, (off_t)off);
+    ssize_t k =
+        t->stream ? write(t->fd, p, n) : pwrite(t->fd, p, n, (off_t)off);
     if (k < 0 && errno == EINTR)
       continue;
     if (k <= 0)
@@ -348,9 +355,11 @@ static void write_failed(hvd__timeline_t *t, int err) {
   t->failed = err;
   t->len = 0;
   t->start = 0;
-  if (t->written > 0)
-    (void)write_at(t->fd, TAIL, TAIL_LEN, t->written);
-  (void)!ftruncate(t->fd, (off_t)(t->written > 0 ? t->written + TAIL_LEN : 0));
+  if (t->written > 0 || t->stream)
+    (void)write_at(t, TAIL, TAIL_LEN, t->written);
+  if (!t->stream)
+    (void)!ftruncate(t->fd,
+                     (off_t)(t->written > 0 ? t->written + TAIL_LEN : 0));
   HVD__LOG(HVD__LOG_WARNING,
            "timeline: cannot write '%s': %s; it ends at its last whole "
            "event and nothing more is written to it",
@@ -359,11 +368,14 @@ static void write_failed(hvd__timeline_t *t, int err) {
 
 /* Writes the buffer (whole events) and TAIL at the file's end, over the
  * last flush's TAIL, in one pwrite (write_at), so the file is valid JSON
- * after it: no system call leaves half of a flush in the file, as stdio's
- * two writes of a buffer longer than its own did. 0 or an errno. */
+ * after it: stdio wrote a buffer longer than its own in two writes, with
+ * half of a flush in the file between them. (A signal that kills the
+ * process inside a long pwrite can still cut it short.) A stream gets the
+ * events alone, and TAIL once, at close. 0 or an errno. */
 static int write_buf(hvd__timeline_t *t) {
   memcpy(t->buf + t->len, TAIL, TAIL_LEN);
-  int err = write_at(t->fd, t->buf, t->len + TAIL_LEN, t->written);
+  int err =
+      write_at(t, t->buf, t->len + (t->stream ? 0 : TAIL_LEN), t->written);
   if (err != 0)
     return err;
   t->written += t->len;
@@ -403,6 +415,8 @@ void hvd__timeline_close(hvd__timeline_t *t) {
   if (t == NULL)
     return;
   hvd__timeline_flush(t, 0);
+  if (t->stream && !t->failed)
+    (void)write_at(t, TAIL, TAIL_LEN, 0);
   if (close(t->fd) != 0 && !t->failed) /* a network filesystem's late error */
     HVD__LOG(HVD__LOG_WARNING, "timeline: cannot close '%s': %s", t->path,
              strerror(errno));

@@ -5,7 +5,9 @@
  * (fusion chunk copies), ALLREDUCE etc. (the collective); plus a CYCLE
  * track marking the start of every cycle that had work. The file is a
  * valid JSON array after every flush: the closing bracket is written with
- * the events, in one pwrite, and the next events overwrite it. Written by
+ * the events, in one pwrite, and the next events overwrite it (a pipe,
+ * FIFO or terminal, which has no place to write at, gets the events in
+ * order and the bracket once, at close). Written by
  * the engine thread, and by the program's marks (a mutex per file); a file
  * stops at its cap (HVD_TIMELINE_MAX_BYTES, 0 or at least
  * HVD__TIMELINE_MIN_BYTES) with one TIMELINE_CAP event, or at a failed

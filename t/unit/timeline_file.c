@@ -23,6 +23,10 @@
  *     short write, then EFBIG, as a full disk gives ENOSPC): one warning
  *     naming the file and the error; the file is cut back to the events
  *     of the flushes before, valid JSON; nothing more is written.
+ *  7. A FIFO (as a pipe or a terminal: no place to write at): the events
+ *     go out in order, flush after flush, and the closing "]" once, at
+ *     close; what the reader got is valid JSON with every mark (pwrite
+ *     failed there with ESPIPE and the timeline would not open).
  * `timeline_file flood PATH` (t/unit/timeline_fs.sh) writes 3 MiB of
  * marks to PATH and prints nothing.
  * Linked against libhvd.a (the writer is not exported).
@@ -34,6 +38,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/errors.h"
@@ -226,6 +231,37 @@ static void test_write_fails(void) {
      "failed write: valid JSON, the header, the USER track and the 5 marks flushed before");
 }
 
+static void test_fifo(void) {
+  char fifo[96], cmd[256];
+  snprintf(fifo, sizeof fifo, "%s.fifo", path);
+  unlink(fifo);
+  if (mkfifo(fifo, 0600) != 0) {
+    skip(2, "mkfifo: cannot make a FIFO here");
+    return;
+  }
+  snprintf(cmd, sizeof cmd, "cat '%s' > '%s'", fifo, path);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  hvd__timeline_t *t = hvd__timeline_open(fifo, 0, hvd__now(), 0);
+  ok(t != NULL, "FIFO: the timeline opens (%s)",
+     t != NULL ? "" : hvd_last_error());
+  char *name = name_of(700);
+  for (int i = 0; t != NULL && i < 3000; i++) /* 2 MiB: flushes */
+    hvd__timeline_instant(t, "USER", name, hvd__now(), NULL);
+  hvd__timeline_close(t);
+  free(name);
+  int status = 0;
+  if (t == NULL) /* the reader waits for a writer: be one */
+    close(open(fifo, O_WRONLY));
+  waitpid(pid, &status, 0);
+  unlink(fifo);
+  ok(py("len(ev) == 3003 and ev[-1][\"name\"] == \"a\" * 700"),
+     "FIFO: the reader gets valid JSON, the header, the track, 3000 marks");
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "flood") == 0) {
     hvd__timeline_t *t = hvd__timeline_open(argv[2], 0, hvd__now(), 0);
@@ -246,6 +282,7 @@ int main(int argc, char **argv) {
   test_utf8();
   test_small_caps();
   test_write_fails();
+  test_fifo();
   unlink(path);
   done_testing();
   return tap_exit_status();
