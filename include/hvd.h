@@ -1557,7 +1557,9 @@ hvd_result_t hvd_checkpoint_load(const char *path, hvd_param_t *params, int n,
  * for the stall inspector instead). A restore's arguments are agreed
  * the same way before anything else (one small allreduce): a state or
  * restored NULL on one rank fails the restore on every rank,
- * "hvd_state_restore: state is NULL (on rank 2)", and restores nothing.
+ * "hvd_state_restore: state is NULL (on rank 2)", and restores nothing
+ * (on the world, as for the commit: with an optimizer on a process set
+ * the others wait for the stall inspector).
  * A restore of a commit in memory is agreed as a file's load is: a copy
  * back that fails on one rank (a device tensor's) fails the restore on
  * every rank with that rank's error and *restored 0 (the other ranks'
