@@ -137,12 +137,14 @@ fail:
   return rc;
 }
 
-hvd_result_t hvd__grow_agreed(const hvd__exec_env_t *env, void **buf,
-                              size_t *cap, size_t n, const char *what) {
+hvd_result_t hvd__grow_agreed(const hvd__exec_env_t *env, const char *site,
+                              void **buf, size_t *cap, size_t n,
+                              const char *what) {
+  (void)site; /* a fault site in the test builds only */
   if (n <= *cap)
     return HVD_SUCCESS;
   hvd_result_t rc =
-      hvd__fault("grow")
+      hvd__fault(site)
           ? hvd__set_error(HVD_ERR_NO_MEMORY,
                            "could not allocate %zu bytes for the %s", n, what)
           : hvd__grow(buf, cap, n, what);

@@ -221,9 +221,11 @@ hvd_result_t hvd__agree_ready(const hvd__exec_env_t *env, hvd_result_t mine);
  * computes alike, so whether it grows is the same on every rank: when it
  * does (rarely), whether it could is agreed (hvd__agree_ready), and when
  * some rank could not, every rank drops the buffer (*buf NULL, *cap 0),
- * so that they grow alike again, and fails with the agreed words. */
-hvd_result_t hvd__grow_agreed(const hvd__exec_env_t *env, void **buf,
-                              size_t *cap, size_t n, const char *what);
+ * so that they grow alike again, and fails with the agreed words. `site`
+ * names it for the test builds' faults (base/fault.h). */
+hvd_result_t hvd__grow_agreed(const hvd__exec_env_t *env, const char *site,
+                              void **buf, size_t *cap, size_t n,
+                              const char *what);
 
 /* Rows of block k when `rows` rows are split over p ranks for a
  * reducescatter: the first rows % p blocks hold one row more. */

@@ -25,7 +25,7 @@ static hvd_result_t group_dims(hvd__mpi_state_t *s, const hvd__exec_env_t *env,
   hvd_result_t rc = HVD_SUCCESS;
   int m = w->n, P = env->size, nc = 0;
   HVD__CHECK(
-      hvd__grow_agreed(env, (void **)&s->gdims, &s->gdims_cap,
+      hvd__grow_agreed(env, "grow", (void **)&s->gdims, &s->gdims_cap,
                        (size_t)(2 * m + 1) * (size_t)P * sizeof *s->gdims,
                        "first dimensions of a fused allgather"));
   int64_t *dims = s->gdims;               /* [i * P + q]: rows */
