@@ -21,6 +21,15 @@
  *   grow        the growth of a host executor's buffer whose size every
  *               rank computes alike (ops/executor.c, hvd__grow_agreed:
  *               a fused allgather's first dimensions)
+ *   fusion      the growth of the host allreduce's fusion buffer (a fused
+ *               or compressed group's staging chunk: ops/mpi_ops.c,
+ *               reserve_stage)
+ *   reduction   the growth of the room of the host allreduce's ordered
+ *               reductions over MPI (ops/mpi_ops.c, reserve_reduction:
+ *               ordered.c's buffer and counts; over every rank, or across
+ *               the nodes after the shared-memory path)
+ *   adasum      the growth of HVD_ADASUM's buffer of a peer's tensor
+ *               (ops/adasum.c)
  */
 #ifndef HVD_BASE_FAULT_H
 #define HVD_BASE_FAULT_H

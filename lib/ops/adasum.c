@@ -20,7 +20,9 @@
  *
  * Each tensor is combined in its recv (send copied there first, with the
  * prescale, unless in place), the peer's received into one scratch
- * buffer of the largest tensor's size: one MPI_Sendrecv per tensor and
+ * buffer of the largest tensor's size, kept across groups (its growth
+ * agreed by every rank first: one without the memory fails the group
+ * everywhere before any MPI step): one MPI_Sendrecv per tensor and
  * level. Whole tensors travel at every level (log2 size exchanges with
  * one peer, against about two passes for a ring allreduce): meant for
  * the gradients of the distributed optimizer at the world sizes of a
@@ -162,17 +164,23 @@ hvd_result_t hvd__adasum_allreduce(hvd__mpi_state_t *s,
                                    const hvd__exec_env_t *env,
                                    const hvd__work_t *w) {
   const hvd__desc_t *d = w->desc;
+  hvd_result_t rc = HVD_SUCCESS;
   int64_t most = 1;
-  for (int i = 0; i < w->n; i++) { /* each into its recv, prescaled */
+  for (int i = 0; i < w->n; i++)
+    most = hvd_tensor_numel(&w->reqs[i]->send) > most
+               ? hvd_tensor_numel(&w->reqs[i]->send)
+               : most;
+  /* the largest tensor's size, every rank's alike: the growth agreed,
+   * before any MPI step and before any recv is written */
+  if (env->size > 1)
+    rc = hvd__grow_agreed(
+        env, "adasum", (void **)&s->ada_peer, &s->ada_peer_cap,
+        (size_t)most * hvd_dtype_size(d->dtype), "Adasum peer buffer");
+  for (int i = 0; i < w->n && rc == HVD_SUCCESS; i++) { /* prescaled */
     const hvd_request_t *q = w->reqs[i];
-    const int64_t m = hvd_tensor_numel(&q->send);
-    most = m > most ? m : most;
-    hvd__scale(q->recv.data, q->send.data, m, d->dtype,
+    hvd__scale(q->recv.data, q->send.data, hvd_tensor_numel(&q->send), d->dtype,
                q->is_stub ? 1.0 : d->prescale);
   }
-  hvd_result_t rc =
-      hvd__grow((void **)&s->ada_peer, &s->ada_peer_cap,
-                (size_t)most * hvd_dtype_size(d->dtype), "adasum scratch");
   if (rc == HVD_SUCCESS && env->size > 1)
     rc = tree(env, w, s->ada_peer);
   for (int i = 0; i < w->n && rc == HVD_SUCCESS; i++) {

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/errors.h"
+#include "base/fault.h"
 #include "base/tensor.h"
 #include "base/wait.h"
 #include "ops/mpi_int.h"
@@ -194,6 +195,91 @@ static hvd_result_t reduce_direct(hvd__mpi_state_t *s,
   return HVD_SUCCESS;
 }
 
+/* The size a buffer kept across allreduces grows to from `need` bytes:
+ * the next power of two, at most `most` (>= need), so that the ranks
+ * agree on its growth a few times at most, not at each larger group. */
+static size_t grown(size_t need, size_t most) {
+  size_t n = 1;
+  while (n < need)
+    n <<= 1;
+  return n < most ? n : most;
+}
+
+/* Room for a group's ordered reductions over MPI (total elements of dtype,
+ * at most `chunk` in one call): over every rank without the shared-memory
+ * path, across the nodes with it (MPI calls of a shared piece at most).
+ * After it they allocate nothing. Its size, from agreed sizes and
+ * settings, is every rank's alike; it grows past what the ranks agreed
+ * (rarely: towards a chunk, in powers of two) with their agreement, so
+ * that a rank without the memory fails it everywhere before any MPI step
+ * and the common allreduce adds none. */
+static hvd_result_t reserve_reduction(hvd__mpi_state_t *s,
+                                      const hvd__exec_env_t *env, int64_t total,
+                                      int64_t chunk, hvd_dtype_t dtype) {
+  if (s->shm.on && !s->shm.cross)
+    return HVD_SUCCESS; /* no reduction over MPI */
+  hvd__ordered_t *o = s->shm.on ? &s->shm.ord : &s->ord;
+  /* at most these ranks in a call: the nodes (as many ranks on each, with
+   * the shared-memory path), or all (hierarchical: the node's or the
+   * local roots', which differ between ranks) */
+  int p = s->shm.on ? env->size / env->local_size : env->size;
+  int64_t most =
+      s->shm.on ? hvd__shm_piece_bytes(env) / (int64_t)hvd_dtype_size(dtype)
+                : chunk;
+  most = most < HVD__MPI_MAX_ELEMS ? most : HVD__MPI_MAX_ELEMS;
+  most = most > 1 ? most : 1;
+  size_t need =
+      hvd__ordered_allreduce_room(total < most ? total : most, p, dtype);
+  if (need <= o->agreed) /* the common case: no MPI step */
+    return HVD_SUCCESS;
+  size_t bytes = grown(need, hvd__ordered_allreduce_room(most, p, dtype));
+  hvd_result_t rc =
+      hvd__fault("reduction")
+          ? hvd__set_error(HVD_ERR_NO_MEMORY,
+                           "could not allocate %zu bytes for the reduction "
+                           "buffer",
+                           bytes)
+          : hvd__ordered_reserve(o, bytes, p);
+  rc = hvd__agree_ready(env, rc);
+  if (rc == HVD_SUCCESS)
+    o->agreed = bytes;
+  return rc;
+}
+
+/* The fusion buffer (s->stage) holds `need` bytes (at most `most`, a
+ * chunk): its growth agreed (hvd__grow_agreed), its size every rank's
+ * alike (from the group's agreed sizes and the chunk setting). */
+static hvd_result_t reserve_stage(hvd__mpi_state_t *s,
+                                  const hvd__exec_env_t *env, size_t need,
+                                  size_t most) {
+  if (need <= s->stage_cap)
+    return HVD_SUCCESS;
+  return hvd__grow_agreed(env, "fusion", (void **)&s->stage, &s->stage_cap,
+                          grown(need, most), "fusion buffer");
+}
+
+/* Unpacks a compressed chunk of `used` elements from the stage, packed
+ * from request i's element off on: the pack's walk again. */
+static void unpack_wire(const hvd__exec_env_t *env, const hvd__work_t *w,
+                        const uint16_t *stage, int i, int64_t off,
+                        int64_t used) {
+  const hvd__desc_t *d = w->desc;
+  for (int64_t at = 0; at < used;) {
+    hvd_request_t *r = w->reqs[i];
+    int64_t n = hvd_tensor_numel(&r->send);
+    int64_t take = n - off < used - at ? n - off : used - at;
+    if (!r->is_stub && take > 0)
+      hvd__cast_from_wire((float *)r->recv.data + off, stage + at, take,
+                          d->wire, d->op, d->postscale, env->size);
+    at += take;
+    off += take;
+    if (off == n) {
+      i++;
+      off = 0;
+    }
+  }
+}
+
 /* A compressed group (float32 tensors, float16/bfloat16 on the wire):
  * every tensor goes through the staging chunk, cast to the wire with the
  * prescale on the way in and back with average/postscale on the way out;
@@ -202,10 +288,6 @@ static hvd_result_t reduce_direct(hvd__mpi_state_t *s,
 static hvd_result_t allreduce_wire(hvd__mpi_state_t *s,
                                    const hvd__exec_env_t *env,
                                    const hvd__work_t *w, int64_t chunk_elems) {
-  typedef struct piece {
-    int req;
-    int64_t off, cnt, at;
-  } piece_t;
   const hvd__desc_t *d = w->desc;
   hvd_dtype_t wire = d->wire;
   hvd__desc_t dw = *d; /* what the chunk reduction sees */
@@ -213,27 +295,23 @@ static hvd_result_t allreduce_wire(hvd__mpi_state_t *s,
   int64_t total = 0; /* the stage holds a chunk, or all of them if less */
   for (int k = 0; k < w->n; k++)
     total += hvd_tensor_numel(&w->reqs[k]->send);
-  hvd_result_t rc = hvd__grow(
-      (void **)&s->stage, &s->stage_cap,
-      (size_t)(total < chunk_elems ? (total > 0 ? total : 1) : chunk_elems) *
-          sizeof(uint16_t),
-      "fusion chunk");
-  piece_t *pieces = malloc((size_t)(w->n + 1) * sizeof *pieces);
-  if (pieces == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "compression pieces");
+  size_t es = sizeof(uint16_t);
+  int64_t staged = total < chunk_elems ? (total > 0 ? total : 1) : chunk_elems;
+  hvd_result_t rc = reserve_reduction(s, env, total, chunk_elems, wire);
+  if (rc == HVD_SUCCESS)
+    rc = reserve_stage(s, env, (size_t)staged * es, (size_t)chunk_elems * es);
   uint16_t *stage = (uint16_t *)s->stage;
   int i = 0;
   int64_t off = 0;
   while (rc == HVD_SUCCESS && i < w->n) {
-    int np = 0;
-    int64_t used = 0;
+    int i0 = i;
+    int64_t off0 = off, used = 0;
     while (i < w->n && used < chunk_elems) { /* pack */
       hvd_request_t *r = w->reqs[i];
       int64_t left = hvd_tensor_numel(&r->send) - off;
       int64_t take = left < chunk_elems - used ? left : chunk_elems - used;
       hvd__cast_to_wire(stage + used, (const float *)r->send.data + off, take,
                         wire, r->is_stub ? 1.0 : d->prescale);
-      pieces[np++] = (piece_t){i, off, take, used};
       used += take;
       off += take;
       if (off == hvd_tensor_numel(&r->send)) {
@@ -242,15 +320,9 @@ static hvd_result_t allreduce_wire(hvd__mpi_state_t *s,
       }
     }
     rc = reduce_span(s, env, MPI_IN_PLACE, stage, used, &dw, 0);
-    for (int k = 0; k < np && rc == HVD_SUCCESS; k++) { /* unpack */
-      hvd_request_t *r = w->reqs[pieces[k].req];
-      if (!r->is_stub)
-        hvd__cast_from_wire((float *)r->recv.data + pieces[k].off,
-                            stage + pieces[k].at, pieces[k].cnt, wire, d->op,
-                            d->postscale, env->size);
-    }
+    if (rc == HVD_SUCCESS)
+      unpack_wire(env, w, stage, i0, off0, used);
   }
-  free(pieces);
   return rc;
 }
 
@@ -273,23 +345,27 @@ static hvd_result_t mpi_allreduce(void *state, const hvd__exec_env_t *env,
     return hvd__adasum_allreduce(s, env, w);
   if (d->wire != d->dtype)
     return allreduce_wire(s, env, w, chunk_elems);
-  int zc_done = 0;
-  hvd_result_t rc = hvd__zc_allreduce(&s->shm, env, w, &zc_done);
-  if (rc != HVD_SUCCESS || zc_done)
-    return rc;
   /* the same choice on every rank: shm is agreed, the chunk is a setting */
   const int direct =
       s->shm.on && chunk_elems * esize <= hvd__shm_piece_bytes(env);
-  int64_t packed = 0; /* what is packed: the tensors below a chunk */
+  int64_t packed = 0, total = 0; /* packed: the tensors below a chunk */
   for (int k = 0; k < w->n; k++) {
     int64_t m = hvd_tensor_numel(&w->reqs[k]->send);
     packed += m < chunk_elems ? m : 0;
+    total += m;
   }
-  if (w->n > 1 && !direct && packed > 0) /* a chunk at most, never more */
-    rc = hvd__grow(
-        (void **)&s->stage, &s->stage_cap,
-        (size_t)((packed < chunk_elems ? packed : chunk_elems) * esize),
-        "fusion chunk");
+  /* this rank's memory before any MPI step: agreed only when it grows;
+   * the fusion buffer a chunk at most, never more */
+  int64_t staged = packed < chunk_elems ? packed : chunk_elems;
+  hvd_result_t rc = reserve_reduction(s, env, total, chunk_elems, dtype);
+  if (rc == HVD_SUCCESS && w->n > 1 && !direct && packed > 0)
+    rc = reserve_stage(s, env, (size_t)(staged * esize),
+                       (size_t)(chunk_elems * esize));
+  int zc_done = 0;
+  if (rc == HVD_SUCCESS)
+    rc = hvd__zc_allreduce(&s->shm, env, w, &zc_done);
+  if (rc != HVD_SUCCESS || zc_done)
+    return rc;
   /* Packing decisions depend on sizes only, which every rank agrees on; a
    * joined rank's stubs take the same path with identity data. */
   for (int i = 0; i < w->n && rc == HVD_SUCCESS;) {

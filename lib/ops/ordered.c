@@ -62,6 +62,19 @@ static hvd_result_t room(hvd__ordered_t *o, size_t bytes, int p) {
   return HVD_SUCCESS;
 }
 
+size_t hvd__ordered_allreduce_room(int64_t n, int p, hvd_dtype_t dtype) {
+  /* gather_fold: n * p elements, only while within GATHER_BYTES; else the
+   * received blocks, p of ceil(n / p) <= n + p - 1 */
+  size_t es = hvd_dtype_size(dtype);
+  size_t small = (size_t)n * (size_t)p * es, blocks = (size_t)(n + p - 1) * es;
+  small = small < (size_t)GATHER_BYTES ? small : (size_t)GATHER_BYTES;
+  return small > blocks ? small : blocks;
+}
+
+hvd_result_t hvd__ordered_reserve(hvd__ordered_t *o, size_t bytes, int p) {
+  return room(o, bytes, p);
+}
+
 /* Folds the p blocks of m elements at o->buf, in rank order, into dst. */
 static void fold(hvd__ordered_t *o, void *dst, int p, int64_t m,
                  hvd_dtype_t dtype, hvd_op_t op) {

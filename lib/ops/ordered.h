@@ -30,6 +30,10 @@ typedef struct hvd__ordered {
   int *ints; /* four vectors of `nints` */
   int nints;
   const void **srcs;
+  /* the room every rank of the caller's communicator has made alike
+   * (hvd__ordered_reserve, agreed by the caller: mpi_ops.c); cap, which a
+   * reduce-scatter grows by this rank's own block, may be more */
+  size_t agreed;
 } hvd__ordered_t;
 
 void hvd__ordered_free(hvd__ordered_t *o);
@@ -43,6 +47,17 @@ MPI_Datatype hvd__mpi_dtype(hvd_dtype_t dtype);
 hvd_result_t hvd__ordered_allreduce(hvd__ordered_t *o, MPI_Comm comm,
                                     const void *send, void *recv, int64_t n,
                                     hvd_dtype_t dtype, hvd_op_t op);
+
+/* The scratch bytes enough for any hvd__ordered_allreduce of at most n
+ * elements of dtype over at most p ranks (the same for the same arguments
+ * on every rank), growing with n. */
+size_t hvd__ordered_allreduce_room(int64_t n, int p, hvd_dtype_t dtype);
+
+/* That room (`bytes` and the count vectors of p ranks) made now: an
+ * hvd__ordered_allreduce within it allocates nothing, so it cannot fail
+ * for memory on one rank alone. HVD_ERR_NO_MEMORY "could not allocate N
+ * bytes for the reduction buffer" (or "... reduction counts"). */
+hvd_result_t hvd__ordered_reserve(hvd__ordered_t *o, size_t bytes, int p);
 
 /* send holds P blocks end to end, counts[k] elements for rank k (the same
  * counts on every rank); recv (counts[rank] elements, not overlapping

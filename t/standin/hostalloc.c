@@ -21,9 +21,25 @@
  *  5. alltoall: its received splits (site "splits");
  *  6. alltoall: its output;
  *  7. reducescatter: its output; 8. a grouped reducescatter's.
+ * The allreduces of 32 float32 elements, each case's first after a small
+ * one (the buffers they need grow, which every rank agrees on: only then
+ * is there an MPI step more, so R's failure is every rank's):
+ *  9. a grouped allreduce of two, without the shared-memory path
+ *     (HVD_SHM_ALLREDUCE=0): its fusion buffer (site "fusion"), the next
+ *     power of two of its 256 bytes; every member fails naming it;
+ * 10. an allreduce with float16 on the wire: its fusion buffer (64
+ *     bytes);
+ * 11. an allreduce without the shared-memory path: ordered.c's reduction
+ *     buffer (site "reduction"; the bytes as reduction_bytes says);
+ * 12. the same with the shared-memory path across two nodes (HVD_HOSTNAME,
+ *     np 4 only): the reduction across the nodes;
+ * 13. an Adasum allreduce (each rank's elements k with k % size == rank
+ *     are 1: orthogonal, the result all 1s): its peer buffer (site
+ *     "adasum", 128 bytes).
  * Registered at np 2, 3 and 4 (t/standin/local.mk); `hostalloc N` runs
  * case N only.
  */
+#include "core/api.h" /* hvd__allreduce_wire_async: compression */
 #include "hvd.h"
 #include "tap/tap.h"
 
@@ -326,6 +342,135 @@ static void case_scatter(int n, const char *what) {
   stop(what);
 }
 
+/* ---- allreduces ---------------------------------------------------- */
+
+enum { AR = 32 }; /* elements of each allreduce that fails */
+
+/* What an allreduce case varies: its op, wire dtype, members. */
+typedef struct ar_case {
+  const char *what, *site, *for_what;
+  int n;           /* members: 1, or 2 grouped */
+  hvd_op_t op;     /* HVD_SUM, or HVD_ADASUM */
+  hvd_dtype_t wire;
+  long long bytes; /* what R could not allocate */
+} ar_case_t;
+
+static float ar_in[2][AR], ar_out[2][AR];
+
+/* This rank's values: 1s (a sum: size), or for Adasum 1 where k % size
+ * is the rank (orthogonal: all 1s). */
+static void ar_fill(const ar_case_t *c, float *p) {
+  for (int k = 0; k < AR; k++)
+    p[k] = c->op == HVD_ADASUM ? (float)(k % size == rank) : 1;
+}
+
+/* c's allreduce, members named <prefix>.<i>: each member's result into
+ * rcs (its message into msgs); *exact when every member's is. */
+static void ar_run(const ar_case_t *c, const char *prefix, hvd_result_t rcs[2],
+                   char msgs[2][1024], int *exact) {
+  char names[2][32];
+  const char *np[2];
+  hvd_tensor_t t[2], o[2];
+  hvd_request_t *reqs[2];
+  int64_t shape[1] = {AR};
+  for (int i = 0; i < c->n; i++) {
+    snprintf(names[i], sizeof names[i], "%s.%d", prefix, i);
+    np[i] = names[i];
+    ar_fill(c, ar_in[i]);
+    memset(ar_out[i], 0, sizeof ar_out[i]);
+    t[i] = hvd_tensor_make(ar_in[i], HVD_FLOAT32, 1, shape);
+    o[i] = hvd_tensor_make(ar_out[i], HVD_FLOAT32, 1, shape);
+  }
+  hvd_result_t rc =
+      c->n == 2 ? hvd_grouped_allreduce_async(2, np, t, o, c->op, 1.0, 1.0,
+                                              reqs)
+                : hvd__allreduce_wire_async(np[0], &t[0], &o[0], c->op, 1.0,
+                                            1.0, c->wire, &reqs[0]);
+  if (rc != HVD_SUCCESS)
+    bail("allreduce: %s", hvd_last_error());
+  float want = c->op == HVD_ADASUM ? 1 : (float)size;
+  *exact = 1;
+  for (int i = 0; i < c->n; i++) {
+    rcs[i] = hvd_wait(reqs[i]);
+    snprintf(msgs[i], 1024, "%s",
+             rcs[i] == HVD_SUCCESS ? "" : hvd_last_error());
+    *exact = *exact && rcs[i] == HVD_SUCCESS && all_are(ar_out[i], AR, want);
+  }
+}
+
+/* 9 to 13: R cannot grow a buffer c's allreduce needs. */
+static void case_allreduce(const ar_case_t *c) {
+  hvd_result_t rcs[2];
+  char msgs[2][1024], label[64], want[1024];
+  int exact;
+  start(c->what, "none");
+  works("u.0", c->what);
+  fault(c->site);
+  ar_run(c, "u.1", rcs, msgs, &exact);
+  for (int i = 0; i < c->n; i++) {
+    snprintf(label, sizeof label, "allreduce 'u.1.%d'", i);
+    snprintf(want, sizeof want,
+             "%s: rank %d could not allocate %lld bytes for the %s; nothing "
+             "was exchanged",
+             label, last, c->bytes, c->for_what);
+    is_int(HVD_ERR_NO_MEMORY, rcs[i], "%s: %s: result", c->what, label);
+    is_string(want, msgs[i], "%s: %s: message", c->what, label);
+  }
+  unsetenv("HVD_STANDIN_HOST_ALLOC_FAIL");
+  ar_run(c, "u.1", rcs, msgs, &exact);
+  ok(exact, "%s: then the same allreduce is exact (%s)", c->what, msgs[0]);
+  works("u.2", c->what);
+  stop(c->what);
+}
+
+/* The least power of two >= n. */
+static long long pow2(long long n) {
+  long long p = 1;
+  while (p < n)
+    p <<= 1;
+  return p;
+}
+
+/* The reduction buffer ordered.c's allreduce of AR float32 elements is
+ * grown to over P ranks: the gather of all (AR * P, at most 64 KiB) or P
+ * blocks of ceil(AR / P) (AR + P - 1 at most), the larger, to a power of
+ * two (far below its cap, a chunk's). */
+static long long reduction_bytes(int p) {
+  long long all = (long long)AR * p * 4, blocks = (long long)(AR + p - 1) * 4;
+  all = all < 65536 ? all : 65536;
+  return pow2(all > blocks ? all : blocks);
+}
+
+static void allreduce_cases(int only) {
+  const ar_case_t cases[] = {
+      {"fused allreduce buffer", "fusion", "fusion buffer", 2, HVD_SUM,
+       HVD_FLOAT32, pow2(2 * AR * 4)},
+      {"compressed allreduce buffer", "fusion", "fusion buffer", 1, HVD_SUM,
+       HVD_FLOAT16, AR * 2},
+      {"allreduce reduction buffer", "reduction", "reduction buffer", 1,
+       HVD_SUM, HVD_FLOAT32, reduction_bytes(size)},
+      {"reduction across nodes", "reduction", "reduction buffer", 1, HVD_SUM,
+       HVD_FLOAT32, reduction_bytes(2)},
+      {"Adasum peer buffer", "adasum", "Adasum peer buffer", 1, HVD_ADASUM,
+       HVD_FLOAT32, AR * 4},
+  };
+  for (int k = 0; k < 5; k++) {
+    if (only && only != 9 + k)
+      continue;
+    if (k == 0 || k == 2) /* the path over MPI, fusion buffer and all */
+      setenv("HVD_SHM_ALLREDUCE", "0", 1);
+    if (k == 3 && size != 4) {
+      skip(1, "%s: two nodes of two ranks need np 4", cases[k].what);
+      continue;
+    }
+    if (k == 3)
+      setenv("HVD_HOSTNAME", rank < 2 ? "hostalloc-a" : "hostalloc-b", 1);
+    case_allreduce(&cases[k]);
+    unsetenv("HVD_SHM_ALLREDUCE");
+    unsetenv("HVD_HOSTNAME");
+  }
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
@@ -350,5 +495,6 @@ int main(int argc, char **argv) {
     case_scatter(1, "reducescatter output");
   if (!only || only == 8)
     case_scatter(2, "fused reducescatter output");
+  allreduce_cases(only);
   return tap_mpi_finish();
 }
