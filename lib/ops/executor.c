@@ -173,9 +173,19 @@ static hvd_result_t keep_recv_splits(hvd_request_t *r, const int64_t *got,
 }
 
 /* What a rank brings to the splits' agreement, the most telling first:
- * rows that would wrap; a memory it could not get; ready. MPI_MIN over
- * the ranks of class * size + rank names the rank every rank names. */
-enum { SPLITS_WRAP, SPLITS_UNPREPARED, SPLITS_READY };
+ * rows that would wrap; rows past MPI's int counts; a memory it could not
+ * get; ready. MPI_MIN over the ranks of class * size + rank names the
+ * rank every rank names. */
+enum { SPLITS_WRAP, SPLITS_INTS, SPLITS_UNPREPARED, SPLITS_READY };
+
+/* 1 when this rank's rows of an alltoall (sent, received: total) or its
+ * row bytes pass MPI's int counts (rows of 0 bytes: nothing is sent). */
+static int past_ints(const hvd_request_t *r, int n, int64_t total) {
+  int64_t sent = 0, rb = hvd__row_bytes(&r->desc);
+  for (int k = 0; k < n; k++)
+    sent += r->splits[k];
+  return rb != 0 && (rb > INT_MAX || total > INT_MAX || sent > INT_MAX);
+}
 
 hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
                                   int64_t *into, int output, int64_t *total) {
@@ -184,8 +194,11 @@ hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
   const hvd__desc_t *d = &r->desc;
   HVD__MPI_CHECK(
       MPI_Alltoall(r->splits, 1, MPI_INT64_T, into, 1, MPI_INT64_T, env->comm));
-  int cls = SPLITS_WRAP;
-  if (hvd__rows_total(into, env->size, d->dtype, d->ndim, d->shape, total)) {
+  int cls = SPLITS_WRAP, fits = hvd__rows_total(into, env->size, d->dtype,
+                                                d->ndim, d->shape, total);
+  if (fits && output && past_ints(r, env->size, *total)) {
+    cls = SPLITS_INTS;
+  } else if (fits) {
     mine = keep_recv_splits(r, into, n);
     int64_t shape[HVD_MAX_DIMS];
     memcpy(shape, d->shape, sizeof shape);
@@ -204,6 +217,12 @@ hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
                           "rank %d would receive more rows than a tensor holds "
                           "(the splits sent to it sum past INT64_MAX rows or "
                           "PTRDIFF_MAX bytes)",
+                          env->world_ranks != NULL ? env->world_ranks[first]
+                                                   : first);
+  if (least / env->size == SPLITS_INTS)
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "rank %d would send or receive more rows, or longer "
+                          "rows, than MPI's int counts",
                           env->world_ranks != NULL ? env->world_ranks[first]
                                                    : first);
   if (least / env->size == SPLITS_UNPREPARED)

@@ -250,6 +250,11 @@ static inline int64_t hvd__block_first(int64_t rows, int64_t p, int64_t k) {
  *    "rank 1 would receive more rows than a tensor holds (the splits
  *    sent to it sum past INT64_MAX rows or PTRDIFF_MAX bytes)", naming
  *    the lowest such world rank;
+ *  - with `output` (the MPI executor, which counts rows and row bytes in
+ *    MPI's int), a rank that would send or receive more than INT_MAX
+ *    rows, or rows of more than INT_MAX bytes: HVD_ERR_UNSUPPORTED on
+ *    every rank, "rank 1 would send or receive more rows, or longer rows,
+ *    than MPI's int counts", naming the lowest such world rank;
  *  - with `output`, a rank that could not allocate (r->recv_splits, fault
  *    site "splits", or the output): every rank fails with its words, as
  *    hvd__agree_ready's: "rank 1 could not allocate 24 bytes for the

@@ -151,6 +151,11 @@ hvd_result_t hvd__mpi_reducescatter_fused(hvd__mpi_state_t *s,
     s->counts[k] = (int)cnt;
     total += cnt;
   }
+  if (total > INT_MAX) /* alike on every rank: no rank to name */
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "a fused reducescatter of %lld elements exceeds "
+                          "MPI's int counts (lower HVD_FUSION_THRESHOLD)",
+                          (long long)total);
   int64_t mine = s->counts[env->rank];
   hvd_result_t ready = HVD_SUCCESS; /* the results, buffer and room */
   for (int i = 0; i < w->n && ready == HVD_SUCCESS; i++) {

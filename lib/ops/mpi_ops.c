@@ -534,6 +534,11 @@ static hvd_result_t mpi_reducescatter(void *state, const hvd__exec_env_t *env,
                           "a reducescatter block exceeds MPI's int counts");
   for (int k = 0; k < env->size; k++)
     s->counts[k] = (int)(hvd__block_rows(rows, p, k) * row_elems);
+  if (n > INT_MAX) /* alike on every rank: no rank to name */
+    return hvd__set_error(HVD_ERR_UNSUPPORTED,
+                          "a reducescatter of %lld elements exceeds MPI's "
+                          "int counts",
+                          (long long)n);
   /* this rank's memory (output, prescaled copy, the reduction's room),
    * agreed before any MPI step */
   hvd_result_t ready = hvd__mpi_alloc_rows(r, d, mine);

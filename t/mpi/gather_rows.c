@@ -23,6 +23,18 @@
  *    'a2a.over': rank P-1 would receive more rows than a tensor holds
  *    (...)"; on a process set of world ranks 1..P-1 (np 3) the message
  *    names the world rank.
+ *  - alltoall of uint8 rows where the last rank would receive 2^31 + 1
+ *    rows (rank 0 sends it 2^30 + 1, the last 2^30 to itself; the
+ *    buffers mapped, never touched): past MPI's int counts on the last
+ *    rank alone, which used to fail there while its peers waited in
+ *    MPI_Alltoallv for good; now HVD_ERR_UNSUPPORTED on every rank,
+ *    "alltoall 'a2a.ints': rank P-1 would send or receive more rows, or
+ *    longer rows, than MPI's int counts"; then an alltoall works.
+ *  - reducescatter of [2P, 6e8] uint8 (mapped, never touched): more
+ *    than 2^31 - 1 elements, each block fewer; alike on every rank, so no
+ *    rank is named (it once came through the allocations' agreement as
+ *    "rank 0: ..."): "reducescatter 'rs.ints': a reducescatter of N
+ *    elements exceeds MPI's int counts".
  */
 #include "hvd.h"
 #include "tap/tap.h"
@@ -30,6 +42,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static int rank, size;
 static float dummy[8]; /* the data of 0-byte tensors */
@@ -172,6 +185,74 @@ static void alltoall_on_set(void) {
   is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "... the set destroyed");
 }
 
+/* Past MPI's int counts on the last rank alone (see the top). */
+static void alltoall_ints(void) {
+  int64_t splits[4] = {0}, recv_splits[4], mine = 0;
+  const int64_t half = (int64_t)1 << 30;
+  if (rank == 0)
+    mine = splits[size - 1] = half + 1;
+  if (rank == size - 1)
+    mine = splits[size - 1] = half + (rank == 0 ? half + 1 : 0);
+  size_t bytes = mine > 0 ? (size_t)mine : 1;
+  void *data = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (data == MAP_FAILED)
+    bail("mmap of %zu bytes failed", bytes);
+  int64_t shape[2] = {mine, 1};
+  hvd_tensor_t send = hvd_tensor_make(data, HVD_UINT8, 2, shape), recv;
+  memset(&recv, 0, sizeof recv);
+  hvd_result_t rc = hvd_alltoall("a2a.ints", &send, splits, &recv, recv_splits);
+  char want[300];
+  snprintf(want, sizeof want,
+           "alltoall 'a2a.ints': rank %d would send or receive more rows, or "
+           "longer rows, than MPI's int counts",
+           size - 1);
+  is_int(HVD_ERR_UNSUPPORTED, rc,
+         "alltoall past MPI's int counts on the last rank: refused on every "
+         "rank");
+  is_string(want, rc != HVD_SUCCESS ? hvd_last_error() : "",
+            "... naming the rank");
+  if (rc == HVD_SUCCESS)
+    hvd_tensor_free(&recv);
+  munmap(data, bytes);
+  float x[4] = {(float)rank, (float)rank, (float)rank, (float)rank};
+  int64_t rows[2] = {(int64_t)size, 1}, ones[4] = {1, 1, 1, 1};
+  hvd_tensor_t a = hvd_tensor_make(x, HVD_FLOAT32, 2, rows), b;
+  memset(&b, 0, sizeof b);
+  rc = hvd_alltoall("a2a.after", &a, ones, &b, recv_splits);
+  int good = rc == HVD_SUCCESS && b.shape[0] == size;
+  for (int q = 0; good && q < size; q++) /* row q from rank q */
+    good = ((float *)b.data)[q] == (float)q;
+  ok(good, "... then an alltoall works");
+  if (rc == HVD_SUCCESS)
+    hvd_tensor_free(&b);
+}
+
+/* More elements than MPI's int counts, alike on every rank. */
+static void reducescatter_ints(void) {
+  int64_t cols = 600000000, shape[2] = {2 * size, cols};
+  size_t bytes = (size_t)(2 * size * cols);
+  void *data = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (data == MAP_FAILED)
+    bail("mmap of %zu bytes failed", bytes);
+  hvd_tensor_t send = hvd_tensor_make(data, HVD_UINT8, 2, shape), recv;
+  memset(&recv, 0, sizeof recv);
+  hvd_result_t rc =
+      hvd_reducescatter("rs.ints", &send, &recv, HVD_SUM, 1.0, 1.0);
+  char want[300];
+  snprintf(want, sizeof want,
+           "reducescatter 'rs.ints': a reducescatter of %lld elements exceeds "
+           "MPI's int counts",
+           (long long)(2 * size * cols));
+  is_int(HVD_ERR_UNSUPPORTED, rc, "reducescatter past MPI's int counts");
+  is_string(want, rc != HVD_SUCCESS ? hvd_last_error() : "",
+            "... no rank named: every rank's is the same");
+  if (rc == HVD_SUCCESS)
+    hvd_tensor_free(&recv);
+  munmap(data, bytes);
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   if (hvd_init() != HVD_SUCCESS)
@@ -187,6 +268,8 @@ int main(int argc, char **argv) {
   alltoall_limit();
   if (size >= 3)
     alltoall_on_set();
+  alltoall_ints();
+  reducescatter_ints();
   hvd_shutdown();
   return tap_mpi_finish();
 }
