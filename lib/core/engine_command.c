@@ -112,7 +112,7 @@ static void rank_list(const hvd__engine_t *e, const int64_t *all, int want,
   for (int r = 0; r < e->env.size && at < n; r++)
     if (all[S_ROW * r + S_HAS] == want)
       at += (size_t)snprintf(buf + at, n - at, "%s%d", at ? ", " : "",
-                             e->env.world_ranks ? e->env.world_ranks[r] : r);
+                             hvd__env_world_rank(&e->env, r));
 }
 
 /* What every rank decides from the same rows: 1 to stop (msg set), and

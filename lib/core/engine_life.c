@@ -119,7 +119,6 @@ _Static_assert(NGATHERED >= HVD__CMD_ROW && NGATHERED >= HVD__CMD_STALL_ROW,
  * none does. all: every rank's NGATHERED values. */
 static int agreed_differ(const hvd__exec_env_t *env, const int64_t *all, int k,
                          char *msg, size_t cap) {
-#define WORLD_RANK(r) (env->world_ranks != NULL ? env->world_ranks[r] : (r))
   hvd__ranks_t l;
   char v[32], head[128];
   hvd__ranks_begin(&l);
@@ -128,13 +127,12 @@ static int agreed_differ(const hvd__exec_env_t *env, const int64_t *all, int k,
     if (x == all[k])
       continue;
     agreed_str(k, x, v, sizeof v);
-    hvd__ranks_add(&l, WORLD_RANK(r), v);
+    hvd__ranks_add(&l, hvd__env_world_rank(env, r), v);
   }
   agreed_str(k, all[k], v, sizeof v);
   snprintf(head, sizeof head, "%s must be equal on every rank: rank %d %s",
-           agreed_names[k], WORLD_RANK(0), v);
+           agreed_names[k], hvd__env_world_rank(env, 0), v);
   return hvd__ranks_write(&l, head, msg, cap) > 0;
-#undef WORLD_RANK
 }
 
 /* One MPI_Allgather of every rank's NGATHERED values: the agreed

@@ -289,7 +289,7 @@ static hvd_result_t agree_stubs(hvd__engine_t *e, hvd_result_t mine) {
              hvd_last_error());
   HVD__MPI_CHECK(
       MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, first, e->env.comm));
-  int who = e->env.world_ranks != NULL ? e->env.world_ranks[first] : first;
+  int who = hvd__env_world_rank(&e->env, first);
   HVD__LOG(HVD__LOG_ERROR, "rank %d could not take part in a collective: %s",
            who, msg.why);
   return hvd__set_error((hvd_result_t)msg.rc,
@@ -552,7 +552,7 @@ static void group_room(hvd__engine_t *e, int n) {
   HVD__LOG(HVD__LOG_WARNING,
            "rank %d has no memory for a group of %d requests: groups of at "
            "most %d",
-           e->env.world_ranks ? e->env.world_ranks[first] : first, n,
+           hvd__env_world_rank(&e->env, first), n,
            e->group_cap > 64 ? e->group_cap : 64);
 }
 

@@ -116,7 +116,7 @@ static hvd_result_t agreed_failure(const hvd__exec_env_t *env, int first,
     snprintf(msg.why, sizeof msg.why, "%.*s", (int)sizeof msg.why - 1,
              hvd_last_error());
   HVD__MPI_CHECK(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, first, env->comm));
-  int who = env->world_ranks != NULL ? env->world_ranks[first] : first;
+  int who = hvd__env_world_rank(env, first);
   HVD__LOG(HVD__LOG_ERROR, "rank %d could not prepare a collective: %s", who,
            msg.why);
   return hvd__set_error((hvd_result_t)msg.rc,
@@ -217,14 +217,12 @@ hvd_result_t hvd__exchange_splits(hvd_request_t *r, const hvd__exec_env_t *env,
                           "rank %d would receive more rows than a tensor holds "
                           "(the splits sent to it sum past INT64_MAX rows or "
                           "PTRDIFF_MAX bytes)",
-                          env->world_ranks != NULL ? env->world_ranks[first]
-                                                   : first);
+                          hvd__env_world_rank(env, first));
   if (least / env->size == SPLITS_INTS)
     return hvd__set_error(HVD_ERR_UNSUPPORTED,
                           "rank %d would send or receive more rows, or longer "
                           "rows, than MPI's int counts",
-                          env->world_ranks != NULL ? env->world_ranks[first]
-                                                   : first);
+                          hvd__env_world_rank(env, first));
   if (least / env->size == SPLITS_UNPREPARED)
     return agreed_failure(env, first, mine);
   return mine; /* without `output`: carried by the caller */

@@ -108,6 +108,11 @@ typedef struct hvd__exec_env {
   void *quiesce_ctx;
 } hvd__exec_env_t;
 
+/* Comm rank r's rank in hvd's world, which messages name. */
+static inline int hvd__env_world_rank(const hvd__exec_env_t *env, int r) {
+  return env->world_ranks != NULL ? env->world_ranks[r] : r;
+}
+
 /* One agreed collective: the reference descriptor, this rank's requests
  * for it (a rank that joined gets stub requests holding the op's identity;
  * req->is_stub is set), and per-rank first dimensions for allgather. An
