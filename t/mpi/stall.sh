@@ -53,12 +53,13 @@ unset HVD_LOG_LEVEL HVD_CACHE_CAPACITY HVD_CYCLE_TIME
 need_prog "$prog"
 make_tmp stall
 
-# ranks_but_1 NP: "0" or "0, 2", ... the ranks that submit x.
-ranks_but_1() {
+# ranks_but R NP: the ranks below NP but R, as "0" or "0, 2", ... (R 1:
+# the ranks that submit x).
+ranks_but() {
   r=0
   list=
-  while [ $r -lt "$1" ]; do
-    [ $r != 1 ] && list="$list${list:+, }$r"
+  while [ $r -lt "$2" ]; do
+    [ $r != "$1" ] && list="$list${list:+, }$r"
     r=$((r + 1))
   done
   echo "$list"
@@ -67,7 +68,7 @@ ranks_but_1() {
 for np in 2 3; do
   out=$tmp/never$np.out
   err=$tmp/never$np.err
-  others=`ranks_but_1 $np`
+  others=`ranks_but 1 $np`
   run_np $np "$out" "$err" "$prog" never
   bad=$failed
   what="never, np $np"
@@ -139,7 +140,7 @@ cached_stop() {
 for np in 2 3; do
   out=$tmp/cached$np.out
   err=$tmp/cached$np.err
-  others=`ranks_but_1 $np`
+  others=`ranks_but 1 $np`
   run_np $np "$out" "$err" "$prog" cached
   bad=$failed
   what="cached, np $np"
@@ -225,62 +226,41 @@ if [ $failed != $bad ]; then
   show "$err" "stderr of the $what run"
 fi
 
-for np in 2 3; do
-  out=$tmp/create$np.out
-  err=$tmp/create$np.err
-  others=`ranks_but_1 $np`
-  run_np $np "$out" "$err" "$prog" create
-  bad=$failed
-  what="create, np $np"
-  [ "$rc" = 9 ]
-  check $? "$what: the job ends with status 9 (status $rc)"
-  pat="^\[hvd 0\] warning: stall: hvd_process_set_create has waited [0-9.]* s for rank(s) 1; called by rank(s) $others\$"
-  count=`grep -c "$pat" "$err"`
-  [ "$count" = 1 ]
-  check $? "$what: rank 0 warns once that the create waits for rank 1 ($count)"
-  stop="hvd_process_set_create stalled for [0-9.]* s: rank(s) 1 never called it (HVD_STALL_SHUTDOWN_TIME=5)"
-  count=`grep -c "^stall_prog\[[02]\]: create rc=9: hvd_process_set_create: hvd stopped: $stop\$" "$out"`
-  [ "$count" = $((np - 1)) ]
-  check $? "$what: every create fails with HVD_ERR_STALL naming rank 1 ($count of $((np - 1)))"
-  grep -q "^stall_prog\[1\]: barrier rc=9: barrier: hvd stopped: $stop\$" "$out"
-  check $? "$what: rank 1's barrier afterwards fails with the same stop"
-  count=`grep -c "^\[hvd [0-9]*\] error: $stop\$" "$err"`
-  [ "$count" = $np ]
-  check $? "$what: every rank logs the stop as an error ($count of $np)"
-  count=`grep -c "^stall_prog\[[0-9]*\]: shutdown rc=0\$" "$out"`
-  [ "$count" = $np ]
-  check $? "$what: every rank shuts down ($count of $np)"
-  if [ $failed != $bad ]; then
-    show "$out" "stdout of the $what run"
-    show "$err" "stderr of the $what run"
-  fi
-done
-
-# create0: rank 0 never calls it; the callers have no stall times of
-# their own
-for np in 2 3; do
-  out=$tmp/create0_$np.out
-  err=$tmp/create0_$np.err
-  others=`seq -s ', ' 1 $((np - 1))`
-  run_np $np "$out" "$err" "$prog" create0
-  bad=$failed
-  what="create0, np $np"
-  [ "$rc" = 9 ]
-  check $? "$what: the job ends with status 9 (status $rc)"
-  pat="^\[hvd 0\] warning: stall: hvd_process_set_create has waited [0-9.]* s for rank(s) 0; called by rank(s) $others\$"
-  count=`grep -c "$pat" "$err"`
-  [ "$count" = 1 ]
-  check $? "$what: rank 0 warns once that the create waits for rank 0 ($count)"
-  stop="hvd_process_set_create stalled for [0-9.]* s: rank(s) 0 never called it (HVD_STALL_SHUTDOWN_TIME=5)"
-  count=`grep -c "^stall_prog\[[12]\]: create rc=9: hvd_process_set_create: hvd stopped: $stop\$" "$out"`
-  [ "$count" = $((np - 1)) ]
-  check $? "$what: every create fails with HVD_ERR_STALL naming rank 0 ($count of $((np - 1)))"
-  grep -q "^stall_prog\[0\]: barrier rc=9: barrier: hvd stopped: $stop\$" "$out"
-  check $? "$what: rank 0's barrier afterwards fails with the same stop"
-  if [ $failed != $bad ]; then
-    show "$out" "stdout of the $what run"
-    show "$err" "stderr of the $what run"
-  fi
+# create: rank 1 never calls it; create0: rank 0 never does, and the
+# callers have no stall times of their own
+for mode in create:1 create0:0; do
+  absent=${mode#*:}
+  mode=${mode%:*}
+  for np in 2 3; do
+    out=$tmp/$mode.$np.out
+    err=$tmp/$mode.$np.err
+    others=`ranks_but $absent $np`
+    run_np $np "$out" "$err" "$prog" $mode
+    bad=$failed
+    what="$mode, np $np"
+    [ "$rc" = 9 ]
+    check $? "$what: the job ends with status 9 (status $rc)"
+    pat="^\[hvd 0\] warning: stall: hvd_process_set_create has waited [0-9.]* s for rank(s) $absent; called by rank(s) $others\$"
+    count=`grep -c "$pat" "$err"`
+    [ "$count" = 1 ]
+    check $? "$what: rank 0 warns once that the create waits for rank $absent ($count)"
+    stop="hvd_process_set_create stalled for [0-9.]* s: rank(s) $absent never called it (HVD_STALL_SHUTDOWN_TIME=5)"
+    count=`grep -c "^stall_prog\[[^$absent]\]: create rc=9: hvd_process_set_create: hvd stopped: $stop\$" "$out"`
+    [ "$count" = $((np - 1)) ]
+    check $? "$what: every create fails with HVD_ERR_STALL naming rank $absent ($count of $((np - 1)))"
+    grep -q "^stall_prog\[$absent\]: barrier rc=9: barrier: hvd stopped: $stop\$" "$out"
+    check $? "$what: rank $absent's barrier afterwards fails with the same stop"
+    count=`grep -c "^\[hvd [0-9]*\] error: $stop\$" "$err"`
+    [ "$count" = $np ]
+    check $? "$what: every rank logs the stop as an error ($count of $np)"
+    count=`grep -c "^stall_prog\[[0-9]*\]: shutdown rc=0\$" "$out"`
+    [ "$count" = $np ]
+    check $? "$what: every rank shuts down ($count of $np)"
+    if [ $failed != $bad ]; then
+      show "$out" "stdout of the $what run"
+      show "$err" "stderr of the $what run"
+    fi
+  done
 done
 
 echo "1..$n"
