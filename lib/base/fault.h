@@ -9,6 +9,12 @@
  * HVD_STANDIN_HOST_ALLOC_FAIL=R:SITE: on world rank R (Open MPI's
  * OMPI_COMM_WORLD_RANK), every allocation at SITE fails as malloc's would
  * (read at every call, as HVD_STANDIN_CUDA_MALLOC_LIMIT). The sites:
+ *   engine      an engine's state, at hvd_init or a process set's
+ *               creation (core/engine_life.c, engine_alloc)
+ *   executor    the MPI executor's state, at an engine's start
+ *               (ops/mpi_ops.c, mpi_open)
+ *   thread      the world's engine thread: pthread_create fails with
+ *               EAGAIN, as at a process or thread limit (engine_life.c)
  *   stub        a joined rank's stub (core/execute.c, make_stub)
  *   group       the engine's request list of a group of more than 64
  *               (core/execute.c)

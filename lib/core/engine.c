@@ -316,6 +316,13 @@ static void end_sets(hvd__engine_t *e) {
 void *hvd__engine_main(void *arg) {
   hvd__engine_t *e = arg;
   hvd__pace_t pace;
+  pthread_mutex_lock(&e->mu); /* until every rank's thread has started */
+  while (e->gate == 0)
+    pthread_cond_wait(&e->cv, &e->mu);
+  int gate = e->gate;
+  pthread_mutex_unlock(&e->mu);
+  if (gate < 0)
+    return NULL;
   hvd__pace_init(&pace, e->cycle_s, hvd__now());
   engine_thread_setup(e);
   for (;;) {

@@ -46,6 +46,8 @@ struct hvd__engine {
   hvd__queue_t queue; /* submitted, not yet taken by a cycle */
   hvd__table_t *inflight; /* name -> request, from submit to completion */
   int stop_requested;     /* 0, or why: HVD__STOP_BY_* (message.h) */
+  int gate; /* the world's thread waits at 0: 1 run, -1 end (its start
+              failed on some rank, engine_life.c start_thread) */
   int stopped;
   hvd_result_t stop_rc;
   char stop_reason[HVD__ERRMSG_MAX];

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/fault.h"
 #include "base/log.h"
 #include "base/tensor.h"
 #include "base/wait.h"
@@ -50,11 +51,36 @@ static void engine_free(hvd__engine_t *e) {
   free(e);
 }
 
+/* The settings that every rank must give the same value: each changes
+ * what a rank sends in a collective (which allreduces fuse, the chunks of
+ * a fused group, the response cache's bits, the shared-memory path, a
+ * checkpoint load's pieces, the device executor), so ranks that differ
+ * would compute wrong sums or wait for each other forever. */
+#define NAGREED 6
+
+/* What each rank gives the engine's start: its NAGREED settings, then
+ * what hierarchical allreduce is decided from (HVD_HIERARCHICAL_ALLREDUCE,
+ * its local size, whether it is its node's first rank), then its stall
+ * times in microseconds (rank 0's bound the engine commands' waits on
+ * every rank, engine_command.c). */
+#define NGATHERED (NAGREED + 5)
+
+/* The start's buffer is kept for the engine commands' exchanges, so that
+ * no rank can fail to allocate one while its peers make it; it is had
+ * with the engine, before the start's first agreement (engine_open). */
+_Static_assert(NGATHERED >= HVD__CMD_ROW && NGATHERED >= HVD__CMD_STALL_ROW,
+               "the start's buffer holds a command exchange's rows");
+
 static hvd__engine_t *engine_alloc(const hvd__exec_env_t *env,
                                    const hvd__settings_t *s) {
-  hvd__engine_t *e = calloc(1, sizeof *e);
+  hvd__engine_t *e = hvd__fault("engine") ? NULL : calloc(1, sizeof *e);
   if (e == NULL)
     return NULL;
+  e->cmd_rows = calloc((size_t)env->size * NGATHERED, sizeof *e->cmd_rows);
+  if (e->cmd_rows == NULL) {
+    free(e);
+    return NULL;
+  }
   pthread_mutex_init(&e->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -84,12 +110,7 @@ static hvd__engine_t *engine_alloc(const hvd__exec_env_t *env,
   return e;
 }
 
-/* The settings that every rank must give the same value: each changes
- * what a rank sends in a collective (which allreduces fuse, the chunks of
- * a fused group, the response cache's bits, the shared-memory path, a
- * checkpoint load's pieces, the device executor), so ranks that differ
- * would compute wrong sums or wait for each other forever. */
-#define NAGREED 6
+/* NAGREED's names, in the rows' order. */
 static const char *const agreed_names[NAGREED] = {
     "HVD_FUSION_THRESHOLD", "HVD_CHUNK_SIZE",       "HVD_CACHE_CAPACITY",
     "HVD_SHM_ALLREDUCE",    "HVD_CHECKPOINT_PIECE", "HVD_GPU_OPERATIONS"};
@@ -101,18 +122,6 @@ static void agreed_str(int k, int64_t x, char *buf, size_t n) {
   else
     snprintf(buf, n, "%lld", (long long)x);
 }
-
-/* What each rank gives the engine's start: its NAGREED settings, then
- * what hierarchical allreduce is decided from (HVD_HIERARCHICAL_ALLREDUCE,
- * its local size, whether it is its node's first rank), then its stall
- * times in microseconds (rank 0's bound the engine commands' waits on
- * every rank, engine_command.c). */
-#define NGATHERED (NAGREED + 5)
-
-/* The start's buffer is kept for the engine commands' exchanges, so that
- * no rank can fail to allocate one while its peers make it. */
-_Static_assert(NGATHERED >= HVD__CMD_ROW && NGATHERED >= HVD__CMD_STALL_ROW,
-               "the start's buffer holds a command exchange's rows");
 
 /* The ranks whose setting k differs from rank 0's, as "rank 0 V vs rank
  * 2 W, rank 3 W" (at most 8 listed, then ", and N more ranks"); 0 when
@@ -155,11 +164,9 @@ static hvd_result_t agree(hvd__engine_t *e) {
                              env->local_rank == 0,
                              (int64_t)(s->stall_check_s * 1e6),
                              (int64_t)(s->stall_shutdown_s * 1e6)},
-          *all = calloc((size_t)env->size * NGATHERED, sizeof *all);
+          *all = e->cmd_rows;
   int64_t hier = 0, local = 0, roots = 0;
   char msg[HVD__ERRMSG_MAX];
-  if (all == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
   HVD__MPI_CHECK(MPI_Allgather(mine, NGATHERED, MPI_INT64_T, all, NGATHERED,
                                MPI_INT64_T, env->comm));
   for (int r = 0; r < env->size; r++) {
@@ -174,10 +181,7 @@ static hvd_result_t agree(hvd__engine_t *e) {
   for (int k = 0; k < NAGREED && rc == HVD_SUCCESS; k++)
     if (agreed_differ(env, all, k, msg, sizeof msg))
       rc = hvd__set_error(HVD_ERR_INVALID_ARG, "%s", msg);
-  e->cmd_rows = all;
-  return rc;
 fail:
-  free(all);
   return rc;
 }
 
@@ -239,23 +243,68 @@ static hvd_result_t start_negotiation(hvd__engine_t *e) {
   return e->fast != NULL ? HVD_SUCCESS : HVD_ERR_NO_MEMORY;
 }
 
-/* The engine's parts, collectively over env's communicators. */
+/* The negotiation's and the executors' host memory is each rank's own
+ * (a rank can lack it while its peers have it), and what follows each is
+ * collective: so whether every rank has it is agreed first
+ * (hvd__agree_ready), and a rank that has not fails every rank's start
+ * with its words ("rank 1 could not allocate the engine's state; nothing
+ * was exchanged") rather than leave them waiting in the next step. */
+static hvd_result_t agree_had(const hvd__exec_env_t *env, int had,
+                              const char *what) {
+  hvd_result_t rc =
+      had ? HVD_SUCCESS
+          : hvd__set_error(HVD_ERR_NO_MEMORY, "could not allocate %s", what);
+  return hvd__agree_ready(env, rc);
+}
+
+/* The engine's parts, collectively over env's communicators. `mine`:
+ * what the caller's own steps came to (agreed with the engine's memory). */
 static hvd_result_t engine_open(const hvd__exec_env_t *env,
-                                const hvd__settings_t *s, hvd__engine_t **out) {
+                                const hvd__settings_t *s, hvd_result_t mine,
+                                hvd__engine_t **out) {
   hvd_result_t rc;
   hvd__engine_t *e = engine_alloc(env, s);
-  if (e == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "engine");
+  if (mine == HVD_SUCCESS && e == NULL)
+    mine = hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "could not allocate the engine's state");
+  HVD__CHECK(hvd__agree_ready(env, mine));
   HVD__CHECK(agree(e));
   HVD__CHECK(hvd__engine_start_timeline(e));
   HVD__CHECK(start_autotune(e));
-  HVD__CHECK(start_negotiation(e));
+  HVD__CHECK(agree_had(&e->env, start_negotiation(e) == HVD_SUCCESS,
+                       "the engine's negotiation state"));
   for (int i = 0; hvd__executors[i] != NULL; i++)
     HVD__CHECK(hvd__executors[i]->open(&e->env, &e->exec_state[i]));
   *out = e;
   return HVD_SUCCESS;
 fail:
-  engine_free(e);
+  if (e != NULL)
+    engine_free(e);
+  return rc;
+}
+
+/* The thread's start, agreed: a rank whose pthread_create fails (a
+ * process or thread limit) fails every rank's hvd_init alike, and the
+ * threads that did start (held at their gate, engine.c) end unused. */
+static hvd_result_t start_thread(hvd__engine_t *e) {
+  int err = hvd__fault("thread")
+                ? EAGAIN
+                : pthread_create(&e->thread, NULL, hvd__engine_main, e);
+  hvd_result_t rc = err == 0
+                        ? HVD_SUCCESS
+                        : hvd__set_error(HVD_ERR_SYSTEM,
+                                         "could not start the engine's thread: "
+                                         "pthread_create: %s",
+                                         strerror(err));
+  rc = hvd__agree_ready(&e->env, rc);
+  if (err != 0)
+    return rc;
+  pthread_mutex_lock(&e->mu);
+  e->gate = rc == HVD_SUCCESS ? 1 : -1;
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  if (rc != HVD_SUCCESS)
+    pthread_join(e->thread, NULL);
   return rc;
 }
 
@@ -263,12 +312,8 @@ hvd_result_t hvd__engine_start(const hvd__exec_env_t *env,
                                const hvd__settings_t *s, hvd__engine_t **out) {
   hvd_result_t rc;
   hvd__engine_t *e = NULL;
-  HVD__CHECK(engine_open(env, s, &e));
-  int err = pthread_create(&e->thread, NULL, hvd__engine_main, e);
-  if (err != 0) {
-    rc = hvd__set_error(HVD_ERR_SYSTEM, "pthread_create: %s", strerror(err));
-    goto fail;
-  }
+  HVD__CHECK(engine_open(env, s, HVD_SUCCESS, &e));
+  HVD__CHECK(start_thread(e));
   if (env->world_ranks == NULL) /* the world's engine: callers poke it */
     hvd__set_wake(engine_poke, e);
   *out = e;
@@ -285,10 +330,10 @@ hvd_result_t hvd__engine_start_set(hvd__engine_t *world,
                                    hvd__engine_t **out) {
   hvd_result_t rc;
   hvd__engine_t *e = NULL;
-  HVD__CHECK(hvd__grow((void **)&world->sets, &world->sets_bytes,
-                       (size_t)(world->nsets + 1) * sizeof *world->sets,
-                       "process set engines"));
-  HVD__CHECK(engine_open(env, s, &e));
+  hvd_result_t room = hvd__grow(
+      (void **)&world->sets, &world->sets_bytes,
+      (size_t)(world->nsets + 1) * sizeof *world->sets, "process set engines");
+  HVD__CHECK(engine_open(env, s, room, &e));
   e->driver = world;
   world->sets[world->nsets++] = e; /* this is world's thread */
   *out = e;

@@ -36,6 +36,7 @@ typedef struct hvd__shm {
   char **arena;   /* per local rank: its arena here (ours, or the peer's) */
   uint64_t *arena_size;
   const void **srcs; /* per local rank: its values, for a fold */
+  int64_t *rows;     /* the open's exchanges: 3 per local rank */
   /* cross-memory attach (process_vm_readv/writev) for tensors outside the
    * arenas, one node only: every local rank's pid, a scratch block per
    * peer; decided alike */
@@ -47,8 +48,14 @@ typedef struct hvd__shm {
   hvd__ordered_t ord; /* across nodes */
 } hvd__shm_t;
 
+/* The open's host memory, each rank's own (1 when it has it all): had
+ * before the open's first collective step, so that the executor's open
+ * agrees on it first (hvd__agree_ready). hvd__shm_close frees it. */
+int hvd__shm_alloc(hvd__shm_t *s, const hvd__exec_env_t *env);
+
 /* Sets up the node's segment and maps the peers' arenas (collective over
- * env->comm); s->on says whether the node's ranks use it. */
+ * env->comm), after hvd__shm_alloc on every rank; s->on says whether the
+ * node's ranks use it. */
 hvd_result_t hvd__shm_open(hvd__shm_t *s, const hvd__exec_env_t *env);
 /* Frees it; the segment's window only when `collective` (every rank
  * closes together), else MPI_Finalize does. */

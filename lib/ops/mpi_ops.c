@@ -41,22 +41,27 @@ static void mpi_close(void *state, int collective) {
   free(s);
 }
 
+/* Every rank's host memory first, agreed (hvd__agree_ready): a rank
+ * without it fails every rank's open alike, before the shared-memory
+ * path's collective steps. */
 static hvd_result_t mpi_open(const hvd__exec_env_t *env, void **state) {
   hvd_result_t rc = HVD_SUCCESS;
   size_t n = (size_t)env->size;
-  hvd__mpi_state_t *s = calloc(1, sizeof *s);
-  if (s == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "MPI executor state");
-  s->shm.win = MPI_WIN_NULL;
-  s->counts = calloc(n, sizeof(int));
-  s->displs = calloc(n, sizeof(int));
-  s->counts2 = calloc(n, sizeof(int));
-  s->displs2 = calloc(n, sizeof(int));
-  s->splits = calloc(n, sizeof(int64_t));
-  if (!s->counts || !s->displs || !s->counts2 || !s->displs2 || !s->splits) {
-    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "MPI executor state");
-    goto fail;
+  hvd__mpi_state_t *s = hvd__fault("executor") ? NULL : calloc(1, sizeof *s);
+  int had = s != NULL;
+  if (had) {
+    s->counts = calloc(n, sizeof(int));
+    s->displs = calloc(n, sizeof(int));
+    s->counts2 = calloc(n, sizeof(int));
+    s->displs2 = calloc(n, sizeof(int));
+    s->splits = calloc(n, sizeof(int64_t));
+    had = hvd__shm_alloc(&s->shm, env) && s->counts && s->displs &&
+          s->counts2 && s->displs2 && s->splits;
   }
+  if (!had)
+    rc = hvd__set_error(HVD_ERR_NO_MEMORY,
+                        "could not allocate the MPI executor's state");
+  HVD__CHECK(hvd__agree_ready(env, rc));
   HVD__CHECK(hvd__shm_open(&s->shm, env));
   *state = s;
   return HVD_SUCCESS;

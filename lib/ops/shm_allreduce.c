@@ -81,18 +81,9 @@ static hvd_result_t zc_open(hvd__shm_t *s, const hvd__exec_env_t *env) {
   int n = env->local_size, fd = -1, ok = 0;
   char *base = NULL;
   uint64_t size = 0;
-  int64_t me[3], *all = NULL;
+  int64_t me[3], *all = s->rows;
   if (!s->on)
     return HVD_SUCCESS;
-  s->nlocal = n;
-  s->me = env->local_rank;
-  all = calloc((size_t)n * 3, sizeof *all);
-  s->arena = calloc((size_t)n, sizeof *s->arena);
-  s->arena_size = calloc((size_t)n, sizeof *s->arena_size);
-  if (all == NULL || s->arena == NULL || s->arena_size == NULL) {
-    rc = hvd__set_error(HVD_ERR_NO_MEMORY, "MPI executor state");
-    goto fail;
-  }
   if (env->zero_copy)
     ok = hvd__host_arena(&fd, &base, &size);
   me[0] = ok ? (int64_t)getpid() : -1;
@@ -117,7 +108,6 @@ static hvd_result_t zc_open(hvd__shm_t *s, const hvd__exec_env_t *env) {
              : "off (HVD_ZERO_COPY=0, or some rank has no arena its "
                "peers can map)");
 fail:
-  free(all);
   if (!s->zc)
     zc_close(s);
   return rc;
@@ -210,16 +200,14 @@ static int cma_move(int pid, void *local, const void *remote, size_t n,
 static hvd_result_t cma_open(hvd__shm_t *s, const hvd__exec_env_t *env) {
   hvd_result_t rc = HVD_SUCCESS;
   int n = env->local_size, ok = s->on && !s->cross && env->zero_copy;
-  int64_t me[2], *all = NULL;
+  int64_t me[2], *all = s->rows;
   if (ok)
     ptracer_hold(s);
   cma_probe = env->local_rank;
   me[0] = (int64_t)getpid();
   me[1] = (int64_t)(intptr_t)&cma_probe;
-  all = calloc((size_t)n * 2, sizeof *all);
-  s->pids = calloc((size_t)n, sizeof *s->pids);
-  s->scratch = malloc((size_t)n * (size_t)CMA_BLOCK);
-  ok = ok && all != NULL && s->pids != NULL && s->scratch != NULL;
+  s->scratch = malloc((size_t)n * (size_t)CMA_BLOCK); /* else: off */
+  ok = ok && s->scratch != NULL;
   if (s->on)
     HVD__MPI_CHECK(MPI_Allgather(me, 2, MPI_INT64_T, all, 2, MPI_INT64_T,
                                  env->local_comm));
@@ -240,7 +228,6 @@ static hvd_result_t cma_open(hvd__shm_t *s, const hvd__exec_env_t *env) {
              v ? "cross-memory attach (process_vm_readv/writev)"
                : "the shared slots (no cross-memory attach here)");
 fail:
-  free(all);
   if (!s->cma)
     cma_close(s);
   return rc;
@@ -653,16 +640,28 @@ fail:
 
 /* ---- the executor's side ------------------------------------------------ */
 
+int hvd__shm_alloc(hvd__shm_t *s, const hvd__exec_env_t *env) {
+  size_t n = (size_t)env->local_size;
+  s->win = MPI_WIN_NULL;
+  s->nlocal = env->local_size;
+  s->me = env->local_rank;
+  s->srcs = calloc(n, sizeof *s->srcs);
+  s->rows = calloc(n * 3, sizeof *s->rows);
+  s->arena = calloc(n, sizeof *s->arena);
+  s->arena_size = calloc(n, sizeof *s->arena_size);
+  s->pids = calloc(n, sizeof *s->pids);
+  return s->srcs != NULL && s->rows != NULL && s->arena != NULL &&
+         s->arena_size != NULL && s->pids != NULL;
+}
+
 hvd_result_t hvd__shm_open(hvd__shm_t *s, const hvd__exec_env_t *env) {
   hvd_result_t rc = HVD_SUCCESS;
-  s->win = MPI_WIN_NULL;
-  s->srcs = calloc((size_t)env->local_size, sizeof *s->srcs);
-  if (s->srcs == NULL)
-    return hvd__set_error(HVD_ERR_NO_MEMORY, "MPI executor state");
   HVD__CHECK(shm_setup(s, env));
   HVD__CHECK(zc_open(s, env));
   HVD__CHECK(cma_open(s, env));
 fail:
+  free(s->rows); /* the open's only */
+  s->rows = NULL;
   return rc;
 }
 
@@ -677,6 +676,8 @@ void hvd__shm_close(hvd__shm_t *s, int collective) {
   cma_close(s);
   free(s->srcs);
   s->srcs = NULL;
+  free(s->rows);
+  s->rows = NULL;
   hvd__ordered_free(&s->ord);
 }
 

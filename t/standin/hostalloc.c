@@ -36,6 +36,17 @@
  * 13. an Adasum allreduce (each rank's elements k with k % size == rank
  *     are 1: orthogonal, the result all 1s): its peer buffer (site
  *     "adasum", 128 bytes).
+ * An engine's start (each rank's memory had, and agreed, before the
+ * start's collective steps that follow it):
+ * 14. hvd_init, R without the engine's state (site "engine"): every
+ *     rank's init fails, "rank R could not allocate the engine's state;
+ *     nothing was exchanged"; then an init without the fault works;
+ * 15. the same, the MPI executor's state (site "executor");
+ * 16. the engine's thread (site "thread": pthread_create's EAGAIN):
+ *     HVD_ERR_SYSTEM, and the threads that started end unused;
+ * 17. a process set's creation, its engine's state: the creation fails on
+ *     every rank with R's words, and the next creation works;
+ * 18. the same, its MPI executor's state.
  * Registered at np 2, 3 and 4 (t/standin/local.mk); `hostalloc N` runs
  * case N only.
  */
@@ -471,6 +482,84 @@ static void allreduce_cases(int only) {
   }
 }
 
+/* hvd_init with R unable to have `site`'s memory (or thread): every
+ * rank's init fails with rc and R's words, then one without the fault
+ * works. */
+static void case_init(const char *site, hvd_result_t want_rc,
+                      const char *words, const char *what) {
+  char want[512], got[512];
+  fault(site);
+  hvd_result_t rc = hvd_init();
+  snprintf(want, sizeof want, "rank %d%s; nothing was exchanged", last, words);
+  snprintf(got, sizeof got, "%s", rc == HVD_SUCCESS ? "" : hvd_last_error());
+  is_int(want_rc, rc, "%s: hvd_init: result", what);
+  is_string(want, got, "%s: hvd_init: message", what);
+  if (rc == HVD_SUCCESS)
+    hvd_shutdown();
+  unsetenv("HVD_STANDIN_HOST_ALLOC_FAIL");
+  rc = hvd_init();
+  if (!is_int(HVD_SUCCESS, rc, "%s: hvd_init without the fault", what))
+    bail("hvd_init: %s", hvd_last_error());
+  works("w", what);
+  stop(what);
+}
+
+/* A process set of every rank made while R cannot have `site`'s memory:
+ * its creation fails on every rank with R's words; then one is made and
+ * works. */
+static void case_set(const char *site, const char *words, const char *what) {
+  int ranks[4] = {0, 1, 2, 3};
+  char want[512], got[512];
+  hvd_process_set_t *ps = NULL;
+  start(what, "none");
+  fault(site);
+  hvd_result_t rc = hvd_process_set_create(ranks, size, &ps);
+  unsetenv("HVD_STANDIN_HOST_ALLOC_FAIL");
+  snprintf(want, sizeof want, "rank %d%s; nothing was exchanged", last,
+           words);
+  snprintf(got, sizeof got, "%s", rc == HVD_SUCCESS ? "" : hvd_last_error());
+  is_int(HVD_ERR_NO_MEMORY, rc, "%s: result", what);
+  is_string(want, got, "%s: message", what);
+  if (rc == HVD_SUCCESS)
+    hvd_process_set_destroy(ps);
+  rc = hvd_process_set_create(ranks, size, &ps);
+  ok(rc == HVD_SUCCESS, "%s: a set is made without the fault (%s)", what,
+     rc == HVD_SUCCESS ? "made" : hvd_last_error());
+  if (rc == HVD_SUCCESS) {
+    float v[COLS] = {1, 1, 1, 1};
+    int64_t shape[1] = {COLS};
+    hvd_tensor_t t = hvd_tensor_make(v, HVD_FLOAT32, 1, shape);
+    rc = hvd_ps_allreduce(ps, "p", &t, &t, HVD_SUM, 1.0, 1.0);
+    ok(rc == HVD_SUCCESS && all_are(v, COLS, (float)size),
+       "%s: the set's allreduce works (%s)", what,
+       rc == HVD_SUCCESS ? "exact" : hvd_last_error());
+    is_int(HVD_SUCCESS, hvd_process_set_destroy(ps), "%s: destroyed", what);
+  }
+  works("w", what);
+  stop(what);
+}
+
+static void start_cases(int only) {
+  if (!only || only == 14)
+    case_init("engine", HVD_ERR_NO_MEMORY,
+              " could not allocate the engine's state", "engine at init");
+  if (!only || only == 15)
+    case_init("executor", HVD_ERR_NO_MEMORY,
+              " could not allocate the MPI executor's state",
+              "executor at init");
+  if (!only || only == 16)
+    case_init("thread", HVD_ERR_SYSTEM,
+              ": could not start the engine's thread: pthread_create: "
+              "Resource temporarily unavailable",
+              "engine thread");
+  if (!only || only == 17)
+    case_set("engine", " could not allocate the engine's state",
+             "engine of a set");
+  if (!only || only == 18)
+    case_set("executor", " could not allocate the MPI executor's state",
+             "executor of a set");
+}
+
 int main(int argc, char **argv) {
   tap_mpi_init(&argc, &argv);
   rank = tap_rank();
@@ -496,5 +585,6 @@ int main(int argc, char **argv) {
   if (!only || only == 8)
     case_scatter(2, "fused reducescatter output");
   allreduce_cases(only);
+  start_cases(only);
   return tap_mpi_finish();
 }
