@@ -1706,14 +1706,9 @@ static void setup_steps(run_t *r) {
         "bert_model_set_sparse_embeddings", bert_last_error());
 }
 
-/* This rank's list of the epoch's samples, at the start and when the
- * list is used up (the next epoch). */
-static void next_list(run_t *r) {
-  if (!r->fetch && r->in_epoch != r->left)
-    return;
-  if (!r->fetch)
-    r->epoch++, r->consumed = 0;
-  r->fetch = 0;
+/* This rank's list of epoch r->epoch from sample r->consumed of its order,
+ * and how many steps it holds. */
+static void deal_epoch(run_t *r) {
   check_local(hvd_sampler_epoch_from(r->sampler, r->epoch, r->consumed, &r->idx,
                                      &r->count),
               "hvd_sampler_epoch", hvd_last_error());
@@ -1723,7 +1718,31 @@ static void next_list(run_t *r) {
     check_local(
         global_view_epoch(&r->gv, r->epoch, r->consumed, r->idx, r->count),
         "hvd_sampler_epoch", hvd_last_error());
-  if (r->left == 0) /* fewer samples left than a global batch */
+}
+
+/* This rank's list of the epoch's samples, at the start and when the
+ * list is used up (the next epoch). A commit made at a smaller global
+ * batch can leave fewer samples of its epoch than this one's: that
+ * remainder is dropped, as drop_last drops every epoch's tail, and the
+ * next epoch begins. */
+static void next_list(run_t *r) {
+  if (!r->fetch && r->in_epoch != r->left)
+    return;
+  if (!r->fetch)
+    r->epoch++, r->consumed = 0;
+  r->fetch = 0;
+  deal_epoch(r);
+  if (r->left == 0 && r->consumed > 0) {
+    if (r->rank == 0)
+      printf(PROG ": the %lld samples left of epoch %lld make no global "
+                  "batch of %lld: dropped, as an epoch's tail; epoch %lld "
+                  "begins\n",
+             (long long)(r->nsamples - r->consumed), (long long)r->epoch,
+             (long long)r->global_batch, (long long)r->epoch + 1);
+    r->epoch++, r->consumed = 0;
+    deal_epoch(r);
+  }
+  if (r->left == 0) /* fewer samples in the epoch than a global batch */
     check_local(HVD_ERR_INVALID_ARG, "the data",
                 "an epoch holds no step of this global batch");
 }

@@ -30,7 +30,9 @@
 #     1e-4 at np 2); --powersgd's too (its state in the file, 1e-5);
 #     --checkpoint-async writes the synchronous run's files, pruned alike;
 #     --elastic --commit-background writes the foreground run's state file
-#     byte for byte, and a longer run restores from it;
+#     byte for byte, and a longer run restores from it; a commit of np 2
+#     restored at np 4 with fewer samples left in its epoch than the new
+#     global batch drops them and goes on with the next epoch;
 #  4. a missing, empty or too small --data file ends the job with exit 1
 #     and the reason on stderr, before any training;
 #  5. --help exits 0 with the usage; bad options exit 2; some with their
@@ -80,7 +82,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..65"
+echo "1..66"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -281,6 +283,30 @@ else
   show_run ebg
   show_run ebg2
   ls -l "$tmp" 2>&1 | sed 's/^/#   /'
+fi
+
+# an elastic commit restored at a larger global batch near the end of its
+# epoch: 45 samples, step 1 committed at np 2 (16 taken), restored at np 4
+# (a global batch of 32): the 29 left make no step, so they are dropped as
+# an epoch's tail and epoch 1 begins (before, every rank failed: "an epoch
+# holds no step of this global batch", again at every relaunch)
+grow="--synthetic-lines 200 --batch-size 8 --steps 4 --elastic $tmp/grow.state"
+HVD_TEST_KILL_AT=1:0 train grow1 2 $grow
+grow1=$?
+if [ $grow1 != 0 ] && train grow2 4 $grow &&
+  grep -qx "bert_train: data synthetic: 45 sequences of 32 tokens, vocabulary 119; global batch 32 = 8 per rank x 4 ranks x 1 pass, 1 steps per epoch" "$tmp/grow2.out" &&
+  grep -qx "bert_train: restored the state committed after step 1 (epoch 0, sample 16 of its order) from $tmp/grow.state" "$tmp/grow2.out" &&
+  grep -qx "bert_train: the 29 samples left of epoch 0 make no global batch of 32: dropped, as an epoch's tail; epoch 1 begins" "$tmp/grow2.out" &&
+  [ "`sed -n 's/.*"step":\([0-9]*\),.*/\1/p' "$tmp/grow2.json" | tr '\n' ' '`" = "2 3 4 " ] &&
+  train grow3 4 --synthetic-lines 200 --batch-size 8 --steps 5 \
+    --elastic "$tmp/grow.state" &&
+  grep -qx "bert_train: restored the state committed after step 4 (epoch 4, sample 0 of its order) from $tmp/grow.state" "$tmp/grow3.out"; then
+  pass "--elastic: step 1 of np 2 restored at np 4 (exit $grow1, then 0): epoch 0's 29 samples left dropped, steps 2-4 in epochs 1-3"
+else
+  fail "--elastic: step 1 of np 2 restored at np 4 (exit $grow1, then 0): epoch 0's 29 samples left dropped, steps 2-4 in epochs 1-3"
+  show_run grow1
+  show_run grow2
+  show_run grow3
 fi
 
 # what a run says: each save; the progress line even under 1 s; the
