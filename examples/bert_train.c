@@ -1051,33 +1051,46 @@ typedef struct report {
   int64_t timed_steps; /* after the first SKIP_STEPS */
   double timed_tokens, timed_seconds;
   FILE *json;
+  int said_no_loss; /* the note on a step with no masked token */
 } report_t;
 
 /* One step's numbers for the log: its loss, learning rate, tokens, time
  * to the loss, time in hvd_optimizer_step, and the gradient norm before
  * clipping (NAN: no clipping, or a skipped step). */
 typedef struct step_rec {
-  double loss, lr;
-  int64_t tokens;
+  double loss; /* NAN when no token was masked (masked 0) */
+  double lr;
+  int64_t tokens, masked; /* masked: the tokens the loss is the mean of */
   double step_time, comm_wait, grad_norm;
 } step_rec_t;
 
+/* x as a JSON number with `digits` significant digits into out, or null
+ * where JSON has no number for it (NaN, infinities). */
+static const char *json_num(char *out, size_t n, int digits, double x) {
+  if (isfinite(x))
+    snprintf(out, n, "%.*g", digits, x);
+  else
+    snprintf(out, n, "null");
+  return out;
+}
+
 /* One --log-json record (nothing without a file); flushed, so that a job
- * killed later keeps its curve. */
+ * killed later keeps its curve. A loss that is no number (no masked
+ * token, or a diverged run) is null. */
 static void json_step(FILE *json, int64_t s, const step_rec_t *x) {
   if (json == NULL)
     return;
   struct timespec wall;
-  char norm[48] = "";
+  char norm[48] = "", loss[32], lr[32];
   clock_gettime(CLOCK_REALTIME, &wall);
   if (isfinite(x->grad_norm))
     snprintf(norm, sizeof norm, ",\"grad_norm\":%.17g", x->grad_norm);
   fprintf(json,
-          "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"tokens\":%lld,"
+          "{\"step\":%lld,\"loss\":%s,\"lr\":%s,\"tokens\":%lld,"
           "\"step_time\":%.6f,\"comm_wait_time\":%.6f%s,\"wall\":%.3f}\n",
-          (long long)(s + 1), x->loss, x->lr, (long long)x->tokens,
-          x->step_time, x->comm_wait, norm,
-          (double)wall.tv_sec + wall.tv_nsec * 1e-9);
+          (long long)(s + 1), json_num(loss, sizeof loss, 17, x->loss),
+          json_num(lr, sizeof lr, 9, x->lr), (long long)x->tokens, x->step_time,
+          x->comm_wait, norm, (double)wall.tv_sec + wall.tv_nsec * 1e-9);
   fflush(json);
 }
 
@@ -1105,15 +1118,32 @@ static int json_path(char *out, size_t len, const char *name, int rank) {
   return 1;
 }
 
+/* A step whose batch has no masked token has no loss (a mean over no
+ * token): said once, and left out of the losses the report shows. */
+static void no_loss_note(report_t *r, int64_t s) {
+  if (r->said_no_loss)
+    return;
+  r->said_no_loss = 1;
+  printf(PROG ": step %lld masks no token ([UNK] is never masked): it has "
+              "no loss (null in --log-json, left out of the summary); said "
+              "once\n",
+         (long long)(s + 1));
+  fflush(stdout);
+}
+
 static void report_step(report_t *r, const options_t *o, int64_t s,
                         const step_rec_t *x) {
   const double loss = x->loss, step_time = x->step_time;
   const int64_t tokens = x->tokens;
   double t = now();
   int64_t done = s + 1 - r->first_step;
-  if (r->nlosses == 0)
-    r->first_loss = loss;
-  r->losses[r->nlosses++ % LAST_N] = loss;
+  if (x->masked == 0) {
+    no_loss_note(r, s);
+  } else {
+    if (r->nlosses == 0)
+      r->first_loss = loss;
+    r->losses[r->nlosses++ % LAST_N] = loss;
+  }
   int64_t span = r->total_steps - r->first_step;
   if (span > 0 && isfinite(loss)) {
     int64_t b = (done - 1) * SPARK_W / span;
@@ -1136,9 +1166,12 @@ static void report_step(report_t *r, const options_t *o, int64_t s,
                     (s + 1 == r->total_steps && r->printed == 0))) {
     double elapsed = t - r->start;
     double eta = elapsed / (double)done * (double)(r->total_steps - s - 1);
-    printf("step %lld/%lld  loss %.4f  tokens/s %.0f  elapsed %.1fs  eta "
+    char shown[32] = "-"; /* no masked token */
+    if (x->masked > 0)
+      snprintf(shown, sizeof shown, "%.4f", loss);
+    printf("step %lld/%lld  loss %s  tokens/s %.0f  elapsed %.1fs  eta "
            "%.1fs\n",
-           (long long)(s + 1), (long long)r->total_steps, loss,
+           (long long)(s + 1), (long long)r->total_steps, shown,
            (double)r->tokens_since_print / (t - r->last_print), elapsed, eta);
     fflush(stdout);
     r->last_print = t;
@@ -1197,13 +1230,15 @@ static void report_done(const report_t *r, const options_t *o, int size,
   if (r->first_step > 0) /* resumed: the steps are the job's */
     snprintf(run, sizeof run, " (%lld in this run, from step %lld)",
              (long long)done, (long long)r->first_step);
-  char spark[4 * SPARK_W + 1];
+  char spark[4 * SPARK_W + 1], final[64] = "- (no step masked a token)";
   sparkline(r, spark, sizeof spark);
-  printf("done  steps %lld%s  final loss %.4f (mean of last %lld)  tokens/s "
-         "%.0f (mean, first %d steps excluded)  world size %d  preset %s  "
-         "time %.1fs%s\n",
-         (long long)r->total_steps, run, k > 0 ? sum / (double)k : NAN,
-         (long long)k, tps, SKIP_STEPS, size, o->preset, total_time,
+  if (k > 0)
+    snprintf(final, sizeof final, "%.4f (mean of last %lld)", sum / (double)k,
+             (long long)k);
+  printf("done  steps %lld%s  final loss %s  tokens/s %.0f (mean, first %d "
+         "steps excluded)  world size %d  preset %s  time %.1fs%s\n",
+         (long long)r->total_steps, run, final, tps, SKIP_STEPS, size,
+         o->preset, total_time,
          o->no_sync ? "  (--no-sync: rank 0's own loss)" : "");
   if (spark[0] != '\0')
     printf("loss  %s  (%.4f to %.4f over this run's %lld steps)\n", spark,
@@ -1770,6 +1805,18 @@ static void load_batches(run_t *r, int64_t *local, int64_t *total) {
                 "bert_dataset_batch", bert_last_error());
 }
 
+/* The weight of pass j's gradient, P K M_j / M (M_j its masked tokens, M
+ * the global batch's, or with --no-sync K M_j / M over this rank's), times
+ * fp16's loss scale: the passes of every rank add up to the gradient of
+ * the mean loss; 0 when no token is masked (no loss, no gradient). */
+static double pass_weight(const run_t *r, int j, int64_t local, int64_t total) {
+  const int64_t of = r->sync ? total : local;
+  if (of == 0)
+    return 0;
+  return (double)(r->sync ? r->size : 1) * r->K * (double)r->masked[j] /
+         (double)of * hvd_optimizer_loss_scale(r->opt); /* 1 but for fp16 */
+}
+
 /* Forward and backward over the K micro-batches, each pass's gradient
  * weighted (see on_grad_ready), then the optimizer's step. The sum of the
  * masked positions' losses into *loss_sum (over every rank when synced);
@@ -1798,9 +1845,7 @@ static double forward_backward(run_t *r, int64_t local, int64_t total,
       check_local(hvd_allreduce_async("bert_train.loss", &loss_t, &loss_t,
                                       HVD_SUM, 1, 1, &loss_req),
                   "summing the loss", hvd_last_error());
-    double w = (double)(r->sync ? P : 1) * K * (double)r->masked[j] /
-               (double)(r->sync ? total : local) *
-               hvd_optimizer_loss_scale(r->opt); /* 1 but for fp16 */
+    double w = pass_weight(r, j, local, total);
     check_local(bert_model_backward_scaled(r->model, (float)w, on_grad_ready,
                                            &r->ready),
                 "bert_model_backward", bert_last_error());
@@ -1902,11 +1947,17 @@ static void train_step(run_t *r, int64_t s) {
               hvd_last_error());
   double loss_sum;
   double comm_wait = forward_backward(r, local, total, &loss_sum);
-  const double loss = loss_sum / (double)(r->sync ? total : local);
+  const int64_t masked = r->sync ? total : local;
+  const double loss = masked > 0 ? loss_sum / (double)masked : NAN;
   const double step_time = now() - t0; /* without the checkpoint */
   after_step(r, s);
-  const step_rec_t x = {loss,      lr,        r->tokens_per_step,
-                        step_time, comm_wait, hvd_optimizer_grad_norm(r->opt)};
+  const step_rec_t x = {.loss = loss,
+                        .lr = lr,
+                        .tokens = r->tokens_per_step,
+                        .masked = masked,
+                        .step_time = step_time,
+                        .comm_wait = comm_wait,
+                        .grad_norm = hvd_optimizer_grad_norm(r->opt)};
   if (r->rank == 0)
     report_step(&r->rep, &r->o, s, &x);
   else

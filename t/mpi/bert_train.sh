@@ -33,6 +33,7 @@
 #     byte for byte, and a longer run restores from it; a commit of np 2
 #     restored at np 4 with fewer samples left in its epoch than the new
 #     global batch drops them and goes on with the next epoch;
+#     a corpus whose steps mask no token logs "loss":null (valid JSON);
 #  4. a missing, empty or too small --data file ends the job with exit 1
 #     and the reason on stderr, before any training;
 #  5. --help exits 0 with the usage; bad options exit 2; some with their
@@ -82,7 +83,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..66"
+echo "1..68"
 
 # ---- 1. the default run learns ------------------------------------------
 for np in 2; do
@@ -355,6 +356,39 @@ else
   fail "--data with a binary file: refused, naming the file"
   show_run binary
 fi
+
+# a corpus of out-of-vocabulary words but one ([UNK] is never masked): no
+# step masks a token, so no step has a loss (before: 0/0, "loss -nan" and
+# "loss":-nan, no JSON); at np 1 and 2 every record is JSON with
+# "loss":null, said once, and the summary shows no loss
+{
+  echo "the the the the the the"
+  i=1
+  while [ $i -le 60 ]; do echo "w$i v$i"; i=$((i + 1)); done
+} >"$tmp/unk.txt"
+for np in 1 2; do
+  what="a corpus that masks no token at np $np: \"loss\":null in JSON, said once"
+  if ! command -v python3 >/dev/null 2>&1; then
+    n=$((n + 1)); echo "ok $n # SKIP $what: no python3 (to read the JSON)"
+  elif train unk$np $np --data "$tmp/unk.txt" --vocab-size 6 --seq-len 4 \
+      --batch-size $((4 / np)) --steps 6 &&
+    python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert [x["step"] for x in r] == [1, 2, 3, 4, 5, 6], r
+assert all(x["loss"] is None for x in r), r' "$tmp/unk$np.json" &&
+    [ "`grep -c "masks no token" "$tmp/unk$np.out"`" = 1 ] &&
+    grep -qx "bert_train: step 1 masks no token (\[UNK\] is never masked): it has no loss (null in --log-json, left out of the summary); said once" "$tmp/unk$np.out" &&
+    grep -q "^step 6/6  loss -  tokens/s " "$tmp/unk$np.out" &&
+    grep -q "^done  steps 6  final loss - (no step masked a token)  tokens/s " "$tmp/unk$np.out" &&
+    ! grep -q nan "$tmp/unk$np.out"; then
+    pass "$what"
+  else
+    fail "$what"
+    show_run unk$np
+    sed 's/^/#   /' "$tmp/unk$np.json"
+  fi
+done
 
 # the sharded optimizer: the curve of the unsharded one, and its
 # checkpoint resumed at np 1 without sharding
