@@ -329,6 +329,21 @@ static hvd_result_t check_token(const char *p, size_t l, int id,
   return rc;
 }
 
+/* A text file has no NUL byte (a program, an archive, a checkpoint do):
+ * the first one in buf's len bytes refused, naming its line (the token
+ * reader below would stop a line at it). */
+static hvd_result_t check_text(const char *buf, size_t len, const char *path) {
+  const char *nul = memchr(buf, '\0', len);
+  if (nul == NULL)
+    return HVD_SUCCESS;
+  int line = 1;
+  for (const char *c = buf; c < nul; c++)
+    line += *c == '\n';
+  return bert__error(HVD_ERR_CORRUPT,
+                     "vocabulary '%s' line %d: a NUL byte (not a text file)",
+                     path, line);
+}
+
 /* The lines of buf (v has room for them all) as v's tokens, each
  * checked. */
 static hvd_result_t read_tokens(bert_vocab_t *v, char *buf, int lines,
@@ -367,7 +382,8 @@ hvd_result_t bert_vocab_load(const char *path, bert_vocab_t **out) {
   if (f == NULL)
     return bert__error(HVD_ERR_IO, "cannot open vocabulary '%s': %s", path,
                        strerror(errno));
-  if ((rc = read_whole(f, path, &buf, &len)) != HVD_SUCCESS)
+  if ((rc = read_whole(f, path, &buf, &len)) != HVD_SUCCESS ||
+      (rc = check_text(buf, len, path)) != HVD_SUCCESS)
     goto done;
   int lines = count_lines(buf, len);
   if (lines < BERT_NUM_SPECIAL) {

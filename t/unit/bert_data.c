@@ -130,6 +130,31 @@ static void test_tokenizer(void) {
   write_file("bad4.txt", "");
   is_int(HVD_ERR_CORRUPT, bert_vocab_load(path_of("bad4.txt"), &w),
          "vocab: an empty file is refused: %s", bert_last_error());
+  /* a NUL byte: before, "ab\0cd" on line 6 was read as "ab", and the
+   * next line reported as '' on line 7, or as the last line accepted */
+  static const char nul6[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nab\0cd\nef\n";
+  static const char nul_last[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nab\0cd\n";
+  char want_err[256];
+  const struct {
+    const char *name, *what, *bytes;
+    size_t len;
+  } nuls[] = {{"nul6.txt", "on line 6 of 7", nul6, sizeof nul6 - 1},
+              {"nul7.txt", "on the last line", nul_last, sizeof nul_last - 1}};
+  for (int i = 0; i < 2; i++) {
+    FILE *f = fopen(path_of(nuls[i].name), "wb");
+    if (f == NULL || fwrite(nuls[i].bytes, 1, nuls[i].len, f) != nuls[i].len ||
+        fclose(f) != 0)
+      bail("cannot write %s", path_of(nuls[i].name));
+    is_int(HVD_ERR_CORRUPT, bert_vocab_load(path_of(nuls[i].name), &w),
+           "vocab: a NUL byte %s is HVD_ERR_CORRUPT", nuls[i].what);
+    snprintf(want_err, sizeof want_err,
+             "vocabulary '%s' line 6: a NUL byte (not a text file)",
+             path_of(nuls[i].name));
+    is_string(want_err, bert_last_error(), "... naming line 6");
+    ok(w == NULL, "... and no vocabulary");
+    bert_vocab_destroy(w);
+    w = NULL;
+  }
   bert_vocab_destroy(v);
 }
 
