@@ -120,6 +120,34 @@ static int synthetic(dataset_t *d, int64_t n, uint64_t seed) {
   return 0;
 }
 
+/* The images of CIFAR-10 binary file f (path), from its size; -1 and a
+ * message in msg when it holds none or its size is no whole number of
+ * them. */
+static int64_t records_in(FILE *f, const char *path, char *msg, size_t len) {
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0) {
+    snprintf(msg, len, "cannot examine '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    snprintf(msg, len, "cannot read '%s': %s", path, strerror(EISDIR));
+    return -1;
+  }
+  if (st.st_size == 0) {
+    snprintf(msg, len, "'%s' is empty (CIFAR-10 binary: %d bytes an image)",
+             path, RECORD);
+    return -1;
+  }
+  if (st.st_size % RECORD != 0) {
+    snprintf(msg, len,
+             "'%s' is not CIFAR-10 binary: its %lld bytes are not a "
+             "multiple of %d (a label byte and 3072 pixels per image)",
+             path, (long long)st.st_size, RECORD);
+    return -1;
+  }
+  return st.st_size / RECORD;
+}
+
 /* Appends the records of a CIFAR-10 binary file; a message in msg on
  * failure. A missing file is 1 (not an error here), 0 read, -1 bad. */
 static int read_cifar(dataset_t *d, const char *path, char *msg, size_t len) {
@@ -130,17 +158,11 @@ static int read_cifar(dataset_t *d, const char *path, char *msg, size_t len) {
     snprintf(msg, len, "cannot open '%s': %s", path, strerror(errno));
     return -1;
   }
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || st.st_size == 0 ||
-      st.st_size % RECORD != 0) {
-    snprintf(msg, len,
-             "'%s' is not CIFAR-10 binary: its %lld bytes are not a "
-             "multiple of %d (a label byte and 3072 pixels per image)",
-             path, (long long)st.st_size, RECORD);
+  int64_t n = records_in(f, path, msg, len);
+  if (n < 0) {
     fclose(f);
     return -1;
   }
-  int64_t n = st.st_size / RECORD;
   unsigned char *p = realloc(d->rec, (size_t)(d->n + n) * RECORD);
   if (p == NULL) {
     snprintf(msg, len, "out of memory for '%s'", path);

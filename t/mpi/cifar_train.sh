@@ -9,8 +9,9 @@
 #     global batch and continues the curve (1e-5);
 #  4. --data DIR with CIFAR-10 binary files (made here: 200 training and
 #     40 test images) trains and counts them; a file that is not CIFAR-10
-#     binary, or a directory without data_batch_1.bin, ends the job with
-#     exit 1 and the reason;
+#     binary, an empty test_batch.bin, a directory by that name, or a
+#     directory without data_batch_1.bin, ends the job with exit 1 and the
+#     reason;
 #  5. --help exits 0; a bad option exits 2, and so do a missing value
 #     (once "unknown option") and an empty file name (once exit 1 after
 #     MPI started), with their reasons;
@@ -44,7 +45,7 @@ agree() {
   losses_agree "$tmp/$1.json" "$tmp/$2.json" "$3" "${4:-1}"
 }
 
-echo "1..13"
+echo "1..15"
 
 # ---- 1. world-size equivalence ----------------------------------------
 common="--steps 10 --synthetic 640 --synthetic-test 64 --quiet"
@@ -101,6 +102,21 @@ train badfile 2 --data "$tmp/bad"
 [ $rc = 1 ] && grep -q "'$tmp/bad/data_batch_1.bin' is not CIFAR-10 binary: its 3000 bytes are not a multiple of 3073" "$tmp/badfile.err"
 check $? "a truncated file: exit 1 (got $rc), named, with its size" ||
   explain badfile
+# an empty test_batch.bin is empty, not "0 bytes are not a multiple of
+# 3073"; a directory by that name cannot be read (it said "4096 bytes")
+mkdir "$tmp/emptytest" "$tmp/dirtest"
+cp "$tmp/cifar/data_batch_1.bin" "$tmp/emptytest/"
+cp "$tmp/cifar/data_batch_1.bin" "$tmp/dirtest/"
+: >"$tmp/emptytest/test_batch.bin"
+mkdir "$tmp/dirtest/test_batch.bin"
+train emptytest 2 --data "$tmp/emptytest" --steps 1
+[ $rc = 1 ] && grep -qx "cifar_train: --data: '$tmp/emptytest/test_batch.bin' is empty (CIFAR-10 binary: 3073 bytes an image)" "$tmp/emptytest.err"
+check $? "an empty test_batch.bin: exit 1 (got $rc), 'is empty'" ||
+  explain emptytest
+train dirtest 2 --data "$tmp/dirtest" --steps 1
+[ $rc = 1 ] && grep -qx "cifar_train: --data: cannot read '$tmp/dirtest/test_batch.bin': Is a directory" "$tmp/dirtest.err"
+check $? "a directory named test_batch.bin: exit 1 (got $rc), 'Is a directory'" ||
+  explain dirtest
 train nofile 2 --data "$tmp/none"
 [ $rc = 1 ] && grep -q "no '$tmp/none/data_batch_1.bin'" "$tmp/nofile.err"
 check $? "a directory without data_batch_1.bin: exit 1 (got $rc), named" ||
