@@ -11,7 +11,8 @@
  *      momentum and weight decay, a multi-step learning-rate schedule;
  *   4. per epoch the training loss and accuracy and the test accuracy,
  *      summed over all ranks; checkpoints (parameters, SGD state, batch
- *      norm buffers) that resume at any world size.
+ *      norm buffers, the place in the data and the plan) that resume at
+ *      any world size, the data going on from where it stopped.
  *
  * Data: --data DIR with CIFAR-10's binary files (data_batch_1.bin ...
  * data_batch_5.bin, test_batch.bin: records of a label byte and 3072
@@ -37,6 +38,18 @@
 
 #define PROG "cifar_train"
 #define RECORD (1 + CNN_PIXELS)
+
+/* A checkpoint's .bn.ckpt holds, after the batch norm buffers, the int64
+ * tensor "cifar_train.progress": where the data and the plan stand after
+ * its step, whatever the world size. */
+enum {
+  PROG_EPOCH,     /* the epoch of the next step */
+  PROG_CONSUMED,  /* images of its order taken (hvd_sampler_epoch_from) */
+  PROG_PER_EPOCH, /* the steps of an epoch that --epochs counts: the job's
+                     first run's, at its global batch */
+  PROG_BATCH,     /* that global batch */
+  PROGRESS
+};
 
 typedef struct options {
   const char *data, *checkpoint, *resume, *log_json;
@@ -248,7 +261,9 @@ static const char usage_text[] =
     "  --threads N            BLAS threads per rank (default 1)\n"
     "  --checkpoint DIR       write DIR/step-NNNNNN.ckpt (+ .bn.ckpt)\n"
     "  --checkpoint-every N   every N steps (and after the last)\n"
-    "  --resume FILE          continue from a step-NNNNNN.ckpt\n"
+    "  --resume FILE          continue from a step-NNNNNN.ckpt, at any\n"
+    "                         world size: its place in the data and its\n"
+    "                         job's steps and schedule\n"
     "  --log-json FILE        one JSON line per step (rank 0)\n"
     "  --quiet                only the summary line\n"
     "  --help\n";
@@ -452,23 +467,6 @@ static void bn_path(char *out, size_t len, const char *ckpt) {
     snprintf(out, len, "%s.bn", ckpt);
 }
 
-static void save(const options_t *o, hvd_param_t *p, int np, hvd_param_t *b,
-                 int nb, hvd_optimizer_t *opt, int64_t step) {
-  char path[4096], bpath[4200];
-  if (rank == 0)
-    mkdir(o->checkpoint, 0777);
-  snprintf(path, sizeof path, "%s/step-%06" PRId64 ".ckpt", o->checkpoint,
-           step);
-  bn_path(bpath, sizeof bpath, path);
-  /* the buffers first: a step's .ckpt exists only with its .bn.ckpt */
-  check(hvd_checkpoint_save(bpath, b, nb, NULL, step), "saving",
-        hvd_last_error());
-  check(hvd_checkpoint_save(path, p, np, opt, step), "saving",
-        hvd_last_error());
-  if (rank == 0 && !o->quiet)
-    printf(PROG ": saved %s\n", path);
-}
-
 /* Everything a run holds: made by setup, used by the steps, released by
  * teardown (the one way out once hvd is up; a failure that check sees
  * ends the job at once). */
@@ -478,18 +476,46 @@ typedef struct run {
   hvd_sampler_t *sampler;
   int64_t per_epoch, steps, start;
   cnn_t *m;
-  hvd_param_t *p, *bufs; /* parameters, batch norm buffers */
-  int np, nb;
+  hvd_param_t *p, *kept; /* parameters; batch norm buffers + progress */
+  int np, nb;            /* nb: the buffers, kept[nb] the progress */
+  int64_t progress[PROGRESS];
   hvd_optimizer_t *opt;
   FILE *log;
   float *x;
   int32_t *y;
   ready_ctx_t ready;
-  const int64_t *idx; /* this rank's shard of the epoch */
+  const int64_t *idx; /* this rank's list of the epoch's images */
   int64_t count, epoch;
-  double ep[3]; /* this epoch's loss sum, correct, images */
+  int64_t consumed;       /* images of the epoch's order the steps took */
+  int64_t in_epoch, left; /* steps taken from the list, and it holds */
+  int fetch;              /* the next step deals a list */
+  int old_ckpt;           /* resumed from a file without the progress */
+  double ep[3];           /* this epoch's loss sum, correct, images */
   double t0, images;
 } run_t;
+
+/* The checkpoint of step `step`: the parameters and SGD's state; the batch
+ * norm buffers and the progress, the position after the step (a list
+ * used up: the next epoch's start). */
+static void save(run_t *r, int64_t step) {
+  const options_t *o = &r->o;
+  char path[4096], bpath[4200];
+  if (rank == 0)
+    mkdir(o->checkpoint, 0777);
+  snprintf(path, sizeof path, "%s/step-%06" PRId64 ".ckpt", o->checkpoint,
+           step);
+  bn_path(bpath, sizeof bpath, path);
+  int done = r->in_epoch == r->left;
+  r->progress[PROG_EPOCH] = done ? r->epoch + 1 : r->epoch;
+  r->progress[PROG_CONSUMED] = done ? 0 : r->consumed;
+  /* the buffers first: a step's .ckpt exists only with its .bn.ckpt */
+  check(hvd_checkpoint_save(bpath, r->kept, r->nb + 1, NULL, step), "saving",
+        hvd_last_error());
+  check(hvd_checkpoint_save(path, r->p, r->np, r->opt, step), "saving",
+        hvd_last_error());
+  if (rank == 0 && !o->quiet)
+    printf(PROG ": saved %s\n", path);
+}
 
 /* The data: every rank reads or makes the whole set (it is small). */
 static void setup_data(run_t *r) {
@@ -522,7 +548,16 @@ static void setup_model(run_t *r) {
         o->gpu ? "--device gpu" : "the model", msg);
   cnn_set_sync_bn(r->m, !o->local_bn);
   r->p = cnn_params(r->m, &r->np);
-  r->bufs = cnn_buffers(r->m, &r->nb);
+  const hvd_param_t *bufs = cnn_buffers(r->m, &r->nb);
+  r->kept = malloc(sizeof *r->kept * (size_t)(r->nb + 1));
+  check(r->kept == NULL ? HVD_ERR_NO_MEMORY : HVD_SUCCESS, "the model",
+        "out of memory");
+  memcpy(r->kept, bufs, sizeof *r->kept * (size_t)r->nb);
+  static const int64_t n_progress = PROGRESS;
+  r->kept[r->nb] = (hvd_param_t){
+      .name = "cifar_train.progress",
+      .value = hvd_tensor_make(r->progress, HVD_INT64, 1, &n_progress),
+      .grad = hvd_tensor_make(NULL, HVD_INT64, 1, &n_progress)};
   hvd_sgd_options_t so;
   hvd_sgd_options_init(&so);
   so.lr = lr_at(o, 0, r->steps);
@@ -535,25 +570,74 @@ static void setup_model(run_t *r) {
         "hvd_distributed_optimizer", hvd_last_error());
 }
 
-/* The starting state: a checkpoint and its batch norm buffers, or rank
- * 0's initial weights. */
-static void setup_start(run_t *r) {
-  const char *file = r->o.resume;
-  if (file == NULL) {
-    check(hvd_broadcast_parameters(r->p, r->np, 0), "hvd_broadcast_parameters",
-          hvd_last_error());
-    return;
-  }
-  char bpath[4200];
-  bn_path(bpath, sizeof bpath, file);
+/* The .bn.ckpt of checkpoint `file`: the batch norm buffers and the
+ * progress. A file written before the progress was kept has one tensor
+ * fewer: its buffers alone, and the position taken from the step at this
+ * global batch (as then); 1 for such a file. */
+static int load_kept(run_t *r, const char *file) {
+  char bpath[4200], why[1024];
   int64_t s2 = -1;
-  check(hvd_checkpoint_load(file, r->p, r->np, r->opt, &r->start), "--resume",
-        hvd_last_error());
-  check(hvd_checkpoint_load(bpath, r->bufs, r->nb, NULL, &s2), "--resume",
-        hvd_last_error());
+  int old = 0;
+  bn_path(bpath, sizeof bpath, file);
+  hvd_result_t rc = hvd_checkpoint_load(bpath, r->kept, r->nb + 1, NULL, &s2);
+  if (rc != HVD_SUCCESS) { /* every rank alike: each checks the outline */
+    snprintf(why, sizeof why, "%s", hvd_last_error());
+    if (hvd_checkpoint_load(bpath, r->kept, r->nb, NULL, &s2) != HVD_SUCCESS)
+      check(rc, "--resume", why); /* the present layout's reason */
+    old = 1;
+    r->progress[PROG_EPOCH] = r->start / r->per_epoch;
+    r->progress[PROG_CONSUMED] =
+        r->start % r->per_epoch * r->progress[PROG_BATCH];
+  }
   if (s2 != r->start)
     check(HVD_ERR_CORRUPT, "--resume",
           "the batch norm buffers are of another step");
+  return old;
+}
+
+/* The starting state: a checkpoint, its batch norm buffers and progress,
+ * or rank 0's initial weights at the data's start; the steps of the run
+ * (--steps, or --epochs of the job's first run's epochs). */
+static void setup_start(run_t *r) {
+  const options_t *o = &r->o;
+  const char *file = o->resume;
+  int64_t *g = r->progress;
+  g[PROG_EPOCH] = g[PROG_CONSUMED] = 0;
+  g[PROG_PER_EPOCH] = r->per_epoch;
+  g[PROG_BATCH] = (int64_t)size * o->batch;
+  if (file == NULL) {
+    check(hvd_broadcast_parameters(r->p, r->np, 0), "hvd_broadcast_parameters",
+          hvd_last_error());
+  } else {
+    check(hvd_checkpoint_load(file, r->p, r->np, r->opt, &r->start), "--resume",
+          hvd_last_error());
+    r->old_ckpt = load_kept(r, file);
+  }
+  r->epoch = g[PROG_EPOCH];
+  r->consumed = g[PROG_CONSUMED];
+  r->fetch = 1;
+  r->steps = o->steps > 0 ? o->steps : o->epochs * g[PROG_PER_EPOCH];
+}
+
+/* Rank 0's lines on a resume: where the data goes on, and how it was
+ * planned at another global batch. */
+static void print_resumed(const run_t *r) {
+  const int64_t *g = r->progress, G = (int64_t)size * r->o.batch;
+  printf(PROG ": resumed from %s at step %lld (epoch %lld, image %lld of "
+              "its order)\n",
+         r->o.resume, (long long)r->start, (long long)g[PROG_EPOCH] + 1,
+         (long long)g[PROG_CONSUMED]);
+  if (r->old_ckpt)
+    printf(PROG ": its .bn.ckpt holds no position in the data (an older "
+                "cifar_train's): taken from the step, at this global batch "
+                "%lld\n",
+           (long long)G);
+  else if (g[PROG_BATCH] != G)
+    printf(PROG ": its job's global batch was %lld, this run's is %lld: the "
+                "data goes on from there, the learning rate by the job's "
+                "schedule%s\n",
+           (long long)g[PROG_BATCH], (long long)G,
+           r->o.steps > 0 ? "" : " (--epochs counts its epochs' steps)");
 }
 
 /* Rank 0's lines before training. */
@@ -571,8 +655,7 @@ static void print_setup(const run_t *r) {
          o->gpu ? "the GPU" : "the CPU", o->lr, o->gamma, (long long)r->steps,
          o->momentum, o->weight_decay);
   if (o->resume != NULL)
-    printf(PROG ": resumed from %s at step %lld\n", o->resume,
-           (long long)r->start);
+    print_resumed(r);
   fflush(stdout);
 }
 
@@ -595,7 +678,7 @@ static int setup(run_t *r) {
   }
   r->steps = o->steps > 0 ? o->steps : o->epochs * r->per_epoch;
   setup_model(r);
-  setup_start(r);
+  setup_start(r); /* the steps again: a resumed job's */
   if (rank == 0 && !o->quiet)
     print_setup(r);
   if (rank == 0 && o->log_json != NULL &&
@@ -603,7 +686,6 @@ static int setup(run_t *r) {
     cli_say("--log-json: cannot open '%s': %s", o->log_json, strerror(errno));
   r->x = malloc(sizeof(float) * (size_t)B * CNN_PIXELS);
   r->y = malloc(sizeof(int32_t) * (size_t)B);
-  r->epoch = -1;
   r->t0 = now();
   r->ready = (ready_ctx_t){.opt = r->opt};
   return 0;
@@ -648,18 +730,47 @@ static void end_epoch(run_t *r, int64_t s) {
   r->ep[0] = r->ep[1] = r->ep[2] = 0;
 }
 
+/* This rank's list of epoch r->epoch from image r->consumed of its
+ * order, and the steps it holds. */
+static void deal_epoch(run_t *r) {
+  check(hvd_sampler_epoch_from(r->sampler, r->epoch, r->consumed, &r->idx,
+                               &r->count),
+        "hvd_sampler_epoch_from", hvd_last_error());
+  r->in_epoch = 0;
+  r->left = r->count / r->o.batch;
+}
+
+/* The list at the start and when it is used up (the next epoch). A
+ * checkpoint of a smaller global batch can leave fewer images of its
+ * epoch than one step of this run takes: those are dropped, as every
+ * epoch's tail is (drop_last), and the next epoch begins. An epoch holds
+ * a step from its start (setup checked per_epoch). */
+static void next_list(run_t *r) {
+  if (!r->fetch && r->in_epoch != r->left)
+    return;
+  if (!r->fetch)
+    r->epoch++, r->consumed = 0;
+  r->fetch = 0;
+  deal_epoch(r);
+  if (r->left == 0 && r->consumed > 0) {
+    if (rank == 0 && !r->o.quiet)
+      printf(PROG ": the %lld images left of epoch %lld make no step of "
+                  "%d: dropped, as an epoch's tail\n",
+             (long long)(r->train.n - r->consumed), (long long)r->epoch + 1,
+             size * r->o.batch);
+    r->epoch++, r->consumed = 0;
+    deal_epoch(r);
+  }
+}
+
 /* One step, s (0-based): a batch of this rank's shard, forward and
  * backward, SGD, the loss summed over the ranks; the epoch's end and the
  * checkpoint it is due. */
 static void train_step(run_t *r, int64_t s) {
   const options_t *o = &r->o;
   const int B = o->batch;
-  if (s / r->per_epoch != r->epoch) {
-    r->epoch = s / r->per_epoch;
-    check(hvd_sampler_epoch(r->sampler, r->epoch, &r->idx, &r->count),
-          "hvd_sampler_epoch", hvd_last_error());
-  }
-  batch(&r->train, r->idx + (s % r->per_epoch) * B, B, r->x, r->y);
+  next_list(r);
+  batch(&r->train, r->idx + r->in_epoch * B, B, r->x, r->y);
   check(hvd_optimizer_set_lr(r->opt, lr_at(o, s, r->steps)), "lr",
         hvd_last_error());
   check(hvd_optimizer_zero_grad(r->opt), "zero_grad", hvd_last_error());
@@ -680,12 +791,14 @@ static void train_step(run_t *r, int64_t s) {
             lr_at(o, s, r->steps));
     fflush(r->log);
   }
-  if ((s + 1) % r->per_epoch == 0 || s + 1 == r->steps)
+  r->in_epoch++;
+  r->consumed += (int64_t)B * size;
+  if (r->in_epoch == r->left || s + 1 == r->steps)
     end_epoch(r, s);
   if (o->checkpoint != NULL &&
       ((o->checkpoint_every > 0 && (s + 1) % o->checkpoint_every == 0) ||
        s + 1 == r->steps))
-    save(o, r->p, r->np, r->bufs, r->nb, r->opt, s + 1);
+    save(r, s + 1);
 }
 
 /* Releases what setup made (what it did not make is NULL), then hvd. */
@@ -695,6 +808,7 @@ static void teardown(run_t *r) {
   free(r->x);
   free(r->y);
   hvd_optimizer_destroy(r->opt);
+  free(r->kept);
   hvd_sampler_destroy(r->sampler);
   cnn_destroy(r->m);
   free(r->train.rec);
