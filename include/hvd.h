@@ -819,7 +819,16 @@ hvd_result_t hvd_ps_sync_batch_norm_backward(
  * calls, as in PyTorch: a backward pass adds into them. The optimizer
  * borrows the params array and its tensors: they must outlive it and keep
  * their shapes and devices. Optimizer calls are not thread-safe: one
- * thread drives one optimizer. */
+ * thread drives one optimizer. Several optimizers may step at once, each
+ * on its own thread (a GAN's generator and discriminator): every
+ * collective of a distributed optimizer's step is named after its own
+ * parameters ("hvd.grad.<name>"; "<kind>.<first parameter's name>" for
+ * the hyperparameter check, loss scaling's inf/NaN agreement and a
+ * sharded step's clipping and LAMB norms), so give the optimizers
+ * parameters of different names. The broadcasts, verification,
+ * checkpoints and hvd_state of optimizers or parameters use fixed names
+ * within their process set: on one set, run them from one thread at a
+ * time. */
 
 typedef struct hvd_param {
   const char *name;   /* identifies it across ranks and in checkpoints */
@@ -879,7 +888,8 @@ typedef struct hvd_optimizer hvd_optimizer_t;
  * ones in place), before the update and before anything else looks at
  * it. A step whose gradients hold an inf or a NaN on any rank is skipped
  * on every rank (the ranks agree in one tiny MAX allreduce, named
- * "hvd.loss_scale.found_inf", in the step of a distributed optimizer): no
+ * "hvd.loss_scale.found_inf.<first parameter's name>", in the step of a
+ * distributed optimizer): no
  * update, no state change, hvd_optimizer_steps unchanged,
  * hvd_optimizer_step_skipped 1, and the scale times backoff_factor. After
  * growth_interval steps in a row without one, the scale grows by
@@ -965,7 +975,8 @@ double hvd_optimizer_param_lr_scale(const hvd_optimizer_t *opt, int i);
  * - Distributed: every rank holds the same averaged gradients and
  *   computes the same norm, with no communication. Sharded
  *   (shard_optimizer_state) each rank holds its blocks, and one
- *   allreduce of a double, "hvd.clip.norm", makes the total (summed in
+ *   allreduce of a double, "hvd.clip.norm.<first parameter's name>",
+ *   makes the total (summed in
  *   other groups than the unsharded norm: the same to a double's
  *   rounding, and the same coefficient once rounded to float32 unless
  *   that rounding is a tie between them).
@@ -1049,7 +1060,8 @@ typedef struct hvd_adam_options {
  *   bit for bit, and device parameters update as host ones.
  * - Distributed and sharded (shard_optimizer_state), each rank's blocks
  *   give parts of every norm: one allreduce of 2 n doubles,
- *   "hvd.lamb.norms", makes the totals. Not sharded, every rank holds the
+ *   "hvd.lamb.norms.<first parameter's name>", makes the totals. Not
+ *   sharded, every rank holds the
  *   same gradients and computes the same norms alone.
  * - A non-finite norm fails the step with nothing updated (apex would
  *   write NaN into the parameter): HVD_ERR_INVALID_ARG

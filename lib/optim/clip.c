@@ -12,7 +12,8 @@
  * magnitude by optim_math.h's chunks, on the host (a loop) or the GPU
  * (one batched launch and one copy back, hvd__odev_norm_batch: the same
  * bits), folded in parameter order. A sharded optimizer's ranks hold
- * blocks: one allreduce of a double ("hvd.clip.norm": the sum of
+ * blocks: one allreduce of a double ("hvd.clip.norm.<first parameter's
+ * name>", the optimizer's own, core->names: the sum of
  * squares, or the largest magnitude) makes the total. Over coefficient
  * max_norm / (norm + 1e-6), every gradient times it rounded to float32,
  * in place (host loop; one batched launch for the device ones).
@@ -26,8 +27,6 @@
 #include "optim/optim_math.h"
 #include "optim/optimizer.h"
 
-#define NORM_NAME "hvd.clip.norm"
-#define NONFINITE_NAME "hvd.clip.nonfinite"
 #define WHO "hvd_optimizer_step"
 
 struct hvd__clip {
@@ -93,8 +92,8 @@ static int first_nonfinite(const hvd__clip_t *c) {
  * own failure (local: its parts could not be made; they were NaN in the
  * total), else the first parameter whose part is not finite; sharded,
  * the lowest failing rank's message on every rank. */
-static hvd_result_t nonfinite(const hvd__clip_t *c, const hvd_param_t *params,
-                              int sharded, hvd_result_t local,
+static hvd_result_t nonfinite(const hvd__clip_t *c, const hvd_optimizer_t *core,
+                              const hvd_param_t *params, hvd_result_t local,
                               const char *local_msg) {
   const int bad = first_nonfinite(c);
   hvd_result_t rc = HVD_SUCCESS;
@@ -106,8 +105,8 @@ static hvd_result_t nonfinite(const hvd__clip_t *c, const hvd_param_t *params,
                             "finite (parameter '%s' holds an inf or a NaN); "
                             "nothing was updated",
                         params[bad].name);
-  if (sharded)
-    rc = hvd__optim_agree(NONFINITE_NAME, rc);
+  if (core->sharded)
+    rc = hvd__optim_agree(core->names.clip_nonfinite, rc);
   if (rc == HVD_SUCCESS) /* not reached: some part holds what the total did */
     rc = hvd__set_error_msg(HVD_ERR_INVALID_ARG,
                             WHO ": gradient clipping: the gradient norm is not "
@@ -115,8 +114,10 @@ static hvd_result_t nonfinite(const hvd__clip_t *c, const hvd_param_t *params,
   return rc;
 }
 
-/* The total over this rank's parts, and over the ranks when sharded. */
-static hvd_result_t total(const hvd__clip_t *c, int sharded, double *out) {
+/* The total over this rank's parts, and over the ranks when core is
+ * sharded. */
+static hvd_result_t total(const hvd__clip_t *c, const hvd_optimizer_t *core,
+                          double *out) {
   double sq = 0, mx = 0;
   for (int i = 0; i < c->n; i++) {
     sq += c->parts[2 * i];
@@ -126,11 +127,11 @@ static hvd_result_t total(const hvd__clip_t *c, int sharded, double *out) {
   /* the largest magnitudes skip NaNs: a sum of squares that is not
    * finite makes the total infinite */
   double v = l2 ? sq : isfinite(sq) ? mx : INFINITY;
-  if (sharded) {
+  if (core->sharded) {
     int64_t one = 1;
     hvd_tensor_t t = hvd_tensor_make(&v, HVD_FLOAT64, 1, &one);
-    hvd_result_t rc =
-        hvd_allreduce(NORM_NAME, &t, &t, l2 ? HVD_SUM : HVD_MAX, 1.0, 1.0);
+    hvd_result_t rc = hvd_allreduce(core->names.clip_norm, &t, &t,
+                                    l2 ? HVD_SUM : HVD_MAX, 1.0, 1.0);
     if (rc != HVD_SUCCESS)
       return rc;
   }
@@ -185,9 +186,9 @@ hvd_result_t hvd__clip_apply(hvd_optimizer_t *core, hvd_param_t *params) {
     for (int i = 0; i < 2 * c->n; i++)
       c->parts[i] = NAN;
   }
-  HVD__CHECK(total(c, core->sharded, &norm));
+  HVD__CHECK(total(c, core, &norm));
   if (!isfinite(norm))
-    return nonfinite(c, params, core->sharded, local, msg);
+    return nonfinite(c, core, params, local, msg);
   c->last = norm;
   const double coef = c->max_norm / (norm + 1e-6);
   if (coef < 1)

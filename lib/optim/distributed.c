@@ -373,6 +373,8 @@ hvd_result_t hvd_distributed_optimizer(hvd_optimizer_t *base,
     HVD__CHECK(
         hvd__psgd_create(fn, &o->powersgd, base, o->reduce_fp32, &d->psgd));
   }
+  /* loss scaling's, clipping's and LAMB's collectives in the step */
+  HVD__CHECK(hvd__optim_name_steps(fn, base));
   if (o->shard_optimizer_state) /* last: it drops the base's full state */
     HVD__CHECK(hvd__zero_create(fn, base, o->reduce_fp32, &d->zero));
   base->agree_inf = 1;

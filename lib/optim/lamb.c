@@ -8,7 +8,8 @@
  *    double, by gradient clipping's chunks (host loops, and one batched
  *    device launch and one copy back for the device parameters: the same
  *    bits); a sharded optimizer's blocks give parts, and one allreduce of
- *    2 n doubles ("hvd.lamb.norms") makes the totals;
+ *    2 n doubles ("hvd.lamb.norms.<first parameter's name>", the
+ *    optimizer's own) makes the totals;
  * 2. the update with each parameter's step size, m and s recomputed as
  *    in the first (the same bits) and stored.
  * A non-finite norm fails between them, so nothing is updated.
@@ -24,9 +25,6 @@
 #include "base/tensor.h"
 #include "optim/optim_math.h"
 #include "optim/optimizer.h"
-
-#define NORMS_NAME "hvd.lamb.norms"
-#define NONFINITE_NAME "hvd.lamb.nonfinite"
 
 static const char *const lamb_state[] = {"exp_avg", "exp_avg_sq"};
 
@@ -80,9 +78,10 @@ static hvd_result_t first_pass(const hvd__optim_builtin_t *b,
 /* The error of a non-finite total, the same on every rank: this rank's
  * own failure (local), else the first parameter whose part is not
  * finite here; sharded, the lowest failing rank's on every rank. */
-static hvd_result_t nonfinite(const hvd__optim_lamb_t *l,
-                              const hvd_param_t *params, int n, int sharded,
+static hvd_result_t nonfinite(const hvd__optim_builtin_t *b,
+                              const hvd_param_t *params, int n,
                               hvd_result_t local, const char *local_msg) {
+  const hvd__optim_lamb_t *l = b->lamb;
   hvd_result_t rc = HVD_SUCCESS;
   if (local != HVD_SUCCESS)
     rc = hvd__set_error_msg(local, local_msg);
@@ -98,8 +97,8 @@ static hvd_result_t nonfinite(const hvd__optim_lamb_t *l,
                                         "is not finite (an inf or a NaN in "
                                         "its gradient); nothing was updated",
                           params[i].name);
-  if (sharded)
-    rc = hvd__optim_agree(NONFINITE_NAME, rc);
+  if (*b->sharded)
+    rc = hvd__optim_agree(b->names->lamb_nonfinite, rc);
   if (rc == HVD_SUCCESS) /* not reached: some part holds what a total did */
     rc = hvd__set_error_msg(HVD_ERR_INVALID_ARG,
                             HVD__STEP_WHO ": LAMB: a norm is not finite; "
@@ -110,8 +109,11 @@ static hvd_result_t nonfinite(const hvd__optim_lamb_t *l,
 /* The totals (l->total): the parts, summed over the ranks when sharded.
  * A sharded rank whose first pass failed still joins the sum (its parts
  * NaN), so that no peer waits in it for ever; then every rank fails. */
-static hvd_result_t totals(hvd__optim_lamb_t *l, const hvd_param_t *params,
-                           int n, int sharded, hvd_result_t local) {
+static hvd_result_t totals(const hvd__optim_builtin_t *b,
+                           const hvd_param_t *params, int n,
+                           hvd_result_t local) {
+  hvd__optim_lamb_t *l = b->lamb;
+  const int sharded = *b->sharded;
   char msg[HVD__ERRMSG_MAX] = "";
   if (local != HVD_SUCCESS) {
     snprintf(msg, sizeof msg, "%s", hvd_last_error());
@@ -122,14 +124,15 @@ static hvd_result_t totals(hvd__optim_lamb_t *l, const hvd_param_t *params,
   if (sharded && n > 0) {
     int64_t len = 2 * (int64_t)n;
     hvd_tensor_t t = hvd_tensor_make(l->total, HVD_FLOAT64, 1, &len);
-    hvd_result_t rc = hvd_allreduce(NORMS_NAME, &t, &t, HVD_SUM, 1.0, 1.0);
+    hvd_result_t rc =
+        hvd_allreduce(b->names->lamb_norms, &t, &t, HVD_SUM, 1.0, 1.0);
     if (rc != HVD_SUCCESS)
       return rc;
   }
   int bad = local != HVD_SUCCESS;
   for (int i = 0; i < 2 * n && !bad; i++)
     bad = !isfinite(l->total[i]);
-  return bad ? nonfinite(l, params, n, sharded, local, msg) : HVD_SUCCESS;
+  return bad ? nonfinite(b, params, n, local, msg) : HVD_SUCCESS;
 }
 
 /* Parameter i's step size from its totals. */
@@ -192,7 +195,7 @@ static hvd_result_t lamb_step(void *ctx, hvd_param_t *params, int n,
   hvd_result_t local = first_pass(b, params, n, state, step);
   if (local != HVD_SUCCESS && !sharded)
     return local;
-  hvd_result_t rc = totals(b->lamb, params, n, sharded, local);
+  hvd_result_t rc = totals(b, params, n, local);
   if (rc != HVD_SUCCESS)
     return rc;
   return second_pass(b, params, n, state, step, lr);

@@ -35,8 +35,6 @@
 #include "core/api.h"
 #include "optim/optimizer.h"
 
-#define FOUND_INF_NAME "hvd.loss_scale.found_inf"
-
 struct hvd__mixed {
   hvd_optimizer_t *core;
   hvd__mixed_t *next; /* the registry (hvd__mixed_refresh) */
@@ -334,12 +332,12 @@ static hvd_result_t unscale(hvd_optimizer_t *core, double f, int *found) {
   return rc;
 }
 
-/* Step 2: the ranks' findings, MAX. */
-static hvd_result_t agree_found(int *found) {
+/* Step 2: the ranks' findings, MAX, under core's own name. */
+static hvd_result_t agree_found(const hvd_optimizer_t *core, int *found) {
   int32_t v = *found;
   int64_t one = 1;
   hvd_tensor_t t = hvd_tensor_make(&v, HVD_INT32, 1, &one);
-  hvd_result_t rc = hvd_allreduce(FOUND_INF_NAME, &t, &t, HVD_MAX, 1, 1);
+  hvd_result_t rc = hvd_allreduce(core->names.found_inf, &t, &t, HVD_MAX, 1, 1);
   *found = v != 0;
   return rc;
 }
@@ -394,7 +392,7 @@ static hvd_result_t decide_and_step(hvd_optimizer_t *core, hvd_param_t *views,
   hvd_result_t rc = HVD_SUCCESS;
   *updated = 0;
   if (core->agree_inf && m->scaling)
-    rc = agree_found(&found);
+    rc = agree_found(core, &found);
   if (rc != HVD_SUCCESS)
     return rc;
   if (found && m->scaling) { /* without scaling, an inf is the user's */

@@ -238,6 +238,7 @@ static void free_plain(hvd_optimizer_t *opt) {
   free(opt->state);
   hvd__mixed_free(opt->mixed);
   hvd__clip_free(opt->clip);
+  free(opt->names.block);
   hvd__odev_close(opt->odev);
   free(opt);
 }
@@ -339,6 +340,7 @@ hvd_result_t hvd__optim_create_builtin(const char *who, hvd_param_t *params,
   }
   ctx->odev = (*out)->odev;
   ctx->sharded = &(*out)->sharded;
+  ctx->names = &(*out)->names;
   return HVD_SUCCESS;
 }
 
@@ -382,6 +384,28 @@ hvd_result_t hvd__optim_update_device(const hvd__optim_builtin_t *b, int kind,
 #undef SAME
   *wd = dflt;
   return rc;
+}
+
+hvd_result_t hvd__optim_name_steps(const char *fn, hvd_optimizer_t *core) {
+  static const char *const kinds[] = {"hvd.loss_scale.found_inf.",
+                                      "hvd.clip.norm.", "hvd.clip.nonfinite.",
+                                      "hvd.lamb.norms.", "hvd.lamb.nonfinite."};
+  enum { NKINDS = sizeof kinds / sizeof kinds[0] };
+  const char *first = core->n > 0 ? core->params[0].name : "";
+  const char *at[NKINDS];
+  size_t total = 0;
+  for (int k = 0; k < NKINDS; k++)
+    total += strlen(kinds[k]) + strlen(first) + 1;
+  char *block = malloc(total), *s = block;
+  if (block == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+  for (int k = 0; k < NKINDS; k++) {
+    at[k] = s;
+    s += sprintf(s, "%s%s", kinds[k], first) + 1;
+  }
+  free(core->names.block);
+  core->names = (hvd__step_names_t){block, at[0], at[1], at[2], at[3], at[4]};
+  return HVD_SUCCESS;
 }
 
 hvd_optimizer_t *hvd__optim_core(hvd_optimizer_t *opt) {

@@ -14,6 +14,23 @@ typedef struct hvd__dist hvd__dist_t;   /* distributed.c */
 typedef struct hvd__mixed hvd__mixed_t; /* mixed.c */
 typedef struct hvd__clip hvd__clip_t;   /* clip.c */
 
+/* The collectives a distributed optimizer's core issues inside its step
+ * besides the gradients' (loss scaling's inf/NaN agreement, a sharded
+ * step's clipping and LAMB norms), each named after the optimizer's first
+ * parameter, "<kind>.<name>" (as "hvd.hparams.<name>"): two optimizers
+ * stepping at once on two threads (a GAN's generator and discriminator)
+ * never submit one name twice. Made by hvd_distributed_optimizer
+ * (hvd__optim_name_steps); NULL in a plain optimizer, which issues none
+ * of them. One allocation, `block`. */
+typedef struct hvd__step_names {
+  char *block;
+  const char *found_inf;      /* "hvd.loss_scale.found_inf.<name>" */
+  const char *clip_norm;      /* "hvd.clip.norm.<name>" */
+  const char *clip_nonfinite; /* "hvd.clip.nonfinite.<name>" */
+  const char *lamb_norms;     /* "hvd.lamb.norms.<name>" */
+  const char *lamb_nonfinite; /* "hvd.lamb.nonfinite.<name>" */
+} hvd__step_names_t;
+
 /* What an optimizer does, by kind: the plain one (optimizer.c) updates
  * its parameters; the distributed wrapper (distributed.c) reduces the
  * gradients first and steps its base. The public calls check their
@@ -54,6 +71,9 @@ struct hvd_optimizer {
   hvd__clip_t *clip;   /* gradient clipping (clip.c); NULL: off */
   int sharded;         /* a sharded distributed optimizer's core: its
                           updates see blocks (zero.c) */
+  /* a distributed optimizer's core: its step's collectives' names (block
+   * NULL: none) */
+  hvd__step_names_t names;
   /* distributed wrapper */
   hvd_optimizer_t *base; /* owned */
   hvd__dist_t *dist;
@@ -102,6 +122,11 @@ hvd__optim_set(const hvd_optimizer_t *opt) {
  * collectives ("<name>" and "<name>.error"). A failure of the collectives
  * themselves is returned as is. */
 hvd_result_t hvd__optim_agree(const char *name, hvd_result_t local);
+
+/* core->names made from its first parameter's name (which the caller
+ * checked; "" without parameters), replacing any it had. Nothing changes
+ * on failure (HVD_ERR_NO_MEMORY naming fn). */
+hvd_result_t hvd__optim_name_steps(const char *fn, hvd_optimizer_t *core);
 
 hvd_optimizer_t *hvd__optim_core(hvd_optimizer_t *opt);
 const hvd_optimizer_t *hvd__optim_core_const(const hvd_optimizer_t *opt);
@@ -510,6 +535,8 @@ typedef struct hvd__optim_builtin {
                               hvd_optimizer_set_param_lr_scale set none */
   unsigned char *only;     /* with wd or lrs: 2 n flags, a group's device
                               update and the parameters already updated */
+  /* the optimizer's step collectives' names (LAMB's norms when sharded) */
+  const hvd__step_names_t *names;
 } hvd__optim_builtin_t;
 
 /* A built-in's ops.destroy: frees ctx and what it holds. */

@@ -173,13 +173,16 @@ NP_TESTS += t/mpi/mismatch.np2 t/mpi/mismatch.np3 t/mpi/mismatch.np4 \
 ## every number of a checkpoint checked against its setter's range before
 ## a load changes anything (ckpt_range);
 ## explicit gradient groups (optim_groups: num_groups and groups, the
-## values, one grouped call per group in the timeline, refusals).
+## values, one grouped call per group in the timeline, refusals);
+## two optimizers stepping at once on two threads (optim_threads: loss
+## scaling's skips, sharded clipping and LAMB, each optimizer's own
+## collectives, the values of one thread's run).
 check_PROGRAMS += t/mpi/optim t/mpi/bcast_params t/mpi/checkpoint \
 	t/mpi/sparse_grad t/mpi/sync_bn t/mpi/zero t/mpi/state t/mpi/mixed \
 	t/mpi/mixed_shard t/mpi/clip t/mpi/weight_decay t/mpi/lamb t/mpi/adasum \
 	t/mpi/powersgd t/mpi/powersgd_ckpt t/mpi/local_sgd t/mpi/hparams \
 	t/mpi/optim_ps t/mpi/ckpt_hparams t/mpi/optim_groups t/mpi/ckpt_sets \
-	t/mpi/ckpt_range
+	t/mpi/ckpt_range t/mpi/optim_threads
 NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/optim.np4 \
 	t/mpi/sparse_grad.np1 t/mpi/sparse_grad.np2 t/mpi/sparse_grad.np3 \
@@ -214,6 +217,8 @@ NP_TESTS += t/mpi/optim.np1 t/mpi/optim.np2 t/mpi/optim.np3 \
 	t/mpi/ckpt_range.np4 \
 	t/mpi/optim_groups.np1 t/mpi/optim_groups.np2 \
 	t/mpi/optim_groups.np3 t/mpi/optim_groups.np4 \
+	t/mpi/optim_threads.np1 t/mpi/optim_threads.np2 \
+	t/mpi/optim_threads.np3 t/mpi/optim_threads.np4 \
 	t/mpi/bcast_params.np1 t/mpi/bcast_params.np2 \
 	t/mpi/bcast_params.np3 t/mpi/bcast_params.np4 \
 	t/mpi/checkpoint.np1 t/mpi/checkpoint.np2 t/mpi/checkpoint.np3 t/mpi/checkpoint.np4
