@@ -889,7 +889,7 @@ typedef struct hvd_optimizer hvd_optimizer_t;
  * it. A step whose gradients hold an inf or a NaN on any rank is skipped
  * on every rank (the ranks agree in one tiny MAX allreduce, named
  * "hvd.loss_scale.found_inf.<first parameter's name>", in the step of a
- * distributed optimizer): no
+ * distributed optimizer, no-sync steps too: hvd_optimizer_set_sync): no
  * update, no state change, hvd_optimizer_steps unchanged,
  * hvd_optimizer_step_skipped 1, and the scale times backoff_factor. After
  * growth_interval steps in a row without one, the scale grows by
@@ -1176,7 +1176,8 @@ typedef struct hvd_powersgd_options {
  * the difference; the optimizer state (momentum, Adam's moments) stays
  * each rank's own, as DDP's does. Each rank may pass its own group (one
  * it is a member of; HVD_ERR_INVALID_ARG otherwise). A no-sync step
- * (hvd_optimizer_set_sync 0) reduces and averages nothing. The
+ * (hvd_optimizer_set_sync 0) reduces and averages nothing (but for loss
+ * scaling's inf/NaN agreement, as every step with it). The
  * distributed optimizer's creation and destruction stay local (the group
  * is yours to create and destroy, after the optimizer). Not with sharding,
  * compression or op HVD_ADASUM (HVD_ERR_UNSUPPORTED). Host and device
@@ -1382,7 +1383,19 @@ hvd_result_t hvd_optimizer_step(hvd_optimizer_t *opt);
 hvd_result_t hvd_optimizer_zero_grad(hvd_optimizer_t *opt);
 
 /* sync 0: no-sync mode, steps use local gradients without any reduction
- * (local accumulation; the compute ceiling); 1 (default): reduce. */
+ * of them (local accumulation; the compute ceiling); 1 (default): reduce.
+ * With loss scaling a no-sync step still makes one collective, the inf/NaN
+ * agreement (one int32 MAX allreduce, "hvd.loss_scale.found_inf.<first
+ * parameter's name>"), so that every rank skips alike and the ranks'
+ * scales and update counts stay equal for the synced steps after
+ * (deciding alone, a rank's scale and count would part from its peers',
+ * and the next synced step would fail the hyperparameter check). So
+ * every rank must take as many no-sync steps: one that takes more waits
+ * for its peers in that allreduce, and fails with
+ * "hvd_optimizer_step: loss scaling's inf/NaN agreement, which every
+ * rank's step joins (no-sync steps too: every rank must take as many),
+ * failed: ..." when they shut down (or the stall inspector names it).
+ * Without loss scaling a no-sync step makes none. */
 hvd_result_t hvd_optimizer_set_sync(hvd_optimizer_t *opt, int sync);
 
 hvd_result_t hvd_optimizer_set_lr(hvd_optimizer_t *opt, double lr);

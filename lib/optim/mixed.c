@@ -26,6 +26,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -332,13 +333,25 @@ static hvd_result_t unscale(hvd_optimizer_t *core, double f, int *found) {
   return rc;
 }
 
-/* Step 2: the ranks' findings, MAX, under core's own name. */
+/* Step 2: the ranks' findings, MAX, under core's own name. Every step
+ * takes part, no-sync ones too (hvd.h, hvd_optimizer_set_sync): a
+ * failure says so, since the usual cause is a rank that took fewer. */
 static hvd_result_t agree_found(const hvd_optimizer_t *core, int *found) {
   int32_t v = *found;
   int64_t one = 1;
   hvd_tensor_t t = hvd_tensor_make(&v, HVD_INT32, 1, &one);
   hvd_result_t rc = hvd_allreduce(core->names.found_inf, &t, &t, HVD_MAX, 1, 1);
   *found = v != 0;
+  if (rc != HVD_SUCCESS) {
+    char msg[HVD__ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s", hvd_last_error());
+    rc = hvd__set_error(rc,
+                        HVD__STEP_WHO ": loss scaling's inf/NaN agreement, "
+                                      "which every rank's step joins (no-sync "
+                                      "steps too: every rank must take as "
+                                      "many), failed: %s",
+                        msg);
+  }
   return rc;
 }
 

@@ -38,6 +38,9 @@
  *    the steps after it update;
  *  - post-local SGD: a step skipped for an inf does not average; the
  *    next one, with the same count, does;
+ *  - no-sync steps with loss scaling agree on an inf (every rank skips
+ *    alike, the synced step after passes the hyperparameter check); a
+ *    no-sync step more on one rank fails naming the agreement;
  *  - refusals: a grad of another dtype than its value, sparse rows into a
  *    bfloat16 parameter, loss-scale options out of range; each with its
  *    exact message.
@@ -449,6 +452,78 @@ static void test_local_skip(void) {
   model_free(&m);
 }
 
+/* No-sync steps with loss scaling (np >= 2): each still agrees on an
+ * inf (hvd.h, hvd_optimizer_set_sync), so every rank skips the step in
+ * which the last rank found one, and the synced step after them passes
+ * the hyperparameter check (the scales and counts stayed equal). Then
+ * rank 0 takes one no-sync step more while the others shut hvd down:
+ * its step fails naming the agreement and why it is there. */
+static void test_nosync_scaling(void) {
+  if (size < 2)
+    return;
+  model_t m;
+  model_make(&m, HVD_FLOAT32, 4, 1.0);
+  hvd_sgd_options_t so;
+  hvd_sgd_options_init(&so);
+  so.lr = 0.5;
+  hvd_optimizer_t *base = NULL, *opt = NULL;
+  hvd_loss_scale_options_t lo;
+  hvd_loss_scale_options_init(&lo);
+  lo.init_scale = 4;
+  if (hvd_sgd_create(&m.p, 1, &so, &base) != HVD_SUCCESS ||
+      hvd_distributed_optimizer(base, NULL, &opt) != HVD_SUCCESS ||
+      hvd_optimizer_set_loss_scaling(opt, &lo) != HVD_SUCCESS ||
+      hvd_optimizer_set_sync(opt, 0) != HVD_SUCCESS)
+    bail("no-sync: %s", hvd_last_error());
+  int skipped[3], good = 1;
+  for (int t = 0; t < 3; t++) {
+    if (t == 2)
+      good &= hvd_optimizer_set_sync(opt, 1) == HVD_SUCCESS;
+    good &= hvd_optimizer_zero_grad(opt) == HVD_SUCCESS;
+    for (int i = 0; i < 4; i++) /* rank r's gradient r + 1, scaled */
+      hvdt_put(HVD_FLOAT32, m.g, i,
+               (rank + 1) * hvd_optimizer_loss_scale(opt));
+    if (t == 0 && rank == size - 1)
+      hvdt_put(HVD_FLOAT32, m.g, 0, INFINITY);
+    hvd_result_t rc = hvd_optimizer_step(opt);
+    if (rc != HVD_SUCCESS)
+      tap_note("step %d: %s", t, hvd_last_error());
+    good &= rc == HVD_SUCCESS;
+    skipped[t] = hvd_optimizer_step_skipped(opt);
+  }
+  ok(good, "no-sync, scaled: two no-sync steps and a synced one");
+  ok(skipped[0] && !skipped[1] && !skipped[2],
+     "  the inf on rank %d skipped the first on every rank (%d %d %d)",
+     size - 1, skipped[0], skipped[1], skipped[2]);
+  /* scale 4 -> 2; w 1 - 0.5 (r + 1) alone, then - 0.5 * mean(r + 1) */
+  double want = 1 - 0.5 * (rank + 1) - 0.5 * (size + 1) / 2.0;
+  ok(hvd_optimizer_loss_scale(opt) == 2 && hvd_optimizer_steps(opt) == 2 &&
+         hvdt_get(HVD_FLOAT32, m.w, 3) == want,
+     "  scale 2, 2 updates, w %g (%g)", want, hvdt_get(HVD_FLOAT32, m.w, 3));
+  good = hvd_optimizer_set_sync(opt, 0) == HVD_SUCCESS &&
+         hvd_optimizer_zero_grad(opt) == HVD_SUCCESS;
+  char msg[1024] = "";
+  hvd_result_t rc = HVD_SUCCESS;
+  if (rank == 0) {
+    rc = hvd_optimizer_step(opt);
+    snprintf(msg, sizeof msg, "%s", hvd_last_error());
+  }
+  good &= hvd_shutdown() == HVD_SUCCESS;
+  static const char head[] =
+      "hvd_optimizer_step: loss scaling's inf/NaN agreement, which every "
+      "rank's step joins (no-sync steps too: every rank must take as "
+      "many), failed: allreduce 'hvd.loss_scale.found_inf.w': hvd was shut "
+      "down by rank ";
+  tap_note("%s", msg);
+  ok(good && (rank != 0 || (rc == HVD_ERR_SHUTDOWN &&
+                            strncmp(msg, head, sizeof head - 1) == 0)),
+     "  a no-sync step more on rank 0 while the others shut down: "
+     "HVD_ERR_SHUTDOWN naming the agreement");
+  is_int(HVD_SUCCESS, hvd_init(), "  hvd_init again");
+  hvd_optimizer_destroy(opt);
+  model_free(&m);
+}
+
 static void test_refusals(void) {
   model_t m;
   hvd_optimizer_t *o = NULL;
@@ -505,6 +580,7 @@ int main(int argc, char **argv) {
   test_finite_scale();
   test_local_skip();
   test_refusals();
+  test_nosync_scaling();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   hvdt_remove_tmpdir(dir);
   return tap_mpi_finish();
