@@ -826,7 +826,7 @@ static void apply(const char *path, const unsigned char *ol, size_t size,
       return;
     hvd_tensor_t *blk; /* ZeRO-1 and mixed: this rank's master block */
     int64_t mlo, mhi;
-    if (hvd__mixed_ckpt_target(c, &params[i].value, &blk, &mlo, &mhi))
+    if (hvd__mixed_ckpt_target(c, (int)i, &params[i], &blk, &mlo, &mhi))
       hvd__ckpt_bulk_add_low(b, blk, f.data, f.bytes,
                              (uint64_t)mlo * sizeof(float),
                              (uint64_t)mhi * sizeof(float), &params[i].value);

@@ -56,8 +56,7 @@ static int feed_take(feed_t *f, int i) {
   if (f == NULL || f->o == NULL)
     return 1;
   hvd_tensor_t *master = NULL;
-  hvd_result_t rc =
-      hvd__optim_root_param(f->o, i, f->user[i].value.data, &master);
+  hvd_result_t rc = hvd__optim_root_param(f->o, i, &f->user[i], &master);
   f->next = i + 1;
   if (rc != HVD_SUCCESS && f->rc == HVD_SUCCESS) {
     f->rc = rc;
@@ -70,7 +69,7 @@ static int feed_take(feed_t *f, int i) {
 
 static void feed_drop(feed_t *f, int i) {
   if (f != NULL && f->o != NULL)
-    hvd__optim_drop_param(f->o, i, f->user[i].value.data);
+    hvd__optim_drop_param(f->o, i, &f->user[i]);
 }
 
 /* The gathers that this rank has not taken part in yet (all of them but

@@ -899,20 +899,21 @@ int hvd__optim_sharded(const hvd_optimizer_t *opt) {
 }
 
 hvd_result_t hvd__optim_root_param(hvd_optimizer_t *opt, int i,
-                                   const void *value, hvd_tensor_t **master) {
+                                   const hvd_param_t *p,
+                                   hvd_tensor_t **master) {
   *master = NULL;
   if (opt->dist == NULL || opt->dist->zero == NULL)
     return HVD_SUCCESS;
-  int m = hvd__mixed_index(opt->base, value);
+  int m = hvd__mixed_index(opt->base, i, p);
   if (m >= 0)
     *master = hvd__mixed_full(opt->base, m);
   return hvd__zero_root_param(opt->dist->zero, opt->base, i, m);
 }
 
-void hvd__optim_drop_param(hvd_optimizer_t *opt, int i, const void *value) {
+void hvd__optim_drop_param(hvd_optimizer_t *opt, int i, const hvd_param_t *p) {
   if (opt->dist != NULL && opt->dist->zero != NULL)
     hvd__zero_release_param(opt->dist->zero, opt->base, i,
-                            hvd__mixed_index(opt->base, value));
+                            hvd__mixed_index(opt->base, i, p));
 }
 
 hvd_tensor_t *hvd__optim_state_target(hvd_optimizer_t *opt, int s, int64_t *lo,

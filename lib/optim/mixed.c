@@ -523,8 +523,9 @@ static hvd_result_t refresh_one(hvd_optimizer_t *core,
   for (int j = 0; j < core->n && rc == HVD_SUCCESS; j++) {
     if (!is_low(core->params[j].value.dtype))
       continue;
-    for (int i = 0; i < n; i++)
-      if (params[i].value.data == core->params[j].value.data) {
+    for (int i = 0; i < n; i++) /* empty ones (data NULL): nothing to do */
+      if (params[i].value.data != NULL &&
+          params[i].value.data == core->params[j].value.data) {
         rc = master_from_value(who, core, j, 1);
         break;
       }
@@ -578,12 +579,31 @@ void hvd__mixed_forget_grads(hvd_optimizer_t *core) {
 /* ---- checkpoints ----------------------------------------------------------
  */
 
-/* The core's own low-precision parameter whose value's data is value
- * (it has a master): its index, or -1. */
-static int own_low(const hvd_optimizer_t *core, const void *value) {
+static int same_name(const hvd_param_t *a, const hvd_param_t *b) {
+  return a->name == b->name ||
+         (a->name != NULL && b->name != NULL && strcmp(a->name, b->name) == 0);
+}
+
+/* Whether core's parameter j, a low-precision one (it has a master), is
+ * the caller's p: the same value, and the same name where the value's
+ * data cannot tell (an empty one's may be NULL, every empty one's). */
+static int is_own(const hvd_optimizer_t *core, int j, const hvd_param_t *p,
+                  int by_name) {
+  const hvd_param_t *q = &core->params[j];
+  return core->mixed->master[j].data != NULL &&
+         q->value.data == p->value.data && (!by_name || same_name(q, p));
+}
+
+/* The core's own low-precision parameter that the caller's p, the i-th
+ * of a list given with the optimizer (its list), is: its i-th when that
+ * holds p's value and name; else the one holding p's value, by name
+ * too when p's data is NULL. Its index, or -1. */
+static int own_low(const hvd_optimizer_t *core, int i, const hvd_param_t *p) {
   const hvd__mixed_t *m = core->mixed;
+  if (i >= 0 && i < m->n && is_own(core, i, p, 1))
+    return i;
   for (int j = 0; j < m->n; j++)
-    if (core->params[j].value.data == value && m->master[j].data != NULL)
+    if (is_own(core, j, p, p->value.data == NULL))
       return j;
   return -1;
 }
@@ -599,7 +619,7 @@ hvd_result_t hvd__mixed_ckpt_params(hvd_optimizer_t *core,
   if (v == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "checkpoint: out of memory");
   for (int i = 0; i < n; i++) {
-    int j = own_low(core, params[i].value.data);
+    int j = own_low(core, i, &params[i]);
     v[i] = params[i];
     if (j >= 0)
       v[i].value = m->full != NULL ? m->full[j] : m->master[j];
@@ -608,15 +628,15 @@ hvd_result_t hvd__mixed_ckpt_params(hvd_optimizer_t *core,
   return HVD_SUCCESS;
 }
 
-int hvd__mixed_index(const hvd_optimizer_t *core, const void *value) {
+int hvd__mixed_index(const hvd_optimizer_t *core, int i, const hvd_param_t *p) {
   return core != NULL && core->mixed != NULL && core->mixed->full != NULL
-             ? own_low(core, value)
+             ? own_low(core, i, p)
              : -1;
 }
 
-int hvd__mixed_ckpt_target(hvd_optimizer_t *core, const hvd_tensor_t *value,
+int hvd__mixed_ckpt_target(hvd_optimizer_t *core, int i, const hvd_param_t *p,
                            hvd_tensor_t **blk, int64_t *lo, int64_t *hi) {
-  int j = hvd__mixed_index(core, value->data);
+  int j = hvd__mixed_index(core, i, p);
   if (j < 0)
     return 0;
   hvd__mixed_t *m = core->mixed;

@@ -196,13 +196,17 @@ void hvd__mixed_forget_grads(hvd_optimizer_t *core);
 hvd_result_t hvd__mixed_ckpt_params(hvd_optimizer_t *core,
                                     const hvd_param_t *params, int n,
                                     hvd_param_t **views);
-/* A sharded core's parameter whose value's data is value and whose
- * master is sharded (low precision): its index, or -1. */
-int hvd__mixed_index(const hvd_optimizer_t *core, const void *value);
-/* A load into a sharded core: 1 when value is one of its low-precision
- * parameters' values, whose master's elements [*lo, *hi) are this
+/* The caller's parameter p, the i-th of the list given with the
+ * optimizer, as a parameter of core: core's i-th when that holds p's
+ * value and name, else the one holding p's value (and name, when the
+ * value's data is NULL, as every empty one's may be).
+ * hvd__mixed_index: a sharded core's such parameter whose master is
+ * sharded (low precision): its index, or -1. */
+int hvd__mixed_index(const hvd_optimizer_t *core, int i, const hvd_param_t *p);
+/* A load into a sharded core: 1 when p (as above) is one of its
+ * low-precision parameters, whose master's elements [*lo, *hi) are this
  * rank's block *blk (elements from 0); else 0. */
-int hvd__mixed_ckpt_target(hvd_optimizer_t *core, const hvd_tensor_t *value,
+int hvd__mixed_ckpt_target(hvd_optimizer_t *core, int i, const hvd_param_t *p,
                            hvd_tensor_t **blk, int64_t *lo, int64_t *hi);
 /* Bytes of core's masters on this rank (blocks when sharded; 0 without
  * mixed). */
@@ -443,8 +447,8 @@ int hvd__optim_sharded(const hvd_optimizer_t *opt);
  * low-precision one (data on rank 0), else NULL; then dropped. No-ops
  * unless sharded. */
 hvd_result_t hvd__optim_root_param(hvd_optimizer_t *opt, int i,
-                                   const void *value, hvd_tensor_t **master);
-void hvd__optim_drop_param(hvd_optimizer_t *opt, int i, const void *value);
+                                   const hvd_param_t *p, hvd_tensor_t **master);
+void hvd__optim_drop_param(hvd_optimizer_t *opt, int i, const hvd_param_t *p);
 /* Where this rank keeps the core's state tensor s: the whole tensor, or
  * a sharded optimizer's block, whose elements from 0 are the whole's
  * [*lo, *hi) (a load writes only those, without the full state). */

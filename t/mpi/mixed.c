@@ -38,6 +38,9 @@
  *    the steps after it update;
  *  - post-local SGD: a step skipped for an inf does not average; the
  *    next one, with the same count, does;
+ *  - empty bfloat16 parameters of different shapes (data NULL): their
+ *    checkpoint (plain, distributed, sharded) loads into float32 and
+ *    back;
  *  - no-sync steps with loss scaling agree on an inf (every rank skips
  *    alike, the synced step after passes the hyperparameter check); a
  *    no-sync step more on one rank fails naming the agreement;
@@ -524,6 +527,57 @@ static void test_nosync_scaling(void) {
   model_free(&m);
 }
 
+/* Parameters a [0, 4] and b [0, 3] (empty, data NULL) and c [2] of
+ * dtype dt; *opt: Adam over them, distributed (shard: ZeRO-1) or, with
+ * plain, not. */
+static void empty_model(hvd_param_t p[3], void *wc, void *gc, hvd_dtype_t dt,
+                        int plain, int shard, hvd_optimizer_t **opt) {
+  static int64_t sa[2] = {0, 4}, sb[2] = {0, 3}, sc[1] = {2};
+  p[0] = (hvd_param_t){"a", hvd_tensor_make(NULL, dt, 2, sa),
+                       hvd_tensor_make(NULL, dt, 2, sa)};
+  p[1] = (hvd_param_t){"b", hvd_tensor_make(NULL, dt, 2, sb),
+                       hvd_tensor_make(NULL, dt, 2, sb)};
+  p[2] = (hvd_param_t){"c", hvd_tensor_make(wc, dt, 1, sc),
+                       hvd_tensor_make(gc, dt, 1, sc)};
+  hvd_adam_options_t ao;
+  hvd_adam_options_init(&ao);
+  hvd_distributed_options_t d;
+  hvd_distributed_options_init(&d);
+  d.shard_optimizer_state = shard;
+  hvd_optimizer_t *base = NULL;
+  if (hvd_adam_create(p, 3, &ao, &base) != HVD_SUCCESS ||
+      (!plain && hvd_distributed_optimizer(base, &d, opt) != HVD_SUCCESS))
+    bail("empty parameters: %s", hvd_last_error());
+  if (plain)
+    *opt = base;
+}
+
+/* Two empty bfloat16 parameters of different shapes (their data NULL
+ * alike): each is matched to its own master, so a checkpoint of them
+ * (plain, distributed, sharded) holds each one's shape, loads into a
+ * float32 model of the same shapes, and back into the bfloat16 one. */
+static void test_empty(int plain, int shard) {
+  const char *what = plain ? "plain" : shard ? "sharded" : "distributed";
+  char path[600];
+  snprintf(path, sizeof path, "%s/empty.ckpt", dir);
+  hvd_param_t p[3], q[3];
+  uint16_t wc[2] = {0}, gc[2] = {0};
+  float wf[2] = {0}, gf[2] = {0};
+  hvd_optimizer_t *o16 = NULL, *o32 = NULL;
+  empty_model(p, wc, gc, HVD_BFLOAT16, plain, shard, &o16);
+  empty_model(q, wf, gf, HVD_FLOAT32, plain, shard, &o32);
+  is_int(HVD_SUCCESS, hvd_checkpoint_save(path, p, 3, o16, 1),
+         "empty, %s: saved from the bfloat16 model", what);
+  hvd_result_t rc = hvd_checkpoint_load(path, q, 3, o32, NULL);
+  tap_note("%s", hvd_last_error());
+  is_int(HVD_SUCCESS, rc, "  loads into a float32 model of the same shapes");
+  rc = hvd_checkpoint_load(path, p, 3, o16, NULL);
+  tap_note("%s", hvd_last_error());
+  is_int(HVD_SUCCESS, rc, "  and into the bfloat16 one");
+  hvd_optimizer_destroy(o16);
+  hvd_optimizer_destroy(o32);
+}
+
 static void test_refusals(void) {
   model_t m;
   hvd_optimizer_t *o = NULL;
@@ -580,6 +634,9 @@ int main(int argc, char **argv) {
   test_finite_scale();
   test_local_skip();
   test_refusals();
+  test_empty(1, 0);
+  test_empty(0, 0);
+  test_empty(0, 1);
   test_nosync_scaling();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   hvdt_remove_tmpdir(dir);
