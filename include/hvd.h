@@ -853,7 +853,12 @@ typedef struct hvd_optimizer hvd_optimizer_t;
  * with its optimizer, at any world size; without an optimizer only into
  * float32 parameters: a bfloat16 one is refused, "'w' has dtype float32
  * in the file but bfloat16 in the model"), and a float32 file loads into
- * a bfloat16 model's masters (the values are the masters rounded). With
+ * a bfloat16 model's masters (the values are the masters rounded). A
+ * float16 model loads float32 values beyond float16's range (|x| >=
+ * 65520) as it would round them in a step: the master keeps the file's
+ * value and the parameter's value is +-inf (as torch's load_state_dict
+ * into a .half() model); a file from a float32 run wants a look at its
+ * range first. With
  * shard_optimizer_state the masters, the optimizer state and the
  * gradients are sharded (DeepSpeed's ZeRO-1 with float32 partitions): a
  * block's gradient is scattered in its dtype (or float32 with
@@ -910,7 +915,12 @@ hvd_result_t hvd_optimizer_set_loss_scaling(hvd_optimizer_t *opt,
 /* The scale to multiply the loss by: 1 without loss scaling, NAN for
  * NULL. */
 double hvd_optimizer_loss_scale(const hvd_optimizer_t *opt);
-/* 1 when the last step found an inf or NaN and skipped its update. */
+/* 1 when the last hvd_optimizer_step returned HVD_SUCCESS having found
+ * an inf or NaN and skipped its update; 0 otherwise: after a step that
+ * updated, a step that failed (its error says why), and after the
+ * optimizer's state was restored (hvd_checkpoint_load with it,
+ * hvd_state_restore, hvd_broadcast_optimizer_state), which no step of
+ * the restored state has followed yet; 0 for NULL. */
 int hvd_optimizer_step_skipped(const hvd_optimizer_t *opt);
 
 /* Per-parameter weight decay, what torch's parameter groups are mostly
@@ -1001,7 +1011,8 @@ hvd_result_t hvd_optimizer_set_grad_clipping(hvd_optimizer_t *opt,
                                              double max_norm, double norm_type);
 /* The last step's gradient norm before clipping (what clip_grad_norm_
  * returns, to log): NAN before the first clipped step, after a failed
- * or skipped step, without clipping, and for NULL. */
+ * or skipped step, after a restore of the optimizer's state (as
+ * hvd_optimizer_step_skipped), without clipping, and for NULL. */
 double hvd_optimizer_grad_norm(const hvd_optimizer_t *opt);
 
 /* A user optimizer. hvd allocates, for every parameter, `nstate` state

@@ -358,6 +358,8 @@ static hvd_result_t send_state(const char *fn, hvd_optimizer_t *opt,
   if (rc == HVD_SUCCESS)
     rc = hvd__optim_agree("hvd.bcast_state.scalars",
                           hvd__hp_restore(hvd__optim_core(opt), scalars));
+  if (rc == HVD_SUCCESS) /* root's state: no step of it here yet */
+    hvd__optim_forget_step(hvd__optim_core(opt));
   if (rc != HVD_SUCCESS)
     return rc;
   return compare(fn, "optimizer state", (const hvd_tensor_t *const *)ts,

@@ -904,6 +904,8 @@ static hvd_result_t load_ex(const char *path, hvd_param_t *params, int n,
    * rounded each whole master into its value as it went) */
   if (rc == HVD_SUCCESS && views != NULL && !hvd__optim_sharded(opt))
     rc = hvd__ckpt_agree("load.values", hvd__mixed_values_from_masters(c));
+  if (rc == HVD_SUCCESS && c != NULL)
+    hvd__optim_forget_step(c); /* the file's state: no step of it yet */
   free(views);
   return rc;
 }

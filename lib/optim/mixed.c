@@ -687,6 +687,11 @@ void hvd__mixed_set_counters(hvd_optimizer_t *core, const int64_t values[2]) {
   m->clean = values[1];
 }
 
+void hvd__mixed_forget_skip(hvd_optimizer_t *core) {
+  if (core->mixed != NULL)
+    core->mixed->skipped = 0;
+}
+
 int hvd__mixed_scaling(const hvd_optimizer_t *core) {
   return core->mixed != NULL && core->mixed->scaling;
 }

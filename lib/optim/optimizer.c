@@ -408,6 +408,11 @@ hvd_result_t hvd__optim_name_steps(const char *fn, hvd_optimizer_t *core) {
   return HVD_SUCCESS;
 }
 
+void hvd__optim_forget_step(hvd_optimizer_t *core) {
+  hvd__clip_forget(core->clip);
+  hvd__mixed_forget_skip(core);
+}
+
 hvd_optimizer_t *hvd__optim_core(hvd_optimizer_t *opt) {
   return opt->base ? opt->base : opt;
 }
@@ -558,7 +563,7 @@ hvd_result_t hvd_optimizer_step(hvd_optimizer_t *opt) {
   hvd_result_t rc;
   if (forked_dist(opt, "hvd_optimizer_step", &rc))
     return rc;
-  hvd__clip_forget(hvd__optim_core(opt)->clip); /* this step's, or none */
+  hvd__optim_forget_step(hvd__optim_core(opt)); /* this step's, or none */
   rc = after_caller("hvd_optimizer_step", opt);
   if (rc == HVD_SUCCESS)
     HVD__ON_SET(opt->ps, rc, opt->cls->step(opt));

@@ -131,6 +131,13 @@ hvd_result_t hvd__optim_name_steps(const char *fn, hvd_optimizer_t *core);
 hvd_optimizer_t *hvd__optim_core(hvd_optimizer_t *opt);
 const hvd_optimizer_t *hvd__optim_core_const(const hvd_optimizer_t *opt);
 
+/* What the last step left to ask about forgotten: whether it was skipped
+ * (loss scaling, hvd_optimizer_step_skipped 0) and its gradient norm
+ * (clipping, NAN). A step starts, or the optimizer's state was restored
+ * (a checkpoint's load, hvd_state's restore, a state broadcast), after
+ * which no step of the restored state has run yet. */
+void hvd__optim_forget_step(hvd_optimizer_t *core);
+
 /* One local update of a plain optimizer from its params' grads (steps++).
  * Used by the distributed wrapper after its reductions. */
 hvd_result_t hvd__optim_apply(hvd_optimizer_t *core);
@@ -228,6 +235,9 @@ hvd_result_t hvd__mixed_refresh(const hvd_param_t *params, int n,
 void hvd__mixed_counters(const hvd_optimizer_t *core, int64_t values[2],
                          int *n);
 void hvd__mixed_set_counters(hvd_optimizer_t *core, const int64_t values[2]);
+/* The last step counts as not skipped (hvd__optim_forget_step); accepts a
+ * core without mixed. */
+void hvd__mixed_forget_skip(hvd_optimizer_t *core);
 
 /* ---- hyperparameters (hparams.c) ---------------------------------------- */
 

@@ -267,6 +267,7 @@ static hvd_result_t transfer_hparams(hvd_state_t *st, hvd_optimizer_t *c,
   }
   hvd_result_t rc = hvd__hp_restore(c, st->hp);
   c->lr = st->lr, c->steps = st->steps; /* exactly, not through doubles */
+  hvd__optim_forget_step(c); /* no step of the commit's state has run */
   return rc;
 }
 

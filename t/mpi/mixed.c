@@ -41,6 +41,10 @@
  *  - empty bfloat16 parameters of different shapes (data NULL): their
  *    checkpoint (plain, distributed, sharded) loads into float32 and
  *    back;
+ *  - hvd_optimizer_step_skipped 0 after a failed step and after each
+ *    restore of the state (hvd_state, a load, a state broadcast);
+ *  - a float32 file beyond float16's range loaded into a float16 model:
+ *    values +-inf, masters the file's;
  *  - no-sync steps with loss scaling agree on an inf (every rank skips
  *    alike, the synced step after passes the hyperparameter check); a
  *    no-sync step more on one rank fails naming the agreement;
@@ -578,6 +582,109 @@ static void test_empty(int plain, int shard) {
   hvd_optimizer_destroy(o32);
 }
 
+/* A step of opt whose gradient is 1 on every rank, inf on the last one:
+ * HVD_SUCCESS and skipped on every rank. */
+static int poisoned_step(model_t *m, hvd_optimizer_t *opt) {
+  if (hvd_optimizer_zero_grad(opt) != HVD_SUCCESS)
+    return 0;
+  for (int i = 0; i < 4; i++)
+    hvdt_put(HVD_FLOAT32, m->g, i, hvd_optimizer_loss_scale(opt));
+  if (rank == size - 1)
+    hvdt_put(HVD_FLOAT32, m->g, 0, INFINITY);
+  return hvd_optimizer_step(opt) == HVD_SUCCESS &&
+         hvd_optimizer_step_skipped(opt) == 1;
+}
+
+/* hvd_optimizer_step_skipped is the last step's: 1 after a skipped one,
+ * then 0 after a step that fails (no new gradients; the ranks' learning
+ * rates differ, np >= 2) and after each restore of the optimizer's
+ * state (hvd_state_restore, hvd_checkpoint_load,
+ * hvd_broadcast_optimizer_state). */
+static void test_skip_forgotten(void) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/skip.ckpt", dir);
+  model_t m;
+  model_make(&m, HVD_FLOAT32, 4, 1.0);
+  hvd_sgd_options_t so;
+  hvd_sgd_options_init(&so);
+  so.lr = 0.5;
+  hvd_optimizer_t *base = NULL, *opt = NULL;
+  hvd_state_t *st = NULL;
+  if (hvd_sgd_create(&m.p, 1, &so, &base) != HVD_SUCCESS ||
+      hvd_distributed_optimizer(base, NULL, &opt) != HVD_SUCCESS ||
+      hvd_optimizer_set_loss_scaling(opt, NULL) != HVD_SUCCESS ||
+      hvd_state_create(NULL, 1, &st) != HVD_SUCCESS ||
+      hvd_state_add_params(st, &m.p, 1, opt) != HVD_SUCCESS)
+    bail("skip: %s", hvd_last_error());
+  ok(poisoned_step(&m, opt), "skipped: 1 after a step with an inf");
+  is_int(HVD_ERR_INVALID_ARG, hvd_optimizer_step(opt),
+         "  a step without new gradients fails");
+  is_int(0, hvd_optimizer_step_skipped(opt), "  then skipped is 0");
+  if (size >= 2) {
+    ok(poisoned_step(&m, opt), "  skipped again");
+    hvd_optimizer_set_lr(opt, rank == 1 ? 0.25 : 0.5);
+    hvd_optimizer_zero_grad(opt);
+    is_int(HVD_ERR_MISMATCH, hvd_optimizer_step(opt),
+           "  a step whose learning rates differ fails");
+    is_int(0, hvd_optimizer_step_skipped(opt), "  then skipped is 0");
+    hvd_optimizer_set_lr(opt, 0.5);
+  }
+  int restored = 0;
+  ok(hvd_state_commit(st) == HVD_SUCCESS && poisoned_step(&m, opt) &&
+         hvd_state_restore(st, &restored) == HVD_SUCCESS && restored,
+     "  committed, skipped, restored");
+  is_int(0, hvd_optimizer_step_skipped(opt), "  after hvd_state_restore: 0");
+  ok(hvd_checkpoint_save(path, &m.p, 1, opt, 0) == HVD_SUCCESS &&
+         poisoned_step(&m, opt) &&
+         hvd_checkpoint_load(path, &m.p, 1, opt, NULL) == HVD_SUCCESS,
+     "  saved, skipped, loaded");
+  is_int(0, hvd_optimizer_step_skipped(opt), "  after hvd_checkpoint_load: 0");
+  ok(poisoned_step(&m, opt) &&
+         hvd_broadcast_optimizer_state(opt, 0) == HVD_SUCCESS,
+     "  skipped, then the state broadcast");
+  is_int(0, hvd_optimizer_step_skipped(opt),
+         "  after hvd_broadcast_optimizer_state: 0");
+  hvd_state_destroy(st);
+  hvd_optimizer_destroy(opt);
+  model_free(&m);
+}
+
+/* A float32 file whose values are beyond float16's range, loaded into a
+ * float16 model with its optimizer: the masters hold the file's values,
+ * the parameter's values are +-inf (hvd.h, "Mixed precision"). */
+static void test_fp16_overflow_load(void) {
+  char path[600], back[600];
+  snprintf(path, sizeof path, "%s/big.ckpt", dir);
+  snprintf(back, sizeof back, "%s/big16.ckpt", dir);
+  model_t a, b;
+  model_make(&a, HVD_FLOAT32, N, 1e5);
+  hvdt_put(HVD_FLOAT32, a.w, 1, -1e5);
+  hvdt_put(HVD_FLOAT32, a.w, 2, 65504);
+  model_make(&b, HVD_FLOAT16, N, 0.5);
+  hvd_optimizer_t *oa = make_opt(&a, 0, 0), *ob = make_opt(&b, 0, 1);
+  int ok_io = hvd_checkpoint_save(path, &a.p, 1, oa, 0) == HVD_SUCCESS;
+  is_int(HVD_SUCCESS, hvd_checkpoint_load(path, &b.p, 1, ob, NULL),
+         "fp16 overflow: a float32 file of 1e5 loads into a float16 model");
+  ok(ok_io && hvdt_get(HVD_FLOAT16, b.w, 0) == INFINITY &&
+         hvdt_get(HVD_FLOAT16, b.w, 1) == -INFINITY &&
+         hvdt_get(HVD_FLOAT16, b.w, 2) == 65504,
+     "  the values: inf, -inf, 65504 (%g %g %g)", hvdt_get(HVD_FLOAT16, b.w, 0),
+     hvdt_get(HVD_FLOAT16, b.w, 1), hvdt_get(HVD_FLOAT16, b.w, 2));
+  float master[N], g32[N];
+  int64_t n = N;
+  hvd_param_t q = {"w", hvd_tensor_make(master, HVD_FLOAT32, 1, &n),
+                   hvd_tensor_make(g32, HVD_FLOAT32, 1, &n)};
+  ok(hvd_checkpoint_save(back, &b.p, 1, ob, 0) == HVD_SUCCESS &&
+         hvd_checkpoint_load(back, &q, 1, NULL, NULL) == HVD_SUCCESS &&
+         master[0] == 1e5f && master[1] == -1e5f,
+     "  the masters keep the file's values (%g %g)", (double)master[0],
+     (double)master[1]);
+  hvd_optimizer_destroy(oa);
+  hvd_optimizer_destroy(ob);
+  model_free(&a);
+  model_free(&b);
+}
+
 static void test_refusals(void) {
   model_t m;
   hvd_optimizer_t *o = NULL;
@@ -637,6 +744,8 @@ int main(int argc, char **argv) {
   test_empty(1, 0);
   test_empty(0, 0);
   test_empty(0, 1);
+  test_skip_forgotten();
+  test_fp16_overflow_load();
   test_nosync_scaling();
   is_int(HVD_SUCCESS, hvd_shutdown(), "hvd_shutdown");
   hvdt_remove_tmpdir(dir);
