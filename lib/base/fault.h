@@ -15,6 +15,8 @@
  *               (ops/mpi_ops.c, mpi_open)
  *   thread      the world's engine thread: pthread_create fails with
  *               EAGAIN, as at a process or thread limit (engine_life.c)
+ *   cache       the response cache's copy of a name it learns
+ *               (core/cache.c, hvd__cache_put)
  *   stub        a joined rank's stub (core/execute.c, make_stub)
  *   group       the engine's request list of a group of more than 64
  *               (core/execute.c)

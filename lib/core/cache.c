@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fault.h"
 #include "base/table.h"
 #include "base/tensor.h"
 
@@ -83,39 +84,48 @@ void hvd__cache_erase(hvd__cache_t *c, int bit) {
   c->count--;
 }
 
+/* The bit a new entry takes: the first free one, else the least recently
+ * executed entry's (evicted). */
+static int victim(const hvd__cache_t *c) {
+  int bit = 0;
+  if (c->count < c->capacity) {
+    while (c->entries[bit].name != NULL)
+      bit++;
+    return bit;
+  }
+  for (int i = 1; i < c->capacity; i++)
+    if (c->entries[i].used < c->entries[bit].used)
+      bit = i;
+  return bit;
+}
+
 int hvd__cache_put(hvd__cache_t *c, const char *name, const hvd__desc_t *d,
                    char **evicted, hvd__desc_t *evicted_desc) {
   *evicted = NULL;
-  int bit = -1;
   intptr_t v = (intptr_t)hvd__table_get(c->bits, name);
   if (v != 0) { /* re-agreed with new parameters */
-    bit = (int)v - 1;
+    int bit = (int)v - 1;
     c->entries[bit].desc = *d;
     hvd__cache_touch(c, bit);
     return bit;
   }
-  if (c->count < c->capacity) {
-    for (bit = 0; c->entries[bit].name != NULL; bit++)
-      ;
-  } else { /* evict the least recently executed */
-    bit = 0;
-    for (int i = 1; i < c->capacity; i++)
-      if (c->entries[i].used < c->entries[bit].used)
-        bit = i;
-    *evicted = c->entries[bit].name;
-    *evicted_desc = c->entries[bit].desc;
-    hvd__table_remove(c->bits, *evicted);
-    c->entries[bit].name = NULL;
-    c->count--;
-  }
-  entry_t *e = &c->entries[bit];
-  e->name = strdup(name);
-  if (e->name == NULL ||
+  /* What the entry needs is had before anything changes, so that a
+   * failure leaves the cache as it was (the name is new to the table). */
+  int bit = victim(c);
+  char *copy = hvd__fault("cache") ? NULL : strdup(name);
+  if (copy == NULL ||
       hvd__table_put(c->bits, name, (void *)(intptr_t)(bit + 1)) != 0) {
-    free(e->name);
-    e->name = NULL;
+    free(copy);
     return -1;
   }
+  entry_t *e = &c->entries[bit];
+  if (e->name != NULL) { /* full: the least recently executed goes */
+    hvd__table_remove(c->bits, e->name);
+    *evicted = e->name;
+    *evicted_desc = e->desc;
+    c->count--;
+  }
+  e->name = copy;
   e->desc = *d;
   c->count++;
   hvd__cache_touch(c, bit);

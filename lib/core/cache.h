@@ -30,7 +30,8 @@ int hvd__cache_lookup(const hvd__cache_t *c, const char *name,
 /* Caches (name, d) and returns its bit. When full, the least recently used
  * entry is evicted first: its bit is the one returned, *evicted gets its
  * name (malloc'd; the caller frees) and *evicted_desc its descriptor;
- * else *evicted is NULL. -1 when out of memory. */
+ * else *evicted is NULL. -1 when out of memory: the cache is then as it
+ * was (nothing evicted). */
 int hvd__cache_put(hvd__cache_t *c, const char *name, const hvd__desc_t *d,
                    char **evicted, hvd__desc_t *evicted_desc);
 

@@ -28,6 +28,7 @@ typedef struct layout {
 struct hvd__fastpath {
   hvd__fastpath_config_t cfg;
   hvd__cache_t *cache;
+  int flush; /* a put failed here: the next round empties every cache */
   uint64_t *vec;
   layout_t at;
   hvd_request_t **hits; /* per bit: this rank's request waiting on it */
@@ -229,6 +230,21 @@ static hvd_result_t exchange(hvd__fastpath_t *f) {
   return hvd__mpi_wait(&mr, "negotiation");
 }
 
+/* Some rank could not cache what every rank agreed, so the bits may mean
+ * other names on its peers: every rank drops every entry in the same
+ * round, before anything runs from the cache, and its hits go to the
+ * coordinator (the cache fills again alike from what it agrees next). */
+static void flush(hvd__fastpath_t *f, hvd__queue_t *slow) {
+  int cap = hvd__cache_capacity(f->cache);
+  for (int b = 0; b < cap; b++) {
+    if (f->hits[b] != NULL)
+      hvd__queue_push(slow, f->hits[b]);
+    f->hits[b] = NULL;
+    hvd__cache_erase(f->cache, b);
+  }
+  f->flush = 0;
+}
+
 /* Entry b runs this cycle: kept, ready on every rank, and some rank has
  * a request on it. Without that last, a cycle in which every rank has
  * joined would run every cached allreduce with stubs alone: nobody's. */
@@ -351,7 +367,8 @@ hvd_result_t hvd__fastpath_run(hvd__fastpath_t *f, unsigned flags,
                                hvd__queue_t *slow, hvd__fast_outcome_t *out) {
   hvd_result_t rc;
   memset(out, 0, sizeof *out);
-  f->at.flags[0] = flags | (joined ? HVD__FAST_JOINED : 0u);
+  f->at.flags[0] = flags | (joined ? HVD__FAST_JOINED : 0u) |
+                   (f->flush ? HVD__FAST_FLUSH : 0u);
   if (f->at.nparams > 0 && params != NULL) { /* the others add zeros */
     f->at.tuned[0] = (uint64_t)params->fusion_threshold;
     f->at.tuned[1] = (uint64_t)params->chunk_bytes;
@@ -365,6 +382,8 @@ hvd_result_t hvd__fastpath_run(hvd__fastpath_t *f, unsigned flags,
     out->params.chunk_bytes = (int64_t)f->at.tuned[1];
     out->params.cycle_us = (int64_t)f->at.tuned[2];
   }
+  if (out->flags & HVD__FAST_FLUSH)
+    flush(f, slow);
   int nready = settle(f, slow);
   if (nready > 0)
     HVD__CHECK(respond(f, nready, out));
@@ -382,7 +401,16 @@ void hvd__fastpath_learn(hvd__fastpath_t *f, const hvd__response_t *x,
   char *evicted = NULL;
   hvd__desc_t gone;
   int bit = hvd__cache_put(f->cache, x->names[0], &x->desc, &evicted, &gone);
-  if (bit >= 0 && evicted != NULL && f->hits[bit] != NULL) {
+  if (bit < 0) { /* the cache is as it was; every rank's empties next */
+    if (!f->flush)
+      HVD__LOG(HVD__LOG_WARNING,
+               "response cache: no memory for %s '%s': every rank empties "
+               "its cache",
+               hvd__coll_name(x->desc.coll), x->names[0]);
+    f->flush = 1;
+    return;
+  }
+  if (evicted != NULL && f->hits[bit] != NULL) {
     hvd__queue_push(slow, f->hits[bit]);
     f->hits[bit] = NULL;
   }

@@ -5,7 +5,7 @@
  *
  *   [flags][tuned parameters][not-ready bits][invalidate bits][has bits]
  *
- * the flags word (HVD__FAST_SLOW, HVD__FAST_STOP), rank 0's autotuned
+ * the flags word (HVD__FAST_SLOW, HVD__FAST_STOP, ...), rank 0's autotuned
  * parameters when tuning (the others add zeros), then one bit per cache
  * entry: "not ready here", "drop this entry" and "a request waits on it
  * here". A not-ready bit that is 0 on every rank (a rank that has joined
@@ -32,13 +32,18 @@
  * allreduces' stubs are agreed before they run: the responses of the
  * round then say njoined 1, so every rank knows); someone's command has
  * waited past a stall time for ranks that have none (every rank then
- * tells how long it waited: engine_command.c). */
+ * tells how long it waited: engine_command.c); someone could not cache
+ * what every rank agreed (hvd__fastpath_learn, out of memory: its bits
+ * may now mean other names than its peers'), so every rank empties its
+ * cache in this round before anything runs from it, its hits going to the
+ * coordinator. */
 #define HVD__FAST_SLOW 1u
 #define HVD__FAST_STOP 2u
 #define HVD__FAST_CMD 4u
 #define HVD__FAST_NOCMD 8u
 #define HVD__FAST_JOINED 16u
 #define HVD__FAST_CMDWAIT 32u
+#define HVD__FAST_FLUSH 64u
 
 typedef struct hvd__fastpath hvd__fastpath_t;
 
@@ -83,7 +88,8 @@ hvd_result_t hvd__fastpath_run(hvd__fastpath_t *f, unsigned flags,
 
 /* After a collective agreed by the coordinator ran on every rank: cache
  * it, so that next time it is a one-bit hit. A hit waiting on the entry
- * it evicts goes back to `slow`. */
+ * it evicts goes back to `slow`. When this rank cannot (out of memory) its
+ * cache is left as it was, and its next round carries HVD__FAST_FLUSH. */
 void hvd__fastpath_learn(hvd__fastpath_t *f, const hvd__response_t *x,
                          hvd__queue_t *slow);
 

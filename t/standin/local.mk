@@ -80,6 +80,15 @@ NP_TESTS += t/standin/hostalloc.np2 t/standin/hostalloc.np3 \
 t_standin_hostalloc_CPPFLAGS = $(STANDIN_CPPFLAGS)
 t_standin_hostalloc_LDADD = $(STANDIN_LDADD)
 
+## cachefail  one rank unable to cache what every rank agreed (site
+##            "cache"): every rank empties its response cache in the next
+##            round, and every sum after it is exact.
+check_PROGRAMS += t/standin/cachefail
+NP_TESTS += t/standin/cachefail.np2 t/standin/cachefail.np3 \
+	t/standin/cachefail.np4
+t_standin_cachefail_CPPFLAGS = $(STANDIN_CPPFLAGS)
+t_standin_cachefail_LDADD = $(STANDIN_LDADD)
+
 ## stand-in's own NCCL and CUDA behaviour (selftest.c), both kinds of
 ## communicator, which libhvd's code may not reach.
 check_PROGRAMS += t/standin/faults t/standin/selftest
