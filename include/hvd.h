@@ -541,7 +541,8 @@ hvd_result_t hvd_ps_barrier(const hvd_process_set_t *ps);
 
 /* ---- Grouped collectives ----------------------------------------------
  * Horovod's grouped_allreduce (and allgather, reducescatter): n tensors
- * negotiated as one unit and run together. The members are submitted in
+ * (1 to 1048576: HVD_ERR_INVALID_ARG otherwise) negotiated as one unit
+ * and run together. The members are submitted in
  * one step; the coordinator answers for none of them until every rank has
  * submitted every member, then runs them back to back in one cycle, the
  * allreduces fused together (up to HVD_FUSION_THRESHOLD, in chunks as

@@ -632,9 +632,11 @@ static hvd_result_t grouped(const char *fn, int kind, int n,
                             double post, int wire, hvd_request_t **reqs) {
   hvd_result_t rc = HVD_SUCCESS;
   REQUIRE_INIT(fn);
-  if (n < 1)
+  if (n < 1 || n > HVD__GROUP_MAX)
     return hvd__set_error(HVD_ERR_INVALID_ARG,
-                          "%s: %d tensors; a group has at least 1", fn, n);
+                          "%s: %d tensors; a group has at least 1 and at "
+                          "most %d",
+                          fn, n, HVD__GROUP_MAX);
   const char *null = names == NULL   ? "names"
                      : sends == NULL ? "sends"
                      : recvs == NULL ? "recvs"

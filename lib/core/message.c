@@ -54,7 +54,19 @@ static void get_desc(hvd__rbuf_t *r, hvd__desc_t *d) {
   d->group_n = hvd__r_i32(r);
   d->group_i = hvd__r_i32(r);
   d->group_id = (uint64_t)hvd__r_i64(r);
+  /* a member's index within its group's size (arrays are sized by it) */
+  if (d->group_n < 0 || d->group_n > HVD__GROUP_MAX ||
+      (d->group_n == 0 ? d->group_i != 0
+                       : d->group_i < 0 || d->group_i >= d->group_n))
+    r->failed = 1;
 }
+
+/* The fewest bytes one response takes: kind, a descriptor of no
+ * dimension (coll, dtype, device, ndim, op, prescale, postscale, root,
+ * wire, group_n, group_i, group_id), nnames, the dims0 and ready flags,
+ * njoined, err, errmsg's length and arg. A list's count is at most its
+ * bytes over this. */
+#define MIN_RESPONSE_BYTES (4 + (4 * 4 + 4 + 8 + 8 + 4 * 4 + 8) + 4 * 7)
 
 void hvd__msg_put_response(hvd__wbuf_t *w, const hvd__response_t *x, int size) {
   hvd__w_i32(w, x->kind);
@@ -74,30 +86,32 @@ void hvd__msg_put_response(hvd__wbuf_t *w, const hvd__response_t *x, int size) {
   hvd__w_i32(w, x->arg);
 }
 
+/* 0; -1 when malformed; -2 when out of memory. */
 static int get_response(hvd__rbuf_t *r, hvd__response_t *x, int size) {
   memset(x, 0, sizeof *x);
-  x->kind = hvd__r_i32(r);
+  x->kind = in_range(r, hvd__r_i32(r), HVD__RESP_KIND_COUNT);
   get_desc(r, &x->desc);
   x->nnames = hvd__r_i32(r);
-  if (r->failed || x->nnames < 0 || (size_t)x->nnames > r->len)
+  /* each name takes at least its length's 4 bytes */
+  if (r->failed || x->nnames < 0 || (size_t)x->nnames > (r->len - r->pos) / 4)
     return -1;
   x->names = calloc((size_t)x->nnames + 1, sizeof *x->names);
   if (x->names == NULL)
-    return -1;
+    return -2;
   for (int i = 0; i < x->nnames; i++)
     if ((x->names[i] = hvd__r_str(r)) == NULL)
-      return -1;
+      return -2;
   if (hvd__r_i32(r)) {
     x->dims0 = malloc((size_t)size * sizeof *x->dims0);
     if (x->dims0 == NULL)
-      return -1;
+      return -2;
     for (int i = 0; i < size; i++)
       x->dims0[i] = hvd__r_i64(r);
   }
   if (hvd__r_i32(r)) {
     x->ready = malloc((size_t)size * sizeof *x->ready);
     if (x->ready == NULL)
-      return -1;
+      return -2;
     for (int i = 0; i < size; i++)
       x->ready[i] = hvd__r_f64(r);
   }
@@ -105,7 +119,9 @@ static int get_response(hvd__rbuf_t *r, hvd__response_t *x, int size) {
   x->err = hvd__r_i32(r);
   x->errmsg = hvd__r_str(r);
   x->arg = hvd__r_i32(r);
-  return r->failed || x->errmsg == NULL ? -1 : 0;
+  if (x->errmsg == NULL)
+    return -2;
+  return r->failed ? -1 : 0;
 }
 
 void hvd__response_clear(hvd__response_t *x) {
@@ -149,13 +165,19 @@ hvd_result_t hvd__msg_get_responses(const char *buf, size_t len, int size,
   hvd__rbuf_t rb;
   hvd__r_init(&rb, buf, len);
   int count = hvd__r_i32(&rb);
+  if (rb.failed || count < 0 ||
+      (size_t)count > (rb.len - rb.pos) / MIN_RESPONSE_BYTES)
+    return hvd__set_error(HVD_ERR_INTERNAL, "malformed response list");
   hvd__response_t *list = calloc((size_t)(count > 0 ? count : 1), sizeof *list);
   if (list == NULL)
     return hvd__set_error(HVD_ERR_NO_MEMORY, "response list");
   for (int i = 0; i < count; i++) {
-    if (get_response(&rb, &list[i], size) != 0) {
+    int got = get_response(&rb, &list[i], size);
+    if (got != 0) {
       hvd__responses_free(list, i + 1);
-      return hvd__set_error(HVD_ERR_INTERNAL, "malformed response list");
+      return got == -1
+                 ? hvd__set_error(HVD_ERR_INTERNAL, "malformed response list")
+                 : hvd__set_error(HVD_ERR_NO_MEMORY, "response list");
     }
   }
   *out = list;

@@ -4,7 +4,9 @@
  * strings). A rank's message to the coordinator is a count and, per new
  * request, its name, descriptor and ready time; the coordinator answers
  * every rank with the same list of responses. Encoders record failure in
- * the buffer (w->failed); decoders return -1 on malformed input.
+ * the buffer (w->failed); decoders return -1 on malformed input: bytes
+ * missing, or a field out of its range (an enum, ndim, a group's size and
+ * index, a count).
  */
 #ifndef HVD_CORE_MESSAGE_H
 #define HVD_CORE_MESSAGE_H
@@ -17,8 +19,9 @@ typedef enum hvd__response_kind {
   HVD__RESP_ERROR,     /* complete names with err/errmsg */
   HVD__RESP_JOIN_DONE, /* every rank joined; arg = the last to join */
   HVD__RESP_SHUTDOWN,  /* stop; arg = the rank that asked, err = why */
-  HVD__RESP_STALL      /* a collective stalled past HVD_STALL_SHUTDOWN_TIME;
+  HVD__RESP_STALL,     /* a collective stalled past HVD_STALL_SHUTDOWN_TIME;
                           errmsg says which and who is missing */
+  HVD__RESP_KIND_COUNT /* the kinds above; the decoder refuses others */
 } hvd__response_kind_t;
 
 /* Why a rank asks its engine to stop: a negotiation round's
@@ -56,8 +59,10 @@ int hvd__msg_get_request(hvd__rbuf_t *rb, char **name, hvd__desc_t *d,
 /* One response of the coordinator's list (size: the world size). */
 void hvd__msg_put_response(hvd__wbuf_t *w, const hvd__response_t *x, int size);
 /* The coordinator's list: a count, then the responses. On success *out
- * holds *n responses (free with hvd__responses_free); else the message is
- * set (HVD_ERR_INTERNAL "malformed response list", HVD_ERR_NO_MEMORY). */
+ * holds *n >= 0 responses (free with hvd__responses_free); else the
+ * message is set: HVD_ERR_INTERNAL "malformed response list" (a count
+ * below 0 or more than the bytes can hold, a kind or field out of range,
+ * bytes missing), or HVD_ERR_NO_MEMORY for a well-formed one. */
 hvd_result_t hvd__msg_get_responses(const char *buf, size_t len, int size,
                                     hvd__response_t **out, int *n);
 

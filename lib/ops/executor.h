@@ -31,10 +31,15 @@ typedef struct hvd__desc {
   /* A grouped collective's member (hvd_grouped_*): index group_i of
    * group_n (0 and 0 when not grouped), group_id a hash of the members'
    * names in order. The coordinator runs a group's members together, once
-   * every rank has all of them. */
+   * every rank has all of them. At most HVD__GROUP_MAX members (the API
+   * refuses more; the wire codec refuses a descriptor out of these
+   * bounds). */
   int group_n, group_i;
   uint64_t group_id;
 } hvd__desc_t;
+
+/* The most members a grouped collective may have. */
+#define HVD__GROUP_MAX (1 << 20)
 
 /* Names of the collectives that have no user name. */
 #define HVD__BARRIER_NAME "hvd.barrier"

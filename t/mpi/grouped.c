@@ -328,8 +328,8 @@ static void test_errors(void) {
     const char *what;
     hvd_result_t got;
     const char *msg;
-  } c[5];
-  char msgs[5][300];
+  } c[6];
+  char msgs[6][300];
   c[0].got = hvd_grouped_allreduce_async(2, names, s, r, HVD_SUM, 1, 1, reqs);
   snprintf(msgs[0], sizeof msgs[0], "%s", hvd_last_error());
   c[0].what = "a bad member";
@@ -344,7 +344,8 @@ static void test_errors(void) {
   c[2].got = hvd_grouped_allreduce(0, names, s, r, HVD_SUM, 1, 1);
   snprintf(msgs[2], sizeof msgs[2], "%s", hvd_last_error());
   c[2].what = "no tensors";
-  c[2].msg = "hvd_grouped_allreduce: 0 tensors; a group has at least 1";
+  c[2].msg = "hvd_grouped_allreduce: 0 tensors; a group has at least 1 and "
+             "at most 1048576";
   c[3].got = hvd_grouped_allgather(2, NULL, s, r);
   snprintf(msgs[3], sizeof msgs[3], "%s", hvd_last_error());
   c[3].what = "names NULL";
@@ -354,7 +355,12 @@ static void test_errors(void) {
   snprintf(msgs[4], sizeof msgs[4], "%s", hvd_last_error());
   c[4].what = "reqs NULL";
   c[4].msg = "hvd_grouped_reducescatter_async: reqs is NULL";
-  for (int k = 0; k < 5; k++) {
+  c[5].got = hvd_grouped_allreduce(1048577, names, s, r, HVD_SUM, 1, 1);
+  snprintf(msgs[5], sizeof msgs[5], "%s", hvd_last_error());
+  c[5].what = "more tensors than a group may have";
+  c[5].msg = "hvd_grouped_allreduce: 1048577 tensors; a group has at least 1 "
+             "and at most 1048576";
+  for (int k = 0; k < 6; k++) {
     is_int(HVD_ERR_INVALID_ARG, c[k].got, "%s: code", c[k].what);
     is_string(c[k].msg, msgs[k], "%s: message", c[k].what);
   }

@@ -30,7 +30,9 @@
 ##           allgather's or alltoall's output, at its exact limits
 ##           (linked statically)
 ##  message  the negotiation's wire codec: a descriptor goes through
-##           whole, one with an enum out of range is refused (linked
+##           whole, one with an enum or a group's size or index out of
+##           range is refused; a response list with a count below 0 or
+##           past its bytes, or a kind out of range, is malformed (linked
 ##           statically: the codec is not exported)
 ##  bert_grad, bert_data  examples/bert's model gradients and data (with
 ##           a CBLAS only, as examples/bert is)
