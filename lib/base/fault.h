@@ -13,6 +13,8 @@
  *               creation (core/engine_life.c, engine_alloc)
  *   executor    the MPI executor's state, at an engine's start
  *               (ops/mpi_ops.c, mpi_open)
+ *   autotune    the autotuner's state, at an engine's start on its rank
+ *               0 with HVD_AUTOTUNE=1 (core/autotune.c)
  *   thread      the world's engine thread: pthread_create fails with
  *               EAGAIN, as at a process or thread limit (engine_life.c)
  *   cache       the response cache's copy of a name it learns

@@ -13,11 +13,13 @@
 #include "core/autotune.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/errors.h"
+#include "base/fault.h"
 #include "base/log.h"
 
 #define WARMUP 1
@@ -54,7 +56,8 @@ struct hvd__autotune {
   int64_t acc_bytes; /* small bursts joined into the next sample */
   double acc_seconds;
   int acc_bursts, said_small;
-  FILE *log;
+  FILE *log; /* NULL: none, or no more after a failed write */
+  char log_path[HVD__PATH_MAX];
 };
 
 static int64_t *field(hvd__tune_params_t *p, int i) {
@@ -63,38 +66,68 @@ static int64_t *field(hvd__tune_params_t *p, int i) {
                   : &p->cycle_us;
 }
 
-hvd__autotune_t *hvd__autotune_create(const hvd__settings_t *s,
-                                      int64_t default_chunk) {
-  hvd__autotune_t *a = calloc(1, sizeof *a);
-  if (a == NULL) {
-    hvd__set_error(HVD_ERR_NO_MEMORY, "autotune");
-    return NULL;
+int64_t hvd__autotune_cycle_us(double ms) {
+  if (!(ms > 0))
+    return 0;
+  long long us = llround(ms * 1000);
+  return us > 0 ? us : 1;
+}
+
+/* The log after a write whose fprintf returned `printed`: on its first
+ * failure one warning naming the file and the error, and no log after
+ * it (a full disk must not stop the tuning). */
+static void log_check(hvd__autotune_t *a, int printed) {
+  int err = errno;
+  if (printed >= 0) {
+    if (fflush(a->log) == 0)
+      return;
+    err = errno;
   }
+  HVD__LOG(HVD__LOG_WARNING,
+           "HVD_AUTOTUNE_LOG: cannot write '%s': %s; the log ends here",
+           a->log_path, strerror(err));
+  fclose(a->log);
+  a->log = NULL;
+}
+
+hvd_result_t hvd__autotune_create(const hvd__settings_t *s,
+                                  hvd__autotune_t **out) {
+  hvd__autotune_t *a = hvd__fault("autotune") ? NULL : calloc(1, sizeof *a);
+  *out = NULL;
+  if (a == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY,
+                          "could not allocate the autotuner's state");
+  /* the untuned run's values: chunk 0 is the executor's default (its
+   * own algorithm: the shared-memory path's pieces, zero-copy), not a
+   * size of its own */
   a->defaults.fusion_threshold = s->fusion_threshold;
-  a->defaults.chunk_bytes = s->chunk_size > 0 ? s->chunk_size : default_chunk;
-  a->defaults.cycle_us = (int64_t)(s->cycle_time_ms * 1000);
+  a->defaults.chunk_bytes = s->chunk_size;
+  a->defaults.cycle_us = hvd__autotune_cycle_us(s->cycle_time_ms);
   a->best = a->cur = a->defaults;
   *field(&a->cur, 0) = params[0].values[0];
+  snprintf(a->log_path, sizeof a->log_path, "%s", s->autotune_log);
   if (s->autotune_log[0] != '\0') {
     a->log = fopen(s->autotune_log, "w");
     if (a->log == NULL) {
-      hvd__set_error(HVD_ERR_IO, "HVD_AUTOTUNE_LOG: cannot open '%s': %s",
-                     s->autotune_log, strerror(errno));
+      hvd_result_t rc =
+          hvd__set_error(HVD_ERR_IO, "HVD_AUTOTUNE_LOG: cannot open '%s': %s",
+                         s->autotune_log, strerror(errno));
       free(a);
-      return NULL;
+      return rc;
     }
-    fprintf(a->log, "sample,phase,chunk_bytes,fusion_threshold,cycle_us,"
-                    "bytes,seconds,gb_per_s\n");
-    fflush(a->log);
+    log_check(a, fprintf(a->log, "sample,phase,chunk_bytes,fusion_threshold,"
+                                 "cycle_us,bytes,seconds,gb_per_s\n"));
   }
-  return a;
+  *out = a;
+  return HVD_SUCCESS;
 }
 
 void hvd__autotune_destroy(hvd__autotune_t *a) {
   if (a == NULL)
     return;
-  if (a->log)
-    fclose(a->log);
+  if (a->log != NULL && fclose(a->log) != 0)
+    HVD__LOG(HVD__LOG_WARNING, "HVD_AUTOTUNE_LOG: cannot write '%s': %s",
+             a->log_path, strerror(errno));
   free(a);
 }
 
@@ -114,11 +147,11 @@ static void log_row(hvd__autotune_t *a, const char *phase,
                     const hvd__tune_params_t *p, int64_t bytes, double sec) {
   if (a->log == NULL)
     return;
-  fprintf(a->log, "%d,%s,%lld,%lld,%lld,%lld,%.6f,%.3f\n", a->samples, phase,
-          (long long)p->chunk_bytes, (long long)p->fusion_threshold,
-          (long long)p->cycle_us, (long long)bytes, sec,
-          sec > 0 ? (double)bytes / sec / 1e9 : 0.0);
-  fflush(a->log);
+  log_check(a, fprintf(a->log, "%d,%s,%lld,%lld,%lld,%lld,%.6f,%.3f\n",
+                       a->samples, phase, (long long)p->chunk_bytes,
+                       (long long)p->fusion_threshold, (long long)p->cycle_us,
+                       (long long)bytes, sec,
+                       sec > 0 ? (double)bytes / sec / 1e9 : 0.0));
 }
 
 /* The configuration measured next in the search, or the start of the

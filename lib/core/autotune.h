@@ -13,20 +13,30 @@
 #include <stdint.h>
 
 #include "base/settings.h"
+#include "internal.h"
 
 typedef struct hvd__tune_params {
   int64_t fusion_threshold; /* bytes */
-  int64_t chunk_bytes;
+  int64_t chunk_bytes;      /* 0: the executor's default */
   int64_t cycle_us;
 } hvd__tune_params_t;
 
 typedef struct hvd__autotune hvd__autotune_t;
 
-/* Starts from the settings' values. log_path may be "" (no log). NULL
- * with the message set on failure. */
-hvd__autotune_t *hvd__autotune_create(const hvd__settings_t *s,
-                                      int64_t default_chunk);
+/* Starts from the settings' values, which are the defaults it compares
+ * with: the untuned run's, HVD_CHUNK_SIZE=0 included (the executor's
+ * default, carried as 0). HVD_AUTOTUNE_LOG may be "" (no log); a write
+ * to it that fails is said once (a warning) and ends the log. *out NULL
+ * with the message set on failure: HVD_ERR_NO_MEMORY, or HVD_ERR_IO when
+ * the log cannot be opened. */
+hvd_result_t hvd__autotune_create(const hvd__settings_t *s,
+                                  hvd__autotune_t **out);
 void hvd__autotune_destroy(hvd__autotune_t *a); /* accepts NULL */
+
+/* HVD_CYCLE_TIME (ms) in whole microseconds as the tuner carries it: to
+ * the nearest, and at least 1 unless it is 0 (a time below 1 us must not
+ * become 0, a cycle without a pause). */
+int64_t hvd__autotune_cycle_us(double ms);
 
 /* Feeds one finished burst; *p gets the parameters to use from now on. */
 void hvd__autotune_record(hvd__autotune_t *a, int64_t bytes, double seconds,

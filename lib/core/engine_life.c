@@ -186,10 +186,11 @@ fail:
 }
 
 /* Autotune when any rank asks (the vector then carries rank 0's
- * parameters to all); rank 0 keeps the tuner, starting from the host
- * executor's default chunk. Rank 0's failure to make it (its
- * HVD_AUTOTUNE_LOG cannot be opened) is every rank's, with its message:
- * the others would otherwise start engines that wait for rank 0's. */
+ * parameters to all); rank 0 keeps the tuner, starting from the settings
+ * (HVD_CHUNK_SIZE=0 stays 0: the executor's default, as untuned). Rank
+ * 0's failure to make it (its HVD_AUTOTUNE_LOG cannot be opened, or no
+ * memory) is every rank's, with its code and message: the others would
+ * otherwise start engines that wait for rank 0's. */
 static hvd_result_t start_autotune(hvd__engine_t *e) {
   hvd_result_t rc = HVD_SUCCESS;
   const hvd__settings_t *s = &e->settings;
@@ -197,22 +198,16 @@ static hvd_result_t start_autotune(hvd__engine_t *e) {
                                e->env.comm));
   if (!e->tuning)
     return HVD_SUCCESS;
-  int64_t chunk0 = hvd__executors[0]->default_chunk;
-  e->params.fusion_threshold = s->fusion_threshold;
-  e->params.chunk_bytes = s->chunk_size > 0 ? s->chunk_size : chunk0;
-  e->params.cycle_us = (int64_t)(s->cycle_time_ms * 1000);
   struct {
     int32_t rc;
     char msg[HVD__ERRMSG_MAX];
   } got = {HVD_SUCCESS, ""};
   if (e->env.rank == 0) {
-    e->tune = hvd__autotune_create(s, chunk0);
-    if (e->tune != NULL) {
+    got.rc = hvd__autotune_create(s, &e->tune);
+    if (got.rc == HVD_SUCCESS)
       hvd__autotune_record(e->tune, 0, 0, &e->params); /* first candidate */
-    } else {
-      got.rc = HVD_ERR_IO;
+    else
       snprintf(got.msg, sizeof got.msg, "%s", hvd_last_error());
-    }
   }
   HVD__MPI_CHECK(MPI_Bcast(&got, (int)sizeof got, MPI_BYTE, 0, e->env.comm));
   if (got.rc != HVD_SUCCESS)

@@ -46,7 +46,12 @@
  *     HVD_ERR_SYSTEM, and the threads that started end unused;
  * 17. a process set's creation, its engine's state: the creation fails on
  *     every rank with R's words, and the next creation works;
- * 18. the same, its MPI executor's state.
+ * 18. the same, its MPI executor's state;
+ * 19. hvd_init with HVD_AUTOTUNE=1, rank 0 (which alone keeps the tuner)
+ *     without the tuner's state (site "autotune"): every rank's init
+ *     fails with HVD_ERR_NO_MEMORY (before: HVD_ERR_IO) and rank 0's
+ *     words, "could not allocate the autotuner's state"; then an init
+ *     without the fault works.
  * Registered at np 2, 3 and 4 (t/standin/local.mk); `hostalloc N` runs
  * case N only.
  */
@@ -539,6 +544,28 @@ static void case_set(const char *site, const char *words, const char *what) {
   stop(what);
 }
 
+/* 19. */
+static void case_autotune(void) {
+  const char *what = "autotuner at init";
+  char got[512];
+  setenv("HVD_AUTOTUNE", "1", 1);
+  setenv("HVD_STANDIN_HOST_ALLOC_FAIL", "0:autotune", 1);
+  hvd_result_t rc = hvd_init();
+  snprintf(got, sizeof got, "%s", rc == HVD_SUCCESS ? "" : hvd_last_error());
+  is_int(HVD_ERR_NO_MEMORY, rc, "%s: hvd_init: result", what);
+  is_string("could not allocate the autotuner's state", got,
+            "%s: hvd_init: message", what);
+  if (rc == HVD_SUCCESS)
+    hvd_shutdown();
+  unsetenv("HVD_STANDIN_HOST_ALLOC_FAIL");
+  rc = hvd_init();
+  unsetenv("HVD_AUTOTUNE");
+  if (!is_int(HVD_SUCCESS, rc, "%s: hvd_init without the fault", what))
+    bail("hvd_init: %s", hvd_last_error());
+  works("w", what);
+  stop(what);
+}
+
 static void start_cases(int only) {
   if (!only || only == 14)
     case_init("engine", HVD_ERR_NO_MEMORY,
@@ -558,6 +585,8 @@ static void start_cases(int only) {
   if (!only || only == 18)
     case_set("executor", " could not allocate the MPI executor's state",
              "executor of a set");
+  if (!only || only == 19)
+    case_autotune();
 }
 
 int main(int argc, char **argv) {

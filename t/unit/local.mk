@@ -34,6 +34,11 @@
 ##           range is refused; a response list with a count below 0 or
 ##           past its bytes, or a kind out of range, is malformed (linked
 ##           statically: the codec is not exported)
+##  autotune lib/core/autotune.c's tuner fed bursts by hand: the defaults
+##           it compares with are the untuned run's (HVD_CHUNK_SIZE=0
+##           carried as 0, HVD_CYCLE_TIME below 1 us as 1 us), in its
+##           parameters and its log; a log write that fails is one
+##           warning (linked statically)
 ##  bert_grad, bert_data  examples/bert's model gradients and data (with
 ##           a CBLAS only, as examples/bert is)
 ##  bert_mixed  examples/bert in bfloat16 and float16 on the CPU: the
@@ -50,12 +55,12 @@
 check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim \
 	t/unit/host_mem t/unit/host_mem_private t/unit/timeline_json \
 	t/unit/message t/unit/checksum t/unit/ranks t/unit/settings \
-	t/unit/rows_total t/unit/timeline_file
+	t/unit/rows_total t/unit/timeline_file t/unit/autotune
 UNIT_TESTS += t/unit/errors.t t/unit/taplib.t t/unit/sampler.t \
 	t/unit/optim.t t/unit/host_mem.t t/unit/host_mem_private.t \
 	t/unit/timeline_json.t t/unit/message.t t/unit/checksum.t \
 	t/unit/ranks.t t/unit/settings.t t/unit/rows_total.t \
-	t/unit/timeline_file.t
+	t/unit/timeline_file.t t/unit/autotune.t
 t_unit_message_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
 t_unit_message_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 	$(NCCL_LDFLAGS)
@@ -76,6 +81,10 @@ t_unit_timeline_file_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
 t_unit_timeline_file_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 	$(NCCL_LDFLAGS)
 t_unit_timeline_file_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
+t_unit_autotune_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
+t_unit_autotune_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
+	$(NCCL_LDFLAGS)
+t_unit_autotune_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
 TESTS_SH += t/unit/timeline_fs.sh
 t_unit_host_mem_private_SOURCES = t/unit/host_mem.c
 t_unit_host_mem_private_CPPFLAGS = $(TEST_CPPFLAGS) -DHOST_MEM_PRIVATE
