@@ -109,11 +109,22 @@ void hvd__ranks_add(hvd__ranks_t *l, int rank, const char *value) {
     l->more++;
     return;
   }
+  char *at = l->items + l->at;
+  size_t room = sizeof l->items - l->at;
+  const char *sep = l->listed ? ", " : "";
   if (l->at < sizeof l->items)
-    l->at +=
-        (size_t)snprintf(l->items + l->at, sizeof l->items - l->at,
-                         "%srank %d %s", l->listed ? ", " : "", rank, value);
+    l->at += (size_t)(value != NULL
+                          ? snprintf(at, room, "%srank %d %s", sep, rank, value)
+                          : snprintf(at, room, "%s%d", sep, rank));
   l->listed++;
+}
+
+int hvd__ranks_list(const hvd__ranks_t *l, char *out, size_t cap) {
+  if (l->more)
+    snprintf(out, cap, "%s, and %d more ranks", l->items, l->more);
+  else
+    snprintf(out, cap, "%s", l->items);
+  return l->listed + l->more;
 }
 
 int hvd__ranks_write(const hvd__ranks_t *l, const char *head, char *out,

@@ -36,7 +36,11 @@ hvd_result_t hvd__grow(void **buf, size_t *cap, size_t n, const char *what);
  * at most HVD__RANKS_LISTED ranks named, then ", and N more ranks".
  * hvd__ranks_begin empties l; hvd__ranks_add adds a rank and its value in
  * words; hvd__ranks_write writes the message into out when a rank was
- * added and returns how many were (0: nothing written). */
+ * added and returns how many were (0: nothing written).
+ * A list of ranks alone ("waited for rank(s) 1, 3"): values NULL, each
+ * item its number; hvd__ranks_list writes "1, 3", or "1, ..., 8, and N
+ * more ranks" past HVD__RANKS_LISTED ("" when none), and returns how
+ * many ranks were added. */
 #define HVD__RANKS_LISTED 8
 typedef struct hvd__ranks {
   char items[HVD__ERRMSG_MAX];
@@ -47,6 +51,7 @@ void hvd__ranks_begin(hvd__ranks_t *l);
 void hvd__ranks_add(hvd__ranks_t *l, int rank, const char *value);
 int hvd__ranks_write(const hvd__ranks_t *l, const char *head, char *out,
                      size_t cap);
+int hvd__ranks_list(const hvd__ranks_t *l, char *out, size_t cap);
 
 /* HVD_ERR_MPI with "<what>: <MPI's error string>". */
 hvd_result_t hvd__mpi_error(int mpi_rc, const char *what);

@@ -104,15 +104,16 @@ int hvd__engine_command_overdue(const hvd__engine_t *e) {
 enum { S_HAS, S_KIND, S_AGE_US, S_WARNED, S_CHECK_US, S_SHUTDOWN_US, S_ROW };
 _Static_assert(S_ROW == HVD__CMD_STALL_ROW, "engine_int.h's row size");
 
-/* "1, 3": the ranks whose has is `want`, by world rank. */
+/* "1, 3": the ranks whose has is `want`, by world rank; eight, then ",
+ * and N more ranks". */
 static void rank_list(const hvd__engine_t *e, const int64_t *all, int want,
                       char *buf, size_t n) {
-  size_t at = 0;
-  buf[0] = '\0';
-  for (int r = 0; r < e->env.size && at < n; r++)
+  hvd__ranks_t l;
+  hvd__ranks_begin(&l);
+  for (int r = 0; r < e->env.size; r++)
     if (all[S_ROW * r + S_HAS] == want)
-      at += (size_t)snprintf(buf + at, n - at, "%s%d", at ? ", " : "",
-                             hvd__env_world_rank(&e->env, r));
+      hvd__ranks_add(&l, hvd__env_world_rank(&e->env, r), NULL);
+  hvd__ranks_list(&l, buf, n);
 }
 
 /* What every rank decides from the same rows: 1 to stop (msg set), and

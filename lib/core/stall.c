@@ -15,16 +15,16 @@ int hvd__stall_due(const hvd__stall_t *s, int npending) {
 }
 
 /* "1, 3" for the ranks r with want == (have[r] || joined[r]), named by
- * their world ranks. */
+ * their world ranks: eight, then ", and N more ranks" ("" when none). */
 static void rank_list(const hvd__pending_t *p, const unsigned char *joined,
                       int size, int want, const int *world, char *buf,
                       size_t n) {
-  size_t at = 0;
-  buf[0] = '\0';
-  for (int r = 0; r < size && at < n; r++)
+  hvd__ranks_t l;
+  hvd__ranks_begin(&l);
+  for (int r = 0; r < size; r++)
     if ((p->have[r] || joined[r]) == want)
-      at += (size_t)snprintf(buf + at, n - at, "%s%d", at ? ", " : "",
-                             world != NULL ? world[r] : r);
+      hvd__ranks_add(&l, world != NULL ? world[r] : r, NULL);
+  hvd__ranks_list(&l, buf, n);
 }
 
 int hvd__stall_inspect(hvd__stall_t *s, hvd__pending_t *head,
@@ -37,7 +37,7 @@ int hvd__stall_inspect(hvd__stall_t *s, hvd__pending_t *head,
     int stop = s->shutdown_s > 0 && age >= s->shutdown_s;
     if (!check && !stop)
       continue;
-    char lab[300], missing[512], present[512], msg[HVD__ERRMSG_MAX];
+    char lab[300], missing[256], present[256], msg[HVD__ERRMSG_MAX];
     int ref = 0;
     while (ref < size && !p->have[ref])
       ref++;

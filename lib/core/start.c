@@ -90,19 +90,20 @@ static int poll_warned(MPI_Request *reqs, int n, const pc_t *pc, double since,
 }
 
 /* The peers whose preconnect message to or from this rank is pending,
- * as "1, 3". */
+ * as "1, 3" (eight, then ", and N more ranks"). */
 static void pending_ranks(const pc_t *pc, char *out, size_t cap) {
-  size_t len = 0;
-  out[0] = '\0';
-  for (int p = 0; p < pc->size && len + 16 < cap; p++) {
+  hvd__ranks_t l;
+  hvd__ranks_begin(&l);
+  for (int p = 0; p < pc->size; p++) {
     int in = 1, sent = 1;
     if (pc->reqs[p] != MPI_REQUEST_NULL)
       MPI_Request_get_status(pc->reqs[p], &in, MPI_STATUS_IGNORE);
     if (pc->reqs[pc->size + p] != MPI_REQUEST_NULL)
       MPI_Request_get_status(pc->reqs[pc->size + p], &sent, MPI_STATUS_IGNORE);
     if (!in || !sent)
-      len += (size_t)snprintf(out + len, cap - len, "%s%d", len ? ", " : "", p);
+      hvd__ranks_add(&l, p, NULL);
   }
+  hvd__ranks_list(&l, out, cap);
 }
 
 static void say_preconnect(const pc_t *pc, double age) {

@@ -25,7 +25,7 @@
 ##           single-bit change (linked statically: not exported)
 ##  ranks    lib/base/errors.h's list of disagreeing ranks in mismatch
 ##           messages: exact text, eight named then a count, cut at the
-##           buffer (linked statically)
+##           buffer; a list of ranks alone (linked statically)
 ##  rows_total  lib/base/tensor.h's sum of the ranks' rows that sizes an
 ##           allgather's or alltoall's output, at its exact limits
 ##           (linked statically)
@@ -39,6 +39,8 @@
 ##           carried as 0, HVD_CYCLE_TIME below 1 us as 1 us), in its
 ##           parameters and its log; a log write that fails is one
 ##           warning (linked statically)
+##  stall    lib/core/stall.c's messages on 200 ranks: eight of each list
+##           named, then ", and N more ranks" (linked statically)
 ##  bert_grad, bert_data  examples/bert's model gradients and data (with
 ##           a CBLAS only, as examples/bert is)
 ##  bert_mixed  examples/bert in bfloat16 and float16 on the CPU: the
@@ -55,12 +57,12 @@
 check_PROGRAMS += t/unit/errors t/unit/taplib t/unit/sampler t/unit/optim \
 	t/unit/host_mem t/unit/host_mem_private t/unit/timeline_json \
 	t/unit/message t/unit/checksum t/unit/ranks t/unit/settings \
-	t/unit/rows_total t/unit/timeline_file t/unit/autotune
+	t/unit/rows_total t/unit/timeline_file t/unit/autotune t/unit/stall
 UNIT_TESTS += t/unit/errors.t t/unit/taplib.t t/unit/sampler.t \
 	t/unit/optim.t t/unit/host_mem.t t/unit/host_mem_private.t \
 	t/unit/timeline_json.t t/unit/message.t t/unit/checksum.t \
 	t/unit/ranks.t t/unit/settings.t t/unit/rows_total.t \
-	t/unit/timeline_file.t t/unit/autotune.t
+	t/unit/timeline_file.t t/unit/autotune.t t/unit/stall.t
 t_unit_message_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
 t_unit_message_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 	$(NCCL_LDFLAGS)
@@ -85,6 +87,10 @@ t_unit_autotune_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
 t_unit_autotune_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
 	$(NCCL_LDFLAGS)
 t_unit_autotune_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
+t_unit_stall_CPPFLAGS = $(TEST_CPPFLAGS) -I$(top_srcdir)/lib
+t_unit_stall_LDFLAGS = $(TEST_LDFLAGS) -static $(CUDA_LDFLAGS) \
+	$(NCCL_LDFLAGS)
+t_unit_stall_LDADD = $(TEST_LDADD) $(NCCL_LIBS) $(CUDA_LIBS)
 TESTS_SH += t/unit/timeline_fs.sh
 t_unit_host_mem_private_SOURCES = t/unit/host_mem.c
 t_unit_host_mem_private_CPPFLAGS = $(TEST_CPPFLAGS) -DHOST_MEM_PRIVATE

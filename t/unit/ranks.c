@@ -6,7 +6,9 @@
  *  - eleven: eight named, ", and 3 more ranks", 11 returned;
  *  - a list longer than the message: cut at the buffer, NUL-terminated,
  *    no write past it;
- *  - begin empties a list used before.
+ *  - begin empties a list used before;
+ *  - a list of ranks alone (values NULL): "" when none, "1, 3", eight
+ *    then ", and 3 more ranks", each with its count returned.
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,7 +19,7 @@
 int main(void) {
   hvd__ranks_t l;
   char out[HVD__ERRMSG_MAX], v[32];
-  plan(9);
+  plan(15);
 
   hvd__ranks_begin(&l);
   strcpy(out, "untouched");
@@ -57,5 +59,19 @@ int main(void) {
   hvd__ranks_add(&l, 5, "a");
   hvd__ranks_write(&l, "h", out, sizeof out);
   is_string("h vs rank 5 a", out, "begin empties a list used before");
+
+  hvd__ranks_begin(&l);
+  strcpy(out, "untouched");
+  is_int(0, hvd__ranks_list(&l, out, sizeof out), "alone, none: 0");
+  is_string("", out, "alone, none: empty");
+  hvd__ranks_add(&l, 1, NULL);
+  hvd__ranks_add(&l, 3, NULL);
+  is_int(2, hvd__ranks_list(&l, out, sizeof out), "alone, two: 2");
+  is_string("1, 3", out, "alone, two: their numbers");
+  for (int r = 5; r <= 21; r += 2)
+    hvd__ranks_add(&l, r, NULL);
+  is_int(11, hvd__ranks_list(&l, out, sizeof out), "alone, eleven: 11");
+  is_string("1, 3, 5, 7, 9, 11, 13, 15, and 3 more ranks", out,
+            "alone, eleven: eight named, then the count");
   return tap_exit_status();
 }
