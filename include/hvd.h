@@ -198,7 +198,11 @@ int hvd_rank(void);
 int hvd_size(void);
 int hvd_local_rank(void); /* rank among the ranks of this node */
 int hvd_local_size(void); /* ranks on this node */
-int hvd_cross_rank(void); /* rank among the ranks with this local rank */
+/* The index of this rank's node among the nodes that have a rank with
+ * this local rank, the nodes ordered by their lowest rank: the same order
+ * on every local rank, whatever the layout (ranks 0..5 on nodes
+ * A B C C B A: 0, 1, 2 on A, B, C for local ranks 0 and 1 alike). */
+int hvd_cross_rank(void);
 int hvd_cross_size(void); /* ranks with this local rank (one per node) */
 /* 1 if every node runs the same number of ranks */
 int hvd_is_homogeneous(void);
@@ -341,7 +345,8 @@ hvd_result_t hvd_free_host(void *p);
  * step in the dtype (float16 and bfloat16 are rounded after each
  * addition): on one node in rank order 0..P-1, the bits of a loop over
  * the ranks' values in one process; on several nodes each node's ranks in
- * local-rank order, then the nodes' results in node order, where the
+ * local-rank order, then the nodes' results in node order (each node's
+ * lowest rank first, as hvd_cross_rank counts them), where the
  * shared-memory path runs (HVD_SHM_ALLREDUCE on and every node with the
  * same number of ranks) or HVD_HIERARCHICAL_ALLREDUCE=1; otherwise in
  * rank order (a reducescatter: rank order always). The order thus

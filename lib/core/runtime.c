@@ -387,14 +387,16 @@ static hvd_result_t set_new(const char *fn, const int *ranks, int n, int id,
  * order, split from g.ctl) becomes the set's. */
 static hvd_result_t set_join(hvd_process_set_t *ps, MPI_Comm comm) {
   hvd_result_t rc = HVD_SUCCESS;
-  int local_rank, local_size;
+  int local_rank, local_size, node;
   ps->comm = comm;
   HVD__MPI_CHECK(MPI_Comm_set_errhandler(ps->comm, MPI_ERRORS_RETURN));
   HVD__MPI_CHECK(MPI_Comm_split(ps->comm, g.node, ps->rank, &ps->local_comm));
   HVD__MPI_CHECK(MPI_Comm_rank(ps->local_comm, &local_rank));
   HVD__MPI_CHECK(MPI_Comm_size(ps->local_comm, &local_size));
+  /* the nodes in one order on every local rank, as the world's */
   HVD__MPI_CHECK(
-      MPI_Comm_split(ps->comm, local_rank, ps->rank, &ps->cross_comm));
+      MPI_Allreduce(&ps->rank, &node, 1, MPI_INT, MPI_MIN, ps->local_comm));
+  HVD__MPI_CHECK(MPI_Comm_split(ps->comm, local_rank, node, &ps->cross_comm));
   hvd__exec_env_t env = {.comm = ps->comm,
                          .rank = ps->rank,
                          .size = ps->size,
@@ -673,7 +675,7 @@ static void free_comm(MPI_Comm *c) {
 }
 
 /* Local = same node: shared memory, or equal HVD_HOSTNAME. Cross = same
- * local rank. */
+ * local rank, ranked by node (each node's lowest rank first). */
 static hvd_result_t topology(void) {
   hvd_result_t rc = HVD_SUCCESS;
   char *names = NULL;
@@ -707,7 +709,13 @@ static hvd_result_t topology(void) {
   }
   HVD__MPI_CHECK(MPI_Comm_rank(g.local_comm, &g.local_rank));
   HVD__MPI_CHECK(MPI_Comm_size(g.local_comm, &g.local_size));
-  HVD__MPI_CHECK(MPI_Comm_split(g.comm, g.local_rank, g.rank, &g.cross_comm));
+  /* Every local rank's cross communicator ranks the nodes alike, by
+   * their lowest rank (g.node): segment k of a piece is folded over the
+   * nodes by local rank k, so an element's order of nodes does not move
+   * with the pieces, whatever the layout (hvd.h, "Reproducibility"). */
+  HVD__MPI_CHECK(
+      MPI_Allreduce(&g.rank, &g.node, 1, MPI_INT, MPI_MIN, g.local_comm));
+  HVD__MPI_CHECK(MPI_Comm_split(g.comm, g.local_rank, g.node, &g.cross_comm));
   HVD__MPI_CHECK(MPI_Comm_rank(g.cross_comm, &g.cross_rank));
   HVD__MPI_CHECK(MPI_Comm_size(g.cross_comm, &g.cross_size));
   minmax[0] = g.local_size;
@@ -793,8 +801,6 @@ static hvd_result_t init_locked(MPI_Comm comm) {
   HVD__MPI_CHECK(MPI_Comm_size(g.comm, &g.size));
   HVD__CHECK(topology());
   HVD__MPI_CHECK(MPI_Comm_dup(g.comm, &g.ctl));
-  HVD__MPI_CHECK(
-      MPI_Allreduce(&g.rank, &g.node, 1, MPI_INT, MPI_MIN, g.local_comm));
   HVD__CHECK(hvd__cuda_bind(g.comm, g.local_comm, g.settings.no_bind,
                             g.settings.gpu_share));
   hvd__cuda_ready_timing(g.settings.gpu_timing);

@@ -6,8 +6,9 @@
  *
  * Every layout is checked against a small model of the rules: local =
  * ranks with the same node name, numbered in rank order; cross = ranks
- * with the same local rank, numbered in rank order; homogeneous = every
- * node has as many ranks. Run at 1 to 4 ranks.
+ * with the same local rank, numbered in node order (each node's lowest
+ * rank), the same on every local rank; homogeneous = every node has as
+ * many ranks. Run at 1 to 4 ranks.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -104,6 +105,19 @@ int main(int argc, char **argv) {
   for (int q = 0; q < size; q++)
     snprintf(node[q], 32, "%s", q % 2 ? "nodeB" : "nodeA");
   check_layout(node, "interleaved");
+
+  /* A mirror: ranks q and size-1-q on one node, so local rank 1's node
+   * order (by the node's lowest rank) is not its rank order. */
+  for (int q = 0; q < size; q++)
+    snprintf(node[q], 32, "node%d", q < size - 1 - q ? q : size - 1 - q);
+  check_layout(node, "mirror");
+  if (size == 4) {
+    struct hvdt_topo m = hvdt_topo_model(node, size, rank);
+    ok(m.cross_rank == (rank == 0 || rank == 3 ? 0 : 1),
+       "model: mirror A B B A, cross rank = the node's index");
+  } else {
+    skip(1, "the mirror is spelled out at 4 ranks");
+  }
 
   /* One rank per node. */
   for (int q = 0; q < size; q++)

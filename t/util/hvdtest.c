@@ -519,19 +519,22 @@ void hvdt_init_nodes_of(int k) {
 
 struct hvdt_topo hvdt_topo_model(char node[][32], int size, int r) {
   struct hvdt_topo t = {r, size, 0, 0, 0, 0, 1};
-  int local[64] = {0}, count[64] = {0};
-  for (int q = 0; q < size && q < 64; q++)
+  int local[64] = {0}, count[64] = {0}, first[64];
+  for (int q = 0; q < size && q < 64; q++) {
+    first[q] = q;
     for (int p = 0; p < size; p++)
       if (strcmp(node[p], node[q]) == 0) {
         count[q]++;
         local[q] += p < q;
+        first[q] = p < first[q] ? p : first[q];
       }
+  }
   for (int q = 0; q < size && q < 64; q++) {
     if (count[q] != count[r])
       t.homog = 0;
     if (local[q] == local[r]) {
       t.cross_size++;
-      t.cross_rank += q < r;
+      t.cross_rank += first[q] < first[r];
     }
   }
   t.local_rank = local[r];

@@ -252,8 +252,9 @@ struct hvdt_topo {
 
 /* What hvd should report on rank r of size ranks when rank q runs on the
  * node named node[q]: local = ranks with the same node name, numbered in
- * rank order; cross = ranks with the same local rank, numbered in rank
- * order; homogeneous = every node has as many ranks. At most 64 ranks. */
+ * rank order; cross = ranks with the same local rank, numbered in node
+ * order (by each node's lowest rank); homogeneous = every node has as
+ * many ranks. At most 64 ranks. */
 struct hvdt_topo hvdt_topo_model(char node[][32], int size, int r);
 
 /* Seven checks: hvd_rank ... hvd_is_homogeneous equal want's, each named
