@@ -336,7 +336,10 @@ hvd_result_t hvd_free_host(void *p);
  * HVD_ERR_MISMATCH. The name is copied. */
 
 /* recv = postscale * op_over_ranks(prescale * send). recv must have send's
- * dtype and shape; recv->data == send->data reduces in place.
+ * dtype and shape; recv->data == send->data reduces in place. Otherwise
+ * recv's bytes must not meet send's: a recv that partly overlaps send is
+ * refused, HVD_ERR_INVALID_ARG ("allreduce 'x': recv overlaps send
+ * without being it (in place is recv->data == send->data)").
  *
  * Reproducibility. On the host, and for device tensors staged through it
  * (HVD_GPU_OPERATIONS=mpi), every reduction (allreduce, reducescatter,
@@ -560,8 +563,11 @@ hvd_result_t hvd_ps_barrier(const hvd_process_set_t *ps);
  * the stall inspector, as any collective would); a member
  * whose other arguments differ between ranks (a shape, a dtype) fails as a
  * single collective would, naming them, and the other members run. An
- * invalid member (its message prefixed "<call>: tensor i: ") or two
- * members with one name submit nothing. A group that ran once is in the
+ * invalid member (its message prefixed "<call>: tensor i: "), two
+ * members with one name, or a grouped allreduce where a member's recv
+ * meets another member's send (sends may share memory, as may recvs;
+ * "hvd_grouped_allreduce: tensor 0's send overlaps tensor 1's recv")
+ * submit nothing. A group that ran once is in the
  * response cache, as single collectives are: the next time it is agreed
  * by the cache's bit vector, without the coordinator, whole or not at all
  * (a member evicted or changed sends every member to the coordinator). */

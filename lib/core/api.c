@@ -109,6 +109,27 @@ static hvd_result_t check_out(const char *kind, const char *name,
   return HVD_SUCCESS;
 }
 
+/* Whether a's and b's bytes intersect (an empty tensor meets nothing). */
+static int overlaps(const hvd_tensor_t *a, const hvd_tensor_t *b) {
+  uintptr_t a0 = (uintptr_t)a->data, b0 = (uintptr_t)b->data;
+  size_t na = hvd__tensor_bytes(a), nb = hvd__tensor_bytes(b);
+  return na != 0 && nb != 0 && a0 < b0 + nb && b0 < a0 + na;
+}
+
+/* An output that overlaps the input would be written while it is still
+ * read (by this rank's fold, or a peer's through shared memory): only
+ * the exact in-place form is safe. */
+static hvd_result_t check_overlap(const char *k, const char *name,
+                                  const hvd_tensor_t *send,
+                                  const hvd_tensor_t *recv) {
+  if (recv->data != send->data && overlaps(recv, send))
+    return hvd__set_error(HVD_ERR_INVALID_ARG,
+                          "%s '%s': recv overlaps send without being it (in "
+                          "place is recv->data == send->data)",
+                          k, name);
+  return HVD_SUCCESS;
+}
+
 /* The output of the hvd__*_into_async call running on this thread (NULL:
  * hvd allocates the output): the builders hand it to the request. */
 static _Thread_local const hvd_tensor_t *given_out;
@@ -284,6 +305,7 @@ static hvd_result_t make_allreduce(const char *fn, const char *name,
                           "%s '%s': recv shape %s differs from send shape %s",
                           k, name, a, b);
   }
+  HVD__CHECK(check_overlap(k, name, send, recv));
   HVD__CHECK(check_scale(k, name, "prescale", pre, send->dtype));
   HVD__CHECK(check_scale(k, name, "postscale", post, send->dtype));
   if (wire < 0)
@@ -624,6 +646,59 @@ static uint64_t group_hash(int n, const char *const *names) {
 
 enum { G_ALLREDUCE, G_ALLGATHER, G_REDUCESCATTER };
 
+/* A byte range of a grouped allreduce: tensor i's send, its recv, or
+ * both (in place). */
+typedef struct span {
+  uintptr_t lo, hi;
+  int i, send, recv;
+} span_t;
+
+static int span_cmp(const void *a, const void *b) {
+  const span_t *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* No member's recv meets another member's send (sends may share memory,
+ * and so may recvs): sorted by start, a recv must begin past every send
+ * before it, a send past every recv before it. */
+static hvd_result_t group_overlap(const char *fn, int n,
+                                  const hvd_tensor_t *sends,
+                                  const hvd_tensor_t *recvs) {
+  span_t *sp = malloc((size_t)n * 2 * sizeof *sp), in = {0}, out = {0};
+  int m = 0;
+  if (sp == NULL)
+    return hvd__set_error(HVD_ERR_NO_MEMORY, "%s: %d tensors", fn, n);
+  for (int i = 0; i < n; i++) {
+    int same = sends[i].data == recvs[i].data;
+    for (int r = same; r < 2; r++) {
+      const hvd_tensor_t *t = r ? &recvs[i] : &sends[i];
+      size_t bytes = hvd__tensor_bytes(t);
+      if (bytes != 0)
+        sp[m++] = (span_t){(uintptr_t)t->data, (uintptr_t)t->data + bytes, i,
+                           !r || same, r};
+    }
+  }
+  qsort(sp, (size_t)m, sizeof *sp, span_cmp);
+  for (int k = 0; k < m; k++) {
+    span_t c = sp[k];
+    int hit_in = c.recv && in.hi > c.lo, hit_out = c.send && out.hi > c.lo;
+    if (hit_in || hit_out) {
+      int si = hit_in ? in.i : c.i, ri = hit_in ? c.i : out.i;
+      free(sp);
+      return hvd__set_error(HVD_ERR_INVALID_ARG,
+                            "%s: tensor %d's %s overlaps tensor %d's %s", fn,
+                            si < ri ? si : ri, si < ri ? "send" : "recv",
+                            si < ri ? ri : si, si < ri ? "recv" : "send");
+    }
+    if (c.send && c.hi > in.hi)
+      in = c;
+    if (c.recv && c.hi > out.hi)
+      out = c;
+  }
+  free(sp);
+  return HVD_SUCCESS;
+}
+
 /* Builds every member (nothing submitted if one is invalid), marks them
  * as one group, and submits them together. */
 static hvd_result_t grouped(const char *fn, int kind, int n,
@@ -666,6 +741,8 @@ static hvd_result_t grouped(const char *fn, int kind, int n,
       break;
     }
   }
+  if (rc == HVD_SUCCESS && kind == G_ALLREDUCE)
+    rc = group_overlap(fn, n, sends, recvs);
   for (int i = 0; i < n && rc == HVD_SUCCESS; i++)
     for (int j = i + 1; j < n && rc == HVD_SUCCESS; j++)
       if (strcmp(names[i], names[j]) == 0)

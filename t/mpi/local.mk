@@ -35,6 +35,9 @@
 ##  node_order   nodes in a mirror layout (A B C C B A): every local rank
 ##               orders the nodes alike (cross rank = node index), and the
 ##               bits do not move with the pieces or the fusion
+##  overlap      an allreduce output that overlaps its input without being
+##               it (alone, grouped, in a set) refused with its message;
+##               exact in place still sums exactly
 ##  fused_gather_scatter host allgathers fused into one MPI_Allgatherv,
 ##               reducescatters into one MPI_Reduce_scatter: dtypes, shapes,
 ##               rows, ops and scaling mixed; new, cached and mixed; grouped
@@ -64,7 +67,7 @@ check_PROGRAMS += t/mpi/collectives t/mpi/order t/mpi/cache t/mpi/fusion \
 	t/mpi/objects t/mpi/grouped t/mpi/process_sets t/mpi/process_set_split \
 	t/mpi/fused_gather_scatter t/mpi/reproducible t/mpi/threads t/mpi/fork \
 	t/mpi/thread_level t/mpi/finalize t/mpi/dlclose t/mpi/gather_rows \
-	t/mpi/node_order
+	t/mpi/node_order t/mpi/overlap
 NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/collectives.np3 t/mpi/collectives.np4 \
 	t/mpi/order.np1 t/mpi/order.np2 t/mpi/order.np3 t/mpi/order.np4 \
@@ -90,6 +93,7 @@ NP_TESTS += t/mpi/collectives.np1 t/mpi/collectives.np2 \
 	t/mpi/reproducible.np1 t/mpi/reproducible.np2 \
 	t/mpi/reproducible.np3 t/mpi/reproducible.np4 \
 	t/mpi/node_order.np4 t/mpi/node_order.np6 \
+	t/mpi/overlap.np1 t/mpi/overlap.np2 t/mpi/overlap.np3 \
 	t/mpi/threads.np1 t/mpi/threads.np2 t/mpi/threads.np3 \
 	t/mpi/threads.np4 t/mpi/fork.np1 t/mpi/fork.np2 t/mpi/fork.np3 \
 	t/mpi/finalize.np1 t/mpi/finalize.np2 t/mpi/finalize.np3 \
