@@ -47,12 +47,7 @@ enum { NSET = sizeof settings / sizeof settings[0] };
 /* Rank q's element i of tensor t: signed, exponents from -20 to 20, so
  * that the order of the nodes shows in the last bits. */
 static float value(int q, int t, int64_t i) {
-  uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull ^
-               (uint64_t)(q + 1) * 0xC2B2AE3D27D4EB4Full ^
-               (uint64_t)(t + 7) * 0x165667B19E3779F9ull;
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
+  uint64_t x = hvdt_hash3(q, t, i);
   double m = (double)(x >> 40) / 16777216.0 * 2 - 1;
   int e = (int)((x >> 8) % 41) - 20;
   return (float)(m * (double)(1ull << (e + 20)) / 1048576.0);

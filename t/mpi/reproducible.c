@@ -62,13 +62,7 @@ enum { NSET = sizeof settings / sizeof settings[0] };
 
 /* A hash of (q, t, i) to [0, 1). */
 static double unit(int q, int t, int64_t i) {
-  uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull ^
-               (uint64_t)(q + 1) * 0xC2B2AE3D27D4EB4Full ^
-               (uint64_t)(t + 7) * 0x165667B19E3779F9ull;
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
-  return (double)(x >> 11) / 9007199254740992.0;
+  return (double)(hvdt_hash3(q, t, i) >> 11) / 9007199254740992.0;
 }
 
 /* Rank q's element i of job t: signed, with exponents over a range wide

@@ -24,6 +24,7 @@
 
 #include "base/settings.h"
 #include "core/autotune.h"
+#include "hvdtest.h"
 #include "tap.h"
 
 /* Samples in all; the search's (13 configurations of 1 + 3 samples). */
@@ -135,23 +136,13 @@ static void cycle_case(const char *cycle, int64_t want) {
 
 /* 4. */
 static void full_case(void) {
-  char err_path[64] = "/tmp/hvd-autotune-err-XXXXXX", got[4096] = "";
-  int fd = mkstemp(err_path), saved = dup(2);
-  if (fd < 0 || saved < 0)
-    bail("mkstemp: cannot make a temporary file");
-  fflush(stderr);
-  dup2(fd, 2);
+  char got[4096];
+  int saved = hvdt_stderr_begin();
   hvd__autotune_t *a = make(NULL, NULL, "/dev/full");
   hvd__tune_params_t d = {134217728, 0, 1000};
   run_t r = feed(a, &d);
   hvd__autotune_destroy(a);
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  ssize_t k = pread(fd, got, sizeof got - 1, 0);
-  got[k > 0 ? k : 0] = '\0';
-  close(fd);
-  unlink(err_path);
+  hvdt_stderr_end(saved, got, sizeof got);
   const char *want = "warning: HVD_AUTOTUNE_LOG: cannot write '/dev/full': No "
                      "space left on device; the log ends here\n";
   int lines = 0;

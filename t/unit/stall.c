@@ -18,6 +18,7 @@
 #include "base/wait.h"
 #include "core/message.h"
 #include "core/stall.h"
+#include "hvdtest.h"
 #include "tap.h"
 
 enum { MAXR = 200 };
@@ -47,7 +48,7 @@ static void inspect(int size, const int *world, char *msg, char *warn,
   static hvd__desc_t desc[MAXR];
   static double ready[MAXR];
   static unsigned char have[MAXR], joined[MAXR];
-  char err_path[64] = "/tmp/hvd-stall-err-XXXXXX", got[4096] = "";
+  char got[4096];
   hvd__pending_t p;
   memset(&p, 0, sizeof p);
   p.name = "layer.weight";
@@ -62,19 +63,9 @@ static void inspect(int size, const int *world, char *msg, char *warn,
   hvd__wbuf_t w;
   memset(&w, 0, sizeof w);
   hvd__w_i32(&w, 1);
-  int fd = mkstemp(err_path), saved = dup(2);
-  if (fd < 0 || saved < 0)
-    bail("mkstemp: cannot make a temporary file");
-  fflush(stderr);
-  dup2(fd, 2);
+  int saved = hvdt_stderr_begin();
   int n = hvd__stall_inspect(&s, &p, joined, size, &w);
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  ssize_t k = pread(fd, got, sizeof got - 1, 0);
-  got[k > 0 ? k : 0] = '\0';
-  close(fd);
-  unlink(err_path);
+  hvdt_stderr_end(saved, got, sizeof got);
   unage(got, warn, cap);
   msg[0] = '\0';
   hvd__response_t *out = NULL;

@@ -44,6 +44,7 @@
 #include "base/errors.h"
 #include "base/settings.h"
 #include "core/timeline.h"
+#include "hvdtest.h"
 #include "internal.h"
 #include "tap.h"
 
@@ -186,15 +187,13 @@ static void test_small_caps(void) {
 /* A write that fails: the file cut back to its last good flush, one
  * warning (stderr, read back from a file). */
 static void test_write_fails(void) {
-  char err_path[96], want[512], got[4096] = "";
-  snprintf(err_path, sizeof err_path, "%s.err", path);
-  int saved = dup(2), fd = open(err_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  char want[512], got[4096];
   struct rlimit old, lim;
   getrlimit(RLIMIT_FSIZE, &old);
   lim = old;
   lim.rlim_cur = 64 << 10;
   signal(SIGXFSZ, SIG_IGN);
-  dup2(fd, 2);
+  int saved = hvdt_stderr_begin();
   setrlimit(RLIMIT_FSIZE, &lim);
   hvd__timeline_t *t = hvd__timeline_open(path, 0, hvd__now(), 0);
   char *name = name_of(700);
@@ -205,17 +204,8 @@ static void test_write_fails(void) {
     hvd__timeline_instant(t, "USER", name, hvd__now(), NULL);
   hvd__timeline_close(t);
   setrlimit(RLIMIT_FSIZE, &old);
-  dup2(saved, 2);
-  close(saved);
+  hvdt_stderr_end(saved, got, sizeof got);
   free(name);
-  FILE *f = fdopen(fd, "r");
-  if (f != NULL) {
-    rewind(f);
-    size_t k = fread(got, 1, sizeof got - 1, f);
-    got[k] = '\0';
-    fclose(f);
-  }
-  unlink(err_path);
   snprintf(want, sizeof want,
            "timeline: cannot write '%s': File too large; it ends at its last "
            "whole event and nothing more is written to it",

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <mpi.h>
 
@@ -157,6 +158,42 @@ void *hvdt_calloc(size_t n, size_t size) {
   if (p == NULL)
     bail("out of memory");
   return p;
+}
+
+uint64_t hvdt_hash3(int q, int t, int64_t i) {
+  uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull ^
+               (uint64_t)(q + 1) * 0xC2B2AE3D27D4EB4Full ^
+               (uint64_t)(t + 7) * 0x165667B19E3779F9ull;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return x;
+}
+
+/* The file hvdt_stderr_begin opened (unlinked at once): its end reads it. */
+static int stderr_file = -1;
+
+int hvdt_stderr_begin(void) {
+  char path[64] = "/tmp/hvdt-stderr-XXXXXX";
+  int fd = mkstemp(path), saved = dup(2);
+  if (fd < 0 || saved < 0)
+    bail("hvdt_stderr_begin: cannot make a temporary file: %s",
+         strerror(errno));
+  unlink(path);
+  fflush(stderr);
+  dup2(fd, 2);
+  stderr_file = fd;
+  return saved;
+}
+
+void hvdt_stderr_end(int saved, char *got, size_t cap) {
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  ssize_t k = pread(stderr_file, got, cap - 1, 0);
+  got[k > 0 ? k : 0] = '\0';
+  close(stderr_file);
+  stderr_file = -1;
 }
 
 /* ---- Expected values ---- */

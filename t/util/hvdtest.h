@@ -57,6 +57,17 @@ double hvdt_rounding_err(const float *got, const float *want, int64_t n,
 /* calloc that bails out of the test when it fails; n may be 0. */
 void *hvdt_calloc(size_t n, size_t size);
 
+/* A 64-bit hash of (q, t, i): a test's values for rank q, tensor t,
+ * element i, alike on every rank and run (splitmix64's finalizer). */
+uint64_t hvdt_hash3(int q, int t, int64_t i);
+
+/* What this process writes to stderr between the two calls, caught in a
+ * temporary file: hvdt_stderr_begin returns the saved descriptor for
+ * hvdt_stderr_end, which puts stderr back and reads what was written
+ * into got (cap bytes, NUL-terminated). Both bail on failure. */
+int hvdt_stderr_begin(void);
+void hvdt_stderr_end(int saved, char *got, size_t cap);
+
 /* A whole file as a NUL-terminated string (malloc'd); NULL if it cannot
  * be read. */
 char *hvdt_slurp(const char *path);
